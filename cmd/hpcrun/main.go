@@ -1,0 +1,68 @@
+// Command hpcrun submits tensor- and data-parallel transformer training to a
+// Slurm cluster (or runs it locally), runs the training inside the job, and
+// reads the metrics of finished and running jobs back.
+//
+// Every command lives in its own file of this package; this file wires the
+// global flags and the command list, nothing else.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v2"
+)
+
+// version is set at link time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	if err := newApp().Run(os.Args); err != nil {
+		var exit cli.ExitCoder
+		if errors.As(err, &exit) {
+			if msg := err.Error(); msg != "" {
+				fmt.Fprintln(os.Stderr, "hpcrun:", msg)
+			}
+			os.Exit(exit.ExitCode())
+		}
+		fmt.Fprintln(os.Stderr, "hpcrun:", err)
+		os.Exit(1)
+	}
+}
+
+// newApp builds the command tree; tests run it in-process.
+func newApp() *cli.App {
+	return &cli.App{
+		Name:                 "hpcrun",
+		Usage:                "tensor- and data-parallel transformer training on Slurm, in one command",
+		Version:              version,
+		EnableBashCompletion: true,
+		Suggest:              true,
+		HideHelpCommand:      false,
+		// Errors are printed once, by main, as one line.
+		ExitErrHandler: func(*cli.Context, error) {},
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "config", Usage: "read this config file instead of ./hpcrun.toml", EnvVars: []string{"HPCRUN_CONFIG"}},
+			&cli.StringFlag{Name: "profile", Usage: "cluster profile to use (`NAME`; see hpcrun config show)", EnvVars: []string{"HPCRUN_PROFILE"}},
+			&cli.StringFlag{Name: "runs-dir", Usage: "directory holding one folder per run", EnvVars: []string{"HPCRUN_RUNS_DIR"}},
+			&cli.BoolFlag{Name: "json", Usage: "machine-readable JSON output for listing commands"},
+		},
+		Commands: []*cli.Command{
+			submitCommand(),
+			queueCommand(),
+			cancelCommand(),
+			logsCommand(),
+			metricsCommand(),
+			watchCommand(),
+			trainCommand(),
+			runCommand(),
+			checkCommand(),
+			benchCommand(),
+			ckptCommand(),
+			envCommand(),
+			configCommand(),
+			completionCommand(),
+		},
+	}
+}
