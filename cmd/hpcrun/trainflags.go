@@ -1,0 +1,74 @@
+package main
+
+import (
+	"github.com/hpcrun/hpcrun/train"
+	"github.com/urfave/cli/v2"
+)
+
+// trainFlags are the training options shared by `submit` and `run`. A flag
+// left unset keeps the value from the config (or train.DefaultConfig).
+func trainFlags() []cli.Flag {
+	const cat = "training"
+	return []cli.Flag{
+		&cli.IntFlag{Name: "ntasks", Aliases: []string{"n"}, Usage: "total tasks (ranks) = tp x data-parallel degree", Category: cat},
+		&cli.IntFlag{Name: "tp", Usage: "tensor-parallel degree", Category: cat},
+		&cli.StringFlag{Name: "model", Usage: "bert (classifier) or gpt (causal LM)", Category: cat},
+		&cli.StringFlag{Name: "preset", Usage: "tiny, small, bert-base, bert-large, gpt2-124m, gpt2-350m", Category: cat},
+		&cli.IntFlag{Name: "layers", Usage: "transformer blocks", Category: cat},
+		&cli.IntFlag{Name: "dim", Usage: "hidden size", Category: cat},
+		&cli.IntFlag{Name: "heads", Usage: "attention heads", Category: cat},
+		&cli.IntFlag{Name: "seq", Usage: "sequence length in tokens", Category: cat},
+		&cli.IntFlag{Name: "bsz", Usage: "batch size per data-parallel rank", Category: cat},
+		&cli.IntFlag{Name: "grad-accum", Usage: "micro-batches per optimizer step", Category: cat},
+		&cli.IntFlag{Name: "epochs", Usage: "passes over the training samples", Category: cat},
+		&cli.IntFlag{Name: "samples", Usage: "training samples to use (0 = all)", Category: cat},
+		&cli.IntFlag{Name: "steps", Usage: "optimizer steps (0 = from epochs and samples)", Category: cat},
+		&cli.Float64Flag{Name: "lr", Usage: "peak learning rate", Category: cat},
+		&cli.IntFlag{Name: "warmup", Usage: "learning-rate warm-up steps", Category: cat},
+		&cli.StringFlag{Name: "precision", Usage: "fp32 or bf16", Category: cat},
+		&cli.StringFlag{Name: "data", Usage: "synthetic, an IMDb-format CSV (review,sentiment), or a text file for gpt", Category: cat},
+		&cli.StringFlag{Name: "tokenizer", Usage: "byte, gpt2 or wordpiece (default: the model's)", Category: cat},
+		&cli.Int64Flag{Name: "seed", Usage: "random seed for weights and data order", Category: cat},
+		&cli.IntFlag{Name: "eval-every", Usage: "steps between validations (0 = at the end)", Category: cat},
+		&cli.StringFlag{Name: "device", Usage: "auto, cpu or cuda", Category: cat},
+	}
+}
+
+// applyTrainFlags overrides cfg with the training flags the user set.
+func applyTrainFlags(c *cli.Context, cfg *train.Config) {
+	setInt := func(name string, dst *int) {
+		if c.IsSet(name) {
+			*dst = c.Int(name)
+		}
+	}
+	setString := func(name string, dst *string) {
+		if c.IsSet(name) {
+			*dst = c.String(name)
+		}
+	}
+	setInt("ntasks", &cfg.NTasks)
+	setInt("tp", &cfg.TP)
+	setString("model", &cfg.Model)
+	setString("preset", &cfg.Preset)
+	setInt("layers", &cfg.Layers)
+	setInt("dim", &cfg.Dim)
+	setInt("heads", &cfg.Heads)
+	setInt("seq", &cfg.Seq)
+	setInt("bsz", &cfg.BatchSize)
+	setInt("grad-accum", &cfg.GradAccum)
+	setInt("epochs", &cfg.Epochs)
+	setInt("samples", &cfg.Samples)
+	setInt("steps", &cfg.Steps)
+	if c.IsSet("lr") {
+		cfg.LR = c.Float64("lr")
+	}
+	setInt("warmup", &cfg.Warmup)
+	setString("precision", &cfg.Precision)
+	setString("data", &cfg.Data)
+	setString("tokenizer", &cfg.Tokenizer)
+	if c.IsSet("seed") {
+		cfg.Seed = c.Int64("seed")
+	}
+	setInt("eval-every", &cfg.EvalEvery)
+	setString("device", &cfg.Device)
+}

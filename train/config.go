@@ -1,0 +1,131 @@
+package train
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Config is the full, resolved description of one training run. hpcrun submit
+// writes it as train.toml in the run directory; every task of the job reads it
+// back, so all ranks train the same thing.
+type Config struct {
+	Model     string  `toml:"model" json:"model"`         // "bert" (classifier) or "gpt" (causal LM)
+	Preset    string  `toml:"preset" json:"preset"`       // tiny, small, bert-base, bert-large, gpt2-124m, gpt2-350m; "" = none
+	Layers    int     `toml:"layers" json:"layers"`       // transformer blocks
+	Dim       int     `toml:"dim" json:"dim"`             // hidden size
+	Heads     int     `toml:"heads" json:"heads"`         // attention heads
+	Seq       int     `toml:"seq" json:"seq"`             // sequence length in tokens
+	Vocab     int     `toml:"vocab" json:"vocab"`         // tokenizer vocabulary before padding; 0 = from the tokenizer
+	Tokenizer string  `toml:"tokenizer" json:"tokenizer"` // byte, gpt2, wordpiece; "" = the model's default
+	BatchSize int     `toml:"bsz" json:"bsz"`             // samples per DP rank per micro-step
+	GradAccum int     `toml:"grad_accum" json:"grad_accum"`
+	Epochs    int     `toml:"epochs" json:"epochs"`
+	Samples   int     `toml:"samples" json:"samples"` // training samples to use; 0 = all
+	Steps     int     `toml:"steps" json:"steps"`     // optimizer steps; 0 = from epochs and samples
+	LR        float64 `toml:"lr" json:"lr"`
+	Warmup    int     `toml:"warmup" json:"warmup"` // LR warm-up steps
+	Precision string  `toml:"precision" json:"precision"`
+	Data      string  `toml:"data" json:"data"` // "synthetic", an IMDb-format CSV, or a text file (gpt)
+	Seed      int64   `toml:"seed" json:"seed"`
+	EvalEvery int     `toml:"eval_every" json:"eval_every"` // steps between validations; 0 = at the end only
+	Device    string  `toml:"device" json:"device"`         // auto, cpu, cuda
+
+	// Layout of the job.
+	NTasks int `toml:"ntasks" json:"ntasks"`
+	TP     int `toml:"tp" json:"tp"`
+}
+
+// DefaultConfig is the tiny BERT classifier on the built-in synthetic data:
+// what `hpcrun submit` trains when given no training flags.
+func DefaultConfig() Config {
+	return Config{
+		Model:     "bert",
+		Preset:    "tiny",
+		Layers:    2,
+		Dim:       64,
+		Heads:     4,
+		Seq:       32,
+		BatchSize: 16,
+		GradAccum: 1,
+		Epochs:    1,
+		LR:        1e-3,
+		Warmup:    10,
+		Precision: "fp32",
+		Data:      "synthetic",
+		Seed:      1234,
+		Device:    "auto",
+		NTasks:    1,
+		TP:        1,
+	}
+}
+
+// DP is the data-parallel degree: how many model replicas the job holds.
+func (c Config) DP() int {
+	if c.TP <= 0 {
+		return 0
+	}
+	return c.NTasks / c.TP
+}
+
+// Validate checks the shapes and values that every rank depends on, so that a
+// bad request fails at submit time with one error per problem.
+func (c Config) Validate() error {
+	var errs []string
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+	switch c.Model {
+	case "bert", "gpt":
+	default:
+		bad("model %q: use bert or gpt", c.Model)
+	}
+	positive := []struct {
+		name string
+		v    int
+	}{
+		{"layers", c.Layers}, {"dim", c.Dim}, {"heads", c.Heads}, {"seq", c.Seq},
+		{"bsz", c.BatchSize}, {"grad_accum", c.GradAccum}, {"epochs", c.Epochs},
+		{"ntasks", c.NTasks}, {"tp", c.TP},
+	}
+	for _, p := range positive {
+		if p.v <= 0 {
+			bad("%s = %d: must be at least 1", p.name, p.v)
+		}
+	}
+	for _, p := range []struct {
+		name string
+		v    int
+	}{{"samples", c.Samples}, {"steps", c.Steps}, {"warmup", c.Warmup}, {"eval_every", c.EvalEvery}, {"vocab", c.Vocab}} {
+		if p.v < 0 {
+			bad("%s = %d: must not be negative", p.name, p.v)
+		}
+	}
+	if c.NTasks > 0 && c.TP > 0 && c.NTasks%c.TP != 0 {
+		bad("ntasks %d is not a multiple of tp %d: choose ntasks = tp x data-parallel degree", c.NTasks, c.TP)
+	}
+	if c.Heads > 0 && c.TP > 0 && c.Heads%c.TP != 0 {
+		bad("heads %d is not a multiple of tp %d: each tensor-parallel rank needs whole heads", c.Heads, c.TP)
+	}
+	if c.Dim > 0 && c.Heads > 0 && c.Dim%c.Heads != 0 {
+		bad("dim %d is not a multiple of heads %d", c.Dim, c.Heads)
+	}
+	if !(c.LR > 0) {
+		bad("lr = %g: must be positive", c.LR)
+	}
+	switch c.Precision {
+	case "fp32", "bf16":
+	default:
+		bad("precision %q: use fp32 or bf16", c.Precision)
+	}
+	switch c.Device {
+	case "auto", "cpu", "cuda":
+	default:
+		bad("device %q: use auto, cpu or cuda", c.Device)
+	}
+	if strings.TrimSpace(c.Data) == "" {
+		bad("data is empty: use synthetic or a file path")
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
+}
