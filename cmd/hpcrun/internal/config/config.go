@@ -1,0 +1,39 @@
+// Package config resolves hpcrun's configuration from its layers: built-in
+// defaults, the user file (~/.config/hpcrun/config.toml), the project file
+// (./hpcrun.toml or --config), HPCRUN_* environment variables and flags,
+// remembering where every value came from.
+package config
+
+import "github.com/hpcrun/hpcrun/train"
+
+// Config is the whole resolved configuration.
+type Config struct {
+	// DefaultProfile names the profile used when --profile is not given.
+	DefaultProfile string `toml:"default_profile"`
+	// RunsDir holds one folder per run (runs/<execid>/).
+	RunsDir string `toml:"runs_dir"`
+	// Profiles are named cluster profiles.
+	Profiles map[string]Profile `toml:"profiles"`
+	// Train holds the defaults for the training flags of submit and run.
+	Train train.Config `toml:"train"`
+}
+
+// Profile describes how jobs are submitted on one cluster.
+type Profile struct {
+	Executor    string            `toml:"executor"`      // slurm, local or auto (slurm when sbatch is on PATH)
+	Account     string            `toml:"account"`       // --account
+	Partition   string            `toml:"partition"`     // --partition
+	QOS         string            `toml:"qos"`           // --qos
+	Constraint  string            `toml:"constraint"`    // --constraint, e.g. a100
+	GPUsPerNode int               `toml:"gpus_per_node"` // 0 for CPU-only clusters
+	CPUsPerTask int               `toml:"cpus_per_task"` // --cpus-per-task
+	Time        string            `toml:"time"`          // --time, [D-]HH:MM:SS
+	Exclusive   bool              `toml:"exclusive"`     // --exclusive
+	Hint        string            `toml:"hint"`          // --hint, e.g. nomultithread; "" to omit
+	Modules     []string          `toml:"modules"`       // `module load` lines, in order
+	SbatchExtra []string          `toml:"sbatch_extra"`  // extra #SBATCH options, e.g. "--mail-type=END"
+	Env         map[string]string `toml:"env"`           // exports in the job script
+	Template    string            `toml:"template"`      // sbatch template file; "" = built-in
+	Checkpoint  bool              `toml:"checkpoint"`    // ask for --signal and --requeue
+	SignalSecs  int               `toml:"signal_secs"`   // seconds before the time limit for USR1
+}
