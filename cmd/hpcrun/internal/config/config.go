@@ -37,3 +37,16 @@ type Profile struct {
 	Checkpoint  bool              `toml:"checkpoint"`    // ask for --signal and --requeue
 	SignalSecs  int               `toml:"signal_secs"`   // seconds before the time limit for USR1
 }
+
+// Resolved is the configuration after all layers are merged, with the chosen
+// profile picked out.
+type Resolved struct {
+	Config
+	// ProfileName is the profile in effect ("" when none is defined).
+	ProfileName string
+	// Profile is the profile in effect.
+	Profile Profile
+	// Sources maps a dotted key ("profiles.jz.account", "train.tp") to where
+	// its value came from ("default", a file path and line, "env HPCRUN_X").
+	Sources map[string]string
+}
