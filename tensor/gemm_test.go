@@ -1,0 +1,288 @@
+package tensor
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// refGemm computes alpha*op(A)*op(B) + beta*C in float64, and for each element
+// the sum of |alpha*a*b| terms plus |beta*c|, the scale that fp32 rounding
+// error is relative to.
+func refGemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) (want, scale []float64) {
+	want = make([]float64, m*n)
+	scale = make([]float64, m*n)
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			var s, abs float64
+			for p := 0; p < k; p++ {
+				var av, bv float64
+				if transA {
+					av = float64(a[p*lda+i])
+				} else {
+					av = float64(a[i*lda+p])
+				}
+				if transB {
+					bv = float64(b[j*ldb+p])
+				} else {
+					bv = float64(b[p*ldb+j])
+				}
+				s += av * bv
+				abs += math.Abs(av * bv)
+			}
+			s *= float64(alpha)
+			abs *= math.Abs(float64(alpha))
+			if beta != 0 {
+				cv := float64(beta) * float64(c[i*ldc+j])
+				s += cv
+				abs += math.Abs(cv)
+			}
+			want[i*n+j] = s
+			scale[i*n+j] = abs
+		}
+	}
+	return want, scale
+}
+
+// gemmErr is the largest |got-want| over the matrix divided by the largest
+// per-element magnitude scale: a norm-relative error that does not blow up on
+// elements that cancel to near zero.
+func gemmErr(m, n int, got []float32, ldc int, want, scale []float64) float64 {
+	var maxDiff, maxScale float64
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			g := float64(got[i*ldc+j])
+			if math.IsNaN(g) || math.IsInf(g, 0) {
+				return math.Inf(1)
+			}
+			maxDiff = max(maxDiff, math.Abs(g-want[i*n+j]))
+			maxScale = max(maxScale, scale[i*n+j])
+		}
+	}
+	if maxScale == 0 {
+		return maxDiff
+	}
+	return maxDiff / maxScale
+}
+
+func randSlice(r *rand.Rand, n int) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = r.Float32()*2 - 1
+	}
+	return s
+}
+
+type gemmCase struct {
+	m, n, k     int
+	transA      bool
+	transB      bool
+	alpha, beta float32
+	padA, padB  int // extra columns beyond the minimum leading dimension
+	padC        int
+	nanC        bool // fill C with NaN; only meaningful with beta == 0
+}
+
+func (tc gemmCase) String() string {
+	return fmt.Sprintf("m%d_n%d_k%d_tA%v_tB%v_a%g_b%g_pad%d%d%d", tc.m, tc.n, tc.k, tc.transA, tc.transB, tc.alpha, tc.beta, tc.padA, tc.padB, tc.padC)
+}
+
+// gemmCases lists every transpose combination over odd sizes, with and
+// without padded leading dimensions and alpha/beta variants.
+func gemmCases(sizes []int) []gemmCase {
+	var cases []gemmCase
+	ab := [][2]float32{{1, 0}, {0.5, 1}, {-1.5, 0.25}, {1, 1}}
+	i := 0
+	for _, m := range sizes {
+		for _, n := range sizes {
+			for _, k := range sizes {
+				for t := 0; t < 4; t++ {
+					v := ab[i%len(ab)]
+					pad := (i / 3) % 2 * (i%5 + 1)
+					cases = append(cases, gemmCase{
+						m: m, n: n, k: k, transA: t&1 != 0, transB: t&2 != 0,
+						alpha: v[0], beta: v[1], padA: pad, padB: pad / 2, padC: pad, nanC: v[1] == 0,
+					})
+					i++
+				}
+			}
+		}
+	}
+	return cases
+}
+
+func runGemmCase(t *testing.T, r *rand.Rand, tc gemmCase) {
+	t.Helper()
+	ar, ac := tc.m, tc.k
+	if tc.transA {
+		ar, ac = tc.k, tc.m
+	}
+	br, bc := tc.k, tc.n
+	if tc.transB {
+		br, bc = tc.n, tc.k
+	}
+	lda, ldb, ldc := max(1, ac)+tc.padA, max(1, bc)+tc.padB, max(1, tc.n)+tc.padC
+	a := randSlice(r, ar*lda)
+	b := randSlice(r, br*ldb)
+	c := randSlice(r, tc.m*ldc)
+	if tc.nanC {
+		for i := range c {
+			c[i] = float32(math.NaN())
+		}
+	}
+	want, scale := refGemm(tc.transA, tc.transB, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, tc.beta, c, ldc)
+	orig := append([]float32(nil), c...)
+	Sgemm(tc.transA, tc.transB, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, tc.beta, c, ldc)
+	if e := gemmErr(tc.m, tc.n, c, ldc, want, scale); e > 1e-5 {
+		t.Fatalf("%v: relative error %.3g > 1e-5", tc, e)
+	}
+	// Padding columns of C must be untouched.
+	for i := 0; i < tc.m; i++ {
+		for j := tc.n; j < ldc; j++ {
+			if x, y := c[i*ldc+j], orig[i*ldc+j]; x != y && !(x != x && y != y) {
+				t.Fatalf("%v: C padding (%d,%d) changed from %v to %v", tc, i, j, y, x)
+			}
+		}
+	}
+}
+
+func TestSgemm(t *testing.T) {
+	sizes := []int{1, 3, 7, 17, 33, 65}
+	if !testing.Short() && !raceEnabled {
+		sizes = append(sizes, 127)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, tc := range gemmCases(sizes) {
+		runGemmCase(t, r, tc)
+	}
+}
+
+func TestSgemmLarge(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("large shapes are slow under -short and -race")
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, tc := range []gemmCase{
+		{m: 250, n: 250, k: 250, alpha: 1},
+		{m: 250, n: 301, k: 513, transA: true, alpha: 0.5, beta: 1},
+		{m: 300, n: 257, k: 1100, transB: true, alpha: 1, beta: -1, padA: 3, padC: 5},
+		{m: 129, n: 1031, k: 260, transA: true, transB: true, alpha: 2, padB: 7, nanC: true},
+		{m: 640, n: 96, k: 300, alpha: 1, beta: 0.5},
+		{m: 5, n: 2000, k: 40, alpha: 1},
+		{m: 2000, n: 5, k: 40, transA: true, alpha: 1},
+	} {
+		runGemmCase(t, r, tc)
+	}
+}
+
+func TestSgemmThreads(t *testing.T) {
+	defer SetGemmThreads(0)
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, th := range []int{1, 2, 3, 5} {
+		SetGemmThreads(th)
+		if got := GemmThreads(); got != th {
+			t.Fatalf("GemmThreads() = %d after SetGemmThreads(%d)", got, th)
+		}
+		for _, tc := range []gemmCase{
+			{m: 97, n: 65, k: 33, alpha: 1},
+			{m: 33, n: 130, k: 70, transA: true, alpha: 1, beta: 1},
+			{m: 200, n: 40, k: 17, transB: true, alpha: 1},
+		} {
+			runGemmCase(t, r, tc)
+		}
+	}
+}
+
+func TestSgemmStridedBatched(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, tc := range []struct {
+		m, n, k, batch     int
+		transA, transB     bool
+		alpha, beta        float32
+		shareA, shareB     bool
+		extraA, extraB, eC int
+	}{
+		{m: 7, n: 9, k: 5, batch: 3, alpha: 1},
+		{m: 17, n: 33, k: 12, batch: 4, transA: true, alpha: 0.5, beta: 1, extraA: 3, extraB: 1, eC: 2},
+		{m: 20, n: 7, k: 31, batch: 5, transB: true, alpha: 1, beta: -2, shareB: true},
+		{m: 3, n: 65, k: 64, batch: 2, transA: true, transB: true, alpha: 1, shareA: true, eC: 7},
+		{m: 1, n: 1, k: 1, batch: 6, alpha: 1, beta: 1},
+	} {
+		ar, ac := tc.m, tc.k
+		if tc.transA {
+			ar, ac = tc.k, tc.m
+		}
+		br, bc := tc.k, tc.n
+		if tc.transB {
+			br, bc = tc.n, tc.k
+		}
+		lda, ldb, ldc := ac, bc, tc.n
+		sa, sb, sc := ar*lda+tc.extraA, br*ldb+tc.extraB, tc.m*ldc+tc.eC
+		if tc.shareA {
+			sa = 0
+		}
+		if tc.shareB {
+			sb = 0
+		}
+		a := randSlice(r, (tc.batch-1)*sa+ar*lda)
+		b := randSlice(r, (tc.batch-1)*sb+br*ldb)
+		c := randSlice(r, (tc.batch-1)*sc+tc.m*ldc)
+		type ref struct{ want, scale []float64 }
+		refs := make([]ref, tc.batch)
+		for i := range refs {
+			w, s := refGemm(tc.transA, tc.transB, tc.m, tc.n, tc.k, tc.alpha, a[i*sa:], lda, b[i*sb:], ldb, tc.beta, c[i*sc:], ldc)
+			refs[i] = ref{w, s}
+		}
+		SgemmStridedBatched(tc.transA, tc.transB, tc.m, tc.n, tc.k, tc.alpha, a, lda, sa, b, ldb, sb, tc.beta, c, ldc, sc, tc.batch)
+		for i, rf := range refs {
+			if e := gemmErr(tc.m, tc.n, c[i*sc:], ldc, rf.want, rf.scale); e > 1e-5 {
+				t.Fatalf("%+v: batch %d relative error %.3g > 1e-5", tc, i, e)
+			}
+		}
+	}
+}
+
+func TestSgemmEmpty(t *testing.T) {
+	c := []float32{1, 2, 3, 4}
+	// k == 0: C = beta*C, A and B may be empty.
+	Sgemm(false, false, 2, 2, 0, 1, nil, 1, nil, 2, 0.5, c, 2)
+	for i, want := range []float32{0.5, 1, 1.5, 2} {
+		if c[i] != want {
+			t.Fatalf("k=0: c[%d] = %v, want %v", i, c[i], want)
+		}
+	}
+	Sgemm(false, false, 0, 0, 5, 1, nil, 5, nil, 1, 0, nil, 1)
+	SgemmStridedBatched(false, false, 2, 2, 2, 1, nil, 2, 4, nil, 2, 4, 0, nil, 2, 4, 0)
+}
+
+func TestSgemmBadArgs(t *testing.T) {
+	a := make([]float32, 12)
+	for _, tc := range []struct {
+		name string
+		call func()
+		want string
+	}{
+		{"lda", func() { Sgemm(false, false, 3, 4, 4, 1, a, 3, a, 4, 0, a, 4) }, "lda=3"},
+		{"ldbT", func() { Sgemm(false, true, 3, 4, 4, 1, a, 4, a, 3, 0, a, 4) }, "ldb=3"},
+		{"ldc", func() { Sgemm(false, false, 3, 4, 3, 1, a, 3, a, 4, 0, a, 2) }, "ldc=2"},
+		{"neg", func() { Sgemm(false, false, -1, 4, 3, 1, a, 3, a, 4, 0, a, 4) }, "negative dimension"},
+		{"shortA", func() { Sgemm(false, false, 5, 4, 3, 1, a, 3, a, 4, 0, make([]float32, 20), 4) }, "len(a)=12"},
+		{"shortC", func() { Sgemm(false, false, 3, 4, 3, 1, a, 3, a, 4, 0, a[:11], 4) }, "len(c)=11"},
+		{"overlapC", func() {
+			SgemmStridedBatched(false, false, 2, 2, 2, 1, a, 2, 0, a, 2, 0, 0, make([]float32, 8), 2, 3, 2)
+		}, "overlap"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func() {
+				r := recover()
+				msg, _ := r.(string)
+				if !strings.Contains(msg, tc.want) || strings.Contains(msg, "\n") {
+					t.Fatalf("panic %q, want one line containing %q", r, tc.want)
+				}
+			}()
+			tc.call()
+		})
+	}
+}
