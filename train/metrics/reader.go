@@ -1,0 +1,285 @@
+package metrics
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Problem is a line the reader could not use; reading goes on past it.
+type Problem struct {
+	Path string // the rank file
+	Line int    // 1-based line number
+	Msg  string
+}
+
+func (p Problem) String() string {
+	return fmt.Sprintf("%s:%d: %s", p.Path, p.Line, p.Msg)
+}
+
+// RankLog is what one rank file holds.
+type RankLog struct {
+	Rank  int    // from the file name rank-NNNNN.jsonl
+	Path  string // the file
+	Info  *RunInfo
+	Steps []Step // in step order; a step written again (after a resume) replaces the old one
+	Evals []Eval
+	GPU   []GPUSample
+	End   *End
+	Lines int  // lines read, the torn one included
+	Torn  bool // the last line was incomplete and skipped: the rank is writing it now, or died
+	// Unknown counts lines of a type this version does not know (skipped).
+	Unknown  int
+	Problems []Problem
+}
+
+// ReadRank reads one rank file.
+func ReadRank(path string) (*RankLog, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	l := &RankLog{Rank: rankOf(path), Path: path}
+	if err := l.read(f); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return l, nil
+}
+
+// ParseRank reads rank file content from r; path names it in problems.
+func ParseRank(r io.Reader, path string) (*RankLog, error) {
+	l := &RankLog{Rank: rankOf(path), Path: path}
+	if err := l.read(r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return l, nil
+}
+
+// maxLine bounds one line so that a file of garbage without newlines cannot
+// take all memory; real lines are well under 64 KiB.
+const maxLine = 16 << 20
+
+func (l *RankLog) read(r io.Reader) error {
+	br := bufio.NewReaderSize(r, 256<<10)
+	var long []byte // a line longer than the buffer, being assembled
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			if len(long)+len(chunk) > maxLine {
+				return fmt.Errorf("line %d is longer than %d MiB: not a metrics file", l.Lines+1, maxLine>>20)
+			}
+			long = append(long, chunk...)
+			continue
+		}
+		line := chunk
+		if long != nil {
+			line = append(long, chunk...)
+			long = nil
+		}
+		if err == io.EOF {
+			if len(bytes.TrimSpace(line)) > 0 {
+				l.Lines++
+				l.addLine(line, true)
+			}
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		l.Lines++
+		l.addLine(line[:len(line)-1], false)
+	}
+}
+
+// addLine decodes one line; last says it had no newline after it.
+func (l *RankLog) addLine(line []byte, last bool) {
+	if len(line) > 0 && line[len(line)-1] == '\r' {
+		line = line[:len(line)-1]
+	}
+	if len(bytes.TrimSpace(line)) == 0 {
+		return
+	}
+	d, err := ParseLine(line)
+	if err != nil {
+		if last {
+			// The writer ends every line with its newline in the same
+			// write: a last line without one is being written or was cut.
+			l.Torn = true
+			return
+		}
+		l.Problems = append(l.Problems, Problem{Path: l.Path, Line: l.Lines, Msg: err.Error()})
+		return
+	}
+	switch d.Type {
+	case TypeStep:
+		// After a requeue the job resumes from a checkpoint and writes
+		// steps again: the later ones replace the earlier.
+		for n := len(l.Steps); n > 0 && l.Steps[n-1].Step >= d.Step.Step; n-- {
+			l.Steps = l.Steps[:n-1]
+		}
+		l.Steps = append(l.Steps, *d.Step)
+	case TypeRun:
+		l.Info = d.Run
+		l.End = nil // a resumed run is running again
+	case TypeEval:
+		l.Evals = append(l.Evals, *d.Eval)
+	case TypeGPU:
+		l.GPU = append(l.GPU, *d.GPU)
+	case TypeEnd:
+		l.End = d.End
+	default:
+		l.Unknown++
+	}
+}
+
+func rankOf(path string) int {
+	base := filepath.Base(path)
+	if !strings.HasPrefix(base, "rank-") || !strings.HasSuffix(base, ".jsonl") {
+		return -1
+	}
+	n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(base, "rank-"), ".jsonl"))
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// Meta is what meta.json says about a run; every field may be empty.
+type Meta struct {
+	ExecID    string `json:"execid"`
+	JobID     string `json:"jobid"`
+	Executor  string `json:"executor"`
+	Submitted string `json:"submitted"`
+	// Raw holds the whole file, for fields this package does not know.
+	Raw map[string]any `json:"-"`
+}
+
+// Run is everything recorded about one run.
+type Run struct {
+	ExecID string
+	Dir    string
+	Meta   Meta
+	Ranks  []*RankLog // by rank
+	// Problems are the lines that could not be read, in all rank files,
+	// and files that could not be read at all (Line 0).
+	Problems []Problem
+}
+
+// ErrNoRun is returned (wrapped) when a runs folder has no such execid.
+var ErrNoRun = errors.New("no such run")
+
+// ReadRun reads a run directory: meta.json when there, and every
+// metrics/rank-*.jsonl, in parallel. A run without metrics yet (pending in
+// the queue) reads as a Run with no ranks.
+func ReadRun(dir string) (*Run, error) {
+	st, err := os.Stat(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("%s: %w", dir, ErrNoRun)
+		}
+		return nil, err
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("%s is not a run directory", dir)
+	}
+	run := &Run{ExecID: filepath.Base(dir), Dir: dir}
+	if b, err := os.ReadFile(filepath.Join(dir, "meta.json")); err == nil {
+		if err := json.Unmarshal(b, &run.Meta); err != nil {
+			run.Problems = append(run.Problems, Problem{Path: filepath.Join(dir, "meta.json"), Msg: "not valid JSON, ignored: " + jsonError(err).Error()})
+		}
+		_ = json.Unmarshal(b, &run.Meta.Raw)
+		if run.Meta.ExecID != "" {
+			run.ExecID = run.Meta.ExecID
+		}
+	}
+	paths, err := filepath.Glob(filepath.Join(dir, "metrics", "rank-*.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	logs := make([]*RankLog, len(paths))
+	errs := make([]error, len(paths))
+	var wg sync.WaitGroup
+	for i, p := range paths {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			logs[i], errs[i] = ReadRank(p)
+		}()
+	}
+	wg.Wait()
+	for i, l := range logs {
+		if errs[i] != nil {
+			run.Problems = append(run.Problems, Problem{Path: paths[i], Msg: errs[i].Error()})
+			continue
+		}
+		if l.Rank < 0 {
+			run.Problems = append(run.Problems, Problem{Path: paths[i], Msg: "file name is not rank-NNNNN.jsonl, ignored"})
+			continue
+		}
+		run.Ranks = append(run.Ranks, l)
+		run.Problems = append(run.Problems, l.Problems...)
+	}
+	sort.Slice(run.Ranks, func(i, j int) bool { return run.Ranks[i].Rank < run.Ranks[j].Rank })
+	return run, nil
+}
+
+// FindRun resolves an execid, or a prefix of exactly one, under runsDir and
+// returns the run's directory.
+func FindRun(runsDir, execid string) (string, error) {
+	if execid == "" || strings.ContainsAny(execid, `/\`) || execid == "." || execid == ".." {
+		return "", fmt.Errorf("execid %q: give the name of a folder under %s", execid, runsDir)
+	}
+	ids, err := ListRuns(runsDir)
+	if err != nil {
+		return "", err
+	}
+	var match []string
+	for _, id := range ids {
+		if id == execid {
+			return filepath.Join(runsDir, id), nil
+		}
+		if strings.HasPrefix(id, execid) {
+			match = append(match, id)
+		}
+	}
+	switch len(match) {
+	case 0:
+		return "", fmt.Errorf("execid %s: %w under %s (hpcrun queue --all lists the runs)", execid, ErrNoRun, runsDir)
+	case 1:
+		return filepath.Join(runsDir, match[0]), nil
+	}
+	if len(match) > 4 {
+		match = append(match[:4], "...")
+	}
+	return "", fmt.Errorf("execid prefix %s matches %d runs (%s): give more characters", execid, len(match), strings.Join(match, ", "))
+}
+
+// ListRuns returns the execids under runsDir, oldest first (execids sort by
+// time). A missing runsDir has no runs.
+func ListRuns(runsDir string) ([]string, error) {
+	ents, err := os.ReadDir(runsDir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("runs folder: %w", err)
+	}
+	var ids []string
+	for _, e := range ents {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+			ids = append(ids, e.Name())
+		}
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
