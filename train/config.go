@@ -31,6 +31,11 @@ type Config struct {
 	EvalEvery int     `toml:"eval_every" json:"eval_every"` // steps between validations; 0 = at the end only
 	Device    string  `toml:"device" json:"device"`         // auto, cpu, cuda
 
+	VocabFile   string  `toml:"vocab_file,omitempty" json:"vocab_file,omitempty"` // BERT vocab.txt for wordpiece; "" = build one from the training texts
+	EvalSamples int     `toml:"eval_samples" json:"eval_samples"`                 // validation samples per evaluation; 0 = 512
+	WeightDecay float64 `toml:"weight_decay" json:"weight_decay"`                 // AdamW decoupled weight decay (matrices only)
+	GradClip    float64 `toml:"grad_clip" json:"grad_clip"`                       // clip the global gradient norm to this; 0 = no clipping
+
 	// Layout of the job.
 	NTasks int `toml:"ntasks" json:"ntasks"`
 	TP     int `toml:"tp" json:"tp"`
@@ -40,23 +45,26 @@ type Config struct {
 // what `hpcrun submit` trains when given no training flags.
 func DefaultConfig() Config {
 	return Config{
-		Model:     "bert",
-		Preset:    "tiny",
-		Layers:    2,
-		Dim:       64,
-		Heads:     4,
-		Seq:       32,
-		BatchSize: 16,
-		GradAccum: 1,
-		Epochs:    1,
-		LR:        1e-3,
-		Warmup:    10,
-		Precision: "fp32",
-		Data:      "synthetic",
-		Seed:      1234,
-		Device:    "auto",
-		NTasks:    1,
-		TP:        1,
+		Model:       "bert",
+		Preset:      "tiny",
+		Layers:      2,
+		Dim:         64,
+		Heads:       4,
+		Seq:         32,
+		BatchSize:   16,
+		GradAccum:   1,
+		Epochs:      1,
+		LR:          1e-3,
+		Warmup:      10,
+		Precision:   "fp32",
+		Data:        "synthetic",
+		Seed:        1234,
+		Device:      "auto",
+		EvalEvery:   50,
+		WeightDecay: 0.01,
+		GradClip:    1.0,
+		NTasks:      1,
+		TP:          1,
 	}
 }
 
@@ -94,7 +102,7 @@ func (c Config) Validate() error {
 	for _, p := range []struct {
 		name string
 		v    int
-	}{{"samples", c.Samples}, {"steps", c.Steps}, {"warmup", c.Warmup}, {"eval_every", c.EvalEvery}, {"vocab", c.Vocab}} {
+	}{{"samples", c.Samples}, {"steps", c.Steps}, {"warmup", c.Warmup}, {"eval_every", c.EvalEvery}, {"vocab", c.Vocab}, {"eval_samples", c.EvalSamples}} {
 		if p.v < 0 {
 			bad("%s = %d: must not be negative", p.name, p.v)
 		}
@@ -107,6 +115,24 @@ func (c Config) Validate() error {
 	}
 	if c.Dim > 0 && c.Heads > 0 && c.Dim%c.Heads != 0 {
 		bad("dim %d is not a multiple of heads %d", c.Dim, c.Heads)
+	}
+	if c.Preset != "" {
+		if p, err := LookupPreset(c.Preset); err != nil {
+			bad("%v", err)
+		} else if p.MaxSeq > 0 && c.Seq > p.MaxSeq {
+			bad("seq %d is longer than the %d positions of %s: lower --seq", c.Seq, p.MaxSeq, p.Name)
+		}
+	}
+	if c.WeightDecay < 0 {
+		bad("weight_decay = %g: must not be negative", c.WeightDecay)
+	}
+	if c.GradClip < 0 {
+		bad("grad_clip = %g: must not be negative (0 = no clipping)", c.GradClip)
+	}
+	switch c.Tokenizer {
+	case "", "byte", "gpt2", "wordpiece":
+	default:
+		bad("tokenizer %q: use byte, gpt2 or wordpiece", c.Tokenizer)
 	}
 	if !(c.LR > 0) {
 		bad("lr = %g: must be positive", c.LR)
@@ -128,4 +154,12 @@ func (c Config) Validate() error {
 		return errors.New(strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// evalSamples is the number of validation samples an evaluation uses.
+func (c Config) evalSamples() int {
+	if c.EvalSamples > 0 {
+		return c.EvalSamples
+	}
+	return 512
 }

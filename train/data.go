@@ -1,0 +1,144 @@
+package train
+
+import (
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"strings"
+)
+
+// Example is one labelled text of a classification set.
+type Example struct {
+	Text  string
+	Label int // 0 negative, 1 positive
+}
+
+// LoadIMDb reads an IMDb-format CSV: a header naming a "review" and a
+// "sentiment" column (in any order, other columns ignored), then one review a
+// row with sentiment positive/negative, pos/neg or 1/0.
+func LoadIMDb(path string) ([]Example, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	defer f.Close()
+	ex, err := ReadIMDb(f)
+	if err != nil {
+		return nil, fmt.Errorf("data %s: %w", path, err)
+	}
+	return ex, nil
+}
+
+// ReadIMDb parses IMDb-format CSV from r (see LoadIMDb).
+func ReadIMDb(r io.Reader) ([]Example, error) {
+	cr := csv.NewReader(r)
+	cr.FieldsPerRecord = -1
+	cr.LazyQuotes = true
+	head, err := cr.Read()
+	if errors.Is(err, io.EOF) {
+		return nil, errors.New("empty CSV: want a header line review,sentiment and one row per review")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("CSV header: %w", err)
+	}
+	textCol, labelCol := -1, -1
+	for i, h := range head {
+		switch strings.ToLower(strings.TrimSpace(strings.TrimPrefix(h, "\ufeff"))) {
+		case "review":
+			textCol = i
+		case "sentiment":
+			labelCol = i
+		}
+	}
+	if textCol < 0 || labelCol < 0 {
+		return nil, fmt.Errorf("CSV header %q: want columns review and sentiment", strings.Join(head, ","))
+	}
+	var out []Example
+	for line := 2; ; line++ {
+		rec, err := cr.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("CSV: %w", err)
+		}
+		if len(rec) == 1 && strings.TrimSpace(rec[0]) == "" {
+			continue
+		}
+		if len(rec) <= max(textCol, labelCol) {
+			return nil, fmt.Errorf("line %d: %d fields, want at least %d (review,sentiment)", line, len(rec), max(textCol, labelCol)+1)
+		}
+		label, err := parseLabel(rec[labelCol])
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
+		}
+		out = append(out, Example{Text: rec[textCol], Label: label})
+	}
+	if len(out) == 0 {
+		return nil, errors.New("CSV has a header but no reviews")
+	}
+	return out, nil
+}
+
+func parseLabel(s string) (int, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "positive", "pos", "1":
+		return 1, nil
+	case "negative", "neg", "0":
+		return 0, nil
+	}
+	return 0, fmt.Errorf("sentiment %q: use positive/negative, pos/neg or 1/0", s)
+}
+
+// Words of the synthetic sentiment set.
+var (
+	synthPositive = []string{"good", "great", "excellent", "wonderful", "loved", "amazing", "brilliant", "superb", "enjoyable", "fantastic", "moving", "beautiful"}
+	synthNegative = []string{"bad", "awful", "terrible", "boring", "hated", "dull", "poor", "horrible", "worst", "weak", "annoying", "mess"}
+	synthNeutral  = []string{"the", "movie", "film", "was", "plot", "actors", "story", "and", "a", "it", "this", "scene", "director", "ending", "music", "i", "with", "of", "cast", "script", "camera", "to", "in", "its", "character", "dialogue", "at", "times", "quite", "really"}
+)
+
+// SyntheticSentiment makes n reviews a small model can learn: filler words
+// with two to four sentiment words of the label's polarity and at most one
+// of the other, so that the label is the majority polarity. The same seed
+// gives the same set on every rank.
+func SyntheticSentiment(n int, seed uint64) []Example {
+	r := rand.New(rand.NewPCG(seed, 0x5e471))
+	out := make([]Example, n)
+	for i := range out {
+		label := r.IntN(2)
+		pos, neg := synthNegative, synthPositive
+		if label == 1 {
+			pos, neg = synthPositive, synthNegative
+		}
+		words := make([]string, 6+r.IntN(12))
+		for j := range words {
+			words[j] = synthNeutral[r.IntN(len(synthNeutral))]
+		}
+		// Distinct positions: the label's words always outnumber the other's.
+		at := r.Perm(len(words))
+		k := 2 + r.IntN(3)
+		for j := 0; j < k; j++ {
+			words[at[j]] = pos[r.IntN(len(pos))]
+		}
+		if r.IntN(2) == 0 {
+			words[at[k]] = neg[r.IntN(len(neg))]
+		}
+		out[i] = Example{Text: strings.Join(words, " "), Label: label}
+	}
+	return out
+}
+
+// LoadText reads a plain text file for the language model.
+func LoadText(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("data: %w", err)
+	}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		return "", fmt.Errorf("data %s: the text file is empty", path)
+	}
+	return string(b), nil
+}

@@ -1,0 +1,163 @@
+package train
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestReadIMDb(t *testing.T) {
+	csv := "review,sentiment\n\"A fine, moving film\",positive\nDull.,negative\nok,1\nmeh,NEG\n"
+	ex, err := ReadIMDb(strings.NewReader(csv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Example{{"A fine, moving film", 1}, {"Dull.", 0}, {"ok", 1}, {"meh", 0}}
+	if len(ex) != len(want) {
+		t.Fatalf("got %d examples", len(ex))
+	}
+	for i := range want {
+		if ex[i] != want[i] {
+			t.Errorf("example %d = %+v, want %+v", i, ex[i], want[i])
+		}
+	}
+	// Columns in the other order.
+	ex, err = ReadIMDb(strings.NewReader("sentiment,review\n0,bad\n"))
+	if err != nil || len(ex) != 1 || ex[0] != (Example{"bad", 0}) {
+		t.Fatalf("swapped columns: %v %v", ex, err)
+	}
+}
+
+func TestReadIMDbErrors(t *testing.T) {
+	tests := []struct{ name, csv, want string }{
+		{"empty", "", "empty CSV"},
+		{"header only", "review,sentiment\n", "no reviews"},
+		{"wrong columns", "text,label\nfoo,1\n", "want columns review and sentiment"},
+		{"bad label", "review,sentiment\nfoo,maybe\n", `line 2: sentiment "maybe"`},
+		{"short row", "review,sentiment\nfoo\n", "line 2: 1 fields"},
+	}
+	for _, tt := range tests {
+		_, err := ReadIMDb(strings.NewReader(tt.csv))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: err = %v, want it to contain %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+func TestSyntheticSentimentIsLearnable(t *testing.T) {
+	ex := SyntheticSentiment(2000, 7)
+	pos := map[string]bool{}
+	for _, w := range synthPositive {
+		pos[w] = true
+	}
+	neg := map[string]bool{}
+	for _, w := range synthNegative {
+		neg[w] = true
+	}
+	ones := 0
+	for _, e := range ex {
+		p, n := 0, 0
+		for _, w := range strings.Fields(e.Text) {
+			if pos[w] {
+				p++
+			}
+			if neg[w] {
+				n++
+			}
+		}
+		if (p > n) != (e.Label == 1) {
+			t.Fatalf("%q labelled %d: majority rule broken", e.Text, e.Label)
+		}
+		ones += e.Label
+	}
+	if ones < 900 || ones > 1100 {
+		t.Fatalf("%d positives of 2000: labels not balanced", ones)
+	}
+	if SyntheticSentiment(3, 7)[2] != ex[2] {
+		t.Fatal("same seed gave another set")
+	}
+}
+
+func TestPrepareErrors(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, s string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tests := []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"missing file", func(c *Config) { c.Data = filepath.Join(dir, "nope.csv") }, "no such file"},
+		{"empty csv", func(c *Config) { c.Data = write("e.csv", "") }, "empty CSV"},
+		{"wrong columns", func(c *Config) { c.Data = write("w.csv", "a,b\n1,2\n") }, "want columns review and sentiment"},
+		{"bad label", func(c *Config) { c.Data = write("l.csv", "review,sentiment\nx,7\n") }, `sentiment "7"`},
+		{"gpt synthetic", func(c *Config) { c.Model = "gpt" }, "give the gpt model a text file"},
+		{"gpt short text", func(c *Config) { c.Model, c.Data = "gpt", write("t.txt", "abc") }, "lower --seq or give a longer file"},
+		{"gpt empty text", func(c *Config) { c.Model, c.Data = "gpt", write("t0.txt", " \n") }, "empty"},
+		{"seq too long", func(c *Config) { c.ApplyPreset("gpt2-124m"); c.Seq = 2048 }, "longer than the 1024 positions"},
+		{"vocab too small", func(c *Config) { c.Tokenizer, c.Vocab = "byte", 100 }, "smaller than the byte tokenizer"},
+		{"heads", func(c *Config) { c.TP, c.NTasks = 3, 3 }, "heads 4 is not a multiple of tp 3"},
+		{"tokenizer", func(c *Config) { c.Tokenizer = "sentencepiece" }, `tokenizer "sentencepiece"`},
+	}
+	for _, tt := range tests {
+		cfg := DefaultConfig()
+		tt.edit(&cfg)
+		_, err := Prepare(cfg)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: err = %v, want it to contain %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+func TestPrepareClassifier(t *testing.T) {
+	cfg := DefaultConfig()
+	d, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Train.Len() != synthTrain || d.Val.Len() != 512 {
+		t.Fatalf("%s", d.describe())
+	}
+	sp := d.Tokenizer.Specials()
+	for i := 0; i < d.Train.Len(); i++ {
+		row := d.Train.Tokens[i*cfg.Seq : (i+1)*cfg.Seq]
+		n := int(d.Train.Lengths[i])
+		if row[0] != int32(sp.CLS) || n < 2 || n > cfg.Seq {
+			t.Fatalf("sample %d: %v (length %d)", i, row, n)
+		}
+		for _, id := range row[n:] {
+			if id != int32(sp.Pad) {
+				t.Fatalf("sample %d not padded after %d: %v", i, n, row)
+			}
+		}
+	}
+}
+
+func TestPrepareText(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "t.txt")
+	os.WriteFile(p, []byte(strings.Repeat("to be or not to be. ", 50)), 0o644)
+	cfg := DefaultConfig()
+	cfg.Model, cfg.Data, cfg.Seq = "gpt", p, 16
+	d, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Tokenizer.Name() != "byte" || d.Vocab != 256 {
+		t.Fatalf("%s", d.describe())
+	}
+	// 1000 bytes: 62 windows of 16, 6 to validate.
+	if d.Train.Len() != 56 || d.Val.Len() != 6 {
+		t.Fatalf("%s", d.describe())
+	}
+	for i := 0; i < 15; i++ {
+		if d.Train.Targets[i] != d.Train.Tokens[i+1] {
+			t.Fatalf("targets are not the tokens shifted by one")
+		}
+	}
+}

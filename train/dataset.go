@@ -1,0 +1,262 @@
+package train
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+)
+
+// Dataset is encoded samples of fixed length Seq, ready to batch. A
+// classifier's sample is [CLS] text [PAD]...; a language model's is a window
+// of the token stream and its targets are the same window shifted by one.
+type Dataset struct {
+	Seq     int
+	Tokens  []int32 // (N,Seq)
+	Targets []int32 // (N,Seq) next tokens; language model only
+	Labels  []int32 // (N) classifier only
+	Lengths []int32 // (N) tokens before the padding
+}
+
+// Len is the number of samples.
+func (d *Dataset) Len() int {
+	if d.Seq == 0 {
+		return 0
+	}
+	return len(d.Tokens) / d.Seq
+}
+
+// Batch is B samples of the dataset gathered for one micro-step.
+type Batch struct {
+	B, T    int
+	Tokens  []int32 // (B,T)
+	Targets []int32 // (B,T) language model only
+	Labels  []int32 // (B) classifier only
+	Lengths []int32 // (B)
+}
+
+// Gather copies the samples at idx into b, reusing its slices.
+func (d *Dataset) Gather(b *Batch, idx []int) {
+	T := d.Seq
+	b.B, b.T = len(idx), T
+	b.Tokens = resize(b.Tokens, len(idx)*T)
+	b.Lengths = resize(b.Lengths, len(idx))
+	if d.Targets != nil {
+		b.Targets = resize(b.Targets, len(idx)*T)
+	}
+	if d.Labels != nil {
+		b.Labels = resize(b.Labels, len(idx))
+	}
+	for i, j := range idx {
+		copy(b.Tokens[i*T:(i+1)*T], d.Tokens[j*T:(j+1)*T])
+		b.Lengths[i] = d.Lengths[j]
+		if d.Targets != nil {
+			copy(b.Targets[i*T:(i+1)*T], d.Targets[j*T:(j+1)*T])
+		}
+		if d.Labels != nil {
+			b.Labels[i] = d.Labels[j]
+		}
+	}
+}
+
+func resize(s []int32, n int) []int32 {
+	if cap(s) < n {
+		return make([]int32, n)
+	}
+	return s[:n]
+}
+
+// Data is what a run trains and validates on, with the tokenizer that
+// encoded it. Every rank prepares the same Data from the same Config.
+type Data struct {
+	Tokenizer Tokenizer
+	Vocab     int // ids the model must embed, before padding
+	Train     *Dataset
+	Val       *Dataset
+}
+
+// Sizes of the built-in synthetic set.
+const (
+	synthTrain = 4096
+	synthVal   = 512
+)
+
+// defaultWordPieceVocab is the size of a WordPiece vocabulary built from the
+// training texts when no vocab file is given.
+const defaultWordPieceVocab = 8192
+
+// DefaultTokenizer is the tokenizer used when the config names none:
+// WordPiece for the classifier, byte-level for a language model, GPT-2 BPE
+// for the gpt2-* presets (which set it).
+func DefaultTokenizer(model string) string {
+	if model == "gpt" {
+		return "byte"
+	}
+	return "wordpiece"
+}
+
+// Prepare loads, tokenizes and splits the config's data. It is where a bad
+// data file is reported, before any rank starts work.
+func Prepare(cfg Config) (*Data, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Model == "gpt" {
+		return prepareText(cfg)
+	}
+	return prepareClassifier(cfg)
+}
+
+func prepareClassifier(cfg Config) (*Data, error) {
+	var train, val []Example
+	if cfg.Data == "synthetic" {
+		train = SyntheticSentiment(synthTrain, uint64(cfg.Seed))
+		val = SyntheticSentiment(synthVal, uint64(cfg.Seed)+1)
+	} else {
+		all, err := LoadIMDb(cfg.Data)
+		if err != nil {
+			return nil, err
+		}
+		if len(all) < 2 {
+			return nil, fmt.Errorf("data %s: %d review, need at least 2 (one to train, one to validate)", cfg.Data, len(all))
+		}
+		r := rand.New(rand.NewPCG(uint64(cfg.Seed), 0xda7a))
+		r.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+		nVal := max(1, len(all)/10)
+		train, val = all[:len(all)-nVal], all[len(all)-nVal:]
+	}
+	if cfg.Samples > 0 && cfg.Samples < len(train) {
+		train = train[:cfg.Samples]
+	}
+	if n := cfg.evalSamples(); n < len(val) {
+		val = val[:n]
+	}
+	texts := make([]string, len(train))
+	for i, e := range train {
+		texts[i] = e.Text
+	}
+	tok, err := newTokenizer(cfg, texts)
+	if err != nil {
+		return nil, err
+	}
+	vocab, err := modelVocab(cfg, tok)
+	if err != nil {
+		return nil, err
+	}
+	return &Data{
+		Tokenizer: tok,
+		Vocab:     vocab,
+		Train:     encodeExamples(tok, train, cfg.Seq),
+		Val:       encodeExamples(tok, val, cfg.Seq),
+	}, nil
+}
+
+// encodeExamples makes [CLS] text [PAD]... samples of length seq; texts
+// longer than seq-1 tokens are truncated, as BERT fine-tuning does.
+func encodeExamples(tok Tokenizer, ex []Example, seq int) *Dataset {
+	sp := tok.Specials()
+	d := &Dataset{Seq: seq, Tokens: make([]int32, len(ex)*seq), Labels: make([]int32, len(ex)), Lengths: make([]int32, len(ex))}
+	for i, e := range ex {
+		row := d.Tokens[i*seq : (i+1)*seq]
+		row[0] = int32(sp.CLS)
+		ids := tok.Encode(e.Text)
+		n := min(len(ids), seq-1)
+		for j := 0; j < n; j++ {
+			row[1+j] = int32(ids[j])
+		}
+		for j := 1 + n; j < seq; j++ {
+			row[j] = int32(sp.Pad)
+		}
+		d.Labels[i] = int32(e.Label)
+		d.Lengths[i] = int32(1 + n)
+	}
+	return d
+}
+
+func prepareText(cfg Config) (*Data, error) {
+	if cfg.Data == "synthetic" {
+		return nil, fmt.Errorf("data synthetic is a classification set: give the gpt model a text file with --data")
+	}
+	text, err := LoadText(cfg.Data)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := newTokenizer(cfg, []string{text})
+	if err != nil {
+		return nil, err
+	}
+	vocab, err := modelVocab(cfg, tok)
+	if err != nil {
+		return nil, err
+	}
+	ids := tok.Encode(text)
+	// Windows of seq+1 tokens, stride seq; the last tenth (at least one
+	// window) validates.
+	nWin := (len(ids) - 1) / cfg.Seq
+	if nWin < 2 {
+		return nil, fmt.Errorf("data %s: %d tokens make %d window(s) of seq %d, need at least 2 (one to train, one to validate): lower --seq or give a longer file", cfg.Data, len(ids), nWin, cfg.Seq)
+	}
+	nVal := max(1, nWin/10)
+	nTrain := nWin - nVal
+	if cfg.Samples > 0 && cfg.Samples < nTrain {
+		nTrain = cfg.Samples
+	}
+	windows := func(first, n int) *Dataset {
+		T := cfg.Seq
+		d := &Dataset{Seq: T, Tokens: make([]int32, n*T), Targets: make([]int32, n*T), Lengths: make([]int32, n)}
+		for i := 0; i < n; i++ {
+			src := ids[(first+i)*T:]
+			for t := 0; t < T; t++ {
+				d.Tokens[i*T+t] = int32(src[t])
+				d.Targets[i*T+t] = int32(src[t+1])
+			}
+			d.Lengths[i] = int32(T)
+		}
+		return d
+	}
+	val := windows(nWin-nVal, min(nVal, cfg.evalSamples()))
+	return &Data{Tokenizer: tok, Vocab: vocab, Train: windows(0, nTrain), Val: val}, nil
+}
+
+// newTokenizer makes the config's tokenizer; a WordPiece vocabulary without a
+// vocab file is built from texts.
+func newTokenizer(cfg Config, texts []string) (Tokenizer, error) {
+	name := cfg.Tokenizer
+	if name == "" {
+		name = DefaultTokenizer(cfg.Model)
+	}
+	switch name {
+	case "byte":
+		return ByteTokenizer{}, nil
+	case "gpt2":
+		return NewGPT2Tokenizer()
+	case "wordpiece":
+		if cfg.VocabFile != "" {
+			return LoadWordPiece(cfg.VocabFile)
+		}
+		size := cfg.Vocab
+		if size == 0 {
+			size = defaultWordPieceVocab
+		}
+		return NewWordPiece(BuildWordPieceVocab(texts, size))
+	}
+	return nil, fmt.Errorf("tokenizer %q: use byte, gpt2 or wordpiece", name)
+}
+
+// modelVocab is the number of ids the model embeds: the tokenizer's, or the
+// config's vocab when that is larger.
+func modelVocab(cfg Config, tok Tokenizer) (int, error) {
+	n := tok.VocabSize()
+	if cfg.Vocab == 0 {
+		return n, nil
+	}
+	if cfg.Vocab < n {
+		return 0, fmt.Errorf("vocab %d is smaller than the %s tokenizer's %d ids: raise --vocab or leave it 0", cfg.Vocab, tok.Name(), n)
+	}
+	return cfg.Vocab, nil
+}
+
+// describe says what the data is, for logs.
+func (d *Data) describe() string {
+	return strings.TrimSpace(fmt.Sprintf("%d train / %d val samples of %d tokens, tokenizer %s (vocab %d)",
+		d.Train.Len(), d.Val.Len(), d.Train.Seq, d.Tokenizer.Name(), d.Vocab))
+}

@@ -1,0 +1,80 @@
+package train
+
+import (
+	"math"
+	"slices"
+	"testing"
+)
+
+func TestSamplerDisjointAndComplete(t *testing.T) {
+	for _, tt := range []struct {
+		n, replicas int
+		dropLast    bool
+		perRank     int
+	}{
+		{10, 2, false, 5}, {11, 2, false, 6}, {11, 2, true, 5}, {7, 3, true, 2}, {7, 3, false, 3},
+	} {
+		seen := map[int]int{}
+		for r := 0; r < tt.replicas; r++ {
+			s, err := NewSampler(tt.n, tt.replicas, r, 42, tt.dropLast)
+			if err != nil {
+				t.Fatal(err)
+			}
+			idx := s.Epoch(3)
+			if len(idx) != tt.perRank || s.Len() != tt.perRank {
+				t.Fatalf("%+v rank %d: %d indices, want %d", tt, r, len(idx), tt.perRank)
+			}
+			if !slices.Equal(idx, s.Epoch(3)) {
+				t.Fatalf("%+v: same epoch, other order", tt)
+			}
+			for _, i := range idx {
+				seen[i]++
+			}
+		}
+		total := 0
+		for _, c := range seen {
+			total += c
+		}
+		if total != tt.perRank*tt.replicas {
+			t.Fatalf("%+v: %d indices in all", tt, total)
+		}
+		if tt.dropLast {
+			for i, c := range seen {
+				if c != 1 {
+					t.Fatalf("%+v: index %d seen %d times", tt, i, c)
+				}
+			}
+		} else if len(seen) != tt.n {
+			t.Fatalf("%+v: %d distinct indices of %d", tt, len(seen), tt.n)
+		}
+	}
+}
+
+func TestSamplerShufflesPerEpoch(t *testing.T) {
+	s, _ := NewSampler(100, 1, 0, 1, true)
+	if slices.Equal(s.Epoch(0), s.Epoch(1)) {
+		t.Fatal("epochs 0 and 1 have the same order")
+	}
+	if _, err := NewSampler(1, 2, 0, 1, true); err == nil {
+		t.Fatal("1 sample for 2 ranks: no error")
+	}
+}
+
+func TestLRAt(t *testing.T) {
+	const lr = 1e-3
+	tests := []struct {
+		step, total, warmup int
+		want                float64
+	}{
+		{0, 100, 10, 1e-4},
+		{9, 100, 10, lr},
+		{10, 100, 10, lr},
+		{99, 100, 10, 0.1 * lr},
+		{5, 10, 0, 0.1*lr + 0.9*lr*0.5*(1+math.Cos(math.Pi*5/9))},
+	}
+	for _, tt := range tests {
+		if got := LRAt(tt.step, tt.total, tt.warmup, lr, 0.1); math.Abs(got-tt.want) > 1e-12 {
+			t.Errorf("LRAt(%d,%d,%d) = %g, want %g", tt.step, tt.total, tt.warmup, got, tt.want)
+		}
+	}
+}

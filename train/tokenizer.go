@@ -1,0 +1,327 @@
+package train
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"unicode"
+
+	tiktoken "github.com/pkoukk/tiktoken-go"
+	tiktokenloader "github.com/pkoukk/tiktoken-go-loader"
+)
+
+// Tokenizer turns text into token ids and back. Every rank builds the same
+// tokenizer from the same config and data, so ids agree across the job.
+type Tokenizer interface {
+	// Name is the tokenizer's kind: "byte", "gpt2" or "wordpiece".
+	Name() string
+	// Encode returns the ids of text, without special tokens.
+	Encode(text string) []int
+	// Decode returns the text of ids (special tokens included as text).
+	Decode(ids []int) string
+	// VocabSize is the number of ids, before padding for tensor parallelism.
+	VocabSize() int
+	// Specials are the ids of the padding, classification and end tokens.
+	Specials() Specials
+}
+
+// Specials are the ids a model needs besides the text's own.
+type Specials struct {
+	Pad int // fills a classifier's sequence after its text
+	CLS int // starts a classifier's sequence
+	EOT int // separates documents in a language-model stream
+}
+
+// ByteTokenizer maps each byte of UTF-8 text to its own id (vocabulary 256).
+// Bytes 0, 1 and 2 never occur in text (they are read as spaces) and serve as
+// the padding, CLS and end-of-text tokens. It needs no files: the tokenizer
+// of tiny runs.
+type ByteTokenizer struct{}
+
+// Name implements Tokenizer.
+func (ByteTokenizer) Name() string { return "byte" }
+
+// Encode implements Tokenizer.
+func (ByteTokenizer) Encode(text string) []int {
+	ids := make([]int, len(text))
+	for i := 0; i < len(text); i++ {
+		b := int(text[i])
+		if b < 3 {
+			b = ' '
+		}
+		ids[i] = b
+	}
+	return ids
+}
+
+// Decode implements Tokenizer.
+func (ByteTokenizer) Decode(ids []int) string {
+	b := make([]byte, 0, len(ids))
+	for _, id := range ids {
+		b = append(b, byte(id))
+	}
+	return string(b)
+}
+
+// VocabSize implements Tokenizer.
+func (ByteTokenizer) VocabSize() int { return 256 }
+
+// Specials implements Tokenizer.
+func (ByteTokenizer) Specials() Specials { return Specials{Pad: 0, CLS: 1, EOT: 2} }
+
+// GPT2Tokenizer is GPT-2's byte-level BPE (r50k_base, 50257 ids), loaded
+// from ranks embedded in the binary: it works offline.
+type GPT2Tokenizer struct {
+	enc *tiktoken.Tiktoken
+}
+
+var (
+	gpt2Once sync.Once
+	gpt2Enc  *tiktoken.Tiktoken
+	gpt2Err  error
+)
+
+// NewGPT2Tokenizer returns the GPT-2 tokenizer.
+func NewGPT2Tokenizer() (*GPT2Tokenizer, error) {
+	gpt2Once.Do(func() {
+		tiktoken.SetBpeLoader(tiktokenloader.NewOfflineLoader())
+		gpt2Enc, gpt2Err = tiktoken.GetEncoding("r50k_base")
+	})
+	if gpt2Err != nil {
+		return nil, fmt.Errorf("gpt2 tokenizer: %w", gpt2Err)
+	}
+	return &GPT2Tokenizer{enc: gpt2Enc}, nil
+}
+
+// Name implements Tokenizer.
+func (*GPT2Tokenizer) Name() string { return "gpt2" }
+
+// Encode implements Tokenizer. "<|endoftext|>" in text is encoded as text,
+// not as the special token.
+func (t *GPT2Tokenizer) Encode(text string) []int { return t.enc.Encode(text, nil, nil) }
+
+// Decode implements Tokenizer.
+func (t *GPT2Tokenizer) Decode(ids []int) string { return t.enc.Decode(ids) }
+
+// VocabSize implements Tokenizer.
+func (*GPT2Tokenizer) VocabSize() int { return 50257 }
+
+// Specials implements Tokenizer: GPT-2 has one special token, <|endoftext|>.
+func (*GPT2Tokenizer) Specials() Specials { return Specials{Pad: 50256, CLS: 50256, EOT: 50256} }
+
+// WordPiece is BERT's tokenizer: lower-casing, splitting on white space and
+// punctuation, then greedy longest-match-first word pieces ("##" marks a
+// piece that continues a word). Its vocabulary comes from a BERT vocab.txt
+// (one token a line) or is built from the training texts by
+// BuildWordPieceVocab.
+type WordPiece struct {
+	vocab    []string
+	ids      map[string]int
+	specials Specials
+	unk      int
+}
+
+// The special tokens a WordPiece vocabulary must hold.
+const (
+	wpPad = "[PAD]"
+	wpUNK = "[UNK]"
+	wpCLS = "[CLS]"
+	wpSEP = "[SEP]"
+)
+
+// maxWordChars is the longest word WordPiece splits; longer words are [UNK],
+// as in BERT.
+const maxWordChars = 100
+
+// NewWordPiece makes a WordPiece tokenizer over vocab (id = index).
+func NewWordPiece(vocab []string) (*WordPiece, error) {
+	t := &WordPiece{vocab: vocab, ids: make(map[string]int, len(vocab))}
+	for i, w := range vocab {
+		if _, dup := t.ids[w]; !dup {
+			t.ids[w] = i
+		}
+	}
+	var missing []string
+	get := func(w string) int {
+		id, ok := t.ids[w]
+		if !ok {
+			missing = append(missing, w)
+		}
+		return id
+	}
+	t.specials = Specials{Pad: get(wpPad), CLS: get(wpCLS), EOT: get(wpSEP)}
+	t.unk = get(wpUNK)
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("wordpiece vocab lacks %s: use a BERT vocab.txt", strings.Join(missing, ", "))
+	}
+	return t, nil
+}
+
+// LoadWordPiece reads a BERT vocab.txt (one token a line, id = line number).
+func LoadWordPiece(path string) (*WordPiece, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("wordpiece vocab: %w", err)
+	}
+	defer f.Close()
+	var vocab []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		vocab = append(vocab, strings.TrimRight(sc.Text(), "\r"))
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("wordpiece vocab %s: %w", path, err)
+	}
+	t, err := NewWordPiece(vocab)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return t, nil
+}
+
+// BuildWordPieceVocab builds a vocabulary of at most size tokens from texts:
+// the special tokens, every character seen (alone and as a "##" piece), then
+// whole words by falling frequency (ties in byte order), each seen at least
+// twice. It is deterministic, so every rank builds the same one.
+func BuildWordPieceVocab(texts []string, size int) []string {
+	counts := map[string]int{}
+	chars := map[string]bool{}
+	for _, text := range texts {
+		for _, w := range basicTokens(text) {
+			counts[w]++
+			for _, r := range w {
+				chars[string(r)] = true
+			}
+		}
+	}
+	vocab := []string{wpPad, wpUNK, wpCLS, wpSEP, "[MASK]"}
+	cs := make([]string, 0, len(chars))
+	for c := range chars {
+		cs = append(cs, c)
+	}
+	sort.Strings(cs)
+	vocab = append(vocab, cs...)
+	for _, c := range cs {
+		vocab = append(vocab, "##"+c)
+	}
+	words := make([]string, 0, len(counts))
+	for w, n := range counts {
+		if n >= 2 && len([]rune(w)) > 1 {
+			words = append(words, w)
+		}
+	}
+	sort.Slice(words, func(i, j int) bool {
+		if counts[words[i]] != counts[words[j]] {
+			return counts[words[i]] > counts[words[j]]
+		}
+		return words[i] < words[j]
+	})
+	for _, w := range words {
+		if len(vocab) >= size {
+			break
+		}
+		vocab = append(vocab, w)
+	}
+	return vocab
+}
+
+// Name implements Tokenizer.
+func (*WordPiece) Name() string { return "wordpiece" }
+
+// Vocab is the vocabulary, id = index.
+func (t *WordPiece) Vocab() []string { return t.vocab }
+
+// Encode implements Tokenizer.
+func (t *WordPiece) Encode(text string) []int {
+	var ids []int
+	for _, w := range basicTokens(text) {
+		ids = t.appendWord(ids, w)
+	}
+	return ids
+}
+
+// appendWord appends the pieces of one word, or [UNK] when it cannot be
+// split into vocabulary pieces.
+func (t *WordPiece) appendWord(ids []int, w string) []int {
+	rs := []rune(w)
+	if len(rs) > maxWordChars {
+		return append(ids, t.unk)
+	}
+	n := len(ids)
+	for start := 0; start < len(rs); {
+		end, id := len(rs), -1
+		for ; end > start; end-- {
+			piece := string(rs[start:end])
+			if start > 0 {
+				piece = "##" + piece
+			}
+			if v, ok := t.ids[piece]; ok {
+				id = v
+				break
+			}
+		}
+		if id < 0 {
+			return append(ids[:n], t.unk)
+		}
+		ids = append(ids, id)
+		start = end
+	}
+	return ids
+}
+
+// Decode implements Tokenizer: pieces are joined with spaces, "##" pieces to
+// the word before them.
+func (t *WordPiece) Decode(ids []int) string {
+	var sb strings.Builder
+	for i, id := range ids {
+		tok := wpUNK
+		if id >= 0 && id < len(t.vocab) {
+			tok = t.vocab[id]
+		}
+		if rest, ok := strings.CutPrefix(tok, "##"); ok {
+			sb.WriteString(rest)
+			continue
+		}
+		if i > 0 {
+			sb.WriteByte(' ')
+		}
+		sb.WriteString(tok)
+	}
+	return sb.String()
+}
+
+// VocabSize implements Tokenizer.
+func (t *WordPiece) VocabSize() int { return len(t.vocab) }
+
+// Specials implements Tokenizer.
+func (t *WordPiece) Specials() Specials { return t.specials }
+
+// basicTokens is BERT's basic tokenizer: lower-case, drop control
+// characters, split on white space and around every punctuation character.
+func basicTokens(text string) []string {
+	var out []string
+	var cur []rune
+	flush := func() {
+		if len(cur) > 0 {
+			out = append(out, string(cur))
+			cur = cur[:0]
+		}
+	}
+	for _, r := range strings.ToLower(text) {
+		switch {
+		case unicode.IsSpace(r):
+			flush()
+		case unicode.IsControl(r) || r == unicode.ReplacementChar:
+		case unicode.IsPunct(r) || unicode.IsSymbol(r):
+			flush()
+			out = append(out, string(r))
+		default:
+			cur = append(cur, r)
+		}
+	}
+	flush()
+	return out
+}
