@@ -2,4 +2,49 @@
 // float32 on a Device (CPU always; CUDA when its libraries load), GEMM and the
 // kernels a transformer's forward and backward passes need, with memory
 // accounting. It knows nothing of parallelism.
+//
+// # Tensors
+//
+// A Tensor is a contiguous row-major view (shape and element offset) into a
+// Buffer, one allocation of a Device. Allocate once, carve named views with
+// View and Reshape (llm.c style: all parameters in one tensor, one view per
+// weight), and free the allocation with Device.Free. Storage is opaque:
+// Host gives the elements on the CPU device only, Ptr a raw device address
+// (for NCCL) on the others.
+//
+// # Kernels
+//
+// Layers call forward/backward pairs on a Device, llm.c style:
+//
+//	d.LayerNormForward(out, mean, rstd, inp, weight, bias, 1e-5)  // inp is (B,T,C)
+//	d.LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd)
+//
+// Gradient convention: backward kernels ACCUMULATE (+=) into every gradient
+// output, inputs and weights alike; callers zero gradients (Device.Zero)
+// before a backward pass. Forward kernels overwrite their outputs. Integer
+// inputs (token ids, targets, key-padding masks) are []int32 on the host.
+//
+// Shapes are in the comments, with N rows (B*T tokens), C channels, V a
+// vocabulary slice, OC output channels; a kernel reads the row length from a
+// tensor's last dimension, so (B,T,C) and (B*T,C) views are interchangeable.
+// Wrong shapes are programming errors: they panic with a one-line message
+// naming the argument. Device failures (out of memory, a failed CUDA
+// launch) come back as errors from Alloc and Sync.
+//
+// # Vocab-parallel pieces
+//
+// EmbeddingForward/Backward take the vocabulary slice [vocabStart,
+// vocabStart+V) a rank owns; ids outside it give zero rows and no gradient,
+// so an all-reduce of the outputs completes the lookup. Cross-entropy comes
+// in pieces for the same reason: CrossEntropyRowMax (all-reduce MAX),
+// CrossEntropySumExp given the global max (all-reduce SUM),
+// CrossEntropyTargetLogit (all-reduce SUM), CrossEntropyLoss, and
+// CrossEntropyBackward, which is local. CrossEntropy runs them in turn for
+// one rank.
+//
+// # CPU
+//
+// The CPU device (NewCPU, Default) runs GEMM with Sgemm and the other
+// kernels in pure Go, split over rows across a shared goroutine pool. Its
+// kernels do not allocate in steady state.
 package tensor

@@ -1,0 +1,252 @@
+package tensor
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+)
+
+// CPUDevice is the pure-Go Device: tensors in host memory, GEMM through
+// Sgemm, the other kernels split over rows across a pool of goroutines. It
+// is synchronous (Sync has nothing to wait for) and safe for concurrent use:
+// kernel calls on one CPUDevice run one at a time, so give each concurrent
+// rank its own device for speed. Kernels do not allocate in steady state:
+// their arguments and reduction scratch live in the device and are reused.
+type CPUDevice struct {
+	mu      sync.Mutex
+	threads int // 0: runtime.GOMAXPROCS(0) at call time
+	cur     int64
+	peak    int64
+
+	wg      sync.WaitGroup
+	scratch []float32 // per-chunk partial sums (LayerNormBackward)
+	partial []float64 // per-chunk partial sums (SumSquares)
+	k       cpuKernels
+}
+
+// NewCPU returns a new CPU device with its own memory accounting.
+func NewCPU() *CPUDevice { return &CPUDevice{} }
+
+var defaultDevice struct {
+	once sync.Once
+	d    *CPUDevice
+}
+
+// Default returns the process-wide CPU device, made on first use.
+func Default() Device {
+	defaultDevice.once.Do(func() { defaultDevice.d = NewCPU() })
+	return defaultDevice.d
+}
+
+// Name is "cpu".
+func (d *CPUDevice) Name() string { return "cpu" }
+
+// SetThreads sets how many goroutines one elementwise or row kernel may use;
+// n <= 0 restores the default, runtime.GOMAXPROCS(0) at call time. GEMM
+// threads are set separately with SetGemmThreads.
+func (d *CPUDevice) SetThreads(n int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.threads = max(n, 0)
+}
+
+func (d *CPUDevice) nthreads() int {
+	if d.threads > 0 {
+		return d.threads
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
+// Alloc returns a zeroed tensor in host memory.
+func (d *CPUDevice) Alloc(shape ...int) (*Tensor, error) {
+	n, err := shapeLen(shape)
+	if err != nil {
+		return nil, fmt.Errorf("cpu alloc: %w", err)
+	}
+	buf := NewBuffer(d, n, make([]float32, n), 0)
+	d.mu.Lock()
+	d.cur += int64(n) * 4
+	d.peak = max(d.peak, d.cur)
+	d.mu.Unlock()
+	return NewTensor(buf, 0, shape...), nil
+}
+
+// Free releases t's buffer to the garbage collector and the accounting.
+func (d *CPUDevice) Free(t *Tensor) {
+	d.own("Free", t)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if t.buf.MarkFreed() {
+		d.cur -= int64(t.buf.n) * 4
+	}
+}
+
+// MemStats reports the bytes held by live tensors and the peak.
+func (d *CPUDevice) MemStats() MemStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return MemStats{Current: d.cur, Peak: d.peak}
+}
+
+// ResetPeak sets the peak to the current allocation.
+func (d *CPUDevice) ResetPeak() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.peak = d.cur
+}
+
+// Sync returns nil: CPU kernels finish before they return.
+func (d *CPUDevice) Sync() error { return nil }
+
+// own panics unless t is a live tensor of this device.
+func (d *CPUDevice) own(fn string, ts ...*Tensor) {
+	for _, t := range ts {
+		if t == nil {
+			panic(fmt.Sprintf("tensor.%s: nil tensor", fn))
+		}
+		if t.buf.dev != Device(d) {
+			panic(fmt.Sprintf("tensor.%s: tensor %v is not on this cpu device", fn, t))
+		}
+		if t.buf.freed {
+			panic(fmt.Sprintf("tensor.%s: tensor %v was freed", fn, t))
+		}
+	}
+}
+
+// rowKernel is a kernel body over the unit range [lo,hi) (rows or
+// elements); chunk numbers the range among the ranges of one call, from 0,
+// for per-chunk scratch.
+type rowKernel interface {
+	run(lo, hi, chunk int)
+}
+
+type workChunk struct {
+	k             rowKernel
+	lo, hi, chunk int
+	wg            *sync.WaitGroup
+}
+
+// workers is the package's goroutine pool, shared by every CPU device and
+// started on first use with GOMAXPROCS goroutines.
+var workers struct {
+	once sync.Once
+	ch   chan workChunk
+}
+
+func startWorkers() {
+	n := runtime.GOMAXPROCS(0)
+	workers.ch = make(chan workChunk, 4*n)
+	for i := 0; i < n; i++ {
+		go func() {
+			for c := range workers.ch {
+				c.k.run(c.lo, c.hi, c.chunk)
+				c.wg.Done()
+			}
+		}()
+	}
+}
+
+// minParallelWork is the work (units*cost) under which a kernel runs on the
+// calling goroutine: below it, handing chunks to workers costs more than it saves.
+const minParallelWork = 1 << 15
+
+// chunks is how many chunks parallel splits n units of the given cost into.
+// Called with d.mu held.
+func (d *CPUDevice) chunks(n, cost int) int {
+	if n*cost < minParallelWork {
+		return 1
+	}
+	return max(1, min(d.nthreads(), n))
+}
+
+// parallel runs k over [0,n) in nc = d.chunks(n, cost) contiguous chunks,
+// the first on the calling goroutine. Called with d.mu held.
+func (d *CPUDevice) parallel(n, nc int, k rowKernel) {
+	if nc <= 1 {
+		k.run(0, n, 0)
+		return
+	}
+	workers.once.Do(startWorkers)
+	for c := 1; c < nc; c++ {
+		d.wg.Add(1)
+		workers.ch <- workChunk{k: k, lo: c * n / nc, hi: (c + 1) * n / nc, chunk: c, wg: &d.wg}
+	}
+	k.run(0, n/nc, 0)
+	d.wg.Wait()
+}
+
+// scratch32 returns n float32s of reusable scratch. Called with d.mu held.
+func (d *CPUDevice) scratch32(n int) []float32 {
+	if cap(d.scratch) < n {
+		d.scratch = make([]float32, n)
+	}
+	return d.scratch[:n]
+}
+
+// scratch64 returns n float64s of reusable scratch. Called with d.mu held.
+func (d *CPUDevice) scratch64(n int) []float64 {
+	if cap(d.partial) < n {
+		d.partial = make([]float64, n)
+	}
+	return d.partial[:n]
+}
+
+// CopyFromHost copies src into dst.
+func (d *CPUDevice) CopyFromHost(dst *Tensor, src []float32) {
+	d.own("CopyFromHost", dst)
+	if len(src) != dst.n {
+		panic(fmt.Sprintf("tensor.CopyFromHost: len(src)=%d, dst %v has %d elements", len(src), dst, dst.n))
+	}
+	copy(dst.Host(), src)
+}
+
+// CopyToHost copies src into dst.
+func (d *CPUDevice) CopyToHost(dst []float32, src *Tensor) {
+	d.own("CopyToHost", src)
+	if len(dst) != src.n {
+		panic(fmt.Sprintf("tensor.CopyToHost: len(dst)=%d, src %v has %d elements", len(dst), src, src.n))
+	}
+	copy(dst, src.Host())
+}
+
+// Copy copies src into dst.
+func (d *CPUDevice) Copy(dst, src *Tensor) {
+	d.own("Copy", dst, src)
+	sameLen("Copy", "dst", dst, "src", src)
+	copy(dst.Host(), src.Host())
+}
+
+// Gemm computes C = alpha*op(A)*op(B) + beta*C with Sgemm on the tensors'
+// host memory.
+func (d *CPUDevice) Gemm(transA, transB bool, m, n, k int, alpha float32, a *Tensor, aOff, lda int, b *Tensor, bOff, ldb int, beta float32, c *Tensor, cOff, ldc int) {
+	d.own("Gemm", a, b, c)
+	Sgemm(transA, transB, m, n, k, alpha, from("Gemm", "a", a, aOff), lda, from("Gemm", "b", b, bOff), ldb, beta, from("Gemm", "c", c, cOff), ldc)
+}
+
+// GemmStridedBatched computes batch Gemms with SgemmStridedBatched.
+func (d *CPUDevice) GemmStridedBatched(transA, transB bool, m, n, k int, alpha float32, a *Tensor, aOff, lda, strideA int, b *Tensor, bOff, ldb, strideB int, beta float32, c *Tensor, cOff, ldc, strideC, batch int) {
+	d.own("GemmStridedBatched", a, b, c)
+	SgemmStridedBatched(transA, transB, m, n, k, alpha,
+		from("GemmStridedBatched", "a", a, aOff), lda, strideA,
+		from("GemmStridedBatched", "b", b, bOff), ldb, strideB, beta,
+		from("GemmStridedBatched", "c", c, cOff), ldc, strideC, batch)
+}
+
+// from is t's host elements from offset off on.
+func from(fn, name string, t *Tensor, off int) []float32 {
+	if off < 0 || off > t.n {
+		panic(fmt.Sprintf("tensor.%s: offset %d of %s is outside its %d elements", fn, off, name, t.n))
+	}
+	return t.Host()[off:]
+}
+
+// sameLen panics unless the tensors, given as name, tensor pairs, all have
+// the Len of the first.
+func sameLen(fn string, pairs ...any) {
+	first := pairs[1].(*Tensor)
+	for i := 2; i < len(pairs); i += 2 {
+		if t := pairs[i+1].(*Tensor); t.n != first.n {
+			panic(fmt.Sprintf("tensor.%s: %s %v has %d elements, %s %v has %d", fn, pairs[i], t, t.n, pairs[0], first, first.n))
+		}
+	}
+}

@@ -1,0 +1,779 @@
+package tensor
+
+import (
+	"fmt"
+	"math"
+)
+
+// cpuKernels holds one argument block per kernel. A kernel call fills its
+// block under the device mutex and hands a pointer to it to the workers, so
+// no call allocates.
+type cpuKernels struct {
+	fill  fillK
+	add   addK
+	axpy  axpyK
+	scale scaleK
+	bias  biasK
+	biasB biasBackK
+	emb   embK
+	embB  embBackK
+	ln    lnK
+	lnB   lnBackK
+	gelu  geluK
+	geluB geluBackK
+	sm    softmaxK
+	smB   softmaxBackK
+	ce    ceK
+	adam  adamK
+	sumsq sumSqK
+}
+
+// rowsOf returns the row count of t for rows of length cols, panicking when
+// t's Len is not a multiple of cols.
+func rowsOf(fn, name string, t *Tensor, cols int) int {
+	if cols <= 0 {
+		if t.n == 0 {
+			return 0
+		}
+		panic(fmt.Sprintf("tensor.%s: rows of %d elements in %s %v", fn, cols, name, t))
+	}
+	if t.n%cols != 0 {
+		panic(fmt.Sprintf("tensor.%s: %s %v has %d elements, not a multiple of %d", fn, name, t, t.n, cols))
+	}
+	return t.n / cols
+}
+
+// wantLen panics unless t has n elements.
+func wantLen(fn, name string, t *Tensor, n int) {
+	if t.n != n {
+		panic(fmt.Sprintf("tensor.%s: %s %v has %d elements, want %d", fn, name, t, t.n, n))
+	}
+}
+
+// --- Fill, Zero, Add, Axpy, Scale ---
+
+type fillK struct {
+	x []float32
+	v float32
+}
+
+func (k *fillK) run(lo, hi, _ int) {
+	x := k.x[lo:hi]
+	if k.v == 0 {
+		clear(x)
+		return
+	}
+	for i := range x {
+		x[i] = k.v
+	}
+}
+
+// Zero sets every element of t to 0.
+func (d *CPUDevice) Zero(t *Tensor) { d.Fill(t, 0) }
+
+// Fill sets every element of t to v.
+func (d *CPUDevice) Fill(t *Tensor, v float32) {
+	d.own("Fill", t)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := &d.k.fill
+	*k = fillK{x: t.Host(), v: v}
+	d.parallel(t.n, d.chunks(t.n, 1), k)
+	*k = fillK{}
+}
+
+type addK struct{ out, a, b []float32 }
+
+func (k *addK) run(lo, hi, _ int) {
+	out, a, b := k.out[lo:hi], k.a[lo:hi], k.b[lo:hi]
+	for i := range out {
+		out[i] = a[i] + b[i]
+	}
+}
+
+// Add is out = a + b elementwise.
+func (d *CPUDevice) Add(out, a, b *Tensor) {
+	d.own("Add", out, a, b)
+	sameLen("Add", "out", out, "a", a, "b", b)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := &d.k.add
+	*k = addK{out: out.Host(), a: a.Host(), b: b.Host()}
+	d.parallel(out.n, d.chunks(out.n, 1), k)
+	*k = addK{}
+}
+
+type axpyK struct {
+	y, x  []float32
+	alpha float32
+}
+
+func (k *axpyK) run(lo, hi, _ int) {
+	y, x, alpha := k.y[lo:hi], k.x[lo:hi], k.alpha
+	for i := range y {
+		y[i] += alpha * x[i]
+	}
+}
+
+// Axpy is y += alpha*x elementwise.
+func (d *CPUDevice) Axpy(y *Tensor, alpha float32, x *Tensor) {
+	d.own("Axpy", y, x)
+	sameLen("Axpy", "y", y, "x", x)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := &d.k.axpy
+	*k = axpyK{y: y.Host(), x: x.Host(), alpha: alpha}
+	d.parallel(y.n, d.chunks(y.n, 1), k)
+	*k = axpyK{}
+}
+
+type scaleK struct {
+	x     []float32
+	alpha float32
+}
+
+func (k *scaleK) run(lo, hi, _ int) {
+	x, alpha := k.x[lo:hi], k.alpha
+	for i := range x {
+		x[i] *= alpha
+	}
+}
+
+// Scale is x *= alpha elementwise.
+func (d *CPUDevice) Scale(x *Tensor, alpha float32) {
+	d.own("Scale", x)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := &d.k.scale
+	*k = scaleK{x: x.Host(), alpha: alpha}
+	d.parallel(x.n, d.chunks(x.n, 1), k)
+	*k = scaleK{}
+}
+
+// --- bias ---
+
+type biasK struct {
+	out, bias []float32 // out is (N,OC), bias is (OC)
+}
+
+func (k *biasK) run(lo, hi, _ int) {
+	oc := len(k.bias)
+	for i := lo; i < hi; i++ {
+		row := k.out[i*oc : (i+1)*oc]
+		for j, b := range k.bias {
+			row[j] += b
+		}
+	}
+}
+
+// AddBias is out[i] += bias for every row. out is (N,OC), bias is (OC).
+func (d *CPUDevice) AddBias(out, bias *Tensor) {
+	d.own("AddBias", out, bias)
+	n := rowsOf("AddBias", "out", out, bias.n)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := &d.k.bias
+	*k = biasK{out: out.Host(), bias: bias.Host()}
+	d.parallel(n, d.chunks(n, bias.n), k)
+	*k = biasK{}
+}
+
+type biasBackK struct {
+	dbias, dout []float32 // dbias is (OC), dout is (N,OC)
+}
+
+// run sums the columns [lo,hi) over every row, so that chunks never share
+// an output.
+func (k *biasBackK) run(lo, hi, _ int) {
+	oc := len(k.dbias)
+	db := k.dbias[lo:hi]
+	for r := 0; r+oc <= len(k.dout); r += oc {
+		row := k.dout[r+lo : r+hi]
+		for j, g := range row {
+			db[j] += g
+		}
+	}
+}
+
+// BiasBackward is dbias += column sums of dout. dbias is (OC), dout is (N,OC).
+func (d *CPUDevice) BiasBackward(dbias, dout *Tensor) {
+	d.own("BiasBackward", dbias, dout)
+	n := rowsOf("BiasBackward", "dout", dout, dbias.n)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := &d.k.biasB
+	*k = biasBackK{dbias: dbias.Host(), dout: dout.Host()}
+	d.parallel(dbias.n, d.chunks(dbias.n, n), k)
+	*k = biasBackK{}
+}
+
+// --- embedding ---
+
+type embK struct {
+	out, table []float32 // out is (N,C), table is (V,C)
+	ids        []int32   // (N)
+	c, start   int
+}
+
+func (k *embK) run(lo, hi, _ int) {
+	c, v := k.c, len(k.table)/max(k.c, 1)
+	for i := lo; i < hi; i++ {
+		row := k.out[i*c : (i+1)*c]
+		if id := int(k.ids[i]) - k.start; id >= 0 && id < v {
+			copy(row, k.table[id*c:(id+1)*c])
+		} else {
+			clear(row)
+		}
+	}
+}
+
+// EmbeddingForward is out[i] = table[ids[i]-vocabStart], zeros for ids
+// outside the table's slice. out is (N,C), ids is (N), table is (V,C).
+func (d *CPUDevice) EmbeddingForward(out *Tensor, ids []int32, table *Tensor, vocabStart int) {
+	d.own("EmbeddingForward", out, table)
+	c := table.Cols()
+	n := rowsOf("EmbeddingForward", "out", out, c)
+	if len(ids) != n {
+		panic(fmt.Sprintf("tensor.EmbeddingForward: len(ids)=%d, out %v has %d rows of %d", len(ids), out, n, c))
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := &d.k.emb
+	*k = embK{out: out.Host(), table: table.Host(), ids: ids, c: c, start: vocabStart}
+	d.parallel(n, d.chunks(n, c), k)
+	*k = embK{}
+}
+
+type embBackK struct {
+	dtable, dout []float32 // dtable is (V,C), dout is (N,C)
+	ids          []int32   // (N)
+	c, start     int
+}
+
+// run scatters the columns [lo,hi) of every row: repeated ids add into the
+// same table row, so chunks split columns, not rows.
+func (k *embBackK) run(lo, hi, _ int) {
+	c, v := k.c, len(k.dtable)/max(k.c, 1)
+	for i, id := range k.ids {
+		id := int(id) - k.start
+		if id < 0 || id >= v {
+			continue
+		}
+		dst := k.dtable[id*c+lo : id*c+hi]
+		src := k.dout[i*c+lo : i*c+hi]
+		for j, g := range src {
+			dst[j] += g
+		}
+	}
+}
+
+// EmbeddingBackward is dtable[ids[i]-vocabStart] += dout[i] for the ids in
+// the table's slice. dtable is (V,C), dout is (N,C), ids is (N).
+func (d *CPUDevice) EmbeddingBackward(dtable, dout *Tensor, ids []int32, vocabStart int) {
+	d.own("EmbeddingBackward", dtable, dout)
+	c := dtable.Cols()
+	n := rowsOf("EmbeddingBackward", "dout", dout, c)
+	if len(ids) != n {
+		panic(fmt.Sprintf("tensor.EmbeddingBackward: len(ids)=%d, dout %v has %d rows of %d", len(ids), dout, n, c))
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := &d.k.embB
+	*k = embBackK{dtable: dtable.Host(), dout: dout.Host(), ids: ids, c: c, start: vocabStart}
+	d.parallel(c, d.chunks(c, n), k)
+	*k = embBackK{}
+}
+
+// --- layernorm ---
+
+type lnK struct {
+	out, mean, rstd, inp, weight, bias []float32
+	eps                                float64
+}
+
+func (k *lnK) run(lo, hi, _ int) {
+	c := len(k.weight)
+	for i := lo; i < hi; i++ {
+		x := k.inp[i*c : (i+1)*c]
+		var s float64
+		for _, v := range x {
+			s += float64(v)
+		}
+		m := s / float64(c)
+		var ss float64
+		for _, v := range x {
+			dv := float64(v) - m
+			ss += dv * dv
+		}
+		r := 1 / math.Sqrt(ss/float64(c)+k.eps)
+		m32, r32 := float32(m), float32(r)
+		o := k.out[i*c : (i+1)*c]
+		w, b := k.weight[:c], k.bias[:c]
+		for j, v := range x {
+			o[j] = (v-m32)*r32*w[j] + b[j]
+		}
+		k.mean[i], k.rstd[i] = m32, r32
+	}
+}
+
+// LayerNormForward normalizes the rows of inp. out, inp are (N,C); mean,
+// rstd are (N); weight, bias are (C).
+func (d *CPUDevice) LayerNormForward(out, mean, rstd, inp, weight, bias *Tensor, eps float32) {
+	d.own("LayerNormForward", out, mean, rstd, inp, weight, bias)
+	c := weight.n
+	wantLen("LayerNormForward", "bias", bias, c)
+	n := rowsOf("LayerNormForward", "inp", inp, c)
+	wantLen("LayerNormForward", "out", out, inp.n)
+	wantLen("LayerNormForward", "mean", mean, n)
+	wantLen("LayerNormForward", "rstd", rstd, n)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := &d.k.ln
+	*k = lnK{out: out.Host(), mean: mean.Host(), rstd: rstd.Host(), inp: inp.Host(), weight: weight.Host(), bias: bias.Host(), eps: float64(eps)}
+	d.parallel(n, d.chunks(n, 8*c), k)
+	*k = lnK{}
+}
+
+type lnBackK struct {
+	dinp, dout, inp, weight, mean, rstd []float32
+	part                                []float32 // (chunks,2,C): dweight then dbias partial sums
+}
+
+func (k *lnBackK) run(lo, hi, chunk int) {
+	c := len(k.weight)
+	dw := k.part[chunk*2*c : chunk*2*c+c]
+	db := k.part[chunk*2*c+c : (chunk+1)*2*c]
+	clear(dw)
+	clear(db)
+	w := k.weight[:c]
+	for i := lo; i < hi; i++ {
+		x, g, dx := k.inp[i*c:(i+1)*c], k.dout[i*c:(i+1)*c], k.dinp[i*c:(i+1)*c]
+		m, r := k.mean[i], k.rstd[i]
+		// dnorm = w*dout; dx = r*(dnorm - mean(dnorm) - norm*mean(dnorm*norm)).
+		var sdn, sdnn float64
+		for j, v := range x {
+			norm := (v - m) * r
+			dn := w[j] * g[j]
+			sdn += float64(dn)
+			sdnn += float64(dn * norm)
+			dw[j] += norm * g[j]
+			db[j] += g[j]
+		}
+		mdn, mdnn := float32(sdn/float64(c)), float32(sdnn/float64(c))
+		for j, v := range x {
+			norm := (v - m) * r
+			dx[j] += (w[j]*g[j] - mdn - norm*mdnn) * r
+		}
+	}
+}
+
+// LayerNormBackward accumulates the layernorm gradients. dinp, dout, inp are
+// (N,C); dweight, dbias, weight are (C); mean, rstd are (N).
+func (d *CPUDevice) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd *Tensor) {
+	d.own("LayerNormBackward", dinp, dweight, dbias, dout, inp, weight, mean, rstd)
+	c := weight.n
+	wantLen("LayerNormBackward", "dweight", dweight, c)
+	wantLen("LayerNormBackward", "dbias", dbias, c)
+	n := rowsOf("LayerNormBackward", "inp", inp, c)
+	wantLen("LayerNormBackward", "dinp", dinp, inp.n)
+	wantLen("LayerNormBackward", "dout", dout, inp.n)
+	wantLen("LayerNormBackward", "mean", mean, n)
+	wantLen("LayerNormBackward", "rstd", rstd, n)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	nc := d.chunks(n, 12*c)
+	part := d.scratch32(nc * 2 * c)
+	k := &d.k.lnB
+	*k = lnBackK{dinp: dinp.Host(), dout: dout.Host(), inp: inp.Host(), weight: weight.Host(), mean: mean.Host(), rstd: rstd.Host(), part: part}
+	d.parallel(n, nc, k)
+	*k = lnBackK{}
+	dw, db := dweight.Host(), dbias.Host()
+	for ch := 0; ch < nc; ch++ {
+		p := part[ch*2*c : (ch+1)*2*c]
+		for j := 0; j < c; j++ {
+			dw[j] += p[j]
+			db[j] += p[c+j]
+		}
+	}
+}
+
+// --- GELU (tanh approximation) ---
+
+const (
+	geluS = 0.7978845608028654 // sqrt(2/pi)
+	geluA = 0.044715
+)
+
+type geluK struct{ out, inp []float32 }
+
+func (k *geluK) run(lo, hi, _ int) {
+	out, inp := k.out[lo:hi], k.inp[lo:hi]
+	for i, x := range inp {
+		u := geluS * (x + geluA*x*x*x)
+		out[i] = 0.5 * x * (1 + tanh32(u))
+	}
+}
+
+// GELUForward is out = gelu(inp).
+func (d *CPUDevice) GELUForward(out, inp *Tensor) {
+	d.own("GELUForward", out, inp)
+	sameLen("GELUForward", "out", out, "inp", inp)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := &d.k.gelu
+	*k = geluK{out: out.Host(), inp: inp.Host()}
+	d.parallel(out.n, d.chunks(out.n, 20), k)
+	*k = geluK{}
+}
+
+type geluBackK struct{ dinp, inp, dout []float32 }
+
+func (k *geluBackK) run(lo, hi, _ int) {
+	dinp, inp, dout := k.dinp[lo:hi], k.inp[lo:hi], k.dout[lo:hi]
+	for i, x := range inp {
+		u := geluS * (x + geluA*x*x*x)
+		t := tanh32(u)
+		du := geluS * (1 + 3*geluA*x*x)
+		dinp[i] += (0.5*(1+t) + 0.5*x*(1-t*t)*du) * dout[i]
+	}
+}
+
+// GELUBackward is dinp += gelu'(inp)*dout.
+func (d *CPUDevice) GELUBackward(dinp, inp, dout *Tensor) {
+	d.own("GELUBackward", dinp, inp, dout)
+	sameLen("GELUBackward", "dinp", dinp, "inp", inp, "dout", dout)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := &d.k.geluB
+	*k = geluBackK{dinp: dinp.Host(), inp: inp.Host(), dout: dout.Host()}
+	d.parallel(inp.n, d.chunks(inp.n, 30), k)
+	*k = geluBackK{}
+}
+
+// --- softmax ---
+
+type softmaxK struct {
+	out, inp    []float32
+	scale       float32
+	tq, tk      int
+	causal      bool
+	keyValid    []int32 // (B,Tk) or nil
+	rowsPerItem int     // rows per batch item, for keyValid
+}
+
+func (k *softmaxK) run(lo, hi, _ int) {
+	tk := k.tk
+	for r := lo; r < hi; r++ {
+		x, o := k.inp[r*tk:(r+1)*tk], k.out[r*tk:(r+1)*tk]
+		end := tk // keys [end,tk) are masked by causality
+		if k.causal {
+			end = min(tk, max(0, r%k.tq+1+tk-k.tq))
+		}
+		var valid []int32
+		if k.keyValid != nil {
+			b := r / k.rowsPerItem
+			valid = k.keyValid[b*tk : (b+1)*tk]
+		}
+		mx := float32(math.Inf(-1))
+		for j := 0; j < end; j++ {
+			if (valid == nil || valid[j] != 0) && x[j] > mx {
+				mx = x[j]
+			}
+		}
+		if math.IsInf(float64(mx), -1) { // every key masked
+			clear(o)
+			continue
+		}
+		var sum float32
+		for j := 0; j < end; j++ {
+			if valid != nil && valid[j] == 0 {
+				o[j] = 0
+				continue
+			}
+			e := exp32(k.scale * (x[j] - mx))
+			o[j] = e
+			sum += e
+		}
+		inv := 1 / sum
+		for j := 0; j < end; j++ {
+			o[j] *= inv
+		}
+		clear(o[end:])
+	}
+}
+
+// SoftmaxForward is the masked row softmax of scale*inp. inp, out are
+// (B,...,Tq,Tk); keyValid is (B,Tk) or nil.
+func (d *CPUDevice) SoftmaxForward(out, inp *Tensor, scale float32, causal bool, keyValid []int32) {
+	d.own("SoftmaxForward", out, inp)
+	sameLen("SoftmaxForward", "out", out, "inp", inp)
+	if inp.Rank() < 2 {
+		panic(fmt.Sprintf("tensor.SoftmaxForward: inp %v must be at least (Tq,Tk)", inp))
+	}
+	if scale <= 0 {
+		panic(fmt.Sprintf("tensor.SoftmaxForward: scale %g must be positive", scale))
+	}
+	tk, tq := inp.Dim(-1), inp.Dim(-2)
+	rows := rowsOf("SoftmaxForward", "inp", inp, tk)
+	perItem := 0
+	if keyValid != nil {
+		b := inp.Dim(0)
+		if inp.Rank() < 3 || len(keyValid) != b*tk {
+			panic(fmt.Sprintf("tensor.SoftmaxForward: keyValid has %d entries, inp %v needs (B,Tk) = %d with a leading B", len(keyValid), inp, b*tk))
+		}
+		perItem = rows / max(b, 1)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := &d.k.sm
+	*k = softmaxK{out: out.Host(), inp: inp.Host(), scale: scale, tq: tq, tk: tk, causal: causal, keyValid: keyValid, rowsPerItem: perItem}
+	d.parallel(rows, d.chunks(rows, 10*tk), k)
+	*k = softmaxK{}
+}
+
+type softmaxBackK struct {
+	dinp, dout, out []float32
+	scale           float32
+	tk              int
+}
+
+func (k *softmaxBackK) run(lo, hi, _ int) {
+	tk := k.tk
+	for r := lo; r < hi; r++ {
+		g, y, dx := k.dout[r*tk:(r+1)*tk], k.out[r*tk:(r+1)*tk], k.dinp[r*tk:(r+1)*tk]
+		var dot float64
+		for j, v := range y {
+			dot += float64(v * g[j])
+		}
+		d := float32(dot)
+		for j, v := range y {
+			dx[j] += k.scale * v * (g[j] - d)
+		}
+	}
+}
+
+// SoftmaxBackward is dinp += scale*out*(dout - rowsum(dout*out)). All are
+// (B,...,Tq,Tk).
+func (d *CPUDevice) SoftmaxBackward(dinp, dout, out *Tensor, scale float32) {
+	d.own("SoftmaxBackward", dinp, dout, out)
+	sameLen("SoftmaxBackward", "dinp", dinp, "dout", dout, "out", out)
+	tk := out.Cols()
+	rows := rowsOf("SoftmaxBackward", "out", out, tk)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := &d.k.smB
+	*k = softmaxBackK{dinp: dinp.Host(), dout: dout.Host(), out: out.Host(), scale: scale, tk: tk}
+	d.parallel(rows, d.chunks(rows, 4*tk), k)
+	*k = softmaxBackK{}
+}
+
+// --- cross-entropy ---
+
+type ceOp int
+
+const (
+	ceRowMax ceOp = iota
+	ceSumExp
+	ceBackward
+)
+
+type ceK struct {
+	op                     ceOp
+	logits, dlogits        []float32 // (N,V)
+	rowMax, sumExp, target []float32 // (N)
+	targets                []int32
+	v, start               int
+	dloss                  float32
+}
+
+func (k *ceK) run(lo, hi, _ int) {
+	v := k.v
+	for i := lo; i < hi; i++ {
+		x := k.logits[i*v : (i+1)*v]
+		switch k.op {
+		case ceRowMax:
+			mx := float32(math.Inf(-1))
+			for _, l := range x {
+				mx = max(mx, l)
+			}
+			k.rowMax[i] = mx
+		case ceSumExp:
+			mx := k.rowMax[i]
+			var s float64
+			for _, l := range x {
+				s += float64(exp32(l - mx))
+			}
+			k.sumExp[i] = float32(s)
+		case ceBackward:
+			t := k.targets[i]
+			if t < 0 {
+				continue
+			}
+			mx, inv := k.rowMax[i], 1/k.sumExp[i]
+			dx := k.dlogits[i*v : (i+1)*v]
+			for j, l := range x {
+				dx[j] += k.dloss * exp32(l-mx) * inv
+			}
+			if j := int(t) - k.start; j >= 0 && j < v {
+				dx[j] -= k.dloss
+			}
+		}
+	}
+}
+
+// ceRun runs one row pass of the cross-entropy kernel.
+func (d *CPUDevice) ceRun(k ceK, n, cost int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.k.ce = k
+	d.parallel(n, d.chunks(n, cost), &d.k.ce)
+	d.k.ce = ceK{}
+}
+
+// CrossEntropyRowMax is rowMax[i] = max_j logits[i,j]. logits is (N,V),
+// rowMax is (N).
+func (d *CPUDevice) CrossEntropyRowMax(rowMax, logits *Tensor) {
+	d.own("CrossEntropyRowMax", rowMax, logits)
+	n := rowsOf("CrossEntropyRowMax", "logits", logits, logits.Cols())
+	wantLen("CrossEntropyRowMax", "rowMax", rowMax, n)
+	d.ceRun(ceK{op: ceRowMax, logits: logits.Host(), rowMax: rowMax.Host(), v: logits.Cols()}, n, logits.Cols())
+}
+
+// CrossEntropySumExp is sumExp[i] = sum_j exp(logits[i,j]-rowMax[i]).
+// logits is (N,V), sumExp and rowMax are (N).
+func (d *CPUDevice) CrossEntropySumExp(sumExp, logits, rowMax *Tensor) {
+	d.own("CrossEntropySumExp", sumExp, logits, rowMax)
+	n := rowsOf("CrossEntropySumExp", "logits", logits, logits.Cols())
+	wantLen("CrossEntropySumExp", "sumExp", sumExp, n)
+	wantLen("CrossEntropySumExp", "rowMax", rowMax, n)
+	d.ceRun(ceK{op: ceSumExp, logits: logits.Host(), rowMax: rowMax.Host(), sumExp: sumExp.Host(), v: logits.Cols()}, n, 10*logits.Cols())
+}
+
+// CrossEntropyTargetLogit is out[i] = logits[i,targets[i]-vocabStart] for
+// targets in the slice, else 0. logits is (N,V), out and targets are (N).
+func (d *CPUDevice) CrossEntropyTargetLogit(out, logits *Tensor, targets []int32, vocabStart int) {
+	d.own("CrossEntropyTargetLogit", out, logits)
+	v := logits.Cols()
+	n := rowsOf("CrossEntropyTargetLogit", "logits", logits, v)
+	wantLen("CrossEntropyTargetLogit", "out", out, n)
+	if len(targets) != n {
+		panic(fmt.Sprintf("tensor.CrossEntropyTargetLogit: len(targets)=%d, logits %v has %d rows", len(targets), logits, n))
+	}
+	o, x := out.Host(), logits.Host()
+	for i, t := range targets {
+		o[i] = 0
+		if j := int(t) - vocabStart; t >= 0 && j >= 0 && j < v {
+			o[i] = x[i*v+j]
+		}
+	}
+}
+
+// CrossEntropyLoss is losses[i] = log(sumExp[i]) + rowMax[i] - targetLogit[i],
+// 0 where targets[i] < 0. All are (N).
+func (d *CPUDevice) CrossEntropyLoss(losses, rowMax, sumExp, targetLogit *Tensor, targets []int32) {
+	d.own("CrossEntropyLoss", losses, rowMax, sumExp, targetLogit)
+	n := losses.n
+	wantLen("CrossEntropyLoss", "rowMax", rowMax, n)
+	wantLen("CrossEntropyLoss", "sumExp", sumExp, n)
+	wantLen("CrossEntropyLoss", "targetLogit", targetLogit, n)
+	if len(targets) != n {
+		panic(fmt.Sprintf("tensor.CrossEntropyLoss: len(targets)=%d, losses %v has %d elements", len(targets), losses, n))
+	}
+	l, mx, se, tl := losses.Host(), rowMax.Host(), sumExp.Host(), targetLogit.Host()
+	for i, t := range targets {
+		l[i] = 0
+		if t >= 0 {
+			l[i] = float32(math.Log(float64(se[i])) + float64(mx[i]) - float64(tl[i]))
+		}
+	}
+}
+
+// CrossEntropyBackward is dlogits += dloss*(softmax(logits) - onehot(targets)).
+// dlogits, logits are (N,V); rowMax, sumExp, targets are (N).
+func (d *CPUDevice) CrossEntropyBackward(dlogits, logits, rowMax, sumExp *Tensor, targets []int32, vocabStart int, dloss float32) {
+	d.own("CrossEntropyBackward", dlogits, logits, rowMax, sumExp)
+	sameLen("CrossEntropyBackward", "dlogits", dlogits, "logits", logits)
+	v := logits.Cols()
+	n := rowsOf("CrossEntropyBackward", "logits", logits, v)
+	wantLen("CrossEntropyBackward", "rowMax", rowMax, n)
+	wantLen("CrossEntropyBackward", "sumExp", sumExp, n)
+	if len(targets) != n {
+		panic(fmt.Sprintf("tensor.CrossEntropyBackward: len(targets)=%d, logits %v has %d rows", len(targets), logits, n))
+	}
+	d.ceRun(ceK{op: ceBackward, logits: logits.Host(), dlogits: dlogits.Host(), rowMax: rowMax.Host(), sumExp: sumExp.Host(), targets: targets, v: v, start: vocabStart, dloss: dloss}, n, 12*v)
+}
+
+// --- optimizer and norms ---
+
+type adamK struct {
+	param, grad, m, v   []float32
+	lr, b1, b2, eps, wd float32
+	bc1, bc2, gradScale float32
+}
+
+func (k *adamK) run(lo, hi, _ int) {
+	p, g, m, v := k.param[lo:hi], k.grad[lo:hi], k.m[lo:hi], k.v[lo:hi]
+	for i := range p {
+		gi := g[i] * k.gradScale
+		mi := k.b1*m[i] + (1-k.b1)*gi
+		vi := k.b2*v[i] + (1-k.b2)*gi*gi
+		m[i], v[i] = mi, vi
+		mhat, vhat := mi/k.bc1, vi/k.bc2
+		p[i] -= k.lr * (mhat/(float32(math.Sqrt(float64(vhat)))+k.eps) + k.wd*p[i])
+	}
+}
+
+// AdamW runs one AdamW step on param with its grad and moments m, v.
+func (d *CPUDevice) AdamW(param, grad, m, v *Tensor, p AdamWParams) {
+	d.own("AdamW", param, grad, m, v)
+	sameLen("AdamW", "param", param, "grad", grad, "m", m, "v", v)
+	if p.Step < 1 {
+		panic(fmt.Sprintf("tensor.AdamW: Step is %d, it counts from 1", p.Step))
+	}
+	gs := p.GradScale
+	if gs == 0 {
+		gs = 1
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := &d.k.adam
+	*k = adamK{param: param.Host(), grad: grad.Host(), m: m.Host(), v: v.Host(),
+		lr: p.LR, b1: p.Beta1, b2: p.Beta2, eps: p.Eps, wd: p.WeightDecay,
+		bc1:       float32(1 - math.Pow(float64(p.Beta1), float64(p.Step))),
+		bc2:       float32(1 - math.Pow(float64(p.Beta2), float64(p.Step))),
+		gradScale: gs}
+	d.parallel(param.n, d.chunks(param.n, 20), k)
+	*k = adamK{}
+}
+
+type sumSqK struct {
+	x    []float32
+	part []float64 // per chunk
+}
+
+func (k *sumSqK) run(lo, hi, chunk int) {
+	var s float64
+	for _, v := range k.x[lo:hi] {
+		s += float64(v) * float64(v)
+	}
+	k.part[chunk] = s
+}
+
+// SumSquares is the sum of squares of every element of ts, in float64.
+func (d *CPUDevice) SumSquares(ts ...*Tensor) float64 {
+	d.own("SumSquares", ts...)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var total float64
+	k := &d.k.sumsq
+	for _, t := range ts {
+		nc := d.chunks(t.n, 2)
+		*k = sumSqK{x: t.Host(), part: d.scratch64(nc)}
+		d.parallel(t.n, nc, k)
+		for _, s := range k.part {
+			total += s
+		}
+	}
+	*k = sumSqK{}
+	return total
+}

@@ -1,0 +1,163 @@
+package tensor
+
+// Device allocates tensors and runs kernels on them. The CPU device is
+// always available; a CUDA device implements the same interface.
+//
+// Kernels are enqueued in order, as on one CUDA stream: on an asynchronous
+// device they may return before they finish, and a kernel failure (rather
+// than a programming error) is reported by the next Sync. Host slices passed
+// to a kernel (ids, targets, masks) may be reused as soon as it returns.
+// Every tensor argument must live on the device. Shape mismatches are
+// programming errors and panic with a one-line message naming the argument.
+//
+// Gradient convention: backward kernels ACCUMULATE (+=) into every gradient
+// output, for inputs and weights alike; callers zero gradients (Zero) before
+// a backward pass. Forward kernels overwrite their outputs.
+//
+// Shapes: N is the number of rows (B*T tokens for activations), C the
+// channels, V a vocabulary (slice), OC output channels. Kernels read the row
+// length from the last dimension of the tensor named in the comment and the
+// row count from Len()/rowlength, so (B,T,C) and (B*T,C) views both work.
+type Device interface {
+	// Name identifies the device, e.g. "cpu" or "cuda:0".
+	Name() string
+
+	// Alloc returns a zeroed tensor of the given shape, or an error (a
+	// negative dimension, out of memory).
+	Alloc(shape ...int) (*Tensor, error)
+	// Free releases the Buffer t views; t and its views must not be used
+	// again. Freeing a freed buffer does nothing.
+	Free(t *Tensor)
+	// MemStats reports the bytes allocated now and the peak since the device
+	// was made or since ResetPeak.
+	MemStats() MemStats
+	// ResetPeak sets the peak to the current allocation.
+	ResetPeak()
+	// Sync waits for enqueued work and returns the first error a kernel hit
+	// since the last Sync.
+	Sync() error
+
+	// CopyFromHost copies src into dst; len(src) == dst.Len().
+	CopyFromHost(dst *Tensor, src []float32)
+	// CopyToHost copies src into dst; len(dst) == src.Len(). It waits for
+	// the work that writes src.
+	CopyToHost(dst []float32, src *Tensor)
+	// Copy copies src into dst (same Len, both on this device; they may
+	// not overlap).
+	Copy(dst, src *Tensor)
+	// Zero sets every element of t to 0.
+	Zero(t *Tensor)
+	// Fill sets every element of t to v.
+	Fill(t *Tensor, v float32)
+
+	// Gemm computes C = alpha*op(A)*op(B) + beta*C on row-major matrices
+	// that start aOff, bOff, cOff elements into the tensors a, b, c, with
+	// leading dimensions lda, ldb, ldc; op(A) is (m,k), op(B) is (k,n), C is
+	// (m,n). The layout rules are Sgemm's. beta == 0 ignores C's contents.
+	Gemm(transA, transB bool, m, n, k int, alpha float32, a *Tensor, aOff, lda int, b *Tensor, bOff, ldb int, beta float32, c *Tensor, cOff, ldc int)
+	// GemmStridedBatched is batch Gemms whose i-th matrices start i*stride
+	// elements after the first (stride 0 shares one matrix), as in
+	// SgemmStridedBatched. With offsets and leading dimensions it runs
+	// attention per head on (B,T,3C) and (B,NH,T,T) tensors.
+	GemmStridedBatched(transA, transB bool, m, n, k int, alpha float32, a *Tensor, aOff, lda, strideA int, b *Tensor, bOff, ldb, strideB int, beta float32, c *Tensor, cOff, ldc, strideC, batch int)
+
+	// EmbeddingForward looks rows up in an embedding table that holds the
+	// vocabulary slice [vocabStart, vocabStart+V): out[i] = table[ids[i]-vocabStart]
+	// when ids[i] is in the slice, zeros otherwise (vocab-parallel embedding;
+	// vocabStart is 0 and every id in range when unsharded).
+	// out is (N,C), ids is (N), table is (V,C).
+	EmbeddingForward(out *Tensor, ids []int32, table *Tensor, vocabStart int)
+	// EmbeddingBackward scatter-adds dout into the table gradient:
+	// dtable[ids[i]-vocabStart] += dout[i] for ids in the slice.
+	// dtable is (V,C), dout is (N,C), ids is (N).
+	EmbeddingBackward(dtable, dout *Tensor, ids []int32, vocabStart int)
+
+	// LayerNormForward normalizes each row over C and saves the statistics
+	// for the backward: out = (inp-mean)*rstd*weight + bias, with
+	// rstd = 1/sqrt(var+eps) (biased variance).
+	// out, inp are (N,C); mean, rstd are (N); weight, bias are (C).
+	LayerNormForward(out, mean, rstd, inp, weight, bias *Tensor, eps float32)
+	// LayerNormBackward accumulates into dinp (N,C), dweight (C), dbias (C)
+	// from dout (N,C) and the forward's inp, weight, mean, rstd.
+	LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd *Tensor)
+
+	// GELUForward is out = gelu(inp), tanh approximation (GPT-2's).
+	// out, inp have the same Len; out may be inp.
+	GELUForward(out, inp *Tensor)
+	// GELUBackward is dinp += gelu'(inp) * dout. dinp, inp, dout have the
+	// same Len.
+	GELUBackward(dinp, inp, dout *Tensor)
+
+	// SoftmaxForward is a row softmax of scale*inp with masked entries set to
+	// 0 (a row with every key masked is all zeros). inp and out are
+	// (B,...,Tq,Tk): rows of Tk keys. causal masks key j > i+(Tk-Tq) in query
+	// row i. keyValid, when not nil, is (B,Tk) and masks the keys where it is
+	// 0 in every row of batch item b (key padding). out may be inp.
+	SoftmaxForward(out, inp *Tensor, scale float32, causal bool, keyValid []int32)
+	// SoftmaxBackward is dinp += scale * out*(dout - rowsum(dout*out)), the
+	// gradient with respect to the forward's inp (masked entries get 0 since
+	// out is 0 there). dinp, dout, out are (B,...,Tq,Tk).
+	SoftmaxBackward(dinp, dout, out *Tensor, scale float32)
+
+	// Add is out = a + b elementwise (residual add); out may be a or b.
+	Add(out, a, b *Tensor)
+	// Axpy is y += alpha*x elementwise (residual backward with alpha 1).
+	Axpy(y *Tensor, alpha float32, x *Tensor)
+	// Scale is x *= alpha elementwise.
+	Scale(x *Tensor, alpha float32)
+	// AddBias is out[i] += bias for every row i. out is (N,OC), bias is (OC).
+	AddBias(out, bias *Tensor)
+	// BiasBackward is dbias += column sums of dout. dbias is (OC), dout is (N,OC).
+	BiasBackward(dbias, dout *Tensor)
+
+	// Cross-entropy in pieces, so that a vocab-parallel caller can
+	// all-reduce between them (MAX of rowMax, SUM of sumExp and of
+	// targetLogit); unsharded callers run them in turn (see CrossEntropy).
+	// logits is (N,V) and holds the vocabulary slice [vocabStart,
+	// vocabStart+V); targets is (N) of global ids, negative ones ignored.
+
+	// CrossEntropyRowMax is rowMax[i] = max_j logits[i,j]. rowMax is (N).
+	CrossEntropyRowMax(rowMax, logits *Tensor)
+	// CrossEntropySumExp is sumExp[i] = sum_j exp(logits[i,j] - rowMax[i])
+	// for a given (global) rowMax. sumExp, rowMax are (N).
+	CrossEntropySumExp(sumExp, logits, rowMax *Tensor)
+	// CrossEntropyTargetLogit is out[i] = logits[i, targets[i]-vocabStart]
+	// when the target is in the slice, 0 otherwise. out is (N).
+	CrossEntropyTargetLogit(out, logits *Tensor, targets []int32, vocabStart int)
+	// CrossEntropyLoss is losses[i] = log(sumExp[i]) + rowMax[i] - targetLogit[i],
+	// 0 where targets[i] < 0. All are (N).
+	CrossEntropyLoss(losses, rowMax, sumExp, targetLogit *Tensor, targets []int32)
+	// CrossEntropyBackward is dlogits[i,j] += dloss * (softmax(logits)[i,j] - onehot),
+	// with softmax from the global rowMax and sumExp and onehot 1 at
+	// targets[i]-vocabStart; rows with targets[i] < 0 are left alone. dloss
+	// is dLoss/dlosses[i], e.g. 1/(number of counted targets) for a mean.
+	// dlogits, logits are (N,V); rowMax, sumExp are (N).
+	CrossEntropyBackward(dlogits, logits, rowMax, sumExp *Tensor, targets []int32, vocabStart int, dloss float32)
+
+	// AdamW updates param with decoupled weight decay and bias correction:
+	// g = grad*GradScale; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g;
+	// param -= LR*( (m/(1-b1^Step)) / (sqrt(v/(1-b2^Step))+Eps) + WeightDecay*param ).
+	// param, grad, m, v have the same Len.
+	AdamW(param, grad, m, v *Tensor, p AdamWParams)
+	// SumSquares is the sum of the squares of every element of ts,
+	// accumulated in float64 (a squared L2 norm for gradient clipping). It
+	// waits for the work that writes ts.
+	SumSquares(ts ...*Tensor) float64
+}
+
+// MemStats is a device's memory accounting, in bytes.
+type MemStats struct {
+	Current int64 // allocated now
+	Peak    int64 // most allocated at once since the device was made or ResetPeak
+}
+
+// AdamWParams are the hyperparameters of one AdamW step.
+type AdamWParams struct {
+	LR          float32
+	Beta1       float32
+	Beta2       float32
+	Eps         float32
+	WeightDecay float32 // decoupled: applied to the parameter, not the gradient
+	Step        int     // 1 for the first step; used for bias correction
+	GradScale   float32 // gradients are multiplied by this first (e.g. a clip coefficient); 0 means 1
+}
