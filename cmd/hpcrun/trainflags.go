@@ -13,7 +13,7 @@ func trainFlags() []cli.Flag {
 		&cli.IntFlag{Name: "ntasks", Aliases: []string{"n"}, Usage: "total tasks (ranks) = tp x data-parallel degree", Category: cat},
 		&cli.IntFlag{Name: "tp", Usage: "tensor-parallel degree", Category: cat},
 		&cli.StringFlag{Name: "model", Usage: "bert (classifier) or gpt (causal LM)", Category: cat},
-		&cli.StringFlag{Name: "preset", Usage: "tiny, small, bert-base, bert-large, gpt2-124m, gpt2-350m", Category: cat},
+		&cli.StringFlag{Name: "preset", Usage: "tiny, small, bert-base, bert-large, gpt2-124m, gpt2-350m; other flags win over it", Category: cat},
 		&cli.IntFlag{Name: "layers", Usage: "transformer blocks", Category: cat},
 		&cli.IntFlag{Name: "dim", Usage: "hidden size", Category: cat},
 		&cli.IntFlag{Name: "heads", Usage: "attention heads", Category: cat},
@@ -31,11 +31,20 @@ func trainFlags() []cli.Flag {
 		&cli.Int64Flag{Name: "seed", Usage: "random seed for weights and data order", Category: cat},
 		&cli.IntFlag{Name: "eval-every", Usage: "steps between validations (0 = at the end)", Category: cat},
 		&cli.StringFlag{Name: "device", Usage: "auto, cpu or cuda", Category: cat},
+		&cli.StringFlag{Name: "vocab-file", Usage: "BERT vocab.txt for the wordpiece tokenizer (default: build one from the training texts)", Category: cat},
+		&cli.IntFlag{Name: "vocab", Usage: "vocabulary size before padding (0 = the tokenizer's)", Category: cat},
+		&cli.IntFlag{Name: "eval-samples", Usage: "validation samples per evaluation (0 = 512)", Category: cat},
+		&cli.Float64Flag{Name: "weight-decay", Usage: "AdamW weight decay", Category: cat},
+		&cli.Float64Flag{Name: "grad-clip", Usage: "clip the global gradient norm (0 = off)", Category: cat},
 	}
 }
 
-// applyTrainFlags overrides cfg with the training flags the user set.
-func applyTrainFlags(c *cli.Context, cfg *train.Config) {
+// applyTrainFlags overrides cfg with the training flags the user set. A
+// --preset is applied first, so that any other flag the user set wins over
+// it (--preset bert-base --layers 4 is a 4-layer BERT-base); --model is
+// applied before the preset too, so that the size presets (tiny, small) keep
+// the chosen model. The only error is an unknown preset.
+func applyTrainFlags(c *cli.Context, cfg *train.Config) error {
 	setInt := func(name string, dst *int) {
 		if c.IsSet(name) {
 			*dst = c.Int(name)
@@ -46,10 +55,15 @@ func applyTrainFlags(c *cli.Context, cfg *train.Config) {
 			*dst = c.String(name)
 		}
 	}
+	setString("model", &cfg.Model)
+	if c.IsSet("preset") {
+		if err := cfg.ApplyPreset(c.String("preset")); err != nil {
+			return err
+		}
+	}
 	setInt("ntasks", &cfg.NTasks)
 	setInt("tp", &cfg.TP)
 	setString("model", &cfg.Model)
-	setString("preset", &cfg.Preset)
 	setInt("layers", &cfg.Layers)
 	setInt("dim", &cfg.Dim)
 	setInt("heads", &cfg.Heads)
@@ -71,4 +85,14 @@ func applyTrainFlags(c *cli.Context, cfg *train.Config) {
 	}
 	setInt("eval-every", &cfg.EvalEvery)
 	setString("device", &cfg.Device)
+	setString("vocab-file", &cfg.VocabFile)
+	setInt("vocab", &cfg.Vocab)
+	setInt("eval-samples", &cfg.EvalSamples)
+	if c.IsSet("weight-decay") {
+		cfg.WeightDecay = c.Float64("weight-decay")
+	}
+	if c.IsSet("grad-clip") {
+		cfg.GradClip = c.Float64("grad-clip")
+	}
+	return nil
 }
