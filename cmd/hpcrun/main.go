@@ -33,7 +33,7 @@ func main() {
 
 // newApp builds the command tree; tests run it in-process.
 func newApp() *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:                 "hpcrun",
 		Usage:                "tensor- and data-parallel transformer training on Slurm, in one command",
 		Version:              version,
@@ -42,12 +42,7 @@ func newApp() *cli.App {
 		HideHelpCommand:      false,
 		// Errors are printed once, by main, as one line.
 		ExitErrHandler: func(*cli.Context, error) {},
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "config", Usage: "read this config file instead of ./hpcrun.toml", EnvVars: []string{"HPCRUN_CONFIG"}},
-			&cli.StringFlag{Name: "profile", Usage: "cluster profile to use (`NAME`; see hpcrun config show)", EnvVars: []string{"HPCRUN_PROFILE"}},
-			&cli.StringFlag{Name: "runs-dir", Usage: "directory holding one folder per run", EnvVars: []string{"HPCRUN_RUNS_DIR"}},
-			&cli.BoolFlag{Name: "json", Usage: "machine-readable JSON output for listing commands"},
-		},
+		Flags:          globalFlags(),
 		Commands: []*cli.Command{
 			submitCommand(),
 			queueCommand(),
@@ -65,4 +60,6 @@ func newApp() *cli.App {
 			completionCommand(),
 		},
 	}
+	inheritGlobalFlags(app.Commands)
+	return app
 }
