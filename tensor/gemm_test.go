@@ -148,7 +148,27 @@ func runGemmCase(t *testing.T, r *rand.Rand, tc gemmCase) {
 	}
 }
 
-func TestSgemm(t *testing.T) {
+// forKernels runs f once per micro-kernel this machine can run (the
+// assembly ones and the portable one), whatever HPCRUN_NOASM says.
+func forKernels(t *testing.T, f func(t *testing.T)) {
+	saved := activeKernel.Load()
+	defer activeKernel.Store(saved)
+	for _, kr := range gemmKernels {
+		activeKernel.Store(kr)
+		t.Run(kr.name, f)
+	}
+}
+
+func TestGemmKernelsPresent(t *testing.T) {
+	if gemmKernels[len(gemmKernels)-1] != portableKernel {
+		t.Fatalf("the portable kernel must be the last fallback")
+	}
+	t.Logf("kernels: %d, active %s", len(gemmKernels), GemmKernel())
+}
+
+func TestSgemm(t *testing.T) { forKernels(t, testSgemm) }
+
+func testSgemm(t *testing.T) {
 	sizes := []int{1, 3, 7, 17, 33, 65}
 	if !testing.Short() && !raceEnabled {
 		sizes = append(sizes, 127)
@@ -159,7 +179,9 @@ func TestSgemm(t *testing.T) {
 	}
 }
 
-func TestSgemmLarge(t *testing.T) {
+func TestSgemmLarge(t *testing.T) { forKernels(t, testSgemmLarge) }
+
+func testSgemmLarge(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("large shapes are slow under -short and -race")
 	}
@@ -177,7 +199,9 @@ func TestSgemmLarge(t *testing.T) {
 	}
 }
 
-func TestSgemmThreads(t *testing.T) {
+func TestSgemmThreads(t *testing.T) { forKernels(t, testSgemmThreads) }
+
+func testSgemmThreads(t *testing.T) {
 	defer SetGemmThreads(0)
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, th := range []int{1, 2, 3, 5} {
@@ -195,20 +219,26 @@ func TestSgemmThreads(t *testing.T) {
 	}
 }
 
-func TestSgemmStridedBatched(t *testing.T) {
+func TestSgemmStridedBatched(t *testing.T) { forKernels(t, testSgemmStridedBatched) }
+
+func testSgemmStridedBatched(t *testing.T) {
+	defer SetGemmThreads(0)
+	SetGemmThreads(2)
 	r := rand.New(rand.NewPCG(7, 8))
 	for _, tc := range []struct {
-		m, n, k, batch     int
-		transA, transB     bool
-		alpha, beta        float32
-		shareA, shareB     bool
-		extraA, extraB, eC int
+		m, n, k, batch         int
+		transA, transB         bool
+		alpha, beta            float32
+		shareA, shareB         bool
+		extraA, extraB, extraC int
 	}{
 		{m: 7, n: 9, k: 5, batch: 3, alpha: 1},
-		{m: 17, n: 33, k: 12, batch: 4, transA: true, alpha: 0.5, beta: 1, extraA: 3, extraB: 1, eC: 2},
+		{m: 17, n: 33, k: 12, batch: 4, transA: true, alpha: 0.5, beta: 1, extraA: 3, extraB: 1, extraC: 2},
 		{m: 20, n: 7, k: 31, batch: 5, transB: true, alpha: 1, beta: -2, shareB: true},
-		{m: 3, n: 65, k: 64, batch: 2, transA: true, transB: true, alpha: 1, shareA: true, eC: 7},
+		{m: 3, n: 65, k: 64, batch: 2, transA: true, transB: true, alpha: 1, shareA: true, extraC: 7},
 		{m: 1, n: 1, k: 1, batch: 6, alpha: 1, beta: 1},
+		{m: 40, n: 50, k: 60, batch: 3, transB: true, alpha: 1, beta: 0.5, extraC: 1},
+		{m: 70, n: 90, k: 50, batch: 1, transA: true, alpha: 1},
 	} {
 		ar, ac := tc.m, tc.k
 		if tc.transA {
@@ -219,7 +249,7 @@ func TestSgemmStridedBatched(t *testing.T) {
 			br, bc = tc.n, tc.k
 		}
 		lda, ldb, ldc := ac, bc, tc.n
-		sa, sb, sc := ar*lda+tc.extraA, br*ldb+tc.extraB, tc.m*ldc+tc.eC
+		sa, sb, sc := ar*lda+tc.extraA, br*ldb+tc.extraB, tc.m*ldc+tc.extraC
 		if tc.shareA {
 			sa = 0
 		}

@@ -1,0 +1,73 @@
+//go:build !noasm
+
+package tensor
+
+// The assembly micro-kernels live in gemm_kernel_amd64.s.
+
+//go:noescape
+func sgemmKernel12x32AVX512(k int, a, b, c *float32, ldc int, alpha, beta float32, loadC int)
+
+//go:noescape
+func sgemmKernel6x16AVX2(k int, a, b, c *float32, ldc int, alpha, beta float32, loadC int)
+
+func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
+
+func xgetbv() (eax, edx uint32)
+
+// cpuFeatures reports whether the CPU and the OS (which must save the wider
+// registers on context switches) support AVX2 with FMA, and AVX-512F.
+func cpuFeatures() (avx2FMA, avx512 bool) {
+	maxID, _, _, _ := cpuid(0, 0)
+	if maxID < 7 {
+		return false, false
+	}
+	_, _, ecx1, _ := cpuid(1, 0)
+	fma := ecx1&(1<<12) != 0
+	osxsave := ecx1&(1<<27) != 0
+	avx := ecx1&(1<<28) != 0
+	if !osxsave || !avx {
+		return false, false
+	}
+	xcr0, _ := xgetbv()
+	const ymmState = 1<<1 | 1<<2        // SSE and AVX state
+	const zmmState = 1<<5 | 1<<6 | 1<<7 // opmask, ZMM_Hi256, Hi16_ZMM
+	if xcr0&ymmState != ymmState {
+		return false, false
+	}
+	_, ebx7, _, _ := cpuid(7, 0)
+	avx2FMA = fma && ebx7&(1<<5) != 0
+	avx512 = avx2FMA && ebx7&(1<<16) != 0 && xcr0&zmmState == zmmState
+	return avx2FMA, avx512
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// asmKernels lists the assembly kernels this CPU can run, fastest first.
+func asmKernels() []*gemmKernel {
+	avx2FMA, avx512 := cpuFeatures()
+	var ks []*gemmKernel
+	if avx512 {
+		ks = append(ks, &gemmKernel{
+			name: "avx512-12x32", mr: 12, nr: 32, kc: 384, mc: 1536, nc: 512,
+			fn: func(k int, a, b, c []float32, ldc int, alpha, beta float32, loadC bool) {
+				_, _, _ = a[k*12-1], b[k*32-1], c[11*ldc+31]
+				sgemmKernel12x32AVX512(k, &a[0], &b[0], &c[0], ldc, alpha, beta, b2i(loadC))
+			},
+		})
+	}
+	if avx2FMA {
+		ks = append(ks, &gemmKernel{
+			name: "avx2-6x16", mr: 6, nr: 16, kc: 256, mc: 1536, nc: 768,
+			fn: func(k int, a, b, c []float32, ldc int, alpha, beta float32, loadC bool) {
+				_, _, _ = a[k*6-1], b[k*16-1], c[5*ldc+15]
+				sgemmKernel6x16AVX2(k, &a[0], &b[0], &c[0], ldc, alpha, beta, b2i(loadC))
+			},
+		})
+	}
+	return ks
+}

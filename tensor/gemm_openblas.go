@@ -1,0 +1,19 @@
+//go:build openblas && cgo
+
+package tensor
+
+import "github.com/hpcrun/hpcrun/tensor/internal/openblas"
+
+// OpenBLASPeer returns OpenBLAS cblas_sgemm as a GemmPeer. It exists because
+// this binary was built with -tags openblas and cgo; ok is false otherwise.
+func OpenBLASPeer() (peer *GemmPeer, ok bool) {
+	return &GemmPeer{
+		Name: "OpenBLAS " + openblas.Name(),
+		Core: openblas.CoreName(),
+		Sgemm: func(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+			checkGemm("OpenBLASPeer.Sgemm", transA, transB, m, n, k, a, lda, 0, b, ldb, 0, c, ldc, 0, 1)
+			openblas.Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		},
+		SetThreads: openblas.SetThreads,
+	}, true
+}
