@@ -1,0 +1,58 @@
+# hpcrun — make targets. `make run` runs the main job, `make test` the tests.
+GO      ?= go
+BIN     := bin/hpcrun
+VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+# The tests must fit CI's budget on 2 cores.
+TEST_TIMEOUT ?= 15m
+
+.PHONY: all build test test-unit test-e2e test-portable test-race run bench lint slurm-up slurm-down gpu-check clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/hpcrun
+
+# Unit tests, the portable (no assembly) compute path, the race detector on the
+# concurrent packages, then the end-to-end tests. The e2e tests use the local
+# one-node Slurm when it can be started (root), and the Local executor always.
+test: build slurm-up-if-root
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	HPCRUN_NOASM=1 $(GO) test -count=1 -tags noasm ./tensor/
+	$(GO) test -count=1 -race -short ./nccl/ ./tensor/ ./parallel/ ./slurm/ ./idrenv/ ./train/metrics/
+
+.PHONY: slurm-up-if-root
+slurm-up-if-root:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		scripts/slurm-local.sh up || echo "make: local Slurm did not start; Slurm e2e tests will skip"; \
+	else echo "make: not root; Slurm e2e tests will skip unless a Slurm is reachable"; fi
+
+slurm-up:
+	scripts/slurm-local.sh up
+
+slurm-down:
+	scripts/slurm-local.sh down
+
+# The main job: the tiny BERT at tp=2 x dp=2 on the synthetic set, through
+# Slurm when sbatch is on PATH, else the Local executor; then its metrics.
+run: build
+	$(BIN) submit --ntasks 4 --tp 2 --wait
+	$(BIN) metrics --last 1
+
+# Benchmarks print ratios against a peer measured in the same run.
+bench:
+	CGO_ENABLED=1 $(GO) run -tags openblas ./cmd/hpcrun bench gemm
+	$(GO) run ./cmd/hpcrun bench comm --nproc 4
+	CGO_ENABLED=1 $(GO) run -tags openblas ./cmd/hpcrun bench step --model gpt2-124m --bsz 4 --seq 64
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) vet -tags openblas ./...
+
+# Kernel checks on an NVIDIA GPU (skipped with a reason elsewhere).
+gpu-check:
+	$(GO) test -count=1 -run 'CUDA|NCCL|GPU' -v ./tensor/ ./nccl/
+
+clean:
+	rm -rf bin
