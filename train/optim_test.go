@@ -1,0 +1,100 @@
+package train
+
+import (
+	"math"
+	"testing"
+
+	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/tensor"
+)
+
+func newParam(t *testing.T, dev tensor.Device, name string, grad []float32, replicated bool) *Param {
+	t.Helper()
+	w, err := dev.Alloc(len(grad))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := dev.Alloc(len(grad))
+	dev.CopyFromHost(g, grad)
+	return &Param{Name: name, W: w, G: g, Replicated: replicated, Decay: true}
+}
+
+// TestGradNormUnderTP splits a sharded gradient over two TP ranks and keeps
+// a replicated one whole on both: the norm must be the unsharded model's.
+func TestGradNormUnderTP(t *testing.T) {
+	sharded := []float32{1, 2, 3, 4}
+	replicated := []float32{5, 6}
+	want := math.Sqrt(1 + 4 + 9 + 16 + 25 + 36)
+	err := nccl.RunInProcess(2, func(c nccl.Comm) error {
+		dev := tensor.NewCPU()
+		r := c.Rank()
+		ps := []*Param{
+			newParam(t, dev, "w", sharded[2*r:2*r+2], false),
+			newParam(t, dev, "ln", replicated, true),
+		}
+		got, err := GradNorm(dev, ps, c)
+		if err != nil {
+			return err
+		}
+		if math.Abs(got-want) > 1e-6 {
+			t.Errorf("rank %d: norm %g, want %g", r, got, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestGradSyncAveragesInBuckets(t *testing.T) {
+	err := nccl.RunInProcess(2, func(c nccl.Comm) error {
+		dev := tensor.NewCPU()
+		r := float32(c.Rank())
+		ps := []*Param{
+			newParam(t, dev, "a", []float32{r, 2 * r, 3}, false),
+			newParam(t, dev, "b", []float32{10 * r}, false),
+			newParam(t, dev, "c", []float32{r, r, r, r, r}, true),
+		}
+		s := NewGradSync(dev, c, ps, 4)
+		if s.Buckets() != 2 {
+			t.Errorf("%d buckets, want 2 ([a b] [c])", s.Buckets())
+		}
+		if err := s.Sync(); err != nil {
+			return err
+		}
+		want := [][]float32{{0.5, 1, 3}, {5}, {0.5, 0.5, 0.5, 0.5, 0.5}}
+		for i, p := range ps {
+			for j, v := range p.G.Host() {
+				if v != want[i][j] {
+					t.Errorf("%s[%d] = %g, want %g", p.Name, j, v, want[i][j])
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAdamWClips(t *testing.T) {
+	dev := tensor.NewCPU()
+	p := newParam(t, dev, "w", []float32{30, 40}, false)
+	p.Decay = false
+	o, err := NewAdamW(dev, []*Param{p}, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	norm, _ := GradNorm(dev, []*Param{p}, nil)
+	if norm != 50 {
+		t.Fatalf("norm %g", norm)
+	}
+	o.Step(0.1, norm)
+	// Adam's first step moves every weight by lr*sign(g), whatever the
+	// scale: clipping must not change that.
+	for i, w := range p.W.Host() {
+		if math.Abs(float64(w)+0.1) > 1e-5 {
+			t.Errorf("w[%d] = %g after one step, want -0.1", i, w)
+		}
+	}
+}
