@@ -1,0 +1,190 @@
+package slurm
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Local is the Executor for a machine without Slurm: it runs the same job
+// script, detached, with an srun stand-in that starts the tasks on this
+// machine with the variables real srun sets. The job id is the id of the
+// supervising process; the job's state lives in <run dir>/.local/state.
+type Local struct{}
+
+var (
+	//go:embed local/srun
+	srunStandIn []byte
+	//go:embed local/job
+	jobSupervisor []byte
+)
+
+// LocalDir is the folder of a run dir that holds the Local executor's files.
+const LocalDir = ".local"
+
+// Name is "local".
+func (*Local) Name() string { return "local" }
+
+// Submit starts the job's supervisor in its own session and returns at once.
+func (*Local) Submit(ctx context.Context, sub Submission) (string, string, error) {
+	s := sub.Spec
+	lay, err := Size(s.NTasks, s.GPUsPerNode)
+	if err != nil {
+		return "", "", err
+	}
+	dir := filepath.Join(s.RunDir, LocalDir)
+	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
+		return "", "", fmt.Errorf("local executor: %w", err)
+	}
+	if err := WriteFileAtomic(filepath.Join(dir, "bin", "srun"), srunStandIn, 0o755); err != nil {
+		return "", "", err
+	}
+	if err := WriteFileAtomic(filepath.Join(dir, "job"), jobSupervisor, 0o755); err != nil {
+		return "", "", err
+	}
+	host, _ := os.Hostname()
+	host, _, _ = strings.Cut(host, ".")
+	n := strconv.Itoa(s.NTasks)
+	cmd := exec.Command("bash", filepath.Join(dir, "job"), sub.Script)
+	cmd.Dir = s.RunDir
+	cmd.Env = append(os.Environ(),
+		"HPCRUN_LOCAL_DIR="+dir,
+		"HPCRUN_EXECUTOR=local",
+		"SLURM_SUBMIT_DIR="+s.RunDir, "SLURM_SUBMIT_HOST="+host,
+		"SLURM_JOB_NAME="+s.Name, "SLURM_CLUSTER_NAME=local", "SLURM_JOB_PARTITION=local",
+		"SLURM_NTASKS="+n, "SLURM_NPROCS="+n, "SLURM_JOB_NUM_NODES=1", "SLURM_NNODES=1",
+		"SLURM_JOB_NODELIST="+host, "SLURM_NODELIST="+host, "SLURMD_NODENAME="+host, "SLURM_NODEID=0",
+		"SLURM_TASKS_PER_NODE="+n, "SLURM_NTASKS_PER_NODE="+n,
+		"SLURM_CPUS_PER_TASK="+strconv.Itoa(s.CPUsPerTask),
+		"SLURM_JOB_CPUS_PER_NODE="+strconv.Itoa(s.CPUsPerTask*s.NTasks),
+		"SLURM_GPUS_ON_NODE="+strconv.Itoa(lay.GPUsPerNode),
+	)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return "", "", fmt.Errorf("local executor: start %s: %w", sub.Script, err)
+	}
+	// Reap the supervisor if this process outlives it; otherwise it is
+	// inherited by init when hpcrun exits.
+	go cmd.Wait()
+	return strconv.Itoa(cmd.Process.Pid), "", nil
+}
+
+// Queue returns nothing: local jobs are found through their run dirs.
+func (*Local) Queue(context.Context, bool) ([]JobInfo, error) { return nil, nil }
+
+// Status reads <run dir>/.local/state and checks that the supervisor lives.
+func (*Local) Status(_ context.Context, ref JobRef) (JobInfo, error) {
+	j := JobInfo{ID: ref.ID, Nodes: 1, Source: "local"}
+	st, err := readLocalState(filepath.Join(ref.RunDir, LocalDir, "state"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return j, err
+	}
+	if host := shortHost(); st["host"] != "" && st["host"] != host {
+		return j, fmt.Errorf("run %s was started by the local executor on %s; its state can only be read there (this is %s)",
+			filepath.Base(ref.RunDir), st["host"], host)
+	}
+	alive := pidAlive(ref.ID)
+	if st == nil {
+		if alive {
+			j.State = Pending
+			return j, nil
+		}
+		j.State, j.Reason = Failed, "the local job never started"
+		return j, nil
+	}
+	j.State = State(st["state"])
+	j.NodeList = st["host"]
+	start, _ := strconv.ParseInt(st["start"], 10, 64)
+	end, _ := strconv.ParseInt(st["end"], 10, 64)
+	j.ExitCode, _ = strconv.Atoi(st["exit"])
+	if j.State == Running {
+		if !alive {
+			j.State, j.Reason = Failed, "the local job's supervisor died"
+			fi, err := os.Stat(filepath.Join(ref.RunDir, LocalDir, "state"))
+			if err == nil {
+				end = fi.ModTime().Unix()
+			}
+		} else {
+			end = time.Now().Unix()
+		}
+	}
+	if j.State == Failed && j.Reason == "" {
+		j.Reason = "NonZeroExitCode"
+	}
+	if start > 0 && end >= start {
+		j.Elapsed = time.Duration(end-start) * time.Second
+	}
+	return j, nil
+}
+
+// Cancel sends TERM to the job's process group, then KILL after 10 s.
+func (l *Local) Cancel(ctx context.Context, ref JobRef) error {
+	j, err := l.Status(ctx, ref)
+	if err != nil {
+		return err
+	}
+	if j.State.Done() {
+		return fmt.Errorf("job %s is already over (%s)", ref.ID, j.State)
+	}
+	pid, _ := strconv.Atoi(ref.ID)
+	if err := syscall.Kill(-pid, syscall.SIGTERM); err != nil {
+		return fmt.Errorf("cancel local job %s: %w", ref.ID, err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if !pidAlive(ref.ID) {
+			return nil
+		}
+	}
+	syscall.Kill(-pid, syscall.SIGKILL)
+	return nil
+}
+
+func shortHost() string {
+	h, _ := os.Hostname()
+	h, _, _ = strings.Cut(h, ".")
+	return h
+}
+
+// pidAlive reports whether the process lives and is a Local job supervisor
+// (not a zombie, not a recycled pid).
+func pidAlive(id string) bool {
+	pid, err := strconv.Atoi(id)
+	if err != nil || pid <= 0 {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+		return false
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return err == nil && bytes.Contains(cmdline, []byte(LocalDir+"/job\x00"))
+}
+
+func readLocalState(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			st[k] = v
+		}
+	}
+	return st, sc.Err()
+}

@@ -1,0 +1,235 @@
+package slurm
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// JobSpec is everything the job script is made from. Values that reach an
+// #SBATCH line are validated (sbatch does not parse them like a shell); values
+// that reach the shell part of the script are shell-quoted when rendered.
+type JobSpec struct {
+	Name        string            `json:"name"`                  // --job-name
+	RunDir      string            `json:"run_dir"`               // absolute; output, error and cwd of the job
+	NTasks      int               `json:"ntasks"`                // total tasks (ranks)
+	GPUsPerNode int               `json:"gpus_per_node"`         // 0 for CPU-only clusters
+	CPUsPerTask int               `json:"cpus_per_task"`         // --cpus-per-task
+	Time        string            `json:"time,omitempty"`        // --time, Slurm's formats; "" = partition default
+	QOS         string            `json:"qos,omitempty"`         // --qos
+	Account     string            `json:"account,omitempty"`     // --account
+	Partition   string            `json:"partition,omitempty"`   // --partition
+	Constraint  string            `json:"constraint,omitempty"`  // --constraint
+	Exclusive   bool              `json:"exclusive,omitempty"`   // --exclusive
+	Hint        string            `json:"hint,omitempty"`        // --hint, e.g. nomultithread
+	Checkpoint  bool              `json:"checkpoint,omitempty"`  // --signal=USR1@SignalSecs and --requeue
+	SignalSecs  int               `json:"signal_secs,omitempty"` // seconds before the time limit; 0 = 120
+	Modules     []string          `json:"modules,omitempty"`     // module load, in order
+	Env         map[string]string `json:"env,omitempty"`         // exported in the script, values literal
+	Extra       []string          `json:"extra,omitempty"`       // extra #SBATCH options, e.g. "--mail-type=END"
+	Program     string            `json:"program"`               // absolute path of the program srun starts
+	Args        []string          `json:"args,omitempty"`        // its arguments
+}
+
+// DefaultSignalSecs is how long before the time limit a checkpointing job is
+// sent USR1 when the spec does not say.
+const DefaultSignalSecs = 120
+
+// Layout is how a job's tasks are spread over nodes.
+type Layout struct {
+	Nodes        int // --nodes
+	TasksPerNode int // --ntasks-per-node
+	GPUsPerNode  int // --gres=gpu:N; 0 on CPU-only profiles
+}
+
+// Size spreads ntasks over nodes of gpusPerNode GPUs, one task a GPU, as
+// IDRIS's gpu_jobs_submitter does: fewer tasks than a node's GPUs fit on one
+// node; more must fill whole nodes. gpusPerNode 0 (a CPU-only profile) puts
+// every task on one node.
+func Size(ntasks, gpusPerNode int) (Layout, error) {
+	switch {
+	case ntasks < 1:
+		return Layout{}, fmt.Errorf("ntasks = %d: must be at least 1", ntasks)
+	case gpusPerNode < 0:
+		return Layout{}, fmt.Errorf("gpus_per_node = %d: must not be negative", gpusPerNode)
+	case gpusPerNode == 0:
+		return Layout{Nodes: 1, TasksPerNode: ntasks}, nil
+	case ntasks < gpusPerNode:
+		return Layout{Nodes: 1, TasksPerNode: ntasks, GPUsPerNode: ntasks}, nil
+	case ntasks%gpusPerNode == 0:
+		return Layout{Nodes: ntasks / gpusPerNode, TasksPerNode: gpusPerNode, GPUsPerNode: gpusPerNode}, nil
+	}
+	lo := ntasks / gpusPerNode * gpusPerNode
+	return Layout{}, fmt.Errorf("ntasks %d does not fill whole nodes of %d GPUs: use fewer than %d tasks, or a multiple of %d (%d or %d)",
+		ntasks, gpusPerNode, gpusPerNode, gpusPerNode, lo, lo+gpusPerNode)
+}
+
+var (
+	nameRE      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$`)
+	wordRE      = regexp.MustCompile(`^[A-Za-z0-9_.,-]+$`) // qos, account, partition (a partition may be a list)
+	constrRE    = regexp.MustCompile(`^[A-Za-z0-9_.,&|*:!()\[\]-]+$`)
+	hintRE      = regexp.MustCompile(`^[a-z_]+$`)
+	envNameRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	sbatchPathB = " \t\r\n\"'\\%#$`"
+)
+
+// Validate checks every field of s and returns one error naming each problem
+// and what to change.
+func (s JobSpec) Validate() error {
+	var errs []string
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+	if !nameRE.MatchString(s.Name) {
+		bad("job name %q: use 1 to 128 letters, digits, '.', '_', '+' or '-', starting with a letter or digit", s.Name)
+	}
+	if !filepath.IsAbs(s.RunDir) {
+		bad("run dir %q: must be an absolute path", s.RunDir)
+	} else if strings.ContainsAny(s.RunDir, sbatchPathB) || hasControl(s.RunDir) {
+		bad("run dir %q: #SBATCH --output cannot hold spaces, quotes, '%%', '#', '$', backslashes or control characters; choose another runs dir", s.RunDir)
+	}
+	if _, err := Size(s.NTasks, s.GPUsPerNode); err != nil {
+		bad("%v", err)
+	}
+	if s.CPUsPerTask < 1 {
+		bad("cpus_per_task = %d: must be at least 1", s.CPUsPerTask)
+	}
+	if err := ValidateTime(s.Time); err != nil {
+		bad("%v", err)
+	}
+	for _, f := range []struct{ key, v string }{{"qos", s.QOS}, {"account", s.Account}, {"partition", s.Partition}} {
+		if f.v != "" && !wordRE.MatchString(f.v) {
+			bad("%s %q: use letters, digits, '_', '.', ',' or '-'", f.key, f.v)
+		}
+	}
+	if s.Constraint != "" && !constrRE.MatchString(s.Constraint) {
+		bad("constraint %q: use a Slurm feature expression without spaces or quotes (e.g. a100 or v100&ib)", s.Constraint)
+	}
+	if s.Hint != "" && !hintRE.MatchString(s.Hint) {
+		bad("hint %q: use a Slurm hint such as nomultithread, multithread, compute_bound or memory_bound", s.Hint)
+	}
+	if s.Checkpoint && (s.SignalSecs < 0 || s.SignalSecs > 65535) {
+		bad("signal_secs = %d: use 0 (default %d) to 65535 seconds before the time limit", s.SignalSecs, DefaultSignalSecs)
+	}
+	for _, m := range s.Modules {
+		if m == "" || strings.ContainsRune(m, 0) {
+			bad("module %q: must be non-empty and hold no NUL byte", m)
+		}
+	}
+	for k, v := range s.Env {
+		if !envNameRE.MatchString(k) {
+			bad("env name %q: use letters, digits and '_', not starting with a digit", k)
+		}
+		if strings.ContainsRune(v, 0) {
+			bad("env %s: value holds a NUL byte", k)
+		}
+	}
+	for _, x := range s.Extra {
+		if !strings.HasPrefix(x, "-") || hasControl(x) {
+			bad("extra #SBATCH option %q: must start with '-' and be one line without control characters", x)
+		}
+	}
+	if !filepath.IsAbs(s.Program) {
+		bad("program %q: must be an absolute path (the job starts it on the compute nodes)", s.Program)
+	}
+	if strings.ContainsRune(s.Program, 0) {
+		bad("program %q: holds a NUL byte", s.Program)
+	}
+	for _, a := range s.Args {
+		if strings.ContainsRune(a, 0) {
+			bad("argument %q: holds a NUL byte", a)
+		}
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func hasControl(s string) bool {
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return true
+		}
+	}
+	return false
+}
+
+// ValidateTime checks a Slurm --time value: "" (the partition default),
+// "UNLIMITED" or "INFINITE", or one of MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM,
+// D-HH:MM:SS.
+func ValidateTime(t string) error {
+	if t == "" || t == "UNLIMITED" || t == "INFINITE" {
+		return nil
+	}
+	if _, err := ParseTime(t); err != nil {
+		return err
+	}
+	return nil
+}
+
+// ParseTime converts a Slurm time limit to seconds.
+func ParseTime(t string) (int, error) {
+	bad := fmt.Errorf("time %q: use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 01:30:00 or 2-00:00:00)", t)
+	days := -1
+	rest := t
+	if d, r, ok := strings.Cut(t, "-"); ok {
+		n, err := num(d, 1<<20)
+		if err != nil {
+			return 0, bad
+		}
+		days, rest = n, r
+	}
+	parts := strings.Split(rest, ":")
+	var v [3]int
+	for i, p := range parts {
+		limit := 59
+		if i == 0 {
+			limit = 1 << 30
+		}
+		n, err := num(p, limit)
+		if err != nil || len(parts) > 3 {
+			return 0, bad
+		}
+		v[i] = n
+	}
+	var secs int
+	switch {
+	case days >= 0 && len(parts) == 1: // D-HH
+		secs = days*86400 + v[0]*3600
+	case days >= 0 && len(parts) == 2: // D-HH:MM
+		secs = days*86400 + v[0]*3600 + v[1]*60
+	case days >= 0: // D-HH:MM:SS
+		secs = days*86400 + v[0]*3600 + v[1]*60 + v[2]
+	case len(parts) == 1: // MM
+		secs = v[0] * 60
+	case len(parts) == 2: // MM:SS
+		secs = v[0]*60 + v[1]
+	default: // HH:MM:SS
+		secs = v[0]*3600 + v[1]*60 + v[2]
+	}
+	if days >= 0 && v[0] > 23 {
+		return 0, bad
+	}
+	if secs <= 0 {
+		return 0, fmt.Errorf("time %q: must be more than zero", t)
+	}
+	return secs, nil
+}
+
+func num(s string, max int) (int, error) {
+	if s == "" || len(s) > 10 {
+		return 0, errors.New("empty")
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, errors.New("not a number")
+		}
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n > max {
+		return 0, errors.New("out of range")
+	}
+	return n, nil
+}
