@@ -8,7 +8,7 @@ import "github.com/hpcrun/hpcrun/tensor/internal/openblas"
 // this binary was built with -tags openblas and cgo; ok is false otherwise.
 func OpenBLASPeer() (peer *GemmPeer, ok bool) {
 	return &GemmPeer{
-		Name: "OpenBLAS " + openblas.Name(),
+		Name: openblas.Name(),
 		Core: openblas.CoreName(),
 		Sgemm: func(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 			checkGemm("OpenBLASPeer.Sgemm", transA, transB, m, n, k, a, lda, 0, b, ldb, 0, c, ldc, 0, 1)
