@@ -15,6 +15,7 @@ import (
 type CPUDevice struct {
 	mu      sync.Mutex
 	threads int // 0: runtime.GOMAXPROCS(0) at call time
+	minWork int // 0: minParallelWork; tests lower it to split small inputs
 	cur     int64
 	peak    int64
 
@@ -73,7 +74,12 @@ func (d *CPUDevice) Alloc(shape ...int) (*Tensor, error) {
 
 // Free releases t's buffer to the garbage collector and the accounting.
 func (d *CPUDevice) Free(t *Tensor) {
-	d.own("Free", t)
+	if t == nil {
+		panic("tensor.Free: nil tensor")
+	}
+	if t.buf.dev != Device(d) {
+		panic(fmt.Sprintf("tensor.Free: tensor %v is not on this cpu device", t))
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if t.buf.MarkFreed() {
@@ -153,7 +159,11 @@ const minParallelWork = 1 << 15
 // chunks is how many chunks parallel splits n units of the given cost into.
 // Called with d.mu held.
 func (d *CPUDevice) chunks(n, cost int) int {
-	if n*cost < minParallelWork {
+	minWork := d.minWork
+	if minWork == 0 {
+		minWork = minParallelWork
+	}
+	if n*cost < minWork {
 		return 1
 	}
 	return max(1, min(d.nthreads(), n))

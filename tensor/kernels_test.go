@@ -1,0 +1,874 @@
+package tensor
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// testDevices are a serial CPU device and one that splits every kernel into
+// three chunks however small, so both code paths meet every test.
+func testDevices() []struct {
+	name string
+	d    *CPUDevice
+} {
+	serial := NewCPU()
+	serial.SetThreads(1)
+	par := NewCPU()
+	par.SetThreads(3)
+	par.minWork = 1
+	return []struct {
+		name string
+		d    *CPUDevice
+	}{{"serial", serial}, {"parallel", par}}
+}
+
+func eachDevice(t *testing.T, f func(t *testing.T, d *CPUDevice)) {
+	for _, td := range testDevices() {
+		t.Run(td.name, func(t *testing.T) { f(t, td.d) })
+	}
+}
+
+func randF32(r *rand.Rand, n int, scale float32) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = (r.Float32()*2 - 1) * scale
+	}
+	return s
+}
+
+func to64(x []float32) []float64 {
+	y := make([]float64, len(x))
+	for i, v := range x {
+		y[i] = float64(v)
+	}
+	return y
+}
+
+// upload allocates a tensor of the given shape on d holding data.
+func upload(t *testing.T, d Device, data []float32, shape ...int) *Tensor {
+	t.Helper()
+	x, err := d.Alloc(shape...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.CopyFromHost(x, data)
+	return x
+}
+
+// download copies x to a new host slice.
+func download(x *Tensor) []float32 {
+	h := make([]float32, x.Len())
+	x.Device().CopyToHost(h, x)
+	return h
+}
+
+// checkClose fails unless |got-want| <= tol*(1+|want|) everywhere.
+func checkClose(t *testing.T, what string, got []float32, want []float64, tol float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	for i, w := range want {
+		g := float64(got[i])
+		if math.IsNaN(g) || math.Abs(g-w) > tol*(1+math.Abs(w)) {
+			t.Fatalf("%s[%d] = %v, want %v (tolerance %g)", what, i, g, w, tol)
+		}
+	}
+}
+
+// checkGrad fails unless got is within tol of want relative to want's
+// largest magnitude (finite-difference gradients are compared this way).
+func checkGrad(t *testing.T, what string, got []float32, want []float64, tol float64) {
+	t.Helper()
+	var scale float64
+	for _, w := range want {
+		scale = max(scale, math.Abs(w))
+	}
+	scale = max(scale, 1e-3)
+	for i, w := range want {
+		g := float64(got[i])
+		if math.IsNaN(g) || math.Abs(g-w) > tol*scale {
+			t.Fatalf("%s[%d] = %v, want %v (tolerance %g of %g)", what, i, g, w, tol, scale)
+		}
+	}
+}
+
+// numGrad is dL/dx by central differences in float64, for L = loss()
+// reading x.
+func numGrad(x []float64, loss func() float64) []float64 {
+	const h = 1e-6
+	g := make([]float64, len(x))
+	for i := range x {
+		v := x[i]
+		x[i] = v + h
+		lp := loss()
+		x[i] = v - h
+		lm := loss()
+		x[i] = v
+		g[i] = (lp - lm) / (2 * h)
+	}
+	return g
+}
+
+// dot64 is sum(a*b).
+func dot64(a, b []float64) float64 {
+	var s float64
+	for i := range a {
+		s += a[i] * b[i]
+	}
+	return s
+}
+
+// plus is base + d elementwise: the expected value of an accumulating gradient.
+func plus(base []float32, d []float64) []float64 {
+	out := make([]float64, len(d))
+	for i := range d {
+		out[i] = float64(base[i]) + d[i]
+	}
+	return out
+}
+
+// rowSizes are odd (N,C) sizes, including single rows and columns.
+var rowSizes = [][2]int{{1, 1}, {1, 7}, {5, 1}, {7, 13}, {13, 33}}
+
+func TestElementwise(t *testing.T) {
+	eachDevice(t, func(t *testing.T, d *CPUDevice) {
+		r := rand.New(rand.NewPCG(1, 2))
+		for _, n := range []int{1, 7, 1001} {
+			a, b := randF32(r, n, 2), randF32(r, n, 2)
+			ta, tb, to := upload(t, d, a, n), upload(t, d, b, n), upload(t, d, make([]float32, n), n)
+			want := make([]float64, n)
+
+			d.Add(to, ta, tb)
+			for i := range want {
+				want[i] = float64(a[i] + b[i])
+			}
+			checkClose(t, "Add", download(to), want, 0)
+
+			d.Add(ta, ta, tb) // in place
+			checkClose(t, "Add in place", download(ta), want, 0)
+			d.CopyFromHost(ta, a)
+
+			d.Axpy(tb, -0.75, ta)
+			for i := range want {
+				want[i] = float64(b[i]) - 0.75*float64(a[i])
+			}
+			checkClose(t, "Axpy", download(tb), want, 1e-6)
+
+			d.Scale(ta, 3)
+			for i := range want {
+				want[i] = 3 * float64(a[i])
+			}
+			checkClose(t, "Scale", download(ta), want, 1e-6)
+
+			d.Fill(ta, 2.5)
+			for i := range want {
+				want[i] = 2.5
+			}
+			checkClose(t, "Fill", download(ta), want, 0)
+			d.Zero(ta)
+			clear(want)
+			checkClose(t, "Zero", download(ta), want, 0)
+
+			d.Copy(ta, tb)
+			checkClose(t, "Copy", download(ta), to64(download(tb)), 0)
+		}
+	})
+}
+
+func TestBias(t *testing.T) {
+	eachDevice(t, func(t *testing.T, d *CPUDevice) {
+		r := rand.New(rand.NewPCG(3, 4))
+		for _, sz := range rowSizes {
+			n, oc := sz[0], sz[1]
+			out, bias := randF32(r, n*oc, 1), randF32(r, oc, 1)
+			tout, tbias := upload(t, d, out, n, oc), upload(t, d, bias, oc)
+			d.AddBias(tout, tbias)
+			want := make([]float64, n*oc)
+			for i := range want {
+				want[i] = float64(out[i] + bias[i%oc])
+			}
+			checkClose(t, fmt.Sprintf("AddBias %v", sz), download(tout), want, 0)
+
+			// dbias += column sums, onto nonzero dbias.
+			d.BiasBackward(tbias, tout)
+			colsum := make([]float64, oc)
+			for i, v := range want {
+				colsum[i%oc] += v
+			}
+			checkClose(t, fmt.Sprintf("BiasBackward %v", sz), download(tbias), plus(bias, colsum), 1e-5)
+		}
+	})
+}
+
+func TestEmbedding(t *testing.T) {
+	eachDevice(t, func(t *testing.T, d *CPUDevice) {
+		r := rand.New(rand.NewPCG(5, 6))
+		const n, c, v, start = 19, 9, 11, 4 // this table holds ids [4,15)
+		ids := make([]int32, n)
+		for i := range ids {
+			ids[i] = int32(r.IntN(20)) // some outside the slice, some repeated
+		}
+		ids[0], ids[1], ids[2] = 3, 4, 14 // both edges and one below
+		table := randF32(r, v*c, 1)
+		ttable := upload(t, d, table, v, c)
+		tout := upload(t, d, randF32(r, n*c, 1), n, c) // garbage to overwrite
+		d.EmbeddingForward(tout, ids, ttable, start)
+		want := make([]float64, n*c)
+		for i, id := range ids {
+			if j := int(id) - start; j >= 0 && j < v {
+				for k := 0; k < c; k++ {
+					want[i*c+k] = float64(table[j*c+k])
+				}
+			}
+		}
+		checkClose(t, "EmbeddingForward", download(tout), want, 0)
+
+		dout := randF32(r, n*c, 1)
+		tdout := upload(t, d, dout, n, c)
+		dtable := randF32(r, v*c, 1)
+		tdtable := upload(t, d, dtable, v, c)
+		d.EmbeddingBackward(tdtable, tdout, ids, start)
+		grad := make([]float64, v*c)
+		for i, id := range ids {
+			if j := int(id) - start; j >= 0 && j < v {
+				for k := 0; k < c; k++ {
+					grad[j*c+k] += float64(dout[i*c+k])
+				}
+			}
+		}
+		checkClose(t, "EmbeddingBackward", download(tdtable), plus(dtable, grad), 1e-6)
+	})
+}
+
+// refLayerNorm is layernorm in float64. x is (N,C), w and b are (C).
+func refLayerNorm(x, w, b []float64, c int, eps float64) (out, mean, rstd []float64) {
+	n := len(x) / c
+	out, mean, rstd = make([]float64, len(x)), make([]float64, n), make([]float64, n)
+	for i := 0; i < n; i++ {
+		row := x[i*c : (i+1)*c]
+		var m, v float64
+		for _, xv := range row {
+			m += xv
+		}
+		m /= float64(c)
+		for _, xv := range row {
+			v += (xv - m) * (xv - m)
+		}
+		rs := 1 / math.Sqrt(v/float64(c)+eps)
+		for j, xv := range row {
+			out[i*c+j] = (xv-m)*rs*w[j] + b[j]
+		}
+		mean[i], rstd[i] = m, rs
+	}
+	return out, mean, rstd
+}
+
+func TestLayerNorm(t *testing.T) {
+	eachDevice(t, func(t *testing.T, d *CPUDevice) {
+		r := rand.New(rand.NewPCG(7, 8))
+		for _, sz := range rowSizes {
+			n, c := sz[0], sz[1]
+			const eps = 1e-5
+			x, w, b := randF32(r, n*c, 2), randF32(r, c, 1), randF32(r, c, 1)
+			for i := range x {
+				x[i] += 0.5 // a nonzero mean
+			}
+			tx, tw, tb := upload(t, d, x, n, c), upload(t, d, w, c), upload(t, d, b, c)
+			tout, tmean, trstd := upload(t, d, make([]float32, n*c), n, c), upload(t, d, make([]float32, n), n), upload(t, d, make([]float32, n), n)
+			d.LayerNormForward(tout, tmean, trstd, tx, tw, tb, eps)
+			x64, w64, b64 := to64(x), to64(w), to64(b)
+			out, mean, rstd := refLayerNorm(x64, w64, b64, c, eps)
+			name := fmt.Sprintf("%dx%d", n, c)
+			checkClose(t, "LayerNormForward out "+name, download(tout), out, 1e-5)
+			checkClose(t, "LayerNormForward mean "+name, download(tmean), mean, 1e-6)
+			checkClose(t, "LayerNormForward rstd "+name, download(trstd), rstd, 1e-5)
+
+			g := randF32(r, n*c, 1)
+			g64 := to64(g)
+			loss := func() float64 {
+				o, _, _ := refLayerNorm(x64, w64, b64, c, eps)
+				return dot64(o, g64)
+			}
+			dx0, dw0, db0 := randF32(r, n*c, 1), randF32(r, c, 1), randF32(r, c, 1)
+			tdx, tdw, tdb := upload(t, d, dx0, n, c), upload(t, d, dw0, c), upload(t, d, db0, c)
+			d.LayerNormBackward(tdx, tdw, tdb, upload(t, d, g, n, c), tx, tw, tmean, trstd)
+			checkGrad(t, "LayerNormBackward dinp "+name, download(tdx), plus(dx0, numGrad(x64, loss)), 1e-5)
+			checkGrad(t, "LayerNormBackward dweight "+name, download(tdw), plus(dw0, numGrad(w64, loss)), 1e-5)
+			checkGrad(t, "LayerNormBackward dbias "+name, download(tdb), plus(db0, numGrad(b64, loss)), 1e-5)
+		}
+	})
+}
+
+func refGELU(x float64) float64 {
+	return 0.5 * x * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x)))
+}
+
+func TestGELU(t *testing.T) {
+	eachDevice(t, func(t *testing.T, d *CPUDevice) {
+		r := rand.New(rand.NewPCG(9, 10))
+		for _, n := range []int{1, 7, 333} {
+			x := randF32(r, n, 5)
+			x[0] = 0
+			tx, tout := upload(t, d, x, n), upload(t, d, make([]float32, n), n)
+			d.GELUForward(tout, tx)
+			x64 := to64(x)
+			want := make([]float64, n)
+			for i, v := range x64 {
+				want[i] = refGELU(v)
+			}
+			checkClose(t, "GELUForward", download(tout), want, 2e-6)
+
+			g := to64(randF32(r, n, 1))
+			loss := func() float64 {
+				var s float64
+				for i, v := range x64 {
+					s += refGELU(v) * g[i]
+				}
+				return s
+			}
+			dx0 := randF32(r, n, 1)
+			tdx := upload(t, d, dx0, n)
+			d.GELUBackward(tdx, tx, upload(t, d, toF32(g), n))
+			checkGrad(t, "GELUBackward", download(tdx), plus(dx0, numGrad(x64, loss)), 1e-5)
+
+			d.GELUForward(tx, tx) // in place
+			checkClose(t, "GELUForward in place", download(tx), want, 2e-6)
+		}
+	})
+}
+
+func toF32(x []float64) []float32 {
+	y := make([]float32, len(x))
+	for i, v := range x {
+		y[i] = float32(v)
+	}
+	return y
+}
+
+// refSoftmax is the masked softmax of scale*x over rows of tk in float64;
+// x is (B,rows/B...,Tq,Tk).
+func refSoftmax(x []float64, b, tq, tk int, scale float64, causal bool, keyValid []int32) []float64 {
+	out := make([]float64, len(x))
+	rows := len(x) / tk
+	for r := 0; r < rows; r++ {
+		item, q := r/(rows/b), r%tq
+		ok := func(j int) bool {
+			if causal && j > q+tk-tq {
+				return false
+			}
+			return keyValid == nil || keyValid[item*tk+j] != 0
+		}
+		mx := math.Inf(-1)
+		for j := 0; j < tk; j++ {
+			if ok(j) {
+				mx = max(mx, scale*x[r*tk+j])
+			}
+		}
+		var s float64
+		for j := 0; j < tk; j++ {
+			if ok(j) {
+				s += math.Exp(scale*x[r*tk+j] - mx)
+			}
+		}
+		for j := 0; j < tk; j++ {
+			if ok(j) {
+				out[r*tk+j] = math.Exp(scale*x[r*tk+j]-mx) / s
+			}
+		}
+	}
+	return out
+}
+
+func TestSoftmax(t *testing.T) {
+	cases := []struct {
+		name           string
+		b, h, tq, tk   int
+		scale          float32
+		causal, padded bool
+	}{
+		{"plain", 1, 1, 1, 1, 1, false, false},
+		{"causal", 2, 3, 5, 5, 0.35, true, false},
+		{"causal-rect", 2, 1, 3, 7, 1, true, false},
+		{"padded", 3, 2, 4, 6, 0.5, false, true},
+		{"causal-padded", 3, 2, 5, 5, 0.5, true, true},
+	}
+	eachDevice(t, func(t *testing.T, d *CPUDevice) {
+		r := rand.New(rand.NewPCG(11, 12))
+		for _, tc := range cases {
+			n := tc.b * tc.h * tc.tq * tc.tk
+			x := randF32(r, n, 4)
+			var keyValid []int32
+			if tc.padded {
+				keyValid = make([]int32, tc.b*tc.tk)
+				for i := 0; i < tc.b; i++ {
+					for j := 0; j < tc.tk; j++ {
+						if i == 1 || (i == 0 && j < tc.tk-2) || (i == 2 && j%2 == 1) {
+							keyValid[i*tc.tk+j] = 1 // item 0 right-padded, item 1 full, item 2 holes
+						}
+					}
+				}
+				keyValid[2*tc.tk+1] = 0 // a row of item 2 may see nothing under causality
+			}
+			tx := upload(t, d, x, tc.b, tc.h, tc.tq, tc.tk)
+			tout := upload(t, d, randF32(r, n, 1), tc.b, tc.h, tc.tq, tc.tk)
+			d.SoftmaxForward(tout, tx, tc.scale, tc.causal, keyValid)
+			x64 := to64(x)
+			want := refSoftmax(x64, tc.b, tc.tq, tc.tk, float64(tc.scale), tc.causal, keyValid)
+			out := download(tout)
+			checkClose(t, "SoftmaxForward "+tc.name, out, want, 1e-6)
+
+			g := to64(randF32(r, n, 1))
+			loss := func() float64 {
+				return dot64(refSoftmax(x64, tc.b, tc.tq, tc.tk, float64(tc.scale), tc.causal, keyValid), g)
+			}
+			dx0 := randF32(r, n, 1)
+			tdx := upload(t, d, dx0, tc.b, tc.h, tc.tq, tc.tk)
+			d.SoftmaxBackward(tdx, upload(t, d, toF32(g), n), tout, tc.scale)
+			checkGrad(t, "SoftmaxBackward "+tc.name, download(tdx), plus(dx0, numGrad(x64, loss)), 1e-5)
+
+			d.SoftmaxForward(tx, tx, tc.scale, tc.causal, keyValid) // in place
+			checkClose(t, "SoftmaxForward in place "+tc.name, download(tx), want, 1e-6)
+		}
+	})
+}
+
+// refCrossEntropy is the per-row loss -log softmax(x)[t] in float64, 0 for
+// negative targets. x is (N,V).
+func refCrossEntropy(x []float64, v int, targets []int32) []float64 {
+	losses := make([]float64, len(targets))
+	for i, tg := range targets {
+		if tg < 0 {
+			continue
+		}
+		row := x[i*v : (i+1)*v]
+		mx := math.Inf(-1)
+		for _, l := range row {
+			mx = max(mx, l)
+		}
+		var s float64
+		for _, l := range row {
+			s += math.Exp(l - mx)
+		}
+		losses[i] = math.Log(s) + mx - row[tg]
+	}
+	return losses
+}
+
+func TestCrossEntropy(t *testing.T) {
+	eachDevice(t, func(t *testing.T, d *CPUDevice) {
+		r := rand.New(rand.NewPCG(13, 14))
+		const n, v = 7, 13
+		x := randF32(r, n*v, 6)
+		targets := []int32{0, 12, 5, -1, 7, 3, 9}
+		tx := upload(t, d, x, n, v)
+		alloc := func() *Tensor { return upload(t, d, make([]float32, n), n) }
+		losses, rowMax, sumExp, tl := alloc(), alloc(), alloc(), alloc()
+		CrossEntropy(losses, rowMax, sumExp, tl, tx, targets)
+		x64 := to64(x)
+		want := refCrossEntropy(x64, v, targets)
+		checkClose(t, "CrossEntropy", download(losses), want, 1e-5)
+
+		const dloss = 1.0 / 6 // mean over the 6 counted targets
+		loss := func() float64 {
+			var s float64
+			for _, l := range refCrossEntropy(x64, v, targets) {
+				s += l * dloss
+			}
+			return s
+		}
+		dx0 := randF32(r, n*v, 1)
+		tdx := upload(t, d, dx0, n, v)
+		d.CrossEntropyBackward(tdx, tx, rowMax, sumExp, targets, 0, dloss)
+		full := download(tdx)
+		checkGrad(t, "CrossEntropyBackward", full, plus(dx0, numGrad(x64, loss)), 1e-5)
+
+		// Two vocab slices [0,6) and [6,13), combined as the all-reduces would.
+		bounds := [][2]int{{0, 6}, {6, 13}}
+		var slices, maxes, sums, tls []*Tensor
+		for _, bd := range bounds {
+			w := bd[1] - bd[0]
+			part := make([]float32, n*w)
+			for i := 0; i < n; i++ {
+				copy(part[i*w:(i+1)*w], x[i*v+bd[0]:i*v+bd[1]])
+			}
+			slices = append(slices, upload(t, d, part, n, w))
+			maxes, sums, tls = append(maxes, alloc()), append(sums, alloc()), append(tls, alloc())
+		}
+		allReduce := func(ts []*Tensor, op func(a, b float32) float32) {
+			acc := download(ts[0])
+			for _, tt := range ts[1:] {
+				for i, v := range download(tt) {
+					acc[i] = op(acc[i], v)
+				}
+			}
+			for _, tt := range ts {
+				d.CopyFromHost(tt, acc)
+			}
+		}
+		sum := func(a, b float32) float32 { return a + b }
+		for i := range bounds {
+			d.CrossEntropyRowMax(maxes[i], slices[i])
+		}
+		allReduce(maxes, func(a, b float32) float32 { return max(a, b) })
+		for i, bd := range bounds {
+			d.CrossEntropySumExp(sums[i], slices[i], maxes[i])
+			d.CrossEntropyTargetLogit(tls[i], slices[i], targets, bd[0])
+		}
+		allReduce(sums, sum)
+		allReduce(tls, sum)
+		d.CrossEntropyLoss(losses, maxes[0], sums[0], tls[0], targets)
+		checkClose(t, "vocab-parallel CrossEntropy", download(losses), want, 1e-5)
+		for i, bd := range bounds {
+			w := bd[1] - bd[0]
+			tdx := upload(t, d, make([]float32, n*w), n, w)
+			d.CrossEntropyBackward(tdx, slices[i], maxes[i], sums[i], targets, bd[0], dloss)
+			got := download(tdx)
+			for row := 0; row < n; row++ {
+				for j := 0; j < w; j++ {
+					wantG := float64(full[row*v+bd[0]+j] - dx0[row*v+bd[0]+j])
+					if g := float64(got[row*w+j]); math.Abs(g-wantG) > 1e-6 {
+						t.Fatalf("vocab-parallel CrossEntropyBackward slice %d [%d,%d] = %v, unsharded %v", i, row, j, g, wantG)
+					}
+				}
+			}
+		}
+	})
+}
+
+func TestAdamW(t *testing.T) {
+	eachDevice(t, func(t *testing.T, d *CPUDevice) {
+		r := rand.New(rand.NewPCG(15, 16))
+		const n = 1003
+		p := randF32(r, n, 1)
+		tp := upload(t, d, p, n)
+		tg, tm, tv := upload(t, d, make([]float32, n), n), upload(t, d, make([]float32, n), n), upload(t, d, make([]float32, n), n)
+		p64, m64, v64 := to64(p), make([]float64, n), make([]float64, n)
+		hp := AdamWParams{LR: 1e-2, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, GradScale: 0.5}
+		for step := 1; step <= 4; step++ {
+			g := randF32(r, n, 1)
+			d.CopyFromHost(tg, g)
+			hp.Step = step
+			d.AdamW(tp, tg, tm, tv, hp)
+			b1, b2 := float64(hp.Beta1), float64(hp.Beta2)
+			for i := range p64 {
+				gi := float64(g[i]) * 0.5
+				m64[i] = b1*m64[i] + (1-b1)*gi
+				v64[i] = b2*v64[i] + (1-b2)*gi*gi
+				mh := m64[i] / (1 - math.Pow(b1, float64(step)))
+				vh := v64[i] / (1 - math.Pow(b2, float64(step)))
+				p64[i] -= float64(hp.LR) * (mh/(math.Sqrt(vh)+float64(hp.Eps)) + float64(hp.WeightDecay)*p64[i])
+			}
+			checkClose(t, fmt.Sprintf("AdamW step %d param", step), download(tp), p64, 1e-5)
+			checkClose(t, fmt.Sprintf("AdamW step %d m", step), download(tm), m64, 1e-5)
+			checkClose(t, fmt.Sprintf("AdamW step %d v", step), download(tv), v64, 1e-5)
+		}
+	})
+}
+
+func TestSumSquares(t *testing.T) {
+	eachDevice(t, func(t *testing.T, d *CPUDevice) {
+		r := rand.New(rand.NewPCG(17, 18))
+		a, b := randF32(r, 1001, 3), randF32(r, 7, 3)
+		ta, tb := upload(t, d, a, 1001), upload(t, d, b, 7)
+		var want float64
+		for _, v := range append(a[10:20:20], b...) {
+			want += float64(v) * float64(v)
+		}
+		if got := d.SumSquares(ta.View(10, 10), tb); math.Abs(got-want) > 1e-12*want {
+			t.Fatalf("SumSquares = %v, want %v", got, want)
+		}
+		if got := d.SumSquares(); got != 0 {
+			t.Fatalf("SumSquares() = %v, want 0", got)
+		}
+	})
+}
+
+func TestExpTanh32(t *testing.T) {
+	for x := -87.0; x <= 88.3; x += 0.0137 {
+		got, want := float64(exp32(float32(x))), math.Exp(float64(float32(x)))
+		if math.Abs(got-want) > 3e-7*want {
+			t.Fatalf("exp32(%v) = %v, want %v", x, got, want)
+		}
+	}
+	for _, x := range []float32{-100, -88, float32(math.Inf(-1))} { // flushed to zero below the normal range
+		if got := exp32(x); got != 0 {
+			t.Fatalf("exp32(%v) = %v, want 0", x, got)
+		}
+	}
+	for _, x := range []float32{89, float32(math.Inf(1))} {
+		if got := exp32(x); !math.IsInf(float64(got), 1) {
+			t.Fatalf("exp32(%v) = %v, want +Inf", x, got)
+		}
+	}
+	if v := exp32(float32(math.NaN())); v == v {
+		t.Fatalf("exp32(NaN) = %v", v)
+	}
+	for x := -20.0; x <= 20; x += 0.0071 {
+		if got, want := float64(tanh32(float32(x))), math.Tanh(float64(float32(x))); math.Abs(got-want) > 2e-7 {
+			t.Fatalf("tanh32(%v) = %v, want %v", x, got, want)
+		}
+	}
+}
+
+// naiveGemm is C = alpha*op(A)*op(B) + beta*C in float64 on row-major
+// matrices with leading dimensions.
+func naiveGemm(transA, transB bool, m, n, k int, alpha float64, a []float32, lda int, b []float32, ldb int, beta float64, c []float64, ldc int) {
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			var s float64
+			for p := 0; p < k; p++ {
+				ai, bi := i*lda+p, p*ldb+j
+				if transA {
+					ai = p*lda + i
+				}
+				if transB {
+					bi = j*ldb + p
+				}
+				av, bv := a[ai], b[bi]
+				s += float64(av) * float64(bv)
+			}
+			c[i*ldc+j] = alpha*s + beta*c[i*ldc+j]
+		}
+	}
+}
+
+func TestGemmOnTensors(t *testing.T) {
+	eachDevice(t, func(t *testing.T, d *CPUDevice) {
+		r := rand.New(rand.NewPCG(19, 20))
+		for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+			const m, n, k, aOff, bOff, cOff, lda, ldb, ldc = 7, 9, 13, 3, 5, 2, 17, 19, 11
+			a, b, c := randF32(r, 400, 1), randF32(r, 400, 1), randF32(r, 200, 1)
+			ta, tb, tc := upload(t, d, a, 400), upload(t, d, b, 400), upload(t, d, c, 200)
+			d.Gemm(tr[0], tr[1], m, n, k, 0.5, ta, aOff, lda, tb, bOff, ldb, 1.5, tc, cOff, ldc)
+			want := to64(c)
+			naiveGemm(tr[0], tr[1], m, n, k, 0.5, a[aOff:], lda, b[bOff:], ldb, 1.5, want[cOff:], ldc)
+			checkClose(t, fmt.Sprintf("Gemm trans %v", tr), download(tc), want, 1e-5)
+		}
+
+		// Attention scores per head: att[b,h] = scale * q[b,:,h] @ k[b,:,h]^T
+		// read in place from qkv (B,T,3C), one strided batch over heads per b.
+		const B, T, NH, hs = 2, 5, 3, 4
+		const C = NH * hs
+		qkv := randF32(r, B*T*3*C, 1)
+		tqkv := upload(t, d, qkv, B, T, 3*C)
+		tatt := upload(t, d, randF32(r, B*NH*T*T, 1), B, NH, T, T)
+		for b := 0; b < B; b++ {
+			d.GemmStridedBatched(false, true, T, T, hs, 0.5, tqkv, b*T*3*C, 3*C, hs, tqkv, b*T*3*C+C, 3*C, hs, 0, tatt, b*NH*T*T, T, T*T, NH)
+		}
+		want := make([]float64, B*NH*T*T)
+		for b := 0; b < B; b++ {
+			for h := 0; h < NH; h++ {
+				base := b * T * 3 * C
+				naiveGemm(false, true, T, T, hs, 0.5, qkv[base+h*hs:], 3*C, qkv[base+C+h*hs:], 3*C, 0, want[(b*NH+h)*T*T:], T)
+			}
+		}
+		checkClose(t, "GemmStridedBatched attention", download(tatt), want, 1e-5)
+	})
+}
+
+func TestLinear(t *testing.T) {
+	eachDevice(t, func(t *testing.T, d *CPUDevice) {
+		r := rand.New(rand.NewPCG(21, 22))
+		const n, c, oc = 7, 5, 9
+		x, w, b := randF32(r, n*c, 1), randF32(r, oc*c, 1), randF32(r, oc, 1)
+		tx, tw, tb := upload(t, d, x, n, c), upload(t, d, w, oc, c), upload(t, d, b, oc)
+		tout := upload(t, d, randF32(r, n*oc, 1), n, oc)
+		LinearForward(tout, tx, tw, tb)
+		want := make([]float64, n*oc)
+		naiveGemm(false, true, n, oc, c, 1, x, c, w, c, 0, want, oc)
+		for i := range want {
+			want[i] += float64(b[i%oc])
+		}
+		checkClose(t, "LinearForward", download(tout), want, 1e-5)
+
+		g := randF32(r, n*oc, 1)
+		dx0, dw0, db0 := randF32(r, n*c, 1), randF32(r, oc*c, 1), randF32(r, oc, 1)
+		tdx, tdw, tdb := upload(t, d, dx0, n, c), upload(t, d, dw0, oc, c), upload(t, d, db0, oc)
+		LinearBackward(tdx, tdw, tdb, upload(t, d, g, n, oc), tx, tw)
+		wdx, wdw, wdb := to64(dx0), to64(dw0), to64(db0)
+		naiveGemm(false, false, n, c, oc, 1, g, oc, w, c, 1, wdx, c)
+		naiveGemm(true, false, oc, c, n, 1, g, oc, x, c, 1, wdw, c)
+		for i, v := range g {
+			wdb[i%oc] += float64(v)
+		}
+		checkClose(t, "LinearBackward dinp", download(tdx), wdx, 1e-5)
+		checkClose(t, "LinearBackward dweight", download(tdw), wdw, 1e-5)
+		checkClose(t, "LinearBackward dbias", download(tdb), wdb, 1e-5)
+	})
+}
+
+func TestTensorViews(t *testing.T) {
+	d := NewCPU()
+	x, err := d.Alloc(4, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.Len() != 24 || x.Rank() != 2 || x.Dim(-1) != 6 || x.Rows() != 4 || x.Cols() != 6 || x.Bytes() != 96 {
+		t.Fatalf("Alloc(4,6) = %v len %d", x, x.Len())
+	}
+	d.CopyFromHost(x, toF32(func() []float64 {
+		s := make([]float64, 24)
+		for i := range s {
+			s[i] = float64(i)
+		}
+		return s
+	}()))
+	v := x.View(6, 2, 3)
+	if got := v.Host(); got[0] != 6 || got[5] != 11 || len(got) != 6 || cap(got) != 6 {
+		t.Fatalf("View(6,2,3).Host() = %v (cap %d)", got, cap(got))
+	}
+	if v.Offset() != 6 || v.Buffer() != x.Buffer() || v.Device() != Device(d) {
+		t.Fatalf("View shares the buffer at offset 6: got offset %d", v.Offset())
+	}
+	vv := v.View(3, 3).Reshape(1, 3)
+	if got := vv.Host(); got[0] != 9 || vv.Offset() != 9 || vv.String() != "Tensor(1,3) on cpu" {
+		t.Fatalf("nested view = %v %v", got, vv)
+	}
+	if x.Ptr() != 0 {
+		t.Fatalf("cpu Ptr = %#x, want 0", x.Ptr())
+	}
+
+	mustPanic(t, "View outside", "outside", func() { x.View(20, 5) })
+	mustPanic(t, "Reshape", "elements", func() { x.Reshape(5, 5) })
+	mustPanic(t, "Dim", "dimension", func() { x.Dim(2) })
+	if _, err := d.Alloc(3, -1); err == nil || !strings.Contains(err.Error(), "negative") {
+		t.Fatalf("Alloc(3,-1) error = %v", err)
+	}
+}
+
+func TestMemoryAccounting(t *testing.T) {
+	d := NewCPU()
+	a, _ := d.Alloc(10, 10)
+	b, _ := d.Alloc(25)
+	if s := d.MemStats(); s.Current != 500 || s.Peak != 500 {
+		t.Fatalf("after two allocs: %+v, want 500/500", s)
+	}
+	d.Free(a.View(0, 5)) // freeing through a view frees the buffer
+	d.Free(a)            // a second free does nothing
+	if s := d.MemStats(); s.Current != 100 || s.Peak != 500 {
+		t.Fatalf("after free: %+v, want 100/500", s)
+	}
+	d.ResetPeak()
+	if s := d.MemStats(); s.Peak != 100 {
+		t.Fatalf("after ResetPeak: %+v, want peak 100", s)
+	}
+	c, _ := d.Alloc(50)
+	d.Free(c)
+	if s := d.MemStats(); s.Current != 100 || s.Peak != 300 {
+		t.Fatalf("after alloc+free of 200 bytes: %+v, want 100/300", s)
+	}
+	mustPanic(t, "Host after Free", "freed", func() { a.Host() })
+	mustPanic(t, "kernel after Free", "freed", func() { d.Zero(a) })
+	other := NewCPU()
+	mustPanic(t, "other device", "not on this cpu device", func() { other.Zero(b) })
+	if Default() != Default() {
+		t.Fatal("Default() returns different devices")
+	}
+}
+
+func mustPanic(t *testing.T, what, substr string, f func()) {
+	t.Helper()
+	defer func() {
+		t.Helper()
+		p := recover()
+		if p == nil {
+			t.Fatalf("%s: no panic", what)
+		}
+		if msg := fmt.Sprint(p); !strings.Contains(msg, substr) || strings.Contains(msg, "\n") {
+			t.Fatalf("%s: panic %q, want one line containing %q", what, msg, substr)
+		}
+	}()
+	f()
+}
+
+func TestBadShapes(t *testing.T) {
+	d := NewCPU()
+	a := func(shape ...int) *Tensor {
+		x, err := d.Alloc(shape...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	x23, x32, x6, x3, x2 := a(2, 3), a(3, 2), a(6), a(3), a(2)
+	cases := []struct {
+		name, want string
+		f          func()
+	}{
+		{"Add", "tensor.Add: b", func() { d.Add(x23, x23, x3) }},
+		{"AddBias", "not a multiple of 2", func() { d.AddBias(x3, x2) }},
+		{"LayerNorm", "tensor.LayerNormForward: mean", func() { d.LayerNormForward(x23, x3, x2, x23, x3, x3, 1e-5) }},
+		{"Embedding ids", "len(ids)=1", func() { d.EmbeddingForward(x23, []int32{0}, x32, 0) }},
+		{"Softmax keyValid", "keyValid", func() { d.SoftmaxForward(x23, x23, 1, false, []int32{1, 1, 1}) }},
+		{"Softmax rank", "at least (Tq,Tk)", func() { d.SoftmaxForward(x6, x6, 1, false, nil) }},
+		{"CE targets", "len(targets)=1", func() { d.CrossEntropyBackward(x23, x23, x2, x2, []int32{1}, 0, 1) }},
+		{"AdamW step", "counts from 1", func() { d.AdamW(x6, x6, x6, x6, AdamWParams{}) }},
+		{"CopyFromHost", "len(src)=2", func() { d.CopyFromHost(x6, []float32{1, 2}) }},
+		{"Gemm offset", "offset 7", func() { d.Gemm(false, false, 1, 1, 1, 1, x6, 7, 1, x6, 0, 1, 0, x6, 0, 1) }},
+		{"Gemm short", "tensor.Sgemm", func() { d.Gemm(false, false, 2, 3, 3, 1, x6, 0, 3, x6, 0, 3, 0, x6, 0, 3) }},
+		{"MatMul", "tensor.MatMul", func() { MatMul(x23, x23, x23, false, false, 1, 0) }},
+	}
+	for _, tc := range cases {
+		mustPanic(t, tc.name, tc.want, tc.f)
+	}
+}
+
+// TestNoAllocs checks that kernels in steady state allocate nothing, split
+// over workers or not.
+func TestNoAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	eachDevice(t, func(t *testing.T, d *CPUDevice) {
+		const n, c, v = 6, 8, 10
+		a := func(shape ...int) *Tensor {
+			x, err := d.Alloc(shape...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return x
+		}
+		x, y, z, w, b := a(n, c), a(n, c), a(n, c), a(c), a(c)
+		mean, rstd, logits, dlogits, att := a(n), a(n), a(n, v), a(n, v), a(2, 3, 4, 4)
+		sumExp, tlogit := a(n), a(n)
+		ids := make([]int32, n)
+		keyValid := []int32{1, 1, 1, 0, 1, 1, 1, 1}
+		d.Fill(y, 1)
+		d.Fill(rstd, 1)
+		d.Fill(logits, 0.5)
+		hp := AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: 1}
+		ts := []*Tensor{x, y}
+		kernels := map[string]func(){
+			"Fill":       func() { d.Fill(x, 1) },
+			"Add":        func() { d.Add(z, x, y) },
+			"Axpy":       func() { d.Axpy(z, 2, x) },
+			"Scale":      func() { d.Scale(z, 0.5) },
+			"Copy":       func() { d.Copy(z, x) },
+			"AddBias":    func() { d.AddBias(z, b) },
+			"BiasBack":   func() { d.BiasBackward(b, z) },
+			"Embed":      func() { d.EmbeddingForward(x, ids, z, 0) },
+			"EmbedBack":  func() { d.EmbeddingBackward(z, x, ids, 0) },
+			"LayerNorm":  func() { d.LayerNormForward(z, mean, rstd, x, w, b, 1e-5) },
+			"LNBack":     func() { d.LayerNormBackward(z, w, b, y, x, w, mean, rstd) },
+			"GELU":       func() { d.GELUForward(z, x) },
+			"GELUBack":   func() { d.GELUBackward(z, x, y) },
+			"Softmax":    func() { d.SoftmaxForward(att, att, 0.5, true, keyValid) },
+			"SoftmaxBck": func() { d.SoftmaxBackward(att, att, att, 0.5) },
+			"CE":         func() { CrossEntropy(mean, rstd, sumExp, tlogit, logits, ids) },
+			"CEBack":     func() { d.CrossEntropyBackward(dlogits, logits, rstd, rstd, ids, 0, 0.1) },
+			"AdamW":      func() { d.AdamW(x, y, z, y, hp) },
+			"SumSquares": func() { d.SumSquares(ts...) },
+			"Gemm":       func() { d.Gemm(false, true, n, n, c, 1, x, 0, c, y, 0, c, 0, att, 0, n) },
+		}
+		for name, f := range kernels {
+			f() // warm scratch
+			if allocs := testing.AllocsPerRun(20, f); allocs != 0 {
+				t.Errorf("%s: %v allocations per call", name, allocs)
+			}
+		}
+	})
+}
