@@ -44,6 +44,9 @@ func parseLineJSON(line []byte) (Line, error) {
 	if head.Type == nil {
 		return Line{}, errors.New(`no "type" field`)
 	}
+	if *head.Type == "" {
+		return Line{}, errors.New(`"type" is empty`)
+	}
 	l := Line{Type: *head.Type}
 	var err error
 	switch l.Type {
@@ -110,6 +113,9 @@ func decodeRun(line []byte) (*RunInfo, error) {
 func jsonError(err error) error {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
+		if te.Field == "" {
+			return fmt.Errorf("not a JSON object but a JSON %s", te.Value)
+		}
 		return fmt.Errorf("field %q: %s where a %s is expected", te.Field, te.Value, kindName(te.Type.Kind().String()))
 	}
 	var se *json.SyntaxError
@@ -257,18 +263,84 @@ var stepKeys = []string{"type", "step", "epoch", "loss", "lr", "grad_norm", "tok
 	"step_s", "comm_s", "mem_bytes", "mem_peak_bytes", "ts"}
 
 func setFloat(dst *float64, val []byte) bool {
-	switch val[0] {
-	case 'n':
+	if val[0] == 'n' {
 		return true // like encoding/json: the field keeps its preset (NaN or 0)
-	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-		v, err := strconv.ParseFloat(string(val), 64)
-		if err != nil {
-			return false
-		}
+	}
+	if v, ok := fastFloat(val); ok {
 		*dst = v
 		return true
 	}
-	return false
+	v, err := strconv.ParseFloat(string(val), 64)
+	if err != nil {
+		return false
+	}
+	*dst = v
+	return true
+}
+
+// pow10 holds the powers of ten that float64 represents exactly.
+var pow10 = [...]float64{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+	1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22}
+
+// fastFloat converts a JSON number (already checked by numberEnd) when its
+// digits fit in 2^53 and its power of ten is exact: then one multiply or
+// divide is correctly rounded (Clinger's fast path). Otherwise it reports
+// false and strconv does the work.
+func fastFloat(b []byte) (float64, bool) {
+	i, neg := 0, false
+	if b[0] == '-' {
+		neg, i = true, 1
+	}
+	var mant uint64
+	digits, exp := 0, 0
+	for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+		mant = mant*10 + uint64(b[i]-'0')
+		if mant != 0 {
+			digits++
+		}
+	}
+	if i < len(b) && b[i] == '.' {
+		for i++; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+			mant = mant*10 + uint64(b[i]-'0')
+			if mant != 0 {
+				digits++
+			}
+			exp--
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		eneg := false
+		if b[i] == '+' || b[i] == '-' {
+			eneg = b[i] == '-'
+			i++
+		}
+		e := 0
+		for ; i < len(b) && e < 1000; i++ {
+			e = e*10 + int(b[i]-'0')
+		}
+		if eneg {
+			e = -e
+		}
+		exp += e
+	}
+	if i < len(b) || digits > 15 {
+		return 0, false // too many digits to be sure
+	}
+	f := float64(mant)
+	switch {
+	case exp == 0:
+	case exp < 0 && -exp < len(pow10):
+		f /= pow10[-exp]
+	case exp > 0 && exp < len(pow10):
+		f *= pow10[exp]
+	default:
+		return 0, false
+	}
+	if neg {
+		f = -f
+	}
+	return f, true
 }
 
 func setInt64(dst *int64, val []byte) bool {

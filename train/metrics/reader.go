@@ -50,6 +50,11 @@ func ReadRank(path string) (*RankLog, error) {
 	}
 	defer f.Close()
 	l := &RankLog{Rank: rankOf(path), Path: path}
+	if st, err := f.Stat(); err == nil && st.Size() > 0 {
+		// Step lines are about 200 bytes: growing the slice by doubling
+		// would copy it some twenty times over a long run.
+		l.Steps = make([]Step, 0, st.Size()/180+16)
+	}
 	if err := l.read(f); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -109,7 +114,11 @@ func (l *RankLog) addLine(line []byte, last bool) {
 	if len(bytes.TrimSpace(line)) == 0 {
 		return
 	}
-	d, err := ParseLine(line)
+	if s, ok := parseStepFast(line); ok {
+		l.addStep(s)
+		return
+	}
+	d, err := parseLineJSON(line)
 	if err != nil {
 		if last {
 			// The writer ends every line with its newline in the same
@@ -122,12 +131,7 @@ func (l *RankLog) addLine(line []byte, last bool) {
 	}
 	switch d.Type {
 	case TypeStep:
-		// After a requeue the job resumes from a checkpoint and writes
-		// steps again: the later ones replace the earlier.
-		for n := len(l.Steps); n > 0 && l.Steps[n-1].Step >= d.Step.Step; n-- {
-			l.Steps = l.Steps[:n-1]
-		}
-		l.Steps = append(l.Steps, *d.Step)
+		l.addStep(*d.Step)
 	case TypeRun:
 		l.Info = d.Run
 		l.End = nil // a resumed run is running again
@@ -140,6 +144,16 @@ func (l *RankLog) addLine(line []byte, last bool) {
 	default:
 		l.Unknown++
 	}
+}
+
+// addStep appends a step. After a requeue the job resumes from a checkpoint
+// and writes steps again: the later ones replace the earlier.
+func (l *RankLog) addStep(s Step) {
+	n := len(l.Steps)
+	for n > 0 && l.Steps[n-1].Step >= s.Step {
+		n--
+	}
+	l.Steps = append(l.Steps[:n], s)
 }
 
 func rankOf(path string) int {
