@@ -96,8 +96,8 @@ func equalLines(a, b Line) bool {
 
 func dump(l Line) string {
 	b, err := json.Marshal(struct {
-		T string
-		R *RunInfo
+		T          string
+		R          *RunInfo
 		S, E, G, N any
 	}{l.Type, l.Run, nanSafe(l.Step), nanSafe(l.Eval), nanSafe(l.GPU), l.End})
 	if err != nil {
