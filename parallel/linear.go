@@ -1,0 +1,345 @@
+package parallel
+
+import (
+	"fmt"
+
+	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/tensor"
+)
+
+// maskedLogit is written into output columns past LinearOptions.ValidOut
+// (padded vocabulary): exp of it underflows to 0, so padding never counts.
+const maskedLogit = -1e30
+
+// LinearOptions are the options of the column- and row-parallel linear layers.
+type LinearOptions struct {
+	Bias bool    // add a bias (sharded for column-parallel, replicated for row-parallel)
+	Seed uint64  // initialisation seed; weights are N(0, Std^2) keyed by name
+	Std  float32 // 0 means DefaultStd
+
+	// Column-parallel only.
+	GatherOutput bool   // all-gather the output so every rank holds (B,T,Out)
+	Blocks       int    // the output is Blocks fused blocks each split over the ranks (3 for Q,K,V)
+	ValidOut     int    // outputs >= ValidOut are padding (padded vocab): their logits are masked; 0 = none
+	Tied         *Param // use this (Out, In) weight, e.g. the vocab-parallel embedding's, instead of a new one
+	ValidRows    int    // only the first ValidRows rows of a new weight are random, the rest zero (padded vocab)
+
+	// Row-parallel only.
+	InputIsParallel bool // the input is already split along its last dimension (from a column-parallel layer)
+}
+
+func (o LinearOptions) std() float32 {
+	if o.Std == 0 {
+		return DefaultStd
+	}
+	return o.Std
+}
+
+// ColumnParallelLinear is out = inp @ W^T + b with W (Out, In) split along
+// its output dimension: rank r holds rows [r*Out/tp, (r+1)*Out/tp) of W and
+// of b and computes those output columns. Its input must be the same on
+// every rank; the operator f before it all-reduces the input gradient in
+// Backward. With GatherOutput the output columns of all ranks are gathered
+// (B,T,Out); without, each rank keeps its (B,T,Out/tp) slice, ready for a
+// RowParallelLinear with InputIsParallel.
+type ColumnParallelLinear struct {
+	Name         string
+	In, Out      int    // full sizes
+	Weight, Bias *Param // Weight is (Out/tp, In), Bias (Out/tp) or nil
+
+	opt    LinearOptions
+	g      *group
+	f      *Region
+	gather *GatherFromRegion
+	tied   bool
+
+	inp                          *tensor.Tensor
+	bufs                         buffers
+	out, outLocal, dx, doutLocal *tensor.Tensor
+}
+
+// NewColumnParallelLinear makes the rank's shard of a linear layer from In
+// to Out features split over the group tp (nil: unsharded).
+func NewColumnParallelLinear(dev tensor.Device, tp nccl.Comm, name string, in, out int, opt LinearOptions) (*ColumnParallelLinear, error) {
+	g := newGroup(tp)
+	blocks := max(opt.Blocks, 1)
+	if in < 1 || out < 1 {
+		return nil, fmt.Errorf("%s: in %d, out %d: must be at least 1", name, in, out)
+	}
+	if out%(blocks*g.size()) != 0 {
+		return nil, fmt.Errorf("%s: %d outputs do not split into %d blocks over tp %d", name, out, blocks, g.size())
+	}
+	if opt.ValidOut < 0 || opt.ValidOut > out {
+		return nil, fmt.Errorf("%s: ValidOut %d outside [0,%d]", name, opt.ValidOut, out)
+	}
+	if opt.ValidOut > 0 && (opt.Bias || opt.GatherOutput || blocks > 1) {
+		return nil, fmt.Errorf("%s: ValidOut (padded vocab) goes without bias, gather or blocks", name)
+	}
+	l := &ColumnParallelLinear{Name: name, In: in, Out: out, opt: opt, g: g, f: CopyToRegion(tp), gather: NewGatherFromRegion(tp)}
+	sh := Shard{Dim: 0, Parts: g.size(), Index: g.rank(), Blocks: blocks}
+	if g.size() == 1 {
+		sh = Shard{Parts: 1}
+	}
+	var err error
+	if opt.Tied != nil {
+		w := opt.Tied
+		if len(w.Full) != 2 || w.Full[0] != out || w.Full[1] != in || w.Shard.Parts != sh.Parts || (!sh.Replicated() && w.Shard.Dim != 0) {
+			return nil, fmt.Errorf("%s: tied weight %s is %v split %v, want (%d,%d) split %v", name, w.Name, w.Full, w.Shard, out, in, sh)
+		}
+		if opt.Bias {
+			return nil, fmt.Errorf("%s: a tied weight goes without bias", name)
+		}
+		l.Weight, l.tied = w, true
+	} else if l.Weight, err = newParam(dev, name+".weight", []int{out, in}, sh, paramInit{kind: InitNormal, std: opt.std(), seed: opt.Seed, rows: opt.ValidRows, decay: true}); err != nil {
+		return nil, err
+	}
+	if opt.Bias {
+		if l.Bias, err = newParam(dev, name+".bias", []int{out}, sh, paramInit{kind: InitZeros}); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// Params lists the layer's own parameters (not a tied weight).
+func (l *ColumnParallelLinear) Params() []*Param {
+	var ps []*Param
+	if !l.tied {
+		ps = append(ps, l.Weight)
+	}
+	if l.Bias != nil {
+		ps = append(ps, l.Bias)
+	}
+	return ps
+}
+
+// LocalOut is the number of output columns this rank computes.
+func (l *ColumnParallelLinear) LocalOut() int { return l.Out / l.g.size() }
+
+// validLocal is how many of this rank's output columns are not padding.
+func (l *ColumnParallelLinear) validLocal() int {
+	if l.opt.ValidOut == 0 {
+		return l.LocalOut()
+	}
+	return min(max(l.opt.ValidOut-l.g.rank()*l.LocalOut(), 0), l.LocalOut())
+}
+
+// Forward computes the layer's output for inp (B,T,In): (B,T,Out) with
+// GatherOutput, else this rank's (B,T,Out/tp). The output belongs to the
+// layer and is overwritten by the next Forward; inp must stay unchanged
+// until Backward.
+func (l *ColumnParallelLinear) Forward(inp *tensor.Tensor) (*tensor.Tensor, error) {
+	b, t, err := batchShape(l.Name, inp, l.In)
+	if err != nil {
+		return nil, err
+	}
+	dev := l.Weight.Data.Device()
+	ol := l.LocalOut()
+	if err := l.bufs.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
+		l.outLocal = get(b, t, ol)
+		l.dx = get(b, t, l.In)
+		l.out = l.outLocal
+		if l.opt.GatherOutput && l.g.size() > 1 {
+			l.out = get(b, t, l.Out)
+			l.doutLocal = get(b, t, ol)
+		}
+	}); err != nil {
+		return nil, fmt.Errorf("%s: %w", l.Name, err)
+	}
+	l.inp = inp
+	// f: identity forward.
+	if v := l.validLocal(); v < ol {
+		dev.Fill(l.outLocal, maskedLogit)
+		if v > 0 {
+			dev.Gemm(false, true, b*t, v, l.In, 1, inp, 0, l.In, l.Weight.Data, 0, l.In, 0, l.outLocal, 0, ol)
+		}
+	} else {
+		var bias *tensor.Tensor
+		if l.Bias != nil {
+			bias = l.Bias.Data
+		}
+		tensor.LinearForward(l.outLocal, inp, l.Weight.Data, bias)
+	}
+	if l.out != l.outLocal {
+		if err := l.gather.Forward(l.out, l.outLocal); err != nil {
+			return nil, fmt.Errorf("%s: %w", l.Name, err)
+		}
+	}
+	return l.out, nil
+}
+
+// Backward accumulates the parameter gradients and, when dinp is not nil,
+// the input gradient (B,T,In) from dout, shaped as Forward's output.
+func (l *ColumnParallelLinear) Backward(dout, dinp *tensor.Tensor) error {
+	if l.inp == nil {
+		return fmt.Errorf("%s: Backward before Forward", l.Name)
+	}
+	if dout.Len() != l.out.Len() || (dinp != nil && dinp.Len() != l.inp.Len()) {
+		return shapeErr(l.Name, "Backward with dout %v, dinp %v after a Forward of %v to %v", dout, dinp, l.inp, l.out)
+	}
+	dev := dout.Device()
+	dl := dout
+	if l.out != l.outLocal {
+		dev.Zero(l.doutLocal)
+		if err := l.gather.Backward(l.doutLocal, dout); err != nil {
+			return fmt.Errorf("%s: %w", l.Name, err)
+		}
+		dl = l.doutLocal
+	}
+	dl = dl.Reshape(l.outLocal.Shape()...)
+	var dbias *tensor.Tensor
+	if l.Bias != nil {
+		dbias = l.Bias.Grad
+	}
+	tensor.LinearBackward(nil, l.Weight.Grad, dbias, dl, l.inp, l.Weight.Data)
+	if dinp == nil {
+		return nil
+	}
+	if l.g.size() == 1 {
+		tensor.MatMul(dinp, dl, l.Weight.Data, false, false, 1, 1)
+		return nil
+	}
+	tensor.MatMul(l.dx, dl, l.Weight.Data, false, false, 1, 0)
+	if err := l.f.Backward(l.dx); err != nil {
+		return fmt.Errorf("%s: %w", l.Name, err)
+	}
+	dev.Axpy(dinp, 1, l.dx)
+	return nil
+}
+
+// RowParallelLinear is out = inp @ W^T + b with W (Out, In) split along its
+// input dimension: rank r holds columns [r*In/tp, (r+1)*In/tp) of W, takes
+// the matching slice of the input features, and the partial products are
+// summed by the operator g (an all-reduce) before the replicated bias is
+// added. With InputIsParallel the input is already this rank's (B,T,In/tp)
+// slice (the output of a ColumnParallelLinear); without, it is the full
+// (B,T,In) and the layer keeps its slice.
+type RowParallelLinear struct {
+	Name         string
+	In, Out      int    // full sizes
+	Weight, Bias *Param // Weight is (Out, In/tp), Bias (Out) replicated, or nil
+
+	opt     LinearOptions
+	g       *group
+	gReduce *Region
+	scatter *ScatterToRegion
+
+	xl              *tensor.Tensor // the input slice of the last Forward
+	bufs            buffers
+	out, xlBuf, dxl *tensor.Tensor
+}
+
+// NewRowParallelLinear makes the rank's shard of a linear layer from In to
+// Out features, the inputs split over the group tp (nil: unsharded).
+func NewRowParallelLinear(dev tensor.Device, tp nccl.Comm, name string, in, out int, opt LinearOptions) (*RowParallelLinear, error) {
+	g := newGroup(tp)
+	if in < 1 || out < 1 {
+		return nil, fmt.Errorf("%s: in %d, out %d: must be at least 1", name, in, out)
+	}
+	if in%g.size() != 0 {
+		return nil, fmt.Errorf("%s: %d inputs do not split over tp %d", name, in, g.size())
+	}
+	if opt.GatherOutput || opt.Blocks > 1 || opt.ValidOut != 0 || opt.Tied != nil {
+		return nil, fmt.Errorf("%s: GatherOutput, Blocks, ValidOut and Tied are column-parallel options", name)
+	}
+	l := &RowParallelLinear{Name: name, In: in, Out: out, opt: opt, g: g, gReduce: ReduceFromRegion(tp), scatter: NewScatterToRegion(tp)}
+	sh := Shard{Dim: 1, Parts: g.size(), Index: g.rank()}
+	if g.size() == 1 {
+		sh = Shard{Parts: 1}
+	}
+	var err error
+	if l.Weight, err = newParam(dev, name+".weight", []int{out, in}, sh, paramInit{kind: InitNormal, std: opt.std(), seed: opt.Seed, decay: true}); err != nil {
+		return nil, err
+	}
+	if opt.Bias {
+		if l.Bias, err = newParam(dev, name+".bias", []int{out}, Shard{Parts: 1}, paramInit{kind: InitZeros}); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// Params lists the layer's parameters.
+func (l *RowParallelLinear) Params() []*Param {
+	if l.Bias != nil {
+		return []*Param{l.Weight, l.Bias}
+	}
+	return []*Param{l.Weight}
+}
+
+// LocalIn is the number of input features this rank multiplies.
+func (l *RowParallelLinear) LocalIn() int { return l.In / l.g.size() }
+
+// Forward computes the (B,T,Out) output, the same on every rank, from inp:
+// (B,T,In/tp) with InputIsParallel, else (B,T,In). The output belongs to the
+// layer; inp must stay unchanged until Backward.
+func (l *RowParallelLinear) Forward(inp *tensor.Tensor) (*tensor.Tensor, error) {
+	want := l.In
+	if l.opt.InputIsParallel {
+		want = l.LocalIn()
+	}
+	b, t, err := batchShape(l.Name, inp, want)
+	if err != nil {
+		return nil, err
+	}
+	dev := l.Weight.Data.Device()
+	scatter := !l.opt.InputIsParallel && l.g.size() > 1
+	if err := l.bufs.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
+		l.out = get(b, t, l.Out)
+		l.dxl = get(b, t, l.LocalIn())
+		l.xlBuf = nil
+		if scatter {
+			l.xlBuf = get(b, t, l.LocalIn())
+		}
+	}); err != nil {
+		return nil, fmt.Errorf("%s: %w", l.Name, err)
+	}
+	l.xl = inp
+	if scatter {
+		if err := l.scatter.Forward(l.xlBuf, inp); err != nil {
+			return nil, fmt.Errorf("%s: %w", l.Name, err)
+		}
+		l.xl = l.xlBuf
+	}
+	tensor.LinearForward(l.out, l.xl, l.Weight.Data, nil)
+	if err := l.gReduce.Forward(l.out); err != nil {
+		return nil, fmt.Errorf("%s: %w", l.Name, err)
+	}
+	if l.Bias != nil {
+		dev.AddBias(l.out, l.Bias.Data)
+	}
+	return l.out, nil
+}
+
+// Backward accumulates the parameter gradients and, when dinp is not nil,
+// the input gradient (shaped as Forward's input) from dout (B,T,Out). g is
+// the identity backward: no communication unless the input was scattered.
+func (l *RowParallelLinear) Backward(dout, dinp *tensor.Tensor) error {
+	if l.xl == nil {
+		return fmt.Errorf("%s: Backward before Forward", l.Name)
+	}
+	if dout.Len() != l.out.Len() {
+		return shapeErr(l.Name, "Backward with dout %v after a Forward to %v", dout, l.out)
+	}
+	dout = dout.Reshape(l.out.Shape()...)
+	var dbias *tensor.Tensor
+	if l.Bias != nil {
+		dbias = l.Bias.Grad
+	}
+	tensor.LinearBackward(nil, l.Weight.Grad, dbias, dout, l.xl, l.Weight.Data)
+	if dinp == nil {
+		return nil
+	}
+	if l.xlBuf == nil {
+		if dinp.Len() != l.xl.Len() {
+			return shapeErr(l.Name, "dinp %v for an input %v", dinp, l.xl)
+		}
+		tensor.MatMul(dinp.Reshape(l.xl.Shape()...), dout, l.Weight.Data, false, false, 1, 1)
+		return nil
+	}
+	tensor.MatMul(l.dxl, dout, l.Weight.Data, false, false, 1, 0)
+	if err := l.scatter.Backward(dinp, l.dxl); err != nil {
+		return fmt.Errorf("%s: %w", l.Name, err)
+	}
+	return nil
+}

@@ -1,0 +1,149 @@
+package parallel
+
+import (
+	"fmt"
+
+	"github.com/hpcrun/hpcrun/tensor"
+)
+
+// DefaultStd is the standard deviation of normal weight initialisation
+// (GPT-2's 0.02).
+const DefaultStd = 0.02
+
+// Param is one trainable tensor of this rank: its values, its gradient
+// (accumulated by Backward; zero it with ZeroGrads before a step), the shape
+// of the whole tensor and how this rank's piece is cut from it.
+type Param struct {
+	Name  string         // e.g. "h.0.attn.c_attn.weight"; the init key
+	Data  *tensor.Tensor // this rank's piece, shape Shard.LocalShape(Full)
+	Grad  *tensor.Tensor // same shape as Data
+	Full  []int          // shape of the unsharded tensor (padded vocab included)
+	Shard Shard
+	Decay bool // AdamW weight decay applies (weights and embeddings, not biases or norms)
+}
+
+// Layer is what every layer of this package exposes to the optimizer and to
+// checkpoints.
+type Layer interface {
+	Params() []*Param
+}
+
+// ZeroGrads zeroes the gradients of params.
+func ZeroGrads(params []*Param) {
+	for _, p := range params {
+		p.Grad.Device().Zero(p.Grad)
+	}
+}
+
+// paramInit says how a parameter's full tensor starts.
+type paramInit struct {
+	kind  Init
+	std   float32
+	rows  int // when > 0, only the first rows of dim 0 are random (real vocab), the rest zero
+	seed  uint64
+	decay bool
+}
+
+// newParam allocates a parameter on dev, fills its full tensor as init says
+// and keeps this rank's piece.
+func newParam(dev tensor.Device, name string, full []int, sh Shard, in paramInit) (*Param, error) {
+	n := 1
+	for _, d := range full {
+		n *= d
+	}
+	var values []float32
+	if in.rows > 0 && in.rows < full[0] {
+		values = make([]float32, n)
+		copy(values, InitFull(name, in.seed, in.rows*(n/full[0]), in.kind, in.std))
+	} else {
+		values = InitFull(name, in.seed, n, in.kind, in.std)
+	}
+	local, err := sh.Take(values, full)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	shape := sh.LocalShape(full)
+	data, err := dev.Alloc(shape...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	grad, err := dev.Alloc(shape...)
+	if err != nil {
+		dev.Free(data)
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	dev.CopyFromHost(data, local)
+	return &Param{Name: name, Data: data, Grad: grad, Full: append([]int(nil), full...), Shard: sh, Decay: in.decay}, nil
+}
+
+// buffers holds a layer's activation buffers for one batch shape: they are
+// allocated on the first Forward of a shape and reused until the shape
+// changes, so a training step allocates nothing.
+type buffers struct {
+	dev  tensor.Device
+	key  [2]int
+	bufs []*tensor.Tensor
+}
+
+// ensure makes sure the buffers for shape key exist, calling alloc (which
+// uses get) when the shape changed. It reports whether they were remade.
+func (b *buffers) ensure(dev tensor.Device, key [2]int, alloc func(get func(shape ...int) *tensor.Tensor)) (err error) {
+	if b.bufs != nil && b.key == key {
+		return nil
+	}
+	b.release()
+	b.dev, b.key = dev, key
+	get := func(shape ...int) *tensor.Tensor {
+		if err != nil {
+			return nil
+		}
+		t, e := dev.Alloc(shape...)
+		if e != nil {
+			err = e
+			return nil
+		}
+		b.bufs = append(b.bufs, t)
+		return t
+	}
+	alloc(get)
+	if err != nil {
+		b.release()
+	}
+	return err
+}
+
+func (b *buffers) release() {
+	for _, t := range b.bufs {
+		b.dev.Free(t)
+	}
+	b.bufs = nil
+}
+
+// ShapeError reports a layer input whose shape does not fit the layer.
+type ShapeError struct {
+	Layer string
+	Msg   string
+}
+
+func (e *ShapeError) Error() string { return e.Layer + ": " + e.Msg }
+
+func shapeErr(layer, format string, args ...any) error {
+	return &ShapeError{Layer: layer, Msg: fmt.Sprintf(format, args...)}
+}
+
+// batchShape reads (B, T, C) from a (B,T,C) tensor and checks C.
+func batchShape(layer string, x *tensor.Tensor, c int) (b, t int, err error) {
+	if x == nil {
+		return 0, 0, shapeErr(layer, "nil input")
+	}
+	if x.Rank() != 3 {
+		return 0, 0, shapeErr(layer, "input %v: want (B,T,%d)", x, c)
+	}
+	if x.Dim(2) != c {
+		return 0, 0, shapeErr(layer, "input %v: last dimension %d, want %d", x, x.Dim(2), c)
+	}
+	if x.Dim(0) < 1 || x.Dim(1) < 1 {
+		return 0, 0, shapeErr(layer, "input %v: empty batch", x)
+	}
+	return x.Dim(0), x.Dim(1), nil
+}
