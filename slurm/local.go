@@ -93,7 +93,7 @@ func (*Local) Status(_ context.Context, ref JobRef) (JobInfo, error) {
 		return j, fmt.Errorf("run %s was started by the local executor on %s; its state can only be read there (this is %s)",
 			filepath.Base(ref.RunDir), st["host"], host)
 	}
-	alive := pidAlive(ref.ID)
+	alive := pidAlive(ref.ID, st != nil)
 	if st == nil {
 		if alive {
 			j.State = Pending
@@ -141,7 +141,7 @@ func (l *Local) Cancel(ctx context.Context, ref JobRef) error {
 		return fmt.Errorf("cancel local job %s: %w", ref.ID, err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if !pidAlive(ref.ID) {
+		if !pidAlive(ref.ID, true) {
 			return nil
 		}
 	}
@@ -155,9 +155,10 @@ func shortHost() string {
 	return h
 }
 
-// pidAlive reports whether the process lives and is a Local job supervisor
-// (not a zombie, not a recycled pid).
-func pidAlive(id string) bool {
+// pidAlive reports whether the process lives (and is not a zombie); when
+// started is set, it must also be a Local job supervisor, not a recycled pid.
+// Before the supervisor writes its state it may not have exec'd bash yet.
+func pidAlive(id string, started bool) bool {
 	pid, err := strconv.Atoi(id)
 	if err != nil || pid <= 0 {
 		return false
@@ -168,6 +169,9 @@ func pidAlive(id string) bool {
 	}
 	if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
 		return false
+	}
+	if !started {
+		return true
 	}
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	return err == nil && bytes.Contains(cmdline, []byte(LocalDir+"/job\x00"))

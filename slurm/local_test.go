@@ -1,0 +1,132 @@
+package slurm
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// localJob renders a script whose srun starts prog (a bash snippet) on every
+// task and submits it to the Local executor.
+func localJob(t *testing.T, ntasks int, prog string) (JobRef, string) {
+	t.Helper()
+	dir := t.TempDir()
+	progPath := filepath.Join(dir, "prog")
+	if err := os.WriteFile(progPath, []byte("#!/bin/bash\n"+prog), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := validSpec()
+	s.RunDir, s.NTasks, s.GPUsPerNode, s.CPUsPerTask = dir, ntasks, 0, 1
+	s.Program, s.Args = progPath, []string{"arg one"}
+	script, err := Script(s, "", "dev", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "job.sbatch")
+	os.WriteFile(path, script, 0o644)
+	l := &Local{}
+	id, _, err := l.Submit(context.Background(), Submission{Spec: s, Script: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return JobRef{ID: id, RunDir: dir}, dir
+}
+
+func waitLocal(t *testing.T, ref JobRef) JobInfo {
+	t.Helper()
+	l := &Local{}
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		j, err := l.Status(context.Background(), ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.State.Done() {
+			return j
+		}
+	}
+	st, _ := os.ReadFile(filepath.Join(ref.RunDir, LocalDir, "state"))
+	errs, _ := os.ReadFile(filepath.Join(ref.RunDir, "slurm-"+ref.ID+".err"))
+	t.Fatalf("local job did not finish in 20 s; state:\n%s\nstderr:\n%s", st, errs)
+	return JobInfo{}
+}
+
+func TestLocalTasksSeeSrunVariables(t *testing.T) {
+	ref, dir := localJob(t, 4, `echo "$SLURM_PROCID $SLURM_LOCALID $SLURM_NTASKS $SLURM_NODEID $SLURM_STEP_ID $SLURM_JOB_ID $SLURM_JOB_NODELIST $1"`)
+	j := waitLocal(t, ref)
+	if j.State != Completed || j.ExitCode != 0 {
+		t.Fatalf("job = %+v", j)
+	}
+	out, err := os.ReadFile(filepath.Join(dir, "slurm-"+ref.ID+".out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	sort.Strings(lines)
+	host := shortHost()
+	for i, l := range lines {
+		want := strings.Join([]string{itoa(i), itoa(i), "4", "0", "0", ref.ID, host, "arg one"}, " ")
+		if l != want {
+			t.Errorf("task line %q, want %q", l, want)
+		}
+	}
+	if len(lines) != 4 {
+		t.Errorf("%d task lines, want 4:\n%s", len(lines), out)
+	}
+}
+
+func itoa(i int) string { return string(rune('0' + i)) }
+
+func TestLocalFailingTaskFailsJob(t *testing.T) {
+	ref, dir := localJob(t, 3, `if [ "$SLURM_PROCID" = 1 ]; then echo boom >&2; exit 7; fi; sleep 30`)
+	start := time.Now()
+	j := waitLocal(t, ref)
+	if j.State != Failed || j.ExitCode != 7 {
+		t.Errorf("job = %+v, want FAILED with exit 7", j)
+	}
+	if time.Since(start) > 15*time.Second {
+		t.Errorf("the other tasks were not stopped: took %v", time.Since(start))
+	}
+	errs, _ := os.ReadFile(filepath.Join(dir, "slurm-"+ref.ID+".err"))
+	if !strings.Contains(string(errs), "boom") || !strings.Contains(string(errs), "task 1: exited with status 7") {
+		t.Errorf("stderr = %q", errs)
+	}
+}
+
+func TestLocalCancel(t *testing.T) {
+	ref, _ := localJob(t, 2, `sleep 60`)
+	l := &Local{}
+	for i := 0; ; i++ {
+		j, _ := l.Status(context.Background(), ref)
+		if j.State == Running {
+			break
+		}
+		if i > 500 {
+			t.Fatalf("never running: %+v", j)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := l.Cancel(context.Background(), ref); err != nil {
+		t.Fatal(err)
+	}
+	j := waitLocal(t, ref)
+	if j.State != Cancelled {
+		t.Errorf("job = %+v, want CANCELLED", j)
+	}
+	if err := l.Cancel(context.Background(), ref); err == nil || !strings.Contains(err.Error(), "already over") {
+		t.Errorf("second cancel: %v", err)
+	}
+}
+
+func TestLocalOtherHost(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, LocalDir), 0o755)
+	os.WriteFile(filepath.Join(dir, LocalDir, "state"), []byte("jobid=1\nhost=elsewhere\nstate=RUNNING\n"), 0o644)
+	_, err := (&Local{}).Status(context.Background(), JobRef{ID: "1", RunDir: dir})
+	if err == nil || !strings.Contains(err.Error(), "on elsewhere") {
+		t.Errorf("err = %v", err)
+	}
+}
