@@ -872,3 +872,69 @@ func TestNoAllocs(t *testing.T) {
 		}
 	})
 }
+
+// refAttention is AttentionForward in float64. qkv is (B,T,3C).
+func refAttention(qkv []float64, b, t, nh, hs int, causal bool, keyValid []int32) []float64 {
+	c := nh * hs
+	out := make([]float64, b*t*c)
+	scores := make([]float64, t*t)
+	for i := 0; i < b; i++ {
+		for h := 0; h < nh; h++ {
+			at := func(tok, part, j int) float64 { return qkv[(i*t+tok)*3*c+part*c+h*hs+j] }
+			for q := 0; q < t; q++ {
+				for k := 0; k < t; k++ {
+					var s float64
+					for j := 0; j < hs; j++ {
+						s += at(q, 0, j) * at(k, 1, j)
+					}
+					scores[q*t+k] = s
+				}
+			}
+			var kv []int32
+			if keyValid != nil {
+				kv = keyValid[i*t : (i+1)*t]
+			}
+			att := refSoftmax(scores, 1, t, t, 1/math.Sqrt(float64(hs)), causal, kv)
+			for q := 0; q < t; q++ {
+				for j := 0; j < hs; j++ {
+					var s float64
+					for k := 0; k < t; k++ {
+						s += att[q*t+k] * at(k, 2, j)
+					}
+					out[(i*t+q)*c+h*hs+j] = s
+				}
+			}
+		}
+	}
+	return out
+}
+
+func TestAttention(t *testing.T) {
+	eachDevice(t, func(t *testing.T, d *CPUDevice) {
+		r := rand.New(rand.NewPCG(23, 24))
+		const b, tt, nh, hs = 2, 5, 3, 2
+		const c = nh * hs
+		keyValid := []int32{1, 1, 1, 0, 0, 1, 1, 1, 1, 1}
+		for _, causal := range []bool{false, true} {
+			for _, kv := range [][]int32{nil, keyValid} {
+				name := fmt.Sprintf("causal=%v padded=%v", causal, kv != nil)
+				qkv := randF32(r, b*tt*3*c, 1)
+				tqkv := upload(t, d, qkv, b, tt, 3*c)
+				att := upload(t, d, make([]float32, b*nh*tt*tt), b, nh, tt, tt)
+				out := upload(t, d, randF32(r, b*tt*c, 1), b, tt, c)
+				AttentionForward(out, att, tqkv, nh, causal, kv)
+				q64 := to64(qkv)
+				checkClose(t, "AttentionForward "+name, download(out), refAttention(q64, b, tt, nh, hs, causal, kv), 1e-5)
+
+				g := randF32(r, b*tt*c, 1)
+				g64 := to64(g)
+				loss := func() float64 { return dot64(refAttention(q64, b, tt, nh, hs, causal, kv), g64) }
+				dq0 := randF32(r, len(qkv), 1)
+				dqkv := upload(t, d, dq0, b, tt, 3*c)
+				scratch := func() *Tensor { return upload(t, d, randF32(r, att.Len(), 1), b, nh, tt, tt) }
+				AttentionBackward(dqkv, scratch(), scratch(), upload(t, d, g, b, tt, c), tqkv, att, nh)
+				checkGrad(t, "AttentionBackward "+name, download(dqkv), plus(dq0, numGrad(q64, loss)), 1e-5)
+			}
+		}
+	})
+}

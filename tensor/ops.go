@@ -1,6 +1,9 @@
 package tensor
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Helpers built from Device calls: the same on every backend.
 
@@ -56,4 +59,78 @@ func CrossEntropy(losses, rowMax, sumExp, targetLogit, logits *Tensor, targets [
 	d.CrossEntropySumExp(sumExp, logits, rowMax)
 	d.CrossEntropyTargetLogit(targetLogit, logits, targets, 0)
 	d.CrossEntropyLoss(losses, rowMax, sumExp, targetLogit, targets)
+}
+
+// attentionDims checks the attention shapes and returns B, T, C and the
+// head size.
+func attentionDims(fn string, qkv, att *Tensor, nh int) (b, t, c, hs int) {
+	if qkv.Rank() != 3 || qkv.Dim(2)%3 != 0 {
+		panic(fmt.Sprintf("tensor.%s: qkv %v must be (B,T,3C)", fn, qkv))
+	}
+	b, t, c = qkv.Dim(0), qkv.Dim(1), qkv.Dim(2)/3
+	if nh <= 0 || c%nh != 0 {
+		panic(fmt.Sprintf("tensor.%s: %d heads do not divide C=%d", fn, nh, c))
+	}
+	if s := att.Shape(); len(s) != 4 || s[0] != b || s[1] != nh || s[2] != t || s[3] != t {
+		panic(fmt.Sprintf("tensor.%s: att %v must be (B,NH,T,T) = (%d,%d,%d,%d)", fn, att, b, nh, t, t))
+	}
+	return b, t, c, c / nh
+}
+
+// AttentionForward is multi-head scaled dot-product attention on a packed
+// qkv activation (llm.c's attention_forward): for each batch item b and
+// head h, att[b,h] = softmax(q[b,h] k[b,h]^T / sqrt(hs)) with the causal
+// and key-padding masks of SoftmaxForward, and out[b,:,h] = att[b,h] v[b,h].
+// qkv is (B,T,3C), laid out [q | k | v] along the last dimension, each of
+// them (NH,hs) heads with C = NH*hs (a rank's heads under tensor
+// parallelism); att is (B,NH,T,T), kept for the backward; out is (B,T,C);
+// keyValid is (B,T) or nil.
+func AttentionForward(out, att, qkv *Tensor, nh int, causal bool, keyValid []int32) {
+	d := qkv.Device()
+	b, t, c, hs := attentionDims("AttentionForward", qkv, att, nh)
+	wantLen("AttentionForward", "out", out, b*t*c)
+	for i := 0; i < b; i++ {
+		q := i * t * 3 * c
+		// scores for every head of item i: (T,hs) x (T,hs)^T, heads hs apart.
+		d.GemmStridedBatched(false, true, t, t, hs, 1, qkv, q, 3*c, hs, qkv, q+c, 3*c, hs, 0, att, i*nh*t*t, t, t*t, nh)
+	}
+	d.SoftmaxForward(att, att, float32(1/math.Sqrt(float64(hs))), causal, keyValid)
+	for i := 0; i < b; i++ {
+		for h := 0; h < nh; h++ {
+			// Heads of out interleave within a row, so one Gemm per head.
+			d.Gemm(false, false, t, hs, t, 1, att, (i*nh+h)*t*t, t, qkv, i*t*3*c+2*c+h*hs, 3*c, 0, out, i*t*c+h*hs, c)
+		}
+	}
+}
+
+// AttentionBackward accumulates into dqkv (B,T,3C) the gradient of
+// AttentionForward from dout (B,T,C), given the forward's qkv and att.
+// datt and dpreatt are (B,NH,T,T) scratch, overwritten.
+func AttentionBackward(dqkv, datt, dpreatt, dout, qkv, att *Tensor, nh int) {
+	d := qkv.Device()
+	b, t, c, hs := attentionDims("AttentionBackward", qkv, att, nh)
+	wantLen("AttentionBackward", "dqkv", dqkv, qkv.Len())
+	wantLen("AttentionBackward", "dout", dout, b*t*c)
+	wantLen("AttentionBackward", "datt", datt, att.Len())
+	wantLen("AttentionBackward", "dpreatt", dpreatt, att.Len())
+	for i := 0; i < b; i++ {
+		q, o := i*t*3*c, i*t*c
+		// datt = dout_h v_h^T for every head.
+		d.GemmStridedBatched(false, true, t, t, hs, 1, dout, o, c, hs, qkv, q+2*c, 3*c, hs, 0, datt, i*nh*t*t, t, t*t, nh)
+		for h := 0; h < nh; h++ {
+			// dv_h += att_h^T dout_h
+			d.Gemm(true, false, t, hs, t, 1, att, (i*nh+h)*t*t, t, dout, o+h*hs, c, 1, dqkv, q+2*c+h*hs, 3*c)
+		}
+	}
+	d.Zero(dpreatt)
+	d.SoftmaxBackward(dpreatt, datt, att, float32(1/math.Sqrt(float64(hs))))
+	for i := 0; i < b; i++ {
+		q := i * t * 3 * c
+		for h := 0; h < nh; h++ {
+			a := (i*nh + h) * t * t
+			// dq_h += dpreatt_h k_h; dk_h += dpreatt_h^T q_h
+			d.Gemm(false, false, t, hs, t, 1, dpreatt, a, t, qkv, q+c+h*hs, 3*c, 1, dqkv, q+h*hs, 3*c)
+			d.Gemm(true, false, t, hs, t, 1, dpreatt, a, t, qkv, q+h*hs, 3*c, 1, dqkv, q+c+h*hs, 3*c)
+		}
+	}
 }

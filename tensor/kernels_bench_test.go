@@ -1,0 +1,80 @@
+package tensor
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// BenchmarkKernels runs the row and elementwise kernels at GPT-2 small
+// widths (B*T = 1024 tokens, C = 768, 12 heads of T = 256) on 1 and 2
+// threads. The peer is "copy": a memmove of the same bytes, the memory
+// bound every streaming kernel is measured against (compare MB/s).
+func BenchmarkKernels(b *testing.B) {
+	const n, c, nh, t, v = 1024, 768, 12, 256, 8192
+	r := rand.New(rand.NewPCG(1, 1))
+	for _, threads := range []int{1, 2} {
+		d := NewCPU()
+		d.SetThreads(threads)
+		a := func(shape ...int) *Tensor {
+			x, err := d.Alloc(shape...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			d.CopyFromHost(x, randF32(r, x.Len(), 1))
+			return x
+		}
+		x, y, z := a(n, c), a(n, c), a(n, c)
+		h, dh := a(n, 4*c), a(n, 4*c)
+		w, bias, mean, rstd := a(c), a(c), a(n), a(n)
+		att, datt := a(n/t, nh, t, t), a(n/t, nh, t, t)
+		logits, dlogits := a(n/2, v), a(n/2, v)
+		rowMax, sumExp, tl, losses := a(n/2), a(n/2), a(n/2), a(n/2)
+		ids := make([]int32, n)
+		targets := make([]int32, n/2)
+		for i := range ids {
+			ids[i] = int32(r.IntN(n))
+		}
+		for i := range targets {
+			targets[i] = int32(r.IntN(v))
+		}
+		table := a(n, c)
+		hp := AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 1}
+		hx, hz := x.Host(), z.Host()
+		sq := a(n, c) // second moments must be positive
+		d.Fill(sq, 1e-2)
+		kernels := []struct {
+			name  string
+			bytes int // memory streamed per call
+			f     func()
+		}{
+			{"copy", 8 * n * c, func() { copy(hz, hx) }},
+			{"Add", 12 * n * c, func() { d.Add(z, x, y) }},
+			{"AddBias", 8 * n * c, func() { d.AddBias(z, w) }},
+			{"BiasBackward", 4 * n * c, func() { d.BiasBackward(bias, x) }},
+			{"Embedding", 8 * n * c, func() { d.EmbeddingForward(z, ids, table, 0) }},
+			{"EmbeddingBackward", 12 * n * c, func() { d.EmbeddingBackward(table, x, ids, 0) }},
+			{"LayerNorm", 8 * n * c, func() { d.LayerNormForward(z, mean, rstd, x, w, bias, 1e-5) }},
+			{"LayerNormBackward", 16 * n * c, func() { d.LayerNormBackward(z, w, bias, y, x, w, mean, rstd) }},
+			{"GELU", 32 * n * c, func() { d.GELUForward(dh, h) }},
+			{"GELUBackward", 48 * n * c, func() { d.GELUBackward(dh, h, h) }},
+			{"Softmax", 8 * att.Len(), func() { d.SoftmaxForward(datt, att, 0.125, true, nil) }},
+			{"SoftmaxBackward", 16 * att.Len(), func() { d.SoftmaxBackward(att, datt, datt, 0.125) }},
+			{"CrossEntropy", 4 * logits.Len(), func() { CrossEntropy(losses, rowMax, sumExp, tl, logits, targets) }},
+			{"CrossEntropyBackward", 12 * logits.Len(), func() {
+				d.CrossEntropyBackward(dlogits, logits, rowMax, sumExp, targets, 0, 1e-3)
+			}},
+			{"AdamW", 20 * n * c, func() { d.AdamW(x, y, z, sq, hp) }},
+			{"SumSquares", 4 * n * c, func() { d.SumSquares(x) }},
+		}
+		for _, k := range kernels {
+			b.Run(fmt.Sprintf("%s/threads=%d", k.name, threads), func(b *testing.B) {
+				b.SetBytes(int64(k.bytes))
+				b.ReportAllocs()
+				for b.Loop() {
+					k.f()
+				}
+			})
+		}
+	}
+}
