@@ -1,0 +1,372 @@
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"time"
+
+	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/train/metrics"
+)
+
+// Options are the parts of a run that do not belong in train.toml.
+type Options struct {
+	// RunDir receives the metrics (RunDir/metrics/rank-NNNNN.jsonl); ""
+	// writes none.
+	RunDir string
+	// Device runs the kernels; nil uses a new CPU device.
+	Device tensor.Device
+	// Data is the prepared data; nil prepares it from the config.
+	Data *Data
+	// Log receives progress lines (rank 0 only); nil is silent.
+	Log io.Writer
+	// Host names this machine in the run line; "" uses os.Hostname.
+	Host string
+}
+
+// Result is what one rank saw of a run.
+type Result struct {
+	Steps  int          // optimizer steps made
+	Losses []float64    // training loss of every step, averaged over the DP group
+	Evals  []EvalResult // validations, in order
+}
+
+// EvalResult is one validation pass over the validation set.
+type EvalResult struct {
+	Step     int
+	Loss     float64
+	Accuracy float64 // NaN for a language model
+}
+
+// Run trains cfg on this rank. world is the job's communicator (rank = tp_rank
+// + dp_rank*tp, Megatron order); every rank of world must call Run with the
+// same cfg. It writes a run line, a step line per optimizer step, eval lines
+// and an end line to the rank's metrics file, and returns the first error:
+// its own, or the one a failed peer caused in a collective.
+func Run(ctx context.Context, cfg Config, world nccl.Comm, opt Options) (res *Result, err error) {
+	start := time.Now()
+	var w *metrics.Writer
+	if opt.RunDir != "" {
+		if w, err = metrics.Create(opt.RunDir, world.Rank()); err != nil {
+			return nil, err
+		}
+		defer func() {
+			status := ""
+			if err != nil && ctx.Err() != nil {
+				status = metrics.StatusInterrupted
+			}
+			w.End(status, err, time.Since(start))
+			if cerr := w.Close(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}()
+	}
+	t, err := newTrainer(cfg, world, opt, w)
+	if err != nil {
+		return nil, err
+	}
+	defer t.close()
+	return t.run(ctx)
+}
+
+// trainer is the state of one rank's run.
+type trainer struct {
+	cfg     Config
+	world   nccl.Comm
+	tp, dp  nccl.Comm
+	tpRank  int
+	dpRank  int
+	dev     tensor.Device
+	data    *Data
+	model   model
+	opt     *AdamW
+	sync    *GradSync
+	sampler *Sampler
+	w       *metrics.Writer
+	log     io.Writer
+	total   int // optimizer steps
+	perEp   int // optimizer steps per epoch
+
+	epoch   int
+	order   []int // this rank's sample order in the current epoch
+	pos     int   // next micro-batch in order
+	batch   Batch
+	commNow func() time.Duration
+}
+
+func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*trainer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if world.Size() != cfg.NTasks {
+		return nil, fmt.Errorf("the job has %d ranks but the config says ntasks = %d", world.Size(), cfg.NTasks)
+	}
+	data := opt.Data
+	if data == nil {
+		var err error
+		if data, err = Prepare(cfg); err != nil {
+			return nil, err
+		}
+	}
+	t := &trainer{cfg: cfg, world: world, data: data, w: w, dev: opt.Device}
+	if world.Rank() == 0 {
+		t.log = opt.Log
+	}
+	if t.dev == nil {
+		t.dev = tensor.NewCPU()
+	}
+	mesh, err := newMesh(world, cfg.TP)
+	if err != nil {
+		return nil, err
+	}
+	t.tp, t.dp, t.tpRank, t.dpRank = mesh.tp, mesh.dp, mesh.tpRank, mesh.dpRank
+	t.commNow = func() time.Duration { return t.tp.Stats().Total().Time + t.dp.Stats().Total().Time }
+
+	if t.sampler, err = NewSampler(data.Train.Len(), cfg.DP(), t.dpRank, cfg.Seed, true); err != nil {
+		return nil, err
+	}
+	micro := t.sampler.Len() / cfg.BatchSize
+	t.perEp = micro / cfg.GradAccum
+	if t.perEp == 0 {
+		return nil, fmt.Errorf("%d training samples make no full step of bsz %d x grad_accum %d x data-parallel %d: lower --bsz or --grad-accum, or give more samples",
+			data.Train.Len(), cfg.BatchSize, cfg.GradAccum, cfg.DP())
+	}
+	t.total = cfg.Steps
+	if t.total == 0 {
+		t.total = cfg.Epochs * t.perEp
+	}
+	if t.model, err = newModel(cfg, data, mesh, t.dev); err != nil {
+		return nil, err
+	}
+	params := t.model.Params()
+	if t.opt, err = NewAdamW(t.dev, params, cfg.WeightDecay, cfg.GradClip); err != nil {
+		return nil, err
+	}
+	t.sync = NewGradSync(t.dev, t.dp, params, 0)
+	if w != nil {
+		if err := t.writeRunLine(); err != nil {
+			return nil, err
+		}
+	}
+	t.logf("%s %d layers dim %d heads %d seq %d: %.2fM params, tp %d x dp %d, %d steps (%d per epoch); %s",
+		cfg.Model, cfg.Layers, cfg.Dim, cfg.Heads, cfg.Seq, float64(ParamCount(cfg, data.Vocab))/1e6,
+		cfg.TP, cfg.DP(), t.total, t.perEp, data.describe())
+	return t, nil
+}
+
+func (t *trainer) close() {
+	t.model.Close()
+	if t.tp != nil {
+		t.tp.Close()
+	}
+	if t.dp != nil {
+		t.dp.Close()
+	}
+}
+
+func (t *trainer) logf(format string, args ...any) {
+	if t.log != nil {
+		fmt.Fprintf(t.log, format+"\n", args...)
+	}
+}
+
+func (t *trainer) writeRunLine() error {
+	cfgJSON, err := json.Marshal(t.cfg)
+	if err != nil {
+		return err
+	}
+	host := ""
+	if h, err := os.Hostname(); err == nil {
+		host = h
+	}
+	return t.w.Run(metrics.RunInfo{
+		Config: cfgJSON, Rank: t.world.Rank(), World: t.world.Size(),
+		TPRank: t.tpRank, DPRank: t.dpRank, TP: t.cfg.TP, DP: t.cfg.DP(),
+		Host: host, Device: t.dev.Name(), TotalSteps: t.total,
+		Params: ParamCount(t.cfg, t.data.Vocab), FlopsPerToken: FlopsPerToken(t.cfg, t.data.Vocab),
+	})
+}
+
+// nextBatch gathers this rank's next micro-batch, starting a new epoch (and
+// a new shuffle) when the current one is used up.
+func (t *trainer) nextBatch() *Batch {
+	bsz := t.cfg.BatchSize
+	if t.order == nil || t.pos+bsz > len(t.order) {
+		if t.order != nil {
+			t.epoch++
+		}
+		t.order, t.pos = t.sampler.Epoch(t.epoch), 0
+	}
+	t.data.Train.Gather(&t.batch, t.order[t.pos:t.pos+bsz])
+	t.pos += bsz
+	return &t.batch
+}
+
+func (t *trainer) run(ctx context.Context) (*Result, error) {
+	res := &Result{}
+	for step := 0; step < t.total; step++ {
+		if err := ctx.Err(); err != nil {
+			return res, fmt.Errorf("interrupted at step %d: %w", step, err)
+		}
+		s, err := t.trainStep(step)
+		if err != nil {
+			return res, fmt.Errorf("step %d: %w", step+1, err)
+		}
+		res.Steps++
+		res.Losses = append(res.Losses, s.Loss)
+		if t.w != nil {
+			if err := t.w.Step(s); err != nil {
+				return res, err
+			}
+		}
+		last := step+1 == t.total
+		if last || (t.cfg.EvalEvery > 0 && (step+1)%t.cfg.EvalEvery == 0) {
+			e, err := t.evaluate(step + 1)
+			if err != nil {
+				return res, fmt.Errorf("validation at step %d: %w", step+1, err)
+			}
+			res.Evals = append(res.Evals, e)
+			if t.w != nil {
+				if err := t.w.Eval(metrics.Eval{Step: e.Step, Loss: e.Loss, Accuracy: e.Accuracy}); err != nil {
+					return res, err
+				}
+			}
+			if math.IsNaN(e.Accuracy) {
+				t.logf("step %d: val loss %.4f", e.Step, e.Loss)
+			} else {
+				t.logf("step %d: val loss %.4f accuracy %.1f%%", e.Step, e.Loss, 100*e.Accuracy)
+			}
+		}
+		if step == 0 || (step+1)%10 == 0 || last {
+			t.logf("step %d/%d: loss %.4f lr %.2e grad_norm %.3f %.3fs (comm %.3fs)",
+				s.Step, t.total, s.Loss, s.LR, s.GradNorm, s.StepS, s.CommS)
+		}
+	}
+	return res, nil
+}
+
+// trainStep runs grad_accum micro-batches and one optimizer step.
+func (t *trainer) trainStep(step int) (metrics.Step, error) {
+	start, comm0 := time.Now(), t.commNow()
+	t.model.ZeroGrad()
+	loss := 0.0
+	var tokens, samples int64
+	accum := t.cfg.GradAccum
+	for a := 0; a < accum; a++ {
+		b := t.nextBatch()
+		l, err := t.model.Forward(b, true)
+		if err != nil {
+			return metrics.Step{}, err
+		}
+		if math.IsNaN(l) || math.IsInf(l, 0) {
+			return metrics.Step{}, fmt.Errorf("loss is %v: lower --lr", l)
+		}
+		if err := t.model.Backward(1 / float32(accum)); err != nil {
+			return metrics.Step{}, err
+		}
+		loss += l / float64(accum)
+		samples += int64(b.B)
+		tokens += int64(b.B * b.T)
+	}
+	if err := t.sync.Sync(); err != nil {
+		return metrics.Step{}, err
+	}
+	norm, err := GradNorm(t.dev, t.model.Params(), t.tp)
+	if err != nil {
+		return metrics.Step{}, err
+	}
+	lr := LRAt(step, t.total, t.cfg.Warmup, t.cfg.LR, 0.1)
+	t.opt.Step(lr, norm)
+	if loss, err = t.dpMean(loss); err != nil {
+		return metrics.Step{}, err
+	}
+	if err := t.dev.Sync(); err != nil {
+		return metrics.Step{}, err
+	}
+	mem := t.dev.MemStats()
+	return metrics.Step{
+		Step: step + 1, Epoch: t.epoch, Loss: loss, LR: lr, GradNorm: norm,
+		Tokens: tokens, Samples: samples,
+		StepS: time.Since(start).Seconds(), CommS: (t.commNow() - comm0).Seconds(),
+		MemBytes: mem.Current, MemPeakBytes: mem.Peak,
+	}, nil
+}
+
+// dpMean averages a scalar over the data-parallel group.
+func (t *trainer) dpMean(v float64) (float64, error) {
+	if t.dp.Size() == 1 {
+		return v, nil
+	}
+	buf := []float32{float32(v)}
+	if err := t.dp.AllReduce(buf, nccl.Avg); err != nil {
+		return 0, err
+	}
+	return float64(buf[0]), nil
+}
+
+// evaluate runs the validation set, split over the DP ranks, and returns its
+// mean loss and (classifier) accuracy, the same on every rank.
+func (t *trainer) evaluate(step int) (EvalResult, error) {
+	val := t.data.Val
+	dp := t.cfg.DP()
+	bsz := t.cfg.BatchSize
+	var mine []int
+	for i := t.dpRank; i < val.Len(); i += dp {
+		mine = append(mine, i)
+	}
+	// Every DP rank runs the same number of batches (a collective per
+	// layer), padding the last one with repeats that are not counted.
+	most := (val.Len() + dp - 1) / dp
+	nb := (most + bsz - 1) / bsz
+	// sums: loss*count, correct, count
+	sums := make([]float32, 3)
+	idx := make([]int, bsz)
+	var b Batch
+	for k := 0; k < nb; k++ {
+		real := 0
+		for j := range idx {
+			i := k*bsz + j
+			if i < len(mine) {
+				idx[j] = mine[i]
+				real++
+			} else if len(mine) > 0 {
+				idx[j] = mine[i%len(mine)]
+			} else {
+				idx[j] = 0
+			}
+		}
+		val.Gather(&b, idx)
+		l, err := t.model.Forward(&b, false)
+		if err != nil {
+			return EvalResult{}, err
+		}
+		sums[0] += float32(l) * float32(real)
+		sums[2] += float32(real)
+		if pred := t.model.Predictions(); pred != nil {
+			for j := 0; j < real; j++ {
+				if pred[j] == b.Labels[j] {
+					sums[1]++
+				}
+			}
+		}
+	}
+	if dp > 1 {
+		if err := t.dp.AllReduce(sums, nccl.Sum); err != nil {
+			return EvalResult{}, err
+		}
+	}
+	if sums[2] == 0 {
+		return EvalResult{}, errors.New("the validation set is empty")
+	}
+	e := EvalResult{Step: step, Loss: float64(sums[0] / sums[2]), Accuracy: math.NaN()}
+	if t.cfg.Model == "bert" {
+		e.Accuracy = float64(sums[1] / sums[2])
+	}
+	return e, nil
+}

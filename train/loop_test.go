@@ -1,0 +1,144 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/train/metrics"
+)
+
+// runInProcess trains cfg on cfg.NTasks in-process ranks and returns rank
+// 0's result.
+func runInProcess(t *testing.T, cfg Config, runDir string) *Result {
+	t.Helper()
+	data, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var res0 *Result
+	err = nccl.RunInProcess(cfg.NTasks, func(c nccl.Comm) error {
+		res, err := Run(context.Background(), cfg, c, Options{Data: data, RunDir: runDir})
+		if c.Rank() == 0 {
+			mu.Lock()
+			res0 = res
+			mu.Unlock()
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res0
+}
+
+func smallConfig(model string) Config {
+	cfg := DefaultConfig()
+	cfg.Model = model
+	cfg.Layers, cfg.Dim, cfg.Heads, cfg.Seq = 2, 32, 4, 16
+	cfg.BatchSize, cfg.Steps, cfg.Warmup, cfg.EvalEvery, cfg.EvalSamples = 8, 20, 5, 0, 32
+	cfg.Samples = 2048
+	return cfg
+}
+
+func textFile(t *testing.T) string {
+	t.Helper()
+	var sb strings.Builder
+	words := []string{"alpha", "beta", "gamma", "delta", "epsilon"}
+	for i := 0; sb.Len() < 20000; i++ {
+		fmt.Fprintf(&sb, "%s %s %d. ", words[i%5], words[(i*3+1)%5], i%7)
+	}
+	p := filepath.Join(t.TempDir(), "text.txt")
+	if err := os.WriteFile(p, []byte(sb.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestLossCurveEquivalence trains the same model on the same data from the
+// same seed at tp=1, tp=2 and dp=2 (global batch held fixed): the loss
+// curves must agree to float32 tolerance over 20 steps.
+func TestLossCurveEquivalence(t *testing.T) {
+	for _, model := range []string{"bert", "gpt"} {
+		t.Run(model, func(t *testing.T) {
+			base := smallConfig(model)
+			if model == "gpt" {
+				base.Data = textFile(t)
+			}
+			layouts := []struct {
+				name          string
+				ntasks, tp, b int
+			}{
+				{"tp1", 1, 1, 16}, {"tp2", 2, 2, 16}, {"dp2", 2, 1, 8}, {"tp2dp2", 4, 2, 8},
+			}
+			var ref []float64
+			for _, l := range layouts {
+				if testing.Short() && l.ntasks > 2 {
+					continue
+				}
+				cfg := base
+				cfg.NTasks, cfg.TP, cfg.BatchSize = l.ntasks, l.tp, l.b
+				res := runInProcess(t, cfg, "")
+				if len(res.Losses) != 20 {
+					t.Fatalf("%s: %d steps", l.name, len(res.Losses))
+				}
+				if ref == nil {
+					ref = res.Losses
+					if !(ref[19] < ref[0]) {
+						t.Errorf("%s: loss did not fall: %v", l.name, ref)
+					}
+					continue
+				}
+				worst := 0.0
+				for i, v := range res.Losses {
+					worst = math.Max(worst, math.Abs(v-ref[i]))
+					if d := math.Abs(v - ref[i]); d > 1e-5*math.Max(1, math.Abs(ref[i])) {
+						t.Errorf("%s step %d: loss %.7f, tp1 %.7f (diff %.2g)", l.name, i+1, v, ref[i], d)
+					}
+				}
+				t.Logf("%s: losses %.4f -> %.4f, largest difference from tp1 %.2g", l.name, res.Losses[0], res.Losses[19], worst)
+			}
+		})
+	}
+}
+
+// TestMetricsFiles checks that every rank writes run, step, eval and end
+// lines.
+func TestMetricsFiles(t *testing.T) {
+	cfg := smallConfig("bert")
+	cfg.NTasks, cfg.TP, cfg.Steps, cfg.EvalEvery = 2, 2, 4, 2
+	dir := t.TempDir()
+	runInProcess(t, cfg, dir)
+	for r := 0; r < 2; r++ {
+		b, err := os.ReadFile(metrics.RankFile(dir, r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(b)
+		for _, want := range []string{`"type":"run"`, `"type":"step","step":4`, `"type":"eval","step":2`, `"type":"eval","step":4`, `"status":"completed"`, `"comm_s"`, `"mem_peak_bytes"`} {
+			if !strings.Contains(s, want) {
+				t.Errorf("rank %d file lacks %s:\n%s", r, want, s)
+			}
+		}
+	}
+}
+
+func TestRunErrors(t *testing.T) {
+	cfg := smallConfig("bert")
+	cfg.Samples, cfg.BatchSize = 10, 8
+	cfg.NTasks, cfg.TP = 2, 1
+	err := nccl.RunInProcess(2, func(c nccl.Comm) error {
+		_, err := Run(context.Background(), cfg, c, Options{})
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "no full step") {
+		t.Fatalf("err = %v", err)
+	}
+}
