@@ -1,0 +1,170 @@
+package parallel
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/tensor"
+)
+
+// AttentionConfig sizes a self-attention layer.
+type AttentionConfig struct {
+	Dim    int    // C, the model width
+	Heads  int    // NH, over all ranks; Heads/tp per rank
+	Causal bool   // mask future keys (GPT); else only key padding masks (BERT)
+	Seed   uint64 // initialisation seed
+	Std    float32
+	// ProjStd is the init std of the output projection (GPT-2 scales it by
+	// 1/sqrt(2*layers)); 0 means Std.
+	ProjStd float32
+}
+
+// ParallelSelfAttention is multi-head self-attention split by heads
+// (Megatron-LM fig. 3b): the fused Q,K,V projection is column-parallel, so
+// each rank computes Heads/tp whole heads, and the output projection is
+// row-parallel, ending in one all-reduce. Forward: one all-reduce; Backward:
+// one (the f before the QKV projection).
+type ParallelSelfAttention struct {
+	Name string
+	QKV  *ColumnParallelLinear // (3C, C) as [Q;K;V], 3 blocks split over ranks
+	Proj *RowParallelLinear    // (C, C), input parallel
+
+	dim, heads, nh, hd int // full width, full heads, heads on this rank, head size
+	causal             bool
+
+	keyValid []int32
+	bufs     buffers
+	att      *tensor.Tensor // (B, nh, T, T) softmax probabilities
+	y        *tensor.Tensor // (B, T, nh*hd) attention output before the projection
+	dqkv     *tensor.Tensor // (B, T, 3*nh*hd)
+	datt     *tensor.Tensor // (B, nh, T, T)
+	dpre     *tensor.Tensor // (B, nh, T, T)
+	dy       *tensor.Tensor // (B, T, nh*hd)
+}
+
+// NewParallelSelfAttention makes this rank's heads of a self-attention layer
+// over the group tp (nil: unsharded). Heads must divide Dim and tp must
+// divide Heads.
+func NewParallelSelfAttention(dev tensor.Device, tp nccl.Comm, name string, cfg AttentionConfig) (*ParallelSelfAttention, error) {
+	g := newGroup(tp)
+	if cfg.Dim < 1 || cfg.Heads < 1 {
+		return nil, fmt.Errorf("%s: dim %d, heads %d: must be at least 1", name, cfg.Dim, cfg.Heads)
+	}
+	if cfg.Dim%cfg.Heads != 0 {
+		return nil, fmt.Errorf("%s: dim %d is not a multiple of heads %d", name, cfg.Dim, cfg.Heads)
+	}
+	if cfg.Heads%g.size() != 0 {
+		return nil, fmt.Errorf("%s: heads %d is not a multiple of tp %d: each tensor-parallel rank needs whole heads", name, cfg.Heads, g.size())
+	}
+	projStd := cfg.ProjStd
+	if projStd == 0 {
+		projStd = cfg.Std
+	}
+	qkv, err := NewColumnParallelLinear(dev, tp, name+".c_attn", cfg.Dim, 3*cfg.Dim, LinearOptions{Bias: true, Blocks: 3, Seed: cfg.Seed, Std: cfg.Std})
+	if err != nil {
+		return nil, err
+	}
+	proj, err := NewRowParallelLinear(dev, tp, name+".c_proj", cfg.Dim, cfg.Dim, LinearOptions{Bias: true, InputIsParallel: true, Seed: cfg.Seed, Std: projStd})
+	if err != nil {
+		return nil, err
+	}
+	return &ParallelSelfAttention{Name: name, QKV: qkv, Proj: proj, dim: cfg.Dim, heads: cfg.Heads,
+		nh: cfg.Heads / g.size(), hd: cfg.Dim / cfg.Heads, causal: cfg.Causal}, nil
+}
+
+// Params lists the layer's parameters.
+func (a *ParallelSelfAttention) Params() []*Param {
+	return append(a.QKV.Params(), a.Proj.Params()...)
+}
+
+// Forward computes self-attention over inp (B,T,C), the same on every rank,
+// and returns (B,T,C), the same on every rank. keyValid, when not nil, is
+// (B*T) with 0 at padding tokens, which no query attends to; it must stay
+// unchanged until Backward.
+func (a *ParallelSelfAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*tensor.Tensor, error) {
+	b, t, err := batchShape(a.Name, inp, a.dim)
+	if err != nil {
+		return nil, err
+	}
+	if keyValid != nil && len(keyValid) != b*t {
+		return nil, shapeErr(a.Name, "key mask of %d entries for a batch of %dx%d tokens", len(keyValid), b, t)
+	}
+	dev := a.QKV.Weight.Data.Device()
+	cl := a.nh * a.hd
+	if err := a.bufs.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
+		a.att, a.datt, a.dpre = get(b, a.nh, t, t), get(b, a.nh, t, t), get(b, a.nh, t, t)
+		a.y, a.dy = get(b, t, cl), get(b, t, cl)
+		a.dqkv = get(b, t, 3*cl)
+	}); err != nil {
+		return nil, fmt.Errorf("%s: %w", a.Name, err)
+	}
+	a.keyValid = keyValid
+	qkv, err := a.QKV.Forward(inp) // (B,T,3*cl): [q | k | v], heads contiguous in each
+	if err != nil {
+		return nil, err
+	}
+	scale := float32(1 / math.Sqrt(float64(a.hd)))
+	tt := t * t
+	for i := 0; i < b; i++ {
+		base := i * t * 3 * cl
+		// att[i,h] = q_h @ k_h^T, (T,T) for each of the nh heads
+		dev.GemmStridedBatched(false, true, t, t, a.hd, 1,
+			qkv, base, 3*cl, a.hd,
+			qkv, base+cl, 3*cl, a.hd,
+			0, a.att, i*a.nh*tt, t, tt, a.nh)
+	}
+	dev.SoftmaxForward(a.att, a.att, scale, a.causal, keyValid)
+	for i := 0; i < b; i++ {
+		// y[i,:,h] = att[i,h] @ v_h
+		dev.GemmStridedBatched(false, false, t, a.hd, t, 1,
+			a.att, i*a.nh*tt, t, tt,
+			qkv, i*t*3*cl+2*cl, 3*cl, a.hd,
+			0, a.y, i*t*cl, cl, a.hd, a.nh)
+	}
+	return a.Proj.Forward(a.y)
+}
+
+// Backward accumulates the parameter gradients and, when dinp is not nil,
+// the input gradient (B,T,C) from dout (B,T,C).
+func (a *ParallelSelfAttention) Backward(dout, dinp *tensor.Tensor) error {
+	if a.att == nil || a.QKV.inp == nil {
+		return fmt.Errorf("%s: Backward before Forward", a.Name)
+	}
+	dev := dout.Device()
+	b, t := a.att.Dim(0), a.att.Dim(2)
+	cl, tt := a.nh*a.hd, t*t
+	scale := float32(1 / math.Sqrt(float64(a.hd)))
+	dev.Zero(a.dy)
+	if err := a.Proj.Backward(dout, a.dy); err != nil {
+		return err
+	}
+	qkv := a.QKV.outLocal
+	dev.Zero(a.dqkv)
+	for i := 0; i < b; i++ {
+		// datt = dy_h @ v_h^T; dv_h += att^T @ dy_h
+		dev.GemmStridedBatched(false, true, t, t, a.hd, 1,
+			a.dy, i*t*cl, cl, a.hd,
+			qkv, i*t*3*cl+2*cl, 3*cl, a.hd,
+			0, a.datt, i*a.nh*tt, t, tt, a.nh)
+		dev.GemmStridedBatched(true, false, t, a.hd, t, 1,
+			a.att, i*a.nh*tt, t, tt,
+			a.dy, i*t*cl, cl, a.hd,
+			1, a.dqkv, i*t*3*cl+2*cl, 3*cl, a.hd, a.nh)
+	}
+	dev.Zero(a.dpre)
+	dev.SoftmaxBackward(a.dpre, a.datt, a.att, scale)
+	for i := 0; i < b; i++ {
+		base := i * t * 3 * cl
+		// dq_h += dpre @ k_h; dk_h += dpre^T @ q_h
+		dev.GemmStridedBatched(false, false, t, a.hd, t, 1,
+			a.dpre, i*a.nh*tt, t, tt,
+			qkv, base+cl, 3*cl, a.hd,
+			1, a.dqkv, base, 3*cl, a.hd, a.nh)
+		dev.GemmStridedBatched(true, false, t, a.hd, t, 1,
+			a.dpre, i*a.nh*tt, t, tt,
+			qkv, base, 3*cl, a.hd,
+			1, a.dqkv, base+cl, 3*cl, a.hd, a.nh)
+	}
+	return a.QKV.Backward(a.dqkv, dinp)
+}

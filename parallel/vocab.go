@@ -1,0 +1,222 @@
+package parallel
+
+import (
+	"fmt"
+
+	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/tensor"
+)
+
+// VocabParallelEmbedding is a token embedding whose table (Padded, C) is
+// split along the vocabulary: rank r holds rows [r*Padded/tp,
+// (r+1)*Padded/tp), looks up the tokens that fall in its slice (zeros for
+// the others), and the all-reduce g sums the slices into the full
+// embedding. Rows past Vocab (padding) start at zero and are never looked
+// up. Its weight can be tied to the LM head (see NewLMHead).
+type VocabParallelEmbedding struct {
+	Name   string
+	Vocab  int    // real vocabulary
+	Padded int    // PadVocab(Vocab, tp)
+	Dim    int    // C
+	Weight *Param // (Padded/tp, C)
+
+	g    *group
+	gRed *Region
+	ids  []int32
+	bufs buffers
+	out  *tensor.Tensor
+}
+
+// NewVocabParallelEmbedding makes this rank's slice of a (vocab, dim)
+// embedding over the group tp (nil: unsharded); the vocabulary is padded to
+// PadVocab(vocab, tp). Only rows below vocab are random, so every tp starts
+// from the same real rows.
+func NewVocabParallelEmbedding(dev tensor.Device, tp nccl.Comm, name string, vocab, dim int, seed uint64, std float32) (*VocabParallelEmbedding, error) {
+	g := newGroup(tp)
+	padded, err := PadVocab(vocab, g.size())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return newVocabEmbedding(dev, tp, name, vocab, padded, dim, seed, std)
+}
+
+// newVocabEmbedding is NewVocabParallelEmbedding with an explicit padded
+// size, for the checks (an unsharded reference padded as the sharded one).
+func newVocabEmbedding(dev tensor.Device, tp nccl.Comm, name string, vocab, padded, dim int, seed uint64, std float32) (*VocabParallelEmbedding, error) {
+	g := newGroup(tp)
+	if dim < 1 {
+		return nil, fmt.Errorf("%s: dim %d: must be at least 1", name, dim)
+	}
+	if padded < vocab || padded%g.size() != 0 {
+		return nil, fmt.Errorf("%s: padded vocab %d does not hold %d or split over tp %d", name, padded, vocab, g.size())
+	}
+	if std == 0 {
+		std = DefaultStd
+	}
+	sh := Shard{Dim: 0, Parts: g.size(), Index: g.rank()}
+	if g.size() == 1 {
+		sh = Shard{Parts: 1}
+	}
+	w, err := newParam(dev, name+".weight", []int{padded, dim}, sh, paramInit{kind: InitNormal, std: std, seed: seed, rows: vocab, decay: true})
+	if err != nil {
+		return nil, err
+	}
+	return &VocabParallelEmbedding{Name: name, Vocab: vocab, Padded: padded, Dim: dim, Weight: w, g: g, gRed: ReduceFromRegion(tp)}, nil
+}
+
+// Params lists the embedding table.
+func (e *VocabParallelEmbedding) Params() []*Param { return []*Param{e.Weight} }
+
+// VocabStart is the first vocabulary id of this rank's slice.
+func (e *VocabParallelEmbedding) VocabStart() int { return e.g.rank() * e.Padded / e.g.size() }
+
+// Forward looks up ids (B*T token ids in [0, Vocab)) into the layer's
+// (B,T,C) output, the same on every rank. ids must stay unchanged until
+// Backward.
+func (e *VocabParallelEmbedding) Forward(ids []int32, b, t int) (*tensor.Tensor, error) {
+	if b < 1 || t < 1 || len(ids) != b*t {
+		return nil, shapeErr(e.Name, "%d ids for a batch of %dx%d tokens", len(ids), b, t)
+	}
+	for i, id := range ids {
+		if id < 0 || int(id) >= e.Vocab {
+			return nil, shapeErr(e.Name, "token %d at position %d is outside the vocabulary [0,%d)", id, i, e.Vocab)
+		}
+	}
+	dev := e.Weight.Data.Device()
+	if err := e.bufs.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
+		e.out = get(b, t, e.Dim)
+	}); err != nil {
+		return nil, fmt.Errorf("%s: %w", e.Name, err)
+	}
+	e.ids = ids
+	dev.EmbeddingForward(e.out, ids, e.Weight.Data, e.VocabStart())
+	if err := e.gRed.Forward(e.out); err != nil {
+		return nil, fmt.Errorf("%s: %w", e.Name, err)
+	}
+	return e.out, nil
+}
+
+// Backward accumulates dout (B,T,C) into the rows of this rank's slice.
+func (e *VocabParallelEmbedding) Backward(dout *tensor.Tensor) error {
+	if e.ids == nil {
+		return fmt.Errorf("%s: Backward before Forward", e.Name)
+	}
+	if dout.Len() != e.out.Len() {
+		return shapeErr(e.Name, "Backward with dout %v after a Forward to %v", dout, e.out)
+	}
+	dout.Device().EmbeddingBackward(e.Weight.Grad, dout.Reshape(len(e.ids), e.Dim), e.ids, e.VocabStart())
+	return nil
+}
+
+// NewLMHead is the output layer of a GPT tied to its token embedding: a
+// ColumnParallelLinear (C -> Padded) sharing emb's weight, each rank
+// producing the logits of its vocabulary slice (B,T,Padded/tp), with padded
+// entries masked, ready for VocabParallelCrossEntropy.
+func NewLMHead(tp nccl.Comm, name string, emb *VocabParallelEmbedding) (*ColumnParallelLinear, error) {
+	return NewColumnParallelLinear(emb.Weight.Data.Device(), tp, name, emb.Dim, emb.Padded, LinearOptions{Tied: emb.Weight, ValidOut: emb.Vocab})
+}
+
+// VocabParallelCrossEntropy is the mean cross-entropy of logits split along
+// the vocabulary (each rank holds (N, Padded/tp)) without gathering them:
+// an all-reduce MAX of the row maxima, then one all-reduce SUM of the
+// exp-sums and the target logits. The backward is local: each rank's
+// softmax slice minus the one-hot of the targets it holds.
+type VocabParallelCrossEntropy struct {
+	Name   string
+	Padded int // columns of the full logits
+
+	g                 *group
+	logits            *tensor.Tensor
+	targets           []int32
+	count             int
+	bufs              buffers
+	rowMax, sums, los *tensor.Tensor // sums is (2N): sumExp then targetLogit
+	host              []float32
+}
+
+// NewVocabParallelCrossEntropy makes the loss for logits of padded columns
+// split over the group tp (nil: unsharded).
+func NewVocabParallelCrossEntropy(tp nccl.Comm, name string, padded int) (*VocabParallelCrossEntropy, error) {
+	g := newGroup(tp)
+	if padded < 1 || padded%g.size() != 0 {
+		return nil, fmt.Errorf("%s: vocab %d does not split over tp %d", name, padded, g.size())
+	}
+	return &VocabParallelCrossEntropy{Name: name, Padded: padded, g: g}, nil
+}
+
+// Forward returns the mean loss over the targets that are not negative
+// (negative targets are ignored). logits is this rank's (N, Padded/tp) or
+// (B,T,Padded/tp) slice; targets (N) are global ids. logits and targets
+// must stay unchanged until Backward.
+func (c *VocabParallelCrossEntropy) Forward(logits *tensor.Tensor, targets []int32) (float64, error) {
+	vl := c.Padded / c.g.size()
+	if logits == nil || logits.Cols() != vl {
+		return 0, shapeErr(c.Name, "logits %v: want (N,%d), this rank's slice of %d", logits, vl, c.Padded)
+	}
+	n := logits.Rows()
+	if len(targets) != n || n == 0 {
+		return 0, shapeErr(c.Name, "%d targets for %d rows of logits", len(targets), n)
+	}
+	c.count = 0
+	for i, t := range targets {
+		if int(t) >= c.Padded {
+			return 0, shapeErr(c.Name, "target %d at row %d is outside the vocabulary [0,%d)", t, i, c.Padded)
+		}
+		if t >= 0 {
+			c.count++
+		}
+	}
+	dev := logits.Device()
+	if err := c.bufs.ensure(dev, [2]int{n, vl}, func(get func(...int) *tensor.Tensor) {
+		c.rowMax, c.sums, c.los = get(n), get(2*n), get(n)
+	}); err != nil {
+		return 0, fmt.Errorf("%s: %w", c.Name, err)
+	}
+	c.logits, c.targets = logits.Reshape(n, vl), targets
+	sumExp, target := c.sums.View(0, n), c.sums.View(n, n)
+	start := c.g.rank() * vl
+	dev.CrossEntropyRowMax(c.rowMax, c.logits)
+	if err := c.g.allReduce(c.rowMax, nccl.Max); err != nil {
+		return 0, fmt.Errorf("%s: %w", c.Name, err)
+	}
+	dev.CrossEntropySumExp(sumExp, c.logits, c.rowMax)
+	dev.CrossEntropyTargetLogit(target, c.logits, targets, start)
+	if err := c.g.allReduce(c.sums, nccl.Sum); err != nil {
+		return 0, fmt.Errorf("%s: %w", c.Name, err)
+	}
+	dev.CrossEntropyLoss(c.los, c.rowMax, sumExp, target, targets)
+	if cap(c.host) < n {
+		c.host = make([]float32, n)
+	}
+	h := c.host[:n]
+	dev.CopyToHost(h, c.los)
+	if c.count == 0 {
+		return 0, nil
+	}
+	var s float64
+	for _, v := range h {
+		s += float64(v)
+	}
+	return s / float64(c.count), nil
+}
+
+// Backward accumulates into dlogits (shaped as Forward's logits) the
+// gradient of dloss times the mean loss.
+func (c *VocabParallelCrossEntropy) Backward(dlogits *tensor.Tensor, dloss float32) error {
+	if c.logits == nil {
+		return fmt.Errorf("%s: Backward before Forward", c.Name)
+	}
+	if dlogits.Len() != c.logits.Len() {
+		return shapeErr(c.Name, "dlogits %v for logits %v", dlogits, c.logits)
+	}
+	if c.count == 0 {
+		return nil
+	}
+	n := c.logits.Rows()
+	dev := dlogits.Device()
+	dev.CrossEntropyBackward(dlogits.Reshape(c.logits.Shape()...), c.logits, c.rowMax, c.sums.View(0, n), c.targets, c.g.rank()*c.logits.Cols(), dloss/float32(c.count))
+	return nil
+}
+
+// Losses is the per-row loss of the last Forward (N), 0 at ignored targets.
+func (c *VocabParallelCrossEntropy) Losses() *tensor.Tensor { return c.los }
