@@ -60,14 +60,14 @@ func (w *gemmWorker) run(kr *gemmKernel, p *gemmParams, i0, i1, j0, j1 int) {
 		nc := min(ncMax, j1-jc)
 		for pc := 0; pc < p.k; pc += kcMax {
 			kc := min(kcMax, p.k-pc)
-			packB(pb, p.b, p.ldb, p.transB, pc, kc, jc, nc, nr)
+			packB(pb, p.b, p.ldb, p.transB, pc, kc, jc, nc, nr, kr.asmPack)
 			beta, loadC := float32(1), true
 			if pc == 0 {
 				beta, loadC = p.beta, p.beta != 0
 			}
 			for ic := i0; ic < i1; ic += mcMax {
 				mc := min(mcMax, i1-ic)
-				packA(pa, p.a, p.lda, p.transA, ic, mc, pc, kc, mr)
+				packA(pa, p.a, p.lda, p.transA, ic, mc, pc, kc, mr, kr.asmPack)
 				for ir := 0; ir < mc; ir += mr {
 					ap := pa[ir*kc : (ir+mr)*kc]
 					rows := min(mr, mc-ir)
@@ -98,27 +98,43 @@ func (w *gemmWorker) run(kr *gemmKernel, p *gemmParams, i0, i1, j0, j1 int) {
 	}
 }
 
+// packBlock is how many k steps packA and packB gather from each source
+// row before moving to the next: one cache line of floats, so the source
+// lines and the destination being filled stay in L1 together.
+const packBlock = 16
+
 // packA packs rows [i0,i0+mc) and k indices [p0,p0+kc) of op(A) into mr-row
 // panels: panel q holds, for each k step, the mr values of rows
 // i0+q*mr..i0+q*mr+mr-1, zero beyond the last row.
-func packA(dst, a []float32, lda int, trans bool, i0, mc, p0, kc, mr int) {
+func packA(dst, a []float32, lda int, trans bool, i0, mc, p0, kc, mr int, fast bool) {
+	if trans {
+		// A is stored (k,m): each k step is a contiguous run of rows, read
+		// once and dealt out to the panels.
+		for p := 0; p < kc; p++ {
+			s := (p0+p)*lda + i0
+			row := a[s : s+mc]
+			for ir := 0; ir < mc; ir += mr {
+				rows := min(mr, mc-ir)
+				o := ir*kc + p*mr
+				copy(dst[o:o+rows], row[ir:ir+rows])
+				clear(dst[o+rows : o+mr])
+			}
+		}
+		return
+	}
 	for ir := 0; ir < mc; ir += mr {
 		d := dst[ir*kc : (ir+mr)*kc]
 		rows := min(mr, mc-ir)
-		if trans {
-			// A is stored (k,m): one k step of the panel is contiguous.
-			for p := 0; p < kc; p++ {
-				s := (p0+p)*lda + i0 + ir
-				copy(d[p*mr:p*mr+rows], a[s:s+rows])
-				clear(d[p*mr+rows : p*mr+mr])
-			}
-			continue
-		}
-		for r := 0; r < rows; r++ {
-			s := (i0+ir+r)*lda + p0
-			src := a[s : s+kc]
-			for p, v := range src {
-				d[p*mr+r] = v
+		if !fast || !packTransFast(d, a[(i0+ir)*lda+p0:], rows, lda, kc, mr) {
+			for pb := 0; pb < kc; pb += packBlock {
+				pe := min(pb+packBlock, kc)
+				for r := 0; r < rows; r++ {
+					s := (i0+ir+r)*lda + p0
+					dd := d[pb*mr+r:]
+					for p, v := range a[s+pb : s+pe] {
+						dd[p*mr] = v
+					}
+				}
 			}
 		}
 		for r := rows; r < mr; r++ {
@@ -132,7 +148,7 @@ func packA(dst, a []float32, lda int, trans bool, i0, mc, p0, kc, mr int) {
 // packB packs k indices [p0,p0+kc) and columns [j0,j0+nc) of op(B) into
 // nr-column panels: panel q holds, for each k step, the nr values of
 // columns j0+q*nr..j0+q*nr+nr-1, zero beyond the last column.
-func packB(dst, b []float32, ldb int, trans bool, p0, kc, j0, nc, nr int) {
+func packB(dst, b []float32, ldb int, trans bool, p0, kc, j0, nc, nr int, fast bool) {
 	for jr := 0; jr < nc; jr += nr {
 		d := dst[jr*kc : (jr+nr)*kc]
 		cols := min(nr, nc-jr)
@@ -145,11 +161,16 @@ func packB(dst, b []float32, ldb int, trans bool, p0, kc, j0, nc, nr int) {
 			continue
 		}
 		// B is stored (n,k): column j of op(B) is row j of b.
-		for j := 0; j < cols; j++ {
-			s := (j0+jr+j)*ldb + p0
-			src := b[s : s+kc]
-			for p, v := range src {
-				d[p*nr+j] = v
+		if !fast || !packTransFast(d, b[(j0+jr)*ldb+p0:], cols, ldb, kc, nr) {
+			for pb := 0; pb < kc; pb += packBlock {
+				pe := min(pb+packBlock, kc)
+				for j := 0; j < cols; j++ {
+					s := (j0+jr+j)*ldb + p0
+					dd := d[pb*nr+j:]
+					for p, v := range b[s+pb : s+pe] {
+						dd[p*nr] = v
+					}
+				}
 			}
 		}
 		for j := cols; j < nr; j++ {

@@ -14,6 +14,8 @@ type gemmKernel struct {
 	// across every mr-row panel of A, an (mr,kc) panel of A stays in L1
 	// while fn streams the B block past it.
 	kc, mc, nc int
+	// asmPack says packing may use the assembly transpose-packer.
+	asmPack bool
 	// fn computes C = alpha*Ap*Bp (+ beta*C when loadC) for one (mr,nr)
 	// tile, from k steps of a packed A panel (mr values per step) and a
 	// packed B panel (nr values per step).

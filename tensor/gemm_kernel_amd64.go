@@ -10,6 +10,24 @@ func sgemmKernel12x32AVX512(k int, a, b, c *float32, ldc int, alpha, beta float3
 //go:noescape
 func sgemmKernel6x16AVX2(k int, a, b, c *float32, ldc int, alpha, beta float32, loadC int)
 
+//go:noescape
+func packTransAVX512(dst, src *float32, rows, srcStride, kc, dstStep int)
+
+// packTransFast does dst[p*dstStep+r] = src[r*srcStride+p] for r < rows,
+// p < kc, with AVX-512 scatters when the CPU has them; ok is false when it
+// did nothing and the caller must pack in Go.
+func packTransFast(dst, src []float32, rows, srcStride, kc, dstStep int) (ok bool) {
+	if !hasAVX512 || rows == 0 || kc == 0 {
+		return rows == 0 || kc == 0
+	}
+	_ = dst[(kc-1)*dstStep+rows-1]
+	_ = src[(rows-1)*srcStride+kc-1]
+	packTransAVX512(&dst[0], &src[0], rows, srcStride, kc, dstStep)
+	return true
+}
+
+var _, hasAVX512 = cpuFeatures()
+
 func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
 
 func xgetbv() (eax, edx uint32)
@@ -53,7 +71,7 @@ func asmKernels() []*gemmKernel {
 	var ks []*gemmKernel
 	if avx512 {
 		ks = append(ks, &gemmKernel{
-			name: "avx512-12x32", mr: 12, nr: 32, kc: 384, mc: 1536, nc: 512,
+			name: "avx512-12x32", mr: 12, nr: 32, kc: 384, mc: 1536, nc: 512, asmPack: true,
 			fn: func(k int, a, b, c []float32, ldc int, alpha, beta float32, loadC bool) {
 				_, _, _ = a[k*12-1], b[k*32-1], c[11*ldc+31]
 				sgemmKernel12x32AVX512(k, &a[0], &b[0], &c[0], ldc, alpha, beta, b2i(loadC))

@@ -303,3 +303,85 @@ TEXT ·xgetbv(SB), NOSPLIT, $0-8
 	MOVL AX, eax+0(FP)
 	MOVL DX, edx+4(FP)
 	RET
+
+// iota16 is 0..15 as int32, the lane numbers of a zmm register.
+DATA iota16<>+0(SB)/4, $0
+DATA iota16<>+4(SB)/4, $1
+DATA iota16<>+8(SB)/4, $2
+DATA iota16<>+12(SB)/4, $3
+DATA iota16<>+16(SB)/4, $4
+DATA iota16<>+20(SB)/4, $5
+DATA iota16<>+24(SB)/4, $6
+DATA iota16<>+28(SB)/4, $7
+DATA iota16<>+32(SB)/4, $8
+DATA iota16<>+36(SB)/4, $9
+DATA iota16<>+40(SB)/4, $10
+DATA iota16<>+44(SB)/4, $11
+DATA iota16<>+48(SB)/4, $12
+DATA iota16<>+52(SB)/4, $13
+DATA iota16<>+56(SB)/4, $14
+DATA iota16<>+60(SB)/4, $15
+GLOBL iota16<>(SB), RODATA|NOPTR, $64
+
+// func packTransAVX512(dst, src *float32, rows, srcStride, kc, dstStep int)
+//
+//	for r in [0,rows), p in [0,kc): dst[p*dstStep+r] = src[r*srcStride+p]
+//
+// Packs rows of the source into k-major panels: 16 k steps of one row are
+// loaded as one vector and scattered dstStep elements apart. rows >= 1.
+TEXT ·packTransAVX512(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ rows+16(FP), BX
+	MOVQ srcStride+24(FP), R8
+	SHLQ $2, R8
+	MOVQ kc+32(FP), R9
+	MOVQ dstStep+40(FP), DX
+
+	// Z31 = lane*dstStep, the scatter indices; R10 = bytes that 16 k steps
+	// advance in dst.
+	VPBROADCASTD DX, Z30
+	VPMULLD iota16<>(SB), Z30, Z31
+	MOVQ DX, R10
+	SHLQ $6, R10
+
+	// R11 = kc/16 full blocks; R12 = mask of the kc%16 tail lanes.
+	MOVQ R9, R11
+	SHRQ $4, R11
+	ANDQ $15, R9
+	MOVQ R9, CX
+	MOVQ $1, R12
+	SHLQ CX, R12
+	DECQ R12
+
+packrow:
+	MOVQ SI, AX
+	MOVQ DI, DX
+	MOVQ R11, CX
+	TESTQ CX, CX
+	JZ   packtail
+
+packblock:
+	VMOVUPS (AX), Z0
+	KXNORW K0, K0, K1
+	VSCATTERDPS Z0, K1, (DX)(Z31*4)
+	ADDQ $64, AX
+	ADDQ R10, DX
+	DECQ CX
+	JNZ  packblock
+
+packtail:
+	TESTQ R9, R9
+	JZ    packnext
+	KMOVW R12, K1
+	VMOVUPS.Z (AX), K1, Z0
+	KMOVW R12, K1
+	VSCATTERDPS Z0, K1, (DX)(Z31*4)
+
+packnext:
+	ADDQ R8, SI
+	ADDQ $4, DI
+	DECQ BX
+	JNZ  packrow
+	VZEROUPPER
+	RET
