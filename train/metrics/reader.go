@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/BurntSushi/toml"
 )
 
 // Problem is a line the reader could not use; reading goes on past it.
@@ -23,6 +25,9 @@ type Problem struct {
 }
 
 func (p Problem) String() string {
+	if p.Line == 0 {
+		return p.Path + ": " + p.Msg
+	}
 	return fmt.Sprintf("%s:%d: %s", p.Path, p.Line, p.Msg)
 }
 
@@ -170,10 +175,10 @@ func rankOf(path string) int {
 
 // Meta is what meta.json says about a run; every field may be empty.
 type Meta struct {
-	ExecID    string `json:"execid"`
-	JobID     string `json:"jobid"`
-	Executor  string `json:"executor"`
-	Submitted string `json:"submitted"`
+	ExecID     string `json:"execid"`
+	JobID      string `json:"jobid"`
+	Executor   string `json:"executor"`
+	SubmitTime string `json:"submit_time"` // RFC 3339
 	// Raw holds the whole file, for fields this package does not know.
 	Raw map[string]any `json:"-"`
 }
@@ -183,7 +188,10 @@ type Run struct {
 	ExecID string
 	Dir    string
 	Meta   Meta
-	Ranks  []*RankLog // by rank
+	// TrainConfig is train.toml as a JSON object, nil when absent: the
+	// config of a run whose ranks have not written their run line yet.
+	TrainConfig json.RawMessage
+	Ranks       []*RankLog // by rank
 	// Problems are the lines that could not be read, in all rank files,
 	// and files that could not be read at all (Line 0).
 	Problems []Problem
@@ -214,6 +222,14 @@ func ReadRun(dir string) (*Run, error) {
 		_ = json.Unmarshal(b, &run.Meta.Raw)
 		if run.Meta.ExecID != "" {
 			run.ExecID = run.Meta.ExecID
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "train.toml")); err == nil {
+		var m map[string]any
+		if _, err := toml.Decode(string(b), &m); err != nil {
+			run.Problems = append(run.Problems, Problem{Path: filepath.Join(dir, "train.toml"), Msg: "not valid TOML, ignored: " + err.Error()})
+		} else if j, err := json.Marshal(m); err == nil {
+			run.TrainConfig = j
 		}
 	}
 	paths, err := filepath.Glob(filepath.Join(dir, "metrics", "rank-*.jsonl"))

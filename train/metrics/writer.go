@@ -223,10 +223,21 @@ func appendFloat(b []byte, key string, v float64) []byte {
 	b = append(b, ',', '"')
 	b = append(b, key...)
 	b = append(b, '"', ':')
+	return appendNumber(b, v)
+}
+
+// appendNumber writes v as JSON, null for NaN and infinities.
+func appendNumber(b []byte, v float64) []byte {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return append(b, "null"...)
 	}
-	return strconv.AppendFloat(b, v, 'g', -1, 64)
+	// Like encoding/json: plain decimals, exponents only for the very small
+	// and very large (lr 3e-05, not 0.00003).
+	f := byte('f')
+	if a := math.Abs(v); a != 0 && (a < 1e-4 || a >= 1e21) {
+		f = 'e'
+	}
+	return strconv.AppendFloat(b, v, f, -1, 64)
 }
 
 func finite(v float64) float64 {

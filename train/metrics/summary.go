@@ -1,0 +1,498 @@
+package metrics
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// Float is a figure that may be unknown: NaN, written as null in JSON.
+type Float float64
+
+// MarshalJSON writes NaN and infinities as null.
+func (f Float) MarshalJSON() ([]byte, error) {
+	v := float64(f)
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return []byte("null"), nil
+	}
+	return appendNumber(nil, v), nil
+}
+
+// Known reports whether f is a number.
+func (f Float) Known() bool { return !math.IsNaN(float64(f)) && !math.IsInf(float64(f), 0) }
+
+// RunConfig is the part of the training config a summary shows.
+type RunConfig struct {
+	Model     string `json:"model"`
+	Preset    string `json:"preset,omitempty"`
+	Layers    int    `json:"layers"`
+	Dim       int    `json:"dim"`
+	Heads     int    `json:"heads"`
+	Seq       int    `json:"seq"`
+	BatchSize int    `json:"bsz"`
+	GradAccum int    `json:"grad_accum"`
+	Steps     int    `json:"steps"`
+	Precision string `json:"precision"`
+	Device    string `json:"device"` // the device the ranks report ("cpu", "cuda:0 ..."), else the config's
+	NTasks    int    `json:"ntasks"`
+	TP        int    `json:"tp"`
+	DP        int    `json:"dp"`
+}
+
+// RankMemory is the peak memory of one rank.
+type RankMemory struct {
+	Rank int `json:"rank"`
+	// EnginePeakBytes is the engine's own accounting of tensor memory.
+	EnginePeakBytes int64 `json:"engine_peak_bytes"`
+	// GPUPeakBytes and GPUTotalBytes come from NVML (the whole device, all
+	// processes); 0 when the rank recorded no GPU samples.
+	GPUPeakBytes  int64 `json:"gpu_peak_bytes,omitempty"`
+	GPUTotalBytes int64 `json:"gpu_total_bytes,omitempty"`
+	GPUUtilPct    Float `json:"gpu_util_mean_pct"`
+}
+
+// Summary is what hpcrun metrics shows about one run.
+type Summary struct {
+	ExecID string    `json:"execid"`
+	JobID  string    `json:"jobid,omitempty"`
+	Config RunConfig `json:"config"`
+	// Status is pending (no metrics yet), starting (empty rank files),
+	// running, completed, failed or interrupted.
+	Status string `json:"status"`
+	Error  string `json:"error,omitempty"` // the first failed rank's error, "rank N: ..."
+	Ranks  int    `json:"ranks"`           // rank files found
+	Ended  int    `json:"ranks_ended"`     // of which have written their end line
+	// Step is the last step every rank has finished; TotalSteps the
+	// planned number (0 when unknown).
+	Step       int   `json:"step"`
+	TotalSteps int   `json:"total_steps,omitempty"`
+	WallS      Float `json:"wall_s"`
+	LastTS     Float `json:"last_ts"` // Unix time of the newest line
+
+	// The first WarmupSteps steps (compilation, caches, allocator) are kept
+	// out of the figures below; WarmupStepS is their mean step time.
+	WarmupSteps int   `json:"warmup_steps"`
+	WarmupStepS Float `json:"warmup_step_s"`
+	// Step time of the job: for each step the slowest rank's, then the
+	// percentiles over the steps after warm-up.
+	StepP50S Float `json:"step_p50_s"`
+	StepP90S Float `json:"step_p90_s"`
+
+	SamplesPerS        Float `json:"samples_per_s"`
+	TokensPerS         Float `json:"tokens_per_s"`
+	SamplesPerSPerRank Float `json:"samples_per_s_per_rank"`
+	TokensPerSPerRank  Float `json:"tokens_per_s_per_rank"`
+	// CommShare is the share of step time spent in communication, over all
+	// ranks.
+	CommShare Float `json:"comm_share"`
+
+	// MemorySource says where Memory comes from: "nvml" when the ranks
+	// recorded GPU samples, else "engine" (the engine's own accounting).
+	MemorySource string       `json:"memory_source"`
+	Memory       []RankMemory `json:"memory"`
+
+	ModelFlopsPerS Float `json:"model_flops_per_s"` // unknown without the run line's flops_per_token
+	MFU            Float `json:"mfu"`               // unknown without peak_flops
+
+	LastLoss     Float `json:"last_loss"` // mean over data-parallel replicas at Step
+	LastEvalLoss Float `json:"last_eval_loss"`
+	BestAccuracy Float `json:"best_accuracy"`
+	LastAccuracy Float `json:"last_accuracy"`
+
+	// Versions are the format versions of the run lines (0: before
+	// versioning); more than one means ranks of different hpcrun builds.
+	Versions []int `json:"versions,omitempty"`
+	// Problems are unreadable lines and files ("path:line: why").
+	Problems []string `json:"problems,omitempty"`
+	// Notes say what the reader should know to trust the figures.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// WarmupSteps is how many first steps a summary of n steps treats as
+// warm-up: 3, or a quarter of the steps when there are fewer than 12.
+func WarmupSteps(n int) int {
+	return min(3, n/4)
+}
+
+// jobStep is one step across all ranks that reported it.
+type jobStep struct {
+	step        int
+	ranks       int
+	maxStepS    float64
+	sumStepS    float64
+	sumCommS    float64
+	samples     int64 // over data-parallel replicas (tp_rank 0)
+	tokens      int64
+	lossSum     float64
+	lossN       int
+	lastTS      float64
+	replicaSeen int
+}
+
+// Curves are the per-step series a plot draws.
+type Curves struct {
+	Steps       []Float `json:"steps"`
+	Loss        []Float `json:"loss"`          // mean over replicas
+	SamplesPerS []Float `json:"samples_per_s"` // the job's, from the slowest rank's step time
+	EvalSteps   []Float `json:"eval_steps"`
+	EvalLoss    []Float `json:"eval_loss"`
+	Accuracy    []Float `json:"accuracy"` // NaN for models without one
+}
+
+// Summarize computes the summary of a run, and the curves to plot.
+func Summarize(run *Run) (Summary, Curves) {
+	s := Summary{ExecID: run.ExecID, JobID: run.Meta.JobID, Ranks: len(run.Ranks),
+		WallS: nanF, LastTS: nanF, WarmupStepS: nanF, StepP50S: nanF, StepP90S: nanF,
+		SamplesPerS: nanF, TokensPerS: nanF, SamplesPerSPerRank: nanF, TokensPerSPerRank: nanF,
+		CommShare: nanF, ModelFlopsPerS: nanF, MFU: nanF, LastLoss: nanF, LastEvalLoss: nanF,
+		BestAccuracy: nanF, LastAccuracy: nanF, MemorySource: "engine"}
+	for _, p := range run.Problems {
+		s.Problems = append(s.Problems, p.String())
+	}
+	first := firstInfo(run)
+	s.Config = runConfig(run, first)
+	world := s.Config.NTasks
+	if first != nil && first.World > 0 {
+		world = first.World
+	}
+	if world == 0 {
+		world = len(run.Ranks)
+	}
+	tp := max(s.Config.TP, 1)
+	if first != nil {
+		s.TotalSteps = first.TotalSteps
+	}
+	if s.TotalSteps == 0 {
+		s.TotalSteps = s.Config.Steps
+	}
+	var c Curves
+	if len(run.Ranks) == 0 {
+		s.Status = "pending"
+		s.Notes = append(s.Notes, "no metrics yet: the job has not started training")
+		return s, c
+	}
+	if len(run.Ranks) < world {
+		s.Notes = append(s.Notes, fmt.Sprintf("%d of %d rank files found", len(run.Ranks), world))
+	}
+
+	lines := 0
+	for _, r := range run.Ranks {
+		lines += r.Lines
+	}
+	if lines == 0 {
+		s.Status = "starting"
+		s.Notes = append(s.Notes, "the rank files are empty: the ranks are starting, or died before their first line (see hpcrun logs)")
+		return s, c
+	}
+	s.status(run, world)
+	steps := s.joinSteps(run, tp)
+	s.timing(run, steps, world)
+	s.flops(first, world)
+	s.memory(run)
+	s.evals(run, &c)
+	for _, js := range steps {
+		if js.ranks < len(run.Ranks) {
+			continue
+		}
+		c.Steps = append(c.Steps, Float(js.step))
+		c.Loss = append(c.Loss, Float(mean(js.lossSum, js.lossN)))
+		c.SamplesPerS = append(c.SamplesPerS, Float(float64(js.samples)/js.maxStepS))
+	}
+	if math.IsNaN(float64(s.LastLoss)) && s.Step > 0 {
+		s.Notes = append(s.Notes, "the last loss is not a number: training diverged")
+	}
+	return s, c
+}
+
+var nanF = Float(math.NaN())
+
+func firstInfo(run *Run) *RunInfo {
+	for _, r := range run.Ranks {
+		if r.Info != nil {
+			return r.Info
+		}
+	}
+	return nil
+}
+
+func runConfig(run *Run, info *RunInfo) RunConfig {
+	var c RunConfig
+	raw := run.TrainConfig
+	if info != nil && len(info.Config) > 0 {
+		raw = info.Config
+	}
+	if len(raw) > 0 {
+		// Fields of an unexpected kind stay zero: the summary shows what it
+		// can of a config written by another version.
+		var m map[string]json.RawMessage
+		_ = json.Unmarshal(raw, &m)
+		for k, v := range m {
+			one, _ := json.Marshal(map[string]json.RawMessage{k: v})
+			_ = json.Unmarshal(one, &c)
+		}
+	}
+	if info != nil {
+		if info.Device != "" {
+			c.Device = info.Device
+		}
+		if info.TP > 0 {
+			c.TP = info.TP
+		}
+		if info.World > 0 {
+			c.NTasks = info.World
+		}
+		if info.DP > 0 {
+			c.DP = info.DP
+		}
+	}
+	if c.DP == 0 && c.TP > 0 {
+		c.DP = c.NTasks / c.TP
+	}
+	return c
+}
+
+func (s *Summary) status(run *Run, world int) {
+	var failed, interrupted *RankLog
+	seen := map[int]bool{}
+	for _, r := range run.Ranks {
+		s.LastTS = Float(fmax(float64(s.LastTS), lastTS(r)))
+		if r.Info != nil && !seen[r.Info.V] {
+			seen[r.Info.V] = true
+			s.Versions = append(s.Versions, r.Info.V)
+		}
+		if r.Info == nil && len(r.Steps) > 0 {
+			s.Notes = append(s.Notes, fmt.Sprintf("rank %d has no run line: its placement is guessed from its rank", r.Rank))
+		}
+		if r.End == nil {
+			continue
+		}
+		s.Ended++
+		s.WallS = Float(fmax(float64(s.WallS), r.End.WallS))
+		switch r.End.Status {
+		case StatusFailed:
+			if failed == nil {
+				failed = r
+			}
+		case StatusInterrupted:
+			if interrupted == nil {
+				interrupted = r
+			}
+		}
+	}
+	slices.Sort(s.Versions)
+	if len(s.Versions) > 1 {
+		s.Notes = append(s.Notes, fmt.Sprintf("ranks were written by different format versions %v: fields one lacks show as unknown", s.Versions))
+	}
+	if n := s.Versions; len(n) > 0 && n[len(n)-1] > Version {
+		s.Notes = append(s.Notes, fmt.Sprintf("written by a newer hpcrun (format v%d, this one reads v%d): fields it added are not shown", n[len(n)-1], Version))
+	}
+	switch {
+	case failed != nil:
+		s.Status = StatusFailed
+		s.Error = fmt.Sprintf("rank %d: %s", failed.Rank, failed.End.Error)
+	case s.Ended >= world && interrupted != nil:
+		s.Status = StatusInterrupted
+		s.Error = interrupted.End.Error
+	case s.Ended >= world:
+		s.Status = StatusCompleted
+	default:
+		s.Status = "running"
+		if s.Ended > 0 {
+			s.Notes = append(s.Notes, fmt.Sprintf("%d of %d ranks have ended", s.Ended, world))
+		}
+	}
+	if !s.WallS.Known() {
+		// Still running: from the earliest start to the newest line.
+		start := math.Inf(1)
+		for _, r := range run.Ranks {
+			if r.Info != nil && r.Info.Start > 0 {
+				start = min(start, r.Info.Start)
+			}
+		}
+		if !math.IsInf(start, 1) && s.LastTS.Known() {
+			s.WallS = s.LastTS - Float(start)
+		}
+	}
+}
+
+func lastTS(r *RankLog) float64 {
+	t := math.NaN()
+	if n := len(r.Steps); n > 0 {
+		t = r.Steps[n-1].TS
+	}
+	if r.End != nil {
+		t = fmax(t, r.End.TS)
+	}
+	if n := len(r.GPU); n > 0 {
+		t = fmax(t, r.GPU[n-1].TS)
+	}
+	return t
+}
+
+// fmax is max that ignores NaN operands.
+func fmax(a, b float64) float64 {
+	switch {
+	case math.IsNaN(a):
+		return b
+	case math.IsNaN(b):
+		return a
+	}
+	return max(a, b)
+}
+
+func mean(sum float64, n int) float64 {
+	if n == 0 {
+		return math.NaN()
+	}
+	return sum / float64(n)
+}
+
+// joinSteps lines the ranks' steps up by step number. Data-parallel replicas
+// are counted once, by their tp_rank 0.
+func (s *Summary) joinSteps(run *Run, tp int) []jobStep {
+	index := map[int]int{}
+	var steps []jobStep
+	for _, r := range run.Ranks {
+		tpRank := r.Rank % tp // Megatron order: rank = tp_rank + dp_rank*tp
+		if r.Info != nil {
+			tpRank = r.Info.TPRank
+		}
+		for _, st := range r.Steps {
+			i, ok := index[st.Step]
+			if !ok {
+				i = len(steps)
+				index[st.Step] = i
+				steps = append(steps, jobStep{step: st.Step})
+			}
+			js := &steps[i]
+			js.ranks++
+			js.maxStepS = max(js.maxStepS, st.StepS)
+			js.sumStepS += st.StepS
+			js.sumCommS += st.CommS
+			js.lastTS = fmax(js.lastTS, st.TS)
+			if tpRank == 0 {
+				js.samples += st.Samples
+				js.tokens += st.Tokens
+				if !math.IsNaN(st.Loss) {
+					js.lossSum += st.Loss
+				} else {
+					js.lossSum = math.NaN()
+				}
+				js.lossN++
+			}
+		}
+	}
+	slices.SortFunc(steps, func(a, b jobStep) int { return a.step - b.step })
+	return steps
+}
+
+func (s *Summary) timing(run *Run, steps []jobStep, world int) {
+	// Only steps every rank has finished: the newest step of a running job
+	// is on some ranks only.
+	var done []jobStep
+	for _, js := range steps {
+		if js.ranks >= len(run.Ranks) {
+			done = append(done, js)
+		}
+	}
+	if len(done) == 0 {
+		return
+	}
+	last := done[len(done)-1]
+	s.Step = last.step
+	s.LastLoss = Float(mean(last.lossSum, last.lossN))
+	s.WarmupSteps = WarmupSteps(len(done))
+	var w float64
+	for _, js := range done[:s.WarmupSteps] {
+		w += js.maxStepS
+	}
+	if s.WarmupSteps > 0 {
+		s.WarmupStepS = Float(w / float64(s.WarmupSteps))
+	}
+	steady := done[s.WarmupSteps:]
+	times := make([]float64, len(steady))
+	var total, sumStep, sumComm float64
+	var samples, tokens int64
+	for i, js := range steady {
+		times[i] = js.maxStepS
+		total += js.maxStepS
+		sumStep += js.sumStepS
+		sumComm += js.sumCommS
+		samples += js.samples
+		tokens += js.tokens
+	}
+	slices.Sort(times)
+	s.StepP50S = Float(percentile(times, 0.5))
+	s.StepP90S = Float(percentile(times, 0.9))
+	if total > 0 {
+		s.SamplesPerS = Float(float64(samples) / total)
+		s.TokensPerS = Float(float64(tokens) / total)
+		s.SamplesPerSPerRank = s.SamplesPerS / Float(world)
+		s.TokensPerSPerRank = s.TokensPerS / Float(world)
+	}
+	if sumStep > 0 {
+		s.CommShare = Float(sumComm / sumStep)
+	}
+}
+
+// percentile is the nearest-rank percentile of sorted values.
+func percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return sorted[max(i, 0)]
+}
+
+func (s *Summary) flops(info *RunInfo, world int) {
+	if info == nil || info.FlopsPerToken <= 0 || !s.TokensPerS.Known() {
+		return
+	}
+	s.ModelFlopsPerS = Float(info.FlopsPerToken) * s.TokensPerS
+	if info.PeakFlops > 0 && world > 0 {
+		s.MFU = s.ModelFlopsPerS / Float(info.PeakFlops*float64(world))
+	}
+}
+
+func (s *Summary) memory(run *Run) {
+	for _, r := range run.Ranks {
+		m := RankMemory{Rank: r.Rank, GPUUtilPct: nanF}
+		for _, st := range r.Steps {
+			m.EnginePeakBytes = max(m.EnginePeakBytes, st.MemPeakBytes, st.MemBytes)
+		}
+		var util float64
+		for _, g := range r.GPU {
+			m.GPUPeakBytes = max(m.GPUPeakBytes, g.MemUsedBytes)
+			m.GPUTotalBytes = max(m.GPUTotalBytes, g.MemTotalBytes)
+			util += g.UtilPct
+		}
+		if len(r.GPU) > 0 {
+			m.GPUUtilPct = Float(util / float64(len(r.GPU)))
+			s.MemorySource = "nvml"
+		}
+		s.Memory = append(s.Memory, m)
+	}
+}
+
+// evals takes the validations of the first rank that has any: every rank
+// evaluates the same model.
+func (s *Summary) evals(run *Run, c *Curves) {
+	for _, r := range run.Ranks {
+		if len(r.Evals) == 0 {
+			continue
+		}
+		for _, e := range r.Evals {
+			c.EvalSteps = append(c.EvalSteps, Float(e.Step))
+			c.EvalLoss = append(c.EvalLoss, Float(e.Loss))
+			c.Accuracy = append(c.Accuracy, Float(e.Accuracy))
+			if !math.IsNaN(e.Accuracy) {
+				s.BestAccuracy = Float(fmax(float64(s.BestAccuracy), e.Accuracy))
+			}
+		}
+		last := r.Evals[len(r.Evals)-1]
+		s.LastAccuracy = Float(last.Accuracy)
+		s.LastEvalLoss = Float(last.Loss)
+		return
+	}
+}

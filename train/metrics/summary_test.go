@@ -1,0 +1,149 @@
+package metrics
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
+
+// golden compares got with testdata/golden/name, or rewrites it with -update.
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", "golden", name)
+	if *update {
+		mustOK(t, os.MkdirAll(filepath.Dir(path), 0o755))
+		mustOK(t, os.WriteFile(path, got, 0o644))
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from the golden file (go test -update rewrites it)\ngot:\n%s\nwant:\n%s", name, got, want)
+	}
+}
+
+var recordedRuns = []struct{ name, execid string }{
+	{"complete-tp2", "20261121-143005-a3f9"},
+	{"complete-tp1", "20261121-143210-b7e1"},
+	{"complete-tp4-nvml", "20261121-143455-c0d2"},
+	{"partial", "20261121-150002-d4c8"},
+	{"corrupt-mixed-versions", "20261121-151533-e9f0"},
+	{"pending", "20261121-160000-f1a2"},
+	{"empty-files", "20261121-160100-a0b0"},
+}
+
+func TestSummaryGolden(t *testing.T) {
+	for _, tt := range recordedRuns {
+		t.Run(tt.name, func(t *testing.T) {
+			run, err := ReadRun(filepath.Join("testdata", "runs", tt.execid))
+			mustOK(t, err)
+			s, c := Summarize(run)
+			var buf bytes.Buffer
+			mustOK(t, WriteSummary(&buf, s))
+			golden(t, tt.name+".txt", buf.Bytes())
+			j, err := json.MarshalIndent(struct {
+				Summary Summary `json:"summary"`
+				Curves  Curves  `json:"curves"`
+			}{s, c}, "", "  ")
+			mustOK(t, err)
+			golden(t, tt.name+".json", append(j, '\n'))
+		})
+	}
+}
+
+func TestCompareGolden(t *testing.T) {
+	var ss []Summary
+	for _, id := range []string{"20261121-143210-b7e1", "20261121-143005-a3f9", "20261121-143455-c0d2", "20261121-150002-d4c8"} {
+		run, err := ReadRun(filepath.Join("testdata", "runs", id))
+		mustOK(t, err)
+		s, _ := Summarize(run)
+		ss = append(ss, s)
+	}
+	var buf bytes.Buffer
+	mustOK(t, WriteCompare(&buf, ss))
+	golden(t, "compare.txt", buf.Bytes())
+}
+
+// TestRecordedFacts pins the facts the golden files show, so that a wrong
+// golden file cannot be accepted with -update unnoticed.
+func TestRecordedFacts(t *testing.T) {
+	read := func(id string) (*Run, Summary) {
+		run, err := ReadRun(filepath.Join("testdata", "runs", id))
+		mustOK(t, err)
+		s, _ := Summarize(run)
+		return run, s
+	}
+	_, full := read("20261121-143005-a3f9")
+	if full.Status != StatusCompleted || full.Step != 40 || full.Config.TP != 2 || full.Config.DP != 2 || full.WarmupSteps != 3 {
+		t.Errorf("complete run: %+v", full)
+	}
+	// 2 replicas x 16 samples per step over the slowest rank's step time.
+	if v := float64(full.SamplesPerS); v < 32/0.142/1.3 || v > 32/0.142*1.3 {
+		t.Errorf("samples/s = %v, want about %v", v, 32/0.142)
+	}
+	if v := float64(full.CommShare); v < 0.18 || v > 0.24 {
+		t.Errorf("comm share = %v, want about 0.21", v)
+	}
+	if full.MemorySource != "engine" || full.Memory[0].EnginePeakBytes != 38<<20 || full.MFU.Known() || !full.ModelFlopsPerS.Known() {
+		t.Errorf("memory/flops: %+v", full)
+	}
+	_, gpu := read("20261121-143455-c0d2")
+	if gpu.MemorySource != "nvml" || !gpu.MFU.Known() || gpu.Memory[3].GPUTotalBytes != 85520809984 {
+		t.Errorf("gpu run: %+v", gpu)
+	}
+	prun, part := read("20261121-150002-d4c8")
+	if part.Status != "running" || part.Step != 59 || !prun.Ranks[2].Torn || len(part.Problems) != 0 {
+		t.Errorf("partial run: status %s step %d torn %v problems %v", part.Status, part.Step, prun.Ranks[2].Torn, part.Problems)
+	}
+	_, bad := read("20261121-151533-e9f0")
+	if bad.Status != StatusFailed || !strings.HasPrefix(bad.Error, "rank 1: nccl") || len(bad.Problems) != 3 || len(bad.Versions) != 2 {
+		t.Errorf("corrupt run: status %s error %q problems %q versions %v", bad.Status, bad.Error, bad.Problems, bad.Versions)
+	}
+	_, pend := read("20261121-160000-f1a2")
+	if pend.Status != "pending" || pend.Config.Model != "gpt" || pend.TotalSteps != 200 {
+		t.Errorf("pending run: %+v", pend)
+	}
+	_, empty := read("20261121-160100-a0b0")
+	if empty.Status != "starting" || empty.Step != 0 {
+		t.Errorf("empty files: %+v", empty)
+	}
+}
+
+func TestFindRun(t *testing.T) {
+	root := filepath.Join("testdata", "runs")
+	tests := []struct{ arg, want, err string }{
+		{"20261121-143005-a3f9", "20261121-143005-a3f9", ""},
+		{"20261121-1432", "20261121-143210-b7e1", ""},
+		{"20261121-14", "", "matches 3 runs"},
+		{"19990101", "", "no such run"},
+		{"../x", "", "give the name of a folder"},
+		{"", "", "give the name of a folder"},
+	}
+	for _, tt := range tests {
+		got, err := FindRun(root, tt.arg)
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("FindRun(%q) error %v, want %q", tt.arg, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || got != filepath.Join(root, tt.want) {
+			t.Errorf("FindRun(%q) = %q, %v", tt.arg, got, err)
+		}
+	}
+	if _, err := FindRun(filepath.Join(root, "nope"), "x"); !errors.Is(err, ErrNoRun) {
+		t.Errorf("missing runs folder: %v", err)
+	}
+	if _, err := ReadRun(filepath.Join(root, "nope")); !errors.Is(err, ErrNoRun) {
+		t.Errorf("ReadRun of a missing run: %v", err)
+	}
+}
