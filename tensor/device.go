@@ -57,8 +57,11 @@ type Device interface {
 	Gemm(transA, transB bool, m, n, k int, alpha float32, a *Tensor, aOff, lda int, b *Tensor, bOff, ldb int, beta float32, c *Tensor, cOff, ldc int)
 	// GemmStridedBatched is batch Gemms whose i-th matrices start i*stride
 	// elements after the first (stride 0 shares one matrix), as in
-	// SgemmStridedBatched. With offsets and leading dimensions it runs
-	// attention per head on (B,T,3C) and (B,NH,T,T) tensors.
+	// SgemmStridedBatched. A and B matrices may interleave, so the heads of
+	// a (B,T,3C) qkv tensor are read in place (lda 3C, stride hs); the C
+	// matrices must be disjoint blocks (strideC >= (m-1)*ldc+n), so outputs
+	// whose heads interleave within a row take one Gemm per head
+	// (AttentionForward shows both).
 	GemmStridedBatched(transA, transB bool, m, n, k int, alpha float32, a *Tensor, aOff, lda, strideA int, b *Tensor, bOff, ldb, strideB int, beta float32, c *Tensor, cOff, ldc, strideC, batch int)
 
 	// EmbeddingForward looks rows up in an embedding table that holds the

@@ -31,6 +31,13 @@
 // naming the argument. Device failures (out of memory, a failed CUDA
 // launch) come back as errors from Alloc and Sync.
 //
+// EmbeddingForward with row indices as ids is also a row gather (the [CLS]
+// rows of a (B,T,C) activation: ids 0, T, 2T, ...), and EmbeddingBackward its
+// scatter-add. LinearForward/LinearBackward (nn.Linear's (OC,C) weight),
+// MatMul, AttentionForward/AttentionBackward (multi-head attention on a
+// packed (B,T,3C) qkv) and CrossEntropy are built from Device calls and so
+// work on every backend.
+//
 // # Vocab-parallel pieces
 //
 // EmbeddingForward/Backward take the vocabulary slice [vocabStart,

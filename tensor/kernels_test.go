@@ -938,3 +938,53 @@ func TestAttention(t *testing.T) {
 		}
 	})
 }
+
+// TestConcurrentDevices runs kernels from several goroutines at once, on
+// separate devices and on one shared device, through the shared worker pool
+// (run it with -race).
+func TestConcurrentDevices(t *testing.T) {
+	shared := NewCPU()
+	shared.minWork = 1
+	devs := []*CPUDevice{shared, shared, NewCPU(), NewCPU()}
+	for _, d := range devs {
+		d.minWork = 1
+	}
+	const n, c = 33, 17
+	r := rand.New(rand.NewPCG(25, 26))
+	x, w, b := randF32(r, n*c, 1), randF32(r, c, 1), randF32(r, c, 1)
+	want, _, _ := refLayerNorm(to64(x), to64(w), to64(b), c, 1e-5)
+	errs := make(chan error, len(devs))
+	for i, d := range devs {
+		go func() {
+			errs <- func() (err error) {
+				defer func() {
+					if p := recover(); p != nil {
+						err = fmt.Errorf("device %d: %v", i, p)
+					}
+				}()
+				a := func(data []float32, shape ...int) *Tensor {
+					x, _ := d.Alloc(shape...)
+					d.CopyFromHost(x, data)
+					return x
+				}
+				tx, tw, tb := a(x, n, c), a(w, c), a(b, c)
+				out, mean, rstd := a(make([]float32, n*c), n, c), a(make([]float32, n), n), a(make([]float32, n), n)
+				for rep := 0; rep < 50; rep++ {
+					d.LayerNormForward(out, mean, rstd, tx, tw, tb, 1e-5)
+					got := download(out)
+					for j, v := range want {
+						if math.Abs(float64(got[j])-v) > 1e-5*(1+math.Abs(v)) {
+							return fmt.Errorf("device %d rep %d: out[%d] = %v, want %v", i, rep, j, got[j], v)
+						}
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range devs {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
