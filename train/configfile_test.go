@@ -1,0 +1,43 @@
+package train
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestConfigFileRoundTrip(t *testing.T) {
+	p := filepath.Join(t.TempDir(), ConfigFile)
+	cfg := DefaultConfig()
+	cfg.NTasks, cfg.TP, cfg.VocabFile = 4, 2, "vocab.txt"
+	if err := WriteConfigFile(p, cfg, "run x"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadConfigFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != cfg {
+		t.Fatalf("read back %+v, wrote %+v", got, cfg)
+	}
+}
+
+func TestReadConfigFileErrors(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct{ name, body, want string }{
+		{"unknown key", "model = \"bert\"\nlayerz = 3\n", "unknown key(s) layerz"},
+		{"bad toml", "model = \n", "training config"},
+		{"invalid", "tp = 3\nntasks = 4\n", "not a multiple of tp 3"},
+	}
+	for _, tt := range tests {
+		p := filepath.Join(dir, tt.name+".toml")
+		os.WriteFile(p, []byte(tt.body), 0o644)
+		if _, err := ReadConfigFile(p); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: err = %v, want %q", tt.name, err, tt.want)
+		}
+	}
+	if _, err := ReadConfigFile(filepath.Join(dir, "missing.toml")); err == nil {
+		t.Error("missing file: no error")
+	}
+}
