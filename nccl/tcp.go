@@ -1,0 +1,676 @@
+package nccl
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// The TCP backend: every group keeps a ring of directed connections (each
+// rank dials its successor) plus lazily dialed point-to-point ones.
+// Collectives stream over the ring in pieces of pieceElems floats: a
+// goroutine writes while the caller reads and reduces, so that sending,
+// receiving and reducing overlap. Each collective starts with a 16-byte
+// header that the receiver checks, so ranks calling different collectives
+// or lengths get an error instead of garbage.
+//
+// Buffers travel as raw little-endian float32 (every supported target is
+// little-endian).
+
+const pieceElems = 32 << 10
+
+const (
+	kindRing byte = iota
+	kindP2P
+)
+
+const hdrMagic = 0x52435048 // "HPCR"
+
+func asBytes(f []float32) []byte {
+	if len(f) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), 4*len(f))
+}
+
+// accept receives the connections of every group of this process.
+func (nd *node) accept() {
+	defer nd.wg.Done()
+	for {
+		conn, err := nd.ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			if err := authAccept(conn, nd.o.Token, "hpcrun-peer"); err != nil {
+				conn.Close()
+				return
+			}
+			conn.SetReadDeadline(time.Now().Add(authWait))
+			var h [9]byte
+			if _, err := io.ReadFull(conn, h[:]); err != nil {
+				conn.Close()
+				return
+			}
+			idLen := binary.LittleEndian.Uint32(h[:])
+			if idLen > maxKey {
+				conn.Close()
+				return
+			}
+			id := make([]byte, idLen)
+			if _, err := io.ReadFull(conn, id); err != nil {
+				conn.Close()
+				return
+			}
+			conn.SetReadDeadline(time.Time{})
+			k := connKey{group: string(id), from: int(binary.LittleEndian.Uint32(h[4:])), kind: h[8]}
+			nd.pendingChan(k) <- conn
+		}()
+	}
+}
+
+func (nd *node) pendingChan(k connKey) chan net.Conn {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	ch, ok := nd.pending[k]
+	if !ok {
+		ch = make(chan net.Conn, 1)
+		nd.pending[k] = ch
+	}
+	return ch
+}
+
+// awaitConn waits for the connection of kind from world rank from to group.
+func (nd *node) awaitConn(group string, from int, kind byte) (net.Conn, error) {
+	k := connKey{group, from, kind}
+	ch := nd.pendingChan(k)
+	t := time.NewTimer(nd.o.Timeout)
+	defer t.Stop()
+	select {
+	case c := <-ch:
+		nd.mu.Lock()
+		delete(nd.pending, k)
+		nd.mu.Unlock()
+		tune(c)
+		nd.track(c)
+		return c, nil
+	case <-nd.errCh:
+		return nil, nd.abortErr()
+	case <-t.C:
+		return nil, nd.fail(&PeerError{Rank: from, Host: nd.peer(from).host,
+			Err: fmt.Errorf("%w after %v: never connected (group %s)", ErrTimeout, nd.o.Timeout, group)})
+	}
+}
+
+// dialPeer connects to world rank to for group.
+func (nd *node) dialPeer(group string, to int, kind byte) (net.Conn, error) {
+	p := nd.peer(to)
+	deadline := time.Now().Add(nd.o.Timeout)
+	d := net.Dialer{Deadline: deadline}
+	conn, err := d.Dial("tcp", p.addr)
+	if err == nil {
+		err = authDial(conn, nd.o.Token, "hpcrun-peer", deadline)
+		if err == nil {
+			h := binary.LittleEndian.AppendUint32(nil, uint32(len(group)))
+			h = binary.LittleEndian.AppendUint32(h, uint32(nd.o.Rank))
+			h = append(h, kind)
+			h = append(h, group...)
+			_, err = conn.Write(h)
+		}
+		if err != nil {
+			conn.Close()
+		}
+	}
+	if err != nil {
+		if e := nd.abortErr(); e != nil {
+			return nil, e
+		}
+		return nil, nd.fail(&PeerError{Rank: to, Host: p.host, Err: fmt.Errorf("connect %s: %v", p.addr, err)})
+	}
+	tune(conn)
+	nd.track(conn)
+	return conn, nil
+}
+
+func tune(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+		tc.SetReadBuffer(4 << 20)
+		tc.SetWriteBuffer(4 << 20)
+	}
+}
+
+// tcpComm is a group communicator of the TCP backend.
+type tcpComm struct {
+	nd    *node
+	id    string
+	ranks []int // world rank of each group rank
+	rank  int
+	n     int
+	world bool
+
+	next, prev net.Conn // ring: we write to next, read from prev
+	shm        *shmGroup
+
+	p2pMu sync.Mutex
+	out   map[int]net.Conn
+	in    map[int]net.Conn
+
+	seq     map[string]int
+	scratch []float32
+	cnt     counters
+	closed  bool
+}
+
+func (nd *node) newComm(id string, ranks []int, me int) (*tcpComm, error) {
+	c := &tcpComm{nd: nd, id: id, ranks: ranks, rank: me, n: len(ranks),
+		out: map[int]net.Conn{}, in: map[int]net.Conn{}, seq: map[string]int{}}
+	if c.n == 1 {
+		return c, nil
+	}
+	nextW, prevW := ranks[(me+1)%c.n], ranks[(me+c.n-1)%c.n]
+	dialed := make(chan error, 1)
+	go func() {
+		var err error
+		c.next, err = nd.dialPeer(id, nextW, kindRing)
+		dialed <- err
+	}()
+	var err error
+	c.prev, err = nd.awaitConn(id, prevW, kindRing)
+	if derr := <-dialed; err == nil {
+		err = derr
+	}
+	if err != nil {
+		c.closeConns()
+		return nil, err
+	}
+	if nd.o.Backend != BackendTCP && c.sameHost() {
+		if c.shm, err = newShmGroup(c); err != nil {
+			if nd.abortErr() != nil {
+				c.closeConns()
+				return nil, err
+			}
+			// No shared memory (no /dev/shm?): the ring still works.
+			fmt.Fprintf(os.Stderr, "nccl: group %s: shared memory off: %v\n", id, err)
+			c.shm = nil
+		}
+	}
+	return c, nil
+}
+
+func (c *tcpComm) sameHost() bool {
+	for _, r := range c.ranks {
+		if c.nd.peer(r).hostID != c.nd.self.hostID {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *tcpComm) Rank() int    { return c.rank }
+func (c *tcpComm) Size() int    { return c.n }
+func (c *tcpComm) Stats() Stats { return c.cnt.snapshot() }
+
+func (c *tcpComm) closeConns() {
+	for _, conn := range []net.Conn{c.next, c.prev} {
+		if conn != nil {
+			c.nd.untrack(conn)
+		}
+	}
+	c.p2pMu.Lock()
+	for _, m := range []map[int]net.Conn{c.out, c.in} {
+		for _, conn := range m {
+			c.nd.untrack(conn)
+		}
+	}
+	c.p2pMu.Unlock()
+	if c.shm != nil {
+		c.shm.close()
+	}
+}
+
+func (c *tcpComm) Close() error {
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	c.closeConns()
+	if c.world {
+		return c.nd.close()
+	}
+	return nil
+}
+
+// start checks that the communicator can run an operation.
+func (c *tcpComm) start() error {
+	if c.closed {
+		return ErrClosed
+	}
+	return c.nd.abortErr()
+}
+
+// ioErr turns an I/O error with group rank peer into the job's failure.
+func (c *tcpComm) ioErr(peer int, what string, err error) error {
+	if e := c.nd.abortErr(); e != nil {
+		return e
+	}
+	w := c.ranks[peer]
+	var why error
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		why = fmt.Errorf("%w after %v %s it (stalled?)", ErrTimeout, c.nd.o.Timeout, what)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		why = fmt.Errorf("connection lost %s it (process exited?): %v", what, err)
+	default:
+		why = fmt.Errorf("%s it: %v", what, err)
+	}
+	return c.nd.fail(&PeerError{Rank: w, Host: c.nd.peer(w).host, Err: why})
+}
+
+func (c *tcpComm) read(conn net.Conn, peer int, b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	conn.SetReadDeadline(time.Now().Add(c.nd.o.Timeout))
+	if _, err := io.ReadFull(conn, b); err != nil {
+		return c.ioErr(peer, "receiving from", err)
+	}
+	return nil
+}
+
+func (c *tcpComm) write(conn net.Conn, peer int, b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	conn.SetWriteDeadline(time.Now().Add(c.nd.o.Timeout))
+	if _, err := conn.Write(b); err != nil {
+		return c.ioErr(peer, "sending to", err)
+	}
+	return nil
+}
+
+func header(kind byte, op Op, count int) []byte {
+	h := make([]byte, 16)
+	binary.LittleEndian.PutUint32(h, hdrMagic)
+	h[4], h[5] = kind, byte(op)
+	binary.LittleEndian.PutUint64(h[8:], uint64(count))
+	return h
+}
+
+var collName = map[byte]string{'R': "AllReduce", 'G': "AllGather", 'S': "ReduceScatter", 'B': "Broadcast", 'P': "Send", 'Z': "Barrier"}
+
+// checkHeader reads the peer's header and compares it with ours. A
+// mismatch leaves the stream unusable, so it aborts the job.
+func (c *tcpComm) checkHeader(conn net.Conn, peer int, want []byte) error {
+	got := make([]byte, 16)
+	if err := c.read(conn, peer, got); err != nil {
+		return err
+	}
+	if string(got) == string(want) {
+		return nil
+	}
+	err := fmt.Errorf("nccl: group rank %d called %s(op %v, %d elements) but rank %d called %s(op %v, %d elements)",
+		c.rank, collName[want[4]], Op(want[5]), binary.LittleEndian.Uint64(want[8:]),
+		peer, collName[got[4]], Op(got[5]), binary.LittleEndian.Uint64(got[8:]))
+	if binary.LittleEndian.Uint32(got) != hdrMagic {
+		err = fmt.Errorf("nccl: group rank %d: corrupt stream from rank %d", c.rank, peer)
+	}
+	c.nd.abortLocal(err)
+	return err
+}
+
+// sender writes queued byte slices to a connection on its own goroutine.
+type sender struct {
+	q       chan []byte
+	queued  int
+	written chan struct{} // one token per slice written (or skipped after an error)
+	seen    int
+	done    chan error
+}
+
+func (c *tcpComm) startSender(conn net.Conn, peer int, capacity int) *sender {
+	s := &sender{q: make(chan []byte, capacity), written: make(chan struct{}, capacity), done: make(chan error, 1)}
+	go func() {
+		var err error
+		for b := range s.q {
+			if err == nil {
+				err = c.write(conn, peer, b)
+			}
+			s.written <- struct{}{}
+		}
+		s.done <- err
+	}()
+	return s
+}
+
+func (s *sender) send(b []byte) {
+	s.queued++
+	s.q <- b
+}
+
+// drain waits until the first k queued slices have left the buffer, so
+// that their memory may be written again.
+func (s *sender) drain(k int) {
+	for ; s.seen < k; s.seen++ {
+		<-s.written
+	}
+}
+
+// wait closes the queue and returns the first write error.
+func (s *sender) wait() error {
+	close(s.q)
+	return <-s.done
+}
+
+func pieces(lo, hi int) int { return (hi - lo + pieceElems - 1) / pieceElems }
+
+func (c *tcpComm) buffer(n int) []float32 {
+	if cap(c.scratch) < n {
+		c.scratch = make([]float32, n)
+	}
+	return c.scratch[:n]
+}
+
+// ring runs a reduce-scatter phase (rs), an all-gather phase (ag) or both
+// over the segments of buf given by seg. With shift s, the reduce-scatter
+// leaves segment rank+1+s fully reduced on this rank, and the all-gather
+// starts from that segment.
+func (c *tcpComm) ring(buf []float32, seg func(i int) (int, int), shift int, rs, ag bool, op Op, hdr []byte) error {
+	n, me := c.n, c.rank
+	mod := func(i int) int { return ((i % n) + n) % n }
+	prev, next := mod(me-1), mod(me+1)
+	total := 0
+	for i := range n {
+		total += pieces(seg(i))
+	}
+	s := c.startSender(c.next, next, 2*total+1)
+	s.send(hdr)
+	queue := func(i int) {
+		lo, hi := seg(i)
+		for p := lo; p < hi; p += pieceElems {
+			s.send(asBytes(buf[p:min(p+pieceElems, hi)]))
+		}
+	}
+	err := c.checkHeader(c.prev, prev, hdr)
+	if rs {
+		queue(mod(me + shift))
+		tmp := c.buffer(min(pieceElems, len(buf)))
+		for step := 0; step < n-1 && err == nil; step++ {
+			lo, hi := seg(mod(me - step - 1 + shift))
+			for p := lo; p < hi && err == nil; p += pieceElems {
+				e := min(p+pieceElems, hi)
+				t := tmp[:e-p]
+				if err = c.read(c.prev, prev, asBytes(t)); err != nil {
+					break
+				}
+				reduceInto(buf[p:e], t, op)
+				if step == n-2 {
+					finish(buf[p:e], op, n)
+					if !ag {
+						continue
+					}
+				}
+				s.send(asBytes(buf[p:e]))
+			}
+		}
+	} else if ag {
+		queue(mod(me + 1 + shift))
+	}
+	if ag {
+		// The peers have consumed what we sent before they send back the
+		// reduced segments, but make that order explicit.
+		s.drain(s.queued - pieces(seg(mod(me+1+shift))))
+		for step := 0; step < n-1 && err == nil; step++ {
+			lo, hi := seg(mod(me + shift - step))
+			for p := lo; p < hi && err == nil; p += pieceElems {
+				e := min(p+pieceElems, hi)
+				if err = c.read(c.prev, prev, asBytes(buf[p:e])); err != nil {
+					break
+				}
+				if step < n-2 {
+					s.send(asBytes(buf[p:e]))
+				}
+			}
+		}
+	}
+	if serr := s.wait(); err == nil {
+		err = serr
+	}
+	return err
+}
+
+func (c *tcpComm) AllReduce(buf []float32, op Op) error {
+	defer c.cnt.add(kAllReduce, 4*len(buf), time.Now())
+	if err := op.valid(); err != nil {
+		return err
+	}
+	if err := c.start(); err != nil {
+		return err
+	}
+	if c.n == 1 {
+		finish(buf, op, 1)
+		return nil
+	}
+	if c.shm != nil && len(buf) > 0 {
+		return c.shm.allReduce(buf, op)
+	}
+	n := len(buf)
+	seg := func(i int) (int, int) { return segment(n, c.n, i) }
+	return c.ring(buf, seg, 0, true, true, op, header('R', op, n))
+}
+
+func (c *tcpComm) AllGather(send, recv []float32) error {
+	defer c.cnt.add(kAllGather, 4*len(recv), time.Now())
+	if err := checkAllGather(send, recv, c.n); err != nil {
+		return err
+	}
+	if err := c.start(); err != nil {
+		return err
+	}
+	b := len(send)
+	copy(recv[c.rank*b:], send)
+	if c.n == 1 {
+		return nil
+	}
+	if c.shm != nil && b > 0 {
+		return c.shm.allGather(send, recv)
+	}
+	seg := func(i int) (int, int) { return i * b, (i + 1) * b }
+	return c.ring(recv, seg, -1, false, true, Sum, header('G', Sum, b))
+}
+
+func (c *tcpComm) ReduceScatter(send, recv []float32, op Op) error {
+	defer c.cnt.add(kReduceScatter, 4*len(recv), time.Now())
+	if err := op.valid(); err != nil {
+		return err
+	}
+	if err := checkReduceScatter(send, recv, c.n); err != nil {
+		return err
+	}
+	if err := c.start(); err != nil {
+		return err
+	}
+	b := len(recv)
+	if c.n == 1 {
+		copy(recv, send)
+		finish(recv, op, 1)
+		return nil
+	}
+	if c.shm != nil && b > 0 {
+		return c.shm.reduceScatter(send, recv, op)
+	}
+	work := make([]float32, len(send))
+	copy(work, send)
+	seg := func(i int) (int, int) { return i * b, (i + 1) * b }
+	if err := c.ring(work, seg, -1, true, false, op, header('S', op, len(send))); err != nil {
+		return err
+	}
+	copy(recv, work[c.rank*b:])
+	return nil
+}
+
+// Broadcast streams root's buffer along the ring as a pipelined chain.
+func (c *tcpComm) Broadcast(buf []float32, root int) error {
+	defer c.cnt.add(kBroadcast, 4*len(buf), time.Now())
+	if err := checkRank("Broadcast root", root, c.n); err != nil {
+		return err
+	}
+	if err := c.start(); err != nil {
+		return err
+	}
+	if c.n == 1 {
+		return nil
+	}
+	if c.shm != nil && len(buf) > 0 {
+		return c.shm.broadcast(buf, root)
+	}
+	n, me := c.n, c.rank
+	prev, next := (me+n-1)%n, (me+1)%n
+	hdr := header('B', Op(root), len(buf))
+	last := next == root
+	var s *sender
+	if !last {
+		s = c.startSender(c.next, next, pieces(0, len(buf))+1)
+		s.send(hdr)
+	}
+	var err error
+	if me != root {
+		err = c.checkHeader(c.prev, prev, hdr)
+	}
+	for p := 0; p < len(buf) && err == nil; p += pieceElems {
+		e := min(p+pieceElems, len(buf))
+		if me != root {
+			if err = c.read(c.prev, prev, asBytes(buf[p:e])); err != nil {
+				break
+			}
+		}
+		if !last {
+			s.send(asBytes(buf[p:e]))
+		}
+	}
+	if s != nil {
+		if serr := s.wait(); err == nil {
+			err = serr
+		}
+	}
+	return err
+}
+
+// Barrier is a one-element all-reduce: its value travels the whole ring
+// twice, so no rank leaves before every rank entered.
+func (c *tcpComm) Barrier() error {
+	defer c.cnt.add(kBarrier, 0, time.Now())
+	if err := c.start(); err != nil {
+		return err
+	}
+	if c.n == 1 {
+		return nil
+	}
+	if c.shm != nil {
+		return c.shm.barrier()
+	}
+	buf := []float32{0}
+	seg := func(i int) (int, int) { return segment(1, c.n, i) }
+	return c.ring(buf, seg, 0, true, true, Sum, header('Z', Sum, 1))
+}
+
+func (c *tcpComm) p2p(peer int, kind string) (net.Conn, error) {
+	c.p2pMu.Lock()
+	m := c.in
+	if kind == "out" {
+		m = c.out
+	}
+	conn, ok := m[peer]
+	c.p2pMu.Unlock()
+	if ok {
+		return conn, nil
+	}
+	var err error
+	if kind == "out" {
+		conn, err = c.nd.dialPeer(c.id, c.ranks[peer], kindP2P)
+	} else {
+		conn, err = c.nd.awaitConn(c.id, c.ranks[peer], kindP2P)
+	}
+	if err != nil {
+		return nil, err
+	}
+	c.p2pMu.Lock()
+	m[peer] = conn
+	c.p2pMu.Unlock()
+	return conn, nil
+}
+
+func (c *tcpComm) Send(buf []float32, to int) error {
+	defer c.cnt.add(kSend, 4*len(buf), time.Now())
+	if err := checkRank("Send to", to, c.n); err != nil {
+		return err
+	}
+	if err := c.start(); err != nil {
+		return err
+	}
+	if to == c.rank {
+		return errors.New("nccl: Send to self: use a copy")
+	}
+	conn, err := c.p2p(to, "out")
+	if err != nil {
+		return err
+	}
+	if err := c.write(conn, to, header('P', Sum, len(buf))); err != nil {
+		return err
+	}
+	return c.write(conn, to, asBytes(buf))
+}
+
+func (c *tcpComm) Recv(buf []float32, from int) error {
+	defer c.cnt.add(kRecv, 4*len(buf), time.Now())
+	if err := checkRank("Recv from", from, c.n); err != nil {
+		return err
+	}
+	if err := c.start(); err != nil {
+		return err
+	}
+	if from == c.rank {
+		return errors.New("nccl: Recv from self: use a copy")
+	}
+	conn, err := c.p2p(from, "in")
+	if err != nil {
+		return err
+	}
+	if err := c.checkHeader(conn, from, header('P', Sum, len(buf))); err != nil {
+		return err
+	}
+	return c.read(conn, from, asBytes(buf))
+}
+
+func (c *tcpComm) Group(ranks []int) (Comm, error) {
+	if err := c.start(); err != nil {
+		return nil, err
+	}
+	pos, err := checkGroup(ranks, c.n, c.rank)
+	if err != nil {
+		return nil, err
+	}
+	world := make([]int, len(ranks))
+	names := make([]string, len(ranks))
+	for i, r := range ranks {
+		world[i] = c.ranks[r]
+		names[i] = fmt.Sprint(world[i])
+	}
+	key := strings.Join(names, ",")
+	seq := c.seq[key]
+	c.seq[key] = seq + 1
+	sub, err := c.nd.newComm(fmt.Sprintf("%s/%s#%d", c.id, key, seq), world, pos)
+	if err != nil {
+		return nil, err
+	}
+	return sub, nil
+}

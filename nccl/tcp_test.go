@@ -1,0 +1,113 @@
+package nccl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// tcpWorld runs the ranks of a loopback world on goroutines of this
+// process, each with its own Init (as separate processes would).
+func tcpWorld(backend string) world {
+	return func(t *testing.T, n int, fn func(c Comm) error) error {
+		port := freePort(t)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for r := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c, err := Init(context.Background(), Options{Rank: r, Size: n, MasterAddr: "127.0.0.1",
+					MasterPort: port, Token: "test-token", Timeout: 10 * time.Second, Backend: backend})
+				if err != nil {
+					errs[r] = fmt.Errorf("rank %d: init: %w", r, err)
+					return
+				}
+				if err := fn(c); err != nil {
+					errs[r] = fmt.Errorf("rank %d: %w", r, err)
+				}
+				if err := c.Close(); err != nil && errs[r] == nil {
+					errs[r] = fmt.Errorf("rank %d: close: %w", r, err)
+				}
+			}()
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	}
+}
+
+func TestTCPCollectives(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 4, 8} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) { testCollectives(t, tcpWorld(BackendTCP), n, false) })
+	}
+}
+
+func TestTCPGroups(t *testing.T) {
+	for _, c := range []struct{ n, tp int }{{4, 2}, {8, 4}} {
+		t.Run(fmt.Sprint(c.n, "x", c.tp), func(t *testing.T) { testGroups(t, tcpWorld(BackendTCP), c.n, c.tp, false) })
+	}
+}
+
+func TestTCPMismatchIsAnError(t *testing.T) {
+	err := tcpWorld(BackendTCP)(t, 2, func(c Comm) error {
+		err := c.AllReduce(make([]float32, 10+c.Rank()), Sum)
+		if err == nil || !strings.Contains(err.Error(), "elements") {
+			return fmt.Errorf("mismatched AllReduce: %v, want a length error", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestInitRefusesWrongToken(t *testing.T) {
+	port := freePort(t)
+	done := make(chan error, 1)
+	go func() {
+		c, err := Init(context.Background(), Options{Rank: 0, Size: 2, MasterAddr: "127.0.0.1", MasterPort: port,
+			Token: "right", Timeout: 2 * time.Second})
+		if err == nil {
+			c.Close()
+		}
+		done <- err
+	}()
+	_, err := Init(context.Background(), Options{Rank: 1, Size: 2, MasterAddr: "127.0.0.1", MasterPort: port,
+		Token: "wrong", Timeout: 2 * time.Second})
+	if !errors.Is(err, ErrBadToken) {
+		t.Fatalf("rank with the wrong token: %v, want ErrBadToken", err)
+	}
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "rank 1 did not join") {
+		t.Fatalf("rank 0: %v, want rank 1 not joining", err)
+	}
+}
+
+func TestInitOptions(t *testing.T) {
+	for _, o := range []Options{
+		{Rank: 0, Size: 0},
+		{Rank: 2, Size: 2, MasterAddr: "x", MasterPort: 1, Token: "t"},
+		{Rank: 0, Size: 2, MasterPort: 1, Token: "t"},
+		{Rank: 0, Size: 2, MasterAddr: "x", MasterPort: 0, Token: "t"},
+		{Rank: 0, Size: 2, MasterAddr: "x", MasterPort: 1},
+		{Rank: 0, Size: 2, MasterAddr: "x", MasterPort: 1, Token: "t", Backend: "mpi"},
+	} {
+		if _, err := Init(context.Background(), o); err == nil {
+			t.Errorf("Init(%+v) succeeded", o)
+		}
+	}
+}
