@@ -25,6 +25,17 @@ TEXT ·sgemmKernel12x32AVX512(SB), NOSPLIT, $0-56
 	MOVQ ldc+32(FP), DX
 	SHLQ $2, DX
 
+	// Start fetching the C tile now; it is needed only after the k loop.
+	MOVQ DI, R10
+	MOVQ $12, R11
+
+prefetchc512:
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ DX, R10
+	DECQ R11
+	JNZ  prefetchc512
+
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
