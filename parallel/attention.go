@@ -117,7 +117,7 @@ func (a *ParallelSelfAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*
 	dev.SoftmaxForward(a.att, a.att, scale, a.causal, keyValid)
 	for i := 0; i < b; i++ {
 		// y[i,:,h] = att[i,h] @ v_h
-		dev.GemmStridedBatched(false, false, t, a.hd, t, 1,
+		gemmHeads(dev, false, false, t, a.hd, t,
 			a.att, i*a.nh*tt, t, tt,
 			qkv, i*t*3*cl+2*cl, 3*cl, a.hd,
 			0, a.y, i*t*cl, cl, a.hd, a.nh)
@@ -147,7 +147,7 @@ func (a *ParallelSelfAttention) Backward(dout, dinp *tensor.Tensor) error {
 			a.dy, i*t*cl, cl, a.hd,
 			qkv, i*t*3*cl+2*cl, 3*cl, a.hd,
 			0, a.datt, i*a.nh*tt, t, tt, a.nh)
-		dev.GemmStridedBatched(true, false, t, a.hd, t, 1,
+		gemmHeads(dev, true, false, t, a.hd, t,
 			a.att, i*a.nh*tt, t, tt,
 			a.dy, i*t*cl, cl, a.hd,
 			1, a.dqkv, i*t*3*cl+2*cl, 3*cl, a.hd, a.nh)
@@ -157,14 +157,24 @@ func (a *ParallelSelfAttention) Backward(dout, dinp *tensor.Tensor) error {
 	for i := 0; i < b; i++ {
 		base := i * t * 3 * cl
 		// dq_h += dpre @ k_h; dk_h += dpre^T @ q_h
-		dev.GemmStridedBatched(false, false, t, a.hd, t, 1,
+		gemmHeads(dev, false, false, t, a.hd, t,
 			a.dpre, i*a.nh*tt, t, tt,
 			qkv, base+cl, 3*cl, a.hd,
 			1, a.dqkv, base, 3*cl, a.hd, a.nh)
-		dev.GemmStridedBatched(true, false, t, a.hd, t, 1,
+		gemmHeads(dev, true, false, t, a.hd, t,
 			a.dpre, i*a.nh*tt, t, tt,
 			qkv, base, 3*cl, a.hd,
 			1, a.dqkv, base+cl, 3*cl, a.hd, a.nh)
 	}
 	return a.QKV.Backward(a.dqkv, dinp)
+}
+
+// gemmHeads is GemmStridedBatched (alpha 1) for outputs whose heads sit
+// side by side in the columns of one (T, nh*hd) matrix: disjoint, but the
+// device's batched GEMM rejects C matrices closer than a whole matrix, so
+// it runs one GEMM per head.
+func gemmHeads(dev tensor.Device, transA, transB bool, m, n, k int, a *tensor.Tensor, aOff, lda, strideA int, b *tensor.Tensor, bOff, ldb, strideB int, beta float32, c *tensor.Tensor, cOff, ldc, strideC, batch int) {
+	for h := 0; h < batch; h++ {
+		dev.Gemm(transA, transB, m, n, k, 1, a, aOff+h*strideA, lda, b, bOff+h*strideB, ldb, beta, c, cOff+h*strideC, ldc)
+	}
 }

@@ -1,0 +1,771 @@
+package parallel
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+
+	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/tensor"
+)
+
+// Tolerance is the largest norm-relative error, ||got-want|| / ||want||,
+// that an equivalence check accepts (fp32).
+const Tolerance = 1e-5
+
+// Check is one equivalence check, the library form of the DLO-JZ notebook's
+// test(classname): every rank of a tensor-parallel group builds the sharded
+// layer and, locally, the unsharded one from the same seed, runs both on the
+// same random batch, and compares this rank's piece of the forward output,
+// the input gradient, every weight gradient, and every weight after one
+// AdamW step. The same code runs in go test (in-process ranks) and in
+// `hpcrun check` (one process per rank).
+type Check struct {
+	Name string // the layer, as `hpcrun check NAME` takes it
+	Doc  string // one line
+
+	run func(dev tensor.Device, tp nccl.Comm) (*Result, error)
+}
+
+// Measure is one compared quantity and its error (norm-relative, maxed over
+// the ranks of the group).
+type Measure struct {
+	What  string // "forward output", "input gradient", "weight gradients", "weights after AdamW", ...
+	Param string // the parameter, for weight measures
+	Err   float64
+}
+
+// Result is the outcome of a check on one group.
+type Result struct {
+	Check    string
+	TP       int
+	Measures []Measure
+	Fail     string // why it failed other than by tolerance; "" otherwise
+}
+
+// MaxErr is the largest error of the result.
+func (r *Result) MaxErr() float64 {
+	var m float64
+	for _, x := range r.Measures {
+		if math.IsNaN(x.Err) {
+			return math.Inf(1)
+		}
+		m = max(m, x.Err)
+	}
+	return m
+}
+
+// Max is the largest error of the measures called what (over all
+// parameters), and whether there is one.
+func (r *Result) Max(what string) (float64, bool) {
+	var m float64
+	found := false
+	for _, x := range r.Measures {
+		if x.What == what {
+			m, found = max(m, x.Err), true
+			if math.IsNaN(x.Err) {
+				m = math.Inf(1)
+			}
+		}
+	}
+	return m, found
+}
+
+// Pass reports whether every error is within Tolerance and nothing else failed.
+func (r *Result) Pass() bool { return r.Fail == "" && r.MaxErr() <= Tolerance }
+
+// Run runs the check on dev with the tensor-parallel group tp; every rank of
+// tp must run it (tp may be nil: one unsharded rank). Every rank returns
+// the same Result.
+func (c Check) Run(dev tensor.Device, tp nccl.Comm) (*Result, error) {
+	res, err := c.run(dev, tp)
+	if err != nil {
+		return nil, fmt.Errorf("check %s: %w", c.Name, err)
+	}
+	res.Check, res.TP = c.Name, newGroup(tp).size()
+	// Every rank compared its own piece: report the worst over the group.
+	if g := newGroup(tp); g.size() > 1 {
+		errs := make([]float32, len(res.Measures)+1)
+		for i, m := range res.Measures {
+			errs[i] = float32(m.Err)
+		}
+		if res.Fail != "" {
+			errs[len(res.Measures)] = 1
+		}
+		if err := tp.AllReduce(errs, nccl.Max); err != nil {
+			return nil, fmt.Errorf("check %s: %w", c.Name, err)
+		}
+		for i := range res.Measures {
+			res.Measures[i].Err = float64(errs[i])
+		}
+		if errs[len(res.Measures)] != 0 && res.Fail == "" {
+			res.Fail = "failed on another rank"
+		}
+	}
+	return res, nil
+}
+
+// Checks lists every equivalence check, in the order `hpcrun check all` runs
+// them.
+func Checks() []Check {
+	return []Check{
+		{Name: "ColumnParallelLinear", Doc: "output columns split, f before (all-reduce of the input gradient)", run: checkColumn(false)},
+		{Name: "ColumnParallelLinearGather", Doc: "ColumnParallelLinear with gather_output", run: checkColumn(true)},
+		{Name: "RowParallelLinear", Doc: "input features split (input_is_parallel), g after (all-reduce of the output)", run: checkRow(true)},
+		{Name: "RowParallelLinearScatter", Doc: "RowParallelLinear taking the full input and scattering it", run: checkRow(false)},
+		{Name: "VocabParallelEmbedding", Doc: "vocabulary rows split, masked lookup, all-reduce", run: checkEmbedding},
+		{Name: "VocabParallelCrossEntropy", Doc: "vocab-split logits, MAX and SUM all-reduces, local backward", run: checkCrossEntropy},
+		{Name: "LMHead", Doc: "embedding tied to a column-parallel LM head and the vocab-parallel loss, padded vocab", run: checkLMHead},
+		{Name: "LayerNorm", Doc: "replicated layernorm", run: checkLayerNorm},
+		{Name: "ParallelSelfAttention", Doc: "heads split: QKV column-parallel, causal mask, output row-parallel", run: checkAttention(true)},
+		{Name: "ParallelSelfAttentionPadding", Doc: "ParallelSelfAttention with a key padding mask (BERT)", run: checkAttention(false)},
+		{Name: "ParallelMLP", Doc: "fc column-parallel, GELU, proj row-parallel", run: checkMLP},
+		{Name: "Block", Doc: "pre-LN transformer block, causal and padded", run: checkBlock},
+		{Name: "BlockComm", Doc: "a block does exactly 2 all-reduces forward and 2 backward, nothing else", run: checkBlockComm},
+	}
+}
+
+// FindChecks returns the checks named name (case-insensitive), or all of
+// them for "all".
+func FindChecks(name string) ([]Check, error) {
+	all := Checks()
+	if strings.EqualFold(name, "all") {
+		return all, nil
+	}
+	var names []string
+	for _, c := range all {
+		if strings.EqualFold(c.Name, name) {
+			return []Check{c}, nil
+		}
+		names = append(names, c.Name)
+	}
+	return nil, fmt.Errorf("no check %q: use all or one of %s", name, strings.Join(names, ", "))
+}
+
+// Sizes of the checks: small enough to run in seconds, with every split
+// degree up to 4 (4 heads, widths divisible by 4*3).
+const (
+	ckB, ckT    = 2, 8
+	ckDim       = 32
+	ckHeads     = 4
+	ckHidden    = 4 * ckDim
+	ckOut       = 48
+	ckVocab     = 200 // padded to 256 at tp=1,2 and 512 at tp=4: some ranks hold only padding
+	ckSeed      = 7
+	ckAdamLR    = 1e-3
+	ckAdamDecay = 0.01
+	ckAdamEps   = 0.05
+)
+
+// harness holds what every check needs: the device, the group, a generator
+// that draws the same values on every rank, and the measures so far.
+type harness struct {
+	dev  tensor.Device
+	g    *group
+	rng  *rand.Rand
+	res  *Result
+	err  error
+	free []*tensor.Tensor
+}
+
+func newHarness(dev tensor.Device, tp nccl.Comm) *harness {
+	return &harness{dev: dev, g: newGroup(tp), rng: rand.New(rand.NewPCG(ckSeed, 99)), res: &Result{}}
+}
+
+// done releases the harness's tensors and returns its result.
+func (h *harness) done() (*Result, error) {
+	for _, t := range h.free {
+		h.dev.Free(t)
+	}
+	return h.res, h.err
+}
+
+// fail records the first error.
+func (h *harness) fail(err error) bool {
+	if err != nil && h.err == nil {
+		h.err = err
+	}
+	return h.err != nil
+}
+
+// random is a new device tensor of uniform values in [-1,1), the same on
+// every rank, and its host copy.
+func (h *harness) random(shape ...int) (*tensor.Tensor, []float32) {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = h.rng.Float32()*2 - 1
+	}
+	return h.upload(v, shape...), v
+}
+
+// upload copies v to a new device tensor of the given shape.
+func (h *harness) upload(v []float32, shape ...int) *tensor.Tensor {
+	t := h.zeros(shape...)
+	if t != nil {
+		h.dev.CopyFromHost(t, v)
+	}
+	return t
+}
+
+// zeros is a new zeroed device tensor.
+func (h *harness) zeros(shape ...int) *tensor.Tensor {
+	t, err := h.dev.Alloc(shape...)
+	if h.fail(err) {
+		return nil
+	}
+	h.free = append(h.free, t)
+	return t
+}
+
+// lastDim is this rank's shard along the last dimension of shape, in blocks.
+func (h *harness) lastDim(shape []int, blocks int) Shard {
+	if h.g.size() == 1 {
+		return Shard{Parts: 1}
+	}
+	return Shard{Dim: len(shape) - 1, Parts: h.g.size(), Index: h.g.rank(), Blocks: blocks}
+}
+
+// piece is this rank's piece of the host tensor full of the given shape.
+func (h *harness) piece(full []float32, shape []int, sh Shard) []float32 {
+	p, err := sh.Take(full, shape)
+	h.fail(err)
+	return p
+}
+
+// compare records the norm-relative error of this rank's tensor got
+// against its piece (sh) of the reference tensor want (full shape).
+func (h *harness) compare(what string, got, want *tensor.Tensor, sh Shard) {
+	h.compareParam(what, "", got, want, sh)
+}
+
+func (h *harness) compareParam(what, param string, got, want *tensor.Tensor, sh Shard) {
+	if h.err != nil {
+		return
+	}
+	w := download(want)
+	if !sh.Replicated() {
+		w = h.piece(w, want.Shape(), sh)
+	}
+	h.res.Measures = append(h.res.Measures, Measure{What: what, Param: param, Err: relErr(download(got), w)})
+}
+
+func (h *harness) compareHost(what string, got, want []float32) {
+	h.res.Measures = append(h.res.Measures, Measure{What: what, Err: relErr(got, want)})
+}
+
+// compareParams compares gradients (and, after step, weights) of the
+// sharded layer's params with the reference's, in the same order.
+func (h *harness) compareParams(what string, got, want []*Param, grads bool) {
+	if len(got) != len(want) && h.fail(fmt.Errorf("%d parameters, reference has %d", len(got), len(want))) {
+		return
+	}
+	for i, p := range got {
+		r := want[i]
+		if p.Name != r.Name && h.fail(fmt.Errorf("parameter %d is %s, reference %s", i, p.Name, r.Name)) {
+			return
+		}
+		if grads {
+			h.compareParam(what, p.Name, p.Grad, r.Grad, p.Shard)
+		} else {
+			h.compareParam(what, p.Name, p.Data, r.Data, p.Shard)
+		}
+	}
+}
+
+// step runs one AdamW step over the sharded and the reference parameters
+// and compares the weights. Eps is ckAdamEps, not the usual 1e-8: some
+// gradients are zero in exact arithmetic (the key bias: softmax ignores a
+// constant added to every key) and Adam's first step would otherwise turn
+// their rounding noise (~1e-7 against O(1) gradients) into full +-LR
+// steps that differ in sign between the sharded and the reference layer.
+func (h *harness) step(got, want []*Param) {
+	for _, ps := range [][]*Param{got, want} {
+		for _, p := range ps {
+			m, v := h.zeros(p.Data.Shape()...), h.zeros(p.Data.Shape()...)
+			if h.err != nil {
+				return
+			}
+			wd := float32(0)
+			if p.Decay {
+				wd = ckAdamDecay
+			}
+			h.dev.AdamW(p.Data, p.Grad, m, v, tensor.AdamWParams{LR: ckAdamLR, Beta1: 0.9, Beta2: 0.999, Eps: ckAdamEps, WeightDecay: wd, Step: 1})
+		}
+	}
+	h.compareParams("weights after AdamW", got, want, false)
+}
+
+// download copies t to a new host slice.
+func download(t *tensor.Tensor) []float32 {
+	out := make([]float32, t.Len())
+	t.Device().CopyToHost(out, t)
+	return out
+}
+
+// relErr is ||got-want|| / ||want|| in float64 (||got-want|| when want is 0,
+// +Inf on a length mismatch or a NaN).
+func relErr(got, want []float32) float64 {
+	if len(got) != len(want) {
+		return math.Inf(1)
+	}
+	var d, n float64
+	for i, g := range got {
+		x := float64(g) - float64(want[i])
+		d += x * x
+		n += float64(want[i]) * float64(want[i])
+	}
+	if math.IsNaN(d) {
+		return math.Inf(1)
+	}
+	if n == 0 {
+		return math.Sqrt(d)
+	}
+	return math.Sqrt(d / n)
+}
+
+// layerPair is a check's sharded layer and its unsharded reference behind
+// one forward/backward signature on (B,T,*) tensors.
+type layerPair struct {
+	fwd    func(sharded bool, x *tensor.Tensor) (*tensor.Tensor, error)
+	bwd    func(sharded bool, dout, dx *tensor.Tensor) error
+	params func(sharded bool) []*Param
+}
+
+// runPair is the common check: forward a random x (this rank's inShard of
+// it for the sharded layer), compare outputs (outShard), backward a random
+// dout, compare input and weight gradients, step, compare weights.
+func (h *harness) runPair(lp layerPair, inShape []int, inShard Shard, outShard Shard) {
+	if h.err != nil {
+		return
+	}
+	x, xh := h.random(inShape...)
+	xl := x
+	if !inShard.Replicated() {
+		xl = h.upload(h.piece(xh, inShape, inShard), inShard.LocalShape(inShape)...)
+	}
+	if h.err != nil {
+		return
+	}
+	want, err := lp.fwd(false, x)
+	if h.fail(err) {
+		return
+	}
+	got, err := lp.fwd(true, xl)
+	if h.fail(err) {
+		return
+	}
+	h.compare("forward output", got, want, outShard)
+	dout, dh := h.random(want.Shape()...)
+	doutl := dout
+	if !outShard.Replicated() {
+		doutl = h.upload(h.piece(dh, want.Shape(), outShard), got.Shape()...)
+	}
+	dx, dxl := h.zeros(x.Shape()...), h.zeros(xl.Shape()...)
+	if h.err != nil {
+		return
+	}
+	if h.fail(lp.bwd(false, dout, dx)) || h.fail(lp.bwd(true, doutl, dxl)) {
+		return
+	}
+	h.compare("input gradient", dxl, dx, inShard)
+	h.compareParams("weight gradients", lp.params(true), lp.params(false), true)
+	h.step(lp.params(true), lp.params(false))
+}
+
+func checkColumn(gather bool) func(tensor.Device, nccl.Comm) (*Result, error) {
+	return func(dev tensor.Device, tp nccl.Comm) (*Result, error) {
+		h := newHarness(dev, tp)
+		opt := LinearOptions{Bias: true, Seed: ckSeed, GatherOutput: gather}
+		ref, err := NewColumnParallelLinear(dev, nil, "fc", ckDim, ckOut, opt)
+		if err != nil {
+			return nil, err
+		}
+		sh, err := NewColumnParallelLinear(dev, tp, "fc", ckDim, ckOut, opt)
+		if err != nil {
+			return nil, err
+		}
+		outShard := h.lastDim([]int{ckB, ckT, ckOut}, 1)
+		if gather {
+			outShard = Shard{Parts: 1}
+		}
+		h.runPair(linearPair(ref, sh), []int{ckB, ckT, ckDim}, Shard{Parts: 1}, outShard)
+		return h.done()
+	}
+}
+
+func checkRow(inputIsParallel bool) func(tensor.Device, nccl.Comm) (*Result, error) {
+	return func(dev tensor.Device, tp nccl.Comm) (*Result, error) {
+		h := newHarness(dev, tp)
+		opt := LinearOptions{Bias: true, Seed: ckSeed, InputIsParallel: inputIsParallel}
+		ref, err := NewRowParallelLinear(dev, nil, "proj", ckOut, ckDim, LinearOptions{Bias: true, Seed: ckSeed})
+		if err != nil {
+			return nil, err
+		}
+		sh, err := NewRowParallelLinear(dev, tp, "proj", ckOut, ckDim, opt)
+		if err != nil {
+			return nil, err
+		}
+		in := []int{ckB, ckT, ckOut}
+		inShard := Shard{Parts: 1}
+		if inputIsParallel {
+			inShard = h.lastDim(in, 1)
+		}
+		h.runPair(linearPair(ref, sh), in, inShard, Shard{Parts: 1})
+		return h.done()
+	}
+}
+
+// forwardBackward is the shape of the (B,T,*) -> (B,T,*) layers.
+type forwardBackward interface {
+	Layer
+	Forward(*tensor.Tensor) (*tensor.Tensor, error)
+	Backward(dout, dinp *tensor.Tensor) error
+}
+
+func linearPair(ref, sh forwardBackward) layerPair {
+	pick := func(sharded bool) forwardBackward {
+		if sharded {
+			return sh
+		}
+		return ref
+	}
+	return layerPair{
+		fwd:    func(s bool, x *tensor.Tensor) (*tensor.Tensor, error) { return pick(s).Forward(x) },
+		bwd:    func(s bool, dout, dx *tensor.Tensor) error { return pick(s).Backward(dout, dx) },
+		params: func(s bool) []*Param { return pick(s).Params() },
+	}
+}
+
+func checkLayerNorm(dev tensor.Device, tp nccl.Comm) (*Result, error) {
+	h := newHarness(dev, tp)
+	ref, err := NewLayerNorm(dev, "ln", ckDim)
+	if err != nil {
+		return nil, err
+	}
+	sh, err := NewLayerNorm(dev, "ln", ckDim)
+	if err != nil {
+		return nil, err
+	}
+	// Perturb the weight so that its gradient path is not the identity.
+	w, _ := h.random(ckDim)
+	dev.Copy(ref.Weight.Data, w)
+	dev.Copy(sh.Weight.Data, w)
+	h.runPair(linearPair(ref, sh), []int{ckB, ckT, ckDim}, Shard{Parts: 1}, Shard{Parts: 1})
+	return h.done()
+}
+
+func checkMLP(dev tensor.Device, tp nccl.Comm) (*Result, error) {
+	h := newHarness(dev, tp)
+	ref, err := NewParallelMLP(dev, nil, "mlp", ckDim, ckHidden, ckSeed, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	sh, err := NewParallelMLP(dev, tp, "mlp", ckDim, ckHidden, ckSeed, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	h.runPair(linearPair(ref, sh), []int{ckB, ckT, ckDim}, Shard{Parts: 1}, Shard{Parts: 1})
+	return h.done()
+}
+
+// keyMask is a (B*T) padding mask: item b has its last b+1 tokens padded.
+func keyMask(b, t int) []int32 {
+	m := make([]int32, b*t)
+	for i := 0; i < b; i++ {
+		for j := 0; j < t; j++ {
+			if j < t-1-i {
+				m[i*t+j] = 1
+			}
+		}
+	}
+	return m
+}
+
+func checkAttention(causal bool) func(tensor.Device, nccl.Comm) (*Result, error) {
+	return func(dev tensor.Device, tp nccl.Comm) (*Result, error) {
+		h := newHarness(dev, tp)
+		cfg := AttentionConfig{Dim: ckDim, Heads: ckHeads, Causal: causal, Seed: ckSeed, Std: 0.2}
+		ref, err := NewParallelSelfAttention(dev, nil, "attn", cfg)
+		if err != nil {
+			return nil, err
+		}
+		sh, err := NewParallelSelfAttention(dev, tp, "attn", cfg)
+		if err != nil {
+			return nil, err
+		}
+		var mask []int32
+		if !causal {
+			mask = keyMask(ckB, ckT)
+		}
+		pick := func(s bool) *ParallelSelfAttention {
+			if s {
+				return sh
+			}
+			return ref
+		}
+		h.runPair(layerPair{
+			fwd:    func(s bool, x *tensor.Tensor) (*tensor.Tensor, error) { return pick(s).Forward(x, mask) },
+			bwd:    func(s bool, dout, dx *tensor.Tensor) error { return pick(s).Backward(dout, dx) },
+			params: func(s bool) []*Param { return pick(s).Params() },
+		}, []int{ckB, ckT, ckDim}, Shard{Parts: 1}, Shard{Parts: 1})
+		return h.done()
+	}
+}
+
+func newCheckBlocks(dev tensor.Device, tp nccl.Comm) (ref, sh *Block, err error) {
+	cfg := BlockConfig{Dim: ckDim, Heads: ckHeads, Causal: true, Seed: ckSeed, Std: 0.2}
+	if ref, err = NewBlock(dev, nil, "h.0", cfg); err != nil {
+		return nil, nil, err
+	}
+	sh, err = NewBlock(dev, tp, "h.0", cfg)
+	return ref, sh, err
+}
+
+func checkBlock(dev tensor.Device, tp nccl.Comm) (*Result, error) {
+	h := newHarness(dev, tp)
+	ref, sh, err := newCheckBlocks(dev, tp)
+	if err != nil {
+		return nil, err
+	}
+	mask := keyMask(ckB, ckT)
+	pick := func(s bool) *Block {
+		if s {
+			return sh
+		}
+		return ref
+	}
+	h.runPair(layerPair{
+		fwd:    func(s bool, x *tensor.Tensor) (*tensor.Tensor, error) { return pick(s).Forward(x, mask) },
+		bwd:    func(s bool, dout, dx *tensor.Tensor) error { return pick(s).Backward(dout, dx) },
+		params: func(s bool) []*Param { return pick(s).Params() },
+	}, []int{ckB, ckT, ckDim}, Shard{Parts: 1}, Shard{Parts: 1})
+	return h.done()
+}
+
+// checkBlockComm counts the collectives of one block's forward and
+// backward on the group: 2 all-reduces each, of B*T*C floats, nothing else.
+func checkBlockComm(dev tensor.Device, tp nccl.Comm) (*Result, error) {
+	h := newHarness(dev, tp)
+	_, sh, err := newCheckBlocks(dev, tp)
+	if err != nil {
+		return nil, err
+	}
+	x, _ := h.random(ckB, ckT, ckDim)
+	dout, _ := h.random(ckB, ckT, ckDim)
+	dx := h.zeros(ckB, ckT, ckDim)
+	if h.err != nil {
+		return h.done()
+	}
+	if h.g.size() == 1 {
+		h.res.Measures = []Measure{{What: "no communication at tp=1", Err: 0}}
+		if _, err := sh.Forward(x, nil); err != nil {
+			return nil, err
+		}
+		return h.done()
+	}
+	s0 := tp.Stats()
+	if _, err := sh.Forward(x, nil); err != nil {
+		return nil, err
+	}
+	s1 := tp.Stats()
+	if err := sh.Backward(dout, dx); err != nil {
+		return nil, err
+	}
+	s2 := tp.Stats()
+	want := int64(ckB * ckT * ckDim * 4)
+	for _, ph := range []struct {
+		name string
+		d    nccl.Stats
+	}{{"forward", s1.Sub(s0)}, {"backward", s2.Sub(s1)}} {
+		tot := ph.d.Total()
+		ar := ph.d.AllReduce
+		h.res.Measures = append(h.res.Measures, Measure{What: fmt.Sprintf("%s: %d all-reduces, %d bytes, %d calls", ph.name, ar.Calls, ar.Bytes, tot.Calls)})
+		if ar.Calls != 2 || tot.Calls != 2 || ar.Bytes != 2*want {
+			h.res.Fail = fmt.Sprintf("%s made %d all-reduces of %d bytes and %d collectives in all; want 2 all-reduces of %d bytes and nothing else", ph.name, ar.Calls, ar.Bytes, tot.Calls, 2*want)
+		}
+	}
+	return h.done()
+}
+
+func checkEmbedding(dev tensor.Device, tp nccl.Comm) (*Result, error) {
+	h := newHarness(dev, tp)
+	padded, err := PadVocab(ckVocab, h.g.size())
+	if err != nil {
+		return nil, err
+	}
+	ref, err := newVocabEmbedding(dev, nil, "wte", ckVocab, padded, ckDim, ckSeed, 0)
+	if err != nil {
+		return nil, err
+	}
+	sh, err := NewVocabParallelEmbedding(dev, tp, "wte", ckVocab, ckDim, ckSeed, 0)
+	if err != nil {
+		return nil, err
+	}
+	ids := h.ids(ckB*ckT, ckVocab)
+	want, err := ref.Forward(ids, ckB, ckT)
+	if err != nil {
+		return nil, err
+	}
+	got, err := sh.Forward(ids, ckB, ckT)
+	if err != nil {
+		return nil, err
+	}
+	h.compare("forward output", got, want, Shard{Parts: 1})
+	dout, _ := h.random(ckB, ckT, ckDim)
+	if h.err == nil && (h.fail(ref.Backward(dout)) || h.fail(sh.Backward(dout))) {
+		return h.done()
+	}
+	h.compareParams("weight gradients", sh.Params(), ref.Params(), true)
+	h.step(sh.Params(), ref.Params())
+	return h.done()
+}
+
+// ids draws n token ids in [0, vocab), the same on every rank; it repeats
+// some so that the scatter-add meets duplicates.
+func (h *harness) ids(n, vocab int) []int32 {
+	ids := make([]int32, n)
+	for i := range ids {
+		ids[i] = int32(h.rng.IntN(vocab))
+	}
+	ids[n-1] = ids[0]
+	return ids
+}
+
+func checkCrossEntropy(dev tensor.Device, tp nccl.Comm) (*Result, error) {
+	h := newHarness(dev, tp)
+	padded, err := PadVocab(ckVocab, h.g.size())
+	if err != nil {
+		return nil, err
+	}
+	ref, err := NewVocabParallelCrossEntropy(nil, "loss", padded)
+	if err != nil {
+		return nil, err
+	}
+	sh, err := NewVocabParallelCrossEntropy(tp, "loss", padded)
+	if err != nil {
+		return nil, err
+	}
+	n := ckB * ckT
+	logits, lh := h.random(n, padded)
+	dev.Scale(logits, 4) // peaked enough that the max matters
+	lh = download(logits)
+	sd := h.lastDim([]int{n, padded}, 1)
+	local := h.upload(h.piece(lh, []int{n, padded}, sd), sd.LocalShape([]int{n, padded})...)
+	targets := h.ids(n, padded)
+	targets[1] = -1 // ignored
+	if h.err != nil {
+		return h.done()
+	}
+	want, err := ref.Forward(logits, targets)
+	if err != nil {
+		return nil, err
+	}
+	got, err := sh.Forward(local, targets)
+	if err != nil {
+		return nil, err
+	}
+	h.compareHost("forward output", []float32{float32(got)}, []float32{float32(want)})
+	h.compare("per-row losses", sh.Losses(), ref.Losses(), Shard{Parts: 1})
+	dl, dll := h.zeros(n, padded), h.zeros(local.Shape()...)
+	if h.err != nil {
+		return h.done()
+	}
+	if h.fail(ref.Backward(dl, 1)) || h.fail(sh.Backward(dll, 1)) {
+		return h.done()
+	}
+	h.compare("input gradient", dll, dl, sd)
+	return h.done()
+}
+
+// checkLMHead runs embedding -> tied LM head -> vocab-parallel loss and back:
+// the padded vocabulary is masked, and the tied weight gets both gradients.
+func checkLMHead(dev tensor.Device, tp nccl.Comm) (*Result, error) {
+	h := newHarness(dev, tp)
+	padded, err := PadVocab(ckVocab, h.g.size())
+	if err != nil {
+		return nil, err
+	}
+	type model struct {
+		emb  *VocabParallelEmbedding
+		head *ColumnParallelLinear
+		loss *VocabParallelCrossEntropy
+	}
+	build := func(c nccl.Comm) (m model, err error) {
+		if m.emb, err = newVocabEmbedding(dev, c, "wte", ckVocab, padded, ckDim, ckSeed, 0.5); err != nil {
+			return m, err
+		}
+		if m.head, err = NewLMHead(c, "lm_head", m.emb); err != nil {
+			return m, err
+		}
+		m.loss, err = NewVocabParallelCrossEntropy(c, "loss", padded)
+		return m, err
+	}
+	ref, err := build(nil)
+	if err != nil {
+		return nil, err
+	}
+	sh, err := build(tp)
+	if err != nil {
+		return nil, err
+	}
+	ids := h.ids(ckB*ckT, ckVocab)
+	targets := h.ids(ckB*ckT, ckVocab)
+	// The loss must not see the padded vocabulary: the reference is also
+	// checked against a float64 softmax over the real vocabulary only.
+	host := hostLMLoss(download(ref.emb.Weight.Data), ids, targets, ckVocab, ckDim)
+	var losses [2]float64
+	for i, m := range []model{ref, sh} {
+		x, err := m.emb.Forward(ids, ckB, ckT)
+		if err != nil {
+			return nil, err
+		}
+		logits, err := m.head.Forward(x)
+		if err != nil {
+			return nil, err
+		}
+		if losses[i], err = m.loss.Forward(logits, targets); err != nil {
+			return nil, err
+		}
+		dlogits, dx := h.zeros(logits.Shape()...), h.zeros(x.Shape()...)
+		if h.err != nil {
+			return h.done()
+		}
+		if h.fail(m.loss.Backward(dlogits, 1)) || h.fail(m.head.Backward(dlogits, dx)) || h.fail(m.emb.Backward(dx)) {
+			return h.done()
+		}
+	}
+	h.compareHost("forward output", []float32{float32(losses[1])}, []float32{float32(losses[0])})
+	h.compareHost("loss vs float64, real vocab", []float32{float32(losses[0])}, []float32{float32(host)})
+	h.compareParams("weight gradients", sh.emb.Params(), ref.emb.Params(), true)
+	h.step(sh.emb.Params(), ref.emb.Params())
+	return h.done()
+}
+
+// hostLMLoss is the tied-embedding LM loss in float64 over the real vocabulary.
+func hostLMLoss(table []float32, ids, targets []int32, vocab, dim int) float64 {
+	var total float64
+	for i, id := range ids {
+		x := table[int(id)*dim : (int(id)+1)*dim]
+		logits := make([]float64, vocab)
+		mx := math.Inf(-1)
+		for v := 0; v < vocab; v++ {
+			var s float64
+			for c := 0; c < dim; c++ {
+				s += float64(x[c]) * float64(table[v*dim+c])
+			}
+			logits[v] = s
+			mx = max(mx, s)
+		}
+		var se float64
+		for _, l := range logits {
+			se += math.Exp(l - mx)
+		}
+		total += math.Log(se) + mx - logits[targets[i]]
+	}
+	return total / float64(len(ids))
+}

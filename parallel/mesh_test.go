@@ -1,0 +1,94 @@
+package parallel
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/hpcrun/hpcrun/nccl"
+)
+
+func TestMeshLayout(t *testing.T) {
+	for _, tc := range []struct {
+		world, tp int
+	}{{1, 1}, {4, 1}, {4, 2}, {4, 4}, {8, 2}, {6, 3}} {
+		t.Run(fmt.Sprintf("world%d_tp%d", tc.world, tc.tp), func(t *testing.T) {
+			err := nccl.RunInProcess(tc.world, func(c nccl.Comm) error {
+				m, err := NewMesh(c, tc.tp)
+				if err != nil {
+					return err
+				}
+				defer m.Close()
+				r := c.Rank()
+				if m.TPRank()+m.DPRank()*tc.tp != r {
+					return fmt.Errorf("tp rank %d dp rank %d: not rank %d", m.TPRank(), m.DPRank(), r)
+				}
+				if m.TPSize() != tc.tp || m.DPSize() != tc.world/tc.tp || m.PPSize() != 1 {
+					return fmt.Errorf("sizes tp %d dp %d pp %d", m.TPSize(), m.DPSize(), m.PPSize())
+				}
+				wantTP := make([]int, tc.tp)
+				for i := range wantTP {
+					wantTP[i] = r/tc.tp*tc.tp + i
+				}
+				wantDP := make([]int, tc.world/tc.tp)
+				for i := range wantDP {
+					wantDP[i] = r%tc.tp + i*tc.tp
+				}
+				if !slices.Equal(m.TPRanks(), wantTP) || !slices.Equal(m.DPRanks(), wantDP) {
+					return fmt.Errorf("groups %v %v, want %v %v", m.TPRanks(), m.DPRanks(), wantTP, wantDP)
+				}
+				if m.TP.Rank() != m.TPRank() || m.TP.Size() != tc.tp || m.DP.Rank() != m.DPRank() {
+					return fmt.Errorf("communicators disagree with the grid: %s", m)
+				}
+				// The groups really are the grid's: a sum over TP adds the
+				// global ranks of the TP group, over DP those of the DP group.
+				for _, g := range []struct {
+					c     nccl.Comm
+					ranks []int
+				}{{m.TP, wantTP}, {m.DP, wantDP}} {
+					buf := []float32{float32(r)}
+					if err := g.c.AllReduce(buf, nccl.Sum); err != nil {
+						return err
+					}
+					want := 0
+					for _, x := range g.ranks {
+						want += x
+					}
+					if buf[0] != float32(want) {
+						return fmt.Errorf("sum over %v is %v, want %d", g.ranks, buf[0], want)
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestMeshBadTP(t *testing.T) {
+	for _, tp := range []int{0, -1, 3} {
+		err := nccl.RunInProcess(4, func(c nccl.Comm) error {
+			_, err := NewMesh(c, tp)
+			if err == nil {
+				return fmt.Errorf("tp %d of 4 ranks: no error", tp)
+			}
+			if !strings.Contains(err.Error(), "tp") {
+				return fmt.Errorf("error %q does not name tp", err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// fakeSize is the rank-0 communicator of an in-process world of n ranks,
+// for constructors that only read Size and Rank.
+func fakeSize(t *testing.T, n int) nccl.Comm {
+	t.Helper()
+	return nccl.NewInProcess(n)[0]
+}
