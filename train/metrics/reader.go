@@ -214,24 +214,7 @@ func ReadRun(dir string) (*Run, error) {
 	if !st.IsDir() {
 		return nil, fmt.Errorf("%s is not a run directory", dir)
 	}
-	run := &Run{ExecID: filepath.Base(dir), Dir: dir}
-	if b, err := os.ReadFile(filepath.Join(dir, "meta.json")); err == nil {
-		if err := json.Unmarshal(b, &run.Meta); err != nil {
-			run.Problems = append(run.Problems, Problem{Path: filepath.Join(dir, "meta.json"), Msg: "not valid JSON, ignored: " + jsonError(err).Error()})
-		}
-		_ = json.Unmarshal(b, &run.Meta.Raw)
-		if run.Meta.ExecID != "" {
-			run.ExecID = run.Meta.ExecID
-		}
-	}
-	if b, err := os.ReadFile(filepath.Join(dir, "train.toml")); err == nil {
-		var m map[string]any
-		if _, err := toml.Decode(string(b), &m); err != nil {
-			run.Problems = append(run.Problems, Problem{Path: filepath.Join(dir, "train.toml"), Msg: "not valid TOML, ignored: " + err.Error()})
-		} else if j, err := json.Marshal(m); err == nil {
-			run.TrainConfig = j
-		}
-	}
+	run := readRunFiles(dir)
 	paths, err := filepath.Glob(filepath.Join(dir, "metrics", "rank-*.jsonl"))
 	if err != nil {
 		return nil, err
@@ -261,6 +244,30 @@ func ReadRun(dir string) (*Run, error) {
 	}
 	sort.Slice(run.Ranks, func(i, j int) bool { return run.Ranks[i].Rank < run.Ranks[j].Rank })
 	return run, nil
+}
+
+// readRunFiles starts a Run from the files beside the metrics: meta.json and
+// train.toml, both optional.
+func readRunFiles(dir string) *Run {
+	run := &Run{ExecID: filepath.Base(dir), Dir: dir}
+	if b, err := os.ReadFile(filepath.Join(dir, "meta.json")); err == nil {
+		if err := json.Unmarshal(b, &run.Meta); err != nil {
+			run.Problems = append(run.Problems, Problem{Path: filepath.Join(dir, "meta.json"), Msg: "not valid JSON, ignored: " + jsonError(err).Error()})
+		}
+		_ = json.Unmarshal(b, &run.Meta.Raw)
+		if run.Meta.ExecID != "" {
+			run.ExecID = run.Meta.ExecID
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "train.toml")); err == nil {
+		var m map[string]any
+		if _, err := toml.Decode(string(b), &m); err != nil {
+			run.Problems = append(run.Problems, Problem{Path: filepath.Join(dir, "train.toml"), Msg: "not valid TOML, ignored: " + err.Error()})
+		} else if j, err := json.Marshal(m); err == nil {
+			run.TrainConfig = j
+		}
+	}
+	return run
 }
 
 // FindRun resolves an execid, or a prefix of exactly one, under runsDir and
