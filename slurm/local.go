@@ -94,6 +94,11 @@ func (*Local) Status(_ context.Context, ref JobRef) (JobInfo, error) {
 			filepath.Base(ref.RunDir), st["host"], host)
 	}
 	alive := pidAlive(ref.ID, st != nil)
+	if !alive && (st == nil || State(st["state"]) == Running) && fileExists(filepath.Join(ref.RunDir, LocalDir, "cancel")) {
+		// Cancelled before the supervisor could record it.
+		j.State, j.NodeList = Cancelled, st["host"]
+		return j, nil
+	}
 	if st == nil {
 		if alive {
 			j.State = Pending
@@ -136,6 +141,9 @@ func (l *Local) Cancel(ctx context.Context, ref JobRef) error {
 	if j.State.Done() {
 		return fmt.Errorf("job %s is already over (%s)", ref.ID, j.State)
 	}
+	if err := WriteFileAtomic(filepath.Join(ref.RunDir, LocalDir, "cancel"), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
+		return fmt.Errorf("cancel local job %s: %w", ref.ID, err)
+	}
 	pid, _ := strconv.Atoi(ref.ID)
 	if err := syscall.Kill(-pid, syscall.SIGTERM); err != nil {
 		return fmt.Errorf("cancel local job %s: %w", ref.ID, err)
@@ -147,6 +155,11 @@ func (l *Local) Cancel(ctx context.Context, ref JobRef) error {
 	}
 	syscall.Kill(-pid, syscall.SIGKILL)
 	return nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 func shortHost() string {

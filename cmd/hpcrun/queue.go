@@ -1,7 +1,188 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hpcrun/hpcrun/slurm"
+	"github.com/urfave/cli/v2"
+)
 
 func queueCommand() *cli.Command {
-	return pendingCommand("queue", "list your jobs, their state and their execids", 3)
+	return &cli.Command{
+		Name:  "queue",
+		Usage: "list your jobs, their state and their execids",
+		Description: "Shows your pending and running jobs (squeue --me) joined with the runs in the runs dir,\n" +
+			"local-executor runs included. --all adds finished runs (from scontrol, sacct when\n" +
+			"accounting is on, or the state recorded in meta.json).",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "include finished runs"},
+			&cli.StringFlag{Name: "name", Usage: "only jobs whose name contains `TEXT`"},
+			&cli.BoolFlag{Name: "watch", Aliases: []string{"w"}, Usage: "redraw every --interval until interrupted"},
+			&cli.DurationFlag{Name: "interval", Value: 2 * time.Second, Usage: "refresh period of --watch"},
+		},
+		Action: runQueue,
+	}
+}
+
+// queueRow is one line of hpcrun queue (and one object of --json).
+type queueRow struct {
+	ExecID   string      `json:"execid,omitempty"`
+	JobID    string      `json:"jobid"`
+	Name     string      `json:"name"`
+	State    slurm.State `json:"state"`
+	Elapsed  string      `json:"elapsed"`
+	Nodes    int         `json:"nodes"`
+	NodeList string      `json:"nodelist,omitempty"`
+	Reason   string      `json:"reason,omitempty"`
+	Executor string      `json:"executor"`
+	RunDir   string      `json:"run_dir,omitempty"`
+}
+
+func runQueue(c *cli.Context) error {
+	dir, err := runsDir(c)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	for {
+		rows, err := queueRows(ctx, dir, c.Bool("all"), c.String("name"))
+		if err != nil {
+			return err
+		}
+		if c.Bool("watch") && !c.Bool("json") {
+			fmt.Print("\033[H\033[2J")
+			fmt.Printf("hpcrun queue  %s  (every %s; Ctrl-C to stop)\n\n", time.Now().Format(time.TimeOnly), c.Duration("interval"))
+		}
+		if err := printQueue(os.Stdout, rows, c.Bool("json")); err != nil {
+			return err
+		}
+		if !c.Bool("watch") {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(c.Duration("interval")):
+		}
+	}
+}
+
+// queueRows joins the scheduler's queue with the runs dir.
+func queueRows(ctx context.Context, dir string, all bool, name string) ([]queueRow, error) {
+	runs, err := slurm.ListRuns(dir)
+	if err != nil {
+		return nil, err
+	}
+	active := map[string]slurm.JobInfo{}
+	var order []string
+	haveSlurm := false
+	if _, err := exec.LookPath("squeue"); err == nil {
+		haveSlurm = true
+		jobs, err := (&slurm.Slurm{}).Queue(ctx, false)
+		if err != nil {
+			return nil, fmt.Errorf("queue: %w", slurmErr(err))
+		}
+		for _, j := range jobs {
+			active[j.ID] = j
+			order = append(order, j.ID)
+		}
+	}
+	var rows []queueRow
+	seen := map[string]bool{}
+	for _, r := range runs {
+		m := r.Meta
+		row := queueRow{ExecID: m.ExecID, JobID: m.JobID, Name: m.Spec.Name, Executor: m.Executor, RunDir: r.Dir}
+		var j slurm.JobInfo
+		switch {
+		case m.Executor == "slurm" && m.JobID != "" && active[m.JobID].ID != "":
+			j = active[m.JobID]
+			seen[m.JobID] = true
+		case m.Executor == "slurm" && m.JobID != "" && m.Final == nil && !all:
+			continue // not in the queue: over; --all says how it ended
+		case m.Executor == "slurm" && m.JobID != "" && m.Final == nil && !haveSlurm:
+			j = slurm.JobInfo{ID: m.JobID, State: slurm.Unknown, Reason: "no Slurm commands on this machine"}
+		default:
+			if j, err = runStatus(ctx, r); err != nil {
+				if errors.Is(err, slurm.ErrNoSlurm) {
+					return nil, slurmErr(err)
+				}
+				j = slurm.JobInfo{ID: m.JobID, State: slurm.Unknown, Reason: err.Error()}
+			}
+		}
+		if j.State.Done() && !all {
+			continue
+		}
+		row.State, row.Elapsed, row.Nodes, row.NodeList, row.Reason = j.State, slurm.FormatElapsed(j.Elapsed), j.Nodes, j.NodeList, j.Reason
+		if row.Nodes == 0 {
+			row.Nodes = 1
+		}
+		rows = append(rows, row)
+	}
+	for _, id := range order { // the user's jobs that hpcrun did not submit here
+		if seen[id] {
+			continue
+		}
+		j := active[id]
+		rows = append(rows, queueRow{JobID: id, Name: j.Name, State: j.State, Elapsed: slurm.FormatElapsed(j.Elapsed),
+			Nodes: j.Nodes, NodeList: j.NodeList, Reason: j.Reason, Executor: "slurm"})
+	}
+	if name != "" {
+		kept := rows[:0]
+		for _, r := range rows {
+			if strings.Contains(r.Name, name) {
+				kept = append(kept, r)
+			}
+		}
+		rows = kept
+	}
+	return rows, nil
+}
+
+func printQueue(w io.Writer, rows []queueRow, asJSON bool) error {
+	if asJSON {
+		if rows == nil {
+			rows = []queueRow{}
+		}
+		b, err := json.MarshalIndent(rows, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(w, string(b))
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "EXECID\tJOBID\tNAME\tSTATE\tELAPSED\tNODES\tNODELIST(REASON)\tEXECUTOR")
+	for _, r := range rows {
+		where := r.NodeList
+		if r.Reason != "" {
+			where = "(" + firstLineOf(r.Reason) + ")"
+		}
+		exec := r.ExecID
+		if exec == "" {
+			exec = "-"
+		}
+		jobid := r.JobID
+		if jobid == "" {
+			jobid = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", exec, jobid, r.Name, r.State, r.Elapsed, r.Nodes, where, r.Executor)
+	}
+	return tw.Flush()
+}
+
+func firstLineOf(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
 }

@@ -1,7 +1,217 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	"github.com/hpcrun/hpcrun/slurm"
+	"github.com/hpcrun/hpcrun/train"
+	"github.com/urfave/cli/v2"
+)
 
 func submitCommand() *cli.Command {
-	return pendingCommand("submit", "write and submit the sbatch script for a training run", 3)
+	flags := []cli.Flag{
+		&cli.BoolFlag{Name: "dry-run", Usage: "print the job script; create and submit nothing"},
+		&cli.BoolFlag{Name: "wait", Usage: "follow the job with a progress bar and exit with its status"},
+		&cli.StringFlag{Name: "executor", Usage: "slurm, local or auto (slurm when sbatch is on PATH); default: the profile's"},
+		&cli.StringFlag{Name: "template", Usage: "sbatch template `FILE` (text/template; see templates/sbatch.tmpl); default: the profile's, else built-in"},
+		&cli.StringFlag{Name: "name", Usage: "job name (default <model>-n<ntasks>-tp<tp>)"},
+	}
+	return &cli.Command{
+		Name:  "submit",
+		Usage: "write and submit the sbatch script for a training run",
+		Description: "Checks the request, creates runs/<execid>/ with job.sbatch, train.toml and meta.json,\n" +
+			"submits the script (sbatch --parsable, or the Local executor) and prints the execid and jobid.",
+		Flags:  append(flags, trainFlags()...),
+		Action: runSubmit,
+	}
+}
+
+// submitPlan is everything checked before anything is written.
+type submitPlan struct {
+	exec     slurm.Executor
+	spec     slurm.JobSpec
+	tmpl     string
+	train    train.Config
+	runsDir  string
+	binary   string
+	execHint string // execid used for the dry run
+}
+
+func planSubmit(c *cli.Context) (*submitPlan, error) {
+	cfg, err := resolveConfig(c)
+	if err != nil {
+		return nil, err
+	}
+	tc := cfg.Train
+	applyTrainFlags(c, &tc)
+	if err := tc.Validate(); err != nil {
+		return nil, err
+	}
+	p := &submitPlan{train: tc}
+	prof := cfg.Profile
+	name := c.String("executor")
+	if name == "" {
+		name = prof.Executor
+	}
+	if p.exec, err = slurm.New(name); err != nil {
+		return nil, err
+	}
+	tmplFile := c.String("template")
+	if tmplFile == "" {
+		tmplFile = prof.Template
+	}
+	if tmplFile != "" {
+		if p.tmpl, err = slurm.ReadTemplate(tmplFile); err != nil {
+			return nil, err
+		}
+	}
+	if p.runsDir, err = filepath.Abs(cfg.RunsDir); err != nil {
+		return nil, err
+	}
+	if p.binary, err = os.Executable(); err != nil {
+		return nil, fmt.Errorf("path of hpcrun: %w", err)
+	}
+	if p.binary, err = filepath.EvalSymlinks(p.binary); err != nil {
+		return nil, fmt.Errorf("path of hpcrun: %w", err)
+	}
+	jobName := c.String("name")
+	if jobName == "" {
+		jobName = fmt.Sprintf("%s-n%d-tp%d", tc.Model, tc.NTasks, tc.TP)
+	}
+	p.execHint = time.Now().Format("20060102-150405") + "-0000"
+	p.spec = slurm.JobSpec{
+		Name: jobName, NTasks: tc.NTasks, GPUsPerNode: prof.GPUsPerNode, CPUsPerTask: prof.CPUsPerTask,
+		Time: prof.Time, QOS: prof.QOS, Account: prof.Account, Partition: prof.Partition,
+		Constraint: prof.Constraint, Exclusive: prof.Exclusive, Hint: prof.Hint,
+		Checkpoint: prof.Checkpoint, SignalSecs: prof.SignalSecs, Modules: prof.Modules,
+		Env: prof.Env, Extra: prof.SbatchExtra, Program: p.binary,
+	}
+	if p.spec.CPUsPerTask == 0 {
+		p.spec.CPUsPerTask = 1
+	}
+	p.setRunDir(filepath.Join(p.runsDir, p.execHint))
+	// Render once now so that a bad value or template fails before any write.
+	if _, err := slurm.Script(p.spec, p.tmpl, version, p.execHint); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *submitPlan) setRunDir(dir string) {
+	p.spec.RunDir = dir
+	p.spec.Args = []string{"train", "--run-dir", dir}
+}
+
+func runSubmit(c *cli.Context) error {
+	p, err := planSubmit(c)
+	if err != nil {
+		return err
+	}
+	if c.Bool("dry-run") {
+		script, _ := slurm.Script(p.spec, p.tmpl, version, p.execHint)
+		_, err := os.Stdout.Write(script)
+		return err
+	}
+	execID, dir, err := slurm.NewRun(p.runsDir, time.Now())
+	if err != nil {
+		return err
+	}
+	p.setRunDir(dir)
+	meta, err := p.write(execID, dir)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	jobID, cluster, subErr := p.exec.Submit(ctx, slurm.Submission{Spec: p.spec, Script: filepath.Join(dir, "job.sbatch")})
+	meta.JobID, meta.Cluster = jobID, cluster
+	if subErr != nil {
+		meta.SubmitError = subErr.Error()
+	}
+	if err := slurm.WriteMeta(dir, meta); err != nil {
+		return err
+	}
+	if subErr != nil {
+		return fmt.Errorf("submit %s: %w", execID, slurmErr(subErr))
+	}
+	if c.Bool("json") {
+		out, _ := json.Marshal(map[string]string{"execid": execID, "jobid": jobID, "executor": p.exec.Name(), "run_dir": dir})
+		fmt.Println(string(out))
+	} else {
+		fmt.Printf("submitted run %s as %s job %s\nrun dir: %s\n", execID, p.exec.Name(), jobID, dir)
+	}
+	if !c.Bool("wait") {
+		return nil
+	}
+	return followJob(ctx, slurm.Run{Dir: dir, Meta: meta}, p.train)
+}
+
+// write puts job.sbatch, train.toml and meta.json in the new run dir; on
+// failure it removes the dir, so nothing half-written is left.
+func (p *submitPlan) write(execID, dir string) (m *slurm.Meta, err error) {
+	defer func() {
+		if err != nil {
+			os.RemoveAll(dir)
+		}
+	}()
+	script, err := slurm.Script(p.spec, p.tmpl, version, execID)
+	if err != nil {
+		return nil, err
+	}
+	if err := slurm.WriteFileAtomic(filepath.Join(dir, "job.sbatch"), script, 0o755); err != nil {
+		return nil, err
+	}
+	var tbuf bytes.Buffer
+	fmt.Fprintf(&tbuf, "# Training config of run %s, written by hpcrun submit; every task reads it.\n", execID)
+	if err := toml.NewEncoder(&tbuf).Encode(p.train); err != nil {
+		return nil, fmt.Errorf("train.toml: %w", err)
+	}
+	if err := slurm.WriteFileAtomic(filepath.Join(dir, "train.toml"), tbuf.Bytes(), 0o644); err != nil {
+		return nil, err
+	}
+	sum, err := binarySum(p.binary)
+	if err != nil {
+		return nil, err
+	}
+	host, _ := os.Hostname()
+	host, _, _ = strings.Cut(host, ".")
+	m = &slurm.Meta{
+		ExecID: execID, Executor: p.exec.Name(), Host: host, Spec: p.spec, SubmitTime: time.Now().UTC(),
+		Version: version, Binary: p.binary, BinarySHA256: sum,
+	}
+	return m, slurm.WriteMeta(dir, m)
+}
+
+// followJob shows a progress bar until the run's job is over and returns
+// the job's status as hpcrun's exit status.
+func followJob(ctx context.Context, r slurm.Run, tc train.Config) error {
+	bar := newStepBar(r, tc)
+	defer bar.close()
+	for {
+		j, err := runStatus(ctx, r)
+		if err != nil {
+			return slurmErr(err)
+		}
+		bar.update(j)
+		if j.State.Done() {
+			bar.close()
+			fmt.Fprintf(os.Stderr, "run %s: job %s %s after %s\n", r.Meta.ExecID, j.ID, j.State, slurm.FormatElapsed(j.Elapsed))
+			return exitWith(j, r.Meta.ExecID)
+		}
+		select {
+		case <-ctx.Done():
+			return cli.Exit(fmt.Sprintf("stopped following run %s; the job goes on (hpcrun queue, hpcrun cancel %s)", r.Meta.ExecID, r.Meta.ExecID), 130)
+		case <-time.After(time.Second):
+		}
+	}
 }

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/hpcrun/hpcrun/slurm"
+	"github.com/urfave/cli/v2"
+)
+
+// runsDir is the absolute runs directory of the resolved config.
+func runsDir(c *cli.Context) (string, error) {
+	cfg, err := resolveConfig(c)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Abs(cfg.RunsDir)
+}
+
+// findRun resolves an execid or jobid argument to its run.
+func findRun(c *cli.Context, usage string) (slurm.Run, error) {
+	if c.NArg() != 1 {
+		return slurm.Run{}, cli.Exit(fmt.Sprintf("usage: hpcrun %s", usage), 2)
+	}
+	dir, err := runsDir(c)
+	if err != nil {
+		return slurm.Run{}, err
+	}
+	return slurm.FindRun(dir, c.Args().First())
+}
+
+// executorOf is the executor that ran a run.
+func executorOf(r slurm.Run) (slurm.Executor, error) {
+	switch r.Meta.Executor {
+	case "slurm", "local":
+		return slurm.New(r.Meta.Executor)
+	}
+	return nil, fmt.Errorf("run %s: unknown executor %q in %s", r.Meta.ExecID, r.Meta.Executor, filepath.Join(r.Dir, slurm.MetaFile))
+}
+
+// runStatus is the state of a run's job: the cached final state when there
+// is one, else the executor's answer, cached in meta.json once the job is
+// over so that it survives slurmctld forgetting the job.
+func runStatus(ctx context.Context, r slurm.Run) (slurm.JobInfo, error) {
+	if r.Meta.Final != nil {
+		return *r.Meta.Final, nil
+	}
+	if r.Meta.JobID == "" {
+		return slurm.JobInfo{State: "NOT_SUBMITTED", Reason: r.Meta.SubmitError}, nil
+	}
+	ex, err := executorOf(r)
+	if err != nil {
+		return slurm.JobInfo{}, err
+	}
+	j, err := ex.Status(ctx, slurm.JobRef{ID: r.Meta.JobID, RunDir: r.Dir})
+	if err != nil {
+		return j, fmt.Errorf("run %s (job %s): %w", r.Meta.ExecID, r.Meta.JobID, err)
+	}
+	if j.Name == "" {
+		j.Name = r.Meta.Spec.Name
+	}
+	if j.State.Done() && j.State != slurm.Unknown {
+		cached := j
+		r.Meta.Final = &cached
+		// A read-only runs dir still gets an answer; the cache is a convenience.
+		_ = slurm.WriteMeta(r.Dir, r.Meta)
+	}
+	return j, nil
+}
+
+// exitWith turns a finished job's state into hpcrun's exit status.
+func exitWith(j slurm.JobInfo, execID string) error {
+	if j.State == slurm.Completed {
+		return nil
+	}
+	code := j.ExitCode
+	if code <= 0 || code > 255 {
+		code = 1
+	}
+	msg := fmt.Sprintf("run %s: job %s ended %s", execID, j.ID, j.State)
+	if j.ExitCode != 0 {
+		msg += fmt.Sprintf(" with exit code %d", j.ExitCode)
+	}
+	if j.Reason != "" && j.Reason != "NonZeroExitCode" {
+		msg += " (" + j.Reason + ")"
+	}
+	return cli.Exit(msg+"; see hpcrun logs --err "+execID, code)
+}
+
+// slurmErr adds one line of advice when the controller cannot be reached.
+func slurmErr(err error) error {
+	if errors.Is(err, slurm.ErrNoSlurm) {
+		return fmt.Errorf("%v (is slurmctld running? for the local test cluster: sudo scripts/slurm-local.sh up)", err)
+	}
+	return err
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// binarySum is the sha256 of the hpcrun binary, cached in the user cache dir
+// under its path, size, modification time and inode: hashing a large binary
+// on every submit would cost more than sbatch itself.
+func binarySum(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	var ino uint64
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		ino = st.Ino
+	}
+	key := fmt.Sprintf("%s\x00%d\x00%d\x00%d", path, fi.Size(), fi.ModTime().UnixNano(), ino)
+	cache := ""
+	if dir, err := os.UserCacheDir(); err == nil {
+		cache = filepath.Join(dir, "hpcrun", "binary-sha256")
+		if b, err := os.ReadFile(cache); err == nil {
+			if k, sum, ok := strings.Cut(string(b), "\n"); ok && k == key && len(sum) == 64 {
+				return sum, nil
+			}
+		}
+	}
+	sum, err := slurm.FileSHA256(path)
+	if err != nil {
+		return "", err
+	}
+	if cache != "" && os.MkdirAll(filepath.Dir(cache), 0o755) == nil {
+		_ = slurm.WriteFileAtomic(cache, []byte(key+"\n"+sum), 0o644) // a cache: failing to write it costs only time
+	}
+	return sum, nil
+}
