@@ -123,3 +123,6 @@ func testFault(t *testing.T, backend string, victim int, stop bool) {
 func TestFaultKillTCP(t *testing.T)   { testFault(t, BackendTCP, 2, false) }
 func TestFaultKillRank0(t *testing.T) { testFault(t, BackendTCP, 0, false) }
 func TestFaultStallTCP(t *testing.T)  { testFault(t, BackendTCP, 1, true) }
+
+func TestFaultKillShm(t *testing.T)  { testFault(t, BackendAuto, 3, false) }
+func TestFaultStallShm(t *testing.T) { testFault(t, BackendAuto, 2, true) }

@@ -460,7 +460,7 @@ func (c *tcpComm) AllReduce(buf []float32, op Op) error {
 		finish(buf, op, 1)
 		return nil
 	}
-	if c.shm != nil && len(buf) > 0 {
+	if c.shm != nil {
 		return c.shm.allReduce(buf, op)
 	}
 	n := len(buf)
@@ -481,7 +481,7 @@ func (c *tcpComm) AllGather(send, recv []float32) error {
 	if c.n == 1 {
 		return nil
 	}
-	if c.shm != nil && b > 0 {
+	if c.shm != nil {
 		return c.shm.allGather(send, recv)
 	}
 	seg := func(i int) (int, int) { return i * b, (i + 1) * b }
@@ -505,7 +505,7 @@ func (c *tcpComm) ReduceScatter(send, recv []float32, op Op) error {
 		finish(recv, op, 1)
 		return nil
 	}
-	if c.shm != nil && b > 0 {
+	if c.shm != nil {
 		return c.shm.reduceScatter(send, recv, op)
 	}
 	work := make([]float32, len(send))
@@ -530,7 +530,7 @@ func (c *tcpComm) Broadcast(buf []float32, root int) error {
 	if c.n == 1 {
 		return nil
 	}
-	if c.shm != nil && len(buf) > 0 {
+	if c.shm != nil {
 		return c.shm.broadcast(buf, root)
 	}
 	n, me := c.n, c.rank

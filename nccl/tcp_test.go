@@ -111,3 +111,33 @@ func TestInitOptions(t *testing.T) {
 		}
 	}
 }
+
+func TestShmCollectives(t *testing.T) {
+	for _, n := range []int{2, 3, 4, 8} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) { testCollectives(t, tcpWorld(BackendAuto), n, true) })
+	}
+}
+
+func TestShmGroups(t *testing.T) {
+	for _, c := range []struct{ n, tp int }{{4, 2}, {8, 4}} {
+		t.Run(fmt.Sprint(c.n, "x", c.tp), func(t *testing.T) { testGroups(t, tcpWorld(BackendAuto), c.n, c.tp, true) })
+	}
+}
+
+func TestShmMismatchIsAnError(t *testing.T) {
+	err := tcpWorld(BackendAuto)(t, 3, func(c Comm) error {
+		err := c.AllReduce(make([]float32, c.Rank()), Sum)
+		if err == nil || !strings.Contains(err.Error(), "elements") {
+			return fmt.Errorf("mismatched AllReduce: %v, want a length error", err)
+		}
+		// The group is still usable after a mismatch.
+		buf := []float32{1}
+		if err := c.AllReduce(buf, Sum); err != nil || buf[0] != 3 {
+			return fmt.Errorf("AllReduce after a mismatch: %v, %v", buf, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,375 @@
+package nccl
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// The shared-memory path serves groups whose ranks all run on one host. The
+// group's rank 0 creates a file in /dev/shm that every member maps (and
+// rank 0 unlinks as soon as all have it, so nothing is left behind even
+// if the job dies). Each rank owns a slot of slotElems floats in each of
+// two slot sets; a collective moves data in chunks of at most a slot: each
+// rank copies its chunk into its slot, then every rank reduces or gathers
+// straight out of the others' slots. Ranks meet at phases: a rank arrives by
+// storing its phase number, and waits until every rank's number is at
+// least its own, spinning briefly and then sleeping on a futex. Chunks
+// alternate between the slot sets, so a rank may refill a set as soon as
+// it has passed any phase of the next chunk.
+//
+// Reductions add the slots in rank order 0..n-1, and each segment is
+// reduced by one rank only: every rank gets the same bits.
+
+const (
+	slotElems = 256 << 10
+	line      = 64
+	spinLimit = 50
+)
+
+type shmGroup struct {
+	c       *tcpComm
+	n, me   int
+	mem     []byte
+	hdr     int // bytes of header before the slots
+	phase   uint32
+	chunk   int // chunks run so far: picks the slot set
+	aborted atomic.Bool
+}
+
+func shmName(c *tcpComm) string {
+	h := sha256.Sum256([]byte(c.nd.o.Token + "\x00" + c.nd.o.MasterAddr + ":" + strconv.Itoa(c.nd.o.MasterPort) + "\x00" + c.id))
+	return "/dev/shm/hpcrun-nccl-" + hex.EncodeToString(h[:8])
+}
+
+// newShmGroup maps the group's shared file; every member calls it, and
+// either all get a group or all get an error.
+func newShmGroup(c *tcpComm) (*shmGroup, error) {
+	g := &shmGroup{c: c, n: c.n, me: c.rank}
+	g.hdr = (line*(g.n+2) + 8*g.n + 2*g.n*16 + 4095) &^ 4095
+	size := g.hdr + 2*g.n*slotElems*4
+	name := shmName(c)
+	var err error
+	if c.rank == 0 {
+		err = g.mmap(name, size, true)
+	}
+	ok := func(err error) error {
+		flag := []float32{0}
+		if err != nil {
+			flag[0] = 1
+		}
+		if e := c.ring(flag, func(i int) (int, int) { return segment(1, c.n, i) }, 0, true, true, Max, header('Z', Max, 1)); e != nil {
+			return e
+		}
+		if flag[0] != 0 {
+			if err != nil {
+				return err
+			}
+			return errors.New("a peer could not map the shared file")
+		}
+		return nil
+	}
+	if err = ok(err); err != nil {
+		g.close()
+		return nil, err
+	}
+	if c.rank != 0 {
+		err = g.mmap(name, size, false)
+	}
+	if err == nil {
+		*g.u64(line*(g.n+2) + 8*g.me) = uint64(os.Getpid())
+	}
+	err = ok(err)
+	if c.rank == 0 {
+		os.Remove(name)
+	}
+	if err != nil {
+		g.close()
+		return nil, err
+	}
+	c.nd.mu.Lock()
+	c.nd.shms[g] = true
+	c.nd.mu.Unlock()
+	return g, nil
+}
+
+func (g *shmGroup) mmap(name string, size int, create bool) error {
+	flags := os.O_RDWR
+	if create {
+		flags |= os.O_CREATE | os.O_TRUNC
+	}
+	f, err := os.OpenFile(name, flags, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if create {
+		if err := f.Truncate(int64(size)); err != nil {
+			return err
+		}
+	}
+	g.mem, err = syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("mmap %s: %w", name, err)
+	}
+	return nil
+}
+
+func (g *shmGroup) close() {
+	if g.mem != nil {
+		g.c.nd.mu.Lock()
+		delete(g.c.nd.shms, g)
+		g.c.nd.mu.Unlock()
+		syscall.Munmap(g.mem)
+		g.mem = nil
+	}
+}
+
+func (g *shmGroup) u32(off int) *uint32 { return (*uint32)(unsafe.Pointer(&g.mem[off])) }
+func (g *shmGroup) u64(off int) *uint64 { return (*uint64)(unsafe.Pointer(&g.mem[off])) }
+func (g *shmGroup) futex() *uint32      { return g.u32(line * g.n) }
+func (g *shmGroup) sleepers() *uint32   { return g.u32(line * (g.n + 1)) }
+
+// slot is rank r's slot in the current chunk's set.
+func (g *shmGroup) slot(r int) []float32 {
+	off := g.hdr + ((g.chunk%2)*g.n+r)*slotElems*4
+	return unsafe.Slice((*float32)(unsafe.Pointer(&g.mem[off])), slotElems)
+}
+
+// meta is rank r's description of the current operation in this set.
+func (g *shmGroup) meta(r int) []byte {
+	off := line*(g.n+2) + 8*g.n + ((g.chunk%2)*g.n+r)*16
+	return g.mem[off : off+16]
+}
+
+func futexWait(addr *uint32, val uint32, d time.Duration) {
+	ts := syscall.NsecToTimespec(int64(d))
+	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), 0 /* FUTEX_WAIT */, uintptr(val),
+		uintptr(unsafe.Pointer(&ts)), 0, 0)
+}
+
+func futexWake(addr *uint32) {
+	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), 1 /* FUTEX_WAKE */, 1<<30, 0, 0, 0)
+}
+
+func (g *shmGroup) wakeAll() {
+	g.aborted.Store(true)
+	if g.mem != nil {
+		atomic.AddUint32(g.futex(), 1)
+		futexWake(g.futex())
+	}
+}
+
+func (g *shmGroup) arrive() {
+	g.phase++
+	atomic.StoreUint32(g.u32(line*g.me), g.phase)
+	atomic.AddUint32(g.futex(), 1)
+	if atomic.LoadUint32(g.sleepers()) > 0 {
+		futexWake(g.futex())
+	}
+}
+
+// laggard returns the first rank that has not reached this phase, or -1.
+func (g *shmGroup) laggard() int {
+	for r := range g.n {
+		if int32(atomic.LoadUint32(g.u32(line*r))-g.phase) < 0 {
+			return r
+		}
+	}
+	return -1
+}
+
+// sync arrives at the next phase and waits for every rank to reach it.
+func (g *shmGroup) sync() error {
+	g.arrive()
+	start := time.Now()
+	for spins := 0; ; spins++ {
+		if g.laggard() < 0 {
+			return nil
+		}
+		if g.aborted.Load() {
+			if err := g.c.nd.abortErr(); err != nil {
+				return err
+			}
+			return ErrClosed
+		}
+		if spins < spinLimit {
+			continue
+		}
+		gen := atomic.LoadUint32(g.futex())
+		atomic.AddUint32(g.sleepers(), 1)
+		if g.laggard() >= 0 {
+			futexWait(g.futex(), gen, 50*time.Millisecond)
+		}
+		atomic.AddUint32(g.sleepers(), ^uint32(0))
+		if r := g.laggard(); r >= 0 && time.Since(start) > g.c.nd.o.Timeout {
+			w := g.c.ranks[r]
+			return g.c.nd.fail(&PeerError{Rank: w, Host: g.c.nd.peer(w).host,
+				Err: fmt.Errorf("%w after %v waiting for it in shared memory (stalled?)", ErrTimeout, g.c.nd.o.Timeout)})
+		}
+	}
+}
+
+// begin writes this rank's description of the operation into the current
+// set; check compares everyone's after the first phase.
+func (g *shmGroup) begin(kind byte, op Op, count int) {
+	m := g.meta(g.me)
+	m[0], m[1] = kind, byte(op)
+	*(*uint64)(unsafe.Pointer(&m[8])) = uint64(count)
+}
+
+func (g *shmGroup) check() error {
+	mine := g.meta(g.me)
+	for r := range g.n {
+		if m := g.meta(r); string(m) != string(mine) {
+			return fmt.Errorf("nccl: group rank %d called %s(op %v, %d elements) but rank %d called %s(op %v, %d elements)",
+				g.me, collName[mine[0]], Op(mine[1]), *(*uint64)(unsafe.Pointer(&mine[8])),
+				r, collName[m[0]], Op(m[1]), *(*uint64)(unsafe.Pointer(&m[8])))
+		}
+	}
+	return nil
+}
+
+// allReduce: per chunk, copy in, reduce own segment from all slots into
+// buf and publish it, then copy the other segments out.
+func (g *shmGroup) allReduce(buf []float32, op Op) error {
+	for off, first := 0, true; first || off < len(buf); off, first = off+slotElems, false {
+		cl := min(slotElems, len(buf)-off)
+		if first {
+			g.begin('R', op, len(buf))
+		}
+		mine := g.slot(g.me)
+		copy(mine, buf[off:off+cl])
+		if err := g.sync(); err != nil {
+			return err
+		}
+		if first {
+			if err := g.check(); err != nil {
+				g.chunk++
+				return err
+			}
+		}
+		lo, hi := segment(cl, g.n, g.me)
+		out := buf[off+lo : off+hi]
+		copy(out, g.slot(0)[lo:hi])
+		for r := 1; r < g.n; r++ {
+			reduceInto(out, g.slot(r)[lo:hi], op)
+		}
+		finish(out, op, g.n)
+		copy(mine[lo:hi], out)
+		if err := g.sync(); err != nil {
+			return err
+		}
+		for r := range g.n {
+			if r != g.me {
+				lo, hi := segment(cl, g.n, r)
+				copy(buf[off+lo:off+hi], g.slot(r)[lo:hi])
+			}
+		}
+		g.chunk++
+	}
+	return nil
+}
+
+func (g *shmGroup) allGather(send, recv []float32) error {
+	b := len(send)
+	for off, first := 0, true; first || off < b; off, first = off+slotElems, false {
+		cl := min(slotElems, b-off)
+		if first {
+			g.begin('G', Sum, b)
+		}
+		copy(g.slot(g.me), send[off:off+cl])
+		if err := g.sync(); err != nil {
+			return err
+		}
+		if first {
+			if err := g.check(); err != nil {
+				g.chunk++
+				return err
+			}
+		}
+		for r := range g.n {
+			if r != g.me {
+				copy(recv[r*b+off:r*b+off+cl], g.slot(r))
+			}
+		}
+		g.chunk++
+	}
+	return nil
+}
+
+func (g *shmGroup) reduceScatter(send, recv []float32, op Op) error {
+	b := len(recv)
+	per := slotElems / g.n
+	for off, first := 0, true; first || off < b; off, first = off+per, false {
+		cl := min(per, b-off)
+		if first {
+			g.begin('S', op, len(send))
+		}
+		mine := g.slot(g.me)
+		for r := range g.n {
+			copy(mine[r*cl:(r+1)*cl], send[r*b+off:r*b+off+cl])
+		}
+		if err := g.sync(); err != nil {
+			return err
+		}
+		if first {
+			if err := g.check(); err != nil {
+				g.chunk++
+				return err
+			}
+		}
+		out := recv[off : off+cl]
+		lo := g.me * cl
+		copy(out, g.slot(0)[lo:lo+cl])
+		for r := 1; r < g.n; r++ {
+			reduceInto(out, g.slot(r)[lo:lo+cl], op)
+		}
+		finish(out, op, g.n)
+		g.chunk++
+	}
+	return nil
+}
+
+func (g *shmGroup) broadcast(buf []float32, root int) error {
+	for off, first := 0, true; first || off < len(buf); off, first = off+slotElems, false {
+		cl := min(slotElems, len(buf)-off)
+		if first {
+			g.begin('B', Op(root), len(buf))
+		}
+		if g.me == root {
+			copy(g.slot(g.me), buf[off:off+cl])
+		}
+		if err := g.sync(); err != nil {
+			return err
+		}
+		if first {
+			if err := g.check(); err != nil {
+				g.chunk++
+				return err
+			}
+		}
+		if g.me != root {
+			copy(buf[off:off+cl], g.slot(root))
+		}
+		g.chunk++
+	}
+	return nil
+}
+
+func (g *shmGroup) barrier() error {
+	g.begin('Z', Sum, 0)
+	err := g.sync()
+	if err == nil {
+		err = g.check()
+	}
+	g.chunk++
+	return err
+}
