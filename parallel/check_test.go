@@ -94,3 +94,39 @@ func TestCheckCanFail(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestChecksOnMesh runs checks on the TP groups of a 2x2 mesh at once, as
+// `srun -n 4 hpcrun check all --tp 2` does.
+func TestChecksOnMesh(t *testing.T) {
+	err := nccl.RunInProcess(4, func(c nccl.Comm) error {
+		m, err := NewMesh(c, 2)
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		dev := tensor.NewCPU()
+		for _, name := range []string{"Block", "BlockComm", "LMHead"} {
+			cks, err := FindChecks(name)
+			if err != nil {
+				return err
+			}
+			r, err := cks[0].Run(dev, m.TP)
+			if err != nil {
+				return err
+			}
+			if !r.Pass() || r.TP != 2 {
+				return fmt.Errorf("%s on %s: tp %d, %s %v", name, m, r.TP, r.Fail, r.Measures)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := FindChecks("nosuchlayer"); err == nil {
+		t.Error("FindChecks of an unknown name: no error")
+	}
+	if cks, err := FindChecks("ALL"); err != nil || len(cks) != len(Checks()) {
+		t.Errorf("FindChecks(ALL) = %d checks, %v", len(cks), err)
+	}
+}

@@ -1,7 +1,380 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hpcrun/hpcrun/idrenv"
+	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/parallel"
+	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/urfave/cli/v2"
+)
+
+// checkTokenEnv carries the rendezvous secret from the local launcher to
+// the ranks it starts.
+const checkTokenEnv = "HPCRUN_CHECK_TOKEN"
 
 func checkCommand() *cli.Command {
-	return pendingCommand("check", "check tensor-parallel layers against the unsharded ones", 7)
+	return &cli.Command{
+		Name:      "check",
+		Usage:     "check tensor-parallel layers against the unsharded ones",
+		ArgsUsage: "[LAYER|all]",
+		Description: "Every rank builds the sharded layer and the unsharded one from the same seed, runs\n" +
+			"both on the same random batch, and compares the forward output, the input gradient,\n" +
+			"every weight gradient and every weight after one AdamW step (norm-relative error\n" +
+			"< 1e-5). Outside a job it starts --tp processes of itself on this machine, joined\n" +
+			"over TCP; inside one (srun hpcrun check all --tp 2) each task is one rank.\n\n" +
+			"Layers: " + checkNames(),
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "tp", Usage: "tensor-parallel degree (default: 2 locally, the job's task count under srun)"},
+			&cli.DurationFlag{Name: "timeout", Value: nccl.DefaultTimeout, Usage: "give up on a rank that does not answer within this time"},
+		},
+		Action: runCheck,
+	}
+}
+
+func checkNames() string {
+	s := "all"
+	for _, c := range parallel.Checks() {
+		s += ", " + c.Name
+	}
+	return s
+}
+
+func runCheck(c *cli.Context) error {
+	o, err := parseCheckArgs(c)
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	checks, err := parallel.FindChecks(o.name)
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	env, err := idrenv.Detect()
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	if env.Source == idrenv.Single && os.Getenv(checkTokenEnv) == "" {
+		if o.tp == 0 {
+			o.tp = 2
+		}
+		return launchCheck(c, o)
+	}
+	if o.tp == 0 {
+		o.tp = env.WorldSize
+	}
+	return checkRank(c, env, checks, o)
+}
+
+// checkOptions are the command's arguments. urfave/cli stops at the first
+// argument, so `check all --tp 2` leaves --tp among the arguments: they are
+// read here, in any order.
+type checkOptions struct {
+	name    string
+	tp      int // 0: the default
+	timeout time.Duration
+}
+
+func parseCheckArgs(c *cli.Context) (checkOptions, error) {
+	o := checkOptions{name: "", tp: c.Int("tp"), timeout: c.Duration("timeout")}
+	args := c.Args().Slice()
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		flag, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") {
+			if o.name != "" {
+				return o, fmt.Errorf("check takes one layer name or all, got %q and %q", o.name, a)
+			}
+			o.name = a
+			continue
+		}
+		if flag != "tp" && flag != "timeout" {
+			return o, fmt.Errorf("check: unknown flag %s (see hpcrun check --help)", a)
+		}
+		if !hasVal {
+			if i+1 == len(args) {
+				return o, fmt.Errorf("check: %s needs a value", a)
+			}
+			i++
+			val = args[i]
+		}
+		var err error
+		if flag == "tp" {
+			if o.tp, err = strconv.Atoi(val); err != nil {
+				return o, fmt.Errorf("check: --tp %q is not a number", val)
+			}
+			if o.tp < 1 {
+				return o, fmt.Errorf("check: --tp %d: must be at least 1", o.tp)
+			}
+		} else if o.timeout, err = time.ParseDuration(val); err != nil || o.timeout <= 0 {
+			return o, fmt.Errorf("check: --timeout %q: use a positive duration like 30s", val)
+		}
+	}
+	if c.IsSet("tp") && c.Int("tp") < 1 {
+		return o, fmt.Errorf("check: --tp %d: must be at least 1", c.Int("tp"))
+	}
+	if o.name == "" {
+		o.name = "all"
+	}
+	return o, nil
+}
+
+// launchCheck starts tp ranks of `hpcrun check` on this machine, with the
+// variables torchrun would set, and waits for them.
+func launchCheck(c *cli.Context, o checkOptions) error {
+	tp := o.tp
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("path of hpcrun: %w", err)
+	}
+	token, err := randomHex(16)
+	if err != nil {
+		return err
+	}
+	port, err := loopbackPort()
+	if err != nil {
+		return err
+	}
+	args := []string{"check", "--tp", strconv.Itoa(tp), "--timeout", o.timeout.String(), o.name}
+	if c.Bool("json") {
+		args = append([]string{"--json"}, args...)
+	}
+	threads := max(1, runtime.NumCPU()/tp)
+	cmds := make([]*exec.Cmd, tp)
+	done := make(chan error, tp)
+	for r := range tp {
+		cmd := exec.Command(self, args...)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		cmd.Env = append(os.Environ(),
+			"TORCHELASTIC_RUN_ID=hpcrun-check-"+token[:8],
+			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(tp),
+			"LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE="+strconv.Itoa(tp),
+			"GROUP_RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
+			checkTokenEnv+"="+token,
+		)
+		if os.Getenv("GOMAXPROCS") == "" {
+			cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(threads))
+		}
+		if err := cmd.Start(); err != nil {
+			for _, p := range cmds[:r] {
+				p.Process.Kill()
+			}
+			return fmt.Errorf("start check rank %d: %w", r, err)
+		}
+		cmds[r] = cmd
+		go func() { done <- cmd.Wait() }()
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	failed := 0
+	var deadline <-chan time.Time
+	for left := tp; left > 0; {
+		select {
+		case err := <-done:
+			left--
+			if err != nil {
+				failed++
+				if deadline == nil {
+					deadline = time.After(o.timeout + 5*time.Second)
+				}
+			}
+		case s := <-sigs:
+			for _, p := range cmds {
+				p.Process.Signal(s)
+			}
+		case <-deadline:
+			for _, p := range cmds {
+				p.Process.Kill()
+			}
+		}
+	}
+	if failed > 0 {
+		return cli.Exit("", 1) // the ranks said why
+	}
+	return nil
+}
+
+// checkRank is one rank of a check job: join the world, lay out the mesh,
+// run the checks on this rank's tensor-parallel group; rank 0 prints.
+func checkRank(c *cli.Context, env idrenv.Env, checks []parallel.Check, o checkOptions) error {
+	fail := func(err error) error { return cli.Exit(fmt.Sprintf("check rank %d: %v", env.Rank, err), 1) }
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	world, err := nccl.Init(ctx, nccl.Options{
+		Rank: env.Rank, Size: env.WorldSize,
+		MasterAddr: env.MasterAddr, MasterPort: env.MasterPort,
+		Token: checkToken(env), Timeout: o.timeout,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	defer world.Close()
+	mesh, err := parallel.NewMesh(world, o.tp)
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	defer mesh.Close()
+	dev := tensor.NewCPU()
+	var results []*parallel.Result
+	for _, ck := range checks {
+		res, err := ck.Run(dev, mesh.TP)
+		if err != nil {
+			return fail(err)
+		}
+		results = append(results, res)
+	}
+	passed := true
+	for _, r := range results {
+		passed = passed && r.Pass()
+	}
+	if env.Rank == 0 {
+		if c.Bool("json") {
+			enc := json.NewEncoder(os.Stdout)
+			enc.SetIndent("", "  ")
+			if err := enc.Encode(checkJSON(results, mesh)); err != nil {
+				return err
+			}
+		} else {
+			writeCheckTable(os.Stdout, results, mesh)
+		}
+	}
+	if !passed {
+		return cli.Exit("", 1)
+	}
+	return nil
+}
+
+// checkToken is the rendezvous secret: the launcher's, else one derived
+// from the Slurm job and step, which every task of the step shares.
+func checkToken(env idrenv.Env) string {
+	if t := os.Getenv(checkTokenEnv); t != "" {
+		return t
+	}
+	sum := sha256.Sum256([]byte("hpcrun-check\x00" + env.JobID + "\x00" + env.StepID + "\x00" + env.MasterAddr))
+	return hex.EncodeToString(sum[:16])
+}
+
+// checkColumns are the measures the table shows, one column each.
+var checkColumns = []struct{ what, head string }{
+	{"forward output", "FORWARD"},
+	{"input gradient", "INPUT GRAD"},
+	{"weight gradients", "WEIGHT GRADS"},
+	{"weights after AdamW", "ADAMW STEP"},
+}
+
+func writeCheckTable(w io.Writer, results []*parallel.Result, mesh *parallel.Mesh) {
+	fmt.Fprintf(w, "tensor-parallel checks: tp %d, %d group(s); norm-relative error vs the unsharded layer, tolerance %.0e\n\n",
+		mesh.TPSize(), mesh.DPSize(), parallel.Tolerance)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "LAYER\tTP")
+	for _, col := range checkColumns {
+		fmt.Fprint(tw, "\t", col.head)
+	}
+	fmt.Fprint(tw, "\tMAX\tRESULT\n")
+	failed := 0
+	for _, r := range results {
+		fmt.Fprintf(tw, "%s\t%d", r.Check, r.TP)
+		for _, col := range checkColumns {
+			if e, ok := r.Max(col.what); ok {
+				fmt.Fprintf(tw, "\t%.2g", e)
+			} else {
+				fmt.Fprint(tw, "\t-")
+			}
+		}
+		verdict := "PASS"
+		if !r.Pass() {
+			verdict = "FAIL"
+			failed++
+		}
+		fmt.Fprintf(tw, "\t%.2g\t%s\n", r.MaxErr(), verdict)
+	}
+	tw.Flush()
+	for _, r := range results {
+		for _, m := range r.Measures {
+			if !known(m.What) {
+				fmt.Fprintf(w, "%s: %s %.2g\n", r.Check, m.What, m.Err)
+			}
+		}
+		if r.Fail != "" {
+			fmt.Fprintf(w, "%s FAILED: %s\n", r.Check, r.Fail)
+		}
+		if !r.Pass() {
+			for _, m := range r.Measures {
+				if m.Err > parallel.Tolerance {
+					fmt.Fprintf(w, "%s FAILED: %s %s error %.3g\n", r.Check, m.What, m.Param, m.Err)
+				}
+			}
+		}
+	}
+	if failed > 0 {
+		fmt.Fprintf(w, "\n%d of %d checks FAILED\n", failed, len(results))
+	} else {
+		fmt.Fprintf(w, "\nall %d checks passed\n", len(results))
+	}
+}
+
+func known(what string) bool {
+	for _, col := range checkColumns {
+		if col.what == what {
+			return true
+		}
+	}
+	return false
+}
+
+type checkJSONResult struct {
+	Check    string             `json:"check"`
+	TP       int                `json:"tp"`
+	Pass     bool               `json:"pass"`
+	MaxErr   float64            `json:"max_err"`
+	Fail     string             `json:"fail,omitempty"`
+	Measures []parallel.Measure `json:"measures"`
+}
+
+func checkJSON(results []*parallel.Result, mesh *parallel.Mesh) any {
+	out := struct {
+		TP        int               `json:"tp"`
+		DP        int               `json:"dp"`
+		Tolerance float64           `json:"tolerance"`
+		Results   []checkJSONResult `json:"results"`
+	}{TP: mesh.TPSize(), DP: mesh.DPSize(), Tolerance: parallel.Tolerance}
+	for _, r := range results {
+		out.Results = append(out.Results, checkJSONResult{r.Check, r.TP, r.Pass(), r.MaxErr(), r.Fail, r.Measures})
+	}
+	return out
+}
+
+// randomHex is n random bytes in hex.
+func randomHex(n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// loopbackPort asks the kernel for a free TCP port on the loopback address.
+func loopbackPort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("free port for the master: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }
