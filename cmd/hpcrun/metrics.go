@@ -1,7 +1,160 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+
+	"github.com/hpcrun/hpcrun/slurm"
+	"github.com/hpcrun/hpcrun/train/metrics"
+	"github.com/hpcrun/hpcrun/train/metrics/chart"
+	"github.com/urfave/cli/v2"
+)
 
 func metricsCommand() *cli.Command {
-	return pendingCommand("metrics", "loss, accuracy, throughput, step time and memory of runs", 10)
+	return &cli.Command{
+		Name:      "metrics",
+		Usage:     "loss, accuracy, throughput, step time and memory of runs",
+		ArgsUsage: "<execid|prefix|jobid>...",
+		Description: "With one run, prints its summary: config, status, step time p50/p90 (warm-up\n" +
+			"steps apart), throughput, share of time in communication, peak memory per rank,\n" +
+			"model FLOP/s and MFU when the device peak is known, loss and accuracy. With\n" +
+			"several runs, --compare or --last N, prints one table with a column per run.\n" +
+			"Works on running jobs too: a torn last line is skipped, corrupt lines are listed.",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "json", Usage: "print the summary (and curves) as JSON"},
+			&cli.BoolFlag{Name: "compare", Usage: "one table with a column per run"},
+			&cli.IntFlag{Name: "last", Usage: "compare the `N` newest runs"},
+			&cli.BoolFlag{Name: "plot", Usage: "draw loss, accuracy and throughput against steps in the terminal"},
+			&cli.IntFlag{Name: "width", Value: 80, Usage: "terminal plot width in `COLUMNS`"},
+			&cli.StringFlag{Name: "png", Usage: "write the curves as a PNG image to `FILE`"},
+		},
+		Action: runMetrics,
+	}
+}
+
+// metricsRunsDir is the runs folder: --runs-dir, else the config's, else runs.
+func metricsRunsDir(c *cli.Context) string {
+	if d := c.String("runs-dir"); d != "" {
+		return d
+	}
+	if cfg, err := resolveConfig(c); err == nil && cfg.RunsDir != "" {
+		return cfg.RunsDir
+	}
+	return "runs"
+}
+
+// flagsFirst rejects a flag given after the execids, which the flag parser
+// would otherwise take for an execid.
+func flagsFirst(c *cli.Context, name string) error {
+	for _, a := range c.Args().Slice() {
+		if strings.HasPrefix(a, "-") {
+			return cli.Exit(fmt.Sprintf("flag %s after the execid: put flags first, as in hpcrun %s %s <execid>", a, name, a), 2)
+		}
+	}
+	return nil
+}
+
+// resolveRunDir finds a run by execid, unique execid prefix, or jobid.
+func resolveRunDir(runsDir, ref string) (string, error) {
+	dir, err := metrics.FindRun(runsDir, ref)
+	if err == nil || !errors.Is(err, metrics.ErrNoRun) {
+		return dir, err
+	}
+	if r, jerr := slurm.FindRun(runsDir, ref); jerr == nil {
+		return r.Dir, nil
+	}
+	return "", err
+}
+
+func runMetrics(c *cli.Context) error {
+	runsDir := metricsRunsDir(c)
+	refs := c.Args().Slice()
+	if err := flagsFirst(c, "metrics"); err != nil {
+		return err
+	}
+	if n := c.Int("last"); n != 0 {
+		if n < 0 {
+			return cli.Exit("--last N: N must be at least 1", 2)
+		}
+		if len(refs) > 0 {
+			return cli.Exit("give either execids or --last N, not both", 2)
+		}
+		ids, err := metrics.ListRuns(runsDir)
+		if err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			return fmt.Errorf("no runs under %s (pass --runs-dir, or submit one with hpcrun submit)", runsDir)
+		}
+		refs = ids[max(0, len(ids)-n):]
+	}
+	if len(refs) == 0 {
+		return cli.Exit("usage: hpcrun metrics <execid>... [--json] [--compare] [--plot] [--png FILE], or hpcrun metrics --last N", 2)
+	}
+	compare := c.Bool("compare") || c.IsSet("last") || len(refs) > 1
+	if compare && (c.Bool("plot") || c.String("png") != "") {
+		return cli.Exit("--plot and --png draw one run: give a single execid", 2)
+	}
+	var sums []metrics.Summary
+	var curves []metrics.Curves
+	for _, ref := range refs {
+		dir, err := resolveRunDir(runsDir, ref)
+		if err != nil {
+			return err
+		}
+		run, err := metrics.ReadRun(dir)
+		if err != nil {
+			return err
+		}
+		s, cv := metrics.Summarize(run)
+		sums, curves = append(sums, s), append(curves, cv)
+	}
+	w := c.App.Writer
+	if c.Bool("json") {
+		return writeMetricsJSON(w, sums, curves, compare)
+	}
+	if compare {
+		return metrics.WriteCompare(w, sums)
+	}
+	if err := metrics.WriteSummary(w, sums[0]); err != nil {
+		return err
+	}
+	if c.Bool("plot") {
+		fmt.Fprintln(w)
+		if err := chart.Terminal(w, curves[0], c.Int("width"), 10); err != nil {
+			return fmt.Errorf("plot %s: %w", sums[0].ExecID, err)
+		}
+	}
+	if path := c.String("png"); path != "" {
+		c := sums[0].Config
+		title := fmt.Sprintf("%s: %s, %d tasks, tp %d x dp %d", sums[0].ExecID, c.Model, c.NTasks, c.TP, c.DP)
+		if err := chart.PNG(path, curves[0], title); err != nil {
+			return fmt.Errorf("png %s: %w", sums[0].ExecID, err)
+		}
+		fmt.Fprintf(w, "wrote %s\n", filepath.Clean(path))
+	}
+	return nil
+}
+
+// metricsJSON is one run in --json output.
+type metricsJSON struct {
+	metrics.Summary
+	Curves metrics.Curves `json:"curves"`
+}
+
+func writeMetricsJSON(w io.Writer, sums []metrics.Summary, curves []metrics.Curves, many bool) error {
+	out := make([]metricsJSON, len(sums))
+	for i := range sums {
+		out[i] = metricsJSON{sums[i], curves[i]}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if many {
+		return enc.Encode(out)
+	}
+	return enc.Encode(out[0])
 }

@@ -295,10 +295,11 @@ func FindRun(runsDir, execid string) (string, error) {
 	case 1:
 		return filepath.Join(runsDir, match[0]), nil
 	}
-	if len(match) > 4 {
+	n := len(match)
+	if n > 4 {
 		match = append(match[:4], "...")
 	}
-	return "", fmt.Errorf("execid prefix %s matches %d runs (%s): give more characters", execid, len(match), strings.Join(match, ", "))
+	return "", fmt.Errorf("execid prefix %s matches %d runs (%s): give more characters", execid, n, strings.Join(match, ", "))
 }
 
 // ListRuns returns the execids under runsDir, oldest first (execids sort by

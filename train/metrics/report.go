@@ -139,7 +139,12 @@ func WriteCompare(w io.Writer, ss []Summary) error {
 	row("tokens/s", func(s Summary) string { return num(s.TokensPerS) })
 	row("comm share", func(s Summary) string { return pct(s.CommShare) })
 	row("peak mem/rank", func(s Summary) string { return bytesText(peakMem(s)) })
-	row("memory from", func(s Summary) string { return s.MemorySource })
+	row("memory from", func(s Summary) string {
+		if peakMem(s) == 0 {
+			return "-"
+		}
+		return s.MemorySource
+	})
 	row("MFU", func(s Summary) string { return pct(s.MFU) })
 	row("last loss", func(s Summary) string { return num(s.LastLoss) })
 	row("best accuracy", func(s Summary) string { return num(s.BestAccuracy) })
