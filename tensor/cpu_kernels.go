@@ -406,11 +406,14 @@ const (
 
 type geluK struct{ out, inp []float32 }
 
+// gelu(x) = 0.5*x*(1+tanh(u)) with u = geluS*(x+geluA*x^3); with
+// e = exp(2u), tanh(u) = 1-2/(e+1), so gelu(x) = x - x/(e+1).
 func (k *geluK) run(lo, hi, _ int) {
 	out, inp := k.out[lo:hi], k.inp[lo:hi]
-	for i, x := range inp {
-		u := geluS * (x + geluA*x*x*x)
-		out[i] = 0.5 * x * (1 + tanh32(u))
+	for i := geluFwdVec(out, inp); i < len(inp); i++ {
+		x := inp[i]
+		e := exp32(2 * geluS * (x + geluA*x*x*x))
+		out[i] = x - x/(e+1)
 	}
 }
 
@@ -428,13 +431,15 @@ func (d *CPUDevice) GELUForward(out, inp *Tensor) {
 
 type geluBackK struct{ dinp, inp, dout []float32 }
 
+// gelu'(x) = 0.5*(1+t) + 0.5*x*(1-t^2)*du with t = tanh(u), du = du/dx;
+// with w = 1/(exp(2u)+1), t = 1-2w and this is (1-w)*(1+2*x*w*du).
 func (k *geluBackK) run(lo, hi, _ int) {
 	dinp, inp, dout := k.dinp[lo:hi], k.inp[lo:hi], k.dout[lo:hi]
-	for i, x := range inp {
-		u := geluS * (x + geluA*x*x*x)
-		t := tanh32(u)
+	for i := geluBwdVec(dinp, inp, dout); i < len(inp); i++ {
+		x := inp[i]
+		w := 1 / (exp32(2*geluS*(x+geluA*x*x*x)) + 1)
 		du := geluS * (1 + 3*geluA*x*x)
-		dinp[i] += (0.5*(1+t) + 0.5*x*(1-t*t)*du) * dout[i]
+		dinp[i] += (1 - w) * (1 + 2*x*w*du) * dout[i]
 	}
 }
 
@@ -464,7 +469,6 @@ type softmaxK struct {
 func (k *softmaxK) run(lo, hi, _ int) {
 	tk := k.tk
 	for r := lo; r < hi; r++ {
-		x, o := k.inp[r*tk:(r+1)*tk], k.out[r*tk:(r+1)*tk]
 		end := tk // keys [end,tk) are masked by causality
 		if k.causal {
 			end = min(tk, max(0, r%k.tq+1+tk-k.tq))
@@ -474,31 +478,46 @@ func (k *softmaxK) run(lo, hi, _ int) {
 			b := r / k.rowsPerItem
 			valid = k.keyValid[b*tk : (b+1)*tk]
 		}
-		mx := float32(math.Inf(-1))
-		for j := 0; j < end; j++ {
-			if (valid == nil || valid[j] != 0) && x[j] > mx {
-				mx = x[j]
-			}
+		o := k.out[r*tk : (r+1)*tk]
+		softmaxRow(o[:end], k.inp[r*tk:r*tk+end], valid, k.scale)
+		clear(o[end:])
+	}
+}
+
+// softmaxRow is o = softmax(scale*x) over the keys where valid is nonzero
+// (all of them when valid is nil), 0 elsewhere and everywhere when no key
+// is valid.
+func softmaxRow(o, x []float32, valid []int32, scale float32) {
+	j, mx := 0, float32(math.Inf(-1))
+	if valid == nil {
+		j, mx = maxVec(x)
+	}
+	for ; j < len(x); j++ {
+		if (valid == nil || valid[j] != 0) && x[j] > mx {
+			mx = x[j]
 		}
-		if math.IsInf(float64(mx), -1) { // every key masked
-			clear(o)
+	}
+	if math.IsInf(float64(mx), -1) {
+		clear(o)
+		return
+	}
+	var sum float64
+	j = 0
+	if valid == nil {
+		j, sum = expShiftVec(o, x, scale, mx)
+	}
+	for ; j < len(x); j++ {
+		if valid != nil && valid[j] == 0 {
+			o[j] = 0
 			continue
 		}
-		var sum float32
-		for j := 0; j < end; j++ {
-			if valid != nil && valid[j] == 0 {
-				o[j] = 0
-				continue
-			}
-			e := exp32(k.scale * (x[j] - mx))
-			o[j] = e
-			sum += e
-		}
-		inv := 1 / sum
-		for j := 0; j < end; j++ {
-			o[j] *= inv
-		}
-		clear(o[end:])
+		e := exp32(scale * (x[j] - mx))
+		o[j] = e
+		sum += float64(e)
+	}
+	inv := float32(1 / sum)
+	for j := range o {
+		o[j] *= inv
 	}
 }
 
@@ -592,16 +611,18 @@ func (k *ceK) run(lo, hi, _ int) {
 		x := k.logits[i*v : (i+1)*v]
 		switch k.op {
 		case ceRowMax:
-			mx := float32(math.Inf(-1))
-			for _, l := range x {
-				mx = max(mx, l)
+			j, mx := maxVec(x)
+			for ; j < len(x); j++ {
+				if x[j] > mx {
+					mx = x[j]
+				}
 			}
 			k.rowMax[i] = mx
 		case ceSumExp:
 			mx := k.rowMax[i]
-			var s float64
-			for _, l := range x {
-				s += float64(exp32(l - mx))
+			j, s := expSumVec(x, mx)
+			for ; j < len(x); j++ {
+				s += float64(exp32(x[j] - mx))
 			}
 			k.sumExp[i] = float32(s)
 		case ceBackward:
@@ -609,10 +630,10 @@ func (k *ceK) run(lo, hi, _ int) {
 			if t < 0 {
 				continue
 			}
-			mx, inv := k.rowMax[i], 1/k.sumExp[i]
+			mx, c := k.rowMax[i], k.dloss/k.sumExp[i]
 			dx := k.dlogits[i*v : (i+1)*v]
-			for j, l := range x {
-				dx[j] += k.dloss * exp32(l-mx) * inv
+			for j := expAxpyVec(dx, x, mx, c); j < v; j++ {
+				dx[j] += c * exp32(x[j]-mx)
 			}
 			if j := int(t) - k.start; j >= 0 && j < v {
 				dx[j] -= k.dloss

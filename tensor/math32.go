@@ -36,8 +36,3 @@ func exp32(x float32) float32 {
 	}
 	return y * math.Float32frombits(uint32(n+127)<<23)
 }
-
-// tanh32 is tanh(x) in float32 with an absolute error of about 1e-7.
-func tanh32(x float32) float32 {
-	return 1 - 2/(exp32(2*x)+1)
-}

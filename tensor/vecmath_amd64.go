@@ -1,0 +1,107 @@
+//go:build !noasm
+
+package tensor
+
+import (
+	"math"
+	"os"
+
+	"golang.org/x/sys/cpu"
+)
+
+// The AVX2+FMA loops are in vecmath_amd64.s.
+
+//go:noescape
+func geluFwdAVX2(out, inp *float32, n int)
+
+//go:noescape
+func geluBwdAVX2(dinp, inp, dout *float32, n int)
+
+//go:noescape
+func expShiftAVX2(dst, src *float32, n int, scale, shift float32) float64
+
+//go:noescape
+func expSumAVX2(src *float32, n int, shift float32) float64
+
+//go:noescape
+func expAxpyAVX2(dst, src *float32, n int, shift, alpha float32)
+
+// useVecAsm says whether the row kernels use the AVX2 loops: when the CPU
+// and OS support AVX2 and FMA, unless HPCRUN_NOASM=1 (tests flip it to
+// check both paths).
+var useVecAsm = cpu.X86.HasAVX2 && cpu.X86.HasFMA && os.Getenv("HPCRUN_NOASM") != "1"
+
+// vecLen is the part of an n-element loop the assembly takes: a multiple of
+// 8, or 0 when the assembly is off.
+func vecLen(n int) int {
+	if !useVecAsm {
+		return 0
+	}
+	return n &^ 7
+}
+
+// geluFwdVec does out[:m] = gelu(inp[:m]) for the m = vecLen(len(inp))
+// elements it returns; the caller does the rest.
+func geluFwdVec(out, inp []float32) int {
+	m := vecLen(len(inp))
+	if m == 0 {
+		return 0
+	}
+	_ = out[m-1]
+	geluFwdAVX2(&out[0], &inp[0], m)
+	return m
+}
+
+// geluBwdVec does dinp[:m] += gelu'(inp[:m])*dout[:m] and returns m.
+func geluBwdVec(dinp, inp, dout []float32) int {
+	m := vecLen(len(inp))
+	if m == 0 {
+		return 0
+	}
+	_, _ = dinp[m-1], dout[m-1]
+	geluBwdAVX2(&dinp[0], &inp[0], &dout[0], m)
+	return m
+}
+
+// expShiftVec does dst[:m] = exp(scale*(src[:m]-shift)) and returns m and
+// the sum of those m values.
+func expShiftVec(dst, src []float32, scale, shift float32) (int, float64) {
+	m := vecLen(len(src))
+	if m == 0 {
+		return 0, 0
+	}
+	_ = dst[m-1]
+	return m, expShiftAVX2(&dst[0], &src[0], m, scale, shift)
+}
+
+// expSumVec returns m and the sum of exp(src[:m]-shift).
+func expSumVec(src []float32, shift float32) (int, float64) {
+	m := vecLen(len(src))
+	if m == 0 {
+		return 0, 0
+	}
+	return m, expSumAVX2(&src[0], m, shift)
+}
+
+// expAxpyVec does dst[:m] += alpha*exp(src[:m]-shift) and returns m.
+func expAxpyVec(dst, src []float32, shift, alpha float32) int {
+	m := vecLen(len(src))
+	if m == 0 {
+		return 0
+	}
+	_ = dst[m-1]
+	expAxpyAVX2(&dst[0], &src[0], m, shift, alpha)
+	return m
+}
+
+//go:noescape
+func maxAVX2(src *float32, n int) float32
+
+// maxVec returns m and the largest of src[:m] (-Inf when m is 0).
+func maxVec(src []float32) (int, float32) {
+	m := vecLen(len(src))
+	if m == 0 {
+		return 0, float32(math.Inf(-1))
+	}
+	return m, maxAVX2(&src[0], m)
+}
