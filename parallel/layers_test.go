@@ -1,0 +1,182 @@
+package parallel
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/hpcrun/hpcrun/tensor"
+)
+
+func uploadRand(t *testing.T, dev tensor.Device, r *rand.Rand, shape ...int) (*tensor.Tensor, []float32) {
+	t.Helper()
+	x, err := dev.Alloc(shape...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := make([]float32, x.Len())
+	for i := range v {
+		v[i] = r.Float32()*2 - 1
+	}
+	dev.CopyFromHost(x, v)
+	return x, v
+}
+
+// TestAttentionReference checks the unsharded attention, on which every
+// sharded check rests, against a float64 loop: QKV rows laid out [Q;K;V],
+// heads contiguous, causal and padding masks.
+func TestAttentionReference(t *testing.T) {
+	const b, tt, c, nh = 2, 5, 12, 3
+	hd := c / nh
+	dev := tensor.NewCPU()
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, causal := range []bool{true, false} {
+		a, err := NewParallelSelfAttention(dev, nil, "attn", AttentionConfig{Dim: c, Heads: nh, Causal: causal, Seed: 3, Std: 0.5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range a.Params() { // non-zero biases
+			_, v := uploadRand(t, dev, r, p.Data.Shape()...)
+			dev.CopyFromHost(p.Data, v)
+		}
+		var mask []int32
+		if !causal {
+			mask = keyMask(b, tt)
+		}
+		x, xv := uploadRand(t, dev, r, b, tt, c)
+		out, err := a.Forward(x, mask)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wq, bq := download(a.QKV.Weight.Data), download(a.QKV.Bias.Data)
+		wo, bo := download(a.Proj.Weight.Data), download(a.Proj.Bias.Data)
+		lin := func(w, bias []float32, in []float64, rows int) []float64 {
+			o := make([]float64, rows)
+			for i := range o {
+				s := float64(bias[i])
+				for j, v := range in {
+					s += float64(w[i*len(in)+j]) * v
+				}
+				o[i] = s
+			}
+			return o
+		}
+		want := make([]float64, b*tt*c)
+		for bi := 0; bi < b; bi++ {
+			qkv := make([][]float64, tt)
+			for ti := range qkv {
+				in := make([]float64, c)
+				for j := range in {
+					in[j] = float64(xv[(bi*tt+ti)*c+j])
+				}
+				qkv[ti] = lin(wq, bq, in, 3*c)
+			}
+			for ti := 0; ti < tt; ti++ {
+				y := make([]float64, c)
+				for h := 0; h < nh; h++ {
+					sc := make([]float64, tt)
+					mx := math.Inf(-1)
+					for tj := 0; tj < tt; tj++ {
+						sc[tj] = math.Inf(-1)
+						if (causal && tj > ti) || (mask != nil && mask[bi*tt+tj] == 0) {
+							continue
+						}
+						var s float64
+						for d := 0; d < hd; d++ {
+							s += qkv[ti][h*hd+d] * qkv[tj][c+h*hd+d]
+						}
+						sc[tj] = s / math.Sqrt(float64(hd))
+						mx = max(mx, sc[tj])
+					}
+					var z float64
+					for tj := range sc {
+						sc[tj] = math.Exp(sc[tj] - mx)
+						z += sc[tj]
+					}
+					for tj := range sc {
+						for d := 0; d < hd; d++ {
+							y[h*hd+d] += sc[tj] / z * qkv[tj][2*c+h*hd+d]
+						}
+					}
+				}
+				copy(want[(bi*tt+ti)*c:], lin(wo, bo, y, c))
+			}
+		}
+		got := download(out)
+		var d, n float64
+		for i, g := range got {
+			d += (float64(g) - want[i]) * (float64(g) - want[i])
+			n += want[i] * want[i]
+		}
+		if e := math.Sqrt(d / n); e > 1e-6 {
+			t.Errorf("causal=%v: attention differs from the float64 loop by %.3g", causal, e)
+		}
+	}
+}
+
+// TestBlockFiniteDifferences checks the block's backward against central
+// differences of L = sum(out * w) for a few inputs and weights.
+func TestBlockFiniteDifferences(t *testing.T) {
+	const b, tt, c = 2, 4, 8
+	dev := tensor.NewCPU()
+	r := rand.New(rand.NewPCG(5, 6))
+	blk, err := NewBlock(dev, nil, "h.0", BlockConfig{Dim: c, Heads: 2, Causal: true, Seed: 9, Std: 0.3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range blk.Params() {
+		if p.Shard.Replicated() && len(p.Full) == 1 { // perturb layernorm and bias params
+			_, v := uploadRand(t, dev, r, p.Data.Shape()...)
+			for i := range v {
+				v[i] = v[i]*0.3 + float32(map[bool]float64{true: 1, false: 0}[p.Name[len(p.Name)-6:] == "weight"])
+			}
+			dev.CopyFromHost(p.Data, v)
+		}
+	}
+	x, xv := uploadRand(t, dev, r, b, tt, c)
+	_, wv := uploadRand(t, dev, r, b, tt, c)
+	mask := keyMask(b, tt)
+	loss := func() float64 {
+		out, err := blk.Forward(x, mask)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s float64
+		for i, v := range download(out) {
+			s += float64(v) * float64(wv[i])
+		}
+		return s
+	}
+	loss()
+	dout, _ := uploadRand(t, dev, r, b, tt, c)
+	dev.CopyFromHost(dout, wv)
+	dx, _ := dev.Alloc(b, tt, c)
+	ZeroGrads(blk.Params())
+	if err := blk.Backward(dout, dx); err != nil {
+		t.Fatal(err)
+	}
+	const h = 1e-2
+	probe := func(name string, data []float32, set func([]float32), grad []float32, idx []int) {
+		for _, i := range idx {
+			orig := data[i]
+			data[i] = orig + h
+			set(data)
+			lp := loss()
+			data[i] = orig - h
+			set(data)
+			lm := loss()
+			data[i] = orig
+			set(data)
+			num := (lp - lm) / (2 * h)
+			if d := math.Abs(num - float64(grad[i])); d > 2e-2*math.Max(1, math.Abs(num)) {
+				t.Errorf("%s[%d]: backward %g, finite difference %g", name, i, grad[i], num)
+			}
+		}
+	}
+	probe("x", xv, func(v []float32) { dev.CopyFromHost(x, v) }, download(dx), []int{0, 7, 13, 31, 40, 63})
+	for _, p := range blk.Params() {
+		data := download(p.Data)
+		idx := []int{0, len(data) / 3, len(data) - 1}
+		probe(p.Name, data, func(v []float32) { dev.CopyFromHost(p.Data, v) }, download(p.Grad), idx)
+	}
+}
