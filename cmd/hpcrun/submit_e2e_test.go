@@ -23,6 +23,16 @@ var (
 	buildErr  error
 )
 
+// TestMain removes the binary the e2e tests built. (This package's only
+// TestMain: other tests needing set-up should hook in here.)
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
 func hpcrunBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
