@@ -240,9 +240,8 @@ func addCols(din, dout *tensor.Tensor, col int) error {
 	if din.Rows() != dout.Rows() || col+din.Cols() > dout.Cols() {
 		return fmt.Errorf("parallel: columns [%d,%d) of %v do not fit %v", col, col+din.Cols(), dout, din)
 	}
-	// din += dout[:, col:col+c] as a GEMM with an identity would cost c^2
-	// per row; the strided view is a host loop on the CPU and a staged
-	// copy elsewhere.
+	// A strided add: a host loop on the CPU, a column copy then an Axpy
+	// on devices without host memory.
 	if din.Buffer().Host() != nil && dout.Buffer().Host() != nil {
 		d, s := din.Host(), dout.Host()
 		c, sc := din.Cols(), dout.Cols()

@@ -2,4 +2,33 @@
 // provides the Megatron-LM tensor-parallel layers (column- and row-parallel
 // linear, vocab-parallel embedding and cross-entropy, self-attention, MLP,
 // transformer block), each with an explicit Forward and Backward.
+//
+// Conventions, shared by every layer:
+//
+//   - A layer is built on one tensor.Device and the tensor-parallel
+//     communicator of its rank (Mesh.TP); a nil communicator is the
+//     unsharded layer (tp = 1, no communication).
+//   - Weights are stored (out, in), as PyTorch's nn.Linear and llm.c. A
+//     column-parallel weight is split along dim 0, a row-parallel one along
+//     dim 1; Param.Shard says which, so that the optimizer, grad-norm
+//     clipping and checkpoints can treat every parameter alike.
+//   - Every parameter's full tensor is drawn from (seed, name) and then cut
+//     (InitFull, Shard.Take), so tp = 1 and tp = N start from the same
+//     weights. Padded vocabulary rows start at zero and their logits are
+//     masked, so the loss does not depend on the padding either.
+//   - Forward returns a tensor owned by the layer, valid until its next
+//     Forward; the layer keeps a reference to its input for Backward, so the
+//     input must not change in between. Activation buffers are allocated on
+//     the first Forward of a batch shape and reused.
+//   - Backward accumulates (+=) into the input gradient it is given and into
+//     the parameters' Grad, like the tensor package's kernels: zero the
+//     gradients (ZeroGrads) before a step. A layer whose backward ends in an
+//     all-reduce (the f operator) reduces its own contribution before adding
+//     it, so accumulation never sums a residual gradient tp times.
+//   - Per transformer block: exactly 2 all-reduces of (B,T,C) forward and 2
+//     backward (BlockComm checks it).
+//
+// Checks lists the equivalence checks (sharded layer against unsharded, at
+// the tensor-parallel degree of the communicator they run on); go test runs
+// them in-process and `hpcrun check` across processes.
 package parallel

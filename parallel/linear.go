@@ -56,6 +56,7 @@ type ColumnParallelLinear struct {
 	inp                          *tensor.Tensor
 	bufs                         buffers
 	out, outLocal, dx, doutLocal *tensor.Tensor
+	masked                       *tensor.Tensor // the outLocal whose padded columns hold maskedLogit
 }
 
 // NewColumnParallelLinear makes the rank's shard of a linear layer from In
@@ -149,7 +150,10 @@ func (l *ColumnParallelLinear) Forward(inp *tensor.Tensor) (*tensor.Tensor, erro
 	l.inp = inp
 	// f: identity forward.
 	if v := l.validLocal(); v < ol {
-		dev.Fill(l.outLocal, maskedLogit)
+		if l.masked != l.outLocal { // the padded columns are written once per buffer
+			dev.Fill(l.outLocal, maskedLogit)
+			l.masked = l.outLocal
+		}
 		if v > 0 {
 			dev.Gemm(false, true, b*t, v, l.In, 1, inp, 0, l.In, l.Weight.Data, 0, l.In, 0, l.outLocal, 0, ol)
 		}
