@@ -52,6 +52,8 @@
 // # CPU
 //
 // The CPU device (NewCPU, Default) runs GEMM with Sgemm and the other
-// kernels in pure Go, split over rows across a shared goroutine pool. Its
-// kernels do not allocate in steady state.
+// kernels in Go, split over rows across a shared goroutine pool; the
+// exp-heavy ones (GELU, softmax, cross-entropy) use AVX2+FMA loops where the
+// CPU has them, and portable Go under the noasm build tag or HPCRUN_NOASM=1.
+// Its kernels do not allocate in steady state.
 package tensor

@@ -8,8 +8,9 @@ import (
 
 // BenchmarkKernels runs the row and elementwise kernels at GPT-2 small
 // widths (B*T = 1024 tokens, C = 768, 12 heads of T = 256) on 1 and 2
-// threads. The peer is "copy": a memmove of the same bytes, the memory
-// bound every streaming kernel is measured against (compare MB/s).
+// threads, with the AVX2 loops (vec) and without (go) where the CPU has
+// them. The peer is "copy": a memmove of the same bytes, the memory bound
+// every streaming kernel is measured against (compare MB/s).
 func BenchmarkKernels(b *testing.B) {
 	const n, c, nh, t, v = 1024, 768, 12, 256, 8192
 	r := rand.New(rand.NewPCG(1, 1))
@@ -67,14 +68,26 @@ func BenchmarkKernels(b *testing.B) {
 			{"AdamW", 20 * n * c, func() { d.AdamW(x, y, z, sq, hp) }},
 			{"SumSquares", 4 * n * c, func() { d.SumSquares(x) }},
 		}
+		paths := []bool{false}
+		if useVecAsm {
+			paths = []bool{true, false}
+		}
 		for _, k := range kernels {
-			b.Run(fmt.Sprintf("%s/threads=%d", k.name, threads), func(b *testing.B) {
-				b.SetBytes(int64(k.bytes))
-				b.ReportAllocs()
-				for b.Loop() {
-					k.f()
+			for _, vec := range paths {
+				path := "go"
+				if vec {
+					path = "vec"
 				}
-			})
+				b.Run(fmt.Sprintf("%s/threads=%d/%s", k.name, threads, path), func(b *testing.B) {
+					defer func(v bool) { useVecAsm = v }(useVecAsm)
+					useVecAsm = vec
+					b.SetBytes(int64(k.bytes))
+					b.ReportAllocs()
+					for b.Loop() {
+						k.f()
+					}
+				})
+			}
 		}
 	}
 }
