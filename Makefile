@@ -44,6 +44,7 @@ bench:
 	CGO_ENABLED=1 $(GO) run -tags openblas ./cmd/hpcrun bench gemm
 	$(GO) run ./cmd/hpcrun bench comm --nproc 4
 	CGO_ENABLED=1 $(GO) run -tags openblas ./cmd/hpcrun bench step --model gpt2-124m --bsz 4 --seq 64
+	$(GO) test ./cmd/hpcrun -run XXX -bench SubmitOverhead -benchtime 40x
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
