@@ -114,7 +114,7 @@ func runMetrics(c *cli.Context) error {
 		sums, curves = append(sums, s), append(curves, cv)
 	}
 	w := c.App.Writer
-	if c.Bool("json") {
+	if wantJSON(c) {
 		return writeMetricsJSON(w, sums, curves, compare)
 	}
 	if compare {
@@ -138,6 +138,17 @@ func runMetrics(c *cli.Context) error {
 		fmt.Fprintf(w, "wrote %s\n", filepath.Clean(path))
 	}
 	return nil
+}
+
+// wantJSON is --json given to the command or to hpcrun before it: the
+// command's own flag hides the global one from c.Bool.
+func wantJSON(c *cli.Context) bool {
+	for _, l := range c.Lineage() {
+		if l.Bool("json") {
+			return true
+		}
+	}
+	return false
 }
 
 // metricsJSON is one run in --json output.

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hpcrun/hpcrun/train/metrics"
+	"github.com/urfave/cli/v2"
+)
+
+var updateMetrics = flag.Bool("update", false, "rewrite golden files under testdata/metrics")
+
+// recordedRuns are the recorded runs of the metrics package (4 ranks, tp 2).
+var recordedRuns = filepath.Join("..", "..", "train", "metrics", "testdata", "runs")
+
+func TestMetricsCommandGolden(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		err  string
+	}{
+		{name: "summary-prefix", args: []string{"metrics", "20261121-1430"}},
+		{name: "summary-jobid", args: []string{"metrics", "4243120"}},
+		{name: "plot", args: []string{"metrics", "--plot", "20261121-143005-a3f9"}},
+		{name: "compare", args: []string{"metrics", "--compare", "20261121-143210-b7e1", "20261121-143005-a3f9", "20261121-143455-c0d2"}},
+		{name: "last", args: []string{"metrics", "--last", "3"}},
+		{name: "corrupt", args: []string{"metrics", "20261121-151533-e9f0"}},
+		{name: "unknown", args: []string{"metrics", "19990101-000000-0000"}, err: "no such run"},
+		{name: "ambiguous", args: []string{"metrics", "20261121-14"}, err: "matches 3 runs"},
+		{name: "flag-after", args: []string{"metrics", "20261121-143005-a3f9", "--plot"}, err: "put flags first"},
+		{name: "no-args", args: []string{"metrics"}, err: "usage"},
+		{name: "plot-many", args: []string{"metrics", "--plot", "20261121-143005-a3f9", "20261121-143210-b7e1"}, err: "draw one run"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := runApp(t, append([]string{"--runs-dir", recordedRuns}, tt.args...)...)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("error %v, want one containing %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = strings.ReplaceAll(out, recordedRuns, "RUNS")
+			path := filepath.Join("testdata", "metrics", tt.name+".txt")
+			if *updateMetrics {
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (go test -update creates it)", err)
+			}
+			if out != string(want) {
+				t.Errorf("output differs from %s (go test -update rewrites it):\n%s", path, out)
+			}
+		})
+	}
+}
+
+func TestMetricsJSONAndPNG(t *testing.T) {
+	out, err := runApp(t, "--runs-dir", recordedRuns, "metrics", "--json", "20261121-150002-d4c8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Status string `json:"status"`
+		Step   int    `json:"step"`
+		Curves struct {
+			Loss []*float64 `json:"loss"`
+		} `json:"curves"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if got.Status != "running" || got.Step != 59 || len(got.Curves.Loss) != 59 {
+		t.Errorf("--json: status %s step %d, %d loss points", got.Status, got.Step, len(got.Curves.Loss))
+	}
+	out, err = runApp(t, "--json", "--runs-dir", recordedRuns, "metrics", "--last", "2")
+	var many []map[string]any
+	if err != nil || json.Unmarshal([]byte(out), &many) != nil || len(many) != 2 {
+		t.Errorf("--json --last 2: %v\n%s", err, out)
+	}
+	png := filepath.Join(t.TempDir(), "run.png")
+	if _, err := runApp(t, "--runs-dir", recordedRuns, "metrics", "--png", png, "20261121-143005-a3f9"); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(png); err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
+		t.Errorf("--png wrote no PNG: %v", err)
+	}
+	if _, err := runApp(t, "--runs-dir", recordedRuns, "metrics", "--png", png, "20261121-160000-f1a2"); err == nil || !strings.Contains(err.Error(), "nothing to plot") {
+		t.Errorf("--png of a pending run: %v", err)
+	}
+}
+
+// TestWatchFollowsToTheEnd watches a copy of the partial run while the
+// remaining lines and the end lines are appended, as a running job would.
+func TestWatchFollowsToTheEnd(t *testing.T) {
+	runs := t.TempDir()
+	src := filepath.Join(recordedRuns, "20261121-150002-d4c8")
+	dst := filepath.Join(runs, "20261121-150002-d4c8")
+	copyDir(t, src, dst)
+
+	app := newApp()
+	var out syncBuffer
+	app.Writer, app.ErrWriter = &out, &out
+	done := make(chan error, 1)
+	go func() {
+		done <- app.RunContext(context.Background(), []string{"hpcrun", "--runs-dir", runs, "watch", "--interval", "10ms", "20261121-150002"})
+	}()
+	time.Sleep(50 * time.Millisecond)
+	for r := range 4 {
+		f, err := os.OpenFile(metrics.RankFile(dst, r), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(f)
+		if i := bytes.LastIndexByte(b, '\n'); i+1 < len(b) {
+			// Finish the torn line the way the rank would have.
+			if err := f.Truncate(int64(i + 1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f.Close()
+		w, err := metrics.Create(dst, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for s := 60; s <= 100; s++ {
+			w.Step(metrics.Step{Step: s, Loss: 2.5, Samples: 16, StepS: 0.35})
+		}
+		w.End("", nil, 40*time.Second)
+		w.Close()
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("watch did not return after every rank ended")
+	}
+	if s := out.String(); !strings.Contains(s, "20261121-150002-d4c8 completed at step 100: loss 2.5000") || !strings.Contains(s, "(100/100)") {
+		t.Errorf("watch output:\n%s", s)
+	}
+}
+
+func TestWatchErrors(t *testing.T) {
+	if _, err := runApp(t, "--runs-dir", recordedRuns, "watch", "nope"); err == nil || !strings.Contains(err.Error(), "no such run") {
+		t.Errorf("unknown run: %v", err)
+	}
+	_, err := runApp(t, "--runs-dir", recordedRuns, "watch", "20261121-151533-e9f0")
+	var exit cli.ExitCoder
+	if err == nil || !asExit(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(err.Error(), "rank 1: nccl") {
+		t.Errorf("failed run: %v", err)
+	}
+}
+
+func copyDir(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.Walk(src, func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		if info.IsDir() {
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
