@@ -18,13 +18,14 @@ import (
 type series struct {
 	title string
 	x, y  []float64
+	color int // index in palette, the same for a curve whatever is drawn beside it
 }
 
 func curves(c metrics.Curves) []series {
 	all := []series{
-		{"training loss", floats(c.Steps), floats(c.Loss)},
-		{"validation accuracy", floats(c.EvalSteps), floats(c.Accuracy)},
-		{"throughput (samples/s)", floats(c.Steps), floats(c.SamplesPerS)},
+		{"training loss", floats(c.Steps), floats(c.Loss), 0},
+		{"validation accuracy", floats(c.EvalSteps), floats(c.Accuracy), 1},
+		{"throughput (samples/s)", floats(c.Steps), floats(c.SamplesPerS), 2},
 	}
 	var out []series
 	for _, s := range all {
@@ -35,7 +36,7 @@ func curves(c metrics.Curves) []series {
 			}
 		}
 		if len(y) > 0 {
-			out = append(out, series{s.title, x, y})
+			out = append(out, series{s.title, x, y, s.color})
 		}
 	}
 	return out

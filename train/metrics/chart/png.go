@@ -46,7 +46,7 @@ func PNG(path string, c metrics.Curves, title string) error {
 		if err != nil {
 			return fmt.Errorf("plot %s: %w", s.title, err)
 		}
-		line.Color = palette[i%len(palette)]
+		line.Color = palette[s.color]
 		line.Width = vg.Points(1.5)
 		p.Add(line)
 		p.X.Min, p.X.Max = xmin, xmax
