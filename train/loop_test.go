@@ -73,10 +73,11 @@ func TestLossCurveEquivalence(t *testing.T) {
 				base.Data = textFile(t)
 			}
 			layouts := []struct {
-				name          string
-				ntasks, tp, b int
+				name                 string
+				ntasks, tp, b, accum int
 			}{
-				{"tp1", 1, 1, 16}, {"tp2", 2, 2, 16}, {"dp2", 2, 1, 8}, {"tp2dp2", 4, 2, 8},
+				{"tp1", 1, 1, 16, 1}, {"tp2", 2, 2, 16, 1}, {"dp2", 2, 1, 8, 1}, {"tp2dp2", 4, 2, 8, 1},
+				{"accum2", 1, 1, 8, 2}, {"tp2dp2accum2", 4, 2, 4, 2},
 			}
 			var ref []float64
 			for _, l := range layouts {
@@ -84,7 +85,7 @@ func TestLossCurveEquivalence(t *testing.T) {
 					continue
 				}
 				cfg := base
-				cfg.NTasks, cfg.TP, cfg.BatchSize = l.ntasks, l.tp, l.b
+				cfg.NTasks, cfg.TP, cfg.BatchSize, cfg.GradAccum = l.ntasks, l.tp, l.b, l.accum
 				res := runInProcess(t, cfg, "")
 				if len(res.Losses) != 20 {
 					t.Fatalf("%s: %d steps", l.name, len(res.Losses))

@@ -14,7 +14,8 @@ import (
 type model interface {
 	// Params are this rank's trainable tensors.
 	Params() []*Param
-	// ZeroGrad zeroes every gradient.
+	// ZeroGrad starts a new accumulation: the next Backward overwrites the
+	// gradients instead of adding to them.
 	ZeroGrad()
 	// Forward runs b (of the configured batch size) and returns its mean
 	// loss. With train set it keeps what Backward needs.
@@ -73,6 +74,12 @@ type transformer struct {
 	allocated      []*tensor.Tensor
 	lastLossCount  int
 	forwardedTrain bool
+	// fresh is set by ZeroGrad: the next Backward writes the GEMM-computed
+	// weight gradients with beta 0 instead of accumulating into zeroed
+	// ones, which saves a pass over most of the gradient memory. zeroed
+	// lists the other gradients, which ZeroGrad clears.
+	fresh  bool
+	zeroed []*Param
 }
 
 // layerParams are the parameters of one block.
@@ -230,6 +237,20 @@ func (t *transformer) bindParams() {
 		t.cw1, t.cb1 = ps.get("cls.fc1.weight"), ps.get("cls.fc1.bias")
 		t.cw2, t.cb2 = ps.get("cls.fc2.weight"), ps.get("cls.fc2.bias")
 	}
+	gemmWritten := map[*Param]bool{t.cw1: true, t.cw2: true}
+	if t.gpt {
+		gemmWritten[t.wte] = true // the tied head's GEMM runs first in the backward
+	}
+	for _, lp := range t.layers {
+		for _, p := range []*Param{lp.qkvw, lp.projw, lp.fcw, lp.fcprojw} {
+			gemmWritten[p] = true
+		}
+	}
+	for _, p := range ps.params {
+		if !gemmWritten[p] {
+			t.zeroed = append(t.zeroed, p)
+		}
+	}
 }
 
 func (t *transformer) allocActs() error {
@@ -284,7 +305,21 @@ func (t *transformer) allocActs() error {
 func (t *transformer) Params() []*Param { return t.ps.params }
 
 // ZeroGrad implements model.
-func (t *transformer) ZeroGrad() { t.dev.Zero(t.ps.G) }
+func (t *transformer) ZeroGrad() {
+	for _, p := range t.zeroed {
+		t.dev.Zero(p.G)
+	}
+	t.fresh = true
+}
+
+// gradBeta is the GEMM beta for a weight gradient: 0 to overwrite on the
+// first backward after ZeroGrad, 1 to accumulate.
+func (t *transformer) gradBeta() float32 {
+	if t.fresh {
+		return 0
+	}
+	return 1
+}
 
 // Predictions implements model.
 func (t *transformer) Predictions() []int32 {
@@ -327,7 +362,7 @@ func (t *transformer) linearBackward(dinp, dout, inp *tensor.Tensor, w, bias *Pa
 	if bias != nil {
 		t.dev.BiasBackward(bias.G, dout)
 	}
-	t.dev.Gemm(true, false, oc, ic, n, 1, dout, 0, oc, inp, 0, ic, 1, w.G, 0, ic)
+	t.dev.Gemm(true, false, oc, ic, n, 1, dout, 0, oc, inp, 0, ic, t.gradBeta(), w.G, 0, ic)
 	if dinp != nil {
 		t.dev.Gemm(false, false, n, ic, oc, 1, dout, 0, oc, w.W, 0, ic, 0, dinp, 0, ic)
 	}
@@ -541,7 +576,7 @@ func (t *transformer) Backward(scale float32) error {
 		N := t.B * t.T
 		d.CrossEntropyBackward(a.dlogits, a.logits, a.rowMax, a.sumExp, t.targets, t.v0, dloss)
 		// Tied head: dwte += dlogits^T lnf; dlnf = dlogits wte, all-reduced.
-		d.Gemm(true, false, t.Vl, t.C, N, 1, a.dlogits, 0, t.Vl, a.lnf, 0, t.C, 1, t.wte.G, 0, t.C)
+		d.Gemm(true, false, t.Vl, t.C, N, 1, a.dlogits, 0, t.Vl, a.lnf, 0, t.C, t.gradBeta(), t.wte.G, 0, t.C)
 		d.Gemm(false, false, N, t.C, t.Vl, 1, a.dlogits, 0, t.Vl, t.wte.W, 0, t.C, 0, a.dln, 0, t.C)
 	} else {
 		d.CrossEntropyBackward(a.dlogits, a.logits, a.rowMax, a.sumExp, t.labels, 0, dloss)
@@ -580,6 +615,7 @@ func (t *transformer) Backward(scale float32) error {
 		d.Axpy(t.wpe.G, 1, a.dresid.View(i*TC, t.T, t.C))
 	}
 	d.EmbeddingBackward(t.wte.G, a.dresid, t.ids, t.v0)
+	t.fresh = false
 	return nil
 }
 

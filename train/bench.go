@@ -1,0 +1,106 @@
+package train
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/tensor"
+)
+
+// StepTiming is what BenchStep measured.
+type StepTiming struct {
+	Params        int64     // parameters of the model
+	TokensPerStep int       // bsz * seq
+	StepS         []float64 // seconds of each timed step
+	Loss          float64   // loss of the last step (a sanity check: about ln(vocab) at init)
+}
+
+// BenchStep times full training steps (forward, backward, grad norm, AdamW)
+// of cfg's model on one rank (tp=1, dp=1) on random tokens: warmup untimed
+// steps, then steps timed ones. The vocabulary is the tokenizer's (GPT-2's
+// 50257 for the gpt2 presets) without loading any data.
+func BenchStep(cfg Config, dev tensor.Device, warmup, steps int) (StepTiming, error) {
+	cfg.NTasks, cfg.TP, cfg.GradAccum = 1, 1, 1
+	if err := cfg.Validate(); err != nil {
+		return StepTiming{}, err
+	}
+	vocab := 256
+	switch cfg.Tokenizer {
+	case "gpt2":
+		vocab = 50257
+	case "wordpiece":
+		vocab = defaultWordPieceVocab
+	}
+	if cfg.Vocab > vocab {
+		vocab = cfg.Vocab
+	}
+	B, T := cfg.BatchSize, cfg.Seq
+	r := rand.New(rand.NewPCG(uint64(cfg.Seed), 1))
+	d := &Dataset{Seq: T, Tokens: make([]int32, B*T), Lengths: make([]int32, B)}
+	if cfg.Model == "gpt" {
+		d.Targets = make([]int32, B*T)
+	} else {
+		d.Labels = make([]int32, B)
+	}
+	for i := range d.Tokens {
+		d.Tokens[i] = int32(r.IntN(vocab))
+		if d.Targets != nil {
+			d.Targets[i] = int32(r.IntN(vocab))
+		}
+	}
+	for i := range d.Lengths {
+		d.Lengths[i] = int32(T)
+		if d.Labels != nil {
+			d.Labels[i] = int32(i % 2)
+		}
+	}
+	data := &Data{Tokenizer: ByteTokenizer{}, Vocab: vocab, Train: d, Val: d}
+	world := nccl.NewInProcess(1)[0]
+	defer world.Close()
+	m, err := newMesh(world, 1)
+	if err != nil {
+		return StepTiming{}, err
+	}
+	mod, err := newModel(cfg, data, m, dev)
+	if err != nil {
+		return StepTiming{}, err
+	}
+	defer mod.Close()
+	opt, err := NewAdamW(dev, mod.Params(), cfg.WeightDecay, cfg.GradClip)
+	if err != nil {
+		return StepTiming{}, err
+	}
+	var b Batch
+	idx := make([]int, B)
+	for i := range idx {
+		idx[i] = i
+	}
+	d.Gather(&b, idx)
+	res := StepTiming{Params: ParamCount(cfg, vocab), TokensPerStep: B * T}
+	for s := 0; s < warmup+steps; s++ {
+		start := time.Now()
+		mod.ZeroGrad()
+		loss, err := mod.Forward(&b, true)
+		if err != nil {
+			return res, err
+		}
+		if err := mod.Backward(1); err != nil {
+			return res, err
+		}
+		norm, err := GradNorm(dev, mod.Params(), m.tp)
+		if err != nil {
+			return res, err
+		}
+		opt.Step(1e-4, norm)
+		if err := dev.Sync(); err != nil {
+			return res, fmt.Errorf("step %d: %w", s, err)
+		}
+		if s >= warmup {
+			res.StepS = append(res.StepS, time.Since(start).Seconds())
+		}
+		res.Loss = loss
+	}
+	return res, nil
+}
