@@ -10,6 +10,7 @@ import (
 // no call allocates.
 type cpuKernels struct {
 	fill  fillK
+	block blockK
 	add   addK
 	axpy  axpyK
 	scale scaleK
@@ -148,6 +149,69 @@ func (d *CPUDevice) Scale(x *Tensor, alpha float32) {
 	*k = scaleK{x: x.Host(), alpha: alpha}
 	d.parallel(x.n, d.chunks(x.n, 1), k)
 	*k = scaleK{}
+}
+
+// --- 2-D blocks ---
+
+type blockK struct {
+	dst, src     []float32
+	ldDst, ldSrc int
+	cols         int
+	alpha        float32
+	accumulate   bool
+}
+
+func (k *blockK) run(lo, hi, _ int) {
+	for i := lo; i < hi; i++ {
+		d, s := k.dst[i*k.ldDst:i*k.ldDst+k.cols], k.src[i*k.ldSrc:i*k.ldSrc+k.cols]
+		if !k.accumulate {
+			copy(d, s)
+			continue
+		}
+		for j, v := range s {
+			d[j] += k.alpha * v
+		}
+	}
+}
+
+// block returns the elements of t from off that a (rows,cols) block with
+// leading dimension ld spans, panicking when it does not fit.
+func block(fn, name string, t *Tensor, off, ld, rows, cols int) []float32 {
+	if rows < 0 || cols < 0 || ld < cols || off < 0 {
+		panic(fmt.Sprintf("tensor.%s: bad %s block: offset %d, ld %d, %dx%d", fn, name, off, ld, rows, cols))
+	}
+	if rows == 0 || cols == 0 {
+		return nil
+	}
+	if end := off + (rows-1)*ld + cols; end > t.n {
+		panic(fmt.Sprintf("tensor.%s: %s block ends at element %d, %s %v has %d", fn, name, end, name, t, t.n))
+	}
+	return t.Host()[off:]
+}
+
+func (d *CPUDevice) block2D(fn string, dst *Tensor, dstOff, ldDst int, alpha float32, src *Tensor, srcOff, ldSrc, rows, cols int, accumulate bool) {
+	d.own(fn, dst, src)
+	ds := block(fn, "dst", dst, dstOff, ldDst, rows, cols)
+	ss := block(fn, "src", src, srcOff, ldSrc, rows, cols)
+	if ds == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := &d.k.block
+	*k = blockK{dst: ds, src: ss, ldDst: ldDst, ldSrc: ldSrc, cols: cols, alpha: alpha, accumulate: accumulate}
+	d.parallel(rows, d.chunks(rows, cols), k)
+	*k = blockK{}
+}
+
+// Copy2D copies a (rows,cols) block: dst[dstOff+i*ldDst+j] = src[srcOff+i*ldSrc+j].
+func (d *CPUDevice) Copy2D(dst *Tensor, dstOff, ldDst int, src *Tensor, srcOff, ldSrc, rows, cols int) {
+	d.block2D("Copy2D", dst, dstOff, ldDst, 1, src, srcOff, ldSrc, rows, cols, false)
+}
+
+// Axpy2D accumulates a (rows,cols) block: dst[dstOff+i*ldDst+j] += alpha*src[srcOff+i*ldSrc+j].
+func (d *CPUDevice) Axpy2D(dst *Tensor, dstOff, ldDst int, alpha float32, src *Tensor, srcOff, ldSrc, rows, cols int) {
+	d.block2D("Axpy2D", dst, dstOff, ldDst, alpha, src, srcOff, ldSrc, rows, cols, true)
 }
 
 // --- bias ---

@@ -45,6 +45,13 @@ type Device interface {
 	// Copy copies src into dst (same Len, both on this device; they may
 	// not overlap).
 	Copy(dst, src *Tensor)
+	// Copy2D copies a (rows,cols) block between row-major layouts, as
+	// cudaMemcpy2D: dst[dstOff+i*ldDst+j] = src[srcOff+i*ldSrc+j] (columns of
+	// a sharded activation, for example). The blocks may not overlap.
+	Copy2D(dst *Tensor, dstOff, ldDst int, src *Tensor, srcOff, ldSrc, rows, cols int)
+	// Axpy2D is the accumulating block form:
+	// dst[dstOff+i*ldDst+j] += alpha*src[srcOff+i*ldSrc+j].
+	Axpy2D(dst *Tensor, dstOff, ldDst int, alpha float32, src *Tensor, srcOff, ldSrc, rows, cols int)
 	// Zero sets every element of t to 0.
 	Zero(t *Tensor)
 	// Fill sets every element of t to v.

@@ -193,6 +193,34 @@ func TestElementwise(t *testing.T) {
 	})
 }
 
+func TestBlocks(t *testing.T) {
+	eachDevice(t, func(t *testing.T, d *CPUDevice) {
+		r := rand.New(rand.NewPCG(27, 28))
+		const rows, cols, ldSrc, ldDst, srcOff, dstOff = 7, 5, 13, 9, 4, 3
+		src, dst := randF32(r, 100, 1), randF32(r, 70, 1)
+		ts, td := upload(t, d, src, 100), upload(t, d, dst, 70)
+		d.Copy2D(td, dstOff, ldDst, ts, srcOff, ldSrc, rows, cols)
+		want := to64(dst)
+		for i := 0; i < rows; i++ {
+			for j := 0; j < cols; j++ {
+				want[dstOff+i*ldDst+j] = float64(src[srcOff+i*ldSrc+j])
+			}
+		}
+		checkClose(t, "Copy2D", download(td), want, 0)
+		d.Axpy2D(td, dstOff, ldDst, -2, ts, srcOff, ldSrc, rows, cols)
+		for i := 0; i < rows; i++ {
+			for j := 0; j < cols; j++ {
+				want[dstOff+i*ldDst+j] -= 2 * float64(src[srcOff+i*ldSrc+j])
+			}
+		}
+		checkClose(t, "Axpy2D", download(td), want, 1e-6)
+		mustPanic(t, "Copy2D past the end", "tensor.Copy2D: dst block ends at element 75", func() {
+			d.Copy2D(td, dstOff+13, ldDst, ts, srcOff, ldSrc, rows, cols)
+		})
+		mustPanic(t, "Axpy2D ld", "bad src block", func() { d.Axpy2D(td, 0, ldDst, 1, ts, 0, 3, 2, 4) })
+	})
+}
+
 func TestBias(t *testing.T) {
 	eachDevice(t, func(t *testing.T, d *CPUDevice) {
 		r := rand.New(rand.NewPCG(3, 4))
@@ -859,6 +887,8 @@ func TestNoAllocs(t *testing.T) {
 			"Axpy":       func() { d.Axpy(z, 2, x) },
 			"Scale":      func() { d.Scale(z, 0.5) },
 			"Copy":       func() { d.Copy(z, x) },
+			"Copy2D":     func() { d.Copy2D(z, 1, c, x, 2, c, n-1, c-2) },
+			"Axpy2D":     func() { d.Axpy2D(z, 1, c, 2, x, 2, c, n-1, c-2) },
 			"AddBias":    func() { d.AddBias(z, b) },
 			"BiasBack":   func() { d.BiasBackward(b, z) },
 			"Embed":      func() { d.EmbeddingForward(x, ids, z, 0) },
