@@ -1,7 +1,93 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/hpcrun/hpcrun/idrenv"
+	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/train"
+	"github.com/urfave/cli/v2"
+)
 
 func trainCommand() *cli.Command {
-	return pendingCommand("train", "run one training task (what srun runs inside the job)", 8)
+	return &cli.Command{
+		Name:  "train",
+		Usage: "run one training task (what srun runs inside the job)",
+		Description: "Reads DIR/train.toml, finds its rank, world and master from Slurm's (or torchrun's)\n" +
+			"variables, joins the other tasks over TCP, trains, and appends its metrics to\n" +
+			"DIR/metrics/rank-NNNNN.jsonl. Every task of the job runs it with the same DIR.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "run-dir", Usage: "the run directory (`DIR`) holding train.toml", Required: true},
+		},
+		Action: runTrainTask,
+	}
+}
+
+func runTrainTask(c *cli.Context) error {
+	dir, err := filepath.Abs(c.String("run-dir"))
+	if err != nil {
+		return err
+	}
+	cfg, err := train.ReadConfigFile(filepath.Join(dir, train.ConfigFile))
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	env, err := idrenv.Detect()
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	if env.WorldSize != cfg.NTasks {
+		return cli.Exit(fmt.Sprintf("the job step has %d tasks but %s says ntasks = %d: run as many tasks as the config asks", env.WorldSize, train.ConfigFile, cfg.NTasks), 2)
+	}
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	fail := func(err error) error {
+		return cli.Exit(fmt.Sprintf("rank %d: %v", env.Rank, err), 1)
+	}
+	comm, err := nccl.Init(ctx, nccl.Options{
+		Rank: env.Rank, Size: env.WorldSize,
+		MasterAddr: env.MasterAddr, MasterPort: env.MasterPort,
+		Token: runToken(dir, env.JobID),
+	})
+	if err != nil {
+		return fail(err)
+	}
+	_, err = train.Run(ctx, cfg, comm, train.Options{RunDir: dir, Log: os.Stdout, Host: env.Node})
+	if cerr := comm.Close(); err == nil && cerr != nil && ctx.Err() == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// runToken is the secret every task of a run presents to the rendezvous
+// Store: the run dir's token file (hpcrun run writes one), else a "token"
+// in meta.json, else one derived from the job id and the run dir, which
+// every task of one job shares and another job does not.
+func runToken(dir, jobID string) string {
+	if b, err := os.ReadFile(filepath.Join(dir, "token")); err == nil {
+		if s := strings.TrimSpace(string(b)); s != "" {
+			return s
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "meta.json")); err == nil {
+		var m struct {
+			Token string `json:"token"`
+		}
+		if json.Unmarshal(b, &m) == nil && m.Token != "" {
+			return m.Token
+		}
+	}
+	sum := sha256.Sum256([]byte("hpcrun\x00" + jobID + "\x00" + dir))
+	return hex.EncodeToString(sum[:16])
 }
