@@ -36,6 +36,9 @@ type Options struct {
 	// ListenHost is the address peers dial to reach this rank; by default
 	// the local address of the route to the master.
 	ListenHost string
+	// Device is the CUDA device the NCCL backend binds to (usually the
+	// local rank, or 0 when Slurm gives each task one visible GPU).
+	Device int
 }
 
 func (o *Options) check() error {
@@ -99,7 +102,7 @@ func Init(ctx context.Context, o Options) (Comm, error) {
 		dc, err := newNCCLComm(c)
 		if err != nil {
 			c.Close()
-			return nil, err
+			return nil, fmt.Errorf("nccl: rank %d: %w", o.Rank, err)
 		}
 		return dc, nil
 	}
@@ -128,6 +131,7 @@ type node struct {
 	pending map[connKey]chan net.Conn
 	conns   map[net.Conn]bool
 	shms    map[*shmGroup]bool
+	onAbort []func() // NCCL communicators to abort
 	err     error
 	errCh   chan struct{}
 	closing bool
@@ -307,6 +311,9 @@ func (nd *node) abortLocal(err error) {
 	}
 	for g := range nd.shms {
 		g.wakeAll()
+	}
+	for _, f := range nd.onAbort {
+		go f()
 	}
 }
 
