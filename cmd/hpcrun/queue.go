@@ -58,7 +58,7 @@ func runQueue(c *cli.Context) error {
 	defer stop()
 	for {
 		rows, err := queueRows(ctx, dir, c.Bool("all"), c.String("name"))
-		if err != nil {
+		if err != nil && rows == nil {
 			return err
 		}
 		if c.Bool("watch") && !c.Bool("json") {
@@ -69,7 +69,7 @@ func runQueue(c *cli.Context) error {
 			return err
 		}
 		if !c.Bool("watch") {
-			return nil
+			return err
 		}
 		select {
 		case <-ctx.Done():
@@ -80,18 +80,28 @@ func runQueue(c *cli.Context) error {
 }
 
 // queueRows joins the scheduler's queue with the runs dir.
-func queueRows(ctx context.Context, dir string, all bool, name string) ([]queueRow, error) {
+//
+// When Slurm is unreachable, the rows are still returned, with an error
+// naming the cause when a Slurm run's state could not be known.
+func queueRows(ctx context.Context, dir string, all bool, name string) (rows []queueRow, unreachable error) {
 	runs, err := slurm.ListRuns(dir)
 	if err != nil {
 		return nil, err
 	}
+	affected := false
 	active := map[string]slurm.JobInfo{}
 	var order []string
 	haveSlurm := false
 	if _, err := exec.LookPath("squeue"); err == nil {
 		haveSlurm = true
 		jobs, err := (&slurm.Slurm{}).Queue(ctx, false)
-		if err != nil {
+		if errors.Is(err, slurm.ErrNoSlurm) {
+			// Local runs can still be listed; Slurm runs say why their
+			// state is unknown, and the command fails after the table.
+			unreachable = slurmErr(err)
+			fmt.Fprintf(os.Stderr, "hpcrun: warning: %v\n", unreachable)
+			haveSlurm = false
+		} else if err != nil {
 			return nil, fmt.Errorf("queue: %w", slurmErr(err))
 		}
 		for _, j := range jobs {
@@ -99,7 +109,6 @@ func queueRows(ctx context.Context, dir string, all bool, name string) ([]queueR
 			order = append(order, j.ID)
 		}
 	}
-	var rows []queueRow
 	seen := map[string]bool{}
 	for _, r := range runs {
 		m := r.Meta
@@ -111,12 +120,15 @@ func queueRows(ctx context.Context, dir string, all bool, name string) ([]queueR
 			seen[m.JobID] = true
 		case m.Executor == "slurm" && m.JobID != "" && m.Final == nil && !all:
 			continue // not in the queue: over; --all says how it ended
+		case m.Executor == "slurm" && m.JobID != "" && m.Final == nil && unreachable != nil:
+			j = slurm.JobInfo{ID: m.JobID, State: slurm.Unknown, Reason: "Slurm not reachable"}
+			affected = true
 		case m.Executor == "slurm" && m.JobID != "" && m.Final == nil && !haveSlurm:
 			j = slurm.JobInfo{ID: m.JobID, State: slurm.Unknown, Reason: "no Slurm commands on this machine"}
 		default:
 			if j, err = runStatus(ctx, r); err != nil {
 				if errors.Is(err, slurm.ErrNoSlurm) {
-					return nil, slurmErr(err)
+					unreachable, affected = slurmErr(err), true
 				}
 				j = slurm.JobInfo{ID: m.JobID, State: slurm.Unknown, Reason: err.Error()}
 			}
@@ -147,7 +159,10 @@ func queueRows(ctx context.Context, dir string, all bool, name string) ([]queueR
 		}
 		rows = kept
 	}
-	return rows, nil
+	if !affected {
+		unreachable = nil
+	}
+	return rows, unreachable
 }
 
 func printQueue(w io.Writer, rows []queueRow, asJSON bool) error {
