@@ -29,9 +29,9 @@ import (
 // reduced by one rank only: every rank gets the same bits.
 
 const (
-	slotElems = 256 << 10
+	slotElems = 128 << 10
 	line      = 64
-	spinLimit = 50
+	spinLimit = 200
 )
 
 type shmGroup struct {
@@ -201,6 +201,8 @@ func (g *shmGroup) sync() error {
 			return ErrClosed
 		}
 		if spins < spinLimit {
+			// Ranks may outnumber cores: let a peer run rather than spin.
+			syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 			continue
 		}
 		gen := atomic.LoadUint32(g.futex())
