@@ -1,5 +1,34 @@
 // Package nccl is the communication layer: a Comm interface of collectives
 // (all-reduce, all-gather, reduce-scatter, broadcast, barrier, send/recv) over
 // sub-groups of ranks, a TCP rendezvous Store, and the backends that implement
-// Comm (in-process, TCP ring, NCCL). It knows nothing of models.
+// Comm. It knows nothing of models.
+//
+// Backends:
+//
+//   - In-process (NewInProcess, RunInProcess): N goroutines of one process,
+//     for tests and equivalence checks; reductions add in rank order.
+//   - TCP (Init with BackendTCP or BackendAuto): one process per rank, on one
+//     host or many. Rank 0 serves the rendezvous Store at the master address;
+//     ranks publish their listen addresses there and connect each group as a
+//     ring. All-reduce is the bandwidth-optimal ring (reduce-scatter then
+//     all-gather), streamed in pieces so that sending, receiving and reducing
+//     overlap.
+//   - Shared memory (BackendAuto, the default): a group whose ranks all run on
+//     one host also maps a file in /dev/shm and runs its collectives there.
+//   - NCCL (BackendNCCL): libnccl.so.2 loaded at run time; the communicator is
+//     a DeviceComm whose Device methods take GPU pointers.
+//
+// Every backend gives every rank bit-identical results. Every wait is
+// bounded by Options.Timeout; a peer that exits or stalls makes every rank's
+// pending and later operations fail with a *PeerError that names it (the
+// first failure recorded in the Store wins, so all ranks name the same one).
+//
+// A typical rank:
+//
+//	world, err := nccl.Init(ctx, nccl.Options{Rank: r, Size: n,
+//		MasterAddr: host, MasterPort: port, Token: secret})
+//	...
+//	defer world.Close()
+//	tp, err := world.Group(tpRanks) // every member, same list
+//	err = tp.AllReduce(buf, nccl.Sum)
 package nccl
