@@ -141,3 +141,29 @@ func TestShmMismatchIsAnError(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A stranger without the job token cannot open a data connection to a rank.
+func TestPeerListenerRefusesStrangers(t *testing.T) {
+	err := tcpWorld(BackendTCP)(t, 2, func(c Comm) error {
+		if c.Rank() == 0 {
+			addr := c.(*tcpComm).nd.self.addr
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			if err := authDial(conn, "not-the-token", "hpcrun-peer", time.Now().Add(5*time.Second)); !errors.Is(err, ErrBadToken) {
+				return fmt.Errorf("stranger on the data port: %v, want ErrBadToken", err)
+			}
+		}
+		// The world still works.
+		buf := []float32{1}
+		if err := c.AllReduce(buf, Sum); err != nil || buf[0] != 2 {
+			return fmt.Errorf("AllReduce after a stranger: %v %v", buf, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
