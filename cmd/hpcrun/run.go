@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -10,7 +12,9 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -91,25 +95,32 @@ func runLocal(c *cli.Context) error {
 		s, _ := metrics.Summarize(run)
 		metrics.WriteSummary(os.Stdout, s)
 	}
-	if failed >= 0 {
-		return cli.Exit(fmt.Sprintf("run %s failed: rank %d exited with an error (above; metrics in %s)", execID, failed, filepath.Join(dir, "metrics")), 1)
+	if len(failed) > 0 {
+		var parts []string
+		for _, f := range failed {
+			parts = append(parts, fmt.Sprintf("rank %d (%v)", f.rank, f.err))
+		}
+		return cli.Exit(fmt.Sprintf("run %s failed: %s; errors above, metrics in %s", execID, strings.Join(parts, ", "), filepath.Join(dir, "metrics")), 1)
 	}
 	fmt.Fprintf(os.Stderr, "run %s completed in %s\n", execID, time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
+// rankExit is how one rank's process ended.
+type rankExit struct {
+	rank int
+	err  error
+}
+
 // spawnRanks starts n `hpcrun train` processes and waits for them. When one
 // fails, the others are given time to fail on their own (their collectives
-// name the culprit), then killed. It returns the first rank that failed, or
-// -1.
-func spawnRanks(self, dir, execID string, n, port int) (failed int, err error) {
+// name the culprit), then killed. It returns the ranks that failed, those
+// killed by a signal first (the likely culprits), then in the order they
+// ended.
+func spawnRanks(self, dir, execID string, n, port int) (failed []rankExit, err error) {
 	threads := max(1, runtime.NumCPU()/n)
 	cmds := make([]*exec.Cmd, n)
-	type exit struct {
-		rank int
-		err  error
-	}
-	done := make(chan exit, n)
+	done := make(chan rankExit, n)
 	for r := 0; r < n; r++ {
 		cmd := exec.Command(self, "train", "--run-dir", dir)
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
@@ -126,23 +137,24 @@ func spawnRanks(self, dir, execID string, n, port int) (failed int, err error) {
 			for _, c := range cmds[:r] {
 				c.Process.Kill()
 			}
-			return -1, fmt.Errorf("start rank %d: %w", r, err)
+			return nil, fmt.Errorf("start rank %d: %w", r, err)
 		}
 		cmds[r] = cmd
-		go func() { done <- exit{r, cmd.Wait()} }()
+		go func() { done <- rankExit{r, cmd.Wait()} }()
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	failed = -1
 	var deadline <-chan time.Time
 	for left := n; left > 0; {
 		select {
 		case e := <-done:
 			left--
-			if e.err != nil && failed < 0 {
-				failed = e.rank
-				deadline = time.After(15 * time.Second)
+			if e.err != nil {
+				failed = append(failed, e)
+				if deadline == nil {
+					deadline = time.After(15 * time.Second)
+				}
 			}
 		case s := <-sigs:
 			for _, c := range cmds {
@@ -154,7 +166,19 @@ func spawnRanks(self, dir, execID string, n, port int) (failed int, err error) {
 			}
 		}
 	}
+	slices.SortStableFunc(failed, func(a, b rankExit) int {
+		return cmp.Compare(exitOrder(a.err), exitOrder(b.err))
+	})
 	return failed, nil
+}
+
+// exitOrder puts processes that died of a signal before those that exited.
+func exitOrder(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() == -1 {
+		return 0
+	}
+	return 1
 }
 
 func newToken() (string, error) {

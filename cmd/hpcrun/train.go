@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/hpcrun/hpcrun/idrenv"
 	"github.com/hpcrun/hpcrun/nccl"
@@ -61,13 +62,29 @@ func runTrainTask(c *cli.Context) error {
 		return fail(err)
 	}
 	_, err = train.Run(ctx, cfg, comm, train.Options{RunDir: dir, Log: os.Stdout, Host: env.Node})
-	if cerr := comm.Close(); err == nil && cerr != nil && ctx.Err() == nil {
-		err = cerr
-	}
 	if err != nil {
+		// A failed world may wait on a dead peer to close; the error is
+		// what matters, and exiting closes the sockets anyway.
+		closeWithin(comm, 2*time.Second)
 		return fail(err)
 	}
+	if cerr := comm.Close(); cerr != nil && ctx.Err() == nil {
+		return fail(cerr)
+	}
 	return nil
+}
+
+// closeWithin closes comm, giving up after d.
+func closeWithin(comm nccl.Comm, d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		comm.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+	}
 }
 
 // runToken is the secret every task of a run presents to the rendezvous
