@@ -143,3 +143,29 @@ func TestRunErrors(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestPaddedVocabEquivalence uses GPT-2's vocabulary, which pads to 50304
+// rows at tp=1 and 50432 at tp=2: the padding ids are masked out of the
+// loss, so the curves still agree.
+func TestPaddedVocabEquivalence(t *testing.T) {
+	cfg := smallConfig("gpt")
+	cfg.Data, cfg.Tokenizer = textFile(t), "gpt2"
+	cfg.Steps, cfg.BatchSize = 5, 4
+	var ref []float64
+	for _, tp := range []int{1, 2} {
+		cfg.NTasks, cfg.TP = tp, tp
+		res := runInProcess(t, cfg, "")
+		if ref == nil {
+			ref = res.Losses
+			continue
+		}
+		for i, v := range res.Losses {
+			if d := math.Abs(v - ref[i]); d > 1e-5*math.Max(1, math.Abs(ref[i])) {
+				t.Errorf("tp2 step %d: loss %.7f, tp1 %.7f", i+1, v, ref[i])
+			}
+		}
+	}
+	if !(ref[0] > 10 && ref[0] < 11.5) {
+		t.Errorf("first loss %.3f, want about ln(50257) = 10.8", ref[0])
+	}
+}
