@@ -100,9 +100,46 @@ type trainer struct {
 	commNow func() time.Duration
 }
 
+// Check is everything that can be known wrong about cfg before a rank
+// starts: the config, the data (files, columns, labels, sizes against the
+// batch and the data-parallel degree), and the device. hpcrun run and
+// hpcrun submit call it so that bad input fails in the terminal.
+func Check(cfg Config) error {
+	data, err := Prepare(cfg)
+	if err != nil {
+		return err
+	}
+	if err := checkDevice(cfg); err != nil {
+		return err
+	}
+	return checkSteps(cfg, data)
+}
+
+func checkDevice(cfg Config) error {
+	if cfg.Device == "cuda" {
+		return fmt.Errorf("device cuda: the training loop runs on the CPU engine only for now: use --device cpu or auto")
+	}
+	return nil
+}
+
+// checkSteps reports a training set too small for one optimizer step.
+func checkSteps(cfg Config, data *Data) error {
+	perRank := data.Train.Len() / cfg.DP()
+	if perRank/cfg.BatchSize/cfg.GradAccum == 0 {
+		return fmt.Errorf("%d training samples make no full step of bsz %d x grad_accum %d x data-parallel %d: lower --bsz or --grad-accum, or give more samples",
+			data.Train.Len(), cfg.BatchSize, cfg.GradAccum, cfg.DP())
+	}
+	return nil
+}
+
 func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*trainer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if opt.Device == nil {
+		if err := checkDevice(cfg); err != nil {
+			return nil, err
+		}
 	}
 	if world.Size() != cfg.NTasks {
 		return nil, fmt.Errorf("the job has %d ranks but the config says ntasks = %d", world.Size(), cfg.NTasks)
@@ -131,12 +168,10 @@ func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*t
 	if t.sampler, err = NewSampler(data.Train.Len(), cfg.DP(), t.dpRank, cfg.Seed, true); err != nil {
 		return nil, err
 	}
-	micro := t.sampler.Len() / cfg.BatchSize
-	t.perEp = micro / cfg.GradAccum
-	if t.perEp == 0 {
-		return nil, fmt.Errorf("%d training samples make no full step of bsz %d x grad_accum %d x data-parallel %d: lower --bsz or --grad-accum, or give more samples",
-			data.Train.Len(), cfg.BatchSize, cfg.GradAccum, cfg.DP())
+	if err := checkSteps(cfg, data); err != nil {
+		return nil, err
 	}
+	t.perEp = t.sampler.Len() / cfg.BatchSize / cfg.GradAccum
 	t.total = cfg.Steps
 	if t.total == 0 {
 		t.total = cfg.Epochs * t.perEp

@@ -55,7 +55,7 @@ func runLocal(c *cli.Context) error {
 		cfg.NTasks = c.Int("nproc")
 	}
 	// Every check, the data included, happens before any rank starts.
-	if _, err := train.Prepare(cfg); err != nil {
+	if err := train.Check(cfg); err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
 	runsDir, err := filepath.Abs(rc.RunsDir)
