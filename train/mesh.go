@@ -4,12 +4,13 @@ import (
 	"fmt"
 
 	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
 )
 
-// mesh is this rank's place on the TP x DP grid, in Megatron order:
-// rank = tpRank + dpRank*tp. TP groups are consecutive ranks, DP groups are
-// strided by tp.
+// mesh is this rank's place on the TP x DP grid, taken from
+// parallel.Mesh (Megatron order: rank = tpRank + dpRank*tp; TP groups are
+// consecutive ranks, DP groups strided by tp).
 type mesh struct {
 	tp, dp         nccl.Comm
 	tpRank, dpRank int
@@ -17,28 +18,11 @@ type mesh struct {
 }
 
 func newMesh(world nccl.Comm, tp int) (*mesh, error) {
-	n, r := world.Size(), world.Rank()
-	if tp < 1 || n%tp != 0 {
-		return nil, fmt.Errorf("mesh: %d ranks do not split into tensor-parallel groups of %d", n, tp)
+	m, err := parallel.NewMesh(world, tp)
+	if err != nil {
+		return nil, fmt.Errorf("mesh: %w", err)
 	}
-	m := &mesh{tpRank: r % tp, dpRank: r / tp, tpSize: tp, dpSize: n / tp}
-	tpRanks := make([]int, tp)
-	for i := range tpRanks {
-		tpRanks[i] = m.dpRank*tp + i
-	}
-	dpRanks := make([]int, m.dpSize)
-	for i := range dpRanks {
-		dpRanks[i] = m.tpRank + i*tp
-	}
-	var err error
-	if m.tp, err = world.Group(tpRanks); err != nil {
-		return nil, fmt.Errorf("mesh: tensor-parallel group %v: %w", tpRanks, err)
-	}
-	if m.dp, err = world.Group(dpRanks); err != nil {
-		m.tp.Close()
-		return nil, fmt.Errorf("mesh: data-parallel group %v: %w", dpRanks, err)
-	}
-	return m, nil
+	return &mesh{tp: m.TP, dp: m.DP, tpRank: m.TPRank(), dpRank: m.DPRank(), tpSize: m.TPSize(), dpSize: m.DPSize()}, nil
 }
 
 // allReduce sums t over comm in place: Megatron's g in the forward pass (the
