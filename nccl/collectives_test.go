@@ -310,3 +310,23 @@ func TestSegment(t *testing.T) {
 		}
 	}
 }
+
+func TestReduceSlotsMatchesSerialFold(t *testing.T) {
+	for k := 1; k <= 9; k++ {
+		for _, op := range []Op{Sum, Max} {
+			srcs := make([][]float32, k)
+			for r := range srcs {
+				srcs[r] = rankData(uint64(k), r, 37)
+			}
+			want := append([]float32(nil), srcs[0]...)
+			for _, s := range srcs[1:] {
+				reduceInto(want, s, op)
+			}
+			got := make([]float32, 37)
+			reduceSlots(got, srcs, op)
+			if err := closeTo(got, want, k, true); err != nil {
+				t.Fatalf("%d sources, %v: %v", k, op, err)
+			}
+		}
+	}
+}

@@ -280,3 +280,68 @@ func finish(buf []float32, op Op, n int) {
 		buf[i] /= d
 	}
 }
+
+// reduceSlots sets out to srcs[0] op srcs[1] op ... op srcs[k-1], folded
+// left to right (so the bits equal a serial loop over ranks), reading each
+// source once and writing out in as few passes as possible.
+func reduceSlots(out []float32, srcs [][]float32, op Op) {
+	n := len(out)
+	if len(srcs) == 0 {
+		return
+	}
+	first := true
+	for len(srcs) > 0 {
+		k := min(len(srcs), 3)
+		if first {
+			k = min(len(srcs), 4)
+		}
+		s := srcs[:k]
+		srcs = srcs[k:]
+		if op == Max {
+			if first {
+				copy(out, s[0][:n])
+				s = s[1:]
+			}
+			for _, src := range s {
+				reduceInto(out, src[:n], Max)
+			}
+			first = false
+			continue
+		}
+		switch {
+		case first && k == 1:
+			copy(out, s[0][:n])
+		case first && k == 2:
+			a, b := s[0][:n], s[1][:n]
+			for i := range out {
+				out[i] = a[i] + b[i]
+			}
+		case first && k == 3:
+			a, b, c := s[0][:n], s[1][:n], s[2][:n]
+			for i := range out {
+				out[i] = a[i] + b[i] + c[i]
+			}
+		case first && k == 4:
+			a, b, c, d := s[0][:n], s[1][:n], s[2][:n], s[3][:n]
+			for i := range out {
+				out[i] = a[i] + b[i] + c[i] + d[i]
+			}
+		case k == 1:
+			a := s[0][:n]
+			for i := range out {
+				out[i] += a[i]
+			}
+		case k == 2:
+			a, b := s[0][:n], s[1][:n]
+			for i := range out {
+				out[i] = out[i] + a[i] + b[i]
+			}
+		default:
+			a, b, c := s[0][:n], s[1][:n], s[2][:n]
+			for i := range out {
+				out[i] = out[i] + a[i] + b[i] + c[i]
+			}
+		}
+		first = false
+	}
+}

@@ -260,11 +260,7 @@ func (g *shmGroup) allReduce(buf []float32, op Op) error {
 		}
 		lo, hi := segment(cl, g.n, g.me)
 		out := buf[off+lo : off+hi]
-		copy(out, g.slot(0)[lo:hi])
-		for r := 1; r < g.n; r++ {
-			reduceInto(out, g.slot(r)[lo:hi], op)
-		}
-		finish(out, op, g.n)
+		g.reduce(out, lo, op)
 		copy(mine[lo:hi], out)
 		if err := g.sync(); err != nil {
 			return err
@@ -328,16 +324,21 @@ func (g *shmGroup) reduceScatter(send, recv []float32, op Op) error {
 				return err
 			}
 		}
-		out := recv[off : off+cl]
-		lo := g.me * cl
-		copy(out, g.slot(0)[lo:lo+cl])
-		for r := 1; r < g.n; r++ {
-			reduceInto(out, g.slot(r)[lo:lo+cl], op)
-		}
-		finish(out, op, g.n)
+		g.reduce(recv[off:off+cl], g.me*cl, op)
 		g.chunk++
 	}
 	return nil
+}
+
+// reduce sets out to the reduction over all slots of the len(out)
+// elements at off.
+func (g *shmGroup) reduce(out []float32, off int, op Op) {
+	srcs := make([][]float32, g.n)
+	for r := range srcs {
+		srcs[r] = g.slot(r)[off : off+len(out)]
+	}
+	reduceSlots(out, srcs, op)
+	finish(out, op, g.n)
 }
 
 func (g *shmGroup) broadcast(buf []float32, root int) error {
