@@ -82,7 +82,7 @@ type Executor interface {
 var ErrNoSlurm = errors.New("slurm is not reachable")
 
 // New returns the executor called name: "slurm", "local", or "auto" (Slurm
-// when sbatch is on PATH, else Local).
+// when sbatch is on PATH and the controller answers, else Local).
 func New(name string) (Executor, error) {
 	switch name {
 	case "slurm":
@@ -93,7 +93,7 @@ func New(name string) (Executor, error) {
 	case "local":
 		return &Local{}, nil
 	case "auto", "":
-		if _, err := exec.LookPath("sbatch"); err == nil {
+		if _, err := exec.LookPath("sbatch"); err == nil && controllerUp() {
 			return &Slurm{}, nil
 		}
 		return &Local{}, nil
@@ -141,4 +141,13 @@ func exitCode(s string) int {
 		return 128 + b
 	}
 	return a
+}
+
+// controllerUp reports whether slurmctld answers `scontrol ping` within a
+// few seconds: Slurm's client packages without a running controller (a
+// laptop, a CI machine) should not make "auto" choose a queue nobody serves.
+func controllerUp() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return exec.CommandContext(ctx, "scontrol", "ping").Run() == nil
 }
