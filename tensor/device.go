@@ -65,9 +65,10 @@ type Device interface {
 	// GemmStridedBatched is batch Gemms whose i-th matrices start i*stride
 	// elements after the first (stride 0 shares one matrix), as in
 	// SgemmStridedBatched. A and B matrices may interleave, so the heads of
-	// a (B,T,3C) qkv tensor are read in place (lda 3C, stride hs); the C
-	// matrices must be disjoint blocks (strideC >= (m-1)*ldc+n), so outputs
-	// whose heads interleave within a row take one Gemm per head
+	// a (B,T,3C) qkv tensor are read in place (lda 3C, stride hs). The C
+	// matrices must not overlap: disjoint blocks (strideC >= (m-1)*ldc+n),
+	// or side by side within rows (n <= strideC, (batch-1)*strideC+n <= ldc),
+	// so per-head outputs are written into a (B,T,C) row in place
 	// (AttentionForward shows both).
 	GemmStridedBatched(transA, transB bool, m, n, k int, alpha float32, a *Tensor, aOff, lda, strideA int, b *Tensor, bOff, ldb, strideB int, beta float32, c *Tensor, cOff, ldc, strideC, batch int)
 

@@ -56,8 +56,11 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 //
 // where matrix i of X starts at element i*strideX of x and has the layout
 // Sgemm describes. A stride of 0 reuses one matrix for every product (for
-// example a weight shared across the batch); strideC must not make two C
-// matrices overlap.
+// example a weight shared across the batch). The C matrices must not
+// overlap: either they are separate blocks (strideC >= (m-1)*ldc+n), or they
+// sit side by side within the rows of C (n <= strideC and
+// (batch-1)*strideC+n <= ldc), as per-head attention outputs written into a
+// (B,T,C) activation (strideC = hs, ldc = C).
 func SgemmStridedBatched(transA, transB bool, m, n, k int, alpha float32, a []float32, lda, strideA int, b []float32, ldb, strideB int, beta float32, c []float32, ldc, strideC int, batch int) {
 	checkGemm("SgemmStridedBatched", transA, transB, m, n, k, a, lda, strideA, b, ldb, strideB, c, ldc, strideC, batch)
 	gemmBatched(transA, transB, m, n, k, alpha, a, lda, strideA, b, ldb, strideB, beta, c, ldc, strideC, batch)
@@ -94,8 +97,8 @@ func checkGemm(fn string, transA, transB bool, m, n, k int, a []float32, lda, st
 	if m == 0 || n == 0 || batch == 0 {
 		return
 	}
-	if batch > 1 && strideC > 0 && strideC < (m-1)*ldc+n {
-		bad("strideC=%d makes the (%d,%d) C matrices overlap (ldc=%d)", strideC, m, n, ldc)
+	if batch > 1 && strideC > 0 && strideC < (m-1)*ldc+n && !cInterleaves(n, ldc, strideC, batch) {
+		bad("strideC=%d makes the (%d,%d) C matrices overlap (ldc=%d): use strideC >= %d for separate blocks, or n <= strideC and (batch-1)*strideC+n <= ldc for side-by-side columns", strideC, m, n, ldc, (m-1)*ldc+n)
 	}
 	if batch > 1 && strideC == 0 {
 		bad("strideC=0 with batch=%d would write every product to the same C", batch)
@@ -117,6 +120,14 @@ func checkGemm(fn string, transA, transB bool, m, n, k int, a []float32, lda, st
 	if n := need(m, n, ldc, strideC); len(c) < n {
 		bad("len(c)=%d, need %d for C (%dx%d, ldc=%d, strideC=%d, batch=%d)", len(c), n, m, n, ldc, strideC, batch)
 	}
+}
+
+// cInterleaves reports whether batch (m,n) C matrices strideC apart sit
+// side by side within rows of width ldc without touching: matrix i holds
+// columns [i*strideC, i*strideC+n) of every row, as the heads of a (B,T,C)
+// attention output do (strideC = hs, ldc = C).
+func cInterleaves(n, ldc, strideC, batch int) bool {
+	return strideC >= n && (batch-1)*strideC+n <= ldc
 }
 
 // scaleC sets C = beta*C over the (m,n) matrix, writing zeros when beta is 0

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -231,6 +232,9 @@ func testSgemmStridedBatched(t *testing.T) {
 		alpha, beta            float32
 		shareA, shareB         bool
 		extraA, extraB, extraC int
+		// sideC puts the C matrices side by side in rows of width
+		// batch*(n+extraC)+1, strideC = n+extraC (per-head attention outputs).
+		sideC bool
 	}{
 		{m: 7, n: 9, k: 5, batch: 3, alpha: 1},
 		{m: 17, n: 33, k: 12, batch: 4, transA: true, alpha: 0.5, beta: 1, extraA: 3, extraB: 1, extraC: 2},
@@ -239,6 +243,10 @@ func testSgemmStridedBatched(t *testing.T) {
 		{m: 1, n: 1, k: 1, batch: 6, alpha: 1, beta: 1},
 		{m: 40, n: 50, k: 60, batch: 3, transB: true, alpha: 1, beta: 0.5, extraC: 1},
 		{m: 70, n: 90, k: 50, batch: 1, transA: true, alpha: 1},
+		{m: 64, n: 16, k: 64, batch: 12, alpha: 1, sideC: true},
+		{m: 37, n: 13, k: 29, batch: 5, transB: true, alpha: 0.5, beta: 1, sideC: true, extraC: 3},
+		{m: 50, n: 33, k: 70, batch: 2, transA: true, alpha: 1, beta: -1, sideC: true, shareB: true},
+		{m: 130, n: 64, k: 130, batch: 3, alpha: 1, sideC: true},
 	} {
 		ar, ac := tc.m, tc.k
 		if tc.transA {
@@ -250,6 +258,10 @@ func testSgemmStridedBatched(t *testing.T) {
 		}
 		lda, ldb, ldc := ac, bc, tc.n
 		sa, sb, sc := ar*lda+tc.extraA, br*ldb+tc.extraB, tc.m*ldc+tc.extraC
+		if tc.sideC {
+			sc = tc.n + tc.extraC
+			ldc = tc.batch*sc + 1
+		}
 		if tc.shareA {
 			sa = 0
 		}
@@ -259,6 +271,7 @@ func testSgemmStridedBatched(t *testing.T) {
 		a := randSlice(r, (tc.batch-1)*sa+ar*lda)
 		b := randSlice(r, (tc.batch-1)*sb+br*ldb)
 		c := randSlice(r, (tc.batch-1)*sc+tc.m*ldc)
+		c0 := slices.Clone(c)
 		type ref struct{ want, scale []float64 }
 		refs := make([]ref, tc.batch)
 		for i := range refs {
@@ -269,6 +282,20 @@ func testSgemmStridedBatched(t *testing.T) {
 		for i, rf := range refs {
 			if e := gemmErr(tc.m, tc.n, c[i*sc:], ldc, rf.want, rf.scale); e > 1e-5 {
 				t.Fatalf("%+v: batch %d relative error %.3g > 1e-5", tc, i, e)
+			}
+		}
+		// Elements of c outside every C matrix are untouched.
+		inside := make([]bool, len(c))
+		for i := 0; i < tc.batch; i++ {
+			for row := 0; row < tc.m; row++ {
+				for j := 0; j < tc.n; j++ {
+					inside[i*sc+row*ldc+j] = true
+				}
+			}
+		}
+		for x := range c {
+			if !inside[x] && c[x] != c0[x] {
+				t.Fatalf("%+v: c[%d] outside every C matrix changed from %v to %v", tc, x, c0[x], c[x])
 			}
 		}
 	}
@@ -302,6 +329,13 @@ func TestSgemmBadArgs(t *testing.T) {
 		{"shortC", func() { Sgemm(false, false, 3, 4, 3, 1, a, 3, a, 4, 0, a[:11], 4) }, "len(c)=11"},
 		{"overlapC", func() {
 			SgemmStridedBatched(false, false, 2, 2, 2, 1, a, 2, 0, a, 2, 0, 0, make([]float32, 8), 2, 3, 2)
+		}, "overlap"},
+		{"sideCTooNarrow", func() {
+			// Side by side, 2 matrices of 3 columns need rows of at least 6.
+			SgemmStridedBatched(false, false, 2, 3, 2, 1, a, 2, 0, a, 3, 0, 0, make([]float32, 20), 5, 3, 2)
+		}, "overlap"},
+		{"sideCStrideBelowN", func() {
+			SgemmStridedBatched(false, false, 2, 3, 2, 1, a, 2, 0, a, 3, 0, 0, make([]float32, 20), 8, 2, 2)
 		}, "overlap"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

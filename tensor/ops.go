@@ -96,10 +96,8 @@ func AttentionForward(out, att, qkv *Tensor, nh int, causal bool, keyValid []int
 	}
 	d.SoftmaxForward(att, att, float32(1/math.Sqrt(float64(hs))), causal, keyValid)
 	for i := 0; i < b; i++ {
-		for h := 0; h < nh; h++ {
-			// Heads of out interleave within a row, so one Gemm per head.
-			d.Gemm(false, false, t, hs, t, 1, att, (i*nh+h)*t*t, t, qkv, i*t*3*c+2*c+h*hs, 3*c, 0, out, i*t*c+h*hs, c)
-		}
+		// out_h = att_h v_h for every head; heads sit side by side in a row of out.
+		d.GemmStridedBatched(false, false, t, hs, t, 1, att, i*nh*t*t, t, t*t, qkv, i*t*3*c+2*c, 3*c, hs, 0, out, i*t*c, c, hs, nh)
 	}
 }
 
