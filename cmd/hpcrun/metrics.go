@@ -95,7 +95,7 @@ func runMetrics(c *cli.Context) error {
 	if len(refs) == 0 {
 		return cli.Exit("usage: hpcrun metrics <execid>... [--json] [--compare] [--plot] [--png FILE], or hpcrun metrics --last N", 2)
 	}
-	compare := c.Bool("compare") || c.IsSet("last") || len(refs) > 1
+	compare := c.Bool("compare") || len(refs) > 1
 	if compare && (c.Bool("plot") || c.String("png") != "") {
 		return cli.Exit("--plot and --png draw one run: give a single execid", 2)
 	}

@@ -47,7 +47,7 @@ func WriteSummary(w io.Writer, s Summary) error {
 		line("loss", "last %s (step %d)", num(s.LastLoss), s.Step)
 	}
 	if s.LastAccuracy.Known() || s.BestAccuracy.Known() {
-		line("accuracy", "last %s   best %s   (eval loss %s)", num(s.LastAccuracy), num(s.BestAccuracy), num(s.LastEvalLoss))
+		line("accuracy", "last %s   best %s   (eval loss %s)", pct(s.LastAccuracy), pct(s.BestAccuracy), num(s.LastEvalLoss))
 	} else if s.LastEvalLoss.Known() {
 		line("eval loss", "last %s", num(s.LastEvalLoss))
 	}
@@ -147,7 +147,7 @@ func WriteCompare(w io.Writer, ss []Summary) error {
 	})
 	row("MFU", func(s Summary) string { return pct(s.MFU) })
 	row("last loss", func(s Summary) string { return num(s.LastLoss) })
-	row("best accuracy", func(s Summary) string { return num(s.BestAccuracy) })
+	row("best accuracy", func(s Summary) string { return pct(s.BestAccuracy) })
 	row("problems", func(s Summary) string { return fmt.Sprint(len(s.Problems)) })
 	return tw.Flush()
 }
