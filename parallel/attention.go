@@ -104,23 +104,20 @@ func (a *ParallelSelfAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*
 	if err != nil {
 		return nil, err
 	}
-	scale := float32(1 / math.Sqrt(float64(a.hd)))
-	tt := t * t
-	for i := 0; i < b; i++ {
-		base := i * t * 3 * cl
-		// att[i,h] = q_h @ k_h^T, (T,T) for each of the nh heads
-		dev.GemmStridedBatched(false, true, t, t, a.hd, 1,
-			qkv, base, 3*cl, a.hd,
-			qkv, base+cl, 3*cl, a.hd,
-			0, a.att, i*a.nh*tt, t, tt, a.nh)
+	// One batched GEMM per head and phase, batched over the B sequences:
+	// head h of sequence i reads columns [h*hd, (h+1)*hd) of q, k, v.
+	hd, nh, ld := a.hd, a.nh, 3*cl
+	sQKV, sAtt := t*3*cl, nh*t*t
+	for h := 0; h < nh; h++ {
+		// att[:,h] = q_h @ k_h^T, (T,T) per sequence
+		dev.GemmStridedBatched(false, true, t, t, hd, 1,
+			qkv, h*hd, ld, sQKV, qkv, cl+h*hd, ld, sQKV, 0, a.att, h*t*t, t, sAtt, b)
 	}
-	dev.SoftmaxForward(a.att, a.att, scale, a.causal, keyValid)
-	for i := 0; i < b; i++ {
-		// y[i,:,h] = att[i,h] @ v_h
-		gemmHeads(dev, false, false, t, a.hd, t,
-			a.att, i*a.nh*tt, t, tt,
-			qkv, i*t*3*cl+2*cl, 3*cl, a.hd,
-			0, a.y, i*t*cl, cl, a.hd, a.nh)
+	dev.SoftmaxForward(a.att, a.att, a.scale(), a.causal, keyValid)
+	for h := 0; h < nh; h++ {
+		// y[:,:,h] = att[:,h] @ v_h, (T,hd) per sequence
+		dev.GemmStridedBatched(false, false, t, hd, t, 1,
+			a.att, h*t*t, t, sAtt, qkv, 2*cl+h*hd, ld, sQKV, 0, a.y, h*hd, cl, t*cl, b)
 	}
 	return a.Proj.Forward(a.y)
 }
@@ -133,48 +130,33 @@ func (a *ParallelSelfAttention) Backward(dout, dinp *tensor.Tensor) error {
 	}
 	dev := dout.Device()
 	b, t := a.att.Dim(0), a.att.Dim(2)
-	cl, tt := a.nh*a.hd, t*t
-	scale := float32(1 / math.Sqrt(float64(a.hd)))
+	hd, nh, cl := a.hd, a.nh, a.nh*a.hd
+	ld, sQKV, sAtt := 3*cl, t*3*cl, nh*t*t
 	dev.Zero(a.dy)
 	if err := a.Proj.Backward(dout, a.dy); err != nil {
 		return err
 	}
 	qkv := a.QKV.outLocal
-	dev.Zero(a.dqkv)
-	for i := 0; i < b; i++ {
-		// datt = dy_h @ v_h^T; dv_h += att^T @ dy_h
-		dev.GemmStridedBatched(false, true, t, t, a.hd, 1,
-			a.dy, i*t*cl, cl, a.hd,
-			qkv, i*t*3*cl+2*cl, 3*cl, a.hd,
-			0, a.datt, i*a.nh*tt, t, tt, a.nh)
-		gemmHeads(dev, true, false, t, a.hd, t,
-			a.att, i*a.nh*tt, t, tt,
-			a.dy, i*t*cl, cl, a.hd,
-			1, a.dqkv, i*t*3*cl+2*cl, 3*cl, a.hd, a.nh)
+	for h := 0; h < nh; h++ {
+		// datt = dy_h @ v_h^T; dv_h = att^T @ dy_h
+		dev.GemmStridedBatched(false, true, t, t, hd, 1,
+			a.dy, h*hd, cl, t*cl, qkv, 2*cl+h*hd, ld, sQKV, 0, a.datt, h*t*t, t, sAtt, b)
+		dev.GemmStridedBatched(true, false, t, hd, t, 1,
+			a.att, h*t*t, t, sAtt, a.dy, h*hd, cl, t*cl, 0, a.dqkv, 2*cl+h*hd, ld, sQKV, b)
 	}
 	dev.Zero(a.dpre)
-	dev.SoftmaxBackward(a.dpre, a.datt, a.att, scale)
-	for i := 0; i < b; i++ {
-		base := i * t * 3 * cl
-		// dq_h += dpre @ k_h; dk_h += dpre^T @ q_h
-		gemmHeads(dev, false, false, t, a.hd, t,
-			a.dpre, i*a.nh*tt, t, tt,
-			qkv, base+cl, 3*cl, a.hd,
-			1, a.dqkv, base, 3*cl, a.hd, a.nh)
-		gemmHeads(dev, true, false, t, a.hd, t,
-			a.dpre, i*a.nh*tt, t, tt,
-			qkv, base, 3*cl, a.hd,
-			1, a.dqkv, base+cl, 3*cl, a.hd, a.nh)
+	dev.SoftmaxBackward(a.dpre, a.datt, a.att, a.scale())
+	for h := 0; h < nh; h++ {
+		// dq_h = dpre @ k_h; dk_h = dpre^T @ q_h
+		dev.GemmStridedBatched(false, false, t, hd, t, 1,
+			a.dpre, h*t*t, t, sAtt, qkv, cl+h*hd, ld, sQKV, 0, a.dqkv, h*hd, ld, sQKV, b)
+		dev.GemmStridedBatched(true, false, t, hd, t, 1,
+			a.dpre, h*t*t, t, sAtt, qkv, h*hd, ld, sQKV, 0, a.dqkv, cl+h*hd, ld, sQKV, b)
 	}
 	return a.QKV.Backward(a.dqkv, dinp)
 }
 
-// gemmHeads is GemmStridedBatched (alpha 1) for outputs whose heads sit
-// side by side in the columns of one (T, nh*hd) matrix: disjoint, but the
-// device's batched GEMM rejects C matrices closer than a whole matrix, so
-// it runs one GEMM per head.
-func gemmHeads(dev tensor.Device, transA, transB bool, m, n, k int, a *tensor.Tensor, aOff, lda, strideA int, b *tensor.Tensor, bOff, ldb, strideB int, beta float32, c *tensor.Tensor, cOff, ldc, strideC, batch int) {
-	for h := 0; h < batch; h++ {
-		dev.Gemm(transA, transB, m, n, k, 1, a, aOff+h*strideA, lda, b, bOff+h*strideB, ldb, beta, c, cOff+h*strideC, ldc)
-	}
+// scale is the attention logits' 1/sqrt(head size).
+func (a *ParallelSelfAttention) scale() float32 {
+	return float32(1 / math.Sqrt(float64(a.hd)))
 }

@@ -191,11 +191,7 @@ func (l *ColumnParallelLinear) Backward(dout, dinp *tensor.Tensor) error {
 		dl = l.doutLocal
 	}
 	dl = dl.Reshape(l.outLocal.Shape()...)
-	var dbias *tensor.Tensor
-	if l.Bias != nil {
-		dbias = l.Bias.Grad
-	}
-	tensor.LinearBackward(nil, l.Weight.Grad, dbias, dl, l.inp, l.Weight.Data)
+	weightGrad(l.Weight, l.Bias, dl, l.inp)
 	if dinp == nil {
 		return nil
 	}
@@ -326,11 +322,7 @@ func (l *RowParallelLinear) Backward(dout, dinp *tensor.Tensor) error {
 		return shapeErr(l.Name, "Backward with dout %v after a Forward to %v", dout, l.out)
 	}
 	dout = dout.Reshape(l.out.Shape()...)
-	var dbias *tensor.Tensor
-	if l.Bias != nil {
-		dbias = l.Bias.Grad
-	}
-	tensor.LinearBackward(nil, l.Weight.Grad, dbias, dout, l.xl, l.Weight.Data)
+	weightGrad(l.Weight, l.Bias, dout, l.xl)
 	if dinp == nil {
 		return nil
 	}
@@ -346,4 +338,14 @@ func (l *RowParallelLinear) Backward(dout, dinp *tensor.Tensor) error {
 		return fmt.Errorf("%s: %w", l.Name, err)
 	}
 	return nil
+}
+
+// weightGrad accumulates the parameter gradients of out = inp @ w^T + b:
+// dw += dout^T @ inp, db += column sums of dout. dout is (N,Out), inp is
+// (N,In). The GEMM overwrites a gradient left pending by StartGrads.
+func weightGrad(w, b *Param, dout, inp *tensor.Tensor) {
+	tensor.MatMul(w.Grad, dout, inp, true, false, 1, w.gradBeta())
+	if b != nil {
+		dout.Device().BiasBackward(b.grad(), dout)
+	}
 }

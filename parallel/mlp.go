@@ -137,6 +137,6 @@ func (l *LayerNorm) Backward(dout, dinp *tensor.Tensor) error {
 	if dout.Len() != l.out.Len() || dinp.Len() != l.inp.Len() {
 		return shapeErr(l.Name, "Backward with dout %v, dinp %v after a Forward of %v", dout, dinp, l.inp)
 	}
-	l.Weight.Data.Device().LayerNormBackward(dinp, l.Weight.Grad, l.Bias.Grad, dout, l.inp, l.Weight.Data, l.mean, l.rst)
+	l.Weight.Data.Device().LayerNormBackward(dinp, l.Weight.grad(), l.Bias.grad(), dout, l.inp, l.Weight.Data, l.mean, l.rst)
 	return nil
 }

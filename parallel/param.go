@@ -20,6 +20,11 @@ type Param struct {
 	Full  []int          // shape of the unsharded tensor (padded vocab included)
 	Shard Shard
 	Decay bool // AdamW weight decay applies (weights and embeddings, not biases or norms)
+
+	// pending is set by StartGrads: Grad holds stale values that the first
+	// writer of the next Backward overwrites (a weight-gradient GEMM with
+	// beta 0) or zeroes before accumulating.
+	pending bool
 }
 
 // Layer is what every layer of this package exposes to the optimizer and to
@@ -31,8 +36,47 @@ type Layer interface {
 // ZeroGrads zeroes the gradients of params.
 func ZeroGrads(params []*Param) {
 	for _, p := range params {
+		p.pending = false
 		p.Grad.Device().Zero(p.Grad)
 	}
+}
+
+// StartGrads starts a new accumulation without a pass over the gradient
+// memory: the next Backward writes each gradient instead of adding to it
+// (weight-gradient GEMMs run with beta 0, the other kernels zero their
+// gradient first). Call SettleGrads before reading the gradients.
+func StartGrads(params []*Param) {
+	for _, p := range params {
+		p.pending = true
+	}
+}
+
+// SettleGrads zeroes the gradients that no Backward wrote since
+// StartGrads, so that every Grad holds the accumulated gradient.
+func SettleGrads(params []*Param) {
+	for _, p := range params {
+		p.grad()
+	}
+}
+
+// gradBeta is the GEMM beta of a kernel that writes the whole gradient:
+// 0 (overwrite) for the first write after StartGrads, else 1 (accumulate).
+func (p *Param) gradBeta() float32 {
+	if p.pending {
+		p.pending = false
+		return 0
+	}
+	return 1
+}
+
+// grad is the gradient for a kernel that accumulates into it, zeroed first
+// when StartGrads left it pending.
+func (p *Param) grad() *tensor.Tensor {
+	if p.pending {
+		p.pending = false
+		p.Grad.Device().Zero(p.Grad)
+	}
+	return p.Grad
 }
 
 // paramInit says how a parameter's full tensor starts.

@@ -104,7 +104,7 @@ func (e *VocabParallelEmbedding) Backward(dout *tensor.Tensor) error {
 	if dout.Len() != e.out.Len() {
 		return shapeErr(e.Name, "Backward with dout %v after a Forward to %v", dout, e.out)
 	}
-	dout.Device().EmbeddingBackward(e.Weight.Grad, dout.Reshape(len(e.ids), e.Dim), e.ids, e.VocabStart())
+	dout.Device().EmbeddingBackward(e.Weight.grad(), dout.Reshape(len(e.ids), e.Dim), e.ids, e.VocabStart())
 	return nil
 }
 

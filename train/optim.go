@@ -5,25 +5,16 @@ import (
 	"math"
 
 	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
 )
-
-// Param is one trainable tensor of this rank: its weights (the fp32 master
-// copy), gradient, and whether it is a shard of a tensor split across the
-// tensor-parallel group or a replica of a whole one.
-type Param struct {
-	Name       string
-	W, G       *tensor.Tensor
-	Replicated bool // every TP rank holds the whole tensor
-	Decay      bool // AdamW weight decay applies (matrices and embeddings, not biases or norms)
-}
 
 // AdamW is the optimizer: Adam moments per parameter, decoupled weight
 // decay, bias correction, and gradient-norm clipping that is correct under
 // tensor and data parallelism.
 type AdamW struct {
 	dev         tensor.Device
-	params      []*Param
+	params      []*parallel.Param
 	m, v        []*tensor.Tensor
 	beta1       float32
 	beta2       float32
@@ -34,14 +25,14 @@ type AdamW struct {
 }
 
 // NewAdamW allocates the moments of params on dev.
-func NewAdamW(dev tensor.Device, params []*Param, weightDecay, clip float64) (*AdamW, error) {
+func NewAdamW(dev tensor.Device, params []*parallel.Param, weightDecay, clip float64) (*AdamW, error) {
 	o := &AdamW{dev: dev, params: params, beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: float32(weightDecay), clip: clip}
 	for _, p := range params {
-		m, err := dev.Alloc(p.W.Shape()...)
+		m, err := dev.Alloc(p.Data.Shape()...)
 		if err != nil {
 			return nil, fmt.Errorf("adamw %s: %w", p.Name, err)
 		}
-		v, err := dev.Alloc(p.W.Shape()...)
+		v, err := dev.Alloc(p.Data.Shape()...)
 		if err != nil {
 			return nil, fmt.Errorf("adamw %s: %w", p.Name, err)
 		}
@@ -54,13 +45,13 @@ func NewAdamW(dev tensor.Device, params []*Param, weightDecay, clip float64) (*A
 // count on every TP rank and replicated ones on TP rank 0 only; the squares
 // are then summed over the TP group. Gradients are the same on every DP rank
 // (after the DP all-reduce), so the DP group needs no reduction.
-func GradNorm(dev tensor.Device, params []*Param, tp nccl.Comm) (float64, error) {
+func GradNorm(dev tensor.Device, params []*parallel.Param, tp nccl.Comm) (float64, error) {
 	var sharded, replicated []*tensor.Tensor
 	for _, p := range params {
-		if p.Replicated {
-			replicated = append(replicated, p.G)
+		if p.Shard.Replicated() {
+			replicated = append(replicated, p.Grad)
 		} else {
-			sharded = append(sharded, p.G)
+			sharded = append(sharded, p.Grad)
 		}
 	}
 	ss := dev.SumSquares(sharded...)
@@ -93,7 +84,7 @@ func (o *AdamW) Step(lr, norm float64) {
 		if p.Decay {
 			wd = o.weightDecay
 		}
-		o.dev.AdamW(p.W, p.G, o.m[i], o.v[i], tensor.AdamWParams{
+		o.dev.AdamW(p.Data, p.Grad, o.m[i], o.v[i], tensor.AdamWParams{
 			LR: float32(lr), Beta1: o.beta1, Beta2: o.beta2, Eps: o.eps,
 			WeightDecay: wd, Step: o.step, GradScale: scale,
 		})
@@ -111,27 +102,27 @@ const gradBucketElems = 1 << 22
 type GradSync struct {
 	dev     tensor.Device
 	dp      nccl.Comm
-	buckets [][]*Param
+	buckets [][]*parallel.Param
 	buf     []float32
 }
 
 // NewGradSync groups params into buckets of at most bucketElems elements (a
 // larger parameter gets a bucket of its own); bucketElems <= 0 uses 4 Mi.
-func NewGradSync(dev tensor.Device, dp nccl.Comm, params []*Param, bucketElems int) *GradSync {
+func NewGradSync(dev tensor.Device, dp nccl.Comm, params []*parallel.Param, bucketElems int) *GradSync {
 	if bucketElems <= 0 {
 		bucketElems = gradBucketElems
 	}
 	s := &GradSync{dev: dev, dp: dp}
-	var cur []*Param
+	var cur []*parallel.Param
 	n, biggest := 0, 0
 	for _, p := range params {
-		if len(cur) > 0 && n+p.G.Len() > bucketElems {
+		if len(cur) > 0 && n+p.Grad.Len() > bucketElems {
 			s.buckets = append(s.buckets, cur)
 			biggest = max(biggest, n)
 			cur, n = nil, 0
 		}
 		cur = append(cur, p)
-		n += p.G.Len()
+		n += p.Grad.Len()
 	}
 	if len(cur) > 0 {
 		s.buckets = append(s.buckets, cur)
@@ -152,16 +143,16 @@ func (s *GradSync) Sync() error {
 	for i, b := range s.buckets {
 		off := 0
 		for _, p := range b {
-			s.dev.CopyToHost(s.buf[off:off+p.G.Len()], p.G)
-			off += p.G.Len()
+			s.dev.CopyToHost(s.buf[off:off+p.Grad.Len()], p.Grad)
+			off += p.Grad.Len()
 		}
 		if err := s.dp.AllReduce(s.buf[:off], nccl.Avg); err != nil {
 			return fmt.Errorf("gradient all-reduce (bucket %d of %d): %w", i+1, len(s.buckets), err)
 		}
 		off = 0
 		for _, p := range b {
-			s.dev.CopyFromHost(p.G, s.buf[off:off+p.G.Len()])
-			off += p.G.Len()
+			s.dev.CopyFromHost(p.Grad, s.buf[off:off+p.Grad.Len()])
+			off += p.Grad.Len()
 		}
 	}
 	return nil

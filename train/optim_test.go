@@ -5,10 +5,11 @@ import (
 	"testing"
 
 	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
 )
 
-func newParam(t *testing.T, dev tensor.Device, name string, grad []float32, replicated bool) *Param {
+func newParam(t *testing.T, dev tensor.Device, name string, grad []float32, replicated bool) *parallel.Param {
 	t.Helper()
 	w, err := dev.Alloc(len(grad))
 	if err != nil {
@@ -16,7 +17,11 @@ func newParam(t *testing.T, dev tensor.Device, name string, grad []float32, repl
 	}
 	g, _ := dev.Alloc(len(grad))
 	dev.CopyFromHost(g, grad)
-	return &Param{Name: name, W: w, G: g, Replicated: replicated, Decay: true}
+	sh := parallel.Shard{Parts: 1}
+	if !replicated {
+		sh = parallel.Shard{Parts: 2}
+	}
+	return &parallel.Param{Name: name, Data: w, Grad: g, Full: []int{len(grad) * sh.Parts}, Shard: sh, Decay: true}
 }
 
 // TestGradNormUnderTP splits a sharded gradient over two TP ranks and keeps
@@ -28,7 +33,7 @@ func TestGradNormUnderTP(t *testing.T) {
 	err := nccl.RunInProcess(2, func(c nccl.Comm) error {
 		dev := tensor.NewCPU()
 		r := c.Rank()
-		ps := []*Param{
+		ps := []*parallel.Param{
 			newParam(t, dev, "w", sharded[2*r:2*r+2], false),
 			newParam(t, dev, "ln", replicated, true),
 		}
@@ -50,7 +55,7 @@ func TestGradSyncAveragesInBuckets(t *testing.T) {
 	err := nccl.RunInProcess(2, func(c nccl.Comm) error {
 		dev := tensor.NewCPU()
 		r := float32(c.Rank())
-		ps := []*Param{
+		ps := []*parallel.Param{
 			newParam(t, dev, "a", []float32{r, 2 * r, 3}, false),
 			newParam(t, dev, "b", []float32{10 * r}, false),
 			newParam(t, dev, "c", []float32{r, r, r, r, r}, true),
@@ -64,7 +69,7 @@ func TestGradSyncAveragesInBuckets(t *testing.T) {
 		}
 		want := [][]float32{{0.5, 1, 3}, {5}, {0.5, 0.5, 0.5, 0.5, 0.5}}
 		for i, p := range ps {
-			for j, v := range p.G.Host() {
+			for j, v := range p.Grad.Host() {
 				if v != want[i][j] {
 					t.Errorf("%s[%d] = %g, want %g", p.Name, j, v, want[i][j])
 				}
@@ -81,18 +86,18 @@ func TestAdamWClips(t *testing.T) {
 	dev := tensor.NewCPU()
 	p := newParam(t, dev, "w", []float32{30, 40}, false)
 	p.Decay = false
-	o, err := NewAdamW(dev, []*Param{p}, 0, 1)
+	o, err := NewAdamW(dev, []*parallel.Param{p}, 0, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	norm, _ := GradNorm(dev, []*Param{p}, nil)
+	norm, _ := GradNorm(dev, []*parallel.Param{p}, nil)
 	if norm != 50 {
 		t.Fatalf("norm %g", norm)
 	}
 	o.Step(0.1, norm)
 	// Adam's first step moves every weight by lr*sign(g), whatever the
 	// scale: clipping must not change that.
-	for i, w := range p.W.Host() {
+	for i, w := range p.Data.Host() {
 		if math.Abs(float64(w)+0.1) > 1e-5 {
 			t.Errorf("w[%d] = %g after one step, want -0.1", i, w)
 		}
