@@ -180,3 +180,67 @@ func TestBlockFiniteDifferences(t *testing.T) {
 		probe(p.Name, data, func(v []float32) { dev.CopyFromHost(p.Data, v) }, download(p.Grad), idx)
 	}
 }
+
+// TestStartGradsOverwrites checks that a Backward after StartGrads writes
+// every gradient of a block, position and token embedding (stale values
+// ignored) and that a second Backward accumulates, as ZeroGrads would.
+func TestStartGradsOverwrites(t *testing.T) {
+	const b, tt, c, nh, vocab = 2, 4, 8, 2, 11
+	dev := tensor.NewCPU()
+	r := rand.New(rand.NewPCG(3, 4))
+	emb, err := NewVocabParallelEmbedding(dev, nil, "wte", vocab, c, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pos, err := NewPositionEmbedding(dev, "wpe", tt, c, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, err := NewBlock(dev, nil, "h.0", BlockConfig{Dim: c, Heads: nh, Causal: true, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := append(append(emb.Params(), pos.Params()...), blk.Params()...)
+	ids := []int32{1, 5, 5, 0, 10, 3, 2, 1}
+	dout, _ := uploadRand(t, dev, r, b, tt, c)
+	dx, _ := dev.Alloc(b, tt, c)
+	pass := func() {
+		x, err := emb.Forward(ids, b, tt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if x, err = pos.Forward(x); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := blk.Forward(x, nil); err != nil {
+			t.Fatal(err)
+		}
+		dev.Zero(dx)
+		if err := blk.Backward(dout, dx); err != nil {
+			t.Fatal(err)
+		}
+		if err := pos.Backward(dx, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := emb.Backward(dx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ZeroGrads(params)
+	pass()
+	pass()
+	var want [][]float32
+	for _, p := range params {
+		want = append(want, download(p.Grad))
+		dev.Fill(p.Grad, 1e3) // stale values StartGrads must not keep
+	}
+	StartGrads(params)
+	pass()
+	pass()
+	SettleGrads(params)
+	for i, p := range params {
+		if e := relErr(download(p.Grad), want[i]); e > 1e-6 {
+			t.Errorf("%s: gradient after StartGrads differs from ZeroGrads by %.2g", p.Name, e)
+		}
+	}
+}
