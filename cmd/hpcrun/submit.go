@@ -53,8 +53,12 @@ func planSubmit(c *cli.Context) (*submitPlan, error) {
 		return nil, err
 	}
 	tc := cfg.Train
-	applyTrainFlags(c, &tc)
-	if err := tc.Validate(); err != nil {
+	if err := applyTrainFlags(c, &tc); err != nil {
+		return nil, err
+	}
+	// Config, data and device: bad input fails here, before a run dir
+	// exists, not in the job's first minute.
+	if err := train.Check(tc); err != nil {
 		return nil, err
 	}
 	p := &submitPlan{train: tc}
@@ -156,14 +160,22 @@ func runSubmit(c *cli.Context) error {
 	return followJob(ctx, slurm.Run{Dir: dir, Meta: meta}, p.train)
 }
 
-// write puts job.sbatch, train.toml and meta.json in the new run dir; on
-// failure it removes the dir, so nothing half-written is left.
+// write puts job.sbatch, train.toml, meta.json and the rendezvous token
+// (mode 0600: the secret every task presents to the Store) in the new run
+// dir; on failure it removes the dir, so nothing half-written is left.
 func (p *submitPlan) write(execID, dir string) (m *slurm.Meta, err error) {
 	defer func() {
 		if err != nil {
 			os.RemoveAll(dir)
 		}
 	}()
+	token, err := newToken()
+	if err != nil {
+		return nil, fmt.Errorf("rendezvous token: %w", err)
+	}
+	if err := slurm.WriteFileAtomic(filepath.Join(dir, "token"), []byte(token+"\n"), 0o600); err != nil {
+		return nil, err
+	}
 	script, err := slurm.Script(p.spec, p.tmpl, version, execID)
 	if err != nil {
 		return nil, err

@@ -178,6 +178,9 @@ func testE2E(t *testing.T, executor string) {
 			t.Errorf("run dir: %v", err)
 		}
 	}
+	if fi, err := os.Stat(filepath.Join(slow.RunDir, "token")); err != nil || fi.Mode().Perm() != 0o600 || fi.Size() < 16 {
+		t.Errorf("run dir token: %v, %v; want a secret of mode 0600", fi, err)
+	}
 	row, ok := e.row(false, slow.ExecID)
 	if !ok || row.JobID != slow.JobID || row.Name != "e2e-slow" || row.State.Done() {
 		t.Fatalf("queue: row %+v, found %v", row, ok)
@@ -255,6 +258,9 @@ func TestSubmitErrors(t *testing.T) {
 		{[]string{"--name", "a;rm -rf x"}, "job name"},
 		{[]string{"--executor", "pbs"}, `executor "pbs"`},
 		{[]string{"--template", "/nonexistent.tmpl"}, "sbatch template"},
+		{[]string{"--preset", "gpt9"}, "gpt9"},
+		{[]string{"--data", "/nonexistent/reviews.csv"}, "/nonexistent/reviews.csv"},
+		{[]string{"--samples", "8", "--bsz", "8", "--ntasks", "4", "--tp", "1"}, "no full step"},
 	} {
 		_, errOut, code := e.run(append([]string{"submit", "--executor", "local"}, tt.args...)...)
 		if code == 0 || !strings.Contains(errOut, tt.want) || strings.Count(strings.TrimSpace(errOut), "\n") > 0 {
