@@ -23,73 +23,124 @@ type gemmParams struct {
 	ldc            int
 }
 
-// gemmWorker owns the packing buffers of one goroutine, reused across calls.
+// gemmWorker is one goroutine's private state: the scratch tile edge tiles
+// go through, and a one-thread team for products it runs alone (strided
+// batches), reused across calls.
 type gemmWorker struct {
-	packA, packB []float32
-	tile         []float32
+	tile []float32
+	solo gemmTeam
 }
 
-func (w *gemmWorker) buffers(kr *gemmKernel, kc, mc, nc int) (pa, pb, tile []float32) {
-	na := roundUp(mc, kr.mr) * kc
-	nb := roundUp(nc, kr.nr) * kc
-	if cap(w.packA) < na {
-		w.packA = make([]float32, na)
-	}
-	if cap(w.packB) < nb {
-		w.packB = make([]float32, nb)
-	}
+func (w *gemmWorker) tileFor(kr *gemmKernel) []float32 {
 	if cap(w.tile) < kr.mr*kr.nr {
 		w.tile = make([]float32, kr.mr*kr.nr)
 	}
-	return w.packA[:na], w.packB[:nb], w.tile[:kr.mr*kr.nr]
+	return w.tile[:kr.mr*kr.nr]
 }
 
 func roundUp(x, m int) int { return (x + m - 1) / m * m }
 
-// run computes rows [i0,i1) and columns [j0,j1) of C with kernel kr.
-func (w *gemmWorker) run(kr *gemmKernel, p *gemmParams, i0, i1, j0, j1 int) {
-	if i0 >= i1 || j0 >= j1 {
-		return
+// gemmTeam is the state the threads of one product share. They walk the
+// same loops in lockstep: for each (kc,nc) block of op(B) and each (mc,kc)
+// block of op(A), every thread packs its share of the panels into the shared
+// buffers, all meet at a barrier, then each computes its share of the
+// block's tiles. Packing is thus done once per call, not once per thread,
+// and each packed block is read by every core. Both buffers are double
+// buffered, so one barrier per packed block is enough: a buffer is refilled
+// only after the barrier that follows the compute that last read it.
+type gemmTeam struct {
+	kr         *gemmKernel
+	p          gemmParams
+	threads    int
+	kc, mc, nc int
+	packA      [2][]float32
+	packB      [2][]float32
+	bar        spinBarrier
+}
+
+// setup prepares the team for product p on threads threads, choosing block
+// sizes no larger than the kernel's that split m, n and k evenly, and
+// growing the buffers when needed.
+func (t *gemmTeam) setup(kr *gemmKernel, p *gemmParams, threads int) {
+	t.kr, t.p, t.threads = kr, *p, threads
+	t.kc = evenBlock(p.k, kr.kc, 1)
+	t.mc = evenBlock(p.m, kr.mc, kr.mr)
+	t.nc = evenBlock(p.n, kr.nc, kr.nr)
+	na := roundUp(t.mc, kr.mr) * t.kc
+	nb := roundUp(t.nc, kr.nr) * t.kc
+	for i := range 2 {
+		if cap(t.packA[i]) < na {
+			t.packA[i] = make([]float32, na)
+		}
+		if cap(t.packB[i]) < nb {
+			t.packB[i] = make([]float32, nb)
+		}
 	}
+	t.bar.reset(threads)
+}
+
+// evenBlock splits n into the fewest blocks of at most maxBlock and returns
+// the block size that makes them even, rounded up to a multiple of unit.
+func evenBlock(n, maxBlock, unit int) int {
+	maxBlock = max(unit, maxBlock/unit*unit)
+	blocks := (n + maxBlock - 1) / maxBlock
+	return min(maxBlock, roundUp((n+blocks-1)/blocks, unit))
+}
+
+// run is thread id's part of the product; tile is its (mr,nr) scratch.
+func (t *gemmTeam) run(id int, tile []float32) {
+	p, kr, nt := &t.p, t.kr, t.threads
 	mr, nr := kr.mr, kr.nr
-	kcMax := min(kr.kc, p.k)
-	mcMax := min(kr.mc, i1-i0)
-	ncMax := min(kr.nc, j1-j0)
-	pa, pb, tile := w.buffers(kr, kcMax, mcMax, ncMax)
-	for jc := j0; jc < j1; jc += ncMax {
-		nc := min(ncMax, j1-jc)
-		for pc := 0; pc < p.k; pc += kcMax {
-			kc := min(kcMax, p.k-pc)
-			packB(pb, p.b, p.ldb, p.transB, pc, kc, jc, nc, nr, kr.asmPack)
+	nA, nB := 0, 0
+	for jc := 0; jc < p.n; jc += t.nc {
+		nc := min(t.nc, p.n-jc)
+		npanB := (nc + nr - 1) / nr
+		for pc := 0; pc < p.k; pc += t.kc {
+			kc := min(t.kc, p.k-pc)
+			pb := t.packB[nB&1]
+			nB++
+			lo, hi := npanB*id/nt, npanB*(id+1)/nt
+			if lo < hi {
+				packB(pb[lo*nr*kc:], p.b, p.ldb, p.transB, pc, kc, jc+lo*nr, min(nc, hi*nr)-lo*nr, nr, kr.asmPack)
+			}
 			beta, loadC := float32(1), true
 			if pc == 0 {
 				beta, loadC = p.beta, p.beta != 0
 			}
-			for ic := i0; ic < i1; ic += mcMax {
-				mc := min(mcMax, i1-ic)
-				packA(pa, p.a, p.lda, p.transA, ic, mc, pc, kc, mr, kr.asmPack)
-				for ir := 0; ir < mc; ir += mr {
+			for ic := 0; ic < p.m; ic += t.mc {
+				mc := min(t.mc, p.m-ic)
+				npanA := (mc + mr - 1) / mr
+				pa := t.packA[nA&1]
+				nA++
+				lo, hi := npanA*id/nt, npanA*(id+1)/nt
+				if lo < hi {
+					packA(pa[lo*mr*kc:], p.a, p.lda, p.transA, ic+lo*mr, min(mc, hi*mr)-lo*mr, pc, kc, mr, kr.asmPack)
+				}
+				t.bar.wait()
+				// This thread's tiles: a contiguous run of the block's
+				// (A panel, B panel) pairs in A-panel-major order, so an A
+				// panel stays in L1 while B panels stream past it.
+				tiles := npanA * npanB
+				for q := tiles * id / nt; q < tiles*(id+1)/nt; q++ {
+					ir, jr := q/npanB*mr, q%npanB*nr
 					ap := pa[ir*kc : (ir+mr)*kc]
-					rows := min(mr, mc-ir)
-					for jr := 0; jr < nc; jr += nr {
-						bp := pb[jr*kc : (jr+nr)*kc]
-						cols := min(nr, nc-jr)
-						off := (ic+ir)*p.ldc + jc + jr
-						if rows == mr && cols == nr {
-							kr.fn(kc, ap, bp, p.c[off:], p.ldc, p.alpha, beta, loadC)
-							continue
-						}
-						kr.fn(kc, ap, bp, tile, nr, p.alpha, 0, false)
-						for i := 0; i < rows; i++ {
-							src := tile[i*nr : i*nr+cols]
-							dst := p.c[off+i*p.ldc : off+i*p.ldc+cols]
-							if loadC {
-								for j, v := range src {
-									dst[j] = v + beta*dst[j]
-								}
-							} else {
-								copy(dst, src)
+					bp := pb[jr*kc : (jr+nr)*kc]
+					rows, cols := min(mr, mc-ir), min(nr, nc-jr)
+					off := (ic+ir)*p.ldc + jc + jr
+					if rows == mr && cols == nr {
+						kr.fn(kc, ap, bp, p.c[off:], p.ldc, p.alpha, beta, loadC)
+						continue
+					}
+					kr.fn(kc, ap, bp, tile, nr, p.alpha, 0, false)
+					for i := 0; i < rows; i++ {
+						src := tile[i*nr : i*nr+cols]
+						dst := p.c[off+i*p.ldc : off+i*p.ldc+cols]
+						if loadC {
+							for j, v := range src {
+								dst[j] = v + beta*dst[j]
 							}
+						} else {
+							copy(dst, src)
 						}
 					}
 				}
@@ -182,8 +233,11 @@ func packB(dst, b []float32, ldb int, trans bool, p0, kc, j0, nc, nr int, fast b
 }
 
 // workerPool hands out gemmWorkers to calling goroutines, so that their
-// packing buffers survive from call to call.
+// buffers survive from call to call.
 var workerPool = sync.Pool{New: func() any { return new(gemmWorker) }}
+
+// teamPool holds the shared packing buffers of threaded calls.
+var teamPool = sync.Pool{New: func() any { return new(gemmTeam) }}
 
 // gemm is Sgemm after argument checks.
 func gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
@@ -198,48 +252,28 @@ func gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int,
 	kr := activeKernel.Load()
 	threads := GemmThreads()
 	// Below this much work, handing tiles to other goroutines costs more
-	// than it saves.
+	// than it saves; and no thread should be left without a tile row.
 	if float64(m)*float64(n)*float64(k) < 48*48*48 {
 		threads = 1
 	}
-	tm, tn := threadGrid(kr, m, n, k, threads)
-	if tm*tn == 1 {
-		w := workerPool.Get().(*gemmWorker)
-		w.run(kr, &p, 0, m, 0, n)
+	threads = max(1, min(threads, ((m+kr.mr-1)/kr.mr)*((n+kr.nr-1)/kr.nr)))
+	w := workerPool.Get().(*gemmWorker)
+	if threads == 1 {
+		w.solo.setup(kr, &p, 1)
+		w.solo.run(0, w.tileFor(kr))
+		w.solo.p = gemmParams{}
 		workerPool.Put(w)
 		return
 	}
+	team := teamPool.Get().(*gemmTeam)
+	team.setup(kr, &p, threads)
 	job := jobPool.Get().(*gemmJob)
-	job.kr, job.p, job.tm, job.tn = kr, p, tm, tn
-	job.runTasks(tm * tn)
-	job.p = gemmParams{}
+	job.team = team
+	job.runTasks(threads, w)
+	job.team, team.p = nil, gemmParams{}
 	jobPool.Put(job)
-}
-
-// threadGrid splits C into tm x tn rectangles, one per thread, choosing the
-// split that minimizes the largest share of kernel work plus packing.
-func threadGrid(kr *gemmKernel, m, n, k, threads int) (tm, tn int) {
-	mt, nt := (m+kr.mr-1)/kr.mr, (n+kr.nr-1)/kr.nr
-	best := -1.0
-	tm, tn = 1, 1
-	for x := 1; x <= threads; x++ {
-		if threads%x != 0 {
-			continue
-		}
-		y := threads / x
-		if x > mt || y > nt {
-			continue
-		}
-		rows := float64((mt+x-1)/x) * float64(kr.mr)
-		cols := float64((nt+y-1)/y) * float64(kr.nr)
-		// Each thread packs its B block once and its A rows once per nc block.
-		ncBlocks := float64(int(cols+float64(kr.nc)-1) / kr.nc)
-		cost := rows*cols*float64(k) + 8*float64(k)*(cols+rows*ncBlocks)
-		if best < 0 || cost < best {
-			best, tm, tn = cost, x, y
-		}
-	}
-	return tm, tn
+	teamPool.Put(team)
+	workerPool.Put(w)
 }
 
 // split returns the range [lo,hi) of part q of p parts of n items handed out

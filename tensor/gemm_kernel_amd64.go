@@ -71,7 +71,7 @@ func asmKernels() []*gemmKernel {
 	var ks []*gemmKernel
 	if avx512 {
 		ks = append(ks, &gemmKernel{
-			name: "avx512-12x32", mr: 12, nr: 32, kc: 384, mc: 1536, nc: 512, asmPack: true,
+			name: "avx512-12x32", mr: 12, nr: 32, kc: 384, mc: 1536, nc: 1024, asmPack: true,
 			fn: func(k int, a, b, c []float32, ldc int, alpha, beta float32, loadC bool) {
 				_, _, _ = a[k*12-1], b[k*32-1], c[11*ldc+31]
 				sgemmKernel12x32AVX512(k, &a[0], &b[0], &c[0], ldc, alpha, beta, b2i(loadC))

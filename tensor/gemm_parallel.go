@@ -1,18 +1,26 @@
 package tensor
 
-import "sync"
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
 
 // Long-lived worker goroutines take GEMM tasks from gemmTasks, so a call
-// starts no goroutines and allocates nothing once the pool is warm. Each
-// worker owns its packing buffers.
+// starts no goroutines and allocates nothing once the pool is warm. The
+// threads of one product wait for each other at barriers, so every part
+// of a job must be running at once: a call reserves idle workers for its
+// parts (starting more when there are too few) before it queues them, and
+// a worker counts itself idle again only when its part is done.
 
-// gemmJob is one threaded call: a product split into tm x tn rectangles, or
-// a strided batch split into runs of whole products.
+// gemmJob is one threaded call: a product shared by a team, or a strided
+// batch split into runs of whole products.
 type gemmJob struct {
-	kr     *gemmKernel
-	p      gemmParams
-	tm, tn int
-	// For batches: matrix strides and count; tm*tn == 0 marks a batch job.
+	team *gemmTeam
+	// For batches: the product, matrix strides and count.
+	kr                               *gemmKernel
+	p                                gemmParams
 	strideA, strideB, strideC, batch int
 	parts                            int
 	wg                               sync.WaitGroup
@@ -28,56 +36,139 @@ var jobPool = sync.Pool{New: func() any { return new(gemmJob) }}
 var (
 	gemmTasks   = make(chan gemmTask, 256)
 	workersMu   sync.Mutex
-	workersLive int
+	workersIdle int
 )
 
-// ensureWorkers starts worker goroutines until n are running.
-func ensureWorkers(n int) {
+// reserveWorkers claims n idle workers, starting new ones when fewer are idle.
+func reserveWorkers(n int) {
 	workersMu.Lock()
 	defer workersMu.Unlock()
-	for ; workersLive < n; workersLive++ {
-		go func() {
-			w := new(gemmWorker)
-			for t := range gemmTasks {
-				t.job.runPart(w, t.part)
-				t.job.wg.Done()
-			}
-		}()
+	for ; workersIdle < n; workersIdle++ {
+		go gemmWorkerLoop()
+	}
+	workersIdle -= n
+}
+
+// workerPoll is how long an idle worker keeps polling for the next task
+// before it sleeps. Training issues GEMMs back to back: a worker that is
+// still on a core takes the next part at once, where a sleeping one must
+// first be woken and scheduled, which on a busy machine can take longer
+// than the part itself. It yields between polls, so other goroutines (the
+// elementwise kernels) keep the core meanwhile.
+const workerPoll = 2 * time.Millisecond
+
+func gemmWorkerLoop() {
+	w := new(gemmWorker)
+	for {
+		var t gemmTask
+		select {
+		case t = <-gemmTasks:
+		default:
+			t = pollTask()
+		}
+		t.job.runPart(w, t.part)
+		t.job.wg.Done()
+		workersMu.Lock()
+		workersIdle++
+		workersMu.Unlock()
 	}
 }
 
-// runTasks runs parts [0,n) of the job, part 0 on the calling goroutine.
-func (j *gemmJob) runTasks(n int) {
+func pollTask() gemmTask {
+	start := time.Now()
+	for i := 0; ; i++ {
+		select {
+		case t := <-gemmTasks:
+			return t
+		default:
+		}
+		if i%32 == 31 && time.Since(start) > workerPoll {
+			return <-gemmTasks
+		}
+		runtime.Gosched()
+	}
+}
+
+// runTasks runs parts [0,n) of the job, part 0 on the calling goroutine
+// with worker w.
+func (j *gemmJob) runTasks(n int, w *gemmWorker) {
 	j.parts = n
-	ensureWorkers(n - 1)
+	reserveWorkers(n - 1)
 	j.wg.Add(n - 1)
 	for q := 1; q < n; q++ {
 		gemmTasks <- gemmTask{j, q}
 	}
-	w := workerPool.Get().(*gemmWorker)
 	j.runPart(w, 0)
-	workerPool.Put(w)
 	j.wg.Wait()
 }
 
 func (j *gemmJob) runPart(w *gemmWorker, q int) {
-	if j.batch > 0 {
-		lo, hi := split(j.batch, 1, j.parts, q)
-		for i := lo; i < hi; i++ {
-			p := j.p
-			p.a, p.b, p.c = p.a[i*j.strideA:], p.b[i*j.strideB:], p.c[i*j.strideC:]
-			w.run(j.kr, &p, 0, p.m, 0, p.n)
-		}
+	if j.team != nil {
+		j.team.run(q, w.tileFor(j.team.kr))
 		return
 	}
-	i0, i1 := split(j.p.m, j.kr.mr, j.tm, q/j.tn)
-	j0, j1 := split(j.p.n, j.kr.nr, j.tn, q%j.tn)
-	w.run(j.kr, &j.p, i0, i1, j0, j1)
+	lo, hi := split(j.batch, 1, j.parts, q)
+	for i := lo; i < hi; i++ {
+		p := j.p
+		p.a, p.b, p.c = p.a[i*j.strideA:], p.b[i*j.strideB:], p.c[i*j.strideC:]
+		w.solo.setup(j.kr, &p, 1)
+		w.solo.run(0, w.tileFor(j.kr))
+	}
+	w.solo.p = gemmParams{}
+}
+
+// spinBarrier makes n threads wait until all have arrived. Waiters spin
+// briefly (the others are usually microseconds away) and then sleep, so
+// that a waiter never holds a core that a late thread needs: on a shared
+// machine more threads may be runnable than there are cores.
+type spinBarrier struct {
+	n     int32
+	count atomic.Int32
+	gen   atomic.Uint32
+	mu    sync.Mutex
+	cond  sync.Cond
+}
+
+func (b *spinBarrier) reset(n int) {
+	b.n = int32(n)
+	b.count.Store(0)
+	if b.cond.L == nil {
+		b.cond.L = &b.mu
+	}
+}
+
+// barrierSpins is how many times a waiter polls before it sleeps: a few
+// microseconds.
+const barrierSpins = 2000
+
+func (b *spinBarrier) wait() {
+	if b.n <= 1 {
+		return
+	}
+	g := b.gen.Load()
+	if b.count.Add(1) == b.n {
+		b.count.Store(0)
+		b.mu.Lock()
+		b.gen.Add(1)
+		b.mu.Unlock()
+		b.cond.Broadcast()
+		return
+	}
+	for i := 0; i < barrierSpins; i++ {
+		if b.gen.Load() != g {
+			return
+		}
+	}
+	b.mu.Lock()
+	for b.gen.Load() == g {
+		b.cond.Wait()
+	}
+	b.mu.Unlock()
 }
 
 // gemmBatched is SgemmStridedBatched after argument checks. With at least
 // as many products as threads, each thread takes whole products; otherwise
-// the products run one after another, each split across the threads.
+// the products run one after another, each shared by the threads.
 func gemmBatched(transA, transB bool, m, n, k int, alpha float32, a []float32, lda, strideA int, b []float32, ldb, strideB int, beta float32, c []float32, ldc, strideC int, batch int) {
 	if m == 0 || n == 0 || batch == 0 {
 		return
@@ -102,7 +193,9 @@ func gemmBatched(transA, transB bool, m, n, k int, alpha float32, a []float32, l
 	job.kr = activeKernel.Load()
 	job.p = gemmParams{transA, transB, m, n, k, alpha, beta, a, lda, b, ldb, c, ldc}
 	job.strideA, job.strideB, job.strideC, job.batch = strideA, strideB, strideC, batch
-	job.runTasks(threads)
-	job.p, job.batch = gemmParams{}, 0
+	w := workerPool.Get().(*gemmWorker)
+	job.runTasks(threads, w)
+	workerPool.Put(w)
+	job.p, job.batch, job.kr = gemmParams{}, 0, nil
 	jobPool.Put(job)
 }

@@ -350,3 +350,32 @@ func TestSgemmBadArgs(t *testing.T) {
 		})
 	}
 }
+
+// TestSgemmSmallBlocks shrinks the cache blocks so that moderate sizes walk
+// every loop of the shared-packing driver many times (several k, m and n
+// blocks, ragged edges, both halves of the double buffers) on 1 to 3
+// threads.
+func TestSgemmSmallBlocks(t *testing.T) {
+	saved := activeKernel.Load()
+	defer activeKernel.Store(saved)
+	defer SetGemmThreads(0)
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, kr := range gemmKernels {
+		small := *kr
+		small.kc, small.mc, small.nc = 19, 3*kr.mr, 2*kr.nr
+		activeKernel.Store(&small)
+		for threads := 1; threads <= 3; threads++ {
+			SetGemmThreads(threads)
+			t.Run(fmt.Sprintf("%s/threads%d", kr.name, threads), func(t *testing.T) {
+				for _, tc := range []gemmCase{
+					{m: 101, n: 157, k: 83, alpha: 1},
+					{m: 64, n: 200, k: 40, transA: true, alpha: 0.5, beta: 1, padC: 3},
+					{m: 130, n: 70, k: 57, transB: true, alpha: 1, beta: -1, padA: 2},
+					{m: 37, n: 300, k: 20, transA: true, transB: true, alpha: 1, nanC: true},
+				} {
+					runGemmCase(t, r, tc)
+				}
+			})
+		}
+	}
+}
