@@ -798,6 +798,8 @@ type adamK struct {
 
 func (k *adamK) run(lo, hi, _ int) {
 	p, g, m, v := k.param[lo:hi], k.grad[lo:hi], k.m[lo:hi], k.v[lo:hi]
+	done := adamwVec(k, p, g, m, v)
+	p, g, m, v = p[done:], g[done:], m[done:], v[done:]
 	for i := range p {
 		gi := g[i] * k.gradScale
 		mi := k.b1*m[i] + (1-k.b1)*gi

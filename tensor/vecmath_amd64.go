@@ -105,3 +105,24 @@ func maxVec(src []float32) (int, float32) {
 	}
 	return m, maxAVX2(&src[0], m)
 }
+
+// adamHyper is the per-step constants of adamwAVX2, in the order it loads them.
+type adamHyper struct {
+	gradScale, b1, omb1, b2, omb2, bc1, bc2, eps, lr, wd float32
+}
+
+//go:noescape
+func adamwAVX2(p, grad, m, v *float32, n int, h *adamHyper)
+
+// adamwVec runs the AdamW step of k on the first m = vecLen(len(p))
+// elements of the slices and returns m.
+func adamwVec(k *adamK, p, g, m, v []float32) int {
+	n := vecLen(len(p))
+	if n == 0 {
+		return 0
+	}
+	_, _, _ = g[n-1], m[n-1], v[n-1]
+	h := adamHyper{k.gradScale, k.b1, 1 - k.b1, k.b2, 1 - k.b2, k.bc1, k.bc2, k.eps, k.lr, k.wd}
+	adamwAVX2(&p[0], &g[0], &m[0], &v[0], n, &h)
+	return n
+}

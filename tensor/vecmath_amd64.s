@@ -411,3 +411,62 @@ maxDone:
 	VMOVSS       X4, ret+16(FP)
 	VZEROUPPER
 	RET
+
+// func adamwAVX2(p, grad, m, v *float32, n int, h *adamHyper)
+//
+// One AdamW step over n elements (n a multiple of 8), as adamK.run:
+//
+//	g' = g*gradScale
+//	m = b1*m + (1-b1)*g';  v = b2*v + (1-b2)*g'^2
+//	p -= lr*((m/bc1)/(sqrt(v/bc2)+eps) + wd*p)
+//
+// h holds gradScale, b1, 1-b1, b2, 1-b2, bc1, bc2, eps, lr, wd (float32s).
+TEXT ·adamwAVX2(SB), NOSPLIT, $0-48
+	MOVQ p+0(FP), DI
+	MOVQ grad+8(FP), SI
+	MOVQ m+16(FP), DX
+	MOVQ v+24(FP), CX
+	MOVQ n+32(FP), BX
+	MOVQ h+40(FP), AX
+	VBROADCASTSS 0(AX), Y8
+	VBROADCASTSS 4(AX), Y9
+	VBROADCASTSS 8(AX), Y10
+	VBROADCASTSS 12(AX), Y11
+	VBROADCASTSS 16(AX), Y12
+	VBROADCASTSS 20(AX), Y13
+	VBROADCASTSS 24(AX), Y14
+	VBROADCASTSS 28(AX), Y15
+	SHRQ $3, BX
+	JZ   adamdone
+
+adamloop:
+	VMOVUPS (SI), Y0
+	VMULPS  Y8, Y0, Y0
+	VMULPS  (DX), Y9, Y1
+	VFMADD231PS Y0, Y10, Y1
+	VMOVUPS Y1, (DX)
+	VMULPS  Y0, Y0, Y2
+	VMULPS  (CX), Y11, Y3
+	VFMADD231PS Y2, Y12, Y3
+	VMOVUPS Y3, (CX)
+	VDIVPS  Y13, Y1, Y1
+	VDIVPS  Y14, Y3, Y3
+	VSQRTPS Y3, Y3
+	VADDPS  Y15, Y3, Y3
+	VDIVPS  Y3, Y1, Y1
+	VMOVUPS (DI), Y4
+	VBROADCASTSS 36(AX), Y5
+	VFMADD231PS Y4, Y5, Y1
+	VBROADCASTSS 32(AX), Y6
+	VFNMADD231PS Y1, Y6, Y4
+	VMOVUPS Y4, (DI)
+	ADDQ $32, DI
+	ADDQ $32, SI
+	ADDQ $32, DX
+	ADDQ $32, CX
+	DECQ BX
+	JNZ  adamloop
+
+adamdone:
+	VZEROUPPER
+	RET
