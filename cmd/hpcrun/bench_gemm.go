@@ -179,6 +179,9 @@ func median(x []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
+// benchSettle is the pause before each timed run of one library.
+const benchSettle = 150 * time.Millisecond
+
 func runGemmBench(w io.Writer, shapes []gemmShape, peer *tensor.GemmPeer, threads, rounds int, minTime time.Duration) error {
 	tensor.SetGemmThreads(threads)
 	defer tensor.SetGemmThreads(0)
@@ -202,9 +205,14 @@ func runGemmBench(w io.Writer, shapes []gemmShape, peer *tensor.GemmPeer, thread
 			timeGemm(peer.Sgemm, s, a, b, c, 0)
 		}
 		for range rounds {
+			// OpenBLAS's idle threads keep spinning for about 0.1 s after a
+			// call and would take cores from the next library timed: let
+			// each library's threads settle before the other runs.
+			time.Sleep(benchSettle)
 			g := timeGemm(tensor.Sgemm, s, a, b, c, minTime)
 			ours = append(ours, g)
 			if peer != nil {
+				time.Sleep(benchSettle)
 				p := timeGemm(peer.Sgemm, s, a, b, c, minTime)
 				theirs = append(theirs, p)
 				ratios = append(ratios, g/p)
