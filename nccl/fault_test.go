@@ -124,5 +124,6 @@ func TestFaultKillTCP(t *testing.T)   { testFault(t, BackendTCP, 2, false) }
 func TestFaultKillRank0(t *testing.T) { testFault(t, BackendTCP, 0, false) }
 func TestFaultStallTCP(t *testing.T)  { testFault(t, BackendTCP, 1, true) }
 
-func TestFaultKillShm(t *testing.T)  { testFault(t, BackendAuto, 3, false) }
-func TestFaultStallShm(t *testing.T) { testFault(t, BackendAuto, 2, true) }
+func TestFaultKillShm(t *testing.T)    { testFault(t, BackendAuto, 3, false) }
+func TestFaultStallShm(t *testing.T)   { testFault(t, BackendAuto, 2, true) }
+func TestFaultStallRank0(t *testing.T) { testFault(t, BackendAuto, 0, true) }

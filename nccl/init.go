@@ -135,6 +135,7 @@ type node struct {
 	err     error
 	errCh   chan struct{}
 	closing bool
+	settle  sync.Once
 	stop    chan struct{}
 	wg      sync.WaitGroup
 }
@@ -176,7 +177,9 @@ func newNode(ctx context.Context, o Options) (*node, error) {
 	if nd.store, err = dial(); err != nil {
 		return nil, fmt.Errorf("nccl: rank %d: %w", o.Rank, err)
 	}
-	if nd.watch, err = dial(); err != nil {
+	// The watch connection answers pings within half the timeout, so that
+	// a stalled rank 0 is named before the collectives time out.
+	if nd.watch, err = DialStore(ctx, master, o.Token, o.Timeout/2); err != nil {
 		return nil, fmt.Errorf("nccl: rank %d: %w", o.Rank, err)
 	}
 	if nd.waiter, err = dial(); err != nil {
@@ -244,7 +247,13 @@ func (nd *node) heartbeat() {
 		case <-t.C:
 		}
 		if err := nd.watch.Ping(); err != nil {
-			nd.storeLost(err)
+			// A closed Store is waitAbort's to report: it reads any abort
+			// record sent before the close. A Store that stopped
+			// answering is a stalled rank 0.
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				nd.storeLost(err)
+			}
 			return
 		}
 	}
@@ -288,11 +297,17 @@ func (nd *node) peer(r int) peerInfo {
 	return peerInfo{}
 }
 
-// abortErr is the job's failure, once known.
+// abortErr is the job's failure, once known. On rank 0 it first lets the
+// Store deliver the failure to every rank: the caller may exit next, and
+// the Store with it.
 func (nd *node) abortErr() error {
 	nd.mu.Lock()
-	defer nd.mu.Unlock()
-	return nd.err
+	err := nd.err
+	nd.mu.Unlock()
+	if err != nil && nd.server != nil {
+		nd.settle.Do(func() { nd.server.waitAbortDelivered(time.Second) })
+	}
+	return err
 }
 
 // abortLocal records err as the job's failure and unblocks every pending
@@ -325,8 +340,16 @@ func (nd *node) fail(pe *PeerError) error {
 	}
 	var err error = pe
 	if nd.store != nil {
-		if v, e := nd.store.SetIfAbsent(AbortKey, encodeAbort(pe)); e == nil {
+		v, e := nd.store.SetIfAbsent(AbortKey, encodeAbort(pe))
+		if e == nil {
 			err = decodeAbort(v)
+		} else {
+			// The Store is gone, maybe with an abort record that
+			// waitAbort is reading now: let it speak first.
+			select {
+			case <-nd.errCh:
+			case <-time.After(time.Second):
+			}
 		}
 	}
 	nd.abortLocal(err)

@@ -121,6 +121,10 @@ type StoreServer struct {
 	closed  bool
 	conns   map[net.Conn]bool
 	wg      sync.WaitGroup
+	// abortWaiting counts connections blocked on AbortKey whose answer is
+	// not yet written, so that rank 0 can make sure that the others hear
+	// of an abort before its process exits and takes the Store along.
+	abortWaiting int
 }
 
 type watched struct {
@@ -285,12 +289,44 @@ func (s *StoreServer) serve(conn net.Conn) {
 		if err != nil {
 			return
 		}
+		watching := op == opGet && key == AbortKey
+		if watching {
+			s.mu.Lock()
+			s.abortWaiting++
+			s.mu.Unlock()
+		}
 		st, out := s.do(op, key, val, wait, &rank)
-		if err := writeFrame(w, st, out); err != nil {
+		err = writeFrame(w, st, out)
+		if err == nil {
+			err = w.Flush()
+		}
+		if watching {
+			s.mu.Lock()
+			s.abortWaiting--
+			close(s.changed)
+			s.changed = make(chan struct{})
+			s.mu.Unlock()
+		}
+		if err != nil {
 			return
 		}
-		if err := w.Flush(); err != nil {
+	}
+}
+
+// waitAbortDelivered waits until every connection that was waiting on
+// AbortKey has been answered, or until timeout.
+func (s *StoreServer) waitAbortDelivered(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for {
+		s.mu.Lock()
+		n, ch := s.abortWaiting, s.changed
+		s.mu.Unlock()
+		if n == 0 || time.Now().After(deadline) {
 			return
+		}
+		select {
+		case <-ch:
+		case <-time.After(time.Until(deadline)):
 		}
 	}
 }
