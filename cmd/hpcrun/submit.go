@@ -56,6 +56,17 @@ func planSubmit(c *cli.Context) (*submitPlan, error) {
 	if err := applyTrainFlags(c, &tc); err != nil {
 		return nil, err
 	}
+	// The job may start in another directory (a template's cd, a requeue):
+	// file paths travel absolute.
+	for _, path := range []*string{&tc.Data, &tc.VocabFile} {
+		if *path != "" && *path != "synthetic" && !filepath.IsAbs(*path) {
+			abs, err := filepath.Abs(*path)
+			if err != nil {
+				return nil, err
+			}
+			*path = abs
+		}
+	}
 	// Config, data and device: bad input fails here, before a run dir
 	// exists, not in the job's first minute.
 	if err := train.Check(tc); err != nil {
