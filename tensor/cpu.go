@@ -23,6 +23,25 @@ type CPUDevice struct {
 	scratch []float32 // per-chunk partial sums (LayerNormBackward)
 	partial []float64 // per-chunk partial sums (SumSquares)
 	k       cpuKernels
+
+	observe func(GemmShape) // see ObserveGemm
+}
+
+// GemmShape is the shape of one GEMM call: what a benchmark needs to replay
+// a training step's matrix products through another BLAS.
+type GemmShape struct {
+	TransA, TransB bool
+	M, N, K, Batch int
+}
+
+// ObserveGemm makes the device call f with the shape of every later Gemm and
+// GemmStridedBatched (Batch 1 for Gemm); nil stops it. Layers allocate their
+// tensors on this device and call it through Tensor.Device, so observing
+// here sees every product of a step, which wrapping the Device would not.
+func (d *CPUDevice) ObserveGemm(f func(GemmShape)) {
+	d.mu.Lock()
+	d.observe = f
+	d.mu.Unlock()
 }
 
 // NewCPU returns a new CPU device with its own memory accounting.
@@ -230,12 +249,18 @@ func (d *CPUDevice) Copy(dst, src *Tensor) {
 // host memory.
 func (d *CPUDevice) Gemm(transA, transB bool, m, n, k int, alpha float32, a *Tensor, aOff, lda int, b *Tensor, bOff, ldb int, beta float32, c *Tensor, cOff, ldc int) {
 	d.own("Gemm", a, b, c)
+	if d.observe != nil {
+		d.observe(GemmShape{transA, transB, m, n, k, 1})
+	}
 	Sgemm(transA, transB, m, n, k, alpha, from("Gemm", "a", a, aOff), lda, from("Gemm", "b", b, bOff), ldb, beta, from("Gemm", "c", c, cOff), ldc)
 }
 
 // GemmStridedBatched computes batch Gemms with SgemmStridedBatched.
 func (d *CPUDevice) GemmStridedBatched(transA, transB bool, m, n, k int, alpha float32, a *Tensor, aOff, lda, strideA int, b *Tensor, bOff, ldb, strideB int, beta float32, c *Tensor, cOff, ldc, strideC, batch int) {
 	d.own("GemmStridedBatched", a, b, c)
+	if d.observe != nil {
+		d.observe(GemmShape{transA, transB, m, n, k, batch})
+	}
 	SgemmStridedBatched(transA, transB, m, n, k, alpha,
 		from("GemmStridedBatched", "a", a, aOff), lda, strideA,
 		from("GemmStridedBatched", "b", b, bOff), ldb, strideB, beta,

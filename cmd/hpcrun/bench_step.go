@@ -34,36 +34,8 @@ func benchStepCommand() *cli.Command {
 	}
 }
 
-// stepGemm is one GEMM of the step, as the model called it.
-type stepGemm struct {
-	transA, transB bool
-	m, n, k, batch int
-}
-
-func (g stepGemm) flops() float64 {
-	return 2 * float64(g.m) * float64(g.n) * float64(g.k) * float64(g.batch)
-}
-
-// gemmRecorder passes every kernel to the device it wraps and records the
-// shapes of the GEMMs.
-type gemmRecorder struct {
-	tensor.Device
-	on    bool
-	gemms []stepGemm
-}
-
-func (d *gemmRecorder) Gemm(transA, transB bool, m, n, k int, alpha float32, a *tensor.Tensor, aOff, lda int, b *tensor.Tensor, bOff, ldb int, beta float32, c *tensor.Tensor, cOff, ldc int) {
-	if d.on {
-		d.gemms = append(d.gemms, stepGemm{transA, transB, m, n, k, 1})
-	}
-	d.Device.Gemm(transA, transB, m, n, k, alpha, a, aOff, lda, b, bOff, ldb, beta, c, cOff, ldc)
-}
-
-func (d *gemmRecorder) GemmStridedBatched(transA, transB bool, m, n, k int, alpha float32, a *tensor.Tensor, aOff, lda, strideA int, b *tensor.Tensor, bOff, ldb, strideB int, beta float32, c *tensor.Tensor, cOff, ldc, strideC, batch int) {
-	if d.on {
-		d.gemms = append(d.gemms, stepGemm{transA, transB, m, n, k, batch})
-	}
-	d.Device.GemmStridedBatched(transA, transB, m, n, k, alpha, a, aOff, lda, strideA, b, bOff, ldb, strideB, beta, c, cOff, ldc, strideC, batch)
+func gemmFLOPs(g tensor.GemmShape) float64 {
+	return 2 * float64(g.M) * float64(g.N) * float64(g.K) * float64(g.Batch)
 }
 
 type benchStepResult struct {
@@ -112,15 +84,14 @@ func runBenchStep(c *cli.Context) error {
 	tensor.SetGemmThreads(threads)
 	cpu := tensor.NewCPU()
 	cpu.SetThreads(threads)
-	rec := &gemmRecorder{Device: cpu}
-
-	// One recorded step gives the GEMM mix; then the timed steps.
-	rec.on = true
-	if _, err := train.BenchStep(cfg, rec, 0, 1); err != nil {
+	// One observed step gives the GEMM mix; then the timed steps.
+	var gemms []tensor.GemmShape
+	cpu.ObserveGemm(func(g tensor.GemmShape) { gemms = append(gemms, g) })
+	if _, err := train.BenchStep(cfg, cpu, 0, 1); err != nil {
 		return err
 	}
-	rec.on = false
-	t, err := train.BenchStep(cfg, rec, c.Int("warmup"), steps)
+	cpu.ObserveGemm(nil)
+	t, err := train.BenchStep(cfg, cpu, c.Int("warmup"), steps)
 	if err != nil {
 		return err
 	}
@@ -129,19 +100,19 @@ func runBenchStep(c *cli.Context) error {
 	res := benchStepResult{
 		Model: cfg.Preset, Params: t.Params, Bsz: cfg.BatchSize, Seq: cfg.Seq, Threads: threads,
 		StepS: sorted[len(sorted)/2], StepSMin: sorted[0], StepSMax: sorted[len(sorted)-1],
-		StepsMeasured: len(sorted), Loss: t.Loss, GemmCalls: len(rec.gemms),
+		StepsMeasured: len(sorted), Loss: t.Loss, GemmCalls: len(gemms),
 	}
 	res.ModelFLOPsStep = 6 * float64(t.Params) * float64(t.TokensPerStep)
 	res.ModelGFLOPS = res.ModelFLOPsStep / res.StepS / 1e9
-	for _, g := range rec.gemms {
-		res.GemmGFLOP += g.flops() / 1e9
+	for _, g := range gemms {
+		res.GemmGFLOP += gemmFLOPs(g) / 1e9
 	}
-	res.EngineGemmS = replayGemms(rec.gemms, tensor.Sgemm)
+	res.EngineGemmS = replayGemms(gemms, tensor.Sgemm)
 	res.EngineGFLOPS = res.GemmGFLOP / res.EngineGemmS
 	if peer, ok := tensor.OpenBLASPeer(); ok {
 		peer.SetThreads(threads)
 		res.Peer = peer.Name
-		res.PeerGemmS = replayGemms(rec.gemms, peer.Sgemm)
+		res.PeerGemmS = replayGemms(gemms, peer.Sgemm)
 		res.PeerGFLOPS = res.GemmGFLOP / res.PeerGemmS
 		res.ModelOverPeer = res.ModelGFLOPS / res.PeerGFLOPS
 	} else {
@@ -168,10 +139,10 @@ func runBenchStep(c *cli.Context) error {
 // replayGemms runs every recorded GEMM through sgemm on random matrices
 // (batched ones as a loop) and returns the seconds they took, the best of
 // three passes.
-func replayGemms(gemms []stepGemm, sgemm func(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)) float64 {
+func replayGemms(gemms []tensor.GemmShape, sgemm func(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)) float64 {
 	maxA, maxB, maxC := 0, 0, 0
 	for _, g := range gemms {
-		maxA, maxB, maxC = max(maxA, g.m*g.k), max(maxB, g.k*g.n), max(maxC, g.m*g.n)
+		maxA, maxB, maxC = max(maxA, g.M*g.K), max(maxB, g.K*g.N), max(maxC, g.M*g.N)
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	fill := func(n int) []float32 {
@@ -186,15 +157,15 @@ func replayGemms(gemms []stepGemm, sgemm func(transA, transB bool, m, n, k int, 
 	for pass := 0; pass < 3; pass++ {
 		start := time.Now()
 		for _, g := range gemms {
-			lda, ldb := g.k, g.n
-			if g.transA {
-				lda = g.m
+			lda, ldb := g.K, g.N
+			if g.TransA {
+				lda = g.M
 			}
-			if g.transB {
-				ldb = g.k
+			if g.TransB {
+				ldb = g.K
 			}
-			for i := 0; i < g.batch; i++ {
-				sgemm(g.transA, g.transB, g.m, g.n, g.k, 1, a, lda, b, ldb, 0, cm, g.n)
+			for i := 0; i < g.Batch; i++ {
+				sgemm(g.TransA, g.TransB, g.M, g.N, g.K, 1, a, lda, b, ldb, 0, cm, g.N)
 			}
 		}
 		if s := time.Since(start).Seconds(); pass == 0 || s < best {

@@ -1,17 +1,13 @@
 package main
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"os/exec"
 	"os/signal"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -137,74 +133,21 @@ func parseCheckArgs(c *cli.Context) (checkOptions, error) {
 // launchCheck starts tp ranks of `hpcrun check` on this machine, with the
 // variables torchrun would set, and waits for them.
 func launchCheck(c *cli.Context, o checkOptions) error {
-	tp := o.tp
-	self, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("path of hpcrun: %w", err)
-	}
-	token, err := randomHex(16)
+	token, err := newToken()
 	if err != nil {
 		return err
 	}
-	port, err := loopbackPort()
-	if err != nil {
-		return err
-	}
-	args := []string{"check", "--tp", strconv.Itoa(tp), "--timeout", o.timeout.String(), o.name}
+	args := []string{"check", "--tp", strconv.Itoa(o.tp), "--timeout", o.timeout.String(), o.name}
 	if c.Bool("json") {
 		args = append([]string{"--json"}, args...)
 	}
-	threads := max(1, runtime.NumCPU()/tp)
-	cmds := make([]*exec.Cmd, tp)
-	done := make(chan error, tp)
-	for r := range tp {
-		cmd := exec.Command(self, args...)
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-		cmd.Env = append(os.Environ(),
-			"TORCHELASTIC_RUN_ID=hpcrun-check-"+token[:8],
-			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(tp),
-			"LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE="+strconv.Itoa(tp),
-			"GROUP_RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
-			checkTokenEnv+"="+token,
-		)
-		if os.Getenv("GOMAXPROCS") == "" {
-			cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(threads))
-		}
-		if err := cmd.Start(); err != nil {
-			for _, p := range cmds[:r] {
-				p.Process.Kill()
-			}
-			return fmt.Errorf("start check rank %d: %w", r, err)
-		}
-		cmds[r] = cmd
-		go func() { done <- cmd.Wait() }()
+	ranks := localRanks{n: o.tp, args: args, runID: "hpcrun-check-" + token[:8],
+		env: []string{checkTokenEnv + "=" + token}, grace: o.timeout + 5*time.Second}
+	failed, err := ranks.run()
+	if err != nil {
+		return err
 	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	failed := 0
-	var deadline <-chan time.Time
-	for left := tp; left > 0; {
-		select {
-		case err := <-done:
-			left--
-			if err != nil {
-				failed++
-				if deadline == nil {
-					deadline = time.After(o.timeout + 5*time.Second)
-				}
-			}
-		case s := <-sigs:
-			for _, p := range cmds {
-				p.Process.Signal(s)
-			}
-		case <-deadline:
-			for _, p := range cmds {
-				p.Process.Kill()
-			}
-		}
-	}
-	if failed > 0 {
+	if len(failed) > 0 {
 		return cli.Exit("", 1) // the ranks said why
 	}
 	return nil
@@ -358,23 +301,4 @@ func checkJSON(results []*parallel.Result, mesh *parallel.Mesh) any {
 		out.Results = append(out.Results, checkJSONResult{r.Check, r.TP, r.Pass(), r.MaxErr(), r.Fail, r.Measures})
 	}
 	return out
-}
-
-// randomHex is n random bytes in hex.
-func randomHex(n int) (string, error) {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b), nil
-}
-
-// loopbackPort asks the kernel for a free TCP port on the loopback address.
-func loopbackPort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("free port for the master: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
