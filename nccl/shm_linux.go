@@ -247,8 +247,11 @@ func (g *shmGroup) allReduce(buf []float32, op Op) error {
 		if first {
 			g.begin('R', op, len(buf))
 		}
+		// Only this rank reads its own segment: it stays in buf.
 		mine := g.slot(g.me)
-		copy(mine, buf[off:off+cl])
+		lo, hi := segment(cl, g.n, g.me)
+		copy(mine[:lo], buf[off:off+lo])
+		copy(mine[hi:cl], buf[off+hi:off+cl])
 		if err := g.sync(); err != nil {
 			return err
 		}
@@ -258,10 +261,14 @@ func (g *shmGroup) allReduce(buf []float32, op Op) error {
 				return err
 			}
 		}
-		lo, hi := segment(cl, g.n, g.me)
-		out := buf[off+lo : off+hi]
-		g.reduce(out, lo, op)
-		copy(mine[lo:hi], out)
+		srcs := make([][]float32, g.n)
+		for r := range srcs {
+			srcs[r] = g.slot(r)[lo:hi]
+		}
+		srcs[g.me] = buf[off+lo : off+hi]
+		reduceSlots(mine[lo:hi], srcs, op)
+		finish(mine[lo:hi], op, g.n)
+		copy(buf[off+lo:off+hi], mine[lo:hi])
 		if err := g.sync(); err != nil {
 			return err
 		}
