@@ -190,6 +190,7 @@ type PeerError struct {
 	Err  error  // what was observed
 }
 
+// Error names the culprit and what was observed.
 func (e *PeerError) Error() string {
 	if e.Host != "" {
 		return fmt.Sprintf("rank %d (%s): %v", e.Rank, e.Host, e.Err)
@@ -197,6 +198,7 @@ func (e *PeerError) Error() string {
 	return fmt.Sprintf("rank %d: %v", e.Rank, e.Err)
 }
 
+// Unwrap returns the observed error (for errors.Is(err, ErrTimeout)).
 func (e *PeerError) Unwrap() error { return e.Err }
 
 // ErrClosed is returned by operations on a closed communicator.
@@ -231,7 +233,7 @@ func checkGroup(ranks []int, n, me int) (int, error) {
 	return pos, nil
 }
 
-// checkArgs validates the buffer lengths of a collective.
+// checkAllGather and checkReduceScatter validate the buffer lengths.
 func checkAllGather(send, recv []float32, n int) error {
 	if len(recv) != n*len(send) {
 		return fmt.Errorf("nccl: AllGather recv has %d elements, want %d (size %d x send %d)", len(recv), n*len(send), n, len(send))
