@@ -324,8 +324,9 @@ func (c *tcpComm) checkHeader(conn net.Conn, peer int, want []byte) error {
 	if binary.LittleEndian.Uint32(got) != hdrMagic {
 		err = fmt.Errorf("nccl: group rank %d: corrupt stream from rank %d", c.rank, peer)
 	}
-	c.nd.abortLocal(err)
-	return err
+	// The streams are out of step for good: fail the job on every rank.
+	w := c.ranks[peer]
+	return c.nd.fail(&PeerError{Rank: w, Host: c.nd.peer(w).host, Err: err})
 }
 
 // sender writes queued byte slices to a connection on its own goroutine.

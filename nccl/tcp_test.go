@@ -167,3 +167,26 @@ func TestPeerListenerRefusesStrangers(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Ranks that disagree on the collective fail together, not by timeout.
+func TestTCPMismatchFailsEveryRank(t *testing.T) {
+	start := time.Now()
+	err := tcpWorld(BackendTCP)(t, 4, func(c Comm) error {
+		var err error
+		if c.Rank() == 2 {
+			err = c.Broadcast(make([]float32, 100), 0)
+		} else {
+			err = c.AllReduce(make([]float32, 100), Sum)
+		}
+		if err == nil || !strings.Contains(err.Error(), "called") {
+			return fmt.Errorf("mismatched collectives: %v, want a mismatch error", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("mismatch noticed after %v", d)
+	}
+}
