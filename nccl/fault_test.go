@@ -35,6 +35,9 @@ func helperRank() int {
 	for i := 0; ; i++ {
 		if err := c.AllReduce(buf, Sum); err != nil {
 			fmt.Println("ERR", err)
+			start := time.Now()
+			c.Close()
+			fmt.Println("CLOSED", time.Since(start).Milliseconds())
 			return 3
 		}
 		if i == 3 {
@@ -113,6 +116,17 @@ func testFault(t *testing.T, backend string, victim int, stop bool) {
 			}
 		case <-time.After(15 * time.Second):
 			t.Errorf("rank %d still running 15s after rank %d failed", r, victim)
+			continue
+		}
+		// Closing a failed world does not wait for the dead.
+		select {
+		case l := <-h.lines:
+			var ms int
+			if _, err := fmt.Sscanf(l, "CLOSED %d", &ms); err != nil || ms > 3000 {
+				t.Errorf("rank %d: %q, want CLOSED within 3000 ms", r, l)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("rank %d: Close still blocked 10s after the failure", r)
 		}
 	}
 	if stop {

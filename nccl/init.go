@@ -379,12 +379,19 @@ func (nd *node) close() error {
 		return nil
 	}
 	nd.closing = true
+	failed := nd.err != nil
 	nd.mu.Unlock()
-	if nd.watch != nil {
+	// After a failure nobody waits for anybody: the others are failing too.
+	if nd.watch != nil && !failed {
 		nd.watch.Goodbye()
 	}
 	if nd.server != nil {
-		nd.server.WaitGoodbyes(nd.o.Size, nd.o.Timeout)
+		wait := nd.o.Timeout
+		if failed {
+			nd.server.waitAbortDelivered(time.Second)
+			wait = 0
+		}
+		nd.server.WaitGoodbyes(nd.o.Size, wait)
 	}
 	close(nd.stop)
 	for _, s := range []*Store{nd.store, nd.watch, nd.waiter} {

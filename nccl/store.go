@@ -130,7 +130,8 @@ type StoreServer struct {
 type watched struct {
 	host string
 	last time.Time
-	bye  bool
+	bye  bool // said goodbye
+	gone bool // its watch connection closed
 }
 
 // ServeStore listens on addr (host:port) and serves a Store to clients
@@ -178,14 +179,14 @@ func (s *StoreServer) Close() error {
 }
 
 // WaitGoodbyes waits until n ranks have registered and every registered
-// rank has said goodbye or dropped, or until timeout.
+// rank has said goodbye or lost its watch connection, or until timeout.
 func (s *StoreServer) WaitGoodbyes(n int, timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		s.mu.Lock()
 		done := len(s.ranks) >= n
 		for _, w := range s.ranks {
-			if !w.bye {
+			if !w.bye && !w.gone {
 				done = false
 			}
 		}
@@ -279,8 +280,13 @@ func (s *StoreServer) serve(conn net.Conn) {
 			return
 		}
 		s.mu.Lock()
-		if wt := s.ranks[rank]; wt != nil && !wt.bye {
-			s.abort(rank, wt.host, "process exited or lost its connection to the rendezvous store")
+		if wt := s.ranks[rank]; wt != nil {
+			if !wt.bye {
+				s.abort(rank, wt.host, "process exited or lost its connection to the rendezvous store")
+			}
+			wt.gone = true
+			close(s.changed)
+			s.changed = make(chan struct{})
 		}
 		s.mu.Unlock()
 	}()
