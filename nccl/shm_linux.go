@@ -231,9 +231,9 @@ func (g *shmGroup) check() error {
 	mine := g.meta(g.me)
 	for r := range g.n {
 		if m := g.meta(r); string(m) != string(mine) {
-			return fmt.Errorf("nccl: group rank %d called %s(op %v, %d elements) but rank %d called %s(op %v, %d elements)",
-				g.me, collName[mine[0]], Op(mine[1]), *(*uint64)(unsafe.Pointer(&mine[8])),
-				r, collName[m[0]], Op(m[1]), *(*uint64)(unsafe.Pointer(&m[8])))
+			return fmt.Errorf("nccl: group rank %d called %s but rank %d called %s",
+				g.me, describe(mine[0], mine[1], *(*uint64)(unsafe.Pointer(&mine[8]))),
+				r, describe(m[0], m[1], *(*uint64)(unsafe.Pointer(&m[8]))))
 		}
 	}
 	return nil

@@ -306,6 +306,19 @@ func header(kind byte, op Op, count int) []byte {
 	return h
 }
 
+// describe renders a collective header for error messages.
+func describe(kind, op byte, count uint64) string {
+	switch kind {
+	case 'B':
+		return fmt.Sprintf("Broadcast(root %d, %d elements)", op, count)
+	case 'R', 'S':
+		return fmt.Sprintf("%s(%v, %d elements)", collName[kind], Op(op), count)
+	case 'Z':
+		return "Barrier()"
+	}
+	return fmt.Sprintf("%s(%d elements)", collName[kind], count)
+}
+
 var collName = map[byte]string{'R': "AllReduce", 'G': "AllGather", 'S': "ReduceScatter", 'B': "Broadcast", 'P': "Send", 'Z': "Barrier"}
 
 // checkHeader reads the peer's header and compares it with ours. A
@@ -318,9 +331,9 @@ func (c *tcpComm) checkHeader(conn net.Conn, peer int, want []byte) error {
 	if string(got) == string(want) {
 		return nil
 	}
-	err := fmt.Errorf("nccl: group rank %d called %s(op %v, %d elements) but rank %d called %s(op %v, %d elements)",
-		c.rank, collName[want[4]], Op(want[5]), binary.LittleEndian.Uint64(want[8:]),
-		peer, collName[got[4]], Op(got[5]), binary.LittleEndian.Uint64(got[8:]))
+	err := fmt.Errorf("nccl: group rank %d called %s but rank %d called %s",
+		c.rank, describe(want[4], want[5], binary.LittleEndian.Uint64(want[8:])),
+		peer, describe(got[4], got[5], binary.LittleEndian.Uint64(got[8:])))
 	if binary.LittleEndian.Uint32(got) != hdrMagic {
 		err = fmt.Errorf("nccl: group rank %d: corrupt stream from rank %d", c.rank, peer)
 	}

@@ -65,6 +65,9 @@ func TestTCPGroups(t *testing.T) {
 
 func TestTCPMismatchIsAnError(t *testing.T) {
 	err := tcpWorld(BackendTCP)(t, 2, func(c Comm) error {
+		if err := c.Barrier(); err != nil { // everyone is past Init
+			return err
+		}
 		err := c.AllReduce(make([]float32, 10+c.Rank()), Sum)
 		if err == nil || !strings.Contains(err.Error(), "elements") {
 			return fmt.Errorf("mismatched AllReduce: %v, want a length error", err)
@@ -172,6 +175,9 @@ func TestPeerListenerRefusesStrangers(t *testing.T) {
 func TestTCPMismatchFailsEveryRank(t *testing.T) {
 	start := time.Now()
 	err := tcpWorld(BackendTCP)(t, 4, func(c Comm) error {
+		if err := c.Barrier(); err != nil { // everyone is past Init
+			return err
+		}
 		var err error
 		if c.Rank() == 2 {
 			err = c.Broadcast(make([]float32, 100), 0)
