@@ -111,8 +111,10 @@ func (g *shmGroup) mmap(name string, size int, create bool) error {
 	}
 	defer f.Close()
 	if create {
-		if err := f.Truncate(int64(size)); err != nil {
-			return err
+		// Reserve the pages now: a full /dev/shm must be an error here,
+		// not a SIGBUS in the middle of a collective.
+		if err := syscall.Fallocate(int(f.Fd()), 0, 0, int64(size)); err != nil {
+			return fmt.Errorf("reserve %d bytes in %s: %w", size, name, err)
 		}
 	}
 	g.mem, err = syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)

@@ -165,7 +165,8 @@ type tcpComm struct {
 	in    map[int]net.Conn
 
 	seq     map[string]int
-	scratch []float32
+	scratch []float32 // one received piece
+	work    []float32 // ReduceScatter's copy of send
 	cnt     counters
 	closed  bool
 }
@@ -522,7 +523,10 @@ func (c *tcpComm) ReduceScatter(send, recv []float32, op Op) error {
 	if c.shm != nil {
 		return c.shm.reduceScatter(send, recv, op)
 	}
-	work := make([]float32, len(send))
+	if cap(c.work) < len(send) {
+		c.work = make([]float32, len(send))
+	}
+	work := c.work[:len(send)]
 	copy(work, send)
 	seg := func(i int) (int, int) { return i * b, (i + 1) * b }
 	if err := c.ring(work, seg, -1, true, false, op, header('S', op, len(send))); err != nil {
