@@ -17,13 +17,19 @@ import (
 // group's rank 0 creates a file in /dev/shm that every member maps (and
 // rank 0 unlinks as soon as all have it, so nothing is left behind even
 // if the job dies). Each rank owns a slot of slotElems floats in each of
-// two slot sets; a collective moves data in chunks of at most a slot: each
-// rank copies its chunk into its slot, then every rank reduces or gathers
-// straight out of the others' slots. Ranks meet at phases: a rank arrives by
-// storing its phase number, and waits until every rank's number is at
-// least its own, spinning briefly and then sleeping on a futex. Chunks
-// alternate between the slot sets, so a rank may refill a set as soon as
-// it has passed any phase of the next chunk.
+// three slot sets; a collective moves data in chunks of at most a slot:
+// each rank copies its chunk into its slot, then every rank reduces or
+// gathers straight out of the others' slots. Ranks meet at phases: a rank
+// arrives by storing its phase number, and waits until every rank's number
+// is at least its own, spinning briefly (yielding the CPU) and then
+// sleeping on a futex.
+//
+// Chunks rotate through the sets, and every chunk has at least one phase
+// after its copy-in, which every rank reaches only once done with the
+// chunks before. So the set of chunk j is free again once a rank has passed
+// the phases of chunks j-2 and j-1: a rank may copy chunk j+1 in while
+// others still copy chunk j-1 out, which lets the all-reduce merge the
+// "reduced" phase of one chunk with the "copied in" phase of the next.
 //
 // Reductions add the slots in rank order 0..n-1, and each segment is
 // reduced by one rank only: every rank gets the same bits.
@@ -32,6 +38,7 @@ const (
 	slotElems = 128 << 10
 	line      = 64
 	spinLimit = 200
+	sets      = 3
 )
 
 type shmGroup struct {
@@ -40,7 +47,7 @@ type shmGroup struct {
 	mem     []byte
 	hdr     int // bytes of header before the slots
 	phase   uint32
-	chunk   int // chunks run so far: picks the slot set
+	chunk   int // chunks run so far: chunk j uses set j%sets
 	aborted atomic.Bool
 }
 
@@ -53,8 +60,8 @@ func shmName(c *tcpComm) string {
 // either all get a group or all get an error.
 func newShmGroup(c *tcpComm) (*shmGroup, error) {
 	g := &shmGroup{c: c, n: c.n, me: c.rank}
-	g.hdr = (line*(g.n+2) + 8*g.n + 2*g.n*16 + 4095) &^ 4095
-	size := g.hdr + 2*g.n*slotElems*4
+	g.hdr = (line*(g.n+2) + 8*g.n + sets*g.n*16 + 4095) &^ 4095
+	size := g.hdr + sets*g.n*slotElems*4
 	name := shmName(c)
 	var err error
 	if c.rank == 0 {
@@ -140,14 +147,17 @@ func (g *shmGroup) futex() *uint32      { return g.u32(line * g.n) }
 func (g *shmGroup) sleepers() *uint32   { return g.u32(line * (g.n + 1)) }
 
 // slot is rank r's slot in the current chunk's set.
-func (g *shmGroup) slot(r int) []float32 {
-	off := g.hdr + ((g.chunk%2)*g.n+r)*slotElems*4
+func (g *shmGroup) slot(r int) []float32 { return g.slotOf(g.chunk, r) }
+
+// slotOf is rank r's slot in chunk j's set.
+func (g *shmGroup) slotOf(j, r int) []float32 {
+	off := g.hdr + ((j%sets)*g.n+r)*slotElems*4
 	return unsafe.Slice((*float32)(unsafe.Pointer(&g.mem[off])), slotElems)
 }
 
 // meta is rank r's description of the current operation in this set.
 func (g *shmGroup) meta(r int) []byte {
-	off := line*(g.n+2) + 8*g.n + ((g.chunk%2)*g.n+r)*16
+	off := line*(g.n+2) + 8*g.n + ((g.chunk%sets)*g.n+r)*16
 	return g.mem[off : off+16]
 }
 
@@ -241,47 +251,71 @@ func (g *shmGroup) check() error {
 	return nil
 }
 
-// allReduce: per chunk, copy in, reduce own segment from all slots into
-// buf and publish it, then copy the other segments out.
+// allReduce runs chunk j's reduction in the same phase interval as chunk
+// j+1's copy-in and chunk j-1's copy-out: one phase per chunk, plus one.
+// Rank r reduces segment r of each chunk from all slots (its own part
+// straight from buf), publishes it in its slot, and copies the others'
+// segments out once they are published.
 func (g *shmGroup) allReduce(buf []float32, op Op) error {
-	for off, first := 0, true; first || off < len(buf); off, first = off+slotElems, false {
-		cl := min(slotElems, len(buf)-off)
-		if first {
-			g.begin('R', op, len(buf))
-		}
-		// Only this rank reads its own segment: it stays in buf.
-		mine := g.slot(g.me)
-		lo, hi := segment(cl, g.n, g.me)
+	base := g.chunk
+	nch := max(1, (len(buf)+slotElems-1)/slotElems)
+	span := func(j int) (off, cl int) {
+		off = j * slotElems
+		return off, min(slotElems, len(buf)-off)
+	}
+	copyIn := func(j int) {
+		off, cl := span(j)
+		mine := g.slotOf(base+j, g.me)
+		lo, hi := segment(cl, g.n, g.me) // only this rank reads its own part
 		copy(mine[:lo], buf[off:off+lo])
 		copy(mine[hi:cl], buf[off+hi:off+cl])
-		if err := g.sync(); err != nil {
-			return err
-		}
-		if first {
-			if err := g.check(); err != nil {
-				g.chunk++
-				return err
-			}
-		}
-		srcs := make([][]float32, g.n)
-		for r := range srcs {
-			srcs[r] = g.slot(r)[lo:hi]
-		}
-		srcs[g.me] = buf[off+lo : off+hi]
-		reduceSlots(mine[lo:hi], srcs, op)
-		finish(mine[lo:hi], op, g.n)
-		copy(buf[off+lo:off+hi], mine[lo:hi])
-		if err := g.sync(); err != nil {
-			return err
-		}
+	}
+	copyOut := func(j int) {
+		off, cl := span(j)
 		for r := range g.n {
 			if r != g.me {
 				lo, hi := segment(cl, g.n, r)
-				copy(buf[off+lo:off+hi], g.slot(r)[lo:hi])
+				copy(buf[off+lo:off+hi], g.slotOf(base+j, r)[lo:hi])
 			}
 		}
-		g.chunk++
 	}
+	srcs := make([][]float32, g.n)
+	reduce := func(j int) {
+		off, cl := span(j)
+		lo, hi := segment(cl, g.n, g.me)
+		for r := range srcs {
+			srcs[r] = g.slotOf(base+j, r)[lo:hi]
+		}
+		srcs[g.me] = buf[off+lo : off+hi]
+		out := g.slotOf(base+j, g.me)[lo:hi]
+		reduceSlots(out, srcs, op)
+		finish(out, op, g.n)
+		copy(buf[off+lo:off+hi], out)
+	}
+
+	g.begin('R', op, len(buf))
+	copyIn(0)
+	if err := g.sync(); err != nil {
+		return err
+	}
+	if err := g.check(); err != nil {
+		g.chunk++
+		return err
+	}
+	for j := range nch {
+		if j > 0 {
+			copyOut(j - 1)
+		}
+		reduce(j)
+		if j+1 < nch {
+			copyIn(j + 1)
+		}
+		if err := g.sync(); err != nil {
+			return err
+		}
+	}
+	copyOut(nch - 1)
+	g.chunk = base + nch
 	return nil
 }
 

@@ -196,3 +196,62 @@ func TestTCPMismatchFailsEveryRank(t *testing.T) {
 		t.Fatalf("mismatch noticed after %v", d)
 	}
 }
+
+// Buffers of several shared-memory chunks, back to back with different
+// collectives, so that chunks rotate through the slot sets across calls.
+func TestShmManyChunks(t *testing.T) {
+	testManyPieces(t, BackendAuto, []int{2*slotElems + 7, slotElems, 3*slotElems + 1, 5})
+}
+
+// The same for the TCP ring's pieces.
+func TestTCPManyPieces(t *testing.T) {
+	testManyPieces(t, BackendTCP, []int{7*pieceElems + 7, 3 * pieceElems, 5})
+}
+
+func testManyPieces(t *testing.T, backend string, sizes []int) {
+	const n = 3
+	err := tcpWorld(backend)(t, n, func(c Comm) error {
+		if (c.(*tcpComm).shm != nil) != (backend == BackendAuto) {
+			return fmt.Errorf("backend %s: shared memory %v", backend, c.(*tcpComm).shm != nil)
+		}
+		r := c.Rank()
+		exact := backend == BackendAuto
+		for i, size := range sizes {
+			seed := uint64(100 + i)
+			buf := rankData(seed, r, size)
+			if err := c.AllReduce(buf, Sum); err != nil {
+				return err
+			}
+			if err := closeTo(buf, serialReduce(seed, n, size, Sum), n, exact); err != nil {
+				return fmt.Errorf("AllReduce %d: %w", size, err)
+			}
+			block := size/2 + 1
+			send := rankData(seed+50, r, block*n)
+			recv := make([]float32, block)
+			if err := c.ReduceScatter(send, recv, Max); err != nil {
+				return err
+			}
+			if err := closeTo(recv, serialReduce(seed+50, n, block*n, Max)[r*block:(r+1)*block], n, true); err != nil {
+				return fmt.Errorf("ReduceScatter %d: %w", block, err)
+			}
+			all := make([]float32, block*n)
+			if err := c.AllGather(recv, all); err != nil {
+				return err
+			}
+			if err := closeTo(all, serialReduce(seed+50, n, block*n, Max), n, true); err != nil {
+				return fmt.Errorf("AllGather %d: %w", block, err)
+			}
+			b := rankData(seed+70, r, size)
+			if err := c.Broadcast(b, i%n); err != nil {
+				return err
+			}
+			if err := closeTo(b, rankData(seed+70, i%n, size), n, true); err != nil {
+				return fmt.Errorf("Broadcast %d: %w", size, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
