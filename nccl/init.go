@@ -79,7 +79,8 @@ func (o *Options) check() error {
 // Init joins the world of o.Size ranks: rank 0 serves the rendezvous Store
 // at MasterAddr:MasterPort, every rank publishes where it listens, and the
 // world communicator is connected. It returns when every rank has joined,
-// or an error after o.Timeout (or when ctx ends).
+// or an error after o.Timeout or when ctx ends (ctx also bounds the
+// connection setup of later Group calls, not the collectives).
 func Init(ctx context.Context, o Options) (Comm, error) {
 	if err := o.check(); err != nil {
 		return nil, err
@@ -137,6 +138,7 @@ type node struct {
 	closing bool
 	settle  sync.Once
 	stop    chan struct{}
+	ctx     context.Context // Init's: ends connection setups
 	wg      sync.WaitGroup
 }
 
@@ -154,7 +156,7 @@ func hostIdentity() (host, id string) {
 
 func newNode(ctx context.Context, o Options) (*node, error) {
 	nd := &node{o: o, pending: map[connKey]chan net.Conn{}, conns: map[net.Conn]bool{},
-		shms: map[*shmGroup]bool{}, errCh: make(chan struct{}), stop: make(chan struct{})}
+		shms: map[*shmGroup]bool{}, errCh: make(chan struct{}), stop: make(chan struct{}), ctx: ctx}
 	nd.self.host, nd.self.hostID = hostIdentity()
 	if o.Size == 1 {
 		nd.peers = []peerInfo{nd.self}
@@ -209,10 +211,20 @@ func newNode(ctx context.Context, o Options) (*node, error) {
 	nd.peers = make([]peerInfo, o.Size)
 	deadline := time.Now().Add(o.Timeout)
 	for r := range o.Size {
-		v, err := nd.store.Get("peer/"+strconv.Itoa(r), max(time.Until(deadline), time.Millisecond))
+		var v []byte
+		for {
+			// Short waits, so that a cancelled ctx is noticed.
+			v, err = nd.store.Get("peer/"+strconv.Itoa(r), max(min(time.Until(deadline), time.Second), time.Millisecond))
+			if err == nil || !errors.Is(err, ErrTimeout) || time.Now().After(deadline) || ctx.Err() != nil {
+				break
+			}
+		}
 		if err != nil {
 			if e := nd.abortErr(); e != nil {
 				return nil, fmt.Errorf("nccl: rank %d: rendezvous: %w", o.Rank, e)
+			}
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("nccl: rank %d: rendezvous: %w", o.Rank, ctx.Err())
 			}
 			return nil, fmt.Errorf("nccl: rank %d: rank %d did not join within %v: %w", o.Rank, r, o.Timeout, err)
 		}
@@ -391,7 +403,7 @@ func (nd *node) close() error {
 			nd.server.waitAbortDelivered(time.Second)
 			wait = 0
 		}
-		nd.server.WaitGoodbyes(nd.o.Size, wait)
+		nd.server.WaitGoodbyes(wait)
 	}
 	close(nd.stop)
 	for _, s := range []*Store{nd.store, nd.watch, nd.waiter} {

@@ -178,13 +178,13 @@ func (s *StoreServer) Close() error {
 	return err
 }
 
-// WaitGoodbyes waits until n ranks have registered and every registered
-// rank has said goodbye or lost its watch connection, or until timeout.
-func (s *StoreServer) WaitGoodbyes(n int, timeout time.Duration) {
+// WaitGoodbyes waits until every registered rank has said goodbye or lost
+// its watch connection, or until timeout.
+func (s *StoreServer) WaitGoodbyes(timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		s.mu.Lock()
-		done := len(s.ranks) >= n
+		done := true
 		for _, w := range s.ranks {
 			if !w.bye && !w.gone {
 				done = false

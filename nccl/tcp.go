@@ -104,6 +104,8 @@ func (nd *node) awaitConn(group string, from int, kind byte) (net.Conn, error) {
 		return c, nil
 	case <-nd.errCh:
 		return nil, nd.abortErr()
+	case <-nd.ctx.Done():
+		return nil, fmt.Errorf("nccl: waiting for rank %d to connect: %w", from, nd.ctx.Err())
 	case <-t.C:
 		return nil, nd.fail(&PeerError{Rank: from, Host: nd.peer(from).host,
 			Err: fmt.Errorf("%w after %v: never connected (group %s)", ErrTimeout, nd.o.Timeout, group)})

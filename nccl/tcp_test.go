@@ -255,3 +255,16 @@ func testManyPieces(t *testing.T, backend string, sizes []int) {
 		t.Fatal(err)
 	}
 }
+
+func TestInitHonoursContext(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := Init(ctx, Options{Rank: 0, Size: 2, MasterAddr: "127.0.0.1", MasterPort: freePort(t), Token: "t", Timeout: 20 * time.Second})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Init with an ended context: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Init returned %v after its context ended", d)
+	}
+}
