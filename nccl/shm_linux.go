@@ -235,7 +235,8 @@ func (g *shmGroup) sync() error {
 // set; check compares everyone's after the first phase.
 func (g *shmGroup) begin(kind byte, op Op, count int) {
 	m := g.meta(g.me)
-	m[0], m[1] = kind, byte(op)
+	m[0] = kind
+	*(*uint16)(unsafe.Pointer(&m[2])) = uint16(op)
 	*(*uint64)(unsafe.Pointer(&m[8])) = uint64(count)
 }
 
@@ -244,8 +245,8 @@ func (g *shmGroup) check() error {
 	for r := range g.n {
 		if m := g.meta(r); string(m) != string(mine) {
 			return fmt.Errorf("nccl: group rank %d called %s but rank %d called %s",
-				g.me, describe(mine[0], mine[1], *(*uint64)(unsafe.Pointer(&mine[8]))),
-				r, describe(m[0], m[1], *(*uint64)(unsafe.Pointer(&m[8]))))
+				g.me, describe(mine[0], *(*uint16)(unsafe.Pointer(&mine[2])), *(*uint64)(unsafe.Pointer(&mine[8]))),
+				r, describe(m[0], *(*uint16)(unsafe.Pointer(&m[2])), *(*uint64)(unsafe.Pointer(&m[8]))))
 		}
 	}
 	return nil

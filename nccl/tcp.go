@@ -254,7 +254,10 @@ func (c *tcpComm) Close() error {
 
 // start checks that the communicator can run an operation.
 func (c *tcpComm) start() error {
-	if c.closed {
+	c.nd.mu.Lock()
+	closing := c.nd.closing
+	c.nd.mu.Unlock()
+	if c.closed || closing {
 		return ErrClosed
 	}
 	return c.nd.abortErr()
@@ -301,16 +304,18 @@ func (c *tcpComm) write(conn net.Conn, peer int, b []byte) error {
 	return nil
 }
 
+// header is magic u32, kind u8, pad, op (or Broadcast root) u16, count u64.
 func header(kind byte, op Op, count int) []byte {
 	h := make([]byte, 16)
 	binary.LittleEndian.PutUint32(h, hdrMagic)
-	h[4], h[5] = kind, byte(op)
+	h[4] = kind
+	binary.LittleEndian.PutUint16(h[6:], uint16(op))
 	binary.LittleEndian.PutUint64(h[8:], uint64(count))
 	return h
 }
 
 // describe renders a collective header for error messages.
-func describe(kind, op byte, count uint64) string {
+func describe(kind byte, op uint16, count uint64) string {
 	switch kind {
 	case 'B':
 		return fmt.Sprintf("Broadcast(root %d, %d elements)", op, count)
@@ -335,8 +340,8 @@ func (c *tcpComm) checkHeader(conn net.Conn, peer int, want []byte) error {
 		return nil
 	}
 	err := fmt.Errorf("nccl: group rank %d called %s but rank %d called %s",
-		c.rank, describe(want[4], want[5], binary.LittleEndian.Uint64(want[8:])),
-		peer, describe(got[4], got[5], binary.LittleEndian.Uint64(got[8:])))
+		c.rank, describe(want[4], binary.LittleEndian.Uint16(want[6:]), binary.LittleEndian.Uint64(want[8:])),
+		peer, describe(got[4], binary.LittleEndian.Uint16(got[6:]), binary.LittleEndian.Uint64(got[8:])))
 	if binary.LittleEndian.Uint32(got) != hdrMagic {
 		err = fmt.Errorf("nccl: group rank %d: corrupt stream from rank %d", c.rank, peer)
 	}
