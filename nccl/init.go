@@ -148,6 +148,10 @@ type connKey struct {
 	kind  byte
 }
 
+// testHostID, when set by a test, pretends that ranks run on the hosts it
+// names, to exercise the multi-host paths on one machine.
+var testHostID func(rank int) string
+
 func hostIdentity() (host, id string) {
 	host, _ = os.Hostname()
 	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
@@ -158,6 +162,9 @@ func newNode(ctx context.Context, o Options) (*node, error) {
 	nd := &node{o: o, pending: map[connKey]chan net.Conn{}, conns: map[net.Conn]bool{},
 		shms: map[*shmGroup]bool{}, errCh: make(chan struct{}), stop: make(chan struct{}), ctx: ctx}
 	nd.self.host, nd.self.hostID = hostIdentity()
+	if testHostID != nil {
+		nd.self.hostID = testHostID(o.Rank)
+	}
 	if o.Size == 1 {
 		nd.peers = []peerInfo{nd.self}
 		return nd, nil

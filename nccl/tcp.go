@@ -161,6 +161,10 @@ type tcpComm struct {
 
 	next, prev net.Conn // ring: we write to next, read from prev
 	shm        *shmGroup
+	// A group spread over hosts, some with several of its ranks, also
+	// has a communicator of its ranks on this host (shared memory) and,
+	// on the first of them, one of the first rank of every host.
+	local, leaders *tcpComm
 
 	p2pMu sync.Mutex
 	out   map[int]net.Conn
@@ -195,7 +199,10 @@ func (nd *node) newComm(id string, ranks []int, me int) (*tcpComm, error) {
 		c.closeConns()
 		return nil, err
 	}
-	if nd.o.Backend != BackendTCP && c.sameHost() {
+	if nd.o.Backend == BackendTCP {
+		return c, nil
+	}
+	if c.sameHost() {
 		if c.shm, err = newShmGroup(c); err != nil {
 			if nd.abortErr() != nil {
 				c.closeConns()
@@ -205,8 +212,77 @@ func (nd *node) newComm(id string, ranks []int, me int) (*tcpComm, error) {
 			fmt.Fprintf(os.Stderr, "nccl: group %s: shared memory off: %v\n", id, err)
 			c.shm = nil
 		}
+	} else if err := c.splitHosts(); err != nil {
+		c.closeConns()
+		return nil, err
 	}
 	return c, nil
+}
+
+// splitHosts makes the local and leaders communicators of a group that
+// spans hosts, when some host holds more than one of its ranks.
+func (c *tcpComm) splitHosts() error {
+	var hosts []string
+	byHost := map[string][]int{} // world ranks per host, in group order
+	for _, w := range c.ranks {
+		h := c.nd.peer(w).hostID
+		if _, ok := byHost[h]; !ok {
+			hosts = append(hosts, h)
+		}
+		byHost[h] = append(byHost[h], w)
+	}
+	if len(hosts) == len(c.ranks) {
+		return nil // one rank per host: the ring is all there is
+	}
+	me := c.ranks[c.rank]
+	local := byHost[c.nd.self.hostID]
+	var err error
+	if c.local, err = c.nd.newComm(c.id+"/local", local, indexOf(local, me)); err != nil {
+		return err
+	}
+	if local[0] == me {
+		leaders := make([]int, len(hosts))
+		for i, h := range hosts {
+			leaders[i] = byHost[h][0]
+		}
+		if c.leaders, err = c.nd.newComm(c.id+"/leaders", leaders, indexOf(leaders, me)); err != nil {
+			c.local.Close()
+			return err
+		}
+	}
+	return nil
+}
+
+func indexOf(s []int, v int) int {
+	for i, x := range s {
+		if x == v {
+			return i
+		}
+	}
+	return -1
+}
+
+// hierAllReduce reduces on each host, then between hosts, then hands the
+// result back on each host: the network carries each buffer once per host
+// instead of once per rank.
+func (c *tcpComm) hierAllReduce(buf []float32, op Op) error {
+	inner := op
+	if op == Avg {
+		inner = Sum
+	}
+	if err := c.local.AllReduce(buf, inner); err != nil {
+		return err
+	}
+	if c.leaders != nil {
+		if err := c.leaders.AllReduce(buf, inner); err != nil {
+			return err
+		}
+	}
+	if err := c.local.Broadcast(buf, 0); err != nil {
+		return err
+	}
+	finish(buf, op, c.n)
+	return nil
 }
 
 func (c *tcpComm) sameHost() bool {
@@ -237,6 +313,11 @@ func (c *tcpComm) closeConns() {
 	c.p2pMu.Unlock()
 	if c.shm != nil {
 		c.shm.close()
+	}
+	for _, sub := range []*tcpComm{c.local, c.leaders} {
+		if sub != nil {
+			sub.Close()
+		}
 	}
 }
 
@@ -484,6 +565,9 @@ func (c *tcpComm) AllReduce(buf []float32, op Op) error {
 	}
 	if c.shm != nil {
 		return c.shm.allReduce(buf, op)
+	}
+	if c.local != nil {
+		return c.hierAllReduce(buf, op)
 	}
 	n := len(buf)
 	seg := func(i int) (int, int) { return segment(n, c.n, i) }

@@ -268,3 +268,22 @@ func TestInitHonoursContext(t *testing.T) {
 		t.Fatalf("Init returned %v after its context ended", d)
 	}
 }
+
+// Ranks on three pretend hosts (3 + 2 + 1): all-reduce goes host-local,
+// then between hosts.
+func TestHierarchicalHosts(t *testing.T) {
+	testHostID = func(rank int) string { return []string{"a", "a", "a", "b", "b", "c"}[rank] }
+	t.Cleanup(func() { testHostID = nil })
+	t.Run("collectives", func(t *testing.T) { testCollectives(t, tcpWorld(BackendAuto), 6, false) })
+	t.Run("groups", func(t *testing.T) { testGroups(t, tcpWorld(BackendAuto), 6, 3, false) })
+	err := tcpWorld(BackendAuto)(t, 6, func(c Comm) error {
+		tc := c.(*tcpComm)
+		if tc.local == nil || tc.shm != nil || (tc.leaders != nil) != (c.Rank() == 0 || c.Rank() == 3 || c.Rank() == 5) {
+			return fmt.Errorf("rank %d: local %v leaders %v shm %v", c.Rank(), tc.local != nil, tc.leaders != nil, tc.shm != nil)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
