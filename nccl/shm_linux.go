@@ -110,9 +110,15 @@ func newShmGroup(c *tcpComm) (*shmGroup, error) {
 func (g *shmGroup) mmap(name string, size int, create bool) error {
 	flags := os.O_RDWR
 	if create {
-		flags |= os.O_CREATE | os.O_TRUNC
+		// Never truncate a file someone maps (that would be their SIGBUS):
+		// a leftover name is unlinked and made anew.
+		flags |= os.O_CREATE | os.O_EXCL
 	}
 	f, err := os.OpenFile(name, flags, 0o600)
+	if create && errors.Is(err, os.ErrExist) {
+		os.Remove(name)
+		f, err = os.OpenFile(name, flags, 0o600)
+	}
 	if err != nil {
 		return err
 	}

@@ -237,7 +237,9 @@ func (c *tcpComm) splitHosts() error {
 	me := c.ranks[c.rank]
 	local := byHost[c.nd.self.hostID]
 	var err error
-	if c.local, err = c.nd.newComm(c.id+"/local", local, indexOf(local, me)); err != nil {
+	// Distinct ids per host keep the hosts' shared files apart even when
+	// the "hosts" share a machine (tests).
+	if c.local, err = c.nd.newComm(fmt.Sprintf("%s/host%d", c.id, local[0]), local, indexOf(local, me)); err != nil {
 		return err
 	}
 	if local[0] == me {
@@ -245,7 +247,7 @@ func (c *tcpComm) splitHosts() error {
 		for i, h := range hosts {
 			leaders[i] = byHost[h][0]
 		}
-		if c.leaders, err = c.nd.newComm(c.id+"/leaders", leaders, indexOf(leaders, me)); err != nil {
+		if c.leaders, err = c.nd.newComm(c.id+"/hosts", leaders, indexOf(leaders, me)); err != nil {
 			c.local.Close()
 			return err
 		}
