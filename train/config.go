@@ -36,9 +36,32 @@ type Config struct {
 	WeightDecay float64 `toml:"weight_decay" json:"weight_decay"`                 // AdamW decoupled weight decay (matrices only)
 	GradClip    float64 `toml:"grad_clip" json:"grad_clip"`                       // clip the global gradient norm to this; 0 = no clipping
 
+	// Checkpoints (runs/<execid>/ckpt) and requeue on a time limit.
+	CkptEvery   int    `toml:"ckpt_every,omitempty" json:"ckpt_every,omitempty"`     // steps between checkpoints; 0 = at the end (and on a stop signal) only; < 0 = never
+	CkptKeep    int    `toml:"ckpt_keep,omitempty" json:"ckpt_keep,omitempty"`       // checkpoints kept; 0 = 3
+	MaxRequeues int    `toml:"max_requeues,omitempty" json:"max_requeues,omitempty"` // times a job stopped by its time-limit signal requeues itself; 0 = 10
+	StopSignal  string `toml:"stop_signal,omitempty" json:"stop_signal,omitempty"`   // signal that asks for save-and-stop: USR1 or USR2; "" = USR1
+
 	// Layout of the job.
 	NTasks int `toml:"ntasks" json:"ntasks"`
 	TP     int `toml:"tp" json:"tp"`
+}
+
+// ckptKeep is the number of checkpoints kept.
+func (c Config) ckptKeep() int {
+	if c.CkptKeep > 0 {
+		return c.CkptKeep
+	}
+	return 3
+}
+
+// Requeues is the number of times a job stopped by its time-limit signal
+// requeues itself.
+func (c Config) Requeues() int {
+	if c.MaxRequeues > 0 {
+		return c.MaxRequeues
+	}
+	return 10
 }
 
 // DefaultConfig is the tiny BERT classifier on the built-in synthetic data:
@@ -125,6 +148,14 @@ func (c Config) Validate() error {
 	}
 	if c.WeightDecay < 0 {
 		bad("weight_decay = %g: must not be negative", c.WeightDecay)
+	}
+	switch c.StopSignal {
+	case "", "USR1", "USR2":
+	default:
+		bad("stop_signal %q: use USR1 or USR2", c.StopSignal)
+	}
+	if c.CkptKeep < 0 || c.MaxRequeues < 0 {
+		bad("ckpt_keep = %d, max_requeues = %d: must not be negative", c.CkptKeep, c.MaxRequeues)
 	}
 	if c.GradClip < 0 {
 		bad("grad_clip = %g: must not be negative (0 = no clipping)", c.GradClip)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/train/ckpt"
 	"github.com/hpcrun/hpcrun/train/metrics"
 )
 
@@ -28,11 +29,19 @@ type Options struct {
 	Log io.Writer
 	// Host names this machine in the run line; "" uses os.Hostname.
 	Host string
+	// Stop, when closed on any rank, makes every rank stop after the same
+	// step, save a checkpoint and return ErrStopped (the time-limit
+	// signal). nil: no stop; no per-step agreement either.
+	Stop <-chan struct{}
+	// Resume is a checkpoint to start from: a step dir, a checkpoint root
+	// or a run dir. "" resumes from RunDir's ckpt/latest when there is one.
+	Resume string
 }
 
 // Result is what one rank saw of a run.
 type Result struct {
-	Steps  int          // optimizer steps made
+	Steps  int          // optimizer steps made by this call
+	Start  int          // optimizer steps done before it (from the checkpoint resumed)
 	Losses []float64    // training loss of every step, averaged over the DP group
 	Evals  []EvalResult // validations, in order
 }
@@ -58,7 +67,7 @@ func Run(ctx context.Context, cfg Config, world nccl.Comm, opt Options) (res *Re
 		}
 		defer func() {
 			status := ""
-			if err != nil && ctx.Err() != nil {
+			if err != nil && (ctx.Err() != nil || errors.Is(err, ErrStopped)) {
 				status = metrics.StatusInterrupted
 			}
 			w.End(status, err, time.Since(start))
@@ -72,7 +81,25 @@ func Run(ctx context.Context, cfg Config, world nccl.Comm, opt Options) (res *Re
 		return nil, err
 	}
 	defer t.close()
+	if err := t.resumeIfAny(opt); err != nil {
+		return nil, err
+	}
 	return t.run(ctx)
+}
+
+// resumeIfAny loads opt.Resume, or else the run dir's latest checkpoint.
+func (t *trainer) resumeIfAny(opt Options) error {
+	dir := ""
+	var err error
+	if opt.Resume != "" {
+		dir, err = ckpt.Resolve(opt.Resume)
+	} else if opt.RunDir != "" {
+		dir, err = ckpt.Latest(CkptDir(opt.RunDir))
+	}
+	if err = agree(t.world, err, "finding the checkpoint"); err != nil || dir == "" {
+		return err
+	}
+	return t.resume(dir)
 }
 
 // trainer is the state of one rank's run.
@@ -98,6 +125,10 @@ type trainer struct {
 	pos     int   // next micro-batch in order
 	batch   Batch
 	commNow func() time.Duration
+
+	runDir string
+	stop   <-chan struct{}
+	start  int // optimizer steps done before this run (resumed)
 }
 
 // Check is everything that can be known wrong about cfg before a rank
@@ -151,7 +182,7 @@ func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*t
 			return nil, err
 		}
 	}
-	t := &trainer{cfg: cfg, world: world, data: data, w: w, dev: opt.Device}
+	t := &trainer{cfg: cfg, world: world, data: data, w: w, dev: opt.Device, runDir: opt.RunDir, stop: opt.Stop}
 	if world.Rank() == 0 {
 		t.log = opt.Log
 	}
@@ -244,8 +275,8 @@ func (t *trainer) nextBatch() *Batch {
 }
 
 func (t *trainer) run(ctx context.Context) (*Result, error) {
-	res := &Result{}
-	for step := 0; step < t.total; step++ {
+	res := &Result{Start: t.start}
+	for step := t.start; step < t.total; step++ {
 		if err := ctx.Err(); err != nil {
 			return res, fmt.Errorf("interrupted at step %d: %w", step, err)
 		}
@@ -281,6 +312,19 @@ func (t *trainer) run(ctx context.Context) (*Result, error) {
 		if step == 0 || (step+1)%10 == 0 || last {
 			t.logf("step %d/%d: loss %.4f lr %.2e grad_norm %.3f %.3fs (comm %.3fs)",
 				s.Step, t.total, s.Loss, s.LR, s.GradNorm, s.StepS, s.CommS)
+		}
+		stop, err := t.stopRequested()
+		if err != nil {
+			return res, err
+		}
+		every := t.cfg.CkptEvery
+		if t.runDir != "" && every >= 0 && (last || stop || (every > 0 && (step+1)%every == 0)) {
+			if err := t.save(step + 1); err != nil {
+				return res, err
+			}
+		}
+		if stop && !last {
+			return res, fmt.Errorf("step %d of %d: %w", step+1, t.total, ErrStopped)
 		}
 	}
 	return res, nil

@@ -157,3 +157,13 @@ func (s *GradSync) Sync() error {
 	}
 	return nil
 }
+
+// Moments returns the AdamW first and second moments of parameter i (in
+// the order of the params given to NewAdamW).
+func (o *AdamW) Moments(i int) (m, v *tensor.Tensor) { return o.m[i], o.v[i] }
+
+// Steps is the number of updates made, the t of Adam's bias correction.
+func (o *AdamW) Steps() int { return o.step }
+
+// SetSteps sets the update count, when the moments come from a checkpoint.
+func (o *AdamW) SetSteps(n int) { o.step = n }

@@ -1,0 +1,213 @@
+package train
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/parallel"
+	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/train/ckpt"
+)
+
+// ErrStopped is returned (wrapped) by Run when a stop was requested
+// (Options.Stop, the time-limit signal): every rank stopped after the same
+// step and the checkpoint of that step is saved; resuming continues from it.
+var ErrStopped = errors.New("stopped on request after saving a checkpoint")
+
+// CkptDir is the checkpoint root of a run dir.
+func CkptDir(runDir string) string { return filepath.Join(runDir, "ckpt") }
+
+// agree makes every rank of world learn whether any rank failed (an
+// all-reduce MAX of a failure flag, which is also a barrier): it returns
+// this rank's own err, or an error saying that another rank failed.
+func agree(world nccl.Comm, err error, what string) error {
+	flag := []float32{0}
+	if err != nil {
+		flag[0] = 1
+	}
+	if cerr := world.AllReduce(flag, nccl.Max); cerr != nil {
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("%s: %w", what, cerr)
+	}
+	if err != nil {
+		return err
+	}
+	if flag[0] > 0 {
+		return fmt.Errorf("%s failed on another rank (its error is in its log)", what)
+	}
+	return nil
+}
+
+// stopRequested tells whether any rank was asked to stop: an all-reduce
+// MAX of each rank's flag, so that all ranks stop after the same step.
+func (t *trainer) stopRequested() (bool, error) {
+	if t.stop == nil {
+		return false, nil
+	}
+	flag := []float32{0}
+	select {
+	case <-t.stop:
+		flag[0] = 1
+	default:
+	}
+	if err := t.world.AllReduce(flag, nccl.Max); err != nil {
+		return false, fmt.Errorf("stop agreement: %w", err)
+	}
+	return flag[0] > 0, nil
+}
+
+// tensorInfos describes how this run's parameters are cut.
+func (t *trainer) tensorInfos() []ckpt.TensorInfo {
+	var vocabParam *parallel.Param
+	if tr, ok := t.model.(*transformer); ok {
+		vocabParam = tr.wte.Weight
+	}
+	var out []ckpt.TensorInfo
+	for _, p := range t.model.Params() {
+		ti := ckpt.TensorInfo{Name: p.Name, Full: p.Full, Split: !p.Shard.Replicated(), Dim: p.Shard.Dim, Blocks: p.Shard.Blocks}
+		if p == vocabParam {
+			ti.Rows = t.data.Vocab
+		}
+		out = append(out, ti)
+	}
+	return out
+}
+
+func hostTensor(dev tensor.Device, name string, x *tensor.Tensor) ckpt.Tensor {
+	data := make([]float32, x.Len())
+	dev.CopyToHost(data, x)
+	return ckpt.Tensor{Name: name, Shape: x.Shape(), Data: data}
+}
+
+// save writes the checkpoint of step (optimizer steps done) on every rank
+// of the world together: rank 0 prepares the temporary dir, each TP rank
+// of DP rank 0 writes its model shard and optimizer state, rank 0 writes
+// state.json; once all agree that their files are written and fsynced,
+// rank 0 renames the dir and moves latest, and all agree again.
+func (t *trainer) save(step int) error {
+	root := CkptDir(t.runDir)
+	rank0 := t.world.Rank() == 0
+	what := fmt.Sprintf("checkpoint at step %d", step)
+	var err error
+	if rank0 {
+		_, err = ckpt.Prepare(root, step)
+	}
+	if err = agree(t.world, err, what); err != nil {
+		return err
+	}
+	dir := ckpt.TempDir(root, step)
+	if t.dpRank == 0 {
+		err = t.writeShard(dir, step)
+	}
+	if err == nil && rank0 {
+		err = t.writeState(dir, step)
+	}
+	if err = agree(t.world, err, what); err != nil {
+		return err
+	}
+	if rank0 {
+		_, err = ckpt.Commit(root, step, t.cfg.ckptKeep())
+	}
+	if err = agree(t.world, err, what); err != nil {
+		return err
+	}
+	t.logf("step %d: checkpoint saved in %s", step, filepath.Join(root, ckpt.StepDir(step)))
+	return nil
+}
+
+func (t *trainer) writeShard(dir string, step int) error {
+	params := t.model.Params()
+	var model, m, v []ckpt.Tensor
+	for i, p := range params {
+		model = append(model, hostTensor(t.dev, p.Name, p.Data))
+		mt, vt := t.opt.Moments(i)
+		m = append(m, hostTensor(t.dev, p.Name, mt))
+		v = append(v, hostTensor(t.dev, p.Name, vt))
+	}
+	if err := ckpt.WriteModel(dir, t.tpRank, t.cfg.TP, step, model); err != nil {
+		return err
+	}
+	return ckpt.WriteOptim(dir, t.tpRank, t.dpRank, step, t.opt.Steps(), m, v)
+}
+
+func (t *trainer) writeState(dir string, step int) error {
+	cfgJSON, err := json.Marshal(t.cfg)
+	if err != nil {
+		return err
+	}
+	return ckpt.WriteState(dir, &ckpt.State{
+		Format: ckpt.Format, Step: step, Epoch: t.epoch, SamplerPos: t.pos,
+		RNG:   ckpt.RNG{Kind: "pcg(seed, epoch)", Seed: t.cfg.Seed},
+		Model: t.cfg.Model, Vocab: t.data.Vocab, Config: cfgJSON,
+		Mesh:    ckpt.Mesh{TP: t.cfg.TP, DP: t.cfg.DP(), World: t.world.Size()},
+		Tensors: t.tensorInfos(), Saved: time.Now().UTC(),
+	})
+}
+
+// resume loads the checkpoint in dir (a step dir) into this rank's model,
+// optimizer and sampler, resharding for this run's tp; every rank agrees
+// that its load succeeded.
+func (t *trainer) resume(dir string) error {
+	err := t.load(dir)
+	return agree(t.world, err, "resume from "+dir)
+}
+
+func (t *trainer) load(dir string) error {
+	c, err := ckpt.Open(dir, true)
+	if err != nil {
+		return err
+	}
+	st := &c.State
+	var saved Config
+	if err := json.Unmarshal(st.Config, &saved); err != nil {
+		return fmt.Errorf("checkpoint %s: config: %v", filepath.Join(dir, ckpt.StateFile), err)
+	}
+	for _, d := range []struct {
+		name      string
+		have, was any
+	}{
+		{"model", t.cfg.Model, saved.Model}, {"layers", t.cfg.Layers, saved.Layers},
+		{"dim", t.cfg.Dim, saved.Dim}, {"heads", t.cfg.Heads, saved.Heads},
+		{"seq", t.cfg.Seq, saved.Seq}, {"vocab", t.data.Vocab, st.Vocab},
+	} {
+		if d.have != d.was {
+			return fmt.Errorf("checkpoint %s was saved with %s %v, this run has %s %v: use the saved run's model settings, or another run dir",
+				dir, d.name, d.was, d.name, d.have)
+		}
+	}
+	params := t.model.Params()
+	if len(params) != len(st.Tensors) {
+		return fmt.Errorf("checkpoint %s holds %d tensors, this model has %d", dir, len(st.Tensors), len(params))
+	}
+	for i, p := range params {
+		mt, vt := t.opt.Moments(i)
+		for _, x := range []struct {
+			kind string
+			dst  *tensor.Tensor
+		}{{"", p.Data}, {"m", mt}, {"v", vt}} {
+			vals, err := c.Load(x.kind, p.Name, p.Full, p.Shard)
+			if err != nil {
+				return err
+			}
+			t.dev.CopyFromHost(x.dst, vals)
+		}
+	}
+	t.opt.SetSteps(c.AdamStep)
+	t.start, t.epoch = st.Step, st.Epoch
+	t.order = t.sampler.Epoch(t.epoch)
+	t.pos = min(st.SamplerPos, len(t.order))
+	if st.Mesh.DP != t.cfg.DP() {
+		// The same share of the epoch is done; which samples come next
+		// differs, since the epoch's order is split over another DP.
+		t.pos = min(st.SamplerPos*st.Mesh.DP/t.cfg.DP(), len(t.order))
+		t.logf("checkpoint saved at data-parallel %d, this run has %d: epoch %d goes on from the same share, not the same samples", st.Mesh.DP, t.cfg.DP(), t.epoch)
+	}
+	t.logf("resumed from %s: step %d, epoch %d (saved at tp %d x dp %d)", dir, st.Step, st.Epoch, st.Mesh.TP, st.Mesh.DP)
+	return nil
+}

@@ -1,0 +1,252 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/train/ckpt"
+)
+
+// runRanks trains cfg on in-process ranks with per-rank options and returns
+// every rank's result and the joined error.
+func runRanks(t *testing.T, cfg Config, data *Data, opt func(rank int) Options) ([]*Result, error) {
+	t.Helper()
+	res := make([]*Result, cfg.NTasks)
+	var mu sync.Mutex
+	err := nccl.RunInProcess(cfg.NTasks, func(c nccl.Comm) error {
+		o := opt(c.Rank())
+		o.Data = data
+		r, err := Run(context.Background(), cfg, c, o)
+		mu.Lock()
+		res[c.Rank()] = r
+		mu.Unlock()
+		return err
+	})
+	return res, err
+}
+
+func gptConfig(t *testing.T, ntasks, tp int) (Config, *Data) {
+	cfg := smallConfig("gpt")
+	cfg.Data = textFile(t)
+	cfg.NTasks, cfg.TP = ntasks, tp
+	cfg.Steps, cfg.EvalEvery = 12, 4
+	data, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, data
+}
+
+// TestResumeBitIdentical trains 12 steps with a checkpoint every 5, then
+// resumes a fresh run from step 5: its losses for steps 6..12 must equal
+// the uninterrupted run's bit for bit (tp=2 x dp=2, so the shards, the
+// optimizer state and the sampler position of every rank matter).
+func TestResumeBitIdentical(t *testing.T) {
+	cfg, data := gptConfig(t, 4, 2)
+	cfg.CkptEvery = 5
+	full := t.TempDir()
+	res, err := runRanks(t, cfg, data, func(int) Options { return Options{RunDir: full} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps, _ := ckpt.List(CkptDir(full))
+	if want := []string{"step-000005", "step-000010", "step-000012"}; strings.Join(steps, ",") != strings.Join(want, ",") {
+		t.Fatalf("checkpoints %v, want %v", steps, want)
+	}
+	from := filepath.Join(CkptDir(full), "step-000005")
+	again := t.TempDir()
+	resumed, err := runRanks(t, cfg, data, func(int) Options { return Options{RunDir: again, Resume: from} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range res {
+		got, want := resumed[r].Losses, res[r].Losses[5:]
+		if resumed[r].Start != 5 || len(got) != len(want) {
+			t.Fatalf("rank %d: resumed at %d with %d losses, want 5 and %d", r, resumed[r].Start, len(got), len(want))
+		}
+		for i := range got {
+			if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
+				t.Errorf("rank %d step %d: resumed loss %v, uninterrupted %v", r, 6+i, got[i], want[i])
+			}
+		}
+	}
+}
+
+// TestStopSaveResume asks one rank (of four) to stop: all stop after the
+// same step with ErrStopped and a checkpoint of it; running again in the
+// same run dir resumes there and the whole loss curve equals an
+// uninterrupted run's.
+func TestStopSaveResume(t *testing.T) {
+	cfg, data := gptConfig(t, 4, 2)
+	cfg.Steps = 8
+	ref, err := runRanks(t, cfg, data, func(int) Options { return Options{} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	stop := make(chan struct{})
+	close(stop)
+	res, err := runRanks(t, cfg, data, func(rank int) Options {
+		if rank == 3 {
+			return Options{RunDir: dir, Stop: stop}
+		}
+		return Options{RunDir: dir, Stop: make(chan struct{})}
+	})
+	if !errors.Is(err, ErrStopped) {
+		t.Fatalf("err = %v, want ErrStopped", err)
+	}
+	for r, x := range res {
+		if x.Steps != 1 {
+			t.Fatalf("rank %d made %d steps before stopping, want 1", r, x.Steps)
+		}
+	}
+	latest, err := ckpt.Latest(CkptDir(dir))
+	if err != nil || filepath.Base(latest) != "step-000001" {
+		t.Fatalf("latest = %q, %v; want step-000001", latest, err)
+	}
+	res2, err := runRanks(t, cfg, data, func(int) Options { return Options{RunDir: dir} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := append(res[0].Losses, res2[0].Losses...)
+	for i := range ref[0].Losses {
+		if i >= len(got) || math.Float64bits(got[i]) != math.Float64bits(ref[0].Losses[i]) {
+			t.Fatalf("losses after stop and resume %v, uninterrupted %v", got, ref[0].Losses)
+		}
+	}
+}
+
+// forwardLoss builds cfg's model on in-process ranks, loads the checkpoint
+// from, and returns the forward loss of the first validation batch.
+func forwardLoss(t *testing.T, cfg Config, data *Data, from string) float64 {
+	t.Helper()
+	losses := make([]float64, cfg.NTasks)
+	err := nccl.RunInProcess(cfg.NTasks, func(c nccl.Comm) error {
+		tr, err := newTrainer(cfg, c, Options{Data: data}, nil)
+		if err != nil {
+			return err
+		}
+		defer tr.close()
+		if err := tr.resume(from); err != nil {
+			return err
+		}
+		idx := make([]int, cfg.BatchSize)
+		for i := range idx {
+			idx[i] = i
+		}
+		var b Batch
+		data.Val.Gather(&b, idx)
+		losses[c.Rank()], err = tr.model.Forward(&b, false)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return losses[0]
+}
+
+// TestReshardOnLoad saves a trained model at tp=2 and loads it at tp=1,
+// tp=2 and tp=4 (vocabulary padded differently each time): the forward
+// loss must agree to float32 tolerance.
+func TestReshardOnLoad(t *testing.T) {
+	cfg, data := gptConfig(t, 2, 2)
+	cfg.Steps = 4
+	dir := t.TempDir()
+	if _, err := runRanks(t, cfg, data, func(int) Options { return Options{RunDir: dir} }); err != nil {
+		t.Fatal(err)
+	}
+	from := filepath.Join(CkptDir(dir), "step-000004")
+	ref := forwardLoss(t, cfg, data, from)
+	for _, tp := range []int{1, 4} {
+		c := cfg
+		c.NTasks, c.TP = tp, tp
+		got := forwardLoss(t, c, data, from)
+		if math.Abs(got-ref) > 1e-5*math.Abs(ref) {
+			t.Errorf("tp=%d: loss %v, tp=2 gives %v", tp, got, ref)
+		}
+	}
+	// A fresh model's loss differs: the load is not a no-op.
+	fresh := cfg
+	fresh.Seed++
+	if l := forwardLossFresh(t, fresh, data); math.Abs(l-ref) < 1e-4 {
+		t.Errorf("an untrained model gives the trained loss %v", l)
+	}
+}
+
+func forwardLossFresh(t *testing.T, cfg Config, data *Data) float64 {
+	t.Helper()
+	var loss float64
+	err := nccl.RunInProcess(cfg.NTasks, func(c nccl.Comm) error {
+		tr, err := newTrainer(cfg, c, Options{Data: data}, nil)
+		if err != nil {
+			return err
+		}
+		defer tr.close()
+		idx := make([]int, cfg.BatchSize)
+		for i := range idx {
+			idx[i] = i
+		}
+		var b Batch
+		data.Val.Gather(&b, idx)
+		l, err := tr.model.Forward(&b, false)
+		if c.Rank() == 0 {
+			loss = l
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loss
+}
+
+// TestResumeRefusesMismatch: a checkpoint of another model shape, a
+// truncated shard or a missing shard fails the run with an error naming
+// the file, and leaves the checkpoint as it was.
+func TestResumeRefusesMismatch(t *testing.T) {
+	cfg, data := gptConfig(t, 2, 2)
+	cfg.Steps = 2
+	dir := t.TempDir()
+	if _, err := runRanks(t, cfg, data, func(int) Options { return Options{RunDir: dir} }); err != nil {
+		t.Fatal(err)
+	}
+	step := filepath.Join(CkptDir(dir), "step-000002")
+	other := cfg
+	other.Dim, other.Heads = 64, 4
+	otherData, _ := Prepare(other)
+	_, err := runRanks(t, other, otherData, func(int) Options { return Options{Resume: step} })
+	if err == nil || !strings.Contains(err.Error(), "dim 32, this run has dim 64") {
+		t.Errorf("other dims: %v", err)
+	}
+	heads := cfg
+	heads.Heads = 8
+	_, err = runRanks(t, heads, data, func(int) Options { return Options{Resume: step} })
+	if err == nil || !strings.Contains(err.Error(), "heads 4") {
+		t.Errorf("other heads: %v", err)
+	}
+
+	shard := filepath.Join(step, ckpt.ModelFile(1, 2))
+	st, _ := os.Stat(shard)
+	if err := os.Truncate(shard, st.Size()-7); err != nil {
+		t.Fatal(err)
+	}
+	_, err = runRanks(t, cfg, data, func(int) Options { return Options{RunDir: dir} })
+	if err == nil || !strings.Contains(err.Error(), shard) || !strings.Contains(err.Error(), "truncated") {
+		t.Errorf("truncated shard: %v", err)
+	}
+	if st2, _ := os.Stat(shard); st2.Size() != st.Size()-7 {
+		t.Errorf("the refused checkpoint was rewritten")
+	}
+	os.Remove(shard)
+	_, err = runRanks(t, cfg, data, func(int) Options { return Options{RunDir: dir} })
+	if err == nil || !strings.Contains(err.Error(), shard) || !strings.Contains(err.Error(), "missing") {
+		t.Errorf("missing shard: %v", err)
+	}
+}

@@ -1,0 +1,311 @@
+package ckpt
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"sort"
+	"strconv"
+)
+
+// The safetensors format (huggingface/safetensors): an 8-byte
+// little-endian header length N, N bytes of JSON mapping each tensor name to
+// {"dtype", "shape", "data_offsets": [begin, end]} (offsets relative to the
+// end of the header) plus an optional "__metadata__" of string pairs, then
+// the raw little-endian tensor data. Written here in ~200 lines rather than
+// through a library: the Go ports are unmaintained or pull cgo, and the
+// format is small enough that a reader with our own validation (offsets,
+// sizes, dtypes, truncation, each error naming the file) is simpler to trust.
+
+// maxHeader bounds the JSON header a reader accepts (the reference
+// implementation's limit is 100 MB).
+const maxHeader = 100 << 20
+
+// Tensor is one named float32 tensor: Data holds prod(Shape) values in
+// row-major order.
+type Tensor struct {
+	Name  string
+	Shape []int
+	Data  []float32
+}
+
+// Len is the number of elements Shape describes.
+func (t Tensor) Len() int { return numel(t.Shape) }
+
+func numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// dtypeSize is the byte width of every dtype the format defines; a reader
+// knows them all so that it can name a valid but unsupported dtype.
+var dtypeSize = map[string]int{
+	"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1,
+	"I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+	"I32": 4, "U32": 4, "F32": 4,
+	"I64": 8, "U64": 8, "F64": 8,
+}
+
+// HeaderEntry is one tensor's line of a safetensors header.
+type HeaderEntry struct {
+	Name    string
+	DType   string
+	Shape   []int
+	Begin   int64 // data offsets relative to the end of the header
+	End     int64
+	dataPos int64 // absolute file offset of Begin
+}
+
+// Header is a validated safetensors header.
+type Header struct {
+	Path     string
+	Tensors  []HeaderEntry // in data order
+	Metadata map[string]string
+	Size     int64 // file size
+}
+
+// Find returns the entry called name.
+func (h *Header) Find(name string) (HeaderEntry, bool) {
+	for _, e := range h.Tensors {
+		if e.Name == name {
+			return e, true
+		}
+	}
+	return HeaderEntry{}, false
+}
+
+type rawEntry struct {
+	DType       string  `json:"dtype"`
+	Shape       []int   `json:"shape"`
+	DataOffsets []int64 `json:"data_offsets"`
+}
+
+// WriteFile writes tensors (in the given order) and metadata to path as
+// safetensors and fsyncs it. It writes path itself: callers that need
+// atomicity write into a temporary name or directory and rename.
+func WriteFile(path string, tensors []Tensor, metadata map[string]string) (err error) {
+	header := make(map[string]any, len(tensors)+1)
+	if len(metadata) > 0 {
+		header["__metadata__"] = metadata
+	}
+	var off int64
+	for _, t := range tensors {
+		if t.Name == "" || t.Name == "__metadata__" {
+			return fmt.Errorf("safetensors %s: bad tensor name %q", path, t.Name)
+		}
+		if _, dup := header[t.Name]; dup {
+			return fmt.Errorf("safetensors %s: tensor %s twice", path, t.Name)
+		}
+		if len(t.Data) != t.Len() {
+			return fmt.Errorf("safetensors %s: tensor %s has %d values for shape %v", path, t.Name, len(t.Data), t.Shape)
+		}
+		n := int64(4 * len(t.Data))
+		header[t.Name] = rawEntry{DType: "F32", Shape: append([]int{}, t.Shape...), DataOffsets: []int64{off, off + n}}
+		off += n
+	}
+	hdr, err := json.Marshal(header)
+	if err != nil {
+		return fmt.Errorf("safetensors %s: %w", path, err)
+	}
+	// Pad the header with spaces so the data starts 8-byte aligned, as the
+	// reference writer does.
+	for (8+len(hdr))%8 != 0 {
+		hdr = append(hdr, ' ')
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	w := bufio.NewWriterSize(f, 1<<20)
+	var lenBuf [8]byte
+	binary.LittleEndian.PutUint64(lenBuf[:], uint64(len(hdr)))
+	w.Write(lenBuf[:])
+	w.Write(hdr)
+	buf := make([]byte, 0, 1<<16)
+	for _, t := range tensors {
+		for i, v := range t.Data {
+			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
+			if len(buf) == cap(buf) || i == len(t.Data)-1 {
+				if _, err := w.Write(buf); err != nil {
+					return fmt.Errorf("safetensors %s: %w", path, err)
+				}
+				buf = buf[:0]
+			}
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("safetensors %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("safetensors %s: fsync: %w", path, err)
+	}
+	return nil
+}
+
+// ReadHeader reads and validates the header of the safetensors file path:
+// the length prefix, the JSON, every dtype, shape and offset pair, that the
+// offsets tile the data section with no gap or overlap, and that the file
+// is as long as the header says (a truncated file is refused).
+func ReadHeader(path string) (*Header, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readHeader(f, path)
+}
+
+func readHeader(f *os.File, path string) (*Header, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("safetensors %s: %s", path, fmt.Sprintf(format, args...))
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	var lenBuf [8]byte
+	if _, err := io.ReadFull(f, lenBuf[:]); err != nil {
+		return nil, bad("file is %d bytes, shorter than the 8-byte header length: truncated or not safetensors", st.Size())
+	}
+	n := binary.LittleEndian.Uint64(lenBuf[:])
+	if n < 2 || n > maxHeader {
+		return nil, bad("header length %d is out of range [2, %d]: not a safetensors file", n, maxHeader)
+	}
+	if int64(8+n) > st.Size() {
+		return nil, bad("header says %d bytes but the file has %d: truncated", n, st.Size()-8)
+	}
+	hdr := make([]byte, n)
+	if _, err := io.ReadFull(f, hdr); err != nil {
+		return nil, bad("reading header: %v", err)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(hdr, &raw); err != nil {
+		return nil, bad("header is not a JSON object: %v", err)
+	}
+	h := &Header{Path: path, Size: st.Size()}
+	for name, msg := range raw {
+		if name == "__metadata__" {
+			if err := json.Unmarshal(msg, &h.Metadata); err != nil {
+				return nil, bad("__metadata__ is not an object of strings: %v", err)
+			}
+			continue
+		}
+		var e rawEntry
+		dec := json.NewDecoder(bytes.NewReader(msg))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&e); err != nil {
+			return nil, bad("tensor %s: %v", name, err)
+		}
+		size, ok := dtypeSize[e.DType]
+		if !ok {
+			return nil, bad("tensor %s: unknown dtype %q", name, e.DType)
+		}
+		if len(e.DataOffsets) != 2 {
+			return nil, bad("tensor %s: data_offsets has %d values, want 2", name, len(e.DataOffsets))
+		}
+		elems := int64(1)
+		for _, d := range e.Shape {
+			if d < 0 {
+				return nil, bad("tensor %s: negative dimension in shape %v", name, e.Shape)
+			}
+			elems *= int64(d)
+			if elems > 1<<40 {
+				return nil, bad("tensor %s: shape %v is too large", name, e.Shape)
+			}
+		}
+		b, end := e.DataOffsets[0], e.DataOffsets[1]
+		if b < 0 || end < b || end-b != elems*int64(size) {
+			return nil, bad("tensor %s: data_offsets [%d, %d] do not hold %d %s values of shape %v", name, b, end, elems, e.DType, e.Shape)
+		}
+		h.Tensors = append(h.Tensors, HeaderEntry{Name: name, DType: e.DType, Shape: e.Shape, Begin: b, End: end, dataPos: 8 + int64(n) + b})
+	}
+	sort.Slice(h.Tensors, func(i, j int) bool {
+		a, b := h.Tensors[i], h.Tensors[j]
+		if a.Begin != b.Begin {
+			return a.Begin < b.Begin
+		}
+		return a.End < b.End
+	})
+	var pos int64
+	for _, e := range h.Tensors {
+		if e.Begin != pos {
+			return nil, bad("tensor %s starts at data offset %d, want %d: overlapping or gapped data", e.Name, e.Begin, pos)
+		}
+		pos = e.End
+	}
+	if want := 8 + int64(n) + pos; st.Size() != want {
+		if st.Size() < want {
+			return nil, bad("file is %d bytes, the header needs %d: truncated", st.Size(), want)
+		}
+		return nil, bad("file is %d bytes, the header accounts for %d: trailing data", st.Size(), want)
+	}
+	return h, nil
+}
+
+// File is a safetensors file read whole.
+type File struct {
+	Header
+	data map[string][]float32
+}
+
+// ReadFile reads and validates the safetensors file path; every tensor must
+// be F32.
+func ReadFile(path string) (*File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	h, err := readHeader(f, path)
+	if err != nil {
+		return nil, err
+	}
+	out := &File{Header: *h, data: make(map[string][]float32, len(h.Tensors))}
+	r := bufio.NewReaderSize(f, 1<<20)
+	var b4 [4]byte
+	for _, e := range h.Tensors {
+		if e.DType != "F32" {
+			return nil, fmt.Errorf("safetensors %s: tensor %s is %s: only F32 is supported", path, e.Name, e.DType)
+		}
+		vals := make([]float32, (e.End-e.Begin)/4)
+		for i := range vals {
+			if _, err := io.ReadFull(r, b4[:]); err != nil {
+				return nil, fmt.Errorf("safetensors %s: tensor %s: %w", path, e.Name, err)
+			}
+			vals[i] = math.Float32frombits(binary.LittleEndian.Uint32(b4[:]))
+		}
+		out.data[e.Name] = vals
+	}
+	return out, nil
+}
+
+// Tensor returns the tensor called name.
+func (f *File) Tensor(name string) (Tensor, error) {
+	e, ok := f.Find(name)
+	if !ok {
+		return Tensor{}, fmt.Errorf("safetensors %s: no tensor %s", f.Path, name)
+	}
+	return Tensor{Name: name, Shape: e.Shape, Data: f.data[name]}, nil
+}
+
+// parseInt reads a metadata integer.
+func parseInt(meta map[string]string, key string) (int, error) {
+	s, ok := meta[key]
+	if !ok {
+		return 0, fmt.Errorf("no %q in __metadata__", key)
+	}
+	return strconv.Atoi(s)
+}
