@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -249,4 +250,101 @@ func TestResumeRefusesMismatch(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), shard) || !strings.Contains(err.Error(), "missing") {
 		t.Errorf("missing shard: %v", err)
 	}
+}
+
+// TestMergeHF merges a tp=2 GPT checkpoint into one file with Hugging Face
+// GPT-2 names and layouts, and checks every tensor against the same
+// checkpoint loaded into a tp=1 model: Conv1D weights transposed to (in,
+// out) (c_attn (C, 3C) with Q, K, V side by side), the vocabulary unpadded.
+func TestMergeHF(t *testing.T) {
+	cfg, data := gptConfig(t, 2, 2)
+	cfg.Steps = 2
+	dir := t.TempDir()
+	if _, err := runRanks(t, cfg, data, func(int) Options { return Options{RunDir: dir} }); err != nil {
+		t.Fatal(err)
+	}
+	step := filepath.Join(CkptDir(dir), "step-000002")
+	c, err := ckpt.Open(step, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "model.safetensors")
+	if err := c.WriteMerged(out); err != nil {
+		t.Fatal(err)
+	}
+	f, err := ckpt.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	C, V := cfg.Dim, data.Vocab
+	shapes := map[string][]int{
+		"wte.weight": {V, C}, "wpe.weight": {cfg.Seq, C}, "h.0.ln_1.weight": {C},
+		"h.0.attn.c_attn.weight": {C, 3 * C}, "h.0.attn.c_attn.bias": {3 * C},
+		"h.0.attn.c_proj.weight": {C, C}, "h.1.mlp.c_fc.weight": {C, 4 * C},
+		"h.1.mlp.c_proj.weight": {4 * C, C}, "ln_f.bias": {C},
+	}
+	for name, want := range shapes {
+		e, ok := f.Find(name)
+		if !ok || !equalInts(e.Shape, want) {
+			t.Errorf("%s: %v (found %v), want %v", name, e.Shape, ok, want)
+		}
+	}
+	if len(f.Tensors) != 2+12*cfg.Layers+2 {
+		t.Errorf("%d tensors, want %d", len(f.Tensors), 2+12*cfg.Layers+2)
+	}
+	// The tp=1 model after loading holds the full (out, in) tensors.
+	one := cfg
+	one.NTasks, one.TP = 1, 1
+	err = nccl.RunInProcess(1, func(comm nccl.Comm) error {
+		tr, err := newTrainer(one, comm, Options{Data: data}, nil)
+		if err != nil {
+			return err
+		}
+		defer tr.close()
+		if err := tr.resume(step); err != nil {
+			return err
+		}
+		for _, p := range tr.model.Params() {
+			got := hostTensor(tr.dev, p.Name, p.Data)
+			hf, err := f.Tensor(p.Name)
+			if err != nil {
+				return err
+			}
+			want := hf.Data
+			if strings.HasSuffix(p.Name, "c_attn.weight") || strings.HasSuffix(p.Name, "c_proj.weight") || strings.HasSuffix(p.Name, "c_fc.weight") {
+				want = transposeHost(hf.Data, hf.Shape[0], hf.Shape[1])
+			}
+			if p.Name == "wte.weight" {
+				got.Data = got.Data[:V*C]
+			}
+			if len(got.Data) != len(want) {
+				t.Errorf("%s: %d values, merged %d", p.Name, len(got.Data), len(want))
+				continue
+			}
+			for i := range want {
+				if got.Data[i] != want[i] {
+					t.Errorf("%s[%d] = %v, merged %v", p.Name, i, got.Data[i], want[i])
+					break
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func equalInts(a, b []int) bool {
+	return len(a) == len(b) && (len(a) == 0 || fmt.Sprint(a) == fmt.Sprint(b))
+}
+
+func transposeHost(a []float32, rows, cols int) []float32 {
+	out := make([]float32, len(a))
+	for i := 0; i < rows; i++ {
+		for j := 0; j < cols; j++ {
+			out[j*rows+i] = a[i*cols+j]
+		}
+	}
+	return out
 }
