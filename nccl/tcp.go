@@ -434,15 +434,27 @@ func (c *tcpComm) checkHeader(conn net.Conn, peer int, want []byte) error {
 }
 
 // sender writes queued byte slices to a connection on its own goroutine.
+// A direct sender writes on the caller's goroutine instead: for small
+// collectives, where the kernel's socket buffers hold everything in flight
+// and a goroutine handoff per piece would cost more than the data.
 type sender struct {
 	q       chan []byte
 	queued  int
 	written chan struct{} // one token per slice written (or skipped after an error)
 	seen    int
 	done    chan error
+
+	direct func(b []byte) error
+	err    error // first error of a direct sender
 }
 
-func (c *tcpComm) startSender(conn net.Conn, peer int, capacity int) *sender {
+// directBytes bounds the largest ring segment sent directly.
+const directBytes = 32 << 10
+
+func (c *tcpComm) startSender(conn net.Conn, peer int, capacity int, direct bool) *sender {
+	if direct {
+		return &sender{direct: func(b []byte) error { return c.write(conn, peer, b) }}
+	}
 	s := &sender{q: make(chan []byte, capacity), written: make(chan struct{}, capacity), done: make(chan error, 1)}
 	go func() {
 		var err error
@@ -459,12 +471,21 @@ func (c *tcpComm) startSender(conn net.Conn, peer int, capacity int) *sender {
 
 func (s *sender) send(b []byte) {
 	s.queued++
+	if s.direct != nil {
+		if s.err == nil {
+			s.err = s.direct(b)
+		}
+		return
+	}
 	s.q <- b
 }
 
 // drain waits until the first k queued slices have left the buffer, so
 // that their memory may be written again.
 func (s *sender) drain(k int) {
+	if s.direct != nil {
+		return
+	}
 	for ; s.seen < k; s.seen++ {
 		<-s.written
 	}
@@ -472,6 +493,9 @@ func (s *sender) drain(k int) {
 
 // wait closes the queue and returns the first write error.
 func (s *sender) wait() error {
+	if s.direct != nil {
+		return s.err
+	}
 	close(s.q)
 	return <-s.done
 }
@@ -493,11 +517,13 @@ func (c *tcpComm) ring(buf []float32, seg func(i int) (int, int), shift int, rs,
 	n, me := c.n, c.rank
 	mod := func(i int) int { return ((i % n) + n) % n }
 	prev, next := mod(me-1), mod(me+1)
-	total := 0
+	total, largest := 0, 0
 	for i := range n {
-		total += pieces(seg(i))
+		lo, hi := seg(i)
+		total += pieces(lo, hi)
+		largest = max(largest, 4*(hi-lo))
 	}
-	s := c.startSender(c.next, next, 2*total+1)
+	s := c.startSender(c.next, next, 2*total+1, largest <= directBytes)
 	s.send(hdr)
 	queue := func(i int) {
 		lo, hi := seg(i)
@@ -650,7 +676,7 @@ func (c *tcpComm) Broadcast(buf []float32, root int) error {
 	last := next == root
 	var s *sender
 	if !last {
-		s = c.startSender(c.next, next, pieces(0, len(buf))+1)
+		s = c.startSender(c.next, next, pieces(0, len(buf))+1, 4*len(buf) <= directBytes)
 		s.send(hdr)
 	}
 	var err error
