@@ -26,6 +26,7 @@ type ScriptData struct {
 	Constraint                          string
 	Exclusive, Checkpoint               bool
 	SignalSecs                          int
+	Signal                              string   // USR1 or USR2
 	Extra                               []string // whole #SBATCH options, validated
 	Modules                             []string // shell-quoted module names
 	Env                                 []EnvVar // sorted by name
@@ -49,6 +50,9 @@ func Script(s JobSpec, tmpl, version, execID string) ([]byte, error) {
 		Account: s.Account, Partition: s.Partition, Constraint: s.Constraint,
 		Exclusive: s.Exclusive, Checkpoint: s.Checkpoint, SignalSecs: s.SignalSecs,
 		Extra: s.Extra,
+	}
+	if d.Signal = s.Signal; d.Signal == "" {
+		d.Signal = "USR1"
 	}
 	if d.Checkpoint && d.SignalSecs == 0 {
 		d.SignalSecs = DefaultSignalSecs

@@ -27,6 +27,7 @@ type JobSpec struct {
 	Hint        string            `json:"hint,omitempty"`        // --hint, e.g. nomultithread
 	Checkpoint  bool              `json:"checkpoint,omitempty"`  // --signal=USR1@SignalSecs and --requeue
 	SignalSecs  int               `json:"signal_secs,omitempty"` // seconds before the time limit; 0 = 120
+	Signal      string            `json:"signal,omitempty"`      // the time-limit signal: USR1 or USR2; "" = USR1
 	Modules     []string          `json:"modules,omitempty"`     // module load, in order
 	Env         map[string]string `json:"env,omitempty"`         // exported in the script, values literal
 	Extra       []string          `json:"extra,omitempty"`       // extra #SBATCH options, e.g. "--mail-type=END"
@@ -111,6 +112,11 @@ func (s JobSpec) Validate() error {
 	}
 	if s.Checkpoint && (s.SignalSecs < 0 || s.SignalSecs > 65535) {
 		bad("signal_secs = %d: use 0 (default %d) to 65535 seconds before the time limit", s.SignalSecs, DefaultSignalSecs)
+	}
+	switch s.Signal {
+	case "", "USR1", "USR2":
+	default:
+		bad("signal %q: use USR1 or USR2", s.Signal)
 	}
 	for _, m := range s.Modules {
 		if m == "" || strings.ContainsRune(m, 0) {

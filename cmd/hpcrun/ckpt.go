@@ -1,7 +1,181 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/hpcrun/hpcrun/slurm"
+	"github.com/hpcrun/hpcrun/train/ckpt"
+	"github.com/urfave/cli/v2"
+)
 
 func ckptCommand() *cli.Command {
-	return pendingCommand("ckpt", "inspect, merge and reshard checkpoints", 9)
+	return &cli.Command{
+		Name:  "ckpt",
+		Usage: "inspect and merge checkpoints",
+		Description: "A checkpoint is named by its step dir (runs/<execid>/ckpt/step-000200), a checkpoint\n" +
+			"root or run dir (its latest checkpoint), or an execid in --runs-dir.",
+		Subcommands: []*cli.Command{
+			{
+				Name:      "info",
+				Usage:     "show a checkpoint's step, config, mesh and tensors",
+				ArgsUsage: "DIR|EXECID",
+				Action:    ckptInfo,
+			},
+			{
+				Name:      "merge",
+				Usage:     "merge a checkpoint's shards into one safetensors file of full tensors",
+				ArgsUsage: "DIR|EXECID",
+				Description: "GPT checkpoints come out with Hugging Face GPT-2 names and layouts (wte.weight,\n" +
+					"h.N.attn.c_attn.weight as Conv1D (in, 3*out), ..., the vocabulary unpadded); BERT ones\n" +
+					"keep hpcrun's names and (out, in) layout.",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "the merged `FILE` (required)"},
+					&cli.BoolFlag{Name: "force", Usage: "replace FILE when it exists"},
+				},
+				Action: ckptMerge,
+			},
+		},
+	}
+}
+
+// mergeArgs splits merge's arguments: flags may follow the checkpoint
+// (hpcrun ckpt merge DIR -o FILE), where urfave/cli stops parsing them.
+func mergeArgs(c *cli.Context) (args []string, out string, force bool, err error) {
+	out, force = c.String("output"), c.Bool("force")
+	a := c.Args().Slice()
+	for i := 0; i < len(a); i++ {
+		switch v := a[i]; {
+		case v == "-o" || v == "--output" || v == "-output":
+			if i+1 == len(a) {
+				return nil, "", false, fmt.Errorf("%s needs a file name", v)
+			}
+			out = a[i+1]
+			i++
+		case strings.HasPrefix(v, "-o=") || strings.HasPrefix(v, "--output="):
+			_, out, _ = strings.Cut(v, "=")
+		case v == "--force" || v == "-force":
+			force = true
+		default:
+			args = append(args, v)
+		}
+	}
+	return args, out, force, nil
+}
+
+// openCkpt resolves args (one) to a step dir and reads it.
+func openCkpt(c *cli.Context, args []string, usage string, withOptim bool) (*ckpt.Checkpoint, error) {
+	if len(args) != 1 {
+		return nil, cli.Exit("usage: hpcrun ckpt "+usage, 2)
+	}
+	arg := args[0]
+	path := arg
+	if _, err := os.Stat(arg); err != nil && slurm.IsExecID(arg) {
+		dir, err := runsDir(c)
+		if err != nil {
+			return nil, err
+		}
+		path = filepath.Join(dir, arg)
+	}
+	dir, err := ckpt.Resolve(path)
+	if err != nil {
+		return nil, cli.Exit(err.Error(), 1)
+	}
+	ck, err := ckpt.Open(dir, withOptim)
+	if err != nil {
+		return nil, cli.Exit(err.Error(), 1)
+	}
+	return ck, nil
+}
+
+// ckptTensor is one tensor of hpcrun ckpt info.
+type ckptTensor struct {
+	Name  string `json:"name"`
+	Shape []int  `json:"shape"`
+	Shard string `json:"shard"`
+	Bytes int64  `json:"bytes"`
+}
+
+func ckptInfo(c *cli.Context) error {
+	ck, err := openCkpt(c, c.Args().Slice(), "info DIR|EXECID", true)
+	if err != nil {
+		return err
+	}
+	st := ck.State
+	var tensors []ckptTensor
+	var params, total int64
+	for _, ti := range st.Tensors {
+		n := int64(1)
+		for _, d := range ti.Full {
+			n *= int64(d)
+		}
+		params += n
+		sh := "replicated"
+		if ti.Split {
+			sh = fmt.Sprintf("dim %d over tp %d", ti.Dim, st.Mesh.TP)
+			if ti.Blocks > 1 {
+				sh += fmt.Sprintf(" (%d blocks)", ti.Blocks)
+			}
+		}
+		tensors = append(tensors, ckptTensor{Name: ti.Name, Shape: ti.Full, Shard: sh, Bytes: 4 * n})
+	}
+	files, _ := filepath.Glob(filepath.Join(ck.Dir, "*"))
+	for _, f := range files {
+		if fi, err := os.Stat(f); err == nil {
+			total += fi.Size()
+		}
+	}
+	if c.Bool("json") {
+		out, err := json.MarshalIndent(map[string]any{
+			"dir": ck.Dir, "step": st.Step, "epoch": st.Epoch, "sampler_pos": st.SamplerPos,
+			"model": st.Model, "vocab": st.Vocab, "mesh": st.Mesh, "adam_step": ck.AdamStep,
+			"saved": st.Saved, "config": st.Config, "params": params, "bytes": total, "tensors": tensors,
+		}, "", "  ")
+		if err != nil {
+			return err
+		}
+		fmt.Println(string(out))
+		return nil
+	}
+	fmt.Printf("checkpoint %s\n", ck.Dir)
+	fmt.Printf("step %d (epoch %d, sample %d of it), saved %s\n", st.Step, st.Epoch, st.SamplerPos, st.Saved.Local().Format("2006-01-02 15:04:05"))
+	fmt.Printf("model %s, vocab %d, %.2fM parameters; mesh tp %d x dp %d (%d ranks); %.1f MiB on disk\n",
+		st.Model, st.Vocab, float64(params)/1e6, st.Mesh.TP, st.Mesh.DP, st.Mesh.World, float64(total)/(1<<20))
+	var cfg bytes.Buffer
+	json.Compact(&cfg, st.Config)
+	fmt.Printf("config %s\n\n", cfg.Bytes())
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENSOR\tSHAPE\tSHARD\tBYTES")
+	for _, t := range tensors {
+		fmt.Fprintf(tw, "%s\t%v\t%s\t%d\n", t.Name, t.Shape, t.Shard, t.Bytes)
+	}
+	return tw.Flush()
+}
+
+func ckptMerge(c *cli.Context) error {
+	args, out, force, err := mergeArgs(c)
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	if out == "" {
+		return cli.Exit("usage: hpcrun ckpt merge DIR|EXECID -o FILE", 2)
+	}
+	if _, err := os.Stat(out); err == nil && !force {
+		return cli.Exit(fmt.Sprintf("%s exists: choose another -o or pass --force to replace it", out), 2)
+	}
+	ck, err := openCkpt(c, args, "merge DIR|EXECID -o FILE", false)
+	if err != nil {
+		return err
+	}
+	if err := ck.WriteMerged(out); err != nil {
+		return cli.Exit(err.Error(), 1)
+	}
+	fi, _ := os.Stat(out)
+	fmt.Fprintf(os.Stderr, "merged step %d of %s (tp %d) into %s (%.1f MiB)\n", ck.State.Step, ck.Dir, ck.State.Mesh.TP, out, float64(fi.Size())/(1<<20))
+	return nil
 }

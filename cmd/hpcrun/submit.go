@@ -15,6 +15,7 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train"
+	"github.com/hpcrun/hpcrun/train/ckpt"
 	"github.com/urfave/cli/v2"
 )
 
@@ -25,6 +26,7 @@ func submitCommand() *cli.Command {
 		&cli.StringFlag{Name: "executor", Usage: "slurm, local or auto (slurm when sbatch is on PATH); default: the profile's"},
 		&cli.StringFlag{Name: "template", Usage: "sbatch template `FILE` (text/template; see templates/sbatch.tmpl); default: the profile's, else built-in"},
 		&cli.StringFlag{Name: "name", Usage: "job name (default <model>-n<ntasks>-tp<tp>)"},
+		&cli.StringFlag{Name: "resume", Usage: "submit run `EXECID` again, in its run dir, with its job script and train.toml: it resumes from its latest checkpoint"},
 	}
 	return &cli.Command{
 		Name:  "submit",
@@ -108,7 +110,7 @@ func planSubmit(c *cli.Context) (*submitPlan, error) {
 		Name: jobName, NTasks: tc.NTasks, GPUsPerNode: prof.GPUsPerNode, CPUsPerTask: prof.CPUsPerTask,
 		Time: prof.Time, QOS: prof.QOS, Account: prof.Account, Partition: prof.Partition,
 		Constraint: prof.Constraint, Exclusive: prof.Exclusive, Hint: prof.Hint,
-		Checkpoint: prof.Checkpoint, SignalSecs: prof.SignalSecs, Modules: prof.Modules,
+		Checkpoint: prof.Checkpoint, SignalSecs: prof.SignalSecs, Signal: tc.StopSignal, Modules: prof.Modules,
 		Env: prof.Env, Extra: prof.SbatchExtra, Program: p.binary,
 	}
 	if p.spec.CPUsPerTask == 0 {
@@ -128,6 +130,9 @@ func (p *submitPlan) setRunDir(dir string) {
 }
 
 func runSubmit(c *cli.Context) error {
+	if c.IsSet("resume") {
+		return resumeSubmit(c)
+	}
 	p, err := planSubmit(c)
 	if err != nil {
 		return err
@@ -237,4 +242,75 @@ func followJob(ctx context.Context, r slurm.Run, tc train.Config) error {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// resumeSubmit submits an existing run's job script again, in the same run
+// dir: its tasks find ckpt/latest and resume from it. It refuses while the
+// run's job is still queued or running (two jobs would write one run dir)
+// and checks the checkpoint first, so a broken one fails here.
+func resumeSubmit(c *cli.Context) error {
+	for _, f := range trainFlags() {
+		if name := f.Names()[0]; c.IsSet(name) {
+			return cli.Exit(fmt.Sprintf("--resume takes no training flags (--%s): the run's train.toml is reused as it is", name), 2)
+		}
+	}
+	if c.NArg() > 0 {
+		return cli.Exit(fmt.Sprintf("submit takes no arguments, got %q", c.Args().First()), 2)
+	}
+	dir, err := runsDir(c)
+	if err != nil {
+		return err
+	}
+	r, err := slurm.FindRun(dir, c.String("resume"))
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if r.Meta.JobID != "" {
+		j, err := runStatus(ctx, r)
+		if err != nil {
+			return slurmErr(err)
+		}
+		if !j.State.Done() {
+			return cli.Exit(fmt.Sprintf("run %s: job %s is %s: wait for it or cancel it (hpcrun cancel %s) before resuming", r.Meta.ExecID, j.ID, j.State, r.Meta.ExecID), 1)
+		}
+	}
+	tc, err := train.ReadConfigFile(filepath.Join(r.Dir, train.ConfigFile))
+	if err != nil {
+		return err
+	}
+	from := "the start (no checkpoint yet)"
+	if step, err := ckpt.Latest(train.CkptDir(r.Dir)); err != nil {
+		return err
+	} else if step != "" {
+		ck, err := ckpt.Open(step, true)
+		if err != nil {
+			return err
+		}
+		from = fmt.Sprintf("step %d of %s", ck.State.Step, step)
+	}
+	ex, err := executorOf(r)
+	if err != nil {
+		return err
+	}
+	jobID, cluster, subErr := ex.Submit(ctx, slurm.Submission{Spec: r.Meta.Spec, Script: filepath.Join(r.Dir, "job.sbatch")})
+	if subErr != nil {
+		return fmt.Errorf("submit %s again: %w", r.Meta.ExecID, slurmErr(subErr))
+	}
+	m := r.Meta
+	m.JobID, m.Cluster, m.Final, m.SubmitError = jobID, cluster, nil, ""
+	if err := slurm.WriteMeta(r.Dir, m); err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		out, _ := json.Marshal(map[string]string{"execid": m.ExecID, "jobid": jobID, "executor": ex.Name(), "run_dir": r.Dir, "resume_from": from})
+		fmt.Println(string(out))
+	} else {
+		fmt.Printf("submitted run %s again as %s job %s; it resumes from %s\nrun dir: %s\n", m.ExecID, ex.Name(), jobID, from, r.Dir)
+	}
+	if !c.Bool("wait") {
+		return nil
+	}
+	return followJob(ctx, slurm.Run{Dir: r.Dir, Meta: m}, tc)
 }

@@ -4,8 +4,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -48,6 +50,8 @@ func runTrainTask(c *cli.Context) error {
 	if env.WorldSize != cfg.NTasks {
 		return cli.Exit(fmt.Sprintf("the job step has %d tasks but %s says ntasks = %d: run as many tasks as the config asks", env.WorldSize, train.ConfigFile, cfg.NTasks), 2)
 	}
+	// Before anything slow: the stop signal's default action kills.
+	stopCh := stopOnSignal(cfg.StopSignal, env.Rank)
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	fail := func(err error) error {
@@ -61,7 +65,11 @@ func runTrainTask(c *cli.Context) error {
 	if err != nil {
 		return fail(err)
 	}
-	_, err = train.Run(ctx, cfg, comm, train.Options{RunDir: dir, Log: os.Stdout, Host: env.Node})
+	_, err = train.Run(ctx, cfg, comm, train.Options{RunDir: dir, Log: os.Stdout, Host: env.Node, Stop: stopCh})
+	if errors.Is(err, train.ErrStopped) {
+		closeWithin(comm, 2*time.Second)
+		return stopped(dir, cfg, env, err)
+	}
 	if err != nil {
 		// A failed world may wait on a dead peer to close; the error is
 		// what matters, and exiting closes the sockets anyway.
@@ -72,6 +80,59 @@ func runTrainTask(c *cli.Context) error {
 		return fail(cerr)
 	}
 	return nil
+}
+
+// ExitStopped is the exit status of a task that stopped on the time-limit
+// signal after saving a checkpoint (EX_TEMPFAIL: try again later).
+const ExitStopped = 75
+
+// stopOnSignal returns a channel closed when the process receives the
+// stop signal (SIGUSR1, or SIGUSR2 when name says so): Slurm's
+// --signal=USR1@<secs> before the time limit, or scancel --signal.
+func stopOnSignal(name string, rank int) <-chan struct{} {
+	sig := syscall.SIGUSR1
+	if name == "USR2" {
+		sig = syscall.SIGUSR2
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, sig)
+	stop := make(chan struct{})
+	go func() {
+		s := <-sigs
+		signal.Stop(sigs)
+		if rank == 0 {
+			fmt.Fprintf(os.Stderr, "hpcrun: received %v: saving a checkpoint after this step, then stopping\n", s)
+		}
+		close(stop)
+	}()
+	return stop
+}
+
+// stopped ends a task that saved and stopped on the stop signal: rank 0 of
+// a Slurm job requeues the job (scontrol requeue), which resumes from the
+// checkpoint when it starts again, up to max_requeues times; every task
+// exits with ExitStopped.
+func stopped(dir string, cfg train.Config, env idrenv.Env, err error) error {
+	msg := fmt.Sprintf("rank %d: %v", env.Rank, err)
+	if env.Rank != 0 {
+		return cli.Exit(msg, ExitStopped)
+	}
+	jobID := os.Getenv("SLURM_JOB_ID")
+	resume := fmt.Sprintf("resume with: hpcrun submit --resume %s", filepath.Base(dir))
+	switch {
+	case jobID == "":
+		msg += "; " + resume
+	case env.RestartCount >= cfg.Requeues():
+		msg += fmt.Sprintf("; the job was requeued %d times already (max_requeues = %d): %s", env.RestartCount, cfg.Requeues(), resume)
+	default:
+		out, rerr := exec.Command("scontrol", "requeue", jobID).CombinedOutput()
+		if rerr != nil {
+			msg += fmt.Sprintf("; scontrol requeue %s failed (%v: %s): %s", jobID, rerr, strings.TrimSpace(string(out)), resume)
+		} else {
+			msg += fmt.Sprintf("; requeued job %s (restart %d of at most %d), it resumes from the checkpoint", jobID, env.RestartCount+1, cfg.Requeues())
+		}
+	}
+	return cli.Exit(msg, ExitStopped)
 }
 
 // closeWithin closes comm, giving up after d.
