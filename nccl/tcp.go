@@ -28,8 +28,8 @@ import (
 const pieceElems = 32 << 10
 
 const (
-	kindRing byte = iota
-	kindP2P
+	kindRing byte = iota // ring neighbours
+	kindP2P              // Send/Recv
 )
 
 const hdrMagic = 0x52435048 // "HPCR"
@@ -166,9 +166,8 @@ type tcpComm struct {
 	// on the first of them, one of the first rank of every host.
 	local, leaders *tcpComm
 
-	p2pMu sync.Mutex
-	out   map[int]net.Conn
-	in    map[int]net.Conn
+	linkMu sync.Mutex
+	links  map[linkKey]net.Conn // lazily made point-to-point connections
 
 	seq     map[string]int
 	scratch []float32 // one received piece
@@ -179,7 +178,7 @@ type tcpComm struct {
 
 func (nd *node) newComm(id string, ranks []int, me int) (*tcpComm, error) {
 	c := &tcpComm{nd: nd, id: id, ranks: ranks, rank: me, n: len(ranks),
-		out: map[int]net.Conn{}, in: map[int]net.Conn{}, seq: map[string]int{}}
+		links: map[linkKey]net.Conn{}, seq: map[string]int{}}
 	if c.n == 1 {
 		return c, nil
 	}
@@ -306,13 +305,11 @@ func (c *tcpComm) closeConns() {
 			c.nd.untrack(conn)
 		}
 	}
-	c.p2pMu.Lock()
-	for _, m := range []map[int]net.Conn{c.out, c.in} {
-		for _, conn := range m {
-			c.nd.untrack(conn)
-		}
+	c.linkMu.Lock()
+	for _, conn := range c.links {
+		c.nd.untrack(conn)
 	}
-	c.p2pMu.Unlock()
+	c.linkMu.Unlock()
 	if c.shm != nil {
 		c.shm.close()
 	}
@@ -720,29 +717,33 @@ func (c *tcpComm) Barrier() error {
 	return c.ring(buf, seg, 0, true, true, Sum, header('Z', Sum, 1))
 }
 
-func (c *tcpComm) p2p(peer int, kind string) (net.Conn, error) {
-	c.p2pMu.Lock()
-	m := c.in
-	if kind == "out" {
-		m = c.out
-	}
-	conn, ok := m[peer]
-	c.p2pMu.Unlock()
+type linkKey struct {
+	peer int
+	out  bool // we write (we dialed) or we read (they dialed)
+	kind byte
+}
+
+// link returns the one-way connection to (out) or from group rank peer.
+func (c *tcpComm) link(peer int, out bool, kind byte) (net.Conn, error) {
+	k := linkKey{peer, out, kind}
+	c.linkMu.Lock()
+	conn, ok := c.links[k]
+	c.linkMu.Unlock()
 	if ok {
 		return conn, nil
 	}
 	var err error
-	if kind == "out" {
-		conn, err = c.nd.dialPeer(c.id, c.ranks[peer], kindP2P)
+	if out {
+		conn, err = c.nd.dialPeer(c.id, c.ranks[peer], kind)
 	} else {
-		conn, err = c.nd.awaitConn(c.id, c.ranks[peer], kindP2P)
+		conn, err = c.nd.awaitConn(c.id, c.ranks[peer], kind)
 	}
 	if err != nil {
 		return nil, err
 	}
-	c.p2pMu.Lock()
-	m[peer] = conn
-	c.p2pMu.Unlock()
+	c.linkMu.Lock()
+	c.links[k] = conn
+	c.linkMu.Unlock()
 	return conn, nil
 }
 
@@ -757,7 +758,7 @@ func (c *tcpComm) Send(buf []float32, to int) error {
 	if to == c.rank {
 		return errors.New("nccl: Send to self: use a copy")
 	}
-	conn, err := c.p2p(to, "out")
+	conn, err := c.link(to, true, kindP2P)
 	if err != nil {
 		return err
 	}
@@ -778,7 +779,7 @@ func (c *tcpComm) Recv(buf []float32, from int) error {
 	if from == c.rank {
 		return errors.New("nccl: Recv from self: use a copy")
 	}
-	conn, err := c.p2p(from, "in")
+	conn, err := c.link(from, false, kindP2P)
 	if err != nil {
 		return err
 	}
