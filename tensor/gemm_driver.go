@@ -99,9 +99,9 @@ func (t *gemmTeam) run(id int, tile []float32) {
 			kc := min(t.kc, p.k-pc)
 			pb := t.packB[nB&1]
 			nB++
-			lo, hi := npanB*id/nt, npanB*(id+1)/nt
-			if lo < hi {
-				packB(pb[lo*nr*kc:], p.b, p.ldb, p.transB, pc, kc, jc+lo*nr, min(nc, hi*nr)-lo*nr, nr, kr.asmPack)
+			bLo, bHi := npanB*id/nt, npanB*(id+1)/nt
+			if bLo < bHi {
+				packB(pb[bLo*nr*kc:], p.b, p.ldb, p.transB, pc, kc, jc+bLo*nr, min(nc, bHi*nr)-bLo*nr, nr, kr.asmPack)
 			}
 			beta, loadC := float32(1), true
 			if pc == 0 {
@@ -117,12 +117,21 @@ func (t *gemmTeam) run(id int, tile []float32) {
 					packA(pa[lo*mr*kc:], p.a, p.lda, p.transA, ic+lo*mr, min(mc, hi*mr)-lo*mr, pc, kc, mr, kr.asmPack)
 				}
 				t.bar.wait()
-				// This thread's tiles: a contiguous run of the block's
-				// (A panel, B panel) pairs in A-panel-major order, so an A
-				// panel stays in L1 while B panels stream past it.
-				tiles := npanA * npanB
-				for q := tiles * id / nt; q < tiles*(id+1)/nt; q++ {
-					ir, jr := q/npanB*mr, q%npanB*nr
+				// This thread's tiles. With enough B panels, every A panel
+				// against the B panels this thread packed itself: they are
+				// already in its own L2, and no core reads another's. Else a
+				// contiguous run of the block's (A panel, B panel) pairs.
+				// Either way in A-panel-major order, so an A panel stays in
+				// L1 while B panels stream past it.
+				q0, q1, qB := npanA*npanB*id/nt, npanA*npanB*(id+1)/nt, npanB
+				if ownB := npanB >= 2*nt; ownB {
+					q0, q1, qB = 0, npanA*(bHi-bLo), bHi-bLo
+				}
+				for q := q0; q < q1; q++ {
+					ir, jr := q/qB*mr, q%qB*nr
+					if qB != npanB {
+						jr += bLo * nr
+					}
 					ap := pa[ir*kc : (ir+mr)*kc]
 					bp := pb[jr*kc : (jr+nr)*kc]
 					rows, cols := min(mr, mc-ir), min(nr, nc-jr)
@@ -161,6 +170,9 @@ func packA(dst, a []float32, lda int, trans bool, i0, mc, p0, kc, mr int, fast b
 	if trans {
 		// A is stored (k,m): each k step is a contiguous run of rows, read
 		// once and dealt out to the panels.
+		if fast && packPanelsFast(dst, a[p0*lda+i0:], kc, lda, mc, mr) {
+			return
+		}
 		for p := 0; p < kc; p++ {
 			s := (p0+p)*lda + i0
 			row := a[s : s+mc]
@@ -200,6 +212,9 @@ func packA(dst, a []float32, lda int, trans bool, i0, mc, p0, kc, mr int, fast b
 // nr-column panels: panel q holds, for each k step, the nr values of
 // columns j0+q*nr..j0+q*nr+nr-1, zero beyond the last column.
 func packB(dst, b []float32, ldb int, trans bool, p0, kc, j0, nc, nr int, fast bool) {
+	if !trans && fast && packPanelsFast(dst, b[p0*ldb+j0:], kc, ldb, nc, nr) {
+		return
+	}
 	for jr := 0; jr < nc; jr += nr {
 		d := dst[jr*kc : (jr+nr)*kc]
 		cols := min(nr, nc-jr)
@@ -230,6 +245,20 @@ func packB(dst, b []float32, ldb int, trans bool, p0, kc, j0, nc, nr int, fast b
 			}
 		}
 	}
+}
+
+// packPanelsFast packs n columns of kc rows of src (ld apart) into w-wide
+// panels, zero beyond column n, with packCopyFast; ok is false when it did
+// nothing.
+func packPanelsFast(dst, src []float32, kc, ld, n, w int) (ok bool) {
+	full := n / w
+	if full > 0 && !packCopyFast(dst, src, kc, ld, full, w, w) {
+		return false
+	}
+	if r := n - full*w; r > 0 {
+		return packCopyFast(dst[full*w*kc:], src[full*w:], kc, ld, 1, w, r)
+	}
+	return true
 }
 
 // workerPool hands out gemmWorkers to calling goroutines, so that their

@@ -11,18 +11,39 @@ func sgemmKernel12x32AVX512(k int, a, b, c *float32, ldc int, alpha, beta float3
 func sgemmKernel6x16AVX2(k int, a, b, c *float32, ldc int, alpha, beta float32, loadC int)
 
 //go:noescape
-func packTransAVX512(dst, src *float32, rows, srcStride, kc, dstStep int)
+func packTrans16AVX512(dst, src *float32, rows, srcStride, kc, dstStep int)
+
+//go:noescape
+func packCopyAVX512(dst, src *float32, kc, srcStride, panels, width int, ldMask, stMask uint32)
 
 // packTransFast does dst[p*dstStep+r] = src[r*srcStride+p] for r < rows,
-// p < kc, with AVX-512 scatters when the CPU has them; ok is false when it
-// did nothing and the caller must pack in Go.
+// p < kc, transposing 16x16 blocks in AVX-512 registers when the CPU has
+// them; ok is false when it did nothing and the caller must pack in Go.
 func packTransFast(dst, src []float32, rows, srcStride, kc, dstStep int) (ok bool) {
 	if !hasAVX512 || rows == 0 || kc == 0 {
 		return rows == 0 || kc == 0
 	}
 	_ = dst[(kc-1)*dstStep+rows-1]
 	_ = src[(rows-1)*srcStride+kc-1]
-	packTransAVX512(&dst[0], &src[0], rows, srcStride, kc, dstStep)
+	for r := 0; r < rows; r += 16 {
+		packTrans16AVX512(&dst[r], &src[r*srcStride], min(16, rows-r), srcStride, kc, dstStep)
+	}
+	return true
+}
+
+// packCopyFast does, for p < kc, j < panels and l < width,
+//
+//	dst[j*kc*width+p*width+l] = src[p*srcStride+j*width+l] when l < cols, else 0
+//
+// with AVX-512 masked moves when the CPU has them (width <= 32); ok is
+// false when it did nothing and the caller must pack in Go.
+func packCopyFast(dst, src []float32, kc, srcStride, panels, width, cols int) (ok bool) {
+	if !hasAVX512 || width > 32 || cols > width || kc == 0 || panels == 0 {
+		return hasAVX512 && (kc == 0 || panels == 0)
+	}
+	_ = dst[panels*kc*width-1]
+	_ = src[(kc-1)*srcStride+(panels-1)*width+cols-1]
+	packCopyAVX512(&dst[0], &src[0], kc, srcStride, panels, width, uint32(1)<<cols-1, uint32(1)<<width-1)
 	return true
 }
 

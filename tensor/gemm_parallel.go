@@ -137,9 +137,12 @@ func (b *spinBarrier) reset(n int) {
 	}
 }
 
-// barrierSpins is how many times a waiter polls before it sleeps: a few
-// microseconds.
-const barrierSpins = 2000
+// barrierSpin is how long a waiter polls before it sleeps. Waking a
+// sleeper costs tens of microseconds (a futex round trip and a reschedule),
+// as much as the compute of a small block, so a waiter polls for about that
+// long: at most that much core time is lost when the late thread is not
+// running at all.
+const barrierSpin = 50 * time.Microsecond
 
 func (b *spinBarrier) wait() {
 	if b.n <= 1 {
@@ -154,10 +157,8 @@ func (b *spinBarrier) wait() {
 		b.cond.Broadcast()
 		return
 	}
-	for i := 0; i < barrierSpins; i++ {
-		if b.gen.Load() != g {
-			return
-		}
+	if spinUntil(func() bool { return b.gen.Load() != g }) {
+		return
 	}
 	b.mu.Lock()
 	for b.gen.Load() == g {
@@ -198,4 +199,22 @@ func gemmBatched(transA, transB bool, m, n, k int, alpha float32, a []float32, l
 	workerPool.Put(w)
 	job.p, job.batch, job.kr = gemmParams{}, 0, nil
 	jobPool.Put(job)
+}
+
+// spinUntil polls done for up to barrierSpin and reports whether it became
+// true.
+func spinUntil(done func() bool) bool {
+	var start time.Time
+	for i := 0; ; i++ {
+		if done() {
+			return true
+		}
+		if i%128 == 127 {
+			if start.IsZero() {
+				start = time.Now()
+			} else if time.Since(start) > barrierSpin {
+				return false
+			}
+		}
+	}
 }

@@ -361,21 +361,61 @@ func TestSgemmSmallBlocks(t *testing.T) {
 	defer SetGemmThreads(0)
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, kr := range gemmKernels {
-		small := *kr
-		small.kc, small.mc, small.nc = 19, 3*kr.mr, 2*kr.nr
-		activeKernel.Store(&small)
-		for threads := 1; threads <= 3; threads++ {
-			SetGemmThreads(threads)
-			t.Run(fmt.Sprintf("%s/threads%d", kr.name, threads), func(t *testing.T) {
-				for _, tc := range []gemmCase{
-					{m: 101, n: 157, k: 83, alpha: 1},
-					{m: 64, n: 200, k: 40, transA: true, alpha: 0.5, beta: 1, padC: 3},
-					{m: 130, n: 70, k: 57, transB: true, alpha: 1, beta: -1, padA: 2},
-					{m: 37, n: 300, k: 20, transA: true, transB: true, alpha: 1, nanC: true},
-				} {
-					runGemmCase(t, r, tc)
+		// nc of 2 panels makes threads share B panels; 7 lets each own some.
+		for _, ncPanels := range []int{2, 7} {
+			small := *kr
+			small.kc, small.mc, small.nc = 19, 3*kr.mr, ncPanels*kr.nr
+			activeKernel.Store(&small)
+			for threads := 1; threads <= 3; threads++ {
+				SetGemmThreads(threads)
+				t.Run(fmt.Sprintf("%s/nc%d/threads%d", kr.name, small.nc, threads), func(t *testing.T) {
+					for _, tc := range []gemmCase{
+						{m: 101, n: 157, k: 83, alpha: 1},
+						{m: 64, n: 200, k: 40, transA: true, alpha: 0.5, beta: 1, padC: 3},
+						{m: 130, n: 70, k: 57, transB: true, alpha: 1, beta: -1, padA: 2},
+						{m: 37, n: 300, k: 20, transA: true, transB: true, alpha: 1, nanC: true},
+					} {
+						runGemmCase(t, r, tc)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestPackFast checks the assembly packers against the Go loops on ragged
+// panels, k tails and every row count of a 16-row transpose block.
+func TestPackFast(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	const ld = 71
+	src := randSlice(r, 120*ld)
+	for _, trans := range []bool{false, true} {
+		for _, mr := range []int{4, 6, 12, 16, 32} {
+			for _, kc := range []int{1, 15, 16, 17, 40} {
+				for _, rows := range []int{1, 5, mr - 1, mr, 2*mr + 3, 3 * mr} {
+					if rows < 1 || rows > 110 || kc > ld-3 {
+						continue
+					}
+					n := roundUp(rows, mr) * kc
+					want, got := make([]float32, n), make([]float32, n)
+					for i := range got {
+						got[i] = float32(math.NaN())
+					}
+					packA(want, src, ld, trans, 2, rows, 3, kc, mr, false)
+					packA(got, src, ld, trans, 2, rows, 3, kc, mr, true)
+					if !slices.Equal(want, got) {
+						t.Errorf("packA trans=%v mr=%d kc=%d rows=%d: fast packing differs", trans, mr, kc, rows)
+					}
+					for i := range got {
+						got[i] = float32(math.NaN())
+					}
+					packB(want, src, ld, trans, 3, kc, 2, rows, mr, false)
+					packB(got, src, ld, trans, 3, kc, 2, rows, mr, true)
+					if !slices.Equal(want, got) {
+						t.Errorf("packB trans=%v nr=%d kc=%d cols=%d: fast packing differs", trans, mr, kc, rows)
+					}
 				}
-			})
+			}
 		}
 	}
 }
