@@ -25,7 +25,7 @@ import (
 // Buffers travel as raw little-endian float32 (every supported target is
 // little-endian).
 
-const pieceElems = 32 << 10
+const pieceElems = 128 << 10
 
 const (
 	kindRing byte = iota // ring neighbours
