@@ -33,11 +33,12 @@ func benchCommCommand() *cli.Command {
 		Name:  "comm",
 		Usage: "collective bus bandwidth next to Open MPI",
 		Description: "Spawns --nproc copies of hpcrun on this machine that all-reduce float32\n" +
-			"buffers of --min to --max bytes (x4 each step) over loopback, and prints the\n" +
-			"bus bandwidth 2(n-1)/n * bytes / time of the slowest rank. When mpicc and\n" +
-			"mpirun exist, the same sizes run through Open MPI's MPI_Allreduce (bench/mpi/\n" +
-			"mpi_allreduce.c) with its shared-memory and its TCP transport, and the\n" +
-			"table shows hpcrun's ratio to each.",
+			"buffers of --min to --max bytes (x4 each step) through nccl.Init (shared memory,\n" +
+			"or the loopback TCP ring with --backend tcp), and prints the bus bandwidth\n" +
+			"2(n-1)/n * bytes / time of the slowest rank. When mpicc and mpirun exist, the\n" +
+			"same sizes run through Open MPI's MPI_Allreduce (bench/mpi/mpi_allreduce.c)\n" +
+			"with its shared-memory and its TCP transport, and each ratio is Open MPI's\n" +
+			"time over hpcrun's (above 1: hpcrun is faster).",
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "nproc", Value: 4, Usage: "number of `RANKS`"},
 			&cli.StringFlag{Name: "min", Value: "4KiB", Usage: "smallest buffer `SIZE`"},
