@@ -206,6 +206,10 @@ func newNode(ctx context.Context, o Options) (*node, error) {
 		return nil, fmt.Errorf("nccl: rank %d: listen: %w", o.Rank, err)
 	}
 	nd.self.addr = nd.ln.Addr().String()
+	if ip := nd.ln.Addr().(*net.TCPAddr).IP; ip.IsUnspecified() {
+		// Listening everywhere (no route to the master?): peers dial our name.
+		nd.self.addr = net.JoinHostPort(nd.self.host, strconv.Itoa(nd.ln.Addr().(*net.TCPAddr).Port))
+	}
 	nd.wg.Add(3)
 	go nd.accept()
 	go nd.heartbeat()
