@@ -1,0 +1,191 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// stepLosses reads a rank's metrics file: the loss of every step (the last
+// written wins, as in the metrics reader after a resume), the run lines
+// (one per start) and the end statuses.
+func stepLosses(t *testing.T, path string) (losses map[int]float64, starts int, ends []string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, nil
+	}
+	defer f.Close()
+	losses = map[int]float64{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var l struct {
+			Type   string  `json:"type"`
+			Step   int     `json:"step"`
+			Loss   float64 `json:"loss"`
+			Status string  `json:"status"`
+		}
+		if json.Unmarshal(sc.Bytes(), &l) != nil {
+			continue
+		}
+		switch l.Type {
+		case "run":
+			starts++
+		case "step":
+			losses[l.Step] = l.Loss
+		case "end":
+			ends = append(ends, l.Status)
+		}
+	}
+	return losses, starts, ends
+}
+
+var restartsRE = regexp.MustCompile(`Restarts=(\d+)`)
+var jobStateRE = regexp.MustCompile(`JobState=(\S+)`)
+
+// slurmJob is scontrol's state and restart count of a job.
+func slurmJob(t *testing.T, id string) (state string, restarts int) {
+	t.Helper()
+	out, err := exec.Command("scontrol", "show", "job", id).CombinedOutput()
+	if err != nil {
+		t.Fatalf("scontrol show job %s: %v: %s", id, err, out)
+	}
+	if m := jobStateRE.FindSubmatch(out); m != nil {
+		state = string(m[1])
+	}
+	if m := restartsRE.FindSubmatch(out); m != nil {
+		restarts, _ = strconv.Atoi(string(m[1]))
+	}
+	return state, restarts
+}
+
+// TestE2ERequeue runs a checkpointing job (--signal=USR1@.. and --requeue
+// in its script) on the local Slurm and stops it twice the way a time limit
+// does: USR1 to its tasks. Each time the tasks agree on a step, save, rank
+// 0 requeues the job and it resumes from the checkpoint; the third start
+// finishes. The losses of every step must equal those of the same training
+// run without a stop (another job), bit for bit.
+//
+// Two shortcuts keep it under a minute, where a real time limit would take
+// minutes: the test sends USR1 itself (scancel --signal=USR1, what Slurm
+// does signal_secs before the limit, whose timer has up to a minute of
+// slack), and it moves each requeued job's begin time to 3 s after the
+// requeue (scontrol update starttime=now): Slurm holds a requeued job for
+// about two minutes, the lifetime of the revoked job credential.
+func TestE2ERequeue(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e: -short")
+	}
+	slurmUp(t)
+	e := newEnv(t)
+	os.WriteFile(filepath.Join(e.dir, "hpcrun.toml"), []byte(`default_profile = "rq"
+[profiles.rq]
+executor = "slurm"
+time = "10:00"
+checkpoint = true
+signal_secs = 60
+[train]
+max_requeues = 2
+ckpt_keep = 2
+`), 0o644)
+	args := []string{"--ntasks", "2", "--tp", "2", "--preset", "tiny", "--steps", "400", "--samples", "512", "--device", "cpu", "--eval-every", "0"}
+	s := e.submit(args...)
+	script, _ := os.ReadFile(filepath.Join(s.RunDir, "job.sbatch"))
+	for _, want := range []string{"#SBATCH --signal=USR1@60", "#SBATCH --requeue", "#SBATCH --open-mode=append"} {
+		if !strings.Contains(string(script), want) {
+			t.Fatalf("job.sbatch lacks %q:\n%s", want, script)
+		}
+	}
+	metricsFile := filepath.Join(s.RunDir, "metrics", "rank-00000.jsonl")
+	deadline := time.Now().Add(150 * time.Second)
+	for round := 0; round < 2; round++ {
+		// Wait for this start to make some steps, then signal it.
+		for {
+			losses, starts, _ := stepLosses(t, metricsFile)
+			if starts == round+1 && len(losses) >= 60*(round+1) {
+				break
+			}
+			if st, _ := slurmJob(t, s.JobID); st == "COMPLETED" || st == "FAILED" || time.Now().After(deadline) {
+				errLog, _ := os.ReadFile(filepath.Join(s.RunDir, "slurm-"+s.JobID+".err"))
+				t.Fatalf("round %d: job %s before it could be signalled (%d steps)\n%s", round, st, len(losses), errLog)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if out, err := exec.Command("scancel", "--signal=USR1", s.JobID).CombinedOutput(); err != nil {
+			t.Fatalf("scancel --signal=USR1: %v: %s", err, out)
+		}
+		for {
+			st, restarts := slurmJob(t, s.JobID)
+			if st == "PENDING" && restarts == round+1 {
+				break
+			}
+			if st == "COMPLETED" || st == "FAILED" || time.Now().After(deadline) {
+				errLog, _ := os.ReadFile(filepath.Join(s.RunDir, "slurm-"+s.JobID+".err"))
+				t.Fatalf("round %d: job %s (restarts %d), want it requeued\n%s", round, st, restarts, errLog)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		// slurmd refuses a credential issued within a second or so of the
+		// revocation of the job's previous one ("Job credential revoked").
+		time.Sleep(3 * time.Second)
+		exec.Command("scontrol", "update", "jobid="+s.JobID, "starttime=now").Run()
+	}
+	for {
+		st, restarts := slurmJob(t, s.JobID)
+		if st == "COMPLETED" {
+			if restarts != 2 {
+				t.Errorf("completed after %d restarts, want 2", restarts)
+			}
+			break
+		}
+		if st == "FAILED" || st == "CANCELLED" || time.Now().After(deadline) {
+			errLog, _ := os.ReadFile(filepath.Join(s.RunDir, "slurm-"+s.JobID+".err"))
+			t.Fatalf("job %s, want COMPLETED\n%s", st, errLog)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	errLog, _ := os.ReadFile(filepath.Join(s.RunDir, "slurm-"+s.JobID+".err"))
+	if n := strings.Count(string(errLog), "requeued job "+s.JobID); n != 2 {
+		t.Errorf("the job log says %d times that rank 0 requeued the job, want 2:\n%s", n, errLog)
+	}
+	losses, starts, ends := stepLosses(t, metricsFile)
+	if starts != 3 || strings.Join(ends, ",") != "interrupted,interrupted,completed" {
+		t.Errorf("%d starts, ends %v; want 3 and interrupted, interrupted, completed", starts, ends)
+	}
+	latest, _ := os.ReadFile(filepath.Join(s.RunDir, "ckpt", "latest"))
+	if strings.TrimSpace(string(latest)) != "step-000400" {
+		t.Errorf("ckpt/latest = %q, want step-000400", latest)
+	}
+	if steps, _ := filepath.Glob(filepath.Join(s.RunDir, "ckpt", "step-*")); len(steps) != 2 {
+		t.Errorf("ckpt_keep = 2 but %d step dirs: %v", len(steps), steps)
+	}
+
+	// The same training without a stop, as a job of the same shape (the
+	// GEMMs' thread count, hence their summation order, follows the job's
+	// CPUs: hpcrun run on this machine differs in the last bits).
+	e.run(append([]string{"submit", "--wait"}, args...)...)
+	runs, _ := filepath.Glob(filepath.Join(e.dir, "runs", "*", "metrics", "rank-00000.jsonl"))
+	var ref map[int]float64
+	for _, r := range runs {
+		if r != metricsFile {
+			ref, _, _ = stepLosses(t, r)
+		}
+	}
+	if len(ref) != 400 || len(losses) != 400 {
+		t.Fatalf("%d steps uninterrupted, %d through requeues; want 400 each", len(ref), len(losses))
+	}
+	for step := 1; step <= 400; step++ {
+		if math.Float64bits(losses[step]) != math.Float64bits(ref[step]) {
+			t.Fatalf("step %d: loss %v through requeues, %v uninterrupted", step, losses[step], ref[step])
+		}
+	}
+}
