@@ -257,8 +257,16 @@ func TestResumeRefusesMismatch(t *testing.T) {
 // checkpoint loaded into a tp=1 model: Conv1D weights transposed to (in,
 // out) (c_attn (C, 3C) with Q, K, V side by side), the vocabulary unpadded.
 func TestMergeHF(t *testing.T) {
-	cfg, data := gptConfig(t, 2, 2)
+	cfg, _ := gptConfig(t, 2, 2)
 	cfg.Steps = 2
+	cfg.Vocab = 300 // padded to 512 at tp=2
+	data, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data.Vocab != 300 {
+		t.Fatalf("vocab %d, want 300", data.Vocab)
+	}
 	dir := t.TempDir()
 	if _, err := runRanks(t, cfg, data, func(int) Options { return Options{RunDir: dir} }); err != nil {
 		t.Fatal(err)

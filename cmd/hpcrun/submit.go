@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -293,6 +294,14 @@ func resumeSubmit(c *cli.Context) error {
 	ex, err := executorOf(r)
 	if err != nil {
 		return err
+	}
+	if ex.Name() == "local" {
+		// The previous job's final state must not pass for the new one's.
+		for _, f := range []string{"state", "cancel"} {
+			if err := os.Remove(filepath.Join(r.Dir, slurm.LocalDir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+		}
 	}
 	jobID, cluster, subErr := ex.Submit(ctx, slurm.Submission{Spec: r.Meta.Spec, Script: filepath.Join(r.Dir, "job.sbatch")})
 	if subErr != nil {
