@@ -15,8 +15,9 @@ import (
 
 // ErrStopped is returned (wrapped) by Run when a stop was requested
 // (Options.Stop, the time-limit signal): every rank stopped after the same
-// step and the checkpoint of that step is saved; resuming continues from it.
-var ErrStopped = errors.New("stopped on request after saving a checkpoint")
+// step and, when the run has a run dir, saved its checkpoint; resuming
+// continues from it.
+var ErrStopped = errors.New("stopped on request")
 
 // CkptDir is the checkpoint root of a run dir.
 func CkptDir(runDir string) string { return filepath.Join(runDir, "ckpt") }

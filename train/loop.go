@@ -318,13 +318,18 @@ func (t *trainer) run(ctx context.Context) (*Result, error) {
 			return res, err
 		}
 		every := t.cfg.CkptEvery
+		saved := false
 		if t.runDir != "" && every >= 0 && (last || stop || (every > 0 && (step+1)%every == 0)) {
 			if err := t.save(step + 1); err != nil {
 				return res, err
 			}
+			saved = true
 		}
 		if stop && !last {
-			return res, fmt.Errorf("step %d of %d: %w", step+1, t.total, ErrStopped)
+			if saved {
+				return res, fmt.Errorf("step %d of %d, checkpoint saved: %w", step+1, t.total, ErrStopped)
+			}
+			return res, fmt.Errorf("step %d of %d, no checkpoint (no run dir, or ckpt_every < 0): %w", step+1, t.total, ErrStopped)
 		}
 	}
 	return res, nil
