@@ -173,6 +173,13 @@ func TestReshardOnLoad(t *testing.T) {
 			t.Errorf("tp=%d: loss %v, tp=2 gives %v", tp, got, ref)
 		}
 	}
+	// resume_from starts a new run (here at tp=1) from the checkpoint.
+	one := cfg
+	one.NTasks, one.TP, one.ResumeFrom, one.Steps = 1, 1, dir, 6
+	res, err := runRanks(t, one, data, func(int) Options { return Options{RunDir: t.TempDir()} })
+	if err != nil || res[0].Start != 4 || res[0].Steps != 2 {
+		t.Errorf("resume_from: %v, started at %d and made %d steps, want 4 and 2", err, res[0].Start, res[0].Steps)
+	}
 	// A fresh model's loss differs: the load is not a no-op.
 	fresh := cfg
 	fresh.Seed++

@@ -41,6 +41,7 @@ type Config struct {
 	CkptKeep    int    `toml:"ckpt_keep,omitempty" json:"ckpt_keep,omitempty"`       // checkpoints kept; 0 = 3
 	MaxRequeues int    `toml:"max_requeues,omitempty" json:"max_requeues,omitempty"` // times a job stopped by its time-limit signal requeues itself; 0 = 10
 	StopSignal  string `toml:"stop_signal,omitempty" json:"stop_signal,omitempty"`   // signal that asks for save-and-stop: USR1 or USR2; "" = USR1
+	ResumeFrom  string `toml:"resume_from,omitempty" json:"resume_from,omitempty"`   // checkpoint (step dir, ckpt root or run dir) a new run starts from, at any tp; the run dir's own latest wins
 
 	// Layout of the job.
 	NTasks int `toml:"ntasks" json:"ntasks"`

@@ -87,7 +87,8 @@ func Run(ctx context.Context, cfg Config, world nccl.Comm, opt Options) (res *Re
 	return t.run(ctx)
 }
 
-// resumeIfAny loads opt.Resume, or else the run dir's latest checkpoint.
+// resumeIfAny loads opt.Resume, or else the run dir's latest checkpoint,
+// or else the config's resume_from.
 func (t *trainer) resumeIfAny(opt Options) error {
 	dir := ""
 	var err error
@@ -95,6 +96,9 @@ func (t *trainer) resumeIfAny(opt Options) error {
 		dir, err = ckpt.Resolve(opt.Resume)
 	} else if opt.RunDir != "" {
 		dir, err = ckpt.Latest(CkptDir(opt.RunDir))
+	}
+	if err == nil && dir == "" && t.cfg.ResumeFrom != "" {
+		dir, err = ckpt.Resolve(t.cfg.ResumeFrom)
 	}
 	if err = agree(t.world, err, "finding the checkpoint"); err != nil || dir == "" {
 		return err
