@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -34,5 +35,34 @@ func TestCheckAcrossProcesses(t *testing.T) {
 	}
 	if _, errOut, code := e.run("check", "NoSuchLayer", "--tp", "2"); code == 0 || !strings.Contains(errOut, "NoSuchLayer") {
 		t.Errorf("check of an unknown layer: exit %d, %q", code, errOut)
+	}
+}
+
+// TestCheckUnderSrun runs the checks as a Slurm job step on the local
+// cluster: each srun task is one rank, and rank 0 prints the table.
+func TestCheckUnderSrun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e: -short")
+	}
+	slurmUp(t)
+	cmd := exec.Command("srun", "-n", "2", "--time", "2", hpcrunBinary(t), "--json", "check", "all", "--tp", "2")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("srun -n 2 hpcrun check all --tp 2: %v\n%s", err, out)
+	}
+	var table struct {
+		TP      int `json:"tp"`
+		Results []struct {
+			Check string `json:"check"`
+			Pass  bool   `json:"pass"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(out, &table); err != nil || table.TP != 2 || len(table.Results) < 10 {
+		t.Fatalf("check table: %v, tp %d, %d results\n%s", err, table.TP, len(table.Results), out)
+	}
+	for _, r := range table.Results {
+		if !r.Pass {
+			t.Errorf("%s failed under srun", r.Check)
+		}
 	}
 }
