@@ -136,9 +136,14 @@ func (t *gemmTeam) run(id int, tile []float32) {
 					bp := pb[jr*kc : (jr+nr)*kc]
 					rows, cols := min(mr, mc-ir), min(nr, nc-jr)
 					off := (ic+ir)*p.ldc + jc + jr
-					if rows == mr && cols == nr {
-						kr.fn(kc, ap, bp, p.c[off:], p.ldc, p.alpha, beta, loadC)
-						continue
+					if cols == nr {
+						if rows == mr {
+							kr.fn(kc, ap, bp, p.c[off:], p.ldc, p.alpha, beta, loadC)
+							continue
+						}
+						if kr.short != nil && kr.short(rows, kc, ap, bp, p.c[off:], p.ldc, p.alpha, beta, loadC) {
+							continue
+						}
 					}
 					kr.fn(kc, ap, bp, tile, nr, p.alpha, 0, false)
 					for i := 0; i < rows; i++ {

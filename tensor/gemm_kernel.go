@@ -20,6 +20,10 @@ type gemmKernel struct {
 	// tile, from k steps of a packed A panel (mr values per step) and a
 	// packed B panel (nr values per step).
 	fn func(k int, a, b, c []float32, ldc int, alpha, beta float32, loadC bool)
+	// short, when set, is fn for a tile of only rows < mr rows that exist
+	// (the last A panel of a ragged m): it computes and stores just those,
+	// and reports false when it cannot (then fn goes through a scratch tile).
+	short func(rows, k int, a, b, c []float32, ldc int, alpha, beta float32, loadC bool) bool
 }
 
 var portableKernel = &gemmKernel{name: "go-4x4", mr: 4, nr: 4, kc: 256, mc: 256, nc: 1024, fn: sgemmKernelGo}

@@ -8,6 +8,12 @@ package tensor
 func sgemmKernel12x32AVX512(k int, a, b, c *float32, ldc int, alpha, beta float32, loadC int)
 
 //go:noescape
+func sgemmKernel8x32AVX512(k int, a, b, c *float32, ldc int, alpha, beta float32, loadC, rows int)
+
+//go:noescape
+func sgemmKernel4x32AVX512(k int, a, b, c *float32, ldc int, alpha, beta float32, loadC, rows int)
+
+//go:noescape
 func sgemmKernel6x16AVX2(k int, a, b, c *float32, ldc int, alpha, beta float32, loadC int)
 
 //go:noescape
@@ -96,6 +102,18 @@ func asmKernels() []*gemmKernel {
 			fn: func(k int, a, b, c []float32, ldc int, alpha, beta float32, loadC bool) {
 				_, _, _ = a[k*12-1], b[k*32-1], c[11*ldc+31]
 				sgemmKernel12x32AVX512(k, &a[0], &b[0], &c[0], ldc, alpha, beta, b2i(loadC))
+			},
+			short: func(rows, k int, a, b, c []float32, ldc int, alpha, beta float32, loadC bool) bool {
+				if rows > 8 {
+					return false
+				}
+				_, _, _ = a[k*12-1], b[k*32-1], c[(rows-1)*ldc+31]
+				if rows > 4 {
+					sgemmKernel8x32AVX512(k, &a[0], &b[0], &c[0], ldc, alpha, beta, b2i(loadC), rows)
+				} else {
+					sgemmKernel4x32AVX512(k, &a[0], &b[0], &c[0], ldc, alpha, beta, b2i(loadC), rows)
+				}
+				return true
 			},
 		})
 	}

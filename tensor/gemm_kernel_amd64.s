@@ -178,6 +178,190 @@ overwrite512:
 	VZEROUPPER
 	RET
 
+// func sgemmKernel4x32AVX512(k int, a, b, c *float32, ldc int, alpha, beta float32, loadC, rows int)
+//
+// The first rows (1 <= rows <= 4) of the 12x32 kernel's tile, from the same
+// 12-row packed A panels: the last panel of an m that is not a multiple of 12
+// computes and stores only the rows that exist.
+TEXT ·sgemmKernel4x32AVX512(SB), NOSPLIT, $0-64
+	MOVQ k+0(FP), CX
+	MOVQ a+8(FP), AX
+	MOVQ b+16(FP), BX
+	MOVQ c+24(FP), DI
+	MOVQ ldc+32(FP), DX
+	SHLQ $2, DX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+
+k4loop:
+	VMOVUPS (BX), Z24
+	VMOVUPS 64(BX), Z25
+	VFMADD231PS.BCST 0(AX), Z24, Z0
+	VFMADD231PS.BCST 0(AX), Z25, Z1
+	VFMADD231PS.BCST 4(AX), Z24, Z2
+	VFMADD231PS.BCST 4(AX), Z25, Z3
+	VFMADD231PS.BCST 8(AX), Z24, Z4
+	VFMADD231PS.BCST 8(AX), Z25, Z5
+	VFMADD231PS.BCST 12(AX), Z24, Z6
+	VFMADD231PS.BCST 12(AX), Z25, Z7
+	ADDQ $48, AX
+	ADDQ $128, BX
+	DECQ CX
+	JNZ  k4loop
+
+	VBROADCASTSS alpha+40(FP), Z24
+	VBROADCASTSS beta+44(FP), Z25
+	MOVQ loadC+48(FP), R9
+	MOVQ rows+56(FP), R10
+	TESTQ R9, R9
+	JZ   k4overwrite
+	ROWBETA512(Z0, Z1)
+	CMPQ R10, $1
+	JLE  k4done
+	ROWBETA512(Z2, Z3)
+	CMPQ R10, $2
+	JLE  k4done
+	ROWBETA512(Z4, Z5)
+	CMPQ R10, $3
+	JLE  k4done
+	ROWBETA512(Z6, Z7)
+	VZEROUPPER
+	RET
+
+k4overwrite:
+	ROW512(Z0, Z1)
+	CMPQ R10, $1
+	JLE  k4done
+	ROW512(Z2, Z3)
+	CMPQ R10, $2
+	JLE  k4done
+	ROW512(Z4, Z5)
+	CMPQ R10, $3
+	JLE  k4done
+	ROW512(Z6, Z7)
+
+k4done:
+	VZEROUPPER
+	RET
+
+// func sgemmKernel8x32AVX512(k int, a, b, c *float32, ldc int, alpha, beta float32, loadC, rows int)
+//
+// The first rows (1 <= rows <= 8) of the 12x32 kernel's tile, from the same
+// 12-row packed A panels: the last panel of an m that is not a multiple of 12
+// computes and stores only the rows that exist.
+TEXT ·sgemmKernel8x32AVX512(SB), NOSPLIT, $0-64
+	MOVQ k+0(FP), CX
+	MOVQ a+8(FP), AX
+	MOVQ b+16(FP), BX
+	MOVQ c+24(FP), DI
+	MOVQ ldc+32(FP), DX
+	SHLQ $2, DX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+
+k8loop:
+	VMOVUPS (BX), Z24
+	VMOVUPS 64(BX), Z25
+	VFMADD231PS.BCST 0(AX), Z24, Z0
+	VFMADD231PS.BCST 0(AX), Z25, Z1
+	VFMADD231PS.BCST 4(AX), Z24, Z2
+	VFMADD231PS.BCST 4(AX), Z25, Z3
+	VFMADD231PS.BCST 8(AX), Z24, Z4
+	VFMADD231PS.BCST 8(AX), Z25, Z5
+	VFMADD231PS.BCST 12(AX), Z24, Z6
+	VFMADD231PS.BCST 12(AX), Z25, Z7
+	VFMADD231PS.BCST 16(AX), Z24, Z8
+	VFMADD231PS.BCST 16(AX), Z25, Z9
+	VFMADD231PS.BCST 20(AX), Z24, Z10
+	VFMADD231PS.BCST 20(AX), Z25, Z11
+	VFMADD231PS.BCST 24(AX), Z24, Z12
+	VFMADD231PS.BCST 24(AX), Z25, Z13
+	VFMADD231PS.BCST 28(AX), Z24, Z14
+	VFMADD231PS.BCST 28(AX), Z25, Z15
+	ADDQ $48, AX
+	ADDQ $128, BX
+	DECQ CX
+	JNZ  k8loop
+
+	VBROADCASTSS alpha+40(FP), Z24
+	VBROADCASTSS beta+44(FP), Z25
+	MOVQ loadC+48(FP), R9
+	MOVQ rows+56(FP), R10
+	TESTQ R9, R9
+	JZ   k8overwrite
+	ROWBETA512(Z0, Z1)
+	CMPQ R10, $1
+	JLE  k8done
+	ROWBETA512(Z2, Z3)
+	CMPQ R10, $2
+	JLE  k8done
+	ROWBETA512(Z4, Z5)
+	CMPQ R10, $3
+	JLE  k8done
+	ROWBETA512(Z6, Z7)
+	CMPQ R10, $4
+	JLE  k8done
+	ROWBETA512(Z8, Z9)
+	CMPQ R10, $5
+	JLE  k8done
+	ROWBETA512(Z10, Z11)
+	CMPQ R10, $6
+	JLE  k8done
+	ROWBETA512(Z12, Z13)
+	CMPQ R10, $7
+	JLE  k8done
+	ROWBETA512(Z14, Z15)
+	VZEROUPPER
+	RET
+
+k8overwrite:
+	ROW512(Z0, Z1)
+	CMPQ R10, $1
+	JLE  k8done
+	ROW512(Z2, Z3)
+	CMPQ R10, $2
+	JLE  k8done
+	ROW512(Z4, Z5)
+	CMPQ R10, $3
+	JLE  k8done
+	ROW512(Z6, Z7)
+	CMPQ R10, $4
+	JLE  k8done
+	ROW512(Z8, Z9)
+	CMPQ R10, $5
+	JLE  k8done
+	ROW512(Z10, Z11)
+	CMPQ R10, $6
+	JLE  k8done
+	ROW512(Z12, Z13)
+	CMPQ R10, $7
+	JLE  k8done
+	ROW512(Z14, Z15)
+
+k8done:
+	VZEROUPPER
+	RET
+
 // func sgemmKernel6x16AVX2(k int, a, b, c *float32, ldc int, alpha, beta float32, loadC int)
 //
 // 12 ymm accumulators (6 rows x 2 vectors of 8), B rows in Y12/Y13, A values

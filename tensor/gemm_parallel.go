@@ -23,7 +23,10 @@ type gemmJob struct {
 	p                                gemmParams
 	strideA, strideB, strideC, batch int
 	parts                            int
-	wg                               sync.WaitGroup
+	// running counts the parts still running on workers; wg lets the
+	// caller sleep on them once it has polled running for a while.
+	running atomic.Int32
+	wg      sync.WaitGroup
 }
 
 type gemmTask struct {
@@ -67,6 +70,7 @@ func gemmWorkerLoop() {
 			t = pollTask()
 		}
 		t.job.runPart(w, t.part)
+		t.job.running.Add(-1)
 		t.job.wg.Done()
 		workersMu.Lock()
 		workersIdle++
@@ -94,11 +98,15 @@ func pollTask() gemmTask {
 func (j *gemmJob) runTasks(n int, w *gemmWorker) {
 	j.parts = n
 	reserveWorkers(n - 1)
+	j.running.Store(int32(n - 1))
 	j.wg.Add(n - 1)
 	for q := 1; q < n; q++ {
 		gemmTasks <- gemmTask{j, q}
 	}
 	j.runPart(w, 0)
+	// The other parts usually end within microseconds of this one: poll
+	// rather than pay for a sleep and a wake-up.
+	spinUntil(func() bool { return j.running.Load() == 0 })
 	j.wg.Wait()
 }
 
