@@ -36,6 +36,11 @@ func trainFlags() []cli.Flag {
 		&cli.IntFlag{Name: "eval-samples", Usage: "validation samples per evaluation (0 = 512)", Category: cat},
 		&cli.Float64Flag{Name: "weight-decay", Usage: "AdamW weight decay", Category: cat},
 		&cli.Float64Flag{Name: "grad-clip", Usage: "clip the global gradient norm (0 = off)", Category: cat},
+		&cli.IntFlag{Name: "ckpt-every", Usage: "steps between checkpoints (0 = at the end and on a stop signal, -1 = never)", Category: "checkpoints"},
+		&cli.IntFlag{Name: "ckpt-keep", Usage: "checkpoints kept (0 = 3)", Category: "checkpoints"},
+		&cli.IntFlag{Name: "max-requeues", Usage: "times a job stopped by its time-limit signal requeues itself (0 = 10)", Category: "checkpoints"},
+		&cli.StringFlag{Name: "stop-signal", Usage: "signal asking for save-and-stop: USR1 or USR2", Category: "checkpoints"},
+		&cli.StringFlag{Name: "resume-from", Usage: "start from this checkpoint (step dir, ckpt dir or run dir), at any tp", Category: "checkpoints"},
 	}
 }
 
@@ -94,5 +99,10 @@ func applyTrainFlags(c *cli.Context, cfg *train.Config) error {
 	if c.IsSet("grad-clip") {
 		cfg.GradClip = c.Float64("grad-clip")
 	}
+	setInt("ckpt-every", &cfg.CkptEvery)
+	setInt("ckpt-keep", &cfg.CkptKeep)
+	setInt("max-requeues", &cfg.MaxRequeues)
+	setString("stop-signal", &cfg.StopSignal)
+	setString("resume-from", &cfg.ResumeFrom)
 	return nil
 }
