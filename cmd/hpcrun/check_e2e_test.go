@@ -66,3 +66,33 @@ func TestCheckUnderSrun(t *testing.T) {
 		}
 	}
 }
+
+// TestSubmitCheck submits the checks as a job (`hpcrun submit --check all
+// --tp 2`) through the Local executor, and through Slurm when it is up.
+func TestSubmitCheck(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e: -short")
+	}
+	executors := []string{"local"}
+	if exec.Command("sinfo").Run() == nil {
+		executors = append(executors, "slurm")
+	}
+	for _, ex := range executors {
+		t.Run(ex, func(t *testing.T) {
+			e := newEnv(t)
+			out, errOut, code := e.run("submit", "--executor", ex, "--check", "all", "--tp", "2", "--wait")
+			if code != 0 || !strings.Contains(out, "submitted run ") {
+				t.Fatalf("submit --check: exit %d\n%s%s", code, out, errOut)
+			}
+			execID := strings.Fields(strings.TrimPrefix(out, "submitted run "))[0]
+			logs := e.mustRun("logs", execID)
+			if !strings.Contains(logs, "checks passed") || strings.Contains(logs, "FAIL") {
+				t.Errorf("check job log:\n%s", logs)
+			}
+		})
+	}
+	e := newEnv(t)
+	if _, errOut, code := e.run("submit", "--executor", "local", "--check", "NoSuchLayer", "--tp", "2"); code == 0 || !strings.Contains(errOut, "NoSuchLayer") {
+		t.Errorf("submit --check NoSuchLayer: exit %d %q", code, errOut)
+	}
+}

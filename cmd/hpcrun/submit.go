@@ -9,11 +9,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train"
 	"github.com/hpcrun/hpcrun/train/ckpt"
@@ -27,6 +29,7 @@ func submitCommand() *cli.Command {
 		&cli.StringFlag{Name: "executor", Usage: "slurm, local or auto (slurm when sbatch is on PATH); default: the profile's"},
 		&cli.StringFlag{Name: "template", Usage: "sbatch template `FILE` (text/template; see templates/sbatch.tmpl); default: the profile's, else built-in"},
 		&cli.StringFlag{Name: "name", Usage: "job name (default <model>-n<ntasks>-tp<tp>)"},
+		&cli.StringFlag{Name: "check", Usage: "run the tensor-parallel equivalence checks `LAYER` (or all) as the job, at --tp, instead of training"},
 		&cli.StringFlag{Name: "resume", Usage: "submit run `EXECID` again, in its run dir, with its job script and train.toml: it resumes from its latest checkpoint"},
 	}
 	return &cli.Command{
@@ -48,6 +51,7 @@ type submitPlan struct {
 	runsDir  string
 	binary   string
 	execHint string // execid used for the dry run
+	check    string // parallel check to run instead of training; "" = train
 }
 
 func planSubmit(c *cli.Context) (*submitPlan, error) {
@@ -58,6 +62,15 @@ func planSubmit(c *cli.Context) (*submitPlan, error) {
 	tc := cfg.Train
 	if err := applyTrainFlags(c, &tc); err != nil {
 		return nil, err
+	}
+	check := c.String("check")
+	if check != "" {
+		if _, err := parallel.FindChecks(check); err != nil {
+			return nil, err
+		}
+		if !c.IsSet("ntasks") {
+			tc.NTasks = tc.TP // one tensor-parallel group
+		}
 	}
 	// The job may start in another directory (a template's cd, a requeue):
 	// file paths travel absolute.
@@ -75,7 +88,7 @@ func planSubmit(c *cli.Context) (*submitPlan, error) {
 	if err := train.Check(tc); err != nil {
 		return nil, err
 	}
-	p := &submitPlan{train: tc}
+	p := &submitPlan{train: tc, check: check}
 	prof := cfg.Profile
 	name := c.String("executor")
 	if name == "" {
@@ -105,6 +118,9 @@ func planSubmit(c *cli.Context) (*submitPlan, error) {
 	jobName := c.String("name")
 	if jobName == "" {
 		jobName = fmt.Sprintf("%s-n%d-tp%d", tc.Model, tc.NTasks, tc.TP)
+		if p.check != "" {
+			jobName = fmt.Sprintf("check-%s-n%d-tp%d", p.check, tc.NTasks, tc.TP)
+		}
 	}
 	p.execHint = time.Now().Format("20060102-150405") + "-0000"
 	p.spec = slurm.JobSpec{
@@ -128,6 +144,9 @@ func planSubmit(c *cli.Context) (*submitPlan, error) {
 func (p *submitPlan) setRunDir(dir string) {
 	p.spec.RunDir = dir
 	p.spec.Args = []string{"train", "--run-dir", dir}
+	if p.check != "" {
+		p.spec.Args = []string{"check", p.check, "--tp", strconv.Itoa(p.train.TP)}
+	}
 }
 
 func runSubmit(c *cli.Context) error {
