@@ -50,6 +50,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags openblas ./...
+	$(GO) run ./scripts/doccheck .
 
 # Kernel checks on an NVIDIA GPU (skipped with a reason elsewhere).
 gpu-check:

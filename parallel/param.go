@@ -169,6 +169,7 @@ type ShapeError struct {
 	Msg   string
 }
 
+// Error says which layer refused which shape.
 func (e *ShapeError) Error() string { return e.Layer + ": " + e.Msg }
 
 func shapeErr(layer, format string, args ...any) error {

@@ -147,8 +147,8 @@ type Init int
 
 const (
 	InitNormal Init = iota // N(0, std^2), std from the initialiser
-	InitZeros
-	InitOnes
+	InitZeros              // all zeros (biases)
+	InitOnes               // all ones (layernorm gains)
 )
 
 // InitFull fills a new full (unsharded) tensor of n values for the parameter

@@ -49,7 +49,10 @@ type CommandError struct {
 	Err error
 }
 
+// Error is the command's own message.
 func (e *CommandError) Error() string { return e.Msg }
+
+// Unwrap gives the exec error underneath.
 func (e *CommandError) Unwrap() error { return e.Err }
 
 // unreachable reports whether a command's error means the controller is down.

@@ -24,6 +24,7 @@ type Problem struct {
 	Msg  string
 }
 
+// String is "path:line: message", the way compilers report.
 func (p Problem) String() string {
 	if p.Line == 0 {
 		return p.Path + ": " + p.Msg
