@@ -1,6 +1,10 @@
 package main
 
 import (
+	"fmt"
+	"reflect"
+	"strings"
+
 	"github.com/hpcrun/hpcrun/train"
 	"github.com/urfave/cli/v2"
 )
@@ -9,7 +13,7 @@ import (
 // left unset keeps the value from the config (or train.DefaultConfig).
 func trainFlags() []cli.Flag {
 	const cat = "training"
-	return []cli.Flag{
+	flags := []cli.Flag{
 		&cli.IntFlag{Name: "ntasks", Aliases: []string{"n"}, Usage: "total tasks (ranks) = tp x data-parallel degree", Category: cat},
 		&cli.IntFlag{Name: "tp", Usage: "tensor-parallel degree", Category: cat},
 		&cli.StringFlag{Name: "model", Usage: "bert (classifier) or gpt (causal LM)", Category: cat},
@@ -42,6 +46,8 @@ func trainFlags() []cli.Flag {
 		&cli.StringFlag{Name: "stop-signal", Usage: "signal asking for save-and-stop: USR1 or USR2", Category: "checkpoints"},
 		&cli.StringFlag{Name: "resume-from", Usage: "start from this checkpoint (step dir, ckpt dir or run dir), at any tp", Category: "checkpoints"},
 	}
+	showBuiltinDefaults(flags)
+	return flags
 }
 
 // applyTrainFlags overrides cfg with the training flags the user set. A
@@ -105,4 +111,31 @@ func applyTrainFlags(c *cli.Context, cfg *train.Config) error {
 	setString("stop-signal", &cfg.StopSignal)
 	setString("resume-from", &cfg.ResumeFrom)
 	return nil
+}
+
+// showBuiltinDefaults makes --help print train.DefaultConfig's value for
+// each flag (a config file may change it: see hpcrun config show) rather
+// than the flag's zero value, which would never be used.
+func showBuiltinDefaults(flags []cli.Flag) {
+	def := reflect.ValueOf(train.DefaultConfig())
+	byKey := map[string]string{}
+	for i := 0; i < def.NumField(); i++ {
+		key, _, _ := strings.Cut(def.Type().Field(i).Tag.Get("toml"), ",")
+		if v := fmt.Sprint(def.Field(i).Interface()); v != "" {
+			byKey[key] = v
+		}
+	}
+	for _, f := range flags {
+		text := byKey[strings.ReplaceAll(f.Names()[0], "-", "_")]
+		switch f := f.(type) {
+		case *cli.IntFlag:
+			f.DefaultText = text
+		case *cli.Int64Flag:
+			f.DefaultText = text
+		case *cli.Float64Flag:
+			f.DefaultText = text
+		case *cli.StringFlag:
+			f.DefaultText = text
+		}
+	}
 }
