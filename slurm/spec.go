@@ -70,7 +70,7 @@ func Size(ntasks, gpusPerNode int) (Layout, error) {
 
 var (
 	nameRE      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$`)
-	wordRE      = regexp.MustCompile(`^[A-Za-z0-9_.,-]+$`) // qos, account, partition (a partition may be a list)
+	wordRE      = regexp.MustCompile(`^[A-Za-z0-9_.,@-]+$`) // qos, account (Jean Zay's are name@a100), partition (a list)
 	constrRE    = regexp.MustCompile(`^[A-Za-z0-9_.,&|*:!()\[\]-]+$`)
 	hintRE      = regexp.MustCompile(`^[a-z_]+$`)
 	envNameRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -101,7 +101,7 @@ func (s JobSpec) Validate() error {
 	}
 	for _, f := range []struct{ key, v string }{{"qos", s.QOS}, {"account", s.Account}, {"partition", s.Partition}} {
 		if f.v != "" && !wordRE.MatchString(f.v) {
-			bad("%s %q: use letters, digits, '_', '.', ',' or '-'", f.key, f.v)
+			bad("%s %q: use letters, digits, '_', '.', ',', '@' or '-'", f.key, f.v)
 		}
 	}
 	if s.Constraint != "" && !constrRE.MatchString(s.Constraint) {

@@ -32,6 +32,7 @@ func submitCommand() *cli.Command {
 		&cli.StringFlag{Name: "check", Usage: "run the tensor-parallel equivalence checks `LAYER` (or all) as the job, at --tp, instead of training"},
 		&cli.StringFlag{Name: "resume", Usage: "submit run `EXECID` again, in its run dir, with its job script and train.toml: it resumes from its latest checkpoint"},
 	}
+	flags = append(flags, jobFlags()...)
 	return &cli.Command{
 		Name:  "submit",
 		Usage: "write and submit the sbatch script for a training run",
@@ -90,6 +91,7 @@ func planSubmit(c *cli.Context) (*submitPlan, error) {
 	}
 	p := &submitPlan{train: tc, check: check}
 	prof := cfg.Profile
+	applyJobFlags(c, &prof)
 	name := c.String("executor")
 	if name == "" {
 		name = prof.Executor
