@@ -99,16 +99,12 @@ func (s JobSpec) Validate() error {
 	if err := ValidateTime(s.Time); err != nil {
 		bad("%v", err)
 	}
-	for _, f := range []struct{ key, v string }{{"qos", s.QOS}, {"account", s.Account}, {"partition", s.Partition}} {
-		if f.v != "" && !wordRE.MatchString(f.v) {
-			bad("%s %q: use letters, digits, '_', '.', ',', '@' or '-'", f.key, f.v)
+	for _, f := range []struct{ key, v string }{
+		{"qos", s.QOS}, {"account", s.Account}, {"partition", s.Partition}, {"constraint", s.Constraint}, {"hint", s.Hint},
+	} {
+		if err := CheckOption(f.key, f.v); err != nil {
+			bad("%v", err)
 		}
-	}
-	if s.Constraint != "" && !constrRE.MatchString(s.Constraint) {
-		bad("constraint %q: use a Slurm feature expression without spaces or quotes (e.g. a100 or v100&ib)", s.Constraint)
-	}
-	if s.Hint != "" && !hintRE.MatchString(s.Hint) {
-		bad("hint %q: use a Slurm hint such as nomultithread, multithread, compute_bound or memory_bound", s.Hint)
 	}
 	if s.Checkpoint && (s.SignalSecs < 0 || s.SignalSecs > 65535) {
 		bad("signal_secs = %d: use 0 (default %d) to 65535 seconds before the time limit", s.SignalSecs, DefaultSignalSecs)
@@ -160,6 +156,33 @@ func hasControl(s string) bool {
 		}
 	}
 	return false
+}
+
+// CheckOption checks a value that lands on an #SBATCH line unquoted: key is
+// qos, account, partition, constraint or hint ("" passes: the option is
+// left out). The config loader uses it too, so a profile is refused with
+// its file and line by the same rule the job script applies.
+func CheckOption(key, v string) error {
+	if v == "" {
+		return nil
+	}
+	switch key {
+	case "qos", "account", "partition":
+		if !wordRE.MatchString(v) {
+			return fmt.Errorf("%s %q: use letters, digits, '_', '.', ',', '@' or '-'", key, v)
+		}
+	case "constraint":
+		if !constrRE.MatchString(v) {
+			return fmt.Errorf("constraint %q: use a Slurm feature expression without spaces or quotes (e.g. a100 or v100&ib)", v)
+		}
+	case "hint":
+		if !hintRE.MatchString(v) {
+			return fmt.Errorf("hint %q: use a Slurm hint such as nomultithread, multithread, compute_bound or memory_bound", v)
+		}
+	default:
+		return fmt.Errorf("%s: not an #SBATCH option hpcrun checks", key)
+	}
+	return nil
 }
 
 // ValidateTime checks a Slurm --time value: "" (the partition default),

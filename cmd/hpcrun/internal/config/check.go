@@ -7,21 +7,13 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+	"github.com/hpcrun/hpcrun/slurm"
 )
 
 var (
 	profileNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 	envNameRE     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	slurmWordRE   = regexp.MustCompile(`^[A-Za-z0-9_.:@+,=/-]*$`)
-	// Slurm's --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
-	timeRE = regexp.MustCompile(`^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d{1,2}|\d+-\d{1,2}:\d{1,2}|\d+-\d{1,2}:\d{1,2}:\d{1,2})$`)
 )
-
-// ValidTime reports whether s is a Slurm time limit (M, M:S, H:M:S, D-H,
-// D-H:M or D-H:M:S) or one of "infinite"/"unlimited".
-func ValidTime(s string) bool {
-	return timeRE.MatchString(s) || s == "infinite" || s == "unlimited"
-}
 
 // checkValue checks one value a layer sets; key says which. The messages say
 // what to write instead.
@@ -79,13 +71,11 @@ func checkProfileKey(name string, v reflect.Value) error {
 			return fmt.Errorf("%d: seconds before the time limit, 0 to 65535", v.Int())
 		}
 	case "time":
-		if !ValidTime(v.String()) {
-			return fmt.Errorf("%q: use a Slurm time such as 00:30:00, 90 or 1-12:00:00", v.String())
+		if err := slurm.ValidateTime(v.String()); err != nil {
+			return err
 		}
 	case "account", "partition", "qos", "constraint", "hint":
-		if !slurmWordRE.MatchString(v.String()) {
-			return fmt.Errorf("%q: only letters, digits and _.:@+,=/- are allowed", v.String())
-		}
+		return slurm.CheckOption(name, v.String())
 	case "modules", "sbatch_extra":
 		for i := 0; i < v.Len(); i++ {
 			s := v.Index(i).String()

@@ -120,7 +120,7 @@ func TestErrorsNameFileLineAndKey(t *testing.T) {
 		{"type", "[profiles.jz]\ngpus_per_node = \"four\"\n", []string{":2:", "gpus_per_node", "wrong type"}},
 		{"type train", "[train]\n\ntp = 1.5\n", []string{":3:", "train.tp"}},
 		{"bad executor", "[profiles.jz]\n\n\nexecutor = \"pbs\"\n", []string{":4:", "executor", "slurm, local or auto"}},
-		{"bad time", "[profiles.jz]\ntime = \"1 hour\"\n", []string{":2:", "time", "00:30:00"}},
+		{"bad time", "[profiles.jz]\ntime = \"1 hour\"\n", []string{":2:", "time", "HH:MM:SS"}},
 		{"negative gpus", "[profiles.jz]\ngpus_per_node = -1\n", []string{":2:", "gpus_per_node"}},
 		{"zero cpus", "[profiles.jz]\ncpus_per_task = 0\n", []string{":2:", "cpus_per_task"}},
 		{"bad env name", "[profiles.jz]\nenv = { \"A B\" = \"x\" }\n", []string{":2:", "environment variable name"}},
