@@ -1,0 +1,610 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/hpcrun/hpcrun/tensor"
+)
+
+// Device is a tensor.Device on one NVIDIA GPU: the device's primary
+// context, one stream that every kernel, copy and GEMM is enqueued on, a
+// cuBLAS handle bound to that stream, the NVRTC-compiled kernels of
+// kernels.cu and a caching allocator. It is safe for concurrent use (calls
+// are serialised); give each rank its own Device.
+type Device struct {
+	mu sync.Mutex
+	l  *libs
+
+	ordinal int
+	dev     int32
+	name    string
+	arch    string // "sm_90"
+	sms     int
+
+	ctx    uintptr
+	stream uintptr
+	blas   uintptr
+	module uintptr
+	fn     map[string]uintptr
+
+	alloc     *allocator
+	precision Precision
+	err       error // first asynchronous failure since the last Sync
+	fromCache bool
+	closed    bool
+
+	// launch arguments: argp[i] points at argv[i]; cuLaunchKernel copies
+	// them, so one set serves every launch (under mu).
+	argv [16]uint64
+	argp [16]unsafe.Pointer
+	// GEMM scalars, passed by pointer (host pointer mode).
+	alpha, beta float32
+
+	bfA, bfB, lnPart, sumPart scratch
+	ids                       idRing
+}
+
+// Precision is how Gemm computes.
+type Precision int
+
+const (
+	// FP32 multiplies float32 operands in float32 (CUBLAS_COMPUTE_32F): the
+	// CPU device's results within rounding.
+	FP32 Precision = iota
+	// TF32 lets cuBLAS round the float32 operands to TF32 on tensor cores
+	// (CUBLAS_COMPUTE_32F_FAST_TF32), float32 accumulation.
+	TF32
+	// BF16 converts both operands to bfloat16 (round to nearest even) and
+	// multiplies them on tensor cores with float32 accumulation and a
+	// float32 result; tensors stay float32.
+	BF16
+)
+
+func (p Precision) String() string {
+	switch p {
+	case FP32:
+		return "fp32"
+	case TF32:
+		return "tf32"
+	case BF16:
+		return "bf16"
+	}
+	return fmt.Sprintf("Precision(%d)", int(p))
+}
+
+// ParsePrecision reads "fp32", "tf32" or "bf16".
+func ParsePrecision(s string) (Precision, error) {
+	for _, p := range []Precision{FP32, TF32, BF16} {
+		if strings.EqualFold(s, p.String()) {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("matmul precision %q: use fp32, tf32 or bf16", s)
+}
+
+// Options configure Open.
+type Options struct {
+	// CacheDir holds compiled kernels; "" uses HPCRUN_CUDA_CACHE, else
+	// os.UserCacheDir()/hpcrun/cuda. "-" disables the cache.
+	CacheDir string
+}
+
+// Open opens CUDA device ordinal with default options.
+func Open(ordinal int) (*Device, error) { return OpenWith(ordinal, Options{}) }
+
+// OpenWith opens CUDA device ordinal: it retains the device's primary
+// context, creates a stream and a cuBLAS handle, and loads the kernels
+// (compiled by NVRTC for the device's architecture, or read from the
+// cache). The error says what is missing when the libraries do not load.
+func OpenWith(ordinal int, o Options) (*Device, error) {
+	l, err := loadLibs()
+	if err != nil {
+		return nil, fmt.Errorf("cuda: %w", err)
+	}
+	count, err := DeviceCount()
+	if err != nil {
+		return nil, fmt.Errorf("cuda: %w", err)
+	}
+	if ordinal < 0 || ordinal >= count {
+		return nil, fmt.Errorf("cuda: device %d does not exist: %d device(s) visible (check CUDA_VISIBLE_DEVICES)", ordinal, count)
+	}
+	d := &Device{l: l, ordinal: ordinal, fn: map[string]uintptr{}}
+	for i := range d.argp {
+		d.argp[i] = unsafe.Pointer(&d.argv[i])
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := d.open(o); err != nil {
+		d.teardown()
+		return nil, fmt.Errorf("cuda: device %d: %w", ordinal, err)
+	}
+	return d, nil
+}
+
+func (d *Device) open(o Options) error {
+	l, cu := d.l, &d.l.cu
+	if err := l.cuErr("cuDeviceGet", call(cu.deviceGet, uintptr(unsafe.Pointer(&d.dev)), uintptr(d.ordinal))); err != nil {
+		return err
+	}
+	var nameBuf [256]byte
+	if err := l.cuErr("cuDeviceGetName", call(cu.deviceGetName, uintptr(unsafe.Pointer(&nameBuf[0])), uintptr(len(nameBuf)), uintptr(d.dev))); err != nil {
+		return err
+	}
+	d.name = cString(&nameBuf[0])
+	attr := func(a int) (int, error) {
+		var v int32
+		err := l.cuErr("cuDeviceGetAttribute", call(cu.deviceGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(a), uintptr(d.dev)))
+		return int(v), err
+	}
+	const (
+		attrMultiprocessors = 16 // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+		attrCCMajor         = 75 // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+		attrCCMinor         = 76 // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
+	)
+	major, err := attr(attrCCMajor)
+	if err != nil {
+		return err
+	}
+	minor, err := attr(attrCCMinor)
+	if err != nil {
+		return err
+	}
+	if d.sms, err = attr(attrMultiprocessors); err != nil {
+		return err
+	}
+	d.arch = fmt.Sprintf("sm_%d%d", major, minor)
+
+	if err := l.cuErr("cuDevicePrimaryCtxRetain", call(cu.primaryCtxRetain, uintptr(unsafe.Pointer(&d.ctx)), uintptr(d.dev))); err != nil {
+		return err
+	}
+	if err := l.cuErr("cuCtxSetCurrent", call(cu.ctxSetCurrent, d.ctx)); err != nil {
+		return err
+	}
+	// A blocking stream (flags 0) orders with the legacy default stream,
+	// which NCCL calls from package parallel use (stream 0).
+	if err := l.cuErr("cuStreamCreate", call(cu.streamCreate, uintptr(unsafe.Pointer(&d.stream)), 0)); err != nil {
+		return err
+	}
+	if err := l.blasErr("cublasCreate_v2", call(l.blas.create, uintptr(unsafe.Pointer(&d.blas)))); err != nil {
+		return err
+	}
+	if err := l.blasErr("cublasSetStream_v2", call(l.blas.setStream, d.blas, d.stream)); err != nil {
+		return err
+	}
+	d.alloc = newAllocator(d.memAlloc, d.memFree, d.streamSync)
+	return d.loadKernels(o)
+}
+
+// loadKernels compiles kernels.cu (or reads the cached image) and looks up
+// every kernel.
+func (d *Device) loadKernels(o Options) error {
+	l := d.l
+	dir := o.CacheDir
+	if dir == "" {
+		dir = defaultCacheDir()
+	} else if dir == "-" {
+		dir = ""
+	}
+	key := cacheKey(kernelSource, d.arch, l.nvrtc.major, l.nvrtc.minor)
+	compile := func() ([]byte, error) { return l.compileNVRTC(kernelSource, "hpcrun_kernels.cu", d.arch) }
+	image, fromCache, err := cachedImage(dir, key, compile)
+	if err != nil {
+		return err
+	}
+	r := call(l.cu.moduleLoadData, uintptr(unsafe.Pointer(&d.module)), uintptr(unsafe.Pointer(&image[0])))
+	if r != 0 && fromCache { // a stale or damaged cache entry: compile afresh
+		if image, err = compile(); err != nil {
+			return err
+		}
+		fromCache = false
+		if dir != "" {
+			_ = writeAtomic(cachePath(dir, key), image)
+		}
+		r = call(l.cu.moduleLoadData, uintptr(unsafe.Pointer(&d.module)), uintptr(unsafe.Pointer(&image[0])))
+	}
+	runtime.KeepAlive(image)
+	if err := l.cuErr("cuModuleLoadData", r); err != nil {
+		return fmt.Errorf("loading the kernels compiled for %s by NVRTC %d.%d (is the driver older than NVRTC?): %w", d.arch, l.nvrtc.major, l.nvrtc.minor, err)
+	}
+	d.fromCache = fromCache
+	for _, name := range kernelNames {
+		var f uintptr
+		nameC := cstr(name)
+		if err := l.cuErr("cuModuleGetFunction("+name+")", call(l.cu.moduleGetFunction, uintptr(unsafe.Pointer(&f)), d.module, uintptr(unsafe.Pointer(&nameC[0])))); err != nil {
+			return err
+		}
+		d.fn[name] = f
+	}
+	return nil
+}
+
+// teardown releases whatever open got (Close, or a failed Open).
+func (d *Device) teardown() error {
+	l := d.l
+	var errs []error
+	if d.ctx != 0 {
+		call(l.cu.ctxSetCurrent, d.ctx)
+	}
+	if d.stream != 0 {
+		errs = append(errs, d.streamSync())
+	}
+	if d.alloc != nil {
+		errs = append(errs, d.alloc.releaseAll())
+	}
+	for _, s := range []*scratch{&d.bfA, &d.bfB, &d.lnPart, &d.sumPart} {
+		s.release(d)
+	}
+	d.ids.release(d)
+	if d.blas != 0 {
+		errs = append(errs, l.blasErr("cublasDestroy_v2", call(l.blas.destroy, d.blas)))
+		d.blas = 0
+	}
+	if d.module != 0 {
+		errs = append(errs, l.cuErr("cuModuleUnload", call(l.cu.moduleUnload, d.module)))
+		d.module = 0
+	}
+	if d.stream != 0 {
+		errs = append(errs, l.cuErr("cuStreamDestroy_v2", call(l.cu.streamDestroy, d.stream)))
+		d.stream = 0
+	}
+	if d.ctx != 0 {
+		errs = append(errs, l.cuErr("cuDevicePrimaryCtxRelease_v2", call(l.cu.primaryCtxRelease, uintptr(d.dev))))
+		d.ctx = 0
+	}
+	return errors.Join(errs...)
+}
+
+// Close waits for the stream, frees every allocation (tensors of this
+// device must not be used again) and releases the context.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return d.teardown()
+}
+
+// enter locks the device and makes its context current on this OS thread
+// for the duration of a call; leave undoes it.
+func (d *Device) enter() {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		panic("cuda: use of a closed device")
+	}
+	runtime.LockOSThread()
+	if r := call(d.l.cu.ctxSetCurrent, d.ctx); r != 0 {
+		d.fail(d.l.cuErr("cuCtxSetCurrent", r))
+	}
+}
+
+func (d *Device) leave() {
+	runtime.UnlockOSThread()
+	d.mu.Unlock()
+}
+
+// fail records the first asynchronous error for Sync.
+func (d *Device) fail(err error) {
+	if err != nil && d.err == nil {
+		d.err = err
+	}
+}
+
+// Name is "cuda:N".
+func (d *Device) Name() string { return fmt.Sprintf("cuda:%d", d.ordinal) }
+
+// Describe is the device's name, GPU model and architecture, e.g.
+// "cuda:0 NVIDIA H100 80GB HBM3 (sm_90)".
+func (d *Device) Describe() string { return fmt.Sprintf("%s %s (%s)", d.Name(), d.name, d.arch) }
+
+// Arch is the architecture the kernels were compiled for, e.g. "sm_90".
+func (d *Device) Arch() string { return d.arch }
+
+// KernelsFromCache reports whether Open found the compiled kernels in the
+// disk cache rather than running NVRTC.
+func (d *Device) KernelsFromCache() bool { return d.fromCache }
+
+// Stream is the CUstream every operation of the device is enqueued on
+// (for NCCL calls that must follow them).
+func (d *Device) Stream() uintptr { return d.stream }
+
+// SetMatmulPrecision sets how later Gemm calls compute.
+func (d *Device) SetMatmulPrecision(p Precision) {
+	if p < FP32 || p > BF16 {
+		panic(fmt.Sprintf("cuda.SetMatmulPrecision: unknown %v", p))
+	}
+	d.mu.Lock()
+	d.precision = p
+	d.mu.Unlock()
+}
+
+// MatmulPrecision is how Gemm computes.
+func (d *Device) MatmulPrecision() Precision {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.precision
+}
+
+// --- memory ---
+
+func (d *Device) memAlloc(bytes int64) (uintptr, error) {
+	var p uintptr
+	err := d.l.cuErr("cuMemAlloc_v2", call(d.l.cu.memAlloc, uintptr(unsafe.Pointer(&p)), uintptr(bytes)))
+	return p, err
+}
+
+func (d *Device) memFree(p uintptr) error {
+	return d.l.cuErr("cuMemFree_v2", call(d.l.cu.memFree, p))
+}
+
+func (d *Device) streamSync() error {
+	return d.l.cuErr("cuStreamSynchronize", call(d.l.cu.streamSynchronize, d.stream))
+}
+
+// Alloc returns a zeroed tensor in device memory, from the allocator's
+// cache when a block of its size class is free.
+func (d *Device) Alloc(shape ...int) (*tensor.Tensor, error) {
+	n := 1
+	for _, s := range shape {
+		if s < 0 {
+			return nil, fmt.Errorf("cuda alloc: negative dimension in shape %v", shape)
+		}
+		n *= s
+	}
+	if n == 0 {
+		return tensor.NewTensor(tensor.NewBuffer(d, 0, nil, 0), 0, shape...), nil
+	}
+	d.enter()
+	defer d.leave()
+	p, err := d.alloc.alloc(int64(n) * 4)
+	if err != nil {
+		return nil, fmt.Errorf("cuda alloc %v (%d bytes) on %s: %w", shape, int64(n)*4, d.Name(), err)
+	}
+	if err := d.l.cuErr("cuMemsetD32Async", call(d.l.cu.memsetD32Async, p, 0, uintptr(n), d.stream)); err != nil {
+		d.alloc.freeBlock(p)
+		return nil, fmt.Errorf("cuda alloc %v: %w", shape, err)
+	}
+	return tensor.NewTensor(tensor.NewBuffer(d, n, nil, p), 0, shape...), nil
+}
+
+// Free returns t's buffer to the allocator's cache.
+func (d *Device) Free(t *tensor.Tensor) {
+	if t == nil {
+		panic("tensor.Free: nil tensor")
+	}
+	if t.Device() != tensor.Device(d) {
+		panic(fmt.Sprintf("tensor.Free: tensor %v is not on this cuda device", t))
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	b := t.Buffer()
+	if b.MarkFreed() && b.Ptr() != 0 && !d.closed {
+		d.alloc.freeBlock(b.Ptr())
+	}
+}
+
+// MemStats reports the bytes of live tensors and the peak.
+func (d *Device) MemStats() tensor.MemStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return tensor.MemStats{Current: d.alloc.cur, Peak: d.alloc.peak}
+}
+
+// AllocStats reports the caching allocator's accounting.
+func (d *Device) AllocStats() AllocStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.alloc.snapshot()
+	for _, sc := range []*scratch{&d.bfA, &d.bfB, &d.lnPart, &d.sumPart} {
+		s.Workspace += sc.bytes
+	}
+	s.Workspace += d.ids.bytes()
+	return s
+}
+
+// ResetPeak sets the peak to the current allocation.
+func (d *Device) ResetPeak() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.alloc.peak = d.alloc.cur
+}
+
+// EmptyCache returns the allocator's cached free blocks to the driver.
+func (d *Device) EmptyCache() error {
+	d.enter()
+	defer d.leave()
+	return d.alloc.emptyCache()
+}
+
+// MemInfo is the device memory free and in total, as the driver sees it
+// (every process included).
+func (d *Device) MemInfo() (free, total int64, err error) {
+	d.enter()
+	defer d.leave()
+	var f, t uintptr
+	err = d.l.cuErr("cuMemGetInfo_v2", call(d.l.cu.memGetInfo, uintptr(unsafe.Pointer(&f)), uintptr(unsafe.Pointer(&t))))
+	return int64(f), int64(t), err
+}
+
+// Sync waits for the stream and returns the first error since the last
+// Sync: a failed launch, copy or GEMM, or the stream's own.
+func (d *Device) Sync() error {
+	d.enter()
+	defer d.leave()
+	d.fail(d.streamSync())
+	err := d.err
+	d.err = nil
+	return err
+}
+
+// scratch is a device buffer that only grows, for kernels' temporaries.
+// Growing waits for the stream, since enqueued work may still use the old one.
+type scratch struct {
+	ptr   uintptr
+	bytes int64
+}
+
+func (s *scratch) get(d *Device, bytes int64) (uintptr, error) {
+	if bytes <= s.bytes {
+		return s.ptr, nil
+	}
+	bytes = max(bytes, 2*s.bytes, 1<<16)
+	if s.ptr != 0 {
+		if err := d.streamSync(); err != nil {
+			return 0, err
+		}
+		d.memFree(s.ptr)
+		s.ptr, s.bytes = 0, 0
+	}
+	p, err := d.memAlloc(bytes)
+	if err != nil && errors.Is(err, ErrOutOfMemory) {
+		if d.alloc.emptyCache() == nil {
+			p, err = d.memAlloc(bytes)
+		}
+	}
+	if err != nil {
+		return 0, err
+	}
+	s.ptr, s.bytes = p, bytes
+	return p, nil
+}
+
+func (s *scratch) release(d *Device) {
+	if s.ptr != 0 {
+		d.memFree(s.ptr)
+		s.ptr, s.bytes = 0, 0
+	}
+}
+
+// idRing stages int32 host slices (token ids, targets, masks) for kernels:
+// a pinned host ring and a device buffer of the same size, so that the
+// upload is asynchronous and the caller may reuse its slice at once. When
+// the ring wraps, the stream is synchronised first, so no copy still reads
+// the part that is overwritten.
+type idRing struct {
+	host unsafe.Pointer // pinned, n int32s
+	dev  uintptr
+	n    int
+	pos  int
+}
+
+func (r *idRing) bytes() int64 { return 2 * int64(r.n) * 4 }
+
+func (r *idRing) release(d *Device) {
+	if r.host != nil {
+		call(d.l.cu.memFreeHost, uintptr(r.host))
+		r.host = nil
+	}
+	if r.dev != 0 {
+		d.memFree(r.dev)
+		r.dev = 0
+	}
+	r.n, r.pos = 0, 0
+}
+
+// upload enqueues a copy of ids to the device and returns its address (0
+// for an empty slice).
+func (d *Device) upload(ids []int32) (uintptr, error) {
+	n := len(ids)
+	if n == 0 {
+		return 0, nil
+	}
+	r := &d.ids
+	if r.pos+n > r.n {
+		if err := d.streamSync(); err != nil {
+			return 0, err
+		}
+		r.pos = 0
+		if n > r.n {
+			r.release(d)
+			size := max(n, 1<<18)
+			var host unsafe.Pointer
+			if err := d.l.cuErr("cuMemAllocHost_v2", call(d.l.cu.memAllocHost, uintptr(unsafe.Pointer(&host)), uintptr(size*4))); err != nil {
+				return 0, err
+			}
+			dev, err := d.memAlloc(int64(size) * 4)
+			if err != nil {
+				call(d.l.cu.memFreeHost, uintptr(host))
+				return 0, err
+			}
+			r.host, r.dev, r.n = host, dev, size
+		}
+	}
+	copy(unsafe.Slice((*int32)(r.host), r.n)[r.pos:r.pos+n], ids)
+	src := unsafe.Add(r.host, r.pos*4)
+	dst := r.dev + uintptr(r.pos)*4
+	if err := d.l.cuErr("cuMemcpyHtoDAsync_v2", call(d.l.cu.memcpyHtoDAsync, dst, uintptr(src), uintptr(n*4), d.stream)); err != nil {
+		return 0, err
+	}
+	r.pos += (n + 31) &^ 31 // keep 128-byte alignment
+	return dst, nil
+}
+
+// --- copies ---
+
+// CopyFromHost copies src into dst. The copy is staged by the driver
+// before it returns, so src may be reused at once.
+func (d *Device) CopyFromHost(dst *tensor.Tensor, src []float32) {
+	d.own("CopyFromHost", dst)
+	if len(src) != dst.Len() {
+		panic(fmt.Sprintf("tensor.CopyFromHost: len(src)=%d, dst %v has %d elements", len(src), dst, dst.Len()))
+	}
+	if len(src) == 0 {
+		return
+	}
+	d.enter()
+	defer d.leave()
+	d.fail(d.l.cuErr("cuMemcpyHtoDAsync_v2", call(d.l.cu.memcpyHtoDAsync, dst.Ptr(), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)*4), d.stream)))
+	// Pageable memory: the driver may still read src after an async call
+	// returns on some paths; waiting makes reuse safe everywhere.
+	d.fail(d.streamSync())
+}
+
+// CopyToHost copies src into dst after the work that writes src. On a
+// device failure dst is filled with NaN and Sync reports the error.
+func (d *Device) CopyToHost(dst []float32, src *tensor.Tensor) {
+	d.own("CopyToHost", src)
+	if len(dst) != src.Len() {
+		panic(fmt.Sprintf("tensor.CopyToHost: len(dst)=%d, src %v has %d elements", len(dst), src, src.Len()))
+	}
+	if len(dst) == 0 {
+		return
+	}
+	d.enter()
+	defer d.leave()
+	err := d.l.cuErr("cuMemcpyDtoHAsync_v2", call(d.l.cu.memcpyDtoHAsync, uintptr(unsafe.Pointer(&dst[0])), src.Ptr(), uintptr(len(dst)*4), d.stream))
+	if err == nil {
+		err = d.streamSync()
+	}
+	if err != nil {
+		d.fail(err)
+		nan := float32(math.NaN())
+		for i := range dst {
+			dst[i] = nan
+		}
+	}
+}
+
+// Copy copies src into dst (device to device, on the stream).
+func (d *Device) Copy(dst, src *tensor.Tensor) {
+	d.own("Copy", dst, src)
+	sameLen("Copy", "dst", dst, "src", src)
+	if dst.Len() == 0 {
+		return
+	}
+	d.enter()
+	defer d.leave()
+	d.fail(d.l.cuErr("cuMemcpyDtoDAsync_v2", call(d.l.cu.memcpyDtoDAsync, dst.Ptr(), src.Ptr(), uintptr(dst.Len()*4), d.stream)))
+}
+
+var _ tensor.Device = (*Device)(nil)

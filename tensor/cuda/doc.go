@@ -1,0 +1,34 @@
+// Package cuda is the NVIDIA GPU backend of package tensor: a tensor.Device
+// whose tensors live in device memory and whose kernels run on one CUDA
+// stream.
+//
+// Nothing of CUDA is needed to build it: libcuda.so.1, cuBLAS and NVRTC are
+// opened at run time with purego (HPCRUN_CUDA_LIB_PATH adds directories to
+// search, e.g. those of pip's nvidia-* wheels). Available says whether the
+// backend can run here and, when not, why; Open says what is missing.
+//
+//	d, err := cuda.Open(0) // primary context, stream, cuBLAS, kernels
+//	x, _ := d.Alloc(B, T, C)
+//	d.LayerNormForward(out, mean, rstd, x, w, b, 1e-5)
+//	err = d.Sync() // the first asynchronous failure, if any
+//
+// GEMMs go through cublasGemmEx and cublasGemmStridedBatchedEx; row-major
+// operands are handled by swapping them (C^T = B^T A^T). SetMatmulPrecision
+// picks FP32 (the default: float32 compute, the CPU device's results within
+// rounding), TF32, or BF16 (operands rounded to bfloat16 by a kernel,
+// float32 accumulation and output).
+//
+// Every other kernel is CUDA C in kernels.cu, embedded in the binary,
+// compiled by NVRTC for the device's architecture (sm_XY) when the device
+// is opened and cached on disk under os.UserCacheDir()/hpcrun/cuda (or
+// HPCRUN_CUDA_CACHE), keyed by the SHA-256 of the source, the architecture
+// and NVRTC's version. Semantics, argument checks and panic messages are the
+// CPU device's; integer inputs (ids, targets, masks) are staged through a
+// pinned ring so that callers may reuse them at once.
+//
+// Memory comes from a caching allocator: freed blocks are kept in free lists
+// per size class and reused, so a training loop calls cuMemAlloc only in
+// its first step. MemStats counts the bytes tensors asked for, as on the
+// CPU; AllocStats adds what is reserved from the driver and the kernels'
+// workspace.
+package cuda

@@ -1,0 +1,113 @@
+package cuda
+
+import (
+	"unsafe"
+
+	"github.com/hpcrun/hpcrun/tensor"
+)
+
+// cuBLAS constants (cublas_api.h, library_types.h).
+const (
+	cublasOpN = 0
+	cublasOpT = 1
+
+	cudaR32F  = 0  // CUDA_R_32F
+	cudaR16BF = 14 // CUDA_R_16BF
+
+	cublasCompute32F         = 68 // CUBLAS_COMPUTE_32F
+	cublasCompute32FFastTF32 = 77 // CUBLAS_COMPUTE_32F_FAST_TF32
+
+	cublasGemmDefault = 0xffffffff // CUBLAS_GEMM_DEFAULT: -1 as a 32-bit int
+)
+
+// Row-major GEMM on column-major cuBLAS: a row-major (r,c) matrix with
+// leading dimension ld is the column-major (c,r) matrix with the same ld,
+// its transpose. So C = op(A) op(B) (row-major, C is (m,n)) is computed as
+// C^T = op(B)^T op(A)^T in column-major terms: cuBLAS gets B first with
+// the same transpose flag, then A, and the dimensions (n, m, k).
+
+func op(trans bool) uintptr {
+	if trans {
+		return cublasOpT
+	}
+	return cublasOpN
+}
+
+// Gemm computes C = alpha*op(A)*op(B) + beta*C on row-major matrices (see
+// tensor.Device), through cublasGemmEx at the device's matmul precision.
+func (d *Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a *tensor.Tensor, aOff, lda int, b *tensor.Tensor, bOff, ldb int, beta float32, c *tensor.Tensor, cOff, ldc int) {
+	d.gemm("Gemm", "Sgemm", transA, transB, m, n, k, alpha, a, aOff, lda, 0, b, bOff, ldb, 0, beta, c, cOff, ldc, 0, 1)
+}
+
+// GemmStridedBatched computes batch Gemms strideX elements apart through
+// cublasGemmStridedBatchedEx (cublasGemmEx for one).
+func (d *Device) GemmStridedBatched(transA, transB bool, m, n, k int, alpha float32, a *tensor.Tensor, aOff, lda, strideA int, b *tensor.Tensor, bOff, ldb, strideB int, beta float32, c *tensor.Tensor, cOff, ldc, strideC, batch int) {
+	d.gemm("GemmStridedBatched", "SgemmStridedBatched", transA, transB, m, n, k, alpha, a, aOff, lda, strideA, b, bOff, ldb, strideB, beta, c, cOff, ldc, strideC, batch)
+}
+
+// gemm checks the arguments as the CPU device does (fn names the Device
+// method, check the Sgemm routine whose messages the CPU device gives) and
+// enqueues the product.
+func (d *Device) gemm(fn, check string, transA, transB bool, m, n, k int, alpha float32, a *tensor.Tensor, aOff, lda, strideA int, b *tensor.Tensor, bOff, ldb, strideB int, beta float32, c *tensor.Tensor, cOff, ldc, strideC, batch int) {
+	d.own(fn, a, b, c)
+	lenA := gemmOperand(fn, "a", a, aOff)
+	lenB := gemmOperand(fn, "b", b, bOff)
+	lenC := gemmOperand(fn, "c", c, cOff)
+	checkGemm(check, transA, transB, m, n, k, lenA, lda, strideA, lenB, ldb, strideB, lenC, ldc, strideC, batch)
+	if m == 0 || n == 0 || batch == 0 {
+		return
+	}
+	d.enter()
+	defer d.leave()
+	pa, pb, pc := a.Ptr()+uintptr(aOff)*4, b.Ptr()+uintptr(bOff)*4, c.Ptr()+uintptr(cOff)*4
+	typ, compute := uintptr(cudaR32F), uintptr(cublasCompute32F)
+	switch d.precision {
+	case TF32:
+		compute = cublasCompute32FFastTF32
+	case BF16:
+		if k > 0 {
+			ar, ac := m, k
+			if transA {
+				ar, ac = k, m
+			}
+			br, bc := k, n
+			if transB {
+				br, bc = n, k
+			}
+			var ok bool
+			if pa, ok = d.toBF16(&d.bfA, pa, span(ar, ac, lda, strideA, batch)); !ok {
+				return
+			}
+			if pb, ok = d.toBF16(&d.bfB, pb, span(br, bc, ldb, strideB, batch)); !ok {
+				return
+			}
+			typ = cudaR16BF
+		}
+	}
+	d.alpha, d.beta = alpha, beta
+	al, be := uintptr(unsafe.Pointer(&d.alpha)), uintptr(unsafe.Pointer(&d.beta))
+	var r int32
+	if batch == 1 {
+		r = call(d.l.blas.gemmEx, d.blas, op(transB), op(transA), uintptr(n), uintptr(m), uintptr(k),
+			al, pb, typ, uintptr(ldb), pa, typ, uintptr(lda),
+			be, pc, cudaR32F, uintptr(ldc), compute, cublasGemmDefault)
+		d.fail(d.l.blasErr("cublasGemmEx", r))
+		return
+	}
+	r = call(d.l.blas.gemmStridedBatchedEx, d.blas, op(transB), op(transA), uintptr(n), uintptr(m), uintptr(k),
+		al, pb, typ, uintptr(ldb), uintptr(strideB), pa, typ, uintptr(lda), uintptr(strideA),
+		be, pc, cudaR32F, uintptr(ldc), uintptr(strideC), uintptr(batch), compute, cublasGemmDefault)
+	d.fail(d.l.blasErr("cublasGemmStridedBatchedEx", r))
+}
+
+// toBF16 converts the n float32s at src to bfloat16 in s and returns their
+// address (false after recording a failure for Sync).
+func (d *Device) toBF16(s *scratch, src uintptr, n int) (uintptr, bool) {
+	dst, err := s.get(d, int64(n)*2)
+	if err != nil {
+		d.fail(err)
+		return 0, false
+	}
+	d.launch("f32_to_bf16", d.grid1(n, elemThreads), dim3{elemThreads, 1, 1}, ptr(dst), ptr(src), i64(n))
+	return dst, true
+}

@@ -1,0 +1,411 @@
+// Kernels of the hpcrun CUDA device: every Device method but GEMM. Compiled
+// at run time by NVRTC (no headers: only built-in device functions), one
+// extern "C" entry point per kernel so that cuModuleGetFunction finds it by
+// name. Semantics follow the CPU device (tensor/cpu_kernels.go) exactly;
+// the Go side checks shapes before launching. Sizes are long long where a
+// tensor may pass 2^31 elements, int for row lengths.
+//
+// Launch shapes (see kernels.go): elementwise kernels take a grid-stride
+// loop over n; row kernels take one block per row (grid-stride over rows)
+// with blockDim a multiple of 32, at most 1024.
+
+typedef unsigned short bf16_t;
+
+#define NEG_INF __int_as_float(0xff800000)
+#define FULL_MASK 0xffffffffu
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    return v;
+}
+
+__device__ __forceinline__ double warp_sum_d(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
+    return v;
+}
+
+// block_sum returns the sum of v over the block to every thread. sh holds
+// 32 floats; consecutive calls may reuse it.
+__device__ float block_sum(float v, float* sh) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.f;
+    return warp_sum(v);
+}
+
+__device__ double block_sum_d(double v, double* sh) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = warp_sum_d(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.0;
+    return warp_sum_d(v);
+}
+
+__device__ float block_max(float v, float* sh) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : NEG_INF;
+    return warp_max(v);
+}
+
+#define GRID_STRIDE(i, n) \
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+
+// --- elementwise ---
+
+extern "C" __global__ void fill_f32(float* x, float v, long long n) {
+    GRID_STRIDE(i, n) x[i] = v;
+}
+
+extern "C" __global__ void add_f32(float* out, const float* a, const float* b, long long n) {
+    GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+}
+
+extern "C" __global__ void axpy_f32(float* y, float alpha, const float* x, long long n) {
+    GRID_STRIDE(i, n) y[i] += alpha * x[i];
+}
+
+extern "C" __global__ void scale_f32(float* x, float alpha, long long n) {
+    GRID_STRIDE(i, n) x[i] *= alpha;
+}
+
+// block2d copies (accumulate 0) or accumulates alpha* a (rows,cols) block.
+extern "C" __global__ void block2d_f32(float* dst, long long ldDst, const float* src, long long ldSrc,
+                                       long long rows, int cols, float alpha, int accumulate) {
+    long long n = rows * cols;
+    GRID_STRIDE(k, n) {
+        long long i = k / cols, j = k - i * cols;
+        float v = src[i * ldSrc + j];
+        if (accumulate) dst[i * ldDst + j] += alpha * v;
+        else dst[i * ldDst + j] = v;
+    }
+}
+
+// f32_to_bf16 rounds to nearest even; NaNs stay NaNs.
+extern "C" __global__ void f32_to_bf16(bf16_t* out, const float* in, long long n) {
+    GRID_STRIDE(i, n) {
+        unsigned int u = __float_as_uint(in[i]);
+        if ((u & 0x7fffffffu) > 0x7f800000u) {
+            out[i] = (bf16_t)((u >> 16) | 0x40u);
+        } else {
+            u += 0x7fffu + ((u >> 16) & 1u);
+            out[i] = (bf16_t)(u >> 16);
+        }
+    }
+}
+
+// --- bias ---
+
+// add_bias: out is (N,OC), bias is (OC).
+extern "C" __global__ void add_bias_f32(float* out, const float* bias, long long n, int oc) {
+    GRID_STRIDE(i, n) out[i] += bias[i % oc];
+}
+
+// bias_backward: dbias += column sums of dout (N,OC). Block (32,32): x is
+// a column within the block's 32, y strides over rows; a deterministic sum.
+extern "C" __global__ void bias_backward_f32(float* dbias, const float* dout, long long rows, int oc) {
+    __shared__ float sh[32][33];
+    int j = blockIdx.x * 32 + threadIdx.x;
+    float s = 0.f;
+    if (j < oc) {
+        for (long long r = threadIdx.y; r < rows; r += blockDim.y) s += dout[r * oc + j];
+    }
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < oc) {
+        float t = 0.f;
+        for (int y = 0; y < blockDim.y; y++) t += sh[y][threadIdx.x];
+        dbias[j] += t;
+    }
+}
+
+// --- embedding ---
+
+// embedding_forward: out (N,C) = table (V,C) rows ids[i]-start, zeros outside.
+extern "C" __global__ void embedding_forward_f32(float* out, const int* ids, const float* table,
+                                                 long long rows, int c, long long v, long long start) {
+    for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
+        long long id = (long long)ids[i] - start;
+        float* o = out + i * c;
+        if (id >= 0 && id < v) {
+            const float* t = table + id * c;
+            for (int j = threadIdx.x; j < c; j += blockDim.x) o[j] = t[j];
+        } else {
+            for (int j = threadIdx.x; j < c; j += blockDim.x) o[j] = 0.f;
+        }
+    }
+}
+
+// embedding_backward: dtable[ids[i]-start] += dout[i]; repeated ids add
+// with atomics.
+extern "C" __global__ void embedding_backward_f32(float* dtable, const float* dout, const int* ids,
+                                                  long long rows, int c, long long v, long long start) {
+    for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
+        long long id = (long long)ids[i] - start;
+        if (id < 0 || id >= v) continue;
+        float* d = dtable + id * c;
+        const float* g = dout + i * c;
+        for (int j = threadIdx.x; j < c; j += blockDim.x) atomicAdd(d + j, g[j]);
+    }
+}
+
+// --- layernorm ---
+
+// layernorm_forward: one block per row of inp (N,C); mean and rstd are (N).
+extern "C" __global__ void layernorm_forward_f32(float* out, float* mean, float* rstd, const float* inp,
+                                                 const float* weight, const float* bias,
+                                                 long long rows, int c, float eps) {
+    __shared__ float sh[32];
+    for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
+        const float* x = inp + i * c;
+        float s = 0.f;
+        for (int j = threadIdx.x; j < c; j += blockDim.x) s += x[j];
+        float m = block_sum(s, sh) / c;
+        float ss = 0.f;
+        for (int j = threadIdx.x; j < c; j += blockDim.x) {
+            float d = x[j] - m;
+            ss += d * d;
+        }
+        float r = rsqrtf(block_sum(ss, sh) / c + eps);
+        float* o = out + i * c;
+        for (int j = threadIdx.x; j < c; j += blockDim.x) o[j] = (x[j] - m) * r * weight[j] + bias[j];
+        if (threadIdx.x == 0) {
+            mean[i] = m;
+            rstd[i] = r;
+        }
+    }
+}
+
+// layernorm_backward: block b takes rows b, b+gridDim.x, ...; it adds into
+// dinp and keeps its dweight and dbias partial sums in part (gridDim.x,2,C),
+// each thread owning the columns j = threadIdx.x mod blockDim.x, so that
+// layernorm_param_grads can add them in a fixed order.
+extern "C" __global__ void layernorm_backward_f32(float* dinp, float* part, const float* dout,
+                                                  const float* inp, const float* weight,
+                                                  const float* mean, const float* rstd,
+                                                  long long rows, int c) {
+    __shared__ float sh[32];
+    float* dw = part + (long long)blockIdx.x * 2 * c;
+    float* db = dw + c;
+    for (int j = threadIdx.x; j < c; j += blockDim.x) {
+        dw[j] = 0.f;
+        db[j] = 0.f;
+    }
+    for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
+        const float* x = inp + i * c;
+        const float* g = dout + i * c;
+        float m = mean[i], r = rstd[i];
+        float sdn = 0.f, sdnn = 0.f;
+        for (int j = threadIdx.x; j < c; j += blockDim.x) {
+            float norm = (x[j] - m) * r;
+            float dn = weight[j] * g[j];
+            sdn += dn;
+            sdnn += dn * norm;
+            dw[j] += norm * g[j];
+            db[j] += g[j];
+        }
+        float mdn = block_sum(sdn, sh) / c;
+        float mdnn = block_sum(sdnn, sh) / c;
+        float* dx = dinp + i * c;
+        for (int j = threadIdx.x; j < c; j += blockDim.x) {
+            float norm = (x[j] - m) * r;
+            dx[j] += (weight[j] * g[j] - mdn - norm * mdnn) * r;
+        }
+    }
+}
+
+// layernorm_param_grads adds the nparts partial sums of part (nparts,2,C)
+// into dweight and dbias (C).
+extern "C" __global__ void layernorm_param_grads_f32(float* dweight, float* dbias, const float* part,
+                                                     int nparts, int c) {
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < c; j += gridDim.x * blockDim.x) {
+        float w = 0.f, b = 0.f;
+        for (int p = 0; p < nparts; p++) {
+            w += part[(long long)p * 2 * c + j];
+            b += part[(long long)p * 2 * c + c + j];
+        }
+        dweight[j] += w;
+        dbias[j] += b;
+    }
+}
+
+// --- GELU, tanh approximation: gelu(x) = x - x/(exp(2u)+1), u = s*(x+a*x^3) ---
+
+#define GELU_S 0.7978845608028654f
+#define GELU_A 0.044715f
+
+extern "C" __global__ void gelu_forward_f32(float* out, const float* inp, long long n) {
+    GRID_STRIDE(i, n) {
+        float x = inp[i];
+        float e = expf(2.f * GELU_S * (x + GELU_A * x * x * x));
+        out[i] = x - x / (e + 1.f);
+    }
+}
+
+extern "C" __global__ void gelu_backward_f32(float* dinp, const float* inp, const float* dout, long long n) {
+    GRID_STRIDE(i, n) {
+        float x = inp[i];
+        float w = 1.f / (expf(2.f * GELU_S * (x + GELU_A * x * x * x)) + 1.f);
+        float du = GELU_S * (1.f + 3.f * GELU_A * x * x);
+        dinp[i] += (1.f - w) * (1.f + 2.f * x * w * du) * dout[i];
+    }
+}
+
+// --- softmax: one warp per row of Tk keys, 8 rows per block of 256 ---
+
+// softmax_forward: out = softmax(scale*inp) over the unmasked keys of each
+// row, 0 on masked ones and on rows with no key left. Keys j >= end are
+// causally masked; keyValid (B,Tk), when not null, masks the keys where it
+// is 0 for every row of batch item r/rowsPerItem. out may be inp.
+extern "C" __global__ void softmax_forward_f32(float* out, const float* inp, float scale, long long rows,
+                                               int tq, int tk, int causal, const int* keyValid,
+                                               long long rowsPerItem) {
+    int lane = threadIdx.x & 31;
+    long long warps = (long long)gridDim.x * (blockDim.x >> 5);
+    for (long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows; r += warps) {
+        int end = tk;
+        if (causal) {
+            long long e = r % tq + 1 + tk - tq;
+            end = (int)(e < 0 ? 0 : (e > tk ? tk : e));
+        }
+        const int* valid = keyValid ? keyValid + (r / rowsPerItem) * tk : 0;
+        const float* x = inp + r * tk;
+        float* o = out + r * tk;
+        float mx = NEG_INF;
+        for (int j = lane; j < end; j += 32)
+            if (!valid || valid[j]) mx = fmaxf(mx, x[j]);
+        mx = warp_max(mx);
+        if (mx == NEG_INF) {
+            for (int j = lane; j < tk; j += 32) o[j] = 0.f;
+            continue;
+        }
+        float sum = 0.f;
+        for (int j = lane; j < tk; j += 32) {
+            float e = 0.f;
+            if (j < end && (!valid || valid[j])) e = expf(scale * (x[j] - mx));
+            o[j] = e;
+            sum += e;
+        }
+        float inv = 1.f / warp_sum(sum);
+        for (int j = lane; j < end; j += 32) o[j] *= inv;
+    }
+}
+
+// softmax_backward: dinp += scale*out*(dout - rowsum(dout*out)).
+extern "C" __global__ void softmax_backward_f32(float* dinp, const float* dout, const float* out, float scale,
+                                                long long rows, int tk) {
+    int lane = threadIdx.x & 31;
+    long long warps = (long long)gridDim.x * (blockDim.x >> 5);
+    for (long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows; r += warps) {
+        const float* g = dout + r * tk;
+        const float* y = out + r * tk;
+        float* dx = dinp + r * tk;
+        float dot = 0.f;
+        for (int j = lane; j < tk; j += 32) dot += y[j] * g[j];
+        dot = warp_sum(dot);
+        for (int j = lane; j < tk; j += 32) dx[j] += scale * y[j] * (g[j] - dot);
+    }
+}
+
+// --- cross-entropy pieces: one block per row of logits (N,V) ---
+
+extern "C" __global__ void ce_row_max_f32(float* rowMax, const float* logits, long long rows, int v) {
+    __shared__ float sh[32];
+    for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
+        const float* x = logits + i * v;
+        float m = NEG_INF;
+        for (int j = threadIdx.x; j < v; j += blockDim.x) m = fmaxf(m, x[j]);
+        m = block_max(m, sh);
+        if (threadIdx.x == 0) rowMax[i] = m;
+    }
+}
+
+extern "C" __global__ void ce_sum_exp_f32(float* sumExp, const float* logits, const float* rowMax,
+                                          long long rows, int v) {
+    __shared__ float sh[32];
+    for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
+        const float* x = logits + i * v;
+        float m = rowMax[i], s = 0.f;
+        for (int j = threadIdx.x; j < v; j += blockDim.x) s += expf(x[j] - m);
+        s = block_sum(s, sh);
+        if (threadIdx.x == 0) sumExp[i] = s;
+    }
+}
+
+// ce_target_logit: out[i] = logits[i, targets[i]-start] when in the slice, else 0.
+extern "C" __global__ void ce_target_logit_f32(float* out, const float* logits, const int* targets,
+                                               long long rows, int v, long long start) {
+    GRID_STRIDE(i, rows) {
+        long long t = targets[i], j = t - start;
+        out[i] = (t >= 0 && j >= 0 && j < v) ? logits[i * v + j] : 0.f;
+    }
+}
+
+// ce_loss: losses = log(sumExp) + rowMax - targetLogit, 0 for ignored targets.
+extern "C" __global__ void ce_loss_f32(float* losses, const float* rowMax, const float* sumExp,
+                                       const float* targetLogit, const int* targets, long long rows) {
+    GRID_STRIDE(i, rows) {
+        losses[i] = targets[i] < 0 ? 0.f
+                                   : (float)(log((double)sumExp[i]) + (double)rowMax[i] - (double)targetLogit[i]);
+    }
+}
+
+// ce_backward: dlogits += dloss*(softmax - onehot) on rows with a target.
+extern "C" __global__ void ce_backward_f32(float* dlogits, const float* logits, const float* rowMax,
+                                           const float* sumExp, const int* targets, long long rows, int v,
+                                           long long start, float dloss) {
+    for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
+        long long t = targets[i];
+        if (t < 0) continue;
+        long long tj = t - start;
+        float m = rowMax[i], c = dloss / sumExp[i];
+        const float* x = logits + i * v;
+        float* dx = dlogits + i * v;
+        for (int j = threadIdx.x; j < v; j += blockDim.x) {
+            float g = dx[j] + c * expf(x[j] - m);
+            if (j == tj) g -= dloss;
+            dx[j] = g;
+        }
+    }
+}
+
+// --- optimizer and norms ---
+
+extern "C" __global__ void adamw_f32(float* param, const float* grad, float* m, float* v, long long n,
+                                     float lr, float b1, float b2, float eps, float wd,
+                                     float bc1, float bc2, float gradScale) {
+    GRID_STRIDE(i, n) {
+        float g = grad[i] * gradScale;
+        float mi = b1 * m[i] + (1.f - b1) * g;
+        float vi = b2 * v[i] + (1.f - b2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float mhat = mi / bc1, vhat = vi / bc2;
+        param[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * param[i]);
+    }
+}
+
+// sum_squares writes one float64 partial sum of x*x per block into part.
+extern "C" __global__ void sum_squares_f32(double* part, const float* x, long long n) {
+    __shared__ double sh[32];
+    double s = 0.0;
+    GRID_STRIDE(i, n) {
+        double v = x[i];
+        s += v * v;
+    }
+    s = block_sum_d(s, sh);
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
+}

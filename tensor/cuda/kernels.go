@@ -1,0 +1,521 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/hpcrun/hpcrun/tensor"
+)
+
+// kernelNames are the entry points of kernels.cu, looked up at Open.
+var kernelNames = []string{
+	"fill_f32", "add_f32", "axpy_f32", "scale_f32", "block2d_f32", "f32_to_bf16",
+	"add_bias_f32", "bias_backward_f32",
+	"embedding_forward_f32", "embedding_backward_f32",
+	"layernorm_forward_f32", "layernorm_backward_f32", "layernorm_param_grads_f32",
+	"gelu_forward_f32", "gelu_backward_f32",
+	"softmax_forward_f32", "softmax_backward_f32",
+	"ce_row_max_f32", "ce_sum_exp_f32", "ce_target_logit_f32", "ce_loss_f32", "ce_backward_f32",
+	"adamw_f32", "sum_squares_f32",
+}
+
+// karg is one kernel argument in a 64-bit slot. cuLaunchKernel reads as
+// many bytes as the parameter's C type has from the start of the slot, so
+// on a little-endian machine a 4-byte int or float sits in the low half.
+// The helper used must match the C parameter's type.
+type karg uint64
+
+func ptr(p uintptr) karg       { return karg(p) }
+func i32(v int) karg           { return karg(uint32(int32(v))) }
+func i64(v int) karg           { return karg(uint64(int64(v))) }
+func f32(v float32) karg       { return karg(math.Float32bits(v)) }
+func tp(t *tensor.Tensor) karg { return karg(t.Ptr()) }
+
+type dim3 struct{ x, y, z uint32 }
+
+const elemThreads = 256
+
+// grid1 is the grid of a grid-stride kernel over n units with threads per
+// block: enough blocks to fill the device, no more than the work needs.
+func (d *Device) grid1(n int, threads int) dim3 {
+	b := (n + threads - 1) / threads
+	b = min(b, d.sms*32)
+	return dim3{uint32(max(b, 1)), 1, 1}
+}
+
+// rowThreads is the block size of a one-block-per-row kernel over rows of
+// c elements: a multiple of 32, at most 1024.
+func rowThreads(c int) int {
+	t := (c + 31) / 32 * 32
+	return min(max(t, 32), 1024)
+}
+
+// launch enqueues kernel name. Called between enter and leave; a failed
+// launch is recorded for Sync.
+func (d *Device) launch(name string, grid, block dim3, args ...karg) {
+	if len(args) > len(d.argv) {
+		panic(fmt.Sprintf("cuda: %s has %d arguments, at most %d", name, len(args), len(d.argv)))
+	}
+	for i, a := range args {
+		d.argv[i] = uint64(a)
+	}
+	r := call(d.l.cu.launchKernel, d.fn[name], uintptr(grid.x), uintptr(grid.y), uintptr(grid.z),
+		uintptr(block.x), uintptr(block.y), uintptr(block.z), 0, d.stream,
+		uintptr(unsafe.Pointer(&d.argp[0])), 0)
+	if r != 0 {
+		d.fail(d.l.cuErr("cuLaunchKernel("+name+")", r))
+	}
+}
+
+// elementwise launches a grid-stride kernel over n elements.
+func (d *Device) elementwise(name string, n int, args ...karg) {
+	if n == 0 {
+		return
+	}
+	d.enter()
+	defer d.leave()
+	d.launch(name, d.grid1(n, elemThreads), dim3{elemThreads, 1, 1}, args...)
+}
+
+// rowwise launches a one-block-per-row kernel over rows of c elements.
+func (d *Device) rowwise(name string, rows, c int, args ...karg) {
+	if rows == 0 {
+		return
+	}
+	d.launch(name, dim3{uint32(min(rows, d.sms*32)), 1, 1}, dim3{uint32(rowThreads(c)), 1, 1}, args...)
+}
+
+// upIDs uploads ids for a kernel, recording a failure for Sync.
+func (d *Device) upIDs(ids []int32) (uintptr, bool) {
+	p, err := d.upload(ids)
+	if err != nil {
+		d.fail(err)
+		return 0, false
+	}
+	return p, true
+}
+
+// --- Fill, Zero, Add, Axpy, Scale ---
+
+// Zero sets every element of t to 0.
+func (d *Device) Zero(t *tensor.Tensor) {
+	d.own("Fill", t)
+	if t.Len() == 0 {
+		return
+	}
+	d.enter()
+	defer d.leave()
+	d.fail(d.l.cuErr("cuMemsetD32Async", call(d.l.cu.memsetD32Async, t.Ptr(), 0, uintptr(t.Len()), d.stream)))
+}
+
+// Fill sets every element of t to v.
+func (d *Device) Fill(t *tensor.Tensor, v float32) {
+	d.own("Fill", t)
+	d.elementwise("fill_f32", t.Len(), tp(t), f32(v), i64(t.Len()))
+}
+
+// Add is out = a + b elementwise.
+func (d *Device) Add(out, a, b *tensor.Tensor) {
+	d.own("Add", out, a, b)
+	sameLen("Add", "out", out, "a", a, "b", b)
+	d.elementwise("add_f32", out.Len(), tp(out), tp(a), tp(b), i64(out.Len()))
+}
+
+// Axpy is y += alpha*x elementwise.
+func (d *Device) Axpy(y *tensor.Tensor, alpha float32, x *tensor.Tensor) {
+	d.own("Axpy", y, x)
+	sameLen("Axpy", "y", y, "x", x)
+	d.elementwise("axpy_f32", y.Len(), tp(y), f32(alpha), tp(x), i64(y.Len()))
+}
+
+// Scale is x *= alpha elementwise.
+func (d *Device) Scale(x *tensor.Tensor, alpha float32) {
+	d.own("Scale", x)
+	d.elementwise("scale_f32", x.Len(), tp(x), f32(alpha), i64(x.Len()))
+}
+
+// --- 2-D blocks ---
+
+func (d *Device) block2D(fn string, dst *tensor.Tensor, dstOff, ldDst int, alpha float32, src *tensor.Tensor, srcOff, ldSrc, rows, cols int, accumulate bool) {
+	d.own(fn, dst, src)
+	e1 := checkBlock(fn, "dst", dst, dstOff, ldDst, rows, cols)
+	e2 := checkBlock(fn, "src", src, srcOff, ldSrc, rows, cols)
+	if e1 || e2 {
+		return
+	}
+	acc := 0
+	if accumulate {
+		acc = 1
+	}
+	d.elementwise("block2d_f32", rows*cols,
+		ptr(dst.Ptr()+uintptr(dstOff)*4), i64(ldDst), ptr(src.Ptr()+uintptr(srcOff)*4), i64(ldSrc),
+		i64(rows), i32(cols), f32(alpha), i32(acc))
+}
+
+// Copy2D copies a (rows,cols) block: dst[dstOff+i*ldDst+j] = src[srcOff+i*ldSrc+j].
+func (d *Device) Copy2D(dst *tensor.Tensor, dstOff, ldDst int, src *tensor.Tensor, srcOff, ldSrc, rows, cols int) {
+	d.block2D("Copy2D", dst, dstOff, ldDst, 1, src, srcOff, ldSrc, rows, cols, false)
+}
+
+// Axpy2D accumulates a (rows,cols) block: dst[dstOff+i*ldDst+j] += alpha*src[srcOff+i*ldSrc+j].
+func (d *Device) Axpy2D(dst *tensor.Tensor, dstOff, ldDst int, alpha float32, src *tensor.Tensor, srcOff, ldSrc, rows, cols int) {
+	d.block2D("Axpy2D", dst, dstOff, ldDst, alpha, src, srcOff, ldSrc, rows, cols, true)
+}
+
+// --- bias ---
+
+// AddBias is out[i] += bias for every row. out is (N,OC), bias is (OC).
+func (d *Device) AddBias(out, bias *tensor.Tensor) {
+	d.own("AddBias", out, bias)
+	rowsOf("AddBias", "out", out, bias.Len())
+	d.elementwise("add_bias_f32", out.Len(), tp(out), tp(bias), i64(out.Len()), i32(bias.Len()))
+}
+
+// BiasBackward is dbias += column sums of dout. dbias is (OC), dout is (N,OC).
+func (d *Device) BiasBackward(dbias, dout *tensor.Tensor) {
+	d.own("BiasBackward", dbias, dout)
+	n := rowsOf("BiasBackward", "dout", dout, dbias.Len())
+	oc := dbias.Len()
+	if oc == 0 {
+		return
+	}
+	d.enter()
+	defer d.leave()
+	d.launch("bias_backward_f32", dim3{uint32((oc + 31) / 32), 1, 1}, dim3{32, 32, 1}, tp(dbias), tp(dout), i64(n), i32(oc))
+}
+
+// --- embedding ---
+
+// EmbeddingForward is out[i] = table[ids[i]-vocabStart], zeros for ids
+// outside the table's slice. out is (N,C), ids is (N), table is (V,C).
+func (d *Device) EmbeddingForward(out *tensor.Tensor, ids []int32, table *tensor.Tensor, vocabStart int) {
+	d.own("EmbeddingForward", out, table)
+	c := table.Cols()
+	n := rowsOf("EmbeddingForward", "out", out, c)
+	if len(ids) != n {
+		panic(fmt.Sprintf("tensor.EmbeddingForward: len(ids)=%d, out %v has %d rows of %d", len(ids), out, n, c))
+	}
+	if n == 0 || c == 0 {
+		return
+	}
+	d.enter()
+	defer d.leave()
+	p, ok := d.upIDs(ids)
+	if !ok {
+		return
+	}
+	d.rowwise("embedding_forward_f32", n, c, tp(out), ptr(p), tp(table), i64(n), i32(c), i64(table.Len()/c), i64(vocabStart))
+}
+
+// EmbeddingBackward is dtable[ids[i]-vocabStart] += dout[i] for the ids in
+// the table's slice. dtable is (V,C), dout is (N,C), ids is (N).
+func (d *Device) EmbeddingBackward(dtable, dout *tensor.Tensor, ids []int32, vocabStart int) {
+	d.own("EmbeddingBackward", dtable, dout)
+	c := dtable.Cols()
+	n := rowsOf("EmbeddingBackward", "dout", dout, c)
+	if len(ids) != n {
+		panic(fmt.Sprintf("tensor.EmbeddingBackward: len(ids)=%d, dout %v has %d rows of %d", len(ids), dout, n, c))
+	}
+	if n == 0 || c == 0 {
+		return
+	}
+	d.enter()
+	defer d.leave()
+	p, ok := d.upIDs(ids)
+	if !ok {
+		return
+	}
+	d.rowwise("embedding_backward_f32", n, c, tp(dtable), tp(dout), ptr(p), i64(n), i32(c), i64(dtable.Len()/c), i64(vocabStart))
+}
+
+// --- layernorm ---
+
+// LayerNormForward normalizes the rows of inp. out, inp are (N,C); mean,
+// rstd are (N); weight, bias are (C).
+func (d *Device) LayerNormForward(out, mean, rstd, inp, weight, bias *tensor.Tensor, eps float32) {
+	d.own("LayerNormForward", out, mean, rstd, inp, weight, bias)
+	c := weight.Len()
+	wantLen("LayerNormForward", "bias", bias, c)
+	n := rowsOf("LayerNormForward", "inp", inp, c)
+	wantLen("LayerNormForward", "out", out, inp.Len())
+	wantLen("LayerNormForward", "mean", mean, n)
+	wantLen("LayerNormForward", "rstd", rstd, n)
+	if n == 0 {
+		return
+	}
+	d.enter()
+	defer d.leave()
+	d.rowwise("layernorm_forward_f32", n, c, tp(out), tp(mean), tp(rstd), tp(inp), tp(weight), tp(bias), i64(n), i32(c), f32(eps))
+}
+
+// LayerNormBackward accumulates the layernorm gradients. dinp, dout, inp are
+// (N,C); dweight, dbias, weight are (C); mean, rstd are (N). The weight and
+// bias gradients are summed per block, then over blocks in a fixed order.
+func (d *Device) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd *tensor.Tensor) {
+	d.own("LayerNormBackward", dinp, dweight, dbias, dout, inp, weight, mean, rstd)
+	c := weight.Len()
+	wantLen("LayerNormBackward", "dweight", dweight, c)
+	wantLen("LayerNormBackward", "dbias", dbias, c)
+	n := rowsOf("LayerNormBackward", "inp", inp, c)
+	wantLen("LayerNormBackward", "dinp", dinp, inp.Len())
+	wantLen("LayerNormBackward", "dout", dout, inp.Len())
+	wantLen("LayerNormBackward", "mean", mean, n)
+	wantLen("LayerNormBackward", "rstd", rstd, n)
+	if n == 0 || c == 0 {
+		return
+	}
+	d.enter()
+	defer d.leave()
+	blocks := min(n, 2*d.sms)
+	part, err := d.lnPart.get(d, int64(blocks)*2*int64(c)*4)
+	if err != nil {
+		d.fail(err)
+		return
+	}
+	d.launch("layernorm_backward_f32", dim3{uint32(blocks), 1, 1}, dim3{uint32(rowThreads(c)), 1, 1},
+		tp(dinp), ptr(part), tp(dout), tp(inp), tp(weight), tp(mean), tp(rstd), i64(n), i32(c))
+	d.launch("layernorm_param_grads_f32", d.grid1(c, elemThreads), dim3{elemThreads, 1, 1},
+		tp(dweight), tp(dbias), ptr(part), i32(blocks), i32(c))
+}
+
+// --- GELU ---
+
+// GELUForward is out = gelu(inp), tanh approximation.
+func (d *Device) GELUForward(out, inp *tensor.Tensor) {
+	d.own("GELUForward", out, inp)
+	sameLen("GELUForward", "out", out, "inp", inp)
+	d.elementwise("gelu_forward_f32", out.Len(), tp(out), tp(inp), i64(out.Len()))
+}
+
+// GELUBackward is dinp += gelu'(inp)*dout.
+func (d *Device) GELUBackward(dinp, inp, dout *tensor.Tensor) {
+	d.own("GELUBackward", dinp, inp, dout)
+	sameLen("GELUBackward", "dinp", dinp, "inp", inp, "dout", dout)
+	d.elementwise("gelu_backward_f32", inp.Len(), tp(dinp), tp(inp), tp(dout), i64(inp.Len()))
+}
+
+// --- softmax ---
+
+const softmaxThreads = 256 // 8 warps, one row each
+
+// SoftmaxForward is the masked row softmax of scale*inp. inp, out are
+// (B,...,Tq,Tk); keyValid is (B,Tk) or nil.
+func (d *Device) SoftmaxForward(out, inp *tensor.Tensor, scale float32, causal bool, keyValid []int32) {
+	d.own("SoftmaxForward", out, inp)
+	sameLen("SoftmaxForward", "out", out, "inp", inp)
+	if inp.Rank() < 2 {
+		panic(fmt.Sprintf("tensor.SoftmaxForward: inp %v must be at least (Tq,Tk)", inp))
+	}
+	if scale <= 0 {
+		panic(fmt.Sprintf("tensor.SoftmaxForward: scale %g must be positive", scale))
+	}
+	tk, tq := inp.Dim(-1), inp.Dim(-2)
+	rows := rowsOf("SoftmaxForward", "inp", inp, tk)
+	perItem := 0
+	if keyValid != nil {
+		b := inp.Dim(0)
+		if inp.Rank() < 3 || len(keyValid) != b*tk {
+			panic(fmt.Sprintf("tensor.SoftmaxForward: keyValid has %d entries, inp %v needs (B,Tk) = %d with a leading B", len(keyValid), inp, b*tk))
+		}
+		perItem = rows / max(b, 1)
+	}
+	if rows == 0 {
+		return
+	}
+	d.enter()
+	defer d.leave()
+	var valid uintptr
+	if keyValid != nil {
+		var ok bool
+		if valid, ok = d.upIDs(keyValid); !ok {
+			return
+		}
+	}
+	causalArg := 0
+	if causal {
+		causalArg = 1
+	}
+	d.launch("softmax_forward_f32", d.grid1(rows, softmaxThreads/32), dim3{softmaxThreads, 1, 1},
+		tp(out), tp(inp), f32(scale), i64(rows), i32(tq), i32(tk), i32(causalArg), ptr(valid), i64(perItem))
+}
+
+// SoftmaxBackward is dinp += scale*out*(dout - rowsum(dout*out)). All are
+// (B,...,Tq,Tk).
+func (d *Device) SoftmaxBackward(dinp, dout, out *tensor.Tensor, scale float32) {
+	d.own("SoftmaxBackward", dinp, dout, out)
+	sameLen("SoftmaxBackward", "dinp", dinp, "dout", dout, "out", out)
+	tk := out.Cols()
+	rows := rowsOf("SoftmaxBackward", "out", out, tk)
+	if rows == 0 {
+		return
+	}
+	d.enter()
+	defer d.leave()
+	d.launch("softmax_backward_f32", d.grid1(rows, softmaxThreads/32), dim3{softmaxThreads, 1, 1},
+		tp(dinp), tp(dout), tp(out), f32(scale), i64(rows), i32(tk))
+}
+
+// --- cross-entropy ---
+
+// CrossEntropyRowMax is rowMax[i] = max_j logits[i,j]. logits is (N,V),
+// rowMax is (N).
+func (d *Device) CrossEntropyRowMax(rowMax, logits *tensor.Tensor) {
+	d.own("CrossEntropyRowMax", rowMax, logits)
+	v := logits.Cols()
+	n := rowsOf("CrossEntropyRowMax", "logits", logits, v)
+	wantLen("CrossEntropyRowMax", "rowMax", rowMax, n)
+	if n == 0 {
+		return
+	}
+	d.enter()
+	defer d.leave()
+	d.rowwise("ce_row_max_f32", n, v, tp(rowMax), tp(logits), i64(n), i32(v))
+}
+
+// CrossEntropySumExp is sumExp[i] = sum_j exp(logits[i,j]-rowMax[i]).
+// logits is (N,V), sumExp and rowMax are (N).
+func (d *Device) CrossEntropySumExp(sumExp, logits, rowMax *tensor.Tensor) {
+	d.own("CrossEntropySumExp", sumExp, logits, rowMax)
+	v := logits.Cols()
+	n := rowsOf("CrossEntropySumExp", "logits", logits, v)
+	wantLen("CrossEntropySumExp", "sumExp", sumExp, n)
+	wantLen("CrossEntropySumExp", "rowMax", rowMax, n)
+	if n == 0 {
+		return
+	}
+	d.enter()
+	defer d.leave()
+	d.rowwise("ce_sum_exp_f32", n, v, tp(sumExp), tp(logits), tp(rowMax), i64(n), i32(v))
+}
+
+// CrossEntropyTargetLogit is out[i] = logits[i,targets[i]-vocabStart] for
+// targets in the slice, else 0. logits is (N,V), out and targets are (N).
+func (d *Device) CrossEntropyTargetLogit(out, logits *tensor.Tensor, targets []int32, vocabStart int) {
+	d.own("CrossEntropyTargetLogit", out, logits)
+	v := logits.Cols()
+	n := rowsOf("CrossEntropyTargetLogit", "logits", logits, v)
+	wantLen("CrossEntropyTargetLogit", "out", out, n)
+	if len(targets) != n {
+		panic(fmt.Sprintf("tensor.CrossEntropyTargetLogit: len(targets)=%d, logits %v has %d rows", len(targets), logits, n))
+	}
+	if n == 0 {
+		return
+	}
+	d.enter()
+	defer d.leave()
+	p, ok := d.upIDs(targets)
+	if !ok {
+		return
+	}
+	d.launch("ce_target_logit_f32", d.grid1(n, elemThreads), dim3{elemThreads, 1, 1}, tp(out), tp(logits), ptr(p), i64(n), i32(v), i64(vocabStart))
+}
+
+// CrossEntropyLoss is losses[i] = log(sumExp[i]) + rowMax[i] - targetLogit[i],
+// 0 where targets[i] < 0. All are (N).
+func (d *Device) CrossEntropyLoss(losses, rowMax, sumExp, targetLogit *tensor.Tensor, targets []int32) {
+	d.own("CrossEntropyLoss", losses, rowMax, sumExp, targetLogit)
+	n := losses.Len()
+	wantLen("CrossEntropyLoss", "rowMax", rowMax, n)
+	wantLen("CrossEntropyLoss", "sumExp", sumExp, n)
+	wantLen("CrossEntropyLoss", "targetLogit", targetLogit, n)
+	if len(targets) != n {
+		panic(fmt.Sprintf("tensor.CrossEntropyLoss: len(targets)=%d, losses %v has %d elements", len(targets), losses, n))
+	}
+	if n == 0 {
+		return
+	}
+	d.enter()
+	defer d.leave()
+	p, ok := d.upIDs(targets)
+	if !ok {
+		return
+	}
+	d.launch("ce_loss_f32", d.grid1(n, elemThreads), dim3{elemThreads, 1, 1}, tp(losses), tp(rowMax), tp(sumExp), tp(targetLogit), ptr(p), i64(n))
+}
+
+// CrossEntropyBackward is dlogits += dloss*(softmax(logits) - onehot(targets)).
+// dlogits, logits are (N,V); rowMax, sumExp, targets are (N).
+func (d *Device) CrossEntropyBackward(dlogits, logits, rowMax, sumExp *tensor.Tensor, targets []int32, vocabStart int, dloss float32) {
+	d.own("CrossEntropyBackward", dlogits, logits, rowMax, sumExp)
+	sameLen("CrossEntropyBackward", "dlogits", dlogits, "logits", logits)
+	v := logits.Cols()
+	n := rowsOf("CrossEntropyBackward", "logits", logits, v)
+	wantLen("CrossEntropyBackward", "rowMax", rowMax, n)
+	wantLen("CrossEntropyBackward", "sumExp", sumExp, n)
+	if len(targets) != n {
+		panic(fmt.Sprintf("tensor.CrossEntropyBackward: len(targets)=%d, logits %v has %d rows", len(targets), logits, n))
+	}
+	if n == 0 {
+		return
+	}
+	d.enter()
+	defer d.leave()
+	p, ok := d.upIDs(targets)
+	if !ok {
+		return
+	}
+	d.rowwise("ce_backward_f32", n, v, tp(dlogits), tp(logits), tp(rowMax), tp(sumExp), ptr(p), i64(n), i32(v), i64(vocabStart), f32(dloss))
+}
+
+// --- optimizer and norms ---
+
+// AdamW runs one AdamW step on param with its grad and moments m, v.
+func (d *Device) AdamW(param, grad, m, v *tensor.Tensor, p tensor.AdamWParams) {
+	d.own("AdamW", param, grad, m, v)
+	sameLen("AdamW", "param", param, "grad", grad, "m", m, "v", v)
+	if p.Step < 1 {
+		panic(fmt.Sprintf("tensor.AdamW: Step is %d, it counts from 1", p.Step))
+	}
+	gs := p.GradScale
+	if gs == 0 {
+		gs = 1
+	}
+	bc1 := float32(1 - math.Pow(float64(p.Beta1), float64(p.Step)))
+	bc2 := float32(1 - math.Pow(float64(p.Beta2), float64(p.Step)))
+	d.elementwise("adamw_f32", param.Len(), tp(param), tp(grad), tp(m), tp(v), i64(param.Len()),
+		f32(p.LR), f32(p.Beta1), f32(p.Beta2), f32(p.Eps), f32(p.WeightDecay), f32(bc1), f32(bc2), f32(gs))
+}
+
+const sumBlocks = 128 // partial sums per tensor in SumSquares
+
+// SumSquares is the sum of squares of every element of ts, in float64:
+// per-block partial sums on the device, added on the host in a fixed
+// order. On a device failure it returns NaN and Sync reports the error.
+func (d *Device) SumSquares(ts ...*tensor.Tensor) float64 {
+	d.own("SumSquares", ts...)
+	d.enter()
+	defer d.leave()
+	part, err := d.sumPart.get(d, int64(len(ts))*sumBlocks*8)
+	if err != nil {
+		d.fail(err)
+		return math.NaN()
+	}
+	nparts := 0
+	for _, t := range ts {
+		if t.Len() == 0 {
+			continue
+		}
+		g := d.grid1(t.Len(), elemThreads)
+		g.x = min(g.x, sumBlocks)
+		d.launch("sum_squares_f32", g, dim3{elemThreads, 1, 1}, ptr(part+uintptr(nparts)*8), tp(t), i64(t.Len()))
+		nparts += int(g.x)
+	}
+	if nparts == 0 {
+		return 0
+	}
+	host := make([]float64, nparts)
+	err = d.l.cuErr("cuMemcpyDtoHAsync_v2", call(d.l.cu.memcpyDtoHAsync, uintptr(unsafe.Pointer(&host[0])), part, uintptr(nparts*8), d.stream))
+	if err == nil {
+		err = d.streamSync()
+	}
+	if err != nil {
+		d.fail(err)
+		return math.NaN()
+	}
+	var total float64
+	for _, s := range host {
+		total += s
+	}
+	return total
+}

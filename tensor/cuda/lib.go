@@ -1,0 +1,333 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+// The three libraries are opened with dlopen at run time, so nothing of
+// CUDA is needed to build. Every entry point is called through
+// purego.SyscallN with integer and pointer arguments only (scalars such as
+// GEMM's alpha and beta go by pointer), and returns a 32-bit status.
+
+// Library names, tried in order. HPCRUN_CUDA_LIB_PATH (a colon-separated
+// list of directories) is searched first, then the dynamic linker's path.
+var (
+	cudaNames   = []string{"libcuda.so.1", "libcuda.so"}
+	cublasNames = []string{"libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so"}
+	nvrtcNames  = []string{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so.11.1", "libnvrtc.so"}
+)
+
+// LibPathEnv names extra directories (colon-separated) searched for the
+// CUDA libraries before the dynamic linker's own path, e.g. the lib
+// directories of pip's nvidia-cublas and nvidia-cuda-nvrtc wheels.
+const LibPathEnv = "HPCRUN_CUDA_LIB_PATH"
+
+// driverAPI holds the CUDA driver entry points (libcuda).
+type driverAPI struct {
+	init, driverGetVersion, deviceGetCount, deviceGet, deviceGetName, deviceGetAttribute uintptr
+	primaryCtxRetain, primaryCtxRelease, ctxSetCurrent                                   uintptr
+	streamCreate, streamDestroy, streamSynchronize                                       uintptr
+	memAlloc, memFree, memAllocHost, memFreeHost, memGetInfo                             uintptr
+	memcpyHtoDAsync, memcpyDtoHAsync, memcpyDtoDAsync, memsetD32Async                    uintptr
+	moduleLoadData, moduleUnload, moduleGetFunction, launchKernel                        uintptr
+	getErrorName, getErrorString                                                         uintptr
+}
+
+// blasAPI holds the cuBLAS entry points.
+type blasAPI struct {
+	create, destroy, setStream, setMathMode, getVersion uintptr
+	gemmEx, gemmStridedBatchedEx                        uintptr
+	getStatusName, getStatusString                      uintptr // 0 before cuBLAS 11.4
+	name                                                string
+}
+
+// nvrtcAPI holds the NVRTC entry points.
+type nvrtcAPI struct {
+	version, createProgram, destroyProgram, compileProgram uintptr
+	getProgramLogSize, getProgramLog                       uintptr
+	getCUBINSize, getCUBIN, getPTXSize, getPTX             uintptr
+	getErrorString                                         uintptr
+	name                                                   string
+	major, minor                                           int
+}
+
+type libs struct {
+	cu    driverAPI
+	blas  blasAPI
+	nvrtc nvrtcAPI
+}
+
+var (
+	libsOnce sync.Once
+	libsVal  *libs
+	libsErr  error
+)
+
+// loadLibs opens the three libraries once per process and calls cuInit.
+func loadLibs() (*libs, error) {
+	libsOnce.Do(func() { libsVal, libsErr = openLibs() })
+	return libsVal, libsErr
+}
+
+// dlopenFirst opens the first of names that loads, looking in the
+// directories of LibPathEnv first. The error lists what was tried.
+func dlopenFirst(what, hint string, names []string) (uintptr, string, error) {
+	var dirs []string
+	for _, d := range strings.Split(os.Getenv(LibPathEnv), ":") {
+		if d != "" {
+			dirs = append(dirs, d)
+		}
+	}
+	var tried []string
+	var lastErr error
+	for _, name := range names {
+		cands := []string{}
+		for _, d := range dirs {
+			cands = append(cands, filepath.Join(d, name))
+		}
+		cands = append(cands, name)
+		for _, c := range cands {
+			h, err := purego.Dlopen(c, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+			if err == nil {
+				return h, c, nil
+			}
+			tried = append(tried, c)
+			lastErr = err
+		}
+	}
+	return 0, "", fmt.Errorf("cannot load %s (tried %s; %v): %s", what, strings.Join(tried, ", "), lastErr, hint)
+}
+
+// bind resolves each symbol of h into its slot; optional ones may be absent.
+func bind(h uintptr, lib string, syms map[string]*uintptr, optional ...string) error {
+	for name, slot := range syms {
+		p, err := purego.Dlsym(h, name)
+		if err != nil {
+			isOpt := false
+			for _, o := range optional {
+				isOpt = isOpt || o == name
+			}
+			if isOpt {
+				continue
+			}
+			return fmt.Errorf("%s lacks %s (too old?): %w", lib, name, err)
+		}
+		*slot = p
+	}
+	return nil
+}
+
+func openLibs() (*libs, error) {
+	if runtime.GOOS != "linux" {
+		return nil, fmt.Errorf("the CUDA backend needs Linux, not %s", runtime.GOOS)
+	}
+	l := &libs{}
+	h, name, err := dlopenFirst("the CUDA driver", "install the NVIDIA driver (is there a GPU on this machine?)", cudaNames)
+	if err != nil {
+		return nil, err
+	}
+	cu := &l.cu
+	if err := bind(h, name, map[string]*uintptr{
+		"cuInit": &cu.init, "cuDriverGetVersion": &cu.driverGetVersion,
+		"cuDeviceGetCount": &cu.deviceGetCount, "cuDeviceGet": &cu.deviceGet,
+		"cuDeviceGetName": &cu.deviceGetName, "cuDeviceGetAttribute": &cu.deviceGetAttribute,
+		"cuDevicePrimaryCtxRetain": &cu.primaryCtxRetain, "cuDevicePrimaryCtxRelease_v2": &cu.primaryCtxRelease,
+		"cuCtxSetCurrent": &cu.ctxSetCurrent,
+		"cuStreamCreate":  &cu.streamCreate, "cuStreamDestroy_v2": &cu.streamDestroy,
+		"cuStreamSynchronize": &cu.streamSynchronize,
+		"cuMemAlloc_v2":       &cu.memAlloc, "cuMemFree_v2": &cu.memFree,
+		"cuMemAllocHost_v2": &cu.memAllocHost, "cuMemFreeHost": &cu.memFreeHost,
+		"cuMemGetInfo_v2":      &cu.memGetInfo,
+		"cuMemcpyHtoDAsync_v2": &cu.memcpyHtoDAsync, "cuMemcpyDtoHAsync_v2": &cu.memcpyDtoHAsync,
+		"cuMemcpyDtoDAsync_v2": &cu.memcpyDtoDAsync, "cuMemsetD32Async": &cu.memsetD32Async,
+		"cuModuleLoadData": &cu.moduleLoadData, "cuModuleUnload": &cu.moduleUnload,
+		"cuModuleGetFunction": &cu.moduleGetFunction, "cuLaunchKernel": &cu.launchKernel,
+		"cuGetErrorName": &cu.getErrorName, "cuGetErrorString": &cu.getErrorString,
+	}); err != nil {
+		return nil, err
+	}
+	if err := l.cuErr("cuInit", call(cu.init, 0)); err != nil {
+		return nil, err
+	}
+
+	h, name, err = dlopenFirst("cuBLAS", "install the CUDA toolkit's cuBLAS, or pip's nvidia-cublas and add its lib directory to "+LibPathEnv+" or LD_LIBRARY_PATH", cublasNames)
+	if err != nil {
+		return nil, err
+	}
+	b := &l.blas
+	b.name = name
+	if err := bind(h, name, map[string]*uintptr{
+		"cublasCreate_v2": &b.create, "cublasDestroy_v2": &b.destroy,
+		"cublasSetStream_v2": &b.setStream, "cublasSetMathMode": &b.setMathMode,
+		"cublasGetVersion_v2": &b.getVersion,
+		"cublasGemmEx":        &b.gemmEx, "cublasGemmStridedBatchedEx": &b.gemmStridedBatchedEx,
+		"cublasGetStatusName": &b.getStatusName, "cublasGetStatusString": &b.getStatusString,
+	}, "cublasGetStatusName", "cublasGetStatusString"); err != nil {
+		return nil, err
+	}
+
+	h, name, err = dlopenFirst("NVRTC", "install the CUDA toolkit's NVRTC, or pip's nvidia-cuda-nvrtc and add its lib directory to "+LibPathEnv+" or LD_LIBRARY_PATH", nvrtcNames)
+	if err != nil {
+		return nil, err
+	}
+	n := &l.nvrtc
+	n.name = name
+	if err := bind(h, name, map[string]*uintptr{
+		"nvrtcVersion": &n.version, "nvrtcCreateProgram": &n.createProgram,
+		"nvrtcDestroyProgram": &n.destroyProgram, "nvrtcCompileProgram": &n.compileProgram,
+		"nvrtcGetProgramLogSize": &n.getProgramLogSize, "nvrtcGetProgramLog": &n.getProgramLog,
+		"nvrtcGetCUBINSize": &n.getCUBINSize, "nvrtcGetCUBIN": &n.getCUBIN,
+		"nvrtcGetPTXSize": &n.getPTXSize, "nvrtcGetPTX": &n.getPTX,
+		"nvrtcGetErrorString": &n.getErrorString,
+	}); err != nil {
+		return nil, err
+	}
+	var major, minor int32
+	if err := l.nvrtcErr("nvrtcVersion", call(n.version, uintptr(unsafe.Pointer(&major)), uintptr(unsafe.Pointer(&minor)))); err != nil {
+		return nil, err
+	}
+	n.major, n.minor = int(major), int(minor)
+	return l, nil
+}
+
+// call invokes a C function that returns a 32-bit status.
+//
+//go:uintptrescapes
+func call(fn uintptr, args ...uintptr) int32 {
+	r, _, _ := purego.SyscallN(fn, args...)
+	return int32(r)
+}
+
+// cString copies the NUL-terminated C string at p.
+func cString(p *byte) string {
+	if p == nil {
+		return ""
+	}
+	var b []byte
+	for q := p; *q != 0; q = (*byte)(unsafe.Add(unsafe.Pointer(q), 1)) {
+		b = append(b, *q)
+	}
+	return string(b)
+}
+
+// Error is a failed CUDA, cuBLAS or NVRTC call.
+type Error struct {
+	Call string // the function that failed, e.g. "cuMemAlloc_v2"
+	Code int    // its status
+	Name string // the status's name, e.g. "CUDA_ERROR_OUT_OF_MEMORY"
+	Msg  string // the library's description
+}
+
+func (e *Error) Error() string {
+	if e.Msg != "" && e.Msg != e.Name {
+		return fmt.Sprintf("%s: %s (%s, %d)", e.Call, e.Msg, e.Name, e.Code)
+	}
+	return fmt.Sprintf("%s: %s (%d)", e.Call, e.Name, e.Code)
+}
+
+// ErrOutOfMemory matches (errors.Is) an allocation the device could not make.
+var ErrOutOfMemory = errors.New("out of device memory")
+
+// Is makes errors.Is(err, ErrOutOfMemory) true for CUDA_ERROR_OUT_OF_MEMORY
+// and CUBLAS_STATUS_ALLOC_FAILED.
+func (e *Error) Is(target error) bool {
+	return target == ErrOutOfMemory && (e.Name == "CUDA_ERROR_OUT_OF_MEMORY" || e.Name == "CUBLAS_STATUS_ALLOC_FAILED")
+}
+
+// cuErr turns a CUresult into an error (nil for CUDA_SUCCESS).
+func (l *libs) cuErr(fn string, r int32) error {
+	if r == 0 {
+		return nil
+	}
+	e := &Error{Call: fn, Code: int(r), Name: fmt.Sprintf("CUresult %d", r)}
+	var p *byte
+	if call(l.cu.getErrorName, uintptr(r), uintptr(unsafe.Pointer(&p))) == 0 {
+		e.Name = cString(p)
+	}
+	p = nil
+	if call(l.cu.getErrorString, uintptr(r), uintptr(unsafe.Pointer(&p))) == 0 {
+		e.Msg = cString(p)
+	}
+	return e
+}
+
+// cublasStatusNames are cublasStatus_t's names (cublas_api.h), for
+// libraries older than cublasGetStatusName.
+var cublasStatusNames = map[int32]string{
+	1: "CUBLAS_STATUS_NOT_INITIALIZED", 3: "CUBLAS_STATUS_ALLOC_FAILED",
+	7: "CUBLAS_STATUS_INVALID_VALUE", 8: "CUBLAS_STATUS_ARCH_MISMATCH",
+	11: "CUBLAS_STATUS_MAPPING_ERROR", 13: "CUBLAS_STATUS_EXECUTION_FAILED",
+	14: "CUBLAS_STATUS_INTERNAL_ERROR", 15: "CUBLAS_STATUS_NOT_SUPPORTED",
+	16: "CUBLAS_STATUS_LICENSE_ERROR",
+}
+
+// blasErr turns a cublasStatus_t into an error (nil for success).
+func (l *libs) blasErr(fn string, r int32) error {
+	if r == 0 {
+		return nil
+	}
+	e := &Error{Call: fn, Code: int(r), Name: cublasStatusNames[r]}
+	if e.Name == "" {
+		e.Name = fmt.Sprintf("cublasStatus %d", r)
+	}
+	if l.blas.getStatusName != 0 {
+		if r1, _, _ := purego.SyscallN(l.blas.getStatusName, uintptr(r)); r1 != 0 {
+			e.Name = cString(*(**byte)(unsafe.Pointer(&r1)))
+		}
+	}
+	if l.blas.getStatusString != 0 {
+		if r1, _, _ := purego.SyscallN(l.blas.getStatusString, uintptr(r)); r1 != 0 {
+			e.Msg = cString(*(**byte)(unsafe.Pointer(&r1)))
+		}
+	}
+	return e
+}
+
+// nvrtcErr turns an nvrtcResult into an error (nil for NVRTC_SUCCESS).
+func (l *libs) nvrtcErr(fn string, r int32) error {
+	if r == 0 {
+		return nil
+	}
+	e := &Error{Call: fn, Code: int(r), Name: fmt.Sprintf("nvrtcResult %d", r)}
+	if r1, _, _ := purego.SyscallN(l.nvrtc.getErrorString, uintptr(r)); r1 != 0 {
+		e.Name = cString(*(**byte)(unsafe.Pointer(&r1)))
+	}
+	return e
+}
+
+// Available reports whether the CUDA backend can run here: the driver,
+// cuBLAS and NVRTC load and at least one device is visible. When it cannot,
+// why says what is missing and what to do.
+func Available() (ok bool, why string) {
+	n, err := DeviceCount()
+	if err != nil {
+		return false, err.Error()
+	}
+	if n == 0 {
+		return false, "the CUDA driver sees no device (CUDA_VISIBLE_DEVICES empty, or no GPU)"
+	}
+	return true, ""
+}
+
+// DeviceCount is the number of CUDA devices visible to the process, or the
+// reason the libraries do not load.
+func DeviceCount() (int, error) {
+	l, err := loadLibs()
+	if err != nil {
+		return 0, err
+	}
+	var n int32
+	if err := l.cuErr("cuDeviceGetCount", call(l.cu.deviceGetCount, uintptr(unsafe.Pointer(&n)))); err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}

@@ -1,0 +1,146 @@
+package cuda
+
+import (
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"unsafe"
+)
+
+// kernelSource is every kernel of the device but GEMM, compiled by NVRTC
+// for the device's architecture at Open and cached on disk.
+//
+//go:embed kernels.cu
+var kernelSource string
+
+// CacheDirEnv overrides where compiled kernels are cached
+// (os.UserCacheDir()/hpcrun/cuda by default).
+const CacheDirEnv = "HPCRUN_CUDA_CACHE"
+
+// defaultCacheDir is the kernel cache directory, "" when there is none.
+func defaultCacheDir() string {
+	if d := os.Getenv(CacheDirEnv); d != "" {
+		return d
+	}
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(d, "hpcrun", "cuda")
+}
+
+// compileOptions are NVRTC's options for arch (e.g. "sm_90"); they are part
+// of the cache key.
+func compileOptions(arch string) []string {
+	return []string{"--gpu-arch=" + arch, "--std=c++14"}
+}
+
+// cacheKey names a compiled image: the source, the architecture, NVRTC's
+// version and the options all change it.
+func cacheKey(src, arch string, nvrtcMajor, nvrtcMinor int) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00nvrtc %d.%d\x00%s", src, arch, nvrtcMajor, nvrtcMinor, strings.Join(compileOptions(arch), " "))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// cachedImage returns the image cached under key in dir, else compiles it
+// and stores it there (written to a temporary name and renamed, so a
+// reader never sees half a file). A cache that cannot be written is not an
+// error: the image is still returned.
+func cachedImage(dir, key string, compile func() ([]byte, error)) (image []byte, fromCache bool, err error) {
+	path := ""
+	if dir != "" {
+		path = cachePath(dir, key)
+		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+			return b, true, nil
+		}
+	}
+	image, err = compile()
+	if err != nil {
+		return nil, false, err
+	}
+	if path != "" {
+		_ = writeAtomic(path, image)
+	}
+	return image, false, nil
+}
+
+// cachePath is where the image of key is cached in dir.
+func cachePath(dir, key string) string { return filepath.Join(dir, key+".cubin") }
+
+// writeAtomic writes b to path through a temporary file in the same
+// directory and a rename.
+func writeAtomic(path string, b []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(b)
+	cerr := f.Close()
+	if werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(f.Name(), path)
+	}
+	if werr != nil {
+		os.Remove(f.Name())
+	}
+	return werr
+}
+
+// cstr is s as a NUL-terminated byte slice.
+func cstr(s string) []byte { return append([]byte(s), 0) }
+
+// compileNVRTC compiles src for arch (sm_XY) into a CUBIN.
+func (l *libs) compileNVRTC(src, name, arch string) ([]byte, error) {
+	n := &l.nvrtc
+	srcC, nameC := cstr(src), cstr(name)
+	var prog uintptr
+	if err := l.nvrtcErr("nvrtcCreateProgram", call(n.createProgram, uintptr(unsafe.Pointer(&prog)),
+		uintptr(unsafe.Pointer(&srcC[0])), uintptr(unsafe.Pointer(&nameC[0])), 0, 0, 0)); err != nil {
+		return nil, err
+	}
+	defer call(n.destroyProgram, uintptr(unsafe.Pointer(&prog)))
+	opts := compileOptions(arch)
+	optC := make([][]byte, len(opts))
+	optP := make([]*byte, len(opts))
+	for i, o := range opts {
+		optC[i] = cstr(o)
+		optP[i] = &optC[i][0]
+	}
+	r := call(n.compileProgram, prog, uintptr(len(optP)), uintptr(unsafe.Pointer(&optP[0])))
+	runtime.KeepAlive(optC)
+	runtime.KeepAlive(srcC)
+	if r != 0 {
+		err := l.nvrtcErr("nvrtcCompileProgram", r)
+		var size uintptr
+		if call(n.getProgramLogSize, prog, uintptr(unsafe.Pointer(&size))) == 0 && size > 1 {
+			buf := make([]byte, size)
+			if call(n.getProgramLog, prog, uintptr(unsafe.Pointer(&buf[0]))) == 0 {
+				return nil, fmt.Errorf("NVRTC %d.%d compiling %s for %s: %w\n%s", n.major, n.minor, name, arch, err, strings.TrimRight(string(buf), "\x00\n"))
+			}
+		}
+		return nil, fmt.Errorf("NVRTC %d.%d compiling %s for %s: %w", n.major, n.minor, name, arch, err)
+	}
+	var size uintptr
+	if err := l.nvrtcErr("nvrtcGetCUBINSize", call(n.getCUBINSize, prog, uintptr(unsafe.Pointer(&size)))); err != nil {
+		return nil, err
+	}
+	if size == 0 {
+		return nil, fmt.Errorf("NVRTC %d.%d made an empty CUBIN for %s", n.major, n.minor, arch)
+	}
+	image := make([]byte, size)
+	if err := l.nvrtcErr("nvrtcGetCUBIN", call(n.getCUBIN, prog, uintptr(unsafe.Pointer(&image[0])))); err != nil {
+		return nil, err
+	}
+	return image, nil
+}
