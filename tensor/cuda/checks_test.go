@@ -52,11 +52,15 @@ func TestChecksMatchCPU(t *testing.T) {
 		}},
 		{"GELUBackward", func(d tensor.Device, mk func(...int) *tensor.Tensor) { d.GELUBackward(mk(4), mk(4), mk(5)) }},
 		{"SoftmaxForward rank", func(d tensor.Device, mk func(...int) *tensor.Tensor) { d.SoftmaxForward(mk(4), mk(4), 1, false, nil) }},
-		{"SoftmaxForward scale", func(d tensor.Device, mk func(...int) *tensor.Tensor) { d.SoftmaxForward(mk(2, 4), mk(2, 4), 0, false, nil) }},
+		{"SoftmaxForward scale", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
+			d.SoftmaxForward(mk(2, 4), mk(2, 4), 0, false, nil)
+		}},
 		{"SoftmaxForward keyValid", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
 			d.SoftmaxForward(mk(2, 3, 4), mk(2, 3, 4), 1, false, make([]int32, 7))
 		}},
-		{"SoftmaxBackward", func(d tensor.Device, mk func(...int) *tensor.Tensor) { d.SoftmaxBackward(mk(2, 4), mk(2, 4), mk(2, 5), 1) }},
+		{"SoftmaxBackward", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
+			d.SoftmaxBackward(mk(2, 4), mk(2, 4), mk(2, 5), 1)
+		}},
 		{"CrossEntropyRowMax", func(d tensor.Device, mk func(...int) *tensor.Tensor) { d.CrossEntropyRowMax(mk(3), mk(4, 10)) }},
 		{"CrossEntropySumExp", func(d tensor.Device, mk func(...int) *tensor.Tensor) { d.CrossEntropySumExp(mk(4), mk(4, 10), mk(5)) }},
 		{"CrossEntropyTargetLogit", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
