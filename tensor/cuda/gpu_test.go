@@ -1,0 +1,567 @@
+package cuda
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/hpcrun/hpcrun/tensor"
+)
+
+// GPU tests: every kernel against the CPU device on the same random data.
+// They skip, saying why, where CUDA does not load. Tolerances: relative to
+// the largest magnitude of the CPU result, 1e-4 for float32 kernels, 1e-2
+// for bf16 GEMM, 5e-3 for TF32.
+
+var shared struct {
+	once sync.Once
+	d    *Device
+	err  error
+}
+
+// gpu returns the device shared by the kernel tests (its kernels from the
+// default cache, compiled on first use).
+func gpu(t testing.TB) *Device {
+	t.Helper()
+	if ok, why := Available(); !ok {
+		t.Skip("no CUDA here: " + why)
+	}
+	shared.once.Do(func() { shared.d, shared.err = Open(0) })
+	if shared.err != nil {
+		t.Fatalf("CUDA is available but Open fails: %v", shared.err)
+	}
+	shared.d.SetMatmulPrecision(FP32)
+	return shared.d
+}
+
+// twin is one tensor on both devices, with the same contents.
+type twin struct {
+	name string
+	c, g *tensor.Tensor
+}
+
+type bench struct {
+	t   *testing.T
+	cpu *tensor.CPUDevice
+	gpu *Device
+	r   *rand.Rand
+	all []twin
+}
+
+func newBench(t *testing.T) *bench {
+	d := gpu(t)
+	b := &bench{t: t, cpu: tensor.NewCPU(), gpu: d, r: rand.New(rand.NewPCG(7, 11))}
+	t.Cleanup(func() {
+		for _, x := range b.all {
+			d.Free(x.g)
+		}
+		if err := d.Sync(); err != nil {
+			t.Errorf("Sync at the end: %v", err)
+		}
+	})
+	return b
+}
+
+// rand makes a twin with elements uniform in [-scale, scale).
+func (b *bench) rand(name string, scale float32, shape ...int) twin {
+	c, err := b.cpu.Alloc(shape...)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	for i := range c.Host() {
+		c.Host()[i] = (2*b.r.Float32() - 1) * scale
+	}
+	g, err := b.gpu.Alloc(shape...)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.gpu.CopyFromHost(g, c.Host())
+	x := twin{name, c, g}
+	b.all = append(b.all, x)
+	return x
+}
+
+func (b *bench) zeros(name string, shape ...int) twin {
+	x := b.rand(name, 0, shape...)
+	return x
+}
+
+// check compares each twin's GPU contents with its CPU contents.
+func (b *bench) check(what string, tol float64, xs ...twin) {
+	b.t.Helper()
+	if err := b.gpu.Sync(); err != nil {
+		b.t.Fatalf("%s: Sync: %v", what, err)
+	}
+	for _, x := range xs {
+		got := make([]float32, x.g.Len())
+		b.gpu.CopyToHost(got, x.g)
+		if e, at := relErr(got, x.c.Host()); e > tol || math.IsNaN(e) {
+			b.t.Errorf("%s: %s differs from the CPU by %.3g (tolerance %.0g) at %d: gpu %g, cpu %g", what, x.name, e, tol, at, got[at], x.c.Host()[at])
+		}
+	}
+}
+
+// relErr is max|got-want| / max|want| (absolute when want is all zeros)
+// and where the largest difference is.
+func relErr(got, want []float32) (float64, int) {
+	var maxDiff, maxRef float64
+	at := 0
+	for i := range want {
+		diff := math.Abs(float64(got[i]) - float64(want[i]))
+		if math.IsNaN(float64(got[i])) != math.IsNaN(float64(want[i])) {
+			return math.NaN(), i
+		}
+		if diff > maxDiff {
+			maxDiff, at = diff, i
+		}
+		maxRef = math.Max(maxRef, math.Abs(float64(want[i])))
+	}
+	if maxRef == 0 {
+		return maxDiff, at
+	}
+	return maxDiff / maxRef, at
+}
+
+func ids(r *rand.Rand, n, lo, hi int) []int32 {
+	s := make([]int32, n)
+	for i := range s {
+		s[i] = int32(lo + r.IntN(hi-lo))
+	}
+	return s
+}
+
+const tol32 = 1e-4
+
+func TestGPUElementwise(t *testing.T) {
+	b := newBench(t)
+	for _, n := range []int{1, 1000, 1 << 20, 3*(1<<20) + 17} {
+		x, y, z := b.rand("x", 1, n), b.rand("y", 1, n), b.rand("out", 1, n)
+		b.cpu.Add(z.c, x.c, y.c)
+		b.gpu.Add(z.g, x.g, y.g)
+		b.check("Add", tol32, z)
+		b.cpu.Add(x.c, x.c, y.c) // in place
+		b.gpu.Add(x.g, x.g, y.g)
+		b.check("Add in place", tol32, x)
+		b.cpu.Axpy(y.c, -0.75, x.c)
+		b.gpu.Axpy(y.g, -0.75, x.g)
+		b.check("Axpy", tol32, y)
+		b.cpu.Scale(y.c, 3)
+		b.gpu.Scale(y.g, 3)
+		b.check("Scale", tol32, y)
+		b.cpu.Fill(x.c, 2.5)
+		b.gpu.Fill(x.g, 2.5)
+		b.check("Fill", 0, x)
+		b.cpu.Zero(y.c)
+		b.gpu.Zero(y.g)
+		b.check("Zero", 0, y)
+		b.cpu.Copy(x.c, z.c)
+		b.gpu.Copy(x.g, z.g)
+		b.check("Copy", 0, x)
+	}
+}
+
+func TestGPUBlocks(t *testing.T) {
+	b := newBench(t)
+	src, dst := b.rand("src", 1, 50, 70), b.rand("dst", 1, 40, 90)
+	b.cpu.Copy2D(dst.c, 5, 90, src.c, 3, 70, 30, 60)
+	b.gpu.Copy2D(dst.g, 5, 90, src.g, 3, 70, 30, 60)
+	b.check("Copy2D", 0, dst)
+	b.cpu.Axpy2D(dst.c, 17, 90, -2, src.c, 1, 70, 39, 61)
+	b.gpu.Axpy2D(dst.g, 17, 90, -2, src.g, 1, 70, 39, 61)
+	b.check("Axpy2D", tol32, dst)
+}
+
+func TestGPUBias(t *testing.T) {
+	b := newBench(t)
+	for _, s := range [][2]int{{300, 70}, {8 * 64, 768}, {5, 3072}} {
+		out, bias := b.rand("out", 1, s[0], s[1]), b.rand("bias", 1, s[1])
+		b.cpu.AddBias(out.c, bias.c)
+		b.gpu.AddBias(out.g, bias.g)
+		b.check("AddBias", tol32, out)
+		dbias := b.rand("dbias", 1, s[1]) // accumulates
+		b.cpu.BiasBackward(dbias.c, out.c)
+		b.gpu.BiasBackward(dbias.g, out.g)
+		b.check("BiasBackward", tol32, dbias)
+	}
+}
+
+func TestGPUEmbedding(t *testing.T) {
+	b := newBench(t)
+	const n, c, v, start = 257, 96, 50, 100
+	table, out := b.rand("table", 1, v, c), b.rand("out", 1, n, c)
+	id := ids(b.r, n, start-20, start+v+20) // some outside the slice, many repeated
+	b.cpu.EmbeddingForward(out.c, id, table.c, start)
+	b.gpu.EmbeddingForward(out.g, id, table.g, start)
+	b.check("EmbeddingForward", 0, out)
+	dtable, dout := b.rand("dtable", 1, v, c), b.rand("dout", 1, n, c)
+	b.cpu.EmbeddingBackward(dtable.c, dout.c, id, start)
+	b.gpu.EmbeddingBackward(dtable.g, dout.g, id, start)
+	b.check("EmbeddingBackward", tol32, dtable)
+}
+
+func TestGPULayerNorm(t *testing.T) {
+	b := newBench(t)
+	for _, s := range [][2]int{{37, 100}, {4 * 64, 768}, {3, 1600}, {2000, 32}} {
+		n, c := s[0], s[1]
+		inp, w, bias := b.rand("inp", 3, n, c), b.rand("weight", 1, c), b.rand("bias", 1, c)
+		out, mean, rstd := b.zeros("out", n, c), b.zeros("mean", n), b.zeros("rstd", n)
+		b.cpu.LayerNormForward(out.c, mean.c, rstd.c, inp.c, w.c, bias.c, 1e-5)
+		b.gpu.LayerNormForward(out.g, mean.g, rstd.g, inp.g, w.g, bias.g, 1e-5)
+		b.check("LayerNormForward", tol32, out, mean, rstd)
+		dinp, dw, db, dout := b.rand("dinp", 1, n, c), b.rand("dweight", 1, c), b.rand("dbias", 1, c), b.rand("dout", 1, n, c)
+		b.cpu.LayerNormBackward(dinp.c, dw.c, db.c, dout.c, inp.c, w.c, mean.c, rstd.c)
+		b.gpu.LayerNormBackward(dinp.g, dw.g, db.g, dout.g, inp.g, w.g, mean.g, rstd.g)
+		b.check("LayerNormBackward", tol32, dinp, dw, db)
+	}
+}
+
+func TestGPUGELU(t *testing.T) {
+	b := newBench(t)
+	for _, scale := range []float32{3, 40} { // 40 reaches exp's overflow on both sides
+		inp, out := b.rand("inp", scale, 10007), b.zeros("out", 10007)
+		b.cpu.GELUForward(out.c, inp.c)
+		b.gpu.GELUForward(out.g, inp.g)
+		b.check("GELUForward", tol32, out)
+		dinp, dout := b.rand("dinp", 1, 10007), b.rand("dout", 1, 10007)
+		b.cpu.GELUBackward(dinp.c, inp.c, dout.c)
+		b.gpu.GELUBackward(dinp.g, inp.g, dout.g)
+		b.check("GELUBackward", tol32, dinp)
+		b.cpu.GELUForward(inp.c, inp.c)
+		b.gpu.GELUForward(inp.g, inp.g)
+		b.check("GELUForward in place", tol32, inp)
+	}
+}
+
+func TestGPUSoftmax(t *testing.T) {
+	b := newBench(t)
+	for _, tt := range []struct {
+		bsz, nh, tq, tk int
+		causal, mask    bool
+	}{
+		{2, 3, 17, 17, false, false},
+		{2, 3, 17, 17, true, false},
+		{2, 2, 5, 40, true, false}, // Tq < Tk: query i sees keys up to i+Tk-Tq
+		{3, 2, 33, 33, false, true},
+		{1, 12, 64, 64, true, false},
+		{1, 1, 4, 1500, false, true},
+	} {
+		inp := b.rand("inp", 4, tt.bsz, tt.nh, tt.tq, tt.tk)
+		out := b.zeros("out", tt.bsz, tt.nh, tt.tq, tt.tk)
+		var valid []int32
+		if tt.mask {
+			valid = ids(b.r, tt.bsz*tt.tk, 0, 2)
+			for j := 0; j < tt.tk; j++ { // item 0 has every key masked
+				valid[j] = 0
+			}
+		}
+		b.cpu.SoftmaxForward(out.c, inp.c, 0.3, tt.causal, valid)
+		b.gpu.SoftmaxForward(out.g, inp.g, 0.3, tt.causal, valid)
+		b.check("SoftmaxForward", tol32, out)
+		dinp, dout := b.rand("dinp", 1, tt.bsz, tt.nh, tt.tq, tt.tk), b.rand("dout", 1, tt.bsz, tt.nh, tt.tq, tt.tk)
+		b.cpu.SoftmaxBackward(dinp.c, dout.c, out.c, 0.3)
+		b.gpu.SoftmaxBackward(dinp.g, dout.g, out.g, 0.3)
+		b.check("SoftmaxBackward", tol32, dinp)
+		b.cpu.SoftmaxForward(inp.c, inp.c, 1, tt.causal, valid)
+		b.gpu.SoftmaxForward(inp.g, inp.g, 1, tt.causal, valid)
+		b.check("SoftmaxForward in place", tol32, inp)
+	}
+}
+
+func TestGPUCrossEntropy(t *testing.T) {
+	b := newBench(t)
+	for _, tt := range []struct{ n, v, start int }{{7, 33, 0}, {64, 50257, 0}, {40, 1000, 500}} {
+		logits := b.rand("logits", 8, tt.n, tt.v)
+		rowMax, sumExp, tl, loss := b.zeros("rowMax", tt.n), b.zeros("sumExp", tt.n), b.zeros("targetLogit", tt.n), b.zeros("losses", tt.n)
+		targets := ids(b.r, tt.n, tt.start-tt.v/2, tt.start+tt.v+tt.v/2)
+		targets[0] = -1
+		b.cpu.CrossEntropyRowMax(rowMax.c, logits.c)
+		b.gpu.CrossEntropyRowMax(rowMax.g, logits.g)
+		b.check("CrossEntropyRowMax", 0, rowMax)
+		b.cpu.CrossEntropySumExp(sumExp.c, logits.c, rowMax.c)
+		b.gpu.CrossEntropySumExp(sumExp.g, logits.g, rowMax.g)
+		b.check("CrossEntropySumExp", tol32, sumExp)
+		b.cpu.CrossEntropyTargetLogit(tl.c, logits.c, targets, tt.start)
+		b.gpu.CrossEntropyTargetLogit(tl.g, logits.g, targets, tt.start)
+		b.check("CrossEntropyTargetLogit", 0, tl)
+		b.cpu.CrossEntropyLoss(loss.c, rowMax.c, sumExp.c, tl.c, targets)
+		b.gpu.CrossEntropyLoss(loss.g, rowMax.g, sumExp.g, tl.g, targets)
+		b.check("CrossEntropyLoss", tol32, loss)
+		dlogits := b.rand("dlogits", 1e-3, tt.n, tt.v)
+		b.cpu.CrossEntropyBackward(dlogits.c, logits.c, rowMax.c, sumExp.c, targets, tt.start, 0.25)
+		b.gpu.CrossEntropyBackward(dlogits.g, logits.g, rowMax.g, sumExp.g, targets, tt.start, 0.25)
+		b.check("CrossEntropyBackward", tol32, dlogits)
+	}
+}
+
+func TestGPUAdamWAndSumSquares(t *testing.T) {
+	b := newBench(t)
+	p, g, m, v := b.rand("param", 1, 100003), b.rand("grad", 1, 100003), b.rand("m", 0.1, 100003), b.rand("v", 0.1, 100003)
+	b.cpu.Scale(v.c, 0) // second moments are not negative
+	b.gpu.Scale(v.g, 0)
+	for step, gs := range []float32{0, 0.5, 1} {
+		hp := tensor.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: step + 1, GradScale: gs}
+		b.cpu.AdamW(p.c, g.c, m.c, v.c, hp)
+		b.gpu.AdamW(p.g, g.g, m.g, v.g, hp)
+		b.check("AdamW", tol32, p, m, v)
+	}
+	x, y := b.rand("x", 1, 3), b.rand("y", 2, 5<<20)
+	want := b.cpu.SumSquares(p.c, x.c, y.c, g.c)
+	got := b.gpu.SumSquares(p.g, x.g, y.g, g.g)
+	if e := math.Abs(got-want) / want; e > 1e-6 {
+		t.Errorf("SumSquares = %g, cpu %g: relative error %.2g", got, want, e)
+	}
+	if s := b.gpu.SumSquares(); s != 0 {
+		t.Errorf("SumSquares() = %g, want 0", s)
+	}
+}
+
+// gemmCase runs one GEMM on both devices; a, b, c are big enough for
+// every layout below.
+func gemmCase(t *testing.T, bn *bench, tol float64, transA, transB bool, m, n, k int, alpha, beta float32, aOff, lda, bOff, ldb, cOff, ldc int) {
+	t.Helper()
+	a, b, c := bn.rand("a", 1, 80000), bn.rand("b", 1, 80000), bn.rand("c", 1, 80000)
+	bn.cpu.Gemm(transA, transB, m, n, k, alpha, a.c, aOff, lda, b.c, bOff, ldb, beta, c.c, cOff, ldc)
+	bn.gpu.Gemm(transA, transB, m, n, k, alpha, a.g, aOff, lda, b.g, bOff, ldb, beta, c.g, cOff, ldc)
+	bn.check("Gemm", tol, c)
+}
+
+func TestGPUGemm(t *testing.T) {
+	bn := newBench(t)
+	for _, p := range []struct {
+		prec Precision
+		tol  float64
+	}{{FP32, tol32}, {TF32, 5e-3}, {BF16, 1e-2}} {
+		bn.gpu.SetMatmulPrecision(p.prec)
+		for _, tr := range [][2]bool{{false, false}, {false, true}, {true, false}, {true, true}} {
+			ta, tb := tr[0], tr[1]
+			m, n, k := 67, 45, 129
+			lda, ldb := k+3, n+5
+			if ta {
+				lda = m + 1
+			}
+			if tb {
+				ldb = k + 2
+			}
+			gemmCase(t, bn, p.tol, ta, tb, m, n, k, 1, 0, 7, lda, 11, ldb, 5, n+9)
+			gemmCase(t, bn, p.tol, ta, tb, m, n, k, -0.5, 1, 0, lda, 0, ldb, 0, n)
+		}
+		gemmCase(t, bn, p.tol, false, false, 8, 8, 0, 1, 0.5, 0, 1, 0, 8, 0, 8) // k = 0: C = beta*C
+	}
+	bn.gpu.SetMatmulPrecision(FP32)
+	// beta 0 ignores NaNs already in C.
+	a, b, c := bn.rand("a", 1, 64, 64), bn.rand("b", 1, 64, 64), bn.rand("c", 1, 64, 64)
+	nan := make([]float32, 64*64)
+	for i := range nan {
+		nan[i] = float32(math.NaN())
+	}
+	bn.gpu.CopyFromHost(c.g, nan)
+	tensor.MatMul(c.c, a.c, b.c, false, false, 1, 0)
+	tensor.MatMul(c.g, a.g, b.g, false, false, 1, 0)
+	bn.check("MatMul over NaN with beta 0", tol32, c)
+}
+
+func TestGPUGemmStridedBatched(t *testing.T) {
+	bn := newBench(t)
+	for _, p := range []struct {
+		prec Precision
+		tol  float64
+	}{{FP32, tol32}, {BF16, 1e-2}} {
+		bn.gpu.SetMatmulPrecision(p.prec)
+		// separate blocks, A shared (stride 0)
+		a, b, c := bn.rand("a", 1, 30, 40), bn.rand("b", 1, 6, 40, 20), bn.rand("c", 1, 6, 30, 20)
+		bn.cpu.GemmStridedBatched(false, false, 30, 20, 40, 1, a.c, 0, 40, 0, b.c, 0, 20, 800, 0, c.c, 0, 20, 600, 6)
+		bn.gpu.GemmStridedBatched(false, false, 30, 20, 40, 1, a.g, 0, 40, 0, b.g, 0, 20, 800, 0, c.g, 0, 20, 600, 6)
+		bn.check("GemmStridedBatched blocks "+p.prec.String(), p.tol, c)
+		// attention layout: heads of a (T,3C) qkv read in place, outputs side by side in rows
+		const T, C, nh = 33, 48, 4
+		hs := C / nh
+		qkv, att, out := bn.rand("qkv", 1, T, 3*C), bn.rand("att", 1, nh, T, T), bn.rand("out", 1, T, C)
+		bn.cpu.GemmStridedBatched(false, true, T, T, hs, 1, qkv.c, 0, 3*C, hs, qkv.c, C, 3*C, hs, 0, att.c, 0, T, T*T, nh)
+		bn.gpu.GemmStridedBatched(false, true, T, T, hs, 1, qkv.g, 0, 3*C, hs, qkv.g, C, 3*C, hs, 0, att.g, 0, T, T*T, nh)
+		bn.check("GemmStridedBatched q k^T "+p.prec.String(), p.tol, att)
+		bn.cpu.GemmStridedBatched(false, false, T, hs, T, 1, att.c, 0, T, T*T, qkv.c, 2*C, 3*C, hs, 0.5, out.c, 0, C, hs, nh)
+		bn.gpu.GemmStridedBatched(false, false, T, hs, T, 1, att.g, 0, T, T*T, qkv.g, 2*C, 3*C, hs, 0.5, out.g, 0, C, hs, nh)
+		bn.check("GemmStridedBatched att v "+p.prec.String(), p.tol, out)
+	}
+	bn.gpu.SetMatmulPrecision(FP32)
+}
+
+// The ops built from Device calls (attention, linear, cross-entropy) agree
+// end to end.
+func TestGPUComposites(t *testing.T) {
+	bn := newBench(t)
+	const B, T, C, nh = 2, 24, 32, 4
+	qkv, att, out := bn.rand("qkv", 1, B, T, 3*C), bn.zeros("att", B, nh, T, T), bn.zeros("out", B, T, C)
+	valid := ids(bn.r, B*T, 0, 2)
+	valid[0] = 1
+	tensor.AttentionForward(out.c, att.c, qkv.c, nh, true, valid)
+	tensor.AttentionForward(out.g, att.g, qkv.g, nh, true, valid)
+	bn.check("AttentionForward", tol32, out, att)
+	dqkv, datt, dpre, dout := bn.rand("dqkv", 1, B, T, 3*C), bn.zeros("datt", B, nh, T, T), bn.zeros("dpreatt", B, nh, T, T), bn.rand("dout", 1, B, T, C)
+	tensor.AttentionBackward(dqkv.c, datt.c, dpre.c, dout.c, qkv.c, att.c, nh)
+	tensor.AttentionBackward(dqkv.g, datt.g, dpre.g, dout.g, qkv.g, att.g, nh)
+	bn.check("AttentionBackward", tol32, dqkv)
+
+	inp, w, bias, lo := bn.rand("inp", 1, B*T, C), bn.rand("w", 1, 3*C, C), bn.rand("bias", 1, 3*C), bn.zeros("linear out", B*T, 3*C)
+	tensor.LinearForward(lo.c, inp.c, w.c, bias.c)
+	tensor.LinearForward(lo.g, inp.g, w.g, bias.g)
+	bn.check("LinearForward", tol32, lo)
+	dinp, dw, db := bn.rand("dinp", 1, B*T, C), bn.rand("dw", 1, 3*C, C), bn.rand("db", 1, 3*C)
+	tensor.LinearBackward(dinp.c, dw.c, db.c, lo.c, inp.c, w.c)
+	tensor.LinearBackward(dinp.g, dw.g, db.g, lo.g, inp.g, w.g)
+	bn.check("LinearBackward", tol32, dinp, dw, db)
+}
+
+// Allocation: zeroed tensors even from reused blocks, accounting as on the
+// CPU, and a second round of the same shapes served from the cache.
+func TestGPUAllocator(t *testing.T) {
+	d := gpu(t)
+	if err := d.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	start := d.MemStats()
+	d.ResetPeak()
+	shapes := [][]int{{1}, {768}, {1024, 768}, {50257, 768}, {3, 5, 7}}
+	var want int64
+	for _, s := range shapes {
+		n := int64(4)
+		for _, x := range s {
+			n *= int64(x)
+		}
+		want += n
+	}
+	var before AllocStats
+	for round := 0; round < 3; round++ {
+		if round == 1 {
+			before = d.AllocStats()
+		}
+		var ts []*tensor.Tensor
+		for _, s := range shapes {
+			x, err := d.Alloc(s...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			host := make([]float32, x.Len())
+			d.CopyToHost(host, x)
+			for i, v := range host {
+				if v != 0 {
+					t.Fatalf("round %d: Alloc%v element %d is %g, not zero", round, s, i, v)
+				}
+			}
+			d.Fill(x, 7) // dirty it for the next round
+			ts = append(ts, x)
+		}
+		if got := d.MemStats(); got.Current-start.Current != want || got.Peak-start.Current != want {
+			t.Errorf("round %d: current %d peak %d, want %d more than %d", round, got.Current, got.Peak, want, start.Current)
+		}
+		for _, x := range ts {
+			d.Free(x)
+			d.Free(x) // a second Free does nothing
+		}
+		if got := d.MemStats().Current; got != start.Current {
+			t.Errorf("round %d: %d bytes after freeing everything, want %d", round, got, start.Current)
+		}
+	}
+	after := d.AllocStats()
+	if after.Mallocs != before.Mallocs || after.Reuses-before.Reuses != 2*int64(len(shapes)) {
+		t.Errorf("rounds 2 and 3 called cuMemAlloc %d times and reused %d blocks; want 0 and %d", after.Mallocs-before.Mallocs, after.Reuses-before.Reuses, 2*len(shapes))
+	}
+	if after.Reserved < want {
+		t.Errorf("reserved %d < %d asked", after.Reserved, want)
+	}
+	if err := d.EmptyCache(); err != nil {
+		t.Fatal(err)
+	}
+	// An impossible allocation fails with the CUDA error, not a panic.
+	_, err := d.Alloc(1<<40, 64)
+	if err == nil || !errors.Is(err, ErrOutOfMemory) || !strings.Contains(err.Error(), "CUDA_ERROR_OUT_OF_MEMORY") {
+		t.Errorf("Alloc of 256 TiB: %v, want CUDA_ERROR_OUT_OF_MEMORY", err)
+	}
+	if err := d.Sync(); err != nil {
+		t.Errorf("Sync after a refused allocation: %v", err)
+	}
+	free, total, err := d.MemInfo()
+	if err != nil || free <= 0 || total < free {
+		t.Errorf("MemInfo = %d free of %d, %v", free, total, err)
+	}
+	t.Logf("%s: %d MiB free of %d; allocator %+v", d.Describe(), free>>20, total>>20, d.AllocStats())
+}
+
+// The first Open with an empty cache compiles with NVRTC and writes one
+// image; the second finds it.
+func TestGPUKernelCache(t *testing.T) {
+	gpu(t)
+	dir := t.TempDir()
+	d1, err := OpenWith(0, Options{CacheDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d1.KernelsFromCache() {
+		t.Error("the first Open with an empty cache reports a cache hit")
+	}
+	if err := d1.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*"))
+	if len(files) != 1 || !strings.HasSuffix(files[0], ".cubin") {
+		t.Fatalf("cache holds %v, want one .cubin", files)
+	}
+	d2, err := OpenWith(0, Options{CacheDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Close()
+	if !d2.KernelsFromCache() {
+		t.Error("the second Open compiled again")
+	}
+	// A damaged cache entry is replaced, not fatal.
+	os.WriteFile(files[0], []byte("not a cubin"), 0o644)
+	d3, err := OpenWith(0, Options{CacheDir: dir})
+	if err != nil {
+		t.Fatalf("Open over a damaged cache entry: %v", err)
+	}
+	if d3.KernelsFromCache() {
+		t.Error("a damaged cache entry was used")
+	}
+	d3.Close()
+	// The cached kernels work.
+	x, err := d2.Alloc(1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2.Fill(x, 3)
+	if s := d2.SumSquares(x); s != 9000 {
+		t.Errorf("SumSquares on a cached module = %g, want 9000", s)
+	}
+}
+
+// BenchmarkGPUGemm times the GPT-2 MLP's forward GEMM (B*T=8192, C=768,
+// 4C) at each precision; b.ReportMetric gives TFLOP/s.
+func BenchmarkGPUGemm(b *testing.B) {
+	d := gpu(b)
+	const m, n, k = 8192, 3072, 768
+	x, _ := d.Alloc(m, k)
+	w, _ := d.Alloc(n, k)
+	y, _ := d.Alloc(m, n)
+	defer func() { d.Free(x); d.Free(w); d.Free(y); d.SetMatmulPrecision(FP32) }()
+	for _, p := range []Precision{FP32, TF32, BF16} {
+		b.Run(p.String(), func(b *testing.B) {
+			d.SetMatmulPrecision(p)
+			d.Gemm(false, true, m, n, k, 1, x, 0, k, w, 0, k, 0, y, 0, n)
+			d.Sync()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				d.Gemm(false, true, m, n, k, 1, x, 0, k, w, 0, k, 0, y, 0, n)
+			}
+			if err := d.Sync(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(2*m*n*k*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+		})
+	}
+}
