@@ -21,8 +21,12 @@ type Options struct {
 	// RunDir receives the metrics (RunDir/metrics/rank-NNNNN.jsonl); ""
 	// writes none.
 	RunDir string
-	// Device runs the kernels; nil uses a new CPU device.
+	// Device runs the kernels; nil opens the one the config's device asks
+	// for (OpenDevice), closed when Run returns.
 	Device tensor.Device
+	// GPUOrdinal picks this task's CUDA device given how many are visible
+	// (idrenv.Env.GPUOrdinal); nil picks device 0.
+	GPUOrdinal func(count int) int
 	// Data is the prepared data; nil prepares it from the config.
 	Data *Data
 	// Log receives progress lines (rank 0 only); nil is silent.
@@ -130,9 +134,10 @@ type trainer struct {
 	batch   Batch
 	commNow func() time.Duration
 
-	runDir string
-	stop   <-chan struct{}
-	start  int // optimizer steps done before this run (resumed)
+	runDir   string
+	stop     <-chan struct{}
+	closeDev func() error // closes a device the trainer opened
+	start    int          // optimizer steps done before this run (resumed)
 }
 
 // Check is everything that can be known wrong about cfg before a rank
@@ -148,13 +153,6 @@ func Check(cfg Config) error {
 		return err
 	}
 	return checkSteps(cfg, data)
-}
-
-func checkDevice(cfg Config) error {
-	if cfg.Device == "cuda" {
-		return fmt.Errorf("device cuda: the training loop runs on the CPU engine only for now: use --device cpu or auto")
-	}
-	return nil
 }
 
 // checkSteps reports a training set too small for one optimizer step.
@@ -191,7 +189,17 @@ func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*t
 		t.log = opt.Log
 	}
 	if t.dev == nil {
-		t.dev = tensor.NewCPU()
+		dev, note, err := OpenDevice(cfg.Device, opt.GPUOrdinal)
+		if err != nil {
+			return nil, err
+		}
+		t.dev = dev
+		if c, ok := dev.(interface{ Close() error }); ok {
+			t.closeDev = c.Close
+		}
+		if note != "" {
+			t.logf("%s", note)
+		}
 	}
 	mesh, err := newMesh(world, cfg.TP)
 	if err != nil {
@@ -231,7 +239,12 @@ func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*t
 }
 
 func (t *trainer) close() {
-	t.model.Close()
+	if t.model != nil {
+		t.model.Close()
+	}
+	if t.closeDev != nil {
+		t.closeDev()
+	}
 	if t.tp != nil {
 		t.tp.Close()
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/tensor/cuda"
 	"github.com/hpcrun/hpcrun/train"
 	"github.com/urfave/cli/v2"
 )
@@ -16,12 +17,15 @@ import (
 func benchStepCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "step",
-		Usage: "time one training step and its model GFLOP/s, against OpenBLAS sgemm on the step's own GEMMs",
+		Usage: "time one training step and its model GFLOP/s, against OpenBLAS sgemm on the step's own GEMMs (cpu) or as tokens/s and peak memory (cuda)",
 		Description: "Times full training steps (forward, backward, AdamW) of a preset on the CPU at tp=1,\n" +
 			"on random tokens. Model GFLOP/s counts 6 x parameters x tokens per step. The peer\n" +
 			"replays every GEMM of one step through OpenBLAS sgemm in the same run (binaries\n" +
 			"built with -tags openblas), so the ratio says how close the whole step comes to\n" +
-			"the BLAS alone. Example: hpcrun bench step --model gpt2-124m --bsz 4 --seq 64",
+			"the BLAS alone. Example: hpcrun bench step --model gpt2-124m --bsz 4 --seq 64\n\n" +
+			"With --device cuda the step runs on a GPU and reports tokens/s and peak memory; the\n" +
+			"peer is PyTorch eager on the same model and batch, run beside it by\n" +
+			"bench/pytorch/gpt2_step.py (bench/pytorch/gpu-check.sh runs both).",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "model", Value: "gpt2-124m", Usage: "preset to time (tiny, small, bert-base, bert-large, gpt2-124m, gpt2-350m)"},
 			&cli.IntFlag{Name: "bsz", Value: 4, Usage: "batch size"},
@@ -29,6 +33,9 @@ func benchStepCommand() *cli.Command {
 			&cli.IntFlag{Name: "steps", Value: 3, Usage: "timed steps"},
 			&cli.IntFlag{Name: "warmup", Value: 1, Usage: "untimed steps first"},
 			&cli.IntFlag{Name: "threads", Usage: "threads for the engine and the peer (0 = GOMAXPROCS)"},
+			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu, or cuda (a GPU through the CUDA backend)"},
+			&cli.IntFlag{Name: "gpu", Usage: "CUDA device ordinal (--device cuda)"},
+			&cli.StringFlag{Name: "precision", Value: "fp32", Usage: "CUDA matmul precision: fp32, tf32 or bf16 (--device cuda)"},
 		},
 		Action: runBenchStep,
 	}
@@ -63,6 +70,13 @@ type benchStepResult struct {
 }
 
 func runBenchStep(c *cli.Context) error {
+	switch c.String("device") {
+	case "cpu":
+	case "cuda":
+		return runBenchStepCUDA(c)
+	default:
+		return cli.Exit(fmt.Sprintf("--device %q: use cpu or cuda", c.String("device")), 2)
+	}
 	if peer, ok := tensor.OpenBLASPeer(); ok {
 		if err := reexecWithOpenBLASCore(peer); err != nil {
 			return err
@@ -176,4 +190,79 @@ func replayGemms(gemms []tensor.GemmShape, sgemm func(transA, transB bool, m, n,
 		best = 1e-9
 	}
 	return best
+}
+
+type benchStepCUDAResult struct {
+	Model         string  `json:"model"`
+	Params        int64   `json:"params"`
+	Bsz           int     `json:"bsz"`
+	Seq           int     `json:"seq"`
+	Device        string  `json:"device"`
+	Precision     string  `json:"precision"`
+	StepS         float64 `json:"step_s"` // median
+	StepSMin      float64 `json:"step_s_min"`
+	StepSMax      float64 `json:"step_s_max"`
+	StepsMeasured int     `json:"steps"`
+	TokensPerS    float64 `json:"tokens_per_s"`
+	ModelTFLOPS   float64 `json:"model_tflops"`
+	PeakBytes     int64   `json:"peak_bytes"`     // most bytes of live tensors
+	ReservedBytes int64   `json:"reserved_bytes"` // held from the driver, cache included
+	Workspace     int64   `json:"workspace_bytes"`
+	Mallocs       int64   `json:"cumemalloc_calls"`
+	Loss          float64 `json:"loss"`
+}
+
+// runBenchStepCUDA times training steps on a GPU: tokens/s, model TFLOP/s
+// and peak memory, to set beside PyTorch's numbers for the same step.
+func runBenchStepCUDA(c *cli.Context) error {
+	cfg := train.DefaultConfig()
+	if err := cfg.ApplyPreset(c.String("model")); err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	cfg.BatchSize, cfg.Seq = c.Int("bsz"), c.Int("seq")
+	steps := c.Int("steps")
+	if steps < 1 || c.Int("warmup") < 0 {
+		return cli.Exit("--steps must be at least 1 and --warmup not negative", 2)
+	}
+	prec, err := cuda.ParsePrecision(c.String("precision"))
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	if ok, why := cuda.Available(); !ok {
+		return cli.Exit("bench step --device cuda: "+why, 1)
+	}
+	d, err := cuda.Open(c.Int("gpu"))
+	if err != nil {
+		return cli.Exit(err.Error(), 1)
+	}
+	defer d.Close()
+	d.SetMatmulPrecision(prec)
+	d.ResetPeak()
+	t, err := train.BenchStep(cfg, d, max(c.Int("warmup"), 1), steps)
+	if err != nil {
+		return err
+	}
+	sorted := slices.Clone(t.StepS)
+	slices.Sort(sorted)
+	ms, as := d.MemStats(), d.AllocStats()
+	res := benchStepCUDAResult{
+		Model: cfg.Preset, Params: t.Params, Bsz: cfg.BatchSize, Seq: cfg.Seq,
+		Device: d.Describe(), Precision: prec.String(),
+		StepS: sorted[len(sorted)/2], StepSMin: sorted[0], StepSMax: sorted[len(sorted)-1], StepsMeasured: len(sorted),
+		PeakBytes: ms.Peak, ReservedBytes: as.Reserved, Workspace: as.Workspace, Mallocs: as.Mallocs, Loss: t.Loss,
+	}
+	res.TokensPerS = float64(t.TokensPerStep) / res.StepS
+	res.ModelTFLOPS = 6 * float64(t.Params) * float64(t.TokensPerStep) / res.StepS / 1e12
+	if c.Bool("json") {
+		out, _ := json.MarshalIndent(res, "", "  ")
+		fmt.Println(string(out))
+		return nil
+	}
+	fmt.Printf("bench step: %s (%.1fM params), bsz %d x seq %d, tp 1, %s, matmul %s\n", res.Model, float64(res.Params)/1e6, res.Bsz, res.Seq, res.Device, res.Precision)
+	fmt.Printf("step time          %.4f s median of %d (min %.4f, max %.4f); loss %.3f\n", res.StepS, res.StepsMeasured, res.StepSMin, res.StepSMax, res.Loss)
+	fmt.Printf("throughput         %.0f tokens/s; model %.1f TFLOP/s (6 x params x tokens)\n", res.TokensPerS, res.ModelTFLOPS)
+	fmt.Printf("memory             peak %.0f MiB of tensors; %.0f MiB reserved, %.0f MiB kernel workspace; %d cuMemAlloc calls\n",
+		float64(res.PeakBytes)/(1<<20), float64(res.ReservedBytes)/(1<<20), float64(res.Workspace)/(1<<20), res.Mallocs)
+	fmt.Printf("peer               PyTorch eager on the same step: python3 bench/pytorch/gpt2_step.py --bsz %d --seq %d\n", res.Bsz, res.Seq)
+	return nil
 }

@@ -1,0 +1,67 @@
+package train
+
+import (
+	"fmt"
+
+	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/tensor/cuda"
+)
+
+// OpenDevice returns the device that kind (a Config.Device: auto, cpu or
+// cuda) names on this machine. pick chooses the CUDA ordinal given how many
+// devices are visible (idrenv.Env.GPUOrdinal; nil picks 0; -1 means no GPU
+// for this task). For auto, note says why the CPU was chosen when CUDA was
+// not; cuda fails with the reason instead. The caller closes a CUDA device
+// (a *cuda.Device) when done.
+func OpenDevice(kind string, pick func(count int) int) (dev tensor.Device, note string, err error) {
+	switch kind {
+	case "cpu":
+		return tensor.NewCPU(), "", nil
+	case "auto", "cuda":
+	default:
+		return nil, "", fmt.Errorf("device %q: use auto, cpu or cuda", kind)
+	}
+	d, why := openCUDA(pick)
+	if d != nil {
+		return d, "", nil
+	}
+	if kind == "cuda" {
+		return nil, "", fmt.Errorf("device cuda: %s: use --device cpu or auto", why)
+	}
+	return tensor.NewCPU(), "device auto: using the CPU: " + why, nil
+}
+
+// openCUDA opens the CUDA device pick chooses, or says why it cannot.
+func openCUDA(pick func(int) int) (*cuda.Device, string) {
+	n, err := cuda.DeviceCount()
+	if err != nil {
+		return nil, err.Error()
+	}
+	if n == 0 {
+		return nil, "the CUDA driver sees no device"
+	}
+	ord := 0
+	if pick != nil {
+		ord = pick(n)
+	}
+	if ord < 0 {
+		return nil, "the launcher made no GPU visible to this task"
+	}
+	d, err := cuda.Open(ord)
+	if err != nil {
+		return nil, err.Error()
+	}
+	return d, ""
+}
+
+// checkDevice fails for device cuda when CUDA cannot run on this machine,
+// with the reason.
+func checkDevice(cfg Config) error {
+	if cfg.Device != "cuda" {
+		return nil
+	}
+	if ok, why := cuda.Available(); !ok {
+		return fmt.Errorf("device cuda: %s: use --device cpu or auto", why)
+	}
+	return nil
+}
