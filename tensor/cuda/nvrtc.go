@@ -37,7 +37,7 @@ func defaultCacheDir() string {
 // compileOptions are NVRTC's options for arch (e.g. "sm_90"); they are part
 // of the cache key.
 func compileOptions(arch string) []string {
-	return []string{"--gpu-arch=" + arch, "--std=c++14"}
+	return []string{"--gpu-architecture=" + arch}
 }
 
 // cacheKey names a compiled image: the source, the architecture, NVRTC's
