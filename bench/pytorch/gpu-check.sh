@@ -5,7 +5,8 @@
 #   bench/pytorch/gpu-check.sh build   # here: test and bench binaries into devbin/
 #   bench/pytorch/gpu-check.sh run     # on the GPU machine, from the repo root
 #
-# run: every kernel against the CPU device (tensor/cuda GPU tests), the NCCL
+# run: every kernel against the CPU device (tensor/cuda GPU tests), training
+# steps of a small GPT against the CPU's losses (train), the NCCL
 # GPU tests, GEMM throughput per precision, then `hpcrun bench step --device
 # cuda` and the same GPT-2 124M step in PyTorch eager, side by side.
 # BSZ, SEQ, STEPS set the step's shape (default 8 x 1024, 5 steps).
@@ -18,6 +19,7 @@ if [ "${1:-}" = build ]; then
 	mkdir -p "$BIN"
 	go test -c -ldflags="-s -w" -o "$BIN/cuda.test" ./tensor/cuda
 	go test -c -ldflags="-s -w" -o "$BIN/nccl.test" ./nccl
+	go test -c -ldflags="-s -w" -o "$BIN/train.test" ./train
 	go build -ldflags="-s -w" -o "$BIN/hpcrun" ./cmd/hpcrun
 	ls -l "$BIN"
 	exit 0
@@ -48,6 +50,7 @@ fail=0
 step() { echo; echo "== $*"; "$@" || { echo "== FAILED: $*"; fail=1; }; }
 
 step "$BIN/cuda.test" -test.v -test.count=1 -test.run 'GPU|Unavailable'
+step "$BIN/train.test" -test.v -test.count=1 -test.run 'GPU|OpenDevice'
 step "$BIN/nccl.test" -test.count=1 -test.run 'NCCL|GPU' -test.v
 step "$BIN/cuda.test" -test.run XXX -test.bench GPUGemm -test.benchtime 50x
 
