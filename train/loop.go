@@ -141,15 +141,22 @@ type trainer struct {
 }
 
 // Check is everything that can be known wrong about cfg before a rank
-// starts: the config, the data (files, columns, labels, sizes against the
-// batch and the data-parallel degree), and the device. hpcrun run and
-// hpcrun submit call it so that bad input fails in the terminal.
+// starts on this machine: CheckJob's checks and the device. hpcrun run
+// calls it so that bad input fails in the terminal.
 func Check(cfg Config) error {
-	data, err := Prepare(cfg)
-	if err != nil {
+	if err := CheckJob(cfg); err != nil {
 		return err
 	}
-	if err := checkDevice(cfg); err != nil {
+	return checkDevice(cfg)
+}
+
+// CheckJob checks the config and the data (files, columns, labels, sizes
+// against the batch and the data-parallel degree), but not the device: a
+// job submitted from a login node runs on GPUs the login node lacks.
+// hpcrun submit calls it.
+func CheckJob(cfg Config) error {
+	data, err := Prepare(cfg)
+	if err != nil {
 		return err
 	}
 	return checkSteps(cfg, data)

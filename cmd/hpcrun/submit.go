@@ -84,9 +84,9 @@ func planSubmit(c *cli.Context) (*submitPlan, error) {
 			*path = abs
 		}
 	}
-	// Config, data and device: bad input fails here, before a run dir
+	// Config and data: bad input fails here, before a run dir
 	// exists, not in the job's first minute.
-	if err := train.Check(tc); err != nil {
+	if err := train.CheckJob(tc); err != nil {
 		return nil, err
 	}
 	p := &submitPlan{train: tc, check: check}

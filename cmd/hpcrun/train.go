@@ -65,7 +65,7 @@ func runTrainTask(c *cli.Context) error {
 	if err != nil {
 		return fail(err)
 	}
-	_, err = train.Run(ctx, cfg, comm, train.Options{RunDir: dir, Log: os.Stdout, Host: env.Node, Stop: stopCh})
+	_, err = train.Run(ctx, cfg, comm, train.Options{RunDir: dir, Log: os.Stdout, Host: env.Node, Stop: stopCh, GPUOrdinal: env.GPUOrdinal})
 	if errors.Is(err, train.ErrStopped) {
 		closeWithin(comm, 2*time.Second)
 		return stopped(dir, cfg, env, err)
