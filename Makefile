@@ -52,9 +52,13 @@ lint:
 	$(GO) vet -tags openblas ./...
 	$(GO) run ./scripts/doccheck .
 
-# Kernel checks on an NVIDIA GPU (skipped with a reason elsewhere).
+# GPU checks: builds the test and bench binaries into devbin/ here (Go is
+# not needed on the GPU machine); there, `bench/pytorch/gpu-check.sh run`
+# checks every CUDA kernel against the CPU device, the NCCL backend, and a
+# GPT-2 124M step beside PyTorch eager. Without a GPU the tests skip.
 gpu-check:
-	$(GO) test -count=1 -run 'CUDA|NCCL|GPU' -v ./tensor/ ./nccl/
+	bench/pytorch/gpu-check.sh build
+	@echo "on the GPU machine: bench/pytorch/gpu-check.sh run"
 
 clean:
 	rm -rf bin

@@ -66,6 +66,7 @@ const (
 	BF16
 )
 
+// String is the name ParsePrecision reads back: fp32, tf32 or bf16.
 func (p Precision) String() string {
 	switch p {
 	case FP32:

@@ -227,6 +227,7 @@ type Error struct {
 	Msg  string // the library's description
 }
 
+// Error names the call, the library's message and the status.
 func (e *Error) Error() string {
 	if e.Msg != "" && e.Msg != e.Name {
 		return fmt.Sprintf("%s: %s (%s, %d)", e.Call, e.Msg, e.Name, e.Code)
