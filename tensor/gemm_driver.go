@@ -1,6 +1,9 @@
 package tensor
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // The driver follows the GotoBLAS/BLIS scheme: C is cut into one rectangle
 // per thread; each thread walks its rectangle in nc-wide column blocks and
@@ -40,22 +43,45 @@ func (w *gemmWorker) tileFor(kr *gemmKernel) []float32 {
 
 func roundUp(x, m int) int { return (x + m - 1) / m * m }
 
-// gemmTeam is the state the threads of one product share. They walk the
-// same loops in lockstep: for each (kc,nc) block of op(B) and each (mc,kc)
-// block of op(A), every thread packs its share of the panels into the shared
-// buffers, all meet at a barrier, then each computes its share of the
-// block's tiles. Packing is thus done once per call, not once per thread,
-// and each packed block is read by every core. Both buffers are double
-// buffered, so one barrier per packed block is enough: a buffer is refilled
-// only after the barrier that follows the compute that last read it.
+// gemmTeam is the state the threads of one product share. The product is
+// cut into blocks: for each nc-wide column block of C and kc-deep slice of
+// k, a (kc,nc) block of op(B), and within it each (mc,kc) block of op(A).
+// Every thread packs its share of each block's panels into the shared
+// buffers, so packing is done once per call, not once per thread.
+//
+// When each thread has at least two of a block's B panels (ownB), a thread
+// computes every A panel against the B panels it packed itself: its B stays
+// in its own L2 and never needs to be shared, only the A blocks are. Those
+// are triple buffered and pipelined: a thread packs its share of the next A
+// block before it computes the current one, so a thread that runs ahead
+// waits only when it gets a whole block ahead, not at every block.
+//
+// Otherwise the threads walk the blocks in lockstep: all pack their share of
+// the A and B panels, meet at a barrier, and each computes a contiguous run
+// of the block's tiles. Both buffers are double buffered, so one barrier
+// per block is enough: a buffer is refilled only after the barrier that
+// follows the compute that last read it.
 type gemmTeam struct {
 	kr         *gemmKernel
 	p          gemmParams
 	threads    int
 	kc, mc, nc int
-	packA      [2][]float32
+	// nI, nP and nJ count the blocks of m, k and n.
+	nI, nP, nJ int
+	ownB       bool
+	packA      [3][]float32
 	packB      [2][]float32
 	bar        spinBarrier
+	// For ownB: each thread's progress, and sig to wait on the others'.
+	prog []threadProgress
+	sig  teamSignal
+}
+
+// threadProgress counts the A-block shares a thread has packed and the
+// blocks it has computed; padded to a cache line of its own.
+type threadProgress struct {
+	packed, computed atomic.Int64
+	_                [48]byte
 }
 
 // setup prepares the team for product p on threads threads, choosing block
@@ -66,17 +92,41 @@ func (t *gemmTeam) setup(kr *gemmKernel, p *gemmParams, threads int) {
 	t.kc = evenBlock(p.k, kr.kc, 1)
 	t.mc = evenBlock(p.m, kr.mc, kr.mr)
 	t.nc = evenBlock(p.n, kr.nc, kr.nr)
+	t.nI, t.nP, t.nJ = (p.m+t.mc-1)/t.mc, (p.k+t.kc-1)/t.kc, (p.n+t.nc-1)/t.nc
+	// The last column block is the narrowest.
+	lastNc := p.n - (t.nJ-1)*t.nc
+	t.ownB = threads > 1 && (lastNc+kr.nr-1)/kr.nr >= 2*threads
 	na := roundUp(t.mc, kr.mr) * t.kc
 	nb := roundUp(t.nc, kr.nr) * t.kc
-	for i := range 2 {
+	if t.ownB {
+		nb = threads * t.ownShare() * kr.nr * t.kc
+	}
+	for i := range t.packA {
 		if cap(t.packA[i]) < na {
 			t.packA[i] = make([]float32, na)
 		}
+	}
+	for i := range t.packB {
 		if cap(t.packB[i]) < nb {
 			t.packB[i] = make([]float32, nb)
 		}
 	}
 	t.bar.reset(threads)
+	if cap(t.prog) < threads {
+		t.prog = make([]threadProgress, threads)
+	}
+	t.prog = t.prog[:threads]
+	for i := range t.prog {
+		t.prog[i].packed.Store(0)
+		t.prog[i].computed.Store(0)
+	}
+	t.sig.init()
+}
+
+// ownShare is the most B panels of a block one thread packs when ownB.
+func (t *gemmTeam) ownShare() int {
+	npanB := (t.nc + t.kr.nr - 1) / t.kr.nr
+	return (npanB + t.threads - 1) / t.threads
 }
 
 // evenBlock splits n into the fewest blocks of at most maxBlock and returns
@@ -87,77 +137,143 @@ func evenBlock(n, maxBlock, unit int) int {
 	return min(maxBlock, roundUp((n+blocks-1)/blocks, unit))
 }
 
+// gemmBlock is one (mc,kc) block of op(A) against one (kc,nc) block of
+// op(B): C rows [ic,ic+mc) and columns [jc,jc+nc), k indices [pc,pc+kc).
+type gemmBlock struct {
+	ic, mc, pc, kc, jc, nc int
+}
+
+// block returns block b of the walk over column blocks, then k slices,
+// then row blocks.
+func (t *gemmTeam) block(b int) gemmBlock {
+	ii, pp, jj := b%t.nI, b/t.nI%t.nP, b/(t.nI*t.nP)
+	ic, pc, jc := ii*t.mc, pp*t.kc, jj*t.nc
+	return gemmBlock{ic, min(t.mc, t.p.m-ic), pc, min(t.kc, t.p.k-pc), jc, min(t.nc, t.p.n-jc)}
+}
+
+// packAShare packs thread id's share of block bl's A panels into pa.
+func (t *gemmTeam) packAShare(id int, bl gemmBlock, pa []float32) {
+	p, mr, nt := &t.p, t.kr.mr, t.threads
+	npanA := (bl.mc + mr - 1) / mr
+	lo, hi := npanA*id/nt, npanA*(id+1)/nt
+	if lo < hi {
+		packA(pa[lo*mr*bl.kc:], p.a, p.lda, p.transA, bl.ic+lo*mr, min(bl.mc, hi*mr)-lo*mr, bl.pc, bl.kc, mr, t.kr.asmPack)
+	}
+}
+
+// bShare returns the range of block bl's B panels that thread id packs.
+func (t *gemmTeam) bShare(id int, bl gemmBlock) (lo, hi int) {
+	npanB := (bl.nc + t.kr.nr - 1) / t.kr.nr
+	return npanB * id / t.threads, npanB * (id + 1) / t.threads
+}
+
+// packBPanels packs B panels [lo,hi) of block bl into dst.
+func (t *gemmTeam) packBPanels(bl gemmBlock, lo, hi int, dst []float32) {
+	p, nr := &t.p, t.kr.nr
+	if lo < hi {
+		packB(dst, p.b, p.ldb, p.transB, bl.pc, bl.kc, bl.jc+lo*nr, min(bl.nc, hi*nr)-lo*nr, nr, t.kr.asmPack)
+	}
+}
+
 // run is thread id's part of the product; tile is its (mr,nr) scratch.
 func (t *gemmTeam) run(id int, tile []float32) {
-	p, kr, nt := &t.p, t.kr, t.threads
-	mr, nr := kr.mr, kr.nr
-	nA, nB := 0, 0
-	for jc := 0; jc < p.n; jc += t.nc {
-		nc := min(t.nc, p.n-jc)
-		npanB := (nc + nr - 1) / nr
-		for pc := 0; pc < p.k; pc += t.kc {
-			kc := min(t.kc, p.k-pc)
-			pb := t.packB[nB&1]
-			nB++
-			bLo, bHi := npanB*id/nt, npanB*(id+1)/nt
-			if bLo < bHi {
-				packB(pb[bLo*nr*kc:], p.b, p.ldb, p.transB, pc, kc, jc+bLo*nr, min(nc, bHi*nr)-bLo*nr, nr, kr.asmPack)
+	if t.ownB {
+		t.runOwnB(id, tile)
+		return
+	}
+	mr, nr, nt := t.kr.mr, t.kr.nr, t.threads
+	blocks := t.nI * t.nP * t.nJ
+	for b := range blocks {
+		bl := t.block(b)
+		// Each (kc,nc) B block is packed once, before its first A block.
+		nB := b / t.nI
+		pb := t.packB[nB&1]
+		if bl.ic == 0 {
+			lo, hi := t.bShare(id, bl)
+			t.packBPanels(bl, lo, hi, pb[lo*nr*bl.kc:])
+		}
+		pa := t.packA[b&1]
+		t.packAShare(id, bl, pa)
+		t.bar.wait()
+		// A contiguous run of the block's (A panel, B panel) pairs in
+		// A-panel-major order, so an A panel stays in L1 while B panels
+		// stream past it.
+		npanA, npanB := (bl.mc+mr-1)/mr, (bl.nc+nr-1)/nr
+		tiles := npanA * npanB
+		t.computeTiles(bl, pa, pb, tiles*id/nt, tiles*(id+1)/nt, npanB, 0, tile)
+	}
+}
+
+// runOwnB is run when every thread owns some of each block's B panels.
+func (t *gemmTeam) runOwnB(id int, tile []float32) {
+	mr := t.kr.mr
+	blocks := t.nI * t.nP * t.nJ
+	me := &t.prog[id]
+	packed := func(tp *threadProgress) *atomic.Int64 { return &tp.packed }
+	computed := func(tp *threadProgress) *atomic.Int64 { return &tp.computed }
+	t.packAShare(id, t.block(0), t.packA[0])
+	t.sig.add(&me.packed, 1)
+	var bLo, bHi int
+	var pb []float32
+	for b := range blocks {
+		bl := t.block(b)
+		if bl.ic == 0 {
+			// Only this thread reads its B panels, and it has computed
+			// every block that used the previous ones. Its region is fixed
+			// for the whole product, as the others may be at a block of
+			// another depth or width.
+			bLo, bHi = t.bShare(id, bl)
+			pb = t.packB[0][id*t.ownShare()*t.kr.nr*t.kc:]
+			t.packBPanels(bl, bLo, bHi, pb)
+		}
+		if b+1 < blocks {
+			// The next A buffer was last read by block b-2.
+			t.sig.waitFor(t.prog, computed, int64(b-1))
+			t.packAShare(id, t.block(b+1), t.packA[(b+1)%3])
+			t.sig.add(&me.packed, 1)
+		}
+		t.sig.waitFor(t.prog, packed, int64(b+1))
+		npanA := (bl.mc + mr - 1) / mr
+		t.computeTiles(bl, t.packA[b%3], pb, 0, npanA*(bHi-bLo), bHi-bLo, bLo*t.kr.nr, tile)
+		t.sig.add(&me.computed, 1)
+	}
+}
+
+// computeTiles runs the micro-kernel over tiles [q0,q1) of block bl, tile q
+// being A panel q/width of pa against B panel q%width of pb, which holds
+// the block's B columns from col0 on.
+func (t *gemmTeam) computeTiles(bl gemmBlock, pa, pb []float32, q0, q1, width, col0 int, tile []float32) {
+	p, kr := &t.p, t.kr
+	mr, nr, kc := kr.mr, kr.nr, bl.kc
+	beta, loadC := float32(1), true
+	if bl.pc == 0 {
+		beta, loadC = p.beta, p.beta != 0
+	}
+	for q := q0; q < q1; q++ {
+		ir, jr := q/width*mr, q%width*nr
+		ap := pa[ir*kc : (ir+mr)*kc]
+		bp := pb[jr*kc : (jr+nr)*kc]
+		rows, cols := min(mr, bl.mc-ir), min(nr, bl.nc-col0-jr)
+		off := (bl.ic+ir)*p.ldc + bl.jc + col0 + jr
+		if cols == nr {
+			if rows == mr {
+				kr.fn(kc, ap, bp, p.c[off:], p.ldc, p.alpha, beta, loadC)
+				continue
 			}
-			beta, loadC := float32(1), true
-			if pc == 0 {
-				beta, loadC = p.beta, p.beta != 0
+			if kr.short != nil && kr.short(rows, kc, ap, bp, p.c[off:], p.ldc, p.alpha, beta, loadC) {
+				continue
 			}
-			for ic := 0; ic < p.m; ic += t.mc {
-				mc := min(t.mc, p.m-ic)
-				npanA := (mc + mr - 1) / mr
-				pa := t.packA[nA&1]
-				nA++
-				lo, hi := npanA*id/nt, npanA*(id+1)/nt
-				if lo < hi {
-					packA(pa[lo*mr*kc:], p.a, p.lda, p.transA, ic+lo*mr, min(mc, hi*mr)-lo*mr, pc, kc, mr, kr.asmPack)
+		}
+		kr.fn(kc, ap, bp, tile, nr, p.alpha, 0, false)
+		for i := 0; i < rows; i++ {
+			src := tile[i*nr : i*nr+cols]
+			dst := p.c[off+i*p.ldc : off+i*p.ldc+cols]
+			if loadC {
+				for j, v := range src {
+					dst[j] = v + beta*dst[j]
 				}
-				t.bar.wait()
-				// This thread's tiles. With enough B panels, every A panel
-				// against the B panels this thread packed itself: they are
-				// already in its own L2, and no core reads another's. Else a
-				// contiguous run of the block's (A panel, B panel) pairs.
-				// Either way in A-panel-major order, so an A panel stays in
-				// L1 while B panels stream past it.
-				q0, q1, qB := npanA*npanB*id/nt, npanA*npanB*(id+1)/nt, npanB
-				if ownB := npanB >= 2*nt; ownB {
-					q0, q1, qB = 0, npanA*(bHi-bLo), bHi-bLo
-				}
-				for q := q0; q < q1; q++ {
-					ir, jr := q/qB*mr, q%qB*nr
-					if qB != npanB {
-						jr += bLo * nr
-					}
-					ap := pa[ir*kc : (ir+mr)*kc]
-					bp := pb[jr*kc : (jr+nr)*kc]
-					rows, cols := min(mr, mc-ir), min(nr, nc-jr)
-					off := (ic+ir)*p.ldc + jc + jr
-					if cols == nr {
-						if rows == mr {
-							kr.fn(kc, ap, bp, p.c[off:], p.ldc, p.alpha, beta, loadC)
-							continue
-						}
-						if kr.short != nil && kr.short(rows, kc, ap, bp, p.c[off:], p.ldc, p.alpha, beta, loadC) {
-							continue
-						}
-					}
-					kr.fn(kc, ap, bp, tile, nr, p.alpha, 0, false)
-					for i := 0; i < rows; i++ {
-						src := tile[i*nr : i*nr+cols]
-						dst := p.c[off+i*p.ldc : off+i*p.ldc+cols]
-						if loadC {
-							for j, v := range src {
-								dst[j] = v + beta*dst[j]
-							}
-						} else {
-							copy(dst, src)
-						}
-					}
-				}
+			} else {
+				copy(dst, src)
 			}
 		}
 	}

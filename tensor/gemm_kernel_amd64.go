@@ -31,8 +31,14 @@ func packTransFast(dst, src []float32, rows, srcStride, kc, dstStep int) (ok boo
 	}
 	_ = dst[(kc-1)*dstStep+rows-1]
 	_ = src[(rows-1)*srcStride+kc-1]
-	for r := 0; r < rows; r += 16 {
-		packTrans16AVX512(&dst[r], &src[r*srcStride], min(16, rows-r), srcStride, kc, dstStep)
+	// Panels wider than 16 rows go through 16-row blocks; alternating them
+	// every few k steps fills each destination line whole while it is still
+	// in L1.
+	const chunk = 64
+	for p := 0; p < kc; p += chunk {
+		for r := 0; r < rows; r += 16 {
+			packTrans16AVX512(&dst[p*dstStep+r], &src[r*srcStride+p], min(16, rows-r), srcStride, min(chunk, kc-p), dstStep)
+		}
 	}
 	return true
 }

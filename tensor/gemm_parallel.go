@@ -209,6 +209,56 @@ func gemmBatched(transA, transB bool, m, n, k int, alpha float32, a []float32, l
 	jobPool.Put(job)
 }
 
+// teamSignal lets the threads of an ownB team wait for the progress
+// counters of the others: a waiter polls for barrierSpin, then sleeps until an
+// update wakes it. Updaters take the lock only when someone sleeps.
+type teamSignal struct {
+	sleepers atomic.Int32
+	mu       sync.Mutex
+	cond     sync.Cond
+}
+
+func (s *teamSignal) init() {
+	if s.cond.L == nil {
+		s.cond.L = &s.mu
+	}
+}
+
+// add adds d to c and wakes the sleepers.
+func (s *teamSignal) add(c *atomic.Int64, d int64) {
+	c.Add(d)
+	// A waiter counts itself a sleeper before its last look at c, so
+	// either it sees this update or this sees it.
+	if s.sleepers.Load() > 0 {
+		s.mu.Lock()
+		s.cond.Broadcast()
+		s.mu.Unlock()
+	}
+}
+
+// waitFor returns once every thread's counter (as field picks it from its
+// progress) is at least target.
+func (s *teamSignal) waitFor(prog []threadProgress, field func(*threadProgress) *atomic.Int64, target int64) {
+	done := func() bool {
+		for i := range prog {
+			if field(&prog[i]).Load() < target {
+				return false
+			}
+		}
+		return true
+	}
+	if done() || spinUntil(done) {
+		return
+	}
+	s.mu.Lock()
+	s.sleepers.Add(1)
+	for !done() {
+		s.cond.Wait()
+	}
+	s.sleepers.Add(-1)
+	s.mu.Unlock()
+}
+
 // spinUntil polls done for up to barrierSpin and reports whether it became
 // true.
 func spinUntil(done func() bool) bool {
