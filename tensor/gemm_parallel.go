@@ -70,11 +70,14 @@ func gemmWorkerLoop() {
 			t = pollTask()
 		}
 		t.job.runPart(w, t.part)
-		t.job.running.Add(-1)
-		t.job.wg.Done()
+		// Idle again before the caller can return: a caller that issues
+		// its next product at once must find this worker free, not start
+		// another one (which would then poll beside the busy ones).
 		workersMu.Lock()
 		workersIdle++
 		workersMu.Unlock()
+		t.job.running.Add(-1)
+		t.job.wg.Done()
 	}
 }
 
