@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -417,5 +418,34 @@ func TestPackFast(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestGemmWorkersReused checks that back-to-back threaded calls reuse the
+// idle workers rather than start more: a worker must count itself idle
+// before its caller can return.
+func TestGemmWorkersReused(t *testing.T) {
+	defer SetGemmThreads(0)
+	SetGemmThreads(2)
+	r := rand.New(rand.NewPCG(13, 14))
+	a, b, c := randSlice(r, 96*96), randSlice(r, 96*96), make([]float32, 96*96)
+	Sgemm(false, false, 96, 96, 96, 1, a, 96, b, 96, 0, c, 96)
+	workersMu.Lock()
+	before := workersIdle
+	workersMu.Unlock()
+	for i := range 300 {
+		Sgemm(false, false, 96, 96, 96, 1, a, 96, b, 96, 0, c, 96)
+		if i%2 == 0 {
+			// Return to the caller's work at once (as between a step's
+			// GEMMs) or after a yield, so the next call meets the worker
+			// at different points of its bookkeeping.
+			runtime.Gosched()
+		}
+	}
+	workersMu.Lock()
+	after := workersIdle
+	workersMu.Unlock()
+	if after != before {
+		t.Fatalf("idle GEMM workers went from %d to %d over 300 back-to-back calls; want them reused", before, after)
 	}
 }
