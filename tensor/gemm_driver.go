@@ -5,13 +5,14 @@ import (
 	"sync/atomic"
 )
 
-// The driver follows the GotoBLAS/BLIS scheme: C is cut into one rectangle
-// per thread; each thread walks its rectangle in nc-wide column blocks and
-// kc-deep slices of k, packs the (kc,nc) block of op(B) into nr-wide panels
-// (kept in L2), packs mc rows of op(A) into mr-row panels, and for each A
-// panel (kept in L1) runs the micro-kernel across every B panel. Packing
-// zero-pads the ragged edges, so the kernel always computes full tiles; edge
-// tiles go through a small scratch tile and are merged into C here.
+// The driver follows the GotoBLAS/BLIS scheme: C is walked in nc-wide
+// column blocks and kc-deep slices of k; the (kc,nc) block of op(B) is
+// packed into nr-wide panels (kept in L2), mc rows of op(A) into mr-row
+// panels, and for each A panel (kept in L1) the micro-kernel runs across the
+// B panels. The threads of a call share the packing (see gemmTeam).
+// Packing zero-pads the ragged edges, so the kernel always computes full
+// tiles; a short last A panel has its own kernel where the CPU has one, and
+// other edge tiles go through a small scratch tile and are merged into C.
 
 // gemmParams is one product C = alpha*op(A)*op(B) + beta*C (after checks).
 type gemmParams struct {
