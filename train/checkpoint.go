@@ -97,7 +97,7 @@ func (t *trainer) save(step int) error {
 	what := fmt.Sprintf("checkpoint at step %d", step)
 	var err error
 	if rank0 {
-		_, err = ckpt.Prepare(root, step)
+		_, err = ckpt.Prepare(root, step, t.cfg.ckptKeep())
 	}
 	if err = agree(t.world, err, what); err != nil {
 		return err

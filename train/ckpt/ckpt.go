@@ -89,17 +89,67 @@ type State struct {
 // TempDir is where step's checkpoint is written before Commit renames it.
 func TempDir(root string, step int) string { return filepath.Join(root, ".tmp-"+StepDir(step)) }
 
-// Prepare makes an empty TempDir for step (removing what a crashed save
-// left there). One rank calls it before any writer starts.
-func Prepare(root string, step int) (string, error) {
-	tmp := TempDir(root, step)
-	if err := os.RemoveAll(tmp); err != nil {
-		return "", fmt.Errorf("checkpoint: %w", err)
+// Prepare makes an empty TempDir for step. It first clears what crashed
+// saves left behind: temporary dirs, step dirs newer than the one latest
+// names (renamed but never published), and old step dirs beyond keep-1, so
+// that the commit to come leaves at most keep (keep <= 0 keeps all). One
+// rank calls it before any writer starts.
+func Prepare(root string, step, keep int) (string, error) {
+	if err := clearLeftovers(root, keep); err != nil {
+		return "", err
 	}
+	tmp := TempDir(root, step)
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
 	return tmp, nil
+}
+
+func clearLeftovers(root string, keep int) error {
+	tmps, _ := filepath.Glob(filepath.Join(root, ".tmp-step-*"))
+	for _, t := range tmps {
+		if err := os.RemoveAll(t); err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+	}
+	latest, err := readLatest(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // nothing published: step dirs without latest are left alone
+	}
+	if err != nil {
+		return err
+	}
+	steps, err := List(root)
+	if err != nil {
+		return err
+	}
+	published := steps[:0:0]
+	for _, name := range steps {
+		if stepNumber(name) > stepNumber(latest) {
+			if err := os.RemoveAll(filepath.Join(root, name)); err != nil {
+				return fmt.Errorf("checkpoint: %w", err)
+			}
+			continue
+		}
+		published = append(published, name)
+	}
+	if keep <= 0 {
+		return nil
+	}
+	for i := 0; i < len(published)-(keep-1); i++ {
+		if published[i] == latest {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(root, published[i])); err != nil {
+			return fmt.Errorf("checkpoint: prune: %w", err)
+		}
+	}
+	return nil
+}
+
+func stepNumber(name string) int {
+	n, _ := strconv.Atoi(strings.TrimPrefix(name, "step-"))
+	return n
 }
 
 // WriteState writes st as dir/state.json and fsyncs it.
@@ -220,11 +270,7 @@ func List(root string) ([]string, error) {
 			out = append(out, e.Name())
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		a, _ := strconv.Atoi(strings.TrimPrefix(out[i], "step-"))
-		b, _ := strconv.Atoi(strings.TrimPrefix(out[j], "step-"))
-		return a < b
-	})
+	sort.Slice(out, func(i, j int) bool { return stepNumber(out[i]) < stepNumber(out[j]) })
 	return out, nil
 }
 

@@ -47,7 +47,7 @@ func saveForever(root string) error {
 	}
 	for {
 		step++
-		tmp, err := Prepare(root, step)
+		tmp, err := Prepare(root, step, 2)
 		if err != nil {
 			return err
 		}
