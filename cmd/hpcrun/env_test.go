@@ -44,7 +44,7 @@ func runApp(t *testing.T, args ...string) (string, error) {
 	var out bytes.Buffer
 	app.Writer = &out
 	app.ErrWriter = &out
-	err := app.Run(append([]string{"hpcrun"}, args...))
+	err := app.Run(interspersed(app, append([]string{"hpcrun"}, args...)))
 	return out.String(), err
 }
 

@@ -18,7 +18,8 @@ import (
 var version = "dev"
 
 func main() {
-	if err := newApp().Run(os.Args); err != nil {
+	app := newApp()
+	if err := app.Run(interspersed(app, os.Args)); err != nil {
 		var exit cli.ExitCoder
 		if errors.As(err, &exit) {
 			if msg := err.Error(); msg != "" {

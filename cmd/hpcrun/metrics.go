@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"strings"
 
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train/metrics"
@@ -47,17 +46,6 @@ func metricsRunsDir(c *cli.Context) string {
 	return "runs"
 }
 
-// flagsFirst rejects a flag given after the execids, which the flag parser
-// would otherwise take for an execid.
-func flagsFirst(c *cli.Context, name string) error {
-	for _, a := range c.Args().Slice() {
-		if strings.HasPrefix(a, "-") {
-			return cli.Exit(fmt.Sprintf("flag %s after the execid: put flags first, as in hpcrun %s %s <execid>", a, name, a), 2)
-		}
-	}
-	return nil
-}
-
 // resolveRunDir finds a run by execid, unique execid prefix, or jobid.
 func resolveRunDir(runsDir, ref string) (string, error) {
 	dir, err := metrics.FindRun(runsDir, ref)
@@ -73,9 +61,6 @@ func resolveRunDir(runsDir, ref string) (string, error) {
 func runMetrics(c *cli.Context) error {
 	runsDir := metricsRunsDir(c)
 	refs := c.Args().Slice()
-	if err := flagsFirst(c, "metrics"); err != nil {
-		return err
-	}
 	if n := c.Int("last"); n != 0 {
 		if n < 0 {
 			return cli.Exit("--last N: N must be at least 1", 2)

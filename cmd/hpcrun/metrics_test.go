@@ -36,7 +36,7 @@ func TestMetricsCommandGolden(t *testing.T) {
 		{name: "corrupt", args: []string{"metrics", "20261121-151533-e9f0"}},
 		{name: "unknown", args: []string{"metrics", "19990101-000000-0000"}, err: "no such run"},
 		{name: "ambiguous", args: []string{"metrics", "20261121-14"}, err: "matches 3 runs"},
-		{name: "flag-after", args: []string{"metrics", "20261121-143005-a3f9", "--plot"}, err: "put flags first"},
+		{name: "plot-flag-after", args: []string{"metrics", "20261121-143005-a3f9", "--plot"}},
 		{name: "no-args", args: []string{"metrics"}, err: "usage"},
 		{name: "plot-many", args: []string{"metrics", "--plot", "20261121-143005-a3f9", "20261121-143210-b7e1"}, err: "draw one run"},
 	}

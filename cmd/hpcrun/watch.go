@@ -30,9 +30,6 @@ func watchCommand() *cli.Command {
 }
 
 func runWatch(c *cli.Context) error {
-	if err := flagsFirst(c, "watch"); err != nil {
-		return err
-	}
 	if c.NArg() != 1 {
 		return cli.Exit("usage: hpcrun watch <execid|prefix|jobid> [--interval 1s]", 2)
 	}
