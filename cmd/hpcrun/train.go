@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -49,6 +50,12 @@ func runTrainTask(c *cli.Context) error {
 	}
 	if env.WorldSize != cfg.NTasks {
 		return cli.Exit(fmt.Sprintf("the job step has %d tasks but %s says ntasks = %d: run as many tasks as the config asks", env.WorldSize, train.ConfigFile, cfg.NTasks), 2)
+	}
+	// The engine's threads follow the CPUs Slurm gave this task (as
+	// OMP_NUM_THREADS would), unless GOMAXPROCS says otherwise: tasks
+	// sharing a node must not each take all its cores.
+	if env.CPUsPerTask > 0 && os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(min(env.CPUsPerTask, runtime.NumCPU()))
 	}
 	// Before anything slow: the stop signal's default action kills.
 	stopCh := stopOnSignal(cfg.StopSignal, env.Rank)
