@@ -2,7 +2,6 @@ package parallel
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/tensor"
@@ -104,21 +103,8 @@ func (a *ParallelSelfAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*
 	if err != nil {
 		return nil, err
 	}
-	// One batched GEMM per head and phase, batched over the B sequences:
-	// head h of sequence i reads columns [h*hd, (h+1)*hd) of q, k, v.
-	hd, nh, ld := a.hd, a.nh, 3*cl
-	sQKV, sAtt := t*3*cl, nh*t*t
-	for h := 0; h < nh; h++ {
-		// att[:,h] = q_h @ k_h^T, (T,T) per sequence
-		dev.GemmStridedBatched(false, true, t, t, hd, 1,
-			qkv, h*hd, ld, sQKV, qkv, cl+h*hd, ld, sQKV, 0, a.att, h*t*t, t, sAtt, b)
-	}
-	dev.SoftmaxForward(a.att, a.att, a.scale(), a.causal, keyValid)
-	for h := 0; h < nh; h++ {
-		// y[:,:,h] = att[:,h] @ v_h, (T,hd) per sequence
-		dev.GemmStridedBatched(false, false, t, hd, t, 1,
-			a.att, h*t*t, t, sAtt, qkv, 2*cl+h*hd, ld, sQKV, 0, a.y, h*hd, cl, t*cl, b)
-	}
+	// min(B, nh) batched GEMMs per product (tensor.AttentionForward).
+	tensor.AttentionForward(a.y, a.att, qkv, a.nh, a.causal, keyValid)
 	return a.Proj.Forward(a.y)
 }
 
@@ -129,34 +115,12 @@ func (a *ParallelSelfAttention) Backward(dout, dinp *tensor.Tensor) error {
 		return fmt.Errorf("%s: Backward before Forward", a.Name)
 	}
 	dev := dout.Device()
-	b, t := a.att.Dim(0), a.att.Dim(2)
-	hd, nh, cl := a.hd, a.nh, a.nh*a.hd
-	ld, sQKV, sAtt := 3*cl, t*3*cl, nh*t*t
 	dev.Zero(a.dy)
 	if err := a.Proj.Backward(dout, a.dy); err != nil {
 		return err
 	}
-	qkv := a.QKV.outLocal
-	for h := 0; h < nh; h++ {
-		// datt = dy_h @ v_h^T; dv_h = att^T @ dy_h
-		dev.GemmStridedBatched(false, true, t, t, hd, 1,
-			a.dy, h*hd, cl, t*cl, qkv, 2*cl+h*hd, ld, sQKV, 0, a.datt, h*t*t, t, sAtt, b)
-		dev.GemmStridedBatched(true, false, t, hd, t, 1,
-			a.att, h*t*t, t, sAtt, a.dy, h*hd, cl, t*cl, 0, a.dqkv, 2*cl+h*hd, ld, sQKV, b)
-	}
-	dev.Zero(a.dpre)
-	dev.SoftmaxBackward(a.dpre, a.datt, a.att, a.scale())
-	for h := 0; h < nh; h++ {
-		// dq_h = dpre @ k_h; dk_h = dpre^T @ q_h
-		dev.GemmStridedBatched(false, false, t, hd, t, 1,
-			a.dpre, h*t*t, t, sAtt, qkv, cl+h*hd, ld, sQKV, 0, a.dqkv, h*hd, ld, sQKV, b)
-		dev.GemmStridedBatched(true, false, t, hd, t, 1,
-			a.dpre, h*t*t, t, sAtt, qkv, h*hd, ld, sQKV, 0, a.dqkv, cl+h*hd, ld, sQKV, b)
-	}
+	// AttentionBackward accumulates, and dqkv still holds the last step's.
+	dev.Zero(a.dqkv)
+	tensor.AttentionBackward(a.dqkv, a.datt, a.dpre, a.dy, a.QKV.outLocal, a.att, a.nh)
 	return a.QKV.Backward(a.dqkv, dinp)
-}
-
-// scale is the attention logits' 1/sqrt(head size).
-func (a *ParallelSelfAttention) scale() float32 {
-	return float32(1 / math.Sqrt(float64(a.hd)))
 }

@@ -951,30 +951,40 @@ func refAttention(qkv []float64, b, t, nh, hs int, causal bool, keyValid []int32
 }
 
 func TestAttention(t *testing.T) {
+	// The shapes cover both loop orders of headGemms (B < NH, B > NH) and
+	// the single-call cases (B = 1, NH = 1).
+	shapes := []struct{ b, t, nh, hs int }{{2, 5, 3, 2}, {3, 4, 2, 3}, {1, 4, 3, 2}, {3, 3, 1, 4}}
 	eachDevice(t, func(t *testing.T, d *CPUDevice) {
 		r := rand.New(rand.NewPCG(23, 24))
-		const b, tt, nh, hs = 2, 5, 3, 2
-		const c = nh * hs
-		keyValid := []int32{1, 1, 1, 0, 0, 1, 1, 1, 1, 1}
-		for _, causal := range []bool{false, true} {
-			for _, kv := range [][]int32{nil, keyValid} {
-				name := fmt.Sprintf("causal=%v padded=%v", causal, kv != nil)
-				qkv := randF32(r, b*tt*3*c, 1)
-				tqkv := upload(t, d, qkv, b, tt, 3*c)
-				att := upload(t, d, make([]float32, b*nh*tt*tt), b, nh, tt, tt)
-				out := upload(t, d, randF32(r, b*tt*c, 1), b, tt, c)
-				AttentionForward(out, att, tqkv, nh, causal, kv)
-				q64 := to64(qkv)
-				checkClose(t, "AttentionForward "+name, download(out), refAttention(q64, b, tt, nh, hs, causal, kv), 1e-5)
+		for _, sh := range shapes {
+			b, tt, nh, hs := sh.b, sh.t, sh.nh, sh.hs
+			c := nh * hs
+			keyValid := make([]int32, b*tt)
+			for i := range keyValid {
+				if i%tt < tt-1-i/tt%2 { // pad the last key of every other item
+					keyValid[i] = 1
+				}
+			}
+			for _, causal := range []bool{false, true} {
+				for _, kv := range [][]int32{nil, keyValid} {
+					name := fmt.Sprintf("B=%d T=%d NH=%d hs=%d causal=%v padded=%v", b, tt, nh, hs, causal, kv != nil)
+					qkv := randF32(r, b*tt*3*c, 1)
+					tqkv := upload(t, d, qkv, b, tt, 3*c)
+					att := upload(t, d, make([]float32, b*nh*tt*tt), b, nh, tt, tt)
+					out := upload(t, d, randF32(r, b*tt*c, 1), b, tt, c)
+					AttentionForward(out, att, tqkv, nh, causal, kv)
+					q64 := to64(qkv)
+					checkClose(t, "AttentionForward "+name, download(out), refAttention(q64, b, tt, nh, hs, causal, kv), 1e-5)
 
-				g := randF32(r, b*tt*c, 1)
-				g64 := to64(g)
-				loss := func() float64 { return dot64(refAttention(q64, b, tt, nh, hs, causal, kv), g64) }
-				dq0 := randF32(r, len(qkv), 1)
-				dqkv := upload(t, d, dq0, b, tt, 3*c)
-				scratch := func() *Tensor { return upload(t, d, randF32(r, att.Len(), 1), b, nh, tt, tt) }
-				AttentionBackward(dqkv, scratch(), scratch(), upload(t, d, g, b, tt, c), tqkv, att, nh)
-				checkGrad(t, "AttentionBackward "+name, download(dqkv), plus(dq0, numGrad(q64, loss)), 1e-5)
+					g := randF32(r, b*tt*c, 1)
+					g64 := to64(g)
+					loss := func() float64 { return dot64(refAttention(q64, b, tt, nh, hs, causal, kv), g64) }
+					dq0 := randF32(r, len(qkv), 1)
+					dqkv := upload(t, d, dq0, b, tt, 3*c)
+					scratch := func() *Tensor { return upload(t, d, randF32(r, att.Len(), 1), b, nh, tt, tt) }
+					AttentionBackward(dqkv, scratch(), scratch(), upload(t, d, g, b, tt, c), tqkv, att, nh)
+					checkGrad(t, "AttentionBackward "+name, download(dqkv), plus(dq0, numGrad(q64, loss)), 1e-5)
+				}
 			}
 		}
 	})

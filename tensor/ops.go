@@ -84,26 +84,24 @@ func attentionDims(fn string, qkv, att *Tensor, nh int) (b, t, c, hs int) {
 // qkv is (B,T,3C), laid out [q | k | v] along the last dimension, each of
 // them (NH,hs) heads with C = NH*hs (a rank's heads under tensor
 // parallelism); att is (B,NH,T,T), kept for the backward; out is (B,T,C);
-// keyValid is (B,T) or nil.
+// keyValid is (B,T) or nil. Each product is min(B,NH) batched GEMM calls.
 func AttentionForward(out, att, qkv *Tensor, nh int, causal bool, keyValid []int32) {
 	d := qkv.Device()
 	b, t, c, hs := attentionDims("AttentionForward", qkv, att, nh)
 	wantLen("AttentionForward", "out", out, b*t*c)
-	for i := 0; i < b; i++ {
-		q := i * t * 3 * c
-		// scores for every head of item i: (T,hs) x (T,hs)^T, heads hs apart.
-		d.GemmStridedBatched(false, true, t, t, hs, 1, qkv, q, 3*c, hs, qkv, q+c, 3*c, hs, 0, att, i*nh*t*t, t, t*t, nh)
-	}
+	q, k, v := qkvHeads(qkv, t, c, hs)
+	pa := ttHeads(att, t, nh)
+	// att_h = q_h k_h^T, (T,hs) x (T,hs)^T
+	headGemms(d, false, true, t, t, hs, q, k, 0, pa, b, nh)
 	d.SoftmaxForward(att, att, float32(1/math.Sqrt(float64(hs))), causal, keyValid)
-	for i := 0; i < b; i++ {
-		// out_h = att_h v_h for every head; heads sit side by side in a row of out.
-		d.GemmStridedBatched(false, false, t, hs, t, 1, att, i*nh*t*t, t, t*t, qkv, i*t*3*c+2*c, 3*c, hs, 0, out, i*t*c, c, hs, nh)
-	}
+	// out_h = att_h v_h; heads sit side by side in a row of out.
+	headGemms(d, false, false, t, hs, t, pa, v, 0, rowHeads(out, t, c, hs), b, nh)
 }
 
 // AttentionBackward accumulates into dqkv (B,T,3C) the gradient of
 // AttentionForward from dout (B,T,C), given the forward's qkv and att.
-// datt and dpreatt are (B,NH,T,T) scratch, overwritten.
+// datt and dpreatt are (B,NH,T,T) scratch, overwritten. Each product is
+// min(B,NH) batched GEMM calls.
 func AttentionBackward(dqkv, datt, dpreatt, dout, qkv, att *Tensor, nh int) {
 	d := qkv.Device()
 	b, t, c, hs := attentionDims("AttentionBackward", qkv, att, nh)
@@ -111,24 +109,65 @@ func AttentionBackward(dqkv, datt, dpreatt, dout, qkv, att *Tensor, nh int) {
 	wantLen("AttentionBackward", "dout", dout, b*t*c)
 	wantLen("AttentionBackward", "datt", datt, att.Len())
 	wantLen("AttentionBackward", "dpreatt", dpreatt, att.Len())
-	for i := 0; i < b; i++ {
-		q, o := i*t*3*c, i*t*c
-		// datt = dout_h v_h^T for every head.
-		d.GemmStridedBatched(false, true, t, t, hs, 1, dout, o, c, hs, qkv, q+2*c, 3*c, hs, 0, datt, i*nh*t*t, t, t*t, nh)
-		for h := 0; h < nh; h++ {
-			// dv_h += att_h^T dout_h
-			d.Gemm(true, false, t, hs, t, 1, att, (i*nh+h)*t*t, t, dout, o+h*hs, c, 1, dqkv, q+2*c+h*hs, 3*c)
-		}
-	}
+	q, k, v := qkvHeads(qkv, t, c, hs)
+	dq, dk, dv := qkvHeads(dqkv, t, c, hs)
+	do, pa, pd := rowHeads(dout, t, c, hs), ttHeads(att, t, nh), ttHeads(dpreatt, t, nh)
+	// datt_h = dout_h v_h^T; dv_h += att_h^T dout_h
+	headGemms(d, false, true, t, t, hs, do, v, 0, ttHeads(datt, t, nh), b, nh)
+	headGemms(d, true, false, t, hs, t, pa, do, 1, dv, b, nh)
 	d.Zero(dpreatt)
 	d.SoftmaxBackward(dpreatt, datt, att, float32(1/math.Sqrt(float64(hs))))
-	for i := 0; i < b; i++ {
-		q := i * t * 3 * c
-		for h := 0; h < nh; h++ {
-			a := (i*nh + h) * t * t
-			// dq_h += dpreatt_h k_h; dk_h += dpreatt_h^T q_h
-			d.Gemm(false, false, t, hs, t, 1, dpreatt, a, t, qkv, q+c+h*hs, 3*c, 1, dqkv, q+h*hs, 3*c)
-			d.Gemm(true, false, t, hs, t, 1, dpreatt, a, t, qkv, q+h*hs, 3*c, 1, dqkv, q+c+h*hs, 3*c)
+	// dq_h += dpreatt_h k_h; dk_h += dpreatt_h^T q_h
+	headGemms(d, false, false, t, hs, t, pd, k, 1, dq, b, nh)
+	headGemms(d, true, false, t, hs, t, pd, q, 1, dk, b, nh)
+}
+
+// headOperand locates the per-head matrices of one attention operand: the
+// matrix of batch item i, head h starts at element off + i*item + h*head of
+// t, with leading dimension ld.
+type headOperand struct {
+	t                   *Tensor
+	off, ld, item, head int
+}
+
+// qkvHeads returns the q, k and v heads of a (B,T,3C) tensor: (T,hs)
+// matrices hs apart within rows of 3C.
+func qkvHeads(qkv *Tensor, t, c, hs int) (q, k, v headOperand) {
+	q = headOperand{qkv, 0, 3 * c, t * 3 * c, hs}
+	k, v = q, q
+	k.off, v.off = c, 2*c
+	return q, k, v
+}
+
+// rowHeads returns the heads of a (B,T,C) tensor: (T,hs) matrices hs apart
+// within rows of C.
+func rowHeads(x *Tensor, t, c, hs int) headOperand {
+	return headOperand{x, 0, c, t * c, hs}
+}
+
+// ttHeads returns the (T,T) matrices of a contiguous (B,NH,T,T) tensor.
+func ttHeads(x *Tensor, t, nh int) headOperand {
+	return headOperand{x, 0, t, nh * t * t, t * t}
+}
+
+// headGemms computes C = op(A)*op(B) + beta*C for every (item, head) pair
+// of items x heads. In the packed (B,T,3C) layout items and heads are not
+// one uniform stride apart, so it issues min(items, heads)
+// GemmStridedBatched calls, each batched over the other index (one call
+// when B or NH is 1): few launches on a GPU, and a batch wide enough to
+// spread over threads on the CPU.
+func headGemms(d Device, transA, transB bool, m, n, k int, a, b headOperand, beta float32, c headOperand, items, heads int) {
+	if items <= heads {
+		for i := 0; i < items; i++ {
+			d.GemmStridedBatched(transA, transB, m, n, k, 1,
+				a.t, a.off+i*a.item, a.ld, a.head, b.t, b.off+i*b.item, b.ld, b.head,
+				beta, c.t, c.off+i*c.item, c.ld, c.head, heads)
 		}
+		return
+	}
+	for h := 0; h < heads; h++ {
+		d.GemmStridedBatched(transA, transB, m, n, k, 1,
+			a.t, a.off+h*a.head, a.ld, a.item, b.t, b.off+h*b.head, b.ld, b.item,
+			beta, c.t, c.off+h*c.head, c.ld, c.item, items)
 	}
 }
