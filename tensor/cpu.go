@@ -223,25 +223,21 @@ func (d *CPUDevice) scratch64(n int) []float64 {
 // CopyFromHost copies src into dst.
 func (d *CPUDevice) CopyFromHost(dst *Tensor, src []float32) {
 	d.own("CopyFromHost", dst)
-	if len(src) != dst.n {
-		panic(fmt.Sprintf("tensor.CopyFromHost: len(src)=%d, dst %v has %d elements", len(src), dst, dst.n))
-	}
+	CheckCopyFromHost(dst, src)
 	copy(dst.Host(), src)
 }
 
 // CopyToHost copies src into dst.
 func (d *CPUDevice) CopyToHost(dst []float32, src *Tensor) {
 	d.own("CopyToHost", src)
-	if len(dst) != src.n {
-		panic(fmt.Sprintf("tensor.CopyToHost: len(dst)=%d, src %v has %d elements", len(dst), src, src.n))
-	}
+	CheckCopyToHost(dst, src)
 	copy(dst, src.Host())
 }
 
 // Copy copies src into dst.
 func (d *CPUDevice) Copy(dst, src *Tensor) {
 	d.own("Copy", dst, src)
-	sameLen("Copy", "dst", dst, "src", src)
+	CheckCopy(dst, src)
 	copy(dst.Host(), src.Host())
 }
 
@@ -249,39 +245,19 @@ func (d *CPUDevice) Copy(dst, src *Tensor) {
 // host memory.
 func (d *CPUDevice) Gemm(transA, transB bool, m, n, k int, alpha float32, a *Tensor, aOff, lda int, b *Tensor, bOff, ldb int, beta float32, c *Tensor, cOff, ldc int) {
 	d.own("Gemm", a, b, c)
+	CheckGemm(transA, transB, m, n, k, a, aOff, lda, b, bOff, ldb, c, cOff, ldc)
 	if d.observe != nil {
 		d.observe(GemmShape{transA, transB, m, n, k, 1})
 	}
-	Sgemm(transA, transB, m, n, k, alpha, from("Gemm", "a", a, aOff), lda, from("Gemm", "b", b, bOff), ldb, beta, from("Gemm", "c", c, cOff), ldc)
+	gemm(transA, transB, m, n, k, alpha, a.Host()[aOff:], lda, b.Host()[bOff:], ldb, beta, c.Host()[cOff:], ldc)
 }
 
 // GemmStridedBatched computes batch Gemms with SgemmStridedBatched.
 func (d *CPUDevice) GemmStridedBatched(transA, transB bool, m, n, k int, alpha float32, a *Tensor, aOff, lda, strideA int, b *Tensor, bOff, ldb, strideB int, beta float32, c *Tensor, cOff, ldc, strideC, batch int) {
 	d.own("GemmStridedBatched", a, b, c)
+	CheckGemmStridedBatched(transA, transB, m, n, k, a, aOff, lda, strideA, b, bOff, ldb, strideB, c, cOff, ldc, strideC, batch)
 	if d.observe != nil {
 		d.observe(GemmShape{transA, transB, m, n, k, batch})
 	}
-	SgemmStridedBatched(transA, transB, m, n, k, alpha,
-		from("GemmStridedBatched", "a", a, aOff), lda, strideA,
-		from("GemmStridedBatched", "b", b, bOff), ldb, strideB, beta,
-		from("GemmStridedBatched", "c", c, cOff), ldc, strideC, batch)
-}
-
-// from is t's host elements from offset off on.
-func from(fn, name string, t *Tensor, off int) []float32 {
-	if off < 0 || off > t.n {
-		panic(fmt.Sprintf("tensor.%s: offset %d of %s is outside its %d elements", fn, off, name, t.n))
-	}
-	return t.Host()[off:]
-}
-
-// sameLen panics unless the tensors, given as name, tensor pairs, all have
-// the Len of the first.
-func sameLen(fn string, pairs ...any) {
-	first := pairs[1].(*Tensor)
-	for i := 2; i < len(pairs); i += 2 {
-		if t := pairs[i+1].(*Tensor); t.n != first.n {
-			panic(fmt.Sprintf("tensor.%s: %s %v has %d elements, %s %v has %d", fn, pairs[i], t, t.n, pairs[0], first, first.n))
-		}
-	}
+	gemmBatched(transA, transB, m, n, k, alpha, a.Host()[aOff:], lda, strideA, b.Host()[bOff:], ldb, strideB, beta, c.Host()[cOff:], ldc, strideC, batch)
 }

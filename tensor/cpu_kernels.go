@@ -1,9 +1,6 @@
 package tensor
 
-import (
-	"fmt"
-	"math"
-)
+import "math"
 
 // cpuKernels holds one argument block per kernel. A kernel call fills its
 // block under the device mutex and hands a pointer to it to the workers, so
@@ -27,28 +24,6 @@ type cpuKernels struct {
 	ce    ceK
 	adam  adamK
 	sumsq sumSqK
-}
-
-// rowsOf returns the row count of t for rows of length cols, panicking when
-// t's Len is not a multiple of cols.
-func rowsOf(fn, name string, t *Tensor, cols int) int {
-	if cols <= 0 {
-		if t.n == 0 {
-			return 0
-		}
-		panic(fmt.Sprintf("tensor.%s: rows of %d elements in %s %v", fn, cols, name, t))
-	}
-	if t.n%cols != 0 {
-		panic(fmt.Sprintf("tensor.%s: %s %v has %d elements, not a multiple of %d", fn, name, t, t.n, cols))
-	}
-	return t.n / cols
-}
-
-// wantLen panics unless t has n elements.
-func wantLen(fn, name string, t *Tensor, n int) {
-	if t.n != n {
-		panic(fmt.Sprintf("tensor.%s: %s %v has %d elements, want %d", fn, name, t, t.n, n))
-	}
 }
 
 // --- Fill, Zero, Add, Axpy, Scale ---
@@ -95,7 +70,7 @@ func (k *addK) run(lo, hi, _ int) {
 // Add is out = a + b elementwise.
 func (d *CPUDevice) Add(out, a, b *Tensor) {
 	d.own("Add", out, a, b)
-	sameLen("Add", "out", out, "a", a, "b", b)
+	CheckAdd(out, a, b)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.add
@@ -119,7 +94,7 @@ func (k *axpyK) run(lo, hi, _ int) {
 // Axpy is y += alpha*x elementwise.
 func (d *CPUDevice) Axpy(y *Tensor, alpha float32, x *Tensor) {
 	d.own("Axpy", y, x)
-	sameLen("Axpy", "y", y, "x", x)
+	CheckAxpy(y, x)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.axpy
@@ -174,32 +149,15 @@ func (k *blockK) run(lo, hi, _ int) {
 	}
 }
 
-// block returns the elements of t from off that a (rows,cols) block with
-// leading dimension ld spans, panicking when it does not fit.
-func block(fn, name string, t *Tensor, off, ld, rows, cols int) []float32 {
-	if rows < 0 || cols < 0 || ld < cols || off < 0 {
-		panic(fmt.Sprintf("tensor.%s: bad %s block: offset %d, ld %d, %dx%d", fn, name, off, ld, rows, cols))
-	}
-	if rows == 0 || cols == 0 {
-		return nil
-	}
-	if end := off + (rows-1)*ld + cols; end > t.n {
-		panic(fmt.Sprintf("tensor.%s: %s block ends at element %d, %s %v has %d", fn, name, end, name, t, t.n))
-	}
-	return t.Host()[off:]
-}
-
 func (d *CPUDevice) block2D(fn string, dst *Tensor, dstOff, ldDst int, alpha float32, src *Tensor, srcOff, ldSrc, rows, cols int, accumulate bool) {
 	d.own(fn, dst, src)
-	ds := block(fn, "dst", dst, dstOff, ldDst, rows, cols)
-	ss := block(fn, "src", src, srcOff, ldSrc, rows, cols)
-	if ds == nil {
+	if CheckBlock2D(fn, dst, dstOff, ldDst, src, srcOff, ldSrc, rows, cols) {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.block
-	*k = blockK{dst: ds, src: ss, ldDst: ldDst, ldSrc: ldSrc, cols: cols, alpha: alpha, accumulate: accumulate}
+	*k = blockK{dst: dst.Host()[dstOff:], src: src.Host()[srcOff:], ldDst: ldDst, ldSrc: ldSrc, cols: cols, alpha: alpha, accumulate: accumulate}
 	d.parallel(rows, d.chunks(rows, cols), k)
 	*k = blockK{}
 }
@@ -233,7 +191,7 @@ func (k *biasK) run(lo, hi, _ int) {
 // AddBias is out[i] += bias for every row. out is (N,OC), bias is (OC).
 func (d *CPUDevice) AddBias(out, bias *Tensor) {
 	d.own("AddBias", out, bias)
-	n := rowsOf("AddBias", "out", out, bias.n)
+	n := CheckAddBias(out, bias)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.bias
@@ -262,7 +220,7 @@ func (k *biasBackK) run(lo, hi, _ int) {
 // BiasBackward is dbias += column sums of dout. dbias is (OC), dout is (N,OC).
 func (d *CPUDevice) BiasBackward(dbias, dout *Tensor) {
 	d.own("BiasBackward", dbias, dout)
-	n := rowsOf("BiasBackward", "dout", dout, dbias.n)
+	n := CheckBiasBackward(dbias, dout)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.biasB
@@ -295,11 +253,8 @@ func (k *embK) run(lo, hi, _ int) {
 // outside the table's slice. out is (N,C), ids is (N), table is (V,C).
 func (d *CPUDevice) EmbeddingForward(out *Tensor, ids []int32, table *Tensor, vocabStart int) {
 	d.own("EmbeddingForward", out, table)
+	n := CheckEmbeddingForward(out, ids, table)
 	c := table.Cols()
-	n := rowsOf("EmbeddingForward", "out", out, c)
-	if len(ids) != n {
-		panic(fmt.Sprintf("tensor.EmbeddingForward: len(ids)=%d, out %v has %d rows of %d", len(ids), out, n, c))
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.emb
@@ -335,11 +290,8 @@ func (k *embBackK) run(lo, hi, _ int) {
 // the table's slice. dtable is (V,C), dout is (N,C), ids is (N).
 func (d *CPUDevice) EmbeddingBackward(dtable, dout *Tensor, ids []int32, vocabStart int) {
 	d.own("EmbeddingBackward", dtable, dout)
+	n := CheckEmbeddingBackward(dtable, dout, ids)
 	c := dtable.Cols()
-	n := rowsOf("EmbeddingBackward", "dout", dout, c)
-	if len(ids) != n {
-		panic(fmt.Sprintf("tensor.EmbeddingBackward: len(ids)=%d, dout %v has %d rows of %d", len(ids), dout, n, c))
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.embB
@@ -384,12 +336,8 @@ func (k *lnK) run(lo, hi, _ int) {
 // rstd are (N); weight, bias are (C).
 func (d *CPUDevice) LayerNormForward(out, mean, rstd, inp, weight, bias *Tensor, eps float32) {
 	d.own("LayerNormForward", out, mean, rstd, inp, weight, bias)
+	n := CheckLayerNormForward(out, mean, rstd, inp, weight, bias)
 	c := weight.n
-	wantLen("LayerNormForward", "bias", bias, c)
-	n := rowsOf("LayerNormForward", "inp", inp, c)
-	wantLen("LayerNormForward", "out", out, inp.n)
-	wantLen("LayerNormForward", "mean", mean, n)
-	wantLen("LayerNormForward", "rstd", rstd, n)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.ln
@@ -435,14 +383,8 @@ func (k *lnBackK) run(lo, hi, chunk int) {
 // (N,C); dweight, dbias, weight are (C); mean, rstd are (N).
 func (d *CPUDevice) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd *Tensor) {
 	d.own("LayerNormBackward", dinp, dweight, dbias, dout, inp, weight, mean, rstd)
+	n := CheckLayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd)
 	c := weight.n
-	wantLen("LayerNormBackward", "dweight", dweight, c)
-	wantLen("LayerNormBackward", "dbias", dbias, c)
-	n := rowsOf("LayerNormBackward", "inp", inp, c)
-	wantLen("LayerNormBackward", "dinp", dinp, inp.n)
-	wantLen("LayerNormBackward", "dout", dout, inp.n)
-	wantLen("LayerNormBackward", "mean", mean, n)
-	wantLen("LayerNormBackward", "rstd", rstd, n)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	nc := d.chunks(n, 12*c)
@@ -484,7 +426,7 @@ func (k *geluK) run(lo, hi, _ int) {
 // GELUForward is out = gelu(inp).
 func (d *CPUDevice) GELUForward(out, inp *Tensor) {
 	d.own("GELUForward", out, inp)
-	sameLen("GELUForward", "out", out, "inp", inp)
+	CheckGELUForward(out, inp)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.gelu
@@ -510,7 +452,7 @@ func (k *geluBackK) run(lo, hi, _ int) {
 // GELUBackward is dinp += gelu'(inp)*dout.
 func (d *CPUDevice) GELUBackward(dinp, inp, dout *Tensor) {
 	d.own("GELUBackward", dinp, inp, dout)
-	sameLen("GELUBackward", "dinp", dinp, "inp", inp, "dout", dout)
+	CheckGELUBackward(dinp, inp, dout)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.geluB
@@ -589,23 +531,8 @@ func softmaxRow(o, x []float32, valid []int32, scale float32) {
 // (B,...,Tq,Tk); keyValid is (B,Tk) or nil.
 func (d *CPUDevice) SoftmaxForward(out, inp *Tensor, scale float32, causal bool, keyValid []int32) {
 	d.own("SoftmaxForward", out, inp)
-	sameLen("SoftmaxForward", "out", out, "inp", inp)
-	if inp.Rank() < 2 {
-		panic(fmt.Sprintf("tensor.SoftmaxForward: inp %v must be at least (Tq,Tk)", inp))
-	}
-	if scale <= 0 {
-		panic(fmt.Sprintf("tensor.SoftmaxForward: scale %g must be positive", scale))
-	}
+	rows, perItem := CheckSoftmaxForward(out, inp, scale, keyValid)
 	tk, tq := inp.Dim(-1), inp.Dim(-2)
-	rows := rowsOf("SoftmaxForward", "inp", inp, tk)
-	perItem := 0
-	if keyValid != nil {
-		b := inp.Dim(0)
-		if inp.Rank() < 3 || len(keyValid) != b*tk {
-			panic(fmt.Sprintf("tensor.SoftmaxForward: keyValid has %d entries, inp %v needs (B,Tk) = %d with a leading B", len(keyValid), inp, b*tk))
-		}
-		perItem = rows / max(b, 1)
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.sm
@@ -639,9 +566,8 @@ func (k *softmaxBackK) run(lo, hi, _ int) {
 // (B,...,Tq,Tk).
 func (d *CPUDevice) SoftmaxBackward(dinp, dout, out *Tensor, scale float32) {
 	d.own("SoftmaxBackward", dinp, dout, out)
-	sameLen("SoftmaxBackward", "dinp", dinp, "dout", dout, "out", out)
+	rows := CheckSoftmaxBackward(dinp, dout, out)
 	tk := out.Cols()
-	rows := rowsOf("SoftmaxBackward", "out", out, tk)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.smB
@@ -719,8 +645,7 @@ func (d *CPUDevice) ceRun(k ceK, n, cost int) {
 // rowMax is (N).
 func (d *CPUDevice) CrossEntropyRowMax(rowMax, logits *Tensor) {
 	d.own("CrossEntropyRowMax", rowMax, logits)
-	n := rowsOf("CrossEntropyRowMax", "logits", logits, logits.Cols())
-	wantLen("CrossEntropyRowMax", "rowMax", rowMax, n)
+	n := CheckCrossEntropyRowMax(rowMax, logits)
 	d.ceRun(ceK{op: ceRowMax, logits: logits.Host(), rowMax: rowMax.Host(), v: logits.Cols()}, n, logits.Cols())
 }
 
@@ -728,9 +653,7 @@ func (d *CPUDevice) CrossEntropyRowMax(rowMax, logits *Tensor) {
 // logits is (N,V), sumExp and rowMax are (N).
 func (d *CPUDevice) CrossEntropySumExp(sumExp, logits, rowMax *Tensor) {
 	d.own("CrossEntropySumExp", sumExp, logits, rowMax)
-	n := rowsOf("CrossEntropySumExp", "logits", logits, logits.Cols())
-	wantLen("CrossEntropySumExp", "sumExp", sumExp, n)
-	wantLen("CrossEntropySumExp", "rowMax", rowMax, n)
+	n := CheckCrossEntropySumExp(sumExp, logits, rowMax)
 	d.ceRun(ceK{op: ceSumExp, logits: logits.Host(), rowMax: rowMax.Host(), sumExp: sumExp.Host(), v: logits.Cols()}, n, 10*logits.Cols())
 }
 
@@ -738,12 +661,8 @@ func (d *CPUDevice) CrossEntropySumExp(sumExp, logits, rowMax *Tensor) {
 // targets in the slice, else 0. logits is (N,V), out and targets are (N).
 func (d *CPUDevice) CrossEntropyTargetLogit(out, logits *Tensor, targets []int32, vocabStart int) {
 	d.own("CrossEntropyTargetLogit", out, logits)
+	CheckCrossEntropyTargetLogit(out, logits, targets)
 	v := logits.Cols()
-	n := rowsOf("CrossEntropyTargetLogit", "logits", logits, v)
-	wantLen("CrossEntropyTargetLogit", "out", out, n)
-	if len(targets) != n {
-		panic(fmt.Sprintf("tensor.CrossEntropyTargetLogit: len(targets)=%d, logits %v has %d rows", len(targets), logits, n))
-	}
 	o, x := out.Host(), logits.Host()
 	for i, t := range targets {
 		o[i] = 0
@@ -757,13 +676,7 @@ func (d *CPUDevice) CrossEntropyTargetLogit(out, logits *Tensor, targets []int32
 // 0 where targets[i] < 0. All are (N).
 func (d *CPUDevice) CrossEntropyLoss(losses, rowMax, sumExp, targetLogit *Tensor, targets []int32) {
 	d.own("CrossEntropyLoss", losses, rowMax, sumExp, targetLogit)
-	n := losses.n
-	wantLen("CrossEntropyLoss", "rowMax", rowMax, n)
-	wantLen("CrossEntropyLoss", "sumExp", sumExp, n)
-	wantLen("CrossEntropyLoss", "targetLogit", targetLogit, n)
-	if len(targets) != n {
-		panic(fmt.Sprintf("tensor.CrossEntropyLoss: len(targets)=%d, losses %v has %d elements", len(targets), losses, n))
-	}
+	CheckCrossEntropyLoss(losses, rowMax, sumExp, targetLogit, targets)
 	l, mx, se, tl := losses.Host(), rowMax.Host(), sumExp.Host(), targetLogit.Host()
 	for i, t := range targets {
 		l[i] = 0
@@ -777,14 +690,8 @@ func (d *CPUDevice) CrossEntropyLoss(losses, rowMax, sumExp, targetLogit *Tensor
 // dlogits, logits are (N,V); rowMax, sumExp, targets are (N).
 func (d *CPUDevice) CrossEntropyBackward(dlogits, logits, rowMax, sumExp *Tensor, targets []int32, vocabStart int, dloss float32) {
 	d.own("CrossEntropyBackward", dlogits, logits, rowMax, sumExp)
-	sameLen("CrossEntropyBackward", "dlogits", dlogits, "logits", logits)
+	n := CheckCrossEntropyBackward(dlogits, logits, rowMax, sumExp, targets)
 	v := logits.Cols()
-	n := rowsOf("CrossEntropyBackward", "logits", logits, v)
-	wantLen("CrossEntropyBackward", "rowMax", rowMax, n)
-	wantLen("CrossEntropyBackward", "sumExp", sumExp, n)
-	if len(targets) != n {
-		panic(fmt.Sprintf("tensor.CrossEntropyBackward: len(targets)=%d, logits %v has %d rows", len(targets), logits, n))
-	}
 	d.ceRun(ceK{op: ceBackward, logits: logits.Host(), dlogits: dlogits.Host(), rowMax: rowMax.Host(), sumExp: sumExp.Host(), targets: targets, v: v, start: vocabStart, dloss: dloss}, n, 12*v)
 }
 
@@ -813,10 +720,7 @@ func (k *adamK) run(lo, hi, _ int) {
 // AdamW runs one AdamW step on param with its grad and moments m, v.
 func (d *CPUDevice) AdamW(param, grad, m, v *Tensor, p AdamWParams) {
 	d.own("AdamW", param, grad, m, v)
-	sameLen("AdamW", "param", param, "grad", grad, "m", m, "v", v)
-	if p.Step < 1 {
-		panic(fmt.Sprintf("tensor.AdamW: Step is %d, it counts from 1", p.Step))
-	}
+	CheckAdamW(param, grad, m, v, p)
 	gs := p.GradScale
 	if gs == 0 {
 		gs = 1

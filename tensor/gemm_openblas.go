@@ -11,7 +11,7 @@ func OpenBLASPeer() (peer *GemmPeer, ok bool) {
 		Name: openblas.Name(),
 		Core: openblas.CoreName(),
 		Sgemm: func(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-			checkGemm("OpenBLASPeer.Sgemm", transA, transB, m, n, k, a, lda, 0, b, ldb, 0, c, ldc, 0, 1)
+			checkGemm("OpenBLASPeer.Sgemm", transA, transB, m, n, k, len(a), lda, 0, len(b), ldb, 0, len(c), ldc, 0, 1)
 			openblas.Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		},
 		SetThreads: openblas.SetThreads,

@@ -557,9 +557,7 @@ func (d *Device) upload(ids []int32) (uintptr, error) {
 // before it returns, so src may be reused at once.
 func (d *Device) CopyFromHost(dst *tensor.Tensor, src []float32) {
 	d.own("CopyFromHost", dst)
-	if len(src) != dst.Len() {
-		panic(fmt.Sprintf("tensor.CopyFromHost: len(src)=%d, dst %v has %d elements", len(src), dst, dst.Len()))
-	}
+	tensor.CheckCopyFromHost(dst, src)
 	if len(src) == 0 {
 		return
 	}
@@ -575,9 +573,7 @@ func (d *Device) CopyFromHost(dst *tensor.Tensor, src []float32) {
 // device failure dst is filled with NaN and Sync reports the error.
 func (d *Device) CopyToHost(dst []float32, src *tensor.Tensor) {
 	d.own("CopyToHost", src)
-	if len(dst) != src.Len() {
-		panic(fmt.Sprintf("tensor.CopyToHost: len(dst)=%d, src %v has %d elements", len(dst), src, src.Len()))
-	}
+	tensor.CheckCopyToHost(dst, src)
 	if len(dst) == 0 {
 		return
 	}
@@ -599,7 +595,7 @@ func (d *Device) CopyToHost(dst []float32, src *tensor.Tensor) {
 // Copy copies src into dst (device to device, on the stream).
 func (d *Device) Copy(dst, src *tensor.Tensor) {
 	d.own("Copy", dst, src)
-	sameLen("Copy", "dst", dst, "src", src)
+	tensor.CheckCopy(dst, src)
 	if dst.Len() == 0 {
 		return
 	}

@@ -36,24 +36,21 @@ func op(trans bool) uintptr {
 // Gemm computes C = alpha*op(A)*op(B) + beta*C on row-major matrices (see
 // tensor.Device), through cublasGemmEx at the device's matmul precision.
 func (d *Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a *tensor.Tensor, aOff, lda int, b *tensor.Tensor, bOff, ldb int, beta float32, c *tensor.Tensor, cOff, ldc int) {
-	d.gemm("Gemm", "Sgemm", transA, transB, m, n, k, alpha, a, aOff, lda, 0, b, bOff, ldb, 0, beta, c, cOff, ldc, 0, 1)
+	d.own("Gemm", a, b, c)
+	tensor.CheckGemm(transA, transB, m, n, k, a, aOff, lda, b, bOff, ldb, c, cOff, ldc)
+	d.gemm(transA, transB, m, n, k, alpha, a, aOff, lda, 0, b, bOff, ldb, 0, beta, c, cOff, ldc, 0, 1)
 }
 
 // GemmStridedBatched computes batch Gemms strideX elements apart through
 // cublasGemmStridedBatchedEx (cublasGemmEx for one).
 func (d *Device) GemmStridedBatched(transA, transB bool, m, n, k int, alpha float32, a *tensor.Tensor, aOff, lda, strideA int, b *tensor.Tensor, bOff, ldb, strideB int, beta float32, c *tensor.Tensor, cOff, ldc, strideC, batch int) {
-	d.gemm("GemmStridedBatched", "SgemmStridedBatched", transA, transB, m, n, k, alpha, a, aOff, lda, strideA, b, bOff, ldb, strideB, beta, c, cOff, ldc, strideC, batch)
+	d.own("GemmStridedBatched", a, b, c)
+	tensor.CheckGemmStridedBatched(transA, transB, m, n, k, a, aOff, lda, strideA, b, bOff, ldb, strideB, c, cOff, ldc, strideC, batch)
+	d.gemm(transA, transB, m, n, k, alpha, a, aOff, lda, strideA, b, bOff, ldb, strideB, beta, c, cOff, ldc, strideC, batch)
 }
 
-// gemm checks the arguments as the CPU device does (fn names the Device
-// method, check the Sgemm routine whose messages the CPU device gives) and
-// enqueues the product.
-func (d *Device) gemm(fn, check string, transA, transB bool, m, n, k int, alpha float32, a *tensor.Tensor, aOff, lda, strideA int, b *tensor.Tensor, bOff, ldb, strideB int, beta float32, c *tensor.Tensor, cOff, ldc, strideC, batch int) {
-	d.own(fn, a, b, c)
-	lenA := gemmOperand(fn, "a", a, aOff)
-	lenB := gemmOperand(fn, "b", b, bOff)
-	lenC := gemmOperand(fn, "c", c, cOff)
-	checkGemm(check, transA, transB, m, n, k, lenA, lda, strideA, lenB, ldb, strideB, lenC, ldc, strideC, batch)
+// gemm enqueues the product; the caller has checked the arguments.
+func (d *Device) gemm(transA, transB bool, m, n, k int, alpha float32, a *tensor.Tensor, aOff, lda, strideA int, b *tensor.Tensor, bOff, ldb, strideB int, beta float32, c *tensor.Tensor, cOff, ldc, strideC, batch int) {
 	if m == 0 || n == 0 || batch == 0 {
 		return
 	}
@@ -66,19 +63,11 @@ func (d *Device) gemm(fn, check string, transA, transB bool, m, n, k int, alpha 
 		compute = cublasCompute32FFastTF32
 	case BF16:
 		if k > 0 {
-			ar, ac := m, k
-			if transA {
-				ar, ac = k, m
-			}
-			br, bc := k, n
-			if transB {
-				br, bc = n, k
-			}
 			var ok bool
-			if pa, ok = d.toBF16(&d.bfA, pa, span(ar, ac, lda, strideA, batch)); !ok {
+			if pa, ok = d.toBF16(&d.bfA, pa, tensor.GemmSpan(transA, m, k, lda, strideA, batch)); !ok {
 				return
 			}
-			if pb, ok = d.toBF16(&d.bfB, pb, span(br, bc, ldb, strideB, batch)); !ok {
+			if pb, ok = d.toBF16(&d.bfB, pb, tensor.GemmSpan(transB, k, n, ldb, strideB, batch)); !ok {
 				return
 			}
 			typ = cudaR16BF

@@ -118,14 +118,14 @@ func (d *Device) Fill(t *tensor.Tensor, v float32) {
 // Add is out = a + b elementwise.
 func (d *Device) Add(out, a, b *tensor.Tensor) {
 	d.own("Add", out, a, b)
-	sameLen("Add", "out", out, "a", a, "b", b)
+	tensor.CheckAdd(out, a, b)
 	d.elementwise("add_f32", out.Len(), tp(out), tp(a), tp(b), i64(out.Len()))
 }
 
 // Axpy is y += alpha*x elementwise.
 func (d *Device) Axpy(y *tensor.Tensor, alpha float32, x *tensor.Tensor) {
 	d.own("Axpy", y, x)
-	sameLen("Axpy", "y", y, "x", x)
+	tensor.CheckAxpy(y, x)
 	d.elementwise("axpy_f32", y.Len(), tp(y), f32(alpha), tp(x), i64(y.Len()))
 }
 
@@ -139,9 +139,7 @@ func (d *Device) Scale(x *tensor.Tensor, alpha float32) {
 
 func (d *Device) block2D(fn string, dst *tensor.Tensor, dstOff, ldDst int, alpha float32, src *tensor.Tensor, srcOff, ldSrc, rows, cols int, accumulate bool) {
 	d.own(fn, dst, src)
-	e1 := checkBlock(fn, "dst", dst, dstOff, ldDst, rows, cols)
-	e2 := checkBlock(fn, "src", src, srcOff, ldSrc, rows, cols)
-	if e1 || e2 {
+	if tensor.CheckBlock2D(fn, dst, dstOff, ldDst, src, srcOff, ldSrc, rows, cols) {
 		return
 	}
 	acc := 0
@@ -168,14 +166,14 @@ func (d *Device) Axpy2D(dst *tensor.Tensor, dstOff, ldDst int, alpha float32, sr
 // AddBias is out[i] += bias for every row. out is (N,OC), bias is (OC).
 func (d *Device) AddBias(out, bias *tensor.Tensor) {
 	d.own("AddBias", out, bias)
-	rowsOf("AddBias", "out", out, bias.Len())
+	tensor.CheckAddBias(out, bias)
 	d.elementwise("add_bias_f32", out.Len(), tp(out), tp(bias), i64(out.Len()), i32(bias.Len()))
 }
 
 // BiasBackward is dbias += column sums of dout. dbias is (OC), dout is (N,OC).
 func (d *Device) BiasBackward(dbias, dout *tensor.Tensor) {
 	d.own("BiasBackward", dbias, dout)
-	n := rowsOf("BiasBackward", "dout", dout, dbias.Len())
+	n := tensor.CheckBiasBackward(dbias, dout)
 	oc := dbias.Len()
 	if oc == 0 {
 		return
@@ -191,11 +189,8 @@ func (d *Device) BiasBackward(dbias, dout *tensor.Tensor) {
 // outside the table's slice. out is (N,C), ids is (N), table is (V,C).
 func (d *Device) EmbeddingForward(out *tensor.Tensor, ids []int32, table *tensor.Tensor, vocabStart int) {
 	d.own("EmbeddingForward", out, table)
+	n := tensor.CheckEmbeddingForward(out, ids, table)
 	c := table.Cols()
-	n := rowsOf("EmbeddingForward", "out", out, c)
-	if len(ids) != n {
-		panic(fmt.Sprintf("tensor.EmbeddingForward: len(ids)=%d, out %v has %d rows of %d", len(ids), out, n, c))
-	}
 	if n == 0 || c == 0 {
 		return
 	}
@@ -212,11 +207,8 @@ func (d *Device) EmbeddingForward(out *tensor.Tensor, ids []int32, table *tensor
 // the table's slice. dtable is (V,C), dout is (N,C), ids is (N).
 func (d *Device) EmbeddingBackward(dtable, dout *tensor.Tensor, ids []int32, vocabStart int) {
 	d.own("EmbeddingBackward", dtable, dout)
+	n := tensor.CheckEmbeddingBackward(dtable, dout, ids)
 	c := dtable.Cols()
-	n := rowsOf("EmbeddingBackward", "dout", dout, c)
-	if len(ids) != n {
-		panic(fmt.Sprintf("tensor.EmbeddingBackward: len(ids)=%d, dout %v has %d rows of %d", len(ids), dout, n, c))
-	}
 	if n == 0 || c == 0 {
 		return
 	}
@@ -235,12 +227,8 @@ func (d *Device) EmbeddingBackward(dtable, dout *tensor.Tensor, ids []int32, voc
 // rstd are (N); weight, bias are (C).
 func (d *Device) LayerNormForward(out, mean, rstd, inp, weight, bias *tensor.Tensor, eps float32) {
 	d.own("LayerNormForward", out, mean, rstd, inp, weight, bias)
+	n := tensor.CheckLayerNormForward(out, mean, rstd, inp, weight, bias)
 	c := weight.Len()
-	wantLen("LayerNormForward", "bias", bias, c)
-	n := rowsOf("LayerNormForward", "inp", inp, c)
-	wantLen("LayerNormForward", "out", out, inp.Len())
-	wantLen("LayerNormForward", "mean", mean, n)
-	wantLen("LayerNormForward", "rstd", rstd, n)
 	if n == 0 {
 		return
 	}
@@ -254,14 +242,8 @@ func (d *Device) LayerNormForward(out, mean, rstd, inp, weight, bias *tensor.Ten
 // bias gradients are summed per block, then over blocks in a fixed order.
 func (d *Device) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd *tensor.Tensor) {
 	d.own("LayerNormBackward", dinp, dweight, dbias, dout, inp, weight, mean, rstd)
+	n := tensor.CheckLayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd)
 	c := weight.Len()
-	wantLen("LayerNormBackward", "dweight", dweight, c)
-	wantLen("LayerNormBackward", "dbias", dbias, c)
-	n := rowsOf("LayerNormBackward", "inp", inp, c)
-	wantLen("LayerNormBackward", "dinp", dinp, inp.Len())
-	wantLen("LayerNormBackward", "dout", dout, inp.Len())
-	wantLen("LayerNormBackward", "mean", mean, n)
-	wantLen("LayerNormBackward", "rstd", rstd, n)
 	if n == 0 || c == 0 {
 		return
 	}
@@ -284,14 +266,14 @@ func (d *Device) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean
 // GELUForward is out = gelu(inp), tanh approximation.
 func (d *Device) GELUForward(out, inp *tensor.Tensor) {
 	d.own("GELUForward", out, inp)
-	sameLen("GELUForward", "out", out, "inp", inp)
+	tensor.CheckGELUForward(out, inp)
 	d.elementwise("gelu_forward_f32", out.Len(), tp(out), tp(inp), i64(out.Len()))
 }
 
 // GELUBackward is dinp += gelu'(inp)*dout.
 func (d *Device) GELUBackward(dinp, inp, dout *tensor.Tensor) {
 	d.own("GELUBackward", dinp, inp, dout)
-	sameLen("GELUBackward", "dinp", dinp, "inp", inp, "dout", dout)
+	tensor.CheckGELUBackward(dinp, inp, dout)
 	d.elementwise("gelu_backward_f32", inp.Len(), tp(dinp), tp(inp), tp(dout), i64(inp.Len()))
 }
 
@@ -303,23 +285,8 @@ const softmaxThreads = 256 // 8 warps, one row each
 // (B,...,Tq,Tk); keyValid is (B,Tk) or nil.
 func (d *Device) SoftmaxForward(out, inp *tensor.Tensor, scale float32, causal bool, keyValid []int32) {
 	d.own("SoftmaxForward", out, inp)
-	sameLen("SoftmaxForward", "out", out, "inp", inp)
-	if inp.Rank() < 2 {
-		panic(fmt.Sprintf("tensor.SoftmaxForward: inp %v must be at least (Tq,Tk)", inp))
-	}
-	if scale <= 0 {
-		panic(fmt.Sprintf("tensor.SoftmaxForward: scale %g must be positive", scale))
-	}
+	rows, perItem := tensor.CheckSoftmaxForward(out, inp, scale, keyValid)
 	tk, tq := inp.Dim(-1), inp.Dim(-2)
-	rows := rowsOf("SoftmaxForward", "inp", inp, tk)
-	perItem := 0
-	if keyValid != nil {
-		b := inp.Dim(0)
-		if inp.Rank() < 3 || len(keyValid) != b*tk {
-			panic(fmt.Sprintf("tensor.SoftmaxForward: keyValid has %d entries, inp %v needs (B,Tk) = %d with a leading B", len(keyValid), inp, b*tk))
-		}
-		perItem = rows / max(b, 1)
-	}
 	if rows == 0 {
 		return
 	}
@@ -344,9 +311,8 @@ func (d *Device) SoftmaxForward(out, inp *tensor.Tensor, scale float32, causal b
 // (B,...,Tq,Tk).
 func (d *Device) SoftmaxBackward(dinp, dout, out *tensor.Tensor, scale float32) {
 	d.own("SoftmaxBackward", dinp, dout, out)
-	sameLen("SoftmaxBackward", "dinp", dinp, "dout", dout, "out", out)
+	rows := tensor.CheckSoftmaxBackward(dinp, dout, out)
 	tk := out.Cols()
-	rows := rowsOf("SoftmaxBackward", "out", out, tk)
 	if rows == 0 {
 		return
 	}
@@ -362,9 +328,8 @@ func (d *Device) SoftmaxBackward(dinp, dout, out *tensor.Tensor, scale float32) 
 // rowMax is (N).
 func (d *Device) CrossEntropyRowMax(rowMax, logits *tensor.Tensor) {
 	d.own("CrossEntropyRowMax", rowMax, logits)
+	n := tensor.CheckCrossEntropyRowMax(rowMax, logits)
 	v := logits.Cols()
-	n := rowsOf("CrossEntropyRowMax", "logits", logits, v)
-	wantLen("CrossEntropyRowMax", "rowMax", rowMax, n)
 	if n == 0 {
 		return
 	}
@@ -377,10 +342,8 @@ func (d *Device) CrossEntropyRowMax(rowMax, logits *tensor.Tensor) {
 // logits is (N,V), sumExp and rowMax are (N).
 func (d *Device) CrossEntropySumExp(sumExp, logits, rowMax *tensor.Tensor) {
 	d.own("CrossEntropySumExp", sumExp, logits, rowMax)
+	n := tensor.CheckCrossEntropySumExp(sumExp, logits, rowMax)
 	v := logits.Cols()
-	n := rowsOf("CrossEntropySumExp", "logits", logits, v)
-	wantLen("CrossEntropySumExp", "sumExp", sumExp, n)
-	wantLen("CrossEntropySumExp", "rowMax", rowMax, n)
 	if n == 0 {
 		return
 	}
@@ -393,12 +356,8 @@ func (d *Device) CrossEntropySumExp(sumExp, logits, rowMax *tensor.Tensor) {
 // targets in the slice, else 0. logits is (N,V), out and targets are (N).
 func (d *Device) CrossEntropyTargetLogit(out, logits *tensor.Tensor, targets []int32, vocabStart int) {
 	d.own("CrossEntropyTargetLogit", out, logits)
+	n := tensor.CheckCrossEntropyTargetLogit(out, logits, targets)
 	v := logits.Cols()
-	n := rowsOf("CrossEntropyTargetLogit", "logits", logits, v)
-	wantLen("CrossEntropyTargetLogit", "out", out, n)
-	if len(targets) != n {
-		panic(fmt.Sprintf("tensor.CrossEntropyTargetLogit: len(targets)=%d, logits %v has %d rows", len(targets), logits, n))
-	}
 	if n == 0 {
 		return
 	}
@@ -415,13 +374,7 @@ func (d *Device) CrossEntropyTargetLogit(out, logits *tensor.Tensor, targets []i
 // 0 where targets[i] < 0. All are (N).
 func (d *Device) CrossEntropyLoss(losses, rowMax, sumExp, targetLogit *tensor.Tensor, targets []int32) {
 	d.own("CrossEntropyLoss", losses, rowMax, sumExp, targetLogit)
-	n := losses.Len()
-	wantLen("CrossEntropyLoss", "rowMax", rowMax, n)
-	wantLen("CrossEntropyLoss", "sumExp", sumExp, n)
-	wantLen("CrossEntropyLoss", "targetLogit", targetLogit, n)
-	if len(targets) != n {
-		panic(fmt.Sprintf("tensor.CrossEntropyLoss: len(targets)=%d, losses %v has %d elements", len(targets), losses, n))
-	}
+	n := tensor.CheckCrossEntropyLoss(losses, rowMax, sumExp, targetLogit, targets)
 	if n == 0 {
 		return
 	}
@@ -438,14 +391,8 @@ func (d *Device) CrossEntropyLoss(losses, rowMax, sumExp, targetLogit *tensor.Te
 // dlogits, logits are (N,V); rowMax, sumExp, targets are (N).
 func (d *Device) CrossEntropyBackward(dlogits, logits, rowMax, sumExp *tensor.Tensor, targets []int32, vocabStart int, dloss float32) {
 	d.own("CrossEntropyBackward", dlogits, logits, rowMax, sumExp)
-	sameLen("CrossEntropyBackward", "dlogits", dlogits, "logits", logits)
+	n := tensor.CheckCrossEntropyBackward(dlogits, logits, rowMax, sumExp, targets)
 	v := logits.Cols()
-	n := rowsOf("CrossEntropyBackward", "logits", logits, v)
-	wantLen("CrossEntropyBackward", "rowMax", rowMax, n)
-	wantLen("CrossEntropyBackward", "sumExp", sumExp, n)
-	if len(targets) != n {
-		panic(fmt.Sprintf("tensor.CrossEntropyBackward: len(targets)=%d, logits %v has %d rows", len(targets), logits, n))
-	}
 	if n == 0 {
 		return
 	}
@@ -463,10 +410,7 @@ func (d *Device) CrossEntropyBackward(dlogits, logits, rowMax, sumExp *tensor.Te
 // AdamW runs one AdamW step on param with its grad and moments m, v.
 func (d *Device) AdamW(param, grad, m, v *tensor.Tensor, p tensor.AdamWParams) {
 	d.own("AdamW", param, grad, m, v)
-	sameLen("AdamW", "param", param, "grad", grad, "m", m, "v", v)
-	if p.Step < 1 {
-		panic(fmt.Sprintf("tensor.AdamW: Step is %d, it counts from 1", p.Step))
-	}
+	tensor.CheckAdamW(param, grad, m, v, p)
 	gs := p.GradScale
 	if gs == 0 {
 		gs = 1
