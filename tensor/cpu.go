@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+
+	"github.com/hpcrun/hpcrun/tensor/internal/check"
 )
 
 // CPUDevice is the pure-Go Device: tensors in host memory, GEMM through
@@ -223,21 +225,21 @@ func (d *CPUDevice) scratch64(n int) []float64 {
 // CopyFromHost copies src into dst.
 func (d *CPUDevice) CopyFromHost(dst *Tensor, src []float32) {
 	d.own("CopyFromHost", dst)
-	CheckCopyFromHost(dst, src)
+	check.CopyFromHost(dst, src)
 	copy(dst.Host(), src)
 }
 
 // CopyToHost copies src into dst.
 func (d *CPUDevice) CopyToHost(dst []float32, src *Tensor) {
 	d.own("CopyToHost", src)
-	CheckCopyToHost(dst, src)
+	check.CopyToHost(dst, src)
 	copy(dst, src.Host())
 }
 
 // Copy copies src into dst.
 func (d *CPUDevice) Copy(dst, src *Tensor) {
 	d.own("Copy", dst, src)
-	CheckCopy(dst, src)
+	check.Copy(dst, src)
 	copy(dst.Host(), src.Host())
 }
 
@@ -245,7 +247,7 @@ func (d *CPUDevice) Copy(dst, src *Tensor) {
 // host memory.
 func (d *CPUDevice) Gemm(transA, transB bool, m, n, k int, alpha float32, a *Tensor, aOff, lda int, b *Tensor, bOff, ldb int, beta float32, c *Tensor, cOff, ldc int) {
 	d.own("Gemm", a, b, c)
-	CheckGemm(transA, transB, m, n, k, a, aOff, lda, b, bOff, ldb, c, cOff, ldc)
+	check.Gemm(transA, transB, m, n, k, a, aOff, lda, b, bOff, ldb, c, cOff, ldc)
 	if d.observe != nil {
 		d.observe(GemmShape{transA, transB, m, n, k, 1})
 	}
@@ -255,7 +257,7 @@ func (d *CPUDevice) Gemm(transA, transB bool, m, n, k int, alpha float32, a *Ten
 // GemmStridedBatched computes batch Gemms with SgemmStridedBatched.
 func (d *CPUDevice) GemmStridedBatched(transA, transB bool, m, n, k int, alpha float32, a *Tensor, aOff, lda, strideA int, b *Tensor, bOff, ldb, strideB int, beta float32, c *Tensor, cOff, ldc, strideC, batch int) {
 	d.own("GemmStridedBatched", a, b, c)
-	CheckGemmStridedBatched(transA, transB, m, n, k, a, aOff, lda, strideA, b, bOff, ldb, strideB, c, cOff, ldc, strideC, batch)
+	check.GemmStridedBatched(transA, transB, m, n, k, a, aOff, lda, strideA, b, bOff, ldb, strideB, c, cOff, ldc, strideC, batch)
 	if d.observe != nil {
 		d.observe(GemmShape{transA, transB, m, n, k, batch})
 	}

@@ -1,6 +1,10 @@
 package tensor
 
-import "math"
+import (
+	"math"
+
+	"github.com/hpcrun/hpcrun/tensor/internal/check"
+)
 
 // cpuKernels holds one argument block per kernel. A kernel call fills its
 // block under the device mutex and hands a pointer to it to the workers, so
@@ -70,7 +74,7 @@ func (k *addK) run(lo, hi, _ int) {
 // Add is out = a + b elementwise.
 func (d *CPUDevice) Add(out, a, b *Tensor) {
 	d.own("Add", out, a, b)
-	CheckAdd(out, a, b)
+	check.Add(out, a, b)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.add
@@ -94,7 +98,7 @@ func (k *axpyK) run(lo, hi, _ int) {
 // Axpy is y += alpha*x elementwise.
 func (d *CPUDevice) Axpy(y *Tensor, alpha float32, x *Tensor) {
 	d.own("Axpy", y, x)
-	CheckAxpy(y, x)
+	check.Axpy(y, x)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.axpy
@@ -151,7 +155,7 @@ func (k *blockK) run(lo, hi, _ int) {
 
 func (d *CPUDevice) block2D(fn string, dst *Tensor, dstOff, ldDst int, alpha float32, src *Tensor, srcOff, ldSrc, rows, cols int, accumulate bool) {
 	d.own(fn, dst, src)
-	if CheckBlock2D(fn, dst, dstOff, ldDst, src, srcOff, ldSrc, rows, cols) {
+	if check.Block2D(fn, dst, dstOff, ldDst, src, srcOff, ldSrc, rows, cols) {
 		return
 	}
 	d.mu.Lock()
@@ -191,7 +195,7 @@ func (k *biasK) run(lo, hi, _ int) {
 // AddBias is out[i] += bias for every row. out is (N,OC), bias is (OC).
 func (d *CPUDevice) AddBias(out, bias *Tensor) {
 	d.own("AddBias", out, bias)
-	n := CheckAddBias(out, bias)
+	n := check.AddBias(out, bias)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.bias
@@ -220,7 +224,7 @@ func (k *biasBackK) run(lo, hi, _ int) {
 // BiasBackward is dbias += column sums of dout. dbias is (OC), dout is (N,OC).
 func (d *CPUDevice) BiasBackward(dbias, dout *Tensor) {
 	d.own("BiasBackward", dbias, dout)
-	n := CheckBiasBackward(dbias, dout)
+	n := check.BiasBackward(dbias, dout)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.biasB
@@ -253,7 +257,7 @@ func (k *embK) run(lo, hi, _ int) {
 // outside the table's slice. out is (N,C), ids is (N), table is (V,C).
 func (d *CPUDevice) EmbeddingForward(out *Tensor, ids []int32, table *Tensor, vocabStart int) {
 	d.own("EmbeddingForward", out, table)
-	n := CheckEmbeddingForward(out, ids, table)
+	n := check.EmbeddingForward(out, ids, table)
 	c := table.Cols()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -290,7 +294,7 @@ func (k *embBackK) run(lo, hi, _ int) {
 // the table's slice. dtable is (V,C), dout is (N,C), ids is (N).
 func (d *CPUDevice) EmbeddingBackward(dtable, dout *Tensor, ids []int32, vocabStart int) {
 	d.own("EmbeddingBackward", dtable, dout)
-	n := CheckEmbeddingBackward(dtable, dout, ids)
+	n := check.EmbeddingBackward(dtable, dout, ids)
 	c := dtable.Cols()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -336,7 +340,7 @@ func (k *lnK) run(lo, hi, _ int) {
 // rstd are (N); weight, bias are (C).
 func (d *CPUDevice) LayerNormForward(out, mean, rstd, inp, weight, bias *Tensor, eps float32) {
 	d.own("LayerNormForward", out, mean, rstd, inp, weight, bias)
-	n := CheckLayerNormForward(out, mean, rstd, inp, weight, bias)
+	n := check.LayerNormForward(out, mean, rstd, inp, weight, bias)
 	c := weight.n
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -383,7 +387,7 @@ func (k *lnBackK) run(lo, hi, chunk int) {
 // (N,C); dweight, dbias, weight are (C); mean, rstd are (N).
 func (d *CPUDevice) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd *Tensor) {
 	d.own("LayerNormBackward", dinp, dweight, dbias, dout, inp, weight, mean, rstd)
-	n := CheckLayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd)
+	n := check.LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd)
 	c := weight.n
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -426,7 +430,7 @@ func (k *geluK) run(lo, hi, _ int) {
 // GELUForward is out = gelu(inp).
 func (d *CPUDevice) GELUForward(out, inp *Tensor) {
 	d.own("GELUForward", out, inp)
-	CheckGELUForward(out, inp)
+	check.GELUForward(out, inp)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.gelu
@@ -452,7 +456,7 @@ func (k *geluBackK) run(lo, hi, _ int) {
 // GELUBackward is dinp += gelu'(inp)*dout.
 func (d *CPUDevice) GELUBackward(dinp, inp, dout *Tensor) {
 	d.own("GELUBackward", dinp, inp, dout)
-	CheckGELUBackward(dinp, inp, dout)
+	check.GELUBackward(dinp, inp, dout)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.geluB
@@ -531,7 +535,7 @@ func softmaxRow(o, x []float32, valid []int32, scale float32) {
 // (B,...,Tq,Tk); keyValid is (B,Tk) or nil.
 func (d *CPUDevice) SoftmaxForward(out, inp *Tensor, scale float32, causal bool, keyValid []int32) {
 	d.own("SoftmaxForward", out, inp)
-	rows, perItem := CheckSoftmaxForward(out, inp, scale, keyValid)
+	rows, perItem := check.SoftmaxForward(out, inp, scale, keyValid)
 	tk, tq := inp.Dim(-1), inp.Dim(-2)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -566,7 +570,7 @@ func (k *softmaxBackK) run(lo, hi, _ int) {
 // (B,...,Tq,Tk).
 func (d *CPUDevice) SoftmaxBackward(dinp, dout, out *Tensor, scale float32) {
 	d.own("SoftmaxBackward", dinp, dout, out)
-	rows := CheckSoftmaxBackward(dinp, dout, out)
+	rows := check.SoftmaxBackward(dinp, dout, out)
 	tk := out.Cols()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -645,7 +649,7 @@ func (d *CPUDevice) ceRun(k ceK, n, cost int) {
 // rowMax is (N).
 func (d *CPUDevice) CrossEntropyRowMax(rowMax, logits *Tensor) {
 	d.own("CrossEntropyRowMax", rowMax, logits)
-	n := CheckCrossEntropyRowMax(rowMax, logits)
+	n := check.CrossEntropyRowMax(rowMax, logits)
 	d.ceRun(ceK{op: ceRowMax, logits: logits.Host(), rowMax: rowMax.Host(), v: logits.Cols()}, n, logits.Cols())
 }
 
@@ -653,7 +657,7 @@ func (d *CPUDevice) CrossEntropyRowMax(rowMax, logits *Tensor) {
 // logits is (N,V), sumExp and rowMax are (N).
 func (d *CPUDevice) CrossEntropySumExp(sumExp, logits, rowMax *Tensor) {
 	d.own("CrossEntropySumExp", sumExp, logits, rowMax)
-	n := CheckCrossEntropySumExp(sumExp, logits, rowMax)
+	n := check.CrossEntropySumExp(sumExp, logits, rowMax)
 	d.ceRun(ceK{op: ceSumExp, logits: logits.Host(), rowMax: rowMax.Host(), sumExp: sumExp.Host(), v: logits.Cols()}, n, 10*logits.Cols())
 }
 
@@ -661,7 +665,7 @@ func (d *CPUDevice) CrossEntropySumExp(sumExp, logits, rowMax *Tensor) {
 // targets in the slice, else 0. logits is (N,V), out and targets are (N).
 func (d *CPUDevice) CrossEntropyTargetLogit(out, logits *Tensor, targets []int32, vocabStart int) {
 	d.own("CrossEntropyTargetLogit", out, logits)
-	CheckCrossEntropyTargetLogit(out, logits, targets)
+	check.CrossEntropyTargetLogit(out, logits, targets)
 	v := logits.Cols()
 	o, x := out.Host(), logits.Host()
 	for i, t := range targets {
@@ -676,7 +680,7 @@ func (d *CPUDevice) CrossEntropyTargetLogit(out, logits *Tensor, targets []int32
 // 0 where targets[i] < 0. All are (N).
 func (d *CPUDevice) CrossEntropyLoss(losses, rowMax, sumExp, targetLogit *Tensor, targets []int32) {
 	d.own("CrossEntropyLoss", losses, rowMax, sumExp, targetLogit)
-	CheckCrossEntropyLoss(losses, rowMax, sumExp, targetLogit, targets)
+	check.CrossEntropyLoss(losses, rowMax, sumExp, targetLogit, targets)
 	l, mx, se, tl := losses.Host(), rowMax.Host(), sumExp.Host(), targetLogit.Host()
 	for i, t := range targets {
 		l[i] = 0
@@ -690,7 +694,7 @@ func (d *CPUDevice) CrossEntropyLoss(losses, rowMax, sumExp, targetLogit *Tensor
 // dlogits, logits are (N,V); rowMax, sumExp, targets are (N).
 func (d *CPUDevice) CrossEntropyBackward(dlogits, logits, rowMax, sumExp *Tensor, targets []int32, vocabStart int, dloss float32) {
 	d.own("CrossEntropyBackward", dlogits, logits, rowMax, sumExp)
-	n := CheckCrossEntropyBackward(dlogits, logits, rowMax, sumExp, targets)
+	n := check.CrossEntropyBackward(dlogits, logits, rowMax, sumExp, targets)
 	v := logits.Cols()
 	d.ceRun(ceK{op: ceBackward, logits: logits.Host(), dlogits: dlogits.Host(), rowMax: rowMax.Host(), sumExp: sumExp.Host(), targets: targets, v: v, start: vocabStart, dloss: dloss}, n, 12*v)
 }
@@ -720,7 +724,7 @@ func (k *adamK) run(lo, hi, _ int) {
 // AdamW runs one AdamW step on param with its grad and moments m, v.
 func (d *CPUDevice) AdamW(param, grad, m, v *Tensor, p AdamWParams) {
 	d.own("AdamW", param, grad, m, v)
-	CheckAdamW(param, grad, m, v, p)
+	check.AdamW(param, grad, m, v, p.Step)
 	gs := p.GradScale
 	if gs == 0 {
 		gs = 1

@@ -29,7 +29,7 @@
 // tensor's last dimension, so (B,T,C) and (B*T,C) views are interchangeable.
 // Wrong shapes are programming errors: they panic with a one-line message
 // naming the argument, the same on every device because each backend runs
-// the package's CheckX before its kernel X (checks.go). Device failures (out
+// check.X (tensor/internal/check) before its kernel X. Device failures (out
 // of memory, a failed CUDA launch) come back as errors from Alloc and Sync.
 //
 // EmbeddingForward with row indices as ids is also a row gather (the [CLS]

@@ -3,6 +3,8 @@ package tensor
 import (
 	"runtime"
 	"sync/atomic"
+
+	"github.com/hpcrun/hpcrun/tensor/internal/check"
 )
 
 // Shape conventions for the GEMM routines.
@@ -45,7 +47,7 @@ func GemmThreads() int {
 // ignored. Sgemm panics with a one-line message on inconsistent dimensions or
 // short slices, as a slice index out of range would.
 func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	checkGemm("Sgemm", transA, transB, m, n, k, len(a), lda, 0, len(b), ldb, 0, len(c), ldc, 0, 1)
+	check.GemmLayout("Sgemm", transA, transB, m, n, k, len(a), lda, 0, len(b), ldb, 0, len(c), ldc, 0, 1)
 	gemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
@@ -61,7 +63,7 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 // (batch-1)*strideC+n <= ldc), as per-head attention outputs written into a
 // (B,T,C) activation (strideC = hs, ldc = C).
 func SgemmStridedBatched(transA, transB bool, m, n, k int, alpha float32, a []float32, lda, strideA int, b []float32, ldb, strideB int, beta float32, c []float32, ldc, strideC int, batch int) {
-	checkGemm("SgemmStridedBatched", transA, transB, m, n, k, len(a), lda, strideA, len(b), ldb, strideB, len(c), ldc, strideC, batch)
+	check.GemmLayout("SgemmStridedBatched", transA, transB, m, n, k, len(a), lda, strideA, len(b), ldb, strideB, len(c), ldc, strideC, batch)
 	gemmBatched(transA, transB, m, n, k, alpha, a, lda, strideA, b, ldb, strideB, beta, c, ldc, strideC, batch)
 }
 

@@ -3,6 +3,8 @@ package tensor
 import (
 	"fmt"
 	"math"
+
+	"github.com/hpcrun/hpcrun/tensor/internal/check"
 )
 
 // Helpers built from Device calls: the same on every backend.
@@ -88,7 +90,7 @@ func attentionDims(fn string, qkv, att *Tensor, nh int) (b, t, c, hs int) {
 func AttentionForward(out, att, qkv *Tensor, nh int, causal bool, keyValid []int32) {
 	d := qkv.Device()
 	b, t, c, hs := attentionDims("AttentionForward", qkv, att, nh)
-	wantLen("AttentionForward", "out", out, b*t*c)
+	check.Len("AttentionForward", "out", out, b*t*c)
 	q, k, v := qkvHeads(qkv, t, c, hs)
 	pa := ttHeads(att, t, nh)
 	// att_h = q_h k_h^T, (T,hs) x (T,hs)^T
@@ -105,10 +107,10 @@ func AttentionForward(out, att, qkv *Tensor, nh int, causal bool, keyValid []int
 func AttentionBackward(dqkv, datt, dpreatt, dout, qkv, att *Tensor, nh int) {
 	d := qkv.Device()
 	b, t, c, hs := attentionDims("AttentionBackward", qkv, att, nh)
-	wantLen("AttentionBackward", "dqkv", dqkv, qkv.Len())
-	wantLen("AttentionBackward", "dout", dout, b*t*c)
-	wantLen("AttentionBackward", "datt", datt, att.Len())
-	wantLen("AttentionBackward", "dpreatt", dpreatt, att.Len())
+	check.Len("AttentionBackward", "dqkv", dqkv, qkv.Len())
+	check.Len("AttentionBackward", "dout", dout, b*t*c)
+	check.Len("AttentionBackward", "datt", datt, att.Len())
+	check.Len("AttentionBackward", "dpreatt", dpreatt, att.Len())
 	q, k, v := qkvHeads(qkv, t, c, hs)
 	dq, dk, dv := qkvHeads(dqkv, t, c, hs)
 	do, pa, pd := rowHeads(dout, t, c, hs), ttHeads(att, t, nh), ttHeads(dpreatt, t, nh)

@@ -6,7 +6,7 @@ import (
 	"github.com/hpcrun/hpcrun/tensor"
 )
 
-// Shape checks are the tensor package's (tensor.CheckX), shared with the
+// Shape checks are tensor/internal/check's, shared with the
 // CPU device so a wrong shape panics the same way on every backend, before
 // anything is enqueued. Only ownership is checked here, with this device's
 // name in the message.

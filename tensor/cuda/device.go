@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/tensor/internal/check"
 )
 
 // Device is a tensor.Device on one NVIDIA GPU: the device's primary
@@ -557,7 +558,7 @@ func (d *Device) upload(ids []int32) (uintptr, error) {
 // before it returns, so src may be reused at once.
 func (d *Device) CopyFromHost(dst *tensor.Tensor, src []float32) {
 	d.own("CopyFromHost", dst)
-	tensor.CheckCopyFromHost(dst, src)
+	check.CopyFromHost(dst, src)
 	if len(src) == 0 {
 		return
 	}
@@ -573,7 +574,7 @@ func (d *Device) CopyFromHost(dst *tensor.Tensor, src []float32) {
 // device failure dst is filled with NaN and Sync reports the error.
 func (d *Device) CopyToHost(dst []float32, src *tensor.Tensor) {
 	d.own("CopyToHost", src)
-	tensor.CheckCopyToHost(dst, src)
+	check.CopyToHost(dst, src)
 	if len(dst) == 0 {
 		return
 	}
@@ -595,7 +596,7 @@ func (d *Device) CopyToHost(dst []float32, src *tensor.Tensor) {
 // Copy copies src into dst (device to device, on the stream).
 func (d *Device) Copy(dst, src *tensor.Tensor) {
 	d.own("Copy", dst, src)
-	tensor.CheckCopy(dst, src)
+	check.Copy(dst, src)
 	if dst.Len() == 0 {
 		return
 	}

@@ -23,7 +23,7 @@
 // is opened and cached on disk under os.UserCacheDir()/hpcrun/cuda (or
 // HPCRUN_CUDA_CACHE), keyed by the SHA-256 of the source, the architecture
 // and NVRTC's version. Semantics are the CPU device's, and so are the
-// argument checks and panic messages: both call tensor.CheckX; integer inputs (ids, targets, masks) are staged through a
+// argument checks and panic messages: both call tensor/internal/check; integer inputs (ids, targets, masks) are staged through a
 // pinned ring so that callers may reuse them at once.
 //
 // Memory comes from a caching allocator: freed blocks are kept in free lists

@@ -4,6 +4,7 @@ import (
 	"unsafe"
 
 	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/tensor/internal/check"
 )
 
 // cuBLAS constants (cublas_api.h, library_types.h).
@@ -37,7 +38,7 @@ func op(trans bool) uintptr {
 // tensor.Device), through cublasGemmEx at the device's matmul precision.
 func (d *Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a *tensor.Tensor, aOff, lda int, b *tensor.Tensor, bOff, ldb int, beta float32, c *tensor.Tensor, cOff, ldc int) {
 	d.own("Gemm", a, b, c)
-	tensor.CheckGemm(transA, transB, m, n, k, a, aOff, lda, b, bOff, ldb, c, cOff, ldc)
+	check.Gemm(transA, transB, m, n, k, a, aOff, lda, b, bOff, ldb, c, cOff, ldc)
 	d.gemm(transA, transB, m, n, k, alpha, a, aOff, lda, 0, b, bOff, ldb, 0, beta, c, cOff, ldc, 0, 1)
 }
 
@@ -45,7 +46,7 @@ func (d *Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a *tensor
 // cublasGemmStridedBatchedEx (cublasGemmEx for one).
 func (d *Device) GemmStridedBatched(transA, transB bool, m, n, k int, alpha float32, a *tensor.Tensor, aOff, lda, strideA int, b *tensor.Tensor, bOff, ldb, strideB int, beta float32, c *tensor.Tensor, cOff, ldc, strideC, batch int) {
 	d.own("GemmStridedBatched", a, b, c)
-	tensor.CheckGemmStridedBatched(transA, transB, m, n, k, a, aOff, lda, strideA, b, bOff, ldb, strideB, c, cOff, ldc, strideC, batch)
+	check.GemmStridedBatched(transA, transB, m, n, k, a, aOff, lda, strideA, b, bOff, ldb, strideB, c, cOff, ldc, strideC, batch)
 	d.gemm(transA, transB, m, n, k, alpha, a, aOff, lda, strideA, b, bOff, ldb, strideB, beta, c, cOff, ldc, strideC, batch)
 }
 
@@ -64,10 +65,10 @@ func (d *Device) gemm(transA, transB bool, m, n, k int, alpha float32, a *tensor
 	case BF16:
 		if k > 0 {
 			var ok bool
-			if pa, ok = d.toBF16(&d.bfA, pa, tensor.GemmSpan(transA, m, k, lda, strideA, batch)); !ok {
+			if pa, ok = d.toBF16(&d.bfA, pa, check.GemmSpan(transA, m, k, lda, strideA, batch)); !ok {
 				return
 			}
-			if pb, ok = d.toBF16(&d.bfB, pb, tensor.GemmSpan(transB, k, n, ldb, strideB, batch)); !ok {
+			if pb, ok = d.toBF16(&d.bfB, pb, check.GemmSpan(transB, k, n, ldb, strideB, batch)); !ok {
 				return
 			}
 			typ = cudaR16BF

@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/tensor/internal/check"
 )
 
 // kernelNames are the entry points of kernels.cu, looked up at Open.
@@ -118,14 +119,14 @@ func (d *Device) Fill(t *tensor.Tensor, v float32) {
 // Add is out = a + b elementwise.
 func (d *Device) Add(out, a, b *tensor.Tensor) {
 	d.own("Add", out, a, b)
-	tensor.CheckAdd(out, a, b)
+	check.Add(out, a, b)
 	d.elementwise("add_f32", out.Len(), tp(out), tp(a), tp(b), i64(out.Len()))
 }
 
 // Axpy is y += alpha*x elementwise.
 func (d *Device) Axpy(y *tensor.Tensor, alpha float32, x *tensor.Tensor) {
 	d.own("Axpy", y, x)
-	tensor.CheckAxpy(y, x)
+	check.Axpy(y, x)
 	d.elementwise("axpy_f32", y.Len(), tp(y), f32(alpha), tp(x), i64(y.Len()))
 }
 
@@ -139,7 +140,7 @@ func (d *Device) Scale(x *tensor.Tensor, alpha float32) {
 
 func (d *Device) block2D(fn string, dst *tensor.Tensor, dstOff, ldDst int, alpha float32, src *tensor.Tensor, srcOff, ldSrc, rows, cols int, accumulate bool) {
 	d.own(fn, dst, src)
-	if tensor.CheckBlock2D(fn, dst, dstOff, ldDst, src, srcOff, ldSrc, rows, cols) {
+	if check.Block2D(fn, dst, dstOff, ldDst, src, srcOff, ldSrc, rows, cols) {
 		return
 	}
 	acc := 0
@@ -166,14 +167,14 @@ func (d *Device) Axpy2D(dst *tensor.Tensor, dstOff, ldDst int, alpha float32, sr
 // AddBias is out[i] += bias for every row. out is (N,OC), bias is (OC).
 func (d *Device) AddBias(out, bias *tensor.Tensor) {
 	d.own("AddBias", out, bias)
-	tensor.CheckAddBias(out, bias)
+	check.AddBias(out, bias)
 	d.elementwise("add_bias_f32", out.Len(), tp(out), tp(bias), i64(out.Len()), i32(bias.Len()))
 }
 
 // BiasBackward is dbias += column sums of dout. dbias is (OC), dout is (N,OC).
 func (d *Device) BiasBackward(dbias, dout *tensor.Tensor) {
 	d.own("BiasBackward", dbias, dout)
-	n := tensor.CheckBiasBackward(dbias, dout)
+	n := check.BiasBackward(dbias, dout)
 	oc := dbias.Len()
 	if oc == 0 {
 		return
@@ -189,7 +190,7 @@ func (d *Device) BiasBackward(dbias, dout *tensor.Tensor) {
 // outside the table's slice. out is (N,C), ids is (N), table is (V,C).
 func (d *Device) EmbeddingForward(out *tensor.Tensor, ids []int32, table *tensor.Tensor, vocabStart int) {
 	d.own("EmbeddingForward", out, table)
-	n := tensor.CheckEmbeddingForward(out, ids, table)
+	n := check.EmbeddingForward(out, ids, table)
 	c := table.Cols()
 	if n == 0 || c == 0 {
 		return
@@ -207,7 +208,7 @@ func (d *Device) EmbeddingForward(out *tensor.Tensor, ids []int32, table *tensor
 // the table's slice. dtable is (V,C), dout is (N,C), ids is (N).
 func (d *Device) EmbeddingBackward(dtable, dout *tensor.Tensor, ids []int32, vocabStart int) {
 	d.own("EmbeddingBackward", dtable, dout)
-	n := tensor.CheckEmbeddingBackward(dtable, dout, ids)
+	n := check.EmbeddingBackward(dtable, dout, ids)
 	c := dtable.Cols()
 	if n == 0 || c == 0 {
 		return
@@ -227,7 +228,7 @@ func (d *Device) EmbeddingBackward(dtable, dout *tensor.Tensor, ids []int32, voc
 // rstd are (N); weight, bias are (C).
 func (d *Device) LayerNormForward(out, mean, rstd, inp, weight, bias *tensor.Tensor, eps float32) {
 	d.own("LayerNormForward", out, mean, rstd, inp, weight, bias)
-	n := tensor.CheckLayerNormForward(out, mean, rstd, inp, weight, bias)
+	n := check.LayerNormForward(out, mean, rstd, inp, weight, bias)
 	c := weight.Len()
 	if n == 0 {
 		return
@@ -242,7 +243,7 @@ func (d *Device) LayerNormForward(out, mean, rstd, inp, weight, bias *tensor.Ten
 // bias gradients are summed per block, then over blocks in a fixed order.
 func (d *Device) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd *tensor.Tensor) {
 	d.own("LayerNormBackward", dinp, dweight, dbias, dout, inp, weight, mean, rstd)
-	n := tensor.CheckLayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd)
+	n := check.LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd)
 	c := weight.Len()
 	if n == 0 || c == 0 {
 		return
@@ -266,14 +267,14 @@ func (d *Device) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean
 // GELUForward is out = gelu(inp), tanh approximation.
 func (d *Device) GELUForward(out, inp *tensor.Tensor) {
 	d.own("GELUForward", out, inp)
-	tensor.CheckGELUForward(out, inp)
+	check.GELUForward(out, inp)
 	d.elementwise("gelu_forward_f32", out.Len(), tp(out), tp(inp), i64(out.Len()))
 }
 
 // GELUBackward is dinp += gelu'(inp)*dout.
 func (d *Device) GELUBackward(dinp, inp, dout *tensor.Tensor) {
 	d.own("GELUBackward", dinp, inp, dout)
-	tensor.CheckGELUBackward(dinp, inp, dout)
+	check.GELUBackward(dinp, inp, dout)
 	d.elementwise("gelu_backward_f32", inp.Len(), tp(dinp), tp(inp), tp(dout), i64(inp.Len()))
 }
 
@@ -285,7 +286,7 @@ const softmaxThreads = 256 // 8 warps, one row each
 // (B,...,Tq,Tk); keyValid is (B,Tk) or nil.
 func (d *Device) SoftmaxForward(out, inp *tensor.Tensor, scale float32, causal bool, keyValid []int32) {
 	d.own("SoftmaxForward", out, inp)
-	rows, perItem := tensor.CheckSoftmaxForward(out, inp, scale, keyValid)
+	rows, perItem := check.SoftmaxForward(out, inp, scale, keyValid)
 	tk, tq := inp.Dim(-1), inp.Dim(-2)
 	if rows == 0 {
 		return
@@ -311,7 +312,7 @@ func (d *Device) SoftmaxForward(out, inp *tensor.Tensor, scale float32, causal b
 // (B,...,Tq,Tk).
 func (d *Device) SoftmaxBackward(dinp, dout, out *tensor.Tensor, scale float32) {
 	d.own("SoftmaxBackward", dinp, dout, out)
-	rows := tensor.CheckSoftmaxBackward(dinp, dout, out)
+	rows := check.SoftmaxBackward(dinp, dout, out)
 	tk := out.Cols()
 	if rows == 0 {
 		return
@@ -328,7 +329,7 @@ func (d *Device) SoftmaxBackward(dinp, dout, out *tensor.Tensor, scale float32) 
 // rowMax is (N).
 func (d *Device) CrossEntropyRowMax(rowMax, logits *tensor.Tensor) {
 	d.own("CrossEntropyRowMax", rowMax, logits)
-	n := tensor.CheckCrossEntropyRowMax(rowMax, logits)
+	n := check.CrossEntropyRowMax(rowMax, logits)
 	v := logits.Cols()
 	if n == 0 {
 		return
@@ -342,7 +343,7 @@ func (d *Device) CrossEntropyRowMax(rowMax, logits *tensor.Tensor) {
 // logits is (N,V), sumExp and rowMax are (N).
 func (d *Device) CrossEntropySumExp(sumExp, logits, rowMax *tensor.Tensor) {
 	d.own("CrossEntropySumExp", sumExp, logits, rowMax)
-	n := tensor.CheckCrossEntropySumExp(sumExp, logits, rowMax)
+	n := check.CrossEntropySumExp(sumExp, logits, rowMax)
 	v := logits.Cols()
 	if n == 0 {
 		return
@@ -356,7 +357,7 @@ func (d *Device) CrossEntropySumExp(sumExp, logits, rowMax *tensor.Tensor) {
 // targets in the slice, else 0. logits is (N,V), out and targets are (N).
 func (d *Device) CrossEntropyTargetLogit(out, logits *tensor.Tensor, targets []int32, vocabStart int) {
 	d.own("CrossEntropyTargetLogit", out, logits)
-	n := tensor.CheckCrossEntropyTargetLogit(out, logits, targets)
+	n := check.CrossEntropyTargetLogit(out, logits, targets)
 	v := logits.Cols()
 	if n == 0 {
 		return
@@ -374,7 +375,7 @@ func (d *Device) CrossEntropyTargetLogit(out, logits *tensor.Tensor, targets []i
 // 0 where targets[i] < 0. All are (N).
 func (d *Device) CrossEntropyLoss(losses, rowMax, sumExp, targetLogit *tensor.Tensor, targets []int32) {
 	d.own("CrossEntropyLoss", losses, rowMax, sumExp, targetLogit)
-	n := tensor.CheckCrossEntropyLoss(losses, rowMax, sumExp, targetLogit, targets)
+	n := check.CrossEntropyLoss(losses, rowMax, sumExp, targetLogit, targets)
 	if n == 0 {
 		return
 	}
@@ -391,7 +392,7 @@ func (d *Device) CrossEntropyLoss(losses, rowMax, sumExp, targetLogit *tensor.Te
 // dlogits, logits are (N,V); rowMax, sumExp, targets are (N).
 func (d *Device) CrossEntropyBackward(dlogits, logits, rowMax, sumExp *tensor.Tensor, targets []int32, vocabStart int, dloss float32) {
 	d.own("CrossEntropyBackward", dlogits, logits, rowMax, sumExp)
-	n := tensor.CheckCrossEntropyBackward(dlogits, logits, rowMax, sumExp, targets)
+	n := check.CrossEntropyBackward(dlogits, logits, rowMax, sumExp, targets)
 	v := logits.Cols()
 	if n == 0 {
 		return
@@ -410,7 +411,7 @@ func (d *Device) CrossEntropyBackward(dlogits, logits, rowMax, sumExp *tensor.Te
 // AdamW runs one AdamW step on param with its grad and moments m, v.
 func (d *Device) AdamW(param, grad, m, v *tensor.Tensor, p tensor.AdamWParams) {
 	d.own("AdamW", param, grad, m, v)
-	tensor.CheckAdamW(param, grad, m, v, p)
+	check.AdamW(param, grad, m, v, p.Step)
 	gs := p.GradScale
 	if gs == 0 {
 		gs = 1
