@@ -419,7 +419,8 @@ func (t *trainer) dpMean(v float64) (float64, error) {
 }
 
 // evaluate runs the validation set, split over the DP ranks, and returns its
-// mean loss and (classifier) accuracy, the same on every rank.
+// mean loss and (classifier) accuracy over the real samples, the same on
+// every rank.
 func (t *trainer) evaluate(step int) (EvalResult, error) {
 	val := t.data.Val
 	dp := t.cfg.DP()
@@ -429,20 +430,19 @@ func (t *trainer) evaluate(step int) (EvalResult, error) {
 		mine = append(mine, i)
 	}
 	// Every DP rank runs the same number of batches (a collective per
-	// layer), padding the last one with repeats that are not counted.
+	// layer), padding the last one with repeats whose targets are masked
+	// out (-1): the batch's mean loss is then the mean over its real
+	// samples (a language model's samples all have T targets).
 	most := (val.Len() + dp - 1) / dp
 	nb := (most + bsz - 1) / bsz
-	// sums: loss*count, correct, count
-	sums := make([]float32, 3)
+	var loss, correct float64 // loss summed over real samples
 	idx := make([]int, bsz)
 	var b Batch
 	for k := 0; k < nb; k++ {
-		real := 0
+		real := min(max(len(mine)-k*bsz, 0), bsz)
 		for j := range idx {
-			i := k*bsz + j
-			if i < len(mine) {
+			if i := k*bsz + j; i < len(mine) {
 				idx[j] = mine[i]
-				real++
 			} else if len(mine) > 0 {
 				idx[j] = mine[i%len(mine)]
 			} else {
@@ -450,20 +450,22 @@ func (t *trainer) evaluate(step int) (EvalResult, error) {
 			}
 		}
 		val.Gather(&b, idx)
+		maskPadding(&b, real)
 		l, err := t.model.Forward(&b, false)
 		if err != nil {
 			return EvalResult{}, err
 		}
-		sums[0] += float32(l) * float32(real)
-		sums[2] += float32(real)
+		loss += l * float64(real)
 		if pred := t.model.Predictions(); pred != nil {
 			for j := 0; j < real; j++ {
 				if pred[j] == b.Labels[j] {
-					sums[1]++
+					correct++
 				}
 			}
 		}
 	}
+	// sums: loss, correct, count
+	sums := []float32{float32(loss), float32(correct), float32(len(mine))}
 	if dp > 1 {
 		if err := t.dp.AllReduce(sums, nccl.Sum); err != nil {
 			return EvalResult{}, err
@@ -477,4 +479,19 @@ func (t *trainer) evaluate(step int) (EvalResult, error) {
 		e.Accuracy = float64(sums[1] / sums[2])
 	}
 	return e, nil
+}
+
+// maskPadding sets the targets (labels) of b's samples from real on to -1,
+// which the loss ignores.
+func maskPadding(b *Batch, real int) {
+	for j := real; j < b.B; j++ {
+		if b.Targets != nil {
+			for i := j * b.T; i < (j+1)*b.T; i++ {
+				b.Targets[i] = -1
+			}
+		}
+		if b.Labels != nil {
+			b.Labels[j] = -1
+		}
+	}
 }
