@@ -72,6 +72,7 @@ func BenchStep(cfg Config, dev tensor.Device, warmup, steps int) (StepTiming, er
 	if err != nil {
 		return StepTiming{}, err
 	}
+	defer opt.Close()
 	var b Batch
 	idx := make([]int, B)
 	for i := range idx {

@@ -204,6 +204,7 @@ func (t *transformer) Predictions() []int32 {
 
 // Close implements model.
 func (t *transformer) Close() {
+	t.releaseLayers()
 	for _, x := range t.allocated {
 		t.dev.Free(x)
 	}
@@ -213,6 +214,31 @@ func (t *transformer) Close() {
 		t.dev.Free(p.Grad)
 	}
 	t.params = nil
+}
+
+// releaseLayers frees the layers' activation buffers.
+func (t *transformer) releaseLayers() {
+	for _, b := range t.blocks {
+		b.Release()
+	}
+	if t.wte != nil {
+		t.wte.Release()
+	}
+	if t.wpe != nil {
+		t.wpe.Release()
+	}
+	if t.lnf != nil {
+		t.lnf.Release()
+	}
+	if t.head != nil {
+		t.head.Release()
+	}
+	if t.fc2 != nil {
+		t.fc2.Release()
+	}
+	if t.loss != nil {
+		t.loss.Release()
+	}
 }
 
 // Forward implements model.

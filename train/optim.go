@@ -30,15 +30,27 @@ func NewAdamW(dev tensor.Device, params []*parallel.Param, weightDecay, clip flo
 	for _, p := range params {
 		m, err := dev.Alloc(p.Data.Shape()...)
 		if err != nil {
+			o.Close()
 			return nil, fmt.Errorf("adamw %s: %w", p.Name, err)
 		}
 		v, err := dev.Alloc(p.Data.Shape()...)
 		if err != nil {
+			dev.Free(m)
+			o.Close()
 			return nil, fmt.Errorf("adamw %s: %w", p.Name, err)
 		}
 		o.m, o.v = append(o.m, m), append(o.v, v)
 	}
 	return o, nil
+}
+
+// Close frees the moments; the optimizer must not be used again.
+func (o *AdamW) Close() {
+	for i := range o.m {
+		o.dev.Free(o.m[i])
+		o.dev.Free(o.v[i])
+	}
+	o.m, o.v = nil, nil
 }
 
 // GradNorm is the L2 norm of the whole model's gradient. Sharded parameters
