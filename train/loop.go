@@ -135,6 +135,7 @@ type trainer struct {
 	commNow func() time.Duration
 
 	runDir   string
+	host     string // names this machine in the run line
 	stop     <-chan struct{}
 	closeDev func() error // closes a device the trainer opened
 	start    int          // optimizer steps done before this run (resumed)
@@ -191,7 +192,7 @@ func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*t
 			return nil, err
 		}
 	}
-	t := &trainer{cfg: cfg, world: world, data: data, w: w, dev: opt.Device, runDir: opt.RunDir, stop: opt.Stop}
+	t := &trainer{cfg: cfg, world: world, data: data, w: w, dev: opt.Device, runDir: opt.RunDir, host: opt.Host, stop: opt.Stop}
 	if world.Rank() == 0 {
 		t.log = opt.Log
 	}
@@ -271,9 +272,9 @@ func (t *trainer) writeRunLine() error {
 	if err != nil {
 		return err
 	}
-	host := ""
-	if h, err := os.Hostname(); err == nil {
-		host = h
+	host := t.host
+	if host == "" {
+		host, _ = os.Hostname()
 	}
 	return t.w.Run(metrics.RunInfo{
 		Config: cfgJSON, Rank: t.world.Rank(), World: t.world.Size(),

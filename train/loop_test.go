@@ -169,3 +169,36 @@ func TestPaddedVocabEquivalence(t *testing.T) {
 		t.Errorf("first loss %.3f, want about ln(50257) = 10.8", ref[0])
 	}
 }
+
+// TestRunLineHost checks that the run line records the host the caller
+// names (Options.Host, the Slurm node name) and this machine's name when
+// none is given.
+func TestRunLineHost(t *testing.T) {
+	cfg := smallConfig("bert")
+	cfg.Steps = 1
+	data, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, _ := os.Hostname()
+	for _, tc := range []struct{ host, want string }{{"r14i3n7", "r14i3n7"}, {"", self}} {
+		dir := t.TempDir()
+		err := nccl.RunInProcess(1, func(c nccl.Comm) error {
+			_, err := Run(context.Background(), cfg, c, Options{Data: data, RunDir: dir, Host: tc.host})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := metrics.ReadRank(metrics.RankFile(dir, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Info == nil {
+			t.Fatalf("Options.Host %q: no run line", tc.host)
+		}
+		if l.Info.Host != tc.want {
+			t.Errorf("Options.Host %q: run line host %q, want %q", tc.host, l.Info.Host, tc.want)
+		}
+	}
+}
