@@ -69,7 +69,7 @@ func (rt *cudaRT) download(t *testing.T, p uintptr, n int) []float32 {
 
 // One rank per GPU: on a one-GPU machine NCCL runs a world of one (it
 // refuses the same GPU twice in a communicator).
-func TestNCCLOneRank(t *testing.T) {
+func TestGPUNCCLOneRank(t *testing.T) {
 	if err := NCCLAvailable(); err != nil {
 		t.Skipf("NCCL backend unavailable: %v", err)
 	}
