@@ -13,8 +13,9 @@ import (
 // one stream: work enqueued after a Free that touches a reused block runs
 // after the work that used it before.
 //
-// Accounting: cur and peak count the bytes callers asked for (as on the CPU
-// device); reserved counts what is held from the driver, cached blocks
+// Accounting: cur counts the bytes callers asked for (as on the CPU
+// device); peak is the most of cur plus the kernels' scratch (work) at
+// once; reserved counts what is held from the driver, cached blocks
 // included.
 type allocator struct {
 	raw     func(bytes int64) (uintptr, error) // cuMemAlloc
@@ -24,7 +25,8 @@ type allocator struct {
 	free  map[int64][]uintptr // size class -> cached blocks
 	live  map[uintptr]block   // blocks handed out
 	cur   int64
-	peak  int64
+	peak  int64 // most cur+work
+	work  int64 // the kernels' scratch (workspace), outside cur
 	held  int64 // reserved: live and cached blocks
 	stats AllocStats
 }
@@ -37,7 +39,7 @@ type block struct {
 // AllocStats counts the caching allocator's work.
 type AllocStats struct {
 	Current  int64 // bytes of live tensors (as asked for)
-	Peak     int64 // most Current since the device was opened or ResetPeak
+	Peak     int64 // most Current plus Workspace at once since the device was opened or ResetPeak
 	Reserved int64 // bytes held from the driver: live blocks and cached free ones
 	Mallocs  int64 // cuMemAlloc calls
 	Reuses   int64 // allocations served from the cache
@@ -64,6 +66,13 @@ func sizeClass(bytes int64) int64 {
 	e := 63 - bits.LeadingZeros64(uint64(bytes)) // 2^e <= bytes < 2^(e+1)
 	step := int64(1) << (e - 2)
 	return (bytes + step - 1) / step * step
+}
+
+// workspace counts delta bytes of scratch taken (or, negative, given back)
+// straight from the driver: outside cur, inside peak.
+func (a *allocator) workspace(delta int64) {
+	a.work += delta
+	a.peak = max(a.peak, a.cur+a.work)
 }
 
 func newAllocator(raw func(int64) (uintptr, error), release func(uintptr) error, sync func() error) *allocator {
@@ -96,7 +105,7 @@ func (a *allocator) alloc(bytes int64) (uintptr, error) {
 	}
 	a.live[p] = block{class: class, asked: bytes}
 	a.cur += bytes
-	a.peak = max(a.peak, a.cur)
+	a.peak = max(a.peak, a.cur+a.work)
 	return p, nil
 }
 

@@ -153,3 +153,35 @@ func TestAllocatorDoubleFreePanics(t *testing.T) {
 	}()
 	a.freeBlock(p)
 }
+
+// The kernels' scratch (the bf16 copies of GEMM operands, say) counts in
+// the peak but not in the current allocation; growing it gives the old
+// block back first.
+func TestScratchCountsInPeak(t *testing.T) {
+	f, a := newFake(0)
+	p, err := a.alloc(1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s scratch
+	if _, err := s.grow(a, 100<<10); err != nil {
+		t.Fatal(err)
+	}
+	if a.cur != 1000 || a.peak != 1000+100<<10 {
+		t.Fatalf("with 100 KiB of scratch: cur %d, peak %d, want 1000 and %d", a.cur, a.peak, 1000+100<<10)
+	}
+	if _, err := s.grow(a, 300<<10); err != nil {
+		t.Fatal(err)
+	}
+	if a.peak != 1000+300<<10 || f.held != sizeClass(1000)+300<<10 || f.syncs != 1 {
+		t.Fatalf("grown to 300 KiB: peak %d, driver holds %d, %d syncs; want %d, %d, 1", a.peak, f.held, f.syncs, 1000+300<<10, sizeClass(1000)+300<<10)
+	}
+	a.freeBlock(p)
+	s.free(a)
+	if err := a.emptyCache(); err != nil {
+		t.Fatal(err)
+	}
+	if a.cur != 0 || a.work != 0 || f.held != 0 || a.peak != 1000+300<<10 {
+		t.Fatalf("after freeing: cur %d, work %d, driver holds %d, peak %d", a.cur, a.work, f.held, a.peak)
+	}
+}

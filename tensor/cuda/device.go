@@ -215,7 +215,8 @@ func (d *Device) loadKernels(o Options) error {
 		return fmt.Errorf("loading the kernels compiled for %s by NVRTC %d.%d (is the driver older than NVRTC?): %w", d.arch, l.nvrtc.major, l.nvrtc.minor, err)
 	}
 	d.fromCache = fromCache
-	for _, name := range kernelNames {
+	for _, k := range kernels {
+		name := k.name
 		var f uintptr
 		nameC := cstr(name)
 		if err := l.cuErr("cuModuleGetFunction("+name+")", call(l.cu.moduleGetFunction, uintptr(unsafe.Pointer(&f)), d.module, uintptr(unsafe.Pointer(&nameC[0])))); err != nil {
@@ -395,7 +396,9 @@ func (d *Device) Free(t *tensor.Tensor) {
 	}
 }
 
-// MemStats reports the bytes of live tensors and the peak.
+// MemStats reports the bytes of live tensors and the peak, which also
+// counts the kernels' scratch (bf16 GEMM operands, reduction partials,
+// staged ids) held at the time.
 func (d *Device) MemStats() tensor.MemStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -418,7 +421,7 @@ func (d *Device) AllocStats() AllocStats {
 func (d *Device) ResetPeak() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.alloc.peak = d.alloc.cur
+	d.alloc.peak = d.alloc.cur + d.alloc.work
 }
 
 // EmptyCache returns the allocator's cached free blocks to the driver.
@@ -456,34 +459,41 @@ type scratch struct {
 	bytes int64
 }
 
-func (s *scratch) get(d *Device, bytes int64) (uintptr, error) {
+func (s *scratch) get(d *Device, bytes int64) (uintptr, error) { return s.grow(d.alloc, bytes) }
+
+// grow makes s hold at least bytes, through a's driver calls; a counts
+// the scratch in its peak (a device that needs it needs the memory).
+func (s *scratch) grow(a *allocator, bytes int64) (uintptr, error) {
 	if bytes <= s.bytes {
 		return s.ptr, nil
 	}
 	bytes = max(bytes, 2*s.bytes, 1<<16)
 	if s.ptr != 0 {
-		if err := d.streamSync(); err != nil {
+		if err := a.sync(); err != nil {
 			return 0, err
 		}
-		d.memFree(s.ptr)
-		s.ptr, s.bytes = 0, 0
+		s.free(a)
 	}
-	p, err := d.memAlloc(bytes)
+	p, err := a.raw(bytes)
 	if err != nil && errors.Is(err, ErrOutOfMemory) {
-		if d.alloc.emptyCache() == nil {
-			p, err = d.memAlloc(bytes)
+		if a.emptyCache() == nil {
+			p, err = a.raw(bytes)
 		}
 	}
 	if err != nil {
 		return 0, err
 	}
 	s.ptr, s.bytes = p, bytes
+	a.workspace(bytes)
 	return p, nil
 }
 
-func (s *scratch) release(d *Device) {
+func (s *scratch) release(d *Device) { s.free(d.alloc) }
+
+func (s *scratch) free(a *allocator) {
 	if s.ptr != 0 {
-		d.memFree(s.ptr)
+		a.release(s.ptr)
+		a.workspace(-s.bytes)
 		s.ptr, s.bytes = 0, 0
 	}
 }
@@ -509,6 +519,7 @@ func (r *idRing) release(d *Device) {
 	}
 	if r.dev != 0 {
 		d.memFree(r.dev)
+		d.alloc.workspace(-int64(r.n) * 4)
 		r.dev = 0
 	}
 	r.n, r.pos = 0, 0
@@ -540,6 +551,7 @@ func (d *Device) upload(ids []int32) (uintptr, error) {
 				return 0, err
 			}
 			r.host, r.dev, r.n = host, dev, size
+			d.alloc.workspace(int64(size) * 4)
 		}
 	}
 	copy(unsafe.Slice((*int32)(r.host), r.n)[r.pos:r.pos+n], ids)

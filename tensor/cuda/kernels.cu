@@ -7,7 +7,9 @@
 //
 // Launch shapes (see kernels.go): elementwise kernels take a grid-stride
 // loop over n; row kernels take one block per row (grid-stride over rows)
-// with blockDim a multiple of 32, at most 1024.
+// with blockDim a multiple of 32, at most 1024 (ROW_BOUNDS). kernels.go's
+// kernels table holds each kernel's largest launch; a test compiles this
+// file for sm_70, sm_80 and sm_90 and checks the register counts allow it.
 
 typedef unsigned short bf16_t;
 
@@ -60,6 +62,13 @@ __device__ float block_max(float v, float* sh) {
     v = lane < nw ? sh[lane] : NEG_INF;
     return warp_max(v);
 }
+
+// ROW_BOUNDS marks the kernels launched with up to 1024 threads a block
+// (one block per row, and bias_backward's 32x32): without it the compiler
+// may give a thread more than 64 registers, and a 1024-thread launch then
+// fails with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (65536 registers a block).
+#define MAX_ROW_THREADS 1024
+#define ROW_BOUNDS __launch_bounds__(MAX_ROW_THREADS)
 
 #define GRID_STRIDE(i, n) \
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
@@ -116,7 +125,7 @@ extern "C" __global__ void add_bias_f32(float* out, const float* bias, long long
 
 // bias_backward: dbias += column sums of dout (N,OC). Block (32,32): x is
 // a column within the block's 32, y strides over rows; a deterministic sum.
-extern "C" __global__ void bias_backward_f32(float* dbias, const float* dout, long long rows, int oc) {
+extern "C" __global__ void ROW_BOUNDS bias_backward_f32(float* dbias, const float* dout, long long rows, int oc) {
     __shared__ float sh[32][33];
     int j = blockIdx.x * 32 + threadIdx.x;
     float s = 0.f;
@@ -135,7 +144,7 @@ extern "C" __global__ void bias_backward_f32(float* dbias, const float* dout, lo
 // --- embedding ---
 
 // embedding_forward: out (N,C) = table (V,C) rows ids[i]-start, zeros outside.
-extern "C" __global__ void embedding_forward_f32(float* out, const int* ids, const float* table,
+extern "C" __global__ void ROW_BOUNDS embedding_forward_f32(float* out, const int* ids, const float* table,
                                                  long long rows, int c, long long v, long long start) {
     for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
         long long id = (long long)ids[i] - start;
@@ -151,7 +160,7 @@ extern "C" __global__ void embedding_forward_f32(float* out, const int* ids, con
 
 // embedding_backward: dtable[ids[i]-start] += dout[i]; repeated ids add
 // with atomics.
-extern "C" __global__ void embedding_backward_f32(float* dtable, const float* dout, const int* ids,
+extern "C" __global__ void ROW_BOUNDS embedding_backward_f32(float* dtable, const float* dout, const int* ids,
                                                   long long rows, int c, long long v, long long start) {
     for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
         long long id = (long long)ids[i] - start;
@@ -165,7 +174,7 @@ extern "C" __global__ void embedding_backward_f32(float* dtable, const float* do
 // --- layernorm ---
 
 // layernorm_forward: one block per row of inp (N,C); mean and rstd are (N).
-extern "C" __global__ void layernorm_forward_f32(float* out, float* mean, float* rstd, const float* inp,
+extern "C" __global__ void ROW_BOUNDS layernorm_forward_f32(float* out, float* mean, float* rstd, const float* inp,
                                                  const float* weight, const float* bias,
                                                  long long rows, int c, float eps) {
     __shared__ float sh[32];
@@ -193,7 +202,7 @@ extern "C" __global__ void layernorm_forward_f32(float* out, float* mean, float*
 // dinp and keeps its dweight and dbias partial sums in part (gridDim.x,2,C),
 // each thread owning the columns j = threadIdx.x mod blockDim.x, so that
 // layernorm_param_grads can add them in a fixed order.
-extern "C" __global__ void layernorm_backward_f32(float* dinp, float* part, const float* dout,
+extern "C" __global__ void ROW_BOUNDS layernorm_backward_f32(float* dinp, float* part, const float* dout,
                                                   const float* inp, const float* weight,
                                                   const float* mean, const float* rstd,
                                                   long long rows, int c) {
@@ -322,7 +331,7 @@ extern "C" __global__ void softmax_backward_f32(float* dinp, const float* dout, 
 
 // --- cross-entropy pieces: one block per row of logits (N,V) ---
 
-extern "C" __global__ void ce_row_max_f32(float* rowMax, const float* logits, long long rows, int v) {
+extern "C" __global__ void ROW_BOUNDS ce_row_max_f32(float* rowMax, const float* logits, long long rows, int v) {
     __shared__ float sh[32];
     for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
         const float* x = logits + i * v;
@@ -333,7 +342,7 @@ extern "C" __global__ void ce_row_max_f32(float* rowMax, const float* logits, lo
     }
 }
 
-extern "C" __global__ void ce_sum_exp_f32(float* sumExp, const float* logits, const float* rowMax,
+extern "C" __global__ void ROW_BOUNDS ce_sum_exp_f32(float* sumExp, const float* logits, const float* rowMax,
                                           long long rows, int v) {
     __shared__ float sh[32];
     for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
@@ -364,7 +373,7 @@ extern "C" __global__ void ce_loss_f32(float* losses, const float* rowMax, const
 }
 
 // ce_backward: dlogits += dloss*(softmax - onehot) on rows with a target.
-extern "C" __global__ void ce_backward_f32(float* dlogits, const float* logits, const float* rowMax,
+extern "C" __global__ void ROW_BOUNDS ce_backward_f32(float* dlogits, const float* logits, const float* rowMax,
                                            const float* sumExp, const int* targets, long long rows, int v,
                                            long long start, float dloss) {
     for (long long i = blockIdx.x; i < rows; i += gridDim.x) {

@@ -9,16 +9,26 @@ import (
 	"github.com/hpcrun/hpcrun/tensor/internal/check"
 )
 
-// kernelNames are the entry points of kernels.cu, looked up at Open.
-var kernelNames = []string{
-	"fill_f32", "add_f32", "axpy_f32", "scale_f32", "block2d_f32", "f32_to_bf16",
-	"add_bias_f32", "bias_backward_f32",
-	"embedding_forward_f32", "embedding_backward_f32",
-	"layernorm_forward_f32", "layernorm_backward_f32", "layernorm_param_grads_f32",
-	"gelu_forward_f32", "gelu_backward_f32",
-	"softmax_forward_f32", "softmax_backward_f32",
-	"ce_row_max_f32", "ce_sum_exp_f32", "ce_target_logit_f32", "ce_loss_f32", "ce_backward_f32",
-	"adamw_f32", "sum_squares_f32",
+// kernels are the entry points of kernels.cu, looked up at Open, with the
+// most threads a block the Go side launches each with: elementwise and
+// softmax kernels elemThreads (softmaxThreads), one-block-per-row kernels
+// up to maxRowThreads (rowThreads), bias_backward 32x32. The NVRTC test
+// checks that each kernel's register count allows its largest launch.
+var kernels = []struct {
+	name       string
+	maxThreads int
+}{
+	{"fill_f32", elemThreads}, {"add_f32", elemThreads}, {"axpy_f32", elemThreads},
+	{"scale_f32", elemThreads}, {"block2d_f32", elemThreads}, {"f32_to_bf16", elemThreads},
+	{"add_bias_f32", elemThreads}, {"bias_backward_f32", 32 * 32},
+	{"embedding_forward_f32", maxRowThreads}, {"embedding_backward_f32", maxRowThreads},
+	{"layernorm_forward_f32", maxRowThreads}, {"layernorm_backward_f32", maxRowThreads},
+	{"layernorm_param_grads_f32", elemThreads},
+	{"gelu_forward_f32", elemThreads}, {"gelu_backward_f32", elemThreads},
+	{"softmax_forward_f32", softmaxThreads}, {"softmax_backward_f32", softmaxThreads},
+	{"ce_row_max_f32", maxRowThreads}, {"ce_sum_exp_f32", maxRowThreads},
+	{"ce_target_logit_f32", elemThreads}, {"ce_loss_f32", elemThreads}, {"ce_backward_f32", maxRowThreads},
+	{"adamw_f32", elemThreads}, {"sum_squares_f32", elemThreads},
 }
 
 // karg is one kernel argument in a 64-bit slot. cuLaunchKernel reads as
@@ -45,11 +55,15 @@ func (d *Device) grid1(n int, threads int) dim3 {
 	return dim3{uint32(max(b, 1)), 1, 1}
 }
 
+// maxRowThreads is the largest block of a one-block-per-row kernel
+// (MAX_ROW_THREADS in kernels.cu, whose __launch_bounds__ allow it).
+const maxRowThreads = 1024
+
 // rowThreads is the block size of a one-block-per-row kernel over rows of
-// c elements: a multiple of 32, at most 1024.
+// c elements: a multiple of 32, at most maxRowThreads.
 func rowThreads(c int) int {
 	t := (c + 31) / 32 * 32
-	return min(max(t, 32), 1024)
+	return min(max(t, 32), maxRowThreads)
 }
 
 // launch enqueues kernel name. Called between enter and leave; a failed

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"unsafe"
@@ -56,6 +58,7 @@ type nvrtcAPI struct {
 	getProgramLogSize, getProgramLog                       uintptr
 	getCUBINSize, getCUBIN, getPTXSize, getPTX             uintptr
 	getErrorString                                         uintptr
+	numSupportedArchs, supportedArchs                      uintptr // 0 before NVRTC 11.2
 	name                                                   string
 	major, minor                                           int
 }
@@ -78,33 +81,143 @@ func loadLibs() (*libs, error) {
 	return libsVal, libsErr
 }
 
-// dlopenFirst opens the first of names that loads, looking in the
-// directories of LibPathEnv first. The error lists what was tried.
-func dlopenFirst(what, hint string, names []string) (uintptr, string, error) {
+// libDirs are the directories of LibPathEnv, in order.
+func libDirs() []string {
 	var dirs []string
 	for _, d := range strings.Split(os.Getenv(LibPathEnv), ":") {
 		if d != "" {
 			dirs = append(dirs, d)
 		}
 	}
-	var tried []string
+	return dirs
+}
+
+// candidates are the paths dlopenFirst tries for name: name in each of
+// dirs, then name alone (the dynamic linker's search).
+func candidates(dirs []string, name string) []string {
+	var c []string
+	for _, d := range dirs {
+		c = append(c, filepath.Join(d, name))
+	}
+	return append(c, name)
+}
+
+// dlopenFirst opens the first of names that loads, looking in the
+// directories of LibPathEnv first; accept, when not nil, may refuse a
+// library that loaded (with the reason). The error lists what was tried.
+func dlopenFirst(what, hint string, names []string, accept func(h uintptr, path string) error) (uintptr, string, error) {
+	dirs := libDirs()
+	var tried, refused []string
 	var lastErr error
 	for _, name := range names {
-		cands := []string{}
-		for _, d := range dirs {
-			cands = append(cands, filepath.Join(d, name))
-		}
-		cands = append(cands, name)
-		for _, c := range cands {
-			h, err := purego.Dlopen(c, purego.RTLD_NOW|purego.RTLD_GLOBAL)
-			if err == nil {
-				return h, c, nil
+		for _, c := range candidates(dirs, name) {
+			h, err := dlopenWithCompanions(c)
+			if err != nil {
+				tried = append(tried, c)
+				lastErr = err
+				continue
 			}
-			tried = append(tried, c)
-			lastErr = err
+			if accept != nil {
+				if err := accept(h, c); err != nil {
+					purego.Dlclose(h)
+					refused = append(refused, err.Error())
+					continue
+				}
+			}
+			return h, c, nil
 		}
 	}
+	if len(refused) > 0 {
+		return 0, "", fmt.Errorf("cannot use %s: %s", what, strings.Join(refused, "; "))
+	}
 	return 0, "", fmt.Errorf("cannot load %s (tried %s; %v): %s", what, strings.Join(tried, ", "), lastErr, hint)
+}
+
+// dlopenWithCompanions opens path with RTLD_GLOBAL. A path with a
+// directory is a library found through LibPathEnv, whose directory the
+// dynamic linker does not search: the libraries it loads itself
+// (libcublasLt for cuBLAS, libnvrtc-builtins for NVRTC) are opened from the
+// same directory first, so that its own dlopen by name finds them loaded.
+func dlopenWithCompanions(path string) (uintptr, error) {
+	if dir, name := filepath.Split(path); dir != "" {
+		for _, c := range companions(dir, name) {
+			if _, err := purego.Dlopen(c, purego.RTLD_NOW|purego.RTLD_GLOBAL); err != nil {
+				return 0, fmt.Errorf("%s needs %s: %w", path, c, err)
+			}
+		}
+	}
+	return purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+}
+
+// companionPrefix maps a library's name prefix to the library it loads at
+// run time from its own directory.
+var companionPrefix = map[string]string{
+	"libcublas.so": "libcublasLt.so",
+	"libnvrtc.so":  "libnvrtc-builtins.so",
+}
+
+// companions lists the files of dir that library name (e.g.
+// "libnvrtc.so.12") needs opened first: those of its companion with the
+// same major version (libnvrtc-builtins.so.12.4, libcublasLt.so.12), the
+// exact version first, newest first otherwise. A library without one in
+// dir needs none (its companion is elsewhere on the linker's path).
+func companions(dir, name string) []string {
+	for prefix, comp := range companionPrefix {
+		ver, ok := strings.CutPrefix(name, prefix)
+		if !ok || (ver != "" && ver[0] != '.') {
+			continue
+		}
+		major, _, _ := strings.Cut(strings.TrimPrefix(ver, "."), ".")
+		if major != "" {
+			major = "." + major
+		}
+		if exact := filepath.Join(dir, comp+ver); ver != "" && fileExists(exact) {
+			return []string{exact}
+		}
+		matches, _ := filepath.Glob(filepath.Join(dir, comp+major+"*"))
+		var found []string
+		for _, m := range matches {
+			rest := strings.TrimPrefix(filepath.Base(m), comp+major)
+			if rest == "" || rest[0] == '.' {
+				found = append(found, m)
+			}
+		}
+		sort.Slice(found, func(i, j int) bool { return versionLess(found[j], found[i]) })
+		if len(found) > 0 {
+			return found[:1]
+		}
+	}
+	return nil
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}
+
+// versionLess orders library file names by their numeric version suffix
+// (libx.so.12.4 < libx.so.12.10).
+func versionLess(a, b string) bool {
+	va, vb := soVersion(a), soVersion(b)
+	for i := 0; i < min(len(va), len(vb)); i++ {
+		if va[i] != vb[i] {
+			return va[i] < vb[i]
+		}
+	}
+	return len(va) < len(vb)
+}
+
+func soVersion(path string) []int {
+	_, ver, _ := strings.Cut(filepath.Base(path), ".so")
+	var v []int
+	for _, f := range strings.Split(strings.TrimPrefix(ver, "."), ".") {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			break
+		}
+		v = append(v, n)
+	}
+	return v
 }
 
 // bind resolves each symbol of h into its slot; optional ones may be absent.
@@ -131,7 +244,7 @@ func openLibs() (*libs, error) {
 		return nil, fmt.Errorf("the CUDA backend needs Linux, not %s", runtime.GOOS)
 	}
 	l := &libs{}
-	h, name, err := dlopenFirst("the CUDA driver", "install the NVIDIA driver (is there a GPU on this machine?)", cudaNames)
+	h, name, err := dlopenFirst("the CUDA driver", "install the NVIDIA driver (is there a GPU on this machine?)", cudaNames, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +272,7 @@ func openLibs() (*libs, error) {
 		return nil, err
 	}
 
-	h, name, err = dlopenFirst("cuBLAS", "install the CUDA toolkit's cuBLAS, or pip's nvidia-cublas and add its lib directory to "+LibPathEnv+" or LD_LIBRARY_PATH", cublasNames)
+	h, name, err = dlopenFirst("cuBLAS", "install the CUDA toolkit's cuBLAS, or pip's nvidia-cublas and add its lib directory to "+LibPathEnv+" or LD_LIBRARY_PATH", cublasNames, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -175,11 +288,41 @@ func openLibs() (*libs, error) {
 		return nil, err
 	}
 
-	h, name, err = dlopenFirst("NVRTC", "install the CUDA toolkit's NVRTC, or pip's nvidia-cuda-nvrtc and add its lib directory to "+LibPathEnv+" or LD_LIBRARY_PATH", nvrtcNames)
-	if err != nil {
+	var driver int32
+	if err := l.cuErr("cuDriverGetVersion", call(cu.driverGetVersion, uintptr(unsafe.Pointer(&driver)))); err != nil {
 		return nil, err
 	}
-	n := &l.nvrtc
+	if err := l.nvrtc.open(int(driver)); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// nvrtcHint says where NVRTC comes from.
+const nvrtcHint = "install the CUDA toolkit's NVRTC, or pip's nvidia-cuda-nvrtc and add its lib directory to " + LibPathEnv + " or LD_LIBRARY_PATH"
+
+// open loads the newest NVRTC whose kernels a driver of version driver
+// (cuDriverGetVersion's 1000*major+10*minor; 0: any) can load: a CUBIN
+// from a newer major release than the driver's does not load, so a
+// libnvrtc.so.13 beside a 12.x driver is passed over for an older one, and
+// the error says so when there is none.
+func (n *nvrtcAPI) open(driver int) error {
+	accept := func(h uintptr, path string) error {
+		if err := n.bind(h, path); err != nil {
+			return err
+		}
+		if driver > 0 && n.major > driver/1000 {
+			return fmt.Errorf("%s is NVRTC %d.%d but the driver supports CUDA %d.%d, and kernels compiled by a newer major release do not load: install NVRTC %d (pip's nvidia-cuda-nvrtc-cu%d) or a newer driver",
+				path, n.major, n.minor, driver/1000, driver%1000/10, driver/1000, driver/1000)
+		}
+		return nil
+	}
+	_, _, err := dlopenFirst("NVRTC", nvrtcHint, nvrtcNames, accept)
+	return err
+}
+
+// bind resolves NVRTC's entry points in h and reads its version.
+func (n *nvrtcAPI) bind(h uintptr, name string) error {
 	n.name = name
 	if err := bind(h, name, map[string]*uintptr{
 		"nvrtcVersion": &n.version, "nvrtcCreateProgram": &n.createProgram,
@@ -187,16 +330,17 @@ func openLibs() (*libs, error) {
 		"nvrtcGetProgramLogSize": &n.getProgramLogSize, "nvrtcGetProgramLog": &n.getProgramLog,
 		"nvrtcGetCUBINSize": &n.getCUBINSize, "nvrtcGetCUBIN": &n.getCUBIN,
 		"nvrtcGetPTXSize": &n.getPTXSize, "nvrtcGetPTX": &n.getPTX,
-		"nvrtcGetErrorString": &n.getErrorString,
-	}); err != nil {
-		return nil, err
+		"nvrtcGetErrorString":       &n.getErrorString,
+		"nvrtcGetNumSupportedArchs": &n.numSupportedArchs, "nvrtcGetSupportedArchs": &n.supportedArchs,
+	}, "nvrtcGetNumSupportedArchs", "nvrtcGetSupportedArchs"); err != nil {
+		return err
 	}
 	var major, minor int32
-	if err := l.nvrtcErr("nvrtcVersion", call(n.version, uintptr(unsafe.Pointer(&major)), uintptr(unsafe.Pointer(&minor)))); err != nil {
-		return nil, err
+	if r := call(n.version, uintptr(unsafe.Pointer(&major)), uintptr(unsafe.Pointer(&minor))); r != 0 {
+		return fmt.Errorf("%s: nvrtcVersion failed (nvrtcResult %d)", name, r)
 	}
 	n.major, n.minor = int(major), int(minor)
-	return l, nil
+	return nil
 }
 
 // call invokes a C function that returns a 32-bit status.

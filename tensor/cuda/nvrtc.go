@@ -100,9 +100,49 @@ func writeAtomic(path string, b []byte) error {
 // cstr is s as a NUL-terminated byte slice.
 func cstr(s string) []byte { return append([]byte(s), 0) }
 
+// archs lists the architectures NVRTC can compile for, as "sm_XY"
+// (nil from an NVRTC older than 11.2, which cannot say).
+func (n *nvrtcAPI) archs() []string {
+	if n.numSupportedArchs == 0 || n.supportedArchs == 0 {
+		return nil
+	}
+	var num int32
+	if call(n.numSupportedArchs, uintptr(unsafe.Pointer(&num))) != 0 || num <= 0 {
+		return nil
+	}
+	v := make([]int32, num)
+	if call(n.supportedArchs, uintptr(unsafe.Pointer(&v[0]))) != 0 {
+		return nil
+	}
+	out := make([]string, len(v))
+	for i, a := range v {
+		out[i] = fmt.Sprintf("sm_%d", a)
+	}
+	return out
+}
+
+// checkArch says exactly why NVRTC cannot compile for arch, or nil when
+// it can (or cannot say).
+func (n *nvrtcAPI) checkArch(arch string) error {
+	known := n.archs()
+	if known == nil {
+		return nil
+	}
+	for _, a := range known {
+		if a == arch {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s (NVRTC %d.%d) cannot compile for %s: it knows %s to %s; %s needs a newer NVRTC (sm_90 came with CUDA 11.8)",
+		n.name, n.major, n.minor, arch, known[0], known[len(known)-1], arch)
+}
+
 // compileNVRTC compiles src for arch (sm_XY) into a CUBIN.
 func (l *libs) compileNVRTC(src, name, arch string) ([]byte, error) {
 	n := &l.nvrtc
+	if err := n.checkArch(arch); err != nil {
+		return nil, err
+	}
 	srcC, nameC := cstr(src), cstr(name)
 	var prog uintptr
 	if err := l.nvrtcErr("nvrtcCreateProgram", call(n.createProgram, uintptr(unsafe.Pointer(&prog)),
