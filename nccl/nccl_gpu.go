@@ -10,8 +10,9 @@ import (
 	"github.com/ebitengine/purego"
 )
 
-// The NCCL backend: libnccl.so.2 (and the CUDA runtime, to pick the device)
-// are opened at run time with purego, so nothing of CUDA is needed to build.
+// The NCCL backend: libnccl.so.2 (and the CUDA driver, libcuda.so.1, to
+// make the rank's device current) are opened at run time with purego, so
+// nothing of CUDA is needed to build.
 // An NCCL communicator is made per group with ncclCommInitRank, its unique
 // id passed through the rendezvous Store. Host-buffer collectives, Group
 // bookkeeping, Stats and fault detection stay on the TCP/shared-memory
@@ -34,7 +35,6 @@ type ncclLib struct {
 	allGather     func(send, recv, count uintptr, dt int32, comm, stream uintptr) int32
 	reduceScatter func(send, recv, count uintptr, dt, op int32, comm, stream uintptr) int32
 	broadcast     func(send, recv, count uintptr, dt, root int32, comm, stream uintptr) int32
-	setDevice     func(dev int32) int32 // cudaSetDevice; nil without the CUDA runtime
 	version       int
 }
 
@@ -44,10 +44,13 @@ var (
 	ncclErr    error
 )
 
-// NCCLAvailable loads libnccl.so.2 and returns nil, or the reason the NCCL
-// backend cannot be used on this machine.
+// NCCLAvailable loads libnccl.so.2 and the CUDA driver and returns nil, or
+// the reason the NCCL backend cannot be used on this machine.
 func NCCLAvailable() error {
-	_, err := loadNCCL()
+	if _, err := loadNCCL(); err != nil {
+		return err
+	}
+	_, err := loadDriver()
 	return err
 }
 
@@ -95,14 +98,6 @@ func openNCCL() (lib *ncclLib, err error) {
 	if lib.version < 21000 {
 		return nil, fmt.Errorf("nccl backend: NCCL %d is too old: need 2.10 or later (bf16, avg)", lib.version)
 	}
-	for _, name := range []string{"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"} {
-		if rt, err := purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_GLOBAL); err == nil {
-			if sym, err := purego.Dlsym(rt, "cudaSetDevice"); err == nil {
-				purego.RegisterFunc(&lib.setDevice, sym)
-				break
-			}
-		}
-	}
 	return lib, nil
 }
 
@@ -118,6 +113,8 @@ func (l *ncclLib) check(what string, r int32) error {
 type ncclComm struct {
 	*tcpComm
 	lib  *ncclLib
+	drv  *cuDriver
+	dev  int // the CUDA device whose primary context the communicator holds
 	comm uintptr
 	mu   sync.Mutex // guards comm against a concurrent abort
 }
@@ -153,6 +150,10 @@ func newNCCLComm(c *tcpComm) (*ncclComm, error) {
 	if err != nil {
 		return nil, err
 	}
+	drv, err := loadDriver()
+	if err != nil {
+		return nil, err
+	}
 	nd := c.nd
 	key := "nccl-id/" + c.id
 	var id ncclUniqueID
@@ -175,47 +176,75 @@ func newNCCLComm(c *tcpComm) (*ncclComm, error) {
 		}
 		copy(id.Internal[:], v)
 	}
-	nc := &ncclComm{tcpComm: c, lib: lib}
+	nc := &ncclComm{tcpComm: c, lib: lib, drv: drv, dev: nd.o.Device}
 	// ncclCommInitRank binds to the calling thread's current device, and
 	// blocks until every rank calls it: run it on a locked thread of its
-	// own so that a peer that never comes is a timeout, not a hang.
-	type result struct {
-		comm uintptr
-		r    int32
-		dev  int32
-	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if lib.setDevice != nil {
-			if r := lib.setDevice(int32(nd.o.Device)); r != 0 {
-				done <- result{dev: r}
-				return
-			}
+	// own, with the rank's device current, so that a peer that never comes
+	// is a timeout, not a hang.
+	initRank := func() (uintptr, error) {
+		if err := drv.retain(nd.o.Device); err != nil {
+			return 0, err
 		}
 		var comm uintptr
-		r := lib.commInitRank(&comm, int32(c.n), id, int32(c.rank))
-		done <- result{comm: comm, r: r}
-	}()
-	select {
-	case res := <-done:
-		if res.dev != 0 {
-			return nil, fmt.Errorf("nccl: cudaSetDevice(%d) failed with cudaError %d: check Options.Device and CUDA_VISIBLE_DEVICES", nd.o.Device, res.dev)
+		if err := lib.check("ncclCommInitRank", lib.commInitRank(&comm, int32(c.n), id, int32(c.rank))); err != nil {
+			drv.release(nd.o.Device)
+			return 0, err
 		}
-		if err := lib.check("ncclCommInitRank", res.r); err != nil {
-			return nil, err
-		}
-		nc.comm = res.comm
-	case <-nd.errCh:
+		return comm, nil
+	}
+	discard := func(comm uintptr) { // a communicator made after we gave up
+		lib.commAbort(comm)
+		drv.release(nd.o.Device)
+	}
+	nc.comm, err = initComm(initRank, discard, nd.o.Timeout, nd.errCh)
+	switch {
+	case errors.Is(err, errInitAborted):
 		return nil, nd.abortErr()
-	case <-time.After(nd.o.Timeout):
-		return nil, fmt.Errorf("nccl: ncclCommInitRank of group %s: %w after %v", c.id, ErrTimeout, nd.o.Timeout)
+	case errors.Is(err, ErrTimeout):
+		return nil, fmt.Errorf("nccl: ncclCommInitRank of group %s: %w", c.id, err)
+	case err != nil:
+		return nil, err
 	}
 	nd.mu.Lock()
 	nd.onAbort = append(nd.onAbort, nc.abort)
 	nd.mu.Unlock()
 	return nc, nil
+}
+
+// errInitAborted is initComm's answer when the job aborted first.
+var errInitAborted = errors.New("nccl: job aborted during communicator setup")
+
+// initComm runs init, which blocks until every rank of the group calls it,
+// on a locked OS thread of its own, and waits at most timeout for it, or
+// until aborted is closed. When it gives up, the communicator that init
+// may still return is handed to discard, so that none is leaked.
+func initComm(init func() (uintptr, error), discard func(uintptr), timeout time.Duration, aborted <-chan struct{}) (uintptr, error) {
+	type result struct {
+		comm uintptr
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		comm, err := init()
+		done <- result{comm, err}
+	}()
+	reap := func() {
+		if r := <-done; r.err == nil && r.comm != 0 {
+			discard(r.comm)
+		}
+	}
+	select {
+	case r := <-done:
+		return r.comm, r.err
+	case <-aborted:
+		go reap()
+		return 0, errInitAborted
+	case <-time.After(timeout):
+		go reap()
+		return 0, fmt.Errorf("%w after %v", ErrTimeout, timeout)
+	}
 }
 
 // abort tears the NCCL communicator down without waiting for peers.
@@ -224,6 +253,7 @@ func (nc *ncclComm) abort() {
 	defer nc.mu.Unlock()
 	if nc.comm != 0 {
 		nc.lib.commAbort(nc.comm)
+		nc.drv.release(nc.dev)
 		nc.comm = 0
 	}
 }
@@ -347,6 +377,7 @@ func (nc *ncclComm) Close() error {
 	nc.mu.Lock()
 	if nc.comm != 0 {
 		nc.lib.commDestroy(nc.comm)
+		nc.drv.release(nc.dev)
 		nc.comm = 0
 	}
 	nc.mu.Unlock()

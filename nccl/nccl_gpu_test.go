@@ -2,8 +2,10 @@ package nccl
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -107,5 +109,54 @@ func TestGPUNCCLOneRank(t *testing.T) {
 	}
 	if st := c.Stats(); st.AllReduce.Calls != 3 || st.Broadcast.Calls != 1 {
 		t.Fatalf("Stats = %+v", st)
+	}
+}
+
+// A communicator setup that outlives its timeout (or the job's abort) is
+// not leaked: when ncclCommInitRank returns at last, its communicator is
+// handed to discard.
+func TestInitCommDiscardsLateCommunicator(t *testing.T) {
+	for _, abort := range []bool{false, true} {
+		release := make(chan struct{})
+		discarded := make(chan uintptr, 1)
+		aborted := make(chan struct{})
+		if abort {
+			close(aborted)
+		}
+		init := func() (uintptr, error) { <-release; return 42, nil }
+		comm, err := initComm(init, func(c uintptr) { discarded <- c }, 20*time.Millisecond, aborted)
+		if comm != 0 || err == nil {
+			t.Fatalf("abort %v: initComm = %d, %v; want an error", abort, comm, err)
+		}
+		if want := map[bool]error{false: ErrTimeout, true: errInitAborted}[abort]; !errors.Is(err, want) {
+			t.Errorf("abort %v: %v, want %v", abort, err, want)
+		}
+		close(release)
+		select {
+		case c := <-discarded:
+			if c != 42 {
+				t.Errorf("abort %v: discarded %d, want 42", abort, c)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("abort %v: the late communicator was never discarded", abort)
+		}
+	}
+	comm, err := initComm(func() (uintptr, error) { return 7, nil }, func(uintptr) { t.Error("discarded a communicator in time") }, time.Second, nil)
+	if comm != 7 || err != nil {
+		t.Errorf("in time: %d, %v", comm, err)
+	}
+}
+
+// The NCCL backend binds each rank's device through the CUDA driver: where
+// there is none, the reason names libcuda.so.1 instead of every rank
+// silently binding device 0.
+func TestNCCLDeviceBindingNeedsDriver(t *testing.T) {
+	if _, err := loadDriver(); err == nil {
+		t.Skip("the CUDA driver loads here")
+	} else if !strings.Contains(err.Error(), "libcuda.so.1") {
+		t.Errorf("without a driver: %v, want it to name libcuda.so.1", err)
+	}
+	if err := NCCLAvailable(); err == nil {
+		t.Error("NCCLAvailable says yes without a CUDA driver")
 	}
 }

@@ -1,0 +1,91 @@
+package nccl
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/ebitengine/purego"
+)
+
+// cuDriver is the part of the CUDA driver API (libcuda.so.1, present
+// wherever a GPU is) that the NCCL backend needs: making a device's
+// primary context current on the thread that creates a communicator, so
+// that each rank binds its own GPU. The CUDA runtime inside NCCL uses the
+// context current on the thread.
+type cuDriver struct {
+	init          func(flags uint32) int32
+	deviceGet     func(dev *int32, ordinal int32) int32
+	ctxRetain     func(ctx *uintptr, dev int32) int32
+	ctxRelease    func(dev int32) int32
+	ctxSetCurrent func(ctx uintptr) int32
+}
+
+var (
+	driverOnce sync.Once
+	driverLib  *cuDriver
+	driverErr  error
+)
+
+// loadDriver opens libcuda.so.1 once and calls cuInit.
+func loadDriver() (*cuDriver, error) {
+	driverOnce.Do(func() { driverLib, driverErr = openDriver() })
+	return driverLib, driverErr
+}
+
+func openDriver() (d *cuDriver, err error) {
+	h, err := purego.Dlopen("libcuda.so.1", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	if err != nil {
+		return nil, fmt.Errorf("nccl backend: cannot load libcuda.so.1, the CUDA driver, to bind the rank's GPU (is there a GPU on this machine?): %w", err)
+	}
+	defer func() {
+		if p := recover(); p != nil { // purego panics on a signature it cannot map
+			d, err = nil, fmt.Errorf("nccl backend: libcuda.so.1: %v", p)
+		}
+	}()
+	d = &cuDriver{}
+	for _, f := range []struct {
+		fn   any
+		name string
+	}{
+		{&d.init, "cuInit"}, {&d.deviceGet, "cuDeviceGet"},
+		{&d.ctxRetain, "cuDevicePrimaryCtxRetain"}, {&d.ctxRelease, "cuDevicePrimaryCtxRelease_v2"},
+		{&d.ctxSetCurrent, "cuCtxSetCurrent"},
+	} {
+		sym, err := purego.Dlsym(h, f.name)
+		if err != nil {
+			return nil, fmt.Errorf("nccl backend: libcuda.so.1 lacks %s: %w", f.name, err)
+		}
+		purego.RegisterFunc(f.fn, sym)
+	}
+	if r := d.init(0); r != 0 {
+		return nil, fmt.Errorf("nccl backend: cuInit failed with CUresult %d", r)
+	}
+	return d, nil
+}
+
+// retain makes device ordinal's primary context current on the calling
+// OS thread (locked by the caller), holding a reference that release
+// gives back.
+func (d *cuDriver) retain(ordinal int) error {
+	var dev int32
+	if r := d.deviceGet(&dev, int32(ordinal)); r != 0 {
+		return fmt.Errorf("nccl: cuDeviceGet(%d) failed with CUresult %d: check Options.Device and CUDA_VISIBLE_DEVICES", ordinal, r)
+	}
+	var ctx uintptr
+	if r := d.ctxRetain(&ctx, dev); r != 0 {
+		return fmt.Errorf("nccl: cuDevicePrimaryCtxRetain(device %d) failed with CUresult %d", ordinal, r)
+	}
+	if r := d.ctxSetCurrent(ctx); r != 0 {
+		d.ctxRelease(dev)
+		return fmt.Errorf("nccl: cuCtxSetCurrent(device %d) failed with CUresult %d", ordinal, r)
+	}
+	return nil
+}
+
+// release gives back the primary context reference retain took.
+func (d *cuDriver) release(ordinal int) {
+	var dev int32
+	if d.deviceGet(&dev, int32(ordinal)) == 0 {
+		d.ctxRelease(dev)
+	}
+}
