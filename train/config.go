@@ -30,6 +30,7 @@ type Config struct {
 	Seed      int64   `toml:"seed" json:"seed"`
 	EvalEvery int     `toml:"eval_every" json:"eval_every"` // steps between validations; 0 = at the end only
 	Device    string  `toml:"device" json:"device"`         // auto, cpu, cuda
+	Comm      string  `toml:"comm" json:"comm"`             // auto, tcp, nccl: how collectives run (see CommBackend)
 
 	VocabFile   string  `toml:"vocab_file,omitempty" json:"vocab_file,omitempty"` // BERT vocab.txt for wordpiece; "" = build one from the training texts
 	EvalSamples int     `toml:"eval_samples" json:"eval_samples"`                 // validation samples per evaluation; 0 = 512
@@ -84,6 +85,7 @@ func DefaultConfig() Config {
 		Data:        "synthetic",
 		Seed:        1234,
 		Device:      "auto",
+		Comm:        "auto",
 		EvalEvery:   50,
 		WeightDecay: 0.01,
 		GradClip:    1.0,
@@ -178,6 +180,14 @@ func (c Config) Validate() error {
 	case "auto", "cpu", "cuda":
 	default:
 		bad("device %q: use auto, cpu or cuda", c.Device)
+	}
+	switch c.Comm {
+	case "auto", "tcp", "nccl":
+		if c.Comm == "nccl" && c.Device == "cpu" {
+			bad("comm nccl needs device cuda (or auto), not cpu")
+		}
+	default:
+		bad("comm %q: use auto, tcp or nccl", c.Comm)
 	}
 	if strings.TrimSpace(c.Data) == "" {
 		bad("data is empty: use synthetic or a file path")

@@ -209,6 +209,9 @@ func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*t
 			t.logf("%s", note)
 		}
 	}
+	if note := commNote(cfg, t.dev, world); note != "" {
+		t.logf("%s", note)
+	}
 	mesh, err := newMesh(world, cfg.TP)
 	if err != nil {
 		return nil, err

@@ -35,6 +35,7 @@ func trainFlags() []cli.Flag {
 		&cli.Int64Flag{Name: "seed", Usage: "random seed for weights and data order", Category: cat},
 		&cli.IntFlag{Name: "eval-every", Usage: "steps between validations (0 = at the end)", Category: cat},
 		&cli.StringFlag{Name: "device", Usage: "auto, cpu or cuda", Category: cat},
+		&cli.StringFlag{Name: "comm", Usage: "collectives: auto (NCCL on device buffers when the device is cuda and NCCL loads), tcp (host ring) or nccl", Category: cat},
 		&cli.StringFlag{Name: "vocab-file", Usage: "BERT vocab.txt for the wordpiece tokenizer (default: build one from the training texts)", Category: cat},
 		&cli.IntFlag{Name: "vocab", Usage: "vocabulary size before padding (0 = the tokenizer's)", Category: cat},
 		&cli.IntFlag{Name: "eval-samples", Usage: "validation samples per evaluation (0 = 512)", Category: cat},
@@ -96,6 +97,7 @@ func applyTrainFlags(c *cli.Context, cfg *train.Config) error {
 	}
 	setInt("eval-every", &cfg.EvalEvery)
 	setString("device", &cfg.Device)
+	setString("comm", &cfg.Comm)
 	setString("vocab-file", &cfg.VocabFile)
 	setInt("vocab", &cfg.Vocab)
 	setInt("eval-samples", &cfg.EvalSamples)
