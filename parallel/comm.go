@@ -45,16 +45,36 @@ func (g *group) host(t *tensor.Tensor, n int) (buf []float32, staged bool) {
 	return buf, true
 }
 
+// Streamer is a device whose work runs in order on one CUDA stream (the
+// CUDA device): a collective on its tensors is enqueued on that stream,
+// after the kernels that write them and before those that read the
+// result, with no host synchronisation.
+type Streamer interface {
+	Stream() uintptr
+}
+
+// onDevice returns the NCCL communicator and the stream to run a
+// collective on t's memory, when the group has one and t lives on a
+// streamed device; ok is false for the host-staged path.
+func (g *group) onDevice(t *tensor.Tensor) (dc nccl.DeviceComm, stream uintptr, ok bool) {
+	dc, ok = g.comm.(nccl.DeviceComm)
+	if !ok || t.Ptr() == 0 {
+		return nil, 0, false
+	}
+	s, ok := t.Device().(Streamer)
+	if !ok {
+		return nil, 0, false
+	}
+	return dc, s.Stream(), true
+}
+
 // allReduce reduces t in place over the group.
 func (g *group) allReduce(t *tensor.Tensor, op nccl.Op) error {
 	if g.size() == 1 {
 		return nil
 	}
-	if dc, ok := g.comm.(nccl.DeviceComm); ok && t.Ptr() != 0 {
-		if err := t.Device().Sync(); err != nil {
-			return err
-		}
-		return dc.AllReduceDevice(t.Ptr(), t.Ptr(), t.Len(), nccl.Float32, op, 0)
+	if dc, stream, ok := g.onDevice(t); ok {
+		return dc.AllReduceDevice(t.Ptr(), t.Ptr(), t.Len(), nccl.Float32, op, stream)
 	}
 	buf, staged := g.host(t, t.Len())
 	if err := g.comm.AllReduce(buf, op); err != nil {
@@ -75,6 +95,16 @@ func (g *group) allGatherCols(out, in, scratch *tensor.Tensor) error {
 		return nil
 	}
 	n := in.Len()
+	rows, c := in.Rows(), in.Cols()
+	if dc, stream, ok := g.onDevice(in); ok && scratch.Ptr() != 0 {
+		if err := dc.AllGatherDevice(in.Ptr(), scratch.Ptr(), n, nccl.Float32, stream); err != nil {
+			return err
+		}
+		for r := 0; r < g.size(); r++ {
+			copyCols(out, r*c, scratch.View(r*n, rows, c), 0, c)
+		}
+		return nil
+	}
 	src, staged := g.host(in, n)
 	if staged {
 		src = append([]float32(nil), src...)
@@ -86,7 +116,6 @@ func (g *group) allGatherCols(out, in, scratch *tensor.Tensor) error {
 	if staged || scratch.Buffer().Host() == nil {
 		scratch.Device().CopyFromHost(scratch, dst)
 	}
-	rows, c := in.Rows(), in.Cols()
 	for r := 0; r < g.size(); r++ {
 		copyCols(out, r*c, scratch.View(r*n, rows, c), 0, c)
 	}
@@ -95,33 +124,13 @@ func (g *group) allGatherCols(out, in, scratch *tensor.Tensor) error {
 
 // copyCols copies columns [srcCol, srcCol+cols) of every row of src into
 // columns [dstCol, dstCol+cols) of dst; both are (N, *) with the same N.
-// The Device has no strided copy, so this is a GEMM with an identity matrix
-// on devices without host memory, and a plain loop on the CPU.
+// A strided block copy on the device (Copy2D).
 func copyCols(dst *tensor.Tensor, dstCol int, src *tensor.Tensor, srcCol, cols int) {
 	rows := src.Rows()
 	if rows != dst.Rows() {
 		panic(fmt.Sprintf("parallel: copyCols of %v into %v: row counts differ", src, dst))
 	}
-	if src.Buffer().Host() != nil && dst.Buffer().Host() != nil {
-		s, d := src.Host(), dst.Host()
-		sc, dc := src.Cols(), dst.Cols()
-		for i := 0; i < rows; i++ {
-			copy(d[i*dc+dstCol:i*dc+dstCol+cols], s[i*sc+srcCol:i*sc+srcCol+cols])
-		}
-		return
-	}
-	dev := src.Device()
-	eye, err := dev.Alloc(cols, cols)
-	if err != nil {
-		panic(fmt.Sprintf("parallel: copyCols: %v", err))
-	}
-	defer dev.Free(eye)
-	one := make([]float32, cols*cols)
-	for i := 0; i < cols; i++ {
-		one[i*cols+i] = 1
-	}
-	dev.CopyFromHost(eye, one)
-	dev.Gemm(false, false, rows, cols, cols, 1, src, srcCol, src.Cols(), eye, 0, cols, 0, dst, dstCol, dst.Cols())
+	src.Device().Copy2D(dst, dstCol, dst.Cols(), src, srcCol, src.Cols(), rows, cols)
 }
 
 // CopyToRegion is Megatron's f operator, placed where a replicated
@@ -240,27 +249,6 @@ func addCols(din, dout *tensor.Tensor, col int) error {
 	if din.Rows() != dout.Rows() || col+din.Cols() > dout.Cols() {
 		return fmt.Errorf("parallel: columns [%d,%d) of %v do not fit %v", col, col+din.Cols(), dout, din)
 	}
-	// A strided add: a host loop on the CPU, a column copy then an Axpy
-	// on devices without host memory.
-	if din.Buffer().Host() != nil && dout.Buffer().Host() != nil {
-		d, s := din.Host(), dout.Host()
-		c, sc := din.Cols(), dout.Cols()
-		for i := 0; i < din.Rows(); i++ {
-			row := s[i*sc+col : i*sc+col+c]
-			dst := d[i*c : (i+1)*c]
-			for j, v := range row {
-				dst[j] += v
-			}
-		}
-		return nil
-	}
-	dev := din.Device()
-	tmp, err := dev.Alloc(din.Shape()...)
-	if err != nil {
-		return err
-	}
-	defer dev.Free(tmp)
-	copyCols(tmp, 0, dout, col, din.Cols())
-	dev.Axpy(din, 1, tmp)
+	din.Device().Axpy2D(din, 0, din.Cols(), 1, dout, col, dout.Cols(), din.Rows(), din.Cols())
 	return nil
 }
