@@ -1,0 +1,101 @@
+package rundir
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// Run is one run directory as List and Find see it.
+type Run struct {
+	ExecID string
+	Dir    Dir
+	JobID  string // from meta.json; "" before submission, or for a run without meta
+}
+
+// ErrNotFound means no run answers to a reference.
+var ErrNotFound = errors.New("no such run")
+
+// List returns every run under runsDir, oldest first (execids sort by
+// time). A missing runsDir holds no runs; folders whose names are not
+// execids are not runs.
+func List(runsDir string) ([]Run, error) {
+	ents, err := os.ReadDir(runsDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("runs dir: %w", err)
+	}
+	var runs []Run
+	for _, e := range ents {
+		if !e.IsDir() || !IsExecID(e.Name()) {
+			continue
+		}
+		d := Dir(filepath.Join(runsDir, e.Name()))
+		runs = append(runs, Run{ExecID: e.Name(), Dir: d, JobID: jobIDOf(d)})
+	}
+	sort.Slice(runs, func(i, j int) bool { return runs[i].ExecID < runs[j].ExecID })
+	return runs, nil
+}
+
+// jobIDOf reads the job id from a run's meta.json ("" when there is none).
+func jobIDOf(d Dir) string {
+	b, err := os.ReadFile(d.Meta())
+	if err != nil {
+		return ""
+	}
+	var m struct {
+		JobID string `json:"jobid"`
+	}
+	if json.Unmarshal(b, &m) != nil {
+		return ""
+	}
+	return m.JobID
+}
+
+// Find resolves what a user typed to name a run: its execid, the job id of
+// its job (the newest run wins when a job id was reused), or a prefix of
+// exactly one execid, in that order. Every command that takes a run uses
+// it, so they all accept the same forms.
+func Find(runsDir, ref string) (Run, error) {
+	if ref == "" || ref == "." || ref == ".." || strings.ContainsAny(ref, `/\`) {
+		return Run{}, fmt.Errorf("run %q: give an execid (like 20261121-143005-a3f9), a unique prefix of one, or a job id", ref)
+	}
+	runs, err := List(runsDir)
+	if err != nil {
+		return Run{}, err
+	}
+	var prefixed []Run
+	for _, r := range runs {
+		if r.ExecID == ref {
+			return r, nil
+		}
+		if strings.HasPrefix(r.ExecID, ref) {
+			prefixed = append(prefixed, r)
+		}
+	}
+	for i := len(runs) - 1; i >= 0; i-- {
+		if runs[i].JobID == ref {
+			return runs[i], nil
+		}
+	}
+	switch len(prefixed) {
+	case 0:
+		return Run{}, fmt.Errorf("%q is not the execid, an execid prefix or the job id of a run in %s (hpcrun queue --all lists them; --runs-dir names another folder): %w", ref, runsDir, ErrNotFound)
+	case 1:
+		return prefixed[0], nil
+	}
+	names := make([]string, 0, 4)
+	for _, r := range prefixed[:min(4, len(prefixed))] {
+		names = append(names, r.ExecID)
+	}
+	if len(prefixed) > 4 {
+		names = append(names, "...")
+	}
+	return Run{}, fmt.Errorf("execid prefix %s matches %d runs (%s): give more characters", ref, len(prefixed), strings.Join(names, ", "))
+}
