@@ -14,6 +14,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/hpcrun/hpcrun/internal/atomicfile"
+	"github.com/hpcrun/hpcrun/internal/rundir"
 )
 
 // Local is the Executor for a machine without Slurm: it runs the same job
@@ -29,27 +32,36 @@ var (
 	jobSupervisor []byte
 )
 
-// LocalDir is the folder of a run dir that holds the Local executor's files.
-const LocalDir = ".local"
-
 // Name is "local".
 func (*Local) Name() string { return "local" }
 
 // Submit starts the job's supervisor in its own session and returns at once.
+// A run dir that held an earlier Local job (a resubmission) is first cleared
+// of that job's state, so its end cannot pass for the new job's. The srun
+// of the job runs this program's SrunCommand.
 func (*Local) Submit(ctx context.Context, sub Submission) (string, string, error) {
 	s := sub.Spec
 	lay, err := Size(s.NTasks, s.GPUsPerNode)
 	if err != nil {
 		return "", "", err
 	}
-	dir := filepath.Join(s.RunDir, LocalDir)
+	self, err := os.Executable()
+	if err != nil {
+		return "", "", fmt.Errorf("local executor: path of this program: %w", err)
+	}
+	dir := rundir.Dir(s.RunDir).Local()
 	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
 		return "", "", fmt.Errorf("local executor: %w", err)
 	}
-	if err := WriteFileAtomic(filepath.Join(dir, "bin", "srun"), srunStandIn, 0o755); err != nil {
+	for _, f := range []string{"state", "cancel", "steps"} {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return "", "", fmt.Errorf("local executor: clear the previous job: %w", err)
+		}
+	}
+	if err := atomicfile.WriteFile(filepath.Join(dir, "bin", "srun"), srunStandIn, 0o755); err != nil {
 		return "", "", err
 	}
-	if err := WriteFileAtomic(filepath.Join(dir, "job"), jobSupervisor, 0o755); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, "job"), jobSupervisor, 0o755); err != nil {
 		return "", "", err
 	}
 	host, _ := os.Hostname()
@@ -58,7 +70,7 @@ func (*Local) Submit(ctx context.Context, sub Submission) (string, string, error
 	cmd := exec.Command("bash", filepath.Join(dir, "job"), sub.Script)
 	cmd.Dir = s.RunDir
 	cmd.Env = append(os.Environ(),
-		"HPCRUN_LOCAL_DIR="+dir,
+		"HPCRUN_LOCAL_DIR="+dir, srunEnv+"="+self,
 		"HPCRUN_EXECUTOR=local",
 		"SLURM_SUBMIT_DIR="+s.RunDir, "SLURM_SUBMIT_HOST="+host,
 		"SLURM_JOB_NAME="+s.Name, "SLURM_CLUSTER_NAME=local", "SLURM_JOB_PARTITION=local",
@@ -85,7 +97,7 @@ func (*Local) Queue(context.Context, bool) ([]JobInfo, error) { return nil, nil 
 // Status reads <run dir>/.local/state and checks that the supervisor lives.
 func (*Local) Status(_ context.Context, ref JobRef) (JobInfo, error) {
 	j := JobInfo{ID: ref.ID, Nodes: 1, Source: "local"}
-	st, err := readLocalState(filepath.Join(ref.RunDir, LocalDir, "state"))
+	st, err := readLocalState(filepath.Join(rundir.Dir(ref.RunDir).Local(), "state"))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return j, err
 	}
@@ -94,7 +106,7 @@ func (*Local) Status(_ context.Context, ref JobRef) (JobInfo, error) {
 			filepath.Base(ref.RunDir), st["host"], host)
 	}
 	alive := pidAlive(ref.ID, st != nil)
-	if !alive && (st == nil || State(st["state"]) == Running) && fileExists(filepath.Join(ref.RunDir, LocalDir, "cancel")) {
+	if !alive && (st == nil || State(st["state"]) == Running) && fileExists(filepath.Join(rundir.Dir(ref.RunDir).Local(), "cancel")) {
 		// Cancelled before the supervisor could record it.
 		j.State, j.NodeList = Cancelled, st["host"]
 		return j, nil
@@ -115,7 +127,7 @@ func (*Local) Status(_ context.Context, ref JobRef) (JobInfo, error) {
 	if j.State == Running {
 		if !alive {
 			j.State, j.Reason = Failed, "the local job's supervisor died"
-			fi, err := os.Stat(filepath.Join(ref.RunDir, LocalDir, "state"))
+			fi, err := os.Stat(filepath.Join(rundir.Dir(ref.RunDir).Local(), "state"))
 			if err == nil {
 				end = fi.ModTime().Unix()
 			}
@@ -141,7 +153,7 @@ func (l *Local) Cancel(ctx context.Context, ref JobRef) error {
 	if j.State.Done() {
 		return fmt.Errorf("job %s is already over (%s)", ref.ID, j.State)
 	}
-	if err := WriteFileAtomic(filepath.Join(ref.RunDir, LocalDir, "cancel"), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(rundir.Dir(ref.RunDir).Local(), "cancel"), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
 		return fmt.Errorf("cancel local job %s: %w", ref.ID, err)
 	}
 	pid, _ := strconv.Atoi(ref.ID)
@@ -187,7 +199,7 @@ func pidAlive(id string, started bool) bool {
 		return true
 	}
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return err == nil && bytes.Contains(cmdline, []byte(LocalDir+"/job\x00"))
+	return err == nil && bytes.Contains(cmdline, []byte(rundir.LocalDir+"/job\x00"))
 }
 
 func readLocalState(path string) (map[string]string, error) {

@@ -8,7 +8,18 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hpcrun/hpcrun/internal/rundir"
 )
+
+// TestMain lets this test binary serve as the Local executor's srun, as
+// hpcrun's own binary does.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == SrunCommand {
+		os.Exit(LocalSrun(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
 
 // localJob renders a script whose srun starts prog (a bash snippet) on every
 // task and submits it to the Local executor.
@@ -48,7 +59,7 @@ func waitLocal(t *testing.T, ref JobRef) JobInfo {
 			return j
 		}
 	}
-	st, _ := os.ReadFile(filepath.Join(ref.RunDir, LocalDir, "state"))
+	st, _ := os.ReadFile(filepath.Join(ref.RunDir, rundir.LocalDir, "state"))
 	errs, _ := os.ReadFile(filepath.Join(ref.RunDir, "slurm-"+ref.ID+".err"))
 	t.Fatalf("local job did not finish in 20 s; state:\n%s\nstderr:\n%s", st, errs)
 	return JobInfo{}
@@ -123,8 +134,8 @@ func TestLocalCancel(t *testing.T) {
 
 func TestLocalOtherHost(t *testing.T) {
 	dir := t.TempDir()
-	os.MkdirAll(filepath.Join(dir, LocalDir), 0o755)
-	os.WriteFile(filepath.Join(dir, LocalDir, "state"), []byte("jobid=1\nhost=elsewhere\nstate=RUNNING\n"), 0o644)
+	os.MkdirAll(filepath.Join(dir, rundir.LocalDir), 0o755)
+	os.WriteFile(filepath.Join(dir, rundir.LocalDir, "state"), []byte("jobid=1\nhost=elsewhere\nstate=RUNNING\n"), 0o644)
 	_, err := (&Local{}).Status(context.Background(), JobRef{ID: "1", RunDir: dir})
 	if err == nil || !strings.Contains(err.Error(), "on elsewhere") {
 		t.Errorf("err = %v", err)

@@ -21,16 +21,17 @@ type ScriptData struct {
 	RunDir          string // validated: no spaces, quotes, '%' or control characters
 	RunDirQ         string // RunDir, shell-quoted
 	Layout
-	CPUsPerTask                         int
-	Hint, Time, QOS, Account, Partition string
-	Constraint                          string
-	Exclusive, Checkpoint               bool
-	SignalSecs                          int
-	Signal                              string   // USR1 or USR2
-	Extra                               []string // whole #SBATCH options, validated
-	Modules                             []string // shell-quoted module names
-	Env                                 []EnvVar // sorted by name
-	Command                             string   // program and arguments, each shell-quoted
+	// GPUsPerNode is the layout's (--gres), not the profile's request.
+	GPUsPerNode int
+	Resources            // each value validated; .Time, .QOS, ... for user templates
+	Options     []string // Resources as whole #SBATCH options, e.g. "--time=01:00:00"
+	Checkpoint  bool
+	SignalSecs  int
+	Signal      string   // USR1 or USR2
+	Extra       []string // whole #SBATCH options, validated
+	Modules     []string // shell-quoted module names
+	Env         []EnvVar // sorted by name
+	Command     string   // program and arguments, each shell-quoted
 }
 
 // EnvVar is one export of the job script; Value is shell-quoted.
@@ -45,11 +46,9 @@ func Script(s JobSpec, tmpl, version, execID string) ([]byte, error) {
 	lay, _ := Size(s.NTasks, s.GPUsPerNode)
 	d := ScriptData{
 		Version: oneLine(version), ExecID: oneLine(execID),
-		Name: s.Name, RunDir: s.RunDir, RunDirQ: Quote(s.RunDir), Layout: lay,
-		CPUsPerTask: s.CPUsPerTask, Hint: s.Hint, Time: s.Time, QOS: s.QOS,
-		Account: s.Account, Partition: s.Partition, Constraint: s.Constraint,
-		Exclusive: s.Exclusive, Checkpoint: s.Checkpoint, SignalSecs: s.SignalSecs,
-		Extra: s.Extra,
+		Name: s.Name, RunDir: s.RunDir, RunDirQ: Quote(s.RunDir), Layout: lay, GPUsPerNode: lay.GPUsPerNode,
+		Resources: s.Resources, Options: s.Resources.SbatchLines(),
+		Checkpoint: s.Checkpoint, SignalSecs: s.SignalSecs, Extra: s.Extra,
 	}
 	if d.Signal = s.Signal; d.Signal == "" {
 		d.Signal = "USR1"

@@ -13,26 +13,18 @@ import (
 // #SBATCH line are validated (sbatch does not parse them like a shell); values
 // that reach the shell part of the script are shell-quoted when rendered.
 type JobSpec struct {
-	Name        string            `json:"name"`                  // --job-name
-	RunDir      string            `json:"run_dir"`               // absolute; output, error and cwd of the job
-	NTasks      int               `json:"ntasks"`                // total tasks (ranks)
-	GPUsPerNode int               `json:"gpus_per_node"`         // 0 for CPU-only clusters
-	CPUsPerTask int               `json:"cpus_per_task"`         // --cpus-per-task
-	Time        string            `json:"time,omitempty"`        // --time, Slurm's formats; "" = partition default
-	QOS         string            `json:"qos,omitempty"`         // --qos
-	Account     string            `json:"account,omitempty"`     // --account
-	Partition   string            `json:"partition,omitempty"`   // --partition
-	Constraint  string            `json:"constraint,omitempty"`  // --constraint
-	Exclusive   bool              `json:"exclusive,omitempty"`   // --exclusive
-	Hint        string            `json:"hint,omitempty"`        // --hint, e.g. nomultithread
-	Checkpoint  bool              `json:"checkpoint,omitempty"`  // --signal=USR1@SignalSecs and --requeue
-	SignalSecs  int               `json:"signal_secs,omitempty"` // seconds before the time limit; 0 = 120
-	Signal      string            `json:"signal,omitempty"`      // the time-limit signal: USR1 or USR2; "" = USR1
-	Modules     []string          `json:"modules,omitempty"`     // module load, in order
-	Env         map[string]string `json:"env,omitempty"`         // exported in the script, values literal
-	Extra       []string          `json:"extra,omitempty"`       // extra #SBATCH options, e.g. "--mail-type=END"
-	Program     string            `json:"program"`               // absolute path of the program srun starts
-	Args        []string          `json:"args,omitempty"`        // its arguments
+	Name   string `json:"name"`    // --job-name
+	RunDir string `json:"run_dir"` // absolute; output, error and cwd of the job
+	NTasks int    `json:"ntasks"`  // total tasks (ranks)
+	Resources
+	Checkpoint bool              `json:"checkpoint,omitempty"`  // --signal=USR1@SignalSecs and --requeue
+	SignalSecs int               `json:"signal_secs,omitempty"` // seconds before the time limit; 0 = 120
+	Signal     string            `json:"signal,omitempty"`      // the time-limit signal: USR1 or USR2; "" = USR1
+	Modules    []string          `json:"modules,omitempty"`     // module load, in order
+	Env        map[string]string `json:"env,omitempty"`         // exported in the script, values literal
+	Extra      []string          `json:"extra,omitempty"`       // extra #SBATCH options, e.g. "--comment=x"
+	Program    string            `json:"program"`               // absolute path of the program srun starts
+	Args       []string          `json:"args,omitempty"`        // its arguments
 }
 
 // DefaultSignalSecs is how long before the time limit a checkpointing job is
@@ -70,9 +62,6 @@ func Size(ntasks, gpusPerNode int) (Layout, error) {
 
 var (
 	nameRE      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$`)
-	wordRE      = regexp.MustCompile(`^[A-Za-z0-9_.,@-]+$`) // qos, account (Jean Zay's are name@a100), partition (a list)
-	constrRE    = regexp.MustCompile(`^[A-Za-z0-9_.,&|*:!()\[\]-]+$`)
-	hintRE      = regexp.MustCompile(`^[a-z_]+$`)
 	envNameRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	sbatchPathB = " \t\r\n\"'\\%#$`"
 )
@@ -93,19 +82,7 @@ func (s JobSpec) Validate() error {
 	if _, err := Size(s.NTasks, s.GPUsPerNode); err != nil {
 		bad("%v", err)
 	}
-	if s.CPUsPerTask < 1 {
-		bad("cpus_per_task = %d: must be at least 1", s.CPUsPerTask)
-	}
-	if err := ValidateTime(s.Time); err != nil {
-		bad("%v", err)
-	}
-	for _, f := range []struct{ key, v string }{
-		{"qos", s.QOS}, {"account", s.Account}, {"partition", s.Partition}, {"constraint", s.Constraint}, {"hint", s.Hint},
-	} {
-		if err := CheckOption(f.key, f.v); err != nil {
-			bad("%v", err)
-		}
-	}
+	errs = append(errs, s.Resources.Validate()...)
 	if s.Checkpoint && (s.SignalSecs < 0 || s.SignalSecs > 65535) {
 		bad("signal_secs = %d: use 0 (default %d) to 65535 seconds before the time limit", s.SignalSecs, DefaultSignalSecs)
 	}
@@ -156,33 +133,6 @@ func hasControl(s string) bool {
 		}
 	}
 	return false
-}
-
-// CheckOption checks a value that lands on an #SBATCH line unquoted: key is
-// qos, account, partition, constraint or hint ("" passes: the option is
-// left out). The config loader uses it too, so a profile is refused with
-// its file and line by the same rule the job script applies.
-func CheckOption(key, v string) error {
-	if v == "" {
-		return nil
-	}
-	switch key {
-	case "qos", "account", "partition":
-		if !wordRE.MatchString(v) {
-			return fmt.Errorf("%s %q: use letters, digits, '_', '.', ',', '@' or '-'", key, v)
-		}
-	case "constraint":
-		if !constrRE.MatchString(v) {
-			return fmt.Errorf("constraint %q: use a Slurm feature expression without spaces or quotes (e.g. a100 or v100&ib)", v)
-		}
-	case "hint":
-		if !hintRE.MatchString(v) {
-			return fmt.Errorf("hint %q: use a Slurm hint such as nomultithread, multithread, compute_bound or memory_bound", v)
-		}
-	default:
-		return fmt.Errorf("%s: not an #SBATCH option hpcrun checks", key)
-	}
-	return nil
 }
 
 // ValidateTime checks a Slurm --time value: "" (the partition default),

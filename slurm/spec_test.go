@@ -1,6 +1,7 @@
 package slurm
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -62,9 +63,9 @@ func TestParseTime(t *testing.T) {
 
 func validSpec() JobSpec {
 	return JobSpec{
-		Name: "bert-tp2", RunDir: "/scratch/u/runs/20261121-143005-a3f9", NTasks: 4, GPUsPerNode: 4,
-		CPUsPerTask: 10, Time: "01:00:00", Hint: "nomultithread",
-		Program: "/home/u/bin/hpcrun", Args: []string{"train", "--run-dir", "/scratch/u/runs/20261121-143005-a3f9"},
+		Name: "bert-tp2", RunDir: "/scratch/u/runs/20261121-143005-a3f9", NTasks: 4,
+		Resources: Resources{GPUsPerNode: 4, CPUsPerTask: 10, Time: "01:00:00", Hint: "nomultithread"},
+		Program:   "/home/u/bin/hpcrun", Args: []string{"train", "--run-dir", "/scratch/u/runs/20261121-143005-a3f9"},
 	}
 }
 
@@ -87,6 +88,13 @@ func TestValidate(t *testing.T) {
 		{func(s *JobSpec) { s.Partition = "p\n#SBATCH --x" }, "partition"},
 		{func(s *JobSpec) { s.Constraint = "a100 x" }, "constraint"},
 		{func(s *JobSpec) { s.Hint = "NoMulti" }, "hint"},
+		{func(s *JobSpec) { s.Reservation = "r x" }, "reservation"},
+		{func(s *JobSpec) { s.Dependency = "after ok:1" }, "dependency"},
+		{func(s *JobSpec) { s.Dependency = "afterok:$(x)" }, "dependency"},
+		{func(s *JobSpec) { s.MailType = "end" }, "mail_type"},
+		{func(s *JobSpec) { s.MailType = "END,SOMETIMES" }, "mail_type"},
+		{func(s *JobSpec) { s.MailUser = "a b@c" }, "mail_user"},
+		{func(s *JobSpec) { s.GPUsPerNode = -1 }, "gpus_per_node"},
 		{func(s *JobSpec) { s.Checkpoint, s.SignalSecs = true, -1 }, "signal_secs"},
 		{func(s *JobSpec) { s.Env = map[string]string{"1X": "v"} }, "env name"},
 		{func(s *JobSpec) { s.Extra = []string{"--mail-type=END\nrm -rf /"} }, "extra"},
@@ -107,5 +115,65 @@ func TestValidate(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "\n") {
 			t.Errorf("Validate() error spans lines: %q", err)
 		}
+	}
+}
+
+func TestResourcesBecomeSbatchLines(t *testing.T) {
+	s := validSpec()
+	s.Reservation, s.Dependency, s.MailType, s.MailUser = "maint", "afterok:1234:1235,singleton", "END,FAIL", "a.user@example.org"
+	if err := s.Validate(); err != nil {
+		t.Fatalf("valid options refused: %v", err)
+	}
+	script, err := Script(s, "", "dev", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"#SBATCH --reservation=maint\n", "#SBATCH --dependency=afterok:1234:1235,singleton\n",
+		"#SBATCH --mail-type=END,FAIL\n", "#SBATCH --mail-user=a.user@example.org\n",
+		"#SBATCH --cpus-per-task=10\n", "#SBATCH --gres=gpu:4\n",
+	} {
+		if !strings.Contains(string(script), want) {
+			t.Errorf("script lacks %q:\n%s", want, script)
+		}
+	}
+	if strings.Contains(string(script), "--exclusive") || strings.Contains(string(script), "--qos") {
+		t.Errorf("options at their zero value were written:\n%s", script)
+	}
+}
+
+func TestEveryOptionHasAFlagAKeyAndAValidRule(t *testing.T) {
+	seen := map[string]bool{}
+	for _, o := range Options() {
+		if o.Key == "" || o.Flag == "" || o.Usage == "" || seen[o.Flag] {
+			t.Errorf("option %+v: needs a unique flag, a key and a usage", o)
+		}
+		seen[o.Flag] = true
+		var r Resources
+		var zero any
+		switch o.Kind {
+		case reflect.String:
+			zero = ""
+		case reflect.Int:
+			zero = 0
+		case reflect.Bool:
+			zero = false
+		default:
+			t.Errorf("option %s: kind %v cannot be a flag", o.Key, o.Kind)
+			continue
+		}
+		if err := r.Set(o.Key, zero); err != nil {
+			t.Errorf("Set(%s): %v", o.Key, err)
+		}
+		if got, ok := r.Get(o.Key); !ok || got != zero {
+			t.Errorf("Get(%s) = %v, %v", o.Key, got, ok)
+		}
+	}
+	var r Resources
+	if err := r.Set("time", 5); err == nil {
+		t.Error("Set(time, 5) accepted an int for a string option")
+	}
+	if err := CheckOption("nonsense", "x"); err == nil || !strings.Contains(err.Error(), "mail_type") {
+		t.Errorf("unknown key: %v, want the known keys listed", err)
 	}
 }

@@ -4,23 +4,20 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/hpcrun/hpcrun/bench"
 	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/urfave/cli/v2"
 )
 
@@ -265,43 +262,42 @@ func humanBytes(b int64) string {
 	return fmt.Sprintf("%dB", b)
 }
 
-// runHpcrunRanks spawns n copies of this binary as benchmark ranks.
+// runHpcrunRanks starts n copies of this binary as benchmark ranks (the
+// worker spec in the environment) through the one local launcher; one
+// failed rank ends the others.
 func runHpcrunRanks(ctx context.Context, n int, lo, hi int64, backend string) (map[int64]float64, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("bench comm: find own binary: %w", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := slurm.FreePort()
 	if err != nil {
-		return nil, fmt.Errorf("bench comm: pick a port: %w", err)
+		return nil, fmt.Errorf("bench comm: %w", err)
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	tok := make([]byte, 16)
-	rand.Read(tok)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	tok, err := randomToken()
+	if err != nil {
+		return nil, err
+	}
 	var out bytes.Buffer
-	errs := make([]error, n)
 	stderr := make([]bytes.Buffer, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		cmd := exec.CommandContext(ctx, self, os.Args[1:]...)
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d,%d,%d,%s,%s,%d,%d", benchCommWorkerEnv, r, n, port, hex.EncodeToString(tok), backend, lo, hi))
-		if r == 0 {
-			cmd.Stdout = &out
-		}
-		cmd.Stderr = &stderr[r]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := cmd.Run(); err != nil {
-				errs[r] = fmt.Errorf("rank %d: %v: %s", r, err, strings.TrimSpace(stderr[r].String()))
-				cancel() // one failed rank ends the others
+	tasks := slurm.Tasks{N: n, Program: self, Args: os.Args[1:],
+		Vars: func(r int) []string {
+			return []string{fmt.Sprintf("%s=%d,%d,%d,%s,%s,%d,%d", benchCommWorkerEnv, r, n, port, tok, backend, lo, hi)}
+		},
+		Output: func(r int) (io.Writer, io.Writer) {
+			if r == 0 {
+				return &out, &stderr[r]
 			}
-		}()
+			return io.Discard, &stderr[r]
+		}}
+	failed, err := tasks.Run(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bench comm: %w", err)
 	}
-	wg.Wait()
+	var errs []error
+	for _, f := range failed {
+		errs = append(errs, fmt.Errorf("rank %d: %v: %s", f.Rank, f.Err, strings.TrimSpace(stderr[f.Rank].String())))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("bench comm: %w", err)
 	}

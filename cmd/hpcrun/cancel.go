@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"strconv"
 
+	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/urfave/cli/v2"
 )
@@ -14,17 +16,17 @@ func cancelCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "cancel",
 		Usage:     "cancel a run by execid or jobid",
-		ArgsUsage: "<execid|jobid>",
+		ArgsUsage: "<execid|prefix|jobid>",
 		Action:    runCancel,
 	}
 }
 
 func runCancel(c *cli.Context) error {
-	r, err := findRun(c, "cancel <execid|jobid>")
+	r, err := findRun(c, "cancel <execid|prefix|jobid>")
 	if err != nil {
 		// A Slurm job that hpcrun did not submit from here can still be cancelled by id.
 		ref := c.Args().First()
-		if _, nerr := strconv.ParseUint(ref, 10, 64); c.NArg() == 1 && nerr == nil {
+		if _, nerr := strconv.ParseUint(ref, 10, 64); c.NArg() == 1 && nerr == nil && errors.Is(err, rundir.ErrNotFound) {
 			if _, lerr := exec.LookPath("scancel"); lerr == nil {
 				if err := (&slurm.Slurm{}).Cancel(c.Context, slurm.JobRef{ID: ref}); err != nil {
 					return fmt.Errorf("cancel job %s: %w", ref, slurmErr(err))
@@ -51,7 +53,7 @@ func runCancel(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := ex.Cancel(ctx, slurm.JobRef{ID: m.JobID, RunDir: r.Dir}); err != nil {
+	if err := ex.Cancel(ctx, slurm.JobRef{ID: m.JobID, RunDir: r.Dir.Path()}); err != nil {
 		return fmt.Errorf("cancel run %s (job %s): %w", m.ExecID, m.JobID, slurmErr(err))
 	}
 	fmt.Printf("cancelled run %s (%s job %s)\n", m.ExecID, m.Executor, m.JobID)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -15,8 +16,10 @@ import (
 	"time"
 
 	"github.com/hpcrun/hpcrun/idrenv"
+	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/parallel"
+	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/urfave/cli/v2"
 )
@@ -39,6 +42,7 @@ func checkCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "tp", Usage: "tensor-parallel degree (default: 2 locally, the job's task count under srun)"},
 			&cli.DurationFlag{Name: "timeout", Value: nccl.DefaultTimeout, Usage: "give up on a rank that does not answer within this time"},
+			&cli.StringFlag{Name: "run-dir", Usage: "the run directory (`DIR`) whose token the ranks share (hpcrun submit --check passes it)"},
 		},
 		Action: runCheck,
 	}
@@ -84,10 +88,11 @@ type checkOptions struct {
 	name    string
 	tp      int // 0: the default
 	timeout time.Duration
+	runDir  string // holds the token every rank reads; "" outside a submitted check
 }
 
 func parseCheckArgs(c *cli.Context) (checkOptions, error) {
-	o := checkOptions{name: "", tp: c.Int("tp"), timeout: c.Duration("timeout")}
+	o := checkOptions{name: "", tp: c.Int("tp"), timeout: c.Duration("timeout"), runDir: c.String("run-dir")}
 	args := c.Args().Slice()
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -99,7 +104,7 @@ func parseCheckArgs(c *cli.Context) (checkOptions, error) {
 			o.name = a
 			continue
 		}
-		if flag != "tp" && flag != "timeout" {
+		if flag != "tp" && flag != "timeout" && flag != "run-dir" {
 			return o, fmt.Errorf("check: unknown flag %s (see hpcrun check --help)", a)
 		}
 		if !hasVal {
@@ -110,6 +115,10 @@ func parseCheckArgs(c *cli.Context) (checkOptions, error) {
 			val = args[i]
 		}
 		var err error
+		if flag == "run-dir" {
+			o.runDir = val
+			continue
+		}
 		if flag == "tp" {
 			if o.tp, err = strconv.Atoi(val); err != nil {
 				return o, fmt.Errorf("check: --tp %q is not a number", val)
@@ -133,7 +142,7 @@ func parseCheckArgs(c *cli.Context) (checkOptions, error) {
 // launchCheck starts tp ranks of `hpcrun check` on this machine, with the
 // variables torchrun would set, and waits for them.
 func launchCheck(c *cli.Context, o checkOptions) error {
-	token, err := newToken()
+	token, err := randomToken()
 	if err != nil {
 		return err
 	}
@@ -141,9 +150,17 @@ func launchCheck(c *cli.Context, o checkOptions) error {
 	if c.Bool("json") {
 		args = append([]string{"--json"}, args...)
 	}
-	ranks := localRanks{n: o.tp, args: args, runID: "hpcrun-check-" + token[:8],
-		env: []string{checkTokenEnv + "=" + token}, grace: o.timeout + 5*time.Second}
-	failed, err := ranks.run()
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("path of hpcrun: %w", err)
+	}
+	port, err := slurm.FreePort()
+	if err != nil {
+		return err
+	}
+	ranks := slurm.Tasks{N: o.tp, Program: self, Args: args, Env: []string{checkTokenEnv + "=" + token},
+		Vars: slurm.TorchrunVars(o.tp, port, "hpcrun-check-"+token[:8], "run"), Grace: o.timeout + 5*time.Second}
+	failed, err := ranks.Run(c.Context)
 	if err != nil {
 		return err
 	}
@@ -157,12 +174,16 @@ func launchCheck(c *cli.Context, o checkOptions) error {
 // run the checks on this rank's tensor-parallel group; rank 0 prints.
 func checkRank(c *cli.Context, env idrenv.Env, checks []parallel.Check, o checkOptions) error {
 	fail := func(err error) error { return cli.Exit(fmt.Sprintf("check rank %d: %v", env.Rank, err), 1) }
+	token, err := checkToken(env, o.runDir)
+	if err != nil {
+		return fail(err)
+	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	world, err := nccl.Init(ctx, nccl.Options{
 		Rank: env.Rank, Size: env.WorldSize,
 		MasterAddr: env.MasterAddr, MasterPort: env.MasterPort,
-		Token: checkToken(env), Timeout: o.timeout,
+		Token: token, Timeout: o.timeout,
 	})
 	if err != nil {
 		return fail(err)
@@ -203,14 +224,29 @@ func checkRank(c *cli.Context, env idrenv.Env, checks []parallel.Check, o checkO
 	return nil
 }
 
-// checkToken is the rendezvous secret: the launcher's, else one derived
-// from the Slurm job and step, which every task of the step shares.
-func checkToken(env idrenv.Env) string {
+// checkToken is the rendezvous secret: the run dir's token (a check
+// submitted with hpcrun submit --check), else the launcher's (hpcrun check
+// on this machine). A bare `srun hpcrun check` has neither: its tasks share
+// one derived from the job and step, which is no secret; a check holds no
+// data of the user's, and submit --check is the way to a private one.
+func checkToken(env idrenv.Env, runDir string) (string, error) {
+	if runDir != "" {
+		return rundir.Dir(runDir).ReadToken()
+	}
 	if t := os.Getenv(checkTokenEnv); t != "" {
-		return t
+		return t, nil
 	}
 	sum := sha256.Sum256([]byte("hpcrun-check\x00" + env.JobID + "\x00" + env.StepID + "\x00" + env.MasterAddr))
-	return hex.EncodeToString(sum[:16])
+	return hex.EncodeToString(sum[:16]), nil
+}
+
+// randomToken is 16 bytes from crypto/rand in hex.
+func randomToken() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
 }
 
 // checkColumns are the measures the table shows, one column each.

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/hpcrun/hpcrun/slurm"
+	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/train/ckpt"
 	"github.com/urfave/cli/v2"
 )
@@ -24,13 +24,13 @@ func ckptCommand() *cli.Command {
 			{
 				Name:      "info",
 				Usage:     "show a checkpoint's step, config, mesh and tensors",
-				ArgsUsage: "DIR|EXECID",
+				ArgsUsage: "DIR|EXECID|PREFIX|JOBID",
 				Action:    ckptInfo,
 			},
 			{
 				Name:      "merge",
 				Usage:     "merge a checkpoint's shards into one safetensors file of full tensors",
-				ArgsUsage: "DIR|EXECID",
+				ArgsUsage: "DIR|EXECID|PREFIX|JOBID",
 				Description: "GPT checkpoints come out with Hugging Face GPT-2 names and layouts (wte.weight,\n" +
 					"h.N.attn.c_attn.weight as Conv1D (in, 3*out), ..., the vocabulary unpadded); BERT ones\n" +
 					"keep hpcrun's names and (out, in) layout.",
@@ -73,14 +73,18 @@ func openCkpt(c *cli.Context, args []string, usage string, withOptim bool) (*ckp
 	if len(args) != 1 {
 		return nil, cli.Exit("usage: hpcrun ckpt "+usage, 2)
 	}
-	arg := args[0]
-	path := arg
-	if _, err := os.Stat(arg); err != nil && slurm.IsExecID(arg) {
+	path := args[0]
+	if _, err := os.Stat(path); err != nil {
+		// Not a path: a run, named the way every command names one.
 		dir, err := runsDir(c)
 		if err != nil {
 			return nil, err
 		}
-		path = filepath.Join(dir, arg)
+		r, err := rundir.Find(dir, path)
+		if err != nil {
+			return nil, cli.Exit(err.Error(), 1)
+		}
+		path = r.Dir.Path()
 	}
 	dir, err := ckpt.Resolve(path)
 	if err != nil {

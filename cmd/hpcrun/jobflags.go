@@ -1,44 +1,53 @@
 package main
 
 import (
-	"github.com/hpcrun/hpcrun/cmd/hpcrun/internal/config"
+	"fmt"
+	"reflect"
+
+	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/urfave/cli/v2"
 )
 
 // jobFlags override the profile's resource request for one submission, the
-// way sbatch's own options would.
+// way sbatch's own options would: one flag for each field of
+// slurm.Resources, named and described there.
 func jobFlags() []cli.Flag {
 	const cat = "job (override the profile)"
-	return []cli.Flag{
-		&cli.StringFlag{Name: "time", Aliases: []string{"t"}, Usage: "time limit, e.g. 00:20:00 or 1-00:00:00", Category: cat},
-		&cli.StringFlag{Name: "partition", Aliases: []string{"p"}, Usage: "Slurm partition", Category: cat},
-		&cli.StringFlag{Name: "account", Aliases: []string{"A"}, Usage: "Slurm account", Category: cat},
-		&cli.StringFlag{Name: "qos", Usage: "quality of service", Category: cat},
-		&cli.StringFlag{Name: "constraint", Aliases: []string{"C"}, Usage: "node features, e.g. a100", Category: cat},
-		&cli.IntFlag{Name: "gpus-per-node", Usage: "GPUs a node (0 for CPU nodes)", Category: cat},
-		&cli.IntFlag{Name: "cpus-per-task", Aliases: []string{"c"}, Usage: "CPUs a task", Category: cat},
-		&cli.BoolFlag{Name: "exclusive", Usage: "whole nodes only", Category: cat},
-	}
-}
-
-// applyJobFlags copies the job flags the user set over the profile; the job
-// spec's validation then checks them like profile values.
-func applyJobFlags(c *cli.Context, p *config.Profile) {
-	for name, dst := range map[string]*string{
-		"time": &p.Time, "partition": &p.Partition, "account": &p.Account,
-		"qos": &p.QOS, "constraint": &p.Constraint,
-	} {
-		if c.IsSet(name) {
-			*dst = c.String(name)
+	var flags []cli.Flag
+	for _, o := range slurm.Options() {
+		switch o.Kind {
+		case reflect.String:
+			flags = append(flags, &cli.StringFlag{Name: o.Flag, Aliases: o.Aliases, Usage: o.Usage, Category: cat})
+		case reflect.Int:
+			flags = append(flags, &cli.IntFlag{Name: o.Flag, Aliases: o.Aliases, Usage: o.Usage, Category: cat})
+		case reflect.Bool:
+			flags = append(flags, &cli.BoolFlag{Name: o.Flag, Aliases: o.Aliases, Usage: o.Usage, Category: cat})
+		default:
+			panic(fmt.Sprintf("job option %s: kind %v has no flag", o.Key, o.Kind))
 		}
 	}
-	if c.IsSet("gpus-per-node") {
-		p.GPUsPerNode = c.Int("gpus-per-node")
+	return flags
+}
+
+// applyJobFlags copies the job flags the user set over the profile's
+// resources; the job spec's validation then checks them like profile values.
+func applyJobFlags(c *cli.Context, r *slurm.Resources) error {
+	for _, o := range slurm.Options() {
+		if !c.IsSet(o.Flag) {
+			continue
+		}
+		var v any
+		switch o.Kind {
+		case reflect.String:
+			v = c.String(o.Flag)
+		case reflect.Int:
+			v = c.Int(o.Flag)
+		case reflect.Bool:
+			v = c.Bool(o.Flag)
+		}
+		if err := r.Set(o.Key, v); err != nil {
+			return err
+		}
 	}
-	if c.IsSet("cpus-per-task") {
-		p.CPUsPerTask = c.Int("cpus-per-task")
-	}
-	if c.IsSet("exclusive") {
-		p.Exclusive = c.Bool("exclusive")
-	}
+	return nil
 }

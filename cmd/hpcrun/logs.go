@@ -19,7 +19,7 @@ func logsCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "logs",
 		Usage:     "print a run's stdout or stderr",
-		ArgsUsage: "<execid|jobid>",
+		ArgsUsage: "<execid|prefix|jobid>",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "err", Aliases: []string{"e"}, Usage: "print slurm-<jobid>.err instead of .out"},
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing as the job writes, until it is over"},
@@ -29,7 +29,7 @@ func logsCommand() *cli.Command {
 }
 
 func runLogs(c *cli.Context) error {
-	r, err := findRun(c, "logs <execid|jobid> [--err] [--follow]")
+	r, err := findRun(c, "logs <execid|prefix|jobid> [--err] [--follow]")
 	if err != nil {
 		return err
 	}
@@ -37,11 +37,7 @@ func runLogs(c *cli.Context) error {
 	if m.JobID == "" {
 		return fmt.Errorf("run %s was never submitted, so it has no log: %s", m.ExecID, firstLineOf(m.SubmitError))
 	}
-	ext := ".out"
-	if c.Bool("err") {
-		ext = ".err"
-	}
-	path := filepath.Join(r.Dir, "slurm-"+m.JobID+ext)
+	path := r.Dir.Log(m.JobID, c.Bool("err"))
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if !c.Bool("follow") {
@@ -65,7 +61,7 @@ func noLog(ctx context.Context, r slurm.Run, path string) error {
 	if err == nil && !j.State.Done() {
 		return fmt.Errorf("run %s (job %s) is %s: no output yet (use --follow to wait for it)", r.Meta.ExecID, j.ID, j.State)
 	}
-	if r.Meta.Spec.RunDir != "" && r.Meta.Spec.RunDir != r.Dir {
+	if r.Meta.Spec.RunDir != "" && r.Meta.Spec.RunDir != r.Dir.Path() {
 		return fmt.Errorf("no %s: run %s was made in %s on %s; its logs are there", filepath.Base(path), r.Meta.ExecID, r.Meta.Spec.RunDir, r.Meta.Host)
 	}
 	return fmt.Errorf("no %s in %s", filepath.Base(path), r.Dir)

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/urfave/cli/v2"
 )
 
@@ -18,6 +19,10 @@ import (
 var version = "dev"
 
 func main() {
+	// The Local executor's srun: its arguments are srun's, not hpcrun's.
+	if len(os.Args) > 1 && os.Args[1] == slurm.SrunCommand {
+		os.Exit(slurm.LocalSrun(os.Args[2:]))
+	}
 	app := newApp()
 	if err := app.Run(interspersed(app, os.Args)); err != nil {
 		var exit cli.ExitCoder

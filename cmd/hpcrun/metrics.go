@@ -2,12 +2,11 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
 
-	"github.com/hpcrun/hpcrun/slurm"
+	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/train/metrics"
 	"github.com/hpcrun/hpcrun/train/metrics/chart"
 	"github.com/urfave/cli/v2"
@@ -35,31 +34,11 @@ func metricsCommand() *cli.Command {
 	}
 }
 
-// metricsRunsDir is the runs folder: --runs-dir, else the config's, else runs.
-func metricsRunsDir(c *cli.Context) string {
-	if d := c.String("runs-dir"); d != "" {
-		return d
-	}
-	if cfg, err := resolveConfig(c); err == nil && cfg.RunsDir != "" {
-		return cfg.RunsDir
-	}
-	return "runs"
-}
-
-// resolveRunDir finds a run by execid, unique execid prefix, or jobid.
-func resolveRunDir(runsDir, ref string) (string, error) {
-	dir, err := metrics.FindRun(runsDir, ref)
-	if err == nil || !errors.Is(err, metrics.ErrNoRun) {
-		return dir, err
-	}
-	if r, jerr := slurm.FindRun(runsDir, ref); jerr == nil {
-		return r.Dir, nil
-	}
-	return "", err
-}
-
 func runMetrics(c *cli.Context) error {
-	runsDir := metricsRunsDir(c)
+	runsDir, err := runsDir(c)
+	if err != nil {
+		return err
+	}
 	refs := c.Args().Slice()
 	if n := c.Int("last"); n != 0 {
 		if n < 0 {
@@ -68,14 +47,16 @@ func runMetrics(c *cli.Context) error {
 		if len(refs) > 0 {
 			return cli.Exit("give either execids or --last N, not both", 2)
 		}
-		ids, err := metrics.ListRuns(runsDir)
+		runs, err := rundir.List(runsDir)
 		if err != nil {
 			return err
 		}
-		if len(ids) == 0 {
+		if len(runs) == 0 {
 			return fmt.Errorf("no runs under %s (pass --runs-dir, or submit one with hpcrun submit)", runsDir)
 		}
-		refs = ids[max(0, len(ids)-n):]
+		for _, r := range runs[max(0, len(runs)-n):] {
+			refs = append(refs, r.ExecID)
+		}
 	}
 	if len(refs) == 0 {
 		return cli.Exit("usage: hpcrun metrics <execid>... [--json] [--compare] [--plot] [--png FILE], or hpcrun metrics --last N", 2)
@@ -87,15 +68,14 @@ func runMetrics(c *cli.Context) error {
 	var sums []metrics.Summary
 	var curves []metrics.Curves
 	for _, ref := range refs {
-		dir, err := resolveRunDir(runsDir, ref)
+		r, err := rundir.Find(runsDir, ref)
 		if err != nil {
 			return err
 		}
-		run, err := metrics.ReadRun(dir)
+		s, cv, err := metrics.ReadSummary(r.Dir.Path(), c.Bool("plot") || c.String("png") != "" || wantJSON(c))
 		if err != nil {
 			return err
 		}
-		s, cv := metrics.Summarize(run)
 		sums, curves = append(sums, s), append(curves, cv)
 	}
 	w := c.App.Writer

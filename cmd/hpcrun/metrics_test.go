@@ -52,7 +52,8 @@ func TestMetricsCommandGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out = strings.ReplaceAll(out, recordedRuns, "RUNS")
+			abs, _ := filepath.Abs(recordedRuns)
+			out = strings.ReplaceAll(strings.ReplaceAll(out, abs, "RUNS"), recordedRuns, "RUNS")
 			path := filepath.Join("testdata", "metrics", tt.name+".txt")
 			if *updateMetrics {
 				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {

@@ -112,7 +112,7 @@ func queueRows(ctx context.Context, dir string, all bool, name string) (rows []q
 	seen := map[string]bool{}
 	for _, r := range runs {
 		m := r.Meta
-		row := queueRow{ExecID: m.ExecID, JobID: m.JobID, Name: m.Spec.Name, Executor: m.Executor, RunDir: r.Dir}
+		row := queueRow{ExecID: m.ExecID, JobID: m.JobID, Name: m.Spec.Name, Executor: m.Executor, RunDir: r.Dir.Path()}
 		var j slurm.JobInfo
 		switch {
 		case m.Executor == "slurm" && m.JobID != "" && active[m.JobID].ID != "":

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train"
 	"github.com/hpcrun/hpcrun/train/metrics"
@@ -51,39 +53,71 @@ func runLocal(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	execID, dir, err := slurm.NewRun(runsDir, time.Now())
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("path of hpcrun: %w", err)
+	}
+	dir, err := rundir.New(runsDir, time.Now())
 	if err != nil {
 		return err
 	}
-	if err := train.WriteConfigFile(filepath.Join(dir, train.ConfigFile), cfg, "Training config of run "+execID+", written by hpcrun run."); err != nil {
-		return err
+	execID := dir.ExecID()
+	args := []string{"train", "--run-dir", dir.Path()}
+	meta := &slurm.Meta{
+		ExecID: execID, JobID: strconv.Itoa(os.Getpid()), Executor: "run", Host: shortHostname(),
+		Spec: slurm.JobSpec{Name: fmt.Sprintf("%s-n%d-tp%d", cfg.Model, cfg.NTasks, cfg.TP), RunDir: dir.Path(),
+			NTasks: cfg.NTasks, Program: self, Args: args},
+		SubmitTime: time.Now().UTC(), Version: version, Binary: self,
 	}
-	token, err := newToken()
-	if err != nil {
-		return err
-	}
-	if err := slurm.WriteFileAtomic(filepath.Join(dir, "token"), []byte(token+"\n"), 0o600); err != nil {
+	if err := writeRunFiles(dir, cfg, meta); err != nil {
+		os.RemoveAll(dir.Path())
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "run %s: %d ranks (tp %d x dp %d) on this machine\nrun dir: %s\n", execID, cfg.NTasks, cfg.TP, cfg.DP(), dir)
 
 	start := time.Now()
-	ranks := localRanks{n: cfg.NTasks, args: []string{"train", "--run-dir", dir}, runID: execID, grace: 15 * time.Second}
-	failed, err := ranks.run()
+	port, err := slurm.FreePort()
 	if err != nil {
 		return err
 	}
-	if run, rerr := metrics.ReadRun(dir); rerr == nil {
-		s, _ := metrics.Summarize(run)
+	tasks := slurm.Tasks{N: cfg.NTasks, Program: self, Args: args, Vars: slurm.TorchrunVars(cfg.NTasks, port, execID, "run"), Grace: 15 * time.Second}
+	failed, err := tasks.Run(c.Context)
+	final := &slurm.JobInfo{ID: meta.JobID, Name: meta.Spec.Name, State: slurm.Completed, Elapsed: time.Since(start).Round(time.Second), Nodes: 1, NodeList: meta.Host, Source: "run"}
+	if err != nil || len(failed) > 0 {
+		final.State, final.Reason, final.ExitCode = slurm.Failed, "NonZeroExitCode", 1
+		if len(failed) > 0 {
+			final.ExitCode = failed[0].ExitCode()
+		}
+	}
+	meta.Final = final
+	if werr := slurm.WriteMeta(dir, meta); werr != nil {
+		fmt.Fprintf(os.Stderr, "hpcrun: warning: %v\n", werr)
+	}
+	if err != nil {
+		return err
+	}
+	if s, _, rerr := metrics.ReadSummary(dir.Path(), false); rerr == nil {
 		metrics.WriteSummary(os.Stdout, s)
 	}
 	if len(failed) > 0 {
 		var parts []string
 		for _, f := range failed {
-			parts = append(parts, fmt.Sprintf("rank %d (%v)", f.rank, f.err))
+			parts = append(parts, fmt.Sprintf("rank %d (%v)", f.Rank, f.Err))
 		}
-		return cli.Exit(fmt.Sprintf("run %s failed: %s; errors above, metrics in %s", execID, strings.Join(parts, ", "), filepath.Join(dir, "metrics")), 1)
+		return cli.Exit(fmt.Sprintf("run %s failed: %s; errors above, metrics in %s", execID, strings.Join(parts, ", "), dir.Metrics()), 1)
 	}
 	fmt.Fprintf(os.Stderr, "run %s completed in %s\n", execID, time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// writeRunFiles writes what the tasks of hpcrun run read, and its meta, so
+// that queue, logs, metrics and ckpt find the run like a submitted one.
+func writeRunFiles(dir rundir.Dir, cfg train.Config, meta *slurm.Meta) error {
+	if err := dir.WriteToken(); err != nil {
+		return err
+	}
+	if err := train.WriteConfigFile(dir.Config(), cfg, "Training config of run "+dir.ExecID()+", written by hpcrun run."); err != nil {
+		return err
+	}
+	return slurm.WriteMeta(dir, meta)
 }

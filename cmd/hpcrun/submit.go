@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -14,12 +12,14 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/BurntSushi/toml"
+	"github.com/hpcrun/hpcrun/internal/atomicfile"
+	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train"
 	"github.com/hpcrun/hpcrun/train/ckpt"
 	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
 )
 
 func submitCommand() *cli.Command {
@@ -91,7 +91,9 @@ func planSubmit(c *cli.Context) (*submitPlan, error) {
 	}
 	p := &submitPlan{train: tc, check: check}
 	prof := cfg.Profile
-	applyJobFlags(c, &prof)
+	if err := applyJobFlags(c, &prof.Resources); err != nil {
+		return nil, err
+	}
 	name := c.String("executor")
 	if name == "" {
 		name = prof.Executor
@@ -126,9 +128,7 @@ func planSubmit(c *cli.Context) (*submitPlan, error) {
 	}
 	p.execHint = time.Now().Format("20060102-150405") + "-0000"
 	p.spec = slurm.JobSpec{
-		Name: jobName, NTasks: tc.NTasks, GPUsPerNode: prof.GPUsPerNode, CPUsPerTask: prof.CPUsPerTask,
-		Time: prof.Time, QOS: prof.QOS, Account: prof.Account, Partition: prof.Partition,
-		Constraint: prof.Constraint, Exclusive: prof.Exclusive, Hint: prof.Hint,
+		Name: jobName, NTasks: tc.NTasks, Resources: prof.Resources,
 		Checkpoint: prof.Checkpoint, SignalSecs: prof.SignalSecs, Signal: tc.StopSignal, Modules: prof.Modules,
 		Env: prof.Env, Extra: prof.SbatchExtra, Program: p.binary,
 	}
@@ -147,7 +147,7 @@ func (p *submitPlan) setRunDir(dir string) {
 	p.spec.RunDir = dir
 	p.spec.Args = []string{"train", "--run-dir", dir}
 	if p.check != "" {
-		p.spec.Args = []string{"check", p.check, "--tp", strconv.Itoa(p.train.TP)}
+		p.spec.Args = []string{"check", p.check, "--tp", strconv.Itoa(p.train.TP), "--run-dir", dir}
 	}
 }
 
@@ -164,18 +164,19 @@ func runSubmit(c *cli.Context) error {
 		_, err := os.Stdout.Write(script)
 		return err
 	}
-	execID, dir, err := slurm.NewRun(p.runsDir, time.Now())
+	dir, err := rundir.New(p.runsDir, time.Now())
 	if err != nil {
 		return err
 	}
-	p.setRunDir(dir)
-	meta, err := p.write(execID, dir)
+	execID := dir.ExecID()
+	p.setRunDir(dir.Path())
+	meta, err := p.write(dir)
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	jobID, cluster, subErr := p.exec.Submit(ctx, slurm.Submission{Spec: p.spec, Script: filepath.Join(dir, "job.sbatch")})
+	jobID, cluster, subErr := p.exec.Submit(ctx, slurm.Submission{Spec: p.spec, Script: dir.Script()})
 	meta.JobID, meta.Cluster = jobID, cluster
 	if subErr != nil {
 		meta.SubmitError = subErr.Error()
@@ -187,7 +188,7 @@ func runSubmit(c *cli.Context) error {
 		return fmt.Errorf("submit %s: %w", execID, slurmErr(subErr))
 	}
 	if c.Bool("json") {
-		out, _ := json.Marshal(map[string]string{"execid": execID, "jobid": jobID, "executor": p.exec.Name(), "run_dir": dir})
+		out, _ := json.Marshal(map[string]string{"execid": execID, "jobid": jobID, "executor": p.exec.Name(), "run_dir": dir.Path()})
 		fmt.Println(string(out))
 	} else {
 		fmt.Printf("submitted run %s as %s job %s\nrun dir: %s\n", execID, p.exec.Name(), jobID, dir)
@@ -195,64 +196,62 @@ func runSubmit(c *cli.Context) error {
 	if !c.Bool("wait") {
 		return nil
 	}
-	return followJob(ctx, slurm.Run{Dir: dir, Meta: meta}, p.train)
+	return followJob(ctx, slurm.Run{Dir: dir, Meta: meta})
 }
 
-// write puts job.sbatch, train.toml, meta.json and the rendezvous token
-// (mode 0600: the secret every task presents to the Store) in the new run
-// dir; on failure it removes the dir, so nothing half-written is left.
-func (p *submitPlan) write(execID, dir string) (m *slurm.Meta, err error) {
+// write puts the rendezvous token, job.sbatch, train.toml and meta.json in
+// the new run dir; on failure it removes the dir, so nothing half-written
+// is left.
+func (p *submitPlan) write(dir rundir.Dir) (m *slurm.Meta, err error) {
 	defer func() {
 		if err != nil {
-			os.RemoveAll(dir)
+			os.RemoveAll(dir.Path())
 		}
 	}()
-	token, err := newToken()
-	if err != nil {
-		return nil, fmt.Errorf("rendezvous token: %w", err)
-	}
-	if err := slurm.WriteFileAtomic(filepath.Join(dir, "token"), []byte(token+"\n"), 0o600); err != nil {
+	if err := dir.WriteToken(); err != nil {
 		return nil, err
 	}
-	script, err := slurm.Script(p.spec, p.tmpl, version, execID)
+	script, err := slurm.Script(p.spec, p.tmpl, version, dir.ExecID())
 	if err != nil {
 		return nil, err
 	}
-	if err := slurm.WriteFileAtomic(filepath.Join(dir, "job.sbatch"), script, 0o755); err != nil {
+	if err := atomicfile.WriteFile(dir.Script(), script, 0o755); err != nil {
 		return nil, err
 	}
-	var tbuf bytes.Buffer
-	fmt.Fprintf(&tbuf, "# Training config of run %s, written by hpcrun submit; every task reads it.\n", execID)
-	if err := toml.NewEncoder(&tbuf).Encode(p.train); err != nil {
-		return nil, fmt.Errorf("train.toml: %w", err)
-	}
-	if err := slurm.WriteFileAtomic(filepath.Join(dir, "train.toml"), tbuf.Bytes(), 0o644); err != nil {
+	if err := train.WriteConfigFile(dir.Config(), p.train, "Training config of run "+dir.ExecID()+", written by hpcrun submit; every task reads it."); err != nil {
 		return nil, err
 	}
 	sum, err := binarySum(p.binary)
 	if err != nil {
 		return nil, err
 	}
-	host, _ := os.Hostname()
-	host, _, _ = strings.Cut(host, ".")
 	m = &slurm.Meta{
-		ExecID: execID, Executor: p.exec.Name(), Host: host, Spec: p.spec, SubmitTime: time.Now().UTC(),
+		ExecID: dir.ExecID(), Executor: p.exec.Name(), Host: shortHostname(), Spec: p.spec, SubmitTime: time.Now().UTC(),
 		Version: version, Binary: p.binary, BinarySHA256: sum,
 	}
 	return m, slurm.WriteMeta(dir, m)
 }
 
-// followJob shows a progress bar until the run's job is over and returns
+// shortHostname is this machine's name without its domain.
+func shortHostname() string {
+	host, _ := os.Hostname()
+	host, _, _ = strings.Cut(host, ".")
+	return host
+}
+
+// followJob shows the run's progress until its job is over and returns
 // the job's status as hpcrun's exit status.
-func followJob(ctx context.Context, r slurm.Run, tc train.Config) error {
-	bar := newStepBar(r, tc)
+func followJob(ctx context.Context, r slurm.Run) error {
+	bar := newRunProgress(os.Stderr, r.Dir.Path(), term.IsTerminal(int(os.Stderr.Fd())))
 	defer bar.close()
 	for {
 		j, err := runStatus(ctx, r)
 		if err != nil {
 			return slurmErr(err)
 		}
-		bar.update(j)
+		if _, _, err := bar.update(fmt.Sprintf("%-9s ", j.State)); err != nil {
+			return err
+		}
 		if j.State.Done() {
 			bar.close()
 			fmt.Fprintf(os.Stderr, "run %s: job %s %s after %s\n", r.Meta.ExecID, j.ID, j.State, slurm.FormatElapsed(j.Elapsed))
@@ -283,7 +282,7 @@ func resumeSubmit(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := slurm.FindRun(dir, c.String("resume"))
+	r, err := slurm.OpenRun(dir, c.String("resume"))
 	if err != nil {
 		return err
 	}
@@ -298,12 +297,8 @@ func resumeSubmit(c *cli.Context) error {
 			return cli.Exit(fmt.Sprintf("run %s: job %s is %s: wait for it or cancel it (hpcrun cancel %s) before resuming", r.Meta.ExecID, j.ID, j.State, r.Meta.ExecID), 1)
 		}
 	}
-	tc, err := train.ReadConfigFile(filepath.Join(r.Dir, train.ConfigFile))
-	if err != nil {
-		return err
-	}
 	from := "the start (no checkpoint yet)"
-	if step, err := ckpt.Latest(train.CkptDir(r.Dir)); err != nil {
+	if step, err := ckpt.Latest(r.Dir.Ckpt()); err != nil {
 		return err
 	} else if step != "" {
 		ck, err := ckpt.Open(step, true)
@@ -316,15 +311,7 @@ func resumeSubmit(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if ex.Name() == "local" {
-		// The previous job's final state must not pass for the new one's.
-		for _, f := range []string{"state", "cancel"} {
-			if err := os.Remove(filepath.Join(r.Dir, slurm.LocalDir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return err
-			}
-		}
-	}
-	jobID, cluster, subErr := ex.Submit(ctx, slurm.Submission{Spec: r.Meta.Spec, Script: filepath.Join(r.Dir, "job.sbatch")})
+	jobID, cluster, subErr := ex.Submit(ctx, slurm.Submission{Spec: r.Meta.Spec, Script: r.Dir.Script()})
 	if subErr != nil {
 		return fmt.Errorf("submit %s again: %w", r.Meta.ExecID, slurmErr(subErr))
 	}
@@ -334,7 +321,7 @@ func resumeSubmit(c *cli.Context) error {
 		return err
 	}
 	if c.Bool("json") {
-		out, _ := json.Marshal(map[string]string{"execid": m.ExecID, "jobid": jobID, "executor": ex.Name(), "run_dir": r.Dir, "resume_from": from})
+		out, _ := json.Marshal(map[string]string{"execid": m.ExecID, "jobid": jobID, "executor": ex.Name(), "run_dir": r.Dir.Path(), "resume_from": from})
 		fmt.Println(string(out))
 	} else {
 		fmt.Printf("submitted run %s again as %s job %s; it resumes from %s\nrun dir: %s\n", m.ExecID, ex.Name(), jobID, from, r.Dir)
@@ -342,5 +329,5 @@ func resumeSubmit(c *cli.Context) error {
 	if !c.Bool("wait") {
 		return nil
 	}
-	return followJob(ctx, slurm.Run{Dir: r.Dir, Meta: m}, tc)
+	return followJob(ctx, slurm.Run{Dir: r.Dir, Meta: m})
 }

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
+	"github.com/hpcrun/hpcrun/internal/atomicfile"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/urfave/cli/v2"
 )
@@ -22,7 +25,8 @@ func runsDir(c *cli.Context) (string, error) {
 	return filepath.Abs(cfg.RunsDir)
 }
 
-// findRun resolves an execid or jobid argument to its run.
+// findRun resolves the one argument (an execid, a unique prefix of one, or
+// a job id: rundir.Find's forms, as every command takes them) to its run.
 func findRun(c *cli.Context, usage string) (slurm.Run, error) {
 	if c.NArg() != 1 {
 		return slurm.Run{}, cli.Exit(fmt.Sprintf("usage: hpcrun %s", usage), 2)
@@ -31,7 +35,7 @@ func findRun(c *cli.Context, usage string) (slurm.Run, error) {
 	if err != nil {
 		return slurm.Run{}, err
 	}
-	return slurm.FindRun(dir, c.Args().First())
+	return slurm.OpenRun(dir, c.Args().First())
 }
 
 // executorOf is the executor that ran a run.
@@ -39,8 +43,10 @@ func executorOf(r slurm.Run) (slurm.Executor, error) {
 	switch r.Meta.Executor {
 	case "slurm", "local":
 		return slurm.New(r.Meta.Executor)
+	case "run":
+		return nil, fmt.Errorf("run %s was started by hpcrun run in the foreground: it has no job to ask about or cancel", r.Meta.ExecID)
 	}
-	return nil, fmt.Errorf("run %s: unknown executor %q in %s", r.Meta.ExecID, r.Meta.Executor, filepath.Join(r.Dir, slurm.MetaFile))
+	return nil, fmt.Errorf("run %s: unknown executor %q in %s", r.Meta.ExecID, r.Meta.Executor, r.Dir.Meta())
 }
 
 // runStatus is the state of a run's job: the cached final state when there
@@ -50,6 +56,9 @@ func runStatus(ctx context.Context, r slurm.Run) (slurm.JobInfo, error) {
 	if r.Meta.Final != nil {
 		return *r.Meta.Final, nil
 	}
+	if r.Meta.Executor == "run" {
+		return foregroundStatus(r), nil
+	}
 	if r.Meta.JobID == "" {
 		return slurm.JobInfo{State: "NOT_SUBMITTED", Reason: r.Meta.SubmitError}, nil
 	}
@@ -57,7 +66,7 @@ func runStatus(ctx context.Context, r slurm.Run) (slurm.JobInfo, error) {
 	if err != nil {
 		return slurm.JobInfo{}, err
 	}
-	j, err := ex.Status(ctx, slurm.JobRef{ID: r.Meta.JobID, RunDir: r.Dir})
+	j, err := ex.Status(ctx, slurm.JobRef{ID: r.Meta.JobID, RunDir: r.Dir.Path()})
 	if err != nil {
 		return j, fmt.Errorf("run %s (job %s): %w", r.Meta.ExecID, r.Meta.JobID, err)
 	}
@@ -71,6 +80,23 @@ func runStatus(ctx context.Context, r slurm.Run) (slurm.JobInfo, error) {
 		_ = slurm.WriteMeta(r.Dir, r.Meta)
 	}
 	return j, nil
+}
+
+// foregroundStatus is the state of a run of hpcrun run that has not
+// written its Final yet: going on while its launcher (JobID is its pid)
+// lives, failed once it is gone without saying how it ended.
+func foregroundStatus(r slurm.Run) slurm.JobInfo {
+	j := slurm.JobInfo{ID: r.Meta.JobID, Name: r.Meta.Spec.Name, State: slurm.Running, Nodes: 1, NodeList: r.Meta.Host, Source: "run"}
+	j.Elapsed = time.Since(r.Meta.SubmitTime).Round(time.Second)
+	if r.Meta.Host != shortHostname() {
+		j.State, j.Reason = slurm.Unknown, "started by hpcrun run on "+r.Meta.Host
+		return j
+	}
+	pid, _ := strconv.Atoi(r.Meta.JobID)
+	if pid <= 0 || syscall.Kill(pid, 0) != nil {
+		j.State, j.Reason = slurm.Failed, "the hpcrun run launcher died"
+	}
+	return j
 }
 
 // exitWith turns a finished job's state into hpcrun's exit status.
@@ -132,7 +158,7 @@ func binarySum(path string) (string, error) {
 		return "", err
 	}
 	if cache != "" && os.MkdirAll(filepath.Dir(cache), 0o755) == nil {
-		_ = slurm.WriteFileAtomic(cache, []byte(key+"\n"+sum), 0o644) // a cache: failing to write it costs only time
+		_ = atomicfile.WriteFile(cache, []byte(key+"\n"+sum), 0o644) // a cache: failing to write it costs only time
 	}
 	return sum, nil
 }

@@ -1,22 +1,21 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
+	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/hpcrun/hpcrun/idrenv"
+	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train"
 	"github.com/urfave/cli/v2"
 )
@@ -36,11 +35,12 @@ func trainCommand() *cli.Command {
 }
 
 func runTrainTask(c *cli.Context) error {
-	dir, err := filepath.Abs(c.String("run-dir"))
+	path, err := filepath.Abs(c.String("run-dir"))
 	if err != nil {
 		return err
 	}
-	cfg, err := train.ReadConfigFile(filepath.Join(dir, train.ConfigFile))
+	dir := rundir.Dir(path)
+	cfg, err := train.ReadConfigFile(dir.Config())
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
@@ -49,7 +49,11 @@ func runTrainTask(c *cli.Context) error {
 		return cli.Exit(err.Error(), 2)
 	}
 	if env.WorldSize != cfg.NTasks {
-		return cli.Exit(fmt.Sprintf("the job step has %d tasks but %s says ntasks = %d: run as many tasks as the config asks", env.WorldSize, train.ConfigFile, cfg.NTasks), 2)
+		return cli.Exit(fmt.Sprintf("the job step has %d tasks but %s says ntasks = %d: run as many tasks as the config asks", env.WorldSize, rundir.ConfigFile, cfg.NTasks), 2)
+	}
+	token, err := dir.ReadToken()
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("rank %d: %v", env.Rank, err), 2)
 	}
 	// The engine's threads follow the CPUs Slurm gave this task (as
 	// OMP_NUM_THREADS would), unless GOMAXPROCS says otherwise: tasks
@@ -57,25 +61,30 @@ func runTrainTask(c *cli.Context) error {
 	if env.CPUsPerTask > 0 && os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(min(env.CPUsPerTask, runtime.NumCPU()))
 	}
-	// Before anything slow: the stop signal's default action kills.
-	stopCh := stopOnSignal(cfg.StopSignal, env.Rank)
-	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	// Before anything slow: the signals' default action kills.
+	ctx, cancel := context.WithCancel(c.Context)
+	defer cancel()
+	stop := stopOnSignals(cfg.StopSignal, env.Rank, cancel)
 	fail := func(err error) error {
 		return cli.Exit(fmt.Sprintf("rank %d: %v", env.Rank, err), 1)
+	}
+	backend, gpu, err := train.CommBackend(cfg, env.GPUOrdinal)
+	if err != nil {
+		return fail(err)
 	}
 	comm, err := nccl.Init(ctx, nccl.Options{
 		Rank: env.Rank, Size: env.WorldSize,
 		MasterAddr: env.MasterAddr, MasterPort: env.MasterPort,
-		Token: runToken(dir, env.JobID),
+		Token:   token,
+		Backend: backend, Device: gpu,
 	})
 	if err != nil {
 		return fail(err)
 	}
-	_, err = train.Run(ctx, cfg, comm, train.Options{RunDir: dir, Log: os.Stdout, Host: env.Node, Stop: stopCh, GPUOrdinal: env.GPUOrdinal})
+	_, err = train.Run(ctx, cfg, comm, train.Options{RunDir: dir.Path(), Log: os.Stdout, Host: env.Node, Stop: stop.ch, GPUOrdinal: env.GPUOrdinal})
 	if errors.Is(err, train.ErrStopped) {
 		closeWithin(comm, 2*time.Second)
-		return stopped(dir, cfg, env, err)
+		return stopped(ctx, dir, cfg, env, stop.signal(), err)
 	}
 	if err != nil {
 		// A failed world may wait on a dead peer to close; the error is
@@ -93,53 +102,63 @@ func runTrainTask(c *cli.Context) error {
 // signal after saving a checkpoint (EX_TEMPFAIL: try again later).
 const ExitStopped = 75
 
-// stopOnSignal returns a channel closed when the process receives the
-// stop signal (SIGUSR1, or SIGUSR2 when name says so): Slurm's
-// --signal=USR1@<secs> before the time limit, or scancel --signal.
-func stopOnSignal(name string, rank int) <-chan struct{} {
-	sig := syscall.SIGUSR1
-	if name == "USR2" {
-		sig = syscall.SIGUSR2
-	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, sig)
-	stop := make(chan struct{})
-	go func() {
-		s := <-sigs
-		signal.Stop(sigs)
-		if rank == 0 {
-			fmt.Fprintf(os.Stderr, "hpcrun: received %v: saving a checkpoint after this step, then stopping\n", s)
-		}
-		close(stop)
-	}()
-	return stop
+// stopRequest is closed when a signal asks the task to stop.
+type stopRequest struct {
+	ch  chan struct{}
+	got atomic.Value // the os.Signal that closed ch
 }
 
-// stopped ends a task that saved and stopped on the stop signal: rank 0 of
-// a Slurm job requeues the job (scontrol requeue), which resumes from the
-// checkpoint when it starts again, up to max_requeues times; every task
-// exits with ExitStopped.
-func stopped(dir string, cfg train.Config, env idrenv.Env, err error) error {
+func (s *stopRequest) signal() os.Signal {
+	sig, _ := s.got.Load().(os.Signal)
+	return sig
+}
+
+// stopOnSignals turns the time-limit signal (SIGUSR1, or SIGUSR2 when name
+// says so: Slurm's --signal=USR1@<secs>, or scancel --signal), SIGINT and
+// SIGTERM (Ctrl-C, scancel, hpcrun cancel) into one request: every rank
+// stops after the same step and saves, whichever rank got the signal, so no
+// rank dies under the others. A second INT or TERM cancels at once.
+func stopOnSignals(name string, rank int, cancel context.CancelFunc) *stopRequest {
+	limit := syscall.SIGUSR1
+	if name == "USR2" {
+		limit = syscall.SIGUSR2
+	}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, limit, os.Interrupt, syscall.SIGTERM)
+	s := &stopRequest{ch: make(chan struct{})}
+	go func() {
+		first := <-sigs
+		s.got.Store(first)
+		if rank == 0 || first != limit {
+			fmt.Fprintf(os.Stderr, "hpcrun: rank %d received %v: every rank stops after this step and saves a checkpoint (again to stop at once)\n", rank, first)
+		}
+		close(s.ch)
+		for sig := range sigs {
+			if sig != limit {
+				fmt.Fprintf(os.Stderr, "hpcrun: rank %d received %v again: stopping now\n", rank, sig)
+				cancel()
+				signal.Stop(sigs)
+				return
+			}
+		}
+	}()
+	return s
+}
+
+// stopped ends a task that saved and stopped on a signal. After the
+// time-limit signal, rank 0 lets slurm requeue the job when it is a real
+// Slurm job (slurm.AfterStop), and every task exits with ExitStopped; after
+// INT or TERM every task exits 128+signal, as a killed one would, with the
+// way to resume.
+func stopped(ctx context.Context, dir rundir.Dir, cfg train.Config, env idrenv.Env, sig os.Signal, err error) error {
 	msg := fmt.Sprintf("rank %d: %v", env.Rank, err)
+	if s, ok := sig.(syscall.Signal); ok && (s == syscall.SIGINT || s == syscall.SIGTERM) {
+		return cli.Exit(fmt.Sprintf("%s (%v); resume with: hpcrun submit --resume %s", msg, s, dir.ExecID()), 128+int(s))
+	}
 	if env.Rank != 0 {
 		return cli.Exit(msg, ExitStopped)
 	}
-	jobID := os.Getenv("SLURM_JOB_ID")
-	resume := fmt.Sprintf("resume with: hpcrun submit --resume %s", filepath.Base(dir))
-	switch {
-	case jobID == "":
-		msg += "; " + resume
-	case env.RestartCount >= cfg.Requeues():
-		msg += fmt.Sprintf("; the job was requeued %d times already (max_requeues = %d): %s", env.RestartCount, cfg.Requeues(), resume)
-	default:
-		out, rerr := exec.Command("scontrol", "requeue", jobID).CombinedOutput()
-		if rerr != nil {
-			msg += fmt.Sprintf("; scontrol requeue %s failed (%v: %s): %s", jobID, rerr, strings.TrimSpace(string(out)), resume)
-		} else {
-			msg += fmt.Sprintf("; requeued job %s (restart %d of at most %d), it resumes from the checkpoint", jobID, env.RestartCount+1, cfg.Requeues())
-		}
-	}
-	return cli.Exit(msg, ExitStopped)
+	return cli.Exit(msg+"; "+slurm.AfterStop(ctx, os.Getenv, dir.ExecID(), env.RestartCount, cfg.Requeues()), ExitStopped)
 }
 
 // closeWithin closes comm, giving up after d.
@@ -153,26 +172,4 @@ func closeWithin(comm nccl.Comm, d time.Duration) {
 	case <-done:
 	case <-time.After(d):
 	}
-}
-
-// runToken is the secret every task of a run presents to the rendezvous
-// Store: the run dir's token file (hpcrun run writes one), else a "token"
-// in meta.json, else one derived from the job id and the run dir, which
-// every task of one job shares and another job does not.
-func runToken(dir, jobID string) string {
-	if b, err := os.ReadFile(filepath.Join(dir, "token")); err == nil {
-		if s := strings.TrimSpace(string(b)); s != "" {
-			return s
-		}
-	}
-	if b, err := os.ReadFile(filepath.Join(dir, "meta.json")); err == nil {
-		var m struct {
-			Token string `json:"token"`
-		}
-		if json.Unmarshal(b, &m) == nil && m.Token != "" {
-			return m.Token
-		}
-	}
-	sum := sha256.Sum256([]byte("hpcrun\x00" + jobID + "\x00" + dir))
-	return hex.EncodeToString(sum[:16])
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/train/metrics"
 	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
@@ -36,46 +38,31 @@ func runWatch(c *cli.Context) error {
 	if c.Duration("interval") <= 0 {
 		return cli.Exit("--interval must be positive, like 1s or 500ms", 2)
 	}
-	dir, err := resolveRunDir(metricsRunsDir(c), c.Args().First())
+	runs, err := runsDir(c)
+	if err != nil {
+		return err
+	}
+	r, err := rundir.Find(runs, c.Args().First())
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return watchRun(ctx, c, dir)
+	return watchRun(ctx, c, r.Dir.Path())
 }
 
 func watchRun(ctx context.Context, c *cli.Context, dir string) error {
 	w := c.App.Writer
-	f := metrics.NewFollower(dir)
-	var bar *progressbar.ProgressBar
-	total := 0
+	p := newRunProgress(w, dir, true)
 	tick := time.NewTicker(c.Duration("interval"))
 	defer tick.Stop()
 	for {
-		run, err := f.Poll()
+		run, st, err := p.update("")
 		if err != nil {
 			return err
 		}
-		st := watchStateOf(run)
-		if bar == nil || (st.total > 0 && st.total != total) {
-			if bar != nil {
-				bar.Exit()
-			}
-			total = st.total
-			max := total
-			if max <= 0 {
-				max = -1 // a spinner: the total is not known yet
-			}
-			bar = progressbar.NewOptions(max, progressbar.OptionSetWriter(w),
-				progressbar.OptionSetDescription(run.ExecID), progressbar.OptionShowCount(),
-				progressbar.OptionSetPredictTime(true), progressbar.OptionSetWidth(30),
-				progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionSetRenderBlankState(true))
-		}
-		bar.Describe(st.describe(run.ExecID))
-		bar.Set(st.step)
 		if st.done {
-			bar.Finish()
+			p.bar.Finish()
 			fmt.Fprintln(w)
 			s, _ := metrics.Summarize(run)
 			fmt.Fprintf(w, "%s %s at step %d: loss %s, wall %s\n", s.ExecID, s.Status, s.Step, fmtFloat(s.LastLoss, "%.4f"), fmtFloat(s.WallS, "%.1f s"))
@@ -85,18 +72,74 @@ func watchRun(ctx context.Context, c *cli.Context, dir string) error {
 			return nil
 		}
 		if st.jobOver != "" {
-			bar.Exit()
-			fmt.Fprintln(w)
+			p.close()
 			return cli.Exit(fmt.Sprintf("%s: the job is over (%s) but %d of %d ranks wrote no end line: they were killed; see hpcrun logs %s",
 				run.ExecID, st.jobOver, st.world-st.ended, st.world, run.ExecID), 1)
 		}
 		select {
 		case <-ctx.Done():
-			bar.Exit()
-			fmt.Fprintf(w, "\nstopped watching %s at step %d; the job goes on\n", run.ExecID, st.step)
+			p.close()
+			fmt.Fprintf(w, "stopped watching %s at step %d; the job goes on\n", run.ExecID, st.step)
 			return nil
 		case <-tick.C:
 		}
+	}
+}
+
+// runProgress is the progress bar of a run, drawn from its metrics files as
+// a metrics.Follower reads them: hpcrun watch and hpcrun submit --wait both
+// show it. The total is the steps the run says it will take (from its run
+// lines, so epoch-based runs get a bar too); a spinner until it is known.
+type runProgress struct {
+	w       io.Writer
+	f       *metrics.Follower
+	bar     *progressbar.ProgressBar
+	total   int
+	visible bool
+	closed  bool
+}
+
+func newRunProgress(w io.Writer, dir string, visible bool) *runProgress {
+	return &runProgress{w: w, f: metrics.NewFollower(dir), visible: visible}
+}
+
+// update reads what the ranks appended and redraws; prefix (the job's state
+// for submit --wait) goes before the run's description.
+func (p *runProgress) update(prefix string) (*metrics.Run, watchState, error) {
+	run, err := p.f.Poll()
+	if err != nil {
+		return nil, watchState{}, err
+	}
+	st := watchStateOf(run)
+	if p.bar == nil || (st.total > 0 && st.total != p.total) {
+		if p.bar != nil {
+			p.bar.Exit()
+		}
+		p.total = st.total
+		max := p.total
+		if max <= 0 {
+			max = -1 // a spinner: the total is not known yet
+		}
+		p.bar = progressbar.NewOptions(max, progressbar.OptionSetWriter(p.w),
+			progressbar.OptionSetVisibility(p.visible),
+			progressbar.OptionSetDescription(run.ExecID), progressbar.OptionShowCount(),
+			progressbar.OptionSetPredictTime(true), progressbar.OptionSetWidth(30),
+			progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionSetRenderBlankState(true))
+	}
+	p.bar.Describe(prefix + st.describe(run.ExecID))
+	p.bar.Set(st.step)
+	return run, st, nil
+}
+
+// close ends the bar's line, once.
+func (p *runProgress) close() {
+	if p.closed || p.bar == nil {
+		return
+	}
+	p.closed = true
+	p.bar.Exit()
+	if p.visible {
+		fmt.Fprintln(p.w)
 	}
 }
 

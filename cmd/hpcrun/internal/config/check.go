@@ -51,6 +51,9 @@ func checkValue(key toml.Key, v reflect.Value) error {
 }
 
 func checkProfileKey(name string, v reflect.Value) error {
+	if slurm.IsOption(name) {
+		return slurm.CheckOption(name, v.Interface())
+	}
 	switch name {
 	case "executor":
 		switch v.String() {
@@ -58,24 +61,10 @@ func checkProfileKey(name string, v reflect.Value) error {
 		default:
 			return fmt.Errorf("%q: use slurm, local or auto", v.String())
 		}
-	case "gpus_per_node":
-		if v.Int() < 0 {
-			return fmt.Errorf("%d: must be 0 (CPU nodes) or more", v.Int())
-		}
-	case "cpus_per_task":
-		if v.Int() < 1 {
-			return fmt.Errorf("%d: must be at least 1", v.Int())
-		}
 	case "signal_secs":
 		if v.Int() < 0 || v.Int() > 65535 {
 			return fmt.Errorf("%d: seconds before the time limit, 0 to 65535", v.Int())
 		}
-	case "time":
-		if err := slurm.ValidateTime(v.String()); err != nil {
-			return err
-		}
-	case "account", "partition", "qos", "constraint", "hint":
-		return slurm.CheckOption(name, v.String())
 	case "modules", "sbatch_extra":
 		for i := 0; i < v.Len(); i++ {
 			s := v.Index(i).String()

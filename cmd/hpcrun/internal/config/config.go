@@ -4,7 +4,10 @@
 // remembering where every value came from.
 package config
 
-import "github.com/hpcrun/hpcrun/train"
+import (
+	"github.com/hpcrun/hpcrun/slurm"
+	"github.com/hpcrun/hpcrun/train"
+)
 
 // Config is the whole resolved configuration.
 type Config struct {
@@ -20,22 +23,16 @@ type Config struct {
 
 // Profile describes how jobs are submitted on one cluster.
 type Profile struct {
-	Executor    string            `toml:"executor"`      // slurm, local or auto (slurm when sbatch is on PATH)
-	Account     string            `toml:"account"`       // --account
-	Partition   string            `toml:"partition"`     // --partition
-	QOS         string            `toml:"qos"`           // --qos
-	Constraint  string            `toml:"constraint"`    // --constraint, e.g. a100
-	GPUsPerNode int               `toml:"gpus_per_node"` // 0 for CPU-only clusters
-	CPUsPerTask int               `toml:"cpus_per_task"` // --cpus-per-task
-	Time        string            `toml:"time"`          // --time, [D-]HH:MM:SS
-	Exclusive   bool              `toml:"exclusive"`     // --exclusive
-	Hint        string            `toml:"hint"`          // --hint, e.g. nomultithread; "" to omit
-	Modules     []string          `toml:"modules"`       // `module load` lines, in order
-	SbatchExtra []string          `toml:"sbatch_extra"`  // extra #SBATCH options, e.g. "--mail-type=END"
-	Env         map[string]string `toml:"env"`           // exports in the job script
-	Template    string            `toml:"template"`      // sbatch template file; "" = built-in
-	Checkpoint  bool              `toml:"checkpoint"`    // ask for --signal and --requeue
-	SignalSecs  int               `toml:"signal_secs"`   // seconds before the time limit for USR1
+	Executor string `toml:"executor"` // slurm, local or auto (slurm when sbatch is on PATH)
+	// Resources are the scheduler options (account, partition, qos, time,
+	// ...): one key each, the same names as hpcrun submit's job flags.
+	slurm.Resources
+	Modules     []string          `toml:"modules"`      // `module load` lines, in order
+	SbatchExtra []string          `toml:"sbatch_extra"` // extra #SBATCH options, e.g. "--comment=x"
+	Env         map[string]string `toml:"env"`          // exports in the job script
+	Template    string            `toml:"template"`     // sbatch template file; "" = built-in
+	Checkpoint  bool              `toml:"checkpoint"`   // ask for --signal and --requeue
+	SignalSecs  int               `toml:"signal_secs"`  // seconds before the time limit for USR1
 }
 
 // Resolved is the configuration after all layers are merged, with the chosen

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train"
 )
 
@@ -35,11 +36,9 @@ func Defaults() Config {
 // sets its keys.
 func DefaultProfileValues() Profile {
 	return Profile{
-		Executor:    "auto",
-		CPUsPerTask: 1,
-		Time:        "00:30:00",
-		Hint:        "nomultithread",
-		SignalSecs:  120,
+		Executor:   "auto",
+		Resources:  slurm.Resources{CPUsPerTask: 1, Time: "00:30:00", Hint: "nomultithread"},
+		SignalSecs: 120,
 	}
 }
 
@@ -222,10 +221,8 @@ func knownKeysHint(k toml.Key) string {
 		return "not a setting hpcrun knows"
 	}
 	var names []string
-	for i := 0; i < t.NumField(); i++ {
-		if tag := tomlName(t.Field(i)); tag != "" {
-			names = append(names, tag)
-		}
+	for _, f := range tomlFields(t) {
+		names = append(names, f.name)
 	}
 	sort.Strings(names)
 	return "known keys here: " + strings.Join(names, ", ")
@@ -271,18 +268,18 @@ func (r *Resolved) sourceOf(key string) string {
 func (r *Resolved) applyEnv(getenv func(string) string) error {
 	prof := r.Profiles[r.ProfileName]
 	pv := reflect.ValueOf(&prof).Elem()
-	for i := 0; i < pv.NumField(); i++ {
-		name := tomlName(pv.Type().Field(i))
+	for _, f := range tomlFields(pv.Type()) {
+		name, fv := f.name, pv.FieldByIndex(f.index)
 		env := "HPCRUN_" + strings.ToUpper(name)
 		s := getenv(env)
-		if s == "" || !isScalar(pv.Field(i).Kind()) {
+		if s == "" || !isScalar(fv.Kind()) {
 			continue
 		}
 		key := toml.Key{"profiles", r.ProfileName, name}
-		if err := setScalar(pv.Field(i), s); err != nil {
+		if err := setScalar(fv, s); err != nil {
 			return fmt.Errorf("env %s=%q: %v", env, s, err)
 		}
-		if err := checkValue(key, pv.Field(i)); err != nil {
+		if err := checkValue(key, fv); err != nil {
 			return fmt.Errorf("env %s=%q: %v", env, s, err)
 		}
 		r.Sources[key.String()] = "env " + env
@@ -346,22 +343,52 @@ func tomlName(f reflect.StructField) string {
 	return name
 }
 
+// tomlField is one key of a struct as TOML sees it.
+type tomlField struct {
+	name  string
+	index []int // for FieldByIndex
+}
+
+// tomlFields lists t's keys, the fields of an embedded struct (a profile's
+// slurm.Resources) as t's own, as the TOML decoder reads them.
+func tomlFields(t reflect.Type) []tomlField {
+	var out []tomlField
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if f.Anonymous && f.Type.Kind() == reflect.Struct && f.Tag.Get("toml") == "" {
+			for _, sub := range tomlFields(f.Type) {
+				out = append(out, tomlField{sub.name, append([]int{i}, sub.index...)})
+			}
+			continue
+		}
+		if name := tomlName(f); name != "" {
+			out = append(out, tomlField{name, []int{i}})
+		}
+	}
+	return out
+}
+
+// tomlIndex finds the field of t called name in TOML.
+func tomlIndex(t reflect.Type, name string) ([]int, bool) {
+	for _, f := range tomlFields(t) {
+		if f.name == name {
+			return f.index, true
+		}
+	}
+	return nil, false
+}
+
 // fieldAt returns the value at key inside v (structs by toml tag, maps by
 // key), or the zero Value when the path does not exist.
 func fieldAt(v reflect.Value, key toml.Key) reflect.Value {
 	for _, part := range key {
 		switch v.Kind() {
 		case reflect.Struct:
-			found := false
-			for i := 0; i < v.NumField(); i++ {
-				if tomlName(v.Type().Field(i)) == part {
-					v, found = v.Field(i), true
-					break
-				}
-			}
-			if !found {
+			idx, ok := tomlIndex(v.Type(), part)
+			if !ok {
 				return reflect.Value{}
 			}
+			v = v.FieldByIndex(idx)
 		case reflect.Map:
 			v = v.MapIndex(reflect.ValueOf(part))
 			if !v.IsValid() {
@@ -383,11 +410,8 @@ func copyPath(dst, src reflect.Value, key toml.Key) {
 	}
 	switch dst.Kind() {
 	case reflect.Struct:
-		for i := 0; i < dst.NumField(); i++ {
-			if tomlName(dst.Type().Field(i)) == key[0] {
-				copyPath(dst.Field(i), src.Field(i), key[1:])
-				return
-			}
+		if idx, ok := tomlIndex(dst.Type(), key[0]); ok {
+			copyPath(dst.FieldByIndex(idx), src.FieldByIndex(idx), key[1:])
 		}
 	case reflect.Map:
 		k := reflect.ValueOf(key[0])

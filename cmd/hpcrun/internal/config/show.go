@@ -32,9 +32,8 @@ func (r *Resolved) Entries() []Entry {
 
 func structEntries(v reflect.Value, prefix string, source func(string) string) []Entry {
 	var out []Entry
-	for i := 0; i < v.NumField(); i++ {
-		name := tomlName(v.Type().Field(i))
-		f := v.Field(i)
+	for _, tf := range tomlFields(v.Type()) {
+		name, f := tf.name, v.FieldByIndex(tf.index)
 		if f.Kind() == reflect.Map {
 			keys := f.MapKeys()
 			sort.Slice(keys, func(a, b int) bool { return keys[a].String() < keys[b].String() })

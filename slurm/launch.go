@@ -1,0 +1,202 @@
+package slurm
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// Tasks starts N copies of a program on this machine, each told its rank by
+// Vars, and waits for all of them. It is hpcrun's one local launcher: the
+// Local executor's srun, `hpcrun run`, `hpcrun check` and `hpcrun bench comm`
+// all start their ranks through it.
+type Tasks struct {
+	N       int
+	Program string
+	Args    []string
+	// Env is added to this process's environment for every task.
+	Env []string
+	// Vars gives the variables that tell task rank who it is (TorchrunVars,
+	// or the Local executor's srun variables).
+	Vars func(rank int) []string
+	// Grace is how long the others may take to fail on their own once one
+	// task failed (their collectives then name the culprit) before they are
+	// stopped.
+	Grace time.Duration
+	// Stdout and Stderr of every task, except where Output says otherwise;
+	// nil means this process's.
+	Stdout, Stderr io.Writer
+	// Output, when set, gives task rank's stdout and stderr.
+	Output func(rank int) (stdout, stderr io.Writer)
+}
+
+// TaskExit is how one task that failed ended.
+type TaskExit struct {
+	Rank int
+	Err  error
+	// Stopped says the launcher had already signalled the tasks when this
+	// one ended: its failure is likely a consequence, not the cause.
+	Stopped bool
+}
+
+// ExitCode is the task's exit status as a shell reports it: 128+n for a
+// task killed by signal n.
+func (e TaskExit) ExitCode() int {
+	var ee *exec.ExitError
+	if !errors.As(e.Err, &ee) {
+		return 1
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ee.ExitCode()
+}
+
+// stopAfter is how long a task has between TERM and KILL, as Slurm's KillWait.
+const stopAfter = 10 * time.Second
+
+// Run starts the tasks and waits for every one. Each task runs in its own
+// process group, so stopping it stops what it started. INT and TERM sent to
+// this process, and ctx's end, are passed on to every task. When a task
+// fails the others get Grace, then TERM, then KILL. Run returns the tasks
+// that failed, the likely culprits first: those that ended before the
+// launcher signalled anyone, among them those killed by a signal first, each
+// group in the order they ended.
+func (t Tasks) Run(ctx context.Context) ([]TaskExit, error) {
+	if t.N < 1 {
+		return nil, fmt.Errorf("launch: %d tasks: need at least 1", t.N)
+	}
+	threads := max(1, runtime.NumCPU()/t.N)
+	cmds := make([]*exec.Cmd, t.N)
+	done := make(chan TaskExit, t.N)
+	for r := range t.N {
+		cmd := exec.Command(t.Program, t.Args...)
+		cmd.Stdout, cmd.Stderr = orStd(t.Stdout, os.Stdout), orStd(t.Stderr, os.Stderr)
+		if t.Output != nil {
+			cmd.Stdout, cmd.Stderr = t.Output(r)
+		}
+		cmd.Env = append(os.Environ(), t.Env...)
+		if t.Vars != nil {
+			cmd.Env = append(cmd.Env, t.Vars(r)...)
+		}
+		// n tasks share the machine's cores instead of each taking all.
+		if os.Getenv("GOMAXPROCS") == "" {
+			cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(threads))
+		}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			signalAll(cmds[:r], syscall.SIGKILL)
+			for _, c := range cmds[:r] {
+				c.Wait()
+			}
+			return nil, fmt.Errorf("start task %d: %w", r, err)
+		}
+		cmds[r] = cmd
+		go func() { done <- TaskExit{Rank: r, Err: cmd.Wait()} }()
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	var failed []TaskExit
+	var grace, kill <-chan time.Time
+	ctxDone := ctx.Done()
+	for left := t.N; left > 0; {
+		select {
+		case e := <-done:
+			left--
+			e.Stopped = kill != nil
+			if e.Err != nil {
+				failed = append(failed, e)
+				if grace == nil {
+					grace = time.After(t.Grace)
+				}
+			}
+		case s := <-sigs:
+			signalAll(cmds, s.(syscall.Signal))
+			kill = time.After(stopAfter)
+		case <-ctxDone:
+			ctxDone = nil
+			signalAll(cmds, syscall.SIGTERM)
+			kill = time.After(stopAfter)
+		case <-grace:
+			grace = nil
+			signalAll(cmds, syscall.SIGTERM)
+			kill = time.After(stopAfter)
+		case <-kill:
+			signalAll(cmds, syscall.SIGKILL)
+		}
+	}
+	slices.SortStableFunc(failed, func(a, b TaskExit) int {
+		return cmp.Or(cmp.Compare(b2i(a.Stopped), b2i(b.Stopped)), cmp.Compare(exitOrder(a.Err), exitOrder(b.Err)))
+	})
+	return failed, nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func orStd(w io.Writer, std *os.File) io.Writer {
+	if w != nil {
+		return w
+	}
+	return std
+}
+
+// signalAll signals the process group of every task still running.
+func signalAll(cmds []*exec.Cmd, s syscall.Signal) {
+	for _, c := range cmds {
+		if c != nil && c.Process != nil && c.ProcessState == nil {
+			syscall.Kill(-c.Process.Pid, s)
+		}
+	}
+}
+
+// exitOrder puts processes that died of a signal before those that exited.
+func exitOrder(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() == -1 {
+		return 0
+	}
+	return 1
+}
+
+// TorchrunVars gives n tasks on this machine the variables torchrun would
+// (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...), with the master on
+// 127.0.0.1:port, so that idrenv.Detect sees a world of n ranks. executor
+// is recorded as HPCRUN_EXECUTOR, which tells a task it is not in a Slurm
+// job even when the launcher runs inside one.
+func TorchrunVars(n, port int, runID, executor string) func(rank int) []string {
+	return func(r int) []string {
+		return []string{
+			"TORCHELASTIC_RUN_ID=" + runID, "HPCRUN_EXECUTOR=" + executor,
+			"RANK=" + strconv.Itoa(r), "WORLD_SIZE=" + strconv.Itoa(n),
+			"LOCAL_RANK=" + strconv.Itoa(r), "LOCAL_WORLD_SIZE=" + strconv.Itoa(n),
+			"GROUP_RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + strconv.Itoa(port),
+		}
+	}
+}
+
+// FreePort asks the kernel for a free TCP port on the loopback address.
+func FreePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("free port for the master: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,135 @@
+package slurm
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseSrunArgs(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		def  string
+		n    int
+		prog []string
+		err  string
+	}{
+		{[]string{"prog", "-n", "3"}, "4", 4, []string{"prog", "-n", "3"}, ""},
+		{[]string{"-n", "2", "prog"}, "4", 2, []string{"prog"}, ""},
+		{[]string{"-n3", "--mpi=none", "prog", "a"}, "", 3, []string{"prog", "a"}, ""},
+		{[]string{"--ntasks=5", "--", "-prog"}, "", 5, []string{"-prog"}, ""},
+		{[]string{"--ntasks", "6", "prog"}, "", 6, []string{"prog"}, ""},
+		{[]string{"-n", "0", "prog"}, "", 0, nil, "invalid number"},
+		{[]string{"-n", "x", "prog"}, "", 0, nil, "invalid number"},
+		{[]string{"-n", "2"}, "", 0, nil, "no command"},
+		{[]string{"-n"}, "", 0, nil, "needs a number"},
+	} {
+		n, prog, err := parseSrunArgs(tc.args, tc.def)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: err = %v, want %q", tc.args, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || n != tc.n || !reflect.DeepEqual(prog, tc.prog) {
+			t.Errorf("%q: %d %q %v, want %d %q", tc.args, n, prog, err, tc.n, tc.prog)
+		}
+	}
+}
+
+func TestTasksRunPassesRankAndStopsOthersAfterGrace(t *testing.T) {
+	dir := t.TempDir()
+	tasks := Tasks{N: 3, Program: "/bin/sh", Grace: 100 * time.Millisecond,
+		Args: []string{"-c", `echo $RANK > "` + dir + `/$RANK"; [ "$RANK" = 2 ] && exit 3; sleep 30`},
+		Vars: TorchrunVars(3, 1234, "r", "run")}
+	start := time.Now()
+	failed, err := tasks.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(start) > 10*time.Second {
+		t.Errorf("tasks not stopped after the grace period: %v", time.Since(start))
+	}
+	if len(failed) != 3 || failed[0].Rank != 2 || failed[0].ExitCode() != 3 || failed[0].Stopped || !failed[1].Stopped {
+		t.Fatalf("failed = %+v: want rank 2 (exit 3) first, then the two stopped", failed)
+	}
+	if failed[1].ExitCode() != 128+15 {
+		t.Errorf("stopped task exit %d, want 143 (TERM)", failed[1].ExitCode())
+	}
+	for r := range 3 {
+		if b, _ := os.ReadFile(filepath.Join(dir, itoa(r))); strings.TrimSpace(string(b)) != itoa(r) {
+			t.Errorf("task %d saw RANK %q", r, b)
+		}
+	}
+}
+
+func TestAfterStopNeverRequeuesOutsideSlurm(t *testing.T) {
+	// A scontrol that records its arguments: AfterStop must not run it for
+	// the Local executor or hpcrun run, whatever SLURM_JOB_ID says.
+	bin := t.TempDir()
+	marker := filepath.Join(bin, "called")
+	os.WriteFile(filepath.Join(bin, "scontrol"), []byte("#!/bin/sh\necho \"$@\" >> "+marker+"\n"), 0o755)
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	env := func(kv ...string) func(string) string {
+		return func(k string) string {
+			for i := 0; i < len(kv); i += 2 {
+				if kv[i] == k {
+					return kv[i+1]
+				}
+			}
+			return ""
+		}
+	}
+	for _, tc := range []struct {
+		getenv func(string) string
+		want   string
+	}{
+		{env("SLURM_JOB_ID", "4242", "HPCRUN_EXECUTOR", "local"), "not requeued (the local executor"},
+		{env("SLURM_JOB_ID", "4242", "HPCRUN_EXECUTOR", "run"), "not requeued (the run executor"},
+		{env(), "resume with: hpcrun submit --resume X"},
+		{env("SLURM_JOB_ID", "4242"), "requeued 3 times already"},
+	} {
+		restarts := 0
+		if tc.want == "requeued 3 times already" {
+			restarts = 3
+		}
+		got := AfterStop(context.Background(), tc.getenv, "X", restarts, 3)
+		if !strings.Contains(got, tc.want) {
+			t.Errorf("AfterStop = %q, want %q", got, tc.want)
+		}
+	}
+	if b, err := os.ReadFile(marker); err == nil {
+		t.Fatalf("scontrol was run: %s", b)
+	}
+	got := AfterStop(context.Background(), env("SLURM_JOB_ID", "4242"), "X", 0, 3)
+	if b, _ := os.ReadFile(marker); strings.TrimSpace(string(b)) != "requeue 4242" || !strings.Contains(got, "requeued job 4242") {
+		t.Errorf("a Slurm job: scontrol got %q, message %q", b, got)
+	}
+}
+
+func TestLocalResubmitClearsTheEndedJob(t *testing.T) {
+	ref, dir := localJob(t, 1, `exit 3`)
+	if j := waitLocal(t, ref); j.State != Failed {
+		t.Fatalf("first job = %+v", j)
+	}
+	s := validSpec()
+	s.RunDir, s.NTasks, s.GPUsPerNode, s.CPUsPerTask = dir, 1, 0, 1
+	s.Program = "/bin/true"
+	os.WriteFile(filepath.Join(dir, "prog"), []byte("#!/bin/bash\nsleep 1\n"), 0o755)
+	l := &Local{}
+	id, _, err := l.Submit(context.Background(), Submission{Spec: s, Script: filepath.Join(dir, "job.sbatch")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := l.Status(context.Background(), JobRef{ID: id, RunDir: dir})
+	if err != nil || j.State.Done() {
+		t.Fatalf("resubmitted job reads %+v, %v: the first job's end passed for it", j, err)
+	}
+	if j := waitLocal(t, JobRef{ID: id, RunDir: dir}); j.State != Completed {
+		t.Errorf("second job = %+v", j)
+	}
+}
