@@ -565,3 +565,35 @@ func BenchmarkGPUGemm(b *testing.B) {
 		})
 	}
 }
+
+// The norm, the clip coefficient and the clipped AdamW step computed on
+// the device (no host synchronisation) match the CPU's host computation.
+func TestGPUNormAndClipOnDevice(t *testing.T) {
+	b := newBench(t)
+	p, g, m, v := b.rand("param", 1, 70001), b.rand("grad", 1, 70001), b.rand("m", 0.1, 70001), b.rand("v", 0.1, 70001)
+	b.cpu.Scale(v.c, 0)
+	b.gpu.Scale(v.g, 0)
+	x, y := b.rand("x", 3, 5), b.rand("y", 2, 1<<20)
+	ss, sc := b.zeros("sumsq", 2), b.zeros("scale", 2)
+	for _, clip := range []float32{0, 1, 1e6} {
+		want := b.cpu.SumSquares(g.c, x.c) + b.cpu.SumSquares(y.c)
+		norm := math.Sqrt(want)
+		scale := float32(1)
+		if clip > 0 && norm > float64(clip) {
+			scale = float32(float64(clip) / (norm + 1e-6))
+		}
+		b.gpu.SumSquaresTo(ss.g, false, g.g, x.g)
+		b.gpu.SumSquaresTo(ss.g, true, y.g)
+		b.gpu.ClipScale(sc.g, ss.g, clip)
+		hp := tensor.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 1, GradScale: scale}
+		b.cpu.AdamW(p.c, g.c, m.c, v.c, hp)
+		hp.GradScale = 7 // ignored: the scale comes from the device
+		b.gpu.AdamWScaled(p.g, g.g, m.g, v.g, hp, sc.g)
+		b.check("AdamWScaled", tol32, p, m, v)
+		got := make([]float32, 2)
+		b.gpu.CopyToHost(got, sc.g)
+		if math.Abs(float64(got[1])-norm)/norm > 1e-6 || math.Abs(float64(got[0]-scale)) > 1e-6*float64(scale) {
+			t.Errorf("clip %g: device scale %g norm %g, host %g and %g", clip, got[0], got[1], scale, norm)
+		}
+	}
+}

@@ -393,11 +393,14 @@ extern "C" __global__ void ROW_BOUNDS ce_backward_f32(float* dlogits, const floa
 
 // --- optimizer and norms ---
 
+// adamw: gradients are scaled by *scalePtr when it is not null (a clip
+// coefficient computed on the device), else by gradScale.
 extern "C" __global__ void adamw_f32(float* param, const float* grad, float* m, float* v, long long n,
                                      float lr, float b1, float b2, float eps, float wd,
-                                     float bc1, float bc2, float gradScale) {
+                                     float bc1, float bc2, float gradScale, const float* scalePtr) {
+    float scale = scalePtr ? *scalePtr : gradScale;
     GRID_STRIDE(i, n) {
-        float g = grad[i] * gradScale;
+        float g = grad[i] * scale;
         float mi = b1 * m[i] + (1.f - b1) * g;
         float vi = b2 * v[i] + (1.f - b2) * g * g;
         m[i] = mi;
@@ -417,4 +420,27 @@ extern "C" __global__ void sum_squares_f32(double* part, const float* x, long lo
     }
     s = block_sum_d(s, sh);
     if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
+// sum_squares_finish adds the nparts float64 partial sums of part in
+// order (one thread: deterministic) to out's value when accumulate, and
+// writes the total to out as two floats, hi = (float)s and lo = s - hi,
+// so that a float32 all-reduce keeps it exact enough for a norm.
+extern "C" __global__ void sum_squares_finish_f32(float* out, const double* part, int nparts, int accumulate) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    double s = accumulate ? (double)out[0] + (double)out[1] : 0.0;
+    for (int i = 0; i < nparts; i++) s += part[i];
+    float hi = (float)s;
+    out[0] = hi;
+    out[1] = (float)(s - (double)hi);
+}
+
+// clip_scale turns the squared norm sumsq (hi, lo) into out[0], the
+// gradient scale that clips the norm to clip (1 when clip <= 0 or the norm
+// is within it), and out[1], the norm.
+extern "C" __global__ void clip_scale_f32(float* out, const float* sumsq, float clip) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    double norm = sqrt((double)sumsq[0] + (double)sumsq[1]);
+    out[0] = (clip > 0.f && norm > (double)clip) ? (float)((double)clip / (norm + 1e-6)) : 1.f;
+    out[1] = (float)norm;
 }

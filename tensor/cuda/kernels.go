@@ -29,6 +29,7 @@ var kernels = []struct {
 	{"ce_row_max_f32", maxRowThreads}, {"ce_sum_exp_f32", maxRowThreads},
 	{"ce_target_logit_f32", elemThreads}, {"ce_loss_f32", elemThreads}, {"ce_backward_f32", maxRowThreads},
 	{"adamw_f32", elemThreads}, {"sum_squares_f32", elemThreads},
+	{"sum_squares_finish_f32", 1}, {"clip_scale_f32", 1},
 }
 
 // karg is one kernel argument in a 64-bit slot. cuLaunchKernel reads as
@@ -426,6 +427,12 @@ func (d *Device) CrossEntropyBackward(dlogits, logits, rowMax, sumExp *tensor.Te
 func (d *Device) AdamW(param, grad, m, v *tensor.Tensor, p tensor.AdamWParams) {
 	d.own("AdamW", param, grad, m, v)
 	check.AdamW(param, grad, m, v, p.Step)
+	d.adamW(param, grad, m, v, p, 0)
+}
+
+// adamW launches the update; scalePtr, when not 0, is a device float that
+// replaces p.GradScale.
+func (d *Device) adamW(param, grad, m, v *tensor.Tensor, p tensor.AdamWParams, scalePtr uintptr) {
 	gs := p.GradScale
 	if gs == 0 {
 		gs = 1
@@ -433,24 +440,18 @@ func (d *Device) AdamW(param, grad, m, v *tensor.Tensor, p tensor.AdamWParams) {
 	bc1 := float32(1 - math.Pow(float64(p.Beta1), float64(p.Step)))
 	bc2 := float32(1 - math.Pow(float64(p.Beta2), float64(p.Step)))
 	d.elementwise("adamw_f32", param.Len(), tp(param), tp(grad), tp(m), tp(v), i64(param.Len()),
-		f32(p.LR), f32(p.Beta1), f32(p.Beta2), f32(p.Eps), f32(p.WeightDecay), f32(bc1), f32(bc2), f32(gs))
+		f32(p.LR), f32(p.Beta1), f32(p.Beta2), f32(p.Eps), f32(p.WeightDecay), f32(bc1), f32(bc2), f32(gs), ptr(scalePtr))
 }
 
 const sumBlocks = 128 // partial sums per tensor in SumSquares
 
-// SumSquares is the sum of squares of every element of ts, in float64:
-// per-block partial sums on the device, added on the host in a fixed
-// order. On a device failure it returns NaN and Sync reports the error.
-func (d *Device) SumSquares(ts ...*tensor.Tensor) float64 {
-	d.own("SumSquares", ts...)
-	d.enter()
-	defer d.leave()
-	part, err := d.sumPart.get(d, int64(len(ts))*sumBlocks*8)
+// sumPartials enqueues the float64 partial sums of squares of ts into the
+// sumPart scratch: nparts of them, in a fixed order.
+func (d *Device) sumPartials(ts []*tensor.Tensor) (part uintptr, nparts int, err error) {
+	part, err = d.sumPart.get(d, int64(len(ts))*sumBlocks*8)
 	if err != nil {
-		d.fail(err)
-		return math.NaN()
+		return 0, 0, err
 	}
-	nparts := 0
 	for _, t := range ts {
 		if t.Len() == 0 {
 			continue
@@ -459,6 +460,21 @@ func (d *Device) SumSquares(ts ...*tensor.Tensor) float64 {
 		g.x = min(g.x, sumBlocks)
 		d.launch("sum_squares_f32", g, dim3{elemThreads, 1, 1}, ptr(part+uintptr(nparts)*8), tp(t), i64(t.Len()))
 		nparts += int(g.x)
+	}
+	return part, nparts, nil
+}
+
+// SumSquares is the sum of squares of every element of ts, in float64:
+// per-block partial sums on the device, added on the host in a fixed
+// order. On a device failure it returns NaN and Sync reports the error.
+func (d *Device) SumSquares(ts ...*tensor.Tensor) float64 {
+	d.own("SumSquares", ts...)
+	d.enter()
+	defer d.leave()
+	part, nparts, err := d.sumPartials(ts)
+	if err != nil {
+		d.fail(err)
+		return math.NaN()
 	}
 	if nparts == 0 {
 		return 0
