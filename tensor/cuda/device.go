@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/hpcrun/hpcrun/tensor"
@@ -49,6 +50,7 @@ type Device struct {
 
 	bfA, bfB, lnPart, sumPart scratch
 	ids                       idRing
+	syncs                     atomic.Int64 // times the host waited for the stream
 }
 
 // Precision is how Gemm computes.
@@ -351,6 +353,7 @@ func (d *Device) memFree(p uintptr) error {
 }
 
 func (d *Device) streamSync() error {
+	d.syncs.Add(1)
 	return d.l.cuErr("cuStreamSynchronize", call(d.l.cu.streamSynchronize, d.stream))
 }
 

@@ -597,3 +597,29 @@ func TestGPUNormAndClipOnDevice(t *testing.T) {
 		}
 	}
 }
+
+// SumTo keeps a scaled sum on the device; Fetch reads it with one wait.
+func TestGPUSumToAndFetch(t *testing.T) {
+	b := newBench(t)
+	x, y, out := b.rand("x", 1, 300007), b.rand("y", 1, 17), b.zeros("out", 2)
+	var want float64
+	for _, v := range x.c.Host() {
+		want += 0.25 * float64(v)
+	}
+	for _, v := range y.c.Host() {
+		want += -2 * float64(v)
+	}
+	b.gpu.SumTo(out.g, 0.25, false, x.g)
+	b.gpu.SumTo(out.g, -2, true, y.g)
+	before := b.gpu.HostSyncs()
+	got := make([]float32, 2)
+	if err := b.gpu.Fetch(got, out.g); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.gpu.HostSyncs() - before; n != 1 {
+		t.Errorf("Fetch waited %d times, want 1", n)
+	}
+	if math.Abs(float64(got[0])-want) > 1e-5*math.Max(1, math.Abs(want)) {
+		t.Errorf("SumTo = %g, want %g", got[0], want)
+	}
+}

@@ -444,3 +444,22 @@ extern "C" __global__ void clip_scale_f32(float* out, const float* sumsq, float 
     out[0] = (clip > 0.f && norm > (double)clip) ? (float)((double)clip / (norm + 1e-6)) : 1.f;
     out[1] = (float)norm;
 }
+
+// sum writes one float64 partial sum of x per block into part.
+extern "C" __global__ void sum_f32(double* part, const float* x, long long n) {
+    __shared__ double sh[32];
+    double s = 0.0;
+    GRID_STRIDE(i, n) s += (double)x[i];
+    s = block_sum_d(s, sh);
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
+// sum_finish sets (or adds to, when accumulate) out[0] alpha times the sum
+// of the nparts partials, added in order by one thread.
+extern "C" __global__ void sum_finish_f32(float* out, const double* part, int nparts, float alpha, int accumulate) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    double s = 0.0;
+    for (int i = 0; i < nparts; i++) s += part[i];
+    double v = (double)alpha * s;
+    out[0] = accumulate ? (float)((double)out[0] + v) : (float)v;
+}

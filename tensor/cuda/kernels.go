@@ -30,6 +30,7 @@ var kernels = []struct {
 	{"ce_target_logit_f32", elemThreads}, {"ce_loss_f32", elemThreads}, {"ce_backward_f32", maxRowThreads},
 	{"adamw_f32", elemThreads}, {"sum_squares_f32", elemThreads},
 	{"sum_squares_finish_f32", 1}, {"clip_scale_f32", 1},
+	{"sum_f32", elemThreads}, {"sum_finish_f32", 1},
 }
 
 // karg is one kernel argument in a 64-bit slot. cuLaunchKernel reads as
@@ -447,7 +448,8 @@ const sumBlocks = 128 // partial sums per tensor in SumSquares
 
 // sumPartials enqueues the float64 partial sums of squares of ts into the
 // sumPart scratch: nparts of them, in a fixed order.
-func (d *Device) sumPartials(ts []*tensor.Tensor) (part uintptr, nparts int, err error) {
+// kernel is sum_squares_f32, or sum_f32 for plain sums.
+func (d *Device) sumPartials(kernel string, ts []*tensor.Tensor) (part uintptr, nparts int, err error) {
 	part, err = d.sumPart.get(d, int64(len(ts))*sumBlocks*8)
 	if err != nil {
 		return 0, 0, err
@@ -458,7 +460,7 @@ func (d *Device) sumPartials(ts []*tensor.Tensor) (part uintptr, nparts int, err
 		}
 		g := d.grid1(t.Len(), elemThreads)
 		g.x = min(g.x, sumBlocks)
-		d.launch("sum_squares_f32", g, dim3{elemThreads, 1, 1}, ptr(part+uintptr(nparts)*8), tp(t), i64(t.Len()))
+		d.launch(kernel, g, dim3{elemThreads, 1, 1}, ptr(part+uintptr(nparts)*8), tp(t), i64(t.Len()))
 		nparts += int(g.x)
 	}
 	return part, nparts, nil
@@ -471,7 +473,7 @@ func (d *Device) SumSquares(ts ...*tensor.Tensor) float64 {
 	d.own("SumSquares", ts...)
 	d.enter()
 	defer d.leave()
-	part, nparts, err := d.sumPartials(ts)
+	part, nparts, err := d.sumPartials("sum_squares_f32", ts)
 	if err != nil {
 		d.fail(err)
 		return math.NaN()

@@ -24,7 +24,7 @@ func (d *Device) SumSquaresTo(out *tensor.Tensor, accumulate bool, ts ...*tensor
 	}
 	d.enter()
 	defer d.leave()
-	part, nparts, err := d.sumPartials(ts)
+	part, nparts, err := d.sumPartials("sum_squares_f32", ts)
 	if err != nil {
 		d.fail(err)
 		return
