@@ -149,47 +149,15 @@ func NewVocabParallelCrossEntropy(tp nccl.Comm, name string, padded int) (*Vocab
 // (B,T,Padded/tp) slice; targets (N) are global ids. logits and targets
 // must stay unchanged until Backward.
 func (c *VocabParallelCrossEntropy) Forward(logits *tensor.Tensor, targets []int32) (float64, error) {
-	vl := c.Padded / c.g.size()
-	if logits == nil || logits.Cols() != vl {
-		return 0, shapeErr(c.Name, "logits %v: want (N,%d), this rank's slice of %d", logits, vl, c.Padded)
+	if err := c.ForwardDevice(logits, targets); err != nil {
+		return 0, err
 	}
-	n := logits.Rows()
-	if len(targets) != n || n == 0 {
-		return 0, shapeErr(c.Name, "%d targets for %d rows of logits", len(targets), n)
-	}
-	c.count = 0
-	for i, t := range targets {
-		if int(t) >= c.Padded {
-			return 0, shapeErr(c.Name, "target %d at row %d is outside the vocabulary [0,%d)", t, i, c.Padded)
-		}
-		if t >= 0 {
-			c.count++
-		}
-	}
-	dev := logits.Device()
-	if err := c.bufs.ensure(dev, [2]int{n, vl}, func(get func(...int) *tensor.Tensor) {
-		c.rowMax, c.sums, c.los = get(n), get(2*n), get(n)
-	}); err != nil {
-		return 0, fmt.Errorf("%s: %w", c.Name, err)
-	}
-	c.logits, c.targets = logits.Reshape(n, vl), targets
-	sumExp, target := c.sums.View(0, n), c.sums.View(n, n)
-	start := c.g.rank() * vl
-	dev.CrossEntropyRowMax(c.rowMax, c.logits)
-	if err := c.g.allReduce(c.rowMax, nccl.Max); err != nil {
-		return 0, fmt.Errorf("%s: %w", c.Name, err)
-	}
-	dev.CrossEntropySumExp(sumExp, c.logits, c.rowMax)
-	dev.CrossEntropyTargetLogit(target, c.logits, targets, start)
-	if err := c.g.allReduce(c.sums, nccl.Sum); err != nil {
-		return 0, fmt.Errorf("%s: %w", c.Name, err)
-	}
-	dev.CrossEntropyLoss(c.los, c.rowMax, sumExp, target, targets)
+	n := c.logits.Rows()
 	if cap(c.host) < n {
 		c.host = make([]float32, n)
 	}
 	h := c.host[:n]
-	dev.CopyToHost(h, c.los)
+	c.logits.Device().CopyToHost(h, c.los)
 	if c.count == 0 {
 		return 0, nil
 	}
@@ -199,6 +167,52 @@ func (c *VocabParallelCrossEntropy) Forward(logits *tensor.Tensor, targets []int
 	}
 	return s / float64(c.count), nil
 }
+
+// ForwardDevice is Forward without reading the loss back to the host
+// (which waits for the device): the per-row losses stay in Losses() and
+// the mean loss is their sum over Count().
+func (c *VocabParallelCrossEntropy) ForwardDevice(logits *tensor.Tensor, targets []int32) error {
+	vl := c.Padded / c.g.size()
+	if logits == nil || logits.Cols() != vl {
+		return shapeErr(c.Name, "logits %v: want (N,%d), this rank's slice of %d", logits, vl, c.Padded)
+	}
+	n := logits.Rows()
+	if len(targets) != n || n == 0 {
+		return shapeErr(c.Name, "%d targets for %d rows of logits", len(targets), n)
+	}
+	c.count = 0
+	for i, t := range targets {
+		if int(t) >= c.Padded {
+			return shapeErr(c.Name, "target %d at row %d is outside the vocabulary [0,%d)", t, i, c.Padded)
+		}
+		if t >= 0 {
+			c.count++
+		}
+	}
+	dev := logits.Device()
+	if err := c.bufs.ensure(dev, [2]int{n, vl}, func(get func(...int) *tensor.Tensor) {
+		c.rowMax, c.sums, c.los = get(n), get(2*n), get(n)
+	}); err != nil {
+		return fmt.Errorf("%s: %w", c.Name, err)
+	}
+	c.logits, c.targets = logits.Reshape(n, vl), targets
+	sumExp, target := c.sums.View(0, n), c.sums.View(n, n)
+	start := c.g.rank() * vl
+	dev.CrossEntropyRowMax(c.rowMax, c.logits)
+	if err := c.g.allReduce(c.rowMax, nccl.Max); err != nil {
+		return fmt.Errorf("%s: %w", c.Name, err)
+	}
+	dev.CrossEntropySumExp(sumExp, c.logits, c.rowMax)
+	dev.CrossEntropyTargetLogit(target, c.logits, targets, start)
+	if err := c.g.allReduce(c.sums, nccl.Sum); err != nil {
+		return fmt.Errorf("%s: %w", c.Name, err)
+	}
+	dev.CrossEntropyLoss(c.los, c.rowMax, sumExp, target, targets)
+	return nil
+}
+
+// Count is the number of targets the last Forward counted (not negative).
+func (c *VocabParallelCrossEntropy) Count() int { return c.count }
 
 // Backward accumulates into dlogits (shaped as Forward's logits) the
 // gradient of dloss times the mean loss.
