@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
@@ -18,9 +19,6 @@ import (
 // step and, when the run has a run dir, saved its checkpoint; resuming
 // continues from it.
 var ErrStopped = errors.New("stopped on request")
-
-// CkptDir is the checkpoint root of a run dir.
-func CkptDir(runDir string) string { return filepath.Join(runDir, "ckpt") }
 
 // agree makes every rank of world learn whether any rank failed (an
 // all-reduce MAX of a failure flag, which is also a barrier): it returns
@@ -92,7 +90,7 @@ func hostTensor(dev tensor.Device, name string, x *tensor.Tensor) ckpt.Tensor {
 // state.json; once all agree that their files are written and fsynced,
 // rank 0 renames the dir and moves latest, and all agree again.
 func (t *trainer) save(step int) error {
-	root := CkptDir(t.runDir)
+	root := rundir.Dir(t.runDir).Ckpt()
 	rank0 := t.world.Rank() == 0
 	what := fmt.Sprintf("checkpoint at step %d", step)
 	var err error

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/train/ckpt"
 )
@@ -57,11 +58,11 @@ func TestResumeBitIdentical(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	steps, _ := ckpt.List(CkptDir(full))
+	steps, _ := ckpt.List(rundir.Dir(full).Ckpt())
 	if want := []string{"step-000005", "step-000010", "step-000012"}; strings.Join(steps, ",") != strings.Join(want, ",") {
 		t.Fatalf("checkpoints %v, want %v", steps, want)
 	}
-	from := filepath.Join(CkptDir(full), "step-000005")
+	from := filepath.Join(rundir.Dir(full).Ckpt(), "step-000005")
 	again := t.TempDir()
 	resumed, err := runRanks(t, cfg, data, func(int) Options { return Options{RunDir: again, Resume: from} })
 	if err != nil {
@@ -108,7 +109,7 @@ func TestStopSaveResume(t *testing.T) {
 			t.Fatalf("rank %d made %d steps before stopping, want 1", r, x.Steps)
 		}
 	}
-	latest, err := ckpt.Latest(CkptDir(dir))
+	latest, err := ckpt.Latest(rundir.Dir(dir).Ckpt())
 	if err != nil || filepath.Base(latest) != "step-000001" {
 		t.Fatalf("latest = %q, %v; want step-000001", latest, err)
 	}
@@ -163,7 +164,7 @@ func TestReshardOnLoad(t *testing.T) {
 	if _, err := runRanks(t, cfg, data, func(int) Options { return Options{RunDir: dir} }); err != nil {
 		t.Fatal(err)
 	}
-	from := filepath.Join(CkptDir(dir), "step-000004")
+	from := filepath.Join(rundir.Dir(dir).Ckpt(), "step-000004")
 	ref := forwardLoss(t, cfg, data, from)
 	for _, tp := range []int{1, 4} {
 		c := cfg
@@ -225,7 +226,7 @@ func TestResumeRefusesMismatch(t *testing.T) {
 	if _, err := runRanks(t, cfg, data, func(int) Options { return Options{RunDir: dir} }); err != nil {
 		t.Fatal(err)
 	}
-	step := filepath.Join(CkptDir(dir), "step-000002")
+	step := filepath.Join(rundir.Dir(dir).Ckpt(), "step-000002")
 	other := cfg
 	other.Dim, other.Heads = 64, 4
 	otherData, _ := Prepare(other)
@@ -278,7 +279,7 @@ func TestMergeHF(t *testing.T) {
 	if _, err := runRanks(t, cfg, data, func(int) Options { return Options{RunDir: dir} }); err != nil {
 		t.Fatal(err)
 	}
-	step := filepath.Join(CkptDir(dir), "step-000002")
+	step := filepath.Join(rundir.Dir(dir).Ckpt(), "step-000002")
 	c, err := ckpt.Open(step, false)
 	if err != nil {
 		t.Fatal(err)

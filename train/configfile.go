@@ -3,16 +3,12 @@ package train
 import (
 	"bytes"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 
 	"github.com/BurntSushi/toml"
+	"github.com/hpcrun/hpcrun/internal/atomicfile"
 )
-
-// ConfigFile is the name of the training config in a run directory.
-const ConfigFile = "train.toml"
 
 // ReadConfigFile reads a train.toml. Keys it lacks keep DefaultConfig's
 // values; a key it does not know is an error (a typo would otherwise train
@@ -49,19 +45,7 @@ func WriteConfigFile(path string, cfg Config, header string) error {
 	if err := toml.NewEncoder(&buf).Encode(cfg); err != nil {
 		return fmt.Errorf("training config: %w", err)
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("training config: %w", err)
-	}
-	_, err = f.Write(buf.Bytes())
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
+	if err := atomicfile.WriteFile(path, buf.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("training config: %w", err)
 	}
 	return nil

@@ -8,7 +8,7 @@ import (
 )
 
 func TestConfigFileRoundTrip(t *testing.T) {
-	p := filepath.Join(t.TempDir(), ConfigFile)
+	p := filepath.Join(t.TempDir(), "train.toml")
 	cfg := DefaultConfig()
 	cfg.NTasks, cfg.TP, cfg.VocabFile = 4, 2, "vocab.txt"
 	if err := WriteConfigFile(p, cfg, "run x"); err != nil {

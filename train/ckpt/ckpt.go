@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hpcrun/hpcrun/internal/atomicfile"
 	"github.com/hpcrun/hpcrun/parallel"
 )
 
@@ -107,7 +109,8 @@ func Prepare(root string, step, keep int) (string, error) {
 
 func clearLeftovers(root string, keep int) error {
 	tmps, _ := filepath.Glob(filepath.Join(root, ".tmp-step-*"))
-	for _, t := range tmps {
+	latestTmps, _ := filepath.Glob(filepath.Join(root, "."+LatestFile+".tmp*"))
+	for _, t := range append(tmps, latestTmps...) {
 		if err := os.RemoveAll(t); err != nil {
 			return fmt.Errorf("checkpoint: %w", err)
 		}
@@ -158,10 +161,15 @@ func WriteState(dir string, st *State) error {
 	if err != nil {
 		return fmt.Errorf("checkpoint state: %w", err)
 	}
-	return writeSync(filepath.Join(dir, StateFile), append(b, '\n'))
+	return writeSync(filepath.Join(dir, StateFile), func(w io.Writer) error {
+		_, err := w.Write(append(b, '\n'))
+		return err
+	})
 }
 
-func writeSync(path string, b []byte) (err error) {
+// writeSync creates path (inside a step's temporary dir, which is renamed
+// whole) with what fill writes, and fsyncs it.
+func writeSync(path string, fill func(io.Writer) error) (err error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
@@ -171,7 +179,7 @@ func writeSync(path string, b []byte) (err error) {
 			err = cerr
 		}
 	}()
-	if _, err := f.Write(b); err != nil {
+	if err := fill(f); err != nil {
 		return err
 	}
 	return f.Sync()
@@ -221,11 +229,7 @@ func Commit(root string, step, keep int) (string, error) {
 	if err := syncDir(root); err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
-	tmpLatest := filepath.Join(root, ".latest.tmp")
-	if err := writeSync(tmpLatest, []byte(name+"\n")); err != nil {
-		return "", fmt.Errorf("checkpoint: %w", err)
-	}
-	if err := os.Rename(tmpLatest, filepath.Join(root, LatestFile)); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(root, LatestFile), []byte(name+"\n"), 0o644); err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
 	if err := syncDir(root); err != nil {

@@ -2,10 +2,11 @@ package ckpt
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
+	"io"
 	"strconv"
 	"strings"
+
+	"github.com/hpcrun/hpcrun/internal/atomicfile"
 )
 
 // Merge returns the checkpoint's model as full tensors, in the state's
@@ -73,17 +74,7 @@ func (c *Checkpoint) WriteMerged(path string) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("merge: %w", err)
-	}
-	tmp.Close()
-	if err := WriteFile(tmp.Name(), tensors, meta); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		os.Remove(tmp.Name())
+	if err := atomicfile.Write(path, 0o644, func(w io.Writer) error { return Write(w, path, tensors, meta) }); err != nil {
 		return fmt.Errorf("merge: %w", err)
 	}
 	return nil

@@ -90,8 +90,16 @@ type rawEntry struct {
 
 // WriteFile writes tensors (in the given order) and metadata to path as
 // safetensors and fsyncs it. It writes path itself: callers that need
-// atomicity write into a temporary name or directory and rename.
-func WriteFile(path string, tensors []Tensor, metadata map[string]string) (err error) {
+// atomicity write into a temporary directory and rename it, or use Write
+// through atomicfile.
+func WriteFile(path string, tensors []Tensor, metadata map[string]string) error {
+	return writeSync(path, func(w io.Writer) error { return Write(w, path, tensors, metadata) })
+}
+
+// Write writes tensors (in the given order) and metadata to out as
+// safetensors; name names the destination in errors.
+func Write(out io.Writer, name string, tensors []Tensor, metadata map[string]string) error {
+	path := name
 	header := make(map[string]any, len(tensors)+1)
 	if len(metadata) > 0 {
 		header["__metadata__"] = metadata
@@ -120,16 +128,7 @@ func WriteFile(path string, tensors []Tensor, metadata map[string]string) (err e
 	for (8+len(hdr))%8 != 0 {
 		hdr = append(hdr, ' ')
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := f.Close(); err == nil && cerr != nil {
-			err = cerr
-		}
-	}()
-	w := bufio.NewWriterSize(f, 1<<20)
+	w := bufio.NewWriterSize(out, 1<<20)
 	var lenBuf [8]byte
 	binary.LittleEndian.PutUint64(lenBuf[:], uint64(len(hdr)))
 	w.Write(lenBuf[:])
@@ -148,9 +147,6 @@ func WriteFile(path string, tensors []Tensor, metadata map[string]string) (err e
 	}
 	if err := w.Flush(); err != nil {
 		return fmt.Errorf("safetensors %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("safetensors %s: fsync: %w", path, err)
 	}
 	return nil
 }

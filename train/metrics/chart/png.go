@@ -2,9 +2,9 @@ package chart
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
+	"io"
 
+	"github.com/hpcrun/hpcrun/internal/atomicfile"
 	"github.com/hpcrun/hpcrun/train/metrics"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -64,20 +64,8 @@ func PNG(path string, c metrics.Curves, title string) error {
 	for i := range plots {
 		plots[i][0].Draw(canvases[i][0])
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".plot-*.png")
-	if err != nil {
-		return fmt.Errorf("png %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(tmp); err != nil {
-		tmp.Close()
-		return fmt.Errorf("png %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("png %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("png %s: %w", path, err)
-	}
-	return nil
+	return atomicfile.Write(path, 0o644, func(w io.Writer) error {
+		_, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w)
+		return err
+	})
 }
