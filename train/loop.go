@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/ckpt"
@@ -99,7 +100,7 @@ func (t *trainer) resumeIfAny(opt Options) error {
 	if opt.Resume != "" {
 		dir, err = ckpt.Resolve(opt.Resume)
 	} else if opt.RunDir != "" {
-		dir, err = ckpt.Latest(CkptDir(opt.RunDir))
+		dir, err = ckpt.Latest(rundir.Dir(opt.RunDir).Ckpt())
 	}
 	if err == nil && dir == "" && t.cfg.ResumeFrom != "" {
 		dir, err = ckpt.Resolve(t.cfg.ResumeFrom)
