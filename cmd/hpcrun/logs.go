@@ -34,6 +34,9 @@ func runLogs(c *cli.Context) error {
 		return err
 	}
 	m := r.Meta
+	if m.Executor == "run" {
+		return fmt.Errorf("run %s was started by hpcrun run, whose ranks wrote to its terminal: there is no log file (hpcrun metrics %s has what they recorded)", m.ExecID, m.ExecID)
+	}
 	if m.JobID == "" {
 		return fmt.Errorf("run %s was never submitted, so it has no log: %s", m.ExecID, firstLineOf(m.SubmitError))
 	}
