@@ -1,11 +1,13 @@
 package metrics
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -56,6 +58,58 @@ func BenchmarkReadRank(b *testing.B) {
 				n++
 			}
 			if n != 1_000_000 {
+				b.Fatal(n)
+			}
+		}
+	})
+}
+
+// BenchmarkReadSummary summarizes a run of one rank file of 1,000,000
+// step lines with ReadSummary (streaming, the steps not kept) against the
+// peer: the same file read line by line and decoded with encoding/json into
+// the same running sums, in the same run. One op is the whole million lines.
+func BenchmarkReadSummary(b *testing.B) {
+	data := benchLines(1_000_000)
+	dir := b.TempDir()
+	path := RankFile(dir, 0)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("hpcrun", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			s, _, err := ReadSummary(dir, NoCurves)
+			if err != nil || s.Step != 1_000_000 {
+				b.Fatal(err, s.Step)
+			}
+		}
+	})
+	b.Run("encoding_json", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			f, err := os.Open(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sc := bufio.NewScanner(f)
+			sc.Buffer(make([]byte, 256<<10), maxLine)
+			n, total := 0, 0.0
+			times := make([]float64, 0, 1024)
+			for sc.Scan() {
+				var s Step
+				if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
+					b.Fatal(err)
+				}
+				n++
+				total += s.StepS
+				times = append(times, s.StepS)
+			}
+			f.Close()
+			slices.Sort(times)
+			if n != 1_000_000 || total == 0 {
 				b.Fatal(n)
 			}
 		}

@@ -142,7 +142,11 @@ func kindName(k string) string {
 // false for anything else, and for lines of another type, leaving them to
 // encoding/json; what it accepts, encoding/json accepts with the same values
 // (FuzzParseLine checks this).
-func parseStepFast(b []byte) (Step, bool) {
+func parseStepFast(b []byte) (Step, bool) { return parseStep(b, true) }
+
+// parseStep is parseStepFast; without full it checks lr, grad_norm and
+// epoch but leaves them unset (a summary does not show them).
+func parseStep(b []byte, full bool) (Step, bool) {
 	s := Step{Loss: nan, LR: nan, GradNorm: nan}
 	i := skipWS(b, 0)
 	if i >= len(b) || b[i] != '{' {
@@ -197,7 +201,7 @@ func parseStepFast(b []byte) (Step, bool) {
 			return s, false
 		}
 		val := b[vs:i]
-		if !setStepField(&s, key, val, &isStep) {
+		if !setStepField(&s, key, val, &isStep, full) {
 			return s, false
 		}
 		i = skipWS(b, i)
@@ -217,7 +221,16 @@ func parseStepFast(b []byte) (Step, bool) {
 
 // setStepField stores one value; false means "leave this line to the slow
 // path" (a type mismatch, which encoding/json will word as an error).
-func setStepField(s *Step, key, val []byte, isStep *bool) bool {
+func setStepField(s *Step, key, val []byte, isStep *bool, full bool) bool {
+	if !full {
+		switch string(key) {
+		case "lr", "grad_norm":
+			return checkFloat(val)
+		case "epoch":
+			var e int64
+			return setInt64(&e, val)
+		}
+	}
 	switch string(key) {
 	case "type":
 		if string(val) != `"step"` {
@@ -276,6 +289,20 @@ func setFloat(dst *float64, val []byte) bool {
 	}
 	*dst = v
 	return true
+}
+
+// checkFloat reports whether setFloat would take val, without converting
+// it when it can tell: null, and numbers without an exponent short enough
+// that they cannot overflow.
+func checkFloat(val []byte) bool {
+	if val[0] == 'n' {
+		return true
+	}
+	if (val[0] == '-' || (val[0] >= '0' && val[0] <= '9')) && len(val) < 300 && bytes.IndexAny(val, "eE") < 0 {
+		return true
+	}
+	var f float64
+	return setFloat(&f, val)
 }
 
 // pow10 holds the powers of ten that float64 represents exactly.

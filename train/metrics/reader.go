@@ -46,6 +46,10 @@ type RankLog struct {
 	// Unknown counts lines of a type this version does not know (skipped).
 	Unknown  int
 	Problems []Problem
+
+	// onStep, when set, takes each step in file order instead of Steps
+	// (ReadSummary's streaming reader).
+	onStep func(Step)
 }
 
 // ReadRank reads one rank file.
@@ -97,6 +101,9 @@ func (l *RankLog) read(r io.Reader) error {
 			line = append(long, chunk...)
 			long = nil
 		}
+		if len(bytes.TrimSuffix(line, []byte{'\n'})) > maxLine {
+			return fmt.Errorf("line %d is longer than %d MiB: not a metrics file", l.Lines+1, maxLine>>20)
+		}
 		if err == io.EOF {
 			if len(bytes.TrimSpace(line)) > 0 {
 				l.Lines++
@@ -124,6 +131,12 @@ func (l *RankLog) addLine(line []byte, last bool) {
 		l.addStep(s)
 		return
 	}
+	l.addSlow(line, last)
+}
+
+// addSlow decodes a line the step fast path did not take, with
+// encoding/json; last says it had no newline after it.
+func (l *RankLog) addSlow(line []byte, last bool) {
 	d, err := parseLineJSON(line)
 	if err != nil {
 		if last {
@@ -155,6 +168,10 @@ func (l *RankLog) addLine(line []byte, last bool) {
 // addStep appends a step. After a requeue the job resumes from a checkpoint
 // and writes steps again: the later ones replace the earlier.
 func (l *RankLog) addStep(s Step) {
+	if l.onStep != nil {
+		l.onStep(s)
+		return
+	}
 	n := len(l.Steps)
 	for n > 0 && l.Steps[n-1].Step >= s.Step {
 		n--

@@ -115,21 +115,6 @@ func WarmupSteps(n int) int {
 	return min(3, n/4)
 }
 
-// jobStep is one step across all ranks that reported it.
-type jobStep struct {
-	step        int
-	ranks       int
-	maxStepS    float64
-	sumStepS    float64
-	sumCommS    float64
-	samples     int64 // over data-parallel replicas (tp_rank 0)
-	tokens      int64
-	lossSum     float64
-	lossN       int
-	lastTS      float64
-	replicaSeen int
-}
-
 // Curves are the per-step series a plot draws.
 type Curves struct {
 	Steps       []Float `json:"steps"`
@@ -140,8 +125,244 @@ type Curves struct {
 	Accuracy    []Float `json:"accuracy"` // NaN for models without one
 }
 
-// Summarize computes the summary of a run, and the curves to plot.
+// Summarize computes the summary of a run read whole by ReadRun or a
+// Follower, and the curves to plot. ReadSummary computes the same from the
+// files without keeping their steps.
 func Summarize(run *Run) (Summary, Curves) {
+	its := make([]stepIter, len(run.Ranks))
+	for i, r := range run.Ranks {
+		its[i] = &sliceIter{steps: r.Steps}
+	}
+	// Slices do not fail.
+	seen, agg, _ := join(its, tpZero(run), AllPoints)
+	return summarize(run, seen, agg)
+}
+
+// stepIter yields one rank's steps in ascending step order, each step
+// once: those a resume replaced are left out.
+type stepIter interface {
+	next() (Step, bool)
+	// err is why next stopped early, nil at the end of the steps.
+	err() error
+}
+
+// sliceIter iterates over a RankLog's steps.
+type sliceIter struct {
+	steps []Step
+	i     int
+}
+
+func (it *sliceIter) next() (Step, bool) {
+	if it.i == len(it.steps) {
+		return Step{}, false
+	}
+	it.i++
+	return it.steps[it.i-1], true
+}
+
+func (it *sliceIter) err() error { return nil }
+
+// tpZero marks the ranks whose data-parallel replica is counted by them:
+// tp_rank 0 (from the run line, else guessed from the rank, Megatron order
+// rank = tp_rank + dp_rank*tp).
+func tpZero(run *Run) []bool {
+	tp := max(runConfig(run, firstInfo(run)).TP, 1)
+	out := make([]bool, len(run.Ranks))
+	for i, r := range run.Ranks {
+		tpRank := r.Rank % tp
+		if r.Info != nil {
+			tpRank = r.Info.TPRank
+		}
+		out[i] = tpRank == 0
+	}
+	return out
+}
+
+// rankSeen is what the join saw of one rank's steps.
+type rankSeen struct {
+	steps   int     // steps, after resumes
+	lastTS  float64 // of the last step; NaN without steps
+	memPeak int64   // engine peak over the steps
+}
+
+// jobAgg is the job's steps as a summary needs them, accumulated in
+// ascending step order over the done steps (those every rank finished),
+// the same sums in the same order as a pass over all steps at the end.
+type jobAgg struct {
+	done  int         // done steps
+	times [][]float64 // slowest rank's step time of each done step, in chunks
+	// last done step and its loss, summed over replicas
+	lastStep  int
+	lastLoss  float64
+	lastLossN int
+	// sums over the done steps from index k on, for k = 0..3 (the warm-up
+	// is at most 3 steps and known only at the end)
+	total, sumStep, sumComm [4]float64
+	samples, tokens         [4]int64
+	curves                  *Curves // nil: not kept
+	// maxPoints > 0 bounds the curves: they keep every stride-th done
+	// step, the stride doubling whenever they reach 2*maxPoints points,
+	// and the last done step.
+	maxPoints, stride int
+	lastPoint         [3]Float
+}
+
+// Arguments of ReadSummary's points.
+const (
+	// NoCurves keeps no step curves (the summary alone).
+	NoCurves = 0
+	// AllPoints keeps a point of the step curves for every step.
+	AllPoints = -1
+	// PlotPoints is enough points for a plot in a terminal or an image.
+	PlotPoints = 4096
+)
+
+// jobStep is one step across all ranks that reported it.
+type jobStep struct {
+	step     int
+	ranks    int
+	maxStepS float64
+	sumStepS float64
+	sumCommS float64
+	samples  int64 // over data-parallel replicas (tp_rank 0)
+	tokens   int64
+	lossSum  float64
+	lossN    int
+}
+
+// join lines the ranks' steps up by step number, walking all ranks in
+// step order at once: a step every rank has finished goes into the
+// aggregate, in rank order. Data-parallel replicas are counted once, by
+// the ranks tp0 marks. It keeps one float64 per done step, and points of
+// the curves as asked (AllPoints, NoCurves or at most about that many).
+func join(its []stepIter, tp0 []bool, points int) ([]rankSeen, jobAgg, error) {
+	seen := make([]rankSeen, len(its))
+	heads := make([]Step, len(its))
+	live := make([]bool, len(its))
+	var agg jobAgg
+	if points != NoCurves {
+		agg.curves, agg.maxPoints, agg.stride = &Curves{}, points, 1
+	}
+	advance := func(i int) error {
+		s, ok := its[i].next()
+		if !ok {
+			live[i] = false
+			return its[i].err()
+		}
+		heads[i], live[i] = s, true
+		r := &seen[i]
+		r.steps++
+		r.lastTS = s.TS
+		r.memPeak = max(r.memPeak, s.MemPeakBytes, s.MemBytes)
+		return nil
+	}
+	for i := range its {
+		seen[i].lastTS = math.NaN()
+		if err := advance(i); err != nil {
+			return nil, agg, err
+		}
+	}
+	for {
+		step, any := 0, false
+		for i, h := range heads {
+			if live[i] && (!any || h.Step < step) {
+				step, any = h.Step, true
+			}
+		}
+		if !any {
+			return seen, agg, nil
+		}
+		js := jobStep{step: step}
+		for i := range heads {
+			if !live[i] || heads[i].Step != step {
+				continue
+			}
+			st := &heads[i]
+			js.ranks++
+			js.maxStepS = max(js.maxStepS, st.StepS)
+			js.sumStepS += st.StepS
+			js.sumCommS += st.CommS
+			if tp0[i] {
+				js.samples += st.Samples
+				js.tokens += st.Tokens
+				if !math.IsNaN(st.Loss) {
+					js.lossSum += st.Loss
+				} else {
+					js.lossSum = math.NaN()
+				}
+				js.lossN++
+			}
+			if err := advance(i); err != nil {
+				return nil, agg, err
+			}
+		}
+		if js.ranks >= len(its) {
+			agg.add(&js)
+		}
+	}
+}
+
+// add takes one done step.
+func (a *jobAgg) add(js *jobStep) {
+	for k := 0; k <= min(a.done, 3); k++ {
+		a.total[k] += js.maxStepS
+		a.sumStep[k] += js.sumStepS
+		a.sumComm[k] += js.sumCommS
+		a.samples[k] += js.samples
+		a.tokens[k] += js.tokens
+	}
+	a.done++
+	// Chunks, not one slice grown by copying: a million steps would
+	// allocate five times their 8 MB.
+	if n := len(a.times); n == 0 || len(a.times[n-1]) == cap(a.times[n-1]) {
+		a.times = append(a.times, make([]float64, 0, timesChunk))
+	}
+	last := &a.times[len(a.times)-1]
+	*last = append(*last, js.maxStepS)
+	a.lastStep, a.lastLoss, a.lastLossN = js.step, js.lossSum, js.lossN
+	if c := a.curves; c != nil {
+		pt := [3]Float{Float(js.step), Float(mean(js.lossSum, js.lossN)), Float(float64(js.samples) / js.maxStepS)}
+		a.lastPoint = pt
+		if (a.done-1)%a.stride != 0 {
+			return
+		}
+		c.Steps, c.Loss, c.SamplesPerS = append(c.Steps, pt[0]), append(c.Loss, pt[1]), append(c.SamplesPerS, pt[2])
+		if a.maxPoints > 0 && len(c.Steps) >= 2*a.maxPoints {
+			c.Steps, c.Loss, c.SamplesPerS = everyOther(c.Steps), everyOther(c.Loss), everyOther(c.SamplesPerS)
+			a.stride *= 2
+		}
+	}
+}
+
+// everyOther keeps the elements of f at even indices, in place.
+func everyOther(f []Float) []Float {
+	n := 0
+	for i := 0; i < len(f); i += 2 {
+		f[n] = f[i]
+		n++
+	}
+	return f[:n]
+}
+
+// curvesOut returns the curves kept, with the last done step when the
+// stride skipped it.
+func (a *jobAgg) curvesOut() (steps, loss, samplesPerS []Float) {
+	c := a.curves
+	if c == nil {
+		return nil, nil, nil
+	}
+	if n := len(c.Steps); n > 0 && c.Steps[n-1] != a.lastPoint[0] {
+		c.Steps, c.Loss, c.SamplesPerS = append(c.Steps, a.lastPoint[0]), append(c.Loss, a.lastPoint[1]), append(c.SamplesPerS, a.lastPoint[2])
+	}
+	return c.Steps, c.Loss, c.SamplesPerS
+}
+
+// timesChunk is the number of step times in one chunk of jobAgg.times.
+const timesChunk = 1 << 16
+
+// summarize computes the summary from the run's ranks (their steps need
+// not be kept) and what the join saw of their steps.
+func summarize(run *Run, seen []rankSeen, agg jobAgg) (Summary, Curves) {
 	s := Summary{ExecID: run.ExecID, JobID: run.Meta.JobID, Ranks: len(run.Ranks),
 		WallS: nanF, LastTS: nanF, WarmupStepS: nanF, StepP50S: nanF, StepP90S: nanF,
 		SamplesPerS: nanF, TokensPerS: nanF, SamplesPerSPerRank: nanF, TokensPerSPerRank: nanF,
@@ -159,7 +380,6 @@ func Summarize(run *Run) (Summary, Curves) {
 	if world == 0 {
 		world = len(run.Ranks)
 	}
-	tp := max(s.Config.TP, 1)
 	if first != nil {
 		s.TotalSteps = first.TotalSteps
 	}
@@ -185,20 +405,12 @@ func Summarize(run *Run) (Summary, Curves) {
 		s.Notes = append(s.Notes, "the rank files are empty: the ranks are starting, or died before their first line (see hpcrun logs)")
 		return s, c
 	}
-	s.status(run, world)
-	steps := s.joinSteps(run, tp)
-	s.timing(run, steps, world)
+	s.status(run, seen, world)
+	s.timing(&agg, world)
 	s.flops(first, world)
-	s.memory(run)
+	s.memory(run, seen)
 	s.evals(run, &c)
-	for _, js := range steps {
-		if js.ranks < len(run.Ranks) {
-			continue
-		}
-		c.Steps = append(c.Steps, Float(js.step))
-		c.Loss = append(c.Loss, Float(mean(js.lossSum, js.lossN)))
-		c.SamplesPerS = append(c.SamplesPerS, Float(float64(js.samples)/js.maxStepS))
-	}
+	c.Steps, c.Loss, c.SamplesPerS = agg.curvesOut()
 	if math.IsNaN(float64(s.LastLoss)) && s.Step > 0 {
 		s.Notes = append(s.Notes, "the last loss is not a number: training diverged")
 	}
@@ -252,16 +464,16 @@ func runConfig(run *Run, info *RunInfo) RunConfig {
 	return c
 }
 
-func (s *Summary) status(run *Run, world int) {
+func (s *Summary) status(run *Run, seen []rankSeen, world int) {
 	var failed, interrupted *RankLog
-	seen := map[int]bool{}
-	for _, r := range run.Ranks {
-		s.LastTS = Float(fmax(float64(s.LastTS), lastTS(r)))
-		if r.Info != nil && !seen[r.Info.V] {
-			seen[r.Info.V] = true
+	versions := map[int]bool{}
+	for i, r := range run.Ranks {
+		s.LastTS = Float(fmax(float64(s.LastTS), lastTS(r, seen[i])))
+		if r.Info != nil && !versions[r.Info.V] {
+			versions[r.Info.V] = true
 			s.Versions = append(s.Versions, r.Info.V)
 		}
-		if r.Info == nil && len(r.Steps) > 0 {
+		if r.Info == nil && seen[i].steps > 0 {
 			s.Notes = append(s.Notes, fmt.Sprintf("rank %d has no run line: its placement is guessed from its rank", r.Rank))
 		}
 		if r.End == nil {
@@ -316,11 +528,10 @@ func (s *Summary) status(run *Run, world int) {
 	}
 }
 
-func lastTS(r *RankLog) float64 {
-	t := math.NaN()
-	if n := len(r.Steps); n > 0 {
-		t = r.Steps[n-1].TS
-	}
+// lastTS is the time of a rank's newest line: its last step, end line or
+// GPU sample.
+func lastTS(r *RankLog, seen rankSeen) float64 {
+	t := seen.lastTS
 	if r.End != nil {
 		t = fmax(t, r.End.TS)
 	}
@@ -348,86 +559,33 @@ func mean(sum float64, n int) float64 {
 	return sum / float64(n)
 }
 
-// joinSteps lines the ranks' steps up by step number. Data-parallel replicas
-// are counted once, by their tp_rank 0.
-func (s *Summary) joinSteps(run *Run, tp int) []jobStep {
-	index := map[int]int{}
-	var steps []jobStep
-	for _, r := range run.Ranks {
-		tpRank := r.Rank % tp // Megatron order: rank = tp_rank + dp_rank*tp
-		if r.Info != nil {
-			tpRank = r.Info.TPRank
-		}
-		for _, st := range r.Steps {
-			i, ok := index[st.Step]
-			if !ok {
-				i = len(steps)
-				index[st.Step] = i
-				steps = append(steps, jobStep{step: st.Step})
-			}
-			js := &steps[i]
-			js.ranks++
-			js.maxStepS = max(js.maxStepS, st.StepS)
-			js.sumStepS += st.StepS
-			js.sumCommS += st.CommS
-			js.lastTS = fmax(js.lastTS, st.TS)
-			if tpRank == 0 {
-				js.samples += st.Samples
-				js.tokens += st.Tokens
-				if !math.IsNaN(st.Loss) {
-					js.lossSum += st.Loss
-				} else {
-					js.lossSum = math.NaN()
-				}
-				js.lossN++
-			}
-		}
-	}
-	slices.SortFunc(steps, func(a, b jobStep) int { return a.step - b.step })
-	return steps
-}
-
-func (s *Summary) timing(run *Run, steps []jobStep, world int) {
+func (s *Summary) timing(a *jobAgg, world int) {
 	// Only steps every rank has finished: the newest step of a running job
 	// is on some ranks only.
-	var done []jobStep
-	for _, js := range steps {
-		if js.ranks >= len(run.Ranks) {
-			done = append(done, js)
-		}
-	}
-	if len(done) == 0 {
+	if a.done == 0 {
 		return
 	}
-	last := done[len(done)-1]
-	s.Step = last.step
-	s.LastLoss = Float(mean(last.lossSum, last.lossN))
-	s.WarmupSteps = WarmupSteps(len(done))
+	s.Step = a.lastStep
+	s.LastLoss = Float(mean(a.lastLoss, a.lastLossN))
+	times := slices.Concat(a.times...)
+	a.times = nil
+	k := WarmupSteps(a.done)
+	s.WarmupSteps = k
 	var w float64
-	for _, js := range done[:s.WarmupSteps] {
-		w += js.maxStepS
+	for _, t := range times[:k] {
+		w += t
 	}
-	if s.WarmupSteps > 0 {
-		s.WarmupStepS = Float(w / float64(s.WarmupSteps))
+	if k > 0 {
+		s.WarmupStepS = Float(w / float64(k))
 	}
-	steady := done[s.WarmupSteps:]
-	times := make([]float64, len(steady))
-	var total, sumStep, sumComm float64
-	var samples, tokens int64
-	for i, js := range steady {
-		times[i] = js.maxStepS
-		total += js.maxStepS
-		sumStep += js.sumStepS
-		sumComm += js.sumCommS
-		samples += js.samples
-		tokens += js.tokens
-	}
+	times = times[k:]
 	slices.Sort(times)
 	s.StepP50S = Float(percentile(times, 0.5))
 	s.StepP90S = Float(percentile(times, 0.9))
+	total, sumStep, sumComm := a.total[k], a.sumStep[k], a.sumComm[k]
 	if total > 0 {
-		s.SamplesPerS = Float(float64(samples) / total)
-		s.TokensPerS = Float(float64(tokens) / total)
+		s.SamplesPerS = Float(float64(a.samples[k]) / total)
+		s.TokensPerS = Float(float64(a.tokens[k]) / total)
 		s.SamplesPerSPerRank = s.SamplesPerS / Float(world)
 		s.TokensPerSPerRank = s.TokensPerS / Float(world)
 	}
@@ -455,12 +613,9 @@ func (s *Summary) flops(info *RunInfo, world int) {
 	}
 }
 
-func (s *Summary) memory(run *Run) {
-	for _, r := range run.Ranks {
-		m := RankMemory{Rank: r.Rank, GPUUtilPct: nanF}
-		for _, st := range r.Steps {
-			m.EnginePeakBytes = max(m.EnginePeakBytes, st.MemPeakBytes, st.MemBytes)
-		}
+func (s *Summary) memory(run *Run, seen []rankSeen) {
+	for i, r := range run.Ranks {
+		m := RankMemory{Rank: r.Rank, GPUUtilPct: nanF, EnginePeakBytes: seen[i].memPeak}
 		var util float64
 		for _, g := range r.GPU {
 			m.GPUPeakBytes = max(m.GPUPeakBytes, g.MemUsedBytes)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,17 +48,47 @@ func TestSummaryGolden(t *testing.T) {
 			run, err := ReadRun(filepath.Join("testdata", "runs", tt.execid))
 			mustOK(t, err)
 			s, c := Summarize(run)
-			var buf bytes.Buffer
-			mustOK(t, WriteSummary(&buf, s))
-			golden(t, tt.name+".txt", buf.Bytes())
-			j, err := json.MarshalIndent(struct {
-				Summary Summary `json:"summary"`
-				Curves  Curves  `json:"curves"`
-			}{s, c}, "", "  ")
-			mustOK(t, err)
-			golden(t, tt.name+".json", append(j, '\n'))
+			checkGolden(t, tt.name, s, c)
 		})
 	}
+}
+
+// TestReadSummaryGolden checks that the streaming reader gives the golden
+// summaries too, with blocks of the default size and with blocks so small
+// that lines straddle them.
+func TestReadSummaryGolden(t *testing.T) {
+	for _, size := range []int{0, 61} {
+		for _, tt := range recordedRuns {
+			t.Run(fmt.Sprintf("%s/block%d", tt.name, size), func(t *testing.T) {
+				if size > 0 {
+					defer setBlockSize(size)()
+				}
+				s, c, err := ReadSummary(filepath.Join("testdata", "runs", tt.execid), AllPoints)
+				mustOK(t, err)
+				checkGolden(t, tt.name, s, c)
+			})
+		}
+	}
+}
+
+// setBlockSize makes the readers' blocks n bytes and returns the undo.
+func setBlockSize(n int) func() {
+	oldMax, oldMin := blockMax, blockMin
+	blockMax, blockMin = n, n
+	return func() { blockMax, blockMin = oldMax, oldMin }
+}
+
+func checkGolden(t *testing.T, name string, s Summary, c Curves) {
+	t.Helper()
+	var buf bytes.Buffer
+	mustOK(t, WriteSummary(&buf, s))
+	golden(t, name+".txt", buf.Bytes())
+	j, err := json.MarshalIndent(struct {
+		Summary Summary `json:"summary"`
+		Curves  Curves  `json:"curves"`
+	}{s, c}, "", "  ")
+	mustOK(t, err)
+	golden(t, name+".json", append(j, '\n'))
 }
 
 func TestCompareGolden(t *testing.T) {

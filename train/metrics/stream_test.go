@@ -1,0 +1,185 @@
+package metrics
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// stepLine is a step line as the Writer writes it, with values that tell
+// apart which write of a step a summary used (loss and step time carry the
+// write's tag).
+func stepLine(step int, tag float64) string {
+	return fmt.Sprintf(`{"type":"step","step":%d,"epoch":0,"loss":%g,"lr":0.001,"grad_norm":0.5,"tokens":512,"samples":16,"step_s":%g,"comm_s":0.01,"mem_bytes":%d,"mem_peak_bytes":%d,"ts":%d}`,
+		step, tag+float64(step)/100, 0.1+tag/10+float64(step%3)/1000, 1000+step, 2000+int(tag)*10+step, 1000+step)
+}
+
+func runLine(rank, tpRank int) string {
+	return fmt.Sprintf(`{"type":"run","v":1,"config":{"model":"gpt","steps":20,"tp":2,"ntasks":2},"rank":%d,"world":2,"tp_rank":%d,"dp_rank":0,"tp":2,"dp":1,"host":"n%d","device":"cpu","total_steps":20,"start":900}`, rank, tpRank, rank)
+}
+
+func steps(from, to int, tag float64) []string {
+	var out []string
+	for s := from; s <= to; s++ {
+		out = append(out, stepLine(s, tag))
+	}
+	return out
+}
+
+// writeRank writes lines joined by newlines; tail, when set, follows the
+// last newline (a torn line).
+func writeRank(t *testing.T, dir string, rank int, lines []string, tail string) {
+	t.Helper()
+	p := RankFile(dir, rank)
+	mustOK(t, os.MkdirAll(filepath.Dir(p), 0o755))
+	mustOK(t, os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"+tail), 0o644))
+}
+
+// TestReadSummaryResumes checks the streaming reader against ReadRun and
+// Summarize on resumed ranks (twice on rank 0, once on rank 1, at other
+// steps), with a corrupt line, blank and CRLF lines, step lines only
+// encoding/json decodes, a torn last line and a file that is not a rank's.
+func TestReadSummaryResumes(t *testing.T) {
+	dir := t.TempDir()
+	var r0 []string
+	r0 = append(r0, runLine(0, 0))
+	r0 = append(r0, steps(1, 8, 1)...)
+	r0 = append(r0, `{"type":"eval","step":5,"loss":2.5,"accuracy":null,"ts":1005}`, "garbage{{", "", "  ", stepLine(9, 1)+"\r")
+	r0 = append(r0, runLine(0, 0)) // resumed from step 5
+	r0 = append(r0, steps(6, 10, 2)...)
+	r0 = append(r0, runLine(0, 0)) // resumed from step 8
+	r0 = append(r0, steps(9, 11, 3)...)
+	// A step line with an escaped string: the fast path leaves it to
+	// encoding/json, and it still counts.
+	r0 = append(r0, strings.Replace(stepLine(12, 3), `"epoch":0`, `"note":"a\"b","epoch":0`, 1))
+	r0 = append(r0, `{"type":"eval","step":12,"loss":2.25,"accuracy":null,"ts":1012}`)
+	writeRank(t, dir, 0, r0, "")
+	var r1 []string
+	r1 = append(r1, runLine(1, 1))
+	r1 = append(r1, steps(1, 9, 1)...)
+	r1 = append(r1, runLine(1, 1)) // resumed from step 3
+	r1 = append(r1, steps(4, 12, 4)...)
+	writeRank(t, dir, 1, r1, stepLine(13, 4)[:40])
+	mustOK(t, os.WriteFile(filepath.Join(dir, "metrics", "rank-x.jsonl"), []byte("hello\n"), 0o644))
+
+	run, err := ReadRun(dir)
+	mustOK(t, err)
+	want, wantC := Summarize(run)
+	if want.Step != 12 || len(want.Problems) != 2 {
+		t.Fatalf("ReadRun: step %d, problems %q; the test data is not what it should be", want.Step, want.Problems)
+	}
+	// rank 0 wrote step 12 in its third run (tag 3), and is tp_rank 0.
+	if v := float64(want.LastLoss); math.Abs(v-3.12) > 1e-12 {
+		t.Fatalf("ReadRun: last loss %v, want 3.12", v)
+	}
+	for _, size := range []int{0, 50, 333} {
+		t.Run(fmt.Sprintf("block%d", size), func(t *testing.T) {
+			if size > 0 {
+				defer setBlockSize(size)()
+			}
+			got, gotC, err := ReadSummary(dir, AllPoints)
+			mustOK(t, err)
+			sameJSON(t, "summary", got, want)
+			sameJSON(t, "curves", gotC, wantC)
+		})
+	}
+}
+
+// TestReadSummaryGuessesTP checks that a run whose first lines are not run
+// lines and that has no train.toml (so tp_rank is guessed wrong before the
+// run lines are read) still counts each replica once.
+func TestReadSummaryGuessesTP(t *testing.T) {
+	dir := t.TempDir()
+	for r := range 2 {
+		lines := []string{`{"type":"gpu","index":0,"mem_used_bytes":1,"mem_total_bytes":2,"util_pct":50,"ts":1000}`, runLine(r, r)}
+		writeRank(t, dir, r, append(lines, steps(1, 10, float64(r))...), "")
+	}
+	run, err := ReadRun(dir)
+	mustOK(t, err)
+	want, _ := Summarize(run)
+	got, _, err := ReadSummary(dir, NoCurves)
+	mustOK(t, err)
+	sameJSON(t, "summary", got, want)
+	// One replica of 16 samples per step.
+	if v := float64(got.SamplesPerS) * float64(got.StepP50S); v < 14 || v > 18 {
+		t.Errorf("samples per step about %v, want 16 (one replica)", v)
+	}
+}
+
+func TestReadSummaryErrors(t *testing.T) {
+	if _, _, err := ReadSummary(filepath.Join(t.TempDir(), "nope"), NoCurves); err == nil || !strings.Contains(err.Error(), "no such run") {
+		t.Errorf("missing run: %v", err)
+	}
+	f := filepath.Join(t.TempDir(), "file")
+	mustOK(t, os.WriteFile(f, nil, 0o644))
+	if _, _, err := ReadSummary(f, NoCurves); err == nil || !strings.Contains(err.Error(), "not a run directory") {
+		t.Errorf("file: %v", err)
+	}
+}
+
+func sameJSON(t *testing.T, what string, got, want any) {
+	t.Helper()
+	g, err := json.MarshalIndent(got, "", " ")
+	mustOK(t, err)
+	w, err := json.MarshalIndent(want, "", " ")
+	mustOK(t, err)
+	if string(g) != string(w) {
+		t.Errorf("%s differs from ReadRun's:\ngot:\n%s\nwant:\n%s", what, g, w)
+	}
+}
+
+// TestReadSummaryPoints checks that bounded curves keep evenly spaced
+// points of the full curves, the first and last steps included.
+func TestReadSummaryPoints(t *testing.T) {
+	dir := t.TempDir()
+	writeRank(t, dir, 0, append([]string{runLine(0, 0)}, steps(1, 1000, 1)...), "")
+	_, all, err := ReadSummary(dir, AllPoints)
+	mustOK(t, err)
+	if len(all.Steps) != 1000 {
+		t.Fatalf("AllPoints: %d points, want 1000", len(all.Steps))
+	}
+	_, none, err := ReadSummary(dir, NoCurves)
+	mustOK(t, err)
+	if none.Steps != nil {
+		t.Errorf("NoCurves: %d points", len(none.Steps))
+	}
+	for _, max := range []int{1, 7, 50, 600} {
+		_, c, err := ReadSummary(dir, max)
+		mustOK(t, err)
+		n := len(c.Steps)
+		if n > 2*max+1 || n < min(max, 1000) || c.Steps[0] != 1 || c.Steps[n-1] != 1000 {
+			t.Fatalf("points %d: %d points from step %v to %v", max, n, c.Steps[0], c.Steps[n-1])
+		}
+		for i, s := range c.Steps {
+			j := int(s) - 1
+			if c.Loss[i] != all.Loss[j] || c.SamplesPerS[i] != all.SamplesPerS[j] {
+				t.Fatalf("points %d: point %d (step %v) is not the full curve's", max, i, s)
+			}
+			if i > 1 && i < n-1 && s-c.Steps[i-1] != c.Steps[1]-c.Steps[0] {
+				t.Fatalf("points %d: steps %v are not evenly spaced", max, c.Steps)
+			}
+		}
+	}
+}
+
+// TestReadSummaryLongLine checks that a rank file with a line longer than
+// the reader takes is a problem, not a rank, as in ReadRun.
+func TestReadSummaryLongLine(t *testing.T) {
+	dir := t.TempDir()
+	writeRank(t, dir, 0, append([]string{runLine(0, 0)}, steps(1, 5, 1)...), "")
+	long := append([]string{runLine(1, 1)}, steps(1, 3, 1)...)
+	writeRank(t, dir, 1, append(long, strings.Repeat("x", maxLine+300<<10)), "")
+	run, err := ReadRun(dir)
+	mustOK(t, err)
+	want, _ := Summarize(run)
+	if len(want.Problems) != 1 || !strings.Contains(want.Problems[0], "line 5 is longer than") {
+		t.Fatalf("ReadRun: problems %q", want.Problems)
+	}
+	got, _, err := ReadSummary(dir, NoCurves)
+	mustOK(t, err)
+	sameJSON(t, "summary", got, want)
+}
