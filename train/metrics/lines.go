@@ -76,9 +76,12 @@ type Step struct {
 	CommS   float64 `json:"comm_s"` // of which seconds spent in communication
 	// MemBytes and MemPeakBytes are the engine's own accounting of tensor
 	// memory on this rank (now, and peak since start).
-	MemBytes     int64   `json:"mem_bytes"`
-	MemPeakBytes int64   `json:"mem_peak_bytes"`
-	TS           float64 `json:"ts"` // Unix seconds at the end of the step; the Writer fills 0
+	MemBytes     int64 `json:"mem_bytes"`
+	MemPeakBytes int64 `json:"mem_peak_bytes"`
+	// HostSyncs is how many times the host waited for the GPU in the step
+	// (one on the GPU path: reading the loss); 0 and left out on the CPU.
+	HostSyncs int64   `json:"host_syncs,omitempty"`
+	TS        float64 `json:"ts"` // Unix seconds at the end of the step; the Writer fills 0
 }
 
 // Eval is one validation pass.

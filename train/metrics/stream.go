@@ -24,8 +24,8 @@ import (
 // 2*points+1 of them, evenly spaced over the steps, the last included.
 //
 // A step written again after a resume replaces the old one, as in ReadRun;
-// a file with a resume is read three times (the first pass stops at the
-// resume, the second finds where each rank resumed, the third joins).
+// a run with a resume is read twice (the first pass, meeting the resume,
+// reads on only to find where every rank resumed; the second joins).
 func ReadSummary(dir string, points int) (Summary, Curves, error) {
 	run, paths, err := openRun(dir)
 	if err != nil {
@@ -52,14 +52,7 @@ func ReadSummary(dir string, points int) (Summary, Curves, error) {
 			files = slices.DeleteFunc(files, func(f *rankFile) bool { return f == rerr.f })
 			continue
 		case errors.Is(err, errResumed):
-			if err := findResumes(files); err != nil {
-				if errors.As(err, &rerr) {
-					fileErr[rerr.f.path] = rerr.err
-					files = slices.DeleteFunc(files, func(f *rankFile) bool { return f == rerr.f })
-					continue
-				}
-				return Summary{}, Curves{}, err
-			}
+			// joinFiles found where every rank resumed: join again.
 			continue
 		case err != nil:
 			return Summary{}, Curves{}, err
@@ -130,9 +123,10 @@ func addFileProblems(run *Run, paths []string, fileErr map[string]error) {
 type rankFile struct {
 	path string
 	tp0  bool // counts its replica's samples, tokens and loss
-	// cuts, once findResumes has run: a step of the file's k-th increasing
-	// run of steps is kept when it is below cuts[k], the first step of
-	// every later run; nil before (a resume then stops the pass).
+	// cuts, once a pass has met a resume: a step of the file's k-th
+	// increasing run of steps is kept when it is below cuts[k], the lowest
+	// first step of the later runs; nil before (a resume then stops the
+	// join).
 	cuts []int
 }
 
@@ -144,7 +138,7 @@ type rankError struct {
 
 func (e *rankError) Error() string { return e.err.Error() }
 
-// errResumed stops a pass that meets a resumed rank before findResumes.
+// errResumed stops a join that meets a resumed rank it has no cuts for.
 var errResumed = errors.New("a rank resumed")
 
 func tpOf(files []*rankFile) []bool {
@@ -309,8 +303,8 @@ type fileReader struct {
 	prev     int    // step number of the previous step line
 	any      bool   // a step line was seen
 	seg      int    // index of the current increasing run of steps
-	collect  bool   // findResumes: record the runs, yield nothing
-	segFirst []int  // collect: first step of each run
+	collect  bool   // only record the runs, yield nothing
+	segFirst []int  // first step of each run
 }
 
 func (p *pass) open(f *rankFile) (*fileReader, error) {
@@ -506,18 +500,18 @@ func (r *fileReader) fail(err error) {
 // whose number is not above the previous one starts a new increasing run,
 // and replaces the steps from its number on.
 func (r *fileReader) keep(s Step) bool {
-	if r.any && s.Step <= r.prev {
-		r.seg++
-		if !r.collect && r.seg >= len(r.f.cuts) {
-			r.failed = errResumed
-			return false
+	if !r.any || s.Step <= r.prev {
+		if r.any {
+			r.seg++
 		}
-	}
-	if r.collect && (!r.any || s.Step <= r.prev) {
 		r.segFirst = append(r.segFirst, s.Step)
 	}
 	r.any, r.prev = true, s.Step
 	if r.collect {
+		return false
+	}
+	if r.seg >= max(len(r.f.cuts), 1) {
+		r.failed = errResumed
 		return false
 	}
 	return r.f.cuts == nil || s.Step < r.f.cuts[r.seg]
@@ -538,6 +532,11 @@ func joinFiles(files []*rankFile, points int) ([]rankSeen, jobAgg, []*RankLog, e
 		its[i], readers[i], tp0[i] = r, r, f.tp0
 	}
 	seen, agg, err := join(its, tp0, points)
+	if errors.Is(err, errResumed) {
+		if ferr := findResumes(readers); ferr != nil {
+			err = ferr
+		}
+	}
 	if err != nil {
 		return nil, agg, nil, err
 	}
@@ -549,17 +548,14 @@ func joinFiles(files []*rankFile, points int) ([]rankSeen, jobAgg, []*RankLog, e
 	return seen, agg, logs, nil
 }
 
-// findResumes reads every file once more to find where its ranks resumed,
-// and sets the files' cuts.
-func findResumes(files []*rankFile) error {
-	p := newPass(len(files))
-	defer p.end()
-	errs := make([]error, len(files))
+// findResumes reads the rest of every file of a join stopped by a resume,
+// recording the runs of steps, and sets the files' cuts.
+func findResumes(readers []*fileReader) error {
+	errs := make([]error, len(readers))
 	var wg sync.WaitGroup
-	for i, f := range files {
-		r, err := p.open(f)
-		if err != nil {
-			return err
+	for i, r := range readers {
+		if r.failed == errResumed {
+			r.failed = nil
 		}
 		r.collect = true
 		wg.Add(1)
@@ -571,16 +567,15 @@ func findResumes(files []*rankFile) error {
 				}
 			}
 			errs[i] = r.err()
-			cuts := make([]int, len(r.segFirst))
+			cuts := make([]int, max(len(r.segFirst), 1))
 			low := math.MaxInt
 			for k := len(cuts) - 1; k >= 0; k-- {
 				cuts[k] = low
-				low = min(low, r.segFirst[k])
+				if k < len(r.segFirst) {
+					low = min(low, r.segFirst[k])
+				}
 			}
-			if len(cuts) == 0 {
-				cuts = []int{math.MaxInt}
-			}
-			f.cuts = cuts
+			r.f.cuts = cuts
 		}()
 	}
 	wg.Wait()

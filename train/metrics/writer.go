@@ -105,6 +105,9 @@ func (w *Writer) Step(s Step) error {
 	b = appendFloat(b, "comm_s", s.CommS)
 	b = appendInt(b, "mem_bytes", s.MemBytes)
 	b = appendInt(b, "mem_peak_bytes", s.MemPeakBytes)
+	if s.HostSyncs > 0 {
+		b = appendInt(b, "host_syncs", s.HostSyncs)
+	}
 	b = appendFloat(b, "ts", s.TS)
 	b = append(b, '}')
 	return w.writeLocked(b)
