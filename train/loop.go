@@ -123,6 +123,7 @@ type trainer struct {
 	model   model
 	opt     *AdamW
 	sync    *GradSync
+	gpu     *deviceStep // the GPU step, when the device and groups allow it
 	sampler *Sampler
 	w       *metrics.Writer
 	log     io.Writer
@@ -239,6 +240,14 @@ func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*t
 		return nil, err
 	}
 	t.sync = NewGradSync(t.dev, t.dp, params, 0)
+	gpu, why, err := newDeviceStep(t.dev, t.model, t.tp, t.dp)
+	if err != nil {
+		return nil, err
+	}
+	t.gpu = gpu
+	if why != "" {
+		t.logf("step: the loss and the gradient norm go through the host each step: %s", why)
+	}
 	if w != nil {
 		if err := t.writeRunLine(); err != nil {
 			return nil, err
@@ -366,6 +375,9 @@ func (t *trainer) run(ctx context.Context) (*Result, error) {
 
 // trainStep runs grad_accum micro-batches and one optimizer step.
 func (t *trainer) trainStep(step int) (metrics.Step, error) {
+	if t.gpu != nil {
+		return t.trainStepDevice(step)
+	}
 	start, comm0 := time.Now(), t.commNow()
 	t.model.ZeroGrad()
 	loss := 0.0

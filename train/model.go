@@ -243,36 +243,7 @@ func (t *transformer) releaseLayers() {
 
 // Forward implements model.
 func (t *transformer) Forward(b *Batch, train bool) (float64, error) {
-	if b.B != t.B || b.T != t.T {
-		return 0, fmt.Errorf("batch is %dx%d, the model was built for %dx%d", b.B, b.T, t.B, t.T)
-	}
-	t.forwardedTrain = false
-	t.ids = append(t.ids[:0], b.Tokens...)
-	var keyValid []int32
-	if t.gpt {
-		t.targets = append(t.targets[:0], b.Targets...)
-	} else {
-		t.labels = append(t.labels[:0], b.Labels...)
-		for i := 0; i < t.B; i++ {
-			for j := 0; j < t.T; j++ {
-				t.keyValid[i*t.T+j] = b2i(j < int(b.Lengths[i]))
-			}
-		}
-		keyValid = t.keyValid
-	}
-	x, err := t.wte.Forward(t.ids, t.B, t.T)
-	if err != nil {
-		return 0, err
-	}
-	if x, err = t.wpe.Forward(x); err != nil {
-		return 0, err
-	}
-	for _, blk := range t.blocks {
-		if x, err = blk.Forward(x, keyValid); err != nil {
-			return 0, err
-		}
-	}
-	h, err := t.lnf.Forward(x)
+	h, err := t.trunk(b)
 	if err != nil {
 		return 0, err
 	}
@@ -290,6 +261,71 @@ func (t *transformer) Forward(b *Batch, train bool) (float64, error) {
 	}
 	t.forwardedTrain = train
 	return loss, nil
+}
+
+// DeviceLoss reports whether ForwardOnDevice can run: the language model
+// can; the classifier reads its predictions in Forward.
+func (t *transformer) DeviceLoss() bool { return t.gpt }
+
+// ForwardOnDevice is a training Forward of the language model that leaves
+// the loss on the device: per-row losses (N) whose sum over count is the
+// mean loss, so that a step reads it back once.
+func (t *transformer) ForwardOnDevice(b *Batch) (losses *tensor.Tensor, count int, err error) {
+	if !t.gpt {
+		return nil, 0, fmt.Errorf("ForwardOnDevice: the classifier has no device loss")
+	}
+	h, err := t.trunk(b)
+	if err != nil {
+		return nil, 0, err
+	}
+	logits, err := t.head.Forward(h)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := t.loss.ForwardDevice(logits, t.targets); err != nil {
+		return nil, 0, err
+	}
+	t.forwardedTrain = true
+	return t.loss.Losses(), t.loss.Count(), nil
+}
+
+// trunk runs the embeddings, the blocks and the final layernorm on b and
+// returns ln_f's output (B,T,C).
+func (t *transformer) trunk(b *Batch) (*tensor.Tensor, error) {
+	if b.B != t.B || b.T != t.T {
+		return nil, fmt.Errorf("batch is %dx%d, the model was built for %dx%d", b.B, b.T, t.B, t.T)
+	}
+	t.forwardedTrain = false
+	t.ids = append(t.ids[:0], b.Tokens...)
+	var keyValid []int32
+	if t.gpt {
+		t.targets = append(t.targets[:0], b.Targets...)
+	} else {
+		t.labels = append(t.labels[:0], b.Labels...)
+		for i := 0; i < t.B; i++ {
+			for j := 0; j < t.T; j++ {
+				t.keyValid[i*t.T+j] = b2i(j < int(b.Lengths[i]))
+			}
+		}
+		keyValid = t.keyValid
+	}
+	x, err := t.wte.Forward(t.ids, t.B, t.T)
+	if err != nil {
+		return nil, err
+	}
+	if x, err = t.wpe.Forward(x); err != nil {
+		return nil, err
+	}
+	for _, blk := range t.blocks {
+		if x, err = blk.Forward(x, keyValid); err != nil {
+			return nil, err
+		}
+	}
+	h, err := t.lnf.Forward(x)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
 }
 
 // classifierForward pools the final hidden states h (B,T,C) over each

@@ -92,14 +92,32 @@ func (o *AdamW) Step(lr, norm float64) {
 		scale = float32(o.clip / (norm + 1e-6))
 	}
 	for i, p := range o.params {
-		wd := float32(0)
-		if p.Decay {
-			wd = o.weightDecay
-		}
-		o.dev.AdamW(p.Data, p.Grad, o.m[i], o.v[i], tensor.AdamWParams{
-			LR: float32(lr), Beta1: o.beta1, Beta2: o.beta2, Eps: o.eps,
-			WeightDecay: wd, Step: o.step, GradScale: scale,
-		})
+		o.dev.AdamW(p.Data, p.Grad, o.m[i], o.v[i], o.hyper(p, lr, scale))
+	}
+}
+
+// StepScaled is Step with the clip coefficient read from scale[0] in
+// device memory (deviceStep.norm's), so that the host need not wait for
+// the norm. The device must have AdamWScaled (the CUDA device).
+func (o *AdamW) StepScaled(lr float64, scale *tensor.Tensor) {
+	d := o.dev.(interface {
+		AdamWScaled(param, grad, m, v *tensor.Tensor, p tensor.AdamWParams, scale *tensor.Tensor)
+	})
+	o.step++
+	for i, p := range o.params {
+		d.AdamWScaled(p.Data, p.Grad, o.m[i], o.v[i], o.hyper(p, lr, 1), scale)
+	}
+}
+
+// hyper is the AdamW step's hyperparameters for p.
+func (o *AdamW) hyper(p *parallel.Param, lr float64, scale float32) tensor.AdamWParams {
+	wd := float32(0)
+	if p.Decay {
+		wd = o.weightDecay
+	}
+	return tensor.AdamWParams{
+		LR: float32(lr), Beta1: o.beta1, Beta2: o.beta2, Eps: o.eps,
+		WeightDecay: wd, Step: o.step, GradScale: scale,
 	}
 }
 
@@ -110,12 +128,16 @@ const gradBucketElems = 1 << 22
 
 // GradSync averages gradients over the data-parallel group in buckets: each
 // bucket packs consecutive gradients into one buffer, all-reduces it, and
-// unpacks it.
+// unpacks it. On a CUDA device with an NCCL group the buffer is in device
+// memory and the all-reduce runs on the compute stream; otherwise it is
+// staged through host memory.
 type GradSync struct {
 	dev     tensor.Device
 	dp      nccl.Comm
 	buckets [][]*parallel.Param
-	buf     []float32
+	biggest int
+	buf     []float32      // host staging
+	dbuf    *tensor.Tensor // device bucket, allocated on the first device Sync
 }
 
 // NewGradSync groups params into buckets of at most bucketElems elements (a
@@ -140,7 +162,7 @@ func NewGradSync(dev tensor.Device, dp nccl.Comm, params []*parallel.Param, buck
 		s.buckets = append(s.buckets, cur)
 		biggest = max(biggest, n)
 	}
-	s.buf = make([]float32, biggest)
+	s.biggest = biggest
 	return s
 }
 
@@ -151,6 +173,12 @@ func (s *GradSync) Buckets() int { return len(s.buckets) }
 func (s *GradSync) Sync() error {
 	if s.dp == nil || s.dp.Size() == 1 {
 		return nil
+	}
+	if dc, stream, ok := onDevice(s.dp, s.dev); ok {
+		return s.syncDevice(dc, stream)
+	}
+	if s.buf == nil {
+		s.buf = make([]float32, s.biggest)
 	}
 	for i, b := range s.buckets {
 		off := 0
@@ -168,6 +196,59 @@ func (s *GradSync) Sync() error {
 		}
 	}
 	return nil
+}
+
+// syncDevice is Sync on device buffers: a bucket of one gradient is
+// all-reduced in place, others are packed into the device bucket with
+// device copies; everything is enqueued on the compute stream in order,
+// so one bucket buffer serves them all.
+func (s *GradSync) syncDevice(dc nccl.DeviceComm, stream uintptr) error {
+	for i, b := range s.buckets {
+		fail := func(err error) error {
+			return fmt.Errorf("gradient all-reduce (bucket %d of %d): %w", i+1, len(s.buckets), err)
+		}
+		if len(b) == 1 {
+			g := b[0].Grad
+			if err := dc.AllReduceDevice(g.Ptr(), g.Ptr(), g.Len(), nccl.Float32, nccl.Avg, stream); err != nil {
+				return fail(err)
+			}
+			continue
+		}
+		if s.dbuf == nil {
+			var err error
+			if s.dbuf, err = s.dev.Alloc(s.biggest); err != nil {
+				return fail(err)
+			}
+		}
+		off := 0
+		for _, p := range b {
+			s.dev.Copy(s.dbuf.View(off, p.Grad.Len()), p.Grad)
+			off += p.Grad.Len()
+		}
+		if err := dc.AllReduceDevice(s.dbuf.Ptr(), s.dbuf.Ptr(), off, nccl.Float32, nccl.Avg, stream); err != nil {
+			return fail(err)
+		}
+		off = 0
+		for _, p := range b {
+			s.dev.Copy(p.Grad, s.dbuf.View(off, p.Grad.Len()))
+			off += p.Grad.Len()
+		}
+	}
+	return nil
+}
+
+// onDevice returns the NCCL communicator and dev's stream when c's
+// collectives can run on dev's memory (NCCL and a streamed device).
+func onDevice(c nccl.Comm, dev tensor.Device) (nccl.DeviceComm, uintptr, bool) {
+	dc, ok := c.(nccl.DeviceComm)
+	if !ok {
+		return nil, 0, false
+	}
+	s, ok := dev.(parallel.Streamer)
+	if !ok {
+		return nil, 0, false
+	}
+	return dc, s.Stream(), true
 }
 
 // Moments returns the AdamW first and second moments of parameter i (in

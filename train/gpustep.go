@@ -1,0 +1,169 @@
+package train
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/parallel"
+	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/train/metrics"
+)
+
+// The GPU step: a language model on a device that keeps its scalars in
+// its own memory (the CUDA device), with NCCL for every collective, runs
+// an optimizer step with one host synchronisation. The loss of each
+// micro-batch is summed on the device, the DP gradient all-reduce and the
+// TP and DP reductions of the norm and the loss run as NCCL collectives on
+// the compute stream, the clip coefficient is computed there and read by
+// the AdamW kernel, and the step ends with one read of (norm, loss).
+// Everywhere else (the CPU, a classifier, host-staged collectives) the
+// step of loop.go runs.
+
+// deviceOps is what the GPU step needs of a device beyond tensor.Device.
+type deviceOps interface {
+	tensor.Device
+	parallel.Streamer
+	SumSquaresTo(out *tensor.Tensor, accumulate bool, ts ...*tensor.Tensor)
+	ClipScale(out, sumsq *tensor.Tensor, clip float32)
+	AdamWScaled(param, grad, m, v *tensor.Tensor, p tensor.AdamWParams, scale *tensor.Tensor)
+	SumTo(out *tensor.Tensor, alpha float32, accumulate bool, x *tensor.Tensor)
+	Fetch(dst []float32, src *tensor.Tensor) error
+	HostSyncs() int64
+}
+
+// deviceLM is a model whose training Forward can leave the loss on the
+// device (the GPT language model).
+type deviceLM interface {
+	DeviceLoss() bool
+	ForwardOnDevice(b *Batch) (losses *tensor.Tensor, count int, err error)
+}
+
+// deviceStep holds the GPU step's device scalars, in one tensor:
+// [0:2] the squared norm (hi, lo), [2] the clip coefficient, [3] the norm,
+// [4] the mean loss; [3:5] is what the step reads back.
+type deviceStep struct {
+	dev   deviceOps
+	lm    deviceLM
+	tp    nccl.DeviceComm // nil when the TP group has one rank
+	dp    nccl.DeviceComm // nil when the DP group has one rank
+	buf   *tensor.Tensor
+	sumsq *tensor.Tensor
+	scale *tensor.Tensor
+	loss  *tensor.Tensor
+	out   [2]float32 // norm, loss
+}
+
+// newDeviceStep returns the GPU step for this trainer, or nil and why not
+// ("" when the device is the CPU, where nothing needs saying).
+func newDeviceStep(dev tensor.Device, m model, tp, dp nccl.Comm) (*deviceStep, string, error) {
+	d, ok := dev.(deviceOps)
+	if !ok {
+		return nil, "", nil
+	}
+	lm, ok := m.(deviceLM)
+	if !ok || !lm.DeviceLoss() {
+		return nil, "the classifier reads its predictions each micro-batch", nil
+	}
+	ds := &deviceStep{dev: d, lm: lm}
+	for _, g := range []struct {
+		c   nccl.Comm
+		dst *nccl.DeviceComm
+		who string
+	}{{tp, &ds.tp, "tensor-parallel"}, {dp, &ds.dp, "data-parallel"}} {
+		if g.c == nil || g.c.Size() == 1 {
+			continue
+		}
+		dc, ok := g.c.(nccl.DeviceComm)
+		if !ok {
+			return nil, "the " + g.who + " group has no NCCL communicator", nil
+		}
+		*g.dst = dc
+	}
+	buf, err := dev.Alloc(5)
+	if err != nil {
+		return nil, "", fmt.Errorf("gpu step: %w", err)
+	}
+	ds.buf, ds.sumsq, ds.scale, ds.loss = buf, buf.View(0, 2), buf.View(2, 2), buf.View(4, 1)
+	return ds, "", nil
+}
+
+// norm computes the global gradient norm and the clip coefficient on the
+// device (GradNorm's rule: sharded parameters on every TP rank, replicated
+// ones on TP rank 0, summed over the TP group).
+func (ds *deviceStep) norm(params []*parallel.Param, tpRank int, clip float64) error {
+	var sharded, replicated []*tensor.Tensor
+	for _, p := range params {
+		if p.Shard.Replicated() {
+			replicated = append(replicated, p.Grad)
+		} else {
+			sharded = append(sharded, p.Grad)
+		}
+	}
+	ds.dev.SumSquaresTo(ds.sumsq, false, sharded...)
+	if tpRank == 0 {
+		ds.dev.SumSquaresTo(ds.sumsq, true, replicated...)
+	}
+	if ds.tp != nil {
+		if err := ds.tp.AllReduceDevice(ds.sumsq.Ptr(), ds.sumsq.Ptr(), 2, nccl.Float32, nccl.Sum, ds.dev.Stream()); err != nil {
+			return fmt.Errorf("grad norm: %w", err)
+		}
+	}
+	ds.dev.ClipScale(ds.scale, ds.sumsq, float32(clip))
+	return nil
+}
+
+// trainStepDevice is trainStep on the GPU path.
+func (t *trainer) trainStepDevice(step int) (metrics.Step, error) {
+	ds := t.gpu
+	start, comm0, syncs0 := time.Now(), t.commNow(), ds.dev.HostSyncs()
+	t.model.ZeroGrad()
+	var tokens, samples int64
+	accum := t.cfg.GradAccum
+	for a := 0; a < accum; a++ {
+		b := t.nextBatch()
+		losses, count, err := ds.lm.ForwardOnDevice(b)
+		if err != nil {
+			return metrics.Step{}, err
+		}
+		if count > 0 {
+			ds.dev.SumTo(ds.loss, float32(1/(float64(count)*float64(accum))), a > 0, losses)
+		} else if a == 0 {
+			ds.dev.Zero(ds.loss)
+		}
+		if err := t.model.Backward(1 / float32(accum)); err != nil {
+			return metrics.Step{}, err
+		}
+		samples += int64(b.B)
+		tokens += int64(b.B * b.T)
+	}
+	if err := t.sync.Sync(); err != nil {
+		return metrics.Step{}, err
+	}
+	if err := ds.norm(t.model.Params(), t.tpRank, t.cfg.GradClip); err != nil {
+		return metrics.Step{}, err
+	}
+	lr := LRAt(step, t.total, t.cfg.Warmup, t.cfg.LR, 0.1)
+	t.opt.StepScaled(lr, ds.scale)
+	if ds.dp != nil {
+		if err := ds.dp.AllReduceDevice(ds.loss.Ptr(), ds.loss.Ptr(), 1, nccl.Float32, nccl.Avg, ds.dev.Stream()); err != nil {
+			return metrics.Step{}, err
+		}
+	}
+	if err := ds.dev.Fetch(ds.out[:], ds.buf.View(3, 2)); err != nil {
+		return metrics.Step{}, err
+	}
+	norm, loss := float64(ds.out[0]), float64(ds.out[1])
+	if math.IsNaN(loss) || math.IsInf(loss, 0) {
+		return metrics.Step{}, fmt.Errorf("loss is %v: lower --lr", loss)
+	}
+	mem := t.dev.MemStats()
+	return metrics.Step{
+		Step: step + 1, Epoch: t.epoch, Loss: loss, LR: lr, GradNorm: norm,
+		Tokens: tokens, Samples: samples,
+		StepS: time.Since(start).Seconds(), CommS: (t.commNow() - comm0).Seconds(),
+		MemBytes: mem.Current, MemPeakBytes: mem.Peak,
+		HostSyncs: ds.dev.HostSyncs() - syncs0,
+	}, nil
+}
