@@ -259,6 +259,8 @@ func setStepField(s *Step, key, val []byte, isStep *bool, full bool) bool {
 		return setInt64(&s.MemBytes, val)
 	case "mem_peak_bytes":
 		return setInt64(&s.MemPeakBytes, val)
+	case "host_syncs":
+		return setInt64(&s.HostSyncs, val)
 	case "ts":
 		return setFloat(&s.TS, val)
 	default:
@@ -273,7 +275,7 @@ func setStepField(s *Step, key, val []byte, isStep *bool, full bool) bool {
 }
 
 var stepKeys = []string{"type", "step", "epoch", "loss", "lr", "grad_norm", "tokens", "samples",
-	"step_s", "comm_s", "mem_bytes", "mem_peak_bytes", "ts"}
+	"step_s", "comm_s", "mem_bytes", "mem_peak_bytes", "host_syncs", "ts"}
 
 func setFloat(dst *float64, val []byte) bool {
 	if val[0] == 'n' {

@@ -38,6 +38,8 @@ func TestParseLine(t *testing.T) {
 	}{
 		{name: "step", line: `{"type":"step","step":7,"epoch":1,"loss":0.5,"lr":1e-4,"grad_norm":2,"tokens":64,"samples":2,"step_s":0.1,"comm_s":0.01,"mem_bytes":10,"mem_peak_bytes":20,"ts":5}`,
 			want: Line{Type: "step", Step: &Step{Step: 7, Epoch: 1, Loss: 0.5, LR: 1e-4, GradNorm: 2, Tokens: 64, Samples: 2, StepS: 0.1, CommS: 0.01, MemBytes: 10, MemPeakBytes: 20, TS: 5}}},
+		{name: "step on the GPU path", line: `{"type":"step","step":7,"epoch":1,"loss":0.5,"lr":1e-4,"grad_norm":2,"tokens":64,"samples":2,"step_s":0.1,"comm_s":0.01,"mem_bytes":10,"mem_peak_bytes":20,"host_syncs":1,"ts":5}`,
+			want: Line{Type: "step", Step: &Step{Step: 7, Epoch: 1, Loss: 0.5, LR: 1e-4, GradNorm: 2, Tokens: 64, Samples: 2, StepS: 0.1, CommS: 0.01, MemBytes: 10, MemPeakBytes: 20, HostSyncs: 1, TS: 5}}},
 		{name: "step unknown fields, spaces, other order", line: ` { "extra" : {"a":[1,2]}, "step" : 3 , "type":"step", "new_field":"x\u00e9"} `,
 			want: Line{Type: "step", Step: &Step{Step: 3, Loss: math.NaN(), LR: math.NaN(), GradNorm: math.NaN()}}},
 		{name: "step null loss", line: `{"type":"step","step":1,"loss":null}`,
