@@ -52,13 +52,15 @@ lint:
 	$(GO) vet -tags openblas ./...
 	$(GO) run ./scripts/doccheck .
 
-# GPU checks: builds the test and bench binaries into devbin/ here (Go is
-# not needed on the GPU machine); there, `bench/pytorch/gpu-check.sh run`
-# checks every CUDA kernel against the CPU device, the NCCL backend, and a
-# GPT-2 124M step beside PyTorch eager. Without a GPU the tests skip.
+# GPU checks: builds the test and bench binaries into devbin/ here, without
+# cgo (they start on any glibc with dlopen; Go is not needed on the GPU
+# machine; under 64 MiB together); there, `bench/pytorch/gpu-check.sh run`
+# compiles every kernel with NVRTC, checks every CUDA kernel against the CPU
+# device, the NCCL backend, and a GPT-2 124M step beside PyTorch eager.
+# Where nvidia-smi sees a GPU, a skipped GPU test fails the check.
 gpu-check:
 	bench/pytorch/gpu-check.sh build
-	@echo "on the GPU machine: bench/pytorch/gpu-check.sh run"
+	@echo "copy this checkout (devbin/ included) to the GPU machine; there, from its root: bench/pytorch/gpu-check.sh run"
 
 clean:
 	rm -rf bin

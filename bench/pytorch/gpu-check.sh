@@ -93,14 +93,15 @@ fi
 fail=0
 step() { echo; echo "== $*"; "$@" || { echo "== FAILED: $*"; fail=1; }; }
 
-# gputest runs the TestGPU* tests of one binary; with a GPU present, a skip
-# or an empty match fails.
+# gputest runs the TestGPU* tests of one binary (and the NVRTC compile of
+# every kernel for sm_70, sm_80 and sm_90); with a GPU present, a skip or
+# an empty match fails.
 gputest() {
 	local bin=$1 out rc
 	echo
-	echo "== $bin -test.run ^(TestGPU|TestNVRTC)"
+	echo "== $bin -test.run ^(TestGPU|TestNVRTCCompilesKernels)"
 	out=$(mktemp)
-	gobin "$bin" -test.v -test.count=1 -test.run '^(TestGPU|TestNVRTC)' 2>&1 | tee "$out"
+	HPCRUN_REQUIRE_NVRTC=1 gobin "$bin" -test.v -test.count=1 -test.run '^(TestGPU|TestNVRTCCompilesKernels)' 2>&1 | tee "$out"
 	rc=${PIPESTATUS[0]}
 	if [ "$rc" != 0 ]; then
 		echo "== FAILED: $bin"
