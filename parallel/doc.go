@@ -22,10 +22,11 @@
 //     the first Forward of a batch shape and reused.
 //   - Backward accumulates (+=) into the input gradient it is given and into
 //     the parameters' Grad, like the tensor package's kernels: zero the
-//     gradients (ZeroGrads) before a step, or mark them with StartGrads so
-//     that the next Backward overwrites them (weight-gradient GEMMs with
-//     beta 0, no pass over the gradient memory) and SettleGrads before
-//     reading them. A layer whose backward ends in an
+//     gradients (ZeroGrads) before a step, or mark them stale
+//     (MarkGradsStale) so that the next Backward overwrites them
+//     (weight-gradient GEMMs with beta 0, no pass over the gradient memory)
+//     and zero those no Backward wrote (ZeroStaleGrads) before reading
+//     them. A layer whose backward ends in an
 //     all-reduce (the f operator) reduces its own contribution before adding
 //     it, so accumulation never sums a residual gradient tp times.
 //   - Per transformer block: exactly 2 all-reduces of (B,T,C) forward and 2

@@ -181,10 +181,10 @@ func TestBlockFiniteDifferences(t *testing.T) {
 	}
 }
 
-// TestStartGradsOverwrites checks that a Backward after StartGrads writes
-// every gradient of a block, position and token embedding (stale values
+// TestMarkGradsStaleOverwrites checks that a Backward after MarkGradsStale
+// writes every gradient of a block, position and token embedding (stale values
 // ignored) and that a second Backward accumulates, as ZeroGrads would.
-func TestStartGradsOverwrites(t *testing.T) {
+func TestMarkGradsStaleOverwrites(t *testing.T) {
 	const b, tt, c, nh, vocab = 2, 4, 8, 2, 11
 	dev := tensor.NewCPU()
 	r := rand.New(rand.NewPCG(3, 4))
@@ -232,15 +232,15 @@ func TestStartGradsOverwrites(t *testing.T) {
 	var want [][]float32
 	for _, p := range params {
 		want = append(want, download(p.Grad))
-		dev.Fill(p.Grad, 1e3) // stale values StartGrads must not keep
+		dev.Fill(p.Grad, 1e3) // stale values MarkGradsStale must not keep
 	}
-	StartGrads(params)
+	MarkGradsStale(params)
 	pass()
 	pass()
-	SettleGrads(params)
+	ZeroStaleGrads(params)
 	for i, p := range params {
 		if e := relErr(download(p.Grad), want[i]); e > 1e-6 {
-			t.Errorf("%s: gradient after StartGrads differs from ZeroGrads by %.2g", p.Name, e)
+			t.Errorf("%s: gradient after MarkGradsStale differs from ZeroGrads by %.2g", p.Name, e)
 		}
 	}
 }

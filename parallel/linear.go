@@ -342,7 +342,7 @@ func (l *RowParallelLinear) Backward(dout, dinp *tensor.Tensor) error {
 
 // weightGrad accumulates the parameter gradients of out = inp @ w^T + b:
 // dw += dout^T @ inp, db += column sums of dout. dout is (N,Out), inp is
-// (N,In). The GEMM overwrites a gradient left pending by StartGrads.
+// (N,In). The GEMM overwrites a gradient MarkGradsStale left stale.
 func weightGrad(w, b *Param, dout, inp *tensor.Tensor) {
 	tensor.MatMul(w.Grad, dout, inp, true, false, 1, w.gradBeta())
 	if b != nil {

@@ -11,8 +11,9 @@ import (
 const DefaultStd = 0.02
 
 // Param is one trainable tensor of this rank: its values, its gradient
-// (accumulated by Backward; zero it with ZeroGrads before a step), the shape
-// of the whole tensor and how this rank's piece is cut from it.
+// (accumulated by Backward; zero it with ZeroGrads, or mark it stale with
+// MarkGradsStale, before a step), the shape of the whole tensor and how this
+// rank's piece is cut from it.
 type Param struct {
 	Name  string         // e.g. "h.0.attn.c_attn.weight"; the init key
 	Data  *tensor.Tensor // this rank's piece, shape Shard.LocalShape(Full)
@@ -21,10 +22,10 @@ type Param struct {
 	Shard Shard
 	Decay bool // AdamW weight decay applies (weights and embeddings, not biases or norms)
 
-	// pending is set by StartGrads: Grad holds stale values that the first
+	// stale is set by MarkGradsStale: Grad holds old values that the first
 	// writer of the next Backward overwrites (a weight-gradient GEMM with
 	// beta 0) or zeroes before accumulating.
-	pending bool
+	stale bool
 }
 
 // Layer is what every layer of this package exposes to the optimizer and to
@@ -33,47 +34,49 @@ type Layer interface {
 	Params() []*Param
 }
 
-// ZeroGrads zeroes the gradients of params.
+// ZeroGrads zeroes the gradients of params now, a pass over their memory.
 func ZeroGrads(params []*Param) {
 	for _, p := range params {
-		p.pending = false
+		p.stale = false
 		p.Grad.Device().Zero(p.Grad)
 	}
 }
 
-// StartGrads starts a new accumulation without a pass over the gradient
-// memory: the next Backward writes each gradient instead of adding to it
-// (weight-gradient GEMMs run with beta 0, the other kernels zero their
-// gradient first). Call SettleGrads before reading the gradients.
-func StartGrads(params []*Param) {
+// MarkGradsStale has the effect of ZeroGrads without a pass over the
+// gradient memory: the next Backward overwrites each gradient instead of
+// adding to it (weight-gradient GEMMs run with beta 0, the other kernels
+// zero their gradient first). Call ZeroStaleGrads after the Backward passes,
+// before reading the gradients.
+func MarkGradsStale(params []*Param) {
 	for _, p := range params {
-		p.pending = true
+		p.stale = true
 	}
 }
 
-// SettleGrads zeroes the gradients that no Backward wrote since
-// StartGrads, so that every Grad holds the accumulated gradient.
-func SettleGrads(params []*Param) {
+// ZeroStaleGrads zeroes the gradients that no Backward wrote since
+// MarkGradsStale, so that every Grad holds the accumulated gradient.
+func ZeroStaleGrads(params []*Param) {
 	for _, p := range params {
 		p.grad()
 	}
 }
 
 // gradBeta is the GEMM beta of a kernel that writes the whole gradient:
-// 0 (overwrite) for the first write after StartGrads, else 1 (accumulate).
+// 0 (overwrite) for the first write after MarkGradsStale, else 1
+// (accumulate).
 func (p *Param) gradBeta() float32 {
-	if p.pending {
-		p.pending = false
+	if p.stale {
+		p.stale = false
 		return 0
 	}
 	return 1
 }
 
 // grad is the gradient for a kernel that accumulates into it, zeroed first
-// when StartGrads left it pending.
+// when MarkGradsStale left it stale.
 func (p *Param) grad() *tensor.Tensor {
-	if p.pending {
-		p.pending = false
+	if p.stale {
+		p.stale = false
 		p.Grad.Device().Zero(p.Grad)
 	}
 	return p.Grad

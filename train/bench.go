@@ -82,7 +82,7 @@ func BenchStep(cfg Config, dev tensor.Device, warmup, steps int) (StepTiming, er
 	res := StepTiming{Params: ParamCount(cfg, vocab), TokensPerStep: B * T}
 	for s := 0; s < warmup+steps; s++ {
 		start := time.Now()
-		mod.ZeroGrad()
+		mod.MarkGradsStale()
 		loss, err := mod.Forward(&b, true)
 		if err != nil {
 			return res, err

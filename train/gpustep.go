@@ -118,7 +118,7 @@ func (ds *deviceStep) norm(params []*parallel.Param, tpRank int, clip float64) e
 func (t *trainer) trainStepDevice(step int) (metrics.Step, error) {
 	ds := t.gpu
 	start, comm0, syncs0 := time.Now(), t.commNow(), ds.dev.HostSyncs()
-	t.model.ZeroGrad()
+	t.model.MarkGradsStale()
 	var tokens, samples int64
 	accum := t.cfg.GradAccum
 	for a := 0; a < accum; a++ {

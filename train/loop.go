@@ -379,7 +379,7 @@ func (t *trainer) trainStep(step int) (metrics.Step, error) {
 		return t.trainStepDevice(step)
 	}
 	start, comm0 := time.Now(), t.commNow()
-	t.model.ZeroGrad()
+	t.model.MarkGradsStale()
 	loss := 0.0
 	var tokens, samples int64
 	accum := t.cfg.GradAccum

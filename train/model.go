@@ -14,9 +14,9 @@ import (
 type model interface {
 	// Params are this rank's trainable tensors.
 	Params() []*parallel.Param
-	// ZeroGrad starts a new accumulation: the next Backward overwrites the
-	// gradients instead of adding to them.
-	ZeroGrad()
+	// MarkGradsStale starts a new accumulation: the next Backward
+	// overwrites the gradients instead of adding to them.
+	MarkGradsStale()
 	// Forward runs b (of the configured batch size) and returns its mean
 	// loss. With train set it keeps what Backward needs.
 	Forward(b *Batch, train bool) (float64, error)
@@ -190,9 +190,9 @@ func FlopsPerToken(cfg Config, vocab int) float64 {
 // Params implements model.
 func (t *transformer) Params() []*parallel.Param { return t.params }
 
-// ZeroGrad implements model: no pass over the gradient memory, the weight
-// gradient GEMMs of the next Backward write with beta 0.
-func (t *transformer) ZeroGrad() { parallel.StartGrads(t.params) }
+// MarkGradsStale implements model: no pass over the gradient memory, the
+// weight gradient GEMMs of the next Backward write with beta 0.
+func (t *transformer) MarkGradsStale() { parallel.MarkGradsStale(t.params) }
 
 // Predictions implements model.
 func (t *transformer) Predictions() []int32 {
@@ -405,7 +405,7 @@ func (t *transformer) Backward(scale float32) error {
 	if err := t.wte.Backward(dx); err != nil {
 		return err
 	}
-	parallel.SettleGrads(t.params)
+	parallel.ZeroStaleGrads(t.params)
 	return nil
 }
 
