@@ -15,6 +15,7 @@ type StepTiming struct {
 	TokensPerStep int       // bsz * seq
 	StepS         []float64 // seconds of each timed step
 	Loss          float64   // loss of the last step (a sanity check: about ln(vocab) at init)
+	HostSyncs     int64     // host synchronisations in the last step (GPU step: 1); 0 on the CPU
 }
 
 // BenchStep times full training steps (forward, backward, grad norm, AdamW)
@@ -80,8 +81,28 @@ func BenchStep(cfg Config, dev tensor.Device, warmup, steps int) (StepTiming, er
 	}
 	d.Gather(&b, idx)
 	res := StepTiming{Params: ParamCount(cfg, vocab), TokensPerStep: B * T}
+	// On a CUDA device the GPT step is the training loop's GPU step (one
+	// host synchronisation); elsewhere the host step below.
+	ds, _, err := newDeviceStep(dev, mod, nil, nil)
+	if err != nil {
+		return res, err
+	}
+	if ds != nil {
+		defer ds.close()
+	}
 	for s := 0; s < warmup+steps; s++ {
 		start := time.Now()
+		if ds != nil {
+			r, err := ds.run(mod, nil, opt, 0, cfg.GradClip, 1e-4, 1, func() *Batch { return &b })
+			if err != nil {
+				return res, fmt.Errorf("step %d: %w", s, err)
+			}
+			if s >= warmup {
+				res.StepS = append(res.StepS, time.Since(start).Seconds())
+			}
+			res.Loss, res.HostSyncs = r.loss, r.syncs
+			continue
+		}
 		mod.MarkGradsStale()
 		loss, err := mod.Forward(&b, true)
 		if err != nil {

@@ -114,56 +114,79 @@ func (ds *deviceStep) norm(params []*parallel.Param, tpRank int, clip float64) e
 	return nil
 }
 
-// trainStepDevice is trainStep on the GPU path.
-func (t *trainer) trainStepDevice(step int) (metrics.Step, error) {
-	ds := t.gpu
-	start, comm0, syncs0 := time.Now(), t.commNow(), ds.dev.HostSyncs()
-	t.model.MarkGradsStale()
-	var tokens, samples int64
-	accum := t.cfg.GradAccum
+// run makes one optimizer step on the device over accum micro-batches from
+// next: zeroed gradients, the forward and backward passes with the loss
+// summed on the device, the DP gradient all-reduce (sync may be nil), the
+// norm and clip coefficient, the update at lr, the DP mean of the loss,
+// and the step's one read of (norm, loss).
+func (ds *deviceStep) run(m model, sync *GradSync, opt *AdamW, tpRank int, clip, lr float64, accum int, next func() *Batch) (res deviceResult, err error) {
+	syncs0 := ds.dev.HostSyncs()
+	m.MarkGradsStale()
 	for a := 0; a < accum; a++ {
-		b := t.nextBatch()
+		b := next()
 		losses, count, err := ds.lm.ForwardOnDevice(b)
 		if err != nil {
-			return metrics.Step{}, err
+			return res, err
 		}
 		if count > 0 {
 			ds.dev.SumTo(ds.loss, float32(1/(float64(count)*float64(accum))), a > 0, losses)
 		} else if a == 0 {
 			ds.dev.Zero(ds.loss)
 		}
-		if err := t.model.Backward(1 / float32(accum)); err != nil {
-			return metrics.Step{}, err
+		if err := m.Backward(1 / float32(accum)); err != nil {
+			return res, err
 		}
-		samples += int64(b.B)
-		tokens += int64(b.B * b.T)
+		res.samples += int64(b.B)
+		res.tokens += int64(b.B * b.T)
 	}
-	if err := t.sync.Sync(); err != nil {
-		return metrics.Step{}, err
+	if sync != nil {
+		if err := sync.Sync(); err != nil {
+			return res, err
+		}
 	}
-	if err := ds.norm(t.model.Params(), t.tpRank, t.cfg.GradClip); err != nil {
-		return metrics.Step{}, err
+	if err := ds.norm(m.Params(), tpRank, clip); err != nil {
+		return res, err
 	}
-	lr := LRAt(step, t.total, t.cfg.Warmup, t.cfg.LR, 0.1)
-	t.opt.StepScaled(lr, ds.scale)
+	opt.StepScaled(lr, ds.scale)
 	if ds.dp != nil {
 		if err := ds.dp.AllReduceDevice(ds.loss.Ptr(), ds.loss.Ptr(), 1, nccl.Float32, nccl.Avg, ds.dev.Stream()); err != nil {
-			return metrics.Step{}, err
+			return res, err
 		}
 	}
 	if err := ds.dev.Fetch(ds.out[:], ds.buf.View(3, 2)); err != nil {
+		return res, err
+	}
+	res.norm, res.loss = float64(ds.out[0]), float64(ds.out[1])
+	res.syncs = ds.dev.HostSyncs() - syncs0
+	return res, nil
+}
+
+// deviceResult is what one device step reports.
+type deviceResult struct {
+	norm, loss      float64
+	tokens, samples int64
+	syncs           int64 // host synchronisations in the step
+}
+
+// close frees the step's device scalars.
+func (ds *deviceStep) close() { ds.dev.Free(ds.buf) }
+
+// trainStepDevice is trainStep on the GPU path.
+func (t *trainer) trainStepDevice(step int) (metrics.Step, error) {
+	start, comm0 := time.Now(), t.commNow()
+	lr := LRAt(step, t.total, t.cfg.Warmup, t.cfg.LR, 0.1)
+	r, err := t.gpu.run(t.model, t.sync, t.opt, t.tpRank, t.cfg.GradClip, lr, t.cfg.GradAccum, t.nextBatch)
+	if err != nil {
 		return metrics.Step{}, err
 	}
-	norm, loss := float64(ds.out[0]), float64(ds.out[1])
-	if math.IsNaN(loss) || math.IsInf(loss, 0) {
-		return metrics.Step{}, fmt.Errorf("loss is %v: lower --lr", loss)
+	if math.IsNaN(r.loss) || math.IsInf(r.loss, 0) {
+		return metrics.Step{}, fmt.Errorf("loss is %v: lower --lr", r.loss)
 	}
 	mem := t.dev.MemStats()
 	return metrics.Step{
-		Step: step + 1, Epoch: t.epoch, Loss: loss, LR: lr, GradNorm: norm,
-		Tokens: tokens, Samples: samples,
+		Step: step + 1, Epoch: t.epoch, Loss: r.loss, LR: lr, GradNorm: r.norm,
+		Tokens: r.tokens, Samples: r.samples,
 		StepS: time.Since(start).Seconds(), CommS: (t.commNow() - comm0).Seconds(),
-		MemBytes: mem.Current, MemPeakBytes: mem.Peak,
-		HostSyncs: ds.dev.HostSyncs() - syncs0,
+		MemBytes: mem.Current, MemPeakBytes: mem.Peak, HostSyncs: r.syncs,
 	}, nil
 }
