@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
 )
 
@@ -60,7 +61,7 @@ func BenchStep(cfg Config, dev tensor.Device, warmup, steps int) (StepTiming, er
 	data := &Data{Tokenizer: ByteTokenizer{}, Vocab: vocab, Train: d, Val: d}
 	world := nccl.NewInProcess(1)[0]
 	defer world.Close()
-	m, err := newMesh(world, 1)
+	m, err := parallel.NewMesh(world, 1)
 	if err != nil {
 		return StepTiming{}, err
 	}
@@ -111,7 +112,7 @@ func BenchStep(cfg Config, dev tensor.Device, warmup, steps int) (StepTiming, er
 		if err := mod.Backward(1); err != nil {
 			return res, err
 		}
-		norm, err := GradNorm(dev, mod.Params(), m.tp)
+		norm, err := GradNorm(dev, mod.Params(), m.TP)
 		if err != nil {
 			return res, err
 		}

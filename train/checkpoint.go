@@ -101,7 +101,7 @@ func (t *trainer) save(step int) error {
 		return err
 	}
 	dir := ckpt.TempDir(root, step)
-	if t.dpRank == 0 {
+	if t.mesh.DPRank() == 0 {
 		err = t.writeShard(dir, step)
 	}
 	if err == nil && rank0 {
@@ -129,10 +129,10 @@ func (t *trainer) writeShard(dir string, step int) error {
 		m = append(m, hostTensor(t.dev, p.Name, mt))
 		v = append(v, hostTensor(t.dev, p.Name, vt))
 	}
-	if err := ckpt.WriteModel(dir, t.tpRank, t.cfg.TP, step, model); err != nil {
+	if err := ckpt.WriteModel(dir, t.mesh.TPRank(), t.cfg.TP, step, model); err != nil {
 		return err
 	}
-	return ckpt.WriteOptim(dir, t.tpRank, t.dpRank, step, t.opt.Steps(), m, v)
+	return ckpt.WriteOptim(dir, t.mesh.TPRank(), t.mesh.DPRank(), step, t.opt.Steps(), m, v)
 }
 
 func (t *trainer) writeState(dir string, step int) error {

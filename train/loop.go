@@ -12,6 +12,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/ckpt"
 	"github.com/hpcrun/hpcrun/train/metrics"
@@ -115,9 +116,7 @@ func (t *trainer) resumeIfAny(opt Options) error {
 type trainer struct {
 	cfg     Config
 	world   nccl.Comm
-	tp, dp  nccl.Comm
-	tpRank  int
-	dpRank  int
+	mesh    *parallel.Mesh // this rank's place on the TP x DP grid, and its groups
 	dev     tensor.Device
 	data    *Data
 	model   model
@@ -214,14 +213,14 @@ func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*t
 	if note := commNote(cfg, t.dev, world); note != "" {
 		t.logf("%s", note)
 	}
-	mesh, err := newMesh(world, cfg.TP)
+	mesh, err := parallel.NewMesh(world, cfg.TP)
 	if err != nil {
 		return nil, err
 	}
-	t.tp, t.dp, t.tpRank, t.dpRank = mesh.tp, mesh.dp, mesh.tpRank, mesh.dpRank
-	t.commNow = func() time.Duration { return t.tp.Stats().Total().Time + t.dp.Stats().Total().Time }
+	t.mesh = mesh
+	t.commNow = func() time.Duration { return t.mesh.TP.Stats().Total().Time + t.mesh.DP.Stats().Total().Time }
 
-	if t.sampler, err = NewSampler(data.Train.Len(), cfg.DP(), t.dpRank, cfg.Seed, true); err != nil {
+	if t.sampler, err = NewSampler(data.Train.Len(), cfg.DP(), t.mesh.DPRank(), cfg.Seed, true); err != nil {
 		return nil, err
 	}
 	if err := checkSteps(cfg, data); err != nil {
@@ -239,8 +238,8 @@ func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*t
 	if t.opt, err = NewAdamW(t.dev, params, cfg.WeightDecay, cfg.GradClip); err != nil {
 		return nil, err
 	}
-	t.sync = NewGradSync(t.dev, t.dp, params, 0)
-	gpu, why, err := newDeviceStep(t.dev, t.model, t.tp, t.dp)
+	t.sync = NewGradSync(t.dev, t.mesh.DP, params, 0)
+	gpu, why, err := newDeviceStep(t.dev, t.model, t.mesh.TP, t.mesh.DP)
 	if err != nil {
 		return nil, err
 	}
@@ -266,11 +265,8 @@ func (t *trainer) close() {
 	if t.closeDev != nil {
 		t.closeDev()
 	}
-	if t.tp != nil {
-		t.tp.Close()
-	}
-	if t.dp != nil {
-		t.dp.Close()
+	if t.mesh != nil {
+		t.mesh.Close()
 	}
 }
 
@@ -291,7 +287,7 @@ func (t *trainer) writeRunLine() error {
 	}
 	return t.w.Run(metrics.RunInfo{
 		Config: cfgJSON, Rank: t.world.Rank(), World: t.world.Size(),
-		TPRank: t.tpRank, DPRank: t.dpRank, TP: t.cfg.TP, DP: t.cfg.DP(),
+		TPRank: t.mesh.TPRank(), DPRank: t.mesh.DPRank(), TP: t.cfg.TP, DP: t.cfg.DP(),
 		Host: host, Device: t.dev.Name(), TotalSteps: t.total,
 		Params: ParamCount(t.cfg, t.data.Vocab), FlopsPerToken: FlopsPerToken(t.cfg, t.data.Vocab),
 	})
@@ -402,7 +398,7 @@ func (t *trainer) trainStep(step int) (metrics.Step, error) {
 	if err := t.sync.Sync(); err != nil {
 		return metrics.Step{}, err
 	}
-	norm, err := GradNorm(t.dev, t.model.Params(), t.tp)
+	norm, err := GradNorm(t.dev, t.model.Params(), t.mesh.TP)
 	if err != nil {
 		return metrics.Step{}, err
 	}
@@ -425,11 +421,11 @@ func (t *trainer) trainStep(step int) (metrics.Step, error) {
 
 // dpMean averages a scalar over the data-parallel group.
 func (t *trainer) dpMean(v float64) (float64, error) {
-	if t.dp.Size() == 1 {
+	if t.mesh.DP.Size() == 1 {
 		return v, nil
 	}
 	buf := []float32{float32(v)}
-	if err := t.dp.AllReduce(buf, nccl.Avg); err != nil {
+	if err := t.mesh.DP.AllReduce(buf, nccl.Avg); err != nil {
 		return 0, err
 	}
 	return float64(buf[0]), nil
@@ -443,7 +439,7 @@ func (t *trainer) evaluate(step int) (EvalResult, error) {
 	dp := t.cfg.DP()
 	bsz := t.cfg.BatchSize
 	var mine []int
-	for i := t.dpRank; i < val.Len(); i += dp {
+	for i := t.mesh.DPRank(); i < val.Len(); i += dp {
 		mine = append(mine, i)
 	}
 	// Every DP rank runs the same number of batches (a collective per
@@ -484,7 +480,7 @@ func (t *trainer) evaluate(step int) (EvalResult, error) {
 	// sums: loss, correct, count
 	sums := []float32{float32(loss), float32(correct), float32(len(mine))}
 	if dp > 1 {
-		if err := t.dp.AllReduce(sums, nccl.Sum); err != nil {
+		if err := t.mesh.DP.AllReduce(sums, nccl.Sum); err != nil {
 			return EvalResult{}, err
 		}
 	}

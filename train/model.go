@@ -79,10 +79,10 @@ type transformer struct {
 // the full model of the config's seed (GPT-2's init: N(0,0.02), residual
 // projections scaled by 1/sqrt(2L), positions N(0,0.01), layer norms 1 and
 // 0, biases 0).
-func newModel(cfg Config, data *Data, m *mesh, dev tensor.Device) (model, error) {
+func newModel(cfg Config, data *Data, m *parallel.Mesh, dev tensor.Device) (model, error) {
 	seed := uint64(cfg.Seed)
 	t := &transformer{dev: dev, gpt: cfg.Model == "gpt", B: cfg.BatchSize, T: cfg.Seq, C: cfg.Dim}
-	if err := t.build(cfg, data.Vocab, m.tp, seed); err != nil {
+	if err := t.build(cfg, data.Vocab, m.TP, seed); err != nil {
 		t.Close()
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
 )
 
@@ -24,7 +25,7 @@ func TestGradientsMatchFiniteDifferences(t *testing.T) {
 				t.Fatal(err)
 			}
 			world := nccl.NewInProcess(1)[0]
-			m, err := newMesh(world, 1)
+			m, err := parallel.NewMesh(world, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
