@@ -1,0 +1,70 @@
+package parallel
+
+import (
+	"fmt"
+
+	"github.com/hpcrun/hpcrun/tensor"
+)
+
+// LayerNorm normalises the last dimension; its weight and bias are
+// replicated on every tensor-parallel rank (their gradients come out equal
+// on every rank because input and output gradient are replicated).
+type LayerNorm struct {
+	Name         string
+	Dim          int
+	Weight, Bias *Param
+	Eps          float32
+
+	inp       *tensor.Tensor
+	bufs      buffers
+	out       *tensor.Tensor
+	mean, rst *tensor.Tensor
+}
+
+// NewLayerNorm makes a layernorm over dim channels (weight 1, bias 0).
+func NewLayerNorm(dev tensor.Device, name string, dim int) (*LayerNorm, error) {
+	if dim < 1 {
+		return nil, fmt.Errorf("%s: dim %d: must be at least 1", name, dim)
+	}
+	w, err := newParam(dev, name+".weight", []int{dim}, Shard{Parts: 1}, paramInit{kind: InitOnes})
+	if err != nil {
+		return nil, err
+	}
+	b, err := newParam(dev, name+".bias", []int{dim}, Shard{Parts: 1}, paramInit{kind: InitZeros})
+	if err != nil {
+		return nil, err
+	}
+	return &LayerNorm{Name: name, Dim: dim, Weight: w, Bias: b, Eps: 1e-5}, nil
+}
+
+// Params lists the weight and bias.
+func (l *LayerNorm) Params() []*Param { return []*Param{l.Weight, l.Bias} }
+
+// Forward normalises inp (B,T,C) into the layer's (B,T,C) output.
+func (l *LayerNorm) Forward(inp *tensor.Tensor) (*tensor.Tensor, error) {
+	b, t, err := batchShape(l.Name, inp, l.Dim)
+	if err != nil {
+		return nil, err
+	}
+	dev := l.Weight.Data.Device()
+	if err := l.bufs.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
+		l.out, l.mean, l.rst = get(b, t, l.Dim), get(b*t), get(b*t)
+	}); err != nil {
+		return nil, fmt.Errorf("%s: %w", l.Name, err)
+	}
+	l.inp = inp
+	dev.LayerNormForward(l.out, l.mean, l.rst, inp, l.Weight.Data, l.Bias.Data, l.Eps)
+	return l.out, nil
+}
+
+// Backward accumulates into dinp (B,T,C) and the parameter gradients.
+func (l *LayerNorm) Backward(dout, dinp *tensor.Tensor) error {
+	if l.inp == nil {
+		return fmt.Errorf("%s: Backward before Forward", l.Name)
+	}
+	if dout.Len() != l.out.Len() || dinp.Len() != l.inp.Len() {
+		return shapeErr(l.Name, "Backward with dout %v, dinp %v after a Forward of %v", dout, dinp, l.inp)
+	}
+	l.Weight.Data.Device().LayerNormBackward(dinp, l.Weight.grad(), l.Bias.grad(), dout, l.inp, l.Weight.Data, l.mean, l.rst)
+	return nil
+}

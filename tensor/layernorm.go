@@ -1,0 +1,116 @@
+package tensor
+
+import (
+	"math"
+
+	"github.com/hpcrun/hpcrun/tensor/internal/check"
+)
+
+// LayerNorm on the CPU device, llm.c's layernorm_forward/backward: each row
+// of C channels is normalised to zero mean and unit variance, then scaled by
+// weight and shifted by bias; the forward keeps each row's mean and 1/std
+// for the backward. The rest of LayerNorm lives where its kind does: the
+// Device methods' contract in device.go, the argument checks in
+// internal/check, the CUDA kernels in cuda/kernels.cu, and the layer
+// (parameters, replicated under tensor parallelism) in parallel/layernorm.go.
+
+type lnK struct {
+	out, mean, rstd, inp, weight, bias []float32
+	eps                                float64
+}
+
+func (k *lnK) run(lo, hi, _ int) {
+	c := len(k.weight)
+	for i := lo; i < hi; i++ {
+		x := k.inp[i*c : (i+1)*c]
+		var s float64
+		for _, v := range x {
+			s += float64(v)
+		}
+		m := s / float64(c)
+		var ss float64
+		for _, v := range x {
+			dv := float64(v) - m
+			ss += dv * dv
+		}
+		r := 1 / math.Sqrt(ss/float64(c)+k.eps)
+		m32, r32 := float32(m), float32(r)
+		o := k.out[i*c : (i+1)*c]
+		w, b := k.weight[:c], k.bias[:c]
+		for j, v := range x {
+			o[j] = (v-m32)*r32*w[j] + b[j]
+		}
+		k.mean[i], k.rstd[i] = m32, r32
+	}
+}
+
+// LayerNormForward normalizes the rows of inp. out, inp are (N,C); mean,
+// rstd are (N); weight, bias are (C).
+func (d *CPUDevice) LayerNormForward(out, mean, rstd, inp, weight, bias *Tensor, eps float32) {
+	d.own("LayerNormForward", out, mean, rstd, inp, weight, bias)
+	n := check.LayerNormForward(out, mean, rstd, inp, weight, bias)
+	c := weight.n
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := &d.k.ln
+	*k = lnK{out: out.Host(), mean: mean.Host(), rstd: rstd.Host(), inp: inp.Host(), weight: weight.Host(), bias: bias.Host(), eps: float64(eps)}
+	d.parallel(n, d.chunks(n, 8*c), k)
+	*k = lnK{}
+}
+
+type lnBackK struct {
+	dinp, dout, inp, weight, mean, rstd []float32
+	part                                []float32 // (chunks,2,C): dweight then dbias partial sums
+}
+
+func (k *lnBackK) run(lo, hi, chunk int) {
+	c := len(k.weight)
+	dw := k.part[chunk*2*c : chunk*2*c+c]
+	db := k.part[chunk*2*c+c : (chunk+1)*2*c]
+	clear(dw)
+	clear(db)
+	w := k.weight[:c]
+	for i := lo; i < hi; i++ {
+		x, g, dx := k.inp[i*c:(i+1)*c], k.dout[i*c:(i+1)*c], k.dinp[i*c:(i+1)*c]
+		m, r := k.mean[i], k.rstd[i]
+		// dnorm = w*dout; dx = r*(dnorm - mean(dnorm) - norm*mean(dnorm*norm)).
+		var sdn, sdnn float64
+		for j, v := range x {
+			norm := (v - m) * r
+			dn := w[j] * g[j]
+			sdn += float64(dn)
+			sdnn += float64(dn * norm)
+			dw[j] += norm * g[j]
+			db[j] += g[j]
+		}
+		mdn, mdnn := float32(sdn/float64(c)), float32(sdnn/float64(c))
+		for j, v := range x {
+			norm := (v - m) * r
+			dx[j] += (w[j]*g[j] - mdn - norm*mdnn) * r
+		}
+	}
+}
+
+// LayerNormBackward accumulates the layernorm gradients. dinp, dout, inp are
+// (N,C); dweight, dbias, weight are (C); mean, rstd are (N).
+func (d *CPUDevice) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd *Tensor) {
+	d.own("LayerNormBackward", dinp, dweight, dbias, dout, inp, weight, mean, rstd)
+	n := check.LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd)
+	c := weight.n
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	nc := d.chunks(n, 12*c)
+	part := d.scratch32(nc * 2 * c)
+	k := &d.k.lnB
+	*k = lnBackK{dinp: dinp.Host(), dout: dout.Host(), inp: inp.Host(), weight: weight.Host(), mean: mean.Host(), rstd: rstd.Host(), part: part}
+	d.parallel(n, nc, k)
+	*k = lnBackK{}
+	dw, db := dweight.Host(), dbias.Host()
+	for ch := 0; ch < nc; ch++ {
+		p := part[ch*2*c : (ch+1)*2*c]
+		for j := 0; j < c; j++ {
+			dw[j] += p[j]
+			db[j] += p[c+j]
+		}
+	}
+}
