@@ -16,7 +16,9 @@
 //   - Shared memory (BackendAuto, the default): a group whose ranks all run on
 //     one host also maps a file in /dev/shm and runs its collectives there.
 //   - NCCL (BackendNCCL): libnccl.so.2 loaded at run time; the communicator is
-//     a DeviceComm whose Device methods take GPU pointers.
+//     a DeviceComm whose Device methods take GPU pointers and a stream. Each
+//     rank's device (Options.Device) is made current through the CUDA
+//     driver (libcuda.so.1) before its communicators are made.
 //
 // Every backend gives every rank bit-identical results. Every wait is
 // bounded by Options.Timeout; a peer that exits or stalls makes every rank's
