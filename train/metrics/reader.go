@@ -222,18 +222,7 @@ var ErrNoRun = errors.New("no such run")
 // metrics/rank-*.jsonl, in parallel. A run without metrics yet (pending in
 // the queue) reads as a Run with no ranks.
 func ReadRun(dir string) (*Run, error) {
-	st, err := os.Stat(dir)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("%s: %w", dir, ErrNoRun)
-		}
-		return nil, err
-	}
-	if !st.IsDir() {
-		return nil, fmt.Errorf("%s is not a run directory", dir)
-	}
-	run := readRunFiles(dir)
-	paths, err := filepath.Glob(filepath.Join(dir, "metrics", "rank-*.jsonl"))
+	run, paths, err := openRun(dir)
 	if err != nil {
 		return nil, err
 	}

@@ -41,7 +41,10 @@ func ReadSummary(dir string, points int) (Summary, Curves, error) {
 	// By rank, as ReadRun orders the ranks: the join sums in this order.
 	sort.SliceStable(files, func(i, j int) bool { return rankOf(files[i].path) < rankOf(files[j].path) })
 	guessTPZero(run, files)
-	for range 4 {
+	// A pass is repeated when a rank file cannot be read (it leaves the
+	// run), when a rank resumed, and when the guess of tp_rank 0 was wrong;
+	// the last two only a few times.
+	for again := 0; again < 4; {
 		seen, agg, logs, err := joinFiles(files, points)
 		var rerr *rankError
 		switch {
@@ -53,6 +56,7 @@ func ReadSummary(dir string, points int) (Summary, Curves, error) {
 			continue
 		case errors.Is(err, errResumed):
 			// joinFiles found where every rank resumed: join again.
+			again++
 			continue
 		case err != nil:
 			return Summary{}, Curves{}, err
@@ -63,6 +67,7 @@ func ReadSummary(dir string, points int) (Summary, Curves, error) {
 			for i, f := range files {
 				f.tp0 = tp0[i]
 			}
+			again++
 			continue
 		}
 		addFileProblems(run, paths, fileErr)
@@ -80,7 +85,7 @@ func ReadSummary(dir string, points int) (Summary, Curves, error) {
 }
 
 // openRun checks dir, reads the files beside the metrics and lists the rank
-// files, as ReadRun does.
+// files: the start of ReadRun and ReadSummary.
 func openRun(dir string) (*Run, []string, error) {
 	st, err := os.Stat(dir)
 	if err != nil {
