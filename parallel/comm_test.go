@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/tensor"
 )
 
@@ -85,4 +86,56 @@ func equal(a, b []float32) bool {
 		}
 	}
 	return true
+}
+
+// failingDeviceComm is an NCCL-like communicator whose device collectives
+// must not be reached with host tensors.
+type failingDeviceComm struct {
+	nccl.Comm
+	t *testing.T
+}
+
+func (f failingDeviceComm) AllReduceDevice(_, _ uintptr, _ int, _ nccl.DataType, _ nccl.Op, _ uintptr) error {
+	f.t.Error("AllReduceDevice called for host tensors")
+	return nil
+}
+
+func (f failingDeviceComm) AllGatherDevice(_, _ uintptr, _ int, _ nccl.DataType, _ uintptr) error {
+	f.t.Error("AllGatherDevice called for host tensors")
+	return nil
+}
+
+func (f failingDeviceComm) ReduceScatterDevice(_, _ uintptr, _ int, _ nccl.DataType, _ nccl.Op, _ uintptr) error {
+	f.t.Error("ReduceScatterDevice called for host tensors")
+	return nil
+}
+
+func (f failingDeviceComm) BroadcastDevice(_, _ uintptr, _ int, _ nccl.DataType, _ int, _ uintptr) error {
+	f.t.Error("BroadcastDevice called for host tensors")
+	return nil
+}
+
+// The device path is taken only for tensors in device memory on a streamed
+// device: with an NCCL group and CPU tensors the collectives run on the
+// host and still reduce.
+func TestGroupDevicePathNeedsDeviceMemory(t *testing.T) {
+	err := nccl.RunInProcess(2, func(c nccl.Comm) error {
+		g := newGroup(failingDeviceComm{c, t})
+		dev := tensor.NewCPU()
+		x, _ := dev.Alloc(3)
+		dev.CopyFromHost(x, []float32{1, 2, float32(c.Rank())})
+		if _, _, ok := g.onDevice(x); ok {
+			t.Error("onDevice accepts a CPU tensor")
+		}
+		if err := g.allReduce(x, nccl.Sum); err != nil {
+			return err
+		}
+		if got := download(x); !equal(got, []float32{2, 4, 1}) {
+			t.Errorf("rank %d: all-reduce gave %v", c.Rank(), got)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
