@@ -1,6 +1,7 @@
 package train
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -11,16 +12,21 @@ import (
 // loss and accuracy over the real samples, although the set does not fill
 // its last batches and is split unevenly over the DP ranks (13 samples,
 // batch 4, dp 2: 7 and 6 samples, each rank's last batch padded with
-// repeats). The reference runs every sample alone, as a batch of B copies
-// of itself, whose mean loss is that sample's loss.
+// repeats), with and without tensor parallelism. The reference runs every
+// sample alone, as a batch of B copies of itself, whose mean loss is that
+// sample's loss.
 func TestEvalIsExactMean(t *testing.T) {
-	for _, model := range []string{"bert", "gpt"} {
-		t.Run(model, func(t *testing.T) {
+	for _, tc := range []struct {
+		model      string
+		ntasks, tp int
+	}{{"bert", 2, 1}, {"gpt", 2, 1}, {"bert", 4, 2}, {"gpt", 4, 2}} {
+		model := tc.model
+		t.Run(fmt.Sprintf("%s/tp%d", model, tc.tp), func(t *testing.T) {
 			cfg := smallConfig(model)
 			if model == "gpt" {
 				cfg.Data = textFile(t)
 			}
-			cfg.NTasks, cfg.TP, cfg.BatchSize, cfg.EvalSamples, cfg.LR = 2, 1, 4, 13, 3e-3
+			cfg.NTasks, cfg.TP, cfg.BatchSize, cfg.EvalSamples, cfg.LR = tc.ntasks, tc.tp, 4, 13, 3e-3
 			data, err := Prepare(cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -28,8 +34,8 @@ func TestEvalIsExactMean(t *testing.T) {
 			if n := data.Val.Len(); n != 13 {
 				t.Fatalf("%d validation samples, want 13", n)
 			}
-			got := make([]EvalResult, 2)
-			want := make([]EvalResult, 2)
+			got := make([]EvalResult, cfg.NTasks)
+			want := make([]EvalResult, cfg.NTasks)
 			err = nccl.RunInProcess(cfg.NTasks, func(c nccl.Comm) error {
 				tr, err := newTrainer(cfg, c, Options{Data: data}, nil)
 				if err != nil {
