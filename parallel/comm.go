@@ -9,7 +9,9 @@ import (
 
 // group is a layer's view of its tensor-parallel communicator. A nil Comm
 // is the unsharded layer: size 1, every collective a no-op. It is the one
-// place where tensors meet the Comm's host buffers.
+// place where tensors meet the Comm: on a streamed device with an NCCL
+// communicator the collective runs on the tensors' device memory (onDevice),
+// else on host slices (host: the CPU device's own memory, or a staging copy).
 type group struct {
 	comm  nccl.Comm
 	stage []float32 // host staging for devices whose memory is not host memory
