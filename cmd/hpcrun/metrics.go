@@ -6,7 +6,9 @@ import (
 	"io"
 	"path/filepath"
 
+	"github.com/hpcrun/hpcrun/cmd/hpcrun/internal/failure"
 	"github.com/hpcrun/hpcrun/internal/rundir"
+	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train/metrics"
 	"github.com/hpcrun/hpcrun/train/metrics/chart"
 	"github.com/urfave/cli/v2"
@@ -67,26 +69,31 @@ func runMetrics(c *cli.Context) error {
 	}
 	var sums []metrics.Summary
 	var curves []metrics.Curves
+	var fails []failure.Verdict
 	for _, ref := range refs {
 		r, err := rundir.Find(runsDir, ref)
 		if err != nil {
 			return err
 		}
-		s, cv, err := metrics.ReadSummary(r.Dir.Path(), c.Bool("plot") || c.String("png") != "" || wantJSON(c))
+		s, cv, err := metrics.ReadSummary(r.Dir.Path(), curvePoints(c))
 		if err != nil {
 			return err
 		}
 		sums, curves = append(sums, s), append(curves, cv)
+		fails = append(fails, failureOf(c, r.Dir, s))
 	}
 	w := c.App.Writer
 	if wantJSON(c) {
-		return writeMetricsJSON(w, sums, curves, compare)
+		return writeMetricsJSON(w, sums, curves, fails, compare)
 	}
 	if compare {
 		return metrics.WriteCompare(w, sums)
 	}
 	if err := metrics.WriteSummary(w, sums[0]); err != nil {
 		return err
+	}
+	if fails[0].Class != failure.None {
+		fmt.Fprintf(w, "%-11s %s\n", "failure", fails[0])
 	}
 	if c.Bool("plot") {
 		fmt.Fprintln(w)
@@ -105,6 +112,18 @@ func runMetrics(c *cli.Context) error {
 	return nil
 }
 
+// curvePoints is how much of the step curves the output needs: all for
+// --json, enough to draw for --plot and --png, else none.
+func curvePoints(c *cli.Context) int {
+	switch {
+	case wantJSON(c):
+		return metrics.AllPoints
+	case c.Bool("plot") || c.String("png") != "":
+		return metrics.PlotPoints
+	}
+	return metrics.NoCurves
+}
+
 // wantJSON is --json given to the command or to hpcrun before it: the
 // command's own flag hides the global one from c.Bool.
 func wantJSON(c *cli.Context) bool {
@@ -116,16 +135,36 @@ func wantJSON(c *cli.Context) bool {
 	return false
 }
 
+// failureOf is the failure class of a run (failure.None unless it ended
+// badly): from the job state cached in meta.json, asking the executor only
+// when none is cached and the run is not visibly running.
+func failureOf(c *cli.Context, d rundir.Dir, s metrics.Summary) failure.Verdict {
+	var j slurm.JobInfo
+	if m, err := slurm.ReadMeta(d); err == nil {
+		switch {
+		case m.Final != nil:
+			j = *m.Final
+		case s.Status != "running" && s.Status != metrics.StatusCompleted:
+			j, _ = runStatus(c.Context, slurm.Run{Dir: d, Meta: m}) // unknown state: the run's own files decide
+		}
+	}
+	return failure.Of(d, j)
+}
+
 // metricsJSON is one run in --json output.
 type metricsJSON struct {
 	metrics.Summary
-	Curves metrics.Curves `json:"curves"`
+	Failure *failure.Verdict `json:"failure,omitempty"`
+	Curves  metrics.Curves   `json:"curves"`
 }
 
-func writeMetricsJSON(w io.Writer, sums []metrics.Summary, curves []metrics.Curves, many bool) error {
+func writeMetricsJSON(w io.Writer, sums []metrics.Summary, curves []metrics.Curves, fails []failure.Verdict, many bool) error {
 	out := make([]metricsJSON, len(sums))
 	for i := range sums {
-		out[i] = metricsJSON{sums[i], curves[i]}
+		out[i] = metricsJSON{Summary: sums[i], Curves: curves[i]}
+		if fails[i].Class != failure.None {
+			out[i].Failure = &fails[i]
+		}
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

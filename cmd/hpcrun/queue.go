@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/hpcrun/hpcrun/cmd/hpcrun/internal/failure"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/urfave/cli/v2"
 )
@@ -45,6 +46,7 @@ type queueRow struct {
 	Nodes    int         `json:"nodes"`
 	NodeList string      `json:"nodelist,omitempty"`
 	Reason   string      `json:"reason,omitempty"`
+	Failure  string      `json:"failure,omitempty"` // the failure class of a run that ended badly (failure.Classes)
 	Executor string      `json:"executor"`
 	RunDir   string      `json:"run_dir,omitempty"`
 }
@@ -140,6 +142,7 @@ func queueRows(ctx context.Context, dir string, all bool, name string) (rows []q
 		if row.Nodes == 0 {
 			row.Nodes = 1
 		}
+		row.Failure = string(failure.Of(r.Dir, j).Class)
 		rows = append(rows, row)
 	}
 	for _, id := range order { // the user's jobs that hpcrun did not submit here
@@ -183,6 +186,9 @@ func printQueue(w io.Writer, rows []queueRow, asJSON bool) error {
 		where := r.NodeList
 		if r.Reason != "" {
 			where = "(" + firstLineOf(r.Reason) + ")"
+		}
+		if r.Failure != "" {
+			where = "(" + r.Failure + ")"
 		}
 		exec := r.ExecID
 		if exec == "" {

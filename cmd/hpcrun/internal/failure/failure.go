@@ -91,7 +91,7 @@ var patterns = map[Class]*regexp.Regexp{
 	// files the job script could not find.
 	DataConfig: regexp.MustCompile(`(?i)(^|: )(data|training config|csv( header)?|tokenizer|vocab(ulary)?|config|line \d+)\b[^:]*:|unknown key|execve\(\)|no such file or directory`),
 	// nccl's PeerError and store timeouts, broken TCP rings, NCCL's own.
-	CommLost: regexp.MustCompile(`(?i)timed out|lost its connection|connection (reset|refused)|broken pipe|no answer within|ncclRemoteError|ncclSystemError|NCCL (error|WARN)|rendezvous`),
+	CommLost: regexp.MustCompile(`(?i)timed out|lost its connection|connection (reset|refused)|broken pipe|no answer within|did not answer|ncclRemoteError|ncclSystemError|NCCL (error|WARN)|rendezvous`),
 }
 
 // Classify names why a run ended badly, or None when it did not (still
