@@ -24,7 +24,7 @@ test: build slurm-up-if-root
 .PHONY: slurm-up-if-root
 slurm-up-if-root:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		scripts/slurm-local.sh up || echo "make: local Slurm did not start; Slurm e2e tests will skip"; \
+		scripts/slurm-local.sh up --nodes 3 || scripts/slurm-local.sh up || echo "make: local Slurm did not start; Slurm e2e tests will skip"; \
 	else echo "make: not root; Slurm e2e tests will skip unless a Slurm is reachable"; fi
 
 slurm-up:

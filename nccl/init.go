@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -39,6 +40,9 @@ type Options struct {
 	// Device is the CUDA device the NCCL backend binds to (usually the
 	// local rank, or 0 when Slurm gives each task one visible GPU).
 	Device int
+	// Log, when set, gets one line a group from the group's first rank
+	// saying how its collectives travel (shared memory, TCP, or both).
+	Log io.Writer
 }
 
 func (o *Options) check() error {
@@ -94,6 +98,9 @@ func Init(ctx context.Context, o Options) (Comm, error) {
 		ranks[i] = i
 	}
 	c, err := nd.newComm("w", ranks, o.Rank)
+	if err == nil {
+		c.logPath("world")
+	}
 	if err != nil {
 		nd.close()
 		return nil, err

@@ -810,5 +810,35 @@ func (c *tcpComm) Group(ranks []int) (Comm, error) {
 	if err != nil {
 		return nil, err
 	}
+	sub.logPath("group " + fmt.Sprint(world))
 	return sub, nil
+}
+
+// logPath says once, from the group's first rank, how the group's
+// collectives travel: shared memory within a host, the TCP ring between
+// hosts, or both (hierarchical).
+func (c *tcpComm) logPath(name string) {
+	if c.nd.o.Log == nil || c.rank != 0 || c.n == 1 {
+		return
+	}
+	hosts := map[string]bool{}
+	for _, r := range c.ranks {
+		hosts[c.nd.peer(r).host] = true
+	}
+	var how string
+	switch {
+	case c.shm != nil:
+		how = "shared memory on one host"
+	case len(hosts) == 1:
+		how = "TCP ring on one host"
+	case c.local != nil:
+		within := "shared memory"
+		if c.local.shm == nil {
+			within = "TCP"
+		}
+		how = fmt.Sprintf("hierarchical: %s within each host, TCP ring between %d hosts", within, len(hosts))
+	default:
+		how = fmt.Sprintf("TCP ring across %d hosts", len(hosts))
+	}
+	fmt.Fprintf(c.nd.o.Log, "nccl: %s of %d ranks: %s\n", name, c.n, how)
 }

@@ -67,8 +67,8 @@ func TestTasksRunPassesRankAndStopsOthersAfterGrace(t *testing.T) {
 	}
 }
 
-func TestAfterStopNeverRequeuesOutsideSlurm(t *testing.T) {
-	// A scontrol that records its arguments: AfterStop must not run it for
+func TestRequeueNeverRunsOutsideSlurm(t *testing.T) {
+	// A scontrol that records its arguments: Requeue must not run it for
 	// the Local executor or hpcrun run, whatever SLURM_JOB_ID says.
 	bin := t.TempDir()
 	marker := filepath.Join(bin, "called")
@@ -97,15 +97,15 @@ func TestAfterStopNeverRequeuesOutsideSlurm(t *testing.T) {
 		if tc.want == "requeued 3 times already" {
 			restarts = 3
 		}
-		got := AfterStop(context.Background(), tc.getenv, "X", restarts, 3)
+		got := Requeue(context.Background(), tc.getenv, "X", restarts, 3)
 		if !strings.Contains(got, tc.want) {
-			t.Errorf("AfterStop = %q, want %q", got, tc.want)
+			t.Errorf("Requeue = %q, want %q", got, tc.want)
 		}
 	}
 	if b, err := os.ReadFile(marker); err == nil {
 		t.Fatalf("scontrol was run: %s", b)
 	}
-	got := AfterStop(context.Background(), env("SLURM_JOB_ID", "4242"), "X", 0, 3)
+	got := Requeue(context.Background(), env("SLURM_JOB_ID", "4242"), "X", 0, 3)
 	if b, _ := os.ReadFile(marker); strings.TrimSpace(string(b)) != "requeue 4242" || !strings.Contains(got, "requeued job 4242") {
 		t.Errorf("a Slurm job: scontrol got %q, message %q", b, got)
 	}

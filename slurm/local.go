@@ -39,12 +39,12 @@ func (*Local) Name() string { return "local" }
 // A run dir that held an earlier Local job (a resubmission) is first cleared
 // of that job's state, so its end cannot pass for the new job's. The srun
 // of the job runs this program's SrunCommand.
-func (*Local) Submit(ctx context.Context, sub Submission) (string, string, error) {
+func (l *Local) Submit(ctx context.Context, sub Submission) (string, string, error) {
 	s := sub.Spec
-	lay, err := Size(s.NTasks, s.GPUsPerNode)
-	if err != nil {
+	if err := l.Check(s); err != nil {
 		return "", "", err
 	}
+	lay, _ := s.Layout()
 	self, err := os.Executable()
 	if err != nil {
 		return "", "", fmt.Errorf("local executor: path of this program: %w", err)
@@ -89,6 +89,21 @@ func (*Local) Submit(ctx context.Context, sub Submission) (string, string, error
 	// inherited by init when hpcrun exits.
 	go cmd.Wait()
 	return strconv.Itoa(cmd.Process.Pid), "", nil
+}
+
+// Check says why the Local executor cannot run s: a bad layout, or an
+// explicit request for several nodes (--nodes, --ntasks-per-node): it runs
+// every task on this machine. Nodes that only come from sizing by a
+// profile's gpus_per_node are run here as one.
+func (*Local) Check(s JobSpec) error {
+	lay, err := s.Layout()
+	if err != nil {
+		return err
+	}
+	if lay.Nodes > 1 && (s.Nodes > 0 || s.TasksPerNode > 0) {
+		return fmt.Errorf("local executor: the job asks for %d nodes, but it runs every task on this machine: submit to Slurm (--executor slurm), or drop --nodes", lay.Nodes)
+	}
+	return nil
 }
 
 // Queue returns nothing: local jobs are found through their run dirs.

@@ -7,19 +7,19 @@ import (
 	"strings"
 )
 
-// AfterStop is what the task of rank 0 does once every rank saved a
-// checkpoint and stopped on the time-limit signal: in a Slurm job it
-// requeues the job (scontrol requeue), which then resumes from the
-// checkpoint, unless restarts already reached maxRequeues. It returns a
-// sentence for the task's last message, saying what happened and how to go
-// on.
+// Requeue is what the task of rank 0 does when the job should start again
+// from its last checkpoint: after every rank saved and stopped on the
+// time-limit signal, or after a peer was lost with its node. In a Slurm job
+// it requeues the job (scontrol requeue) unless restarts already reached
+// maxRequeues. It returns a sentence for the task's last message, saying
+// what happened and how to go on.
 //
 // It never runs scontrol outside a real Slurm job: tasks of the Local
 // executor and of `hpcrun run` (HPCRUN_EXECUTOR local or run) have a
 // SLURM_JOB_ID that is a process id on this machine, or the id of the
 // allocation the launcher ran in, and requeueing that would touch a job that
 // is not theirs.
-func AfterStop(ctx context.Context, getenv func(string) string, execID string, restarts, maxRequeues int) string {
+func Requeue(ctx context.Context, getenv func(string) string, execID string, restarts, maxRequeues int) string {
 	resume := "resume with: hpcrun submit --resume " + execID
 	jobID := getenv("SLURM_JOB_ID")
 	switch ex := getenv("HPCRUN_EXECUTOR"); {

@@ -43,7 +43,7 @@ func Script(s JobSpec, tmpl, version, execID string) ([]byte, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
-	lay, _ := Size(s.NTasks, s.GPUsPerNode)
+	lay, _ := s.Layout()
 	d := ScriptData{
 		Version: oneLine(version), ExecID: oneLine(execID),
 		Name: s.Name, RunDir: s.RunDir, RunDirQ: Quote(s.RunDir), Layout: lay, GPUsPerNode: lay.GPUsPerNode,

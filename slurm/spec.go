@@ -16,6 +16,10 @@ type JobSpec struct {
 	Name   string `json:"name"`    // --job-name
 	RunDir string `json:"run_dir"` // absolute; output, error and cwd of the job
 	NTasks int    `json:"ntasks"`  // total tasks (ranks)
+	// Nodes and TasksPerNode spread the tasks explicitly (--nodes,
+	// --ntasks-per-node); 0 for both sizes the job from GPUsPerNode (Size).
+	Nodes        int `json:"nodes,omitempty"`
+	TasksPerNode int `json:"ntasks_per_node,omitempty"`
 	Resources
 	Checkpoint bool              `json:"checkpoint,omitempty"`  // --signal=USR1@SignalSecs and --requeue
 	SignalSecs int               `json:"signal_secs,omitempty"` // seconds before the time limit; 0 = 120
@@ -60,6 +64,39 @@ func Size(ntasks, gpusPerNode int) (Layout, error) {
 		ntasks, gpusPerNode, gpusPerNode, gpusPerNode, lo, lo+gpusPerNode)
 }
 
+// Layout is how the job's tasks are spread over nodes: as asked with Nodes
+// and TasksPerNode (the same count on every node), else by Size.
+func (s JobSpec) Layout() (Layout, error) {
+	if s.Nodes == 0 && s.TasksPerNode == 0 {
+		return Size(s.NTasks, s.GPUsPerNode)
+	}
+	n, tpn := s.Nodes, s.TasksPerNode
+	switch {
+	case s.NTasks < 1:
+		return Layout{}, fmt.Errorf("ntasks = %d: must be at least 1", s.NTasks)
+	case n < 0 || tpn < 0:
+		return Layout{}, fmt.Errorf("nodes = %d, ntasks_per_node = %d: must not be negative", n, tpn)
+	case tpn == 0 && s.NTasks%n != 0:
+		return Layout{}, fmt.Errorf("ntasks %d over %d nodes: every node must run as many tasks; use a multiple of %d tasks", s.NTasks, n, n)
+	case tpn == 0:
+		tpn = s.NTasks / n
+	case n == 0 && s.NTasks%tpn != 0:
+		return Layout{}, fmt.Errorf("ntasks %d in nodes of %d tasks: use a multiple of %d tasks", s.NTasks, tpn, tpn)
+	case n == 0:
+		n = s.NTasks / tpn
+	case n*tpn != s.NTasks:
+		return Layout{}, fmt.Errorf("%d nodes x %d tasks a node = %d, but ntasks = %d", n, tpn, n*tpn, s.NTasks)
+	}
+	lay := Layout{Nodes: n, TasksPerNode: tpn}
+	if s.GPUsPerNode > 0 {
+		if tpn > s.GPUsPerNode {
+			return Layout{}, fmt.Errorf("%d tasks a node, but nodes have %d GPUs (one task a GPU): use more nodes", tpn, s.GPUsPerNode)
+		}
+		lay.GPUsPerNode = tpn
+	}
+	return lay, nil
+}
+
 var (
 	nameRE      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$`)
 	envNameRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -79,7 +116,7 @@ func (s JobSpec) Validate() error {
 	} else if strings.ContainsAny(s.RunDir, sbatchPathB) || hasControl(s.RunDir) {
 		bad("run dir %q: #SBATCH --output cannot hold spaces, quotes, '%%', '#', '$', backslashes or control characters; choose another runs dir", s.RunDir)
 	}
-	if _, err := Size(s.NTasks, s.GPUsPerNode); err != nil {
+	if _, err := s.Layout(); err != nil {
 		bad("%v", err)
 	}
 	errs = append(errs, s.Resources.Validate()...)

@@ -96,7 +96,7 @@ func runLocal(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if s, _, rerr := metrics.ReadSummary(dir.Path(), false); rerr == nil {
+	if s, _, rerr := metrics.ReadSummary(dir.Path(), metrics.NoCurves); rerr == nil {
 		metrics.WriteSummary(os.Stdout, s)
 	}
 	if len(failed) > 0 {

@@ -31,6 +31,8 @@ func submitCommand() *cli.Command {
 		&cli.StringFlag{Name: "name", Usage: "job name (default <model>-n<ntasks>-tp<tp>)"},
 		&cli.StringFlag{Name: "check", Usage: "run the tensor-parallel equivalence checks `LAYER` (or all) as the job, at --tp, instead of training"},
 		&cli.StringFlag{Name: "resume", Usage: "submit run `EXECID` again, in its run dir, with its job script and train.toml: it resumes from its latest checkpoint"},
+		&cli.IntFlag{Name: "nodes", Aliases: []string{"N"}, Usage: "spread the tasks over `N` nodes, as many on each (default: from gpus_per_node)", Category: "job (override the profile)"},
+		&cli.IntFlag{Name: "ntasks-per-node", Usage: "tasks on each node (default: from gpus_per_node, or ntasks / nodes)", Category: "job (override the profile)"},
 	}
 	flags = append(flags, jobFlags()...)
 	return &cli.Command{
@@ -45,14 +47,35 @@ func submitCommand() *cli.Command {
 
 // submitPlan is everything checked before anything is written.
 type submitPlan struct {
-	exec     slurm.Executor
-	spec     slurm.JobSpec
-	tmpl     string
-	train    train.Config
-	runsDir  string
-	binary   string
-	execHint string // execid used for the dry run
-	check    string // parallel check to run instead of training; "" = train
+	exec      slurm.Executor
+	spec      slurm.JobSpec
+	tmpl      string
+	train     train.Config
+	runsDir   string
+	binary    string
+	execHint  string // execid used for the dry run
+	check     string // parallel check to run instead of training; "" = train
+	placement string // where the ranks go, in words
+}
+
+// placement checks that the tensor-parallel groups (consecutive ranks) fit
+// inside a node, where their every-layer all-reduces stay off the network,
+// and says where the groups go.
+func placement(spec slurm.JobSpec, tp int) (string, error) {
+	lay, err := spec.Layout()
+	if err != nil {
+		return "", err
+	}
+	dp := spec.NTasks / max(tp, 1)
+	if lay.Nodes == 1 {
+		return fmt.Sprintf("placement: 1 node x %d tasks; tp groups of %d and dp groups of %d inside the node", lay.TasksPerNode, tp, dp), nil
+	}
+	if lay.TasksPerNode%tp != 0 {
+		return "", fmt.Errorf("tp %d does not divide the %d tasks of a node: tensor-parallel groups would straddle nodes and their all-reduces cross the network in every layer; give every node a multiple of %d tasks (--nodes, --ntasks-per-node)",
+			tp, lay.TasksPerNode, tp)
+	}
+	return fmt.Sprintf("placement: %d nodes x %d tasks; tp groups of %d inside a node, dp groups of %d across nodes (%d per node)",
+		lay.Nodes, lay.TasksPerNode, tp, dp, lay.TasksPerNode/tp), nil
 }
 
 func planSubmit(c *cli.Context) (*submitPlan, error) {
@@ -135,6 +158,15 @@ func planSubmit(c *cli.Context) (*submitPlan, error) {
 	if p.spec.CPUsPerTask == 0 {
 		p.spec.CPUsPerTask = 1
 	}
+	p.spec.Nodes, p.spec.TasksPerNode = c.Int("nodes"), c.Int("ntasks-per-node")
+	if p.placement, err = placement(p.spec, tc.TP); err != nil {
+		return nil, err
+	}
+	if l, ok := p.exec.(*slurm.Local); ok {
+		if err := l.Check(p.spec); err != nil {
+			return nil, err
+		}
+	}
 	p.setRunDir(filepath.Join(p.runsDir, p.execHint))
 	// Render once now so that a bad value or template fails before any write.
 	if _, err := slurm.Script(p.spec, p.tmpl, version, p.execHint); err != nil {
@@ -160,6 +192,7 @@ func runSubmit(c *cli.Context) error {
 		return err
 	}
 	if c.Bool("dry-run") {
+		fmt.Fprintln(os.Stderr, p.placement)
 		script, _ := slurm.Script(p.spec, p.tmpl, version, p.execHint)
 		_, err := os.Stdout.Write(script)
 		return err

@@ -76,7 +76,7 @@ func runTrainTask(c *cli.Context) error {
 		Rank: env.Rank, Size: env.WorldSize,
 		MasterAddr: env.MasterAddr, MasterPort: env.MasterPort,
 		Token:   token,
-		Backend: backend, Device: gpu,
+		Backend: backend, Device: gpu, Log: os.Stderr,
 	})
 	if err != nil {
 		return fail(err)
@@ -90,7 +90,7 @@ func runTrainTask(c *cli.Context) error {
 		// A failed world may wait on a dead peer to close; the error is
 		// what matters, and exiting closes the sockets anyway.
 		closeWithin(comm, 2*time.Second)
-		return fail(err)
+		return lostPeer(ctx, dir, cfg, env, err)
 	}
 	if cerr := comm.Close(); cerr != nil && ctx.Err() == nil {
 		return fail(cerr)
@@ -147,7 +147,7 @@ func stopOnSignals(name string, rank int, cancel context.CancelFunc) *stopReques
 
 // stopped ends a task that saved and stopped on a signal. After the
 // time-limit signal, rank 0 lets slurm requeue the job when it is a real
-// Slurm job (slurm.AfterStop), and every task exits with ExitStopped; after
+// Slurm job (slurm.Requeue), and every task exits with ExitStopped; after
 // INT or TERM every task exits 128+signal, as a killed one would, with the
 // way to resume.
 func stopped(ctx context.Context, dir rundir.Dir, cfg train.Config, env idrenv.Env, sig os.Signal, err error) error {
@@ -158,7 +158,24 @@ func stopped(ctx context.Context, dir rundir.Dir, cfg train.Config, env idrenv.E
 	if env.Rank != 0 {
 		return cli.Exit(msg, ExitStopped)
 	}
-	return cli.Exit(msg+"; "+slurm.AfterStop(ctx, os.Getenv, dir.ExecID(), env.RestartCount, cfg.Requeues()), ExitStopped)
+	return cli.Exit(msg+"; "+slurm.Requeue(ctx, os.Getenv, dir.ExecID(), env.RestartCount, cfg.Requeues()), ExitStopped)
+}
+
+// lostPeer ends a task whose training failed. When the failure is a lost
+// peer (a rank that died, with its node or alone), the job was submitted
+// with checkpointing (--requeue in its script) and this is rank 0, the job
+// is requeued to resume from its last checkpoint on nodes that work;
+// anything else fails the task as it is.
+func lostPeer(ctx context.Context, dir rundir.Dir, cfg train.Config, env idrenv.Env, err error) error {
+	msg := fmt.Sprintf("rank %d: %v", env.Rank, err)
+	var pe *nccl.PeerError
+	if env.Rank != 0 || !errors.As(err, &pe) || ctx.Err() != nil || cfg.CkptEvery < 0 {
+		return cli.Exit(msg, 1)
+	}
+	if m, merr := slurm.ReadMeta(dir); merr != nil || !m.Spec.Checkpoint {
+		return cli.Exit(msg, 1)
+	}
+	return cli.Exit(msg+"; "+slurm.Requeue(ctx, os.Getenv, dir.ExecID(), env.RestartCount, cfg.Requeues()), 1)
 }
 
 // closeWithin closes comm, giving up after d.

@@ -1,0 +1,249 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// nodesUp skips unless the local Slurm has at least n namespace nodes
+// (scripts/slurm-local.sh up --nodes 3, which make test starts as root).
+func nodesUp(t *testing.T, n int) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("e2e: -short")
+	}
+	slurmUp(t)
+	out, err := exec.Command("sinfo", "-h", "-N", "-t", "idle,mixed,allocated", "-o", "%N").Output()
+	nodes := strings.Fields(string(out))
+	if err != nil || len(nodes) < n || !strings.HasPrefix(nodes[0], "n") {
+		t.Skipf("the local Slurm has nodes %v; these tests need %d namespace nodes: as root, scripts/slurm-local.sh up --nodes 3", nodes, n)
+	}
+}
+
+// TestMultiNodeEnv: srun -N 3 -n 6 hpcrun env --json sees three hosts, two
+// local ranks on each, and one master, the first node.
+func TestMultiNodeEnv(t *testing.T) {
+	nodesUp(t, 3)
+	e := newEnv(t)
+	out := filepath.Join(e.dir, "env-%t.json")
+	cmd := exec.Command("srun", "-N", "3", "-n", "6", "--ntasks-per-node", "2", "--output", out, e.bin, "env", "--json")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("srun: %v: %s", err, b)
+	}
+	hosts, masters := map[string]int{}, map[string]bool{}
+	for r := range 6 {
+		b, err := os.ReadFile(filepath.Join(e.dir, fmt.Sprintf("env-%d.json", r)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var env struct {
+			Rank       int    `json:"rank"`
+			LocalRank  int    `json:"local_rank"`
+			Node       string `json:"node"`
+			NodeRank   int    `json:"node_rank"`
+			MasterAddr string `json:"master_addr"`
+		}
+		if err := json.Unmarshal(b, &env); err != nil {
+			t.Fatalf("task %d: %v: %s", r, err, b)
+		}
+		if env.Rank != r || env.LocalRank != r%2 || env.NodeRank != r/2 || env.Node != fmt.Sprintf("n%d", r/2+1) {
+			t.Errorf("task %d: %+v, want local rank %d on node n%d", r, env, r%2, r/2+1)
+		}
+		hosts[env.Node]++
+		masters[env.MasterAddr] = true
+	}
+	if len(hosts) != 3 || len(masters) != 1 || !masters["n1"] {
+		t.Errorf("hosts %v, masters %v: want 3 hosts and the one master n1", hosts, masters)
+	}
+}
+
+// TestMultiNodeTrainingMatchesOneNode: tp=2 x dp=2 over two nodes (tp
+// groups inside a node, dp across, the all-reduces crossing the bridge)
+// gives the loss curve of the same job on one node.
+func TestMultiNodeTrainingMatchesOneNode(t *testing.T) {
+	nodesUp(t, 2)
+	e := newEnv(t)
+	args := []string{"--executor", "slurm", "--wait", "--ntasks", "4", "--tp", "2", "--steps", "20", "--eval-every", "0", "--device", "cpu"}
+	two := e.submit(append(args, "--nodes", "2")...)
+	one := e.submit(append(args, "--nodes", "1")...)
+	errLog, _ := os.ReadFile(filepath.Join(two.RunDir, "slurm-"+two.JobID+".err"))
+	for _, want := range []string{"shared memory on one host", "TCP ring across 2 hosts"} {
+		if !strings.Contains(string(errLog), want) {
+			t.Errorf("the 2-node job's log does not say %q:\n%s", want, errLog)
+		}
+	}
+	hosts := map[string]bool{}
+	for r := range 4 {
+		b, _ := os.ReadFile(filepath.Join(two.RunDir, "metrics", fmt.Sprintf("rank-%05d.jsonl", r)))
+		var run struct {
+			Host string `json:"host"`
+		}
+		json.Unmarshal([]byte(strings.SplitN(string(b), "\n", 2)[0]), &run)
+		hosts[run.Host] = true
+	}
+	if len(hosts) != 2 {
+		t.Errorf("the ranks ran on %v, want two hosts", hosts)
+	}
+	a, _, _ := stepLosses(t, filepath.Join(two.RunDir, "metrics", "rank-00000.jsonl"))
+	b, _, _ := stepLosses(t, filepath.Join(one.RunDir, "metrics", "rank-00000.jsonl"))
+	if len(a) != 20 || len(b) != 20 {
+		t.Fatalf("%d and %d steps, want 20", len(a), len(b))
+	}
+	for s := 1; s <= 20; s++ {
+		if d := math.Abs(a[s]-b[s]) / math.Max(math.Abs(b[s]), 1e-12); d > 1e-6 {
+			t.Errorf("step %d: loss %v on 2 nodes, %v on 1 (rel %.2g)", s, a[s], b[s], d)
+		}
+	}
+}
+
+// TestMultiNodeCheck: the tensor-parallel checks as a 2-node job.
+func TestMultiNodeCheck(t *testing.T) {
+	nodesUp(t, 2)
+	e := newEnv(t)
+	s := e.submit("--executor", "slurm", "--wait", "--check", "all", "--tp", "2", "--ntasks", "4", "--nodes", "2")
+	out, _ := os.ReadFile(filepath.Join(s.RunDir, "slurm-"+s.JobID+".out"))
+	if !strings.Contains(string(out), "all 13 checks passed") {
+		t.Errorf("check job output:\n%s", out)
+	}
+}
+
+// TestMultiNodeBadInput: too many nodes is Slurm's refusal passed on;
+// tensor-parallel groups that would straddle nodes are refused before
+// anything is written.
+func TestMultiNodeBadInput(t *testing.T) {
+	nodesUp(t, 2)
+	e := newEnv(t)
+	_, errOut, code := e.run("submit", "--executor", "slurm", "--nodes", "9", "--ntasks", "18", "--tp", "2")
+	if code == 0 || !strings.Contains(errOut, "sbatch") || strings.Count(strings.TrimSpace(errOut), "\n") > 0 {
+		t.Errorf("9 nodes: exit %d, %q; want sbatch's refusal on one line", code, errOut)
+	}
+	_, errOut, code = e.run("submit", "--executor", "slurm", "--nodes", "2", "--ntasks", "6", "--tp", "2")
+	if code == 0 || !strings.Contains(errOut, "straddle") {
+		t.Errorf("tp across nodes: exit %d, %q", code, errOut)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(e.dir, "runs")); len(ents) != 1 {
+		t.Errorf("%d run dirs, want only the one of the refused sbatch", len(ents))
+	}
+}
+
+// TestMultiNodeLostNode kills every process of one node (its slurmd and
+// tasks) in the middle of a checkpointing 2-node job. The surviving ranks
+// must fail within 60 s naming the lost rank and host; rank 0 requeues the
+// job, which resumes from its last checkpoint on nodes that work and
+// completes with the losses of an undisturbed job, bit for bit.
+func TestMultiNodeLostNode(t *testing.T) {
+	nodesUp(t, 3)
+	e := newEnv(t)
+	os.WriteFile(filepath.Join(e.dir, "hpcrun.toml"), []byte(`default_profile = "mn"
+[profiles.mn]
+executor = "slurm"
+time = "10:00"
+checkpoint = true
+[train]
+max_requeues = 2
+ckpt_every = 20
+`), 0o644)
+	args := []string{"--ntasks", "4", "--tp", "2", "--nodes", "2", "--preset", "tiny", "--steps", "300", "--samples", "512", "--device", "cpu", "--eval-every", "0"}
+	s := e.submit(args...)
+	defer restoreNodes(t)
+	metricsFile := filepath.Join(s.RunDir, "metrics", "rank-00000.jsonl")
+	deadline := time.Now().Add(150 * time.Second)
+	for {
+		losses, _, _ := stepLosses(t, metricsFile)
+		if len(losses) >= 50 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the job made %d steps in 150 s", len(losses))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The second node of the allocation is lost: every process of its
+	// namespace (its slurmd and tasks) is killed.
+	out, _ := exec.Command("squeue", "-h", "-j", s.JobID, "-o", "%N").Output()
+	nodes, _ := exec.Command("scontrol", "show", "hostnames", strings.TrimSpace(string(out))).Output()
+	names := strings.Fields(string(nodes))
+	if len(names) != 2 {
+		t.Fatalf("job %s runs on %q, want 2 nodes", s.JobID, out)
+	}
+	lost := names[1]
+	killed := time.Now()
+	if b, err := exec.Command("sh", "-c", "ip netns pids hpcrun-"+lost+" | xargs -r kill -9").CombinedOutput(); err != nil {
+		t.Fatalf("kill node %s: %v: %s", lost, err, b)
+	}
+	errPath := filepath.Join(s.RunDir, "slurm-"+s.JobID+".err")
+	for {
+		b, _ := os.ReadFile(errPath)
+		if strings.Contains(string(b), "requeued job "+s.JobID) {
+			if !strings.Contains(string(b), "("+lost+")") {
+				t.Errorf("the survivors' errors do not name the lost host %s:\n%s", lost, b)
+			}
+			break
+		}
+		if time.Since(killed) > 60*time.Second {
+			t.Fatalf("60 s after node %s was lost, rank 0 did not requeue the job:\n%s", lost, b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The requeued job is held for a while (its credential's lifetime);
+	// move it up, as TestE2ERequeue does.
+	for {
+		st, restarts := slurmJob(t, s.JobID)
+		if st == "PENDING" && restarts == 1 {
+			break
+		}
+		if st == "COMPLETED" || st == "FAILED" || time.Now().After(deadline) {
+			t.Fatalf("job %s (restarts %d), want it pending again", st, restarts)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(3 * time.Second)
+	exec.Command("scontrol", "update", "jobid="+s.JobID, "starttime=now").Run()
+	for {
+		st, _ := slurmJob(t, s.JobID)
+		if st == "COMPLETED" {
+			break
+		}
+		if st == "FAILED" || st == "CANCELLED" || time.Now().After(deadline.Add(60*time.Second)) {
+			b, _ := os.ReadFile(errPath)
+			t.Fatalf("job %s after the requeue, want COMPLETED\n%s", st, b)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	losses, starts, _ := stepLosses(t, metricsFile)
+	if starts != 2 || len(losses) != 300 {
+		t.Fatalf("%d starts, %d steps; want 2 and 300", starts, len(losses))
+	}
+	// The same job undisturbed, on two working nodes.
+	e.run(append([]string{"submit", "--wait"}, args...)...)
+	runs, _ := filepath.Glob(filepath.Join(e.dir, "runs", "*", "metrics", "rank-00000.jsonl"))
+	var ref map[int]float64
+	for _, r := range runs {
+		if r != metricsFile {
+			ref, _, _ = stepLosses(t, r)
+		}
+	}
+	if len(ref) != 300 {
+		t.Fatalf("undisturbed job made %d steps", len(ref))
+	}
+	for step := 1; step <= 300; step++ {
+		if math.Float64bits(losses[step]) != math.Float64bits(ref[step]) {
+			t.Fatalf("step %d: loss %v after losing a node, %v undisturbed", step, losses[step], ref[step])
+		}
+	}
+}
+
+// restoreNodes starts the slurmd of a killed node again and returns it to
+// service, so that later tests find every node idle.
+func restoreNodes(t *testing.T) {
+	if b, err := exec.Command("../../scripts/slurm-local.sh", "up", "--nodes", "3").CombinedOutput(); err != nil {
+		t.Errorf("restore the nodes: %v: %s", err, b)
+	}
+}
