@@ -281,9 +281,13 @@ func setFloat(dst *float64, val []byte) bool {
 	if val[0] == 'n' {
 		return true // like encoding/json: the field keeps its preset (NaN or 0)
 	}
-	if v, ok := fastFloat(val); ok {
-		*dst = v
-		return true
+	// Past 17 characters a number nearly always has more digits than
+	// fastFloat takes (a float32 loss printed as float64 has 16 or 17).
+	if len(val) <= 17 {
+		if v, ok := fastFloat(val); ok {
+			*dst = v
+			return true
+		}
 	}
 	v, err := strconv.ParseFloat(string(val), 64)
 	if err != nil {
@@ -294,14 +298,28 @@ func setFloat(dst *float64, val []byte) bool {
 }
 
 // checkFloat reports whether setFloat would take val, without converting
-// it when it can tell: null, and numbers without an exponent short enough
-// that they cannot overflow.
+// it when it can tell: null, and numbers too short to overflow or
+// underflow (at most 30 characters before an exponent of at most two
+// digits).
 func checkFloat(val []byte) bool {
 	if val[0] == 'n' {
 		return true
 	}
-	if (val[0] == '-' || (val[0] >= '0' && val[0] <= '9')) && len(val) < 300 && bytes.IndexAny(val, "eE") < 0 {
-		return true
+	if val[0] == '-' || (val[0] >= '0' && val[0] <= '9') {
+		e := len(val)
+		for i, c := range val {
+			if c == 'e' || c == 'E' {
+				e = i
+				break
+			}
+		}
+		exp := val[min(e+1, len(val)):]
+		if len(exp) > 0 && (exp[0] == '+' || exp[0] == '-') {
+			exp = exp[1:]
+		}
+		if e <= 30 && len(exp) <= 2 {
+			return true
+		}
 	}
 	var f float64
 	return setFloat(&f, val)

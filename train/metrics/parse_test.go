@@ -137,6 +137,7 @@ func FuzzParseLine(f *testing.F) {
 		`{"type":"eval","step":1,"loss":0.1,"accuracy":null}`,
 		`{"type":"end","status":"completed","wall_s":1}`,
 		`{"type":"step","STEP":2}`, `{"type":"step","step":-0}`, `{"type":"step","loss":1E400}`,
+		`{"type":"step","lr":1e99,"grad_norm":-2.5E-07,"epoch":3}`, `{"type":"step","lr":1e999}`, `{"type":"step","grad_norm":"x"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -146,8 +147,19 @@ func FuzzParseLine(f *testing.F) {
 			t.Fatal("no error and no type")
 		}
 		fast, ok := parseStepFast(line)
+		// The summary's variant takes the same lines and the same values,
+		// less the fields it leaves unset.
+		part, partOK := parseStep(line, false)
+		if partOK != ok {
+			t.Fatalf("%q: parseStep without lr, grad_norm, epoch says %v, with them %v", line, partOK, ok)
+		}
 		if !ok {
 			return
+		}
+		full := fast
+		full.LR, full.GradNorm, full.Epoch = part.LR, part.GradNorm, part.Epoch
+		if dump(Line{Step: &full}) != dump(Line{Step: &part}) {
+			t.Fatalf("%q: summary parse %s, full %s", line, dump(Line{Step: &part}), dump(Line{Step: &fast}))
 		}
 		slow, err := parseLineJSON(line)
 		if err != nil {

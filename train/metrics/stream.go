@@ -296,6 +296,7 @@ func (b *block) parse() {
 type fileReader struct {
 	f      *rankFile
 	p      *pass
+	size   int64 // bytes read: the file's size when opened
 	order  chan *block
 	free   chan *block
 	log    *RankLog
@@ -323,14 +324,14 @@ func (p *pass) open(f *rankFile) (*fileReader, error) {
 		return nil, &rankError{f, err}
 	}
 	r := &fileReader{f: f, p: p, order: make(chan *block, blocksInFlight), free: make(chan *block, blocksInFlight),
-		log: &RankLog{Rank: rankOf(f.path), Path: f.path}}
+		log: &RankLog{Rank: rankOf(f.path), Path: f.path}, size: st.Size()}
 	r.log.onStep = func(s Step) { r.pending = append(r.pending, s) }
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
 		defer fh.Close()
 		defer close(r.order)
-		r.read(fh, st.Size())
+		r.read(fh, r.size)
 	}()
 	return r, nil
 }
@@ -536,7 +537,14 @@ func joinFiles(files []*rankFile, points int) ([]rankSeen, jobAgg, []*RankLog, e
 		}
 		its[i], readers[i], tp0[i] = r, r, f.tp0
 	}
-	seen, agg, err := join(its, tp0, points)
+	// Step lines are about 200 bytes: room for the step times of the
+	// largest file at 128 bytes a line, which costs memory only where
+	// written.
+	var most int64
+	for _, r := range readers {
+		most = max(most, r.size)
+	}
+	seen, agg, err := join(its, tp0, points, int(most/128))
 	if errors.Is(err, errResumed) {
 		if ferr := findResumes(readers); ferr != nil {
 			err = ferr

@@ -134,7 +134,11 @@ func Summarize(run *Run) (Summary, Curves) {
 		its[i] = &sliceIter{steps: r.Steps}
 	}
 	// Slices do not fail.
-	seen, agg, _ := join(its, tpZero(run), AllPoints)
+	most := 0
+	for _, r := range run.Ranks {
+		most = max(most, len(r.Steps))
+	}
+	seen, agg, _ := join(its, tpZero(run), AllPoints, most)
 	return summarize(run, seen, agg)
 }
 
@@ -189,8 +193,8 @@ type rankSeen struct {
 // ascending step order over the done steps (those every rank finished),
 // the same sums in the same order as a pass over all steps at the end.
 type jobAgg struct {
-	done  int         // done steps
-	times [][]float64 // slowest rank's step time of each done step, in chunks
+	done  int       // done steps
+	times []float64 // slowest rank's step time of each done step
 	// last done step and its loss, summed over replicas
 	lastStep  int
 	lastLoss  float64
@@ -233,13 +237,17 @@ type jobStep struct {
 // join lines the ranks' steps up by step number, walking all ranks in
 // step order at once: a step every rank has finished goes into the
 // aggregate, in rank order. Data-parallel replicas are counted once, by
-// the ranks tp0 marks. It keeps one float64 per done step, and points of
-// the curves as asked (AllPoints, NoCurves or at most about that many).
-func join(its []stepIter, tp0 []bool, points int) ([]rankSeen, jobAgg, error) {
+// the ranks tp0 marks. It keeps one float64 per done step, room for about
+// steps of them made at once, and points of the curves as asked
+// (AllPoints, NoCurves or at most about that many).
+func join(its []stepIter, tp0 []bool, points, steps int) ([]rankSeen, jobAgg, error) {
 	seen := make([]rankSeen, len(its))
 	heads := make([]Step, len(its))
 	live := make([]bool, len(its))
-	var agg jobAgg
+	// One allocation, not a slice grown by copying: a million steps would
+	// allocate five times their 8 MB, and the collector would run as
+	// often.
+	agg := jobAgg{times: make([]float64, 0, steps)}
 	if points != NoCurves {
 		agg.curves, agg.maxPoints, agg.stride = &Curves{}, points, 1
 	}
@@ -312,13 +320,7 @@ func (a *jobAgg) add(js *jobStep) {
 		a.tokens[k] += js.tokens
 	}
 	a.done++
-	// Chunks, not one slice grown by copying: a million steps would
-	// allocate five times their 8 MB.
-	if n := len(a.times); n == 0 || len(a.times[n-1]) == cap(a.times[n-1]) {
-		a.times = append(a.times, make([]float64, 0, timesChunk))
-	}
-	last := &a.times[len(a.times)-1]
-	*last = append(*last, js.maxStepS)
+	a.times = append(a.times, js.maxStepS)
 	a.lastStep, a.lastLoss, a.lastLossN = js.step, js.lossSum, js.lossN
 	if c := a.curves; c != nil {
 		pt := [3]Float{Float(js.step), Float(mean(js.lossSum, js.lossN)), Float(float64(js.samples) / js.maxStepS)}
@@ -356,9 +358,6 @@ func (a *jobAgg) curvesOut() (steps, loss, samplesPerS []Float) {
 	}
 	return c.Steps, c.Loss, c.SamplesPerS
 }
-
-// timesChunk is the number of step times in one chunk of jobAgg.times.
-const timesChunk = 1 << 16
 
 // summarize computes the summary from the run's ranks (their steps need
 // not be kept) and what the join saw of their steps.
@@ -567,8 +566,7 @@ func (s *Summary) timing(a *jobAgg, world int) {
 	}
 	s.Step = a.lastStep
 	s.LastLoss = Float(mean(a.lastLoss, a.lastLossN))
-	times := slices.Concat(a.times...)
-	a.times = nil
+	times := a.times
 	k := WarmupSteps(a.done)
 	s.WarmupSteps = k
 	var w float64
