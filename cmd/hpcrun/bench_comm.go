@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hpcrun/hpcrun/bench"
+	"github.com/hpcrun/hpcrun/idrenv"
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/urfave/cli/v2"
@@ -35,7 +36,10 @@ func benchCommCommand() *cli.Command {
 			"2(n-1)/n * bytes / time of the slowest rank. When mpicc and mpirun exist, the\n" +
 			"same sizes run through Open MPI's MPI_Allreduce (bench/mpi/mpi_allreduce.c)\n" +
 			"with its shared-memory and its TCP transport, and each ratio is Open MPI's\n" +
-			"time over hpcrun's (above 1: hpcrun is faster).",
+			"time over hpcrun's (above 1: hpcrun is faster).\n\n" +
+			"With --nodes N the ranks spread over N nodes of a Slurm allocation (salloc is\n" +
+			"asked for one when there is none): hpcrun's ranks start with srun, Open MPI's\n" +
+			"with mpirun in the same allocation (shared memory within a node, TCP between).",
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "nproc", Value: 4, Usage: "number of `RANKS`"},
 			&cli.StringFlag{Name: "min", Value: "4KiB", Usage: "smallest buffer `SIZE`"},
@@ -43,6 +47,7 @@ func benchCommCommand() *cli.Command {
 			&cli.StringFlag{Name: "backend", Value: nccl.BackendAuto, Usage: "hpcrun backend: auto (TCP ring + shared memory) or tcp"},
 			&cli.BoolFlag{Name: "no-mpi", Usage: "skip the Open MPI peer"},
 			&cli.IntFlag{Name: "repeat", Value: 2, Usage: "run each side `N` times, alternating, and keep each size's best time (the machine may be shared)"},
+			&cli.IntFlag{Name: "nodes", Usage: "spread the ranks over `N` nodes of a Slurm allocation (0: this machine)"},
 		},
 		Action: func(c *cli.Context) error {
 			if spec := os.Getenv(benchCommWorkerEnv); spec != "" {
@@ -73,7 +78,14 @@ func benchCommCommand() *cli.Command {
 			if c.Int("repeat") < 1 {
 				return fmt.Errorf("--repeat %d: need at least 1", c.Int("repeat"))
 			}
-			return runBenchComm(c, n, lo, hi, b, !c.Bool("no-mpi"))
+			nodes := c.Int("nodes")
+			if nodes < 0 || (nodes > 0 && n%nodes != 0) {
+				return fmt.Errorf("--nodes %d: give a count that divides --nproc %d", nodes, n)
+			}
+			if nodes > 0 && os.Getenv("SLURM_JOB_ID") == "" {
+				return inAllocation(c, n, nodes)
+			}
+			return runBenchComm(c, n, nodes, lo, hi, b, !c.Bool("no-mpi"))
 		},
 	}
 }
@@ -119,14 +131,24 @@ func benchCommWorker(spec string, out io.Writer) error {
 		return fmt.Errorf("%s=%q: want rank,size,port,token,backend,min,max", benchCommWorkerEnv, spec)
 	}
 	var v [7]int64
-	for _, i := range []int{0, 1, 2, 5, 6} {
+	fields := []int{0, 1, 2, 5, 6}
+	master := "127.0.0.1"
+	if f[0] == "slurm" {
+		// Started by srun on the nodes of an allocation: Slurm says who we are.
+		env, err := idrenv.Detect()
+		if err != nil {
+			return err
+		}
+		v[0], v[1], master, fields = int64(env.Rank), int64(env.WorldSize), env.MasterAddr, []int{2, 5, 6}
+	}
+	for _, i := range fields {
 		x, err := strconv.ParseInt(f[i], 10, 64)
 		if err != nil {
 			return fmt.Errorf("%s: field %d: %w", benchCommWorkerEnv, i, err)
 		}
 		v[i] = x
 	}
-	comm, err := nccl.Init(context.Background(), nccl.Options{Rank: int(v[0]), Size: int(v[1]), MasterAddr: "127.0.0.1",
+	comm, err := nccl.Init(context.Background(), nccl.Options{Rank: int(v[0]), Size: int(v[1]), MasterAddr: master,
 		MasterPort: int(v[2]), Token: f[3], Backend: f[4], Timeout: time.Minute})
 	if err != nil {
 		return err
@@ -178,23 +200,58 @@ type commRow struct {
 
 type commReport struct {
 	Nproc   int       `json:"nproc"`
+	Nodes   int       `json:"nodes"`
 	Backend string    `json:"backend"`
 	Peer    string    `json:"peer"`
 	Rows    []commRow `json:"rows"`
 }
 
-func runBenchComm(c *cli.Context, n int, lo, hi int64, backend string, mpi bool) error {
+// inAllocation runs this very command again inside a new Slurm allocation
+// of nodes nodes, n/nodes tasks each.
+func inAllocation(c *cli.Context, n, nodes int) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	salloc, err := exec.LookPath("salloc")
+	if err != nil {
+		return fmt.Errorf("bench comm --nodes: salloc not found: run it on a Slurm cluster (scripts/slurm-local.sh up --nodes 3 makes one here)")
+	}
+	args := append([]string{"-N", strconv.Itoa(nodes), "--ntasks-per-node", strconv.Itoa(n / nodes), self}, os.Args[1:]...)
+	cmd := exec.CommandContext(c.Context, salloc, args...)
+	cmd.Stdout, cmd.Stderr = c.App.Writer, c.App.ErrWriter
+	return cmd.Run()
+}
+
+func runBenchComm(c *cli.Context, n, nodes int, lo, hi int64, backend string, mpi bool) error {
 	ctx, cancel := context.WithCancel(c.Context)
 	defer cancel()
-	rep := commReport{Nproc: n, Backend: backend, Peer: "none"}
+	rep := commReport{Nproc: n, Nodes: max(nodes, 1), Backend: backend, Peer: "none"}
 	var ours, shm, tcp map[int64]float64
 	for range c.Int("repeat") {
-		o, err := runHpcrunRanks(ctx, n, lo, hi, backend)
+		var o map[int64]float64
+		var err error
+		if nodes > 0 {
+			o, err = srunHpcrunRanks(ctx, n, nodes, lo, hi, backend)
+		} else {
+			o, err = runHpcrunRanks(ctx, n, lo, hi, backend)
+		}
 		if err != nil {
 			return err
 		}
 		ours = best(ours, o)
-		if mpi {
+		if mpi && nodes > 0 {
+			// Across nodes Open MPI picks its transport per pair: shared
+			// memory within a node, TCP between; one column, "tcp".
+			t, err := runMPI(ctx, n, lo, hi, "self,vader,tcp")
+			if err != nil {
+				fmt.Fprintf(c.App.ErrWriter, "bench comm: Open MPI peer skipped: %v\n", err)
+				mpi = false
+				continue
+			}
+			tcp = best(tcp, t)
+			rep.Peer = "Open MPI MPI_Allreduce launched by mpirun in the same allocation (btl vader within a node, tcp between)"
+		} else if mpi {
 			s, t, err := runMPIPeer(ctx, n, lo, hi)
 			if err != nil {
 				fmt.Fprintf(c.App.ErrWriter, "bench comm: Open MPI peer skipped: %v\n", err)
@@ -225,7 +282,11 @@ func runBenchComm(c *cli.Context, n int, lo, hi int64, backend string, mpi bool)
 		return writeJSON(c, rep)
 	}
 	w := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(c.App.Writer, "all-reduce float32 sum, %d ranks on this host, hpcrun backend %s; bus bandwidth GB/s = 2(n-1)/n*bytes/time\n", n, backend)
+	where := "on this host"
+	if nodes > 0 {
+		where = fmt.Sprintf("over %d nodes", nodes)
+	}
+	fmt.Fprintf(c.App.Writer, "all-reduce float32 sum, %d ranks %s, hpcrun backend %s; bus bandwidth GB/s = 2(n-1)/n*bytes/time\n", n, where, backend)
 	fmt.Fprintln(w, "size\thpcrun\tmpi-shm\tratio\tmpi-tcp\tratio\t")
 	f := func(v float64) string {
 		if v == 0 {
@@ -304,6 +365,29 @@ func runHpcrunRanks(ctx context.Context, n int, lo, hi int64, backend string) (m
 	return parseTimes(&out)
 }
 
+// srunHpcrunRanks starts the benchmark's ranks with srun on the nodes of
+// the allocation this process runs in; rank 0's times come back on srun's
+// output.
+func srunHpcrunRanks(ctx context.Context, n, nodes int, lo, hi int64, backend string) (map[int64]float64, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("bench comm: find own binary: %w", err)
+	}
+	tok, err := randomToken()
+	if err != nil {
+		return nil, err
+	}
+	port := idrenv.DerivePort(os.Getenv("SLURM_JOB_ID") + "/bench/" + tok[:6])
+	var out, errb bytes.Buffer
+	cmd := exec.CommandContext(ctx, "srun", "-N", strconv.Itoa(nodes), "-n", strconv.Itoa(n), "--ntasks-per-node", strconv.Itoa(n/nodes), self, "bench", "comm")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=slurm,slurm,%d,%s,%s,%d,%d", benchCommWorkerEnv, port, tok, backend, lo, hi))
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("bench comm: srun: %v: %s", err, strings.TrimSpace(errb.String()))
+	}
+	return parseTimes(&out)
+}
+
 func parseTimes(r io.Reader) (map[int64]float64, error) {
 	m := map[int64]float64{}
 	sc := bufio.NewScanner(r)
@@ -320,46 +404,57 @@ func parseTimes(r io.Reader) (map[int64]float64, error) {
 
 // runMPIPeer builds bench/mpi/mpi_allreduce.c with mpicc and runs it with
 // mpirun, once over shared memory and once over TCP.
+// runMPIPeer times Open MPI's all-reduce on this machine, over shared
+// memory and over TCP.
 func runMPIPeer(ctx context.Context, n int, lo, hi int64) (shm, tcp map[int64]float64, err error) {
+	if shm, err = runMPI(ctx, n, lo, hi, "self,vader"); err != nil {
+		return nil, nil, err
+	}
+	if tcp, err = runMPI(ctx, n, lo, hi, "self,tcp"); err != nil {
+		return nil, nil, err
+	}
+	return shm, tcp, nil
+}
+
+// runMPI builds bench/mpi/mpi_allreduce.c and runs it on n ranks with
+// mpirun and the transports btl; inside a Slurm allocation mpirun places
+// the ranks on its nodes.
+func runMPI(ctx context.Context, n int, lo, hi int64, btl string) (map[int64]float64, error) {
 	mpicc, err := exec.LookPath("mpicc")
 	if err != nil {
-		return nil, nil, errors.New("mpicc not found (apt-get install openmpi-bin libopenmpi-dev)")
+		return nil, errors.New("mpicc not found (apt-get install openmpi-bin libopenmpi-dev)")
 	}
 	mpirun, err := exec.LookPath("mpirun")
 	if err != nil {
-		return nil, nil, errors.New("mpirun not found (apt-get install openmpi-bin)")
+		return nil, errors.New("mpirun not found (apt-get install openmpi-bin)")
 	}
-	dir, err := os.MkdirTemp("", "hpcrun-bench-mpi-")
+	// The binary must be where every node can read it: next to the runs,
+	// in the working directory's file system, not in a node's /tmp.
+	dir, err := os.MkdirTemp(".", ".hpcrun-bench-mpi-")
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer os.RemoveAll(dir)
 	src, bin := filepath.Join(dir, "mpi_allreduce.c"), filepath.Join(dir, "mpi_allreduce")
 	if err := os.WriteFile(src, bench.MPIAllreduceC, 0o644); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if out, err := exec.CommandContext(ctx, mpicc, "-O2", "-o", bin, src).CombinedOutput(); err != nil {
-		return nil, nil, fmt.Errorf("mpicc: %v: %s", err, out)
+		return nil, fmt.Errorf("mpicc: %v: %s", err, out)
 	}
-	run := func(btl string) (map[int64]float64, error) {
-		args := []string{"-np", strconv.Itoa(n), "--oversubscribe", "--mca", "pml", "ob1", "--mca", "btl", btl}
-		if os.Geteuid() == 0 {
-			args = append([]string{"--allow-run-as-root"}, args...)
-		}
-		args = append(args, bin, strconv.FormatInt(lo, 10), strconv.FormatInt(hi, 10))
-		var out, errb bytes.Buffer
-		cmd := exec.CommandContext(ctx, mpirun, args...)
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		if err := cmd.Run(); err != nil {
-			return nil, fmt.Errorf("mpirun --mca btl %s: %v: %s", btl, err, strings.TrimSpace(errb.String()))
-		}
-		return parseTimes(&out)
+	// Yield when idle: the ranks share few cores, and a busy-polling rank
+	// would starve the one it waits for (mpirun only yields by itself when
+	// it knows it oversubscribes, which inside an allocation it does not).
+	args := []string{"-np", strconv.Itoa(n), "--oversubscribe", "--mca", "pml", "ob1", "--mca", "btl", btl, "--mca", "mpi_yield_when_idle", "1"}
+	if os.Geteuid() == 0 {
+		args = append([]string{"--allow-run-as-root"}, args...)
 	}
-	if shm, err = run("self,vader"); err != nil {
-		return nil, nil, err
+	args = append(args, bin, strconv.FormatInt(lo, 10), strconv.FormatInt(hi, 10))
+	var out, errb bytes.Buffer
+	cmd := exec.CommandContext(ctx, mpirun, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("mpirun --mca btl %s: %v: %s", btl, err, strings.TrimSpace(errb.String()))
 	}
-	if tcp, err = run("self,tcp"); err != nil {
-		return nil, nil, err
-	}
-	return shm, tcp, nil
+	return parseTimes(&out)
 }
