@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"strings"
 	"unsafe"
+
+	"github.com/hpcrun/hpcrun/internal/atomicfile"
 )
 
 // kernelSource is every kernel of the device but GEMM, compiled by NVRTC
@@ -73,28 +75,12 @@ func cachedImage(dir, key string, compile func() ([]byte, error)) (image []byte,
 // cachePath is where the image of key is cached in dir.
 func cachePath(dir, key string) string { return filepath.Join(dir, key+".cubin") }
 
-// writeAtomic writes b to path through a temporary file in the same
-// directory and a rename.
+// writeAtomic writes b to path, making its directory first.
 func writeAtomic(path string, b []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	_, werr := f.Write(b)
-	cerr := f.Close()
-	if werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(f.Name(), path)
-	}
-	if werr != nil {
-		os.Remove(f.Name())
-	}
-	return werr
+	return atomicfile.WriteFile(path, b, 0o644)
 }
 
 // cstr is s as a NUL-terminated byte slice.
