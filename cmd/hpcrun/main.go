@@ -56,6 +56,7 @@ func newApp() *cli.App {
 			logsCommand(),
 			metricsCommand(),
 			watchCommand(),
+			serveCommand(),
 			trainCommand(),
 			runCommand(),
 			checkCommand(),

@@ -1,0 +1,271 @@
+package dashboard
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/hpcrun/hpcrun/cmd/hpcrun/internal/failure"
+	"github.com/hpcrun/hpcrun/internal/rundir"
+	"github.com/hpcrun/hpcrun/slurm"
+	"github.com/hpcrun/hpcrun/train/metrics"
+)
+
+var funcs = template.FuncMap{
+	"num": num, "pct": pct, "dur": dur, "mib": mib, "exact": exact,
+	"svg": func(c Chart) template.HTML { return c.SVG() },
+}
+
+func listDirs(runsDir string) ([]rundir.Dir, error) {
+	runs, err := rundir.List(runsDir)
+	if err != nil {
+		return nil, err
+	}
+	dirs := make([]rundir.Dir, len(runs))
+	for i, r := range runs {
+		dirs[i] = r.Dir
+	}
+	return dirs, nil
+}
+
+// runRow is one line of the runs page.
+type runRow struct {
+	ExecID   string
+	Job      Job
+	HasJob   bool
+	Sum      metrics.Summary
+	Err      string
+	Progress float64 // 0-100
+}
+
+// Layout is "tp 2 x dp 2".
+func (r runRow) Layout() string { return layout(r.Sum.Config) }
+
+func layout(c metrics.RunConfig) string {
+	if c.TP == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%d x %d", c.TP, max(c.DP, 1))
+}
+
+func (s *Server) runsPage(w http.ResponseWriter, r *http.Request) {
+	dirs, err := listDirs(s.opt.RunsDir)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	jobs, jobsErr := s.jobsByExecID(r.Context())
+	sums := s.sums.get(dirs)
+	rows := make([]runRow, 0, len(dirs))
+	for i := len(dirs) - 1; i >= 0; i-- { // newest first
+		row := runRow{ExecID: dirs[i].ExecID(), Sum: sums[i].sum}
+		row.Job, row.HasJob = jobs[row.ExecID]
+		if sums[i].err != nil {
+			row.Err = sums[i].err.Error()
+		}
+		if t := row.Sum.TotalSteps; t > 0 {
+			row.Progress = min(100, 100*float64(row.Sum.Step)/float64(t))
+		}
+		rows = append(rows, row)
+	}
+	data := struct {
+		RunsDir string
+		Rows    []runRow
+		JobsErr error
+		Now     string
+	}{s.opt.RunsDir, rows, jobsErr, time.Now().Format(time.TimeOnly)}
+	s.render(w, "runs.html", data)
+}
+
+// runView is the run page and its live fragments.
+type runView struct {
+	ExecID  string
+	JobID   string
+	Job     Job
+	HasJob  bool
+	Verdict failure.Verdict
+	Sum     metrics.Summary
+	Charts  runCharts
+	Config  string
+	LogOut  string
+	LogErr  string
+	Live    bool
+}
+
+// findRun resolves a page's run reference as every command does.
+func (s *Server) findRun(w http.ResponseWriter, ref string) (rundir.Run, bool) {
+	run, err := rundir.Find(s.opt.RunsDir, ref)
+	if err != nil {
+		code := http.StatusInternalServerError
+		if errors.Is(err, rundir.ErrNotFound) {
+			code = http.StatusNotFound
+		}
+		http.Error(w, err.Error(), code)
+		return rundir.Run{}, false
+	}
+	return run, true
+}
+
+// view reads the run whole (through f, which keeps what it read for the
+// next call) and builds its page.
+func (s *Server) view(r *http.Request, run rundir.Run, f *metrics.Follower) (runView, error) {
+	m, err := f.Poll()
+	if err != nil {
+		return runView{}, err
+	}
+	sum, curves := metrics.Summarize(m)
+	v := runView{ExecID: run.ExecID, JobID: run.JobID, Sum: sum, Charts: chartsOf(m, sum, curves)}
+	jobs, _ := s.jobsByExecID(r.Context())
+	v.Job, v.HasJob = jobs[run.ExecID]
+	if v.HasJob {
+		v.Verdict = failure.Of(run.Dir, v.Job.Info)
+	} else {
+		v.Verdict = failure.Of(run.Dir, slurm.JobInfo{ID: run.JobID})
+	}
+	v.Config = readSmall(run.Dir.Config())
+	if run.JobID != "" {
+		v.LogOut, _ = tailLines(run.Dir.Log(run.JobID, false), 40)
+		v.LogErr, _ = tailLines(run.Dir.Log(run.JobID, true), 40)
+	}
+	v.Live = !slices.Contains([]string{metrics.StatusCompleted, metrics.StatusFailed, metrics.StatusInterrupted}, sum.Status)
+	if v.HasJob && v.Job.Info.State.Done() {
+		v.Live = false
+	}
+	return v, nil
+}
+
+func (s *Server) runPage(w http.ResponseWriter, r *http.Request) {
+	run, ok := s.findRun(w, r.PathValue("ref"))
+	if !ok {
+		return
+	}
+	v, err := s.view(r, run, metrics.NewFollower(run.Dir.Path()))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	s.render(w, "run.html", v)
+}
+
+// events streams a run's summary, charts and logs as server-sent events
+// ("update", a JSON object of element id -> HTML) whenever its files
+// change, until the client goes away.
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	run, ok := s.findRun(w, r.PathValue("ref"))
+	if !ok {
+		return
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	select {
+	case s.streams <- struct{}{}:
+		defer func() { <-s.streams }()
+	default:
+		http.Error(w, fmt.Sprintf("too many live pages (%d): close some", s.opt.MaxStreams), http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("X-Accel-Buffering", "no")
+	f := metrics.NewFollower(run.Dir.Path())
+	last := ""
+	tick := time.NewTicker(s.opt.Poll)
+	defer tick.Stop()
+	ping := time.Now()
+	for {
+		key := fileKey(run.Dir)
+		if key != last {
+			last = key
+			v, err := s.view(r, run, f)
+			if err != nil {
+				fmt.Fprintf(w, "event: problem\ndata: %s\n\n", jsonString(err.Error()))
+			} else if msg, err := s.fragments(v); err == nil {
+				fmt.Fprintf(w, "event: update\ndata: %s\n\n", msg)
+			}
+			flusher.Flush()
+			ping = time.Now()
+		} else if time.Since(ping) > 15*time.Second {
+			fmt.Fprint(w, ": ping\n\n")
+			flusher.Flush()
+			ping = time.Now()
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// fragments renders the live parts of the run page as one line of JSON.
+func (s *Server) fragments(v runView) ([]byte, error) {
+	out := map[string]string{}
+	for _, id := range []string{"summary", "charts", "logs"} {
+		var b bytes.Buffer
+		if err := s.tmpl.ExecuteTemplate(&b, id, v); err != nil {
+			return nil, err
+		}
+		out[id] = b.String()
+	}
+	return json.Marshal(out)
+}
+
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// compareView is the compare page.
+type compareView struct {
+	Runs   []runView
+	Charts []Chart
+	Refs   []string
+}
+
+func (s *Server) comparePage(w http.ResponseWriter, r *http.Request) {
+	refs := r.URL.Query()["run"]
+	if len(refs) == 0 {
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+		return
+	}
+	if len(refs) > 12 {
+		http.Error(w, "compare at most 12 runs", http.StatusBadRequest)
+		return
+	}
+	cv := compareView{Refs: refs}
+	loss := Chart{ID: "cmp_loss", Title: "training loss", XLabel: "step", YLabel: "loss"}
+	eval := Chart{ID: "cmp_eval_loss", Title: "eval loss", XLabel: "step", YLabel: "loss"}
+	tok := Chart{ID: "cmp_tokens_per_s", Title: "throughput", XLabel: "step", YLabel: "tokens/s"}
+	step := Chart{ID: "cmp_step_time", Title: "step time (slowest rank)", XLabel: "step", YLabel: "seconds"}
+	for _, ref := range refs {
+		run, ok := s.findRun(w, ref)
+		if !ok {
+			return
+		}
+		v, err := s.view(r, run, metrics.NewFollower(run.Dir.Path()))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		name := run.ExecID
+		add := func(c *Chart, from Series) {
+			from.Name = name
+			c.Series = append(c.Series, from)
+		}
+		add(&loss, v.Charts.Loss.Series[0])
+		add(&eval, v.Charts.Loss.Series[1])
+		add(&tok, v.Charts.Tokens.Series[0])
+		add(&step, v.Charts.StepTime.Series[0])
+		v.Charts = runCharts{} // the page keeps the overlays only
+		cv.Runs = append(cv.Runs, v)
+	}
+	cv.Charts = []Chart{loss, eval, tok, step}
+	s.render(w, "compare.html", cv)
+}

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/hpcrun/hpcrun/cmd/hpcrun/internal/dashboard"
+	"github.com/hpcrun/hpcrun/cmd/hpcrun/internal/failure"
+	"github.com/hpcrun/hpcrun/slurm"
+	"github.com/urfave/cli/v2"
+)
+
+func serveCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "a read-only web dashboard of the runs dir (loopback + token; use ssh -L)",
+		Description: "Serves the runs (job state, failure class, layout, progress, loss, throughput),\n" +
+			"one run (loss, accuracy, lr, grad norm, tokens/s, step time and comm, MFU, memory\n" +
+			"per rank, config, log tail; live while it runs) and several runs overlaid.\n" +
+			"Everything is embedded: the pages need no network. It binds 127.0.0.1 and prints\n" +
+			"a URL with a random token; every request without the token is refused. From your\n" +
+			"machine: ssh -L 8787:127.0.0.1:8787 <login node>, then open the URL.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "addr", Value: "127.0.0.1:8787", Usage: "listen on `HOST:PORT` (port 0: any free one)"},
+			&cli.StringFlag{Name: "token", Usage: "the access `TOKEN` (default: 24 random bytes, printed in the URL)", EnvVars: []string{"HPCRUN_SERVE_TOKEN"}},
+		},
+		Action: runServe,
+	}
+}
+
+func runServe(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return cli.Exit("usage: hpcrun serve [--addr HOST:PORT] [--token TOKEN] [--runs-dir DIR]", 2)
+	}
+	dir, err := runsDir(c)
+	if err != nil {
+		return err
+	}
+	host, _, err := net.SplitHostPort(c.String("addr"))
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("--addr %q: want HOST:PORT, e.g. 127.0.0.1:8787", c.String("addr")), 2)
+	}
+	token := c.String("token")
+	if token == "" {
+		b := make([]byte, 24)
+		if _, err := rand.Read(b); err != nil {
+			return fmt.Errorf("serve: token: %w", err)
+		}
+		token = hex.EncodeToString(b)
+	} else if len(token) < 16 {
+		return cli.Exit("--token: use at least 16 characters", 2)
+	}
+	loopback := host == "localhost"
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		loopback = true
+	}
+	if !loopback && !c.IsSet("token") {
+		fmt.Fprintf(c.App.ErrWriter, "hpcrun serve: warning: %s is reachable from other machines; anyone who sees the URL's token can read the runs (pass --token, or bind 127.0.0.1 and use ssh -L)\n", c.String("addr"))
+	}
+	srv, err := dashboard.New(dashboard.Options{RunsDir: dir, Token: token, Jobs: func(ctx context.Context) ([]dashboard.Job, error) {
+		rows, err := queueRows(ctx, dir, true, "")
+		jobs := make([]dashboard.Job, 0, len(rows))
+		for _, r := range rows {
+			jobs = append(jobs, dashboard.Job{ExecID: r.ExecID, Executor: r.Executor, Failure: failure.Class(r.Failure),
+				Info: slurmInfo(r)})
+		}
+		return jobs, err
+	}})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", c.String("addr"))
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	go srv.Warm()
+	urlHost := ln.Addr().String()
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if h, err := os.Hostname(); err == nil {
+			_, port, _ := net.SplitHostPort(urlHost)
+			urlHost = net.JoinHostPort(h, port)
+		}
+	}
+	w := c.App.Writer
+	fmt.Fprintf(w, "hpcrun serve: %s (runs in %s)\n", "http://"+urlHost+"/?token="+token, dir)
+	if loopback {
+		_, port, _ := net.SplitHostPort(ln.Addr().String())
+		fmt.Fprintf(w, "from your machine: ssh -L %s:%s %s, then open the URL; Ctrl-C stops\n", port, ln.Addr().String(), shortHostname())
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(shut)
+		_ = hs.Close() // live pages hold their streams open
+	}()
+	if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
+}
+
+// slurmInfo is a queue row as the scheduler's job description.
+func slurmInfo(r queueRow) slurm.JobInfo {
+	return slurm.JobInfo{ID: r.JobID, Name: r.Name, State: r.State, Reason: r.Reason, Nodes: r.Nodes, NodeList: r.NodeList}
+}
