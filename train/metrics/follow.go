@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sort"
+
+	"github.com/hpcrun/hpcrun/internal/rundir"
 )
 
 // Follower reads a run directory again and again as its job writes it,
@@ -39,7 +40,7 @@ func (f *Follower) Poll() (*Run, error) {
 		return nil, err
 	}
 	run := readRunFiles(f.dir)
-	paths, err := filepath.Glob(filepath.Join(f.dir, "metrics", "rank-*.jsonl"))
+	paths, err := rundir.Dir(f.dir).MetricsFiles()
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/BurntSushi/toml"
+	"github.com/hpcrun/hpcrun/internal/rundir"
 )
 
 // Problem is a line the reader could not use; reading goes on past it.
@@ -257,74 +258,22 @@ func ReadRun(dir string) (*Run, error) {
 // train.toml, both optional.
 func readRunFiles(dir string) *Run {
 	run := &Run{ExecID: filepath.Base(dir), Dir: dir}
-	if b, err := os.ReadFile(filepath.Join(dir, "meta.json")); err == nil {
+	if b, err := os.ReadFile(rundir.Dir(dir).Meta()); err == nil {
 		if err := json.Unmarshal(b, &run.Meta); err != nil {
-			run.Problems = append(run.Problems, Problem{Path: filepath.Join(dir, "meta.json"), Msg: "not valid JSON, ignored: " + jsonError(err).Error()})
+			run.Problems = append(run.Problems, Problem{Path: rundir.Dir(dir).Meta(), Msg: "not valid JSON, ignored: " + jsonError(err).Error()})
 		}
 		_ = json.Unmarshal(b, &run.Meta.Raw)
 		if run.Meta.ExecID != "" {
 			run.ExecID = run.Meta.ExecID
 		}
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, "train.toml")); err == nil {
+	if b, err := os.ReadFile(rundir.Dir(dir).Config()); err == nil {
 		var m map[string]any
 		if _, err := toml.Decode(string(b), &m); err != nil {
-			run.Problems = append(run.Problems, Problem{Path: filepath.Join(dir, "train.toml"), Msg: "not valid TOML, ignored: " + err.Error()})
+			run.Problems = append(run.Problems, Problem{Path: rundir.Dir(dir).Config(), Msg: "not valid TOML, ignored: " + err.Error()})
 		} else if j, err := json.Marshal(m); err == nil {
 			run.TrainConfig = j
 		}
 	}
 	return run
-}
-
-// FindRun resolves an execid, or a prefix of exactly one, under runsDir and
-// returns the run's directory.
-func FindRun(runsDir, execid string) (string, error) {
-	if execid == "" || strings.ContainsAny(execid, `/\`) || execid == "." || execid == ".." {
-		return "", fmt.Errorf("execid %q: give the name of a folder under %s", execid, runsDir)
-	}
-	ids, err := ListRuns(runsDir)
-	if err != nil {
-		return "", err
-	}
-	var match []string
-	for _, id := range ids {
-		if id == execid {
-			return filepath.Join(runsDir, id), nil
-		}
-		if strings.HasPrefix(id, execid) {
-			match = append(match, id)
-		}
-	}
-	switch len(match) {
-	case 0:
-		return "", fmt.Errorf("execid %s: %w under %s (hpcrun queue --all lists the runs)", execid, ErrNoRun, runsDir)
-	case 1:
-		return filepath.Join(runsDir, match[0]), nil
-	}
-	n := len(match)
-	if n > 4 {
-		match = append(match[:4], "...")
-	}
-	return "", fmt.Errorf("execid prefix %s matches %d runs (%s): give more characters", execid, n, strings.Join(match, ", "))
-}
-
-// ListRuns returns the execids under runsDir, oldest first (execids sort by
-// time). A missing runsDir has no runs.
-func ListRuns(runsDir string) ([]string, error) {
-	ents, err := os.ReadDir(runsDir)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("runs folder: %w", err)
-	}
-	var ids []string
-	for _, e := range ents {
-		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
-			ids = append(ids, e.Name())
-		}
-	}
-	sort.Strings(ids)
-	return ids, nil
 }

@@ -8,11 +8,12 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
 	"sync"
+
+	"github.com/hpcrun/hpcrun/internal/rundir"
 )
 
 // ReadSummary reads the run in dir and summarizes it as Summarize does a
@@ -98,7 +99,7 @@ func openRun(dir string) (*Run, []string, error) {
 		return nil, nil, fmt.Errorf("%s is not a run directory", dir)
 	}
 	run := readRunFiles(dir)
-	paths, err := filepath.Glob(filepath.Join(dir, "metrics", "rank-*.jsonl"))
+	paths, err := rundir.Dir(dir).MetricsFiles()
 	if err != nil {
 		return nil, nil, err
 	}

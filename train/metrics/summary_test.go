@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hpcrun/hpcrun/internal/rundir"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
@@ -149,30 +151,23 @@ func TestRecordedFacts(t *testing.T) {
 	}
 }
 
-func TestFindRun(t *testing.T) {
+// TestRecordedRunsFound: the recorded runs answer rundir.Find, the one
+// lookup every command uses, by execid, prefix and job id.
+func TestRecordedRunsFound(t *testing.T) {
 	root := filepath.Join("testdata", "runs")
-	tests := []struct{ arg, want, err string }{
-		{"20261121-143005-a3f9", "20261121-143005-a3f9", ""},
-		{"20261121-1432", "20261121-143210-b7e1", ""},
-		{"20261121-14", "", "matches 3 runs"},
-		{"19990101", "", "no such run"},
-		{"../x", "", "give the name of a folder"},
-		{"", "", "give the name of a folder"},
-	}
-	for _, tt := range tests {
-		got, err := FindRun(root, tt.arg)
-		if tt.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tt.err) {
-				t.Errorf("FindRun(%q) error %v, want %q", tt.arg, err, tt.err)
-			}
+	for ref, want := range map[string]string{
+		"20261121-143005-a3f9": "20261121-143005-a3f9",
+		"20261121-1432":        "20261121-143210-b7e1",
+		"4243120":              "20261121-150002-d4c8", // a reused job id: the newest run
+	} {
+		r, err := rundir.Find(root, ref)
+		if err != nil || r.ExecID != want {
+			t.Errorf("Find(%q) = %s, %v; want %s", ref, r.ExecID, err, want)
 			continue
 		}
-		if err != nil || got != filepath.Join(root, tt.want) {
-			t.Errorf("FindRun(%q) = %q, %v", tt.arg, got, err)
+		if _, err := ReadRun(r.Dir.Path()); err != nil {
+			t.Errorf("ReadRun(%s): %v", r.Dir, err)
 		}
-	}
-	if _, err := FindRun(filepath.Join(root, "nope"), "x"); !errors.Is(err, ErrNoRun) {
-		t.Errorf("missing runs folder: %v", err)
 	}
 	if _, err := ReadRun(filepath.Join(root, "nope")); !errors.Is(err, ErrNoRun) {
 		t.Errorf("ReadRun of a missing run: %v", err)

@@ -11,12 +11,13 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/hpcrun/hpcrun/internal/rundir"
 )
 
-// RankFile is the metrics file of one rank inside a run directory.
-func RankFile(runDir string, rank int) string {
-	return filepath.Join(runDir, "metrics", fmt.Sprintf("rank-%05d.jsonl", rank))
-}
+// RankFile is the metrics file of one rank inside a run directory, as
+// rundir lays it out.
+func RankFile(runDir string, rank int) string { return rundir.Dir(runDir).RankMetrics(rank) }
 
 // Writer appends metrics lines for one rank. Each line goes out in one write
 // call, unbuffered, so a reader (or a crash) sees whole lines. The methods are
