@@ -82,7 +82,7 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	go srv.Warm()
+	srv.Warm() // the summaries of every run, read once: the first page comes from the cache
 	urlHost := ln.Addr().String()
 	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 		if h, err := os.Hostname(); err == nil {

@@ -32,10 +32,9 @@ const maxPoints = 600
 
 // Chart geometry, in SVG user units.
 const (
-	chartW, chartH         = 480, 220
-	padL, padR, padT, padB = 58, 12, 26, 34
+	chartW, chartH         = 480, 232
+	padL, padR, padT, padB = 58, 12, 38, 34
 	plotW, plotH           = chartW - padL - padR, chartH - padT - padB
-	legendDY               = 12
 	seriesColors           = 8
 	tickCountX, tickCountY = 5, 4
 	strokeWidth            = 1.5
@@ -132,11 +131,17 @@ func (c Chart) SVG() template.HTML {
 				}
 			}
 		}
-		if len(c.Series) > 1 {
-			fmt.Fprintf(&b, `<text class="legend" x="%d" y="%d" fill="%s">%s</text>`,
-				padL+plotW-4, padT+legendDY*(i+1), color, html.EscapeString(s.Name))
-		}
 		b.WriteString(`</g>`)
+	}
+	if len(c.Series) > 1 {
+		// One row under the title: a swatch and the name of each series.
+		x := padL
+		for i, s := range c.Series {
+			color := palette[i%seriesColors]
+			fmt.Fprintf(&b, `<line class="swatch" x1="%d" x2="%d" y1="27" y2="27" stroke="%s" stroke-width="3"/><text class="legend" x="%d" y="31">%s</text>`,
+				x, x+12, color, x+15, html.EscapeString(s.Name))
+			x += 15 + 6*len(s.Name) + 12
+		}
 	}
 	b.WriteString(`</svg></figure>`)
 	return template.HTML(b.String())
@@ -163,10 +168,10 @@ func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 // power of ten apart), covering both.
 func niceTicks(lo, hi float64, n int) []float64 {
 	step := niceStep((hi - lo) / float64(n))
-	start := math.Floor(lo/step) * step
+	first, last := math.Floor(lo/step), math.Ceil(hi/step)
 	var t []float64
-	for v := start; v <= hi+step*0.5 && len(t) < 4*n; v += step {
-		t = append(t, math.Round(v/step)*step)
+	for k := first; k <= last && len(t) < 4*n; k++ {
+		t = append(t, k*step)
 	}
 	return t
 }
