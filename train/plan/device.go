@@ -1,0 +1,125 @@
+package plan
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Device is what the plan needs to know of one rank's device: how much
+// memory it has, how fast it multiplies, and how fast its links move bytes.
+// The figures are the vendors' nominal ones (dense, no sparsity); Efficiency
+// is the share of the GEMM peak a training step's matrix products reach.
+type Device struct {
+	Name     string `json:"name"`
+	MemBytes int64  `json:"mem_bytes"` // the device's memory (as nvidia-smi reports its total)
+	CUDA     bool   `json:"cuda"`      // a GPU: the CUDA context and NCCL buffers count
+	SMs      int    `json:"sms,omitempty"`
+	// FP32Flops and BF16Flops are the peak FLOP/s of float32 and bfloat16
+	// (tensor core) matrix products; 0: the device has no such units.
+	FP32Flops float64 `json:"fp32_flops"`
+	BF16Flops float64 `json:"bf16_flops"`
+	// Efficiency is the fraction of the peak the step's GEMMs reach (1 for
+	// a rate that was measured, as the CPU's from hpcrun bench gemm).
+	Efficiency float64 `json:"efficiency"`
+	// MemBandwidth is bytes/s between the compute units and the memory:
+	// it bounds the step's elementwise kernels and the optimizer.
+	MemBandwidth float64 `json:"mem_bandwidth"`
+	// LinkBandwidth is one rank's bytes/s to its peers inside a node
+	// (NVLink, or shared memory for CPU ranks); NetBandwidth across nodes.
+	LinkBandwidth float64 `json:"link_bandwidth"`
+	NetBandwidth  float64 `json:"net_bandwidth"`
+	// Latency is the fixed cost of one collective, in seconds.
+	Latency float64 `json:"latency_s"`
+	// ContextBytes is the CUDA context and library handles (cuBLAS, NCCL)
+	// a process holds on the GPU outside the engine's tensors.
+	ContextBytes int64 `json:"context_bytes"`
+	// Source says where the rates come from.
+	Source string `json:"source,omitempty"`
+}
+
+const (
+	mib = int64(1) << 20
+	gib = int64(1) << 30
+)
+
+// The GPU table: totals as nvidia-smi reports them, SXM peak rates,
+// NVLink per direction, 200 Gb/s InfiniBand between nodes.
+var devices = map[string]Device{
+	"v100-16": {Name: "v100-16", MemBytes: 16160 * mib, CUDA: true, SMs: 80, FP32Flops: 15.7e12, BF16Flops: 0,
+		MemBandwidth: 900e9, LinkBandwidth: 150e9, NetBandwidth: 25e9, Latency: 20e-6, ContextBytes: 400 * mib},
+	"v100-32": {Name: "v100-32", MemBytes: 32510 * mib, CUDA: true, SMs: 80, FP32Flops: 15.7e12, BF16Flops: 0,
+		MemBandwidth: 900e9, LinkBandwidth: 150e9, NetBandwidth: 25e9, Latency: 20e-6, ContextBytes: 400 * mib},
+	"a100-40": {Name: "a100-40", MemBytes: 40960 * mib, CUDA: true, SMs: 108, FP32Flops: 19.5e12, BF16Flops: 312e12,
+		MemBandwidth: 1555e9, LinkBandwidth: 300e9, NetBandwidth: 25e9, Latency: 15e-6, ContextBytes: 500 * mib},
+	"a100-80": {Name: "a100-80", MemBytes: 81920 * mib, CUDA: true, SMs: 108, FP32Flops: 19.5e12, BF16Flops: 312e12,
+		MemBandwidth: 2039e9, LinkBandwidth: 300e9, NetBandwidth: 25e9, Latency: 15e-6, ContextBytes: 500 * mib},
+	"h100-80": {Name: "h100-80", MemBytes: 81559 * mib, CUDA: true, SMs: 132, FP32Flops: 67e12, BF16Flops: 989e12,
+		MemBandwidth: 3350e9, LinkBandwidth: 450e9, NetBandwidth: 50e9, Latency: 10e-6, ContextBytes: 550 * mib},
+	"h200": {Name: "h200", MemBytes: 143771 * mib, CUDA: true, SMs: 132, FP32Flops: 67e12, BF16Flops: 989e12,
+		MemBandwidth: 4800e9, LinkBandwidth: 450e9, NetBandwidth: 50e9, Latency: 10e-6, ContextBytes: 550 * mib},
+}
+
+// aliases are other names users type for the table's devices.
+var aliases = map[string]string{
+	"v100": "v100-16", "v100-16gb": "v100-16", "v100-32gb": "v100-32",
+	"a100": "a100-80", "a100-40gb": "a100-40", "a100-80gb": "a100-80",
+	"h100": "h100-80", "h100-80gb": "h100-80", "h200-141": "h200", "h200-141gb": "h200",
+}
+
+// The CPU's figures when nothing was measured: a rate two AVX2/AVX-512
+// cores reach in this engine's GEMM, the loopback TCP ring's bandwidth.
+const (
+	DefaultCPUFlops     = 60e9
+	defaultCPUMemBW     = 10e9
+	defaultCPULink      = 1.5e9
+	defaultCPULatency   = 100e-6
+	defaultCPUMemBytes  = 8 * gib
+	defaultCPUNetwork   = 1e9
+	defaultCPUEfficency = 1
+)
+
+// CPU is the CPU device with a GEMM rate of flops FLOP/s (0: the default,
+// DefaultCPUFlops) and memBytes of memory for the rank (0: 8 GiB); source
+// says where the rate comes from.
+func CPU(flops float64, memBytes int64, source string) Device {
+	if flops <= 0 {
+		flops, source = DefaultCPUFlops, fmt.Sprintf("default %.0f GFLOP/s (run hpcrun bench gemm to measure this machine)", DefaultCPUFlops/1e9)
+	}
+	if memBytes <= 0 {
+		memBytes = defaultCPUMemBytes
+	}
+	return Device{Name: "cpu", MemBytes: memBytes, FP32Flops: flops, BF16Flops: flops, Efficiency: defaultCPUEfficency,
+		MemBandwidth: defaultCPUMemBW, LinkBandwidth: defaultCPULink, NetBandwidth: defaultCPUNetwork,
+		Latency: defaultCPULatency, Source: source}
+}
+
+// gpuEfficiency is the share of the peak cuBLAS reaches on a step's GEMMs.
+const gpuEfficiency = 0.7
+
+// LookupDevice returns the table's GPU called name (v100-16, v100-32,
+// a100-40, a100-80, h100-80, h200, or an alias such as a100-80gb). The CPU
+// is not in the table: its figures depend on the machine (see CPU).
+func LookupDevice(name string) (Device, error) {
+	key := strings.ToLower(strings.TrimSpace(name))
+	if a, ok := aliases[key]; ok {
+		key = a
+	}
+	d, ok := devices[key]
+	if !ok {
+		return Device{}, fmt.Errorf("device %q: use cpu or one of %s", name, strings.Join(DeviceNames(), ", "))
+	}
+	d.Efficiency = gpuEfficiency
+	d.Source = "nominal peak of the table, at 70% for the GEMMs"
+	return d, nil
+}
+
+// DeviceNames lists the table's GPUs, sorted.
+func DeviceNames() []string {
+	names := make([]string, 0, len(devices))
+	for n := range devices {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
