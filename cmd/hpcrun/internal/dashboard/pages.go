@@ -111,10 +111,10 @@ func (s *Server) findRun(w http.ResponseWriter, ref string) (rundir.Run, bool) {
 	return run, true
 }
 
-// view reads the run whole (through f, which keeps what it read for the
-// next call) and builds its page.
-func (s *Server) view(r *http.Request, run rundir.Run, f *metrics.Follower) (runView, error) {
-	m, err := f.Poll()
+// view reads the run whole through read (metrics.ReadRun, or a Follower's
+// Poll, which keeps what it read for the next call) and builds its page.
+func (s *Server) view(r *http.Request, run rundir.Run, read func() (*metrics.Run, error)) (runView, error) {
+	m, err := read()
 	if err != nil {
 		return runView{}, err
 	}
@@ -144,7 +144,7 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	v, err := s.view(r, run, metrics.NewFollower(run.Dir.Path()))
+	v, err := s.view(r, run, func() (*metrics.Run, error) { return metrics.ReadRun(run.Dir.Path()) })
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
@@ -183,7 +183,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		key := fileKey(run.Dir)
 		if key != last {
 			last = key
-			v, err := s.view(r, run, f)
+			v, err := s.view(r, run, f.Poll)
 			if err != nil {
 				fmt.Fprintf(w, "event: problem\ndata: %s\n\n", jsonString(err.Error()))
 			} else if msg, err := s.fragments(v); err == nil {
@@ -249,7 +249,7 @@ func (s *Server) comparePage(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			return
 		}
-		v, err := s.view(r, run, metrics.NewFollower(run.Dir.Path()))
+		v, err := s.view(r, run, func() (*metrics.Run, error) { return metrics.ReadRun(run.Dir.Path()) })
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
