@@ -68,6 +68,45 @@ func slurmJob(t *testing.T, id string) (state string, restarts int) {
 	return state, restarts
 }
 
+// requeueNow waits until the job of s is pending again after its restarts-th
+// requeue, then moves its start up: Slurm holds a requeued job for about
+// two minutes, the lifetime of the revoked job credential.
+func requeueNow(t *testing.T, s submitted, restarts int, deadline time.Time) {
+	t.Helper()
+	for {
+		st, n := slurmJob(t, s.JobID)
+		if st == "PENDING" && n == restarts {
+			break
+		}
+		if st == "COMPLETED" || st == "FAILED" || time.Now().After(deadline) {
+			errLog, _ := os.ReadFile(filepath.Join(s.RunDir, "slurm-"+s.JobID+".err"))
+			t.Fatalf("job %s (restarts %d), want it requeued for the %d. time\n%s", st, n, restarts, errLog)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// slurmd refuses a credential issued within a second or so of the
+	// revocation of the job's previous one ("Job credential revoked").
+	time.Sleep(3 * time.Second)
+	exec.Command("scontrol", "update", "jobid="+s.JobID, "starttime=now").Run()
+}
+
+// waitCompleted waits for the job of s to complete and returns how many
+// times it was restarted.
+func waitCompleted(t *testing.T, s submitted, deadline time.Time) int {
+	t.Helper()
+	for {
+		st, restarts := slurmJob(t, s.JobID)
+		if st == "COMPLETED" {
+			return restarts
+		}
+		if st == "FAILED" || st == "CANCELLED" || time.Now().After(deadline) {
+			errLog, _ := os.ReadFile(filepath.Join(s.RunDir, "slurm-"+s.JobID+".err"))
+			t.Fatalf("job %s, want COMPLETED\n%s", st, errLog)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // TestE2ERequeue runs a checkpointing job (--signal=USR1@.. and --requeue
 // in its script) on the local Slurm and stops it twice the way a time limit
 // does: USR1 to its tasks. Each time the tasks agree on a step, save, rank
@@ -123,35 +162,10 @@ ckpt_keep = 2
 		if out, err := exec.Command("scancel", "--signal=USR1", s.JobID).CombinedOutput(); err != nil {
 			t.Fatalf("scancel --signal=USR1: %v: %s", err, out)
 		}
-		for {
-			st, restarts := slurmJob(t, s.JobID)
-			if st == "PENDING" && restarts == round+1 {
-				break
-			}
-			if st == "COMPLETED" || st == "FAILED" || time.Now().After(deadline) {
-				errLog, _ := os.ReadFile(filepath.Join(s.RunDir, "slurm-"+s.JobID+".err"))
-				t.Fatalf("round %d: job %s (restarts %d), want it requeued\n%s", round, st, restarts, errLog)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		// slurmd refuses a credential issued within a second or so of the
-		// revocation of the job's previous one ("Job credential revoked").
-		time.Sleep(3 * time.Second)
-		exec.Command("scontrol", "update", "jobid="+s.JobID, "starttime=now").Run()
+		requeueNow(t, s, round+1, deadline)
 	}
-	for {
-		st, restarts := slurmJob(t, s.JobID)
-		if st == "COMPLETED" {
-			if restarts != 2 {
-				t.Errorf("completed after %d restarts, want 2", restarts)
-			}
-			break
-		}
-		if st == "FAILED" || st == "CANCELLED" || time.Now().After(deadline) {
-			errLog, _ := os.ReadFile(filepath.Join(s.RunDir, "slurm-"+s.JobID+".err"))
-			t.Fatalf("job %s, want COMPLETED\n%s", st, errLog)
-		}
-		time.Sleep(200 * time.Millisecond)
+	if restarts := waitCompleted(t, s, deadline); restarts != 2 {
+		t.Errorf("completed after %d restarts, want 2", restarts)
 	}
 	errLog, _ := os.ReadFile(filepath.Join(s.RunDir, "slurm-"+s.JobID+".err"))
 	if n := strings.Count(string(errLog), "requeued job "+s.JobID); n != 2 {
@@ -172,6 +186,14 @@ ckpt_keep = 2
 	// The same training without a stop, as a job of the same shape (the
 	// GEMMs' thread count, hence their summation order, follows the job's
 	// CPUs: hpcrun run on this machine differs in the last bits).
+	sameAsUndisturbed(t, e, args, metricsFile, losses, 400)
+}
+
+// sameAsUndisturbed submits the job of args again and waits for it; every
+// one of its steps losses must equal those of the disturbed run (whose
+// rank 0 file is metricsFile) bit for bit.
+func sameAsUndisturbed(t *testing.T, e *env, args []string, metricsFile string, losses map[int]float64, steps int) {
+	t.Helper()
 	e.run(append([]string{"submit", "--wait"}, args...)...)
 	runs, _ := filepath.Glob(filepath.Join(e.dir, "runs", "*", "metrics", "rank-00000.jsonl"))
 	var ref map[int]float64
@@ -180,12 +202,12 @@ ckpt_keep = 2
 			ref, _, _ = stepLosses(t, r)
 		}
 	}
-	if len(ref) != 400 || len(losses) != 400 {
-		t.Fatalf("%d steps uninterrupted, %d through requeues; want 400 each", len(ref), len(losses))
+	if len(ref) != steps || len(losses) != steps {
+		t.Fatalf("%d steps undisturbed, %d disturbed; want %d each", len(ref), len(losses), steps)
 	}
-	for step := 1; step <= 400; step++ {
+	for step := 1; step <= steps; step++ {
 		if math.Float64bits(losses[step]) != math.Float64bits(ref[step]) {
-			t.Fatalf("step %d: loss %v through requeues, %v uninterrupted", step, losses[step], ref[step])
+			t.Fatalf("step %d: loss %v disturbed, %v undisturbed", step, losses[step], ref[step])
 		}
 	}
 }

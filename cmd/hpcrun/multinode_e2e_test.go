@@ -192,52 +192,14 @@ ckpt_every = 20
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	// The requeued job is held for a while (its credential's lifetime);
-	// move it up, as TestE2ERequeue does.
-	for {
-		st, restarts := slurmJob(t, s.JobID)
-		if st == "PENDING" && restarts == 1 {
-			break
-		}
-		if st == "COMPLETED" || st == "FAILED" || time.Now().After(deadline) {
-			t.Fatalf("job %s (restarts %d), want it pending again", st, restarts)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	time.Sleep(3 * time.Second)
-	exec.Command("scontrol", "update", "jobid="+s.JobID, "starttime=now").Run()
-	for {
-		st, _ := slurmJob(t, s.JobID)
-		if st == "COMPLETED" {
-			break
-		}
-		if st == "FAILED" || st == "CANCELLED" || time.Now().After(deadline.Add(60*time.Second)) {
-			b, _ := os.ReadFile(errPath)
-			t.Fatalf("job %s after the requeue, want COMPLETED\n%s", st, b)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	requeueNow(t, s, 1, deadline)
+	waitCompleted(t, s, deadline.Add(60*time.Second))
 	losses, starts, _ := stepLosses(t, metricsFile)
 	if starts != 2 || len(losses) != 300 {
 		t.Fatalf("%d starts, %d steps; want 2 and 300", starts, len(losses))
 	}
 	// The same job undisturbed, on two working nodes.
-	e.run(append([]string{"submit", "--wait"}, args...)...)
-	runs, _ := filepath.Glob(filepath.Join(e.dir, "runs", "*", "metrics", "rank-00000.jsonl"))
-	var ref map[int]float64
-	for _, r := range runs {
-		if r != metricsFile {
-			ref, _, _ = stepLosses(t, r)
-		}
-	}
-	if len(ref) != 300 {
-		t.Fatalf("undisturbed job made %d steps", len(ref))
-	}
-	for step := 1; step <= 300; step++ {
-		if math.Float64bits(losses[step]) != math.Float64bits(ref[step]) {
-			t.Fatalf("step %d: loss %v after losing a node, %v undisturbed", step, losses[step], ref[step])
-		}
-	}
+	sameAsUndisturbed(t, e, args, metricsFile, losses, 300)
 }
 
 // restoreNodes starts the slurmd of a killed node again and returns it to

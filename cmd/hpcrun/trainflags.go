@@ -57,61 +57,36 @@ func trainFlags() []cli.Flag {
 // applied before the preset too, so that the size presets (tiny, small) keep
 // the chosen model. The only error is an unknown preset.
 func applyTrainFlags(c *cli.Context, cfg *train.Config) error {
-	setInt := func(name string, dst *int) {
-		if c.IsSet(name) {
-			*dst = c.Int(name)
-		}
+	if c.IsSet("model") {
+		cfg.Model = c.String("model")
 	}
-	setString := func(name string, dst *string) {
-		if c.IsSet(name) {
-			*dst = c.String(name)
-		}
-	}
-	setString("model", &cfg.Model)
 	if c.IsSet("preset") {
 		if err := cfg.ApplyPreset(c.String("preset")); err != nil {
 			return err
 		}
 	}
-	setInt("ntasks", &cfg.NTasks)
-	setInt("tp", &cfg.TP)
-	setString("model", &cfg.Model)
-	setInt("layers", &cfg.Layers)
-	setInt("dim", &cfg.Dim)
-	setInt("heads", &cfg.Heads)
-	setInt("seq", &cfg.Seq)
-	setInt("bsz", &cfg.BatchSize)
-	setInt("grad-accum", &cfg.GradAccum)
-	setInt("epochs", &cfg.Epochs)
-	setInt("samples", &cfg.Samples)
-	setInt("steps", &cfg.Steps)
-	if c.IsSet("lr") {
-		cfg.LR = c.Float64("lr")
+	// Every other flag is the train.Config field of the same name in TOML
+	// (grad-accum is grad_accum): one list, the Config's.
+	v := reflect.ValueOf(cfg).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		key, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("toml"), ",")
+		name := strings.ReplaceAll(key, "_", "-")
+		if key == "" || key == "preset" || !c.IsSet(name) {
+			continue
+		}
+		switch f := v.Field(i); f.Kind() {
+		case reflect.Int:
+			f.SetInt(int64(c.Int(name)))
+		case reflect.Int64:
+			f.SetInt(c.Int64(name))
+		case reflect.Float64:
+			f.SetFloat(c.Float64(name))
+		case reflect.String:
+			f.SetString(c.String(name))
+		default:
+			return fmt.Errorf("--%s: a %s option cannot be a flag", name, f.Kind())
+		}
 	}
-	setInt("warmup", &cfg.Warmup)
-	setString("precision", &cfg.Precision)
-	setString("data", &cfg.Data)
-	setString("tokenizer", &cfg.Tokenizer)
-	if c.IsSet("seed") {
-		cfg.Seed = c.Int64("seed")
-	}
-	setInt("eval-every", &cfg.EvalEvery)
-	setString("device", &cfg.Device)
-	setString("comm", &cfg.Comm)
-	setString("vocab-file", &cfg.VocabFile)
-	setInt("vocab", &cfg.Vocab)
-	setInt("eval-samples", &cfg.EvalSamples)
-	if c.IsSet("weight-decay") {
-		cfg.WeightDecay = c.Float64("weight-decay")
-	}
-	if c.IsSet("grad-clip") {
-		cfg.GradClip = c.Float64("grad-clip")
-	}
-	setInt("ckpt-every", &cfg.CkptEvery)
-	setInt("ckpt-keep", &cfg.CkptKeep)
-	setInt("max-requeues", &cfg.MaxRequeues)
-	setString("stop-signal", &cfg.StopSignal)
-	setString("resume-from", &cfg.ResumeFrom)
 	return nil
 }
 
