@@ -1,6 +1,6 @@
 // hpcrun serve: live updates of a running run's page (server-sent events
-// carry the new HTML of the summary, charts and logs), and the compare
-// button of the runs page. No framework, no build step.
+// carry the new HTML of the summary, charts and logs), and the runs page's
+// compare button and refresh. No framework, no build step.
 "use strict";
 (function () {
   const live = document.querySelector("[data-events]");
@@ -24,5 +24,7 @@
     const sync = () => { button.disabled = form.querySelectorAll("input[name=run]:checked").length < 1; };
     form.addEventListener("change", sync);
     sync();
+    // The runs page reads again every 15 s, unless runs are being ticked.
+    setInterval(() => { if (!form.querySelector("input[name=run]:checked")) location.reload(); }, 15000);
   }
 })();

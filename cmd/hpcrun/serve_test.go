@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestServeRefusesBadFlags(t *testing.T) {
+	dir := t.TempDir()
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--addr", "8787"}, "want HOST:PORT"},
+		{[]string{"serve", "--token", "short"}, "at least 16 characters"},
+		{[]string{"serve", "extra"}, "usage: hpcrun serve"},
+		{[]string{"serve", "--addr", "203.0.113.1:1", "--token", "0123456789abcdef"}, "serve: listen tcp"},
+	} {
+		out, err := runApp(t, append(tt.args, "--runs-dir", dir)...)
+		if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%v: %v (%s), want one line with %q", tt.args, err, out, tt.want)
+		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer that the server goroutine and the test
+// share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Bound to every interface without --token, serve warns; with one it does
+// not, and on loopback it prints the ssh -L line.
+func TestServeWarnsOffLoopback(t *testing.T) {
+	for _, tt := range []struct {
+		args             []string
+		warn, sshForward bool
+	}{
+		{[]string{"--addr", "0.0.0.0:0"}, true, false},
+		{[]string{"--addr", "0.0.0.0:0", "--token", "0123456789abcdef0123"}, false, false},
+		{[]string{"--addr", "127.0.0.1:0"}, false, true},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		app := newApp()
+		var out, errOut lockedBuffer
+		app.Writer, app.ErrWriter = &out, &errOut
+		done := make(chan error, 1)
+		go func() {
+			done <- app.RunContext(ctx, append([]string{"hpcrun", "serve", "--runs-dir", t.TempDir()}, tt.args...))
+		}()
+		deadline := time.Now().Add(5 * time.Second)
+		for !strings.Contains(out.String(), "?token=") && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("%v: %v", tt.args, err)
+		}
+		if got := strings.Contains(errOut.String(), "warning"); got != tt.warn {
+			t.Errorf("%v: warning printed %v, want %v: %q", tt.args, got, tt.warn, errOut.String())
+		}
+		if got := strings.Contains(out.String(), "ssh -L"); got != tt.sshForward {
+			t.Errorf("%v: ssh -L line %v, want %v: %q", tt.args, got, tt.sshForward, out.String())
+		}
+	}
+}
