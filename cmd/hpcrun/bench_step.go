@@ -82,14 +82,9 @@ func runBenchStep(c *cli.Context) error {
 			return err
 		}
 	}
-	cfg := train.DefaultConfig()
-	if err := cfg.ApplyPreset(c.String("model")); err != nil {
-		return cli.Exit(err.Error(), 2)
-	}
-	cfg.BatchSize, cfg.Seq = c.Int("bsz"), c.Int("seq")
-	steps := c.Int("steps")
-	if steps < 1 || c.Int("warmup") < 0 {
-		return cli.Exit("--steps must be at least 1 and --warmup not negative", 2)
+	cfg, steps, err := benchStepConfig(c)
+	if err != nil {
+		return err
 	}
 	threads := c.Int("threads")
 	if threads <= 0 {
@@ -212,17 +207,27 @@ type benchStepCUDAResult struct {
 	Loss          float64 `json:"loss"`
 }
 
-// runBenchStepCUDA times training steps on a GPU: tokens/s, model TFLOP/s
-// and peak memory, to set beside PyTorch's numbers for the same step.
-func runBenchStepCUDA(c *cli.Context) error {
+// benchStepConfig is the model of --model at --bsz and --seq, and the
+// steps to time.
+func benchStepConfig(c *cli.Context) (train.Config, int, error) {
 	cfg := train.DefaultConfig()
 	if err := cfg.ApplyPreset(c.String("model")); err != nil {
-		return cli.Exit(err.Error(), 2)
+		return cfg, 0, cli.Exit(err.Error(), 2)
 	}
 	cfg.BatchSize, cfg.Seq = c.Int("bsz"), c.Int("seq")
 	steps := c.Int("steps")
 	if steps < 1 || c.Int("warmup") < 0 {
-		return cli.Exit("--steps must be at least 1 and --warmup not negative", 2)
+		return cfg, 0, cli.Exit("--steps must be at least 1 and --warmup not negative", 2)
+	}
+	return cfg, steps, nil
+}
+
+// runBenchStepCUDA times training steps on a GPU: tokens/s, model TFLOP/s
+// and peak memory, to set beside PyTorch's numbers for the same step.
+func runBenchStepCUDA(c *cli.Context) error {
+	cfg, steps, err := benchStepConfig(c)
+	if err != nil {
+		return err
 	}
 	prec, err := cuda.ParsePrecision(c.String("precision"))
 	if err != nil {

@@ -463,12 +463,7 @@ func numberEnd(b []byte, i int) int {
 		return -1
 	}
 	if i < len(b) && b[i] == '.' {
-		i++
-		d := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		if i == d {
+		if i = digits(b, i+1); i < 0 {
 			return -1
 		}
 	}
@@ -477,13 +472,22 @@ func numberEnd(b []byte, i int) int {
 		if i < len(b) && (b[i] == '+' || b[i] == '-') {
 			i++
 		}
-		d := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		if i == d {
+		if i = digits(b, i); i < 0 {
 			return -1
 		}
+	}
+	return i
+}
+
+// digits skips the decimal digits of b from i, at least one, and returns
+// where they end, or -1 when there is none.
+func digits(b []byte, i int) int {
+	d := i
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	if i == d {
+		return -1
 	}
 	return i
 }
