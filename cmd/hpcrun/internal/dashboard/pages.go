@@ -101,7 +101,7 @@ type runView struct {
 func (s *Server) findRun(w http.ResponseWriter, ref string) (rundir.Run, bool) {
 	run, err := rundir.Find(s.opt.RunsDir, ref)
 	if err != nil {
-		code := http.StatusInternalServerError
+		code := http.StatusBadRequest // not a run's name, or a prefix of several
 		if errors.Is(err, rundir.ErrNotFound) {
 			code = http.StatusNotFound
 		}
