@@ -92,6 +92,7 @@ type runView struct {
 	Sum     metrics.Summary
 	Charts  runCharts
 	Config  string
+	Plan    []planRow // nil when the run recorded no plan
 	LogOut  string
 	LogErr  string
 	Live    bool
@@ -128,6 +129,7 @@ func (s *Server) view(r *http.Request, run rundir.Run, read func() (*metrics.Run
 		v.Verdict = failure.Of(run.Dir, slurm.JobInfo{ID: run.JobID})
 	}
 	v.Config = readSmall(run.Dir.Config())
+	v.Plan = planOf(run.Dir, sum)
 	if run.JobID != "" {
 		v.LogOut, _ = tailLines(run.Dir.Log(run.JobID, false), 40)
 		v.LogErr, _ = tailLines(run.Dir.Log(run.JobID, true), 40)
@@ -207,9 +209,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 // fragments renders the live parts of the run page as one line of JSON.
 func (s *Server) fragments(v runView) ([]byte, error) {
 	out := map[string]string{}
-	for _, id := range []string{"summary", "charts", "logs"} {
+	for id, tmpl := range map[string]string{"summary": "summary", "plan-section": "plan", "charts": "charts", "logs": "logs"} {
 		var b bytes.Buffer
-		if err := s.tmpl.ExecuteTemplate(&b, id, v); err != nil {
+		if err := s.tmpl.ExecuteTemplate(&b, tmpl, v); err != nil {
 			return nil, err
 		}
 		out[id] = b.String()

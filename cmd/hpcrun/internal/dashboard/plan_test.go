@@ -1,0 +1,63 @@
+package dashboard
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/hpcrun/hpcrun/train"
+	"github.com/hpcrun/hpcrun/train/metrics"
+	"github.com/hpcrun/hpcrun/train/plan"
+)
+
+// A run whose meta.json holds the plan made at submission shows it beside
+// what was measured; a run without one shows no plan.
+func TestPlanAgainstMeasured(t *testing.T) {
+	runs := t.TempDir()
+	const withPlan, without = "20261123-150000-aaaa", "20261123-150001-bbbb"
+	writeRun(t, runs, withPlan, 4, 1, 30, true)
+	writeRun(t, runs, without, 4, 1, 30, true)
+	cfg := train.DefaultConfig()
+	cfg.Model = "gpt"
+	if err := cfg.ApplyPreset("tiny"); err != nil {
+		t.Fatal(err)
+	}
+	cfg.NTasks, cfg.TP, cfg.Device = 4, 2, "cpu"
+	p, err := plan.New(plan.Request{Config: cfg, Vocab: 256, Device: plan.CPU(plan.DefaultCPUFlops, 8<<30, "test")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, _ := json.Marshal(map[string]any{"execid": withPlan, "executor": "run", "plan": p})
+	if err := os.WriteFile(filepath.Join(runs, withPlan, "meta.json"), meta, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum, _, err := metrics.ReadSummary(filepath.Join(runs, withPlan), metrics.NoCurves)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := newTestServer(t, runs)
+	cookie := &http.Cookie{Name: cookieName, Value: testToken}
+	_, body := get(t, http.DefaultClient, ts.URL+"/run/"+withPlan, cookie)
+	var peak int64
+	for _, m := range sum.Memory {
+		peak = max(peak, m.EnginePeakBytes)
+	}
+	for _, want := range []string{
+		`<tr data-key="step_s"><th>step time (p50)</th><td class="num" data-planned="` + strconv.FormatFloat(p.Time.StepS, 'g', -1, 64) + `"`,
+		`data-measured="` + exact(sum.StepP50S) + `"`,
+		`data-planned="` + exact(metrics.Float(p.Memory.EnginePeak)) + `"`,
+		`data-measured="` + exact(metrics.Float(peak)) + `"`,
+		`data-planned="` + strconv.FormatFloat(p.Time.TokensPerS, 'g', -1, 64) + `"`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("run page with a plan lacks %s", want)
+		}
+	}
+	if _, body := get(t, http.DefaultClient, ts.URL+"/run/"+without, cookie); strings.Contains(body, "plan vs measured") {
+		t.Errorf("a run without a plan shows one")
+	}
+}
