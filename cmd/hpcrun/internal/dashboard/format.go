@@ -64,10 +64,10 @@ func mib(n int64) string {
 }
 
 // exact is a figure's data-value: the shortest decimal that reads back as
-// the same float64, as encoding/json writes it ("" when unknown).
+// the same float64, without an exponent ("" when unknown).
 func exact(f metrics.Float) string {
 	if !f.Known() {
 		return ""
 	}
-	return strconv.FormatFloat(float64(f), 'g', -1, 64)
+	return strconv.FormatFloat(float64(f), 'f', -1, 64)
 }

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -47,11 +46,11 @@ func TestPlanAgainstMeasured(t *testing.T) {
 		peak = max(peak, m.EnginePeakBytes)
 	}
 	for _, want := range []string{
-		`<tr data-key="step_s"><th>step time (p50)</th><td class="num" data-planned="` + strconv.FormatFloat(p.Time.StepS, 'g', -1, 64) + `"`,
+		`<tr data-key="step_s"><th>step time (p50)</th><td class="num" data-planned="` + exact(metrics.Float(p.Time.StepS)) + `"`,
 		`data-measured="` + exact(sum.StepP50S) + `"`,
 		`data-planned="` + exact(metrics.Float(p.Memory.EnginePeak)) + `"`,
 		`data-measured="` + exact(metrics.Float(peak)) + `"`,
-		`data-planned="` + strconv.FormatFloat(p.Time.TokensPerS, 'g', -1, 64) + `"`,
+		`data-planned="` + exact(metrics.Float(p.Time.TokensPerS)) + `"`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("run page with a plan lacks %s", want)
