@@ -27,6 +27,9 @@ type Meta struct {
 	BinarySHA256 string    `json:"binary_sha256,omitempty"`
 	SubmitError  string    `json:"submit_error,omitempty"` // sbatch's own words when submission failed
 	Final        *JobInfo  `json:"final,omitempty"`        // last state seen once the job was over
+	// Plan is what hpcrun plan predicted for the run when it was submitted
+	// (per-rank memory, step time), kept as written: slurm does not read it.
+	Plan json.RawMessage `json:"plan,omitempty"`
 }
 
 // WriteMeta writes m as the run's meta.json, atomically.

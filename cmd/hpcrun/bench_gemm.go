@@ -196,6 +196,7 @@ func runGemmBench(w io.Writer, shapes []gemmShape, peer *tensor.GemmPeer, thread
 	const row = "%-30s %6v %6v %6v %15v %17v %6v\n"
 	fmt.Fprintf(w, row, "shape", "m", "n", "k", "hpcrun GFLOP/s", "OpenBLAS GFLOP/s", "ratio")
 	r := rand.New(rand.NewPCG(1, 2))
+	var rates []float64 // hpcrun's median GFLOP/s of each shape, for hpcrun plan
 	for _, s := range shapes {
 		a, b, c := randGemmData(r, s.m*s.k), randGemmData(r, s.k*s.n), make([]float32, s.m*s.n)
 		var ours, theirs, ratios []float64
@@ -218,6 +219,7 @@ func runGemmBench(w io.Writer, shapes []gemmShape, peer *tensor.GemmPeer, thread
 				ratios = append(ratios, g/p)
 			}
 		}
+		rates = append(rates, median(ours))
 		peerCol, ratioCol := "absent", "-"
 		if peer != nil {
 			peerCol = fmt.Sprintf("%.1f", median(theirs))
@@ -227,7 +229,7 @@ func runGemmBench(w io.Writer, shapes []gemmShape, peer *tensor.GemmPeer, thread
 			return err
 		}
 	}
-	return nil
+	return saveCPURate(w, median(rates), threads)
 }
 
 func randGemmData(r *rand.Rand, n int) []float32 {

@@ -51,6 +51,7 @@ func newApp() *cli.App {
 		Flags:          globalFlags(),
 		Commands: []*cli.Command{
 			submitCommand(),
+			planCommand(),
 			queueCommand(),
 			cancelCommand(),
 			logsCommand(),

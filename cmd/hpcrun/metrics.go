@@ -70,6 +70,7 @@ func runMetrics(c *cli.Context) error {
 	var sums []metrics.Summary
 	var curves []metrics.Curves
 	var fails []failure.Verdict
+	var plans []*planCheck
 	for _, ref := range refs {
 		r, err := rundir.Find(runsDir, ref)
 		if err != nil {
@@ -81,10 +82,12 @@ func runMetrics(c *cli.Context) error {
 		}
 		sums, curves = append(sums, s), append(curves, cv)
 		fails = append(fails, failureOf(c, r.Dir, s))
+		m, _ := slurm.ReadMeta(r.Dir)
+		plans = append(plans, comparePlan(m, s))
 	}
 	w := c.App.Writer
 	if wantJSON(c) {
-		return writeMetricsJSON(w, sums, curves, fails, compare)
+		return writeMetricsJSON(w, sums, curves, fails, plans, compare)
 	}
 	if compare {
 		return metrics.WriteCompare(w, sums)
@@ -95,6 +98,7 @@ func runMetrics(c *cli.Context) error {
 	if fails[0].Class != failure.None {
 		fmt.Fprintf(w, "%-11s %s\n", "failure", fails[0])
 	}
+	writePlanCheck(w, plans[0])
 	if c.Bool("plot") {
 		fmt.Fprintln(w)
 		if err := chart.Terminal(w, curves[0], c.Int("width"), 10); err != nil {
@@ -155,13 +159,15 @@ func failureOf(c *cli.Context, d rundir.Dir, s metrics.Summary) failure.Verdict 
 type metricsJSON struct {
 	metrics.Summary
 	Failure *failure.Verdict `json:"failure,omitempty"`
-	Curves  metrics.Curves   `json:"curves"`
+	// Plan is the plan kept in meta.json beside what the run measured.
+	Plan   *planCheck     `json:"plan,omitempty"`
+	Curves metrics.Curves `json:"curves"`
 }
 
-func writeMetricsJSON(w io.Writer, sums []metrics.Summary, curves []metrics.Curves, fails []failure.Verdict, many bool) error {
+func writeMetricsJSON(w io.Writer, sums []metrics.Summary, curves []metrics.Curves, fails []failure.Verdict, plans []*planCheck, many bool) error {
 	out := make([]metricsJSON, len(sums))
 	for i := range sums {
-		out[i] = metricsJSON{Summary: sums[i], Curves: curves[i]}
+		out[i] = metricsJSON{Summary: sums[i], Curves: curves[i], Plan: plans[i]}
 		if fails[i].Class != failure.None {
 			out[i].Failure = &fails[i]
 		}

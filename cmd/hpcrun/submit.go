@@ -18,6 +18,7 @@ import (
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train"
 	"github.com/hpcrun/hpcrun/train/ckpt"
+	"github.com/hpcrun/hpcrun/train/plan"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 )
@@ -33,6 +34,8 @@ func submitCommand() *cli.Command {
 		&cli.StringFlag{Name: "resume", Usage: "submit run `EXECID` again, in its run dir, with its job script and train.toml: it resumes from its latest checkpoint"},
 		&cli.IntFlag{Name: "nodes", Aliases: []string{"N"}, Usage: "spread the tasks over `N` nodes, as many on each (default: from gpus_per_node)", Category: "job (override the profile)"},
 		&cli.IntFlag{Name: "ntasks-per-node", Usage: "tasks on each node (default: from gpus_per_node, or ntasks / nodes)", Category: "job (override the profile)"},
+		&cli.StringFlag{Name: "gpu", Usage: "plan for `GPU` (cpu, v100-16, v100-32, a100-40, a100-80, h100-80, h200); default: the profile's gpu key, else the CPU"},
+		&cli.BoolFlag{Name: "force", Usage: "submit even when hpcrun plan predicts the run does not fit the device's memory"},
 	}
 	flags = append(flags, jobFlags()...)
 	return &cli.Command{
@@ -56,6 +59,11 @@ type submitPlan struct {
 	execHint  string // execid used for the dry run
 	check     string // parallel check to run instead of training; "" = train
 	placement string // where the ranks go, in words
+	gpu       string // the device hpcrun plan plans for (--gpu, else the profile's)
+
+	plan     *plan.Plan        // the prediction; nil for checks, or an unnamed GPU (planNote says)
+	suggest  []plan.Suggestion // what would fit, when the plan does not
+	planNote string
 }
 
 // placement checks that the tensor-parallel groups (consecutive ranks) fit
@@ -114,6 +122,9 @@ func planSubmit(c *cli.Context) (*submitPlan, error) {
 	}
 	p := &submitPlan{train: tc, check: check}
 	prof := cfg.Profile
+	if p.gpu = c.String("gpu"); p.gpu == "" {
+		p.gpu = prof.GPU
+	}
 	if err := applyJobFlags(c, &prof.Resources); err != nil {
 		return nil, err
 	}
@@ -167,6 +178,11 @@ func planSubmit(c *cli.Context) (*submitPlan, error) {
 			return nil, err
 		}
 	}
+	if p.check == "" {
+		if p.plan, p.suggest, p.planNote, err = predictRun(p); err != nil {
+			return nil, err
+		}
+	}
 	p.setRunDir(filepath.Join(p.runsDir, p.execHint))
 	// Render once now so that a bad value or template fails before any write.
 	if _, err := slurm.Script(p.spec, p.tmpl, version, p.execHint); err != nil {
@@ -193,9 +209,15 @@ func runSubmit(c *cli.Context) error {
 	}
 	if c.Bool("dry-run") {
 		fmt.Fprintln(os.Stderr, p.placement)
+		if p.check == "" {
+			fmt.Fprintln(os.Stderr, planSummary(p))
+		}
 		script, _ := slurm.Script(p.spec, p.tmpl, version, p.execHint)
 		_, err := os.Stdout.Write(script)
 		return err
+	}
+	if p.plan != nil && !p.plan.Fits && !c.Bool("force") {
+		return refuseUnfit(p)
 	}
 	dir, err := rundir.New(p.runsDir, time.Now())
 	if err != nil {
@@ -261,6 +283,11 @@ func (p *submitPlan) write(dir rundir.Dir) (m *slurm.Meta, err error) {
 	m = &slurm.Meta{
 		ExecID: dir.ExecID(), Executor: p.exec.Name(), Host: shortHostname(), Spec: p.spec, SubmitTime: time.Now().UTC(),
 		Version: version, Binary: p.binary, BinarySHA256: sum,
+	}
+	if p.plan != nil {
+		if m.Plan, err = json.Marshal(p.plan); err != nil {
+			return nil, err
+		}
 	}
 	return m, slurm.WriteMeta(dir, m)
 }

@@ -359,3 +359,57 @@ func (s shapes) time(cfg train.Config, vocab int, dev Device, nodes int) Time {
 	t.MFU = t.FlopsPerToken * t.TokensPerS / (t.PeakFlops * float64(cfg.NTasks))
 	return t
 }
+
+// Suggestion is a change of the request that makes it fit, with the
+// memory a rank then needs.
+type Suggestion struct {
+	Flags string `json:"flags"` // the submit flags that make the change, e.g. "--tp 4"
+	Total int64  `json:"total"` // bytes a rank then needs
+}
+
+// Suggest lists the smallest changes of each kind that make r fit the
+// device: a larger tp on the same tasks, a smaller batch with more
+// gradient accumulation (the same global batch), more nodes holding a
+// larger tp (the same data-parallel degree). bf16 is not among them: the
+// engine stores fp32 whatever the precision.
+func Suggest(r Request) []Suggestion {
+	var out []Suggestion
+	try := func(flags string, change func(c *train.Config, nodes *int)) bool {
+		q := r
+		change(&q.Config, &q.Nodes)
+		if q.Config.Validate() != nil {
+			return false
+		}
+		p, err := New(q)
+		if err != nil || !p.Fits {
+			return false
+		}
+		out = append(out, Suggestion{Flags: flags, Total: p.Memory.Total})
+		return true
+	}
+	cfg := r.Config
+	for tp := cfg.TP * 2; tp <= cfg.NTasks; tp *= 2 {
+		if try(fmt.Sprintf("--tp %d", tp), func(c *train.Config, _ *int) { c.TP = tp }) {
+			break
+		}
+	}
+	for div := 2; div <= cfg.BatchSize; div *= 2 {
+		if cfg.BatchSize%div != 0 {
+			break
+		}
+		bsz, accum := cfg.BatchSize/div, cfg.GradAccum*div
+		if try(fmt.Sprintf("--bsz %d --grad-accum %d", bsz, accum), func(c *train.Config, _ *int) { c.BatchSize, c.GradAccum = bsz, accum }) {
+			break
+		}
+	}
+	nodes := max(r.Nodes, 1)
+	for k := 2; k <= 16; k *= 2 {
+		n, tp := cfg.NTasks*k, cfg.TP*k
+		if try(fmt.Sprintf("--nodes %d --ntasks %d --tp %d", nodes*k, n, tp), func(c *train.Config, nd *int) {
+			c.NTasks, c.TP, *nd = n, tp, nodes*k
+		}) {
+			break
+		}
+	}
+	return out
+}

@@ -179,3 +179,31 @@ func TestLookupDevice(t *testing.T) {
 		t.Error("bf16 on a V100: no error")
 	}
 }
+
+// TestSuggestFits checks that every suggestion for a run that does not fit
+// is one that does, and that each kind is offered where it exists.
+func TestSuggestFits(t *testing.T) {
+	cfg := train.DefaultConfig()
+	if err := cfg.ApplyPreset("bert-large"); err != nil {
+		t.Fatal(err)
+	}
+	cfg.NTasks, cfg.TP = 4, 1
+	dev, _ := LookupDevice("v100-16")
+	r := Request{Config: cfg, Vocab: 30522, Device: dev}
+	if p, err := New(r); err != nil || p.Fits {
+		t.Fatalf("bert-large bsz 8 on a V100 16 GB at tp 1: %v, fits %v; want it not to fit", err, p != nil && p.Fits)
+	}
+	sug := Suggest(r)
+	kinds := map[string]bool{}
+	for _, s := range sug {
+		if s.Total > dev.MemBytes {
+			t.Errorf("suggestion %s needs %d B of %d", s.Flags, s.Total, dev.MemBytes)
+		}
+		kinds[strings.Fields(s.Flags)[0]] = true
+	}
+	for _, k := range []string{"--tp", "--bsz", "--nodes"} {
+		if !kinds[k] {
+			t.Errorf("no %s suggestion among %+v", k, sug)
+		}
+	}
+}

@@ -33,6 +33,10 @@ type Profile struct {
 	Template    string            `toml:"template"`     // sbatch template file; "" = built-in
 	Checkpoint  bool              `toml:"checkpoint"`   // ask for --signal and --requeue
 	SignalSecs  int               `toml:"signal_secs"`  // seconds before the time limit for USR1
+	// GPU names the profile's GPU for hpcrun plan and submit's memory
+	// check (v100-16, v100-32, a100-40, a100-80, h100-80, h200); "" plans
+	// for the CPU on a CPU-only profile and refuses to guess on a GPU one.
+	GPU string `toml:"gpu"`
 }
 
 // Resolved is the configuration after all layers are merged, with the chosen

@@ -1,0 +1,392 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hpcrun/hpcrun/slurm"
+	"github.com/hpcrun/hpcrun/train"
+	"github.com/hpcrun/hpcrun/train/metrics"
+	"github.com/hpcrun/hpcrun/train/plan"
+	"github.com/urfave/cli/v2"
+)
+
+// planOnlyFlags are submit's flags that make no sense for a plan.
+var planOnlyFlags = []string{"dry-run", "wait", "resume", "check", "force", "template"}
+
+func planCommand() *cli.Command {
+	var flags []cli.Flag
+	for _, f := range submitCommand().Flags {
+		if !slices.Contains(planOnlyFlags, f.Names()[0]) {
+			flags = append(flags, f)
+		}
+	}
+	return &cli.Command{
+		Name:  "plan",
+		Usage: "predict a run's memory per rank, whether it fits, and its step time, before submitting it",
+		Description: "Takes submit's flags and prints, per rank: parameters, gradients, AdamW moments,\n" +
+			"activations per block (tensor-parallel split), logits and loss buffers, GPU workspace,\n" +
+			"comm buffers and the CUDA context; the device's memory and whether the run fits (and\n" +
+			"what would, when it does not); a step time from the GEMM FLOPs at the device's rate\n" +
+			"plus the collectives' bytes at the link's bandwidth; tokens/s and MFU.\n" +
+			"The device is --gpu, else the profile's gpu key, else the CPU (its GEMM rate from the\n" +
+			"last `hpcrun bench gemm`, else a stated default). submit --dry-run prints the same.",
+		Flags:  flags,
+		Action: runPlan,
+	}
+}
+
+func runPlan(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return cli.Exit(fmt.Sprintf("plan takes no arguments, got %q", c.Args().First()), 2)
+	}
+	p, err := planSubmit(c)
+	if err != nil {
+		return err
+	}
+	if p.plan == nil {
+		return errors.New(p.planNote)
+	}
+	if wantJSON(c) {
+		return writePlanJSON(c.App.Writer, p)
+	}
+	return writePlan(c.App.Writer, p.plan, p.suggest)
+}
+
+// predictRun makes the plan of p's training run. It returns a nil plan and
+// why when the device is a GPU that nobody named.
+func predictRun(p *submitPlan) (*plan.Plan, []plan.Suggestion, string, error) {
+	lay, err := p.spec.Layout()
+	if err != nil {
+		return nil, nil, "", err
+	}
+	dev, why, err := planDevice(p.gpu, p.train, lay, p.spec.CPUsPerTask)
+	if err != nil || why != "" {
+		return nil, nil, why, err
+	}
+	data, err := train.Prepare(p.train)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	r := plan.Request{Config: p.train, Vocab: data.Vocab, Nodes: lay.Nodes, Device: dev}
+	pl, err := plan.New(r)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	var sug []plan.Suggestion
+	if !pl.Fits {
+		sug = plan.Suggest(r)
+	}
+	return pl, sug, "", nil
+}
+
+// planDevice is the device a rank of the run gets: the GPU named (flag or
+// profile), else the CPU when the run has no GPU, with the memory a rank
+// shares of the node and the GEMM rate of its cores. why says, without an
+// error, that the run asks for GPUs but names none.
+func planDevice(gpu string, cfg train.Config, lay slurm.Layout, cpusPerTask int) (plan.Device, string, error) {
+	if cfg.Device == "cpu" || strings.EqualFold(gpu, "cpu") {
+		return cpuDevice(lay, cpusPerTask), "", nil
+	}
+	if gpu != "" {
+		d, err := plan.LookupDevice(gpu)
+		return d, "", err
+	}
+	if lay.GPUsPerNode > 0 || cfg.Device == "cuda" {
+		return plan.Device{}, fmt.Sprintf("no plan: the run asks for GPUs but none is named: pass --gpu (cpu, %s) or set gpu in the profile", strings.Join(plan.DeviceNames(), ", ")), nil
+	}
+	return cpuDevice(lay, cpusPerTask), "", nil
+}
+
+// cpuDevice is a CPU rank: its share of this machine's memory (the node's
+// tasks share it) and of its cores, at the GEMM rate last measured by
+// hpcrun bench gemm (scaled to the cores a rank gets, never above the
+// threads measured), else the default for two cores.
+func cpuDevice(lay slurm.Layout, cpusPerTask int) plan.Device {
+	perNode := max(lay.TasksPerNode, 1)
+	threads := max(1, min(max(cpusPerTask, 1), runtime.NumCPU()/perNode))
+	rate, source := 0.0, ""
+	if c, err := loadCPURate(); err == nil && c.Threads > 0 && c.GFlops > 0 {
+		rate = c.GFlops * 1e9 * float64(min(threads, c.Threads)) / float64(c.Threads)
+		source = fmt.Sprintf("hpcrun bench gemm of %s: %.1f GFLOP/s on %d threads, %d for a rank", c.Measured.Format(time.DateOnly), c.GFlops, c.Threads, threads)
+	} else {
+		rate = plan.DefaultCPUFlops * float64(min(threads, 2)) / 2
+		source = fmt.Sprintf("default %.0f GFLOP/s for 2 cores, %d for a rank (hpcrun bench gemm measures this machine)", plan.DefaultCPUFlops/1e9, threads)
+	}
+	return plan.CPU(rate, memTotal()/int64(perNode), source)
+}
+
+// memTotal is this machine's memory (MemTotal of /proc/meminfo); 0 when
+// unknown.
+func memTotal() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) >= 2 && f[0] == "MemTotal:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+// cpuRate is what hpcrun bench gemm leaves for hpcrun plan.
+type cpuRate struct {
+	GFlops   float64   `json:"gflops"` // median over the shapes measured
+	Threads  int       `json:"threads"`
+	Measured time.Time `json:"measured"`
+}
+
+// cpuRatePath is the cached GEMM rate of this machine.
+func cpuRatePath() (string, error) {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "hpcrun", "cpu-gemm.json"), nil
+}
+
+func loadCPURate() (cpuRate, error) {
+	var c cpuRate
+	path, err := cpuRatePath()
+	if err != nil {
+		return c, err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, err
+	}
+	return c, json.Unmarshal(b, &c)
+}
+
+// saveCPURate caches the GEMM rate bench gemm measured, for hpcrun plan,
+// and says where; a cache that cannot be written is only mentioned.
+func saveCPURate(w io.Writer, gflops float64, threads int) error {
+	if !(gflops > 0) {
+		return nil
+	}
+	path, err := cpuRatePath()
+	if err == nil {
+		err = os.MkdirAll(filepath.Dir(path), 0o755)
+	}
+	if err == nil {
+		b, _ := json.Marshal(cpuRate{GFlops: gflops, Threads: threads, Measured: time.Now().UTC()})
+		err = os.WriteFile(path, append(b, '\n'), 0o644)
+	}
+	if err != nil {
+		_, err = fmt.Fprintf(w, "\nhpcrun plan keeps the default CPU rate: %v\n", err)
+		return err
+	}
+	_, err = fmt.Fprintf(w, "\nhpcrun plan will use %.1f GFLOP/s on %d threads (the median of the shapes), kept in %s\n", gflops, threads, path)
+	return err
+}
+
+// planJSON is hpcrun plan --json.
+type planJSON struct {
+	*plan.Plan
+	Suggestions []plan.Suggestion `json:"suggestions,omitempty"`
+}
+
+func writePlanJSON(w io.Writer, p *submitPlan) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(planJSON{Plan: p.plan, Suggestions: p.suggest})
+}
+
+// bytesIEC writes n bytes as KiB, MiB or GiB.
+func bytesIEC(n int64) string {
+	v, neg := float64(n), n < 0
+	if neg {
+		v = -v
+	}
+	s := fmt.Sprintf("%d B", int64(v))
+	for _, u := range []struct {
+		unit string
+		size float64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if v >= u.size {
+			s = fmt.Sprintf("%.2f %s", v/u.size, u.unit)
+			break
+		}
+	}
+	if neg {
+		return "-" + s
+	}
+	return s
+}
+
+// writePlan prints the plan as a table.
+func writePlan(w io.Writer, pl *plan.Plan, sug []plan.Suggestion) error {
+	name := pl.Model
+	if pl.Preset != "" {
+		name += " (preset " + pl.Preset + ")"
+	}
+	fmt.Fprintf(w, "plan: %s, %d layers dim %d heads %d seq %d, vocab %d (padded %d), %.1fM params, bsz %d x grad_accum %d, %s\n",
+		name, pl.Layers, pl.Dim, pl.Heads, pl.Seq, pl.Vocab, pl.PaddedVocab, float64(pl.Params)/1e6, pl.BatchSize, pl.GradAccum, pl.Precision)
+	fmt.Fprintf(w, "job:  %d tasks = tp %d x dp %d on %d node(s); device %s, %s a rank\n", pl.NTasks, pl.TP, pl.DP, pl.Nodes, pl.Device.Name, bytesIEC(pl.Device.MemBytes))
+	m := pl.Memory
+	row := func(what string, n int64, note string) {
+		fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("  %-22s %12s  %s", what, bytesIEC(n), note), " "))
+	}
+	fmt.Fprintln(w, "\nmemory per rank (every rank alike)")
+	row("parameters", m.Params, "this rank's shard, fp32")
+	row("gradients", m.Grads, "")
+	row("AdamW moments", m.Optimizer, "m and v, fp32")
+	row("fp32 masters", m.Masters, "none: the weights are fp32")
+	row("activations", m.Blocks, fmt.Sprintf("%s a block x %d blocks, split over tp %d (no SP, ZeRO or recompute)", bytesIEC(m.ActivationsPerBlock), pl.Layers, pl.TP))
+	row("embeddings, residual", m.Embeddings, "embedding outputs, residual-stream gradients, ln_f")
+	row("logits, loss", m.Logits, "head output and gradient, cross-entropy buffers")
+	row("workspace", m.Workspace, "GPU kernels' scratch")
+	row("gradient bucket", m.GradBucket, "device buffer of the dp all-reduce")
+	row("= engine peak", m.EnginePeak, "what mem_peak_bytes counts")
+	row("comm buffers", m.CommBuffers, "NCCL's, or the host staging of the dp bucket")
+	row("CUDA context", m.Context, "")
+	verdict := fmt.Sprintf("fits %s, %s to spare", pl.Device.Name, bytesIEC(pl.Headroom))
+	if !pl.Fits {
+		verdict = fmt.Sprintf("DOES NOT FIT %s: %s over", pl.Device.Name, bytesIEC(-pl.Headroom))
+	}
+	row("= total", m.Total, fmt.Sprintf("of %s: %s", bytesIEC(pl.Device.MemBytes), verdict))
+	if !pl.Fits {
+		fmt.Fprintln(w, whatFits(sug))
+	}
+	t := pl.Time
+	fmt.Fprintln(w, "\nstep (predicted)")
+	fmt.Fprintf(w, "  %-10s %9.4f s  %.2f GFLOP of GEMMs a rank at %.1f GFLOP/s\n", "compute", t.ComputeS, t.GemmFlops/1e9, t.Rate/1e9)
+	fmt.Fprintf(w, "  %-10s %9.4f s  elementwise kernels and AdamW at %.0f GB/s\n", "memory", t.MemoryS, pl.Device.MemBandwidth/1e9)
+	fmt.Fprintf(w, "  %-10s %9.4f s  tp %s, dp %s sent a rank; %d collectives\n", "comm", t.CommS, bytesIEC(int64(t.TPBytes)), bytesIEC(int64(t.DPBytes)), t.Collectives)
+	fmt.Fprintf(w, "  %-10s %9.4f s  comm %.0f%% of it\n", "step", t.StepS, 100*t.CommShare)
+	fmt.Fprintf(w, "  %-10s %9.0f    MFU %.1f%% of %.4g GFLOP/s x %d ranks\n", "tokens/s", t.TokensPerS, 100*t.MFU, t.PeakFlops/1e9, pl.NTasks)
+	fmt.Fprintf(w, "rates: %s\n", pl.Device.Source)
+	for _, n := range pl.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	return nil
+}
+
+// whatFits is one line listing the suggestions.
+func whatFits(sug []plan.Suggestion) string {
+	if len(sug) == 0 {
+		return "what would fit: nothing within 16x more nodes, tp or grad-accum; bf16 would not help (the engine stores fp32); choose a smaller model or a larger device"
+	}
+	parts := make([]string, len(sug))
+	for i, s := range sug {
+		parts[i] = fmt.Sprintf("%s (%s)", s.Flags, bytesIEC(s.Total))
+	}
+	return "what would fit: " + strings.Join(parts, ", ") + "; bf16 would not help (the engine stores fp32)"
+}
+
+// planSummary is the one line submit --dry-run adds after the placement.
+func planSummary(p *submitPlan) string {
+	if p.plan == nil {
+		return p.planNote
+	}
+	pl := p.plan
+	fit := "fits"
+	if !pl.Fits {
+		fit = fmt.Sprintf("DOES NOT FIT (%s over)", bytesIEC(-pl.Headroom))
+	}
+	return fmt.Sprintf("plan: %s a rank of %s on %s: %s; step %.3f s (comm %.0f%%), %.0f tokens/s, MFU %.1f%% (hpcrun plan for the breakdown)",
+		bytesIEC(pl.Memory.Total), bytesIEC(pl.Device.MemBytes), pl.Device.Name, fit, pl.Time.StepS, 100*pl.Time.CommShare, pl.Time.TokensPerS, 100*pl.Time.MFU)
+}
+
+// refuseUnfit is submit's error for a run that does not fit.
+func refuseUnfit(p *submitPlan) error {
+	pl := p.plan
+	return cli.Exit(fmt.Sprintf("the run needs %s a rank, %s over the %s of %s (%s); submit --force to submit it anyway",
+		bytesIEC(pl.Memory.Total), bytesIEC(-pl.Headroom), bytesIEC(pl.Device.MemBytes), pl.Device.Name, whatFits(p.suggest)), 1)
+}
+
+// planCheck is the run's plan beside what it measured.
+type planCheck struct {
+	Rows []planRow `json:"rows"`
+}
+
+// planRow is one figure predicted and measured; ErrorPct is
+// 100*(predicted-measured)/measured, null when either is unknown.
+type planRow struct {
+	What      string        `json:"what"`
+	Predicted metrics.Float `json:"predicted"`
+	Measured  metrics.Float `json:"measured"`
+	ErrorPct  metrics.Float `json:"error_pct"`
+}
+
+// comparePlan sets the run's plan (from meta.json) beside its summary;
+// nil when the run has no plan.
+func comparePlan(m *slurm.Meta, s metrics.Summary) *planCheck {
+	if m == nil || len(m.Plan) == 0 {
+		return nil
+	}
+	var pl plan.Plan
+	if json.Unmarshal(m.Plan, &pl) != nil {
+		return nil
+	}
+	var peak, gpuPeak int64
+	for _, r := range s.Memory {
+		peak, gpuPeak = max(peak, r.EnginePeakBytes), max(gpuPeak, r.GPUPeakBytes)
+	}
+	unknown := metrics.Float(math.NaN())
+	known := func(v int64) metrics.Float {
+		if v <= 0 {
+			return unknown
+		}
+		return metrics.Float(v)
+	}
+	rows := []planRow{
+		{What: "engine peak B/rank", Predicted: metrics.Float(pl.Memory.EnginePeak), Measured: known(peak)},
+	}
+	if gpuPeak > 0 {
+		rows = append(rows, planRow{What: "GPU peak B/rank", Predicted: metrics.Float(pl.Memory.Total), Measured: metrics.Float(gpuPeak)})
+	}
+	rows = append(rows,
+		planRow{What: "step s", Predicted: metrics.Float(pl.Time.StepS), Measured: s.StepP50S},
+		planRow{What: "comm share", Predicted: metrics.Float(pl.Time.CommShare), Measured: s.CommShare},
+		planRow{What: "tokens/s", Predicted: metrics.Float(pl.Time.TokensPerS), Measured: s.TokensPerS},
+	)
+	for i := range rows {
+		r := &rows[i]
+		r.ErrorPct = unknown
+		if r.Predicted.Known() && r.Measured.Known() && r.Measured != 0 {
+			r.ErrorPct = 100 * (r.Predicted - r.Measured) / r.Measured
+		}
+	}
+	return &planCheck{Rows: rows}
+}
+
+// writePlanCheck prints the plan's rows under a run's summary.
+func writePlanCheck(w io.Writer, pc *planCheck) {
+	if pc == nil {
+		return
+	}
+	fmt.Fprintf(w, "\n%-20s %14s %14s %8s\n", "plan vs run", "predicted", "measured", "error")
+	num := func(v metrics.Float) string {
+		if !v.Known() {
+			return "-"
+		}
+		if math.Abs(float64(v)) >= 1e4 {
+			return strconv.FormatFloat(float64(v), 'f', 0, 64)
+		}
+		return strconv.FormatFloat(float64(v), 'g', 4, 64)
+	}
+	for _, r := range pc.Rows {
+		e := "-"
+		if r.ErrorPct.Known() {
+			e = fmt.Sprintf("%+.1f%%", float64(r.ErrorPct))
+		}
+		fmt.Fprintf(w, "%-20s %14s %14s %8s\n", r.What, num(r.Predicted), num(r.Measured), e)
+	}
+}

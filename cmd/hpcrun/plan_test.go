@@ -1,0 +1,117 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hpcrun/hpcrun/slurm"
+	"github.com/hpcrun/hpcrun/train/metrics"
+	"github.com/hpcrun/hpcrun/train/plan"
+)
+
+// TestPlanCommand runs hpcrun plan and the submit refusal it drives: a run
+// that does not fit its GPU is refused with what would fit, before any run
+// dir exists; the dry run prints the plan after the placement.
+func TestPlanCommand(t *testing.T) {
+	e := newEnv(t)
+	large := []string{"--executor", "local", "--preset", "bert-large", "--gpu", "v100-16", "--ntasks", "4"}
+	var got struct {
+		plan.Plan
+		Suggestions []plan.Suggestion `json:"suggestions"`
+	}
+	out := e.mustRun(append([]string{"plan", "--json"}, large...)...)
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("plan --json: %v\n%s", err, out)
+	}
+	if got.Fits || got.Memory.Total <= got.Device.MemBytes || len(got.Suggestions) == 0 || got.Device.Name != "v100-16" {
+		t.Errorf("bert-large on a V100 16 GB: fits %v, total %d of %d, suggestions %v", got.Fits, got.Memory.Total, got.Device.MemBytes, got.Suggestions)
+	}
+
+	_, errOut, code := e.run(append([]string{"submit"}, large...)...)
+	if code == 0 || strings.Count(strings.TrimSpace(errOut), "\n") > 0 {
+		t.Errorf("submit of a run that does not fit: exit %d, stderr %q; want one line", code, errOut)
+	}
+	for _, want := range []string{"over the", "v100-16", "--tp 4", "--grad-accum", "--force"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("refusal %q lacks %q", errOut, want)
+		}
+	}
+	if ents, _ := os.ReadDir(filepath.Join(e.dir, "runs")); len(ents) > 0 {
+		t.Errorf("a refused submission left %d run dirs", len(ents))
+	}
+
+	text := e.mustRun("plan", "--executor", "local", "--ntasks", "2", "--tp", "2")
+	for _, want := range []string{"= engine peak", "activations", "fits cpu", "tokens/s", "rates: default"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("plan lacks %q:\n%s", want, text)
+		}
+	}
+
+	_, errOut = e.mustRunErr("submit", "--dry-run", "--executor", "local", "--ntasks", "2", "--tp", "2")
+	lines := strings.Split(strings.TrimSpace(errOut), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "placement:") || !strings.HasPrefix(lines[1], "plan:") {
+		t.Errorf("dry run's stderr: %q; want the placement then the plan", errOut)
+	}
+
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--gpu", "tpu-v9"}, `device "tpu-v9"`},
+		{[]string{"--gpus-per-node", "4", "--ntasks", "4"}, "none is named"},
+		{[]string{"--gpu", "v100", "--precision", "bf16"}, "no bf16"},
+	} {
+		_, errOut, code := e.run(append([]string{"plan", "--executor", "local"}, tt.args...)...)
+		if code == 0 || !strings.Contains(errOut, tt.want) || strings.Count(strings.TrimSpace(errOut), "\n") > 0 {
+			t.Errorf("plan %v: exit %d, stderr %q; want one line with %q", tt.args, code, errOut, tt.want)
+		}
+	}
+}
+
+// mustRunErr is mustRun that also returns stderr.
+func (e *env) mustRunErr(args ...string) (string, string) {
+	e.t.Helper()
+	out, errOut, code := e.run(args...)
+	if code != 0 {
+		e.t.Fatalf("hpcrun %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+	}
+	return out, errOut
+}
+
+// TestComparePlan checks the rows metrics prints: the plan kept in meta.json
+// beside the summary's figures, with the error in percent of the measured.
+func TestComparePlan(t *testing.T) {
+	pl := plan.Plan{Memory: plan.Memory{EnginePeak: 1100, Total: 1500}, Time: plan.Time{StepS: 0.5, CommShare: 0.2, TokensPerS: 800}}
+	b, _ := json.Marshal(pl)
+	s := metrics.Summary{
+		Memory:     []metrics.RankMemory{{Rank: 0, EnginePeakBytes: 900}, {Rank: 1, EnginePeakBytes: 1000}},
+		StepP50S:   0.4,
+		CommShare:  metrics.Float(math.NaN()),
+		TokensPerS: 1000,
+	}
+	pc := comparePlan(&slurm.Meta{Plan: b}, s)
+	if pc == nil {
+		t.Fatal("no comparison for a meta with a plan")
+	}
+	want := map[string]float64{"engine peak B/rank": 10, "step s": 25, "tokens/s": -20}
+	for _, r := range pc.Rows {
+		w, ok := want[r.What]
+		switch {
+		case r.What == "comm share":
+			if r.ErrorPct.Known() {
+				t.Errorf("comm share unknown in the run, error %v", r.ErrorPct)
+			}
+		case !ok:
+			t.Errorf("unexpected row %+v", r)
+		case math.Abs(float64(r.ErrorPct)-w) > 1e-9:
+			t.Errorf("%s: error %v%%, want %v%%", r.What, r.ErrorPct, w)
+		}
+	}
+	if comparePlan(&slurm.Meta{}, s) != nil {
+		t.Error("a run without a plan has a comparison")
+	}
+}
