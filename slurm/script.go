@@ -25,6 +25,7 @@ type ScriptData struct {
 	GPUsPerNode int
 	Resources            // each value validated; .Time, .QOS, ... for user templates
 	Options     []string // Resources as whole #SBATCH options, e.g. "--time=01:00:00"
+	Array       string   // sbatch --array; "" for one job
 	Checkpoint  bool
 	SignalSecs  int
 	Signal      string   // USR1 or USR2
@@ -48,7 +49,7 @@ func Script(s JobSpec, tmpl, version, execID string) ([]byte, error) {
 		Version: oneLine(version), ExecID: oneLine(execID),
 		Name: s.Name, RunDir: s.RunDir, RunDirQ: Quote(s.RunDir), Layout: lay, GPUsPerNode: lay.GPUsPerNode,
 		Resources: s.Resources, Options: s.Resources.SbatchLines(),
-		Checkpoint: s.Checkpoint, SignalSecs: s.SignalSecs, Extra: s.Extra,
+		Checkpoint: s.Checkpoint, SignalSecs: s.SignalSecs, Extra: s.Extra, Array: s.Array,
 	}
 	if d.Signal = s.Signal; d.Signal == "" {
 		d.Signal = "USR1"

@@ -168,3 +168,25 @@ func FuzzScript(f *testing.F) {
 		}
 	})
 }
+
+// TestScriptArray checks that a job array gets its --array line and
+// per-task logs (%A_%a), and that a bad array is refused.
+func TestScriptArray(t *testing.T) {
+	s := JobSpec{Name: "sweep", RunDir: "/runs/sweeps/x", NTasks: 2, Resources: Resources{CPUsPerTask: 1}, Program: "/bin/hpcrun", Args: []string{"sweep", "task"}, Array: "0-5%2"}
+	out, err := Script(s, "", "dev", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"#SBATCH --array=0-5%2\n", "#SBATCH --output=/runs/sweeps/x/slurm-%A_%a.out\n", "#SBATCH --error=/runs/sweeps/x/slurm-%A_%a.err\n"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("array script lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(string(out), "%j") {
+		t.Errorf("array script names logs by %%j:\n%s", out)
+	}
+	s.Array = "0-5;rm"
+	if _, err := Script(s, "", "dev", "x"); err == nil || !strings.Contains(err.Error(), "array") {
+		t.Errorf("bad array: %v", err)
+	}
+}

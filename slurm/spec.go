@@ -29,6 +29,9 @@ type JobSpec struct {
 	Extra      []string          `json:"extra,omitempty"`       // extra #SBATCH options, e.g. "--comment=x"
 	Program    string            `json:"program"`               // absolute path of the program srun starts
 	Args       []string          `json:"args,omitempty"`        // its arguments
+	// Array makes the job a job array (--array, e.g. "0-5%2"): one task a
+	// point of a sweep, logs slurm-%A_%a.out/.err; "" for one job.
+	Array string `json:"array,omitempty"`
 }
 
 // DefaultSignalSecs is how long before the time limit a checkpointing job is
@@ -100,6 +103,7 @@ func (s JobSpec) Layout() (Layout, error) {
 var (
 	nameRE      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$`)
 	envNameRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	arrayRE     = regexp.MustCompile(`^\d+(-\d+(:\d+)?)?(,\d+(-\d+(:\d+)?)?)*(%\d+)?$`)
 	sbatchPathB = " \t\r\n\"'\\%#$`"
 )
 
@@ -145,6 +149,9 @@ func (s JobSpec) Validate() error {
 		if !strings.HasPrefix(x, "-") || hasControl(x) {
 			bad("extra #SBATCH option %q: must start with '-' and be one line without control characters", x)
 		}
+	}
+	if s.Array != "" && !arrayRE.MatchString(s.Array) {
+		bad("array %q: use task ids such as 0-7, 0-7%%2 or 1,3,5 (sbatch --array)", s.Array)
 	}
 	if !filepath.IsAbs(s.Program) {
 		bad("program %q: must be an absolute path (the job starts it on the compute nodes)", s.Program)
