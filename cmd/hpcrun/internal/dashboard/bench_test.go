@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -55,6 +57,22 @@ func serveOnce(b *testing.B, s http.Handler, path string) {
 	}
 }
 
+// peakRSSMB is the process's peak resident memory (VmHWM), in MB; 0 where
+// /proc does not say. Run one benchmark per process to read it for that one.
+func peakRSSMB() float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+			return kb / 1e3
+		}
+	}
+	return 0
+}
+
 // heapMB is the live heap after a collection, in MB.
 func heapMB() float64 {
 	runtime.GC()
@@ -80,6 +98,8 @@ func BenchmarkRunsPageCold(b *testing.B) {
 	for b.Loop() {
 		serveOnce(b, newBenchServer(b), "/")
 	}
+	b.StopTimer()
+	b.ReportMetric(peakRSSMB(), "peak-RSS-MB")
 }
 
 // BenchmarkRunsPage is the runs page of a running server: the summaries of
@@ -94,6 +114,7 @@ func BenchmarkRunsPage(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(heapMB(), "heap-MB")
+	b.ReportMetric(peakRSSMB(), "peak-RSS-MB")
 }
 
 // BenchmarkRunPage is the page of a run of 1000 steps x 4 ranks.
@@ -104,6 +125,8 @@ func BenchmarkRunPage(b *testing.B) {
 	for b.Loop() {
 		serveOnce(b, s, "/run/20261124-000007-0007")
 	}
+	b.StopTimer()
+	b.ReportMetric(peakRSSMB(), "peak-RSS-MB")
 }
 
 // BenchmarkRunPageBig is the page of the biggest run, 51000 steps x 4
@@ -117,4 +140,5 @@ func BenchmarkRunPageBig(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(heapMB(), "heap-MB")
+	b.ReportMetric(peakRSSMB(), "peak-RSS-MB")
 }

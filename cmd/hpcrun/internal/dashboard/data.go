@@ -3,7 +3,6 @@ package dashboard
 import (
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -87,67 +86,18 @@ func (c *summaries) get(dirs []rundir.Dir) []cached {
 	return out
 }
 
-// runCharts are the series of one run's page, from a run read whole.
+// runCharts are the charts of one run's page.
 type runCharts struct {
 	Loss, Accuracy, LR, GradNorm, Tokens, StepTime, MFU, Memory Chart
 	HasAccuracy, HasMFU                                         bool
 }
 
-// stepAgg is one step across the ranks that reported it.
-type stepAgg struct {
-	step          int
-	ranks         int
-	maxS, sumComm float64
-	tokens        int64
-}
-
-// joinSteps lines the ranks' steps up by step number (each rank's steps
-// are ascending, a resume's replacements already applied) and keeps the
-// steps every rank finished, as metrics' summary does.
-func joinSteps(run *metrics.Run, tp int) []stepAgg {
-	idx := make([]int, len(run.Ranks))
-	var out []stepAgg
-	for {
-		step, any := 0, false
-		for i, r := range run.Ranks {
-			if idx[i] < len(r.Steps) && (!any || r.Steps[idx[i]].Step < step) {
-				step, any = r.Steps[idx[i]].Step, true
-			}
-		}
-		if !any {
-			return out
-		}
-		a := stepAgg{step: step}
-		for i, r := range run.Ranks {
-			if idx[i] >= len(r.Steps) || r.Steps[idx[i]].Step != step {
-				continue
-			}
-			s := r.Steps[idx[i]]
-			idx[i]++
-			a.ranks++
-			a.maxS = math.Max(a.maxS, s.StepS)
-			a.sumComm += s.CommS
-			tpRank := r.Rank % max(tp, 1)
-			if r.Info != nil {
-				tpRank = r.Info.TPRank
-			}
-			if tpRank == 0 {
-				a.tokens += s.Tokens
-			}
-		}
-		if a.ranks == len(run.Ranks) {
-			out = append(out, a)
-		}
-	}
-}
-
-// chartsOf builds the charts of one run.
-func chartsOf(run *metrics.Run, s metrics.Summary, c metrics.Curves) runCharts {
-	var rc runCharts
-	// Loss: the job's training loss and the evaluations.
+// chartsOf builds a run's charts: the step series from the sampler, the
+// evaluations from the curves of its summary.
+func chartsOf(s metrics.Summary, c metrics.Curves, smp *sampler) runCharts {
+	train, rc := smp.series(s)
 	rc.Loss = Chart{ID: "loss", Title: "loss", XLabel: "step", YLabel: "loss", Series: []Series{
-		thinned("train", floats(c.Steps), floats(c.Loss)),
-		thinned("eval", floats(c.EvalSteps), floats(c.EvalLoss)),
+		train, thinned("eval", floats(c.EvalSteps), floats(c.EvalLoss)),
 	}}
 	acc := floats(c.Accuracy)
 	for _, a := range acc {
@@ -155,57 +105,6 @@ func chartsOf(run *metrics.Run, s metrics.Summary, c metrics.Curves) runCharts {
 	}
 	rc.Accuracy = Chart{ID: "accuracy", Title: "eval accuracy", XLabel: "step", YLabel: "accuracy",
 		Series: []Series{thinned("accuracy", floats(c.EvalSteps), acc)}}
-
-	// lr and grad norm are the same on every rank: rank 0's.
-	var lrX, lr, gn []float64
-	if len(run.Ranks) > 0 {
-		for _, st := range run.Ranks[0].Steps {
-			lrX, lr, gn = append(lrX, float64(st.Step)), append(lr, st.LR), append(gn, st.GradNorm)
-		}
-	}
-	rc.LR = Chart{ID: "lr", Title: "learning rate", XLabel: "step", YLabel: "lr", Series: []Series{thinned("lr", lrX, lr)}}
-	rc.GradNorm = Chart{ID: "grad_norm", Title: "gradient norm (before clipping)", XLabel: "step", YLabel: "norm",
-		Series: []Series{thinned("grad norm", lrX, gn)}}
-
-	var info *metrics.RunInfo
-	for _, r := range run.Ranks {
-		if r.Info != nil {
-			info = r.Info
-			break
-		}
-	}
-	world := max(s.Config.NTasks, len(run.Ranks))
-	steps := joinSteps(run, s.Config.TP)
-	x := make([]float64, len(steps))
-	tok, stepS, commS, mfu := make([]float64, len(steps)), make([]float64, len(steps)), make([]float64, len(steps)), make([]float64, len(steps))
-	for i, a := range steps {
-		x[i] = float64(a.step)
-		tok[i] = float64(a.tokens) / a.maxS
-		stepS[i] = a.maxS
-		commS[i] = a.sumComm / float64(a.ranks)
-		mfu[i] = math.NaN()
-		if info != nil && info.FlopsPerToken > 0 && info.PeakFlops > 0 {
-			mfu[i] = info.FlopsPerToken * tok[i] / (info.PeakFlops * float64(world))
-			rc.HasMFU = true
-		}
-	}
-	rc.Tokens = Chart{ID: "tokens_per_s", Title: "throughput", XLabel: "step", YLabel: "tokens/s",
-		Series: []Series{thinned("tokens/s", x, tok)}, Note: "mean " + num(s.TokensPerS) + " tokens/s"}
-	rc.StepTime = Chart{ID: "step_time", Title: "step time", XLabel: "step", YLabel: "seconds",
-		Series: []Series{thinned("step (slowest rank)", x, stepS), thinned("comm (mean over ranks)", x, commS)},
-		Note:   "comm " + pct(s.CommShare) + " of step time"}
-	rc.MFU = Chart{ID: "mfu", Title: "model FLOPs utilisation", XLabel: "step", YLabel: "MFU",
-		Series: []Series{thinned("MFU", x, mfu)}, Note: "mean " + pct(s.MFU)}
-
-	var mem []Series
-	for _, r := range run.Ranks {
-		var mx, my []float64
-		for _, st := range r.Steps {
-			mx, my = append(mx, float64(st.Step)), append(my, float64(st.MemBytes)/(1<<20))
-		}
-		mem = append(mem, thinned(fmt.Sprintf("rank %d", r.Rank), mx, my))
-	}
-	rc.Memory = Chart{ID: "memory", Title: "memory per rank (engine)", XLabel: "step", YLabel: "MiB", Series: mem}
 	return rc
 }
 

@@ -112,15 +112,19 @@ func (s *Server) findRun(w http.ResponseWriter, ref string) (rundir.Run, bool) {
 	return run, true
 }
 
-// view reads the run whole through read (metrics.ReadRun, or a Follower's
-// Poll, which keeps what it read for the next call) and builds its page.
-func (s *Server) view(r *http.Request, run rundir.Run, read func() (*metrics.Run, error)) (runView, error) {
-	m, err := read()
+// view builds a run's page: its summary read in one streaming pass (the
+// figures of hpcrun metrics), its step charts from smp, which reads what
+// the rank files gained since its last call (a fresh sampler reads them
+// whole). Neither keeps the run's steps.
+func (s *Server) view(r *http.Request, run rundir.Run, smp *sampler) (runView, error) {
+	sum, curves, err := metrics.ReadSummary(run.Dir.Path(), metrics.NoCurves)
 	if err != nil {
 		return runView{}, err
 	}
-	sum, curves := metrics.Summarize(m)
-	v := runView{ExecID: run.ExecID, JobID: run.JobID, Sum: sum, Charts: chartsOf(m, sum, curves)}
+	if err := smp.read(); err != nil {
+		return runView{}, err
+	}
+	v := runView{ExecID: run.ExecID, JobID: run.JobID, Sum: sum, Charts: chartsOf(sum, curves, smp)}
 	jobs, _ := s.jobsByExecID(r.Context())
 	v.Job, v.HasJob = jobs[run.ExecID]
 	if v.HasJob {
@@ -146,7 +150,7 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	v, err := s.view(r, run, func() (*metrics.Run, error) { return metrics.ReadRun(run.Dir.Path()) })
+	v, err := s.view(r, run, newSampler(run.Dir))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
@@ -176,16 +180,15 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("X-Accel-Buffering", "no")
-	f := metrics.NewFollower(run.Dir.Path())
+	smp := newSampler(run.Dir)
 	last := ""
-	tick := time.NewTicker(s.opt.Poll)
-	defer tick.Stop()
 	ping := time.Now()
 	for {
-		key := fileKey(run.Dir)
-		if key != last {
+		wait := s.opt.Poll
+		if key := fileKey(run.Dir); key != last {
 			last = key
-			v, err := s.view(r, run, f.Poll)
+			start := time.Now()
+			v, err := s.view(r, run, smp)
 			if err != nil {
 				fmt.Fprintf(w, "event: problem\ndata: %s\n\n", jsonString(err.Error()))
 			} else if msg, err := s.fragments(v); err == nil {
@@ -193,6 +196,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			}
 			flusher.Flush()
 			ping = time.Now()
+			// A run whose summary takes long to read is read less often:
+			// at most a fifth of the time goes to it.
+			wait = max(wait, 4*time.Since(start))
 		} else if time.Since(ping) > 15*time.Second {
 			fmt.Fprint(w, ": ping\n\n")
 			flusher.Flush()
@@ -201,7 +207,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 			return
-		case <-tick.C:
+		case <-time.After(wait):
 		}
 	}
 }
@@ -251,7 +257,7 @@ func (s *Server) comparePage(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			return
 		}
-		v, err := s.view(r, run, func() (*metrics.Run, error) { return metrics.ReadRun(run.Dir.Path()) })
+		v, err := s.view(r, run, newSampler(run.Dir))
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
