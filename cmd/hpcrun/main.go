@@ -52,6 +52,7 @@ func newApp() *cli.App {
 		Commands: []*cli.Command{
 			submitCommand(),
 			planCommand(),
+			sweepCommand(),
 			queueCommand(),
 			cancelCommand(),
 			logsCommand(),
