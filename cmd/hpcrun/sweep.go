@@ -465,8 +465,8 @@ type sweepRow struct {
 	Point          string        `json:"point"`
 	ExecID         string        `json:"execid,omitempty"`
 	Fits           *bool         `json:"fits,omitempty"`
-	PredMemBytes   int64         `json:"predicted_mem_bytes"`  // the plan's engine peak a rank
-	MeasMemBytes   int64         `json:"measured_mem_bytes"`   // the largest engine peak of a rank
+	PredMemBytes   int64         `json:"predicted_mem_bytes"` // the plan's engine peak a rank
+	MeasMemBytes   int64         `json:"measured_mem_bytes"`  // the largest engine peak of a rank
 	PredTokensPerS metrics.Float `json:"predicted_tokens_per_s"`
 	MeasTokensPerS metrics.Float `json:"measured_tokens_per_s"`
 	MFU            metrics.Float `json:"mfu"` // measured, against the plan's device peak
