@@ -314,6 +314,8 @@ func refuseUnfit(p *submitPlan) error {
 // planCheck is the run's plan beside what it measured.
 type planCheck struct {
 	Rows []planRow `json:"rows"`
+	// Note says when the plan was for another device than the run had.
+	Note string `json:"note,omitempty"`
 }
 
 // planRow is one figure predicted and measured; ErrorPct is
@@ -364,7 +366,11 @@ func comparePlan(m *slurm.Meta, s metrics.Summary) *planCheck {
 			r.ErrorPct = 100 * (r.Predicted - r.Measured) / r.Measured
 		}
 	}
-	return &planCheck{Rows: rows}
+	pc := &planCheck{Rows: rows}
+	if pl.Device.CUDA != strings.HasPrefix(s.Config.Device, "cuda") && s.Config.Device != "" {
+		pc.Note = fmt.Sprintf("the plan was made for %s, the run had %s: the figures do not compare", pl.Device.Name, s.Config.Device)
+	}
+	return pc
 }
 
 // writePlanCheck prints the plan's rows under a run's summary.
@@ -388,5 +394,8 @@ func writePlanCheck(w io.Writer, pc *planCheck) {
 			e = fmt.Sprintf("%+.1f%%", float64(r.ErrorPct))
 		}
 		fmt.Fprintf(w, "%-20s %14s %14s %8s\n", r.What, num(r.Predicted), num(r.Measured), e)
+	}
+	if pc.Note != "" {
+		fmt.Fprintf(w, "note: %s\n", pc.Note)
 	}
 }

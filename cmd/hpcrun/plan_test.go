@@ -115,3 +115,50 @@ func TestComparePlan(t *testing.T) {
 		t.Error("a run without a plan has a comparison")
 	}
 }
+
+// TestSweepLocal runs a small grid with the Local executor: the point that
+// runs is a normal run whose measured peak is the predicted one, the invalid
+// point is listed as skipped, and sweep show reads it all back. A dry run
+// on a GPU lists the point that cannot fit it.
+func TestSweepLocal(t *testing.T) {
+	e := newEnv(t)
+	out := e.mustRun("sweep", "--executor", "local", "--gpu", "cpu", "--preset", "tiny", "--tp", "1,3", "--bsz", "4", "--steps", "3", "--eval-samples", "16")
+	if !strings.Contains(out, "invalid: heads 4 is not a multiple of tp 3") {
+		t.Errorf("sweep does not list the invalid point:\n%s", out)
+	}
+	ids, _ := filepath.Glob(filepath.Join(e.dir, "runs", "sweeps", "*", "sweep.json"))
+	if len(ids) != 1 {
+		t.Fatalf("sweep dirs: %v", ids)
+	}
+	var rows []sweepRow
+	show := e.mustRun("sweep", "show", "--json", filepath.Base(filepath.Dir(ids[0])))
+	if err := json.Unmarshal([]byte(show), &rows); err != nil {
+		t.Fatalf("sweep show --json: %v\n%s", err, show)
+	}
+	states := map[string]string{}
+	for _, r := range rows {
+		states[r.Point] = r.State
+		if r.State == "done" && (r.MeasMemBytes == 0 || r.MeasMemBytes != r.PredMemBytes || !r.MeasTokensPerS.Known() || !r.FinalLoss.Known()) {
+			t.Errorf("%s: predicted %d B, measured %d B, tokens/s %v, loss %v", r.Point, r.PredMemBytes, r.MeasMemBytes, r.MeasTokensPerS, r.FinalLoss)
+		}
+	}
+	for p, w := range map[string]string{"preset=tiny tp=1 bsz=4": "done", "preset=tiny tp=3 bsz=4": "skipped (invalid"} {
+		if !strings.HasPrefix(states[p], w) {
+			t.Errorf("%s: state %q, want %q...", p, states[p], w)
+		}
+	}
+	text := e.mustRun("sweep", "show", filepath.Base(filepath.Dir(ids[0])))
+	if !strings.Contains(text, "TOK/S MEAS") || !strings.Contains(text, "done") {
+		t.Errorf("sweep show:\n%s", text)
+	}
+
+	dry := e.mustRun("sweep", "--dry-run", "--executor", "local", "--gpu", "v100-16", "--preset", "tiny,bert-large", "--bsz", "4")
+	for _, want := range []string{"skipped: cannot fit", "#SBATCH --array=0-0", "slurm-%A_%a.out", "sweep task --sweep-dir"} {
+		if !strings.Contains(dry, want) {
+			t.Errorf("sweep --dry-run lacks %q:\n%s", want, dry)
+		}
+	}
+	if _, errOut, code := e.run("sweep", "--tp", "1,x"); code == 0 || !strings.Contains(errOut, `"x" is not a positive integer`) {
+		t.Errorf("sweep --tp 1,x: exit %d, %q", code, errOut)
+	}
+}
