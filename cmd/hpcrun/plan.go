@@ -110,21 +110,22 @@ func planDevice(gpu string, cfg train.Config, lay slurm.Layout, cpusPerTask int)
 }
 
 // cpuDevice is a CPU rank: its share of this machine's memory (the node's
-// tasks share it) and of its cores, at the GEMM rate last measured by
-// hpcrun bench gemm (scaled to the cores a rank gets, never above the
-// threads measured), else the default for two cores.
+// tasks share it) and of its cores (cpus_per_task, or less when the node's
+// tasks oversubscribe its cores), at the GEMM rate a core reached in the
+// last hpcrun bench gemm, else the default for two cores.
 func cpuDevice(lay slurm.Layout, cpusPerTask int) plan.Device {
 	perNode := max(lay.TasksPerNode, 1)
-	threads := max(1, min(max(cpusPerTask, 1), runtime.NumCPU()/perNode))
-	rate, source := 0.0, ""
+	cores := min(float64(max(cpusPerTask, 1)), float64(runtime.NumCPU())/float64(perNode))
+	var perCore float64
+	var source string
 	if c, err := loadCPURate(); err == nil && c.Threads > 0 && c.GFlops > 0 {
-		rate = c.GFlops * 1e9 * float64(min(threads, c.Threads)) / float64(c.Threads)
-		source = fmt.Sprintf("hpcrun bench gemm of %s: %.1f GFLOP/s on %d threads, %d for a rank", c.Measured.Format(time.DateOnly), c.GFlops, c.Threads, threads)
+		perCore = c.GFlops * 1e9 / float64(c.Threads)
+		source = fmt.Sprintf("hpcrun bench gemm of %s: %.1f GFLOP/s on %d threads; %.2g cores a rank", c.Measured.Format(time.DateOnly), c.GFlops, c.Threads, cores)
 	} else {
-		rate = plan.DefaultCPUFlops * float64(min(threads, 2)) / 2
-		source = fmt.Sprintf("default %.0f GFLOP/s for 2 cores, %d for a rank (hpcrun bench gemm measures this machine)", plan.DefaultCPUFlops/1e9, threads)
+		perCore = plan.DefaultCPUFlops / 2
+		source = fmt.Sprintf("default %.0f GFLOP/s for 2 cores (hpcrun bench gemm measures this machine); %.2g cores a rank", plan.DefaultCPUFlops/1e9, cores)
 	}
-	return plan.CPU(rate, memTotal()/int64(perNode), source)
+	return plan.CPU(perCore*cores, memTotal()/int64(perNode), cores, source)
 }
 
 // memTotal is this machine's memory (MemTotal of /proc/meminfo); 0 when

@@ -68,21 +68,34 @@ var aliases = map[string]string{
 }
 
 // The CPU's figures when nothing was measured: a rate two AVX2/AVX-512
-// cores reach in this engine's GEMM, the loopback TCP ring's bandwidth.
+// cores reach in this engine's GEMM, what the elementwise kernels move a
+// core, the shared-memory collectives' bandwidth and latency between
+// ranks of a node, a 10 Gb/s network between nodes. Ranks that share cores
+// (fewer cores than ranks) wait about a scheduler slice at each
+// collective for a peer that is not running: that is their latency.
+// Fitted on the local Slurm's runs of tiny and small (see the note).
 const (
-	DefaultCPUFlops     = 60e9
-	defaultCPUMemBW     = 10e9
-	defaultCPULink      = 1.5e9
-	defaultCPULatency   = 100e-6
+	DefaultCPUFlops     = 100e9
+	cpuMemBWPerCore     = 15e9
+	defaultCPULink      = 5e9
+	defaultCPULatency   = 10e-6
+	oversubscribedWait  = 2.5e-3
 	defaultCPUMemBytes  = 8 * gib
-	defaultCPUNetwork   = 1e9
+	defaultCPUNetwork   = 1.25e9
 	defaultCPUEfficency = 1
 )
 
-// CPU is the CPU device with a GEMM rate of flops FLOP/s (0: the default,
-// DefaultCPUFlops) and memBytes of memory for the rank (0: 8 GiB); source
-// says where the rate comes from.
-func CPU(flops float64, memBytes int64, source string) Device {
+// CPU is a CPU rank with cores cores (a fraction when ranks share one), a
+// GEMM rate of flops FLOP/s for them (0: DefaultCPUFlops, for two cores)
+// and memBytes of memory (0: 8 GiB); source says where the rate comes from.
+func CPU(flops float64, memBytes int64, cores float64, source string) Device {
+	if cores <= 0 {
+		cores = 2
+	}
+	latency := defaultCPULatency
+	if cores < 1 {
+		latency = oversubscribedWait
+	}
 	if flops <= 0 {
 		flops, source = DefaultCPUFlops, fmt.Sprintf("default %.0f GFLOP/s (run hpcrun bench gemm to measure this machine)", DefaultCPUFlops/1e9)
 	}
@@ -90,8 +103,8 @@ func CPU(flops float64, memBytes int64, source string) Device {
 		memBytes = defaultCPUMemBytes
 	}
 	return Device{Name: "cpu", MemBytes: memBytes, FP32Flops: flops, BF16Flops: flops, Efficiency: defaultCPUEfficency,
-		MemBandwidth: defaultCPUMemBW, LinkBandwidth: defaultCPULink, NetBandwidth: defaultCPUNetwork,
-		Latency: defaultCPULatency, Source: source}
+		MemBandwidth: cpuMemBWPerCore * cores, LinkBandwidth: defaultCPULink, NetBandwidth: defaultCPUNetwork,
+		Latency: latency, Source: source}
 }
 
 // gpuEfficiency is the share of the peak cuBLAS reaches on a step's GEMMs.

@@ -93,7 +93,7 @@ func TestPeakMemoryMatchesEngine(t *testing.T) {
 		points = points[:len(points)/4]
 	}
 	const vocab = 1000 // padded to 1024: the padding counts too
-	dev := CPU(0, 0, "")
+	dev := CPU(0, 0, 0, "")
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-6s %-5s %3s %3s %4s %14s %14s %7s %10s %10s\n", "preset", "model", "tp", "dp", "bsz", "predicted B", "measured B", "err %", "step s", "plan s")
 	for _, p := range points {
