@@ -37,6 +37,16 @@ type Config struct {
 	WeightDecay float64 `toml:"weight_decay" json:"weight_decay"`                 // AdamW decoupled weight decay (matrices only)
 	GradClip    float64 `toml:"grad_clip" json:"grad_clip"`                       // clip the global gradient norm to this; 0 = no clipping
 
+	// Pretrained weights, positions, optimizer and schedule.
+	Positions int     `toml:"positions,omitempty" json:"positions,omitempty"`   // rows of the position table (n_positions); 0 = seq
+	InitFrom  string  `toml:"init_from,omitempty" json:"init_from,omitempty"`   // start from these weights: a Hugging Face model dir or an llm.c .bin
+	AdamBeta1 float64 `toml:"adam_beta1,omitempty" json:"adam_beta1,omitempty"` // 0 = 0.9
+	AdamBeta2 float64 `toml:"adam_beta2,omitempty" json:"adam_beta2,omitempty"` // 0 = the model's: 0.95 for gpt, 0.999 for bert
+	AdamEps   float64 `toml:"adam_eps,omitempty" json:"adam_eps,omitempty"`     // 0 = 1e-8
+	Schedule  string  `toml:"schedule,omitempty" json:"schedule,omitempty"`     // learning rate after warm-up: cosine (""), linear or constant
+	MinLR     float64 `toml:"min_lr,omitempty" json:"min_lr,omitempty"`         // where cosine and linear decay end; 0 = lr/10
+	Shuffle   bool    `toml:"shuffle" json:"shuffle"`                           // shuffle the training samples every epoch (else in order)
+
 	// Checkpoints (runs/<execid>/ckpt) and requeue on a time limit.
 	CkptEvery   int    `toml:"ckpt_every,omitempty" json:"ckpt_every,omitempty"`     // steps between checkpoints; 0 = at the end (and on a stop signal) only; < 0 = never
 	CkptKeep    int    `toml:"ckpt_keep,omitempty" json:"ckpt_keep,omitempty"`       // checkpoints kept; 0 = 3
@@ -89,6 +99,7 @@ func DefaultConfig() Config {
 		EvalEvery:   50,
 		WeightDecay: 0.01,
 		GradClip:    1.0,
+		Shuffle:     true,
 		NTasks:      1,
 		TP:          1,
 	}
@@ -128,7 +139,7 @@ func (c Config) Validate() error {
 	for _, p := range []struct {
 		name string
 		v    int
-	}{{"samples", c.Samples}, {"steps", c.Steps}, {"warmup", c.Warmup}, {"eval_every", c.EvalEvery}, {"vocab", c.Vocab}, {"eval_samples", c.EvalSamples}} {
+	}{{"samples", c.Samples}, {"steps", c.Steps}, {"warmup", c.Warmup}, {"eval_every", c.EvalEvery}, {"vocab", c.Vocab}, {"eval_samples", c.EvalSamples}, {"positions", c.Positions}} {
 		if p.v < 0 {
 			bad("%s = %d: must not be negative", p.name, p.v)
 		}
@@ -148,6 +159,20 @@ func (c Config) Validate() error {
 		} else if p.MaxSeq > 0 && c.Seq > p.MaxSeq {
 			bad("seq %d is longer than the %d positions of %s: lower --seq", c.Seq, p.MaxSeq, p.Name)
 		}
+	}
+	if c.Positions > 0 && c.Seq > c.Positions {
+		bad("seq %d is longer than the %d positions of the model: lower --seq or raise --positions", c.Seq, c.Positions)
+	}
+	if c.AdamBeta1 < 0 || c.AdamBeta1 >= 1 || c.AdamBeta2 < 0 || c.AdamBeta2 >= 1 {
+		bad("adam_beta1 = %g, adam_beta2 = %g: each must be in [0, 1) (0 = the default)", c.AdamBeta1, c.AdamBeta2)
+	}
+	if c.AdamEps < 0 || c.MinLR < 0 {
+		bad("adam_eps = %g, min_lr = %g: must not be negative", c.AdamEps, c.MinLR)
+	}
+	switch c.Schedule {
+	case "", "cosine", "linear", "constant":
+	default:
+		bad("schedule %q: use cosine, linear or constant", c.Schedule)
 	}
 	if c.WeightDecay < 0 {
 		bad("weight_decay = %g: must not be negative", c.WeightDecay)
@@ -196,6 +221,35 @@ func (c Config) Validate() error {
 		return errors.New(strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// PositionRows is the number of rows of the position table: positions
+// when set (a pretrained model's n_positions), else seq.
+func (c Config) PositionRows() int {
+	if c.Positions > 0 {
+		return c.Positions
+	}
+	return c.Seq
+}
+
+// adam returns AdamW's beta1, beta2 and epsilon: the config's, or the
+// defaults (beta2 0.95 for gpt as GPT-3, nanoGPT and llm.c train, 0.999
+// for bert as BERT and PyTorch's default).
+func (c Config) adam() (beta1, beta2, eps float64) {
+	beta1, beta2, eps = 0.9, 0.95, 1e-8
+	if c.Model == "bert" {
+		beta2 = 0.999
+	}
+	if c.AdamBeta1 > 0 {
+		beta1 = c.AdamBeta1
+	}
+	if c.AdamBeta2 > 0 {
+		beta2 = c.AdamBeta2
+	}
+	if c.AdamEps > 0 {
+		eps = c.AdamEps
+	}
+	return beta1, beta2, eps
 }
 
 // evalSamples is the number of validation samples an evaluation uses.

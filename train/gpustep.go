@@ -174,7 +174,7 @@ func (ds *deviceStep) close() { ds.dev.Free(ds.buf) }
 // trainStepDevice is trainStep on the GPU path.
 func (t *trainer) trainStepDevice(step int) (metrics.Step, error) {
 	start, comm0 := time.Now(), t.commNow()
-	lr := LRAt(step, t.total, t.cfg.Warmup, t.cfg.LR, 0.1)
+	lr := scheduleLR(t.cfg, step, t.total)
 	r, err := t.gpu.run(t.model, t.sync, t.opt, t.mesh.TPRank(), t.cfg.GradClip, lr, t.cfg.GradAccum, t.nextBatch)
 	if err != nil {
 		return metrics.Step{}, err

@@ -220,7 +220,7 @@ func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*t
 	t.mesh = mesh
 	t.commNow = func() time.Duration { return t.mesh.TP.Stats().Total().Time + t.mesh.DP.Stats().Total().Time }
 
-	if t.sampler, err = NewSampler(data.Train.Len(), cfg.DP(), t.mesh.DPRank(), cfg.Seed, true); err != nil {
+	if t.sampler, err = NewSampler(data.Train.Len(), cfg.DP(), t.mesh.DPRank(), cfg.Seed, cfg.Shuffle); err != nil {
 		return nil, err
 	}
 	if err := checkSteps(cfg, data); err != nil {
@@ -238,6 +238,7 @@ func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*t
 	if t.opt, err = NewAdamW(t.dev, params, cfg.WeightDecay, cfg.GradClip); err != nil {
 		return nil, err
 	}
+	t.opt.SetBetas(cfg.adam())
 	t.sync = NewGradSync(t.dev, t.mesh.DP, params, 0)
 	gpu, why, err := newDeviceStep(t.dev, t.model, t.mesh.TP, t.mesh.DP)
 	if err != nil {
@@ -310,6 +311,12 @@ func (t *trainer) nextBatch() *Batch {
 
 func (t *trainer) run(ctx context.Context) (*Result, error) {
 	res := &Result{Start: t.start}
+	if t.start == 0 && t.cfg.EvalEvery > 0 {
+		// The baseline: the loss of the initial (or pretrained) weights.
+		if err := t.evalAndLog(res, 0); err != nil {
+			return res, err
+		}
+	}
 	for step := t.start; step < t.total; step++ {
 		if err := ctx.Err(); err != nil {
 			return res, fmt.Errorf("interrupted at step %d: %w", step, err)
@@ -327,20 +334,8 @@ func (t *trainer) run(ctx context.Context) (*Result, error) {
 		}
 		last := step+1 == t.total
 		if last || (t.cfg.EvalEvery > 0 && (step+1)%t.cfg.EvalEvery == 0) {
-			e, err := t.evaluate(step + 1)
-			if err != nil {
-				return res, fmt.Errorf("validation at step %d: %w", step+1, err)
-			}
-			res.Evals = append(res.Evals, e)
-			if t.w != nil {
-				if err := t.w.Eval(metrics.Eval{Step: e.Step, Loss: e.Loss, Accuracy: e.Accuracy}); err != nil {
-					return res, err
-				}
-			}
-			if math.IsNaN(e.Accuracy) {
-				t.logf("step %d: val loss %.4f", e.Step, e.Loss)
-			} else {
-				t.logf("step %d: val loss %.4f accuracy %.1f%%", e.Step, e.Loss, 100*e.Accuracy)
+			if err := t.evalAndLog(res, step+1); err != nil {
+				return res, err
 			}
 		}
 		if step == 0 || (step+1)%10 == 0 || last {
@@ -367,6 +362,27 @@ func (t *trainer) run(ctx context.Context) (*Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// evalAndLog validates after step optimizer steps and records the result
+// in res, the metrics and the log.
+func (t *trainer) evalAndLog(res *Result, step int) error {
+	e, err := t.evaluate(step)
+	if err != nil {
+		return fmt.Errorf("validation at step %d: %w", step, err)
+	}
+	res.Evals = append(res.Evals, e)
+	if t.w != nil {
+		if err := t.w.Eval(metrics.Eval{Step: e.Step, Loss: e.Loss, Accuracy: e.Accuracy}); err != nil {
+			return err
+		}
+	}
+	if math.IsNaN(e.Accuracy) {
+		t.logf("step %d: val loss %.4f", e.Step, e.Loss)
+	} else {
+		t.logf("step %d: val loss %.4f accuracy %.1f%%", e.Step, e.Loss, 100*e.Accuracy)
+	}
+	return nil
 }
 
 // trainStep runs grad_accum micro-batches and one optimizer step.
@@ -402,7 +418,7 @@ func (t *trainer) trainStep(step int) (metrics.Step, error) {
 	if err != nil {
 		return metrics.Step{}, err
 	}
-	lr := LRAt(step, t.total, t.cfg.Warmup, t.cfg.LR, 0.1)
+	lr := scheduleLR(t.cfg, step, t.total)
 	t.opt.Step(lr, norm)
 	if loss, err = t.dpMean(loss); err != nil {
 		return metrics.Step{}, err

@@ -95,7 +95,7 @@ func (t *transformer) build(cfg Config, vocab int, tp nccl.Comm, seed uint64) er
 	if t.wte, err = parallel.NewVocabParallelEmbedding(dev, tp, "wte", vocab, C, seed, parallel.DefaultStd); err != nil {
 		return err
 	}
-	if t.wpe, err = parallel.NewPositionEmbedding(dev, "wpe", cfg.Seq, C, seed, posInitStd); err != nil {
+	if t.wpe, err = parallel.NewPositionEmbedding(dev, "wpe", cfg.PositionRows(), C, seed, posInitStd); err != nil {
 		return err
 	}
 	t.params = append(t.wte.Params(), t.wpe.Params()...)
@@ -174,7 +174,7 @@ func ParamCount(cfg Config, vocab int) int64 {
 	C, L := int64(cfg.Dim), int64(cfg.Layers)
 	// Per block: ln_1, ln_2 (2C each), c_attn (3C*C + 3C), attn.c_proj
 	// (C*C + C), mlp.c_fc (4C*C + 4C), mlp.c_proj (4C*C + C).
-	n := int64(vp)*C + int64(cfg.Seq)*C + L*(12*C*C+13*C) + 2*C
+	n := int64(vp)*C + int64(cfg.PositionRows())*C + L*(12*C*C+13*C) + 2*C
 	if cfg.Model == "bert" {
 		n += C*C + C + numClasses*C + numClasses
 	}

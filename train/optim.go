@@ -24,6 +24,12 @@ type AdamW struct {
 	step        int
 }
 
+// SetBetas sets Adam's beta1, beta2 and epsilon (NewAdamW starts at 0.9,
+// 0.95, 1e-8).
+func (o *AdamW) SetBetas(beta1, beta2, eps float64) {
+	o.beta1, o.beta2, o.eps = float32(beta1), float32(beta2), float32(eps)
+}
+
 // NewAdamW allocates the moments of params on dev.
 func NewAdamW(dev tensor.Device, params []*parallel.Param, weightDecay, clip float64) (*AdamW, error) {
 	o := &AdamW{dev: dev, params: params, beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: float32(weightDecay), clip: clip}

@@ -39,8 +39,16 @@ func trainFlags() []cli.Flag {
 		&cli.StringFlag{Name: "vocab-file", Usage: "BERT vocab.txt for the wordpiece tokenizer (default: build one from the training texts)", Category: cat},
 		&cli.IntFlag{Name: "vocab", Usage: "vocabulary size before padding (0 = the tokenizer's)", Category: cat},
 		&cli.IntFlag{Name: "eval-samples", Usage: "validation samples per evaluation (0 = 512)", Category: cat},
-		&cli.Float64Flag{Name: "weight-decay", Usage: "AdamW weight decay", Category: cat},
+		&cli.Float64Flag{Name: "weight-decay", Usage: "AdamW decoupled weight decay, on the linear weights and the token and position embeddings; biases and layer norms are exempt", Category: cat},
 		&cli.Float64Flag{Name: "grad-clip", Usage: "clip the global gradient norm (0 = off)", Category: cat},
+		&cli.IntFlag{Name: "positions", Usage: "rows of the position table, the model's n_positions (0 = seq); --init-from sets it", Category: cat},
+		&cli.StringFlag{Name: "init-from", Usage: "start from pretrained weights: a Hugging Face GPT-2 dir (config.json, model.safetensors or its shards) or an llm.c .bin; the model's shape comes from it", Category: cat},
+		&cli.Float64Flag{Name: "adam-beta1", Usage: "AdamW beta1 (0 = 0.9)", Category: cat},
+		&cli.Float64Flag{Name: "adam-beta2", Usage: "AdamW beta2 (0 = 0.95 for gpt, 0.999 for bert)", Category: cat},
+		&cli.Float64Flag{Name: "adam-eps", Usage: "AdamW epsilon (0 = 1e-8)", Category: cat},
+		&cli.StringFlag{Name: "schedule", Usage: "learning rate after warm-up: cosine, linear (both decay to --min-lr) or constant", Category: cat},
+		&cli.Float64Flag{Name: "min-lr", Usage: "learning rate at the end of cosine or linear decay (0 = lr/10)", Category: cat},
+		&cli.BoolFlag{Name: "shuffle", Usage: "shuffle the training samples each epoch (--shuffle=false: in order)", Category: cat},
 		&cli.IntFlag{Name: "ckpt-every", Usage: "steps between checkpoints (0 = at the end and on a stop signal, -1 = never)", Category: "checkpoints"},
 		&cli.IntFlag{Name: "ckpt-keep", Usage: "checkpoints kept (0 = 3)", Category: "checkpoints"},
 		&cli.IntFlag{Name: "max-requeues", Usage: "times a job stopped by its time-limit signal requeues itself (0 = 10)", Category: "checkpoints"},
@@ -83,6 +91,8 @@ func applyTrainFlags(c *cli.Context, cfg *train.Config) error {
 			f.SetFloat(c.Float64(name))
 		case reflect.String:
 			f.SetString(c.String(name))
+		case reflect.Bool:
+			f.SetBool(c.Bool(name))
 		default:
 			return fmt.Errorf("--%s: a %s option cannot be a flag", name, f.Kind())
 		}
@@ -112,6 +122,8 @@ func showBuiltinDefaults(flags []cli.Flag) {
 		case *cli.Float64Flag:
 			f.DefaultText = text
 		case *cli.StringFlag:
+			f.DefaultText = text
+		case *cli.BoolFlag:
 			f.DefaultText = text
 		}
 	}

@@ -24,6 +24,8 @@ func TestEveryTrainFlagSetsItsField(t *testing.T) {
 		switch f.(type) {
 		case *cli.StringFlag:
 			args = append(args, "--"+name, "v-"+name)
+		case *cli.BoolFlag:
+			args = append(args, "--"+name+"=false") // the defaults are true
 		default:
 			args = append(args, "--"+name, "7")
 		}
@@ -56,6 +58,8 @@ func TestEveryTrainFlagSetsItsField(t *testing.T) {
 			want = int64(7)
 		case reflect.Float64:
 			want = 7.0
+		case reflect.Bool:
+			want = false
 		}
 		if got := v.Field(i).Interface(); got != want {
 			t.Errorf("--%s set %s to %v, want %v (no flag for it?)", name, v.Type().Field(i).Name, got, want)
