@@ -31,6 +31,10 @@ type Device struct {
 	NetBandwidth  float64 `json:"net_bandwidth"`
 	// Latency is the fixed cost of one collective, in seconds.
 	Latency float64 `json:"latency_s"`
+	// Wait is how long a rank that shares its cores with other ranks
+	// waits at a collective for a peer that is not running (at most the
+	// work between two collectives); 0 when each rank has its own cores.
+	Wait float64 `json:"wait_s,omitempty"`
 	// ContextBytes is the CUDA context and library handles (cuBLAS, NCCL)
 	// a process holds on the GPU outside the engine's tensors.
 	ContextBytes int64 `json:"context_bytes"`
@@ -92,9 +96,9 @@ func CPU(flops float64, memBytes int64, cores float64, source string) Device {
 	if cores <= 0 {
 		cores = 2
 	}
-	latency := defaultCPULatency
+	wait := 0.0
 	if cores < 1 {
-		latency = oversubscribedWait
+		wait = oversubscribedWait
 	}
 	if flops <= 0 {
 		flops, source = DefaultCPUFlops, fmt.Sprintf("default %.0f GFLOP/s (run hpcrun bench gemm to measure this machine)", DefaultCPUFlops/1e9)
@@ -104,7 +108,7 @@ func CPU(flops float64, memBytes int64, cores float64, source string) Device {
 	}
 	return Device{Name: "cpu", MemBytes: memBytes, FP32Flops: flops, BF16Flops: flops, Efficiency: defaultCPUEfficency,
 		MemBandwidth: cpuMemBWPerCore * cores, LinkBandwidth: defaultCPULink, NetBandwidth: defaultCPUNetwork,
-		Latency: latency, Source: source}
+		Latency: defaultCPULatency, Wait: wait, Source: source}
 }
 
 // gpuEfficiency is the share of the peak cuBLAS reaches on a step's GEMMs.

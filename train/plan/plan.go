@@ -348,6 +348,11 @@ func (s shapes) time(cfg train.Config, vocab int, dev Device, nodes int) Time {
 		t.Collectives += int(buckets) + 1 // and the loss's mean
 		t.CommS += t.DPBytes/bw + float64(buckets+1)*dev.Latency
 	}
+	if dev.Wait > 0 && t.Collectives > 0 {
+		// Ranks sharing cores wait for each other at every collective, at
+		// most the work between two of them.
+		t.CommS += float64(t.Collectives) * min(dev.Wait, (t.ComputeS+t.MemoryS)/float64(t.Collectives))
+	}
 	t.StepS = t.ComputeS + t.MemoryS + t.CommS
 	t.CommShare = t.CommS / t.StepS
 	t.TokensPerS = float64(cfg.BatchSize*cfg.Seq) * accum * dp / t.StepS
