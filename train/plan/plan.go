@@ -157,9 +157,6 @@ func New(r Request) (*Plan, error) {
 	if r.Device.FP32Flops <= 0 || r.Device.MemBytes <= 0 {
 		return nil, fmt.Errorf("plan: device %q has no rate or no memory", r.Device.Name)
 	}
-	if cfg.Precision == "bf16" && r.Device.BF16Flops == 0 {
-		return nil, fmt.Errorf("plan: %s has no bf16 units: use --precision fp32", r.Device.Name)
-	}
 	nodes := max(r.Nodes, 1)
 	vp, err := parallel.PadVocab(r.Vocab, cfg.TP)
 	if err != nil {
@@ -177,7 +174,10 @@ func New(r Request) (*Plan, error) {
 	p.Fits = p.Headroom >= 0
 	p.Time = s.time(cfg, r.Vocab, r.Device, nodes)
 	p.Notes = append(p.Notes, "activations: the engine has no sequence parallelism, ZeRO or recomputation; every block keeps its own")
-	if cfg.Precision == "bf16" {
+	switch {
+	case cfg.Precision == "bf16" && r.Device.BF16Flops == 0:
+		p.Notes = append(p.Notes, fmt.Sprintf("precision bf16: %s has no bf16 units; the engine trains in fp32 there as everywhere; MFU is against its fp32 peak", r.Device.Name))
+	case cfg.Precision == "bf16":
 		p.Notes = append(p.Notes, "precision bf16: the engine stores fp32 weights, gradients and activations and trains with fp32 GEMMs; MFU is against the bf16 peak")
 	}
 	return p, nil

@@ -175,8 +175,9 @@ func TestLookupDevice(t *testing.T) {
 	cfg := train.DefaultConfig()
 	cfg.Precision = "bf16"
 	v100, _ := LookupDevice("v100")
-	if _, err := New(Request{Config: cfg, Vocab: 100, Device: v100}); err == nil {
-		t.Error("bf16 on a V100: no error")
+	p, err := New(Request{Config: cfg, Vocab: 100, Device: v100})
+	if err != nil || p.Time.PeakFlops != v100.FP32Flops || !strings.Contains(strings.Join(p.Notes, " "), "no bf16 units") {
+		t.Errorf("bf16 on a V100: %v, peak %g, notes %q; want the fp32 peak and a note", err, p.Time.PeakFlops, p.Notes)
 	}
 }
 
