@@ -174,3 +174,14 @@ func InitFull(name string, seed uint64, n int, kind Init, std float32) []float32
 	}
 	return out
 }
+
+// Runs calls fn(start, n) for each contiguous run of the full row-major
+// tensor of shape shape that this rank's piece holds, in the piece's order
+// (offsets in elements): a reader can fetch just its piece from a file.
+func (s Shard) Runs(shape []int, fn func(start, n int)) error {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return s.runs(n, shape, fn)
+}

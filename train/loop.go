@@ -94,7 +94,8 @@ func Run(ctx context.Context, cfg Config, world nccl.Comm, opt Options) (res *Re
 }
 
 // resumeIfAny loads opt.Resume, or else the run dir's latest checkpoint,
-// or else the config's resume_from.
+// or else the config's resume_from, or else the pretrained weights of
+// init_from.
 func (t *trainer) resumeIfAny(opt Options) error {
 	dir := ""
 	var err error
@@ -106,8 +107,14 @@ func (t *trainer) resumeIfAny(opt Options) error {
 	if err == nil && dir == "" && t.cfg.ResumeFrom != "" {
 		dir, err = ckpt.Resolve(t.cfg.ResumeFrom)
 	}
-	if err = agree(t.world, err, "finding the checkpoint"); err != nil || dir == "" {
+	if err = agree(t.world, err, "finding the checkpoint"); err != nil {
 		return err
+	}
+	if dir == "" {
+		if t.cfg.InitFrom == "" {
+			return nil
+		}
+		return agree(t.world, t.loadPretrained(), "init_from "+t.cfg.InitFrom)
 	}
 	return t.resume(dir)
 }

@@ -42,6 +42,9 @@ func runLocal(c *cli.Context) error {
 	if err := applyTrainFlags(c, &cfg); err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
+	if err := applyInitFrom(c, &cfg); err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
 	if c.IsSet("nproc") {
 		cfg.NTasks = c.Int("nproc")
 	}

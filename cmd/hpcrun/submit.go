@@ -95,6 +95,9 @@ func planSubmit(c *cli.Context) (*submitPlan, error) {
 	if err := applyTrainFlags(c, &tc); err != nil {
 		return nil, err
 	}
+	if err := applyInitFrom(c, &tc); err != nil {
+		return nil, err
+	}
 	check := c.String("check")
 	if check != "" {
 		if _, err := parallel.FindChecks(check); err != nil {

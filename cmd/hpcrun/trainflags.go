@@ -100,6 +100,12 @@ func applyTrainFlags(c *cli.Context, cfg *train.Config) error {
 	return nil
 }
 
+// applyInitFrom gives cfg the model shape of its --init-from weights; a
+// model flag the user set that contradicts them is an error naming both.
+func applyInitFrom(c *cli.Context, cfg *train.Config) error {
+	return cfg.ApplyInitFrom(func(key string) bool { return c.IsSet(strings.ReplaceAll(key, "_", "-")) })
+}
+
 // showBuiltinDefaults makes --help print train.DefaultConfig's value for
 // each flag (a config file may change it: see hpcrun config show) rather
 // than the flag's zero value, which would never be used.

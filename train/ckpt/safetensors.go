@@ -99,7 +99,17 @@ func WriteFile(path string, tensors []Tensor, metadata map[string]string) error 
 // Write writes tensors (in the given order) and metadata to out as
 // safetensors; name names the destination in errors.
 func Write(out io.Writer, name string, tensors []Tensor, metadata map[string]string) error {
+	return WriteAs(out, name, tensors, metadata, "F32")
+}
+
+// WriteAs is Write with the values stored as dtype: F32, F16 or BF16
+// (rounded to nearest even).
+func WriteAs(out io.Writer, name string, tensors []Tensor, metadata map[string]string, dtype string) error {
 	path := name
+	size := dtypeSize[dtype]
+	if dtype != "F32" && dtype != "F16" && dtype != "BF16" {
+		return fmt.Errorf("safetensors %s: dtype %q: write F32, F16 or BF16", path, dtype)
+	}
 	header := make(map[string]any, len(tensors)+1)
 	if len(metadata) > 0 {
 		header["__metadata__"] = metadata
@@ -115,8 +125,8 @@ func Write(out io.Writer, name string, tensors []Tensor, metadata map[string]str
 		if len(t.Data) != t.Len() {
 			return fmt.Errorf("safetensors %s: tensor %s has %d values for shape %v", path, t.Name, len(t.Data), t.Shape)
 		}
-		n := int64(4 * len(t.Data))
-		header[t.Name] = rawEntry{DType: "F32", Shape: append([]int{}, t.Shape...), DataOffsets: []int64{off, off + n}}
+		n := int64(size * len(t.Data))
+		header[t.Name] = rawEntry{DType: dtype, Shape: append([]int{}, t.Shape...), DataOffsets: []int64{off, off + n}}
 		off += n
 	}
 	hdr, err := json.Marshal(header)
@@ -136,7 +146,7 @@ func Write(out io.Writer, name string, tensors []Tensor, metadata map[string]str
 	buf := make([]byte, 0, 1<<16)
 	for _, t := range tensors {
 		for i, v := range t.Data {
-			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
+			buf = appendFloat(buf, v, dtype)
 			if len(buf) == cap(buf) || i == len(t.Data)-1 {
 				if _, err := w.Write(buf); err != nil {
 					return fmt.Errorf("safetensors %s: %w", path, err)

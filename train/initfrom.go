@@ -1,0 +1,90 @@
+package train
+
+import (
+	"fmt"
+
+	"github.com/hpcrun/hpcrun/train/interop"
+)
+
+// ApplyInitFrom gives c the model shape of its init_from weights (model,
+// layers, dim, heads, positions, vocab; the GPT-2 tokenizer for GPT-2's
+// 50257-id vocabulary when none is chosen). explicit reports the config keys
+// the user set (flags): one whose value contradicts the file is an error
+// that names both. Without init_from it does nothing.
+func (c *Config) ApplyInitFrom(explicit func(key string) bool) error {
+	if c.InitFrom == "" {
+		return nil
+	}
+	s, err := interop.Inspect(c.InitFrom)
+	if err != nil {
+		return err
+	}
+	if explicit == nil {
+		explicit = func(string) bool { return false }
+	}
+	for _, d := range []struct {
+		key  string
+		flag any
+		file any
+		set  func()
+	}{
+		{"model", c.Model, s.Model, func() { c.Model = s.Model }},
+		{"layers", c.Layers, s.Layers, func() { c.Layers = s.Layers }},
+		{"dim", c.Dim, s.Dim, func() { c.Dim = s.Dim }},
+		{"heads", c.Heads, s.Heads, func() { c.Heads = s.Heads }},
+		{"positions", c.Positions, s.Positions, func() { c.Positions = s.Positions }},
+		{"vocab", c.Vocab, s.Vocab, func() { c.Vocab = s.Vocab }},
+	} {
+		if explicit(d.key) && d.flag != d.file {
+			return fmt.Errorf("--%s %v contradicts %s, whose model has %s %v: leave --%s out with --init-from", d.key, d.flag, s.Source, d.key, d.file, d.key)
+		}
+		d.set()
+	}
+	c.Preset = ""
+	if c.Tokenizer == "" && s.Vocab == gpt2Vocab {
+		c.Tokenizer = "gpt2"
+	}
+	return nil
+}
+
+// gpt2Vocab is the size of GPT-2's BPE vocabulary.
+const gpt2Vocab = 50257
+
+// checkInitFrom checks that the init_from weights have this config's model
+// shape: a train.toml edited after submission fails here, naming both.
+func checkInitFrom(cfg Config, vocab int, s interop.Spec) error {
+	for _, d := range []struct {
+		key        string
+		have, file any
+	}{
+		{"model", cfg.Model, s.Model}, {"layers", cfg.Layers, s.Layers}, {"dim", cfg.Dim, s.Dim},
+		{"heads", cfg.Heads, s.Heads}, {"positions", cfg.PositionRows(), s.Positions}, {"vocab", vocab, s.Vocab},
+	} {
+		if d.have != d.file {
+			return fmt.Errorf("init_from %s has %s %v, this run's config has %v", s.Source, d.key, d.file, d.have)
+		}
+	}
+	return nil
+}
+
+// loadPretrained fills this rank's parameters from cfg.InitFrom, reading
+// only this rank's slices.
+func (t *trainer) loadPretrained() error {
+	w, err := interop.Open(t.cfg.InitFrom)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	if err := checkInitFrom(t.cfg, t.data.Vocab, w.Spec()); err != nil {
+		return err
+	}
+	for _, p := range t.model.Params() {
+		vals, err := w.Load(p.Name, p.Full, p.Shard)
+		if err != nil {
+			return err
+		}
+		t.dev.CopyFromHost(p.Data, vals)
+	}
+	t.logf("weights from %s", w.Spec().Source)
+	return nil
+}
