@@ -291,20 +291,6 @@ func whatFits(sug []plan.Suggestion) string {
 	return "what would fit: " + strings.Join(parts, ", ") + "; bf16 would not help (the engine stores fp32)"
 }
 
-// planSummary is the one line submit --dry-run adds after the placement.
-func planSummary(p *submitPlan) string {
-	if p.plan == nil {
-		return p.planNote
-	}
-	pl := p.plan
-	fit := "fits"
-	if !pl.Fits {
-		fit = fmt.Sprintf("DOES NOT FIT (%s over)", bytesIEC(-pl.Headroom))
-	}
-	return fmt.Sprintf("plan: %s a rank of %s on %s: %s; step %.3f s (comm %.0f%%), %.0f tokens/s, MFU %.1f%% (hpcrun plan for the breakdown)",
-		bytesIEC(pl.Memory.Total), bytesIEC(pl.Device.MemBytes), pl.Device.Name, fit, pl.Time.StepS, 100*pl.Time.CommShare, pl.Time.TokensPerS, 100*pl.Time.MFU)
-}
-
 // refuseUnfit is submit's error for a run that does not fit.
 func refuseUnfit(p *submitPlan) error {
 	pl := p.plan

@@ -212,8 +212,10 @@ func runSubmit(c *cli.Context) error {
 	}
 	if c.Bool("dry-run") {
 		fmt.Fprintln(os.Stderr, p.placement)
-		if p.check == "" {
-			fmt.Fprintln(os.Stderr, planSummary(p))
+		if p.plan != nil {
+			writePlan(os.Stderr, p.plan, p.suggest)
+		} else if p.check == "" {
+			fmt.Fprintln(os.Stderr, p.planNote)
 		}
 		script, _ := slurm.Script(p.spec, p.tmpl, version, p.execHint)
 		_, err := os.Stdout.Write(script)
