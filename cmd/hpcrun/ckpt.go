@@ -10,7 +10,9 @@ import (
 	"text/tabwriter"
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
+	"github.com/hpcrun/hpcrun/train"
 	"github.com/hpcrun/hpcrun/train/ckpt"
+	"github.com/hpcrun/hpcrun/train/interop"
 	"github.com/urfave/cli/v2"
 )
 
@@ -40,6 +42,19 @@ func ckptCommand() *cli.Command {
 				},
 				Action: ckptMerge,
 			},
+			{
+				Name:      "export",
+				Usage:     "write a GPT checkpoint as a Hugging Face GPT-2 directory (config.json + model.safetensors)",
+				ArgsUsage: "DIR|EXECID|PREFIX|JOBID --hf OUTDIR",
+				Description: "OUTDIR holds config.json (GPT2LMHeadModel, n_positions from the position table) and\n" +
+					"model.safetensors (F32, GPT2Model names, Conv1D (in, out) weights, the vocabulary unpadded):\n" +
+					"transformers' from_pretrained and hpcrun's --init-from read it.",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "hf", Usage: "the Hugging Face model `DIR` to write (required)"},
+					&cli.BoolFlag{Name: "force", Usage: "write into DIR when it exists"},
+				},
+				Action: ckptExport,
+			},
 		},
 	}
 }
@@ -47,17 +62,24 @@ func ckptCommand() *cli.Command {
 // mergeArgs splits merge's arguments: flags may follow the checkpoint
 // (hpcrun ckpt merge DIR -o FILE), where urfave/cli stops parsing them.
 func mergeArgs(c *cli.Context) (args []string, out string, force bool, err error) {
-	out, force = c.String("output"), c.Bool("force")
+	return trailingArgs(c, "output", "o")
+}
+
+// trailingArgs splits a ckpt subcommand's arguments into the checkpoint
+// and the value of its output flag (long name, short alias or "") and
+// --force, which may follow the checkpoint.
+func trailingArgs(c *cli.Context, long, short string) (args []string, out string, force bool, err error) {
+	out, force = c.String(long), c.Bool("force")
 	a := c.Args().Slice()
 	for i := 0; i < len(a); i++ {
 		switch v := a[i]; {
-		case v == "-o" || v == "--output" || v == "-output":
+		case (short != "" && v == "-"+short) || v == "--"+long || v == "-"+long:
 			if i+1 == len(a) {
 				return nil, "", false, fmt.Errorf("%s needs a file name", v)
 			}
 			out = a[i+1]
 			i++
-		case strings.HasPrefix(v, "-o=") || strings.HasPrefix(v, "--output="):
+		case (short != "" && strings.HasPrefix(v, "-"+short+"=")) || strings.HasPrefix(v, "--"+long+"="):
 			_, out, _ = strings.Cut(v, "=")
 		case v == "--force" || v == "-force":
 			force = true
@@ -182,4 +204,44 @@ func ckptMerge(c *cli.Context) error {
 	fi, _ := os.Stat(out)
 	fmt.Fprintf(os.Stderr, "merged step %d of %s (tp %d) into %s (%.1f MiB)\n", ck.State.Step, ck.Dir, ck.State.Mesh.TP, out, float64(fi.Size())/(1<<20))
 	return nil
+}
+
+func ckptExport(c *cli.Context) error {
+	args, out, force, err := trailingArgs(c, "hf", "")
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	if out == "" {
+		return cli.Exit("usage: hpcrun ckpt export DIR|EXECID --hf OUTDIR", 2)
+	}
+	if _, err := os.Stat(out); err == nil && !force {
+		return cli.Exit(fmt.Sprintf("%s exists: choose another --hf or pass --force to write into it", out), 2)
+	}
+	ck, err := openCkpt(c, args, "export DIR|EXECID --hf OUTDIR", false)
+	if err != nil {
+		return err
+	}
+	if err := exportHF(ck, out); err != nil {
+		return cli.Exit(err.Error(), 1)
+	}
+	fmt.Fprintf(os.Stderr, "exported step %d of %s (tp %d) to %s\n", ck.State.Step, ck.Dir, ck.State.Mesh.TP, out)
+	return nil
+}
+
+// exportHF writes the GPT checkpoint ck as a Hugging Face GPT-2 directory.
+func exportHF(ck *ckpt.Checkpoint, dir string) error {
+	st := ck.State
+	if st.Model != "gpt" {
+		return fmt.Errorf("export %s: a %s checkpoint: --hf writes GPT-2, hpcrun's gpt model", ck.Dir, st.Model)
+	}
+	var cfg train.Config
+	if err := json.Unmarshal(st.Config, &cfg); err != nil {
+		return fmt.Errorf("export %s: config: %v", ck.Dir, err)
+	}
+	tensors, _, err := ck.Merge()
+	if err != nil {
+		return err
+	}
+	spec := interop.Spec{Model: "gpt", Layers: cfg.Layers, Dim: cfg.Dim, Heads: cfg.Heads, Positions: cfg.PositionRows(), Vocab: st.Vocab}
+	return interop.WriteHF(dir, spec, tensors, interop.HFOptions{})
 }
