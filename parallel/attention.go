@@ -17,6 +17,10 @@ type AttentionConfig struct {
 	// ProjStd is the init std of the output projection (GPT-2 scales it by
 	// 1/sqrt(2*layers)); 0 means Std.
 	ProjStd float32
+	// SP, when not nil, is the sequence-parallel region of tp: the input
+	// and output are this rank's (B,T/tp,C) positions (the QKV projection
+	// all-gathers, the output projection reduce-scatters).
+	SP *SequenceParallel
 }
 
 // ParallelSelfAttention is multi-head self-attention split by heads
@@ -31,6 +35,7 @@ type ParallelSelfAttention struct {
 
 	dim, heads, nh, hd int // full width, full heads, heads on this rank, head size
 	causal             bool
+	sp                 *SequenceParallel
 
 	keyValid []int32
 	bufs     buffers
@@ -60,16 +65,16 @@ func NewParallelSelfAttention(dev tensor.Device, tp nccl.Comm, name string, cfg 
 	if projStd == 0 {
 		projStd = cfg.Std
 	}
-	qkv, err := NewColumnParallelLinear(dev, tp, name+".c_attn", cfg.Dim, 3*cfg.Dim, LinearOptions{Bias: true, Blocks: 3, Seed: cfg.Seed, Std: cfg.Std})
+	qkv, err := NewColumnParallelLinear(dev, tp, name+".c_attn", cfg.Dim, 3*cfg.Dim, LinearOptions{Bias: true, Blocks: 3, Seed: cfg.Seed, Std: cfg.Std, SequenceParallel: cfg.SP})
 	if err != nil {
 		return nil, err
 	}
-	proj, err := NewRowParallelLinear(dev, tp, name+".c_proj", cfg.Dim, cfg.Dim, LinearOptions{Bias: true, InputIsParallel: true, Seed: cfg.Seed, Std: projStd})
+	proj, err := NewRowParallelLinear(dev, tp, name+".c_proj", cfg.Dim, cfg.Dim, LinearOptions{Bias: true, InputIsParallel: true, Seed: cfg.Seed, Std: projStd, SequenceParallel: cfg.SP})
 	if err != nil {
 		return nil, err
 	}
 	return &ParallelSelfAttention{Name: name, QKV: qkv, Proj: proj, dim: cfg.Dim, heads: cfg.Heads,
-		nh: cfg.Heads / g.size(), hd: cfg.Dim / cfg.Heads, causal: cfg.Causal}, nil
+		nh: cfg.Heads / g.size(), hd: cfg.Dim / cfg.Heads, causal: cfg.Causal, sp: cfg.SP}, nil
 }
 
 // Params lists the layer's parameters.
@@ -85,6 +90,9 @@ func (a *ParallelSelfAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*
 	b, t, err := batchShape(a.Name, inp, a.dim)
 	if err != nil {
 		return nil, err
+	}
+	if a.sp != nil {
+		t *= a.sp.Size() // the QKV projection gathers the sequence
 	}
 	if keyValid != nil && len(keyValid) != b*t {
 		return nil, shapeErr(a.Name, "key mask of %d entries for a batch of %dx%d tokens", len(keyValid), b, t)

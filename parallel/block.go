@@ -16,13 +16,21 @@ type BlockConfig struct {
 	Seed    uint64  // initialisation seed
 	Std     float32 // init std of the weights; 0 means DefaultStd
 	ProjStd float32 // init std of the two output projections; 0 means Std
+	// SP, when not nil, is the sequence-parallel region of tp: the block's
+	// input, output, residuals and layer norms hold this rank's (B,T/tp,C)
+	// positions, and its 2 all-reduces forward become 2 all-gathers and 2
+	// reduce-scatters (backward: 4 all-gathers, one per column-parallel
+	// layer to gather its input again and one per row-parallel layer for
+	// its output gradient, and 2 reduce-scatters).
+	SP *SequenceParallel
 }
 
 // Block is a pre-LayerNorm transformer block, as GPT-2:
 //
 //	r = x + Attn(LN1(x));  out = r + MLP(LN2(r))
 //
-// Activations and residuals are replicated on every tensor-parallel rank;
+// Activations and residuals are replicated on every tensor-parallel rank
+// (with BlockConfig.SP: split along the sequence);
 // inside, attention and MLP are split Megatron-style, so a block costs
 // exactly 2 all-reduces of (B,T,C) forward and 2 backward.
 type Block struct {
@@ -56,7 +64,7 @@ func NewBlock(dev tensor.Device, tp nccl.Comm, name string, cfg BlockConfig) (*B
 	if err != nil {
 		return nil, err
 	}
-	attn, err := NewParallelSelfAttention(dev, tp, name+".attn", AttentionConfig{Dim: cfg.Dim, Heads: cfg.Heads, Causal: cfg.Causal, Seed: cfg.Seed, Std: std, ProjStd: cfg.ProjStd})
+	attn, err := NewParallelSelfAttention(dev, tp, name+".attn", AttentionConfig{Dim: cfg.Dim, Heads: cfg.Heads, Causal: cfg.Causal, Seed: cfg.Seed, Std: std, ProjStd: cfg.ProjStd, SP: cfg.SP})
 	if err != nil {
 		return nil, err
 	}
@@ -64,10 +72,12 @@ func NewBlock(dev tensor.Device, tp nccl.Comm, name string, cfg BlockConfig) (*B
 	if err != nil {
 		return nil, err
 	}
-	mlp, err := NewParallelMLP(dev, tp, name+".mlp", cfg.Dim, cfg.Hidden, cfg.Seed, std, cfg.ProjStd)
+	mlp, err := newParallelMLP(dev, tp, cfg.SP, name+".mlp", cfg.Dim, cfg.Hidden, cfg.Seed, std, cfg.ProjStd)
 	if err != nil {
 		return nil, err
 	}
+	ln1.SetSequenceParallel(cfg.SP)
+	ln2.SetSequenceParallel(cfg.SP)
 	return &Block{Name: name, LN1: ln1, Attn: attn, LN2: ln2, MLP: mlp, dim: cfg.Dim}, nil
 }
 
@@ -78,9 +88,10 @@ func (b *Block) Params() []*Param {
 	return append(ps, b.MLP.Params()...)
 }
 
-// Forward maps x (B,T,C) to the block's (B,T,C) output. keyValid is the
-// attention's key padding mask (nil: none). x must stay unchanged until
-// Backward.
+// Forward maps x (B,T,C) to the block's (B,T,C) output (with sequence
+// parallelism: this rank's (B,T/tp,C) positions to the same). keyValid is
+// the attention's key padding mask over the full (B*T) tokens (nil:
+// none). x must stay unchanged until Backward.
 func (b *Block) Forward(x *tensor.Tensor, keyValid []int32) (*tensor.Tensor, error) {
 	bs, t, err := batchShape(b.Name, x, b.dim)
 	if err != nil {

@@ -126,6 +126,11 @@ func Checks() []Check {
 		{Name: "ParallelMLP", Doc: "fc column-parallel, GELU, proj row-parallel", run: checkMLP},
 		{Name: "Block", Doc: "pre-LN transformer block, causal and padded", run: checkBlock},
 		{Name: "BlockComm", Doc: "a block does exactly 2 all-reduces forward and 2 backward, nothing else", run: checkBlockComm},
+		{Name: "ColumnParallelLinearSP", Doc: "ColumnParallelLinear with sequence parallelism: input split along the sequence, all-gather forward, reduce-scatter of the input gradient", run: checkColumnSP},
+		{Name: "RowParallelLinearSP", Doc: "RowParallelLinear with sequence parallelism: reduce-scatter of the output along the sequence, all-gather of its gradient", run: checkRowSP},
+		{Name: "VocabParallelEmbeddingSP", Doc: "VocabParallelEmbedding reduce-scattered along the sequence", run: checkEmbeddingSP},
+		{Name: "BlockSP", Doc: "Block with sequence parallelism: layer norms and residuals on T/tp positions, layer-norm gradients summed over tp", run: checkBlockSP},
+		{Name: "BlockCommSP", Doc: "a sequence-parallel block does 2 all-gathers and 2 reduce-scatters forward, 4 all-gathers and 2 reduce-scatters backward, nothing else", run: checkBlockCommSP},
 	}
 }
 
@@ -337,6 +342,9 @@ type layerPair struct {
 	fwd    func(sharded bool, x *tensor.Tensor) (*tensor.Tensor, error)
 	bwd    func(sharded bool, dout, dx *tensor.Tensor) error
 	params func(sharded bool) []*Param
+	// reduce, when not nil, completes the sharded layer's gradients after
+	// its backward (SequenceParallel.ReduceGrads).
+	reduce func() error
 }
 
 // runPair is the common check: forward a random x (this rank's inShard of
@@ -373,6 +381,9 @@ func (h *harness) runPair(lp layerPair, inShape []int, inShard Shard, outShard S
 		return
 	}
 	if h.fail(lp.bwd(false, dout, dx)) || h.fail(lp.bwd(true, doutl, dxl)) {
+		return
+	}
+	if lp.reduce != nil && h.fail(lp.reduce()) {
 		return
 	}
 	h.compare("input gradient", dxl, dx, inShard)
@@ -771,4 +782,196 @@ func hostLMLoss(table []float32, ids, targets []int32, vocab, dim int) float64 {
 		total += math.Log(se) + mx - logits[targets[i]]
 	}
 	return total / float64(len(ids))
+}
+
+// seqShard is this rank's positions of a (B,T,*) activation under
+// sequence parallelism.
+func (h *harness) seqShard() Shard {
+	if h.g.size() == 1 {
+		return Shard{Parts: 1}
+	}
+	return Shard{Dim: 1, Parts: h.g.size(), Index: h.g.rank()}
+}
+
+func checkColumnSP(dev tensor.Device, tp nccl.Comm) (*Result, error) {
+	h := newHarness(dev, tp)
+	sp := NewSequenceParallel(tp)
+	defer sp.Release()
+	ref, err := NewColumnParallelLinear(dev, nil, "fc", ckDim, ckOut, LinearOptions{Bias: true, Seed: ckSeed})
+	if err != nil {
+		return nil, err
+	}
+	sh, err := NewColumnParallelLinear(dev, tp, "fc", ckDim, ckOut, LinearOptions{Bias: true, Seed: ckSeed, SequenceParallel: sp})
+	if err != nil {
+		return nil, err
+	}
+	h.runPair(linearPair(ref, sh), []int{ckB, ckT, ckDim}, h.seqShard(), h.lastDim([]int{ckB, ckT, ckOut}, 1))
+	return h.done()
+}
+
+func checkRowSP(dev tensor.Device, tp nccl.Comm) (*Result, error) {
+	h := newHarness(dev, tp)
+	sp := NewSequenceParallel(tp)
+	defer sp.Release()
+	ref, err := NewRowParallelLinear(dev, nil, "proj", ckOut, ckDim, LinearOptions{Bias: true, Seed: ckSeed})
+	if err != nil {
+		return nil, err
+	}
+	sh, err := NewRowParallelLinear(dev, tp, "proj", ckOut, ckDim, LinearOptions{Bias: true, Seed: ckSeed, InputIsParallel: true, SequenceParallel: sp})
+	if err != nil {
+		return nil, err
+	}
+	in := []int{ckB, ckT, ckOut}
+	h.runPair(linearPair(ref, sh), in, h.lastDim(in, 1), h.seqShard())
+	return h.done()
+}
+
+func checkEmbeddingSP(dev tensor.Device, tp nccl.Comm) (*Result, error) {
+	h := newHarness(dev, tp)
+	sp := NewSequenceParallel(tp)
+	defer sp.Release()
+	padded, err := PadVocab(ckVocab, h.g.size())
+	if err != nil {
+		return nil, err
+	}
+	ref, err := newVocabEmbedding(dev, nil, "wte", ckVocab, padded, ckDim, ckSeed, 0)
+	if err != nil {
+		return nil, err
+	}
+	sh, err := NewVocabParallelEmbedding(dev, tp, "wte", ckVocab, ckDim, ckSeed, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := sh.SetSequenceParallel(sp); err != nil {
+		return nil, err
+	}
+	ids := h.ids(ckB*ckT, ckVocab)
+	want, err := ref.Forward(ids, ckB, ckT)
+	if err != nil {
+		return nil, err
+	}
+	got, err := sh.Forward(ids, ckB, ckT)
+	if err != nil {
+		return nil, err
+	}
+	h.compare("forward output", got, want, h.seqShard())
+	dout, dh := h.random(ckB, ckT, ckDim)
+	doutl := h.upload(h.piece(dh, dout.Shape(), h.seqShard()), got.Shape()...)
+	if h.err == nil && (h.fail(ref.Backward(dout)) || h.fail(sh.Backward(doutl))) {
+		return h.done()
+	}
+	h.compareParams("weight gradients", sh.Params(), ref.Params(), true)
+	h.step(sh.Params(), ref.Params())
+	return h.done()
+}
+
+func newCheckBlocksSP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel) (ref, sh *Block, err error) {
+	cfg := BlockConfig{Dim: ckDim, Heads: ckHeads, Causal: true, Seed: ckSeed, Std: 0.2}
+	if ref, err = NewBlock(dev, nil, "h.0", cfg); err != nil {
+		return nil, nil, err
+	}
+	cfg.SP = sp
+	sh, err = NewBlock(dev, tp, "h.0", cfg)
+	return ref, sh, err
+}
+
+func checkBlockSP(dev tensor.Device, tp nccl.Comm) (*Result, error) {
+	h := newHarness(dev, tp)
+	sp := NewSequenceParallel(tp)
+	defer sp.Release()
+	ref, sh, err := newCheckBlocksSP(dev, tp, sp)
+	if err != nil {
+		return nil, err
+	}
+	// Perturb the layer norms so that their gradient paths are not the
+	// identity.
+	for _, ln := range [][2]*LayerNorm{{ref.LN1, sh.LN1}, {ref.LN2, sh.LN2}} {
+		w, _ := h.random(ckDim)
+		if h.err != nil {
+			return h.done()
+		}
+		dev.Copy(ln[0].Weight.Data, w)
+		dev.Copy(ln[1].Weight.Data, w)
+	}
+	mask := keyMask(ckB, ckT)
+	pick := func(s bool) *Block {
+		if s {
+			return sh
+		}
+		return ref
+	}
+	h.runPair(layerPair{
+		fwd:    func(s bool, x *tensor.Tensor) (*tensor.Tensor, error) { return pick(s).Forward(x, mask) },
+		bwd:    func(s bool, dout, dx *tensor.Tensor) error { return pick(s).Backward(dout, dx) },
+		params: func(s bool) []*Param { return pick(s).Params() },
+		reduce: func() error { return sp.ReduceGrads(sh.Params()) },
+	}, []int{ckB, ckT, ckDim}, h.seqShard(), h.seqShard())
+	return h.done()
+}
+
+// checkBlockCommSP counts the collectives of a sequence-parallel block:
+// forward 2 all-gathers (into QKV and fc) and 2 reduce-scatters (out of
+// the two projections) of B*T*C floats; backward 4 all-gathers (QKV's and
+// fc's input again, the projections' output gradients) and 2
+// reduce-scatters (QKV's and fc's input gradients); then one all-reduce of
+// the layer-norm gradients (4*C floats).
+func checkBlockCommSP(dev tensor.Device, tp nccl.Comm) (*Result, error) {
+	h := newHarness(dev, tp)
+	sp := NewSequenceParallel(tp)
+	defer sp.Release()
+	_, sh, err := newCheckBlocksSP(dev, tp, sp)
+	if err != nil {
+		return nil, err
+	}
+	n := h.g.size()
+	x, _ := h.random(ckB, ckT/n, ckDim)
+	dout, _ := h.random(ckB, ckT/n, ckDim)
+	dx := h.zeros(ckB, ckT/n, ckDim)
+	if h.err != nil {
+		return h.done()
+	}
+	if n == 1 {
+		h.res.Measures = []Measure{{What: "no communication at tp=1", Err: 0}}
+		if _, err := sh.Forward(x, nil); err != nil {
+			return nil, err
+		}
+		return h.done()
+	}
+	s0 := tp.Stats()
+	if _, err := sh.Forward(x, nil); err != nil {
+		return nil, err
+	}
+	s1 := tp.Stats()
+	if err := sh.Backward(dout, dx); err != nil {
+		return nil, err
+	}
+	s2 := tp.Stats()
+	if err := sp.ReduceGrads(sh.Params()); err != nil {
+		return nil, err
+	}
+	s3 := tp.Stats()
+	full := int64(ckB * ckT * ckDim * 4) // bytes of a gathered (B,T,C)
+	local := full / int64(n)             // bytes of a reduce-scattered (B,T/tp,C)
+	for _, ph := range []struct {
+		name       string
+		d          nccl.Stats
+		ag, rs, ar int64
+		agB, rsB   int64
+		arB        int64
+	}{
+		{"forward", s1.Sub(s0), 2, 2, 0, 2 * full, 2 * local, 0},
+		{"backward", s2.Sub(s1), 4, 2, 0, 4 * full, 2 * local, 0},
+		{"layer-norm gradients", s3.Sub(s2), 0, 0, 1, 0, 0, 4 * ckDim * 4},
+	} {
+		d := ph.d
+		h.res.Measures = append(h.res.Measures, Measure{What: fmt.Sprintf("%s: %d all-gathers (%d bytes), %d reduce-scatters (%d bytes), %d all-reduces (%d bytes), %d calls",
+			ph.name, d.AllGather.Calls, d.AllGather.Bytes, d.ReduceScatter.Calls, d.ReduceScatter.Bytes, d.AllReduce.Calls, d.AllReduce.Bytes, d.Total().Calls)})
+		if d.AllGather.Calls != ph.ag || d.ReduceScatter.Calls != ph.rs || d.AllReduce.Calls != ph.ar || d.Total().Calls != ph.ag+ph.rs+ph.ar ||
+			d.AllGather.Bytes != ph.agB || d.ReduceScatter.Bytes != ph.rsB || d.AllReduce.Bytes != ph.arB {
+			h.res.Fail = fmt.Sprintf("%s made %d all-gathers of %d bytes, %d reduce-scatters of %d bytes, %d all-reduces of %d bytes (%d calls); want %d of %d, %d of %d, %d of %d and nothing else",
+				ph.name, d.AllGather.Calls, d.AllGather.Bytes, d.ReduceScatter.Calls, d.ReduceScatter.Bytes, d.AllReduce.Calls, d.AllReduce.Bytes, d.Total().Calls,
+				ph.ag, ph.agB, ph.rs, ph.rsB, ph.ar, ph.arB)
+		}
+	}
+	return h.done()
 }

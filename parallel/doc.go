@@ -31,6 +31,14 @@
 //     it, so accumulation never sums a residual gradient tp times.
 //   - Per transformer block: exactly 2 all-reduces of (B,T,C) forward and 2
 //     backward (BlockComm checks it).
+//   - Sequence parallelism (SequenceParallel, Megatron-LM arXiv 2205.05198):
+//     a model built with one splits the replicated region (layer norms,
+//     residuals, position embedding) along the sequence, each rank holding
+//     positions [r*T/tp, (r+1)*T/tp) of every sample as (B,T/tp,C); a block
+//     then makes 2 all-gathers and 2 reduce-scatters forward, 4 and 2
+//     backward (BlockCommSP checks it), and the layer-norm gradients are
+//     summed once per step (ReduceGrads). The models have no dropout, so
+//     the region holds no random state.
 //
 // Checks lists the equivalence checks (sharded layer against unsharded, at
 // the tensor-parallel degree of the communicator they run on); go test runs

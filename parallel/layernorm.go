@@ -37,6 +37,15 @@ func NewLayerNorm(dev tensor.Device, name string, dim int) (*LayerNorm, error) {
 	return &LayerNorm{Name: name, Dim: dim, Weight: w, Bias: b, Eps: 1e-5}, nil
 }
 
+// SetSequenceParallel marks the weight and bias as used in a
+// sequence-parallel region over sp (their gradients then come from this
+// rank's positions only and are summed by SequenceParallel.ReduceGrads).
+// The normalisation itself is per position and does not change.
+func (l *LayerNorm) SetSequenceParallel(sp *SequenceParallel) {
+	on := sp != nil && sp.Size() > 1
+	l.Weight.SeqReduce, l.Bias.SeqReduce = on, on
+}
+
 // Params lists the weight and bias.
 func (l *LayerNorm) Params() []*Param { return []*Param{l.Weight, l.Bias} }
 

@@ -17,6 +17,15 @@ type LinearOptions struct {
 	Seed uint64  // initialisation seed; weights are N(0, Std^2) keyed by name
 	Std  float32 // 0 means DefaultStd
 
+	// SequenceParallel, when not nil, puts the layer's replicated side in
+	// the sequence-parallel region: a column-parallel layer takes this
+	// rank's (B,T/tp,In) positions and all-gathers them (backward: a
+	// reduce-scatter of the input gradient instead of the all-reduce f); a
+	// row-parallel layer (InputIsParallel) reduce-scatters its output to
+	// (B,T/tp,Out) instead of the all-reduce g (backward: an all-gather of
+	// the output gradient). It must wrap the same group as tp.
+	SequenceParallel *SequenceParallel
+
 	// Column-parallel only.
 	GatherOutput bool   // all-gather the output so every rank holds (B,T,Out)
 	Blocks       int    // the output is Blocks fused blocks each split over the ranks (3 for Q,K,V)
@@ -51,6 +60,7 @@ type ColumnParallelLinear struct {
 	g      *group
 	f      *Region
 	gather *GatherFromRegion
+	sp     *SequenceParallel
 	tied   bool
 
 	inp                          *tensor.Tensor
@@ -76,7 +86,13 @@ func NewColumnParallelLinear(dev tensor.Device, tp nccl.Comm, name string, in, o
 	if opt.ValidOut > 0 && (opt.Bias || opt.GatherOutput || blocks > 1) {
 		return nil, fmt.Errorf("%s: ValidOut (padded vocab) goes without bias, gather or blocks", name)
 	}
-	l := &ColumnParallelLinear{Name: name, In: in, Out: out, opt: opt, g: g, f: CopyToRegion(tp), gather: NewGatherFromRegion(tp)}
+	if err := checkSP(name, opt.SequenceParallel, g); err != nil {
+		return nil, err
+	}
+	if opt.SequenceParallel != nil && opt.GatherOutput {
+		return nil, fmt.Errorf("%s: GatherOutput goes without sequence parallelism", name)
+	}
+	l := &ColumnParallelLinear{Name: name, In: in, Out: out, opt: opt, g: g, f: CopyToRegion(tp), gather: NewGatherFromRegion(tp), sp: opt.SequenceParallel}
 	sh := Shard{Dim: 0, Parts: g.size(), Index: g.rank(), Blocks: blocks}
 	if g.size() == 1 {
 		sh = Shard{Parts: 1}
@@ -126,19 +142,30 @@ func (l *ColumnParallelLinear) validLocal() int {
 }
 
 // Forward computes the layer's output for inp (B,T,In): (B,T,Out) with
-// GatherOutput, else this rank's (B,T,Out/tp). The output belongs to the
-// layer and is overwritten by the next Forward; inp must stay unchanged
-// until Backward.
+// GatherOutput, else this rank's (B,T,Out/tp). With sequence parallelism
+// inp is this rank's (B,T/tp,In) positions, gathered first. The output
+// belongs to the layer and is overwritten by the next Forward; inp must
+// stay unchanged until Backward.
 func (l *ColumnParallelLinear) Forward(inp *tensor.Tensor) (*tensor.Tensor, error) {
 	b, t, err := batchShape(l.Name, inp, l.In)
 	if err != nil {
 		return nil, err
 	}
 	dev := l.Weight.Data.Device()
+	x := inp
+	if l.sp != nil {
+		// g: all-gather of the sequence.
+		if x, err = l.sp.Gather(inp); err != nil {
+			return nil, fmt.Errorf("%s: %w", l.Name, err)
+		}
+		t = x.Dim(1)
+	}
 	ol := l.LocalOut()
 	if err := l.bufs.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
 		l.outLocal = get(b, t, ol)
-		l.dx = get(b, t, l.In)
+		if l.sp == nil {
+			l.dx = get(b, t, l.In)
+		}
 		l.out = l.outLocal
 		if l.opt.GatherOutput && l.g.size() > 1 {
 			l.out = get(b, t, l.Out)
@@ -155,14 +182,14 @@ func (l *ColumnParallelLinear) Forward(inp *tensor.Tensor) (*tensor.Tensor, erro
 			l.masked = l.outLocal
 		}
 		if v > 0 {
-			dev.Gemm(false, true, b*t, v, l.In, 1, inp, 0, l.In, l.Weight.Data, 0, l.In, 0, l.outLocal, 0, ol)
+			dev.Gemm(false, true, b*t, v, l.In, 1, x, 0, l.In, l.Weight.Data, 0, l.In, 0, l.outLocal, 0, ol)
 		}
 	} else {
 		var bias *tensor.Tensor
 		if l.Bias != nil {
 			bias = l.Bias.Data
 		}
-		tensor.LinearForward(l.outLocal, inp, l.Weight.Data, bias)
+		tensor.LinearForward(l.outLocal, x, l.Weight.Data, bias)
 	}
 	if l.out != l.outLocal {
 		if err := l.gather.Forward(l.out, l.outLocal); err != nil {
@@ -191,6 +218,9 @@ func (l *ColumnParallelLinear) Backward(dout, dinp *tensor.Tensor) error {
 		dl = l.doutLocal
 	}
 	dl = dl.Reshape(l.outLocal.Shape()...)
+	if l.sp != nil {
+		return l.backwardSP(dl, dinp)
+	}
 	weightGrad(l.Weight, l.Bias, dl, l.inp)
 	if dinp == nil {
 		return nil
@@ -204,6 +234,37 @@ func (l *ColumnParallelLinear) Backward(dout, dinp *tensor.Tensor) error {
 		return fmt.Errorf("%s: %w", l.Name, err)
 	}
 	dev.Axpy(dinp, 1, l.dx)
+	return nil
+}
+
+// backwardSP is Backward under sequence parallelism: the input is gathered
+// again for the weight gradient, and the full input gradient is
+// reduce-scattered (the g's backward) and added to this rank's positions.
+func (l *ColumnParallelLinear) backwardSP(dl, dinp *tensor.Tensor) error {
+	x, err := l.sp.Gather(l.inp)
+	if err != nil {
+		return fmt.Errorf("%s: %w", l.Name, err)
+	}
+	weightGrad(l.Weight, l.Bias, dl, x)
+	if dinp == nil {
+		return nil
+	}
+	dx, err := l.sp.Full(dl.Device(), x.Dim(0), x.Dim(1), l.In)
+	if err != nil {
+		return fmt.Errorf("%s: %w", l.Name, err)
+	}
+	tensor.MatMul(dx, dl, l.Weight.Data, false, false, 1, 0)
+	if err := l.sp.ReduceScatter(dinp.Reshape(l.inp.Shape()...), dx, true); err != nil {
+		return fmt.Errorf("%s: %w", l.Name, err)
+	}
+	return nil
+}
+
+// checkSP checks that sp (when not nil) splits over the layer's group.
+func checkSP(name string, sp *SequenceParallel, g *group) error {
+	if sp != nil && (sp.Size() != g.size() || sp.Rank() != g.rank()) {
+		return fmt.Errorf("%s: the sequence-parallel group (rank %d of %d) is not the layer's tensor-parallel group (rank %d of %d)", name, sp.Rank(), sp.Size(), g.rank(), g.size())
+	}
 	return nil
 }
 
@@ -223,6 +284,7 @@ type RowParallelLinear struct {
 	g       *group
 	gReduce *Region
 	scatter *ScatterToRegion
+	sp      *SequenceParallel
 
 	xl              *tensor.Tensor // the input slice of the last Forward
 	bufs            buffers
@@ -242,7 +304,13 @@ func NewRowParallelLinear(dev tensor.Device, tp nccl.Comm, name string, in, out 
 	if opt.GatherOutput || opt.Blocks > 1 || opt.ValidOut != 0 || opt.Tied != nil {
 		return nil, fmt.Errorf("%s: GatherOutput, Blocks, ValidOut and Tied are column-parallel options", name)
 	}
-	l := &RowParallelLinear{Name: name, In: in, Out: out, opt: opt, g: g, gReduce: ReduceFromRegion(tp), scatter: NewScatterToRegion(tp)}
+	if err := checkSP(name, opt.SequenceParallel, g); err != nil {
+		return nil, err
+	}
+	if opt.SequenceParallel != nil && !opt.InputIsParallel {
+		return nil, fmt.Errorf("%s: sequence parallelism needs InputIsParallel (the output of a column-parallel layer)", name)
+	}
+	l := &RowParallelLinear{Name: name, In: in, Out: out, opt: opt, g: g, gReduce: ReduceFromRegion(tp), scatter: NewScatterToRegion(tp), sp: opt.SequenceParallel}
 	sh := Shard{Dim: 1, Parts: g.size(), Index: g.rank()}
 	if g.size() == 1 {
 		sh = Shard{Parts: 1}
@@ -283,6 +351,9 @@ func (l *RowParallelLinear) Forward(inp *tensor.Tensor) (*tensor.Tensor, error) 
 		return nil, err
 	}
 	dev := l.Weight.Data.Device()
+	if l.sp != nil {
+		return l.forwardSP(inp, b, t)
+	}
 	scatter := !l.opt.InputIsParallel && l.g.size() > 1
 	if err := l.bufs.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
 		l.out = get(b, t, l.Out)
@@ -321,6 +392,9 @@ func (l *RowParallelLinear) Backward(dout, dinp *tensor.Tensor) error {
 	if dout.Len() != l.out.Len() {
 		return shapeErr(l.Name, "Backward with dout %v after a Forward to %v", dout, l.out)
 	}
+	if l.sp != nil {
+		return l.backwardSP(dout, dinp)
+	}
 	dout = dout.Reshape(l.out.Shape()...)
 	weightGrad(l.Weight, l.Bias, dout, l.xl)
 	if dinp == nil {
@@ -337,6 +411,55 @@ func (l *RowParallelLinear) Backward(dout, dinp *tensor.Tensor) error {
 	if err := l.scatter.Backward(dinp, l.dxl); err != nil {
 		return fmt.Errorf("%s: %w", l.Name, err)
 	}
+	return nil
+}
+
+// forwardSP is Forward under sequence parallelism: the partial products
+// of the full sequence are reduce-scattered (ḡ) into this rank's
+// (B,T/tp,Out) positions, then the bias is added.
+func (l *RowParallelLinear) forwardSP(inp *tensor.Tensor, b, t int) (*tensor.Tensor, error) {
+	dev := l.Weight.Data.Device()
+	tl, err := l.sp.LocalSeq(l.Name, t)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.bufs.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
+		l.out = get(b, tl, l.Out)
+	}); err != nil {
+		return nil, fmt.Errorf("%s: %w", l.Name, err)
+	}
+	l.xl = inp
+	full, err := l.sp.Full(dev, b, t, l.Out)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", l.Name, err)
+	}
+	tensor.LinearForward(full, inp, l.Weight.Data, nil)
+	if err := l.sp.ReduceScatter(l.out, full, false); err != nil {
+		return nil, fmt.Errorf("%s: %w", l.Name, err)
+	}
+	if l.Bias != nil {
+		dev.AddBias(l.out, l.Bias.Data)
+	}
+	return l.out, nil
+}
+
+// backwardSP is Backward under sequence parallelism: the output gradient
+// of this rank's positions is all-gathered (ḡ's backward), then the
+// gradients are those of the full sequence (the bias's included, so it
+// needs no reduction).
+func (l *RowParallelLinear) backwardSP(dout, dinp *tensor.Tensor) error {
+	full, err := l.sp.Gather(dout.Reshape(l.out.Shape()...))
+	if err != nil {
+		return fmt.Errorf("%s: %w", l.Name, err)
+	}
+	weightGrad(l.Weight, l.Bias, full, l.xl)
+	if dinp == nil {
+		return nil
+	}
+	if dinp.Len() != l.xl.Len() {
+		return shapeErr(l.Name, "dinp %v for an input %v", dinp, l.xl)
+	}
+	tensor.MatMul(dinp.Reshape(l.xl.Shape()...), full, l.Weight.Data, false, false, 1, 1)
 	return nil
 }
 

@@ -21,6 +21,10 @@ type Param struct {
 	Full  []int          // shape of the unsharded tensor (padded vocab included)
 	Shard Shard
 	Decay bool // AdamW weight decay applies (weights and embeddings, not biases or norms)
+	// SeqReduce marks a replicated parameter used in a sequence-parallel
+	// region: Backward leaves the gradient of this rank's positions only,
+	// and SequenceParallel.ReduceGrads sums it over the group.
+	SeqReduce bool
 
 	// stale is set by MarkGradsStale: Grad holds old values that the first
 	// writer of the next Backward overwrites (a weight-gradient GEMM with

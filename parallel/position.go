@@ -16,8 +16,19 @@ type PositionEmbedding struct {
 	Dim    int
 	Weight *Param // (MaxSeq, C)
 
-	bufs buffers
-	out  *tensor.Tensor
+	sp    *SequenceParallel
+	bufs  buffers
+	out   *tensor.Tensor
+	first int // position of the first row of each sample in the last Forward
+}
+
+// SetSequenceParallel makes the layer take this rank's (B,T/tp,C)
+// positions (rank r adds table rows [r*T/tp, (r+1)*T/tp)); the table's
+// gradient then covers those rows only and is summed over the group by
+// SequenceParallel.ReduceGrads (Weight.SeqReduce). nil turns it off.
+func (p *PositionEmbedding) SetSequenceParallel(sp *SequenceParallel) {
+	p.sp = sp
+	p.Weight.SeqReduce = sp != nil && sp.Size() > 1
 }
 
 // NewPositionEmbedding makes a (maxSeq, dim) position table drawn from
@@ -40,13 +51,18 @@ func NewPositionEmbedding(dev tensor.Device, name string, maxSeq, dim int, seed 
 func (p *PositionEmbedding) Params() []*Param { return []*Param{p.Weight} }
 
 // Forward returns x (B,T,C) plus the first T rows of the table, added to
-// every sequence, in the layer's (B,T,C) output.
+// every sequence, in the layer's (B,T,C) output. With sequence
+// parallelism x is this rank's (B,T/tp,C) positions.
 func (p *PositionEmbedding) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	b, t, err := batchShape(p.Name, x, p.Dim)
 	if err != nil {
 		return nil, err
 	}
-	if t > p.MaxSeq {
+	p.first = 0
+	if p.sp != nil {
+		p.first = p.sp.Rank() * t
+	}
+	if p.first+t > p.MaxSeq {
 		return nil, shapeErr(p.Name, "sequence of %d tokens is longer than the %d positions", t, p.MaxSeq)
 	}
 	dev := p.Weight.Data.Device()
@@ -56,7 +72,7 @@ func (p *PositionEmbedding) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("%s: %w", p.Name, err)
 	}
 	tc := t * p.Dim
-	pos := p.Weight.Data.View(0, t, p.Dim)
+	pos := p.Weight.Data.View(p.first*p.Dim, t, p.Dim)
 	for i := 0; i < b; i++ {
 		dev.Add(p.out.View(i*tc, t, p.Dim), x.View(i*tc, t, p.Dim), pos)
 	}
@@ -76,7 +92,7 @@ func (p *PositionEmbedding) Backward(dout, dx *tensor.Tensor) error {
 	dev := dout.Device()
 	t := p.out.Dim(1)
 	tc := t * p.Dim
-	g := p.Weight.grad().View(0, t, p.Dim)
+	g := p.Weight.grad().View(p.first*p.Dim, t, p.Dim)
 	for i := 0; i < p.out.Dim(0); i++ {
 		dev.Axpy(g, 1, dout.View(i*tc, t, p.Dim))
 	}

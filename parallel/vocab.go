@@ -22,9 +22,25 @@ type VocabParallelEmbedding struct {
 
 	g    *group
 	gRed *Region
+	sp   *SequenceParallel
 	ids  []int32
 	bufs buffers
 	out  *tensor.Tensor
+	t    int // sequence length of the last Forward
+}
+
+// SetSequenceParallel makes the embedding's output this rank's (B,T/tp,C)
+// positions: the slices are reduce-scattered (ḡ) instead of all-reduced,
+// and Backward all-gathers the output gradient. sp must wrap the
+// embedding's group; nil turns it off. The LM head made by NewLMHead
+// afterwards follows.
+func (e *VocabParallelEmbedding) SetSequenceParallel(sp *SequenceParallel) error {
+	if err := checkSP(e.Name, sp, e.g); err != nil {
+		return err
+	}
+	e.sp = sp
+	e.bufs.release()
+	return nil
 }
 
 // NewVocabParallelEmbedding makes this rank's slice of a (vocab, dim)
@@ -71,7 +87,8 @@ func (e *VocabParallelEmbedding) Params() []*Param { return []*Param{e.Weight} }
 func (e *VocabParallelEmbedding) VocabStart() int { return e.g.rank() * e.Padded / e.g.size() }
 
 // Forward looks up ids (B*T token ids in [0, Vocab)) into the layer's
-// (B,T,C) output, the same on every rank. ids must stay unchanged until
+// (B,T,C) output, the same on every rank (with sequence parallelism,
+// this rank's (B,T/tp,C) positions). ids must stay unchanged until
 // Backward.
 func (e *VocabParallelEmbedding) Forward(ids []int32, b, t int) (*tensor.Tensor, error) {
 	if b < 1 || t < 1 || len(ids) != b*t {
@@ -83,6 +100,10 @@ func (e *VocabParallelEmbedding) Forward(ids []int32, b, t int) (*tensor.Tensor,
 		}
 	}
 	dev := e.Weight.Data.Device()
+	e.t = t
+	if e.sp != nil {
+		return e.forwardSP(ids, b, t)
+	}
 	if err := e.bufs.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
 		e.out = get(b, t, e.Dim)
 	}); err != nil {
@@ -104,8 +125,40 @@ func (e *VocabParallelEmbedding) Backward(dout *tensor.Tensor) error {
 	if dout.Len() != e.out.Len() {
 		return shapeErr(e.Name, "Backward with dout %v after a Forward to %v", dout, e.out)
 	}
+	if e.sp != nil {
+		full, err := e.sp.Gather(dout.Reshape(e.out.Shape()...))
+		if err != nil {
+			return fmt.Errorf("%s: %w", e.Name, err)
+		}
+		dout = full
+	}
 	dout.Device().EmbeddingBackward(e.Weight.grad(), dout.Reshape(len(e.ids), e.Dim), e.ids, e.VocabStart())
 	return nil
+}
+
+// forwardSP looks the tokens up into the shared full-sequence buffer and
+// reduce-scatters it into this rank's positions.
+func (e *VocabParallelEmbedding) forwardSP(ids []int32, b, t int) (*tensor.Tensor, error) {
+	dev := e.Weight.Data.Device()
+	tl, err := e.sp.LocalSeq(e.Name, t)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.bufs.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
+		e.out = get(b, tl, e.Dim)
+	}); err != nil {
+		return nil, fmt.Errorf("%s: %w", e.Name, err)
+	}
+	e.ids = ids
+	full, err := e.sp.Full(dev, b, t, e.Dim)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", e.Name, err)
+	}
+	dev.EmbeddingForward(full, ids, e.Weight.Data, e.VocabStart())
+	if err := e.sp.ReduceScatter(e.out, full, false); err != nil {
+		return nil, fmt.Errorf("%s: %w", e.Name, err)
+	}
+	return e.out, nil
 }
 
 // NewLMHead is the output layer of a GPT tied to its token embedding: a

@@ -1,0 +1,250 @@
+package parallel
+
+import (
+	"fmt"
+
+	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/tensor"
+)
+
+// SequenceParallel is the sequence-parallel region of one tensor-parallel
+// group (Megatron-LM, arXiv 2205.05198 §4.2.2). Outside the attention and
+// MLP (the layer norms, the residual additions, the position embedding:
+// the region where the activations would otherwise be replicated), each
+// rank holds only its part of the sequence, and the all-reduces of the
+// tensor-parallel layers split in two:
+//
+//   - Gather (the paper's g): an all-gather of the sequence entering a
+//     column-parallel layer forward; its backward is a ReduceScatter.
+//   - ReduceScatter (the paper's ḡ): the partial sums leaving a
+//     row-parallel layer (or the vocab-parallel embedding) reduced and cut
+//     along the sequence forward; its backward is a Gather.
+//
+// Layout: activations are (B,T,C) row-major (sample-major, as the engine's
+// (B*T, C) rows); rank r of tp holds positions [r*T/tp, (r+1)*T/tp) of every
+// sample, a (B,T/tp,C) tensor. T must be a multiple of tp. The collectives
+// run on a rank-major packed buffer (tp, B, T/tp, C); one strided copy
+// (Copy2D) moves between it and (B,T,C).
+//
+// A replicated parameter used in the region (layer norms, the position
+// table) gets from Backward only the gradient of this rank's positions:
+// its Param.SeqReduce is set, and ReduceGrads sums those gradients over
+// the group after the backward pass.
+//
+// The full-sequence buffers are shared by every layer built with the same
+// SequenceParallel (one per model): a layer gathers its input again in
+// Backward rather than keeping a (B,T,C) copy, as Megatron-LM does, so the
+// region's memory per rank falls by tp. The result of Gather and the
+// buffer of Full are valid until the next call of the same method.
+type SequenceParallel struct {
+	g                              *group
+	packed, gathered, full, local  *tensor.Tensor
+	grads                          *tensor.Tensor // ReduceGrads' bucket
+	packedN, gatheredN, fullN, lcN int
+	gradsN                         int
+}
+
+// NewSequenceParallel returns the sequence-parallel region over the
+// tensor-parallel group tp (nil: one rank, every operator a copy).
+func NewSequenceParallel(tp nccl.Comm) *SequenceParallel {
+	return &SequenceParallel{g: newGroup(tp)}
+}
+
+// Size is the number of ranks the sequence is split over.
+func (s *SequenceParallel) Size() int { return s.g.size() }
+
+// Rank is this rank's place in the group: it holds positions
+// [Rank()*T/Size(), (Rank()+1)*T/Size()).
+func (s *SequenceParallel) Rank() int { return s.g.rank() }
+
+// LocalSeq is the number of positions per rank of a sequence of t, or an
+// error when tp does not divide t.
+func (s *SequenceParallel) LocalSeq(layer string, t int) (int, error) {
+	if t%s.Size() != 0 {
+		return 0, shapeErr(layer, "sequence of %d positions does not split over tp %d (sequence parallelism needs seq %% tp == 0)", t, s.Size())
+	}
+	return t / s.Size(), nil
+}
+
+// scratch returns a view of shape shape of the shared buffer *buf, grown
+// (freed and allocated again) when too small.
+func (s *SequenceParallel) scratch(dev tensor.Device, buf **tensor.Tensor, have *int, shape ...int) (*tensor.Tensor, error) {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	if *buf == nil || *have < n || (*buf).Device() != dev {
+		if *buf != nil {
+			(*buf).Device().Free(*buf)
+		}
+		t, err := dev.Alloc(n)
+		if err != nil {
+			*buf, *have = nil, 0
+			return nil, fmt.Errorf("sequence parallel: %w", err)
+		}
+		*buf, *have = t, n
+	}
+	return (*buf).View(0, shape...), nil
+}
+
+// Gather all-gathers the sequence: in is this rank's (B,T/tp,C), the
+// result the shared (B,T,C) buffer. With one rank it returns in.
+func (s *SequenceParallel) Gather(in *tensor.Tensor) (*tensor.Tensor, error) {
+	if s.Size() == 1 {
+		return in, nil
+	}
+	b, tl, c := in.Dim(0), in.Dim(1), in.Dim(2)
+	tp, dev := s.Size(), in.Device()
+	packed, err := s.scratch(dev, &s.packed, &s.packedN, tp*in.Len())
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.scratch(dev, &s.gathered, &s.gatheredN, b, tl*tp, c)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.g.allGather(packed, in); err != nil {
+		return nil, err
+	}
+	blk := tl * c // one sample's positions on one rank
+	for r := 0; r < tp; r++ {
+		dev.Copy2D(out, r*blk, tp*blk, packed, r*in.Len(), blk, b, blk)
+	}
+	return out, nil
+}
+
+// Full returns the shared (b,t,c) buffer a layer writes its full-sequence
+// partial result into before ReduceScatter.
+func (s *SequenceParallel) Full(dev tensor.Device, b, t, c int) (*tensor.Tensor, error) {
+	return s.scratch(dev, &s.full, &s.fullN, b, t, c)
+}
+
+// ReduceScatter sums in (B,T,C) over the group and writes (accumulate:
+// adds) this rank's positions, (B,T/tp,C), into out.
+func (s *SequenceParallel) ReduceScatter(out, in *tensor.Tensor, accumulate bool) error {
+	dev := in.Device()
+	if s.Size() == 1 {
+		if accumulate {
+			dev.Axpy(out, 1, in.Reshape(out.Shape()...))
+		} else {
+			dev.Copy(out, in.Reshape(out.Shape()...))
+		}
+		return nil
+	}
+	tp := s.Size()
+	b, t, c := in.Dim(0), in.Dim(1), in.Dim(2)
+	if t%tp != 0 || out.Len()*tp != in.Len() {
+		return fmt.Errorf("sequence parallel: reduce-scatter of %v into %v over tp %d", in, out, tp)
+	}
+	tl := t / tp
+	packed, err := s.scratch(dev, &s.packed, &s.packedN, in.Len())
+	if err != nil {
+		return err
+	}
+	blk := tl * c
+	for r := 0; r < tp; r++ {
+		dev.Copy2D(packed, r*out.Len(), blk, in, r*blk, t*c, b, blk)
+	}
+	dst := out
+	if accumulate {
+		if dst, err = s.scratch(dev, &s.local, &s.lcN, out.Shape()...); err != nil {
+			return err
+		}
+	}
+	if err := s.g.reduceScatter(dst, packed); err != nil {
+		return err
+	}
+	if accumulate {
+		dev.Axpy(out, 1, dst)
+	}
+	return nil
+}
+
+// ReduceGrads sums over the group the gradients that Backward left partial
+// (Param.SeqReduce): one all-reduce of them all, packed.
+func (s *SequenceParallel) ReduceGrads(params []*Param) error {
+	if s.Size() == 1 {
+		return nil
+	}
+	var ps []*Param
+	n := 0
+	for _, p := range params {
+		if p.SeqReduce {
+			ps, n = append(ps, p), n+p.Grad.Len()
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	dev := ps[0].Grad.Device()
+	buf, err := s.scratch(dev, &s.grads, &s.gradsN, n)
+	if err != nil {
+		return err
+	}
+	off := 0
+	for _, p := range ps {
+		dev.Copy(buf.View(off, p.Grad.Len()), p.Grad)
+		off += p.Grad.Len()
+	}
+	if err := s.g.allReduce(buf, nccl.Sum); err != nil {
+		return fmt.Errorf("sequence-parallel gradients: %w", err)
+	}
+	off = 0
+	for _, p := range ps {
+		dev.Copy(p.Grad, buf.View(off, p.Grad.Len()))
+		off += p.Grad.Len()
+	}
+	return nil
+}
+
+// Release frees the shared buffers.
+func (s *SequenceParallel) Release() {
+	for _, b := range []**tensor.Tensor{&s.packed, &s.gathered, &s.full, &s.local, &s.grads} {
+		if *b != nil {
+			(*b).Device().Free(*b)
+			*b = nil
+		}
+	}
+	s.packedN, s.gatheredN, s.fullN, s.lcN, s.gradsN = 0, 0, 0, 0, 0
+}
+
+// allGather concatenates every rank's in, in rank order, into out
+// (size*len(in)); on NCCL device memory when the group has it, else
+// through host slices.
+func (g *group) allGather(out, in *tensor.Tensor) error {
+	if dc, stream, ok := g.onDevice(in); ok && out.Ptr() != 0 {
+		return dc.AllGatherDevice(in.Ptr(), out.Ptr(), in.Len(), nccl.Float32, stream)
+	}
+	src, staged := g.host(in, in.Len())
+	if staged {
+		src = append([]float32(nil), src...)
+	}
+	dst, dstStaged := g.host(out, out.Len())
+	if err := g.comm.AllGather(src, dst); err != nil {
+		return err
+	}
+	if dstStaged {
+		out.Device().CopyFromHost(out, dst)
+	}
+	return nil
+}
+
+// reduceScatter sums in (size*len(out)) over the group and leaves block
+// rank() of the sum in out.
+func (g *group) reduceScatter(out, in *tensor.Tensor) error {
+	if dc, stream, ok := g.onDevice(in); ok && out.Ptr() != 0 {
+		return dc.ReduceScatterDevice(in.Ptr(), out.Ptr(), out.Len(), nccl.Float32, nccl.Sum, stream)
+	}
+	src, staged := g.host(in, in.Len())
+	if staged {
+		src = append([]float32(nil), src...)
+	}
+	dst, dstStaged := g.host(out, out.Len())
+	if err := g.comm.ReduceScatter(src, dst, nccl.Sum); err != nil {
+		return err
+	}
+	if dstStaged {
+		out.Device().CopyFromHost(out, dst)
+	}
+	return nil
+}
