@@ -264,8 +264,12 @@ func (p *pass) end() {
 
 // parse classifies the block's whole lines, decoding step lines.
 func (b *block) parse() {
-	b.recs = b.recs[:0]
 	buf := b.buf[:b.full]
+	// Step lines are about 200 bytes: size the records once, not by doubling.
+	if want := len(buf)/150 + 8; cap(b.recs) < want {
+		b.recs = make([]lineRec, 0, want)
+	}
+	b.recs = b.recs[:0]
 	for pos := 0; pos < len(buf); {
 		n := bytes.IndexByte(buf[pos:], '\n')
 		r := lineRec{start: pos, end: pos + n}
@@ -349,7 +353,8 @@ func (r *fileReader) read(fh *os.File, size int64) {
 		default:
 			if made < blocksInFlight {
 				made++
-				b = &block{buf: make([]byte, 0, r.p.size+4096)}
+				// A small file needs no block of the pass's full size.
+				b = &block{buf: make([]byte, 0, int(min(int64(r.p.size), size))+4096)}
 			} else {
 				select {
 				case b = <-r.free:

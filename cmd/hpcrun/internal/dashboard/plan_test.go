@@ -26,7 +26,7 @@ func TestPlanAgainstMeasured(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.NTasks, cfg.TP, cfg.Device = 4, 2, "cpu"
-	p, err := plan.New(plan.Request{Config: cfg, Vocab: 256, Device: plan.CPU(plan.DefaultCPUFlops, 8<<30, "test")})
+	p, err := plan.New(plan.Request{Config: cfg, Vocab: 256, Device: plan.CPU(plan.DefaultCPUFlops, 8<<30, 2, "test")})
 	if err != nil {
 		t.Fatal(err)
 	}
