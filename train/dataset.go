@@ -15,10 +15,19 @@ type Dataset struct {
 	Targets []int32 // (N,Seq) next tokens; language model only
 	Labels  []int32 // (N) classifier only
 	Lengths []int32 // (N) tokens before the padding
+
+	// A language model's windows read in place from memory-mapped token
+	// files (Tokens and the others nil): sample i is the window of Seq+1
+	// tokens at (first+i)*Seq, its targets shifted by one.
+	stream   *tokenStream
+	first, n int
 }
 
 // Len is the number of samples.
 func (d *Dataset) Len() int {
+	if d.stream != nil {
+		return d.n
+	}
 	if d.Seq == 0 {
 		return 0
 	}
@@ -40,6 +49,18 @@ func (d *Dataset) Gather(b *Batch, idx []int) {
 	b.B, b.T = len(idx), T
 	b.Tokens = resize(b.Tokens, len(idx)*T)
 	b.Lengths = resize(b.Lengths, len(idx))
+	if d.stream != nil {
+		b.Targets = resize(b.Targets, len(idx)*T)
+		b.Labels = nil
+		win := make([]int32, T+1)
+		for i, j := range idx {
+			d.stream.read(win, (d.first+j)*T)
+			copy(b.Tokens[i*T:(i+1)*T], win[:T])
+			copy(b.Targets[i*T:(i+1)*T], win[1:])
+			b.Lengths[i] = int32(T)
+		}
+		return
+	}
 	if d.Targets != nil {
 		b.Targets = resize(b.Targets, len(idx)*T)
 	}
@@ -101,6 +122,9 @@ func Prepare(cfg Config) (*Data, error) {
 		return nil, err
 	}
 	if cfg.Model == "gpt" {
+		if IsTokenData(cfg.Data) {
+			return prepareTokens(cfg)
+		}
 		return prepareText(cfg)
 	}
 	return prepareClassifier(cfg)

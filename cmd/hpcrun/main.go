@@ -64,6 +64,7 @@ func newApp() *cli.App {
 			checkCommand(),
 			benchCommand(),
 			ckptCommand(),
+			dataCommand(),
 			envCommand(),
 			configCommand(),
 			completionCommand(),

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/hpcrun/hpcrun/train"
+	"github.com/urfave/cli/v2"
+)
+
+func dataCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "data",
+		Usage: "prepare training data",
+		Subcommands: []*cli.Command{
+			{
+				Name:      "tokenize",
+				Usage:     "tokenize text files with GPT-2's BPE into a token file (llm.c / nanoGPT .bin) for --data",
+				ArgsUsage: "TEXT... -o OUT.bin",
+				Description: "The texts are joined with GPT-2's end-of-text token (50256) between them; one text gives\n" +
+					"the tokens hpcrun would make of it in process. OUT.bin has llm.c's header (256 int32:\n" +
+					"magic 20240520, version 1, token count) and uint16 tokens.",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "the token `FILE` to write (required)"},
+					&cli.BoolFlag{Name: "force", Usage: "replace FILE when it exists"},
+				},
+				Action: dataTokenize,
+			},
+		},
+	}
+}
+
+func dataTokenize(c *cli.Context) error {
+	args, out, force, err := trailingArgs(c, "output", "o")
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	if out == "" || len(args) == 0 {
+		return cli.Exit("usage: hpcrun data tokenize TEXT... -o OUT.bin", 2)
+	}
+	if _, err := os.Stat(out); err == nil && !force {
+		return cli.Exit(fmt.Sprintf("%s exists: choose another -o or pass --force to replace it", out), 2)
+	}
+	tok, err := train.NewGPT2Tokenizer()
+	if err != nil {
+		return cli.Exit(err.Error(), 1)
+	}
+	var ids []int
+	for i, p := range args {
+		text, err := train.LoadText(p)
+		if err != nil {
+			return cli.Exit(err.Error(), 1)
+		}
+		if i > 0 {
+			ids = append(ids, tok.Specials().EOT)
+		}
+		ids = append(ids, tok.Encode(text)...)
+	}
+	if err := train.WriteTokenFile(out, ids); err != nil {
+		return cli.Exit(err.Error(), 1)
+	}
+	fmt.Fprintf(os.Stderr, "%d tokens from %s into %s\n", len(ids), strings.Join(args, ", "), out)
+	return nil
+}
