@@ -57,6 +57,9 @@ type Config struct {
 	// Layout of the job.
 	NTasks int `toml:"ntasks" json:"ntasks"`
 	TP     int `toml:"tp" json:"tp"`
+	// Memory-saving parallelism (Megatron-LM 2205.05198, ZeRO 1910.02054).
+	SP   bool `toml:"sp" json:"sp"`     // sequence parallelism: layer norms and residuals split along the sequence over tp (seq % tp == 0)
+	Zero int  `toml:"zero" json:"zero"` // 1: ZeRO-1, the AdamW moments sharded over the data-parallel group; 0: replicated
 }
 
 // ckptKeep is the number of checkpoints kept.
@@ -152,6 +155,21 @@ func (c Config) Validate() error {
 	}
 	if c.Dim > 0 && c.Heads > 0 && c.Dim%c.Heads != 0 {
 		bad("dim %d is not a multiple of heads %d", c.Dim, c.Heads)
+	}
+	if c.SP && c.TP == 1 {
+		bad("sp needs tp > 1: sequence parallelism splits the sequence over the tensor-parallel group")
+	}
+	if c.Zero == 1 && c.TP > 0 && c.NTasks > 0 && c.NTasks/c.TP < 2 {
+		bad("zero 1 needs a data-parallel degree > 1 (ntasks %d / tp %d): ZeRO-1 shards the optimizer state over the data-parallel group", c.NTasks, c.TP)
+	}
+	if c.SP && c.TP > 0 && c.Seq > 0 && c.Seq%c.TP != 0 {
+		bad("sp: seq %d is not a multiple of tp %d: sequence parallelism gives each tensor-parallel rank seq/tp positions", c.Seq, c.TP)
+	}
+	if c.Zero != 0 && c.Zero != 1 {
+		bad("zero = %d: use 0 (replicated optimizer state) or 1 (ZeRO-1: AdamW moments sharded over the data-parallel group)", c.Zero)
+	}
+	if c.Zero == 1 && c.Device == "cuda" {
+		bad("zero 1 runs on the CPU only for now: use --device cpu, or --zero 0 on cuda")
 	}
 	if c.Preset != "" {
 		if p, err := LookupPreset(c.Preset); err != nil {

@@ -57,6 +57,12 @@ type transformer struct {
 	fc2    *parallel.RowParallelLinear    // bert
 	loss   *parallel.VocabParallelCrossEntropy
 	params []*parallel.Param
+	// sp is the sequence-parallel region (nil without --sp): the
+	// embeddings' output, the blocks' residual stream and ln_f hold this
+	// rank's (B,T/tp,C) positions; Tl is T/tp (T without it).
+	sp      *parallel.SequenceParallel
+	Tl      int
+	poolSum *parallel.Region // bert under sp: sums the pooled partial means over tp
 
 	ids, targets, labels, keyValid []int32
 	forwardedTrain                 bool
@@ -81,7 +87,7 @@ type transformer struct {
 // 0, biases 0).
 func newModel(cfg Config, data *Data, m *parallel.Mesh, dev tensor.Device) (model, error) {
 	seed := uint64(cfg.Seed)
-	t := &transformer{dev: dev, gpt: cfg.Model == "gpt", B: cfg.BatchSize, T: cfg.Seq, C: cfg.Dim}
+	t := &transformer{dev: dev, gpt: cfg.Model == "gpt", B: cfg.BatchSize, T: cfg.Seq, C: cfg.Dim, Tl: cfg.Seq}
 	if err := t.build(cfg, data.Vocab, m.TP, seed); err != nil {
 		t.Close()
 		return nil, err
@@ -98,11 +104,21 @@ func (t *transformer) build(cfg Config, vocab int, tp nccl.Comm, seed uint64) er
 	if t.wpe, err = parallel.NewPositionEmbedding(dev, "wpe", cfg.PositionRows(), C, seed, posInitStd); err != nil {
 		return err
 	}
+	if cfg.SP && tp != nil && tp.Size() > 1 {
+		if cfg.Seq%tp.Size() != 0 {
+			return fmt.Errorf("sp: seq %d is not a multiple of tp %d", cfg.Seq, tp.Size())
+		}
+		t.sp, t.Tl = parallel.NewSequenceParallel(tp), cfg.Seq/tp.Size()
+		if err := t.wte.SetSequenceParallel(t.sp); err != nil {
+			return err
+		}
+		t.wpe.SetSequenceParallel(t.sp)
+	}
 	t.params = append(t.wte.Params(), t.wpe.Params()...)
 	projStd := float32(parallel.DefaultStd / math.Sqrt(2*float64(cfg.Layers)))
 	for l := 0; l < cfg.Layers; l++ {
 		blk, err := parallel.NewBlock(dev, tp, fmt.Sprintf("h.%d", l), parallel.BlockConfig{
-			Dim: C, Heads: cfg.Heads, Causal: t.gpt, Seed: seed, ProjStd: projStd})
+			Dim: C, Heads: cfg.Heads, Causal: t.gpt, Seed: seed, ProjStd: projStd, SP: t.sp})
 		if err != nil {
 			return err
 		}
@@ -112,6 +128,7 @@ func (t *transformer) build(cfg Config, vocab int, tp nccl.Comm, seed uint64) er
 	if t.lnf, err = parallel.NewLayerNorm(dev, "ln_f", C); err != nil {
 		return err
 	}
+	t.lnf.SetSequenceParallel(t.sp)
 	t.params = append(t.params, t.lnf.Params()...)
 	B, T := t.B, t.T
 	alloc := func(shape ...int) *tensor.Tensor {
@@ -145,10 +162,13 @@ func (t *transformer) build(cfg Config, vocab int, tp nccl.Comm, seed uint64) er
 			return err
 		}
 		cl := t.head.LocalOut()
-		t.pool, t.pooled, t.dpooled = alloc(B, B*T), alloc(B, 1, C), alloc(B, 1, C)
+		if t.sp != nil {
+			t.poolSum = parallel.ReduceFromRegion(tp)
+		}
+		t.pool, t.pooled, t.dpooled = alloc(B, B*t.Tl), alloc(B, 1, C), alloc(B, 1, C)
 		t.h1g, t.dh1g, t.dh1 = alloc(B, 1, cl), alloc(B, 1, cl), alloc(B, 1, cl)
 		t.dlogits = alloc(B, 1, numClasses)
-		t.poolHost = make([]float32, B*B*T)
+		t.poolHost = make([]float32, B*B*t.Tl)
 		t.logitsHost = make([]float32, B*numClasses)
 		t.pred = make([]int32, B)
 		t.keyValid = make([]int32, B*T)
@@ -157,7 +177,7 @@ func (t *transformer) build(cfg Config, vocab int, tp nccl.Comm, seed uint64) er
 	if t.fc2 != nil {
 		t.params = append(t.params, t.fc2.Params()...)
 	}
-	t.dx, t.dy, t.dh = alloc(B, T, C), alloc(B, T, C), alloc(B, T, C)
+	t.dx, t.dy, t.dh = alloc(B, t.Tl, C), alloc(B, t.Tl, C), alloc(B, t.Tl, C)
 	if err != nil {
 		return fmt.Errorf("activations for batch %d x seq %d: %w", B, T, err)
 	}
@@ -239,6 +259,9 @@ func (t *transformer) releaseLayers() {
 	if t.loss != nil {
 		t.loss.Release()
 	}
+	if t.sp != nil {
+		t.sp.Release()
+	}
 }
 
 // Forward implements model.
@@ -290,7 +313,8 @@ func (t *transformer) ForwardOnDevice(b *Batch) (losses *tensor.Tensor, count in
 }
 
 // trunk runs the embeddings, the blocks and the final layernorm on b and
-// returns ln_f's output (B,T,C).
+// returns ln_f's output (B,T,C); under sequence parallelism this rank's
+// (B,T/tp,C) positions, which the LM head gathers.
 func (t *transformer) trunk(b *Batch) (*tensor.Tensor, error) {
 	if b.B != t.B || b.T != t.T {
 		return nil, fmt.Errorf("batch is %dx%d, the model was built for %dx%d", b.B, b.T, t.B, t.T)
@@ -330,19 +354,30 @@ func (t *transformer) trunk(b *Batch) (*tensor.Tensor, error) {
 
 // classifierForward pools the final hidden states h (B,T,C) over each
 // sequence's tokens (a (B,B*T) averaging matrix times (B*T,C)), then runs
-// fc1, GELU, fc2 and the cross-entropy.
+// fc1, GELU, fc2 and the cross-entropy. Under sequence parallelism h is
+// this rank's (B,T/tp,C) positions: the pooling is a partial mean over
+// them, summed over tp by the g operator (the backward needs nothing).
 func (t *transformer) classifierForward(b *Batch, h *tensor.Tensor) (float64, error) {
-	d, N := t.dev, t.B*t.T
+	d, N := t.dev, t.B*t.Tl
+	first := 0
+	if t.sp != nil {
+		first = t.sp.Rank() * t.Tl
+	}
 	clear(t.poolHost)
 	for i := 0; i < t.B; i++ {
 		n := int(b.Lengths[i])
-		for j := 0; j < n; j++ {
-			t.poolHost[i*N+i*t.T+j] = 1 / float32(n)
+		for j := 0; j < t.Tl && first+j < n; j++ {
+			t.poolHost[i*N+i*t.Tl+j] = 1 / float32(n)
 		}
 	}
 	d.CopyFromHost(t.pool, t.poolHost)
 	d.Gemm(false, false, t.B, t.C, N, 1, t.pool, 0, N, h, 0, t.C, 0, t.pooled, 0, t.C)
 	var err error
+	if t.poolSum != nil {
+		if err = t.poolSum.Forward(t.pooled); err != nil {
+			return 0, err
+		}
+	}
 	if t.h1, err = t.head.Forward(t.pooled); err != nil {
 		return 0, err
 	}
@@ -406,13 +441,16 @@ func (t *transformer) Backward(scale float32) error {
 		return err
 	}
 	parallel.ZeroStaleGrads(t.params)
+	if t.sp != nil {
+		return t.sp.ReduceGrads(t.params)
+	}
 	return nil
 }
 
 // classifierBackward turns t.dlogits into the gradient of ln_f's output in
 // t.dh (zeroed), accumulating the head's parameter gradients.
 func (t *transformer) classifierBackward() error {
-	d, N := t.dev, t.B*t.T
+	d, N := t.dev, t.B*t.Tl
 	d.Zero(t.dh1g)
 	if err := t.fc2.Backward(t.dlogits, t.dh1g); err != nil {
 		return err

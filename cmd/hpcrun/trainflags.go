@@ -16,6 +16,8 @@ func trainFlags() []cli.Flag {
 	flags := []cli.Flag{
 		&cli.IntFlag{Name: "ntasks", Aliases: []string{"n"}, Usage: "total tasks (ranks) = tp x data-parallel degree", Category: cat},
 		&cli.IntFlag{Name: "tp", Usage: "tensor-parallel degree", Category: cat},
+		&cli.BoolFlag{Name: "sp", Usage: "sequence parallelism: layer norms and residuals split along the sequence over tp (seq % tp == 0)", Category: cat},
+		&cli.IntFlag{Name: "zero", Usage: "1: ZeRO-1, AdamW moments sharded over the data-parallel group (CPU); 0: replicated", Category: cat},
 		&cli.StringFlag{Name: "model", Usage: "bert (classifier) or gpt (causal LM)", Category: cat},
 		&cli.StringFlag{Name: "preset", Usage: "tiny, small, bert-base, bert-large, gpt2-124m, gpt2-350m; other flags win over it", Category: cat},
 		&cli.IntFlag{Name: "layers", Usage: "transformer blocks", Category: cat},
