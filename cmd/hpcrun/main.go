@@ -65,6 +65,8 @@ func newApp() *cli.App {
 			benchCommand(),
 			ckptCommand(),
 			dataCommand(),
+			generateCommand(),
+			evalCommand(),
 			envCommand(),
 			configCommand(),
 			completionCommand(),

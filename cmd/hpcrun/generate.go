@@ -1,0 +1,157 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/hpcrun/hpcrun/idrenv"
+	"github.com/hpcrun/hpcrun/internal/rundir"
+	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/slurm"
+	"github.com/hpcrun/hpcrun/train"
+	"github.com/urfave/cli/v2"
+)
+
+func generateCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "generate",
+		Usage:     "sample text from a GPT: a run, a checkpoint, a Hugging Face GPT-2 dir or an llm.c .bin",
+		ArgsUsage: "EXECID|CKPT|HF-DIR|LLMC.bin",
+		Description: "Tokens stream to stdout as they are sampled. The model is split over --nproc local ranks\n" +
+			"(tensor parallel), or over the tasks of `srun hpcrun generate ...`; every rank draws the same\n" +
+			"tokens from the same seed. Temperature 0 is greedy.",
+		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "prompt", Usage: "the text to continue"},
+			&cli.IntFlag{Name: "tokens", Value: 64, Usage: "tokens to sample"},
+			&cli.Float64Flag{Name: "temperature", Value: 1, Usage: "softmax temperature (0 = greedy)"},
+			&cli.IntFlag{Name: "top-k", Value: 50, Usage: "sample among the k most likely tokens (0 = all)"},
+			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "sampler seed"},
+		}, ranksFlags()...),
+		Action: func(c *cli.Context) error {
+			src, err := modelSource(c)
+			if err != nil {
+				return err
+			}
+			opt := train.GenerateOptions{Source: src, Prompt: c.String("prompt"), Tokens: c.Int("tokens"),
+				Temperature: c.Float64("temperature"), TopK: c.Int("top-k"), Seed: c.Uint64("seed"), Device: c.String("device")}
+			return onRanks(c, "generate", src, func(world nccl.Comm) error {
+				if world.Rank() == 0 {
+					opt.Out = os.Stdout
+					fmt.Print(opt.Prompt)
+				}
+				_, err := train.Generate(c.Context, world, opt)
+				if err == nil && world.Rank() == 0 {
+					fmt.Println()
+				}
+				return err
+			})
+		},
+	}
+}
+
+// ranksFlags are the flags of a command that runs a model over ranks.
+func ranksFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.IntFlag{Name: "nproc", Value: 1, Usage: "local ranks the model is split over (tensor parallel); under srun, the job's tasks"},
+		&cli.StringFlag{Name: "device", Usage: "auto, cpu or cuda (default: the run's, auto for pretrained weights)"},
+		&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "how long a rank waits for its peers"},
+	}
+}
+
+// modelSource turns the command's argument into a path: an existing path
+// as it is, else a run named by execid, prefix or job id.
+func modelSource(c *cli.Context) (string, error) {
+	if c.NArg() != 1 {
+		return "", cli.Exit(fmt.Sprintf("usage: hpcrun %s EXECID|CKPT|HF-DIR|LLMC.bin", c.Command.Name), 2)
+	}
+	src := c.Args().First()
+	if _, err := os.Stat(src); err == nil {
+		return filepath.Clean(src), nil
+	}
+	dir, err := runsDir(c)
+	if err != nil {
+		return "", err
+	}
+	r, err := rundir.Find(dir, src)
+	if err != nil {
+		return "", cli.Exit(err.Error(), 1)
+	}
+	return r.Dir.Path(), nil
+}
+
+// onRanks runs fn on every rank of the world: one in-process rank for
+// --nproc 1, --nproc local processes of this same command, or this task of
+// an srun job.
+func onRanks(c *cli.Context, what, src string, fn func(world nccl.Comm) error) error {
+	env, err := idrenv.Detect()
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	c.Context = ctx
+	nproc := c.Int("nproc")
+	if env.Source == idrenv.Single && os.Getenv(checkTokenEnv) == "" {
+		if nproc < 1 {
+			return cli.Exit(fmt.Sprintf("--nproc %d: must be at least 1", nproc), 2)
+		}
+		if nproc == 1 {
+			if err := nccl.RunInProcess(1, fn); err != nil {
+				return cli.Exit(err.Error(), 1)
+			}
+			return nil
+		}
+		return launchRanks(c, nproc, src)
+	}
+	token, err := checkToken(env, "")
+	if err != nil {
+		return err
+	}
+	world, err := nccl.Init(ctx, nccl.Options{Rank: env.Rank, Size: env.WorldSize, MasterAddr: env.MasterAddr,
+		MasterPort: env.MasterPort, Token: token, Timeout: c.Duration("timeout")})
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("%s rank %d: %v", what, env.Rank, err), 1)
+	}
+	defer world.Close()
+	if err := fn(world); err != nil {
+		return cli.Exit(fmt.Sprintf("%s rank %d: %v", what, env.Rank, err), 1)
+	}
+	return nil
+}
+
+// launchRanks starts n ranks of this command on this machine, with the
+// flags the user set and src (resolved: the ranks look nothing up), the
+// variables torchrun would set and a fresh token, and waits.
+func launchRanks(c *cli.Context, n int, src string) error {
+	token, err := randomToken()
+	if err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("path of hpcrun: %w", err)
+	}
+	port, err := slurm.FreePort()
+	if err != nil {
+		return err
+	}
+	args := []string{c.Command.Name}
+	for _, name := range c.LocalFlagNames() {
+		args = append(args, "--"+name+"="+fmt.Sprint(c.Value(name)))
+	}
+	args = append(args, "--", src)
+	ranks := slurm.Tasks{N: n, Program: self, Args: args, Env: []string{checkTokenEnv + "=" + token},
+		Vars: slurm.TorchrunVars(n, port, "hpcrun-"+c.Command.Name+"-"+token[:8], "run"), Grace: c.Duration("timeout") + 5*time.Second}
+	failed, err := ranks.Run(c.Context)
+	if err != nil {
+		return err
+	}
+	if len(failed) > 0 {
+		return cli.Exit("", 1) // the ranks said why
+	}
+	return nil
+}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/hpcrun/hpcrun/train/ckpt"
+	"github.com/hpcrun/hpcrun/train/interop"
+)
+
+// writeGPT2Dir writes a Hugging Face GPT-2 directory of spec with random
+// weights (GPT-2's init scale), as transformers would save it.
+func writeGPT2Dir(t *testing.T, dir string, spec interop.Spec, opt interop.HFOptions) {
+	t.Helper()
+	r := rand.New(rand.NewPCG(9, 9))
+	var tensors []ckpt.Tensor
+	for _, x := range interop.GPT2Tensors(spec) {
+		shape := x.Shape
+		if x.Conv1D {
+			shape = []int{x.Shape[1], x.Shape[0]}
+		}
+		vals := make([]float32, shape[0]*max(1, prod(shape[1:])))
+		for i := range vals {
+			vals[i] = float32(r.NormFloat64() * 0.02)
+			if strings.Contains(x.Name, "ln_") && strings.HasSuffix(x.Name, ".weight") {
+				vals[i] = 1
+			}
+		}
+		tensors = append(tensors, ckpt.Tensor{Name: x.Name, Shape: shape, Data: vals})
+	}
+	if err := interop.WriteHF(dir, spec, tensors, opt); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func prod(s []int) int {
+	n := 1
+	for _, d := range s {
+		n *= d
+	}
+	return n
+}
+
+// TestPretrainedWorkflow is the README's four commands on a small GPT-2
+// with GPT-2's vocabulary (a sharded Hugging Face directory): tokenize a
+// text, fine-tune at tp 2 from the directory, sample from the run (greedy:
+// the same at --nproc 1 and 2), export it back and evaluate the export
+// and the run to the same loss. A flag that contradicts the directory is
+// refused before anything starts.
+func TestPretrainedWorkflow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the hpcrun binary: -short")
+	}
+	e := newEnv(t)
+	hf := filepath.Join(e.dir, "gpt2")
+	writeGPT2Dir(t, hf, interop.Spec{Model: "gpt", Layers: 2, Dim: 32, Heads: 4, Positions: 64, Vocab: 50257}, interop.HFOptions{Shards: 2})
+	text := filepath.Join(e.dir, "input.txt")
+	os.WriteFile(text, []byte(strings.Repeat("First Citizen: Before we proceed any further, hear me speak. ", 60)), 0o644)
+
+	e.mustRun("data", "tokenize", text, "-o", "train.bin")
+	_, errOut, code := e.run("run", "--nproc", "2", "--tp", "2", "--init-from", hf, "--dim", "64", "--data", "train.bin")
+	if code != 2 || !strings.Contains(errOut, "--dim 64 contradicts "+filepath.Join(hf, "config.json")) {
+		t.Errorf("--dim 64 against a dim-32 directory: exit %d, %s", code, errOut)
+	}
+	e.mustRun("run", "--nproc", "2", "--tp", "2", "--init-from", hf, "--data", "train.bin",
+		"--seq", "32", "--bsz", "4", "--steps", "4", "--lr", "1e-3", "--eval-every", "2", "--device", "cpu")
+	execID := filepath.Base(e.onlyRun())
+	b, _ := os.ReadFile(filepath.Join(e.dir, "runs", execID, "metrics", "rank-00000.jsonl"))
+	if !strings.Contains(string(b), `"type":"eval","step":0`) {
+		t.Errorf("no validation at step 0 in the metrics")
+	}
+
+	gen := func(nproc string) string {
+		return e.mustRun("generate", execID, "--prompt", "First", "--tokens", "8", "--temperature", "0", "--nproc", nproc, "--device", "cpu")
+	}
+	one, two := gen("1"), gen("2")
+	t.Logf("generate: %q", one)
+	if one != two || !strings.HasPrefix(one, "First") || len(one) <= len("First\n") {
+		t.Errorf("greedy samples: --nproc 1 %q, --nproc 2 %q", one, two)
+	}
+
+	e.mustRun("ckpt", "export", execID, "--hf", "exported")
+	lossRe := regexp.MustCompile(`^loss (\d+\.\d+) perplexity \d+\.\d+\n$`)
+	fromRun := e.mustRun("eval", execID, "--data", "train.bin", "--device", "cpu")
+	fromHF := e.mustRun("eval", "exported", "--data", "train.bin", "--seq", "32", "--nproc", "2", "--device", "cpu")
+	t.Logf("eval: %q", fromRun)
+	if !lossRe.MatchString(fromRun) || fromRun != fromHF {
+		t.Errorf("eval of the run %q, of its export at tp 2 %q", fromRun, fromHF)
+	}
+}

@@ -1,0 +1,313 @@
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"unicode/utf8"
+
+	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/parallel"
+	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/train/ckpt"
+	"github.com/hpcrun/hpcrun/train/interop"
+)
+
+// SourceConfig is the config of the model at src: a checkpoint (a step
+// dir, a checkpoint root or a run dir: the saved run's config, its weights
+// through resume_from) or pretrained weights (a Hugging Face directory or
+// an llm.c file: their shape, the weights through init_from).
+func SourceConfig(src string) (Config, error) {
+	if _, err := os.Stat(src); err != nil {
+		return Config{}, err
+	}
+	if dir, err := ckpt.Resolve(src); err == nil && dir != "" {
+		b, err := os.ReadFile(filepath.Join(dir, ckpt.StateFile))
+		if err != nil {
+			return Config{}, err
+		}
+		var st ckpt.State
+		if err := json.Unmarshal(b, &st); err != nil {
+			return Config{}, fmt.Errorf("checkpoint %s: %v", dir, err)
+		}
+		cfg := DefaultConfig()
+		if err := json.Unmarshal(st.Config, &cfg); err != nil {
+			return Config{}, fmt.Errorf("checkpoint %s: config: %v", dir, err)
+		}
+		cfg.ResumeFrom, cfg.InitFrom = dir, ""
+		cfg.Vocab = st.Vocab
+		if cfg.Positions == 0 {
+			cfg.Positions = cfg.Seq
+		}
+		return cfg, nil
+	}
+	cfg := DefaultConfig()
+	cfg.Preset, cfg.InitFrom = "", src
+	if err := cfg.ApplyInitFrom(nil); err != nil {
+		return Config{}, err
+	}
+	if cfg.Tokenizer == "" {
+		cfg.Tokenizer = DefaultTokenizer(cfg.Model)
+	}
+	cfg.Seq = min(cfg.Positions, 1024)
+	return cfg, nil
+}
+
+// loadWeights fills this rank's params from the config's weights: its
+// resume_from checkpoint (the model only, resharded for this tp) or its
+// init_from pretrained weights.
+func loadWeights(params []*parallel.Param, dev tensor.Device, cfg Config, vocab int) error {
+	if cfg.ResumeFrom != "" {
+		c, err := ckpt.Open(cfg.ResumeFrom, false)
+		if err != nil {
+			return err
+		}
+		for _, p := range params {
+			vals, err := c.Load("", p.Name, p.Full, p.Shard)
+			if err != nil {
+				return err
+			}
+			dev.CopyFromHost(p.Data, vals)
+		}
+		return nil
+	}
+	w, err := interop.Open(cfg.InitFrom)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	if err := checkInitFrom(cfg, vocab, w.Spec()); err != nil {
+		return err
+	}
+	for _, p := range params {
+		vals, err := w.Load(p.Name, p.Full, p.Shard)
+		if err != nil {
+			return err
+		}
+		dev.CopyFromHost(p.Data, vals)
+	}
+	return nil
+}
+
+// GenerateOptions say what Generate samples.
+type GenerateOptions struct {
+	Source      string  // a checkpoint, run dir, Hugging Face dir or llm.c file (see SourceConfig)
+	Prompt      string  // text the sample continues
+	Tokens      int     // tokens to sample
+	Temperature float64 // 0 = greedy (the most likely token, the lowest id on a tie)
+	TopK        int     // sample among the k most likely tokens; 0 = all
+	Seed        uint64  // the sampler's seed: the same on every rank, so all ranks draw the same tokens
+	Device      string  // auto, cpu, cuda
+	Out         io.Writer
+}
+
+// Generate samples opt.Tokens tokens from the GPT at opt.Source after
+// opt.Prompt, the model split over every rank of world (tp = world size),
+// and returns the sampled ids. Rank 0 streams the decoded text to opt.Out
+// as tokens come. Each step runs the model on the last window of at most
+// the model's positions (no cache), and gathers the vocab-parallel logits
+// of the last position over the group.
+func Generate(ctx context.Context, world nccl.Comm, opt GenerateOptions) ([]int, error) {
+	cfg, err := SourceConfig(opt.Source)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Model != "gpt" {
+		return nil, fmt.Errorf("generate %s: a %s model: only gpt generates text", opt.Source, cfg.Model)
+	}
+	if opt.Tokens < 1 || opt.Temperature < 0 || opt.TopK < 0 {
+		return nil, fmt.Errorf("generate: tokens %d, temperature %g, top-k %d: want tokens >= 1, temperature >= 0, top-k >= 0", opt.Tokens, opt.Temperature, opt.TopK)
+	}
+	tok, err := newTokenizer(cfg, nil)
+	if err != nil {
+		return nil, err
+	}
+	vocab, err := modelVocab(cfg, tok)
+	if err != nil {
+		return nil, err
+	}
+	ids := tok.Encode(opt.Prompt)
+	if len(ids) == 0 {
+		ids = []int{tok.Specials().EOT}
+	}
+	cfg.TP, cfg.NTasks, cfg.BatchSize = world.Size(), world.Size(), 1
+	cfg.Seq = min(cfg.Positions, len(ids)+opt.Tokens)
+	if opt.Device != "" {
+		cfg.Device = opt.Device
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	dev, _, err := OpenDevice(cfg.Device, nil)
+	if err != nil {
+		return nil, err
+	}
+	if c, ok := dev.(interface{ Close() error }); ok {
+		defer c.Close()
+	}
+	mesh, err := parallel.NewMesh(world, cfg.TP)
+	if err != nil {
+		return nil, err
+	}
+	defer mesh.Close()
+	m, err := newModel(cfg, &Data{Vocab: vocab}, mesh, dev)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	tr := m.(*transformer)
+	if err := agree(world, loadWeights(tr.Params(), dev, cfg, vocab), "loading "+opt.Source); err != nil {
+		return nil, err
+	}
+	T, local := cfg.Seq, tr.head.LocalOut()
+	row := make([]float32, local)
+	full := make([]float32, local*cfg.TP)
+	b := &Batch{B: 1, T: T, Tokens: make([]int32, T), Targets: make([]int32, T), Lengths: []int32{int32(T)}}
+	rng := rand.New(rand.NewPCG(opt.Seed, 0x6e6))
+	var out []int
+	printed := ""
+	for k := 0; k < opt.Tokens; k++ {
+		if err := ctx.Err(); err != nil {
+			return out, err
+		}
+		window := ids[max(0, len(ids)-T):]
+		for i := range b.Tokens {
+			b.Tokens[i], b.Targets[i] = 0, -1
+			if i < len(window) {
+				b.Tokens[i] = int32(window[i])
+			}
+		}
+		h, err := tr.trunk(b)
+		if err != nil {
+			return out, err
+		}
+		logits, err := tr.head.Forward(h)
+		if err != nil {
+			return out, err
+		}
+		dev.CopyToHost(row, logits.View((len(window)-1)*local, local))
+		if err := mesh.TP.AllGather(row, full); err != nil {
+			return out, err
+		}
+		next := sample(full[:vocab], opt.Temperature, opt.TopK, rng)
+		ids, out = append(ids, next), append(out, next)
+		if opt.Out != nil && world.Rank() == 0 {
+			// Whole characters as they come; the rest at the end.
+			if text := tok.Decode(out); len(text) > len(printed) && (utf8.ValidString(text[len(printed):]) || k == opt.Tokens-1) {
+				io.WriteString(opt.Out, text[len(printed):])
+				printed = text
+			}
+		}
+	}
+	return out, nil
+}
+
+// sample draws a token from logits (the real vocabulary's; padding columns
+// are never drawn): the most likely at temperature 0, else from the
+// softmax of logits/temperature over the top k.
+func sample(logits []float32, temperature float64, k int, rng *rand.Rand) int {
+	best := 0
+	for i, v := range logits {
+		if v > logits[best] {
+			best = i
+		}
+	}
+	if temperature == 0 {
+		return best
+	}
+	idx := make([]int, len(logits))
+	for i := range idx {
+		idx[i] = i
+	}
+	if k > 0 && k < len(idx) {
+		sort.SliceStable(idx, func(a, b int) bool { return logits[idx[a]] > logits[idx[b]] })
+		idx = idx[:k]
+	}
+	p := make([]float64, len(idx))
+	sum := 0.0
+	for j, i := range idx {
+		p[j] = math.Exp(float64(logits[i]-logits[best]) / temperature)
+		sum += p[j]
+	}
+	r := rng.Float64() * sum
+	for j := range p {
+		if r -= p[j]; r < 0 {
+			return idx[j]
+		}
+	}
+	return idx[len(idx)-1]
+}
+
+// EvalOptions say what EvaluateSource measures.
+type EvalOptions struct {
+	Source    string // as for Generate
+	Data      string // a text or token files (see Config.Data)
+	Seq       int    // window length; 0 = the checkpoint's, or up to 1024 of the pretrained model's positions
+	BatchSize int    // windows per forward; 0 = 8
+	Device    string // auto, cpu, cuda; "" = the source's (auto for pretrained weights)
+}
+
+// EvaluateSource is the mean loss of the GPT at opt.Source over every
+// window (seq+1 tokens, stride seq) of opt.Data, the model split over every
+// rank of world; the perplexity is its exp.
+func EvaluateSource(ctx context.Context, world nccl.Comm, opt EvalOptions) (EvalResult, error) {
+	cfg, err := SourceConfig(opt.Source)
+	if err != nil {
+		return EvalResult{}, err
+	}
+	if cfg.Model != "gpt" {
+		return EvalResult{}, fmt.Errorf("eval %s: a %s model: eval measures a language model's loss", opt.Source, cfg.Model)
+	}
+	cfg.Data, cfg.TP, cfg.NTasks = opt.Data, world.Size(), world.Size()
+	cfg.Samples, cfg.EvalSamples, cfg.Steps, cfg.EvalEvery, cfg.GradAccum = 0, math.MaxInt32, 1, 0, 1
+	cfg.BatchSize = 8
+	if opt.BatchSize > 0 {
+		cfg.BatchSize = opt.BatchSize
+	}
+	if opt.Seq > 0 {
+		cfg.Seq = opt.Seq
+	}
+	if opt.Device != "" {
+		cfg.Device = opt.Device
+	}
+	data, err := Prepare(cfg)
+	if err != nil {
+		return EvalResult{}, err
+	}
+	data.Val = joinWindows(data.Train, data.Val)
+	data.Train = data.Val // newTrainer wants one step's worth; nothing trains
+	cfg.BatchSize = min(cfg.BatchSize, data.Val.Len())
+	t, err := newTrainer(cfg, world, Options{Data: data}, nil)
+	if err != nil {
+		return EvalResult{}, err
+	}
+	defer t.close()
+	if err := agree(world, loadWeights(t.model.Params(), t.dev, cfg, data.Vocab), "loading "+opt.Source); err != nil {
+		return EvalResult{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return EvalResult{}, err
+	}
+	return t.evaluate(0)
+}
+
+// joinWindows is a language model's training windows followed by its
+// validation windows (Prepare's split of one stream, which together are
+// every window when no samples are held back).
+func joinWindows(a, b *Dataset) *Dataset {
+	if a.stream != nil {
+		return &Dataset{Seq: a.Seq, stream: a.stream, first: a.first, n: a.n + b.n}
+	}
+	return &Dataset{
+		Seq:     a.Seq,
+		Tokens:  append(append([]int32(nil), a.Tokens...), b.Tokens...),
+		Targets: append(append([]int32(nil), a.Targets...), b.Targets...),
+		Lengths: append(append([]int32(nil), a.Lengths...), b.Lengths...),
+	}
+}

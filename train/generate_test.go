@@ -1,0 +1,124 @@
+package train
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/train/interop"
+)
+
+// TestGenerateGreedyIsEqualAtTP1And2: at temperature 0 the sampled tokens
+// are the same twice and at tp 1 and 2; rank 0 streams their text; with a
+// temperature and top-k the same seed gives the same tokens at both tp.
+func TestGenerateGreedyIsEqualAtTP1And2(t *testing.T) {
+	dir := tinyGPT2(t, tinyGPT2Spec, interop.HFOptions{})
+	run := func(tp int, temp float64, k int) ([]int, string) {
+		outs := make([][]int, tp)
+		var sb strings.Builder
+		err := nccl.RunInProcess(tp, func(c nccl.Comm) error {
+			o := GenerateOptions{Source: dir, Prompt: "alpha beta", Tokens: 12, Temperature: temp, TopK: k, Seed: 5, Device: "cpu"}
+			if c.Rank() == 0 {
+				o.Out = &sb
+			}
+			ids, err := Generate(context.Background(), c, o)
+			outs[c.Rank()] = ids
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for r := range outs {
+			if !reflect.DeepEqual(outs[r], outs[0]) {
+				t.Fatalf("tp %d: rank %d drew %v, rank 0 %v", tp, r, outs[r], outs[0])
+			}
+		}
+		return outs[0], sb.String()
+	}
+	a, text := run(1, 0, 0)
+	if len(a) != 12 {
+		t.Fatalf("%d tokens, want 12", len(a))
+	}
+	if want := (ByteTokenizer{}).Decode(a); text != want {
+		t.Errorf("streamed %q, the tokens decode to %q", text, want)
+	}
+	if b, _ := run(1, 0, 0); !reflect.DeepEqual(a, b) {
+		t.Errorf("greedy twice: %v then %v", a, b)
+	}
+	if b, _ := run(2, 0, 0); !reflect.DeepEqual(a, b) {
+		t.Errorf("greedy at tp 1 %v, at tp 2 %v", a, b)
+	}
+	s1, _ := run(1, 1.0, 20)
+	if s2, _ := run(2, 1.0, 20); !reflect.DeepEqual(s1, s2) {
+		t.Errorf("sampled at tp 1 %v, at tp 2 %v", s1, s2)
+	}
+	if reflect.DeepEqual(s1, a) {
+		t.Errorf("sampling at temperature 1 gave the greedy tokens %v", a)
+	}
+}
+
+// TestSample: greedy picks the largest logit (lowest id on a tie); top-k 1
+// is greedy at any temperature; top-k never draws outside the k best.
+func TestSample(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	logits := []float32{0.5, 2, 2, -1, 1.5}
+	if got := sample(logits, 0, 0, r); got != 1 {
+		t.Errorf("greedy %d, want 1", got)
+	}
+	for i := 0; i < 200; i++ {
+		if got := sample(logits, 5, 1, r); got != 1 {
+			t.Fatalf("top-1 drew %d", got)
+		}
+		if got := sample(logits, 5, 3, r); got != 1 && got != 2 && got != 4 {
+			t.Fatalf("top-3 drew %d", got)
+		}
+	}
+}
+
+// TestEvaluateSource: eval of a pretrained model over a token file is equal
+// at tp 1 and 2, and equal to eval over the same text as a text file.
+func TestEvaluateSource(t *testing.T) {
+	dir := tinyGPT2(t, tinyGPT2Spec, interop.HFOptions{})
+	text := textFile(t)
+	b, _ := os.ReadFile(text)
+	ids := (ByteTokenizer{}).Encode(string(b)[:1700])
+	tokens := filepath.Join(t.TempDir(), "t.bin")
+	if err := WriteTokenFile(tokens, ids); err != nil {
+		t.Fatal(err)
+	}
+	var losses []float64
+	for _, tp := range []int{1, 2} {
+		res := make([]EvalResult, tp)
+		err := nccl.RunInProcess(tp, func(c nccl.Comm) error {
+			var err error
+			res[c.Rank()], err = EvaluateSource(context.Background(), c, EvalOptions{Source: dir, Data: tokens, Seq: 16, BatchSize: 4, Device: "cpu"})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		losses = append(losses, res[0].Loss)
+	}
+	if math.Abs(losses[0]-losses[1]) > 1e-5 || !(losses[0] > 0) {
+		t.Errorf("eval loss at tp 1 %.7f, tp 2 %.7f", losses[0], losses[1])
+	}
+	// The same text as a text file: the same windows, the same loss.
+	txt := filepath.Join(t.TempDir(), "t.txt")
+	os.WriteFile(txt, []byte(string(b)[:1700]), 0o644)
+	err := nccl.RunInProcess(1, func(c nccl.Comm) error {
+		e, err := EvaluateSource(context.Background(), c, EvalOptions{Source: dir, Data: txt, Seq: 16, BatchSize: 4, Device: "cpu"})
+		if err == nil && e.Loss != losses[0] {
+			t.Errorf("text file loss %.7f, token file %.7f", e.Loss, losses[0])
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
