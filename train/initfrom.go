@@ -70,21 +70,11 @@ func checkInitFrom(cfg Config, vocab int, s interop.Spec) error {
 // loadPretrained fills this rank's parameters from cfg.InitFrom, reading
 // only this rank's slices.
 func (t *trainer) loadPretrained() error {
-	w, err := interop.Open(t.cfg.InitFrom)
-	if err != nil {
+	cfg := t.cfg
+	cfg.ResumeFrom = ""
+	if err := loadWeights(t.model.Params(), t.dev, cfg, t.data.Vocab); err != nil {
 		return err
 	}
-	defer w.Close()
-	if err := checkInitFrom(t.cfg, t.data.Vocab, w.Spec()); err != nil {
-		return err
-	}
-	for _, p := range t.model.Params() {
-		vals, err := w.Load(p.Name, p.Full, p.Shard)
-		if err != nil {
-			return err
-		}
-		t.dev.CopyFromHost(p.Data, vals)
-	}
-	t.logf("weights from %s", w.Spec().Source)
+	t.logf("weights from %s", cfg.InitFrom)
 	return nil
 }
