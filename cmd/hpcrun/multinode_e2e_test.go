@@ -165,19 +165,9 @@ ckpt_every = 20
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	// The second node of the allocation is lost: every process of its
-	// namespace (its slurmd and tasks) is killed.
-	out, _ := exec.Command("squeue", "-h", "-j", s.JobID, "-o", "%N").Output()
-	nodes, _ := exec.Command("scontrol", "show", "hostnames", strings.TrimSpace(string(out))).Output()
-	names := strings.Fields(string(nodes))
-	if len(names) != 2 {
-		t.Fatalf("job %s runs on %q, want 2 nodes", s.JobID, out)
-	}
-	lost := names[1]
+	// The second node of the allocation is lost.
+	lost := killSecondNode(t, s.JobID)
 	killed := time.Now()
-	if b, err := exec.Command("sh", "-c", "ip netns pids hpcrun-"+lost+" | xargs -r kill -9").CombinedOutput(); err != nil {
-		t.Fatalf("kill node %s: %v: %s", lost, err, b)
-	}
 	errPath := filepath.Join(s.RunDir, "slurm-"+s.JobID+".err")
 	for {
 		b, _ := os.ReadFile(errPath)
@@ -200,6 +190,50 @@ ckpt_every = 20
 	}
 	// The same job undisturbed, on two working nodes.
 	sameAsUndisturbed(t, e, args, metricsFile, losses, 300)
+}
+
+// TestMultiNodeLostNodeFailsTheJob: without checkpointing, losing a node
+// ends the job FAILED or NODE_FAIL within a minute, the survivors naming
+// the lost rank's host; nothing hangs.
+func TestMultiNodeLostNodeFailsTheJob(t *testing.T) {
+	nodesUp(t, 2)
+	e := newEnv(t)
+	s := e.submit("--executor", "slurm", "--ntasks", "4", "--tp", "2", "--nodes", "2", "--preset", "tiny",
+		"--steps", "100000", "--samples", "512", "--device", "cpu", "--eval-every", "0", "--ckpt-every", "-1")
+	defer restoreNodes(t)
+	waitForSteps(t, s.RunDir, 20)
+	lost := killSecondNode(t, s.JobID)
+	killed := time.Now()
+	for {
+		st, _ := slurmJob(t, s.JobID)
+		if st == "FAILED" || st == "NODE_FAIL" {
+			break
+		}
+		if time.Since(killed) > 60*time.Second {
+			t.Fatalf("job %s 60 s after node %s was lost, want FAILED or NODE_FAIL", st, lost)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	errLog, _ := os.ReadFile(filepath.Join(s.RunDir, "slurm-"+s.JobID+".err"))
+	if !strings.Contains(string(errLog), "("+lost+")") {
+		t.Errorf("the survivors do not name the lost host %s:\n%s", lost, errLog)
+	}
+}
+
+// killSecondNode kills every process (slurmd and tasks) of the second node
+// of job id's allocation, as if the node died, and returns its name.
+func killSecondNode(t *testing.T, id string) string {
+	t.Helper()
+	out, _ := exec.Command("squeue", "-h", "-j", id, "-o", "%N").Output()
+	nodes, _ := exec.Command("scontrol", "show", "hostnames", strings.TrimSpace(string(out))).Output()
+	names := strings.Fields(string(nodes))
+	if len(names) != 2 {
+		t.Fatalf("job %s runs on %q, want 2 nodes", id, out)
+	}
+	if b, err := exec.Command("sh", "-c", "ip netns pids hpcrun-"+names[1]+" | xargs -r kill -9").CombinedOutput(); err != nil {
+		t.Fatalf("kill node %s: %v: %s", names[1], err, b)
+	}
+	return names[1]
 }
 
 // restoreNodes starts the slurmd of a killed node again and returns it to
