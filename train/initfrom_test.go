@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/train/ckpt"
 	"github.com/hpcrun/hpcrun/train/interop"
 )
@@ -108,6 +109,45 @@ func TestInitFromEqualLossAtEveryTP(t *testing.T) {
 			if math.Abs(loss-ref) > 1e-5 {
 				t.Errorf("%+v tp %d: eval loss %.7f, tp 1 single file %.7f", opt, tp, loss, ref)
 			}
+		}
+	}
+}
+
+// TestInitFromLLMC: an llm.c checkpoint of the same weights as a Hugging
+// Face directory gives the same validation loss, at tp 1 and 2.
+func TestInitFromLLMC(t *testing.T) {
+	dir := tinyGPT2(t, tinyGPT2Spec, interop.HFOptions{})
+	w, err := interop.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := map[string][]float32{}
+	for _, x := range interop.GPT2Tensors(tinyGPT2Spec) {
+		if ours[x.Name], err = w.Load(x.Name, x.Shape, parallel.Shard{Parts: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Close()
+	bin := filepath.Join(t.TempDir(), "gpt2_tiny.bin")
+	if err := interop.WriteLLMC(bin, tinyGPT2Spec, ours); err != nil {
+		t.Fatal(err)
+	}
+	cfg := smallConfig("gpt")
+	cfg.Data, cfg.EvalSamples = textFile(t), 8
+	losses := map[string]float64{}
+	for _, src := range []string{dir, bin} {
+		cfg.InitFrom = src
+		if err := cfg.ApplyInitFrom(nil); err != nil {
+			t.Fatal(err)
+		}
+		for _, tp := range []int{1, 2} {
+			losses[fmt.Sprint(filepath.Base(src), tp)] = initEval(t, cfg, tp)
+		}
+	}
+	ref := losses["gpt21"]
+	for k, l := range losses {
+		if math.Abs(l-ref) > 1e-5 {
+			t.Errorf("%s: eval loss %.7f, the Hugging Face dir's at tp 1 %.7f", k, l, ref)
 		}
 	}
 }
