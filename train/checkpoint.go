@@ -101,7 +101,7 @@ func (t *trainer) save(step int) error {
 		return err
 	}
 	dir := ckpt.TempDir(root, step)
-	if t.mesh.DPRank() == 0 {
+	if t.mesh.DPRank() == 0 || t.zero != nil {
 		err = t.writeShard(dir, step)
 	}
 	if err == nil && rank0 {
@@ -120,17 +120,28 @@ func (t *trainer) save(step int) error {
 	return nil
 }
 
+// writeShard writes this rank's files: on DP rank 0 the model shard and
+// (without ZeRO-1) the AdamW moments; under ZeRO-1 every DP rank writes
+// the pieces of the moments it owns.
 func (t *trainer) writeShard(dir string, step int) error {
 	params := t.model.Params()
-	var model, m, v []ckpt.Tensor
+	if t.mesh.DPRank() == 0 {
+		var model []ckpt.Tensor
+		for _, p := range params {
+			model = append(model, hostTensor(t.dev, p.Name, p.Data))
+		}
+		if err := ckpt.WriteModel(dir, t.mesh.TPRank(), t.cfg.TP, step, model); err != nil {
+			return err
+		}
+	}
+	if t.zero != nil {
+		return ckpt.WriteOptimZero(dir, t.mesh.TPRank(), t.mesh.DPRank(), step, t.opt.Steps(), t.zero.Pieces())
+	}
+	var m, v []ckpt.Tensor
 	for i, p := range params {
-		model = append(model, hostTensor(t.dev, p.Name, p.Data))
 		mt, vt := t.opt.Moments(i)
 		m = append(m, hostTensor(t.dev, p.Name, mt))
 		v = append(v, hostTensor(t.dev, p.Name, vt))
-	}
-	if err := ckpt.WriteModel(dir, t.mesh.TPRank(), t.cfg.TP, step, model); err != nil {
-		return err
 	}
 	return ckpt.WriteOptim(dir, t.mesh.TPRank(), t.mesh.DPRank(), step, t.opt.Steps(), m, v)
 }
@@ -145,7 +156,7 @@ func (t *trainer) writeState(dir string, step int) error {
 		RNG:   ckpt.RNG{Kind: "pcg(seed, epoch)", Seed: t.cfg.Seed},
 		Model: t.cfg.Model, Vocab: t.data.Vocab, Config: cfgJSON,
 		Mesh:    ckpt.Mesh{TP: t.cfg.TP, DP: t.cfg.DP(), World: t.world.Size()},
-		Tensors: t.tensorInfos(), Saved: time.Now().UTC(),
+		Tensors: t.tensorInfos(), Saved: time.Now().UTC(), Zero: t.cfg.Zero,
 	})
 }
 
@@ -185,17 +196,30 @@ func (t *trainer) load(dir string) error {
 		return fmt.Errorf("checkpoint %s holds %d tensors, this model has %d", dir, len(st.Tensors), len(params))
 	}
 	for i, p := range params {
-		mt, vt := t.opt.Moments(i)
-		for _, x := range []struct {
-			kind string
-			dst  *tensor.Tensor
-		}{{"", p.Data}, {"m", mt}, {"v", vt}} {
-			vals, err := c.Load(x.kind, p.Name, p.Full, p.Shard)
-			if err != nil {
+		vals, err := c.Load("", p.Name, p.Full, p.Shard)
+		if err != nil {
+			return err
+		}
+		t.dev.CopyFromHost(p.Data, vals)
+		m, err := c.Load("m", p.Name, p.Full, p.Shard)
+		if err != nil {
+			return err
+		}
+		v, err := c.Load("v", p.Name, p.Full, p.Shard)
+		if err != nil {
+			return err
+		}
+		if t.zero != nil {
+			// This DP rank keeps its range of the moments, whatever the
+			// saved dp and ZeRO setting.
+			if err := t.zero.LoadMoments(i, m, v); err != nil {
 				return err
 			}
-			t.dev.CopyFromHost(x.dst, vals)
+			continue
 		}
+		mt, vt := t.opt.Moments(i)
+		t.dev.CopyFromHost(mt, m)
+		t.dev.CopyFromHost(vt, v)
 	}
 	t.opt.SetSteps(c.AdamStep)
 	t.start, t.epoch = st.Step, st.Epoch

@@ -129,6 +129,7 @@ type trainer struct {
 	model   model
 	opt     *AdamW
 	sync    *GradSync
+	zero    *ZeRO1      // --zero 1: the optimizer (opt is its hyperparameters)
 	gpu     *deviceStep // the GPU step, when the device and groups allow it
 	sampler *Sampler
 	w       *metrics.Writer
@@ -242,18 +243,28 @@ func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*t
 		return nil, err
 	}
 	params := t.model.Params()
-	if t.opt, err = NewAdamW(t.dev, params, cfg.WeightDecay, cfg.GradClip); err != nil {
+	if cfg.Zero == 1 {
+		if _, ok := t.dev.(parallel.Streamer); ok {
+			return nil, fmt.Errorf("zero 1 runs on the CPU only for now, this run's device is %s: use --device cpu, or --zero 0", t.dev.Name())
+		}
+		if t.zero, err = NewZeRO1(t.dev, params, t.mesh.DP, t.mesh.TP, cfg.WeightDecay, cfg.GradClip, 0); err != nil {
+			return nil, err
+		}
+		t.opt = t.zero.AdamW
+	} else if t.opt, err = NewAdamW(t.dev, params, cfg.WeightDecay, cfg.GradClip); err != nil {
 		return nil, err
 	}
 	t.opt.SetBetas(cfg.adam())
 	t.sync = NewGradSync(t.dev, t.mesh.DP, params, 0)
-	gpu, why, err := newDeviceStep(t.dev, t.model, t.mesh.TP, t.mesh.DP)
-	if err != nil {
-		return nil, err
-	}
-	t.gpu = gpu
-	if why != "" {
-		t.logf("step: the loss and the gradient norm go through the host each step: %s", why)
+	if t.zero == nil {
+		gpu, why, err := newDeviceStep(t.dev, t.model, t.mesh.TP, t.mesh.DP)
+		if err != nil {
+			return nil, err
+		}
+		t.gpu = gpu
+		if why != "" {
+			t.logf("step: the loss and the gradient norm go through the host each step: %s", why)
+		}
 	}
 	if w != nil {
 		if err := t.writeRunLine(); err != nil {
@@ -418,15 +429,11 @@ func (t *trainer) trainStep(step int) (metrics.Step, error) {
 		samples += int64(b.B)
 		tokens += int64(b.B * b.T)
 	}
-	if err := t.sync.Sync(); err != nil {
-		return metrics.Step{}, err
-	}
-	norm, err := GradNorm(t.dev, t.model.Params(), t.mesh.TP)
+	lr := scheduleLR(t.cfg, step, t.total)
+	norm, err := t.optimize(lr)
 	if err != nil {
 		return metrics.Step{}, err
 	}
-	lr := scheduleLR(t.cfg, step, t.total)
-	t.opt.Step(lr, norm)
 	if loss, err = t.dpMean(loss); err != nil {
 		return metrics.Step{}, err
 	}
@@ -440,6 +447,25 @@ func (t *trainer) trainStep(step int) (metrics.Step, error) {
 		StepS: time.Since(start).Seconds(), CommS: (t.commNow() - comm0).Seconds(),
 		MemBytes: mem.Current, MemPeakBytes: mem.Peak,
 	}, nil
+}
+
+// optimize averages the gradients over the data-parallel group, clips them
+// and updates the parameters at lr (ZeRO-1's reduce-scatter, sharded
+// update and all-gather, or GradSync's all-reduce and a replicated
+// AdamW); it returns the gradient norm.
+func (t *trainer) optimize(lr float64) (float64, error) {
+	if t.zero != nil {
+		return t.zero.Step(lr)
+	}
+	if err := t.sync.Sync(); err != nil {
+		return 0, err
+	}
+	norm, err := GradNorm(t.dev, t.model.Params(), t.mesh.TP)
+	if err != nil {
+		return 0, err
+	}
+	t.opt.Step(lr, norm)
+	return norm, nil
 }
 
 // dpMean averages a scalar over the data-parallel group.

@@ -1,9 +1,19 @@
 package train
 
 import (
+	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/hpcrun/hpcrun/internal/rundir"
+	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/parallel"
+	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/train/ckpt"
 )
 
 // TestSPZeroLossCurves trains the same model from the same seed on the
@@ -77,5 +87,255 @@ func TestSPZeroRefused(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%s: err = %v, want one line with %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// TestZeroResumeAtOtherLayout trains dp2 with ZeRO-1 for 10 steps,
+// checkpointing at 5, then resumes from step 5 at dp4 (ZeRO-1), at tp2 x
+// dp2 (ZeRO-1 and sp) and at dp1 without ZeRO: the moments are assembled
+// from the dp2 pieces and cut for the new layout, and the global batch is
+// the same, so steps 6..10 must equal the uninterrupted run's to 1e-6.
+func TestZeroResumeAtOtherLayout(t *testing.T) {
+	cfg, data := gptConfig(t, 2, 1)
+	cfg.Steps, cfg.EvalEvery, cfg.CkptEvery, cfg.BatchSize, cfg.Zero = 10, 0, 5, 8, 1
+	full := t.TempDir()
+	res, err := runRanks(t, cfg, data, func(int) Options { return Options{RunDir: full} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := filepath.Join(rundir.Dir(full).Ckpt(), "step-000005")
+	for _, f := range []string{"optim-tp0-dp0.safetensors", "optim-tp0-dp1.safetensors"} {
+		if _, err := os.Stat(filepath.Join(from, f)); err != nil {
+			t.Fatalf("ZeRO-1 checkpoint lacks a DP rank's optimizer file: %v", err)
+		}
+	}
+	for _, l := range []struct {
+		name              string
+		ntasks, tp, b, zr int
+		sp                bool
+	}{{"dp4+zero1", 4, 1, 4, 1, false}, {"tp2xdp2+sp+zero1", 4, 2, 8, 1, true}, {"dp1", 1, 1, 16, 0, false}} {
+		c := cfg
+		c.NTasks, c.TP, c.BatchSize, c.Zero, c.SP = l.ntasks, l.tp, l.b, l.zr, l.sp
+		dir := t.TempDir()
+		resumed, err := runRanks(t, c, data, func(int) Options { return Options{RunDir: dir, Resume: from} })
+		if err != nil {
+			t.Fatalf("%s: %v", l.name, err)
+		}
+		got, want := resumed[0].Losses, res[0].Losses[5:]
+		if resumed[0].Start != 5 || len(got) != len(want) {
+			t.Fatalf("%s: resumed at %d with %d losses, want 5 and %d", l.name, resumed[0].Start, len(got), len(want))
+		}
+		for i := range got {
+			if d := math.Abs(got[i]-want[i]) / want[i]; d > 1e-6 {
+				t.Errorf("%s step %d: resumed loss %.8f, uninterrupted %.8f (relative %.2g)", l.name, 6+i, got[i], want[i], d)
+			}
+		}
+	}
+}
+
+// TestZeroPiecesRoundTrip cuts known moments into ZeRO-1 pieces at dp 2,
+// writes them as a checkpoint, reads them back whole (bit for bit) and
+// cuts them again at dp 3: every element lands in exactly one rank.
+func TestZeroPiecesRoundTrip(t *testing.T) {
+	dev := tensor.NewCPU()
+	shapes := [][]int{{7, 5}, {3}, {11, 2}, {1}}
+	mkParams := func() []*parallel.Param {
+		var ps []*parallel.Param
+		for i, sh := range shapes {
+			d, _ := dev.Alloc(sh...)
+			g, _ := dev.Alloc(sh...)
+			ps = append(ps, &parallel.Param{Name: fmt.Sprintf("p%d", i), Data: d, Grad: g, Full: sh, Shard: parallel.Shard{Parts: 1}})
+		}
+		return ps
+	}
+	want := map[string][2][]float32{}
+	for i, sh := range shapes {
+		n := 1
+		for _, d := range sh {
+			n *= d
+		}
+		m, v := make([]float32, n), make([]float32, n)
+		for j := range m {
+			m[j], v[j] = float32(i*100+j)+0.25, -float32(i*100+j)
+		}
+		want[fmt.Sprintf("p%d", i)] = [2][]float32{m, v}
+	}
+	dir := t.TempDir()
+	st := &ckpt.State{Format: ckpt.Format, Step: 3, Model: "gpt", Mesh: ckpt.Mesh{TP: 1, DP: 2, World: 2}, Zero: 1}
+	for i, sh := range shapes {
+		st.Tensors = append(st.Tensors, ckpt.TensorInfo{Name: fmt.Sprintf("p%d", i), Full: sh})
+	}
+	// A bucket of 24 elements: the pieces cut parameters across ranks.
+	err := nccl.RunInProcess(2, func(c nccl.Comm) error {
+		ps := mkParams()
+		z, err := NewZeRO1(dev, ps, c, nil, 0, 0, 24)
+		if err != nil {
+			return err
+		}
+		for i, p := range ps {
+			if err := z.LoadMoments(i, want[p.Name][0], want[p.Name][1]); err != nil {
+				return err
+			}
+		}
+		var model []ckpt.Tensor
+		for _, p := range ps {
+			model = append(model, ckpt.Tensor{Name: p.Name, Shape: p.Full, Data: make([]float32, p.Data.Len())})
+		}
+		if c.Rank() == 0 {
+			if err := ckpt.WriteModel(dir, 0, 1, 3, model); err != nil {
+				return err
+			}
+		}
+		return ckpt.WriteOptimZero(dir, 0, c.Rank(), 3, 3, z.Pieces())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ckpt.WriteState(dir, st); err != nil {
+		t.Fatal(err)
+	}
+	c, err := ckpt.Open(dir, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, mv := range want {
+		for k, kind := range []string{"m", "v"} {
+			got, err := c.Full(kind, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j := range got {
+				if math.Float32bits(got[j]) != math.Float32bits(mv[k][j]) {
+					t.Fatalf("%s.%s[%d] = %v after the round trip, want %v", kind, name, j, got[j], mv[k][j])
+				}
+			}
+		}
+	}
+	// Cut again at dp 3: the pieces of the three ranks tile every moment.
+	count := map[string][]int{}
+	var mu sync.Mutex
+	err = nccl.RunInProcess(3, func(cm nccl.Comm) error {
+		ps := mkParams()
+		z, err := NewZeRO1(dev, ps, cm, nil, 0, 0, 24)
+		if err != nil {
+			return err
+		}
+		for i, p := range ps {
+			m, _ := c.Full("m", p.Name)
+			v, _ := c.Full("v", p.Name)
+			if err := z.LoadMoments(i, m, v); err != nil {
+				return err
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, pc := range z.Pieces() {
+			if count[pc.Name] == nil {
+				count[pc.Name] = make([]int, len(want[pc.Name][0]))
+			}
+			for j, x := range pc.M {
+				count[pc.Name][pc.Offset+j]++
+				if x != want[pc.Name][0][pc.Offset+j] {
+					return fmt.Errorf("dp3 rank %d: m.%s[%d] = %v, want %v", cm.Rank(), pc.Name, pc.Offset+j, x, want[pc.Name][0][pc.Offset+j])
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, cs := range count {
+		for j, n := range cs {
+			if n != 1 {
+				t.Errorf("dp3: m.%s[%d] held by %d ranks", name, j, n)
+			}
+		}
+	}
+	if len(count) != len(shapes) {
+		t.Errorf("dp3 pieces cover %d parameters, want %d", len(count), len(shapes))
+	}
+}
+
+// TestZeroStep compares one ZeRO-1 step at dp 2 with GradSync and a
+// replicated AdamW on the same gradients (different on each rank), counts
+// its messages (per bucket one reduce-scatter and one all-gather, then
+// the norm's all-reduce, nothing else) and checks that each rank holds
+// moments for half the elements.
+func TestZeroStep(t *testing.T) {
+	shapes := [][]int{{8, 6}, {6}, {10, 3}, {5}}
+	err := nccl.RunInProcess(2, func(c nccl.Comm) error {
+		dev := tensor.NewCPU()
+		mk := func() []*parallel.Param {
+			var ps []*parallel.Param
+			for i, sh := range shapes {
+				d, _ := dev.Alloc(sh...)
+				g, _ := dev.Alloc(sh...)
+				n := d.Len()
+				vals, grads := make([]float32, n), make([]float32, n)
+				for j := range vals {
+					vals[j] = float32((i*7+j)%13)/13 - 0.5
+					grads[j] = float32((i*5+j*(c.Rank()+2))%11)/11 - 0.4
+				}
+				dev.CopyFromHost(d, vals)
+				dev.CopyFromHost(g, grads)
+				ps = append(ps, &parallel.Param{Name: fmt.Sprintf("p%d", i), Data: d, Grad: g, Full: sh, Shard: parallel.Shard{Parts: 1}, Decay: i%2 == 0})
+			}
+			return ps
+		}
+		ref, got := mk(), mk()
+		adam, err := NewAdamW(dev, ref, 0.1, 0.5)
+		if err != nil {
+			return err
+		}
+		if err := NewGradSync(dev, c, ref, 40).Sync(); err != nil {
+			return err
+		}
+		norm, err := GradNorm(dev, ref, nil)
+		if err != nil {
+			return err
+		}
+		adam.Step(1e-2, norm)
+		z, err := NewZeRO1(dev, got, c, nil, 0.1, 0.5, 40)
+		if err != nil {
+			return err
+		}
+		s0 := c.Stats()
+		zn, err := z.Step(1e-2)
+		if err != nil {
+			return err
+		}
+		d := c.Stats().Sub(s0)
+		nb := int64(len(z.buckets))
+		if nb < 2 || d.ReduceScatter.Calls != nb || d.AllGather.Calls != nb || d.AllReduce.Calls != 1 || d.Total().Calls != 2*nb+1 {
+			return fmt.Errorf("a step over %d buckets made %d reduce-scatters, %d all-gathers, %d all-reduces (%d calls); want %d, %d, 1",
+				nb, d.ReduceScatter.Calls, d.AllGather.Calls, d.AllReduce.Calls, d.Total().Calls, nb, nb)
+		}
+		if math.Abs(zn-norm) > 1e-6*norm {
+			return fmt.Errorf("zero-1 norm %v, replicated %v", zn, norm)
+		}
+		held, want, total := 0, 0, 0
+		for _, b := range z.buckets {
+			held += b.m.Len()
+			want += (b.n + 1) / 2
+			total += b.n
+		}
+		if held != want {
+			return fmt.Errorf("rank %d holds moments for %d of %d elements", c.Rank(), held, total)
+		}
+		for i := range ref {
+			a, b := make([]float32, ref[i].Data.Len()), make([]float32, ref[i].Data.Len())
+			dev.CopyToHost(a, ref[i].Data)
+			dev.CopyToHost(b, got[i].Data)
+			for j := range a {
+				if math.Abs(float64(a[j]-b[j])) > 1e-6 {
+					return fmt.Errorf("rank %d %s[%d]: zero-1 %v, replicated %v", c.Rank(), ref[i].Name, j, b[j], a[j])
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

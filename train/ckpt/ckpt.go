@@ -37,7 +37,8 @@ func StepDir(step int) string { return fmt.Sprintf("step-%06d", step) }
 func ModelFile(tp, tpSize int) string { return fmt.Sprintf("model-tp%d-of-%d.safetensors", tp, tpSize) }
 
 // OptimFile is the optimizer state of TP rank tp, written by DP rank dp
-// (always 0: the AdamW moments are the same on every DP rank).
+// (0 when the AdamW moments are the same on every DP rank; every DP rank
+// its own range under ZeRO-1).
 func OptimFile(tp, dp int) string { return fmt.Sprintf("optim-tp%d-dp%d.safetensors", tp, dp) }
 
 // TensorInfo says how one parameter is cut into the model shards.
@@ -85,6 +86,7 @@ type State struct {
 	Config     json.RawMessage `json:"config"`
 	Mesh       Mesh            `json:"mesh"`
 	Tensors    []TensorInfo    `json:"tensors"`
+	Zero       int             `json:"zero,omitempty"` // 1: the optimizer state is ZeRO-1 pieces, one file per TP and DP rank (WriteOptimZero)
 	Saved      time.Time       `json:"saved"`
 }
 

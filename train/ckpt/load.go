@@ -75,7 +75,18 @@ func Open(dir string, withOptim bool) (*Checkpoint, error) {
 		c.model = append(c.model, f)
 	}
 	c.optim = make([]*File, tp)
-	if withOptim {
+	if withOptim && st.Zero > 0 {
+		for r := 0; r < tp; r++ {
+			f, as, err := openZeroOptim(dir, st, r)
+			if err != nil {
+				return nil, err
+			}
+			if r > 0 && as != c.AdamStep {
+				return nil, fmt.Errorf("checkpoint %s: adam_step %d at tp rank %d, %d at tp rank 0", dir, as, r, c.AdamStep)
+			}
+			c.AdamStep, c.optim[r] = as, f
+		}
+	} else if withOptim {
 		for r := 0; r < tp; r++ {
 			path := filepath.Join(dir, OptimFile(r, 0))
 			f, err := readChecked(path, st, r, "m.", "v.")

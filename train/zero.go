@@ -1,0 +1,265 @@
+package train
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/parallel"
+	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/train/ckpt"
+)
+
+// ZeRO1 is AdamW with its moments sharded over the data-parallel group
+// (ZeRO stage 1, arXiv 1910.02054). The gradients are packed into the
+// buckets of GradSync (consecutive parameters, at most bucketElems
+// elements, padded to a multiple of dp); each bucket is reduce-scattered
+// (averaged) so that DP rank d receives elements [d*per, (d+1)*per) of it,
+// updates that range of the parameters with the moments it alone keeps,
+// and the updated ranges are all-gathered back into every replica. Per
+// step and bucket: one reduce-scatter and one all-gather instead of one
+// all-reduce (the same bytes on a ring); the moments take 1/dp of the
+// memory. Grad-norm clipping sums the squares of each rank's ranges over
+// the DP group, then over TP (sharded parameters on every TP rank,
+// replicated ones on TP rank 0), as GradNorm does.
+//
+// The parameters are fp32 on every device this runs on, so there are no
+// separate master weights to shard. The buckets are staged in host
+// memory, as GradSync's host path; the CUDA path refuses ZeRO-1 (see
+// Config.Validate).
+type ZeRO1 struct {
+	*AdamW // hyperparameters and the step count; it holds no moments
+
+	dev      tensor.Device
+	dp, tp   nccl.Comm
+	params   []*parallel.Param
+	buckets  []zeroBucket
+	flat     []float32 // a whole bucket, padded
+	shardBuf []float32 // this rank's range of a bucket
+}
+
+// zeroBucket is one bucket: its parameters, its padded size and this
+// rank's range of it.
+type zeroBucket struct {
+	params []*parallel.Param
+	n, per int            // elements, elements per DP rank (padded)
+	m, v   *tensor.Tensor // moments of this rank's range (per)
+	segs   []zeroSeg      // the parameters' pieces in this rank's range
+}
+
+// zeroSeg is the part of parameter idx (of the optimizer's params) that
+// falls in this rank's range: n elements from pOff in the parameter,
+// from sOff in the range.
+type zeroSeg struct {
+	idx           int
+	pOff, sOff, n int
+}
+
+// NewZeRO1 buckets params as NewGradSync does and allocates the moments of
+// this DP rank's ranges on dev.
+func NewZeRO1(dev tensor.Device, params []*parallel.Param, dp, tp nccl.Comm, weightDecay, clip float64, bucketElems int) (*ZeRO1, error) {
+	adam, err := NewAdamW(dev, nil, weightDecay, clip)
+	if err != nil {
+		return nil, err
+	}
+	z := &ZeRO1{AdamW: adam, dev: dev, dp: dp, tp: tp, params: params}
+	size, rank := 1, 0
+	if dp != nil {
+		size, rank = dp.Size(), dp.Rank()
+	}
+	sync := NewGradSync(dev, dp, params, bucketElems)
+	index := make(map[*parallel.Param]int, len(params))
+	for i, p := range params {
+		index[p] = i
+	}
+	biggest := 0
+	for _, ps := range sync.buckets {
+		b := zeroBucket{params: ps}
+		for _, p := range ps {
+			b.n += p.Data.Len()
+		}
+		b.per = (b.n + size - 1) / size
+		lo, hi := rank*b.per, min((rank+1)*b.per, b.n)
+		off := 0
+		for _, p := range ps {
+			s, e := max(off, lo), min(off+p.Data.Len(), hi)
+			if s < e {
+				b.segs = append(b.segs, zeroSeg{idx: index[p], pOff: s - off, sOff: s - lo, n: e - s})
+			}
+			off += p.Data.Len()
+		}
+		if b.m, err = dev.Alloc(b.per); err == nil {
+			if b.v, err = dev.Alloc(b.per); err != nil {
+				dev.Free(b.m)
+			}
+		}
+		if err != nil {
+			z.Close()
+			return nil, fmt.Errorf("zero-1 moments: %w", err)
+		}
+		dev.Zero(b.m)
+		dev.Zero(b.v)
+		z.buckets = append(z.buckets, b)
+		biggest = max(biggest, b.per*size)
+	}
+	z.flat = make([]float32, biggest)
+	z.shardBuf = make([]float32, biggest/size)
+	return z, nil
+}
+
+// Close frees the moments.
+func (z *ZeRO1) Close() {
+	for _, b := range z.buckets {
+		z.dev.Free(b.m)
+		z.dev.Free(b.v)
+	}
+	z.buckets = nil
+}
+
+// Step averages the gradients over the DP group (reduce-scatter), clips
+// them to the global norm, updates this rank's ranges at learning rate lr
+// and all-gathers the parameters. It returns the gradient norm before
+// clipping.
+func (z *ZeRO1) Step(lr float64) (float64, error) {
+	for i := range z.buckets {
+		if err := z.reduceScatter(&z.buckets[i]); err != nil {
+			return 0, fmt.Errorf("zero-1 gradient reduce-scatter (bucket %d of %d): %w", i+1, len(z.buckets), err)
+		}
+	}
+	norm, err := z.norm()
+	if err != nil {
+		return 0, err
+	}
+	z.AdamW.step++
+	scale := float32(1)
+	if z.clip > 0 && norm > z.clip {
+		scale = float32(z.clip / (norm + 1e-6))
+	}
+	for _, b := range z.buckets {
+		for _, s := range b.segs {
+			p := z.params[s.idx]
+			z.dev.AdamW(p.Data.View(s.pOff, s.n), p.Grad.View(s.pOff, s.n), b.m.View(s.sOff, s.n), b.v.View(s.sOff, s.n), z.hyper(p, lr, scale))
+		}
+	}
+	for i := range z.buckets {
+		if err := z.allGather(&z.buckets[i]); err != nil {
+			return 0, fmt.Errorf("zero-1 parameter all-gather (bucket %d of %d): %w", i+1, len(z.buckets), err)
+		}
+	}
+	return norm, nil
+}
+
+// reduceScatter packs b's gradients, averages them over the DP group and
+// writes this rank's range back into the gradients (the rest of each
+// gradient is left as it was and is not read).
+func (z *ZeRO1) reduceScatter(b *zeroBucket) error {
+	size := 1
+	if z.dp != nil {
+		size = z.dp.Size()
+	}
+	flat, shard := z.flat[:b.per*size], z.shardBuf[:b.per]
+	off := 0
+	for _, p := range b.params {
+		z.dev.CopyToHost(flat[off:off+p.Grad.Len()], p.Grad)
+		off += p.Grad.Len()
+	}
+	clear(flat[off:])
+	if size == 1 {
+		copy(shard, flat)
+	} else if err := z.dp.ReduceScatter(flat, shard, nccl.Avg); err != nil {
+		return err
+	}
+	for _, s := range b.segs {
+		z.dev.CopyFromHost(z.params[s.idx].Grad.View(s.pOff, s.n), shard[s.sOff:s.sOff+s.n])
+	}
+	return nil
+}
+
+// allGather packs this rank's updated range of b's parameters, gathers
+// every rank's, and writes the whole bucket back into the parameters.
+func (z *ZeRO1) allGather(b *zeroBucket) error {
+	size := 1
+	if z.dp != nil {
+		size = z.dp.Size()
+	}
+	flat, shard := z.flat[:b.per*size], z.shardBuf[:b.per]
+	clear(shard)
+	for _, s := range b.segs {
+		z.dev.CopyToHost(shard[s.sOff:s.sOff+s.n], z.params[s.idx].Data.View(s.pOff, s.n))
+	}
+	if size == 1 {
+		copy(flat, shard)
+	} else if err := z.dp.AllGather(shard, flat); err != nil {
+		return err
+	}
+	off := 0
+	for _, p := range b.params {
+		z.dev.CopyFromHost(p.Data, flat[off:off+p.Data.Len()])
+		off += p.Data.Len()
+	}
+	return nil
+}
+
+// norm is the global gradient norm from this rank's ranges: squares summed
+// over the DP group, then over TP as GradNorm does.
+func (z *ZeRO1) norm() (float64, error) {
+	var sharded, replicated []*tensor.Tensor
+	for _, b := range z.buckets {
+		for _, s := range b.segs {
+			p := z.params[s.idx]
+			if p.Shard.Replicated() {
+				replicated = append(replicated, p.Grad.View(s.pOff, s.n))
+			} else {
+				sharded = append(sharded, p.Grad.View(s.pOff, s.n))
+			}
+		}
+	}
+	ss := z.dev.SumSquares(sharded...)
+	if z.tp == nil || z.tp.Rank() == 0 {
+		ss += z.dev.SumSquares(replicated...)
+	}
+	for _, c := range []nccl.Comm{z.dp, z.tp} {
+		if c == nil || c.Size() == 1 {
+			continue
+		}
+		hi := float32(ss)
+		buf := []float32{hi, float32(ss - float64(hi))}
+		if err := c.AllReduce(buf, nccl.Sum); err != nil {
+			return 0, fmt.Errorf("grad norm: %w", err)
+		}
+		ss = float64(buf[0]) + float64(buf[1])
+	}
+	return math.Sqrt(ss), nil
+}
+
+// Pieces copies this rank's moments to the host, one piece per parameter
+// range it owns, for a checkpoint.
+func (z *ZeRO1) Pieces() []ckpt.ZeroPiece {
+	var out []ckpt.ZeroPiece
+	for _, b := range z.buckets {
+		for _, s := range b.segs {
+			pc := ckpt.ZeroPiece{Name: z.params[s.idx].Name, Offset: s.pOff, M: make([]float32, s.n), V: make([]float32, s.n)}
+			z.dev.CopyToHost(pc.M, b.m.View(s.sOff, s.n))
+			z.dev.CopyToHost(pc.V, b.v.View(s.sOff, s.n))
+			out = append(out, pc)
+		}
+	}
+	return out
+}
+
+// LoadMoments sets parameter i's moments from the whole (TP-local) m and v:
+// this rank keeps the range it owns.
+func (z *ZeRO1) LoadMoments(i int, m, v []float32) error {
+	if n := z.params[i].Data.Len(); len(m) != n || len(v) != n {
+		return fmt.Errorf("zero-1 %s: moments of %d and %d elements for a parameter of %d", z.params[i].Name, len(m), len(v), n)
+	}
+	for _, b := range z.buckets {
+		for _, s := range b.segs {
+			if s.idx == i {
+				z.dev.CopyFromHost(b.m.View(s.sOff, s.n), m[s.pOff:s.pOff+s.n])
+				z.dev.CopyFromHost(b.v.View(s.sOff, s.n), v[s.pOff:s.pOff+s.n])
+			}
+		}
+	}
+	return nil
+}
