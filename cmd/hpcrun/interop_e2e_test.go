@@ -92,3 +92,44 @@ func TestPretrainedWorkflow(t *testing.T) {
 		t.Errorf("eval of the run %q, of its export at tp 2 %q", fromRun, fromHF)
 	}
 }
+
+// TestInteropCommandsRefuse: bad input to tokenize, run --init-from,
+// generate, eval and export is a one-line error, and nothing runs.
+func TestInteropCommandsRefuse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the hpcrun binary: -short")
+	}
+	e := newEnv(t)
+	hf := filepath.Join(e.dir, "gpt2")
+	writeGPT2Dir(t, hf, interop.Spec{Model: "gpt", Layers: 1, Dim: 8, Heads: 2, Positions: 16, Vocab: 300}, interop.HFOptions{})
+	bert := filepath.Join(e.dir, "bert")
+	os.MkdirAll(bert, 0o755)
+	os.WriteFile(filepath.Join(bert, "config.json"), []byte(`{"architectures":["BertForSequenceClassification"],"model_type":"bert","hidden_size":8}`), 0o644)
+	text := filepath.Join(e.dir, "t.txt")
+	os.WriteFile(text, []byte(strings.Repeat("abc ", 200)), 0o644)
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"data", "tokenize", text}, 2, "usage: hpcrun data tokenize"},
+		{[]string{"data", "tokenize", filepath.Join(e.dir, "none.txt"), "-o", "x.bin"}, 1, "none.txt"},
+		{[]string{"run", "--init-from", bert, "--data", text}, 2, `architecture "BertForSequenceClassification" (model_type "bert") is not supported`},
+		{[]string{"run", "--init-from", hf, "--data", text, "--seq", "32", "--device", "cpu"}, 2, "seq 32 is longer than the 16 positions of the model"},
+		{[]string{"generate", hf, "--tokens", "0"}, 1, "tokens 0"},
+		{[]string{"generate", "nosuchrun"}, 1, "nosuchrun"},
+		{[]string{"eval", hf}, 2, "usage: hpcrun eval"},
+		{[]string{"eval", hf, "--data", filepath.Join(e.dir, "none.bin")}, 1, "none.bin: no such file"},
+		{[]string{"ckpt", "export", hf}, 2, "usage: hpcrun ckpt export"},
+	} {
+		out, errOut, code := e.run(c.args...)
+		if code != c.code || !strings.Contains(errOut, c.want) || strings.Count(strings.TrimSpace(errOut), "\n") > 0 {
+			t.Errorf("hpcrun %s: exit %d (want %d)\n%s%s(want one line with %q)", strings.Join(c.args, " "), code, c.code, out, errOut, c.want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(e.dir, "runs")); err == nil {
+		if runs, _ := filepath.Glob(filepath.Join(e.dir, "runs", "*")); len(runs) > 0 {
+			t.Errorf("a refused command left runs %v", runs)
+		}
+	}
+}
