@@ -29,7 +29,8 @@ import (
 // A replicated parameter used in the region (layer norms, the position
 // table) gets from Backward only the gradient of this rank's positions:
 // its Param.SeqReduce is set, and ReduceGrads sums those gradients over
-// the group after the backward pass.
+// the group once per step, after the last backward pass (with gradient
+// accumulation, after every micro-batch's Backward has added its part).
 //
 // The full-sequence buffers are shared by every layer built with the same
 // SequenceParallel (one per model): a layer gathers its input again in

@@ -139,6 +139,9 @@ func (ds *deviceStep) run(m model, sync *GradSync, opt *AdamW, tpRank int, clip,
 		res.samples += int64(b.B)
 		res.tokens += int64(b.B * b.T)
 	}
+	if err := m.ReduceGrads(); err != nil {
+		return res, err
+	}
 	if sync != nil {
 		if err := sync.Sync(); err != nil {
 			return res, err

@@ -429,6 +429,9 @@ func (t *trainer) trainStep(step int) (metrics.Step, error) {
 		samples += int64(b.B)
 		tokens += int64(b.B * b.T)
 	}
+	if err := t.model.ReduceGrads(); err != nil {
+		return metrics.Step{}, err
+	}
 	lr := scheduleLR(t.cfg, step, t.total)
 	norm, err := t.optimize(lr)
 	if err != nil {

@@ -22,6 +22,11 @@ type model interface {
 	Forward(b *Batch, train bool) (float64, error)
 	// Backward accumulates the gradients of scale * the last Forward's loss.
 	Backward(scale float32) error
+	// ReduceGrads completes the gradients after the last Backward of a
+	// step: under sequence parallelism it sums the layer norms' and the
+	// position table's partial gradients over tp (once per step, not per
+	// micro-batch, since Backward accumulates into them).
+	ReduceGrads() error
 	// Predictions are the classes the last Forward chose (nil for an LM).
 	Predictions() []int32
 	// Close frees the model's device memory.
@@ -441,10 +446,15 @@ func (t *transformer) Backward(scale float32) error {
 		return err
 	}
 	parallel.ZeroStaleGrads(t.params)
-	if t.sp != nil {
-		return t.sp.ReduceGrads(t.params)
-	}
 	return nil
+}
+
+// ReduceGrads implements model.
+func (t *transformer) ReduceGrads() error {
+	if t.sp == nil {
+		return nil
+	}
+	return t.sp.ReduceGrads(t.params)
 }
 
 // classifierBackward turns t.dlogits into the gradient of ln_f's output in

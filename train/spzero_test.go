@@ -28,15 +28,16 @@ func TestSPZeroLossCurves(t *testing.T) {
 				base.Data = textFile(t)
 			}
 			layouts := []struct {
-				name          string
-				ntasks, tp, b int
-				sp            bool
-				zero          int
+				name                 string
+				ntasks, tp, b, accum int
+				sp                   bool
+				zero                 int
 			}{
-				{"tp1", 1, 1, 16, false, 0},
-				{"tp2+sp", 2, 2, 16, true, 0},
-				{"dp2+zero1", 2, 1, 8, false, 1},
-				{"tp2xdp2+sp+zero1", 4, 2, 8, true, 1},
+				{"tp1", 1, 1, 16, 1, false, 0},
+				{"tp2+sp", 2, 2, 16, 1, true, 0},
+				{"dp2+zero1", 2, 1, 8, 1, false, 1},
+				{"tp2xdp2+sp+zero1", 4, 2, 8, 1, true, 1},
+				{"tp2+sp accum2", 2, 2, 8, 2, true, 0},
 			}
 			var ref []float64
 			for _, l := range layouts {
@@ -44,7 +45,7 @@ func TestSPZeroLossCurves(t *testing.T) {
 					continue
 				}
 				cfg := base
-				cfg.NTasks, cfg.TP, cfg.BatchSize, cfg.SP, cfg.Zero = l.ntasks, l.tp, l.b, l.sp, l.zero
+				cfg.NTasks, cfg.TP, cfg.BatchSize, cfg.GradAccum, cfg.SP, cfg.Zero = l.ntasks, l.tp, l.b, l.accum, l.sp, l.zero
 				res := runInProcess(t, cfg, "")
 				if len(res.Losses) != 20 {
 					t.Fatalf("%s: %d steps", l.name, len(res.Losses))
