@@ -139,3 +139,29 @@ func TestGroupDevicePathNeedsDeviceMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Sequence parallelism on CPU tensors with an NCCL-type group takes the
+// host path too: the sequence-parallel block check passes and no device
+// collective is called.
+func TestSequenceParallelHostPathWithDeviceComm(t *testing.T) {
+	err := nccl.RunInProcess(2, func(c nccl.Comm) error {
+		dev := tensor.NewCPU()
+		for _, name := range []string{"BlockSP", "VocabParallelEmbeddingSP"} {
+			cks, err := FindChecks(name)
+			if err != nil {
+				return err
+			}
+			r, err := cks[0].Run(dev, failingDeviceComm{c, t})
+			if err != nil {
+				return err
+			}
+			if !r.Pass() {
+				t.Errorf("%s over a DeviceComm: %s max error %g", name, r.Fail, r.MaxErr())
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
