@@ -271,9 +271,9 @@ func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*t
 			return nil, err
 		}
 	}
-	t.logf("%s %d layers dim %d heads %d seq %d: %.2fM params, tp %d x dp %d, %d steps (%d per epoch); %s",
+	t.logf("%s %d layers dim %d heads %d seq %d: %.2fM params, tp %d x dp %d%s, %d steps (%d per epoch); %s",
 		cfg.Model, cfg.Layers, cfg.Dim, cfg.Heads, cfg.Seq, float64(ParamCount(cfg, data.Vocab))/1e6,
-		cfg.TP, cfg.DP(), t.total, t.perEp, data.describe())
+		cfg.TP, cfg.DP(), memoryModes(cfg), t.total, t.perEp, data.describe())
 	return t, nil
 }
 

@@ -86,13 +86,18 @@ func TestSPZeroMemory(t *testing.T) {
 		checkMemory(t, cfg, false)
 	}
 	if os.Getenv("HPCRUN_MEMORY_TABLE") != "" {
-		cfg := smallConfig("gpt")
-		cfg.Data = textFile(t)
-		if err := cfg.ApplyPreset("small"); err != nil {
-			t.Fatal(err)
+		t.Logf("| model | preset | tp | dp | sp | zero1 | engine peak per rank |")
+		for _, model := range []string{"gpt", "bert"} {
+			cfg := smallConfig(model)
+			if model == "gpt" {
+				cfg.Data = textFile(t)
+			}
+			if err := cfg.ApplyPreset("small"); err != nil {
+				t.Fatal(err)
+			}
+			cfg.Steps, cfg.Warmup, cfg.Samples = 1, 1, 0
+			checkMemory(t, cfg, true)
 		}
-		cfg.Steps, cfg.Warmup, cfg.Samples = 1, 1, 0
-		checkMemory(t, cfg, true)
 	}
 }
 

@@ -55,6 +55,19 @@ type zeroSeg struct {
 	pOff, sOff, n int
 }
 
+// memoryModes names the memory-saving parallelism a config turns on, for
+// the run's first log line ("" when none).
+func memoryModes(cfg Config) string {
+	s := ""
+	if cfg.SP {
+		s += " + sequence parallel"
+	}
+	if cfg.Zero == 1 {
+		s += " + ZeRO-1"
+	}
+	return s
+}
+
 // NewZeRO1 buckets params as NewGradSync does and allocates the moments of
 // this DP rank's ranges on dev.
 func NewZeRO1(dev tensor.Device, params []*parallel.Param, dp, tp nccl.Comm, weightDecay, clip float64, bucketElems int) (*ZeRO1, error) {
