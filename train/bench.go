@@ -112,6 +112,9 @@ func BenchStep(cfg Config, dev tensor.Device, warmup, steps int) (StepTiming, er
 		if err := mod.Backward(1); err != nil {
 			return res, err
 		}
+		if err := mod.ReduceGrads(); err != nil {
+			return res, err
+		}
 		norm, err := GradNorm(dev, mod.Params(), m.TP)
 		if err != nil {
 			return res, err
