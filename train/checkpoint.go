@@ -66,6 +66,8 @@ func (t *trainer) tensorInfos() []ckpt.TensorInfo {
 	var vocabParam *parallel.Param
 	if tr, ok := t.model.(*transformer); ok {
 		vocabParam = tr.wte.Weight
+	} else if b, ok := t.model.(*bert); ok {
+		vocabParam = b.wte.Weight
 	}
 	var out []ckpt.TensorInfo
 	for _, p := range t.model.Params() {

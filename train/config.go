@@ -39,6 +39,7 @@ type Config struct {
 
 	// Pretrained weights, positions, optimizer and schedule.
 	Positions int     `toml:"positions,omitempty" json:"positions,omitempty"`   // rows of the position table (n_positions); 0 = seq
+	Arch      string  `toml:"arch,omitempty" json:"arch,omitempty"`             // bert only: "" = hpcrun's (pre-LN, mean-pooled head), "hf" = BERT's own (post-LN, token types, pooler), as --init-from a BERT sets
 	InitFrom  string  `toml:"init_from,omitempty" json:"init_from,omitempty"`   // start from these weights: a Hugging Face model dir or an llm.c .bin
 	AdamBeta1 float64 `toml:"adam_beta1,omitempty" json:"adam_beta1,omitempty"` // 0 = 0.9
 	AdamBeta2 float64 `toml:"adam_beta2,omitempty" json:"adam_beta2,omitempty"` // 0 = the model's: 0.95 for gpt, 0.999 for bert
@@ -186,6 +187,18 @@ func (c Config) Validate() error {
 	}
 	if c.AdamEps < 0 || c.MinLR < 0 {
 		bad("adam_eps = %g, min_lr = %g: must not be negative", c.AdamEps, c.MinLR)
+	}
+	switch c.Arch {
+	case "":
+	case "hf":
+		if c.Model != "bert" {
+			bad("arch hf is BERT's layout: it needs model bert, not %s", c.Model)
+		}
+		if c.SP {
+			bad("arch hf has no sequence parallelism: leave --sp out")
+		}
+	default:
+		bad("arch %q: use \"\" (hpcrun's) or hf (BERT's post-LN layout)", c.Arch)
 	}
 	switch c.Schedule {
 	case "", "cosine", "linear", "constant":

@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -87,6 +88,9 @@ func loadWeights(params []*parallel.Param, dev tensor.Device, cfg Config, vocab 
 	}
 	for _, p := range params {
 		vals, err := w.Load(p.Name, p.Full, p.Shard)
+		if errors.Is(err, interop.ErrAbsent) {
+			continue // a new head: the model's own init
+		}
 		if err != nil {
 			return err
 		}

@@ -2,6 +2,8 @@ package train
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/hpcrun/hpcrun/train/interop"
 )
@@ -29,6 +31,7 @@ func (c *Config) ApplyInitFrom(explicit func(key string) bool) error {
 		set  func()
 	}{
 		{"model", c.Model, s.Model, func() { c.Model = s.Model }},
+		{"arch", c.Arch, s.Arch, func() { c.Arch = s.Arch }},
 		{"layers", c.Layers, s.Layers, func() { c.Layers = s.Layers }},
 		{"dim", c.Dim, s.Dim, func() { c.Dim = s.Dim }},
 		{"heads", c.Heads, s.Heads, func() { c.Heads = s.Heads }},
@@ -44,6 +47,17 @@ func (c *Config) ApplyInitFrom(explicit func(key string) bool) error {
 	if c.Tokenizer == "" && s.Vocab == gpt2Vocab {
 		c.Tokenizer = "gpt2"
 	}
+	if s.Model == "bert" {
+		// A pretrained BERT reads its own vocab.txt, so that it sees the ids
+		// it was trained with.
+		vocab := filepath.Join(filepath.Dir(s.Source), "vocab.txt")
+		if _, err := os.Stat(vocab); err == nil && c.VocabFile == "" && !explicit("vocab_file") {
+			c.VocabFile = vocab
+		}
+		if c.Tokenizer == "" {
+			c.Tokenizer = "wordpiece"
+		}
+	}
 	return nil
 }
 
@@ -53,11 +67,14 @@ const gpt2Vocab = 50257
 // checkInitFrom checks that the init_from weights have this config's model
 // shape: a train.toml edited after submission fails here, naming both.
 func checkInitFrom(cfg Config, vocab int, s interop.Spec) error {
+	if s.Model == "bert" && s.TypeVocab != bertTypes {
+		return fmt.Errorf("init_from %s has type_vocab_size %d: hpcrun's BERT has %d token types", s.Source, s.TypeVocab, bertTypes)
+	}
 	for _, d := range []struct {
 		key        string
 		have, file any
 	}{
-		{"model", cfg.Model, s.Model}, {"layers", cfg.Layers, s.Layers}, {"dim", cfg.Dim, s.Dim},
+		{"model", cfg.Model, s.Model}, {"arch", cfg.Arch, s.Arch}, {"layers", cfg.Layers, s.Layers}, {"dim", cfg.Dim, s.Dim},
 		{"heads", cfg.Heads, s.Heads}, {"positions", cfg.PositionRows(), s.Positions}, {"vocab", vocab, s.Vocab},
 	} {
 		if d.have != d.file {

@@ -91,6 +91,9 @@ type transformer struct {
 // projections scaled by 1/sqrt(2L), positions N(0,0.01), layer norms 1 and
 // 0, biases 0).
 func newModel(cfg Config, data *Data, m *parallel.Mesh, dev tensor.Device) (model, error) {
+	if cfg.Arch == "hf" {
+		return newBERT(cfg, data.Vocab, m.TP, dev) // BERT's own layout (bert.go)
+	}
 	seed := uint64(cfg.Seed)
 	t := &transformer{dev: dev, gpt: cfg.Model == "gpt", B: cfg.BatchSize, T: cfg.Seq, C: cfg.Dim, Tl: cfg.Seq}
 	if err := t.build(cfg, data.Vocab, m.TP, seed); err != nil {
@@ -202,6 +205,9 @@ func ParamCount(cfg Config, vocab int) int64 {
 	n := int64(vp)*C + int64(cfg.PositionRows())*C + L*(12*C*C+13*C) + 2*C
 	if cfg.Model == "bert" {
 		n += C*C + C + numClasses*C + numClasses
+	}
+	if cfg.Arch == "hf" {
+		n += bertTypes * C // token types; the embedding layer norm stands for ln_f
 	}
 	return n
 }

@@ -44,11 +44,12 @@ func ckptCommand() *cli.Command {
 			},
 			{
 				Name:      "export",
-				Usage:     "write a GPT checkpoint as a Hugging Face GPT-2 directory (config.json + model.safetensors)",
+				Usage:     "write a checkpoint as a Hugging Face GPT-2 or BERT directory (config.json + model.safetensors)",
 				ArgsUsage: "DIR|EXECID|PREFIX|JOBID --hf OUTDIR",
 				Description: "OUTDIR holds config.json (GPT2LMHeadModel, n_positions from the position table) and\n" +
-					"model.safetensors (F32, GPT2Model names, Conv1D (in, out) weights, the vocabulary unpadded):\n" +
-					"transformers' from_pretrained and hpcrun's --init-from read it.",
+					"model.safetensors (F32, GPT2Model names, Conv1D (in, out) weights, the vocabulary unpadded);\n" +
+					"a BERT of --arch hf becomes BertForSequenceClassification. transformers' from_pretrained and\n" +
+					"hpcrun's --init-from read it.",
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "hf", Usage: "the Hugging Face model `DIR` to write (required)"},
 					&cli.BoolFlag{Name: "force", Usage: "write into DIR when it exists"},
@@ -231,17 +232,20 @@ func ckptExport(c *cli.Context) error {
 // exportHF writes the GPT checkpoint ck as a Hugging Face GPT-2 directory.
 func exportHF(ck *ckpt.Checkpoint, dir string) error {
 	st := ck.State
-	if st.Model != "gpt" {
-		return fmt.Errorf("export %s: a %s checkpoint: --hf writes GPT-2, hpcrun's gpt model", ck.Dir, st.Model)
-	}
 	var cfg train.Config
 	if err := json.Unmarshal(st.Config, &cfg); err != nil {
 		return fmt.Errorf("export %s: config: %v", ck.Dir, err)
+	}
+	if st.Model != "gpt" && !(st.Model == "bert" && cfg.Arch == "hf") {
+		return fmt.Errorf("export %s: a %s checkpoint of hpcrun's own layout: --hf writes GPT-2 (model gpt) and BERT (model bert with --arch hf, as --init-from a BERT trains)", ck.Dir, st.Model)
 	}
 	tensors, _, err := ck.Merge()
 	if err != nil {
 		return err
 	}
-	spec := interop.Spec{Model: "gpt", Layers: cfg.Layers, Dim: cfg.Dim, Heads: cfg.Heads, Positions: cfg.PositionRows(), Vocab: st.Vocab}
+	spec := interop.Spec{Model: st.Model, Arch: cfg.Arch, Layers: cfg.Layers, Dim: cfg.Dim, Heads: cfg.Heads, Positions: cfg.PositionRows(), Vocab: st.Vocab, TypeVocab: 2}
+	if st.Model == "bert" {
+		return interop.WriteHFBERT(dir, spec, tensors)
+	}
 	return interop.WriteHF(dir, spec, tensors, interop.HFOptions{})
 }

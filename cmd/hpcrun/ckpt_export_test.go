@@ -81,7 +81,7 @@ func TestExportInitFromRoundTrip(t *testing.T) {
 			t.Errorf("tp %d: loss from the export %.7f, the checkpoint's %.7f", tp, got.Loss, last.Loss)
 		}
 	}
-	if err := exportHF(&ckpt.Checkpoint{Dir: "x", State: ckpt.State{Model: "bert"}}, filepath.Join(dir, "b")); err == nil || !strings.Contains(err.Error(), "a bert checkpoint") {
+	if err := exportHF(&ckpt.Checkpoint{Dir: "x", State: ckpt.State{Model: "bert", Config: []byte(`{"model":"bert"}`)}}, filepath.Join(dir, "b")); err == nil || !strings.Contains(err.Error(), "a bert checkpoint of hpcrun's own layout") {
 		t.Errorf("exporting a bert checkpoint: %v", err)
 	}
 }

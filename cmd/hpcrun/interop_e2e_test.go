@@ -93,8 +93,10 @@ func TestPretrainedWorkflow(t *testing.T) {
 	}
 }
 
-// TestInteropCommandsRefuse: bad input to tokenize, run --init-from,
-// generate, eval and export is a one-line error, and nothing runs.
+// TestInteropCommandsRefuse: bad input to tokenize, run --init-from (an
+// unknown architecture, a BERT config without its sizes, seq past the
+// positions), generate, eval and export is a one-line error, and nothing
+// runs.
 func TestInteropCommandsRefuse(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the hpcrun binary: -short")
@@ -105,6 +107,9 @@ func TestInteropCommandsRefuse(t *testing.T) {
 	bert := filepath.Join(e.dir, "bert")
 	os.MkdirAll(bert, 0o755)
 	os.WriteFile(filepath.Join(bert, "config.json"), []byte(`{"architectures":["BertForSequenceClassification"],"model_type":"bert","hidden_size":8}`), 0o644)
+	llama := filepath.Join(e.dir, "llama")
+	os.MkdirAll(llama, 0o755)
+	os.WriteFile(filepath.Join(llama, "config.json"), []byte(`{"architectures":["LlamaForCausalLM"],"model_type":"llama"}`), 0o644)
 	text := filepath.Join(e.dir, "t.txt")
 	os.WriteFile(text, []byte(strings.Repeat("abc ", 200)), 0o644)
 	for _, c := range []struct {
@@ -114,7 +119,8 @@ func TestInteropCommandsRefuse(t *testing.T) {
 	}{
 		{[]string{"data", "tokenize", text}, 2, "usage: hpcrun data tokenize"},
 		{[]string{"data", "tokenize", filepath.Join(e.dir, "none.txt"), "-o", "x.bin"}, 1, "none.txt"},
-		{[]string{"run", "--init-from", bert, "--data", text}, 2, `architecture "BertForSequenceClassification" (model_type "bert") is not supported`},
+		{[]string{"run", "--init-from", llama, "--data", text}, 2, `architecture "LlamaForCausalLM" (model_type "llama") is not supported`},
+		{[]string{"run", "--init-from", bert, "--data", text}, 2, "bert/config.json: num_hidden_layers = 0: missing or not positive"},
 		{[]string{"run", "--init-from", hf, "--data", text, "--seq", "32", "--device", "cpu"}, 2, "seq 32 is longer than the 16 positions of the model"},
 		{[]string{"generate", hf, "--tokens", "0"}, 1, "tokens 0"},
 		{[]string{"generate", "nosuchrun"}, 1, "nosuchrun"},

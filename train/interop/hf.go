@@ -45,7 +45,7 @@ type hfWeights struct {
 }
 
 // ReadHFConfig reads dir/config.json into a Spec; an architecture other
-// than GPT-2, or GPT-2 options hpcrun's model does not have, are refused.
+// than GPT-2 or BERT, or options hpcrun's model does not have, are refused.
 func ReadHFConfig(dir string) (Spec, error) {
 	path := filepath.Join(dir, HFConfig)
 	b, err := os.ReadFile(path)
@@ -56,6 +56,9 @@ func ReadHFConfig(dir string) (Spec, error) {
 	if err := json.Unmarshal(b, &c); err != nil {
 		return Spec{}, fmt.Errorf("%s: %v", path, err)
 	}
+	if isBERT(c.ModelType, c.Architectures) {
+		return readBERTConfig(path, b)
+	}
 	arch := c.ModelType
 	if len(c.Architectures) > 0 {
 		arch = strings.Join(c.Architectures, ",")
@@ -65,7 +68,7 @@ func ReadHFConfig(dir string) (Spec, error) {
 		gpt2 = gpt2 || a == "GPT2LMHeadModel" || a == "GPT2Model"
 	}
 	if !gpt2 {
-		return Spec{}, fmt.Errorf("%s: architecture %q (model_type %q) is not supported: hpcrun reads GPT-2 (GPT2LMHeadModel, GPT2Model)", path, arch, c.ModelType)
+		return Spec{}, fmt.Errorf("%s: architecture %q (model_type %q) is not supported: hpcrun reads GPT-2 (GPT2LMHeadModel, GPT2Model) and BERT (BertModel, BertForSequenceClassification)", path, arch, c.ModelType)
 	}
 	s := Spec{Model: "gpt", Layers: c.NLayer, Dim: c.NEmbd, Heads: c.NHead, Positions: c.NPositions, Vocab: c.VocabSize, Source: path}
 	for _, k := range []struct {
@@ -123,19 +126,34 @@ func openHF(dir string) (_ *hfWeights, err error) {
 	} else {
 		return nil, fmt.Errorf("init_from: %w", ierr)
 	}
-	for _, t := range GPT2Tensors(spec) {
-		key := t.Name
+	prefix, need := "transformer.", []fileTensor{}
+	if spec.Model == "bert" {
+		prefix, need = "bert.", bertFileTensors(spec)
+	} else {
+		for _, t := range GPT2Tensors(spec) {
+			shape := t.Shape
+			if t.Conv1D {
+				shape = []int{t.Shape[1], t.Shape[0]}
+			}
+			need = append(need, fileTensor{t.Name, shape, false})
+		}
+	}
+	for _, t := range need {
+		key := t.name
 		file, ok := weightMap[key]
 		if !ok {
-			key = "transformer." + t.Name
+			key = prefix + t.name
 			file, ok = weightMap[key]
+		}
+		if !ok && t.optional {
+			continue
 		}
 		if !ok {
 			where := filepath.Join(dir, HFModel)
 			if len(w.files) == 0 {
 				where = filepath.Join(dir, HFIndex)
 			}
-			return nil, fmt.Errorf("%s: no tensor %s (nor transformer.%s): not a GPT-2 of %s's shape", where, t.Name, t.Name, HFConfig)
+			return nil, fmt.Errorf("%s: no tensor %s (nor %s%s): not a model of %s's shape", where, t.name, prefix, t.name, HFConfig)
 		}
 		h, err := w.open(dir, file)
 		if err != nil {
@@ -145,17 +163,13 @@ func openHF(dir string) (_ *hfWeights, err error) {
 		if !ok {
 			return nil, fmt.Errorf("%s: no tensor %s, which %s puts there", h.Path, key, HFIndex)
 		}
-		shape := t.Shape
-		if t.Conv1D {
-			shape = []int{t.Shape[1], t.Shape[0]}
-		}
-		if err := checkShape(h.Path, key, e.Shape, shape); err != nil {
+		if err := checkShape(h.Path, key, e.Shape, t.shape); err != nil {
 			return nil, err
 		}
 		if e.DType != "F32" && e.DType != "F16" && e.DType != "BF16" {
 			return nil, fmt.Errorf("%s: tensor %s is %s: only F32, F16 and BF16 are read", h.Path, key, e.DType)
 		}
-		w.where[t.Name], w.keyOf[t.Name] = file, key
+		w.where[t.name], w.keyOf[t.name] = file, key
 	}
 	return w, nil
 }
@@ -183,21 +197,37 @@ func (w *hfWeights) open(dir, name string) (*ckpt.Header, error) {
 
 func (w *hfWeights) Spec() Spec { return w.spec }
 
+// fileTensor is a tensor a Hugging Face file must (or may) hold, under
+// its unprefixed name, with its shape in the file.
+type fileTensor struct {
+	name     string
+	shape    []int
+	optional bool
+}
+
 func (w *hfWeights) Load(name string, full []int, sh parallel.Shard) ([]float32, error) {
-	file, ok := w.where[name]
-	if !ok {
+	if w.spec.Model == "bert" {
+		return w.loadBERT(name, full, sh)
+	}
+	if _, ok := w.where[name]; !ok {
 		return nil, fmt.Errorf("%s: the model has a tensor %s that GPT-2 has not", w.spec.Source, name)
 	}
-	h, key := w.heads[file], w.keyOf[name]
-	e, _ := h.Find(key)
-	f := w.files[file]
 	conv := false
 	for _, s := range []string{".c_attn.weight", ".c_proj.weight", ".c_fc.weight"} {
 		conv = conv || strings.HasSuffix(name, s)
 	}
-	return loadPiece(source{file: h.Path, name: key, shape: e.Shape, conv1D: conv, vocab: name == "wte.weight", read: func(start int, dst []float32) error {
+	return loadPiece(w.source(name, conv, name == "wte.weight"), full, sh)
+}
+
+// source is the file tensor of (unprefixed) name, which must be there.
+func (w *hfWeights) source(name string, conv, vocab bool) source {
+	file := w.where[name]
+	h, key := w.heads[file], w.keyOf[name]
+	e, _ := h.Find(key)
+	f := w.files[file]
+	return source{file: h.Path, name: key, shape: e.Shape, conv1D: conv, vocab: vocab, read: func(start int, dst []float32) error {
 		return h.ReadValues(f, e, start, dst)
-	}}, full, sh)
+	}}
 }
 
 func (w *hfWeights) Close() error {

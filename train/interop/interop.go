@@ -1,8 +1,9 @@
 // Package interop reads and writes model weights in other programs'
-// formats: Hugging Face GPT-2 directories (config.json with model.safetensors
-// or its shards and index, GPT2LMHeadModel / GPT2Model names, Conv1D (in,
-// out) weights, F32, F16 or BF16) and llm.c GPT-2 checkpoints (.bin, fp32
-// version 3 or bf16 version 5). Each rank reads only the slices its
+// formats: Hugging Face GPT-2 and BERT directories (config.json with
+// model.safetensors or its shards and index; GPT2LMHeadModel / GPT2Model
+// names and Conv1D (in, out) weights; BertModel /
+// BertForSequenceClassification names; F32, F16 or BF16) and llm.c GPT-2
+// checkpoints (.bin, fp32 version 3 or bf16 version 5). Each rank reads only the slices its
 // tensor-parallel shard holds, through the files' offsets. It knows nothing
 // of training: the caller names a parameter by hpcrun's name (GPT-2's own,
 // e.g. h.0.attn.c_attn.weight, stored (out, in)), its full shape and its
@@ -10,6 +11,7 @@
 package interop
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,7 +21,9 @@ import (
 
 // Spec is the shape of a pretrained model, as its file states it.
 type Spec struct {
-	Model     string // "gpt"
+	Model     string // "gpt" or "bert"
+	Arch      string // "" (GPT-2) or "hf" (BERT's post-LN layout)
+	TypeVocab int    // BERT's token types (type_vocab_size)
 	Layers    int
 	Dim       int
 	Heads     int
@@ -36,11 +40,15 @@ type Weights interface {
 	// Load returns this rank's piece of hpcrun parameter name, whose full
 	// shape is full (the token embedding's rows padded past the
 	// vocabulary: those rows come back zero) and whose shard is sh, in
-	// hpcrun's (out, in) layout.
+	// hpcrun's (out, in) layout. A tensor the file may lack (BERT's
+	// classifier head) is ErrAbsent: the model keeps its own.
 	Load(name string, full []int, sh parallel.Shard) ([]float32, error)
 	// Close closes the files.
 	Close() error
 }
+
+// ErrAbsent is Load's error for an optional tensor the file lacks.
+var ErrAbsent = errors.New("not in the file")
 
 // Open opens the pretrained weights at path: a directory is a Hugging Face
 // model, a file an llm.c checkpoint. Every tensor the model needs is checked

@@ -162,6 +162,16 @@ func TestRejections(t *testing.T) {
 			os.WriteFile(filepath.Join(dir, HFConfig), []byte(`{"architectures":["LlamaForCausalLM"],"model_type":"llama"}`), 0o644)
 			return dir
 		}, []string{"config.json", `architecture "LlamaForCausalLM"`, "not supported"}},
+		{"bert intermediate_size", bertConfigDir(`"intermediate_size":100`), []string{"config.json", "intermediate_size 100", "4 x hidden_size = 32"}},
+		{"bert layer_norm_eps", bertConfigDir(`"intermediate_size":32,"layer_norm_eps":1e-5`), []string{"config.json", "layer_norm_eps 1e-05"}},
+		{"bert hidden_act", bertConfigDir(`"intermediate_size":32,"hidden_act":"relu"`), []string{"config.json", `hidden_act "relu"`}},
+		{"bert missing tensor", func(t *testing.T) string {
+			dir := bertConfigDir(`"intermediate_size":32`)(t)
+			if err := ckpt.WriteFile(filepath.Join(dir, HFModel), []ckpt.Tensor{{Name: "bert.embeddings.word_embeddings.weight", Shape: []int{30, 8}, Data: make([]float32, 240)}}, nil); err != nil {
+				t.Fatal(err)
+			}
+			return dir
+		}, []string{"model.safetensors", "no tensor embeddings.position_embeddings.weight (nor bert.embeddings.position_embeddings.weight)"}},
 		{"index names a missing shard", func(t *testing.T) string {
 			dir := t.TempDir()
 			if err := WriteHF(dir, tinySpec, hf, HFOptions{Shards: 2}); err != nil {
@@ -236,3 +246,17 @@ func TestHalfConversions(t *testing.T) {
 }
 
 func posInf() float64 { var z float64; return 1 / z }
+
+// bertConfigDir makes a directory with a tiny BERT config.json, extra
+// holding more keys.
+func bertConfigDir(extra string) func(t *testing.T) string {
+	return func(t *testing.T) string {
+		dir := t.TempDir()
+		cfg := `{"architectures":["BertModel"],"model_type":"bert","hidden_size":8,"num_hidden_layers":1,"num_attention_heads":2,` +
+			`"max_position_embeddings":16,"type_vocab_size":2,"vocab_size":30,` + extra + `}`
+		if err := os.WriteFile(filepath.Join(dir, HFConfig), []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+}
