@@ -95,7 +95,9 @@ func TestSPZeroRefused(t *testing.T) {
 // checkpointing at 5, then resumes from step 5 at dp4 (ZeRO-1), at tp2 x
 // dp2 (ZeRO-1 and sp) and at dp1 without ZeRO: the moments are assembled
 // from the dp2 pieces and cut for the new layout, and the global batch is
-// the same, so steps 6..10 must equal the uninterrupted run's to 1e-6.
+// the same, so steps 6..10 must equal the uninterrupted run's to 1e-6
+// (not bit for bit: the reductions run over other groups). A replicated
+// optimizer's checkpoint resumed with ZeRO-1 must continue as well.
 func TestZeroResumeAtOtherLayout(t *testing.T) {
 	cfg, data := gptConfig(t, 2, 1)
 	cfg.Steps, cfg.EvalEvery, cfg.CkptEvery, cfg.BatchSize, cfg.Zero = 10, 0, 5, 8, 1
@@ -130,6 +132,26 @@ func TestZeroResumeAtOtherLayout(t *testing.T) {
 			if d := math.Abs(got[i]-want[i]) / want[i]; d > 1e-6 {
 				t.Errorf("%s step %d: resumed loss %.8f, uninterrupted %.8f (relative %.2g)", l.name, 6+i, got[i], want[i], d)
 			}
+		}
+	}
+	// The other way: a replicated optimizer's checkpoint resumed at dp2
+	// with ZeRO-1.
+	plain := cfg
+	plain.Zero, plain.Steps = 0, 5
+	pdir := t.TempDir()
+	if _, err := runRanks(t, plain, data, func(int) Options { return Options{RunDir: pdir} }); err != nil {
+		t.Fatal(err)
+	}
+	zdir := t.TempDir()
+	resumed, err := runRanks(t, cfg, data, func(int) Options {
+		return Options{RunDir: zdir, Resume: filepath.Join(rundir.Dir(pdir).Ckpt(), "step-000005")}
+	})
+	if err != nil {
+		t.Fatalf("zero-1 from a replicated checkpoint: %v", err)
+	}
+	for i, got := range resumed[0].Losses {
+		if d := math.Abs(got-res[0].Losses[5+i]) / res[0].Losses[5+i]; d > 1e-6 {
+			t.Errorf("zero-1 from a replicated checkpoint, step %d: loss %.8f, uninterrupted %.8f", 6+i, got, res[0].Losses[5+i])
 		}
 	}
 }
