@@ -233,3 +233,25 @@ func TestInitFromBERTRejects(t *testing.T) {
 		t.Errorf("type_vocab_size 3 against a 2-row table: %v", err)
 	}
 }
+
+// TestBERTSamplesEndInSEP: arch hf's samples are [CLS] text [SEP] [PAD]...,
+// as BERT's tokenizer makes them; hpcrun's own layout has no [SEP].
+func TestBERTSamplesEndInSEP(t *testing.T) {
+	for _, arch := range []string{"hf", ""} {
+		cfg := smallConfig("bert")
+		cfg.Arch, cfg.Samples = arch, 64
+		data, err := Prepare(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sp := data.Tokenizer.Specials()
+		d := data.Train
+		for i := 0; i < d.Len(); i++ {
+			n := int(d.Lengths[i])
+			row := d.Tokens[i*d.Seq : (i+1)*d.Seq]
+			if row[0] != int32(sp.CLS) || (row[n-1] == int32(sp.EOT)) != (arch == "hf") || (n < d.Seq && row[n] != int32(sp.Pad)) {
+				t.Fatalf("arch %q: sample %d is %v (length %d)", arch, i, row, n)
+			}
+		}
+	}
+}

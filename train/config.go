@@ -197,6 +197,9 @@ func (c Config) Validate() error {
 		if c.SP {
 			bad("arch hf has no sequence parallelism: leave --sp out")
 		}
+		if c.Seq == 1 {
+			bad("arch hf: seq 1 has no room for [CLS] and [SEP]")
+		}
 	default:
 		bad("arch %q: use \"\" (hpcrun's) or hf (BERT's post-LN layout)", c.Arch)
 	}

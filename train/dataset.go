@@ -169,14 +169,14 @@ func prepareClassifier(cfg Config) (*Data, error) {
 	return &Data{
 		Tokenizer: tok,
 		Vocab:     vocab,
-		Train:     encodeExamples(tok, train, cfg.Seq),
-		Val:       encodeExamples(tok, val, cfg.Seq),
+		Train:     encodeExamples(tok, train, cfg.Seq, cfg.Arch == "hf"),
+		Val:       encodeExamples(tok, val, cfg.Seq, cfg.Arch == "hf"),
 	}, nil
 }
 
 // encodeExamples makes [CLS] text [PAD]... samples of length seq; texts
 // longer than seq-1 tokens are truncated, as BERT fine-tuning does.
-func encodeExamples(tok Tokenizer, ex []Example, seq int) *Dataset {
+func encodeExamples(tok Tokenizer, ex []Example, seq int, sep bool) *Dataset {
 	sp := tok.Specials()
 	d := &Dataset{Seq: seq, Tokens: make([]int32, len(ex)*seq), Labels: make([]int32, len(ex)), Lengths: make([]int32, len(ex))}
 	for i, e := range ex {
@@ -184,8 +184,15 @@ func encodeExamples(tok Tokenizer, ex []Example, seq int) *Dataset {
 		row[0] = int32(sp.CLS)
 		ids := tok.Encode(e.Text)
 		n := min(len(ids), seq-1)
+		if sep {
+			n = min(len(ids), seq-2)
+		}
 		for j := 0; j < n; j++ {
 			row[1+j] = int32(ids[j])
+		}
+		if sep {
+			row[1+n] = int32(sp.EOT) // [SEP], as BERT's own tokenizer ends a text
+			n++
 		}
 		for j := 1 + n; j < seq; j++ {
 			row[j] = int32(sp.Pad)
