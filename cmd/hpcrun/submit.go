@@ -109,7 +109,7 @@ func planSubmit(c *cli.Context) (*submitPlan, error) {
 	}
 	// The job may start in another directory (a template's cd, a requeue):
 	// file paths travel absolute.
-	for _, path := range []*string{&tc.Data, &tc.VocabFile, &tc.ResumeFrom} {
+	for _, path := range []*string{&tc.Data, &tc.VocabFile, &tc.ResumeFrom, &tc.InitFrom} {
 		if *path != "" && *path != "synthetic" && !filepath.IsAbs(*path) {
 			abs, err := filepath.Abs(*path)
 			if err != nil {
