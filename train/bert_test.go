@@ -17,9 +17,14 @@ import (
 var tinyBERTSpec = interop.Spec{Model: "bert", Arch: "hf", Layers: 2, Dim: 32, Heads: 4, Positions: 64, Vocab: 300, TypeVocab: 2}
 
 // tinyBERT writes a BERT of spec with random weights into a Hugging Face
-// directory (BertForSequenceClassification's names), without the
+// directory (BertForSequenceClassification's names, one file), without the
 // classifier when head is false.
 func tinyBERT(t *testing.T, spec interop.Spec, head bool) string {
+	return tinyBERTAs(t, spec, head, interop.HFOptions{Prefix: "bert."})
+}
+
+// tinyBERTAs is tinyBERT written as opt says.
+func tinyBERTAs(t *testing.T, spec interop.Spec, head bool, opt interop.HFOptions) string {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Arch, cfg.Layers, cfg.Dim, cfg.Heads, cfg.Positions, cfg.BatchSize, cfg.Seq = "hf", spec.Layers, spec.Dim, spec.Heads, spec.Positions, 1, 8
@@ -45,7 +50,7 @@ func tinyBERT(t *testing.T, spec interop.Spec, head bool) string {
 		tensors = append(tensors, ckpt.Tensor{Name: p.Name, Shape: shape, Data: vals})
 	}
 	dir := filepath.Join(t.TempDir(), "bert")
-	if err := interop.WriteHFBERT(dir, spec, tensors); err != nil {
+	if err := interop.WriteHFBERT(dir, spec, tensors, opt); err != nil {
 		t.Fatal(err)
 	}
 	if !head {
@@ -77,8 +82,9 @@ func prodInts(s []int) int {
 }
 
 // TestInitFromBERTEqualAtEveryTP: a tiny Hugging Face BERT, with its
-// classifier or without (a new head), gives the same validation loss and
-// accuracy at tp 1, 2 and 4; the config takes BERT's shape and layout.
+// classifier or without (a new head), gives the same validation loss at
+// tp 1, 2 and 4, and in three shards with an index; the config takes
+// BERT's shape and layout.
 func TestInitFromBERTEqualAtEveryTP(t *testing.T) {
 	for _, head := range []bool{true, false} {
 		cfg := smallConfig("bert")
@@ -95,6 +101,14 @@ func TestInitFromBERTEqualAtEveryTP(t *testing.T) {
 			if l := initEval(t, cfg, tp); math.Abs(l-ref) > 1e-5 {
 				t.Errorf("head %v tp %d: eval loss %.7f, tp 1 %.7f", head, tp, l, ref)
 			}
+		}
+		if !head {
+			continue
+		}
+		// The same weights as BertModel's unprefixed names in 3 shards.
+		cfg.InitFrom = tinyBERTAs(t, tinyBERTSpec, true, interop.HFOptions{Shards: 3})
+		if l := initEval(t, cfg, 2); math.Abs(l-ref) > 1e-5 {
+			t.Errorf("sharded: eval loss %.7f at tp 2, one file at tp 1 %.7f", l, ref)
 		}
 	}
 }
@@ -209,7 +223,7 @@ func TestBERTLearnsAndExports(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "exported")
-	if err := interop.WriteHFBERT(out, tinyBERTSpec, tensors); err != nil {
+	if err := interop.WriteHFBERT(out, tinyBERTSpec, tensors, interop.HFOptions{Prefix: "bert."}); err != nil {
 		t.Fatal(err)
 	}
 	back := cfg

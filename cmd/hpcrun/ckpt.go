@@ -245,7 +245,7 @@ func exportHF(ck *ckpt.Checkpoint, dir string) error {
 	}
 	spec := interop.Spec{Model: st.Model, Arch: cfg.Arch, Layers: cfg.Layers, Dim: cfg.Dim, Heads: cfg.Heads, Positions: cfg.PositionRows(), Vocab: st.Vocab, TypeVocab: 2}
 	if st.Model == "bert" {
-		return interop.WriteHFBERT(dir, spec, tensors)
+		return interop.WriteHFBERT(dir, spec, tensors, interop.HFOptions{Prefix: "bert."})
 	}
 	return interop.WriteHF(dir, spec, tensors, interop.HFOptions{})
 }

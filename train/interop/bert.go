@@ -167,11 +167,11 @@ func (w *hfWeights) loadBERT(name string, full []int, sh parallel.Shard) ([]floa
 }
 
 // WriteHFBERT writes dir/config.json (BertForSequenceClassification) and
-// dir/model.safetensors (F32, BertModel names under "bert.", the
-// classifier unprefixed) from hpcrun's full tensors of arch hf by name (a
-// merged checkpoint: (out, in), the vocabulary unpadded): what Open reads
-// back.
-func WriteHFBERT(dir string, spec Spec, tensors []ckpt.Tensor) error {
+// the weights (BertModel names under opt.Prefix, "bert." as
+// BertForSequenceClassification saves them; the classifier unprefixed)
+// from hpcrun's full tensors of arch hf by name (a merged checkpoint: (out,
+// in), the vocabulary unpadded): what Open reads back.
+func WriteHFBERT(dir string, spec Spec, tensors []ckpt.Tensor, opt HFOptions) error {
 	have := map[string]ckpt.Tensor{}
 	for _, t := range tensors {
 		names := bertNames(t.Name)
@@ -195,7 +195,7 @@ func WriteHFBERT(dir string, spec Spec, tensors []ckpt.Tensor) error {
 			return err
 		}
 		if !strings.HasPrefix(t.Name, "classifier.") {
-			t.Name = "bert." + t.Name
+			t.Name = opt.Prefix + t.Name
 		}
 		out = append(out, t)
 	}
@@ -218,5 +218,5 @@ func WriteHFBERT(dir string, spec Spec, tensors []ckpt.Tensor) error {
 	if err := os.WriteFile(filepath.Join(dir, HFConfig), append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
-	return writeSafetensors(filepath.Join(dir, HFModel), out, map[string]string{"format": "pt"}, "F32")
+	return writeWeights(dir, out, opt)
 }

@@ -294,19 +294,25 @@ func WriteHF(dir string, spec Spec, tensors []ckpt.Tensor, opt HFOptions) error 
 	if err := os.WriteFile(filepath.Join(dir, HFConfig), append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
+	return writeWeights(dir, out, opt)
+}
+
+// writeWeights writes tensors into dir as model.safetensors, or as
+// opt.Shards files with the index json, in opt.DType.
+func writeWeights(dir string, tensors []ckpt.Tensor, opt HFOptions) error {
 	dtype := opt.DType
 	if dtype == "" {
 		dtype = "F32"
 	}
 	meta := map[string]string{"format": "pt"}
 	if opt.Shards <= 1 {
-		return writeSafetensors(filepath.Join(dir, HFModel), out, meta, dtype)
+		return writeSafetensors(filepath.Join(dir, HFModel), tensors, meta, dtype)
 	}
-	n := min(opt.Shards, len(out))
+	n := min(opt.Shards, len(tensors))
 	weightMap := map[string]string{}
 	total := 0
 	for i := 0; i < n; i++ {
-		part := out[i*len(out)/n : (i+1)*len(out)/n]
+		part := tensors[i*len(tensors)/n : (i+1)*len(tensors)/n]
 		name := fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, n)
 		if err := writeSafetensors(filepath.Join(dir, name), part, meta, dtype); err != nil {
 			return err
@@ -316,7 +322,7 @@ func WriteHF(dir string, spec Spec, tensors []ckpt.Tensor, opt HFOptions) error 
 			total += len(t.Data)
 		}
 	}
-	b, err = json.MarshalIndent(map[string]any{"metadata": map[string]any{"total_size": total * map[string]int{"F32": 4, "F16": 2, "BF16": 2}[dtype]}, "weight_map": weightMap}, "", "  ")
+	b, err := json.MarshalIndent(map[string]any{"metadata": map[string]any{"total_size": total * map[string]int{"F32": 4, "F16": 2, "BF16": 2}[dtype]}, "weight_map": weightMap}, "", "  ")
 	if err != nil {
 		return err
 	}
