@@ -13,10 +13,16 @@
 // its test checks it against the engine's own peak (tensor.MemStats) after
 // real steps.
 //
+// Sequence parallelism (train.Config.SP) and ZeRO-1 (train.Config.Zero) are
+// modelled buffer for buffer as the rest: the sequence-parallel region's
+// activations per rank fall by tp, against the region's shared
+// full-sequence buffers (Memory.SPBuffers), and ZeRO-1 keeps the AdamW
+// moments of this data-parallel rank's range of every gradient bucket.
+//
 // The engine keeps every tensor in float32 whatever the precision (bf16
-// changes how a GPU multiplies, not what it stores), has no sequence
-// parallelism, no ZeRO and no pipeline: the plan says so instead of
-// modelling what does not exist.
+// changes how a GPU multiplies, not what it stores), has no activation
+// recomputation and no pipeline: the plan says so instead of modelling
+// what does not exist.
 package plan
 
 import (
@@ -52,7 +58,11 @@ type Plan struct {
 	TP          int    `json:"tp"`
 	DP          int    `json:"dp"`
 	Nodes       int    `json:"nodes"`
-	Params      int64  `json:"params"` // of the whole model
+	// SP is sequence parallelism (--sp) and Zero the ZeRO stage (--zero:
+	// 0 or 1), as the config asks.
+	SP     bool  `json:"sp,omitempty"`
+	Zero   int   `json:"zero,omitempty"`
+	Params int64 `json:"params"` // of the whole model
 
 	Device Device `json:"device"`
 	Memory Memory `json:"memory"`
@@ -69,12 +79,16 @@ type Plan struct {
 type Memory struct {
 	Params    int64 `json:"params"`    // this rank's shard of the weights
 	Grads     int64 `json:"grads"`     // their gradients
-	Optimizer int64 `json:"optimizer"` // AdamW's two moments
+	// Optimizer is AdamW's two moments: of every parameter, or with
+	// ZeRO-1 of this data-parallel rank's range of every gradient bucket
+	// (each bucket padded to a multiple of dp).
+	Optimizer int64 `json:"optimizer"`
 	Masters   int64 `json:"masters"`   // fp32 master weights: 0, the weights are fp32
 	// ActivationsPerBlock is what one transformer block keeps for its
 	// backward and uses in it (inputs of each product, attention
-	// probabilities, their gradients), with the tensor-parallel split;
-	// Blocks is that times the layers.
+	// probabilities, their gradients), with the tensor-parallel split
+	// (and with sequence parallelism the region outside attention and MLP
+	// split along the sequence); Blocks is that times the layers.
 	ActivationsPerBlock int64 `json:"activations_per_block"`
 	Blocks              int64 `json:"blocks"`
 	// Embeddings are the embedding outputs, the residual stream's
@@ -84,19 +98,27 @@ type Memory struct {
 	// buffers (the vocab-parallel logits of an LM, the pooled classifier's
 	// small tensors).
 	Logits int64 `json:"logits"`
+	// SPBuffers are the sequence-parallel region's shared buffers (0
+	// without --sp): the all-gather's packed and gathered (B,T,C), the
+	// full-sequence (B,T,C) the row-parallel layers and the embedding
+	// reduce-scatter from, the (B,T/tp,C) an accumulating reduce-scatter
+	// lands in, and the bucket that sums the layer norms' and the position
+	// table's gradients over tp.
+	SPBuffers int64 `json:"sp_buffers"`
 	// Workspace is the GPU kernels' scratch (reduction partials, staged
 	// ids) and the GPU step's scalars; 0 on the CPU.
 	Workspace int64 `json:"workspace"`
 	// GradBucket is the device buffer the data-parallel gradient
-	// all-reduce packs buckets into (GPU with NCCL, dp > 1); on the CPU the
-	// bucket is staged in host memory outside the engine's count.
+	// all-reduce packs buckets into (GPU with NCCL, dp > 1, when a bucket
+	// holds more than one gradient); on the CPU the bucket is staged in
+	// host memory outside the engine's count.
 	GradBucket int64 `json:"grad_bucket"`
 	// EnginePeak is what the engine's accounting (tensor.MemStats.Peak,
 	// mem_peak_bytes in the metrics) counts: everything above.
 	EnginePeak int64 `json:"engine_peak"`
 	// CommBuffers are the communication library's own buffers (NCCL's per
 	// communicator on a GPU; the host staging of the gradient bucket on
-	// the CPU).
+	// the CPU, with ZeRO-1 a padded bucket and its 1/dp range).
 	CommBuffers int64 `json:"comm_buffers"`
 	// Context is the CUDA context and library handles; 0 on the CPU.
 	Context int64 `json:"context"`
@@ -119,7 +141,8 @@ type Time struct {
 	MemoryS  float64 `json:"memory_s"`
 	// CommS is the collectives' time: TPBytes and DPBytes are what one
 	// rank sends in the tensor- and data-parallel groups (ring all-reduce:
-	// 2(p-1)/p of each tensor), Collectives how many it takes part in.
+	// 2(p-1)/p of each tensor; all-gather and reduce-scatter (p-1)/p of
+	// the full tensor), Collectives how many it takes part in.
 	CommS       float64 `json:"comm_s"`
 	TPBytes     float64 `json:"tp_bytes"`
 	DPBytes     float64 `json:"dp_bytes"`
@@ -165,15 +188,25 @@ func New(r Request) (*Plan, error) {
 	p := &Plan{
 		Model: cfg.Model, Preset: cfg.Preset, Layers: cfg.Layers, Dim: cfg.Dim, Heads: cfg.Heads, Seq: cfg.Seq,
 		Vocab: r.Vocab, PaddedVocab: vp, BatchSize: cfg.BatchSize, GradAccum: cfg.GradAccum, Precision: cfg.Precision,
-		NTasks: cfg.NTasks, TP: cfg.TP, DP: cfg.DP(), Nodes: nodes, Params: train.ParamCount(cfg, r.Vocab),
-		Device: r.Device,
+		NTasks: cfg.NTasks, TP: cfg.TP, DP: cfg.DP(), Nodes: nodes, SP: cfg.SP, Zero: cfg.Zero,
+		Params: train.ParamCount(cfg, r.Vocab), Device: r.Device,
 	}
 	s := newShapes(cfg, vp)
-	p.Memory = s.memory(r.Device, p.DP)
+	p.Memory = s.memory(r.Device)
 	p.Headroom = r.Device.MemBytes - p.Memory.Total
 	p.Fits = p.Headroom >= 0
 	p.Time = s.time(cfg, r.Vocab, r.Device, nodes)
-	p.Notes = append(p.Notes, "activations: the engine has no sequence parallelism, ZeRO or recomputation; every block keeps its own")
+	modes := ""
+	if s.sp {
+		modes += fmt.Sprintf("; sequence parallelism splits the layer norms' and residuals' activations over tp %d", s.tp)
+	}
+	if s.zero {
+		modes += fmt.Sprintf("; ZeRO-1 keeps 1/%d of the AdamW moments", s.dp)
+	}
+	p.Notes = append(p.Notes, "activations: the engine has no recomputation; every block keeps its own"+modes)
+	if cfg.Arch == "hf" {
+		p.Notes = append(p.Notes, "arch hf: the plan models hpcrun's own BERT layout; BERT's (token types, embedding layer norm, pooler) differs by a few small tensors")
+	}
 	switch {
 	case cfg.Precision == "bf16" && r.Device.BF16Flops == 0:
 		p.Notes = append(p.Notes, fmt.Sprintf("precision bf16: %s has no bf16 units; the engine trains in fp32 there as everywhere; MFU is against its fp32 peak", r.Device.Name))
@@ -185,16 +218,22 @@ func New(r Request) (*Plan, error) {
 
 // shapes are the sizes the buffers are made of, for one rank.
 type shapes struct {
-	gpt                bool
-	B, T, C, L         int64
-	N                  int64 // tokens of a micro-batch, B*T
-	nh                 int64 // heads on this rank
-	cl, fl, vl         int64 // this rank's attention width, MLP width, vocab slice
-	tp                 int64
-	paramElems         int64
-	paramTensors       int64
-	blockParamElems    int64
-	largestParamTensor int64
+	gpt        bool
+	B, T, C, L int64
+	N          int64 // tokens of a micro-batch, B*T
+	P          int64 // rows of the position table (train.Config.PositionRows)
+	nh         int64 // heads on this rank
+	cl, fl, vl int64 // this rank's attention width, MLP width, vocab slice
+	tp, dp     int64
+	sp, zero   bool // sequence parallelism (tp > 1); ZeRO-1 (dp > 1)
+	// params are this rank's parameter tensors' elements in the model's
+	// order (train's model.Params); buckets the elements of each gradient
+	// bucket train.NewGradSync packs them into, bucketTensors how many
+	// tensors each holds.
+	params        []int64
+	buckets       []int64
+	bucketTensors []int
+	paramElems    int64
 }
 
 func newShapes(cfg train.Config, paddedVocab int) shapes {
@@ -202,24 +241,41 @@ func newShapes(cfg train.Config, paddedVocab int) shapes {
 	C := int64(cfg.Dim)
 	s := shapes{
 		gpt: cfg.Model == "gpt",
-		B:   int64(cfg.BatchSize), T: int64(cfg.Seq), C: C, L: int64(cfg.Layers), tp: tp,
+		B:   int64(cfg.BatchSize), T: int64(cfg.Seq), C: C, L: int64(cfg.Layers), P: int64(cfg.PositionRows()),
+		tp: tp, dp: int64(cfg.DP()),
 		nh: int64(cfg.Heads) / tp, cl: C / tp, fl: 4 * C / tp, vl: int64(paddedVocab) / tp,
 	}
+	s.sp = cfg.SP && tp > 1
+	s.zero = cfg.Zero == 1 && s.dp > 1
 	s.N = s.B * s.T
-	// Per block: ln_1 (2C), c_attn (3C/tp x C + 3C/tp), attn.c_proj
-	// (C x C/tp + C, bias replicated), ln_2 (2C), mlp.c_fc (4C/tp x C +
-	// 4C/tp), mlp.c_proj (C x 4C/tp + C).
-	s.blockParamElems = 2*C + (3*s.cl*C + 3*s.cl) + (C*s.cl + C) + 2*C + (s.fl*C + s.fl) + (C*s.fl + C)
-	wte, wpe := s.vl*C, s.T*C
-	s.paramElems = wte + wpe + s.L*s.blockParamElems + 2*C
-	s.paramTensors = 2 + 12*s.L + 2
-	s.largestParamTensor = max(wte, wpe, s.fl*C)
-	if !s.gpt {
-		// cls.fc1 column-parallel (C/tp x C + C/tp), cls.fc2 row-parallel
-		// (2 x C/tp + 2).
-		s.paramElems += s.cl*C + s.cl + 2*s.cl + 2
-		s.paramTensors += 4
+	// wte (V/tp x C), wpe (positions x C); per block: ln_1 (C, C), c_attn
+	// (3C/tp x C, 3C/tp), attn.c_proj (C x C/tp, C: the bias replicated),
+	// ln_2 (C, C), mlp.c_fc (4C/tp x C, 4C/tp), mlp.c_proj (C x 4C/tp, C);
+	// ln_f (C, C); the GPT head is tied to wte, BERT's classifier has
+	// cls.fc1 column-parallel (C/tp x C, C/tp) and cls.fc2 row-parallel
+	// (2 x C/tp, 2).
+	s.params = []int64{s.vl * C, s.P * C}
+	for range s.L {
+		s.params = append(s.params, C, C, 3*s.cl*C, 3*s.cl, C*s.cl, C, C, C, s.fl*C, s.fl, C*s.fl, C)
 	}
+	s.params = append(s.params, C, C)
+	if !s.gpt {
+		s.params = append(s.params, s.cl*C, s.cl, 2*s.cl, 2)
+	}
+	var cur int64
+	k := 0
+	for _, n := range s.params {
+		s.paramElems += n
+		// NewGradSync: a gradient that would overflow the bucket starts
+		// the next one (a larger one gets a bucket of its own).
+		if k > 0 && cur+n > gradBucketElems {
+			s.buckets, s.bucketTensors = append(s.buckets, cur), append(s.bucketTensors, k)
+			cur, k = 0, 0
+		}
+		cur += n
+		k++
+	}
+	s.buckets, s.bucketTensors = append(s.buckets, cur), append(s.bucketTensors, k)
 	return s
 }
 
@@ -234,29 +290,79 @@ func newShapes(cfg train.Config, paddedVocab int) shapes {
 //	c_attn: its output (B,T,3C/tp), dx (B,T,C); c_proj: out (B,T,C), dxl (B,T,C/tp)
 //	mlp: h, dh, dpre                           3 (B,T,4C/tp)
 //	c_fc: its output (B,T,4C/tp), dx (B,T,C); c_proj: out (B,T,C), dxl (B,T,4C/tp)
+//
+// With sequence parallelism the block's, the layer norms' and the
+// row-parallel outputs hold this rank's T/tp positions (8 (B,T/tp,C), 4
+// (B,T/tp)); the column-parallel layers keep no dx and the row-parallel
+// ones no dxl: their input gradients go through the region's shared
+// buffers (SPBuffers). Attention and MLP inside keep the full sequence.
 func (s shapes) blockElems() int64 {
 	N, C := s.N, s.C
-	return 10*N*C + 4*N + 3*s.B*s.nh*s.T*s.T + 9*N*s.cl + 5*N*s.fl
+	att := 3 * s.B * s.nh * s.T * s.T
+	if s.sp {
+		return 8*N*C/s.tp + 4*N/s.tp + att + 8*N*s.cl + 4*N*s.fl
+	}
+	return 10*N*C + 4*N + att + 9*N*s.cl + 5*N*s.fl
 }
 
 // embeddingElems: wte's and wpe's outputs, the residual stream's
-// gradients dx, dy and ln_f's dh, ln_f's output and statistics.
-func (s shapes) embeddingElems() int64 { return 5*s.N*s.C + s.N*s.C + 2*s.N }
-
-// headElems are the head's and the loss's buffers. GPT: the logits slice
-// (B,T,V/tp), their gradient, the head's dx (B,T,C), the loss's row max,
-// sums and losses (4N). BERT: the (B, B*T) pooling matrix, pooled and its
-// gradient (2 (B,C)), fc1's output, GELU and gradients (5 (B,C/tp) with
-// fc2's dxl), fc1's dx (B,C), the logits' gradient and fc2's output (2 x
-// 2B), the loss (4B).
-func (s shapes) headElems() int64 {
-	if s.gpt {
-		return 2*s.N*s.vl + s.N*s.C + 4*s.N
+// gradients dx, dy and ln_f's dh, ln_f's output and statistics; with
+// sequence parallelism all of them of this rank's T/tp positions.
+func (s shapes) embeddingElems() int64 {
+	e := 5*s.N*s.C + s.N*s.C + 2*s.N
+	if s.sp {
+		return e / s.tp
 	}
-	return s.B*s.N + 3*s.B*s.C + 5*s.B*s.cl + 8*s.B
+	return e
 }
 
-func (s shapes) memory(dev Device, dp int) Memory {
+// headElems are the head's and the loss's buffers. GPT: the logits slice
+// (B,T,V/tp), their gradient, the head's dx (B,T,C) (none with sequence
+// parallelism: it reduce-scatters from the shared buffer), the loss's row
+// max, sums and losses (4N). BERT: the (B, B*T) pooling matrix ((B,
+// B*T/tp) with sequence parallelism: it pools this rank's positions),
+// pooled and its gradient (2 (B,C)), fc1's output, GELU and gradients (5
+// (B,C/tp) with fc2's dxl), fc1's dx (B,C), the logits' gradient and fc2's
+// output (2 x 2B), the loss (4B).
+func (s shapes) headElems() int64 {
+	if s.gpt {
+		if s.sp {
+			return 2*s.N*s.vl + 4*s.N
+		}
+		return 2*s.N*s.vl + s.N*s.C + 4*s.N
+	}
+	pool := s.B * s.N
+	if s.sp {
+		pool /= s.tp
+	}
+	return pool + 3*s.B*s.C + 5*s.B*s.cl + 8*s.B
+}
+
+// spElems are the sequence-parallel region's shared buffers
+// (parallel.SequenceParallel): packed, gathered and full (B,T,C), local
+// (B,T/tp,C), and ReduceGrads' bucket of the gradients summed over tp
+// (ln_1 and ln_2 of every block, ln_f, the position table).
+func (s shapes) spElems() int64 {
+	if !s.sp {
+		return 0
+	}
+	return 3*s.N*s.C + s.N*s.C/s.tp + 4*s.C*s.L + 2*s.C + s.P*s.C
+}
+
+// zeroSizes are, in elements, this data-parallel rank's ranges of the
+// gradient buckets (train.ZeRO1: each bucket padded to a multiple of dp),
+// the largest padded bucket, and all the padded buckets.
+func (s shapes) zeroSizes() (local, biggest, padded int64) {
+	for _, n := range s.buckets {
+		per := (n + s.dp - 1) / s.dp
+		local += per
+		biggest = max(biggest, per*s.dp)
+		padded += per * s.dp
+	}
+	return local, biggest, padded
+}
+
+func (s shapes) memory(dev Device) Memory {
 	m := Memory{
 		Params:              s.paramElems * f32,
 		Grads:               s.paramElems * f32,
@@ -264,30 +370,49 @@ func (s shapes) memory(dev Device, dp int) Memory {
 		ActivationsPerBlock: s.blockElems() * f32,
 		Embeddings:          s.embeddingElems() * f32,
 		Logits:              s.headElems() * f32,
+		SPBuffers:           s.spElems() * f32,
+	}
+	if s.zero {
+		local, biggest, _ := s.zeroSizes()
+		m.Optimizer = 2 * local * f32
+		// The host stages a whole padded bucket and this rank's range.
+		m.CommBuffers = (biggest + biggest/s.dp) * f32
 	}
 	m.Blocks = s.L * m.ActivationsPerBlock
-	bucket := min(s.paramElems, max(int64(gradBucketElems), s.largestParamTensor)) * f32
+	// train.GradSync's biggest bucket; on the device it is allocated when
+	// a bucket packs more than one gradient (one is all-reduced in place).
+	var bucket int64
+	multi := false
+	for i, n := range s.buckets {
+		bucket = max(bucket, n)
+		multi = multi || s.bucketTensors[i] > 1
+	}
 	if dev.CUDA {
 		// Reduction partials of the layer norm backward (2 x SMs blocks of
-		// 2C floats) and of the grad norm (128 float64 per tensor), staged
-		// ids and targets, the GPU step's scalars.
-		m.Workspace = min(s.N, int64(2*dev.SMs))*2*s.C*f32 + s.paramTensors*128*8 + 2*s.N*4 + 8*f32
-		if dp > 1 {
-			m.GradBucket = bucket
+		// 2C floats; its rows are T/tp positions under sequence
+		// parallelism) and of the grad norm (128 float64 per tensor),
+		// staged ids and targets, the GPU step's scalars.
+		rows := s.N
+		if s.sp {
+			rows /= s.tp
+		}
+		m.Workspace = min(rows, int64(2*dev.SMs))*2*s.C*f32 + int64(len(s.params))*128*8 + 2*s.N*4 + 8*f32
+		if s.dp > 1 && multi {
+			m.GradBucket = bucket * f32
 		}
 		groups := int64(0)
 		if s.tp > 1 {
 			groups++
 		}
-		if dp > 1 {
+		if s.dp > 1 {
 			groups++
 		}
 		m.CommBuffers = groups * ncclBuffers
 		m.Context = dev.ContextBytes
-	} else if dp > 1 {
-		m.CommBuffers = bucket
+	} else if s.dp > 1 && !s.zero {
+		m.CommBuffers = bucket * f32
 	}
-	m.EnginePeak = m.Params + m.Grads + m.Optimizer + m.Masters + m.Blocks + m.Embeddings + m.Logits + m.Workspace + m.GradBucket
+	m.EnginePeak = m.Params + m.Grads + m.Optimizer + m.Masters + m.Blocks + m.Embeddings + m.Logits + m.SPBuffers + m.Workspace + m.GradBucket
 	m.Total = m.EnginePeak + m.CommBuffers + m.Context
 	return m
 }
@@ -319,34 +444,84 @@ func (s shapes) time(cfg train.Config, vocab int, dev Device, nodes int) Time {
 	t.ComputeS = t.GemmFlops / t.Rate
 	// Elementwise kernels touch the activations a few times per
 	// micro-batch; AdamW reads weight, gradient and moments and writes
-	// three of them back; the gradient is zeroed or overwritten once.
-	t.MemoryS = (accum*activationTouches*float64(s.activationElems())*f32 + 8*float64(s.paramElems)*f32) / dev.MemBandwidth
+	// three of them back (with ZeRO-1 of this rank's ranges only); the
+	// gradient is zeroed or overwritten once.
+	adam := s.paramElems
+	if s.zero {
+		adam, _, _ = s.zeroSizes()
+	}
+	t.MemoryS = (accum*activationTouches*float64(s.activationElems())*f32 + float64(7*adam+s.paramElems)*f32) / dev.MemBandwidth
 
-	ring := func(p float64) float64 { return 2 * (p - 1) / p }
+	// A ring all-reduce sends 2(p-1)/p of the tensor a rank, an
+	// all-gather (p-1)/p of the gathered tensor and a reduce-scatter
+	// (p-1)/p of the tensor reduced.
+	half := func(p float64) float64 { return (p - 1) / p }
 	dp := float64(cfg.DP())
 	if s.tp > 1 {
-		elems := (4*float64(s.L) + 1) * N * C
-		n := 4*int(s.L) + 1
-		if s.gpt {
-			elems += N*C + 3*N
-			n += 3
+		// Per micro-batch, in units of (p-1)/p floats: all-reduces count
+		// twice their floats.
+		var units float64
+		var n int
+		if !s.sp {
+			// Each block's two forward all-reduces (out of the row-parallel
+			// layers) and two backward ones (into the column-parallel
+			// layers' inputs); the embedding's forward.
+			units, n = 2*(4*float64(s.L)+1)*N*C, 4*int(s.L)+1
+			if s.gpt {
+				units += 2 * (N*C + 3*N) // the head's dx; the loss's row max and sums
+				n += 3
+			} else {
+				units += 2 * (B*C + 2*B) // fc1's dx, fc2's output
+				n += 2
+			}
 		} else {
-			elems += B*C + 2*B
-			n += 2
+			// Sequence parallelism: per block, forward two all-gathers (into
+			// c_attn and c_fc) and two reduce-scatters (out of the
+			// projections), the bytes of the two all-reduces they replace;
+			// backward four all-gathers (the inputs again, the projections'
+			// output gradients) and two reduce-scatters (the input
+			// gradients): two all-gathers more than the all-reduces. The
+			// embedding reduce-scatters forward and all-gathers backward.
+			units, n = 10*float64(s.L)*N*C+2*N*C, 10*int(s.L)+2
+			if s.gpt {
+				// The head all-gathers its input forward and again backward,
+				// and reduce-scatters its dx; the loss as without.
+				units += 3*N*C + 2*3*N
+				n += 5
+			} else {
+				// The pooled partial means are summed over tp.
+				units += 2 * (2*B*C + 2*B)
+				n += 3
+			}
 		}
-		t.TPBytes = accum * ring(tp) * elems * f32
-		t.Collectives += int(accum)*n + 1 // and the grad norm's
-		t.CommS += t.TPBytes/dev.LinkBandwidth + float64(int(accum)*n+1)*dev.Latency
+		perStep, nStep := 0.0, 1 // the grad norm's
+		if s.sp {
+			// ReduceGrads: the layer norms' and positions' gradients, once.
+			perStep += 2 * float64(4*s.C*s.L+2*s.C+s.P*s.C)
+			nStep++
+		}
+		t.TPBytes = (accum*units + perStep) * half(tp) * f32
+		t.Collectives += int(accum)*n + nStep
+		t.CommS += t.TPBytes/dev.LinkBandwidth + float64(int(accum)*n+nStep)*dev.Latency
 	}
 	if dp > 1 {
 		bw := dev.LinkBandwidth
 		if nodes > 1 {
 			bw = dev.NetBandwidth
 		}
-		buckets := (s.paramElems + gradBucketElems - 1) / gradBucketElems
-		t.DPBytes = ring(dp) * float64(s.paramElems) * f32
-		t.Collectives += int(buckets) + 1 // and the loss's mean
-		t.CommS += t.DPBytes/bw + float64(buckets+1)*dev.Latency
+		buckets := len(s.buckets)
+		n := buckets + 1 // and the loss's mean
+		t.DPBytes = 2 * half(dp) * float64(s.paramElems) * f32
+		if s.zero {
+			// A reduce-scatter of every padded bucket and an all-gather of
+			// the updated parameters: the all-reduce's bytes; and the grad
+			// norm's sum over dp.
+			_, _, padded := s.zeroSizes()
+			t.DPBytes = 2 * half(dp) * float64(padded) * f32
+			n = 2*buckets + 2
+		}
+		t.Collectives += n
+		t.CommS += t.DPBytes/bw + float64(n)*dev.Latency
 	}
 	if dev.Wait > 0 && t.Collectives > 0 {
 		// Ranks sharing cores wait for each other at every collective, at
@@ -373,8 +548,11 @@ type Suggestion struct {
 }
 
 // Suggest lists the smallest changes of each kind that make r fit the
-// device: a larger tp on the same tasks, a smaller batch with more
-// gradient accumulation (the same global batch), more nodes holding a
+// device: sequence parallelism (--sp, where tp > 1 and tp divides the
+// sequence) and ZeRO-1 (--zero 1, where dp > 1 and the device is not a
+// GPU), each alone or, when neither fits alone, both, on the same tasks
+// and batch; a larger tp on the same tasks; a smaller batch with more
+// gradient accumulation (the same global batch); more nodes holding a
 // larger tp (the same data-parallel degree). bf16 is not among them: the
 // engine stores fp32 whatever the precision.
 func Suggest(r Request) []Suggestion {
@@ -393,6 +571,15 @@ func Suggest(r Request) []Suggestion {
 		return true
 	}
 	cfg := r.Config
+	canSP := !cfg.SP && cfg.TP > 1 && cfg.Seq%cfg.TP == 0
+	canZero := cfg.Zero == 0 && cfg.DP() > 1 && !r.Device.CUDA
+	sp := func(c *train.Config, _ *int) { c.SP = true }
+	zero := func(c *train.Config, _ *int) { c.Zero = 1 }
+	fitSP := canSP && try("--sp", sp)
+	fitZero := canZero && try("--zero 1", zero)
+	if canSP && canZero && !fitSP && !fitZero {
+		try("--sp --zero 1", func(c *train.Config, nd *int) { sp(c, nd); zero(c, nd) })
+	}
 	for tp := cfg.TP * 2; tp <= cfg.NTasks; tp *= 2 {
 		if try(fmt.Sprintf("--tp %d", tp), func(c *train.Config, _ *int) { c.TP = tp }) {
 			break
