@@ -77,13 +77,13 @@ type Plan struct {
 
 // Memory is one rank's memory in bytes, by what it holds.
 type Memory struct {
-	Params    int64 `json:"params"`    // this rank's shard of the weights
-	Grads     int64 `json:"grads"`     // their gradients
+	Params int64 `json:"params"` // this rank's shard of the weights
+	Grads  int64 `json:"grads"`  // their gradients
 	// Optimizer is AdamW's two moments: of every parameter, or with
 	// ZeRO-1 of this data-parallel rank's range of every gradient bucket
 	// (each bucket padded to a multiple of dp).
 	Optimizer int64 `json:"optimizer"`
-	Masters   int64 `json:"masters"`   // fp32 master weights: 0, the weights are fp32
+	Masters   int64 `json:"masters"` // fp32 master weights: 0, the weights are fp32
 	// ActivationsPerBlock is what one transformer block keeps for its
 	// backward and uses in it (inputs of each product, attention
 	// probabilities, their gradients), with the tensor-parallel split
