@@ -36,9 +36,11 @@ func planCommand() *cli.Command {
 		Name:  "plan",
 		Usage: "predict a run's memory per rank, whether it fits, and its step time, before submitting it",
 		Description: "Takes submit's flags and prints, per rank: parameters, gradients, AdamW moments,\n" +
-			"activations per block (tensor-parallel split), logits and loss buffers, GPU workspace,\n" +
-			"comm buffers and the CUDA context; the device's memory and whether the run fits (and\n" +
-			"what would, when it does not); a step time from the GEMM FLOPs at the device's rate\n" +
+			"activations per block (tensor-parallel split; --sp splits the layer norms and residuals\n" +
+			"along the sequence; --zero 1 shards the moments over dp), logits and loss buffers, GPU\n" +
+			"workspace, comm buffers and the CUDA context; the device's memory and whether the run\n" +
+			"fits (and what would, when it does not: --sp, --zero 1, a larger tp, a smaller batch\n" +
+			"with grad-accum, more nodes); a step time from the GEMM FLOPs at the device's rate\n" +
 			"plus the collectives' bytes at the link's bandwidth; tokens/s and MFU.\n" +
 			"The device is --gpu, else the profile's gpu key, else the CPU (its GEMM rate from the\n" +
 			"last `hpcrun bench gemm`, else a stated default). submit --dry-run prints the same.",
@@ -239,7 +241,14 @@ func writePlan(w io.Writer, pl *plan.Plan, sug []plan.Suggestion) error {
 	}
 	fmt.Fprintf(w, "plan: %s, %d layers dim %d heads %d seq %d, vocab %d (padded %d), %.1fM params, bsz %d x grad_accum %d, %s\n",
 		name, pl.Layers, pl.Dim, pl.Heads, pl.Seq, pl.Vocab, pl.PaddedVocab, float64(pl.Params)/1e6, pl.BatchSize, pl.GradAccum, pl.Precision)
-	fmt.Fprintf(w, "job:  %d tasks = tp %d x dp %d on %d node(s); device %s, %s a rank\n", pl.NTasks, pl.TP, pl.DP, pl.Nodes, pl.Device.Name, bytesIEC(pl.Device.MemBytes))
+	modes := ""
+	if pl.SP {
+		modes += " + sequence parallel"
+	}
+	if pl.Zero == 1 {
+		modes += " + ZeRO-1"
+	}
+	fmt.Fprintf(w, "job:  %d tasks = tp %d x dp %d%s on %d node(s); device %s, %s a rank\n", pl.NTasks, pl.TP, pl.DP, modes, pl.Nodes, pl.Device.Name, bytesIEC(pl.Device.MemBytes))
 	m := pl.Memory
 	row := func(what string, n int64, note string) {
 		fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("  %-22s %12s  %s", what, bytesIEC(n), note), " "))
@@ -247,11 +256,22 @@ func writePlan(w io.Writer, pl *plan.Plan, sug []plan.Suggestion) error {
 	fmt.Fprintln(w, "\nmemory per rank (every rank alike)")
 	row("parameters", m.Params, "this rank's shard, fp32")
 	row("gradients", m.Grads, "")
-	row("AdamW moments", m.Optimizer, "m and v, fp32")
+	moments := "m and v, fp32"
+	if pl.Zero == 1 {
+		moments += fmt.Sprintf(", ZeRO-1: this rank's 1/%d of each bucket", pl.DP)
+	}
+	row("AdamW moments", m.Optimizer, moments)
 	row("fp32 masters", m.Masters, "none: the weights are fp32")
-	row("activations", m.Blocks, fmt.Sprintf("%s a block x %d blocks, split over tp %d (no SP, ZeRO or recompute)", bytesIEC(m.ActivationsPerBlock), pl.Layers, pl.TP))
+	split := fmt.Sprintf("split over tp %d", pl.TP)
+	if pl.SP {
+		split += ", layer norms and residuals along the sequence"
+	}
+	row("activations", m.Blocks, fmt.Sprintf("%s a block x %d blocks, %s (no recompute)", bytesIEC(m.ActivationsPerBlock), pl.Layers, split))
 	row("embeddings, residual", m.Embeddings, "embedding outputs, residual-stream gradients, ln_f")
 	row("logits, loss", m.Logits, "head output and gradient, cross-entropy buffers")
+	if pl.SP {
+		row("sequence-parallel bufs", m.SPBuffers, "shared full-sequence buffers, layer-norm/position gradient bucket")
+	}
 	row("workspace", m.Workspace, "GPU kernels' scratch")
 	row("gradient bucket", m.GradBucket, "device buffer of the dp all-reduce")
 	row("= engine peak", m.EnginePeak, "what mem_peak_bytes counts")
@@ -282,7 +302,7 @@ func writePlan(w io.Writer, pl *plan.Plan, sug []plan.Suggestion) error {
 // whatFits is one line listing the suggestions.
 func whatFits(sug []plan.Suggestion) string {
 	if len(sug) == 0 {
-		return "what would fit: nothing within 16x more nodes, tp or grad-accum; bf16 would not help (the engine stores fp32); choose a smaller model or a larger device"
+		return "what would fit: nothing within 16x more nodes, tp or grad-accum, sequence parallelism or ZeRO-1; bf16 would not help (the engine stores fp32); choose a smaller model or a larger device"
 	}
 	parts := make([]string, len(sug))
 	for i, s := range sug {

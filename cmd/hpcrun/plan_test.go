@@ -51,6 +51,13 @@ func TestPlanCommand(t *testing.T) {
 		}
 	}
 
+	text = e.mustRun("plan", "--executor", "local", "--ntasks", "4", "--tp", "2", "--sp", "--zero", "1", "--device", "cpu")
+	for _, want := range []string{"tp 2 x dp 2 + sequence parallel + ZeRO-1", "sequence-parallel bufs", "ZeRO-1: this rank's 1/2", "along the sequence"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("plan --sp --zero 1 lacks %q:\n%s", want, text)
+		}
+	}
+
 	_, errOut = e.mustRunErr("submit", "--dry-run", "--executor", "local", "--ntasks", "2", "--tp", "2")
 	lines := strings.Split(strings.TrimSpace(errOut), "\n")
 	if !strings.HasPrefix(lines[0], "placement:") || len(lines) < 2 || !strings.HasPrefix(lines[1], "plan:") || !strings.Contains(errOut, "= engine peak") {

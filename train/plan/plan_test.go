@@ -246,3 +246,76 @@ func TestSuggestFits(t *testing.T) {
 		}
 	}
 }
+
+// TestSuggestSPZero checks the memory-saving suggestions on the CPU, where
+// ZeRO-1 runs: with room for either alone, both --sp and --zero 1 are
+// offered (and fit); with room for neither alone but for both, the pair
+// is; on a GPU --zero 1 is not, nor --sp at tp 1 or where tp does not
+// divide the sequence.
+func TestSuggestSPZero(t *testing.T) {
+	cfg := train.DefaultConfig()
+	if err := cfg.ApplyPreset("bert-large"); err != nil {
+		t.Fatal(err)
+	}
+	cfg.NTasks, cfg.TP, cfg.Device = 4, 2, "cpu"
+	total := func(c train.Config, dev Device) int64 {
+		p, err := New(Request{Config: c, Vocab: 30522, Device: dev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Memory.Total
+	}
+	big := CPU(DefaultCPUFlops, 1<<40, 2, "test")
+	sp, zero, both := cfg, cfg, cfg
+	sp.SP, zero.Zero, both.SP, both.Zero = true, 1, true, 1
+	base, tSP, tZero, tBoth := total(cfg, big), total(sp, big), total(zero, big), total(both, big)
+	if !(tSP < base && tZero < base && tBoth < min(tSP, tZero)) {
+		t.Fatalf("bert-large tp 2 x dp 2 per rank: %d B, with sp %d, zero 1 %d, both %d: want each below the last", base, tSP, tZero, tBoth)
+	}
+	flags := func(cfg train.Config, dev Device) map[string]int64 {
+		out := map[string]int64{}
+		for _, s := range Suggest(Request{Config: cfg, Vocab: 30522, Device: dev}) {
+			if s.Total > dev.MemBytes {
+				t.Errorf("suggestion %s needs %d B of %d", s.Flags, s.Total, dev.MemBytes)
+			}
+			out[s.Flags] = s.Total
+		}
+		return out
+	}
+	dev := CPU(DefaultCPUFlops, max(tSP, tZero), 2, "test")
+	got := flags(cfg, dev)
+	if got["--sp"] != tSP || got["--zero 1"] != tZero {
+		t.Errorf("room for %d B: suggestions %v; want --sp (%d B) and --zero 1 (%d B)", dev.MemBytes, got, tSP, tZero)
+	}
+	if _, ok := got["--sp --zero 1"]; ok {
+		t.Errorf("room for either alone: suggestions %v offer both together", got)
+	}
+	dev.MemBytes = tBoth
+	if got := flags(cfg, dev); got["--sp --zero 1"] != tBoth {
+		t.Errorf("room for %d B: suggestions %v; want --sp --zero 1 (%d B)", dev.MemBytes, got, tBoth)
+	}
+	// A GPU with room for ZeRO-1's moments: the engine refuses it there.
+	gpu, _ := LookupDevice("v100-16")
+	c, cz := cfg, zero
+	c.Device, cz.Device = "auto", "auto"
+	gpu.MemBytes = total(cz, gpu)
+	for f := range flags(c, gpu) {
+		if strings.Contains(f, "--zero") {
+			t.Errorf("on a GPU: suggestion %s", f)
+		}
+	}
+	for _, tc := range []struct{ tp, heads, dim int }{{1, 16, 1024}, {3, 12, 768}} { // seq 512: tp 3 does not divide it
+		c := cfg
+		c.TP, c.NTasks, c.Heads, c.Dim = tc.tp, 2*tc.tp, tc.heads, tc.dim
+		dev.MemBytes = total(c, big) - 1
+		got := flags(c, dev)
+		if _, ok := got["--zero 1"]; !ok {
+			t.Errorf("tp %d x dp 2, 1 B short: suggestions %v lack --zero 1", tc.tp, got)
+		}
+		for f := range got {
+			if strings.Contains(f, "--sp") {
+				t.Errorf("tp %d, seq %d: suggestion %s", tc.tp, c.Seq, f)
+			}
+		}
+	}
+}
