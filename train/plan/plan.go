@@ -494,7 +494,7 @@ func (s shapes) time(cfg train.Config, vocab int, dev Device, nodes int) Time {
 				n += 3
 			}
 		}
-		perStep, nStep := 0.0, 1 // the grad norm's
+		perStep, nStep := 2*2.0, 1 // the grad norm's all-reduce of two floats
 		if s.sp {
 			// ReduceGrads: the layer norms' and positions' gradients, once.
 			perStep += 2 * float64(4*s.C*s.L+2*s.C+s.P*s.C)
@@ -509,17 +509,18 @@ func (s shapes) time(cfg train.Config, vocab int, dev Device, nodes int) Time {
 		if nodes > 1 {
 			bw = dev.NetBandwidth
 		}
+		// An all-reduce of every bucket, and the loss's mean (one float).
 		buckets := len(s.buckets)
-		n := buckets + 1 // and the loss's mean
-		t.DPBytes = 2 * half(dp) * float64(s.paramElems) * f32
+		n := buckets + 1
+		units := 2 * float64(s.paramElems+1)
 		if s.zero {
 			// A reduce-scatter of every padded bucket and an all-gather of
 			// the updated parameters: the all-reduce's bytes; and the grad
-			// norm's sum over dp.
+			// norm's sum over dp (two floats).
 			_, _, padded := s.zeroSizes()
-			t.DPBytes = 2 * half(dp) * float64(padded) * f32
-			n = 2*buckets + 2
+			units, n = 2*float64(padded+1+2), 2*buckets+2
 		}
+		t.DPBytes = units * half(dp) * f32
 		t.Collectives += n
 		t.CommS += t.DPBytes/bw + float64(n)*dev.Latency
 	}

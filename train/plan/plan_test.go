@@ -319,3 +319,104 @@ func TestSuggestSPZero(t *testing.T) {
 		}
 	}
 }
+
+// groupSpy is a world communicator that keeps the tensor- and
+// data-parallel groups train.Run makes of it (parallel.NewMesh: tp first),
+// so that a test can read their traffic.
+type groupSpy struct {
+	nccl.Comm
+	mu     *sync.Mutex
+	groups *[]nccl.Comm
+}
+
+// Group implements nccl.Comm, keeping rank 0's groups.
+func (g groupSpy) Group(ranks []int) (nccl.Comm, error) {
+	c, err := g.Comm.Group(ranks)
+	if err == nil && g.Comm.Rank() == 0 {
+		g.mu.Lock()
+		*g.groups = append(*g.groups, c)
+		g.mu.Unlock()
+	}
+	return c, err
+}
+
+// commPerStep is one optimizer step's traffic on rank 0 as the plan counts
+// it: the bytes a rank sends in the tensor- and data-parallel groups on a
+// ring (all-reduce 2(p-1)/p of the buffer, all-gather (p-1)/p of the
+// gathered buffer, reduce-scatter p-1 times the block received) and the
+// collectives. It runs cfg for 1 and for 2 steps with one validation batch
+// at the end and takes the difference.
+func commPerStep(t *testing.T, cfg train.Config, vocab int) (tpBytes, dpBytes float64, calls int) {
+	t.Helper()
+	run := func(steps int) []nccl.Stats {
+		c := cfg
+		c.Steps, c.EvalEvery = steps, 0
+		data := randomData(c, vocab, c.BatchSize*c.GradAccum*c.DP()*steps)
+		val := randomData(c, vocab, c.BatchSize*c.DP())
+		data.Val = val.Train
+		var mu sync.Mutex
+		var groups []nccl.Comm
+		err := nccl.RunInProcess(c.NTasks, func(w nccl.Comm) error {
+			_, err := train.Run(context.Background(), c, groupSpy{w, &mu, &groups}, train.Options{Device: tensor.NewCPU(), Data: data})
+			return err
+		})
+		if err != nil || len(groups) != 2 {
+			t.Fatalf("tp %d ntasks %d sp %v zero %d: %d groups, %v", c.TP, c.NTasks, c.SP, c.Zero, len(groups), err)
+		}
+		return []nccl.Stats{groups[0].Stats(), groups[1].Stats()}
+	}
+	one, two := run(1), run(2)
+	sent := func(s nccl.Stats, p int) float64 {
+		h := float64(p-1) / float64(p)
+		return 2*h*float64(s.AllReduce.Bytes) + h*float64(s.AllGather.Bytes) + float64(p-1)*float64(s.ReduceScatter.Bytes)
+	}
+	tp, dp := two[0].Sub(one[0]), two[1].Sub(one[1])
+	return sent(tp, cfg.TP), sent(dp, cfg.DP()), int(tp.Total().Calls + dp.Total().Calls)
+}
+
+// TestCommMatchesEngine checks the plan's communication against the
+// engine's own counters (nccl.Stats of the tensor- and data-parallel
+// groups) over one optimizer step: the collectives and the bytes a rank
+// sends exactly, with and without sequence parallelism and ZeRO-1, both
+// models, and gradient accumulation.
+func TestCommMatchesEngine(t *testing.T) {
+	const vocab = 1000
+	var table strings.Builder
+	fmt.Fprintf(&table, "%-5s %3s %3s %5s %-10s %12s %12s %12s %12s %5s %5s\n", "model", "tp", "dp", "accum", "mode", "plan tp B", "engine tp B", "plan dp B", "engine dp B", "plan", "calls")
+	for _, model := range []string{"bert", "gpt"} {
+		for _, p := range []struct {
+			tp, dp, accum int
+			sp            bool
+			zero          int
+		}{
+			{2, 1, 1, false, 0}, {2, 1, 1, true, 0}, {4, 1, 2, true, 0}, {1, 2, 1, false, 0}, {1, 2, 1, false, 1}, {2, 2, 1, false, 0}, {2, 2, 2, true, 1},
+		} {
+			cfg := train.DefaultConfig()
+			cfg.Model = model
+			if err := cfg.ApplyPreset("tiny"); err != nil {
+				t.Fatal(err)
+			}
+			cfg.TP, cfg.NTasks, cfg.BatchSize, cfg.GradAccum, cfg.SP, cfg.Zero = p.tp, p.tp*p.dp, 4, p.accum, p.sp, p.zero
+			cfg.EvalSamples, cfg.Device = cfg.BatchSize*p.dp, "cpu"
+			pl, err := New(Request{Config: cfg, Vocab: vocab, Device: CPU(0, 0, 0, "")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tpB, dpB, calls := commPerStep(t, cfg, vocab)
+			mode := ""
+			if p.sp {
+				mode += "+sp"
+			}
+			if p.zero == 1 {
+				mode += "+zero1"
+			}
+			fmt.Fprintf(&table, "%-5s %3d %3d %5d %-10s %12.0f %12.0f %12.0f %12.0f %5d %5d\n", model, p.tp, p.dp, p.accum, mode, pl.Time.TPBytes, tpB, pl.Time.DPBytes, dpB, pl.Time.Collectives, calls)
+			off := func(plan, engine float64) bool { return math.Abs(plan-engine) > 1e-9*engine }
+			if off(pl.Time.TPBytes, tpB) || off(pl.Time.DPBytes, dpB) || pl.Time.Collectives != calls {
+				t.Errorf("%s tp %d dp %d accum %d%s: plan sends %.0f B in tp, %.0f B in dp, %d collectives a step; the engine %.0f, %.0f, %d",
+					model, p.tp, p.dp, p.accum, mode, pl.Time.TPBytes, pl.Time.DPBytes, pl.Time.Collectives, tpB, dpB, calls)
+			}
+		}
+	}
+	t.Logf("communication of one step on rank 0, planned against the engine's counters:\n%s", table.String())
+}
