@@ -8,10 +8,12 @@
 // It is pure arithmetic on a train.Config, the vocabulary, the number of
 // nodes and a Device (the table in device.go): no I/O, no allocation on a
 // device. The memory model follows the buffers of package parallel and
-// train's model one for one (see buffers), so on the CPU, where the engine
-// counts exactly the bytes of its tensors, the prediction is that count;
-// its test checks it against the engine's own peak (tensor.MemStats) after
-// real steps.
+// train's model one for one (see blockElems and the functions beside it),
+// so on the CPU, where the engine counts exactly the bytes of its tensors,
+// the prediction is that count; its test checks it against the engine's
+// own peak (tensor.MemStats) after real steps. The communication model
+// follows the collectives one for one too: the test checks the bytes and
+// the collectives of a step against the engine's counters (nccl.Stats).
 //
 // Sequence parallelism (train.Config.SP) and ZeRO-1 (train.Config.Zero) are
 // modelled buffer for buffer as the rest: the sequence-parallel region's
