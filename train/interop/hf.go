@@ -33,6 +33,8 @@ type hfConfig struct {
 	VocabSize     int      `json:"vocab_size"`
 	LayerNormEps  *float64 `json:"layer_norm_epsilon"`
 	Activation    string   `json:"activation_function"`
+	ScaleAttn     *bool    `json:"scale_attn_weights"`
+	ScaleByLayer  bool     `json:"scale_attn_by_inverse_layer_idx"`
 }
 
 // hfWeights is an opened Hugging Face GPT-2 directory.
@@ -87,6 +89,9 @@ func ReadHFConfig(dir string) (Spec, error) {
 	}
 	if c.LayerNormEps != nil && *c.LayerNormEps != 1e-5 {
 		return Spec{}, fmt.Errorf("%s: layer_norm_epsilon %g: hpcrun's layer norm uses 1e-5", path, *c.LayerNormEps)
+	}
+	if (c.ScaleAttn != nil && !*c.ScaleAttn) || c.ScaleByLayer {
+		return Spec{}, fmt.Errorf("%s: scale_attn_weights false or scale_attn_by_inverse_layer_idx true: hpcrun's attention scales by 1/sqrt(head size) only", path)
 	}
 	if c.Activation != "" && c.Activation != "gelu_new" && c.Activation != "gelu_pytorch_tanh" {
 		return Spec{}, fmt.Errorf("%s: activation_function %q: hpcrun's GELU is the tanh approximation (gelu_new)", path, c.Activation)

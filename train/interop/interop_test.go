@@ -172,6 +172,11 @@ func TestRejections(t *testing.T) {
 			}
 			return dir
 		}, []string{"model.safetensors", "no tensor embeddings.position_embeddings.weight (nor bert.embeddings.position_embeddings.weight)"}},
+		{"gpt2 attention scaling", func(t *testing.T) string {
+			dir := write(t, nil)
+			os.WriteFile(filepath.Join(dir, HFConfig), []byte(`{"model_type":"gpt2","n_embd":8,"n_layer":2,"n_head":2,"n_positions":12,"vocab_size":300,"scale_attn_by_inverse_layer_idx":true}`), 0o644)
+			return dir
+		}, []string{"config.json", "scale_attn_by_inverse_layer_idx true"}},
 		{"index names a missing shard", func(t *testing.T) string {
 			dir := t.TempDir()
 			if err := WriteHF(dir, tinySpec, hf, HFOptions{Shards: 2}); err != nil {
