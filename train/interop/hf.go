@@ -35,6 +35,7 @@ type hfConfig struct {
 	Activation    string   `json:"activation_function"`
 	ScaleAttn     *bool    `json:"scale_attn_weights"`
 	ScaleByLayer  bool     `json:"scale_attn_by_inverse_layer_idx"`
+	TieEmbeddings *bool    `json:"tie_word_embeddings"`
 }
 
 // hfWeights is an opened Hugging Face GPT-2 directory.
@@ -89,6 +90,9 @@ func ReadHFConfig(dir string) (Spec, error) {
 	}
 	if c.LayerNormEps != nil && *c.LayerNormEps != 1e-5 {
 		return Spec{}, fmt.Errorf("%s: layer_norm_epsilon %g: hpcrun's layer norm uses 1e-5", path, *c.LayerNormEps)
+	}
+	if c.TieEmbeddings != nil && !*c.TieEmbeddings {
+		return Spec{}, fmt.Errorf("%s: tie_word_embeddings false: hpcrun's LM head is the token embedding", path)
 	}
 	if (c.ScaleAttn != nil && !*c.ScaleAttn) || c.ScaleByLayer {
 		return Spec{}, fmt.Errorf("%s: scale_attn_weights false or scale_attn_by_inverse_layer_idx true: hpcrun's attention scales by 1/sqrt(head size) only", path)
