@@ -68,6 +68,7 @@ func (c *Config) ApplyPreset(name string) error {
 		c.Tokenizer = p.Tokenizer
 	}
 	c.Layers, c.Dim, c.Heads, c.Seq = p.Layers, p.Dim, p.Heads, p.Seq
+	c.Positions = p.MaxSeq // the published model's table (0: seq's) whatever --seq says
 	c.BatchSize, c.LR = p.BatchSize, p.LR
 	return nil
 }

@@ -7,7 +7,7 @@ func TestApplyPreset(t *testing.T) {
 	if err := cfg.ApplyPreset("gpt2-124m"); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Model != "gpt" || cfg.Layers != 12 || cfg.Dim != 768 || cfg.Heads != 12 || cfg.Tokenizer != "gpt2" {
+	if cfg.Model != "gpt" || cfg.Layers != 12 || cfg.Dim != 768 || cfg.Heads != 12 || cfg.Tokenizer != "gpt2" || cfg.Positions != 1024 {
 		t.Fatalf("gpt2-124m gave %+v", cfg)
 	}
 	cfg = DefaultConfig()
