@@ -106,7 +106,7 @@ func GPT2Tensors(s Spec) []GPT2Tensor {
 }
 
 // source is one tensor in a file: shape is in the file's layout (for a
-// Conv1D weight, hpcrun's transposed), rows the rows of dim 0 it holds.
+// Conv1D weight, hpcrun's transposed), read fetches its values.
 type source struct {
 	file   string
 	name   string
