@@ -96,7 +96,7 @@ func (t Tasks) Run(ctx context.Context) ([]TaskExit, error) {
 		}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := cmd.Start(); err != nil {
-			signalAll(cmds[:r], syscall.SIGKILL)
+			signalAll(cmds[:r], make([]bool, r), syscall.SIGKILL)
 			for _, c := range cmds[:r] {
 				c.Wait()
 			}
@@ -109,12 +109,15 @@ func (t Tasks) Run(ctx context.Context) ([]TaskExit, error) {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	var failed []TaskExit
+	ended := make([]bool, t.N) // only this goroutine reads and writes it
+	signal := func(s syscall.Signal) { signalAll(cmds, ended, s) }
 	var grace, kill <-chan time.Time
 	ctxDone := ctx.Done()
 	for left := t.N; left > 0; {
 		select {
 		case e := <-done:
 			left--
+			ended[e.Rank] = true
 			e.Stopped = kill != nil
 			if e.Err != nil {
 				failed = append(failed, e)
@@ -123,18 +126,18 @@ func (t Tasks) Run(ctx context.Context) ([]TaskExit, error) {
 				}
 			}
 		case s := <-sigs:
-			signalAll(cmds, s.(syscall.Signal))
+			signal(s.(syscall.Signal))
 			kill = time.After(stopAfter)
 		case <-ctxDone:
 			ctxDone = nil
-			signalAll(cmds, syscall.SIGTERM)
+			signal(syscall.SIGTERM)
 			kill = time.After(stopAfter)
 		case <-grace:
 			grace = nil
-			signalAll(cmds, syscall.SIGTERM)
+			signal(syscall.SIGTERM)
 			kill = time.After(stopAfter)
 		case <-kill:
-			signalAll(cmds, syscall.SIGKILL)
+			signal(syscall.SIGKILL)
 		}
 	}
 	slices.SortStableFunc(failed, func(a, b TaskExit) int {
@@ -157,10 +160,10 @@ func orStd(w io.Writer, std *os.File) io.Writer {
 	return std
 }
 
-// signalAll signals the process group of every task still running.
-func signalAll(cmds []*exec.Cmd, s syscall.Signal) {
-	for _, c := range cmds {
-		if c != nil && c.Process != nil && c.ProcessState == nil {
+// signalAll signals the process group of every task that has not ended.
+func signalAll(cmds []*exec.Cmd, ended []bool, s syscall.Signal) {
+	for i, c := range cmds {
+		if c != nil && c.Process != nil && !ended[i] {
 			syscall.Kill(-c.Process.Pid, s)
 		}
 	}
