@@ -428,7 +428,9 @@ func (c *ipComm) Group(ranks []int) (Comm, error) {
 	key := fmt.Sprint(world)
 	seq := c.seq[key]
 	c.seq[key] = seq + 1
-	key = fmt.Sprintf("%s#%d", key, seq)
+	// The parent group is part of the key, as the TCP backend's id: a
+	// group of the same ranks made from a sub-group is another group.
+	key = fmt.Sprintf("%p/%s#%d", c.g, key, seq)
 	w := c.g.world
 	w.mu.Lock()
 	g, ok := w.groups[key]

@@ -1,7 +1,9 @@
-// Package parallel lays ranks out on a tensor-parallel x data-parallel mesh and
-// provides the Megatron-LM tensor-parallel layers (column- and row-parallel
-// linear, vocab-parallel embedding and cross-entropy, self-attention, MLP,
-// transformer block), each with an explicit Forward and Backward.
+// Package parallel lays ranks out on a pipeline x data-parallel x
+// tensor-parallel mesh and provides the Megatron-LM tensor-parallel layers
+// (column- and row-parallel linear, vocab-parallel embedding and
+// cross-entropy, self-attention, MLP, transformer block), each with an
+// explicit Forward and Backward, and the 1F1B pipeline schedule
+// (OneFOneB) by which a stage orders its micro-batches' passes.
 //
 // Conventions, shared by every layer:
 //

@@ -11,12 +11,21 @@ import (
 // (pp, dp, tp), with global rank = tp_rank + tp*(dp_rank + dp*pp_rank):
 // tensor-parallel groups are runs of tp consecutive ranks (the fast
 // dimension, so that they share a node), data-parallel groups are the ranks
-// with the same tp_rank, strided by tp. Every group is read off the grid,
-// never recomputed elsewhere. The pipeline dimension is always 1 for now.
+// with the same tp_rank, strided by tp, and pipeline groups are the ranks
+// with the same (dp_rank, tp_rank), strided by dp*tp: pipeline stage
+// pp_rank holds the pp_rank-th slice of the model's blocks. Every group is
+// read off the grid, never recomputed elsewhere.
 type Mesh struct {
 	World nccl.Comm // every rank of the job
 	TP    nccl.Comm // the ranks sharing one model replica's shards
 	DP    nccl.Comm // the ranks holding the same shard of different replicas
+	// PP is this rank's pipeline: the pp stages of one (dp, tp) position,
+	// numbered by stage (nil when pp = 1).
+	PP nccl.Comm
+	// Embed is the first and the last stage of this rank's pipeline, which
+	// both hold the token embedding (tied to the LM head) and sum its
+	// gradient; nil on the middle stages and when pp = 1.
+	Embed nccl.Comm
 
 	pp, dp, tp             int
 	ppRank, dpRank, tpRank int
@@ -27,14 +36,22 @@ type Mesh struct {
 // and data-parallel groups strided by tp. Every rank of world must call it
 // with the same tp. tp must divide the world size.
 func NewMesh(world nccl.Comm, tp int) (*Mesh, error) {
+	return NewMeshPP(world, 1, tp)
+}
+
+// NewMeshPP lays world out on the (pp, dp, tp) grid: tensor-parallel groups
+// of tp consecutive ranks, data-parallel groups strided by tp, pipeline
+// groups strided by dp*tp. Every rank of world must call it with the same
+// pp and tp; pp*tp must divide the world size.
+func NewMeshPP(world nccl.Comm, pp, tp int) (*Mesh, error) {
 	n := world.Size()
-	if tp < 1 {
-		return nil, fmt.Errorf("mesh: tp %d: must be at least 1", tp)
+	if tp < 1 || pp < 1 {
+		return nil, fmt.Errorf("mesh: pp %d, tp %d: each must be at least 1", pp, tp)
 	}
-	if n%tp != 0 {
-		return nil, fmt.Errorf("mesh: tp %d does not divide the %d ranks: use ntasks = tp x data-parallel degree", tp, n)
+	if n%(tp*pp) != 0 {
+		return nil, fmt.Errorf("mesh: pp %d x tp %d does not divide the %d ranks: use ntasks = pp x dp x tp", pp, tp, n)
 	}
-	m := &Mesh{World: world, pp: 1, dp: n / tp, tp: tp}
+	m := &Mesh{World: world, pp: pp, dp: n / (tp * pp), tp: tp}
 	m.grid = make([][][]int, m.pp)
 	for p := range m.grid {
 		m.grid[p] = make([][]int, m.dp)
@@ -57,6 +74,19 @@ func NewMesh(world nccl.Comm, tp int) (*Mesh, error) {
 		m.TP.Close()
 		return nil, fmt.Errorf("mesh: data-parallel group %v: %w", m.DPRanks(), err)
 	}
+	if pp == 1 {
+		return m, nil
+	}
+	if m.PP, err = world.Group(m.PPRanks()); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("mesh: pipeline group %v: %w", m.PPRanks(), err)
+	}
+	if m.ppRank == 0 || m.ppRank == pp-1 {
+		if m.Embed, err = m.PP.Group([]int{0, pp - 1}); err != nil {
+			m.Close()
+			return nil, fmt.Errorf("mesh: embedding group of pipeline %v: %w", m.PPRanks(), err)
+		}
+	}
 	return m, nil
 }
 
@@ -66,8 +96,20 @@ func (m *Mesh) TPSize() int { return m.tp }
 // DPSize is the data-parallel degree: the number of model replicas.
 func (m *Mesh) DPSize() int { return m.dp }
 
-// PPSize is the pipeline-parallel degree (always 1 for now).
+// PPSize is the pipeline-parallel degree: the number of stages.
 func (m *Mesh) PPSize() int { return m.pp }
+
+// PPRank is this rank's pipeline stage.
+func (m *Mesh) PPRank() int { return m.ppRank }
+
+// PPRanks lists the global ranks of this rank's pipeline, by stage.
+func (m *Mesh) PPRanks() []int {
+	out := make([]int, m.pp)
+	for p := range out {
+		out[p] = m.grid[p][m.dpRank][m.tpRank]
+	}
+	return out
+}
 
 // TPRank is this rank's position in its tensor-parallel group.
 func (m *Mesh) TPRank() int { return m.tpRank }
@@ -90,13 +132,24 @@ func (m *Mesh) DPRanks() []int {
 	return out
 }
 
-// String describes the layout, e.g. "rank 3: tp 1/2 dp 1/2 (tp group [2 3], dp group [1 3])".
+// String describes the layout, e.g. "rank 3: tp 1/2 dp 1/2 (tp group [2 3], dp group [1 3])",
+// with the stage and the pipeline group when pp > 1.
 func (m *Mesh) String() string {
-	return fmt.Sprintf("rank %d: tp %d/%d dp %d/%d (tp group %v, dp group %v)",
+	s := fmt.Sprintf("rank %d: tp %d/%d dp %d/%d (tp group %v, dp group %v)",
 		m.World.Rank(), m.tpRank, m.tp, m.dpRank, m.dp, m.TPRanks(), m.DPRanks())
+	if m.pp > 1 {
+		s += fmt.Sprintf(" pp %d/%d (pp group %v)", m.ppRank, m.pp, m.PPRanks())
+	}
+	return s
 }
 
-// Close releases the TP and DP groups (not the world communicator).
+// Close releases the groups (not the world communicator).
 func (m *Mesh) Close() error {
-	return errors.Join(m.TP.Close(), m.DP.Close())
+	var errs []error
+	for _, c := range []nccl.Comm{m.Embed, m.PP, m.DP, m.TP} {
+		if c != nil {
+			errs = append(errs, c.Close())
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -92,3 +92,58 @@ func fakeSize(t *testing.T, n int) nccl.Comm {
 	t.Helper()
 	return nccl.NewInProcess(n)[0]
 }
+
+// TestMeshPipeline checks the (pp, dp, tp) grid: rank = tp_rank +
+// tp*(dp_rank + dp*pp_rank), pipeline groups strided by dp*tp, and the
+// embedding group of the first and last stages.
+func TestMeshPipeline(t *testing.T) {
+	for _, tc := range []struct{ world, pp, tp int }{{2, 2, 1}, {4, 2, 2}, {8, 2, 2}, {6, 3, 1}, {8, 4, 1}} {
+		t.Run(fmt.Sprintf("world%d_pp%d_tp%d", tc.world, tc.pp, tc.tp), func(t *testing.T) {
+			dp := tc.world / (tc.pp * tc.tp)
+			err := nccl.RunInProcess(tc.world, func(c nccl.Comm) error {
+				m, err := NewMeshPP(c, tc.pp, tc.tp)
+				if err != nil {
+					return err
+				}
+				defer m.Close()
+				r := c.Rank()
+				if got := m.TPRank() + tc.tp*(m.DPRank()+dp*m.PPRank()); got != r || m.PPSize() != tc.pp || m.DPSize() != dp {
+					return fmt.Errorf("rank %d: %s", r, m)
+				}
+				want := make([]int, tc.pp)
+				for p := range want {
+					want[p] = r%(dp*tc.tp) + p*dp*tc.tp
+				}
+				if !slices.Equal(m.PPRanks(), want) || m.PP.Rank() != m.PPRank() {
+					return fmt.Errorf("rank %d: pp group %v, want %v", r, m.PPRanks(), want)
+				}
+				for _, g := range []struct {
+					c     nccl.Comm
+					ranks []int
+				}{{m.PP, want}, {m.TP, m.TPRanks()}, {m.DP, m.DPRanks()}, {m.Embed, []int{want[0], want[tc.pp-1]}}} {
+					if g.c == nil {
+						if g.ranks[0] == r || g.ranks[len(g.ranks)-1] == r {
+							return fmt.Errorf("rank %d: no embedding group", r)
+						}
+						continue
+					}
+					buf := []float32{float32(r)}
+					if err := g.c.AllReduce(buf, nccl.Sum); err != nil {
+						return err
+					}
+					sum := 0
+					for _, x := range g.ranks {
+						sum += x
+					}
+					if buf[0] != float32(sum) {
+						return fmt.Errorf("rank %d: sum over %v is %v, want %d", r, g.ranks, buf[0], sum)
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -58,6 +58,10 @@ type Config struct {
 	// Layout of the job.
 	NTasks int `toml:"ntasks" json:"ntasks"`
 	TP     int `toml:"tp" json:"tp"`
+	// Pipeline parallelism (1F1B, Narayanan et al. 2104.04473): the blocks
+	// split into pp stages, each step micro_batches micro-batches of bsz.
+	PP           int `toml:"pp,omitempty" json:"pp,omitempty"`                       // pipeline stages; 0 = 1
+	MicroBatches int `toml:"micro_batches,omitempty" json:"micro_batches,omitempty"` // micro-batches per step through the pipeline (pp > 1, >= pp); 0 = pp
 	// Memory-saving parallelism (Megatron-LM 2205.05198, ZeRO 1910.02054).
 	SP   bool `toml:"sp" json:"sp"`     // sequence parallelism: layer norms and residuals split along the sequence over tp (seq % tp == 0)
 	Zero int  `toml:"zero" json:"zero"` // 1: ZeRO-1, the AdamW moments sharded over the data-parallel group; 0: replicated
@@ -109,12 +113,28 @@ func DefaultConfig() Config {
 	}
 }
 
-// DP is the data-parallel degree: how many model replicas the job holds.
+// DP is the data-parallel degree: how many model replicas the job holds
+// (ntasks = pp x dp x tp).
 func (c Config) DP() int {
-	if c.TP <= 0 {
+	if c.TP <= 0 || c.PP < 0 {
 		return 0
 	}
-	return c.NTasks / c.TP
+	return c.NTasks / c.TP / c.Stages()
+}
+
+// Stages is the pipeline-parallel degree: pp, or 1 when unset.
+func (c Config) Stages() int { return max(c.PP, 1) }
+
+// Micro is the number of micro-batches of bsz samples in one optimizer
+// step: micro_batches (or pp when 0) through a pipeline, else grad_accum.
+func (c Config) Micro() int {
+	if c.Stages() == 1 {
+		return c.GradAccum
+	}
+	if c.MicroBatches > 0 {
+		return c.MicroBatches
+	}
+	return c.Stages()
 }
 
 // Validate checks the shapes and values that every rank depends on, so that a
@@ -148,9 +168,14 @@ func (c Config) Validate() error {
 			bad("%s = %d: must not be negative", p.name, p.v)
 		}
 	}
-	if c.NTasks > 0 && c.TP > 0 && c.NTasks%c.TP != 0 {
-		bad("ntasks %d is not a multiple of tp %d: choose ntasks = tp x data-parallel degree", c.NTasks, c.TP)
+	if c.NTasks > 0 && c.TP > 0 && c.PP >= 0 && c.NTasks%(c.TP*c.Stages()) != 0 {
+		if c.Stages() > 1 {
+			bad("ntasks %d is not a multiple of pp %d x tp %d: choose ntasks = pp x data-parallel degree x tp", c.NTasks, c.PP, c.TP)
+		} else {
+			bad("ntasks %d is not a multiple of tp %d: choose ntasks = tp x data-parallel degree", c.NTasks, c.TP)
+		}
 	}
+	c.validatePipeline(bad)
 	if c.Heads > 0 && c.TP > 0 && c.Heads%c.TP != 0 {
 		bad("heads %d is not a multiple of tp %d: each tensor-parallel rank needs whole heads", c.Heads, c.TP)
 	}
@@ -160,8 +185,8 @@ func (c Config) Validate() error {
 	if c.SP && c.TP == 1 {
 		bad("sp needs tp > 1: sequence parallelism splits the sequence over the tensor-parallel group")
 	}
-	if c.Zero == 1 && c.TP > 0 && c.NTasks > 0 && c.NTasks/c.TP < 2 {
-		bad("zero 1 needs a data-parallel degree > 1 (ntasks %d / tp %d): ZeRO-1 shards the optimizer state over the data-parallel group", c.NTasks, c.TP)
+	if c.Zero == 1 && c.TP > 0 && c.NTasks > 0 && c.PP >= 0 && c.DP() < 2 {
+		bad("zero 1 needs a data-parallel degree > 1 (ntasks %d / tp %d / pp %d): ZeRO-1 shards the optimizer state over the data-parallel group", c.NTasks, c.TP, c.Stages())
 	}
 	if c.SP && c.TP > 0 && c.Seq > 0 && c.Seq%c.TP != 0 {
 		bad("sp: seq %d is not a multiple of tp %d: sequence parallelism gives each tensor-parallel rank seq/tp positions", c.Seq, c.TP)
@@ -292,4 +317,44 @@ func (c Config) evalSamples() int {
 		return c.EvalSamples
 	}
 	return 512
+}
+
+// validatePipeline reports the pipeline settings that cannot run: the
+// stage counts and what pipelining does not support yet.
+func (c Config) validatePipeline(bad func(format string, args ...any)) {
+	if c.PP < 0 || c.MicroBatches < 0 {
+		bad("pp = %d, micro_batches = %d: must not be negative", c.PP, c.MicroBatches)
+		return
+	}
+	p := c.Stages()
+	if p == 1 {
+		if c.MicroBatches > 0 {
+			bad("micro_batches needs pp > 1: without a pipeline use --grad-accum")
+		}
+		return
+	}
+	if c.Layers > 0 && c.Layers%p != 0 {
+		bad("layers %d is not a multiple of pp %d: each pipeline stage holds layers/pp blocks", c.Layers, p)
+	}
+	if c.MicroBatches > 0 && c.MicroBatches < p {
+		bad("micro_batches %d is fewer than pp %d: 1F1B needs at least one micro-batch per stage in flight", c.MicroBatches, p)
+	}
+	if c.GradAccum > 1 {
+		bad("grad_accum %d with pp %d: a pipeline accumulates over its micro-batches, use --micro-batches", c.GradAccum, p)
+	}
+	if c.Zero != 0 {
+		bad("zero 1 with pp %d is not supported yet: use --zero 0", p)
+	}
+	if c.Device == "cuda" {
+		bad("pp %d runs on the CPU only for now: use --device cpu", p)
+	}
+	if c.Arch == "hf" {
+		bad("arch hf (BERT's own layout) has no pipeline split: use pp 1")
+	}
+	if c.InitFrom != "" {
+		bad("init_from with pp %d is not supported yet: use pp 1", p)
+	}
+	if c.CkptEvery >= 0 || c.ResumeFrom != "" {
+		bad("checkpoints with pp %d are not supported yet: use --ckpt-every -1 and no --resume-from", p)
+	}
 }

@@ -59,9 +59,9 @@ type EvalResult struct {
 	Accuracy float64 // NaN for a language model
 }
 
-// Run trains cfg on this rank. world is the job's communicator (rank = tp_rank
-// + dp_rank*tp, Megatron order); every rank of world must call Run with the
-// same cfg. It writes a run line, a step line per optimizer step, eval lines
+// Run trains cfg on this rank. world is the job's communicator (rank =
+// tp_rank + tp*(dp_rank + dp*pp_rank), Megatron order, parallel.Mesh);
+// every rank of world must call Run with the same cfg. It writes a run line, a step line per optimizer step, eval lines
 // and an end line to the rank's metrics file, and returns the first error:
 // its own, or the one a failed peer caused in a collective.
 func Run(ctx context.Context, cfg Config, world nccl.Comm, opt Options) (res *Result, err error) {
@@ -110,6 +110,9 @@ func (t *trainer) resumeIfAny(opt Options) error {
 	if err = agree(t.world, err, "finding the checkpoint"); err != nil {
 		return err
 	}
+	if dir != "" && t.pipe != nil {
+		return fmt.Errorf("resuming %s with pp %d: checkpoints with a pipeline are not supported yet", dir, t.cfg.Stages())
+	}
 	if dir == "" {
 		if t.cfg.InitFrom == "" {
 			return nil
@@ -131,6 +134,7 @@ type trainer struct {
 	sync    *GradSync
 	zero    *ZeRO1      // --zero 1: the optimizer (opt is its hyperparameters)
 	gpu     *deviceStep // the GPU step, when the device and groups allow it
+	pipe    *pipeline   // pp > 1: this rank's pipeline stage
 	sampler *Sampler
 	w       *metrics.Writer
 	log     io.Writer
@@ -175,9 +179,9 @@ func CheckJob(cfg Config) error {
 // checkSteps reports a training set too small for one optimizer step.
 func checkSteps(cfg Config, data *Data) error {
 	perRank := data.Train.Len() / cfg.DP()
-	if perRank/cfg.BatchSize/cfg.GradAccum == 0 {
-		return fmt.Errorf("%d training samples make no full step of bsz %d x grad_accum %d x data-parallel %d: lower --bsz or --grad-accum, or give more samples",
-			data.Train.Len(), cfg.BatchSize, cfg.GradAccum, cfg.DP())
+	if perRank/cfg.BatchSize/cfg.Micro() == 0 {
+		return fmt.Errorf("%d training samples make no full step of bsz %d x micro-batches %d x data-parallel %d: lower --bsz, --grad-accum or --micro-batches, or give more samples",
+			data.Train.Len(), cfg.BatchSize, cfg.Micro(), cfg.DP())
 	}
 	return nil
 }
@@ -221,12 +225,18 @@ func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*t
 	if note := commNote(cfg, t.dev, world); note != "" {
 		t.logf("%s", note)
 	}
-	mesh, err := parallel.NewMesh(world, cfg.TP)
+	mesh, err := parallel.NewMeshPP(world, cfg.Stages(), cfg.TP)
 	if err != nil {
 		return nil, err
 	}
 	t.mesh = mesh
-	t.commNow = func() time.Duration { return t.mesh.TP.Stats().Total().Time + t.mesh.DP.Stats().Total().Time }
+	t.commNow = func() time.Duration {
+		d := t.mesh.TP.Stats().Total().Time + t.mesh.DP.Stats().Total().Time
+		if t.pipe != nil {
+			d += t.pipe.commTime()
+		}
+		return d
+	}
 
 	if t.sampler, err = NewSampler(data.Train.Len(), cfg.DP(), t.mesh.DPRank(), cfg.Seed, cfg.Shuffle); err != nil {
 		return nil, err
@@ -234,13 +244,25 @@ func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*t
 	if err := checkSteps(cfg, data); err != nil {
 		return nil, err
 	}
-	t.perEp = t.sampler.Len() / cfg.BatchSize / cfg.GradAccum
+	t.perEp = t.sampler.Len() / cfg.BatchSize / cfg.Micro()
 	t.total = cfg.Steps
 	if t.total == 0 {
 		t.total = cfg.Epochs * t.perEp
 	}
 	if t.model, err = newModel(cfg, data, mesh, t.dev); err != nil {
 		return nil, err
+	}
+	if cfg.Stages() > 1 {
+		if _, ok := t.dev.(parallel.Streamer); ok {
+			return nil, fmt.Errorf("pp %d runs on the CPU only for now, this run's device is %s: use --device cpu", cfg.Stages(), t.dev.Name())
+		}
+		tm, ok := t.model.(*transformer)
+		if !ok {
+			return nil, fmt.Errorf("pp %d: this model has no pipeline split: use pp 1", cfg.Stages())
+		}
+		if t.pipe, err = newPipeline(tm, mesh, cfg.Micro()); err != nil {
+			return nil, err
+		}
 	}
 	params := t.model.Params()
 	if cfg.Zero == 1 {
@@ -256,7 +278,7 @@ func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*t
 	}
 	t.opt.SetBetas(cfg.adam())
 	t.sync = NewGradSync(t.dev, t.mesh.DP, params, 0)
-	if t.zero == nil {
+	if t.zero == nil && t.pipe == nil {
 		gpu, why, err := newDeviceStep(t.dev, t.model, t.mesh.TP, t.mesh.DP)
 		if err != nil {
 			return nil, err
@@ -271,13 +293,16 @@ func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*t
 			return nil, err
 		}
 	}
-	t.logf("%s %d layers dim %d heads %d seq %d: %.2fM params, tp %d x dp %d%s, %d steps (%d per epoch); %s",
+	t.logf("%s %d layers dim %d heads %d seq %d: %.2fM params, %stp %d x dp %d%s, %d steps (%d per epoch); %s",
 		cfg.Model, cfg.Layers, cfg.Dim, cfg.Heads, cfg.Seq, float64(ParamCount(cfg, data.Vocab))/1e6,
-		cfg.TP, cfg.DP(), memoryModes(cfg), t.total, t.perEp, data.describe())
+		pipeNote(cfg), cfg.TP, cfg.DP(), memoryModes(cfg), t.total, t.perEp, data.describe())
 	return t, nil
 }
 
 func (t *trainer) close() {
+	if t.pipe != nil {
+		t.pipe.close()
+	}
 	if t.model != nil {
 		t.model.Close()
 	}
@@ -307,6 +332,7 @@ func (t *trainer) writeRunLine() error {
 	return t.w.Run(metrics.RunInfo{
 		Config: cfgJSON, Rank: t.world.Rank(), World: t.world.Size(),
 		TPRank: t.mesh.TPRank(), DPRank: t.mesh.DPRank(), TP: t.cfg.TP, DP: t.cfg.DP(),
+		PPRank: t.mesh.PPRank(), PP: t.mesh.PPSize(),
 		Host: host, Device: t.dev.Name(), TotalSteps: t.total,
 		Params: ParamCount(t.cfg, t.data.Vocab), FlopsPerToken: FlopsPerToken(t.cfg, t.data.Vocab),
 	})
@@ -315,6 +341,12 @@ func (t *trainer) writeRunLine() error {
 // nextBatch gathers this rank's next micro-batch, starting a new epoch (and
 // a new shuffle) when the current one is used up.
 func (t *trainer) nextBatch() *Batch {
+	t.nextBatchInto(&t.batch)
+	return &t.batch
+}
+
+// nextBatchInto is nextBatch into b.
+func (t *trainer) nextBatchInto(b *Batch) {
 	bsz := t.cfg.BatchSize
 	if t.order == nil || t.pos+bsz > len(t.order) {
 		if t.order != nil {
@@ -322,9 +354,8 @@ func (t *trainer) nextBatch() *Batch {
 		}
 		t.order, t.pos = t.sampler.Epoch(t.epoch), 0
 	}
-	t.data.Train.Gather(&t.batch, t.order[t.pos:t.pos+bsz])
+	t.data.Train.Gather(b, t.order[t.pos:t.pos+bsz])
 	t.pos += bsz
-	return &t.batch
 }
 
 func (t *trainer) run(ctx context.Context) (*Result, error) {
@@ -407,6 +438,9 @@ func (t *trainer) evalAndLog(res *Result, step int) error {
 func (t *trainer) trainStep(step int) (metrics.Step, error) {
 	if t.gpu != nil {
 		return t.trainStepDevice(step)
+	}
+	if t.pipe != nil {
+		return t.trainStepPipeline(step)
 	}
 	start, comm0 := time.Now(), t.commNow()
 	t.model.MarkGradsStale()
@@ -516,7 +550,13 @@ func (t *trainer) evaluate(step int) (EvalResult, error) {
 		}
 		val.Gather(&b, idx)
 		maskPadding(&b, real)
-		l, err := t.model.Forward(&b, false)
+		var l float64
+		var err error
+		if t.pipe != nil {
+			l, err = t.pipe.evalForward(&b)
+		} else {
+			l, err = t.model.Forward(&b, false)
+		}
 		if err != nil {
 			return EvalResult{}, err
 		}
@@ -531,6 +571,12 @@ func (t *trainer) evaluate(step int) (EvalResult, error) {
 	}
 	// sums: loss, correct, count
 	sums := []float32{float32(loss), float32(correct), float32(len(mine))}
+	if t.pipe != nil {
+		// The loss and the predictions are the last stage's.
+		if err := t.pipe.sumStages(sums[:2]); err != nil {
+			return EvalResult{}, err
+		}
+	}
 	if dp > 1 {
 		if err := t.mesh.DP.AllReduce(sums, nccl.Sum); err != nil {
 			return EvalResult{}, err

@@ -54,8 +54,14 @@ type transformer struct {
 	B, T int
 	C    int
 
-	wte    *parallel.VocabParallelEmbedding
-	wpe    *parallel.PositionEmbedding
+	// A pipeline stage (pp > 1) holds blocks [lo, hi); the first stage
+	// the embeddings, the last ln_f, the head and the loss, and under gpt
+	// its own copy of wte for the tied head. One stage is both.
+	first, last bool
+	lo, hi      int
+
+	wte    *parallel.VocabParallelEmbedding // nil on a middle stage, and on the last of bert's
+	wpe    *parallel.PositionEmbedding      // first stage only
 	blocks []*parallel.Block
 	lnf    *parallel.LayerNorm
 	head   *parallel.ColumnParallelLinear // gpt: tied to wte; bert: cls.fc1
@@ -96,6 +102,12 @@ func newModel(cfg Config, data *Data, m *parallel.Mesh, dev tensor.Device) (mode
 	}
 	seed := uint64(cfg.Seed)
 	t := &transformer{dev: dev, gpt: cfg.Model == "gpt", B: cfg.BatchSize, T: cfg.Seq, C: cfg.Dim, Tl: cfg.Seq}
+	p, s := m.PPSize(), m.PPRank()
+	if cfg.Layers%p != 0 {
+		return nil, fmt.Errorf("layers %d is not a multiple of pp %d: each pipeline stage holds layers/pp blocks", cfg.Layers, p)
+	}
+	t.first, t.last = s == 0, s == p-1
+	t.lo, t.hi = s*cfg.Layers/p, (s+1)*cfg.Layers/p
 	if err := t.build(cfg, data.Vocab, m.TP, seed); err != nil {
 		t.Close()
 		return nil, err
@@ -106,25 +118,34 @@ func newModel(cfg Config, data *Data, m *parallel.Mesh, dev tensor.Device) (mode
 func (t *transformer) build(cfg Config, vocab int, tp nccl.Comm, seed uint64) error {
 	dev, C := t.dev, cfg.Dim
 	var err error
-	if t.wte, err = parallel.NewVocabParallelEmbedding(dev, tp, "wte", vocab, C, seed, parallel.DefaultStd); err != nil {
-		return err
+	if t.first || (t.last && t.gpt) {
+		if t.wte, err = parallel.NewVocabParallelEmbedding(dev, tp, "wte", vocab, C, seed, parallel.DefaultStd); err != nil {
+			return err
+		}
+		t.params = append(t.params, t.wte.Params()...)
 	}
-	if t.wpe, err = parallel.NewPositionEmbedding(dev, "wpe", cfg.PositionRows(), C, seed, posInitStd); err != nil {
-		return err
+	if t.first {
+		if t.wpe, err = parallel.NewPositionEmbedding(dev, "wpe", cfg.PositionRows(), C, seed, posInitStd); err != nil {
+			return err
+		}
+		t.params = append(t.params, t.wpe.Params()...)
 	}
 	if cfg.SP && tp != nil && tp.Size() > 1 {
 		if cfg.Seq%tp.Size() != 0 {
 			return fmt.Errorf("sp: seq %d is not a multiple of tp %d", cfg.Seq, tp.Size())
 		}
 		t.sp, t.Tl = parallel.NewSequenceParallel(tp), cfg.Seq/tp.Size()
-		if err := t.wte.SetSequenceParallel(t.sp); err != nil {
-			return err
+		if t.wte != nil {
+			if err := t.wte.SetSequenceParallel(t.sp); err != nil {
+				return err
+			}
 		}
-		t.wpe.SetSequenceParallel(t.sp)
+		if t.wpe != nil {
+			t.wpe.SetSequenceParallel(t.sp)
+		}
 	}
-	t.params = append(t.wte.Params(), t.wpe.Params()...)
 	projStd := float32(parallel.DefaultStd / math.Sqrt(2*float64(cfg.Layers)))
-	for l := 0; l < cfg.Layers; l++ {
+	for l := t.lo; l < t.hi; l++ {
 		blk, err := parallel.NewBlock(dev, tp, fmt.Sprintf("h.%d", l), parallel.BlockConfig{
 			Dim: C, Heads: cfg.Heads, Causal: t.gpt, Seed: seed, ProjStd: projStd, SP: t.sp})
 		if err != nil {
@@ -133,11 +154,6 @@ func (t *transformer) build(cfg Config, vocab int, tp nccl.Comm, seed uint64) er
 		t.blocks = append(t.blocks, blk)
 		t.params = append(t.params, blk.Params()...)
 	}
-	if t.lnf, err = parallel.NewLayerNorm(dev, "ln_f", C); err != nil {
-		return err
-	}
-	t.lnf.SetSequenceParallel(t.sp)
-	t.params = append(t.params, t.lnf.Params()...)
 	B, T := t.B, t.T
 	alloc := func(shape ...int) *tensor.Tensor {
 		if err != nil {
@@ -149,6 +165,21 @@ func (t *transformer) build(cfg Config, vocab int, tp nccl.Comm, seed uint64) er
 		}
 		return x
 	}
+	t.dx, t.dy = alloc(B, t.Tl, C), alloc(B, t.Tl, C)
+	if !t.gpt {
+		t.keyValid = make([]int32, B*T)
+	}
+	if !t.last {
+		if err != nil {
+			return fmt.Errorf("activations for batch %d x seq %d: %w", B, T, err)
+		}
+		return nil
+	}
+	if t.lnf, err = parallel.NewLayerNorm(dev, "ln_f", C); err != nil {
+		return err
+	}
+	t.lnf.SetSequenceParallel(t.sp)
+	t.params = append(t.params, t.lnf.Params()...)
 	if t.gpt {
 		if t.head, err = parallel.NewLMHead(tp, "lm_head", t.wte); err != nil {
 			return err
@@ -179,13 +210,12 @@ func (t *transformer) build(cfg Config, vocab int, tp nccl.Comm, seed uint64) er
 		t.poolHost = make([]float32, B*B*t.Tl)
 		t.logitsHost = make([]float32, B*numClasses)
 		t.pred = make([]int32, B)
-		t.keyValid = make([]int32, B*T)
 	}
 	t.params = append(t.params, t.head.Params()...)
 	if t.fc2 != nil {
 		t.params = append(t.params, t.fc2.Params()...)
 	}
-	t.dx, t.dy, t.dh = alloc(B, t.Tl, C), alloc(B, t.Tl, C), alloc(B, t.Tl, C)
+	t.dh = alloc(B, t.Tl, C)
 	if err != nil {
 		return fmt.Errorf("activations for batch %d x seq %d: %w", B, T, err)
 	}
@@ -277,24 +307,43 @@ func (t *transformer) releaseLayers() {
 
 // Forward implements model.
 func (t *transformer) Forward(b *Batch, train bool) (float64, error) {
-	h, err := t.trunk(b)
+	_, loss, err := t.forwardStage(b, nil, train)
+	return loss, err
+}
+
+// forwardStage runs this stage's part of the forward pass on b: the
+// embeddings on the first stage (else x, the previous stage's output,
+// (B,T,C) or (B,T/tp,C) under sp, is the input), the stage's blocks, and on
+// the last stage ln_f, the head and the loss. It returns the stage's output
+// (nil on the last stage) and the loss (0 but on the last stage). x must
+// not change until the stage's Backward.
+func (t *transformer) forwardStage(b *Batch, x *tensor.Tensor, train bool) (*tensor.Tensor, float64, error) {
+	x, err := t.body(b, x)
 	if err != nil {
-		return 0, err
+		return nil, 0, err
+	}
+	if !t.last {
+		t.forwardedTrain = train
+		return x, 0, nil
+	}
+	h, err := t.lnf.Forward(x)
+	if err != nil {
+		return nil, 0, err
 	}
 	var loss float64
 	if t.gpt {
 		logits, err := t.head.Forward(h)
 		if err != nil {
-			return 0, err
+			return nil, 0, err
 		}
 		if loss, err = t.loss.Forward(logits, t.targets); err != nil {
-			return 0, err
+			return nil, 0, err
 		}
 	} else if loss, err = t.classifierForward(b, h); err != nil {
-		return 0, err
+		return nil, 0, err
 	}
 	t.forwardedTrain = train
-	return loss, nil
+	return nil, loss, nil
 }
 
 // DeviceLoss reports whether ForwardOnDevice can run: the language model
@@ -325,8 +374,20 @@ func (t *transformer) ForwardOnDevice(b *Batch) (losses *tensor.Tensor, count in
 
 // trunk runs the embeddings, the blocks and the final layernorm on b and
 // returns ln_f's output (B,T,C); under sequence parallelism this rank's
-// (B,T/tp,C) positions, which the LM head gathers.
+// (B,T/tp,C) positions, which the LM head gathers. The model must be one
+// stage.
 func (t *transformer) trunk(b *Batch) (*tensor.Tensor, error) {
+	x, err := t.body(b, nil)
+	if err != nil {
+		return nil, err
+	}
+	return t.lnf.Forward(x)
+}
+
+// body runs the embeddings (first stage) and the stage's blocks on b and
+// returns the residual stream after the last of them; x is the stage's
+// input on the other stages.
+func (t *transformer) body(b *Batch, x *tensor.Tensor) (*tensor.Tensor, error) {
 	if b.B != t.B || b.T != t.T {
 		return nil, fmt.Errorf("batch is %dx%d, the model was built for %dx%d", b.B, b.T, t.B, t.T)
 	}
@@ -344,23 +405,23 @@ func (t *transformer) trunk(b *Batch) (*tensor.Tensor, error) {
 		}
 		keyValid = t.keyValid
 	}
-	x, err := t.wte.Forward(t.ids, t.B, t.T)
-	if err != nil {
-		return nil, err
-	}
-	if x, err = t.wpe.Forward(x); err != nil {
-		return nil, err
+	var err error
+	if t.first {
+		if x, err = t.wte.Forward(t.ids, t.B, t.T); err != nil {
+			return nil, err
+		}
+		if x, err = t.wpe.Forward(x); err != nil {
+			return nil, err
+		}
+	} else if x == nil || x.Len() != t.B*t.Tl*t.C {
+		return nil, fmt.Errorf("blocks %d-%d: no input of %dx%dx%d from the previous stage", t.lo, t.hi-1, t.B, t.Tl, t.C)
 	}
 	for _, blk := range t.blocks {
 		if x, err = blk.Forward(x, keyValid); err != nil {
 			return nil, err
 		}
 	}
-	h, err := t.lnf.Forward(x)
-	if err != nil {
-		return nil, err
-	}
-	return h, nil
+	return x, nil
 }
 
 // classifierForward pools the final hidden states h (B,T,C) over each
@@ -417,9 +478,54 @@ func b2i(b bool) int32 {
 
 // Backward implements model.
 func (t *transformer) Backward(scale float32) error {
+	_, err := t.backwardStage(scale, nil)
+	return err
+}
+
+// backwardStage accumulates the gradients of scale * the loss through this
+// stage after its forwardStage. dout is the gradient of the stage's output
+// (from the next stage; nil on the last, which starts from the loss). It
+// returns the gradient of the stage's input (nil on the first stage), owned
+// by the model until its next backward.
+func (t *transformer) backwardStage(scale float32, dout []float32) (*tensor.Tensor, error) {
 	if !t.forwardedTrain {
-		return fmt.Errorf("backward without a training forward pass")
+		return nil, fmt.Errorf("backward without a training forward pass")
 	}
+	d := t.dev
+	dx, dy := t.dx, t.dy
+	if t.last {
+		if err := t.headBackward(scale); err != nil {
+			return nil, err
+		}
+	} else if len(dout) != dx.Len() {
+		return nil, fmt.Errorf("stage gradient of %d elements, want %d", len(dout), dx.Len())
+	} else {
+		d.CopyFromHost(dx, dout)
+	}
+	for l := len(t.blocks) - 1; l >= 0; l-- {
+		d.Zero(dy)
+		if err := t.blocks[l].Backward(dx, dy); err != nil {
+			return nil, err
+		}
+		dx, dy = dy, dx
+	}
+	if !t.first {
+		parallel.ZeroStaleGrads(t.params)
+		return dx, nil
+	}
+	if err := t.wpe.Backward(dx, nil); err != nil {
+		return nil, err
+	}
+	if err := t.wte.Backward(dx); err != nil {
+		return nil, err
+	}
+	parallel.ZeroStaleGrads(t.params)
+	return nil, nil
+}
+
+// headBackward runs the loss, the head and ln_f backward, leaving the
+// gradient of the last block's output in t.dx.
+func (t *transformer) headBackward(scale float32) error {
 	d := t.dev
 	d.Zero(t.dlogits)
 	if err := t.loss.Backward(t.dlogits, scale); err != nil {
@@ -433,26 +539,18 @@ func (t *transformer) Backward(scale float32) error {
 	} else if err := t.classifierBackward(); err != nil {
 		return err
 	}
-	dx, dy := t.dx, t.dy
-	d.Zero(dx)
-	if err := t.lnf.Backward(t.dh, dx); err != nil {
-		return err
+	d.Zero(t.dx)
+	return t.lnf.Backward(t.dh, t.dx)
+}
+
+// tiedEmbedding is the token embedding this stage shares with the other
+// end of the pipeline (the LM head's weight): non-nil on the first and the
+// last stage of a gpt pipeline of more than one stage.
+func (t *transformer) tiedEmbedding() *parallel.Param {
+	if !t.gpt || t.first == t.last {
+		return nil
 	}
-	for l := len(t.blocks) - 1; l >= 0; l-- {
-		d.Zero(dy)
-		if err := t.blocks[l].Backward(dx, dy); err != nil {
-			return err
-		}
-		dx, dy = dy, dx
-	}
-	if err := t.wpe.Backward(dx, nil); err != nil {
-		return err
-	}
-	if err := t.wte.Backward(dx); err != nil {
-		return err
-	}
-	parallel.ZeroStaleGrads(t.params)
-	return nil
+	return t.wte.Weight
 }
 
 // ReduceGrads implements model.

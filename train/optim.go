@@ -64,6 +64,13 @@ func (o *AdamW) Close() {
 // are then summed over the TP group. Gradients are the same on every DP rank
 // (after the DP all-reduce), so the DP group needs no reduction.
 func GradNorm(dev tensor.Device, params []*parallel.Param, tp nccl.Comm) (float64, error) {
+	return gradNormOver(dev, params, tp, nil)
+}
+
+// gradNormOver is GradNorm with the sums of squares also added over pp,
+// the stages of a pipeline (nil: one stage), each stage giving params
+// without the copies of a parameter another stage counts.
+func gradNormOver(dev tensor.Device, params []*parallel.Param, tp, pp nccl.Comm) (float64, error) {
 	var sharded, replicated []*tensor.Tensor
 	for _, p := range params {
 		if p.Shard.Replicated() {
@@ -76,15 +83,17 @@ func GradNorm(dev tensor.Device, params []*parallel.Param, tp nccl.Comm) (float6
 	if tp == nil || tp.Rank() == 0 {
 		ss += dev.SumSquares(replicated...)
 	}
-	if tp != nil && tp.Size() > 1 {
-		// float32 all-reduce of a float64 split in a high and a low part
-		// keeps the sum exact enough for a norm.
-		hi := float32(ss)
-		buf := []float32{hi, float32(ss - float64(hi))}
-		if err := tp.AllReduce(buf, nccl.Sum); err != nil {
-			return 0, fmt.Errorf("grad norm: %w", err)
+	for _, c := range []nccl.Comm{tp, pp} {
+		if c != nil && c.Size() > 1 {
+			// float32 all-reduce of a float64 split in a high and a low
+			// part keeps the sum exact enough for a norm.
+			hi := float32(ss)
+			buf := []float32{hi, float32(ss - float64(hi))}
+			if err := c.AllReduce(buf, nccl.Sum); err != nil {
+				return 0, fmt.Errorf("grad norm: %w", err)
+			}
+			ss = float64(buf[0]) + float64(buf[1])
 		}
-		ss = float64(buf[0]) + float64(buf[1])
 	}
 	return math.Sqrt(ss), nil
 }

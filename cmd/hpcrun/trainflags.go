@@ -14,8 +14,10 @@ import (
 func trainFlags() []cli.Flag {
 	const cat = "training"
 	flags := []cli.Flag{
-		&cli.IntFlag{Name: "ntasks", Aliases: []string{"n"}, Usage: "total tasks (ranks) = tp x data-parallel degree", Category: cat},
+		&cli.IntFlag{Name: "ntasks", Aliases: []string{"n"}, Usage: "total tasks (ranks) = pp x data-parallel degree x tp", Category: cat},
 		&cli.IntFlag{Name: "tp", Usage: "tensor-parallel degree", Category: cat},
+		&cli.IntFlag{Name: "pp", Usage: "pipeline-parallel degree: the blocks split into pp stages, 1F1B schedule (layers % pp == 0; CPU)", Category: cat},
+		&cli.IntFlag{Name: "micro-batches", Usage: "micro-batches of bsz per optimizer step through the pipeline (pp > 1, at least pp; 0 = pp)", Category: cat},
 		&cli.BoolFlag{Name: "sp", Usage: "sequence parallelism: layer norms and residuals split along the sequence over tp (seq % tp == 0)", Category: cat},
 		&cli.IntFlag{Name: "zero", Usage: "1: ZeRO-1, AdamW moments sharded over the data-parallel group (CPU); 0: replicated", Category: cat},
 		&cli.StringFlag{Name: "model", Usage: "bert (classifier) or gpt (causal LM)", Category: cat},

@@ -42,6 +42,8 @@ type RunInfo struct {
 	DPRank int    `json:"dp_rank"`
 	TP     int    `json:"tp"`
 	DP     int    `json:"dp"`
+	PPRank int    `json:"pp_rank,omitempty"` // pipeline stage
+	PP     int    `json:"pp,omitempty"`      // pipeline stages (0 or 1: none)
 	Host   string `json:"host"`
 	Device string `json:"device"` // "cpu", "cuda:0 NVIDIA H100 80GB HBM3", ...
 
@@ -80,8 +82,15 @@ type Step struct {
 	MemPeakBytes int64 `json:"mem_peak_bytes"`
 	// HostSyncs is how many times the host waited for the GPU in the step
 	// (one on the GPU path: reading the loss); 0 and left out on the CPU.
-	HostSyncs int64   `json:"host_syncs,omitempty"`
-	TS        float64 `json:"ts"` // Unix seconds at the end of the step; the Writer fills 0
+	HostSyncs int64 `json:"host_syncs,omitempty"`
+	// Bubble is, on a pipeline stage (pp > 1), the share of the step's
+	// schedule (its forwards and backwards, up to the last send) this rank
+	// spent waiting on a neighbour stage; BubbleTheory is the 1F1B
+	// schedule's (p-1)/(m+p-1) for p stages and m micro-batches. Both are
+	// written when BubbleTheory > 0, left out without a pipeline.
+	Bubble       float64 `json:"bubble,omitempty"`
+	BubbleTheory float64 `json:"bubble_theory,omitempty"`
+	TS           float64 `json:"ts"` // Unix seconds at the end of the step; the Writer fills 0
 }
 
 // Eval is one validation pass.

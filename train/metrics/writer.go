@@ -109,6 +109,10 @@ func (w *Writer) Step(s Step) error {
 	if s.HostSyncs > 0 {
 		b = appendInt(b, "host_syncs", s.HostSyncs)
 	}
+	if s.BubbleTheory > 0 {
+		b = appendFloat(b, "bubble", s.Bubble)
+		b = appendFloat(b, "bubble_theory", s.BubbleTheory)
+	}
 	b = appendFloat(b, "ts", s.TS)
 	b = append(b, '}')
 	return w.writeLocked(b)

@@ -1,0 +1,367 @@
+package train
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/parallel"
+	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/train/metrics"
+)
+
+// pipeline runs one stage of a pipeline-parallel model (pp > 1) through
+// the 1F1B schedule (parallel.OneFOneB): activations go to the next stage
+// and gradients to the previous one point-to-point, host-staged.
+//
+// Each neighbour link is two 2-rank groups, one per direction, so that a
+// rank only sends on some communicators and only receives on the others:
+// the sends run on a goroutine of their own (a stage never waits for its
+// neighbour to take an activation, which with blocking sends both ways
+// would deadlock), the receives on the caller's.
+//
+// The layers keep the activations of one micro-batch. A stage keeps the
+// input of every micro-batch in flight (at most pp-stage of them) and,
+// when a backward finds the layers holding another micro-batch, runs the
+// stage's forward again from that input first (full activation
+// recomputation; the kernels and collectives are deterministic, so the
+// gradients are the same). The last stage never recomputes: it runs each
+// forward right before its backward.
+type pipeline struct {
+	t             *transformer
+	stage, stages int
+	micro         int
+	pp            nccl.Comm // the stages of this rank's pipeline
+	embed         nccl.Comm // first and last stage (mesh.Embed)
+
+	fromPrev, toPrev nccl.Comm // links to stage-1: activations in, gradients out (nil on the first)
+	toNext, fromNext nccl.Comm // links to stage+1: activations out, gradients in (nil on the last)
+	links            []nccl.Comm
+
+	in      []*tensor.Tensor // stage inputs of the micro-batches in flight, micro % len (not on the first stage)
+	batches []Batch          // the step's micro-batches
+	held    int              // micro-batch whose activations the layers hold, -1 none
+	buf     []float32        // receive buffer (B*T/tp*C)
+
+	sends   chan pipeSend
+	pending sync.WaitGroup
+	sendMu  sync.Mutex
+	sendErr error
+
+	wait       time.Duration // blocked receiving from a neighbour (or flushing sends) this step
+	recomputes int           // forwards run again this step
+}
+
+type pipeSend struct {
+	c   nccl.Comm
+	to  int
+	buf []float32
+}
+
+func newPipeline(t *transformer, mesh *parallel.Mesh, micro int) (*pipeline, error) {
+	p := &pipeline{t: t, stage: mesh.PPRank(), stages: mesh.PPSize(), micro: micro, pp: mesh.PP, embed: mesh.Embed,
+		batches: make([]Batch, micro), held: -1, buf: make([]float32, t.B*t.Tl*t.C)}
+	pair := func(lo int) (down, up nccl.Comm, err error) {
+		if down, err = mesh.PP.Group([]int{lo, lo + 1}); err != nil {
+			return nil, nil, err
+		}
+		p.links = append(p.links, down)
+		if up, err = mesh.PP.Group([]int{lo, lo + 1}); err != nil {
+			return nil, nil, err
+		}
+		p.links = append(p.links, up)
+		return down, up, nil
+	}
+	var err error
+	if p.stage > 0 {
+		if p.fromPrev, p.toPrev, err = pair(p.stage - 1); err != nil {
+			p.close()
+			return nil, fmt.Errorf("pipeline link to stage %d: %w", p.stage-1, err)
+		}
+		for range p.stages - p.stage {
+			x, err := t.dev.Alloc(t.B, t.Tl, t.C)
+			if err != nil {
+				p.close()
+				return nil, fmt.Errorf("pipeline stage inputs: %w", err)
+			}
+			p.in = append(p.in, x)
+		}
+	}
+	if p.stage < p.stages-1 {
+		if p.toNext, p.fromNext, err = pair(p.stage); err != nil {
+			p.close()
+			return nil, fmt.Errorf("pipeline link to stage %d: %w", p.stage+1, err)
+		}
+	}
+	p.sends = make(chan pipeSend, 2*micro+2)
+	go p.sender()
+	return p, nil
+}
+
+// sender sends the queued messages in order; after a failure it drops the
+// rest and flush reports the first error.
+func (p *pipeline) sender() {
+	for m := range p.sends {
+		p.sendMu.Lock()
+		failed := p.sendErr != nil
+		p.sendMu.Unlock()
+		if !failed {
+			if err := m.c.Send(m.buf, m.to); err != nil {
+				p.sendMu.Lock()
+				p.sendErr = err
+				p.sendMu.Unlock()
+			}
+		}
+		p.pending.Done()
+	}
+}
+
+// send queues a copy of x for the peer of link c (the other rank of the
+// 2-rank group).
+func (p *pipeline) send(c nccl.Comm, x *tensor.Tensor) {
+	buf := make([]float32, x.Len())
+	p.t.dev.CopyToHost(buf, x)
+	p.pending.Add(1)
+	p.sends <- pipeSend{c: c, to: 1 - c.Rank(), buf: buf}
+}
+
+// recv fills p.buf from the peer of link c, counting the time as waiting.
+func (p *pipeline) recv(c nccl.Comm, what string) error {
+	start := time.Now()
+	err := c.Recv(p.buf, 1-c.Rank())
+	p.wait += time.Since(start)
+	if err != nil {
+		return fmt.Errorf("pipeline stage %d: receiving %s: %w", p.stage, what, err)
+	}
+	return nil
+}
+
+// flush waits for the queued sends and returns the first send error.
+func (p *pipeline) flush() error {
+	start := time.Now()
+	p.pending.Wait()
+	p.wait += time.Since(start)
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	if p.sendErr != nil {
+		return fmt.Errorf("pipeline stage %d: sending: %w", p.stage, p.sendErr)
+	}
+	return nil
+}
+
+// step runs the step's micro-batches (drawn by next) through the stage in
+// the 1F1B order, each backward scaled by scale. It returns the mean loss
+// over the micro-batches on the last stage, 0 on the others.
+func (p *pipeline) step(next func(*Batch), scale float32) (float64, error) {
+	for i := range p.batches {
+		next(&p.batches[i])
+	}
+	p.held, p.wait, p.recomputes = -1, 0, 0
+	loss := 0.0
+	for _, op := range parallel.OneFOneB(p.stages, p.stage, p.micro) {
+		if op.Backward {
+			if err := p.backward(op.Micro, scale); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		l, err := p.forward(&p.batches[op.Micro], op.Micro, true)
+		if err != nil {
+			return 0, err
+		}
+		if math.IsNaN(l) || math.IsInf(l, 0) {
+			return 0, fmt.Errorf("loss is %v: lower --lr", l)
+		}
+		p.held = op.Micro
+		loss += l / float64(p.micro)
+	}
+	return loss, p.flush()
+}
+
+// forward receives micro-batch i's input from the previous stage (unless
+// first), runs the stage and sends its output on (unless last).
+func (p *pipeline) forward(b *Batch, i int, train bool) (float64, error) {
+	var x *tensor.Tensor
+	if p.fromPrev != nil {
+		if err := p.recv(p.fromPrev, fmt.Sprintf("the activations of micro-batch %d", i)); err != nil {
+			return 0, err
+		}
+		x = p.in[i%len(p.in)]
+		p.t.dev.CopyFromHost(x, p.buf)
+	}
+	out, loss, err := p.t.forwardStage(b, x, train)
+	if err != nil {
+		return 0, err
+	}
+	if p.toNext != nil {
+		p.send(p.toNext, out)
+	}
+	return loss, nil
+}
+
+// backward runs micro-batch i's backward through the stage: its forward
+// again if the layers hold another one, the gradient of its output from
+// the next stage (unless last), and the gradient of its input to the
+// previous stage (unless first).
+func (p *pipeline) backward(i int, scale float32) error {
+	if p.held != i {
+		var x *tensor.Tensor
+		if p.in != nil {
+			x = p.in[i%len(p.in)]
+		}
+		if _, _, err := p.t.forwardStage(&p.batches[i], x, true); err != nil {
+			return err
+		}
+		p.recomputes++
+	}
+	p.held = -1
+	var dout []float32
+	if p.fromNext != nil {
+		if err := p.recv(p.fromNext, fmt.Sprintf("the gradient of micro-batch %d", i)); err != nil {
+			return err
+		}
+		dout = p.buf
+	}
+	dx, err := p.t.backwardStage(scale, dout)
+	if err != nil {
+		return err
+	}
+	if p.toPrev != nil {
+		p.send(p.toPrev, dx)
+	}
+	return nil
+}
+
+// evalForward runs b forward through the pipeline: its loss on the last
+// stage, 0 on the others.
+func (p *pipeline) evalForward(b *Batch) (float64, error) {
+	l, err := p.forward(b, 0, false)
+	if err != nil {
+		return 0, err
+	}
+	p.held = -1
+	return l, p.flush()
+}
+
+// reduceTied sums the tied token embedding's gradient over the first and
+// the last stage, which both hold it (the embedding's and the LM head's
+// contributions), so that both apply the same update.
+func (p *pipeline) reduceTied() error {
+	w := p.t.tiedEmbedding()
+	if w == nil || p.embed == nil {
+		return nil
+	}
+	if err := parallel.ReduceFromRegion(p.embed).Forward(w.Grad); err != nil {
+		return fmt.Errorf("tied embedding gradient: %w", err)
+	}
+	return nil
+}
+
+// sumStages adds v over the stages (exact for values only one stage
+// holds, the others giving 0).
+func (p *pipeline) sumStages(v []float32) error {
+	return p.pp.AllReduce(v, nccl.Sum)
+}
+
+// normParams are the parameters this stage counts in the gradient norm:
+// all of its own, without the last stage's copy of the tied embedding
+// (counted on the first).
+func (p *pipeline) normParams() []*parallel.Param {
+	w := p.t.tiedEmbedding()
+	if w == nil || p.stage == 0 {
+		return p.t.params
+	}
+	var out []*parallel.Param
+	for _, q := range p.t.params {
+		if q != w {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// commTime is the time spent in the pipeline's own communicators.
+func (p *pipeline) commTime() time.Duration {
+	var d time.Duration
+	for _, c := range append([]nccl.Comm{p.pp, p.embed}, p.links...) {
+		if c != nil {
+			d += c.Stats().Total().Time
+		}
+	}
+	return d
+}
+
+func (p *pipeline) close() {
+	if p.sends != nil {
+		close(p.sends)
+		p.sends = nil
+	}
+	for _, x := range p.in {
+		p.t.dev.Free(x)
+	}
+	p.in = nil
+	for i := len(p.links) - 1; i >= 0; i-- {
+		p.links[i].Close()
+	}
+	p.links = nil
+}
+
+// trainStepPipeline is trainStep on a pipeline stage: the micro-batches
+// through the 1F1B schedule, the tied embedding's gradient summed over the
+// first and last stage, the gradient norm over every stage, and the loss
+// (the last stage's) given to every rank.
+func (t *trainer) trainStepPipeline(step int) (metrics.Step, error) {
+	start, comm0 := time.Now(), t.commNow()
+	p := t.pipe
+	t.model.MarkGradsStale()
+	loss, err := p.step(t.nextBatchInto, 1/float32(p.micro))
+	if err != nil {
+		return metrics.Step{}, err
+	}
+	span := time.Since(start)
+	if err := t.model.ReduceGrads(); err != nil {
+		return metrics.Step{}, err
+	}
+	if err := p.reduceTied(); err != nil {
+		return metrics.Step{}, err
+	}
+	if err := t.sync.Sync(); err != nil {
+		return metrics.Step{}, err
+	}
+	norm, err := gradNormOver(t.dev, p.normParams(), t.mesh.TP, t.mesh.PP)
+	if err != nil {
+		return metrics.Step{}, err
+	}
+	lr := scheduleLR(t.cfg, step, t.total)
+	t.opt.Step(lr, norm)
+	buf := []float32{float32(loss)}
+	if err := p.sumStages(buf); err != nil {
+		return metrics.Step{}, fmt.Errorf("pipeline loss: %w", err)
+	}
+	if loss, err = t.dpMean(float64(buf[0])); err != nil {
+		return metrics.Step{}, err
+	}
+	if err := t.dev.Sync(); err != nil {
+		return metrics.Step{}, err
+	}
+	mem := t.dev.MemStats()
+	b := t.cfg.BatchSize * p.micro
+	return metrics.Step{
+		Step: step + 1, Epoch: t.epoch, Loss: loss, LR: lr, GradNorm: norm,
+		Tokens: int64(b * t.cfg.Seq), Samples: int64(b),
+		StepS: time.Since(start).Seconds(), CommS: (t.commNow() - comm0).Seconds(),
+		MemBytes: mem.Current, MemPeakBytes: mem.Peak,
+		Bubble:       p.wait.Seconds() / span.Seconds(),
+		BubbleTheory: parallel.BubbleFraction(p.stages, p.micro),
+	}, nil
+}
+
+// pipeNote describes the pipeline for the start line ("" without one).
+func pipeNote(cfg Config) string {
+	if cfg.Stages() == 1 {
+		return ""
+	}
+	return fmt.Sprintf("pp %d (%d micro-batches, 1F1B, bubble %.2f) x ", cfg.Stages(), cfg.Micro(), parallel.BubbleFraction(cfg.Stages(), cfg.Micro()))
+}

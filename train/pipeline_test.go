@@ -1,0 +1,137 @@
+package train
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/hpcrun/hpcrun/train/metrics"
+)
+
+// TestPipelineLossCurves trains the same model from the same seed on the
+// same data with the blocks split over 2 pipeline stages (alone, with
+// tp 2, with dp 2 x tp 2, with sp), and at tp 1 with as many accumulated
+// micro-batches: the loss curves agree to 1e-6 relative over 20 steps.
+func TestPipelineLossCurves(t *testing.T) {
+	for _, model := range []string{"gpt", "bert"} {
+		t.Run(model, func(t *testing.T) {
+			base := smallConfig(model)
+			base.Layers, base.CkptEvery = 4, -1
+			if model == "gpt" {
+				base.Data = textFile(t)
+			}
+			layouts := []struct {
+				name                        string
+				ntasks, pp, tp, b, micro, a int
+				sp                          bool
+			}{
+				{"tp1", 1, 1, 1, 4, 0, 4, false},
+				{"pp2", 2, 2, 1, 4, 4, 1, false},
+				{"pp4", 4, 4, 1, 4, 4, 1, false},
+				{"pp2tp2", 4, 2, 2, 4, 4, 1, false},
+				{"pp2tp2sp", 4, 2, 2, 4, 4, 1, true},
+				{"pp2dp2tp2", 8, 2, 2, 2, 4, 1, false},
+			}
+			var ref []float64
+			for _, l := range layouts {
+				if testing.Short() && l.ntasks > 4 {
+					continue
+				}
+				cfg := base
+				cfg.NTasks, cfg.PP, cfg.TP, cfg.BatchSize, cfg.MicroBatches, cfg.GradAccum, cfg.SP = l.ntasks, l.pp, l.tp, l.b, l.micro, l.a, l.sp
+				res := runInProcess(t, cfg, "")
+				if len(res.Losses) != 20 {
+					t.Fatalf("%s: %d steps", l.name, len(res.Losses))
+				}
+				if ref == nil {
+					ref = res.Losses
+					if !(ref[19] < ref[0]) {
+						t.Errorf("%s: loss did not fall: %v", l.name, ref)
+					}
+					continue
+				}
+				worst := 0.0
+				for i, v := range res.Losses {
+					d := math.Abs(v-ref[i]) / math.Abs(ref[i])
+					worst = math.Max(worst, d)
+					if d > 1e-6 {
+						t.Errorf("%s step %d: loss %.8f, tp1 %.8f (relative difference %.2g)", l.name, i+1, v, ref[i], d)
+					}
+				}
+				t.Logf("%s: losses %.4f -> %.4f, largest relative difference from tp1 %.2g", l.name, res.Losses[0], res.Losses[19], worst)
+			}
+		})
+	}
+}
+
+// TestPipelineRefused checks that what a pipeline cannot run fails
+// Validate with one line naming the setting.
+func TestPipelineRefused(t *testing.T) {
+	for _, tc := range []struct {
+		set  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.Layers = 3 }, "layers 3 is not a multiple of pp 2"},
+		{func(c *Config) { c.MicroBatches = 1 }, "micro_batches 1 is fewer than pp 2"},
+		{func(c *Config) { c.NTasks = 3 }, "ntasks 3 is not a multiple of pp 2 x tp 1"},
+		{func(c *Config) { c.GradAccum = 2 }, "use --micro-batches"},
+		{func(c *Config) { c.NTasks, c.Zero = 4, 1 }, "zero 1 with pp 2"},
+		{func(c *Config) { c.Device = "cuda" }, "CPU only"},
+		{func(c *Config) { c.CkptEvery = 0 }, "checkpoints with pp 2"},
+		{func(c *Config) { c.ResumeFrom = "runs/x" }, "checkpoints with pp 2"},
+		{func(c *Config) { c.InitFrom = "gpt2" }, "init_from with pp 2"},
+		{func(c *Config) { c.PP, c.NTasks = 1, 1 }, "micro_batches needs pp > 1"},
+		{func(c *Config) { c.PP = -1 }, "must not be negative"},
+	} {
+		cfg := smallConfig("gpt")
+		cfg.NTasks, cfg.PP, cfg.Layers, cfg.MicroBatches, cfg.CkptEvery = 2, 2, 4, 2, -1
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("the base config: %v", err)
+		}
+		tc.set(&cfg)
+		err := cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("want one line with %q, got %v", tc.want, err)
+		}
+	}
+}
+
+// TestPipelineMetrics checks the step lines of every stage: the measured
+// bubble beside the 1F1B theory, and the stage in the run line.
+func TestPipelineMetrics(t *testing.T) {
+	cfg := smallConfig("gpt")
+	cfg.Data = textFile(t)
+	cfg.NTasks, cfg.PP, cfg.Layers, cfg.MicroBatches, cfg.CkptEvery, cfg.Steps, cfg.BatchSize = 2, 2, 2, 4, -1, 3, 4
+	dir := t.TempDir()
+	runInProcess(t, cfg, dir)
+	for r := 0; r < 2; r++ {
+		b, err := os.ReadFile(metrics.RankFile(dir, r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var steps int
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var v map[string]any
+			if err := json.Unmarshal([]byte(line), &v); err != nil {
+				t.Fatal(err)
+			}
+			switch v["type"] {
+			case "run":
+				if v["pp"] != 2.0 || (r == 1 && v["pp_rank"] != 1.0) {
+					t.Errorf("rank %d run line: pp %v pp_rank %v", r, v["pp"], v["pp_rank"])
+				}
+			case "step":
+				steps++
+				bubble, _ := v["bubble"].(float64)
+				if v["bubble_theory"] != 0.2 || bubble < 0 || bubble >= 1 {
+					t.Errorf("rank %d step line: bubble %v, theory %v (want 0.2)", r, v["bubble"], v["bubble_theory"])
+				}
+			}
+		}
+		if steps != 3 {
+			t.Errorf("rank %d: %d step lines", r, steps)
+		}
+	}
+}
