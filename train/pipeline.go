@@ -128,7 +128,15 @@ func (p *pipeline) send(c nccl.Comm, x *tensor.Tensor) {
 }
 
 // recv fills p.buf from the peer of link c, counting the time as waiting.
+// A send that failed fails it first: the stage stops instead of waiting
+// for a neighbour that waits for the lost message.
 func (p *pipeline) recv(c nccl.Comm, what string) error {
+	p.sendMu.Lock()
+	serr := p.sendErr
+	p.sendMu.Unlock()
+	if serr != nil {
+		return fmt.Errorf("pipeline stage %d: sending: %w", p.stage, serr)
+	}
 	start := time.Now()
 	err := c.Recv(p.buf, 1-c.Rank())
 	p.wait += time.Since(start)

@@ -1,12 +1,17 @@
 package train
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"math"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/train/metrics"
 )
 
@@ -132,6 +137,61 @@ func TestPipelineMetrics(t *testing.T) {
 		}
 		if steps != 3 {
 			t.Errorf("rank %d: %d step lines", r, steps)
+		}
+	}
+}
+
+// killComm is a rank's communicator that dies (its sends fail, so its
+// Run returns) at its n-th point-to-point send, as a stage killed in the
+// middle of a step.
+type killComm struct {
+	nccl.Comm
+	left *atomic.Int64
+}
+
+func (c killComm) Send(buf []float32, to int) error {
+	if c.left.Add(-1) == 0 {
+		return errors.New("killed")
+	}
+	return c.Comm.Send(buf, to)
+}
+
+func (c killComm) Group(ranks []int) (nccl.Comm, error) {
+	g, err := c.Comm.Group(ranks)
+	if err != nil {
+		return nil, err
+	}
+	return killComm{g, c.left}, nil
+}
+
+// TestPipelineStageKilled kills stage 1 (ranks 2 and 3 of pp 2 x tp 2) in
+// the middle of step 2: every rank fails, and stage 0's ranks name their
+// neighbour on the killed stage.
+func TestPipelineStageKilled(t *testing.T) {
+	cfg := smallConfig("gpt")
+	cfg.Data = textFile(t)
+	cfg.NTasks, cfg.PP, cfg.TP, cfg.Layers, cfg.MicroBatches, cfg.CkptEvery, cfg.Steps, cfg.BatchSize = 4, 2, 2, 2, 4, -1, 5, 4
+	data, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make([]error, 4)
+	nccl.RunInProcess(4, func(c nccl.Comm) error {
+		if c.Rank() >= 2 {
+			left := &atomic.Int64{}
+			left.Store(4 + 2) // step 1 sends 4 gradients; die in step 2
+			c = killComm{c, left}
+		}
+		_, errs[c.Rank()] = Run(context.Background(), cfg, c, Options{Data: data})
+		return errs[c.Rank()]
+	})
+	for r, err := range errs {
+		want := "killed"
+		if r < 2 {
+			want = fmt.Sprintf("rank %d", r+2)
+		}
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "step 2") {
+			t.Errorf("rank %d: want an error at step 2 naming %q, got %v", r, want, err)
 		}
 	}
 }
