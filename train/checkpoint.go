@@ -63,14 +63,19 @@ func (t *trainer) stopRequested() (bool, error) {
 
 // tensorInfos describes how this run's parameters are cut.
 func (t *trainer) tensorInfos() []ckpt.TensorInfo {
+	return t.tensorInfosOf(t.model.Params())
+}
+
+// tensorInfosOf describes how params, some of this run's, are cut.
+func (t *trainer) tensorInfosOf(params []*parallel.Param) []ckpt.TensorInfo {
 	var vocabParam *parallel.Param
-	if tr, ok := t.model.(*transformer); ok {
+	if tr, ok := t.model.(*transformer); ok && tr.wte != nil {
 		vocabParam = tr.wte.Weight
 	} else if b, ok := t.model.(*bert); ok {
 		vocabParam = b.wte.Weight
 	}
 	var out []ckpt.TensorInfo
-	for _, p := range t.model.Params() {
+	for _, p := range params {
 		ti := ckpt.TensorInfo{Name: p.Name, Full: p.Full, Split: !p.Shard.Replicated(), Dim: p.Shard.Dim, Blocks: p.Shard.Blocks}
 		if p == vocabParam {
 			ti.Rows = t.data.Vocab
@@ -103,11 +108,19 @@ func (t *trainer) save(step int) error {
 		return err
 	}
 	dir := ckpt.TempDir(root, step)
-	if t.mesh.DPRank() == 0 || t.zero != nil {
-		err = t.writeShard(dir, step)
+	var infos []ckpt.TensorInfo
+	if t.pipe != nil {
+		if infos, err = t.savePipeline(dir, step); err != nil {
+			return err
+		}
+	} else {
+		if t.mesh.DPRank() == 0 || t.zero != nil {
+			err = t.writeShard(dir, step)
+		}
+		infos = t.tensorInfos()
 	}
 	if err == nil && rank0 {
-		err = t.writeState(dir, step)
+		err = t.writeState(dir, step, infos)
 	}
 	if err = agree(t.world, err, what); err != nil {
 		return err
@@ -148,7 +161,7 @@ func (t *trainer) writeShard(dir string, step int) error {
 	return ckpt.WriteOptim(dir, t.mesh.TPRank(), t.mesh.DPRank(), step, t.opt.Steps(), m, v)
 }
 
-func (t *trainer) writeState(dir string, step int) error {
+func (t *trainer) writeState(dir string, step int, infos []ckpt.TensorInfo) error {
 	cfgJSON, err := json.Marshal(t.cfg)
 	if err != nil {
 		return err
@@ -157,8 +170,8 @@ func (t *trainer) writeState(dir string, step int) error {
 		Format: ckpt.Format, Step: step, Epoch: t.epoch, SamplerPos: t.pos,
 		RNG:   ckpt.RNG{Kind: "pcg(seed, epoch)", Seed: t.cfg.Seed},
 		Model: t.cfg.Model, Vocab: t.data.Vocab, Config: cfgJSON,
-		Mesh:    ckpt.Mesh{TP: t.cfg.TP, DP: t.cfg.DP(), World: t.world.Size()},
-		Tensors: t.tensorInfos(), Saved: time.Now().UTC(), Zero: t.cfg.Zero,
+		Mesh:    ckpt.Mesh{TP: t.cfg.TP, DP: t.cfg.DP(), PP: t.mesh.PPSize(), World: t.world.Size()},
+		Tensors: infos, Saved: time.Now().UTC(), Zero: t.cfg.Zero,
 	})
 }
 
@@ -194,7 +207,8 @@ func (t *trainer) load(dir string) error {
 		}
 	}
 	params := t.model.Params()
-	if len(params) != len(st.Tensors) {
+	// A pipeline stage holds some of the tensors, each loaded by name.
+	if t.pipe == nil && len(params) != len(st.Tensors) {
 		return fmt.Errorf("checkpoint %s holds %d tensors, this model has %d", dir, len(st.Tensors), len(params))
 	}
 	for i, p := range params {
@@ -233,6 +247,6 @@ func (t *trainer) load(dir string) error {
 		t.pos = min(st.SamplerPos*st.Mesh.DP/t.cfg.DP(), len(t.order))
 		t.logf("checkpoint saved at data-parallel %d, this run has %d: epoch %d goes on from the same share, not the same samples", st.Mesh.DP, t.cfg.DP(), t.epoch)
 	}
-	t.logf("resumed from %s: step %d, epoch %d (saved at tp %d x dp %d)", dir, st.Step, st.Epoch, st.Mesh.TP, st.Mesh.DP)
+	t.logf("resumed from %s: step %d, epoch %d (saved at pp %d x dp %d x tp %d)", dir, st.Step, st.Epoch, max(st.Mesh.PP, 1), st.Mesh.DP, st.Mesh.TP)
 	return nil
 }

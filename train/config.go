@@ -354,7 +354,4 @@ func (c Config) validatePipeline(bad func(format string, args ...any)) {
 	if c.InitFrom != "" {
 		bad("init_from with pp %d is not supported yet: use pp 1", p)
 	}
-	if c.CkptEvery >= 0 || c.ResumeFrom != "" {
-		bad("checkpoints with pp %d are not supported yet: use --ckpt-every -1 and no --resume-from", p)
-	}
 }

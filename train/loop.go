@@ -110,9 +110,6 @@ func (t *trainer) resumeIfAny(opt Options) error {
 	if err = agree(t.world, err, "finding the checkpoint"); err != nil {
 		return err
 	}
-	if dir != "" && t.pipe != nil {
-		return fmt.Errorf("resuming %s with pp %d: checkpoints with a pipeline are not supported yet", dir, t.cfg.Stages())
-	}
 	if dir == "" {
 		if t.cfg.InitFrom == "" {
 			return nil

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/train/metrics"
 )
@@ -84,14 +86,12 @@ func TestPipelineRefused(t *testing.T) {
 		{func(c *Config) { c.GradAccum = 2 }, "use --micro-batches"},
 		{func(c *Config) { c.NTasks, c.Zero = 4, 1 }, "zero 1 with pp 2"},
 		{func(c *Config) { c.Device = "cuda" }, "CPU only"},
-		{func(c *Config) { c.CkptEvery = 0 }, "checkpoints with pp 2"},
-		{func(c *Config) { c.ResumeFrom = "runs/x" }, "checkpoints with pp 2"},
 		{func(c *Config) { c.InitFrom = "gpt2" }, "init_from with pp 2"},
 		{func(c *Config) { c.PP, c.NTasks = 1, 1 }, "micro_batches needs pp > 1"},
 		{func(c *Config) { c.PP = -1 }, "must not be negative"},
 	} {
 		cfg := smallConfig("gpt")
-		cfg.NTasks, cfg.PP, cfg.Layers, cfg.MicroBatches, cfg.CkptEvery = 2, 2, 4, 2, -1
+		cfg.NTasks, cfg.PP, cfg.Layers, cfg.MicroBatches = 2, 2, 4, 2
 		if err := cfg.Validate(); err != nil {
 			t.Fatalf("the base config: %v", err)
 		}
@@ -192,6 +192,57 @@ func TestPipelineStageKilled(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "step 2") {
 			t.Errorf("rank %d: want an error at step 2 naming %q, got %v", r, want, err)
+		}
+	}
+}
+
+// TestPipelineResumeAtOtherLayout saves a pp 2 x tp 2 run every 5 steps:
+// resuming from step 5 at the same layout gives the uninterrupted losses
+// bit for bit; at pp 1 (tp 1, as many accumulated micro-batches) and at
+// pp 4, to 1e-6 relative. The checkpoint is laid out as at pp 1.
+func TestPipelineResumeAtOtherLayout(t *testing.T) {
+	cfg, data := gptConfig(t, 4, 2)
+	cfg.PP, cfg.Layers, cfg.BatchSize, cfg.MicroBatches, cfg.CkptEvery = 2, 4, 4, 4, 5
+	full := t.TempDir()
+	res, err := runRanks(t, cfg, data, func(int) Options { return Options{RunDir: full} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := filepath.Join(rundir.Dir(full).Ckpt(), "step-000005")
+	names, _ := filepath.Glob(filepath.Join(from, "*"))
+	var base []string
+	for _, n := range names {
+		base = append(base, filepath.Base(n))
+	}
+	if got := strings.Join(base, " "); got != "model-tp0-of-2.safetensors model-tp1-of-2.safetensors optim-tp0-dp0.safetensors optim-tp1-dp0.safetensors state.json" {
+		t.Fatalf("checkpoint files: %s", got)
+	}
+	want := res[0].Losses[5:]
+	for _, l := range []struct {
+		name                      string
+		ntasks, pp, tp, micro, ga int
+		exact                     bool
+	}{
+		{"pp2tp2", 4, 2, 2, 4, 1, true},
+		{"pp1", 1, 1, 1, 0, 4, false},
+		{"pp4", 4, 4, 1, 4, 1, false},
+	} {
+		c := cfg
+		c.NTasks, c.PP, c.TP, c.MicroBatches, c.GradAccum = l.ntasks, l.pp, l.tp, l.micro, l.ga
+		dir := t.TempDir()
+		resumed, err := runRanks(t, c, data, func(int) Options { return Options{RunDir: dir, Resume: from} })
+		if err != nil {
+			t.Fatalf("%s: %v", l.name, err)
+		}
+		got := resumed[0].Losses
+		if resumed[0].Start != 5 || len(got) != len(want) {
+			t.Fatalf("%s: resumed at %d with %d losses, want 5 and %d", l.name, resumed[0].Start, len(got), len(want))
+		}
+		for i := range got {
+			d := math.Abs(got[i]-want[i]) / math.Abs(want[i])
+			if (l.exact && got[i] != want[i]) || d > 1e-6 {
+				t.Errorf("%s step %d: resumed loss %.8f, uninterrupted %.8f", l.name, 6+i, got[i], want[i])
+			}
 		}
 	}
 }

@@ -63,6 +63,7 @@ func (ti TensorInfo) Shard(index, parts int) parallel.Shard {
 type Mesh struct {
 	TP    int `json:"tp"`
 	DP    int `json:"dp"`
+	PP    int `json:"pp,omitempty"` // pipeline stages (0: none); the files are laid out as at pp 1
 	World int `json:"world"`
 }
 
