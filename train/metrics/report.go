@@ -108,8 +108,12 @@ func configText(c RunConfig) string {
 	if c.Preset != "" {
 		model += " (" + c.Preset + ")"
 	}
-	return fmt.Sprintf("%s  layers %d dim %d heads %d seq %d bsz %d   ntasks %d = tp %d x dp %d   %s   %s",
-		model, c.Layers, c.Dim, c.Heads, c.Seq, c.BatchSize, c.NTasks, c.TP, c.DP, orDash(c.Precision), orDash(c.Device))
+	pp := ""
+	if c.PP > 1 {
+		pp = fmt.Sprintf("pp %d x ", c.PP)
+	}
+	return fmt.Sprintf("%s  layers %d dim %d heads %d seq %d bsz %d   ntasks %d = %stp %d x dp %d   %s   %s",
+		model, c.Layers, c.Dim, c.Heads, c.Seq, c.BatchSize, c.NTasks, pp, c.TP, c.DP, orDash(c.Precision), orDash(c.Device))
 }
 
 // WriteCompare writes one table with a column per run.

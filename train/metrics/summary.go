@@ -38,6 +38,7 @@ type RunConfig struct {
 	NTasks    int    `json:"ntasks"`
 	TP        int    `json:"tp"`
 	DP        int    `json:"dp"`
+	PP        int    `json:"pp,omitempty"` // pipeline stages (0 or 1: none)
 }
 
 // RankMemory is the peak memory of one rank.
@@ -167,17 +168,19 @@ func (it *sliceIter) next() (Step, bool) {
 func (it *sliceIter) err() error { return nil }
 
 // tpZero marks the ranks whose data-parallel replica is counted by them:
-// tp_rank 0 (from the run line, else guessed from the rank, Megatron order
-// rank = tp_rank + dp_rank*tp).
+// tp_rank 0 of pipeline stage 0 (from the run line, else guessed from the
+// rank, Megatron order rank = tp_rank + tp*(dp_rank + dp*pp_rank)).
 func tpZero(run *Run) []bool {
-	tp := max(runConfig(run, firstInfo(run)).TP, 1)
+	c := runConfig(run, firstInfo(run))
+	tp := max(c.TP, 1)
+	perStage := max(tp*c.DP, 1)
 	out := make([]bool, len(run.Ranks))
 	for i, r := range run.Ranks {
-		tpRank := r.Rank % tp
+		tpRank, ppRank := r.Rank%tp, r.Rank/perStage
 		if r.Info != nil {
-			tpRank = r.Info.TPRank
+			tpRank, ppRank = r.Info.TPRank, r.Info.PPRank
 		}
-		out[i] = tpRank == 0
+		out[i] = tpRank == 0 && ppRank == 0
 	}
 	return out
 }
@@ -456,9 +459,12 @@ func runConfig(run *Run, info *RunInfo) RunConfig {
 		if info.DP > 0 {
 			c.DP = info.DP
 		}
+		if info.PP > 0 {
+			c.PP = info.PP
+		}
 	}
 	if c.DP == 0 && c.TP > 0 {
-		c.DP = c.NTasks / c.TP
+		c.DP = c.NTasks / c.TP / max(c.PP, 1)
 	}
 	return c
 }
