@@ -248,7 +248,11 @@ func writePlan(w io.Writer, pl *plan.Plan, sug []plan.Suggestion) error {
 	if pl.Zero == 1 {
 		modes += " + ZeRO-1"
 	}
-	fmt.Fprintf(w, "job:  %d tasks = tp %d x dp %d%s on %d node(s); device %s, %s a rank\n", pl.NTasks, pl.TP, pl.DP, modes, pl.Nodes, pl.Device.Name, bytesIEC(pl.Device.MemBytes))
+	pp := ""
+	if pl.PP > 1 {
+		pp = fmt.Sprintf("pp %d x ", pl.PP)
+	}
+	fmt.Fprintf(w, "job:  %d tasks = %stp %d x dp %d%s on %d node(s); device %s, %s a rank\n", pl.NTasks, pp, pl.TP, pl.DP, modes, pl.Nodes, pl.Device.Name, bytesIEC(pl.Device.MemBytes))
 	m := pl.Memory
 	row := func(what string, n int64, note string) {
 		fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("  %-22s %12s  %s", what, bytesIEC(n), note), " "))
@@ -266,7 +270,11 @@ func writePlan(w io.Writer, pl *plan.Plan, sug []plan.Suggestion) error {
 	if pl.SP {
 		split += ", layer norms and residuals along the sequence"
 	}
-	row("activations", m.Blocks, fmt.Sprintf("%s a block x %d blocks, %s (no recompute)", bytesIEC(m.ActivationsPerBlock), pl.Layers, split))
+	recompute := "no recompute"
+	if pl.PP > 1 {
+		recompute = "one micro-batch's: the stage recomputes"
+	}
+	row("activations", m.Blocks, fmt.Sprintf("%s a block x %d blocks, %s (%s)", bytesIEC(m.ActivationsPerBlock), pl.Layers/max(pl.PP, 1), split, recompute))
 	row("embeddings, residual", m.Embeddings, "embedding outputs, residual-stream gradients, ln_f")
 	row("logits, loss", m.Logits, "head output and gradient, cross-entropy buffers")
 	if pl.SP {

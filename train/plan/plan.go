@@ -54,11 +54,12 @@ type Plan struct {
 	Vocab       int    `json:"vocab"`
 	PaddedVocab int    `json:"padded_vocab"`
 	BatchSize   int    `json:"bsz"`
-	GradAccum   int    `json:"grad_accum"`
+	GradAccum   int    `json:"grad_accum"` // micro-batches a step (a pipeline's micro_batches)
 	Precision   string `json:"precision"`
 	NTasks      int    `json:"ntasks"`
 	TP          int    `json:"tp"`
 	DP          int    `json:"dp"`
+	PP          int    `json:"pp,omitempty"` // pipeline stages (0: none); the figures are one stage's
 	Nodes       int    `json:"nodes"`
 	// SP is sequence parallelism (--sp) and Zero the ZeRO stage (--zero:
 	// 0 or 1), as the config asks.
@@ -94,7 +95,8 @@ type Memory struct {
 	ActivationsPerBlock int64 `json:"activations_per_block"`
 	Blocks              int64 `json:"blocks"`
 	// Embeddings are the embedding outputs, the residual stream's
-	// gradients and the final layer norm.
+	// gradients and the final layer norm; on a pipeline stage also the
+	// inputs of the micro-batches in flight (pp of them at most).
 	Embeddings int64 `json:"embeddings"`
 	// Logits are the head's output and gradient and the cross-entropy's
 	// buffers (the vocab-parallel logits of an LM, the pooled classifier's
@@ -189,8 +191,8 @@ func New(r Request) (*Plan, error) {
 	}
 	p := &Plan{
 		Model: cfg.Model, Preset: cfg.Preset, Layers: cfg.Layers, Dim: cfg.Dim, Heads: cfg.Heads, Seq: cfg.Seq,
-		Vocab: r.Vocab, PaddedVocab: vp, BatchSize: cfg.BatchSize, GradAccum: cfg.GradAccum, Precision: cfg.Precision,
-		NTasks: cfg.NTasks, TP: cfg.TP, DP: cfg.DP(), Nodes: nodes, SP: cfg.SP, Zero: cfg.Zero,
+		Vocab: r.Vocab, PaddedVocab: vp, BatchSize: cfg.BatchSize, GradAccum: cfg.Micro(), Precision: cfg.Precision,
+		NTasks: cfg.NTasks, TP: cfg.TP, DP: cfg.DP(), PP: cfg.PP, Nodes: nodes, SP: cfg.SP, Zero: cfg.Zero,
 		Params: train.ParamCount(cfg, r.Vocab), Device: r.Device,
 	}
 	s := newShapes(cfg, vp)
@@ -205,7 +207,12 @@ func New(r Request) (*Plan, error) {
 	if s.zero {
 		modes += fmt.Sprintf("; ZeRO-1 keeps 1/%d of the AdamW moments", s.dp)
 	}
-	p.Notes = append(p.Notes, "activations: the engine has no recomputation; every block keeps its own"+modes)
+	if pp := cfg.Stages(); pp > 1 {
+		p.Notes = append(p.Notes, fmt.Sprintf("pp %d: the figures are one stage's: layers/pp = %d blocks, with the embeddings and the head counted on it (an upper bound), the activations of one micro-batch (a stage runs a forward again before its backward) and the inputs of %d in flight; the time leaves out those recomputed forwards, the point-to-point transfers and the 1F1B bubble (p-1)/(m+p-1) = %.2f",
+			pp, cfg.Layers/pp, pp, parallel.BubbleFraction(pp, cfg.Micro())))
+	} else {
+		p.Notes = append(p.Notes, "activations: the engine has no recomputation; every block keeps its own"+modes)
+	}
 	if cfg.Arch == "hf" {
 		p.Notes = append(p.Notes, "arch hf: the plan models hpcrun's own BERT layout; BERT's (token types, embedding layer norm, pooler) differs by a few small tensors")
 	}
@@ -227,7 +234,8 @@ type shapes struct {
 	nh         int64 // heads on this rank
 	cl, fl, vl int64 // this rank's attention width, MLP width, vocab slice
 	tp, dp     int64
-	sp, zero   bool // sequence parallelism (tp > 1); ZeRO-1 (dp > 1)
+	pp         int64 // pipeline stages; the shapes are one stage's (L its blocks)
+	sp, zero   bool  // sequence parallelism (tp > 1); ZeRO-1 (dp > 1)
 	// params are this rank's parameter tensors' elements in the model's
 	// order (train's model.Params); buckets the elements of each gradient
 	// bucket train.NewGradSync packs them into, bucketTensors how many
@@ -243,7 +251,8 @@ func newShapes(cfg train.Config, paddedVocab int) shapes {
 	C := int64(cfg.Dim)
 	s := shapes{
 		gpt: cfg.Model == "gpt",
-		B:   int64(cfg.BatchSize), T: int64(cfg.Seq), C: C, L: int64(cfg.Layers), P: int64(cfg.PositionRows()),
+		B:   int64(cfg.BatchSize), T: int64(cfg.Seq), C: C, L: int64(cfg.Layers / cfg.Stages()), P: int64(cfg.PositionRows()),
+		pp: int64(cfg.Stages()),
 		tp: tp, dp: int64(cfg.DP()),
 		nh: int64(cfg.Heads) / tp, cl: C / tp, fl: 4 * C / tp, vl: int64(paddedVocab) / tp,
 	}
@@ -312,6 +321,9 @@ func (s shapes) blockElems() int64 {
 // sequence parallelism all of them of this rank's T/tp positions.
 func (s shapes) embeddingElems() int64 {
 	e := 5*s.N*s.C + s.N*s.C + 2*s.N
+	if s.pp > 1 {
+		e += s.pp * s.N * s.C // the stage inputs in flight
+	}
 	if s.sp {
 		return e / s.tp
 	}
@@ -430,7 +442,7 @@ const activationTouches = 3
 
 func (s shapes) time(cfg train.Config, vocab int, dev Device, nodes int) Time {
 	var t Time
-	accum := float64(cfg.GradAccum)
+	accum := float64(cfg.Micro())
 	N, C, T, B := float64(s.N), float64(s.C), float64(s.T), float64(s.B)
 	tp := float64(s.tp)
 	// Per block and micro-batch: the four products 24 N C^2 forward (over

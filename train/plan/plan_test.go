@@ -201,6 +201,32 @@ func TestPlanScales(t *testing.T) {
 	}
 }
 
+// TestPlanPipeline: at pp 2 a rank's figures are one stage's, half the
+// blocks, and the plan says what it leaves out.
+func TestPlanPipeline(t *testing.T) {
+	cfg := train.DefaultConfig()
+	if err := cfg.ApplyPreset("bert-large"); err != nil {
+		t.Fatal(err)
+	}
+	h100, _ := LookupDevice("h100")
+	cfg.CkptEvery = -1
+	p1, err := New(Request{Config: cfg, Vocab: 30522, Device: h100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.PP, cfg.NTasks = 2, 2
+	p2, err := New(Request{Config: cfg, Vocab: 30522, Device: h100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p2.Memory.Blocks*2 != p1.Memory.Blocks || p2.Memory.Params >= p1.Memory.Params || p2.DP != 1 {
+		t.Errorf("pp 2: blocks %d B, params %d B, dp %d; pp 1: blocks %d B, params %d B", p2.Memory.Blocks, p2.Memory.Params, p2.DP, p1.Memory.Blocks, p1.Memory.Params)
+	}
+	if !strings.Contains(strings.Join(p2.Notes, " "), "1F1B bubble") {
+		t.Errorf("pp 2 notes do not name the bubble: %q", p2.Notes)
+	}
+}
+
 func TestLookupDevice(t *testing.T) {
 	for _, name := range []string{"v100-16", "V100-32GB", "a100-40", "a100-80gb", "h100", "h200"} {
 		if _, err := LookupDevice(name); err != nil {
