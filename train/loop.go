@@ -269,6 +269,9 @@ func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*t
 		if t.zero, err = NewZeRO1(t.dev, params, t.mesh.DP, t.mesh.TP, cfg.WeightDecay, cfg.GradClip, 0); err != nil {
 			return nil, err
 		}
+		if t.pipe != nil {
+			t.zero.setPipeline(t.mesh.PP, t.pipe.uncounted())
+		}
 		t.opt = t.zero.AdamW
 	} else if t.opt, err = NewAdamW(t.dev, params, cfg.WeightDecay, cfg.GradClip); err != nil {
 		return nil, err

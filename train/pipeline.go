@@ -273,12 +273,21 @@ func (p *pipeline) sumStages(v []float32) error {
 	return p.pp.AllReduce(v, nccl.Sum)
 }
 
+// uncounted is the parameter this stage leaves out of the gradient norm
+// and the checkpoint: the last stage's copy of the tied embedding (the
+// first stage counts it); nil on the other stages.
+func (p *pipeline) uncounted() *parallel.Param {
+	if p.stage == 0 {
+		return nil
+	}
+	return p.t.tiedEmbedding()
+}
+
 // normParams are the parameters this stage counts in the gradient norm:
-// all of its own, without the last stage's copy of the tied embedding
-// (counted on the first).
+// all of its own but uncounted.
 func (p *pipeline) normParams() []*parallel.Param {
-	w := p.t.tiedEmbedding()
-	if w == nil || p.stage == 0 {
+	w := p.uncounted()
+	if w == nil {
 		return p.t.params
 	}
 	var out []*parallel.Param
@@ -335,15 +344,21 @@ func (t *trainer) trainStepPipeline(step int) (metrics.Step, error) {
 	if err := p.reduceTied(); err != nil {
 		return metrics.Step{}, err
 	}
-	if err := t.sync.Sync(); err != nil {
-		return metrics.Step{}, err
-	}
-	norm, err := gradNormOver(t.dev, p.normParams(), t.mesh.TP, t.mesh.PP)
-	if err != nil {
-		return metrics.Step{}, err
-	}
 	lr := scheduleLR(t.cfg, step, t.total)
-	t.opt.Step(lr, norm)
+	var norm float64
+	if t.zero != nil {
+		if norm, err = t.zero.Step(lr); err != nil {
+			return metrics.Step{}, err
+		}
+	} else {
+		if err := t.sync.Sync(); err != nil {
+			return metrics.Step{}, err
+		}
+		if norm, err = gradNormOver(t.dev, p.normParams(), t.mesh.TP, t.mesh.PP); err != nil {
+			return metrics.Step{}, err
+		}
+		t.opt.Step(lr, norm)
+	}
 	buf := []float32{float32(loss)}
 	if err := p.sumStages(buf); err != nil {
 		return metrics.Step{}, fmt.Errorf("pipeline loss: %w", err)

@@ -19,8 +19,9 @@ import (
 
 // TestPipelineLossCurves trains the same model from the same seed on the
 // same data with the blocks split over 2 pipeline stages (alone, with
-// tp 2, with dp 2 x tp 2, with sp), and at tp 1 with as many accumulated
-// micro-batches: the loss curves agree to 1e-6 relative over 20 steps.
+// tp 2, with dp 2 x tp 2, with sp, with ZeRO-1) and 4, and at tp 1 with as
+// many accumulated micro-batches: the loss curves agree to 1e-6 relative
+// over 20 steps.
 func TestPipelineLossCurves(t *testing.T) {
 	for _, model := range []string{"gpt", "bert"} {
 		t.Run(model, func(t *testing.T) {
@@ -33,13 +34,16 @@ func TestPipelineLossCurves(t *testing.T) {
 				name                        string
 				ntasks, pp, tp, b, micro, a int
 				sp                          bool
+				zero                        int
 			}{
-				{"tp1", 1, 1, 1, 4, 0, 4, false},
-				{"pp2", 2, 2, 1, 4, 4, 1, false},
-				{"pp4", 4, 4, 1, 4, 4, 1, false},
-				{"pp2tp2", 4, 2, 2, 4, 4, 1, false},
-				{"pp2tp2sp", 4, 2, 2, 4, 4, 1, true},
-				{"pp2dp2tp2", 8, 2, 2, 2, 4, 1, false},
+				{"tp1", 1, 1, 1, 4, 0, 4, false, 0},
+				{"pp2", 2, 2, 1, 4, 4, 1, false, 0},
+				{"pp4", 4, 4, 1, 4, 4, 1, false, 0},
+				{"pp2tp2", 4, 2, 2, 4, 4, 1, false, 0},
+				{"pp2tp2sp", 4, 2, 2, 4, 4, 1, true, 0},
+				{"pp2dp2zero1", 4, 2, 1, 2, 4, 1, false, 1},
+				{"pp2dp2tp2", 8, 2, 2, 2, 4, 1, false, 0},
+				{"pp2dp2tp2spzero1", 8, 2, 2, 2, 4, 1, true, 1},
 			}
 			var ref []float64
 			for _, l := range layouts {
@@ -47,7 +51,7 @@ func TestPipelineLossCurves(t *testing.T) {
 					continue
 				}
 				cfg := base
-				cfg.NTasks, cfg.PP, cfg.TP, cfg.BatchSize, cfg.MicroBatches, cfg.GradAccum, cfg.SP = l.ntasks, l.pp, l.tp, l.b, l.micro, l.a, l.sp
+				cfg.NTasks, cfg.PP, cfg.TP, cfg.BatchSize, cfg.MicroBatches, cfg.GradAccum, cfg.SP, cfg.Zero = l.ntasks, l.pp, l.tp, l.b, l.micro, l.a, l.sp, l.zero
 				res := runInProcess(t, cfg, "")
 				if len(res.Losses) != 20 {
 					t.Fatalf("%s: %d steps", l.name, len(res.Losses))
@@ -84,7 +88,7 @@ func TestPipelineRefused(t *testing.T) {
 		{func(c *Config) { c.MicroBatches = 1 }, "micro_batches 1 is fewer than pp 2"},
 		{func(c *Config) { c.NTasks = 3 }, "ntasks 3 is not a multiple of pp 2 x tp 1"},
 		{func(c *Config) { c.GradAccum = 2 }, "use --micro-batches"},
-		{func(c *Config) { c.NTasks, c.Zero = 4, 1 }, "zero 1 with pp 2"},
+		{func(c *Config) { c.NTasks, c.Zero, c.CkptEvery = 4, 1, 0 }, "zero 1 with pp 2 saves no checkpoints"},
 		{func(c *Config) { c.Device = "cuda" }, "CPU only"},
 		{func(c *Config) { c.InitFrom = "gpt2" }, "init_from with pp 2"},
 		{func(c *Config) { c.PP, c.NTasks = 1, 1 }, "micro_batches needs pp > 1"},

@@ -32,6 +32,8 @@ type ZeRO1 struct {
 
 	dev      tensor.Device
 	dp, tp   nccl.Comm
+	pp       nccl.Comm       // a pipeline's stages, whose squares the norm also sums (nil: none)
+	uncount  *parallel.Param // a parameter another stage counts in the norm (the tied embedding's copy)
 	params   []*parallel.Param
 	buckets  []zeroBucket
 	flat     []float32 // a whole bucket, padded
@@ -213,13 +215,24 @@ func (z *ZeRO1) allGather(b *zeroBucket) error {
 	return nil
 }
 
+// setPipeline makes the norm a pipeline's: the squares also summed over
+// the stages pp, without those of uncount (nil: none), which another stage
+// counts.
+func (z *ZeRO1) setPipeline(pp nccl.Comm, uncount *parallel.Param) {
+	z.pp, z.uncount = pp, uncount
+}
+
 // norm is the global gradient norm from this rank's ranges: squares summed
-// over the DP group, then over TP as GradNorm does.
+// over the DP group, then over TP as GradNorm does, then over a
+// pipeline's stages.
 func (z *ZeRO1) norm() (float64, error) {
 	var sharded, replicated []*tensor.Tensor
 	for _, b := range z.buckets {
 		for _, s := range b.segs {
 			p := z.params[s.idx]
+			if p == z.uncount {
+				continue
+			}
 			if p.Shard.Replicated() {
 				replicated = append(replicated, p.Grad.View(s.pOff, s.n))
 			} else {
@@ -231,7 +244,7 @@ func (z *ZeRO1) norm() (float64, error) {
 	if z.tp == nil || z.tp.Rank() == 0 {
 		ss += z.dev.SumSquares(replicated...)
 	}
-	for _, c := range []nccl.Comm{z.dp, z.tp} {
+	for _, c := range []nccl.Comm{z.dp, z.tp, z.pp} {
 		if c == nil || c.Size() == 1 {
 			continue
 		}
