@@ -299,10 +299,12 @@ func (p *pipeline) normParams() []*parallel.Param {
 	return out
 }
 
-// commTime is the time spent in the pipeline's own communicators.
+// commTime is the time the step's goroutine spent in the pipeline's own
+// communicators (the sends, on their own goroutine, overlap the compute
+// and are left out).
 func (p *pipeline) commTime() time.Duration {
 	var d time.Duration
-	for _, c := range append([]nccl.Comm{p.pp, p.embed}, p.links...) {
+	for _, c := range []nccl.Comm{p.pp, p.embed, p.fromPrev, p.fromNext} {
 		if c != nil {
 			d += c.Stats().Total().Time
 		}

@@ -261,6 +261,10 @@ func setStepField(s *Step, key, val []byte, isStep *bool, full bool) bool {
 		return setInt64(&s.MemPeakBytes, val)
 	case "host_syncs":
 		return setInt64(&s.HostSyncs, val)
+	case "bubble":
+		return setFloat(&s.Bubble, val)
+	case "bubble_theory":
+		return setFloat(&s.BubbleTheory, val)
 	case "ts":
 		return setFloat(&s.TS, val)
 	default:
@@ -275,7 +279,7 @@ func setStepField(s *Step, key, val []byte, isStep *bool, full bool) bool {
 }
 
 var stepKeys = []string{"type", "step", "epoch", "loss", "lr", "grad_norm", "tokens", "samples",
-	"step_s", "comm_s", "mem_bytes", "mem_peak_bytes", "host_syncs", "ts"}
+	"step_s", "comm_s", "mem_bytes", "mem_peak_bytes", "host_syncs", "bubble", "bubble_theory", "ts"}
 
 func setFloat(dst *float64, val []byte) bool {
 	if val[0] == 'n' {
