@@ -69,21 +69,34 @@ type submitPlan struct {
 // placement checks that the tensor-parallel groups (consecutive ranks) fit
 // inside a node, where their every-layer all-reduces stay off the network,
 // and says where the groups go.
-func placement(spec slurm.JobSpec, tp int) (string, error) {
+func placement(spec slurm.JobSpec, tp, pp int) (string, error) {
 	lay, err := spec.Layout()
 	if err != nil {
 		return "", err
 	}
-	dp := spec.NTasks / max(tp, 1)
+	pp = max(pp, 1)
+	dp := spec.NTasks / max(tp, 1) / pp
+	stages := ""
+	if pp > 1 {
+		where := "inside a node"
+		if (pp-1)*dp*tp >= lay.TasksPerNode {
+			where = "across nodes"
+		}
+		stages = fmt.Sprintf("; %d pipeline stages of %d consecutive ranks, pp groups of %d %s", pp, dp*tp, pp, where)
+	}
 	if lay.Nodes == 1 {
-		return fmt.Sprintf("placement: 1 node x %d tasks; tp groups of %d and dp groups of %d inside the node", lay.TasksPerNode, tp, dp), nil
+		return fmt.Sprintf("placement: 1 node x %d tasks; tp groups of %d and dp groups of %d inside the node%s", lay.TasksPerNode, tp, dp, stages), nil
 	}
 	if lay.TasksPerNode%tp != 0 {
 		return "", fmt.Errorf("tp %d does not divide the %d tasks of a node: tensor-parallel groups would straddle nodes and their all-reduces cross the network in every layer; give every node a multiple of %d tasks (--nodes, --ntasks-per-node)",
 			tp, lay.TasksPerNode, tp)
 	}
-	return fmt.Sprintf("placement: %d nodes x %d tasks; tp groups of %d inside a node, dp groups of %d across nodes (%d per node)",
-		lay.Nodes, lay.TasksPerNode, tp, dp, lay.TasksPerNode/tp), nil
+	dpWhere := fmt.Sprintf("across nodes (%d per node)", lay.TasksPerNode/tp)
+	if (dp-1)*tp < lay.TasksPerNode {
+		dpWhere = "inside a node"
+	}
+	return fmt.Sprintf("placement: %d nodes x %d tasks; tp groups of %d inside a node, dp groups of %d %s%s",
+		lay.Nodes, lay.TasksPerNode, tp, dp, dpWhere, stages), nil
 }
 
 func planSubmit(c *cli.Context) (*submitPlan, error) {
@@ -173,7 +186,7 @@ func planSubmit(c *cli.Context) (*submitPlan, error) {
 		p.spec.CPUsPerTask = 1
 	}
 	p.spec.Nodes, p.spec.TasksPerNode = c.Int("nodes"), c.Int("ntasks-per-node")
-	if p.placement, err = placement(p.spec, tc.TP); err != nil {
+	if p.placement, err = placement(p.spec, tc.TP, tc.PP); err != nil {
 		return nil, err
 	}
 	if l, ok := p.exec.(*slurm.Local); ok {
