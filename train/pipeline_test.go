@@ -21,7 +21,7 @@ import (
 // same data with the blocks split over 2 pipeline stages (alone, with
 // tp 2, with dp 2 x tp 2, with sp, with ZeRO-1) and 4, and at tp 1 with as
 // many accumulated micro-batches: the loss curves agree to 1e-6 relative
-// over 20 steps.
+// over 20 steps, and so do the final validations.
 func TestPipelineLossCurves(t *testing.T) {
 	for _, model := range []string{"gpt", "bert"} {
 		t.Run(model, func(t *testing.T) {
@@ -46,6 +46,7 @@ func TestPipelineLossCurves(t *testing.T) {
 				{"pp2dp2tp2spzero1", 8, 2, 2, 2, 4, 1, true, 1},
 			}
 			var ref []float64
+			var refEval EvalResult
 			for _, l := range layouts {
 				if testing.Short() && l.ntasks > 4 {
 					continue
@@ -56,12 +57,19 @@ func TestPipelineLossCurves(t *testing.T) {
 				if len(res.Losses) != 20 {
 					t.Fatalf("%s: %d steps", l.name, len(res.Losses))
 				}
+				if len(res.Evals) != 1 {
+					t.Fatalf("%s: %d validations, want 1", l.name, len(res.Evals))
+				}
 				if ref == nil {
-					ref = res.Losses
+					ref, refEval = res.Losses, res.Evals[0]
 					if !(ref[19] < ref[0]) {
 						t.Errorf("%s: loss did not fall: %v", l.name, ref)
 					}
 					continue
+				}
+				e := res.Evals[0]
+				if d := math.Abs(e.Loss-refEval.Loss) / refEval.Loss; d > 1e-6 || (model == "bert" && e.Accuracy != refEval.Accuracy) {
+					t.Errorf("%s: validation loss %.8f accuracy %v, tp1 %.8f %v", l.name, e.Loss, e.Accuracy, refEval.Loss, refEval.Accuracy)
 				}
 				worst := 0.0
 				for i, v := range res.Losses {
