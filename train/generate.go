@@ -42,6 +42,9 @@ func SourceConfig(src string) (Config, error) {
 			return Config{}, fmt.Errorf("checkpoint %s: config: %v", dir, err)
 		}
 		cfg.ResumeFrom, cfg.InitFrom = dir, ""
+		// The checkpoint is laid out as at pp 1, whatever the pipeline
+		// that saved it: the caller's ranks run the whole model.
+		cfg.PP, cfg.MicroBatches = 0, 0
 		cfg.Vocab = st.Vocab
 		if cfg.Positions == 0 {
 			cfg.Positions = cfg.Seq

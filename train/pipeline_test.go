@@ -229,6 +229,16 @@ func TestPipelineResumeAtOtherLayout(t *testing.T) {
 	if got := strings.Join(base, " "); got != "model-tp0-of-2.safetensors model-tp1-of-2.safetensors optim-tp0-dp0.safetensors optim-tp1-dp0.safetensors state.json" {
 		t.Fatalf("checkpoint files: %s", got)
 	}
+	// eval and generate take the pipeline's checkpoint at pp 1.
+	if err := nccl.RunInProcess(1, func(c nccl.Comm) error {
+		e, err := EvaluateSource(context.Background(), c, EvalOptions{Source: from, Data: cfg.Data, Seq: 16, BatchSize: 4, Device: "cpu"})
+		if err == nil && !(e.Loss > 0) {
+			err = fmt.Errorf("eval loss %v", e.Loss)
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("eval of the pipeline's checkpoint: %v", err)
+	}
 	want := res[0].Losses[5:]
 	for _, l := range []struct {
 		name                      string
