@@ -122,6 +122,9 @@ func (t *trainer) save(step int) error {
 	if err == nil && rank0 {
 		err = t.writeState(dir, step, infos)
 	}
+	if err == nil && rank0 && t.pipe != nil {
+		err = t.removeZeroParts(dir)
+	}
 	if err = agree(t.world, err, what); err != nil {
 		return err
 	}

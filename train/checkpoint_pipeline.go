@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/train/ckpt"
@@ -16,11 +17,18 @@ import (
 // any pp and tp and merges and exports as any other: each stage of DP
 // rank 0 writes its tensors to a part file, then stage 0 of each TP rank
 // joins the parts, in stage order, into that TP rank's files and removes
-// them.
+// them. Under ZeRO-1 every DP rank of each stage writes its moments'
+// pieces (as ckpt.WriteOptimZero, in a directory per stage) and stage 0 of
+// each (DP, TP) rank joins them into its optimizer file.
 
 // partFile is the part of stage pp, TP rank tp, in the temporary dir.
 func partFile(dir string, pp, tp int) string {
 	return filepath.Join(dir, fmt.Sprintf("part-pp%d-tp%d.safetensors", pp, tp))
+}
+
+// zeroPartDir holds stage pp's ZeRO-1 pieces in the temporary dir.
+func zeroPartDir(dir string, pp int) string {
+	return filepath.Join(dir, fmt.Sprintf("zero-part-pp%d", pp))
 }
 
 // stageParams are the parameters this stage saves: its own, without the
@@ -36,6 +44,9 @@ func (t *trainer) savePipeline(dir string, step int) ([]ckpt.TensorInfo, error) 
 	if t.mesh.DPRank() == 0 {
 		err = t.writePart(dir, step)
 	}
+	if err == nil && t.zero != nil {
+		err = t.writeZeroPart(dir, step)
+	}
 	if err = agree(t.world, err, what); err != nil {
 		return nil, err
 	}
@@ -43,11 +54,28 @@ func (t *trainer) savePipeline(dir string, step int) ([]ckpt.TensorInfo, error) 
 	if t.mesh.DPRank() == 0 && t.mesh.PPRank() == 0 {
 		infos, err = t.joinParts(dir, step)
 	}
+	if err == nil && t.zero != nil && t.mesh.PPRank() == 0 {
+		err = t.joinZeroParts(dir, step)
+	}
 	return infos, agree(t.world, err, what)
 }
 
+// removeZeroParts removes the stages' ZeRO-1 pieces once joined (rank 0).
+func (t *trainer) removeZeroParts(dir string) error {
+	if t.zero == nil {
+		return nil
+	}
+	for s := 0; s < t.mesh.PPSize(); s++ {
+		if err := os.RemoveAll(zeroPartDir(dir, s)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // writePart writes this stage's tensors, AdamW moments (m.<name>,
-// v.<name>) and their cut (metadata "tensors") for this TP rank.
+// v.<name>; not under ZeRO-1) and their cut (metadata "tensors") for this
+// TP rank.
 func (t *trainer) writePart(dir string, step int) error {
 	params := t.stageParams()
 	all := t.model.Params()
@@ -55,7 +83,11 @@ func (t *trainer) writePart(dir string, step int) error {
 	for _, p := range params {
 		tensors = append(tensors, hostTensor(t.dev, p.Name, p.Data))
 	}
-	for _, kind := range []string{"m", "v"} {
+	kinds := []string{"m", "v"}
+	if t.zero != nil {
+		kinds = nil
+	}
+	for _, kind := range kinds {
 		for _, p := range params {
 			i := indexOf(all, p)
 			mt, vt := t.opt.Moments(i)
@@ -106,11 +138,15 @@ func (t *trainer) joinParts(dir string, step int) ([]ckpt.TensorInfo, error) {
 			return nil, fmt.Errorf("checkpoint %s: adam_step %q, stage 0 has %d", path, f.Metadata["adam_step"], adamStep)
 		}
 		adamStep = as
+		kinds := []struct {
+			out    *[]ckpt.Tensor
+			prefix string
+		}{{&model, ""}, {&m, "m."}, {&v, "v."}}
+		if t.zero != nil {
+			kinds = kinds[:1]
+		}
 		for _, ti := range part {
-			for _, dst := range []struct {
-				out    *[]ckpt.Tensor
-				prefix string
-			}{{&model, ""}, {&m, "m."}, {&v, "v."}} {
+			for _, dst := range kinds {
 				x, err := f.Tensor(dst.prefix + ti.Name)
 				if err != nil {
 					return nil, fmt.Errorf("checkpoint %s: %w", path, err)
@@ -124,8 +160,10 @@ func (t *trainer) joinParts(dir string, step int) ([]ckpt.TensorInfo, error) {
 	if err := ckpt.WriteModel(dir, tp, t.cfg.TP, step, model); err != nil {
 		return nil, err
 	}
-	if err := ckpt.WriteOptim(dir, tp, 0, step, adamStep, m, v); err != nil {
-		return nil, err
+	if t.zero == nil {
+		if err := ckpt.WriteOptim(dir, tp, 0, step, adamStep, m, v); err != nil {
+			return nil, err
+		}
 	}
 	for s := 0; s < t.mesh.PPSize(); s++ {
 		if err := os.Remove(partFile(dir, s, tp)); err != nil {
@@ -133,4 +171,55 @@ func (t *trainer) joinParts(dir string, step int) ([]ckpt.TensorInfo, error) {
 		}
 	}
 	return infos, nil
+}
+
+// writeZeroPart writes this rank's ZeRO-1 pieces of its stage's
+// parameters (without the uncounted copy of the tied embedding).
+func (t *trainer) writeZeroPart(dir string, step int) error {
+	skip := t.pipe.uncounted()
+	var pieces []ckpt.ZeroPiece
+	for _, pc := range t.zero.Pieces() {
+		if skip == nil || pc.Name != skip.Name {
+			pieces = append(pieces, pc)
+		}
+	}
+	sub := zeroPartDir(dir, t.mesh.PPRank())
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		return err
+	}
+	return ckpt.WriteOptimZero(sub, t.mesh.TPRank(), t.mesh.DPRank(), step, t.opt.Steps(), pieces)
+}
+
+// joinZeroParts writes this (DP, TP) rank's ZeRO-1 optimizer file from
+// every stage's pieces.
+func (t *trainer) joinZeroParts(dir string, step int) error {
+	tp, dp := t.mesh.TPRank(), t.mesh.DPRank()
+	var pieces []ckpt.ZeroPiece
+	for s := 0; s < t.mesh.PPSize(); s++ {
+		path := filepath.Join(zeroPartDir(dir, s), ckpt.OptimFile(tp, dp))
+		f, err := ckpt.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("checkpoint part of stage %d: %w", s, err)
+		}
+		var offsets map[string]int
+		if err := json.Unmarshal([]byte(f.Metadata["offsets"]), &offsets); err != nil {
+			return fmt.Errorf("checkpoint %s: offsets: %v", path, err)
+		}
+		for _, e := range f.Tensors {
+			name, ok := strings.CutPrefix(e.Name, "m.")
+			if !ok {
+				continue
+			}
+			m, err := f.Tensor("m." + name)
+			if err != nil {
+				return fmt.Errorf("checkpoint %s: %w", path, err)
+			}
+			v, err := f.Tensor("v." + name)
+			if err != nil {
+				return fmt.Errorf("checkpoint %s: %w", path, err)
+			}
+			pieces = append(pieces, ckpt.ZeroPiece{Name: name, Offset: offsets[name], M: m.Data, V: v.Data})
+		}
+	}
+	return ckpt.WriteOptimZero(dir, tp, dp, step, t.opt.Steps(), pieces)
 }

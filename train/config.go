@@ -342,9 +342,6 @@ func (c Config) validatePipeline(bad func(format string, args ...any)) {
 	if c.GradAccum > 1 {
 		bad("grad_accum %d with pp %d: a pipeline accumulates over its micro-batches, use --micro-batches", c.GradAccum, p)
 	}
-	if c.Zero != 0 && (c.CkptEvery >= 0 || c.ResumeFrom != "") {
-		bad("zero 1 with pp %d saves no checkpoints yet: add --ckpt-every -1 (and no --resume-from), or use --zero 0", p)
-	}
 	if c.Device == "cuda" {
 		bad("pp %d runs on the CPU only for now: use --device cpu", p)
 	}
