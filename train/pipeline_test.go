@@ -120,7 +120,7 @@ func TestPipelineRefused(t *testing.T) {
 func TestPipelineMetrics(t *testing.T) {
 	cfg := smallConfig("gpt")
 	cfg.Data = textFile(t)
-	cfg.NTasks, cfg.PP, cfg.Layers, cfg.MicroBatches, cfg.CkptEvery, cfg.Steps, cfg.BatchSize = 2, 2, 2, 4, -1, 3, 4
+	cfg.NTasks, cfg.PP, cfg.Layers, cfg.MicroBatches, cfg.CkptEvery, cfg.Steps, cfg.BatchSize = 2, 2, 2, 4, -1, 5, 4
 	dir := t.TempDir()
 	runInProcess(t, cfg, dir)
 	for r := 0; r < 2; r++ {
@@ -147,8 +147,26 @@ func TestPipelineMetrics(t *testing.T) {
 				}
 			}
 		}
-		if steps != 3 {
+		if steps != 5 {
 			t.Errorf("rank %d: %d step lines", r, steps)
+		}
+	}
+	// The summary, from the steps kept and streamed: a bubble per stage.
+	run, err := metrics.ReadRun(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, _ := metrics.Summarize(run)
+	streamed, _, err := metrics.ReadSummary(dir, metrics.NoCurves)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []metrics.Summary{kept, streamed} {
+		if len(s.Bubble) != 2 || s.Bubble[1].Stage != 1 || s.Bubble[1].Theory != 0.2 || !(s.Bubble[0].Measured >= 0 && s.Bubble[0].Measured < 1) {
+			t.Errorf("summary bubble %+v, want 2 stages, theory 0.2", s.Bubble)
+		}
+		if s.Config.PP != 2 || s.Config.DP != 1 || s.SamplesPerS != kept.SamplesPerS {
+			t.Errorf("summary: pp %d dp %d, samples/s %v (kept %v)", s.Config.PP, s.Config.DP, s.SamplesPerS, kept.SamplesPerS)
 		}
 	}
 }

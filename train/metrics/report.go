@@ -38,6 +38,13 @@ func WriteSummary(w io.Writer, s Summary) error {
 		line("throughput", "%s samples/s   %s tokens/s   per rank %s samples/s   %s tokens/s",
 			num(s.SamplesPerS), num(s.TokensPerS), num(s.SamplesPerSPerRank), num(s.TokensPerSPerRank))
 		line("comm", "%s of step time", pct(s.CommShare))
+		if len(s.Bubble) > 0 {
+			var parts []string
+			for _, b := range s.Bubble {
+				parts = append(parts, fmt.Sprintf("stage %d %s", b.Stage, pct(b.Measured)))
+			}
+			line("bubble", "%s waiting on a neighbour   1F1B theory %s", strings.Join(parts, ", "), pct(s.Bubble[0].Theory))
+		}
 		switch {
 		case s.MFU.Known():
 			line("compute", "%sFLOP/s of model FLOPs   MFU %s", si(s.ModelFlopsPerS), pct(s.MFU))

@@ -164,7 +164,7 @@ func guessTPZero(run *Run, files []*rankFile) {
 	for _, f := range files {
 		f.tp0 = rankOf(f.path)%tp == 0
 		if info := firstRunLine(f.path); info != nil {
-			f.tp0 = info.TPRank == 0
+			f.tp0 = info.TPRank == 0 && info.PPRank == 0
 		}
 	}
 }

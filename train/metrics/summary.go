@@ -41,6 +41,13 @@ type RunConfig struct {
 	PP        int    `json:"pp,omitempty"` // pipeline stages (0 or 1: none)
 }
 
+// StageBubble is one pipeline stage's measured bubble and the theory.
+type StageBubble struct {
+	Stage    int   `json:"stage"`
+	Measured Float `json:"measured"`
+	Theory   Float `json:"theory"`
+}
+
 // RankMemory is the peak memory of one rank.
 type RankMemory struct {
 	Rank int `json:"rank"`
@@ -87,6 +94,10 @@ type Summary struct {
 	// CommShare is the share of step time spent in communication, over all
 	// ranks.
 	CommShare Float `json:"comm_share"`
+	// Bubble is, for a pipeline (pp > 1), each stage's share of its
+	// schedule spent waiting on a neighbour, the mean over the stage's
+	// ranks and the steps after warm-up, beside the 1F1B theory.
+	Bubble []StageBubble `json:"bubble,omitempty"`
 
 	// MemorySource says where Memory comes from: "nvml" when the ranks
 	// recorded GPU samples, else "engine" (the engine's own accounting).
@@ -190,6 +201,10 @@ type rankSeen struct {
 	steps   int     // steps, after resumes
 	lastTS  float64 // of the last step; NaN without steps
 	memPeak int64   // engine peak over the steps
+	// bubble sums the steps' bubble from step index k on (k = 0..3, as
+	// jobAgg's sums); theory is the last step's bubble_theory.
+	bubble [4]float64
+	theory float64
 }
 
 // jobAgg is the job's steps as a summary needs them, accumulated in
@@ -265,6 +280,12 @@ func join(its []stepIter, tp0 []bool, points, steps int) ([]rankSeen, jobAgg, er
 		r.steps++
 		r.lastTS = s.TS
 		r.memPeak = max(r.memPeak, s.MemPeakBytes, s.MemBytes)
+		if s.BubbleTheory > 0 {
+			for k := 0; k < min(r.steps, 4); k++ {
+				r.bubble[k] += s.Bubble
+			}
+			r.theory = s.BubbleTheory
+		}
 		return nil
 	}
 	for i := range its {
@@ -409,6 +430,7 @@ func summarize(run *Run, seen []rankSeen, agg jobAgg) (Summary, Curves) {
 	}
 	s.status(run, seen, world)
 	s.timing(&agg, world)
+	s.bubbles(run, seen)
 	s.flops(first, world)
 	s.memory(run, seen)
 	s.evals(run, &c)
@@ -420,6 +442,35 @@ func summarize(run *Run, seen []rankSeen, agg jobAgg) (Summary, Curves) {
 }
 
 var nanF = Float(math.NaN())
+
+// bubbles averages the pipeline stages' measured bubble over each stage's
+// ranks and its steps after the warm-up.
+func (s *Summary) bubbles(run *Run, seen []rankSeen) {
+	k := s.WarmupSteps
+	var sum []float64
+	var ranks []int
+	var theory []float64
+	for i, r := range run.Ranks {
+		sn := seen[i]
+		if r.Info == nil || r.Info.PP < 2 || r.Info.PPRank >= r.Info.PP || sn.theory == 0 || sn.steps <= k {
+			continue
+		}
+		for len(sum) < r.Info.PP {
+			sum, ranks, theory = append(sum, 0), append(ranks, 0), append(theory, 0)
+		}
+		st := r.Info.PPRank
+		sum[st] += sn.bubble[k] / float64(sn.steps-k)
+		ranks[st]++
+		theory[st] = sn.theory
+	}
+	for st := range sum {
+		b := StageBubble{Stage: st, Measured: nanF, Theory: nanF}
+		if ranks[st] > 0 {
+			b.Measured, b.Theory = Float(sum[st]/float64(ranks[st])), Float(theory[st])
+		}
+		s.Bubble = append(s.Bubble, b)
+	}
+}
 
 func firstInfo(run *Run) *RunInfo {
 	for _, r := range run.Ranks {
