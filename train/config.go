@@ -3,6 +3,7 @@ package train
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -60,8 +61,9 @@ type Config struct {
 	TP     int `toml:"tp" json:"tp"`
 	// Pipeline parallelism (1F1B, Narayanan et al. 2104.04473): the blocks
 	// split into pp stages, each step micro_batches micro-batches of bsz.
-	PP           int `toml:"pp,omitempty" json:"pp,omitempty"`                       // pipeline stages; 0 = 1
-	MicroBatches int `toml:"micro_batches,omitempty" json:"micro_batches,omitempty"` // micro-batches per step through the pipeline (pp > 1, >= pp); 0 = pp
+	PP           int    `toml:"pp,omitempty" json:"pp,omitempty"`                       // pipeline stages; 0 = 1
+	MicroBatches int    `toml:"micro_batches,omitempty" json:"micro_batches,omitempty"` // micro-batches per step through the pipeline (pp > 1, >= pp); 0 = pp
+	PPSplit      string `toml:"pp_split,omitempty" json:"pp_split,omitempty"`           // blocks of each stage, e.g. "3,1" (pp numbers summing to layers); "" = layers/pp each
 	// Memory-saving parallelism (Megatron-LM 2205.05198, ZeRO 1910.02054).
 	SP   bool `toml:"sp" json:"sp"`     // sequence parallelism: layer norms and residuals split along the sequence over tp (seq % tp == 0)
 	Zero int  `toml:"zero" json:"zero"` // 1: ZeRO-1, the AdamW moments sharded over the data-parallel group; 0: replicated
@@ -331,10 +333,17 @@ func (c Config) validatePipeline(bad func(format string, args ...any)) {
 		if c.MicroBatches > 0 {
 			bad("micro_batches needs pp > 1: without a pipeline use --grad-accum")
 		}
+		if c.PPSplit != "" {
+			bad("pp_split needs pp > 1")
+		}
 		return
 	}
-	if c.Layers > 0 && c.Layers%p != 0 {
-		bad("layers %d is not a multiple of pp %d: each pipeline stage holds layers/pp blocks", c.Layers, p)
+	if c.PPSplit != "" {
+		if _, err := c.StageLayers(); err != nil {
+			bad("%v", err)
+		}
+	} else if c.Layers > 0 && c.Layers%p != 0 {
+		bad("layers %d is not a multiple of pp %d: each pipeline stage holds layers/pp blocks, or give each stage's with --pp-split", c.Layers, p)
 	}
 	if c.MicroBatches > 0 && c.MicroBatches < p {
 		bad("micro_batches %d is fewer than pp %d: 1F1B needs at least one micro-batch per stage in flight", c.MicroBatches, p)
@@ -351,4 +360,37 @@ func (c Config) validatePipeline(bad func(format string, args ...any)) {
 	if c.InitFrom != "" {
 		bad("init_from with pp %d is not supported yet: use pp 1", p)
 	}
+}
+
+// StageLayers is the number of blocks of each pipeline stage: pp_split's,
+// or layers/pp each.
+func (c Config) StageLayers() ([]int, error) {
+	p := c.Stages()
+	if c.PPSplit == "" {
+		if c.Layers%p != 0 {
+			return nil, fmt.Errorf("layers %d is not a multiple of pp %d: each pipeline stage holds layers/pp blocks, or give each stage's with --pp-split", c.Layers, p)
+		}
+		out := make([]int, p)
+		for i := range out {
+			out[i] = c.Layers / p
+		}
+		return out, nil
+	}
+	parts := strings.Split(c.PPSplit, ",")
+	if len(parts) != p {
+		return nil, fmt.Errorf("pp_split %q names %d stages, pp is %d: give one block count a stage", c.PPSplit, len(parts), p)
+	}
+	out := make([]int, p)
+	sum := 0
+	for i, f := range parts {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("pp_split %q: stage %d has %q blocks: each stage needs a whole number of at least 1", c.PPSplit, i, f)
+		}
+		out[i], sum = n, sum+n
+	}
+	if sum != c.Layers {
+		return nil, fmt.Errorf("pp_split %q holds %d blocks, the model has layers %d", c.PPSplit, sum, c.Layers)
+	}
+	return out, nil
 }

@@ -103,11 +103,17 @@ func newModel(cfg Config, data *Data, m *parallel.Mesh, dev tensor.Device) (mode
 	seed := uint64(cfg.Seed)
 	t := &transformer{dev: dev, gpt: cfg.Model == "gpt", B: cfg.BatchSize, T: cfg.Seq, C: cfg.Dim, Tl: cfg.Seq}
 	p, s := m.PPSize(), m.PPRank()
-	if cfg.Layers%p != 0 {
-		return nil, fmt.Errorf("layers %d is not a multiple of pp %d: each pipeline stage holds layers/pp blocks", cfg.Layers, p)
+	c := cfg
+	c.PP = p
+	split, err := c.StageLayers()
+	if err != nil {
+		return nil, err
 	}
 	t.first, t.last = s == 0, s == p-1
-	t.lo, t.hi = s*cfg.Layers/p, (s+1)*cfg.Layers/p
+	for _, n := range split[:s] {
+		t.lo += n
+	}
+	t.hi = t.lo + split[s]
 	if err := t.build(cfg, data.Vocab, m.TP, seed); err != nil {
 		t.Close()
 		return nil, err

@@ -35,15 +35,17 @@ func TestPipelineLossCurves(t *testing.T) {
 				ntasks, pp, tp, b, micro, a int
 				sp                          bool
 				zero                        int
+				split                       string
 			}{
-				{"tp1", 1, 1, 1, 4, 0, 4, false, 0},
-				{"pp2", 2, 2, 1, 4, 4, 1, false, 0},
-				{"pp4", 4, 4, 1, 4, 4, 1, false, 0},
-				{"pp2tp2", 4, 2, 2, 4, 4, 1, false, 0},
-				{"pp2tp2sp", 4, 2, 2, 4, 4, 1, true, 0},
-				{"pp2dp2zero1", 4, 2, 1, 2, 4, 1, false, 1},
-				{"pp2dp2tp2", 8, 2, 2, 2, 4, 1, false, 0},
-				{"pp2dp2tp2spzero1", 8, 2, 2, 2, 4, 1, true, 1},
+				{"tp1", 1, 1, 1, 4, 0, 4, false, 0, ""},
+				{"pp2", 2, 2, 1, 4, 4, 1, false, 0, ""},
+				{"pp4", 4, 4, 1, 4, 4, 1, false, 0, ""},
+				{"pp2split31", 2, 2, 1, 4, 4, 1, false, 0, "3,1"},
+				{"pp2tp2", 4, 2, 2, 4, 4, 1, false, 0, ""},
+				{"pp2tp2sp", 4, 2, 2, 4, 4, 1, true, 0, ""},
+				{"pp2dp2zero1", 4, 2, 1, 2, 4, 1, false, 1, ""},
+				{"pp2dp2tp2", 8, 2, 2, 2, 4, 1, false, 0, ""},
+				{"pp2dp2tp2spzero1", 8, 2, 2, 2, 4, 1, true, 1, ""},
 			}
 			var ref []float64
 			var refEval EvalResult
@@ -52,7 +54,7 @@ func TestPipelineLossCurves(t *testing.T) {
 					continue
 				}
 				cfg := base
-				cfg.NTasks, cfg.PP, cfg.TP, cfg.BatchSize, cfg.MicroBatches, cfg.GradAccum, cfg.SP, cfg.Zero = l.ntasks, l.pp, l.tp, l.b, l.micro, l.a, l.sp, l.zero
+				cfg.NTasks, cfg.PP, cfg.TP, cfg.BatchSize, cfg.MicroBatches, cfg.GradAccum, cfg.SP, cfg.Zero, cfg.PPSplit = l.ntasks, l.pp, l.tp, l.b, l.micro, l.a, l.sp, l.zero, l.split
 				res := runInProcess(t, cfg, "")
 				if len(res.Losses) != 20 {
 					t.Fatalf("%s: %d steps", l.name, len(res.Losses))
@@ -93,6 +95,10 @@ func TestPipelineRefused(t *testing.T) {
 		want string
 	}{
 		{func(c *Config) { c.Layers = 3 }, "layers 3 is not a multiple of pp 2"},
+		{func(c *Config) { c.PPSplit = "3,2" }, "holds 5 blocks, the model has layers 4"},
+		{func(c *Config) { c.PPSplit = "4" }, "names 1 stages, pp is 2"},
+		{func(c *Config) { c.PPSplit = "4,0" }, "stage 1 has \"0\" blocks"},
+		{func(c *Config) { c.PP, c.NTasks, c.MicroBatches, c.PPSplit = 1, 1, 0, "4" }, "pp_split needs pp > 1"},
 		{func(c *Config) { c.MicroBatches = 1 }, "micro_batches 1 is fewer than pp 2"},
 		{func(c *Config) { c.NTasks = 3 }, "ntasks 3 is not a multiple of pp 2 x tp 1"},
 		{func(c *Config) { c.GradAccum = 2 }, "use --micro-batches"},

@@ -274,7 +274,7 @@ func writePlan(w io.Writer, pl *plan.Plan, sug []plan.Suggestion) error {
 	if pl.PP > 1 {
 		recompute = "one micro-batch's: the stage recomputes"
 	}
-	row("activations", m.Blocks, fmt.Sprintf("%s a block x %d blocks, %s (%s)", bytesIEC(m.ActivationsPerBlock), pl.Layers/max(pl.PP, 1), split, recompute))
+	row("activations", m.Blocks, fmt.Sprintf("%s a block x %d blocks, %s (%s)", bytesIEC(m.ActivationsPerBlock), m.Blocks/max(m.ActivationsPerBlock, 1), split, recompute))
 	row("embeddings, residual", m.Embeddings, "embedding outputs, residual-stream gradients, ln_f")
 	row("logits, loss", m.Logits, "head output and gradient, cross-entropy buffers")
 	if pl.SP {

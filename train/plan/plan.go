@@ -29,6 +29,7 @@ package plan
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/train"
@@ -208,8 +209,8 @@ func New(r Request) (*Plan, error) {
 		modes += fmt.Sprintf("; ZeRO-1 keeps 1/%d of the AdamW moments", s.dp)
 	}
 	if pp := cfg.Stages(); pp > 1 {
-		p.Notes = append(p.Notes, fmt.Sprintf("pp %d: the figures are one stage's: layers/pp = %d blocks, with the embeddings and the head counted on it (an upper bound), the activations of one micro-batch (a stage runs a forward again before its backward) and the inputs of %d in flight; the time leaves out those recomputed forwards, the point-to-point transfers and the 1F1B bubble (p-1)/(m+p-1) = %.2f",
-			pp, cfg.Layers/pp, pp, parallel.BubbleFraction(pp, cfg.Micro())))
+		p.Notes = append(p.Notes, fmt.Sprintf("pp %d: the figures are the largest stage's: %d blocks, with the embeddings and the head counted on it (an upper bound), the activations of one micro-batch (a stage runs a forward again before its backward) and the inputs of %d in flight; the time leaves out those recomputed forwards, the point-to-point transfers and the 1F1B bubble (p-1)/(m+p-1) = %.2f",
+			pp, stageBlocks(cfg), pp, parallel.BubbleFraction(pp, cfg.Micro())))
 	} else {
 		p.Notes = append(p.Notes, "activations: the engine has no recomputation; every block keeps its own"+modes)
 	}
@@ -251,7 +252,7 @@ func newShapes(cfg train.Config, paddedVocab int) shapes {
 	C := int64(cfg.Dim)
 	s := shapes{
 		gpt: cfg.Model == "gpt",
-		B:   int64(cfg.BatchSize), T: int64(cfg.Seq), C: C, L: int64(cfg.Layers / cfg.Stages()), P: int64(cfg.PositionRows()),
+		B:   int64(cfg.BatchSize), T: int64(cfg.Seq), C: C, L: int64(stageBlocks(cfg)), P: int64(cfg.PositionRows()),
 		pp: int64(cfg.Stages()),
 		tp: tp, dp: int64(cfg.DP()),
 		nh: int64(cfg.Heads) / tp, cl: C / tp, fl: 4 * C / tp, vl: int64(paddedVocab) / tp,
@@ -619,4 +620,14 @@ func Suggest(r Request) []Suggestion {
 		}
 	}
 	return out
+}
+
+// stageBlocks is the number of blocks of the largest pipeline stage (all
+// of them without a pipeline).
+func stageBlocks(cfg train.Config) int {
+	split, err := cfg.StageLayers()
+	if err != nil {
+		return cfg.Layers / cfg.Stages()
+	}
+	return slices.Max(split)
 }
