@@ -50,8 +50,7 @@ type pipeline struct {
 	sendMu  sync.Mutex
 	sendErr error
 
-	wait       time.Duration // blocked receiving from a neighbour (or flushing sends) this step
-	recomputes int           // forwards run again this step
+	wait time.Duration // blocked receiving from a neighbour (or flushing sends) this step
 }
 
 type pipeSend struct {
@@ -166,7 +165,7 @@ func (p *pipeline) step(next func(*Batch), scale float32) (float64, error) {
 	for i := range p.batches {
 		next(&p.batches[i])
 	}
-	p.held, p.wait, p.recomputes = -1, 0, 0
+	p.held, p.wait = -1, 0
 	loss := 0.0
 	for _, op := range parallel.OneFOneB(p.stages, p.stage, p.micro) {
 		if op.Backward {
@@ -222,7 +221,6 @@ func (p *pipeline) backward(i int, scale float32) error {
 		if _, _, err := p.t.forwardStage(&p.batches[i], x, true); err != nil {
 			return err
 		}
-		p.recomputes++
 	}
 	p.held = -1
 	var dout []float32
