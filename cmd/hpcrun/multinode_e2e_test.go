@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hpcrun/hpcrun/train/metrics"
 )
 
 // nodesUp skips unless the local Slurm has at least n namespace nodes
@@ -242,5 +244,52 @@ func killSecondNode(t *testing.T, id string) string {
 func restoreNodes(t *testing.T) {
 	if b, err := exec.Command("../../scripts/slurm-local.sh", "up", "--nodes", "3").CombinedOutput(); err != nil {
 		t.Errorf("restore the nodes: %v: %s", err, b)
+	}
+}
+
+// TestMultiNodePipelineStageLost runs pp 2 x tp 2 x dp 2 over two nodes,
+// stage 1 on the second, and kills that node mid-run: every rank of stage
+// 0 fails within 60 s naming a rank of the lost stage and its host (in
+// the schedule, or in the step's reductions over the stages); the job then
+// ends FAILED or NODE_FAIL.
+func TestMultiNodePipelineStageLost(t *testing.T) {
+	nodesUp(t, 2)
+	e := newEnv(t)
+	s := e.submit("--executor", "slurm", "--ntasks", "8", "--pp", "2", "--tp", "2", "--nodes", "2", "--preset", "tiny",
+		"--steps", "100000", "--samples", "512", "--device", "cpu", "--eval-every", "0", "--ckpt-every", "-1")
+	defer restoreNodes(t)
+	waitForSteps(t, s.RunDir, 20)
+	lost := killSecondNode(t, s.JobID)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		run, err := metrics.ReadRun(s.RunDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ended := 0
+		for _, r := range run.Ranks[:4] {
+			if r.End != nil {
+				ended++
+			}
+		}
+		if ended == 4 {
+			for _, r := range run.Ranks[:4] {
+				if r.End.Status != metrics.StatusFailed || !strings.Contains(r.End.Error, "("+lost+")") {
+					t.Errorf("rank %d ended %s: %q, want a failure naming host %s", r.Rank, r.End.Status, r.End.Error, lost)
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("60 s after node %s was lost, %d of stage 0's 4 ranks have ended", lost, ended)
+		}
+	}
+	// Slurm ends the job before the node comes back, or it stays down.
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if st, _ := slurmJob(t, s.JobID); st == "FAILED" || st == "NODE_FAIL" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s did not end 90 s after node %s was lost", s.JobID, lost)
+		}
 	}
 }
