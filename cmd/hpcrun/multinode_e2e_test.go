@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/train/metrics"
 )
 
@@ -291,5 +292,38 @@ func TestMultiNodePipelineStageLost(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("job %s did not end 90 s after node %s was lost", s.JobID, lost)
 		}
+	}
+}
+
+// TestMultiNodePipeline is the issue's command on the local Slurm:
+// `hpcrun submit --ntasks 8 --pp 2 --tp 2` over two nodes (one stage a
+// node) completes, every rank on its stage, with a checkpoint in the pp-1
+// layout and the bubble in the summary.
+func TestMultiNodePipeline(t *testing.T) {
+	nodesUp(t, 2)
+	e := newEnv(t)
+	s := e.submit("--executor", "slurm", "--ntasks", "8", "--pp", "2", "--tp", "2", "--nodes", "2", "--preset", "tiny",
+		"--steps", "10", "--samples", "512", "--device", "cpu", "--eval-every", "0")
+	waitCompleted(t, s, time.Now().Add(120*time.Second))
+	run, err := metrics.ReadRun(s.RunDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := map[int]map[string]bool{0: {}, 1: {}}
+	for _, r := range run.Ranks {
+		if r.End == nil || r.End.Status != metrics.StatusCompleted || r.Info == nil || r.Info.PPRank != r.Rank/4 {
+			t.Fatalf("rank %d: %+v, end %+v", r.Rank, r.Info, r.End)
+		}
+		hosts[r.Info.PPRank][r.Info.Host] = true
+	}
+	if len(hosts[0]) != 1 || len(hosts[1]) != 1 {
+		t.Errorf("stages on hosts %v, want one host each", hosts)
+	}
+	if _, err := os.Stat(filepath.Join(rundir.Dir(s.RunDir).Ckpt(), "step-000010", "model-tp1-of-2.safetensors")); err != nil {
+		t.Errorf("checkpoint: %v", err)
+	}
+	sum, _ := metrics.Summarize(run)
+	if len(sum.Bubble) != 2 || sum.Config.PP != 2 || sum.Config.DP != 2 {
+		t.Errorf("summary: bubble %+v, pp %d dp %d", sum.Bubble, sum.Config.PP, sum.Config.DP)
 	}
 }
