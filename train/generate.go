@@ -43,8 +43,11 @@ func SourceConfig(src string) (Config, error) {
 		}
 		cfg.ResumeFrom, cfg.InitFrom = dir, ""
 		// The checkpoint is laid out as at pp 1, whatever the pipeline
-		// that saved it: the caller's ranks run the whole model.
-		cfg.PP, cfg.MicroBatches = 0, 0
+		// that saved it: the caller's ranks run the whole model. How the
+		// training split its work (pipeline, sequence, optimizer state)
+		// does not belong to the model, and may not fit the caller's ranks.
+		cfg.PP, cfg.MicroBatches, cfg.PPSplit = 0, 0, ""
+		cfg.SP, cfg.Zero = false, 0
 		cfg.Vocab = st.Vocab
 		if cfg.Positions == 0 {
 			cfg.Positions = cfg.Seq

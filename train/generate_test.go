@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/train/ckpt"
 	"github.com/hpcrun/hpcrun/train/interop"
 )
 
@@ -120,5 +122,30 @@ func TestEvaluateSource(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSourceConfigDropsTrainingLayout: a checkpoint saved by a run with a
+// pipeline, sequence parallelism and ZeRO-1 reads as a plain model config,
+// valid for ranks laid out otherwise (eval, generate at any tp).
+func TestSourceConfigDropsTrainingLayout(t *testing.T) {
+	dir := t.TempDir()
+	cfg := DefaultConfig()
+	cfg.NTasks, cfg.TP, cfg.PP, cfg.MicroBatches, cfg.PPSplit, cfg.SP, cfg.Zero = 8, 2, 2, 4, "1,1", true, 1
+	raw, _ := json.Marshal(cfg)
+	st, _ := json.Marshal(ckpt.State{Config: raw, Vocab: 128})
+	if err := os.WriteFile(filepath.Join(dir, ckpt.StateFile), st, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := SourceConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.PP != 0 || got.MicroBatches != 0 || got.PPSplit != "" || got.SP || got.Zero != 0 {
+		t.Errorf("config from the checkpoint keeps the training layout: pp %d mb %d split %q sp %v zero %d", got.PP, got.MicroBatches, got.PPSplit, got.SP, got.Zero)
+	}
+	got.NTasks, got.TP = 1, 1
+	if err := got.Validate(); err != nil {
+		t.Errorf("the config does not validate at one rank: %v", err)
 	}
 }
