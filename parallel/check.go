@@ -561,6 +561,41 @@ func checkBlock(dev tensor.Device, tp nccl.Comm) (*Result, error) {
 	return h.done()
 }
 
+// countPhases runs block sh forward and backward on random (B, rows, C)
+// data and returns tp's counters before, between and after. At tp 1 it
+// records that nothing is sent and returns ok false; so does a data error,
+// recorded in h.
+func (h *harness) countPhases(tp nccl.Comm, sh *Block, rows int) (s0, s1, s2 nccl.Stats, ok bool, err error) {
+	x, _ := h.random(ckB, rows, ckDim)
+	dout, _ := h.random(ckB, rows, ckDim)
+	dx := h.zeros(ckB, rows, ckDim)
+	if h.err != nil {
+		return
+	}
+	if h.g.size() == 1 {
+		h.res.Measures = []Measure{{What: "no communication at tp=1", Err: 0}}
+		_, err = sh.Forward(x, nil)
+		return
+	}
+	s0 = tp.Stats()
+	if _, err = sh.Forward(x, nil); err != nil {
+		return
+	}
+	s1 = tp.Stats()
+	if err = sh.Backward(dout, dx); err != nil {
+		return
+	}
+	return s0, s1, tp.Stats(), true, nil
+}
+
+// orDone is h's result, or err when there is one.
+func (h *harness) orDone(err error) (*Result, error) {
+	if err != nil {
+		return nil, err
+	}
+	return h.done()
+}
+
 // checkBlockComm counts the collectives of one block's forward and
 // backward on the group: 2 all-reduces each, of B*T*C floats, nothing else.
 func checkBlockComm(dev tensor.Device, tp nccl.Comm) (*Result, error) {
@@ -569,28 +604,10 @@ func checkBlockComm(dev tensor.Device, tp nccl.Comm) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	x, _ := h.random(ckB, ckT, ckDim)
-	dout, _ := h.random(ckB, ckT, ckDim)
-	dx := h.zeros(ckB, ckT, ckDim)
-	if h.err != nil {
-		return h.done()
+	s0, s1, s2, ok, err := h.countPhases(tp, sh, ckT)
+	if !ok || err != nil {
+		return h.orDone(err)
 	}
-	if h.g.size() == 1 {
-		h.res.Measures = []Measure{{What: "no communication at tp=1", Err: 0}}
-		if _, err := sh.Forward(x, nil); err != nil {
-			return nil, err
-		}
-		return h.done()
-	}
-	s0 := tp.Stats()
-	if _, err := sh.Forward(x, nil); err != nil {
-		return nil, err
-	}
-	s1 := tp.Stats()
-	if err := sh.Backward(dout, dx); err != nil {
-		return nil, err
-	}
-	s2 := tp.Stats()
 	want := int64(ckB * ckT * ckDim * 4)
 	for _, ph := range []struct {
 		name string
@@ -924,28 +941,10 @@ func checkBlockCommSP(dev tensor.Device, tp nccl.Comm) (*Result, error) {
 		return nil, err
 	}
 	n := h.g.size()
-	x, _ := h.random(ckB, ckT/n, ckDim)
-	dout, _ := h.random(ckB, ckT/n, ckDim)
-	dx := h.zeros(ckB, ckT/n, ckDim)
-	if h.err != nil {
-		return h.done()
+	s0, s1, s2, ok, err := h.countPhases(tp, sh, ckT/n)
+	if !ok || err != nil {
+		return h.orDone(err)
 	}
-	if n == 1 {
-		h.res.Measures = []Measure{{What: "no communication at tp=1", Err: 0}}
-		if _, err := sh.Forward(x, nil); err != nil {
-			return nil, err
-		}
-		return h.done()
-	}
-	s0 := tp.Stats()
-	if _, err := sh.Forward(x, nil); err != nil {
-		return nil, err
-	}
-	s1 := tp.Stats()
-	if err := sh.Backward(dout, dx); err != nil {
-		return nil, err
-	}
-	s2 := tp.Stats()
 	if err := sp.ReduceGrads(sh.Params()); err != nil {
 		return nil, err
 	}
