@@ -30,7 +30,7 @@ func (c *Checkpoint) Merge() ([]Tensor, map[string]string, error) {
 			shape[0] = ti.Rows
 		}
 		if hf && len(shape) == 2 && isLinear(ti.Name) {
-			vals, shape = transpose(vals, shape[0], shape[1]), []int{shape[1], shape[0]}
+			vals, shape = Transpose(vals, shape[0], shape[1]), []int{shape[1], shape[0]}
 		}
 		out = append(out, Tensor{Name: ti.Name, Shape: shape, Data: vals})
 	}
@@ -54,9 +54,9 @@ func isLinear(name string) bool {
 	return false
 }
 
-// transpose returns the (cols, rows) transpose of the row-major (rows,
-// cols) matrix a.
-func transpose(a []float32, rows, cols int) []float32 {
+// Transpose returns the (cols, rows) transpose of the row-major (rows,
+// cols) matrix a: the (out, in) <-> (in, out) turn of GPT-2's Conv1D weights.
+func Transpose(a []float32, rows, cols int) []float32 {
 	out := make([]float32, len(a))
 	for i := 0; i < rows; i++ {
 		for j := 0; j < cols; j++ {

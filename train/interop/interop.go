@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 
 	"github.com/hpcrun/hpcrun/parallel"
+	"github.com/hpcrun/hpcrun/train/ckpt"
 )
 
 // Spec is the shape of a pretrained model, as its file states it.
@@ -164,7 +165,7 @@ func loadPiece(src source, full []int, sh parallel.Shard) ([]float32, error) {
 	}
 	if src.conv1D {
 		ls := fsh.LocalShape(fileShape)
-		out = transpose(out, ls[0], ls[1])
+		out = ckpt.Transpose(out, ls[0], ls[1])
 	}
 	return out, nil
 }
@@ -175,18 +176,6 @@ func numel(shape []int) int {
 		n *= d
 	}
 	return n
-}
-
-// transpose returns the (cols, rows) transpose of the row-major (rows,
-// cols) matrix a.
-func transpose(a []float32, rows, cols int) []float32 {
-	out := make([]float32, len(a))
-	for i := 0; i < rows; i++ {
-		for j := 0; j < cols; j++ {
-			out[j*rows+i] = a[i*cols+j]
-		}
-	}
-	return out
 }
 
 // checkShape compares a tensor's shape in a file with the one the model

@@ -28,7 +28,7 @@ func randomGPT2(s Spec, seed uint64) ([]ckpt.Tensor, map[string][]float32) {
 		ours[t.Name] = vals
 		shape := t.Shape
 		if t.Conv1D {
-			vals, shape = transpose(vals, t.Shape[0], t.Shape[1]), []int{t.Shape[1], t.Shape[0]}
+			vals, shape = ckpt.Transpose(vals, t.Shape[0], t.Shape[1]), []int{t.Shape[1], t.Shape[0]}
 		}
 		hf = append(hf, ckpt.Tensor{Name: t.Name, Shape: shape, Data: vals})
 	}
