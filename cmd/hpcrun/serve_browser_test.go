@@ -51,7 +51,7 @@ func chromium(t *testing.T) string {
 func serveRuns(t *testing.T) (dir, running string, rest map[string][]byte) {
 	t.Helper()
 	dir = t.TempDir()
-	copyTree(t, recordedRuns, dir)
+	copyDir(t, recordedRuns, dir)
 	ents, err := os.ReadDir(failureRuns)
 	if err != nil {
 		t.Fatal(err)
@@ -64,14 +64,14 @@ func serveRuns(t *testing.T) (dir, running string, rest map[string][]byte) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		copyTree(t, filepath.Join(failureRuns, e.Name()), filepath.Join(dir, m.ExecID))
+		copyDir(t, filepath.Join(failureRuns, e.Name()), filepath.Join(dir, m.ExecID))
 	}
 	// The running run: recorded run c0d2, half its lines, started by hpcrun
 	// run on this host with this process as its launcher.
 	running = "20261123-120000-5eed"
 	src := filepath.Join(recordedRuns, "20261121-143455-c0d2")
 	d := rundir.Dir(filepath.Join(dir, running))
-	copyTree(t, src, d.Path())
+	copyDir(t, src, d.Path())
 	m, err := slurm.ReadMeta(d)
 	if err != nil {
 		t.Fatal(err)
@@ -96,27 +96,6 @@ func serveRuns(t *testing.T) (dir, running string, rest map[string][]byte) {
 		rest[p] = bytes.Join(lines[half:], nil)
 	}
 	return dir, running, rest
-}
-
-func copyTree(t *testing.T, src, dst string) {
-	t.Helper()
-	err := filepath.WalkDir(src, func(p string, e os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		if e.IsDir() {
-			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // startServe runs hpcrun serve in-process on a free port and returns the
