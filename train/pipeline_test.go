@@ -73,15 +73,7 @@ func TestPipelineLossCurves(t *testing.T) {
 				if d := math.Abs(e.Loss-refEval.Loss) / refEval.Loss; d > 1e-6 || (model == "bert" && e.Accuracy != refEval.Accuracy) {
 					t.Errorf("%s: validation loss %.8f accuracy %v, tp1 %.8f %v", l.name, e.Loss, e.Accuracy, refEval.Loss, refEval.Accuracy)
 				}
-				worst := 0.0
-				for i, v := range res.Losses {
-					d := math.Abs(v-ref[i]) / math.Abs(ref[i])
-					worst = math.Max(worst, d)
-					if d > 1e-6 {
-						t.Errorf("%s step %d: loss %.8f, tp1 %.8f (relative difference %.2g)", l.name, i+1, v, ref[i], d)
-					}
-				}
-				t.Logf("%s: losses %.4f -> %.4f, largest relative difference from tp1 %.2g", l.name, res.Losses[0], res.Losses[19], worst)
+				sameCurve(t, l.name, res.Losses, ref)
 			}
 		})
 	}

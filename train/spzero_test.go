@@ -54,18 +54,25 @@ func TestSPZeroLossCurves(t *testing.T) {
 					ref = res.Losses
 					continue
 				}
-				worst := 0.0
-				for i, v := range res.Losses {
-					d := math.Abs(v-ref[i]) / math.Abs(ref[i])
-					worst = math.Max(worst, d)
-					if d > 1e-6 {
-						t.Errorf("%s step %d: loss %.8f, tp1 %.8f (relative difference %.2g)", l.name, i+1, v, ref[i], d)
-					}
-				}
-				t.Logf("%s: losses %.4f -> %.4f, largest relative difference from tp1 %.2g", l.name, res.Losses[0], res.Losses[19], worst)
+				sameCurve(t, l.name, res.Losses, ref)
 			}
 		})
 	}
+}
+
+// sameCurve checks that losses equal the tp1 curve ref to 1e-6 relative,
+// step by step, and logs the largest difference.
+func sameCurve(t *testing.T, name string, losses, ref []float64) {
+	t.Helper()
+	worst := 0.0
+	for i, v := range losses {
+		d := math.Abs(v-ref[i]) / math.Abs(ref[i])
+		worst = math.Max(worst, d)
+		if d > 1e-6 {
+			t.Errorf("%s step %d: loss %.8f, tp1 %.8f (relative difference %.2g)", name, i+1, v, ref[i], d)
+		}
+	}
+	t.Logf("%s: losses %.4f -> %.4f, largest relative difference from tp1 %.2g", name, losses[0], losses[len(losses)-1], worst)
 }
 
 // TestSPZeroRefused checks the combinations the config refuses, each with
