@@ -623,17 +623,23 @@ func checkBlockComm(dev tensor.Device, tp nccl.Comm) (*Result, error) {
 	return h.done()
 }
 
+// newCheckEmbeddings makes the unsharded reference embedding (padded as
+// the sharded one is) and the vocab-parallel one, from the same seed.
+func newCheckEmbeddings(dev tensor.Device, tp nccl.Comm) (ref, sh *VocabParallelEmbedding, err error) {
+	padded, err := PadVocab(ckVocab, newGroup(tp).size())
+	if err != nil {
+		return nil, nil, err
+	}
+	if ref, err = newVocabEmbedding(dev, nil, "wte", ckVocab, padded, ckDim, ckSeed, 0); err != nil {
+		return nil, nil, err
+	}
+	sh, err = NewVocabParallelEmbedding(dev, tp, "wte", ckVocab, ckDim, ckSeed, 0)
+	return ref, sh, err
+}
+
 func checkEmbedding(dev tensor.Device, tp nccl.Comm) (*Result, error) {
 	h := newHarness(dev, tp)
-	padded, err := PadVocab(ckVocab, h.g.size())
-	if err != nil {
-		return nil, err
-	}
-	ref, err := newVocabEmbedding(dev, nil, "wte", ckVocab, padded, ckDim, ckSeed, 0)
-	if err != nil {
-		return nil, err
-	}
-	sh, err := NewVocabParallelEmbedding(dev, tp, "wte", ckVocab, ckDim, ckSeed, 0)
+	ref, sh, err := newCheckEmbeddings(dev, tp)
 	if err != nil {
 		return nil, err
 	}
@@ -847,15 +853,7 @@ func checkEmbeddingSP(dev tensor.Device, tp nccl.Comm) (*Result, error) {
 	h := newHarness(dev, tp)
 	sp := NewSequenceParallel(tp)
 	defer sp.Release()
-	padded, err := PadVocab(ckVocab, h.g.size())
-	if err != nil {
-		return nil, err
-	}
-	ref, err := newVocabEmbedding(dev, nil, "wte", ckVocab, padded, ckDim, ckSeed, 0)
-	if err != nil {
-		return nil, err
-	}
-	sh, err := NewVocabParallelEmbedding(dev, tp, "wte", ckVocab, ckDim, ckSeed, 0)
+	ref, sh, err := newCheckEmbeddings(dev, tp)
 	if err != nil {
 		return nil, err
 	}
