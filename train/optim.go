@@ -67,35 +67,101 @@ func GradNorm(dev tensor.Device, params []*parallel.Param, tp nccl.Comm) (float6
 	return gradNormOver(dev, params, tp, nil)
 }
 
-// gradNormOver is GradNorm with the sums of squares also added over pp,
-// the stages of a pipeline (nil: one stage), each stage giving params
-// without the copies of a parameter another stage counts.
+// gradNormOver is GradNorm with the squares also added over pp, the
+// stages of a pipeline (nil: one stage), each stage giving params without
+// the copies of a parameter another stage counts.
 func gradNormOver(dev tensor.Device, params []*parallel.Param, tp, pp nccl.Comm) (float64, error) {
-	var sharded, replicated []*tensor.Tensor
-	for _, p := range params {
-		if p.Shard.Replicated() {
-			replicated = append(replicated, p.Grad)
-		} else {
-			sharded = append(sharded, p.Grad)
+	sq := make([]float64, len(params))
+	for i, p := range params {
+		if !p.Shard.Replicated() || tp == nil || tp.Rank() == 0 {
+			sq[i] = dev.SumSquares(p.Grad)
 		}
 	}
-	ss := dev.SumSquares(sharded...)
-	if tp == nil || tp.Rank() == 0 {
-		ss += dev.SumSquares(replicated...)
-	}
-	for _, c := range []nccl.Comm{tp, pp} {
-		if c != nil && c.Size() > 1 {
-			// float32 all-reduce of a float64 split in a high and a low
-			// part keeps the sum exact enough for a norm.
-			hi := float32(ss)
-			buf := []float32{hi, float32(ss - float64(hi))}
-			if err := c.AllReduce(buf, nccl.Sum); err != nil {
-				return 0, fmt.Errorf("grad norm: %w", err)
+	return normFromSquares(sq, pp, tp)
+}
+
+// normFromSquares is the global gradient norm from this rank's sums of
+// squares, one per parameter it counts (in the model's order): each is
+// summed over the groups in sum (ZeRO-1's DP group, then TP) in rank
+// order, the stages' lists are joined in stage order over pp, and the
+// whole list is summed in order. The values travel as the bits of their
+// float64s (all-gathers copy them), so a model split over any number of
+// stages adds the same numbers in the same order as one stage does, and
+// its clip coefficient is the same to the bit: a float32 all-reduce would
+// round the sum differently for every split.
+func normFromSquares(sq []float64, pp nccl.Comm, sum ...nccl.Comm) (float64, error) {
+	for _, c := range sum {
+		if c == nil || c.Size() == 1 {
+			continue
+		}
+		all, err := gatherFloat64s(c, sq)
+		if err != nil {
+			return 0, fmt.Errorf("grad norm: %w", err)
+		}
+		for i := range sq {
+			sq[i] = 0
+			for r := range c.Size() {
+				sq[i] += all[r*len(sq)+i]
 			}
-			ss = float64(buf[0]) + float64(buf[1])
 		}
 	}
-	return math.Sqrt(ss), nil
+	if pp != nil && pp.Size() > 1 {
+		// The stages count different numbers of parameters: pad to the
+		// largest, the first entry of each stage's list being its length.
+		most := []float32{float32(len(sq))}
+		if err := pp.AllReduce(most, nccl.Max); err != nil {
+			return 0, fmt.Errorf("grad norm: %w", err)
+		}
+		n := int(most[0]) + 1
+		mine := make([]float64, n)
+		mine[0] = float64(len(sq))
+		copy(mine[1:], sq)
+		all, err := gatherFloat64s(pp, mine)
+		if err != nil {
+			return 0, fmt.Errorf("grad norm: %w", err)
+		}
+		sq = sq[:0:0]
+		for s := range pp.Size() {
+			stage := all[s*n : (s+1)*n]
+			sq = append(sq, stage[1:1+int(stage[0])]...)
+		}
+	}
+	total := 0.0
+	for _, v := range sq {
+		total += v
+	}
+	return math.Sqrt(total), nil
+}
+
+// gatherFloat64s all-gathers x (the same length on every rank of c) bit
+// for bit; the result holds rank r's x at [r*len(x), (r+1)*len(x)).
+func gatherFloat64s(c nccl.Comm, x []float64) ([]float64, error) {
+	send := packFloat64s(x)
+	recv := make([]float32, len(send)*c.Size())
+	if err := c.AllGather(send, recv); err != nil {
+		return nil, err
+	}
+	return unpackFloat64s(recv), nil
+}
+
+// packFloat64s carries each float64 of x as two float32 bit patterns, for
+// collectives that copy (all-gather, broadcast) and so keep every bit.
+func packFloat64s(x []float64) []float32 {
+	out := make([]float32, 2*len(x))
+	for i, v := range x {
+		b := math.Float64bits(v)
+		out[2*i], out[2*i+1] = math.Float32frombits(uint32(b>>32)), math.Float32frombits(uint32(b))
+	}
+	return out
+}
+
+// unpackFloat64s undoes packFloat64s.
+func unpackFloat64s(b []float32) []float64 {
+	out := make([]float64, len(b)/2)
+	for i := range out {
+		out[i] = math.Float64frombits(uint64(math.Float32bits(b[2*i]))<<32 | uint64(math.Float32bits(b[2*i+1])))
+	}
+	return out
 }
 
 // Step applies one AdamW update at learning rate lr to the gradients in the

@@ -271,6 +271,16 @@ func (p *pipeline) sumStages(v []float32) error {
 	return p.pp.AllReduce(v, nccl.Sum)
 }
 
+// fromLast gives every stage the last stage's v, bit for bit (a float32
+// sum would round the float64 the loop reports without a pipeline).
+func (p *pipeline) fromLast(v float64) (float64, error) {
+	buf := packFloat64s([]float64{v})
+	if err := p.pp.Broadcast(buf, p.stages-1); err != nil {
+		return 0, err
+	}
+	return unpackFloat64s(buf)[0], nil
+}
+
 // uncounted is the parameter this stage leaves out of the gradient norm
 // and the checkpoint: the last stage's copy of the tied embedding (the
 // first stage counts it); nil on the other stages.
@@ -359,11 +369,10 @@ func (t *trainer) trainStepPipeline(step int) (metrics.Step, error) {
 		}
 		t.opt.Step(lr, norm)
 	}
-	buf := []float32{float32(loss)}
-	if err := p.sumStages(buf); err != nil {
+	if loss, err = p.fromLast(loss); err != nil {
 		return metrics.Step{}, fmt.Errorf("pipeline loss: %w", err)
 	}
-	if loss, err = t.dpMean(float64(buf[0])); err != nil {
+	if loss, err = t.dpMean(loss); err != nil {
 		return metrics.Step{}, err
 	}
 	if err := t.dev.Sync(); err != nil {

@@ -2,7 +2,6 @@ package train
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/parallel"
@@ -222,40 +221,26 @@ func (z *ZeRO1) setPipeline(pp nccl.Comm, uncount *parallel.Param) {
 	z.pp, z.uncount = pp, uncount
 }
 
-// norm is the global gradient norm from this rank's ranges: squares summed
-// over the DP group, then over TP as GradNorm does, then over a
-// pipeline's stages.
+// norm is the global gradient norm from this rank's ranges: each
+// parameter's squares summed over the DP group, then over TP as GradNorm
+// does, then joined over a pipeline's stages (normFromSquares).
 func (z *ZeRO1) norm() (float64, error) {
-	var sharded, replicated []*tensor.Tensor
+	sq := make([]float64, len(z.params))
+	tpLead := z.tp == nil || z.tp.Rank() == 0
 	for _, b := range z.buckets {
 		for _, s := range b.segs {
-			p := z.params[s.idx]
-			if p == z.uncount {
-				continue
-			}
-			if p.Shard.Replicated() {
-				replicated = append(replicated, p.Grad.View(s.pOff, s.n))
-			} else {
-				sharded = append(sharded, p.Grad.View(s.pOff, s.n))
+			if p := z.params[s.idx]; !p.Shard.Replicated() || tpLead {
+				sq[s.idx] += z.dev.SumSquares(p.Grad.View(s.pOff, s.n))
 			}
 		}
 	}
-	ss := z.dev.SumSquares(sharded...)
-	if z.tp == nil || z.tp.Rank() == 0 {
-		ss += z.dev.SumSquares(replicated...)
-	}
-	for _, c := range []nccl.Comm{z.dp, z.tp, z.pp} {
-		if c == nil || c.Size() == 1 {
-			continue
+	counted := sq[:0]
+	for i, p := range z.params {
+		if p != z.uncount {
+			counted = append(counted, sq[i])
 		}
-		hi := float32(ss)
-		buf := []float32{hi, float32(ss - float64(hi))}
-		if err := c.AllReduce(buf, nccl.Sum); err != nil {
-			return 0, fmt.Errorf("grad norm: %w", err)
-		}
-		ss = float64(buf[0]) + float64(buf[1])
 	}
-	return math.Sqrt(ss), nil
+	return normFromSquares(counted, z.pp, z.dp, z.tp)
 }
 
 // Pieces copies this rank's moments to the host, one piece per parameter
