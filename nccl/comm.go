@@ -84,16 +84,26 @@ type Comm interface {
 	Close() error
 }
 
-// DeviceComm is implemented by communicators that can run collectives on
-// GPU memory (the NCCL backend). Pointers are device addresses, count is in
-// elements, stream is a cudaStream_t (0 for the default stream). Calls are
-// asynchronous with respect to the host, as in NCCL.
+// DeviceComm is implemented by communicators that can run collectives and
+// point-to-point transfers on GPU memory (the NCCL backend). Pointers are
+// device addresses, count is in elements, stream is a cudaStream_t (0 for
+// the default stream). Calls are asynchronous with respect to the host, as
+// in NCCL.
 type DeviceComm interface {
 	Comm
 	AllReduceDevice(sendbuf, recvbuf uintptr, count int, dt DataType, op Op, stream uintptr) error
 	AllGatherDevice(sendbuf, recvbuf uintptr, sendcount int, dt DataType, stream uintptr) error
 	ReduceScatterDevice(sendbuf, recvbuf uintptr, recvcount int, dt DataType, op Op, stream uintptr) error
 	BroadcastDevice(sendbuf, recvbuf uintptr, count int, dt DataType, root int, stream uintptr) error
+	// SendDevice sends count elements at buf to group rank peer, which
+	// must call RecvDevice with the same count and type. The transfer
+	// holds the stream until the peer's receive runs: two ranks that
+	// exchange in both directions must order their calls so that each
+	// send meets a posted receive (one sends first, the other receives
+	// first), or they deadlock.
+	SendDevice(buf uintptr, count int, dt DataType, peer int, stream uintptr) error
+	// RecvDevice receives count elements from group rank peer into buf.
+	RecvDevice(buf uintptr, count int, dt DataType, peer int, stream uintptr) error
 }
 
 // DataType is the element type of a device buffer.

@@ -35,6 +35,9 @@ type ncclLib struct {
 	allGather     func(send, recv, count uintptr, dt int32, comm, stream uintptr) int32
 	reduceScatter func(send, recv, count uintptr, dt, op int32, comm, stream uintptr) int32
 	broadcast     func(send, recv, count uintptr, dt, root int32, comm, stream uintptr) int32
+	send          func(buf, count uintptr, dt, peer int32, comm, stream uintptr) int32 // nil: see p2pErr
+	recv          func(buf, count uintptr, dt, peer int32, comm, stream uintptr) int32
+	p2pErr        error // why send and recv are nil
 	version       int
 }
 
@@ -87,6 +90,20 @@ func openNCCL() (lib *ncclLib, err error) {
 		sym, err := purego.Dlsym(h, f.name)
 		if err != nil {
 			return nil, fmt.Errorf("nccl backend: libnccl.so.2 lacks %s: %w", f.name, err)
+		}
+		purego.RegisterFunc(f.fn, sym)
+	}
+	// Point-to-point (NCCL 2.7) is looked up apart: without it the
+	// collectives still run, and SendDevice and RecvDevice say why not.
+	for _, f := range []struct {
+		fn   any
+		name string
+	}{{&lib.send, "ncclSend"}, {&lib.recv, "ncclRecv"}} {
+		sym, err := purego.Dlsym(h, f.name)
+		if err != nil {
+			lib.send, lib.recv = nil, nil
+			lib.p2pErr = fmt.Errorf("nccl: libnccl.so.2 lacks %s, needed for point-to-point transfers on the device (NCCL 2.7 or later): %w", f.name, err)
+			break
 		}
 		purego.RegisterFunc(f.fn, sym)
 	}
@@ -356,6 +373,57 @@ func (nc *ncclComm) BroadcastDevice(send, recv uintptr, count int, dt DataType, 
 		return err
 	}
 	return nc.after("ncclBroadcast", comm, nc.lib.broadcast(send, recv, uintptr(count), t, int32(root), comm, stream))
+}
+
+// SendDevice sends count elements at buf to group rank peer (ncclSend).
+func (nc *ncclComm) SendDevice(buf uintptr, count int, dt DataType, peer int, stream uintptr) error {
+	t, size, err := ncclDType(dt)
+	if err != nil {
+		return err
+	}
+	defer nc.cnt.add(kSend, size*count, time.Now())
+	if err := nc.checkPeer("SendDevice to", peer); err != nil {
+		return err
+	}
+	comm, err := nc.ready()
+	if err != nil {
+		return err
+	}
+	return nc.after("ncclSend", comm, nc.lib.send(buf, uintptr(count), t, int32(peer), comm, stream))
+}
+
+// RecvDevice receives count elements from group rank peer into buf
+// (ncclRecv).
+func (nc *ncclComm) RecvDevice(buf uintptr, count int, dt DataType, peer int, stream uintptr) error {
+	t, size, err := ncclDType(dt)
+	if err != nil {
+		return err
+	}
+	defer nc.cnt.add(kRecv, size*count, time.Now())
+	if err := nc.checkPeer("RecvDevice from", peer); err != nil {
+		return err
+	}
+	comm, err := nc.ready()
+	if err != nil {
+		return err
+	}
+	return nc.after("ncclRecv", comm, nc.lib.recv(buf, uintptr(count), t, int32(peer), comm, stream))
+}
+
+// checkPeer validates the peer of a point-to-point transfer. A transfer
+// to self is refused as the host Send does: on its own (not in an NCCL
+// group with its receive) it would wait forever.
+func (nc *ncclComm) checkPeer(what string, peer int) error {
+	if err := checkRank(what, peer, nc.n); err != nil {
+		return err
+	}
+	if peer == nc.rank {
+		return fmt.Errorf("nccl: %s self: use a device copy", what)
+	}
+	if nc.lib.send == nil || nc.lib.recv == nil {
+		return nc.lib.p2pErr
+	}
+	return nil
 }
 
 // Group makes the sub-communicator on both sides: TCP and NCCL.

@@ -3,7 +3,10 @@ package nccl
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -25,10 +28,12 @@ func TestNCCLUnavailableSaysWhy(t *testing.T) {
 }
 
 type cudaRT struct {
-	malloc func(p *uintptr, size uintptr) int32
-	free   func(p uintptr) int32
-	memcpy func(dst, src, size uintptr, kind int32) int32
-	sync   func() int32
+	malloc    func(p *uintptr, size uintptr) int32
+	free      func(p uintptr) int32
+	memcpy    func(dst, src, size uintptr, kind int32) int32
+	sync      func() int32
+	setDevice func(dev int32) int32
+	count     func(n *int32) int32
 }
 
 func loadCudaRT(t *testing.T) *cudaRT {
@@ -42,6 +47,8 @@ func loadCudaRT(t *testing.T) *cudaRT {
 		purego.RegisterLibFunc(&rt.free, h, "cudaFree")
 		purego.RegisterLibFunc(&rt.memcpy, h, "cudaMemcpy")
 		purego.RegisterLibFunc(&rt.sync, h, "cudaDeviceSynchronize")
+		purego.RegisterLibFunc(&rt.setDevice, h, "cudaSetDevice")
+		purego.RegisterLibFunc(&rt.count, h, "cudaGetDeviceCount")
 		return rt
 	}
 	t.Skip("no CUDA runtime (libcudart) to allocate device buffers")
@@ -49,24 +56,45 @@ func loadCudaRT(t *testing.T) *cudaRT {
 }
 
 func (rt *cudaRT) upload(t *testing.T, v []float32) uintptr {
-	var p uintptr
-	if r := rt.malloc(&p, uintptr(4*len(v))); r != 0 {
-		t.Fatalf("cudaMalloc: error %d", r)
+	p, err := rt.put(v)
+	if err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() { rt.free(p) })
-	if r := rt.memcpy(p, uintptr(unsafe.Pointer(&v[0])), uintptr(4*len(v)), 1); r != 0 {
-		t.Fatalf("cudaMemcpy to device: error %d", r)
-	}
 	return p
 }
 
 func (rt *cudaRT) download(t *testing.T, p uintptr, n int) []float32 {
-	rt.sync()
-	v := make([]float32, n)
-	if r := rt.memcpy(uintptr(unsafe.Pointer(&v[0])), p, uintptr(4*n), 2); r != 0 {
-		t.Fatalf("cudaMemcpy to host: error %d", r)
+	v, err := rt.get(p, n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return v
+}
+
+// put copies v into a new buffer on the calling thread's current device.
+func (rt *cudaRT) put(v []float32) (uintptr, error) {
+	var p uintptr
+	if r := rt.malloc(&p, uintptr(4*len(v))); r != 0 {
+		return 0, fmt.Errorf("cudaMalloc: error %d", r)
+	}
+	if r := rt.memcpy(p, uintptr(unsafe.Pointer(&v[0])), uintptr(4*len(v)), 1); r != 0 {
+		rt.free(p)
+		return 0, fmt.Errorf("cudaMemcpy to device: error %d", r)
+	}
+	return p, nil
+}
+
+// get waits for the current device and copies n floats at p to the host.
+func (rt *cudaRT) get(p uintptr, n int) ([]float32, error) {
+	if r := rt.sync(); r != 0 {
+		return nil, fmt.Errorf("cudaDeviceSynchronize: error %d", r)
+	}
+	v := make([]float32, n)
+	if r := rt.memcpy(uintptr(unsafe.Pointer(&v[0])), p, uintptr(4*n), 2); r != 0 {
+		return nil, fmt.Errorf("cudaMemcpy to host: error %d", r)
+	}
+	return v, nil
 }
 
 // One rank per GPU: on a one-GPU machine NCCL runs a world of one (it
@@ -110,6 +138,99 @@ func TestGPUNCCLOneRank(t *testing.T) {
 	if st := c.Stats(); st.AllReduce.Calls != 3 || st.Broadcast.Calls != 1 {
 		t.Fatalf("Stats = %+v", st)
 	}
+}
+
+// Two ranks, one GPU each (NCCL refuses two ranks of a communicator on
+// one GPU), exchange buffers with SendDevice and RecvDevice, rank 0
+// sending first and rank 1 receiving first; both transfers are counted
+// in Stats. With fewer than two GPUs it skips, which gpu-check allows
+// for tests named TwoRanks.
+func TestGPUNCCLSendRecvTwoRanks(t *testing.T) {
+	if err := NCCLAvailable(); err != nil {
+		t.Skipf("NCCL backend unavailable: %v", err)
+	}
+	rt := loadCudaRT(t)
+	var n int32
+	if r := rt.count(&n); r != 0 || n < 2 {
+		t.Skipf("needs 2 GPUs, one a rank: %d visible (cudaGetDeviceCount error %d)", n, r)
+	}
+	port := freePort(t)
+	msg := func(r int) []float32 { return []float32{float32(r) + 1, -2, 3.5 * float32(r+1), 4, float32(10 * r)} }
+	got := make([][]float32, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[r], errs[r] = exchange(rt, r, port, msg(r))
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the exchange did not finish in 2 minutes: a send waits for a receive that never runs")
+	}
+	for r := range 2 {
+		if errs[r] != nil {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+		if want := msg(1 - r); closeTo(got[r], want, 1, true) != nil {
+			t.Errorf("rank %d received %v, want %v", r, got[r], want)
+		}
+	}
+}
+
+// exchange is rank r of TestGPUNCCLSendRecvTwoRanks on GPU r: it sends
+// mine to the other rank and returns what the other rank sent.
+func exchange(rt *cudaRT, r, port int, mine []float32) ([]float32, error) {
+	runtime.LockOSThread() // the CUDA runtime's current device is per thread
+	defer runtime.UnlockOSThread()
+	if e := rt.setDevice(int32(r)); e != 0 {
+		return nil, fmt.Errorf("cudaSetDevice(%d): error %d", r, e)
+	}
+	c, err := Init(context.Background(), Options{Rank: r, Size: 2, MasterAddr: "127.0.0.1", MasterPort: port,
+		Token: "test-token", Timeout: time.Minute, Backend: BackendNCCL, Device: r})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	dc := c.(DeviceComm)
+	src, err := rt.put(mine)
+	if err != nil {
+		return nil, err
+	}
+	defer rt.free(src)
+	dst, err := rt.put(make([]float32, len(mine)))
+	if err != nil {
+		return nil, err
+	}
+	defer rt.free(dst)
+	peer, n := 1-r, len(mine)
+	send := func() error { return dc.SendDevice(src, n, Float32, peer, 0) }
+	recv := func() error { return dc.RecvDevice(dst, n, Float32, peer, 0) }
+	steps := []func() error{send, recv}
+	if r == 1 {
+		steps = []func() error{recv, send}
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return nil, err
+		}
+	}
+	got, err := rt.get(dst, n)
+	if err != nil {
+		return nil, err
+	}
+	if st := c.Stats(); st.Send.Calls != 1 || st.Recv.Calls != 1 || st.Send.Bytes != int64(4*n) || st.Recv.Bytes != int64(4*n) {
+		return nil, fmt.Errorf("Stats: send %+v, recv %+v; want one call of %d bytes each", st.Send, st.Recv, 4*n)
+	}
+	if err := dc.SendDevice(src, n, Float32, r, 0); err == nil || !strings.Contains(err.Error(), "self") {
+		return nil, fmt.Errorf("SendDevice to self: %v, want a refusal", err)
+	}
+	return got, nil
 }
 
 // A communicator setup that outlives its timeout (or the job's abort) is

@@ -115,6 +115,18 @@ func (f failingDeviceComm) BroadcastDevice(_, _ uintptr, _ int, _ nccl.DataType,
 	return nil
 }
 
+func (f failingDeviceComm) SendDevice(_ uintptr, _ int, _ nccl.DataType, _ int, _ uintptr) error {
+	f.t.Error("SendDevice called for host tensors")
+	return nil
+}
+
+func (f failingDeviceComm) RecvDevice(_ uintptr, _ int, _ nccl.DataType, _ int, _ uintptr) error {
+	f.t.Error("RecvDevice called for host tensors")
+	return nil
+}
+
+var _ nccl.DeviceComm = failingDeviceComm{}
+
 // The device path is taken only for tensors in device memory on a streamed
 // device: with an NCCL group and CPU tensors the collectives run on the
 // host and still reduce.
