@@ -114,15 +114,32 @@ type adamHyper struct {
 //go:noescape
 func adamwAVX2(p, grad, m, v *float32, n int, h *adamHyper)
 
-// adamwVec runs the AdamW step of k on the first m = vecLen(len(p))
-// elements of the slices and returns m.
+// adamwVec runs the AdamW step of k on every element of the slices when
+// the AVX2 loop can run (it returns len(p)), else on none (0). The last
+// len(p)%8 elements run through the same loop on a padded copy: a scalar
+// tail would round differently (no fused multiply-adds), and which
+// elements fall in a tail depends on how a tensor is cut (ZeRO-1's ranges,
+// the parallel chunks), which must not change the update.
 func adamwVec(k *adamK, p, g, m, v []float32) int {
-	n := vecLen(len(p))
-	if n == 0 {
+	if !useVecAsm || len(p) == 0 {
 		return 0
 	}
-	_, _, _ = g[n-1], m[n-1], v[n-1]
+	_, _, _ = g[len(p)-1], m[len(p)-1], v[len(p)-1]
 	h := adamHyper{k.gradScale, k.b1, 1 - k.b1, k.b2, 1 - k.b2, k.bc1, k.bc2, k.eps, k.lr, k.wd}
-	adamwAVX2(&p[0], &g[0], &m[0], &v[0], n, &h)
-	return n
+	n := vecLen(len(p))
+	if n > 0 {
+		adamwAVX2(&p[0], &g[0], &m[0], &v[0], n, &h)
+	}
+	if r := len(p) - n; r > 0 {
+		var tp, tg, tm, tv [8]float32
+		copy(tp[:], p[n:])
+		copy(tg[:], g[n:])
+		copy(tm[:], m[n:])
+		copy(tv[:], v[n:])
+		adamwAVX2(&tp[0], &tg[0], &tm[0], &tv[0], 8, &h)
+		copy(p[n:], tp[:r])
+		copy(m[n:], tm[:r])
+		copy(v[n:], tv[:r])
+	}
+	return len(p)
 }

@@ -75,12 +75,7 @@ func TestPipelineLossCurves(t *testing.T) {
 				}
 				curves[l.name] = res.Losses
 				if same := exact[l.name]; same != "" {
-					for i, v := range res.Losses {
-						if v != curves[same][i] {
-							t.Errorf("%s step %d: loss %.17g, %s %.17g: want them bit-identical", l.name, i+1, v, same, curves[same][i])
-							break
-						}
-					}
+					bitIdentical(t, l.name, res.Losses, same, curves[same])
 				}
 				if ref == nil {
 					ref, refEval = res.Losses, res.Evals[0]
