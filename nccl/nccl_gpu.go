@@ -37,6 +37,8 @@ type ncclLib struct {
 	broadcast     func(send, recv, count uintptr, dt, root int32, comm, stream uintptr) int32
 	send          func(buf, count uintptr, dt, peer int32, comm, stream uintptr) int32 // nil: see p2pErr
 	recv          func(buf, count uintptr, dt, peer int32, comm, stream uintptr) int32
+	groupStart    func() int32
+	groupEnd      func() int32
 	p2pErr        error // why send and recv are nil
 	version       int
 }
@@ -85,7 +87,8 @@ func openNCCL() (lib *ncclLib, err error) {
 		{&lib.asyncError, "ncclCommGetAsyncError"}, {&lib.errorString, "ncclGetErrorString"},
 		{&lib.getVersion, "ncclGetVersion"}, {&lib.allReduce, "ncclAllReduce"},
 		{&lib.allGather, "ncclAllGather"}, {&lib.reduceScatter, "ncclReduceScatter"},
-		{&lib.broadcast, "ncclBroadcast"},
+		{&lib.broadcast, "ncclBroadcast"}, {&lib.groupStart, "ncclGroupStart"},
+		{&lib.groupEnd, "ncclGroupEnd"},
 	} {
 		sym, err := purego.Dlsym(h, f.name)
 		if err != nil {
@@ -408,6 +411,49 @@ func (nc *ncclComm) RecvDevice(buf uintptr, count int, dt DataType, peer int, st
 		return err
 	}
 	return nc.after("ncclRecv", comm, nc.lib.recv(buf, uintptr(count), t, int32(peer), comm, stream))
+}
+
+// SendRecvDevice sends count elements at sendbuf to group rank peer and
+// receives count elements from it into recvbuf as one NCCL group
+// (ncclGroupStart, ncclSend, ncclRecv, ncclGroupEnd): the two transfers
+// run together, so two ranks that exchange with each other never wait on
+// each other's send.
+func (nc *ncclComm) SendRecvDevice(sendbuf, recvbuf uintptr, count int, dt DataType, peer int, stream uintptr) error {
+	t, size, err := ncclDType(dt)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	defer nc.cnt.add(kSend, size*count, start)
+	defer nc.cnt.add(kRecv, size*count, start)
+	if err := nc.checkPeer("SendRecvDevice with", peer); err != nil {
+		return err
+	}
+	comm, err := nc.ready()
+	if err != nil {
+		return err
+	}
+	// NCCL keeps the open group per thread.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := nc.lib.check("ncclGroupStart", nc.lib.groupStart()); err != nil {
+		return err
+	}
+	rs := nc.lib.send(sendbuf, uintptr(count), t, int32(peer), comm, stream)
+	rr := int32(0)
+	if rs == 0 {
+		rr = nc.lib.recv(recvbuf, uintptr(count), t, int32(peer), comm, stream)
+	}
+	re := nc.lib.groupEnd() // always closes the group, even after a failed call
+	for _, c := range []struct {
+		what string
+		r    int32
+	}{{"ncclSend", rs}, {"ncclRecv", rr}} {
+		if c.r != 0 {
+			return nc.after(c.what, comm, c.r)
+		}
+	}
+	return nc.after("ncclGroupEnd", comm, re)
 }
 
 // checkPeer validates the peer of a point-to-point transfer. A transfer

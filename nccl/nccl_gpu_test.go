@@ -184,7 +184,8 @@ func TestGPUNCCLSendRecvTwoRanks(t *testing.T) {
 }
 
 // exchange is rank r of TestGPUNCCLSendRecvTwoRanks on GPU r: it sends
-// mine to the other rank and returns what the other rank sent.
+// mine to the other rank and returns what the other rank sent, then
+// exchanges again with SendRecvDevice and checks it receives the same.
 func exchange(rt *cudaRT, r, port int, mine []float32) ([]float32, error) {
 	runtime.LockOSThread() // the CUDA runtime's current device is per thread
 	defer runtime.UnlockOSThread()
@@ -229,6 +230,22 @@ func exchange(rt *cudaRT, r, port int, mine []float32) ([]float32, error) {
 	}
 	if err := dc.SendDevice(src, n, Float32, r, 0); err == nil || !strings.Contains(err.Error(), "self") {
 		return nil, fmt.Errorf("SendDevice to self: %v, want a refusal", err)
+	}
+	// Both ranks exchange in the same order: one NCCL group each.
+	dst2, err := rt.put(make([]float32, n))
+	if err != nil {
+		return nil, err
+	}
+	defer rt.free(dst2)
+	if err := dc.SendRecvDevice(src, dst2, n, Float32, peer, 0); err != nil {
+		return nil, err
+	}
+	got2, err := rt.get(dst2, n)
+	if err != nil {
+		return nil, err
+	}
+	if closeTo(got2, got, 1, true) != nil {
+		return nil, fmt.Errorf("SendRecvDevice received %v, SendDevice/RecvDevice %v", got2, got)
 	}
 	return got, nil
 }
