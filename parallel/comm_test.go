@@ -125,6 +125,11 @@ func (f failingDeviceComm) RecvDevice(_ uintptr, _ int, _ nccl.DataType, _ int, 
 	return nil
 }
 
+func (f failingDeviceComm) SendRecvDevice(_, _ uintptr, _ int, _ nccl.DataType, _ int, _ uintptr) error {
+	f.t.Error("SendRecvDevice called for host tensors")
+	return nil
+}
+
 var _ nccl.DeviceComm = failingDeviceComm{}
 
 // The device path is taken only for tensors in device memory on a streamed
