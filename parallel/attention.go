@@ -37,14 +37,27 @@ type ParallelSelfAttention struct {
 	causal             bool
 	sp                 *SequenceParallel
 
+	attnSaved
+	*attnScratch
+}
+
+// attnSaved is what attention's Forward keeps for its Backward: a Shadow
+// has its own.
+type attnSaved struct {
 	keyValid []int32
 	bufs     buffers
 	att      *tensor.Tensor // (B, nh, T, T) softmax probabilities
 	y        *tensor.Tensor // (B, T, nh*hd) attention output before the projection
-	dqkv     *tensor.Tensor // (B, T, 3*nh*hd)
-	datt     *tensor.Tensor // (B, nh, T, T)
-	dpre     *tensor.Tensor // (B, nh, T, T)
-	dy       *tensor.Tensor // (B, T, nh*hd)
+}
+
+// attnScratch is what attention's Backward uses and leaves nothing in:
+// the layer and its shadows share it.
+type attnScratch struct {
+	grads buffers
+	dqkv  *tensor.Tensor // (B, T, 3*nh*hd)
+	datt  *tensor.Tensor // (B, nh, T, T)
+	dpre  *tensor.Tensor // (B, nh, T, T)
+	dy    *tensor.Tensor // (B, T, nh*hd)
 }
 
 // NewParallelSelfAttention makes this rank's heads of a self-attention layer
@@ -74,7 +87,7 @@ func NewParallelSelfAttention(dev tensor.Device, tp nccl.Comm, name string, cfg 
 		return nil, err
 	}
 	return &ParallelSelfAttention{Name: name, QKV: qkv, Proj: proj, dim: cfg.Dim, heads: cfg.Heads,
-		nh: cfg.Heads / g.size(), hd: cfg.Dim / cfg.Heads, causal: cfg.Causal, sp: cfg.SP}, nil
+		nh: cfg.Heads / g.size(), hd: cfg.Dim / cfg.Heads, causal: cfg.Causal, sp: cfg.SP, attnScratch: new(attnScratch)}, nil
 }
 
 // Params lists the layer's parameters.
@@ -100,9 +113,7 @@ func (a *ParallelSelfAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*
 	dev := a.QKV.Weight.Data.Device()
 	cl := a.nh * a.hd
 	if err := a.bufs.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
-		a.att, a.datt, a.dpre = get(b, a.nh, t, t), get(b, a.nh, t, t), get(b, a.nh, t, t)
-		a.y, a.dy = get(b, t, cl), get(b, t, cl)
-		a.dqkv = get(b, t, 3*cl)
+		a.att, a.y = get(b, a.nh, t, t), get(b, t, cl)
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", a.Name, err)
 	}
@@ -123,6 +134,13 @@ func (a *ParallelSelfAttention) Backward(dout, dinp *tensor.Tensor) error {
 		return fmt.Errorf("%s: Backward before Forward", a.Name)
 	}
 	dev := dout.Device()
+	b, t, cl := a.att.Dim(0), a.att.Dim(2), a.nh*a.hd
+	if err := a.grads.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
+		a.datt, a.dpre = get(b, a.nh, t, t), get(b, a.nh, t, t)
+		a.dy, a.dqkv = get(b, t, cl), get(b, t, 3*cl)
+	}); err != nil {
+		return fmt.Errorf("%s: %w", a.Name, err)
+	}
 	dev.Zero(a.dy)
 	if err := a.Proj.Backward(dout, a.dy); err != nil {
 		return err

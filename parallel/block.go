@@ -39,12 +39,25 @@ type Block struct {
 	Attn     *ParallelSelfAttention
 	MLP      *ParallelMLP
 
-	dim  int
+	dim int
+	blockSaved
+	*blockScratch
+}
+
+// blockSaved is what a block's Forward keeps for its Backward: a Shadow
+// has its own.
+type blockSaved struct {
 	bufs buffers
 	r    *tensor.Tensor // (B,T,C) residual after attention
 	out  *tensor.Tensor // (B,T,C)
-	dr   *tensor.Tensor // gradient of r
-	dh   *tensor.Tensor // gradient of a layernorm output
+}
+
+// blockScratch is what a block's Backward uses and leaves nothing in: the
+// block and its shadows share it.
+type blockScratch struct {
+	grads buffers
+	dr    *tensor.Tensor // gradient of r
+	dh    *tensor.Tensor // gradient of a layernorm output
 }
 
 // NewBlock makes this rank's shard of a transformer block named name (e.g.
@@ -78,7 +91,7 @@ func NewBlock(dev tensor.Device, tp nccl.Comm, name string, cfg BlockConfig) (*B
 	}
 	ln1.SetSequenceParallel(cfg.SP)
 	ln2.SetSequenceParallel(cfg.SP)
-	return &Block{Name: name, LN1: ln1, Attn: attn, LN2: ln2, MLP: mlp, dim: cfg.Dim}, nil
+	return &Block{Name: name, LN1: ln1, Attn: attn, LN2: ln2, MLP: mlp, dim: cfg.Dim, blockScratch: new(blockScratch)}, nil
 }
 
 // Params lists the block's parameters: ln_1, attention, ln_2, MLP.
@@ -99,7 +112,7 @@ func (b *Block) Forward(x *tensor.Tensor, keyValid []int32) (*tensor.Tensor, err
 	}
 	dev := b.LN1.Weight.Data.Device()
 	if err := b.bufs.ensure(dev, [2]int{bs, t}, func(get func(...int) *tensor.Tensor) {
-		b.r, b.out, b.dr, b.dh = get(bs, t, b.dim), get(bs, t, b.dim), get(bs, t, b.dim), get(bs, t, b.dim)
+		b.r, b.out = get(bs, t, b.dim), get(bs, t, b.dim)
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", b.Name, err)
 	}
@@ -134,6 +147,12 @@ func (b *Block) Backward(dout, dx *tensor.Tensor) error {
 		return shapeErr(b.Name, "Backward with dout %v, dx %v after a Forward to %v", dout, dx, b.out)
 	}
 	dev := dout.Device()
+	bs, t := b.out.Dim(0), b.out.Dim(1)
+	if err := b.grads.ensure(dev, [2]int{bs, t}, func(get func(...int) *tensor.Tensor) {
+		b.dr, b.dh = get(bs, t, b.dim), get(bs, t, b.dim)
+	}); err != nil {
+		return fmt.Errorf("%s: %w", b.Name, err)
+	}
 	dev.Copy(b.dr, dout) // the residual path
 	dev.Zero(b.dh)
 	if err := b.MLP.Backward(dout, b.dh); err != nil {

@@ -21,7 +21,12 @@
 //   - Forward returns a tensor owned by the layer, valid until its next
 //     Forward; the layer keeps a reference to its input for Backward, so the
 //     input must not change in between. Activation buffers are allocated on
-//     the first Forward of a batch shape and reused.
+//     the first Forward of a batch shape and reused; the scratch that only
+//     Backward uses, on its first Backward.
+//   - Shadow makes a copy of a layer that shares its parameters (and
+//     their gradients) and its backward scratch but keeps its own saved
+//     activations: a pipeline stage holds one per micro-batch in flight
+//     and runs their Forward and Backward interleaved.
 //   - Backward accumulates (+=) into the input gradient it is given and into
 //     the parameters' Grad, like the tensor package's kernels: zero the
 //     gradients (ZeroGrads) before a step, or mark them stale

@@ -15,6 +15,12 @@ type LayerNorm struct {
 	Weight, Bias *Param
 	Eps          float32
 
+	lnSaved
+}
+
+// lnSaved is what a layer norm's Forward keeps for its Backward: a Shadow
+// has its own.
+type lnSaved struct {
 	inp       *tensor.Tensor
 	bufs      buffers
 	out       *tensor.Tensor

@@ -63,10 +63,24 @@ type ColumnParallelLinear struct {
 	sp     *SequenceParallel
 	tied   bool
 
-	inp                          *tensor.Tensor
-	bufs                         buffers
-	out, outLocal, dx, doutLocal *tensor.Tensor
-	masked                       *tensor.Tensor // the outLocal whose padded columns hold maskedLogit
+	colSaved
+	*colScratch
+}
+
+// colSaved is what a column-parallel layer's Forward keeps for its
+// Backward: a Shadow has its own.
+type colSaved struct {
+	inp           *tensor.Tensor
+	bufs          buffers
+	out, outLocal *tensor.Tensor
+	masked        *tensor.Tensor // the outLocal whose padded columns hold maskedLogit
+}
+
+// colScratch is what a column-parallel layer's Backward uses and leaves
+// nothing in: the layer and its shadows share it.
+type colScratch struct {
+	grads         buffers
+	dx, doutLocal *tensor.Tensor
 }
 
 // NewColumnParallelLinear makes the rank's shard of a linear layer from In
@@ -92,7 +106,7 @@ func NewColumnParallelLinear(dev tensor.Device, tp nccl.Comm, name string, in, o
 	if opt.SequenceParallel != nil && opt.GatherOutput {
 		return nil, fmt.Errorf("%s: GatherOutput goes without sequence parallelism", name)
 	}
-	l := &ColumnParallelLinear{Name: name, In: in, Out: out, opt: opt, g: g, f: CopyToRegion(tp), gather: NewGatherFromRegion(tp), sp: opt.SequenceParallel}
+	l := &ColumnParallelLinear{Name: name, In: in, Out: out, opt: opt, g: g, f: CopyToRegion(tp), gather: NewGatherFromRegion(tp), sp: opt.SequenceParallel, colScratch: new(colScratch)}
 	sh := Shard{Dim: 0, Parts: g.size(), Index: g.rank(), Blocks: blocks}
 	if g.size() == 1 {
 		sh = Shard{Parts: 1}
@@ -163,13 +177,9 @@ func (l *ColumnParallelLinear) Forward(inp *tensor.Tensor) (*tensor.Tensor, erro
 	ol := l.LocalOut()
 	if err := l.bufs.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
 		l.outLocal = get(b, t, ol)
-		if l.sp == nil {
-			l.dx = get(b, t, l.In)
-		}
 		l.out = l.outLocal
 		if l.opt.GatherOutput && l.g.size() > 1 {
 			l.out = get(b, t, l.Out)
-			l.doutLocal = get(b, t, ol)
 		}
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", l.Name, err)
@@ -209,6 +219,18 @@ func (l *ColumnParallelLinear) Backward(dout, dinp *tensor.Tensor) error {
 		return shapeErr(l.Name, "Backward with dout %v, dinp %v after a Forward of %v to %v", dout, dinp, l.inp, l.out)
 	}
 	dev := dout.Device()
+	b, t, ol := l.outLocal.Dim(0), l.outLocal.Dim(1), l.LocalOut()
+	if err := l.grads.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
+		l.dx, l.doutLocal = nil, nil
+		if l.sp == nil && l.g.size() > 1 {
+			l.dx = get(b, t, l.In)
+		}
+		if l.out != l.outLocal {
+			l.doutLocal = get(b, t, ol)
+		}
+	}); err != nil {
+		return fmt.Errorf("%s: %w", l.Name, err)
+	}
 	dl := dout
 	if l.out != l.outLocal {
 		dev.Zero(l.doutLocal)
@@ -286,9 +308,23 @@ type RowParallelLinear struct {
 	scatter *ScatterToRegion
 	sp      *SequenceParallel
 
-	xl              *tensor.Tensor // the input slice of the last Forward
-	bufs            buffers
-	out, xlBuf, dxl *tensor.Tensor
+	rowSaved
+	*rowScratch
+}
+
+// rowSaved is what a row-parallel layer's Forward keeps for its Backward:
+// a Shadow has its own.
+type rowSaved struct {
+	xl         *tensor.Tensor // the input slice of the last Forward
+	bufs       buffers
+	out, xlBuf *tensor.Tensor
+}
+
+// rowScratch is what a row-parallel layer's Backward uses and leaves
+// nothing in: the layer and its shadows share it.
+type rowScratch struct {
+	grads buffers
+	dxl   *tensor.Tensor
 }
 
 // NewRowParallelLinear makes the rank's shard of a linear layer from In to
@@ -310,7 +346,7 @@ func NewRowParallelLinear(dev tensor.Device, tp nccl.Comm, name string, in, out 
 	if opt.SequenceParallel != nil && !opt.InputIsParallel {
 		return nil, fmt.Errorf("%s: sequence parallelism needs InputIsParallel (the output of a column-parallel layer)", name)
 	}
-	l := &RowParallelLinear{Name: name, In: in, Out: out, opt: opt, g: g, gReduce: ReduceFromRegion(tp), scatter: NewScatterToRegion(tp), sp: opt.SequenceParallel}
+	l := &RowParallelLinear{Name: name, In: in, Out: out, opt: opt, g: g, gReduce: ReduceFromRegion(tp), scatter: NewScatterToRegion(tp), sp: opt.SequenceParallel, rowScratch: new(rowScratch)}
 	sh := Shard{Dim: 1, Parts: g.size(), Index: g.rank()}
 	if g.size() == 1 {
 		sh = Shard{Parts: 1}
@@ -357,7 +393,6 @@ func (l *RowParallelLinear) Forward(inp *tensor.Tensor) (*tensor.Tensor, error) 
 	scatter := !l.opt.InputIsParallel && l.g.size() > 1
 	if err := l.bufs.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
 		l.out = get(b, t, l.Out)
-		l.dxl = get(b, t, l.LocalIn())
 		l.xlBuf = nil
 		if scatter {
 			l.xlBuf = get(b, t, l.LocalIn())
@@ -406,6 +441,12 @@ func (l *RowParallelLinear) Backward(dout, dinp *tensor.Tensor) error {
 		}
 		tensor.MatMul(dinp.Reshape(l.xl.Shape()...), dout, l.Weight.Data, false, false, 1, 1)
 		return nil
+	}
+	b, t := l.xl.Dim(0), l.xl.Dim(1)
+	if err := l.grads.ensure(dinp.Device(), [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
+		l.dxl = get(b, t, l.LocalIn())
+	}); err != nil {
+		return fmt.Errorf("%s: %w", l.Name, err)
 	}
 	tensor.MatMul(l.dxl, dout, l.Weight.Data, false, false, 1, 0)
 	if err := l.scatter.Backward(dinp, l.dxl); err != nil {

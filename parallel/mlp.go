@@ -16,11 +16,23 @@ type ParallelMLP struct {
 	FC   *ColumnParallelLinear
 	Proj *RowParallelLinear
 
-	bufs  buffers
-	h     *tensor.Tensor // (B,T,Hidden/tp) after GELU
-	dh    *tensor.Tensor
-	dpre  *tensor.Tensor
 	hiddn int
+	mlpSaved
+	*mlpScratch
+}
+
+// mlpSaved is what the MLP's Forward keeps for its Backward: a Shadow has
+// its own.
+type mlpSaved struct {
+	bufs buffers
+	h    *tensor.Tensor // (B,T,Hidden/tp) after GELU
+}
+
+// mlpScratch is what the MLP's Backward uses and leaves nothing in: the
+// layer and its shadows share it.
+type mlpScratch struct {
+	grads    buffers
+	dh, dpre *tensor.Tensor // (B,T,Hidden/tp)
 }
 
 // NewParallelMLP makes this rank's shard of a (dim -> hidden -> dim) MLP
@@ -49,7 +61,7 @@ func newParallelMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name 
 	if err != nil {
 		return nil, err
 	}
-	return &ParallelMLP{Name: name, FC: fc, Proj: proj, hiddn: hidden}, nil
+	return &ParallelMLP{Name: name, FC: fc, Proj: proj, hiddn: hidden, mlpScratch: new(mlpScratch)}, nil
 }
 
 // Params lists the layer's parameters.
@@ -64,8 +76,6 @@ func (m *ParallelMLP) Forward(inp *tensor.Tensor) (*tensor.Tensor, error) {
 	dev := pre.Device()
 	if err := m.bufs.ensure(dev, [2]int{pre.Dim(0), pre.Dim(1)}, func(get func(...int) *tensor.Tensor) {
 		m.h = get(pre.Shape()...)
-		m.dh = get(pre.Shape()...)
-		m.dpre = get(pre.Shape()...)
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", m.Name, err)
 	}
@@ -80,6 +90,11 @@ func (m *ParallelMLP) Backward(dout, dinp *tensor.Tensor) error {
 		return fmt.Errorf("%s: Backward before Forward", m.Name)
 	}
 	dev := dout.Device()
+	if err := m.grads.ensure(dev, [2]int{m.h.Dim(0), m.h.Dim(1)}, func(get func(...int) *tensor.Tensor) {
+		m.dh, m.dpre = get(m.h.Shape()...), get(m.h.Shape()...)
+	}); err != nil {
+		return fmt.Errorf("%s: %w", m.Name, err)
+	}
 	dev.Zero(m.dh)
 	if err := m.Proj.Backward(dout, m.dh); err != nil {
 		return err

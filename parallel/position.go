@@ -16,7 +16,13 @@ type PositionEmbedding struct {
 	Dim    int
 	Weight *Param // (MaxSeq, C)
 
-	sp    *SequenceParallel
+	sp *SequenceParallel
+	posSaved
+}
+
+// posSaved is what the position embedding's Forward keeps for its
+// Backward: a Shadow has its own.
+type posSaved struct {
 	bufs  buffers
 	out   *tensor.Tensor
 	first int // position of the first row of each sample in the last Forward

@@ -1,9 +1,10 @@
 package parallel
 
-// Release methods free a layer's activation buffers and communication
-// scratch (not its parameters): a caller that keeps the device after the
-// model, such as a benchmark, releases the layers with them. The next
-// Forward allocates the buffers again.
+// Release methods free a layer's activation buffers, its backward scratch
+// (shared with its shadows) and communication scratch, never its
+// parameters: a caller that keeps the device after the model, such as a
+// benchmark, releases the layers with them, and a pipeline stage its
+// shadows. The next Forward or Backward allocates what it needs again.
 
 // Release frees the gather scratch.
 func (o *GatherFromRegion) Release() {
@@ -25,18 +26,21 @@ func (o *ScatterToRegion) Release() {
 // Release frees the layer's activation buffers.
 func (l *ColumnParallelLinear) Release() {
 	l.bufs.release()
+	l.grads.release()
 	l.gather.Release()
 }
 
 // Release frees the layer's activation buffers.
 func (l *RowParallelLinear) Release() {
 	l.bufs.release()
+	l.grads.release()
 	l.scatter.Release()
 }
 
 // Release frees the layer's activation buffers.
 func (a *ParallelSelfAttention) Release() {
 	a.bufs.release()
+	a.grads.release()
 	a.QKV.Release()
 	a.Proj.Release()
 }
@@ -44,6 +48,7 @@ func (a *ParallelSelfAttention) Release() {
 // Release frees the layer's activation buffers.
 func (m *ParallelMLP) Release() {
 	m.bufs.release()
+	m.grads.release()
 	m.FC.Release()
 	m.Proj.Release()
 }
@@ -54,6 +59,7 @@ func (l *LayerNorm) Release() { l.bufs.release() }
 // Release frees the block's activation buffers and its layers'.
 func (b *Block) Release() {
 	b.bufs.release()
+	b.grads.release()
 	b.LN1.Release()
 	b.LN2.Release()
 	b.Attn.Release()

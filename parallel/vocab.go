@@ -23,10 +23,15 @@ type VocabParallelEmbedding struct {
 	g    *group
 	gRed *Region
 	sp   *SequenceParallel
+	embSaved
+}
+
+// embSaved is what the embedding's Forward keeps for its Backward: a
+// Shadow has its own.
+type embSaved struct {
 	ids  []int32
 	bufs buffers
 	out  *tensor.Tensor
-	t    int // sequence length of the last Forward
 }
 
 // SetSequenceParallel makes the embedding's output this rank's (B,T/tp,C)
@@ -100,7 +105,6 @@ func (e *VocabParallelEmbedding) Forward(ids []int32, b, t int) (*tensor.Tensor,
 		}
 	}
 	dev := e.Weight.Data.Device()
-	e.t = t
 	if e.sp != nil {
 		return e.forwardSP(ids, b, t)
 	}

@@ -33,9 +33,8 @@ func memPeak(t *testing.T, cfg Config) int64 {
 // buffers of package parallel and the model: per block the residual
 // stream, its gradients and the layer norms' outputs and statistics shrink
 // to T/tp positions (8 (B,T,C) of 10 remain, divided by tp; 4 (B,T)), the
-// column-parallel layers' (B,T,C) input gradients and the row-parallel
-// layers' input-slice gradients go (they reduce-scatter from the shared
-// buffer); the embeddings' outputs, dx, dy, dh and ln_f's (6 (B,T,C), 2
+// column-parallel layers' (B,T,C) input gradients go (they reduce-scatter
+// from the shared buffer); the embeddings' outputs, dx, dy, dh and ln_f's (6 (B,T,C), 2
 // (B,T)) shrink by tp, and so does the GPT head's (B,T,C) input gradient
 // (it goes) or the classifier's pooling matrix; against that the region's
 // shared buffers: packed, gathered and full (B,T,C), the reduce-scatter's
@@ -44,8 +43,7 @@ func spSaving(cfg Config) int64 {
 	tp := int64(cfg.TP)
 	B, T, C, L := int64(cfg.BatchSize), int64(cfg.Seq), int64(cfg.Dim), int64(cfg.Layers)
 	N := B * T
-	cl, fl := C/tp, 4*C/tp
-	block := 10*N*C - 8*N*C/tp + 4*N - 4*N/tp + N*cl + N*fl
+	block := 10*N*C - 8*N*C/tp + 4*N - 4*N/tp
 	model := 6*N*C - 6*N*C/tp + 2*N - 2*N/tp
 	if cfg.Model == "gpt" {
 		model += N * C

@@ -291,30 +291,55 @@ func newShapes(cfg train.Config, paddedVocab int) shapes {
 	return s
 }
 
-// blockElems are the floats one block allocates for a micro-batch (see
-// parallel.Block, ParallelSelfAttention, ParallelMLP, LayerNorm and the
-// linear layers' buffers):
+// blockElems are the floats one block allocates for a micro-batch: what
+// its forward keeps for the backward (blockSavedElems) and the backward's
+// scratch (blockScratchElems).
+func (s shapes) blockElems() int64 { return s.blockSavedElems() + s.blockScratchElems() }
+
+// blockSavedElems are the floats a block's forward keeps for its backward
+// (see parallel.Block, ParallelSelfAttention, ParallelMLP, LayerNorm and
+// the linear layers' saved buffers):
 //
-//	block: r, out, dr, dh                      4 (B,T,C)
+//	block: r, out                              2 (B,T,C)
 //	ln_1, ln_2: out, mean, rstd                2 x ((B,T,C) + 2 (B,T))
-//	attention: att, datt, dpre                 3 (B,nh,T,T)
-//	           y, dy, dqkv                     5 (B,T,C/tp)
-//	c_attn: its output (B,T,3C/tp), dx (B,T,C); c_proj: out (B,T,C), dxl (B,T,C/tp)
-//	mlp: h, dh, dpre                           3 (B,T,4C/tp)
-//	c_fc: its output (B,T,4C/tp), dx (B,T,C); c_proj: out (B,T,C), dxl (B,T,4C/tp)
+//	attention: att (B,nh,T,T), y (B,T,C/tp)
+//	c_attn: its output (B,T,3C/tp); c_proj: out (B,T,C)
+//	mlp: h (B,T,4C/tp)
+//	c_fc: its output (B,T,4C/tp); c_proj: out (B,T,C)
 //
 // With sequence parallelism the block's, the layer norms' and the
-// row-parallel outputs hold this rank's T/tp positions (8 (B,T/tp,C), 4
-// (B,T/tp)); the column-parallel layers keep no dx and the row-parallel
-// ones no dxl: their input gradients go through the region's shared
-// buffers (SPBuffers). Attention and MLP inside keep the full sequence.
-func (s shapes) blockElems() int64 {
+// row-parallel outputs hold this rank's T/tp positions (6 (B,T/tp,C), 4
+// (B,T/tp)); attention and MLP inside keep the full sequence.
+func (s shapes) blockSavedElems() int64 {
 	N, C := s.N, s.C
-	att := 3 * s.B * s.nh * s.T * s.T
+	att := s.B * s.nh * s.T * s.T
 	if s.sp {
-		return 8*N*C/s.tp + 4*N/s.tp + att + 8*N*s.cl + 4*N*s.fl
+		return 6*N*C/s.tp + 4*N/s.tp + att + 4*N*s.cl + 2*N*s.fl
 	}
-	return 10*N*C + 4*N + att + 9*N*s.cl + 5*N*s.fl
+	return 6*N*C + 4*N + att + 4*N*s.cl + 2*N*s.fl
+}
+
+// blockScratchElems are the floats a block's backward uses and keeps
+// nothing in (shared by the copies of a pipeline stage):
+//
+//	block: dr, dh                              2 (B,T,C)
+//	attention: datt, dpre (B,nh,T,T); dy (B,T,C/tp), dqkv (B,T,3C/tp)
+//	mlp: dh, dpre                              2 (B,T,4C/tp)
+//	c_attn, c_fc at tp > 1: dx                 2 (B,T,C)
+//
+// With sequence parallelism dr and dh hold T/tp positions and the
+// column-parallel layers keep no dx: their input gradients go through the
+// region's shared buffers (SPBuffers).
+func (s shapes) blockScratchElems() int64 {
+	N, C := s.N, s.C
+	att := 2 * s.B * s.nh * s.T * s.T
+	switch {
+	case s.sp:
+		return 2*N*C/s.tp + att + 4*N*s.cl + 2*N*s.fl
+	case s.tp > 1:
+		return 4*N*C + att + 4*N*s.cl + 2*N*s.fl
+	}
+	return 2*N*C + att + 4*N*s.cl + 2*N*s.fl
 }
 
 // embeddingElems: wte's and wpe's outputs, the residual stream's
@@ -332,25 +357,29 @@ func (s shapes) embeddingElems() int64 {
 }
 
 // headElems are the head's and the loss's buffers. GPT: the logits slice
-// (B,T,V/tp), their gradient, the head's dx (B,T,C) (none with sequence
-// parallelism: it reduce-scatters from the shared buffer), the loss's row
-// max, sums and losses (4N). BERT: the (B, B*T) pooling matrix ((B,
-// B*T/tp) with sequence parallelism: it pools this rank's positions),
-// pooled and its gradient (2 (B,C)), fc1's output, GELU and gradients (5
-// (B,C/tp) with fc2's dxl), fc1's dx (B,C), the logits' gradient and fc2's
-// output (2 x 2B), the loss (4B).
+// (B,T,V/tp), their gradient, at tp > 1 the head's dx (B,T,C) (none with
+// sequence parallelism: it reduce-scatters from the shared buffer), the
+// loss's row max, sums and losses (4N). BERT: the (B, B*T) pooling matrix
+// ((B, B*T/tp) with sequence parallelism: it pools this rank's
+// positions), pooled and its gradient (2 (B,C)), fc1's output, GELU and
+// gradients (4 (B,C/tp)), at tp > 1 fc1's dx (B,C), the logits' gradient
+// and fc2's output (2 x 2B), the loss (4B).
 func (s shapes) headElems() int64 {
+	var dx int64
+	if s.tp > 1 {
+		dx = 1
+	}
 	if s.gpt {
 		if s.sp {
 			return 2*s.N*s.vl + 4*s.N
 		}
-		return 2*s.N*s.vl + s.N*s.C + 4*s.N
+		return 2*s.N*s.vl + dx*s.N*s.C + 4*s.N
 	}
 	pool := s.B * s.N
 	if s.sp {
 		pool /= s.tp
 	}
-	return pool + 3*s.B*s.C + 5*s.B*s.cl + 8*s.B
+	return pool + (2+dx)*s.B*s.C + 4*s.B*s.cl + 8*s.B
 }
 
 // spElems are the sequence-parallel region's shared buffers
