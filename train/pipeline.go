@@ -22,13 +22,12 @@ import (
 // neighbour to take an activation, which with blocking sends both ways
 // would deadlock), the receives on the caller's.
 //
-// The layers keep the activations of one micro-batch. A stage keeps the
-// input of every micro-batch in flight (at most pp-stage of them) and,
-// when a backward finds the layers holding another micro-batch, runs the
-// stage's forward again from that input first (full activation
-// recomputation; the kernels and collectives are deterministic, so the
-// gradients are the same). The last stage never recomputes: it runs each
-// forward right before its backward.
+// A stage holds the activations of every micro-batch in flight, at most
+// stages-stage of them (1F1B's bound), and runs each forward exactly once:
+// micro-batch i lives in slot i % (stages-stage) from its forward to its
+// backward, each slot a copy of the stage's layers (stageCopy) with its own
+// activations and input, all sharing the parameters and gradients. The
+// last stage has one slot: it runs each forward right before its backward.
 type pipeline struct {
 	t             *transformer
 	stage, stages int
@@ -40,10 +39,9 @@ type pipeline struct {
 	toNext, fromNext nccl.Comm // links to stage+1: activations out, gradients in (nil on the last)
 	links            []nccl.Comm
 
-	in      []*tensor.Tensor // stage inputs of the micro-batches in flight, micro % len (not on the first stage)
-	batches []Batch          // the step's micro-batches
-	held    int              // micro-batch whose activations the layers hold, -1 none
-	buf     []float32        // receive buffer (B*T/tp*C)
+	slots   []slot    // the micro-batches in flight, micro-batch i in slot i % len
+	batches []Batch   // the step's micro-batches
+	buf     []float32 // receive buffer (B*T/tp*C)
 
 	sends   chan pipeSend
 	pending sync.WaitGroup
@@ -61,7 +59,7 @@ type pipeSend struct {
 
 func newPipeline(t *transformer, mesh *parallel.Mesh, micro int) (*pipeline, error) {
 	p := &pipeline{t: t, stage: mesh.PPRank(), stages: mesh.PPSize(), micro: micro, pp: mesh.PP, embed: mesh.Embed,
-		batches: make([]Batch, micro), held: -1, buf: make([]float32, t.B*t.Tl*t.C)}
+		batches: make([]Batch, micro), buf: make([]float32, t.B*t.Tl*t.C)}
 	pair := func(lo int) (down, up nccl.Comm, err error) {
 		if down, err = mesh.PP.Group([]int{lo, lo + 1}); err != nil {
 			return nil, nil, err
@@ -79,14 +77,10 @@ func newPipeline(t *transformer, mesh *parallel.Mesh, micro int) (*pipeline, err
 			p.close()
 			return nil, fmt.Errorf("pipeline link to stage %d: %w", p.stage-1, err)
 		}
-		for range p.stages - p.stage {
-			x, err := t.dev.Alloc(t.B, t.Tl, t.C)
-			if err != nil {
-				p.close()
-				return nil, fmt.Errorf("pipeline stage inputs: %w", err)
-			}
-			p.in = append(p.in, x)
-		}
+	}
+	if p.slots, err = newSlots(t, p.stages-p.stage); err != nil {
+		p.close()
+		return nil, err
 	}
 	if p.stage < p.stages-1 {
 		if p.toNext, p.fromNext, err = pair(p.stage); err != nil {
@@ -165,7 +159,7 @@ func (p *pipeline) step(next func(*Batch), scale float32) (float64, error) {
 	for i := range p.batches {
 		next(&p.batches[i])
 	}
-	p.held, p.wait = -1, 0
+	p.wait = 0
 	loss := 0.0
 	for _, op := range parallel.OneFOneB(p.stages, p.stage, p.micro) {
 		if op.Backward {
@@ -181,24 +175,23 @@ func (p *pipeline) step(next func(*Batch), scale float32) (float64, error) {
 		if math.IsNaN(l) || math.IsInf(l, 0) {
 			return 0, fmt.Errorf("loss is %v: lower --lr", l)
 		}
-		p.held = op.Micro
 		loss += l / float64(p.micro)
 	}
 	return loss, p.flush()
 }
 
 // forward receives micro-batch i's input from the previous stage (unless
-// first), runs the stage and sends its output on (unless last).
+// first), runs the stage in the micro-batch's slot and sends its output on
+// (unless last).
 func (p *pipeline) forward(b *Batch, i int, train bool) (float64, error) {
-	var x *tensor.Tensor
+	s := p.slots[i%len(p.slots)]
 	if p.fromPrev != nil {
 		if err := p.recv(p.fromPrev, fmt.Sprintf("the activations of micro-batch %d", i)); err != nil {
 			return 0, err
 		}
-		x = p.in[i%len(p.in)]
-		p.t.dev.CopyFromHost(x, p.buf)
+		p.t.dev.CopyFromHost(s.in, p.buf)
 	}
-	out, loss, err := p.t.forwardStage(b, x, train)
+	out, loss, err := s.t.forwardStage(b, s.in, train)
 	if err != nil {
 		return 0, err
 	}
@@ -208,21 +201,11 @@ func (p *pipeline) forward(b *Batch, i int, train bool) (float64, error) {
 	return loss, nil
 }
 
-// backward runs micro-batch i's backward through the stage: its forward
-// again if the layers hold another one, the gradient of its output from
-// the next stage (unless last), and the gradient of its input to the
-// previous stage (unless first).
+// backward runs micro-batch i's backward through the stage from the
+// activations its slot kept: the gradient of its output from the next
+// stage (unless last), and the gradient of its input to the previous stage
+// (unless first).
 func (p *pipeline) backward(i int, scale float32) error {
-	if p.held != i {
-		var x *tensor.Tensor
-		if p.in != nil {
-			x = p.in[i%len(p.in)]
-		}
-		if _, _, err := p.t.forwardStage(&p.batches[i], x, true); err != nil {
-			return err
-		}
-	}
-	p.held = -1
 	var dout []float32
 	if p.fromNext != nil {
 		if err := p.recv(p.fromNext, fmt.Sprintf("the gradient of micro-batch %d", i)); err != nil {
@@ -230,7 +213,7 @@ func (p *pipeline) backward(i int, scale float32) error {
 		}
 		dout = p.buf
 	}
-	dx, err := p.t.backwardStage(scale, dout)
+	dx, err := p.slots[i%len(p.slots)].t.backwardStage(scale, dout)
 	if err != nil {
 		return err
 	}
@@ -247,7 +230,6 @@ func (p *pipeline) evalForward(b *Batch) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	p.held = -1
 	return l, p.flush()
 }
 
@@ -325,10 +307,8 @@ func (p *pipeline) close() {
 		close(p.sends)
 		p.sends = nil
 	}
-	for _, x := range p.in {
-		p.t.dev.Free(x)
-	}
-	p.in = nil
+	closeSlots(p.t, p.slots)
+	p.slots = nil
 	for i := len(p.links) - 1; i >= 0; i-- {
 		p.links[i].Close()
 	}
