@@ -196,9 +196,6 @@ func (c Config) Validate() error {
 	if c.Zero != 0 && c.Zero != 1 {
 		bad("zero = %d: use 0 (replicated optimizer state) or 1 (ZeRO-1: AdamW moments sharded over the data-parallel group)", c.Zero)
 	}
-	if c.Zero == 1 && c.Device == "cuda" {
-		bad("zero 1 runs on the CPU only for now: use --device cpu, or --zero 0 on cuda")
-	}
 	if c.Preset != "" {
 		if p, err := LookupPreset(c.Preset); err != nil {
 			bad("%v", err)

@@ -14,10 +14,12 @@ import (
 // The GPU step: a language model on a device that keeps its scalars in
 // its own memory (the CUDA device), with NCCL for every collective, runs
 // an optimizer step with one host synchronisation. The loss of each
-// micro-batch is summed on the device, the DP gradient all-reduce and the
-// TP and DP reductions of the norm and the loss run as NCCL collectives on
-// the compute stream, the clip coefficient is computed there and read by
-// the AdamW kernel, and the step ends with one read of (norm, loss).
+// micro-batch is summed on the device, the DP gradient all-reduce (or
+// ZeRO-1's reduce-scatter, sharded update and all-gather: zero_device.go)
+// and the TP and DP reductions of the norm and the loss run as NCCL
+// collectives on the compute stream, the clip coefficient is computed
+// there and read by the AdamW kernel, and the step ends with one read of
+// (norm, loss).
 // Everywhere else (the CPU, a classifier, host-staged collectives) the
 // step of loop.go runs.
 
@@ -48,6 +50,7 @@ type deviceStep struct {
 	lm    deviceLM
 	tp    nccl.DeviceComm // nil when the TP group has one rank
 	dp    nccl.DeviceComm // nil when the DP group has one rank
+	zero  *ZeRO1          // the optimizer when it is ZeRO-1 on the device (nil: AdamW after the all-reduce)
 	buf   *tensor.Tensor
 	sumsq *tensor.Tensor
 	scale *tensor.Tensor
@@ -116,9 +119,9 @@ func (ds *deviceStep) norm(params []*parallel.Param, tpRank int, clip float64) e
 
 // run makes one optimizer step on the device over accum micro-batches from
 // next: zeroed gradients, the forward and backward passes with the loss
-// summed on the device, the DP gradient all-reduce (sync may be nil), the
-// norm and clip coefficient, the update at lr, the DP mean of the loss,
-// and the step's one read of (norm, loss).
+// summed on the device, the update at lr (update's: the DP average of
+// the gradients, the norm and clip coefficient, AdamW), the DP mean of
+// the loss, and the step's one read of (norm, loss).
 func (ds *deviceStep) run(m model, sync *GradSync, opt *AdamW, tpRank int, clip, lr float64, accum int, next func() *Batch) (res deviceResult, err error) {
 	syncs0 := ds.dev.HostSyncs()
 	m.MarkGradsStale()
@@ -142,15 +145,9 @@ func (ds *deviceStep) run(m model, sync *GradSync, opt *AdamW, tpRank int, clip,
 	if err := m.ReduceGrads(); err != nil {
 		return res, err
 	}
-	if sync != nil {
-		if err := sync.Sync(); err != nil {
-			return res, err
-		}
-	}
-	if err := ds.norm(m.Params(), tpRank, clip); err != nil {
+	if err := ds.update(m, sync, opt, tpRank, clip, lr); err != nil {
 		return res, err
 	}
-	opt.StepScaled(lr, ds.scale)
 	if ds.dp != nil {
 		if err := ds.dp.AllReduceDevice(ds.loss.Ptr(), ds.loss.Ptr(), 1, nccl.Float32, nccl.Avg, ds.dev.Stream()); err != nil {
 			return res, err
@@ -162,6 +159,25 @@ func (ds *deviceStep) run(m model, sync *GradSync, opt *AdamW, tpRank int, clip,
 	res.norm, res.loss = float64(ds.out[0]), float64(ds.out[1])
 	res.syncs = ds.dev.HostSyncs() - syncs0
 	return res, nil
+}
+
+// update averages the gradients over the DP group, computes the norm and
+// the clip coefficient and updates the parameters, on the device: ZeRO-1's
+// step, or the all-reduce (sync may be nil) and AdamW.
+func (ds *deviceStep) update(m model, sync *GradSync, opt *AdamW, tpRank int, clip, lr float64) error {
+	if ds.zero != nil {
+		return ds.zero.stepDevice(lr, ds.sumsq, ds.scale)
+	}
+	if sync != nil {
+		if err := sync.Sync(); err != nil {
+			return err
+		}
+	}
+	if err := ds.norm(m.Params(), tpRank, clip); err != nil {
+		return err
+	}
+	opt.StepScaled(lr, ds.scale)
+	return nil
 }
 
 // deviceResult is what one device step reports.

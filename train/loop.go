@@ -263,9 +263,6 @@ func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*t
 	}
 	params := t.model.Params()
 	if cfg.Zero == 1 {
-		if _, ok := t.dev.(parallel.Streamer); ok {
-			return nil, fmt.Errorf("zero 1 runs on the CPU only for now, this run's device is %s: use --device cpu, or --zero 0", t.dev.Name())
-		}
 		if t.zero, err = NewZeRO1(t.dev, params, t.mesh.DP, t.mesh.TP, cfg.WeightDecay, cfg.GradClip, 0); err != nil {
 			return nil, err
 		}
@@ -278,12 +275,14 @@ func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*t
 	}
 	t.opt.SetBetas(cfg.adam())
 	t.sync = NewGradSync(t.dev, t.mesh.DP, params, 0)
-	if t.zero == nil && t.pipe == nil {
+	if t.pipe == nil && (t.zero == nil || t.zero.gpu != nil) {
 		gpu, why, err := newDeviceStep(t.dev, t.model, t.mesh.TP, t.mesh.DP)
 		if err != nil {
 			return nil, err
 		}
-		t.gpu = gpu
+		if t.gpu = gpu; gpu != nil {
+			gpu.zero = t.zero
+		}
 		if why != "" {
 			t.logf("step: the loss and the gradient norm go through the host each step: %s", why)
 		}

@@ -23,9 +23,9 @@ import (
 // replicated ones on TP rank 0), as GradNorm does.
 //
 // The parameters are fp32 on every device this runs on, so there are no
-// separate master weights to shard. The buckets are staged in host
-// memory, as GradSync's host path; the CUDA path refuses ZeRO-1 (see
-// Config.Validate).
+// separate master weights to shard. On the CUDA device with an NCCL
+// data-parallel group the buckets stay in device memory (zero_device.go);
+// elsewhere they are staged in host memory, as GradSync's host path.
 type ZeRO1 struct {
 	*AdamW // hyperparameters and the step count; it holds no moments
 
@@ -35,8 +35,9 @@ type ZeRO1 struct {
 	uncount  *parallel.Param // a parameter another stage counts in the norm (the tied embedding's copy)
 	params   []*parallel.Param
 	buckets  []zeroBucket
-	flat     []float32 // a whole bucket, padded
-	shardBuf []float32 // this rank's range of a bucket
+	flat     []float32   // a whole bucket, padded
+	shardBuf []float32   // this rank's range of a bucket
+	gpu      *zeroDevice // the device-resident path (nil: host staging)
 }
 
 // zeroBucket is one bucket: its parameters, its padded size and this
@@ -116,6 +117,13 @@ func NewZeRO1(dev tensor.Device, params []*parallel.Param, dp, tp nccl.Comm, wei
 		z.buckets = append(z.buckets, b)
 		biggest = max(biggest, b.per*size)
 	}
+	if z.gpu = zeroOnDevice(dev, dp, tp); z.gpu != nil {
+		if err := z.gpu.alloc(biggest); err != nil {
+			z.Close()
+			return nil, fmt.Errorf("zero-1 bucket: %w", err)
+		}
+		return z, nil
+	}
 	z.flat = make([]float32, biggest)
 	z.shardBuf = make([]float32, biggest/size)
 	return z, nil
@@ -128,6 +136,9 @@ func (z *ZeRO1) Close() {
 		z.dev.Free(b.v)
 	}
 	z.buckets = nil
+	if z.gpu != nil {
+		z.gpu.free()
+	}
 }
 
 // Step averages the gradients over the DP group (reduce-scatter), clips
@@ -135,6 +146,9 @@ func (z *ZeRO1) Close() {
 // and all-gathers the parameters. It returns the gradient norm before
 // clipping.
 func (z *ZeRO1) Step(lr float64) (float64, error) {
+	if z.gpu != nil {
+		return z.stepOnDevice(lr)
+	}
 	for i := range z.buckets {
 		if err := z.reduceScatter(&z.buckets[i]); err != nil {
 			return 0, fmt.Errorf("zero-1 gradient reduce-scatter (bucket %d of %d): %w", i+1, len(z.buckets), err)
