@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/tensor/cuda"
@@ -301,9 +303,10 @@ func closeCurve(t *testing.T, name string, got []float64, other string, want []f
 
 // On two GPUs with NCCL (one a rank), dp2 ZeRO-1 runs device-resident in
 // the one-sync GPU step and gives the CPU's ZeRO-1 loss curve to 1e-5
-// over 10 steps; its checkpoint copies the device moments to the host.
-// With fewer than two GPUs it skips, which gpu-check allows for tests
-// named TwoRanks.
+// over 10 steps; its checkpoint at step 5 (the device moments copied to
+// the host) resumes on the CPU, and the CPU's on the GPUs (loaded into
+// device moments), each continuing the other's curve to 1e-5. With fewer
+// than two GPUs it skips, which gpu-check allows for tests named TwoRanks.
 func TestGPUZeRO1TwoRanksMatchesCPU(t *testing.T) {
 	if ok, why := cuda.Available(); !ok {
 		t.Skip("no CUDA here: " + why)
@@ -315,58 +318,67 @@ func TestGPUZeRO1TwoRanksMatchesCPU(t *testing.T) {
 		t.Skipf("needs 2 GPUs, one a rank: %d visible (%v)", n, err)
 	}
 	cfg, data := gptConfig(t, 2, 1)
-	cfg.Steps, cfg.EvalEvery, cfg.BatchSize, cfg.Zero = 10, 0, 8, 1
-	want, err := runRanks(t, cfg, data, func(int) Options { return Options{Device: tensor.NewCPU()} })
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg.Steps, cfg.EvalEvery, cfg.CkptEvery, cfg.BatchSize, cfg.Zero = 10, 0, 5, 8, 1
 	gcfg := cfg
 	gcfg.Device, gcfg.Comm = "cuda", "nccl"
-	dir := t.TempDir()
+	cpu := func(dir, resume string) []float64 {
+		res, err := runRanks(t, cfg, data, func(int) Options { return Options{Device: tensor.NewCPU(), RunDir: dir, Resume: resume} })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[0].Losses
+	}
+	step5 := func(dir string) string { return filepath.Join(rundir.Dir(dir).Ckpt(), "step-000005") }
+	cpuDir, gpuDir := t.TempDir(), t.TempDir()
+	want := cpu(cpuDir, "")
+	got := runGPURanks(t, gcfg, data, gpuDir, "")
+	closeCurve(t, "cuda dp2 ZeRO-1 loss", got, "cpu dp2 ZeRO-1", want, 1e-5)
+	if _, syncs := stepLines(t, gpuDir, 0); syncs != cfg.Steps {
+		t.Errorf("%d step lines say host_syncs 1, want %d: ZeRO-1 did not run in the GPU step", syncs, cfg.Steps)
+	}
+	closeCurve(t, "cpu resumed from the cuda checkpoint", cpu(t.TempDir(), step5(gpuDir)), "cpu", want[5:], 1e-5)
+	closeCurve(t, "cuda resumed from the cpu checkpoint", runGPURanks(t, gcfg, data, t.TempDir(), step5(cpuDir)), "cpu", want[5:], 1e-5)
+}
+
+// runGPURanks trains cfg on a two-rank NCCL world in this process, rank r
+// on GPU r, with the run dir dir and the checkpoint resume ("": none),
+// and returns rank 0's losses.
+func runGPURanks(t *testing.T, cfg Config, data *Data, dir, resume string) []float64 {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	got := make([]*Result, 2)
+	res := make([]*Result, 2)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for r := range 2 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got[r], errs[r] = runGPURank(gcfg, data, r, port, dir)
+			c, err := nccl.Init(context.Background(), nccl.Options{Rank: r, Size: 2, MasterAddr: "127.0.0.1", MasterPort: port,
+				Token: "zero-gpu-test", Timeout: time.Minute, Backend: nccl.BackendNCCL, Device: r})
+			if err != nil {
+				errs[r] = fmt.Errorf("rank %d: %w", r, err)
+				return
+			}
+			defer c.Close()
+			dev, err := cuda.Open(r)
+			if err != nil {
+				errs[r] = fmt.Errorf("rank %d: %w", r, err)
+				return
+			}
+			defer dev.Close()
+			if res[r], err = Run(context.Background(), cfg, c, Options{Data: data, Device: dev, RunDir: dir, Resume: resume}); err != nil {
+				errs[r] = fmt.Errorf("rank %d: %w", r, err)
+			}
 		}()
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	closeCurve(t, "cuda dp2 ZeRO-1 loss", got[0].Losses, "cpu dp2 ZeRO-1", want[0].Losses, 1e-5)
-	if _, syncs := stepLines(t, dir, 0); syncs != cfg.Steps {
-		t.Errorf("%d step lines say host_syncs 1, want %d: ZeRO-1 did not run in the GPU step", syncs, cfg.Steps)
-	}
-}
-
-// runGPURank is rank r of a two-rank NCCL world in this process, training
-// cfg on GPU r.
-func runGPURank(cfg Config, data *Data, r, port int, dir string) (*Result, error) {
-	c, err := nccl.Init(context.Background(), nccl.Options{Rank: r, Size: 2, MasterAddr: "127.0.0.1", MasterPort: port,
-		Token: "zero-gpu-test", Timeout: time.Minute, Backend: nccl.BackendNCCL, Device: r})
-	if err != nil {
-		return nil, fmt.Errorf("rank %d: %w", r, err)
-	}
-	dev, err := cuda.Open(r)
-	if err != nil {
-		c.Close()
-		return nil, fmt.Errorf("rank %d: %w", r, err)
-	}
-	res, err := Run(context.Background(), cfg, c, Options{Data: data, Device: dev, RunDir: dir})
-	c.Close()
-	dev.Close()
-	if err != nil {
-		return nil, fmt.Errorf("rank %d: %w", r, err)
-	}
-	return res, nil
+	return res[0].Losses
 }
