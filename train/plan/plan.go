@@ -21,15 +21,22 @@
 // full-sequence buffers (Memory.SPBuffers), and ZeRO-1 keeps the AdamW
 // moments of this data-parallel rank's range of every gradient bucket.
 //
+// A pipeline (train.Config.PP > 1) is modelled stage by stage (Plan.Stages):
+// stage s holds its blocks' saved activations for the pp-s micro-batches
+// in flight in the 1F1B schedule (the first stage the most) beside one
+// backward scratch, the embeddings on the first stage and ln_f, the head
+// and the loss on the last; each rank sends its activations and gradients
+// to its neighbour stages point-to-point; and the step is the slowest
+// stage's, its micro-batches' work stretched by the 1F1B bubble.
+//
 // The engine keeps every tensor in float32 whatever the precision (bf16
-// changes how a GPU multiplies, not what it stores), has no activation
-// recomputation and no pipeline: the plan says so instead of modelling
-// what does not exist.
+// changes how a GPU multiplies, not what it stores) and has no activation
+// recomputation: the plan says so instead of modelling what does not
+// exist.
 package plan
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/train"
@@ -44,7 +51,8 @@ type Request struct {
 }
 
 // Plan is the prediction for one run. Memory is per rank: every rank of
-// the job holds the same sizes (the vocabulary is padded to split evenly).
+// the job holds the same sizes (the vocabulary is padded to split evenly),
+// but for a pipeline's, whose stages differ (Stages).
 type Plan struct {
 	Model       string `json:"model"`
 	Preset      string `json:"preset,omitempty"`
@@ -60,7 +68,7 @@ type Plan struct {
 	NTasks      int    `json:"ntasks"`
 	TP          int    `json:"tp"`
 	DP          int    `json:"dp"`
-	PP          int    `json:"pp,omitempty"` // pipeline stages (0: none); the figures are one stage's
+	PP          int    `json:"pp,omitempty"` // pipeline stages (0: none); Memory and Time are one stage's
 	Nodes       int    `json:"nodes"`
 	// SP is sequence parallelism (--sp) and Zero the ZeRO stage (--zero:
 	// 0 or 1), as the config asks.
@@ -69,14 +77,30 @@ type Plan struct {
 	Params int64 `json:"params"` // of the whole model
 
 	Device Device `json:"device"`
+	// Memory is a rank's memory: with a pipeline, that of the stage that
+	// needs the most (Stages has each).
 	Memory Memory `json:"memory"`
+	// Stages are the pipeline's stages (none without one).
+	Stages []Stage `json:"stages,omitempty"`
 	// Fits says whether Memory.Total is within the device's memory;
 	// Headroom is what is left (negative: how much is missing).
 	Fits     bool  `json:"fits"`
 	Headroom int64 `json:"headroom_bytes"`
 
+	// Time is the step: with a pipeline, the slowest stage's.
 	Time  Time     `json:"time"`
 	Notes []string `json:"notes,omitempty"`
+}
+
+// Stage is one pipeline stage's prediction, for a rank of it.
+type Stage struct {
+	Stage  int `json:"stage"`
+	Blocks int `json:"blocks"`
+	// InFlight is the micro-batches whose activations the stage holds at
+	// once in the 1F1B schedule: pp - stage.
+	InFlight int    `json:"in_flight"`
+	Memory   Memory `json:"memory"`
+	Time     Time   `json:"time"`
 }
 
 // Memory is one rank's memory in bytes, by what it holds.
@@ -89,15 +113,22 @@ type Memory struct {
 	Optimizer int64 `json:"optimizer"`
 	Masters   int64 `json:"masters"` // fp32 master weights: 0, the weights are fp32
 	// ActivationsPerBlock is what one transformer block keeps for its
-	// backward and uses in it (inputs of each product, attention
-	// probabilities, their gradients), with the tensor-parallel split
-	// (and with sequence parallelism the region outside attention and MLP
-	// split along the sequence); Blocks is that times the layers.
+	// backward and uses in it for one micro-batch (inputs of each product,
+	// attention probabilities, their gradients), with the tensor-parallel
+	// split (and with sequence parallelism the region outside attention
+	// and MLP split along the sequence); SavedPerBlock is the part of it
+	// the forward keeps for the backward, the rest being the backward's
+	// scratch. Blocks is the blocks' total: ActivationsPerBlock times the
+	// layers, and on a pipeline stage holding k micro-batches in flight
+	// the saved part k times.
 	ActivationsPerBlock int64 `json:"activations_per_block"`
+	SavedPerBlock       int64 `json:"saved_per_block"`
 	Blocks              int64 `json:"blocks"`
 	// Embeddings are the embedding outputs, the residual stream's
-	// gradients and the final layer norm; on a pipeline stage also the
-	// inputs of the micro-batches in flight (pp of them at most).
+	// gradients and the final layer norm; on a pipeline stage those its
+	// layers hold (the embeddings' outputs once per micro-batch in flight
+	// on the first stage), and on the others the stage's inputs, one per
+	// micro-batch in flight.
 	Embeddings int64 `json:"embeddings"`
 	// Logits are the head's output and gradient and the cross-entropy's
 	// buffers (the vocab-parallel logits of an LM, the pooled classifier's
@@ -115,8 +146,9 @@ type Memory struct {
 	Workspace int64 `json:"workspace"`
 	// GradBucket is the device buffer the data-parallel gradient
 	// all-reduce packs buckets into (GPU with NCCL, dp > 1, when a bucket
-	// holds more than one gradient); on the CPU the bucket is staged in
-	// host memory outside the engine's count.
+	// holds more than one gradient; with ZeRO-1 a padded bucket, its 1/dp
+	// range and four scalars); on the CPU the bucket is staged in host
+	// memory outside the engine's count.
 	GradBucket int64 `json:"grad_bucket"`
 	// EnginePeak is what the engine's accounting (tensor.MemStats.Peak,
 	// mem_peak_bytes in the metrics) counts: everything above.
@@ -152,8 +184,21 @@ type Time struct {
 	TPBytes     float64 `json:"tp_bytes"`
 	DPBytes     float64 `json:"dp_bytes"`
 	Collectives int     `json:"collectives"`
-	StepS       float64 `json:"step_s"`
-	CommShare   float64 `json:"comm_share"` // CommS / StepS: the engine does not overlap them
+	// PPBytes are what a pipeline stage's rank sends its neighbours
+	// point-to-point in a step (part of CommS): each micro-batch's output,
+	// (B,T,C) or (B,T/tp,C) under sequence parallelism, to the next stage
+	// and the gradient of its input, of the same size, to the previous
+	// one; Transfers counts those messages.
+	PPBytes   float64 `json:"pp_bytes,omitempty"`
+	Transfers int     `json:"transfers,omitempty"`
+	// Bubble is the 1F1B schedule's idle share, (p-1)/(m+p-1), and
+	// BubbleS the time it adds: the micro-batches' compute, memory traffic
+	// and communication, m of them, take as long as m+p-1.
+	Bubble  float64 `json:"bubble,omitempty"`
+	BubbleS float64 `json:"bubble_s,omitempty"`
+	// StepS is ComputeS + MemoryS + CommS + BubbleS.
+	StepS     float64 `json:"step_s"`
+	CommShare float64 `json:"comm_share"` // CommS / StepS: the engine does not overlap them
 	// TokensPerS is the job's (all data-parallel replicas).
 	TokensPerS float64 `json:"tokens_per_s"`
 	// FlopsPerToken is train.FlopsPerToken, the convention MFU uses in
@@ -196,21 +241,35 @@ func New(r Request) (*Plan, error) {
 		NTasks: cfg.NTasks, TP: cfg.TP, DP: cfg.DP(), PP: cfg.PP, Nodes: nodes, SP: cfg.SP, Zero: cfg.Zero,
 		Params: train.ParamCount(cfg, r.Vocab), Device: r.Device,
 	}
-	s := newShapes(cfg, vp)
-	p.Memory = s.memory(r.Device)
+	split, err := stageSplit(cfg)
+	if err != nil {
+		return nil, err
+	}
+	for stage, blocks := range split {
+		s := newShapes(cfg, vp, stage, blocks)
+		m, t := s.memory(r.Device), s.time(cfg, r.Vocab, r.Device, nodes)
+		if stage == 0 || m.Total > p.Memory.Total {
+			p.Memory = m
+		}
+		if stage == 0 || t.StepS > p.Time.StepS {
+			p.Time = t
+		}
+		if len(split) > 1 {
+			p.Stages = append(p.Stages, Stage{Stage: stage, Blocks: blocks, InFlight: int(s.inFlight), Memory: m, Time: t})
+		}
+	}
 	p.Headroom = r.Device.MemBytes - p.Memory.Total
 	p.Fits = p.Headroom >= 0
-	p.Time = s.time(cfg, r.Vocab, r.Device, nodes)
 	modes := ""
-	if s.sp {
-		modes += fmt.Sprintf("; sequence parallelism splits the layer norms' and residuals' activations over tp %d", s.tp)
+	if cfg.SP && cfg.TP > 1 {
+		modes += fmt.Sprintf("; sequence parallelism splits the layer norms' and residuals' activations over tp %d", cfg.TP)
 	}
-	if s.zero {
-		modes += fmt.Sprintf("; ZeRO-1 keeps 1/%d of the AdamW moments", s.dp)
+	if cfg.Zero == 1 && cfg.DP() > 1 {
+		modes += fmt.Sprintf("; ZeRO-1 keeps 1/%d of the AdamW moments", cfg.DP())
 	}
 	if pp := cfg.Stages(); pp > 1 {
-		p.Notes = append(p.Notes, fmt.Sprintf("pp %d: the figures are the largest stage's: %d blocks, with the embeddings and the head counted on it (an upper bound), the activations of one micro-batch (a stage runs a forward again before its backward) and the inputs of %d in flight; the time leaves out those recomputed forwards, the point-to-point transfers and the 1F1B bubble (p-1)/(m+p-1) = %.2f",
-			pp, stageBlocks(cfg), pp, parallel.BubbleFraction(pp, cfg.Micro())))
+		p.Notes = append(p.Notes, fmt.Sprintf("pp %d: memory is the stage that needs the most, stage s holding the activations of pp-s micro-batches in flight; the step is the slowest stage's, stretched by the 1F1B bubble (p-1)/(m+p-1) = %.2f, with the point-to-point transfers; it leaves out the tied embedding's gradient all-reduce between the first and the last stage and the small collectives over the stages (the loss, the gradient norm)",
+			pp, parallel.BubbleFraction(pp, cfg.Micro())))
 	} else {
 		p.Notes = append(p.Notes, "activations: the engine has no recomputation; every block keeps its own"+modes)
 	}
@@ -235,8 +294,14 @@ type shapes struct {
 	nh         int64 // heads on this rank
 	cl, fl, vl int64 // this rank's attention width, MLP width, vocab slice
 	tp, dp     int64
-	pp         int64 // pipeline stages; the shapes are one stage's (L its blocks)
-	sp, zero   bool  // sequence parallelism (tp > 1); ZeRO-1 (dp > 1)
+	// A pipeline's stage (pp > 1): the shapes are its (L its blocks); it
+	// holds the embeddings when first, ln_f and the head when last (one
+	// stage is both), and the activations of inFlight micro-batches.
+	pp, stage   int64
+	first, last bool
+	inFlight    int64
+	m           int64 // micro-batches a step
+	sp, zero    bool  // sequence parallelism (tp > 1); ZeRO-1 (dp > 1)
 	// params are this rank's parameter tensors' elements in the model's
 	// order (train's model.Params); buckets the elements of each gradient
 	// bucket train.NewGradSync packs them into, bucketTensors how many
@@ -247,32 +312,44 @@ type shapes struct {
 	paramElems    int64
 }
 
-func newShapes(cfg train.Config, paddedVocab int) shapes {
+// newShapes are the shapes of a rank of stage (0 without a pipeline),
+// which holds blocks blocks.
+func newShapes(cfg train.Config, paddedVocab, stage, blocks int) shapes {
 	tp := int64(cfg.TP)
 	C := int64(cfg.Dim)
 	s := shapes{
 		gpt: cfg.Model == "gpt",
-		B:   int64(cfg.BatchSize), T: int64(cfg.Seq), C: C, L: int64(stageBlocks(cfg)), P: int64(cfg.PositionRows()),
-		pp: int64(cfg.Stages()),
+		B:   int64(cfg.BatchSize), T: int64(cfg.Seq), C: C, L: int64(blocks), P: int64(cfg.PositionRows()),
+		pp: int64(cfg.Stages()), stage: int64(stage), m: int64(cfg.Micro()),
 		tp: tp, dp: int64(cfg.DP()),
 		nh: int64(cfg.Heads) / tp, cl: C / tp, fl: 4 * C / tp, vl: int64(paddedVocab) / tp,
 	}
+	s.first, s.last = s.stage == 0, s.stage == s.pp-1
+	s.inFlight = s.pp - s.stage // parallel.OneFOneB's bound (1 without a pipeline)
 	s.sp = cfg.SP && tp > 1
 	s.zero = cfg.Zero == 1 && s.dp > 1
 	s.N = s.B * s.T
-	// wte (V/tp x C), wpe (positions x C); per block: ln_1 (C, C), c_attn
-	// (3C/tp x C, 3C/tp), attn.c_proj (C x C/tp, C: the bias replicated),
-	// ln_2 (C, C), mlp.c_fc (4C/tp x C, 4C/tp), mlp.c_proj (C x 4C/tp, C);
-	// ln_f (C, C); the GPT head is tied to wte, BERT's classifier has
-	// cls.fc1 column-parallel (C/tp x C, C/tp) and cls.fc2 row-parallel
-	// (2 x C/tp, 2).
-	s.params = []int64{s.vl * C, s.P * C}
+	// In train's model order: wte (V/tp x C) on the first stage and on the
+	// last of a GPT (its tied head's copy), wpe (positions x C) on the
+	// first; per block: ln_1 (C, C), c_attn (3C/tp x C, 3C/tp), attn.c_proj
+	// (C x C/tp, C: the bias replicated), ln_2 (C, C), mlp.c_fc (4C/tp x C,
+	// 4C/tp), mlp.c_proj (C x 4C/tp, C); on the last stage ln_f (C, C) and
+	// BERT's classifier, cls.fc1 column-parallel (C/tp x C, C/tp) and
+	// cls.fc2 row-parallel (2 x C/tp, 2).
+	if s.first || (s.last && s.gpt) {
+		s.params = append(s.params, s.vl*C)
+	}
+	if s.first {
+		s.params = append(s.params, s.P*C)
+	}
 	for range s.L {
 		s.params = append(s.params, C, C, 3*s.cl*C, 3*s.cl, C*s.cl, C, C, C, s.fl*C, s.fl, C*s.fl, C)
 	}
-	s.params = append(s.params, C, C)
-	if !s.gpt {
-		s.params = append(s.params, s.cl*C, s.cl, 2*s.cl, 2)
+	if s.last {
+		s.params = append(s.params, C, C)
+		if !s.gpt {
+			s.params = append(s.params, s.cl*C, s.cl, 2*s.cl, 2)
+		}
 	}
 	var cur int64
 	k := 0
@@ -342,13 +419,22 @@ func (s shapes) blockScratchElems() int64 {
 	return 2*N*C + att + 4*N*s.cl + 2*N*s.fl
 }
 
-// embeddingElems: wte's and wpe's outputs, the residual stream's
-// gradients dx, dy and ln_f's dh, ln_f's output and statistics; with
-// sequence parallelism all of them of this rank's T/tp positions.
-func (s shapes) embeddingElems() int64 {
-	e := 5*s.N*s.C + s.N*s.C + 2*s.N
-	if s.pp > 1 {
-		e += s.pp * s.N * s.C // the stage inputs in flight
+// embeddingElems are the stage's buffers outside the blocks and the head
+// for k micro-batches in flight: the residual stream's gradients dx and
+// dy; on the first stage wte's and wpe's outputs, k times; on the others
+// the stage inputs, k of them; on the last ln_f's dh, output and
+// statistics. With sequence parallelism all of them of this rank's T/tp
+// positions.
+func (s shapes) embeddingElems(k int64) int64 {
+	NC := s.N * s.C
+	e := 2 * NC
+	if s.first {
+		e += 2 * NC * k
+	} else {
+		e += NC * k
+	}
+	if s.last {
+		e += 2*NC + 2*s.N
 	}
 	if s.sp {
 		return e / s.tp
@@ -365,6 +451,9 @@ func (s shapes) embeddingElems() int64 {
 // gradients (4 (B,C/tp)), at tp > 1 fc1's dx (B,C), the logits' gradient
 // and fc2's output (2 x 2B), the loss (4B).
 func (s shapes) headElems() int64 {
+	if !s.last {
+		return 0
+	}
 	var dx int64
 	if s.tp > 1 {
 		dx = 1
@@ -385,12 +474,20 @@ func (s shapes) headElems() int64 {
 // spElems are the sequence-parallel region's shared buffers
 // (parallel.SequenceParallel): packed, gathered and full (B,T,C), local
 // (B,T/tp,C), and ReduceGrads' bucket of the gradients summed over tp
-// (ln_1 and ln_2 of every block, ln_f, the position table).
+// (ln_1 and ln_2 of every block, ln_f on the last stage, the position
+// table on the first).
 func (s shapes) spElems() int64 {
 	if !s.sp {
 		return 0
 	}
-	return 3*s.N*s.C + s.N*s.C/s.tp + 4*s.C*s.L + 2*s.C + s.P*s.C
+	e := 3*s.N*s.C + s.N*s.C/s.tp + 4*s.C*s.L
+	if s.last {
+		e += 2 * s.C
+	}
+	if s.first {
+		e += s.P * s.C
+	}
+	return e
 }
 
 // zeroSizes are, in elements, this data-parallel rank's ranges of the
@@ -412,7 +509,8 @@ func (s shapes) memory(dev Device) Memory {
 		Grads:               s.paramElems * f32,
 		Optimizer:           2 * s.paramElems * f32,
 		ActivationsPerBlock: s.blockElems() * f32,
-		Embeddings:          s.embeddingElems() * f32,
+		SavedPerBlock:       s.blockSavedElems() * f32,
+		Embeddings:          s.embeddingElems(s.inFlight) * f32,
 		Logits:              s.headElems() * f32,
 		SPBuffers:           s.spElems() * f32,
 	}
@@ -422,7 +520,7 @@ func (s shapes) memory(dev Device) Memory {
 		// The host stages a whole padded bucket and this rank's range.
 		m.CommBuffers = (biggest + biggest/s.dp) * f32
 	}
-	m.Blocks = s.L * m.ActivationsPerBlock
+	m.Blocks = s.L * (s.inFlight*s.blockSavedElems() + s.blockScratchElems()) * f32
 	// train.GradSync's biggest bucket; on the device it is allocated when
 	// a bucket packs more than one gradient (one is all-reduced in place).
 	var bucket int64
@@ -441,7 +539,11 @@ func (s shapes) memory(dev Device) Memory {
 			rows /= s.tp
 		}
 		m.Workspace = min(rows, int64(2*dev.SMs))*2*s.C*f32 + int64(len(s.params))*128*8 + 2*s.N*4 + 8*f32
-		if s.dp > 1 && multi {
+		switch {
+		case s.zero: // train.ZeRO1's device half; GradSync's bucket is never made
+			_, biggest, _ := s.zeroSizes()
+			m.GradBucket = (biggest + biggest/s.dp + 4) * f32
+		case s.dp > 1 && multi:
 			m.GradBucket = bucket * f32
 		}
 		groups := int64(0)
@@ -463,7 +565,7 @@ func (s shapes) memory(dev Device) Memory {
 
 // activationElems are all the activation floats of a micro-batch.
 func (s shapes) activationElems() int64 {
-	return s.L*s.blockElems() + s.embeddingElems() + s.headElems()
+	return s.L*s.blockElems() + s.embeddingElems(1) + s.headElems()
 }
 
 // activationTouches is how many times the step reads or writes each
@@ -476,11 +578,14 @@ func (s shapes) time(cfg train.Config, vocab int, dev Device, nodes int) Time {
 	N, C, T, B := float64(s.N), float64(s.C), float64(s.T), float64(s.B)
 	tp := float64(s.tp)
 	// Per block and micro-batch: the four products 24 N C^2 forward (over
-	// tp ranks), attention's two 4 B T^2 C, backward twice the forward.
+	// tp ranks), attention's two 4 B T^2 C, backward twice the forward;
+	// the head's on the last stage.
 	gemm := float64(s.L) * (72*N*C*C + 12*B*T*T*C) / tp
-	if s.gpt {
+	switch {
+	case !s.last:
+	case s.gpt:
 		gemm += 6 * N * C * float64(s.vl)
-	} else {
+	default:
 		gemm += 4*B*N*C + 6*B*C*float64(s.cl)
 	}
 	t.GemmFlops = gemm * accum
@@ -494,7 +599,10 @@ func (s shapes) time(cfg train.Config, vocab int, dev Device, nodes int) Time {
 	if s.zero {
 		adam, _, _ = s.zeroSizes()
 	}
-	t.MemoryS = (accum*activationTouches*float64(s.activationElems())*f32 + float64(7*adam+s.paramElems)*f32) / dev.MemBandwidth
+	actS := accum * activationTouches * float64(s.activationElems()) * f32 / dev.MemBandwidth
+	t.MemoryS = actS + float64(7*adam+s.paramElems)*f32/dev.MemBandwidth
+	// What the micro-batches take, the part a pipeline's bubble stretches.
+	microS := t.ComputeS + actS
 
 	// A ring all-reduce sends 2(p-1)/p of the tensor a rank, an
 	// all-gather (p-1)/p of the gathered tensor and a reduce-scatter
@@ -509,12 +617,17 @@ func (s shapes) time(cfg train.Config, vocab int, dev Device, nodes int) Time {
 		if !s.sp {
 			// Each block's two forward all-reduces (out of the row-parallel
 			// layers) and two backward ones (into the column-parallel
-			// layers' inputs); the embedding's forward.
-			units, n = 2*(4*float64(s.L)+1)*N*C, 4*int(s.L)+1
-			if s.gpt {
+			// layers' inputs); the embedding's forward (first stage).
+			units, n = 2*4*float64(s.L)*N*C, 4*int(s.L)
+			if s.first {
+				units, n = units+2*N*C, n+1
+			}
+			switch {
+			case !s.last:
+			case s.gpt:
 				units += 2 * (N*C + 3*N) // the head's dx; the loss's row max and sums
 				n += 3
-			} else {
+			default:
 				units += 2 * (B*C + 2*B) // fc1's dx, fc2's output
 				n += 2
 			}
@@ -525,14 +638,20 @@ func (s shapes) time(cfg train.Config, vocab int, dev Device, nodes int) Time {
 			// backward four all-gathers (the inputs again, the projections'
 			// output gradients) and two reduce-scatters (the input
 			// gradients): two all-gathers more than the all-reduces. The
-			// embedding reduce-scatters forward and all-gathers backward.
-			units, n = 10*float64(s.L)*N*C+2*N*C, 10*int(s.L)+2
-			if s.gpt {
+			// embedding (first stage) reduce-scatters forward and
+			// all-gathers backward.
+			units, n = 10*float64(s.L)*N*C, 10*int(s.L)
+			if s.first {
+				units, n = units+2*N*C, n+2
+			}
+			switch {
+			case !s.last:
+			case s.gpt:
 				// The head all-gathers its input forward and again backward,
 				// and reduce-scatters its dx; the loss as without.
 				units += 3*N*C + 2*3*N
 				n += 5
-			} else {
+			default:
 				// The pooled partial means are summed over tp.
 				units += 2 * (2*B*C + 2*B)
 				n += 3
@@ -540,13 +659,52 @@ func (s shapes) time(cfg train.Config, vocab int, dev Device, nodes int) Time {
 		}
 		perStep, nStep := 2*2.0, 1 // the grad norm's all-reduce of two floats
 		if s.sp {
-			// ReduceGrads: the layer norms' and positions' gradients, once.
-			perStep += 2 * float64(4*s.C*s.L+2*s.C+s.P*s.C)
+			// ReduceGrads: the layer norms' (and ln_f's on the last stage,
+			// the positions' on the first) gradients, once.
+			seq := 4 * s.C * s.L
+			if s.last {
+				seq += 2 * s.C
+			}
+			if s.first {
+				seq += s.P * s.C
+			}
+			perStep += 2 * float64(seq)
 			nStep++
 		}
 		t.TPBytes = (accum*units + perStep) * half(tp) * f32
 		t.Collectives += int(accum)*n + nStep
+		tpMicroS := accum * (units*half(tp)*f32/dev.LinkBandwidth + float64(n)*dev.Latency)
 		t.CommS += t.TPBytes/dev.LinkBandwidth + float64(int(accum)*n+nStep)*dev.Latency
+		microS += tpMicroS
+	}
+	if s.pp > 1 {
+		// Each micro-batch's output to the next stage, the gradient of its
+		// input to the previous one: (B,T,C), or this rank's T/tp
+		// positions under sequence parallelism. Neighbour stages may sit
+		// on different nodes.
+		x := N * C
+		if s.sp {
+			x /= tp
+		}
+		links := 0
+		if !s.last {
+			links++
+		}
+		if !s.first {
+			links++
+		}
+		t.Transfers = int(accum) * links
+		t.PPBytes = float64(t.Transfers) * x * f32
+		bw := dev.LinkBandwidth
+		if nodes > 1 {
+			bw = dev.NetBandwidth
+		}
+		ppS := t.PPBytes/bw + float64(t.Transfers)*dev.Latency
+		t.CommS += ppS
+		microS += ppS
+		// 1F1B: the m micro-batches' work takes as long as m+p-1 of them.
+		t.Bubble = parallel.BubbleFraction(int(s.pp), int(s.m))
+		t.BubbleS = microS * float64(s.pp-1) / float64(s.m)
 	}
 	if dp > 1 {
 		bw := dev.LinkBandwidth
@@ -568,12 +726,12 @@ func (s shapes) time(cfg train.Config, vocab int, dev Device, nodes int) Time {
 		t.Collectives += n
 		t.CommS += t.DPBytes/bw + float64(n)*dev.Latency
 	}
-	if dev.Wait > 0 && t.Collectives > 0 {
-		// Ranks sharing cores wait for each other at every collective, at
-		// most the work between two of them.
-		t.CommS += float64(t.Collectives) * min(dev.Wait, (t.ComputeS+t.MemoryS)/float64(t.Collectives))
+	if syncs := t.Collectives + t.Transfers; dev.Wait > 0 && syncs > 0 {
+		// Ranks sharing cores wait for each other at every collective and
+		// transfer, at most the work between two of them.
+		t.CommS += float64(syncs) * min(dev.Wait, (t.ComputeS+t.MemoryS)/float64(syncs))
 	}
-	t.StepS = t.ComputeS + t.MemoryS + t.CommS
+	t.StepS = t.ComputeS + t.MemoryS + t.CommS + t.BubbleS
 	t.CommShare = t.CommS / t.StepS
 	t.TokensPerS = float64(cfg.BatchSize*cfg.Seq) * accum * dp / t.StepS
 	t.FlopsPerToken = train.FlopsPerToken(cfg, vocab)
@@ -594,8 +752,8 @@ type Suggestion struct {
 
 // Suggest lists the smallest changes of each kind that make r fit the
 // device: sequence parallelism (--sp, where tp > 1 and tp divides the
-// sequence) and ZeRO-1 (--zero 1, where dp > 1 and the device is not a
-// GPU), each alone or, when neither fits alone, both, on the same tasks
+// sequence) and ZeRO-1 (--zero 1, where dp > 1), each alone or, when
+// neither fits alone, both, on the same tasks
 // and batch; a larger tp on the same tasks; a smaller batch with more
 // gradient accumulation (the same global batch); more nodes holding a
 // larger tp (the same data-parallel degree). bf16 is not among them: the
@@ -617,7 +775,7 @@ func Suggest(r Request) []Suggestion {
 	}
 	cfg := r.Config
 	canSP := !cfg.SP && cfg.TP > 1 && cfg.Seq%cfg.TP == 0
-	canZero := cfg.Zero == 0 && cfg.DP() > 1 && !r.Device.CUDA
+	canZero := cfg.Zero == 0 && cfg.DP() > 1
 	sp := func(c *train.Config, _ *int) { c.SP = true }
 	zero := func(c *train.Config, _ *int) { c.Zero = 1 }
 	fitSP := canSP && try("--sp", sp)
@@ -651,12 +809,11 @@ func Suggest(r Request) []Suggestion {
 	return out
 }
 
-// stageBlocks is the number of blocks of the largest pipeline stage (all
-// of them without a pipeline).
-func stageBlocks(cfg train.Config) int {
-	split, err := cfg.StageLayers()
-	if err != nil {
-		return cfg.Layers / cfg.Stages()
+// stageSplit is the blocks of each pipeline stage (one stage holding
+// them all without a pipeline).
+func stageSplit(cfg train.Config) ([]int, error) {
+	if cfg.Stages() == 1 {
+		return []int{cfg.Layers}, nil
 	}
-	return slices.Max(split)
+	return cfg.StageLayers()
 }
