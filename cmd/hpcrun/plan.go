@@ -257,7 +257,11 @@ func writePlan(w io.Writer, pl *plan.Plan, sug []plan.Suggestion) error {
 	row := func(what string, n int64, note string) {
 		fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("  %-22s %12s  %s", what, bytesIEC(n), note), " "))
 	}
-	fmt.Fprintln(w, "\nmemory per rank (every rank alike)")
+	if pl.PP > 1 {
+		fmt.Fprintln(w, "\nmemory per rank (of the stage that needs the most)")
+	} else {
+		fmt.Fprintln(w, "\nmemory per rank (every rank alike)")
+	}
 	row("parameters", m.Params, "this rank's shard, fp32")
 	row("gradients", m.Grads, "")
 	moments := "m and v, fp32"
@@ -270,11 +274,15 @@ func writePlan(w io.Writer, pl *plan.Plan, sug []plan.Suggestion) error {
 	if pl.SP {
 		split += ", layer norms and residuals along the sequence"
 	}
-	recompute := "no recompute"
-	if pl.PP > 1 {
-		recompute = "one micro-batch's: the stage recomputes"
+	act := fmt.Sprintf("%s a block x %d blocks, %s (no recompute)", bytesIEC(m.ActivationsPerBlock), m.Blocks/max(m.ActivationsPerBlock, 1), split)
+	for _, st := range pl.Stages {
+		if st.Memory == m {
+			act = fmt.Sprintf("stage %d's %d blocks: %s saved a block for each of %d micro-batches in flight, %s of backward scratch, %s (no recompute)",
+				st.Stage, st.Blocks, bytesIEC(m.SavedPerBlock), st.InFlight, bytesIEC(m.ActivationsPerBlock-m.SavedPerBlock), split)
+			break
+		}
 	}
-	row("activations", m.Blocks, fmt.Sprintf("%s a block x %d blocks, %s (%s)", bytesIEC(m.ActivationsPerBlock), m.Blocks/max(m.ActivationsPerBlock, 1), split, recompute))
+	row("activations", m.Blocks, act)
 	row("embeddings, residual", m.Embeddings, "embedding outputs, residual-stream gradients, ln_f")
 	row("logits, loss", m.Logits, "head output and gradient, cross-entropy buffers")
 	if pl.SP {
@@ -293,11 +301,25 @@ func writePlan(w io.Writer, pl *plan.Plan, sug []plan.Suggestion) error {
 	if !pl.Fits {
 		fmt.Fprintln(w, whatFits(sug))
 	}
+	if len(pl.Stages) > 0 {
+		fmt.Fprintln(w, "\npipeline stages (the memory above is the largest, the step below the slowest)")
+		for _, st := range pl.Stages {
+			fmt.Fprintf(w, "  stage %-3d %3d blocks, %d in flight  activations %10s  engine peak %10s  total %10s  step %.4f s\n",
+				st.Stage, st.Blocks, st.InFlight, bytesIEC(st.Memory.Blocks), bytesIEC(st.Memory.EnginePeak), bytesIEC(st.Memory.Total), st.Time.StepS)
+		}
+	}
 	t := pl.Time
 	fmt.Fprintln(w, "\nstep (predicted)")
 	fmt.Fprintf(w, "  %-10s %9.4f s  %.2f GFLOP of GEMMs a rank at %.1f GFLOP/s\n", "compute", t.ComputeS, t.GemmFlops/1e9, t.Rate/1e9)
 	fmt.Fprintf(w, "  %-10s %9.4f s  elementwise kernels and AdamW at %.0f GB/s\n", "memory", t.MemoryS, pl.Device.MemBandwidth/1e9)
-	fmt.Fprintf(w, "  %-10s %9.4f s  tp %s, dp %s sent a rank; %d collectives\n", "comm", t.CommS, bytesIEC(int64(t.TPBytes)), bytesIEC(int64(t.DPBytes)), t.Collectives)
+	p2p := ""
+	if pl.PP > 1 {
+		p2p = fmt.Sprintf(", pp %s point-to-point (%d transfers)", bytesIEC(int64(t.PPBytes)), t.Transfers)
+	}
+	fmt.Fprintf(w, "  %-10s %9.4f s  tp %s, dp %s sent a rank; %d collectives%s\n", "comm", t.CommS, bytesIEC(int64(t.TPBytes)), bytesIEC(int64(t.DPBytes)), t.Collectives, p2p)
+	if pl.PP > 1 {
+		fmt.Fprintf(w, "  %-10s %9.4f s  1F1B: the micro-batches' work stretched by (m+p-1)/m, idle share (p-1)/(m+p-1) = %.2f\n", "bubble", t.BubbleS, t.Bubble)
+	}
 	fmt.Fprintf(w, "  %-10s %9.4f s  comm %.0f%% of it\n", "step", t.StepS, 100*t.CommShare)
 	fmt.Fprintf(w, "  %-10s %9.0f    MFU %.1f%% of %.4g GFLOP/s x %d ranks\n", "tokens/s", t.TokensPerS, 100*t.MFU, t.PeakFlops/1e9, pl.NTasks)
 	fmt.Fprintf(w, "rates: %s\n", pl.Device.Source)

@@ -35,7 +35,7 @@ func TestPlanCommand(t *testing.T) {
 	if code == 0 || strings.Count(strings.TrimSpace(errOut), "\n") > 0 {
 		t.Errorf("submit of a run that does not fit: exit %d, stderr %q; want one line", code, errOut)
 	}
-	for _, want := range []string{"over the", "v100-16", "--tp 4", "--grad-accum", "--force"} {
+	for _, want := range []string{"over the", "v100-16", "--tp ", "--grad-accum", "--force"} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("refusal %q lacks %q", errOut, want)
 		}
@@ -55,6 +55,13 @@ func TestPlanCommand(t *testing.T) {
 	for _, want := range []string{"tp 2 x dp 2 + sequence parallel + ZeRO-1", "sequence-parallel bufs", "ZeRO-1: this rank's 1/2", "along the sequence"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("plan --sp --zero 1 lacks %q:\n%s", want, text)
+		}
+	}
+
+	text = e.mustRun("plan", "--executor", "local", "--ntasks", "2", "--pp", "2", "--micro-batches", "4", "--device", "cpu")
+	for _, want := range []string{"of the stage that needs the most", "stage 0's", "2 micro-batches in flight", "pipeline stages", "stage 1 ", "point-to-point (4 transfers)", "bubble", "= 0.20"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("plan --pp 2 lacks %q:\n%s", want, text)
 		}
 	}
 
