@@ -490,6 +490,17 @@ func (s shapes) spElems() int64 {
 	return e
 }
 
+// normTensors is how many parameters the stage counts in the gradient
+// norm: all of its own but, on the last stage of a GPT pipeline, its copy
+// of the tied embedding (the first stage counts it).
+func (s shapes) normTensors() int64 {
+	n := int64(len(s.params))
+	if s.gpt && s.last && !s.first {
+		n--
+	}
+	return n
+}
+
 // zeroSizes are, in elements, this data-parallel rank's ranges of the
 // gradient buckets (train.ZeRO1: each bucket padded to a multiple of dp),
 // the largest padded bucket, and all the padded buckets.
@@ -657,7 +668,9 @@ func (s shapes) time(cfg train.Config, vocab int, dev Device, nodes int) Time {
 				n += 3
 			}
 		}
-		perStep, nStep := 2*2.0, 1 // the grad norm's all-reduce of two floats
+		// The gradient norm: the per-parameter float64 sums of squares,
+		// two floats each, all-gathered (train's normFromSquares).
+		perStep, nStep := float64(s.tp*2*s.normTensors()), 1
 		if s.sp {
 			// ReduceGrads: the layer norms' (and ln_f's on the last stage,
 			// the positions' on the first) gradients, once.
@@ -717,10 +730,10 @@ func (s shapes) time(cfg train.Config, vocab int, dev Device, nodes int) Time {
 		units := 2 * float64(s.paramElems+1)
 		if s.zero {
 			// A reduce-scatter of every padded bucket and an all-gather of
-			// the updated parameters: the all-reduce's bytes; and the grad
-			// norm's sum over dp (two floats).
+			// the updated parameters: the all-reduce's bytes; and the
+			// gradient norm's per-parameter squares all-gathered over dp.
 			_, _, padded := s.zeroSizes()
-			units, n = 2*float64(padded+1+2), 2*buckets+2
+			units, n = 2*float64(padded+1)+float64(s.dp*2*s.normTensors()), 2*buckets+2
 		}
 		t.DPBytes = units * half(dp) * f32
 		t.Collectives += n
