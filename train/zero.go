@@ -118,7 +118,7 @@ func NewZeRO1(dev tensor.Device, params []*parallel.Param, dp, tp nccl.Comm, wei
 		biggest = max(biggest, b.per*size)
 	}
 	if z.gpu = zeroOnDevice(dev, dp, tp); z.gpu != nil {
-		if err := z.gpu.alloc(biggest); err != nil {
+		if err := z.gpu.alloc(z.buckets); err != nil {
 			z.Close()
 			return nil, fmt.Errorf("zero-1 bucket: %w", err)
 		}

@@ -10,7 +10,9 @@ import (
 // ZeRO-1 on the device: with an NCCL data-parallel group on the CUDA
 // device, a ZeRO1's buckets never leave device memory. Each bucket's
 // gradients are packed into a device buffer, reduce-scattered (averaged)
-// into this rank's range and copied back into the gradients; the squared
+// into this rank's range and copied back into the gradients (a bucket of
+// one parameter that needs no padding, a large embedding say, is reduced
+// and later gathered in place, in the parameter's own memory); the squared
 // norm of the ranges is summed over DP, TP (and a pipeline's stages) by
 // NCCL, the clip coefficient is computed on the device and read there by
 // the AdamW kernel; the updated ranges are packed and all-gathered back
@@ -22,8 +24,8 @@ import (
 type zeroDevice struct {
 	dev     deviceOps
 	dp      nccl.DeviceComm
-	flat    *tensor.Tensor // a whole bucket, padded (room for the biggest)
-	shard   *tensor.Tensor // this rank's range of a bucket
+	flat    *tensor.Tensor // a whole bucket, padded (room for the biggest packed one; nil: none is)
+	shard   *tensor.Tensor // this rank's range of a packed bucket
 	scalars *tensor.Tensor // Step's own: [0:2] squared norm (hi, lo), [2] clip coefficient, [3] norm
 	norm    [1]float32
 }
@@ -50,14 +52,27 @@ func zeroOnDevice(dev tensor.Device, dp, tp nccl.Comm) *zeroDevice {
 	return &zeroDevice{dev: d, dp: dc}
 }
 
-// alloc makes the buffers for padded buckets of at most biggest elements.
-func (g *zeroDevice) alloc(biggest int) error {
-	var err error
-	if g.flat, err = g.dev.Alloc(biggest); err != nil {
-		return err
+// inPlace reports whether bucket b runs in its one parameter's memory:
+// NCCL reduce-scatters the gradient and all-gathers the parameter in
+// place, this rank's range being [rank*per, (rank+1)*per) of it.
+func (g *zeroDevice) inPlace(b *zeroBucket) bool {
+	return len(b.params) == 1 && b.n == b.per*g.dp.Size()
+}
+
+// alloc makes the scalars and the buffers of the buckets that are packed.
+func (g *zeroDevice) alloc(buckets []zeroBucket) error {
+	biggest := 0
+	for i := range buckets {
+		if !g.inPlace(&buckets[i]) {
+			biggest = max(biggest, buckets[i].per*g.dp.Size())
+		}
 	}
-	if g.shard, err = g.dev.Alloc(biggest / g.dp.Size()); err == nil {
-		g.scalars, err = g.dev.Alloc(4)
+	var err error
+	g.scalars, err = g.dev.Alloc(4)
+	if err == nil && biggest > 0 {
+		if g.flat, err = g.dev.Alloc(biggest); err == nil {
+			g.shard, err = g.dev.Alloc(biggest / g.dp.Size())
+		}
 	}
 	if err != nil {
 		g.free()
@@ -121,9 +136,13 @@ func (z *ZeRO1) stepDevice(lr float64, sumsq, scale *tensor.Tensor) error {
 // reduceScatterDevice is reduceScatter in device memory: b's gradients
 // packed into the bucket buffer (padding zeroed), averaged over the DP
 // group into this rank's range, and the range copied back into the
-// gradients.
+// gradients; or, in place, the gradient's range averaged where it is.
 func (z *ZeRO1) reduceScatterDevice(b *zeroBucket) error {
 	g := z.gpu
+	if g.inPlace(b) {
+		grad := b.params[0].Grad
+		return g.dp.ReduceScatterDevice(grad.Ptr(), grad.View(g.dp.Rank()*b.per, b.per).Ptr(), b.per, nccl.Float32, nccl.Avg, g.dev.Stream())
+	}
 	flat, shard := g.flat.View(0, b.per*g.dp.Size()), g.shard.View(0, b.per)
 	off := 0
 	for _, p := range b.params {
@@ -144,9 +163,14 @@ func (z *ZeRO1) reduceScatterDevice(b *zeroBucket) error {
 
 // allGatherDevice is allGather in device memory: this rank's updated range
 // of b's parameters packed, every rank's gathered into the bucket buffer
-// and copied back into the parameters.
+// and copied back into the parameters; or, in place, every rank's range
+// gathered into the parameter.
 func (z *ZeRO1) allGatherDevice(b *zeroBucket) error {
 	g := z.gpu
+	if g.inPlace(b) {
+		data := b.params[0].Data
+		return g.dp.AllGatherDevice(data.View(g.dp.Rank()*b.per, b.per).Ptr(), data.Ptr(), b.per, nccl.Float32, g.dev.Stream())
+	}
 	flat, shard := g.flat.View(0, b.per*g.dp.Size()), g.shard.View(0, b.per)
 	covered := 0
 	for _, s := range b.segs {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/tensor/cuda"
 	"github.com/hpcrun/hpcrun/train/metrics"
@@ -381,4 +382,90 @@ func runGPURanks(t *testing.T, cfg Config, data *Data, dir, resume string) []flo
 		t.Fatal(err)
 	}
 	return res[0].Losses
+}
+
+// The device half of ZeRO1 updates the parameters as the host half does
+// on every kind of bucket (small buckets here): parameters packed
+// together, one parameter packed with padding, one parameter reduced and
+// gathered in place; with weight decay on some, clipping on some steps.
+func TestZeroDeviceBuckets(t *testing.T) {
+	sizes := []int{5, 7, 3, 40, 33, 6} // buckets of 16: {5 7 3} and {33} packed and padded, {40} and {6} in place
+	const steps = 4
+	run := func(onDevice bool) (data [][]float32, norms []float64) {
+		mem := &deviceMemory{bufs: map[uintptr][]float32{}}
+		var collectives atomic.Int64
+		var mu sync.Mutex
+		err := nccl.RunInProcess(2, func(c nccl.Comm) error {
+			var dev tensor.Device = tensor.NewCPU()
+			dp := c
+			if onDevice {
+				dev, dp = &addressedDevice{&hostScalars{CPUDevice: tensor.NewCPU()}, mem}, &addressedComm{c, mem, &collectives}
+			}
+			params := make([]*parallel.Param, len(sizes))
+			for i, n := range sizes {
+				d, _ := dev.Alloc(n)
+				g, _ := dev.Alloc(n)
+				v := make([]float32, n)
+				for j := range v {
+					v[j] = float32(math.Sin(float64(7*i + j)))
+				}
+				dev.CopyFromHost(d, v)
+				params[i] = &parallel.Param{Name: fmt.Sprint("p", i), Data: d, Grad: g, Full: []int{n}, Shard: parallel.Shard{Parts: 1}, Decay: i%2 == 0}
+			}
+			z, err := NewZeRO1(dev, params, dp, nil, 0.1, 3, 16)
+			if err != nil {
+				return err
+			}
+			defer z.Close()
+			if (z.gpu != nil) != onDevice {
+				return fmt.Errorf("device path %v, want %v", z.gpu != nil, onDevice)
+			}
+			if onDevice && (z.gpu.flat.Len() != 34 || z.gpu.shard.Len() != 17) {
+				return fmt.Errorf("bucket buffer %d and range %d, want 34 and 17: the in-place bucket needs none", z.gpu.flat.Len(), z.gpu.shard.Len())
+			}
+			var mine []float64
+			for s := range steps {
+				for i, p := range params {
+					g := make([]float32, p.Grad.Len())
+					for j := range g {
+						g[j] = float32(math.Cos(float64(3*i+j*(c.Rank()+1)+s))) * float32(s+1)
+					}
+					dev.CopyFromHost(p.Grad, g)
+				}
+				norm, err := z.Step(1e-2)
+				if err != nil {
+					return err
+				}
+				mine = append(mine, norm)
+			}
+			if c.Rank() == 0 {
+				mu.Lock()
+				defer mu.Unlock()
+				norms = mine
+				for _, p := range params {
+					v := make([]float32, p.Data.Len())
+					dev.CopyToHost(v, p.Data)
+					data = append(data, v)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("device %v: %v", onDevice, err)
+		}
+		if onDevice && collectives.Load() == 0 {
+			t.Fatal("no device collective ran")
+		}
+		return data, norms
+	}
+	want, wantNorms := run(false)
+	got, gotNorms := run(true)
+	closeCurve(t, "device grad norm", gotNorms, "host", wantNorms, 1e-6)
+	for i := range want {
+		for j := range want[i] {
+			if d := math.Abs(float64(got[i][j] - want[i][j])); d > 1e-6 {
+				t.Errorf("parameter %d[%d] = %v on the device path, %v on the host path", i, j, got[i][j], want[i][j])
+			}
+		}
+	}
 }

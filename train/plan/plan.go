@@ -146,9 +146,9 @@ type Memory struct {
 	Workspace int64 `json:"workspace"`
 	// GradBucket is the device buffer the data-parallel gradient
 	// all-reduce packs buckets into (GPU with NCCL, dp > 1, when a bucket
-	// holds more than one gradient; with ZeRO-1 a padded bucket, its 1/dp
-	// range and four scalars); on the CPU the bucket is staged in host
-	// memory outside the engine's count.
+	// holds more than one gradient; with ZeRO-1 the biggest bucket that
+	// is packed, padded, its 1/dp range and four scalars); on the CPU the
+	// bucket is staged in host memory outside the engine's count.
 	GradBucket int64 `json:"grad_bucket"`
 	// EnginePeak is what the engine's accounting (tensor.MemStats.Peak,
 	// mem_peak_bytes in the metrics) counts: everything above.
@@ -551,9 +551,17 @@ func (s shapes) memory(dev Device) Memory {
 		}
 		m.Workspace = min(rows, int64(2*dev.SMs))*2*s.C*f32 + int64(len(s.params))*128*8 + 2*s.N*4 + 8*f32
 		switch {
-		case s.zero: // train.ZeRO1's device half; GradSync's bucket is never made
-			_, biggest, _ := s.zeroSizes()
-			m.GradBucket = (biggest + biggest/s.dp + 4) * f32
+		case s.zero:
+			// train.ZeRO1's device half (GradSync's bucket is never made):
+			// the biggest packed bucket, padded, and its 1/dp range; a
+			// bucket of one tensor that needs no padding runs in place.
+			packed := int64(0)
+			for i, n := range s.buckets {
+				if s.bucketTensors[i] > 1 || n%s.dp != 0 {
+					packed = max(packed, (n+s.dp-1)/s.dp*s.dp)
+				}
+			}
+			m.GradBucket = (packed + packed/s.dp + 4) * f32
 		case s.dp > 1 && multi:
 			m.GradBucket = bucket * f32
 		}
