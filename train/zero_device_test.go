@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -260,16 +261,16 @@ func TestZeroDevicePathMatchesHost(t *testing.T) {
 					t.Errorf("rank %d: %d reads of the norm in %d steps, want one a step", r, d.syncs, cfg.Steps)
 				}
 			}
-			if l.model == "gpt" && syncs != cfg.Steps {
-				t.Errorf("%d step lines say host_syncs 1, want %d (the GPU step)", syncs, cfg.Steps)
+			if l.model == "gpt" && slices.ContainsFunc(syncs, func(n int64) bool { return n != 1 }) {
+				t.Errorf("host synchronisations of each step %v, want 1 each (the GPU step)", syncs)
 			}
 		})
 	}
 }
 
-// stepLines reads rank's metrics in the run dir dir: the gradient norm of
-// every step, and how many steps report one host synchronisation.
-func stepLines(t *testing.T, dir string, rank int) (norms []float64, oneSync int) {
+// stepLines reads rank's metrics in the run dir dir: the gradient norm
+// and the host synchronisations (0 outside the GPU step) of every step.
+func stepLines(t *testing.T, dir string, rank int) (norms []float64, syncs []int64) {
 	t.Helper()
 	l, err := metrics.ReadRank(metrics.RankFile(dir, rank))
 	if err != nil {
@@ -277,11 +278,9 @@ func stepLines(t *testing.T, dir string, rank int) (norms []float64, oneSync int
 	}
 	for _, s := range l.Steps {
 		norms = append(norms, s.GradNorm)
-		if s.HostSyncs == 1 {
-			oneSync++
-		}
+		syncs = append(syncs, s.HostSyncs)
 	}
-	return norms, oneSync
+	return norms, syncs
 }
 
 // closeCurve checks that got (losses, norms) equals want to tol relative,
@@ -334,8 +333,9 @@ func TestGPUZeRO1TwoRanksMatchesCPU(t *testing.T) {
 	want := cpu(cpuDir, "")
 	got := runGPURanks(t, gcfg, data, gpuDir, "")
 	closeCurve(t, "cuda dp2 ZeRO-1 loss", got, "cpu dp2 ZeRO-1", want, 1e-5)
-	if _, syncs := stepLines(t, gpuDir, 0); syncs != cfg.Steps {
-		t.Errorf("%d step lines say host_syncs 1, want %d: ZeRO-1 did not run in the GPU step", syncs, cfg.Steps)
+	// The first step also waits to set up the device's id ring.
+	if _, syncs := stepLines(t, gpuDir, 0); syncs[0] < 1 || slices.ContainsFunc(syncs[1:], func(n int64) bool { return n != 1 }) {
+		t.Errorf("host synchronisations of each step %v, want 1 each after the first: ZeRO-1 did not run in the one-sync GPU step", syncs)
 	}
 	closeCurve(t, "cpu resumed from the cuda checkpoint", cpu(t.TempDir(), step5(gpuDir)), "cpu", want[5:], 1e-5)
 	closeCurve(t, "cuda resumed from the cpu checkpoint", runGPURanks(t, gcfg, data, t.TempDir(), step5(cpuDir)), "cpu", want[5:], 1e-5)
