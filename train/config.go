@@ -348,9 +348,6 @@ func (c Config) validatePipeline(bad func(format string, args ...any)) {
 	if c.GradAccum > 1 {
 		bad("grad_accum %d with pp %d: a pipeline accumulates over its micro-batches, use --micro-batches", c.GradAccum, p)
 	}
-	if c.Device == "cuda" {
-		bad("pp %d runs on the CPU only for now: use --device cpu", p)
-	}
 	if c.Arch == "hf" {
 		bad("arch hf (BERT's own layout) has no pipeline split: use pp 1")
 	}

@@ -250,9 +250,6 @@ func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*t
 		return nil, err
 	}
 	if cfg.Stages() > 1 {
-		if _, ok := t.dev.(parallel.Streamer); ok {
-			return nil, fmt.Errorf("pp %d runs on the CPU only for now, this run's device is %s: use --device cpu", cfg.Stages(), t.dev.Name())
-		}
 		tm, ok := t.model.(*transformer)
 		if !ok {
 			return nil, fmt.Errorf("pp %d: this model has no pipeline split: use pp 1", cfg.Stages())

@@ -490,10 +490,10 @@ func (t *transformer) Backward(scale float32) error {
 
 // backwardStage accumulates the gradients of scale * the loss through this
 // stage after its forwardStage. dout is the gradient of the stage's output
-// (from the next stage; nil on the last, which starts from the loss). It
-// returns the gradient of the stage's input (nil on the first stage), owned
-// by the model until its next backward.
-func (t *transformer) backwardStage(scale float32, dout []float32) (*tensor.Tensor, error) {
+// (from the next stage, in the device's memory; nil on the last, which
+// starts from the loss). It returns the gradient of the stage's input (nil
+// on the first stage), owned by the model until its next backward.
+func (t *transformer) backwardStage(scale float32, dout *tensor.Tensor) (*tensor.Tensor, error) {
 	if !t.forwardedTrain {
 		return nil, fmt.Errorf("backward without a training forward pass")
 	}
@@ -503,10 +503,10 @@ func (t *transformer) backwardStage(scale float32, dout []float32) (*tensor.Tens
 		if err := t.headBackward(scale); err != nil {
 			return nil, err
 		}
-	} else if len(dout) != dx.Len() {
-		return nil, fmt.Errorf("stage gradient of %d elements, want %d", len(dout), dx.Len())
+	} else if dout == nil || dout.Len() != dx.Len() {
+		return nil, fmt.Errorf("stage gradient %v, want %d elements", dout, dx.Len())
 	} else {
-		d.CopyFromHost(dx, dout)
+		d.Copy(dx, dout)
 	}
 	for l := len(t.blocks) - 1; l >= 0; l-- {
 		d.Zero(dy)

@@ -14,13 +14,15 @@ import (
 
 // pipeline runs one stage of a pipeline-parallel model (pp > 1) through
 // the 1F1B schedule (parallel.OneFOneB): activations go to the next stage
-// and gradients to the previous one point-to-point, host-staged.
+// and gradients to the previous one point-to-point, device-resident where
+// the links are NCCL communicators on a streamed device (deviceLinks),
+// host-staged everywhere else.
 //
-// Each neighbour link is two 2-rank groups, one per direction, so that a
-// rank only sends on some communicators and only receives on the others:
-// the sends run on a goroutine of their own (a stage never waits for its
-// neighbour to take an activation, which with blocking sends both ways
-// would deadlock), the receives on the caller's.
+// Host-staged, each neighbour link is two 2-rank groups, one per
+// direction, so that a rank only sends on some communicators and only
+// receives on the others: the sends run on a goroutine of their own (a
+// stage never waits for its neighbour to take an activation, which with
+// blocking sends both ways would deadlock), the receives on the caller's.
 //
 // A stage holds the activations of every micro-batch in flight, at most
 // stages-stage of them (1F1B's bound), and runs each forward exactly once:
@@ -39,9 +41,11 @@ type pipeline struct {
 	toNext, fromNext nccl.Comm // links to stage+1: activations out, gradients in (nil on the last)
 	links            []nccl.Comm
 
-	slots   []slot    // the micro-batches in flight, micro-batch i in slot i % len
-	batches []Batch   // the step's micro-batches
-	buf     []float32 // receive buffer (B*T/tp*C)
+	slots   []slot         // the micro-batches in flight, micro-batch i in slot i % len
+	batches []Batch        // the step's micro-batches
+	buf     []float32      // host receive buffer (B*T/tp*C)
+	dout    *tensor.Tensor // the received gradient of the stage's output (nil on the last)
+	dl      *deviceLinks   // device-resident transfers (nil: host-staged)
 
 	sends   chan pipeSend
 	pending sync.WaitGroup
@@ -87,6 +91,14 @@ func newPipeline(t *transformer, mesh *parallel.Mesh, micro int) (*pipeline, err
 			p.close()
 			return nil, fmt.Errorf("pipeline link to stage %d: %w", p.stage+1, err)
 		}
+		if p.dout, err = t.dev.Alloc(t.B, t.Tl, t.C); err != nil {
+			p.close()
+			return nil, fmt.Errorf("pipeline stage gradient: %w", err)
+		}
+	}
+	if p.dl, err = newDeviceLinks(t.dev, p.fromPrev, p.toNext, t.B, t.Tl, t.C); err != nil {
+		p.close()
+		return nil, err
 	}
 	p.sends = make(chan pipeSend, 2*micro+2)
 	go p.sender()
@@ -160,6 +172,9 @@ func (p *pipeline) step(next func(*Batch), scale float32) (float64, error) {
 		next(&p.batches[i])
 	}
 	p.wait = 0
+	if p.dl != nil {
+		return p.stepDevice(scale)
+	}
 	loss := 0.0
 	for _, op := range parallel.OneFOneB(p.stages, p.stage, p.micro) {
 		if op.Backward {
@@ -184,6 +199,9 @@ func (p *pipeline) step(next func(*Batch), scale float32) (float64, error) {
 // first), runs the stage in the micro-batch's slot and sends its output on
 // (unless last).
 func (p *pipeline) forward(b *Batch, i int, train bool) (float64, error) {
+	if p.dl != nil {
+		return p.forwardDevice(b, i, train)
+	}
 	s := p.slots[i%len(p.slots)]
 	if p.fromPrev != nil {
 		if err := p.recv(p.fromPrev, fmt.Sprintf("the activations of micro-batch %d", i)); err != nil {
@@ -206,14 +224,13 @@ func (p *pipeline) forward(b *Batch, i int, train bool) (float64, error) {
 // stage (unless last), and the gradient of its input to the previous stage
 // (unless first).
 func (p *pipeline) backward(i int, scale float32) error {
-	var dout []float32
 	if p.fromNext != nil {
 		if err := p.recv(p.fromNext, fmt.Sprintf("the gradient of micro-batch %d", i)); err != nil {
 			return err
 		}
-		dout = p.buf
+		p.t.dev.CopyFromHost(p.dout, p.buf)
 	}
-	dx, err := p.slots[i%len(p.slots)].t.backwardStage(scale, dout)
+	dx, err := p.slots[i%len(p.slots)].t.backwardStage(scale, p.dout)
 	if err != nil {
 		return err
 	}
@@ -294,7 +311,11 @@ func (p *pipeline) normParams() []*parallel.Param {
 // and are left out).
 func (p *pipeline) commTime() time.Duration {
 	var d time.Duration
-	for _, c := range []nccl.Comm{p.pp, p.embed, p.fromPrev, p.fromNext} {
+	cs := []nccl.Comm{p.pp, p.embed, p.fromPrev, p.fromNext}
+	if p.dl != nil { // both directions on the first group of each link
+		cs[3] = p.toNext
+	}
+	for _, c := range cs {
 		if c != nil {
 			d += c.Stats().Total().Time
 		}
@@ -309,6 +330,11 @@ func (p *pipeline) close() {
 	}
 	closeSlots(p.t, p.slots)
 	p.slots = nil
+	if p.dout != nil {
+		p.t.dev.Free(p.dout)
+		p.dout = nil
+	}
+	p.dl.close(p.t.dev)
 	for i := len(p.links) - 1; i >= 0; i-- {
 		p.links[i].Close()
 	}

@@ -110,7 +110,6 @@ func TestPipelineRefused(t *testing.T) {
 		{func(c *Config) { c.NTasks = 3 }, "ntasks 3 is not a multiple of pp 2 x tp 1"},
 		{func(c *Config) { c.GradAccum = 2 }, "use --micro-batches"},
 		{func(c *Config) { c.Zero = 1 }, "zero 1 needs a data-parallel degree > 1"},
-		{func(c *Config) { c.Device = "cuda" }, "CPU only"},
 		{func(c *Config) { c.InitFrom = "gpt2" }, "init_from with pp 2"},
 		{func(c *Config) { c.PP, c.NTasks = 1, 1 }, "micro_batches needs pp > 1"},
 		{func(c *Config) { c.PP = -1 }, "must not be negative"},
@@ -125,6 +124,11 @@ func TestPipelineRefused(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("want one line with %q, got %v", tc.want, err)
 		}
+	}
+	cfg := smallConfig("gpt")
+	cfg.NTasks, cfg.PP, cfg.Layers, cfg.MicroBatches, cfg.Device = 2, 2, 4, 2, "cuda"
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("a pipeline on cuda: %v", err)
 	}
 }
 
