@@ -490,8 +490,9 @@ func (t *transformer) Backward(scale float32) error {
 
 // backwardStage accumulates the gradients of scale * the loss through this
 // stage after its forwardStage. dout is the gradient of the stage's output
-// (from the next stage, in the device's memory; nil on the last, which
-// starts from the loss). It returns the gradient of the stage's input (nil
+// (from the next stage, in the device's memory, best received straight
+// into stageGradient(); nil on the last, which starts from the loss). It
+// returns the gradient of the stage's input (nil
 // on the first stage), owned by the model until its next backward.
 func (t *transformer) backwardStage(scale float32, dout *tensor.Tensor) (*tensor.Tensor, error) {
 	if !t.forwardedTrain {
@@ -505,7 +506,7 @@ func (t *transformer) backwardStage(scale float32, dout *tensor.Tensor) (*tensor
 		}
 	} else if dout == nil || dout.Len() != dx.Len() {
 		return nil, fmt.Errorf("stage gradient %v, want %d elements", dout, dx.Len())
-	} else {
+	} else if dout != dx {
 		d.Copy(dx, dout)
 	}
 	for l := len(t.blocks) - 1; l >= 0; l-- {
@@ -548,6 +549,11 @@ func (t *transformer) headBackward(scale float32) error {
 	d.Zero(t.dx)
 	return t.lnf.Backward(t.dh, t.dx)
 }
+
+// stageGradient is where the gradient of a (not last) stage's output is
+// best received: the backward's own first buffer, which the forward never
+// uses and stage copies share.
+func (t *transformer) stageGradient() *tensor.Tensor { return t.dx }
 
 // tiedEmbedding is the token embedding this stage shares with the other
 // end of the pipeline (the LM head's weight): non-nil on the first and the

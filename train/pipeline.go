@@ -43,9 +43,8 @@ type pipeline struct {
 
 	slots   []slot         // the micro-batches in flight, micro-batch i in slot i % len
 	batches []Batch        // the step's micro-batches
-	buf     []float32      // host receive buffer (B*T/tp*C)
-	dout    *tensor.Tensor // the received gradient of the stage's output (nil on the last)
-	dl      *deviceLinks   // device-resident transfers (nil: host-staged)
+	buf     []float32    // host receive buffer (B*T/tp*C)
+	dl      *deviceLinks // device-resident transfers (nil: host-staged)
 
 	sends   chan pipeSend
 	pending sync.WaitGroup
@@ -90,10 +89,6 @@ func newPipeline(t *transformer, mesh *parallel.Mesh, micro int) (*pipeline, err
 		if p.toNext, p.fromNext, err = pair(p.stage); err != nil {
 			p.close()
 			return nil, fmt.Errorf("pipeline link to stage %d: %w", p.stage+1, err)
-		}
-		if p.dout, err = t.dev.Alloc(t.B, t.Tl, t.C); err != nil {
-			p.close()
-			return nil, fmt.Errorf("pipeline stage gradient: %w", err)
 		}
 	}
 	if p.dl, err = newDeviceLinks(t.dev, p.fromPrev, p.toNext, t.B, t.Tl, t.C); err != nil {
@@ -224,13 +219,15 @@ func (p *pipeline) forward(b *Batch, i int, train bool) (float64, error) {
 // stage (unless last), and the gradient of its input to the previous stage
 // (unless first).
 func (p *pipeline) backward(i int, scale float32) error {
+	var dout *tensor.Tensor
 	if p.fromNext != nil {
 		if err := p.recv(p.fromNext, fmt.Sprintf("the gradient of micro-batch %d", i)); err != nil {
 			return err
 		}
-		p.t.dev.CopyFromHost(p.dout, p.buf)
+		dout = p.t.stageGradient()
+		p.t.dev.CopyFromHost(dout, p.buf)
 	}
-	dx, err := p.slots[i%len(p.slots)].t.backwardStage(scale, p.dout)
+	dx, err := p.slots[i%len(p.slots)].t.backwardStage(scale, dout)
 	if err != nil {
 		return err
 	}
@@ -330,10 +327,6 @@ func (p *pipeline) close() {
 	}
 	closeSlots(p.t, p.slots)
 	p.slots = nil
-	if p.dout != nil {
-		p.t.dev.Free(p.dout)
-		p.dout = nil
-	}
 	p.dl.close(p.t.dev)
 	for i := len(p.links) - 1; i >= 0; i-- {
 		p.links[i].Close()

@@ -88,7 +88,7 @@ func (p *pipeline) incoming(op parallel.PipeOp) (transfer, bool) {
 		if p.dl.next == nil {
 			return transfer{}, false
 		}
-		return transfer{p.dl.next, p.dout, fmt.Sprintf("the gradient of micro-batch %d", op.Micro)}, true
+		return transfer{p.dl.next, p.t.stageGradient(), fmt.Sprintf("the gradient of micro-batch %d", op.Micro)}, true
 	}
 	if p.dl.prev == nil {
 		return transfer{}, false
@@ -159,9 +159,9 @@ func (p *pipeline) stepDevice(scale float32) (float64, error) {
 		var link nccl.DeviceComm
 		var what string
 		if op.Backward {
-			dout := p.dout
-			if p.dl.next == nil {
-				dout = nil
+			var dout *tensor.Tensor
+			if p.dl.next != nil {
+				dout = p.t.stageGradient()
 			}
 			dx, err := s.t.backwardStage(scale, dout)
 			if err != nil {

@@ -165,7 +165,7 @@ func TestSweepLocal(t *testing.T) {
 		t.Errorf("sweep show:\n%s", text)
 	}
 
-	dry := e.mustRun("sweep", "--dry-run", "--executor", "local", "--gpu", "v100-16", "--preset", "tiny,bert-large", "--bsz", "4")
+	dry := e.mustRun("sweep", "--dry-run", "--executor", "local", "--gpu", "v100-16", "--preset", "tiny,bert-large", "--bsz", "8")
 	for _, want := range []string{"skipped: cannot fit", "#SBATCH --array=0-0", "slurm-%A_%a.out", "sweep task --sweep-dir"} {
 		if !strings.Contains(dry, want) {
 			t.Errorf("sweep --dry-run lacks %q:\n%s", want, dry)
