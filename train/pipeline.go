@@ -41,8 +41,8 @@ type pipeline struct {
 	toNext, fromNext nccl.Comm // links to stage+1: activations out, gradients in (nil on the last)
 	links            []nccl.Comm
 
-	slots   []slot         // the micro-batches in flight, micro-batch i in slot i % len
-	batches []Batch        // the step's micro-batches
+	slots   []slot       // the micro-batches in flight, micro-batch i in slot i % len
+	batches []Batch      // the step's micro-batches
 	buf     []float32    // host receive buffer (B*T/tp*C)
 	dl      *deviceLinks // device-resident transfers (nil: host-staged)
 
