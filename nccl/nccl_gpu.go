@@ -310,6 +310,9 @@ func (nc *ncclComm) ready() (uintptr, error) {
 	nc.mu.Lock()
 	defer nc.mu.Unlock()
 	if nc.comm == 0 {
+		if e := nc.nd.abortErr(); e != nil {
+			return 0, e // why the job aborted: a lost peer, a stall
+		}
 		return 0, errors.New("nccl: communicator aborted")
 	}
 	return nc.comm, nil
@@ -424,8 +427,10 @@ func (nc *ncclComm) SendRecvDevice(sendbuf, recvbuf uintptr, count int, dt DataT
 		return err
 	}
 	start := time.Now()
-	defer nc.cnt.add(kSend, size*count, start)
-	defer nc.cnt.add(kRecv, size*count, start)
+	defer func() { // one call: its time counts once, as the send's
+		nc.cnt.add(kSend, size*count, start)
+		nc.cnt.add(kRecv, size*count, time.Now())
+	}()
 	if err := nc.checkPeer("SendRecvDevice with", peer); err != nil {
 		return err
 	}

@@ -63,11 +63,19 @@ type pipeSend struct {
 func newPipeline(t *transformer, mesh *parallel.Mesh, micro int) (*pipeline, error) {
 	p := &pipeline{t: t, stage: mesh.PPRank(), stages: mesh.PPSize(), micro: micro, pp: mesh.PP, embed: mesh.Embed,
 		batches: make([]Batch, micro), buf: make([]float32, t.B*t.Tl*t.C)}
+	// Device-resident transfers run both directions of a link over one
+	// NCCL communicator (deviceLinks); host-staged ones need two groups.
+	_, streamed := t.dev.(parallel.Streamer)
+	_, ncclLinks := mesh.PP.(nccl.DeviceComm)
+	device := streamed && ncclLinks
 	pair := func(lo int) (down, up nccl.Comm, err error) {
 		if down, err = mesh.PP.Group([]int{lo, lo + 1}); err != nil {
 			return nil, nil, err
 		}
 		p.links = append(p.links, down)
+		if device {
+			return down, down, nil
+		}
 		if up, err = mesh.PP.Group([]int{lo, lo + 1}); err != nil {
 			return nil, nil, err
 		}
@@ -91,9 +99,11 @@ func newPipeline(t *transformer, mesh *parallel.Mesh, micro int) (*pipeline, err
 			return nil, fmt.Errorf("pipeline link to stage %d: %w", p.stage+1, err)
 		}
 	}
-	if p.dl, err = newDeviceLinks(t.dev, p.fromPrev, p.toNext, t.B, t.Tl, t.C); err != nil {
-		p.close()
-		return nil, err
+	if device {
+		if p.dl, err = newDeviceLinks(t.dev, p.fromPrev, p.toNext, t.B, t.Tl, t.C); err != nil {
+			p.close()
+			return nil, err
+		}
 	}
 	p.sends = make(chan pipeSend, 2*micro+2)
 	go p.sender()
@@ -261,6 +271,32 @@ func (p *pipeline) reduceTied() error {
 	return nil
 }
 
+// alignTied gives the last stage's copy of the tied embedding the first
+// stage's values, bit for bit, after a ZeRO-1 update at dp >= 3: each
+// stage reduce-scatters its gradients in its own bucket layout, and a ring
+// over three or more ranks adds an element's terms in an order that
+// depends on where the element falls, so the two copies could drift apart
+// by rounding (the sum of two terms is the same in either order).
+func (p *pipeline) alignTied(dp int) error {
+	w := p.t.tiedEmbedding()
+	if w == nil || p.embed == nil || dp < 3 {
+		return nil
+	}
+	if dc, stream, ok := onDevice(p.embed, p.t.dev); ok {
+		if err := dc.BroadcastDevice(w.Data.Ptr(), w.Data.Ptr(), w.Data.Len(), nccl.Float32, 0, stream); err != nil {
+			return fmt.Errorf("tied embedding: %w", err)
+		}
+		return nil
+	}
+	buf := make([]float32, w.Data.Len())
+	p.t.dev.CopyToHost(buf, w.Data)
+	if err := p.embed.Broadcast(buf, 0); err != nil {
+		return fmt.Errorf("tied embedding: %w", err)
+	}
+	p.t.dev.CopyFromHost(w.Data, buf)
+	return nil
+}
+
 // sumStages adds v over the stages (exact for values only one stage
 // holds, the others giving 0).
 func (p *pipeline) sumStages(v []float32) error {
@@ -309,8 +345,8 @@ func (p *pipeline) normParams() []*parallel.Param {
 func (p *pipeline) commTime() time.Duration {
 	var d time.Duration
 	cs := []nccl.Comm{p.pp, p.embed, p.fromPrev, p.fromNext}
-	if p.dl != nil { // both directions on the first group of each link
-		cs[3] = p.toNext
+	if p.dl != nil { // device calls return at launch: the transfers' time is timed's
+		cs, d = cs[:2], p.dl.busy
 	}
 	for _, c := range cs {
 		if c != nil {
@@ -350,17 +386,27 @@ func (t *trainer) trainStepPipeline(step int) (metrics.Step, error) {
 	if err := t.model.ReduceGrads(); err != nil {
 		return metrics.Step{}, err
 	}
-	if err := p.reduceTied(); err != nil {
-		return metrics.Step{}, err
-	}
 	lr := scheduleLR(t.cfg, step, t.total)
 	var norm float64
 	if t.zero != nil {
+		// ZeRO-1 cuts the summed gradient into each stage's own ranges.
+		if err := p.reduceTied(); err != nil {
+			return metrics.Step{}, err
+		}
 		if norm, err = t.zero.Step(lr); err != nil {
 			return metrics.Step{}, err
 		}
+		if err := p.alignTied(t.mesh.DP.Size()); err != nil {
+			return metrics.Step{}, err
+		}
 	} else {
+		// The tied embedding's two halves are averaged over dp first, each
+		// in its own stage's buckets, then summed: both stages add the
+		// same two tensors and so hold the same gradient to the bit.
 		if err := t.sync.Sync(); err != nil {
+			return metrics.Step{}, err
+		}
+		if err := p.reduceTied(); err != nil {
 			return metrics.Step{}, err
 		}
 		if norm, err = gradNormOver(t.dev, p.normParams(), t.mesh.TP, t.mesh.PP); err != nil {

@@ -30,6 +30,9 @@ type deviceLinks struct {
 	// into the pipeline's own (allocated on the stage's device, as what
 	// NCCL receives into): one is enough, a send holding the stream.
 	act *tensor.Tensor
+	// busy is the time spent in transfers since the pipeline was made
+	// (launch to completion, waits included).
+	busy time.Duration
 }
 
 // newDeviceLinks returns the device-resident links of a stage whose device
@@ -108,7 +111,9 @@ func (p *pipeline) timed(f func() error) error {
 	if err == nil {
 		err = p.t.dev.Sync()
 	}
-	p.wait += time.Since(start)
+	d := time.Since(start)
+	p.wait += d
+	p.dl.busy += d
 	return err
 }
 

@@ -572,6 +572,22 @@ func (s shapes) memory(dev Device) Memory {
 		if s.dp > 1 {
 			groups++
 		}
+		if s.pp > 1 {
+			// The device-resident pipeline: one NCCL communicator per
+			// neighbour, and a stage that sends activations copies them
+			// into a (B,T,C) send buffer of its own (T/tp under sp).
+			if !s.first {
+				groups++
+			}
+			if !s.last {
+				groups++
+				act := s.N * s.C
+				if s.sp {
+					act /= s.tp
+				}
+				m.Embeddings += act * f32
+			}
+		}
 		m.CommBuffers = groups * ncclBuffers
 		m.Context = dev.ContextBytes
 	} else if s.dp > 1 && !s.zero {
