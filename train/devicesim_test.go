@@ -1,9 +1,11 @@
 package train
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"unsafe"
 
 	"github.com/hpcrun/hpcrun/nccl"
@@ -184,3 +186,33 @@ func (c *addressedComm) Group(ranks []int) (nccl.Comm, error) {
 }
 
 var _ nccl.DeviceComm = (*addressedComm)(nil)
+
+// simulatedRun is a training run on the simulated device: every rank's
+// result and device, the memory they share, and how many device calls
+// the communicators made.
+type simulatedRun struct {
+	res         []*Result
+	devs        []*addressedDevice
+	mem         *deviceMemory
+	collectives int64
+}
+
+// runSimulated trains cfg on cfg.NTasks in-process ranks, each on the
+// simulated device with the simulated NCCL communicator, in the run dir
+// dir.
+func runSimulated(t *testing.T, cfg Config, data *Data, dir string) simulatedRun {
+	t.Helper()
+	run := simulatedRun{res: make([]*Result, cfg.NTasks), devs: make([]*addressedDevice, cfg.NTasks), mem: &deviceMemory{bufs: map[uintptr][]float32{}}}
+	var collectives atomic.Int64
+	err := nccl.RunInProcess(cfg.NTasks, func(c nccl.Comm) error {
+		dev := &addressedDevice{&hostScalars{CPUDevice: tensor.NewCPU()}, run.mem}
+		res, err := Run(context.Background(), cfg, &addressedComm{c, run.mem, &collectives}, Options{Data: data, Device: dev, RunDir: dir})
+		run.devs[c.Rank()], run.res[c.Rank()] = dev, res
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run.collectives = collectives.Load()
+	return run
+}

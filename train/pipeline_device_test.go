@@ -1,11 +1,8 @@
 package train
 
 import (
-	"context"
-	"sync/atomic"
 	"testing"
 
-	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/tensor"
 )
 
@@ -44,23 +41,13 @@ func TestPipelineDevicePathMatchesHost(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, err := runRanks(t, cfg, data, func(int) Options { return Options{Device: tensor.NewCPU(), RunDir: t.TempDir()} })
+			hostDir := t.TempDir()
+			want, err := runRanks(t, cfg, data, func(int) Options { return Options{Device: tensor.NewCPU(), RunDir: hostDir} })
 			if err != nil {
 				t.Fatal(err)
 			}
-			mem := &deviceMemory{bufs: map[uintptr][]float32{}}
-			var collectives atomic.Int64
-			got := make([]*Result, cfg.NTasks)
-			dir := t.TempDir()
-			err = nccl.RunInProcess(cfg.NTasks, func(c nccl.Comm) error {
-				dev := &addressedDevice{&hostScalars{CPUDevice: tensor.NewCPU()}, mem}
-				res, err := Run(context.Background(), cfg, &addressedComm{c, mem, &collectives}, Options{Data: data, Device: dev, RunDir: dir})
-				got[c.Rank()] = res
-				return err
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
+			run := runSimulated(t, cfg, data, t.TempDir())
+			got, mem := run.res, run.mem
 			// Per step each of the pp-1 links carries micro activations and
 			// micro gradients, in every pipeline (dp x tp of them); each
 			// validation pass one activation per batch.

@@ -86,21 +86,10 @@ func TestZeroDevicePathMatchesHost(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			mem := &deviceMemory{bufs: map[uintptr][]float32{}}
-			var collectives atomic.Int64
-			devs := make([]*addressedDevice, cfg.NTasks)
-			got := make([]*Result, cfg.NTasks)
 			dir := t.TempDir()
-			err = nccl.RunInProcess(cfg.NTasks, func(c nccl.Comm) error {
-				dev := &addressedDevice{&hostScalars{CPUDevice: tensor.NewCPU()}, mem}
-				res, err := Run(context.Background(), cfg, &addressedComm{c, mem, &collectives}, Options{Data: data, Device: dev, RunDir: dir})
-				devs[c.Rank()], got[c.Rank()] = dev, res
-				return err
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if collectives.Load() == 0 {
+			run := runSimulated(t, cfg, data, dir)
+			got, devs := run.res, run.devs
+			if run.collectives == 0 {
 				t.Fatal("no device collective ran: ZeRO-1 took the host path")
 			}
 			closeCurve(t, "device ZeRO-1 loss", got[0].Losses, "host ZeRO-1", want[0].Losses, 1e-6)
