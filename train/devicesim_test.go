@@ -216,3 +216,18 @@ func runSimulated(t *testing.T, cfg Config, data *Data, dir string) simulatedRun
 	run.collectives = collectives.Load()
 	return run
 }
+
+// hostAndSimulated trains cfg on the CPU (host-staged collectives) and on
+// the simulated device, each in a run dir of its own (hostDir, simDir).
+func hostAndSimulated(t *testing.T, cfg Config) (host []*Result, hostDir string, sim simulatedRun, simDir string) {
+	t.Helper()
+	data, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostDir, simDir = t.TempDir(), t.TempDir()
+	if host, err = runRanks(t, cfg, data, func(int) Options { return Options{Device: tensor.NewCPU(), RunDir: hostDir} }); err != nil {
+		t.Fatal(err)
+	}
+	return host, hostDir, runSimulated(t, cfg, data, simDir), simDir
+}

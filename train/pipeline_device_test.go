@@ -1,10 +1,6 @@
 package train
 
-import (
-	"testing"
-
-	"github.com/hpcrun/hpcrun/tensor"
-)
+import "testing"
 
 // The device-resident pipeline (NCCL point-to-point on the stream, sends
 // paired with receives from the same neighbour, Megatron-LM's order) runs
@@ -37,16 +33,7 @@ func TestPipelineDevicePathMatchesHost(t *testing.T) {
 			}
 			cfg.Layers, cfg.CkptEvery, cfg.Steps, cfg.EvalEvery = 4, -1, 6, 3
 			cfg.NTasks, cfg.PP, cfg.TP, cfg.MicroBatches, cfg.BatchSize, cfg.Zero = l.ntasks, l.pp, l.tp, l.micro, l.bz, l.zero
-			data, err := Prepare(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			hostDir := t.TempDir()
-			want, err := runRanks(t, cfg, data, func(int) Options { return Options{Device: tensor.NewCPU(), RunDir: hostDir} })
-			if err != nil {
-				t.Fatal(err)
-			}
-			run := runSimulated(t, cfg, data, t.TempDir())
+			want, _, run, _ := hostAndSimulated(t, cfg)
 			got, mem := run.res, run.mem
 			// Per step each of the pp-1 links carries micro activations and
 			// micro gradients, in every pipeline (dp x tp of them); each

@@ -77,17 +77,7 @@ func TestZeroDevicePathMatchesHost(t *testing.T) {
 				cfg.Data = textFile(t)
 			}
 			cfg.NTasks, cfg.TP, cfg.Steps, cfg.GradClip, cfg.Zero = l.ntasks, l.tp, 8, l.clip, 1
-			data, err := Prepare(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			hostDir := t.TempDir()
-			want, err := runRanks(t, cfg, data, func(int) Options { return Options{Device: tensor.NewCPU(), RunDir: hostDir} })
-			if err != nil {
-				t.Fatal(err)
-			}
-			dir := t.TempDir()
-			run := runSimulated(t, cfg, data, dir)
+			want, hostDir, run, dir := hostAndSimulated(t, cfg)
 			got, devs := run.res, run.devs
 			if run.collectives == 0 {
 				t.Fatal("no device collective ran: ZeRO-1 took the host path")
