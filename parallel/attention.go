@@ -64,15 +64,15 @@ type attnScratch struct {
 // over the group tp (nil: unsharded). Heads must divide Dim and tp must
 // divide Heads.
 func NewParallelSelfAttention(dev tensor.Device, tp nccl.Comm, name string, cfg AttentionConfig) (*ParallelSelfAttention, error) {
-	g := newGroup(tp)
+	g := NewGroup(tp)
 	if cfg.Dim < 1 || cfg.Heads < 1 {
 		return nil, fmt.Errorf("%s: dim %d, heads %d: must be at least 1", name, cfg.Dim, cfg.Heads)
 	}
 	if cfg.Dim%cfg.Heads != 0 {
 		return nil, fmt.Errorf("%s: dim %d is not a multiple of heads %d", name, cfg.Dim, cfg.Heads)
 	}
-	if cfg.Heads%g.size() != 0 {
-		return nil, fmt.Errorf("%s: heads %d is not a multiple of tp %d: each tensor-parallel rank needs whole heads", name, cfg.Heads, g.size())
+	if cfg.Heads%g.Size() != 0 {
+		return nil, fmt.Errorf("%s: heads %d is not a multiple of tp %d: each tensor-parallel rank needs whole heads", name, cfg.Heads, g.Size())
 	}
 	projStd := cfg.ProjStd
 	if projStd == 0 {
@@ -87,7 +87,7 @@ func NewParallelSelfAttention(dev tensor.Device, tp nccl.Comm, name string, cfg 
 		return nil, err
 	}
 	return &ParallelSelfAttention{Name: name, QKV: qkv, Proj: proj, dim: cfg.Dim, heads: cfg.Heads,
-		nh: cfg.Heads / g.size(), hd: cfg.Dim / cfg.Heads, causal: cfg.Causal, sp: cfg.SP, attnScratch: new(attnScratch)}, nil
+		nh: cfg.Heads / g.Size(), hd: cfg.Dim / cfg.Heads, causal: cfg.Causal, sp: cfg.SP, attnScratch: new(attnScratch)}, nil
 }
 
 // Params lists the layer's parameters.

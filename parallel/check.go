@@ -79,16 +79,16 @@ func (r *Result) Pass() bool { return r.Fail == "" && r.MaxErr() <= Tolerance }
 // tp must run it (tp may be nil: one unsharded rank). Every rank returns
 // the same Result.
 func (c Check) Run(dev tensor.Device, tp nccl.Comm) (*Result, error) {
-	if n := newGroup(tp).size(); ckHeads%n != 0 {
+	if n := NewGroup(tp).Size(); ckHeads%n != 0 {
 		return nil, fmt.Errorf("check %s: the checks are sized for tp 1, 2 or 4 (%d heads), not %d", c.Name, ckHeads, n)
 	}
 	res, err := c.run(dev, tp)
 	if err != nil {
 		return nil, fmt.Errorf("check %s: %w", c.Name, err)
 	}
-	res.Check, res.TP = c.Name, newGroup(tp).size()
+	res.Check, res.TP = c.Name, NewGroup(tp).Size()
 	// Every rank compared its own piece: report the worst over the group.
-	if g := newGroup(tp); g.size() > 1 {
+	if g := NewGroup(tp); g.Size() > 1 {
 		errs := make([]float32, len(res.Measures)+1)
 		for i, m := range res.Measures {
 			errs[i] = float32(m.Err)
@@ -170,7 +170,7 @@ const (
 // that draws the same values on every rank, and the measures so far.
 type harness struct {
 	dev  tensor.Device
-	g    *group
+	g    *Group
 	rng  *rand.Rand
 	res  *Result
 	err  error
@@ -178,7 +178,7 @@ type harness struct {
 }
 
 func newHarness(dev tensor.Device, tp nccl.Comm) *harness {
-	return &harness{dev: dev, g: newGroup(tp), rng: rand.New(rand.NewPCG(ckSeed, 99)), res: &Result{}}
+	return &harness{dev: dev, g: NewGroup(tp), rng: rand.New(rand.NewPCG(ckSeed, 99)), res: &Result{}}
 }
 
 // done releases the harness's tensors and returns its result.
@@ -232,10 +232,10 @@ func (h *harness) zeros(shape ...int) *tensor.Tensor {
 
 // lastDim is this rank's shard along the last dimension of shape, in blocks.
 func (h *harness) lastDim(shape []int, blocks int) Shard {
-	if h.g.size() == 1 {
+	if h.g.Size() == 1 {
 		return Shard{Parts: 1}
 	}
-	return Shard{Dim: len(shape) - 1, Parts: h.g.size(), Index: h.g.rank(), Blocks: blocks}
+	return Shard{Dim: len(shape) - 1, Parts: h.g.Size(), Index: h.g.Rank(), Blocks: blocks}
 }
 
 // piece is this rank's piece of the host tensor full of the given shape.
@@ -572,7 +572,7 @@ func (h *harness) countPhases(tp nccl.Comm, sh *Block, rows int) (s0, s1, s2 ncc
 	if h.err != nil {
 		return
 	}
-	if h.g.size() == 1 {
+	if h.g.Size() == 1 {
 		h.res.Measures = []Measure{{What: "no communication at tp=1", Err: 0}}
 		_, err = sh.Forward(x, nil)
 		return
@@ -626,7 +626,7 @@ func checkBlockComm(dev tensor.Device, tp nccl.Comm) (*Result, error) {
 // newCheckEmbeddings makes the unsharded reference embedding (padded as
 // the sharded one is) and the vocab-parallel one, from the same seed.
 func newCheckEmbeddings(dev tensor.Device, tp nccl.Comm) (ref, sh *VocabParallelEmbedding, err error) {
-	padded, err := PadVocab(ckVocab, newGroup(tp).size())
+	padded, err := PadVocab(ckVocab, NewGroup(tp).Size())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -675,7 +675,7 @@ func (h *harness) ids(n, vocab int) []int32 {
 
 func checkCrossEntropy(dev tensor.Device, tp nccl.Comm) (*Result, error) {
 	h := newHarness(dev, tp)
-	padded, err := PadVocab(ckVocab, h.g.size())
+	padded, err := PadVocab(ckVocab, h.g.Size())
 	if err != nil {
 		return nil, err
 	}
@@ -723,7 +723,7 @@ func checkCrossEntropy(dev tensor.Device, tp nccl.Comm) (*Result, error) {
 // the padded vocabulary is masked, and the tied weight gets both gradients.
 func checkLMHead(dev tensor.Device, tp nccl.Comm) (*Result, error) {
 	h := newHarness(dev, tp)
-	padded, err := PadVocab(ckVocab, h.g.size())
+	padded, err := PadVocab(ckVocab, h.g.Size())
 	if err != nil {
 		return nil, err
 	}
@@ -810,10 +810,10 @@ func hostLMLoss(table []float32, ids, targets []int32, vocab, dim int) float64 {
 // seqShard is this rank's positions of a (B,T,*) activation under
 // sequence parallelism.
 func (h *harness) seqShard() Shard {
-	if h.g.size() == 1 {
+	if h.g.Size() == 1 {
 		return Shard{Parts: 1}
 	}
-	return Shard{Dim: 1, Parts: h.g.size(), Index: h.g.rank()}
+	return Shard{Dim: 1, Parts: h.g.Size(), Index: h.g.Rank()}
 }
 
 func checkColumnSP(dev tensor.Device, tp nccl.Comm) (*Result, error) {
@@ -938,7 +938,7 @@ func checkBlockCommSP(dev tensor.Device, tp nccl.Comm) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := h.g.size()
+	n := h.g.Size()
 	s0, s1, s2, ok, err := h.countPhases(tp, sh, ckT/n)
 	if !ok || err != nil {
 		return h.orDone(err)

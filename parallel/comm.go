@@ -7,44 +7,74 @@ import (
 	"github.com/hpcrun/hpcrun/tensor"
 )
 
-// group is a layer's view of its tensor-parallel communicator. A nil Comm
-// is the unsharded layer: size 1, every collective a no-op. It is the one
-// place where tensors meet the Comm: on a streamed device with an NCCL
-// communicator the collective runs on the tensors' device memory (onDevice),
-// else on host slices (host: the CPU device's own memory, or a staging copy).
-type group struct {
+// Group is a communicator seen through tensors: the collectives and
+// point-to-point transfers of nccl.Comm on *tensor.Tensor. A nil Comm is
+// the unsharded layer: size 1, every collective a no-op. It is the one
+// place where tensors meet a Comm and the one place that decides between
+// the device and the host (onDevice): on a streamed device with an NCCL
+// communicator the operation runs on the tensors' device memory, on the
+// compute stream; else on host slices (the CPU device's own memory, or a
+// staging copy). Every layer, the data-parallel gradient sync, ZeRO-1 and
+// the pipeline's transfers go through it.
+type Group struct {
 	comm  nccl.Comm
-	stage []float32 // host staging for devices whose memory is not host memory
+	dev   tensor.Device // the device whose tensors it moves (nil: each tensor's own)
+	stage [2][]float32  // host staging for devices whose memory is not host memory
 }
 
-func newGroup(c nccl.Comm) *group { return &group{comm: c} }
+// NewGroup wraps c (nil: the group of one rank, as is a nil *Group).
+func NewGroup(c nccl.Comm) *Group { return &Group{comm: c} }
 
-func (g *group) size() int {
-	if g.comm == nil {
+// NewDeviceGroup wraps c for the tensors of dev: the host-or-device
+// choice is dev's, whatever device a tensor names (a device that wraps
+// another, as a test's simulated GPU wraps the CPU, is the one that
+// counts).
+func NewDeviceGroup(c nccl.Comm, dev tensor.Device) *Group { return &Group{comm: c, dev: dev} }
+
+// Comm is the wrapped communicator (nil for the group of one rank).
+func (g *Group) Comm() nccl.Comm {
+	if g == nil {
+		return nil
+	}
+	return g.comm
+}
+
+// Size is the number of ranks in the group.
+func (g *Group) Size() int {
+	if g == nil || g.comm == nil {
 		return 1
 	}
 	return g.comm.Size()
 }
 
-func (g *group) rank() int {
-	if g.comm == nil {
+// Rank is this rank's place in the group.
+func (g *Group) Rank() int {
+	if g == nil || g.comm == nil {
 		return 0
 	}
 	return g.comm.Rank()
 }
 
 // host returns t's elements as a host slice: t's own memory on the CPU
-// device, else a staging copy (then put must copy it back).
-func (g *group) host(t *tensor.Tensor, n int) (buf []float32, staged bool) {
+// device, else a copy in staging buffer k (then put must copy it back).
+func (g *Group) host(t *tensor.Tensor, k int) (buf []float32, staged bool) {
 	if t.Buffer().Host() != nil {
 		return t.Host(), false
 	}
-	if cap(g.stage) < n {
-		g.stage = make([]float32, n)
+	n := t.Len()
+	if cap(g.stage[k]) < n {
+		g.stage[k] = make([]float32, n)
 	}
-	buf = g.stage[:n]
-	t.Device().CopyToHost(buf[:t.Len()], t)
+	buf = g.stage[k][:n]
+	t.Device().CopyToHost(buf, t)
 	return buf, true
+}
+
+// put copies a staged host slice back into t.
+func put(t *tensor.Tensor, buf []float32, staged bool) {
+	if staged {
+		t.Device().CopyFromHost(t, buf)
+	}
 }
 
 // Streamer is a device whose work runs in order on one CUDA stream (the
@@ -55,44 +85,167 @@ type Streamer interface {
 	Stream() uintptr
 }
 
-// onDevice returns the NCCL communicator and the stream to run a
-// collective on t's memory, when the group has one and t lives on a
-// streamed device; ok is false for the host-staged path.
-func (g *group) onDevice(t *tensor.Tensor) (dc nccl.DeviceComm, stream uintptr, ok bool) {
-	dc, ok = g.comm.(nccl.DeviceComm)
-	if !ok || t.Ptr() == 0 {
-		return nil, 0, false
+// Resident reports whether the group's operations on dev's tensors run in
+// device memory (NCCL on dev's stream): the one rule onDevice applies. A
+// group of one rank moves nothing and is resident anywhere.
+func (g *Group) Resident(dev tensor.Device) bool {
+	if g.Size() == 1 {
+		return true
 	}
-	s, ok := t.Device().(Streamer)
-	if !ok {
-		return nil, 0, false
-	}
-	return dc, s.Stream(), true
+	_, ok := g.comm.(nccl.DeviceComm)
+	_, streamed := dev.(Streamer)
+	return ok && streamed
 }
 
-// allReduce reduces t in place over the group.
-func (g *group) allReduce(t *tensor.Tensor, op nccl.Op) error {
-	if g.size() == 1 {
+// onDevice returns the NCCL communicator and the stream to run an
+// operation on the memory of ts, when the group is Resident on their
+// device and they have device addresses; ok is false for the host-staged
+// path.
+func (g *Group) onDevice(ts ...*tensor.Tensor) (dc nccl.DeviceComm, stream uintptr, ok bool) {
+	dev := g.dev
+	if dev == nil {
+		dev = ts[0].Device()
+	}
+	if g.Size() == 1 || !g.Resident(dev) {
+		return nil, 0, false
+	}
+	for _, t := range ts {
+		if t.Ptr() == 0 {
+			return nil, 0, false
+		}
+	}
+	return g.comm.(nccl.DeviceComm), dev.(Streamer).Stream(), true
+}
+
+// AllReduce reduces t in place over the group.
+func (g *Group) AllReduce(t *tensor.Tensor, op nccl.Op) error {
+	if g.Size() == 1 {
 		return nil
 	}
 	if dc, stream, ok := g.onDevice(t); ok {
 		return dc.AllReduceDevice(t.Ptr(), t.Ptr(), t.Len(), nccl.Float32, op, stream)
 	}
-	buf, staged := g.host(t, t.Len())
+	buf, staged := g.host(t, 0)
 	if err := g.comm.AllReduce(buf, op); err != nil {
 		return err
 	}
-	if staged {
-		t.Device().CopyFromHost(t, buf)
-	}
+	put(t, buf, staged)
 	return nil
+}
+
+// AllGather concatenates every rank's in, in rank order, into out
+// (Size()*in.Len() elements). in may be a view of out (NCCL's in-place
+// all-gather: rank r's in at block r).
+func (g *Group) AllGather(out, in *tensor.Tensor) error {
+	if g.Size() == 1 {
+		if out.Ptr() != in.Ptr() || out.Buffer() != in.Buffer() {
+			in.Device().Copy(out.View(0, in.Len()), in)
+		}
+		return nil
+	}
+	if dc, stream, ok := g.onDevice(in, out); ok {
+		return dc.AllGatherDevice(in.Ptr(), out.Ptr(), in.Len(), nccl.Float32, stream)
+	}
+	src, staged := g.host(in, 0)
+	if !staged {
+		src = append([]float32(nil), src...) // in may be a view of out
+	}
+	dst, dstStaged := g.host(out, 1)
+	if err := g.comm.AllGather(src, dst); err != nil {
+		return err
+	}
+	put(out, dst, dstStaged)
+	return nil
+}
+
+// ReduceScatter reduces in (Size()*out.Len() elements) over the group and
+// leaves block Rank() of the result in out. out may be that block of in
+// (NCCL's in-place reduce-scatter).
+func (g *Group) ReduceScatter(out, in *tensor.Tensor, op nccl.Op) error {
+	if g.Size() == 1 {
+		in.Device().Copy(out, in.View(0, out.Len()))
+		return nil
+	}
+	if dc, stream, ok := g.onDevice(in, out); ok {
+		return dc.ReduceScatterDevice(in.Ptr(), out.Ptr(), out.Len(), nccl.Float32, op, stream)
+	}
+	src, staged := g.host(in, 0)
+	if !staged {
+		src = append([]float32(nil), src...) // out may be a view of in
+	}
+	dst, dstStaged := g.host(out, 1)
+	if err := g.comm.ReduceScatter(src, dst, op); err != nil {
+		return err
+	}
+	put(out, dst, dstStaged)
+	return nil
+}
+
+// Broadcast copies root's t into every other rank's t.
+func (g *Group) Broadcast(t *tensor.Tensor, root int) error {
+	if g.Size() == 1 {
+		return nil
+	}
+	if dc, stream, ok := g.onDevice(t); ok {
+		return dc.BroadcastDevice(t.Ptr(), t.Ptr(), t.Len(), nccl.Float32, root, stream)
+	}
+	buf, staged := g.host(t, 0)
+	if err := g.comm.Broadcast(buf, root); err != nil {
+		return err
+	}
+	put(t, buf, staged)
+	return nil
+}
+
+// Send sends t to group rank peer, which must Recv the same number of
+// elements. It may wait until the peer receives (NCCL holds the stream,
+// a host link its sender): callers order their transfers so that each
+// send meets a posted receive, and exchange with SendRecv.
+func (g *Group) Send(t *tensor.Tensor, peer int) error {
+	if dc, stream, ok := g.onDevice(t); ok {
+		return dc.SendDevice(t.Ptr(), t.Len(), nccl.Float32, peer, stream)
+	}
+	buf, _ := g.host(t, 0)
+	return g.comm.Send(buf, peer)
+}
+
+// Recv receives t from group rank peer.
+func (g *Group) Recv(t *tensor.Tensor, peer int) error {
+	if dc, stream, ok := g.onDevice(t); ok {
+		return dc.RecvDevice(t.Ptr(), t.Len(), nccl.Float32, peer, stream)
+	}
+	buf, staged := g.host(t, 1)
+	if err := g.comm.Recv(buf, peer); err != nil {
+		return err
+	}
+	put(t, buf, staged)
+	return nil
+}
+
+// SendRecv sends send to peer and receives recv from it, both at once
+// (one NCCL group on the device): the way two ranks exchange without
+// ordering their calls.
+func (g *Group) SendRecv(send, recv *tensor.Tensor, peer int) error {
+	if dc, stream, ok := g.onDevice(send, recv); ok {
+		return dc.SendRecvDevice(send.Ptr(), recv.Ptr(), send.Len(), nccl.Float32, peer, stream)
+	}
+	// The send runs beside the receive, as in an NCCL group: two peers
+	// that exchange at once both find their message taken.
+	buf, _ := g.host(send, 0)
+	sent := make(chan error, 1)
+	go func() { sent <- g.comm.Send(buf, peer) }()
+	err := g.Recv(recv, peer)
+	if serr := <-sent; serr != nil {
+		return serr
+	}
+	return err
 }
 
 // allGatherCols gathers the (N, c) blocks of every rank into the columns of
 // out (N, size*c): rank r's block lands in columns [r*c, (r+1)*c). scratch
 // is (size, N, c), the gathered blocks in rank order.
-func (g *group) allGatherCols(out, in, scratch *tensor.Tensor) error {
-	if g.size() == 1 {
+func (g *Group) AllGatherCols(out, in, scratch *tensor.Tensor) error {
+	if g.Size() == 1 {
 		in.Device().Copy(out, in)
 		return nil
 	}
@@ -102,7 +255,7 @@ func (g *group) allGatherCols(out, in, scratch *tensor.Tensor) error {
 		if err := dc.AllGatherDevice(in.Ptr(), scratch.Ptr(), n, nccl.Float32, stream); err != nil {
 			return err
 		}
-		for r := 0; r < g.size(); r++ {
+		for r := 0; r < g.Size(); r++ {
 			copyCols(out, r*c, scratch.View(r*n, rows, c), 0, c)
 		}
 		return nil
@@ -118,7 +271,7 @@ func (g *group) allGatherCols(out, in, scratch *tensor.Tensor) error {
 	if staged || scratch.Buffer().Host() == nil {
 		scratch.Device().CopyFromHost(scratch, dst)
 	}
-	for r := 0; r < g.size(); r++ {
+	for r := 0; r < g.Size(); r++ {
 		copyCols(out, r*c, scratch.View(r*n, rows, c), 0, c)
 	}
 	return nil
@@ -138,23 +291,23 @@ func copyCols(dst *tensor.Tensor, dstCol int, src *tensor.Tensor, srcCol, cols i
 // CopyToRegion is Megatron's f operator, placed where a replicated
 // activation enters a tensor-parallel region: the identity forward, an
 // all-reduce (sum) of the input gradient backward.
-func CopyToRegion(tp nccl.Comm) *Region { return &Region{g: newGroup(tp), reduceBackward: true} }
+func CopyToRegion(tp nccl.Comm) *Region { return &Region{g: NewGroup(tp), reduceBackward: true} }
 
 // ReduceFromRegion is Megatron's g operator, placed where the partial
 // results of a tensor-parallel region leave it: an all-reduce (sum) forward,
 // the identity backward.
-func ReduceFromRegion(tp nccl.Comm) *Region { return &Region{g: newGroup(tp), reduceForward: true} }
+func ReduceFromRegion(tp nccl.Comm) *Region { return &Region{g: NewGroup(tp), reduceForward: true} }
 
 // Region is one of the two conjugate operators f and g. Both run in place.
 type Region struct {
-	g                             *group
+	g                             *Group
 	reduceForward, reduceBackward bool
 }
 
 // Forward applies the operator to the activation x in place.
 func (r *Region) Forward(x *tensor.Tensor) error {
 	if r.reduceForward {
-		return r.g.allReduce(x, nccl.Sum)
+		return r.g.AllReduce(x, nccl.Sum)
 	}
 	return nil
 }
@@ -162,7 +315,7 @@ func (r *Region) Forward(x *tensor.Tensor) error {
 // Backward applies the operator's gradient to dx in place.
 func (r *Region) Backward(dx *tensor.Tensor) error {
 	if r.reduceBackward {
-		return r.g.allReduce(dx, nccl.Sum)
+		return r.g.AllReduce(dx, nccl.Sum)
 	}
 	return nil
 }
@@ -171,37 +324,37 @@ func (r *Region) Backward(dx *tensor.Tensor) error {
 // dimension into (N, tp*c) forward; backward it keeps this rank's columns of
 // the gradient. ScatterToRegion is its conjugate.
 type GatherFromRegion struct {
-	g       *group
+	g       *Group
 	scratch *tensor.Tensor
 }
 
 // NewGatherFromRegion returns the gather operator over the group tp.
 func NewGatherFromRegion(tp nccl.Comm) *GatherFromRegion {
-	return &GatherFromRegion{g: newGroup(tp)}
+	return &GatherFromRegion{g: NewGroup(tp)}
 }
 
 // Forward is out = [in_0 | in_1 | ... ] over the group's ranks.
 // in is (N, c), out is (N, tp*c).
 func (o *GatherFromRegion) Forward(out, in *tensor.Tensor) error {
-	if out.Rows() != in.Rows() || out.Cols() != in.Cols()*o.g.size() {
+	if out.Rows() != in.Rows() || out.Cols() != in.Cols()*o.g.Size() {
 		return fmt.Errorf("gather: out %v is not %d columns of in %v per rank", out, in.Cols(), in)
 	}
-	if o.g.size() > 1 && (o.scratch == nil || o.scratch.Len() != o.g.size()*in.Len()) {
+	if o.g.Size() > 1 && (o.scratch == nil || o.scratch.Len() != o.g.Size()*in.Len()) {
 		dev := in.Device()
 		if o.scratch != nil {
 			dev.Free(o.scratch)
 		}
 		var err error
-		if o.scratch, err = dev.Alloc(o.g.size() * in.Len()); err != nil {
+		if o.scratch, err = dev.Alloc(o.g.Size() * in.Len()); err != nil {
 			return fmt.Errorf("gather: %w", err)
 		}
 	}
-	return o.g.allGatherCols(out, in, o.scratch)
+	return o.g.AllGatherCols(out, in, o.scratch)
 }
 
 // Backward accumulates this rank's columns of dout (N, tp*c) into din (N, c).
 func (o *GatherFromRegion) Backward(din, dout *tensor.Tensor) error {
-	return addCols(din, dout, o.g.rank()*din.Cols())
+	return addCols(din, dout, o.g.Rank()*din.Cols())
 }
 
 // ScatterToRegion keeps this rank's columns of a replicated (N, tp*c)
@@ -219,10 +372,10 @@ func NewScatterToRegion(tp nccl.Comm) *ScatterToRegion {
 // Forward is out = this rank's c columns of in. in is (N, tp*c), out (N, c).
 func (o *ScatterToRegion) Forward(out, in *tensor.Tensor) error {
 	g := o.gather.g
-	if out.Rows() != in.Rows() || in.Cols() != out.Cols()*g.size() {
+	if out.Rows() != in.Rows() || in.Cols() != out.Cols()*g.Size() {
 		return fmt.Errorf("scatter: in %v is not %d columns of out %v per rank", in, out.Cols(), out)
 	}
-	copyCols(out, 0, in, g.rank()*out.Cols(), out.Cols())
+	copyCols(out, 0, in, g.Rank()*out.Cols(), out.Cols())
 	return nil
 }
 

@@ -137,14 +137,14 @@ var _ nccl.DeviceComm = failingDeviceComm{}
 // host and still reduce.
 func TestGroupDevicePathNeedsDeviceMemory(t *testing.T) {
 	err := nccl.RunInProcess(2, func(c nccl.Comm) error {
-		g := newGroup(failingDeviceComm{c, t})
+		g := NewGroup(failingDeviceComm{c, t})
 		dev := tensor.NewCPU()
 		x, _ := dev.Alloc(3)
 		dev.CopyFromHost(x, []float32{1, 2, float32(c.Rank())})
 		if _, _, ok := g.onDevice(x); ok {
 			t.Error("onDevice accepts a CPU tensor")
 		}
-		if err := g.allReduce(x, nccl.Sum); err != nil {
+		if err := g.AllReduce(x, nccl.Sum); err != nil {
 			return err
 		}
 		if got := download(x); !equal(got, []float32{2, 4, 1}) {

@@ -57,7 +57,7 @@ type ColumnParallelLinear struct {
 	Weight, Bias *Param // Weight is (Out/tp, In), Bias (Out/tp) or nil
 
 	opt    LinearOptions
-	g      *group
+	g      *Group
 	f      *Region
 	gather *GatherFromRegion
 	sp     *SequenceParallel
@@ -86,13 +86,13 @@ type colScratch struct {
 // NewColumnParallelLinear makes the rank's shard of a linear layer from In
 // to Out features split over the group tp (nil: unsharded).
 func NewColumnParallelLinear(dev tensor.Device, tp nccl.Comm, name string, in, out int, opt LinearOptions) (*ColumnParallelLinear, error) {
-	g := newGroup(tp)
+	g := NewGroup(tp)
 	blocks := max(opt.Blocks, 1)
 	if in < 1 || out < 1 {
 		return nil, fmt.Errorf("%s: in %d, out %d: must be at least 1", name, in, out)
 	}
-	if out%(blocks*g.size()) != 0 {
-		return nil, fmt.Errorf("%s: %d outputs do not split into %d blocks over tp %d", name, out, blocks, g.size())
+	if out%(blocks*g.Size()) != 0 {
+		return nil, fmt.Errorf("%s: %d outputs do not split into %d blocks over tp %d", name, out, blocks, g.Size())
 	}
 	if opt.ValidOut < 0 || opt.ValidOut > out {
 		return nil, fmt.Errorf("%s: ValidOut %d outside [0,%d]", name, opt.ValidOut, out)
@@ -107,8 +107,8 @@ func NewColumnParallelLinear(dev tensor.Device, tp nccl.Comm, name string, in, o
 		return nil, fmt.Errorf("%s: GatherOutput goes without sequence parallelism", name)
 	}
 	l := &ColumnParallelLinear{Name: name, In: in, Out: out, opt: opt, g: g, f: CopyToRegion(tp), gather: NewGatherFromRegion(tp), sp: opt.SequenceParallel, colScratch: new(colScratch)}
-	sh := Shard{Dim: 0, Parts: g.size(), Index: g.rank(), Blocks: blocks}
-	if g.size() == 1 {
+	sh := Shard{Dim: 0, Parts: g.Size(), Index: g.Rank(), Blocks: blocks}
+	if g.Size() == 1 {
 		sh = Shard{Parts: 1}
 	}
 	var err error
@@ -145,14 +145,14 @@ func (l *ColumnParallelLinear) Params() []*Param {
 }
 
 // LocalOut is the number of output columns this rank computes.
-func (l *ColumnParallelLinear) LocalOut() int { return l.Out / l.g.size() }
+func (l *ColumnParallelLinear) LocalOut() int { return l.Out / l.g.Size() }
 
 // validLocal is how many of this rank's output columns are not padding.
 func (l *ColumnParallelLinear) validLocal() int {
 	if l.opt.ValidOut == 0 {
 		return l.LocalOut()
 	}
-	return min(max(l.opt.ValidOut-l.g.rank()*l.LocalOut(), 0), l.LocalOut())
+	return min(max(l.opt.ValidOut-l.g.Rank()*l.LocalOut(), 0), l.LocalOut())
 }
 
 // Forward computes the layer's output for inp (B,T,In): (B,T,Out) with
@@ -178,7 +178,7 @@ func (l *ColumnParallelLinear) Forward(inp *tensor.Tensor) (*tensor.Tensor, erro
 	if err := l.bufs.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
 		l.outLocal = get(b, t, ol)
 		l.out = l.outLocal
-		if l.opt.GatherOutput && l.g.size() > 1 {
+		if l.opt.GatherOutput && l.g.Size() > 1 {
 			l.out = get(b, t, l.Out)
 		}
 	}); err != nil {
@@ -222,7 +222,7 @@ func (l *ColumnParallelLinear) Backward(dout, dinp *tensor.Tensor) error {
 	b, t, ol := l.outLocal.Dim(0), l.outLocal.Dim(1), l.LocalOut()
 	if err := l.grads.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
 		l.dx, l.doutLocal = nil, nil
-		if l.sp == nil && l.g.size() > 1 {
+		if l.sp == nil && l.g.Size() > 1 {
 			l.dx = get(b, t, l.In)
 		}
 		if l.out != l.outLocal {
@@ -247,7 +247,7 @@ func (l *ColumnParallelLinear) Backward(dout, dinp *tensor.Tensor) error {
 	if dinp == nil {
 		return nil
 	}
-	if l.g.size() == 1 {
+	if l.g.Size() == 1 {
 		tensor.MatMul(dinp, dl, l.Weight.Data, false, false, 1, 1)
 		return nil
 	}
@@ -283,9 +283,9 @@ func (l *ColumnParallelLinear) backwardSP(dl, dinp *tensor.Tensor) error {
 }
 
 // checkSP checks that sp (when not nil) splits over the layer's group.
-func checkSP(name string, sp *SequenceParallel, g *group) error {
-	if sp != nil && (sp.Size() != g.size() || sp.Rank() != g.rank()) {
-		return fmt.Errorf("%s: the sequence-parallel group (rank %d of %d) is not the layer's tensor-parallel group (rank %d of %d)", name, sp.Rank(), sp.Size(), g.rank(), g.size())
+func checkSP(name string, sp *SequenceParallel, g *Group) error {
+	if sp != nil && (sp.Size() != g.Size() || sp.Rank() != g.Rank()) {
+		return fmt.Errorf("%s: the sequence-parallel group (rank %d of %d) is not the layer's tensor-parallel group (rank %d of %d)", name, sp.Rank(), sp.Size(), g.Rank(), g.Size())
 	}
 	return nil
 }
@@ -303,7 +303,7 @@ type RowParallelLinear struct {
 	Weight, Bias *Param // Weight is (Out, In/tp), Bias (Out) replicated, or nil
 
 	opt     LinearOptions
-	g       *group
+	g       *Group
 	gReduce *Region
 	scatter *ScatterToRegion
 	sp      *SequenceParallel
@@ -330,12 +330,12 @@ type rowScratch struct {
 // NewRowParallelLinear makes the rank's shard of a linear layer from In to
 // Out features, the inputs split over the group tp (nil: unsharded).
 func NewRowParallelLinear(dev tensor.Device, tp nccl.Comm, name string, in, out int, opt LinearOptions) (*RowParallelLinear, error) {
-	g := newGroup(tp)
+	g := NewGroup(tp)
 	if in < 1 || out < 1 {
 		return nil, fmt.Errorf("%s: in %d, out %d: must be at least 1", name, in, out)
 	}
-	if in%g.size() != 0 {
-		return nil, fmt.Errorf("%s: %d inputs do not split over tp %d", name, in, g.size())
+	if in%g.Size() != 0 {
+		return nil, fmt.Errorf("%s: %d inputs do not split over tp %d", name, in, g.Size())
 	}
 	if opt.GatherOutput || opt.Blocks > 1 || opt.ValidOut != 0 || opt.Tied != nil {
 		return nil, fmt.Errorf("%s: GatherOutput, Blocks, ValidOut and Tied are column-parallel options", name)
@@ -347,8 +347,8 @@ func NewRowParallelLinear(dev tensor.Device, tp nccl.Comm, name string, in, out 
 		return nil, fmt.Errorf("%s: sequence parallelism needs InputIsParallel (the output of a column-parallel layer)", name)
 	}
 	l := &RowParallelLinear{Name: name, In: in, Out: out, opt: opt, g: g, gReduce: ReduceFromRegion(tp), scatter: NewScatterToRegion(tp), sp: opt.SequenceParallel, rowScratch: new(rowScratch)}
-	sh := Shard{Dim: 1, Parts: g.size(), Index: g.rank()}
-	if g.size() == 1 {
+	sh := Shard{Dim: 1, Parts: g.Size(), Index: g.Rank()}
+	if g.Size() == 1 {
 		sh = Shard{Parts: 1}
 	}
 	var err error
@@ -372,7 +372,7 @@ func (l *RowParallelLinear) Params() []*Param {
 }
 
 // LocalIn is the number of input features this rank multiplies.
-func (l *RowParallelLinear) LocalIn() int { return l.In / l.g.size() }
+func (l *RowParallelLinear) LocalIn() int { return l.In / l.g.Size() }
 
 // Forward computes the (B,T,Out) output, the same on every rank, from inp:
 // (B,T,In/tp) with InputIsParallel, else (B,T,In). The output belongs to the
@@ -390,7 +390,7 @@ func (l *RowParallelLinear) Forward(inp *tensor.Tensor) (*tensor.Tensor, error) 
 	if l.sp != nil {
 		return l.forwardSP(inp, b, t)
 	}
-	scatter := !l.opt.InputIsParallel && l.g.size() > 1
+	scatter := !l.opt.InputIsParallel && l.g.Size() > 1
 	if err := l.bufs.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
 		l.out = get(b, t, l.Out)
 		l.xlBuf = nil

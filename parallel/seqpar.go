@@ -38,7 +38,7 @@ import (
 // region's memory per rank falls by tp. The result of Gather and the
 // buffer of Full are valid until the next call of the same method.
 type SequenceParallel struct {
-	g                              *group
+	g                              *Group
 	packed, gathered, full, local  *tensor.Tensor
 	grads                          *tensor.Tensor // ReduceGrads' bucket
 	packedN, gatheredN, fullN, lcN int
@@ -48,15 +48,15 @@ type SequenceParallel struct {
 // NewSequenceParallel returns the sequence-parallel region over the
 // tensor-parallel group tp (nil: one rank, every operator a copy).
 func NewSequenceParallel(tp nccl.Comm) *SequenceParallel {
-	return &SequenceParallel{g: newGroup(tp)}
+	return &SequenceParallel{g: NewGroup(tp)}
 }
 
 // Size is the number of ranks the sequence is split over.
-func (s *SequenceParallel) Size() int { return s.g.size() }
+func (s *SequenceParallel) Size() int { return s.g.Size() }
 
 // Rank is this rank's place in the group: it holds positions
 // [Rank()*T/Size(), (Rank()+1)*T/Size()).
-func (s *SequenceParallel) Rank() int { return s.g.rank() }
+func (s *SequenceParallel) Rank() int { return s.g.Rank() }
 
 // LocalSeq is the number of positions per rank of a sequence of t, or an
 // error when tp does not divide t.
@@ -104,7 +104,7 @@ func (s *SequenceParallel) Gather(in *tensor.Tensor) (*tensor.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.g.allGather(packed, in); err != nil {
+	if err := s.g.AllGather(packed, in); err != nil {
 		return nil, err
 	}
 	blk := tl * c // one sample's positions on one rank
@@ -152,7 +152,7 @@ func (s *SequenceParallel) ReduceScatter(out, in *tensor.Tensor, accumulate bool
 			return err
 		}
 	}
-	if err := s.g.reduceScatter(dst, packed); err != nil {
+	if err := s.g.ReduceScatter(dst, packed, nccl.Sum); err != nil {
 		return err
 	}
 	if accumulate {
@@ -187,7 +187,7 @@ func (s *SequenceParallel) ReduceGrads(params []*Param) error {
 		dev.Copy(buf.View(off, p.Grad.Len()), p.Grad)
 		off += p.Grad.Len()
 	}
-	if err := s.g.allReduce(buf, nccl.Sum); err != nil {
+	if err := s.g.AllReduce(buf, nccl.Sum); err != nil {
 		return fmt.Errorf("sequence-parallel gradients: %w", err)
 	}
 	off = 0
@@ -207,45 +207,4 @@ func (s *SequenceParallel) Release() {
 		}
 	}
 	s.packedN, s.gatheredN, s.fullN, s.lcN, s.gradsN = 0, 0, 0, 0, 0
-}
-
-// allGather concatenates every rank's in, in rank order, into out
-// (size*len(in)); on NCCL device memory when the group has it, else
-// through host slices.
-func (g *group) allGather(out, in *tensor.Tensor) error {
-	if dc, stream, ok := g.onDevice(in); ok && out.Ptr() != 0 {
-		return dc.AllGatherDevice(in.Ptr(), out.Ptr(), in.Len(), nccl.Float32, stream)
-	}
-	src, staged := g.host(in, in.Len())
-	if staged {
-		src = append([]float32(nil), src...)
-	}
-	dst, dstStaged := g.host(out, out.Len())
-	if err := g.comm.AllGather(src, dst); err != nil {
-		return err
-	}
-	if dstStaged {
-		out.Device().CopyFromHost(out, dst)
-	}
-	return nil
-}
-
-// reduceScatter sums in (size*len(out)) over the group and leaves block
-// rank() of the sum in out.
-func (g *group) reduceScatter(out, in *tensor.Tensor) error {
-	if dc, stream, ok := g.onDevice(in); ok && out.Ptr() != 0 {
-		return dc.ReduceScatterDevice(in.Ptr(), out.Ptr(), out.Len(), nccl.Float32, nccl.Sum, stream)
-	}
-	src, staged := g.host(in, in.Len())
-	if staged {
-		src = append([]float32(nil), src...)
-	}
-	dst, dstStaged := g.host(out, out.Len())
-	if err := g.comm.ReduceScatter(src, dst, nccl.Sum); err != nil {
-		return err
-	}
-	if dstStaged {
-		out.Device().CopyFromHost(out, dst)
-	}
-	return nil
 }

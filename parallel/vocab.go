@@ -20,7 +20,7 @@ type VocabParallelEmbedding struct {
 	Dim    int    // C
 	Weight *Param // (Padded/tp, C)
 
-	g    *group
+	g    *Group
 	gRed *Region
 	sp   *SequenceParallel
 	embSaved
@@ -53,8 +53,8 @@ func (e *VocabParallelEmbedding) SetSequenceParallel(sp *SequenceParallel) error
 // PadVocab(vocab, tp). Only rows below vocab are random, so every tp starts
 // from the same real rows.
 func NewVocabParallelEmbedding(dev tensor.Device, tp nccl.Comm, name string, vocab, dim int, seed uint64, std float32) (*VocabParallelEmbedding, error) {
-	g := newGroup(tp)
-	padded, err := PadVocab(vocab, g.size())
+	g := NewGroup(tp)
+	padded, err := PadVocab(vocab, g.Size())
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -64,18 +64,18 @@ func NewVocabParallelEmbedding(dev tensor.Device, tp nccl.Comm, name string, voc
 // newVocabEmbedding is NewVocabParallelEmbedding with an explicit padded
 // size, for the checks (an unsharded reference padded as the sharded one).
 func newVocabEmbedding(dev tensor.Device, tp nccl.Comm, name string, vocab, padded, dim int, seed uint64, std float32) (*VocabParallelEmbedding, error) {
-	g := newGroup(tp)
+	g := NewGroup(tp)
 	if dim < 1 {
 		return nil, fmt.Errorf("%s: dim %d: must be at least 1", name, dim)
 	}
-	if padded < vocab || padded%g.size() != 0 {
-		return nil, fmt.Errorf("%s: padded vocab %d does not hold %d or split over tp %d", name, padded, vocab, g.size())
+	if padded < vocab || padded%g.Size() != 0 {
+		return nil, fmt.Errorf("%s: padded vocab %d does not hold %d or split over tp %d", name, padded, vocab, g.Size())
 	}
 	if std == 0 {
 		std = DefaultStd
 	}
-	sh := Shard{Dim: 0, Parts: g.size(), Index: g.rank()}
-	if g.size() == 1 {
+	sh := Shard{Dim: 0, Parts: g.Size(), Index: g.Rank()}
+	if g.Size() == 1 {
 		sh = Shard{Parts: 1}
 	}
 	w, err := newParam(dev, name+".weight", []int{padded, dim}, sh, paramInit{kind: InitNormal, std: std, seed: seed, rows: vocab, decay: true})
@@ -89,7 +89,7 @@ func newVocabEmbedding(dev tensor.Device, tp nccl.Comm, name string, vocab, padd
 func (e *VocabParallelEmbedding) Params() []*Param { return []*Param{e.Weight} }
 
 // VocabStart is the first vocabulary id of this rank's slice.
-func (e *VocabParallelEmbedding) VocabStart() int { return e.g.rank() * e.Padded / e.g.size() }
+func (e *VocabParallelEmbedding) VocabStart() int { return e.g.Rank() * e.Padded / e.g.Size() }
 
 // Forward looks up ids (B*T token ids in [0, Vocab)) into the layer's
 // (B,T,C) output, the same on every rank (with sequence parallelism,
@@ -184,7 +184,7 @@ type VocabParallelCrossEntropy struct {
 	Name   string
 	Padded int // columns of the full logits
 
-	g                 *group
+	g                 *Group
 	logits            *tensor.Tensor
 	targets           []int32
 	count             int
@@ -196,9 +196,9 @@ type VocabParallelCrossEntropy struct {
 // NewVocabParallelCrossEntropy makes the loss for logits of padded columns
 // split over the group tp (nil: unsharded).
 func NewVocabParallelCrossEntropy(tp nccl.Comm, name string, padded int) (*VocabParallelCrossEntropy, error) {
-	g := newGroup(tp)
-	if padded < 1 || padded%g.size() != 0 {
-		return nil, fmt.Errorf("%s: vocab %d does not split over tp %d", name, padded, g.size())
+	g := NewGroup(tp)
+	if padded < 1 || padded%g.Size() != 0 {
+		return nil, fmt.Errorf("%s: vocab %d does not split over tp %d", name, padded, g.Size())
 	}
 	return &VocabParallelCrossEntropy{Name: name, Padded: padded, g: g}, nil
 }
@@ -231,7 +231,7 @@ func (c *VocabParallelCrossEntropy) Forward(logits *tensor.Tensor, targets []int
 // (which waits for the device): the per-row losses stay in Losses() and
 // the mean loss is their sum over Count().
 func (c *VocabParallelCrossEntropy) ForwardDevice(logits *tensor.Tensor, targets []int32) error {
-	vl := c.Padded / c.g.size()
+	vl := c.Padded / c.g.Size()
 	if logits == nil || logits.Cols() != vl {
 		return shapeErr(c.Name, "logits %v: want (N,%d), this rank's slice of %d", logits, vl, c.Padded)
 	}
@@ -256,14 +256,14 @@ func (c *VocabParallelCrossEntropy) ForwardDevice(logits *tensor.Tensor, targets
 	}
 	c.logits, c.targets = logits.Reshape(n, vl), targets
 	sumExp, target := c.sums.View(0, n), c.sums.View(n, n)
-	start := c.g.rank() * vl
+	start := c.g.Rank() * vl
 	dev.CrossEntropyRowMax(c.rowMax, c.logits)
-	if err := c.g.allReduce(c.rowMax, nccl.Max); err != nil {
+	if err := c.g.AllReduce(c.rowMax, nccl.Max); err != nil {
 		return fmt.Errorf("%s: %w", c.Name, err)
 	}
 	dev.CrossEntropySumExp(sumExp, c.logits, c.rowMax)
 	dev.CrossEntropyTargetLogit(target, c.logits, targets, start)
-	if err := c.g.allReduce(c.sums, nccl.Sum); err != nil {
+	if err := c.g.AllReduce(c.sums, nccl.Sum); err != nil {
 		return fmt.Errorf("%s: %w", c.Name, err)
 	}
 	dev.CrossEntropyLoss(c.los, c.rowMax, sumExp, target, targets)
@@ -287,7 +287,7 @@ func (c *VocabParallelCrossEntropy) Backward(dlogits *tensor.Tensor, dloss float
 	}
 	n := c.logits.Rows()
 	dev := dlogits.Device()
-	dev.CrossEntropyBackward(dlogits.Reshape(c.logits.Shape()...), c.logits, c.rowMax, c.sums.View(0, n), c.targets, c.g.rank()*c.logits.Cols(), dloss/float32(c.count))
+	dev.CrossEntropyBackward(dlogits.Reshape(c.logits.Shape()...), c.logits, c.rowMax, c.sums.View(0, n), c.targets, c.g.Rank()*c.logits.Cols(), dloss/float32(c.count))
 	return nil
 }
 

@@ -48,9 +48,9 @@ type deviceLM interface {
 type deviceStep struct {
 	dev   deviceOps
 	lm    deviceLM
-	tp    nccl.DeviceComm // nil when the TP group has one rank
-	dp    nccl.DeviceComm // nil when the DP group has one rank
-	zero  *ZeRO1          // the optimizer when it is ZeRO-1 on the device (nil: AdamW after the all-reduce)
+	tp    *parallel.Group
+	dp    *parallel.Group
+	zero  *ZeRO1 // the optimizer when it is ZeRO-1 on the device (nil: AdamW after the all-reduce)
 	buf   *tensor.Tensor
 	sumsq *tensor.Tensor
 	scale *tensor.Tensor
@@ -58,32 +58,37 @@ type deviceStep struct {
 	out   [2]float32 // norm, loss
 }
 
-// newDeviceStep returns the GPU step for this trainer, or nil and why not
-// ("" when the device is the CPU, where nothing needs saying).
-func newDeviceStep(dev tensor.Device, m model, tp, dp nccl.Comm) (*deviceStep, string, error) {
+// scalarDevice returns dev's scalar operations when a step's scalars (the
+// loss, the squared norm, the clip coefficient) can stay in its memory:
+// dev has them (the CUDA device) and every group's collectives run there.
+func scalarDevice(dev tensor.Device, groups ...*parallel.Group) (deviceOps, bool) {
 	d, ok := dev.(deviceOps)
 	if !ok {
+		return nil, false
+	}
+	for _, g := range groups {
+		if !g.Resident(dev) {
+			return nil, false
+		}
+	}
+	return d, true
+}
+
+// newDeviceStep returns the GPU step for this trainer, or nil and why not
+// ("" when the device is the CPU, where nothing needs saying).
+func newDeviceStep(dev tensor.Device, m model, tp, dp *parallel.Group) (*deviceStep, string, error) {
+	if _, ok := dev.(deviceOps); !ok {
 		return nil, "", nil
 	}
 	lm, ok := m.(deviceLM)
 	if !ok || !lm.DeviceLoss() {
 		return nil, "the classifier reads its predictions each micro-batch", nil
 	}
-	ds := &deviceStep{dev: d, lm: lm}
-	for _, g := range []struct {
-		c   nccl.Comm
-		dst *nccl.DeviceComm
-		who string
-	}{{tp, &ds.tp, "tensor-parallel"}, {dp, &ds.dp, "data-parallel"}} {
-		if g.c == nil || g.c.Size() == 1 {
-			continue
-		}
-		dc, ok := g.c.(nccl.DeviceComm)
-		if !ok {
-			return nil, "the " + g.who + " group has no NCCL communicator", nil
-		}
-		*g.dst = dc
+	d, ok := scalarDevice(dev, tp, dp)
+	if !ok {
+		return nil, "a parallel group has no NCCL communicator", nil
 	}
+	ds := &deviceStep{dev: d, lm: lm, tp: tp, dp: dp}
 	buf, err := dev.Alloc(5)
 	if err != nil {
 		return nil, "", fmt.Errorf("gpu step: %w", err)
@@ -108,10 +113,8 @@ func (ds *deviceStep) norm(params []*parallel.Param, tpRank int, clip float64) e
 	if tpRank == 0 {
 		ds.dev.SumSquaresTo(ds.sumsq, true, replicated...)
 	}
-	if ds.tp != nil {
-		if err := ds.tp.AllReduceDevice(ds.sumsq.Ptr(), ds.sumsq.Ptr(), 2, nccl.Float32, nccl.Sum, ds.dev.Stream()); err != nil {
-			return fmt.Errorf("grad norm: %w", err)
-		}
+	if err := ds.tp.AllReduce(ds.sumsq, nccl.Sum); err != nil {
+		return fmt.Errorf("grad norm: %w", err)
 	}
 	ds.dev.ClipScale(ds.scale, ds.sumsq, float32(clip))
 	return nil
@@ -148,10 +151,8 @@ func (ds *deviceStep) run(m model, sync *GradSync, opt *AdamW, tpRank int, clip,
 	if err := ds.update(m, sync, opt, tpRank, clip, lr); err != nil {
 		return res, err
 	}
-	if ds.dp != nil {
-		if err := ds.dp.AllReduceDevice(ds.loss.Ptr(), ds.loss.Ptr(), 1, nccl.Float32, nccl.Avg, ds.dev.Stream()); err != nil {
-			return res, err
-		}
+	if err := ds.dp.AllReduce(ds.loss, nccl.Avg); err != nil {
+		return res, err
 	}
 	if err := ds.dev.Fetch(ds.out[:], ds.buf.View(3, 2)); err != nil {
 		return res, err

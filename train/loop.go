@@ -273,7 +273,7 @@ func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*t
 	t.opt.SetBetas(cfg.adam())
 	t.sync = NewGradSync(t.dev, t.mesh.DP, params, 0)
 	if t.pipe == nil && (t.zero == nil || t.zero.gpu != nil) {
-		gpu, why, err := newDeviceStep(t.dev, t.model, t.mesh.TP, t.mesh.DP)
+		gpu, why, err := newDeviceStep(t.dev, t.model, parallel.NewDeviceGroup(t.mesh.TP, t.dev), parallel.NewDeviceGroup(t.mesh.DP, t.dev))
 		if err != nil {
 			return nil, err
 		}
@@ -301,6 +301,12 @@ func (t *trainer) close() {
 	}
 	if t.model != nil {
 		t.model.Close()
+	}
+	if t.sync != nil {
+		t.sync.Close()
+	}
+	if t.zero != nil {
+		t.zero.Close()
 	}
 	if t.closeDev != nil {
 		t.closeDev()

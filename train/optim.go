@@ -207,32 +207,39 @@ func (o *AdamW) hyper(p *parallel.Param, lr float64, scale float32) tensor.AdamW
 // staging buffer.
 const gradBucketElems = 1 << 22
 
-// GradSync averages gradients over the data-parallel group in buckets: each
-// bucket packs consecutive gradients into one buffer, all-reduces it, and
-// unpacks it. On a CUDA device with an NCCL group the buffer is in device
-// memory and the all-reduce runs on the compute stream; otherwise it is
-// staged through host memory.
+// GradSync averages gradients over the data-parallel group in buckets: a
+// bucket of one gradient is all-reduced in place, a bucket of several is
+// packed into one device buffer (allocated on the first Sync that needs
+// it), all-reduced and unpacked. parallel.Group runs the all-reduce on
+// device memory (NCCL on the compute stream) or through host memory.
 type GradSync struct {
 	dev     tensor.Device
-	dp      nccl.Comm
+	dp      *parallel.Group
 	buckets [][]*parallel.Param
 	biggest int
-	buf     []float32      // host staging
-	dbuf    *tensor.Tensor // device bucket, allocated on the first device Sync
+	buf     *tensor.Tensor // the packed bucket
 }
 
 // NewGradSync groups params into buckets of at most bucketElems elements (a
 // larger parameter gets a bucket of its own); bucketElems <= 0 uses 4 Mi.
 func NewGradSync(dev tensor.Device, dp nccl.Comm, params []*parallel.Param, bucketElems int) *GradSync {
+	s := &GradSync{dev: dev, dp: parallel.NewDeviceGroup(dp, dev)}
+	s.buckets, s.biggest = bucketParams(params, bucketElems)
+	return s
+}
+
+// bucketParams cuts params into runs of consecutive parameters of at most
+// bucketElems elements (<= 0: 4 Mi), a larger one alone, and returns them
+// with the element count of the biggest.
+func bucketParams(params []*parallel.Param, bucketElems int) (buckets [][]*parallel.Param, biggest int) {
 	if bucketElems <= 0 {
 		bucketElems = gradBucketElems
 	}
-	s := &GradSync{dev: dev, dp: dp}
 	var cur []*parallel.Param
-	n, biggest := 0, 0
+	n := 0
 	for _, p := range params {
 		if len(cur) > 0 && n+p.Grad.Len() > bucketElems {
-			s.buckets = append(s.buckets, cur)
+			buckets = append(buckets, cur)
 			biggest = max(biggest, n)
 			cur, n = nil, 0
 		}
@@ -240,11 +247,10 @@ func NewGradSync(dev tensor.Device, dp nccl.Comm, params []*parallel.Param, buck
 		n += p.Grad.Len()
 	}
 	if len(cur) > 0 {
-		s.buckets = append(s.buckets, cur)
+		buckets = append(buckets, cur)
 		biggest = max(biggest, n)
 	}
-	s.biggest = biggest
-	return s
+	return buckets, biggest
 }
 
 // Buckets is the number of all-reduces one Sync makes.
@@ -252,84 +258,50 @@ func (s *GradSync) Buckets() int { return len(s.buckets) }
 
 // Sync averages every gradient over the DP group.
 func (s *GradSync) Sync() error {
-	if s.dp == nil || s.dp.Size() == 1 {
+	if s.dp.Size() == 1 {
 		return nil
 	}
-	if dc, stream, ok := onDevice(s.dp, s.dev); ok {
-		return s.syncDevice(dc, stream)
+	for i, b := range s.buckets {
+		if err := s.syncBucket(b); err != nil {
+			return fmt.Errorf("gradient all-reduce (bucket %d of %d): %w", i+1, len(s.buckets), err)
+		}
+	}
+	return nil
+}
+
+// syncBucket averages one bucket's gradients.
+func (s *GradSync) syncBucket(b []*parallel.Param) error {
+	if len(b) == 1 {
+		return s.dp.AllReduce(b[0].Grad, nccl.Avg)
 	}
 	if s.buf == nil {
-		s.buf = make([]float32, s.biggest)
-	}
-	for i, b := range s.buckets {
-		off := 0
-		for _, p := range b {
-			s.dev.CopyToHost(s.buf[off:off+p.Grad.Len()], p.Grad)
-			off += p.Grad.Len()
-		}
-		if err := s.dp.AllReduce(s.buf[:off], nccl.Avg); err != nil {
-			return fmt.Errorf("gradient all-reduce (bucket %d of %d): %w", i+1, len(s.buckets), err)
-		}
-		off = 0
-		for _, p := range b {
-			s.dev.CopyFromHost(p.Grad, s.buf[off:off+p.Grad.Len()])
-			off += p.Grad.Len()
+		var err error
+		if s.buf, err = s.dev.Alloc(s.biggest); err != nil {
+			return err
 		}
 	}
-	return nil
-}
-
-// syncDevice is Sync on device buffers: a bucket of one gradient is
-// all-reduced in place, others are packed into the device bucket with
-// device copies; everything is enqueued on the compute stream in order,
-// so one bucket buffer serves them all.
-func (s *GradSync) syncDevice(dc nccl.DeviceComm, stream uintptr) error {
-	for i, b := range s.buckets {
-		fail := func(err error) error {
-			return fmt.Errorf("gradient all-reduce (bucket %d of %d): %w", i+1, len(s.buckets), err)
-		}
-		if len(b) == 1 {
-			g := b[0].Grad
-			if err := dc.AllReduceDevice(g.Ptr(), g.Ptr(), g.Len(), nccl.Float32, nccl.Avg, stream); err != nil {
-				return fail(err)
-			}
-			continue
-		}
-		if s.dbuf == nil {
-			var err error
-			if s.dbuf, err = s.dev.Alloc(s.biggest); err != nil {
-				return fail(err)
-			}
-		}
-		off := 0
-		for _, p := range b {
-			s.dev.Copy(s.dbuf.View(off, p.Grad.Len()), p.Grad)
-			off += p.Grad.Len()
-		}
-		if err := dc.AllReduceDevice(s.dbuf.Ptr(), s.dbuf.Ptr(), off, nccl.Float32, nccl.Avg, stream); err != nil {
-			return fail(err)
-		}
-		off = 0
-		for _, p := range b {
-			s.dev.Copy(p.Grad, s.dbuf.View(off, p.Grad.Len()))
-			off += p.Grad.Len()
-		}
+	off := 0
+	for _, p := range b {
+		s.dev.Copy(s.buf.View(off, p.Grad.Len()), p.Grad)
+		off += p.Grad.Len()
+	}
+	if err := s.dp.AllReduce(s.buf.View(0, off), nccl.Avg); err != nil {
+		return err
+	}
+	off = 0
+	for _, p := range b {
+		s.dev.Copy(p.Grad, s.buf.View(off, p.Grad.Len()))
+		off += p.Grad.Len()
 	}
 	return nil
 }
 
-// onDevice returns the NCCL communicator and dev's stream when c's
-// collectives can run on dev's memory (NCCL and a streamed device).
-func onDevice(c nccl.Comm, dev tensor.Device) (nccl.DeviceComm, uintptr, bool) {
-	dc, ok := c.(nccl.DeviceComm)
-	if !ok {
-		return nil, 0, false
+// Close frees the bucket buffer.
+func (s *GradSync) Close() {
+	if s.buf != nil {
+		s.dev.Free(s.buf)
+		s.buf = nil
 	}
-	s, ok := dev.(parallel.Streamer)
-	if !ok {
-		return nil, 0, false
-	}
-	return dc, s.Stream(), true
 }
 
 // Moments returns the AdamW first and second moments of parameter i (in

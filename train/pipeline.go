@@ -282,18 +282,9 @@ func (p *pipeline) alignTied(dp int) error {
 	if w == nil || p.embed == nil || dp < 3 {
 		return nil
 	}
-	if dc, stream, ok := onDevice(p.embed, p.t.dev); ok {
-		if err := dc.BroadcastDevice(w.Data.Ptr(), w.Data.Ptr(), w.Data.Len(), nccl.Float32, 0, stream); err != nil {
-			return fmt.Errorf("tied embedding: %w", err)
-		}
-		return nil
-	}
-	buf := make([]float32, w.Data.Len())
-	p.t.dev.CopyToHost(buf, w.Data)
-	if err := p.embed.Broadcast(buf, 0); err != nil {
+	if err := parallel.NewDeviceGroup(p.embed, p.t.dev).Broadcast(w.Data, 0); err != nil {
 		return fmt.Errorf("tied embedding: %w", err)
 	}
-	p.t.dev.CopyFromHost(w.Data, buf)
 	return nil
 }
 

@@ -55,19 +55,28 @@ func spSaving(cfg Config) int64 {
 }
 
 // zeroSaving is the bytes per rank that ZeRO-1 saves: the moments of all
-// but this rank's range of every bucket.
+// but this rank's range of every bucket, and GradSync's bucket buffer
+// (the biggest bucket of several gradients), less ZeRO-1's own buffers
+// (the biggest packed bucket, padded, and its range).
 func zeroSaving(cfg Config, params []*parallel.Param) int64 {
 	dp := cfg.DP()
 	s := NewGradSync(nil, nil, params, 0)
-	var saved int64
+	var saved, sync, packed int64
 	for _, b := range s.buckets {
 		n := 0
 		for _, p := range b {
 			n += p.Data.Len()
 		}
-		saved += int64(2 * (n - (n+dp-1)/dp))
+		per := (n + dp - 1) / dp
+		saved += int64(2 * (n - per))
+		if len(b) > 1 {
+			sync = max(sync, int64(n))
+		}
+		if len(b) > 1 || n != per*dp {
+			packed = max(packed, int64(per*dp))
+		}
 	}
-	return 4 * saved
+	return 4 * (saved + sync - packed - packed/int64(dp))
 }
 
 // TestSPZeroMemory measures the engine's peak per rank with and without

@@ -10,7 +10,7 @@ import (
 )
 
 // ZeRO1 is AdamW with its moments sharded over the data-parallel group
-// (ZeRO stage 1, arXiv 1910.02054). The gradients are packed into the
+// (ZeRO stage 1, arXiv 1910.02054). The gradients are cut into the
 // buckets of GradSync (consecutive parameters, at most bucketElems
 // elements, padded to a multiple of dp); each bucket is reduce-scattered
 // (averaged) so that DP rank d receives elements [d*per, (d+1)*per) of it,
@@ -22,22 +22,24 @@ import (
 // the DP group, then over TP (sharded parameters on every TP rank,
 // replicated ones on TP rank 0), as GradNorm does.
 //
-// The parameters are fp32 on every device this runs on, so there are no
-// separate master weights to shard. On the CUDA device with an NCCL
-// data-parallel group the buckets stay in device memory (zero_device.go);
-// elsewhere they are staged in host memory, as GradSync's host path.
+// A bucket lives in device memory: packed into one buffer (room for the
+// biggest packed bucket), or, for one parameter that needs no padding (a
+// large embedding, say), reduce-scattered and all-gathered in the
+// parameter's own memory. parallel.Group runs the collectives on the
+// device (NCCL on the compute stream) or through host memory. The
+// parameters are fp32 on every device this runs on, so there are no
+// separate master weights to shard.
 type ZeRO1 struct {
 	*AdamW // hyperparameters and the step count; it holds no moments
 
-	dev      tensor.Device
-	dp, tp   nccl.Comm
-	pp       nccl.Comm       // a pipeline's stages, whose squares the norm also sums (nil: none)
-	uncount  *parallel.Param // a parameter another stage counts in the norm (the tied embedding's copy)
-	params   []*parallel.Param
-	buckets  []zeroBucket
-	flat     []float32   // a whole bucket, padded
-	shardBuf []float32   // this rank's range of a bucket
-	gpu      *zeroDevice // the device-resident path (nil: host staging)
+	dev         tensor.Device
+	dp, tp      *parallel.Group
+	pp          *parallel.Group // a pipeline's stages, whose squares the norm also sums (nil: none)
+	uncount     *parallel.Param // a parameter another stage counts in the norm (the tied embedding's copy)
+	params      []*parallel.Param
+	buckets     []zeroBucket
+	flat, shard *tensor.Tensor // a packed bucket, padded, and this rank's range of it (nil: no bucket is packed)
+	gpu         *zeroDevice    // the norm and the clip coefficient in device memory (nil: on the host)
 }
 
 // zeroBucket is one bucket: its parameters, its padded size and this
@@ -71,24 +73,21 @@ func memoryModes(cfg Config) string {
 }
 
 // NewZeRO1 buckets params as NewGradSync does and allocates the moments of
-// this DP rank's ranges on dev.
+// this DP rank's ranges and the bucket buffers on dev.
 func NewZeRO1(dev tensor.Device, params []*parallel.Param, dp, tp nccl.Comm, weightDecay, clip float64, bucketElems int) (*ZeRO1, error) {
 	adam, err := NewAdamW(dev, nil, weightDecay, clip)
 	if err != nil {
 		return nil, err
 	}
-	z := &ZeRO1{AdamW: adam, dev: dev, dp: dp, tp: tp, params: params}
-	size, rank := 1, 0
-	if dp != nil {
-		size, rank = dp.Size(), dp.Rank()
-	}
-	sync := NewGradSync(dev, dp, params, bucketElems)
+	z := &ZeRO1{AdamW: adam, dev: dev, dp: parallel.NewDeviceGroup(dp, dev), tp: parallel.NewDeviceGroup(tp, dev), params: params}
+	size, rank := z.dp.Size(), z.dp.Rank()
+	buckets, _ := bucketParams(params, bucketElems)
 	index := make(map[*parallel.Param]int, len(params))
 	for i, p := range params {
 		index[p] = i
 	}
-	biggest := 0
-	for _, ps := range sync.buckets {
+	packed := 0
+	for _, ps := range buckets {
 		b := zeroBucket{params: ps}
 		for _, p := range ps {
 			b.n += p.Data.Len()
@@ -115,29 +114,49 @@ func NewZeRO1(dev tensor.Device, params []*parallel.Param, dp, tp nccl.Comm, wei
 		dev.Zero(b.m)
 		dev.Zero(b.v)
 		z.buckets = append(z.buckets, b)
-		biggest = max(biggest, b.per*size)
+		if !b.inPlace(size) {
+			packed = max(packed, b.per*size)
+		}
 	}
-	if z.gpu = zeroOnDevice(dev, dp, tp); z.gpu != nil {
-		if err := z.gpu.alloc(z.buckets); err != nil {
+	if packed > 0 {
+		if z.flat, err = dev.Alloc(packed); err == nil {
+			z.shard, err = dev.Alloc(packed / size)
+		}
+		if err != nil {
 			z.Close()
 			return nil, fmt.Errorf("zero-1 bucket: %w", err)
 		}
-		return z, nil
 	}
-	z.flat = make([]float32, biggest)
-	z.shardBuf = make([]float32, biggest/size)
+	if z.gpu, err = newZeroDevice(dev, z.dp, z.tp); err != nil {
+		z.Close()
+		return nil, fmt.Errorf("zero-1 scalars: %w", err)
+	}
 	return z, nil
 }
 
-// Close frees the moments.
+// inPlace reports whether the bucket runs in its one parameter's memory:
+// the gradient reduce-scattered and the parameter all-gathered in place,
+// this rank's range being [rank*per, (rank+1)*per) of it.
+func (b *zeroBucket) inPlace(dp int) bool {
+	return len(b.params) == 1 && b.n == b.per*dp
+}
+
+// Close frees the moments and the buffers.
 func (z *ZeRO1) Close() {
 	for _, b := range z.buckets {
 		z.dev.Free(b.m)
 		z.dev.Free(b.v)
 	}
 	z.buckets = nil
+	for _, t := range []**tensor.Tensor{&z.flat, &z.shard} {
+		if *t != nil {
+			z.dev.Free(*t)
+			*t = nil
+		}
+	}
 	if z.gpu != nil {
 		z.gpu.free()
+		z.gpu = nil
 	}
 }
 
@@ -149,10 +168,8 @@ func (z *ZeRO1) Step(lr float64) (float64, error) {
 	if z.gpu != nil {
 		return z.stepOnDevice(lr)
 	}
-	for i := range z.buckets {
-		if err := z.reduceScatter(&z.buckets[i]); err != nil {
-			return 0, fmt.Errorf("zero-1 gradient reduce-scatter (bucket %d of %d): %w", i+1, len(z.buckets), err)
-		}
+	if err := z.reduceScatter(); err != nil {
+		return 0, err
 	}
 	norm, err := z.norm()
 	if err != nil {
@@ -169,60 +186,85 @@ func (z *ZeRO1) Step(lr float64) (float64, error) {
 			z.dev.AdamW(p.Data.View(s.pOff, s.n), p.Grad.View(s.pOff, s.n), b.m.View(s.sOff, s.n), b.v.View(s.sOff, s.n), z.hyper(p, lr, scale))
 		}
 	}
-	for i := range z.buckets {
-		if err := z.allGather(&z.buckets[i]); err != nil {
-			return 0, fmt.Errorf("zero-1 parameter all-gather (bucket %d of %d): %w", i+1, len(z.buckets), err)
-		}
-	}
-	return norm, nil
+	return norm, z.allGather()
 }
 
-// reduceScatter packs b's gradients, averages them over the DP group and
-// writes this rank's range back into the gradients (the rest of each
-// gradient is left as it was and is not read).
-func (z *ZeRO1) reduceScatter(b *zeroBucket) error {
-	size := 1
-	if z.dp != nil {
-		size = z.dp.Size()
-	}
-	flat, shard := z.flat[:b.per*size], z.shardBuf[:b.per]
-	off := 0
-	for _, p := range b.params {
-		z.dev.CopyToHost(flat[off:off+p.Grad.Len()], p.Grad)
-		off += p.Grad.Len()
-	}
-	clear(flat[off:])
-	if size == 1 {
-		copy(shard, flat)
-	} else if err := z.dp.ReduceScatter(flat, shard, nccl.Avg); err != nil {
-		return err
-	}
-	for _, s := range b.segs {
-		z.dev.CopyFromHost(z.params[s.idx].Grad.View(s.pOff, s.n), shard[s.sOff:s.sOff+s.n])
+// reduceScatter averages every bucket's gradients over the DP group into
+// this rank's range of each gradient (the rest is left as it was and is
+// not read).
+func (z *ZeRO1) reduceScatter() error {
+	for i := range z.buckets {
+		if err := z.reduceScatterBucket(&z.buckets[i]); err != nil {
+			return fmt.Errorf("zero-1 gradient reduce-scatter (bucket %d of %d): %w", i+1, len(z.buckets), err)
+		}
 	}
 	return nil
 }
 
-// allGather packs this rank's updated range of b's parameters, gathers
-// every rank's, and writes the whole bucket back into the parameters.
-func (z *ZeRO1) allGather(b *zeroBucket) error {
-	size := 1
-	if z.dp != nil {
-		size = z.dp.Size()
+// allGather gives every replica every rank's updated ranges.
+func (z *ZeRO1) allGather() error {
+	for i := range z.buckets {
+		if err := z.allGatherBucket(&z.buckets[i]); err != nil {
+			return fmt.Errorf("zero-1 parameter all-gather (bucket %d of %d): %w", i+1, len(z.buckets), err)
+		}
 	}
-	flat, shard := z.flat[:b.per*size], z.shardBuf[:b.per]
-	clear(shard)
+	return nil
+}
+
+// reduceScatterBucket packs b's gradients (padding zeroed), averages them
+// over the DP group into this rank's range and copies the range back into
+// the gradients; or, in place, averages the gradient's range where it is.
+func (z *ZeRO1) reduceScatterBucket(b *zeroBucket) error {
+	size := z.dp.Size()
+	if b.inPlace(size) {
+		g := b.params[0].Grad
+		return z.dp.ReduceScatter(g.View(z.dp.Rank()*b.per, b.per), g, nccl.Avg)
+	}
+	flat, shard := z.flat.View(0, b.per*size), z.shard.View(0, b.per)
+	off := 0
+	for _, p := range b.params {
+		z.dev.Copy(flat.View(off, p.Grad.Len()), p.Grad)
+		off += p.Grad.Len()
+	}
+	if off < flat.Len() {
+		z.dev.Zero(flat.View(off, flat.Len()-off))
+	}
+	if err := z.dp.ReduceScatter(shard, flat, nccl.Avg); err != nil {
+		return err
+	}
 	for _, s := range b.segs {
-		z.dev.CopyToHost(shard[s.sOff:s.sOff+s.n], z.params[s.idx].Data.View(s.pOff, s.n))
+		z.dev.Copy(z.params[s.idx].Grad.View(s.pOff, s.n), shard.View(s.sOff, s.n))
 	}
-	if size == 1 {
-		copy(flat, shard)
-	} else if err := z.dp.AllGather(shard, flat); err != nil {
+	return nil
+}
+
+// allGatherBucket packs this rank's updated range of b's parameters,
+// gathers every rank's into the bucket buffer and copies the whole bucket
+// back into the parameters; or, in place, gathers every rank's range into
+// the parameter.
+func (z *ZeRO1) allGatherBucket(b *zeroBucket) error {
+	size := z.dp.Size()
+	if b.inPlace(size) {
+		d := b.params[0].Data
+		return z.dp.AllGather(d, d.View(z.dp.Rank()*b.per, b.per))
+	}
+	flat, shard := z.flat.View(0, b.per*size), z.shard.View(0, b.per)
+	covered := 0
+	for _, s := range b.segs {
+		covered += s.n
+	}
+	if covered < b.per { // the last rank's range runs into the padding
+		z.dev.Zero(shard)
+	}
+	for _, s := range b.segs {
+		z.dev.Copy(shard.View(s.sOff, s.n), z.params[s.idx].Data.View(s.pOff, s.n))
+	}
+	if err := z.dp.AllGather(flat, shard); err != nil {
 		return err
 	}
 	off := 0
 	for _, p := range b.params {
-		z.dev.CopyFromHost(p.Data, flat[off:off+p.Data.Len()])
+		z.dev.Copy(p.Data, flat.View(off, p.Data.Len()))
 		off += p.Data.Len()
 	}
 	return nil
@@ -232,7 +274,7 @@ func (z *ZeRO1) allGather(b *zeroBucket) error {
 // the stages pp, without those of uncount (nil: none), which another stage
 // counts.
 func (z *ZeRO1) setPipeline(pp nccl.Comm, uncount *parallel.Param) {
-	z.pp, z.uncount = pp, uncount
+	z.pp, z.uncount = parallel.NewDeviceGroup(pp, z.dev), uncount
 }
 
 // norm is the global gradient norm from this rank's ranges: each
@@ -240,7 +282,7 @@ func (z *ZeRO1) setPipeline(pp nccl.Comm, uncount *parallel.Param) {
 // does, then joined over a pipeline's stages (normFromSquares).
 func (z *ZeRO1) norm() (float64, error) {
 	sq := make([]float64, len(z.params))
-	tpLead := z.tp == nil || z.tp.Rank() == 0
+	tpLead := z.tp.Rank() == 0
 	for _, b := range z.buckets {
 		for _, s := range b.segs {
 			if p := z.params[s.idx]; !p.Shard.Replicated() || tpLead {
@@ -254,7 +296,11 @@ func (z *ZeRO1) norm() (float64, error) {
 			counted = append(counted, sq[i])
 		}
 	}
-	return normFromSquares(counted, z.pp, z.dp, z.tp)
+	var pp nccl.Comm
+	if z.pp != nil {
+		pp = z.pp.Comm()
+	}
+	return normFromSquares(counted, pp, z.dp.Comm(), z.tp.Comm())
 }
 
 // Pieces copies this rank's moments to the host, one piece per parameter

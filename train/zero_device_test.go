@@ -39,10 +39,14 @@ func TestZeroOnDeviceChooser(t *testing.T) {
 		{"cuda, nccl dp, host tp of one rank", gpu, dc, one, true},
 		{"cpu, nccl dp", tensor.NewCPU(), dc, nil, false},
 		{"cuda, host dp", gpu, c, nil, false},
-		{"cuda, no dp", gpu, nil, nil, false},
+		{"cuda, no dp (one rank moves nothing)", gpu, nil, nil, true},
 		{"cuda, nccl dp, host tp", gpu, dc, c, false},
 	} {
-		if got := zeroOnDevice(tc.dev, tc.dp, tc.tp) != nil; got != tc.want {
+		zd, err := newZeroDevice(tc.dev, parallel.NewGroup(tc.dp), parallel.NewGroup(tc.tp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := zd != nil; got != tc.want {
 			t.Errorf("%s: device path %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -250,8 +254,8 @@ func TestZeroDeviceBuckets(t *testing.T) {
 			if (z.gpu != nil) != onDevice {
 				return fmt.Errorf("device path %v, want %v", z.gpu != nil, onDevice)
 			}
-			if onDevice && (z.gpu.flat.Len() != 34 || z.gpu.shard.Len() != 17) {
-				return fmt.Errorf("bucket buffer %d and range %d, want 34 and 17: the in-place bucket needs none", z.gpu.flat.Len(), z.gpu.shard.Len())
+			if z.flat.Len() != 34 || z.shard.Len() != 17 {
+				return fmt.Errorf("bucket buffer %d and range %d, want 34 and 17: the in-place bucket needs none", z.flat.Len(), z.shard.Len())
 			}
 			var mine []float64
 			for s := range steps {

@@ -145,17 +145,16 @@ type Memory struct {
 	// ids) and the GPU step's scalars; 0 on the CPU.
 	Workspace int64 `json:"workspace"`
 	// GradBucket is the device buffer the data-parallel gradient
-	// all-reduce packs buckets into (GPU with NCCL, dp > 1, when a bucket
-	// holds more than one gradient; with ZeRO-1 the biggest bucket that
-	// is packed, padded, its 1/dp range and four scalars); on the CPU the
-	// bucket is staged in host memory outside the engine's count.
+	// all-reduce packs buckets into (dp > 1, when a bucket holds more than
+	// one gradient; with ZeRO-1 the biggest bucket that is packed, padded,
+	// and its 1/dp range, and four scalars on a GPU).
 	GradBucket int64 `json:"grad_bucket"`
 	// EnginePeak is what the engine's accounting (tensor.MemStats.Peak,
 	// mem_peak_bytes in the metrics) counts: everything above.
 	EnginePeak int64 `json:"engine_peak"`
 	// CommBuffers are the communication library's own buffers (NCCL's per
-	// communicator on a GPU; the host staging of the gradient bucket on
-	// the CPU, with ZeRO-1 a padded bucket and its 1/dp range).
+	// communicator on a GPU; 0 on the CPU, whose collectives work in the
+	// tensors' own memory).
 	CommBuffers int64 `json:"comm_buffers"`
 	// Context is the CUDA context and library handles; 0 on the CPU.
 	Context int64 `json:"context"`
@@ -526,19 +525,35 @@ func (s shapes) memory(dev Device) Memory {
 		SPBuffers:           s.spElems() * f32,
 	}
 	if s.zero {
-		local, biggest, _ := s.zeroSizes()
+		local, _, _ := s.zeroSizes()
 		m.Optimizer = 2 * local * f32
-		// The host stages a whole padded bucket and this rank's range.
-		m.CommBuffers = (biggest + biggest/s.dp) * f32
 	}
 	m.Blocks = s.L * (s.inFlight*s.blockSavedElems() + s.blockScratchElems()) * f32
-	// train.GradSync's biggest bucket; on the device it is allocated when
-	// a bucket packs more than one gradient (one is all-reduced in place).
+	// train.GradSync's biggest bucket, allocated when a bucket packs more
+	// than one gradient (one is all-reduced in place); or, with ZeRO-1,
+	// train.ZeRO1's biggest packed bucket, padded, and its 1/dp range (a
+	// bucket of one tensor that needs no padding runs in place); on the
+	// GPU also ZeRO-1's four device scalars.
 	var bucket int64
 	multi := false
 	for i, n := range s.buckets {
 		bucket = max(bucket, n)
 		multi = multi || s.bucketTensors[i] > 1
+	}
+	switch {
+	case s.zero:
+		packed := int64(0)
+		for i, n := range s.buckets {
+			if s.bucketTensors[i] > 1 || n%s.dp != 0 {
+				packed = max(packed, (n+s.dp-1)/s.dp*s.dp)
+			}
+		}
+		m.GradBucket = (packed + packed/s.dp) * f32
+		if dev.CUDA {
+			m.GradBucket += 4 * f32
+		}
+	case s.dp > 1 && multi:
+		m.GradBucket = bucket * f32
 	}
 	if dev.CUDA {
 		// Reduction partials of the layer norm backward (2 x SMs blocks of
@@ -550,21 +565,6 @@ func (s shapes) memory(dev Device) Memory {
 			rows /= s.tp
 		}
 		m.Workspace = min(rows, int64(2*dev.SMs))*2*s.C*f32 + int64(len(s.params))*128*8 + 2*s.N*4 + 8*f32
-		switch {
-		case s.zero:
-			// train.ZeRO1's device half (GradSync's bucket is never made):
-			// the biggest packed bucket, padded, and its 1/dp range; a
-			// bucket of one tensor that needs no padding runs in place.
-			packed := int64(0)
-			for i, n := range s.buckets {
-				if s.bucketTensors[i] > 1 || n%s.dp != 0 {
-					packed = max(packed, (n+s.dp-1)/s.dp*s.dp)
-				}
-			}
-			m.GradBucket = (packed + packed/s.dp + 4) * f32
-		case s.dp > 1 && multi:
-			m.GradBucket = bucket * f32
-		}
 		groups := int64(0)
 		if s.tp > 1 {
 			groups++
@@ -590,8 +590,6 @@ func (s shapes) memory(dev Device) Memory {
 		}
 		m.CommBuffers = groups * ncclBuffers
 		m.Context = dev.ContextBytes
-	} else if s.dp > 1 && !s.zero {
-		m.CommBuffers = bucket * f32
 	}
 	m.EnginePeak = m.Params + m.Grads + m.Optimizer + m.Masters + m.Blocks + m.Embeddings + m.Logits + m.SPBuffers + m.Workspace + m.GradBucket
 	m.Total = m.EnginePeak + m.CommBuffers + m.Context
