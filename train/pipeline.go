@@ -3,7 +3,6 @@ package train
 import (
 	"fmt"
 	"math"
-	"sync"
 	"time"
 
 	"github.com/hpcrun/hpcrun/nccl"
@@ -14,15 +13,17 @@ import (
 
 // pipeline runs one stage of a pipeline-parallel model (pp > 1) through
 // the 1F1B schedule (parallel.OneFOneB): activations go to the next stage
-// and gradients to the previous one point-to-point, device-resident where
-// the links are NCCL communicators on a streamed device (deviceLinks),
-// host-staged everywhere else.
+// and gradients to the previous one point-to-point, over one 2-rank group
+// per neighbour for both directions (parallel.Group: NCCL on the device's
+// stream, or host memory).
 //
-// Host-staged, each neighbour link is two 2-rank groups, one per
-// direction, so that a rank only sends on some communicators and only
-// receives on the others: the sends run on a goroutine of their own (a
-// stage never waits for its neighbour to take an activation, which with
-// blocking sends both ways would deadlock), the receives on the caller's.
+// A send may wait until the peer receives (NCCL's rule), so the order of
+// the transfers matters. The stage follows Megatron-LM's 1F1B: a send
+// followed by a receive from the same neighbour (an activation out to the
+// next stage and a gradient in from it, or a gradient out to the previous
+// stage and the next activation in) is one exchange (Group.SendRecv),
+// every other transfer goes alone. Two neighbours then issue matching
+// calls in the same order, and none waits on the other forever.
 //
 // A stage holds the activations of every micro-batch in flight, at most
 // stages-stage of them (1F1B's bound), and runs each forward exactly once:
@@ -37,56 +38,36 @@ type pipeline struct {
 	pp            nccl.Comm // the stages of this rank's pipeline
 	embed         nccl.Comm // first and last stage (mesh.Embed)
 
-	fromPrev, toPrev nccl.Comm // links to stage-1: activations in, gradients out (nil on the first)
-	toNext, fromNext nccl.Comm // links to stage+1: activations out, gradients in (nil on the last)
-	links            []nccl.Comm
+	prev, next *parallel.Group // the links to stage-1 and stage+1 (nil at the ends)
+	links      []nccl.Comm
 
-	slots   []slot       // the micro-batches in flight, micro-batch i in slot i % len
-	batches []Batch      // the step's micro-batches
-	buf     []float32    // host receive buffer (B*T/tp*C)
-	dl      *deviceLinks // device-resident transfers (nil: host-staged)
+	slots   []slot  // the micro-batches in flight, micro-batch i in slot i % len
+	batches []Batch // the step's micro-batches
+	// act is the activation being sent, copied out of the layers' memory
+	// into the pipeline's own: one is enough, a send holding the stream.
+	act *tensor.Tensor
 
-	sends   chan pipeSend
-	pending sync.WaitGroup
-	sendMu  sync.Mutex
-	sendErr error
-
-	wait time.Duration // blocked receiving from a neighbour (or flushing sends) this step
-}
-
-type pipeSend struct {
-	c   nccl.Comm
-	to  int
-	buf []float32
+	wait time.Duration // blocked in transfers this step
+	busy time.Duration // in transfers since the pipeline was made
 }
 
 func newPipeline(t *transformer, mesh *parallel.Mesh, micro int) (*pipeline, error) {
 	p := &pipeline{t: t, stage: mesh.PPRank(), stages: mesh.PPSize(), micro: micro, pp: mesh.PP, embed: mesh.Embed,
-		batches: make([]Batch, micro), buf: make([]float32, t.B*t.Tl*t.C)}
-	// Device-resident transfers run both directions of a link over one
-	// NCCL communicator (deviceLinks); host-staged ones need two groups.
-	_, streamed := t.dev.(parallel.Streamer)
-	_, ncclLinks := mesh.PP.(nccl.DeviceComm)
-	device := streamed && ncclLinks
-	pair := func(lo int) (down, up nccl.Comm, err error) {
-		if down, err = mesh.PP.Group([]int{lo, lo + 1}); err != nil {
-			return nil, nil, err
+		batches: make([]Batch, micro)}
+	link := func(peer int) (*parallel.Group, error) {
+		lo := min(p.stage, peer)
+		c, err := mesh.PP.Group([]int{lo, lo + 1})
+		if err != nil {
+			return nil, fmt.Errorf("pipeline link to stage %d: %w", peer, err)
 		}
-		p.links = append(p.links, down)
-		if device {
-			return down, down, nil
-		}
-		if up, err = mesh.PP.Group([]int{lo, lo + 1}); err != nil {
-			return nil, nil, err
-		}
-		p.links = append(p.links, up)
-		return down, up, nil
+		p.links = append(p.links, c)
+		return parallel.NewDeviceGroup(c, t.dev), nil
 	}
 	var err error
 	if p.stage > 0 {
-		if p.fromPrev, p.toPrev, err = pair(p.stage - 1); err != nil {
+		if p.prev, err = link(p.stage - 1); err != nil {
 			p.close()
-			return nil, fmt.Errorf("pipeline link to stage %d: %w", p.stage-1, err)
+			return nil, err
 		}
 	}
 	if p.slots, err = newSlots(t, p.stages-p.stage); err != nil {
@@ -94,167 +75,173 @@ func newPipeline(t *transformer, mesh *parallel.Mesh, micro int) (*pipeline, err
 		return nil, err
 	}
 	if p.stage < p.stages-1 {
-		if p.toNext, p.fromNext, err = pair(p.stage); err != nil {
-			p.close()
-			return nil, fmt.Errorf("pipeline link to stage %d: %w", p.stage+1, err)
-		}
-	}
-	if device {
-		if p.dl, err = newDeviceLinks(t.dev, p.fromPrev, p.toNext, t.B, t.Tl, t.C); err != nil {
+		if p.next, err = link(p.stage + 1); err != nil {
 			p.close()
 			return nil, err
 		}
+		if p.act, err = t.dev.Alloc(t.B, t.Tl, t.C); err != nil {
+			p.close()
+			return nil, fmt.Errorf("pipeline send buffer: %w", err)
+		}
 	}
-	p.sends = make(chan pipeSend, 2*micro+2)
-	go p.sender()
 	return p, nil
 }
 
-// sender sends the queued messages in order; after a failure it drops the
-// rest and flush reports the first error.
-func (p *pipeline) sender() {
-	for m := range p.sends {
-		p.sendMu.Lock()
-		failed := p.sendErr != nil
-		p.sendMu.Unlock()
-		if !failed {
-			if err := m.c.Send(m.buf, m.to); err != nil {
-				p.sendMu.Lock()
-				p.sendErr = err
-				p.sendMu.Unlock()
-			}
+// transfer is one end of a point-to-point transfer of a stage: the link,
+// the tensor sent or received into, and what it is, for errors.
+type transfer struct {
+	link *parallel.Group
+	x    *tensor.Tensor
+	what string
+}
+
+// incoming is what op must receive before it runs: the activations of
+// its micro-batch (a forward off the first stage) or the gradient of its
+// output (a backward off the last); ok is false when it needs nothing.
+func (p *pipeline) incoming(op parallel.PipeOp) (transfer, bool) {
+	if op.Backward {
+		if p.next == nil {
+			return transfer{}, false
 		}
-		p.pending.Done()
+		return transfer{p.next, p.t.stageGradient(), fmt.Sprintf("the gradient of micro-batch %d", op.Micro)}, true
 	}
+	if p.prev == nil {
+		return transfer{}, false
+	}
+	return transfer{p.prev, p.slots[op.Micro%len(p.slots)].in, fmt.Sprintf("the activations of micro-batch %d", op.Micro)}, true
 }
 
-// send queues a copy of x for the peer of link c (the other rank of the
-// 2-rank group).
-func (p *pipeline) send(c nccl.Comm, x *tensor.Tensor) {
-	buf := make([]float32, x.Len())
-	p.t.dev.CopyToHost(buf, x)
-	p.pending.Add(1)
-	p.sends <- pipeSend{c: c, to: 1 - c.Rank(), buf: buf}
-}
-
-// recv fills p.buf from the peer of link c, counting the time as waiting.
-// A send that failed fails it first: the stage stops instead of waiting
-// for a neighbour that waits for the lost message.
-func (p *pipeline) recv(c nccl.Comm, what string) error {
-	p.sendMu.Lock()
-	serr := p.sendErr
-	p.sendMu.Unlock()
-	if serr != nil {
-		return fmt.Errorf("pipeline stage %d: sending: %w", p.stage, serr)
+// timed runs f, a transfer that may wait on a neighbour, and counts its
+// time as waiting: the device is drained before (the compute is not
+// waiting) and after (the transfer done).
+func (p *pipeline) timed(f func() error) error {
+	if err := p.t.dev.Sync(); err != nil {
+		return err
 	}
 	start := time.Now()
-	err := c.Recv(p.buf, 1-c.Rank())
-	p.wait += time.Since(start)
-	if err != nil {
-		return fmt.Errorf("pipeline stage %d: receiving %s: %w", p.stage, what, err)
+	err := f()
+	if err == nil {
+		err = p.t.dev.Sync()
+	}
+	d := time.Since(start)
+	p.wait += d
+	p.busy += d
+	return err
+}
+
+// receive runs in alone.
+func (p *pipeline) receive(in transfer) error {
+	if err := p.timed(func() error { return in.link.Recv(in.x, 1-in.link.Rank()) }); err != nil {
+		return fmt.Errorf("pipeline stage %d: receiving %s: %w", p.stage, in.what, err)
 	}
 	return nil
 }
 
-// flush waits for the queued sends and returns the first send error.
-func (p *pipeline) flush() error {
-	start := time.Now()
-	p.pending.Wait()
-	p.wait += time.Since(start)
-	p.sendMu.Lock()
-	defer p.sendMu.Unlock()
-	if p.sendErr != nil {
-		return fmt.Errorf("pipeline stage %d: sending: %w", p.stage, p.sendErr)
+// send sends x over link alone, or as one exchange with in when in comes
+// over the same link (then in has been received when it returns).
+func (p *pipeline) send(link *parallel.Group, x *tensor.Tensor, what string, in *transfer) error {
+	peer := 1 - link.Rank()
+	if in != nil {
+		if err := p.timed(func() error { return link.SendRecv(x, in.x, peer) }); err != nil {
+			return fmt.Errorf("pipeline stage %d: exchanging %s for %s: %w", p.stage, what, in.what, err)
+		}
+		return nil
+	}
+	if err := p.timed(func() error { return link.Send(x, peer) }); err != nil {
+		return fmt.Errorf("pipeline stage %d: sending %s: %w", p.stage, what, err)
 	}
 	return nil
 }
 
 // step runs the step's micro-batches (drawn by next) through the stage in
-// the 1F1B order, each backward scaled by scale. It returns the mean loss
-// over the micro-batches on the last stage, 0 on the others.
+// the 1F1B order, each backward scaled by scale, its transfers in the
+// order pipeline describes. It returns the mean loss over the
+// micro-batches on the last stage, 0 on the others.
 func (p *pipeline) step(next func(*Batch), scale float32) (float64, error) {
 	for i := range p.batches {
 		next(&p.batches[i])
 	}
 	p.wait = 0
-	if p.dl != nil {
-		return p.stepDevice(scale)
-	}
+	ops := parallel.OneFOneB(p.stages, p.stage, p.micro)
+	received := -1 // the op whose input an exchange brought
 	loss := 0.0
-	for _, op := range parallel.OneFOneB(p.stages, p.stage, p.micro) {
-		if op.Backward {
-			if err := p.backward(op.Micro, scale); err != nil {
+	for k, op := range ops {
+		if in, ok := p.incoming(op); ok && k != received {
+			if err := p.receive(in); err != nil {
 				return 0, err
 			}
+		}
+		s := p.slots[op.Micro%len(p.slots)]
+		var out *tensor.Tensor
+		var link *parallel.Group
+		var what string
+		if op.Backward {
+			var dout *tensor.Tensor
+			if p.next != nil {
+				dout = p.t.stageGradient()
+			}
+			dx, err := s.t.backwardStage(scale, dout)
+			if err != nil {
+				return 0, err
+			}
+			out, link, what = dx, p.prev, fmt.Sprintf("the gradient of micro-batch %d", op.Micro)
+		} else {
+			x, l, err := s.t.forwardStage(&p.batches[op.Micro], s.in, true)
+			if err != nil {
+				return 0, err
+			}
+			if math.IsNaN(l) || math.IsInf(l, 0) {
+				return 0, fmt.Errorf("loss is %v: lower --lr", l)
+			}
+			loss += l / float64(p.micro)
+			if p.next != nil {
+				p.t.dev.Copy(p.act, x)
+			}
+			out, link, what = p.act, p.next, fmt.Sprintf("the activations of micro-batch %d", op.Micro)
+		}
+		if link == nil {
 			continue
 		}
-		l, err := p.forward(&p.batches[op.Micro], op.Micro, true)
-		if err != nil {
+		var with *transfer
+		if k+1 < len(ops) {
+			if in, ok := p.incoming(ops[k+1]); ok && in.link == link {
+				with, received = &in, k+1
+			}
+		}
+		if err := p.send(link, out, what, with); err != nil {
 			return 0, err
 		}
-		if math.IsNaN(l) || math.IsInf(l, 0) {
-			return 0, fmt.Errorf("loss is %v: lower --lr", l)
-		}
-		loss += l / float64(p.micro)
 	}
-	return loss, p.flush()
+	return loss, nil
 }
 
 // forward receives micro-batch i's input from the previous stage (unless
 // first), runs the stage in the micro-batch's slot and sends its output on
-// (unless last).
+// (unless last), each transfer alone.
 func (p *pipeline) forward(b *Batch, i int, train bool) (float64, error) {
-	if p.dl != nil {
-		return p.forwardDevice(b, i, train)
-	}
 	s := p.slots[i%len(p.slots)]
-	if p.fromPrev != nil {
-		if err := p.recv(p.fromPrev, fmt.Sprintf("the activations of micro-batch %d", i)); err != nil {
+	if in, ok := p.incoming(parallel.PipeOp{Micro: i}); ok {
+		if err := p.receive(in); err != nil {
 			return 0, err
 		}
-		p.t.dev.CopyFromHost(s.in, p.buf)
 	}
 	out, loss, err := s.t.forwardStage(b, s.in, train)
 	if err != nil {
 		return 0, err
 	}
-	if p.toNext != nil {
-		p.send(p.toNext, out)
+	if p.next != nil {
+		p.t.dev.Copy(p.act, out)
+		if err := p.send(p.next, p.act, fmt.Sprintf("the activations of micro-batch %d", i), nil); err != nil {
+			return 0, err
+		}
 	}
 	return loss, nil
-}
-
-// backward runs micro-batch i's backward through the stage from the
-// activations its slot kept: the gradient of its output from the next
-// stage (unless last), and the gradient of its input to the previous stage
-// (unless first).
-func (p *pipeline) backward(i int, scale float32) error {
-	var dout *tensor.Tensor
-	if p.fromNext != nil {
-		if err := p.recv(p.fromNext, fmt.Sprintf("the gradient of micro-batch %d", i)); err != nil {
-			return err
-		}
-		dout = p.t.stageGradient()
-		p.t.dev.CopyFromHost(dout, p.buf)
-	}
-	dx, err := p.slots[i%len(p.slots)].t.backwardStage(scale, dout)
-	if err != nil {
-		return err
-	}
-	if p.toPrev != nil {
-		p.send(p.toPrev, dx)
-	}
-	return nil
 }
 
 // evalForward runs b forward through the pipeline: its loss on the last
 // stage, 0 on the others.
 func (p *pipeline) evalForward(b *Batch) (float64, error) {
-	l, err := p.forward(b, 0, false)
-	if err != nil {
-		return 0, err
-	}
-	return l, p.flush()
+	return p.forward(b, 0, false)
 }
 
 // reduceTied sums the tied token embedding's gradient over the first and
@@ -330,16 +317,12 @@ func (p *pipeline) normParams() []*parallel.Param {
 	return out
 }
 
-// commTime is the time the step's goroutine spent in the pipeline's own
-// communicators (the sends, on their own goroutine, overlap the compute
-// and are left out).
+// commTime is the time the step's goroutine spent in the pipeline's
+// communicators: the stages' and the tied embedding's collectives, and
+// the transfers (launch to completion, waits included).
 func (p *pipeline) commTime() time.Duration {
-	var d time.Duration
-	cs := []nccl.Comm{p.pp, p.embed, p.fromPrev, p.fromNext}
-	if p.dl != nil { // device calls return at launch: the transfers' time is timed's
-		cs, d = cs[:2], p.dl.busy
-	}
-	for _, c := range cs {
+	d := p.busy
+	for _, c := range []nccl.Comm{p.pp, p.embed} {
 		if c != nil {
 			d += c.Stats().Total().Time
 		}
@@ -348,13 +331,12 @@ func (p *pipeline) commTime() time.Duration {
 }
 
 func (p *pipeline) close() {
-	if p.sends != nil {
-		close(p.sends)
-		p.sends = nil
-	}
 	closeSlots(p.t, p.slots)
 	p.slots = nil
-	p.dl.close(p.t.dev)
+	if p.act != nil {
+		p.t.dev.Free(p.act)
+		p.act = nil
+	}
 	for i := len(p.links) - 1; i >= 0; i-- {
 		p.links[i].Close()
 	}

@@ -540,6 +540,15 @@ func (s shapes) memory(dev Device) Memory {
 		bucket = max(bucket, n)
 		multi = multi || s.bucketTensors[i] > 1
 	}
+	if s.pp > 1 && !s.last {
+		// A stage that sends activations copies them into a (B,T,C) send
+		// buffer of its own (T/tp under sp).
+		act := s.N * s.C
+		if s.sp {
+			act /= s.tp
+		}
+		m.Embeddings += act * f32
+	}
 	switch {
 	case s.zero:
 		packed := int64(0)
@@ -573,19 +582,12 @@ func (s shapes) memory(dev Device) Memory {
 			groups++
 		}
 		if s.pp > 1 {
-			// The device-resident pipeline: one NCCL communicator per
-			// neighbour, and a stage that sends activations copies them
-			// into a (B,T,C) send buffer of its own (T/tp under sp).
+			// The pipeline: one NCCL communicator per neighbour.
 			if !s.first {
 				groups++
 			}
 			if !s.last {
 				groups++
-				act := s.N * s.C
-				if s.sp {
-					act /= s.tp
-				}
-				m.Embeddings += act * f32
 			}
 		}
 		m.CommBuffers = groups * ncclBuffers
