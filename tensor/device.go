@@ -154,6 +154,29 @@ type Device interface {
 	// accumulated in float64 (a squared L2 norm for gradient clipping). It
 	// waits for the work that writes ts.
 	SumSquares(ts ...*Tensor) float64
+
+	// The step's scalars, kept in device memory so that a GPU step waits
+	// for the device once (a float64 in two float32 slots, low bits
+	// first; scalars.go has the rules).
+
+	// SumSquaresEach writes SumSquares of each of ts (0 for nil) into out
+	// as float64s, and 0 into the rest of out.
+	SumSquaresEach(out *Tensor, ts ...*Tensor)
+	// SumBlocks adds in's blocks of out.Len() floats (float64s) into out,
+	// element by element, in block order.
+	SumBlocks(out, in *Tensor)
+	// ClipNorm sums sq's float64s in order and writes the square root (a
+	// float64, out[0:2]) and the clip scale (out[2]: clip/(norm+1e-6) when clip > 0 and the norm exceeds it, else 1).
+	ClipNorm(out, sq *Tensor, clip float64)
+	// AdamWScaled is AdamW with the gradient scale read from scale[0].
+	AdamWScaled(param, grad, m, v *Tensor, p AdamWParams, scale *Tensor)
+	// SumTo sets (or adds to) out[0] alpha times the float64 sum of x.
+	SumTo(out *Tensor, alpha float32, accumulate bool, x *Tensor)
+	// Fetch copies src into dst once every enqueued operation is done and
+	// returns the first error since the last Sync: a step's one wait.
+	Fetch(dst []float32, src *Tensor) error
+	// HostSyncs counts the times the host waited for the device.
+	HostSyncs() int64
 }
 
 // MemStats is a device's memory accounting, in bytes.

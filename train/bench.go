@@ -3,10 +3,8 @@ package train
 import (
 	"fmt"
 	"math/rand/v2"
-	"time"
 
 	"github.com/hpcrun/hpcrun/nccl"
-	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
 )
 
@@ -19,9 +17,9 @@ type StepTiming struct {
 	HostSyncs     int64     // host synchronisations in the last step (GPU step: 1); 0 on the CPU
 }
 
-// BenchStep times full training steps (forward, backward, grad norm, AdamW)
-// of cfg's model on one rank (tp=1, dp=1) on random tokens: warmup untimed
-// steps, then steps timed ones. The vocabulary is the tokenizer's (GPT-2's
+// BenchStep times the training loop's steps (forward, backward, grad norm,
+// AdamW) of cfg's model on one rank (tp=1, dp=1) on random tokens: warmup
+// untimed steps, then steps timed ones. The vocabulary is the tokenizer's (GPT-2's
 // 50257 for the gpt2 presets) without loading any data.
 func BenchStep(cfg Config, dev tensor.Device, warmup, steps int) (StepTiming, error) {
 	cfg.NTasks, cfg.TP, cfg.GradAccum = 1, 1, 1
@@ -61,72 +59,22 @@ func BenchStep(cfg Config, dev tensor.Device, warmup, steps int) (StepTiming, er
 	data := &Data{Tokenizer: ByteTokenizer{}, Vocab: vocab, Train: d, Val: d}
 	world := nccl.NewInProcess(1)[0]
 	defer world.Close()
-	m, err := parallel.NewMesh(world, 1)
+	cfg.Steps, cfg.Shuffle = warmup+steps, false
+	t, err := newTrainer(cfg, world, Options{Data: data, Device: dev}, nil)
 	if err != nil {
 		return StepTiming{}, err
 	}
-	mod, err := newModel(cfg, data, m, dev)
-	if err != nil {
-		return StepTiming{}, err
-	}
-	defer mod.Close()
-	opt, err := NewAdamW(dev, mod.Params(), cfg.WeightDecay, cfg.GradClip)
-	if err != nil {
-		return StepTiming{}, err
-	}
-	defer opt.Close()
-	var b Batch
-	idx := make([]int, B)
-	for i := range idx {
-		idx[i] = i
-	}
-	d.Gather(&b, idx)
+	defer t.close()
 	res := StepTiming{Params: ParamCount(cfg, vocab), TokensPerStep: B * T}
-	// On a CUDA device the GPT step is the training loop's GPU step (one
-	// host synchronisation); elsewhere the host step below.
-	ds, _, err := newDeviceStep(dev, mod, nil, nil)
-	if err != nil {
-		return res, err
-	}
-	if ds != nil {
-		defer ds.close()
-	}
-	for s := 0; s < warmup+steps; s++ {
-		start := time.Now()
-		if ds != nil {
-			r, err := ds.run(mod, nil, opt, 0, cfg.GradClip, 1e-4, 1, func() *Batch { return &b })
-			if err != nil {
-				return res, fmt.Errorf("step %d: %w", s, err)
-			}
-			if s >= warmup {
-				res.StepS = append(res.StepS, time.Since(start).Seconds())
-			}
-			res.Loss, res.HostSyncs = r.loss, r.syncs
-			continue
-		}
-		mod.MarkGradsStale()
-		loss, err := mod.Forward(&b, true)
+	for s := range warmup + steps {
+		m, err := t.trainStep(s)
 		if err != nil {
-			return res, err
-		}
-		if err := mod.Backward(1); err != nil {
-			return res, err
-		}
-		if err := mod.ReduceGrads(); err != nil {
-			return res, err
-		}
-		norm, err := GradNorm(dev, mod.Params(), m.TP)
-		if err != nil {
-			return res, err
-		}
-		opt.Step(1e-4, norm)
-		if err := dev.Sync(); err != nil {
 			return res, fmt.Errorf("step %d: %w", s, err)
 		}
 		if s >= warmup {
-			res.StepS = append(res.StepS, time.Since(start).Seconds())
+			res.StepS = append(res.StepS, m.StepS)
 		}
-		res.Loss = loss
+		res.Loss, res.HostSyncs = m.Loss, m.HostSyncs
 	}
 	return res, nil
 }

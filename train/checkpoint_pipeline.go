@@ -33,7 +33,16 @@ func zeroPartDir(dir string, pp int) string {
 
 // stageParams are the parameters this stage saves: its own, without the
 // last stage's copy of the tied embedding (the first stage saves it).
-func (t *trainer) stageParams() []*parallel.Param { return t.pipe.normParams() }
+func (t *trainer) stageParams() []*parallel.Param {
+	skip := t.pipe.uncounted()
+	var out []*parallel.Param
+	for _, q := range t.pipe.t.params {
+		if q != skip {
+			out = append(out, q)
+		}
+	}
+	return out
+}
 
 // savePipeline writes this rank's part of the checkpoint and, on stage 0,
 // joins the parts; every rank agrees on each phase. It returns, on rank

@@ -52,6 +52,10 @@ type addressedDevice struct {
 	mem *deviceMemory
 }
 
+// Stream makes it a streamed device: a group with a device communicator
+// runs its collectives on device addresses (parallel.Group.Resident).
+func (d *addressedDevice) Stream() uintptr { return 0 }
+
 func (d *addressedDevice) Alloc(shape ...int) (*tensor.Tensor, error) {
 	t, err := d.hostScalars.Alloc(shape...)
 	if err != nil || t.Len() == 0 {

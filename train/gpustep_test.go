@@ -12,53 +12,14 @@ import (
 	"github.com/hpcrun/hpcrun/tensor"
 )
 
-// hostScalars gives the CPU device the GPU step's scalar operations,
-// computed in host memory by the rules the CUDA kernels follow (they are
-// checked against the CPU in tensor/cuda's GPU tests), so that the GPU
-// step's logic runs here: loss kept as a sum, norm and clip coefficient
-// read by the update, one read a step.
+// hostScalars is the CPU device seen as another device: the step keeps
+// its loss in device memory there as on a GPU (lossOnDevice), and its
+// reads are counted, so that the GPU step's logic runs here: loss summed
+// on the device, norm and clip coefficient read by the update, one read a
+// step.
 type hostScalars struct {
 	*tensor.CPUDevice
 	syncs int64
-}
-
-func (h *hostScalars) Stream() uintptr { return 0 }
-
-func (h *hostScalars) SumSquaresTo(out *tensor.Tensor, accumulate bool, ts ...*tensor.Tensor) {
-	o := out.Host()
-	s := h.SumSquares(ts...)
-	if accumulate {
-		s += float64(o[0]) + float64(o[1])
-	}
-	o[0] = float32(s)
-	o[1] = float32(s - float64(o[0]))
-}
-
-func (h *hostScalars) ClipScale(out, sumsq *tensor.Tensor, clip float32) {
-	o, ss := out.Host(), sumsq.Host()
-	norm := math.Sqrt(float64(ss[0]) + float64(ss[1]))
-	o[0] = 1
-	if clip > 0 && norm > float64(clip) {
-		o[0] = float32(float64(clip) / (norm + 1e-6))
-	}
-	o[1] = float32(norm)
-}
-
-func (h *hostScalars) AdamWScaled(param, grad, m, v *tensor.Tensor, p tensor.AdamWParams, scale *tensor.Tensor) {
-	p.GradScale = scale.Host()[0]
-	h.AdamW(param, grad, m, v, p)
-}
-
-func (h *hostScalars) SumTo(out *tensor.Tensor, alpha float32, accumulate bool, x *tensor.Tensor) {
-	var s float64
-	for _, v := range x.Host() {
-		s += float64(v)
-	}
-	v := float64(alpha) * s
-	if accumulate {
-		v += float64(out.Host()[0])
-	}
-	out.Host()[0] = float32(v)
 }
 
 func (h *hostScalars) Fetch(dst []float32, src *tensor.Tensor) error {
@@ -108,11 +69,18 @@ func TestDeviceStepMatchesHostStep(t *testing.T) {
 	if n := strings.Count(string(b), `"host_syncs":1,`); n != cfg.Steps {
 		t.Errorf("%d step lines say host_syncs 1, want %d:\n%s", n, cfg.Steps, b)
 	}
-	// The classifier reads its predictions each micro-batch: host step.
-	if ds, why, err := newDeviceStep(gpu, &transformer{}, nil, nil); ds != nil || err != nil || why == "" {
-		t.Errorf("classifier: %v, %q, %v; want the host step and why", ds, why, err)
+	// The classifier reads its predictions each micro-batch, a pipeline
+	// its last stage's loss, the CPU every loss: read as made.
+	if lm, why := lossOnDevice(gpu, &transformer{}, false); lm != nil || why == "" {
+		t.Errorf("classifier: %v, %q; want the loss read each micro-batch, and why", lm, why)
 	}
-	if ds, why, _ := newDeviceStep(tensor.NewCPU(), nil, nil, nil); ds != nil || why != "" {
-		t.Errorf("cpu: %v, %q; want the host step, silently", ds, why)
+	if lm, why := lossOnDevice(gpu, &transformer{gpt: true}, true); lm != nil || why == "" {
+		t.Errorf("pipeline: %v, %q; want the loss read each micro-batch, and why", lm, why)
+	}
+	if lm, why := lossOnDevice(tensor.NewCPU(), &transformer{gpt: true}, false); lm != nil || why != "" {
+		t.Errorf("cpu: %v, %q; want the loss read as made, silently", lm, why)
+	}
+	if lm, _ := lossOnDevice(gpu, &transformer{gpt: true}, false); lm == nil {
+		t.Error("a language model on a device: want its loss kept there")
 	}
 }

@@ -127,11 +127,11 @@ type trainer struct {
 	dev     tensor.Device
 	data    *Data
 	model   model
-	opt     *AdamW
-	sync    *GradSync
-	zero    *ZeRO1      // --zero 1: the optimizer (opt is its hyperparameters)
-	gpu     *deviceStep // the GPU step, when the device and groups allow it
-	pipe    *pipeline   // pp > 1: this rank's pipeline stage
+	opt     *AdamW    // the moments (replicated) or the hyperparameters (ZeRO-1)
+	optim   optimizer // replicated AdamW or ZeRO-1
+	zero    *ZeRO1    // --zero 1: optim
+	lm      deviceLM  // the model, when the step keeps its loss on the device (step.go)
+	pipe    *pipeline // pp > 1: this rank's pipeline stage
 	sampler *Sampler
 	w       *metrics.Writer
 	log     io.Writer
@@ -259,30 +259,34 @@ func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*t
 		}
 	}
 	params := t.model.Params()
+	var pp nccl.Comm
+	var skip *parallel.Param
+	if t.pipe != nil {
+		pp, skip = t.mesh.PP, t.pipe.uncounted()
+	}
 	if cfg.Zero == 1 {
 		if t.zero, err = NewZeRO1(t.dev, params, t.mesh.DP, t.mesh.TP, cfg.WeightDecay, cfg.GradClip, 0); err != nil {
 			return nil, err
 		}
+		t.opt, t.optim = t.zero.AdamW, t.zero
 		if t.pipe != nil {
-			t.zero.setPipeline(t.mesh.PP, t.pipe.uncounted())
+			if err := t.zero.setPipeline(pp, skip); err != nil {
+				return nil, err
+			}
 		}
-		t.opt = t.zero.AdamW
-	} else if t.opt, err = NewAdamW(t.dev, params, cfg.WeightDecay, cfg.GradClip); err != nil {
-		return nil, err
-	}
-	t.opt.SetBetas(cfg.adam())
-	t.sync = NewGradSync(t.dev, t.mesh.DP, params, 0)
-	if t.pipe == nil && (t.zero == nil || t.zero.gpu != nil) {
-		gpu, why, err := newDeviceStep(t.dev, t.model, parallel.NewDeviceGroup(t.mesh.TP, t.dev), parallel.NewDeviceGroup(t.mesh.DP, t.dev))
-		if err != nil {
+	} else {
+		if t.opt, err = NewAdamW(t.dev, params, cfg.WeightDecay, cfg.GradClip); err != nil {
 			return nil, err
 		}
-		if t.gpu = gpu; gpu != nil {
-			gpu.zero = t.zero
+		if t.optim, err = newReplicated(t.dev, params, t.opt, t.mesh.DP, t.mesh.TP, pp, skip, cfg.GradClip); err != nil {
+			t.opt.Close()
+			return nil, err
 		}
-		if why != "" {
-			t.logf("step: the loss and the gradient norm go through the host each step: %s", why)
-		}
+	}
+	t.opt.SetBetas(cfg.adam())
+	var why string
+	if t.lm, why = lossOnDevice(t.dev, t.model, t.pipe != nil); why != "" {
+		t.logf("%s", why)
 	}
 	if w != nil {
 		if err := t.writeRunLine(); err != nil {
@@ -302,11 +306,8 @@ func (t *trainer) close() {
 	if t.model != nil {
 		t.model.Close()
 	}
-	if t.sync != nil {
-		t.sync.Close()
-	}
-	if t.zero != nil {
-		t.zero.Close()
+	if t.optim != nil {
+		t.optim.close()
 	}
 	if t.closeDev != nil {
 		t.closeDev()
@@ -434,77 +435,6 @@ func (t *trainer) evalAndLog(res *Result, step int) error {
 		t.logf("step %d: val loss %.4f accuracy %.1f%%", e.Step, e.Loss, 100*e.Accuracy)
 	}
 	return nil
-}
-
-// trainStep runs grad_accum micro-batches and one optimizer step.
-func (t *trainer) trainStep(step int) (metrics.Step, error) {
-	if t.gpu != nil {
-		return t.trainStepDevice(step)
-	}
-	if t.pipe != nil {
-		return t.trainStepPipeline(step)
-	}
-	start, comm0 := time.Now(), t.commNow()
-	t.model.MarkGradsStale()
-	loss := 0.0
-	var tokens, samples int64
-	accum := t.cfg.GradAccum
-	for a := 0; a < accum; a++ {
-		b := t.nextBatch()
-		l, err := t.model.Forward(b, true)
-		if err != nil {
-			return metrics.Step{}, err
-		}
-		if math.IsNaN(l) || math.IsInf(l, 0) {
-			return metrics.Step{}, fmt.Errorf("loss is %v: lower --lr", l)
-		}
-		if err := t.model.Backward(1 / float32(accum)); err != nil {
-			return metrics.Step{}, err
-		}
-		loss += l / float64(accum)
-		samples += int64(b.B)
-		tokens += int64(b.B * b.T)
-	}
-	if err := t.model.ReduceGrads(); err != nil {
-		return metrics.Step{}, err
-	}
-	lr := scheduleLR(t.cfg, step, t.total)
-	norm, err := t.optimize(lr)
-	if err != nil {
-		return metrics.Step{}, err
-	}
-	if loss, err = t.dpMean(loss); err != nil {
-		return metrics.Step{}, err
-	}
-	if err := t.dev.Sync(); err != nil {
-		return metrics.Step{}, err
-	}
-	mem := t.dev.MemStats()
-	return metrics.Step{
-		Step: step + 1, Epoch: t.epoch, Loss: loss, LR: lr, GradNorm: norm,
-		Tokens: tokens, Samples: samples,
-		StepS: time.Since(start).Seconds(), CommS: (t.commNow() - comm0).Seconds(),
-		MemBytes: mem.Current, MemPeakBytes: mem.Peak,
-	}, nil
-}
-
-// optimize averages the gradients over the data-parallel group, clips them
-// and updates the parameters at lr (ZeRO-1's reduce-scatter, sharded
-// update and all-gather, or GradSync's all-reduce and a replicated
-// AdamW); it returns the gradient norm.
-func (t *trainer) optimize(lr float64) (float64, error) {
-	if t.zero != nil {
-		return t.zero.Step(lr)
-	}
-	if err := t.sync.Sync(); err != nil {
-		return 0, err
-	}
-	norm, err := GradNorm(t.dev, t.model.Params(), t.mesh.TP)
-	if err != nil {
-		return 0, err
-	}
-	t.opt.Step(lr, norm)
-	return norm, nil
 }
 
 // dpMean averages a scalar over the data-parallel group.

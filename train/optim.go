@@ -2,7 +2,6 @@ package train
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/parallel"
@@ -59,134 +58,13 @@ func (o *AdamW) Close() {
 	o.m, o.v = nil, nil
 }
 
-// GradNorm is the L2 norm of the whole model's gradient. Sharded parameters
-// count on every TP rank and replicated ones on TP rank 0 only; the squares
-// are then summed over the TP group. Gradients are the same on every DP rank
-// (after the DP all-reduce), so the DP group needs no reduction.
-func GradNorm(dev tensor.Device, params []*parallel.Param, tp nccl.Comm) (float64, error) {
-	return gradNormOver(dev, params, tp, nil)
-}
-
-// gradNormOver is GradNorm with the squares also added over pp, the
-// stages of a pipeline (nil: one stage), each stage giving params without
-// the copies of a parameter another stage counts.
-func gradNormOver(dev tensor.Device, params []*parallel.Param, tp, pp nccl.Comm) (float64, error) {
-	sq := make([]float64, len(params))
-	for i, p := range params {
-		if !p.Shard.Replicated() || tp == nil || tp.Rank() == 0 {
-			sq[i] = dev.SumSquares(p.Grad)
-		}
-	}
-	return normFromSquares(sq, pp, tp)
-}
-
-// normFromSquares is the global gradient norm from this rank's sums of
-// squares, one per parameter it counts (in the model's order): each is
-// summed over the groups in sum (ZeRO-1's DP group, then TP) in rank
-// order, the stages' lists are joined in stage order over pp, and the
-// whole list is summed in order. The values travel as the bits of their
-// float64s (all-gathers copy them), so a model split over any number of
-// stages adds the same numbers in the same order as one stage does, and
-// its clip coefficient is the same to the bit: a float32 all-reduce would
-// round the sum differently for every split.
-func normFromSquares(sq []float64, pp nccl.Comm, sum ...nccl.Comm) (float64, error) {
-	for _, c := range sum {
-		if c == nil || c.Size() == 1 {
-			continue
-		}
-		all, err := gatherFloat64s(c, sq)
-		if err != nil {
-			return 0, fmt.Errorf("grad norm: %w", err)
-		}
-		for i := range sq {
-			sq[i] = 0
-			for r := range c.Size() {
-				sq[i] += all[r*len(sq)+i]
-			}
-		}
-	}
-	if pp != nil && pp.Size() > 1 {
-		// The stages count different numbers of parameters: pad to the
-		// largest, the first entry of each stage's list being its length.
-		most := []float32{float32(len(sq))}
-		if err := pp.AllReduce(most, nccl.Max); err != nil {
-			return 0, fmt.Errorf("grad norm: %w", err)
-		}
-		n := int(most[0]) + 1
-		mine := make([]float64, n)
-		mine[0] = float64(len(sq))
-		copy(mine[1:], sq)
-		all, err := gatherFloat64s(pp, mine)
-		if err != nil {
-			return 0, fmt.Errorf("grad norm: %w", err)
-		}
-		sq = sq[:0:0]
-		for s := range pp.Size() {
-			stage := all[s*n : (s+1)*n]
-			sq = append(sq, stage[1:1+int(stage[0])]...)
-		}
-	}
-	total := 0.0
-	for _, v := range sq {
-		total += v
-	}
-	return math.Sqrt(total), nil
-}
-
-// gatherFloat64s all-gathers x (the same length on every rank of c) bit
-// for bit; the result holds rank r's x at [r*len(x), (r+1)*len(x)).
-func gatherFloat64s(c nccl.Comm, x []float64) ([]float64, error) {
-	send := packFloat64s(x)
-	recv := make([]float32, len(send)*c.Size())
-	if err := c.AllGather(send, recv); err != nil {
-		return nil, err
-	}
-	return unpackFloat64s(recv), nil
-}
-
-// packFloat64s carries each float64 of x as two float32 bit patterns, for
-// collectives that copy (all-gather, broadcast) and so keep every bit.
-func packFloat64s(x []float64) []float32 {
-	out := make([]float32, 2*len(x))
-	for i, v := range x {
-		b := math.Float64bits(v)
-		out[2*i], out[2*i+1] = math.Float32frombits(uint32(b>>32)), math.Float32frombits(uint32(b))
-	}
-	return out
-}
-
-// unpackFloat64s undoes packFloat64s.
-func unpackFloat64s(b []float32) []float64 {
-	out := make([]float64, len(b)/2)
-	for i := range out {
-		out[i] = math.Float64frombits(uint64(math.Float32bits(b[2*i]))<<32 | uint64(math.Float32bits(b[2*i+1])))
-	}
-	return out
-}
-
-// Step applies one AdamW update at learning rate lr to the gradients in the
-// params, after clipping them to the global norm norm (from GradNorm).
-func (o *AdamW) Step(lr, norm float64) {
-	o.step++
-	scale := float32(1)
-	if o.clip > 0 && norm > o.clip {
-		scale = float32(o.clip / (norm + 1e-6))
-	}
-	for i, p := range o.params {
-		o.dev.AdamW(p.Data, p.Grad, o.m[i], o.v[i], o.hyper(p, lr, scale))
-	}
-}
-
-// StepScaled is Step with the clip coefficient read from scale[0] in
-// device memory (deviceStep.norm's), so that the host need not wait for
-// the norm. The device must have AdamWScaled (the CUDA device).
+// StepScaled applies one AdamW update at learning rate lr to the
+// gradients in the params, scaled by the clip coefficient in scale[0] in
+// device memory (gradNorm's), so that the host need not wait for the norm.
 func (o *AdamW) StepScaled(lr float64, scale *tensor.Tensor) {
-	d := o.dev.(interface {
-		AdamWScaled(param, grad, m, v *tensor.Tensor, p tensor.AdamWParams, scale *tensor.Tensor)
-	})
 	o.step++
 	for i, p := range o.params {
-		d.AdamWScaled(p.Data, p.Grad, o.m[i], o.v[i], o.hyper(p, lr, 1), scale)
+		o.dev.AdamWScaled(p.Data, p.Grad, o.m[i], o.v[i], o.hyper(p, lr, 1), scale)
 	}
 }
 
@@ -302,6 +180,59 @@ func (s *GradSync) Close() {
 		s.dev.Free(s.buf)
 		s.buf = nil
 	}
+}
+
+// optimizer turns a step's gradients into the parameters' update: the
+// replicated AdamW after a data-parallel all-reduce, or ZeRO-1.
+type optimizer interface {
+	// reduce averages the gradients over the data-parallel group.
+	reduce() error
+	// update enqueues the gradient norm, the clip and AdamW at lr.
+	update(lr float64) error
+	// gradNorm is the norm update computes, and the step's scalars.
+	gradNorm() *gradNorm
+	close()
+}
+
+// replicated is the optimizer of data-parallel ranks that each hold all
+// the moments: GradSync's all-reduce, then the norm and AdamW.
+type replicated struct {
+	sync  *GradSync
+	adam  *AdamW
+	norm  *gradNorm
+	views []*tensor.Tensor // the norm's list of gradients
+}
+
+// newReplicated makes the replicated optimizer of params with adam's
+// moments: the norm summed over tp and joined over a pipeline's stages pp
+// (nil: none), leaving out skip (a copy another stage counts).
+func newReplicated(dev tensor.Device, params []*parallel.Param, adam *AdamW, dp, tp, pp nccl.Comm, skip *parallel.Param, clip float64) (*replicated, error) {
+	r := &replicated{sync: NewGradSync(dev, dp, params, 0), adam: adam}
+	tpg := parallel.NewDeviceGroup(tp, dev)
+	r.views = normViews(params, skip, tpg.Rank(), func(i int) *tensor.Tensor { return params[i].Grad })
+	var err error
+	if r.norm, err = newGradNorm(dev, len(r.views), clip, parallel.NewDeviceGroup(pp, dev), tpg); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *replicated) reduce() error { return r.sync.Sync() }
+
+func (r *replicated) update(lr float64) error {
+	if err := r.norm.compute(r.views); err != nil {
+		return err
+	}
+	r.adam.StepScaled(lr, r.norm.scale())
+	return nil
+}
+
+func (r *replicated) gradNorm() *gradNorm { return r.norm }
+
+func (r *replicated) close() {
+	r.sync.Close()
+	r.norm.close()
+	r.adam.Close()
 }
 
 // Moments returns the AdamW first and second moments of parameter i (in

@@ -37,7 +37,7 @@ func TestGradNormUnderTP(t *testing.T) {
 			newParam(t, dev, "w", sharded[2*r:2*r+2], false),
 			newParam(t, dev, "ln", replicated, true),
 		}
-		got, err := GradNorm(dev, ps, c)
+		got, err := normOf(dev, ps, c, 0)
 		if err != nil {
 			return err
 		}
@@ -90,11 +90,20 @@ func TestAdamWClips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	norm, _ := GradNorm(dev, []*parallel.Param{p}, nil)
-	if norm != 50 {
+	g, err := newGradNorm(dev, 1, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.compute([]*tensor.Tensor{p.Grad}); err != nil {
+		t.Fatal(err)
+	}
+	if norm, _ := g.read(); norm != 50 {
 		t.Fatalf("norm %g", norm)
 	}
-	o.Step(0.1, norm)
+	if s := g.scale().Host()[0]; s != float32(1/(50+1e-6)) {
+		t.Fatalf("clip scale %g, want 1/(50+1e-6)", s)
+	}
+	o.StepScaled(0.1, g.scale())
 	// Adam's first step moves every weight by lr*sign(g), whatever the
 	// scale: clipping must not change that.
 	for i, w := range p.Data.Host() {
@@ -102,4 +111,19 @@ func TestAdamWClips(t *testing.T) {
 			t.Errorf("w[%d] = %g after one step, want -0.1", i, w)
 		}
 	}
+}
+
+// normOf is the gradient norm of params summed over the TP group tp, by
+// the training step's rule.
+func normOf(dev tensor.Device, params []*parallel.Param, tp nccl.Comm, clip float64) (float64, error) {
+	tpg := parallel.NewDeviceGroup(tp, dev)
+	g, err := newGradNorm(dev, len(params), clip, nil, tpg)
+	if err != nil {
+		return 0, err
+	}
+	defer g.close()
+	if err := g.compute(normViews(params, nil, tpg.Rank(), func(i int) *tensor.Tensor { return params[i].Grad })); err != nil {
+		return 0, err
+	}
+	return g.read()
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
-	"github.com/hpcrun/hpcrun/train/metrics"
 )
 
 // pipeline runs one stage of a pipeline-parallel model (pp > 1) through
@@ -284,11 +283,12 @@ func (p *pipeline) sumStages(v []float32) error {
 // fromLast gives every stage the last stage's v, bit for bit (a float32
 // sum would round the float64 the loop reports without a pipeline).
 func (p *pipeline) fromLast(v float64) (float64, error) {
-	buf := packFloat64s([]float64{v})
+	buf := make([]float32, 2)
+	tensor.SetFloat64At(buf, 0, v)
 	if err := p.pp.Broadcast(buf, p.stages-1); err != nil {
 		return 0, err
 	}
-	return unpackFloat64s(buf)[0], nil
+	return tensor.Float64At(buf, 0), nil
 }
 
 // uncounted is the parameter this stage leaves out of the gradient norm
@@ -299,22 +299,6 @@ func (p *pipeline) uncounted() *parallel.Param {
 		return nil
 	}
 	return p.t.tiedEmbedding()
-}
-
-// normParams are the parameters this stage counts in the gradient norm:
-// all of its own but uncounted.
-func (p *pipeline) normParams() []*parallel.Param {
-	w := p.uncounted()
-	if w == nil {
-		return p.t.params
-	}
-	var out []*parallel.Param
-	for _, q := range p.t.params {
-		if q != w {
-			out = append(out, q)
-		}
-	}
-	return out
 }
 
 // commTime is the time the step's goroutine spent in the pipeline's
@@ -341,71 +325,6 @@ func (p *pipeline) close() {
 		p.links[i].Close()
 	}
 	p.links = nil
-}
-
-// trainStepPipeline is trainStep on a pipeline stage: the micro-batches
-// through the 1F1B schedule, the tied embedding's gradient summed over the
-// first and last stage, the gradient norm over every stage, and the loss
-// (the last stage's) given to every rank.
-func (t *trainer) trainStepPipeline(step int) (metrics.Step, error) {
-	start, comm0 := time.Now(), t.commNow()
-	p := t.pipe
-	t.model.MarkGradsStale()
-	loss, err := p.step(t.nextBatchInto, 1/float32(p.micro))
-	if err != nil {
-		return metrics.Step{}, err
-	}
-	span := time.Since(start)
-	if err := t.model.ReduceGrads(); err != nil {
-		return metrics.Step{}, err
-	}
-	lr := scheduleLR(t.cfg, step, t.total)
-	var norm float64
-	if t.zero != nil {
-		// ZeRO-1 cuts the summed gradient into each stage's own ranges.
-		if err := p.reduceTied(); err != nil {
-			return metrics.Step{}, err
-		}
-		if norm, err = t.zero.Step(lr); err != nil {
-			return metrics.Step{}, err
-		}
-		if err := p.alignTied(t.mesh.DP.Size()); err != nil {
-			return metrics.Step{}, err
-		}
-	} else {
-		// The tied embedding's two halves are averaged over dp first, each
-		// in its own stage's buckets, then summed: both stages add the
-		// same two tensors and so hold the same gradient to the bit.
-		if err := t.sync.Sync(); err != nil {
-			return metrics.Step{}, err
-		}
-		if err := p.reduceTied(); err != nil {
-			return metrics.Step{}, err
-		}
-		if norm, err = gradNormOver(t.dev, p.normParams(), t.mesh.TP, t.mesh.PP); err != nil {
-			return metrics.Step{}, err
-		}
-		t.opt.Step(lr, norm)
-	}
-	if loss, err = p.fromLast(loss); err != nil {
-		return metrics.Step{}, fmt.Errorf("pipeline loss: %w", err)
-	}
-	if loss, err = t.dpMean(loss); err != nil {
-		return metrics.Step{}, err
-	}
-	if err := t.dev.Sync(); err != nil {
-		return metrics.Step{}, err
-	}
-	mem := t.dev.MemStats()
-	b := t.cfg.BatchSize * p.micro
-	return metrics.Step{
-		Step: step + 1, Epoch: t.epoch, Loss: loss, LR: lr, GradNorm: norm,
-		Tokens: int64(b * t.cfg.Seq), Samples: int64(b),
-		StepS: time.Since(start).Seconds(), CommS: (t.commNow() - comm0).Seconds(),
-		MemBytes: mem.Current, MemPeakBytes: mem.Peak,
-		Bubble:       p.wait.Seconds() / span.Seconds(),
-		BubbleTheory: parallel.BubbleFraction(p.stages, p.micro),
-	}, nil
 }
 
 // pipeNote describes the pipeline for the start line ("" without one).

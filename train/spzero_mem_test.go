@@ -57,7 +57,8 @@ func spSaving(cfg Config) int64 {
 // zeroSaving is the bytes per rank that ZeRO-1 saves: the moments of all
 // but this rank's range of every bucket, and GradSync's bucket buffer
 // (the biggest bucket of several gradients), less ZeRO-1's own buffers
-// (the biggest packed bucket, padded, and its range).
+// (the biggest packed bucket, padded, and its range) and its gradient
+// norm's all-gather over dp of each parameter's float64 squares.
 func zeroSaving(cfg Config, params []*parallel.Param) int64 {
 	dp := cfg.DP()
 	s := NewGradSync(nil, nil, params, 0)
@@ -76,7 +77,8 @@ func zeroSaving(cfg Config, params []*parallel.Param) int64 {
 			packed = max(packed, int64(per*dp))
 		}
 	}
-	return 4 * (saved + sync - packed - packed/int64(dp))
+	gather := int64(2 * len(params) * dp)
+	return 4 * (saved + sync - packed - packed/int64(dp) - gather)
 }
 
 // TestSPZeroMemory measures the engine's peak per rank with and without

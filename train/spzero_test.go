@@ -360,11 +360,18 @@ func TestZeroStep(t *testing.T) {
 		if err := NewGradSync(dev, c, ref, 40).Sync(); err != nil {
 			return err
 		}
-		norm, err := GradNorm(dev, ref, nil)
+		gn, err := newGradNorm(dev, len(ref), 0.5, nil)
 		if err != nil {
 			return err
 		}
-		adam.Step(1e-2, norm)
+		if err := gn.compute(normViews(ref, nil, 0, func(i int) *tensor.Tensor { return ref[i].Grad })); err != nil {
+			return err
+		}
+		adam.StepScaled(1e-2, gn.scale())
+		norm, err := gn.read()
+		if err != nil {
+			return err
+		}
 		z, err := NewZeRO1(dev, got, c, nil, 0.1, 0.5, 40)
 		if err != nil {
 			return err

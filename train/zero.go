@@ -34,12 +34,12 @@ type ZeRO1 struct {
 
 	dev         tensor.Device
 	dp, tp      *parallel.Group
-	pp          *parallel.Group // a pipeline's stages, whose squares the norm also sums (nil: none)
 	uncount     *parallel.Param // a parameter another stage counts in the norm (the tied embedding's copy)
 	params      []*parallel.Param
+	ranges      []*tensor.Tensor // this rank's range of each gradient (nil: none)
 	buckets     []zeroBucket
 	flat, shard *tensor.Tensor // a packed bucket, padded, and this rank's range of it (nil: no bucket is packed)
-	gpu         *zeroDevice    // the norm and the clip coefficient in device memory (nil: on the host)
+	norm        *gradNorm      // over this rank's ranges: summed over dp, then tp
 }
 
 // zeroBucket is one bucket: its parameters, its padded size and this
@@ -79,7 +79,8 @@ func NewZeRO1(dev tensor.Device, params []*parallel.Param, dp, tp nccl.Comm, wei
 	if err != nil {
 		return nil, err
 	}
-	z := &ZeRO1{AdamW: adam, dev: dev, dp: parallel.NewDeviceGroup(dp, dev), tp: parallel.NewDeviceGroup(tp, dev), params: params}
+	z := &ZeRO1{AdamW: adam, dev: dev, dp: parallel.NewDeviceGroup(dp, dev), tp: parallel.NewDeviceGroup(tp, dev), params: params,
+		ranges: make([]*tensor.Tensor, len(params))}
 	size, rank := z.dp.Size(), z.dp.Rank()
 	buckets, _ := bucketParams(params, bucketElems)
 	index := make(map[*parallel.Param]int, len(params))
@@ -99,6 +100,7 @@ func NewZeRO1(dev tensor.Device, params []*parallel.Param, dp, tp nccl.Comm, wei
 			s, e := max(off, lo), min(off+p.Data.Len(), hi)
 			if s < e {
 				b.segs = append(b.segs, zeroSeg{idx: index[p], pOff: s - off, sOff: s - lo, n: e - s})
+				z.ranges[index[p]] = p.Grad.View(s-off, e-s)
 			}
 			off += p.Data.Len()
 		}
@@ -127,9 +129,9 @@ func NewZeRO1(dev tensor.Device, params []*parallel.Param, dp, tp nccl.Comm, wei
 			return nil, fmt.Errorf("zero-1 bucket: %w", err)
 		}
 	}
-	if z.gpu, err = newZeroDevice(dev, z.dp, z.tp); err != nil {
+	if err := z.setPipeline(nil, nil); err != nil {
 		z.Close()
-		return nil, fmt.Errorf("zero-1 scalars: %w", err)
+		return nil, err
 	}
 	return z, nil
 }
@@ -154,9 +156,9 @@ func (z *ZeRO1) Close() {
 			*t = nil
 		}
 	}
-	if z.gpu != nil {
-		z.gpu.free()
-		z.gpu = nil
+	if z.norm != nil {
+		z.norm.close()
+		z.norm = nil
 	}
 }
 
@@ -165,29 +167,38 @@ func (z *ZeRO1) Close() {
 // and all-gathers the parameters. It returns the gradient norm before
 // clipping.
 func (z *ZeRO1) Step(lr float64) (float64, error) {
-	if z.gpu != nil {
-		return z.stepOnDevice(lr)
-	}
-	if err := z.reduceScatter(); err != nil {
+	if err := z.reduce(); err != nil {
 		return 0, err
 	}
-	norm, err := z.norm()
-	if err != nil {
+	if err := z.update(lr); err != nil {
 		return 0, err
+	}
+	return z.norm.read()
+}
+
+// reduce reduce-scatters the gradients (optimizer).
+func (z *ZeRO1) reduce() error { return z.reduceScatter() }
+
+// update enqueues the norm of this rank's ranges, the clipped AdamW update
+// of the ranges and the all-gather of the parameters (optimizer).
+func (z *ZeRO1) update(lr float64) error {
+	views := normViews(z.params, z.uncount, z.tp.Rank(), func(i int) *tensor.Tensor { return z.ranges[i] })
+	if err := z.norm.compute(views); err != nil {
+		return err
 	}
 	z.AdamW.step++
-	scale := float32(1)
-	if z.clip > 0 && norm > z.clip {
-		scale = float32(z.clip / (norm + 1e-6))
-	}
 	for _, b := range z.buckets {
 		for _, s := range b.segs {
 			p := z.params[s.idx]
-			z.dev.AdamW(p.Data.View(s.pOff, s.n), p.Grad.View(s.pOff, s.n), b.m.View(s.sOff, s.n), b.v.View(s.sOff, s.n), z.hyper(p, lr, scale))
+			z.dev.AdamWScaled(p.Data.View(s.pOff, s.n), p.Grad.View(s.pOff, s.n), b.m.View(s.sOff, s.n), b.v.View(s.sOff, s.n), z.hyper(p, lr, 1), z.norm.scale())
 		}
 	}
-	return norm, z.allGather()
+	return z.allGather()
 }
+
+func (z *ZeRO1) gradNorm() *gradNorm { return z.norm }
+
+func (z *ZeRO1) close() { z.Close() }
 
 // reduceScatter averages every bucket's gradients over the DP group into
 // this rank's range of each gradient (the rest is left as it was and is
@@ -270,37 +281,21 @@ func (z *ZeRO1) allGatherBucket(b *zeroBucket) error {
 	return nil
 }
 
-// setPipeline makes the norm a pipeline's: the squares also summed over
-// the stages pp, without those of uncount (nil: none), which another stage
-// counts.
-func (z *ZeRO1) setPipeline(pp nccl.Comm, uncount *parallel.Param) {
-	z.pp, z.uncount = parallel.NewDeviceGroup(pp, z.dev), uncount
-}
-
-// norm is the global gradient norm from this rank's ranges: each
-// parameter's squares summed over the DP group, then over TP as GradNorm
-// does, then joined over a pipeline's stages (normFromSquares).
-func (z *ZeRO1) norm() (float64, error) {
-	sq := make([]float64, len(z.params))
-	tpLead := z.tp.Rank() == 0
-	for _, b := range z.buckets {
-		for _, s := range b.segs {
-			if p := z.params[s.idx]; !p.Shard.Replicated() || tpLead {
-				sq[s.idx] += z.dev.SumSquares(p.Grad.View(s.pOff, s.n))
-			}
-		}
+// setPipeline makes the norm a pipeline's: the squares also joined over
+// the stages pp (nil: none), without those of uncount (nil: none), which
+// another stage counts. Every stage calls it.
+func (z *ZeRO1) setPipeline(pp nccl.Comm, uncount *parallel.Param) error {
+	if z.norm != nil {
+		z.norm.close()
 	}
-	counted := sq[:0]
-	for i, p := range z.params {
-		if p != z.uncount {
-			counted = append(counted, sq[i])
-		}
+	z.uncount = uncount
+	count := len(z.params)
+	if uncount != nil {
+		count--
 	}
-	var pp nccl.Comm
-	if z.pp != nil {
-		pp = z.pp.Comm()
-	}
-	return normFromSquares(counted, pp, z.dp.Comm(), z.tp.Comm())
+	var err error
+	z.norm, err = newGradNorm(z.dev, count, z.clip, parallel.NewDeviceGroup(pp, z.dev), z.dp, z.tp)
+	return err
 }
 
 // Pieces copies this rank's moments to the host, one piece per parameter

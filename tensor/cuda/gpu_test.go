@@ -574,27 +574,36 @@ func TestGPUNormAndClipOnDevice(t *testing.T) {
 	b.cpu.Scale(v.c, 0)
 	b.gpu.Scale(v.g, 0)
 	x, y := b.rand("x", 3, 5), b.rand("y", 2, 1<<20)
-	ss, sc := b.zeros("sumsq", 2), b.zeros("scale", 2)
-	for _, clip := range []float32{0, 1, 1e6} {
-		want := b.cpu.SumSquares(g.c, x.c) + b.cpu.SumSquares(y.c)
-		norm := math.Sqrt(want)
-		scale := float32(1)
-		if clip > 0 && norm > float64(clip) {
-			scale = float32(float64(clip) / (norm + 1e-6))
+	// Three tensors' squares (and a nil one, and a padding slot), then two
+	// "ranks" of them summed block by block, then the norm and the scale.
+	sq, two, sum, out := b.zeros("sq", 10), b.zeros("two", 20), b.zeros("sum", 10), b.zeros("out", 3)
+	for _, clip := range []float64{0, 1, 1e6} {
+		b.cpu.SumSquaresEach(sq.c, g.c, nil, x.c, y.c)
+		b.gpu.SumSquaresEach(sq.g, g.g, nil, x.g, y.g)
+		b.check("SumSquaresEach", 1e-12, sq)
+		for _, d := range []tensor.Device{b.cpu, b.gpu} {
+			s, w := sq.c, two.c
+			if d == tensor.Device(b.gpu) {
+				s, w = sq.g, two.g
+			}
+			d.Copy(w.View(0, 10), s)
+			d.Copy(w.View(10, 10), s)
 		}
-		b.gpu.SumSquaresTo(ss.g, false, g.g, x.g)
-		b.gpu.SumSquaresTo(ss.g, true, y.g)
-		b.gpu.ClipScale(sc.g, ss.g, clip)
-		hp := tensor.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 1, GradScale: scale}
-		b.cpu.AdamW(p.c, g.c, m.c, v.c, hp)
-		hp.GradScale = 7 // ignored: the scale comes from the device
-		b.gpu.AdamWScaled(p.g, g.g, m.g, v.g, hp, sc.g)
+		b.cpu.SumBlocks(sum.c, two.c)
+		b.gpu.SumBlocks(sum.g, two.g)
+		b.cpu.ClipNorm(out.c, sum.c, clip)
+		b.gpu.ClipNorm(out.g, sum.g, clip)
+		got, want := make([]float32, 3), make([]float32, 3)
+		b.gpu.CopyToHost(got, out.g)
+		b.cpu.CopyToHost(want, out.c)
+		gn, wn := tensor.Float64At(got, 0), tensor.Float64At(want, 0)
+		if math.Abs(gn-wn)/wn > 1e-12 || math.Abs(float64(got[2]-want[2])) > 1e-6*float64(want[2]) {
+			t.Errorf("clip %g: device norm %g scale %g, host %g and %g", clip, gn, got[2], wn, want[2])
+		}
+		hp := tensor.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 1, GradScale: 7}
+		b.cpu.AdamWScaled(p.c, g.c, m.c, v.c, hp, out.c.View(2, 1))
+		b.gpu.AdamWScaled(p.g, g.g, m.g, v.g, hp, out.g.View(2, 1)) // GradScale ignored: the scale is the device's
 		b.check("AdamWScaled", tol32, p, m, v)
-		got := make([]float32, 2)
-		b.gpu.CopyToHost(got, sc.g)
-		if math.Abs(float64(got[1])-norm)/norm > 1e-6 || math.Abs(float64(got[0]-scale)) > 1e-6*float64(scale) {
-			t.Errorf("clip %g: device scale %g norm %g, host %g and %g", clip, got[0], got[1], scale, norm)
-		}
 	}
 }
 

@@ -53,5 +53,13 @@ func (d *Device) SumTo(out *tensor.Tensor, alpha float32, accumulate bool, x *te
 		d.fail(err)
 		return
 	}
-	d.launch("sum_finish_f32", dim3{1, 1, 1}, dim3{1, 1, 1}, tp(out), ptr(part), i32(nparts), f32(alpha), i32(b2i(accumulate)))
+	d.launch("sum_finish_f32", dim3{1, 1, 1}, dim3{1, 1, 1}, tp(out), ptr(part), i32(nparts), f32(alpha), i32(boolInt(accumulate)))
+}
+
+// boolInt is 1 for true, a kernel's int flag.
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

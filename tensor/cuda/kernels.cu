@@ -422,27 +422,37 @@ extern "C" __global__ void sum_squares_f32(double* part, const float* x, long lo
     if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
 
-// sum_squares_finish adds the nparts float64 partial sums of part in
-// order (one thread: deterministic) to out's value when accumulate, and
-// writes the total to out as two floats, hi = (float)s and lo = s - hi,
-// so that a float32 all-reduce keeps it exact enough for a norm.
-extern "C" __global__ void sum_squares_finish_f32(float* out, const double* part, int nparts, int accumulate) {
+// sum_squares_finish_f64 writes into out[0] the sum of the nparts float64
+// partial sums of part, added in order by one thread (deterministic): one
+// tensor's sum of squares, a float64 that collectives carry bit for bit.
+extern "C" __global__ void sum_squares_finish_f64(double* out, const double* part, int nparts) {
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
-    double s = accumulate ? (double)out[0] + (double)out[1] : 0.0;
+    double s = 0.0;
     for (int i = 0; i < nparts; i++) s += part[i];
-    float hi = (float)s;
-    out[0] = hi;
-    out[1] = (float)(s - (double)hi);
+    out[0] = s;
 }
 
-// clip_scale turns the squared norm sumsq (hi, lo) into out[0], the
-// gradient scale that clips the norm to clip (1 when clip <= 0 or the norm
-// is within it), and out[1], the norm.
-extern "C" __global__ void clip_scale_f32(float* out, const float* sumsq, float clip) {
+// sum_blocks_f64 adds the nblocks blocks of n float64s of in element by
+// element, in block order from 0.0, into out (n).
+extern "C" __global__ void sum_blocks_f64(double* out, const double* in, long long n, int nblocks) {
+    GRID_STRIDE(i, n) {
+        double s = 0.0;
+        for (int r = 0; r < nblocks; r++) s += in[(long long)r * n + i];
+        out[i] = s;
+    }
+}
+
+// clip_norm_f64 sums the n float64s of sq in order (one thread), and
+// writes the square root as a float64 at out[0:2] and, at out[2], the
+// gradient scale that clips it to clip: clip/(norm+1e-6) when clip > 0
+// and the norm exceeds it, else 1.
+extern "C" __global__ void clip_norm_f64(float* out, const double* sq, long long n, double clip) {
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
-    double norm = sqrt((double)sumsq[0] + (double)sumsq[1]);
-    out[0] = (clip > 0.f && norm > (double)clip) ? (float)((double)clip / (norm + 1e-6)) : 1.f;
-    out[1] = (float)norm;
+    double total = 0.0;
+    for (long long i = 0; i < n; i++) total += sq[i];
+    double norm = sqrt(total);
+    *(double*)out = norm;
+    out[2] = (clip > 0.0 && norm > clip) ? (float)(clip / (norm + 1e-6)) : 1.f;
 }
 
 // sum writes one float64 partial sum of x per block into part.

@@ -29,7 +29,7 @@ var kernels = []struct {
 	{"ce_row_max_f32", maxRowThreads}, {"ce_sum_exp_f32", maxRowThreads},
 	{"ce_target_logit_f32", elemThreads}, {"ce_loss_f32", elemThreads}, {"ce_backward_f32", maxRowThreads},
 	{"adamw_f32", elemThreads}, {"sum_squares_f32", elemThreads},
-	{"sum_squares_finish_f32", 1}, {"clip_scale_f32", 1},
+	{"sum_squares_finish_f64", 1}, {"sum_blocks_f64", elemThreads}, {"clip_norm_f64", 1},
 	{"sum_f32", elemThreads}, {"sum_finish_f32", 1},
 }
 
@@ -43,6 +43,7 @@ func ptr(p uintptr) karg       { return karg(p) }
 func i32(v int) karg           { return karg(uint32(int32(v))) }
 func i64(v int) karg           { return karg(uint64(int64(v))) }
 func f32(v float32) karg       { return karg(math.Float32bits(v)) }
+func f64(v float64) karg       { return karg(math.Float64bits(v)) }
 func tp(t *tensor.Tensor) karg { return karg(t.Ptr()) }
 
 type dim3 struct{ x, y, z uint32 }
@@ -450,20 +451,33 @@ const sumBlocks = 128 // partial sums per tensor in SumSquares
 // sumPart scratch: nparts of them, in a fixed order.
 // kernel is sum_squares_f32, or sum_f32 for plain sums.
 func (d *Device) sumPartials(kernel string, ts []*tensor.Tensor) (part uintptr, nparts int, err error) {
+	part, counts, err := d.sumPartialsEach(kernel, ts)
+	for _, c := range counts {
+		nparts += c
+	}
+	return part, nparts, err
+}
+
+// sumPartialsEach is sumPartials with the number of partials of each
+// tensor (0 for an empty one), in order.
+func (d *Device) sumPartialsEach(kernel string, ts []*tensor.Tensor) (part uintptr, counts []int, err error) {
 	part, err = d.sumPart.get(d, int64(len(ts))*sumBlocks*8)
 	if err != nil {
-		return 0, 0, err
+		return 0, nil, err
 	}
-	for _, t := range ts {
+	nparts := 0
+	counts = make([]int, len(ts))
+	for i, t := range ts {
 		if t.Len() == 0 {
 			continue
 		}
 		g := d.grid1(t.Len(), elemThreads)
 		g.x = min(g.x, sumBlocks)
 		d.launch(kernel, g, dim3{elemThreads, 1, 1}, ptr(part+uintptr(nparts)*8), tp(t), i64(t.Len()))
+		counts[i] = int(g.x)
 		nparts += int(g.x)
 	}
-	return part, nparts, nil
+	return part, counts, nil
 }
 
 // SumSquares is the sum of squares of every element of ts, in float64:

@@ -7,47 +7,72 @@ import (
 	"github.com/hpcrun/hpcrun/tensor/internal/check"
 )
 
-// Gradient norm and clipping that stay on the device: the squared norm,
-// the clip coefficient and the norm live in small device tensors, the
-// AdamW update reads the coefficient there, and nothing waits for the
-// host. A training step reads the norm back with its loss, once.
+// Gradient norm and clipping that stay on the device: each gradient's
+// squares, the norm and the clip coefficient live in small device tensors
+// (a float64 in two float32 slots), the AdamW update reads the coefficient
+// there, and nothing waits for the host. A training step reads the norm
+// back with its loss, once. The rules are the CPU's (tensor/scalars.go).
 
-// SumSquaresTo writes the sum of the squares of every element of ts into
-// out (2 elements: the float64 sum as a float32 hi and lo part, which a
-// float32 all-reduce sums exactly enough), or adds it to out's when
-// accumulate. It enqueues work and returns; SumSquares is the form that
-// returns the sum on the host.
-func (d *Device) SumSquaresTo(out *tensor.Tensor, accumulate bool, ts ...*tensor.Tensor) {
-	d.own("SumSquaresTo", append([]*tensor.Tensor{out}, ts...)...)
-	if out.Len() != 2 {
-		panic(fmt.Sprintf("tensor.SumSquaresTo: out %v has %d elements, want 2 (hi, lo)", out, out.Len()))
+// SumSquaresEach writes the float64 sum of the squares of each of ts (0
+// for a nil or empty one) into out's float64 slots, and 0 into the rest.
+// It enqueues work and returns.
+func (d *Device) SumSquaresEach(out *tensor.Tensor, ts ...*tensor.Tensor) {
+	d.own("SumSquaresEach", out)
+	if out.Len() < 2*len(ts) || out.Len()%2 != 0 {
+		panic(fmt.Sprintf("tensor.SumSquaresEach: out %v does not hold %d float64s", out, len(ts)))
+	}
+	var live []*tensor.Tensor
+	for _, t := range ts {
+		if t != nil && t.Len() > 0 {
+			d.own("SumSquaresEach", t)
+			live = append(live, t)
+		}
 	}
 	d.enter()
 	defer d.leave()
-	part, nparts, err := d.sumPartials("sum_squares_f32", ts)
+	d.fail(d.l.cuErr("cuMemsetD32Async", call(d.l.cu.memsetD32Async, out.Ptr(), 0, uintptr(out.Len()), d.stream)))
+	part, counts, err := d.sumPartialsEach("sum_squares_f32", live)
 	if err != nil {
 		d.fail(err)
 		return
 	}
-	d.launch("sum_squares_finish_f32", dim3{1, 1, 1}, dim3{1, 1, 1}, tp(out), ptr(part), i32(nparts), i32(b2i(accumulate)))
+	off, k := 0, 0
+	for i, t := range ts {
+		if t == nil || t.Len() == 0 {
+			continue
+		}
+		d.launch("sum_squares_finish_f64", dim3{1, 1, 1}, dim3{1, 1, 1}, ptr(out.Ptr()+uintptr(8*i)), ptr(part+uintptr(8*off)), i32(counts[k]))
+		off += counts[k]
+		k++
+	}
 }
 
-// ClipScale writes into out (2 elements) the gradient scale that clips the
-// norm to clip (1 when clip <= 0 or the norm is within it, as
-// clip/(norm+1e-6) otherwise) and the norm, from the squared norm sumsq
-// (hi, lo) that SumSquaresTo made.
-func (d *Device) ClipScale(out, sumsq *tensor.Tensor, clip float32) {
-	d.own("ClipScale", out, sumsq)
-	if out.Len() != 2 || sumsq.Len() != 2 {
-		panic(fmt.Sprintf("tensor.ClipScale: out %v and sumsq %v must have 2 elements", out, sumsq))
+// SumBlocks adds in's blocks of out.Len() floats, as float64s, element by
+// element in block order into out.
+func (d *Device) SumBlocks(out, in *tensor.Tensor) {
+	d.own("SumBlocks", out, in)
+	if out.Len()%2 != 0 || out.Len() == 0 || in.Len()%out.Len() != 0 {
+		panic(fmt.Sprintf("tensor.SumBlocks: in %v is not whole blocks of out %v", in, out))
+	}
+	n := out.Len() / 2
+	d.elementwise("sum_blocks_f64", n, tp(out), tp(in), i64(n), i32(in.Len()/out.Len()))
+}
+
+// ClipNorm sums sq's float64s in order and writes the norm (a float64,
+// out[0:2]) and the clip scale (out[2]: clip/(norm+1e-6) when clip > 0
+// and the norm exceeds it, else 1).
+func (d *Device) ClipNorm(out, sq *tensor.Tensor, clip float64) {
+	d.own("ClipNorm", out, sq)
+	if out.Len() != 3 || sq.Len()%2 != 0 {
+		panic(fmt.Sprintf("tensor.ClipNorm: out %v must have 3 elements and sq %v pairs", out, sq))
 	}
 	d.enter()
 	defer d.leave()
-	d.launch("clip_scale_f32", dim3{1, 1, 1}, dim3{1, 1, 1}, tp(out), tp(sumsq), f32(clip))
+	d.launch("clip_norm_f64", dim3{1, 1, 1}, dim3{1, 1, 1}, tp(out), tp(sq), i64(sq.Len()/2), f64(clip))
 }
 
 // AdamWScaled is AdamW with the gradients scaled by scale's first element
-// (ClipScale's output) instead of p.GradScale.
+// (ClipNorm's out[2]) instead of p.GradScale.
 func (d *Device) AdamWScaled(param, grad, m, v *tensor.Tensor, p tensor.AdamWParams, scale *tensor.Tensor) {
 	d.own("AdamWScaled", param, grad, m, v, scale)
 	if scale.Len() < 1 {
@@ -55,11 +80,4 @@ func (d *Device) AdamWScaled(param, grad, m, v *tensor.Tensor, p tensor.AdamWPar
 	}
 	check.AdamW(param, grad, m, v, p.Step)
 	d.adamW(param, grad, m, v, p, scale.Ptr())
-}
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }

@@ -142,8 +142,11 @@ type Memory struct {
 	// table's gradients over tp.
 	SPBuffers int64 `json:"sp_buffers"`
 	// Workspace is the GPU kernels' scratch (reduction partials, staged
-	// ids) and the GPU step's scalars; 0 on the CPU.
+	// ids); 0 on the CPU.
 	Workspace int64 `json:"workspace"`
+	// StepScalars are the training step's gradient norm (each parameter's
+	// float64 squares, their all-gather) and scalars, on every device.
+	StepScalars int64 `json:"step_scalars"`
 	// GradBucket is the device buffer the data-parallel gradient
 	// all-reduce packs buckets into (dp > 1, when a bucket holds more than
 	// one gradient; with ZeRO-1 the biggest bucket that is packed, padded,
@@ -244,8 +247,14 @@ func New(r Request) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The gradient norm's list is padded to the stages' longest.
+	var entries int64
+	for stage, blocks := range split {
+		entries = max(entries, newShapes(cfg, vp, stage, blocks).normTensors())
+	}
 	for stage, blocks := range split {
 		s := newShapes(cfg, vp, stage, blocks)
+		s.normEntries = entries
 		m, t := s.memory(r.Device), s.time(cfg, r.Vocab, r.Device, nodes)
 		if stage == 0 || m.Total > p.Memory.Total {
 			p.Memory = m
@@ -309,6 +318,9 @@ type shapes struct {
 	buckets       []int64
 	bucketTensors []int
 	paramElems    int64
+	// normEntries is the length of the gradient norm's list of squares:
+	// the longest stage's normTensors.
+	normEntries int64
 }
 
 // newShapes are the shapes of a rank of stage (0 without a pipeline),
@@ -540,6 +552,17 @@ func (s shapes) memory(dev Device) Memory {
 		bucket = max(bucket, n)
 		multi = multi || s.bucketTensors[i] > 1
 	}
+	// train's gradNorm: the float64 squares of the norm's list, their
+	// all-gather over the largest group it sums or joins over (tp, ZeRO-1's
+	// dp, pp), and the norm, the clip scale and the loss.
+	n, widest := 2*max(s.normEntries, 1), max(s.tp, s.pp)
+	if s.zero {
+		widest = max(widest, s.dp)
+	}
+	m.StepScalars = (n + 4) * f32
+	if widest > 1 {
+		m.StepScalars += n * widest * f32
+	}
 	if s.pp > 1 && !s.last {
 		// A stage that sends activations copies them into a (B,T,C) send
 		// buffer of its own (T/tp under sp).
@@ -558,9 +581,6 @@ func (s shapes) memory(dev Device) Memory {
 			}
 		}
 		m.GradBucket = (packed + packed/s.dp) * f32
-		if dev.CUDA {
-			m.GradBucket += 4 * f32
-		}
 	case s.dp > 1 && multi:
 		m.GradBucket = bucket * f32
 	}
@@ -568,12 +588,12 @@ func (s shapes) memory(dev Device) Memory {
 		// Reduction partials of the layer norm backward (2 x SMs blocks of
 		// 2C floats; its rows are T/tp positions under sequence
 		// parallelism) and of the grad norm (128 float64 per tensor),
-		// staged ids and targets, the GPU step's scalars.
+		// staged ids and targets.
 		rows := s.N
 		if s.sp {
 			rows /= s.tp
 		}
-		m.Workspace = min(rows, int64(2*dev.SMs))*2*s.C*f32 + int64(len(s.params))*128*8 + 2*s.N*4 + 8*f32
+		m.Workspace = min(rows, int64(2*dev.SMs))*2*s.C*f32 + int64(len(s.params))*128*8 + 2*s.N*4
 		groups := int64(0)
 		if s.tp > 1 {
 			groups++
@@ -593,7 +613,7 @@ func (s shapes) memory(dev Device) Memory {
 		m.CommBuffers = groups * ncclBuffers
 		m.Context = dev.ContextBytes
 	}
-	m.EnginePeak = m.Params + m.Grads + m.Optimizer + m.Masters + m.Blocks + m.Embeddings + m.Logits + m.SPBuffers + m.Workspace + m.GradBucket
+	m.EnginePeak = m.Params + m.Grads + m.Optimizer + m.Masters + m.Blocks + m.Embeddings + m.Logits + m.SPBuffers + m.Workspace + m.GradBucket + m.StepScalars
 	m.Total = m.EnginePeak + m.CommBuffers + m.Context
 	return m
 }
@@ -693,8 +713,8 @@ func (s shapes) time(cfg train.Config, vocab int, dev Device, nodes int) Time {
 			}
 		}
 		// The gradient norm: the per-parameter float64 sums of squares,
-		// two floats each, all-gathered (train's normFromSquares).
-		perStep, nStep := float64(s.tp*2*s.normTensors()), 1
+		// two floats each, all-gathered (train's gradNorm).
+		perStep, nStep := float64(s.tp*2*max(s.normEntries, 1)), 1
 		if s.sp {
 			// ReduceGrads: the layer norms' (and ln_f's on the last stage,
 			// the positions' on the first) gradients, once.
@@ -757,7 +777,7 @@ func (s shapes) time(cfg train.Config, vocab int, dev Device, nodes int) Time {
 			// the updated parameters: the all-reduce's bytes; and the
 			// gradient norm's per-parameter squares all-gathered over dp.
 			_, _, padded := s.zeroSizes()
-			units, n = 2*float64(padded+1)+float64(s.dp*2*s.normTensors()), 2*buckets+2
+			units, n = 2*float64(padded+1)+float64(s.dp*2*max(s.normEntries, 1)), 2*buckets+2
 		}
 		t.DPBytes = units * half(dp) * f32
 		t.Collectives += n
