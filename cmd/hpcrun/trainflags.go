@@ -54,7 +54,7 @@ func trainFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "adam-eps", Usage: "AdamW epsilon (0 = 1e-8)", Category: cat},
 		&cli.StringFlag{Name: "schedule", Usage: "learning rate after warm-up: cosine, linear (both decay to --min-lr) or constant", Category: cat},
 		&cli.Float64Flag{Name: "min-lr", Usage: "learning rate at the end of cosine or linear decay (0 = lr/10)", Category: cat},
-		&cli.BoolFlag{Name: "shuffle", Usage: "shuffle the training samples each epoch (--shuffle=false: in order)", Category: cat},
+		&cli.BoolFlag{Name: "shuffle", Usage: "shuffle the training samples each epoch from --seed (--shuffle=false: in file order); dp rank r takes the r-th of every dp samples; either way an epoch ends with its last whole step: the samples short of one (dp x bsz x micro-batches) are dropped", Category: cat},
 		&cli.IntFlag{Name: "ckpt-every", Usage: "steps between checkpoints (0 = at the end and on a stop signal, -1 = never)", Category: "checkpoints"},
 		&cli.IntFlag{Name: "ckpt-keep", Usage: "checkpoints kept (0 = 3)", Category: "checkpoints"},
 		&cli.IntFlag{Name: "max-requeues", Usage: "times a job stopped by its time-limit signal requeues itself (0 = 10)", Category: "checkpoints"},
