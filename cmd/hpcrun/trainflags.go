@@ -41,7 +41,7 @@ func trainFlags() []cli.Flag {
 		&cli.IntFlag{Name: "eval-every", Usage: "steps between validations (0 = at the end)", Category: cat},
 		&cli.StringFlag{Name: "device", Usage: "auto, cpu or cuda", Category: cat},
 		&cli.StringFlag{Name: "comm", Usage: "collectives: auto (NCCL on device buffers when the device is cuda and NCCL loads), tcp (host ring) or nccl", Category: cat},
-		&cli.StringFlag{Name: "vocab-file", Usage: "BERT vocab.txt for the wordpiece tokenizer (default: build one from the training texts)", Category: cat},
+		&cli.StringFlag{Name: "vocab-file", Usage: "BERT vocab.txt for the wordpiece tokenizer, cased as the tokenizer_config.json beside it says (none: lower-cased, accents stripped) (default: build one from the training texts)", Category: cat},
 		&cli.IntFlag{Name: "vocab", Usage: "vocabulary size before padding (0 = the tokenizer's)", Category: cat},
 		&cli.IntFlag{Name: "eval-samples", Usage: "validation samples per evaluation (0 = 512)", Category: cat},
 		&cli.Float64Flag{Name: "weight-decay", Usage: "AdamW decoupled weight decay, on the linear weights and the token and position embeddings; biases and layer norms are exempt", Category: cat},
