@@ -133,16 +133,7 @@ func Prepare(cfg Config) (*Data, error) {
 
 func prepareClassifier(cfg Config) (*Data, error) {
 	var train, val []Example
-	if cfg.Data != "synthetic" {
-		all, err := LoadIMDb(cfg.Data)
-		if err != nil {
-			return nil, err
-		}
-		if len(all) < 2 {
-			return nil, fmt.Errorf("data %s: %d review, need at least 2 (one to train, one to validate)", cfg.Data, len(all))
-		}
-		train, val = splitReviews(all, cfg)
-	} else {
+	if cfg.Data == "synthetic" {
 		train = SyntheticSentiment(synthTrain, uint64(cfg.Seed))
 		val = SyntheticSentiment(synthVal, uint64(cfg.Seed)+1)
 		if cfg.Samples > 0 && cfg.Samples < len(train) {
@@ -151,6 +142,15 @@ func prepareClassifier(cfg Config) (*Data, error) {
 		if n := cfg.evalSamples(); n < len(val) {
 			val = val[:n]
 		}
+	} else {
+		all, err := LoadIMDb(cfg.Data)
+		if err != nil {
+			return nil, err
+		}
+		if len(all) < 2 {
+			return nil, fmt.Errorf("data %s: %d review, need at least 2 (one to train, one to validate)", cfg.Data, len(all))
+		}
+		train, val = splitReviews(all, cfg)
 	}
 	texts := make([]string, len(train))
 	for i, e := range train {
