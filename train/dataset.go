@@ -3,6 +3,7 @@ package train
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 )
 
@@ -135,6 +136,12 @@ func prepareClassifier(cfg Config) (*Data, error) {
 	if cfg.Data == "synthetic" {
 		train = SyntheticSentiment(synthTrain, uint64(cfg.Seed))
 		val = SyntheticSentiment(synthVal, uint64(cfg.Seed)+1)
+		if cfg.Samples > 0 && cfg.Samples < len(train) {
+			train = train[:cfg.Samples]
+		}
+		if n := cfg.evalSamples(); n < len(val) {
+			val = val[:n]
+		}
 	} else {
 		all, err := LoadIMDb(cfg.Data)
 		if err != nil {
@@ -143,16 +150,7 @@ func prepareClassifier(cfg Config) (*Data, error) {
 		if len(all) < 2 {
 			return nil, fmt.Errorf("data %s: %d review, need at least 2 (one to train, one to validate)", cfg.Data, len(all))
 		}
-		r := rand.New(rand.NewPCG(uint64(cfg.Seed), 0xda7a))
-		r.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
-		nVal := max(1, len(all)/10)
-		train, val = all[:len(all)-nVal], all[len(all)-nVal:]
-	}
-	if cfg.Samples > 0 && cfg.Samples < len(train) {
-		train = train[:cfg.Samples]
-	}
-	if n := cfg.evalSamples(); n < len(val) {
-		val = val[:n]
+		train, val = splitReviews(all, cfg)
 	}
 	texts := make([]string, len(train))
 	for i, e := range train {
@@ -172,6 +170,36 @@ func prepareClassifier(cfg Config) (*Data, error) {
 		Train:     encodeExamples(tok, train, cfg.Seq, cfg.Arch == "hf"),
 		Val:       encodeExamples(tok, val, cfg.Seq, cfg.Arch == "hf"),
 	}, nil
+}
+
+// splitReviews draws a tenth of the reviews (at least one) at random from
+// the seed to validate and keeps the rest to train, cfg.Samples of them when
+// that is set: a file sorted by label still validates on both labels. Both
+// sets keep the file's order, which training follows with --shuffle=false.
+func splitReviews(all []Example, cfg Config) (train, val []Example) {
+	idx := make([]int, len(all))
+	for i := range idx {
+		idx[i] = i
+	}
+	r := rand.New(rand.NewPCG(uint64(cfg.Seed), 0xda7a))
+	r.Shuffle(len(idx), func(i, j int) { idx[i], idx[j] = idx[j], idx[i] })
+	nVal := max(1, len(all)/10)
+	trainIdx, valIdx := idx[:len(idx)-nVal], idx[len(idx)-nVal:]
+	if cfg.Samples > 0 && cfg.Samples < len(trainIdx) {
+		trainIdx = trainIdx[:cfg.Samples]
+	}
+	if n := cfg.evalSamples(); n < len(valIdx) {
+		valIdx = valIdx[:n]
+	}
+	pick := func(idx []int) []Example {
+		slices.Sort(idx)
+		ex := make([]Example, len(idx))
+		for i, j := range idx {
+			ex[i] = all[j]
+		}
+		return ex
+	}
+	return pick(trainIdx), pick(valIdx)
 }
 
 // encodeExamples makes [CLS] text [PAD]... samples of length seq; texts

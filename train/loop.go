@@ -342,7 +342,9 @@ func (t *trainer) writeRunLine() error {
 }
 
 // nextBatch gathers this rank's next micro-batch, starting a new epoch (and
-// a new shuffle) when the current one is used up.
+// a new shuffle) when the current one has no whole step left: the samples of
+// an epoch that fill no step of micro-batches are left out, so that an epoch
+// is perEp steps and a step never mixes two epochs.
 func (t *trainer) nextBatch() *Batch {
 	t.nextBatchInto(&t.batch)
 	return &t.batch
@@ -351,7 +353,7 @@ func (t *trainer) nextBatch() *Batch {
 // nextBatchInto is nextBatch into b.
 func (t *trainer) nextBatchInto(b *Batch) {
 	bsz := t.cfg.BatchSize
-	if t.order == nil || t.pos+bsz > len(t.order) {
+	if t.order == nil || t.pos+bsz > t.perEp*t.cfg.Micro()*bsz {
 		if t.order != nil {
 			t.epoch++
 		}

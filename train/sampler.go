@@ -7,9 +7,10 @@ import (
 
 // Sampler splits the indices of a dataset among the data-parallel ranks, as
 // PyTorch's DistributedSampler: every epoch it shuffles all indices with a
-// generator seeded by seed and the epoch (the same order on every rank),
-// evens the list to a multiple of the replica count (dropping the tail, or
-// repeating the head), and gives rank r the indices r, r+replicas, ...
+// generator seeded by seed and the epoch (the same order on every rank), or
+// keeps them in order when Shuffle is false, evens the list to a multiple of
+// the replica count (dropping the tail, or repeating the head), and gives
+// rank r the indices r, r+replicas, ...
 // Tensor-parallel ranks of one data-parallel group use the same dpRank and so
 // see the same samples; different data-parallel ranks see disjoint ones.
 type Sampler struct {
@@ -21,15 +22,17 @@ type Sampler struct {
 	DropLast bool // drop the tail instead of padding with repeated samples
 }
 
-// NewSampler checks its arguments and returns a shuffling sampler.
-func NewSampler(n, replicas, rank int, seed int64, dropLast bool) (*Sampler, error) {
+// NewSampler checks its arguments and returns a sampler that shuffles every
+// epoch when shuffle is true and drops the tail that does not divide among the
+// replicas (the trainer drops short batches too).
+func NewSampler(n, replicas, rank int, seed int64, shuffle bool) (*Sampler, error) {
 	if replicas < 1 || rank < 0 || rank >= replicas {
 		return nil, fmt.Errorf("sampler: rank %d of %d replicas", rank, replicas)
 	}
 	if n < replicas {
 		return nil, fmt.Errorf("sampler: %d samples for %d data-parallel ranks: give more samples or fewer ranks", n, replicas)
 	}
-	return &Sampler{N: n, Replicas: replicas, Rank: rank, Seed: seed, Shuffle: true, DropLast: dropLast}, nil
+	return &Sampler{N: n, Replicas: replicas, Rank: rank, Seed: seed, Shuffle: shuffle, DropLast: true}, nil
 }
 
 // Len is the number of indices each rank gets per epoch.

@@ -16,10 +16,11 @@ func TestSamplerDisjointAndComplete(t *testing.T) {
 	} {
 		seen := map[int]int{}
 		for r := 0; r < tt.replicas; r++ {
-			s, err := NewSampler(tt.n, tt.replicas, r, 42, tt.dropLast)
+			s, err := NewSampler(tt.n, tt.replicas, r, 42, true)
 			if err != nil {
 				t.Fatal(err)
 			}
+			s.DropLast = tt.dropLast
 			idx := s.Epoch(3)
 			if len(idx) != tt.perRank || s.Len() != tt.perRank {
 				t.Fatalf("%+v rank %d: %d indices, want %d", tt, r, len(idx), tt.perRank)
@@ -57,6 +58,31 @@ func TestSamplerShufflesPerEpoch(t *testing.T) {
 	}
 	if _, err := NewSampler(1, 2, 0, 1, true); err == nil {
 		t.Fatal("1 sample for 2 ranks: no error")
+	}
+}
+
+// TestSamplerInOrder checks that a sampler told not to shuffle gives rank r
+// the indices r, r+replicas, ... in order, the same every epoch, the tail that
+// does not divide among the ranks dropped.
+func TestSamplerInOrder(t *testing.T) {
+	for _, tt := range []struct {
+		n, replicas, rank int
+		want              []int
+	}{
+		{5, 1, 0, []int{0, 1, 2, 3, 4}},
+		{7, 2, 0, []int{0, 2, 4}},
+		{7, 2, 1, []int{1, 3, 5}},
+		{8, 3, 2, []int{2, 5}},
+	} {
+		s, err := NewSampler(tt.n, tt.replicas, tt.rank, 42, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for e := range 3 {
+			if got := s.Epoch(e); !slices.Equal(got, tt.want) {
+				t.Errorf("%d samples, rank %d of %d, epoch %d: %v, want %v", tt.n, tt.rank, tt.replicas, e, got, tt.want)
+			}
+		}
 	}
 }
 

@@ -4,10 +4,10 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
-	"unicode"
 
 	tiktoken "github.com/pkoukk/tiktoken-go"
 	tiktokenloader "github.com/pkoukk/tiktoken-go-loader"
@@ -112,16 +112,18 @@ func (*GPT2Tokenizer) VocabSize() int { return 50257 }
 // Specials implements Tokenizer: GPT-2 has one special token, <|endoftext|>.
 func (*GPT2Tokenizer) Specials() Specials { return Specials{Pad: 50256, CLS: 50256, EOT: 50256} }
 
-// WordPiece is BERT's tokenizer: lower-casing, splitting on white space and
-// punctuation, then greedy longest-match-first word pieces ("##" marks a
-// piece that continues a word). Its vocabulary comes from a BERT vocab.txt
-// (one token a line) or is built from the training texts by
-// BuildWordPieceVocab.
+// WordPiece is BERT's tokenizer: its basic tokenizer (white space,
+// punctuation and CJK ideographs split, lower-casing and accent stripping as
+// the vocabulary was made), then greedy longest-match-first word pieces ("##"
+// marks a piece that continues a word). Its vocabulary comes from a BERT
+// vocab.txt (one token a line, with the tokenizer_config.json beside it) or
+// is built from the training texts by BuildWordPieceVocab.
 type WordPiece struct {
 	vocab    []string
 	ids      map[string]int
 	specials Specials
 	unk      int
+	basic    basicTokenizer
 }
 
 // The special tokens a WordPiece vocabulary must hold.
@@ -136,9 +138,10 @@ const (
 // as in BERT.
 const maxWordChars = 100
 
-// NewWordPiece makes a WordPiece tokenizer over vocab (id = index).
+// NewWordPiece makes a WordPiece tokenizer over an uncased vocab (id =
+// index): texts are lower-cased and their accents stripped.
 func NewWordPiece(vocab []string) (*WordPiece, error) {
-	t := &WordPiece{vocab: vocab, ids: make(map[string]int, len(vocab))}
+	t := &WordPiece{vocab: vocab, ids: make(map[string]int, len(vocab)), basic: uncased}
 	for i, w := range vocab {
 		if _, dup := t.ids[w]; !dup {
 			t.ids[w] = i
@@ -160,8 +163,16 @@ func NewWordPiece(vocab []string) (*WordPiece, error) {
 	return t, nil
 }
 
-// LoadWordPiece reads a BERT vocab.txt (one token a line, id = line number).
+// LoadWordPiece reads a BERT vocab.txt (one token a line, id = line number)
+// and, when there is one beside it, the tokenizer_config.json that says how
+// texts are cased: do_lower_case (default true), strip_accents (default: as
+// do_lower_case) and tokenize_chinese_chars (default true), as BERT's
+// tokenizer reads them.
 func LoadWordPiece(path string) (*WordPiece, error) {
+	basic, err := readBasicTokenizer(filepath.Join(filepath.Dir(path), "tokenizer_config.json"))
+	if err != nil {
+		return nil, fmt.Errorf("wordpiece vocab %s: %w", path, err)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("wordpiece vocab: %w", err)
@@ -179,18 +190,19 @@ func LoadWordPiece(path string) (*WordPiece, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	t.basic = basic
 	return t, nil
 }
 
-// BuildWordPieceVocab builds a vocabulary of at most size tokens from texts:
-// the special tokens, every character seen (alone and as a "##" piece), then
+// BuildWordPieceVocab builds an uncased vocabulary of at most size tokens
+// from texts: the special tokens, every character seen (alone and as a "##" piece), then
 // whole words by falling frequency (ties in byte order), each seen at least
 // twice. It is deterministic, so every rank builds the same one.
 func BuildWordPieceVocab(texts []string, size int) []string {
 	counts := map[string]int{}
 	chars := map[string]bool{}
 	for _, text := range texts {
-		for _, w := range basicTokens(text) {
+		for _, w := range uncased.tokens(text) {
 			counts[w]++
 			for _, r := range w {
 				chars[string(r)] = true
@@ -237,7 +249,7 @@ func (t *WordPiece) Vocab() []string { return t.vocab }
 // Encode implements Tokenizer.
 func (t *WordPiece) Encode(text string) []int {
 	var ids []int
-	for _, w := range basicTokens(text) {
+	for _, w := range t.basic.tokens(text) {
 		ids = t.appendWord(ids, w)
 	}
 	return ids
@@ -298,30 +310,3 @@ func (t *WordPiece) VocabSize() int { return len(t.vocab) }
 
 // Specials implements Tokenizer.
 func (t *WordPiece) Specials() Specials { return t.specials }
-
-// basicTokens is BERT's basic tokenizer: lower-case, drop control
-// characters, split on white space and around every punctuation character.
-func basicTokens(text string) []string {
-	var out []string
-	var cur []rune
-	flush := func() {
-		if len(cur) > 0 {
-			out = append(out, string(cur))
-			cur = cur[:0]
-		}
-	}
-	for _, r := range strings.ToLower(text) {
-		switch {
-		case unicode.IsSpace(r):
-			flush()
-		case unicode.IsControl(r) || r == unicode.ReplacementChar:
-		case unicode.IsPunct(r) || unicode.IsSymbol(r):
-			flush()
-			out = append(out, string(r))
-		default:
-			cur = append(cur, r)
-		}
-	}
-	flush()
-	return out
-}

@@ -1,8 +1,11 @@
 package train
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -97,5 +100,112 @@ func TestBuildWordPieceVocab(t *testing.T) {
 	// The cap leaves out words but never characters.
 	if small := BuildWordPieceVocab(texts, 5); slices.Contains(small, "movie") || !slices.Contains(small, "##q") {
 		t.Fatalf("size cap: %v", small)
+	}
+}
+
+// TestWordPieceBasicTokenizer encodes accented, CJK, emoji, control and
+// punctuation characters with BERT's basic tokenizer rules, against ids
+// derived by hand from its definition: control characters (C*) go, Zs is
+// white space, CJK ideographs split one each, an uncased vocabulary
+// lower-cases (Python's str.lower: final sigma) and strips accents (NFD, no
+// Mn), and punctuation is P* and the ASCII non-alphanumerics; emoji and other
+// symbols (S*) stay in their word. The vocabularies are in testdata/wordpiece.
+func TestWordPieceBasicTokenizer(t *testing.T) {
+	tests := []struct {
+		vocab string
+		text  string
+		want  []int
+	}{
+		// uncased: no tokenizer_config.json, so do_lower_case and strip_accents.
+		{"uncased", "Café", []int{5}},
+		{"uncased", "Cafe\u0301", []int{5}},            // e and a combining acute (Mn)
+		{"uncased", "DÉJÀ-vu,", []int{6, 7, 8, 9}},     // deja - vu ,
+		{"uncased", "naïve!", []int{10, 11}},           // naive !
+		{"uncased", "中文字ok", []int{12, 13, 14, 15}},    // 中 文 字 ok: each ideograph a word
+		{"uncased", "\U00020000\uF900", []int{16, 17}}, // Extension B; a compatibility ideograph, its NFD U+8C48
+		{"uncased", "ok😀", []int{15, 18}},              // an emoji (So) is no punctuation: ok ##😀
+		{"uncased", "❤️", []int{19}},                   // U+2764 U+FE0F: the variation selector is Mn
+		{"uncased", "👍🏽", []int{20, 21}},               // the skin tone (Sk) stays: 👍 ##🏽
+		{"uncased", "€5 a×b", []int{22, 23, 24}},       // Sc and Sm are no punctuation: € ##5, a×b
+		{"uncased", "co\u00adop", []int{25}},           // soft hyphen (Cf) removed
+		{"uncased", "x\x00y\u200bz\x07", []int{26}},    // NUL, zero-width space (Cf), bell (Cc) removed
+		{"uncased", "¿Qué? «hi»", []int{27, 28, 29, 30, 31, 32}},
+		{"uncased", "ひらがな", []int{33}},                                     // Hiragana is no CJK ideograph; が is か U+3099 (Mn)
+		{"uncased", "한", []int{34}},                                        // NFD: the three conjoining jamo (Lo)
+		{"uncased", "ΟΔΟΣ", []int{35}},                                     // οδος, final sigma
+		{"uncased", "c\u00a0d\u3000e\u2028f\t\r\n", []int{36, 37, 38, 39}}, // NBSP and ideographic space (Zs), line separator
+		{"uncased", "$^`|~！", []int{40, 41, 42, 43, 44, 45}},               // ASCII symbols; U+FF01 is Po
+		{"uncased", "Unknown 😀", []int{1, 1}},
+		// cased: tokenizer_config.json says do_lower_case false, so
+		// strip_accents false.
+		{"cased", "Café DÉJÀ-vu, cafe", []int{5, 6, 7, 8, 9, 10}},
+		{"cased", "中文", []int{11, 12}},
+		{"cased", "❤️ ❤", []int{1, 13}}, // the variation selector stays: no ##U+FE0F
+		{"cased", "ひらがな Αθήνα", []int{14, 15}},
+		{"cased", "\u200bx\x00 CAFE", []int{16, 1}},
+	}
+	toks := map[string]*WordPiece{}
+	for _, tt := range tests {
+		tok := toks[tt.vocab]
+		if tok == nil {
+			var err error
+			if tok, err = LoadWordPiece(filepath.Join("testdata", "wordpiece", tt.vocab, "vocab.txt")); err != nil {
+				t.Fatal(err)
+			}
+			toks[tt.vocab] = tok
+		}
+		if got := tok.Encode(tt.text); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: Encode(%+q) = %v (%s), want %v", tt.vocab, tt.text, got, tok.Decode(got), tt.want)
+		}
+	}
+	// The pieces above, as one text, give their ids in a row.
+	var text strings.Builder
+	var want []int
+	for _, tt := range tests[:18] {
+		text.WriteString(tt.text + " ")
+		want = append(want, tt.want...)
+	}
+	if got := toks["uncased"].Encode(text.String()); !slices.Equal(got, want) {
+		t.Errorf("uncased: Encode(%+q) = %v, want %v", text.String(), got, want)
+	}
+}
+
+// TestWordPieceTokenizerConfig reads do_lower_case, strip_accents and
+// tokenize_chinese_chars from the tokenizer_config.json beside vocab.txt.
+func TestWordPieceTokenizerConfig(t *testing.T) {
+	tests := []struct {
+		config string
+		vocab  []string // after [PAD] [UNK] [CLS] [SEP], from id 4
+		text   string
+		want   []int
+	}{
+		// Lower-cased as Python's str.lower (İ is i and U+0307), accents kept.
+		{`{"do_lower_case": true, "strip_accents": false}`, []string{"café", "οδος", "i\u0307stanbul"}, "CAFÉ ΟΔΟΣ İstanbul Cafe", []int{4, 5, 6, 1}},
+		{`{"do_lower_case": false, "strip_accents": true}`, []string{"Cafe", "cafe"}, "Café", []int{4}},
+		{`{"tokenize_chinese_chars": false}`, []string{"中文", "cafe"}, "中文 Café", []int{4, 5}},
+		{`{"do_lower_case": true, "strip_accents": null}`, []string{"cafe"}, "Café", []int{4}},
+	}
+	for _, tt := range tests {
+		dir := t.TempDir()
+		vocab := append([]string{"[PAD]", "[UNK]", "[CLS]", "[SEP]"}, tt.vocab...)
+		if err := os.WriteFile(filepath.Join(dir, "vocab.txt"), []byte(strings.Join(vocab, "\n")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(tt.config), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		tok, err := LoadWordPiece(filepath.Join(dir, "vocab.txt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tok.Encode(tt.text); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: Encode(%q) = %v (%s), want %v", tt.config, tt.text, got, tok.Decode(got), tt.want)
+		}
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "vocab.txt"), []byte("[PAD]\n[UNK]\n[CLS]\n[SEP]\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"do_lower_case": "yes"}`), 0o644)
+	if _, err := LoadWordPiece(filepath.Join(dir, "vocab.txt")); err == nil || !strings.Contains(err.Error(), "tokenizer_config.json") {
+		t.Errorf("a bad tokenizer_config.json: err = %v", err)
 	}
 }
