@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/tensor/cuda"
 )
@@ -86,7 +87,7 @@ func commNote(cfg Config, dev tensor.Device, world nccl.Comm) string {
 	if !strings.HasPrefix(dev.Name(), "cuda") || world.Size() == 1 {
 		return ""
 	}
-	if _, ok := world.(nccl.DeviceComm); ok {
+	if parallel.NewDeviceGroup(world, dev).Resident(dev) {
 		return ""
 	}
 	if cfg.Comm == "tcp" {

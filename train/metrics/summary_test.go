@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -119,12 +120,15 @@ func TestRecordedFacts(t *testing.T) {
 	if full.Status != StatusCompleted || full.Step != 40 || full.Config.TP != 2 || full.Config.DP != 2 || full.WarmupSteps != 3 {
 		t.Errorf("complete run: %+v", full)
 	}
-	// 2 replicas x 16 samples per step over the slowest rank's step time.
-	if v := float64(full.SamplesPerS); v < 32/0.142/1.3 || v > 32/0.142*1.3 {
-		t.Errorf("samples/s = %v, want about %v", v, 32/0.142)
+	// From the recorded lines, past the warmup: the samples of the tp-rank-0
+	// ranks (one a replica) over the slowest rank's step time summed over
+	// steps, and the comm time over the step time of every rank.
+	samples, slowest, step, comm := recordedRates(t, filepath.Join("testdata", "runs", "20261121-143005-a3f9"), full.WarmupSteps)
+	if v, want := float64(full.SamplesPerS), samples/slowest; math.Abs(v-want) > 1e-12*want {
+		t.Errorf("samples/s = %.17g, the recorded lines give %.17g", v, want)
 	}
-	if v := float64(full.CommShare); v < 0.18 || v > 0.24 {
-		t.Errorf("comm share = %v, want about 0.21", v)
+	if v, want := float64(full.CommShare), comm/step; math.Abs(v-want) > 1e-12*want {
+		t.Errorf("comm share = %.17g, the recorded lines give %.17g", v, want)
 	}
 	if full.MemorySource != "engine" || full.Memory[0].EnginePeakBytes != 38<<20 || full.MFU.Known() || !full.ModelFlopsPerS.Known() {
 		t.Errorf("memory/flops: %+v", full)
@@ -172,4 +176,46 @@ func TestRecordedRunsFound(t *testing.T) {
 	if _, err := ReadRun(filepath.Join(root, "nope")); !errors.Is(err, ErrNoRun) {
 		t.Errorf("ReadRun of a missing run: %v", err)
 	}
+}
+
+// recordedRates reads the step lines of every rank of the run in dir and
+// sums, over the steps after the first warmup ones: the samples of the
+// tp-rank-0 ranks, the slowest rank's step_s, and every rank's step_s and
+// comm_s. A reference for Summarize written from the lines alone.
+func recordedRates(t *testing.T, dir string, warmup int) (samples, slowest, step, comm float64) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "metrics", "rank-*.jsonl"))
+	mustOK(t, err)
+	slow := map[int]float64{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		mustOK(t, err)
+		tpRank := -1
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var l struct {
+				Type    string  `json:"type"`
+				TPRank  int     `json:"tp_rank"`
+				Step    int     `json:"step"`
+				Samples float64 `json:"samples"`
+				StepS   float64 `json:"step_s"`
+				CommS   float64 `json:"comm_s"`
+			}
+			mustOK(t, json.Unmarshal([]byte(line), &l))
+			switch {
+			case l.Type == "run":
+				tpRank = l.TPRank
+			case l.Type == "step" && l.Step > warmup:
+				if tpRank == 0 {
+					samples += l.Samples
+				}
+				slow[l.Step] = max(slow[l.Step], l.StepS)
+				step += l.StepS
+				comm += l.CommS
+			}
+		}
+	}
+	for _, s := range slow {
+		slowest += s
+	}
+	return samples, slowest, step, comm
 }

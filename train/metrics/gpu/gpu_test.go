@@ -27,6 +27,20 @@ func (r *recorder) n() int {
 	return len(r.gs)
 }
 
+// waitFor polls cond until it holds, failing the test after a generous
+// deadline: the sampler's progress, not a fixed sleep, ends each wait, so
+// a loaded machine only makes it slower.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s: %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestNVML runs against the machine's real NVML: absent here (a clean
 // ErrUnavailable), present on a GPU machine (real samples).
 func TestNVML(t *testing.T) {
@@ -39,12 +53,9 @@ func TestNVML(t *testing.T) {
 		t.Logf("no NVML, as expected on a machine without a GPU: %v", err)
 		return
 	}
-	time.Sleep(100 * time.Millisecond)
+	waitFor(t, "fewer than 3 samples at 20 ms", func() bool { return rec.n() >= 3 })
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
-	}
-	if rec.n() < 3 {
-		t.Fatalf("%d samples in 100 ms at 20 ms", rec.n())
 	}
 	g := rec.gs[0]
 	if g.MemTotalBytes <= 0 || g.MemUsedBytes < 0 || g.MemUsedBytes > g.MemTotalBytes || g.UtilPct < 0 || g.UtilPct > 100 {
@@ -82,7 +93,7 @@ func TestSamplerLoop(t *testing.T) {
 	if rec.n() != 1 {
 		t.Errorf("Start recorded %d samples, want 1 at once", rec.n())
 	}
-	time.Sleep(40 * time.Millisecond)
+	waitFor(t, "fewer than 3 samples at 5 ms", func() bool { return rec.n() >= 3 })
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +110,11 @@ func TestSamplerLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(20 * time.Millisecond)
+	waitFor(t, "the lost device was never read a third time", func() bool {
+		lost.mu.Lock()
+		defer lost.mu.Unlock()
+		return lost.reads >= lost.failAt
+	})
 	if err := s.Stop(); err == nil || lost.closed != 1 {
 		t.Errorf("lost device: Stop returned %v, closed %d", err, lost.closed)
 	}
