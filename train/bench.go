@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"github.com/hpcrun/hpcrun/train/config"
 	"math/rand/v2"
 
 	"github.com/hpcrun/hpcrun/nccl"
@@ -21,7 +22,7 @@ type StepTiming struct {
 // AdamW) of cfg's model on one rank (tp=1, dp=1) on random tokens: warmup
 // untimed steps, then steps timed ones. The vocabulary is the tokenizer's (GPT-2's
 // 50257 for the gpt2 presets) without loading any data.
-func BenchStep(cfg Config, dev tensor.Device, warmup, steps int) (StepTiming, error) {
+func BenchStep(cfg config.Config, dev tensor.Device, warmup, steps int) (StepTiming, error) {
 	cfg.NTasks, cfg.TP, cfg.GradAccum = 1, 1, 1
 	if err := cfg.Validate(); err != nil {
 		return StepTiming{}, err
@@ -65,7 +66,7 @@ func BenchStep(cfg Config, dev tensor.Device, warmup, steps int) (StepTiming, er
 		return StepTiming{}, err
 	}
 	defer t.close()
-	res := StepTiming{Params: ParamCount(cfg, vocab), TokensPerStep: B * T}
+	res := StepTiming{Params: config.ParamCount(cfg, vocab), TokensPerStep: B * T}
 	for s := range warmup + steps {
 		m, err := t.trainStep(s)
 		if err != nil {

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"testing"
 
@@ -12,7 +13,7 @@ import (
 // that TestGPUBenchStepMatchesCPU checks on a GPU).
 func TestBenchStepFreesEverything(t *testing.T) {
 	for _, model := range []string{"gpt", "bert"} {
-		cfg := DefaultConfig()
+		cfg := config.DefaultConfig()
 		if err := cfg.ApplyPreset("tiny"); err != nil {
 			t.Fatal(err)
 		}
@@ -30,7 +31,7 @@ func TestBenchStepFreesEverything(t *testing.T) {
 // On a device with the GPU step's operations, BenchStep times the GPU step
 // (one host synchronisation a step) and gives the host step's loss.
 func TestBenchStepDeviceStep(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	if err := cfg.ApplyPreset("tiny"); err != nil {
 		t.Fatal(err)
 	}

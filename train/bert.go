@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 
 	"github.com/hpcrun/hpcrun/nccl"
@@ -9,10 +10,6 @@ import (
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/interop"
 )
-
-// bertTypes is the number of token types (segments) of BERT's table;
-// hpcrun's single-text samples are all of type 0.
-const bertTypes = 2
 
 // bertLayer is one post-LN encoder layer of BERT: h1 = LN1(x + attn(x)),
 // out = LN2(h1 + mlp(h1)).
@@ -60,7 +57,7 @@ type bert struct {
 	pred                 []int32
 }
 
-func newBERT(cfg Config, vocab int, tp nccl.Comm, dev tensor.Device) (model, error) {
+func newBERT(cfg config.Config, vocab int, tp nccl.Comm, dev tensor.Device) (model, error) {
 	m := &bert{dev: dev, B: cfg.BatchSize, T: cfg.Seq, C: cfg.Dim}
 	if err := m.build(cfg, vocab, tp); err != nil {
 		m.Close()
@@ -69,7 +66,7 @@ func newBERT(cfg Config, vocab int, tp nccl.Comm, dev tensor.Device) (model, err
 	return m, nil
 }
 
-func (m *bert) build(cfg Config, vocab int, tp nccl.Comm) error {
+func (m *bert) build(cfg config.Config, vocab int, tp nccl.Comm) error {
 	dev, C, seed := m.dev, cfg.Dim, uint64(cfg.Seed)
 	var err error
 	ln := func(name string) *parallel.LayerNorm {
@@ -89,7 +86,7 @@ func (m *bert) build(cfg Config, vocab int, tp nccl.Comm) error {
 	if m.wpe, err = parallel.NewPositionEmbedding(dev, "embeddings.position_embeddings", cfg.PositionRows(), C, seed, parallel.DefaultStd); err != nil {
 		return err
 	}
-	if m.tte, err = parallel.NewPositionEmbedding(dev, "embeddings.token_type_embeddings", bertTypes, C, seed, parallel.DefaultStd); err != nil {
+	if m.tte, err = parallel.NewPositionEmbedding(dev, "embeddings.token_type_embeddings", config.BERTTypes, C, seed, parallel.DefaultStd); err != nil {
 		return err
 	}
 	m.params = append(append(m.wte.Params(), m.wpe.Params()...), m.tte.Params()...)
@@ -115,11 +112,11 @@ func (m *bert) build(cfg Config, vocab int, tp nccl.Comm) error {
 	if m.pooler, err = parallel.NewColumnParallelLinear(dev, tp, "pooler.dense", C, C, parallel.LinearOptions{Bias: true, Seed: seed}); err != nil {
 		return err
 	}
-	if m.cls, err = parallel.NewRowParallelLinear(dev, tp, "classifier", C, numClasses, parallel.LinearOptions{Bias: true, InputIsParallel: true, Seed: seed}); err != nil {
+	if m.cls, err = parallel.NewRowParallelLinear(dev, tp, "classifier", C, config.NumClasses, parallel.LinearOptions{Bias: true, InputIsParallel: true, Seed: seed}); err != nil {
 		return err
 	}
 	m.params = append(append(m.params, m.pooler.Params()...), m.cls.Params()...)
-	if m.loss, err = parallel.NewVocabParallelCrossEntropy(nil, "cls.loss", numClasses); err != nil {
+	if m.loss, err = parallel.NewVocabParallelCrossEntropy(nil, "cls.loss", config.NumClasses); err != nil {
 		return err
 	}
 	B, T, cl := m.B, m.T, m.pooler.LocalOut()
@@ -139,7 +136,7 @@ func (m *bert) build(cfg Config, vocab int, tp nccl.Comm) error {
 	m.ones, m.sel = alloc(B*T, 1), alloc(B, B*T)
 	m.first, m.dfirst = alloc(B, 1, C), alloc(B, 1, C)
 	m.pooled, m.dpooled, m.dpre = alloc(B, 1, cl), alloc(B, 1, cl), alloc(B, 1, cl)
-	m.dlogits = alloc(B, 1, numClasses)
+	m.dlogits = alloc(B, 1, config.NumClasses)
 	m.dx, m.dy, m.dr, m.dh, m.demb = alloc(B, T, C), alloc(B, T, C), alloc(B, T, C), alloc(B, T, C), alloc(B, T, C)
 	if err != nil {
 		return fmt.Errorf("activations for batch %d x seq %d: %w", B, T, err)
@@ -155,7 +152,7 @@ func (m *bert) build(cfg Config, vocab int, tp nccl.Comm) error {
 	dev.CopyFromHost(m.ones, ones)
 	dev.CopyFromHost(m.sel, sel)
 	m.host = make([]float32, B*cl)
-	m.logitsHost = make([]float32, B*numClasses)
+	m.logitsHost = make([]float32, B*config.NumClasses)
 	m.pred = make([]int32, B)
 	m.keyValid = make([]int32, B*T)
 	return nil
@@ -243,7 +240,7 @@ func (m *bert) Forward(b *Batch, train bool) (float64, error) {
 	}
 	d.CopyToHost(m.logitsHost, logits)
 	for i := range m.pred {
-		m.pred[i] = b2i(m.logitsHost[i*numClasses+1] > m.logitsHost[i*numClasses])
+		m.pred[i] = b2i(m.logitsHost[i*config.NumClasses+1] > m.logitsHost[i*config.NumClasses])
 	}
 	m.forwardedTrain = train
 	return loss, nil

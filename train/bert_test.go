@@ -1,6 +1,7 @@
 package train
 
 import (
+	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -26,7 +27,7 @@ func tinyBERT(t *testing.T, spec interop.Spec, head bool) string {
 // tinyBERTAs is tinyBERT written as opt says.
 func tinyBERTAs(t *testing.T, spec interop.Spec, head bool, opt interop.HFOptions) string {
 	t.Helper()
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Arch, cfg.Layers, cfg.Dim, cfg.Heads, cfg.Positions, cfg.BatchSize, cfg.Seq = "hf", spec.Layers, spec.Dim, spec.Heads, spec.Positions, 1, 8
 	m, err := newBERT(cfg, spec.Vocab, nil, tensor.NewCPU())
 	if err != nil {
@@ -90,7 +91,7 @@ func TestInitFromBERTEqualAtEveryTP(t *testing.T) {
 		cfg := smallConfig("bert")
 		cfg.EvalSamples = 24
 		cfg.InitFrom = tinyBERT(t, tinyBERTSpec, head)
-		if err := cfg.ApplyInitFrom(nil); err != nil {
+		if err := ApplyInitFrom(&cfg, nil); err != nil {
 			t.Fatal(err)
 		}
 		if cfg.Arch != "hf" || cfg.Positions != 64 || cfg.Vocab != 300 || cfg.Tokenizer != "wordpiece" {
@@ -190,7 +191,7 @@ func TestBERTGradients(t *testing.T) {
 func TestBERTLearnsAndExports(t *testing.T) {
 	cfg := smallConfig("bert")
 	cfg.InitFrom = tinyBERT(t, tinyBERTSpec, false)
-	if err := cfg.ApplyInitFrom(nil); err != nil {
+	if err := ApplyInitFrom(&cfg, nil); err != nil {
 		t.Fatal(err)
 	}
 	cfg.NTasks, cfg.TP, cfg.Steps, cfg.EvalEvery, cfg.LR, cfg.Samples = 2, 2, 30, 30, 1e-3, 480
@@ -242,7 +243,7 @@ func TestInitFromBERTRejects(t *testing.T) {
 	os.WriteFile(path, []byte(strings.Replace(string(b), `"type_vocab_size": 2`, `"type_vocab_size": 3`, 1)), 0o644)
 	cfg := smallConfig("bert")
 	cfg.InitFrom = dir
-	err := cfg.ApplyInitFrom(nil)
+	err := ApplyInitFrom(&cfg, nil)
 	if err == nil || !strings.Contains(err.Error(), "model.safetensors: tensor bert.embeddings.token_type_embeddings.weight is [2 32], the model's config needs [3 32]") {
 		t.Errorf("type_vocab_size 3 against a 2-row table: %v", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/hpcrun/hpcrun/train/config"
 	"path/filepath"
 	"time"
 
@@ -102,7 +103,7 @@ func (t *trainer) save(step int) error {
 	what := fmt.Sprintf("checkpoint at step %d", step)
 	var err error
 	if rank0 {
-		_, err = ckpt.Prepare(root, step, t.cfg.ckptKeep())
+		_, err = ckpt.Prepare(root, step, t.cfg.Checkpoints())
 	}
 	if err = agree(t.world, err, what); err != nil {
 		return err
@@ -129,7 +130,7 @@ func (t *trainer) save(step int) error {
 		return err
 	}
 	if rank0 {
-		_, err = ckpt.Commit(root, step, t.cfg.ckptKeep())
+		_, err = ckpt.Commit(root, step, t.cfg.Checkpoints())
 	}
 	if err = agree(t.world, err, what); err != nil {
 		return err
@@ -192,7 +193,7 @@ func (t *trainer) load(dir string) error {
 		return err
 	}
 	st := &c.State
-	var saved Config
+	var saved config.Config
 	if err := json.Unmarshal(st.Config, &saved); err != nil {
 		return fmt.Errorf("checkpoint %s: config: %v", filepath.Join(dir, ckpt.StateFile), err)
 	}

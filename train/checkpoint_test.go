@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"os"
 	"path/filepath"
@@ -18,7 +19,7 @@ import (
 
 // runRanks trains cfg on in-process ranks with per-rank options and returns
 // every rank's result and the joined error.
-func runRanks(t *testing.T, cfg Config, data *Data, opt func(rank int) Options) ([]*Result, error) {
+func runRanks(t *testing.T, cfg config.Config, data *Data, opt func(rank int) Options) ([]*Result, error) {
 	t.Helper()
 	res := make([]*Result, cfg.NTasks)
 	var mu sync.Mutex
@@ -34,7 +35,7 @@ func runRanks(t *testing.T, cfg Config, data *Data, opt func(rank int) Options) 
 	return res, err
 }
 
-func gptConfig(t *testing.T, ntasks, tp int) (Config, *Data) {
+func gptConfig(t *testing.T, ntasks, tp int) (config.Config, *Data) {
 	cfg := smallConfig("gpt")
 	cfg.Data = textFile(t)
 	cfg.NTasks, cfg.TP = ntasks, tp
@@ -127,7 +128,7 @@ func TestStopSaveResume(t *testing.T) {
 
 // forwardLoss builds cfg's model on in-process ranks, loads the checkpoint
 // from, and returns the forward loss of the first validation batch.
-func forwardLoss(t *testing.T, cfg Config, data *Data, from string) float64 {
+func forwardLoss(t *testing.T, cfg config.Config, data *Data, from string) float64 {
 	t.Helper()
 	losses := make([]float64, cfg.NTasks)
 	err := nccl.RunInProcess(cfg.NTasks, func(c nccl.Comm) error {
@@ -189,7 +190,7 @@ func TestReshardOnLoad(t *testing.T) {
 	}
 }
 
-func forwardLossFresh(t *testing.T, cfg Config, data *Data) float64 {
+func forwardLossFresh(t *testing.T, cfg config.Config, data *Data) float64 {
 	t.Helper()
 	var loss float64
 	err := nccl.RunInProcess(cfg.NTasks, func(c nccl.Comm) error {

@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"github.com/hpcrun/hpcrun/train/config"
 	"strings"
 
 	"github.com/hpcrun/hpcrun/nccl"
@@ -20,7 +21,7 @@ import (
 //     missing library when CUDA or NCCL cannot load;
 //   - auto: nccl when the device is CUDA and NCCL loads, else the host
 //     ring (the training log says why, once).
-func CommBackend(cfg Config, pick func(count int) int) (backend string, device int, err error) {
+func CommBackend(cfg config.Config, pick func(count int) int) (backend string, device int, err error) {
 	env := probeComm(cfg, pick)
 	backend, _, err = chooseComm(cfg.Comm, cfg.Device, env)
 	return backend, env.ordinal, err
@@ -35,7 +36,7 @@ type commEnv struct {
 }
 
 // probeComm looks at CUDA, and NCCL only where the choice needs it.
-func probeComm(cfg Config, pick func(int) int) commEnv {
+func probeComm(cfg config.Config, pick func(int) int) commEnv {
 	var e commEnv
 	if cfg.Comm == "tcp" || cfg.Device == "cpu" {
 		return e
@@ -83,7 +84,7 @@ func chooseComm(comm, device string, e commEnv) (backend, note string, err error
 // commNote is the line the training log gives, once, when collectives
 // over a CUDA device go through host memory: why (--comm tcp, or what
 // NCCL lacks). "" when they run on the device or the device is the CPU.
-func commNote(cfg Config, dev tensor.Device, world nccl.Comm) string {
+func commNote(cfg config.Config, dev tensor.Device, world nccl.Comm) string {
 	if !strings.HasPrefix(dev.Name(), "cuda") || world.Size() == 1 {
 		return ""
 	}

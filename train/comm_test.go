@@ -2,6 +2,7 @@ package train
 
 import (
 	"errors"
+	"github.com/hpcrun/hpcrun/train/config"
 	"strings"
 	"testing"
 
@@ -52,7 +53,7 @@ func TestChooseComm(t *testing.T) {
 // when CUDA or NCCL is missing, naming the library; auto picks the host
 // ring; a bad value is a config error.
 func TestCommBackendHere(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Device, cfg.Comm = "cuda", "nccl"
 	backend, _, err := CommBackend(cfg, nil)
 	if nerr := nccl.NCCLAvailable(); nerr != nil {
@@ -71,7 +72,7 @@ func TestCommBackendHere(t *testing.T) {
 		{"mpi", "auto", `comm "mpi": use auto, tcp or nccl`},
 		{"nccl", "cpu", "comm nccl needs device cuda"},
 	} {
-		cfg := DefaultConfig()
+		cfg := config.DefaultConfig()
 		cfg.Comm, cfg.Device = c.comm, c.device
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("comm %s device %s: %v, want %q", c.comm, c.device, err, c.want)
@@ -88,7 +89,7 @@ func TestCommNote(t *testing.T) {
 			w.Close()
 		}
 	}()
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	if n := commNote(cfg, tensor.NewCPU(), worlds[0]); n != "" {
 		t.Errorf("cpu device: note %q", n)
 	}

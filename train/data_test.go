@@ -1,6 +1,7 @@
 package train
 
 import (
+	"github.com/hpcrun/hpcrun/train/config"
 	"os"
 	"path/filepath"
 	"strings"
@@ -90,23 +91,23 @@ func TestPrepareErrors(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		edit func(*Config)
+		edit func(*config.Config)
 		want string
 	}{
-		{"missing file", func(c *Config) { c.Data = filepath.Join(dir, "nope.csv") }, "no such file"},
-		{"empty csv", func(c *Config) { c.Data = write("e.csv", "") }, "empty CSV"},
-		{"wrong columns", func(c *Config) { c.Data = write("w.csv", "a,b\n1,2\n") }, "want columns review and sentiment"},
-		{"bad label", func(c *Config) { c.Data = write("l.csv", "review,sentiment\nx,7\n") }, `sentiment "7"`},
-		{"gpt synthetic", func(c *Config) { c.Model = "gpt" }, "give the gpt model a text file"},
-		{"gpt short text", func(c *Config) { c.Model, c.Data = "gpt", write("t.txt", "abc") }, "lower --seq or give a longer file"},
-		{"gpt empty text", func(c *Config) { c.Model, c.Data = "gpt", write("t0.txt", " \n") }, "empty"},
-		{"seq too long", func(c *Config) { c.ApplyPreset("gpt2-124m"); c.Seq = 2048 }, "longer than the 1024 positions"},
-		{"vocab too small", func(c *Config) { c.Tokenizer, c.Vocab = "byte", 100 }, "smaller than the byte tokenizer"},
-		{"heads", func(c *Config) { c.TP, c.NTasks = 3, 3 }, "heads 4 is not a multiple of tp 3"},
-		{"tokenizer", func(c *Config) { c.Tokenizer = "sentencepiece" }, `tokenizer "sentencepiece"`},
+		{"missing file", func(c *config.Config) { c.Data = filepath.Join(dir, "nope.csv") }, "no such file"},
+		{"empty csv", func(c *config.Config) { c.Data = write("e.csv", "") }, "empty CSV"},
+		{"wrong columns", func(c *config.Config) { c.Data = write("w.csv", "a,b\n1,2\n") }, "want columns review and sentiment"},
+		{"bad label", func(c *config.Config) { c.Data = write("l.csv", "review,sentiment\nx,7\n") }, `sentiment "7"`},
+		{"gpt synthetic", func(c *config.Config) { c.Model = "gpt" }, "give the gpt model a text file"},
+		{"gpt short text", func(c *config.Config) { c.Model, c.Data = "gpt", write("t.txt", "abc") }, "lower --seq or give a longer file"},
+		{"gpt empty text", func(c *config.Config) { c.Model, c.Data = "gpt", write("t0.txt", " \n") }, "empty"},
+		{"seq too long", func(c *config.Config) { c.ApplyPreset("gpt2-124m"); c.Seq = 2048 }, "longer than the 1024 positions"},
+		{"vocab too small", func(c *config.Config) { c.Tokenizer, c.Vocab = "byte", 100 }, "smaller than the byte tokenizer"},
+		{"heads", func(c *config.Config) { c.TP, c.NTasks = 3, 3 }, "heads 4 is not a multiple of tp 3"},
+		{"tokenizer", func(c *config.Config) { c.Tokenizer = "sentencepiece" }, `tokenizer "sentencepiece"`},
 	}
 	for _, tt := range tests {
-		cfg := DefaultConfig()
+		cfg := config.DefaultConfig()
 		tt.edit(&cfg)
 		_, err := Prepare(cfg)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -116,7 +117,7 @@ func TestPrepareErrors(t *testing.T) {
 }
 
 func TestPrepareClassifier(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	d, err := Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +143,7 @@ func TestPrepareClassifier(t *testing.T) {
 func TestPrepareText(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "t.txt")
 	os.WriteFile(p, []byte(strings.Repeat("to be or not to be. ", 50)), 0o644)
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Model, cfg.Data, cfg.Seq = "gpt", p, 16
 	d, err := Prepare(cfg)
 	if err != nil {

@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"github.com/hpcrun/hpcrun/train/config"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -88,7 +89,7 @@ func resize(s []int32, n int) []int32 {
 }
 
 // Data is what a run trains and validates on, with the tokenizer that
-// encoded it. Every rank prepares the same Data from the same Config.
+// encoded it. Every rank prepares the same Data from the same config.Config.
 type Data struct {
 	Tokenizer Tokenizer
 	Vocab     int // ids the model must embed, before padding
@@ -118,7 +119,7 @@ func DefaultTokenizer(model string) string {
 
 // Prepare loads, tokenizes and splits the config's data. It is where a bad
 // data file is reported, before any rank starts work.
-func Prepare(cfg Config) (*Data, error) {
+func Prepare(cfg config.Config) (*Data, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -131,7 +132,7 @@ func Prepare(cfg Config) (*Data, error) {
 	return prepareClassifier(cfg)
 }
 
-func prepareClassifier(cfg Config) (*Data, error) {
+func prepareClassifier(cfg config.Config) (*Data, error) {
 	var train, val []Example
 	if cfg.Data == "synthetic" {
 		train = SyntheticSentiment(synthTrain, uint64(cfg.Seed))
@@ -139,7 +140,7 @@ func prepareClassifier(cfg Config) (*Data, error) {
 		if cfg.Samples > 0 && cfg.Samples < len(train) {
 			train = train[:cfg.Samples]
 		}
-		if n := cfg.evalSamples(); n < len(val) {
+		if n := cfg.ValSamples(); n < len(val) {
 			val = val[:n]
 		}
 	} else {
@@ -176,7 +177,7 @@ func prepareClassifier(cfg Config) (*Data, error) {
 // the seed to validate and keeps the rest to train, cfg.Samples of them when
 // that is set: a file sorted by label still validates on both labels. Both
 // sets keep the file's order, which training follows with --shuffle=false.
-func splitReviews(all []Example, cfg Config) (train, val []Example) {
+func splitReviews(all []Example, cfg config.Config) (train, val []Example) {
 	idx := make([]int, len(all))
 	for i := range idx {
 		idx[i] = i
@@ -188,7 +189,7 @@ func splitReviews(all []Example, cfg Config) (train, val []Example) {
 	if cfg.Samples > 0 && cfg.Samples < len(trainIdx) {
 		trainIdx = trainIdx[:cfg.Samples]
 	}
-	if n := cfg.evalSamples(); n < len(valIdx) {
+	if n := cfg.ValSamples(); n < len(valIdx) {
 		valIdx = valIdx[:n]
 	}
 	pick := func(idx []int) []Example {
@@ -231,7 +232,7 @@ func encodeExamples(tok Tokenizer, ex []Example, seq int, sep bool) *Dataset {
 	return d
 }
 
-func prepareText(cfg Config) (*Data, error) {
+func prepareText(cfg config.Config) (*Data, error) {
 	if cfg.Data == "synthetic" {
 		return nil, fmt.Errorf("data synthetic is a classification set: give the gpt model a text file with --data")
 	}
@@ -272,13 +273,13 @@ func prepareText(cfg Config) (*Data, error) {
 		}
 		return d
 	}
-	val := windows(nWin-nVal, min(nVal, cfg.evalSamples()))
+	val := windows(nWin-nVal, min(nVal, cfg.ValSamples()))
 	return &Data{Tokenizer: tok, Vocab: vocab, Train: windows(0, nTrain), Val: val}, nil
 }
 
 // newTokenizer makes the config's tokenizer; a WordPiece vocabulary without a
 // vocab file is built from texts.
-func newTokenizer(cfg Config, texts []string) (Tokenizer, error) {
+func newTokenizer(cfg config.Config, texts []string) (Tokenizer, error) {
 	name := cfg.Tokenizer
 	if name == "" {
 		name = DefaultTokenizer(cfg.Model)
@@ -303,7 +304,7 @@ func newTokenizer(cfg Config, texts []string) (Tokenizer, error) {
 
 // modelVocab is the number of ids the model embeds: the tokenizer's, or the
 // config's vocab when that is larger.
-func modelVocab(cfg Config, tok Tokenizer) (int, error) {
+func modelVocab(cfg config.Config, tok Tokenizer) (int, error) {
 	n := tok.VocabSize()
 	if cfg.Vocab == 0 {
 		return n, nil

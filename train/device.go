@@ -2,12 +2,13 @@ package train
 
 import (
 	"fmt"
+	"github.com/hpcrun/hpcrun/train/config"
 
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/tensor/cuda"
 )
 
-// OpenDevice returns the device that kind (a Config.Device: auto, cpu or
+// OpenDevice returns the device that kind (a config.Config.Device: auto, cpu or
 // cuda) names on this machine. pick chooses the CUDA ordinal given how many
 // devices are visible (idrenv.Env.GPUOrdinal; nil picks 0; -1 means no GPU
 // for this task). For auto, note says why the CPU was chosen when CUDA was
@@ -56,7 +57,7 @@ func openCUDA(pick func(int) int) (*cuda.Device, string) {
 
 // checkDevice fails for device cuda when CUDA cannot run on this machine,
 // with the reason.
-func checkDevice(cfg Config) error {
+func checkDevice(cfg config.Config) error {
 	if cfg.Device != "cuda" {
 		return nil
 	}

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"strings"
 	"testing"
@@ -25,7 +26,7 @@ func TestOpenDevice(t *testing.T) {
 		if _, _, err := OpenDevice("cuda", nil); err == nil || !strings.Contains(err.Error(), "device cuda: ") {
 			t.Errorf("cuda without CUDA: %v, want the reason", err)
 		}
-		if err := checkDevice(Config{Device: "cuda"}); err == nil {
+		if err := checkDevice(config.Config{Device: "cuda"}); err == nil {
 			t.Error("checkDevice accepts cuda where CUDA cannot run")
 		}
 		return
@@ -43,7 +44,7 @@ func TestOpenDevice(t *testing.T) {
 
 // On a GPU, training steps of a small GPT give the CPU's losses.
 func TestGPUBenchStepMatchesCPU(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	if err := cfg.ApplyPreset("tiny"); err != nil {
 		t.Fatal(err)
 	}

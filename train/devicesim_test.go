@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"fmt"
+	"github.com/hpcrun/hpcrun/train/config"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -204,7 +205,7 @@ type simulatedRun struct {
 // runSimulated trains cfg on cfg.NTasks in-process ranks, each on the
 // simulated device with the simulated NCCL communicator, in the run dir
 // dir.
-func runSimulated(t *testing.T, cfg Config, data *Data, dir string) simulatedRun {
+func runSimulated(t *testing.T, cfg config.Config, data *Data, dir string) simulatedRun {
 	t.Helper()
 	run := simulatedRun{res: make([]*Result, cfg.NTasks), devs: make([]*addressedDevice, cfg.NTasks), mem: &deviceMemory{bufs: map[uintptr][]float32{}}}
 	var collectives atomic.Int64
@@ -223,7 +224,7 @@ func runSimulated(t *testing.T, cfg Config, data *Data, dir string) simulatedRun
 
 // hostAndSimulated trains cfg on the CPU (host-staged collectives) and on
 // the simulated device, each in a run dir of its own (hostDir, simDir).
-func hostAndSimulated(t *testing.T, cfg Config) (host []*Result, hostDir string, sim simulatedRun, simDir string) {
+func hostAndSimulated(t *testing.T, cfg config.Config) (host []*Result, hostDir string, sim simulatedRun, simDir string) {
 	t.Helper()
 	data, err := Prepare(cfg)
 	if err != nil {

@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"testing"
 
@@ -75,7 +76,7 @@ func TestEvalIsExactMean(t *testing.T) {
 
 // sampleBySample is the validation loss and accuracy of tr's model computed
 // one sample at a time, in float64.
-func sampleBySample(tr *trainer, cfg Config) (EvalResult, error) {
+func sampleBySample(tr *trainer, cfg config.Config) (EvalResult, error) {
 	val := tr.data.Val
 	idx := make([]int, cfg.BatchSize)
 	var b Batch

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/hpcrun/hpcrun/train/config"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -24,22 +25,22 @@ import (
 // dir, a checkpoint root or a run dir: the saved run's config, its weights
 // through resume_from) or pretrained weights (a Hugging Face directory or
 // an llm.c file: their shape, the weights through init_from).
-func SourceConfig(src string) (Config, error) {
+func SourceConfig(src string) (config.Config, error) {
 	if _, err := os.Stat(src); err != nil {
-		return Config{}, err
+		return config.Config{}, err
 	}
 	if dir, err := ckpt.Resolve(src); err == nil && dir != "" {
 		b, err := os.ReadFile(filepath.Join(dir, ckpt.StateFile))
 		if err != nil {
-			return Config{}, err
+			return config.Config{}, err
 		}
 		var st ckpt.State
 		if err := json.Unmarshal(b, &st); err != nil {
-			return Config{}, fmt.Errorf("checkpoint %s: %v", dir, err)
+			return config.Config{}, fmt.Errorf("checkpoint %s: %v", dir, err)
 		}
-		cfg := DefaultConfig()
+		cfg := config.DefaultConfig()
 		if err := json.Unmarshal(st.Config, &cfg); err != nil {
-			return Config{}, fmt.Errorf("checkpoint %s: config: %v", dir, err)
+			return config.Config{}, fmt.Errorf("checkpoint %s: config: %v", dir, err)
 		}
 		cfg.ResumeFrom, cfg.InitFrom = dir, ""
 		// The checkpoint is laid out as at pp 1, whatever the pipeline
@@ -54,10 +55,10 @@ func SourceConfig(src string) (Config, error) {
 		}
 		return cfg, nil
 	}
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Preset, cfg.InitFrom = "", src
-	if err := cfg.ApplyInitFrom(nil); err != nil {
-		return Config{}, err
+	if err := ApplyInitFrom(&cfg, nil); err != nil {
+		return config.Config{}, err
 	}
 	if cfg.Tokenizer == "" {
 		cfg.Tokenizer = DefaultTokenizer(cfg.Model)
@@ -69,7 +70,7 @@ func SourceConfig(src string) (Config, error) {
 // loadWeights fills this rank's params from the config's weights: its
 // resume_from checkpoint (the model only, resharded for this tp) or its
 // init_from pretrained weights.
-func loadWeights(params []*parallel.Param, dev tensor.Device, cfg Config, vocab int) error {
+func loadWeights(params []*parallel.Param, dev tensor.Device, cfg config.Config, vocab int) error {
 	if cfg.ResumeFrom != "" {
 		c, err := ckpt.Open(cfg.ResumeFrom, false)
 		if err != nil {
@@ -257,7 +258,7 @@ func sample(logits []float32, temperature float64, k int, rng *rand.Rand) int {
 // EvalOptions say what EvaluateSource measures.
 type EvalOptions struct {
 	Source    string // as for Generate
-	Data      string // a text or token files (see Config.Data)
+	Data      string // a text or token files (see config.Config.Data)
 	Seq       int    // window length; 0 = the checkpoint's, or up to 1024 of the pretrained model's positions
 	BatchSize int    // windows per forward; 0 = 8
 	Device    string // auto, cpu, cuda; "" = the source's (auto for pretrained weights)

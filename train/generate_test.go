@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"encoding/json"
+	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -130,7 +131,7 @@ func TestEvaluateSource(t *testing.T) {
 // valid for ranks laid out otherwise (eval, generate at any tp).
 func TestSourceConfigDropsTrainingLayout(t *testing.T) {
 	dir := t.TempDir()
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.NTasks, cfg.TP, cfg.PP, cfg.MicroBatches, cfg.PPSplit, cfg.SP, cfg.Zero = 8, 2, 2, 4, "1,1", true, 1
 	raw, _ := json.Marshal(cfg)
 	st, _ := json.Marshal(ckpt.State{Config: raw, Vocab: 128})

@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"github.com/hpcrun/hpcrun/train/config"
 	"os"
 	"path/filepath"
 
@@ -13,7 +14,7 @@ import (
 // 50257-id vocabulary when none is chosen). explicit reports the config keys
 // the user set (flags): one whose value contradicts the file is an error
 // that names both. Without init_from it does nothing.
-func (c *Config) ApplyInitFrom(explicit func(key string) bool) error {
+func ApplyInitFrom(c *config.Config, explicit func(key string) bool) error {
 	if c.InitFrom == "" {
 		return nil
 	}
@@ -66,9 +67,9 @@ const gpt2Vocab = 50257
 
 // checkInitFrom checks that the init_from weights have this config's model
 // shape: a train.toml edited after submission fails here, naming both.
-func checkInitFrom(cfg Config, vocab int, s interop.Spec) error {
-	if s.Model == "bert" && s.TypeVocab != bertTypes {
-		return fmt.Errorf("init_from %s has type_vocab_size %d: hpcrun's BERT has %d token types", s.Source, s.TypeVocab, bertTypes)
+func checkInitFrom(cfg config.Config, vocab int, s interop.Spec) error {
+	if s.Model == "bert" && s.TypeVocab != config.BERTTypes {
+		return fmt.Errorf("init_from %s has type_vocab_size %d: hpcrun's BERT has %d token types", s.Source, s.TypeVocab, config.BERTTypes)
 	}
 	for _, d := range []struct {
 		key        string

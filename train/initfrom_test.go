@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -49,7 +50,7 @@ var tinyGPT2Spec = interop.Spec{Model: "gpt", Layers: 2, Dim: 32, Heads: 4, Posi
 
 // initEval is the validation loss, at step 0, of cfg started from its
 // init_from at tp = ntasks (rank 0's; all ranks agree).
-func initEval(t *testing.T, cfg Config, tp int) float64 {
+func initEval(t *testing.T, cfg config.Config, tp int) float64 {
 	t.Helper()
 	cfg.NTasks, cfg.TP = tp, tp
 	data, err := Prepare(cfg)
@@ -89,7 +90,7 @@ func TestInitFromEqualLossAtEveryTP(t *testing.T) {
 		cfg.Data, cfg.EvalSamples = text, 8
 		cfg.InitFrom = tinyGPT2(t, tinyGPT2Spec, opt)
 		cfg.Layers, cfg.Dim = 1, 16 // the file's shape wins over the defaults
-		if err := cfg.ApplyInitFrom(nil); err != nil {
+		if err := ApplyInitFrom(&cfg, nil); err != nil {
 			t.Fatal(err)
 		}
 		if cfg.Layers != 2 || cfg.Dim != 32 || cfg.Positions != 64 || cfg.Vocab != 300 {
@@ -137,7 +138,7 @@ func TestInitFromLLMC(t *testing.T) {
 	losses := map[string]float64{}
 	for _, src := range []string{dir, bin} {
 		cfg.InitFrom = src
-		if err := cfg.ApplyInitFrom(nil); err != nil {
+		if err := ApplyInitFrom(&cfg, nil); err != nil {
 			t.Fatal(err)
 		}
 		for _, tp := range []int{1, 2} {
@@ -160,13 +161,13 @@ func TestInitFromRejections(t *testing.T) {
 	cfg := smallConfig("gpt")
 	cfg.InitFrom = dir
 	cfg.Dim = 48
-	err := cfg.ApplyInitFrom(func(key string) bool { return key == "dim" })
+	err := ApplyInitFrom(&cfg, func(key string) bool { return key == "dim" })
 	if err == nil || !strings.Contains(err.Error(), "--dim 48 contradicts "+filepath.Join(dir, "config.json")) || !strings.Contains(err.Error(), "dim 32") {
 		t.Errorf("--dim 48 against a dim-32 file: %v", err)
 	}
 	cfg = smallConfig("gpt")
 	cfg.InitFrom = dir
-	if err := cfg.ApplyInitFrom(nil); err != nil {
+	if err := ApplyInitFrom(&cfg, nil); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Data = textFile(t)
@@ -185,7 +186,7 @@ func TestInitFromRejections(t *testing.T) {
 	cfg.Heads, cfg.Vocab = 4, 0
 	small := tinyGPT2(t, interop.Spec{Model: "gpt", Layers: 1, Dim: 8, Heads: 2, Positions: 16, Vocab: 100}, interop.HFOptions{})
 	cfg.InitFrom = small
-	if err := cfg.ApplyInitFrom(nil); err != nil {
+	if err := ApplyInitFrom(&cfg, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Prepare(cfg); err == nil || !strings.Contains(err.Error(), fmt.Sprint("vocab 100 is smaller than the byte tokenizer's 256")) {

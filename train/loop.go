@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/hpcrun/hpcrun/train/config"
 	"io"
 	"math"
 	"os"
@@ -64,7 +65,7 @@ type EvalResult struct {
 // every rank of world must call Run with the same cfg. It writes a run line, a step line per optimizer step, eval lines
 // and an end line to the rank's metrics file, and returns the first error:
 // its own, or the one a failed peer caused in a collective.
-func Run(ctx context.Context, cfg Config, world nccl.Comm, opt Options) (res *Result, err error) {
+func Run(ctx context.Context, cfg config.Config, world nccl.Comm, opt Options) (res *Result, err error) {
 	start := time.Now()
 	var w *metrics.Writer
 	if opt.RunDir != "" {
@@ -121,7 +122,7 @@ func (t *trainer) resumeIfAny(opt Options) error {
 
 // trainer is the state of one rank's run.
 type trainer struct {
-	cfg     Config
+	cfg     config.Config
 	world   nccl.Comm
 	mesh    *parallel.Mesh // this rank's place on the TP x DP grid, and its groups
 	dev     tensor.Device
@@ -154,7 +155,7 @@ type trainer struct {
 // Check is everything that can be known wrong about cfg before a rank
 // starts on this machine: CheckJob's checks and the device. hpcrun run
 // calls it so that bad input fails in the terminal.
-func Check(cfg Config) error {
+func Check(cfg config.Config) error {
 	if err := CheckJob(cfg); err != nil {
 		return err
 	}
@@ -165,7 +166,7 @@ func Check(cfg Config) error {
 // against the batch and the data-parallel degree), but not the device: a
 // job submitted from a login node runs on GPUs the login node lacks.
 // hpcrun submit calls it.
-func CheckJob(cfg Config) error {
+func CheckJob(cfg config.Config) error {
 	data, err := Prepare(cfg)
 	if err != nil {
 		return err
@@ -174,7 +175,7 @@ func CheckJob(cfg Config) error {
 }
 
 // checkSteps reports a training set too small for one optimizer step.
-func checkSteps(cfg Config, data *Data) error {
+func checkSteps(cfg config.Config, data *Data) error {
 	perRank := data.Train.Len() / cfg.DP()
 	if perRank/cfg.BatchSize/cfg.Micro() == 0 {
 		return fmt.Errorf("%d training samples make no full step of bsz %d x micro-batches %d x data-parallel %d: lower --bsz, --grad-accum or --micro-batches, or give more samples",
@@ -183,7 +184,7 @@ func checkSteps(cfg Config, data *Data) error {
 	return nil
 }
 
-func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*trainer, error) {
+func newTrainer(cfg config.Config, world nccl.Comm, opt Options, w *metrics.Writer) (*trainer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -283,7 +284,7 @@ func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*t
 			return nil, err
 		}
 	}
-	t.opt.SetBetas(cfg.adam())
+	t.opt.SetBetas(cfg.Adam())
 	var why string
 	if t.lm, why = lossOnDevice(t.dev, t.model, t.pipe != nil); why != "" {
 		t.logf("%s", why)
@@ -294,7 +295,7 @@ func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*t
 		}
 	}
 	t.logf("%s %d layers dim %d heads %d seq %d: %.2fM params, %stp %d x dp %d%s, %d steps (%d per epoch); %s",
-		cfg.Model, cfg.Layers, cfg.Dim, cfg.Heads, cfg.Seq, float64(ParamCount(cfg, data.Vocab))/1e6,
+		cfg.Model, cfg.Layers, cfg.Dim, cfg.Heads, cfg.Seq, float64(config.ParamCount(cfg, data.Vocab))/1e6,
 		pipeNote(cfg), cfg.TP, cfg.DP(), memoryModes(cfg), t.total, t.perEp, data.describe())
 	return t, nil
 }
@@ -337,7 +338,7 @@ func (t *trainer) writeRunLine() error {
 		TPRank: t.mesh.TPRank(), DPRank: t.mesh.DPRank(), TP: t.cfg.TP, DP: t.cfg.DP(),
 		PPRank: t.mesh.PPRank(), PP: t.mesh.PPSize(),
 		Host: host, Device: t.dev.Name(), TotalSteps: t.total,
-		Params: ParamCount(t.cfg, t.data.Vocab), FlopsPerToken: FlopsPerToken(t.cfg, t.data.Vocab),
+		Params: config.ParamCount(t.cfg, t.data.Vocab), FlopsPerToken: config.FlopsPerToken(t.cfg, t.data.Vocab),
 	})
 }
 

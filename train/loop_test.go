@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"fmt"
+	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"os"
 	"path/filepath"
@@ -16,7 +17,7 @@ import (
 
 // runInProcess trains cfg on cfg.NTasks in-process ranks and returns rank
 // 0's result.
-func runInProcess(t *testing.T, cfg Config, runDir string) *Result {
+func runInProcess(t *testing.T, cfg config.Config, runDir string) *Result {
 	t.Helper()
 	data, err := Prepare(cfg)
 	if err != nil {
@@ -39,8 +40,8 @@ func runInProcess(t *testing.T, cfg Config, runDir string) *Result {
 	return res0
 }
 
-func smallConfig(model string) Config {
-	cfg := DefaultConfig()
+func smallConfig(model string) config.Config {
+	cfg := config.DefaultConfig()
 	cfg.Model = model
 	cfg.Layers, cfg.Dim, cfg.Heads, cfg.Seq = 2, 32, 4, 16
 	cfg.BatchSize, cfg.Steps, cfg.Warmup, cfg.EvalEvery, cfg.EvalSamples = 8, 20, 5, 0, 32

@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 
 	"github.com/hpcrun/hpcrun/nccl"
@@ -33,11 +34,8 @@ type model interface {
 	Close()
 }
 
-// Constants of the architecture.
-const (
-	posInitStd = 0.01
-	numClasses = 2
-)
+// posInitStd is the initial spread of the position table.
+const posInitStd = 0.01
 
 // transformer is the network of both models, GPT-2's layout built from the
 // tensor-parallel layers of package parallel: a vocab-parallel token
@@ -96,7 +94,7 @@ type transformer struct {
 // the full model of the config's seed (GPT-2's init: N(0,0.02), residual
 // projections scaled by 1/sqrt(2L), positions N(0,0.01), layer norms 1 and
 // 0, biases 0).
-func newModel(cfg Config, data *Data, m *parallel.Mesh, dev tensor.Device) (model, error) {
+func newModel(cfg config.Config, data *Data, m *parallel.Mesh, dev tensor.Device) (model, error) {
 	if cfg.Arch == "hf" {
 		return newBERT(cfg, data.Vocab, m.TP, dev) // BERT's own layout (bert.go)
 	}
@@ -121,7 +119,7 @@ func newModel(cfg Config, data *Data, m *parallel.Mesh, dev tensor.Device) (mode
 	return t, nil
 }
 
-func (t *transformer) build(cfg Config, vocab int, tp nccl.Comm, seed uint64) error {
+func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, seed uint64) error {
 	dev, C := t.dev, cfg.Dim
 	var err error
 	if t.first || (t.last && t.gpt) {
@@ -198,12 +196,12 @@ func (t *transformer) build(cfg Config, vocab int, tp nccl.Comm, seed uint64) er
 		if t.head, err = parallel.NewColumnParallelLinear(dev, tp, "cls.fc1", C, C, parallel.LinearOptions{Bias: true, Seed: seed}); err != nil {
 			return err
 		}
-		if t.fc2, err = parallel.NewRowParallelLinear(dev, tp, "cls.fc2", C, numClasses, parallel.LinearOptions{Bias: true, InputIsParallel: true, Seed: seed}); err != nil {
+		if t.fc2, err = parallel.NewRowParallelLinear(dev, tp, "cls.fc2", C, config.NumClasses, parallel.LinearOptions{Bias: true, InputIsParallel: true, Seed: seed}); err != nil {
 			return err
 		}
 		// The two logits are replicated after fc2's all-reduce: an
 		// unsharded cross-entropy on every rank.
-		if t.loss, err = parallel.NewVocabParallelCrossEntropy(nil, "cls.loss", numClasses); err != nil {
+		if t.loss, err = parallel.NewVocabParallelCrossEntropy(nil, "cls.loss", config.NumClasses); err != nil {
 			return err
 		}
 		cl := t.head.LocalOut()
@@ -212,9 +210,9 @@ func (t *transformer) build(cfg Config, vocab int, tp nccl.Comm, seed uint64) er
 		}
 		t.pool, t.pooled, t.dpooled = alloc(B, B*t.Tl), alloc(B, 1, C), alloc(B, 1, C)
 		t.h1g, t.dh1g, t.dh1 = alloc(B, 1, cl), alloc(B, 1, cl), alloc(B, 1, cl)
-		t.dlogits = alloc(B, 1, numClasses)
+		t.dlogits = alloc(B, 1, config.NumClasses)
 		t.poolHost = make([]float32, B*B*t.Tl)
-		t.logitsHost = make([]float32, B*numClasses)
+		t.logitsHost = make([]float32, B*config.NumClasses)
 		t.pred = make([]int32, B)
 	}
 	t.params = append(t.params, t.head.Params()...)
@@ -226,32 +224,6 @@ func (t *transformer) build(cfg Config, vocab int, tp nccl.Comm, seed uint64) er
 		return fmt.Errorf("activations for batch %d x seq %d: %w", B, T, err)
 	}
 	return nil
-}
-
-// ParamCount is the number of parameters of the whole model (all shards),
-// with the vocabulary padded for the config's tp.
-func ParamCount(cfg Config, vocab int) int64 {
-	vp, err := parallel.PadVocab(vocab, max(cfg.TP, 1))
-	if err != nil {
-		return 0
-	}
-	C, L := int64(cfg.Dim), int64(cfg.Layers)
-	// Per block: ln_1, ln_2 (2C each), c_attn (3C*C + 3C), attn.c_proj
-	// (C*C + C), mlp.c_fc (4C*C + 4C), mlp.c_proj (4C*C + C).
-	n := int64(vp)*C + int64(cfg.PositionRows())*C + L*(12*C*C+13*C) + 2*C
-	if cfg.Model == "bert" {
-		n += C*C + C + numClasses*C + numClasses
-	}
-	if cfg.Arch == "hf" {
-		n += bertTypes * C // token types; the embedding layer norm stands for ln_f
-	}
-	return n
-}
-
-// FlopsPerToken is the training FLOPs per token of the whole model, forward
-// and backward: 6 per parameter plus attention's 12*layers*seq*dim.
-func FlopsPerToken(cfg Config, vocab int) float64 {
-	return 6*float64(ParamCount(cfg, vocab)) + 12*float64(cfg.Layers*cfg.Seq*cfg.Dim)
 }
 
 // Params implements model.
@@ -470,7 +442,7 @@ func (t *transformer) classifierForward(b *Batch, h *tensor.Tensor) (float64, er
 	}
 	d.CopyToHost(t.logitsHost, logits)
 	for i := range t.pred {
-		t.pred[i] = b2i(t.logitsHost[i*numClasses+1] > t.logitsHost[i*numClasses])
+		t.pred[i] = b2i(t.logitsHost[i*config.NumClasses+1] > t.logitsHost[i*config.NumClasses])
 	}
 	return loss, nil
 }

@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"github.com/hpcrun/hpcrun/train/config"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,7 +17,7 @@ import (
 // number a test reads back from a batch with id.
 type orderCase struct {
 	name string
-	cfg  Config
+	cfg  config.Config
 	id   func(d *Data, b *Batch, i int) int
 }
 
@@ -78,7 +79,7 @@ func orderCases(t *testing.T) []orderCase {
 
 // stepsSeen returns, per rank, the samples each of steps optimizer steps
 // takes (all its micro-batches), as the trainer of cfg gathers them.
-func stepsSeen(t *testing.T, cfg Config, data *Data, steps int, id func(*Data, *Batch, int) int) [][][]int {
+func stepsSeen(t *testing.T, cfg config.Config, data *Data, steps int, id func(*Data, *Batch, int) int) [][][]int {
 	t.Helper()
 	seen := make([][][]int, cfg.NTasks)
 	err := nccl.RunInProcess(cfg.NTasks, func(c nccl.Comm) error {

@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"time"
 
@@ -328,7 +329,7 @@ func (p *pipeline) close() {
 }
 
 // pipeNote describes the pipeline for the start line ("" without one).
-func pipeNote(cfg Config) string {
+func pipeNote(cfg config.Config) string {
 	if cfg.Stages() == 1 {
 		return ""
 	}

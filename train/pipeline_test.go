@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"os"
 	"path/filepath"
@@ -98,21 +99,21 @@ func TestPipelineLossCurves(t *testing.T) {
 // Validate with one line naming the setting.
 func TestPipelineRefused(t *testing.T) {
 	for _, tc := range []struct {
-		set  func(*Config)
+		set  func(*config.Config)
 		want string
 	}{
-		{func(c *Config) { c.Layers = 3 }, "layers 3 is not a multiple of pp 2"},
-		{func(c *Config) { c.PPSplit = "3,2" }, "holds 5 blocks, the model has layers 4"},
-		{func(c *Config) { c.PPSplit = "4" }, "names 1 stages, pp is 2"},
-		{func(c *Config) { c.PPSplit = "4,0" }, "stage 1 has \"0\" blocks"},
-		{func(c *Config) { c.PP, c.NTasks, c.MicroBatches, c.PPSplit = 1, 1, 0, "4" }, "pp_split needs pp > 1"},
-		{func(c *Config) { c.MicroBatches = 1 }, "micro_batches 1 is fewer than pp 2"},
-		{func(c *Config) { c.NTasks = 3 }, "ntasks 3 is not a multiple of pp 2 x tp 1"},
-		{func(c *Config) { c.GradAccum = 2 }, "use --micro-batches"},
-		{func(c *Config) { c.Zero = 1 }, "zero 1 needs a data-parallel degree > 1"},
-		{func(c *Config) { c.InitFrom = "gpt2" }, "init_from with pp 2"},
-		{func(c *Config) { c.PP, c.NTasks = 1, 1 }, "micro_batches needs pp > 1"},
-		{func(c *Config) { c.PP = -1 }, "must not be negative"},
+		{func(c *config.Config) { c.Layers = 3 }, "layers 3 is not a multiple of pp 2"},
+		{func(c *config.Config) { c.PPSplit = "3,2" }, "holds 5 blocks, the model has layers 4"},
+		{func(c *config.Config) { c.PPSplit = "4" }, "names 1 stages, pp is 2"},
+		{func(c *config.Config) { c.PPSplit = "4,0" }, "stage 1 has \"0\" blocks"},
+		{func(c *config.Config) { c.PP, c.NTasks, c.MicroBatches, c.PPSplit = 1, 1, 0, "4" }, "pp_split needs pp > 1"},
+		{func(c *config.Config) { c.MicroBatches = 1 }, "micro_batches 1 is fewer than pp 2"},
+		{func(c *config.Config) { c.NTasks = 3 }, "ntasks 3 is not a multiple of pp 2 x tp 1"},
+		{func(c *config.Config) { c.GradAccum = 2 }, "use --micro-batches"},
+		{func(c *config.Config) { c.Zero = 1 }, "zero 1 needs a data-parallel degree > 1"},
+		{func(c *config.Config) { c.InitFrom = "gpt2" }, "init_from with pp 2"},
+		{func(c *config.Config) { c.PP, c.NTasks = 1, 1 }, "micro_batches needs pp > 1"},
+		{func(c *config.Config) { c.PP = -1 }, "must not be negative"},
 	} {
 		cfg := smallConfig("gpt")
 		cfg.NTasks, cfg.PP, cfg.Layers, cfg.MicroBatches = 2, 2, 4, 2

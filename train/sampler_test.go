@@ -1,6 +1,7 @@
 package train
 
 import (
+	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"slices"
 	"testing"
@@ -99,7 +100,7 @@ func TestLRAt(t *testing.T) {
 		{5, 10, 0, 0.1*lr + 0.9*lr*0.5*(1+math.Cos(math.Pi*5/9))},
 	}
 	for _, tt := range tests {
-		if got := LRAt(tt.step, tt.total, tt.warmup, lr, 0.1); math.Abs(got-tt.want) > 1e-12 {
+		if got := config.LRAt(tt.step, tt.total, tt.warmup, lr, 0.1); math.Abs(got-tt.want) > 1e-12 {
 			t.Errorf("LRAt(%d,%d,%d) = %g, want %g", tt.step, tt.total, tt.warmup, got, tt.want)
 		}
 	}

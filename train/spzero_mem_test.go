@@ -1,6 +1,7 @@
 package train
 
 import (
+	"github.com/hpcrun/hpcrun/train/config"
 	"os"
 	"testing"
 
@@ -12,7 +13,7 @@ import (
 
 // memPeak trains cfg for its steps on in-process ranks and returns the
 // largest engine peak (mem_peak_bytes) any rank reported.
-func memPeak(t *testing.T, cfg Config) int64 {
+func memPeak(t *testing.T, cfg config.Config) int64 {
 	t.Helper()
 	dir := t.TempDir()
 	runInProcess(t, cfg, dir)
@@ -39,7 +40,7 @@ func memPeak(t *testing.T, cfg Config) int64 {
 // (it goes) or the classifier's pooling matrix; against that the region's
 // shared buffers: packed, gathered and full (B,T,C), the reduce-scatter's
 // (B,T/tp,C), and the bucket of the layer-norm and position gradients.
-func spSaving(cfg Config) int64 {
+func spSaving(cfg config.Config) int64 {
 	tp := int64(cfg.TP)
 	B, T, C, L := int64(cfg.BatchSize), int64(cfg.Seq), int64(cfg.Dim), int64(cfg.Layers)
 	N := B * T
@@ -59,7 +60,7 @@ func spSaving(cfg Config) int64 {
 // (the biggest bucket of several gradients), less ZeRO-1's own buffers
 // (the biggest packed bucket, padded, and its range) and its gradient
 // norm's all-gather over dp of each parameter's float64 squares.
-func zeroSaving(cfg Config, params []*parallel.Param) int64 {
+func zeroSaving(cfg config.Config, params []*parallel.Param) int64 {
 	dp := cfg.DP()
 	s := NewGradSync(nil, nil, params, 0)
 	var saved, sync, packed int64
@@ -110,7 +111,7 @@ func TestSPZeroMemory(t *testing.T) {
 	}
 }
 
-func checkMemory(t *testing.T, base Config, table bool) {
+func checkMemory(t *testing.T, base config.Config, table bool) {
 	t.Helper()
 	peaks := map[string]int64{}
 	for _, l := range []struct {

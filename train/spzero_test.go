@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"os"
 	"path/filepath"
@@ -124,13 +125,13 @@ func bitIdentical(t *testing.T, name string, losses []float64, other string, wan
 func TestSPZeroRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		edit func(*Config)
+		edit func(*config.Config)
 		want string
 	}{
-		{"sp at tp 1", func(c *Config) { c.SP = true }, "sp needs tp > 1"},
-		{"sp with seq % tp", func(c *Config) { c.NTasks, c.TP, c.Heads, c.Seq, c.SP = 4, 4, 4, 18, true }, "seq 18 is not a multiple of tp 4"},
-		{"zero 2", func(c *Config) { c.NTasks, c.Zero = 2, 2 }, "zero = 2"},
-		{"zero at dp 1", func(c *Config) { c.NTasks, c.TP, c.Zero = 2, 2, 1 }, "data-parallel degree > 1"},
+		{"sp at tp 1", func(c *config.Config) { c.SP = true }, "sp needs tp > 1"},
+		{"sp with seq % tp", func(c *config.Config) { c.NTasks, c.TP, c.Heads, c.Seq, c.SP = 4, 4, 4, 18, true }, "seq 18 is not a multiple of tp 4"},
+		{"zero 2", func(c *config.Config) { c.NTasks, c.Zero = 2, 2 }, "zero = 2"},
+		{"zero at dp 1", func(c *config.Config) { c.NTasks, c.TP, c.Zero = 2, 2, 1 }, "data-parallel degree > 1"},
 	} {
 		cfg := smallConfig("gpt")
 		tc.edit(&cfg)

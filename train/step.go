@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"time"
 
@@ -63,7 +64,7 @@ func (t *trainer) trainStep(step int) (metrics.Step, error) {
 	if err := t.model.ReduceGrads(); err != nil {
 		return metrics.Step{}, err
 	}
-	lr := scheduleLR(t.cfg, step, t.total)
+	lr := config.ScheduleLR(t.cfg, step, t.total)
 	if err := t.update(lr); err != nil {
 		return metrics.Step{}, err
 	}

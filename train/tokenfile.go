@@ -3,6 +3,7 @@ package train
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/hpcrun/hpcrun/train/config"
 	"io"
 	"os"
 	"path/filepath"
@@ -178,7 +179,7 @@ func WriteTokenFile(path string, tokens []int) error {
 // prepareTokens makes a language model's data from token files: windows
 // of seq+1 tokens, stride seq, over the files as one stream, the last tenth
 // (at least one window) validating, as prepareText does with a text.
-func prepareTokens(cfg Config) (*Data, error) {
+func prepareTokens(cfg config.Config) (*Data, error) {
 	if cfg.Tokenizer == "" {
 		cfg.Tokenizer = "gpt2"
 	}
@@ -205,6 +206,6 @@ func prepareTokens(cfg Config) (*Data, error) {
 		nTrain = cfg.Samples
 	}
 	train := &Dataset{Seq: cfg.Seq, stream: s, n: nTrain}
-	val := &Dataset{Seq: cfg.Seq, stream: s, first: nWin - nVal, n: min(nVal, cfg.evalSamples())}
+	val := &Dataset{Seq: cfg.Seq, stream: s, first: nWin - nVal, n: min(nVal, cfg.ValSamples())}
 	return &Data{Tokenizer: tok, Vocab: vocab, Train: train, Val: val}, nil
 }

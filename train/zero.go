@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"github.com/hpcrun/hpcrun/train/config"
 
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/parallel"
@@ -61,7 +62,7 @@ type zeroSeg struct {
 
 // memoryModes names the memory-saving parallelism a config turns on, for
 // the run's first log line ("" when none).
-func memoryModes(cfg Config) string {
+func memoryModes(cfg config.Config) string {
 	s := ""
 	if cfg.SP {
 		s += " + sequence parallel"

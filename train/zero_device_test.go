@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"net"
 	"path/filepath"
@@ -151,7 +152,7 @@ func TestGPUZeRO1TwoRanksMatchesCPU(t *testing.T) {
 // runGPURanks trains cfg on a two-rank NCCL world in this process, rank r
 // on GPU r, with the run dir dir and the checkpoint resume ("": none),
 // and returns rank 0's losses.
-func runGPURanks(t *testing.T, cfg Config, data *Data, dir, resume string) []float64 {
+func runGPURanks(t *testing.T, cfg config.Config, data *Data, dir, resume string) []float64 {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -209,8 +210,8 @@ type benchStepCUDAResult struct {
 
 // benchStepConfig is the model of --model at --bsz and --seq, and the
 // steps to time.
-func benchStepConfig(c *cli.Context) (train.Config, int, error) {
-	cfg := train.DefaultConfig()
+func benchStepConfig(c *cli.Context) (trainconfig.Config, int, error) {
+	cfg := trainconfig.DefaultConfig()
 	if err := cfg.ApplyPreset(c.String("model")); err != nil {
 		return cfg, 0, cli.Exit(err.Error(), 2)
 	}

@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
-	"github.com/hpcrun/hpcrun/train"
 	"github.com/hpcrun/hpcrun/train/ckpt"
 	"github.com/hpcrun/hpcrun/train/interop"
 	"github.com/urfave/cli/v2"
@@ -232,7 +232,7 @@ func ckptExport(c *cli.Context) error {
 // exportHF writes the GPT checkpoint ck as a Hugging Face GPT-2 directory.
 func exportHF(ck *ckpt.Checkpoint, dir string) error {
 	st := ck.State
-	var cfg train.Config
+	var cfg trainconfig.Config
 	if err := json.Unmarshal(st.Config, &cfg); err != nil {
 		return fmt.Errorf("export %s: config: %v", ck.Dir, err)
 	}

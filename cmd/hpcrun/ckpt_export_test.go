@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +15,7 @@ import (
 
 // runInProcess trains cfg on cfg.NTasks in-process ranks and returns rank
 // 0's result.
-func runInProcess(t *testing.T, cfg train.Config, runDir string) *train.Result {
+func runInProcess(t *testing.T, cfg trainconfig.Config, runDir string) *train.Result {
 	t.Helper()
 	res := make([]*train.Result, cfg.NTasks)
 	err := nccl.RunInProcess(cfg.NTasks, func(c nccl.Comm) error {
@@ -36,7 +37,7 @@ func TestExportInitFromRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	text := filepath.Join(dir, "text.txt")
 	os.WriteFile(text, []byte(strings.Repeat("the quick brown fox jumps over the lazy dog. ", 200)), 0o644)
-	cfg := train.DefaultConfig()
+	cfg := trainconfig.DefaultConfig()
 	cfg.Model, cfg.Preset, cfg.Data, cfg.Device = "gpt", "", text, "cpu"
 	cfg.Layers, cfg.Dim, cfg.Heads, cfg.Seq, cfg.Positions = 2, 32, 4, 16, 64
 	cfg.BatchSize, cfg.Steps, cfg.EvalEvery, cfg.EvalSamples = 4, 3, 3, 8
@@ -60,11 +61,11 @@ func TestExportInitFromRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tp := range []int{2, 1} {
-		c := train.DefaultConfig()
+		c := trainconfig.DefaultConfig()
 		c.Model, c.Preset, c.Data, c.Device, c.Seq = "gpt", "", text, "cpu", 16
 		c.BatchSize, c.Steps, c.EvalEvery, c.EvalSamples, c.NTasks, c.TP = 4, 1, 1, 8, tp, tp
 		c.InitFrom = hf
-		if err := c.ApplyInitFrom(nil); err != nil {
+		if err := train.ApplyInitFrom(&c, nil); err != nil {
 			t.Fatal(err)
 		}
 		if c.Positions != 64 || c.Layers != 2 || c.Dim != 32 {

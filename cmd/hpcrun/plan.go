@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"io"
 	"math"
 	"os"
@@ -97,7 +98,7 @@ func predictRun(p *submitPlan) (*plan.Plan, []plan.Suggestion, string, error) {
 // profile), else the CPU when the run has no GPU, with the memory a rank
 // shares of the node and the GEMM rate of its cores. why says, without an
 // error, that the run asks for GPUs but names none.
-func planDevice(gpu string, cfg train.Config, lay slurm.Layout, cpusPerTask int) (plan.Device, string, error) {
+func planDevice(gpu string, cfg trainconfig.Config, lay slurm.Layout, cpusPerTask int) (plan.Device, string, error) {
 	if cfg.Device == "cpu" || strings.EqualFold(gpu, "cpu") {
 		return cpuDevice(lay, cpusPerTask), "", nil
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -115,11 +116,11 @@ func runLocal(c *cli.Context) error {
 
 // writeRunFiles writes what the tasks of hpcrun run read, and its meta, so
 // that queue, logs, metrics and ckpt find the run like a submitted one.
-func writeRunFiles(dir rundir.Dir, cfg train.Config, meta *slurm.Meta) error {
+func writeRunFiles(dir rundir.Dir, cfg trainconfig.Config, meta *slurm.Meta) error {
 	if err := dir.WriteToken(); err != nil {
 		return err
 	}
-	if err := train.WriteConfigFile(dir.Config(), cfg, "Training config of run "+dir.ExecID()+", written by hpcrun run."); err != nil {
+	if err := trainconfig.WriteConfigFile(dir.Config(), cfg, "Training config of run "+dir.ExecID()+", written by hpcrun run."); err != nil {
 		return err
 	}
 	return slurm.WriteMeta(dir, meta)

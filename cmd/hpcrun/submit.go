@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -53,7 +54,7 @@ type submitPlan struct {
 	exec      slurm.Executor
 	spec      slurm.JobSpec
 	tmpl      string
-	train     train.Config
+	train     trainconfig.Config
 	runsDir   string
 	binary    string
 	execHint  string // execid used for the dry run
@@ -291,7 +292,7 @@ func (p *submitPlan) write(dir rundir.Dir) (m *slurm.Meta, err error) {
 	if err := atomicfile.WriteFile(dir.Script(), script, 0o755); err != nil {
 		return nil, err
 	}
-	if err := train.WriteConfigFile(dir.Config(), p.train, "Training config of run "+dir.ExecID()+", written by hpcrun submit; every task reads it."); err != nil {
+	if err := trainconfig.WriteConfigFile(dir.Config(), p.train, "Training config of run "+dir.ExecID()+", written by hpcrun submit; every task reads it."); err != nil {
 		return nil, err
 	}
 	sum, err := binarySum(p.binary)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -40,7 +41,7 @@ func runTrainTask(c *cli.Context) error {
 		return err
 	}
 	dir := rundir.Dir(path)
-	cfg, err := train.ReadConfigFile(dir.Config())
+	cfg, err := trainconfig.ReadConfigFile(dir.Config())
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
@@ -150,7 +151,7 @@ func stopOnSignals(name string, rank int, cancel context.CancelFunc) *stopReques
 // Slurm job (slurm.Requeue), and every task exits with ExitStopped; after
 // INT or TERM every task exits 128+signal, as a killed one would, with the
 // way to resume.
-func stopped(ctx context.Context, dir rundir.Dir, cfg train.Config, env idrenv.Env, sig os.Signal, err error) error {
+func stopped(ctx context.Context, dir rundir.Dir, cfg trainconfig.Config, env idrenv.Env, sig os.Signal, err error) error {
 	msg := fmt.Sprintf("rank %d: %v", env.Rank, err)
 	if s, ok := sig.(syscall.Signal); ok && (s == syscall.SIGINT || s == syscall.SIGTERM) {
 		return cli.Exit(fmt.Sprintf("%s (%v); resume with: hpcrun submit --resume %s", msg, s, dir.ExecID()), 128+int(s))
@@ -166,7 +167,7 @@ func stopped(ctx context.Context, dir rundir.Dir, cfg train.Config, env idrenv.E
 // with checkpointing (--requeue in its script) and this is rank 0, the job
 // is requeued to resume from its last checkpoint on nodes that work;
 // anything else fails the task as it is.
-func lostPeer(ctx context.Context, dir rundir.Dir, cfg train.Config, env idrenv.Env, err error) error {
+func lostPeer(ctx context.Context, dir rundir.Dir, cfg trainconfig.Config, env idrenv.Env, err error) error {
 	msg := fmt.Sprintf("rank %d: %v", env.Rank, err)
 	var pe *nccl.PeerError
 	if env.Rank != 0 || !errors.As(err, &pe) || ctx.Err() != nil || cfg.CkptEvery < 0 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"reflect"
 	"strings"
 
@@ -10,7 +11,7 @@ import (
 )
 
 // trainFlags are the training options shared by `submit` and `run`. A flag
-// left unset keeps the value from the config (or train.DefaultConfig).
+// left unset keeps the value from the config (or trainconfig.DefaultConfig).
 func trainFlags() []cli.Flag {
 	const cat = "training"
 	flags := []cli.Flag{
@@ -70,7 +71,7 @@ func trainFlags() []cli.Flag {
 // it (--preset bert-base --layers 4 is a 4-layer BERT-base); --model is
 // applied before the preset too, so that the size presets (tiny, small) keep
 // the chosen model. The only error is an unknown preset.
-func applyTrainFlags(c *cli.Context, cfg *train.Config) error {
+func applyTrainFlags(c *cli.Context, cfg *trainconfig.Config) error {
 	if c.IsSet("model") {
 		cfg.Model = c.String("model")
 	}
@@ -79,7 +80,7 @@ func applyTrainFlags(c *cli.Context, cfg *train.Config) error {
 			return err
 		}
 	}
-	// Every other flag is the train.Config field of the same name in TOML
+	// Every other flag is the trainconfig.Config field of the same name in TOML
 	// (grad-accum is grad_accum): one list, the Config's.
 	v := reflect.ValueOf(cfg).Elem()
 	for i := 0; i < v.NumField(); i++ {
@@ -108,15 +109,15 @@ func applyTrainFlags(c *cli.Context, cfg *train.Config) error {
 
 // applyInitFrom gives cfg the model shape of its --init-from weights; a
 // model flag the user set that contradicts them is an error naming both.
-func applyInitFrom(c *cli.Context, cfg *train.Config) error {
-	return cfg.ApplyInitFrom(func(key string) bool { return c.IsSet(strings.ReplaceAll(key, "_", "-")) })
+func applyInitFrom(c *cli.Context, cfg *trainconfig.Config) error {
+	return train.ApplyInitFrom(cfg, func(key string) bool { return c.IsSet(strings.ReplaceAll(key, "_", "-")) })
 }
 
-// showBuiltinDefaults makes --help print train.DefaultConfig's value for
+// showBuiltinDefaults makes --help print trainconfig.DefaultConfig's value for
 // each flag (a config file may change it: see hpcrun config show) rather
 // than the flag's zero value, which would never be used.
 func showBuiltinDefaults(flags []cli.Flag) {
-	def := reflect.ValueOf(train.DefaultConfig())
+	def := reflect.ValueOf(trainconfig.DefaultConfig())
 	byKey := map[string]string{}
 	for i := 0; i < def.NumField(); i++ {
 		key, _, _ := strings.Cut(def.Type().Field(i).Tag.Get("toml"), ",")

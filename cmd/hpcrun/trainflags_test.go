@@ -2,16 +2,16 @@ package main
 
 import (
 	"flag"
+	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"reflect"
 	"strings"
 	"testing"
 
-	"github.com/hpcrun/hpcrun/train"
 	"github.com/urfave/cli/v2"
 )
 
 // TestEveryTrainFlagSetsItsField: each training flag lands in the
-// train.Config field of the same TOML name, and every such field but the
+// trainconfig.Config field of the same TOML name, and every such field but the
 // preset has a flag.
 func TestEveryTrainFlagSetsItsField(t *testing.T) {
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
@@ -34,7 +34,7 @@ func TestEveryTrainFlagSetsItsField(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := cli.NewContext(cli.NewApp(), fs, nil)
-	cfg := train.DefaultConfig()
+	cfg := trainconfig.DefaultConfig()
 	if err := applyTrainFlags(c, &cfg); err == nil || !strings.Contains(err.Error(), "preset") {
 		// "v-preset" is no preset: the one error applyTrainFlags gives.
 		t.Fatalf("applyTrainFlags with a bad preset: %v", err)

@@ -31,7 +31,7 @@ const (
 type RunInfo struct {
 	V int `json:"v"` // format version; the Writer sets it
 
-	// Config is the full resolved training config (train.Config, or anything
+	// Config is the full resolved training config (config.Config, or anything
 	// that marshals to a JSON object with its fields: model, layers, dim,
 	// heads, seq, bsz, grad_accum, steps, precision, device, ntasks, tp, ...).
 	Config json.RawMessage `json:"config,omitempty"`

@@ -62,7 +62,7 @@ func (w *Writer) Path() string { return w.path }
 
 // Run writes the run line. It sets info.V to Version and info.Start to now
 // when zero. info.Config, when set, must be a JSON object (json.Marshal of
-// the train.Config).
+// the config.Config).
 func (w *Writer) Run(info RunInfo) error {
 	info.V = Version
 	if info.Start == 0 {

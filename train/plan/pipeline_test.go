@@ -3,6 +3,7 @@ package plan
 import (
 	"context"
 	"fmt"
+	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"strings"
 	"sync"
@@ -16,9 +17,9 @@ import (
 
 // pipelineConfig is the tiny preset split over pp stages of dp x tp ranks
 // running micro micro-batches of 4 a step.
-func pipelineConfig(t *testing.T, model string, pp, dp, tp, micro int) train.Config {
+func pipelineConfig(t *testing.T, model string, pp, dp, tp, micro int) config.Config {
 	t.Helper()
-	cfg := train.DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Model = model
 	if err := cfg.ApplyPreset("tiny"); err != nil {
 		t.Fatal(err)
@@ -34,7 +35,7 @@ func pipelineConfig(t *testing.T, model string, pp, dp, tp, micro int) train.Con
 // Memory is the stage that needs the most and Time the slowest stage's,
 // with the bubble; and the plan says what it leaves out.
 func TestPlanPipeline(t *testing.T) {
-	cfg := train.DefaultConfig()
+	cfg := config.DefaultConfig()
 	if err := cfg.ApplyPreset("bert-large"); err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +182,7 @@ func (s sendSpy) Group(ranks []int) (nccl.Comm, error) {
 // sentPerStep is what every rank sends point-to-point in one optimizer
 // step of cfg, bytes and messages: the difference of a 3-step and a 1-step
 // run (both end with one validation batch), halved.
-func sentPerStep(t *testing.T, cfg train.Config, vocab int) (bytes, sends []int64) {
+func sentPerStep(t *testing.T, cfg config.Config, vocab int) (bytes, sends []int64) {
 	t.Helper()
 	run := func(steps int) (bytes, sends []int64) {
 		c := cfg

@@ -5,7 +5,7 @@
 // whether that fits the device, and a step time split into compute and
 // communication, with the tokens/s and MFU that follow.
 //
-// It is pure arithmetic on a train.Config, the vocabulary, the number of
+// It is pure arithmetic on a config.Config, the vocabulary, the number of
 // nodes and a Device (the table in device.go): no I/O, no allocation on a
 // device. The memory model follows the buffers of package parallel and
 // train's model one for one (see blockElems and the functions beside it),
@@ -15,13 +15,13 @@
 // follows the collectives one for one too: the test checks the bytes and
 // the collectives of a step against the engine's counters (nccl.Stats).
 //
-// Sequence parallelism (train.Config.SP) and ZeRO-1 (train.Config.Zero) are
+// Sequence parallelism (config.Config.SP) and ZeRO-1 (config.Config.Zero) are
 // modelled buffer for buffer as the rest: the sequence-parallel region's
 // activations per rank fall by tp, against the region's shared
 // full-sequence buffers (Memory.SPBuffers), and ZeRO-1 keeps the AdamW
 // moments of this data-parallel rank's range of every gradient bucket.
 //
-// A pipeline (train.Config.PP > 1) is modelled stage by stage (Plan.Stages):
+// A pipeline (config.Config.PP > 1) is modelled stage by stage (Plan.Stages):
 // stage s holds its blocks' saved activations for the pp-s micro-batches
 // in flight in the 1F1B schedule (the first stage the most) beside one
 // backward scratch, the embeddings on the first stage and ln_f, the head
@@ -37,14 +37,14 @@ package plan
 
 import (
 	"fmt"
+	"github.com/hpcrun/hpcrun/train/config"
 
 	"github.com/hpcrun/hpcrun/parallel"
-	"github.com/hpcrun/hpcrun/train"
 )
 
 // Request is what a plan is made for.
 type Request struct {
-	Config train.Config
+	Config config.Config
 	Vocab  int // the tokenizer's vocabulary (train.Data.Vocab), before padding
 	Nodes  int // nodes the ranks spread over; 0 means 1
 	Device Device
@@ -203,7 +203,7 @@ type Time struct {
 	CommShare float64 `json:"comm_share"` // CommS / StepS: the engine does not overlap them
 	// TokensPerS is the job's (all data-parallel replicas).
 	TokensPerS float64 `json:"tokens_per_s"`
-	// FlopsPerToken is train.FlopsPerToken, the convention MFU uses in
+	// FlopsPerToken is config.FlopsPerToken, the convention MFU uses in
 	// hpcrun metrics; PeakFlops the device's peak at the run's precision.
 	FlopsPerToken float64 `json:"flops_per_token"`
 	PeakFlops     float64 `json:"peak_flops"`
@@ -219,7 +219,7 @@ const ncclBuffers = 2 * 16 * 4 * mib
 // gradBucketElems is train's data-parallel bucket size (4 Mi floats).
 const gradBucketElems = 1 << 22
 
-// New predicts the run of r. The config must be valid (train.Config.Validate)
+// New predicts the run of r. The config must be valid (config.Config.Validate)
 // and the vocabulary known.
 func New(r Request) (*Plan, error) {
 	cfg := r.Config
@@ -241,7 +241,7 @@ func New(r Request) (*Plan, error) {
 		Model: cfg.Model, Preset: cfg.Preset, Layers: cfg.Layers, Dim: cfg.Dim, Heads: cfg.Heads, Seq: cfg.Seq,
 		Vocab: r.Vocab, PaddedVocab: vp, BatchSize: cfg.BatchSize, GradAccum: cfg.Micro(), Precision: cfg.Precision,
 		NTasks: cfg.NTasks, TP: cfg.TP, DP: cfg.DP(), PP: cfg.PP, Nodes: nodes, SP: cfg.SP, Zero: cfg.Zero,
-		Params: train.ParamCount(cfg, r.Vocab), Device: r.Device,
+		Params: config.ParamCount(cfg, r.Vocab), Device: r.Device,
 	}
 	split, err := stageSplit(cfg)
 	if err != nil {
@@ -298,7 +298,7 @@ type shapes struct {
 	gpt        bool
 	B, T, C, L int64
 	N          int64 // tokens of a micro-batch, B*T
-	P          int64 // rows of the position table (train.Config.PositionRows)
+	P          int64 // rows of the position table (config.Config.PositionRows)
 	nh         int64 // heads on this rank
 	cl, fl, vl int64 // this rank's attention width, MLP width, vocab slice
 	tp, dp     int64
@@ -325,7 +325,7 @@ type shapes struct {
 
 // newShapes are the shapes of a rank of stage (0 without a pipeline),
 // which holds blocks blocks.
-func newShapes(cfg train.Config, paddedVocab, stage, blocks int) shapes {
+func newShapes(cfg config.Config, paddedVocab, stage, blocks int) shapes {
 	tp := int64(cfg.TP)
 	C := int64(cfg.Dim)
 	s := shapes{
@@ -627,7 +627,7 @@ func (s shapes) activationElems() int64 {
 // activation float in its elementwise kernels, on average.
 const activationTouches = 3
 
-func (s shapes) time(cfg train.Config, vocab int, dev Device, nodes int) Time {
+func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 	var t Time
 	accum := float64(cfg.Micro())
 	N, C, T, B := float64(s.N), float64(s.C), float64(s.T), float64(s.B)
@@ -791,7 +791,7 @@ func (s shapes) time(cfg train.Config, vocab int, dev Device, nodes int) Time {
 	t.StepS = t.ComputeS + t.MemoryS + t.CommS + t.BubbleS
 	t.CommShare = t.CommS / t.StepS
 	t.TokensPerS = float64(cfg.BatchSize*cfg.Seq) * accum * dp / t.StepS
-	t.FlopsPerToken = train.FlopsPerToken(cfg, vocab)
+	t.FlopsPerToken = config.FlopsPerToken(cfg, vocab)
 	t.PeakFlops = dev.FP32Flops
 	if cfg.Precision == "bf16" && dev.BF16Flops > 0 {
 		t.PeakFlops = dev.BF16Flops
@@ -817,7 +817,7 @@ type Suggestion struct {
 // engine stores fp32 whatever the precision.
 func Suggest(r Request) []Suggestion {
 	var out []Suggestion
-	try := func(flags string, change func(c *train.Config, nodes *int)) bool {
+	try := func(flags string, change func(c *config.Config, nodes *int)) bool {
 		q := r
 		change(&q.Config, &q.Nodes)
 		if q.Config.Validate() != nil {
@@ -833,15 +833,15 @@ func Suggest(r Request) []Suggestion {
 	cfg := r.Config
 	canSP := !cfg.SP && cfg.TP > 1 && cfg.Seq%cfg.TP == 0
 	canZero := cfg.Zero == 0 && cfg.DP() > 1
-	sp := func(c *train.Config, _ *int) { c.SP = true }
-	zero := func(c *train.Config, _ *int) { c.Zero = 1 }
+	sp := func(c *config.Config, _ *int) { c.SP = true }
+	zero := func(c *config.Config, _ *int) { c.Zero = 1 }
 	fitSP := canSP && try("--sp", sp)
 	fitZero := canZero && try("--zero 1", zero)
 	if canSP && canZero && !fitSP && !fitZero {
-		try("--sp --zero 1", func(c *train.Config, nd *int) { sp(c, nd); zero(c, nd) })
+		try("--sp --zero 1", func(c *config.Config, nd *int) { sp(c, nd); zero(c, nd) })
 	}
 	for tp := cfg.TP * 2; tp <= cfg.NTasks; tp *= 2 {
-		if try(fmt.Sprintf("--tp %d", tp), func(c *train.Config, _ *int) { c.TP = tp }) {
+		if try(fmt.Sprintf("--tp %d", tp), func(c *config.Config, _ *int) { c.TP = tp }) {
 			break
 		}
 	}
@@ -850,14 +850,14 @@ func Suggest(r Request) []Suggestion {
 			break
 		}
 		bsz, accum := cfg.BatchSize/div, cfg.GradAccum*div
-		if try(fmt.Sprintf("--bsz %d --grad-accum %d", bsz, accum), func(c *train.Config, _ *int) { c.BatchSize, c.GradAccum = bsz, accum }) {
+		if try(fmt.Sprintf("--bsz %d --grad-accum %d", bsz, accum), func(c *config.Config, _ *int) { c.BatchSize, c.GradAccum = bsz, accum }) {
 			break
 		}
 	}
 	nodes := max(r.Nodes, 1)
 	for k := 2; k <= 16; k *= 2 {
 		n, tp := cfg.NTasks*k, cfg.TP*k
-		if try(fmt.Sprintf("--nodes %d --ntasks %d --tp %d", nodes*k, n, tp), func(c *train.Config, nd *int) {
+		if try(fmt.Sprintf("--nodes %d --ntasks %d --tp %d", nodes*k, n, tp), func(c *config.Config, nd *int) {
 			c.NTasks, c.TP, *nd = n, tp, nodes*k
 		}) {
 			break
@@ -868,7 +868,7 @@ func Suggest(r Request) []Suggestion {
 
 // stageSplit is the blocks of each pipeline stage (one stage holding
 // them all without a pipeline).
-func stageSplit(cfg train.Config) ([]int, error) {
+func stageSplit(cfg config.Config) ([]int, error) {
 	if cfg.Stages() == 1 {
 		return []int{cfg.Layers}, nil
 	}

@@ -3,6 +3,7 @@ package plan
 import (
 	"context"
 	"fmt"
+	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -18,7 +19,7 @@ import (
 
 // randomData is a data set of n samples of cfg's shape with random tokens
 // below vocab, for a model that needs no tokenizer to run.
-func randomData(cfg train.Config, vocab, n int) *train.Data {
+func randomData(cfg config.Config, vocab, n int) *train.Data {
 	r := rand.New(rand.NewPCG(7, 1))
 	T := cfg.Seq
 	d := &train.Dataset{Seq: T, Tokens: make([]int32, n*T), Lengths: make([]int32, n)}
@@ -47,14 +48,14 @@ func randomData(cfg train.Config, vocab, n int) *train.Data {
 // measure trains one step of cfg (and its validation) on cfg.NTasks
 // in-process ranks, each on its own CPU device, and returns the largest
 // engine peak of a rank and the step's wall time.
-func measure(t *testing.T, cfg train.Config, vocab int) (peak int64, wall time.Duration) {
+func measure(t *testing.T, cfg config.Config, vocab int) (peak int64, wall time.Duration) {
 	t.Helper()
 	start := time.Now()
 	return slices.Max(measureRanks(t, cfg, vocab)), time.Since(start)
 }
 
 // measureRanks is measure's engine peak of every rank.
-func measureRanks(t *testing.T, cfg train.Config, vocab int) []int64 {
+func measureRanks(t *testing.T, cfg config.Config, vocab int) []int64 {
 	t.Helper()
 	data := randomData(cfg, vocab, cfg.BatchSize*cfg.Micro()*cfg.DP())
 	peaks := make([]int64, cfg.NTasks)
@@ -120,7 +121,7 @@ func TestPeakMemoryMatchesEngine(t *testing.T) {
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-6s %-5s %3s %3s %4s %-10s %14s %14s %7s %10s %10s\n", "preset", "model", "tp", "dp", "bsz", "mode", "predicted B", "measured B", "err %", "step s", "plan s")
 	for _, p := range points {
-		cfg := train.DefaultConfig()
+		cfg := config.DefaultConfig()
 		cfg.Model = p.model
 		if p.preset == "wide" {
 			// Two layers of dim 512: 3.7 Mi and 3.2 Mi parameters in
@@ -166,7 +167,7 @@ func TestPeakMemoryMatchesEngine(t *testing.T) {
 // linearly, and bert-large does not fit a 16 GB V100 at its preset's batch of 8
 // while it fits an 80 GB H100.
 func TestPlanScales(t *testing.T) {
-	cfg := train.DefaultConfig()
+	cfg := config.DefaultConfig()
 	if err := cfg.ApplyPreset("bert-large"); err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +216,7 @@ func TestLookupDevice(t *testing.T) {
 	if _, err := LookupDevice("tpu-v9"); err == nil || !strings.Contains(err.Error(), "h100-80") {
 		t.Errorf("unknown device: %v, want an error listing the table", err)
 	}
-	cfg := train.DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Precision = "bf16"
 	v100, _ := LookupDevice("v100")
 	p, err := New(Request{Config: cfg, Vocab: 100, Device: v100})
@@ -227,7 +228,7 @@ func TestLookupDevice(t *testing.T) {
 // TestSuggestFits checks that every suggestion for a run that does not fit
 // is one that does, and that each kind is offered where it exists.
 func TestSuggestFits(t *testing.T) {
-	cfg := train.DefaultConfig()
+	cfg := config.DefaultConfig()
 	if err := cfg.ApplyPreset("bert-large"); err != nil {
 		t.Fatal(err)
 	}
@@ -258,12 +259,12 @@ func TestSuggestFits(t *testing.T) {
 // offered too (it runs there device-resident); --sp is not at tp 1 nor
 // where tp does not divide the sequence.
 func TestSuggestSPZero(t *testing.T) {
-	cfg := train.DefaultConfig()
+	cfg := config.DefaultConfig()
 	if err := cfg.ApplyPreset("bert-large"); err != nil {
 		t.Fatal(err)
 	}
 	cfg.NTasks, cfg.TP, cfg.Device = 4, 2, "cpu"
-	total := func(c train.Config, dev Device) int64 {
+	total := func(c config.Config, dev Device) int64 {
 		p, err := New(Request{Config: c, Vocab: 30522, Device: dev})
 		if err != nil {
 			t.Fatal(err)
@@ -277,7 +278,7 @@ func TestSuggestSPZero(t *testing.T) {
 	if !(tSP < base && tZero < base && tBoth < min(tSP, tZero)) {
 		t.Fatalf("bert-large tp 2 x dp 2 per rank: %d B, with sp %d, zero 1 %d, both %d: want each below the last", base, tSP, tZero, tBoth)
 	}
-	flags := func(cfg train.Config, dev Device) map[string]int64 {
+	flags := func(cfg config.Config, dev Device) map[string]int64 {
 		out := map[string]int64{}
 		for _, s := range Suggest(Request{Config: cfg, Vocab: 30522, Device: dev}) {
 			if s.Total > dev.MemBytes {
@@ -353,7 +354,7 @@ func (g groupSpy) Group(ranks []int) (nccl.Comm, error) {
 // gathered buffer, reduce-scatter p-1 times the block received) and the
 // collectives. It runs cfg for 1 and for 2 steps with one validation batch
 // at the end and takes the difference.
-func commPerStep(t *testing.T, cfg train.Config, vocab int) (tpBytes, dpBytes float64, calls int) {
+func commPerStep(t *testing.T, cfg config.Config, vocab int) (tpBytes, dpBytes float64, calls int) {
 	t.Helper()
 	run := func(steps int) []nccl.Stats {
 		c := cfg
@@ -398,7 +399,7 @@ func TestCommMatchesEngine(t *testing.T) {
 		}{
 			{2, 1, 1, false, 0}, {2, 1, 1, true, 0}, {4, 1, 2, true, 0}, {1, 2, 1, false, 0}, {1, 2, 1, false, 1}, {2, 2, 1, false, 0}, {2, 2, 2, true, 1},
 		} {
-			cfg := train.DefaultConfig()
+			cfg := config.DefaultConfig()
 			cfg.Model = model
 			if err := cfg.ApplyPreset("tiny"); err != nil {
 				t.Fatal(err)

@@ -45,7 +45,7 @@ func checkValue(key toml.Key, v reflect.Value) error {
 			return fmt.Errorf("value contains a newline or NUL")
 		}
 	case strings.HasPrefix(path, "train."):
-		return nil // checked as a whole by train.Config.Validate at submit time
+		return nil // checked as a whole by trainconfig.Config.Validate at submit time
 	}
 	return nil
 }

@@ -6,7 +6,7 @@ package config
 
 import (
 	"github.com/hpcrun/hpcrun/slurm"
-	"github.com/hpcrun/hpcrun/train"
+	trainconfig "github.com/hpcrun/hpcrun/train/config"
 )
 
 // Config is the whole resolved configuration.
@@ -18,7 +18,7 @@ type Config struct {
 	// Profiles are named cluster profiles.
 	Profiles map[string]Profile `toml:"profiles"`
 	// Train holds the defaults for the training flags of submit and run.
-	Train train.Config `toml:"train"`
+	Train trainconfig.Config `toml:"train"`
 }
 
 // Profile describes how jobs are submitted on one cluster.

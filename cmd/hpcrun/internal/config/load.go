@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/hpcrun/hpcrun/slurm"
-	"github.com/hpcrun/hpcrun/train"
 )
 
 var typeErrRE = regexp.MustCompile(`^toml: line (\d+) \(last key ("[^"]*")\): (.*)$`)
@@ -28,7 +28,7 @@ func Defaults() Config {
 		DefaultProfile: BuiltinProfile,
 		RunsDir:        "runs",
 		Profiles:       map[string]Profile{BuiltinProfile: DefaultProfileValues()},
-		Train:          train.DefaultConfig(),
+		Train:          trainconfig.DefaultConfig(),
 	}
 }
 
@@ -214,7 +214,7 @@ func knownKeysHint(k toml.Key) string {
 	case k[0] == "profiles" && len(k) == 3:
 		t = reflect.TypeOf(Profile{})
 	case k[0] == "train" && len(k) == 2:
-		t = reflect.TypeOf(train.Config{})
+		t = reflect.TypeOf(trainconfig.Config{})
 	case k[0] == "profiles" && len(k) == 2:
 		return "profiles are tables: [profiles." + k[1] + "]"
 	default:

@@ -2,13 +2,13 @@ package dashboard
 
 import (
 	"encoding/json"
+	"github.com/hpcrun/hpcrun/train/config"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/hpcrun/hpcrun/train"
 	"github.com/hpcrun/hpcrun/train/metrics"
 	"github.com/hpcrun/hpcrun/train/plan"
 )
@@ -20,7 +20,7 @@ func TestPlanAgainstMeasured(t *testing.T) {
 	const withPlan, without = "20261123-150000-aaaa", "20261123-150001-bbbb"
 	writeRun(t, runs, withPlan, 4, 1, 30, true)
 	writeRun(t, runs, without, 4, 1, 30, true)
-	cfg := train.DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Model = "gpt"
 	if err := cfg.ApplyPreset("tiny"); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package train
+package config
 
 import (
 	"math"
@@ -24,17 +24,17 @@ func TestScheduleShapes(t *testing.T) {
 		{"", 0.3, 0.65, 0.3},
 	} {
 		cfg.Schedule, cfg.MinLR = c.schedule, c.minLR
-		if got := scheduleLR(cfg, 0, total); got != 0.5 {
+		if got := ScheduleLR(cfg, 0, total); got != 0.5 {
 			t.Errorf("%s: warm-up step 0 lr %g, want 0.5", c.schedule, got)
 		}
 		// steps 2..11 decay: progress (step-2)/9; the middle is 6.5.
-		mid := (scheduleLR(cfg, 6, total) + scheduleLR(cfg, 7, total)) / 2
+		mid := (ScheduleLR(cfg, 6, total) + ScheduleLR(cfg, 7, total)) / 2
 		if c.schedule == "linear" || c.schedule == "constant" {
 			if math.Abs(mid-c.mid) > 1e-12 {
 				t.Errorf("%s min %g: middle lr %g, want %g", c.schedule, c.minLR, mid, c.mid)
 			}
 		}
-		if got := scheduleLR(cfg, total-1, total); math.Abs(got-c.end) > 1e-12 {
+		if got := ScheduleLR(cfg, total-1, total); math.Abs(got-c.end) > 1e-12 {
 			t.Errorf("%s min %g: last lr %g, want %g", c.schedule, c.minLR, got, c.end)
 		}
 	}
@@ -61,11 +61,11 @@ func TestConfigRejectsOptimizerValues(t *testing.T) {
 		}
 	}
 	cfg := DefaultConfig()
-	if _, b2, _ := cfg.adam(); b2 != 0.999 {
+	if _, b2, _ := cfg.Adam(); b2 != 0.999 {
 		t.Errorf("bert's default beta2 %g, want 0.999", b2)
 	}
 	cfg.Model = "gpt"
-	if _, b2, _ := cfg.adam(); b2 != 0.95 {
+	if _, b2, _ := cfg.Adam(); b2 != 0.95 {
 		t.Errorf("gpt's default beta2 %g, want 0.95", b2)
 	}
 }

@@ -1,4 +1,4 @@
-package train
+package config
 
 import "math"
 
@@ -18,10 +18,10 @@ func LRAt(step, total, warmup int, lr, minRatio float64) float64 {
 	return minRatio*lr + (1-minRatio)*lr*0.5*(1+math.Cos(math.Pi*progress))
 }
 
-// scheduleLR is the learning rate of step (0-based) out of total under the
+// ScheduleLR is the learning rate of step (0-based) out of total under the
 // config's schedule: warm-up, then cosine (default) or linear decay to
 // min_lr (lr/10 when 0), or constant.
-func scheduleLR(cfg Config, step, total int) float64 {
+func ScheduleLR(cfg Config, step, total int) float64 {
 	minLR := cfg.MinLR
 	if minLR == 0 {
 		minLR = cfg.LR / 10

@@ -1,4 +1,4 @@
-package train
+package config
 
 import (
 	"errors"
@@ -69,8 +69,8 @@ type Config struct {
 	Zero int  `toml:"zero" json:"zero"` // 1: ZeRO-1, the AdamW moments sharded over the data-parallel group; 0: replicated
 }
 
-// ckptKeep is the number of checkpoints kept.
-func (c Config) ckptKeep() int {
+// Checkpoints is the number of checkpoints kept (ckpt_keep, or 3).
+func (c Config) Checkpoints() int {
 	if c.CkptKeep > 0 {
 		return c.CkptKeep
 	}
@@ -290,10 +290,10 @@ func (c Config) PositionRows() int {
 	return c.Seq
 }
 
-// adam returns AdamW's beta1, beta2 and epsilon: the config's, or the
+// Adam returns AdamW's beta1, beta2 and epsilon: the config's, or the
 // defaults (beta2 0.95 for gpt as GPT-3, nanoGPT and llm.c train, 0.999
 // for bert as BERT and PyTorch's default).
-func (c Config) adam() (beta1, beta2, eps float64) {
+func (c Config) Adam() (beta1, beta2, eps float64) {
 	beta1, beta2, eps = 0.9, 0.95, 1e-8
 	if c.Model == "bert" {
 		beta2 = 0.999
@@ -310,8 +310,8 @@ func (c Config) adam() (beta1, beta2, eps float64) {
 	return beta1, beta2, eps
 }
 
-// evalSamples is the number of validation samples an evaluation uses.
-func (c Config) evalSamples() int {
+// ValSamples is the number of validation samples an evaluation uses.
+func (c Config) ValSamples() int {
 	if c.EvalSamples > 0 {
 		return c.EvalSamples
 	}

@@ -1,0 +1,36 @@
+package config
+
+import "github.com/hpcrun/hpcrun/parallel"
+
+// NumClasses is the number of labels of the BERT classifier's head.
+const NumClasses = 2
+
+// BERTTypes is the number of token types (segments) of BERT's table;
+// hpcrun's single-text samples are all of type 0.
+const BERTTypes = 2
+
+// ParamCount is the number of parameters of the whole model (all shards),
+// with the vocabulary padded for the config's tp.
+func ParamCount(cfg Config, vocab int) int64 {
+	vp, err := parallel.PadVocab(vocab, max(cfg.TP, 1))
+	if err != nil {
+		return 0
+	}
+	C, L := int64(cfg.Dim), int64(cfg.Layers)
+	// Per block: ln_1, ln_2 (2C each), c_attn (3C*C + 3C), attn.c_proj
+	// (C*C + C), mlp.c_fc (4C*C + 4C), mlp.c_proj (4C*C + C).
+	n := int64(vp)*C + int64(cfg.PositionRows())*C + L*(12*C*C+13*C) + 2*C
+	if cfg.Model == "bert" {
+		n += C*C + C + NumClasses*C + NumClasses
+	}
+	if cfg.Arch == "hf" {
+		n += BERTTypes * C // token types; the embedding layer norm stands for ln_f
+	}
+	return n
+}
+
+// FlopsPerToken is the training FLOPs per token of the whole model, forward
+// and backward: 6 per parameter plus attention's 12*layers*seq*dim.
+func FlopsPerToken(cfg Config, vocab int) float64 {
+	return 6*float64(ParamCount(cfg, vocab)) + 12*float64(cfg.Layers*cfg.Seq*cfg.Dim)
+}
