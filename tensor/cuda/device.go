@@ -99,6 +99,13 @@ type Options struct {
 	CacheDir string
 }
 
+// Device attributes (CUdevice_attribute) the device reads.
+const (
+	attrMultiprocessors = 16 // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+	attrCCMajor         = 75 // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+	attrCCMinor         = 76 // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
+)
+
 // Open opens CUDA device ordinal with default options.
 func Open(ordinal int) (*Device, error) { return OpenWith(ordinal, Options{}) }
 
@@ -146,11 +153,6 @@ func (d *Device) open(o Options) error {
 		err := l.cuErr("cuDeviceGetAttribute", call(cu.deviceGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(a), uintptr(d.dev)))
 		return int(v), err
 	}
-	const (
-		attrMultiprocessors = 16 // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
-		attrCCMajor         = 75 // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
-		attrCCMinor         = 76 // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
-	)
 	major, err := attr(attrCCMajor)
 	if err != nil {
 		return err
@@ -224,9 +226,34 @@ func (d *Device) loadKernels(o Options) error {
 		if err := l.cuErr("cuModuleGetFunction("+name+")", call(l.cu.moduleGetFunction, uintptr(unsafe.Pointer(&f)), d.module, uintptr(unsafe.Pointer(&nameC[0])))); err != nil {
 			return err
 		}
+		if err := d.checkFunc(name, f, k.maxThreads); err != nil {
+			return err
+		}
 		d.fn[name] = f
 	}
 	return nil
+}
+
+// checkFunc fails when the driver says kernel name (function f) cannot
+// run the most threads a block the Go side launches it with: its
+// registers, as compiled for this device, do not allow them. This is the
+// check the NVRTC test makes on a CUBIN's ELF attributes, asked of the
+// driver, so it holds whatever the CUBIN's layout.
+func (d *Device) checkFunc(name string, f uintptr, maxThreads int) error {
+	const (
+		funcMaxThreads = 0 // CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
+		funcNumRegs    = 4 // CU_FUNC_ATTRIBUTE_NUM_REGS
+	)
+	var most, regs int32
+	if err := d.l.cuErr("cuFuncGetAttribute("+name+")", call(d.l.cu.funcGetAttribute, uintptr(unsafe.Pointer(&most)), funcMaxThreads, f)); err != nil {
+		return err
+	}
+	if int(most) >= maxThreads {
+		return nil
+	}
+	call(d.l.cu.funcGetAttribute, uintptr(unsafe.Pointer(&regs)), funcNumRegs, f)
+	return fmt.Errorf("kernel %s compiled for %s by NVRTC %d.%d runs at most %d threads a block (%d registers a thread), but it is launched with up to %d",
+		name, d.arch, d.l.nvrtc.major, d.l.nvrtc.minor, most, regs, maxThreads)
 }
 
 // teardown releases whatever open got (Close, or a failed Open).

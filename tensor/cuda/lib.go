@@ -41,6 +41,7 @@ type driverAPI struct {
 	memAlloc, memFree, memAllocHost, memFreeHost, memGetInfo                             uintptr
 	memcpyHtoDAsync, memcpyDtoHAsync, memcpyDtoDAsync, memsetD32Async                    uintptr
 	moduleLoadData, moduleUnload, moduleGetFunction, launchKernel                        uintptr
+	funcGetAttribute                                                                     uintptr
 	getErrorName, getErrorString                                                         uintptr
 }
 
@@ -264,7 +265,8 @@ func openLibs() (*libs, error) {
 		"cuMemcpyDtoDAsync_v2": &cu.memcpyDtoDAsync, "cuMemsetD32Async": &cu.memsetD32Async,
 		"cuModuleLoadData": &cu.moduleLoadData, "cuModuleUnload": &cu.moduleUnload,
 		"cuModuleGetFunction": &cu.moduleGetFunction, "cuLaunchKernel": &cu.launchKernel,
-		"cuGetErrorName": &cu.getErrorName, "cuGetErrorString": &cu.getErrorString,
+		"cuFuncGetAttribute": &cu.funcGetAttribute,
+		"cuGetErrorName":     &cu.getErrorName, "cuGetErrorString": &cu.getErrorString,
 	}); err != nil {
 		return nil, err
 	}
@@ -292,33 +294,71 @@ func openLibs() (*libs, error) {
 	if err := l.cuErr("cuDriverGetVersion", call(cu.driverGetVersion, uintptr(unsafe.Pointer(&driver)))); err != nil {
 		return nil, err
 	}
-	if err := l.nvrtc.open(int(driver)); err != nil {
+	if err := l.nvrtc.open(int(driver), l.deviceArchs()); err != nil {
 		return nil, err
 	}
 	return l, nil
 }
 
+// deviceArchs are the architectures ("sm_70") of the visible devices, in
+// no order, each once; nil when the driver cannot say.
+func (l *libs) deviceArchs() []string {
+	var n int32
+	if call(l.cu.deviceGetCount, uintptr(unsafe.Pointer(&n))) != 0 {
+		return nil
+	}
+	seen := map[string]bool{}
+	var archs []string
+	for i := range int(n) {
+		var dev, major, minor int32
+		if call(l.cu.deviceGet, uintptr(unsafe.Pointer(&dev)), uintptr(i)) != 0 ||
+			call(l.cu.deviceGetAttribute, uintptr(unsafe.Pointer(&major)), attrCCMajor, uintptr(dev)) != 0 ||
+			call(l.cu.deviceGetAttribute, uintptr(unsafe.Pointer(&minor)), attrCCMinor, uintptr(dev)) != 0 {
+			continue
+		}
+		if a := fmt.Sprintf("sm_%d%d", major, minor); !seen[a] {
+			seen[a] = true
+			archs = append(archs, a)
+		}
+	}
+	return archs
+}
+
 // nvrtcHint says where NVRTC comes from.
 const nvrtcHint = "install the CUDA toolkit's NVRTC, or pip's nvidia-cuda-nvrtc and add its lib directory to " + LibPathEnv + " or LD_LIBRARY_PATH"
 
-// open loads the newest NVRTC whose kernels a driver of version driver
-// (cuDriverGetVersion's 1000*major+10*minor; 0: any) can load: a CUBIN
-// from a newer major release than the driver's does not load, so a
-// libnvrtc.so.13 beside a 12.x driver is passed over for an older one, and
-// the error says so when there is none.
-func (n *nvrtcAPI) open(driver int) error {
+// open loads the newest NVRTC that compiles for every arch of need and
+// whose kernels a driver of version driver (cuDriverGetVersion's
+// 1000*major+10*minor; 0: any) can load; nvrtcFits says why one is passed
+// over, and the error lists those reasons when none is left.
+func (n *nvrtcAPI) open(driver int, need []string) error {
 	accept := func(h uintptr, path string) error {
 		if err := n.bind(h, path); err != nil {
 			return err
 		}
-		if driver > 0 && n.major > driver/1000 {
-			return fmt.Errorf("%s is NVRTC %d.%d but the driver supports CUDA %d.%d, and kernels compiled by a newer major release do not load: install NVRTC %d (pip's nvidia-cuda-nvrtc-cu%d) or a newer driver",
-				path, n.major, n.minor, driver/1000, driver%1000/10, driver/1000, driver/1000)
-		}
-		return nil
+		return nvrtcFits(path, n.major, n.minor, n.archs(), driver, need)
 	}
 	_, _, err := dlopenFirst("NVRTC", nvrtcHint, nvrtcNames, accept)
 	return err
+}
+
+// nvrtcFits says why the NVRTC at path (version major.minor, compiling for
+// the archs known; nil: it cannot say) does not serve a driver of version
+// driver and devices of the archs need, or nil when it does. A CUBIN from
+// a newer major release than the driver's does not load, so libnvrtc.so.13
+// beside a 12.x driver is passed over for an older one; CUDA 13's NVRTC
+// has no sm_70, so on a V100 it is passed over for CUDA 12's.
+func nvrtcFits(path string, major, minor int, known []string, driver int, need []string) error {
+	if driver > 0 && major > driver/1000 {
+		return fmt.Errorf("%s is NVRTC %d.%d but the driver supports CUDA %d.%d, and kernels compiled by a newer major release do not load: install NVRTC %d (pip's nvidia-cuda-nvrtc-cu%d) or a newer driver",
+			path, major, minor, driver/1000, driver%1000/10, driver/1000, driver/1000)
+	}
+	for _, a := range need {
+		if err := archError(fmt.Sprintf("%s (NVRTC %d.%d)", path, major, minor), a, known); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // bind resolves NVRTC's entry points in h and reads its version.

@@ -45,7 +45,7 @@ func TestCompanions(t *testing.T) {
 // the fix.
 func TestNVRTCChoice(t *testing.T) {
 	probe := &nvrtcAPI{}
-	if err := probe.open(0); err != nil {
+	if err := probe.open(0, nil); err != nil {
 		t.Skipf("no NVRTC here: %v", err)
 	}
 	real, err := filepath.EvalSymlinks(findOnLinkerPath(t, probe.name))
@@ -63,11 +63,11 @@ func TestNVRTCChoice(t *testing.T) {
 	os.Symlink(real, filepath.Join(dir, probe.name))
 	t.Setenv(LibPathEnv, dir)
 	n := &nvrtcAPI{}
-	if err := n.open(0); err != nil || !strings.HasPrefix(n.name, dir) {
+	if err := n.open(0, nil); err != nil || !strings.HasPrefix(n.name, dir) {
 		t.Fatalf("NVRTC from %s: %q, %v", dir, n.name, err)
 	}
 	old := (probe.major - 1) * 1000
-	err = (&nvrtcAPI{}).open(old)
+	err = (&nvrtcAPI{}).open(old, nil)
 	if err == nil || !strings.Contains(err.Error(), "but the driver supports CUDA") {
 		t.Fatalf("NVRTC %d.%d with a CUDA %d driver: %v, want the reason", probe.major, probe.minor, old/1000, err)
 	}
