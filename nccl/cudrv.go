@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/ebitengine/purego"
+	"github.com/hpcrun/hpcrun/internal/cudalib"
 )
 
 // cuDriver is the part of the CUDA driver API (libcuda.so.1, present
@@ -33,13 +34,14 @@ func loadDriver() (*cuDriver, error) {
 }
 
 func openDriver() (d *cuDriver, err error) {
-	h, err := purego.Dlopen("libcuda.so.1", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	h, found, err := cudalib.Open("the CUDA driver", "it binds the rank's GPU: is there a GPU on this machine?", cudalib.Names("CUDA driver"), nil)
 	if err != nil {
-		return nil, fmt.Errorf("nccl backend: cannot load libcuda.so.1, the CUDA driver, to bind the rank's GPU (is there a GPU on this machine?): %w", err)
+		return nil, fmt.Errorf("nccl backend: %w", err)
 	}
+	name := found.Path
 	defer func() {
 		if p := recover(); p != nil { // purego panics on a signature it cannot map
-			d, err = nil, fmt.Errorf("nccl backend: libcuda.so.1: %v", p)
+			d, err = nil, fmt.Errorf("nccl backend: %s: %v", name, p)
 		}
 	}()
 	d = &cuDriver{}
@@ -53,7 +55,7 @@ func openDriver() (d *cuDriver, err error) {
 	} {
 		sym, err := purego.Dlsym(h, f.name)
 		if err != nil {
-			return nil, fmt.Errorf("nccl backend: libcuda.so.1 lacks %s: %w", f.name, err)
+			return nil, fmt.Errorf("nccl backend: %s lacks %s: %w", name, f.name, err)
 		}
 		purego.RegisterFunc(f.fn, sym)
 	}

@@ -8,11 +8,14 @@ import (
 	"time"
 
 	"github.com/ebitengine/purego"
+	"github.com/hpcrun/hpcrun/internal/cudalib"
 )
 
 // The NCCL backend: libnccl.so.2 (and the CUDA driver, libcuda.so.1, to
-// make the rank's device current) are opened at run time with purego, so
-// nothing of CUDA is needed to build.
+// make the rank's device current) are opened at run time with purego, found
+// by package cudalib's rule (HPCRUN_CUDA_LIB_PATH, LD_LIBRARY_PATH, the
+// python3 wheels, CUDA_HOME, the linker), so nothing of CUDA is needed to
+// build.
 // An NCCL communicator is made per group with ncclCommInitRank, its unique
 // id passed through the rendezvous Store. Host-buffer collectives, Group
 // bookkeeping, Stats and fault detection stay on the TCP/shared-memory
@@ -68,10 +71,11 @@ func openNCCL() (lib *ncclLib, err error) {
 	if runtime.GOOS != "linux" {
 		return nil, fmt.Errorf("nccl backend: needs Linux, not %s", runtime.GOOS)
 	}
-	h, err := purego.Dlopen("libnccl.so.2", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	h, found, err := cudalib.Open("NCCL", "install NCCL, or pip's nvidia-nccl-cu12 in the job's python3, or add its lib directory to "+cudalib.PathEnv, cudalib.Names("NCCL"), nil)
 	if err != nil {
-		return nil, fmt.Errorf("nccl backend: cannot load libnccl.so.2 (install NCCL or add it to LD_LIBRARY_PATH): %w", err)
+		return nil, fmt.Errorf("nccl backend: %w", err)
 	}
+	name := found.Path
 	defer func() {
 		if p := recover(); p != nil { // purego panics on a signature it cannot map
 			lib, err = nil, fmt.Errorf("nccl backend: %v", p)
@@ -92,7 +96,7 @@ func openNCCL() (lib *ncclLib, err error) {
 	} {
 		sym, err := purego.Dlsym(h, f.name)
 		if err != nil {
-			return nil, fmt.Errorf("nccl backend: libnccl.so.2 lacks %s: %w", f.name, err)
+			return nil, fmt.Errorf("nccl backend: %s lacks %s: %w", name, f.name, err)
 		}
 		purego.RegisterFunc(f.fn, sym)
 	}
@@ -105,7 +109,7 @@ func openNCCL() (lib *ncclLib, err error) {
 		sym, err := purego.Dlsym(h, f.name)
 		if err != nil {
 			lib.send, lib.recv = nil, nil
-			lib.p2pErr = fmt.Errorf("nccl: libnccl.so.2 lacks %s, needed for point-to-point transfers on the device (NCCL 2.7 or later): %w", f.name, err)
+			lib.p2pErr = fmt.Errorf("nccl: %s lacks %s, needed for point-to-point transfers on the device (NCCL 2.7 or later): %w", name, f.name, err)
 			break
 		}
 		purego.RegisterFunc(f.fn, sym)

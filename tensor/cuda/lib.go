@@ -3,16 +3,12 @@ package cuda
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"runtime"
-	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+	"github.com/hpcrun/hpcrun/internal/cudalib"
 )
 
 // The three libraries are opened with dlopen at run time, so nothing of
@@ -20,18 +16,17 @@ import (
 // purego.SyscallN with integer and pointer arguments only (scalars such as
 // GEMM's alpha and beta go by pointer), and returns a 32-bit status.
 
-// Library names, tried in order. HPCRUN_CUDA_LIB_PATH (a colon-separated
-// list of directories) is searched first, then the dynamic linker's path.
+// Library names, tried in order by cudalib's rule.
 var (
-	cudaNames   = []string{"libcuda.so.1", "libcuda.so"}
-	cublasNames = []string{"libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so"}
-	nvrtcNames  = []string{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so.11.1", "libnvrtc.so"}
+	cudaNames   = cudalib.Names("CUDA driver")
+	cublasNames = cudalib.Names("cuBLAS")
+	nvrtcNames  = cudalib.Names("NVRTC")
 )
 
 // LibPathEnv names extra directories (colon-separated) searched for the
-// CUDA libraries before the dynamic linker's own path, e.g. the lib
-// directories of pip's nvidia-cublas and nvidia-cuda-nvrtc wheels.
-const LibPathEnv = "HPCRUN_CUDA_LIB_PATH"
+// CUDA libraries first, e.g. the lib directories of pip's nvidia-cublas
+// and nvidia-cuda-nvrtc wheels; package cudalib gives the whole rule.
+const LibPathEnv = cudalib.PathEnv
 
 // driverAPI holds the CUDA driver entry points (libcuda).
 type driverAPI struct {
@@ -82,143 +77,11 @@ func loadLibs() (*libs, error) {
 	return libsVal, libsErr
 }
 
-// libDirs are the directories of LibPathEnv, in order.
-func libDirs() []string {
-	var dirs []string
-	for _, d := range strings.Split(os.Getenv(LibPathEnv), ":") {
-		if d != "" {
-			dirs = append(dirs, d)
-		}
-	}
-	return dirs
-}
-
-// candidates are the paths dlopenFirst tries for name: name in each of
-// dirs, then name alone (the dynamic linker's search).
-func candidates(dirs []string, name string) []string {
-	var c []string
-	for _, d := range dirs {
-		c = append(c, filepath.Join(d, name))
-	}
-	return append(c, name)
-}
-
-// dlopenFirst opens the first of names that loads, looking in the
-// directories of LibPathEnv first; accept, when not nil, may refuse a
-// library that loaded (with the reason). The error lists what was tried.
+// dlopenFirst opens the first of names that loads, by cudalib's rule;
+// accept, when not nil, may refuse a library that loaded (with the reason).
 func dlopenFirst(what, hint string, names []string, accept func(h uintptr, path string) error) (uintptr, string, error) {
-	dirs := libDirs()
-	var tried, refused []string
-	var lastErr error
-	for _, name := range names {
-		for _, c := range candidates(dirs, name) {
-			h, err := dlopenWithCompanions(c)
-			if err != nil {
-				tried = append(tried, c)
-				lastErr = err
-				continue
-			}
-			if accept != nil {
-				if err := accept(h, c); err != nil {
-					purego.Dlclose(h)
-					refused = append(refused, err.Error())
-					continue
-				}
-			}
-			return h, c, nil
-		}
-	}
-	if len(refused) > 0 {
-		return 0, "", fmt.Errorf("cannot use %s: %s", what, strings.Join(refused, "; "))
-	}
-	return 0, "", fmt.Errorf("cannot load %s (tried %s; %v): %s", what, strings.Join(tried, ", "), lastErr, hint)
-}
-
-// dlopenWithCompanions opens path with RTLD_GLOBAL. A path with a
-// directory is a library found through LibPathEnv, whose directory the
-// dynamic linker does not search: the libraries it loads itself
-// (libcublasLt for cuBLAS, libnvrtc-builtins for NVRTC) are opened from the
-// same directory first, so that its own dlopen by name finds them loaded.
-func dlopenWithCompanions(path string) (uintptr, error) {
-	if dir, name := filepath.Split(path); dir != "" {
-		for _, c := range companions(dir, name) {
-			if _, err := purego.Dlopen(c, purego.RTLD_NOW|purego.RTLD_GLOBAL); err != nil {
-				return 0, fmt.Errorf("%s needs %s: %w", path, c, err)
-			}
-		}
-	}
-	return purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
-}
-
-// companionPrefix maps a library's name prefix to the library it loads at
-// run time from its own directory.
-var companionPrefix = map[string]string{
-	"libcublas.so": "libcublasLt.so",
-	"libnvrtc.so":  "libnvrtc-builtins.so",
-}
-
-// companions lists the files of dir that library name (e.g.
-// "libnvrtc.so.12") needs opened first: those of its companion with the
-// same major version (libnvrtc-builtins.so.12.4, libcublasLt.so.12), the
-// exact version first, newest first otherwise. A library without one in
-// dir needs none (its companion is elsewhere on the linker's path).
-func companions(dir, name string) []string {
-	for prefix, comp := range companionPrefix {
-		ver, ok := strings.CutPrefix(name, prefix)
-		if !ok || (ver != "" && ver[0] != '.') {
-			continue
-		}
-		major, _, _ := strings.Cut(strings.TrimPrefix(ver, "."), ".")
-		if major != "" {
-			major = "." + major
-		}
-		if exact := filepath.Join(dir, comp+ver); ver != "" && fileExists(exact) {
-			return []string{exact}
-		}
-		matches, _ := filepath.Glob(filepath.Join(dir, comp+major+"*"))
-		var found []string
-		for _, m := range matches {
-			rest := strings.TrimPrefix(filepath.Base(m), comp+major)
-			if rest == "" || rest[0] == '.' {
-				found = append(found, m)
-			}
-		}
-		sort.Slice(found, func(i, j int) bool { return versionLess(found[j], found[i]) })
-		if len(found) > 0 {
-			return found[:1]
-		}
-	}
-	return nil
-}
-
-func fileExists(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && !st.IsDir()
-}
-
-// versionLess orders library file names by their numeric version suffix
-// (libx.so.12.4 < libx.so.12.10).
-func versionLess(a, b string) bool {
-	va, vb := soVersion(a), soVersion(b)
-	for i := 0; i < min(len(va), len(vb)); i++ {
-		if va[i] != vb[i] {
-			return va[i] < vb[i]
-		}
-	}
-	return len(va) < len(vb)
-}
-
-func soVersion(path string) []int {
-	_, ver, _ := strings.Cut(filepath.Base(path), ".so")
-	var v []int
-	for _, f := range strings.Split(strings.TrimPrefix(ver, "."), ".") {
-		n, err := strconv.Atoi(f)
-		if err != nil {
-			break
-		}
-		v = append(v, n)
-	}
-	return v
+	h, f, err := cudalib.Open(what, hint, names, accept)
+	return h, f.Path, err
 }
 
 // bind resolves each symbol of h into its slot; optional ones may be absent.
