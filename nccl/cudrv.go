@@ -78,16 +78,23 @@ func (d *cuDriver) retain(ordinal int) error {
 		return fmt.Errorf("nccl: cuDevicePrimaryCtxRetain(device %d) failed with CUresult %d", ordinal, r)
 	}
 	if r := d.ctxSetCurrent(ctx); r != 0 {
-		d.ctxRelease(dev)
-		return fmt.Errorf("nccl: cuCtxSetCurrent(device %d) failed with CUresult %d", ordinal, r)
+		err := fmt.Errorf("nccl: cuCtxSetCurrent(device %d) failed with CUresult %d", ordinal, r)
+		if r := d.ctxRelease(dev); r != 0 {
+			err = fmt.Errorf("%w; then cuDevicePrimaryCtxRelease failed with CUresult %d", err, r)
+		}
+		return err
 	}
 	return nil
 }
 
 // release gives back the primary context reference retain took.
-func (d *cuDriver) release(ordinal int) {
+func (d *cuDriver) release(ordinal int) error {
 	var dev int32
-	if d.deviceGet(&dev, int32(ordinal)) == 0 {
-		d.ctxRelease(dev)
+	if r := d.deviceGet(&dev, int32(ordinal)); r != 0 {
+		return fmt.Errorf("nccl: cuDeviceGet(%d) failed with CUresult %d: the primary context was not released", ordinal, r)
 	}
+	if r := d.ctxRelease(dev); r != 0 {
+		return fmt.Errorf("nccl: cuDevicePrimaryCtxRelease(device %d) failed with CUresult %d", ordinal, r)
+	}
+	return nil
 }

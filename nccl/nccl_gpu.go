@@ -141,6 +141,9 @@ type ncclComm struct {
 	dev  int // the CUDA device whose primary context the communicator holds
 	comm uintptr
 	mu   sync.Mutex // guards comm against a concurrent abort
+	// abortErr is why an abort's ncclCommAbort or context release failed,
+	// for Close to report.
+	abortErr error
 }
 
 func ncclDType(dt DataType) (int32, int, error) {
@@ -211,14 +214,14 @@ func newNCCLComm(c *tcpComm) (*ncclComm, error) {
 		}
 		var comm uintptr
 		if err := lib.check("ncclCommInitRank", lib.commInitRank(&comm, int32(c.n), id, int32(c.rank))); err != nil {
-			drv.release(nd.o.Device)
-			return 0, err
+			return 0, errors.Join(err, drv.release(nd.o.Device))
 		}
 		return comm, nil
 	}
 	discard := func(comm uintptr) { // a communicator made after we gave up
-		lib.commAbort(comm)
-		drv.release(nd.o.Device)
+		// Nobody waits for this any more (the caller has its timeout or
+		// abort error): a failure here has no one to go to.
+		_ = errors.Join(lib.check("ncclCommAbort", lib.commAbort(comm)), drv.release(nd.o.Device))
 	}
 	nc.comm, err = initComm(initRank, discard, nd.o.Timeout, nd.errCh)
 	switch {
@@ -276,14 +279,15 @@ func (nc *ncclComm) abort() {
 	nc.mu.Lock()
 	defer nc.mu.Unlock()
 	if nc.comm != 0 {
-		nc.lib.commAbort(nc.comm)
-		nc.drv.release(nc.dev)
+		nc.abortErr = errors.Join(nc.lib.check("ncclCommAbort", nc.lib.commAbort(nc.comm)), nc.drv.release(nc.dev))
 		nc.comm = 0
 	}
 }
 
-// after checks a launched operation and the communicator's async state.
-func (nc *ncclComm) after(what string, comm uintptr, r int32) error {
+// after checks a launched operation and the communicator's async state,
+// and records it as posted on stream (peer: the group rank of a
+// point-to-point transfer, -1 for a collective).
+func (nc *ncclComm) after(what string, comm uintptr, r int32, stream uintptr, peer int) error {
 	if err := nc.lib.check(what, r); err != nil {
 		nc.abort()
 		if e := nc.nd.abortErr(); e != nil {
@@ -303,6 +307,7 @@ func (nc *ncclComm) after(what string, comm uintptr, r int32) error {
 		}
 		return err
 	}
+	nc.posted(what, stream, peer)
 	return nil
 }
 
@@ -336,7 +341,7 @@ func (nc *ncclComm) AllReduceDevice(send, recv uintptr, count int, dt DataType, 
 	if err != nil {
 		return err
 	}
-	return nc.after("ncclAllReduce", comm, nc.lib.allReduce(send, recv, uintptr(count), t, o, comm, stream))
+	return nc.after("ncclAllReduce", comm, nc.lib.allReduce(send, recv, uintptr(count), t, o, comm, stream), stream, -1)
 }
 
 func (nc *ncclComm) AllGatherDevice(send, recv uintptr, sendcount int, dt DataType, stream uintptr) error {
@@ -349,7 +354,7 @@ func (nc *ncclComm) AllGatherDevice(send, recv uintptr, sendcount int, dt DataTy
 	if err != nil {
 		return err
 	}
-	return nc.after("ncclAllGather", comm, nc.lib.allGather(send, recv, uintptr(sendcount), t, comm, stream))
+	return nc.after("ncclAllGather", comm, nc.lib.allGather(send, recv, uintptr(sendcount), t, comm, stream), stream, -1)
 }
 
 func (nc *ncclComm) ReduceScatterDevice(send, recv uintptr, recvcount int, dt DataType, op Op, stream uintptr) error {
@@ -366,7 +371,7 @@ func (nc *ncclComm) ReduceScatterDevice(send, recv uintptr, recvcount int, dt Da
 	if err != nil {
 		return err
 	}
-	return nc.after("ncclReduceScatter", comm, nc.lib.reduceScatter(send, recv, uintptr(recvcount), t, o, comm, stream))
+	return nc.after("ncclReduceScatter", comm, nc.lib.reduceScatter(send, recv, uintptr(recvcount), t, o, comm, stream), stream, -1)
 }
 
 func (nc *ncclComm) BroadcastDevice(send, recv uintptr, count int, dt DataType, root int, stream uintptr) error {
@@ -382,7 +387,7 @@ func (nc *ncclComm) BroadcastDevice(send, recv uintptr, count int, dt DataType, 
 	if err != nil {
 		return err
 	}
-	return nc.after("ncclBroadcast", comm, nc.lib.broadcast(send, recv, uintptr(count), t, int32(root), comm, stream))
+	return nc.after("ncclBroadcast", comm, nc.lib.broadcast(send, recv, uintptr(count), t, int32(root), comm, stream), stream, -1)
 }
 
 // SendDevice sends count elements at buf to group rank peer (ncclSend).
@@ -399,7 +404,7 @@ func (nc *ncclComm) SendDevice(buf uintptr, count int, dt DataType, peer int, st
 	if err != nil {
 		return err
 	}
-	return nc.after("ncclSend", comm, nc.lib.send(buf, uintptr(count), t, int32(peer), comm, stream))
+	return nc.after("ncclSend", comm, nc.lib.send(buf, uintptr(count), t, int32(peer), comm, stream), stream, peer)
 }
 
 // RecvDevice receives count elements from group rank peer into buf
@@ -417,7 +422,7 @@ func (nc *ncclComm) RecvDevice(buf uintptr, count int, dt DataType, peer int, st
 	if err != nil {
 		return err
 	}
-	return nc.after("ncclRecv", comm, nc.lib.recv(buf, uintptr(count), t, int32(peer), comm, stream))
+	return nc.after("ncclRecv", comm, nc.lib.recv(buf, uintptr(count), t, int32(peer), comm, stream), stream, peer)
 }
 
 // SendRecvDevice sends count elements at sendbuf to group rank peer and
@@ -459,10 +464,10 @@ func (nc *ncclComm) SendRecvDevice(sendbuf, recvbuf uintptr, count int, dt DataT
 		r    int32
 	}{{"ncclSend", rs}, {"ncclRecv", rr}} {
 		if c.r != 0 {
-			return nc.after(c.what, comm, c.r)
+			return nc.after(c.what, comm, c.r, stream, peer)
 		}
 	}
-	return nc.after("ncclGroupEnd", comm, re)
+	return nc.after("ncclSend+ncclRecv", comm, re, stream, peer)
 }
 
 // checkPeer validates the peer of a point-to-point transfer. A transfer
@@ -495,16 +500,18 @@ func (nc *ncclComm) Group(ranks []int) (Comm, error) {
 	return d, nil
 }
 
-// Close destroys the NCCL communicator, then the host one.
+// Close destroys the NCCL communicator, then the host one; its error
+// joins theirs, and an earlier abort's.
 func (nc *ncclComm) Close() error {
 	nc.mu.Lock()
+	err := nc.abortErr
 	if nc.comm != 0 {
-		nc.lib.commDestroy(nc.comm)
-		nc.drv.release(nc.dev)
+		err = errors.Join(nc.lib.check("ncclCommDestroy", nc.lib.commDestroy(nc.comm)), nc.drv.release(nc.dev))
 		nc.comm = 0
 	}
+	nc.abortErr = nil
 	nc.mu.Unlock()
-	return nc.tcpComm.Close()
+	return errors.Join(err, nc.tcpComm.Close())
 }
 
 var _ DeviceComm = (*ncclComm)(nil)

@@ -227,6 +227,7 @@ func newTrainer(cfg Config, world nccl.Comm, opt Options, w *metrics.Writer) (*t
 		return nil, err
 	}
 	t.mesh = mesh
+	watchDeviceWaits(t.dev, world)
 	t.commNow = func() time.Duration {
 		d := t.mesh.TP.Stats().Total().Time + t.mesh.DP.Stats().Total().Time
 		if t.pipe != nil {
@@ -299,14 +300,21 @@ func (t *trainer) close() {
 	if t.pipe != nil {
 		t.pipe.close()
 	}
+	if t.gpu != nil {
+		t.gpu.close()
+	}
 	if t.model != nil {
 		t.model.Close()
 	}
-	if t.closeDev != nil {
-		t.closeDev()
-	}
+	// The mesh's NCCL communicators live in the device's context: they go
+	// first, then the device, whose Close reports what it could not free.
 	if t.mesh != nil {
 		t.mesh.Close()
+	}
+	if t.closeDev != nil {
+		if err := t.closeDev(); err != nil {
+			t.logf("closing the device: %v", err)
+		}
 	}
 }
 

@@ -32,7 +32,7 @@ const LibPathEnv = cudalib.PathEnv
 type driverAPI struct {
 	init, driverGetVersion, deviceGetCount, deviceGet, deviceGetName, deviceGetAttribute uintptr
 	primaryCtxRetain, primaryCtxRelease, ctxSetCurrent                                   uintptr
-	streamCreate, streamDestroy, streamSynchronize                                       uintptr
+	streamCreate, streamDestroy, streamSynchronize, streamQuery                          uintptr
 	memAlloc, memFree, memAllocHost, memFreeHost, memGetInfo                             uintptr
 	memcpyHtoDAsync, memcpyDtoHAsync, memcpyDtoDAsync, memsetD32Async                    uintptr
 	moduleLoadData, moduleUnload, moduleGetFunction, launchKernel                        uintptr
@@ -120,8 +120,8 @@ func openLibs() (*libs, error) {
 		"cuDevicePrimaryCtxRetain": &cu.primaryCtxRetain, "cuDevicePrimaryCtxRelease_v2": &cu.primaryCtxRelease,
 		"cuCtxSetCurrent": &cu.ctxSetCurrent,
 		"cuStreamCreate":  &cu.streamCreate, "cuStreamDestroy_v2": &cu.streamDestroy,
-		"cuStreamSynchronize": &cu.streamSynchronize,
-		"cuMemAlloc_v2":       &cu.memAlloc, "cuMemFree_v2": &cu.memFree,
+		"cuStreamSynchronize": &cu.streamSynchronize, "cuStreamQuery": &cu.streamQuery,
+		"cuMemAlloc_v2": &cu.memAlloc, "cuMemFree_v2": &cu.memFree,
 		"cuMemAllocHost_v2": &cu.memAllocHost, "cuMemFreeHost": &cu.memFreeHost,
 		"cuMemGetInfo_v2":      &cu.memGetInfo,
 		"cuMemcpyHtoDAsync_v2": &cu.memcpyHtoDAsync, "cuMemcpyDtoHAsync_v2": &cu.memcpyDtoHAsync,

@@ -22,7 +22,9 @@ func (d *Device) SumSquaresTo(out *tensor.Tensor, accumulate bool, ts ...*tensor
 	if out.Len() != 2 {
 		panic(fmt.Sprintf("tensor.SumSquaresTo: out %v has %d elements, want 2 (hi, lo)", out, out.Len()))
 	}
-	d.enter()
+	if d.enter() != nil {
+		return
+	}
 	defer d.leave()
 	part, nparts, err := d.sumPartials("sum_squares_f32", ts)
 	if err != nil {
@@ -41,7 +43,9 @@ func (d *Device) ClipScale(out, sumsq *tensor.Tensor, clip float32) {
 	if out.Len() != 2 || sumsq.Len() != 2 {
 		panic(fmt.Sprintf("tensor.ClipScale: out %v and sumsq %v must have 2 elements", out, sumsq))
 	}
-	d.enter()
+	if d.enter() != nil {
+		return
+	}
 	defer d.leave()
 	d.launch("clip_scale_f32", dim3{1, 1, 1}, dim3{1, 1, 1}, tp(out), tp(sumsq), f32(clip))
 }
