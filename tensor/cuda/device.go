@@ -120,7 +120,12 @@ func OpenWith(ordinal int, o Options) (*Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
-	count, err := DeviceCount()
+	return openOn(l, ordinal, o)
+}
+
+// openOn is OpenWith on the libraries l.
+func openOn(l *libs, ordinal int, o Options) (*Device, error) {
+	count, err := l.deviceCount()
 	if err != nil {
 		return nil, fmt.Errorf("cuda: %w", err)
 	}

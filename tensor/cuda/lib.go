@@ -112,6 +112,29 @@ func openLibs() (*libs, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := l.bindDriver(h, name); err != nil {
+		return nil, err
+	}
+	h, name, err = dlopenFirst("cuBLAS", "install the CUDA toolkit's cuBLAS, or pip's nvidia-cublas and add its lib directory to "+LibPathEnv+" or LD_LIBRARY_PATH", cublasNames, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.blas.bind(h, name); err != nil {
+		return nil, err
+	}
+	var driver int32
+	if err := l.cuErr("cuDriverGetVersion", call(l.cu.driverGetVersion, uintptr(unsafe.Pointer(&driver)))); err != nil {
+		return nil, err
+	}
+	if err := l.nvrtc.open(int(driver), l.deviceArchs()); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// bindDriver resolves the driver's entry points in h (library name) and
+// calls cuInit.
+func (l *libs) bindDriver(h uintptr, name string) error {
 	cu := &l.cu
 	if err := bind(h, name, map[string]*uintptr{
 		"cuInit": &cu.init, "cuDriverGetVersion": &cu.driverGetVersion,
@@ -131,36 +154,21 @@ func openLibs() (*libs, error) {
 		"cuFuncGetAttribute": &cu.funcGetAttribute,
 		"cuGetErrorName":     &cu.getErrorName, "cuGetErrorString": &cu.getErrorString,
 	}); err != nil {
-		return nil, err
+		return err
 	}
-	if err := l.cuErr("cuInit", call(cu.init, 0)); err != nil {
-		return nil, err
-	}
+	return l.cuErr("cuInit", call(cu.init, 0))
+}
 
-	h, name, err = dlopenFirst("cuBLAS", "install the CUDA toolkit's cuBLAS, or pip's nvidia-cublas and add its lib directory to "+LibPathEnv+" or LD_LIBRARY_PATH", cublasNames, nil)
-	if err != nil {
-		return nil, err
-	}
-	b := &l.blas
+// bind resolves cuBLAS's entry points in h (library name).
+func (b *blasAPI) bind(h uintptr, name string) error {
 	b.name = name
-	if err := bind(h, name, map[string]*uintptr{
+	return bind(h, name, map[string]*uintptr{
 		"cublasCreate_v2": &b.create, "cublasDestroy_v2": &b.destroy,
 		"cublasSetStream_v2": &b.setStream, "cublasSetMathMode": &b.setMathMode,
 		"cublasGetVersion_v2": &b.getVersion,
 		"cublasGemmEx":        &b.gemmEx, "cublasGemmStridedBatchedEx": &b.gemmStridedBatchedEx,
 		"cublasGetStatusName": &b.getStatusName, "cublasGetStatusString": &b.getStatusString,
-	}, "cublasGetStatusName", "cublasGetStatusString"); err != nil {
-		return nil, err
-	}
-
-	var driver int32
-	if err := l.cuErr("cuDriverGetVersion", call(cu.driverGetVersion, uintptr(unsafe.Pointer(&driver)))); err != nil {
-		return nil, err
-	}
-	if err := l.nvrtc.open(int(driver), l.deviceArchs()); err != nil {
-		return nil, err
-	}
-	return l, nil
+	}, "cublasGetStatusName", "cublasGetStatusString")
 }
 
 // deviceArchs are the architectures ("sm_70") of the visible devices, in
@@ -373,6 +381,11 @@ func DeviceCount() (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	return l.deviceCount()
+}
+
+// deviceCount is cuDeviceGetCount's answer.
+func (l *libs) deviceCount() (int, error) {
 	var n int32
 	if err := l.cuErr("cuDeviceGetCount", call(l.cu.deviceGetCount, uintptr(unsafe.Pointer(&n)))); err != nil {
 		return 0, err
