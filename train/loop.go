@@ -300,8 +300,16 @@ func (t *trainer) close() {
 	if t.pipe != nil {
 		t.pipe.close()
 	}
+	// The step's device buffers go back before the device closes (its
+	// Close frees what is left, but reports what it could not).
 	if t.gpu != nil {
 		t.gpu.close()
+	}
+	if t.zero != nil {
+		t.zero.Close()
+	}
+	if t.opt != nil {
+		t.opt.Close()
 	}
 	if t.model != nil {
 		t.model.Close()
