@@ -136,6 +136,18 @@ func TestKernelsOnCPU(t *testing.T) {
 	if os.Getenv(simLibEnv) != "" {
 		return // a mutant's run of some tests
 	}
+	// Open refuses kernels the driver says cannot run their largest
+	// launch (registers, as CUDA 13's CUBIN may not say in its ELF notes).
+	setMax, err := purego.Dlsym(h, "hpcrun_sim_set_max_threads")
+	if err != nil {
+		t.Fatal(err)
+	}
+	call(setMax, 512)
+	_, err = openOn(d.l, 0, Options{CacheDir: "-"})
+	call(setMax, 1024)
+	if err == nil || !strings.Contains(err.Error(), "runs at most 512 threads a block (64 registers a thread), but it is launched with up to 1024") {
+		t.Errorf("Open where kernels run at most 512 threads: %v", err)
+	}
 	launches, err := purego.Dlsym(h, "hpcrun_sim_launches")
 	if err != nil {
 		t.Fatal(err)

@@ -302,7 +302,8 @@ static std::mutex mu;
 using namespace cpusim;
 
 typedef int CUresult;
-static char sim_module;  // the address cuModuleLoadData returns
+static char sim_module;
+static int max_threads = 1024;  // what cuFuncGetAttribute says a kernel can run  // the address cuModuleLoadData returns
 
 extern "C" {
 
@@ -314,6 +315,10 @@ long hpcrun_sim_launches(const char* name) {
         if (!strcmp(table[i].name, name)) return table[i].launches.load();
     return -1;
 }
+
+// hpcrun_sim_set_max_threads sets what cuFuncGetAttribute says of every
+// kernel's largest block (as registers would limit it).
+void hpcrun_sim_set_max_threads(int n) { max_threads = n; }
 
 // hpcrun_sim_set_mut selects planted mutation m of a mutated kernels.cu.
 void hpcrun_sim_set_mut(int m) { hpcrun_mut = m; }
@@ -412,7 +417,7 @@ CUresult cuModuleGetFunction(void** f, void*, const char* name) {
     return 500;  // CUDA_ERROR_NOT_FOUND
 }
 CUresult cuFuncGetAttribute(int* v, int attr, void*) {
-    *v = attr == 0 ? 1024 : 32;  // max threads a block; registers
+    *v = attr == 0 ? max_threads : 64;  // max threads a block; registers
     return 0;
 }
 CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
