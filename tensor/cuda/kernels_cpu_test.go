@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -136,6 +137,25 @@ func TestKernelsOnCPU(t *testing.T) {
 	if os.Getenv(simLibEnv) != "" {
 		return // a mutant's run of some tests
 	}
+	// A watched device's wait on a stream that never drains gives up
+	// after the watch's limit with its error, and works again after.
+	setStuck, err := purego.Dlsym(h, "hpcrun_sim_set_stuck")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &fakeWatch{limit: 50 * time.Millisecond}
+	d.WatchWaits(w)
+	call(setStuck, 1)
+	err = d.Sync()
+	call(setStuck, 0)
+	if err == nil || !strings.Contains(err.Error(), "for rank 1") || w.stalled.Load() != 1 {
+		t.Errorf("Sync on a stream that never drains: %v (stalled %d times)", err, w.stalled.Load())
+	}
+	if err := d.Sync(); err != nil || w.drained.Load() != 1 {
+		t.Errorf("Sync after: %v (drained %d times)", err, w.drained.Load())
+	}
+	d.WatchWaits(nil)
+
 	// Open refuses kernels the driver says cannot run their largest
 	// launch (registers, as CUDA 13's CUBIN may not say in its ELF notes).
 	setMax, err := purego.Dlsym(h, "hpcrun_sim_set_max_threads")

@@ -303,7 +303,8 @@ using namespace cpusim;
 
 typedef int CUresult;
 static char sim_module;
-static int max_threads = 1024;  // what cuFuncGetAttribute says a kernel can run  // the address cuModuleLoadData returns
+static int max_threads = 1024;  // what cuFuncGetAttribute says a kernel can run
+static std::atomic<int> stuck{0};  // the stream never drains (a peer that never posts)  // the address cuModuleLoadData returns
 
 extern "C" {
 
@@ -319,6 +320,10 @@ long hpcrun_sim_launches(const char* name) {
 // hpcrun_sim_set_max_threads sets what cuFuncGetAttribute says of every
 // kernel's largest block (as registers would limit it).
 void hpcrun_sim_set_max_threads(int n) { max_threads = n; }
+
+// hpcrun_sim_set_stuck makes the stream never drain (1) or drain (0), as
+// when an NCCL kernel waits for a peer that never posts its call.
+void hpcrun_sim_set_stuck(int v) { stuck = v; }
 
 // hpcrun_sim_set_mut selects planted mutation m of a mutated kernels.cu.
 void hpcrun_sim_set_mut(int m) { hpcrun_mut = m; }
@@ -371,7 +376,7 @@ CUresult cuStreamCreate(void** s, unsigned) {
 }
 CUresult cuStreamDestroy_v2(void*) { return 0; }
 CUresult cuStreamSynchronize(void*) { return 0; }
-CUresult cuStreamQuery(void*) { return 0; }
+CUresult cuStreamQuery(void*) { return stuck ? 600 : 0; }  // CUDA_ERROR_NOT_READY
 CUresult cuMemAlloc_v2(void** p, size_t n) {
     *p = aligned_alloc(256, (n + 255) / 256 * 256);
     return *p ? 0 : 2;
