@@ -341,7 +341,7 @@ func (nc *ncclComm) AllReduceDevice(send, recv uintptr, count int, dt DataType, 
 	if err != nil {
 		return err
 	}
-	return nc.after("ncclAllReduce", comm, nc.lib.allReduce(send, recv, uintptr(count), t, o, comm, stream), stream, -1)
+	return nc.after("ncclAllReduce", comm, nc.bounded("ncclAllReduce", -1, func() int32 { return nc.lib.allReduce(send, recv, uintptr(count), t, o, comm, stream) }), stream, -1)
 }
 
 func (nc *ncclComm) AllGatherDevice(send, recv uintptr, sendcount int, dt DataType, stream uintptr) error {
@@ -354,7 +354,7 @@ func (nc *ncclComm) AllGatherDevice(send, recv uintptr, sendcount int, dt DataTy
 	if err != nil {
 		return err
 	}
-	return nc.after("ncclAllGather", comm, nc.lib.allGather(send, recv, uintptr(sendcount), t, comm, stream), stream, -1)
+	return nc.after("ncclAllGather", comm, nc.bounded("ncclAllGather", -1, func() int32 { return nc.lib.allGather(send, recv, uintptr(sendcount), t, comm, stream) }), stream, -1)
 }
 
 func (nc *ncclComm) ReduceScatterDevice(send, recv uintptr, recvcount int, dt DataType, op Op, stream uintptr) error {
@@ -371,7 +371,7 @@ func (nc *ncclComm) ReduceScatterDevice(send, recv uintptr, recvcount int, dt Da
 	if err != nil {
 		return err
 	}
-	return nc.after("ncclReduceScatter", comm, nc.lib.reduceScatter(send, recv, uintptr(recvcount), t, o, comm, stream), stream, -1)
+	return nc.after("ncclReduceScatter", comm, nc.bounded("ncclReduceScatter", -1, func() int32 { return nc.lib.reduceScatter(send, recv, uintptr(recvcount), t, o, comm, stream) }), stream, -1)
 }
 
 func (nc *ncclComm) BroadcastDevice(send, recv uintptr, count int, dt DataType, root int, stream uintptr) error {
@@ -387,7 +387,7 @@ func (nc *ncclComm) BroadcastDevice(send, recv uintptr, count int, dt DataType, 
 	if err != nil {
 		return err
 	}
-	return nc.after("ncclBroadcast", comm, nc.lib.broadcast(send, recv, uintptr(count), t, int32(root), comm, stream), stream, -1)
+	return nc.after("ncclBroadcast", comm, nc.bounded("ncclBroadcast", -1, func() int32 { return nc.lib.broadcast(send, recv, uintptr(count), t, int32(root), comm, stream) }), stream, -1)
 }
 
 // SendDevice sends count elements at buf to group rank peer (ncclSend).
@@ -404,7 +404,7 @@ func (nc *ncclComm) SendDevice(buf uintptr, count int, dt DataType, peer int, st
 	if err != nil {
 		return err
 	}
-	return nc.after("ncclSend", comm, nc.lib.send(buf, uintptr(count), t, int32(peer), comm, stream), stream, peer)
+	return nc.after("ncclSend", comm, nc.bounded("ncclSend", peer, func() int32 { return nc.lib.send(buf, uintptr(count), t, int32(peer), comm, stream) }), stream, peer)
 }
 
 // RecvDevice receives count elements from group rank peer into buf
@@ -422,7 +422,7 @@ func (nc *ncclComm) RecvDevice(buf uintptr, count int, dt DataType, peer int, st
 	if err != nil {
 		return err
 	}
-	return nc.after("ncclRecv", comm, nc.lib.recv(buf, uintptr(count), t, int32(peer), comm, stream), stream, peer)
+	return nc.after("ncclRecv", comm, nc.bounded("ncclRecv", peer, func() int32 { return nc.lib.recv(buf, uintptr(count), t, int32(peer), comm, stream) }), stream, peer)
 }
 
 // SendRecvDevice sends count elements at sendbuf to group rank peer and
@@ -458,7 +458,7 @@ func (nc *ncclComm) SendRecvDevice(sendbuf, recvbuf uintptr, count int, dt DataT
 	if rs == 0 {
 		rr = nc.lib.recv(recvbuf, uintptr(count), t, int32(peer), comm, stream)
 	}
-	re := nc.lib.groupEnd() // always closes the group, even after a failed call
+	re := nc.bounded("ncclSend+ncclRecv", peer, nc.lib.groupEnd) // always closes the group, even after a failed call
 	for _, c := range []struct {
 		what string
 		r    int32

@@ -108,11 +108,12 @@ func (l *streamLog) pending(stream uintptr) []postedOp {
 	return out
 }
 
-// stallError is the failure of a wait on a stream that passed limit with
-// the operations pending: the first one's peer is the culprit (the
-// operations run in order, and the first that has not finished holds the
-// others back).
-func stallError(self int, waited time.Duration, pending []postedOp) *PeerError {
+// stallError is the failure of a wait (where: "on the device", or "in the
+// call" for a call that blocked the host) that passed limit with the
+// operations pending: the first one's peer is the culprit (the operations
+// run in order, and the first that has not finished holds the others
+// back).
+func stallError(self int, where string, waited time.Duration, pending []postedOp) *PeerError {
 	if len(pending) == 0 {
 		return &PeerError{Rank: self, Err: fmt.Errorf("%w: a device wait passed %v with no NCCL operation pending on its stream (a kernel that does not end?)", ErrTimeout, waited.Round(time.Millisecond))}
 	}
@@ -122,7 +123,7 @@ func stallError(self int, waited time.Duration, pending []postedOp) *PeerError {
 	if len(w) > 1 {
 		who = "one of ranks " + joinInts(w)
 	}
-	msg := fmt.Sprintf("%s waited %v on the device for %s, which never posted its call", first.String(), waited.Round(time.Millisecond), who)
+	msg := fmt.Sprintf("%s waited %v %s for %s, which never posted its call", first.String(), waited.Round(time.Millisecond), where, who)
 	if len(pending) > 1 {
 		var rest []string
 		for _, o := range pending[1:] {
@@ -147,15 +148,34 @@ func (nc *ncclComm) StreamDrained(stream uintptr) { nc.nd.streams.drained(stream
 // the stream and the peer it waited on.
 func (nc *ncclComm) StreamStalled(stream uintptr, waited time.Duration) error {
 	nd := nc.nd
-	return nd.fail(stallError(nd.o.Rank, waited, nd.streams.pending(stream)))
+	return nd.fail(stallError(nd.o.Rank, "on the device", waited, nd.streams.pending(stream)))
 }
 
-// posted records a launched operation on stream for StreamStalled; peer is
-// a group rank, or -1 for a collective.
-func (nc *ncclComm) posted(what string, stream uintptr, peer int) {
-	op := postedOp{what: what, group: nc.id, ranks: nc.ranks, me: nc.rank, peer: -1}
+// op describes operation what of this communicator (peer: a group rank,
+// or -1 for a collective).
+func (nc *ncclComm) op(what string, peer int) postedOp {
+	op := postedOp{what: what, group: nc.id, ranks: nc.ranks, me: nc.rank, peer: -1, n: 1}
 	if peer >= 0 {
 		op.peer = nc.ranks[peer]
 	}
-	nc.nd.streams.post(stream, op)
+	return op
+}
+
+// posted records a launched operation on stream for StreamStalled.
+func (nc *ncclComm) posted(what string, stream uintptr, peer int) {
+	nc.nd.streams.post(stream, nc.op(what, peer))
+}
+
+// bounded runs call, an NCCL call that may block the host (a
+// point-to-point transfer connects to its peer on first use and waits for
+// it, in the call or in ncclGroupEnd), and aborts the job when it has not
+// returned within the comm timeout, naming it and the peer: the abort
+// (ncclCommAbort) makes the call return.
+func (nc *ncclComm) bounded(what string, peer int, call func() int32) int32 {
+	start := time.Now()
+	timer := time.AfterFunc(nc.nd.o.Timeout, func() {
+		nc.nd.fail(stallError(nc.nd.o.Rank, "in the call", time.Since(start), []postedOp{nc.op(what, peer)}))
+	})
+	defer timer.Stop()
+	return call()
 }

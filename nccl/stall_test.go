@@ -81,11 +81,11 @@ func TestStreamStalledNamesOperationAndPeer(t *testing.T) {
 
 // A collective of three ranks waits on either of the other two.
 func TestStallErrorCollectiveOfThree(t *testing.T) {
-	pe := stallError(0, time.Second, []postedOp{{what: "ncclAllGather", group: "dp", ranks: []int{0, 4, 8}, me: 0, peer: -1, n: 1}})
+	pe := stallError(0, "on the device", time.Second, []postedOp{{what: "ncclAllGather", group: "dp", ranks: []int{0, 4, 8}, me: 0, peer: -1, n: 1}})
 	if pe.Rank != 4 || !strings.Contains(pe.Error(), "one of ranks 4,8") {
 		t.Errorf("%v", pe)
 	}
-	if pe := stallError(3, time.Second, nil); pe.Rank != 3 || !strings.Contains(pe.Error(), "no NCCL operation pending") {
+	if pe := stallError(3, "on the device", time.Second, nil); pe.Rank != 3 || !strings.Contains(pe.Error(), "no NCCL operation pending") {
 		t.Errorf("nothing pending: %v", pe)
 	}
 }
@@ -104,5 +104,24 @@ func TestNCCLCloseReportsFailures(t *testing.T) {
 	nc.abort()
 	if err := nc.Close(); err == nil || !strings.Contains(err.Error(), "ncclCommAbort") {
 		t.Errorf("Close after a failed abort: %v", err)
+	}
+}
+
+// A call that blocks the host (ncclSend connecting to a peer that never
+// posts its receive) is aborted after the comm timeout, and returns the
+// job's failure naming it and the peer.
+func TestBlockingCallIsBounded(t *testing.T) {
+	nc, aborts := fakeNCCL(t, []int{1, 6}, 0, nil)
+	released := make(chan struct{})
+	nc.lib.send = func(_, _ uintptr, _, _ int32, _, _ uintptr) int32 { <-released; return 3 }
+	nc.lib.commAbort = func(uintptr) int32 { aborts.Add(1); close(released); return 0 }
+	start := time.Now()
+	err := nc.SendDevice(0x100, 4, Float32, 1, 9)
+	var pe *PeerError
+	if !errors.As(err, &pe) || pe.Rank != 6 || !strings.Contains(err.Error(), "ncclSend with rank 6 of group tp-1 waited") || !strings.Contains(err.Error(), "in the call") {
+		t.Fatalf("SendDevice to a peer that never receives: %v", err)
+	}
+	if d := time.Since(start); d < 50*time.Millisecond || d > 5*time.Second {
+		t.Errorf("gave up after %v, want the comm timeout (50ms)", d)
 	}
 }
