@@ -341,7 +341,8 @@ func (nc *ncclComm) AllReduceDevice(send, recv uintptr, count int, dt DataType, 
 	if err != nil {
 		return err
 	}
-	return nc.after("ncclAllReduce", comm, nc.bounded("ncclAllReduce", -1, func() int32 { return nc.lib.allReduce(send, recv, uintptr(count), t, o, comm, stream) }), stream, -1)
+	r := nc.bounded("ncclAllReduce", -1, func() int32 { return nc.lib.allReduce(send, recv, uintptr(count), t, o, comm, stream) })
+	return nc.after("ncclAllReduce", comm, r, stream, -1)
 }
 
 func (nc *ncclComm) AllGatherDevice(send, recv uintptr, sendcount int, dt DataType, stream uintptr) error {
@@ -354,7 +355,8 @@ func (nc *ncclComm) AllGatherDevice(send, recv uintptr, sendcount int, dt DataTy
 	if err != nil {
 		return err
 	}
-	return nc.after("ncclAllGather", comm, nc.bounded("ncclAllGather", -1, func() int32 { return nc.lib.allGather(send, recv, uintptr(sendcount), t, comm, stream) }), stream, -1)
+	r := nc.bounded("ncclAllGather", -1, func() int32 { return nc.lib.allGather(send, recv, uintptr(sendcount), t, comm, stream) })
+	return nc.after("ncclAllGather", comm, r, stream, -1)
 }
 
 func (nc *ncclComm) ReduceScatterDevice(send, recv uintptr, recvcount int, dt DataType, op Op, stream uintptr) error {
@@ -371,7 +373,8 @@ func (nc *ncclComm) ReduceScatterDevice(send, recv uintptr, recvcount int, dt Da
 	if err != nil {
 		return err
 	}
-	return nc.after("ncclReduceScatter", comm, nc.bounded("ncclReduceScatter", -1, func() int32 { return nc.lib.reduceScatter(send, recv, uintptr(recvcount), t, o, comm, stream) }), stream, -1)
+	r := nc.bounded("ncclReduceScatter", -1, func() int32 { return nc.lib.reduceScatter(send, recv, uintptr(recvcount), t, o, comm, stream) })
+	return nc.after("ncclReduceScatter", comm, r, stream, -1)
 }
 
 func (nc *ncclComm) BroadcastDevice(send, recv uintptr, count int, dt DataType, root int, stream uintptr) error {
@@ -387,7 +390,8 @@ func (nc *ncclComm) BroadcastDevice(send, recv uintptr, count int, dt DataType, 
 	if err != nil {
 		return err
 	}
-	return nc.after("ncclBroadcast", comm, nc.bounded("ncclBroadcast", -1, func() int32 { return nc.lib.broadcast(send, recv, uintptr(count), t, int32(root), comm, stream) }), stream, -1)
+	r := nc.bounded("ncclBroadcast", -1, func() int32 { return nc.lib.broadcast(send, recv, uintptr(count), t, int32(root), comm, stream) })
+	return nc.after("ncclBroadcast", comm, r, stream, -1)
 }
 
 // SendDevice sends count elements at buf to group rank peer (ncclSend).
@@ -404,7 +408,8 @@ func (nc *ncclComm) SendDevice(buf uintptr, count int, dt DataType, peer int, st
 	if err != nil {
 		return err
 	}
-	return nc.after("ncclSend", comm, nc.bounded("ncclSend", peer, func() int32 { return nc.lib.send(buf, uintptr(count), t, int32(peer), comm, stream) }), stream, peer)
+	r := nc.bounded("ncclSend", peer, func() int32 { return nc.lib.send(buf, uintptr(count), t, int32(peer), comm, stream) })
+	return nc.after("ncclSend", comm, r, stream, peer)
 }
 
 // RecvDevice receives count elements from group rank peer into buf
@@ -422,7 +427,8 @@ func (nc *ncclComm) RecvDevice(buf uintptr, count int, dt DataType, peer int, st
 	if err != nil {
 		return err
 	}
-	return nc.after("ncclRecv", comm, nc.bounded("ncclRecv", peer, func() int32 { return nc.lib.recv(buf, uintptr(count), t, int32(peer), comm, stream) }), stream, peer)
+	r := nc.bounded("ncclRecv", peer, func() int32 { return nc.lib.recv(buf, uintptr(count), t, int32(peer), comm, stream) })
+	return nc.after("ncclRecv", comm, r, stream, peer)
 }
 
 // SendRecvDevice sends count elements at sendbuf to group rank peer and
