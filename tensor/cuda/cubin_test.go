@@ -81,6 +81,16 @@ func cubinKernels(image []byte) (map[string]kernelInfo, error) {
 			return nil, fmt.Errorf("cubin %s: %w", s.Name, err)
 		}
 	}
+	// Where .nv.info has no register count, the kernel's .text section
+	// may carry it in the top byte of sh_info (CUBINs for sm_70 do, for
+	// sm_90 not).
+	for _, s := range f.Sections {
+		name, ok := strings.CutPrefix(s.Name, ".text.")
+		if k := out[name]; ok && name != "" && k.Registers == 0 && s.Info>>24 != 0 {
+			k.Registers = int(s.Info >> 24)
+			out[name] = k
+		}
+	}
 	delete(out, "")
 	return out, nil
 }
