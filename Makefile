@@ -54,13 +54,14 @@ lint:
 
 # GPU checks: builds the test and bench binaries into devbin/ here, without
 # cgo (they start on any glibc with dlopen; Go is not needed on the GPU
-# machine; under 64 MiB together); there, `bench/pytorch/gpu-check.sh run`
-# compiles every kernel with NVRTC, checks every CUDA kernel against the CPU
-# device, the NCCL backend, and a GPT-2 124M step beside PyTorch eager.
+# machine; under 64 MiB together); there, `bench/pytorch/gpu-check.sh run
+# [STAGE]...` compiles every kernel with NVRTC, checks every CUDA kernel
+# against the CPU device, the NCCL backend, and a GPT-2 124M step beside
+# PyTorch eager, in stages that each fit a 10-minute run (README: the calls).
 # Where nvidia-smi sees a GPU, a skipped GPU test fails the check.
 gpu-check:
 	bench/pytorch/gpu-check.sh build
-	@echo "copy this checkout (devbin/ included) to the GPU machine; there, from its root: bench/pytorch/gpu-check.sh run"
+	@echo "copy this checkout (devbin/ included) to the GPU machine; there, from its root: bench/pytorch/gpu-check.sh run [kernels|train|nccl|step|pytorch]..."
 
 clean:
 	rm -rf bin

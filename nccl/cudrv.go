@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/ebitengine/purego"
+	"github.com/hpcrun/hpcrun/internal/cudalib"
 )
 
 // cuDriver is the part of the CUDA driver API (libcuda.so.1, present
@@ -33,13 +34,14 @@ func loadDriver() (*cuDriver, error) {
 }
 
 func openDriver() (d *cuDriver, err error) {
-	h, err := purego.Dlopen("libcuda.so.1", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	h, found, err := cudalib.Open("the CUDA driver", "it binds the rank's GPU: is there a GPU on this machine?", cudalib.Names("CUDA driver"), nil)
 	if err != nil {
-		return nil, fmt.Errorf("nccl backend: cannot load libcuda.so.1, the CUDA driver, to bind the rank's GPU (is there a GPU on this machine?): %w", err)
+		return nil, fmt.Errorf("nccl backend: %w", err)
 	}
+	name := found.Path
 	defer func() {
 		if p := recover(); p != nil { // purego panics on a signature it cannot map
-			d, err = nil, fmt.Errorf("nccl backend: libcuda.so.1: %v", p)
+			d, err = nil, fmt.Errorf("nccl backend: %s: %v", name, p)
 		}
 	}()
 	d = &cuDriver{}
@@ -53,7 +55,7 @@ func openDriver() (d *cuDriver, err error) {
 	} {
 		sym, err := purego.Dlsym(h, f.name)
 		if err != nil {
-			return nil, fmt.Errorf("nccl backend: libcuda.so.1 lacks %s: %w", f.name, err)
+			return nil, fmt.Errorf("nccl backend: %s lacks %s: %w", name, f.name, err)
 		}
 		purego.RegisterFunc(f.fn, sym)
 	}
@@ -76,16 +78,23 @@ func (d *cuDriver) retain(ordinal int) error {
 		return fmt.Errorf("nccl: cuDevicePrimaryCtxRetain(device %d) failed with CUresult %d", ordinal, r)
 	}
 	if r := d.ctxSetCurrent(ctx); r != 0 {
-		d.ctxRelease(dev)
-		return fmt.Errorf("nccl: cuCtxSetCurrent(device %d) failed with CUresult %d", ordinal, r)
+		err := fmt.Errorf("nccl: cuCtxSetCurrent(device %d) failed with CUresult %d", ordinal, r)
+		if r := d.ctxRelease(dev); r != 0 {
+			err = fmt.Errorf("%w; then cuDevicePrimaryCtxRelease failed with CUresult %d", err, r)
+		}
+		return err
 	}
 	return nil
 }
 
 // release gives back the primary context reference retain took.
-func (d *cuDriver) release(ordinal int) {
+func (d *cuDriver) release(ordinal int) error {
 	var dev int32
-	if d.deviceGet(&dev, int32(ordinal)) == 0 {
-		d.ctxRelease(dev)
+	if r := d.deviceGet(&dev, int32(ordinal)); r != 0 {
+		return fmt.Errorf("nccl: cuDeviceGet(%d) failed with CUresult %d: the primary context was not released", ordinal, r)
 	}
+	if r := d.ctxRelease(dev); r != 0 {
+		return fmt.Errorf("nccl: cuDevicePrimaryCtxRelease(device %d) failed with CUresult %d", ordinal, r)
+	}
+	return nil
 }

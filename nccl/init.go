@@ -139,7 +139,8 @@ type node struct {
 	pending map[connKey]chan net.Conn
 	conns   map[net.Conn]bool
 	shms    map[*shmGroup]bool
-	onAbort []func() // NCCL communicators to abort
+	onAbort []func()  // NCCL communicators to abort
+	streams streamLog // NCCL operations posted per stream, for a stalled device wait
 	err     error
 	errCh   chan struct{}
 	closing bool

@@ -8,11 +8,14 @@ import (
 	"time"
 
 	"github.com/ebitengine/purego"
+	"github.com/hpcrun/hpcrun/internal/cudalib"
 )
 
 // The NCCL backend: libnccl.so.2 (and the CUDA driver, libcuda.so.1, to
-// make the rank's device current) are opened at run time with purego, so
-// nothing of CUDA is needed to build.
+// make the rank's device current) are opened at run time with purego, found
+// by package cudalib's rule (HPCRUN_CUDA_LIB_PATH, LD_LIBRARY_PATH, the
+// python3 wheels, CUDA_HOME, the linker), so nothing of CUDA is needed to
+// build.
 // An NCCL communicator is made per group with ncclCommInitRank, its unique
 // id passed through the rendezvous Store. Host-buffer collectives, Group
 // bookkeeping, Stats and fault detection stay on the TCP/shared-memory
@@ -68,10 +71,11 @@ func openNCCL() (lib *ncclLib, err error) {
 	if runtime.GOOS != "linux" {
 		return nil, fmt.Errorf("nccl backend: needs Linux, not %s", runtime.GOOS)
 	}
-	h, err := purego.Dlopen("libnccl.so.2", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	h, found, err := cudalib.Open("NCCL", "install NCCL, or pip's nvidia-nccl-cu12 in the job's python3, or add its lib directory to "+cudalib.PathEnv, cudalib.Names("NCCL"), nil)
 	if err != nil {
-		return nil, fmt.Errorf("nccl backend: cannot load libnccl.so.2 (install NCCL or add it to LD_LIBRARY_PATH): %w", err)
+		return nil, fmt.Errorf("nccl backend: %w", err)
 	}
+	name := found.Path
 	defer func() {
 		if p := recover(); p != nil { // purego panics on a signature it cannot map
 			lib, err = nil, fmt.Errorf("nccl backend: %v", p)
@@ -92,7 +96,7 @@ func openNCCL() (lib *ncclLib, err error) {
 	} {
 		sym, err := purego.Dlsym(h, f.name)
 		if err != nil {
-			return nil, fmt.Errorf("nccl backend: libnccl.so.2 lacks %s: %w", f.name, err)
+			return nil, fmt.Errorf("nccl backend: %s lacks %s: %w", name, f.name, err)
 		}
 		purego.RegisterFunc(f.fn, sym)
 	}
@@ -105,7 +109,7 @@ func openNCCL() (lib *ncclLib, err error) {
 		sym, err := purego.Dlsym(h, f.name)
 		if err != nil {
 			lib.send, lib.recv = nil, nil
-			lib.p2pErr = fmt.Errorf("nccl: libnccl.so.2 lacks %s, needed for point-to-point transfers on the device (NCCL 2.7 or later): %w", f.name, err)
+			lib.p2pErr = fmt.Errorf("nccl: %s lacks %s, needed for point-to-point transfers on the device (NCCL 2.7 or later): %w", name, f.name, err)
 			break
 		}
 		purego.RegisterFunc(f.fn, sym)
@@ -137,6 +141,9 @@ type ncclComm struct {
 	dev  int // the CUDA device whose primary context the communicator holds
 	comm uintptr
 	mu   sync.Mutex // guards comm against a concurrent abort
+	// abortErr is why an abort's ncclCommAbort or context release failed,
+	// for Close to report.
+	abortErr error
 }
 
 func ncclDType(dt DataType) (int32, int, error) {
@@ -207,14 +214,14 @@ func newNCCLComm(c *tcpComm) (*ncclComm, error) {
 		}
 		var comm uintptr
 		if err := lib.check("ncclCommInitRank", lib.commInitRank(&comm, int32(c.n), id, int32(c.rank))); err != nil {
-			drv.release(nd.o.Device)
-			return 0, err
+			return 0, errors.Join(err, drv.release(nd.o.Device))
 		}
 		return comm, nil
 	}
 	discard := func(comm uintptr) { // a communicator made after we gave up
-		lib.commAbort(comm)
-		drv.release(nd.o.Device)
+		// Nobody waits for this any more (the caller has its timeout or
+		// abort error): a failure here has no one to go to.
+		_ = errors.Join(lib.check("ncclCommAbort", lib.commAbort(comm)), drv.release(nd.o.Device))
 	}
 	nc.comm, err = initComm(initRank, discard, nd.o.Timeout, nd.errCh)
 	switch {
@@ -272,14 +279,15 @@ func (nc *ncclComm) abort() {
 	nc.mu.Lock()
 	defer nc.mu.Unlock()
 	if nc.comm != 0 {
-		nc.lib.commAbort(nc.comm)
-		nc.drv.release(nc.dev)
+		nc.abortErr = errors.Join(nc.lib.check("ncclCommAbort", nc.lib.commAbort(nc.comm)), nc.drv.release(nc.dev))
 		nc.comm = 0
 	}
 }
 
-// after checks a launched operation and the communicator's async state.
-func (nc *ncclComm) after(what string, comm uintptr, r int32) error {
+// after checks a launched operation and the communicator's async state,
+// and records it as posted on stream (peer: the group rank of a
+// point-to-point transfer, -1 for a collective).
+func (nc *ncclComm) after(what string, comm uintptr, r int32, stream uintptr, peer int) error {
 	if err := nc.lib.check(what, r); err != nil {
 		nc.abort()
 		if e := nc.nd.abortErr(); e != nil {
@@ -299,6 +307,7 @@ func (nc *ncclComm) after(what string, comm uintptr, r int32) error {
 		}
 		return err
 	}
+	nc.posted(what, stream, peer)
 	return nil
 }
 
@@ -332,7 +341,8 @@ func (nc *ncclComm) AllReduceDevice(send, recv uintptr, count int, dt DataType, 
 	if err != nil {
 		return err
 	}
-	return nc.after("ncclAllReduce", comm, nc.lib.allReduce(send, recv, uintptr(count), t, o, comm, stream))
+	r := nc.bounded("ncclAllReduce", -1, func() int32 { return nc.lib.allReduce(send, recv, uintptr(count), t, o, comm, stream) })
+	return nc.after("ncclAllReduce", comm, r, stream, -1)
 }
 
 func (nc *ncclComm) AllGatherDevice(send, recv uintptr, sendcount int, dt DataType, stream uintptr) error {
@@ -345,7 +355,8 @@ func (nc *ncclComm) AllGatherDevice(send, recv uintptr, sendcount int, dt DataTy
 	if err != nil {
 		return err
 	}
-	return nc.after("ncclAllGather", comm, nc.lib.allGather(send, recv, uintptr(sendcount), t, comm, stream))
+	r := nc.bounded("ncclAllGather", -1, func() int32 { return nc.lib.allGather(send, recv, uintptr(sendcount), t, comm, stream) })
+	return nc.after("ncclAllGather", comm, r, stream, -1)
 }
 
 func (nc *ncclComm) ReduceScatterDevice(send, recv uintptr, recvcount int, dt DataType, op Op, stream uintptr) error {
@@ -362,7 +373,8 @@ func (nc *ncclComm) ReduceScatterDevice(send, recv uintptr, recvcount int, dt Da
 	if err != nil {
 		return err
 	}
-	return nc.after("ncclReduceScatter", comm, nc.lib.reduceScatter(send, recv, uintptr(recvcount), t, o, comm, stream))
+	r := nc.bounded("ncclReduceScatter", -1, func() int32 { return nc.lib.reduceScatter(send, recv, uintptr(recvcount), t, o, comm, stream) })
+	return nc.after("ncclReduceScatter", comm, r, stream, -1)
 }
 
 func (nc *ncclComm) BroadcastDevice(send, recv uintptr, count int, dt DataType, root int, stream uintptr) error {
@@ -378,7 +390,8 @@ func (nc *ncclComm) BroadcastDevice(send, recv uintptr, count int, dt DataType, 
 	if err != nil {
 		return err
 	}
-	return nc.after("ncclBroadcast", comm, nc.lib.broadcast(send, recv, uintptr(count), t, int32(root), comm, stream))
+	r := nc.bounded("ncclBroadcast", -1, func() int32 { return nc.lib.broadcast(send, recv, uintptr(count), t, int32(root), comm, stream) })
+	return nc.after("ncclBroadcast", comm, r, stream, -1)
 }
 
 // SendDevice sends count elements at buf to group rank peer (ncclSend).
@@ -395,7 +408,8 @@ func (nc *ncclComm) SendDevice(buf uintptr, count int, dt DataType, peer int, st
 	if err != nil {
 		return err
 	}
-	return nc.after("ncclSend", comm, nc.lib.send(buf, uintptr(count), t, int32(peer), comm, stream))
+	r := nc.bounded("ncclSend", peer, func() int32 { return nc.lib.send(buf, uintptr(count), t, int32(peer), comm, stream) })
+	return nc.after("ncclSend", comm, r, stream, peer)
 }
 
 // RecvDevice receives count elements from group rank peer into buf
@@ -413,7 +427,8 @@ func (nc *ncclComm) RecvDevice(buf uintptr, count int, dt DataType, peer int, st
 	if err != nil {
 		return err
 	}
-	return nc.after("ncclRecv", comm, nc.lib.recv(buf, uintptr(count), t, int32(peer), comm, stream))
+	r := nc.bounded("ncclRecv", peer, func() int32 { return nc.lib.recv(buf, uintptr(count), t, int32(peer), comm, stream) })
+	return nc.after("ncclRecv", comm, r, stream, peer)
 }
 
 // SendRecvDevice sends count elements at sendbuf to group rank peer and
@@ -449,16 +464,16 @@ func (nc *ncclComm) SendRecvDevice(sendbuf, recvbuf uintptr, count int, dt DataT
 	if rs == 0 {
 		rr = nc.lib.recv(recvbuf, uintptr(count), t, int32(peer), comm, stream)
 	}
-	re := nc.lib.groupEnd() // always closes the group, even after a failed call
+	re := nc.bounded("ncclSend+ncclRecv", peer, nc.lib.groupEnd) // always closes the group, even after a failed call
 	for _, c := range []struct {
 		what string
 		r    int32
 	}{{"ncclSend", rs}, {"ncclRecv", rr}} {
 		if c.r != 0 {
-			return nc.after(c.what, comm, c.r)
+			return nc.after(c.what, comm, c.r, stream, peer)
 		}
 	}
-	return nc.after("ncclGroupEnd", comm, re)
+	return nc.after("ncclSend+ncclRecv", comm, re, stream, peer)
 }
 
 // checkPeer validates the peer of a point-to-point transfer. A transfer
@@ -491,16 +506,18 @@ func (nc *ncclComm) Group(ranks []int) (Comm, error) {
 	return d, nil
 }
 
-// Close destroys the NCCL communicator, then the host one.
+// Close destroys the NCCL communicator, then the host one; its error
+// joins theirs, and an earlier abort's.
 func (nc *ncclComm) Close() error {
 	nc.mu.Lock()
+	err := nc.abortErr
 	if nc.comm != 0 {
-		nc.lib.commDestroy(nc.comm)
-		nc.drv.release(nc.dev)
+		err = errors.Join(nc.lib.check("ncclCommDestroy", nc.lib.commDestroy(nc.comm)), nc.drv.release(nc.dev))
 		nc.comm = 0
 	}
+	nc.abortErr = nil
 	nc.mu.Unlock()
-	return nc.tcpComm.Close()
+	return errors.Join(err, nc.tcpComm.Close())
 }
 
 var _ DeviceComm = (*ncclComm)(nil)

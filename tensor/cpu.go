@@ -27,6 +27,7 @@ type CPUDevice struct {
 	k       cpuKernels
 
 	observe func(GemmShape) // see ObserveGemm
+	splitK  int             // see SplitGemmK; 0 or 1: whole
 }
 
 // GemmShape is the shape of one GEMM call: what a benchmark needs to replay
@@ -251,7 +252,48 @@ func (d *CPUDevice) Gemm(transA, transB bool, m, n, k int, alpha float32, a *Ten
 	if d.observe != nil {
 		d.observe(GemmShape{transA, transB, m, n, k, 1})
 	}
-	gemm(transA, transB, m, n, k, alpha, a.Host()[aOff:], lda, b.Host()[bOff:], ldb, beta, c.Host()[cOff:], ldc)
+	ha, hb, hc := a.Host(), b.Host(), c.Host()
+	d.eachKPart(transA, transB, k, lda, ldb, beta, func(aShift, bShift, kk int, beta float32) {
+		gemm(transA, transB, m, n, kk, alpha, ha[aOff+aShift:], lda, hb[bOff+bShift:], ldb, beta, hc[cOff:], ldc)
+	})
+}
+
+// SplitGemmK makes every later GEMM of the device add its k products in
+// parts (each part's sum added to C as rounded after the previous one, as a
+// split-k GPU GEMM does) instead of in one pass: the same product in
+// another order, for measuring how far float32 reordering moves a run
+// (train's GPU-vs-CPU tolerances). parts <= 1 restores one pass.
+func (d *CPUDevice) SplitGemmK(parts int) {
+	d.mu.Lock()
+	d.splitK = parts
+	d.mu.Unlock()
+}
+
+// eachKPart calls gemm for each part of k (SplitGemmK): the element
+// offsets of the part's first column of op(A) and row of op(B), its
+// length, and its beta (the caller's for the first part, then 1).
+func (d *CPUDevice) eachKPart(transA, transB bool, k, lda, ldb int, beta float32, gemm func(aShift, bShift, kk int, beta float32)) {
+	d.mu.Lock()
+	parts := d.splitK
+	d.mu.Unlock()
+	if parts <= 1 || k < parts {
+		gemm(0, 0, k, beta)
+		return
+	}
+	for p := range parts {
+		k0, k1 := p*k/parts, (p+1)*k/parts
+		aShift, bShift := k0, k0*ldb // op(A) column k0, op(B) row k0
+		if transA {
+			aShift = k0 * lda
+		}
+		if transB {
+			bShift = k0
+		}
+		if p > 0 {
+			beta = 1
+		}
+		gemm(aShift, bShift, k1-k0, beta)
+	}
 }
 
 // GemmStridedBatched computes batch Gemms with SgemmStridedBatched.
@@ -261,5 +303,8 @@ func (d *CPUDevice) GemmStridedBatched(transA, transB bool, m, n, k int, alpha f
 	if d.observe != nil {
 		d.observe(GemmShape{transA, transB, m, n, k, batch})
 	}
-	gemmBatched(transA, transB, m, n, k, alpha, a.Host()[aOff:], lda, strideA, b.Host()[bOff:], ldb, strideB, beta, c.Host()[cOff:], ldc, strideC, batch)
+	ha, hb, hc := a.Host(), b.Host(), c.Host()
+	d.eachKPart(transA, transB, k, lda, ldb, beta, func(aShift, bShift, kk int, beta float32) {
+		gemmBatched(transA, transB, m, n, kk, alpha, ha[aOff+aShift:], lda, strideA, hb[bOff+bShift:], ldb, strideB, beta, hc[cOff:], ldc, strideC, batch)
+	})
 }

@@ -106,3 +106,15 @@ func oneLine(s string) string {
 	first, _, _ := strings.Cut(s, "\n")
 	return first
 }
+
+// watchDeviceWaits makes a CUDA device's waits give up after the job's
+// comm timeout when world is an NCCL communicator, aborting the job with
+// an error that names the NCCL operation and the peer it waited on (a
+// live peer that never posts its call would otherwise hang the rank).
+func watchDeviceWaits(dev tensor.Device, world nccl.Comm) {
+	d, ok := dev.(*cuda.Device)
+	w, ok2 := world.(cuda.WaitWatch)
+	if ok && ok2 {
+		d.WatchWaits(w)
+	}
+}

@@ -11,7 +11,9 @@ import (
 )
 
 // On one GPU, the layouts of the memory-saving and pipeline parallelism
-// train as on the CPU (loss curves to 1e-5 over 10 steps): every rank a
+// train as on the CPU (loss curves over 10 steps within curveTolerance:
+// ten times the spread that reordering the CPU's GEMM sums causes in the
+// same run, at least 1e-6; see tolerance_test.go): every rank a
 // device of its own on GPU 0, the collectives and the pipeline's
 // transfers host-staged between them (in-process, not NCCL, which puts
 // one rank on a GPU). It runs the CUDA kernels of sequence parallelism,
@@ -71,7 +73,7 @@ func TestGPULayoutsOnOneGPU(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			closeCurve(t, "cuda "+l.name, got.Losses, "cpu", want[0].Losses, 1e-5)
+			closeCurve(t, "cuda "+l.name, got.Losses, "cpu", want[0].Losses, curveTolerance(t, cfg, data, want[0].Losses))
 		})
 	}
 }

@@ -228,6 +228,7 @@ func newTrainer(cfg config.Config, world nccl.Comm, opt Options, w *metrics.Writ
 		return nil, err
 	}
 	t.mesh = mesh
+	watchDeviceWaits(t.dev, world)
 	t.commNow = func() time.Duration {
 		d := t.mesh.TP.Stats().Total().Time + t.mesh.DP.Stats().Total().Time
 		if t.pipe != nil {
@@ -304,17 +305,23 @@ func (t *trainer) close() {
 	if t.pipe != nil {
 		t.pipe.close()
 	}
-	if t.model != nil {
-		t.model.Close()
-	}
+	// The step's device buffers go back before the device closes (its
+	// Close frees what is left, but reports what it could not).
 	if t.optim != nil {
 		t.optim.close()
 	}
-	if t.closeDev != nil {
-		t.closeDev()
+	if t.model != nil {
+		t.model.Close()
 	}
+	// The mesh's NCCL communicators live in the device's context: they go
+	// first, then the device, whose Close reports what it could not free.
 	if t.mesh != nil {
 		t.mesh.Close()
+	}
+	if t.closeDev != nil {
+		if err := t.closeDev(); err != nil {
+			t.logf("closing the device: %v", err)
+		}
 	}
 }
 

@@ -2,21 +2,36 @@
 # GPU check of the CUDA backend, in two halves because the GPU machine has
 # no Go:
 #
-#   bench/pytorch/gpu-check.sh build   # here: test and bench binaries into devbin/
-#   bench/pytorch/gpu-check.sh run     # on the GPU machine, from the repo root
+#   bench/pytorch/gpu-check.sh build          # here: test and bench binaries into devbin/
+#   bench/pytorch/gpu-check.sh run [STAGE]... # on the GPU machine, from the repo root
 #
 # build: CGO_ENABLED=0 binaries (purego needs no cgo), so they ask nothing
 # of the GPU machine's glibc beyond dlopen and start on RHEL 8 or Ubuntu
 # 20.04 clusters; together they must stay under 64 MiB.
 #
-# run: every kernel against the CPU device (tensor/cuda GPU tests), training
-# steps of a small GPT against the CPU's losses (train), the NCCL GPU tests,
-# GEMM throughput per precision, then `hpcrun bench step --device cuda` and
-# the same GPT-2 124M step in PyTorch eager, side by side. Where nvidia-smi
-# sees a GPU, a GPU test that skips (a library that did not load, say) is a
-# failure, not a pass; the two-rank tests (*TwoRanks: dp2 ZeRO-1, NCCL
-# point-to-point) need two GPUs and may skip on one. BSZ, SEQ, STEPS set the step's shape (default
-# 8 x 1024, 5 steps); GPU_CHECK_BIN names the binaries' folder (devbin).
+# run takes stages, each sized to end well inside 8 minutes on one H100
+# (the GPU test machine takes runs of at most 10 minutes, 30 in all), each
+# writing its full log and results under $OUT/<stage>/ (OUT: default
+# /tmp/gpu-check) and its verdict to $OUT/<stage>/status; no stage
+# depends on another's success (a failed `bench step` leaves PyTorch to
+# run alone). Without a stage, run runs them all, in this order:
+#
+#   kernels  every CUDA kernel against the CPU device and the NVRTC compile
+#            (tensor/cuda GPU tests), then GEMM throughput per precision
+#   train    training steps of small models against the CPU's losses, the
+#            layouts on one GPU (train GPU tests)
+#   nccl     the NCCL backend's GPU tests
+#   step     `hpcrun bench step --device cuda` of GPT-2 124M, fp32 and bf16
+#   pytorch  the same step in PyTorch eager (naive and sdpa attention, fp32
+#            and bf16), beside the step stage's results when there are any
+#
+# Where nvidia-smi sees a GPU, a GPU test that skips (a library that did
+# not load, say) is a failure, not a pass; the two-rank tests (*TwoRanks:
+# dp2 ZeRO-1, NCCL point-to-point) need two GPUs and may skip on one. BSZ,
+# SEQ, STEPS set the step's shape (default 8 x 1024, 5 steps);
+# STAGE_LIMIT bounds each stage in seconds (default 420: a stage that runs
+# out of time fails, and its commands not yet run say so);
+# GPU_CHECK_BIN names the binaries' folder (devbin).
 set -u
 cd "$(dirname "$0")/../.."
 BIN=${GPU_CHECK_BIN:-devbin}
@@ -40,9 +55,24 @@ if [ "${1:-}" = build ]; then
 	exit 0
 fi
 if [ "${1:-}" != run ]; then
-	echo "usage: $0 build|run" >&2
+	echo "usage: $0 build | run [kernels|train|nccl|step|pytorch]..." >&2
 	exit 2
 fi
+shift
+stages=("$@")
+[ ${#stages[@]} -gt 0 ] || stages=(kernels train nccl step pytorch)
+for st in "${stages[@]}"; do
+	case $st in
+	kernels | train | nccl | step | pytorch) ;;
+	*)
+		echo "gpu-check: unknown stage $st (kernels, train, nccl, step, pytorch)" >&2
+		exit 2
+		;;
+	esac
+done
+OUT=${OUT:-/tmp/gpu-check}
+LIMIT=${STAGE_LIMIT:-420}
+mkdir -p "$OUT"
 
 # CUDA libraries: the toolkit's, else those of pip's nvidia-* wheels (what
 # PyTorch ships: cuBLAS, NVRTC, NCCL, the CUDA runtime), found through the
@@ -75,13 +105,9 @@ gocuda=$libpath
 if [ -n "${HPCRUN_CUDA_LIB_PATH:-}" ]; then
 	gocuda=$HPCRUN_CUDA_LIB_PATH${gocuda:+:$gocuda}
 fi
-gobin() {
-	if [ -n "$golib" ]; then
-		env LD_LIBRARY_PATH="$golib" HPCRUN_CUDA_LIB_PATH="$gocuda" "$@"
-	else
-		env HPCRUN_CUDA_LIB_PATH="$gocuda" "$@"
-	fi
-}
+# goenv runs a Go binary with that path (and the caller's other settings).
+goenv=(env HPCRUN_CUDA_LIB_PATH="$gocuda")
+[ -n "$golib" ] && goenv+=(LD_LIBRARY_PATH="$golib")
 echo "== CUDA library path for the Go binaries: ${golib:-(none)}"
 
 gpu=0
@@ -94,24 +120,55 @@ else
 fi
 
 fail=0
-step() { echo; echo "== $*"; "$@" || { echo "== FAILED: $*"; fail=1; }; }
+# left is how many seconds the running stage has left (it ends at
+# stage_end, STAGE_LIMIT after it began); a command gets what is left.
+left() { echo $((stage_end - SECONDS)); }
 
-# gputest runs the TestGPU* tests of one binary (and the NVRTC compile of
-# every kernel for sm_70, sm_80 and sm_90); with a GPU present, a skip or
-# an empty match fails, except that the two-rank tests (named *TwoRanks:
-# NCCL wants one GPU a rank) may skip where fewer than two GPUs are seen.
-gputest() {
-	local bin=$1 out rc skips
+# step runs one command of a stage within the stage's time.
+step() {
 	echo
-	echo "== $bin -test.run ^(TestGPU|TestNVRTCCompilesKernels)"
+	echo "== $*"
+	local t
+	t=$(left)
+	if [ "$t" -le 0 ]; then
+		echo "== NOT RUN, the stage's ${LIMIT}s are spent: $*"
+		fail=1
+		return
+	fi
+	timeout --kill-after=10 "$t" "$@"
+	local rc=$?
+	if [ $rc != 0 ]; then
+		[ $rc = 124 ] && echo "== TIMED OUT at the stage's ${LIMIT}s: $*"
+		echo "== FAILED: $*"
+		fail=1
+	fi
+}
+
+# gputest runs the tests of one binary matching pattern; with a GPU
+# present, a skip or an empty match fails, except that the two-rank tests
+# (named *TwoRanks: NCCL wants one GPU a rank) may skip where fewer than
+# two GPUs are seen.
+gputest() {
+	local bin=$1 pattern=$2 out rc skips
+	echo
+	echo "== $bin -test.run $pattern"
+	local t
+	t=$(left)
+	if [ "$t" -le 0 ]; then
+		echo "== NOT RUN, the stage's ${LIMIT}s are spent: $bin"
+		fail=1
+		return
+	fi
 	out=$(mktemp)
-	HPCRUN_REQUIRE_NVRTC=1 gobin "$bin" -test.v -test.count=1 -test.run '^(TestGPU|TestNVRTCCompilesKernels)' 2>&1 | tee "$out"
+	HPCRUN_REQUIRE_NVRTC=1 timeout --kill-after=10 "$t" "${goenv[@]}" \
+		"$bin" -test.v -test.count=1 -test.run "$pattern" 2>&1 | tee "$out"
 	rc=${PIPESTATUS[0]}
 	skips=$(grep -- '--- SKIP' "$out")
 	if [ "$gpus" -lt 2 ]; then
 		skips=$(grep -v 'TwoRanks' <<<"$skips")
 	fi
 	if [ "$rc" != 0 ]; then
+		[ "$rc" = 124 ] && echo "== TIMED OUT at the stage's ${LIMIT}s: $bin"
 		echo "== FAILED: $bin"
 		fail=1
 	elif [ $gpu = 1 ] && [ -n "$skips" ]; then
@@ -125,23 +182,60 @@ gputest() {
 	rm -f "$out"
 }
 
-gputest "$BIN/cuda.test"
-gputest "$BIN/train.test"
-gputest "$BIN/nccl.test"
-step gobin "$BIN/cuda.test" -test.run '^$' -test.bench GPUGemm -test.benchtime 50x
-
 BSZ=${BSZ:-8} SEQ=${SEQ:-1024} STEPS=${STEPS:-5}
-out=${OUT:-/tmp}
-for prec in fp32 bf16; do
-	step gobin sh -c "\"$BIN/hpcrun\" --json bench step --device cuda --precision $prec --model gpt2-124m --bsz $BSZ --seq $SEQ --steps $STEPS > \"$out/hpcrun-$prec.json\" && cat \"$out/hpcrun-$prec.json\""
-	for attn in naive sdpa; do
-		step python3 bench/pytorch/gpt2_step.py --bsz "$BSZ" --seq "$SEQ" --steps "$STEPS" --dtype "$prec" --attn "$attn" --hpcrun-json "$out/hpcrun-$prec.json"
+
+# stage_<name> runs one stage; its output goes to $OUT/<name>/log.
+stage_kernels() {
+	gputest "$BIN/cuda.test" '^(TestGPU|TestNVRTCCompilesKernels)'
+	step "${goenv[@]}" "$BIN/cuda.test" -test.run '^$' -test.bench GPUGemm -test.benchtime 50x
+}
+stage_train() { gputest "$BIN/train.test" '^(TestGPU|TestNVRTCCompilesKernels)'; }
+stage_nccl() { gputest "$BIN/nccl.test" '^(TestGPU|TestNVRTCCompilesKernels)'; }
+stage_step() {
+	local prec
+	for prec in fp32 bf16; do
+		rm -f "$dir/hpcrun-$prec.json"
+		step "${goenv[@]}" sh -c "\"$BIN/hpcrun\" --json bench step --device cuda --precision $prec --model gpt2-124m --bsz $BSZ --seq $SEQ --steps $STEPS > \"$dir/hpcrun-$prec.json.tmp\" && mv \"$dir/hpcrun-$prec.json.tmp\" \"$dir/hpcrun-$prec.json\" && cat \"$dir/hpcrun-$prec.json\""
 	done
+}
+stage_pytorch() {
+	local prec attn beside
+	for prec in fp32 bf16; do
+		# The step stage's result, when it wrote one (a failed or skipped
+		# step leaves none: PyTorch runs alone).
+		beside=()
+		if [ -s "$OUT/step/hpcrun-$prec.json" ]; then
+			beside=(--hpcrun-json "$OUT/step/hpcrun-$prec.json")
+		else
+			echo "== no hpcrun $prec result from the step stage: PyTorch alone"
+		fi
+		for attn in naive sdpa; do
+			step python3 bench/pytorch/gpt2_step.py --bsz "$BSZ" --seq "$SEQ" --steps "$STEPS" --dtype "$prec" --attn "$attn" "${beside[@]}"
+		done
+	done
+}
+
+failed=()
+for st in "${stages[@]}"; do
+	dir=$OUT/$st
+	mkdir -p "$dir"
+	fail=0
+	stage_end=$((SECONDS + LIMIT))
+	echo
+	echo "==== stage $st: log in $dir/log"
+	"stage_$st" > >(tee "$dir/log") 2>&1
+	wait $! 2>/dev/null
+	if [ $fail = 0 ]; then
+		echo passed > "$dir/status"
+	else
+		echo failed > "$dir/status"
+		failed+=("$st")
+	fi
 done
 echo
-if [ $fail = 0 ]; then
-	echo "== gpu-check: all passed"
-else
-	echo "== gpu-check: FAILURES above"
+if [ ${#failed[@]} = 0 ]; then
+	echo "== gpu-check ${stages[*]}: all passed"
+	exit 0
 fi
-exit $fail
+echo "== gpu-check: FAILURES in ${failed[*]} (logs under $OUT)"
+exit 1

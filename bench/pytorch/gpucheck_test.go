@@ -205,3 +205,76 @@ func glibcNewer(a, b string) bool {
 	}
 	return false
 }
+
+// runStages runs gpu-check.sh run with the given stages and extra
+// environment.
+func runStages(t *testing.T, env []string, stages ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command("bash", append([]string{"gpu-check.sh", "run"}, stages...)...)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(out), ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), 0
+}
+
+// Stages run apart: a failed `bench step` leaves no result and PyTorch
+// runs alone (before, it read the missing file and crashed); each stage
+// writes its log and verdict under $OUT/<stage>/; a command that hangs is
+// cut at STAGE_LIMIT and the next stage still runs.
+func TestScriptStages(t *testing.T) {
+	env, bin, _ := fakeGPUMachine(t, true, "--- PASS: TestGPUBlocks (0.10s)")
+	root := filepath.Dir(bin)
+	out := filepath.Join(root, "out")
+	env = append(env, "OUT="+out, "STAGE_LIMIT=3")
+	pyArgs := filepath.Join(root, "python3-args")
+	write := func(p, body string) {
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(bin, "hpcrun"), "echo 'bench step: CUDA_ERROR_OUT_OF_MEMORY' >&2; exit 1")
+	write(filepath.Join(root, "path", "python3"), `case "$*" in *"import nvidia"*) exit 1;; esac
+echo "$*" >> `+pyArgs)
+	write(filepath.Join(bin, "cuda.test"), "sleep 30")
+
+	got, rc := runStages(t, env, "kernels", "step", "pytorch", "nccl")
+	if rc != 1 || !strings.Contains(got, "FAILURES in kernels step") || !strings.Contains(got, "TIMED OUT at the stage's 3s") {
+		t.Errorf("exit %d, want 1 naming kernels and step, the kernels timed out:\n%s", rc, got)
+	}
+	for stage, want := range map[string]string{"kernels": "failed", "step": "failed", "pytorch": "passed", "nccl": "passed"} {
+		b, err := os.ReadFile(filepath.Join(out, stage, "status"))
+		if err != nil || strings.TrimSpace(string(b)) != want {
+			t.Errorf("%s/status: %q, %v; want %s", stage, b, err, want)
+		}
+		if st, err := os.Stat(filepath.Join(out, stage, "log")); err != nil || st.Size() == 0 {
+			t.Errorf("%s/log: %v", stage, err)
+		}
+	}
+	b, _ := os.ReadFile(filepath.Join(out, "step", "log"))
+	if !strings.Contains(string(b), "CUDA_ERROR_OUT_OF_MEMORY") {
+		t.Errorf("the step stage's log lacks the failure:\n%s", b)
+	}
+	b, _ = os.ReadFile(pyArgs)
+	if n := strings.Count(string(b), "gpt2_step.py"); n != 4 || strings.Contains(string(b), "--hpcrun-json") {
+		t.Errorf("PyTorch ran %d times, want 4 without hpcrun's result:\n%s", n, b)
+	}
+
+	// A step that succeeds is read beside PyTorch.
+	write(filepath.Join(bin, "hpcrun"), `echo '{"tokens_per_s": 1, "peak_bytes": 1, "loss": 1}'`)
+	os.Remove(pyArgs)
+	if got, rc := runStages(t, env, "step", "pytorch"); rc != 0 {
+		t.Fatalf("exit %d:\n%s", rc, got)
+	}
+	b, _ = os.ReadFile(pyArgs)
+	if n := strings.Count(string(b), "--hpcrun-json "+filepath.Join(out, "step", "hpcrun-")); n != 4 {
+		t.Errorf("PyTorch got hpcrun's result %d times, want 4:\n%s", n, b)
+	}
+
+	if got, rc := runStages(t, env, "gemm"); rc != 2 || !strings.Contains(got, "unknown stage gemm") {
+		t.Errorf("an unknown stage: exit %d:\n%s", rc, got)
+	}
+}

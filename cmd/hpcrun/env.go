@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/hpcrun/hpcrun/idrenv"
+	"github.com/hpcrun/hpcrun/internal/cudalib"
 	"github.com/urfave/cli/v2"
 )
 
@@ -19,6 +20,9 @@ func envCommand() *cli.Command {
 			"node layout, master address and port, job id, CPUs and GPU, read from\n" +
 			"srun's step variables, the job's, or torchrun's. Run it under srun:\n" +
 			"  srun -n 4 hpcrun env --json\n" +
+			"Then the CUDA libraries: where each is found, by the rule of\n" +
+			"HPCRUN_CUDA_LIB_PATH, LD_LIBRARY_PATH, the python3 wheels' nvidia/*/lib,\n" +
+			"CUDA_HOME's lib64, then the dynamic linker.\n" +
 			"The master port is derived from the job id (" + fmt.Sprint(idrenv.PortBase) + " + id mod " +
 			fmt.Sprint(idrenv.PortSpan) + ") unless MASTER_PORT or --master-port is set.",
 		Flags: []cli.Flag{
@@ -35,7 +39,10 @@ func envCommand() *cli.Command {
 			if c.Bool("json") {
 				return writeJSON(c, e)
 			}
-			return printEnv(c.App.Writer, e)
+			if err := printEnv(c.App.Writer, e); err != nil {
+				return err
+			}
+			return printLibs(c.App.Writer, cudalib.SearchDirs(), findLibs())
 		},
 	}
 }
@@ -78,6 +85,45 @@ func printEnv(w io.Writer, e idrenv.Env) error {
 		row("gpu", fmt.Sprintf("%d (local rank; no GPU variables set)", e.GPU))
 	default:
 		row("gpu", fmt.Sprintf("%d (launcher lists %s)", e.GPU, strings.Join(e.GPUs, ",")))
+	}
+	return tw.Flush()
+}
+
+// libFound is where one CUDA library was found (Found.Path "" when not).
+type libFound struct {
+	What  string
+	Found cudalib.Found
+}
+
+// findLibs looks up every CUDA library the project loads.
+func findLibs() []libFound {
+	var out []libFound
+	for _, l := range cudalib.Libraries {
+		f, _ := cudalib.Find(l.Names)
+		out = append(out, libFound{l.What, f})
+	}
+	return out
+}
+
+// printLibs writes the search directories of the CUDA libraries, then
+// where each library is found and by which rule.
+func printLibs(w io.Writer, dirs []cudalib.Dir, libs []libFound) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\ncuda library search, in order:")
+	for _, d := range dirs {
+		fmt.Fprintf(tw, "  %s\t%s\n", d.Path, d.Source)
+	}
+	fmt.Fprintf(tw, "  (by name)\t%s\n", cudalib.Linker)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, l := range libs {
+		if l.Found.Path == "" {
+			fmt.Fprintf(tw, "%s\tnot found\n", l.What)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s (%s)\n", l.What, l.Found.Path, l.Found.Source)
 	}
 	return tw.Flush()
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/hpcrun/hpcrun/tensor"
@@ -51,6 +52,7 @@ type Device struct {
 	bfA, bfB, lnPart, sumPart scratch
 	ids                       idRing
 	syncs                     atomic.Int64 // times the host waited for the stream
+	watch                     WaitWatch    // nil: waits block in cuStreamSynchronize
 }
 
 // Precision is how Gemm computes.
@@ -99,6 +101,13 @@ type Options struct {
 	CacheDir string
 }
 
+// Device attributes (CUdevice_attribute) the device reads.
+const (
+	attrMultiprocessors = 16 // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+	attrCCMajor         = 75 // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+	attrCCMinor         = 76 // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
+)
+
 // Open opens CUDA device ordinal with default options.
 func Open(ordinal int) (*Device, error) { return OpenWith(ordinal, Options{}) }
 
@@ -111,7 +120,12 @@ func OpenWith(ordinal int, o Options) (*Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
-	count, err := DeviceCount()
+	return openOn(l, ordinal, o)
+}
+
+// openOn is OpenWith on the libraries l.
+func openOn(l *libs, ordinal int, o Options) (*Device, error) {
+	count, err := l.deviceCount()
 	if err != nil {
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
@@ -146,11 +160,6 @@ func (d *Device) open(o Options) error {
 		err := l.cuErr("cuDeviceGetAttribute", call(cu.deviceGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(a), uintptr(d.dev)))
 		return int(v), err
 	}
-	const (
-		attrMultiprocessors = 16 // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
-		attrCCMajor         = 75 // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
-		attrCCMinor         = 76 // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
-	)
 	major, err := attr(attrCCMajor)
 	if err != nil {
 		return err
@@ -224,9 +233,34 @@ func (d *Device) loadKernels(o Options) error {
 		if err := l.cuErr("cuModuleGetFunction("+name+")", call(l.cu.moduleGetFunction, uintptr(unsafe.Pointer(&f)), d.module, uintptr(unsafe.Pointer(&nameC[0])))); err != nil {
 			return err
 		}
+		if err := d.checkFunc(name, f, k.maxThreads); err != nil {
+			return err
+		}
 		d.fn[name] = f
 	}
 	return nil
+}
+
+// checkFunc fails when the driver says kernel name (function f) cannot
+// run the most threads a block the Go side launches it with: its
+// registers, as compiled for this device, do not allow them. This is the
+// check the NVRTC test makes on a CUBIN's ELF attributes, asked of the
+// driver, so it holds whatever the CUBIN's layout.
+func (d *Device) checkFunc(name string, f uintptr, maxThreads int) error {
+	const (
+		funcMaxThreads = 0 // CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
+		funcNumRegs    = 4 // CU_FUNC_ATTRIBUTE_NUM_REGS
+	)
+	var most, regs int32
+	if err := d.l.cuErr("cuFuncGetAttribute("+name+")", call(d.l.cu.funcGetAttribute, uintptr(unsafe.Pointer(&most)), funcMaxThreads, f)); err != nil {
+		return err
+	}
+	if int(most) >= maxThreads {
+		return nil
+	}
+	call(d.l.cu.funcGetAttribute, uintptr(unsafe.Pointer(&regs)), funcNumRegs, f)
+	return fmt.Errorf("kernel %s compiled for %s by NVRTC %d.%d runs at most %d threads a block (%d registers a thread), but it is launched with up to %d",
+		name, d.arch, d.l.nvrtc.major, d.l.nvrtc.minor, most, regs, maxThreads)
 }
 
 // teardown releases whatever open got (Close, or a failed Open).
@@ -234,7 +268,14 @@ func (d *Device) teardown() error {
 	l := d.l
 	var errs []error
 	if d.ctx != 0 {
-		call(l.cu.ctxSetCurrent, d.ctx)
+		if err := l.cuErr("cuCtxSetCurrent", call(l.cu.ctxSetCurrent, d.ctx)); err != nil {
+			// Nothing of this device can be freed from another context;
+			// releasing the primary context frees it all when this was
+			// its last user.
+			errs = append(errs, err, l.cuErr("cuDevicePrimaryCtxRelease_v2", call(l.cu.primaryCtxRelease, uintptr(d.dev))))
+			d.ctx, d.stream, d.blas, d.module = 0, 0, 0, 0
+			return errors.Join(errs...)
+		}
 	}
 	if d.stream != 0 {
 		errs = append(errs, d.streamSync())
@@ -243,9 +284,9 @@ func (d *Device) teardown() error {
 		errs = append(errs, d.alloc.releaseAll())
 	}
 	for _, s := range []*scratch{&d.bfA, &d.bfB, &d.lnPart, &d.sumPart} {
-		s.release(d)
+		errs = append(errs, s.release(d))
 	}
-	d.ids.release(d)
+	errs = append(errs, d.ids.release(d))
 	if d.blas != 0 {
 		errs = append(errs, l.blasErr("cublasDestroy_v2", call(l.blas.destroy, d.blas)))
 		d.blas = 0
@@ -280,8 +321,11 @@ func (d *Device) Close() error {
 }
 
 // enter locks the device and makes its context current on this OS thread
-// for the duration of a call; leave undoes it.
-func (d *Device) enter() {
+// for the duration of a call; leave undoes it. When the context cannot be
+// made current, nothing may be enqueued (it would go to whatever context
+// the thread has): enter records the error for Sync, unlocks and returns
+// it, and the caller returns without calling leave.
+func (d *Device) enter() error {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -289,8 +333,12 @@ func (d *Device) enter() {
 	}
 	runtime.LockOSThread()
 	if r := call(d.l.cu.ctxSetCurrent, d.ctx); r != 0 {
-		d.fail(d.l.cuErr("cuCtxSetCurrent", r))
+		err := d.l.cuErr("cuCtxSetCurrent", r)
+		d.fail(err)
+		d.leave()
+		return err
 	}
+	return nil
 }
 
 func (d *Device) leave() {
@@ -354,7 +402,74 @@ func (d *Device) memFree(p uintptr) error {
 
 func (d *Device) streamSync() error {
 	d.syncs.Add(1)
-	return d.l.cuErr("cuStreamSynchronize", call(d.l.cu.streamSynchronize, d.stream))
+	if d.watch == nil {
+		return d.l.cuErr("cuStreamSynchronize", call(d.l.cu.streamSynchronize, d.stream))
+	}
+	return pollStream(func() int32 { return call(d.l.cu.streamQuery, d.stream) }, d.l.cuErr, d.stream, d.watch, time.Sleep)
+}
+
+// WaitWatch is what a device's waits need of the communicators that post
+// work on its stream (nccl's NCCL communicator): how long a wait may last,
+// that a stream drained, and what to do when one did not in time.
+type WaitWatch interface {
+	// WaitLimit is how long a wait on the stream may last.
+	WaitLimit() time.Duration
+	// StreamDrained says the host saw stream finish all its work.
+	StreamDrained(stream uintptr)
+	// StreamStalled is called once a wait on stream has lasted past
+	// WaitLimit: it aborts what the stream waits on and returns the error
+	// that names it.
+	StreamStalled(stream uintptr, waited time.Duration) error
+}
+
+// WatchWaits makes every wait of the device on its stream poll it
+// (cuStreamQuery) instead of blocking in cuStreamSynchronize, and give up
+// after w's limit: an NCCL operation whose peer never posts its call then
+// ends the job with an error naming it, instead of hanging. nil restores
+// the blocking wait.
+func (d *Device) WatchWaits(w WaitWatch) {
+	d.mu.Lock()
+	d.watch = w
+	d.mu.Unlock()
+}
+
+// errNotReady is CUDA_ERROR_NOT_READY, cuStreamQuery's "still running".
+const errNotReady = 600
+
+// pollStream waits for a stream by polling query (cuStreamQuery), sleeping
+// a little longer each time up to a millisecond. Past w.WaitLimit it asks
+// w to abort (StreamStalled), then gives the stream as long again to end
+// (an aborted NCCL kernel returns) and returns w's error either way.
+func pollStream(query func() int32, cuErr func(string, int32) error, stream uintptr, w WaitWatch, sleep func(time.Duration)) error {
+	limit := w.WaitLimit()
+	start := time.Now()
+	var stalled error
+	for pause := time.Microsecond; ; pause = min(2*pause, time.Millisecond) {
+		switch r := query(); r {
+		case 0:
+			if stalled != nil {
+				return stalled
+			}
+			w.StreamDrained(stream)
+			return nil
+		case errNotReady:
+		default:
+			if stalled != nil {
+				return stalled
+			}
+			return cuErr("cuStreamQuery", r)
+		}
+		waited := time.Since(start)
+		if stalled == nil && waited > limit {
+			stalled = w.StreamStalled(stream, waited)
+			if stalled == nil {
+				stalled = fmt.Errorf("cuda: a wait on the stream passed %v", limit)
+			}
+		} else if stalled != nil && waited > 2*limit {
+			return stalled
+		}
+		sleep(pause)
+	}
 }
 
 // Alloc returns a zeroed tensor in device memory, from the allocator's
@@ -370,7 +485,9 @@ func (d *Device) Alloc(shape ...int) (*tensor.Tensor, error) {
 	if n == 0 {
 		return tensor.NewTensor(tensor.NewBuffer(d, 0, nil, 0), 0, shape...), nil
 	}
-	d.enter()
+	if err := d.enter(); err != nil {
+		return nil, fmt.Errorf("cuda alloc %v on %s: %w", shape, d.Name(), err)
+	}
 	defer d.leave()
 	p, err := d.alloc.alloc(int64(n) * 4)
 	if err != nil {
@@ -429,7 +546,9 @@ func (d *Device) ResetPeak() {
 
 // EmptyCache returns the allocator's cached free blocks to the driver.
 func (d *Device) EmptyCache() error {
-	d.enter()
+	if err := d.enter(); err != nil {
+		return err
+	}
 	defer d.leave()
 	return d.alloc.emptyCache()
 }
@@ -437,7 +556,9 @@ func (d *Device) EmptyCache() error {
 // MemInfo is the device memory free and in total, as the driver sees it
 // (every process included).
 func (d *Device) MemInfo() (free, total int64, err error) {
-	d.enter()
+	if err = d.enter(); err != nil {
+		return 0, 0, err
+	}
 	defer d.leave()
 	var f, t uintptr
 	err = d.l.cuErr("cuMemGetInfo_v2", call(d.l.cu.memGetInfo, uintptr(unsafe.Pointer(&f)), uintptr(unsafe.Pointer(&t))))
@@ -447,7 +568,12 @@ func (d *Device) MemInfo() (free, total int64, err error) {
 // Sync waits for the stream and returns the first error since the last
 // Sync: a failed launch, copy or GEMM, or the stream's own.
 func (d *Device) Sync() error {
-	d.enter()
+	if err := d.enter(); err != nil {
+		d.mu.Lock() // enter recorded err: Sync reports it once
+		d.err = nil
+		d.mu.Unlock()
+		return err
+	}
 	defer d.leave()
 	d.fail(d.streamSync())
 	err := d.err
@@ -475,7 +601,9 @@ func (s *scratch) grow(a *allocator, bytes int64) (uintptr, error) {
 		if err := a.sync(); err != nil {
 			return 0, err
 		}
-		s.free(a)
+		if err := s.free(a); err != nil {
+			return 0, err
+		}
 	}
 	p, err := a.raw(bytes)
 	if err != nil && errors.Is(err, ErrOutOfMemory) {
@@ -491,14 +619,18 @@ func (s *scratch) grow(a *allocator, bytes int64) (uintptr, error) {
 	return p, nil
 }
 
-func (s *scratch) release(d *Device) { s.free(d.alloc) }
+func (s *scratch) release(d *Device) error { return s.free(d.alloc) }
 
-func (s *scratch) free(a *allocator) {
-	if s.ptr != 0 {
-		a.release(s.ptr)
-		a.workspace(-s.bytes)
-		s.ptr, s.bytes = 0, 0
+// free returns the buffer to the driver; it is forgotten even when the
+// driver refuses (the error says so), since it cannot be used again.
+func (s *scratch) free(a *allocator) error {
+	if s.ptr == 0 {
+		return nil
 	}
+	err := a.release(s.ptr)
+	a.workspace(-s.bytes)
+	s.ptr, s.bytes = 0, 0
+	return err
 }
 
 // idRing stages int32 host slices (token ids, targets, masks) for kernels:
@@ -515,17 +647,19 @@ type idRing struct {
 
 func (r *idRing) bytes() int64 { return 2 * int64(r.n) * 4 }
 
-func (r *idRing) release(d *Device) {
+func (r *idRing) release(d *Device) error {
+	var errs []error
 	if r.host != nil {
-		call(d.l.cu.memFreeHost, uintptr(r.host))
+		errs = append(errs, d.l.cuErr("cuMemFreeHost", call(d.l.cu.memFreeHost, uintptr(r.host))))
 		r.host = nil
 	}
 	if r.dev != 0 {
-		d.memFree(r.dev)
+		errs = append(errs, d.memFree(r.dev))
 		d.alloc.workspace(-int64(r.n) * 4)
 		r.dev = 0
 	}
 	r.n, r.pos = 0, 0
+	return errors.Join(errs...)
 }
 
 // upload enqueues a copy of ids to the device and returns its address (0
@@ -542,7 +676,9 @@ func (d *Device) upload(ids []int32) (uintptr, error) {
 		}
 		r.pos = 0
 		if n > r.n {
-			r.release(d)
+			if err := r.release(d); err != nil {
+				return 0, err
+			}
 			size := max(n, 1<<18)
 			var host unsafe.Pointer
 			if err := d.l.cuErr("cuMemAllocHost_v2", call(d.l.cu.memAllocHost, uintptr(unsafe.Pointer(&host)), uintptr(size*4))); err != nil {
@@ -550,8 +686,7 @@ func (d *Device) upload(ids []int32) (uintptr, error) {
 			}
 			dev, err := d.memAlloc(int64(size) * 4)
 			if err != nil {
-				call(d.l.cu.memFreeHost, uintptr(host))
-				return 0, err
+				return 0, errors.Join(err, d.l.cuErr("cuMemFreeHost", call(d.l.cu.memFreeHost, uintptr(host))))
 			}
 			r.host, r.dev, r.n = host, dev, size
 			d.alloc.workspace(int64(size) * 4)
@@ -577,7 +712,9 @@ func (d *Device) CopyFromHost(dst *tensor.Tensor, src []float32) {
 	if len(src) == 0 {
 		return
 	}
-	d.enter()
+	if d.enter() != nil {
+		return
+	}
 	defer d.leave()
 	d.fail(d.l.cuErr("cuMemcpyHtoDAsync_v2", call(d.l.cu.memcpyHtoDAsync, dst.Ptr(), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)*4), d.stream)))
 	// Pageable memory: the driver may still read src after an async call
@@ -593,7 +730,10 @@ func (d *Device) CopyToHost(dst []float32, src *tensor.Tensor) {
 	if len(dst) == 0 {
 		return
 	}
-	d.enter()
+	if d.enter() != nil { // recorded for Sync
+		fillNaN(dst)
+		return
+	}
 	defer d.leave()
 	err := d.l.cuErr("cuMemcpyDtoHAsync_v2", call(d.l.cu.memcpyDtoHAsync, uintptr(unsafe.Pointer(&dst[0])), src.Ptr(), uintptr(len(dst)*4), d.stream))
 	if err == nil {
@@ -601,10 +741,15 @@ func (d *Device) CopyToHost(dst []float32, src *tensor.Tensor) {
 	}
 	if err != nil {
 		d.fail(err)
-		nan := float32(math.NaN())
-		for i := range dst {
-			dst[i] = nan
-		}
+		fillNaN(dst)
+	}
+}
+
+// fillNaN marks a copy that did not happen.
+func fillNaN(dst []float32) {
+	nan := float32(math.NaN())
+	for i := range dst {
+		dst[i] = nan
 	}
 }
 
@@ -615,7 +760,9 @@ func (d *Device) Copy(dst, src *tensor.Tensor) {
 	if dst.Len() == 0 {
 		return
 	}
-	d.enter()
+	if d.enter() != nil {
+		return
+	}
 	defer d.leave()
 	d.fail(d.l.cuErr("cuMemcpyDtoDAsync_v2", call(d.l.cu.memcpyDtoDAsync, dst.Ptr(), src.Ptr(), uintptr(dst.Len()*4), d.stream)))
 }

@@ -3,9 +3,10 @@
 // stream.
 //
 // Nothing of CUDA is needed to build it, nor cgo: libcuda.so.1, cuBLAS and
-// NVRTC are opened at run time with purego (HPCRUN_CUDA_LIB_PATH adds
-// directories to search, e.g. those of pip's nvidia-* wheels; a library
-// found there has its companion, libcublasLt or libnvrtc-builtins, opened
+// NVRTC are opened at run time with purego, found by package cudalib's
+// rule (HPCRUN_CUDA_LIB_PATH, LD_LIBRARY_PATH, the nvidia-* wheels of the
+// job's python3, CUDA_HOME, the dynamic linker; a library found in a
+// directory has its companion, libcublasLt or libnvrtc-builtins, opened
 // from the same directory first). An NVRTC of a newer major release than
 // the driver is passed over for an older one, since its kernels would not
 // load. Available says whether the backend can run here and, when not,

@@ -55,7 +55,9 @@ func (d *Device) gemm(transA, transB bool, m, n, k int, alpha float32, a *tensor
 	if m == 0 || n == 0 || batch == 0 {
 		return
 	}
-	d.enter()
+	if d.enter() != nil {
+		return
+	}
 	defer d.leave()
 	pa, pb, pc := a.Ptr()+uintptr(aOff)*4, b.Ptr()+uintptr(bOff)*4, c.Ptr()+uintptr(cOff)*4
 	typ, compute := uintptr(cudaR32F), uintptr(cublasCompute32F)

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -24,10 +25,18 @@ var shared struct {
 	err  error
 }
 
+// simulated, while TestKernelsOnCPU runs, is the device the kernel tests
+// use: the CUDA kernels compiled for the CPU (kernels_cpu_test.go).
+var simulated *Device
+
 // gpu returns the device shared by the kernel tests (its kernels from the
-// default cache, compiled on first use).
+// default cache, compiled on first use), or the simulated one.
 func gpu(t testing.TB) *Device {
 	t.Helper()
+	if simulated != nil {
+		simulated.SetMatmulPrecision(FP32)
+		return simulated
+	}
 	if ok, why := Available(); !ok {
 		t.Skip("no CUDA here: " + why)
 	}
@@ -580,7 +589,15 @@ func TestGPUNormAndClipOnDevice(t *testing.T) {
 	for _, clip := range []float64{0, 1, 1e6} {
 		b.cpu.SumSquaresEach(sq.c, g.c, nil, x.c, y.c)
 		b.gpu.SumSquaresEach(sq.g, g.g, nil, x.g, y.g)
-		b.check("SumSquaresEach", 1e-12, sq)
+		gs, cs := make([]float32, 10), make([]float32, 10)
+		b.gpu.CopyToHost(gs, sq.g)
+		b.cpu.CopyToHost(cs, sq.c)
+		for i := range 5 {
+			// The float64 sums, added in another order on the device.
+			if g, c := tensor.Float64At(gs, i), tensor.Float64At(cs, i); math.Abs(g-c) > 1e-12*math.Abs(c) || (c == 0) != (g == 0) {
+				t.Errorf("SumSquaresEach %d: device %.17g, CPU %.17g", i, g, c)
+			}
+		}
 		for _, d := range []tensor.Device{b.cpu, b.gpu} {
 			s, w := sq.c, two.c
 			if d == tensor.Device(b.gpu) {
@@ -630,5 +647,106 @@ func TestGPUSumToAndFetch(t *testing.T) {
 	}
 	if math.Abs(float64(got[0])-want) > 1e-5*math.Max(1, math.Abs(want)) {
 		t.Errorf("SumTo = %g, want %g", got[0], want)
+	}
+}
+
+// The kernels at their edges: grid-stride loops (more elements or rows
+// than the grid has threads or blocks), rows of 1 element (a block of 32
+// threads, 31 idle) and of more than a block (each thread loops), rows
+// with no key left (masked or causal with Tq > Tk), targets and ids just
+// outside the vocabulary slice, bias columns past a block of 32.
+func TestGPUKernelEdges(t *testing.T) {
+	b := newBench(t)
+	n := b.gpu.sms*32*elemThreads*2 + 37 // two and a bit grid-stride rounds
+	x, y := b.rand("x", 1, n), b.rand("y", 1, n)
+	b.cpu.Axpy(y.c, 0.5, x.c)
+	b.gpu.Axpy(y.g, 0.5, x.g)
+	b.check("Axpy grid-stride", tol32, y)
+	rows := b.gpu.sms*32*2 + 3 // more rows than blocks
+	for _, c := range []int{1, 31, 33, maxRowThreads + 1, 2*maxRowThreads + 5} {
+		r := rows
+		if c > 64 {
+			r = 3
+		}
+		inp, w, bias := b.rand("inp", 3, r, c), b.rand("weight", 1, c), b.rand("bias", 1, c)
+		out, mean, rstd := b.zeros("out", r, c), b.zeros("mean", r), b.zeros("rstd", r)
+		what := fmt.Sprintf("%d rows of %d", r, c)
+		b.cpu.LayerNormForward(out.c, mean.c, rstd.c, inp.c, w.c, bias.c, 1e-5)
+		b.gpu.LayerNormForward(out.g, mean.g, rstd.g, inp.g, w.g, bias.g, 1e-5)
+		b.check("LayerNormForward "+what, tol32, out, mean, rstd)
+		dinp, dw, db, dout := b.rand("dinp", 1, r, c), b.rand("dweight", 1, c), b.rand("dbias", 1, c), b.rand("dout", 1, r, c)
+		b.cpu.LayerNormBackward(dinp.c, dw.c, db.c, dout.c, inp.c, w.c, mean.c, rstd.c)
+		b.gpu.LayerNormBackward(dinp.g, dw.g, db.g, dout.g, inp.g, w.g, mean.g, rstd.g)
+		b.check("LayerNormBackward "+what, tol32, dinp, dw, db)
+
+		dbias := b.rand("dbias", 1, c)
+		b.cpu.BiasBackward(dbias.c, inp.c)
+		b.gpu.BiasBackward(dbias.g, inp.g)
+		b.check("BiasBackward "+what, tol32, dbias)
+
+		const v, start = 5, 10
+		table, emb := b.rand("table", 1, v, c), b.rand("emb", 1, r, c)
+		id := make([]int32, r)
+		for i := range id {
+			id[i] = int32(start - 1 + i%(v+2)) // start-1 .. start+v: both ends outside
+		}
+		b.cpu.EmbeddingForward(emb.c, id, table.c, start)
+		b.gpu.EmbeddingForward(emb.g, id, table.g, start)
+		b.check("EmbeddingForward "+what, 0, emb)
+		b.cpu.EmbeddingBackward(table.c, emb.c, id, start)
+		b.gpu.EmbeddingBackward(table.g, emb.g, id, start)
+		b.check("EmbeddingBackward "+what, tol32, table)
+
+		// Cross-entropy over a vocabulary slice of c logits starting at
+		// 100: targets -1 (ignored), just below, at both ends, just past.
+		logits := b.rand("logits", 8, r, c)
+		rowMax, sumExp, tl, loss := b.zeros("rowMax", r), b.zeros("sumExp", r), b.zeros("targetLogit", r), b.zeros("losses", r)
+		targets := make([]int32, r)
+		for i := range targets {
+			targets[i] = []int32{-1, 99, 100, int32(100 + c - 1), int32(100 + c)}[i%5]
+		}
+		b.cpu.CrossEntropyRowMax(rowMax.c, logits.c)
+		b.gpu.CrossEntropyRowMax(rowMax.g, logits.g)
+		b.cpu.CrossEntropySumExp(sumExp.c, logits.c, rowMax.c)
+		b.gpu.CrossEntropySumExp(sumExp.g, logits.g, rowMax.g)
+		b.cpu.CrossEntropyTargetLogit(tl.c, logits.c, targets, 100)
+		b.gpu.CrossEntropyTargetLogit(tl.g, logits.g, targets, 100)
+		b.cpu.CrossEntropyLoss(loss.c, rowMax.c, sumExp.c, tl.c, targets)
+		b.gpu.CrossEntropyLoss(loss.g, rowMax.g, sumExp.g, tl.g, targets)
+		b.check("CrossEntropy "+what, tol32, rowMax, sumExp, tl, loss)
+		dlogits := b.rand("dlogits", 1e-3, r, c)
+		b.cpu.CrossEntropyBackward(dlogits.c, logits.c, rowMax.c, sumExp.c, targets, 100, 0.25)
+		b.gpu.CrossEntropyBackward(dlogits.g, logits.g, rowMax.g, sumExp.g, targets, 100, 0.25)
+		b.check("CrossEntropyBackward "+what, tol32, dlogits)
+	}
+	// Softmax: one key; more queries than keys under the causal mask (the
+	// first rows see no key); a batch item with every key masked; more
+	// rows than the grid has warps.
+	for _, tt := range []struct {
+		bsz, nh, tq, tk int
+		causal, mask    bool
+	}{
+		{1, 1, 1, 1, true, false},
+		{2, 2, 7, 3, true, false},
+		{2, 1, 3, 1, false, true},
+		{3, 5, 40, 45, true, true},
+	} {
+		inp := b.rand("inp", 4, tt.bsz, tt.nh, tt.tq, tt.tk)
+		out := b.zeros("out", tt.bsz, tt.nh, tt.tq, tt.tk)
+		var valid []int32
+		if tt.mask {
+			valid = ids(b.r, tt.bsz*tt.tk, 0, 2)
+			for j := 0; j < tt.tk; j++ {
+				valid[j] = 0
+			}
+		}
+		what := fmt.Sprintf("%+v", tt)
+		b.cpu.SoftmaxForward(out.c, inp.c, 0.3, tt.causal, valid)
+		b.gpu.SoftmaxForward(out.g, inp.g, 0.3, tt.causal, valid)
+		b.check("SoftmaxForward "+what, tol32, out)
+		dinp, dout := b.rand("dinp", 1, tt.bsz, tt.nh, tt.tq, tt.tk), b.rand("dout", 1, tt.bsz, tt.nh, tt.tq, tt.tk)
+		b.cpu.SoftmaxBackward(dinp.c, dout.c, out.c, 0.3)
+		b.gpu.SoftmaxBackward(dinp.g, dout.g, out.g, 0.3)
+		b.check("SoftmaxBackward "+what, tol32, dinp)
 	}
 }

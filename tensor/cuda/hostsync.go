@@ -22,7 +22,9 @@ func (d *Device) Fetch(dst []float32, src *tensor.Tensor) error {
 	if len(dst) != src.Len() {
 		panic("tensor.Fetch: len(dst) differs from src's")
 	}
-	d.enter()
+	if err := d.enter(); err != nil {
+		return err
+	}
 	defer d.leave()
 	if len(dst) > 0 {
 		d.fail(d.l.cuErr("cuMemcpyDtoHAsync_v2", call(d.l.cu.memcpyDtoHAsync, uintptr(unsafe.Pointer(&dst[0])), src.Ptr(), uintptr(len(dst)*4), d.stream)))
@@ -46,7 +48,9 @@ func (d *Device) SumTo(out *tensor.Tensor, alpha float32, accumulate bool, x *te
 	if out.Len() < 1 {
 		panic("tensor.SumTo: out is empty")
 	}
-	d.enter()
+	if d.enter() != nil {
+		return
+	}
 	defer d.leave()
 	part, nparts, err := d.sumPartials("sum_f32", []*tensor.Tensor{x})
 	if err != nil {

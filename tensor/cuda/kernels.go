@@ -91,7 +91,9 @@ func (d *Device) elementwise(name string, n int, args ...karg) {
 	if n == 0 {
 		return
 	}
-	d.enter()
+	if d.enter() != nil {
+		return
+	}
 	defer d.leave()
 	d.launch(name, d.grid1(n, elemThreads), dim3{elemThreads, 1, 1}, args...)
 }
@@ -122,7 +124,9 @@ func (d *Device) Zero(t *tensor.Tensor) {
 	if t.Len() == 0 {
 		return
 	}
-	d.enter()
+	if d.enter() != nil {
+		return
+	}
 	defer d.leave()
 	d.fail(d.l.cuErr("cuMemsetD32Async", call(d.l.cu.memsetD32Async, t.Ptr(), 0, uintptr(t.Len()), d.stream)))
 }
@@ -196,7 +200,9 @@ func (d *Device) BiasBackward(dbias, dout *tensor.Tensor) {
 	if oc == 0 {
 		return
 	}
-	d.enter()
+	if d.enter() != nil {
+		return
+	}
 	defer d.leave()
 	d.launch("bias_backward_f32", dim3{uint32((oc + 31) / 32), 1, 1}, dim3{32, 32, 1}, tp(dbias), tp(dout), i64(n), i32(oc))
 }
@@ -212,7 +218,9 @@ func (d *Device) EmbeddingForward(out *tensor.Tensor, ids []int32, table *tensor
 	if n == 0 || c == 0 {
 		return
 	}
-	d.enter()
+	if d.enter() != nil {
+		return
+	}
 	defer d.leave()
 	p, ok := d.upIDs(ids)
 	if !ok {
@@ -230,7 +238,9 @@ func (d *Device) EmbeddingBackward(dtable, dout *tensor.Tensor, ids []int32, voc
 	if n == 0 || c == 0 {
 		return
 	}
-	d.enter()
+	if d.enter() != nil {
+		return
+	}
 	defer d.leave()
 	p, ok := d.upIDs(ids)
 	if !ok {
@@ -250,7 +260,9 @@ func (d *Device) LayerNormForward(out, mean, rstd, inp, weight, bias *tensor.Ten
 	if n == 0 {
 		return
 	}
-	d.enter()
+	if d.enter() != nil {
+		return
+	}
 	defer d.leave()
 	d.rowwise("layernorm_forward_f32", n, c, tp(out), tp(mean), tp(rstd), tp(inp), tp(weight), tp(bias), i64(n), i32(c), f32(eps))
 }
@@ -265,7 +277,9 @@ func (d *Device) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean
 	if n == 0 || c == 0 {
 		return
 	}
-	d.enter()
+	if d.enter() != nil {
+		return
+	}
 	defer d.leave()
 	blocks := min(n, 2*d.sms)
 	part, err := d.lnPart.get(d, int64(blocks)*2*int64(c)*4)
@@ -308,7 +322,9 @@ func (d *Device) SoftmaxForward(out, inp *tensor.Tensor, scale float32, causal b
 	if rows == 0 {
 		return
 	}
-	d.enter()
+	if d.enter() != nil {
+		return
+	}
 	defer d.leave()
 	var valid uintptr
 	if keyValid != nil {
@@ -334,7 +350,9 @@ func (d *Device) SoftmaxBackward(dinp, dout, out *tensor.Tensor, scale float32) 
 	if rows == 0 {
 		return
 	}
-	d.enter()
+	if d.enter() != nil {
+		return
+	}
 	defer d.leave()
 	d.launch("softmax_backward_f32", d.grid1(rows, softmaxThreads/32), dim3{softmaxThreads, 1, 1},
 		tp(dinp), tp(dout), tp(out), f32(scale), i64(rows), i32(tk))
@@ -351,7 +369,9 @@ func (d *Device) CrossEntropyRowMax(rowMax, logits *tensor.Tensor) {
 	if n == 0 {
 		return
 	}
-	d.enter()
+	if d.enter() != nil {
+		return
+	}
 	defer d.leave()
 	d.rowwise("ce_row_max_f32", n, v, tp(rowMax), tp(logits), i64(n), i32(v))
 }
@@ -365,7 +385,9 @@ func (d *Device) CrossEntropySumExp(sumExp, logits, rowMax *tensor.Tensor) {
 	if n == 0 {
 		return
 	}
-	d.enter()
+	if d.enter() != nil {
+		return
+	}
 	defer d.leave()
 	d.rowwise("ce_sum_exp_f32", n, v, tp(sumExp), tp(logits), tp(rowMax), i64(n), i32(v))
 }
@@ -379,7 +401,9 @@ func (d *Device) CrossEntropyTargetLogit(out, logits *tensor.Tensor, targets []i
 	if n == 0 {
 		return
 	}
-	d.enter()
+	if d.enter() != nil {
+		return
+	}
 	defer d.leave()
 	p, ok := d.upIDs(targets)
 	if !ok {
@@ -396,7 +420,9 @@ func (d *Device) CrossEntropyLoss(losses, rowMax, sumExp, targetLogit *tensor.Te
 	if n == 0 {
 		return
 	}
-	d.enter()
+	if d.enter() != nil {
+		return
+	}
 	defer d.leave()
 	p, ok := d.upIDs(targets)
 	if !ok {
@@ -414,7 +440,9 @@ func (d *Device) CrossEntropyBackward(dlogits, logits, rowMax, sumExp *tensor.Te
 	if n == 0 {
 		return
 	}
-	d.enter()
+	if d.enter() != nil {
+		return
+	}
 	defer d.leave()
 	p, ok := d.upIDs(targets)
 	if !ok {
@@ -485,7 +513,9 @@ func (d *Device) sumPartialsEach(kernel string, ts []*tensor.Tensor) (part uintp
 // order. On a device failure it returns NaN and Sync reports the error.
 func (d *Device) SumSquares(ts ...*tensor.Tensor) float64 {
 	d.own("SumSquares", ts...)
-	d.enter()
+	if d.enter() != nil {
+		return math.NaN()
+	}
 	defer d.leave()
 	part, nparts, err := d.sumPartials("sum_squares_f32", ts)
 	if err != nil {

@@ -3,16 +3,12 @@ package cuda
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"runtime"
-	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+	"github.com/hpcrun/hpcrun/internal/cudalib"
 )
 
 // The three libraries are opened with dlopen at run time, so nothing of
@@ -20,27 +16,27 @@ import (
 // purego.SyscallN with integer and pointer arguments only (scalars such as
 // GEMM's alpha and beta go by pointer), and returns a 32-bit status.
 
-// Library names, tried in order. HPCRUN_CUDA_LIB_PATH (a colon-separated
-// list of directories) is searched first, then the dynamic linker's path.
+// Library names, tried in order by cudalib's rule.
 var (
-	cudaNames   = []string{"libcuda.so.1", "libcuda.so"}
-	cublasNames = []string{"libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so"}
-	nvrtcNames  = []string{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so.11.1", "libnvrtc.so"}
+	cudaNames   = cudalib.Names("CUDA driver")
+	cublasNames = cudalib.Names("cuBLAS")
+	nvrtcNames  = cudalib.Names("NVRTC")
 )
 
 // LibPathEnv names extra directories (colon-separated) searched for the
-// CUDA libraries before the dynamic linker's own path, e.g. the lib
-// directories of pip's nvidia-cublas and nvidia-cuda-nvrtc wheels.
-const LibPathEnv = "HPCRUN_CUDA_LIB_PATH"
+// CUDA libraries first, e.g. the lib directories of pip's nvidia-cublas
+// and nvidia-cuda-nvrtc wheels; package cudalib gives the whole rule.
+const LibPathEnv = cudalib.PathEnv
 
 // driverAPI holds the CUDA driver entry points (libcuda).
 type driverAPI struct {
 	init, driverGetVersion, deviceGetCount, deviceGet, deviceGetName, deviceGetAttribute uintptr
 	primaryCtxRetain, primaryCtxRelease, ctxSetCurrent                                   uintptr
-	streamCreate, streamDestroy, streamSynchronize                                       uintptr
+	streamCreate, streamDestroy, streamSynchronize, streamQuery                          uintptr
 	memAlloc, memFree, memAllocHost, memFreeHost, memGetInfo                             uintptr
 	memcpyHtoDAsync, memcpyDtoHAsync, memcpyDtoDAsync, memsetD32Async                    uintptr
 	moduleLoadData, moduleUnload, moduleGetFunction, launchKernel                        uintptr
+	funcGetAttribute                                                                     uintptr
 	getErrorName, getErrorString                                                         uintptr
 }
 
@@ -81,143 +77,11 @@ func loadLibs() (*libs, error) {
 	return libsVal, libsErr
 }
 
-// libDirs are the directories of LibPathEnv, in order.
-func libDirs() []string {
-	var dirs []string
-	for _, d := range strings.Split(os.Getenv(LibPathEnv), ":") {
-		if d != "" {
-			dirs = append(dirs, d)
-		}
-	}
-	return dirs
-}
-
-// candidates are the paths dlopenFirst tries for name: name in each of
-// dirs, then name alone (the dynamic linker's search).
-func candidates(dirs []string, name string) []string {
-	var c []string
-	for _, d := range dirs {
-		c = append(c, filepath.Join(d, name))
-	}
-	return append(c, name)
-}
-
-// dlopenFirst opens the first of names that loads, looking in the
-// directories of LibPathEnv first; accept, when not nil, may refuse a
-// library that loaded (with the reason). The error lists what was tried.
+// dlopenFirst opens the first of names that loads, by cudalib's rule;
+// accept, when not nil, may refuse a library that loaded (with the reason).
 func dlopenFirst(what, hint string, names []string, accept func(h uintptr, path string) error) (uintptr, string, error) {
-	dirs := libDirs()
-	var tried, refused []string
-	var lastErr error
-	for _, name := range names {
-		for _, c := range candidates(dirs, name) {
-			h, err := dlopenWithCompanions(c)
-			if err != nil {
-				tried = append(tried, c)
-				lastErr = err
-				continue
-			}
-			if accept != nil {
-				if err := accept(h, c); err != nil {
-					purego.Dlclose(h)
-					refused = append(refused, err.Error())
-					continue
-				}
-			}
-			return h, c, nil
-		}
-	}
-	if len(refused) > 0 {
-		return 0, "", fmt.Errorf("cannot use %s: %s", what, strings.Join(refused, "; "))
-	}
-	return 0, "", fmt.Errorf("cannot load %s (tried %s; %v): %s", what, strings.Join(tried, ", "), lastErr, hint)
-}
-
-// dlopenWithCompanions opens path with RTLD_GLOBAL. A path with a
-// directory is a library found through LibPathEnv, whose directory the
-// dynamic linker does not search: the libraries it loads itself
-// (libcublasLt for cuBLAS, libnvrtc-builtins for NVRTC) are opened from the
-// same directory first, so that its own dlopen by name finds them loaded.
-func dlopenWithCompanions(path string) (uintptr, error) {
-	if dir, name := filepath.Split(path); dir != "" {
-		for _, c := range companions(dir, name) {
-			if _, err := purego.Dlopen(c, purego.RTLD_NOW|purego.RTLD_GLOBAL); err != nil {
-				return 0, fmt.Errorf("%s needs %s: %w", path, c, err)
-			}
-		}
-	}
-	return purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
-}
-
-// companionPrefix maps a library's name prefix to the library it loads at
-// run time from its own directory.
-var companionPrefix = map[string]string{
-	"libcublas.so": "libcublasLt.so",
-	"libnvrtc.so":  "libnvrtc-builtins.so",
-}
-
-// companions lists the files of dir that library name (e.g.
-// "libnvrtc.so.12") needs opened first: those of its companion with the
-// same major version (libnvrtc-builtins.so.12.4, libcublasLt.so.12), the
-// exact version first, newest first otherwise. A library without one in
-// dir needs none (its companion is elsewhere on the linker's path).
-func companions(dir, name string) []string {
-	for prefix, comp := range companionPrefix {
-		ver, ok := strings.CutPrefix(name, prefix)
-		if !ok || (ver != "" && ver[0] != '.') {
-			continue
-		}
-		major, _, _ := strings.Cut(strings.TrimPrefix(ver, "."), ".")
-		if major != "" {
-			major = "." + major
-		}
-		if exact := filepath.Join(dir, comp+ver); ver != "" && fileExists(exact) {
-			return []string{exact}
-		}
-		matches, _ := filepath.Glob(filepath.Join(dir, comp+major+"*"))
-		var found []string
-		for _, m := range matches {
-			rest := strings.TrimPrefix(filepath.Base(m), comp+major)
-			if rest == "" || rest[0] == '.' {
-				found = append(found, m)
-			}
-		}
-		sort.Slice(found, func(i, j int) bool { return versionLess(found[j], found[i]) })
-		if len(found) > 0 {
-			return found[:1]
-		}
-	}
-	return nil
-}
-
-func fileExists(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && !st.IsDir()
-}
-
-// versionLess orders library file names by their numeric version suffix
-// (libx.so.12.4 < libx.so.12.10).
-func versionLess(a, b string) bool {
-	va, vb := soVersion(a), soVersion(b)
-	for i := 0; i < min(len(va), len(vb)); i++ {
-		if va[i] != vb[i] {
-			return va[i] < vb[i]
-		}
-	}
-	return len(va) < len(vb)
-}
-
-func soVersion(path string) []int {
-	_, ver, _ := strings.Cut(filepath.Base(path), ".so")
-	var v []int
-	for _, f := range strings.Split(strings.TrimPrefix(ver, "."), ".") {
-		n, err := strconv.Atoi(f)
-		if err != nil {
-			break
-		}
-		v = append(v, n)
-	}
-	return v
+	h, f, err := cudalib.Open(what, hint, names, accept)
+	return h, f.Path, err
 }
 
 // bind resolves each symbol of h into its slot; optional ones may be absent.
@@ -248,6 +112,29 @@ func openLibs() (*libs, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := l.bindDriver(h, name); err != nil {
+		return nil, err
+	}
+	h, name, err = dlopenFirst("cuBLAS", "install the CUDA toolkit's cuBLAS, or pip's nvidia-cublas and add its lib directory to "+LibPathEnv+" or LD_LIBRARY_PATH", cublasNames, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.blas.bind(h, name); err != nil {
+		return nil, err
+	}
+	var driver int32
+	if err := l.cuErr("cuDriverGetVersion", call(l.cu.driverGetVersion, uintptr(unsafe.Pointer(&driver)))); err != nil {
+		return nil, err
+	}
+	if err := l.nvrtc.open(int(driver), l.deviceArchs()); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// bindDriver resolves the driver's entry points in h (library name) and
+// calls cuInit.
+func (l *libs) bindDriver(h uintptr, name string) error {
 	cu := &l.cu
 	if err := bind(h, name, map[string]*uintptr{
 		"cuInit": &cu.init, "cuDriverGetVersion": &cu.driverGetVersion,
@@ -256,69 +143,93 @@ func openLibs() (*libs, error) {
 		"cuDevicePrimaryCtxRetain": &cu.primaryCtxRetain, "cuDevicePrimaryCtxRelease_v2": &cu.primaryCtxRelease,
 		"cuCtxSetCurrent": &cu.ctxSetCurrent,
 		"cuStreamCreate":  &cu.streamCreate, "cuStreamDestroy_v2": &cu.streamDestroy,
-		"cuStreamSynchronize": &cu.streamSynchronize,
-		"cuMemAlloc_v2":       &cu.memAlloc, "cuMemFree_v2": &cu.memFree,
+		"cuStreamSynchronize": &cu.streamSynchronize, "cuStreamQuery": &cu.streamQuery,
+		"cuMemAlloc_v2": &cu.memAlloc, "cuMemFree_v2": &cu.memFree,
 		"cuMemAllocHost_v2": &cu.memAllocHost, "cuMemFreeHost": &cu.memFreeHost,
 		"cuMemGetInfo_v2":      &cu.memGetInfo,
 		"cuMemcpyHtoDAsync_v2": &cu.memcpyHtoDAsync, "cuMemcpyDtoHAsync_v2": &cu.memcpyDtoHAsync,
 		"cuMemcpyDtoDAsync_v2": &cu.memcpyDtoDAsync, "cuMemsetD32Async": &cu.memsetD32Async,
 		"cuModuleLoadData": &cu.moduleLoadData, "cuModuleUnload": &cu.moduleUnload,
 		"cuModuleGetFunction": &cu.moduleGetFunction, "cuLaunchKernel": &cu.launchKernel,
-		"cuGetErrorName": &cu.getErrorName, "cuGetErrorString": &cu.getErrorString,
+		"cuFuncGetAttribute": &cu.funcGetAttribute,
+		"cuGetErrorName":     &cu.getErrorName, "cuGetErrorString": &cu.getErrorString,
 	}); err != nil {
-		return nil, err
+		return err
 	}
-	if err := l.cuErr("cuInit", call(cu.init, 0)); err != nil {
-		return nil, err
-	}
+	return l.cuErr("cuInit", call(cu.init, 0))
+}
 
-	h, name, err = dlopenFirst("cuBLAS", "install the CUDA toolkit's cuBLAS, or pip's nvidia-cublas and add its lib directory to "+LibPathEnv+" or LD_LIBRARY_PATH", cublasNames, nil)
-	if err != nil {
-		return nil, err
-	}
-	b := &l.blas
+// bind resolves cuBLAS's entry points in h (library name).
+func (b *blasAPI) bind(h uintptr, name string) error {
 	b.name = name
-	if err := bind(h, name, map[string]*uintptr{
+	return bind(h, name, map[string]*uintptr{
 		"cublasCreate_v2": &b.create, "cublasDestroy_v2": &b.destroy,
 		"cublasSetStream_v2": &b.setStream, "cublasSetMathMode": &b.setMathMode,
 		"cublasGetVersion_v2": &b.getVersion,
 		"cublasGemmEx":        &b.gemmEx, "cublasGemmStridedBatchedEx": &b.gemmStridedBatchedEx,
 		"cublasGetStatusName": &b.getStatusName, "cublasGetStatusString": &b.getStatusString,
-	}, "cublasGetStatusName", "cublasGetStatusString"); err != nil {
-		return nil, err
-	}
+	}, "cublasGetStatusName", "cublasGetStatusString")
+}
 
-	var driver int32
-	if err := l.cuErr("cuDriverGetVersion", call(cu.driverGetVersion, uintptr(unsafe.Pointer(&driver)))); err != nil {
-		return nil, err
+// deviceArchs are the architectures ("sm_70") of the visible devices, in
+// no order, each once; nil when the driver cannot say.
+func (l *libs) deviceArchs() []string {
+	var n int32
+	if call(l.cu.deviceGetCount, uintptr(unsafe.Pointer(&n))) != 0 {
+		return nil
 	}
-	if err := l.nvrtc.open(int(driver)); err != nil {
-		return nil, err
+	seen := map[string]bool{}
+	var archs []string
+	for i := range int(n) {
+		var dev, major, minor int32
+		if call(l.cu.deviceGet, uintptr(unsafe.Pointer(&dev)), uintptr(i)) != 0 ||
+			call(l.cu.deviceGetAttribute, uintptr(unsafe.Pointer(&major)), attrCCMajor, uintptr(dev)) != 0 ||
+			call(l.cu.deviceGetAttribute, uintptr(unsafe.Pointer(&minor)), attrCCMinor, uintptr(dev)) != 0 {
+			continue
+		}
+		if a := fmt.Sprintf("sm_%d%d", major, minor); !seen[a] {
+			seen[a] = true
+			archs = append(archs, a)
+		}
 	}
-	return l, nil
+	return archs
 }
 
 // nvrtcHint says where NVRTC comes from.
 const nvrtcHint = "install the CUDA toolkit's NVRTC, or pip's nvidia-cuda-nvrtc and add its lib directory to " + LibPathEnv + " or LD_LIBRARY_PATH"
 
-// open loads the newest NVRTC whose kernels a driver of version driver
-// (cuDriverGetVersion's 1000*major+10*minor; 0: any) can load: a CUBIN
-// from a newer major release than the driver's does not load, so a
-// libnvrtc.so.13 beside a 12.x driver is passed over for an older one, and
-// the error says so when there is none.
-func (n *nvrtcAPI) open(driver int) error {
+// open loads the newest NVRTC that compiles for every arch of need and
+// whose kernels a driver of version driver (cuDriverGetVersion's
+// 1000*major+10*minor; 0: any) can load; nvrtcFits says why one is passed
+// over, and the error lists those reasons when none is left.
+func (n *nvrtcAPI) open(driver int, need []string) error {
 	accept := func(h uintptr, path string) error {
 		if err := n.bind(h, path); err != nil {
 			return err
 		}
-		if driver > 0 && n.major > driver/1000 {
-			return fmt.Errorf("%s is NVRTC %d.%d but the driver supports CUDA %d.%d, and kernels compiled by a newer major release do not load: install NVRTC %d (pip's nvidia-cuda-nvrtc-cu%d) or a newer driver",
-				path, n.major, n.minor, driver/1000, driver%1000/10, driver/1000, driver/1000)
-		}
-		return nil
+		return nvrtcFits(path, n.major, n.minor, n.archs(), driver, need)
 	}
 	_, _, err := dlopenFirst("NVRTC", nvrtcHint, nvrtcNames, accept)
 	return err
+}
+
+// nvrtcFits says why the NVRTC at path (version major.minor, compiling for
+// the archs known; nil: it cannot say) does not serve a driver of version
+// driver and devices of the archs need, or nil when it does. A CUBIN from
+// a newer major release than the driver's does not load, so libnvrtc.so.13
+// beside a 12.x driver is passed over for an older one; CUDA 13's NVRTC
+// has no sm_70, so on a V100 it is passed over for CUDA 12's.
+func nvrtcFits(path string, major, minor int, known []string, driver int, need []string) error {
+	if driver > 0 && major > driver/1000 {
+		return fmt.Errorf("%s is NVRTC %d.%d but the driver supports CUDA %d.%d, and kernels compiled by a newer major release do not load: install NVRTC %d (pip's nvidia-cuda-nvrtc-cu%d) or a newer driver",
+			path, major, minor, driver/1000, driver%1000/10, driver/1000, driver/1000)
+	}
+	for _, a := range need {
+		if err := archError(fmt.Sprintf("%s (NVRTC %d.%d)", path, major, minor), a, known); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // bind resolves NVRTC's entry points in h and reads its version.
@@ -470,6 +381,11 @@ func DeviceCount() (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	return l.deviceCount()
+}
+
+// deviceCount is cuDeviceGetCount's answer.
+func (l *libs) deviceCount() (int, error) {
 	var n int32
 	if err := l.cuErr("cuDeviceGetCount", call(l.cu.deviceGetCount, uintptr(unsafe.Pointer(&n)))); err != nil {
 		return 0, err

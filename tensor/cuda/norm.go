@@ -28,7 +28,9 @@ func (d *Device) SumSquaresEach(out *tensor.Tensor, ts ...*tensor.Tensor) {
 			live = append(live, t)
 		}
 	}
-	d.enter()
+	if d.enter() != nil {
+		return
+	}
 	defer d.leave()
 	d.fail(d.l.cuErr("cuMemsetD32Async", call(d.l.cu.memsetD32Async, out.Ptr(), 0, uintptr(out.Len()), d.stream)))
 	part, counts, err := d.sumPartialsEach("sum_squares_f32", live)
@@ -66,7 +68,9 @@ func (d *Device) ClipNorm(out, sq *tensor.Tensor, clip float64) {
 	if out.Len() != 3 || sq.Len()%2 != 0 {
 		panic(fmt.Sprintf("tensor.ClipNorm: out %v must have 3 elements and sq %v pairs", out, sq))
 	}
-	d.enter()
+	if d.enter() != nil {
+		return
+	}
 	defer d.leave()
 	d.launch("clip_norm_f64", dim3{1, 1, 1}, dim3{1, 1, 1}, tp(out), tp(sq), i64(sq.Len()/2), f64(clip))
 }

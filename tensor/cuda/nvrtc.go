@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"unsafe"
 
@@ -110,7 +111,25 @@ func (n *nvrtcAPI) archs() []string {
 // checkArch says exactly why NVRTC cannot compile for arch, or nil when
 // it can (or cannot say).
 func (n *nvrtcAPI) checkArch(arch string) error {
-	known := n.archs()
+	return archError(fmt.Sprintf("%s (NVRTC %d.%d)", n.name, n.major, n.minor), arch, n.archs())
+}
+
+// archNumber is the number of "sm_XY" (70 for sm_70, 100 for sm_100), -1
+// for anything else.
+func archNumber(arch string) int {
+	v, err := strconv.Atoi(strings.TrimPrefix(arch, "sm_"))
+	if err != nil || !strings.HasPrefix(arch, "sm_") {
+		return -1
+	}
+	return v
+}
+
+// archError says why an NVRTC (who) that compiles for the archs known
+// cannot compile for arch, or nil when it can (or known is nil: it cannot
+// say). An arch older than the oldest it knows was dropped (CUDA 13's
+// NVRTC starts at sm_75, without Volta's sm_70): an older NVRTC still has
+// it. An arch newer than the newest came after this NVRTC.
+func archError(who, arch string, known []string) error {
 	if known == nil {
 		return nil
 	}
@@ -119,8 +138,29 @@ func (n *nvrtcAPI) checkArch(arch string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%s (NVRTC %d.%d) cannot compile for %s: it knows %s to %s; %s needs a newer NVRTC (sm_90 came with CUDA 11.8)",
-		n.name, n.major, n.minor, arch, known[0], known[len(known)-1], arch)
+	oldest, newest := known[0], known[len(known)-1]
+	switch v := archNumber(arch); {
+	case v >= 0 && v < archNumber(oldest):
+		return fmt.Errorf("%s cannot compile for %s: it compiles %s to %s, having dropped the older archs; use an older NVRTC that still has %s (CUDA 12's, pip's nvidia-cuda-nvrtc-cu12, compiles sm_50 to sm_90 and later)",
+			who, arch, oldest, newest, arch)
+	case v > archNumber(newest):
+		return fmt.Errorf("%s cannot compile for %s: it compiles %s to %s; %s needs a newer NVRTC (sm_90 came with CUDA 11.8)",
+			who, arch, oldest, newest, arch)
+	}
+	return fmt.Errorf("%s cannot compile for %s: it compiles %s", who, arch, strings.Join(known, " "))
+}
+
+// splitArchs divides want into the archs an NVRTC that compiles for known
+// can compile (all of want when known is nil) and, for the others, why not.
+func splitArchs(who string, want, known []string) (compile []string, skipped []error) {
+	for _, a := range want {
+		if err := archError(who, a, known); err != nil {
+			skipped = append(skipped, err)
+			continue
+		}
+		compile = append(compile, a)
+	}
+	return compile, skipped
 }
 
 // compileNVRTC compiles src for arch (sm_XY) into a CUBIN.

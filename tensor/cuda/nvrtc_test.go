@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -91,4 +92,62 @@ func TestUnavailableSaysWhy(t *testing.T) {
 		t.Fatal("Open succeeded where Available is false")
 	}
 	t.Logf("CUDA unavailable: %v", err)
+}
+
+// The arch rule on the arch lists NVRTC 11.2, 12.8 and 13.0 report
+// (nvrtcGetSupportedArchs): what each compiles, what it skips and why,
+// and which NVRTC a V100 or an H100 beside a given driver takes.
+func TestArchRule(t *testing.T) {
+	var (
+		nvrtc112 = []string{"sm_35", "sm_37", "sm_50", "sm_52", "sm_53", "sm_60", "sm_61", "sm_62", "sm_70", "sm_72", "sm_75", "sm_80", "sm_86"}
+		nvrtc128 = []string{"sm_50", "sm_52", "sm_53", "sm_60", "sm_61", "sm_62", "sm_70", "sm_72", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_100", "sm_101", "sm_120"}
+		nvrtc130 = []string{"sm_75", "sm_80", "sm_86", "sm_87", "sm_88", "sm_89", "sm_90", "sm_100", "sm_103", "sm_110", "sm_120", "sm_121"}
+	)
+	want := []string{"sm_70", "sm_80", "sm_90"}
+	for _, c := range []struct {
+		name    string
+		known   []string
+		compile string
+		why     []string // a phrase of each skip's reason, in order
+	}{
+		{"11.2", nvrtc112, "sm_70 sm_80", []string{"sm_90 needs a newer NVRTC"}},
+		{"12.8", nvrtc128, "sm_70 sm_80 sm_90", nil},
+		{"13.0", nvrtc130, "sm_80 sm_90", []string{"dropped the older archs; use an older NVRTC that still has sm_70"}},
+		{"unknown", nil, "sm_70 sm_80 sm_90", nil},
+	} {
+		compile, skipped := splitArchs("NVRTC "+c.name, want, c.known)
+		if got := strings.Join(compile, " "); got != c.compile {
+			t.Errorf("NVRTC %s compiles %q, want %q", c.name, got, c.compile)
+		}
+		if len(skipped) != len(c.why) {
+			t.Errorf("NVRTC %s skips %v, want %d", c.name, skipped, len(c.why))
+			continue
+		}
+		for i, err := range skipped {
+			if !strings.Contains(err.Error(), c.why[i]) {
+				t.Errorf("NVRTC %s: %v, want it to say %q", c.name, err, c.why[i])
+			}
+		}
+	}
+	// A V100 passes over CUDA 13's NVRTC for CUDA 12's; an H100 takes 13
+	// where the driver is 13 (580), not where it is 12.4 (550).
+	for _, c := range []struct {
+		major  int
+		known  []string
+		driver int
+		need   []string
+		why    string // "" when it fits
+	}{
+		{13, nvrtc130, 13000, []string{"sm_70"}, "use an older NVRTC"},
+		{12, nvrtc128, 13000, []string{"sm_70"}, ""},
+		{13, nvrtc130, 13000, []string{"sm_90"}, ""},
+		{13, nvrtc130, 12040, []string{"sm_90"}, "newer major release"},
+		{13, nvrtc130, 13000, []string{"sm_90", "sm_70"}, "sm_70"},
+		{11, nvrtc112, 13000, nil, ""},
+	} {
+		err := nvrtcFits("libnvrtc.so", c.major, 0, c.known, c.driver, c.need)
+		if (err == nil) != (c.why == "") || err != nil && !strings.Contains(err.Error(), c.why) {
+			t.Errorf("NVRTC %d, driver %d, devices %v: %v, want %q", c.major, c.driver, c.need, err, c.why)
+		}
+	}
 }

@@ -1,0 +1,572 @@
+// sim.cpp: a CPU stand-in for libcuda, cuBLAS and NVRTC, with the kernels
+// of tensor/cuda/kernels.cu compiled in (through cuda_cpu.h), built by
+// kernels_cpu_test.go into one shared library that the Go device opens
+// instead of the real ones. Every entry point the device binds is here,
+// with the real prototype; launches run at once (a stream is always
+// idle), memory is host memory. GEMMs are plain loops in float32.
+//
+// Built with -DKERNEL_LIST='"list.h"' naming a file of HPCRUN_KERNEL(name)
+// lines (the Go side's kernels table) and kernels.cu on the include path.
+#include "cuda_cpu.h"
+
+#include <ucontext.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+// hpcrun_mut selects a planted mutation of a mutated kernels.cu (0: none).
+extern "C" {
+int hpcrun_mut = 0;
+}
+
+#include "kernels.cu"
+
+// Switching fibers: on x86-64 a few instructions that save the
+// callee-saved registers on the old stack and restore them from the new
+// one (swapcontext also saves the signal mask, a system call each time,
+// which made the check several times slower); elsewhere ucontext.
+#if defined(__x86_64__)
+#define CPUSIM_FAST_SWITCH 1
+// cpusim_switch saves the stack pointer at *save and resumes the stack
+// at load (as cpusim_switch left it, or as new_stack prepared it).
+extern "C" void cpusim_switch(void** save, void* load);
+asm(R"(
+    .text
+    .globl cpusim_switch
+    .type cpusim_switch, @function
+cpusim_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size cpusim_switch, .-cpusim_switch
+    .section .note.GNU-stack,"",@progbits
+    .text
+)");
+#endif
+
+namespace cpusim {
+
+const int kStack = 64 << 10;
+
+struct Fiber {
+    void* sp;  // CPUSIM_FAST_SWITCH: the saved stack pointer
+    ucontext_t ctx;
+    uint3 tid;
+    int linear = 0;
+    bool done = false;
+    int waitKind = 0;  // 0 runnable, 1 block barrier, 2 warp barrier
+    unsigned long waitGen = 0;
+};
+
+struct Block {
+    uint3 bid, bdim, gdim;
+    int nthreads = 0, live = 0;
+    std::vector<Fiber>* fibers;
+    void* schedSP;
+    ucontext_t sched;
+    int arrived = 0;
+    unsigned long gen = 0;
+    std::vector<int> warpArrived, warpLive;
+    std::vector<unsigned long> warpGen;
+    std::vector<uint64_t> shflBuf;
+    void (*body)(void**);
+    void** params;
+    const char* error = nullptr;
+};
+
+thread_local Block* cur_block;
+thread_local Fiber* cur_fiber;
+
+const uint3& thread_idx() { return cur_fiber->tid; }
+const uint3& block_idx() { return cur_block->bid; }
+const uint3& block_dim() { return cur_block->bdim; }
+const uint3& grid_dim() { return cur_block->gdim; }
+
+// to_scheduler leaves the running fiber for its block's scheduler.
+static void to_scheduler() {
+#if CPUSIM_FAST_SWITCH
+    cpusim_switch(&cur_fiber->sp, cur_block->schedSP);
+#else
+    swapcontext(&cur_fiber->ctx, &cur_block->sched);
+#endif
+}
+
+// to_fiber resumes fiber f from the scheduler.
+static void to_fiber(Block* b, Fiber* f) {
+    cur_fiber = f;
+#if CPUSIM_FAST_SWITCH
+    cpusim_switch(&b->schedSP, f->sp);
+#else
+    swapcontext(&b->sched, &f->ctx);
+#endif
+}
+
+[[noreturn]] void fail(const char* msg) {
+    cur_block->error = msg;
+    cur_fiber->done = true;
+    to_scheduler();
+    std::abort();
+}
+
+static void wait_here(int kind, unsigned long gen) {
+    cur_fiber->waitKind = kind;
+    cur_fiber->waitGen = gen;
+    to_scheduler();
+}
+
+void syncthreads() {
+    Block* b = cur_block;
+    unsigned long g = b->gen;
+    if (++b->arrived == b->live) {
+        b->arrived = 0;
+        b->gen++;
+        return;
+    }
+    wait_here(1, g);
+}
+
+static void warp_barrier(int w) {
+    Block* b = cur_block;
+    unsigned long g = b->warpGen[w];
+    if (++b->warpArrived[w] == b->warpLive[w]) {
+        b->warpArrived[w] = 0;
+        b->warpGen[w]++;
+        return;
+    }
+    wait_here(2, g);
+}
+
+uint64_t shfl(uint64_t v, int lane_mask) {
+    Block* b = cur_block;
+    int w = cur_fiber->linear / 32, lane = cur_fiber->linear % 32;
+    if (b->warpLive[w] != 32 || std::min(32, b->nthreads - w * 32) != 32)
+        fail("__shfl_xor_sync with a full mask in a warp that is not whole");
+    b->shflBuf[cur_fiber->linear] = v;
+    warp_barrier(w);
+    uint64_t r = b->shflBuf[w * 32 + (lane ^ lane_mask)];
+    warp_barrier(w);
+    return r;
+}
+
+static void fiber_main() {
+    cur_block->body(cur_block->params);
+    Block* b = cur_block;
+    Fiber* f = cur_fiber;
+    f->done = true;
+    b->live--;
+    b->warpLive[f->linear / 32]--;
+    // A barrier that waited only on this thread is complete now.
+    if (b->arrived > 0 && b->arrived == b->live) {
+        b->arrived = 0;
+        b->gen++;
+    }
+    int w = f->linear / 32;
+    if (b->warpArrived[w] > 0 && b->warpArrived[w] == b->warpLive[w]) {
+        b->warpArrived[w] = 0;
+        b->warpGen[w]++;
+    }
+#if CPUSIM_FAST_SWITCH
+    to_scheduler();  // never resumed
+    std::abort();
+#endif
+}
+
+#if CPUSIM_FAST_SWITCH
+// new_stack prepares the stack [base, base+size) so that cpusim_switch to
+// the returned pointer starts fiber_main as if called: six zero registers
+// to pop, then fiber_main's address for ret, then a null return address.
+static void* new_stack(char* base, size_t size) {
+    uintptr_t top = ((uintptr_t)base + size) & ~(uintptr_t)15;
+    void** sp = (void**)top;
+    *--sp = nullptr;
+    *--sp = (void*)&fiber_main;
+    for (int i = 0; i < 6; i++) *--sp = nullptr;
+    return sp;
+}
+#endif
+
+// Per OS thread: fiber stacks, reused across blocks.
+struct Worker {
+    std::vector<Fiber> fibers;
+    std::vector<char*> stacks;
+    ~Worker() {
+        for (char* s : stacks) free(s);
+    }
+};
+
+static bool runnable(Block* b, Fiber& f) {
+    if (f.done) return false;
+    if (f.waitKind == 1) return b->gen != f.waitGen;
+    if (f.waitKind == 2) return b->warpGen[f.linear / 32] != f.waitGen;
+    return true;
+}
+
+// run_block runs one block; it returns an error message or null.
+static const char* run_block(Worker& wk, uint3 bid, uint3 bdim, uint3 gdim, void (*body)(void**), void** params) {
+    Block b;
+    b.bid = bid, b.bdim = bdim, b.gdim = gdim;
+    b.nthreads = b.live = bdim.x * bdim.y * bdim.z;
+    int nwarps = (b.nthreads + 31) / 32;
+    b.warpArrived.assign(nwarps, 0);
+    b.warpGen.assign(nwarps, 0);
+    b.warpLive.assign(nwarps, 0);
+    b.shflBuf.assign(nwarps * 32, 0);
+    b.body = body, b.params = params;
+    wk.fibers.resize(b.nthreads);
+    while ((int)wk.stacks.size() < b.nthreads) wk.stacks.push_back((char*)malloc(kStack));
+    b.fibers = &wk.fibers;
+    cur_block = &b;
+    for (int i = 0; i < b.nthreads; i++) {
+        Fiber& f = wk.fibers[i];
+        f = Fiber();
+        f.linear = i;
+        f.tid = uint3{(unsigned)(i % bdim.x), (unsigned)(i / bdim.x % bdim.y), (unsigned)(i / (bdim.x * bdim.y))};
+        b.warpLive[i / 32]++;
+#if CPUSIM_FAST_SWITCH
+        f.sp = new_stack(wk.stacks[i], kStack);
+#else
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = wk.stacks[i];
+        f.ctx.uc_stack.ss_size = kStack;
+        f.ctx.uc_link = &b.sched;
+        makecontext(&f.ctx, fiber_main, 0);
+#endif
+    }
+    for (;;) {
+        bool any = false, progress = false;
+        for (int i = 0; i < b.nthreads && !b.error; i++) {
+            Fiber& f = wk.fibers[i];
+            if (f.done) continue;
+            any = true;
+            if (!runnable(&b, f)) continue;
+            progress = true;
+            f.waitKind = 0;
+            to_fiber(&b, &f);
+        }
+        if (b.error) return b.error;
+        if (!any) return nullptr;
+        if (!progress) return "deadlock: threads wait at a barrier that the others never reach";
+    }
+}
+
+// The kernel table: name, and a body that unpacks cuLaunchKernel's
+// parameter pointers into the kernel's typed arguments.
+template <class... A, size_t... I>
+static void call_with(void (*k)(A...), void** p, std::index_sequence<I...>) {
+    k(*static_cast<std::remove_reference_t<A>*>(p[I])...);
+}
+
+template <auto K>
+static void body(void** p) {
+    auto k = K;
+    [&]<class... A>(void (*f)(A...)) { call_with(f, p, std::index_sequence_for<A...>{}); }(k);
+}
+
+struct Kernel {
+    const char* name;
+    void (*body)(void**);
+    std::atomic<long> launches{0};
+};
+
+static Kernel table[] = {
+#define HPCRUN_KERNEL(n) {#n, body<n>},
+#include KERNEL_LIST
+#undef HPCRUN_KERNEL
+};
+const int ntable = sizeof(table) / sizeof(table[0]);
+
+static std::string last_error;
+static std::mutex mu;
+
+}  // namespace cpusim
+
+using namespace cpusim;
+
+typedef int CUresult;
+static char sim_module;
+static int max_threads = 1024;  // what cuFuncGetAttribute says a kernel can run
+static std::atomic<int> stuck{0};  // the stream never drains (a peer that never posts)  // the address cuModuleLoadData returns
+
+extern "C" {
+
+// --- test hooks ---
+
+// hpcrun_sim_launches is how many times kernel name was launched (-1: no such kernel).
+long hpcrun_sim_launches(const char* name) {
+    for (int i = 0; i < ntable; i++)
+        if (!strcmp(table[i].name, name)) return table[i].launches.load();
+    return -1;
+}
+
+// hpcrun_sim_set_max_threads sets what cuFuncGetAttribute says of every
+// kernel's largest block (as registers would limit it).
+void hpcrun_sim_set_max_threads(int n) { max_threads = n; }
+
+// hpcrun_sim_set_stuck makes the stream never drain (1) or drain (0), as
+// when an NCCL kernel waits for a peer that never posts its call.
+void hpcrun_sim_set_stuck(int v) { stuck = v; }
+
+// hpcrun_sim_set_mut selects planted mutation m of a mutated kernels.cu.
+void hpcrun_sim_set_mut(int m) { hpcrun_mut = m; }
+
+// --- driver ---
+
+static const char* names[] = {"CUDA_SUCCESS", "CUDA_ERROR_INVALID_VALUE", "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_NOT_FOUND"};
+
+CUresult cuInit(unsigned) { return 0; }
+CUresult cuDriverGetVersion(int* v) {
+    *v = 13000;
+    return 0;
+}
+CUresult cuDeviceGetCount(int* n) {
+    *n = 1;
+    return 0;
+}
+CUresult cuDeviceGet(int* d, int ord) {
+    if (ord != 0) return 101;
+    *d = 0;
+    return 0;
+}
+CUresult cuDeviceGetName(char* name, int len, int) {
+    snprintf(name, len, "hpcrun CPU simulation");
+    return 0;
+}
+CUresult cuDeviceGetAttribute(int* v, int attr, int) {
+    switch (attr) {
+    case 16:  // multiprocessors: few, so grids are small and loops stride
+        *v = 2;
+        return 0;
+    case 75:
+        *v = 9;
+        return 0;
+    case 76:
+        *v = 0;
+        return 0;
+    }
+    return 1;
+}
+CUresult cuDevicePrimaryCtxRetain(void** ctx, int) {
+    *ctx = &sim_module;
+    return 0;
+}
+CUresult cuDevicePrimaryCtxRelease_v2(int) { return 0; }
+CUresult cuCtxSetCurrent(void*) { return 0; }
+CUresult cuStreamCreate(void** s, unsigned) {
+    *s = &sim_module;
+    return 0;
+}
+CUresult cuStreamDestroy_v2(void*) { return 0; }
+CUresult cuStreamSynchronize(void*) { return 0; }
+CUresult cuStreamQuery(void*) { return stuck ? 600 : 0; }  // CUDA_ERROR_NOT_READY
+CUresult cuMemAlloc_v2(void** p, size_t n) {
+    *p = aligned_alloc(256, (n + 255) / 256 * 256);
+    return *p ? 0 : 2;
+}
+CUresult cuMemFree_v2(void* p) {
+    free(p);
+    return 0;
+}
+CUresult cuMemAllocHost_v2(void** p, size_t n) { return cuMemAlloc_v2(p, n); }
+CUresult cuMemFreeHost(void* p) { return cuMemFree_v2(p); }
+CUresult cuMemGetInfo_v2(size_t* free_, size_t* total) {
+    *free_ = *total = size_t(16) << 30;
+    return 0;
+}
+CUresult cuMemcpyHtoDAsync_v2(void* d, const void* s, size_t n, void*) {
+    memcpy(d, s, n);
+    return 0;
+}
+CUresult cuMemcpyDtoHAsync_v2(void* d, const void* s, size_t n, void*) {
+    memcpy(d, s, n);
+    return 0;
+}
+CUresult cuMemcpyDtoDAsync_v2(void* d, const void* s, size_t n, void*) {
+    memmove(d, s, n);
+    return 0;
+}
+CUresult cuMemsetD32Async(void* d, unsigned v, size_t n, void*) {
+    std::fill_n((unsigned*)d, n, v);
+    return 0;
+}
+CUresult cuModuleLoadData(void** m, const void* image) {
+    if (memcmp(image, "HPCRUN-CPUSIM", 13) != 0) return 200;  // CUDA_ERROR_INVALID_IMAGE
+    *m = &sim_module;
+    return 0;
+}
+CUresult cuModuleUnload(void*) { return 0; }
+CUresult cuModuleGetFunction(void** f, void*, const char* name) {
+    for (int i = 0; i < ntable; i++)
+        if (!strcmp(table[i].name, name)) {
+            *f = &table[i];
+            return 0;
+        }
+    return 500;  // CUDA_ERROR_NOT_FOUND
+}
+CUresult cuFuncGetAttribute(int* v, int attr, void*) {
+    *v = attr == 0 ? max_threads : 64;  // max threads a block; registers
+    return 0;
+}
+CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shmem, void*, void** params, void** extra) {
+    Kernel* k = (Kernel*)f;
+    if (shmem != 0 || extra != nullptr || bx * by * bz == 0 || bx * by * bz > 1024 || gx * gy * gz == 0) return 1;
+    k->launches++;
+    uint3 gdim{gx, gy, gz}, bdim{bx, by, bz};
+    long nblocks = (long)gx * gy * gz;
+    std::atomic<long> next{0};
+    std::string err;
+    std::mutex emu;
+    auto work = [&] {
+        Worker wk;
+        for (long i; (i = next.fetch_add(1)) < nblocks;) {
+            uint3 bid{(unsigned)(i % gx), (unsigned)(i / gx % gy), (unsigned)(i / ((long)gx * gy))};
+            if (const char* e = run_block(wk, bid, bdim, gdim, k->body, params)) {
+                std::lock_guard<std::mutex> l(emu);
+                err = std::string(k->name) + ": " + e;
+                next = nblocks;
+            }
+        }
+    };
+    int nw = (int)std::min<long>(nblocks, std::max(2u, std::min(4u, std::thread::hardware_concurrency())));
+    std::vector<std::thread> ws;
+    for (int i = 1; i < nw; i++) ws.emplace_back(work);
+    work();
+    for (auto& w : ws) w.join();
+    if (!err.empty()) {
+        std::lock_guard<std::mutex> l(mu);
+        last_error = err;
+        fprintf(stderr, "cpusim: %s\n", err.c_str());
+        return 719;  // CUDA_ERROR_LAUNCH_FAILED
+    }
+    return 0;
+}
+CUresult cuGetErrorName(int r, const char** s) {
+    *s = r == 0 ? names[0] : r == 1 ? names[1] : r == 719 ? names[2] : r == 500 ? names[3] : "CUDA_ERROR_UNKNOWN";
+    return 0;
+}
+CUresult cuGetErrorString(int r, const char** s) {
+    if (r == 719) {
+        std::lock_guard<std::mutex> l(mu);
+        *s = last_error.c_str();
+        return 0;
+    }
+    return cuGetErrorName(r, s);
+}
+
+// --- cuBLAS: column-major, as cuBLAS; float32 or bf16 operands, float32 sums ---
+
+static float load(const void* p, int type, long i) {
+    if (type == 0) return ((const float*)p)[i];
+    if (type == 14) {  // CUDA_R_16BF
+        uint32_t u = (uint32_t)((const uint16_t*)p)[i] << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    abort();
+}
+
+int cublasCreate_v2(void** h) {
+    *h = &sim_module;
+    return 0;
+}
+int cublasDestroy_v2(void*) { return 0; }
+int cublasSetStream_v2(void*, void*) { return 0; }
+int cublasSetMathMode(void*, int) { return 0; }
+int cublasGetVersion_v2(void*, int* v) {
+    *v = 130000;
+    return 0;
+}
+
+static int gemm(int ta, int tb, int m, int n, int k, const float* alpha, const void* A, int at, int lda, long sa,
+                const void* B, int bt, int ldb, long sb, const float* beta, float* C, int ct, int ldc, long sc, int batch) {
+    if (ct != 0 || (at != 0 && at != 14) || bt != at) return 7;  // CUBLAS_STATUS_INVALID_VALUE
+    for (int q = 0; q < batch; q++)
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) {
+                float s = 0;
+                for (int l = 0; l < k; l++) {
+                    float a = load(A, at, q * sa + (ta ? (long)i * lda + l : (long)l * lda + i));
+                    float b = load(B, bt, q * sb + (tb ? (long)l * ldb + j : (long)j * ldb + l));
+                    s += a * b;
+                }
+                float* c = C + q * sc + (long)j * ldc + i;
+                *c = *beta == 0 ? *alpha * s : *alpha * s + *beta * *c;
+            }
+    return 0;
+}
+
+int cublasGemmEx(void*, int ta, int tb, int m, int n, int k, const float* alpha, const void* A, int at, int lda,
+                 const void* B, int bt, int ldb, const float* beta, float* C, int ct, int ldc, int, int) {
+    return gemm(ta, tb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0, beta, C, ct, ldc, 0, 1);
+}
+int cublasGemmStridedBatchedEx(void*, int ta, int tb, int m, int n, int k, const float* alpha, const void* A, int at,
+                               int lda, long long sa, const void* B, int bt, int ldb, long long sb, const float* beta,
+                               float* C, int ct, int ldc, long long sc, int batch, int, int) {
+    return gemm(ta, tb, m, n, k, alpha, A, at, lda, sa, B, bt, ldb, sb, beta, C, ct, ldc, sc, batch);
+}
+const char* cublasGetStatusName(int) { return "CUBLAS_STATUS_INVALID_VALUE"; }
+const char* cublasGetStatusString(int) { return "invalid value (cpusim)"; }
+
+// --- NVRTC: "compiles" to an image that names the simulation ---
+
+static const char image[] = "HPCRUN-CPUSIM";
+int nvrtcVersion(int* major, int* minor) {
+    *major = 13, *minor = 0;
+    return 0;
+}
+static const int archs[] = {75, 80, 86, 89, 90, 100, 120};
+int nvrtcGetNumSupportedArchs(int* n) {
+    *n = sizeof(archs) / sizeof(archs[0]);
+    return 0;
+}
+int nvrtcGetSupportedArchs(int* a) {
+    memcpy(a, archs, sizeof(archs));
+    return 0;
+}
+int nvrtcCreateProgram(void** p, const char*, const char*, int, const char* const*, const char* const*) {
+    *p = &sim_module;
+    return 0;
+}
+int nvrtcDestroyProgram(void**) { return 0; }
+int nvrtcCompileProgram(void*, int, const char* const*) { return 0; }
+int nvrtcGetProgramLogSize(void*, size_t* n) {
+    *n = 1;
+    return 0;
+}
+int nvrtcGetProgramLog(void*, char* s) {
+    *s = 0;
+    return 0;
+}
+int nvrtcGetCUBINSize(void*, size_t* n) {
+    *n = sizeof(image);
+    return 0;
+}
+int nvrtcGetCUBIN(void*, char* out) {
+    memcpy(out, image, sizeof(image));
+    return 0;
+}
+int nvrtcGetPTXSize(void* p, size_t* n) { return nvrtcGetCUBINSize(p, n); }
+int nvrtcGetPTX(void* p, char* out) { return nvrtcGetCUBIN(p, out); }
+const char* nvrtcGetErrorString(int) { return "NVRTC_ERROR (cpusim)"; }
+
+}  // extern "C"
