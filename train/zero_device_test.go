@@ -60,10 +60,17 @@ func TestZeroDevicePathMatchesHost(t *testing.T) {
 			if run.collectives == 0 {
 				t.Fatal("no device collective ran: ZeRO-1 took the host path")
 			}
-			closeCurve(t, "device ZeRO-1 loss", got[0].Losses, "host ZeRO-1", want[0].Losses, 1e-6)
+			// One path: the same updates and norms to the bit. The language
+			// model's loss is summed on the device in float32 there (read
+			// once a step), as a float64 on the CPU: to float32's rounding.
+			if l.model == "gpt" {
+				closeCurve(t, "device ZeRO-1 loss", got[0].Losses, "host ZeRO-1", want[0].Losses, 1e-6)
+			} else {
+				bitIdentical(t, "device ZeRO-1 loss", got[0].Losses, "host ZeRO-1", want[0].Losses)
+			}
 			norms, syncs := stepLines(t, dir, 0)
 			hostNorms, _ := stepLines(t, hostDir, 0)
-			closeCurve(t, "device ZeRO-1 grad norm", norms, "host ZeRO-1", hostNorms, 1e-6)
+			bitIdentical(t, "device ZeRO-1 grad norm", norms, "host ZeRO-1", hostNorms)
 			for r, d := range devs {
 				if d.syncs != int64(cfg.Steps) {
 					t.Errorf("rank %d: %d reads of the norm in %d steps, want one a step", r, d.syncs, cfg.Steps)
@@ -265,10 +272,10 @@ func TestZeroDeviceBuckets(t *testing.T) {
 	}
 	want, wantNorms := run(false)
 	got, gotNorms := run(true)
-	closeCurve(t, "device grad norm", gotNorms, "host", wantNorms, 1e-6)
+	bitIdentical(t, "device grad norm", gotNorms, "host", wantNorms)
 	for i := range want {
 		for j := range want[i] {
-			if d := math.Abs(float64(got[i][j] - want[i][j])); d > 1e-6 {
+			if got[i][j] != want[i][j] {
 				t.Errorf("parameter %d[%d] = %v on the device path, %v on the host path", i, j, got[i][j], want[i][j])
 			}
 		}
