@@ -20,6 +20,7 @@ type Group struct {
 	comm  nccl.Comm
 	dev   tensor.Device // the device whose tensors it moves (nil: each tensor's own)
 	stage [2][]float32  // host staging for devices whose memory is not host memory
+	alias []float32     // the input of an in-place gather or scatter, copied
 }
 
 // NewGroup wraps c (nil: the group of one rank, as is a nil *Group).
@@ -68,6 +69,27 @@ func (g *Group) host(t *tensor.Tensor, k int) (buf []float32, staged bool) {
 	buf = g.stage[k][:n]
 	t.Device().CopyToHost(buf, t)
 	return buf, true
+}
+
+// overlap reports whether a and b share memory.
+func overlap(a, b *tensor.Tensor) bool {
+	return a.Buffer() == b.Buffer() && a.Offset() < b.Offset()+b.Len() && b.Offset() < a.Offset()+a.Len()
+}
+
+// source is in's host slice for a collective into out: staged in slot 0,
+// or, when in lies inside out's memory (in place), a copy, since the host
+// collectives take separate buffers.
+func (g *Group) source(in, out *tensor.Tensor) []float32 {
+	src, staged := g.host(in, 0)
+	if staged || !overlap(in, out) {
+		return src
+	}
+	if cap(g.alias) < len(src) {
+		g.alias = make([]float32, len(src))
+	}
+	g.alias = g.alias[:len(src)]
+	copy(g.alias, src)
+	return g.alias
 }
 
 // put copies a staged host slice back into t.
@@ -138,7 +160,7 @@ func (g *Group) AllReduce(t *tensor.Tensor, op nccl.Op) error {
 // all-gather: rank r's in at block r).
 func (g *Group) AllGather(out, in *tensor.Tensor) error {
 	if g.Size() == 1 {
-		if out.Ptr() != in.Ptr() || out.Buffer() != in.Buffer() {
+		if out.Buffer() != in.Buffer() || out.Offset() != in.Offset() {
 			in.Device().Copy(out.View(0, in.Len()), in)
 		}
 		return nil
@@ -146,10 +168,7 @@ func (g *Group) AllGather(out, in *tensor.Tensor) error {
 	if dc, stream, ok := g.onDevice(in, out); ok {
 		return dc.AllGatherDevice(in.Ptr(), out.Ptr(), in.Len(), nccl.Float32, stream)
 	}
-	src, staged := g.host(in, 0)
-	if !staged {
-		src = append([]float32(nil), src...) // in may be a view of out
-	}
+	src := g.source(in, out)
 	dst, dstStaged := g.host(out, 1)
 	if err := g.comm.AllGather(src, dst); err != nil {
 		return err
@@ -163,16 +182,15 @@ func (g *Group) AllGather(out, in *tensor.Tensor) error {
 // (NCCL's in-place reduce-scatter).
 func (g *Group) ReduceScatter(out, in *tensor.Tensor, op nccl.Op) error {
 	if g.Size() == 1 {
-		in.Device().Copy(out, in.View(0, out.Len()))
+		if out.Buffer() != in.Buffer() || out.Offset() != in.Offset() {
+			in.Device().Copy(out, in.View(0, out.Len()))
+		}
 		return nil
 	}
 	if dc, stream, ok := g.onDevice(in, out); ok {
 		return dc.ReduceScatterDevice(in.Ptr(), out.Ptr(), out.Len(), nccl.Float32, op, stream)
 	}
-	src, staged := g.host(in, 0)
-	if !staged {
-		src = append([]float32(nil), src...) // out may be a view of in
-	}
+	src := g.source(in, out)
 	dst, dstStaged := g.host(out, 1)
 	if err := g.comm.ReduceScatter(src, dst, op); err != nil {
 		return err
@@ -241,7 +259,7 @@ func (g *Group) SendRecv(send, recv *tensor.Tensor, peer int) error {
 	return err
 }
 
-// allGatherCols gathers the (N, c) blocks of every rank into the columns of
+// AllGatherCols gathers the (N, c) blocks of every rank into the columns of
 // out (N, size*c): rank r's block lands in columns [r*c, (r+1)*c). scratch
 // is (size, N, c), the gathered blocks in rank order.
 func (g *Group) AllGatherCols(out, in, scratch *tensor.Tensor) error {
@@ -260,17 +278,12 @@ func (g *Group) AllGatherCols(out, in, scratch *tensor.Tensor) error {
 		}
 		return nil
 	}
-	src, staged := g.host(in, n)
-	if staged {
-		src = append([]float32(nil), src...)
-	}
-	dst, _ := g.host(scratch, scratch.Len())
+	src, _ := g.host(in, 0)
+	dst, staged := g.host(scratch, 1)
 	if err := g.comm.AllGather(src, dst); err != nil {
 		return err
 	}
-	if staged || scratch.Buffer().Host() == nil {
-		scratch.Device().CopyFromHost(scratch, dst)
-	}
+	put(scratch, dst, staged)
 	for r := 0; r < g.Size(); r++ {
 		copyCols(out, r*c, scratch.View(r*n, rows, c), 0, c)
 	}

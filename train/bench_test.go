@@ -1,11 +1,11 @@
 package train
 
 import (
-	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"testing"
 
 	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/train/config"
 )
 
 // BenchStep frees everything it allocates on the device it is given: the

@@ -2,13 +2,13 @@ package train
 
 import (
 	"fmt"
-	"github.com/hpcrun/hpcrun/train/config"
 	"strings"
 
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/tensor/cuda"
+	"github.com/hpcrun/hpcrun/train/config"
 )
 
 // CommBackend chooses the communication backend of a training task
@@ -111,10 +111,14 @@ func oneLine(s string) string {
 // comm timeout when world is an NCCL communicator, aborting the job with
 // an error that names the NCCL operation and the peer it waited on (a
 // live peer that never posts its call would otherwise hang the rank).
-func watchDeviceWaits(dev tensor.Device, world nccl.Comm) {
+// The returned func ends the watch (the device may outlive the run: a
+// caller's own).
+func watchDeviceWaits(dev tensor.Device, world nccl.Comm) (unwatch func()) {
 	d, ok := dev.(*cuda.Device)
 	w, ok2 := world.(cuda.WaitWatch)
-	if ok && ok2 {
-		d.WatchWaits(w)
+	if !ok || !ok2 {
+		return func() {}
 	}
+	d.WatchWaits(w)
+	return func() { d.WatchWaits(nil) }
 }

@@ -2,12 +2,12 @@ package train
 
 import (
 	"errors"
-	"github.com/hpcrun/hpcrun/train/config"
 	"strings"
 	"testing"
 
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/train/config"
 )
 
 // The comm path follows --comm and --device and what loads: nccl without

@@ -1,11 +1,12 @@
 package train
 
 import (
-	"github.com/hpcrun/hpcrun/train/config"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hpcrun/hpcrun/train/config"
 )
 
 func TestReadIMDb(t *testing.T) {

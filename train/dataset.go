@@ -2,10 +2,11 @@ package train
 
 import (
 	"fmt"
-	"github.com/hpcrun/hpcrun/train/config"
 	"math/rand/v2"
 	"slices"
 	"strings"
+
+	"github.com/hpcrun/hpcrun/train/config"
 )
 
 // Dataset is encoded samples of fixed length Seq, ready to batch. A

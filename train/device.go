@@ -2,10 +2,10 @@ package train
 
 import (
 	"fmt"
-	"github.com/hpcrun/hpcrun/train/config"
 
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/tensor/cuda"
+	"github.com/hpcrun/hpcrun/train/config"
 )
 
 // OpenDevice returns the device that kind (a config.Config.Device: auto, cpu or

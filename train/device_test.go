@@ -1,13 +1,13 @@
 package train
 
 import (
-	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"strings"
 	"testing"
 
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/tensor/cuda"
+	"github.com/hpcrun/hpcrun/train/config"
 )
 
 func TestOpenDevice(t *testing.T) {

@@ -3,7 +3,6 @@ package train
 import (
 	"context"
 	"fmt"
-	"github.com/hpcrun/hpcrun/train/config"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/train/config"
 )
 
 // A simulated device for the device-resident paths: CPU tensors with

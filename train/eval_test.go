@@ -2,11 +2,11 @@ package train
 
 import (
 	"fmt"
-	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"testing"
 
 	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/train/config"
 )
 
 // TestEvalIsExactMean checks that a validation pass reports the exact mean

@@ -3,7 +3,6 @@ package train
 import (
 	"context"
 	"encoding/json"
-	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/train/ckpt"
+	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/interop"
 )
 

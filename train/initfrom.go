@@ -2,10 +2,10 @@ package train
 
 import (
 	"fmt"
-	"github.com/hpcrun/hpcrun/train/config"
 	"os"
 	"path/filepath"
 
+	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/interop"
 )
 

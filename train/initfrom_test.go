@@ -2,7 +2,6 @@ package train
 
 import (
 	"fmt"
-	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/train/ckpt"
+	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/interop"
 )
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/hpcrun/hpcrun/train/config"
 	"io"
 	"math"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/ckpt"
+	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/metrics"
 )
 
@@ -128,11 +128,12 @@ type trainer struct {
 	dev     tensor.Device
 	data    *Data
 	model   model
-	opt     *AdamW    // the moments (replicated) or the hyperparameters (ZeRO-1)
-	optim   optimizer // replicated AdamW or ZeRO-1
-	zero    *ZeRO1    // --zero 1: optim
-	lm      deviceLM  // the model, when the step keeps its loss on the device (step.go)
-	pipe    *pipeline // pp > 1: this rank's pipeline stage
+	opt     *AdamW          // the moments (replicated) or the hyperparameters (ZeRO-1)
+	optim   optimizer       // replicated AdamW or ZeRO-1
+	zero    *ZeRO1          // --zero 1: optim
+	lm      deviceLM        // the model, when the step keeps its loss on the device (step.go)
+	dpGroup *parallel.Group // the data-parallel group, for the device-kept loss
+	pipe    *pipeline       // pp > 1: this rank's pipeline stage
 	sampler *Sampler
 	w       *metrics.Writer
 	log     io.Writer
@@ -149,6 +150,7 @@ type trainer struct {
 	host     string // names this machine in the run line
 	stop     <-chan struct{}
 	closeDev func() error // closes a device the trainer opened
+	unwatch  func()       // ends watchDeviceWaits
 	start    int          // optimizer steps done before this run (resumed)
 }
 
@@ -228,7 +230,7 @@ func newTrainer(cfg config.Config, world nccl.Comm, opt Options, w *metrics.Writ
 		return nil, err
 	}
 	t.mesh = mesh
-	watchDeviceWaits(t.dev, world)
+	t.unwatch = watchDeviceWaits(t.dev, world)
 	t.commNow = func() time.Duration {
 		d := t.mesh.TP.Stats().Total().Time + t.mesh.DP.Stats().Total().Time
 		if t.pipe != nil {
@@ -287,6 +289,7 @@ func newTrainer(cfg config.Config, world nccl.Comm, opt Options, w *metrics.Writ
 	}
 	t.opt.SetBetas(cfg.Adam())
 	var why string
+	t.dpGroup = parallel.NewDeviceGroup(t.mesh.DP, t.dev)
 	if t.lm, why = lossOnDevice(t.dev, t.model, t.pipe != nil); why != "" {
 		t.logf("%s", why)
 	}
@@ -315,6 +318,9 @@ func (t *trainer) close() {
 	}
 	// The mesh's NCCL communicators live in the device's context: they go
 	// first, then the device, whose Close reports what it could not free.
+	if t.unwatch != nil {
+		t.unwatch()
+	}
 	if t.mesh != nil {
 		t.mesh.Close()
 	}

@@ -2,12 +2,12 @@ package train
 
 import (
 	"fmt"
-	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/train/config"
 )
 
 // model is what the training loop drives: one rank's shard of a network

@@ -2,13 +2,13 @@ package train
 
 import (
 	"fmt"
-	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"time"
 
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/train/config"
 )
 
 // pipeline runs one stage of a pipeline-parallel model (pp > 1) through

@@ -1,10 +1,11 @@
 package train
 
 import (
-	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"slices"
 	"testing"
+
+	"github.com/hpcrun/hpcrun/train/config"
 )
 
 func TestSamplerDisjointAndComplete(t *testing.T) {

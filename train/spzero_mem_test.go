@@ -1,13 +1,13 @@
 package train
 
 import (
-	"github.com/hpcrun/hpcrun/train/config"
 	"os"
 	"testing"
 
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/metrics"
 )
 

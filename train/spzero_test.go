@@ -2,7 +2,6 @@ package train
 
 import (
 	"fmt"
-	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/ckpt"
+	"github.com/hpcrun/hpcrun/train/config"
 )
 
 // TestSPZeroLossCurves trains the same model from the same seed on the

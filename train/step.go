@@ -2,13 +2,13 @@ package train
 
 import (
 	"fmt"
-	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"time"
 
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/metrics"
 )
 
@@ -168,7 +168,7 @@ func (t *trainer) update(lr float64) error {
 func (t *trainer) readScalars(loss float64) (norm, mean float64, err error) {
 	g := t.optim.gradNorm()
 	if t.lm != nil {
-		if err := parallel.NewDeviceGroup(t.mesh.DP, t.dev).AllReduce(g.loss(), nccl.Avg); err != nil {
+		if err := t.dpGroup.AllReduce(g.loss(), nccl.Avg); err != nil {
 			return 0, 0, err
 		}
 		var buf [4]float32

@@ -3,7 +3,6 @@ package train
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/hpcrun/hpcrun/train/config"
 	"io"
 	"os"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/hpcrun/hpcrun/internal/atomicfile"
+	"github.com/hpcrun/hpcrun/train/config"
 )
 
 // Token files are llm.c's and nanoGPT's pre-tokenized data (llm.c

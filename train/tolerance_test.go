@@ -1,11 +1,11 @@
 package train
 
 import (
-	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"testing"
 
 	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/train/config"
 )
 
 // Tolerances of the GPU-vs-CPU loss curves, from arithmetic. The device

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -12,6 +11,7 @@ import (
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/tensor/cuda"
 	"github.com/hpcrun/hpcrun/train"
+	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"github.com/urfave/cli/v2"
 )
 

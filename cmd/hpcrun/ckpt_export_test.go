@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/train"
 	"github.com/hpcrun/hpcrun/train/ckpt"
+	trainconfig "github.com/hpcrun/hpcrun/train/config"
 )
 
 // runInProcess trains cfg on cfg.NTasks in-process ranks and returns rank

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"io"
 	"math"
 	"os"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train"
+	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/metrics"
 	"github.com/hpcrun/hpcrun/train/plan"
 	"github.com/urfave/cli/v2"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train"
+	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"github.com/urfave/cli/v2"
 )
 

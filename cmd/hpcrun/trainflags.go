@@ -2,11 +2,11 @@ package main
 
 import (
 	"fmt"
-	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"reflect"
 	"strings"
 
 	"github.com/hpcrun/hpcrun/train"
+	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"github.com/urfave/cli/v2"
 )
 

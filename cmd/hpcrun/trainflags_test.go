@@ -2,11 +2,11 @@ package main
 
 import (
 	"flag"
-	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"reflect"
 	"strings"
 	"testing"
 
+	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"github.com/urfave/cli/v2"
 )
 

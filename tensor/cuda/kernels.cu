@@ -422,14 +422,16 @@ extern "C" __global__ void sum_squares_f32(double* part, const float* x, long lo
     if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
 
-// sum_squares_finish_f64 writes into out[0] the sum of the nparts float64
-// partial sums of part, added in order by one thread (deterministic): one
-// tensor's sum of squares, a float64 that collectives carry bit for bit.
-extern "C" __global__ void sum_squares_finish_f64(double* out, const double* part, int nparts) {
-    if (blockIdx.x != 0 || threadIdx.x != 0) return;
-    double s = 0.0;
-    for (int i = 0; i < nparts; i++) s += part[i];
-    out[0] = s;
+// sum_squares_each_f64 writes into out[i], for each of n tensors, the sum
+// of its float64 partial sums part[offsets[i]..offsets[i+1]), added in
+// order by one thread (deterministic): each tensor's sum of squares, a
+// float64 that collectives carry bit for bit.
+extern "C" __global__ void sum_squares_each_f64(double* out, const double* part, const int* offsets, long long n) {
+    GRID_STRIDE(i, n) {
+        double s = 0.0;
+        for (int p = offsets[i]; p < offsets[i + 1]; p++) s += part[p];
+        out[i] = s;
+    }
 }
 
 // sum_blocks_f64 adds the nblocks blocks of n float64s of in element by

@@ -29,7 +29,7 @@ var kernels = []struct {
 	{"ce_row_max_f32", maxRowThreads}, {"ce_sum_exp_f32", maxRowThreads},
 	{"ce_target_logit_f32", elemThreads}, {"ce_loss_f32", elemThreads}, {"ce_backward_f32", maxRowThreads},
 	{"adamw_f32", elemThreads}, {"sum_squares_f32", elemThreads},
-	{"sum_squares_finish_f64", 1}, {"sum_blocks_f64", elemThreads}, {"clip_norm_f64", 1},
+	{"sum_squares_each_f64", elemThreads}, {"sum_blocks_f64", elemThreads}, {"clip_norm_f64", 1},
 	{"sum_f32", elemThreads}, {"sum_finish_f32", 1},
 }
 

@@ -28,32 +28,43 @@ func (d *Device) SumSquaresEach(out *tensor.Tensor, ts ...*tensor.Tensor) {
 			live = append(live, t)
 		}
 	}
-	if d.enter() != nil {
-		return
+	if out.Offset()%2 != 0 {
+		panic(fmt.Sprintf("tensor.SumSquaresEach: out %v starts at an odd element: its float64s would be misaligned", out))
 	}
+	d.enter()
 	defer d.leave()
 	d.fail(d.l.cuErr("cuMemsetD32Async", call(d.l.cu.memsetD32Async, out.Ptr(), 0, uintptr(out.Len()), d.stream)))
+	if len(ts) == 0 {
+		return
+	}
 	part, counts, err := d.sumPartialsEach("sum_squares_f32", live)
 	if err != nil {
 		d.fail(err)
 		return
 	}
-	off, k := 0, 0
+	// Tensor i's partials are part[offsets[i]..offsets[i+1]): none for a
+	// nil or empty one.
+	offsets := make([]int32, len(ts)+1)
+	k := 0
 	for i, t := range ts {
-		if t == nil || t.Len() == 0 {
-			continue
+		offsets[i+1] = offsets[i]
+		if t != nil && t.Len() > 0 {
+			offsets[i+1] += int32(counts[k])
+			k++
 		}
-		d.launch("sum_squares_finish_f64", dim3{1, 1, 1}, dim3{1, 1, 1}, ptr(out.Ptr()+uintptr(8*i)), ptr(part+uintptr(8*off)), i32(counts[k]))
-		off += counts[k]
-		k++
 	}
+	op, ok := d.upIDs(offsets)
+	if !ok {
+		return
+	}
+	d.launch("sum_squares_each_f64", d.grid1(len(ts), elemThreads), dim3{elemThreads, 1, 1}, tp(out), ptr(part), ptr(op), i64(len(ts)))
 }
 
 // SumBlocks adds in's blocks of out.Len() floats, as float64s, element by
 // element in block order into out.
 func (d *Device) SumBlocks(out, in *tensor.Tensor) {
 	d.own("SumBlocks", out, in)
-	if out.Len()%2 != 0 || out.Len() == 0 || in.Len()%out.Len() != 0 {
+	if out.Len()%2 != 0 || out.Len() == 0 || in.Len()%out.Len() != 0 || out.Offset()%2 != 0 || in.Offset()%2 != 0 {
 		panic(fmt.Sprintf("tensor.SumBlocks: in %v is not whole blocks of out %v", in, out))
 	}
 	n := out.Len() / 2

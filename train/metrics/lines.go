@@ -80,8 +80,11 @@ type Step struct {
 	// memory on this rank (now, and peak since start).
 	MemBytes     int64 `json:"mem_bytes"`
 	MemPeakBytes int64 `json:"mem_peak_bytes"`
-	// HostSyncs is how many times the host waited for the GPU in the step
-	// (one on the GPU path: reading the loss); 0 and left out on the CPU.
+	// HostSyncs is how many times the host waited for the GPU in the step:
+	// one for a language model (the norm and the loss, read together),
+	// more where the loss is read each micro-batch (the classifier, a
+	// pipeline stage) or collectives go through the host; 0 and left out
+	// on the CPU.
 	HostSyncs int64 `json:"host_syncs,omitempty"`
 	// Bubble is, on a pipeline stage (pp > 1), the share of the step's
 	// schedule (its forwards and backwards, up to the last send) this rank

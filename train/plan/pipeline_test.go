@@ -3,7 +3,6 @@ package plan
 import (
 	"context"
 	"fmt"
-	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"strings"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train"
+	"github.com/hpcrun/hpcrun/train/config"
 )
 
 // pipelineConfig is the tiny preset split over pp stages of dp x tp ranks

@@ -37,9 +37,9 @@ package plan
 
 import (
 	"fmt"
-	"github.com/hpcrun/hpcrun/train/config"
 
 	"github.com/hpcrun/hpcrun/parallel"
+	"github.com/hpcrun/hpcrun/train/config"
 )
 
 // Request is what a plan is made for.

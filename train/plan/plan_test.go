@@ -3,7 +3,6 @@ package plan
 import (
 	"context"
 	"fmt"
-	"github.com/hpcrun/hpcrun/train/config"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train"
+	"github.com/hpcrun/hpcrun/train/config"
 )
 
 // randomData is a data set of n samples of cfg's shape with random tokens

@@ -3,7 +3,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/hpcrun/hpcrun/slurm"
+	trainconfig "github.com/hpcrun/hpcrun/train/config"
 )
 
 var typeErrRE = regexp.MustCompile(`^toml: line (\d+) \(last key ("[^"]*")\): (.*)$`)

@@ -2,13 +2,13 @@ package dashboard
 
 import (
 	"encoding/json"
-	"github.com/hpcrun/hpcrun/train/config"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/metrics"
 	"github.com/hpcrun/hpcrun/train/plan"
 )

@@ -1,0 +1,154 @@
+package parallel
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/tensor"
+)
+
+// stagedDevice is a device whose tensors are not host memory (as a GPU's
+// are not): its buffers live beside the CPU's, reached only through
+// copies, so that parallel.Group must stage them through the host.
+type stagedDevice struct {
+	*tensor.CPUDevice
+	mem map[*tensor.Buffer][]float32
+}
+
+func newStaged() *stagedDevice {
+	return &stagedDevice{CPUDevice: tensor.NewCPU(), mem: map[*tensor.Buffer][]float32{}}
+}
+
+func (d *stagedDevice) Alloc(shape ...int) (*tensor.Tensor, error) {
+	n := 1
+	for _, s := range shape {
+		n *= s
+	}
+	b := tensor.NewBuffer(d, n, nil, 0)
+	d.mem[b] = make([]float32, n)
+	return tensor.NewTensor(b, 0, shape...), nil
+}
+
+func (d *stagedDevice) at(t *tensor.Tensor) []float32 {
+	return d.mem[t.Buffer()][t.Offset() : t.Offset()+t.Len()]
+}
+
+func (d *stagedDevice) CopyToHost(dst []float32, src *tensor.Tensor)   { copy(dst, d.at(src)) }
+func (d *stagedDevice) CopyFromHost(dst *tensor.Tensor, src []float32) { copy(d.at(dst), src) }
+func (d *stagedDevice) Copy(dst, src *tensor.Tensor)                   { copy(d.at(dst), d.at(src)) }
+func (d *stagedDevice) Copy2D(dst *tensor.Tensor, dstOff, ldDst int, src *tensor.Tensor, srcOff, ldSrc, rows, cols int) {
+	to, from := d.mem[dst.Buffer()][dst.Offset():], d.mem[src.Buffer()][src.Offset():]
+	for i := range rows {
+		copy(to[dstOff+i*ldDst:dstOff+i*ldDst+cols], from[srcOff+i*ldSrc:srcOff+i*ldSrc+cols])
+	}
+}
+
+// Every Group operation, on host memory and staged, out of place and in
+// place (NCCL's layouts), gives what the definition says on 3 ranks.
+func TestGroupOperations(t *testing.T) {
+	for _, kind := range []string{"host", "staged"} {
+		err := nccl.RunInProcess(3, func(c nccl.Comm) error {
+			var dev tensor.Device = tensor.NewCPU()
+			if kind == "staged" {
+				dev = newStaged()
+			}
+			g, r := NewDeviceGroup(c, dev), float32(c.Rank())
+			put := func(v ...float32) *tensor.Tensor {
+				x, _ := dev.Alloc(len(v))
+				dev.CopyFromHost(x, v)
+				return x
+			}
+			get := func(x *tensor.Tensor) []float32 {
+				v := make([]float32, x.Len())
+				dev.CopyToHost(v, x)
+				return v
+			}
+			check := func(what string, got, want []float32) {
+				if !equal(got, want) {
+					t.Errorf("%s rank %d %s: %v, want %v", kind, c.Rank(), what, got, want)
+				}
+			}
+			x := put(1, r, 2*r)
+			if err := g.AllReduce(x, nccl.Sum); err != nil {
+				return err
+			}
+			check("all-reduce", get(x), []float32{3, 3, 6})
+			out := put(0, 0, 0, 0, 0, 0)
+			if err := g.AllGather(out, put(r, -r)); err != nil {
+				return err
+			}
+			check("all-gather", get(out), []float32{0, 0, 1, -1, 2, -2})
+			in := put(0, 0, 0, 0, 0, 0)
+			dev.CopyFromHost(in.View(2*c.Rank(), 2), []float32{r, -r})
+			if err := g.AllGather(in, in.View(2*c.Rank(), 2)); err != nil {
+				return err
+			}
+			check("all-gather in place", get(in), []float32{0, 0, 1, -1, 2, -2})
+			s, rs := put(1, 2, 3, 4, 5, 6), put(0, 0)
+			if err := g.ReduceScatter(rs, s, nccl.Sum); err != nil {
+				return err
+			}
+			k := float32(2 * c.Rank())
+			check("reduce-scatter", get(rs), []float32{3 * (k + 1), 3 * (k + 2)})
+			if err := g.ReduceScatter(s.View(2*c.Rank(), 2), s, nccl.Avg); err != nil {
+				return err
+			}
+			check("reduce-scatter in place", get(s.View(2*c.Rank(), 2)), []float32{k + 1, k + 2})
+			b := put(r, r)
+			if err := g.Broadcast(b, 2); err != nil {
+				return err
+			}
+			check("broadcast", get(b), []float32{2, 2})
+			cols, scratch := put(0, 0, 0, 0, 0, 0), put(0, 0, 0, 0, 0, 0)
+			if err := g.AllGatherCols(cols.Reshape(2, 3), put(r, 10+r).Reshape(2, 1), scratch); err != nil {
+				return err
+			}
+			check("all-gather columns", get(cols), []float32{0, 1, 2, 10, 11, 12})
+			// A ring of exchanges: each rank trades with the next.
+			next, prev := (c.Rank()+1)%3, (c.Rank()+2)%3
+			if c.Rank()%2 == 0 {
+				if err := g.Send(put(r), next); err != nil {
+					return err
+				}
+			}
+			got := put(-1)
+			if c.Rank()%2 == 1 || c.Rank() == 0 {
+				if err := g.Recv(got, prev); err != nil {
+					return err
+				}
+				check("recv", get(got), []float32{float32(prev)})
+			}
+			if c.Rank() == 1 {
+				if err := g.Send(put(r), next); err != nil {
+					return err
+				}
+			}
+			if c.Rank() == 2 {
+				if err := g.Recv(got, prev); err != nil {
+					return err
+				}
+				check("recv", get(got), []float32{float32(prev)})
+			}
+			if c.Rank() < 2 {
+				peer := 1 - c.Rank()
+				got := put(-1, -1)
+				if err := g.SendRecv(put(r, r), got, peer); err != nil {
+					return err
+				}
+				check(fmt.Sprint("exchange with ", peer), get(got), []float32{float32(peer), float32(peer)})
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(kind, err)
+		}
+	}
+	// A group of one copies where a larger group would gather.
+	dev := tensor.NewCPU()
+	x, _ := dev.Alloc(4)
+	dev.CopyFromHost(x, []float32{0, 0, 7, 8})
+	if err := (*Group)(nil).AllGather(x.View(0, 2), x.View(2, 2)); err != nil || !equal(x.Host(), []float32{7, 8, 7, 8}) {
+		t.Errorf("size-1 all-gather of another view: %v, %v", x.Host(), err)
+	}
+}
