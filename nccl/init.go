@@ -40,6 +40,10 @@ type Options struct {
 	// Device is the CUDA device the NCCL backend binds to (usually the
 	// local rank, or 0 when Slurm gives each task one visible GPU).
 	Device int
+	// Listener, when set, is rank 0's Store listener, already bound to
+	// MasterPort (handed over by the launcher): rank 0 serves on it
+	// instead of binding the port itself, and closes it.
+	Listener net.Listener
 	// Log, when set, gets one line a group from the group's first rank
 	// saying how its collectives travel (shared memory, TCP, or both).
 	Log io.Writer
@@ -172,6 +176,9 @@ func newNode(ctx context.Context, o Options) (*node, error) {
 	if testHostID != nil {
 		nd.self.hostID = testHostID(o.Rank)
 	}
+	if o.Listener != nil && (o.Rank != 0 || o.Size == 1) {
+		o.Listener.Close() // only rank 0 of a world serves the Store
+	}
 	if o.Size == 1 {
 		nd.peers = []peerInfo{nd.self}
 		return nd, nil
@@ -185,7 +192,12 @@ func newNode(ctx context.Context, o Options) (*node, error) {
 	master := net.JoinHostPort(o.MasterAddr, strconv.Itoa(o.MasterPort))
 	var err error
 	if o.Rank == 0 {
-		if nd.server, err = ServeStore(master, o.Token, o.Timeout/2); err != nil {
+		if o.Listener != nil {
+			nd.server, err = ServeStoreOn(o.Listener, o.Token, o.Timeout/2)
+		} else {
+			nd.server, err = ServeStore(master, o.Token, o.Timeout/2)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("nccl: rank 0: %w", err)
 		}
 	}

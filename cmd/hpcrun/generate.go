@@ -111,8 +111,12 @@ func onRanks(c *cli.Context, what, src string, fn func(world nccl.Comm) error) e
 	if err != nil {
 		return err
 	}
+	master, err := slurm.MasterListener()
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("%s rank %d: %v", what, env.Rank, err), 1)
+	}
 	world, err := nccl.Init(ctx, nccl.Options{Rank: env.Rank, Size: env.WorldSize, MasterAddr: env.MasterAddr,
-		MasterPort: env.MasterPort, Token: token, Timeout: c.Duration("timeout")})
+		MasterPort: env.MasterPort, Listener: master, Token: token, Timeout: c.Duration("timeout")})
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("%s rank %d: %v", what, env.Rank, err), 1)
 	}
@@ -135,7 +139,7 @@ func launchRanks(c *cli.Context, n int, src string) error {
 	if err != nil {
 		return fmt.Errorf("path of hpcrun: %w", err)
 	}
-	port, err := slurm.FreePort()
+	master, port, err := slurm.ListenMaster()
 	if err != nil {
 		return err
 	}
@@ -144,7 +148,7 @@ func launchRanks(c *cli.Context, n int, src string) error {
 		args = append(args, "--"+name+"="+fmt.Sprint(c.Value(name)))
 	}
 	args = append(args, "--", src)
-	ranks := slurm.Tasks{N: n, Program: self, Args: args, Env: []string{checkTokenEnv + "=" + token},
+	ranks := slurm.Tasks{Master: master, N: n, Program: self, Args: args, Env: []string{checkTokenEnv + "=" + token},
 		Vars: slurm.TorchrunVars(n, port, "hpcrun-"+c.Command.Name+"-"+token[:8], "run"), Grace: c.Duration("timeout") + 5*time.Second}
 	failed, err := ranks.Run(c.Context)
 	if err != nil {

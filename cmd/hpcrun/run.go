@@ -79,11 +79,11 @@ func runLocal(c *cli.Context) error {
 	fmt.Fprintf(os.Stderr, "run %s: %d ranks (tp %d x dp %d) on this machine\nrun dir: %s\n", execID, cfg.NTasks, cfg.TP, cfg.DP(), dir)
 
 	start := time.Now()
-	port, err := slurm.FreePort()
+	master, port, err := slurm.ListenMaster()
 	if err != nil {
 		return err
 	}
-	tasks := slurm.Tasks{N: cfg.NTasks, Program: self, Args: args, Vars: slurm.TorchrunVars(cfg.NTasks, port, execID, "run"), Grace: 15 * time.Second}
+	tasks := slurm.Tasks{Master: master, N: cfg.NTasks, Program: self, Args: args, Vars: slurm.TorchrunVars(cfg.NTasks, port, execID, "run"), Grace: 15 * time.Second}
 	failed, err := tasks.Run(c.Context)
 	final := &slurm.JobInfo{ID: meta.JobID, Name: meta.Spec.Name, State: slurm.Completed, Elapsed: time.Since(start).Round(time.Second), Nodes: 1, NodeList: meta.Host, Source: "run"}
 	if err != nil || len(failed) > 0 {

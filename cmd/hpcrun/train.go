@@ -72,9 +72,13 @@ func runTrainTask(c *cli.Context) error {
 	if err != nil {
 		return fail(err)
 	}
+	master, err := slurm.MasterListener()
+	if err != nil {
+		return fail(err)
+	}
 	comm, err := nccl.Init(ctx, nccl.Options{
 		Rank: env.Rank, Size: env.WorldSize,
-		MasterAddr: env.MasterAddr, MasterPort: env.MasterPort,
+		MasterAddr: env.MasterAddr, MasterPort: env.MasterPort, Listener: master,
 		Token:   token,
 		Backend: backend, Device: gpu, Log: os.Stderr,
 	})
