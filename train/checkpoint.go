@@ -126,16 +126,27 @@ func (t *trainer) save(step int) error {
 		err = t.removeZeroParts(dir)
 	}
 	if err = agree(t.world, err, what); err != nil {
-		return err
+		return t.abortSave(root, step, err)
 	}
 	if rank0 {
 		_, err = ckpt.Commit(root, step, t.cfg.ckptKeep())
 	}
 	if err = agree(t.world, err, what); err != nil {
-		return err
+		return t.abortSave(root, step, err)
 	}
 	t.logf("step %d: checkpoint saved in %s", step, filepath.Join(root, ckpt.StepDir(step)))
 	return nil
+}
+
+// abortSave ends a save that failed: rank 0, once every rank has stopped
+// writing (they agreed on the failure), removes the temporary dir.
+func (t *trainer) abortSave(root string, step int, err error) error {
+	if t.world.Rank() == 0 {
+		if aerr := ckpt.Abort(root, step); aerr != nil {
+			t.logf("%v", aerr)
+		}
+	}
+	return err
 }
 
 // writeShard writes this rank's files: on DP rank 0 the model shard and

@@ -200,6 +200,16 @@ func syncDir(dir string) error {
 	return nil
 }
 
+// Abort removes step's TempDir after a save that failed (a full disk, a
+// lost rank), so that its partial files do not hold the space until the
+// next save; latest still names the last complete checkpoint.
+func Abort(root string, step int) error {
+	if err := os.RemoveAll(TempDir(root, step)); err != nil {
+		return fmt.Errorf("checkpoint: remove the aborted save: %w", err)
+	}
+	return nil
+}
+
 // Commit publishes step's TempDir once every writer has finished: it
 // fsyncs the dir, renames it to StepDir(step), points LatestFile at it
 // (write a temporary file, fsync, rename, fsync the root), and then removes

@@ -1,0 +1,60 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/hpcrun/hpcrun/internal/rundir"
+	"github.com/hpcrun/hpcrun/nccl"
+)
+
+// fullDiskChild, set to "DIR:BYTES", makes the test binary one rank that
+// trains into run dir DIR on a disk where no file may grow past BYTES
+// (RLIMIT_FSIZE): its first checkpoint does not fit.
+const fullDiskChild = "HPCRUN_TEST_TRAIN_FSIZE"
+
+func TestMain(m *testing.M) {
+	if v := os.Getenv(fullDiskChild); v != "" {
+		dir, limit, _ := strings.Cut(v, ":")
+		n, _ := strconv.ParseUint(limit, 10, 64)
+		cfg := smallConfig("bert")
+		cfg.Steps, cfg.CkptEvery = 4, 2
+		data, err := Prepare(cfg)
+		if err == nil {
+			err = syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: n, Max: n})
+		}
+		if err == nil {
+			err = nccl.RunInProcess(1, func(c nccl.Comm) error {
+				_, err := Run(context.Background(), cfg, c, Options{RunDir: dir, Data: data})
+				return err
+			})
+		}
+		fmt.Println("train:", err)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// A checkpoint that does not fit on the disk fails the run and leaves no
+// .tmp-step-* behind to hold the space: nothing was published, and the
+// partial files are gone.
+func TestFullDiskCheckpointRemovesItsTempDir(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), fullDiskChild+"="+dir+":40000")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "file too large") {
+		t.Fatalf("the rank on a full disk: %v: %s", err, out)
+	}
+	tmps, _ := filepath.Glob(filepath.Join(rundir.Dir(dir).Ckpt(), ".tmp-step-*"))
+	if len(tmps) > 0 {
+		t.Fatalf("the aborted checkpoint left %v", tmps)
+	}
+}
