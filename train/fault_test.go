@@ -13,6 +13,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/train/metrics"
 )
 
 // fullDiskChild, set to "DIR:BYTES", makes the test binary one rank that
@@ -56,5 +57,37 @@ func TestFullDiskCheckpointRemovesItsTempDir(t *testing.T) {
 	tmps, _ := filepath.Glob(filepath.Join(rundir.Dir(dir).Ckpt(), ".tmp-step-*"))
 	if len(tmps) > 0 {
 		t.Fatalf("the aborted checkpoint left %v", tmps)
+	}
+}
+
+// panicWriter panics on its first write: a bug anywhere in the step.
+type panicWriter struct{}
+
+func (panicWriter) Write([]byte) (int, error) { panic("boom in the step") }
+
+// A rank that panics records the panic as its failure, not as a completed
+// run, and the panic goes on (its stack is what a reader needs).
+func TestPanicIsRecordedAsFailure(t *testing.T) {
+	dir := t.TempDir()
+	cfg := smallConfig("bert")
+	cfg.Steps = 2
+	data, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p any
+	func() {
+		defer func() { p = recover() }()
+		Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: dir, Data: data, Log: panicWriter{}})
+	}()
+	if p != "boom in the step" {
+		t.Fatalf("recovered %v, want the panic to go on", p)
+	}
+	l, err := metrics.ReadRank(metrics.RankFile(dir, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.End == nil || l.End.Status != metrics.StatusFailed || !strings.Contains(l.End.Error, "panic: boom in the step") {
+		t.Fatalf("end line %+v, want failed with the panic", l.End)
 	}
 }

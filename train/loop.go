@@ -72,13 +72,22 @@ func Run(ctx context.Context, cfg Config, world nccl.Comm, opt Options) (res *Re
 			return nil, err
 		}
 		defer func() {
+			// A panic is recorded as the failure it is, then goes on.
+			p := recover()
+			if p != nil {
+				err = fmt.Errorf("panic: %v", p)
+			}
 			status := ""
-			if err != nil && (ctx.Err() != nil || errors.Is(err, ErrStopped)) {
+			if p == nil && err != nil && (ctx.Err() != nil || errors.Is(err, ErrStopped)) {
 				status = metrics.StatusInterrupted
 			}
 			w.End(status, err, time.Since(start))
 			if cerr := w.Close(); cerr != nil && err == nil {
 				err = cerr
+			}
+			if p != nil {
+				nccl.Abort(world, err)
+				panic(p)
 			}
 		}()
 	}

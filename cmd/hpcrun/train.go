@@ -91,8 +91,11 @@ func runTrainTask(c *cli.Context) error {
 		return stopped(ctx, dir, cfg, env, stop.signal(), err)
 	}
 	if err != nil {
-		// A failed world may wait on a dead peer to close; the error is
-		// what matters, and exiting closes the sockets anyway.
+		// This rank's own failure becomes the job's: the others stop now,
+		// quoting it, instead of timing out on a healthy rank. A failed
+		// world may wait on a dead peer to close; the error is what
+		// matters, and exiting closes the sockets anyway.
+		nccl.Abort(comm, err)
 		closeWithin(comm, 2*time.Second)
 		return lostPeer(ctx, dir, cfg, env, err)
 	}
