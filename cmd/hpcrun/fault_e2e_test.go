@@ -5,7 +5,10 @@ import (
 	"context"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -71,5 +74,78 @@ func TestOwnFailureStopsThePeersQuotingIt(t *testing.T) {
 	}
 	if took > 15*time.Second {
 		t.Errorf("the ranks took %v to stop: they waited for rank 2 instead of hearing of its failure", took)
+	}
+}
+
+// A time-limit signal that comes before the task could handle it (right
+// after a requeue, while it still reads its config) is held: the task
+// trains one step, saves and stops as a signalled task does (ExitStopped),
+// instead of losing the signal (Go ignores an unhandled USR1; Slurm sends
+// it once) and training on until the time limit kills it unsaved. The
+// config file is a FIFO so that the signal lands while the task is
+// provably reading it.
+func TestEarlyStopSignalIsHeld(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains")
+	}
+	e := newEnv(t)
+	e.mustRun("run", "--nproc", "1", "--steps", "3")
+	dir := rundir.Dir(e.onlyRun())
+	conf, err := os.ReadFile(dir.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(dir.Ckpt())
+	os.Remove(dir.RankMetrics(0))
+	os.Remove(dir.Config())
+	if err := syscall.Mkfifo(dir.Config(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(e.bin, "train", "--run-dir", dir.Path())
+	cmd.Env = append(os.Environ(), slurm.TorchrunVars(1, 1, dir.ExecID(), "run")(0)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	fifo, err := os.OpenFile(dir.Config(), os.O_WRONLY, 0) // returns once the task opened it
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process.Signal(syscall.SIGUSR1)
+	time.Sleep(100 * time.Millisecond)
+	fifo.Write(conf)
+	fifo.Close()
+	err = cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != ExitStopped {
+		t.Fatalf("task ended with %v (exit %d), want exit %d (stopped and saved): %s", err, code, ExitStopped, stderr.String())
+	}
+	l, err := metrics.ReadRank(dir.RankMetrics(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Steps) != 1 || l.End == nil || l.End.Status != metrics.StatusInterrupted {
+		t.Fatalf("%d steps, end %+v: want one step, then a stop", len(l.Steps), l.End)
+	}
+	if latest, _ := os.ReadFile(filepath.Join(dir.Ckpt(), "latest")); !strings.Contains(string(latest), "step-000001") {
+		t.Fatalf("latest = %q, want the checkpoint of step 1", latest)
+	}
+}
+
+// A time limit no longer than the stop signal's lead is warned about:
+// Slurm would signal the job as soon as it starts.
+func TestSubmitWarnsWhenTimeIsShorterThanSignalLead(t *testing.T) {
+	e := newEnv(t)
+	conf := filepath.Join(e.dir, "hpcrun.toml")
+	if err := os.WriteFile(conf, []byte("default_profile = \"ck\"\n[profiles.ck]\ncheckpoint = true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut := e.mustRunErr("submit", "--dry-run", "--ntasks", "2", "--time", "00:01:00")
+	if !strings.Contains(errOut, "warning: time limit 00:01:00 (60 s) is not longer than the stop signal's lead (USR1@120)") {
+		t.Fatalf("no warning for --time 00:01:00 with USR1@120: %s", errOut)
+	}
+	_, errOut = e.mustRunErr("submit", "--dry-run", "--ntasks", "2", "--time", "00:20:00")
+	if strings.Contains(errOut, "warning: time limit") {
+		t.Fatalf("warning for --time 00:20:00: %s", errOut)
 	}
 }
