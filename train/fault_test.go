@@ -91,3 +91,29 @@ func TestPanicIsRecordedAsFailure(t *testing.T) {
 		t.Fatalf("end line %+v, want failed with the panic", l.End)
 	}
 }
+
+// A token file truncated while a run reads it (rewritten in place) stops
+// the run with an error naming the file, not SIGBUS and a stack trace.
+func TestTokenFileTruncatedWhileTraining(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens.bin")
+	ids := make([]int, 20000)
+	for i := range ids {
+		ids[i] = i % 200
+	}
+	if err := WriteTokenFile(path, ids); err != nil {
+		t.Fatal(err)
+	}
+	cfg := smallConfig("gpt")
+	cfg.Data, cfg.Tokenizer, cfg.Steps = path, "byte", 3
+	data, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, tokenHeader); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: t.TempDir(), Data: data})
+	if err == nil || !strings.Contains(err.Error(), "data "+path+": the file shrank while training (now 1024 bytes") {
+		t.Fatalf("Run on a truncated token file: %v, want an error naming it", err)
+	}
+}

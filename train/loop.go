@@ -376,6 +376,9 @@ func (t *trainer) run(ctx context.Context) (*Result, error) {
 			return res, fmt.Errorf("interrupted at step %d: %w", step, err)
 		}
 		s, err := t.trainStep(step)
+		if err == nil {
+			err = t.data.Train.Err()
+		}
 		if err != nil {
 			return res, fmt.Errorf("step %d: %w", step+1, err)
 		}
@@ -554,6 +557,9 @@ func (t *trainer) evaluate(step int) (EvalResult, error) {
 			}
 		}
 		val.Gather(&b, idx)
+		if err := val.Err(); err != nil {
+			return EvalResult{}, err
+		}
 		maskPadding(&b, real)
 		var l float64
 		var err error
