@@ -149,6 +149,16 @@ func (t *trainer) abortSave(root string, step int, err error) error {
 	return err
 }
 
+// nonFinite is the index of the first NaN or infinity of x, or -1.
+func nonFinite(x []float32) int {
+	for i, v := range x {
+		if v-v != 0 { // NaN and ±Inf
+			return i
+		}
+	}
+	return -1
+}
+
 // writeShard writes this rank's files: on DP rank 0 the model shard and
 // (without ZeRO-1) the AdamW moments; under ZeRO-1 every DP rank writes
 // the pieces of the moments it owns.
@@ -238,6 +248,15 @@ func (t *trainer) load(dir string) error {
 		v, err := c.Load("v", p.Name, p.Full, p.Shard)
 		if err != nil {
 			return err
+		}
+		for _, x := range []struct {
+			what string
+			vals []float32
+		}{{"weights", vals}, {"first moment (m)", m}, {"second moment (v)", v}} {
+			if j := nonFinite(x.vals); j >= 0 {
+				return fmt.Errorf("checkpoint %s: the %s of %s hold %v at element %d of this rank's shard: the checkpoint was saved after training diverged, or is corrupt; give an earlier step dir to --resume-from",
+					dir, x.what, p.Name, x.vals[j], j)
+			}
 		}
 		if t.zero != nil {
 			// This DP rank keeps its range of the moments, whatever the

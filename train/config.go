@@ -3,6 +3,7 @@ package train
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -253,6 +254,15 @@ func (c Config) Validate() error {
 	}
 	if !(c.LR > 0) {
 		bad("lr = %g: must be positive", c.LR)
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"lr", c.LR}, {"min_lr", c.MinLR}, {"adam_beta1", c.AdamBeta1}, {"adam_beta2", c.AdamBeta2},
+		{"adam_eps", c.AdamEps}, {"weight_decay", c.WeightDecay}, {"grad_clip", c.GradClip}} {
+		if math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+			bad("%s = %g: must be a finite number", f.name, f.v)
+		}
 	}
 	switch c.Precision {
 	case "fp32", "bf16":

@@ -2,7 +2,9 @@ package train
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,5 +117,59 @@ func TestTokenFileTruncatedWhileTraining(t *testing.T) {
 	_, err = Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: t.TempDir(), Data: data})
 	if err == nil || !strings.Contains(err.Error(), "data "+path+": the file shrank while training (now 1024 bytes") {
 		t.Fatalf("Run on a truncated token file: %v, want an error naming it", err)
+	}
+}
+
+// A config value that is not a finite number is refused naming its key,
+// not later by the JSON encoder ("json: unsupported value: +Inf").
+func TestConfigRefusesNonFiniteValues(t *testing.T) {
+	for _, tc := range []struct {
+		set  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.LR = math.Inf(1) }, "lr = +Inf: must be a finite number"},
+		{func(c *Config) { c.MinLR = math.NaN() }, "min_lr = NaN: must be a finite number"},
+		{func(c *Config) { c.AdamBeta2 = math.NaN() }, "adam_beta2 = NaN: must be a finite number"},
+		{func(c *Config) { c.GradClip = math.Inf(1) }, "grad_clip = +Inf: must be a finite number"},
+		{func(c *Config) { c.WeightDecay = math.NaN() }, "weight_decay = NaN: must be a finite number"},
+	} {
+		cfg := smallConfig("gpt")
+		tc.set(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate: %v, want %q", err, tc.want)
+		}
+	}
+}
+
+// Weights that are NaN in a checkpoint are named when it is loaded, not
+// found as "loss is NaN: lower --lr" a step later.
+func TestResumeNamesNaNWeights(t *testing.T) {
+	cfg := smallConfig("bert")
+	cfg.Steps = 2
+	data, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: dir, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	step := filepath.Join(rundir.Dir(dir).Ckpt(), "step-000002")
+	files, _ := filepath.Glob(filepath.Join(step, "model*.safetensors"))
+	if len(files) != 1 {
+		t.Fatalf("model files %v", files)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary.LittleEndian.PutUint32(b[len(b)-4:], math.Float32bits(float32(math.NaN())))
+	if err := os.WriteFile(files[0], b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Steps = 4
+	_, err = Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: t.TempDir(), Data: data, Resume: step})
+	if err == nil || !strings.Contains(err.Error(), "checkpoint "+step+": the weights of ") || !strings.Contains(err.Error(), "hold NaN") {
+		t.Fatalf("resume from NaN weights: %v, want the checkpoint and tensor named", err)
 	}
 }
