@@ -149,3 +149,24 @@ func TestSubmitWarnsWhenTimeIsShorterThanSignalLead(t *testing.T) {
 		t.Fatalf("warning for --time 00:20:00: %s", errOut)
 	}
 }
+
+// A run whose meta.json is not JSON is still listed by queue --all,
+// flagged with why, instead of vanishing.
+func TestQueueAllListsARunWithBrokenMeta(t *testing.T) {
+	e := newEnv(t)
+	e.mustRun("run", "--nproc", "1", "--steps", "1")
+	dir := rundir.Dir(e.onlyRun())
+	if err := os.WriteFile(dir.Meta(), []byte("{not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	row, ok := e.row(true, dir.ExecID())
+	if !ok {
+		t.Fatalf("queue --all does not list run %s with a broken meta.json", dir.ExecID())
+	}
+	if row.State != "UNKNOWN" || !strings.Contains(row.Reason, "unreadable meta.json: invalid character") {
+		t.Fatalf("row %+v: want state UNKNOWN and the reason", row)
+	}
+	if _, ok := e.row(false, dir.ExecID()); ok {
+		t.Fatal("plain queue lists a run whose state nothing knows")
+	}
+}
