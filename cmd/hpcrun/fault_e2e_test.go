@@ -170,3 +170,40 @@ func TestQueueAllListsARunWithBrokenMeta(t *testing.T) {
 		t.Fatal("plain queue lists a run whose state nothing knows")
 	}
 }
+
+// Sizes from a flag or a file are bounded, and what does not fit this
+// machine is refused as submit refuses it, before any rank allocates:
+// run, generate and eval answer at once with the key or the memory at
+// fault instead of allocating until the process dies.
+func TestSizesRefusedBeforeAllocating(t *testing.T) {
+	e := newEnv(t)
+	huge := filepath.Join(e.dir, "huge")
+	os.Mkdir(huge, 0o755)
+	os.WriteFile(filepath.Join(huge, "config.json"), []byte(`{"model_type":"gpt2","n_embd":16384,"n_layer":96,"n_head":128,"n_positions":1024,"vocab_size":50257}`), 0o644)
+	if f, err := os.Create(filepath.Join(huge, "model.safetensors")); err == nil {
+		f.Truncate(412 << 30) // sparse: takes no disk
+		f.Close()
+	}
+	absurd := filepath.Join(e.dir, "absurd")
+	os.Mkdir(absurd, 0o755)
+	os.WriteFile(filepath.Join(absurd, "config.json"), []byte(`{"model_type":"gpt2","n_embd":768,"n_layer":1000000000000,"n_head":12,"n_positions":1024,"vocab_size":50257}`), 0o644)
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"run", "--nproc", "1", "--layers", "1000000000"}, 2, "layers = 1000000000: more than"},
+		{[]string{"run", "--nproc", "1", "--dim", "4611686018427387904"}, 2, "dim = 4611686018427387904: more than"},
+		{[]string{"run", "--nproc", "1", "--vocab", "1099511627776"}, 2, "vocab = 1099511627776: more than"},
+		{[]string{"run", "--nproc", "1", "--dim", "100000"}, 1, "run --force to start it anyway"},
+		{[]string{"run", "--nproc", "1", "--init-from", absurd}, 2, "n_layer = 1000000000000: more than"},
+		{[]string{"generate", "--nproc", "1", huge}, 1, "the model's weights alone need"},
+		{[]string{"eval", "--nproc", "1", "--data", filepath.Join(e.dir, "x.txt"), huge}, 1, "the model's weights alone need"},
+	} {
+		start := time.Now()
+		out, errOut, code := e.run(tc.args...)
+		if code != tc.code || !strings.Contains(errOut, tc.want) || time.Since(start) > 20*time.Second {
+			t.Errorf("hpcrun %s: exit %d after %v: %s%s\nwant exit %d saying %q", strings.Join(tc.args, " "), code, time.Since(start).Round(time.Millisecond), out, errOut, tc.code, tc.want)
+		}
+	}
+}

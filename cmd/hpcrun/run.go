@@ -25,6 +25,7 @@ func runCommand() *cli.Command {
 			"metrics summary when they finish. Example: hpcrun run --nproc 4 --tp 2",
 		Flags: append([]cli.Flag{
 			&cli.IntFlag{Name: "nproc", Usage: "processes (ranks) to start; the same as --ntasks"},
+			&cli.BoolFlag{Name: "force", Usage: "start even when hpcrun plan predicts the run does not fit this machine's memory"},
 		}, trainFlags()...),
 		Action: runLocal,
 	}
@@ -51,6 +52,11 @@ func runLocal(c *cli.Context) error {
 	// Every check, the data included, happens before any rank starts.
 	if err := train.Check(cfg); err != nil {
 		return cli.Exit(err.Error(), 2)
+	}
+	if !c.Bool("force") {
+		if err := refuseUnfitHere(cfg); err != nil {
+			return err
+		}
 	}
 	runsDir, err := filepath.Abs(rc.RunsDir)
 	if err != nil {
