@@ -173,3 +173,25 @@ func TestResumeNamesNaNWeights(t *testing.T) {
 		t.Fatalf("resume from NaN weights: %v, want the checkpoint and tensor named", err)
 	}
 }
+
+// generate and eval name NaN weights of the checkpoint they load too.
+func TestGenerateNamesNaNWeights(t *testing.T) {
+	cfg, data := gptConfig(t, 1, 1)
+	cfg.Steps, cfg.EvalEvery = 2, 0
+	dir := t.TempDir()
+	if _, err := Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: dir, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	step := filepath.Join(rundir.Dir(dir).Ckpt(), "step-000002")
+	files, _ := filepath.Glob(filepath.Join(step, "model*.safetensors"))
+	if len(files) != 1 {
+		t.Fatalf("model files %v", files)
+	}
+	b, _ := os.ReadFile(files[0])
+	binary.LittleEndian.PutUint32(b[len(b)-4:], math.Float32bits(float32(math.Inf(1))))
+	os.WriteFile(files[0], b, 0o644)
+	_, err := Generate(context.Background(), nccl.NewInProcess(1)[0], GenerateOptions{Source: step, Prompt: "alpha", Tokens: 2})
+	if err == nil || !strings.Contains(err.Error(), "checkpoint "+step+": the weights of ") || !strings.Contains(err.Error(), "hold +Inf") {
+		t.Fatalf("generate from a checkpoint with +Inf weights: %v, want the checkpoint and tensor named", err)
+	}
+}
