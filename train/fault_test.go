@@ -195,3 +195,22 @@ func TestGenerateNamesNaNWeights(t *testing.T) {
 		t.Fatalf("generate from a checkpoint with +Inf weights: %v, want the checkpoint and tensor named", err)
 	}
 }
+
+// The vocabulary check over a mapped token file (when the data is
+// prepared) also stops with an error if the file shrinks under it.
+func TestTokenFileTruncatedWhilePrepared(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens.bin")
+	ids := make([]int, 20000)
+	if err := WriteTokenFile(path, ids); err != nil {
+		t.Fatal(err)
+	}
+	toks, unmap, err := mapTokenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unmap()
+	os.Truncate(path, tokenHeader)
+	if err := checkVocab(toks, path, 256); err == nil || !strings.Contains(err.Error(), "data "+path+": the file shrank") {
+		t.Fatalf("checkVocab on a truncated file: %v", err)
+	}
+}

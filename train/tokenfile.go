@@ -151,17 +151,35 @@ func openTokenFiles(pattern string, vocab int) (*tokenStream, error) {
 			return nil, err
 		}
 		s.unmap = append(s.unmap, unmap)
-		for i, t := range toks {
-			if int(t) >= vocab {
-				s.Close()
-				return nil, fmt.Errorf("data %s: token %d at position %d is outside the model's vocabulary of %d", p, t, i, vocab)
-			}
+		if err := checkVocab(toks, p, vocab); err != nil {
+			s.Close()
+			return nil, err
 		}
 		s.shards = append(s.shards, toks)
 		s.paths = append(s.paths, p)
 		s.ends = append(s.ends, s.Len()+len(toks))
 	}
 	return s, nil
+}
+
+// checkVocab checks that every token of the mapped file path is below
+// vocab; a file truncated meanwhile is an error, not SIGBUS.
+func checkVocab(toks []uint16, path string, vocab int) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			if _, ok := p.(interface{ Addr() uintptr }); !ok {
+				panic(p)
+			}
+			err = fmt.Errorf("data %s: the file shrank while it was read: do not rewrite token files in use", path)
+		}
+	}()
+	for i, t := range toks {
+		if int(t) >= vocab {
+			return fmt.Errorf("data %s: token %d at position %d is outside the model's vocabulary of %d", path, t, i, vocab)
+		}
+	}
+	return nil
 }
 
 // mapTokenFile maps the token file path and returns its tokens.
