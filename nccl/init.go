@@ -40,6 +40,10 @@ type Options struct {
 	// Device is the CUDA device the NCCL backend binds to (usually the
 	// local rank, or 0 when Slurm gives each task one visible GPU).
 	Device int
+	// Listener, when set, is rank 0's Store listener, already bound to
+	// MasterPort (handed over by the launcher): rank 0 serves on it
+	// instead of binding the port itself, and closes it.
+	Listener net.Listener
 	// Log, when set, gets one line a group from the group's first rank
 	// saying how its collectives travel (shared memory, TCP, or both).
 	Log io.Writer
@@ -173,6 +177,9 @@ func newNode(ctx context.Context, o Options) (*node, error) {
 	if testHostID != nil {
 		nd.self.hostID = testHostID(o.Rank)
 	}
+	if o.Listener != nil && (o.Rank != 0 || o.Size == 1) {
+		o.Listener.Close() // only rank 0 of a world serves the Store
+	}
 	if o.Size == 1 {
 		nd.peers = []peerInfo{nd.self}
 		return nd, nil
@@ -186,7 +193,12 @@ func newNode(ctx context.Context, o Options) (*node, error) {
 	master := net.JoinHostPort(o.MasterAddr, strconv.Itoa(o.MasterPort))
 	var err error
 	if o.Rank == 0 {
-		if nd.server, err = ServeStore(master, o.Token, o.Timeout/2); err != nil {
+		if o.Listener != nil {
+			nd.server, err = ServeStoreOn(o.Listener, o.Token, o.Timeout/2)
+		} else {
+			nd.server, err = ServeStore(master, o.Token, o.Timeout/2)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("nccl: rank 0: %w", err)
 		}
 	}
@@ -363,6 +375,36 @@ func (nd *node) abortLocal(err error) {
 	}
 }
 
+// Abort makes err, a failure of this rank's own (not a peer's), the job's:
+// it is published as the job's abort naming this rank and its host, so that
+// every other rank's pending and later operations fail within moments with
+// a *PeerError quoting it, instead of waiting on this rank until they time
+// out and blaming whoever they waited on. The first failure of the job
+// wins: Abort returns the job's failure. Call it on the world communicator
+// (or any group of it) before Close when a rank gives up; an in-process
+// world learns of a rank's error when its goroutine returns, and Abort
+// only returns err there.
+func Abort(c Comm, err error) error {
+	var nd *node
+	switch c := c.(type) {
+	case *tcpComm:
+		nd = c.nd
+	case *ncclComm:
+		nd = c.nd
+	}
+	if nd == nil || err == nil {
+		return err
+	}
+	var pe *PeerError
+	if errors.As(err, &pe) {
+		return err // a peer's failure is already the job's
+	}
+	if nd.store == nil { // a world of one
+		return err
+	}
+	return nd.fail(&PeerError{Rank: nd.o.Rank, Host: nd.self.host, Err: err})
+}
+
 // fail reports a failure this rank observed; the first failure recorded
 // in the Store wins, so that every rank names the same culprit.
 func (nd *node) fail(pe *PeerError) error {
@@ -371,10 +413,11 @@ func (nd *node) fail(pe *PeerError) error {
 	}
 	var err error = pe
 	if nd.store != nil {
-		v, e := nd.store.SetIfAbsent(AbortKey, encodeAbort(pe))
-		if e == nil {
+		mine := encodeAbort(pe)
+		v, e := nd.store.SetIfAbsent(AbortKey, mine)
+		if e == nil && string(v) != string(mine) {
 			err = decodeAbort(v)
-		} else {
+		} else if e != nil {
 			// The Store is gone, maybe with an abort record that
 			// waitAbort is reading now: let it speak first.
 			select {

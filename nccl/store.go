@@ -54,17 +54,29 @@ const (
 	authWait = 10 * time.Second
 )
 
-// ErrBadToken is returned when a peer presents the wrong token.
+// ErrBadToken is returned when a peer presents the wrong token, or when the
+// server dialed cannot prove that it knows the token.
 var ErrBadToken = errors.New("wrong job token")
 
-func authMAC(token, purpose string, nonce []byte) []byte {
+// authMAC is the proof of one side (purpose names the link and the side)
+// over both sides' nonces.
+func authMAC(token, purpose string, server, client []byte) []byte {
 	m := hmac.New(sha256.New, []byte(token))
 	m.Write([]byte(purpose))
-	m.Write(nonce)
+	m.Write(server)
+	m.Write(client)
 	return m.Sum(nil)
 }
 
-// authAccept challenges a new connection and checks its answer.
+// The handshake is a mutual challenge-response over two fresh nonces: the
+// server sends its nonce, the client its own and its proof, the server a
+// status byte and then its proof. Each proof is an HMAC of both nonces
+// under the token, keyed to its side, so neither end can be impersonated by
+// someone who lacks the token, and a proof can be neither replayed on
+// another connection nor reflected back at its sender.
+
+// authAccept challenges a new connection, checks its answer and proves the
+// token in turn.
 func authAccept(conn net.Conn, token, purpose string) error {
 	conn.SetDeadline(time.Now().Add(authWait))
 	defer conn.SetDeadline(time.Time{})
@@ -75,27 +87,34 @@ func authAccept(conn net.Conn, token, purpose string) error {
 	if _, err := conn.Write(nonce); err != nil {
 		return err
 	}
-	mac := make([]byte, sha256.Size)
-	if _, err := io.ReadFull(conn, mac); err != nil {
+	answer := make([]byte, 32+sha256.Size)
+	if _, err := io.ReadFull(conn, answer); err != nil {
 		return err
 	}
-	if !hmac.Equal(mac, authMAC(token, purpose, nonce)) {
+	theirs := answer[:32]
+	if !hmac.Equal(answer[32:], authMAC(token, purpose+"/client", nonce, theirs)) {
 		conn.Write([]byte{1})
 		return ErrBadToken
 	}
-	_, err := conn.Write([]byte{0})
+	_, err := conn.Write(append([]byte{0}, authMAC(token, purpose+"/server", nonce, theirs)...))
 	return err
 }
 
-// authDial answers the challenge of authAccept.
+// authDial answers the challenge of authAccept and checks the server's
+// proof: a listener that does not know the token (one that took the port
+// first) is refused before anything is sent over the connection.
 func authDial(conn net.Conn, token, purpose string, deadline time.Time) error {
 	conn.SetDeadline(deadline)
 	defer conn.SetDeadline(time.Time{})
-	nonce := make([]byte, 32)
-	if _, err := io.ReadFull(conn, nonce); err != nil {
+	theirs := make([]byte, 32)
+	if _, err := io.ReadFull(conn, theirs); err != nil {
 		return err
 	}
-	if _, err := conn.Write(authMAC(token, purpose, nonce)); err != nil {
+	nonce := make([]byte, 32)
+	if _, err := rand.Read(nonce); err != nil {
+		return err
+	}
+	if _, err := conn.Write(append(nonce, authMAC(token, purpose+"/client", theirs, nonce)...)); err != nil {
 		return err
 	}
 	var ok [1]byte
@@ -104,6 +123,13 @@ func authDial(conn net.Conn, token, purpose string, deadline time.Time) error {
 	}
 	if ok[0] != 0 {
 		return ErrBadToken
+	}
+	proof := make([]byte, sha256.Size)
+	if _, err := io.ReadFull(conn, proof); err != nil {
+		return fmt.Errorf("%w: %s sent no proof of the token: %v", ErrBadToken, conn.RemoteAddr(), err)
+	}
+	if !hmac.Equal(proof, authMAC(token, purpose+"/server", theirs, nonce)) {
+		return fmt.Errorf("%w: %s does not know the job's token (another process on its port?)", ErrBadToken, conn.RemoteAddr())
 	}
 	return nil
 }
@@ -144,6 +170,17 @@ func ServeStore(addr, token string, stall time.Duration) (*StoreServer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("store: listen %s: %w", addr, err)
+	}
+	return ServeStoreOn(ln, token, stall)
+}
+
+// ServeStoreOn is ServeStore on a listener that is already bound, such as
+// one a launcher bound and handed over, so that no other process can take
+// the port in between. The server closes ln when it closes.
+func ServeStoreOn(ln net.Listener, token string, stall time.Duration) (*StoreServer, error) {
+	if token == "" {
+		ln.Close()
+		return nil, errors.New("store: empty job token: pass the job's token")
 	}
 	s := &StoreServer{ln: ln, token: token, stall: stall, data: map[string][]byte{},
 		changed: make(chan struct{}), ranks: map[int]*watched{}, conns: map[net.Conn]bool{}}
@@ -482,7 +519,10 @@ func DialStore(ctx context.Context, addr, token string, timeout time.Duration) (
 				return &Store{addr: addr, timeout: timeout, conn: conn, r: bufio.NewReader(conn)}, nil
 			}
 			conn.Close()
-			if errors.Is(err, ErrBadToken) || errors.Is(err, io.EOF) {
+			if errors.Is(err, ErrBadToken) {
+				return nil, fmt.Errorf("store %s: refused: %w", addr, err)
+			}
+			if errors.Is(err, io.EOF) {
 				return nil, fmt.Errorf("store %s: refused: %w", addr, ErrBadToken)
 			}
 		}

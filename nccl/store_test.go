@@ -1,6 +1,7 @@
 package nccl
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -77,7 +78,7 @@ func TestStoreRefusesStrangers(t *testing.T) {
 	conn.SetDeadline(time.Now().Add(5 * time.Second))
 	nonce := make([]byte, 32)
 	io.ReadFull(conn, nonce)
-	req := append(make([]byte, 32), opSet, 1, 0, 0, 0, 1, 0, 0, 0, 'k', 'v', 0, 0, 0, 0)
+	req := append(make([]byte, 64), opSet, 1, 0, 0, 0, 1, 0, 0, 0, 'k', 'v', 0, 0, 0, 0)
 	conn.Write(req)
 	var b [1]byte
 	if _, err := io.ReadFull(conn, b[:]); err != nil || b[0] != 1 {
@@ -144,5 +145,97 @@ func TestStoreAbortOnStall(t *testing.T) {
 	}
 	if d := time.Since(start); d > 3*time.Second {
 		t.Fatalf("stall noticed after %v", d)
+	}
+}
+
+// impostor listens where a store or a peer is expected without knowing the
+// token: it sends a nonce, takes whatever answer comes and says "accepted",
+// followed by bytes that look like a proof. It reports what the client sent
+// after the handshake.
+func impostor(t *testing.T) (addr string, got <-chan []byte) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	ch := make(chan []byte, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(3 * time.Second))
+		conn.Write(make([]byte, 32))
+		buf := make([]byte, 4096)
+		conn.Read(buf)
+		conn.Write(append([]byte{0}, make([]byte, 32)...))
+		n, _ := conn.Read(buf)
+		ch <- buf[:n]
+	}()
+	return ln.Addr().String(), ch
+}
+
+// A client proves the token only to a server that proves it back: a
+// process that took the master's (or a peer's) port first learns nothing
+// and is refused, for the store and for peer links.
+func TestAuthRefusesImpostorServer(t *testing.T) {
+	addr, got := impostor(t)
+	st, err := DialStore(context.Background(), addr, "secret", 2*time.Second)
+	if err == nil {
+		st.Register(3, "victim")
+		st.Close()
+		t.Fatalf("DialStore accepted a server without the token; it sent %q", <-got)
+	}
+	if !errors.Is(err, ErrBadToken) || !strings.Contains(err.Error(), "does not know the job's token") {
+		t.Fatalf("DialStore to an impostor: %v, want ErrBadToken naming the server", err)
+	}
+	addr, _ = impostor(t)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := authDial(conn, "secret", "hpcrun-peer", time.Now().Add(2*time.Second)); !errors.Is(err, ErrBadToken) {
+		t.Fatalf("peer link to an impostor: %v, want ErrBadToken", err)
+	}
+}
+
+// The two sides' proofs differ: a server cannot answer a client with the
+// client's own proof (reflection), and a proof made for the store does
+// not open a peer link.
+func TestAuthProofsAreBoundToSideAndPurpose(t *testing.T) {
+	s, c := []byte("server-nonce"), []byte("client-nonce")
+	client := authMAC("secret", "hpcrun-store/client", s, c)
+	if bytes.Equal(client, authMAC("secret", "hpcrun-store/server", s, c)) ||
+		bytes.Equal(client, authMAC("secret", "hpcrun-peer/client", s, c)) ||
+		bytes.Equal(client, authMAC("secret", "hpcrun-store/client", c, s)) {
+		t.Fatal("a proof is valid for another side, purpose or nonce order")
+	}
+}
+
+// A store served on a listener bound beforehand (a launcher's) works, and
+// its port was never free for another process to take.
+func TestServeStoreOnHandedListener(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := net.Listen("tcp", ln.Addr().String()); err == nil {
+		t.Fatal("the handed-over port could be bound twice")
+	}
+	srv, err := ServeStoreOn(ln, "secret", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	st, err := DialStore(context.Background(), ln.Addr().String(), "secret", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Set("k", []byte("v")); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -287,3 +287,41 @@ func TestHierarchicalHosts(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A rank that gives up on an error of its own (its metrics file cannot be
+// written) publishes it: the others stop within moments, each naming that
+// rank and quoting its error, instead of timing out on whoever they were
+// waiting for. Rank 0 and another rank are tried as the culprit.
+func TestAbortPublishesARanksOwnError(t *testing.T) {
+	for _, culprit := range []int{2, 0} {
+		t.Run(fmt.Sprint("rank", culprit), func(t *testing.T) {
+			start := time.Now()
+			err := tcpWorld(BackendTCP)(t, 3, func(c Comm) error {
+				if err := c.Barrier(); err != nil {
+					return err
+				}
+				if c.Rank() == culprit {
+					own := errors.New("metrics: open rank file: disk quota exceeded")
+					var pe *PeerError
+					if err := Abort(c, own); !errors.As(err, &pe) || pe.Rank != culprit || !strings.Contains(err.Error(), own.Error()) {
+						return fmt.Errorf("Abort = %v, want the job's failure naming rank %d", err, culprit)
+					}
+					return nil
+				}
+				buf := []float32{1}
+				err := c.AllReduce(buf, Sum)
+				var pe *PeerError
+				if !errors.As(err, &pe) || pe.Rank != culprit || !strings.Contains(err.Error(), "disk quota exceeded") {
+					return fmt.Errorf("AllReduce after rank %d's own failure: %v, want its error", culprit, err)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("the others took %v to stop", d)
+			}
+		})
+	}
+}

@@ -39,6 +39,9 @@ type Tasks struct {
 	Stdout, Stderr io.Writer
 	// Output, when set, gives task rank's stdout and stderr.
 	Output func(rank int) (stdout, stderr io.Writer)
+	// Master, when set, is the Store's listener (ListenMaster): task 0
+	// inherits it (MasterListener) and Run closes this process's copy.
+	Master *net.TCPListener
 }
 
 // TaskExit is how one task that failed ended.
@@ -95,7 +98,22 @@ func (t Tasks) Run(ctx context.Context) ([]TaskExit, error) {
 			cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(threads))
 		}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
+		var master *os.File
+		if r == 0 && t.Master != nil {
+			f, err := t.Master.File()
+			if err != nil {
+				return nil, fmt.Errorf("hand the master's listener to task 0: %w", err)
+			}
+			master = f
+			cmd.ExtraFiles = []*os.File{f}
+			cmd.Env = append(cmd.Env, MasterFDEnv+"=3")
+		}
+		err := cmd.Start()
+		if master != nil {
+			master.Close()
+			t.Master.Close()
+		}
+		if err != nil {
 			signalAll(cmds[:r], make([]bool, r), syscall.SIGKILL)
 			for _, c := range cmds[:r] {
 				c.Wait()
@@ -194,12 +212,40 @@ func TorchrunVars(n, port int, runID, executor string) func(rank int) []string {
 	}
 }
 
-// FreePort asks the kernel for a free TCP port on the loopback address.
-func FreePort() (int, error) {
+// MasterFDEnv names the file descriptor of the Store's listener that Tasks
+// hands to task 0.
+const MasterFDEnv = "HPCRUN_MASTER_FD"
+
+// ListenMaster binds a free TCP port on the loopback address for the Store
+// of tasks started by Tasks, and returns the listener and its port. Pass
+// it as Tasks.Master: task 0 serves on it (MasterListener) instead of
+// binding the port again, so the port is never free for another process to
+// take in between.
+func ListenMaster() (*net.TCPListener, int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, fmt.Errorf("free port for the master: %w", err)
+		return nil, 0, fmt.Errorf("listen for the master: %w", err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return ln.(*net.TCPListener), ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// MasterListener is the Store listener this task inherited from Tasks
+// (task 0 only), or nil when it inherited none.
+func MasterListener() (net.Listener, error) {
+	v := os.Getenv(MasterFDEnv)
+	if v == "" {
+		return nil, nil
+	}
+	os.Unsetenv(MasterFDEnv) // not for this task's children
+	fd, err := strconv.Atoi(v)
+	if err != nil || fd < 3 {
+		return nil, fmt.Errorf("%s=%q: not an inherited file descriptor", MasterFDEnv, v)
+	}
+	f := os.NewFile(uintptr(fd), "master listener")
+	defer f.Close()
+	ln, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s=%d: %w", MasterFDEnv, fd, err)
+	}
+	return ln, nil
 }

@@ -2,6 +2,7 @@ package slurm
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -131,5 +132,28 @@ func TestLocalResubmitClearsTheEndedJob(t *testing.T) {
 	}
 	if j := waitLocal(t, JobRef{ID: id, RunDir: dir}); j.State != Completed {
 		t.Errorf("second job = %+v", j)
+	}
+}
+
+// The Store's port stays bound from ListenMaster until task 0 serves on
+// it: task 0 inherits the listener, the others do not, and no other
+// process can bind the port in between.
+func TestTasksHandMasterListenerToTaskZero(t *testing.T) {
+	ln, port, err := ListenMaster()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other, err := net.Listen("tcp", "127.0.0.1:"+itoa(port)); err == nil {
+		other.Close()
+		t.Fatal("the master's port could be taken before the tasks started")
+	}
+	tasks := Tasks{N: 2, Program: "/bin/sh", Master: ln, Vars: TorchrunVars(2, port, "r", "run"),
+		Args: []string{"-c", `if [ "$RANK" = 0 ]; then case $(readlink /proc/$$/fd/$` + MasterFDEnv + `) in socket:*) exit 0;; esac; exit 4; fi; [ -z "$` + MasterFDEnv + `" ] || exit 5`}}
+	failed, err := tasks.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range failed {
+		t.Errorf("task %d: %v (4: task 0 has no listener, 5: another task has one)", f.Rank, f.Err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -52,6 +53,9 @@ func ReadMeta(d rundir.Dir) (*Meta, error) {
 type Run struct {
 	Dir  rundir.Dir
 	Meta *Meta
+	// Err, from ListRuns, says why meta.json could not be read; Meta then
+	// holds only the execid (the folder's name).
+	Err error
 }
 
 // OpenRun finds a run the way every command does (rundir.Find: execid, job
@@ -68,8 +72,9 @@ func OpenRun(runsDir, ref string) (Run, error) {
 	return Run{Dir: r.Dir, Meta: m}, nil
 }
 
-// ListRuns reads the meta of every run under runsDir, oldest first. Runs
-// without a readable meta.json are skipped.
+// ListRuns reads the meta of every run under runsDir, oldest first. A run
+// whose meta.json cannot be read or is not JSON is listed with Err set; a
+// folder without one (a submission being written) is skipped.
 func ListRuns(runsDir string) ([]Run, error) {
 	all, err := rundir.List(runsDir)
 	if err != nil {
@@ -77,9 +82,14 @@ func ListRuns(runsDir string) ([]Run, error) {
 	}
 	var runs []Run
 	for _, r := range all {
-		if m, err := ReadMeta(r.Dir); err == nil {
-			runs = append(runs, Run{Dir: r.Dir, Meta: m})
+		m, err := ReadMeta(r.Dir)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
 		}
+		if err != nil {
+			m = &Meta{ExecID: r.Dir.ExecID()}
+		}
+		runs = append(runs, Run{Dir: r.Dir, Meta: m, Err: err})
 	}
 	return runs, nil
 }

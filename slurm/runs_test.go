@@ -35,6 +35,14 @@ func TestMetaRoundTripAndOpenRun(t *testing.T) {
 	if err != nil || len(list) != 3 || list[0].Meta.ExecID != ids[0] {
 		t.Fatalf("ListRuns = %d runs, %v", len(list), err)
 	}
+	broken := filepath.Join(runs, "20990101-000001-eeee")
+	os.Mkdir(broken, 0o755)
+	os.WriteFile(filepath.Join(broken, "meta.json"), []byte("{not json"), 0o644) // listed, flagged
+	list, err = ListRuns(runs)
+	if err != nil || len(list) != 4 || list[3].Err == nil || list[3].Meta.ExecID != "20990101-000001-eeee" {
+		t.Fatalf("ListRuns with a broken meta.json = %d runs, %v", len(list), err)
+	}
+	os.RemoveAll(broken)
 	if r, err := OpenRun(runs, ids[1]); err != nil || r.Meta.JobID != "102" {
 		t.Errorf("OpenRun(execid) = %+v, %v", r, err)
 	}

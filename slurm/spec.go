@@ -170,6 +170,32 @@ func (s JobSpec) Validate() error {
 	return nil
 }
 
+// SignalWarning says when the stop signal would come too early to be of
+// use: with a time limit no longer than the signal's lead (--time 00:01:00
+// and USR1@120), Slurm signals the job as soon as it starts, and again at
+// every requeue, so it saves and requeues without training. "" when fine.
+func (s JobSpec) SignalWarning() string {
+	if !s.Checkpoint || s.Time == "" {
+		return ""
+	}
+	limit, err := ParseTime(s.Time)
+	if err != nil || limit <= 0 {
+		return ""
+	}
+	lead := s.SignalSecs
+	if lead == 0 {
+		lead = DefaultSignalSecs
+	}
+	if limit > lead {
+		return ""
+	}
+	sig := s.Signal
+	if sig == "" {
+		sig = "USR1"
+	}
+	return fmt.Sprintf("time limit %s (%d s) is not longer than the stop signal's lead (%s@%d): the job is told to save and stop as soon as it starts, at every requeue; raise --time or lower signal_secs", s.Time, limit, sig, lead)
+}
+
 func hasControl(s string) bool {
 	for _, r := range s {
 		if r < 0x20 || r == 0x7f {

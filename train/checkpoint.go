@@ -127,16 +127,37 @@ func (t *trainer) save(step int) error {
 		err = t.removeZeroParts(dir)
 	}
 	if err = agree(t.world, err, what); err != nil {
-		return err
+		return t.abortSave(root, step, err)
 	}
 	if rank0 {
 		_, err = ckpt.Commit(root, step, t.cfg.Checkpoints())
 	}
 	if err = agree(t.world, err, what); err != nil {
-		return err
+		return t.abortSave(root, step, err)
 	}
 	t.logf("step %d: checkpoint saved in %s", step, filepath.Join(root, ckpt.StepDir(step)))
 	return nil
+}
+
+// abortSave ends a save that failed: rank 0, once every rank has stopped
+// writing (they agreed on the failure), removes the temporary dir.
+func (t *trainer) abortSave(root string, step int, err error) error {
+	if t.world.Rank() == 0 {
+		if aerr := ckpt.Abort(root, step); aerr != nil {
+			t.logf("%v", aerr)
+		}
+	}
+	return err
+}
+
+// nonFinite is the index of the first NaN or infinity of x, or -1.
+func nonFinite(x []float32) int {
+	for i, v := range x {
+		if v-v != 0 { // NaN and ±Inf
+			return i
+		}
+	}
+	return -1
 }
 
 // writeShard writes this rank's files: on DP rank 0 the model shard and
@@ -228,6 +249,15 @@ func (t *trainer) load(dir string) error {
 		v, err := c.Load("v", p.Name, p.Full, p.Shard)
 		if err != nil {
 			return err
+		}
+		for _, x := range []struct {
+			what string
+			vals []float32
+		}{{"weights", vals}, {"first moment (m)", m}, {"second moment (v)", v}} {
+			if j := nonFinite(x.vals); j >= 0 {
+				return fmt.Errorf("checkpoint %s: the %s of %s hold %v at element %d of this rank's shard: the checkpoint was saved after training diverged, or is corrupt; give an earlier step dir to --resume-from",
+					dir, x.what, p.Name, x.vals[j], j)
+			}
 		}
 		if t.zero != nil {
 			// This DP rank keeps its range of the moments, whatever the

@@ -37,6 +37,15 @@ func (d *Dataset) Len() int {
 	return len(d.Tokens) / d.Seq
 }
 
+// Err is the first error of a Gather from token files (one truncated
+// since it was mapped); Gather leaves the samples it could not read zero.
+func (d *Dataset) Err() error {
+	if d.stream != nil {
+		return d.stream.Err()
+	}
+	return nil
+}
+
 // Batch is B samples of the dataset gathered for one micro-step.
 type Batch struct {
 	B, T    int

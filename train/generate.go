@@ -81,6 +81,9 @@ func loadWeights(params []*parallel.Param, dev tensor.Device, cfg config.Config,
 			if err != nil {
 				return err
 			}
+			if j := nonFinite(vals); j >= 0 {
+				return fmt.Errorf("checkpoint %s: the weights of %s hold %v at element %d of this rank's shard: the checkpoint was saved after training diverged, or is corrupt", cfg.ResumeFrom, p.Name, vals[j], j)
+			}
 			dev.CopyFromHost(p.Data, vals)
 		}
 		return nil
@@ -100,6 +103,9 @@ func loadWeights(params []*parallel.Param, dev tensor.Device, cfg config.Config,
 		}
 		if err != nil {
 			return err
+		}
+		if j := nonFinite(vals); j >= 0 {
+			return fmt.Errorf("init_from %s: %s holds %v at element %d of this rank's piece: the weights are corrupt", cfg.InitFrom, p.Name, vals[j], j)
 		}
 		dev.CopyFromHost(p.Data, vals)
 	}

@@ -73,13 +73,22 @@ func Run(ctx context.Context, cfg config.Config, world nccl.Comm, opt Options) (
 			return nil, err
 		}
 		defer func() {
+			// A panic is recorded as the failure it is, then goes on.
+			p := recover()
+			if p != nil {
+				err = fmt.Errorf("panic: %v", p)
+			}
 			status := ""
-			if err != nil && (ctx.Err() != nil || errors.Is(err, ErrStopped)) {
+			if p == nil && err != nil && (ctx.Err() != nil || errors.Is(err, ErrStopped)) {
 				status = metrics.StatusInterrupted
 			}
 			w.End(status, err, time.Since(start))
 			if cerr := w.Close(); cerr != nil && err == nil {
 				err = cerr
+			}
+			if p != nil {
+				nccl.Abort(world, err)
+				panic(p)
 			}
 		}()
 	}
@@ -390,6 +399,9 @@ func (t *trainer) run(ctx context.Context) (*Result, error) {
 			return res, fmt.Errorf("interrupted at step %d: %w", step, err)
 		}
 		s, err := t.trainStep(step)
+		if err == nil {
+			err = t.data.Train.Err()
+		}
 		if err != nil {
 			return res, fmt.Errorf("step %d: %w", step+1, err)
 		}
@@ -497,6 +509,9 @@ func (t *trainer) evaluate(step int) (EvalResult, error) {
 			}
 		}
 		val.Gather(&b, idx)
+		if err := val.Err(); err != nil {
+			return EvalResult{}, err
+		}
 		maskPadding(&b, real)
 		var l float64
 		var err error

@@ -6,8 +6,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/hpcrun/hpcrun/internal/atomicfile"
 	"github.com/hpcrun/hpcrun/train/config"
@@ -28,8 +30,12 @@ const (
 // one stream.
 type tokenStream struct {
 	shards [][]uint16 // each shard's tokens
+	paths  []string   // each shard's file
 	ends   []int      // stream offset after each shard
 	unmap  []func() error
+
+	mu  sync.Mutex
+	err error // the first failed read: a file truncated under the mapping
 }
 
 // Len is the number of tokens of the stream.
@@ -40,9 +46,36 @@ func (s *tokenStream) Len() int {
 	return s.ends[len(s.ends)-1]
 }
 
-// read copies the tokens [from, from+len(dst)) of the stream into dst.
+// read copies the tokens [from, from+len(dst)) of the stream into dst. A
+// file truncated since it was mapped (rewritten while training) faults on
+// the pages it lost: read then leaves the rest of dst zero and records the
+// error that Err returns, instead of the process dying of SIGBUS.
 func (s *tokenStream) read(dst []int32, from int) {
 	k := sort.SearchInts(s.ends, from+1)
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		p := recover()
+		if p == nil {
+			return
+		}
+		if _, ok := p.(interface{ Addr() uintptr }); !ok {
+			panic(p)
+		}
+		clear(dst)
+		path := "?"
+		if k < len(s.paths) {
+			path = s.paths[k]
+		}
+		size := "unknown size"
+		if st, err := os.Stat(path); err == nil {
+			size = fmt.Sprintf("now %d bytes", st.Size())
+		}
+		s.mu.Lock()
+		if s.err == nil {
+			s.err = fmt.Errorf("data %s: the file shrank while training (%s; it held %d tokens when mapped): do not rewrite token files under a running job", path, size, len(s.shards[k]))
+		}
+		s.mu.Unlock()
+	}()
 	for i := 0; i < len(dst); {
 		start := 0
 		if k > 0 {
@@ -56,6 +89,13 @@ func (s *tokenStream) read(dst []int32, from int) {
 		i += n
 		k++
 	}
+}
+
+// Err is the first failed read of the stream, if any.
+func (s *tokenStream) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
 }
 
 // Close unmaps the files.
@@ -112,16 +152,35 @@ func openTokenFiles(pattern string, vocab int) (*tokenStream, error) {
 			return nil, err
 		}
 		s.unmap = append(s.unmap, unmap)
-		for i, t := range toks {
-			if int(t) >= vocab {
-				s.Close()
-				return nil, fmt.Errorf("data %s: token %d at position %d is outside the model's vocabulary of %d", p, t, i, vocab)
-			}
+		if err := checkVocab(toks, p, vocab); err != nil {
+			s.Close()
+			return nil, err
 		}
 		s.shards = append(s.shards, toks)
+		s.paths = append(s.paths, p)
 		s.ends = append(s.ends, s.Len()+len(toks))
 	}
 	return s, nil
+}
+
+// checkVocab checks that every token of the mapped file path is below
+// vocab; a file truncated meanwhile is an error, not SIGBUS.
+func checkVocab(toks []uint16, path string, vocab int) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			if _, ok := p.(interface{ Addr() uintptr }); !ok {
+				panic(p)
+			}
+			err = fmt.Errorf("data %s: the file shrank while it was read: do not rewrite token files in use", path)
+		}
+	}()
+	for i, t := range toks {
+		if int(t) >= vocab {
+			return fmt.Errorf("data %s: token %d at position %d is outside the model's vocabulary of %d", path, t, i, vocab)
+		}
+	}
+	return nil
 }
 
 // mapTokenFile maps the token file path and returns its tokens.

@@ -148,8 +148,12 @@ func benchCommWorker(spec string, out io.Writer) error {
 		}
 		v[i] = x
 	}
+	ln, err := slurm.MasterListener()
+	if err != nil {
+		return err
+	}
 	comm, err := nccl.Init(context.Background(), nccl.Options{Rank: int(v[0]), Size: int(v[1]), MasterAddr: master,
-		MasterPort: int(v[2]), Token: f[3], Backend: f[4], Timeout: time.Minute})
+		MasterPort: int(v[2]), Listener: ln, Token: f[3], Backend: f[4], Timeout: time.Minute})
 	if err != nil {
 		return err
 	}
@@ -331,7 +335,7 @@ func runHpcrunRanks(ctx context.Context, n int, lo, hi int64, backend string) (m
 	if err != nil {
 		return nil, fmt.Errorf("bench comm: find own binary: %w", err)
 	}
-	port, err := slurm.FreePort()
+	master, port, err := slurm.ListenMaster()
 	if err != nil {
 		return nil, fmt.Errorf("bench comm: %w", err)
 	}
@@ -341,7 +345,7 @@ func runHpcrunRanks(ctx context.Context, n int, lo, hi int64, backend string) (m
 	}
 	var out bytes.Buffer
 	stderr := make([]bytes.Buffer, n)
-	tasks := slurm.Tasks{N: n, Program: self, Args: os.Args[1:],
+	tasks := slurm.Tasks{Master: master, N: n, Program: self, Args: os.Args[1:],
 		Vars: func(r int) []string {
 			return []string{fmt.Sprintf("%s=%d,%d,%d,%s,%s,%d,%d", benchCommWorkerEnv, r, n, port, tok, backend, lo, hi)}
 		},

@@ -154,11 +154,11 @@ func launchCheck(c *cli.Context, o checkOptions) error {
 	if err != nil {
 		return fmt.Errorf("path of hpcrun: %w", err)
 	}
-	port, err := slurm.FreePort()
+	master, port, err := slurm.ListenMaster()
 	if err != nil {
 		return err
 	}
-	ranks := slurm.Tasks{N: o.tp, Program: self, Args: args, Env: []string{checkTokenEnv + "=" + token},
+	ranks := slurm.Tasks{Master: master, N: o.tp, Program: self, Args: args, Env: []string{checkTokenEnv + "=" + token},
 		Vars: slurm.TorchrunVars(o.tp, port, "hpcrun-check-"+token[:8], "run"), Grace: o.timeout + 5*time.Second}
 	failed, err := ranks.Run(c.Context)
 	if err != nil {
@@ -180,9 +180,13 @@ func checkRank(c *cli.Context, env idrenv.Env, checks []parallel.Check, o checkO
 	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	master, err := slurm.MasterListener()
+	if err != nil {
+		return fail(err)
+	}
 	world, err := nccl.Init(ctx, nccl.Options{
 		Rank: env.Rank, Size: env.WorldSize,
-		MasterAddr: env.MasterAddr, MasterPort: env.MasterPort,
+		MasterAddr: env.MasterAddr, MasterPort: env.MasterPort, Listener: master,
 		Token: token, Timeout: o.timeout,
 	})
 	if err != nil {

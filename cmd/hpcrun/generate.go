@@ -13,6 +13,8 @@ import (
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train"
+	"github.com/hpcrun/hpcrun/train/ckpt"
+	"github.com/hpcrun/hpcrun/train/interop"
 	"github.com/urfave/cli/v2"
 )
 
@@ -99,6 +101,9 @@ func onRanks(c *cli.Context, what, src string, fn func(world nccl.Comm) error) e
 		if nproc < 1 {
 			return cli.Exit(fmt.Sprintf("--nproc %d: must be at least 1", nproc), 2)
 		}
+		if err := refuseModelUnfitHere(src, c.String("device")); err != nil {
+			return err
+		}
 		if nproc == 1 {
 			if err := nccl.RunInProcess(1, fn); err != nil {
 				return cli.Exit(err.Error(), 1)
@@ -111,8 +116,12 @@ func onRanks(c *cli.Context, what, src string, fn func(world nccl.Comm) error) e
 	if err != nil {
 		return err
 	}
+	master, err := slurm.MasterListener()
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("%s rank %d: %v", what, env.Rank, err), 1)
+	}
 	world, err := nccl.Init(ctx, nccl.Options{Rank: env.Rank, Size: env.WorldSize, MasterAddr: env.MasterAddr,
-		MasterPort: env.MasterPort, Token: token, Timeout: c.Duration("timeout")})
+		MasterPort: env.MasterPort, Listener: master, Token: token, Timeout: c.Duration("timeout")})
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("%s rank %d: %v", what, env.Rank, err), 1)
 	}
@@ -121,6 +130,54 @@ func onRanks(c *cli.Context, what, src string, fn func(world nccl.Comm) error) e
 		return cli.Exit(fmt.Sprintf("%s rank %d: %v", what, env.Rank, err), 1)
 	}
 	return nil
+}
+
+// refuseModelUnfitHere refuses, before any rank loads it, a model whose
+// weights alone (fp32) do not fit this machine's memory, which the ranks
+// started here share; its shape comes from the checkpoint's state.json or
+// the pretrained model's config.json, not from its weights files. A run
+// on a GPU is not refused: the plan cannot name it here.
+func refuseModelUnfitHere(src, device string) error {
+	cfg, err := sourceShape(src)
+	if err != nil {
+		return cli.Exit(err.Error(), 1)
+	}
+	if err := interop.CheckSize(cfg.Layers, cfg.Dim, cfg.PositionRows(), cfg.Vocab, func(n string) string { return n }); err != nil {
+		return cli.Exit(fmt.Sprintf("%s: %v", src, err), 1)
+	}
+	mem := memTotal()
+	if device == "cuda" || mem <= 0 {
+		return nil
+	}
+	if need := 4 * train.ParamCount(cfg, cfg.Vocab); need > mem {
+		return cli.Exit(fmt.Sprintf("%s: the model's weights alone need %s, more than the %s of this machine", src, bytesIEC(need), bytesIEC(mem)), 1)
+	}
+	return nil
+}
+
+// sourceShape is the model config of src as train.SourceConfig gives it,
+// except that a Hugging Face model's comes from its config.json alone:
+// its weights files are not opened before the model is known to fit.
+func sourceShape(src string) (train.Config, error) {
+	if dir, err := ckpt.Resolve(src); err == nil && dir != "" {
+		return train.SourceConfig(src)
+	}
+	hf := ""
+	if st, err := os.Stat(src); err == nil && st.IsDir() {
+		hf = src
+	} else if filepath.Ext(src) == ".safetensors" || filepath.Base(src) == interop.HFConfig {
+		hf = filepath.Dir(src)
+	}
+	if hf == "" {
+		return train.SourceConfig(src) // an llm.c file: its header alone
+	}
+	s, err := interop.ReadHFConfig(hf)
+	if err != nil {
+		return train.Config{}, err
+	}
+	cfg := train.DefaultConfig()
+	cfg.Model, cfg.Arch, cfg.Layers, cfg.Dim, cfg.Heads, cfg.Positions, cfg.Vocab = s.Model, s.Arch, s.Layers, s.Dim, s.Heads, s.Positions, s.Vocab
+	return cfg, nil
 }
 
 // launchRanks starts n ranks of this command on this machine, with the
@@ -135,7 +192,7 @@ func launchRanks(c *cli.Context, n int, src string) error {
 	if err != nil {
 		return fmt.Errorf("path of hpcrun: %w", err)
 	}
-	port, err := slurm.FreePort()
+	master, port, err := slurm.ListenMaster()
 	if err != nil {
 		return err
 	}
@@ -144,7 +201,7 @@ func launchRanks(c *cli.Context, n int, src string) error {
 		args = append(args, "--"+name+"="+fmt.Sprint(c.Value(name)))
 	}
 	args = append(args, "--", src)
-	ranks := slurm.Tasks{N: n, Program: self, Args: args, Env: []string{checkTokenEnv + "=" + token},
+	ranks := slurm.Tasks{Master: master, N: n, Program: self, Args: args, Env: []string{checkTokenEnv + "=" + token},
 		Vars: slurm.TorchrunVars(n, port, "hpcrun-"+c.Command.Name+"-"+token[:8], "run"), Grace: c.Duration("timeout") + 5*time.Second}
 	failed, err := ranks.Run(c.Context)
 	if err != nil {

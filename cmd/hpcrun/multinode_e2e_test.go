@@ -327,3 +327,62 @@ func TestMultiNodePipeline(t *testing.T) {
 		t.Errorf("summary: bubble %+v, pp %d dp %d", sum.Bubble, sum.Config.PP, sum.Config.DP)
 	}
 }
+
+// TestMultiNodeOwnFailureNamesTheRank: on a 2-node job, rank 2 (on the
+// second node) cannot open its metrics file. Its error becomes the job's:
+// the other ranks stop within seconds, each quoting rank 2, its host and
+// its message (before, they timed out after 30 s and blamed a healthy rank
+// as stalled), their end lines say so, and the job ends FAILED.
+func TestMultiNodeOwnFailureNamesTheRank(t *testing.T) {
+	nodesUp(t, 2)
+	e := newEnv(t)
+	conf := "default_profile = \"held\"\n[profiles.held]\nexecutor = \"slurm\"\npartition = \"debug\"\ncpus_per_task = 1\ntime = \"00:10:00\"\nsbatch_extra = [\"--hold\"]\n[train]\ndevice = \"cpu\"\n"
+	if err := os.WriteFile(filepath.Join(e.dir, "hpcrun.toml"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := e.submit("--ntasks", "4", "--tp", "2", "--nodes", "2", "--preset", "tiny", "--steps", "200", "--samples", "512", "--eval-every", "0", "--ckpt-every", "-1")
+	defer exec.Command("scancel", s.JobID).Run()
+	bad := rundir.Dir(s.RunDir).RankMetrics(2)
+	if err := os.MkdirAll(bad, 0o755); err != nil { // opening it for appending fails
+		t.Fatal(err)
+	}
+	if b, err := exec.Command("scontrol", "release", s.JobID).CombinedOutput(); err != nil {
+		t.Fatalf("scontrol release: %v: %s", err, b)
+	}
+	var started time.Time
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		st, _ := slurmJob(t, s.JobID)
+		if st == "RUNNING" && started.IsZero() {
+			started = time.Now()
+		}
+		if st == "FAILED" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s is %s 2 minutes after its release, want FAILED", s.JobID, st)
+		}
+	}
+	if took := time.Since(started); took > 25*time.Second {
+		t.Errorf("the job took %v to fail: the ranks waited for rank 2 instead of hearing of its failure", took)
+	}
+	errLog, _ := os.ReadFile(filepath.Join(s.RunDir, "slurm-"+s.JobID+".err"))
+	t.Logf("job %s failed %v after it started:\n%s", s.JobID, time.Since(started).Round(100*time.Millisecond), errLog)
+	for _, r := range []int{0, 1, 3} {
+		if !regexp.MustCompile(fmt.Sprintf(`rank %d: .*rank 2 \(n\d\): metrics: .*is a directory`, r)).Match(errLog) {
+			t.Errorf("rank %d does not quote rank 2's error:\n%s", r, errLog)
+		}
+		l, err := metrics.ReadRank(rundir.Dir(s.RunDir).RankMetrics(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.End == nil || l.End.Status != metrics.StatusFailed || !strings.Contains(l.End.Error, "is a directory") {
+			t.Errorf("rank %d's end line %+v: want failed, quoting rank 2", r, l.End)
+		}
+	}
+	if strings.Contains(string(errLog), "timed out") || strings.Contains(string(errLog), "stalled") {
+		t.Errorf("a rank reports a timeout or a stall:\n%s", errLog)
+	}
+	if row, ok := e.row(true, s.ExecID); !ok || row.State != "FAILED" {
+		t.Errorf("queue --all: %+v, want the run FAILED", row)
+	}
+}

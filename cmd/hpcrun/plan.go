@@ -343,6 +343,29 @@ func whatFits(sug []plan.Suggestion) string {
 }
 
 // refuseUnfit is submit's error for a run that does not fit.
+// refuseUnfitHere refuses, as submit does without --force, a run of
+// ntasks ranks on this machine (hpcrun run) that the plan says does not fit
+// a rank's share of this machine's memory. A run on GPUs, which the plan
+// cannot name here, is not refused.
+func refuseUnfitHere(cfg train.Config) error {
+	lay := slurm.Layout{Nodes: 1, TasksPerNode: cfg.NTasks}
+	dev, why, err := planDevice("", cfg, lay, max(1, runtime.NumCPU()/max(cfg.NTasks, 1)))
+	if err != nil || why != "" || dev.MemBytes <= 0 {
+		return nil
+	}
+	data, err := train.Prepare(cfg)
+	if err != nil {
+		return err
+	}
+	r := plan.Request{Config: cfg, Vocab: data.Vocab, Nodes: 1, Device: dev}
+	pl, err := plan.New(r)
+	if err != nil || pl.Fits {
+		return err
+	}
+	return cli.Exit(fmt.Sprintf("the run needs %s a rank, %s over the %s of %s (%s); run --force to start it anyway",
+		bytesIEC(pl.Memory.Total), bytesIEC(-pl.Headroom), bytesIEC(pl.Device.MemBytes), pl.Device.Name, whatFits(plan.Suggest(r))), 1)
+}
+
 func refuseUnfit(p *submitPlan) error {
 	pl := p.plan
 	return cli.Exit(fmt.Sprintf("the run needs %s a rank, %s over the %s of %s (%s); submit --force to submit it anyway",

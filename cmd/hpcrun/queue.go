@@ -114,6 +114,13 @@ func queueRows(ctx context.Context, dir string, all bool, name string) (rows []q
 	seen := map[string]bool{}
 	for _, r := range runs {
 		m := r.Meta
+		if r.Err != nil { // listed, flagged, under --all: its state is unknown
+			if all {
+				rows = append(rows, queueRow{ExecID: m.ExecID, JobID: "?", Name: "?", State: slurm.Unknown, Nodes: 1,
+					Reason: "unreadable meta.json: " + shortErr(strings.TrimPrefix(r.Err.Error(), r.Dir.Meta()+": ")), Executor: "?", RunDir: r.Dir.Path()})
+			}
+			continue
+		}
 		row := queueRow{ExecID: m.ExecID, JobID: m.JobID, Name: m.Spec.Name, Executor: m.Executor, RunDir: r.Dir.Path()}
 		var j slurm.JobInfo
 		switch {
@@ -201,6 +208,15 @@ func printQueue(w io.Writer, rows []queueRow, asJSON bool) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", exec, jobid, r.Name, r.State, r.Elapsed, r.Nodes, where, r.Executor)
 	}
 	return tw.Flush()
+}
+
+// shortErr is an error's text, cut to one short line for a table.
+func shortErr(msg string) string {
+	s := firstLineOf(msg)
+	if len(s) > 120 {
+		s = s[:117] + "..."
+	}
+	return s
 }
 
 func firstLineOf(s string) string {

@@ -26,6 +26,7 @@ func runCommand() *cli.Command {
 			"metrics summary when they finish. Example: hpcrun run --nproc 4 --tp 2",
 		Flags: append([]cli.Flag{
 			&cli.IntFlag{Name: "nproc", Usage: "processes (ranks) to start; the same as --ntasks"},
+			&cli.BoolFlag{Name: "force", Usage: "start even when hpcrun plan predicts the run does not fit this machine's memory"},
 		}, trainFlags()...),
 		Action: runLocal,
 	}
@@ -52,6 +53,11 @@ func runLocal(c *cli.Context) error {
 	// Every check, the data included, happens before any rank starts.
 	if err := train.Check(cfg); err != nil {
 		return cli.Exit(err.Error(), 2)
+	}
+	if !c.Bool("force") {
+		if err := refuseUnfitHere(cfg); err != nil {
+			return err
+		}
 	}
 	runsDir, err := filepath.Abs(rc.RunsDir)
 	if err != nil {
@@ -80,11 +86,11 @@ func runLocal(c *cli.Context) error {
 	fmt.Fprintf(os.Stderr, "run %s: %d ranks (tp %d x dp %d) on this machine\nrun dir: %s\n", execID, cfg.NTasks, cfg.TP, cfg.DP(), dir)
 
 	start := time.Now()
-	port, err := slurm.FreePort()
+	master, port, err := slurm.ListenMaster()
 	if err != nil {
 		return err
 	}
-	tasks := slurm.Tasks{N: cfg.NTasks, Program: self, Args: args, Vars: slurm.TorchrunVars(cfg.NTasks, port, execID, "run"), Grace: 15 * time.Second}
+	tasks := slurm.Tasks{Master: master, N: cfg.NTasks, Program: self, Args: args, Vars: slurm.TorchrunVars(cfg.NTasks, port, execID, "run"), Grace: 15 * time.Second}
 	failed, err := tasks.Run(c.Context)
 	final := &slurm.JobInfo{ID: meta.JobID, Name: meta.Spec.Name, State: slurm.Completed, Elapsed: time.Since(start).Round(time.Second), Nodes: 1, NodeList: meta.Host, Source: "run"}
 	if err != nil || len(failed) > 0 {

@@ -32,6 +32,7 @@ func serveCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "addr", Value: "127.0.0.1:8787", Usage: "listen on `HOST:PORT` (port 0: any free one)"},
 			&cli.StringFlag{Name: "token", Usage: "the access `TOKEN` (default: 24 random bytes, printed in the URL)", EnvVars: []string{"HPCRUN_SERVE_TOKEN"}},
+			&cli.BoolFlag{Name: "expose", Usage: "allow an --addr other machines can reach (0.0.0.0, :PORT, a public address): anyone who can reach it and learns the token reads the runs"},
 		},
 		Action: runServe,
 	}
@@ -63,8 +64,11 @@ func runServe(c *cli.Context) error {
 	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 		loopback = true
 	}
-	if !loopback && !c.IsSet("token") {
-		fmt.Fprintf(c.App.ErrWriter, "hpcrun serve: warning: %s is reachable from other machines; anyone who sees the URL's token can read the runs (pass --token, or bind 127.0.0.1 and use ssh -L)\n", c.String("addr"))
+	if !loopback {
+		if !c.Bool("expose") {
+			return cli.Exit(fmt.Sprintf("--addr %s is reachable from other machines: bind 127.0.0.1 and use ssh -L, or pass --expose to serve the runs there anyway", c.String("addr")), 2)
+		}
+		fmt.Fprintf(c.App.ErrWriter, "hpcrun serve: warning: %s is reachable from other machines (--expose): anyone who can reach it and sees the URL's token can read the runs\n", c.String("addr"))
 	}
 	srv, err := dashboard.New(dashboard.Options{RunsDir: dir, Token: token, Jobs: func(ctx context.Context) ([]dashboard.Job, error) {
 		rows, err := queueRows(ctx, dir, true, "")
@@ -84,7 +88,7 @@ func runServe(c *cli.Context) error {
 	}
 	srv.Warm() // the summaries of every run, read once: the first page comes from the cache
 	urlHost := ln.Addr().String()
-	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
 		if h, err := os.Hostname(); err == nil {
 			_, port, _ := net.SplitHostPort(urlHost)
 			urlHost = net.JoinHostPort(h, port)

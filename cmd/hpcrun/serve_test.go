@@ -18,7 +18,7 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		{[]string{"serve", "--addr", "8787"}, "want HOST:PORT"},
 		{[]string{"serve", "--token", "short"}, "at least 16 characters"},
 		{[]string{"serve", "extra"}, "usage: hpcrun serve"},
-		{[]string{"serve", "--addr", "203.0.113.1:1", "--token", "0123456789abcdef"}, "serve: listen tcp"},
+		{[]string{"serve", "--addr", "203.0.113.1:1", "--expose", "--token", "0123456789abcdef"}, "serve: listen tcp"},
 	} {
 		out, err := runApp(t, append(tt.args, "--runs-dir", dir)...)
 		if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "\n") {
@@ -46,15 +46,27 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// Bound to every interface without --token, serve warns; with one it does
-// not, and on loopback it prints the ssh -L line.
+// An address other machines can reach needs --expose (a token does not
+// do instead), and then serve warns; on loopback it prints the ssh -L
+// line. A URL never names the unspecified address ([::] or 0.0.0.0).
 func TestServeWarnsOffLoopback(t *testing.T) {
+	for _, args := range [][]string{
+		{"--addr", "0.0.0.0:0"},
+		{"--addr", "0.0.0.0:0", "--token", "0123456789abcdef0123"},
+		{"--addr", ":0"},
+	} {
+		_, err := runApp(t, append(append([]string{"serve"}, args...), "--runs-dir", t.TempDir())...)
+		if err == nil || !strings.Contains(err.Error(), "reachable from other machines") || !strings.Contains(err.Error(), "--expose") {
+			t.Errorf("%v: %v, want a refusal that names --expose", args, err)
+		}
+	}
 	for _, tt := range []struct {
 		args             []string
 		warn, sshForward bool
 	}{
-		{[]string{"--addr", "0.0.0.0:0"}, true, false},
-		{[]string{"--addr", "0.0.0.0:0", "--token", "0123456789abcdef0123"}, false, false},
+		{[]string{"--addr", "0.0.0.0:0", "--expose"}, true, false},
+		{[]string{"--addr", "0.0.0.0:0", "--expose", "--token", "0123456789abcdef0123"}, true, false},
+		{[]string{"--addr", ":0", "--expose"}, true, false},
 		{[]string{"--addr", "127.0.0.1:0"}, false, true},
 	} {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -75,6 +87,9 @@ func TestServeWarnsOffLoopback(t *testing.T) {
 		}
 		if got := strings.Contains(errOut.String(), "warning"); got != tt.warn {
 			t.Errorf("%v: warning printed %v, want %v: %q", tt.args, got, tt.warn, errOut.String())
+		}
+		if strings.Contains(out.String(), "http://[::]") || strings.Contains(out.String(), "http://0.0.0.0") {
+			t.Errorf("%v: the URL names the unspecified address: %q", tt.args, out.String())
 		}
 		if got := strings.Contains(out.String(), "ssh -L"); got != tt.sshForward {
 			t.Errorf("%v: ssh -L line %v, want %v: %q", tt.args, got, tt.sshForward, out.String())

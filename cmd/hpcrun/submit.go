@@ -224,6 +224,9 @@ func runSubmit(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if w := p.spec.SignalWarning(); w != "" {
+		fmt.Fprintf(os.Stderr, "hpcrun: warning: %s\n", w)
+	}
 	if c.Bool("dry-run") {
 		fmt.Fprintln(os.Stderr, p.placement)
 		if p.plan != nil {

@@ -36,6 +36,11 @@ func trainCommand() *cli.Command {
 }
 
 func runTrainTask(c *cli.Context) error {
+	// First of all: a stop signal that comes now (right after a requeue,
+	// or with a time limit shorter than the signal's lead) is held until
+	// the task can honour it, instead of being lost (Go ignores an
+	// unhandled USR1, and Slurm sends it once) or killing it.
+	held := holdSignals()
 	path, err := filepath.Abs(c.String("run-dir"))
 	if err != nil {
 		return err
@@ -62,10 +67,9 @@ func runTrainTask(c *cli.Context) error {
 	if env.CPUsPerTask > 0 && os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(min(env.CPUsPerTask, runtime.NumCPU()))
 	}
-	// Before anything slow: the signals' default action kills.
 	ctx, cancel := context.WithCancel(c.Context)
 	defer cancel()
-	stop := stopOnSignals(cfg.StopSignal, env.Rank, cancel)
+	stop := stopOnSignals(held, cfg.StopSignal, env.Rank, cancel)
 	fail := func(err error) error {
 		return cli.Exit(fmt.Sprintf("rank %d: %v", env.Rank, err), 1)
 	}
@@ -73,9 +77,13 @@ func runTrainTask(c *cli.Context) error {
 	if err != nil {
 		return fail(err)
 	}
+	master, err := slurm.MasterListener()
+	if err != nil {
+		return fail(err)
+	}
 	comm, err := nccl.Init(ctx, nccl.Options{
 		Rank: env.Rank, Size: env.WorldSize,
-		MasterAddr: env.MasterAddr, MasterPort: env.MasterPort,
+		MasterAddr: env.MasterAddr, MasterPort: env.MasterPort, Listener: master,
 		Token:   token,
 		Backend: backend, Device: gpu, Log: os.Stderr,
 	})
@@ -88,8 +96,11 @@ func runTrainTask(c *cli.Context) error {
 		return stopped(ctx, dir, cfg, env, stop.signal(), err)
 	}
 	if err != nil {
-		// A failed world may wait on a dead peer to close; the error is
-		// what matters, and exiting closes the sockets anyway.
+		// This rank's own failure becomes the job's: the others stop now,
+		// quoting it, instead of timing out on a healthy rank. A failed
+		// world may wait on a dead peer to close; the error is what
+		// matters, and exiting closes the sockets anyway.
+		nccl.Abort(comm, err)
 		closeWithin(comm, 2*time.Second)
 		return lostPeer(ctx, dir, cfg, env, err)
 	}
@@ -114,21 +125,36 @@ func (s *stopRequest) signal() os.Signal {
 	return sig
 }
 
+// holdSignals catches the signals that ask a task to stop before the task
+// knows which one is its time-limit signal; they wait in the channel until
+// stopOnSignals reads them.
+func holdSignals() chan os.Signal {
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGUSR2, os.Interrupt, syscall.SIGTERM)
+	return sigs
+}
+
 // stopOnSignals turns the time-limit signal (SIGUSR1, or SIGUSR2 when name
 // says so: Slurm's --signal=USR1@<secs>, or scancel --signal), SIGINT and
-// SIGTERM (Ctrl-C, scancel, hpcrun cancel) into one request: every rank
+// SIGTERM (Ctrl-C, scancel, hpcrun cancel), as they arrive on sigs from
+// holdSignals (those that came early first), into one request: every rank
 // stops after the same step and saves, whichever rank got the signal, so no
-// rank dies under the others. A second INT or TERM cancels at once.
-func stopOnSignals(name string, rank int, cancel context.CancelFunc) *stopRequest {
-	limit := syscall.SIGUSR1
+// rank dies under the others. A second INT or TERM cancels at once. The
+// other USR signal gets its default action back (one that came early is
+// ignored, with a word).
+func stopOnSignals(sigs chan os.Signal, name string, rank int, cancel context.CancelFunc) *stopRequest {
+	limit, other := syscall.SIGUSR1, syscall.SIGUSR2
 	if name == "USR2" {
-		limit = syscall.SIGUSR2
+		limit, other = other, limit
 	}
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, limit, os.Interrupt, syscall.SIGTERM)
+	signal.Reset(other)
 	s := &stopRequest{ch: make(chan struct{})}
 	go func() {
 		first := <-sigs
+		for first == other {
+			fmt.Fprintf(os.Stderr, "hpcrun: rank %d ignored %v that came before it knew its stop signal (%v)\n", rank, first, limit)
+			first = <-sigs
+		}
 		s.got.Store(first)
 		if rank == 0 || first != limit {
 			fmt.Fprintf(os.Stderr, "hpcrun: rank %d received %v: every rank stops after this step and saves a checkpoint (again to stop at once)\n", rank, first)

@@ -200,6 +200,16 @@ func syncDir(dir string) error {
 	return nil
 }
 
+// Abort removes step's TempDir after a save that failed (a full disk, a
+// lost rank), so that its partial files do not hold the space until the
+// next save; latest still names the last complete checkpoint.
+func Abort(root string, step int) error {
+	if err := os.RemoveAll(TempDir(root, step)); err != nil {
+		return fmt.Errorf("checkpoint: remove the aborted save: %w", err)
+	}
+	return nil
+}
+
 // Commit publishes step's TempDir once every writer has finished: it
 // fsyncs the dir, renames it to StepDir(step), points LatestFile at it
 // (write a temporary file, fsync, rename, fsync the root), and then removes
@@ -282,13 +292,29 @@ func List(root string) ([]string, error) {
 }
 
 func readLatest(root string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(root, LatestFile))
+	path := filepath.Join(root, LatestFile)
+	f, err := os.Open(path)
 	if err != nil {
 		return "", err
 	}
+	defer f.Close()
+	// A step dir's name is short: read a little more than one, so that a
+	// corrupt file is quoted in part, never whole.
+	const most = 64
+	b, err := io.ReadAll(io.LimitReader(f, most+1))
+	if err != nil {
+		return "", fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	if len(b) > most {
+		size := "more"
+		if st, err := f.Stat(); err == nil {
+			size = fmt.Sprintf("%d", st.Size())
+		}
+		return "", fmt.Errorf("checkpoint %s: %s bytes starting %q..., not a step dir's name: the file is corrupt", path, size, b[:32])
+	}
 	name := strings.TrimSpace(string(b))
 	if !stepDirRE.MatchString(name) {
-		return "", fmt.Errorf("checkpoint %s: names %q, not a step dir: the file is corrupt", filepath.Join(root, LatestFile), name)
+		return "", fmt.Errorf("checkpoint %s: names %q, not a step dir: the file is corrupt", path, name)
 	}
 	return name, nil
 }

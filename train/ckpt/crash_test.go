@@ -1,15 +1,16 @@
 package ckpt
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
 )
 
 // childEnv makes the test binary a checkpoint writer (see TestMain).
@@ -35,10 +36,15 @@ var crashInfos = []TensorInfo{
 	{Name: "ln_f.weight", Full: []int{64}},
 }
 
+// The points of a save that the writer reports on its stdout, in order,
+// as "STEP POINT" lines.
+var savePoints = []string{"prepared", "model0", "optim0", "model1", "optim1", "state", "committed"}
+
 // saveForever saves checkpoints of steps latest+1, latest+2, ... under root
 // the way the trainer does (2 TP ranks), every value equal to the step,
-// until it is killed.
+// until it is killed, and reports each point of each save it has passed.
 func saveForever(root string) error {
+	report := func(step int, point string) { fmt.Printf("%d %s\n", step, point) }
 	step := 0
 	if dir, err := Latest(root); err != nil {
 		return err
@@ -51,6 +57,7 @@ func saveForever(root string) error {
 		if err != nil {
 			return err
 		}
+		report(step, "prepared")
 		for r := 0; r < 2; r++ {
 			var ts []Tensor
 			for _, ti := range crashInfos {
@@ -64,26 +71,33 @@ func saveForever(root string) error {
 			if err := WriteModel(tmp, r, 2, step, ts); err != nil {
 				return err
 			}
+			report(step, fmt.Sprint("model", r))
 			if err := WriteOptim(tmp, r, 0, step, step, ts, ts); err != nil {
 				return err
 			}
+			report(step, fmt.Sprint("optim", r))
 		}
 		st := &State{Format: Format, Step: step, Model: "gpt", Vocab: 250, Config: json.RawMessage(`{}`),
 			Mesh: Mesh{TP: 2, DP: 1, World: 2}, Tensors: crashInfos}
 		if err := WriteState(tmp, st); err != nil {
 			return err
 		}
+		report(step, "state")
 		if _, err := Commit(root, step, 2); err != nil {
 			return err
 		}
+		report(step, "committed")
 	}
 }
 
 // TestKillDuringSave starts a writer process (this test binary) that saves
-// checkpoints in a loop, kills it with SIGKILL after a random time, many
-// times over the same root: every time, latest must name a complete
-// checkpoint that loads and whose every value is its step, and the step
-// never goes back.
+// checkpoints in a loop and kills it with SIGKILL, many times over the same
+// root, at a point chosen by the writer's progress (not by wall time, which
+// a loaded machine's process start-up eats): as soon as it reports having
+// passed a chosen point of the save of its second or third step, so that
+// every round has committed at least once and the kills fall in every part
+// of a save. Every time, latest must name a complete checkpoint that loads
+// and whose every value is its step, and the step never goes back.
 func TestKillDuringSave(t *testing.T) {
 	root := t.TempDir()
 	rounds := 40
@@ -91,18 +105,41 @@ func TestKillDuringSave(t *testing.T) {
 		rounds = 10
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	last, torn := 0, 0
+	last, torn, midSave := 0, 0, 0
 	for i := 0; i < rounds; i++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), childEnv+"="+root)
 		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Duration(5000+rng.IntN(40000)) * time.Microsecond)
+		nth, point := 1+rng.IntN(2), savePoints[i%len(savePoints)]
+		var first, at int
+		var passed string
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			fmt.Sscanf(sc.Text(), "%d %s", &at, &passed)
+			if first == 0 {
+				first = at
+			}
+			if at == first+nth && passed == point {
+				break
+			}
+		}
 		cmd.Process.Kill()
+		io.Copy(io.Discard, out)
 		if err := cmd.Wait(); err != nil && cmd.ProcessState.ExitCode() != -1 {
 			t.Fatalf("writer failed by itself: %v", err)
+		}
+		if at != first+nth || passed != point {
+			t.Fatalf("round %d: the writer stopped reporting at step %d %q", i, at, passed)
+		}
+		if point != "committed" {
+			midSave++
 		}
 		if ents, _ := filepath.Glob(filepath.Join(root, ".tmp-*")); len(ents) > 0 {
 			torn++
@@ -112,7 +149,7 @@ func TestKillDuringSave(t *testing.T) {
 			t.Fatalf("round %d: %v", i, err)
 		}
 		if dir == "" {
-			continue // killed before the first commit
+			t.Fatalf("round %d: latest names nothing after a commit", i)
 		}
 		c, err := Open(dir, true)
 		if err != nil {
@@ -140,8 +177,8 @@ func TestKillDuringSave(t *testing.T) {
 			t.Fatalf("round %d: %d step dirs kept, want at most 2 (+1 torn)", i, len(steps))
 		}
 	}
-	t.Logf("%d kills, %d of them mid-save (a temporary dir left), last step %d", rounds, torn, last)
-	if last == 0 || torn == 0 {
-		t.Fatalf("the writer never committed (%d) or was never killed mid-save (%d): the test proves nothing", last, torn)
+	t.Logf("%d kills, %d of them ordered mid-save, %d left a temporary dir, last step %d", rounds, midSave, torn, last)
+	if last == 0 || midSave == 0 {
+		t.Fatalf("the writer never committed (%d) or was never killed mid-save (%d): the test proves nothing", last, midSave)
 	}
 }

@@ -3,8 +3,11 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
+
+	"github.com/hpcrun/hpcrun/train/interop"
 )
 
 // Config is the full, resolved description of one training run. hpcrun submit
@@ -254,6 +257,16 @@ func (c Config) Validate() error {
 	if !(c.LR > 0) {
 		bad("lr = %g: must be positive", c.LR)
 	}
+	c.validateSizes(bad)
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"lr", c.LR}, {"min_lr", c.MinLR}, {"adam_beta1", c.AdamBeta1}, {"adam_beta2", c.AdamBeta2},
+		{"adam_eps", c.AdamEps}, {"weight_decay", c.WeightDecay}, {"grad_clip", c.GradClip}} {
+		if math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+			bad("%s = %g: must be a finite number", f.name, f.v)
+		}
+	}
 	switch c.Precision {
 	case "fp32", "bf16":
 	default:
@@ -279,6 +292,44 @@ func (c Config) Validate() error {
 		return errors.New(strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// Bounds on the batch dimensions, far past any real run: with the model's
+// (interop.CheckSize) they keep every size the engine computes well inside
+// an int, so that a mistyped flag is refused here instead of allocating
+// until the rank dies.
+const (
+	maxBatch      = 1 << 20 // bsz, grad_accum, micro_batches, ntasks
+	maxCount      = 1 << 40 // samples, eval_samples, steps, epochs
+	maxActivation = 1 << 44 // bsz x seq x dim x layers: one rank's activations, in floats
+)
+
+// validateSizes refuses sizes no machine can hold, before anything is
+// allocated for them: whether the run fits this machine is the plan's.
+func (c Config) validateSizes(bad func(format string, args ...any)) {
+	if err := interop.CheckSize(c.Layers, c.Dim, max(c.Positions, c.Seq), c.Vocab, func(n string) string {
+		if n == "positions" {
+			return "seq (or positions)"
+		}
+		return n
+	}); err != nil {
+		bad("%v", err)
+		return
+	}
+	for _, b := range []struct {
+		name    string
+		v, most int
+	}{{"bsz", c.BatchSize, maxBatch}, {"grad_accum", c.GradAccum, maxBatch}, {"micro_batches", c.MicroBatches, maxBatch},
+		{"ntasks", c.NTasks, maxBatch},
+		{"samples", c.Samples, maxCount}, {"eval_samples", c.EvalSamples, maxCount}, {"steps", c.Steps, maxCount}, {"epochs", c.Epochs, maxCount}} {
+		if b.v > b.most {
+			bad("%s = %d: more than the %d hpcrun accepts", b.name, b.v, b.most)
+			return
+		}
+	}
+	if a := float64(c.BatchSize) * float64(c.Seq) * float64(c.Dim) * float64(c.Layers); a > maxActivation {
+		bad("bsz %d x seq %d x dim %d x layers %d: %.3g activations a rank, more than hpcrun accepts", c.BatchSize, c.Seq, c.Dim, c.Layers, a)
+	}
 }
 
 // PositionRows is the number of rows of the position table: positions

@@ -50,6 +50,21 @@ type hfWeights struct {
 // ReadHFConfig reads dir/config.json into a Spec; an architecture other
 // than GPT-2 or BERT, or options hpcrun's model does not have, are refused.
 func ReadHFConfig(dir string) (Spec, error) {
+	s, err := readHFConfig(dir)
+	if err != nil {
+		return Spec{}, err
+	}
+	names := map[string]string{"layers": "n_layer", "dim": "n_embd", "positions": "n_positions", "vocab": "vocab_size"}
+	if s.Model == "bert" {
+		names = map[string]string{"layers": "num_hidden_layers", "dim": "hidden_size", "positions": "max_position_embeddings", "vocab": "vocab_size"}
+	}
+	if err := s.checkSize(names); err != nil {
+		return Spec{}, err
+	}
+	return s, nil
+}
+
+func readHFConfig(dir string) (Spec, error) {
 	path := filepath.Join(dir, HFConfig)
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -76,6 +76,12 @@ func readLLMC(path string, f *os.File) (*llmcWeights, error) {
 	if s.Positions <= 0 || s.Vocab <= 0 || s.Layers <= 0 || s.Heads <= 0 || s.Dim <= 0 || w.padded < s.Vocab || s.Dim%s.Heads != 0 {
 		return nil, fmt.Errorf("%s: header max_seq_len %d, vocab %d (padded %d), layers %d, heads %d, channels %d: not a valid GPT-2", path, s.Positions, s.Vocab, w.padded, s.Layers, s.Heads, s.Dim)
 	}
+	if err := s.checkSize(map[string]string{"layers": "header num_layers", "dim": "header channels", "positions": "header max_seq_len", "vocab": "header vocab_size"}); err != nil {
+		return nil, err
+	}
+	if w.padded > MaxVocab {
+		return nil, fmt.Errorf("%s: header padded_vocab_size = %d: more than the %d hpcrun accepts", path, w.padded, MaxVocab)
+	}
 	C := s.Dim
 	var off int64
 	add := func(name string, shape ...int) {

@@ -146,6 +146,14 @@ func (l *RankLog) addSlow(line []byte, last bool) {
 			l.Torn = true
 			return
 		}
+		if rest := wholeLineIn(line); rest != nil {
+			// A fragment that an older writer left on a full disk, with
+			// the next whole line stuck to it: keep the line.
+			l.Problems = append(l.Problems, Problem{Path: l.Path, Line: l.Lines,
+				Msg: fmt.Sprintf("%d bytes of a torn line skipped (%v)", len(line)-len(rest), err)})
+			l.addLine(rest, last)
+			return
+		}
 		l.Problems = append(l.Problems, Problem{Path: l.Path, Line: l.Lines, Msg: err.Error()})
 		return
 	}
@@ -164,6 +172,27 @@ func (l *RankLog) addSlow(line []byte, last bool) {
 	default:
 		l.Unknown++
 	}
+}
+
+// wholeLineIn finds, in a line that does not decode, the start of a line
+// that does (every line the writer makes begins with {"type":), or nil.
+func wholeLineIn(line []byte) []byte {
+	start := []byte(`{"type":`)
+	for i := 1; i < len(line); {
+		j := bytes.Index(line[i:], start)
+		if j < 0 {
+			return nil
+		}
+		rest := line[i+j:]
+		if _, ok := parseStepFast(rest); ok {
+			return rest
+		}
+		if _, err := parseLineJSON(rest); err == nil {
+			return rest
+		}
+		i += j + 1
+	}
+	return nil
 }
 
 // addStep appends a step. After a requeue the job resumes from a checkpoint

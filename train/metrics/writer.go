@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,13 +21,16 @@ import (
 func RankFile(runDir string, rank int) string { return rundir.Dir(runDir).RankMetrics(rank) }
 
 // Writer appends metrics lines for one rank. Each line goes out in one write
-// call, unbuffered, so a reader (or a crash) sees whole lines. The methods are
+// call, unbuffered, so a reader sees whole lines; a write that fails part way
+// (a full disk) is cut back to where the line began, so that a line in the
+// file is whole or absent. The methods are
 // safe for concurrent use (the GPU sampler writes from its own goroutine).
 // After the first write error every call returns that error.
 type Writer struct {
 	mu   sync.Mutex
 	w    io.Writer
 	c    io.Closer // nil when the caller owns w
+	f    *os.File  // the file of a Writer from Create: a failed write is cut back
 	path string
 	buf  []byte
 	err  error
@@ -34,7 +38,9 @@ type Writer struct {
 }
 
 // Create opens runDir/metrics/rank-NNNNN.jsonl for appending, creating the
-// folders; a job that is requeued and resumes appends to the same file.
+// folders; a job that is requeued and resumes appends to the same file. A
+// line that an earlier process left without its newline (it was killed while
+// writing it) is removed first, so that the new lines do not stick to it.
 func Create(runDir string, rank int) (*Writer, error) {
 	if rank < 0 {
 		return nil, fmt.Errorf("metrics: rank %d: must not be negative", rank)
@@ -43,13 +49,41 @@ func Create(runDir string, rank int) (*Writer, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
+	if err := cutTornTail(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("metrics: %s: %w", path, err)
+	}
 	w := NewWriter(f)
-	w.c, w.path = f, path
+	w.c, w.f, w.path = f, f, path
 	return w, nil
+}
+
+// cutTornTail truncates f after its last newline.
+func cutTornTail(f *os.File) error {
+	st, err := f.Stat()
+	if err != nil || st.Size() == 0 {
+		return err
+	}
+	buf := make([]byte, 64<<10)
+	for end := st.Size(); end > 0; {
+		start := max(0, end-int64(len(buf)))
+		b := buf[:end-start]
+		if _, err := f.ReadAt(b, start); err != nil {
+			return err
+		}
+		if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+			if start+int64(i)+1 == st.Size() {
+				return nil
+			}
+			return f.Truncate(start + int64(i) + 1)
+		}
+		end = start
+	}
+	return f.Truncate(0)
 }
 
 // NewWriter writes metrics lines to w; Close does not close w.
@@ -200,8 +234,19 @@ func (w *Writer) writeLocked(b []byte) error {
 	if w.err != nil {
 		return w.err
 	}
-	if _, err := w.w.Write(b); err != nil {
+	off := int64(-1)
+	if w.f != nil {
+		if o, err := w.f.Seek(0, io.SeekEnd); err == nil {
+			off = o
+		}
+	}
+	if n, err := w.w.Write(b); err != nil {
 		w.err = fmt.Errorf("metrics: %w", err)
+		if n > 0 && off >= 0 {
+			if terr := w.f.Truncate(off); terr != nil {
+				w.err = fmt.Errorf("metrics: %w (and the part written could not be cut back: %v)", err, terr)
+			}
+		}
 	}
 	return w.err
 }

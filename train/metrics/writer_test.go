@@ -4,9 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -87,5 +92,110 @@ func mustOK(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// fullDiskChild, set in the environment, makes the test binary a rank that
+// writes its metrics into a file it may not grow past that many bytes (a
+// full disk, by RLIMIT_FSIZE): the writes that do not fit fail part way.
+const fullDiskChild = "HPCRUN_TEST_METRICS_FSIZE"
+
+func TestMain(m *testing.M) {
+	if v := os.Getenv(fullDiskChild); v != "" {
+		dir, limit, _ := strings.Cut(v, ":")
+		n, _ := strconv.ParseUint(limit, 10, 64)
+		w, err := Create(dir, 0)
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(2)
+		}
+		if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: n, Max: n}); err != nil {
+			fmt.Println(err)
+			os.Exit(2)
+		}
+		err = w.Run(RunInfo{Rank: 0, World: 1, Host: "n1"})
+		for i := 1; err == nil; i++ {
+			err = w.Step(Step{Step: i, Loss: 0.5, LR: 1e-3, StepS: 0.1})
+		}
+		fmt.Println(err)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// A write that does not fit on the disk leaves no half line: the file
+// ends with a whole line, and the run that resumes after it (submit
+// --resume) writes lines that read back, its run line first.
+func TestWriterFullDiskLeavesWholeLines(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), fullDiskChild+"="+dir+":1000")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "file too large") {
+		t.Fatalf("full-disk rank: %v: %s", err, out)
+	}
+	b, err := os.ReadFile(RankFile(dir, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) == 0 || b[len(b)-1] != '\n' {
+		t.Fatalf("after the failed write the file ends in a torn line: ...%q", b[max(0, len(b)-60):])
+	}
+	w, err := Create(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, w.Run(RunInfo{Rank: 0, World: 1, Host: "resumed"}))
+	mustOK(t, w.Step(Step{Step: 100, Loss: 0.25}))
+	mustOK(t, w.Close())
+	l, err := ReadRank(RankFile(dir, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Problems) != 0 || l.Torn || l.Info == nil || l.Info.Host != "resumed" || l.Steps[len(l.Steps)-1].Step != 100 {
+		t.Fatalf("after resuming: problems %v torn %v run line %+v", l.Problems, l.Torn, l.Info)
+	}
+}
+
+// A line an earlier process left without its newline (killed while
+// writing it) is removed when the file is opened again, so the next run
+// line does not stick to it.
+func TestCreateCutsATornTail(t *testing.T) {
+	dir := t.TempDir()
+	path := RankFile(dir, 1)
+	os.MkdirAll(filepath.Dir(path), 0o755)
+	whole := `{"type":"step","step":1,"loss":0.5}` + "\n"
+	if err := os.WriteFile(path, []byte(whole+`{"type":"step","step":2,"lo`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, err := Create(dir, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, w.Run(RunInfo{Rank: 1, World: 2, Host: "again"}))
+	mustOK(t, w.Close())
+	l, err := ReadRank(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Problems) != 0 || l.Info == nil || l.Info.Host != "again" || len(l.Steps) != 1 {
+		t.Fatalf("problems %v run line %+v steps %v", l.Problems, l.Info, l.Steps)
+	}
+}
+
+// A file already torn by an older writer (a fragment with the next whole
+// line stuck to it) still yields that line: the reader finds where it
+// begins, and reports the fragment.
+func TestReaderRecoversALineStuckToAFragment(t *testing.T) {
+	in := `{"type":"run","v":1,"rank":0,"world":2,"host":"old"}` + "\n" +
+		`{"type":"step","step":1,"loss":0.5}` + "\n" +
+		`{"type":"step","step":2,"lo{"type":"run","v":1,"rank":0,"world":2,"host":"new"}` + "\n" +
+		`{"type":"step","step":2,"loss":0.4}` + "\n"
+	l, err := ParseRank(strings.NewReader(in), "rank-00000.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Info == nil || l.Info.Host != "new" || len(l.Steps) != 2 || len(l.Problems) != 1 || !strings.Contains(l.Problems[0].Msg, "torn") {
+		t.Fatalf("run line %+v, steps %v, problems %v", l.Info, l.Steps, l.Problems)
 	}
 }

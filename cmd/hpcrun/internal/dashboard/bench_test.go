@@ -49,7 +49,7 @@ func benchRunsDir(b *testing.B) string {
 // than 200.
 func serveOnce(b *testing.B, s http.Handler, path string) {
 	req := httptest.NewRequest(http.MethodGet, path, nil)
-	req.AddCookie(&http.Cookie{Name: cookieName, Value: testToken})
+	req.AddCookie(&http.Cookie{Name: cookieFor(req.Host), Value: testToken})
 	rec := httptest.NewRecorder()
 	s.ServeHTTP(rec, req)
 	if rec.Code != http.StatusOK {

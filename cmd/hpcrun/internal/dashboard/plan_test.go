@@ -39,7 +39,7 @@ func TestPlanAgainstMeasured(t *testing.T) {
 		t.Fatal(err)
 	}
 	ts := newTestServer(t, runs)
-	cookie := &http.Cookie{Name: cookieName, Value: testToken}
+	cookie := tokenCookie(ts)
 	_, body := get(t, http.DefaultClient, ts.URL+"/run/"+withPlan, cookie)
 	var peak int64
 	for _, m := range sum.Memory {

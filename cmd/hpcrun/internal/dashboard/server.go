@@ -18,6 +18,7 @@ import (
 	"embed"
 	"html/template"
 	"io/fs"
+	"net"
 	"net/http"
 	"net/url"
 	"sync"
@@ -68,8 +69,23 @@ type Server struct {
 	jobsTime time.Time
 }
 
-// cookieName is the cookie that carries the token after the first request.
+// cookieName begins the name of the cookie that carries the token after
+// the first request. Browsers send a host's cookies to every port of it,
+// so the name ends with the port the browser used (as Jupyter's do): two
+// dashboards on one host keep a cookie each instead of overwriting each
+// other's. Other servers on the same host still receive it (no browser
+// keeps a cookie to one port); HttpOnly and SameSite=Strict keep it from
+// scripts and from other sites' requests.
 const cookieName = "hpcrun_token"
+
+// cookieFor is the cookie's name for a request to host (host[:port]).
+func cookieFor(host string) string {
+	_, port, err := net.SplitHostPort(host)
+	if err != nil || port == "" {
+		port = "80"
+	}
+	return cookieName + "_" + port
+}
 
 // New builds the server.
 func New(opt Options) (*Server, error) {
@@ -115,7 +131,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "forbidden: wrong token (open the URL hpcrun serve printed)", http.StatusForbidden)
 			return
 		}
-		http.SetCookie(w, &http.Cookie{Name: cookieName, Value: q, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+		http.SetCookie(w, &http.Cookie{Name: cookieFor(r.Host), Value: q, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
 		// The same page without the token in its address.
 		u := *r.URL
 		v := u.Query()
@@ -124,7 +140,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, (&url.URL{Path: u.Path, RawQuery: u.RawQuery}).String(), http.StatusSeeOther)
 		return
 	}
-	c, err := r.Cookie(cookieName)
+	c, err := r.Cookie(cookieFor(r.Host))
 	if err != nil || !s.tokenOK(c.Value) {
 		http.Error(w, "forbidden: open the URL hpcrun serve printed (with its ?token=)", http.StatusForbidden)
 		return

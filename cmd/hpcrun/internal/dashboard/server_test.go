@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -74,6 +75,11 @@ func newTestServer(t *testing.T, runsDir string) *httptest.Server {
 	return ts
 }
 
+// tokenCookie is the cookie a browser holds for ts after opening its URL.
+func tokenCookie(ts *httptest.Server) *http.Cookie {
+	return &http.Cookie{Name: cookieFor(ts.Listener.Addr().String()), Value: testToken}
+}
+
 // noRedirect is a client that shows redirects instead of following them.
 var noRedirect = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
@@ -99,7 +105,7 @@ func TestTokenOnceThenCookie(t *testing.T) {
 			t.Errorf("GET %s without the token: %s, want 403", u, resp.Status)
 		}
 	}
-	if resp, _ := get(t, noRedirect, ts.URL+"/", &http.Cookie{Name: cookieName, Value: "guess"}); resp.StatusCode != http.StatusForbidden {
+	if resp, _ := get(t, noRedirect, ts.URL+"/", &http.Cookie{Name: tokenCookie(ts).Name, Value: "guess"}); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("a wrong cookie: %s, want 403", resp.Status)
 	}
 	resp, _ := get(t, noRedirect, ts.URL+"/compare?run=a&token="+testToken, nil)
@@ -108,7 +114,7 @@ func TestTokenOnceThenCookie(t *testing.T) {
 	}
 	var cookie *http.Cookie
 	for _, c := range resp.Cookies() {
-		if c.Name == cookieName {
+		if c.Name == tokenCookie(ts).Name {
 			cookie = c
 		}
 	}
@@ -139,7 +145,7 @@ func TestEmptyTokenRefusesAll(t *testing.T) {
 	ts := httptest.NewServer(s)
 	defer ts.Close()
 	for _, u := range []string{"/", "/?token="} {
-		if resp, _ := get(t, noRedirect, ts.URL+u, &http.Cookie{Name: cookieName, Value: ""}); resp.StatusCode != http.StatusForbidden {
+		if resp, _ := get(t, noRedirect, ts.URL+u, &http.Cookie{Name: tokenCookie(ts).Name, Value: ""}); resp.StatusCode != http.StatusForbidden {
 			t.Errorf("GET %s with no server token: %s, want 403", u, resp.Status)
 		}
 	}
@@ -152,7 +158,7 @@ func TestRunPageAndLiveEvents(t *testing.T) {
 	const id = "20261123-150000-abcd"
 	writeRun(t, runs, id, 4, 1, 10, false)
 	ts := newTestServer(t, runs)
-	cookie := &http.Cookie{Name: cookieName, Value: testToken}
+	cookie := tokenCookie(ts)
 
 	resp, body := get(t, http.DefaultClient, ts.URL+"/run/"+id[:13], cookie) // a prefix finds it
 	if resp.StatusCode != http.StatusOK {
@@ -235,13 +241,13 @@ func TestMaxStreams(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ts.URL+"/events/20261123-150000-abcd", nil)
-	req.AddCookie(&http.Cookie{Name: cookieName, Value: testToken})
+	req.AddCookie(tokenCookie(ts))
 	first, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer first.Body.Close()
-	resp, _ := get(t, http.DefaultClient, ts.URL+"/events/20261123-150000-abcd", &http.Cookie{Name: cookieName, Value: testToken})
+	resp, _ := get(t, http.DefaultClient, ts.URL+"/events/20261123-150000-abcd", tokenCookie(ts))
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("a second live page past MaxStreams 1: %s, want 503", resp.Status)
 	}
@@ -252,7 +258,7 @@ func TestComparePage(t *testing.T) {
 	writeRun(t, runs, "20261123-150000-aaaa", 2, 1, 60, true)
 	writeRun(t, runs, "20261123-150001-bbbb", 4, 1, 100, true)
 	ts := newTestServer(t, runs)
-	cookie := &http.Cookie{Name: cookieName, Value: testToken}
+	cookie := tokenCookie(ts)
 	resp, body := get(t, http.DefaultClient, ts.URL+"/compare?run=20261123-150000-aaaa&run=20261123-150001-bbbb", cookie)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("compare: %s\n%s", resp.Status, body)
@@ -302,4 +308,32 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(benchDir)
 	}
 	os.Exit(code)
+}
+
+// Two dashboards on one host (a browser sends a host's cookies to all its
+// ports) keep a cookie each: opening the second does not log the first out.
+func TestTwoDashboardsKeepTheirCookies(t *testing.T) {
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	browser := &http.Client{Jar: jar}
+	var servers []*httptest.Server
+	for _, tok := range []string{testToken, testToken + "-other"} {
+		s, err := New(Options{RunsDir: t.TempDir(), Token: tok})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := httptest.NewServer(s)
+		t.Cleanup(ts.Close)
+		servers = append(servers, ts)
+		if resp, _ := get(t, browser, ts.URL+"/?token="+tok, nil); resp.StatusCode != http.StatusOK {
+			t.Fatalf("opening dashboard %d: %s", len(servers), resp.Status)
+		}
+	}
+	for i, ts := range servers {
+		if resp, _ := get(t, browser, ts.URL+"/", nil); resp.StatusCode != http.StatusOK {
+			t.Errorf("dashboard %d after both were opened: %s, want 200", i+1, resp.Status)
+		}
+	}
 }

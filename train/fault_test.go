@@ -1,0 +1,216 @@
+package train
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/hpcrun/hpcrun/internal/rundir"
+	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/train/metrics"
+)
+
+// fullDiskChild, set to "DIR:BYTES", makes the test binary one rank that
+// trains into run dir DIR on a disk where no file may grow past BYTES
+// (RLIMIT_FSIZE): its first checkpoint does not fit.
+const fullDiskChild = "HPCRUN_TEST_TRAIN_FSIZE"
+
+func TestMain(m *testing.M) {
+	if v := os.Getenv(fullDiskChild); v != "" {
+		dir, limit, _ := strings.Cut(v, ":")
+		n, _ := strconv.ParseUint(limit, 10, 64)
+		cfg := smallConfig("bert")
+		cfg.Steps, cfg.CkptEvery = 4, 2
+		data, err := Prepare(cfg)
+		if err == nil {
+			err = syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: n, Max: n})
+		}
+		if err == nil {
+			err = nccl.RunInProcess(1, func(c nccl.Comm) error {
+				_, err := Run(context.Background(), cfg, c, Options{RunDir: dir, Data: data})
+				return err
+			})
+		}
+		fmt.Println("train:", err)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// A checkpoint that does not fit on the disk fails the run and leaves no
+// .tmp-step-* behind to hold the space: nothing was published, and the
+// partial files are gone.
+func TestFullDiskCheckpointRemovesItsTempDir(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), fullDiskChild+"="+dir+":40000")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "file too large") {
+		t.Fatalf("the rank on a full disk: %v: %s", err, out)
+	}
+	tmps, _ := filepath.Glob(filepath.Join(rundir.Dir(dir).Ckpt(), ".tmp-step-*"))
+	if len(tmps) > 0 {
+		t.Fatalf("the aborted checkpoint left %v", tmps)
+	}
+}
+
+// panicWriter panics on its first write: a bug anywhere in the step.
+type panicWriter struct{}
+
+func (panicWriter) Write([]byte) (int, error) { panic("boom in the step") }
+
+// A rank that panics records the panic as its failure, not as a completed
+// run, and the panic goes on (its stack is what a reader needs).
+func TestPanicIsRecordedAsFailure(t *testing.T) {
+	dir := t.TempDir()
+	cfg := smallConfig("bert")
+	cfg.Steps = 2
+	data, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p any
+	func() {
+		defer func() { p = recover() }()
+		Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: dir, Data: data, Log: panicWriter{}})
+	}()
+	if p != "boom in the step" {
+		t.Fatalf("recovered %v, want the panic to go on", p)
+	}
+	l, err := metrics.ReadRank(metrics.RankFile(dir, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.End == nil || l.End.Status != metrics.StatusFailed || !strings.Contains(l.End.Error, "panic: boom in the step") {
+		t.Fatalf("end line %+v, want failed with the panic", l.End)
+	}
+}
+
+// A token file truncated while a run reads it (rewritten in place) stops
+// the run with an error naming the file, not SIGBUS and a stack trace.
+func TestTokenFileTruncatedWhileTraining(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens.bin")
+	ids := make([]int, 20000)
+	for i := range ids {
+		ids[i] = i % 200
+	}
+	if err := WriteTokenFile(path, ids); err != nil {
+		t.Fatal(err)
+	}
+	cfg := smallConfig("gpt")
+	cfg.Data, cfg.Tokenizer, cfg.Steps = path, "byte", 3
+	data, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, tokenHeader); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: t.TempDir(), Data: data})
+	if err == nil || !strings.Contains(err.Error(), "data "+path+": the file shrank while training (now 1024 bytes") {
+		t.Fatalf("Run on a truncated token file: %v, want an error naming it", err)
+	}
+}
+
+// A config value that is not a finite number is refused naming its key,
+// not later by the JSON encoder ("json: unsupported value: +Inf").
+func TestConfigRefusesNonFiniteValues(t *testing.T) {
+	for _, tc := range []struct {
+		set  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.LR = math.Inf(1) }, "lr = +Inf: must be a finite number"},
+		{func(c *Config) { c.MinLR = math.NaN() }, "min_lr = NaN: must be a finite number"},
+		{func(c *Config) { c.AdamBeta2 = math.NaN() }, "adam_beta2 = NaN: must be a finite number"},
+		{func(c *Config) { c.GradClip = math.Inf(1) }, "grad_clip = +Inf: must be a finite number"},
+		{func(c *Config) { c.WeightDecay = math.NaN() }, "weight_decay = NaN: must be a finite number"},
+	} {
+		cfg := smallConfig("gpt")
+		tc.set(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate: %v, want %q", err, tc.want)
+		}
+	}
+}
+
+// Weights that are NaN in a checkpoint are named when it is loaded, not
+// found as "loss is NaN: lower --lr" a step later.
+func TestResumeNamesNaNWeights(t *testing.T) {
+	cfg := smallConfig("bert")
+	cfg.Steps = 2
+	data, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: dir, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	step := filepath.Join(rundir.Dir(dir).Ckpt(), "step-000002")
+	files, _ := filepath.Glob(filepath.Join(step, "model*.safetensors"))
+	if len(files) != 1 {
+		t.Fatalf("model files %v", files)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary.LittleEndian.PutUint32(b[len(b)-4:], math.Float32bits(float32(math.NaN())))
+	if err := os.WriteFile(files[0], b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Steps = 4
+	_, err = Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: t.TempDir(), Data: data, Resume: step})
+	if err == nil || !strings.Contains(err.Error(), "checkpoint "+step+": the weights of ") || !strings.Contains(err.Error(), "hold NaN") {
+		t.Fatalf("resume from NaN weights: %v, want the checkpoint and tensor named", err)
+	}
+}
+
+// generate and eval name NaN weights of the checkpoint they load too.
+func TestGenerateNamesNaNWeights(t *testing.T) {
+	cfg, data := gptConfig(t, 1, 1)
+	cfg.Steps, cfg.EvalEvery = 2, 0
+	dir := t.TempDir()
+	if _, err := Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: dir, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	step := filepath.Join(rundir.Dir(dir).Ckpt(), "step-000002")
+	files, _ := filepath.Glob(filepath.Join(step, "model*.safetensors"))
+	if len(files) != 1 {
+		t.Fatalf("model files %v", files)
+	}
+	b, _ := os.ReadFile(files[0])
+	binary.LittleEndian.PutUint32(b[len(b)-4:], math.Float32bits(float32(math.Inf(1))))
+	os.WriteFile(files[0], b, 0o644)
+	_, err := Generate(context.Background(), nccl.NewInProcess(1)[0], GenerateOptions{Source: step, Prompt: "alpha", Tokens: 2})
+	if err == nil || !strings.Contains(err.Error(), "checkpoint "+step+": the weights of ") || !strings.Contains(err.Error(), "hold +Inf") {
+		t.Fatalf("generate from a checkpoint with +Inf weights: %v, want the checkpoint and tensor named", err)
+	}
+}
+
+// The vocabulary check over a mapped token file (when the data is
+// prepared) also stops with an error if the file shrinks under it.
+func TestTokenFileTruncatedWhilePrepared(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens.bin")
+	ids := make([]int, 20000)
+	if err := WriteTokenFile(path, ids); err != nil {
+		t.Fatal(err)
+	}
+	toks, unmap, err := mapTokenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unmap()
+	os.Truncate(path, tokenHeader)
+	if err := checkVocab(toks, path, 256); err == nil || !strings.Contains(err.Error(), "data "+path+": the file shrank") {
+		t.Fatalf("checkVocab on a truncated file: %v", err)
+	}
+}
