@@ -15,6 +15,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/metrics"
 )
 
@@ -124,14 +125,14 @@ func TestTokenFileTruncatedWhileTraining(t *testing.T) {
 // not later by the JSON encoder ("json: unsupported value: +Inf").
 func TestConfigRefusesNonFiniteValues(t *testing.T) {
 	for _, tc := range []struct {
-		set  func(*Config)
+		set  func(*config.Config)
 		want string
 	}{
-		{func(c *Config) { c.LR = math.Inf(1) }, "lr = +Inf: must be a finite number"},
-		{func(c *Config) { c.MinLR = math.NaN() }, "min_lr = NaN: must be a finite number"},
-		{func(c *Config) { c.AdamBeta2 = math.NaN() }, "adam_beta2 = NaN: must be a finite number"},
-		{func(c *Config) { c.GradClip = math.Inf(1) }, "grad_clip = +Inf: must be a finite number"},
-		{func(c *Config) { c.WeightDecay = math.NaN() }, "weight_decay = NaN: must be a finite number"},
+		{func(c *config.Config) { c.LR = math.Inf(1) }, "lr = +Inf: must be a finite number"},
+		{func(c *config.Config) { c.MinLR = math.NaN() }, "min_lr = NaN: must be a finite number"},
+		{func(c *config.Config) { c.AdamBeta2 = math.NaN() }, "adam_beta2 = NaN: must be a finite number"},
+		{func(c *config.Config) { c.GradClip = math.Inf(1) }, "grad_clip = +Inf: must be a finite number"},
+		{func(c *config.Config) { c.WeightDecay = math.NaN() }, "weight_decay = NaN: must be a finite number"},
 	} {
 		cfg := smallConfig("gpt")
 		tc.set(&cfg)

@@ -14,6 +14,7 @@ import (
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train"
 	"github.com/hpcrun/hpcrun/train/ckpt"
+	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/interop"
 	"github.com/urfave/cli/v2"
 )
@@ -149,7 +150,7 @@ func refuseModelUnfitHere(src, device string) error {
 	if device == "cuda" || mem <= 0 {
 		return nil
 	}
-	if need := 4 * train.ParamCount(cfg, cfg.Vocab); need > mem {
+	if need := 4 * trainconfig.ParamCount(cfg, cfg.Vocab); need > mem {
 		return cli.Exit(fmt.Sprintf("%s: the model's weights alone need %s, more than the %s of this machine", src, bytesIEC(need), bytesIEC(mem)), 1)
 	}
 	return nil
@@ -158,7 +159,7 @@ func refuseModelUnfitHere(src, device string) error {
 // sourceShape is the model config of src as train.SourceConfig gives it,
 // except that a Hugging Face model's comes from its config.json alone:
 // its weights files are not opened before the model is known to fit.
-func sourceShape(src string) (train.Config, error) {
+func sourceShape(src string) (trainconfig.Config, error) {
 	if dir, err := ckpt.Resolve(src); err == nil && dir != "" {
 		return train.SourceConfig(src)
 	}
@@ -173,9 +174,9 @@ func sourceShape(src string) (train.Config, error) {
 	}
 	s, err := interop.ReadHFConfig(hf)
 	if err != nil {
-		return train.Config{}, err
+		return trainconfig.Config{}, err
 	}
-	cfg := train.DefaultConfig()
+	cfg := trainconfig.DefaultConfig()
 	cfg.Model, cfg.Arch, cfg.Layers, cfg.Dim, cfg.Heads, cfg.Positions, cfg.Vocab = s.Model, s.Arch, s.Layers, s.Dim, s.Heads, s.Positions, s.Vocab
 	return cfg, nil
 }

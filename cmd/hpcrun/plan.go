@@ -347,7 +347,7 @@ func whatFits(sug []plan.Suggestion) string {
 // ntasks ranks on this machine (hpcrun run) that the plan says does not fit
 // a rank's share of this machine's memory. A run on GPUs, which the plan
 // cannot name here, is not refused.
-func refuseUnfitHere(cfg train.Config) error {
+func refuseUnfitHere(cfg trainconfig.Config) error {
 	lay := slurm.Layout{Nodes: 1, TasksPerNode: cfg.NTasks}
 	dev, why, err := planDevice("", cfg, lay, max(1, runtime.NumCPU()/max(cfg.NTasks, 1)))
 	if err != nil || why != "" || dev.MemBytes <= 0 {
