@@ -281,6 +281,20 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// TokenizerName is the tokenizer the run uses: the config's, else GPT-2's
+// BPE for token files (hpcrun data tokenize writes them with it), else the
+// model's default. A run records it in train.toml, so that eval, generate
+// and export decode with what the training encoded.
+func (c Config) TokenizerName() string {
+	switch {
+	case c.Tokenizer != "":
+		return c.Tokenizer
+	case c.Model == "gpt" && IsTokenData(c.Data):
+		return "gpt2"
+	}
+	return DefaultTokenizer(c.Model)
+}
+
 // PositionRows is the number of rows of the position table: positions
 // when set (a pretrained model's n_positions), else seq.
 func (c Config) PositionRows() int {

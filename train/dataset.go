@@ -251,10 +251,7 @@ func prepareText(cfg Config) (*Data, error) {
 // newTokenizer makes the config's tokenizer; a WordPiece vocabulary without a
 // vocab file is built from texts.
 func newTokenizer(cfg Config, texts []string) (Tokenizer, error) {
-	name := cfg.Tokenizer
-	if name == "" {
-		name = DefaultTokenizer(cfg.Model)
-	}
+	name := cfg.TokenizerName()
 	switch name {
 	case "byte":
 		return ByteTokenizer{}, nil

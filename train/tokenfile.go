@@ -179,9 +179,6 @@ func WriteTokenFile(path string, tokens []int) error {
 // of seq+1 tokens, stride seq, over the files as one stream, the last tenth
 // (at least one window) validating, as prepareText does with a text.
 func prepareTokens(cfg Config) (*Data, error) {
-	if cfg.Tokenizer == "" {
-		cfg.Tokenizer = "gpt2"
-	}
 	tok, err := newTokenizer(cfg, nil)
 	if err != nil {
 		return nil, err

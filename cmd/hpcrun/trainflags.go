@@ -108,8 +108,14 @@ func applyTrainFlags(c *cli.Context, cfg *train.Config) error {
 
 // applyInitFrom gives cfg the model shape of its --init-from weights; a
 // model flag the user set that contradicts them is an error naming both.
+// It then names the tokenizer the run will use, so that train.toml records
+// it (eval and generate decode with it).
 func applyInitFrom(c *cli.Context, cfg *train.Config) error {
-	return cfg.ApplyInitFrom(func(key string) bool { return c.IsSet(strings.ReplaceAll(key, "_", "-")) })
+	if err := cfg.ApplyInitFrom(func(key string) bool { return c.IsSet(strings.ReplaceAll(key, "_", "-")) }); err != nil {
+		return err
+	}
+	cfg.Tokenizer = cfg.TokenizerName()
+	return nil
 }
 
 // showBuiltinDefaults makes --help print train.DefaultConfig's value for
