@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -33,5 +34,33 @@ func TestTokenFileRunRecordsItsTokenizer(t *testing.T) {
 	viaText := e.mustRun("eval", filepath.Base(run), "--data", text, "--seq", "32", "--device", "cpu")
 	if viaBin != viaText {
 		t.Errorf("eval of the same text: %q via the token file, %q via the text", viaBin, viaText)
+	}
+}
+
+// TestCancelOnlyOurRuns: hpcrun cancel with a job id that no run of ours
+// has cancels nothing and says so (a typo must not cancel another of the
+// user's jobs); on the local Slurm, such a job is still alive after.
+func TestCancelOnlyOurRuns(t *testing.T) {
+	e := newEnv(t)
+	_, errOut, code := e.run("cancel", "99999")
+	if code != 2 || !strings.Contains(errOut, "nothing cancelled") || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+		t.Errorf("cancel 99999: exit %d, stderr %q; want exit 2 and one line saying nothing was cancelled", code, errOut)
+	}
+	if _, err := exec.LookPath("sbatch"); err != nil || exec.Command("sinfo").Run() != nil {
+		return
+	}
+	out, err := exec.Command("sbatch", "--parsable", "--job-name", "not-hpcrun", "-o", "/dev/null", "--wrap", "sleep 120").Output()
+	if err != nil {
+		t.Fatalf("sbatch: %v", err)
+	}
+	id := strings.TrimSpace(string(out))
+	defer exec.Command("scancel", id).Run()
+	_, errOut, code = e.run("cancel", id)
+	if code != 2 || !strings.Contains(errOut, "nothing cancelled") {
+		t.Errorf("cancel %s (a job hpcrun did not submit): exit %d, stderr %q", id, code, errOut)
+	}
+	state, _ := exec.Command("squeue", "-h", "-j", id, "-o", "%T").Output()
+	if s := strings.TrimSpace(string(state)); s != "RUNNING" && s != "PENDING" {
+		t.Errorf("job %s is %q after hpcrun cancel refused it, want it still alive", id, s)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hpcrun/hpcrun/internal/atomicfile"
+	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/urfave/cli/v2"
 )
@@ -35,7 +36,27 @@ func findRun(c *cli.Context, usage string) (slurm.Run, error) {
 	if err != nil {
 		return slurm.Run{}, err
 	}
-	return slurm.OpenRun(dir, c.Args().First())
+	r, err := slurm.OpenRun(dir, c.Args().First())
+	if errors.Is(err, rundir.ErrNotFound) {
+		if st, ok := sweepOfJob(dir, c.Args().First()); ok {
+			return r, fmt.Errorf("job %s is the job array of sweep %s, not one run: hpcrun sweep show %s lists its points and their execids: %w", st.JobID, st.ID, st.ID, rundir.ErrNotFound)
+		}
+	}
+	return r, err
+}
+
+// sweepOfJob is the sweep under runs whose job array has the job id ref.
+func sweepOfJob(runs, ref string) (*sweepState, bool) {
+	if ref == "" {
+		return nil, false
+	}
+	all, _ := rundir.List(filepath.Join(runs, sweepsDir))
+	for _, r := range all {
+		if st, err := readSweep(r.Dir); err == nil && st.JobID == ref {
+			return st, true
+		}
+	}
+	return nil, false
 }
 
 // executorOf is the executor that ran a run.
