@@ -107,7 +107,7 @@ func runMetrics(c *cli.Context) error {
 	}
 	if path := c.String("png"); path != "" {
 		c := sums[0].Config
-		title := fmt.Sprintf("%s: %s, %d tasks, tp %d x dp %d", sums[0].ExecID, c.Model, c.NTasks, c.TP, c.DP)
+		title := fmt.Sprintf("%s: %s, %d tasks, %s", sums[0].ExecID, c.Model, c.NTasks, c.Layout())
 		if err := chart.PNG(path, curves[0], title); err != nil {
 			return fmt.Errorf("png %s: %w", sums[0].ExecID, err)
 		}

@@ -64,3 +64,30 @@ func TestCancelOnlyOurRuns(t *testing.T) {
 		t.Errorf("job %s is %q after hpcrun cancel refused it, want it still alive", id, s)
 	}
 }
+
+// TestPipelineLabels: a pipeline run says its pp wherever it says its
+// layout (run's banner, metrics, --compare), and its sp and ZeRO; plan
+// names --micro-batches as such, not grad_accum.
+func TestPipelineLabels(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains for a few seconds")
+	}
+	e := newEnv(t)
+	_, errOut, code := e.run("run", "--nproc", "4", "--pp", "2", "--tp", "2", "--sp", "--steps", "2", "--layers", "2", "--device", "cpu", "--eval-every", "0")
+	if code != 0 || !strings.Contains(errOut, "4 ranks (pp 2 x tp 2 x dp 1 + sp)") {
+		t.Errorf("run --pp 2 --tp 2 --sp: exit %d, banner:\n%s", code, errOut)
+	}
+	id := filepath.Base(e.onlyRun())
+	if out := e.mustRun("metrics", id); !strings.Contains(out, "pp 2 x tp 2 x dp 1 + sp") {
+		t.Errorf("metrics does not say the layout:\n%s", out)
+	}
+	out := e.mustRun("metrics", "--compare", id, id)
+	for _, want := range []string{"pp ", "sp ", "zero ", "micro_batches 2"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("metrics --compare lacks %q:\n%s", want, out)
+		}
+	}
+	if out := e.mustRun("plan", "--ntasks", "2", "--pp", "2", "--micro-batches", "4", "--layers", "2"); !strings.Contains(out, "x micro_batches 4") {
+		t.Errorf("plan --pp 2 --micro-batches 4 does not say micro_batches 4:\n%s", out)
+	}
+}

@@ -239,8 +239,12 @@ func writePlan(w io.Writer, pl *plan.Plan, sug []plan.Suggestion) error {
 	if pl.Preset != "" {
 		name += " (preset " + pl.Preset + ")"
 	}
-	fmt.Fprintf(w, "plan: %s, %d layers dim %d heads %d seq %d, vocab %d (padded %d), %.1fM params, bsz %d x grad_accum %d, %s\n",
-		name, pl.Layers, pl.Dim, pl.Heads, pl.Seq, pl.Vocab, pl.PaddedVocab, float64(pl.Params)/1e6, pl.BatchSize, pl.GradAccum, pl.Precision)
+	accum := "grad_accum"
+	if pl.PP > 1 {
+		accum = "micro_batches"
+	}
+	fmt.Fprintf(w, "plan: %s, %d layers dim %d heads %d seq %d, vocab %d (padded %d), %.1fM params, bsz %d x %s %d, %s\n",
+		name, pl.Layers, pl.Dim, pl.Heads, pl.Seq, pl.Vocab, pl.PaddedVocab, float64(pl.Params)/1e6, pl.BatchSize, accum, pl.GradAccum, pl.Precision)
 	modes := ""
 	if pl.SP {
 		modes += " + sequence parallel"

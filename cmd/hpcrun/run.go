@@ -76,7 +76,8 @@ func runLocal(c *cli.Context) error {
 		os.RemoveAll(dir.Path())
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "run %s: %d ranks (tp %d x dp %d) on this machine\nrun dir: %s\n", execID, cfg.NTasks, cfg.TP, cfg.DP(), dir)
+	lay := metrics.RunConfig{TP: cfg.TP, DP: cfg.DP(), PP: cfg.PP, SP: cfg.SP, Zero: cfg.Zero}.Layout()
+	fmt.Fprintf(os.Stderr, "run %s: %d ranks (%s) on this machine\nrun dir: %s\n", execID, cfg.NTasks, lay, dir)
 
 	start := time.Now()
 	port, err := slurm.FreePort()

@@ -39,6 +39,39 @@ type RunConfig struct {
 	TP        int    `json:"tp"`
 	DP        int    `json:"dp"`
 	PP        int    `json:"pp,omitempty"` // pipeline stages (0 or 1: none)
+	// MicroBatches is the micro-batches a pipeline step runs (0: pp).
+	MicroBatches int  `json:"micro_batches,omitempty"`
+	SP           bool `json:"sp,omitempty"`   // sequence parallelism
+	Zero         int  `json:"zero,omitempty"` // 1: ZeRO-1 optimizer state
+}
+
+// Layout is the job's parallel layout in words: "pp 2 x tp 2 x dp 1"
+// (no pp for one stage), then "+ sp" and "+ ZeRO-1" when used; "-" when
+// unknown.
+func (c RunConfig) Layout() string {
+	if c.TP == 0 {
+		return "-"
+	}
+	s := fmt.Sprintf("tp %d x dp %d", c.TP, max(c.DP, 1))
+	if c.PP > 1 {
+		s = fmt.Sprintf("pp %d x %s", c.PP, s)
+	}
+	if c.SP {
+		s += " + sp"
+	}
+	if c.Zero == 1 {
+		s += " + ZeRO-1"
+	}
+	return s
+}
+
+// Accum says how a step accumulates: "grad_accum N", or for a pipeline
+// "micro_batches N".
+func (c RunConfig) Accum() string {
+	if c.PP > 1 {
+		return fmt.Sprintf("micro_batches %d", max(c.MicroBatches, c.PP))
+	}
+	return fmt.Sprintf("grad_accum %d", max(c.GradAccum, 1))
 }
 
 // StageBubble is one pipeline stage's measured bubble and the theory.

@@ -43,15 +43,8 @@ type runRow struct {
 	Progress float64 // 0-100
 }
 
-// Layout is "tp 2 x dp 2".
-func (r runRow) Layout() string { return layout(r.Sum.Config) }
-
-func layout(c metrics.RunConfig) string {
-	if c.TP == 0 {
-		return "–"
-	}
-	return fmt.Sprintf("%d x %d", c.TP, max(c.DP, 1))
-}
+// Layout is "tp 2 x dp 2", "pp 2 x tp 2 x dp 1 + sp", ...
+func (r runRow) Layout() string { return r.Sum.Config.Layout() }
 
 func (s *Server) runsPage(w http.ResponseWriter, r *http.Request) {
 	dirs, err := listDirs(s.opt.RunsDir)
