@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/hpcrun/hpcrun/slurm"
 )
 
 // These tests follow README.md as a new user would (issue 28): each is a
@@ -89,5 +93,55 @@ func TestPipelineLabels(t *testing.T) {
 	}
 	if out := e.mustRun("plan", "--ntasks", "2", "--pp", "2", "--micro-batches", "4", "--layers", "2"); !strings.Contains(out, "x micro_batches 4") {
 		t.Errorf("plan --pp 2 --micro-batches 4 does not say micro_batches 4:\n%s", out)
+	}
+}
+
+// TestCtrlCOnRunResumes: Ctrl-C on hpcrun run stops every rank with a
+// checkpoint; the run is CANCELLED (not FAILED) in queue, the way to
+// resume is said once and works: hpcrun run --resume goes on to the end
+// (and submit --resume points to it).
+func TestCtrlCOnRunResumes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains for a few seconds")
+	}
+	e := newEnv(t)
+	cmd := exec.Command(e.bin, "run", "--nproc", "2", "--steps", "400", "--eval-every", "0", "--device", "cpu")
+	cmd.Dir = e.dir
+	cmd.Env = []string{"PATH=" + e.path, "HOME=" + e.dir, "XDG_CACHE_HOME=" + filepath.Join(e.dir, ".cache"), "HPCRUN_RUNS_DIR=" + filepath.Join(e.dir, "runs")}
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	var dir string
+	for deadline := time.Now().Add(30 * time.Second); dir == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		ents, _ := os.ReadDir(filepath.Join(e.dir, "runs"))
+		if len(ents) == 1 {
+			dir = filepath.Join(e.dir, "runs", ents[0].Name())
+		}
+	}
+	waitForSteps(t, dir, 3)
+	cmd.Process.Signal(os.Interrupt) // what the terminal sends hpcrun run on Ctrl-C
+	err := cmd.Wait()
+	id := filepath.Base(dir)
+	out := stderr.String()
+	resume := "resume with: hpcrun run --resume " + id
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 || strings.Count(out, "resume with") != 1 || !strings.Contains(out, resume) {
+		t.Errorf("Ctrl-C: %v; want exit 130 and %q said once:\n%s", err, resume, out)
+	}
+	if r, _ := e.row(true, id); r.State != slurm.Cancelled {
+		t.Errorf("queue shows the stopped run as %s, want CANCELLED", r.State)
+	}
+	if _, errOut, _ := e.run("submit", "--resume", id); !strings.Contains(errOut, "hpcrun run --resume "+id) {
+		t.Errorf("submit --resume of a run of hpcrun run: %s", errOut)
+	}
+	e.mustRun("run", "--resume", id)
+	if r, _ := e.row(true, id); r.State != slurm.Completed {
+		t.Errorf("after run --resume the run is %s, want COMPLETED", r.State)
+	}
+	steps, _, _ := stepLosses(t, filepath.Join(dir, "metrics", "rank-00000.jsonl"))
+	if len(steps) != 400 {
+		t.Errorf("%d steps after the resume, want 400", len(steps))
 	}
 }

@@ -364,6 +364,9 @@ func resumeSubmit(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if r.Meta.Executor == "run" {
+		return cli.Exit(fmt.Sprintf("run %s was started by hpcrun run, on this machine: resume it with hpcrun run --resume %s", r.Meta.ExecID, r.Meta.ExecID), 2)
+	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if r.Meta.JobID != "" {

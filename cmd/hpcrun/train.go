@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -151,9 +152,17 @@ func stopOnSignals(name string, rank int, cancel context.CancelFunc) *stopReques
 // INT or TERM every task exits 128+signal, as a killed one would, with the
 // way to resume.
 func stopped(ctx context.Context, dir rundir.Dir, cfg train.Config, env idrenv.Env, sig os.Signal, err error) error {
-	msg := fmt.Sprintf("rank %d: %v", env.Rank, err)
+	msg := fmt.Sprintf("rank %d: %s", env.Rank, strings.Replace(err.Error(), train.ErrStopped.Error(), stopReason(ctx, sig), 1))
 	if s, ok := sig.(syscall.Signal); ok && (s == syscall.SIGINT || s == syscall.SIGTERM) {
-		return cli.Exit(fmt.Sprintf("%s (%v); resume with: hpcrun submit --resume %s", msg, s, dir.ExecID()), 128+int(s))
+		// Every rank stopped at the same step: rank 0 says so, and how to
+		// resume (hpcrun run's launcher says it itself, once).
+		switch {
+		case env.Rank != 0:
+			msg = ""
+		case os.Getenv("HPCRUN_EXECUTOR") != "run":
+			msg += "; resume with: hpcrun submit --resume " + dir.ExecID()
+		}
+		return cli.Exit(msg, 128+int(s))
 	}
 	if env.Rank != 0 {
 		return cli.Exit(msg, ExitStopped)
