@@ -133,6 +133,9 @@ func TestCtrlCOnRunResumes(t *testing.T) {
 	if r, _ := e.row(true, id); r.State != slurm.Cancelled {
 		t.Errorf("queue shows the stopped run as %s, want CANCELLED", r.State)
 	}
+	if out := e.mustRun("metrics", id); !strings.Contains(out, "stopped by SIGINT (Ctrl-C)") {
+		t.Errorf("metrics does not say what stopped the run:\n%s", out)
+	}
 	if _, errOut, _ := e.run("submit", "--resume", id); !strings.Contains(errOut, "hpcrun run --resume "+id) {
 		t.Errorf("submit --resume of a run of hpcrun run: %s", errOut)
 	}

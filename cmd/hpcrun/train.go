@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -82,10 +83,11 @@ func runTrainTask(c *cli.Context) error {
 	if err != nil {
 		return fail(err)
 	}
-	_, err = train.Run(ctx, cfg, comm, train.Options{RunDir: dir.Path(), Log: os.Stdout, Host: env.Node, Stop: stop.ch, GPUOrdinal: env.GPUOrdinal})
+	reason := sync.OnceValue(func() string { return stopReason(ctx, stop.signal()) })
+	_, err = train.Run(ctx, cfg, comm, train.Options{RunDir: dir.Path(), Log: os.Stdout, Host: env.Node, Stop: stop.ch, GPUOrdinal: env.GPUOrdinal, StopReason: reason})
 	if errors.Is(err, train.ErrStopped) {
 		closeWithin(comm, 2*time.Second)
-		return stopped(ctx, dir, cfg, env, stop.signal(), err)
+		return stopped(ctx, dir, cfg, env, stop.signal(), reason(), err)
 	}
 	if err != nil {
 		// A failed world may wait on a dead peer to close; the error is
@@ -151,8 +153,8 @@ func stopOnSignals(name string, rank int, cancel context.CancelFunc) *stopReques
 // Slurm job (slurm.Requeue), and every task exits with ExitStopped; after
 // INT or TERM every task exits 128+signal, as a killed one would, with the
 // way to resume.
-func stopped(ctx context.Context, dir rundir.Dir, cfg train.Config, env idrenv.Env, sig os.Signal, err error) error {
-	msg := fmt.Sprintf("rank %d: %s", env.Rank, strings.Replace(err.Error(), train.ErrStopped.Error(), stopReason(ctx, sig), 1))
+func stopped(ctx context.Context, dir rundir.Dir, cfg train.Config, env idrenv.Env, sig os.Signal, reason string, err error) error {
+	msg := fmt.Sprintf("rank %d: %s", env.Rank, strings.Replace(err.Error(), train.ErrStopped.Error(), reason, 1))
 	if s, ok := sig.(syscall.Signal); ok && (s == syscall.SIGINT || s == syscall.SIGTERM) {
 		// Every rank stopped at the same step: rank 0 says so, and how to
 		// resume (hpcrun run's launcher says it itself, once).
