@@ -72,7 +72,7 @@ func runMetrics(c *cli.Context) error {
 	var fails []failure.Verdict
 	var plans []*planCheck
 	for _, ref := range refs {
-		r, err := rundir.Find(runsDir, ref)
+		r, err := findRef(runsDir, ref)
 		if err != nil {
 			return err
 		}
@@ -80,9 +80,14 @@ func runMetrics(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
+		m, _ := slurm.ReadMeta(r.Dir)
+		if m != nil && len(s.Notes) > 0 && s.Status == "pending" {
+			if j, err := runStatus(c.Context, slurm.Run{Dir: r.Dir, Meta: m}); err == nil && j.State.Done() {
+				s.JobEnded(string(j.State), isCheck(m), r.ExecID)
+			}
+		}
 		sums, curves = append(sums, s), append(curves, cv)
 		fails = append(fails, failureOf(c, r.Dir, s))
-		m, _ := slurm.ReadMeta(r.Dir)
 		plans = append(plans, comparePlan(m, s))
 	}
 	w := c.App.Writer

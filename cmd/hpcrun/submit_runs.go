@@ -37,12 +37,31 @@ func findRun(c *cli.Context, usage string) (slurm.Run, error) {
 		return slurm.Run{}, err
 	}
 	r, err := slurm.OpenRun(dir, c.Args().First())
+	return r, sweepHint(dir, c.Args().First(), err)
+}
+
+// findRef is rundir.Find, and when ref is a sweep's job array, an error
+// that says so.
+func findRef(runs, ref string) (rundir.Run, error) {
+	r, err := rundir.Find(runs, ref)
+	return r, sweepHint(runs, ref, err)
+}
+
+// sweepHint turns a run not found because ref is the job id of a sweep's
+// job array into an error pointing at hpcrun sweep show.
+func sweepHint(runs, ref string, err error) error {
 	if errors.Is(err, rundir.ErrNotFound) {
-		if st, ok := sweepOfJob(dir, c.Args().First()); ok {
-			return r, fmt.Errorf("job %s is the job array of sweep %s, not one run: hpcrun sweep show %s lists its points and their execids: %w", st.JobID, st.ID, st.ID, rundir.ErrNotFound)
+		if st, ok := sweepOfJob(runs, ref); ok {
+			return fmt.Errorf("job %s is the job array of sweep %s, not one run: hpcrun sweep show %s lists its points and their execids: %w", st.JobID, st.ID, st.ID, rundir.ErrNotFound)
 		}
 	}
-	return r, err
+	return err
+}
+
+// isCheck reports whether a run's job runs a parallel check (submit
+// --check) rather than a training.
+func isCheck(m *slurm.Meta) bool {
+	return len(m.Spec.Args) > 0 && m.Spec.Args[0] == "check"
 }
 
 // sweepOfJob is the sweep under runs whose job array has the job id ref.

@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/train/metrics"
 	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
@@ -43,7 +42,7 @@ func runWatch(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := rundir.Find(runs, c.Args().First())
+	r, err := findRef(runs, c.Args().First())
 	if err != nil {
 		return err
 	}

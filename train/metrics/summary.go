@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 )
 
 // Float is a figure that may be unknown: NaN, written as null in JSON.
@@ -152,6 +153,22 @@ type Summary struct {
 	Problems []string `json:"problems,omitempty"`
 	// Notes say what the reader should know to trust the figures.
 	Notes []string `json:"notes,omitempty"`
+}
+
+// JobEnded settles a summary whose ranks wrote no metrics with the state
+// its job ended in (a Slurm state, "" while it goes on): a job that is
+// over is not pending. check says the job ran a parallel check (hpcrun
+// check), which writes a table to its log and no metrics.
+func (s *Summary) JobEnded(state string, check bool, execID string) {
+	if s.Status != "pending" || state == "" {
+		return
+	}
+	s.Status = strings.ToLower(state)
+	if check {
+		s.Notes = []string{"a parallel check, not a training: its pass/fail table is in hpcrun logs " + execID}
+		return
+	}
+	s.Notes = []string{"the job ended " + state + " before any rank wrote metrics: see hpcrun logs --err " + execID}
 }
 
 // WarmupSteps is how many first steps a summary of n steps treats as
