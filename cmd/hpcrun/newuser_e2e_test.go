@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -146,5 +147,36 @@ func TestCtrlCOnRunResumes(t *testing.T) {
 	steps, _, _ := stepLosses(t, filepath.Join(dir, "metrics", "rank-00000.jsonl"))
 	if len(steps) != 400 {
 		t.Errorf("%d steps after the resume, want 400", len(steps))
+	}
+}
+
+// TestExportByteGPTConfig: a byte-level GPT (256 ids) exports with no
+// bos/eos id outside its vocabulary (GPT-2's 50256 is not one of its ids).
+func TestExportByteGPTConfig(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains for a second")
+	}
+	e := newEnv(t)
+	text := filepath.Join(e.dir, "input.txt")
+	os.WriteFile(text, []byte(strings.Repeat("a byte-level model of a small text. ", 100)), 0o644)
+	e.mustRun("run", "--nproc", "1", "--model", "gpt", "--data", text, "--seq", "32", "--bsz", "4", "--steps", "1",
+		"--layers", "1", "--dim", "32", "--heads", "2", "--eval-every", "0", "--device", "cpu")
+	e.mustRun("ckpt", "export", filepath.Base(e.onlyRun()), "--hf", "exported")
+	b, err := os.ReadFile(filepath.Join(e.dir, "exported", "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Vocab int  `json:"vocab_size"`
+		BOS   *int `json:"bos_token_id"`
+		EOS   *int `json:"eos_token_id"`
+	}
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	for name, id := range map[string]*int{"bos": cfg.BOS, "eos": cfg.EOS} {
+		if id != nil && *id >= cfg.Vocab {
+			t.Errorf("%s_token_id %d is outside vocab_size %d:\n%s", name, *id, cfg.Vocab, b)
+		}
 	}
 }
