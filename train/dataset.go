@@ -204,12 +204,12 @@ func encodeExamples(tok Tokenizer, ex []Example, seq int, sep bool) *Dataset {
 }
 
 func prepareText(cfg Config) (*Data, error) {
-	if cfg.Data == "synthetic" {
-		return nil, fmt.Errorf("data synthetic is a classification set: give the gpt model a text file with --data")
-	}
-	text, err := LoadText(cfg.Data)
-	if err != nil {
-		return nil, err
+	text := SyntheticText(uint64(cfg.Seed))
+	if cfg.Data != "synthetic" {
+		var err error
+		if text, err = LoadText(cfg.Data); err != nil {
+			return nil, err
+		}
 	}
 	tok, err := newTokenizer(cfg, []string{text})
 	if err != nil {

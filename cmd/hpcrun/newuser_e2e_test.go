@@ -180,3 +180,22 @@ func TestExportByteGPTConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestGPTOutOfTheBox: --model gpt trains with no --data (the built-in
+// text), plan --preset gpt2-124m plans with no data, and plan never reads
+// the data: a file too small to train on still gets a plan.
+func TestGPTOutOfTheBox(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains for a few seconds")
+	}
+	e := newEnv(t)
+	e.mustRun("run", "--nproc", "1", "--model", "gpt", "--steps", "3", "--eval-every", "0", "--device", "cpu")
+	if out := e.mustRun("plan", "--preset", "gpt2-124m", "--gpu", "a100-80"); !strings.Contains(out, "vocab 50257") {
+		t.Errorf("plan --preset gpt2-124m:\n%s", out)
+	}
+	small := filepath.Join(e.dir, "small.txt")
+	os.WriteFile(small, []byte("too short to train on\n"), 0o644)
+	if out := e.mustRun("plan", "--model", "gpt", "--data", small, "--seq", "256"); !strings.Contains(out, "vocab 256") {
+		t.Errorf("plan on a small text:\n%s", out)
+	}
+}

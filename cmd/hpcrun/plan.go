@@ -53,7 +53,7 @@ func runPlan(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return cli.Exit(fmt.Sprintf("plan takes no arguments, got %q", c.Args().First()), 2)
 	}
-	p, err := planSubmit(c)
+	p, err := planSubmit(c, false)
 	if err != nil {
 		return err
 	}
@@ -77,11 +77,21 @@ func predictRun(p *submitPlan) (*plan.Plan, []plan.Suggestion, string, error) {
 	if err != nil || why != "" {
 		return nil, nil, why, err
 	}
-	data, err := train.Prepare(p.train)
+	// The vocabulary without the data when it can be known so; a
+	// WordPiece built from a data file only from the data, which plan
+	// does not read (it plans for the most the vocabulary can hold).
+	vocab, exact, err := train.PlanVocab(p.train)
 	if err != nil {
 		return nil, nil, "", err
 	}
-	r := plan.Request{Config: p.train, Vocab: data.Vocab, Nodes: lay.Nodes, Device: dev}
+	if !exact && p.readData {
+		data, err := train.Prepare(p.train)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		vocab = data.Vocab
+	}
+	r := plan.Request{Config: p.train, Vocab: vocab, Nodes: lay.Nodes, Device: dev}
 	pl, err := plan.New(r)
 	if err != nil {
 		return nil, nil, "", err

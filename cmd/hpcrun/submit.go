@@ -60,6 +60,7 @@ type submitPlan struct {
 	check     string // parallel check to run instead of training; "" = train
 	placement string // where the ranks go, in words
 	gpu       string // the device hpcrun plan plans for (--gpu, else the profile's)
+	readData  bool   // the data was read and checked (submit), not only the config (plan)
 
 	plan     *plan.Plan        // the prediction; nil for checks, or an unnamed GPU (planNote says)
 	suggest  []plan.Suggestion // what would fit, when the plan does not
@@ -99,7 +100,10 @@ func placement(spec slurm.JobSpec, tp, pp int) (string, error) {
 		lay.Nodes, lay.TasksPerNode, tp, dp, dpWhere, stages), nil
 }
 
-func planSubmit(c *cli.Context) (*submitPlan, error) {
+// planSubmit checks a request and plans it; readData says whether to read
+// the data as well (submit does, so that a bad file fails before the job;
+// plan does not, to answer at once on any data).
+func planSubmit(c *cli.Context, readData bool) (*submitPlan, error) {
 	cfg, err := resolveConfig(c)
 	if err != nil {
 		return nil, err
@@ -111,9 +115,9 @@ func planSubmit(c *cli.Context) (*submitPlan, error) {
 	if err := applyInitFrom(c, &tc); err != nil {
 		return nil, err
 	}
-	check := c.String("check")
-	if check != "" {
-		if _, err := parallel.FindChecks(check); err != nil {
+	checkName := c.String("check")
+	if checkName != "" {
+		if _, err := parallel.FindChecks(checkName); err != nil {
 			return nil, err
 		}
 		if !c.IsSet("ntasks") {
@@ -133,10 +137,14 @@ func planSubmit(c *cli.Context) (*submitPlan, error) {
 	}
 	// Config and data: bad input fails here, before a run dir
 	// exists, not in the job's first minute.
-	if err := train.CheckJob(tc); err != nil {
+	check := tc.Validate
+	if readData {
+		check = func() error { return train.CheckJob(tc) }
+	}
+	if err := check(); err != nil {
 		return nil, err
 	}
-	p := &submitPlan{train: tc, check: check}
+	p := &submitPlan{train: tc, check: checkName, readData: readData}
 	prof := cfg.Profile
 	if p.gpu = c.String("gpu"); p.gpu == "" {
 		p.gpu = prof.GPU
@@ -219,7 +227,7 @@ func runSubmit(c *cli.Context) error {
 	if c.IsSet("resume") {
 		return resumeSubmit(c)
 	}
-	p, err := planSubmit(c)
+	p, err := planSubmit(c, true)
 	if err != nil {
 		return err
 	}

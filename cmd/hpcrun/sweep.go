@@ -207,7 +207,7 @@ func runSweep(c *cli.Context) error {
 				return err
 			}
 		}
-		p, err := planSubmit(c)
+		p, err := planSubmit(c, true)
 		switch {
 		case err != nil:
 			sp.Skipped = "invalid: " + oneLineErr(err)
