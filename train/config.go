@@ -27,7 +27,7 @@ type Config struct {
 	LR        float64 `toml:"lr" json:"lr"`
 	Warmup    int     `toml:"warmup" json:"warmup"` // LR warm-up steps
 	Precision string  `toml:"precision" json:"precision"`
-	Data      string  `toml:"data" json:"data"` // "synthetic", an IMDb-format CSV, or (gpt) a text file or token files (a .bin or a glob of shards)
+	Data      string  `toml:"data" json:"data"` // "synthetic" (built in: reviews for bert, SyntheticText for gpt), an IMDb-format CSV, or (gpt) a text file or token files (a .bin or a glob of shards)
 	Seed      int64   `toml:"seed" json:"seed"`
 	EvalEvery int     `toml:"eval_every" json:"eval_every"` // steps between validations; 0 = at the end only
 	Device    string  `toml:"device" json:"device"`         // auto, cpu, cuda

@@ -199,3 +199,21 @@ func TestGPTOutOfTheBox(t *testing.T) {
 		t.Errorf("plan on a small text:\n%s", out)
 	}
 }
+
+// TestReadmeSaysHowToInstall: make run leaves bin/hpcrun; the README says
+// so and how to put hpcrun on PATH, with a make target that does.
+func TestReadmeSaysHowToInstall(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"bin/hpcrun", "make install"} {
+		if !strings.Contains(string(readme), want) {
+			t.Errorf("README.md does not say %q", want)
+		}
+	}
+	out, err := exec.Command("make", "-C", "../..", "-n", "install").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "go install") {
+		t.Errorf("make -n install: %v\n%s", err, out)
+	}
+}

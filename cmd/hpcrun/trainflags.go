@@ -35,7 +35,7 @@ func trainFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "lr", Usage: "peak learning rate", Category: cat},
 		&cli.IntFlag{Name: "warmup", Usage: "learning-rate warm-up steps", Category: cat},
 		&cli.StringFlag{Name: "precision", Usage: "fp32 or bf16", Category: cat},
-		&cli.StringFlag{Name: "data", Usage: "synthetic, an IMDb-format CSV (review,sentiment), or for gpt a text file or token files (llm.c/nanoGPT .bin, a glob of shards; see hpcrun data tokenize)", Category: cat},
+		&cli.StringFlag{Name: "data", Usage: "synthetic (built in: reviews for bert, a generated text for gpt), an IMDb-format CSV (review,sentiment), or for gpt a text file or token files (llm.c/nanoGPT .bin, a glob of shards; see hpcrun data tokenize)", Category: cat},
 		&cli.StringFlag{Name: "tokenizer", Usage: "byte, gpt2 or wordpiece (default: the model's)", Category: cat},
 		&cli.Int64Flag{Name: "seed", Usage: "random seed for weights and data order", Category: cat},
 		&cli.IntFlag{Name: "eval-every", Usage: "steps between validations (0 = at the end)", Category: cat},
