@@ -73,5 +73,6 @@ func newApp() *cli.App {
 		},
 	}
 	inheritGlobalFlags(app.Commands)
+	strictArgs(app)
 	return app
 }

@@ -217,3 +217,23 @@ func TestReadmeSaysHowToInstall(t *testing.T) {
 		t.Errorf("make -n install: %v\n%s", err, out)
 	}
 }
+
+// TestStrayArgumentsAndTypos: an argument a command does not take is an
+// error (submit bert-base planned a tiny BERT), naming the flag it may
+// have meant; a typo'd flag gets one line with the nearest flag.
+func TestStrayArgumentsAndTypos(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"submit", "bert-base", "--dry-run"}, `submit takes no arguments, got "bert-base": did you mean --preset bert-base?`},
+		{[]string{"queue", "foo"}, `queue takes no arguments, got "foo"`},
+		{[]string{"submit", "-ntask", "4", "--dry-run"}, "did you mean --ntasks?"},
+	} {
+		out, errOut, code := e.run(tc.args...)
+		if code != 2 || !strings.Contains(errOut, tc.want) || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || out != "" {
+			t.Errorf("hpcrun %s: exit %d, stdout %d bytes, stderr %q; want exit 2 and one line with %q", strings.Join(tc.args, " "), code, len(out), errOut, tc.want)
+		}
+	}
+}
