@@ -55,6 +55,7 @@ func newApp() *cli.App {
 			sweepCommand(),
 			queueCommand(),
 			cancelCommand(),
+			rmCommand(),
 			logsCommand(),
 			metricsCommand(),
 			watchCommand(),

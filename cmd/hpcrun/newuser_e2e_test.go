@@ -237,3 +237,58 @@ func TestStrayArgumentsAndTypos(t *testing.T) {
 		}
 	}
 }
+
+// TestQueueAndRm: a failed submission leaves the default queue (queue
+// --all and --state show it, with no nodes); an empty queue says how to
+// see the rest; rm removes runs and sweeps, refusing a live run unless
+// --force, and removes nothing on a typo.
+func TestQueueAndRm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs jobs")
+	}
+	e := newEnv(t)
+	if exec.Command("sinfo").Run() == nil {
+		e.run("submit", "--executor", "slurm", "-p", "nosuchpartition", "--steps", "2")
+		id := filepath.Base(e.onlyRun())
+		if out, errOut, _ := e.run("queue"); strings.Contains(out, id) || !strings.Contains(errOut, "hpcrun queue --all") {
+			t.Errorf("queue with only a failed submission:\n%s%s", out, errOut)
+		}
+		if rows := e.queue(true); len(rows) != 1 || rows[0].State != slurm.NotSubmitted || rows[0].Nodes != 0 {
+			t.Errorf("queue --all: %+v, want one NOT_SUBMITTED row on no node", rows)
+		}
+		if out := e.mustRun("queue", "--state", "not_submitted"); !strings.Contains(out, id) {
+			t.Errorf("queue --state not_submitted:\n%s", out)
+		}
+		if out := e.mustRun("queue", "--state", "running"); strings.Contains(out, id) {
+			t.Errorf("queue --state running shows the failed submission:\n%s", out)
+		}
+		e.mustRun("rm", id)
+	}
+	live := e.submit("--executor", "local", "--steps", "100000", "--eval-every", "0")
+	if _, errOut, code := e.run("rm", live.ExecID, "nope"); code != 2 || !strings.Contains(errOut, "nothing removed") {
+		t.Errorf("rm of a live run and a typo: exit %d, %s", code, errOut)
+	}
+	waitForSteps(t, live.RunDir, 1)
+	if _, errOut, code := e.run("rm", live.ExecID); code != 2 || !strings.Contains(errOut, "hpcrun cancel") {
+		t.Errorf("rm of a live run: exit %d, %s", code, errOut)
+	}
+	e.mustRun("cancel", live.ExecID)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if r, _ := e.row(true, live.ExecID); r.State.Done() || time.Now().After(deadline) {
+			break
+		}
+	}
+	e.mustRun("rm", live.ExecID)
+	if _, err := os.Stat(live.RunDir); !os.IsNotExist(err) {
+		t.Errorf("run dir still there after rm: %v", err)
+	}
+	e.mustRun("sweep", "--executor", "local", "--gpu", "cpu", "--preset", "tiny", "--tp", "1", "--bsz", "4", "--steps", "2", "--eval-samples", "16")
+	sweeps, _ := os.ReadDir(filepath.Join(e.dir, "runs", "sweeps"))
+	if len(sweeps) != 1 {
+		t.Fatalf("%d sweeps", len(sweeps))
+	}
+	e.mustRun("rm", sweeps[0].Name())
+	if ents, _ := os.ReadDir(filepath.Join(e.dir, "runs")); len(ents) != 1 { // the empty sweeps folder
+		t.Errorf("after rm of the sweep the runs dir holds %d entries", len(ents))
+	}
+}

@@ -100,7 +100,7 @@ func runStatus(ctx context.Context, r slurm.Run) (slurm.JobInfo, error) {
 		return foregroundStatus(r), nil
 	}
 	if r.Meta.JobID == "" {
-		return slurm.JobInfo{State: "NOT_SUBMITTED", Reason: r.Meta.SubmitError}, nil
+		return slurm.JobInfo{State: slurm.NotSubmitted, Reason: r.Meta.SubmitError}, nil
 	}
 	ex, err := executorOf(r)
 	if err != nil {
