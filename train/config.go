@@ -402,3 +402,32 @@ func (c Config) StageLayers() ([]int, error) {
 	}
 	return out, nil
 }
+
+// Effective is c with every "0 = the default" field set to the value a run
+// of c uses (the tokenizer, AdamW's betas and epsilon, the schedule and
+// its min_lr, evaluation samples, positions, checkpoints kept, requeues,
+// the stop signal, pipeline stages and micro-batches), for showing a
+// config; train.toml keeps the zeros, so that the defaults stay the
+// model's.
+func (c Config) Effective() Config {
+	e := c
+	e.Tokenizer = c.TokenizerName()
+	e.AdamBeta1, e.AdamBeta2, e.AdamEps = c.adam()
+	if e.Schedule == "" {
+		e.Schedule = "cosine"
+	}
+	if e.MinLR == 0 && e.Schedule != "constant" {
+		e.MinLR = c.LR / 10
+	}
+	e.EvalSamples = c.evalSamples()
+	e.Positions = c.PositionRows()
+	e.CkptKeep, e.MaxRequeues = c.ckptKeep(), c.Requeues()
+	if e.StopSignal == "" {
+		e.StopSignal = "USR1"
+	}
+	e.PP = c.Stages()
+	if e.PP > 1 {
+		e.MicroBatches = c.Micro()
+	}
+	return e
+}

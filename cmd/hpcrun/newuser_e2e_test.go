@@ -292,3 +292,27 @@ func TestQueueAndRm(t *testing.T) {
 		t.Errorf("after rm of the sweep the runs dir holds %d entries", len(ents))
 	}
 }
+
+// TestShowsTheValuesUsed: config show prints the values a run uses, not
+// the zeros that stand for them; --help shows one default per flag, the
+// profile's for job options, and --init-from names BERT directories.
+func TestShowsTheValuesUsed(t *testing.T) {
+	e := newEnv(t)
+	out := e.mustRun("config", "show")
+	for _, want := range []string{`train.adam_beta2       = 0.999`, `train.schedule         = "cosine"`, `train.min_lr           = 0.0001`, `train.tokenizer        = "wordpiece"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("config show lacks %q:\n%s", want, out)
+		}
+	}
+	help := e.mustRun("submit", "--help")
+	for _, bad := range []string{"(default: from gpus_per_node) (default: 0)", "(0 = 3) (default: 0)"} {
+		if strings.Contains(help, bad) {
+			t.Errorf("submit --help says %q", bad)
+		}
+	}
+	for _, want := range []string{"CPUs a task (default: the profile's, else 1)", "Hugging Face BERT dir"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("submit --help lacks %q", want)
+		}
+	}
+}
