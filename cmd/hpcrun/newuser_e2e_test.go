@@ -316,3 +316,26 @@ func TestShowsTheValuesUsed(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainWords: one task, one core, one group and one node are
+// singular, and a check's notes end in words, not a stray 0.
+func TestPlainWords(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the checks")
+	}
+	e := newEnv(t)
+	out, errOut := e.mustRunErr("submit", "--executor", "local", "--ntasks", "1", "-c", "1", "--dry-run")
+	plan := e.mustRun("plan", "--ntasks", "1", "-c", "1", "--gpu", "cpu")
+	check := e.mustRun("check", "all", "--tp", "2")
+	all := out + errOut + plan + check
+	for _, bad := range []string{"1 tasks", "1 cores", "group(s)", "node(s)"} {
+		if strings.Contains(all, bad) {
+			t.Errorf("output says %q:\n%s", bad, all)
+		}
+	}
+	for _, line := range strings.Split(check, "\n") {
+		if strings.HasSuffix(line, " calls 0") || strings.HasSuffix(line, "losses 0") {
+			t.Errorf("check line ends in a stray 0: %q", line)
+		}
+	}
+}

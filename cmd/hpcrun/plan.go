@@ -132,10 +132,10 @@ func cpuDevice(lay slurm.Layout, cpusPerTask int) plan.Device {
 	var source string
 	if c, err := loadCPURate(); err == nil && c.Threads > 0 && c.GFlops > 0 {
 		perCore = c.GFlops * 1e9 / float64(c.Threads)
-		source = fmt.Sprintf("hpcrun bench gemm of %s: %.1f GFLOP/s on %d threads; %.2g cores a rank", c.Measured.Format(time.DateOnly), c.GFlops, c.Threads, cores)
+		source = fmt.Sprintf("hpcrun bench gemm of %s: %.1f GFLOP/s on %d threads; %s a rank", c.Measured.Format(time.DateOnly), c.GFlops, c.Threads, cores2(cores))
 	} else {
 		perCore = plan.DefaultCPUFlops / 2
-		source = fmt.Sprintf("default %.0f GFLOP/s for 2 cores (hpcrun bench gemm measures this machine); %.2g cores a rank", plan.DefaultCPUFlops/1e9, cores)
+		source = fmt.Sprintf("default %.0f GFLOP/s for 2 cores (hpcrun bench gemm measures this machine); %s a rank", plan.DefaultCPUFlops/1e9, cores2(cores))
 	}
 	return plan.CPU(perCore*cores, memTotal()/int64(perNode), cores, source)
 }
@@ -266,7 +266,7 @@ func writePlan(w io.Writer, pl *plan.Plan, sug []plan.Suggestion) error {
 	if pl.PP > 1 {
 		pp = fmt.Sprintf("pp %d x ", pl.PP)
 	}
-	fmt.Fprintf(w, "job:  %d tasks = %stp %d x dp %d%s on %d node(s); device %s, %s a rank\n", pl.NTasks, pp, pl.TP, pl.DP, modes, pl.Nodes, pl.Device.Name, bytesIEC(pl.Device.MemBytes))
+	fmt.Fprintf(w, "job:  %s = %stp %d x dp %d%s on %s; device %s, %s a rank\n", nOf(pl.NTasks, "task"), pp, pl.TP, pl.DP, modes, nOf(pl.Nodes, "node"), pl.Device.Name, bytesIEC(pl.Device.MemBytes))
 	m := pl.Memory
 	row := func(what string, n int64, note string) {
 		fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("  %-22s %12s  %s", what, bytesIEC(n), note), " "))

@@ -86,7 +86,7 @@ func placement(spec slurm.JobSpec, tp, pp int) (string, error) {
 		stages = fmt.Sprintf("; %d pipeline stages of %d consecutive ranks, pp groups of %d %s", pp, dp*tp, pp, where)
 	}
 	if lay.Nodes == 1 {
-		return fmt.Sprintf("placement: 1 node x %d tasks; tp groups of %d and dp groups of %d inside the node%s", lay.TasksPerNode, tp, dp, stages), nil
+		return fmt.Sprintf("placement: 1 node x %s; tp groups of %d and dp groups of %d inside the node%s", nOf(lay.TasksPerNode, "task"), tp, dp, stages), nil
 	}
 	if lay.TasksPerNode%tp != 0 {
 		return "", fmt.Errorf("tp %d does not divide the %d tasks of a node: tensor-parallel groups would straddle nodes and their all-reduces cross the network in every layer; give every node a multiple of %d tasks (--nodes, --ntasks-per-node)",
@@ -96,8 +96,8 @@ func placement(spec slurm.JobSpec, tp, pp int) (string, error) {
 	if (dp-1)*tp < lay.TasksPerNode {
 		dpWhere = "inside a node"
 	}
-	return fmt.Sprintf("placement: %d nodes x %d tasks; tp groups of %d inside a node, dp groups of %d %s%s",
-		lay.Nodes, lay.TasksPerNode, tp, dp, dpWhere, stages), nil
+	return fmt.Sprintf("placement: %d nodes x %s; tp groups of %d inside a node, dp groups of %d %s%s",
+		lay.Nodes, nOf(lay.TasksPerNode, "task"), tp, dp, dpWhere, stages), nil
 }
 
 // planSubmit checks a request and plans it; readData says whether to read
