@@ -339,3 +339,24 @@ func TestPlainWords(t *testing.T) {
 		}
 	}
 }
+
+// TestQuietCPUJob: a CPU job on the local Slurm, with the default
+// profile, has no srun warning about CPU binding in its .err (no --hint
+// by default) and no advice to install a GPU driver in its log: the CPU
+// is said once, as information.
+func TestQuietCPUJob(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e: -short")
+	}
+	slurmUp(t)
+	e := newEnv(t)
+	s := e.submit("--executor", "slurm", "--steps", "2", "--eval-every", "0", "--wait")
+	out, _ := os.ReadFile(filepath.Join(s.RunDir, "slurm-"+s.JobID+".out"))
+	errLog, _ := os.ReadFile(filepath.Join(s.RunDir, "slurm-"+s.JobID+".err"))
+	if strings.Contains(string(errLog), "cpu binding") {
+		t.Errorf(".err warns about CPU binding:\n%s", errLog)
+	}
+	if strings.Contains(string(out), "install the NVIDIA driver") || strings.Count(string(out), "device auto") > 1 {
+		t.Errorf("the log explains the CPU at length:\n%s", out)
+	}
+}
