@@ -1,10 +1,12 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -38,16 +40,28 @@ func generateCommand() *cli.Command {
 			}
 			opt := train.GenerateOptions{Source: src, Prompt: c.String("prompt"), Tokens: c.Int("tokens"),
 				Temperature: c.Float64("temperature"), TopK: c.Int("top-k"), Seed: c.Uint64("seed"), Device: c.String("device")}
+			asJSON := wantJSON(c)
 			return onRanks(c, "generate", src, func(world nccl.Comm) error {
+				var sampled strings.Builder
 				if world.Rank() == 0 {
 					opt.Out = os.Stdout
-					fmt.Print(opt.Prompt)
+					if asJSON {
+						opt.Out = &sampled
+					} else {
+						fmt.Print(opt.Prompt)
+					}
 				}
-				_, err := train.Generate(c.Context, world, opt)
-				if err == nil && world.Rank() == 0 {
+				ids, err := train.Generate(c.Context, world, opt)
+				if err != nil || world.Rank() != 0 {
+					return err
+				}
+				if !asJSON {
 					fmt.Println()
+					return nil
 				}
-				return err
+				// The sampled tokens, their text, and the prompt's.
+				return json.NewEncoder(os.Stdout).Encode(map[string]any{
+					"prompt": opt.Prompt, "completion": sampled.String(), "text": opt.Prompt + sampled.String(), "token_ids": ids})
 			})
 		},
 	}

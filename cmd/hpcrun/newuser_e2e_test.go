@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -358,5 +359,39 @@ func TestQuietCPUJob(t *testing.T) {
 	}
 	if strings.Contains(string(out), "install the NVIDIA driver") || strings.Count(string(out), "device auto") > 1 {
 		t.Errorf("the log explains the CPU at length:\n%s", out)
+	}
+}
+
+// TestJSONWhereOffered: --json gives JSON from eval (the loss to full
+// precision), generate (token ids and text), submit --dry-run and errors.
+func TestJSONWhereOffered(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains for a second")
+	}
+	e := newEnv(t)
+	e.mustRun("run", "--nproc", "1", "--model", "gpt", "--steps", "2", "--eval-every", "0", "--device", "cpu")
+	id := filepath.Base(e.onlyRun())
+	var ev struct{ Loss, Perplexity float64 }
+	if out := e.mustRun("eval", id, "--data", "synthetic", "--device", "cpu", "--json"); json.Unmarshal([]byte(out), &ev) != nil || ev.Loss <= 0 || ev.Loss == math.Round(ev.Loss*1e4)/1e4 {
+		t.Errorf("eval --json: %q", out)
+	}
+	var gen struct {
+		Text     string
+		TokenIDs []int `json:"token_ids"`
+	}
+	if out := e.mustRun("generate", id, "--prompt", "In the", "--tokens", "4", "--device", "cpu", "--json"); json.Unmarshal([]byte(out), &gen) != nil || len(gen.TokenIDs) != 4 || !strings.HasPrefix(gen.Text, "In the") {
+		t.Errorf("generate --json: %q", out)
+	}
+	var dry struct{ Script, Placement string }
+	if out := e.mustRun("--json", "submit", "--executor", "local", "--dry-run"); json.Unmarshal([]byte(out), &dry) != nil || !strings.Contains(dry.Script, "#!") || dry.Placement == "" {
+		t.Errorf("submit --dry-run --json: %q", out)
+	}
+	var bad struct {
+		Error    string
+		ExitCode int `json:"exit_code"`
+	}
+	_, errOut, code := e.run("metrics", "nope", "--json")
+	if json.Unmarshal([]byte(errOut), &bad) != nil || bad.ExitCode != code || !strings.Contains(bad.Error, "nope") {
+		t.Errorf("an error with --json: exit %d, stderr %q", code, errOut)
 	}
 }

@@ -231,6 +231,11 @@ func runSubmit(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if c.Bool("dry-run") && wantJSON(c) {
+		script, _ := slurm.Script(p.spec, p.tmpl, version, p.execHint)
+		return json.NewEncoder(os.Stdout).Encode(map[string]any{"placement": p.placement, "plan": p.plan, "plan_note": p.planNote,
+			"suggestions": p.suggest, "executor": p.exec.Name(), "script": string(script)})
+	}
 	if c.Bool("dry-run") {
 		fmt.Fprintln(os.Stderr, p.placement)
 		if p.plan != nil {
