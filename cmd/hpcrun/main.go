@@ -96,5 +96,6 @@ func newApp() *cli.App {
 	}
 	inheritGlobalFlags(app.Commands)
 	strictArgs(app)
+	completeRuns(app.Commands)
 	return app
 }

@@ -395,3 +395,33 @@ func TestJSONWhereOffered(t *testing.T) {
 		t.Errorf("an error with --json: exit %d, stderr %q", code, errOut)
 	}
 }
+
+// TestCompletionOfFlagsAndRuns: the bash completion completes a command's
+// flags and, for a command that takes a run, the execids.
+func TestCompletionOfFlagsAndRuns(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	e := newEnv(t)
+	script := filepath.Join(e.dir, "hpcrun.bash")
+	os.WriteFile(script, []byte(e.mustRun("completion", "bash")), 0o644)
+	run := filepath.Join(e.dir, "runs", "20261125-120000-abcd")
+	os.MkdirAll(run, 0o755)
+	complete := func(words ...string) string {
+		cmd := exec.Command("bash", "-c", `source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($#-1)); _hpcrun_complete; echo "${COMPREPLY[@]}"`,
+			"bash", script, e.bin)
+		cmd.Args = append(cmd.Args, words...)
+		cmd.Env = []string{"PATH=" + e.path, "HOME=" + e.dir, "HPCRUN_RUNS_DIR=" + filepath.Join(e.dir, "runs")}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("completion of %v: %v\n%s", words, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if got := complete("submit", "--ntasks-p"); got != "--ntasks-per-node" {
+		t.Errorf("hpcrun submit --ntasks-p<TAB>: %q", got)
+	}
+	if got := complete("metrics", "2026"); got != "20261125-120000-abcd" {
+		t.Errorf("hpcrun metrics 2026<TAB>: %q", got)
+	}
+}
