@@ -83,7 +83,16 @@ func runTrainTask(c *cli.Context) error {
 	if err != nil {
 		return fail(err)
 	}
-	reason := sync.OnceValue(func() string { return stopReason(ctx, stop.signal()) })
+	// Why a stop came is asked as it comes (scontrol answers before a
+	// second TERM or the kill), not when the end line is written.
+	reason := sync.OnceValue(func() string { return stopReason(context.Background(), stop.signal()) })
+	go func() {
+		select {
+		case <-stop.ch:
+			reason()
+		case <-ctx.Done():
+		}
+	}()
 	_, err = train.Run(ctx, cfg, comm, train.Options{RunDir: dir.Path(), Log: os.Stdout, Host: env.Node, Stop: stop.ch, GPUOrdinal: env.GPUOrdinal, StopReason: reason})
 	if errors.Is(err, train.ErrStopped) {
 		closeWithin(comm, 2*time.Second)
