@@ -82,7 +82,7 @@ func runMetrics(c *cli.Context) error {
 		}
 		m, _ := slurm.ReadMeta(r.Dir)
 		if m != nil && len(s.Notes) > 0 && s.Status == "pending" {
-			if j, err := runStatus(c.Context, slurm.Run{Dir: r.Dir, Meta: m}); err == nil && j.State.Done() {
+			if j, err := runStatus(c.Context, slurm.Run{Dir: r.Dir, Meta: m}); err == nil && j.State.Done() && j.State != slurm.Unknown {
 				s.JobEnded(string(j.State), isCheck(m), r.ExecID)
 			}
 		}

@@ -62,7 +62,7 @@ func statusNote(hasJob bool, j Job, s metrics.Summary) string {
 // settle gives a summary whose ranks wrote nothing the state its ended
 // job had (a check run writes no metrics: it is not pending).
 func settle(s *metrics.Summary, hasJob bool, j Job, execID string) {
-	if hasJob && j.Info.State.Done() {
+	if hasJob && j.Info.State.Done() && j.Info.State != slurm.Unknown {
 		s.JobEnded(string(j.Info.State), j.Check, execID)
 	}
 }
