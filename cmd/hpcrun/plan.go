@@ -96,6 +96,9 @@ func predictRun(p *submitPlan) (*plan.Plan, []plan.Suggestion, string, error) {
 	if err != nil {
 		return nil, nil, "", err
 	}
+	if !exact && !p.readData {
+		pl.Notes = append(pl.Notes, fmt.Sprintf("vocab: at most %d, the WordPiece vocabulary built from the data at the start (plan does not read the data; submit --dry-run does)", vocab))
+	}
 	var sug []plan.Suggestion
 	if !pl.Fits {
 		sug = plan.Suggest(r)
