@@ -520,7 +520,7 @@ func runSweepShow(c *cli.Context) error {
 	w := c.App.Writer
 	fmt.Fprintf(w, "sweep %s: %s job %s, %d points\n", st.ID, st.Executor, orDash(st.JobID), len(st.Points))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "POINT\tFITS\tMEM PRED\tMEM MEAS\tTOK/S PRED\tTOK/S MEAS\tMFU\tLOSS\tSTATE\tEXECID")
+	fmt.Fprintln(tw, "POINT\tFITS\tMEM PRED\tMEM MEAS\tTOK/S PRED\tTOK/S MEAS\tERROR\tMFU\tLOSS\tSTATE\tEXECID")
 	num := func(v metrics.Float, format string) string {
 		if !v.Known() {
 			return "-"
@@ -538,8 +538,10 @@ func runSweepShow(c *cli.Context) error {
 		if r.Fits != nil {
 			fits = yesNo(*r.Fits)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Point, fits, mem(r.PredMemBytes), mem(r.MeasMemBytes),
-			num(r.PredTokensPerS, "%.0f"), num(r.MeasTokensPerS, "%.0f"), num(100*r.MFU, "%.1f%%"), num(r.FinalLoss, "%.4f"), r.State, orDash(r.ExecID))
+		// The prediction's error as metrics says it: (predicted - measured) / measured.
+		tokErr := num(100*(r.PredTokensPerS-r.MeasTokensPerS)/r.MeasTokensPerS, "%+.1f%%")
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Point, fits, mem(r.PredMemBytes), mem(r.MeasMemBytes),
+			num(r.PredTokensPerS, "%.0f"), num(r.MeasTokensPerS, "%.0f"), tokErr, num(100*r.MFU, "%.1f%%"), num(r.FinalLoss, "%.4f"), r.State, orDash(r.ExecID))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

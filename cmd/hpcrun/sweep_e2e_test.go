@@ -74,8 +74,13 @@ func TestE2ESweepSlurm(t *testing.T) {
 		if logs := e.mustRun("logs", r.ExecID); !strings.Contains(logs, "step 3/3") {
 			t.Errorf("logs %s (array job %s):\n%s", r.ExecID, job, logs)
 		}
-		if met := e.mustRun("metrics", r.ExecID); !strings.Contains(met, "plan vs run") || !strings.Contains(met, "+0.0%") {
+		met := e.mustRun("metrics", r.ExecID)
+		if !strings.Contains(met, "plan vs run") || !strings.Contains(met, "+0.0%") {
 			t.Errorf("metrics %s:\n%s", r.ExecID, met)
+		}
+		// sweep show gives the tokens/s prediction's error as metrics does.
+		if m := regexp.MustCompile(`(?m)^tokens/s +\d+ +\d+ +(\S+%)$`).FindStringSubmatch(met); m == nil || !strings.Contains(show, m[1]) {
+			t.Errorf("%s: the tokens/s error of metrics (%v) is not in sweep show:\n%s", r.Point, m, show)
 		}
 	}
 }
