@@ -6,12 +6,16 @@ LDFLAGS := -X main.version=$(VERSION)
 # The tests must fit CI's budget on 2 cores.
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build test test-unit test-e2e test-portable test-race run bench lint slurm-up slurm-down gpu-check clean
+.PHONY: all build install test test-unit test-e2e test-portable test-race run bench lint slurm-up slurm-down gpu-check clean
 
 all: build
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/hpcrun
+
+# hpcrun on PATH: go install puts it in $(go env GOPATH)/bin (or GOBIN).
+install:
+	$(GO) install -ldflags "$(LDFLAGS)" ./cmd/hpcrun
 
 # Unit tests, the portable (no assembly) compute path, the race detector on the
 # concurrent packages, then the end-to-end tests. The e2e tests use the local

@@ -23,6 +23,9 @@ const (
 	Cancelled State = "CANCELLED"
 	Timeout   State = "TIMEOUT"
 	Unknown   State = "UNKNOWN" // finished, but nothing remembers how
+	// NotSubmitted is hpcrun's state of a run whose submission failed: no
+	// job exists, and none will.
+	NotSubmitted State = "NOT_SUBMITTED"
 )
 
 // Done reports whether the job will not run again (by itself).

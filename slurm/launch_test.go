@@ -90,7 +90,7 @@ func TestRequeueNeverRunsOutsideSlurm(t *testing.T) {
 		want   string
 	}{
 		{env("SLURM_JOB_ID", "4242", "HPCRUN_EXECUTOR", "local"), "not requeued (the local executor"},
-		{env("SLURM_JOB_ID", "4242", "HPCRUN_EXECUTOR", "run"), "not requeued (the run executor"},
+		{env("SLURM_JOB_ID", "4242", "HPCRUN_EXECUTOR", "run"), "not requeued (hpcrun run has no queue"},
 		{env(), "resume with: hpcrun submit --resume X"},
 		{env("SLURM_JOB_ID", "4242"), "requeued 3 times already"},
 	} {

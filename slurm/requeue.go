@@ -23,7 +23,9 @@ func Requeue(ctx context.Context, getenv func(string) string, execID string, res
 	resume := "resume with: hpcrun submit --resume " + execID
 	jobID := getenv("SLURM_JOB_ID")
 	switch ex := getenv("HPCRUN_EXECUTOR"); {
-	case ex == "local" || ex == "run":
+	case ex == "run":
+		return "not requeued (hpcrun run has no queue; it says how to resume)"
+	case ex == "local":
 		return fmt.Sprintf("not requeued (the %s executor has no queue): %s", ex, resume)
 	case jobID == "":
 		return resume

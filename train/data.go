@@ -131,6 +131,38 @@ func SyntheticSentiment(n int, seed uint64) []Example {
 	return out
 }
 
+// synthTextBytes is the size of the built-in text (SyntheticText).
+const synthTextBytes = 256 << 10
+
+// Words of the built-in text's sentences.
+var (
+	synthAdj    = []string{"red", "old", "small", "quiet", "bright", "tired", "clever", "young"}
+	synthNoun   = []string{"cat", "dog", "fox", "bird", "miller", "sailor", "child", "horse"}
+	synthVerb   = []string{"saw", "followed", "helped", "found", "called", "watched"}
+	synthPlace  = []string{"by the river", "in the garden", "at the mill", "on the hill", "near the road", "under the bridge"}
+	synthTime   = []string{"In the morning", "At noon", "In the evening", "At night"}
+	synthEnding = []string{"and they went home.", "and it began to rain.", "and nobody said a word.", "and the day was over."}
+)
+
+// SyntheticText is the language model's built-in text (--data synthetic,
+// the default): about 256 KiB of short stories from a small grammar,
+// which a tiny GPT learns in a few hundred steps, so that --model gpt
+// works out of the box with nothing to download. The same seed gives the
+// same text on every rank.
+func SyntheticText(seed uint64) string {
+	r := rand.New(rand.NewPCG(seed, 0x7e47))
+	pick := func(words []string) string { return words[r.IntN(len(words))] }
+	var b strings.Builder
+	for b.Len() < synthTextBytes {
+		who, whom := pick(synthAdj)+" "+pick(synthNoun), pick(synthAdj)+" "+pick(synthNoun)
+		fmt.Fprintf(&b, "%s the %s %s the %s %s, %s\n", pick(synthTime), who, pick(synthVerb), whom, pick(synthPlace), pick(synthEnding))
+		if r.IntN(4) == 0 {
+			fmt.Fprintf(&b, "The %s %s the %s again.\n\n", who, pick(synthVerb), whom)
+		}
+	}
+	return b.String()
+}
+
 // LoadText reads a plain text file for the language model.
 func LoadText(path string) (string, error) {
 	b, err := os.ReadFile(path)

@@ -99,7 +99,6 @@ func TestPrepareErrors(t *testing.T) {
 		{"empty csv", func(c *config.Config) { c.Data = write("e.csv", "") }, "empty CSV"},
 		{"wrong columns", func(c *config.Config) { c.Data = write("w.csv", "a,b\n1,2\n") }, "want columns review and sentiment"},
 		{"bad label", func(c *config.Config) { c.Data = write("l.csv", "review,sentiment\nx,7\n") }, `sentiment "7"`},
-		{"gpt synthetic", func(c *config.Config) { c.Model = "gpt" }, "give the gpt model a text file"},
 		{"gpt short text", func(c *config.Config) { c.Model, c.Data = "gpt", write("t.txt", "abc") }, "lower --seq or give a longer file"},
 		{"gpt empty text", func(c *config.Config) { c.Model, c.Data = "gpt", write("t0.txt", " \n") }, "empty"},
 		{"seq too long", func(c *config.Config) { c.ApplyPreset("gpt2-124m"); c.Seq = 2048 }, "longer than the 1024 positions"},
@@ -114,6 +113,20 @@ func TestPrepareErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: err = %v, want it to contain %q", tt.name, err, tt.want)
 		}
+	}
+}
+
+// A GPT trains on the built-in text when given no --data, the same on
+// every rank.
+func TestPrepareGPTSynthetic(t *testing.T) {
+	cfg := config.DefaultConfig()
+	cfg.Model = "gpt"
+	d, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Tokenizer.Name() != "byte" || d.Train.Len() < 1000 || SyntheticText(1) != SyntheticText(1) {
+		t.Errorf("gpt on the built-in text: %s", d.describe())
 	}
 }
 

@@ -117,16 +117,6 @@ const (
 // training texts when no vocab file is given.
 const defaultWordPieceVocab = 8192
 
-// DefaultTokenizer is the tokenizer used when the config names none:
-// WordPiece for the classifier, byte-level for a language model, GPT-2 BPE
-// for the gpt2-* presets (which set it).
-func DefaultTokenizer(model string) string {
-	if model == "gpt" {
-		return "byte"
-	}
-	return "wordpiece"
-}
-
 // Prepare loads, tokenizes and splits the config's data. It is where a bad
 // data file is reported, before any rank starts work.
 func Prepare(cfg config.Config) (*Data, error) {
@@ -134,7 +124,7 @@ func Prepare(cfg config.Config) (*Data, error) {
 		return nil, err
 	}
 	if cfg.Model == "gpt" {
-		if IsTokenData(cfg.Data) {
+		if config.IsTokenData(cfg.Data) {
 			return prepareTokens(cfg)
 		}
 		return prepareText(cfg)
@@ -243,12 +233,12 @@ func encodeExamples(tok Tokenizer, ex []Example, seq int, sep bool) *Dataset {
 }
 
 func prepareText(cfg config.Config) (*Data, error) {
-	if cfg.Data == "synthetic" {
-		return nil, fmt.Errorf("data synthetic is a classification set: give the gpt model a text file with --data")
-	}
-	text, err := LoadText(cfg.Data)
-	if err != nil {
-		return nil, err
+	text := SyntheticText(uint64(cfg.Seed))
+	if cfg.Data != "synthetic" {
+		var err error
+		if text, err = LoadText(cfg.Data); err != nil {
+			return nil, err
+		}
 	}
 	tok, err := newTokenizer(cfg, []string{text})
 	if err != nil {
@@ -290,10 +280,7 @@ func prepareText(cfg config.Config) (*Data, error) {
 // newTokenizer makes the config's tokenizer; a WordPiece vocabulary without a
 // vocab file is built from texts.
 func newTokenizer(cfg config.Config, texts []string) (Tokenizer, error) {
-	name := cfg.Tokenizer
-	if name == "" {
-		name = DefaultTokenizer(cfg.Model)
-	}
+	name := cfg.TokenizerName()
 	switch name {
 	case "byte":
 		return ByteTokenizer{}, nil

@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/tensor/cuda"
@@ -28,6 +29,11 @@ func OpenDevice(kind string, pick func(count int) int) (dev tensor.Device, note 
 	}
 	if kind == "cuda" {
 		return nil, "", fmt.Errorf("device cuda: %s: use --device cpu or auto", why)
+	}
+	if strings.HasPrefix(why, "cannot load the CUDA driver") {
+		// A machine without GPUs: the CPU is what auto is for, not a
+		// problem to explain with how to install a driver.
+		return tensor.NewCPU(), "device auto: the CPU (no CUDA driver on this machine)", nil
 	}
 	return tensor.NewCPU(), "device auto: using the CPU: " + why, nil
 }

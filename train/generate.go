@@ -43,6 +43,9 @@ func SourceConfig(src string) (config.Config, error) {
 			return config.Config{}, fmt.Errorf("checkpoint %s: config: %v", dir, err)
 		}
 		cfg.ResumeFrom, cfg.InitFrom = dir, ""
+		// A run saved before train.toml recorded its tokenizer: the one
+		// its training data implied, before eval swaps in its own data.
+		cfg.Tokenizer = cfg.TokenizerName()
 		// The checkpoint is laid out as at pp 1, whatever the pipeline
 		// that saved it: the caller's ranks run the whole model. How the
 		// training split its work (pipeline, sequence, optimizer state)
@@ -60,9 +63,7 @@ func SourceConfig(src string) (config.Config, error) {
 	if err := ApplyInitFrom(&cfg, nil); err != nil {
 		return config.Config{}, err
 	}
-	if cfg.Tokenizer == "" {
-		cfg.Tokenizer = DefaultTokenizer(cfg.Model)
-	}
+	cfg.Tokenizer = cfg.TokenizerName()
 	cfg.Seq = min(cfg.Positions, 1024)
 	return cfg, nil
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
@@ -43,6 +44,10 @@ type Options struct {
 	// Resume is a checkpoint to start from: a step dir, a checkpoint root
 	// or a run dir. "" resumes from RunDir's ckpt/latest when there is one.
 	Resume string
+	// StopReason says why Stop was closed (Ctrl-C, the time limit, ...),
+	// for the end line in place of ErrStopped's "stopped on request"; nil
+	// keeps that.
+	StopReason func() string
 }
 
 // Result is what one rank saw of a run.
@@ -82,7 +87,11 @@ func Run(ctx context.Context, cfg config.Config, world nccl.Comm, opt Options) (
 			if p == nil && err != nil && (ctx.Err() != nil || errors.Is(err, ErrStopped)) {
 				status = metrics.StatusInterrupted
 			}
-			w.End(status, err, time.Since(start))
+			endErr := err
+			if errors.Is(err, ErrStopped) && opt.StopReason != nil {
+				endErr = errors.New(strings.Replace(err.Error(), ErrStopped.Error(), opt.StopReason(), 1))
+			}
+			w.End(status, endErr, time.Since(start))
 			if cerr := w.Close(); cerr != nil && err == nil {
 				err = cerr
 			}

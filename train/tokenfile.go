@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"sort"
-	"strings"
 	"sync"
 
 	"github.com/hpcrun/hpcrun/internal/atomicfile"
@@ -21,7 +20,7 @@ import (
 // as little-endian uint16. A run's --data may name one, or a glob of shards
 // read as one stream in name order.
 const (
-	tokenMagic   = 20240520
+	tokenMagic   = config.TokenMagic
 	tokenVersion = 1
 	tokenHeader  = 256 * 4
 )
@@ -108,28 +107,6 @@ func (s *tokenStream) Close() error {
 	}
 	s.unmap = nil
 	return first
-}
-
-// IsTokenData reports whether --data names token files: a glob, a .bin
-// path, or a path whose first match starts with the token files' magic.
-func IsTokenData(data string) bool {
-	if strings.ContainsAny(data, "*?[") || filepath.Ext(data) == ".bin" {
-		return true
-	}
-	paths, err := filepath.Glob(data)
-	if err != nil || len(paths) == 0 {
-		return false
-	}
-	f, err := os.Open(paths[0])
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	var b [4]byte
-	if _, err := io.ReadFull(f, b[:]); err != nil {
-		return false
-	}
-	return binary.LittleEndian.Uint32(b[:]) == tokenMagic
 }
 
 // openTokenFiles maps the token files that pattern (a path or a glob)
@@ -239,9 +216,6 @@ func WriteTokenFile(path string, tokens []int) error {
 // of seq+1 tokens, stride seq, over the files as one stream, the last tenth
 // (at least one window) validating, as prepareText does with a text.
 func prepareTokens(cfg config.Config) (*Data, error) {
-	if cfg.Tokenizer == "" {
-		cfg.Tokenizer = "gpt2"
-	}
 	tok, err := newTokenizer(cfg, nil)
 	if err != nil {
 		return nil, err

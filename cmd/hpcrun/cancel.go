@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
-	"strconv"
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/slurm"
@@ -23,18 +21,25 @@ func cancelCommand() *cli.Command {
 
 func runCancel(c *cli.Context) error {
 	r, err := findRun(c, "cancel <execid|prefix|jobid>")
-	if err != nil {
-		// A Slurm job that hpcrun did not submit from here can still be cancelled by id.
+	if errors.Is(err, rundir.ErrNotFound) {
 		ref := c.Args().First()
-		if _, nerr := strconv.ParseUint(ref, 10, 64); c.NArg() == 1 && nerr == nil && errors.Is(err, rundir.ErrNotFound) {
-			if _, lerr := exec.LookPath("scancel"); lerr == nil {
-				if err := (&slurm.Slurm{}).Cancel(c.Context, slurm.JobRef{ID: ref}); err != nil {
-					return fmt.Errorf("cancel job %s: %w", ref, slurmErr(err))
-				}
-				fmt.Printf("cancelled slurm job %s\n", ref)
-				return nil
-			}
+		runs, rerr := runsDir(c)
+		if rerr != nil {
+			return rerr
 		}
+		// A sweep's job array is ours too: cancel all its points at once.
+		if st, ok := sweepOfJob(runs, ref); ok && st.Executor == "slurm" {
+			if err := (&slurm.Slurm{}).Cancel(c.Context, slurm.JobRef{ID: ref}); err != nil {
+				return fmt.Errorf("cancel sweep %s (job array %s): %w", st.ID, ref, slurmErr(err))
+			}
+			fmt.Printf("cancelled sweep %s (slurm job array %s)\n", st.ID, ref)
+			return nil
+		}
+		// Anything else may be another job of the user's (a typo):
+		// hpcrun cancels only what it submitted.
+		return cli.Exit(fmt.Sprintf("nothing cancelled: %q is not a run of hpcrun's in %s (hpcrun queue --all lists them); to cancel a job hpcrun did not submit, use scancel", ref, runs), 2)
+	}
+	if err != nil {
 		return err
 	}
 	m := r.Meta
@@ -47,7 +52,7 @@ func runCancel(c *cli.Context) error {
 		return slurmErr(err)
 	}
 	if j.State.Done() {
-		return fmt.Errorf("run %s (job %s) is already over: %s", m.ExecID, m.JobID, j.State)
+		return fmt.Errorf("nothing cancelled: run %s (job %s) is already over: %s", m.ExecID, m.JobID, j.State)
 	}
 	ex, err := executorOf(r)
 	if err != nil {

@@ -89,6 +89,10 @@ func TestSubmitCheck(t *testing.T) {
 			if !strings.Contains(logs, "checks passed") || strings.Contains(logs, "FAIL") {
 				t.Errorf("check job log:\n%s", logs)
 			}
+			// A check writes no metrics: its run is over, not pending.
+			if met := e.mustRun("metrics", execID); strings.Contains(met, "pending") || !strings.Contains(met, "hpcrun logs "+execID) {
+				t.Errorf("metrics of a finished check run:\n%s", met)
+			}
 		})
 	}
 	e := newEnv(t)

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
+	"os"
 
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/train"
@@ -30,12 +32,17 @@ func evalCommand() *cli.Command {
 				return cli.Exit("usage: hpcrun eval EXECID|CKPT|HF-DIR --data FILE", 2)
 			}
 			opt := train.EvalOptions{Source: src, Data: c.String("data"), Seq: c.Int("seq"), BatchSize: c.Int("bsz"), Device: c.String("device")}
+			asJSON := wantJSON(c)
 			return onRanks(c, "eval", src, func(world nccl.Comm) error {
 				e, err := train.EvaluateSource(c.Context, world, opt)
-				if err == nil && world.Rank() == 0 {
-					fmt.Printf("loss %.4f perplexity %.2f\n", e.Loss, math.Exp(e.Loss))
+				if err != nil || world.Rank() != 0 {
+					return err
 				}
-				return err
+				if asJSON { // the loss to full precision
+					return json.NewEncoder(os.Stdout).Encode(map[string]any{"source": src, "data": opt.Data, "loss": e.Loss, "perplexity": math.Exp(e.Loss)})
+				}
+				fmt.Printf("loss %.4f perplexity %.2f\n", e.Loss, math.Exp(e.Loss))
+				return nil
 			})
 		},
 	}

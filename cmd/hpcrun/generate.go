@@ -1,10 +1,12 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -41,16 +43,28 @@ func generateCommand() *cli.Command {
 			}
 			opt := train.GenerateOptions{Source: src, Prompt: c.String("prompt"), Tokens: c.Int("tokens"),
 				Temperature: c.Float64("temperature"), TopK: c.Int("top-k"), Seed: c.Uint64("seed"), Device: c.String("device")}
+			asJSON := wantJSON(c)
 			return onRanks(c, "generate", src, func(world nccl.Comm) error {
+				var sampled strings.Builder
 				if world.Rank() == 0 {
 					opt.Out = os.Stdout
-					fmt.Print(opt.Prompt)
+					if asJSON {
+						opt.Out = &sampled
+					} else {
+						fmt.Print(opt.Prompt)
+					}
 				}
-				_, err := train.Generate(c.Context, world, opt)
-				if err == nil && world.Rank() == 0 {
+				ids, err := train.Generate(c.Context, world, opt)
+				if err != nil || world.Rank() != 0 {
+					return err
+				}
+				if !asJSON {
 					fmt.Println()
+					return nil
 				}
-				return err
+				// The sampled tokens, their text, and the prompt's.
+				return json.NewEncoder(os.Stdout).Encode(map[string]any{
+					"prompt": opt.Prompt, "completion": sampled.String(), "text": opt.Prompt + sampled.String(), "token_ids": ids})
 			})
 		},
 	}
@@ -143,7 +157,7 @@ func refuseModelUnfitHere(src, device string) error {
 	if err != nil {
 		return cli.Exit(err.Error(), 1)
 	}
-	if err := interop.CheckSize(cfg.Layers, cfg.Dim, cfg.PositionRows(), cfg.Vocab, func(n string) string { return n }); err != nil {
+	if err := trainconfig.CheckSize(cfg.Layers, cfg.Dim, cfg.PositionRows(), cfg.Vocab, func(n string) string { return n }); err != nil {
 		return cli.Exit(fmt.Sprintf("%s: %v", src, err), 1)
 	}
 	mem := memTotal()

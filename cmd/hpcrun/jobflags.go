@@ -19,7 +19,12 @@ func jobFlags() []cli.Flag {
 		case reflect.String:
 			flags = append(flags, &cli.StringFlag{Name: o.Flag, Aliases: o.Aliases, Usage: o.Usage, Category: cat})
 		case reflect.Int:
-			flags = append(flags, &cli.IntFlag{Name: o.Flag, Aliases: o.Aliases, Usage: o.Usage, Category: cat})
+			// The default is the profile's, not the flag's zero.
+			def := "the profile's"
+			if o.Key == "cpus_per_task" {
+				def += ", else 1"
+			}
+			flags = append(flags, &cli.IntFlag{Name: o.Flag, Aliases: o.Aliases, Usage: o.Usage, Category: cat, DefaultText: def})
 		case reflect.Bool:
 			flags = append(flags, &cli.BoolFlag{Name: o.Flag, Aliases: o.Aliases, Usage: o.Usage, Category: cat})
 		default:

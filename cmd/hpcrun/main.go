@@ -7,6 +7,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -25,16 +26,36 @@ func main() {
 	}
 	app := newApp()
 	if err := app.Run(interspersed(app, os.Args)); err != nil {
+		code := 1
 		var exit cli.ExitCoder
 		if errors.As(err, &exit) {
-			if msg := err.Error(); msg != "" {
+			code = exit.ExitCode()
+		}
+		if msg := err.Error(); msg != "" {
+			if jsonAsked(os.Args[1:]) {
+				// --json: the error as JSON too, on stderr.
+				b, _ := json.Marshal(map[string]any{"error": msg, "exit_code": code})
+				fmt.Fprintln(os.Stderr, string(b))
+			} else {
 				fmt.Fprintln(os.Stderr, "hpcrun:", msg)
 			}
-			os.Exit(exit.ExitCode())
 		}
-		fmt.Fprintln(os.Stderr, "hpcrun:", err)
-		os.Exit(1)
+		os.Exit(code)
 	}
+}
+
+// jsonAsked reports whether the command line asks for --json output
+// (before a lone "--").
+func jsonAsked(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "--json", "-json", "--json=true", "-json=true":
+			return true
+		}
+	}
+	return false
 }
 
 // newApp builds the command tree; tests run it in-process.
@@ -55,6 +76,7 @@ func newApp() *cli.App {
 			sweepCommand(),
 			queueCommand(),
 			cancelCommand(),
+			rmCommand(),
 			logsCommand(),
 			metricsCommand(),
 			watchCommand(),
@@ -73,5 +95,7 @@ func newApp() *cli.App {
 		},
 	}
 	inheritGlobalFlags(app.Commands)
+	strictArgs(app)
+	completeRuns(app.Commands)
 	return app
 }

@@ -72,7 +72,7 @@ func runMetrics(c *cli.Context) error {
 	var fails []failure.Verdict
 	var plans []*planCheck
 	for _, ref := range refs {
-		r, err := rundir.Find(runsDir, ref)
+		r, err := findRef(runsDir, ref)
 		if err != nil {
 			return err
 		}
@@ -80,9 +80,14 @@ func runMetrics(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
+		m, _ := slurm.ReadMeta(r.Dir)
+		if m != nil && len(s.Notes) > 0 && s.Status == "pending" {
+			if j, err := runStatus(c.Context, slurm.Run{Dir: r.Dir, Meta: m}); err == nil && j.State.Done() && j.State != slurm.Unknown {
+				s.JobEnded(string(j.State), isCheck(m), r.ExecID)
+			}
+		}
 		sums, curves = append(sums, s), append(curves, cv)
 		fails = append(fails, failureOf(c, r.Dir, s))
-		m, _ := slurm.ReadMeta(r.Dir)
 		plans = append(plans, comparePlan(m, s))
 	}
 	w := c.App.Writer
@@ -107,7 +112,7 @@ func runMetrics(c *cli.Context) error {
 	}
 	if path := c.String("png"); path != "" {
 		c := sums[0].Config
-		title := fmt.Sprintf("%s: %s, %d tasks, tp %d x dp %d", sums[0].ExecID, c.Model, c.NTasks, c.TP, c.DP)
+		title := fmt.Sprintf("%s: %s, %d tasks, %s", sums[0].ExecID, c.Model, c.NTasks, c.Layout())
 		if err := chart.PNG(path, curves[0], title); err != nil {
 			return fmt.Errorf("png %s: %w", sums[0].ExecID, err)
 		}

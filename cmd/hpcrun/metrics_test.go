@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -157,7 +158,7 @@ func TestWatchFollowsToTheEnd(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("watch did not return after every rank ended")
 	}
-	if s := out.String(); !strings.Contains(s, "20261121-150002-d4c8 completed at step 100: loss 2.5000") || !strings.Contains(s, "(100/100)") {
+	if s := out.String(); !strings.Contains(s, "20261121-150002-d4c8 completed at step 100 of 100: loss 2.5000") || !strings.Contains(s, "(100/100)") {
 		t.Errorf("watch output:\n%s", s)
 	}
 }
@@ -210,4 +211,36 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestWatchStoppedRun: watch on a run stopped at step 22 of 60 shows the
+// bar at 22 of 60, not full, and the samples/s metrics shows.
+func TestWatchStoppedRun(t *testing.T) {
+	runs := t.TempDir()
+	dir := filepath.Join(runs, "20261125-120000-abcd")
+	for r := range 2 {
+		w, err := metrics.Create(dir, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Run(metrics.RunInfo{Config: []byte(`{"model":"bert","steps":60,"ntasks":2,"tp":1}`), Rank: r, World: 2, TP: 1, DP: 2, DPRank: r, TotalSteps: 60})
+		for s := 1; s <= 22; s++ {
+			// A slow first step, as compilation and caches make it.
+			w.Step(metrics.Step{Step: s, Loss: 2, Samples: 16, Tokens: 512, StepS: map[bool]float64{true: 1, false: 0.01 * float64(1+s%3)}[s == 1], TS: 1e9 + float64(s)})
+		}
+		w.End(metrics.StatusInterrupted, nil, 3*time.Second)
+		w.Close()
+	}
+	sum, _, err := metrics.ReadSummary(dir, metrics.NoCurves)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := runApp(t, "--runs-dir", runs, "watch", "20261125-120000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rate := fmt.Sprintf("%.1f samples/s", float64(sum.SamplesPerS))
+	if strings.Contains(out, "100%") || !strings.Contains(out, "(22/60)") || !strings.Contains(out, "interrupted at step 22 of 60") || !strings.Contains(out, rate) {
+		t.Errorf("watch of a run stopped at 22 of 60 (metrics: %s):\n%s", rate, out)
+	}
 }

@@ -54,7 +54,7 @@ func runPlan(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return cli.Exit(fmt.Sprintf("plan takes no arguments, got %q", c.Args().First()), 2)
 	}
-	p, err := planSubmit(c)
+	p, err := planSubmit(c, false)
 	if err != nil {
 		return err
 	}
@@ -78,14 +78,27 @@ func predictRun(p *submitPlan) (*plan.Plan, []plan.Suggestion, string, error) {
 	if err != nil || why != "" {
 		return nil, nil, why, err
 	}
-	data, err := train.Prepare(p.train)
+	// The vocabulary without the data when it can be known so; a
+	// WordPiece built from a data file only from the data, which plan
+	// does not read (it plans for the most the vocabulary can hold).
+	vocab, exact, err := train.PlanVocab(p.train)
 	if err != nil {
 		return nil, nil, "", err
 	}
-	r := plan.Request{Config: p.train, Vocab: data.Vocab, Nodes: lay.Nodes, Device: dev}
+	if !exact && p.readData {
+		data, err := train.Prepare(p.train)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		vocab = data.Vocab
+	}
+	r := plan.Request{Config: p.train, Vocab: vocab, Nodes: lay.Nodes, Device: dev}
 	pl, err := plan.New(r)
 	if err != nil {
 		return nil, nil, "", err
+	}
+	if !exact && !p.readData {
+		pl.Notes = append(pl.Notes, fmt.Sprintf("vocab: at most %d, the WordPiece vocabulary built from the data at the start (plan does not read the data; submit --dry-run does)", vocab))
 	}
 	var sug []plan.Suggestion
 	if !pl.Fits {
@@ -123,10 +136,10 @@ func cpuDevice(lay slurm.Layout, cpusPerTask int) plan.Device {
 	var source string
 	if c, err := loadCPURate(); err == nil && c.Threads > 0 && c.GFlops > 0 {
 		perCore = c.GFlops * 1e9 / float64(c.Threads)
-		source = fmt.Sprintf("hpcrun bench gemm of %s: %.1f GFLOP/s on %d threads; %.2g cores a rank", c.Measured.Format(time.DateOnly), c.GFlops, c.Threads, cores)
+		source = fmt.Sprintf("hpcrun bench gemm of %s: %.1f GFLOP/s on %d threads; %s a rank", c.Measured.Format(time.DateOnly), c.GFlops, c.Threads, cores2(cores))
 	} else {
 		perCore = plan.DefaultCPUFlops / 2
-		source = fmt.Sprintf("default %.0f GFLOP/s for 2 cores (hpcrun bench gemm measures this machine); %.2g cores a rank", plan.DefaultCPUFlops/1e9, cores)
+		source = fmt.Sprintf("default %.0f GFLOP/s for 2 cores (hpcrun bench gemm measures this machine); %s a rank", plan.DefaultCPUFlops/1e9, cores2(cores))
 	}
 	return plan.CPU(perCore*cores, memTotal()/int64(perNode), cores, source)
 }
@@ -240,8 +253,12 @@ func writePlan(w io.Writer, pl *plan.Plan, sug []plan.Suggestion) error {
 	if pl.Preset != "" {
 		name += " (preset " + pl.Preset + ")"
 	}
-	fmt.Fprintf(w, "plan: %s, %d layers dim %d heads %d seq %d, vocab %d (padded %d), %.1fM params, bsz %d x grad_accum %d, %s\n",
-		name, pl.Layers, pl.Dim, pl.Heads, pl.Seq, pl.Vocab, pl.PaddedVocab, float64(pl.Params)/1e6, pl.BatchSize, pl.GradAccum, pl.Precision)
+	accum := "grad_accum"
+	if pl.PP > 1 {
+		accum = "micro_batches"
+	}
+	fmt.Fprintf(w, "plan: %s, %d layers dim %d heads %d seq %d, vocab %d (padded %d), %.1fM params, bsz %d x %s %d, %s\n",
+		name, pl.Layers, pl.Dim, pl.Heads, pl.Seq, pl.Vocab, pl.PaddedVocab, float64(pl.Params)/1e6, pl.BatchSize, accum, pl.GradAccum, pl.Precision)
 	modes := ""
 	if pl.SP {
 		modes += " + sequence parallel"
@@ -253,7 +270,7 @@ func writePlan(w io.Writer, pl *plan.Plan, sug []plan.Suggestion) error {
 	if pl.PP > 1 {
 		pp = fmt.Sprintf("pp %d x ", pl.PP)
 	}
-	fmt.Fprintf(w, "job:  %d tasks = %stp %d x dp %d%s on %d node(s); device %s, %s a rank\n", pl.NTasks, pp, pl.TP, pl.DP, modes, pl.Nodes, pl.Device.Name, bytesIEC(pl.Device.MemBytes))
+	fmt.Fprintf(w, "job:  %s = %stp %d x dp %d%s on %s; device %s, %s a rank\n", nOf(pl.NTasks, "task"), pp, pl.TP, pl.DP, modes, nOf(pl.Nodes, "node"), pl.Device.Name, bytesIEC(pl.Device.MemBytes))
 	m := pl.Memory
 	row := func(what string, n int64, note string) {
 		fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("  %-22s %12s  %s", what, bytesIEC(n), note), " "))

@@ -27,7 +27,8 @@ func queueCommand() *cli.Command {
 			"local-executor runs included. --all adds finished runs (from scontrol, sacct when\n" +
 			"accounting is on, or the state recorded in meta.json).",
 		Flags: []cli.Flag{
-			&cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "include finished runs"},
+			&cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "include finished runs (and those whose submission failed)"},
+			&cli.StringSliceFlag{Name: "state", Aliases: []string{"s"}, Usage: "only runs in these `STATES` (comma-separated, e.g. failed,cancelled; implies --all)"},
 			&cli.StringFlag{Name: "name", Usage: "only jobs whose name contains `TEXT`"},
 			&cli.BoolFlag{Name: "watch", Aliases: []string{"w"}, Usage: "redraw every --interval until interrupted"},
 			&cli.DurationFlag{Name: "interval", Value: 2 * time.Second, Usage: "refresh period of --watch"},
@@ -58,10 +59,34 @@ func runQueue(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	states := map[slurm.State]bool{}
+	for _, v := range c.StringSlice("state") {
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				states[slurm.State(strings.ToUpper(s))] = true
+			}
+		}
+	}
+	all := c.Bool("all") || len(states) > 0
 	for {
-		rows, err := queueRows(ctx, dir, c.Bool("all"), c.String("name"))
+		rows, err := queueRows(ctx, dir, all, c.String("name"))
 		if err != nil && rows == nil {
 			return err
+		}
+		if len(states) > 0 {
+			kept := rows[:0]
+			for _, r := range rows {
+				if states[r.State] {
+					kept = append(kept, r)
+				}
+			}
+			rows = kept
+		}
+		if len(rows) == 0 && !all && !c.Bool("json") && !c.Bool("watch") {
+			if n := finishedRuns(dir); n > 0 {
+				fmt.Fprintf(os.Stderr, "no live runs; hpcrun queue --all lists the %d finished or not submitted (--state failed,... picks some)\n", n)
+				return err
+			}
 		}
 		if c.Bool("watch") && !c.Bool("json") {
 			fmt.Print("\033[H\033[2J")
@@ -142,12 +167,15 @@ func queueRows(ctx context.Context, dir string, all bool, name string) (rows []q
 				j = slurm.JobInfo{ID: m.JobID, State: slurm.Unknown, Reason: err.Error()}
 			}
 		}
-		if j.State.Done() && !all {
+		if (j.State.Done() || j.State == slurm.NotSubmitted) && !all {
 			continue
 		}
 		row.State, row.Elapsed, row.Nodes, row.NodeList, row.Reason = j.State, slurm.FormatElapsed(j.Elapsed), j.Nodes, j.NodeList, j.Reason
-		if row.Nodes == 0 {
-			row.Nodes = 1
+		if row.Nodes == 0 && j.State != slurm.NotSubmitted {
+			row.Nodes = 1 // a local run, on this machine
+		}
+		if j.State == slurm.NotSubmitted {
+			row.Elapsed = "-"
 		}
 		row.Failure = string(failure.Of(r.Dir, j).Class)
 		rows = append(rows, row)
@@ -205,7 +233,11 @@ func printQueue(w io.Writer, rows []queueRow, asJSON bool) error {
 		if jobid == "" {
 			jobid = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", exec, jobid, r.Name, r.State, r.Elapsed, r.Nodes, where, r.Executor)
+		nodes := "-"
+		if r.Nodes > 0 {
+			nodes = fmt.Sprint(r.Nodes)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", exec, jobid, r.Name, r.State, r.Elapsed, nodes, where, r.Executor)
 	}
 	return tw.Flush()
 }
@@ -217,6 +249,13 @@ func shortErr(msg string) string {
 		s = s[:117] + "..."
 	}
 	return s
+}
+
+// finishedRuns is the number of runs under dir, for the hint of a queue
+// with no live run.
+func finishedRuns(dir string) int {
+	runs, _ := slurm.ListRuns(dir)
+	return len(runs)
 }
 
 func firstLineOf(s string) string {

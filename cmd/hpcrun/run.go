@@ -6,11 +6,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train"
+	"github.com/hpcrun/hpcrun/train/ckpt"
 	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/metrics"
 	"github.com/urfave/cli/v2"
@@ -23,10 +25,12 @@ func runCommand() *cli.Command {
 		ArgsUsage: " ",
 		Description: "Starts --nproc copies of `hpcrun train` on this machine (torchrun-style variables,\n" +
 			"master on 127.0.0.1), in a new run directory under --runs-dir, and prints the\n" +
-			"metrics summary when they finish. Example: hpcrun run --nproc 4 --tp 2",
+			"metrics summary when they finish. Example: hpcrun run --nproc 4 --tp 2\n" +
+			"A run stopped with Ctrl-C saves a checkpoint; hpcrun run --resume EXECID goes on from it.",
 		Flags: append([]cli.Flag{
 			&cli.IntFlag{Name: "nproc", Usage: "processes (ranks) to start; the same as --ntasks"},
 			&cli.BoolFlag{Name: "force", Usage: "start even when hpcrun plan predicts the run does not fit this machine's memory"},
+			&cli.StringFlag{Name: "resume", Usage: "start run `EXECID` of hpcrun run again, in its run dir with its train.toml: it resumes from its latest checkpoint"},
 		}, trainFlags()...),
 		Action: runLocal,
 	}
@@ -35,6 +39,9 @@ func runCommand() *cli.Command {
 func runLocal(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return cli.Exit(fmt.Sprintf("run takes no arguments, got %q: training options are flags (hpcrun run --help)", c.Args().First()), 2)
+	}
+	if c.IsSet("resume") {
+		return resumeLocal(c)
 	}
 	rc, err := resolveConfig(c)
 	if err != nil {
@@ -74,26 +81,79 @@ func runLocal(c *cli.Context) error {
 	execID := dir.ExecID()
 	args := []string{"train", "--run-dir", dir.Path()}
 	meta := &slurm.Meta{
-		ExecID: execID, JobID: strconv.Itoa(os.Getpid()), Executor: "run", Host: shortHostname(),
+		ExecID: execID, Executor: "run", Host: shortHostname(),
 		Spec: slurm.JobSpec{Name: fmt.Sprintf("%s-n%d-tp%d", cfg.Model, cfg.NTasks, cfg.TP), RunDir: dir.Path(),
 			NTasks: cfg.NTasks, Program: self, Args: args},
 		SubmitTime: time.Now().UTC(), Version: version, Binary: self,
 	}
+	meta.JobID = strconv.Itoa(os.Getpid())
 	if err := writeRunFiles(dir, cfg, meta); err != nil {
 		os.RemoveAll(dir.Path())
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "run %s: %d ranks (tp %d x dp %d) on this machine\nrun dir: %s\n", execID, cfg.NTasks, cfg.TP, cfg.DP(), dir)
+	return launchLocal(c, dir, cfg, meta)
+}
+
+// resumeLocal starts a run of hpcrun run again in its run dir, with its
+// train.toml: the ranks resume from its latest checkpoint.
+func resumeLocal(c *cli.Context) error {
+	for _, f := range trainFlags() {
+		if name := f.Names()[0]; c.IsSet(name) {
+			return cli.Exit(fmt.Sprintf("--resume takes no training flags (--%s): the run's train.toml is reused as it is", name), 2)
+		}
+	}
+	runs, err := runsDir(c)
+	if err != nil {
+		return err
+	}
+	r, err := slurm.OpenRun(runs, c.String("resume"))
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	if r.Meta.Executor != "run" {
+		return cli.Exit(fmt.Sprintf("run %s was submitted (executor %s): resume it with hpcrun submit --resume %s", r.Meta.ExecID, r.Meta.Executor, r.Meta.ExecID), 2)
+	}
+	if j, err := runStatus(c.Context, r); err == nil && !j.State.Done() {
+		return cli.Exit(fmt.Sprintf("run %s is still %s (hpcrun run, pid %s): stop it before resuming", r.Meta.ExecID, j.State, r.Meta.JobID), 2)
+	}
+	cfg, err := trainconfig.ReadConfigFile(r.Dir.Config())
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("path of hpcrun: %w", err)
+	}
+	meta := r.Meta
+	meta.JobID, meta.Final, meta.Host, meta.Binary, meta.Version = strconv.Itoa(os.Getpid()), nil, shortHostname(), self, version
+	meta.Spec.Program = self
+	if err := slurm.WriteMeta(r.Dir, meta); err != nil {
+		return err
+	}
+	return launchLocal(c, r.Dir, cfg, meta)
+}
+
+// launchLocal starts the ranks of run dir on this machine and waits for
+// them; meta.json gets the final state: completed, failed, or cancelled
+// when a signal stopped every rank (with a checkpoint to resume from).
+func launchLocal(c *cli.Context, dir rundir.Dir, cfg trainconfig.Config, meta *slurm.Meta) error {
+	execID := dir.ExecID()
+	lay := metrics.RunConfig{TP: cfg.TP, DP: cfg.DP(), PP: cfg.PP, SP: cfg.SP, Zero: cfg.Zero}.Layout()
+	fmt.Fprintf(os.Stderr, "run %s: %d ranks (%s) on this machine\nrun dir: %s\n", execID, cfg.NTasks, lay, dir)
 
 	start := time.Now()
 	master, port, err := slurm.ListenMaster()
 	if err != nil {
 		return err
 	}
-	tasks := slurm.Tasks{Master: master, N: cfg.NTasks, Program: self, Args: args, Vars: slurm.TorchrunVars(cfg.NTasks, port, execID, "run"), Grace: 15 * time.Second}
+	tasks := slurm.Tasks{Master: master, N: cfg.NTasks, Program: meta.Spec.Program, Args: meta.Spec.Args, Vars: slurm.TorchrunVars(cfg.NTasks, port, execID, "run"), Grace: 15 * time.Second}
 	failed, err := tasks.Run(c.Context)
 	final := &slurm.JobInfo{ID: meta.JobID, Name: meta.Spec.Name, State: slurm.Completed, Elapsed: time.Since(start).Round(time.Second), Nodes: 1, NodeList: meta.Host, Source: "run"}
-	if err != nil || len(failed) > 0 {
+	stoppedBy := stopSignal(failed)
+	switch {
+	case err == nil && len(failed) > 0 && stoppedBy != "":
+		final.State, final.Reason, final.ExitCode = slurm.Cancelled, "stopped by "+stoppedBy, failed[0].ExitCode()
+	case err != nil || len(failed) > 0:
 		final.State, final.Reason, final.ExitCode = slurm.Failed, "NonZeroExitCode", 1
 		if len(failed) > 0 {
 			final.ExitCode = failed[0].ExitCode()
@@ -109,6 +169,13 @@ func runLocal(c *cli.Context) error {
 	if s, _, rerr := metrics.ReadSummary(dir.Path(), metrics.NoCurves); rerr == nil {
 		metrics.WriteSummary(os.Stdout, s)
 	}
+	if final.State == slurm.Cancelled {
+		from := "no checkpoint: it would start over"
+		if step, _ := ckpt.Latest(dir.Ckpt()); step != "" {
+			from = "its checkpoint " + filepath.Base(step)
+		}
+		return cli.Exit(fmt.Sprintf("run %s stopped by %s (%s); resume with: hpcrun run --resume %s", execID, stoppedBy, from, execID), final.ExitCode)
+	}
 	if len(failed) > 0 {
 		var parts []string
 		for _, f := range failed {
@@ -118,6 +185,31 @@ func runLocal(c *cli.Context) error {
 	}
 	fmt.Fprintf(os.Stderr, "run %s completed in %s\n", execID, time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// stopSignal names what stopped every failed rank cleanly, each having
+// saved at the same step: SIGINT or SIGTERM (a rank exits 128+signal), or
+// the time-limit signal (ExitStopped, also the exit of a rank stopped by
+// another's signal); "" when some rank failed otherwise.
+func stopSignal(failed []slurm.TaskExit) string {
+	name := ""
+	for _, f := range failed {
+		switch f.ExitCode() {
+		case 128 + int(syscall.SIGINT):
+			name = "SIGINT"
+		case 128 + int(syscall.SIGTERM):
+			if name != "SIGINT" {
+				name = "SIGTERM"
+			}
+		case ExitStopped:
+			if name == "" {
+				name = "the time-limit signal"
+			}
+		default:
+			return ""
+		}
+	}
+	return name
 }
 
 // writeRunFiles writes what the tasks of hpcrun run read, and its meta, so

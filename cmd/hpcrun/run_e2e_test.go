@@ -98,7 +98,6 @@ func TestRunBadInput(t *testing.T) {
 		{[]string{"--nproc", "3", "--tp", "2"}, "ntasks 3 is not a multiple of tp 2"},
 		{[]string{"--heads", "3", "--tp", "2", "--nproc", "2"}, "heads 3 is not a multiple of tp 2"},
 		{[]string{"--preset", "huge"}, `preset "huge"`},
-		{[]string{"--model", "gpt"}, "give the gpt model a text file"},
 		{[]string{"--samples", "20", "--bsz", "16", "--nproc", "2"}, "no full step"},
 		{[]string{"--device", "cuda"}, "device cuda"},
 	}

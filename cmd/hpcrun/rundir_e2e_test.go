@@ -134,7 +134,7 @@ func TestTermToOneRankStopsAllTogether(t *testing.T) {
 		t.Fatalf("ranks still running 60 s after SIGTERM:\n%s", stderr.String())
 	}
 	out := stderr.String()
-	if strings.Contains(out, "unreachable") || !strings.Contains(out, "resume with: hpcrun submit --resume") {
+	if strings.Contains(out, "unreachable") || !strings.Contains(out, "resume with: hpcrun run --resume") {
 		t.Errorf("output does not show an agreed stop:\n%s", out)
 	}
 	l0, _, end0 := stepLosses(t, filepath.Join(dir, "metrics", "rank-00000.jsonl"))
@@ -150,8 +150,8 @@ func TestTermToOneRankStopsAllTogether(t *testing.T) {
 		Final *slurm.JobInfo `json:"final"`
 	}
 	b, _ := os.ReadFile(filepath.Join(dir, "meta.json"))
-	if json.Unmarshal(b, &m); m.Final == nil || m.Final.State != slurm.Failed {
-		t.Errorf("meta.json final = %+v, want FAILED", m.Final)
+	if json.Unmarshal(b, &m); m.Final == nil || m.Final.State != slurm.Cancelled {
+		t.Errorf("meta.json final = %+v, want CANCELLED (a clean stop)", m.Final)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/cmd/hpcrun/internal/dashboard"
 	"github.com/hpcrun/hpcrun/cmd/hpcrun/internal/failure"
+	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/urfave/cli/v2"
 )
@@ -28,9 +29,10 @@ func serveCommand() *cli.Command {
 			"per rank, config, log tail; live while it runs) and several runs overlaid.\n" +
 			"Everything is embedded: the pages need no network. It binds 127.0.0.1 and prints\n" +
 			"a URL with a random token; every request without the token is refused. From your\n" +
-			"machine: ssh -L 8787:127.0.0.1:8787 <login node>, then open the URL.",
+			"machine: ssh -L PORT:127.0.0.1:PORT <login node> (the port it prints), then open the URL.\n" +
+			"The port is yours: 20000 + your uid % 10000, so that users of one login node differ.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "addr", Value: "127.0.0.1:8787", Usage: "listen on `HOST:PORT` (port 0: any free one)"},
+			&cli.StringFlag{Name: "addr", Value: fmt.Sprintf("127.0.0.1:%d", servePort(os.Getuid())), Usage: "listen on `HOST:PORT` (port 0: any free one; default port: 20000 + uid % 10000)"},
 			&cli.StringFlag{Name: "token", Usage: "the access `TOKEN` (default: 24 random bytes, printed in the URL)", EnvVars: []string{"HPCRUN_SERVE_TOKEN"}},
 			&cli.BoolFlag{Name: "expose", Usage: "allow an --addr other machines can reach (0.0.0.0, :PORT, a public address): anyone who can reach it and learns the token reads the runs"},
 		},
@@ -48,7 +50,7 @@ func runServe(c *cli.Context) error {
 	}
 	host, _, err := net.SplitHostPort(c.String("addr"))
 	if err != nil {
-		return cli.Exit(fmt.Sprintf("--addr %q: want HOST:PORT, e.g. 127.0.0.1:8787", c.String("addr")), 2)
+		return cli.Exit(fmt.Sprintf("--addr %q: want HOST:PORT, e.g. 127.0.0.1:20000", c.String("addr")), 2)
 	}
 	token := c.String("token")
 	if token == "" {
@@ -74,8 +76,11 @@ func runServe(c *cli.Context) error {
 		rows, err := queueRows(ctx, dir, true, "")
 		jobs := make([]dashboard.Job, 0, len(rows))
 		for _, r := range rows {
-			jobs = append(jobs, dashboard.Job{ExecID: r.ExecID, Executor: r.Executor, Failure: failure.Class(r.Failure),
-				Info: slurmInfo(r)})
+			j := dashboard.Job{ExecID: r.ExecID, Executor: r.Executor, Failure: failure.Class(r.Failure), Info: slurmInfo(r)}
+			if m, err := slurm.ReadMeta(rundir.Dir(r.RunDir)); err == nil && r.RunDir != "" {
+				j.Check = isCheck(m)
+			}
+			jobs = append(jobs, j)
 		}
 		return jobs, err
 	}})
@@ -83,6 +88,9 @@ func runServe(c *cli.Context) error {
 		return err
 	}
 	ln, err := net.Listen("tcp", c.String("addr"))
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return cli.Exit(fmt.Sprintf("serve: %s is in use (another hpcrun serve?): pick another port with --addr %s:PORT, or --addr %s:0 for any free one", c.String("addr"), host, host), 1)
+	}
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
@@ -114,6 +122,13 @@ func runServe(c *cli.Context) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// servePort is the default port of hpcrun serve for uid: one of its own
+// (20000-29999, below Linux's ephemeral ports), so that the users of a
+// shared login node do not all ask for the same.
+func servePort(uid int) int {
+	return 20000 + max(uid, 0)%10000
 }
 
 // slurmInfo is a queue row as the scheduler's job description.

@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -17,7 +20,7 @@ func TestServeRefusesBadFlags(t *testing.T) {
 	}{
 		{[]string{"serve", "--addr", "8787"}, "want HOST:PORT"},
 		{[]string{"serve", "--token", "short"}, "at least 16 characters"},
-		{[]string{"serve", "extra"}, "usage: hpcrun serve"},
+		{[]string{"serve", "extra"}, "serve takes no arguments"},
 		{[]string{"serve", "--addr", "203.0.113.1:1", "--expose", "--token", "0123456789abcdef"}, "serve: listen tcp"},
 	} {
 		out, err := runApp(t, append(tt.args, "--runs-dir", dir)...)
@@ -94,5 +97,23 @@ func TestServeWarnsOffLoopback(t *testing.T) {
 		if got := strings.Contains(out.String(), "ssh -L"); got != tt.sshForward {
 			t.Errorf("%v: ssh -L line %v, want %v: %q", tt.args, got, tt.sshForward, out.String())
 		}
+	}
+}
+
+// A port in use says how to pick another, in one line; the default port
+// is the user's own (20000 + uid % 10000), not one all users share.
+func TestServeBusyPortAndDefault(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, err = runApp(t, "serve", "--addr", ln.Addr().String(), "--runs-dir", t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "--addr 127.0.0.1:0") || strings.Contains(err.Error(), "\n") {
+		t.Errorf("serve on a busy port: %v", err)
+	}
+	help, _ := runApp(t, "serve", "--help")
+	if want := fmt.Sprintf("127.0.0.1:%d", 20000+os.Getuid()%10000); !strings.Contains(help, want) {
+		t.Errorf("serve --help: the default address is not %s:\n%s", want, help)
 	}
 }

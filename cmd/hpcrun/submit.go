@@ -61,6 +61,7 @@ type submitPlan struct {
 	check     string // parallel check to run instead of training; "" = train
 	placement string // where the ranks go, in words
 	gpu       string // the device hpcrun plan plans for (--gpu, else the profile's)
+	readData  bool   // the data was read and checked (submit), not only the config (plan)
 
 	plan     *plan.Plan        // the prediction; nil for checks, or an unnamed GPU (planNote says)
 	suggest  []plan.Suggestion // what would fit, when the plan does not
@@ -86,7 +87,7 @@ func placement(spec slurm.JobSpec, tp, pp int) (string, error) {
 		stages = fmt.Sprintf("; %d pipeline stages of %d consecutive ranks, pp groups of %d %s", pp, dp*tp, pp, where)
 	}
 	if lay.Nodes == 1 {
-		return fmt.Sprintf("placement: 1 node x %d tasks; tp groups of %d and dp groups of %d inside the node%s", lay.TasksPerNode, tp, dp, stages), nil
+		return fmt.Sprintf("placement: 1 node x %s; tp groups of %d and dp groups of %d inside the node%s", nOf(lay.TasksPerNode, "task"), tp, dp, stages), nil
 	}
 	if lay.TasksPerNode%tp != 0 {
 		return "", fmt.Errorf("tp %d does not divide the %d tasks of a node: tensor-parallel groups would straddle nodes and their all-reduces cross the network in every layer; give every node a multiple of %d tasks (--nodes, --ntasks-per-node)",
@@ -96,11 +97,14 @@ func placement(spec slurm.JobSpec, tp, pp int) (string, error) {
 	if (dp-1)*tp < lay.TasksPerNode {
 		dpWhere = "inside a node"
 	}
-	return fmt.Sprintf("placement: %d nodes x %d tasks; tp groups of %d inside a node, dp groups of %d %s%s",
-		lay.Nodes, lay.TasksPerNode, tp, dp, dpWhere, stages), nil
+	return fmt.Sprintf("placement: %d nodes x %s; tp groups of %d inside a node, dp groups of %d %s%s",
+		lay.Nodes, nOf(lay.TasksPerNode, "task"), tp, dp, dpWhere, stages), nil
 }
 
-func planSubmit(c *cli.Context) (*submitPlan, error) {
+// planSubmit checks a request and plans it; readData says whether to read
+// the data as well (submit does, so that a bad file fails before the job;
+// plan does not, to answer at once on any data).
+func planSubmit(c *cli.Context, readData bool) (*submitPlan, error) {
 	cfg, err := resolveConfig(c)
 	if err != nil {
 		return nil, err
@@ -112,9 +116,9 @@ func planSubmit(c *cli.Context) (*submitPlan, error) {
 	if err := applyInitFrom(c, &tc); err != nil {
 		return nil, err
 	}
-	check := c.String("check")
-	if check != "" {
-		if _, err := parallel.FindChecks(check); err != nil {
+	checkName := c.String("check")
+	if checkName != "" {
+		if _, err := parallel.FindChecks(checkName); err != nil {
 			return nil, err
 		}
 		if !c.IsSet("ntasks") {
@@ -134,10 +138,14 @@ func planSubmit(c *cli.Context) (*submitPlan, error) {
 	}
 	// Config and data: bad input fails here, before a run dir
 	// exists, not in the job's first minute.
-	if err := train.CheckJob(tc); err != nil {
+	check := tc.Validate
+	if readData {
+		check = func() error { return train.CheckJob(tc) }
+	}
+	if err := check(); err != nil {
 		return nil, err
 	}
-	p := &submitPlan{train: tc, check: check}
+	p := &submitPlan{train: tc, check: checkName, readData: readData}
 	prof := cfg.Profile
 	if p.gpu = c.String("gpu"); p.gpu == "" {
 		p.gpu = prof.GPU
@@ -220,12 +228,17 @@ func runSubmit(c *cli.Context) error {
 	if c.IsSet("resume") {
 		return resumeSubmit(c)
 	}
-	p, err := planSubmit(c)
+	p, err := planSubmit(c, true)
 	if err != nil {
 		return err
 	}
 	if w := p.spec.SignalWarning(); w != "" {
 		fmt.Fprintf(os.Stderr, "hpcrun: warning: %s\n", w)
+	}
+	if c.Bool("dry-run") && wantJSON(c) {
+		script, _ := slurm.Script(p.spec, p.tmpl, version, p.execHint)
+		return json.NewEncoder(os.Stdout).Encode(map[string]any{"placement": p.placement, "plan": p.plan, "plan_note": p.planNote,
+			"suggestions": p.suggest, "executor": p.exec.Name(), "script": string(script)})
 	}
 	if c.Bool("dry-run") {
 		fmt.Fprintln(os.Stderr, p.placement)
@@ -367,6 +380,9 @@ func resumeSubmit(c *cli.Context) error {
 	r, err := slurm.OpenRun(dir, c.String("resume"))
 	if err != nil {
 		return err
+	}
+	if r.Meta.Executor == "run" {
+		return cli.Exit(fmt.Sprintf("run %s was started by hpcrun run, on this machine: resume it with hpcrun run --resume %s", r.Meta.ExecID, r.Meta.ExecID), 2)
 	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()

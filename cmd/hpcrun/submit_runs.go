@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hpcrun/hpcrun/internal/atomicfile"
+	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/urfave/cli/v2"
 )
@@ -35,7 +36,46 @@ func findRun(c *cli.Context, usage string) (slurm.Run, error) {
 	if err != nil {
 		return slurm.Run{}, err
 	}
-	return slurm.OpenRun(dir, c.Args().First())
+	r, err := slurm.OpenRun(dir, c.Args().First())
+	return r, sweepHint(dir, c.Args().First(), err)
+}
+
+// findRef is rundir.Find, and when ref is a sweep's job array, an error
+// that says so.
+func findRef(runs, ref string) (rundir.Run, error) {
+	r, err := rundir.Find(runs, ref)
+	return r, sweepHint(runs, ref, err)
+}
+
+// sweepHint turns a run not found because ref is the job id of a sweep's
+// job array into an error pointing at hpcrun sweep show.
+func sweepHint(runs, ref string, err error) error {
+	if errors.Is(err, rundir.ErrNotFound) {
+		if st, ok := sweepOfJob(runs, ref); ok {
+			return fmt.Errorf("job %s is the job array of sweep %s, not one run: hpcrun sweep show %s lists its points and their execids: %w", st.JobID, st.ID, st.ID, rundir.ErrNotFound)
+		}
+	}
+	return err
+}
+
+// isCheck reports whether a run's job runs a parallel check (submit
+// --check) rather than a training.
+func isCheck(m *slurm.Meta) bool {
+	return len(m.Spec.Args) > 0 && m.Spec.Args[0] == "check"
+}
+
+// sweepOfJob is the sweep under runs whose job array has the job id ref.
+func sweepOfJob(runs, ref string) (*sweepState, bool) {
+	if ref == "" {
+		return nil, false
+	}
+	all, _ := rundir.List(filepath.Join(runs, sweepsDir))
+	for _, r := range all {
+		if st, err := readSweep(r.Dir); err == nil && st.JobID == ref {
+			return st, true
+		}
+	}
+	return nil, false
 }
 
 // executorOf is the executor that ran a run.
@@ -60,7 +100,7 @@ func runStatus(ctx context.Context, r slurm.Run) (slurm.JobInfo, error) {
 		return foregroundStatus(r), nil
 	}
 	if r.Meta.JobID == "" {
-		return slurm.JobInfo{State: "NOT_SUBMITTED", Reason: r.Meta.SubmitError}, nil
+		return slurm.JobInfo{State: slurm.NotSubmitted, Reason: r.Meta.SubmitError}, nil
 	}
 	ex, err := executorOf(r)
 	if err != nil {

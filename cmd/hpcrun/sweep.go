@@ -207,7 +207,7 @@ func runSweep(c *cli.Context) error {
 				return err
 			}
 		}
-		p, err := planSubmit(c)
+		p, err := planSubmit(c, true)
 		switch {
 		case err != nil:
 			sp.Skipped = "invalid: " + oneLineErr(err)
@@ -397,12 +397,12 @@ func waitJob(ctx context.Context, r slurm.Run) (slurm.JobInfo, error) {
 // to each.
 func writeSweepPlan(w io.Writer, st *sweepState) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "POINT\tFITS\tMEM/RANK\tSTEP S\tTOKENS/S\tMFU\tRUN")
+	fmt.Fprintln(tw, "POINT\tFITS\tMEM PRED\tSTEP S\tTOK/S PRED\tMFU\tRUN")
 	for _, p := range st.Points {
 		fits, mem, step, tok, mfu := "-", "-", "-", "-", "-"
 		if p.Plan != nil {
 			fits = yesNo(p.Plan.Fits)
-			mem = bytesIEC(p.Plan.Memory.Total)
+			mem = bytesIEC(p.Plan.Memory.EnginePeak) // what sweep show and metrics set beside the measured
 			step = fmt.Sprintf("%.3f", p.Plan.Time.StepS)
 			tok = fmt.Sprintf("%.0f", p.Plan.Time.TokensPerS)
 			mfu = fmt.Sprintf("%.1f%%", 100*p.Plan.Time.MFU)
@@ -416,6 +416,24 @@ func writeSweepPlan(w io.Writer, st *sweepState) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Label, fits, mem, step, tok, mfu, run)
 	}
 	tw.Flush()
+	writeSweepNotes(w, st)
+}
+
+// writeSweepNotes says what the predictions rest on: the device and rate
+// each plan assumed (a default CPU rate is far from a measured one).
+func writeSweepNotes(w io.Writer, st *sweepState) {
+	seen := map[string]bool{}
+	for _, p := range st.Points {
+		if p.Plan == nil || seen[p.Plan.Device.Source] {
+			continue
+		}
+		seen[p.Plan.Device.Source] = true
+		note := "predictions for " + p.Plan.Device.Name
+		if src := p.Plan.Device.Source; src != "" {
+			note += " at " + src
+		}
+		fmt.Fprintln(w, "note: "+note)
+	}
 }
 
 func yesNo(b bool) string {
@@ -502,7 +520,7 @@ func runSweepShow(c *cli.Context) error {
 	w := c.App.Writer
 	fmt.Fprintf(w, "sweep %s: %s job %s, %d points\n", st.ID, st.Executor, orDash(st.JobID), len(st.Points))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "POINT\tFITS\tMEM PRED\tMEM MEAS\tTOK/S PRED\tTOK/S MEAS\tMFU\tLOSS\tSTATE\tEXECID")
+	fmt.Fprintln(tw, "POINT\tFITS\tMEM PRED\tMEM MEAS\tTOK/S PRED\tTOK/S MEAS\tERROR\tMFU\tLOSS\tSTATE\tEXECID")
 	num := func(v metrics.Float, format string) string {
 		if !v.Known() {
 			return "-"
@@ -520,10 +538,16 @@ func runSweepShow(c *cli.Context) error {
 		if r.Fits != nil {
 			fits = yesNo(*r.Fits)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Point, fits, mem(r.PredMemBytes), mem(r.MeasMemBytes),
-			num(r.PredTokensPerS, "%.0f"), num(r.MeasTokensPerS, "%.0f"), num(100*r.MFU, "%.1f%%"), num(r.FinalLoss, "%.4f"), r.State, orDash(r.ExecID))
+		// The prediction's error as metrics says it: (predicted - measured) / measured.
+		tokErr := num(100*(r.PredTokensPerS-r.MeasTokensPerS)/r.MeasTokensPerS, "%+.1f%%")
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Point, fits, mem(r.PredMemBytes), mem(r.MeasMemBytes),
+			num(r.PredTokensPerS, "%.0f"), num(r.MeasTokensPerS, "%.0f"), tokErr, num(100*r.MFU, "%.1f%%"), num(r.FinalLoss, "%.4f"), r.State, orDash(r.ExecID))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	writeSweepNotes(w, st)
+	return nil
 }
 
 // sweepRowOf reads one point's run back.
@@ -546,10 +570,9 @@ func sweepRowOf(c *cli.Context, runs string, p sweepPoint) sweepRow {
 	for _, m := range s.Memory {
 		row.MeasMemBytes = max(row.MeasMemBytes, m.EnginePeakBytes)
 	}
-	row.MeasTokensPerS, row.FinalLoss = s.TokensPerS, s.LastLoss
-	if p.Plan != nil && s.ModelFlopsPerS.Known() {
-		row.MFU = s.ModelFlopsPerS / metrics.Float(p.Plan.Time.PeakFlops*float64(p.Plan.NTasks))
-	}
+	// The measured figures are metrics' own, MFU included (against the
+	// peak the ranks recorded; unknown on a CPU, as metrics says).
+	row.MeasTokensPerS, row.FinalLoss, row.MFU = s.TokensPerS, s.LastLoss, s.MFU
 	row.State = sweepStateOf(c, dir, p, s)
 	return row
 }

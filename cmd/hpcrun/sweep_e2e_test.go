@@ -50,7 +50,23 @@ func TestE2ESweepSlurm(t *testing.T) {
 			t.Fatalf("sweep %s not over after 2 minutes: %+v", id, rows)
 		}
 	}
+	// The array's job id is no run: metrics says where the sweep's runs are.
+	if _, errOut, code := e.run("metrics", job); code == 0 || !strings.Contains(errOut, "hpcrun sweep show "+id) {
+		t.Errorf("metrics %s (the sweep's array job): exit %d, %s", job, code, errOut)
+	}
+	// The table of the submission and sweep show predict the same memory.
+	show := e.mustRun("sweep", "show", id)
 	for _, r := range rows {
+		if pred := bytesIEC(r.PredMemBytes); !strings.Contains(out, pred) || !strings.Contains(show, pred) {
+			t.Errorf("%s: predicted %s, not in both tables:\n%s\n%s", r.Point, pred, out, show)
+		}
+	}
+	for _, r := range rows {
+		// On a CPU, metrics knows no MFU (no device peak): nor does sweep
+		// show (null in JSON, read back as 0).
+		if r.MFU != 0 {
+			t.Errorf("%s: sweep show says MFU %v where metrics has none", r.Point, r.MFU)
+		}
 		if r.State != "done" || r.MeasMemBytes != r.PredMemBytes || !r.FinalLoss.Known() {
 			t.Errorf("%s: state %s, predicted %d B, measured %d B, loss %v", r.Point, r.State, r.PredMemBytes, r.MeasMemBytes, r.FinalLoss)
 			continue
@@ -58,8 +74,13 @@ func TestE2ESweepSlurm(t *testing.T) {
 		if logs := e.mustRun("logs", r.ExecID); !strings.Contains(logs, "step 3/3") {
 			t.Errorf("logs %s (array job %s):\n%s", r.ExecID, job, logs)
 		}
-		if met := e.mustRun("metrics", r.ExecID); !strings.Contains(met, "plan vs run") || !strings.Contains(met, "+0.0%") {
+		met := e.mustRun("metrics", r.ExecID)
+		if !strings.Contains(met, "plan vs run") || !strings.Contains(met, "+0.0%") {
 			t.Errorf("metrics %s:\n%s", r.ExecID, met)
+		}
+		// sweep show gives the tokens/s prediction's error as metrics does.
+		if m := regexp.MustCompile(`(?m)^tokens/s +\d+ +\d+ +(\S+%)$`).FindStringSubmatch(met); m == nil || !strings.Contains(show, m[1]) {
+			t.Errorf("%s: the tokens/s error of metrics (%v) is not in sweep show:\n%s", r.Point, m, show)
 		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -90,10 +92,20 @@ func runTrainTask(c *cli.Context) error {
 	if err != nil {
 		return fail(err)
 	}
-	_, err = train.Run(ctx, cfg, comm, train.Options{RunDir: dir.Path(), Log: os.Stdout, Host: env.Node, Stop: stop.ch, GPUOrdinal: env.GPUOrdinal})
+	// Why a stop came is asked as it comes (scontrol answers before a
+	// second TERM or the kill), not when the end line is written.
+	reason := sync.OnceValue(func() string { return stopReason(context.Background(), stop.signal()) })
+	go func() {
+		select {
+		case <-stop.ch:
+			reason()
+		case <-ctx.Done():
+		}
+	}()
+	_, err = train.Run(ctx, cfg, comm, train.Options{RunDir: dir.Path(), Log: os.Stdout, Host: env.Node, Stop: stop.ch, GPUOrdinal: env.GPUOrdinal, StopReason: reason})
 	if errors.Is(err, train.ErrStopped) {
 		closeWithin(comm, 2*time.Second)
-		return stopped(ctx, dir, cfg, env, stop.signal(), err)
+		return stopped(ctx, dir, cfg, env, stop.signal(), reason(), err)
 	}
 	if err != nil {
 		// This rank's own failure becomes the job's: the others stop now,
@@ -177,10 +189,18 @@ func stopOnSignals(sigs chan os.Signal, name string, rank int, cancel context.Ca
 // Slurm job (slurm.Requeue), and every task exits with ExitStopped; after
 // INT or TERM every task exits 128+signal, as a killed one would, with the
 // way to resume.
-func stopped(ctx context.Context, dir rundir.Dir, cfg trainconfig.Config, env idrenv.Env, sig os.Signal, err error) error {
-	msg := fmt.Sprintf("rank %d: %v", env.Rank, err)
+func stopped(ctx context.Context, dir rundir.Dir, cfg trainconfig.Config, env idrenv.Env, sig os.Signal, reason string, err error) error {
+	msg := fmt.Sprintf("rank %d: %s", env.Rank, strings.Replace(err.Error(), train.ErrStopped.Error(), reason, 1))
 	if s, ok := sig.(syscall.Signal); ok && (s == syscall.SIGINT || s == syscall.SIGTERM) {
-		return cli.Exit(fmt.Sprintf("%s (%v); resume with: hpcrun submit --resume %s", msg, s, dir.ExecID()), 128+int(s))
+		// Every rank stopped at the same step: rank 0 says so, and how to
+		// resume (hpcrun run's launcher says it itself, once).
+		switch {
+		case env.Rank != 0:
+			msg = ""
+		case os.Getenv("HPCRUN_EXECUTOR") != "run":
+			msg += "; resume with: hpcrun submit --resume " + dir.ExecID()
+		}
+		return cli.Exit(msg, 128+int(s))
 	}
 	if env.Rank != 0 {
 		return cli.Exit(msg, ExitStopped)

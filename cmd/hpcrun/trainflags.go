@@ -17,7 +17,7 @@ func trainFlags() []cli.Flag {
 	flags := []cli.Flag{
 		&cli.IntFlag{Name: "ntasks", Aliases: []string{"n"}, Usage: "total tasks (ranks) = pp x data-parallel degree x tp", Category: cat},
 		&cli.IntFlag{Name: "tp", Usage: "tensor-parallel degree", Category: cat},
-		&cli.IntFlag{Name: "pp", Usage: "pipeline-parallel degree: the blocks split into pp stages, 1F1B schedule (layers % pp == 0; CPU)", Category: cat},
+		&cli.IntFlag{Name: "pp", Usage: "pipeline-parallel degree: the blocks split into pp stages, 1F1B schedule (layers % pp == 0; 0 = 1: no pipeline)", Category: cat},
 		&cli.IntFlag{Name: "micro-batches", Usage: "micro-batches of bsz per optimizer step through the pipeline (pp > 1, at least pp; 0 = pp)", Category: cat},
 		&cli.StringFlag{Name: "pp-split", Usage: "blocks of each pipeline stage, e.g. 3,1 (pp counts summing to layers; default layers/pp each)", Category: cat},
 		&cli.BoolFlag{Name: "sp", Usage: "sequence parallelism: layer norms and residuals split along the sequence over tp (seq % tp == 0)", Category: cat},
@@ -36,7 +36,7 @@ func trainFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "lr", Usage: "peak learning rate", Category: cat},
 		&cli.IntFlag{Name: "warmup", Usage: "learning-rate warm-up steps", Category: cat},
 		&cli.StringFlag{Name: "precision", Usage: "fp32 or bf16", Category: cat},
-		&cli.StringFlag{Name: "data", Usage: "synthetic, an IMDb-format CSV (review,sentiment), or for gpt a text file or token files (llm.c/nanoGPT .bin, a glob of shards; see hpcrun data tokenize)", Category: cat},
+		&cli.StringFlag{Name: "data", Usage: "synthetic (built in: reviews for bert, a generated text for gpt), an IMDb-format CSV (review,sentiment), or for gpt a text file or token files (llm.c/nanoGPT .bin, a glob of shards; see hpcrun data tokenize)", Category: cat},
 		&cli.StringFlag{Name: "tokenizer", Usage: "byte, gpt2 or wordpiece (default: the model's)", Category: cat},
 		&cli.Int64Flag{Name: "seed", Usage: "random seed for weights and data order", Category: cat},
 		&cli.IntFlag{Name: "eval-every", Usage: "steps between validations (0 = at the end)", Category: cat},
@@ -49,7 +49,7 @@ func trainFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "grad-clip", Usage: "clip the global gradient norm (0 = off)", Category: cat},
 		&cli.IntFlag{Name: "positions", Usage: "rows of the position table, the model's n_positions (0 = seq); --init-from sets it", Category: cat},
 		&cli.StringFlag{Name: "arch", Usage: "bert's layout: \"\" (hpcrun's: pre-LN, mean-pooled head) or hf (BERT's: post-LN, token types, pooler); --init-from a BERT sets it", Category: cat},
-		&cli.StringFlag{Name: "init-from", Usage: "start from pretrained weights: a Hugging Face GPT-2 dir (config.json, model.safetensors or its shards) or an llm.c .bin; the model's shape comes from it", Category: cat},
+		&cli.StringFlag{Name: "init-from", Usage: "start from pretrained weights: a Hugging Face GPT-2 dir (config.json, model.safetensors or its shards), a Hugging Face BERT dir (BertModel or BertForSequenceClassification, with its vocab.txt) or an llm.c .bin; the model's shape comes from it", Category: cat},
 		&cli.Float64Flag{Name: "adam-beta1", Usage: "AdamW beta1 (0 = 0.9)", Category: cat},
 		&cli.Float64Flag{Name: "adam-beta2", Usage: "AdamW beta2 (0 = 0.95 for gpt, 0.999 for bert)", Category: cat},
 		&cli.Float64Flag{Name: "adam-eps", Usage: "AdamW epsilon (0 = 1e-8)", Category: cat},
@@ -109,8 +109,14 @@ func applyTrainFlags(c *cli.Context, cfg *trainconfig.Config) error {
 
 // applyInitFrom gives cfg the model shape of its --init-from weights; a
 // model flag the user set that contradicts them is an error naming both.
+// It then names the tokenizer the run will use, so that train.toml records
+// it (eval and generate decode with it).
 func applyInitFrom(c *cli.Context, cfg *trainconfig.Config) error {
-	return train.ApplyInitFrom(cfg, func(key string) bool { return c.IsSet(strings.ReplaceAll(key, "_", "-")) })
+	if err := train.ApplyInitFrom(cfg, func(key string) bool { return c.IsSet(strings.ReplaceAll(key, "_", "-")) }); err != nil {
+		return err
+	}
+	cfg.Tokenizer = cfg.TokenizerName()
+	return nil
 }
 
 // showBuiltinDefaults makes --help print trainconfig.DefaultConfig's value for

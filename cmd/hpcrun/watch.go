@@ -8,10 +8,10 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
-	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/train/metrics"
 	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
@@ -42,7 +42,7 @@ func runWatch(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := rundir.Find(runs, c.Args().First())
+	r, err := findRef(runs, c.Args().First())
 	if err != nil {
 		return err
 	}
@@ -62,10 +62,21 @@ func watchRun(ctx context.Context, c *cli.Context, dir string) error {
 			return err
 		}
 		if st.done {
-			p.bar.Finish()
-			fmt.Fprintln(w)
+			// The end is told with metrics' own figures; the bar is full
+			// only for a run that did all its steps.
 			s, _ := metrics.Summarize(run)
-			fmt.Fprintf(w, "%s %s at step %d: loss %s, wall %s\n", s.ExecID, s.Status, s.Step, fmtFloat(s.LastLoss, "%.4f"), fmtFloat(s.WallS, "%.1f s"))
+			p.bar.Describe(fmt.Sprintf("%s  loss %s  %s samples/s", s.ExecID, fmtFloat(s.LastLoss, "%.4f"), fmtFloat(s.SamplesPerS, "%.1f")))
+			if s.Status == metrics.StatusCompleted && (st.total <= 0 || s.Step >= st.total) {
+				p.bar.Finish()
+				fmt.Fprintln(w)
+			} else {
+				p.stopAt(s.Step)
+			}
+			at := fmt.Sprint(s.Step)
+			if st.total > 0 {
+				at += fmt.Sprintf(" of %d", st.total)
+			}
+			fmt.Fprintf(w, "%s %s at step %s: loss %s, %s samples/s, wall %s\n", s.ExecID, s.Status, at, fmtFloat(s.LastLoss, "%.4f"), fmtFloat(s.SamplesPerS, "%.1f"), fmtFloat(s.WallS, "%.1f s"))
 			if s.Status == metrics.StatusFailed {
 				return cli.Exit(fmt.Sprintf("%s failed: %s", s.ExecID, s.Error), 1)
 			}
@@ -131,6 +142,23 @@ func (p *runProgress) update(prefix string) (*metrics.Run, watchState, error) {
 	return run, st, nil
 }
 
+// stopAt ends the bar of a run that stopped before its last step with the
+// bar at step, drawn here: the throttled bar may not have drawn its last
+// update, and must not show a full bar.
+func (p *runProgress) stopAt(step int) {
+	if p.bar == nil || p.total <= 0 || !p.visible {
+		p.close()
+		return
+	}
+	desc := p.bar.State().Description
+	p.bar.Clear()
+	p.bar.Exit()
+	p.closed = true
+	const width = 30
+	done := min(width, width*step/p.total)
+	fmt.Fprintf(p.w, "\r%s %3d%% |%s%s| (%d/%d)\n", desc, 100*step/p.total, strings.Repeat("█", done), strings.Repeat(" ", width-done), step, p.total)
+}
+
 // close ends the bar's line, once.
 func (p *runProgress) close() {
 	if p.closed || p.bar == nil {
@@ -188,11 +216,12 @@ func watchStateOf(run *metrics.Run) watchState {
 			step = last.Step
 		}
 		slowest = max(slowest, last.StepS)
-		tpRank := r.Rank % max(cfg.TP, 1)
+		// Each data-parallel replica once: tp_rank 0 of the first stage.
+		tpRank, ppRank := r.Rank%max(cfg.TP, 1), 0
 		if r.Info != nil {
-			tpRank = r.Info.TPRank
+			tpRank, ppRank = r.Info.TPRank, r.Info.PPRank
 		}
-		if tpRank == 0 {
+		if tpRank == 0 && ppRank == 0 {
 			lossSum += last.Loss
 			lossN++
 			samples += float64(last.Samples)

@@ -6,8 +6,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-
-	"github.com/hpcrun/hpcrun/train/interop"
 )
 
 // Config is the full, resolved description of one training run. hpcrun submit
@@ -30,7 +28,7 @@ type Config struct {
 	LR        float64 `toml:"lr" json:"lr"`
 	Warmup    int     `toml:"warmup" json:"warmup"` // LR warm-up steps
 	Precision string  `toml:"precision" json:"precision"`
-	Data      string  `toml:"data" json:"data"` // "synthetic", an IMDb-format CSV, or (gpt) a text file or token files (a .bin or a glob of shards)
+	Data      string  `toml:"data" json:"data"` // "synthetic" (built in: reviews for bert, SyntheticText for gpt), an IMDb-format CSV, or (gpt) a text file or token files (a .bin or a glob of shards)
 	Seed      int64   `toml:"seed" json:"seed"`
 	EvalEvery int     `toml:"eval_every" json:"eval_every"` // steps between validations; 0 = at the end only
 	Device    string  `toml:"device" json:"device"`         // auto, cpu, cuda
@@ -295,7 +293,7 @@ func (c Config) Validate() error {
 }
 
 // Bounds on the batch dimensions, far past any real run: with the model's
-// (interop.CheckSize) they keep every size the engine computes well inside
+// (CheckSize) they keep every size the engine computes well inside
 // an int, so that a mistyped flag is refused here instead of allocating
 // until the rank dies.
 const (
@@ -307,7 +305,7 @@ const (
 // validateSizes refuses sizes no machine can hold, before anything is
 // allocated for them: whether the run fits this machine is the plan's.
 func (c Config) validateSizes(bad func(format string, args ...any)) {
-	if err := interop.CheckSize(c.Layers, c.Dim, max(c.Positions, c.Seq), c.Vocab, func(n string) string {
+	if err := CheckSize(c.Layers, c.Dim, max(c.Positions, c.Seq), c.Vocab, func(n string) string {
 		if n == "positions" {
 			return "seq (or positions)"
 		}
@@ -330,6 +328,20 @@ func (c Config) validateSizes(bad func(format string, args ...any)) {
 	if a := float64(c.BatchSize) * float64(c.Seq) * float64(c.Dim) * float64(c.Layers); a > maxActivation {
 		bad("bsz %d x seq %d x dim %d x layers %d: %.3g activations a rank, more than hpcrun accepts", c.BatchSize, c.Seq, c.Dim, c.Layers, a)
 	}
+}
+
+// TokenizerName is the tokenizer the run uses: the config's, else GPT-2's
+// BPE for token files (hpcrun data tokenize writes them with it), else the
+// model's default. A run records it in train.toml, so that eval, generate
+// and export decode with what the training encoded.
+func (c Config) TokenizerName() string {
+	switch {
+	case c.Tokenizer != "":
+		return c.Tokenizer
+	case c.Model == "gpt" && IsTokenData(c.Data):
+		return "gpt2"
+	}
+	return DefaultTokenizer(c.Model)
 }
 
 // PositionRows is the number of rows of the position table: positions
@@ -438,4 +450,33 @@ func (c Config) StageLayers() ([]int, error) {
 		return nil, fmt.Errorf("pp_split %q holds %d blocks, the model has layers %d", c.PPSplit, sum, c.Layers)
 	}
 	return out, nil
+}
+
+// Effective is c with every "0 = the default" field set to the value a run
+// of c uses (the tokenizer, AdamW's betas and epsilon, the schedule and
+// its min_lr, evaluation samples, positions, checkpoints kept, requeues,
+// the stop signal, pipeline stages and micro-batches), for showing a
+// config; train.toml keeps the zeros, so that the defaults stay the
+// model's.
+func (c Config) Effective() Config {
+	e := c
+	e.Tokenizer = c.TokenizerName()
+	e.AdamBeta1, e.AdamBeta2, e.AdamEps = c.Adam()
+	if e.Schedule == "" {
+		e.Schedule = "cosine"
+	}
+	if e.MinLR == 0 && e.Schedule != "constant" {
+		e.MinLR = c.LR / 10
+	}
+	e.EvalSamples = c.ValSamples()
+	e.Positions = c.PositionRows()
+	e.CkptKeep, e.MaxRequeues = c.Checkpoints(), c.Requeues()
+	if e.StopSignal == "" {
+		e.StopSignal = "USR1"
+	}
+	e.PP = c.Stages()
+	if e.PP > 1 {
+		e.MicroBatches = c.Micro()
+	}
+	return e
 }

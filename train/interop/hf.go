@@ -269,6 +269,9 @@ func (w *hfWeights) Close() error {
 	return first
 }
 
+// gpt2EOT is GPT-2's <|endoftext|> id, its bos and eos token.
+const gpt2EOT = 50256
+
 // HFOptions say how WriteHF stores the weights.
 type HFOptions struct {
 	DType  string // F32 (""), F16 or BF16
@@ -303,12 +306,18 @@ func WriteHF(dir string, spec Spec, tensors []ckpt.Tensor, opt HFOptions) error 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
+	// GPT-2's end-of-text id, only for a vocabulary that has it: null (no
+	// such token) for a byte-level model, whose 256 ids are bytes.
+	var eot any
+	if spec.Vocab > gpt2EOT {
+		eot = gpt2EOT
+	}
 	cfg := map[string]any{
 		"architectures": []string{"GPT2LMHeadModel"}, "model_type": "gpt2",
 		"n_embd": spec.Dim, "n_layer": spec.Layers, "n_head": spec.Heads,
 		"n_positions": spec.Positions, "n_ctx": spec.Positions, "vocab_size": spec.Vocab,
 		"n_inner": nil, "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new",
-		"bos_token_id": 50256, "eos_token_id": 50256, "tie_word_embeddings": true,
+		"bos_token_id": eot, "eos_token_id": eot, "tie_word_embeddings": true,
 		"torch_dtype": "float32",
 	}
 	b, err := json.MarshalIndent(cfg, "", "  ")

@@ -10,6 +10,8 @@ import (
 
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/train/ckpt"
+
+	"github.com/hpcrun/hpcrun/train/config"
 )
 
 // llm.c's GPT-2 checkpoint (train_gpt2.c, gpt2_build_from_checkpoint): a
@@ -79,8 +81,8 @@ func readLLMC(path string, f *os.File) (*llmcWeights, error) {
 	if err := s.checkSize(map[string]string{"layers": "header num_layers", "dim": "header channels", "positions": "header max_seq_len", "vocab": "header vocab_size"}); err != nil {
 		return nil, err
 	}
-	if w.padded > MaxVocab {
-		return nil, fmt.Errorf("%s: header padded_vocab_size = %d: more than the %d hpcrun accepts", path, w.padded, MaxVocab)
+	if w.padded > config.MaxVocab {
+		return nil, fmt.Errorf("%s: header padded_vocab_size = %d: more than the %d hpcrun accepts", path, w.padded, config.MaxVocab)
 	}
 	C := s.Dim
 	var off int64

@@ -115,12 +115,8 @@ func configText(c RunConfig) string {
 	if c.Preset != "" {
 		model += " (" + c.Preset + ")"
 	}
-	pp := ""
-	if c.PP > 1 {
-		pp = fmt.Sprintf("pp %d x ", c.PP)
-	}
-	return fmt.Sprintf("%s  layers %d dim %d heads %d seq %d bsz %d   ntasks %d = %stp %d x dp %d   %s   %s",
-		model, c.Layers, c.Dim, c.Heads, c.Seq, c.BatchSize, c.NTasks, pp, c.TP, c.DP, orDash(c.Precision), orDash(c.Device))
+	return fmt.Sprintf("%s  layers %d dim %d heads %d seq %d bsz %d   ntasks %d = %s   %s   %s",
+		model, c.Layers, c.Dim, c.Heads, c.Seq, c.BatchSize, c.NTasks, c.Layout(), orDash(c.Precision), orDash(c.Device))
 }
 
 // WriteCompare writes one table with a column per run.
@@ -138,8 +134,12 @@ func WriteCompare(w io.Writer, ss []Summary) error {
 	row("model", func(s Summary) string { return orDash(s.Config.Model) })
 	row("layers x dim", func(s Summary) string { return fmt.Sprintf("%d x %d", s.Config.Layers, s.Config.Dim) })
 	row("ntasks", func(s Summary) string { return fmt.Sprint(s.Config.NTasks) })
+	row("pp", func(s Summary) string { return fmt.Sprint(max(s.Config.PP, 1)) })
 	row("tp", func(s Summary) string { return fmt.Sprint(s.Config.TP) })
 	row("dp", func(s Summary) string { return fmt.Sprint(s.Config.DP) })
+	row("sp", func(s Summary) string { return map[bool]string{true: "yes", false: "no"}[s.Config.SP] })
+	row("zero", func(s Summary) string { return fmt.Sprint(s.Config.Zero) })
+	row("accumulation", func(s Summary) string { return s.Config.Accum() })
 	row("precision", func(s Summary) string { return orDash(s.Config.Precision) })
 	row("device", func(s Summary) string { return orDash(shortDevice(s.Config.Device)) })
 	row("steps", func(s Summary) string { return stepOf(s) })

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 )
 
 // Float is a figure that may be unknown: NaN, written as null in JSON.
@@ -39,6 +40,39 @@ type RunConfig struct {
 	TP        int    `json:"tp"`
 	DP        int    `json:"dp"`
 	PP        int    `json:"pp,omitempty"` // pipeline stages (0 or 1: none)
+	// MicroBatches is the micro-batches a pipeline step runs (0: pp).
+	MicroBatches int  `json:"micro_batches,omitempty"`
+	SP           bool `json:"sp,omitempty"`   // sequence parallelism
+	Zero         int  `json:"zero,omitempty"` // 1: ZeRO-1 optimizer state
+}
+
+// Layout is the job's parallel layout in words: "pp 2 x tp 2 x dp 1"
+// (no pp for one stage), then "+ sp" and "+ ZeRO-1" when used; "-" when
+// unknown.
+func (c RunConfig) Layout() string {
+	if c.TP == 0 {
+		return "-"
+	}
+	s := fmt.Sprintf("tp %d x dp %d", c.TP, max(c.DP, 1))
+	if c.PP > 1 {
+		s = fmt.Sprintf("pp %d x %s", c.PP, s)
+	}
+	if c.SP {
+		s += " + sp"
+	}
+	if c.Zero == 1 {
+		s += " + ZeRO-1"
+	}
+	return s
+}
+
+// Accum says how a step accumulates: "grad_accum N", or for a pipeline
+// "micro_batches N".
+func (c RunConfig) Accum() string {
+	if c.PP > 1 {
+		return fmt.Sprintf("micro_batches %d", max(c.MicroBatches, c.PP))
+	}
+	return fmt.Sprintf("grad_accum %d", max(c.GradAccum, 1))
 }
 
 // StageBubble is one pipeline stage's measured bubble and the theory.
@@ -119,6 +153,22 @@ type Summary struct {
 	Problems []string `json:"problems,omitempty"`
 	// Notes say what the reader should know to trust the figures.
 	Notes []string `json:"notes,omitempty"`
+}
+
+// JobEnded settles a summary whose ranks wrote no metrics with the state
+// its job ended in (a Slurm state, "" while it goes on): a job that is
+// over is not pending. check says the job ran a parallel check (hpcrun
+// check), which writes a table to its log and no metrics.
+func (s *Summary) JobEnded(state string, check bool, execID string) {
+	if s.Status != "pending" || state == "" {
+		return
+	}
+	s.Status = strings.ToLower(state)
+	if check {
+		s.Notes = []string{"a parallel check, not a training: its pass/fail table is in hpcrun logs " + execID}
+		return
+	}
+	s.Notes = []string{"the job ended " + state + " before any rank wrote metrics: see hpcrun logs --err " + execID}
 }
 
 // WarmupSteps is how many first steps a summary of n steps treats as

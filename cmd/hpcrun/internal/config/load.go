@@ -36,8 +36,11 @@ func Defaults() Config {
 // sets its keys.
 func DefaultProfileValues() Profile {
 	return Profile{
-		Executor:   "auto",
-		Resources:  slurm.Resources{CPUsPerTask: 1, Time: "00:30:00", Hint: "nomultithread"},
+		Executor: "auto",
+		// No --hint: on a cluster without CPU binding (task/affinity) srun
+		// warns about it in every job; a profile for a cluster that binds
+		// sets hint = "nomultithread" (examples/jean-zay.toml does).
+		Resources:  slurm.Resources{CPUsPerTask: 1, Time: "00:30:00"},
 		SignalSecs: 120,
 	}
 }

@@ -26,7 +26,9 @@ func (r *Resolved) Entries() []Entry {
 	}
 	prefix := "profiles." + r.ProfileName + "."
 	out = append(out, structEntries(reflect.ValueOf(r.Profile), "profile.", func(k string) string { return r.sourceOf(prefix + k) })...)
-	out = append(out, structEntries(reflect.ValueOf(r.Train), "train.", func(k string) string { return r.sourceOf("train." + k) })...)
+	// The training values a run uses: a zero that means "the default"
+	// shows as the default it stands for.
+	out = append(out, structEntries(reflect.ValueOf(r.Train.Effective()), "train.", func(k string) string { return r.sourceOf("train." + k) })...)
 	return out
 }
 

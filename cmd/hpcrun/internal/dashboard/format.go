@@ -24,6 +24,8 @@ func num(f metrics.Float) string {
 		return fmt.Sprintf("%.2fM", v/1e6)
 	case a >= 1e4:
 		return fmt.Sprintf("%.1fk", v/1e3)
+	case a >= 1e3: // "4.38k" beside "12.6k", not "4377.8"
+		return fmt.Sprintf("%.2fk", v/1e3)
 	case a >= 100:
 		return fmt.Sprintf("%.1f", v)
 	case a == 0:

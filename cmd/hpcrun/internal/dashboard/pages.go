@@ -8,6 +8,7 @@ import (
 	"html/template"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hpcrun/hpcrun/cmd/hpcrun/internal/failure"
@@ -17,7 +18,7 @@ import (
 )
 
 var funcs = template.FuncMap{
-	"num": num, "pct": pct, "dur": dur, "mib": mib, "exact": exact,
+	"num": num, "pct": pct, "dur": dur, "mib": mib, "exact": exact, "plural": plural,
 	"svg": func(c Chart) template.HTML { return c.SVG() },
 }
 
@@ -43,14 +44,35 @@ type runRow struct {
 	Progress float64 // 0-100
 }
 
-// Layout is "tp 2 x dp 2".
-func (r runRow) Layout() string { return layout(r.Sum.Config) }
+// Layout is "tp 2 x dp 2", "pp 2 x tp 2 x dp 1 + sp", ...
+func (r runRow) Layout() string { return r.Sum.Config.Layout() }
 
-func layout(c metrics.RunConfig) string {
-	if c.TP == 0 {
-		return "–"
+// StatusNote is the metrics' status beside the job's state, when it says
+// more than the state does ("interrupted" beside CANCELLED; nothing
+// beside COMPLETED).
+func (r runRow) StatusNote() string { return statusNote(r.HasJob, r.Job, r.Sum) }
+
+func statusNote(hasJob bool, j Job, s metrics.Summary) string {
+	if hasJob && strings.EqualFold(string(j.Info.State), s.Status) {
+		return ""
 	}
-	return fmt.Sprintf("%d x %d", c.TP, max(c.DP, 1))
+	return s.Status
+}
+
+// settle gives a summary whose ranks wrote nothing the state its ended
+// job had (a check run writes no metrics: it is not pending).
+func settle(s *metrics.Summary, hasJob bool, j Job, execID string) {
+	if hasJob && j.Info.State.Done() && j.Info.State != slurm.Unknown {
+		s.JobEnded(string(j.Info.State), j.Check, execID)
+	}
+}
+
+// plural is "1 run", "2 runs".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func (s *Server) runsPage(w http.ResponseWriter, r *http.Request) {
@@ -65,6 +87,7 @@ func (s *Server) runsPage(w http.ResponseWriter, r *http.Request) {
 	for i := len(dirs) - 1; i >= 0; i-- { // newest first
 		row := runRow{ExecID: dirs[i].ExecID(), Sum: sums[i].sum}
 		row.Job, row.HasJob = jobs[row.ExecID]
+		settle(&row.Sum, row.HasJob, row.Job, row.ExecID)
 		if sums[i].err != nil {
 			row.Err = sums[i].err.Error()
 		}
@@ -127,6 +150,7 @@ func (s *Server) view(r *http.Request, run rundir.Run, smp *sampler) (runView, e
 	v := runView{ExecID: run.ExecID, JobID: run.JobID, Sum: sum, Charts: chartsOf(sum, curves, smp)}
 	jobs, _ := s.jobsByExecID(r.Context())
 	v.Job, v.HasJob = jobs[run.ExecID]
+	settle(&v.Sum, v.HasJob, v.Job, run.ExecID)
 	if v.HasJob {
 		v.Verdict = failure.Of(run.Dir, v.Job.Info)
 	} else {

@@ -16,7 +16,7 @@ type planRow struct {
 	Name               string
 	Planned, Measured  string
 	PlannedV, MeasureV string // exact values, for the tests
-	Ratio              string // measured / planned, "" when either is unknown
+	Error              string // (planned - measured) / measured in percent, as hpcrun metrics says it; "" when either is unknown
 }
 
 // planOf compares what hpcrun plan predicted for the run (the "plan" of
@@ -42,7 +42,7 @@ func planOf(d rundir.Dir, s metrics.Summary) []planRow {
 		r := planRow{Key: key, Name: name, Planned: format(metrics.Float(planned)), Measured: format(metrics.Float(measured)),
 			PlannedV: exact(metrics.Float(planned)), MeasureV: exact(metrics.Float(measured))}
 		if pf, mf := metrics.Float(planned), metrics.Float(measured); pf.Known() && mf.Known() && planned != 0 && measured != 0 {
-			r.Ratio = fmt.Sprintf("x%.2f", measured/planned)
+			r.Error = fmt.Sprintf("%+.1f%%", 100*(planned-measured)/measured)
 		}
 		return r
 	}

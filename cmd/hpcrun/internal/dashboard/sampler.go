@@ -212,15 +212,17 @@ func (s *sampler) steps() []sampledStep {
 	return out
 }
 
-// tpZero reports whether a rank counts its data-parallel replica (tp_rank
-// 0, from its run line, else guessed in Megatron order).
-func (s *sampler) tpZero(rank, tp int) bool {
+// tpZero reports whether a rank counts its data-parallel replica: tp_rank
+// 0 of the first pipeline stage (every stage sees the same tokens), from
+// its run line, else guessed in Megatron order.
+func (s *sampler) tpZero(rank int, c metrics.RunConfig) bool {
 	for _, rs := range s.files {
 		if rs.rank == rank && rs.info != nil {
-			return rs.info.TPRank == 0
+			return rs.info.TPRank == 0 && rs.info.PPRank == 0
 		}
 	}
-	return rank%max(tp, 1) == 0
+	tp := max(c.TP, 1)
+	return rank%tp == 0 && rank < tp*max(c.DP, 1)
 }
 
 // series turns the sampled steps into the run's step charts.
@@ -245,7 +247,7 @@ func (s *sampler) series(sum metrics.Summary) (loss Series, rc runCharts) {
 			v := st.vals[j]
 			maxS = max(maxS, v.stepS)
 			comm += v.commS
-			if s.tpZero(r, sum.Config.TP) {
+			if s.tpZero(r, sum.Config) {
 				tokens += v.tokens
 				lossSum += v.loss // NaN stays NaN, as in metrics' mean
 				lossN++

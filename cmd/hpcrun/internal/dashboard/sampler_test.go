@@ -91,3 +91,42 @@ func TestSamplerTornLineAndStride(t *testing.T) {
 		t.Fatalf("the completed line: curve ends at step %g loss %g, want 2001 and 0.5", l.X[len(l.X)-1], l.Y[len(l.Y)-1])
 	}
 }
+
+// A pipeline's stages all see the same tokens: the throughput chart
+// counts each data-parallel replica once (tp_rank 0 of the first stage),
+// as metrics does, and the runs page labels the layout with its pp.
+func TestSamplerPipelineThroughput(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "20261123-150000-abcd")
+	for r := range 4 { // pp 2 x tp 2 x dp 1
+		w, err := metrics.Create(dir, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := `{"model":"gpt","layers":2,"dim":64,"heads":4,"seq":32,"bsz":8,"steps":10,"ntasks":4,"tp":2,"pp":2,"sp":true}`
+		if err := w.Run(metrics.RunInfo{Config: []byte(cfg), Rank: r, World: 4, TP: 2, DP: 1, PP: 2, TPRank: r % 2, PPRank: r / 2, Host: "n1", Device: "cpu", Start: 1e9}); err != nil {
+			t.Fatal(err)
+		}
+		for s := 1; s <= 10; s++ {
+			if err := w.Step(metrics.Step{Step: s, Loss: 3, Tokens: 256, Samples: 8, StepS: 0.1, TS: 1e9 + float64(s)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w.Close()
+	}
+	run, err := metrics.ReadRun(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, _ := metrics.Summarize(run)
+	smp := newSampler(rundir.Dir(dir))
+	if err := smp.read(); err != nil {
+		t.Fatal(err)
+	}
+	_, rc := smp.series(sum)
+	if got, want := rc.Tokens.Series[0].Y[9], float64(sum.TokensPerS); math.Abs(got-want) > 1e-6*want {
+		t.Errorf("tokens/s at the last step %g, metrics says %g", got, want)
+	}
+	if got := (runRow{Sum: sum}).Layout(); got != "pp 2 x tp 2 x dp 1 + sp" {
+		t.Errorf("layout %q, want pp 2 x tp 2 x dp 1 + sp", got)
+	}
+}

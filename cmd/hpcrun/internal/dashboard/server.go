@@ -37,6 +37,7 @@ type Job struct {
 	Executor string // slurm, local or run
 	Info     slurm.JobInfo
 	Failure  failure.Class
+	Check    bool // the job runs a parallel check (hpcrun check), which writes no metrics
 }
 
 // Options configure a Server.

@@ -63,15 +63,20 @@ func (c Chart) SVG() template.HTML {
 	if len(c.Series) > 0 {
 		points = len(c.Series[0].X)
 	}
+	// The legend (several series) wraps into rows under the title; the
+	// plot moves down by the rows past the first.
+	legend := legendRows(c.Series)
+	extra := max(len(legend)-1, 0) * legendRow
+	top, height := padT+extra, chartH+extra
 	fmt.Fprintf(&b, `<figure class="chart"><svg viewBox="0 0 %d %d" role="img" data-chart="%s" data-points="%d" data-last="%s">`,
-		chartW, chartH, html.EscapeString(c.ID), points, lastValue(c.Series))
+		chartW, height, html.EscapeString(c.ID), points, lastValue(c.Series))
 	title := c.Title
 	if c.Note != "" {
 		title += " · " + c.Note
 	}
 	fmt.Fprintf(&b, `<text class="title" x="%d" y="16">%s</text>`, padL, html.EscapeString(title))
 	if n == 0 {
-		fmt.Fprintf(&b, `<text class="empty" x="%d" y="%d">no data yet</text></svg></figure>`, chartW/2, chartH/2)
+		fmt.Fprintf(&b, `<text class="empty" x="%d" y="%d">no data yet</text></svg></figure>`, chartW/2, height/2)
 		return template.HTML(b.String())
 	}
 	if x1 == x0 {
@@ -85,7 +90,7 @@ func (c Chart) SVG() template.HTML {
 	y0, y1 = math.Min(y0, yt[0]), math.Max(y1, yt[len(yt)-1])
 	xt := niceTicks(x0, x1, tickCountX)
 	sx := func(x float64) float64 { return padL + (x-x0)/(x1-x0)*plotW }
-	sy := func(y float64) float64 { return padT + plotH - (y-y0)/(y1-y0)*plotH }
+	sy := func(y float64) float64 { return float64(top+plotH) - (y-y0)/(y1-y0)*plotH }
 
 	b.WriteString(`<g class="grid">`)
 	for _, t := range yt {
@@ -96,11 +101,11 @@ func (c Chart) SVG() template.HTML {
 		if t < x0 || t > x1 {
 			continue
 		}
-		fmt.Fprintf(&b, `<text class="xtick" x="%.1f" y="%d">%s</text>`, sx(t), padT+plotH+14, tickLabel(t))
+		fmt.Fprintf(&b, `<text class="xtick" x="%.1f" y="%d">%s</text>`, sx(t), top+plotH+14, tickLabel(t))
 	}
-	fmt.Fprintf(&b, `<rect class="frame" x="%d" y="%d" width="%d" height="%d"/>`, padL, padT, plotW, plotH)
-	fmt.Fprintf(&b, `<text class="xlabel" x="%d" y="%d">%s</text>`, padL+plotW/2, chartH-4, html.EscapeString(c.XLabel))
-	fmt.Fprintf(&b, `<text class="ylabel" x="12" y="%d" transform="rotate(-90 12 %d)">%s</text>`, padT+plotH/2, padT+plotH/2, html.EscapeString(c.YLabel))
+	fmt.Fprintf(&b, `<rect class="frame" x="%d" y="%d" width="%d" height="%d"/>`, padL, top, plotW, plotH)
+	fmt.Fprintf(&b, `<text class="xlabel" x="%d" y="%d">%s</text>`, padL+plotW/2, height-4, html.EscapeString(c.XLabel))
+	fmt.Fprintf(&b, `<text class="ylabel" x="12" y="%d" transform="rotate(-90 12 %d)">%s</text>`, top+plotH/2, top+plotH/2, html.EscapeString(c.YLabel))
 	b.WriteString(`</g>`)
 
 	for i, s := range c.Series {
@@ -133,18 +138,41 @@ func (c Chart) SVG() template.HTML {
 		}
 		b.WriteString(`</g>`)
 	}
-	if len(c.Series) > 1 {
-		// One row under the title: a swatch and the name of each series.
-		x := padL
-		for i, s := range c.Series {
-			color := palette[i%seriesColors]
-			fmt.Fprintf(&b, `<line class="swatch" x1="%d" x2="%d" y1="27" y2="27" stroke="%s" stroke-width="3"/><text class="legend" x="%d" y="31">%s</text>`,
-				x, x+12, color, x+15, html.EscapeString(s.Name))
-			x += 15 + 6*len(s.Name) + 12
+	for r, row := range legend {
+		y := 27 + r*legendRow
+		for _, it := range row {
+			fmt.Fprintf(&b, `<line class="swatch" x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="3"/><text class="legend" x="%d" y="%d">%s</text>`,
+				it.x, it.x+12, y, y, palette[it.series%seriesColors], it.x+15, y+4, html.EscapeString(c.Series[it.series].Name))
 		}
 	}
 	b.WriteString(`</svg></figure>`)
 	return template.HTML(b.String())
+}
+
+// legendRow is the height of a row of the legend.
+const legendRow = 14
+
+// legendItem is one series' swatch and name, at x in its row.
+type legendItem struct{ series, x int }
+
+// legendRows lays the names of several series out in rows as wide as the
+// plot (none for one series): a name is about 6 units a character.
+func legendRows(ss []Series) [][]legendItem {
+	if len(ss) < 2 {
+		return nil
+	}
+	var rows [][]legendItem
+	var row []legendItem
+	x := padL
+	for i, s := range ss {
+		w := 15 + 6*len(s.Name) + 12
+		if len(row) > 0 && x+w > chartW-padR {
+			rows, row, x = append(rows, row), nil, padL
+		}
+		row = append(row, legendItem{i, x})
+		x += w
+	}
+	return append(rows, row)
 }
 
 // lastValue is the last finite value of the first series, for tests and

@@ -81,12 +81,12 @@ var patterns = map[Class]*regexp.Regexp{
 	// watcher, CUDA and cuBLAS, C++ and the kernel's ENOMEM.
 	OutOfMemory: regexp.MustCompile(`(?i)out of memory|oom[-_ ]kill|CUDA_ERROR_OUT_OF_MEMORY|CUBLAS_STATUS_ALLOC_FAILED|cannot allocate memory|std::bad_alloc|exceeded (job )?memory limit`),
 	// slurmstepd: "*** JOB 15 ON vm CANCELLED AT ... DUE TO TIME LIMIT ***"
-	TimeLimit:   regexp.MustCompile(`(?i)DUE TO TIME LIMIT|time limit (exceeded|reached)`),
+	TimeLimit:   regexp.MustCompile(`(?i)DUE TO TIME LIMIT|time limit (exceeded|reached)|time-limit signal`),
 	Preempted:   regexp.MustCompile(`(?i)DUE TO PREEMPTION`),
 	NodeFailure: regexp.MustCompile(`(?i)DUE TO NODE FAIL|node failure|Node \S+ not responding`),
 	// slurmstepd's line for scancel (no "DUE TO"), and hpcrun's ranks
 	// stopped by INT or TERM outside Slurm.
-	Cancelled: regexp.MustCompile(`(?i)\bCANCELLED AT \S+( by \S+)? \*\*\*|stopped on request`),
+	Cancelled: regexp.MustCompile(`(?i)\bCANCELLED AT \S+( by \S+)? \*\*\*|stopped on request|stopped by SIG(INT|TERM) \(`),
 	// The training's own checks of its config and data, and programs or
 	// files the job script could not find.
 	DataConfig: regexp.MustCompile(`(?i)(^|: )(data|training config|csv( header)?|tokenizer|vocab(ulary)?|config|line \d+)\b[^:]*:|unknown key|execve\(\)|no such file or directory`),

@@ -65,6 +65,8 @@ func TestClassifyWithoutAnEnd(t *testing.T) {
 		{"completed", Evidence{Job: slurm.JobInfo{State: slurm.Completed}, RunStatus: "completed"}, None},
 		{"completed but a rank failed", Evidence{Job: slurm.JobInfo{State: slurm.Completed}, RunStatus: "failed", RunError: "rank 0: data: empty"}, DataConfig},
 		{"no scheduler state, interrupted", Evidence{RunStatus: "interrupted", RunError: "rank 0: step 5 of 100, checkpoint saved: stopped on request"}, Cancelled},
+		{"no scheduler state, Ctrl-C", Evidence{RunStatus: "interrupted", RunError: "rank 0: step 5 of 100, checkpoint saved: stopped by SIGINT (Ctrl-C)"}, Cancelled},
+		{"no scheduler state, the time limit", Evidence{RunStatus: "interrupted", RunError: "rank 0: step 5 of 100, checkpoint saved: stopped by SIGTERM: the job's time limit reached"}, TimeLimit},
 		{"no scheduler state, no end", Evidence{}, None},
 		{"forgotten job that failed", Evidence{Job: slurm.JobInfo{State: slurm.Unknown}, RunStatus: "failed", RunError: "rank 1: NaN"}, Unknown},
 		{"CUDA out of memory", Evidence{Job: slurm.JobInfo{State: slurm.Failed}, RunError: "rank 3: cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY"}, OutOfMemory},
