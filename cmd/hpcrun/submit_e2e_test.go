@@ -282,11 +282,15 @@ func TestSubmitErrors(t *testing.T) {
 		t.Errorf("queue with Slurm down: %q %q", out, errOut)
 	}
 	// Unknown execid.
-	for _, cmd := range []string{"logs", "cancel", "metrics", "watch", "ckpt info"} {
+	for _, cmd := range []string{"logs", "metrics", "watch", "ckpt info"} {
 		args := append(strings.Fields(cmd), "20300101-000000-abcd")
 		if _, errOut, code := e.run(args...); code == 0 || !strings.Contains(errOut, `"20300101-000000-abcd" is not the execid, an execid prefix or the job id of a run`) {
 			t.Errorf("%s of an unknown execid: %d %q", cmd, code, errOut)
 		}
+	}
+	// cancel cancels only runs of hpcrun's, and says when it cancelled nothing.
+	if _, errOut, code := e.run("cancel", "20300101-000000-abcd"); code != 2 || !strings.Contains(errOut, "nothing cancelled") {
+		t.Errorf("cancel of an unknown execid: %d %q", code, errOut)
 	}
 }
 
