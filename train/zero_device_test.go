@@ -117,10 +117,11 @@ func closeCurve(t *testing.T, name string, got []float64, other string, want []f
 }
 
 // On two GPUs with NCCL (one a rank), dp2 ZeRO-1 runs device-resident in
-// the one-sync GPU step and gives the CPU's ZeRO-1 loss curve to 1e-5
-// over 10 steps; its checkpoint at step 5 (the device moments copied to
-// the host) resumes on the CPU, and the CPU's on the GPUs (loaded into
-// device moments), each continuing the other's curve to 1e-5. With fewer
+// the one-sync GPU step and gives the CPU's ZeRO-1 loss curve over 10
+// steps within curveTolerance (the measured CPU-vs-CPU reordering spread,
+// tolerance_test.go); its checkpoint at step 5 (the device moments copied
+// to the host) resumes on the CPU, and the CPU's on the GPUs (loaded into
+// device moments), each continuing the other's curve within it. With fewer
 // than two GPUs it skips, which gpu-check allows for tests named TwoRanks.
 func TestGPUZeRO1TwoRanksMatchesCPU(t *testing.T) {
 	if ok, why := cuda.Available(); !ok {
@@ -147,13 +148,14 @@ func TestGPUZeRO1TwoRanksMatchesCPU(t *testing.T) {
 	cpuDir, gpuDir := t.TempDir(), t.TempDir()
 	want := cpu(cpuDir, "")
 	got := runGPURanks(t, gcfg, data, gpuDir, "")
-	closeCurve(t, "cuda dp2 ZeRO-1 loss", got, "cpu dp2 ZeRO-1", want, 1e-5)
+	tol := curveTolerance(t, cfg, data, want)
+	closeCurve(t, "cuda dp2 ZeRO-1 loss", got, "cpu dp2 ZeRO-1", want, tol)
 	// The first step also waits to set up the device's id ring.
 	if _, syncs := stepLines(t, gpuDir, 0); syncs[0] < 1 || slices.ContainsFunc(syncs[1:], func(n int64) bool { return n != 1 }) {
 		t.Errorf("host synchronisations of each step %v, want 1 each after the first: ZeRO-1 did not run in the one-sync GPU step", syncs)
 	}
-	closeCurve(t, "cpu resumed from the cuda checkpoint", cpu(t.TempDir(), step5(gpuDir)), "cpu", want[5:], 1e-5)
-	closeCurve(t, "cuda resumed from the cpu checkpoint", runGPURanks(t, gcfg, data, t.TempDir(), step5(cpuDir)), "cpu", want[5:], 1e-5)
+	closeCurve(t, "cpu resumed from the cuda checkpoint", cpu(t.TempDir(), step5(gpuDir)), "cpu", want[5:], tol)
+	closeCurve(t, "cuda resumed from the cpu checkpoint", runGPURanks(t, gcfg, data, t.TempDir(), step5(cpuDir)), "cpu", want[5:], tol)
 }
 
 // runGPURanks trains cfg on a two-rank NCCL world in this process, rank r
