@@ -538,8 +538,7 @@ func runSweepShow(c *cli.Context) error {
 		if r.Fits != nil {
 			fits = yesNo(*r.Fits)
 		}
-		// The prediction's error as metrics says it: (predicted - measured) / measured.
-		tokErr := num(100*(r.PredTokensPerS-r.MeasTokensPerS)/r.MeasTokensPerS, "%+.1f%%")
+		tokErr := num(plan.ErrorPct(r.PredTokensPerS, r.MeasTokensPerS), "%+.1f%%")
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Point, fits, mem(r.PredMemBytes), mem(r.MeasMemBytes),
 			num(r.PredTokensPerS, "%.0f"), num(r.MeasTokensPerS, "%.0f"), tokErr, num(100*r.MFU, "%.1f%%"), num(r.FinalLoss, "%.4f"), r.State, orDash(r.ExecID))
 	}
