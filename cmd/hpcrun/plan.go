@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hpcrun/hpcrun/internal/units"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train"
 	trainconfig "github.com/hpcrun/hpcrun/train/config"
@@ -225,27 +226,8 @@ func writePlanJSON(w io.Writer, p *submitPlan) error {
 	return enc.Encode(planJSON{Plan: p.plan, Suggestions: p.suggest})
 }
 
-// bytesIEC writes n bytes as KiB, MiB or GiB.
-func bytesIEC(n int64) string {
-	v, neg := float64(n), n < 0
-	if neg {
-		v = -v
-	}
-	s := fmt.Sprintf("%d B", int64(v))
-	for _, u := range []struct {
-		unit string
-		size float64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
-		if v >= u.size {
-			s = fmt.Sprintf("%.2f %s", v/u.size, u.unit)
-			break
-		}
-	}
-	if neg {
-		return "-" + s
-	}
-	return s
-}
+// bytesIEC writes n bytes as the CLI does, units.Bytes with two decimals.
+func bytesIEC(n int64) string { return units.Bytes(n, 2) }
 
 // writePlan prints the plan as a table.
 func writePlan(w io.Writer, pl *plan.Plan, sug []plan.Suggestion) error {

@@ -37,7 +37,7 @@ func planOf(d rundir.Dir, s metrics.Summary) []planRow {
 		if !f.Known() {
 			return "–"
 		}
-		return mib(int64(f))
+		return size(int64(f))
 	}
 	figs := map[string]plan.Figure{}
 	for _, f := range plan.Compare(m.Plan, s) {
