@@ -331,22 +331,16 @@ func runSweepLocal(ctx context.Context, w io.Writer, sdir rundir.Dir, st *sweepS
 	return nil
 }
 
-// waitJob polls a run's job until it is over.
+// waitJob waits for a run's job to be over.
 func waitJob(ctx context.Context, r slurm.Run) (slurm.JobInfo, error) {
-	for {
-		j, err := runStatus(ctx, r)
-		if err != nil {
-			return j, slurmErr(err)
-		}
-		if j.State.Done() {
-			return j, nil
-		}
-		select {
-		case <-ctx.Done():
-			return j, cli.Exit(fmt.Sprintf("stopped waiting for run %s; its job goes on (hpcrun cancel %s)", r.Meta.ExecID, r.Meta.ExecID), 130)
-		case <-time.After(500 * time.Millisecond):
-		}
+	j, err := slurm.Wait(ctx, 500*time.Millisecond, func(ctx context.Context) (slurm.JobInfo, error) { return runStatus(ctx, r) }, nil)
+	if errors.Is(err, slurm.ErrStoppedWaiting) {
+		return j, cli.Exit(fmt.Sprintf("stopped waiting for run %s; its job goes on (hpcrun cancel %s)", r.Meta.ExecID, r.Meta.ExecID), 130)
 	}
+	if err != nil {
+		return j, slurmErr(err)
+	}
+	return j, nil
 }
 
 // writeSweepPlan lists the grid's points with their plan and what happens
