@@ -81,60 +81,26 @@ func runCheck(c *cli.Context) error {
 	return checkRank(c, env, checks, o)
 }
 
-// checkOptions are the command's arguments. urfave/cli stops at the first
-// argument, so `check all --tp 2` leaves --tp among the arguments: they are
-// read here, in any order.
+// checkOptions are the command's flags and its argument.
 type checkOptions struct {
-	name    string
-	tp      int // 0: the default
+	name    string // a layer, or all
+	tp      int    // 0: the default
 	timeout time.Duration
 	runDir  string // holds the token every rank reads; "" outside a submitted check
 }
 
+// parseCheckArgs reads the flags and the one argument; flags typed after
+// it are already in front of it (interspersed).
 func parseCheckArgs(c *cli.Context) (checkOptions, error) {
-	o := checkOptions{name: "", tp: c.Int("tp"), timeout: c.Duration("timeout"), runDir: c.String("run-dir")}
-	args := c.Args().Slice()
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		flag, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if !strings.HasPrefix(a, "-") {
-			if o.name != "" {
-				return o, fmt.Errorf("check takes one layer name or all, got %q and %q", o.name, a)
-			}
-			o.name = a
-			continue
-		}
-		if flag != "tp" && flag != "timeout" && flag != "run-dir" {
-			return o, fmt.Errorf("check: unknown flag %s (see hpcrun check --help)", a)
-		}
-		if !hasVal {
-			if i+1 == len(args) {
-				return o, fmt.Errorf("check: %s needs a value", a)
-			}
-			i++
-			val = args[i]
-		}
-		var err error
-		if flag == "run-dir" {
-			o.runDir = val
-			continue
-		}
-		if flag == "tp" {
-			if o.tp, err = strconv.Atoi(val); err != nil {
-				return o, fmt.Errorf("check: --tp %q is not a number", val)
-			}
-			if o.tp < 1 {
-				return o, fmt.Errorf("check: --tp %d: must be at least 1", o.tp)
-			}
-		} else if o.timeout, err = time.ParseDuration(val); err != nil || o.timeout <= 0 {
-			return o, fmt.Errorf("check: --timeout %q: use a positive duration like 30s", val)
-		}
+	o := checkOptions{name: "all", tp: c.Int("tp"), timeout: c.Duration("timeout"), runDir: c.String("run-dir")}
+	if c.NArg() > 1 {
+		return o, fmt.Errorf("check takes one layer name or all, got %q and %q", c.Args().Get(0), c.Args().Get(1))
 	}
-	if c.IsSet("tp") && c.Int("tp") < 1 {
-		return o, fmt.Errorf("check: --tp %d: must be at least 1", c.Int("tp"))
+	if c.NArg() == 1 {
+		o.name = c.Args().First()
 	}
-	if o.name == "" {
-		o.name = "all"
+	if c.IsSet("tp") && o.tp < 1 {
+		return o, fmt.Errorf("check: --tp %d: must be at least 1", o.tp)
 	}
 	return o, nil
 }
