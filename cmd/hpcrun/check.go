@@ -24,9 +24,11 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// checkTokenEnv carries the rendezvous secret from the local launcher to
-// the ranks it starts.
-const checkTokenEnv = "HPCRUN_CHECK_TOKEN"
+// launcherTokenEnv carries the rendezvous secret from a local launcher
+// (check, generate and eval start their ranks on this machine) to the
+// ranks it starts; a rank that has it is no launcher. The variable's name
+// is older than generate and eval.
+const launcherTokenEnv = "HPCRUN_CHECK_TOKEN"
 
 func checkCommand() *cli.Command {
 	return &cli.Command{
@@ -69,7 +71,7 @@ func runCheck(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
-	if env.Source == idrenv.Single && os.Getenv(checkTokenEnv) == "" {
+	if env.Source == idrenv.Single && os.Getenv(launcherTokenEnv) == "" {
 		if o.tp == 0 {
 			o.tp = 2
 		}
@@ -124,7 +126,7 @@ func launchCheck(c *cli.Context, o checkOptions) error {
 	if err != nil {
 		return err
 	}
-	ranks := slurm.Tasks{Master: master, N: o.tp, Program: self, Args: args, Env: []string{checkTokenEnv + "=" + token},
+	ranks := slurm.Tasks{Master: master, N: o.tp, Program: self, Args: args, Env: []string{launcherTokenEnv + "=" + token},
 		Vars: slurm.TorchrunVars(o.tp, port, "hpcrun-check-"+token[:8], "run"), Grace: o.timeout + 5*time.Second}
 	failed, err := ranks.Run(c.Context)
 	if err != nil {
@@ -140,7 +142,7 @@ func launchCheck(c *cli.Context, o checkOptions) error {
 // run the checks on this rank's tensor-parallel group; rank 0 prints.
 func checkRank(c *cli.Context, env idrenv.Env, checks []parallel.Check, o checkOptions) error {
 	fail := func(err error) error { return cli.Exit(fmt.Sprintf("check rank %d: %v", env.Rank, err), 1) }
-	token, err := checkToken(env, o.runDir)
+	token, err := rankToken(env, o.runDir)
 	if err != nil {
 		return fail(err)
 	}
@@ -194,16 +196,16 @@ func checkRank(c *cli.Context, env idrenv.Env, checks []parallel.Check, o checkO
 	return nil
 }
 
-// checkToken is the rendezvous secret: the run dir's token (a check
-// submitted with hpcrun submit --check), else the launcher's (hpcrun check
-// on this machine). A bare `srun hpcrun check` has neither: its tasks share
+// rankToken is the rendezvous secret of a check, generate or eval rank:
+// the run dir's token (a check submitted with hpcrun submit --check), else
+// the local launcher's (hpcrun check, generate or eval on this machine). A bare `srun hpcrun check` has neither: its tasks share
 // one derived from the job and step, which is no secret; a check holds no
 // data of the user's, and submit --check is the way to a private one.
-func checkToken(env idrenv.Env, runDir string) (string, error) {
+func rankToken(env idrenv.Env, runDir string) (string, error) {
 	if runDir != "" {
 		return rundir.Dir(runDir).ReadToken()
 	}
-	if t := os.Getenv(checkTokenEnv); t != "" {
+	if t := os.Getenv(launcherTokenEnv); t != "" {
 		return t, nil
 	}
 	sum := sha256.Sum256([]byte("hpcrun-check\x00" + env.JobID + "\x00" + env.StepID + "\x00" + env.MasterAddr))

@@ -24,13 +24,14 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// planOnlyFlags are submit's flags that make no sense for a plan.
-var planOnlyFlags = []string{"dry-run", "wait", "resume", "check", "force", "template"}
+// notPlanFlags are submit's flags that make no sense for a plan: plan
+// takes submit's other flags.
+var notPlanFlags = []string{"dry-run", "wait", "resume", "check", "force", "template"}
 
 func planCommand() *cli.Command {
 	var flags []cli.Flag
 	for _, f := range submitCommand().Flags {
-		if !slices.Contains(planOnlyFlags, f.Names()[0]) {
+		if !slices.Contains(notPlanFlags, f.Names()[0]) {
 			flags = append(flags, f)
 		}
 	}
