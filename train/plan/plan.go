@@ -33,6 +33,10 @@
 // changes how a GPU multiplies, not what it stores) and has no activation
 // recomputation: the plan says so instead of modelling what does not
 // exist.
+//
+// Compare sets a plan beside what its run measured (a metrics.Summary),
+// with the error in percent of the measured (ErrorPct); the MFU it
+// predicts is metrics.MFU, the rule the run's summary uses.
 package plan
 
 import (
