@@ -142,7 +142,7 @@ func (t *trainer) resumeIfAny(opt Options) error {
 type trainer struct {
 	cfg     config.Config
 	world   nccl.Comm
-	mesh    *parallel.Mesh // this rank's place on the TP x DP grid, and its groups
+	mesh    *parallel.Mesh // this rank's place on the PP x DP x TP grid, and its groups
 	dev     tensor.Device
 	data    *Data
 	model   model

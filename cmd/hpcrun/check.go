@@ -24,9 +24,11 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// checkTokenEnv carries the rendezvous secret from the local launcher to
-// the ranks it starts.
-const checkTokenEnv = "HPCRUN_CHECK_TOKEN"
+// launcherTokenEnv carries the rendezvous secret from a local launcher
+// (check, generate and eval start their ranks on this machine) to the
+// ranks it starts; a rank that has it is no launcher. The variable's name
+// is older than generate and eval.
+const launcherTokenEnv = "HPCRUN_CHECK_TOKEN"
 
 func checkCommand() *cli.Command {
 	return &cli.Command{
@@ -69,7 +71,7 @@ func runCheck(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
-	if env.Source == idrenv.Single && os.Getenv(checkTokenEnv) == "" {
+	if env.Source == idrenv.Single && os.Getenv(launcherTokenEnv) == "" {
 		if o.tp == 0 {
 			o.tp = 2
 		}
@@ -81,60 +83,26 @@ func runCheck(c *cli.Context) error {
 	return checkRank(c, env, checks, o)
 }
 
-// checkOptions are the command's arguments. urfave/cli stops at the first
-// argument, so `check all --tp 2` leaves --tp among the arguments: they are
-// read here, in any order.
+// checkOptions are the command's flags and its argument.
 type checkOptions struct {
-	name    string
-	tp      int // 0: the default
+	name    string // a layer, or all
+	tp      int    // 0: the default
 	timeout time.Duration
 	runDir  string // holds the token every rank reads; "" outside a submitted check
 }
 
+// parseCheckArgs reads the flags and the one argument; flags typed after
+// it are already in front of it (interspersed).
 func parseCheckArgs(c *cli.Context) (checkOptions, error) {
-	o := checkOptions{name: "", tp: c.Int("tp"), timeout: c.Duration("timeout"), runDir: c.String("run-dir")}
-	args := c.Args().Slice()
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		flag, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if !strings.HasPrefix(a, "-") {
-			if o.name != "" {
-				return o, fmt.Errorf("check takes one layer name or all, got %q and %q", o.name, a)
-			}
-			o.name = a
-			continue
-		}
-		if flag != "tp" && flag != "timeout" && flag != "run-dir" {
-			return o, fmt.Errorf("check: unknown flag %s (see hpcrun check --help)", a)
-		}
-		if !hasVal {
-			if i+1 == len(args) {
-				return o, fmt.Errorf("check: %s needs a value", a)
-			}
-			i++
-			val = args[i]
-		}
-		var err error
-		if flag == "run-dir" {
-			o.runDir = val
-			continue
-		}
-		if flag == "tp" {
-			if o.tp, err = strconv.Atoi(val); err != nil {
-				return o, fmt.Errorf("check: --tp %q is not a number", val)
-			}
-			if o.tp < 1 {
-				return o, fmt.Errorf("check: --tp %d: must be at least 1", o.tp)
-			}
-		} else if o.timeout, err = time.ParseDuration(val); err != nil || o.timeout <= 0 {
-			return o, fmt.Errorf("check: --timeout %q: use a positive duration like 30s", val)
-		}
+	o := checkOptions{name: "all", tp: c.Int("tp"), timeout: c.Duration("timeout"), runDir: c.String("run-dir")}
+	if c.NArg() > 1 {
+		return o, fmt.Errorf("check takes one layer name or all, got %q and %q", c.Args().Get(0), c.Args().Get(1))
 	}
-	if c.IsSet("tp") && c.Int("tp") < 1 {
-		return o, fmt.Errorf("check: --tp %d: must be at least 1", c.Int("tp"))
+	if c.NArg() == 1 {
+		o.name = c.Args().First()
 	}
-	if o.name == "" {
-		o.name = "all"
+	if c.IsSet("tp") && o.tp < 1 {
+		return o, fmt.Errorf("check: --tp %d: must be at least 1", o.tp)
 	}
 	return o, nil
 }
@@ -158,7 +126,7 @@ func launchCheck(c *cli.Context, o checkOptions) error {
 	if err != nil {
 		return err
 	}
-	ranks := slurm.Tasks{Master: master, N: o.tp, Program: self, Args: args, Env: []string{checkTokenEnv + "=" + token},
+	ranks := slurm.Tasks{Master: master, N: o.tp, Program: self, Args: args, Env: []string{launcherTokenEnv + "=" + token},
 		Vars: slurm.TorchrunVars(o.tp, port, "hpcrun-check-"+token[:8], "run"), Grace: o.timeout + 5*time.Second}
 	failed, err := ranks.Run(c.Context)
 	if err != nil {
@@ -174,7 +142,7 @@ func launchCheck(c *cli.Context, o checkOptions) error {
 // run the checks on this rank's tensor-parallel group; rank 0 prints.
 func checkRank(c *cli.Context, env idrenv.Env, checks []parallel.Check, o checkOptions) error {
 	fail := func(err error) error { return cli.Exit(fmt.Sprintf("check rank %d: %v", env.Rank, err), 1) }
-	token, err := checkToken(env, o.runDir)
+	token, err := rankToken(env, o.runDir)
 	if err != nil {
 		return fail(err)
 	}
@@ -228,16 +196,16 @@ func checkRank(c *cli.Context, env idrenv.Env, checks []parallel.Check, o checkO
 	return nil
 }
 
-// checkToken is the rendezvous secret: the run dir's token (a check
-// submitted with hpcrun submit --check), else the launcher's (hpcrun check
-// on this machine). A bare `srun hpcrun check` has neither: its tasks share
+// rankToken is the rendezvous secret of a check, generate or eval rank:
+// the run dir's token (a check submitted with hpcrun submit --check), else
+// the local launcher's (hpcrun check, generate or eval on this machine). A bare `srun hpcrun check` has neither: its tasks share
 // one derived from the job and step, which is no secret; a check holds no
 // data of the user's, and submit --check is the way to a private one.
-func checkToken(env idrenv.Env, runDir string) (string, error) {
+func rankToken(env idrenv.Env, runDir string) (string, error) {
 	if runDir != "" {
 		return rundir.Dir(runDir).ReadToken()
 	}
-	if t := os.Getenv(checkTokenEnv); t != "" {
+	if t := os.Getenv(launcherTokenEnv); t != "" {
 		return t, nil
 	}
 	sum := sha256.Sum256([]byte("hpcrun-check\x00" + env.JobID + "\x00" + env.StepID + "\x00" + env.MasterAddr))

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
@@ -58,37 +57,6 @@ func ckptCommand() *cli.Command {
 			},
 		},
 	}
-}
-
-// mergeArgs splits merge's arguments: flags may follow the checkpoint
-// (hpcrun ckpt merge DIR -o FILE), where urfave/cli stops parsing them.
-func mergeArgs(c *cli.Context) (args []string, out string, force bool, err error) {
-	return trailingArgs(c, "output", "o")
-}
-
-// trailingArgs splits a ckpt subcommand's arguments into the checkpoint
-// and the value of its output flag (long name, short alias or "") and
-// --force, which may follow the checkpoint.
-func trailingArgs(c *cli.Context, long, short string) (args []string, out string, force bool, err error) {
-	out, force = c.String(long), c.Bool("force")
-	a := c.Args().Slice()
-	for i := 0; i < len(a); i++ {
-		switch v := a[i]; {
-		case (short != "" && v == "-"+short) || v == "--"+long || v == "-"+long:
-			if i+1 == len(a) {
-				return nil, "", false, fmt.Errorf("%s needs a file name", v)
-			}
-			out = a[i+1]
-			i++
-		case (short != "" && strings.HasPrefix(v, "-"+short+"=")) || strings.HasPrefix(v, "--"+long+"="):
-			_, out, _ = strings.Cut(v, "=")
-		case v == "--force" || v == "-force":
-			force = true
-		default:
-			args = append(args, v)
-		}
-	}
-	return args, out, force, nil
 }
 
 // openCkpt resolves args (one) to a step dir and reads it.
@@ -185,10 +153,7 @@ func ckptInfo(c *cli.Context) error {
 }
 
 func ckptMerge(c *cli.Context) error {
-	args, out, force, err := mergeArgs(c)
-	if err != nil {
-		return cli.Exit(err.Error(), 2)
-	}
+	args, out, force := c.Args().Slice(), c.String("output"), c.Bool("force")
 	if out == "" {
 		return cli.Exit("usage: hpcrun ckpt merge DIR|EXECID -o FILE", 2)
 	}
@@ -208,10 +173,7 @@ func ckptMerge(c *cli.Context) error {
 }
 
 func ckptExport(c *cli.Context) error {
-	args, out, force, err := trailingArgs(c, "hf", "")
-	if err != nil {
-		return cli.Exit(err.Error(), 2)
-	}
+	args, out, force := c.Args().Slice(), c.String("hf"), c.Bool("force")
 	if out == "" {
 		return cli.Exit("usage: hpcrun ckpt export DIR|EXECID --hf OUTDIR", 2)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
@@ -77,7 +76,7 @@ func completeRuns(cmds []*cli.Command) {
 				return
 			}
 			if sweeps {
-				runs = filepath.Join(runs, sweepsDir)
+				runs = rundir.Sweeps(runs)
 			}
 			all, _ := rundir.List(runs)
 			for _, r := range all {

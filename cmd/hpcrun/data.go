@@ -32,10 +32,7 @@ func dataCommand() *cli.Command {
 }
 
 func dataTokenize(c *cli.Context) error {
-	args, out, force, err := trailingArgs(c, "output", "o")
-	if err != nil {
-		return cli.Exit(err.Error(), 2)
-	}
+	args, out, force := c.Args().Slice(), c.String("output"), c.Bool("force")
 	if out == "" || len(args) == 0 {
 		return cli.Exit("usage: hpcrun data tokenize TEXT... -o OUT.bin", 2)
 	}

@@ -112,7 +112,7 @@ func onRanks(c *cli.Context, what, src string, fn func(world nccl.Comm) error) e
 	defer stop()
 	c.Context = ctx
 	nproc := c.Int("nproc")
-	if env.Source == idrenv.Single && os.Getenv(checkTokenEnv) == "" {
+	if env.Source == idrenv.Single && os.Getenv(launcherTokenEnv) == "" {
 		if nproc < 1 {
 			return cli.Exit(fmt.Sprintf("--nproc %d: must be at least 1", nproc), 2)
 		}
@@ -127,7 +127,7 @@ func onRanks(c *cli.Context, what, src string, fn func(world nccl.Comm) error) e
 		}
 		return launchRanks(c, nproc, src)
 	}
-	token, err := checkToken(env, "")
+	token, err := rankToken(env, "")
 	if err != nil {
 		return err
 	}
@@ -216,7 +216,7 @@ func launchRanks(c *cli.Context, n int, src string) error {
 		args = append(args, "--"+name+"="+fmt.Sprint(c.Value(name)))
 	}
 	args = append(args, "--", src)
-	ranks := slurm.Tasks{Master: master, N: n, Program: self, Args: args, Env: []string{checkTokenEnv + "=" + token},
+	ranks := slurm.Tasks{Master: master, N: n, Program: self, Args: args, Env: []string{launcherTokenEnv + "=" + token},
 		Vars: slurm.TorchrunVars(n, port, "hpcrun-"+c.Command.Name+"-"+token[:8], "run"), Grace: c.Duration("timeout") + 5*time.Second}
 	failed, err := ranks.Run(c.Context)
 	if err != nil {

@@ -1,9 +1,10 @@
-// Command hpcrun submits tensor- and data-parallel transformer training to a
-// Slurm cluster (or runs it locally), runs the training inside the job, and
-// reads the metrics of finished and running jobs back.
+// Command hpcrun submits tensor-, data- and pipeline-parallel transformer
+// training to a Slurm cluster (or runs it locally), runs the training
+// inside the job, and reads the metrics of finished and running jobs back.
 //
 // Every command lives in its own file of this package; this file wires the
-// global flags and the command list, nothing else.
+// global flags and the command list, and hands the Local executor's srun
+// (hpcrun local-srun, whose arguments are srun's) to slurm.LocalSrun.
 package main
 
 import (
@@ -62,7 +63,7 @@ func jsonAsked(args []string) bool {
 func newApp() *cli.App {
 	app := &cli.App{
 		Name:                 "hpcrun",
-		Usage:                "tensor- and data-parallel transformer training on Slurm, in one command",
+		Usage:                "tensor-, data- and pipeline-parallel transformer training on Slurm, in one command",
 		Version:              version,
 		EnableBashCompletion: true,
 		Suggest:              true,

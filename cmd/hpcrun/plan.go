@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hpcrun/hpcrun/internal/units"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train"
 	trainconfig "github.com/hpcrun/hpcrun/train/config"
@@ -23,13 +24,14 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// planOnlyFlags are submit's flags that make no sense for a plan.
-var planOnlyFlags = []string{"dry-run", "wait", "resume", "check", "force", "template"}
+// notPlanFlags are submit's flags that make no sense for a plan: plan
+// takes submit's other flags.
+var notPlanFlags = []string{"dry-run", "wait", "resume", "check", "force", "template"}
 
 func planCommand() *cli.Command {
 	var flags []cli.Flag
 	for _, f := range submitCommand().Flags {
-		if !slices.Contains(planOnlyFlags, f.Names()[0]) {
+		if !slices.Contains(notPlanFlags, f.Names()[0]) {
 			flags = append(flags, f)
 		}
 	}
@@ -225,27 +227,8 @@ func writePlanJSON(w io.Writer, p *submitPlan) error {
 	return enc.Encode(planJSON{Plan: p.plan, Suggestions: p.suggest})
 }
 
-// bytesIEC writes n bytes as KiB, MiB or GiB.
-func bytesIEC(n int64) string {
-	v, neg := float64(n), n < 0
-	if neg {
-		v = -v
-	}
-	s := fmt.Sprintf("%d B", int64(v))
-	for _, u := range []struct {
-		unit string
-		size float64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
-		if v >= u.size {
-			s = fmt.Sprintf("%.2f %s", v/u.size, u.unit)
-			break
-		}
-	}
-	if neg {
-		return "-" + s
-	}
-	return s
-}
+// bytesIEC writes n bytes as the CLI does, units.Bytes with two decimals.
+func bytesIEC(n int64) string { return units.Bytes(n, 2) }
 
 // writePlan prints the plan as a table.
 func writePlan(w io.Writer, pl *plan.Plan, sug []plan.Suggestion) error {
@@ -397,12 +380,19 @@ type planCheck struct {
 }
 
 // planRow is one figure predicted and measured; ErrorPct is
-// 100*(predicted-measured)/measured, null when either is unknown.
+// plan.ErrorPct's, null when unknown.
 type planRow struct {
 	What      string        `json:"what"`
 	Predicted metrics.Float `json:"predicted"`
 	Measured  metrics.Float `json:"measured"`
 	ErrorPct  metrics.Float `json:"error_pct"`
+}
+
+// planWhat names plan.Compare's figures in hpcrun metrics' table (its
+// summary above has the MFU).
+var planWhat = map[string]string{
+	"engine_peak": "engine peak B/rank", "device_total": "GPU peak B/rank",
+	"step_s": "step s", "comm_share": "comm share", "tokens_per_s": "tokens/s",
 }
 
 // comparePlan sets the run's plan (from meta.json) beside its summary;
@@ -415,33 +405,10 @@ func comparePlan(m *slurm.Meta, s metrics.Summary) *planCheck {
 	if json.Unmarshal(m.Plan, &pl) != nil {
 		return nil
 	}
-	var peak, gpuPeak int64
-	for _, r := range s.Memory {
-		peak, gpuPeak = max(peak, r.EnginePeakBytes), max(gpuPeak, r.GPUPeakBytes)
-	}
-	unknown := metrics.Float(math.NaN())
-	known := func(v int64) metrics.Float {
-		if v <= 0 {
-			return unknown
-		}
-		return metrics.Float(v)
-	}
-	rows := []planRow{
-		{What: "engine peak B/rank", Predicted: metrics.Float(pl.Memory.EnginePeak), Measured: known(peak)},
-	}
-	if gpuPeak > 0 {
-		rows = append(rows, planRow{What: "GPU peak B/rank", Predicted: metrics.Float(pl.Memory.Total), Measured: metrics.Float(gpuPeak)})
-	}
-	rows = append(rows,
-		planRow{What: "step s", Predicted: metrics.Float(pl.Time.StepS), Measured: s.StepP50S},
-		planRow{What: "comm share", Predicted: metrics.Float(pl.Time.CommShare), Measured: s.CommShare},
-		planRow{What: "tokens/s", Predicted: metrics.Float(pl.Time.TokensPerS), Measured: s.TokensPerS},
-	)
-	for i := range rows {
-		r := &rows[i]
-		r.ErrorPct = unknown
-		if r.Predicted.Known() && r.Measured.Known() && r.Measured != 0 {
-			r.ErrorPct = 100 * (r.Predicted - r.Measured) / r.Measured
+	var rows []planRow
+	for _, f := range plan.Compare(&pl, s) {
+		if what, ok := planWhat[f.Key]; ok {
+			rows = append(rows, planRow{What: what, Predicted: f.Predicted, Measured: f.Measured, ErrorPct: f.ErrorPct})
 		}
 	}
 	pc := &planCheck{Rows: rows}

@@ -47,7 +47,7 @@ func runRm(c *cli.Context) error {
 		} else if !errors.Is(err, rundir.ErrNotFound) {
 			return err
 		}
-		s, err := rundir.Find(filepath.Join(runs, sweepsDir), ref)
+		s, err := rundir.Find(rundir.Sweeps(runs), ref)
 		if err != nil {
 			return cli.Exit(fmt.Sprintf("nothing removed: %q is neither a run nor a sweep in %s (hpcrun queue --all lists the runs)", ref, runs), 2)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -339,25 +340,20 @@ func shortHostname() string {
 func followJob(ctx context.Context, r slurm.Run) error {
 	bar := newRunProgress(os.Stderr, r.Dir.Path(), term.IsTerminal(int(os.Stderr.Fd())))
 	defer bar.close()
-	for {
-		j, err := runStatus(ctx, r)
-		if err != nil {
-			return slurmErr(err)
-		}
-		if _, _, err := bar.update(fmt.Sprintf("%-9s ", j.State)); err != nil {
+	j, err := slurm.Wait(ctx, time.Second, func(ctx context.Context) (slurm.JobInfo, error) { return runStatus(ctx, r) },
+		func(j slurm.JobInfo) error {
+			_, _, err := bar.update(fmt.Sprintf("%-9s ", j.State))
 			return err
-		}
-		if j.State.Done() {
-			bar.close()
-			fmt.Fprintf(os.Stderr, "run %s: job %s %s after %s\n", r.Meta.ExecID, j.ID, j.State, slurm.FormatElapsed(j.Elapsed))
-			return exitWith(j, r.Meta.ExecID)
-		}
-		select {
-		case <-ctx.Done():
-			return cli.Exit(fmt.Sprintf("stopped following run %s; the job goes on (hpcrun queue, hpcrun cancel %s)", r.Meta.ExecID, r.Meta.ExecID), 130)
-		case <-time.After(time.Second):
-		}
+		})
+	if errors.Is(err, slurm.ErrStoppedWaiting) {
+		return cli.Exit(fmt.Sprintf("stopped following run %s; the job goes on (hpcrun queue, hpcrun cancel %s)", r.Meta.ExecID, r.Meta.ExecID), 130)
 	}
+	if err != nil {
+		return slurmErr(err)
+	}
+	bar.close()
+	fmt.Fprintf(os.Stderr, "run %s: job %s %s after %s\n", r.Meta.ExecID, j.ID, j.State, slurm.FormatElapsed(j.Elapsed))
+	return exitWith(j, r.Meta.ExecID)
 }
 
 // resumeSubmit submits an existing run's job script again, in the same run

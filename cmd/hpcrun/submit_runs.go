@@ -69,7 +69,7 @@ func sweepOfJob(runs, ref string) (*sweepState, bool) {
 	if ref == "" {
 		return nil, false
 	}
-	all, _ := rundir.List(filepath.Join(runs, sweepsDir))
+	all, _ := rundir.List(rundir.Sweeps(runs))
 	for _, r := range all {
 		if st, err := readSweep(r.Dir); err == nil && st.JobID == ref {
 			return st, true

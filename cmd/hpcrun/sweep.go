@@ -19,6 +19,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/cmd/hpcrun/internal/failure"
 	"github.com/hpcrun/hpcrun/internal/atomicfile"
+	"github.com/hpcrun/hpcrun/internal/grid"
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train/metrics"
@@ -26,16 +27,10 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// A sweep lives in runs/sweeps/<sweepid>/: sweep.json (the grid, each
-// point's run and plan), job.sbatch (the job array) and the array's logs
-// slurm-<A>_<a>.out/.err. Each point that runs is a normal run dir
-// runs/<execid>/ (train.toml, meta.json, token, its own job.sbatch), so
-// metrics, logs, queue and cancel work on it by execid; its meta.json has
-// the array task's job id <A>_<a>, and its logs are links to the sweep's.
-const (
-	sweepsDir = "sweeps"
-	sweepFile = "sweep.json"
-)
+// A sweep is rundir's sweep directory (sweep.json, the job array and its
+// logs) and one normal run dir per point that runs, so metrics, logs,
+// queue and cancel work on it by execid; a point's meta.json has the array
+// task's job id <A>_<a> (slurm.ArrayTaskID).
 
 // sweepGrid are the flags a sweep takes as comma-separated lists.
 var sweepGrid = []string{"preset", "tp", "bsz"}
@@ -142,33 +137,6 @@ func parseGrid(c *cli.Context) (map[string][]string, error) {
 	return grid, nil
 }
 
-// points is the product of the grid, the first flag varying slowest.
-func points(grid map[string][]string) [][][2]string {
-	out := [][][2]string{nil}
-	for _, name := range sweepGrid {
-		vals, ok := grid[name]
-		if !ok {
-			continue
-		}
-		var next [][][2]string
-		for _, p := range out {
-			for _, v := range vals {
-				next = append(next, append(slices.Clone(p), [2]string{name, v}))
-			}
-		}
-		out = next
-	}
-	return out
-}
-
-func label(pt [][2]string) string {
-	parts := make([]string, len(pt))
-	for i, kv := range pt {
-		parts[i] = kv[0] + "=" + kv[1]
-	}
-	return strings.Join(parts, " ")
-}
-
 // planned is a point that runs, with its submit plan.
 type planned struct {
 	index int
@@ -179,7 +147,7 @@ func runSweep(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return cli.Exit(fmt.Sprintf("sweep takes no arguments, got %q (hpcrun sweep show <sweepid> reads one back)", c.Args().First()), 2)
 	}
-	grid, err := parseGrid(c)
+	axes, err := parseGrid(c)
 	if err != nil {
 		return err
 	}
@@ -188,22 +156,22 @@ func runSweep(c *cli.Context) error {
 	}
 	if !c.IsSet("ntasks") {
 		most := 1
-		for _, v := range grid["tp"] {
+		for _, v := range axes["tp"] {
 			n, _ := strconv.Atoi(v)
 			most = max(most, n)
 		}
-		if _, ok := grid["tp"]; ok {
+		if _, ok := axes["tp"]; ok {
 			if err := c.Set("ntasks", strconv.Itoa(most)); err != nil {
 				return err
 			}
 		}
 	}
-	st := &sweepState{Grid: grid, Submitted: time.Now().UTC()}
+	st := &sweepState{Grid: axes, Submitted: time.Now().UTC()}
 	var runs []planned
-	for _, pt := range points(grid) {
-		sp := sweepPoint{Label: label(pt), Task: -1}
-		for _, kv := range pt {
-			if err := c.Set(kv[0], kv[1]); err != nil {
+	for _, pt := range grid.Product(sweepGrid, axes) {
+		sp := sweepPoint{Label: pt.Label(), Task: -1}
+		for _, set := range pt {
+			if err := c.Set(set.Name, set.Value); err != nil {
 				return err
 			}
 		}
@@ -237,7 +205,7 @@ func runSweep(c *cli.Context) error {
 	st.Executor = runs[0].p.exec.Name()
 	if c.Bool("dry-run") {
 		writeSweepPlan(w, st)
-		spec := arraySpec(c, runs, runs[0].p.runsDir+"/"+sweepsDir+"/"+runs[0].p.execHint)
+		spec := arraySpec(c, runs, filepath.Join(rundir.Sweeps(runs[0].p.runsDir), runs[0].p.execHint))
 		script, err := slurm.Script(spec, runs[0].p.tmpl, version, runs[0].p.execHint)
 		if err != nil {
 			return err
@@ -245,7 +213,7 @@ func runSweep(c *cli.Context) error {
 		_, err = os.Stdout.Write(script)
 		return err
 	}
-	sdir, err := rundir.New(filepath.Join(runs[0].p.runsDir, sweepsDir), time.Now())
+	sdir, err := rundir.NewSweep(runs[0].p.runsDir, time.Now())
 	if err != nil {
 		return err
 	}
@@ -285,14 +253,14 @@ func runSweep(c *cli.Context) error {
 	}
 	st.JobID = jobID
 	for i, r := range runs {
-		task := jobID + "_" + strconv.Itoa(i)
+		task := slurm.ArrayTaskID(jobID, i)
 		pt := &st.Points[r.index]
 		pt.JobID = task
 		metas[i].JobID = task
 		if err := slurm.WriteMeta(rundir.Dir(r.p.spec.RunDir), metas[i]); err != nil {
 			return err
 		}
-		linkLogs(sdir, rundir.Dir(r.p.spec.RunDir), task, task)
+		_ = rundir.LinkLogs(sdir, rundir.Dir(r.p.spec.RunDir), task, task) // best effort: logs finds the sweep's too
 	}
 	if err := writeSweep(sdir, st); err != nil {
 		return err
@@ -309,38 +277,26 @@ func arraySpec(c *cli.Context, runs []planned, dir string) slurm.JobSpec {
 	spec := runs[0].p.spec
 	spec.RunDir = dir
 	spec.Args = []string{"sweep", "task", "--sweep-dir", dir}
-	spec.Array = fmt.Sprintf("0-%d", len(runs)-1)
-	if k := c.Int("parallel"); k > 0 {
-		spec.Array += "%" + strconv.Itoa(k)
-	}
+	spec.Array = slurm.ArrayRange(len(runs), c.Int("parallel"))
 	if !c.IsSet("name") {
 		spec.Name = "sweep-" + runs[0].p.train.Model
 	}
 	return spec
 }
 
-// linkLogs makes the run dir's logs of job id as links to the sweep's
-// array logs of task (slurm-<A>_<a>), so that logs and the failure
-// classifier find them where they look.
-func linkLogs(sdir, run rundir.Dir, id, task string) {
-	for _, errStream := range []bool{false, true} {
-		os.Symlink(sdir.Log(task, errStream), run.Log(id, errStream))
-	}
-}
-
 // writeSweep writes sweep.json.
 func writeSweep(d rundir.Dir, st *sweepState) error {
-	return rundir.WriteJSON(filepath.Join(d.Path(), sweepFile), st)
+	return rundir.WriteJSON(d.Sweep(), st)
 }
 
 func readSweep(d rundir.Dir) (*sweepState, error) {
-	b, err := os.ReadFile(filepath.Join(d.Path(), sweepFile))
+	b, err := os.ReadFile(d.Sweep())
 	if err != nil {
 		return nil, err
 	}
 	var st sweepState
 	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(d.Path(), sweepFile), err)
+		return nil, fmt.Errorf("%s: %w", d.Sweep(), err)
 	}
 	return &st, nil
 }
@@ -375,22 +331,16 @@ func runSweepLocal(ctx context.Context, w io.Writer, sdir rundir.Dir, st *sweepS
 	return nil
 }
 
-// waitJob polls a run's job until it is over.
+// waitJob waits for a run's job to be over.
 func waitJob(ctx context.Context, r slurm.Run) (slurm.JobInfo, error) {
-	for {
-		j, err := runStatus(ctx, r)
-		if err != nil {
-			return j, slurmErr(err)
-		}
-		if j.State.Done() {
-			return j, nil
-		}
-		select {
-		case <-ctx.Done():
-			return j, cli.Exit(fmt.Sprintf("stopped waiting for run %s; its job goes on (hpcrun cancel %s)", r.Meta.ExecID, r.Meta.ExecID), 130)
-		case <-time.After(500 * time.Millisecond):
-		}
+	j, err := slurm.Wait(ctx, 500*time.Millisecond, func(ctx context.Context) (slurm.JobInfo, error) { return runStatus(ctx, r) }, nil)
+	if errors.Is(err, slurm.ErrStoppedWaiting) {
+		return j, cli.Exit(fmt.Sprintf("stopped waiting for run %s; its job goes on (hpcrun cancel %s)", r.Meta.ExecID, r.Meta.ExecID), 130)
 	}
+	if err != nil {
+		return j, slurmErr(err)
+	}
+	return j, nil
 }
 
 // writeSweepPlan lists the grid's points with their plan and what happens
@@ -464,18 +414,18 @@ func runSweepTask(c *cli.Context) error {
 		if p.Task != id || p.ExecID == "" {
 			continue
 		}
-		dir := rundir.Dir(filepath.Join(filepath.Dir(filepath.Dir(sdir.Path())), p.ExecID))
+		dir := sdir.Point(p.ExecID)
 		// The job's own id names its logs for scontrol's answers: link
 		// them too (once, from the first task).
 		if job := os.Getenv("SLURM_JOB_ID"); job != "" && os.Getenv("SLURM_PROCID") == "0" {
-			linkLogs(sdir, dir, job, p.JobID)
+			_ = rundir.LinkLogs(sdir, dir, job, p.JobID)
 		}
 		if err := c.Set("run-dir", dir.Path()); err != nil {
 			return err
 		}
 		return runTrainTask(c)
 	}
-	return cli.Exit(fmt.Sprintf("sweep task: %s has no point for array task %d", filepath.Join(sdir.Path(), sweepFile), id), 2)
+	return cli.Exit(fmt.Sprintf("sweep task: %s has no point for array task %d", sdir.Sweep(), id), 2)
 }
 
 // sweepRow is one line of hpcrun sweep show.
@@ -500,7 +450,7 @@ func runSweepShow(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := rundir.Find(filepath.Join(runs, sweepsDir), c.Args().First())
+	r, err := rundir.Find(rundir.Sweeps(runs), c.Args().First())
 	if err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
@@ -538,8 +488,7 @@ func runSweepShow(c *cli.Context) error {
 		if r.Fits != nil {
 			fits = yesNo(*r.Fits)
 		}
-		// The prediction's error as metrics says it: (predicted - measured) / measured.
-		tokErr := num(100*(r.PredTokensPerS-r.MeasTokensPerS)/r.MeasTokensPerS, "%+.1f%%")
+		tokErr := num(plan.ErrorPct(r.PredTokensPerS, r.MeasTokensPerS), "%+.1f%%")
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Point, fits, mem(r.PredMemBytes), mem(r.MeasMemBytes),
 			num(r.PredTokensPerS, "%.0f"), num(r.MeasTokensPerS, "%.0f"), tokErr, num(100*r.MFU, "%.1f%%"), num(r.FinalLoss, "%.4f"), r.State, orDash(r.ExecID))
 	}

@@ -12,6 +12,7 @@
 //	runs/<execid>/metrics/rank-NNNNN.jsonl
 //	runs/<execid>/ckpt/                checkpoints
 //	runs/<execid>/.local/              the Local executor's own files
+//	runs/sweeps/<sweepid>/             a sweep: its grid, job array and logs (sweep.go)
 //
 // It is a leaf: it knows the names of the files, not what they hold (beyond
 // the job id in meta.json, which Find matches).

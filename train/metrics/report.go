@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/hpcrun/hpcrun/internal/units"
 )
 
 // WriteSummary writes the summary of one run as hpcrun metrics shows it.
@@ -247,20 +249,10 @@ func si(f Float) string {
 	return fmt.Sprintf("%.3g ", v)
 }
 
+// bytesText is units.Bytes with one decimal, "-" for nothing recorded.
 func bytesText(n int64) string {
 	if n <= 0 {
 		return "-"
 	}
-	const unit = 1024
-	v := float64(n)
-	for _, u := range []string{"B", "KiB", "MiB", "GiB"} {
-		if v < unit {
-			if u == "B" {
-				return fmt.Sprintf("%d B", n)
-			}
-			return fmt.Sprintf("%.1f %s", v, u)
-		}
-		v /= unit
-	}
-	return fmt.Sprintf("%.1f TiB", v)
+	return units.Bytes(n, 1)
 }

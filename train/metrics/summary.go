@@ -713,9 +713,7 @@ func (s *Summary) flops(info *RunInfo, world int) {
 		return
 	}
 	s.ModelFlopsPerS = Float(info.FlopsPerToken) * s.TokensPerS
-	if info.PeakFlops > 0 && world > 0 {
-		s.MFU = s.ModelFlopsPerS / Float(info.PeakFlops*float64(world))
-	}
+	s.MFU = Float(MFU(info.FlopsPerToken, float64(s.TokensPerS), info.PeakFlops, world))
 }
 
 func (s *Summary) memory(run *Run, seen []rankSeen) {

@@ -33,6 +33,10 @@
 // changes how a GPU multiplies, not what it stores) and has no activation
 // recomputation: the plan says so instead of modelling what does not
 // exist.
+//
+// Compare sets a plan beside what its run measured (a metrics.Summary),
+// with the error in percent of the measured (ErrorPct); the MFU it
+// predicts is metrics.MFU, the rule the run's summary uses.
 package plan
 
 import (
@@ -40,6 +44,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/metrics"
 )
 
 // Request is what a plan is made for.
@@ -207,7 +212,7 @@ type Time struct {
 	// hpcrun metrics; PeakFlops the device's peak at the run's precision.
 	FlopsPerToken float64 `json:"flops_per_token"`
 	PeakFlops     float64 `json:"peak_flops"`
-	MFU           float64 `json:"mfu"`
+	MFU           float64 `json:"mfu"` // metrics.MFU, the rule a run's summary uses
 }
 
 const f32 = 4 // bytes of a float32
@@ -796,7 +801,7 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 	if cfg.Precision == "bf16" && dev.BF16Flops > 0 {
 		t.PeakFlops = dev.BF16Flops
 	}
-	t.MFU = t.FlopsPerToken * t.TokensPerS / (t.PeakFlops * float64(cfg.NTasks))
+	t.MFU = metrics.MFU(t.FlopsPerToken, t.TokensPerS, t.PeakFlops, cfg.NTasks)
 	return t
 }
 

@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 
+	"github.com/hpcrun/hpcrun/internal/units"
 	"github.com/hpcrun/hpcrun/train/metrics"
 )
 
@@ -58,11 +59,12 @@ func dur(f metrics.Float) string {
 	return fmt.Sprintf("%dm%02ds", int(v)/60, int(v)%60)
 }
 
-func mib(n int64) string {
-	if n == 0 {
+// size is units.Bytes with one decimal, "–" for nothing recorded.
+func size(n int64) string {
+	if n <= 0 {
 		return "–"
 	}
-	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	return units.Bytes(n, 1)
 }
 
 // exact is a figure's data-value: the shortest decimal that reads back as

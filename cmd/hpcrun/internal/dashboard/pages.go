@@ -18,7 +18,7 @@ import (
 )
 
 var funcs = template.FuncMap{
-	"num": num, "pct": pct, "dur": dur, "mib": mib, "exact": exact, "plural": plural,
+	"num": num, "pct": pct, "dur": dur, "size": size, "exact": exact, "plural": plural,
 	"svg": func(c Chart) template.HTML { return c.SVG() },
 }
 

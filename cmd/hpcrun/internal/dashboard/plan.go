@@ -16,7 +16,7 @@ type planRow struct {
 	Name               string
 	Planned, Measured  string
 	PlannedV, MeasureV string // exact values, for the tests
-	Error              string // (planned - measured) / measured in percent, as hpcrun metrics says it; "" when either is unknown
+	Error              string // plan.ErrorPct, as hpcrun metrics says it; "" when unknown
 }
 
 // planOf compares what hpcrun plan predicted for the run (the "plan" of
@@ -33,29 +33,38 @@ func planOf(d rundir.Dir, s metrics.Summary) []planRow {
 	if json.Unmarshal(b, &m) != nil || m.Plan == nil {
 		return nil
 	}
-	p := m.Plan
-	var enginePeak, gpuPeak int64
-	for _, r := range s.Memory {
-		enginePeak, gpuPeak = max(enginePeak, r.EnginePeakBytes), max(gpuPeak, r.GPUPeakBytes)
-	}
-	row := func(key, name string, planned, measured float64, format func(metrics.Float) string) planRow {
-		r := planRow{Key: key, Name: name, Planned: format(metrics.Float(planned)), Measured: format(metrics.Float(measured)),
-			PlannedV: exact(metrics.Float(planned)), MeasureV: exact(metrics.Float(measured))}
-		if pf, mf := metrics.Float(planned), metrics.Float(measured); pf.Known() && mf.Known() && planned != 0 && measured != 0 {
-			r.Error = fmt.Sprintf("%+.1f%%", 100*(planned-measured)/measured)
+	bytesF := func(f metrics.Float) string {
+		if !f.Known() {
+			return "–"
 		}
-		return r
+		return size(int64(f))
 	}
-	bytesF := func(f metrics.Float) string { return mib(int64(f)) }
-	rows := []planRow{
-		row("step_s", "step time (p50)", p.Time.StepS, float64(s.StepP50S), dur),
-		row("comm_share", "comm share", p.Time.CommShare, float64(s.CommShare), pct),
-		row("tokens_per_s", "tokens/s", p.Time.TokensPerS, float64(s.TokensPerS), num),
-		row("mfu", "MFU", p.Time.MFU, float64(s.MFU), pct),
-		row("engine_peak", "engine peak per rank", float64(p.Memory.EnginePeak), float64(enginePeak), bytesF),
+	figs := map[string]plan.Figure{}
+	for _, f := range plan.Compare(m.Plan, s) {
+		figs[f.Key] = f
 	}
-	if gpuPeak > 0 {
-		rows = append(rows, row("device_total", "device memory per rank", float64(p.Memory.Total), float64(gpuPeak), bytesF))
+	var rows []planRow
+	for _, n := range []struct {
+		key, name string
+		format    func(metrics.Float) string
+	}{
+		{"step_s", "step time (p50)", dur},
+		{"comm_share", "comm share", pct},
+		{"tokens_per_s", "tokens/s", num},
+		{"mfu", "MFU", pct},
+		{"engine_peak", "engine peak per rank", bytesF},
+		{"device_total", "device memory per rank", bytesF},
+	} {
+		f, ok := figs[n.key]
+		if !ok {
+			continue // device_total: no NVML samples
+		}
+		r := planRow{Key: n.key, Name: n.name, Planned: n.format(f.Predicted), Measured: n.format(f.Measured),
+			PlannedV: exact(f.Predicted), MeasureV: exact(f.Measured)}
+		if f.ErrorPct.Known() {
+			r.Error = fmt.Sprintf("%+.1f%%", float64(f.ErrorPct))
+		}
+		rows = append(rows, r)
 	}
 	return rows
 }

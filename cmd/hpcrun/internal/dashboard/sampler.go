@@ -263,7 +263,7 @@ func (s *sampler) series(sum metrics.Summary) (loss Series, rc runCharts) {
 		stepS[i], commS[i] = maxS, comm/float64(len(st.ranks))
 		mfu[i] = math.NaN()
 		if in := s.info; in != nil && in.FlopsPerToken > 0 && in.PeakFlops > 0 {
-			mfu[i] = in.FlopsPerToken * tok[i] / (in.PeakFlops * float64(world))
+			mfu[i] = metrics.MFU(in.FlopsPerToken, tok[i], in.PeakFlops, world)
 			rc.HasMFU = true
 		}
 	}
