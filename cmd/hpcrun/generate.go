@@ -18,6 +18,7 @@ import (
 	"github.com/hpcrun/hpcrun/train/ckpt"
 	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/interop"
+	"github.com/hpcrun/hpcrun/train/plan"
 	"github.com/urfave/cli/v2"
 )
 
@@ -160,7 +161,7 @@ func refuseModelUnfitHere(src, device string) error {
 	if err := trainconfig.CheckSize(cfg.Layers, cfg.Dim, cfg.PositionRows(), cfg.Vocab, func(n string) string { return n }); err != nil {
 		return cli.Exit(fmt.Sprintf("%s: %v", src, err), 1)
 	}
-	mem := memTotal()
+	mem := plan.MemTotal()
 	if device == "cuda" || mem <= 0 {
 		return nil
 	}

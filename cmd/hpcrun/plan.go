@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -76,7 +73,7 @@ func predictRun(p *submitPlan) (*plan.Plan, []plan.Suggestion, string, error) {
 	if err != nil {
 		return nil, nil, "", err
 	}
-	dev, why, err := planDevice(p.gpu, p.train, lay, p.spec.CPUsPerTask)
+	dev, why, err := plan.RankDevice(p.gpu, p.train, rankShare(lay, p.spec.CPUsPerTask))
 	if err != nil || why != "" {
 		return nil, nil, why, err
 	}
@@ -109,104 +106,19 @@ func predictRun(p *submitPlan) (*plan.Plan, []plan.Suggestion, string, error) {
 	return pl, sug, "", nil
 }
 
-// planDevice is the device a rank of the run gets: the GPU named (flag or
-// profile), else the CPU when the run has no GPU, with the memory a rank
-// shares of the node and the GEMM rate of its cores. why says, without an
-// error, that the run asks for GPUs but names none.
-func planDevice(gpu string, cfg trainconfig.Config, lay slurm.Layout, cpusPerTask int) (plan.Device, string, error) {
-	if cfg.Device == "cpu" || strings.EqualFold(gpu, "cpu") {
-		return cpuDevice(lay, cpusPerTask), "", nil
-	}
-	if gpu != "" {
-		d, err := plan.LookupDevice(gpu)
-		return d, "", err
-	}
-	if lay.GPUsPerNode > 0 || cfg.Device == "cuda" {
-		return plan.Device{}, fmt.Sprintf("no plan: the run asks for GPUs but none is named: pass --gpu (cpu, %s) or set gpu in the profile", strings.Join(plan.DeviceNames(), ", ")), nil
-	}
-	return cpuDevice(lay, cpusPerTask), "", nil
+// rankShare is how the ranks of a run laid out as lay, cpusPerTask cores
+// each, share a node.
+func rankShare(lay slurm.Layout, cpusPerTask int) plan.Share {
+	return plan.Share{TasksPerNode: lay.TasksPerNode, GPUsPerNode: lay.GPUsPerNode, CPUsPerTask: cpusPerTask}
 }
 
-// cpuDevice is a CPU rank: its share of this machine's memory (the node's
-// tasks share it) and of its cores (cpus_per_task, or less when the node's
-// tasks oversubscribe its cores), at the GEMM rate a core reached in the
-// last hpcrun bench gemm, else the default for two cores.
-func cpuDevice(lay slurm.Layout, cpusPerTask int) plan.Device {
-	perNode := max(lay.TasksPerNode, 1)
-	cores := min(float64(max(cpusPerTask, 1)), float64(runtime.NumCPU())/float64(perNode))
-	var perCore float64
-	var source string
-	if c, err := loadCPURate(); err == nil && c.Threads > 0 && c.GFlops > 0 {
-		perCore = c.GFlops * 1e9 / float64(c.Threads)
-		source = fmt.Sprintf("hpcrun bench gemm of %s: %.1f GFLOP/s on %d threads; %s a rank", c.Measured.Format(time.DateOnly), c.GFlops, c.Threads, cores2(cores))
-	} else {
-		perCore = plan.DefaultCPUFlops / 2
-		source = fmt.Sprintf("default %.0f GFLOP/s for 2 cores (hpcrun bench gemm measures this machine); %s a rank", plan.DefaultCPUFlops/1e9, cores2(cores))
-	}
-	return plan.CPU(perCore*cores, memTotal()/int64(perNode), cores, source)
-}
-
-// memTotal is this machine's memory (MemTotal of /proc/meminfo); 0 when
-// unknown.
-func memTotal() int64 {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) >= 2 && f[0] == "MemTotal:" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb * 1024
-		}
-	}
-	return 0
-}
-
-// cpuRate is what hpcrun bench gemm leaves for hpcrun plan.
-type cpuRate struct {
-	GFlops   float64   `json:"gflops"` // median over the shapes measured
-	Threads  int       `json:"threads"`
-	Measured time.Time `json:"measured"`
-}
-
-// cpuRatePath is the cached GEMM rate of this machine.
-func cpuRatePath() (string, error) {
-	dir, err := os.UserCacheDir()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(dir, "hpcrun", "cpu-gemm.json"), nil
-}
-
-func loadCPURate() (cpuRate, error) {
-	var c cpuRate
-	path, err := cpuRatePath()
-	if err != nil {
-		return c, err
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return c, err
-	}
-	return c, json.Unmarshal(b, &c)
-}
-
-// saveCPURate caches the GEMM rate bench gemm measured, for hpcrun plan,
-// and says where; a cache that cannot be written is only mentioned.
+// saveCPURate keeps the GEMM rate bench gemm measured, for hpcrun plan,
+// and says where; a rate that cannot be kept is only mentioned.
 func saveCPURate(w io.Writer, gflops float64, threads int) error {
 	if !(gflops > 0) {
 		return nil
 	}
-	path, err := cpuRatePath()
-	if err == nil {
-		err = os.MkdirAll(filepath.Dir(path), 0o755)
-	}
-	if err == nil {
-		b, _ := json.Marshal(cpuRate{GFlops: gflops, Threads: threads, Measured: time.Now().UTC()})
-		err = os.WriteFile(path, append(b, '\n'), 0o644)
-	}
+	path, err := plan.SaveCPURate(plan.CPURate{GFlops: gflops, Threads: threads, Measured: time.Now().UTC()})
 	if err != nil {
 		_, err = fmt.Fprintf(w, "\nhpcrun plan keeps the default CPU rate: %v\n", err)
 		return err
@@ -349,7 +261,7 @@ func whatFits(sug []plan.Suggestion) string {
 // cannot name here, is not refused.
 func refuseUnfitHere(cfg trainconfig.Config) error {
 	lay := slurm.Layout{Nodes: 1, TasksPerNode: cfg.NTasks}
-	dev, why, err := planDevice("", cfg, lay, max(1, runtime.NumCPU()/max(cfg.NTasks, 1)))
+	dev, why, err := plan.RankDevice("", cfg, rankShare(lay, max(1, runtime.NumCPU()/max(cfg.NTasks, 1))))
 	if err != nil || why != "" || dev.MemBytes <= 0 {
 		return nil
 	}

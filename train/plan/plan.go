@@ -6,12 +6,15 @@
 // communication, with the tokens/s and MFU that follow.
 //
 // It is pure arithmetic on a config.Config, the vocabulary, the number of
-// nodes and a Device (the table in device.go): no I/O, no allocation on a
-// device. The memory model follows the buffers of package parallel and
-// train's model one for one (see blockElems and the functions beside it),
-// so on the CPU, where the engine counts exactly the bytes of its tensors,
-// the prediction is that count; its test checks it against the engine's
-// own peak (tensor.MemStats) after real steps. The communication model
+// nodes and a Device (the table in device.go): no allocation on a device,
+// and no I/O but host.go's, which chooses a rank's Device (RankDevice) and
+// for a CPU rank reads this machine's cores, memory and the GEMM rate
+// hpcrun bench gemm kept (SaveCPURate). The memory model follows the
+// buffers of package parallel and train's model one for one (see
+// blockElems and the functions beside it), so on the CPU, where the
+// engine counts exactly the bytes of its tensors, the prediction is that
+// count; its test checks it against the engine's own peak
+// (tensor.MemStats) after real steps. The communication model
 // follows the collectives one for one too: the test checks the bytes and
 // the collectives of a step against the engine's counters (nccl.Stats).
 //
