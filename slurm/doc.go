@@ -1,5 +1,7 @@
 // Package slurm turns a job spec into an sbatch script and runs it: on a real
 // Slurm through sbatch/squeue/scontrol/sacct/scancel, or through the Local
-// executor that starts the tasks itself with the variables srun would set. It
-// knows nothing of training.
+// executor that starts the tasks itself with the variables srun would set.
+// A run's job state (Run.Status, kept in meta.json once the job is over) and
+// the queue joined to the runs dir (ListQueue) are here too. It knows
+// nothing of training.
 package slurm

@@ -47,14 +47,14 @@ func runCancel(c *cli.Context) error {
 		return fmt.Errorf("run %s was never submitted (%s)", m.ExecID, firstLineOf(m.SubmitError))
 	}
 	ctx := context.Background()
-	j, err := runStatus(ctx, r)
+	j, err := r.Status(ctx)
 	if err != nil {
 		return slurmErr(err)
 	}
 	if j.State.Done() {
 		return fmt.Errorf("nothing cancelled: run %s (job %s) is already over: %s", m.ExecID, m.JobID, j.State)
 	}
-	ex, err := executorOf(r)
+	ex, err := r.Executor()
 	if err != nil {
 		return err
 	}

@@ -52,7 +52,7 @@ func TestOwnFailureStopsThePeersQuotingIt(t *testing.T) {
 	if len(failed) != 4 {
 		t.Fatalf("%d ranks failed, want all 4", len(failed))
 	}
-	host := shortHostname()
+	host := slurm.Host()
 	for r := range 4 {
 		msg := stderr[r].String()
 		if r == 2 {

@@ -60,7 +60,7 @@ func runLogs(c *cli.Context) error {
 
 // noLog explains why a run has no log file yet, or not any more.
 func noLog(ctx context.Context, r slurm.Run, path string) error {
-	j, err := runStatus(ctx, r)
+	j, err := r.Status(ctx)
 	if err == nil && !j.State.Done() {
 		return fmt.Errorf("run %s (job %s) is %s: no output yet (use --follow to wait for it)", r.Meta.ExecID, j.ID, j.State)
 	}
@@ -77,7 +77,7 @@ func followLog(ctx context.Context, r slurm.Run, path string) error {
 	for {
 		done := false
 		if time.Since(lastCheck) > time.Second {
-			j, err := runStatus(ctx, r)
+			j, err := r.Status(ctx)
 			if err != nil {
 				return slurmErr(err)
 			}

@@ -82,7 +82,7 @@ func runMetrics(c *cli.Context) error {
 		}
 		m, _ := slurm.ReadMeta(r.Dir)
 		if m != nil && len(s.Notes) > 0 && s.Status == "pending" {
-			if j, err := runStatus(c.Context, slurm.Run{Dir: r.Dir, Meta: m}); err == nil && j.State.Done() && j.State != slurm.Unknown {
+			if j, err := (slurm.Run{Dir: r.Dir, Meta: m}).Status(c.Context); err == nil && j.State.Done() && j.State != slurm.Unknown {
 				s.JobEnded(string(j.State), isCheck(m), r.ExecID)
 			}
 		}
@@ -154,7 +154,7 @@ func failureOf(c *cli.Context, d rundir.Dir, s metrics.Summary) failure.Verdict 
 		case m.Final != nil:
 			j = *m.Final
 		case s.Status != "running" && s.Status != metrics.StatusCompleted:
-			j, _ = runStatus(c.Context, slurm.Run{Dir: d, Meta: m}) // unknown state: the run's own files decide
+			j, _ = (slurm.Run{Dir: d, Meta: m}).Status(c.Context) // unknown state: the run's own files decide
 		}
 	}
 	return failure.Of(d, j)

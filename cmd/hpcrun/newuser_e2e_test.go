@@ -261,7 +261,7 @@ func TestQueueAndRm(t *testing.T) {
 		if out, errOut, _ := e.run("queue"); strings.Contains(out, id) || (foreign == 0 && !strings.Contains(errOut, "hpcrun queue --all")) {
 			t.Errorf("queue with only a failed submission:\n%s%s", out, errOut)
 		}
-		var ours []queueRow
+		var ours []slurm.QueueRow
 		for _, r := range e.queue(true) {
 			if r.ExecID != "" {
 				ours = append(ours, r)

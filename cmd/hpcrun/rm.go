@@ -72,7 +72,7 @@ func runRm(c *cli.Context) error {
 				if err != nil {
 					continue // a sweep's folder, or a run never written whole
 				}
-				if j, err := runStatus(c.Context, slurm.Run{Dir: d, Meta: m}); err == nil && !j.State.Done() && j.State != slurm.NotSubmitted {
+				if j, err := (slurm.Run{Dir: d, Meta: m}).Status(c.Context); err == nil && !j.State.Done() && j.State != slurm.NotSubmitted {
 					return cli.Exit(fmt.Sprintf("nothing removed: %s is %s (job %s): hpcrun cancel %s first, or rm --force (the job goes on)", t.what, j.State, m.JobID, m.ExecID), 2)
 				}
 			}

@@ -81,7 +81,7 @@ func runLocal(c *cli.Context) error {
 	execID := dir.ExecID()
 	args := []string{"train", "--run-dir", dir.Path()}
 	meta := &slurm.Meta{
-		ExecID: execID, Executor: "run", Host: shortHostname(),
+		ExecID: execID, Executor: "run", Host: slurm.Host(),
 		Spec: slurm.JobSpec{Name: fmt.Sprintf("%s-n%d-tp%d", cfg.Model, cfg.NTasks, cfg.TP), RunDir: dir.Path(),
 			NTasks: cfg.NTasks, Program: self, Args: args},
 		SubmitTime: time.Now().UTC(), Version: version, Binary: self,
@@ -113,7 +113,7 @@ func resumeLocal(c *cli.Context) error {
 	if r.Meta.Executor != "run" {
 		return cli.Exit(fmt.Sprintf("run %s was submitted (executor %s): resume it with hpcrun submit --resume %s", r.Meta.ExecID, r.Meta.Executor, r.Meta.ExecID), 2)
 	}
-	if j, err := runStatus(c.Context, r); err == nil && !j.State.Done() {
+	if j, err := r.Status(c.Context); err == nil && !j.State.Done() {
 		return cli.Exit(fmt.Sprintf("run %s is still %s (hpcrun run, pid %s): stop it before resuming", r.Meta.ExecID, j.State, r.Meta.JobID), 2)
 	}
 	cfg, err := trainconfig.ReadConfigFile(r.Dir.Config())
@@ -125,7 +125,7 @@ func resumeLocal(c *cli.Context) error {
 		return fmt.Errorf("path of hpcrun: %w", err)
 	}
 	meta := r.Meta
-	meta.JobID, meta.Final, meta.Host, meta.Binary, meta.Version = strconv.Itoa(os.Getpid()), nil, shortHostname(), self, version
+	meta.JobID, meta.Final, meta.Host, meta.Binary, meta.Version = strconv.Itoa(os.Getpid()), nil, slurm.Host(), self, version
 	meta.Spec.Program = self
 	if err := slurm.WriteMeta(r.Dir, meta); err != nil {
 		return err

@@ -106,7 +106,7 @@ func runServe(c *cli.Context) error {
 	fmt.Fprintf(w, "hpcrun serve: %s (runs in %s)\n", "http://"+urlHost+"/?token="+token, dir)
 	if loopback {
 		_, port, _ := net.SplitHostPort(ln.Addr().String())
-		fmt.Fprintf(w, "from your machine: ssh -L %s:%s %s, then open the URL; Ctrl-C stops\n", port, ln.Addr().String(), shortHostname())
+		fmt.Fprintf(w, "from your machine: ssh -L %s:%s %s, then open the URL; Ctrl-C stops\n", port, ln.Addr().String(), slurm.Host())
 	}
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
@@ -132,6 +132,6 @@ func servePort(uid int) int {
 }
 
 // slurmInfo is a queue row as the scheduler's job description.
-func slurmInfo(r queueRow) slurm.JobInfo {
+func slurmInfo(r slurm.QueueRow) slurm.JobInfo {
 	return slurm.JobInfo{ID: r.JobID, Name: r.Name, State: r.State, Reason: r.Reason, Nodes: r.Nodes, NodeList: r.NodeList}
 }

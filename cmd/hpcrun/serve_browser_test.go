@@ -76,7 +76,7 @@ func serveRuns(t *testing.T) (dir, running string, rest map[string][]byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.ExecID, m.Executor, m.JobID, m.Host, m.Final = running, "run", strconv.Itoa(os.Getpid()), shortHostname(), nil
+	m.ExecID, m.Executor, m.JobID, m.Host, m.Final = running, "run", strconv.Itoa(os.Getpid()), slurm.Host(), nil
 	m.SubmitTime = time.Now()
 	if err := slurm.WriteMeta(d, m); err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -317,7 +316,7 @@ func (p *submitPlan) write(dir rundir.Dir) (m *slurm.Meta, err error) {
 		return nil, err
 	}
 	m = &slurm.Meta{
-		ExecID: dir.ExecID(), Executor: p.exec.Name(), Host: shortHostname(), Spec: p.spec, SubmitTime: time.Now().UTC(),
+		ExecID: dir.ExecID(), Executor: p.exec.Name(), Host: slurm.Host(), Spec: p.spec, SubmitTime: time.Now().UTC(),
 		Version: version, Binary: p.binary, BinarySHA256: sum,
 	}
 	if p.plan != nil {
@@ -328,19 +327,12 @@ func (p *submitPlan) write(dir rundir.Dir) (m *slurm.Meta, err error) {
 	return m, slurm.WriteMeta(dir, m)
 }
 
-// shortHostname is this machine's name without its domain.
-func shortHostname() string {
-	host, _ := os.Hostname()
-	host, _, _ = strings.Cut(host, ".")
-	return host
-}
-
 // followJob shows the run's progress until its job is over and returns
 // the job's status as hpcrun's exit status.
 func followJob(ctx context.Context, r slurm.Run) error {
 	bar := newRunProgress(os.Stderr, r.Dir.Path(), term.IsTerminal(int(os.Stderr.Fd())))
 	defer bar.close()
-	j, err := slurm.Wait(ctx, time.Second, func(ctx context.Context) (slurm.JobInfo, error) { return runStatus(ctx, r) },
+	j, err := slurm.Wait(ctx, time.Second, func(ctx context.Context) (slurm.JobInfo, error) { return r.Status(ctx) },
 		func(j slurm.JobInfo) error {
 			_, _, err := bar.update(fmt.Sprintf("%-9s ", j.State))
 			return err
@@ -383,7 +375,7 @@ func resumeSubmit(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if r.Meta.JobID != "" {
-		j, err := runStatus(ctx, r)
+		j, err := r.Status(ctx)
 		if err != nil {
 			return slurmErr(err)
 		}
@@ -401,7 +393,7 @@ func resumeSubmit(c *cli.Context) error {
 		}
 		from = fmt.Sprintf("step %d of %s", ck.State.Step, step)
 	}
-	ex, err := executorOf(r)
+	ex, err := r.Executor()
 	if err != nil {
 		return err
 	}

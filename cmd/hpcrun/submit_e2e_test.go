@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hpcrun/hpcrun/slurm"
 )
 
 // These tests run the hpcrun binary, built once, as a user would: on the
@@ -112,26 +114,26 @@ func (e *env) submit(args ...string) submitted {
 	return s
 }
 
-func (e *env) queue(all bool) []queueRow {
+func (e *env) queue(all bool) []slurm.QueueRow {
 	e.t.Helper()
 	args := []string{"queue", "--json"}
 	if all {
 		args = append(args, "--all")
 	}
-	var rows []queueRow
+	var rows []slurm.QueueRow
 	if err := json.Unmarshal([]byte(e.mustRun(args...)), &rows); err != nil {
 		e.t.Fatal(err)
 	}
 	return rows
 }
 
-func (e *env) row(all bool, execID string) (queueRow, bool) {
+func (e *env) row(all bool, execID string) (slurm.QueueRow, bool) {
 	for _, r := range e.queue(all) {
 		if r.ExecID == execID {
 			return r, true
 		}
 	}
-	return queueRow{}, false
+	return slurm.QueueRow{}, false
 }
 
 func slurmUp(t *testing.T) {
@@ -210,7 +212,7 @@ func testE2E(t *testing.T, executor string) {
 
 func waitState(t *testing.T, e *env, execID, want string) {
 	t.Helper()
-	var row queueRow
+	var row slurm.QueueRow
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		row, _ = e.row(true, execID)
 		if string(row.State) == want {

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/hpcrun/hpcrun/internal/atomicfile"
 	"github.com/hpcrun/hpcrun/internal/rundir"
@@ -76,67 +73,6 @@ func sweepOfJob(runs, ref string) (*sweepState, bool) {
 		}
 	}
 	return nil, false
-}
-
-// executorOf is the executor that ran a run.
-func executorOf(r slurm.Run) (slurm.Executor, error) {
-	switch r.Meta.Executor {
-	case "slurm", "local":
-		return slurm.New(r.Meta.Executor)
-	case "run":
-		return nil, fmt.Errorf("run %s was started by hpcrun run in the foreground: it has no job to ask about or cancel", r.Meta.ExecID)
-	}
-	return nil, fmt.Errorf("run %s: unknown executor %q in %s", r.Meta.ExecID, r.Meta.Executor, r.Dir.Meta())
-}
-
-// runStatus is the state of a run's job: the cached final state when there
-// is one, else the executor's answer, cached in meta.json once the job is
-// over so that it survives slurmctld forgetting the job.
-func runStatus(ctx context.Context, r slurm.Run) (slurm.JobInfo, error) {
-	if r.Meta.Final != nil {
-		return *r.Meta.Final, nil
-	}
-	if r.Meta.Executor == "run" {
-		return foregroundStatus(r), nil
-	}
-	if r.Meta.JobID == "" {
-		return slurm.JobInfo{State: slurm.NotSubmitted, Reason: r.Meta.SubmitError}, nil
-	}
-	ex, err := executorOf(r)
-	if err != nil {
-		return slurm.JobInfo{}, err
-	}
-	j, err := ex.Status(ctx, slurm.JobRef{ID: r.Meta.JobID, RunDir: r.Dir.Path()})
-	if err != nil {
-		return j, fmt.Errorf("run %s (job %s): %w", r.Meta.ExecID, r.Meta.JobID, err)
-	}
-	if j.Name == "" {
-		j.Name = r.Meta.Spec.Name
-	}
-	if j.State.Done() && j.State != slurm.Unknown {
-		cached := j
-		r.Meta.Final = &cached
-		// A read-only runs dir still gets an answer; the cache is a convenience.
-		_ = slurm.WriteMeta(r.Dir, r.Meta)
-	}
-	return j, nil
-}
-
-// foregroundStatus is the state of a run of hpcrun run that has not
-// written its Final yet: going on while its launcher (JobID is its pid)
-// lives, failed once it is gone without saying how it ended.
-func foregroundStatus(r slurm.Run) slurm.JobInfo {
-	j := slurm.JobInfo{ID: r.Meta.JobID, Name: r.Meta.Spec.Name, State: slurm.Running, Nodes: 1, NodeList: r.Meta.Host, Source: "run"}
-	j.Elapsed = time.Since(r.Meta.SubmitTime).Round(time.Second)
-	if r.Meta.Host != shortHostname() {
-		j.State, j.Reason = slurm.Unknown, "started by hpcrun run on "+r.Meta.Host
-		return j
-	}
-	pid, _ := strconv.Atoi(r.Meta.JobID)
-	if pid <= 0 || syscall.Kill(pid, 0) != nil {
-		j.State, j.Reason = slurm.Failed, "the hpcrun run launcher died"
-	}
-	return j
 }
 
 // exitWith turns a finished job's state into hpcrun's exit status.

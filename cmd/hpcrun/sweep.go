@@ -333,7 +333,7 @@ func runSweepLocal(ctx context.Context, w io.Writer, sdir rundir.Dir, st *sweepS
 
 // waitJob waits for a run's job to be over.
 func waitJob(ctx context.Context, r slurm.Run) (slurm.JobInfo, error) {
-	j, err := slurm.Wait(ctx, 500*time.Millisecond, func(ctx context.Context) (slurm.JobInfo, error) { return runStatus(ctx, r) }, nil)
+	j, err := slurm.Wait(ctx, 500*time.Millisecond, func(ctx context.Context) (slurm.JobInfo, error) { return r.Status(ctx) }, nil)
 	if errors.Is(err, slurm.ErrStoppedWaiting) {
 		return j, cli.Exit(fmt.Sprintf("stopped waiting for run %s; its job goes on (hpcrun cancel %s)", r.Meta.ExecID, r.Meta.ExecID), 130)
 	}
@@ -533,7 +533,7 @@ func sweepStateOf(c *cli.Context, dir rundir.Dir, p sweepPoint, s metrics.Summar
 	if err != nil {
 		return "no meta.json"
 	}
-	j, err := runStatus(c.Context, slurm.Run{Dir: dir, Meta: m})
+	j, err := (slurm.Run{Dir: dir, Meta: m}).Status(c.Context)
 	if err != nil {
 		return "unknown (" + oneLineErr(err) + ")"
 	}

@@ -1,0 +1,83 @@
+package slurm
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// Host is this machine's name without its domain, as a run's meta.json
+// records where it was submitted or started.
+func Host() string { return shortHost() }
+
+// Executor is the executor that ran r: Slurm or Local. A run of hpcrun run
+// (executor "run") has none: its ranks were started in the foreground.
+func (r Run) Executor() (Executor, error) {
+	switch r.Meta.Executor {
+	case "slurm", "local":
+		return New(r.Meta.Executor)
+	case "run":
+		return nil, fmt.Errorf("run %s was started by hpcrun run in the foreground: it has no job to ask about or cancel", r.Meta.ExecID)
+	}
+	return nil, fmt.Errorf("run %s: unknown executor %q in %s", r.Meta.ExecID, r.Meta.Executor, r.Dir.Meta())
+}
+
+// Status is the state of r's job: the final state cached in meta.json
+// when there is one, else its executor's answer, cached in meta.json once
+// the job is over so that it survives slurmctld forgetting the job. A run
+// of hpcrun run is going on while its launcher lives (on this machine); a
+// run never submitted is NotSubmitted, with sbatch's words as the reason.
+func (r Run) Status(ctx context.Context) (JobInfo, error) {
+	if r.Meta.Final != nil {
+		return *r.Meta.Final, nil
+	}
+	if r.Meta.Executor == "run" {
+		return foregroundStatus(r, Host()), nil
+	}
+	if r.Meta.JobID == "" {
+		return JobInfo{State: NotSubmitted, Reason: r.Meta.SubmitError}, nil
+	}
+	ex, err := r.Executor()
+	if err != nil {
+		return JobInfo{}, err
+	}
+	j, err := ex.Status(ctx, JobRef{ID: r.Meta.JobID, RunDir: r.Dir.Path()})
+	if err != nil {
+		return j, fmt.Errorf("run %s (job %s): %w", r.Meta.ExecID, r.Meta.JobID, err)
+	}
+	if j.Name == "" {
+		j.Name = r.Meta.Spec.Name
+	}
+	if j.State.Done() && j.State != Unknown {
+		cached := j
+		r.Meta.Final = &cached
+		// A read-only runs dir still gets an answer; the cache is a convenience.
+		_ = WriteMeta(r.Dir, r.Meta)
+	}
+	return j, nil
+}
+
+// foregroundStatus is the state, seen from the machine host, of a run of
+// hpcrun run that has not written its Final yet: going on while its
+// launcher (JobID is its pid) lives, failed once it is gone without saying
+// how it ended, unknown from another machine than the one it started on.
+func foregroundStatus(r Run, host string) JobInfo {
+	j := JobInfo{ID: r.Meta.JobID, Name: r.Meta.Spec.Name, State: Running, Nodes: 1, NodeList: r.Meta.Host, Source: "run"}
+	j.Elapsed = time.Since(r.Meta.SubmitTime).Round(time.Second)
+	if r.Meta.Host != host {
+		j.State, j.Reason = Unknown, "started by hpcrun run on "+r.Meta.Host
+		return j
+	}
+	if pid, _ := strconv.Atoi(r.Meta.JobID); !processLives(pid) {
+		j.State, j.Reason = Failed, "the hpcrun run launcher died"
+	}
+	return j
+}
+
+// processLives reports whether a process of this id exists and this user
+// may signal it.
+func processLives(pid int) bool {
+	return pid > 0 && syscall.Kill(pid, 0) == nil
+}
