@@ -19,8 +19,8 @@ import (
 
 // Tasks starts N copies of a program on this machine, each told its rank by
 // Vars, and waits for all of them. It is hpcrun's one local launcher: the
-// Local executor's srun, `hpcrun run`, `hpcrun check` and `hpcrun bench comm`
-// all start their ranks through it.
+// Local executor's srun and `hpcrun bench comm` start their ranks through
+// it, `hpcrun run`, `check`, `generate` and `eval` through Torchrun.
 type Tasks struct {
 	N       int
 	Program string
@@ -194,6 +194,21 @@ func exitOrder(err error) int {
 		return 0
 	}
 	return 1
+}
+
+// Torchrun runs t's N tasks on this machine as torchrun would: it binds
+// the Store's port (ListenMaster) and hands its listener to task 0, tells
+// every task its place with TorchrunVars (run id runID, executor "run"),
+// which replace t.Vars, and waits for them all (Tasks.Run). hpcrun run,
+// check, generate and eval start their ranks through it.
+func Torchrun(ctx context.Context, t Tasks, runID string) ([]TaskExit, error) {
+	master, port, err := ListenMaster()
+	if err != nil {
+		return nil, err
+	}
+	defer master.Close() // Run closes it once task 0 holds it; not when it starts none
+	t.Master, t.Vars = master, TorchrunVars(t.N, port, runID, "run")
+	return t.Run(ctx)
 }
 
 // TorchrunVars gives n tasks on this machine the variables torchrun would

@@ -157,3 +157,41 @@ func TestTasksHandMasterListenerToTaskZero(t *testing.T) {
 		t.Errorf("task %d: %v (4: task 0 has no listener, 5: another task has one)", f.Rank, f.Err)
 	}
 }
+
+// TestTorchrun starts three tasks as hpcrun run, check and generate do:
+// each sees its place and the same master port, task 0 alone holds the
+// master's listener, the launcher's Env reaches every task, and the port
+// is free once they are over.
+func TestTorchrun(t *testing.T) {
+	dir := t.TempDir()
+	script := `fd=none; [ -n "$` + MasterFDEnv + `" ] && fd=$(readlink /proc/$$/fd/$` + MasterFDEnv + ` | cut -d: -f1)
+echo "$RANK $WORLD_SIZE $LOCAL_RANK $TORCHELASTIC_RUN_ID $HPCRUN_EXECUTOR $MASTER_ADDR $EXTRA $fd" > "` + dir + `/$RANK"
+echo "$MASTER_PORT" > "` + dir + `/port$RANK"`
+	tasks := Tasks{N: 3, Program: "/bin/sh", Args: []string{"-c", script}, Env: []string{"EXTRA=x"},
+		Vars: func(int) []string { return []string{"RANK=9"} }} // replaced by Torchrun's
+	failed, err := Torchrun(context.Background(), tasks, "run-1")
+	if err != nil || len(failed) > 0 {
+		t.Fatalf("Torchrun: %v, failed %+v", err, failed)
+	}
+	port := ""
+	for r := range 3 {
+		b, _ := os.ReadFile(filepath.Join(dir, itoa(r)))
+		fd := "none"
+		if r == 0 {
+			fd = "socket"
+		}
+		if want := itoa(r) + " 3 " + itoa(r) + " run-1 run 127.0.0.1 x " + fd; strings.TrimSpace(string(b)) != want {
+			t.Errorf("task %d saw %q, want %q", r, strings.TrimSpace(string(b)), want)
+		}
+		p, _ := os.ReadFile(filepath.Join(dir, "port"+itoa(r)))
+		if r > 0 && string(p) != port || strings.TrimSpace(string(p)) == "" {
+			t.Errorf("task %d's MASTER_PORT %q, task 0's %q", r, p, port)
+		}
+		port = string(p)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:"+strings.TrimSpace(port))
+	if err != nil {
+		t.Fatalf("the master's port is still held after the tasks: %v", err)
+	}
+	ln.Close()
+}

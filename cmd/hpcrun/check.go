@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -110,25 +111,29 @@ func parseCheckArgs(c *cli.Context) (checkOptions, error) {
 // launchCheck starts tp ranks of `hpcrun check` on this machine, with the
 // variables torchrun would set, and waits for them.
 func launchCheck(c *cli.Context, o checkOptions) error {
-	token, err := randomToken()
-	if err != nil {
-		return err
-	}
 	args := []string{"check", "--tp", strconv.Itoa(o.tp), "--timeout", o.timeout.String(), o.name}
 	if c.Bool("json") {
 		args = append([]string{"--json"}, args...)
+	}
+	return launchSelf(c.Context, "check", o.tp, args, o.timeout)
+}
+
+// launchSelf starts n ranks of `hpcrun args...` (command name) on this
+// machine through slurm.Torchrun, with a fresh token for their rendezvous,
+// and waits. Once one fails, the others have timeout (their wait at a
+// collective) and 5 s more before they are stopped; the ranks say why
+// they failed.
+func launchSelf(ctx context.Context, name string, n int, args []string, timeout time.Duration) error {
+	token, err := randomToken()
+	if err != nil {
+		return err
 	}
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("path of hpcrun: %w", err)
 	}
-	master, port, err := slurm.ListenMaster()
-	if err != nil {
-		return err
-	}
-	ranks := slurm.Tasks{Master: master, N: o.tp, Program: self, Args: args, Env: []string{launcherTokenEnv + "=" + token},
-		Vars: slurm.TorchrunVars(o.tp, port, "hpcrun-check-"+token[:8], "run"), Grace: o.timeout + 5*time.Second}
-	failed, err := ranks.Run(c.Context)
+	ranks := slurm.Tasks{N: n, Program: self, Args: args, Env: []string{launcherTokenEnv + "=" + token}, Grace: timeout + 5*time.Second}
+	failed, err := slurm.Torchrun(ctx, ranks, "hpcrun-"+name+"-"+token[:8])
 	if err != nil {
 		return err
 	}

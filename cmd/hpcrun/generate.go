@@ -200,31 +200,10 @@ func sourceShape(src string) (trainconfig.Config, error) {
 // flags the user set and src (resolved: the ranks look nothing up), the
 // variables torchrun would set and a fresh token, and waits.
 func launchRanks(c *cli.Context, n int, src string) error {
-	token, err := randomToken()
-	if err != nil {
-		return err
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("path of hpcrun: %w", err)
-	}
-	master, port, err := slurm.ListenMaster()
-	if err != nil {
-		return err
-	}
 	args := []string{c.Command.Name}
 	for _, name := range c.LocalFlagNames() {
 		args = append(args, "--"+name+"="+fmt.Sprint(c.Value(name)))
 	}
 	args = append(args, "--", src)
-	ranks := slurm.Tasks{Master: master, N: n, Program: self, Args: args, Env: []string{launcherTokenEnv + "=" + token},
-		Vars: slurm.TorchrunVars(n, port, "hpcrun-"+c.Command.Name+"-"+token[:8], "run"), Grace: c.Duration("timeout") + 5*time.Second}
-	failed, err := ranks.Run(c.Context)
-	if err != nil {
-		return err
-	}
-	if len(failed) > 0 {
-		return cli.Exit("", 1) // the ranks said why
-	}
-	return nil
+	return launchSelf(c.Context, c.Command.Name, n, args, c.Duration("timeout"))
 }

@@ -142,12 +142,8 @@ func launchLocal(c *cli.Context, dir rundir.Dir, cfg trainconfig.Config, meta *s
 	fmt.Fprintf(os.Stderr, "run %s: %d ranks (%s) on this machine\nrun dir: %s\n", execID, cfg.NTasks, lay, dir)
 
 	start := time.Now()
-	master, port, err := slurm.ListenMaster()
-	if err != nil {
-		return err
-	}
-	tasks := slurm.Tasks{Master: master, N: cfg.NTasks, Program: meta.Spec.Program, Args: meta.Spec.Args, Vars: slurm.TorchrunVars(cfg.NTasks, port, execID, "run"), Grace: 15 * time.Second}
-	failed, err := tasks.Run(c.Context)
+	tasks := slurm.Tasks{N: cfg.NTasks, Program: meta.Spec.Program, Args: meta.Spec.Args, Grace: 15 * time.Second}
+	failed, err := slurm.Torchrun(c.Context, tasks, execID)
 	final := &slurm.JobInfo{ID: meta.JobID, Name: meta.Spec.Name, State: slurm.Completed, Elapsed: time.Since(start).Round(time.Second), Nodes: 1, NodeList: meta.Host, Source: "run"}
 	stoppedBy := stopSignal(failed)
 	switch {
