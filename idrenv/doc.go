@@ -19,6 +19,9 @@
 // (20000-29999), so jobs sharing a node do not collide. Concurrent steps of
 // one job that share a node should set MASTER_PORT.
 //
+// Env.LimitThreads makes the process's threads the CPUs the launcher gave
+// the task (SLURM_CPUS_PER_TASK, or its share of SLURM_CPUS_ON_NODE).
+//
 // ExpandHostlist and ExpandTasksPerNode parse Slurm's compressed node lists
 // (jz[001-003,007],gpu5) and per-node counts (2(x3),1) exactly as Slurm
 // expands them.

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,12 +62,7 @@ func runTrainTask(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("rank %d: %v", env.Rank, err), 2)
 	}
-	// The engine's threads follow the CPUs Slurm gave this task (as
-	// OMP_NUM_THREADS would), unless GOMAXPROCS says otherwise: tasks
-	// sharing a node must not each take all its cores.
-	if env.CPUsPerTask > 0 && os.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(min(env.CPUsPerTask, runtime.NumCPU()))
-	}
+	env.LimitThreads() // the CPUs Slurm gave this task, not the node's
 	ctx, cancel := context.WithCancel(c.Context)
 	defer cancel()
 	stop := stopOnSignals(held, cfg.StopSignal, env.Rank, cancel)
