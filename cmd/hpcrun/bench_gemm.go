@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/train/plan"
 	"github.com/urfave/cli/v2"
 )
 
@@ -230,6 +231,21 @@ func runGemmBench(w io.Writer, shapes []gemmShape, peer *tensor.GemmPeer, thread
 		}
 	}
 	return saveCPURate(w, median(rates), threads)
+}
+
+// saveCPURate keeps the GEMM rate bench gemm measured, for hpcrun plan,
+// and says where; a rate that cannot be kept is only mentioned.
+func saveCPURate(w io.Writer, gflops float64, threads int) error {
+	if !(gflops > 0) {
+		return nil
+	}
+	path, err := plan.SaveCPURate(plan.CPURate{GFlops: gflops, Threads: threads, Measured: time.Now().UTC()})
+	if err != nil {
+		_, err = fmt.Fprintf(w, "\nhpcrun plan keeps the default CPU rate: %v\n", err)
+		return err
+	}
+	_, err = fmt.Fprintf(w, "\nhpcrun plan will use %.1f GFLOP/s on %d threads (the median of the shapes), kept in %s\n", gflops, threads, path)
+	return err
 }
 
 func randGemmData(r *rand.Rand, n int) []float32 {

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/hpcrun/hpcrun/internal/units"
 	"github.com/hpcrun/hpcrun/slurm"
@@ -110,21 +109,6 @@ func predictRun(p *submitPlan) (*plan.Plan, []plan.Suggestion, string, error) {
 // each, share a node.
 func rankShare(lay slurm.Layout, cpusPerTask int) plan.Share {
 	return plan.Share{TasksPerNode: lay.TasksPerNode, GPUsPerNode: lay.GPUsPerNode, CPUsPerTask: cpusPerTask}
-}
-
-// saveCPURate keeps the GEMM rate bench gemm measured, for hpcrun plan,
-// and says where; a rate that cannot be kept is only mentioned.
-func saveCPURate(w io.Writer, gflops float64, threads int) error {
-	if !(gflops > 0) {
-		return nil
-	}
-	path, err := plan.SaveCPURate(plan.CPURate{GFlops: gflops, Threads: threads, Measured: time.Now().UTC()})
-	if err != nil {
-		_, err = fmt.Fprintf(w, "\nhpcrun plan keeps the default CPU rate: %v\n", err)
-		return err
-	}
-	_, err = fmt.Fprintf(w, "\nhpcrun plan will use %.1f GFLOP/s on %d threads (the median of the shapes), kept in %s\n", gflops, threads, path)
-	return err
 }
 
 // planJSON is hpcrun plan --json.
@@ -254,7 +238,6 @@ func whatFits(sug []plan.Suggestion) string {
 	return "what would fit: " + strings.Join(parts, ", ") + "; bf16 would not help (the engine stores fp32)"
 }
 
-// refuseUnfit is submit's error for a run that does not fit.
 // refuseUnfitHere refuses, as submit does without --force, a run of
 // ntasks ranks on this machine (hpcrun run) that the plan says does not fit
 // a rank's share of this machine's memory. A run on GPUs, which the plan
@@ -278,6 +261,7 @@ func refuseUnfitHere(cfg trainconfig.Config) error {
 		bytesIEC(pl.Memory.Total), bytesIEC(-pl.Headroom), bytesIEC(pl.Device.MemBytes), pl.Device.Name, whatFits(plan.Suggest(r))), 1)
 }
 
+// refuseUnfit is submit's error for a run that does not fit.
 func refuseUnfit(p *submitPlan) error {
 	pl := p.plan
 	return cli.Exit(fmt.Sprintf("the run needs %s a rank, %s over the %s of %s (%s); submit --force to submit it anyway",
