@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -143,7 +144,7 @@ func TestTasksHandMasterListenerToTaskZero(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if other, err := net.Listen("tcp", "127.0.0.1:"+itoa(port)); err == nil {
+	if other, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
 		other.Close()
 		t.Fatal("the master's port could be taken before the tasks started")
 	}
