@@ -173,6 +173,19 @@ func futexWait(addr *uint32, val uint32, d time.Duration) {
 		uintptr(unsafe.Pointer(&ts)), 0, 0)
 }
 
+// yield gives the core to another runnable thread (a peer rank when ranks
+// outnumber cores). It is a raw system call on purpose: through
+// syscall.Syscall the runtime marks the goroutine as in a system call, and
+// when the yield lasts past one sysmon tick (20 us; a peer's time slice is
+// longer) sysmon retakes the P if no other P is idle, which under
+// GOMAXPROCS=1 (what slurm.Tasks gives each of n ranks on fewer than 2n
+// cores) is every time: it wakes a spinning M for the P, and the yielding
+// thread must take the P back on exitsyscall's slow path. Measured with 4
+// ranks on 2 cores: 4x the context switches, 2x the CPU time and half the
+// bus bandwidth. sched_yield never blocks, so the raw call holds the P only
+// for the peer's time slice.
+func yield() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
+
 func futexWake(addr *uint32) {
 	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), 1 /* FUTEX_WAKE */, 1<<30, 0, 0, 0)
 }
@@ -220,7 +233,7 @@ func (g *shmGroup) sync() error {
 		}
 		if spins < spinLimit {
 			// Ranks may outnumber cores: let a peer run rather than spin.
-			syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+			yield()
 			continue
 		}
 		gen := atomic.LoadUint32(g.futex())
