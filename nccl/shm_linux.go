@@ -339,6 +339,33 @@ func (g *shmGroup) allReduce(buf []float32, op Op) error {
 	return nil
 }
 
+// reduceOnePhase is the all-reduce of a buffer that fits a slot, in one
+// phase: every rank copies its whole buffer into its slot and, once all
+// have, reduces all slots in rank order into its buffer (all), or only
+// group rank 0 does (a reduce to rank 0, for the hierarchical path). Every
+// rank reads n slots where allReduce reads one, but waits for its peers
+// once instead of twice: below smallShmBytes, where waiting costs more
+// than reading, it is the faster path. The fold is reduceSlots' as in
+// allReduce, so the bits are the same.
+func (g *shmGroup) reduceOnePhase(buf []float32, op Op, all bool) error {
+	g.begin('R', op, len(buf))
+	copy(g.slot(g.me), buf)
+	err := g.sync()
+	if err == nil {
+		err = g.check()
+	}
+	if err == nil && (all || g.me == 0) {
+		srcs := make([][]float32, g.n)
+		for r := range srcs {
+			srcs[r] = g.slot(r)[:len(buf)]
+		}
+		reduceSlots(buf, srcs, op)
+		finish(buf, op, g.n)
+	}
+	g.chunk++
+	return err
+}
+
 func (g *shmGroup) allGather(send, recv []float32) error {
 	b := len(send)
 	for off, first := 0, true; first || off < b; off, first = off+slotElems, false {
