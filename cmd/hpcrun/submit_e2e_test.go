@@ -134,7 +134,7 @@ func (e *env) row(all bool, execID string) (queueRow, bool) {
 	return queueRow{}, false
 }
 
-func slurmUp(t *testing.T) {
+func slurmUp(t testing.TB) {
 	if err := exec.Command("sinfo").Run(); err != nil {
 		t.Skip("Slurm is not up (sinfo fails); as root: scripts/slurm-local.sh up")
 	}
