@@ -80,6 +80,30 @@ func TestTCPExchangeAllReduce(t *testing.T) {
 	}
 }
 
+// Messages larger than the sockets' buffers hold are written on a
+// goroutine while the caller reads (here every message: the buffer is
+// said to be tiny); results are the same.
+func TestExchangeWritesOnAGoroutine(t *testing.T) {
+	const n = 3
+	err := tcpWorld(BackendTCP)(t, n, func(c Comm) error {
+		c.(*tcpComm).sndbuf = 4
+		for i, size := range []int{1, 1000, smallNetBytes/4 - 1} {
+			seed := uint64(9000 + i)
+			buf := rankData(seed, c.Rank(), size)
+			if err := c.AllReduce(buf, Avg); err != nil {
+				return err
+			}
+			if err := closeTo(buf, serialReduce(seed, n, size, Avg), n, true); err != nil {
+				return fmt.Errorf("AllReduce of %d: %w", size, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A rank below the exchange threshold and one above it run different
 // paths; the ring's header tells them apart at once, not after a timeout.
 func TestExchangeAgainstRingIsAnError(t *testing.T) {

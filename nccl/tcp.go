@@ -171,6 +171,7 @@ type tcpComm struct {
 
 	seq     map[string]int
 	scratch []float32 // one received piece
+	sndbuf  int       // the ring connection's socket send buffer, once read (small.go)
 	work    []float32 // ReduceScatter's copy of send
 	cnt     counters
 	closed  bool
