@@ -2,7 +2,13 @@
 
 package nccl
 
-import "errors"
+import (
+	"errors"
+	"runtime"
+)
+
+// yield lets another goroutine (or thread) run.
+func yield() { runtime.Gosched() }
 
 // shmGroup is the shared-memory path, only on Linux.
 type shmGroup struct{}

@@ -417,6 +417,11 @@ func (c *tcpComm) checkHeader(conn net.Conn, peer int, want []byte) error {
 	if err := c.read(conn, peer, got); err != nil {
 		return err
 	}
+	return c.compareHeader(peer, got, want)
+}
+
+// compareHeader compares the header got from peer with ours.
+func (c *tcpComm) compareHeader(peer int, got, want []byte) error {
 	if string(got) == string(want) {
 		return nil
 	}
