@@ -12,8 +12,9 @@
 //     ranks publish their listen addresses there and connect each group as a
 //     ring. All-reduce is the bandwidth-optimal ring (reduce-scatter then
 //     all-gather), streamed in pieces so that sending, receiving and reducing
-//     overlap; below 256 KiB the ranks exchange buffers directly instead
-//     (one message time instead of 2(n-1) steps; small.go).
+//     overlap; below 256 KiB (2 MiB for two ranks) the ranks exchange
+//     buffers directly instead (one message time instead of 2(n-1) steps;
+//     small.go).
 //   - Shared memory (BackendAuto, the default): a group whose ranks all run on
 //     one host also maps a file in /dev/shm and runs its collectives there
 //     (an all-reduce below 16 KiB in one phase instead of two). A group
