@@ -20,10 +20,13 @@ install:
 # Unit tests, the portable (no assembly) compute path, the race detector on the
 # concurrent packages, then the end-to-end tests. The e2e tests use the local
 # one-node Slurm when it can be started (root), and the Local executor always.
+# Last, the all-reduce's ratios to Open MPI on 1, 2 and 3 hosts, printed in the
+# suite's output (a record to compare runs by, no assertion on time).
 test: build slurm-up-if-root
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	HPCRUN_NOASM=1 $(GO) test -count=1 -tags noasm ./tensor/
 	$(GO) test -count=1 -race -short ./nccl/ ./tensor/ ./parallel/ ./slurm/ ./idrenv/ ./train/metrics/
+	$(GO) test -count=1 -run '^$$' -bench AllReduceVsMPI -benchtime 1x ./cmd/hpcrun
 
 .PHONY: slurm-up-if-root
 slurm-up-if-root:

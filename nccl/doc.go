@@ -12,9 +12,14 @@
 //     ranks publish their listen addresses there and connect each group as a
 //     ring. All-reduce is the bandwidth-optimal ring (reduce-scatter then
 //     all-gather), streamed in pieces so that sending, receiving and reducing
-//     overlap.
+//     overlap; below 256 KiB (2 MiB for two ranks) the ranks exchange
+//     buffers directly instead (one message time instead of 2(n-1) steps;
+//     small.go).
 //   - Shared memory (BackendAuto, the default): a group whose ranks all run on
-//     one host also maps a file in /dev/shm and runs its collectives there.
+//     one host also maps a file in /dev/shm and runs its collectives there
+//     (an all-reduce below 16 KiB in one phase instead of two). A group
+//     spread over hosts reduces on each host, between the hosts' first
+//     ranks, and broadcasts on each host (hierarchical).
 //   - NCCL (BackendNCCL): libnccl.so.2 loaded at run time; the communicator is
 //     a DeviceComm whose Device methods take GPU pointers and a stream. Each
 //     rank's device (Options.Device) is made current through the CUDA

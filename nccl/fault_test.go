@@ -31,7 +31,7 @@ func helperRank() int {
 		fmt.Println("ERR", err)
 		return 3
 	}
-	buf := make([]float32, 1<<18)
+	buf := make([]float32, env("H_ELEMS"))
 	for i := 0; ; i++ {
 		if err := c.AllReduce(buf, Sum); err != nil {
 			fmt.Println("ERR", err)
@@ -51,14 +51,14 @@ type helper struct {
 	lines chan string
 }
 
-func startHelpers(t *testing.T, n int, backend string) []*helper {
+func startHelpers(t *testing.T, n int, backend string, elems int) []*helper {
 	t.Helper()
 	port := freePort(t)
 	hs := make([]*helper, n)
 	for r := range n {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), "NCCL_TEST_HELPER=1", fmt.Sprint("H_RANK=", r), fmt.Sprint("H_SIZE=", n),
-			fmt.Sprint("H_PORT=", port), "H_BACKEND="+backend)
+			fmt.Sprint("H_PORT=", port), "H_BACKEND="+backend, fmt.Sprint("H_ELEMS=", elems))
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -91,11 +91,12 @@ func startHelpers(t *testing.T, n int, backend string) []*helper {
 	return hs
 }
 
-// testFault breaks one rank of a running world and checks that every
-// other rank fails quickly with an error that names it.
-func testFault(t *testing.T, backend string, victim int, stop bool) {
+// testFault breaks one rank of a running world that all-reduces buffers of
+// elems elements and checks that every other rank fails quickly with an
+// error that names it.
+func testFault(t *testing.T, backend string, victim int, stop bool, elems int) {
 	const n = 4
-	hs := startHelpers(t, n, backend)
+	hs := startHelpers(t, n, backend, elems)
 	start := time.Now()
 	if stop {
 		hs[victim].cmd.Process.Signal(syscall.SIGSTOP)
@@ -134,10 +135,16 @@ func testFault(t *testing.T, backend string, victim int, stop bool) {
 	}
 }
 
-func TestFaultKillTCP(t *testing.T)   { testFault(t, BackendTCP, 2, false) }
-func TestFaultKillRank0(t *testing.T) { testFault(t, BackendTCP, 0, false) }
-func TestFaultStallTCP(t *testing.T)  { testFault(t, BackendTCP, 1, true) }
+// Ring and two-phase shared memory (1 MiB), direct exchange and one phase
+// (256 B).
+func TestFaultKillTCP(t *testing.T)   { testFault(t, BackendTCP, 2, false, 1<<18) }
+func TestFaultKillRank0(t *testing.T) { testFault(t, BackendTCP, 0, false, 1<<18) }
+func TestFaultStallTCP(t *testing.T)  { testFault(t, BackendTCP, 1, true, 1<<18) }
 
-func TestFaultKillShm(t *testing.T)    { testFault(t, BackendAuto, 3, false) }
-func TestFaultStallShm(t *testing.T)   { testFault(t, BackendAuto, 2, true) }
-func TestFaultStallRank0(t *testing.T) { testFault(t, BackendAuto, 0, true) }
+func TestFaultKillExchange(t *testing.T)  { testFault(t, BackendTCP, 2, false, 64) }
+func TestFaultStallExchange(t *testing.T) { testFault(t, BackendTCP, 1, true, 64) }
+
+func TestFaultKillShm(t *testing.T)          { testFault(t, BackendAuto, 3, false, 1<<18) }
+func TestFaultStallShm(t *testing.T)         { testFault(t, BackendAuto, 2, true, 1<<18) }
+func TestFaultStallRank0(t *testing.T)       { testFault(t, BackendAuto, 0, true, 1<<18) }
+func TestFaultStallShmOnePhase(t *testing.T) { testFault(t, BackendAuto, 2, true, 64) }

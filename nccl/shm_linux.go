@@ -173,6 +173,19 @@ func futexWait(addr *uint32, val uint32, d time.Duration) {
 		uintptr(unsafe.Pointer(&ts)), 0, 0)
 }
 
+// yield gives the core to another runnable thread (a peer rank when ranks
+// outnumber cores). It is a raw system call on purpose: through
+// syscall.Syscall the runtime marks the goroutine as in a system call, and
+// when the yield lasts past one sysmon tick (20 us; a peer's time slice is
+// longer) sysmon retakes the P if no other P is idle, which under
+// GOMAXPROCS=1 (what slurm.Tasks gives each of n ranks on fewer than 2n
+// cores) is every time: it wakes a spinning M for the P, and the yielding
+// thread must take the P back on exitsyscall's slow path. Measured with 4
+// ranks on 2 cores: 4x the context switches, 2x the CPU time and half the
+// bus bandwidth. sched_yield never blocks, so the raw call holds the P only
+// for the peer's time slice.
+func yield() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
+
 func futexWake(addr *uint32) {
 	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), 1 /* FUTEX_WAKE */, 1<<30, 0, 0, 0)
 }
@@ -220,7 +233,7 @@ func (g *shmGroup) sync() error {
 		}
 		if spins < spinLimit {
 			// Ranks may outnumber cores: let a peer run rather than spin.
-			syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+			yield()
 			continue
 		}
 		gen := atomic.LoadUint32(g.futex())
@@ -324,6 +337,33 @@ func (g *shmGroup) allReduce(buf []float32, op Op) error {
 	copyOut(nch - 1)
 	g.chunk = base + nch
 	return nil
+}
+
+// reduceOnePhase is the all-reduce of a buffer that fits a slot, in one
+// phase: every rank copies its whole buffer into its slot and, once all
+// have, reduces all slots in rank order into its buffer (all), or only
+// group rank 0 does (a reduce to rank 0, for the hierarchical path). Every
+// rank reads n slots where allReduce reads one, but waits for its peers
+// once instead of twice: below smallShmBytes, where waiting costs more
+// than reading, it is the faster path. The fold is reduceSlots' as in
+// allReduce, so the bits are the same.
+func (g *shmGroup) reduceOnePhase(buf []float32, op Op, all bool) error {
+	g.begin('R', op, len(buf))
+	copy(g.slot(g.me), buf)
+	err := g.sync()
+	if err == nil {
+		err = g.check()
+	}
+	if err == nil && (all || g.me == 0) {
+		srcs := make([][]float32, g.n)
+		for r := range srcs {
+			srcs[r] = g.slot(r)[:len(buf)]
+		}
+		reduceSlots(buf, srcs, op)
+		finish(buf, op, g.n)
+	}
+	g.chunk++
+	return err
 }
 
 func (g *shmGroup) allGather(send, recv []float32) error {

@@ -2,7 +2,13 @@
 
 package nccl
 
-import "errors"
+import (
+	"errors"
+	"runtime"
+)
+
+// yield lets another goroutine (or thread) run.
+func yield() { runtime.Gosched() }
 
 // shmGroup is the shared-memory path, only on Linux.
 type shmGroup struct{}
@@ -11,10 +17,11 @@ func newShmGroup(c *tcpComm) (*shmGroup, error) {
 	return nil, errors.New("shared memory path needs Linux")
 }
 
-func (g *shmGroup) wakeAll()                                        {}
-func (g *shmGroup) close()                                          {}
-func (g *shmGroup) allReduce(buf []float32, op Op) error            { return ErrClosed }
-func (g *shmGroup) allGather(send, recv []float32) error            { return ErrClosed }
-func (g *shmGroup) reduceScatter(send, recv []float32, op Op) error { return ErrClosed }
-func (g *shmGroup) broadcast(buf []float32, root int) error         { return ErrClosed }
-func (g *shmGroup) barrier() error                                  { return ErrClosed }
+func (g *shmGroup) wakeAll()                                            {}
+func (g *shmGroup) close()                                              {}
+func (g *shmGroup) allReduce(buf []float32, op Op) error                { return ErrClosed }
+func (g *shmGroup) reduceOnePhase(buf []float32, op Op, all bool) error { return ErrClosed }
+func (g *shmGroup) allGather(send, recv []float32) error                { return ErrClosed }
+func (g *shmGroup) reduceScatter(send, recv []float32, op Op) error     { return ErrClosed }
+func (g *shmGroup) broadcast(buf []float32, root int) error             { return ErrClosed }
+func (g *shmGroup) barrier() error                                      { return ErrClosed }

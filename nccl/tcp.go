@@ -171,6 +171,7 @@ type tcpComm struct {
 
 	seq     map[string]int
 	scratch []float32 // one received piece
+	sndbuf  int       // the ring connection's socket send buffer, once read (small.go)
 	work    []float32 // ReduceScatter's copy of send
 	cnt     counters
 	closed  bool
@@ -416,6 +417,11 @@ func (c *tcpComm) checkHeader(conn net.Conn, peer int, want []byte) error {
 	if err := c.read(conn, peer, got); err != nil {
 		return err
 	}
+	return c.compareHeader(peer, got, want)
+}
+
+// compareHeader compares the header got from peer with ours.
+func (c *tcpComm) compareHeader(peer int, got, want []byte) error {
 	if string(got) == string(want) {
 		return nil
 	}
@@ -588,11 +594,17 @@ func (c *tcpComm) AllReduce(buf []float32, op Op) error {
 		finish(buf, op, 1)
 		return nil
 	}
-	if c.shm != nil {
+	switch {
+	case c.shm != nil && 4*len(buf) < smallShmBytes:
+		return c.shm.reduceOnePhase(buf, op, true)
+	case c.shm != nil:
 		return c.shm.allReduce(buf, op)
-	}
-	if c.local != nil {
+	case c.useHierSmall(len(buf)):
+		return c.hierSmall(buf, op)
+	case c.local != nil:
 		return c.hierAllReduce(buf, op)
+	case c.useExchange(len(buf)):
+		return c.exchange(buf, op, header('R', op, len(buf)))
 	}
 	n := len(buf)
 	seg := func(i int) (int, int) { return segment(n, c.n, i) }
@@ -699,8 +711,9 @@ func (c *tcpComm) Broadcast(buf []float32, root int) error {
 	return err
 }
 
-// Barrier is a one-element all-reduce: its value travels the whole ring
-// twice, so no rank leaves before every rank entered.
+// Barrier is a one-element all-reduce (by direct exchange, or around the
+// ring twice in a large group): a rank leaves once it has heard from every
+// other, so no rank leaves before every rank entered.
 func (c *tcpComm) Barrier() error {
 	defer c.cnt.add(kBarrier, 0, time.Now())
 	if err := c.start(); err != nil {
@@ -711,6 +724,9 @@ func (c *tcpComm) Barrier() error {
 	}
 	if c.shm != nil {
 		return c.shm.barrier()
+	}
+	if c.useExchange(1) {
+		return c.exchange([]float32{0}, Sum, header('Z', Sum, 1))
 	}
 	buf := []float32{0}
 	seg := func(i int) (int, int) { return segment(1, c.n, i) }

@@ -18,7 +18,7 @@ import (
 
 // nodesUp skips unless the local Slurm has at least n namespace nodes
 // (scripts/slurm-local.sh up --nodes 3, which make test starts as root).
-func nodesUp(t *testing.T, n int) {
+func nodesUp(t testing.TB, n int) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("e2e: -short")

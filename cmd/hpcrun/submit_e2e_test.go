@@ -136,7 +136,7 @@ func (e *env) row(all bool, execID string) (slurm.QueueRow, bool) {
 	return slurm.QueueRow{}, false
 }
 
-func slurmUp(t *testing.T) {
+func slurmUp(t testing.TB) {
 	if err := exec.Command("sinfo").Run(); err != nil {
 		t.Skip("Slurm is not up (sinfo fails); as root: scripts/slurm-local.sh up")
 	}

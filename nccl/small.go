@@ -1,0 +1,259 @@
+package nccl
+
+import (
+	"io"
+	"net"
+	"syscall"
+	"time"
+)
+
+// Small buffers take latency paths: below a size the number of times a
+// rank waits for its peers costs more than the bytes it moves.
+//
+//   - One host (shared memory): one phase instead of two. Every rank copies
+//     its whole buffer into its slot and reduces all slots itself
+//     (shmGroup.reduceOnePhase), instead of reducing one segment, waiting,
+//     and copying the others' segments out.
+//   - Between hosts (TCP, no shared memory): a direct exchange instead of
+//     the ring (below 256 KiB; 2 MiB for a group of 2). Every rank sends its buffer to every other and reduces the
+//     n buffers in rank order: one message time instead of the ring's
+//     2(n-1) dependent steps, for n-1 times the buffer sent instead of
+//     2(n-1)/n times.
+//   - A group spread over hosts with several ranks on a host
+//     (hierarchical): the host's ranks reduce to their first rank in one
+//     phase, the first ranks exchange, and the result is broadcast on each
+//     host (two phases and one message time, instead of three phases and
+//     the leaders' ring).
+//
+// The thresholds were measured with `hpcrun bench comm` on the development
+// machine (2 cores; 4 ranks on one host; 2 and 3 hosts as network
+// namespaces of the local Slurm), each the size where the two paths cross.
+const (
+	// smallShmBytes: below it a one-host group all-reduces in one phase.
+	// At 4 ranks the two paths cross between 8 and 16 KiB: every rank
+	// reads 4 slots, 4 ranks on 2 cores.
+	smallShmBytes = 16 << 10
+	// smallNetBytes: below it a group without shared memory exchanges
+	// directly. On 2 and 3 hosts the exchange had 1.5-2x the ring's
+	// bandwidth at 4..128 KiB, the same at 256 KiB, 0.6-0.7x at 512 KiB
+	// and above.
+	smallNetBytes = 256 << 10
+	// pairNetBytes replaces smallNetBytes for a group of 2: the exchange
+	// then sends what the ring sends, in one step instead of two. With
+	// the exchange written before it reads and polled (below), between 2
+	// hosts it had 1.4-1.8x the ring's bandwidth at 256 KiB and 1 MiB,
+	// 0.8x at 4 MiB. Between 3 hosts it had no such gain at 1 MiB.
+	pairNetBytes = 2 << 20
+	// hierRootBytes bounds what the host's first rank reads in the
+	// hierarchical path's one-phase reduce (its host's ranks times the
+	// buffer): with 2 ranks a host, buffers below 256 KiB, where the
+	// one-phase path was as fast or faster at every size measured.
+	hierRootBytes = 512 << 10
+)
+
+// maxExchange bounds the groups that exchange directly: each rank holds a
+// link to every other, and sends n-1 messages a call.
+const maxExchange = 8
+
+// kindExchange is the connection kind of the direct exchange's links.
+const kindExchange byte = 2
+
+// useExchange says whether a group without shared memory all-reduces
+// count elements by direct exchange.
+func (c *tcpComm) useExchange(count int) bool {
+	if c.n == 2 {
+		return 4*count < pairNetBytes
+	}
+	return c.n <= maxExchange && 4*count < smallNetBytes
+}
+
+// exchange all-reduces buf by direct exchange. Each rank sends the
+// collective's header and its buffer to every other rank: to its ring
+// successor on the ring connection (so that a rank that called another
+// collective reads a header it can compare, as on the ring) and to the
+// others on links of their own, made on first use. It then reduces the n
+// buffers in rank order, so every rank gets the same bits.
+func (c *tcpComm) exchange(buf []float32, op Op, hdr []byte) error {
+	n, me := c.n, c.rank
+	next, prev := (me+1)%n, (me+n-1)%n
+	out, in := make([]net.Conn, n), make([]net.Conn, n)
+	for i := 1; i < n; i++ { // dial every link before waiting for any
+		p := (me + i) % n
+		if p == next {
+			out[p] = c.next
+			continue
+		}
+		var err error
+		if out[p], err = c.link(p, true, kindExchange); err != nil {
+			return err
+		}
+	}
+	for i := 1; i < n; i++ {
+		p := (me + n - i) % n
+		if p == prev {
+			in[p] = c.prev
+			continue
+		}
+		var err error
+		if in[p], err = c.link(p, false, kindExchange); err != nil {
+			return err
+		}
+	}
+	m := len(buf)
+	all := c.buffer(n * m)
+	copy(all[me*m:], buf)
+	sendAll := func() error {
+		for i := 1; i < n; i++ {
+			p := (me + i) % n
+			conn := out[p]
+			conn.SetWriteDeadline(time.Now().Add(c.nd.o.Timeout))
+			b := net.Buffers{hdr, asBytes(all[me*m : (me+1)*m])}
+			if _, err := b.WriteTo(conn); err != nil {
+				return c.ioErr(p, "sending to", err)
+			}
+		}
+		return nil
+	}
+	// Messages that fit the sockets' buffers are written first; larger
+	// ones on a goroutine while this one reads, so that no two ranks
+	// block on writes to each other.
+	var sent chan error
+	var err error
+	if 16+4*m <= c.inlineBytes() {
+		err = sendAll()
+	} else {
+		sent = make(chan error, 1)
+		go func() { sent <- sendAll() }()
+	}
+	got := make([]byte, 16)
+	for i := 1; i < n && err == nil; i++ {
+		p := (me + n - i) % n
+		if err = c.readSpin(in[p], p, got); err == nil {
+			if err = c.compareHeader(p, got, hdr); err == nil {
+				err = c.readSpin(in[p], p, asBytes(all[p*m:(p+1)*m]))
+			}
+		}
+	}
+	if sent != nil {
+		if serr := <-sent; err == nil {
+			err = serr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	srcs := make([][]float32, n)
+	for r := range srcs {
+		srcs[r] = all[r*m : (r+1)*m]
+	}
+	reduceSlots(buf, srcs, op)
+	finish(buf, op, n)
+	return nil
+}
+
+// useHierSmall says whether a group spread over hosts takes hierSmall for
+// count elements: its host's ranks share memory and its first rank reads
+// less than hierRootBytes.
+func (c *tcpComm) useHierSmall(count int) bool {
+	return c.local != nil && c.local.shm != nil && 4*count*c.local.n < hierRootBytes
+}
+
+// inlineBytes is the largest exchange message written before reading: a
+// link holds at most two (a rank can be one call ahead of a peer that has
+// not read its last one yet), and two fit in half the socket's send
+// buffer as the kernel reports it (it counts its own overhead in the
+// other half). Writing on the caller's goroutine instead of handing the
+// writes to another saved a quarter of the time at 64 KiB between 2 hosts.
+func (c *tcpComm) inlineBytes() int {
+	if c.sndbuf == 0 {
+		c.sndbuf = directBytes * 4 // 2 of 32 KiB, as the ring's direct sender assumes
+		if sc, ok := c.next.(syscall.Conn); ok {
+			if raw, err := sc.SyscallConn(); err == nil {
+				raw.Control(func(fd uintptr) {
+					if v, err := syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF); err == nil && v > 0 {
+						c.sndbuf = v
+					}
+				})
+			}
+		}
+	}
+	return c.sndbuf / 4
+}
+
+// hierSmall is hierAllReduce for a small buffer on hosts whose ranks share
+// memory: reduce to the host's first rank in one phase, all-reduce between
+// the first ranks (exchanged directly when small), and broadcast on each
+// host.
+func (c *tcpComm) hierSmall(buf []float32, op Op) error {
+	inner := op
+	if op == Avg {
+		inner = Sum
+	}
+	if err := c.local.shm.reduceOnePhase(buf, inner, false); err != nil {
+		return err
+	}
+	if c.leaders != nil {
+		if err := c.leaders.AllReduce(buf, inner); err != nil {
+			return err
+		}
+	}
+	if err := c.local.shm.broadcast(buf, 0); err != nil {
+		return err
+	}
+	finish(buf, op, c.n)
+	return nil
+}
+
+// readSpins is how many times readSpin polls an empty socket, yielding
+// between tries, before it waits in the runtime's poller.
+const readSpins = 200
+
+// readSpin fills b from conn as c.read does, but polls the socket first:
+// a small message from a peer that is already sending arrives within
+// microseconds, and waking a goroutine parked in the poller costs about as
+// much (4 KiB over 2 hosts: 0.094 -> 0.117 GB/s, best of 3). Past
+// readSpins empty polls it waits in the poller, where the deadline and an
+// abort end the wait.
+func (c *tcpComm) readSpin(conn net.Conn, peer int, b []byte) error {
+	sc, ok := conn.(syscall.Conn)
+	if !ok || len(b) == 0 {
+		return c.read(conn, peer, b)
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return c.read(conn, peer, b)
+	}
+	conn.SetReadDeadline(time.Now().Add(c.nd.o.Timeout))
+	got, tries := 0, 0
+	var rerr error
+	err = raw.Read(func(fd uintptr) bool {
+		for got < len(b) {
+			k, e := syscall.Read(int(fd), b[got:])
+			switch {
+			case k > 0:
+				got += k
+			case e == syscall.EINTR:
+			case e == syscall.EAGAIN:
+				if tries++; tries > readSpins {
+					tries = 0
+					return false // wait in the poller
+				}
+				yield()
+			case e != nil:
+				rerr = e
+				return true
+			default:
+				rerr = io.ErrUnexpectedEOF
+				return true
+			}
+		}
+		return true
+	})
+	if err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return c.ioErr(peer, "receiving from", err)
+	}
+	return nil
+}
