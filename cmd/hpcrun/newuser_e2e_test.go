@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"math"
 	"os"
@@ -107,22 +106,8 @@ func TestCtrlCOnRunResumes(t *testing.T) {
 		t.Skip("trains for a few seconds")
 	}
 	e := newEnv(t)
-	cmd := exec.Command(e.bin, "run", "--nproc", "2", "--steps", "400", "--eval-every", "0", "--device", "cpu")
-	cmd.Dir = e.dir
-	cmd.Env = []string{"PATH=" + e.path, "HOME=" + e.dir, "XDG_CACHE_HOME=" + filepath.Join(e.dir, ".cache"), "HPCRUN_RUNS_DIR=" + filepath.Join(e.dir, "runs")}
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stderr, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, stderr, dir := e.startRun(t, "run", "--nproc", "2", "--steps", "400", "--eval-every", "0", "--device", "cpu")
 	defer cmd.Process.Kill()
-	var dir string
-	for deadline := time.Now().Add(30 * time.Second); dir == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		ents, _ := os.ReadDir(filepath.Join(e.dir, "runs"))
-		if len(ents) == 1 {
-			dir = filepath.Join(e.dir, "runs", ents[0].Name())
-		}
-	}
 	waitForSteps(t, dir, 3)
 	cmd.Process.Signal(os.Interrupt) // what the terminal sends hpcrun run on Ctrl-C
 	err := cmd.Wait()

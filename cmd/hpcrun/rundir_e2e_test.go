@@ -104,22 +104,8 @@ func TestTermToOneRankStopsAllTogether(t *testing.T) {
 		t.Skip("trains for a few seconds")
 	}
 	e := newEnv(t)
-	cmd := exec.Command(e.bin, "run", "--nproc", "2", "--tp", "1", "--steps", "100000", "--eval-every", "100000")
-	cmd.Dir = e.dir
-	cmd.Env = []string{"PATH=" + e.path, "HOME=" + e.dir, "XDG_CACHE_HOME=" + filepath.Join(e.dir, ".cache"), "HPCRUN_RUNS_DIR=" + filepath.Join(e.dir, "runs")}
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stderr, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, stderr, dir := e.startRun(t, "run", "--nproc", "2", "--tp", "1", "--steps", "100000", "--eval-every", "100000")
 	defer cmd.Process.Kill()
-	var dir string
-	for deadline := time.Now().Add(30 * time.Second); dir == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		ents, _ := os.ReadDir(filepath.Join(e.dir, "runs"))
-		if len(ents) == 1 {
-			dir = filepath.Join(e.dir, "runs", ents[0].Name())
-		}
-	}
 	waitForSteps(t, dir, 3)
 	pids := rankPids(dir)
 	if len(pids) != 2 {
@@ -219,4 +205,26 @@ func TestMetricsReportsConfigErrors(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "hpcrun.toml:1") {
 		t.Errorf("metrics with a broken hpcrun.toml: exit %d, %q; want the file and line", code, errOut)
 	}
+}
+
+// startRun starts hpcrun with args (an hpcrun run) in e's directory, its
+// output in the returned buffer, and waits for its run dir to appear.
+func (e *env) startRun(t *testing.T, args ...string) (*exec.Cmd, *bytes.Buffer, string) {
+	t.Helper()
+	cmd := exec.Command(e.bin, args...)
+	cmd.Dir = e.dir
+	cmd.Env = []string{"PATH=" + e.path, "HOME=" + e.dir, "XDG_CACHE_HOME=" + filepath.Join(e.dir, ".cache"), "HPCRUN_RUNS_DIR=" + filepath.Join(e.dir, "runs")}
+	stderr := &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = stderr, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var dir string
+	for deadline := time.Now().Add(30 * time.Second); dir == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		ents, _ := os.ReadDir(filepath.Join(e.dir, "runs"))
+		if len(ents) == 1 {
+			dir = filepath.Join(e.dir, "runs", ents[0].Name())
+		}
+	}
+	return cmd, stderr, dir
 }
