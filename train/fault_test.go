@@ -151,23 +151,7 @@ func TestResumeNamesNaNWeights(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	if _, err := Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: dir, Data: data}); err != nil {
-		t.Fatal(err)
-	}
-	step := filepath.Join(rundir.Dir(dir).Ckpt(), "step-000002")
-	files, _ := filepath.Glob(filepath.Join(step, "model*.safetensors"))
-	if len(files) != 1 {
-		t.Fatalf("model files %v", files)
-	}
-	b, err := os.ReadFile(files[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	binary.LittleEndian.PutUint32(b[len(b)-4:], math.Float32bits(float32(math.NaN())))
-	if err := os.WriteFile(files[0], b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	step := poisonedCheckpoint(t, cfg, data, float32(math.NaN()))
 	cfg.Steps = 4
 	_, err = Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: t.TempDir(), Data: data, Resume: step})
 	if err == nil || !strings.Contains(err.Error(), "checkpoint "+step+": the weights of ") || !strings.Contains(err.Error(), "hold NaN") {
@@ -179,18 +163,7 @@ func TestResumeNamesNaNWeights(t *testing.T) {
 func TestGenerateNamesNaNWeights(t *testing.T) {
 	cfg, data := gptConfig(t, 1, 1)
 	cfg.Steps, cfg.EvalEvery = 2, 0
-	dir := t.TempDir()
-	if _, err := Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: dir, Data: data}); err != nil {
-		t.Fatal(err)
-	}
-	step := filepath.Join(rundir.Dir(dir).Ckpt(), "step-000002")
-	files, _ := filepath.Glob(filepath.Join(step, "model*.safetensors"))
-	if len(files) != 1 {
-		t.Fatalf("model files %v", files)
-	}
-	b, _ := os.ReadFile(files[0])
-	binary.LittleEndian.PutUint32(b[len(b)-4:], math.Float32bits(float32(math.Inf(1))))
-	os.WriteFile(files[0], b, 0o644)
+	step := poisonedCheckpoint(t, cfg, data, float32(math.Inf(1)))
 	_, err := Generate(context.Background(), nccl.NewInProcess(1)[0], GenerateOptions{Source: step, Prompt: "alpha", Tokens: 2})
 	if err == nil || !strings.Contains(err.Error(), "checkpoint "+step+": the weights of ") || !strings.Contains(err.Error(), "hold +Inf") {
 		t.Fatalf("generate from a checkpoint with +Inf weights: %v, want the checkpoint and tensor named", err)
@@ -214,4 +187,29 @@ func TestTokenFileTruncatedWhilePrepared(t *testing.T) {
 	if err := checkVocab(toks, path, 256); err == nil || !strings.Contains(err.Error(), "data "+path+": the file shrank") {
 		t.Fatalf("checkVocab on a truncated file: %v", err)
 	}
+}
+
+// poisonedCheckpoint trains cfg (2 steps, a checkpoint at step 2) on one
+// rank and sets the last weight of its model file to v; it returns the
+// checkpoint's step dir.
+func poisonedCheckpoint(t *testing.T, cfg config.Config, data *Data, v float32) string {
+	t.Helper()
+	dir := t.TempDir()
+	if _, err := Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: dir, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	step := filepath.Join(rundir.Dir(dir).Ckpt(), "step-000002")
+	files, _ := filepath.Glob(filepath.Join(step, "model*.safetensors"))
+	if len(files) != 1 {
+		t.Fatalf("model files %v", files)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary.LittleEndian.PutUint32(b[len(b)-4:], math.Float32bits(v))
+	if err := os.WriteFile(files[0], b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return step
 }
