@@ -207,3 +207,49 @@ func TestSizesRefusedBeforeAllocating(t *testing.T) {
 		}
 	}
 }
+
+// A rank whose world never forms still ends its metrics file with why:
+// here rank 1 of 2 waits for a master that never comes and is cancelled
+// (TERM, then TERM again to stop at once). Before, such a rank left no
+// file at all, and on a job whose peer failed while the others were still
+// joining, "hpcrun metrics" showed ranks with no end.
+func TestRankThatNeverJoinedRecordsWhy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains")
+	}
+	e := newEnv(t)
+	e.mustRun("run", "--nproc", "2", "--steps", "1")
+	dir := rundir.Dir(e.onlyRun())
+	os.Remove(dir.RankMetrics(1))
+	ln, port, err := slurm.ListenMaster()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close() // nobody serves the store on port
+	cmd := exec.Command(e.bin, "train", "--run-dir", dir.Path())
+	cmd.Env = append(os.Environ(), slurm.TorchrunVars(2, port, dir.ExecID(), "run")(1)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGTERM)
+	time.Sleep(100 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("the task did not stop within 30 s of a second TERM: %s", stderr.String())
+	}
+	l, err := metrics.ReadRank(dir.RankMetrics(1))
+	if err != nil {
+		t.Fatalf("%v (stderr: %s)", err, stderr.String())
+	}
+	if l.End == nil || l.End.Status != metrics.StatusInterrupted || l.End.Error == "" || len(l.Steps) != 0 {
+		t.Fatalf("end line %+v after %d steps: want interrupted, saying why, and no step", l.End, len(l.Steps))
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train"
 	trainconfig "github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/metrics"
 	"github.com/urfave/cli/v2"
 )
 
@@ -37,6 +38,7 @@ func trainCommand() *cli.Command {
 }
 
 func runTrainTask(c *cli.Context) error {
+	start := time.Now()
 	// First of all: a stop signal that comes now (right after a requeue,
 	// or with a time limit shorter than the signal's lead) is held until
 	// the task can honour it, instead of being lost (Go ignores an
@@ -66,7 +68,11 @@ func runTrainTask(c *cli.Context) error {
 	ctx, cancel := context.WithCancel(c.Context)
 	defer cancel()
 	stop := stopOnSignals(held, cfg.StopSignal, env.Rank, cancel)
+	// fail ends a task whose world did not form (or formed and failed
+	// before train.Run opened its metrics file): the rank's file still
+	// ends with why, as it would had training begun.
 	fail := func(err error) error {
+		recordEarlyEnd(ctx, dir, env.Rank, err, time.Since(start))
 		return cli.Exit(fmt.Sprintf("rank %d: %v", env.Rank, err), 1)
 	}
 	backend, gpu, err := train.CommBackend(cfg, env.GPUOrdinal)
@@ -111,9 +117,26 @@ func runTrainTask(c *cli.Context) error {
 		return lostPeer(ctx, dir, cfg, env, err)
 	}
 	if cerr := comm.Close(); cerr != nil && ctx.Err() == nil {
-		return fail(cerr)
+		return cli.Exit(fmt.Sprintf("rank %d: %v", env.Rank, cerr), 1)
 	}
 	return nil
+}
+
+// recordEarlyEnd appends an end line saying err to the rank's metrics file,
+// for a failure before train.Run (which writes its own): most often a peer
+// that failed first and aborted the world while this rank was joining it.
+// A file it cannot write is left alone: the error reaches stderr anyway.
+func recordEarlyEnd(ctx context.Context, dir rundir.Dir, rank int, err error, wall time.Duration) {
+	w, werr := metrics.Create(dir.Path(), rank)
+	if werr != nil {
+		return
+	}
+	status := ""
+	if ctx.Err() != nil {
+		status = metrics.StatusInterrupted
+	}
+	w.End(status, err, wall)
+	w.Close()
 }
 
 // ExitStopped is the exit status of a task that stopped on the time-limit
