@@ -73,9 +73,11 @@ func slurmJob(t *testing.T, id string) (state string, restarts int) {
 // two minutes, the lifetime of the revoked job credential.
 func requeueNow(t *testing.T, s submitted, restarts int, deadline time.Time) {
 	t.Helper()
+	var seen time.Time
 	for {
 		st, n := slurmJob(t, s.JobID)
 		if st == "PENDING" && n == restarts {
+			seen = time.Now()
 			break
 		}
 		if st == "COMPLETED" || st == "FAILED" || time.Now().After(deadline) {
@@ -84,9 +86,12 @@ func requeueNow(t *testing.T, s submitted, restarts int, deadline time.Time) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	// slurmd refuses a credential issued within a second or so of the
-	// revocation of the job's previous one ("Job credential revoked").
-	time.Sleep(3 * time.Second)
+	// slurmd refuses a credential whose creation time (whole seconds) is
+	// not after the revocation time of the job's previous one ("Job
+	// credential revoked"). slurmctld stamped that revocation when it
+	// requeued the job, before the job read PENDING here, so a credential
+	// created in a later second than seen is accepted.
+	time.Sleep(time.Until(seen.Truncate(time.Second).Add(time.Second)))
 	exec.Command("scontrol", "update", "jobid="+s.JobID, "starttime=now").Run()
 }
 
@@ -117,8 +122,8 @@ func waitCompleted(t *testing.T, s submitted, deadline time.Time) int {
 // Two shortcuts keep it under a minute, where a real time limit would take
 // minutes: the test sends USR1 itself (scancel --signal=USR1, what Slurm
 // does signal_secs before the limit, whose timer has up to a minute of
-// slack), and it moves each requeued job's begin time to 3 s after the
-// requeue (scontrol update starttime=now): Slurm holds a requeued job for
+// slack), and it moves each requeued job's begin time to the second after
+// the requeue (scontrol update starttime=now): Slurm holds a requeued job for
 // about two minutes, the lifetime of the revoked job credential.
 func TestE2ERequeue(t *testing.T) {
 	if testing.Short() {
