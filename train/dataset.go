@@ -295,8 +295,10 @@ func newTokenizer(cfg config.Config, texts []string) (Tokenizer, error) {
 			size = defaultWordPieceVocab
 		}
 		return NewWordPiece(BuildWordPieceVocab(texts, size))
+	case "hf":
+		return LoadHFTokenizer(cfg.VocabFile)
 	}
-	return nil, fmt.Errorf("tokenizer %q: use byte, gpt2 or wordpiece", name)
+	return nil, fmt.Errorf("tokenizer %q: use byte, gpt2, wordpiece or hf", name)
 }
 
 // modelVocab is the number of ids the model embeds: the tokenizer's, or the

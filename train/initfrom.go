@@ -11,7 +11,8 @@ import (
 
 // ApplyInitFrom gives c the model shape of its init_from weights (model,
 // layers, dim, heads, positions, vocab; the GPT-2 tokenizer for GPT-2's
-// 50257-id vocabulary when none is chosen). explicit reports the config keys
+// 50257-id vocabulary when none is chosen, else the tokenizer.json beside
+// the weights). explicit reports the config keys
 // the user set (flags): one whose value contradicts the file is an error
 // that names both. Without init_from it does nothing.
 func ApplyInitFrom(c *config.Config, explicit func(key string) bool) error {
@@ -47,6 +48,11 @@ func ApplyInitFrom(c *config.Config, explicit func(key string) bool) error {
 	c.Preset = ""
 	if c.Tokenizer == "" && s.Vocab == gpt2Vocab {
 		c.Tokenizer = "gpt2"
+	}
+	// Another decoder reads the tokenizer.json it was trained with.
+	hf := filepath.Join(filepath.Dir(s.Source), "tokenizer.json")
+	if _, err := os.Stat(hf); err == nil && c.Tokenizer == "" && s.Model != "bert" && !explicit("vocab_file") {
+		c.Tokenizer, c.VocabFile = "hf", hf
 	}
 	if s.Model == "bert" {
 		// A pretrained BERT reads its own vocab.txt, so that it sees the ids

@@ -16,14 +16,17 @@ func dataCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			{
 				Name:      "tokenize",
-				Usage:     "tokenize text files with GPT-2's BPE into a token file (llm.c / nanoGPT .bin) for --data",
+				Usage:     "tokenize text files with GPT-2's BPE (or a tokenizer.json) into a token file (llm.c / nanoGPT .bin) for --data",
 				ArgsUsage: "TEXT... -o OUT.bin",
 				Description: "The texts are joined with GPT-2's end-of-text token (50256) between them; one text gives\n" +
 					"the tokens hpcrun would make of it in process. OUT.bin has llm.c's header (256 int32:\n" +
-					"magic 20240520, version 1, token count) and uint16 tokens.",
+					"magic 20240520, version 1, token count) and uint16 tokens. --tokenizer reads a Hugging Face\n" +
+					"tokenizer.json instead (its end-of-text token between texts; ids must fit in uint16); train\n" +
+					"on the file with --tokenizer hf --vocab-file the same tokenizer.json.",
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "the token `FILE` to write (required)"},
 					&cli.BoolFlag{Name: "force", Usage: "replace FILE when it exists"},
+					&cli.StringFlag{Name: "tokenizer", Usage: "a Hugging Face tokenizer.json (or its `DIR`) to use instead of GPT-2's BPE"},
 				},
 				Action: dataTokenize,
 			},
@@ -39,7 +42,13 @@ func dataTokenize(c *cli.Context) error {
 	if _, err := os.Stat(out); err == nil && !force {
 		return cli.Exit(fmt.Sprintf("%s exists: choose another -o or pass --force to replace it", out), 2)
 	}
-	tok, err := train.NewGPT2Tokenizer()
+	var tok train.Tokenizer
+	var err error
+	if path := c.String("tokenizer"); path != "" {
+		tok, err = train.LoadHFTokenizer(path)
+	} else {
+		tok, err = train.NewGPT2Tokenizer()
+	}
 	if err != nil {
 		return cli.Exit(err.Error(), 1)
 	}

@@ -19,7 +19,7 @@ type Config struct {
 	Heads     int     `toml:"heads" json:"heads"`         // attention heads
 	Seq       int     `toml:"seq" json:"seq"`             // sequence length in tokens
 	Vocab     int     `toml:"vocab" json:"vocab"`         // tokenizer vocabulary before padding; 0 = from the tokenizer
-	Tokenizer string  `toml:"tokenizer" json:"tokenizer"` // byte, gpt2, wordpiece; "" = the model's default
+	Tokenizer string  `toml:"tokenizer" json:"tokenizer"` // byte, gpt2, wordpiece, hf (vocab_file's tokenizer.json); "" = the model's default
 	BatchSize int     `toml:"bsz" json:"bsz"`             // samples per DP rank per micro-step
 	GradAccum int     `toml:"grad_accum" json:"grad_accum"`
 	Epochs    int     `toml:"epochs" json:"epochs"`
@@ -34,7 +34,7 @@ type Config struct {
 	Device    string  `toml:"device" json:"device"`         // auto, cpu, cuda
 	Comm      string  `toml:"comm" json:"comm"`             // auto, tcp, nccl: how collectives run (see CommBackend)
 
-	VocabFile   string  `toml:"vocab_file,omitempty" json:"vocab_file,omitempty"` // BERT vocab.txt for wordpiece; "" = build one from the training texts
+	VocabFile   string  `toml:"vocab_file,omitempty" json:"vocab_file,omitempty"` // BERT vocab.txt for wordpiece ("" = build one from the training texts); a tokenizer.json or its directory for hf
 	EvalSamples int     `toml:"eval_samples" json:"eval_samples"`                 // validation samples per evaluation; 0 = 512
 	WeightDecay float64 `toml:"weight_decay" json:"weight_decay"`                 // AdamW decoupled weight decay (matrices only)
 	GradClip    float64 `toml:"grad_clip" json:"grad_clip"`                       // clip the global gradient norm to this; 0 = no clipping
@@ -249,8 +249,12 @@ func (c Config) Validate() error {
 	}
 	switch c.Tokenizer {
 	case "", "byte", "gpt2", "wordpiece":
+	case "hf":
+		if c.VocabFile == "" {
+			bad("tokenizer hf reads a Hugging Face tokenizer.json: set vocab_file (--vocab-file) to it or to its directory")
+		}
 	default:
-		bad("tokenizer %q: use byte, gpt2 or wordpiece", c.Tokenizer)
+		bad("tokenizer %q: use byte, gpt2, wordpiece or hf", c.Tokenizer)
 	}
 	if !(c.LR > 0) {
 		bad("lr = %g: must be positive", c.LR)

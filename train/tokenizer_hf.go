@@ -1,0 +1,528 @@
+package train
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/dlclark/regexp2"
+	"github.com/hpcrun/hpcrun/train/config"
+	"golang.org/x/text/unicode/norm"
+)
+
+// HFTokenizer is a Hugging Face byte-level BPE tokenizer read from its
+// tokenizer.json (GPT-2, Llama 3, SmolLM, Mistral-Nemo and most decoders
+// trained since): the added tokens, the normalizer, the pre-tokenizers and
+// the BPE merges the file names, applied as the tokenizers library applies
+// them. Encode gives the ids of tokenizer(text, add_special_tokens=False):
+// added tokens written in the text are recognised.
+type HFTokenizer struct {
+	path    string
+	vocab   map[string]int // the model's tokens in byte-level form
+	tokens  []string       // id -> text of an added token, or byte-level form
+	added   map[int]bool   // ids of added tokens: decoded as written
+	addedID map[string]int // an added token's text -> its id
+	merges  map[[2]int]merge
+	addedRE *regexp2.Regexp // the added tokens, longest first; nil: none
+	normal  []func(string) string
+	pre     []preStep
+	// byteLevel: the pre-tokenizer maps bytes to byte-level characters
+	// (and the decoder maps them back).
+	byteLevel    bool
+	ignoreMerges bool
+	specials     Specials
+}
+
+// merge is what joining a pair of ids gives, and its priority.
+type merge struct{ rank, id int }
+
+// preStep splits each piece of text into smaller ones.
+type preStep func(piece string) []string
+
+// hfFile is the part of tokenizer.json the tokenizer reads.
+type hfFile struct {
+	AddedTokens []struct {
+		ID      int    `json:"id"`
+		Content string `json:"content"`
+		Special bool   `json:"special"`
+	} `json:"added_tokens"`
+	Normalizer   json.RawMessage `json:"normalizer"`
+	PreTokenizer json.RawMessage `json:"pre_tokenizer"`
+	Model        struct {
+		Type         string            `json:"type"`
+		Vocab        map[string]int    `json:"vocab"`
+		Merges       []json.RawMessage `json:"merges"`
+		ByteFallback bool              `json:"byte_fallback"`
+		IgnoreMerges bool              `json:"ignore_merges"`
+		Prefix       *string           `json:"continuing_subword_prefix"`
+		Suffix       *string           `json:"end_of_word_suffix"`
+	} `json:"model"`
+}
+
+// hfComponent is a normalizer or pre-tokenizer of tokenizer.json.
+type hfComponent struct {
+	Type           string            `json:"type"`
+	Normalizers    []json.RawMessage `json:"normalizers"`
+	Pretokenizers  []json.RawMessage `json:"pretokenizers"`
+	AddPrefixSpace bool              `json:"add_prefix_space"`
+	UseRegex       *bool             `json:"use_regex"`
+	Individual     bool              `json:"individual_digits"`
+	Behavior       string            `json:"behavior"`
+	Invert         bool              `json:"invert"`
+	Pattern        struct {
+		Regex  *string `json:"Regex"`
+		String *string `json:"String"`
+	} `json:"pattern"`
+}
+
+// gpt2Pattern is GPT-2's pre-tokenizer expression, the ByteLevel
+// pre-tokenizer's when use_regex is true.
+const gpt2Pattern = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
+
+// LoadHFTokenizer reads a tokenizer.json, or the one in directory path, and
+// the special tokens its tokenizer_config.json names (eos_token, pad_token)
+// when there is one beside it.
+func LoadHFTokenizer(path string) (*HFTokenizer, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		path = filepath.Join(path, "tokenizer.json")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	t, err := parseHFTokenizer(b)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer %s: %w", path, err)
+	}
+	t.path = path
+	t.specials, err = t.readSpecials(filepath.Join(filepath.Dir(path), "tokenizer_config.json"))
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer %s: %w", path, err)
+	}
+	return t, nil
+}
+
+func parseHFTokenizer(b []byte) (*HFTokenizer, error) {
+	var f hfFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("not a tokenizer.json: %w", err)
+	}
+	m := f.Model
+	switch {
+	case m.Type != "BPE" && m.Type != "":
+		return nil, fmt.Errorf("model type %q: only BPE tokenizers are supported (WordPiece vocabularies load as vocab.txt)", m.Type)
+	case len(m.Vocab) == 0:
+		return nil, errors.New("model.vocab is empty")
+	case m.ByteFallback:
+		return nil, errors.New("byte_fallback BPE (SentencePiece-style, as Llama 2's) is not supported: use a byte-level BPE tokenizer")
+	case m.Prefix != nil && *m.Prefix != "" || m.Suffix != nil && *m.Suffix != "":
+		return nil, errors.New("continuing_subword_prefix / end_of_word_suffix are not supported")
+	}
+	t := &HFTokenizer{vocab: m.Vocab, added: map[int]bool{}, addedID: map[string]int{}, merges: make(map[[2]int]merge, len(m.Merges)), ignoreMerges: m.IgnoreMerges}
+	size := 0
+	for tok, id := range m.Vocab {
+		if id < 0 || id >= config.MaxVocab {
+			return nil, fmt.Errorf("token %q has id %d: want 0..%d", tok, id, config.MaxVocab-1)
+		}
+		size = max(size, id+1)
+	}
+	for _, a := range f.AddedTokens {
+		if a.ID < 0 || a.ID >= config.MaxVocab || a.Content == "" {
+			return nil, fmt.Errorf("added token %q with id %d: want a text and an id 0..%d", a.Content, a.ID, config.MaxVocab-1)
+		}
+		size = max(size, a.ID+1)
+	}
+	t.tokens = make([]string, size)
+	for tok, id := range m.Vocab {
+		t.tokens[id] = tok
+	}
+	var addedTexts []string
+	for _, a := range f.AddedTokens {
+		t.tokens[a.ID], t.added[a.ID], t.addedID[a.Content] = a.Content, true, a.ID
+		addedTexts = append(addedTexts, a.Content)
+	}
+	if len(addedTexts) > 0 {
+		sort.Slice(addedTexts, func(i, j int) bool { return len(addedTexts[i]) > len(addedTexts[j]) })
+		quoted := make([]string, len(addedTexts))
+		for i, s := range addedTexts {
+			quoted[i] = regexp2.Escape(s)
+		}
+		t.addedRE = regexp2.MustCompile(strings.Join(quoted, "|"), regexp2.None)
+	}
+	for i, raw := range m.Merges {
+		a, b, err := mergePair(raw)
+		if err != nil {
+			return nil, fmt.Errorf("merge %d: %w", i, err)
+		}
+		ia, oka := m.Vocab[a]
+		ib, okb := m.Vocab[b]
+		id, ok := m.Vocab[a+b]
+		if !oka || !okb || !ok {
+			return nil, fmt.Errorf("merge %d (%q %q): a token is not in the vocabulary", i, a, b)
+		}
+		if _, dup := t.merges[[2]int{ia, ib}]; !dup {
+			t.merges[[2]int{ia, ib}] = merge{rank: i, id: id}
+		}
+	}
+	var err error
+	if t.normal, err = normalizers(f.Normalizer); err != nil {
+		return nil, err
+	}
+	if err := t.addPreTokenizer(f.PreTokenizer); err != nil {
+		return nil, err
+	}
+	if !t.byteLevel {
+		return nil, errors.New("pre_tokenizer has no ByteLevel step: only byte-level BPE tokenizers are supported")
+	}
+	for b, r := range byteRunes {
+		if _, ok := m.Vocab[string(r)]; !ok {
+			return nil, fmt.Errorf("byte 0x%02x (%q) has no token: not a byte-level vocabulary", b, r)
+		}
+	}
+	return t, nil
+}
+
+// mergePair reads a merge written "a b" (tokenizers before 0.20) or
+// ["a", "b"].
+func mergePair(raw json.RawMessage) (string, string, error) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		a, b, ok := strings.Cut(s, " ")
+		if !ok {
+			return "", "", fmt.Errorf("%q is not two tokens", s)
+		}
+		return a, b, nil
+	}
+	var p []string
+	if err := json.Unmarshal(raw, &p); err != nil || len(p) != 2 {
+		return "", "", fmt.Errorf("%s is not a pair of tokens", raw)
+	}
+	return p[0], p[1], nil
+}
+
+// normalizers reads the normalizer: none, the Unicode normal forms,
+// lowercasing, or a sequence of them.
+func normalizers(raw json.RawMessage) ([]func(string) string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var c hfComponent
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, fmt.Errorf("normalizer: %w", err)
+	}
+	switch c.Type {
+	case "Sequence":
+		var out []func(string) string
+		for _, r := range c.Normalizers {
+			fs, err := normalizers(r)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, fs...)
+		}
+		return out, nil
+	case "NFC":
+		return []func(string) string{norm.NFC.String}, nil
+	case "NFD":
+		return []func(string) string{norm.NFD.String}, nil
+	case "NFKC":
+		return []func(string) string{norm.NFKC.String}, nil
+	case "NFKD":
+		return []func(string) string{norm.NFKD.String}, nil
+	case "Lowercase":
+		return []func(string) string{strings.ToLower}, nil
+	}
+	return nil, fmt.Errorf("normalizer %q is not supported (NFC, NFD, NFKC, NFKD, Lowercase or a Sequence of them)", c.Type)
+}
+
+// addPreTokenizer appends the pre-tokenizer's steps.
+func (t *HFTokenizer) addPreTokenizer(raw json.RawMessage) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var c hfComponent
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return fmt.Errorf("pre_tokenizer: %w", err)
+	}
+	switch c.Type {
+	case "Sequence":
+		for _, r := range c.Pretokenizers {
+			if err := t.addPreTokenizer(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "ByteLevel":
+		if c.AddPrefixSpace {
+			t.pre = append(t.pre, func(p string) []string {
+				if !strings.HasPrefix(p, " ") {
+					p = " " + p
+				}
+				return []string{p}
+			})
+		}
+		if c.UseRegex == nil || *c.UseRegex {
+			t.pre = append(t.pre, splitStep(regexp2.MustCompile(gpt2Pattern, regexp2.None), false))
+		}
+		t.byteLevel = true
+		return nil
+	case "Split":
+		if c.Behavior != "Isolated" && c.Behavior != "Removed" {
+			return fmt.Errorf("pre_tokenizer Split with behavior %q is not supported (Isolated or Removed)", c.Behavior)
+		}
+		if c.Invert {
+			return errors.New("pre_tokenizer Split with invert is not supported")
+		}
+		var expr string
+		switch {
+		case c.Pattern.Regex != nil:
+			expr = *c.Pattern.Regex
+		case c.Pattern.String != nil:
+			expr = regexp2.Escape(*c.Pattern.String)
+		default:
+			return errors.New("pre_tokenizer Split has no pattern")
+		}
+		re, err := regexp2.Compile(expr, regexp2.None)
+		if err != nil {
+			return fmt.Errorf("pre_tokenizer Split pattern %q: %w", expr, err)
+		}
+		t.pre = append(t.pre, splitStep(re, c.Behavior == "Removed"))
+		return nil
+	case "Digits":
+		expr := `\p{N}+` // Rust's char::is_numeric
+		if c.Individual {
+			expr = `\p{N}`
+		}
+		t.pre = append(t.pre, splitStep(regexp2.MustCompile(expr, regexp2.None), false))
+		return nil
+	}
+	return fmt.Errorf("pre_tokenizer %q is not supported (ByteLevel, Split, Digits or a Sequence of them)", c.Type)
+}
+
+// splitStep cuts a piece at re's matches: each match is a piece, and so is
+// the text between two of them (dropped when removed is set).
+func splitStep(re *regexp2.Regexp, removed bool) preStep {
+	return func(p string) []string {
+		var out []string
+		runes := []rune(p)
+		last := 0
+		m, _ := re.FindRunesMatch(runes)
+		for m != nil {
+			if m.Index > last {
+				out = append(out, string(runes[last:m.Index]))
+			}
+			if !removed && m.Length > 0 {
+				out = append(out, string(runes[m.Index:m.Index+m.Length]))
+			}
+			last = m.Index + m.Length
+			m, _ = re.FindNextMatch(m)
+		}
+		if last < len(runes) {
+			out = append(out, string(runes[last:]))
+		}
+		return out
+	}
+}
+
+// byteRunes is GPT-2's byte-level alphabet: each byte's character, the
+// printable ones as themselves and the others from U+0100 on.
+var byteRunes = func() [256]rune {
+	var r [256]rune
+	next := rune(256)
+	for b := range 256 {
+		if b >= '!' && b <= '~' || b >= 0xA1 && b <= 0xAC || b >= 0xAE {
+			r[b] = rune(b)
+		} else {
+			r[b] = next
+			next++
+		}
+	}
+	return r
+}()
+
+// runeBytes inverts byteRunes.
+var runeBytes = func() map[rune]byte {
+	m := make(map[rune]byte, 256)
+	for b, r := range byteRunes {
+		m[r] = byte(b)
+	}
+	return m
+}()
+
+// Name implements Tokenizer.
+func (*HFTokenizer) Name() string { return "hf" }
+
+// Path is the tokenizer.json it was read from.
+func (t *HFTokenizer) Path() string { return t.path }
+
+// VocabSize implements Tokenizer: the largest id plus one.
+func (t *HFTokenizer) VocabSize() int { return len(t.tokens) }
+
+// Specials implements Tokenizer.
+func (t *HFTokenizer) Specials() Specials { return t.specials }
+
+// Encode implements Tokenizer.
+func (t *HFTokenizer) Encode(text string) []int {
+	var ids []int
+	if t.addedRE == nil {
+		return t.encodeText(ids, text)
+	}
+	runes := []rune(text)
+	last := 0
+	m, _ := t.addedRE.FindRunesMatch(runes)
+	for m != nil {
+		ids = t.encodeText(ids, string(runes[last:m.Index]))
+		ids = append(ids, t.addedID[m.String()])
+		last = m.Index + m.Length
+		m, _ = t.addedRE.FindNextMatch(m)
+	}
+	return t.encodeText(ids, string(runes[last:]))
+}
+
+// encodeText appends the ids of text that holds no added token.
+func (t *HFTokenizer) encodeText(ids []int, text string) []int {
+	if text == "" {
+		return ids
+	}
+	for _, f := range t.normal {
+		text = f(text)
+	}
+	pieces := []string{text}
+	for _, step := range t.pre {
+		var next []string
+		for _, p := range pieces {
+			next = append(next, step(p)...)
+		}
+		pieces = next
+	}
+	var word []int
+	var b strings.Builder
+	for _, p := range pieces {
+		b.Reset()
+		for i := 0; i < len(p); i++ {
+			b.WriteRune(byteRunes[p[i]])
+		}
+		w := b.String()
+		if id, ok := t.vocab[w]; ok && t.ignoreMerges {
+			ids = append(ids, id)
+			continue
+		}
+		word = word[:0]
+		for _, r := range w {
+			word = append(word, t.vocab[string(r)]) // every byte is in a byte-level vocabulary (checked at load)
+		}
+		ids = append(ids, t.bpe(word)...)
+	}
+	return ids
+}
+
+// bpe merges the word's adjacent ids, the lowest-ranked merge first, until
+// none applies.
+func (t *HFTokenizer) bpe(word []int) []int {
+	for len(word) > 1 {
+		best, at := merge{rank: -1}, -1
+		for i := 0; i+1 < len(word); i++ {
+			if m, ok := t.merges[[2]int{word[i], word[i+1]}]; ok && (at < 0 || m.rank < best.rank) {
+				best, at = m, i
+			}
+		}
+		if at < 0 {
+			break
+		}
+		word[at] = best.id
+		word = append(word[:at+1], word[at+2:]...)
+	}
+	return word
+}
+
+// Decode implements Tokenizer: added tokens as written, the others from
+// their byte-level characters back to bytes.
+func (t *HFTokenizer) Decode(ids []int) string {
+	var out []byte
+	for _, id := range ids {
+		if id < 0 || id >= len(t.tokens) {
+			continue
+		}
+		s := t.tokens[id]
+		if t.added[id] {
+			out = append(out, s...)
+			continue
+		}
+		for _, r := range s {
+			if b, ok := runeBytes[r]; ok {
+				out = append(out, b)
+			} else {
+				out = utf8.AppendRune(out, r)
+			}
+		}
+	}
+	return string(out)
+}
+
+// readSpecials finds the end-of-text and padding tokens: tokenizer_config's
+// eos_token and pad_token when the file names them, else the first added
+// token that reads as an end of text (<|endoftext|>, <|end_of_text|>,
+// </s>, <eos>), else the last added special token.
+func (t *HFTokenizer) readSpecials(configPath string) (Specials, error) {
+	var cfg struct {
+		EOS json.RawMessage `json:"eos_token"`
+		Pad json.RawMessage `json:"pad_token"`
+	}
+	if b, err := os.ReadFile(configPath); err == nil {
+		if err := json.Unmarshal(b, &cfg); err != nil {
+			return Specials{}, fmt.Errorf("%s: %w", configPath, err)
+		}
+	}
+	lookup := func(raw json.RawMessage) (int, bool) {
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			var obj struct {
+				Content string `json:"content"`
+			}
+			if json.Unmarshal(raw, &obj) != nil {
+				return 0, false
+			}
+			s = obj.Content
+		}
+		for id, tok := range t.tokens {
+			if s != "" && tok == s {
+				return id, true
+			}
+		}
+		return 0, false
+	}
+	eos, ok := lookup(cfg.EOS)
+	if !ok {
+		ids := make([]int, 0, len(t.added))
+		for id := range t.added {
+			ids = append(ids, id)
+		}
+		sort.Ints(ids)
+		for _, id := range ids {
+			switch strings.ToLower(strings.TrimFunc(t.tokens[id], unicode.IsSpace)) {
+			case "<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>":
+				eos, ok = id, true
+			}
+			if ok {
+				break
+			}
+		}
+		if !ok && len(ids) > 0 {
+			eos, ok = ids[len(ids)-1], true
+		}
+	}
+	if !ok {
+		return Specials{}, errors.New("no end-of-text token: the file has no added tokens and no tokenizer_config.json names an eos_token")
+	}
+	pad, ok := lookup(cfg.Pad)
+	if !ok {
+		pad = eos
+	}
+	return Specials{Pad: pad, CLS: eos, EOT: eos}, nil
+}

@@ -1,0 +1,251 @@
+package train
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	tiktoken "github.com/pkoukk/tiktoken-go"
+	tiktokenloader "github.com/pkoukk/tiktoken-go-loader"
+)
+
+// hfCorpus exercises the pre-tokenizers: contractions, Unicode letters and
+// digits, whitespace runs (the (?!\S) look-ahead), newlines, punctuation,
+// emoji, and the added token written in the text.
+var hfCorpus = []string{
+	"Hello world",
+	"  leading spaces and trailing   ",
+	"It's they'll we'd I'M you've she's",
+	"numbers 1234567 and 3.14159, 1,000,000",
+	"tabs\tand\nnew\r\nlines\n\n\n  indented",
+	"unicode: café naïve Ωμέγα 日本語のテキスト 한국어",
+	"emoji 🙂👍🏽 and symbols ©®™ §¶ ← → ≤ ≥",
+	"code: func main() { fmt.Println(\"hi\") } // x += 1;",
+	"doc one<|endoftext|>doc two <|endoftext|> three",
+	"",
+	" ",
+	"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+}
+
+// llama3Pattern is Llama 3's pre-tokenizer expression.
+const llama3Pattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+
+// tokenizerJSONFromRanks writes the tokenizer.json of a tiktoken rank table
+// (id = rank): the vocabulary in byte-level characters and the merges that
+// rebuild each token, derived as the conversion of tiktoken files to
+// tokenizers does: a token's merge is the last step of the BPE of its bytes
+// over the tokens ranked before it.
+func tokenizerJSONFromRanks(t *testing.T, ranks map[string]int, pre any, ignoreMerges bool) []byte {
+	t.Helper()
+	byteLevel := func(s string) string {
+		var b strings.Builder
+		for i := 0; i < len(s); i++ {
+			b.WriteRune(byteRunes[s[i]])
+		}
+		return b.String()
+	}
+	type tok struct {
+		s    string
+		rank int
+	}
+	toks := make([]tok, 0, len(ranks))
+	vocab := make(map[string]int, len(ranks))
+	for s, r := range ranks {
+		toks = append(toks, tok{s, r})
+		vocab[byteLevel(s)] = r
+	}
+	sort.Slice(toks, func(i, j int) bool { return toks[i].rank < toks[j].rank })
+	var merges [][2]string
+	for _, tk := range toks {
+		if len(tk.s) < 2 {
+			continue
+		}
+		parts := make([]string, len(tk.s))
+		for i := range len(tk.s) {
+			parts[i] = tk.s[i : i+1]
+		}
+		for len(parts) > 2 {
+			best, at := tk.rank, -1
+			for i := 0; i+1 < len(parts); i++ {
+				if r, ok := ranks[parts[i]+parts[i+1]]; ok && r < best {
+					best, at = r, i
+				}
+			}
+			if at < 0 {
+				break
+			}
+			parts[at] += parts[at+1]
+			parts = append(parts[:at+1], parts[at+2:]...)
+		}
+		if len(parts) != 2 {
+			t.Fatalf("token %q (rank %d) is not one merge of earlier tokens: %q", tk.s, tk.rank, parts)
+		}
+		merges = append(merges, [2]string{byteLevel(parts[0]), byteLevel(parts[1])})
+	}
+	file := map[string]any{
+		"version":       "1.0",
+		"added_tokens":  []map[string]any{{"id": 50256, "content": "<|endoftext|>", "special": true}},
+		"normalizer":    nil,
+		"pre_tokenizer": pre,
+		"decoder":       map[string]any{"type": "ByteLevel"},
+		"model":         map[string]any{"type": "BPE", "vocab": vocab, "merges": merges, "ignore_merges": ignoreMerges, "byte_fallback": false},
+	}
+	b, err := json.Marshal(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// r50k is GPT-2's rank table, embedded in the tiktoken loader.
+func r50k(t *testing.T) map[string]int {
+	t.Helper()
+	ranks, err := tiktokenloader.NewOfflineLoader().LoadTiktokenBpe("https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ranks
+}
+
+// The tokenizer.json of GPT-2 (ByteLevel with its expression) and of a
+// Llama-3-style file (Split with Llama 3's expression, then ByteLevel
+// without, ignore_merges) encode like tiktoken, an independent
+// implementation, with the same ranks and expression; decoding gives the
+// text back.
+func TestHFTokenizerMatchesTiktoken(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds two 50k-token files")
+	}
+	ranks := r50k(t)
+	specials := map[string]int{"<|endoftext|>": 50256}
+	for _, c := range []struct {
+		name    string
+		pre     any
+		ignore  bool
+		pattern string
+	}{
+		{"gpt2", map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}, false,
+			`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`},
+		{"llama3-style", map[string]any{"type": "Sequence", "pretokenizers": []any{
+			map[string]any{"type": "Split", "pattern": map[string]any{"Regex": llama3Pattern}, "behavior": "Isolated", "invert": false},
+			map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false},
+		}}, true, llama3Pattern},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), tokenizerJSONFromRanks(t, ranks, c.pre, c.ignore), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			tok, err := LoadHFTokenizer(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bpe, err := tiktoken.NewCoreBPE(ranks, specials, c.pattern)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref := tiktoken.NewTiktoken(bpe, &tiktoken.Encoding{Name: c.name, PatStr: c.pattern, MergeableRanks: ranks, SpecialTokens: specials}, map[string]any{"<|endoftext|>": true})
+			if tok.VocabSize() != 50257 || tok.Specials().EOT != 50256 {
+				t.Fatalf("vocab %d, specials %+v: want 50257 and <|endoftext|> = 50256", tok.VocabSize(), tok.Specials())
+			}
+			corpus := append([]string{}, hfCorpus...)
+			if b, err := os.ReadFile("../README.md"); err == nil {
+				corpus = append(corpus, string(b))
+			}
+			for _, text := range corpus {
+				got := tok.Encode(text)
+				want := ref.Encode(text, []string{"all"}, nil)
+				if len(got) == 0 && len(want) == 0 {
+					continue
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("%.40q: ids %v, tiktoken %v", text, head(got), head(want))
+				}
+				if back := tok.Decode(got); back != text {
+					t.Errorf("%.40q decodes to %.40q", text, back)
+				}
+			}
+		})
+	}
+}
+
+func head(ids []int) []int { return ids[:min(len(ids), 24)] }
+
+// A hand-made file, its ids derived by hand: merges as pairs, an NFC
+// normalizer, digits split one by one, an added token in the text, and the
+// end and padding tokens named by tokenizer_config.json.
+func TestHFTokenizerByHand(t *testing.T) {
+	vocab := map[string]any{}
+	for b, r := range byteRunes {
+		vocab[string(r)] = b // byte b has id b
+	}
+	vocab["he"], vocab["ll"], vocab["hell"], vocab["Ġw"] = 256, 257, 258, 259
+	file := map[string]any{
+		"added_tokens": []map[string]any{{"id": 260, "content": "<|eot|>", "special": true}, {"id": 261, "content": "<pad>", "special": true}},
+		"normalizer":   map[string]any{"type": "Sequence", "normalizers": []any{map[string]any{"type": "NFC"}}},
+		"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{
+			map[string]any{"type": "Digits", "individual_digits": true},
+			map[string]any{"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+		}},
+		"model": map[string]any{"type": "BPE", "vocab": vocab, "merges": [][2]string{{"h", "e"}, {"l", "l"}, {"he", "ll"}, {"Ġ", "w"}}},
+	}
+	dir := t.TempDir()
+	b, _ := json.Marshal(file)
+	os.WriteFile(filepath.Join(dir, "tokenizer.json"), b, 0o644)
+	os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"eos_token": "<|eot|>", "pad_token": {"content": "<pad>"}}`), 0o644)
+	tok, err := LoadHFTokenizer(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "hello": h+e, l+l, he+ll, then o; " world" starts with Ġw; the
+	// trailing space is its own piece; each digit is one.
+	text := "hello<|eot|> world 123"
+	want := []int{258, 'o', 260, 259, 'o', 'r', 'l', 'd', ' ', '1', '2', '3'}
+	if got := tok.Encode(text); !reflect.DeepEqual(got, want) {
+		t.Errorf("Encode(%q) = %v, want %v", text, got, want)
+	}
+	if got := tok.Decode(want); got != text {
+		t.Errorf("Decode = %q, want %q", got, text)
+	}
+	// e + U+0301 is é after NFC: its two UTF-8 bytes.
+	if got := tok.Encode("e\u0301"); !reflect.DeepEqual(got, []int{0xC3, 0xA9}) {
+		t.Errorf("Encode(e + combining acute) = %v, want [195 169] (NFC é)", got)
+	}
+	if s := tok.Specials(); s.EOT != 260 || s.Pad != 261 {
+		t.Errorf("specials %+v: want eos 260, pad 261 from tokenizer_config.json", s)
+	}
+}
+
+// What the tokenizer cannot read is refused with what to use instead.
+func TestHFTokenizerRefuses(t *testing.T) {
+	vocab := map[string]any{}
+	for b, r := range byteRunes {
+		vocab[string(r)] = b
+	}
+	byteLevel := map[string]any{"type": "ByteLevel"}
+	for _, c := range []struct {
+		name string
+		file map[string]any
+		want string
+	}{
+		{"wordpiece", map[string]any{"model": map[string]any{"type": "WordPiece", "vocab": vocab}}, "only BPE"},
+		{"sentencepiece", map[string]any{"model": map[string]any{"type": "BPE", "vocab": vocab, "byte_fallback": true}, "pre_tokenizer": byteLevel}, "byte_fallback"},
+		{"metaspace", map[string]any{"model": map[string]any{"type": "BPE", "vocab": vocab}, "pre_tokenizer": map[string]any{"type": "Metaspace"}}, `pre_tokenizer "Metaspace" is not supported`},
+		{"no byte level", map[string]any{"model": map[string]any{"type": "BPE", "vocab": vocab}}, "no ByteLevel step"},
+		{"unknown merge", map[string]any{"model": map[string]any{"type": "BPE", "vocab": vocab, "merges": []string{"a zz"}}, "pre_tokenizer": byteLevel}, `merge 0 ("a" "zz")`},
+		{"missing byte", map[string]any{"model": map[string]any{"type": "BPE", "vocab": map[string]any{"a": 0}}, "pre_tokenizer": byteLevel}, "not a byte-level vocabulary"},
+		{"replace normalizer", map[string]any{"model": map[string]any{"type": "BPE", "vocab": vocab}, "pre_tokenizer": byteLevel, "normalizer": map[string]any{"type": "Replace"}}, `normalizer "Replace"`},
+	} {
+		b, _ := json.Marshal(c.file)
+		if _, err := parseHFTokenizer(b); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one saying %q", c.name, err, c.want)
+		}
+	}
+	if _, err := LoadHFTokenizer(filepath.Join(t.TempDir(), "nothing")); err == nil {
+		t.Error("a missing file loads")
+	}
+}
