@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hpcrun/hpcrun/train/interop"
 	tiktoken "github.com/pkoukk/tiktoken-go"
 	tiktokenloader "github.com/pkoukk/tiktoken-go-loader"
 )
@@ -175,13 +176,15 @@ func TestHFTokenizerMatchesTiktoken(t *testing.T) {
 
 func head(ids []int) []int { return ids[:min(len(ids), 24)] }
 
-// A hand-made file, its ids derived by hand: merges as pairs, an NFC
-// normalizer, digits split one by one, an added token in the text, and the
-// end and padding tokens named by tokenizer_config.json.
-func TestHFTokenizerByHand(t *testing.T) {
+// writeTinyHFTokenizer writes a hand-made tokenizer.json and its
+// tokenizer_config.json into dir: byte b has id b; merges h e, l l, he ll,
+// Ġ w (ids 256-259) written as pairs; added tokens <|eot|> (260, the end
+// of text) and <pad> (261); an NFC normalizer; digits split one by one.
+func writeTinyHFTokenizer(t *testing.T, dir string) {
+	t.Helper()
 	vocab := map[string]any{}
 	for b, r := range byteRunes {
-		vocab[string(r)] = b // byte b has id b
+		vocab[string(r)] = b
 	}
 	vocab["he"], vocab["ll"], vocab["hell"], vocab["Ġw"] = 256, 257, 258, 259
 	file := map[string]any{
@@ -193,10 +196,19 @@ func TestHFTokenizerByHand(t *testing.T) {
 		}},
 		"model": map[string]any{"type": "BPE", "vocab": vocab, "merges": [][2]string{{"h", "e"}, {"l", "l"}, {"he", "ll"}, {"Ġ", "w"}}},
 	}
-	dir := t.TempDir()
 	b, _ := json.Marshal(file)
-	os.WriteFile(filepath.Join(dir, "tokenizer.json"), b, 0o644)
-	os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"eos_token": "<|eot|>", "pad_token": {"content": "<pad>"}}`), 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"eos_token": "<|eot|>", "pad_token": {"content": "<pad>"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeTinyHFTokenizer's file, its ids derived by hand.
+func TestHFTokenizerByHand(t *testing.T) {
+	dir := t.TempDir()
+	writeTinyHFTokenizer(t, dir)
 	tok, err := LoadHFTokenizer(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -247,5 +259,29 @@ func TestHFTokenizerRefuses(t *testing.T) {
 	}
 	if _, err := LoadHFTokenizer(filepath.Join(t.TempDir(), "nothing")); err == nil {
 		t.Error("a missing file loads")
+	}
+}
+
+// A Hugging Face directory with a tokenizer.json gives the run its
+// tokenizer (unless GPT-2's vocabulary says GPT-2's BPE), and a text is
+// read with it.
+func TestInitFromReadsTokenizerJSON(t *testing.T) {
+	dir := tinyGPT2(t, tinyGPT2Spec, interop.HFOptions{}) // vocab 300
+	writeTinyHFTokenizer(t, dir)
+	cfg := smallConfig("gpt")
+	cfg.InitFrom, cfg.Tokenizer, cfg.Vocab = dir, "", 0
+	if err := ApplyInitFrom(&cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Tokenizer != "hf" || cfg.VocabFile != filepath.Join(dir, "tokenizer.json") {
+		t.Fatalf("tokenizer %q, vocab_file %q: want hf and the directory's tokenizer.json", cfg.Tokenizer, cfg.VocabFile)
+	}
+	cfg.Data = textFile(t)
+	d, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Tokenizer.Name() != "hf" || d.Vocab != 300 {
+		t.Errorf("tokenizer %s, vocab %d: want hf and the model's 300", d.Tokenizer.Name(), d.Vocab)
 	}
 }
