@@ -397,8 +397,8 @@ func WriteAuto(w io.Writer, res *AutoResult, top int) error {
 	}
 	fmt.Fprintf(w, "plan --auto: %s, %d layers dim %d heads %d seq %d; global batch %d samples a step; %s on %s; device %s, %s a rank\n",
 		name, first.Layers, first.Dim, first.Heads, first.Seq, res.GlobalBatch, plural(res.NTasks, "task"), plural(res.Nodes, "node"), first.Device.Name, bytesIEC(first.Device.MemBytes))
-	fmt.Fprintf(w, "%d layouts: %d fit (%d kept: of those differing only in micro-batches, the fewest within 1%% of their best), %d do not fit, %d invalid\n",
-		len(res.Ranked)+res.Alternatives+len(res.Unfit)+len(res.Invalid), len(res.Ranked)+res.Alternatives, len(res.Ranked), len(res.Unfit), len(res.Invalid))
+	fmt.Fprintf(w, "%s: %d fit (%d kept: of those differing only in micro-batches, the fewest within 1%% of their best), %d do not fit, %d invalid\n",
+		plural(len(res.Ranked)+res.Alternatives+len(res.Unfit)+len(res.Invalid), "layout"), len(res.Ranked)+res.Alternatives, len(res.Ranked), len(res.Unfit), len(res.Invalid))
 	fmt.Fprintf(w, "ranked by predicted tokens/s (ties to 6 digits: smaller tp, then pp, sp off, zero off)\n\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "RANK\tLAYOUT\tSTEP S\tTOK/S\tMEM/RANK\tCOMM\tBUBBLE\tWHY")
@@ -412,7 +412,7 @@ func WriteAuto(w io.Writer, res *AutoResult, top int) error {
 		if r.Layout.PP > 1 {
 			bubble = fmt.Sprintf("%.0f%%", 100*t.Bubble)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%.4f\t%.0f\t%s\t%.0f%%\t%s\t%s\n", r.Rank, r.Layout, t.StepS, t.TokensPerS, bytesIEC(r.Plan.Memory.Total), 100*t.CommShare, bubble, r.Why)
+		fmt.Fprintf(tw, "%d\t%s\t%.4g\t%.0f\t%s\t%.0f%%\t%s\t%s\n", r.Rank, r.Layout, t.StepS, t.TokensPerS, bytesIEC(r.Plan.Memory.Total), 100*t.CommShare, bubble, r.Why)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -424,7 +424,7 @@ func WriteAuto(w io.Writer, res *AutoResult, top int) error {
 	fmt.Fprintf(w, "rates: %s\n", first.Device.Source)
 	if len(res.Unfit) > 0 {
 		u := res.Unfit[0]
-		fmt.Fprintf(w, "do not fit: %d layouts, the smallest %s (%s)\n", len(res.Unfit), u.Layout, u.Why)
+		fmt.Fprintf(w, "do not fit: %s, the smallest %s (%s)\n", plural(len(res.Unfit), "layout"), u.Layout, u.Why)
 	}
 	for i, r := range res.Invalid {
 		if i == 3 {
