@@ -23,11 +23,13 @@ import (
 // cuts its share of the global batch into (a pipeline's micro-batches,
 // else gradient accumulation).
 type Layout struct {
-	TP, PP, DP int
-	SP         bool
-	Zero       int
-	Micro      int
-	BatchSize  int
+	TP        int  `json:"tp"`
+	PP        int  `json:"pp"`
+	DP        int  `json:"dp"`
+	SP        bool `json:"sp"`
+	Zero      int  `json:"zero"`
+	Micro     int  `json:"micro_batches"`
+	BatchSize int  `json:"bsz"`
 }
 
 // String is the layout in a few words: "tp2 pp1 dp2 sp zero1 micro1 bsz8".
@@ -179,8 +181,8 @@ func zeroAxis(l Layout, _ int) []Layout {
 // samples (at least pp of them through a pipeline).
 func microAxis(l Layout, perReplica int) []Layout {
 	var out []Layout
-	for m := max(l.PP, 1); m <= perReplica; m++ {
-		if perReplica%m == 0 {
+	for _, m := range divisors(perReplica) {
+		if m >= l.PP {
 			v := l
 			v.Micro, v.BatchSize = m, perReplica/m
 			out = append(out, v)
@@ -191,13 +193,17 @@ func microAxis(l Layout, perReplica int) []Layout {
 
 // divisors are n's divisors, ascending.
 func divisors(n int) []int {
-	var d []int
-	for k := 1; k <= n; k++ {
+	var low, high []int
+	for k := 1; k*k <= n; k++ {
 		if n%k == 0 {
-			d = append(d, k)
+			low = append(low, k)
+			if k*k != n {
+				high = append(high, n/k)
+			}
 		}
 	}
-	return d
+	slices.Reverse(high)
+	return append(low, high...)
 }
 
 // Auto plans every layout of r's tasks and global batch that the engine
@@ -232,6 +238,9 @@ func Auto(r AutoRequest) (*AutoResult, error) {
 			switch {
 			case res.GlobalBatch%grid.DP != 0:
 				res.Invalid = append(res.Invalid, Rejected{Layout{TP: tp, PP: pp, DP: grid.DP}, fmt.Sprintf("dp %d does not divide the global batch of %d samples", grid.DP, res.GlobalBatch)})
+				continue
+			case pp > 1 && grid.BatchSize < pp:
+				res.Invalid = append(res.Invalid, Rejected{Layout{TP: tp, PP: pp, DP: grid.DP}, fmt.Sprintf("a replica's %d samples make fewer micro-batches than pp %d", grid.BatchSize, pp)})
 				continue
 			case res.Nodes > 1 && perNode%tp != 0:
 				res.Invalid = append(res.Invalid, Rejected{Layout{TP: tp, PP: pp, DP: grid.DP}, fmt.Sprintf("tp %d does not divide a node's %d tasks", tp, perNode)})

@@ -3,6 +3,7 @@ package plan
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -127,8 +128,9 @@ func TestAutoBigModelPicksTPOrPP(t *testing.T) {
 }
 
 // TestAutoExcludesInvalid: 3 layers, 6 heads and seq 9 on 6 tasks with a
-// global batch of 4: pp 2 and pp 6 do not divide the layers, dp 3 and 6
-// not the batch, sp at tp 2 or 6 not the sequence; none of those is
+// global batch of 4: pp 2 does not divide the layers, dp 3 and 6 not the
+// batch, sp at tp 2 or 6 not the sequence, pp 3 at dp 2 and pp 6 have
+// fewer samples a replica than stages; none of those is
 // ranked, each is listed with its reason, and every ranked config
 // validates.
 func TestAutoExcludesInvalid(t *testing.T) {
@@ -142,7 +144,7 @@ func TestAutoExcludesInvalid(t *testing.T) {
 	}
 	for _, r := range res.Ranked {
 		l := r.Layout
-		if l.PP == 2 || l.PP == 6 || l.DP == 3 || l.DP == 6 || (l.SP && 9%l.TP != 0) {
+		if l.PP == 2 || l.PP == 6 || (l.PP == 3 && l.DP == 2) || l.DP == 3 || l.DP == 6 || (l.SP && 9%l.TP != 0) {
 			t.Errorf("invalid layout ranked: %s", l)
 		}
 		if err := r.Config.Validate(); err != nil {
@@ -162,7 +164,8 @@ func TestAutoExcludesInvalid(t *testing.T) {
 		"tp1 pp2 dp3": "dp 3 does not divide",
 		"tp2 pp1 dp3": "dp 3 does not divide",
 		"tp3 pp2 dp1": "layers 3 is not a multiple of pp 2",
-		"tp1 pp6 dp1": "layers 3 is not a multiple of pp 6",
+		"tp1 pp6 dp1": "a replica's 4 samples make fewer micro-batches than pp 6",
+		"tp1 pp3 dp2": "a replica's 2 samples make fewer micro-batches than pp 3",
 	} {
 		if !strings.Contains(why[lay], want) {
 			t.Errorf("invalid %s: %q; want %q (all: %v)", lay, why[lay], want, why)
@@ -260,4 +263,35 @@ func TestAutoMicroBatches(t *testing.T) {
 		}
 	}
 	t.Errorf("%s with more micro-batches not ranked: %v", first.Layout, res.Ranked)
+}
+
+// TestDivisors: ascending, squares once.
+func TestDivisors(t *testing.T) {
+	for n, want := range map[int][]int{1: {1}, 12: {1, 2, 3, 4, 6, 12}, 16: {1, 2, 4, 8, 16}, 7: {1, 7}} {
+		if got := divisors(n); !slices.Equal(got, want) {
+			t.Errorf("divisors(%d) = %v, want %v", n, got, want)
+		}
+	}
+}
+
+// TestAutoNodes: over 2 nodes of 2 tasks, tp 4 would straddle them: it is
+// invalid, and no ranked layout has it.
+func TestAutoNodes(t *testing.T) {
+	cfg := autoConfig(t, 4, 64, 4, 64, 8, 4)
+	res, err := Auto(AutoRequest{Request: Request{Config: cfg, Vocab: 256, Nodes: 2, Device: gpu(t, 80*gib)}, TasksPerNode: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, r := range res.Invalid {
+		found = found || (r.Layout.TP == 4 && strings.Contains(r.Why, "tp 4 does not divide a node's 2 tasks"))
+	}
+	if !found {
+		t.Errorf("tp 4 over 2 nodes of 2 tasks not invalid: %v", res.Invalid)
+	}
+	for _, r := range res.Ranked {
+		if r.Layout.TP == 4 || r.Plan.Nodes != 2 {
+			t.Errorf("%s ranked on %d nodes", r.Layout, r.Plan.Nodes)
+		}
+	}
 }
