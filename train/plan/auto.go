@@ -429,7 +429,11 @@ func WriteAuto(w io.Writer, res *AutoResult, top int) error {
 	if len(shown) < len(res.Ranked) {
 		fmt.Fprintf(w, "(%d more that fit: --top 0 lists all)\n", len(res.Ranked)-len(shown))
 	}
-	fmt.Fprintf(w, "\nrun the first: hpcrun submit --ntasks %d %s\n", res.NTasks, res.Ranked[0].Layout.Flags())
+	nodes := ""
+	if res.Nodes > 1 {
+		nodes = fmt.Sprintf("--nodes %d ", res.Nodes)
+	}
+	fmt.Fprintf(w, "\nrun the first: hpcrun submit %s--ntasks %d %s\n", nodes, res.NTasks, res.Ranked[0].Layout.Flags())
 	fmt.Fprintf(w, "rates: %s\n", first.Device.Source)
 	if len(res.Unfit) > 0 {
 		u := res.Unfit[0]
