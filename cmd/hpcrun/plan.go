@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,6 +32,9 @@ func planCommand() *cli.Command {
 			flags = append(flags, f)
 		}
 	}
+	flags = append(flags,
+		&cli.BoolFlag{Name: "auto", Usage: "rank every layout of --ntasks (tp x pp x dp, sp, zero, micro-batches) that fits, keeping the global batch (bsz x micro-batches x dp of the flags' layout)"},
+		&cli.IntFlag{Name: "top", Value: 5, Usage: "with --auto, print the best `N` layouts (0: all)"})
 	return &cli.Command{
 		Name:  "plan",
 		Usage: "predict a run's memory per rank, whether it fits, and its step time, before submitting it",
@@ -42,7 +46,8 @@ func planCommand() *cli.Command {
 			"with grad-accum, more nodes); a step time from the GEMM FLOPs at the device's rate\n" +
 			"plus the collectives' bytes at the link's bandwidth; tokens/s and MFU.\n" +
 			"The device is --gpu, else the profile's gpu key, else the CPU (its GEMM rate from the\n" +
-			"last `hpcrun bench gemm`, else a stated default). submit --dry-run prints the same.",
+			"last `hpcrun bench gemm`, else a stated default). submit --dry-run prints the same.\n" +
+			"--auto plans every layout of the tasks instead and prints the --top fastest that fit.",
 		Flags:  flags,
 		Action: runPlan,
 	}
@@ -59,6 +64,21 @@ func runPlan(c *cli.Context) error {
 	if p.plan == nil {
 		return errors.New(p.planNote)
 	}
+	if c.Bool("auto") {
+		res, err := planAuto(p)
+		if err != nil {
+			return cli.Exit("plan --auto: "+oneLineErr(err), 1)
+		}
+		if wantJSON(c) {
+			enc := json.NewEncoder(c.App.Writer)
+			enc.SetIndent("", "  ")
+			return enc.Encode(res)
+		}
+		return plan.WriteAuto(c.App.Writer, res, c.Int("top"))
+	}
+	if c.IsSet("top") {
+		return cli.Exit("plan: --top needs --auto", 2)
+	}
 	if wantJSON(c) {
 		return writePlanJSON(c.App.Writer, p)
 	}
@@ -68,41 +88,68 @@ func runPlan(c *cli.Context) error {
 // predictRun makes the plan of p's training run. It returns a nil plan and
 // why when the device is a GPU that nobody named.
 func predictRun(p *submitPlan) (*plan.Plan, []plan.Suggestion, string, error) {
-	lay, err := p.spec.Layout()
-	if err != nil {
-		return nil, nil, "", err
-	}
-	dev, why, err := plan.RankDevice(p.gpu, p.train, rankShare(lay, p.spec.CPUsPerTask))
+	r, note, why, err := planRequest(p)
 	if err != nil || why != "" {
 		return nil, nil, why, err
 	}
-	// The vocabulary without the data when it can be known so; a
-	// WordPiece built from a data file only from the data, which plan
-	// does not read (it plans for the most the vocabulary can hold).
-	vocab, exact, err := train.PlanVocab(p.train)
-	if err != nil {
-		return nil, nil, "", err
-	}
-	if !exact && p.readData {
-		data, err := train.Prepare(p.train)
-		if err != nil {
-			return nil, nil, "", err
-		}
-		vocab = data.Vocab
-	}
-	r := plan.Request{Config: p.train, Vocab: vocab, Nodes: lay.Nodes, Device: dev}
 	pl, err := plan.New(r)
 	if err != nil {
 		return nil, nil, "", err
 	}
-	if !exact && !p.readData {
-		pl.Notes = append(pl.Notes, fmt.Sprintf("vocab: at most %d, the WordPiece vocabulary built from the data at the start (plan does not read the data; submit --dry-run does)", vocab))
+	if note != "" {
+		pl.Notes = append(pl.Notes, note)
 	}
 	var sug []plan.Suggestion
 	if !pl.Fits {
 		sug = plan.Suggest(r)
 	}
 	return pl, sug, "", nil
+}
+
+// planRequest is what the plan of p's run is made for, with a note when
+// the vocabulary is a bound; why (no request) when the device is a GPU
+// that nobody named.
+func planRequest(p *submitPlan) (r plan.Request, note, why string, err error) {
+	lay, err := p.spec.Layout()
+	if err != nil {
+		return r, "", "", err
+	}
+	dev, why, err := plan.RankDevice(p.gpu, p.train, rankShare(lay, p.spec.CPUsPerTask))
+	if err != nil || why != "" {
+		return r, "", why, err
+	}
+	// The vocabulary without the data when it can be known so; a
+	// WordPiece built from a data file only from the data, which plan
+	// does not read (it plans for the most the vocabulary can hold).
+	vocab, exact, err := train.PlanVocab(p.train)
+	if err != nil {
+		return r, "", "", err
+	}
+	if !exact && p.readData {
+		data, err := train.Prepare(p.train)
+		if err != nil {
+			return r, "", "", err
+		}
+		vocab = data.Vocab
+	}
+	if !exact && !p.readData {
+		note = fmt.Sprintf("vocab: at most %d, the WordPiece vocabulary built from the data at the start (plan does not read the data; submit --dry-run does)", vocab)
+	}
+	return plan.Request{Config: p.train, Vocab: vocab, Nodes: lay.Nodes, Device: dev}, note, "", nil
+}
+
+// planAuto searches the layouts of p's tasks and global batch
+// (plan.Auto).
+func planAuto(p *submitPlan) (*plan.AutoResult, error) {
+	r, _, why, err := planRequest(p)
+	if err != nil || why != "" {
+		return nil, cmp.Or(err, errors.New(why))
+	}
+	lay, err := p.spec.Layout()
+	if err != nil {
+		return nil, err
+	}
+	return plan.Auto(plan.AutoRequest{Request: r, TasksPerNode: lay.TasksPerNode})
 }
 
 // rankShare is how the ranks of a run laid out as lay, cpusPerTask cores

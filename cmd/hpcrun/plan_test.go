@@ -95,6 +95,36 @@ func (e *env) mustRunErr(args ...string) (string, string) {
 	return out, errOut
 }
 
+// TestPlanAuto runs hpcrun plan --auto: the ranked table of the top N
+// with every column, its JSON, and one line saying what to change when
+// nothing fits.
+func TestPlanAuto(t *testing.T) {
+	e := newEnv(t)
+	text := e.mustRun("plan", "--auto", "--top", "3", "--executor", "local", "--preset", "tiny", "--model", "gpt", "--ntasks", "2", "--device", "cpu")
+	for _, want := range []string{"global batch 32 samples a step", "RANK", "LAYOUT", "STEP S", "TOK/S", "MEM/RANK", "COMM", "BUBBLE", "WHY", "\n1 ", "\n3 ", "fastest:", "run the first: hpcrun submit --ntasks 2 --tp "} {
+		if !strings.Contains(text, want) {
+			t.Errorf("plan --auto lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "\n4 ") {
+		t.Errorf("plan --auto --top 3 printed a 4th:\n%s", text)
+	}
+	var res plan.AutoResult
+	if err := json.Unmarshal([]byte(e.mustRun("plan", "--auto", "--json", "--executor", "local", "--preset", "tiny", "--ntasks", "2", "--device", "cpu")), &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Ranked) < 3 || res.Ranked[0].Rank != 1 || res.Ranked[0].Plan == nil || res.Ranked[0].Why == "" {
+		t.Errorf("plan --auto --json: %+v", res)
+	}
+	_, errOut, code := e.run("plan", "--auto", "--executor", "local", "--preset", "gpt2-350m", "--layers", "96", "--gpu", "v100-16", "--ntasks", "2", "--bsz", "1")
+	if code == 0 || strings.Count(strings.TrimSpace(errOut), "\n") > 0 || !strings.Contains(errOut, "no layout fits") || !strings.Contains(errOut, "--nodes") {
+		t.Errorf("plan --auto where nothing fits: exit %d, %q; want one line saying what to change", code, errOut)
+	}
+	if _, errOut, code := e.run("plan", "--top", "3", "--executor", "local"); code != 2 || !strings.Contains(errOut, "--top needs --auto") {
+		t.Errorf("plan --top without --auto: exit %d, %q", code, errOut)
+	}
+}
+
 // TestComparePlan checks the rows metrics prints: the plan kept in meta.json
 // beside the summary's figures, with the error in percent of the measured.
 func TestComparePlan(t *testing.T) {

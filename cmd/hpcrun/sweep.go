@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,6 +50,8 @@ func sweepCommand() *cli.Command {
 		&cli.StringFlag{Name: "tp", Usage: "tensor-parallel degrees to sweep, comma-separated", Category: "grid"},
 		&cli.StringFlag{Name: "bsz", Usage: "batch sizes to sweep, comma-separated", Category: "grid"},
 		&cli.IntFlag{Name: "parallel", Usage: "run at most `K` points at once (the array's %K; 0 = as Slurm allows)", Category: "grid"},
+		&cli.BoolFlag{Name: "auto", Usage: "instead of a grid, the --top fastest layouts of --ntasks that hpcrun plan --auto finds (the global batch of bsz x micro-batches x dp kept)", Category: "grid"},
+		&cli.IntFlag{Name: "top", Value: 3, Usage: "with --auto, run the best `K` layouts", Category: "grid"},
 	)
 	return &cli.Command{
 		Name:      "sweep",
@@ -59,6 +62,8 @@ func sweepCommand() *cli.Command {
 			"array, one task a point, each a normal run (hpcrun metrics <execid> works on it);\n" +
 			"points that cannot fit, or are invalid, are listed and skipped. --ntasks defaults to\n" +
 			"the largest tp. With the Local executor the points run one after another.\n" +
+			"--auto --top K runs plan --auto's K fastest layouts instead of a grid; sweep show then\n" +
+			"sets their predicted rank beside the rank of their measured tokens/s.\n" +
 			"`hpcrun sweep show <sweepid>` prints the grid's predicted and measured figures.",
 		Flags:  flags,
 		Action: runSweep,
@@ -90,6 +95,7 @@ type sweepState struct {
 	JobID     string              `json:"jobid,omitempty"` // the array's job id (Slurm)
 	Submitted time.Time           `json:"submit_time"`
 	Grid      map[string][]string `json:"grid"`
+	Auto      bool                `json:"auto,omitempty"` // plan --auto's layouts, not a grid
 	Points    []sweepPoint        `json:"points"`
 }
 
@@ -105,6 +111,8 @@ type sweepPoint struct {
 	ExecID string     `json:"execid,omitempty"`
 	JobID  string     `json:"jobid,omitempty"`
 	Plan   *plan.Plan `json:"plan,omitempty"`
+	// PredRank is the point's place in plan --auto's ranking (sweep --auto).
+	PredRank int `json:"predicted_rank,omitempty"`
 }
 
 // parseGrid reads the grid flags: the values of each list in order.
@@ -147,12 +155,19 @@ func runSweep(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return cli.Exit(fmt.Sprintf("sweep takes no arguments, got %q (hpcrun sweep show <sweepid> reads one back)", c.Args().First()), 2)
 	}
+	if k := c.Int("parallel"); k < 0 {
+		return cli.Exit(fmt.Sprintf("--parallel %d: give 0 (no limit) or more", k), 2)
+	}
+	if c.Bool("auto") {
+		points, labels, err := autoPoints(c)
+		if err != nil {
+			return err
+		}
+		return submitSweep(c, &sweepState{Auto: true, Submitted: time.Now().UTC()}, points, labels)
+	}
 	axes, err := parseGrid(c)
 	if err != nil {
 		return err
-	}
-	if k := c.Int("parallel"); k < 0 {
-		return cli.Exit(fmt.Sprintf("--parallel %d: give 0 (no limit) or more", k), 2)
 	}
 	if !c.IsSet("ntasks") {
 		most := 1
@@ -166,10 +181,56 @@ func runSweep(c *cli.Context) error {
 			}
 		}
 	}
-	st := &sweepState{Grid: axes, Submitted: time.Now().UTC()}
+	return submitSweep(c, &sweepState{Grid: axes, Submitted: time.Now().UTC()}, grid.Product(sweepGrid, axes), nil)
+}
+
+// autoPoints are sweep --auto's points, plan --auto's --top fastest
+// layouts, each as the flags that set it, and their labels.
+func autoPoints(c *cli.Context) ([]grid.Point, []string, error) {
+	for _, name := range sweepGrid {
+		if strings.Contains(c.String(name), ",") {
+			return nil, nil, cli.Exit(fmt.Sprintf("sweep --auto chooses the layouts: --%s takes one value, not %q", name, c.String(name)), 2)
+		}
+	}
+	if k := c.Int("top"); k < 1 {
+		return nil, nil, cli.Exit(fmt.Sprintf("--top %d: give 1 or more", k), 2)
+	}
+	p, err := planSubmit(c, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	if p.plan == nil {
+		return nil, nil, errors.New(p.planNote)
+	}
+	res, err := planAuto(p)
+	if err != nil {
+		return nil, nil, cli.Exit("sweep --auto: "+oneLineErr(err), 1)
+	}
+	top := res.Ranked[:min(c.Int("top"), len(res.Ranked))]
+	points, labels := make([]grid.Point, len(top)), make([]string, len(top))
+	for i, r := range top {
+		l := r.Config
+		points[i] = grid.Point{{Name: "tp", Value: strconv.Itoa(l.TP)}, {Name: "pp", Value: strconv.Itoa(l.PP)}, {Name: "pp-split", Value: ""},
+			{Name: "micro-batches", Value: strconv.Itoa(l.MicroBatches)}, {Name: "grad-accum", Value: strconv.Itoa(l.GradAccum)},
+			{Name: "bsz", Value: strconv.Itoa(l.BatchSize)}, {Name: "sp", Value: strconv.FormatBool(l.SP)}, {Name: "zero", Value: strconv.Itoa(l.Zero)}}
+		labels[i] = r.Layout.String()
+	}
+	return points, labels, nil
+}
+
+// submitSweep plans the points (labelled by labels, else by their
+// settings; with st.Auto ranked, best first) and submits those that fit
+// as one job array.
+func submitSweep(c *cli.Context, st *sweepState, points []grid.Point, labels []string) error {
 	var runs []planned
-	for _, pt := range grid.Product(sweepGrid, axes) {
+	for i, pt := range points {
 		sp := sweepPoint{Label: pt.Label(), Task: -1}
+		if labels != nil {
+			sp.Label = labels[i]
+		}
+		if st.Auto {
+			sp.PredRank = i + 1
+		}
 		for _, set := range pt {
 			if err := c.Set(set.Name, set.Value); err != nil {
 				return err
@@ -437,9 +498,14 @@ type sweepRow struct {
 	MeasMemBytes   int64         `json:"measured_mem_bytes"`  // the largest engine peak of a rank
 	PredTokensPerS metrics.Float `json:"predicted_tokens_per_s"`
 	MeasTokensPerS metrics.Float `json:"measured_tokens_per_s"`
-	MFU            metrics.Float `json:"mfu"` // measured, against the plan's device peak
-	FinalLoss      metrics.Float `json:"final_loss"`
-	State          string        `json:"state"` // done, running, pending, OOM, time limit, failed (class), skipped (why)
+	// PredRank and MeasRank are the point's place among the points that
+	// run by predicted tokens/s (plan --auto's for sweep --auto) and by
+	// measured tokens/s (0: unknown).
+	PredRank  int           `json:"predicted_rank"`
+	MeasRank  int           `json:"measured_rank"`
+	MFU       metrics.Float `json:"mfu"` // measured, against the plan's device peak
+	FinalLoss metrics.Float `json:"final_loss"`
+	State     string        `json:"state"` // done, running, pending, OOM, time limit, failed (class), skipped (why)
 }
 
 func runSweepShow(c *cli.Context) error {
@@ -459,8 +525,17 @@ func runSweepShow(c *cli.Context) error {
 		return err
 	}
 	rows := make([]sweepRow, len(st.Points))
+	pred, meas := make([]metrics.Float, len(rows)), make([]metrics.Float, len(rows))
 	for i, p := range st.Points {
 		rows[i] = sweepRowOf(c, runs, p)
+		pred[i], meas[i] = rows[i].PredTokensPerS, rows[i].MeasTokensPerS
+		if p.Skipped != "" {
+			pred[i] = metrics.Float(math.NaN())
+		}
+	}
+	predRank, measRank := plan.Ranks(pred), plan.Ranks(meas)
+	for i, p := range st.Points {
+		rows[i].PredRank, rows[i].MeasRank = cmp.Or(p.PredRank, predRank[i]), measRank[i]
 	}
 	if wantJSON(c) {
 		enc := json.NewEncoder(c.App.Writer)
@@ -470,7 +545,7 @@ func runSweepShow(c *cli.Context) error {
 	w := c.App.Writer
 	fmt.Fprintf(w, "sweep %s: %s job %s, %d points\n", st.ID, st.Executor, orDash(st.JobID), len(st.Points))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "POINT\tFITS\tMEM PRED\tMEM MEAS\tTOK/S PRED\tTOK/S MEAS\tERROR\tMFU\tLOSS\tSTATE\tEXECID")
+	fmt.Fprintln(tw, "POINT\tFITS\tMEM PRED\tMEM MEAS\tTOK/S PRED\tTOK/S MEAS\tERROR\tRANK PRED\tRANK MEAS\tMFU\tLOSS\tSTATE\tEXECID")
 	num := func(v metrics.Float, format string) string {
 		if !v.Known() {
 			return "-"
@@ -483,14 +558,21 @@ func runSweepShow(c *cli.Context) error {
 		}
 		return bytesIEC(n)
 	}
+	rank := func(n int) string {
+		if n == 0 {
+			return "-"
+		}
+		return strconv.Itoa(n)
+	}
 	for _, r := range rows {
 		fits := "-"
 		if r.Fits != nil {
 			fits = yesNo(*r.Fits)
 		}
 		tokErr := num(plan.ErrorPct(r.PredTokensPerS, r.MeasTokensPerS), "%+.1f%%")
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Point, fits, mem(r.PredMemBytes), mem(r.MeasMemBytes),
-			num(r.PredTokensPerS, "%.0f"), num(r.MeasTokensPerS, "%.0f"), tokErr, num(100*r.MFU, "%.1f%%"), num(r.FinalLoss, "%.4f"), r.State, orDash(r.ExecID))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Point, fits, mem(r.PredMemBytes), mem(r.MeasMemBytes),
+			num(r.PredTokensPerS, "%.0f"), num(r.MeasTokensPerS, "%.0f"), tokErr, rank(r.PredRank), rank(r.MeasRank),
+			num(100*r.MFU, "%.1f%%"), num(r.FinalLoss, "%.4f"), r.State, orDash(r.ExecID))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

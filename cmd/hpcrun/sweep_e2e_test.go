@@ -5,9 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hpcrun/hpcrun/train/plan"
 )
 
 // TestE2ESweepSlurm submits a two-point sweep to the local Slurm as one job
@@ -31,25 +34,7 @@ func TestE2ESweepSlurm(t *testing.T) {
 	if err != nil || !strings.Contains(string(script), "#SBATCH --array=0-1\n") {
 		t.Fatalf("array script: %v\n%s", err, script)
 	}
-	var rows []sweepRow
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(time.Second) {
-		rows = nil
-		if err := json.Unmarshal([]byte(e.mustRun("sweep", "show", "--json", id)), &rows); err != nil {
-			t.Fatal(err)
-		}
-		over := 0
-		for _, r := range rows {
-			if r.State != "running" && r.State != "pending" {
-				over++
-			}
-		}
-		if over == len(rows) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sweep %s not over after 2 minutes: %+v", id, rows)
-		}
-	}
+	rows := waitSweep(t, e, id)
 	// The array's job id is no run: metrics says where the sweep's runs are.
 	if _, errOut, code := e.run("metrics", job); code == 0 || !strings.Contains(errOut, "hpcrun sweep show "+id) {
 		t.Errorf("metrics %s (the sweep's array job): exit %d, %s", job, code, errOut)
@@ -82,5 +67,115 @@ func TestE2ESweepSlurm(t *testing.T) {
 		if m := regexp.MustCompile(`(?m)^tokens/s +\d+ +\d+ +(\S+%)$`).FindStringSubmatch(met); m == nil || !strings.Contains(show, m[1]) {
 			t.Errorf("%s: the tokens/s error of metrics (%v) is not in sweep show:\n%s", r.Point, m, show)
 		}
+	}
+}
+
+// waitSweep waits for every point of sweep id to be over, at most 2
+// minutes, and returns sweep show's rows.
+func waitSweep(t *testing.T, e *env, id string) []sweepRow {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(time.Second) {
+		var rows []sweepRow
+		if err := json.Unmarshal([]byte(e.mustRun("sweep", "show", "--json", id)), &rows); err != nil {
+			t.Fatal(err)
+		}
+		over := 0
+		for _, r := range rows {
+			if r.State != "running" && r.State != "pending" {
+				over++
+			}
+		}
+		if over == len(rows) {
+			return rows
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sweep %s not over after 2 minutes: %+v", id, rows)
+		}
+	}
+}
+
+// TestE2ESweepAutoSlurm runs plan --auto's 3 fastest layouts of a tiny
+// GPT on 2 tasks as a sweep on the local Slurm: the points are plan
+// --auto's top 3 in its order, sweep.json keeps their predicted rank, and
+// sweep show sets it beside the rank of the measured tokens/s, both
+// filled for every point.
+func TestE2ESweepAutoSlurm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e: -short")
+	}
+	slurmUp(t)
+	e := newEnv(t)
+	common := []string{"--gpu", "cpu", "--device", "cpu", "--preset", "tiny", "--model", "gpt", "--ntasks", "2", "--bsz", "4"}
+	var res plan.AutoResult
+	if err := json.Unmarshal([]byte(e.mustRun(append([]string{"plan", "--auto", "--json", "--executor", "slurm"}, common...)...)), &res); err != nil {
+		t.Fatal(err)
+	}
+	out := e.mustRun(append([]string{"sweep", "--auto", "--top", "3", "--executor", "slurm", "--steps", "3", "--samples", "64",
+		"--eval-samples", "16", "--time", "00:05:00"}, common...)...)
+	m := regexp.MustCompile(`submitted sweep (\S+) as slurm job array (\d+) \(3 tasks`).FindStringSubmatch(out)
+	if m == nil || len(res.Ranked) < 3 {
+		t.Fatalf("sweep --auto (plan --auto ranked %d):\n%s", len(res.Ranked), out)
+	}
+	id := m[1]
+	b, err := os.ReadFile(filepath.Join(e.dir, "runs", "sweeps", id, "sweep.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st sweepState
+	if err := json.Unmarshal(b, &st); err != nil || !st.Auto || len(st.Points) != 3 {
+		t.Fatalf("sweep.json: %v\n%s", err, b)
+	}
+	for i, p := range st.Points {
+		if want := res.Ranked[i].Layout.String(); p.Label != want || p.PredRank != i+1 || p.Plan == nil {
+			t.Errorf("point %d: %q, predicted rank %d; want plan --auto's #%d %q", i, p.Label, p.PredRank, i+1, want)
+		}
+	}
+	rows := waitSweep(t, e, id)
+	measured := map[int]bool{}
+	for i, r := range rows {
+		if r.State != "done" || r.PredRank != i+1 || r.MeasRank < 1 || r.MeasRank > 3 || !r.MeasTokensPerS.Known() {
+			t.Errorf("%s: state %s, predicted rank %d, measured rank %d (%v tokens/s)", r.Point, r.State, r.PredRank, r.MeasRank, r.MeasTokensPerS)
+		}
+		measured[r.MeasRank] = true
+	}
+	if len(measured) != 3 {
+		t.Errorf("measured ranks %v: want 1, 2 and 3", measured)
+	}
+	show := e.mustRun("sweep", "show", id)
+	lines := strings.Split(strings.TrimSpace(show), "\n")
+	if len(lines) < 5 || !strings.Contains(lines[1], "RANK PRED") || !strings.Contains(lines[1], "RANK MEAS") {
+		t.Fatalf("sweep show:\n%s", show)
+	}
+	col := strings.Index(lines[1], "RANK PRED")
+	for i, r := range rows {
+		line := lines[2+i]
+		if f := strings.Fields(line[col:]); len(f) < 2 || f[0] != strconv.Itoa(r.PredRank) || f[1] != strconv.Itoa(r.MeasRank) {
+			t.Errorf("sweep show row %d: %q; want ranks %d and %d under RANK PRED and RANK MEAS", i, line, r.PredRank, r.MeasRank)
+		}
+	}
+	t.Logf("sweep show:\n%s", show)
+}
+
+// TestSweepAutoBadInput: sweep --auto chooses the layouts, so a list of
+// tp or bsz, or a --top below 1, is refused in one line before anything
+// is written.
+func TestSweepAutoBadInput(t *testing.T) {
+	e := newEnv(t)
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tp", "1,2"}, "--tp takes one value"},
+		{[]string{"--bsz", "4,8"}, "--bsz takes one value"},
+		{[]string{"--top", "0"}, "--top 0: give 1 or more"},
+	} {
+		args := append([]string{"sweep", "--auto", "--executor", "local", "--preset", "tiny", "--ntasks", "2"}, tt.args...)
+		_, errOut, code := e.run(args...)
+		if code == 0 || !strings.Contains(errOut, tt.want) || strings.Count(strings.TrimSpace(errOut), "\n") > 0 {
+			t.Errorf("%v: exit %d, %q; want one line with %q", tt.args, code, errOut, tt.want)
+		}
+	}
+	if ents, _ := os.ReadDir(filepath.Join(e.dir, "runs")); len(ents) > 0 {
+		t.Errorf("refused sweeps left %d entries in the runs dir", len(ents))
 	}
 }

@@ -1,7 +1,9 @@
 package plan
 
 import (
+	"cmp"
 	"math"
+	"slices"
 
 	"github.com/hpcrun/hpcrun/train/metrics"
 )
@@ -57,4 +59,21 @@ func Compare(p *Plan, s metrics.Summary) []Figure {
 		fig("tokens_per_s", p.Time.TokensPerS, s.TokensPerS),
 		fig("mfu", p.Time.MFU, s.MFU),
 	)
+}
+
+// Ranks ranks values from the largest (1) down, equal ones in their
+// order; an unknown value has rank 0 and takes no place.
+func Ranks(values []metrics.Float) []int {
+	idx := make([]int, 0, len(values))
+	for i, v := range values {
+		if v.Known() {
+			idx = append(idx, i)
+		}
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(values[b], values[a]) })
+	ranks := make([]int, len(values))
+	for r, i := range idx {
+		ranks[i] = r + 1
+	}
+	return ranks
 }

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/hpcrun/hpcrun/train/metrics"
@@ -77,4 +78,13 @@ func TestCompare(t *testing.T) {
 	s.Memory = []metrics.RankMemory{{Rank: 0, GPUPeakBytes: 2000}}
 	wants["engine_peak"] = want{1100, nan, nan}
 	check(Compare(p, s), wants, []string{"engine_peak", "device_total", "step_s", "comm_share", "tokens_per_s", "mfu"})
+}
+
+// TestRanks: the largest first, equal ones in their order, unknown none.
+func TestRanks(t *testing.T) {
+	nan := metrics.Float(math.NaN())
+	got := Ranks([]metrics.Float{10, nan, 30, 10, 20})
+	if want := []int{3, 0, 1, 4, 2}; !slices.Equal(got, want) {
+		t.Errorf("Ranks = %v, want %v", got, want)
+	}
 }

@@ -37,6 +37,10 @@
 // recomputation: the plan says so instead of modelling what does not
 // exist.
 //
+// Auto (auto.go) plans every layout of a job's tasks and global batch the
+// engine runs (tp x pp x dp, sequence parallelism, ZeRO-1, micro-batches)
+// and ranks those that fit by predicted tokens/s, saying why.
+//
 // Compare sets a plan beside what its run measured (a metrics.Summary),
 // with the error in percent of the measured (ErrorPct); the MFU it
 // predicts is metrics.MFU, the rule the run's summary uses.

@@ -1,0 +1,458 @@
+package plan
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"text/tabwriter"
+
+	"github.com/hpcrun/hpcrun/internal/units"
+	"github.com/hpcrun/hpcrun/train/config"
+)
+
+// This file is hpcrun plan --auto: every layout of a job's tasks that the
+// engine runs, each planned as New plans one, those that fit ranked by
+// predicted tokens/s.
+
+// Layout is one way to lay out a job's ranks and its global batch: the
+// tp x pp x dp grid (ntasks = tp x pp x dp), sequence parallelism, ZeRO-1,
+// and the micro-batches of BatchSize samples each data-parallel replica
+// cuts its share of the global batch into (a pipeline's micro-batches,
+// else gradient accumulation).
+type Layout struct {
+	TP        int  `json:"tp"`
+	PP        int  `json:"pp"`
+	DP        int  `json:"dp"`
+	SP        bool `json:"sp"`
+	Zero      int  `json:"zero"`
+	Micro     int  `json:"micro_batches"`
+	BatchSize int  `json:"bsz"`
+}
+
+// String is the layout in a few words: "tp2 pp1 dp2 sp zero1 micro1 bsz8".
+func (l Layout) String() string {
+	s := fmt.Sprintf("tp%d pp%d dp%d", l.TP, l.PP, l.DP)
+	if l.SP {
+		s += " sp"
+	}
+	if l.Zero == 1 {
+		s += " zero1"
+	}
+	if l.Micro == 0 {
+		return s // a grid rejected before its micro-batches
+	}
+	return s + fmt.Sprintf(" micro%d bsz%d", l.Micro, l.BatchSize)
+}
+
+// Flags are the submit flags that run the layout (beside --ntasks).
+func (l Layout) Flags() string {
+	f := fmt.Sprintf("--tp %d", l.TP)
+	if l.PP > 1 {
+		f += fmt.Sprintf(" --pp %d --micro-batches %d", l.PP, l.Micro)
+	} else {
+		f += fmt.Sprintf(" --grad-accum %d", l.Micro)
+	}
+	f += fmt.Sprintf(" --bsz %d", l.BatchSize)
+	if l.SP {
+		f += " --sp"
+	}
+	if l.Zero == 1 {
+		f += " --zero 1"
+	}
+	return f
+}
+
+// apply is cfg laid out as l.
+func (l Layout) apply(cfg config.Config) config.Config {
+	cfg.TP, cfg.PP, cfg.SP, cfg.Zero, cfg.BatchSize, cfg.PPSplit = l.TP, 0, l.SP, l.Zero, l.BatchSize, ""
+	cfg.GradAccum, cfg.MicroBatches = l.Micro, 0
+	if l.PP > 1 {
+		cfg.PP, cfg.GradAccum, cfg.MicroBatches = l.PP, 1, l.Micro
+	}
+	return cfg
+}
+
+// order is the tie-break between two layouts of equal throughput: the
+// simpler first, the smaller tp, then pp, sp off, ZeRO off, fewer
+// micro-batches (the plan prices a GEMM by its FLOPs whatever its shape,
+// so more gradient accumulation costs it nothing; the engine's smaller
+// products do run slower).
+func (l Layout) order(o Layout) int {
+	return cmp.Or(cmp.Compare(l.TP, o.TP), cmp.Compare(l.PP, o.PP), cmp.Compare(b2i(l.SP), b2i(o.SP)),
+		cmp.Compare(l.Zero, o.Zero), cmp.Compare(l.Micro, o.Micro))
+}
+
+// sig6 is x to 6 significant digits: the ranking's equality.
+func sig6(x float64) float64 {
+	if x == 0 || math.IsNaN(x) || math.IsInf(x, 0) {
+		return x
+	}
+	scale := math.Pow(10, 5-math.Floor(math.Log10(math.Abs(x))))
+	return math.Round(x*scale) / scale
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// AutoRequest is what Auto searches the layouts of. Request's config
+// gives the model, the tasks and the global batch, the samples of one
+// optimizer step (its bsz x micro-batches x dp), which every layout
+// keeps; Auto replaces the rest of its layout (tp, pp, pp_split,
+// micro-batches or grad_accum, bsz, sp, zero).
+type AutoRequest struct {
+	Request
+	// TasksPerNode is the tasks a node runs (0: the tasks spread evenly
+	// over the nodes). With more than one node tp must divide it: a
+	// tensor-parallel group stays inside a node.
+	TasksPerNode int
+}
+
+// Ranked is a layout with its config and plan: Rank is its place among
+// those that fit (1 the fastest; 0 for one that does not fit), Why what
+// sets it apart from the first.
+type Ranked struct {
+	Rank   int           `json:"rank,omitempty"`
+	Layout Layout        `json:"layout"`
+	Config config.Config `json:"-"`
+	Plan   *Plan         `json:"plan"`
+	Why    string        `json:"why"`
+}
+
+// Rejected is a layout that cannot run at all, and why.
+type Rejected struct {
+	Layout Layout `json:"layout"`
+	Why    string `json:"why"`
+}
+
+// AutoResult is Auto's search: what it kept, best first, and what it
+// left out.
+type AutoResult struct {
+	GlobalBatch int      `json:"global_batch"` // samples a step, every layout's
+	NTasks      int      `json:"ntasks"`
+	Nodes       int      `json:"nodes"`
+	Ranked      []Ranked `json:"ranked"`
+	// Alternatives are the fitting layouts left out for one that differs
+	// only in its micro-batches (see Auto).
+	Alternatives int        `json:"alternatives"`
+	Unfit        []Ranked   `json:"unfit,omitempty"`   // valid but over the device's memory, smallest first
+	Invalid      []Rejected `json:"invalid,omitempty"` // the config does not validate (config.Config.Validate) or cannot be placed
+}
+
+// ErrNothingFits is Auto's error when no layout fits the device.
+var ErrNothingFits = errors.New("no layout fits")
+
+// An axis turns a layout into its variants along one dimension of the
+// search, given the samples each data-parallel replica takes a step.
+type axis func(l Layout, perReplica int) []Layout
+
+// axes are the search's dimensions after the tp x pp x dp grid, each
+// applied to every layout the ones before it made. A recompute axis
+// (none, selective, full) is one more entry.
+var axes = []axis{spAxis, zeroAxis, microAxis}
+
+// spAxis: sequence parallelism off, and on where tp > 1.
+func spAxis(l Layout, _ int) []Layout {
+	if l.TP == 1 {
+		return []Layout{l}
+	}
+	on := l
+	on.SP = true
+	return []Layout{l, on}
+}
+
+// zeroAxis: ZeRO-1 off, and on where dp > 1.
+func zeroAxis(l Layout, _ int) []Layout {
+	if l.DP == 1 {
+		return []Layout{l}
+	}
+	on := l
+	on.Zero = 1
+	return []Layout{l, on}
+}
+
+// microAxis: every number of micro-batches that divides a replica's
+// samples (at least pp of them through a pipeline).
+func microAxis(l Layout, perReplica int) []Layout {
+	var out []Layout
+	for _, m := range divisors(perReplica) {
+		if m >= l.PP {
+			v := l
+			v.Micro, v.BatchSize = m, perReplica/m
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// divisors are n's divisors, ascending.
+func divisors(n int) []int {
+	var low, high []int
+	for k := 1; k*k <= n; k++ {
+		if n%k == 0 {
+			low = append(low, k)
+			if k*k != n {
+				high = append(high, n/k)
+			}
+		}
+	}
+	slices.Reverse(high)
+	return append(low, high...)
+}
+
+// Auto plans every layout of r's tasks and global batch that the engine
+// runs: each tp x pp x dp factorisation of the tasks, sequence parallelism
+// off and on (tp > 1), ZeRO-1 off and on (dp > 1), and every number of
+// micro-batches that divides a replica's samples (at least pp through a
+// pipeline). A layout is invalid when its config does not validate (tp
+// must divide the heads, pp the layers, ...), when dp does not divide the
+// global batch, or, over several nodes, when tp does not divide a node's
+// tasks. Of those that fit the device (Plan.Fits) and differ only in
+// their micro-batches, it keeps the fewest micro-batches within 1% of the
+// best tokens/s among them (the plan prices a GEMM by its FLOPs whatever
+// its shape, where the engine's smaller products run slower); those it
+// keeps are ranked by predicted
+// tokens/s, the fastest first; throughputs equal to 6 significant digits
+// go to the simpler layout (Layout.order). The error wraps
+// ErrNothingFits, saying what to change, when none fits.
+func Auto(r AutoRequest) (*AutoResult, error) {
+	base := r.Config
+	if err := base.Validate(); err != nil {
+		return nil, err
+	}
+	res := &AutoResult{GlobalBatch: base.BatchSize * base.Micro() * base.DP(), NTasks: base.NTasks, Nodes: max(r.Nodes, 1)}
+	perNode := r.TasksPerNode
+	if perNode <= 0 {
+		perNode = base.NTasks / res.Nodes
+	}
+	for _, tp := range divisors(base.NTasks) {
+		for _, pp := range divisors(base.NTasks / tp) {
+			grid := Layout{TP: tp, PP: pp, DP: base.NTasks / tp / pp, Micro: 1}
+			grid.BatchSize = res.GlobalBatch / grid.DP
+			switch {
+			case res.GlobalBatch%grid.DP != 0:
+				res.Invalid = append(res.Invalid, Rejected{Layout{TP: tp, PP: pp, DP: grid.DP}, fmt.Sprintf("dp %d does not divide the global batch of %d samples", grid.DP, res.GlobalBatch)})
+				continue
+			case pp > 1 && grid.BatchSize < pp:
+				res.Invalid = append(res.Invalid, Rejected{Layout{TP: tp, PP: pp, DP: grid.DP}, fmt.Sprintf("a replica's %d samples make fewer micro-batches than pp %d", grid.BatchSize, pp)})
+				continue
+			case res.Nodes > 1 && perNode%tp != 0:
+				res.Invalid = append(res.Invalid, Rejected{Layout{TP: tp, PP: pp, DP: grid.DP}, fmt.Sprintf("tp %d does not divide a node's %d tasks", tp, perNode)})
+				continue
+			}
+			if pp > 1 {
+				grid.Micro, grid.BatchSize = pp, 1 // validates the pipeline before the micro-batches vary
+			}
+			if err := grid.apply(base).Validate(); err != nil {
+				res.Invalid = append(res.Invalid, Rejected{Layout{TP: tp, PP: pp, DP: grid.DP}, err.Error()})
+				continue
+			}
+			layouts := []Layout{grid}
+			for _, ax := range axes {
+				var next []Layout
+				for _, l := range layouts {
+					next = append(next, ax(l, res.GlobalBatch/grid.DP)...)
+				}
+				layouts = next
+			}
+			for _, l := range layouts {
+				res.add(r.Request, l)
+			}
+		}
+	}
+	res.pickMicro()
+	slices.SortStableFunc(res.Ranked, func(a, b Ranked) int {
+		return cmp.Or(cmp.Compare(sig6(b.Plan.Time.TokensPerS), sig6(a.Plan.Time.TokensPerS)), a.Layout.order(b.Layout))
+	})
+	slices.SortStableFunc(res.Unfit, func(a, b Ranked) int {
+		return cmp.Or(cmp.Compare(a.Plan.Memory.Total, b.Plan.Memory.Total), a.Layout.order(b.Layout))
+	})
+	for i := range res.Ranked {
+		res.Ranked[i].Rank = i + 1
+		res.Ranked[i].Why = why(res.Ranked[0].Plan, res.Ranked[i].Plan)
+	}
+	for i := range res.Unfit {
+		u := &res.Unfit[i]
+		u.Why = fmt.Sprintf("needs %s a rank, %s over %s", bytesIEC(u.Plan.Memory.Total), bytesIEC(-u.Plan.Headroom), u.Plan.Device.Name)
+	}
+	if len(res.Ranked) == 0 {
+		return res, res.nothingFits(r.Device)
+	}
+	return res, nil
+}
+
+// add plans l on req's config and files it as ranked, unfit or invalid.
+func (res *AutoResult) add(req Request, l Layout) {
+	req.Config = l.apply(req.Config)
+	if err := req.Config.Validate(); err != nil {
+		res.Invalid = append(res.Invalid, Rejected{l, err.Error()})
+		return
+	}
+	p, err := New(req)
+	if err != nil {
+		res.Invalid = append(res.Invalid, Rejected{l, err.Error()})
+		return
+	}
+	rk := Ranked{Layout: l, Config: req.Config, Plan: p}
+	if p.Fits {
+		res.Ranked = append(res.Ranked, rk)
+	} else {
+		res.Unfit = append(res.Unfit, rk)
+	}
+}
+
+// microSlack is how far below the best tokens/s of its layout a smaller
+// number of micro-batches may be and still be chosen.
+const microSlack = 0.01
+
+// pickMicro keeps, of the fitting layouts that differ only in their
+// micro-batches, the fewest micro-batches whose tokens/s is within
+// microSlack of the best of them: the plan prices a GEMM by its FLOPs
+// whatever its shape, where the engine's smaller products run slower.
+func (res *AutoResult) pickMicro() {
+	best := map[Layout]float64{}
+	key := func(l Layout) Layout {
+		l.Micro, l.BatchSize = 0, 0
+		return l
+	}
+	for _, r := range res.Ranked {
+		k := key(r.Layout)
+		best[k] = max(best[k], r.Plan.Time.TokensPerS)
+	}
+	chosen := map[Layout]int{} // index in res.Ranked
+	for i, r := range res.Ranked {
+		k := key(r.Layout)
+		if r.Plan.Time.TokensPerS < (1-microSlack)*best[k] {
+			continue
+		}
+		if j, ok := chosen[k]; !ok || r.Layout.Micro < res.Ranked[j].Layout.Micro {
+			chosen[k] = i
+		}
+	}
+	kept := res.Ranked[:0:0]
+	for i, r := range res.Ranked {
+		if chosen[key(r.Layout)] == i {
+			kept = append(kept, r)
+		}
+	}
+	res.Alternatives = len(res.Ranked) - len(kept)
+	res.Ranked = kept
+}
+
+// nothingFits is the one-line error of a search where no layout fits dev.
+func (res *AutoResult) nothingFits(dev Device) error {
+	tasks := plural(res.NTasks, "task") + " on " + plural(res.Nodes, "node")
+	if len(res.Unfit) == 0 {
+		why := "none"
+		if len(res.Invalid) > 0 {
+			why = res.Invalid[0].Layout.String() + ": " + res.Invalid[0].Why
+		}
+		return fmt.Errorf("%w: no layout of %s is valid (%s); change --ntasks or the model's heads or layers", ErrNothingFits, tasks, why)
+	}
+	u := res.Unfit[0]
+	return fmt.Errorf("%w: none of the %d valid layouts of %s fits the %s of %s a rank, the smallest (%s) needs %s; add tasks and nodes (--ntasks, --nodes), lower the global batch of %d (--bsz), or choose a larger device (--gpu)",
+		ErrNothingFits, len(res.Unfit), tasks, bytesIEC(dev.MemBytes), dev.Name, u.Layout, bytesIEC(u.Plan.Memory.Total), res.GlobalBatch)
+}
+
+// why says what sets p apart from the fastest plan, best: for best itself
+// what its step is made of, for the others where their extra time goes.
+func why(best, p *Plan) string {
+	t, b := p.Time, best.Time
+	share := func(s float64) float64 { return 100 * s / t.StepS }
+	if p == best {
+		return fmt.Sprintf("fastest: compute %.0f%%, memory traffic %.0f%%, comm %.0f%%, bubble %.0f%% of the step",
+			share(t.ComputeS), share(t.MemoryS), share(t.CommS), share(t.BubbleS))
+	}
+	parts := []struct {
+		what string
+		s    float64
+	}{
+		{"compute", t.ComputeS - b.ComputeS}, {"memory traffic", t.MemoryS - b.MemoryS},
+		{"comm", t.CommS - b.CommS}, {"bubble", t.BubbleS - b.BubbleS},
+	}
+	most := slices.MaxFunc(parts, func(x, y struct {
+		what string
+		s    float64
+	}) int {
+		return cmp.Compare(x.s, y.s)
+	})
+	if most.s <= 0 {
+		return "as fast as the first"
+	}
+	return fmt.Sprintf("%+.1f%% step, most in %s (%+.2f ms)", 100*(t.StepS/b.StepS-1), most.what, 1e3*most.s)
+}
+
+// bytesIEC is n bytes as hpcrun prints them: "1.25 GiB".
+func bytesIEC(n int64) string { return units.Bytes(n, 2) }
+
+// WriteAuto prints the top layouts of res (all when top <= 0) as a
+// table: layout, predicted step time and tokens/s, memory a rank, comm
+// share, bubble and why; then how to run the first, what the rates rest
+// on and what the search left out.
+func WriteAuto(w io.Writer, res *AutoResult, top int) error {
+	if len(res.Ranked) == 0 {
+		return nil
+	}
+	first := res.Ranked[0].Plan
+	name := first.Model
+	if first.Preset != "" {
+		name += " (preset " + first.Preset + ")"
+	}
+	fmt.Fprintf(w, "plan --auto: %s, %d layers dim %d heads %d seq %d; global batch %d samples a step; %s on %s; device %s, %s a rank\n",
+		name, first.Layers, first.Dim, first.Heads, first.Seq, res.GlobalBatch, plural(res.NTasks, "task"), plural(res.Nodes, "node"), first.Device.Name, bytesIEC(first.Device.MemBytes))
+	fmt.Fprintf(w, "%s: %d fit (%d kept: of those differing only in micro-batches, the fewest within 1%% of their best), %d do not fit, %d invalid\n",
+		plural(len(res.Ranked)+res.Alternatives+len(res.Unfit)+len(res.Invalid), "layout"), len(res.Ranked)+res.Alternatives, len(res.Ranked), len(res.Unfit), len(res.Invalid))
+	fmt.Fprintf(w, "ranked by predicted tokens/s (ties to 6 digits: smaller tp, then pp, sp off, zero off)\n\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "RANK\tLAYOUT\tSTEP S\tTOK/S\tMEM/RANK\tCOMM\tBUBBLE\tWHY")
+	shown := res.Ranked
+	if top > 0 && top < len(shown) {
+		shown = shown[:top]
+	}
+	for _, r := range shown {
+		t := r.Plan.Time
+		bubble := "-"
+		if r.Layout.PP > 1 {
+			bubble = fmt.Sprintf("%.0f%%", 100*t.Bubble)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%.4g\t%.0f\t%s\t%.0f%%\t%s\t%s\n", r.Rank, r.Layout, t.StepS, t.TokensPerS, bytesIEC(r.Plan.Memory.Total), 100*t.CommShare, bubble, r.Why)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(shown) < len(res.Ranked) {
+		fmt.Fprintf(w, "(%d more that fit: --top 0 lists all)\n", len(res.Ranked)-len(shown))
+	}
+	nodes := ""
+	if res.Nodes > 1 {
+		nodes = fmt.Sprintf("--nodes %d ", res.Nodes)
+	}
+	fmt.Fprintf(w, "\nrun the first: hpcrun submit %s--ntasks %d %s\n", nodes, res.NTasks, res.Ranked[0].Layout.Flags())
+	fmt.Fprintf(w, "rates: %s\n", first.Device.Source)
+	if len(res.Unfit) > 0 {
+		u := res.Unfit[0]
+		fmt.Fprintf(w, "do not fit: %s, the smallest %s (%s)\n", plural(len(res.Unfit), "layout"), u.Layout, u.Why)
+	}
+	for i, r := range res.Invalid {
+		if i == 3 {
+			fmt.Fprintf(w, "invalid: %d more\n", len(res.Invalid)-i)
+			break
+		}
+		fmt.Fprintf(w, "invalid: %s: %s\n", r.Layout, r.Why)
+	}
+	return nil
+}
+
+// plural is n things: "1 node", "3 nodes".
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
+}
