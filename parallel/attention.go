@@ -112,8 +112,8 @@ func (a *ParallelSelfAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*
 	}
 	dev := a.QKV.Weight.Data.Device()
 	cl := a.nh * a.hd
-	if err := a.bufs.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
-		a.att, a.y = get(b, a.nh, t, t), get(b, t, cl)
+	if err := a.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return attentionCoreSizes(b, t, a.nh, cl).Saved }, func(get func(string) *tensor.Tensor) {
+		a.att, a.y = get("att"), get("y")
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", a.Name, err)
 	}
@@ -135,9 +135,8 @@ func (a *ParallelSelfAttention) Backward(dout, dinp *tensor.Tensor) error {
 	}
 	dev := dout.Device()
 	b, t, cl := a.att.Dim(0), a.att.Dim(2), a.nh*a.hd
-	if err := a.grads.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
-		a.datt, a.dpre = get(b, a.nh, t, t), get(b, a.nh, t, t)
-		a.dy, a.dqkv = get(b, t, cl), get(b, t, 3*cl)
+	if err := a.grads.ensure(dev, [2]int{b, t}, func() Buffers { return attentionCoreSizes(b, t, a.nh, cl).Scratch }, func(get func(string) *tensor.Tensor) {
+		a.datt, a.dpre, a.dy, a.dqkv = get("datt"), get("dpre"), get("dy"), get("dqkv")
 	}); err != nil {
 		return fmt.Errorf("%s: %w", a.Name, err)
 	}

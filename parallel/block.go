@@ -111,8 +111,8 @@ func (b *Block) Forward(x *tensor.Tensor, keyValid []int32) (*tensor.Tensor, err
 		return nil, err
 	}
 	dev := b.LN1.Weight.Data.Device()
-	if err := b.bufs.ensure(dev, [2]int{bs, t}, func(get func(...int) *tensor.Tensor) {
-		b.r, b.out = get(bs, t, b.dim), get(bs, t, b.dim)
+	if err := b.bufs.ensure(dev, [2]int{bs, t}, func() Buffers { return blockOwnSizes(bs, t, b.dim).Saved }, func(get func(string) *tensor.Tensor) {
+		b.r, b.out = get("r"), get("out")
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", b.Name, err)
 	}
@@ -148,8 +148,8 @@ func (b *Block) Backward(dout, dx *tensor.Tensor) error {
 	}
 	dev := dout.Device()
 	bs, t := b.out.Dim(0), b.out.Dim(1)
-	if err := b.grads.ensure(dev, [2]int{bs, t}, func(get func(...int) *tensor.Tensor) {
-		b.dr, b.dh = get(bs, t, b.dim), get(bs, t, b.dim)
+	if err := b.grads.ensure(dev, [2]int{bs, t}, func() Buffers { return blockOwnSizes(bs, t, b.dim).Scratch }, func(get func(string) *tensor.Tensor) {
+		b.dr, b.dh = get("dr"), get("dh")
 	}); err != nil {
 		return fmt.Errorf("%s: %w", b.Name, err)
 	}

@@ -62,8 +62,8 @@ func (l *LayerNorm) Forward(inp *tensor.Tensor) (*tensor.Tensor, error) {
 		return nil, err
 	}
 	dev := l.Weight.Data.Device()
-	if err := l.bufs.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
-		l.out, l.mean, l.rst = get(b, t, l.Dim), get(b*t), get(b*t)
+	if err := l.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return LayerNormSizes(b, t, l.Dim).Saved }, func(get func(string) *tensor.Tensor) {
+		l.out, l.mean, l.rst = get("out"), get("mean"), get("rstd")
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", l.Name, err)
 	}
