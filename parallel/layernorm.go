@@ -15,7 +15,7 @@ type LayerNorm struct {
 	Weight, Bias *Param
 	Eps          float32
 
-	lnSaved
+	*lnSaved
 }
 
 // lnSaved is what a layer norm's Forward keeps for its Backward: a Shadow
@@ -40,7 +40,7 @@ func NewLayerNorm(dev tensor.Device, name string, dim int) (*LayerNorm, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &LayerNorm{Name: name, Dim: dim, Weight: w, Bias: b, Eps: 1e-5}, nil
+	return &LayerNorm{Name: name, Dim: dim, Weight: w, Bias: b, Eps: 1e-5, lnSaved: new(lnSaved)}, nil
 }
 
 // SetSequenceParallel marks the weight and bias as used in a

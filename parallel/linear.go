@@ -63,7 +63,7 @@ type ColumnParallelLinear struct {
 	sp     *SequenceParallel
 	tied   bool
 
-	colSaved
+	*colSaved
 	*colScratch
 }
 
@@ -106,7 +106,7 @@ func NewColumnParallelLinear(dev tensor.Device, tp nccl.Comm, name string, in, o
 	if opt.SequenceParallel != nil && opt.GatherOutput {
 		return nil, fmt.Errorf("%s: GatherOutput goes without sequence parallelism", name)
 	}
-	l := &ColumnParallelLinear{Name: name, In: in, Out: out, opt: opt, g: g, f: CopyToRegion(tp), gather: NewGatherFromRegion(tp), sp: opt.SequenceParallel, colScratch: new(colScratch)}
+	l := &ColumnParallelLinear{Name: name, In: in, Out: out, opt: opt, g: g, f: CopyToRegion(tp), gather: NewGatherFromRegion(tp), sp: opt.SequenceParallel, colSaved: new(colSaved), colScratch: new(colScratch)}
 	sh := Shard{Dim: 0, Parts: g.Size(), Index: g.Rank(), Blocks: blocks}
 	if g.Size() == 1 {
 		sh = Shard{Parts: 1}
@@ -306,7 +306,7 @@ type RowParallelLinear struct {
 	scatter *ScatterToRegion
 	sp      *SequenceParallel
 
-	rowSaved
+	*rowSaved
 	*rowScratch
 }
 
@@ -344,7 +344,7 @@ func NewRowParallelLinear(dev tensor.Device, tp nccl.Comm, name string, in, out 
 	if opt.SequenceParallel != nil && !opt.InputIsParallel {
 		return nil, fmt.Errorf("%s: sequence parallelism needs InputIsParallel (the output of a column-parallel layer)", name)
 	}
-	l := &RowParallelLinear{Name: name, In: in, Out: out, opt: opt, g: g, gReduce: ReduceFromRegion(tp), scatter: NewScatterToRegion(tp), sp: opt.SequenceParallel, rowScratch: new(rowScratch)}
+	l := &RowParallelLinear{Name: name, In: in, Out: out, opt: opt, g: g, gReduce: ReduceFromRegion(tp), scatter: NewScatterToRegion(tp), sp: opt.SequenceParallel, rowSaved: new(rowSaved), rowScratch: new(rowScratch)}
 	sh := Shard{Dim: 1, Parts: g.Size(), Index: g.Rank()}
 	if g.Size() == 1 {
 		sh = Shard{Parts: 1}

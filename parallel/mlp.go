@@ -17,7 +17,7 @@ type ParallelMLP struct {
 	Proj *RowParallelLinear
 
 	hiddn int
-	mlpSaved
+	*mlpSaved
 	*mlpScratch
 }
 
@@ -61,7 +61,7 @@ func newParallelMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name 
 	if err != nil {
 		return nil, err
 	}
-	return &ParallelMLP{Name: name, FC: fc, Proj: proj, hiddn: hidden, mlpScratch: new(mlpScratch)}, nil
+	return &ParallelMLP{Name: name, FC: fc, Proj: proj, hiddn: hidden, mlpSaved: new(mlpSaved), mlpScratch: new(mlpScratch)}, nil
 }
 
 // Params lists the layer's parameters.

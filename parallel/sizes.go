@@ -176,12 +176,17 @@ func RowSizes(s LinearShape, b, t int) Sizes {
 // (b,nh,t,t), the softmax probabilities, and y (b,t,cl), the heads' output
 // before the projection. Scratch: datt and dpre (b,nh,t,t), the gradients
 // of the probabilities and of the scores; dy (b,t,cl); dqkv (b,t,3cl), the
-// gradient of c_attn's output.
-func attentionCoreSizes(b, t, nh, cl int) Sizes {
-	return Sizes{
+// gradient of c_attn's output. With selective recomputation att is
+// scratch: Backward computes it again from c_attn's saved output.
+func attentionCoreSizes(b, t, nh, cl int, selective bool) Sizes {
+	z := Sizes{
 		Saved:   Buffers{buf("att", b, nh, t, t), buf("y", b, t, cl)},
 		Scratch: Buffers{buf("datt", b, nh, t, t), buf("dpre", b, nh, t, t), buf("dy", b, t, cl), buf("dqkv", b, t, 3*cl)},
 	}
+	if selective {
+		z.Saved, z.Scratch = z.Saved[1:], append(Buffers{z.Saved[0]}, z.Scratch...)
+	}
+	return z
 }
 
 // mlpCoreSizes are the MLP's own buffers for b x t tokens, fl = Hidden/tp
@@ -197,13 +202,41 @@ func mlpCoreSizes(b, t, fl int) Sizes {
 // blockOwnSizes are a block's own buffers for (b,t,c) inputs (this rank's
 // t positions under sequence parallelism): r, the residual after
 // attention, and out, saved; dr, the gradient of r, and dh, of a layer
-// norm's output, scratch.
-func blockOwnSizes(b, t, c int) Sizes {
+// norm's output, scratch. With full recomputation r is scratch too:
+// Backward runs the block's forward again.
+func blockOwnSizes(b, t, c int, full bool) Sizes {
+	if full {
+		return Sizes{
+			Saved:   Buffers{buf("out", b, t, c)},
+			Scratch: Buffers{buf("r", b, t, c), buf("dr", b, t, c), buf("dh", b, t, c)},
+		}
+	}
 	return Sizes{
 		Saved:   Buffers{buf("r", b, t, c), buf("out", b, t, c)},
 		Scratch: Buffers{buf("dr", b, t, c), buf("dh", b, t, c)},
 	}
 }
+
+// Recompute is how much of a block's forward pass its Backward runs again
+// instead of keeping it, Megatron-LM's granularities (arXiv 2205.05198
+// §5). The gradients are the same to the bit: the recomputation runs the
+// same kernels on the same inputs. With either, the blocks of a model
+// share their backward scratch (Block.ShareBuffers), which then counts
+// once, not per block.
+type Recompute int
+
+const (
+	// RecomputeNone keeps every activation the backward reads.
+	RecomputeNone Recompute = iota
+	// RecomputeSelective keeps no attention probabilities (b,nh,t,t), the
+	// largest activation at long sequences: Backward computes them again
+	// from the saved Q, K and V.
+	RecomputeSelective
+	// RecomputeFull keeps only each block's output (the next block's
+	// input): Backward runs the block's forward again from its input,
+	// into buffers all the blocks share.
+	RecomputeFull
+)
 
 // BlockShape is what decides a transformer block's buffers (BlockConfig
 // without its seeds and with the group's size).
@@ -212,6 +245,7 @@ type BlockShape struct {
 	Hidden     int  // 0 means 4*Dim
 	TP         int  // the tensor-parallel group's size
 	SP         bool // sequence parallelism (BlockConfig.SP)
+	Recompute  Recompute
 }
 
 // BlockSizes are all the buffers of one transformer block and its layers
@@ -221,7 +255,8 @@ type BlockShape struct {
 // row-parallel outputs hold this rank's t/tp positions, while attention
 // and the MLP inside work on the full sequence (gathered into the
 // region's shared buffers, SequenceParallelSizes), and the column-parallel
-// layers keep no input gradient of their own.
+// layers keep no input gradient of their own. With full recomputation
+// every buffer but the block's out is Scratch, shared by the blocks.
 func BlockSizes(s BlockShape, b, t int) Sizes {
 	tp, c := max(s.TP, 1), s.Dim
 	hidden := s.Hidden
@@ -232,16 +267,21 @@ func BlockSizes(s BlockShape, b, t int) Sizes {
 	if s.SP {
 		tl = t / tp
 	}
-	var z Sizes
-	z.add("", blockOwnSizes(b, tl, c))
-	z.add("ln_1.", LayerNormSizes(b, tl, c))
-	z.add("attn.", attentionCoreSizes(b, t, s.Heads/tp, c/tp))
-	z.add("attn.c_attn.", ColumnSizes(LinearShape{In: c, Out: 3 * c, TP: tp, SP: s.SP}, b, t))
-	z.add("attn.c_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
-	z.add("ln_2.", LayerNormSizes(b, tl, c))
-	z.add("mlp.", mlpCoreSizes(b, t, hidden/tp))
-	z.add("mlp.c_fc.", ColumnSizes(LinearShape{In: c, Out: hidden, TP: tp, SP: s.SP}, b, t))
-	z.add("mlp.c_proj.", RowSizes(LinearShape{In: hidden, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
+	var z, layers Sizes
+	full := s.Recompute == RecomputeFull
+	z.add("", blockOwnSizes(b, tl, c, full))
+	layers.add("ln_1.", LayerNormSizes(b, tl, c))
+	layers.add("attn.", attentionCoreSizes(b, t, s.Heads/tp, c/tp, s.Recompute == RecomputeSelective))
+	layers.add("attn.c_attn.", ColumnSizes(LinearShape{In: c, Out: 3 * c, TP: tp, SP: s.SP}, b, t))
+	layers.add("attn.c_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
+	layers.add("ln_2.", LayerNormSizes(b, tl, c))
+	layers.add("mlp.", mlpCoreSizes(b, t, hidden/tp))
+	layers.add("mlp.c_fc.", ColumnSizes(LinearShape{In: c, Out: hidden, TP: tp, SP: s.SP}, b, t))
+	layers.add("mlp.c_proj.", RowSizes(LinearShape{In: hidden, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
+	if full {
+		layers = Sizes{Scratch: append(layers.Saved, layers.Scratch...)}
+	}
+	z.add("", layers)
 	return z
 }
 
