@@ -155,9 +155,12 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, seed uin
 	projStd := float32(parallel.DefaultStd / math.Sqrt(2*float64(cfg.Layers)))
 	for l := t.lo; l < t.hi; l++ {
 		blk, err := parallel.NewBlock(dev, tp, fmt.Sprintf("h.%d", l), parallel.BlockConfig{
-			Dim: C, Heads: cfg.Heads, Causal: t.gpt, Seed: seed, ProjStd: projStd, SP: t.sp})
+			Dim: C, Heads: cfg.Heads, Causal: t.gpt, Seed: seed, ProjStd: projStd, SP: t.sp, Recompute: cfg.RecomputeMode()})
 		if err != nil {
 			return err
+		}
+		if len(t.blocks) > 0 && cfg.RecomputeMode() != parallel.RecomputeNone {
+			blk.ShareBuffers(t.blocks[0])
 		}
 		t.blocks = append(t.blocks, blk)
 		t.params = append(t.params, blk.Params()...)

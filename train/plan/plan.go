@@ -35,9 +35,10 @@
 // stage's, its micro-batches' work stretched by the 1F1B bubble.
 //
 // The engine keeps every tensor in float32 whatever the precision (bf16
-// changes how a GPU multiplies, not what it stores) and has no activation
-// recomputation: the plan says so instead of modelling what does not
-// exist.
+// changes how a GPU multiplies, not what it stores). With activation
+// recomputation (config.Config.Recompute) a block keeps less (its table
+// says what) and the blocks share one backward scratch, and the step
+// computes the recomputed part of the forward again.
 //
 // Compare sets a plan beside what its run measured (a metrics.Summary),
 // with the error in percent of the measured (ErrorPct); the MFU it
@@ -82,9 +83,12 @@ type Plan struct {
 	Nodes       int    `json:"nodes"`
 	// SP is sequence parallelism (--sp) and Zero the ZeRO stage (--zero:
 	// 0 or 1), as the config asks.
-	SP     bool  `json:"sp,omitempty"`
-	Zero   int   `json:"zero,omitempty"`
-	Params int64 `json:"params"` // of the whole model
+	SP   bool `json:"sp,omitempty"`
+	Zero int  `json:"zero,omitempty"`
+	// Recompute is the activation recomputation (--recompute): "",
+	// selective or full.
+	Recompute string `json:"recompute,omitempty"`
+	Params    int64  `json:"params"` // of the whole model
 
 	Device Device `json:"device"`
 	// Memory is a rank's memory: with a pipeline, that of the stage that
@@ -130,7 +134,8 @@ type Memory struct {
 	// the forward keeps for the backward, the rest being the backward's
 	// scratch. Blocks is the blocks' total: ActivationsPerBlock times the
 	// layers, and on a pipeline stage holding k micro-batches in flight
-	// the saved part k times.
+	// the saved part k times; with recomputation the scratch, which the
+	// blocks then share, once.
 	ActivationsPerBlock int64 `json:"activations_per_block"`
 	SavedPerBlock       int64 `json:"saved_per_block"`
 	Blocks              int64 `json:"blocks"`
@@ -251,7 +256,8 @@ func New(r Request) (*Plan, error) {
 		Model: cfg.Model, Preset: cfg.Preset, Layers: cfg.Layers, Dim: cfg.Dim, Heads: cfg.Heads, Seq: cfg.Seq,
 		Vocab: r.Vocab, PaddedVocab: vp, BatchSize: cfg.BatchSize, GradAccum: cfg.Micro(), Precision: cfg.Precision,
 		NTasks: cfg.NTasks, TP: cfg.TP, DP: cfg.DP(), PP: cfg.PP, Nodes: nodes, SP: cfg.SP, Zero: cfg.Zero,
-		Params: config.ParamCount(cfg, r.Vocab), Device: r.Device,
+		Recompute: recomputeName(cfg),
+		Params:    config.ParamCount(cfg, r.Vocab), Device: r.Device,
 	}
 	split, err := stageSplit(cfg)
 	if err != nil {
@@ -288,8 +294,14 @@ func New(r Request) (*Plan, error) {
 	if pp := cfg.Stages(); pp > 1 {
 		p.Notes = append(p.Notes, fmt.Sprintf("pp %d: memory is the stage that needs the most, stage s holding the activations of pp-s micro-batches in flight; the step is the slowest stage's, stretched by the 1F1B bubble (p-1)/(m+p-1) = %.2f, with the point-to-point transfers; it leaves out the tied embedding's gradient all-reduce between the first and the last stage and the small collectives over the stages (the loss, the gradient norm)",
 			pp, parallel.BubbleFraction(pp, cfg.Micro())))
-	} else {
-		p.Notes = append(p.Notes, "activations: the engine has no recomputation; every block keeps its own"+modes)
+	} else if cfg.RecomputeMode() == parallel.RecomputeNone {
+		p.Notes = append(p.Notes, "activations: no recomputation (--recompute none); every block keeps its own"+modes)
+	}
+	switch cfg.RecomputeMode() {
+	case parallel.RecomputeSelective:
+		p.Notes = append(p.Notes, "recompute selective: the blocks keep no attention probabilities, the backward computes them again (the time counts those products twice), and the blocks share one backward scratch"+modes)
+	case parallel.RecomputeFull:
+		p.Notes = append(p.Notes, "recompute full: each block keeps only its output, the backward runs its forward again (the time counts the blocks' forward products and tensor-parallel collectives twice), and the blocks share every other buffer"+modes)
 	}
 	if cfg.Arch == "hf" {
 		p.Notes = append(p.Notes, "arch hf: the plan models hpcrun's own BERT layout; BERT's (token types, embedding layer norm, pooler) differs by a few small tensors")
@@ -308,6 +320,7 @@ type shapes struct {
 	cfg        config.Config
 	vp         int            // the padded vocabulary
 	blk        parallel.Sizes // one block's buffers (parallel.BlockSizes)
+	recompute  parallel.Recompute
 	gpt        bool
 	B, T, C, L int64
 	N          int64 // tokens of a micro-batch, B*T
@@ -349,7 +362,8 @@ func newShapes(cfg config.Config, paddedVocab, stage, blocks int) shapes {
 		cl: C / tp, fl: 4 * C / tp, vl: int64(paddedVocab) / tp,
 	}
 	s.first, s.last = s.stage == 0, s.stage == s.pp-1
-	s.blk = parallel.BlockSizes(parallel.BlockShape{Dim: cfg.Dim, Heads: cfg.Heads, TP: cfg.TP, SP: cfg.SP && tp > 1}, cfg.BatchSize, cfg.Seq)
+	s.recompute = cfg.RecomputeMode()
+	s.blk = parallel.BlockSizes(parallel.BlockShape{Dim: cfg.Dim, Heads: cfg.Heads, TP: cfg.TP, SP: cfg.SP && tp > 1, Recompute: s.recompute}, cfg.BatchSize, cfg.Seq)
 	s.inFlight = s.pp - s.stage // parallel.OneFOneB's bound (1 without a pipeline)
 	s.sp = cfg.SP && tp > 1
 	s.zero = cfg.Zero == 1 && s.dp > 1
@@ -507,6 +521,10 @@ func (s shapes) memory(dev Device) Memory {
 		m.Optimizer = 2 * local * f32
 	}
 	m.Blocks = s.L * (s.inFlight*s.blockSavedElems() + s.blockScratchElems()) * f32
+	if s.recompute != parallel.RecomputeNone && s.L > 0 {
+		// The blocks share one scratch (parallel.Block.ShareBuffers).
+		m.Blocks = (s.L*s.inFlight*s.blockSavedElems() + s.blockScratchElems()) * f32
+	}
 	// train.GradSync's biggest bucket, allocated when a bucket packs more
 	// than one gradient (one is all-reduced in place); or, with ZeRO-1,
 	// train.ZeRO1's biggest packed bucket, padded, and its 1/dp range (a
@@ -598,6 +616,12 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 	// tp ranks), attention's two 4 B T^2 C, backward twice the forward;
 	// the head's on the last stage.
 	gemm := float64(s.L) * (72*N*C*C + 12*B*T*T*C) / tp
+	switch s.recompute {
+	case parallel.RecomputeSelective:
+		gemm += float64(s.L) * 4 * B * T * T * C / tp // the attention core's two products again
+	case parallel.RecomputeFull:
+		gemm += float64(s.L) * (24*N*C*C + 4*B*T*T*C) / tp // the whole forward again
+	}
 	switch {
 	case !s.last:
 	case s.gpt:
@@ -636,6 +660,9 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 			// layers) and two backward ones (into the column-parallel
 			// layers' inputs); the embedding's forward (first stage).
 			units, n = 2*4*float64(s.L)*N*C, 4*int(s.L)
+			if s.recompute == parallel.RecomputeFull {
+				units, n = units+2*2*float64(s.L)*N*C, n+2*int(s.L) // the forward's all-reduces again
+			}
 			if s.first {
 				units, n = units+2*N*C, n+1
 			}
@@ -658,6 +685,9 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 			// embedding (first stage) reduce-scatters forward and
 			// all-gathers backward.
 			units, n = 10*float64(s.L)*N*C, 10*int(s.L)
+			if s.recompute == parallel.RecomputeFull {
+				units, n = units+4*float64(s.L)*N*C, n+4*int(s.L) // the forward's all-gathers and reduce-scatters again
+			}
 			if s.first {
 				units, n = units+2*N*C, n+2
 			}
@@ -826,6 +856,15 @@ func Suggest(r Request) []Suggestion {
 		}
 	}
 	return out
+}
+
+// recomputeName is the config's recomputation as the plan shows it: ""
+// for none.
+func recomputeName(cfg config.Config) string {
+	if cfg.RecomputeMode() == parallel.RecomputeNone {
+		return ""
+	}
+	return cfg.Recompute
 }
 
 // stageSplit is the blocks of each pipeline stage (one stage holding
