@@ -21,6 +21,9 @@ type AttentionConfig struct {
 	// and output are this rank's (B,T/tp,C) positions (the QKV projection
 	// all-gathers, the output projection reduce-scatters).
 	SP *SequenceParallel
+	// Selective keeps no softmax probabilities: Backward computes them
+	// again from the saved Q, K and V (RecomputeSelective).
+	Selective bool
 }
 
 // ParallelSelfAttention is multi-head self-attention split by heads
@@ -35,9 +38,10 @@ type ParallelSelfAttention struct {
 
 	dim, heads, nh, hd int // full width, full heads, heads on this rank, head size
 	causal             bool
+	selective          bool // recompute the probabilities in Backward (RecomputeSelective)
 	sp                 *SequenceParallel
 
-	attnSaved
+	*attnSaved
 	*attnScratch
 }
 
@@ -53,11 +57,12 @@ type attnSaved struct {
 // attnScratch is what attention's Backward uses and leaves nothing in:
 // the layer and its shadows share it.
 type attnScratch struct {
-	grads buffers
-	dqkv  *tensor.Tensor // (B, T, 3*nh*hd)
-	datt  *tensor.Tensor // (B, nh, T, T)
-	dpre  *tensor.Tensor // (B, nh, T, T)
-	dy    *tensor.Tensor // (B, T, nh*hd)
+	grads      buffers
+	attScratch *tensor.Tensor // (B, nh, T, T) the probabilities under selective recomputation
+	dqkv       *tensor.Tensor // (B, T, 3*nh*hd)
+	datt       *tensor.Tensor // (B, nh, T, T)
+	dpre       *tensor.Tensor // (B, nh, T, T)
+	dy         *tensor.Tensor // (B, T, nh*hd)
 }
 
 // NewParallelSelfAttention makes this rank's heads of a self-attention layer
@@ -87,7 +92,7 @@ func NewParallelSelfAttention(dev tensor.Device, tp nccl.Comm, name string, cfg 
 		return nil, err
 	}
 	return &ParallelSelfAttention{Name: name, QKV: qkv, Proj: proj, dim: cfg.Dim, heads: cfg.Heads,
-		nh: cfg.Heads / g.Size(), hd: cfg.Dim / cfg.Heads, causal: cfg.Causal, sp: cfg.SP, attnScratch: new(attnScratch)}, nil
+		nh: cfg.Heads / g.Size(), hd: cfg.Dim / cfg.Heads, causal: cfg.Causal, selective: cfg.Selective, sp: cfg.SP, attnSaved: new(attnSaved), attnScratch: new(attnScratch)}, nil
 }
 
 // Params lists the layer's parameters.
@@ -112,10 +117,15 @@ func (a *ParallelSelfAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*
 	}
 	dev := a.QKV.Weight.Data.Device()
 	cl := a.nh * a.hd
-	if err := a.bufs.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
-		a.att, a.y = get(b, a.nh, t, t), get(b, t, cl)
+	if err := a.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return attentionCoreSizes(b, t, a.nh, cl, a.selective).Saved }, func(get func(string) *tensor.Tensor) {
+		a.att, a.y = get("att"), get("y")
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", a.Name, err)
+	}
+	if a.selective {
+		if err := a.ensureScratch(dev, b, t); err != nil {
+			return nil, err
+		}
 	}
 	a.keyValid = keyValid
 	qkv, err := a.QKV.Forward(inp) // (B,T,3*cl): [q | k | v], heads contiguous in each
@@ -123,30 +133,51 @@ func (a *ParallelSelfAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*
 		return nil, err
 	}
 	// min(B, nh) batched GEMMs per product (tensor.AttentionForward).
-	tensor.AttentionForward(a.y, a.att, qkv, a.nh, a.causal, keyValid)
+	tensor.AttentionForward(a.y, a.probs(), qkv, a.nh, a.causal, keyValid)
 	return a.Proj.Forward(a.y)
+}
+
+// ensureScratch makes the backward's scratch for b x t tokens.
+func (a *ParallelSelfAttention) ensureScratch(dev tensor.Device, b, t int) error {
+	cl := a.nh * a.hd
+	if err := a.grads.ensure(dev, [2]int{b, t}, func() Buffers { return attentionCoreSizes(b, t, a.nh, cl, a.selective).Scratch }, func(get func(string) *tensor.Tensor) {
+		a.attScratch, a.datt, a.dpre, a.dy, a.dqkv = get("att"), get("datt"), get("dpre"), get("dy"), get("dqkv")
+	}); err != nil {
+		return fmt.Errorf("%s: %w", a.Name, err)
+	}
+	return nil
+}
+
+// probs is where the softmax probabilities are: kept, or with selective
+// recomputation in the scratch.
+func (a *ParallelSelfAttention) probs() *tensor.Tensor {
+	if a.selective {
+		return a.attScratch
+	}
+	return a.att
 }
 
 // Backward accumulates the parameter gradients and, when dinp is not nil,
 // the input gradient (B,T,C) from dout (B,T,C).
 func (a *ParallelSelfAttention) Backward(dout, dinp *tensor.Tensor) error {
-	if a.att == nil || a.QKV.inp == nil {
+	if a.y == nil || a.QKV.inp == nil {
 		return fmt.Errorf("%s: Backward before Forward", a.Name)
 	}
 	dev := dout.Device()
-	b, t, cl := a.att.Dim(0), a.att.Dim(2), a.nh*a.hd
-	if err := a.grads.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
-		a.datt, a.dpre = get(b, a.nh, t, t), get(b, a.nh, t, t)
-		a.dy, a.dqkv = get(b, t, cl), get(b, t, 3*cl)
-	}); err != nil {
-		return fmt.Errorf("%s: %w", a.Name, err)
+	if err := a.ensureScratch(dev, a.y.Dim(0), a.y.Dim(1)); err != nil {
+		return err
 	}
 	dev.Zero(a.dy)
 	if err := a.Proj.Backward(dout, a.dy); err != nil {
 		return err
 	}
+	if a.selective {
+		// The probabilities again, from the same Q, K, V: the same bits.
+		// y is written again too, unchanged, and c_proj has read it.
+		tensor.AttentionForward(a.y, a.attScratch, a.QKV.outLocal, a.nh, a.causal, a.keyValid)
+	}
 	// AttentionBackward accumulates, and dqkv still holds the last step's.
 	dev.Zero(a.dqkv)
-	tensor.AttentionBackward(a.dqkv, a.datt, a.dpre, a.dy, a.QKV.outLocal, a.att, a.nh)
+	tensor.AttentionBackward(a.dqkv, a.datt, a.dpre, a.dy, a.QKV.outLocal, a.probs(), a.nh)
 	return a.QKV.Backward(a.dqkv, dinp)
 }

@@ -23,6 +23,9 @@ type BlockConfig struct {
 	// layer to gather its input again and one per row-parallel layer for
 	// its output gradient, and 2 reduce-scatters).
 	SP *SequenceParallel
+	// Recompute is what Backward computes again instead of keeping it;
+	// with it, share the blocks' buffers (ShareBuffers).
+	Recompute Recompute
 }
 
 // Block is a pre-LayerNorm transformer block, as GPT-2:
@@ -39,7 +42,8 @@ type Block struct {
 	Attn     *ParallelSelfAttention
 	MLP      *ParallelMLP
 
-	dim int
+	dim       int
+	recompute Recompute
 	blockSaved
 	*blockScratch
 }
@@ -48,8 +52,12 @@ type Block struct {
 // has its own.
 type blockSaved struct {
 	bufs buffers
-	r    *tensor.Tensor // (B,T,C) residual after attention
+	r    *tensor.Tensor // (B,T,C) residual after attention (nil under full recomputation)
 	out  *tensor.Tensor // (B,T,C)
+	// Under full recomputation, the input and key mask the forward runs
+	// again on.
+	in       *tensor.Tensor
+	keyValid []int32
 }
 
 // blockScratch is what a block's Backward uses and leaves nothing in: the
@@ -58,6 +66,7 @@ type blockScratch struct {
 	grads buffers
 	dr    *tensor.Tensor // gradient of r
 	dh    *tensor.Tensor // gradient of a layernorm output
+	rFull *tensor.Tensor // r under full recomputation
 }
 
 // NewBlock makes this rank's shard of a transformer block named name (e.g.
@@ -77,7 +86,8 @@ func NewBlock(dev tensor.Device, tp nccl.Comm, name string, cfg BlockConfig) (*B
 	if err != nil {
 		return nil, err
 	}
-	attn, err := NewParallelSelfAttention(dev, tp, name+".attn", AttentionConfig{Dim: cfg.Dim, Heads: cfg.Heads, Causal: cfg.Causal, Seed: cfg.Seed, Std: std, ProjStd: cfg.ProjStd, SP: cfg.SP})
+	attn, err := NewParallelSelfAttention(dev, tp, name+".attn", AttentionConfig{Dim: cfg.Dim, Heads: cfg.Heads, Causal: cfg.Causal, Seed: cfg.Seed, Std: std, ProjStd: cfg.ProjStd, SP: cfg.SP,
+		Selective: cfg.Recompute == RecomputeSelective})
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +101,7 @@ func NewBlock(dev tensor.Device, tp nccl.Comm, name string, cfg BlockConfig) (*B
 	}
 	ln1.SetSequenceParallel(cfg.SP)
 	ln2.SetSequenceParallel(cfg.SP)
-	return &Block{Name: name, LN1: ln1, Attn: attn, LN2: ln2, MLP: mlp, dim: cfg.Dim, blockScratch: new(blockScratch)}, nil
+	return &Block{Name: name, LN1: ln1, Attn: attn, LN2: ln2, MLP: mlp, dim: cfg.Dim, recompute: cfg.Recompute, blockScratch: new(blockScratch)}, nil
 }
 
 // Params lists the block's parameters: ln_1, attention, ln_2, MLP.
@@ -111,11 +121,43 @@ func (b *Block) Forward(x *tensor.Tensor, keyValid []int32) (*tensor.Tensor, err
 		return nil, err
 	}
 	dev := b.LN1.Weight.Data.Device()
-	if err := b.bufs.ensure(dev, [2]int{bs, t}, func(get func(...int) *tensor.Tensor) {
-		b.r, b.out = get(bs, t, b.dim), get(bs, t, b.dim)
+	full := b.recompute == RecomputeFull
+	if err := b.bufs.ensure(dev, [2]int{bs, t}, func() Buffers { return blockOwnSizes(bs, t, b.dim, full).Saved }, func(get func(string) *tensor.Tensor) {
+		b.r, b.out = get("r"), get("out")
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", b.Name, err)
 	}
+	if full {
+		if err := b.ensureScratch(dev, bs, t); err != nil {
+			return nil, err
+		}
+		b.in, b.keyValid = x, keyValid
+	}
+	return b.forward(dev, x, keyValid)
+}
+
+// ensureScratch makes the backward's scratch for bs x t tokens.
+func (b *Block) ensureScratch(dev tensor.Device, bs, t int) error {
+	if err := b.grads.ensure(dev, [2]int{bs, t}, func() Buffers { return blockOwnSizes(bs, t, b.dim, b.recompute == RecomputeFull).Scratch }, func(get func(string) *tensor.Tensor) {
+		b.rFull, b.dr, b.dh = get("r"), get("dr"), get("dh")
+	}); err != nil {
+		return fmt.Errorf("%s: %w", b.Name, err)
+	}
+	return nil
+}
+
+// resid is the residual after attention: kept, or under full
+// recomputation in the scratch.
+func (b *Block) resid() *tensor.Tensor {
+	if b.r != nil {
+		return b.r
+	}
+	return b.rFull
+}
+
+// forward is Forward's pass once the buffers exist.
+func (b *Block) forward(dev tensor.Device, x *tensor.Tensor, keyValid []int32) (*tensor.Tensor, error) {
+	r := b.resid()
 	h, err := b.LN1.Forward(x)
 	if err != nil {
 		return nil, err
@@ -124,8 +166,8 @@ func (b *Block) Forward(x *tensor.Tensor, keyValid []int32) (*tensor.Tensor, err
 	if err != nil {
 		return nil, err
 	}
-	dev.Add(b.r, x, a)
-	h, err = b.LN2.Forward(b.r)
+	dev.Add(r, x, a)
+	h, err = b.LN2.Forward(r)
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +175,7 @@ func (b *Block) Forward(x *tensor.Tensor, keyValid []int32) (*tensor.Tensor, err
 	if err != nil {
 		return nil, err
 	}
-	dev.Add(b.out, b.r, m)
+	dev.Add(b.out, r, m)
 	return b.out, nil
 }
 
@@ -147,11 +189,16 @@ func (b *Block) Backward(dout, dx *tensor.Tensor) error {
 		return shapeErr(b.Name, "Backward with dout %v, dx %v after a Forward to %v", dout, dx, b.out)
 	}
 	dev := dout.Device()
-	bs, t := b.out.Dim(0), b.out.Dim(1)
-	if err := b.grads.ensure(dev, [2]int{bs, t}, func(get func(...int) *tensor.Tensor) {
-		b.dr, b.dh = get(bs, t, b.dim), get(bs, t, b.dim)
-	}); err != nil {
-		return fmt.Errorf("%s: %w", b.Name, err)
+	if err := b.ensureScratch(dev, b.out.Dim(0), b.out.Dim(1)); err != nil {
+		return err
+	}
+	if b.recompute == RecomputeFull {
+		// The forward again from the block's input, into the shared
+		// buffers: the same kernels on the same input, the same bits (out
+		// is written again unchanged).
+		if _, err := b.forward(dev, b.in, b.keyValid); err != nil {
+			return err
+		}
 	}
 	dev.Copy(b.dr, dout) // the residual path
 	dev.Zero(b.dh)
@@ -167,4 +214,25 @@ func (b *Block) Backward(dout, dx *tensor.Tensor) error {
 		return err
 	}
 	return b.LN1.Backward(b.dh, dx)
+}
+
+// ShareBuffers makes b use the backward scratch of with, a block of the
+// same shape that never runs at the same time (the blocks of one model
+// run one after the other), and under full recomputation also its layers'
+// saved activations, which Backward makes again: with recomputation the
+// scratch then counts once for all the blocks, not once per block. Call it
+// before b's first Forward.
+func (b *Block) ShareBuffers(with *Block) {
+	b.Release()
+	b.blockScratch = with.blockScratch
+	b.Attn.attnScratch = with.Attn.attnScratch
+	b.Attn.QKV.colScratch, b.Attn.Proj.rowScratch = with.Attn.QKV.colScratch, with.Attn.Proj.rowScratch
+	b.MLP.mlpScratch = with.MLP.mlpScratch
+	b.MLP.FC.colScratch, b.MLP.Proj.rowScratch = with.MLP.FC.colScratch, with.MLP.Proj.rowScratch
+	if b.recompute == RecomputeFull {
+		b.LN1.lnSaved, b.LN2.lnSaved = with.LN1.lnSaved, with.LN2.lnSaved
+		b.Attn.attnSaved, b.MLP.mlpSaved = with.Attn.attnSaved, with.MLP.mlpSaved
+		b.Attn.QKV.colSaved, b.Attn.Proj.rowSaved = with.Attn.QKV.colSaved, with.Attn.Proj.rowSaved
+		b.MLP.FC.colSaved, b.MLP.Proj.rowSaved = with.MLP.FC.colSaved, with.MLP.Proj.rowSaved
+	}
 }

@@ -22,7 +22,10 @@
 //     Forward; the layer keeps a reference to its input for Backward, so the
 //     input must not change in between. Activation buffers are allocated on
 //     the first Forward of a batch shape and reused; the scratch that only
-//     Backward uses, on its first Backward.
+//     Backward uses, on its first Backward. Each layer allocates exactly
+//     the buffers its size table lists (BlockSizes, ColumnSizes and the
+//     others in sizes.go, SequenceParallelSizes), the table train/plan
+//     sums to predict a rank's memory.
 //   - Shadow makes a copy of a layer that shares its parameters (and
 //     their gradients) and its backward scratch but keeps its own saved
 //     activations: a pipeline stage holds one per micro-batch in flight

@@ -15,7 +15,7 @@ type LayerNorm struct {
 	Weight, Bias *Param
 	Eps          float32
 
-	lnSaved
+	*lnSaved
 }
 
 // lnSaved is what a layer norm's Forward keeps for its Backward: a Shadow
@@ -40,7 +40,7 @@ func NewLayerNorm(dev tensor.Device, name string, dim int) (*LayerNorm, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &LayerNorm{Name: name, Dim: dim, Weight: w, Bias: b, Eps: 1e-5}, nil
+	return &LayerNorm{Name: name, Dim: dim, Weight: w, Bias: b, Eps: 1e-5, lnSaved: new(lnSaved)}, nil
 }
 
 // SetSequenceParallel marks the weight and bias as used in a
@@ -62,8 +62,8 @@ func (l *LayerNorm) Forward(inp *tensor.Tensor) (*tensor.Tensor, error) {
 		return nil, err
 	}
 	dev := l.Weight.Data.Device()
-	if err := l.bufs.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
-		l.out, l.mean, l.rst = get(b, t, l.Dim), get(b*t), get(b*t)
+	if err := l.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return LayerNormSizes(b, t, l.Dim).Saved }, func(get func(string) *tensor.Tensor) {
+		l.out, l.mean, l.rst = get("out"), get("mean"), get("rstd")
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", l.Name, err)
 	}

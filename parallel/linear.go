@@ -63,7 +63,7 @@ type ColumnParallelLinear struct {
 	sp     *SequenceParallel
 	tied   bool
 
-	colSaved
+	*colSaved
 	*colScratch
 }
 
@@ -106,7 +106,7 @@ func NewColumnParallelLinear(dev tensor.Device, tp nccl.Comm, name string, in, o
 	if opt.SequenceParallel != nil && opt.GatherOutput {
 		return nil, fmt.Errorf("%s: GatherOutput goes without sequence parallelism", name)
 	}
-	l := &ColumnParallelLinear{Name: name, In: in, Out: out, opt: opt, g: g, f: CopyToRegion(tp), gather: NewGatherFromRegion(tp), sp: opt.SequenceParallel, colScratch: new(colScratch)}
+	l := &ColumnParallelLinear{Name: name, In: in, Out: out, opt: opt, g: g, f: CopyToRegion(tp), gather: NewGatherFromRegion(tp), sp: opt.SequenceParallel, colSaved: new(colSaved), colScratch: new(colScratch)}
 	sh := Shard{Dim: 0, Parts: g.Size(), Index: g.Rank(), Blocks: blocks}
 	if g.Size() == 1 {
 		sh = Shard{Parts: 1}
@@ -144,6 +144,11 @@ func (l *ColumnParallelLinear) Params() []*Param {
 	return ps
 }
 
+// shape is what decides the layer's buffers (ColumnSizes).
+func (l *ColumnParallelLinear) shape() LinearShape {
+	return LinearShape{In: l.In, Out: l.Out, TP: l.g.Size(), SP: l.sp != nil, GatherOutput: l.opt.GatherOutput}
+}
+
 // LocalOut is the number of output columns this rank computes.
 func (l *ColumnParallelLinear) LocalOut() int { return l.Out / l.g.Size() }
 
@@ -175,11 +180,10 @@ func (l *ColumnParallelLinear) Forward(inp *tensor.Tensor) (*tensor.Tensor, erro
 		t = x.Dim(1)
 	}
 	ol := l.LocalOut()
-	if err := l.bufs.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
-		l.outLocal = get(b, t, ol)
-		l.out = l.outLocal
-		if l.opt.GatherOutput && l.g.Size() > 1 {
-			l.out = get(b, t, l.Out)
+	if err := l.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return ColumnSizes(l.shape(), b, t).Saved }, func(get func(string) *tensor.Tensor) {
+		l.outLocal, l.out = get("out_local"), get("out")
+		if l.out == nil {
+			l.out = l.outLocal
 		}
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", l.Name, err)
@@ -219,15 +223,9 @@ func (l *ColumnParallelLinear) Backward(dout, dinp *tensor.Tensor) error {
 		return shapeErr(l.Name, "Backward with dout %v, dinp %v after a Forward of %v to %v", dout, dinp, l.inp, l.out)
 	}
 	dev := dout.Device()
-	b, t, ol := l.outLocal.Dim(0), l.outLocal.Dim(1), l.LocalOut()
-	if err := l.grads.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
-		l.dx, l.doutLocal = nil, nil
-		if l.sp == nil && l.g.Size() > 1 {
-			l.dx = get(b, t, l.In)
-		}
-		if l.out != l.outLocal {
-			l.doutLocal = get(b, t, ol)
-		}
+	b, t := l.outLocal.Dim(0), l.outLocal.Dim(1)
+	if err := l.grads.ensure(dev, [2]int{b, t}, func() Buffers { return ColumnSizes(l.shape(), b, t).Scratch }, func(get func(string) *tensor.Tensor) {
+		l.dx, l.doutLocal = get("dx"), get("dout_local")
 	}); err != nil {
 		return fmt.Errorf("%s: %w", l.Name, err)
 	}
@@ -308,7 +306,7 @@ type RowParallelLinear struct {
 	scatter *ScatterToRegion
 	sp      *SequenceParallel
 
-	rowSaved
+	*rowSaved
 	*rowScratch
 }
 
@@ -346,7 +344,7 @@ func NewRowParallelLinear(dev tensor.Device, tp nccl.Comm, name string, in, out 
 	if opt.SequenceParallel != nil && !opt.InputIsParallel {
 		return nil, fmt.Errorf("%s: sequence parallelism needs InputIsParallel (the output of a column-parallel layer)", name)
 	}
-	l := &RowParallelLinear{Name: name, In: in, Out: out, opt: opt, g: g, gReduce: ReduceFromRegion(tp), scatter: NewScatterToRegion(tp), sp: opt.SequenceParallel, rowScratch: new(rowScratch)}
+	l := &RowParallelLinear{Name: name, In: in, Out: out, opt: opt, g: g, gReduce: ReduceFromRegion(tp), scatter: NewScatterToRegion(tp), sp: opt.SequenceParallel, rowSaved: new(rowSaved), rowScratch: new(rowScratch)}
 	sh := Shard{Dim: 1, Parts: g.Size(), Index: g.Rank()}
 	if g.Size() == 1 {
 		sh = Shard{Parts: 1}
@@ -371,6 +369,11 @@ func (l *RowParallelLinear) Params() []*Param {
 	return []*Param{l.Weight}
 }
 
+// shape is what decides the layer's buffers (RowSizes).
+func (l *RowParallelLinear) shape() LinearShape {
+	return LinearShape{In: l.In, Out: l.Out, TP: l.g.Size(), SP: l.sp != nil, InputIsParallel: l.opt.InputIsParallel}
+}
+
 // LocalIn is the number of input features this rank multiplies.
 func (l *RowParallelLinear) LocalIn() int { return l.In / l.g.Size() }
 
@@ -391,12 +394,8 @@ func (l *RowParallelLinear) Forward(inp *tensor.Tensor) (*tensor.Tensor, error) 
 		return l.forwardSP(inp, b, t)
 	}
 	scatter := !l.opt.InputIsParallel && l.g.Size() > 1
-	if err := l.bufs.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
-		l.out = get(b, t, l.Out)
-		l.xlBuf = nil
-		if scatter {
-			l.xlBuf = get(b, t, l.LocalIn())
-		}
+	if err := l.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return RowSizes(l.shape(), b, t).Saved }, func(get func(string) *tensor.Tensor) {
+		l.out, l.xlBuf = get("out"), get("x_local")
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", l.Name, err)
 	}
@@ -443,8 +442,8 @@ func (l *RowParallelLinear) Backward(dout, dinp *tensor.Tensor) error {
 		return nil
 	}
 	b, t := l.xl.Dim(0), l.xl.Dim(1)
-	if err := l.grads.ensure(dinp.Device(), [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
-		l.dxl = get(b, t, l.LocalIn())
+	if err := l.grads.ensure(dinp.Device(), [2]int{b, t}, func() Buffers { return RowSizes(l.shape(), b, t).Scratch }, func(get func(string) *tensor.Tensor) {
+		l.dxl = get("dx_local")
 	}); err != nil {
 		return fmt.Errorf("%s: %w", l.Name, err)
 	}
@@ -460,12 +459,11 @@ func (l *RowParallelLinear) Backward(dout, dinp *tensor.Tensor) error {
 // (B,T/tp,Out) positions, then the bias is added.
 func (l *RowParallelLinear) forwardSP(inp *tensor.Tensor, b, t int) (*tensor.Tensor, error) {
 	dev := l.Weight.Data.Device()
-	tl, err := l.sp.LocalSeq(l.Name, t)
-	if err != nil {
+	if _, err := l.sp.LocalSeq(l.Name, t); err != nil {
 		return nil, err
 	}
-	if err := l.bufs.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
-		l.out = get(b, tl, l.Out)
+	if err := l.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return RowSizes(l.shape(), b, t).Saved }, func(get func(string) *tensor.Tensor) {
+		l.out = get("out")
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", l.Name, err)
 	}

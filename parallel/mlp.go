@@ -17,7 +17,7 @@ type ParallelMLP struct {
 	Proj *RowParallelLinear
 
 	hiddn int
-	mlpSaved
+	*mlpSaved
 	*mlpScratch
 }
 
@@ -61,7 +61,7 @@ func newParallelMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name 
 	if err != nil {
 		return nil, err
 	}
-	return &ParallelMLP{Name: name, FC: fc, Proj: proj, hiddn: hidden, mlpScratch: new(mlpScratch)}, nil
+	return &ParallelMLP{Name: name, FC: fc, Proj: proj, hiddn: hidden, mlpSaved: new(mlpSaved), mlpScratch: new(mlpScratch)}, nil
 }
 
 // Params lists the layer's parameters.
@@ -74,8 +74,9 @@ func (m *ParallelMLP) Forward(inp *tensor.Tensor) (*tensor.Tensor, error) {
 		return nil, err
 	}
 	dev := pre.Device()
-	if err := m.bufs.ensure(dev, [2]int{pre.Dim(0), pre.Dim(1)}, func(get func(...int) *tensor.Tensor) {
-		m.h = get(pre.Shape()...)
+	b, t := pre.Dim(0), pre.Dim(1)
+	if err := m.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return mlpCoreSizes(b, t, pre.Dim(2)).Saved }, func(get func(string) *tensor.Tensor) {
+		m.h = get("h")
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", m.Name, err)
 	}
@@ -90,8 +91,9 @@ func (m *ParallelMLP) Backward(dout, dinp *tensor.Tensor) error {
 		return fmt.Errorf("%s: Backward before Forward", m.Name)
 	}
 	dev := dout.Device()
-	if err := m.grads.ensure(dev, [2]int{m.h.Dim(0), m.h.Dim(1)}, func(get func(...int) *tensor.Tensor) {
-		m.dh, m.dpre = get(m.h.Shape()...), get(m.h.Shape()...)
+	b, t := m.h.Dim(0), m.h.Dim(1)
+	if err := m.grads.ensure(dev, [2]int{b, t}, func() Buffers { return mlpCoreSizes(b, t, m.h.Dim(2)).Scratch }, func(get func(string) *tensor.Tensor) {
+		m.dh, m.dpre = get("dh"), get("dpre")
 	}); err != nil {
 		return fmt.Errorf("%s: %w", m.Name, err)
 	}

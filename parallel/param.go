@@ -133,41 +133,31 @@ func newParam(dev tensor.Device, name string, full []int, sh Shard, in paramInit
 type buffers struct {
 	dev  tensor.Device
 	key  [2]int
+	made bool
 	bufs []*tensor.Tensor
 }
 
-// ensure makes sure the buffers for shape key exist, calling alloc (which
-// uses get) when the shape changed. It reports whether they were remade.
-func (b *buffers) ensure(dev tensor.Device, key [2]int, alloc func(get func(shape ...int) *tensor.Tensor)) (err error) {
-	if b.bufs != nil && b.key == key {
+// ensure makes sure the buffers for shape key exist: when the shape
+// changed, it allocates those of list (the layer's size table, called only
+// then) and hands them to take by name (Allocate).
+func (b *buffers) ensure(dev tensor.Device, key [2]int, list func() Buffers, take func(get func(name string) *tensor.Tensor)) error {
+	if b.made && b.key == key {
 		return nil
 	}
 	b.release()
-	b.dev, b.key = dev, key
-	get := func(shape ...int) *tensor.Tensor {
-		if err != nil {
-			return nil
-		}
-		t, e := dev.Alloc(shape...)
-		if e != nil {
-			err = e
-			return nil
-		}
-		b.bufs = append(b.bufs, t)
-		return t
-	}
-	alloc(get)
+	ts, err := Allocate(dev, list(), take)
 	if err != nil {
-		b.release()
+		return err
 	}
-	return err
+	b.dev, b.key, b.made, b.bufs = dev, key, true, ts
+	return nil
 }
 
 func (b *buffers) release() {
 	for _, t := range b.bufs {
 		b.dev.Free(t)
 	}
-	b.bufs = nil
+	b.bufs, b.made = nil, false
 }
 
 // ShapeError reports a layer input whose shape does not fit the layer.

@@ -72,8 +72,8 @@ func (p *PositionEmbedding) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 		return nil, shapeErr(p.Name, "sequence of %d tokens is longer than the %d positions", t, p.MaxSeq)
 	}
 	dev := p.Weight.Data.Device()
-	if err := p.bufs.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
-		p.out = get(b, t, p.Dim)
+	if err := p.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return EmbeddingSizes(b, t, p.Dim).Saved }, func(get func(string) *tensor.Tensor) {
+		p.out = get("out")
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", p.Name, err)
 	}

@@ -67,6 +67,49 @@ func (s *SequenceParallel) LocalSeq(layer string, t int) (int, error) {
 	return t / s.Size(), nil
 }
 
+// SequenceParallelSizes are the region's shared buffers for b sequences
+// of t tokens (the full sequence) of width c over tp ranks, with grads
+// floats of partial gradients to sum (the Param.SeqReduce parameters'):
+// packed (b*t*c), the collectives' rank-major staging; gathered (b,t,c),
+// Gather's result; full (b,t,c), Full's; local (b,t/tp,c), where an
+// accumulating ReduceScatter lands before it is added; grads, ReduceGrads'
+// bucket. All are scratch, one set per model. With one rank only full:
+// the other operators are copies.
+func SequenceParallelSizes(b, t, c, tp, grads int) Sizes {
+	if tp <= 1 {
+		return Sizes{Scratch: Buffers{buf("full", b, t, c)}}
+	}
+	z := Sizes{Scratch: Buffers{buf("packed", b*t*c), buf("gathered", b, t, c), buf("full", b, t, c), buf("local", b, t/tp, c)}}
+	if grads > 0 {
+		z.Scratch = append(z.Scratch, buf("grads", grads))
+	}
+	return z
+}
+
+// Reserve allocates the region's buffers for b sequences of t tokens of
+// width c and grads partial gradients (SequenceParallelSizes), the
+// model's largest, so that training makes none: an operator grows a
+// buffer only for a larger shape.
+func (s *SequenceParallel) Reserve(dev tensor.Device, b, t, c, grads int) error {
+	s.Release()
+	list := SequenceParallelSizes(b, t, c, s.Size(), grads).Scratch
+	_, err := Allocate(dev, list, func(get func(string) *tensor.Tensor) {
+		s.packed, s.gathered, s.full, s.local, s.grads = get("packed"), get("gathered"), get("full"), get("local"), get("grads")
+	})
+	if err != nil {
+		s.packed, s.gathered, s.full, s.local, s.grads = nil, nil, nil, nil, nil
+		return fmt.Errorf("sequence parallel: %w", err)
+	}
+	size := func(t *tensor.Tensor) int {
+		if t == nil {
+			return 0
+		}
+		return t.Len()
+	}
+	s.packedN, s.gatheredN, s.fullN, s.lcN, s.gradsN = size(s.packed), size(s.gathered), size(s.full), size(s.local), size(s.grads)
+	return nil
+}
+
 // scratch returns a view of shape shape of the shared buffer *buf, grown
 // (freed and allocated again) when too small.
 func (s *SequenceParallel) scratch(dev tensor.Device, buf **tensor.Tensor, have *int, shape ...int) (*tensor.Tensor, error) {

@@ -15,28 +15,28 @@ package parallel
 // Shadow returns a copy of the layer norm with its own saved activations.
 func (l *LayerNorm) Shadow() *LayerNorm {
 	c := *l
-	c.lnSaved = lnSaved{}
+	c.lnSaved = new(lnSaved)
 	return &c
 }
 
 // Shadow returns a copy of the layer with its own saved activations.
 func (l *ColumnParallelLinear) Shadow() *ColumnParallelLinear {
 	c := *l
-	c.colSaved = colSaved{}
+	c.colSaved = new(colSaved)
 	return &c
 }
 
 // Shadow returns a copy of the layer with its own saved activations.
 func (l *RowParallelLinear) Shadow() *RowParallelLinear {
 	c := *l
-	c.rowSaved = rowSaved{}
+	c.rowSaved = new(rowSaved)
 	return &c
 }
 
 // Shadow returns a copy of the layer with its own saved activations.
 func (a *ParallelSelfAttention) Shadow() *ParallelSelfAttention {
 	c := *a
-	c.attnSaved = attnSaved{}
+	c.attnSaved = new(attnSaved)
 	c.QKV, c.Proj = a.QKV.Shadow(), a.Proj.Shadow()
 	return &c
 }
@@ -44,16 +44,20 @@ func (a *ParallelSelfAttention) Shadow() *ParallelSelfAttention {
 // Shadow returns a copy of the layer with its own saved activations.
 func (m *ParallelMLP) Shadow() *ParallelMLP {
 	c := *m
-	c.mlpSaved = mlpSaved{}
+	c.mlpSaved = new(mlpSaved)
 	c.FC, c.Proj = m.FC.Shadow(), m.Proj.Shadow()
 	return &c
 }
 
-// Shadow returns a copy of the block with its own saved activations.
+// Shadow returns a copy of the block with its own saved activations
+// (under full recomputation only its output: its layers' buffers are
+// shared, see ShareBuffers).
 func (b *Block) Shadow() *Block {
 	c := *b
 	c.blockSaved = blockSaved{}
-	c.LN1, c.Attn, c.LN2, c.MLP = b.LN1.Shadow(), b.Attn.Shadow(), b.LN2.Shadow(), b.MLP.Shadow()
+	if b.recompute != RecomputeFull {
+		c.LN1, c.Attn, c.LN2, c.MLP = b.LN1.Shadow(), b.Attn.Shadow(), b.LN2.Shadow(), b.MLP.Shadow()
+	}
 	return &c
 }
 

@@ -108,8 +108,8 @@ func (e *VocabParallelEmbedding) Forward(ids []int32, b, t int) (*tensor.Tensor,
 	if e.sp != nil {
 		return e.forwardSP(ids, b, t)
 	}
-	if err := e.bufs.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
-		e.out = get(b, t, e.Dim)
+	if err := e.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return EmbeddingSizes(b, t, e.Dim).Saved }, func(get func(string) *tensor.Tensor) {
+		e.out = get("out")
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", e.Name, err)
 	}
@@ -148,8 +148,8 @@ func (e *VocabParallelEmbedding) forwardSP(ids []int32, b, t int) (*tensor.Tenso
 	if err != nil {
 		return nil, err
 	}
-	if err := e.bufs.ensure(dev, [2]int{b, t}, func(get func(...int) *tensor.Tensor) {
-		e.out = get(b, tl, e.Dim)
+	if err := e.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return EmbeddingSizes(b, tl, e.Dim).Saved }, func(get func(string) *tensor.Tensor) {
+		e.out = get("out")
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", e.Name, err)
 	}
@@ -249,8 +249,8 @@ func (c *VocabParallelCrossEntropy) ForwardDevice(logits *tensor.Tensor, targets
 		}
 	}
 	dev := logits.Device()
-	if err := c.bufs.ensure(dev, [2]int{n, vl}, func(get func(...int) *tensor.Tensor) {
-		c.rowMax, c.sums, c.los = get(n), get(2*n), get(n)
+	if err := c.bufs.ensure(dev, [2]int{n, vl}, func() Buffers { return CrossEntropySizes(n).Saved }, func(get func(string) *tensor.Tensor) {
+		c.rowMax, c.sums, c.los = get("row_max"), get("sums"), get("losses")
 	}); err != nil {
 		return fmt.Errorf("%s: %w", c.Name, err)
 	}

@@ -69,9 +69,12 @@ type transformer struct {
 	// sp is the sequence-parallel region (nil without --sp): the
 	// embeddings' output, the blocks' residual stream and ln_f hold this
 	// rank's (B,T/tp,C) positions; Tl is T/tp (T without it).
-	sp      *parallel.SequenceParallel
-	Tl      int
-	poolSum *parallel.Region // bert under sp: sums the pooled partial means over tp
+	sp *parallel.SequenceParallel
+	Tl int
+	// stageAct is the shape of a pipeline stage's input and output
+	// (config.StageActivation).
+	stageAct parallel.Buffer
+	poolSum  *parallel.Region // bert under sp: sums the pooled partial means over tp
 
 	ids, targets, labels, keyValid []int32
 	forwardedTrain                 bool
@@ -112,6 +115,7 @@ func newModel(cfg config.Config, data *Data, m *parallel.Mesh, dev tensor.Device
 		t.lo += n
 	}
 	t.hi = t.lo + split[s]
+	t.stageAct = config.StageActivation(cfg)
 	if err := t.build(cfg, data.Vocab, m.TP, seed); err != nil {
 		t.Close()
 		return nil, err
@@ -151,33 +155,22 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, seed uin
 	projStd := float32(parallel.DefaultStd / math.Sqrt(2*float64(cfg.Layers)))
 	for l := t.lo; l < t.hi; l++ {
 		blk, err := parallel.NewBlock(dev, tp, fmt.Sprintf("h.%d", l), parallel.BlockConfig{
-			Dim: C, Heads: cfg.Heads, Causal: t.gpt, Seed: seed, ProjStd: projStd, SP: t.sp})
+			Dim: C, Heads: cfg.Heads, Causal: t.gpt, Seed: seed, ProjStd: projStd, SP: t.sp, Recompute: cfg.RecomputeMode()})
 		if err != nil {
 			return err
+		}
+		if len(t.blocks) > 0 && cfg.RecomputeMode() != parallel.RecomputeNone {
+			blk.ShareBuffers(t.blocks[0])
 		}
 		t.blocks = append(t.blocks, blk)
 		t.params = append(t.params, blk.Params()...)
 	}
-	B, T := t.B, t.T
-	alloc := func(shape ...int) *tensor.Tensor {
-		if err != nil {
-			return nil
-		}
-		var x *tensor.Tensor
-		if x, err = dev.Alloc(shape...); err == nil {
-			t.allocated = append(t.allocated, x)
-		}
-		return x
-	}
-	t.dx, t.dy = alloc(B, t.Tl, C), alloc(B, t.Tl, C)
+	B := t.B
 	if !t.gpt {
-		t.keyValid = make([]int32, B*T)
+		t.keyValid = make([]int32, B*t.T)
 	}
 	if !t.last {
-		if err != nil {
-			return fmt.Errorf("activations for batch %d x seq %d: %w", B, T, err)
-		}
-		return nil
+		return t.allocate(cfg, 0)
 	}
 	if t.lnf, err = parallel.NewLayerNorm(dev, "ln_f", C); err != nil {
 		return err
@@ -191,7 +184,6 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, seed uin
 		if t.loss, err = parallel.NewVocabParallelCrossEntropy(tp, "loss", t.wte.Padded); err != nil {
 			return err
 		}
-		t.dlogits = alloc(B, T, t.head.LocalOut())
 	} else {
 		if t.head, err = parallel.NewColumnParallelLinear(dev, tp, "cls.fc1", C, C, parallel.LinearOptions{Bias: true, Seed: seed}); err != nil {
 			return err
@@ -204,13 +196,9 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, seed uin
 		if t.loss, err = parallel.NewVocabParallelCrossEntropy(nil, "cls.loss", config.NumClasses); err != nil {
 			return err
 		}
-		cl := t.head.LocalOut()
 		if t.sp != nil {
 			t.poolSum = parallel.ReduceFromRegion(tp)
 		}
-		t.pool, t.pooled, t.dpooled = alloc(B, B*t.Tl), alloc(B, 1, C), alloc(B, 1, C)
-		t.h1g, t.dh1g, t.dh1 = alloc(B, 1, cl), alloc(B, 1, cl), alloc(B, 1, cl)
-		t.dlogits = alloc(B, 1, config.NumClasses)
 		t.poolHost = make([]float32, B*B*t.Tl)
 		t.logitsHost = make([]float32, B*config.NumClasses)
 		t.pred = make([]int32, B)
@@ -219,11 +207,46 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, seed uin
 	if t.fc2 != nil {
 		t.params = append(t.params, t.fc2.Params()...)
 	}
-	t.dh = alloc(B, t.Tl, C)
-	if err != nil {
-		return fmt.Errorf("activations for batch %d x seq %d: %w", B, T, err)
+	vp := 0
+	if t.gpt {
+		vp = t.wte.Padded
 	}
-	return nil
+	return t.allocate(cfg, vp)
+}
+
+// allocate makes the model's own buffers (config.ModelBuffers: with the
+// head's on the last stage; paddedVocab is the LM head's width) and the
+// sequence-parallel region's (parallel.SequenceParallelSizes).
+func (t *transformer) allocate(cfg config.Config, paddedVocab int) error {
+	if t.Tl != cfg.LocalSeq() {
+		return fmt.Errorf("the model holds %d positions a rank, the config %d", t.Tl, cfg.LocalSeq())
+	}
+	stream, head := config.ModelBuffers(cfg, paddedVocab, t.last)
+	var err error
+	t.allocated, err = parallel.Allocate(t.dev, append(stream, head...), func(get func(string) *tensor.Tensor) {
+		t.dx, t.dy, t.dh, t.dlogits = get("dx"), get("dy"), get("dh"), get("dlogits")
+		t.pool, t.pooled, t.dpooled = get("pool"), get("pooled"), get("dpooled")
+		t.h1g, t.dh1g, t.dh1 = get("h1g"), get("dh1g"), get("dh1")
+	})
+	if err != nil {
+		return fmt.Errorf("activations for batch %d x seq %d: %w", t.B, t.T, err)
+	}
+	if t.sp == nil {
+		return nil
+	}
+	return t.sp.Reserve(t.dev, t.B, t.T, t.C, seqReduced(t.params))
+}
+
+// seqReduced is the floats of the gradients the sequence-parallel region
+// sums over tp (parallel.SequenceParallel.ReduceGrads).
+func seqReduced(params []*parallel.Param) int {
+	n := 0
+	for _, p := range params {
+		if p.SeqReduce {
+			n += p.Grad.Len()
+		}
+	}
+	return n
 }
 
 // Params implements model.

@@ -79,7 +79,7 @@ func newPipeline(t *transformer, mesh *parallel.Mesh, micro int) (*pipeline, err
 			p.close()
 			return nil, err
 		}
-		if p.act, err = t.dev.Alloc(t.B, t.Tl, t.C); err != nil {
+		if p.act, err = t.dev.Alloc(t.stageAct.Shape...); err != nil {
 			p.close()
 			return nil, fmt.Errorf("pipeline send buffer: %w", err)
 		}

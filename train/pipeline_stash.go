@@ -27,7 +27,7 @@ func newSlots(t *transformer, n int) ([]slot, error) {
 		if t.first {
 			continue
 		}
-		x, err := t.dev.Alloc(t.B, t.Tl, t.C)
+		x, err := t.dev.Alloc(t.stageAct.Shape...)
 		if err != nil {
 			closeSlots(t, slots)
 			return nil, fmt.Errorf("pipeline stage inputs: %w", err)

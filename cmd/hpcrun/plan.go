@@ -192,6 +192,9 @@ func writePlan(w io.Writer, pl *plan.Plan, sug []plan.Suggestion) error {
 	if pl.Zero == 1 {
 		modes += " + ZeRO-1"
 	}
+	if pl.Recompute != "" {
+		modes += " + recompute " + pl.Recompute
+	}
 	pp := ""
 	if pl.PP > 1 {
 		pp = fmt.Sprintf("pp %d x ", pl.PP)
@@ -218,11 +221,18 @@ func writePlan(w io.Writer, pl *plan.Plan, sug []plan.Suggestion) error {
 	if pl.SP {
 		split += ", layer norms and residuals along the sequence"
 	}
-	act := fmt.Sprintf("%s a block x %d blocks, %s (no recompute)", bytesIEC(m.ActivationsPerBlock), m.Blocks/max(m.ActivationsPerBlock, 1), split)
+	rc := "(no recompute)"
+	if pl.Recompute != "" {
+		rc = "(recompute " + pl.Recompute + ": one backward scratch for all the blocks)"
+	}
+	act := fmt.Sprintf("%s a block x %d blocks, %s %s", bytesIEC(m.ActivationsPerBlock), m.Blocks/max(m.ActivationsPerBlock, 1), split, rc)
+	if pl.Recompute != "" {
+		act = fmt.Sprintf("%s saved a block x %d blocks, %s of backward scratch, %s %s", bytesIEC(m.SavedPerBlock), pl.Layers, bytesIEC(m.ActivationsPerBlock-m.SavedPerBlock), split, rc)
+	}
 	for _, st := range pl.Stages {
 		if st.Memory == m {
-			act = fmt.Sprintf("stage %d's %d blocks: %s saved a block for each of %d micro-batches in flight, %s of backward scratch, %s (no recompute)",
-				st.Stage, st.Blocks, bytesIEC(m.SavedPerBlock), st.InFlight, bytesIEC(m.ActivationsPerBlock-m.SavedPerBlock), split)
+			act = fmt.Sprintf("stage %d's %d blocks: %s saved a block for each of %d micro-batches in flight, %s of backward scratch, %s %s",
+				st.Stage, st.Blocks, bytesIEC(m.SavedPerBlock), st.InFlight, bytesIEC(m.ActivationsPerBlock-m.SavedPerBlock), split, rc)
 			break
 		}
 	}

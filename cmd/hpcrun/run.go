@@ -138,7 +138,7 @@ func resumeLocal(c *cli.Context) error {
 // when a signal stopped every rank (with a checkpoint to resume from).
 func launchLocal(c *cli.Context, dir rundir.Dir, cfg trainconfig.Config, meta *slurm.Meta) error {
 	execID := dir.ExecID()
-	lay := metrics.RunConfig{TP: cfg.TP, DP: cfg.DP(), PP: cfg.PP, SP: cfg.SP, Zero: cfg.Zero}.Layout()
+	lay := metrics.RunConfig{TP: cfg.TP, DP: cfg.DP(), PP: cfg.PP, SP: cfg.SP, Zero: cfg.Zero, Recompute: cfg.Recompute}.Layout()
 	fmt.Fprintf(os.Stderr, "run %s: %d ranks (%s) on this machine\nrun dir: %s\n", execID, cfg.NTasks, lay, dir)
 
 	start := time.Now()

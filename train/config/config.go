@@ -6,6 +6,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/hpcrun/hpcrun/parallel"
 )
 
 // Config is the full, resolved description of one training run. hpcrun submit
@@ -68,6 +70,10 @@ type Config struct {
 	// Memory-saving parallelism (Megatron-LM 2205.05198, ZeRO 1910.02054).
 	SP   bool `toml:"sp" json:"sp"`     // sequence parallelism: layer norms and residuals split along the sequence over tp (seq % tp == 0)
 	Zero int  `toml:"zero" json:"zero"` // 1: ZeRO-1, the AdamW moments sharded over the data-parallel group; 0: replicated
+	// Activation recomputation (Megatron-LM 2205.05198 §5): "" or none,
+	// selective (the attention probabilities) or full (each block from
+	// its input); see RecomputeMode.
+	Recompute string `toml:"recompute,omitempty" json:"recompute,omitempty"`
 }
 
 // Checkpoints is the number of checkpoints kept (ckpt_keep, or 3).
@@ -193,6 +199,14 @@ func (c Config) Validate() error {
 	}
 	if c.SP && c.TP > 0 && c.Seq > 0 && c.Seq%c.TP != 0 {
 		bad("sp: seq %d is not a multiple of tp %d: sequence parallelism gives each tensor-parallel rank seq/tp positions", c.Seq, c.TP)
+	}
+	switch c.Recompute {
+	case "", "none", "selective", "full":
+	default:
+		bad("recompute %q: use none, selective or full", c.Recompute)
+	}
+	if c.Arch == "hf" && c.RecomputeMode() != parallel.RecomputeNone {
+		bad("recompute %s: arch hf recomputes nothing (its post-LN layers are not parallel.Block)", c.Recompute)
 	}
 	if c.Zero != 0 && c.Zero != 1 {
 		bad("zero = %d: use 0 (replicated optimizer state) or 1 (ZeRO-1: AdamW moments sharded over the data-parallel group)", c.Zero)
@@ -483,4 +497,16 @@ func (c Config) Effective() Config {
 		e.MicroBatches = c.Micro()
 	}
 	return e
+}
+
+// RecomputeMode is Recompute as the engine takes it: what each block's
+// backward computes again instead of keeping (parallel.Recompute).
+func (c Config) RecomputeMode() parallel.Recompute {
+	switch c.Recompute {
+	case "selective":
+		return parallel.RecomputeSelective
+	case "full":
+		return parallel.RecomputeFull
+	}
+	return parallel.RecomputeNone
 }

@@ -44,11 +44,14 @@ type RunConfig struct {
 	MicroBatches int  `json:"micro_batches,omitempty"`
 	SP           bool `json:"sp,omitempty"`   // sequence parallelism
 	Zero         int  `json:"zero,omitempty"` // 1: ZeRO-1 optimizer state
+	// Recompute is the activation recomputation: selective or full ("" or
+	// none: none).
+	Recompute string `json:"recompute,omitempty"`
 }
 
 // Layout is the job's parallel layout in words: "pp 2 x tp 2 x dp 1"
-// (no pp for one stage), then "+ sp" and "+ ZeRO-1" when used; "-" when
-// unknown.
+// (no pp for one stage), then "+ sp", "+ ZeRO-1" and "+ recompute full"
+// when used; "-" when unknown.
 func (c RunConfig) Layout() string {
 	if c.TP == 0 {
 		return "-"
@@ -62,6 +65,9 @@ func (c RunConfig) Layout() string {
 	}
 	if c.Zero == 1 {
 		s += " + ZeRO-1"
+	}
+	if c.Recompute != "" && c.Recompute != "none" {
+		s += " + recompute " + c.Recompute
 	}
 	return s
 }

@@ -248,3 +248,47 @@ func TestPipelineTransfersMatchEngine(t *testing.T) {
 		}
 	}
 }
+
+// TestRecomputeMemoryMatchesEngine is TestPeakMemoryMatchesEngine with
+// activation recomputation: every rank's predicted engine peak is what the
+// engine counts after a real step, to the byte, for both models under
+// selective and full recomputation, unsharded, at tp 2, tp 2 with
+// sequence parallelism and on a 2-stage pipeline; and each recomputation
+// needs less than none, full the least.
+func TestRecomputeMemoryMatchesEngine(t *testing.T) {
+	const vocab = 1000
+	for _, model := range []string{"gpt", "bert"} {
+		for _, c := range []struct {
+			name   string
+			pp, tp int
+			sp     bool
+		}{{"tp1", 1, 1, false}, {"tp2", 1, 2, false}, {"tp2+sp", 1, 2, true}, {"pp2", 2, 1, false}} {
+			var peaks []int64
+			for _, mode := range []string{"none", "selective", "full"} {
+				cfg := pipelineConfig(t, model, c.pp, 1, c.tp, 4)
+				cfg.Layers, cfg.SP, cfg.Recompute = 4, c.sp, mode
+				if c.pp == 1 {
+					cfg.PP, cfg.MicroBatches = 0, 0
+				}
+				p, err := New(Request{Config: cfg, Vocab: vocab, Device: CPU(0, 0, 0, "")})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for r, got := range measureRanks(t, cfg, vocab) {
+					want := p.Memory.EnginePeak
+					if len(p.Stages) > 0 {
+						want = p.Stages[r/c.tp].Memory.EnginePeak
+					}
+					if want != got {
+						t.Errorf("%s %s recompute %s rank %d: predicted peak %d B, the engine's %d B: %+d B", model, c.name, mode, r, want, got, want-got)
+					}
+				}
+				peaks = append(peaks, p.Memory.EnginePeak)
+			}
+			if !(peaks[2] < peaks[1] && peaks[1] < peaks[0]) {
+				t.Errorf("%s %s: peaks without recomputation, selective, full: %v: want each below the one before", model, c.name, peaks)
+			}
+			t.Logf("%s %s: engine peak per rank without recomputation, selective, full: %v B", model, c.name, peaks)
+		}
+	}
+}

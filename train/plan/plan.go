@@ -9,11 +9,13 @@
 // nodes and a Device (the table in device.go): no allocation on a device,
 // and no I/O but host.go's, which chooses a rank's Device (RankDevice) and
 // for a CPU rank reads this machine's cores, memory and the GEMM rate
-// hpcrun bench gemm kept (SaveCPURate). The memory model follows the
-// buffers of package parallel and train's model one for one (see
-// blockElems and the functions beside it), so on the CPU, where the
-// engine counts exactly the bytes of its tensors, the prediction is that
-// count; its test checks it against the engine's own peak
+// hpcrun bench gemm kept (SaveCPURate). The memory model sums the
+// engine's own size tables, the lists from which its layers and model
+// allocate their activation buffers (parallel.BlockSizes and the other
+// layers', parallel.SequenceParallelSizes, config.ModelBuffers and
+// config.StageActivation; see blockElems and the functions beside it), so
+// on the CPU, where the engine counts exactly the bytes of its tensors,
+// the prediction is that count; its test checks it against the engine's own peak
 // (tensor.MemStats) after real steps. The communication model
 // follows the collectives one for one too: the test checks the bytes and
 // the collectives of a step against the engine's counters (nccl.Stats).
@@ -33,9 +35,10 @@
 // stage's, its micro-batches' work stretched by the 1F1B bubble.
 //
 // The engine keeps every tensor in float32 whatever the precision (bf16
-// changes how a GPU multiplies, not what it stores) and has no activation
-// recomputation: the plan says so instead of modelling what does not
-// exist.
+// changes how a GPU multiplies, not what it stores). With activation
+// recomputation (config.Config.Recompute) a block keeps less (its table
+// says what) and the blocks share one backward scratch, and the step
+// computes the recomputed part of the forward again.
 //
 // Auto (auto.go) plans every layout of a job's tasks and global batch the
 // engine runs (tp x pp x dp, sequence parallelism, ZeRO-1, micro-batches)
@@ -84,9 +87,12 @@ type Plan struct {
 	Nodes       int    `json:"nodes"`
 	// SP is sequence parallelism (--sp) and Zero the ZeRO stage (--zero:
 	// 0 or 1), as the config asks.
-	SP     bool  `json:"sp,omitempty"`
-	Zero   int   `json:"zero,omitempty"`
-	Params int64 `json:"params"` // of the whole model
+	SP   bool `json:"sp,omitempty"`
+	Zero int  `json:"zero,omitempty"`
+	// Recompute is the activation recomputation (--recompute): "",
+	// selective or full.
+	Recompute string `json:"recompute,omitempty"`
+	Params    int64  `json:"params"` // of the whole model
 
 	Device Device `json:"device"`
 	// Memory is a rank's memory: with a pipeline, that of the stage that
@@ -132,7 +138,8 @@ type Memory struct {
 	// the forward keeps for the backward, the rest being the backward's
 	// scratch. Blocks is the blocks' total: ActivationsPerBlock times the
 	// layers, and on a pipeline stage holding k micro-batches in flight
-	// the saved part k times.
+	// the saved part k times; with recomputation the scratch, which the
+	// blocks then share, once.
 	ActivationsPerBlock int64 `json:"activations_per_block"`
 	SavedPerBlock       int64 `json:"saved_per_block"`
 	Blocks              int64 `json:"blocks"`
@@ -253,7 +260,8 @@ func New(r Request) (*Plan, error) {
 		Model: cfg.Model, Preset: cfg.Preset, Layers: cfg.Layers, Dim: cfg.Dim, Heads: cfg.Heads, Seq: cfg.Seq,
 		Vocab: r.Vocab, PaddedVocab: vp, BatchSize: cfg.BatchSize, GradAccum: cfg.Micro(), Precision: cfg.Precision,
 		NTasks: cfg.NTasks, TP: cfg.TP, DP: cfg.DP(), PP: cfg.PP, Nodes: nodes, SP: cfg.SP, Zero: cfg.Zero,
-		Params: config.ParamCount(cfg, r.Vocab), Device: r.Device,
+		Recompute: recomputeName(cfg),
+		Params:    config.ParamCount(cfg, r.Vocab), Device: r.Device,
 	}
 	split, err := stageSplit(cfg)
 	if err != nil {
@@ -290,8 +298,14 @@ func New(r Request) (*Plan, error) {
 	if pp := cfg.Stages(); pp > 1 {
 		p.Notes = append(p.Notes, fmt.Sprintf("pp %d: memory is the stage that needs the most, stage s holding the activations of pp-s micro-batches in flight; the step is the slowest stage's, stretched by the 1F1B bubble (p-1)/(m+p-1) = %.2f, with the point-to-point transfers; it leaves out the tied embedding's gradient all-reduce between the first and the last stage and the small collectives over the stages (the loss, the gradient norm)",
 			pp, parallel.BubbleFraction(pp, cfg.Micro())))
-	} else {
-		p.Notes = append(p.Notes, "activations: the engine has no recomputation; every block keeps its own"+modes)
+	} else if cfg.RecomputeMode() == parallel.RecomputeNone {
+		p.Notes = append(p.Notes, "activations: no recomputation (--recompute none); every block keeps its own"+modes)
+	}
+	switch cfg.RecomputeMode() {
+	case parallel.RecomputeSelective:
+		p.Notes = append(p.Notes, "recompute selective: the blocks keep no attention probabilities, the backward computes them again (the time counts those products twice), and the blocks share one backward scratch"+modes)
+	case parallel.RecomputeFull:
+		p.Notes = append(p.Notes, "recompute full: each block keeps only its output, the backward runs its forward again (the time counts the blocks' forward products and tensor-parallel collectives twice), and the blocks share every other buffer"+modes)
 	}
 	if cfg.Arch == "hf" {
 		p.Notes = append(p.Notes, "arch hf: the plan models hpcrun's own BERT layout; BERT's (token types, embedding layer norm, pooler) differs by a few small tensors")
@@ -307,11 +321,14 @@ func New(r Request) (*Plan, error) {
 
 // shapes are the sizes the buffers are made of, for one rank.
 type shapes struct {
+	cfg        config.Config
+	vp         int            // the padded vocabulary
+	blk        parallel.Sizes // one block's buffers (parallel.BlockSizes)
+	recompute  parallel.Recompute
 	gpt        bool
 	B, T, C, L int64
 	N          int64 // tokens of a micro-batch, B*T
 	P          int64 // rows of the position table (config.Config.PositionRows)
-	nh         int64 // heads on this rank
 	cl, fl, vl int64 // this rank's attention width, MLP width, vocab slice
 	tp, dp     int64
 	// A pipeline's stage (pp > 1): the shapes are its (L its blocks); it
@@ -341,13 +358,16 @@ func newShapes(cfg config.Config, paddedVocab, stage, blocks int) shapes {
 	tp := int64(cfg.TP)
 	C := int64(cfg.Dim)
 	s := shapes{
+		cfg: cfg, vp: paddedVocab,
 		gpt: cfg.Model == "gpt",
 		B:   int64(cfg.BatchSize), T: int64(cfg.Seq), C: C, L: int64(blocks), P: int64(cfg.PositionRows()),
 		pp: int64(cfg.Stages()), stage: int64(stage), m: int64(cfg.Micro()),
 		tp: tp, dp: int64(cfg.DP()),
-		nh: int64(cfg.Heads) / tp, cl: C / tp, fl: 4 * C / tp, vl: int64(paddedVocab) / tp,
+		cl: C / tp, fl: 4 * C / tp, vl: int64(paddedVocab) / tp,
 	}
 	s.first, s.last = s.stage == 0, s.stage == s.pp-1
+	s.recompute = cfg.RecomputeMode()
+	s.blk = parallel.BlockSizes(parallel.BlockShape{Dim: cfg.Dim, Heads: cfg.Heads, TP: cfg.TP, SP: cfg.SP && tp > 1, Recompute: s.recompute}, cfg.BatchSize, cfg.Seq)
 	s.inFlight = s.pp - s.stage // parallel.OneFOneB's bound (1 without a pipeline)
 	s.sp = cfg.SP && tp > 1
 	s.zero = cfg.Zero == 1 && s.dp > 1
@@ -397,120 +417,72 @@ func newShapes(cfg config.Config, paddedVocab, stage, blocks int) shapes {
 func (s shapes) blockElems() int64 { return s.blockSavedElems() + s.blockScratchElems() }
 
 // blockSavedElems are the floats a block's forward keeps for its backward
-// (see parallel.Block, ParallelSelfAttention, ParallelMLP, LayerNorm and
-// the linear layers' saved buffers):
-//
-//	block: r, out                              2 (B,T,C)
-//	ln_1, ln_2: out, mean, rstd                2 x ((B,T,C) + 2 (B,T))
-//	attention: att (B,nh,T,T), y (B,T,C/tp)
-//	c_attn: its output (B,T,3C/tp); c_proj: out (B,T,C)
-//	mlp: h (B,T,4C/tp)
-//	c_fc: its output (B,T,4C/tp); c_proj: out (B,T,C)
-//
-// With sequence parallelism the block's, the layer norms' and the
-// row-parallel outputs hold this rank's T/tp positions (6 (B,T/tp,C), 4
-// (B,T/tp)); attention and MLP inside keep the full sequence.
-func (s shapes) blockSavedElems() int64 {
-	N, C := s.N, s.C
-	att := s.B * s.nh * s.T * s.T
-	if s.sp {
-		return 6*N*C/s.tp + 4*N/s.tp + att + 4*N*s.cl + 2*N*s.fl
-	}
-	return 6*N*C + 4*N + att + 4*N*s.cl + 2*N*s.fl
-}
+// (parallel.BlockSizes lists each buffer of the block and its layers, with
+// why it exists).
+func (s shapes) blockSavedElems() int64 { return s.blk.Saved.Len() }
 
 // blockScratchElems are the floats a block's backward uses and keeps
-// nothing in (shared by the copies of a pipeline stage):
-//
-//	block: dr, dh                              2 (B,T,C)
-//	attention: datt, dpre (B,nh,T,T); dy (B,T,C/tp), dqkv (B,T,3C/tp)
-//	mlp: dh, dpre                              2 (B,T,4C/tp)
-//	c_attn, c_fc at tp > 1: dx                 2 (B,T,C)
-//
-// With sequence parallelism dr and dh hold T/tp positions and the
-// column-parallel layers keep no dx: their input gradients go through the
-// region's shared buffers (SPBuffers).
-func (s shapes) blockScratchElems() int64 {
-	N, C := s.N, s.C
-	att := 2 * s.B * s.nh * s.T * s.T
-	switch {
-	case s.sp:
-		return 2*N*C/s.tp + att + 4*N*s.cl + 2*N*s.fl
-	case s.tp > 1:
-		return 4*N*C + att + 4*N*s.cl + 2*N*s.fl
-	}
-	return 2*N*C + att + 4*N*s.cl + 2*N*s.fl
-}
+// nothing in (shared by the copies of a pipeline stage).
+func (s shapes) blockScratchElems() int64 { return s.blk.Scratch.Len() }
 
 // embeddingElems are the stage's buffers outside the blocks and the head
-// for k micro-batches in flight: the residual stream's gradients dx and
-// dy; on the first stage wte's and wpe's outputs, k times; on the others
-// the stage inputs, k of them; on the last ln_f's dh, output and
-// statistics. With sequence parallelism all of them of this rank's T/tp
-// positions.
+// for k micro-batches in flight: the model's residual stream gradients
+// (config.ModelBuffers); on the first stage wte's and wpe's outputs, k
+// times; on the others the stage inputs (config.StageActivation), k of
+// them; on the last ln_f's.
 func (s shapes) embeddingElems(k int64) int64 {
-	NC := s.N * s.C
-	e := 2 * NC
+	stream, _ := config.ModelBuffers(s.cfg, s.vp, s.last)
+	e := stream.Len()
+	B, Tl, C := s.cfg.BatchSize, s.cfg.LocalSeq(), s.cfg.Dim
 	if s.first {
-		e += 2 * NC * k
+		e += 2 * k * parallel.EmbeddingSizes(B, Tl, C).Len()
 	} else {
-		e += NC * k
+		e += k * config.StageActivation(s.cfg).Len()
 	}
 	if s.last {
-		e += 2*NC + 2*s.N
-	}
-	if s.sp {
-		return e / s.tp
+		e += parallel.LayerNormSizes(B, Tl, C).Len()
 	}
 	return e
 }
 
-// headElems are the head's and the loss's buffers. GPT: the logits slice
-// (B,T,V/tp), their gradient, at tp > 1 the head's dx (B,T,C) (none with
-// sequence parallelism: it reduce-scatters from the shared buffer), the
-// loss's row max, sums and losses (4N). BERT: the (B, B*T) pooling matrix
-// ((B, B*T/tp) with sequence parallelism: it pools this rank's
-// positions), pooled and its gradient (2 (B,C)), fc1's output, GELU and
-// gradients (4 (B,C/tp)), at tp > 1 fc1's dx (B,C), the logits' gradient
-// and fc2's output (2 x 2B), the loss (4B).
+// headElems are the head's and the loss's buffers on the last stage. GPT:
+// the LM head (a column-parallel layer over the padded vocabulary), the
+// model's logits gradient, the vocab-parallel cross-entropy over B*T rows.
+// BERT: the model's pooling buffers, the classifier's fc1 (column-parallel)
+// and fc2 (row-parallel) on the (B,1,C) pooled mean, the cross-entropy over
+// its B rows of 2 logits.
 func (s shapes) headElems() int64 {
 	if !s.last {
 		return 0
 	}
-	var dx int64
-	if s.tp > 1 {
-		dx = 1
-	}
+	_, head := config.ModelBuffers(s.cfg, s.vp, true)
+	B, T, C, tp := s.cfg.BatchSize, s.cfg.Seq, s.cfg.Dim, int(s.tp)
+	e := head.Len()
 	if s.gpt {
-		if s.sp {
-			return 2*s.N*s.vl + 4*s.N
-		}
-		return 2*s.N*s.vl + dx*s.N*s.C + 4*s.N
+		e += parallel.ColumnSizes(parallel.LinearShape{In: C, Out: s.vp, TP: tp, SP: s.sp}, B, T).Len()
+		return e + parallel.CrossEntropySizes(B*T).Len()
 	}
-	pool := s.B * s.N
-	if s.sp {
-		pool /= s.tp
-	}
-	return pool + (2+dx)*s.B*s.C + 4*s.B*s.cl + 8*s.B
+	e += parallel.ColumnSizes(parallel.LinearShape{In: C, Out: C, TP: tp}, B, 1).Len()
+	e += parallel.RowSizes(parallel.LinearShape{In: C, Out: config.NumClasses, TP: tp, InputIsParallel: true}, B, 1).Len()
+	return e + parallel.CrossEntropySizes(B).Len()
 }
 
 // spElems are the sequence-parallel region's shared buffers
-// (parallel.SequenceParallel): packed, gathered and full (B,T,C), local
-// (B,T/tp,C), and ReduceGrads' bucket of the gradients summed over tp
-// (ln_1 and ln_2 of every block, ln_f on the last stage, the position
-// table on the first).
+// (parallel.SequenceParallelSizes), its ReduceGrads bucket holding the
+// gradients summed over tp: ln_1 and ln_2 of every block, ln_f on the last
+// stage, the position table on the first.
 func (s shapes) spElems() int64 {
 	if !s.sp {
 		return 0
 	}
-	e := 3*s.N*s.C + s.N*s.C/s.tp + 4*s.C*s.L
+	grads := 4 * s.C * s.L
 	if s.last {
-		e += 2 * s.C
+		grads += 2 * s.C
 	}
 	if s.first {
-		e += s.P * s.C
+		grads += s.P * s.C
 	}
-	return e
+	return parallel.SequenceParallelSizes(s.cfg.BatchSize, s.cfg.Seq, s.cfg.Dim, int(s.tp), int(grads)).Len()
 }
 
 // normTensors is how many parameters the stage counts in the gradient
@@ -553,6 +525,10 @@ func (s shapes) memory(dev Device) Memory {
 		m.Optimizer = 2 * local * f32
 	}
 	m.Blocks = s.L * (s.inFlight*s.blockSavedElems() + s.blockScratchElems()) * f32
+	if s.recompute != parallel.RecomputeNone && s.L > 0 {
+		// The blocks share one scratch (parallel.Block.ShareBuffers).
+		m.Blocks = (s.L*s.inFlight*s.blockSavedElems() + s.blockScratchElems()) * f32
+	}
 	// train.GradSync's biggest bucket, allocated when a bucket packs more
 	// than one gradient (one is all-reduced in place); or, with ZeRO-1,
 	// train.ZeRO1's biggest packed bucket, padded, and its 1/dp range (a
@@ -576,13 +552,9 @@ func (s shapes) memory(dev Device) Memory {
 		m.StepScalars += n * widest * f32
 	}
 	if s.pp > 1 && !s.last {
-		// A stage that sends activations copies them into a (B,T,C) send
-		// buffer of its own (T/tp under sp).
-		act := s.N * s.C
-		if s.sp {
-			act /= s.tp
-		}
-		m.Embeddings += act * f32
+		// A stage that sends activations copies them into a send buffer of
+		// its own.
+		m.Embeddings += config.StageActivation(s.cfg).Len() * f32
 	}
 	switch {
 	case s.zero:
@@ -648,6 +620,12 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 	// tp ranks), attention's two 4 B T^2 C, backward twice the forward;
 	// the head's on the last stage.
 	gemm := float64(s.L) * (72*N*C*C + 12*B*T*T*C) / tp
+	switch s.recompute {
+	case parallel.RecomputeSelective:
+		gemm += float64(s.L) * 4 * B * T * T * C / tp // the attention core's two products again
+	case parallel.RecomputeFull:
+		gemm += float64(s.L) * (24*N*C*C + 4*B*T*T*C) / tp // the whole forward again
+	}
 	switch {
 	case !s.last:
 	case s.gpt:
@@ -686,6 +664,9 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 			// layers) and two backward ones (into the column-parallel
 			// layers' inputs); the embedding's forward (first stage).
 			units, n = 2*4*float64(s.L)*N*C, 4*int(s.L)
+			if s.recompute == parallel.RecomputeFull {
+				units, n = units+2*2*float64(s.L)*N*C, n+2*int(s.L) // the forward's all-reduces again
+			}
 			if s.first {
 				units, n = units+2*N*C, n+1
 			}
@@ -708,6 +689,9 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 			// embedding (first stage) reduce-scatters forward and
 			// all-gathers backward.
 			units, n = 10*float64(s.L)*N*C, 10*int(s.L)
+			if s.recompute == parallel.RecomputeFull {
+				units, n = units+4*float64(s.L)*N*C, n+4*int(s.L) // the forward's all-gathers and reduce-scatters again
+			}
 			if s.first {
 				units, n = units+2*N*C, n+2
 			}
@@ -876,6 +860,15 @@ func Suggest(r Request) []Suggestion {
 		}
 	}
 	return out
+}
+
+// recomputeName is the config's recomputation as the plan shows it: ""
+// for none.
+func recomputeName(cfg config.Config) string {
+	if cfg.RecomputeMode() == parallel.RecomputeNone {
+		return ""
+	}
+	return cfg.Recompute
 }
 
 // stageSplit is the blocks of each pipeline stage (one stage holding

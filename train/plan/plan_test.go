@@ -428,3 +428,36 @@ func TestCommMatchesEngine(t *testing.T) {
 	}
 	t.Logf("communication of one step on rank 0, planned against the engine's counters:\n%s", table.String())
 }
+
+// TestRecomputeCommMatchesEngine is TestCommMatchesEngine with activation
+// recomputation: full recomputation runs each block's forward collectives
+// again in its backward, selective none; the plan counts them exactly.
+func TestRecomputeCommMatchesEngine(t *testing.T) {
+	const vocab = 1000
+	for _, model := range []string{"bert", "gpt"} {
+		for _, p := range []struct {
+			tp, dp, accum int
+			sp            bool
+		}{{2, 1, 1, false}, {2, 1, 2, true}, {2, 2, 1, false}} {
+			for _, mode := range []string{"selective", "full"} {
+				cfg := config.DefaultConfig()
+				cfg.Model = model
+				if err := cfg.ApplyPreset("tiny"); err != nil {
+					t.Fatal(err)
+				}
+				cfg.TP, cfg.NTasks, cfg.BatchSize, cfg.GradAccum, cfg.SP, cfg.Recompute = p.tp, p.tp*p.dp, 4, p.accum, p.sp, mode
+				cfg.EvalSamples, cfg.Device = cfg.BatchSize*p.dp, "cpu"
+				pl, err := New(Request{Config: cfg, Vocab: vocab, Device: CPU(0, 0, 0, "")})
+				if err != nil {
+					t.Fatal(err)
+				}
+				tpB, dpB, calls := commPerStep(t, cfg, vocab)
+				off := func(plan, engine float64) bool { return math.Abs(plan-engine) > 1e-9*engine }
+				if off(pl.Time.TPBytes, tpB) || off(pl.Time.DPBytes, dpB) || pl.Time.Collectives != calls {
+					t.Errorf("%s tp %d dp %d accum %d sp %v recompute %s: plan sends %.0f B in tp, %.0f B in dp, %d collectives a step; the engine %.0f, %.0f, %d",
+						model, p.tp, p.dp, p.accum, p.sp, mode, pl.Time.TPBytes, pl.Time.DPBytes, pl.Time.Collectives, tpB, dpB, calls)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,302 @@
+package parallel
+
+import (
+	"fmt"
+
+	"github.com/hpcrun/hpcrun/tensor"
+)
+
+// The size table. Every layer lists the activation buffers it allocates for
+// a batch shape in one pure function (llm.c's fill_in_activation_sizes is
+// the model): the layer's Forward and Backward allocate exactly the listed
+// buffers (Allocate, by name), and train/plan sums the same lists to
+// predict a rank's memory without building a layer. A buffer added to a
+// layer is a line in its list, and the plan counts it.
+
+// Buffer is one tensor a layer allocates for a batch shape.
+type Buffer struct {
+	Name  string // what it holds, unique in its list: "att", "c_attn.out_local"
+	Shape []int
+}
+
+// Len is the buffer's number of floats.
+func (b Buffer) Len() int64 {
+	n := int64(1)
+	for _, d := range b.Shape {
+		n *= int64(d)
+	}
+	return n
+}
+
+// Buffers is a list of buffers.
+type Buffers []Buffer
+
+// Len is the floats of all the buffers.
+func (l Buffers) Len() int64 {
+	var n int64
+	for _, b := range l {
+		n += b.Len()
+	}
+	return n
+}
+
+func buf(name string, shape ...int) Buffer { return Buffer{Name: name, Shape: shape} }
+
+// Sizes are the buffers a layer allocates for one batch shape, split as a
+// pipeline stage needs them: Saved is what Forward keeps for Backward (a
+// Shadow has its own: one per micro-batch in flight), Scratch what Backward
+// uses and leaves nothing in (shared by the layer and its shadows).
+type Sizes struct {
+	Saved, Scratch Buffers
+}
+
+// Len is the floats of all the buffers.
+func (s Sizes) Len() int64 { return s.Saved.Len() + s.Scratch.Len() }
+
+// add appends o's buffers with their names prefixed (a sublayer's).
+func (s *Sizes) add(prefix string, o Sizes) {
+	for _, b := range o.Saved {
+		s.Saved = append(s.Saved, Buffer{Name: prefix + b.Name, Shape: b.Shape})
+	}
+	for _, b := range o.Scratch {
+		s.Scratch = append(s.Scratch, Buffer{Name: prefix + b.Name, Shape: b.Shape})
+	}
+}
+
+// Allocate allocates one tensor on dev for every buffer of list and hands
+// them to take, which picks them by name (get returns nil for a name the
+// list does not have: a buffer this configuration does without). take must
+// pick every buffer of the list, so that the list is what the layer uses.
+// On an error nothing stays allocated. The tensors are returned for the
+// caller to free.
+func Allocate(dev tensor.Device, list Buffers, take func(get func(name string) *tensor.Tensor)) ([]*tensor.Tensor, error) {
+	ts := make([]*tensor.Tensor, 0, len(list))
+	free := func() {
+		for _, t := range ts {
+			dev.Free(t)
+		}
+	}
+	for i, b := range list {
+		for _, o := range list[:i] {
+			if o.Name == b.Name {
+				free()
+				return nil, fmt.Errorf("buffer %q listed twice", b.Name)
+			}
+		}
+		t, err := dev.Alloc(b.Shape...)
+		if err != nil {
+			free()
+			return nil, fmt.Errorf("buffer %s %v: %w", b.Name, b.Shape, err)
+		}
+		ts = append(ts, t)
+	}
+	taken := make([]bool, len(list))
+	take(func(name string) *tensor.Tensor {
+		for i, b := range list {
+			if b.Name == name {
+				taken[i] = true
+				return ts[i]
+			}
+		}
+		return nil
+	})
+	for i, ok := range taken {
+		if !ok {
+			free()
+			return nil, fmt.Errorf("buffer %s %v allocated but not used", list[i].Name, list[i].Shape)
+		}
+	}
+	return ts, nil
+}
+
+// LayerNormSizes are a layer norm's buffers for (b,t,c) inputs: out (b,t,c)
+// and the statistics mean and rstd (b*t) that Backward reads.
+func LayerNormSizes(b, t, c int) Sizes {
+	return Sizes{Saved: Buffers{buf("out", b, t, c), buf("mean", b*t), buf("rstd", b*t)}}
+}
+
+// LinearShape is what decides a linear layer's buffers: its full sizes,
+// the tensor-parallel degree and the options that change what it keeps
+// (LinearOptions).
+type LinearShape struct {
+	In, Out         int
+	TP              int  // the group's size (1: unsharded)
+	SP              bool // LinearOptions.SequenceParallel is set
+	GatherOutput    bool // column-parallel only
+	InputIsParallel bool // row-parallel only
+}
+
+func (s LinearShape) tp() int { return max(s.TP, 1) }
+
+// ColumnSizes are a ColumnParallelLinear's buffers for b x t tokens (the
+// gathered sequence under sequence parallelism). Saved: out_local
+// (b,t,Out/tp), this rank's columns (also the input of GELU or of the
+// attention core, read again by their backward); with GatherOutput at tp >
+// 1 the gathered out (b,t,Out). Scratch: at tp > 1 without sequence
+// parallelism dx (b,t,In), the input gradient before f's all-reduce (with
+// it the input gradient goes through the region's shared full buffer); with
+// the gathered output, dout_local (b,t,Out/tp), this rank's columns of its
+// gradient.
+func ColumnSizes(s LinearShape, b, t int) Sizes {
+	tp, ol := s.tp(), s.Out/s.tp()
+	z := Sizes{Saved: Buffers{buf("out_local", b, t, ol)}}
+	gathered := s.GatherOutput && tp > 1
+	if gathered {
+		z.Saved = append(z.Saved, buf("out", b, t, s.Out))
+	}
+	if !s.SP && tp > 1 {
+		z.Scratch = append(z.Scratch, buf("dx", b, t, s.In))
+	}
+	if gathered {
+		z.Scratch = append(z.Scratch, buf("dout_local", b, t, ol))
+	}
+	return z
+}
+
+// RowSizes are a RowParallelLinear's buffers for b x t input tokens. Saved:
+// out (b,t,Out), under sequence parallelism this rank's (b,t/tp,Out)
+// positions; when the layer cuts its own slice of a full input
+// (InputIsParallel not set, tp > 1) that slice x_local (b,t,In/tp), with
+// its gradient dx_local (b,t,In/tp) as Backward's scratch.
+func RowSizes(s LinearShape, b, t int) Sizes {
+	tp := s.tp()
+	if s.SP {
+		return Sizes{Saved: Buffers{buf("out", b, t/tp, s.Out)}}
+	}
+	z := Sizes{Saved: Buffers{buf("out", b, t, s.Out)}}
+	if !s.InputIsParallel && tp > 1 {
+		z.Saved = append(z.Saved, buf("x_local", b, t, s.In/tp))
+		z.Scratch = Buffers{buf("dx_local", b, t, s.In/tp)}
+	}
+	return z
+}
+
+// attentionCoreSizes are the attention core's own buffers for b x t tokens
+// (the full sequence), nh heads of width cl/nh on this rank. Saved: att
+// (b,nh,t,t), the softmax probabilities, and y (b,t,cl), the heads' output
+// before the projection. Scratch: datt and dpre (b,nh,t,t), the gradients
+// of the probabilities and of the scores; dy (b,t,cl); dqkv (b,t,3cl), the
+// gradient of c_attn's output. With selective recomputation att is
+// scratch: Backward computes it again from c_attn's saved output.
+func attentionCoreSizes(b, t, nh, cl int, selective bool) Sizes {
+	z := Sizes{
+		Saved:   Buffers{buf("att", b, nh, t, t), buf("y", b, t, cl)},
+		Scratch: Buffers{buf("datt", b, nh, t, t), buf("dpre", b, nh, t, t), buf("dy", b, t, cl), buf("dqkv", b, t, 3*cl)},
+	}
+	if selective {
+		z.Saved, z.Scratch = z.Saved[1:], append(Buffers{z.Saved[0]}, z.Scratch...)
+	}
+	return z
+}
+
+// mlpCoreSizes are the MLP's own buffers for b x t tokens, fl = Hidden/tp
+// wide: h (b,t,fl), GELU's output, saved; dh and dpre (b,t,fl), the
+// gradients of GELU's output and input, scratch.
+func mlpCoreSizes(b, t, fl int) Sizes {
+	return Sizes{
+		Saved:   Buffers{buf("h", b, t, fl)},
+		Scratch: Buffers{buf("dh", b, t, fl), buf("dpre", b, t, fl)},
+	}
+}
+
+// blockOwnSizes are a block's own buffers for (b,t,c) inputs (this rank's
+// t positions under sequence parallelism): r, the residual after
+// attention, and out, saved; dr, the gradient of r, and dh, of a layer
+// norm's output, scratch. With full recomputation r is scratch too:
+// Backward runs the block's forward again.
+func blockOwnSizes(b, t, c int, full bool) Sizes {
+	if full {
+		return Sizes{
+			Saved:   Buffers{buf("out", b, t, c)},
+			Scratch: Buffers{buf("r", b, t, c), buf("dr", b, t, c), buf("dh", b, t, c)},
+		}
+	}
+	return Sizes{
+		Saved:   Buffers{buf("r", b, t, c), buf("out", b, t, c)},
+		Scratch: Buffers{buf("dr", b, t, c), buf("dh", b, t, c)},
+	}
+}
+
+// Recompute is how much of a block's forward pass its Backward runs again
+// instead of keeping it, Megatron-LM's granularities (arXiv 2205.05198
+// §5). The gradients are the same to the bit: the recomputation runs the
+// same kernels on the same inputs. With either, the blocks of a model
+// share their backward scratch (Block.ShareBuffers), which then counts
+// once, not per block.
+type Recompute int
+
+const (
+	// RecomputeNone keeps every activation the backward reads.
+	RecomputeNone Recompute = iota
+	// RecomputeSelective keeps no attention probabilities (b,nh,t,t), the
+	// largest activation at long sequences: Backward computes them again
+	// from the saved Q, K and V.
+	RecomputeSelective
+	// RecomputeFull keeps only each block's output (the next block's
+	// input): Backward runs the block's forward again from its input,
+	// into buffers all the blocks share.
+	RecomputeFull
+)
+
+// BlockShape is what decides a transformer block's buffers (BlockConfig
+// without its seeds and with the group's size).
+type BlockShape struct {
+	Dim, Heads int
+	Hidden     int  // 0 means 4*Dim
+	TP         int  // the tensor-parallel group's size
+	SP         bool // sequence parallelism (BlockConfig.SP)
+	Recompute  Recompute
+}
+
+// BlockSizes are all the buffers of one transformer block and its layers
+// for b sequences of t tokens, named by layer: "r", "ln_1.out",
+// "attn.att", "attn.c_attn.out_local", "mlp.c_proj.out". Under sequence
+// parallelism the block's own buffers, the layer norms' and the
+// row-parallel outputs hold this rank's t/tp positions, while attention
+// and the MLP inside work on the full sequence (gathered into the
+// region's shared buffers, SequenceParallelSizes), and the column-parallel
+// layers keep no input gradient of their own. With full recomputation
+// every buffer but the block's out is Scratch, shared by the blocks.
+func BlockSizes(s BlockShape, b, t int) Sizes {
+	tp, c := max(s.TP, 1), s.Dim
+	hidden := s.Hidden
+	if hidden == 0 {
+		hidden = 4 * c
+	}
+	tl := t
+	if s.SP {
+		tl = t / tp
+	}
+	var z, layers Sizes
+	full := s.Recompute == RecomputeFull
+	z.add("", blockOwnSizes(b, tl, c, full))
+	layers.add("ln_1.", LayerNormSizes(b, tl, c))
+	layers.add("attn.", attentionCoreSizes(b, t, s.Heads/tp, c/tp, s.Recompute == RecomputeSelective))
+	layers.add("attn.c_attn.", ColumnSizes(LinearShape{In: c, Out: 3 * c, TP: tp, SP: s.SP}, b, t))
+	layers.add("attn.c_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
+	layers.add("ln_2.", LayerNormSizes(b, tl, c))
+	layers.add("mlp.", mlpCoreSizes(b, t, hidden/tp))
+	layers.add("mlp.c_fc.", ColumnSizes(LinearShape{In: c, Out: hidden, TP: tp, SP: s.SP}, b, t))
+	layers.add("mlp.c_proj.", RowSizes(LinearShape{In: hidden, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
+	if full {
+		layers = Sizes{Scratch: append(layers.Saved, layers.Scratch...)}
+	}
+	z.add("", layers)
+	return z
+}
+
+// EmbeddingSizes are the buffers of a VocabParallelEmbedding or a
+// PositionEmbedding for b sequences of t tokens of width c (this rank's t
+// positions under sequence parallelism): out (b,t,c), saved (a Shadow has
+// its own; their backward needs none).
+func EmbeddingSizes(b, t, c int) Sizes {
+	return Sizes{Saved: Buffers{buf("out", b, t, c)}}
+}
+
+// CrossEntropySizes are a VocabParallelCrossEntropy's buffers for n rows
+// of logits: the row maxima row_max (n), sums (2n: the exp sums then the
+// target logits) and the per-row losses (n), all read by Backward or the
+// caller after Forward.
+func CrossEntropySizes(n int) Sizes {
+	return Sizes{Saved: Buffers{buf("row_max", n), buf("sums", 2*n), buf("losses", n)}}
+}

@@ -1,0 +1,60 @@
+package config
+
+import "github.com/hpcrun/hpcrun/parallel"
+
+// The model's part of the size table (parallel.Sizes has the layers'):
+// the buffers train's transformer and its pipeline allocate themselves,
+// which train allocates by iterating these lists and train/plan sums.
+
+// LocalSeq is the positions of a sequence one rank holds outside attention
+// and MLP: Seq, or Seq/TP under sequence parallelism.
+func (c Config) LocalSeq() int {
+	if c.SP && c.TP > 1 {
+		return c.Seq / c.TP
+	}
+	return c.Seq
+}
+
+// ModelBuffers are the buffers train's transformer (models gpt and bert,
+// not arch hf) allocates itself on a rank, beside its layers', for one
+// micro-batch; last says the rank's stage holds ln_f and the head (every
+// rank without a pipeline). All are backward scratch, shared by the copies
+// of a pipeline stage. stream are the residual stream's gradients: dx and
+// dy (B,T,C), ping-pong between the blocks, and on the last stage dh
+// (B,T,C), ln_f's output gradient (T/tp positions each under sequence
+// parallelism). head are the head's: for gpt the gradient of this rank's
+// logits dlogits (B,T,V/tp), V the padded vocabulary; for bert the pooling
+// matrix pool (B, B*T) (B*T/tp under sequence parallelism: it pools this
+// rank's positions), the pooled mean and its gradient (B,1,C), GELU's
+// output h1g, its gradient and fc1's output gradient (B,1,C/tp), and the
+// logits' gradient (B,1,NumClasses).
+func ModelBuffers(c Config, paddedVocab int, last bool) (stream, head parallel.Buffers) {
+	B, T, Tl, C, tp := c.BatchSize, c.Seq, c.LocalSeq(), c.Dim, max(c.TP, 1)
+	stream = parallel.Buffers{{Name: "dx", Shape: []int{B, Tl, C}}, {Name: "dy", Shape: []int{B, Tl, C}}}
+	if !last {
+		return stream, nil
+	}
+	stream = append(stream, parallel.Buffer{Name: "dh", Shape: []int{B, Tl, C}})
+	if c.Model == "gpt" {
+		return stream, parallel.Buffers{{Name: "dlogits", Shape: []int{B, T, paddedVocab / tp}}}
+	}
+	cl := C / tp
+	head = parallel.Buffers{
+		{Name: "pool", Shape: []int{B, B * Tl}},
+		{Name: "pooled", Shape: []int{B, 1, C}}, {Name: "dpooled", Shape: []int{B, 1, C}},
+		{Name: "h1g", Shape: []int{B, 1, cl}}, {Name: "dh1g", Shape: []int{B, 1, cl}}, {Name: "dh1", Shape: []int{B, 1, cl}},
+		{Name: "dlogits", Shape: []int{B, 1, NumClasses}},
+	}
+	return stream, head
+}
+
+// StageActivation is what a pipeline stage sends the next stage and
+// receives from the previous one, a micro-batch's (B,T,C) activations (its
+// T/tp positions under sequence parallelism); the gradients going back are
+// received into the model's own stream buffers. A stage that is not the
+// first keeps the input of every micro-batch in flight, one such buffer
+// each, and one that is not the last copies its output into a send buffer
+// of its own.
+func StageActivation(c Config) parallel.Buffer {
+	return parallel.Buffer{Name: "stage_act", Shape: []int{c.BatchSize, c.LocalSeq(), c.Dim}}
+}
