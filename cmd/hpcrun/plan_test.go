@@ -116,7 +116,7 @@ func TestPlanAuto(t *testing.T) {
 	if len(res.Ranked) < 3 || res.Ranked[0].Rank != 1 || res.Ranked[0].Plan == nil || res.Ranked[0].Why == "" {
 		t.Errorf("plan --auto --json: %+v", res)
 	}
-	_, errOut, code := e.run("plan", "--auto", "--executor", "local", "--preset", "gpt2-350m", "--layers", "96", "--gpu", "v100-16", "--ntasks", "2", "--bsz", "1")
+	_, errOut, code := e.run("plan", "--auto", "--executor", "local", "--preset", "gpt2-350m", "--layers", "192", "--gpu", "v100-16", "--ntasks", "2", "--bsz", "1")
 	if code == 0 || strings.Count(strings.TrimSpace(errOut), "\n") > 0 || !strings.Contains(errOut, "no layout fits") || !strings.Contains(errOut, "--nodes") {
 		t.Errorf("plan --auto where nothing fits: exit %d, %q; want one line saying what to change", code, errOut)
 	}

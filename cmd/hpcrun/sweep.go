@@ -210,9 +210,11 @@ func autoPoints(c *cli.Context) ([]grid.Point, []string, error) {
 	points, labels := make([]grid.Point, len(top)), make([]string, len(top))
 	for i, r := range top {
 		l := r.Config
+		recompute := cmp.Or(l.Recompute, "none")
 		points[i] = grid.Point{{Name: "tp", Value: strconv.Itoa(l.TP)}, {Name: "pp", Value: strconv.Itoa(l.PP)}, {Name: "pp-split", Value: ""},
 			{Name: "micro-batches", Value: strconv.Itoa(l.MicroBatches)}, {Name: "grad-accum", Value: strconv.Itoa(l.GradAccum)},
-			{Name: "bsz", Value: strconv.Itoa(l.BatchSize)}, {Name: "sp", Value: strconv.FormatBool(l.SP)}, {Name: "zero", Value: strconv.Itoa(l.Zero)}}
+			{Name: "bsz", Value: strconv.Itoa(l.BatchSize)}, {Name: "sp", Value: strconv.FormatBool(l.SP)}, {Name: "zero", Value: strconv.Itoa(l.Zero)},
+			{Name: "recompute", Value: recompute}}
 		labels[i] = r.Layout.String()
 	}
 	return points, labels, nil

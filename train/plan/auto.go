@@ -30,6 +30,9 @@ type Layout struct {
 	Zero      int  `json:"zero"`
 	Micro     int  `json:"micro_batches"`
 	BatchSize int  `json:"bsz"`
+	// Recompute is the activation recomputation: "" (none), "selective"
+	// or "full".
+	Recompute string `json:"recompute,omitempty"`
 }
 
 // String is the layout in a few words: "tp2 pp1 dp2 sp zero1 micro1 bsz8".
@@ -40,6 +43,9 @@ func (l Layout) String() string {
 	}
 	if l.Zero == 1 {
 		s += " zero1"
+	}
+	if l.Recompute != "" {
+		s += " rc-" + l.Recompute
 	}
 	if l.Micro == 0 {
 		return s // a grid rejected before its micro-batches
@@ -62,12 +68,16 @@ func (l Layout) Flags() string {
 	if l.Zero == 1 {
 		f += " --zero 1"
 	}
+	if l.Recompute != "" {
+		f += " --recompute " + l.Recompute
+	}
 	return f
 }
 
 // apply is cfg laid out as l.
 func (l Layout) apply(cfg config.Config) config.Config {
 	cfg.TP, cfg.PP, cfg.SP, cfg.Zero, cfg.BatchSize, cfg.PPSplit = l.TP, 0, l.SP, l.Zero, l.BatchSize, ""
+	cfg.Recompute = l.Recompute
 	cfg.GradAccum, cfg.MicroBatches = l.Micro, 0
 	if l.PP > 1 {
 		cfg.PP, cfg.GradAccum, cfg.MicroBatches = l.PP, 1, l.Micro
@@ -82,7 +92,7 @@ func (l Layout) apply(cfg config.Config) config.Config {
 // products do run slower).
 func (l Layout) order(o Layout) int {
 	return cmp.Or(cmp.Compare(l.TP, o.TP), cmp.Compare(l.PP, o.PP), cmp.Compare(b2i(l.SP), b2i(o.SP)),
-		cmp.Compare(l.Zero, o.Zero), cmp.Compare(l.Micro, o.Micro))
+		cmp.Compare(l.Zero, o.Zero), cmp.Compare(recomputeOrder[l.Recompute], recomputeOrder[o.Recompute]), cmp.Compare(l.Micro, o.Micro))
 }
 
 // sig6 is x to 6 significant digits: the ranking's equality.
@@ -152,10 +162,26 @@ var ErrNothingFits = errors.New("no layout fits")
 // search, given the samples each data-parallel replica takes a step.
 type axis func(l Layout, perReplica int) []Layout
 
-// axes are the search's dimensions after the tp x pp x dp grid, each
-// applied to every layout the ones before it made. A recompute axis
-// (none, selective, full) is one more entry.
-var axes = []axis{spAxis, zeroAxis, microAxis}
+// axesOf are the search's dimensions after the tp x pp x dp grid, each
+// applied to every layout the ones before it made: without recomputation
+// for arch hf, whose post-LN blocks recompute nothing.
+func axesOf(cfg config.Config) []axis {
+	if cfg.Arch == "hf" {
+		return []axis{spAxis, zeroAxis, microAxis}
+	}
+	return []axis{spAxis, zeroAxis, recomputeAxis, microAxis}
+}
+
+// recomputeAxis: no recomputation, selective (the attention core) and
+// full (each block from its input).
+func recomputeAxis(l Layout, _ int) []Layout {
+	sel, full := l, l
+	sel.Recompute, full.Recompute = "selective", "full"
+	return []Layout{l, sel, full}
+}
+
+// recomputeOrder ranks the recomputation modes from the simplest.
+var recomputeOrder = map[string]int{"": 0, "selective": 1, "full": 2}
 
 // spAxis: sequence parallelism off, and on where tp > 1.
 func spAxis(l Layout, _ int) []Layout {
@@ -208,7 +234,8 @@ func divisors(n int) []int {
 
 // Auto plans every layout of r's tasks and global batch that the engine
 // runs: each tp x pp x dp factorisation of the tasks, sequence parallelism
-// off and on (tp > 1), ZeRO-1 off and on (dp > 1), and every number of
+// off and on (tp > 1), ZeRO-1 off and on (dp > 1), no, selective and full
+// activation recomputation (not for arch hf), and every number of
 // micro-batches that divides a replica's samples (at least pp through a
 // pipeline). A layout is invalid when its config does not validate (tp
 // must divide the heads, pp the layers, ...), when dp does not divide the
@@ -254,7 +281,7 @@ func Auto(r AutoRequest) (*AutoResult, error) {
 				continue
 			}
 			layouts := []Layout{grid}
-			for _, ax := range axes {
+			for _, ax := range axesOf(base) {
 				var next []Layout
 				for _, l := range layouts {
 					next = append(next, ax(l, res.GlobalBatch/grid.DP)...)

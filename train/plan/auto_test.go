@@ -80,19 +80,21 @@ func TestAutoBigModelPicksTPOrPP(t *testing.T) {
 	cfg := autoConfig(t, 8, 512, 8, 64, 4, 4)
 	cfg.TP = 1
 	req := AutoRequest{Request: Request{Config: cfg, Vocab: 256, Nodes: 1, Device: gpu(t, 80*gib)}}
-	// The dp-only layouts: dp 4, ZeRO-1 off and on, 4 samples a replica in
-	// 1, 2 or 4 micro-batches.
+	// The dp-only layouts: dp 4, ZeRO-1 off and on, no, selective or full
+	// recomputation, 4 samples a replica in 1, 2 or 4 micro-batches.
 	least := int64(-1)
 	for _, zero := range []int{0, 1} {
-		for _, m := range []int{1, 2, 4} {
-			c := cfg
-			c.Zero, c.GradAccum, c.BatchSize = zero, m, 4/m
-			p, err := New(Request{Config: c, Vocab: 256, Nodes: 1, Device: req.Device})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if least < 0 || p.Memory.Total < least {
-				least = p.Memory.Total
+		for _, rc := range []string{"", "selective", "full"} {
+			for _, m := range []int{1, 2, 4} {
+				c := cfg
+				c.Zero, c.Recompute, c.GradAccum, c.BatchSize = zero, rc, m, 4/m
+				p, err := New(Request{Config: c, Vocab: 256, Nodes: 1, Device: req.Device})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if least < 0 || p.Memory.Total < least {
+					least = p.Memory.Total
+				}
 			}
 		}
 	}
@@ -294,4 +296,48 @@ func TestAutoNodes(t *testing.T) {
 			t.Errorf("%s ranked on %d nodes", r.Layout, r.Plan.Nodes)
 		}
 	}
+}
+
+// TestAutoRecomputes: one task whose activations do not fit without
+// recomputation in any number of micro-batches, but do with full
+// recomputation, is given it; with memory to spare, none (the fastest:
+// recomputation is extra forward work) is first.
+func TestAutoRecomputes(t *testing.T) {
+	cfg := autoConfig(t, 8, 256, 8, 512, 8, 1)
+	req := AutoRequest{Request: Request{Config: cfg, Vocab: 256, Nodes: 1}}
+	least := map[string]int64{}
+	for _, rc := range []string{"", "selective", "full"} {
+		for _, m := range []int{1, 2, 4, 8} {
+			c := cfg
+			c.Recompute, c.GradAccum, c.BatchSize = rc, m, 8/m
+			p, err := New(Request{Config: c, Vocab: 256, Nodes: 1, Device: gpu(t, 80*gib)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, ok := least[rc]; !ok || p.Memory.Total < v {
+				least[rc] = p.Memory.Total
+			}
+		}
+	}
+	if !(least["full"] < least["selective"] && least["selective"] < least[""]) {
+		t.Fatalf("least memory: %v, want full < selective < none", least)
+	}
+	req.Device = gpu(t, least["selective"]-1)
+	res, err := Auto(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Ranked {
+		if r.Layout.Recompute != "full" {
+			t.Errorf("%s ranked with %d B of %d: only full recomputation fits", r.Layout, r.Plan.Memory.Total, least["selective"]-1)
+		}
+	}
+	if f := res.Ranked[0]; !strings.Contains(f.Layout.Flags(), "--recompute full") {
+		t.Errorf("first %s: flags %q lack --recompute full", f.Layout, f.Layout.Flags())
+	}
+	req.Device = gpu(t, 80*gib)
+	if res, err = Auto(req); err != nil || res.Ranked[0].Layout.Recompute != "" {
+		t.Errorf("80 GiB: first %v (%v), want no recomputation", res.Ranked[0].Layout, err)
+	}
+	checkSorted(t, res)
 }
