@@ -153,13 +153,25 @@ func TestPlanCluster(t *testing.T) {
 			t.Errorf("plan --auto --cluster lacks %q:\n%s", want, text)
 		}
 	}
+	// A profile's cluster key plans at scale; --cluster none the engine's run.
+	toml := "default_profile = \"jz\"\n[profiles.jz]\nexecutor = \"local\"\ncluster = \"jean-zay-h100\"\n"
+	if err := os.WriteFile(filepath.Join(e.dir, "hpcrun.toml"), []byte(toml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	small := []string{"--model", "gpt", "--layers", "24", "--dim", "2304", "--heads", "24", "--ntasks", "8", "--tp", "4", "--bsz", "1"}
+	if text := e.mustRun(append([]string{"plan"}, small...)...); !strings.Contains(text, "cluster: jean-zay-h100, 2 nodes of 4 h100-80") {
+		t.Errorf("plan on a profile with a cluster key:\n%s", text)
+	}
+	if text := e.mustRun("plan", "--cluster", "none", "--ntasks", "2", "--tp", "2", "--device", "cpu"); !strings.Contains(text, "= engine peak") {
+		t.Errorf("plan --cluster none:\n%s", text)
+	}
 	for _, tt := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"--cluster", "selene-2"}, `cluster "selene-2": use one of`},
 		{[]string{"--cluster", "jean-zay-h100", "--model", "gpt", "--heads", "8", "--tp", "8", "--ntasks", "8"}, "more than the 4 GPUs"},
-		{[]string{"--interleave", "2"}, "--interleave needs --cluster"},
+		{[]string{"--cluster", "none", "--interleave", "2"}, "--interleave needs --cluster"},
 	} {
 		_, errOut, code := e.run(append([]string{"plan"}, tt.args...)...)
 		if code == 0 || !strings.Contains(errOut, tt.want) || strings.Count(strings.TrimSpace(errOut), "\n") > 0 {
