@@ -34,7 +34,9 @@ func planCommand() *cli.Command {
 	}
 	flags = append(flags,
 		&cli.BoolFlag{Name: "auto", Usage: "rank every layout of --ntasks (tp x pp x dp, sp, zero, micro-batches) that fits, keeping the global batch (bsz x micro-batches x dp of the flags' layout)"},
-		&cli.IntFlag{Name: "top", Value: 5, Usage: "with --auto, print the best `N` layouts (0: all)"})
+		&cli.IntFlag{Name: "top", Value: 5, Usage: "with --auto, print the best `N` layouts (0: all)"},
+		&cli.StringFlag{Name: "cluster", Usage: "plan at scale on a preset `CLUSTER` (" + strings.Join(plan.ClusterNames(), ", ") + "; default: the profile's cluster key; none: the engine's plan): a GPT trained as Megatron-LM does, simulated (plan-only)"},
+		&cli.IntFlag{Name: "interleave", Usage: "with --cluster, the interleaved 1F1B schedule's virtual stages a rank holds (plan-only: the engine runs plain 1F1B)"})
 	return &cli.Command{
 		Name:  "plan",
 		Usage: "predict a run's memory per rank, whether it fits, and its step time, before submitting it",
@@ -56,6 +58,9 @@ func planCommand() *cli.Command {
 func runPlan(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return cli.Exit(fmt.Sprintf("plan takes no arguments, got %q", c.Args().First()), 2)
+	}
+	if done, err := planAtScale(c); done {
+		return err
 	}
 	p, err := planSubmit(c, false)
 	if err != nil {
@@ -83,6 +88,37 @@ func runPlan(c *cli.Context) error {
 		return writePlanJSON(c.App.Writer, p)
 	}
 	return writePlan(c.App.Writer, p.plan, p.suggest)
+}
+
+// planAtScale is hpcrun plan --cluster (plan.ScaleCommand): the train
+// flags' model and layout on a preset cluster (--cluster, else the
+// profile's; none: neither), no executor involved. done is false when
+// there is no cluster: the engine's plan follows.
+func planAtScale(c *cli.Context) (done bool, err error) {
+	cfg, err := resolveConfig(c)
+	if err != nil {
+		return true, err
+	}
+	name := cmp.Or(c.String("cluster"), cfg.Profile.Cluster)
+	if name == "" || name == "none" {
+		if c.IsSet("interleave") {
+			return true, cli.Exit("plan: --interleave needs --cluster", 2)
+		}
+		return false, nil
+	}
+	tc := cfg.Train
+	if err := applyTrainFlags(c, &tc); err != nil {
+		return true, err
+	}
+	vocab, _, err := train.PlanVocab(tc)
+	if err == nil {
+		err = plan.ScaleCommand(c.App.Writer, plan.ScaleOptions{Config: tc, Vocab: vocab, Cluster: name,
+			Interleave: c.Int("interleave"), Auto: c.Bool("auto"), Top: c.Int("top"), JSON: wantJSON(c)})
+	}
+	if err != nil {
+		return true, cli.Exit("plan --cluster: "+oneLineErr(err), 1)
+	}
+	return true, nil
 }
 
 // predictRun makes the plan of p's training run. It returns a nil plan and

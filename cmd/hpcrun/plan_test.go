@@ -125,6 +125,61 @@ func TestPlanAuto(t *testing.T) {
 	}
 }
 
+// TestPlanCluster runs hpcrun plan --cluster on the 1T row of Narayanan et
+// al.'s table: memory per GPU and whether it fits, TFLOP/s a GPU beside
+// the paper's; --auto's search with the flags' layout beside its first;
+// the one-line errors.
+func TestPlanCluster(t *testing.T) {
+	e := newEnv(t)
+	row := []string{"--cluster", "dgx-a100-superpod", "--model", "gpt", "--layers", "128", "--dim", "25600", "--heads", "160", "--seq", "2048",
+		"--vocab", "51200", "--tp", "8", "--pp", "64", "--ntasks", "3072", "--bsz", "1", "--micro-batches", "512", "--interleave", "2"}
+	text := e.mustRun(append([]string{"plan"}, row...)...)
+	for _, want := range []string{"plan-only", "384 nodes of 8 a100-80", "pp 64 x tp 8 x dp 6", "interleaved 1F1B, 2 virtual stages",
+		"18 bytes a parameter", "fits a100-80", "TFLOP/s", "paper          163.0", "Table 1", "modelled:", "assumed:"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("plan --cluster lacks %q:\n%s", want, text)
+		}
+	}
+	var p plan.Plan
+	if err := json.Unmarshal([]byte(e.mustRun(append([]string{"plan", "--json"}, row...)...)), &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Scale == nil || p.Scale.Paper == nil || math.Abs(p.Scale.ErrorPct) > 15 || !p.Fits {
+		t.Errorf("plan --cluster --json: %+v", p.Scale)
+	}
+	text = e.mustRun(append([]string{"plan", "--auto", "--top", "3"}, row...)...)
+	for _, want := range []string{"cluster dgx-a100-superpod", "TFLOP/S", "plan the first: hpcrun plan --cluster dgx-a100-superpod", "the flags' layout tp8 pp64 dp6 micro512 bsz1 v2", "reached 163 TFLOP/s"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("plan --auto --cluster lacks %q:\n%s", want, text)
+		}
+	}
+	// A profile's cluster key plans at scale; --cluster none the engine's run.
+	toml := "default_profile = \"jz\"\n[profiles.jz]\nexecutor = \"local\"\ncluster = \"jean-zay-h100\"\n"
+	if err := os.WriteFile(filepath.Join(e.dir, "hpcrun.toml"), []byte(toml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	small := []string{"--model", "gpt", "--layers", "24", "--dim", "2304", "--heads", "24", "--ntasks", "8", "--tp", "4", "--bsz", "1"}
+	if text := e.mustRun(append([]string{"plan"}, small...)...); !strings.Contains(text, "cluster: jean-zay-h100, 2 nodes of 4 h100-80") {
+		t.Errorf("plan on a profile with a cluster key:\n%s", text)
+	}
+	if text := e.mustRun("plan", "--cluster", "none", "--ntasks", "2", "--tp", "2", "--device", "cpu"); !strings.Contains(text, "= engine peak") {
+		t.Errorf("plan --cluster none:\n%s", text)
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--cluster", "selene-2"}, `cluster "selene-2": use one of`},
+		{[]string{"--cluster", "jean-zay-h100", "--model", "gpt", "--heads", "8", "--tp", "8", "--ntasks", "8"}, "more than the 4 GPUs"},
+		{[]string{"--cluster", "none", "--interleave", "2"}, "--interleave needs --cluster"},
+	} {
+		_, errOut, code := e.run(append([]string{"plan"}, tt.args...)...)
+		if code == 0 || !strings.Contains(errOut, tt.want) || strings.Count(strings.TrimSpace(errOut), "\n") > 0 {
+			t.Errorf("plan %v: exit %d, %q; want one line with %q", tt.args, code, errOut, tt.want)
+		}
+	}
+}
+
 // TestComparePlan checks the rows metrics prints: the plan kept in meta.json
 // beside the summary's figures, with the error in percent of the measured.
 func TestComparePlan(t *testing.T) {

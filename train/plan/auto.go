@@ -33,6 +33,10 @@ type Layout struct {
 	// Recompute is the activation recomputation: "" (none), "selective"
 	// or "full".
 	Recompute string `json:"recompute,omitempty"`
+	// Interleave is the virtual pipeline stages a rank holds in the
+	// interleaved 1F1B schedule (0 or 1: plain 1F1B): a plan at scale's
+	// axis only (AutoRequest.Cluster), which the engine does not run.
+	Interleave int `json:"interleave,omitempty"`
 }
 
 // String is the layout in a few words: "tp2 pp1 dp2 sp zero1 micro1 bsz8".
@@ -50,7 +54,11 @@ func (l Layout) String() string {
 	if l.Micro == 0 {
 		return s // a grid rejected before its micro-batches
 	}
-	return s + fmt.Sprintf(" micro%d bsz%d", l.Micro, l.BatchSize)
+	s += fmt.Sprintf(" micro%d bsz%d", l.Micro, l.BatchSize)
+	if l.Interleave > 1 {
+		s += fmt.Sprintf(" v%d", l.Interleave)
+	}
+	return s
 }
 
 // Flags are the submit flags that run the layout (beside --ntasks).
@@ -70,6 +78,9 @@ func (l Layout) Flags() string {
 	}
 	if l.Recompute != "" {
 		f += " --recompute " + l.Recompute
+	}
+	if l.Interleave > 1 {
+		f += fmt.Sprintf(" --interleave %d", l.Interleave)
 	}
 	return f
 }
@@ -92,7 +103,8 @@ func (l Layout) apply(cfg config.Config) config.Config {
 // products do run slower).
 func (l Layout) order(o Layout) int {
 	return cmp.Or(cmp.Compare(l.TP, o.TP), cmp.Compare(l.PP, o.PP), cmp.Compare(b2i(l.SP), b2i(o.SP)),
-		cmp.Compare(l.Zero, o.Zero), cmp.Compare(recomputeOrder[l.Recompute], recomputeOrder[o.Recompute]), cmp.Compare(l.Micro, o.Micro))
+		cmp.Compare(l.Zero, o.Zero), cmp.Compare(recomputeOrder[l.Recompute], recomputeOrder[o.Recompute]), cmp.Compare(l.Micro, o.Micro),
+		cmp.Compare(l.Interleave, o.Interleave))
 }
 
 // sig6 is x to 6 significant digits: the ranking's equality.
@@ -122,6 +134,14 @@ type AutoRequest struct {
 	// over the nodes). With more than one node tp must divide it: a
 	// tensor-parallel group stays inside a node.
 	TasksPerNode int
+	// Cluster, when set, makes the search a plan at scale: each layout is
+	// planned by AtScale on it (Request.Device and Nodes are the
+	// cluster's), a node's GPUs are its tasks, sequence parallelism and
+	// ZeRO-1 are not searched and the interleaved schedule's virtual
+	// stages are; Interleave is that of the request's own layout, which
+	// the result sets beside the first (AutoResult.Given).
+	Cluster    *Cluster
+	Interleave int
 }
 
 // Ranked is a layout with its config and plan: Rank is its place among
@@ -153,6 +173,9 @@ type AutoResult struct {
 	Alternatives int        `json:"alternatives"`
 	Unfit        []Ranked   `json:"unfit,omitempty"`   // valid but over the device's memory, smallest first
 	Invalid      []Rejected `json:"invalid,omitempty"` // the config does not validate (config.Config.Validate) or cannot be placed
+	// Given is, in a plan at scale, the request's own layout planned the
+	// same way, for comparison with the first (nil when it does not plan).
+	Given *Ranked `json:"given,omitempty"`
 }
 
 // ErrNothingFits is Auto's error when no layout fits the device.
@@ -182,6 +205,25 @@ func recomputeAxis(l Layout, _ int) []Layout {
 
 // recomputeOrder ranks the recomputation modes from the simplest.
 var recomputeOrder = map[string]int{"": 0, "selective": 1, "full": 2}
+
+// interleaveAxis is, for a model of layers layers: plain 1F1B, and
+// through a pipeline every number of virtual stages v > 1 that divides a
+// stage's layers, where the micro-batches are a multiple of pp
+// (Megatron-LM's condition for the interleaved schedule).
+func interleaveAxis(layers int) axis {
+	return func(l Layout, _ int) []Layout {
+		out := []Layout{l}
+		if l.PP == 1 || l.Micro%l.PP != 0 || layers%l.PP != 0 {
+			return out
+		}
+		for _, v := range divisors(layers / l.PP)[1:] {
+			w := l
+			w.Interleave = v
+			out = append(out, w)
+		}
+		return out
+	}
+}
 
 // spAxis: sequence parallelism off, and on where tp > 1.
 func spAxis(l Layout, _ int) []Layout {
@@ -258,6 +300,16 @@ func Auto(r AutoRequest) (*AutoResult, error) {
 	if perNode <= 0 {
 		perNode = base.NTasks / res.Nodes
 	}
+	search := axesOf(base)
+	if c := r.Cluster; c != nil {
+		search = []axis{microAxis, interleaveAxis(base.Layers)}
+		perNode = min(c.Node.GPUs, base.NTasks)
+		res.Nodes = (base.NTasks + perNode - 1) / perNode
+		r.Device, r.Nodes = c.Node.GPU, res.Nodes
+		if p, err := AtScale(ScaleRequest{Config: base, Vocab: r.Vocab, Cluster: *c, Interleave: r.Interleave}); err == nil {
+			res.Given = &Ranked{Layout: layoutOf(base, r.Interleave), Config: base, Plan: p}
+		}
+	}
 	for _, tp := range divisors(base.NTasks) {
 		for _, pp := range divisors(base.NTasks / tp) {
 			grid := Layout{TP: tp, PP: pp, DP: base.NTasks / tp / pp, Micro: 1}
@@ -281,7 +333,7 @@ func Auto(r AutoRequest) (*AutoResult, error) {
 				continue
 			}
 			layouts := []Layout{grid}
-			for _, ax := range axesOf(base) {
+			for _, ax := range search {
 				var next []Layout
 				for _, l := range layouts {
 					next = append(next, ax(l, res.GlobalBatch/grid.DP)...)
@@ -289,11 +341,13 @@ func Auto(r AutoRequest) (*AutoResult, error) {
 				layouts = next
 			}
 			for _, l := range layouts {
-				res.add(r.Request, l)
+				res.add(r, l)
 			}
 		}
 	}
-	res.pickMicro()
+	if r.Cluster == nil {
+		res.pickMicro()
+	}
 	slices.SortStableFunc(res.Ranked, func(a, b Ranked) int {
 		return cmp.Or(cmp.Compare(sig6(b.Plan.Time.TokensPerS), sig6(a.Plan.Time.TokensPerS)), a.Layout.order(b.Layout))
 	})
@@ -314,14 +368,31 @@ func Auto(r AutoRequest) (*AutoResult, error) {
 	return res, nil
 }
 
-// add plans l on req's config and files it as ranked, unfit or invalid.
-func (res *AutoResult) add(req Request, l Layout) {
+// layoutOf is cfg's own layout, with v virtual stages.
+func layoutOf(cfg config.Config, v int) Layout {
+	l := Layout{TP: cfg.TP, PP: cfg.Stages(), DP: cfg.DP(), SP: cfg.SP, Zero: cfg.Zero, Micro: cfg.Micro(), BatchSize: cfg.BatchSize}
+	if v > 1 {
+		l.Interleave = v
+	}
+	return l
+}
+
+// add plans l on r's config (at scale on r's cluster, when it has one)
+// and files it as ranked, unfit or invalid.
+func (res *AutoResult) add(r AutoRequest, l Layout) {
+	req := r.Request
 	req.Config = l.apply(req.Config)
 	if err := req.Config.Validate(); err != nil {
 		res.Invalid = append(res.Invalid, Rejected{l, err.Error()})
 		return
 	}
-	p, err := New(req)
+	var p *Plan
+	var err error
+	if r.Cluster != nil {
+		p, err = AtScale(ScaleRequest{Config: req.Config, Vocab: req.Vocab, Cluster: *r.Cluster, Interleave: l.Interleave})
+	} else {
+		p, err = New(req)
+	}
 	if err != nil {
 		res.Invalid = append(res.Invalid, Rejected{l, err.Error()})
 		return
@@ -431,13 +502,28 @@ func WriteAuto(w io.Writer, res *AutoResult, top int) error {
 	if first.Preset != "" {
 		name += " (preset " + first.Preset + ")"
 	}
-	fmt.Fprintf(w, "plan --auto: %s, %d layers dim %d heads %d seq %d; global batch %d samples a step; %s on %s; device %s, %s a rank\n",
-		name, first.Layers, first.Dim, first.Heads, first.Seq, res.GlobalBatch, plural(res.NTasks, "task"), plural(res.Nodes, "node"), first.Device.Name, bytesIEC(first.Device.MemBytes))
-	fmt.Fprintf(w, "%s: %d fit (%d kept: of those differing only in micro-batches, the fewest within 1%% of their best), %d do not fit, %d invalid\n",
-		plural(len(res.Ranked)+res.Alternatives+len(res.Unfit)+len(res.Invalid), "layout"), len(res.Ranked)+res.Alternatives, len(res.Ranked), len(res.Unfit), len(res.Invalid))
+	scale := first.Scale != nil
+	where := fmt.Sprintf("device %s", first.Device.Name)
+	if scale {
+		where = fmt.Sprintf("cluster %s (plan at scale: Megatron-LM's training simulated, plan-only)", first.Scale.Cluster)
+	}
+	fmt.Fprintf(w, "plan --auto: %s, %d layers dim %d heads %d seq %d; global batch %d samples a step; %s on %s; %s, %s a rank\n",
+		name, first.Layers, first.Dim, first.Heads, first.Seq, res.GlobalBatch, plural(res.NTasks, "task"), plural(res.Nodes, "node"), where, bytesIEC(first.Device.MemBytes))
+	if scale {
+		fmt.Fprintf(w, "%s: %d fit, %d do not fit, %d invalid\n", plural(len(res.Ranked)+len(res.Unfit)+len(res.Invalid), "layout"), len(res.Ranked), len(res.Unfit), len(res.Invalid))
+	} else {
+		fmt.Fprintf(w, "%s: %d fit (%d kept: of those differing only in micro-batches, the fewest within 1%% of their best), %d do not fit, %d invalid\n",
+			plural(len(res.Ranked)+res.Alternatives+len(res.Unfit)+len(res.Invalid), "layout"), len(res.Ranked)+res.Alternatives, len(res.Ranked), len(res.Unfit), len(res.Invalid))
+	}
 	fmt.Fprintf(w, "ranked by predicted tokens/s (ties to 6 digits: smaller tp, then pp, sp off, zero off)\n\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "RANK\tLAYOUT\tSTEP S\tTOK/S\tMEM/RANK\tCOMM\tBUBBLE\tWHY")
+	tflops := func(*Plan) string { return "" }
+	head := "RANK\tLAYOUT\tSTEP S\tTOK/S\tMEM/RANK\tCOMM\tBUBBLE\tWHY"
+	if scale {
+		tflops = func(p *Plan) string { return fmt.Sprintf("%.1f\t", p.Scale.TFLOPs) }
+		head = "RANK\tLAYOUT\tSTEP S\tTOK/S\tTFLOP/S\tMEM/RANK\tCOMM\tBUBBLE\tWHY"
+	}
+	fmt.Fprintln(tw, head)
 	shown := res.Ranked
 	if top > 0 && top < len(shown) {
 		shown = shown[:top]
@@ -448,7 +534,7 @@ func WriteAuto(w io.Writer, res *AutoResult, top int) error {
 		if r.Layout.PP > 1 {
 			bubble = fmt.Sprintf("%.0f%%", 100*t.Bubble)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%.4g\t%.0f\t%s\t%.0f%%\t%s\t%s\n", r.Rank, r.Layout, t.StepS, t.TokensPerS, bytesIEC(r.Plan.Memory.Total), 100*t.CommShare, bubble, r.Why)
+		fmt.Fprintf(tw, "%d\t%s\t%.4g\t%.0f\t%s%s\t%.0f%%\t%s\t%s\n", r.Rank, r.Layout, t.StepS, t.TokensPerS, tflops(r.Plan), bytesIEC(r.Plan.Memory.Total), 100*t.CommShare, bubble, r.Why)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -460,7 +546,12 @@ func WriteAuto(w io.Writer, res *AutoResult, top int) error {
 	if res.Nodes > 1 {
 		nodes = fmt.Sprintf("--nodes %d ", res.Nodes)
 	}
-	fmt.Fprintf(w, "\nrun the first: hpcrun submit %s--ntasks %d %s\n", nodes, res.NTasks, res.Ranked[0].Layout.Flags())
+	if scale {
+		fmt.Fprintf(w, "\nplan the first: hpcrun plan --cluster %s --ntasks %d %s\n", first.Scale.Cluster, res.NTasks, res.Ranked[0].Layout.Flags())
+		writeGiven(w, res)
+	} else {
+		fmt.Fprintf(w, "\nrun the first: hpcrun submit %s--ntasks %d %s\n", nodes, res.NTasks, res.Ranked[0].Layout.Flags())
+	}
 	fmt.Fprintf(w, "rates: %s\n", first.Device.Source)
 	if len(res.Unfit) > 0 {
 		u := res.Unfit[0]

@@ -44,6 +44,13 @@
 // engine runs (tp x pp x dp, sequence parallelism, ZeRO-1, micro-batches)
 // and ranks those that fit by predicted tokens/s, saying why.
 //
+// AtScale (scale.go, on the clusters of cluster.go) is a second model, for
+// planning only: a GPT trained the way Megatron-LM trains it (bf16 weights
+// with fp32 gradients, masters and Adam moments, full activation
+// recomputation, the interleaved 1F1B schedule) on a preset cluster of
+// hundreds of GPUs, checked against Narayanan et al.'s published
+// weak-scaling table (megatron.go); Auto searches its layouts too.
+//
 // Compare sets a plan beside what its run measured (a metrics.Summary),
 // with the error in percent of the measured (ErrorPct); the MFU it
 // predicts is metrics.MFU, the rule the run's summary uses.
@@ -108,6 +115,8 @@ type Plan struct {
 	// Time is the step: with a pipeline, the slowest stage's.
 	Time  Time     `json:"time"`
 	Notes []string `json:"notes,omitempty"`
+	// Scale is set by AtScale, the plan at cluster scale (nil for New's).
+	Scale *Scale `json:"scale,omitempty"`
 }
 
 // Stage is one pipeline stage's prediction, for a rank of it.

@@ -37,6 +37,11 @@ type Profile struct {
 	// check (v100-16, v100-32, a100-40, a100-80, h100-80, h200); "" plans
 	// for the CPU on a CPU-only profile and refuses to guess on a GPU one.
 	GPU string `toml:"gpu"`
+	// Cluster names the profile's cluster preset (dgx-a100-superpod,
+	// jean-zay-v100, jean-zay-v100-8, jean-zay-a100, jean-zay-h100): hpcrun
+	// plan then plans at scale on it, as --cluster does (--cluster none:
+	// the engine's plan).
+	Cluster string `toml:"cluster"`
 }
 
 // Resolved is the configuration after all layers are merged, with the chosen
