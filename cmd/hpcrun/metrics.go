@@ -11,6 +11,7 @@ import (
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train/metrics"
 	"github.com/hpcrun/hpcrun/train/metrics/chart"
+	"github.com/hpcrun/hpcrun/train/plan"
 	"github.com/urfave/cli/v2"
 )
 
@@ -70,7 +71,7 @@ func runMetrics(c *cli.Context) error {
 	var sums []metrics.Summary
 	var curves []metrics.Curves
 	var fails []failure.Verdict
-	var plans []*planCheck
+	var plans []*plan.Check
 	for _, ref := range refs {
 		r, err := findRef(runsDir, ref)
 		if err != nil {
@@ -88,7 +89,7 @@ func runMetrics(c *cli.Context) error {
 		}
 		sums, curves = append(sums, s), append(curves, cv)
 		fails = append(fails, failureOf(c, r.Dir, s))
-		plans = append(plans, comparePlan(m, s))
+		plans = append(plans, planCheckOf(m, s))
 	}
 	w := c.App.Writer
 	if wantJSON(c) {
@@ -103,7 +104,7 @@ func runMetrics(c *cli.Context) error {
 	if fails[0].Class != failure.None {
 		fmt.Fprintf(w, "%-11s %s\n", "failure", fails[0])
 	}
-	writePlanCheck(w, plans[0])
+	plans[0].WriteText(w)
 	if c.Bool("plot") {
 		fmt.Fprintln(w)
 		if err := chart.Terminal(w, curves[0], c.Int("width"), 10); err != nil {
@@ -165,11 +166,11 @@ type metricsJSON struct {
 	metrics.Summary
 	Failure *failure.Verdict `json:"failure,omitempty"`
 	// Plan is the plan kept in meta.json beside what the run measured.
-	Plan   *planCheck     `json:"plan,omitempty"`
+	Plan   *plan.Check    `json:"plan,omitempty"`
 	Curves metrics.Curves `json:"curves"`
 }
 
-func writeMetricsJSON(w io.Writer, sums []metrics.Summary, curves []metrics.Curves, fails []failure.Verdict, plans []*planCheck, many bool) error {
+func writeMetricsJSON(w io.Writer, sums []metrics.Summary, curves []metrics.Curves, fails []failure.Verdict, plans []*plan.Check, many bool) error {
 	out := make([]metricsJSON, len(sums))
 	for i := range sums {
 		out[i] = metricsJSON{Summary: sums[i], Curves: curves[i], Plan: plans[i]}
@@ -183,4 +184,13 @@ func writeMetricsJSON(w io.Writer, sums []metrics.Summary, curves []metrics.Curv
 		return enc.Encode(out)
 	}
 	return enc.Encode(out[0])
+}
+
+// planCheckOf is the run's plan (from meta.json) beside its summary; nil
+// when the run has no plan.
+func planCheckOf(m *slurm.Meta, s metrics.Summary) *plan.Check {
+	if m == nil {
+		return nil
+	}
+	return plan.CheckRun(m.Plan, s)
 }

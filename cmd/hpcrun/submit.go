@@ -243,7 +243,7 @@ func runSubmit(c *cli.Context) error {
 	if c.Bool("dry-run") {
 		fmt.Fprintln(os.Stderr, p.placement)
 		if p.plan != nil {
-			writePlan(os.Stderr, p.plan, p.suggest)
+			p.plan.WriteText(os.Stderr, p.suggest)
 		} else if p.check == "" {
 			fmt.Fprintln(os.Stderr, p.planNote)
 		}
