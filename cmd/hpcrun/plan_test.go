@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hpcrun/hpcrun/internal/sweep"
 	"github.com/hpcrun/hpcrun/train/plan"
 )
 
@@ -106,7 +107,7 @@ func TestSweepLocal(t *testing.T) {
 	if len(ids) != 1 {
 		t.Fatalf("sweep dirs: %v", ids)
 	}
-	var rows []sweepRow
+	var rows []sweep.Row
 	show := e.mustRun("sweep", "show", "--json", filepath.Base(filepath.Dir(ids[0])))
 	if err := json.Unmarshal([]byte(show), &rows); err != nil {
 		t.Fatalf("sweep show --json: %v\n%s", err, show)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
+	"github.com/hpcrun/hpcrun/internal/sweep"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/urfave/cli/v2"
 )
@@ -51,7 +52,7 @@ func runRm(c *cli.Context) error {
 		if err != nil {
 			return cli.Exit(fmt.Sprintf("nothing removed: %q is neither a run nor a sweep in %s (hpcrun queue --all lists the runs)", ref, runs), 2)
 		}
-		st, err := readSweep(s.Dir)
+		st, err := sweep.Read(s.Dir)
 		if err != nil {
 			return err
 		}

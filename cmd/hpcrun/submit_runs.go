@@ -10,6 +10,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/internal/atomicfile"
 	"github.com/hpcrun/hpcrun/internal/rundir"
+	"github.com/hpcrun/hpcrun/internal/sweep"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/urfave/cli/v2"
 )
@@ -48,7 +49,7 @@ func findRef(runs, ref string) (rundir.Run, error) {
 // job array into an error pointing at hpcrun sweep show.
 func sweepHint(runs, ref string, err error) error {
 	if errors.Is(err, rundir.ErrNotFound) {
-		if st, ok := sweepOfJob(runs, ref); ok {
+		if st, ok := sweep.OfJob(runs, ref); ok {
 			return fmt.Errorf("job %s is the job array of sweep %s, not one run: hpcrun sweep show %s lists its points and their execids: %w", st.JobID, st.ID, st.ID, rundir.ErrNotFound)
 		}
 	}
@@ -59,20 +60,6 @@ func sweepHint(runs, ref string, err error) error {
 // --check) rather than a training.
 func isCheck(m *slurm.Meta) bool {
 	return len(m.Spec.Args) > 0 && m.Spec.Args[0] == "check"
-}
-
-// sweepOfJob is the sweep under runs whose job array has the job id ref.
-func sweepOfJob(runs, ref string) (*sweepState, bool) {
-	if ref == "" {
-		return nil, false
-	}
-	all, _ := rundir.List(rundir.Sweeps(runs))
-	for _, r := range all {
-		if st, err := readSweep(r.Dir); err == nil && st.JobID == ref {
-			return st, true
-		}
-	}
-	return nil, false
 }
 
 // exitWith turns a finished job's state into hpcrun's exit status.

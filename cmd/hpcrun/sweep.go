@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -14,32 +13,29 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/hpcrun/hpcrun/cmd/hpcrun/internal/failure"
 	"github.com/hpcrun/hpcrun/internal/atomicfile"
 	"github.com/hpcrun/hpcrun/internal/grid"
 	"github.com/hpcrun/hpcrun/internal/rundir"
+	"github.com/hpcrun/hpcrun/internal/sweep"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train/metrics"
-	"github.com/hpcrun/hpcrun/train/plan"
 	"github.com/urfave/cli/v2"
 )
 
 // A sweep is rundir's sweep directory (sweep.json, the job array and its
 // logs) and one normal run dir per point that runs, so metrics, logs,
 // queue and cancel work on it by execid; a point's meta.json has the array
-// task's job id <A>_<a> (slurm.ArrayTaskID).
-
-// sweepGrid are the flags a sweep takes as comma-separated lists.
-var sweepGrid = []string{"preset", "tp", "bsz"}
+// task's job id <A>_<a> (slurm.ArrayTaskID). Package sweep keeps its record
+// and tables.
 
 func sweepCommand() *cli.Command {
 	var flags []cli.Flag
 	for _, f := range submitCommand().Flags {
 		name := f.Names()[0]
-		if slices.Contains([]string{"wait", "resume", "check"}, name) || slices.Contains(sweepGrid, name) {
+		if slices.Contains([]string{"wait", "resume", "check"}, name) || slices.Contains(sweep.Axes, name) {
 			continue
 		}
 		flags = append(flags, f)
@@ -83,51 +79,16 @@ func sweepCommand() *cli.Command {
 	}
 }
 
-// sweepState is sweep.json.
-type sweepState struct {
-	ID        string              `json:"sweepid"`
-	Executor  string              `json:"executor"`
-	JobID     string              `json:"jobid,omitempty"` // the array's job id (Slurm)
-	Submitted time.Time           `json:"submit_time"`
-	Grid      map[string][]string `json:"grid"`
-	Points    []sweepPoint        `json:"points"`
-}
-
-// sweepPoint is one point of the grid.
-type sweepPoint struct {
-	Label string `json:"point"` // e.g. "preset=tiny tp=2 bsz=8"
-	// Skipped says why the point does not run ("" when it does).
-	Skipped string `json:"skipped,omitempty"`
-	Fits    *bool  `json:"fits,omitempty"` // nil when there is no plan
-	// Task is the array task id of the point (-1 when skipped); ExecID
-	// and JobID its run and job.
-	Task   int        `json:"task"`
-	ExecID string     `json:"execid,omitempty"`
-	JobID  string     `json:"jobid,omitempty"`
-	Plan   *plan.Plan `json:"plan,omitempty"`
-}
-
 // parseGrid reads the grid flags: the values of each list in order.
 func parseGrid(c *cli.Context) (map[string][]string, error) {
 	grid := map[string][]string{}
-	for _, name := range sweepGrid {
+	for _, name := range sweep.Axes {
 		if !c.IsSet(name) {
 			continue
 		}
-		var vals []string
-		for _, v := range strings.Split(c.String(name), ",") {
-			v = strings.TrimSpace(v)
-			if v == "" {
-				return nil, cli.Exit(fmt.Sprintf("--%s %q: an empty value; give a comma-separated list such as 1,2,4", name, c.String(name)), 2)
-			}
-			if name != "preset" {
-				if n, err := strconv.Atoi(v); err != nil || n < 1 {
-					return nil, cli.Exit(fmt.Sprintf("--%s %q: %q is not a positive integer", name, c.String(name), v), 2)
-				}
-			}
-			if !slices.Contains(vals, v) {
-				vals = append(vals, v)
-			}
+		vals, err := sweep.ParseAxis(name, c.String(name))
+		if err != nil {
+			return nil, cli.Exit(err.Error(), 2)
 		}
 		grid[name] = vals
 	}
@@ -154,22 +115,15 @@ func runSweep(c *cli.Context) error {
 	if k := c.Int("parallel"); k < 0 {
 		return cli.Exit(fmt.Sprintf("--parallel %d: give 0 (no limit) or more", k), 2)
 	}
-	if !c.IsSet("ntasks") {
-		most := 1
-		for _, v := range axes["tp"] {
-			n, _ := strconv.Atoi(v)
-			most = max(most, n)
-		}
-		if _, ok := axes["tp"]; ok {
-			if err := c.Set("ntasks", strconv.Itoa(most)); err != nil {
-				return err
-			}
+	if most, ok := sweep.MostTP(axes); ok && !c.IsSet("ntasks") {
+		if err := c.Set("ntasks", strconv.Itoa(most)); err != nil {
+			return err
 		}
 	}
-	st := &sweepState{Grid: axes, Submitted: time.Now().UTC()}
+	st := &sweep.State{Grid: axes, Submitted: time.Now().UTC()}
 	var runs []planned
-	for _, pt := range grid.Product(sweepGrid, axes) {
-		sp := sweepPoint{Label: pt.Label(), Task: -1}
+	for _, pt := range grid.Product(sweep.Axes, axes) {
+		sp := sweep.Point{Label: pt.Label(), Task: -1}
 		for _, set := range pt {
 			if err := c.Set(set.Name, set.Value); err != nil {
 				return err
@@ -178,7 +132,7 @@ func runSweep(c *cli.Context) error {
 		p, err := planSubmit(c, true)
 		switch {
 		case err != nil:
-			sp.Skipped = "invalid: " + oneLineErr(err)
+			sp.Skipped = "invalid: " + sweep.OneLine(err)
 		case p.plan == nil:
 			sp.Skipped = "no plan: " + p.planNote
 		default:
@@ -199,12 +153,12 @@ func runSweep(c *cli.Context) error {
 	}
 	w := c.App.Writer
 	if len(runs) == 0 {
-		writeSweepPlan(w, st)
+		st.WritePlan(w)
 		return cli.Exit("sweep: no point of the grid can run", 1)
 	}
 	st.Executor = runs[0].p.exec.Name()
 	if c.Bool("dry-run") {
-		writeSweepPlan(w, st)
+		st.WritePlan(w)
 		spec := arraySpec(c, runs, filepath.Join(rundir.Sweeps(runs[0].p.runsDir), runs[0].p.execHint))
 		script, err := slurm.Script(spec, runs[0].p.tmpl, version, runs[0].p.execHint)
 		if err != nil {
@@ -244,7 +198,7 @@ func runSweep(c *cli.Context) error {
 		return err
 	}
 	// The tasks read sweep.json to find their run dir: it exists before them.
-	if err := writeSweep(sdir, st); err != nil {
+	if err := sweep.Write(sdir, st); err != nil {
 		return err
 	}
 	jobID, _, err := runs[0].p.exec.Submit(ctx, slurm.Submission{Spec: spec, Script: sdir.Script()})
@@ -262,49 +216,24 @@ func runSweep(c *cli.Context) error {
 		}
 		_ = rundir.LinkLogs(sdir, rundir.Dir(r.p.spec.RunDir), task, task) // best effort: logs finds the sweep's too
 	}
-	if err := writeSweep(sdir, st); err != nil {
+	if err := sweep.Write(sdir, st); err != nil {
 		return err
 	}
-	writeSweepPlan(w, st)
+	st.WritePlan(w)
 	fmt.Fprintf(w, "submitted sweep %s as slurm job array %s (%d tasks, %d points skipped)\nsweep dir: %s\n",
 		st.ID, jobID, len(runs), len(st.Points)-len(runs), sdir)
 	return nil
 }
 
-// arraySpec is the job array of the runs: their common job, one task each,
-// every task running `hpcrun sweep task` in the sweep dir.
+// arraySpec is the job array of the runs: their common job, one task each.
 func arraySpec(c *cli.Context, runs []planned, dir string) slurm.JobSpec {
-	spec := runs[0].p.spec
-	spec.RunDir = dir
-	spec.Args = []string{"sweep", "task", "--sweep-dir", dir}
-	spec.Array = slurm.ArrayRange(len(runs), c.Int("parallel"))
-	if !c.IsSet("name") {
-		spec.Name = "sweep-" + runs[0].p.train.Model
-	}
-	return spec
-}
-
-// writeSweep writes sweep.json.
-func writeSweep(d rundir.Dir, st *sweepState) error {
-	return rundir.WriteJSON(d.Sweep(), st)
-}
-
-func readSweep(d rundir.Dir) (*sweepState, error) {
-	b, err := os.ReadFile(d.Sweep())
-	if err != nil {
-		return nil, err
-	}
-	var st sweepState
-	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("%s: %w", d.Sweep(), err)
-	}
-	return &st, nil
+	return sweep.ArraySpec(runs[0].p.spec, len(runs), c.Int("parallel"), dir, c.IsSet("name"), runs[0].p.train.Model)
 }
 
 // runSweepLocal runs the points one after another with the Local
 // executor, each a normal Local job of its run dir, waiting for each.
-func runSweepLocal(ctx context.Context, w io.Writer, sdir rundir.Dir, st *sweepState, runs []planned, metas []*slurm.Meta) error {
-	writeSweepPlan(w, st)
+func runSweepLocal(ctx context.Context, w io.Writer, sdir rundir.Dir, st *sweep.State, runs []planned, metas []*slurm.Meta) error {
+	st.WritePlan(w)
 	fmt.Fprintf(w, "sweep %s: %d points one after another on this machine (local executor)\n", st.ID, len(runs))
 	for i, r := range runs {
 		pt := &st.Points[r.index]
@@ -315,7 +244,7 @@ func runSweepLocal(ctx context.Context, w io.Writer, sdir rundir.Dir, st *sweepS
 			metas[i].SubmitError = err.Error()
 		}
 		pt.JobID = jobID
-		if werr := errors.Join(slurm.WriteMeta(dir, metas[i]), writeSweep(sdir, st)); werr != nil {
+		if werr := errors.Join(slurm.WriteMeta(dir, metas[i]), sweep.Write(sdir, st)); werr != nil {
 			return werr
 		}
 		if err != nil {
@@ -343,66 +272,11 @@ func waitJob(ctx context.Context, r slurm.Run) (slurm.JobInfo, error) {
 	return j, nil
 }
 
-// writeSweepPlan lists the grid's points with their plan and what happens
-// to each.
-func writeSweepPlan(w io.Writer, st *sweepState) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "POINT\tFITS\tMEM PRED\tSTEP S\tTOK/S PRED\tMFU\tRUN")
-	for _, p := range st.Points {
-		fits, mem, step, tok, mfu := "-", "-", "-", "-", "-"
-		if p.Plan != nil {
-			fits = yesNo(p.Plan.Fits)
-			mem = bytesIEC(p.Plan.Memory.EnginePeak) // what sweep show and metrics set beside the measured
-			step = fmt.Sprintf("%.3f", p.Plan.Time.StepS)
-			tok = fmt.Sprintf("%.0f", p.Plan.Time.TokensPerS)
-			mfu = fmt.Sprintf("%.1f%%", 100*p.Plan.Time.MFU)
-		}
-		run := p.ExecID
-		if p.Skipped != "" {
-			run = "skipped: " + p.Skipped
-		} else if run == "" {
-			run = fmt.Sprintf("task %d", p.Task)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Label, fits, mem, step, tok, mfu, run)
-	}
-	tw.Flush()
-	writeSweepNotes(w, st)
-}
-
-// writeSweepNotes says what the predictions rest on: the device and rate
-// each plan assumed (a default CPU rate is far from a measured one).
-func writeSweepNotes(w io.Writer, st *sweepState) {
-	seen := map[string]bool{}
-	for _, p := range st.Points {
-		if p.Plan == nil || seen[p.Plan.Device.Source] {
-			continue
-		}
-		seen[p.Plan.Device.Source] = true
-		note := "predictions for " + p.Plan.Device.Name
-		if src := p.Plan.Device.Source; src != "" {
-			note += " at " + src
-		}
-		fmt.Fprintln(w, "note: "+note)
-	}
-}
-
-func yesNo(b bool) string {
-	if b {
-		return "yes"
-	}
-	return "no"
-}
-
-// oneLineErr is err's message on one line.
-func oneLineErr(err error) string {
-	return strings.Join(strings.Fields(err.Error()), " ")
-}
-
 // runSweepTask is an array task: it finds its point's run dir by
 // SLURM_ARRAY_TASK_ID and runs the training task there.
 func runSweepTask(c *cli.Context) error {
 	sdir := rundir.Dir(c.String("sweep-dir"))
-	st, err := readSweep(sdir)
+	st, err := sweep.Read(sdir)
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
@@ -410,36 +284,20 @@ func runSweepTask(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("sweep task: SLURM_ARRAY_TASK_ID is %q: run inside the sweep's job array", os.Getenv("SLURM_ARRAY_TASK_ID")), 2)
 	}
-	for _, p := range st.Points {
-		if p.Task != id || p.ExecID == "" {
-			continue
-		}
-		dir := sdir.Point(p.ExecID)
-		// The job's own id names its logs for scontrol's answers: link
-		// them too (once, from the first task).
-		if job := os.Getenv("SLURM_JOB_ID"); job != "" && os.Getenv("SLURM_PROCID") == "0" {
-			_ = rundir.LinkLogs(sdir, dir, job, p.JobID)
-		}
-		if err := c.Set("run-dir", dir.Path()); err != nil {
-			return err
-		}
-		return runTrainTask(c)
+	p, ok := st.Task(id)
+	if !ok {
+		return cli.Exit(fmt.Sprintf("sweep task: %s has no point for array task %d", sdir.Sweep(), id), 2)
 	}
-	return cli.Exit(fmt.Sprintf("sweep task: %s has no point for array task %d", sdir.Sweep(), id), 2)
-}
-
-// sweepRow is one line of hpcrun sweep show.
-type sweepRow struct {
-	Point          string        `json:"point"`
-	ExecID         string        `json:"execid,omitempty"`
-	Fits           *bool         `json:"fits,omitempty"`
-	PredMemBytes   int64         `json:"predicted_mem_bytes"` // the plan's engine peak a rank
-	MeasMemBytes   int64         `json:"measured_mem_bytes"`  // the largest engine peak of a rank
-	PredTokensPerS metrics.Float `json:"predicted_tokens_per_s"`
-	MeasTokensPerS metrics.Float `json:"measured_tokens_per_s"`
-	MFU            metrics.Float `json:"mfu"` // measured, against the plan's device peak
-	FinalLoss      metrics.Float `json:"final_loss"`
-	State          string        `json:"state"` // done, running, pending, OOM, time limit, failed (class), skipped (why)
+	dir := sdir.Point(p.ExecID)
+	// The job's own id names its logs for scontrol's answers: link them
+	// too (once, from the first task).
+	if job := os.Getenv("SLURM_JOB_ID"); job != "" && os.Getenv("SLURM_PROCID") == "0" {
+		_ = rundir.LinkLogs(sdir, dir, job, p.JobID)
+	}
+	if err := c.Set("run-dir", dir.Path()); err != nil {
+		return err
+	}
+	return runTrainTask(c)
 }
 
 func runSweepShow(c *cli.Context) error {
@@ -454,88 +312,33 @@ func runSweepShow(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
-	st, err := readSweep(r.Dir)
+	st, err := sweep.Read(r.Dir)
 	if err != nil {
 		return err
 	}
-	rows := make([]sweepRow, len(st.Points))
+	state := func(dir rundir.Dir, p sweep.Point, s metrics.Summary) string { return pointState(c, dir, p, s) }
+	rows := make([]sweep.Row, len(st.Points))
 	for i, p := range st.Points {
-		rows[i] = sweepRowOf(c, runs, p)
+		rows[i] = p.Row(runs, state)
 	}
 	if wantJSON(c) {
 		enc := json.NewEncoder(c.App.Writer)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rows)
 	}
-	w := c.App.Writer
-	fmt.Fprintf(w, "sweep %s: %s job %s, %d points\n", st.ID, st.Executor, orDash(st.JobID), len(st.Points))
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "POINT\tFITS\tMEM PRED\tMEM MEAS\tTOK/S PRED\tTOK/S MEAS\tERROR\tMFU\tLOSS\tSTATE\tEXECID")
-	num := func(v metrics.Float, format string) string {
-		if !v.Known() {
-			return "-"
-		}
-		return fmt.Sprintf(format, float64(v))
-	}
-	mem := func(n int64) string {
-		if n <= 0 {
-			return "-"
-		}
-		return bytesIEC(n)
-	}
-	for _, r := range rows {
-		fits := "-"
-		if r.Fits != nil {
-			fits = yesNo(*r.Fits)
-		}
-		tokErr := num(plan.ErrorPct(r.PredTokensPerS, r.MeasTokensPerS), "%+.1f%%")
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Point, fits, mem(r.PredMemBytes), mem(r.MeasMemBytes),
-			num(r.PredTokensPerS, "%.0f"), num(r.MeasTokensPerS, "%.0f"), tokErr, num(100*r.MFU, "%.1f%%"), num(r.FinalLoss, "%.4f"), r.State, orDash(r.ExecID))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	writeSweepNotes(w, st)
-	return nil
+	return st.WriteRows(c.App.Writer, rows)
 }
 
-// sweepRowOf reads one point's run back.
-func sweepRowOf(c *cli.Context, runs string, p sweepPoint) sweepRow {
-	unknown := metrics.Float(math.NaN())
-	row := sweepRow{Point: p.Label, ExecID: p.ExecID, Fits: p.Fits, PredTokensPerS: unknown, MeasTokensPerS: unknown, MFU: unknown, FinalLoss: unknown}
-	if p.Plan != nil {
-		row.PredMemBytes, row.PredTokensPerS = p.Plan.Memory.EnginePeak, metrics.Float(p.Plan.Time.TokensPerS)
-	}
-	if p.Skipped != "" {
-		row.State = "skipped (" + p.Skipped + ")"
-		return row
-	}
-	dir := rundir.Dir(filepath.Join(runs, p.ExecID))
-	s, _, err := metrics.ReadSummary(dir.Path(), metrics.NoCurves)
-	if err != nil {
-		row.State = "unreadable: " + oneLineErr(err)
-		return row
-	}
-	for _, m := range s.Memory {
-		row.MeasMemBytes = max(row.MeasMemBytes, m.EnginePeakBytes)
-	}
-	// The measured figures are metrics' own, MFU included (against the
-	// peak the ranks recorded; unknown on a CPU, as metrics says).
-	row.MeasTokensPerS, row.FinalLoss, row.MFU = s.TokensPerS, s.LastLoss, s.MFU
-	row.State = sweepStateOf(c, dir, p, s)
-	return row
-}
-
-// sweepStateOf is a point's state in a word or two: done, running,
-// pending, or how it failed (OOM, time limit, failed (class)).
-func sweepStateOf(c *cli.Context, dir rundir.Dir, p sweepPoint, s metrics.Summary) string {
+// pointState is a point's state in a word or two: done, running, pending,
+// or how it failed (OOM, time limit, failed (class)).
+func pointState(c *cli.Context, dir rundir.Dir, p sweep.Point, s metrics.Summary) string {
 	m, err := slurm.ReadMeta(dir)
 	if err != nil {
 		return "no meta.json"
 	}
 	j, err := (slurm.Run{Dir: dir, Meta: m}).Status(c.Context)
 	if err != nil {
-		return "unknown (" + oneLineErr(err) + ")"
+		return "unknown (" + sweep.OneLine(err) + ")"
 	}
 	j.ID = p.JobID // the task's logs are named by the array's id
 	switch v := failure.Of(dir, j); v.Class {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hpcrun/hpcrun/internal/sweep"
 )
 
 // TestE2ESweepSlurm submits a two-point sweep to the local Slurm as one job
@@ -31,7 +33,7 @@ func TestE2ESweepSlurm(t *testing.T) {
 	if err != nil || !strings.Contains(string(script), "#SBATCH --array=0-1\n") {
 		t.Fatalf("array script: %v\n%s", err, script)
 	}
-	var rows []sweepRow
+	var rows []sweep.Row
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(time.Second) {
 		rows = nil
 		if err := json.Unmarshal([]byte(e.mustRun("sweep", "show", "--json", id)), &rows); err != nil {
