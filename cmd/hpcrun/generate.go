@@ -113,7 +113,7 @@ func onRanks(c *cli.Context, what, src string, fn func(world nccl.Comm) error) e
 	defer stop()
 	c.Context = ctx
 	nproc := c.Int("nproc")
-	if env.Source == idrenv.Single && os.Getenv(launcherTokenEnv) == "" {
+	if env.Source == idrenv.Single && !slurm.Launched() {
 		if nproc < 1 {
 			return cli.Exit(fmt.Sprintf("--nproc %d: must be at least 1", nproc), 2)
 		}
@@ -128,7 +128,7 @@ func onRanks(c *cli.Context, what, src string, fn func(world nccl.Comm) error) e
 		}
 		return launchRanks(c, nproc, src)
 	}
-	token, err := rankToken(env, "")
+	token, err := slurm.RankToken(env, "")
 	if err != nil {
 		return err
 	}
