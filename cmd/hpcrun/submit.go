@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hpcrun/hpcrun/cmd/hpcrun/internal/progress"
 	"github.com/hpcrun/hpcrun/internal/atomicfile"
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/parallel"
@@ -330,11 +331,11 @@ func (p *submitPlan) write(dir rundir.Dir) (m *slurm.Meta, err error) {
 // followJob shows the run's progress until its job is over and returns
 // the job's status as hpcrun's exit status.
 func followJob(ctx context.Context, r slurm.Run) error {
-	bar := newRunProgress(os.Stderr, r.Dir.Path(), term.IsTerminal(int(os.Stderr.Fd())))
-	defer bar.close()
+	bar := progress.New(os.Stderr, r.Dir.Path(), term.IsTerminal(int(os.Stderr.Fd())))
+	defer bar.Close()
 	j, err := slurm.Wait(ctx, time.Second, func(ctx context.Context) (slurm.JobInfo, error) { return r.Status(ctx) },
 		func(j slurm.JobInfo) error {
-			_, _, err := bar.update(fmt.Sprintf("%-9s ", j.State))
+			_, _, err := bar.Update(fmt.Sprintf("%-9s ", j.State))
 			return err
 		})
 	if errors.Is(err, slurm.ErrStoppedWaiting) {
@@ -343,7 +344,7 @@ func followJob(ctx context.Context, r slurm.Run) error {
 	if err != nil {
 		return slurmErr(err)
 	}
-	bar.close()
+	bar.Close()
 	fmt.Fprintf(os.Stderr, "run %s: job %s %s after %s\n", r.Meta.ExecID, j.ID, j.State, slurm.FormatElapsed(j.Elapsed))
 	return exitWith(j, r.Meta.ExecID)
 }
