@@ -45,7 +45,7 @@ func runCancel(c *cli.Context) error {
 	}
 	m := r.Meta
 	if m.JobID == "" {
-		return fmt.Errorf("run %s was never submitted (%s)", m.ExecID, firstLineOf(m.SubmitError))
+		return fmt.Errorf("run %s was never submitted (%s)", m.ExecID, slurm.FirstLine(m.SubmitError))
 	}
 	ctx := context.Background()
 	j, err := r.Status(ctx)

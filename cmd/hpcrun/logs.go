@@ -38,7 +38,7 @@ func runLogs(c *cli.Context) error {
 		return fmt.Errorf("run %s was started by hpcrun run, whose ranks wrote to its terminal: there is no log file (hpcrun metrics %s has what they recorded)", m.ExecID, m.ExecID)
 	}
 	if m.JobID == "" {
-		return fmt.Errorf("run %s was never submitted, so it has no log: %s", m.ExecID, firstLineOf(m.SubmitError))
+		return fmt.Errorf("run %s was never submitted, so it has no log: %s", m.ExecID, slurm.FirstLine(m.SubmitError))
 	}
 	path := r.Dir.Log(m.JobID, c.Bool("err"))
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
