@@ -69,39 +69,6 @@ type submitPlan struct {
 	planNote string
 }
 
-// placement checks that the tensor-parallel groups (consecutive ranks) fit
-// inside a node, where their every-layer all-reduces stay off the network,
-// and says where the groups go.
-func placement(spec slurm.JobSpec, tp, pp int) (string, error) {
-	lay, err := spec.Layout()
-	if err != nil {
-		return "", err
-	}
-	pp = max(pp, 1)
-	dp := spec.NTasks / max(tp, 1) / pp
-	stages := ""
-	if pp > 1 {
-		where := "inside a node"
-		if (pp-1)*dp*tp >= lay.TasksPerNode {
-			where = "across nodes"
-		}
-		stages = fmt.Sprintf("; %d pipeline stages of %d consecutive ranks, pp groups of %d %s", pp, dp*tp, pp, where)
-	}
-	if lay.Nodes == 1 {
-		return fmt.Sprintf("placement: 1 node x %s; tp groups of %d and dp groups of %d inside the node%s", nOf(lay.TasksPerNode, "task"), tp, dp, stages), nil
-	}
-	if lay.TasksPerNode%tp != 0 {
-		return "", fmt.Errorf("tp %d does not divide the %d tasks of a node: tensor-parallel groups would straddle nodes and their all-reduces cross the network in every layer; give every node a multiple of %d tasks (--nodes, --ntasks-per-node)",
-			tp, lay.TasksPerNode, tp)
-	}
-	dpWhere := fmt.Sprintf("across nodes (%d per node)", lay.TasksPerNode/tp)
-	if (dp-1)*tp < lay.TasksPerNode {
-		dpWhere = "inside a node"
-	}
-	return fmt.Sprintf("placement: %d nodes x %s; tp groups of %d inside a node, dp groups of %d %s%s",
-		lay.Nodes, nOf(lay.TasksPerNode, "task"), tp, dp, dpWhere, stages), nil
-}
-
 // planSubmit checks a request and plans it; readData says whether to read
 // the data as well (submit does, so that a bad file fails before the job;
 // plan does not, to answer at once on any data).
@@ -196,7 +163,11 @@ func planSubmit(c *cli.Context, readData bool) (*submitPlan, error) {
 		p.spec.CPUsPerTask = 1
 	}
 	p.spec.Nodes, p.spec.TasksPerNode = c.Int("nodes"), c.Int("ntasks-per-node")
-	if p.placement, err = placement(p.spec, tc.TP, tc.PP); err != nil {
+	lay, err := p.spec.Layout()
+	if err != nil {
+		return nil, err
+	}
+	if p.placement, err = parallel.Placement(lay.Nodes, lay.TasksPerNode, p.spec.NTasks, tc.TP, tc.PP); err != nil {
 		return nil, err
 	}
 	if l, ok := p.exec.(*slurm.Local); ok {
@@ -312,7 +283,7 @@ func (p *submitPlan) write(dir rundir.Dir) (m *slurm.Meta, err error) {
 	if err := trainconfig.WriteConfigFile(dir.Config(), p.train, "Training config of run "+dir.ExecID()+", written by hpcrun submit; every task reads it."); err != nil {
 		return nil, err
 	}
-	sum, err := binarySum(p.binary)
+	sum, err := slurm.BinarySHA256(p.binary)
 	if err != nil {
 		return nil, err
 	}

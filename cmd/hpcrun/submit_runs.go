@@ -5,10 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
-	"syscall"
 
-	"github.com/hpcrun/hpcrun/internal/atomicfile"
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/internal/sweep"
 	"github.com/hpcrun/hpcrun/slurm"
@@ -92,36 +89,4 @@ func slurmErr(err error) error {
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
-}
-
-// binarySum is the sha256 of the hpcrun binary, cached in the user cache dir
-// under its path, size, modification time and inode: hashing a large binary
-// on every submit would cost more than sbatch itself.
-func binarySum(path string) (string, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return "", err
-	}
-	var ino uint64
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		ino = st.Ino
-	}
-	key := fmt.Sprintf("%s\x00%d\x00%d\x00%d", path, fi.Size(), fi.ModTime().UnixNano(), ino)
-	cache := ""
-	if dir, err := os.UserCacheDir(); err == nil {
-		cache = filepath.Join(dir, "hpcrun", "binary-sha256")
-		if b, err := os.ReadFile(cache); err == nil {
-			if k, sum, ok := strings.Cut(string(b), "\n"); ok && k == key && len(sum) == 64 {
-				return sum, nil
-			}
-		}
-	}
-	sum, err := slurm.FileSHA256(path)
-	if err != nil {
-		return "", err
-	}
-	if cache != "" && os.MkdirAll(filepath.Dir(cache), 0o755) == nil {
-		_ = atomicfile.WriteFile(cache, []byte(key+"\n"+sum), 0o644) // a cache: failing to write it costs only time
-	}
-	return sum, nil
 }
