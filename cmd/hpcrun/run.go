@@ -143,17 +143,7 @@ func launchLocal(c *cli.Context, dir rundir.Dir, cfg trainconfig.Config, meta *s
 	start := time.Now()
 	tasks := slurm.Tasks{N: cfg.NTasks, Program: meta.Spec.Program, Args: meta.Spec.Args, Grace: 15 * time.Second}
 	failed, err := slurm.Torchrun(c.Context, tasks, execID)
-	final := &slurm.JobInfo{ID: meta.JobID, Name: meta.Spec.Name, State: slurm.Completed, Elapsed: time.Since(start).Round(time.Second), Nodes: 1, NodeList: meta.Host, Source: "run"}
-	stoppedBy := slurm.StoppedBy(failed)
-	switch {
-	case err == nil && len(failed) > 0 && stoppedBy != "":
-		final.State, final.Reason, final.ExitCode = slurm.Cancelled, "stopped by "+stoppedBy, failed[0].ExitCode()
-	case err != nil || len(failed) > 0:
-		final.State, final.Reason, final.ExitCode = slurm.Failed, "NonZeroExitCode", 1
-		if len(failed) > 0 {
-			final.ExitCode = failed[0].ExitCode()
-		}
-	}
+	final, stoppedBy := slurm.TasksEnd(meta, failed, err, time.Since(start))
 	meta.Final = final
 	if werr := slurm.WriteMeta(dir, meta); werr != nil {
 		fmt.Fprintf(os.Stderr, "hpcrun: warning: %v\n", werr)

@@ -59,23 +59,13 @@ func isCheck(m *slurm.Meta) bool {
 	return len(m.Spec.Args) > 0 && m.Spec.Args[0] == "check"
 }
 
-// exitWith turns a finished job's state into hpcrun's exit status.
+// exitWith turns a finished job's state into hpcrun's exit status
+// (slurm.JobInfo.ExitStatus).
 func exitWith(j slurm.JobInfo, execID string) error {
-	if j.State == slurm.Completed {
-		return nil
+	if code, msg := j.ExitStatus(execID); code != 0 {
+		return cli.Exit(msg, code)
 	}
-	code := j.ExitCode
-	if code <= 0 || code > 255 {
-		code = 1
-	}
-	msg := fmt.Sprintf("run %s: job %s ended %s", execID, j.ID, j.State)
-	if j.ExitCode != 0 {
-		msg += fmt.Sprintf(" with exit code %d", j.ExitCode)
-	}
-	if j.Reason != "" && j.Reason != "NonZeroExitCode" {
-		msg += " (" + j.Reason + ")"
-	}
-	return cli.Exit(msg+"; see hpcrun logs --err "+execID, code)
+	return nil
 }
 
 // slurmErr adds one line of advice when the controller cannot be reached.

@@ -1,0 +1,36 @@
+package train
+
+import (
+	"os"
+	"path/filepath"
+
+	"github.com/hpcrun/hpcrun/train/ckpt"
+	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/interop"
+)
+
+// SourceShape is the model config of src as SourceConfig gives it, except
+// that a Hugging Face model's comes from its config.json alone: its
+// weights files are not opened before the model is known to fit (hpcrun
+// generate and eval ask first).
+func SourceShape(src string) (config.Config, error) {
+	if dir, err := ckpt.Resolve(src); err == nil && dir != "" {
+		return SourceConfig(src)
+	}
+	hf := ""
+	if st, err := os.Stat(src); err == nil && st.IsDir() {
+		hf = src
+	} else if filepath.Ext(src) == ".safetensors" || filepath.Base(src) == interop.HFConfig {
+		hf = filepath.Dir(src)
+	}
+	if hf == "" {
+		return SourceConfig(src) // an llm.c file: its header alone
+	}
+	s, err := interop.ReadHFConfig(hf)
+	if err != nil {
+		return config.Config{}, err
+	}
+	cfg := config.DefaultConfig()
+	cfg.Model, cfg.Arch, cfg.Layers, cfg.Dim, cfg.Heads, cfg.Positions, cfg.Vocab = s.Model, s.Arch, s.Layers, s.Dim, s.Heads, s.Positions, s.Vocab
+	return cfg, nil
+}
