@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hpcrun/hpcrun/cmd/hpcrun/internal/cmdline"
 	"github.com/hpcrun/hpcrun/idrenv"
 )
 
@@ -44,7 +45,7 @@ func runApp(t *testing.T, args ...string) (string, error) {
 	var out bytes.Buffer
 	app.Writer = &out
 	app.ErrWriter = &out
-	err := app.Run(interspersed(app, append([]string{"hpcrun"}, args...)))
+	err := app.Run(cmdline.Interspersed(app, append([]string{"hpcrun"}, args...)))
 	return out.String(), err
 }
 
