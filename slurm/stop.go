@@ -152,3 +152,26 @@ func timeLimitReached(ctx context.Context, getenv func(string) string) bool {
 	used, err := ParseTime(string(run[1]))
 	return err == nil && used >= limit
 }
+
+// StopExit is how a task of rank that saved and stopped on sig ends, msg
+// its last words. After the time-limit signal, rank 0 lets slurm requeue
+// the job when it is a real Slurm job (Requeue, execID's restarts of at
+// most maxRequeues), and every task exits with ExitStopped; after INT or
+// TERM every task exits 128+signal, as a killed one would, and rank 0
+// alone says so, with the way to resume (hpcrun run's launcher says it
+// itself, once). getenv is os.Getenv.
+func StopExit(ctx context.Context, getenv func(string) string, sig os.Signal, rank int, execID string, restarts, maxRequeues int, msg string) (string, int) {
+	if s, ok := sig.(syscall.Signal); ok && (s == syscall.SIGINT || s == syscall.SIGTERM) {
+		switch {
+		case rank != 0:
+			msg = ""
+		case getenv("HPCRUN_EXECUTOR") != "run":
+			msg += "; resume with: hpcrun submit --resume " + execID
+		}
+		return msg, 128 + int(s)
+	}
+	if rank != 0 {
+		return msg, ExitStopped
+	}
+	return msg + "; " + Requeue(ctx, getenv, execID, restarts, maxRequeues), ExitStopped
+}

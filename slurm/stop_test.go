@@ -90,3 +90,34 @@ func TestStopOnSignals(t *testing.T) {
 		t.Fatal("a TERM after the stop did not cancel")
 	}
 }
+
+func TestStopExit(t *testing.T) {
+	env := func(executor string) func(string) string {
+		return func(k string) string {
+			if k == "HPCRUN_EXECUTOR" {
+				return executor
+			}
+			return ""
+		}
+	}
+	ctx := context.Background()
+	for _, c := range []struct {
+		executor string
+		sig      os.Signal
+		rank     int
+		msg      string
+		code     int
+	}{
+		{"slurm", syscall.SIGTERM, 0, "m; resume with: hpcrun submit --resume e", 143},
+		{"run", syscall.SIGINT, 0, "m", 130},
+		{"slurm", syscall.SIGINT, 1, "", 130},
+		{"local", syscall.SIGUSR1, 1, "m", ExitStopped},
+		{"local", syscall.SIGUSR1, 0, "m; not requeued (the local executor has no queue): resume with: hpcrun submit --resume e", ExitStopped},
+		{"run", nil, 0, "m; not requeued (hpcrun run has no queue; it says how to resume)", ExitStopped},
+	} {
+		msg, code := StopExit(ctx, env(c.executor), c.sig, c.rank, "e", 0, 3, "m")
+		if msg != c.msg || code != c.code {
+			t.Errorf("%s %v rank %d: %q %d; want %q %d", c.executor, c.sig, c.rank, msg, code, c.msg, c.code)
+		}
+	}
+}

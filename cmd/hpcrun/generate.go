@@ -15,7 +15,6 @@ import (
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train"
-	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/plan"
 	"github.com/urfave/cli/v2"
 )
@@ -152,19 +151,12 @@ func onRanks(c *cli.Context, what, src string, fn func(world nccl.Comm) error) e
 // the pretrained model's config.json, not from its weights files. A run
 // on a GPU is not refused: the plan cannot name it here.
 func refuseModelUnfitHere(src, device string) error {
-	cfg, err := train.SourceShape(src)
-	if err != nil {
-		return cli.Exit(err.Error(), 1)
-	}
-	if err := trainconfig.CheckSize(cfg.Layers, cfg.Dim, cfg.PositionRows(), cfg.Vocab, func(n string) string { return n }); err != nil {
-		return cli.Exit(fmt.Sprintf("%s: %v", src, err), 1)
-	}
 	mem := plan.MemTotal()
-	if device == "cuda" || mem <= 0 {
-		return nil
+	if device == "cuda" {
+		mem = 0
 	}
-	if need := 4 * trainconfig.ParamCount(cfg, cfg.Vocab); need > mem {
-		return cli.Exit(fmt.Sprintf("%s: the model's weights alone need %s, more than the %s of this machine", src, bytesIEC(need), bytesIEC(mem)), 1)
+	if err := train.CheckWeightsFit(src, mem); err != nil {
+		return cli.Exit(err.Error(), 1)
 	}
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/internal/sweep"
@@ -56,15 +55,7 @@ func runRm(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
-		t := target{what: "sweep " + st.ID}
-		for _, p := range st.Points {
-			if p.ExecID != "" {
-				if _, err := os.Stat(filepath.Join(runs, p.ExecID)); err == nil {
-					t.dirs = append(t.dirs, rundir.Dir(filepath.Join(runs, p.ExecID)))
-				}
-			}
-		}
-		targets = append(targets, target{t.what, append(t.dirs, s.Dir)})
+		targets = append(targets, target{"sweep " + st.ID, append(st.RunDirs(runs), s.Dir)})
 	}
 	if !c.Bool("force") {
 		for _, t := range targets {

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/hpcrun/hpcrun/idrenv"
@@ -134,28 +133,11 @@ func recordEarlyEnd(ctx context.Context, dir rundir.Dir, rank int, err error, wa
 	w.Close()
 }
 
-// stopped ends a task that saved and stopped on a signal. After the
-// time-limit signal, rank 0 lets slurm requeue the job when it is a real
-// Slurm job (slurm.Requeue), and every task exits with ExitStopped; after
-// INT or TERM every task exits 128+signal, as a killed one would, with the
-// way to resume.
+// stopped ends a task that saved and stopped on a signal, as
+// slurm.StopExit says.
 func stopped(ctx context.Context, dir rundir.Dir, cfg trainconfig.Config, env idrenv.Env, sig os.Signal, reason string, err error) error {
 	msg := fmt.Sprintf("rank %d: %s", env.Rank, strings.Replace(err.Error(), train.ErrStopped.Error(), reason, 1))
-	if s, ok := sig.(syscall.Signal); ok && (s == syscall.SIGINT || s == syscall.SIGTERM) {
-		// Every rank stopped at the same step: rank 0 says so, and how to
-		// resume (hpcrun run's launcher says it itself, once).
-		switch {
-		case env.Rank != 0:
-			msg = ""
-		case os.Getenv("HPCRUN_EXECUTOR") != "run":
-			msg += "; resume with: hpcrun submit --resume " + dir.ExecID()
-		}
-		return cli.Exit(msg, 128+int(s))
-	}
-	if env.Rank != 0 {
-		return cli.Exit(msg, slurm.ExitStopped)
-	}
-	return cli.Exit(msg+"; "+slurm.Requeue(ctx, os.Getenv, dir.ExecID(), env.RestartCount, cfg.Requeues()), slurm.ExitStopped)
+	return cli.Exit(slurm.StopExit(ctx, os.Getenv, sig, env.Rank, dir.ExecID(), env.RestartCount, cfg.Requeues(), msg))
 }
 
 // lostPeer ends a task whose training failed. When the failure is a lost

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -92,6 +93,21 @@ func (st *State) Task(id int) (Point, bool) {
 		}
 	}
 	return Point{}, false
+}
+
+// RunDirs are the run dirs of the points that ran, under the runs folder
+// runs, those that exist.
+func (st *State) RunDirs(runs string) []rundir.Dir {
+	var dirs []rundir.Dir
+	for _, p := range st.Points {
+		if p.ExecID == "" {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(runs, p.ExecID)); err == nil {
+			dirs = append(dirs, rundir.Dir(filepath.Join(runs, p.ExecID)))
+		}
+	}
+	return dirs
 }
 
 // ParseAxis reads the comma-separated values of axis name (flag --name):

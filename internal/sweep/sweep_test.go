@@ -3,6 +3,7 @@ package sweep
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -90,6 +91,13 @@ func TestReadWriteFind(t *testing.T) {
 	}
 	if _, ok := back.Task(1); ok {
 		t.Error("Task(1) found a point")
+	}
+	if dirs := back.RunDirs(runs); len(dirs) != 0 {
+		t.Errorf("RunDirs before the run dir exists: %v", dirs)
+	}
+	os.Mkdir(filepath.Join(runs, "20260101-000000-aaaa"), 0o755)
+	if dirs := back.RunDirs(runs); len(dirs) != 1 || dirs[0].ExecID() != "20260101-000000-aaaa" {
+		t.Errorf("RunDirs: %v", dirs)
 	}
 	os.WriteFile(d.Sweep(), []byte("{"), 0o644)
 	if _, err := Read(d); err == nil || !strings.Contains(err.Error(), "sweep.json") {
