@@ -112,3 +112,13 @@ func NewCheckReport(results []*Result, tp, dp int) CheckReport {
 	}
 	return out
 }
+
+// CheckNames are the names of Checks, in order, as `hpcrun check NAME`
+// takes them.
+func CheckNames() []string {
+	var names []string
+	for _, c := range Checks() {
+		names = append(names, c.Name)
+	}
+	return names
+}

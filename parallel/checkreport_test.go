@@ -71,3 +71,10 @@ func TestCheckReportJSON(t *testing.T) {
 		t.Errorf("report: %s", b)
 	}
 }
+
+func TestCheckNames(t *testing.T) {
+	names := CheckNames()
+	if len(names) != len(Checks()) || names[0] != "ColumnParallelLinear" {
+		t.Errorf("CheckNames = %v", names)
+	}
+}

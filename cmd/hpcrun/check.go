@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -28,7 +29,7 @@ func checkCommand() *cli.Command {
 			"every weight gradient and every weight after one AdamW step (norm-relative error\n" +
 			"< 1e-5). Outside a job it starts --tp processes of itself on this machine, joined\n" +
 			"over TCP; inside one (srun hpcrun check all --tp 2) each task is one rank.\n\n" +
-			"Layers: " + checkNames(),
+			"Layers: all, " + strings.Join(parallel.CheckNames(), ", "),
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "tp", Usage: "tensor-parallel degree (default: 2 locally, the job's task count under srun)"},
 			&cli.DurationFlag{Name: "timeout", Value: nccl.DefaultTimeout, Usage: "give up on a rank that does not answer within this time"},
@@ -36,14 +37,6 @@ func checkCommand() *cli.Command {
 		},
 		Action: runCheck,
 	}
-}
-
-func checkNames() string {
-	s := "all"
-	for _, c := range parallel.Checks() {
-		s += ", " + c.Name
-	}
-	return s
 }
 
 func runCheck(c *cli.Context) error {

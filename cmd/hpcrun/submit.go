@@ -355,15 +355,9 @@ func resumeSubmit(c *cli.Context) error {
 			return cli.Exit(fmt.Sprintf("run %s: job %s is %s: wait for it or cancel it (hpcrun cancel %s) before resuming", r.Meta.ExecID, j.ID, j.State, r.Meta.ExecID), 1)
 		}
 	}
-	from := "the start (no checkpoint yet)"
-	if step, err := ckpt.Latest(r.Dir.Ckpt()); err != nil {
+	from, err := ckpt.ResumePoint(r.Dir.Ckpt())
+	if err != nil {
 		return err
-	} else if step != "" {
-		ck, err := ckpt.Open(step, true)
-		if err != nil {
-			return err
-		}
-		from = fmt.Sprintf("step %d of %s", ck.State.Step, step)
 	}
 	ex, err := r.Executor()
 	if err != nil {
