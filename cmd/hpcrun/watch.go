@@ -58,21 +58,7 @@ func watchRun(ctx context.Context, c *cli.Context, dir string) error {
 			return err
 		}
 		if st.Done {
-			// The end is told with metrics' own figures; the bar is full
-			// only for a run that did all its steps.
-			s, _ := metrics.Summarize(run)
-			desc := fmt.Sprintf("%s  loss %s  %s samples/s", s.ExecID, s.LastLoss.Text("%.4f"), s.SamplesPerS.Text("%.1f"))
-			if s.Status == metrics.StatusCompleted && (st.Total <= 0 || s.Step >= st.Total) {
-				p.Finish(desc)
-			} else {
-				p.Describe(desc)
-				p.StopAt(s.Step)
-			}
-			at := fmt.Sprint(s.Step)
-			if st.Total > 0 {
-				at += fmt.Sprintf(" of %d", st.Total)
-			}
-			fmt.Fprintf(w, "%s %s at step %s: loss %s, %s samples/s, wall %s\n", s.ExecID, s.Status, at, s.LastLoss.Text("%.4f"), s.SamplesPerS.Text("%.1f"), s.WallS.Text("%.1f s"))
+			s := p.End(run, st.Total)
 			if s.Status == metrics.StatusFailed {
 				return cli.Exit(fmt.Sprintf("%s failed: %s", s.ExecID, s.Error), 1)
 			}

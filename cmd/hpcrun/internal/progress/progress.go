@@ -84,6 +84,27 @@ func (p *Bar) Finish(desc string) {
 	fmt.Fprintln(p.w)
 }
 
+// End ends the bar of a run whose every rank ended, total its steps (0:
+// not known), and writes a line saying how it ended; the end is told with
+// metrics' own figures (metrics.Summarize), and the bar is full only for a
+// run that did all its steps. It returns the summary.
+func (p *Bar) End(run *metrics.Run, total int) metrics.Summary {
+	s, _ := metrics.Summarize(run)
+	desc := fmt.Sprintf("%s  loss %s  %s samples/s", s.ExecID, s.LastLoss.Text("%.4f"), s.SamplesPerS.Text("%.1f"))
+	if s.Status == metrics.StatusCompleted && (total <= 0 || s.Step >= total) {
+		p.Finish(desc)
+	} else {
+		p.Describe(desc)
+		p.StopAt(s.Step)
+	}
+	at := fmt.Sprint(s.Step)
+	if total > 0 {
+		at += fmt.Sprintf(" of %d", total)
+	}
+	fmt.Fprintf(p.w, "%s %s at step %s: loss %s, %s samples/s, wall %s\n", s.ExecID, s.Status, at, s.LastLoss.Text("%.4f"), s.SamplesPerS.Text("%.1f"), s.WallS.Text("%.1f s"))
+	return s
+}
+
 // Describe sets the bar's words.
 func (p *Bar) Describe(desc string) { p.bar.Describe(desc) }
 
