@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -16,7 +15,6 @@ import (
 	"time"
 
 	"github.com/hpcrun/hpcrun/cmd/hpcrun/internal/failure"
-	"github.com/hpcrun/hpcrun/internal/atomicfile"
 	"github.com/hpcrun/hpcrun/internal/grid"
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/internal/sweep"
@@ -172,52 +170,33 @@ func runSweep(c *cli.Context) error {
 		return err
 	}
 	st.ID = sdir.ExecID()
-	metas := make([]*slurm.Meta, len(runs))
+	members := make([]sweep.Member, len(runs))
 	for i, r := range runs {
 		dir, err := rundir.New(r.p.runsDir, time.Now())
 		if err != nil {
 			return err
 		}
 		r.p.setRunDir(dir.Path())
-		if metas[i], err = r.p.write(dir); err != nil {
+		meta, err := r.p.write(dir)
+		if err != nil {
 			return err
 		}
 		st.Points[r.index].ExecID = dir.ExecID()
+		members[i] = sweep.Member{Index: r.index, Run: slurm.Run{Dir: dir, Meta: meta}, Spec: r.p.spec}
 	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if st.Executor == "local" {
-		return runSweepLocal(ctx, w, sdir, st, runs, metas)
+		return sweep.RunLocal(ctx, w, runs[0].p.exec, sdir, st, members, waitJob)
 	}
 	spec := arraySpec(c, runs, sdir.Path())
 	script, err := slurm.Script(spec, runs[0].p.tmpl, version, st.ID)
 	if err != nil {
 		return err
 	}
-	if err := atomicfile.WriteFile(sdir.Script(), script, 0o755); err != nil {
-		return err
-	}
-	// The tasks read sweep.json to find their run dir: it exists before them.
-	if err := sweep.Write(sdir, st); err != nil {
-		return err
-	}
-	jobID, _, err := runs[0].p.exec.Submit(ctx, slurm.Submission{Spec: spec, Script: sdir.Script()})
+	jobID, err := sweep.SubmitArray(ctx, runs[0].p.exec, sdir, st, spec, script, members)
 	if err != nil {
-		return fmt.Errorf("submit sweep %s: %w", st.ID, slurmErr(err))
-	}
-	st.JobID = jobID
-	for i, r := range runs {
-		task := slurm.ArrayTaskID(jobID, i)
-		pt := &st.Points[r.index]
-		pt.JobID = task
-		metas[i].JobID = task
-		if err := slurm.WriteMeta(rundir.Dir(r.p.spec.RunDir), metas[i]); err != nil {
-			return err
-		}
-		_ = rundir.LinkLogs(sdir, rundir.Dir(r.p.spec.RunDir), task, task) // best effort: logs finds the sweep's too
-	}
-	if err := sweep.Write(sdir, st); err != nil {
-		return err
+		return slurmErr(err)
 	}
 	st.WritePlan(w)
 	fmt.Fprintf(w, "submitted sweep %s as slurm job array %s (%d tasks, %d points skipped)\nsweep dir: %s\n",
@@ -228,36 +207,6 @@ func runSweep(c *cli.Context) error {
 // arraySpec is the job array of the runs: their common job, one task each.
 func arraySpec(c *cli.Context, runs []planned, dir string) slurm.JobSpec {
 	return sweep.ArraySpec(runs[0].p.spec, len(runs), c.Int("parallel"), dir, c.IsSet("name"), runs[0].p.train.Model)
-}
-
-// runSweepLocal runs the points one after another with the Local
-// executor, each a normal Local job of its run dir, waiting for each.
-func runSweepLocal(ctx context.Context, w io.Writer, sdir rundir.Dir, st *sweep.State, runs []planned, metas []*slurm.Meta) error {
-	st.WritePlan(w)
-	fmt.Fprintf(w, "sweep %s: %d points one after another on this machine (local executor)\n", st.ID, len(runs))
-	for i, r := range runs {
-		pt := &st.Points[r.index]
-		dir := rundir.Dir(r.p.spec.RunDir)
-		jobID, _, err := r.p.exec.Submit(ctx, slurm.Submission{Spec: r.p.spec, Script: dir.Script()})
-		metas[i].JobID = jobID
-		if err != nil {
-			metas[i].SubmitError = err.Error()
-		}
-		pt.JobID = jobID
-		if werr := errors.Join(slurm.WriteMeta(dir, metas[i]), sweep.Write(sdir, st)); werr != nil {
-			return werr
-		}
-		if err != nil {
-			return fmt.Errorf("sweep %s: submit %s: %w", st.ID, pt.Label, err)
-		}
-		j, err := waitJob(ctx, slurm.Run{Dir: dir, Meta: metas[i]})
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(w, "  %s: run %s %s after %s\n", pt.Label, pt.ExecID, j.State, slurm.FormatElapsed(j.Elapsed))
-	}
-	fmt.Fprintf(w, "sweep %s done: hpcrun sweep show %s\n", st.ID, st.ID)
-	return nil
 }
 
 // waitJob waits for a run's job to be over.

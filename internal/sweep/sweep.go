@@ -2,9 +2,10 @@
 // array: its record, sweep.json in rundir's sweep directory (State, one
 // Point a grid point, with its plan and, once it runs, its execid and
 // array task), the grid read from comma-separated lists (ParseAxis), the
-// array's job (ArraySpec), and the two tables: the plan of every point
-// before it runs (State.WritePlan) and what each predicted beside what it
-// measured (Row, WriteRows).
+// array's job (ArraySpec) and its submission (SubmitArray; RunLocal runs
+// the points one after another instead), and the two tables: the plan of
+// every point before it runs (State.WritePlan) and what each predicted
+// beside what it measured (Row, WriteRows).
 package sweep
 
 import (
