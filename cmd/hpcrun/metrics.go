@@ -88,7 +88,7 @@ func runMetrics(c *cli.Context) error {
 			}
 		}
 		sums, curves = append(sums, s), append(curves, cv)
-		fails = append(fails, failureOf(c, r.Dir, s))
+		fails = append(fails, failure.OfRun(c.Context, r.Dir, s))
 		plans = append(plans, planCheckOf(m, s))
 	}
 	w := c.App.Writer
@@ -143,22 +143,6 @@ func wantJSON(c *cli.Context) bool {
 		}
 	}
 	return false
-}
-
-// failureOf is the failure class of a run (failure.None unless it ended
-// badly): from the job state cached in meta.json, asking the executor only
-// when none is cached and the run is not visibly running.
-func failureOf(c *cli.Context, d rundir.Dir, s metrics.Summary) failure.Verdict {
-	var j slurm.JobInfo
-	if m, err := slurm.ReadMeta(d); err == nil {
-		switch {
-		case m.Final != nil:
-			j = *m.Final
-		case s.Status != "running" && s.Status != metrics.StatusCompleted:
-			j, _ = (slurm.Run{Dir: d, Meta: m}).Status(c.Context) // unknown state: the run's own files decide
-		}
-	}
-	return failure.Of(d, j)
 }
 
 // metricsJSON is one run in --json output.
