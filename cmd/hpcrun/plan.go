@@ -86,19 +86,8 @@ func predictRun(p *submitPlan) (*plan.Plan, []plan.Suggestion, string, error) {
 		}
 		vocab = data.Vocab
 	}
-	r := plan.Request{Config: p.train, Vocab: vocab, Nodes: lay.Nodes, Device: dev}
-	pl, err := plan.New(r)
-	if err != nil {
-		return nil, nil, "", err
-	}
-	if !exact && !p.readData {
-		pl.Notes = append(pl.Notes, fmt.Sprintf("vocab: at most %d, the WordPiece vocabulary built from the data at the start (plan does not read the data; submit --dry-run does)", vocab))
-	}
-	var sug []plan.Suggestion
-	if !pl.Fits {
-		sug = plan.Suggest(r)
-	}
-	return pl, sug, "", nil
+	pl, sug, err := plan.Predict(plan.Request{Config: p.train, Vocab: vocab, Nodes: lay.Nodes, Device: dev}, exact || p.readData)
+	return pl, sug, "", err
 }
 
 // rankShare is how the ranks of a run laid out as lay, cpusPerTask cores
@@ -136,12 +125,11 @@ func refuseUnfitHere(cfg trainconfig.Config) error {
 	if err != nil {
 		return err
 	}
-	r := plan.Request{Config: cfg, Vocab: data.Vocab, Nodes: 1, Device: dev}
-	pl, err := plan.New(r)
+	pl, sug, err := plan.Predict(plan.Request{Config: cfg, Vocab: data.Vocab, Nodes: 1, Device: dev}, true)
 	if err != nil || pl.Fits {
 		return err
 	}
-	return cli.Exit(pl.Refusal(plan.Suggest(r), "run --force to start it anyway"), 1)
+	return cli.Exit(pl.Refusal(sug, "run --force to start it anyway"), 1)
 }
 
 // refuseUnfit is submit's error for a run that does not fit.

@@ -123,3 +123,21 @@ func TestWriteText(t *testing.T) {
 		t.Errorf("WhatFits(nil) = %q", WhatFits(nil))
 	}
 }
+
+// TestPredict: a plan that fits has no suggestions, one that does not has
+// Suggest's, and an unknown vocabulary is noted.
+func TestPredict(t *testing.T) {
+	_, r := planOf(t, "tiny", "", func(c *config.Config) {})
+	p, sug, err := Predict(r, false)
+	if err != nil || !p.Fits || sug != nil || !strings.Contains(strings.Join(p.Notes, " "), "vocab: at most 30522, the WordPiece vocabulary") {
+		t.Errorf("tiny: %v, fits %v, %v, notes %q", err, p.Fits, sug, p.Notes)
+	}
+	_, r = planOf(t, "bert-large", "v100-16", func(c *config.Config) { c.NTasks, c.TP = 4, 1 })
+	p, sug, err = Predict(r, true)
+	if err != nil || p.Fits || len(sug) == 0 || len(sug) != len(Suggest(r)) {
+		t.Errorf("bert-large on a V100: %v, fits %v, %d suggestions", err, p.Fits, len(sug))
+	}
+	if _, _, err := Predict(Request{Config: config.Config{}}, true); err == nil {
+		t.Error("an empty config plans")
+	}
+}
