@@ -1,6 +1,9 @@
-// Package bench holds the sources of the peer programs that hpcrun's
-// benchmarks measure themselves against, embedded so that the hpcrun
-// binary can build them wherever it runs.
+// Package bench runs hpcrun's benchmarks, each against a peer measured in
+// the same run: Comm the all-reduce (its ranks run CommWorker) beside Open
+// MPI's MPI_Allreduce, Gemm tensor.Sgemm beside OpenBLAS, Step a training
+// step beside OpenBLAS on the step's own GEMMs (StepCUDA: on a GPU, for
+// PyTorch's figures). It holds the sources of the peer programs,
+// embedded so that the hpcrun binary can build them wherever it runs.
 package bench
 
 import _ "embed"

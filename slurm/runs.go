@@ -8,8 +8,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"time"
 
+	"github.com/hpcrun/hpcrun/internal/atomicfile"
 	"github.com/hpcrun/hpcrun/internal/rundir"
 )
 
@@ -106,4 +110,37 @@ func FileSHA256(path string) (string, error) {
 		return "", fmt.Errorf("sha256 %s: %w", path, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// BinarySHA256 is FileSHA256 of a program (the hpcrun binary that a job
+// runs, for Meta.BinarySHA256), cached in the user cache dir under its
+// path, size, modification time and inode: hashing a large binary on every
+// submit would cost more than sbatch itself.
+func BinarySHA256(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	var ino uint64
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		ino = st.Ino
+	}
+	key := fmt.Sprintf("%s\x00%d\x00%d\x00%d", path, fi.Size(), fi.ModTime().UnixNano(), ino)
+	cache := ""
+	if dir, err := os.UserCacheDir(); err == nil {
+		cache = filepath.Join(dir, "hpcrun", "binary-sha256")
+		if b, err := os.ReadFile(cache); err == nil {
+			if k, sum, ok := strings.Cut(string(b), "\n"); ok && k == key && len(sum) == 64 {
+				return sum, nil
+			}
+		}
+	}
+	sum, err := FileSHA256(path)
+	if err != nil {
+		return "", err
+	}
+	if cache != "" && os.MkdirAll(filepath.Dir(cache), 0o755) == nil {
+		_ = atomicfile.WriteFile(cache, []byte(key+"\n"+sum), 0o644) // a cache: failing to write it costs only time
+	}
+	return sum, nil
 }

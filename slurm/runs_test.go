@@ -61,3 +61,34 @@ func TestMetaRoundTripAndOpenRun(t *testing.T) {
 		t.Errorf("temp files left: %v", leftovers)
 	}
 }
+
+// TestBinarySHA256 hashes a file once, then answers from the cache until
+// the file changes.
+func TestBinarySHA256(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	bin := filepath.Join(t.TempDir(), "prog")
+	os.WriteFile(bin, []byte("one"), 0o755)
+	want, _ := FileSHA256(bin)
+	if got, err := BinarySHA256(bin); err != nil || got != want {
+		t.Fatalf("first: %q, %v; want %q", got, err, want)
+	}
+	cache := filepath.Join(os.Getenv("XDG_CACHE_HOME"), "hpcrun", "binary-sha256")
+	b, err := os.ReadFile(cache)
+	if err != nil || !strings.HasSuffix(string(b), "\n"+want) {
+		t.Fatalf("cache %q, %v", b, err)
+	}
+	// A cached sum is believed for the same path, size, time and inode.
+	k, _, _ := strings.Cut(string(b), "\n")
+	os.WriteFile(cache, []byte(k+"\n"+strings.Repeat("a", 64)), 0o644)
+	if got, _ := BinarySHA256(bin); got != strings.Repeat("a", 64) {
+		t.Errorf("cached: %q", got)
+	}
+	os.WriteFile(bin, []byte("two!"), 0o755)
+	want, _ = FileSHA256(bin)
+	if got, _ := BinarySHA256(bin); got != want {
+		t.Errorf("after a change: %q, want %q", got, want)
+	}
+	if _, err := BinarySHA256(filepath.Join(t.TempDir(), "none")); err == nil {
+		t.Error("a missing file has a sum")
+	}
+}

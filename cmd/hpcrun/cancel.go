@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
+	"github.com/hpcrun/hpcrun/internal/sweep"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/urfave/cli/v2"
 )
@@ -28,7 +29,7 @@ func runCancel(c *cli.Context) error {
 			return rerr
 		}
 		// A sweep's job array is ours too: cancel all its points at once.
-		if st, ok := sweepOfJob(runs, ref); ok && st.Executor == "slurm" {
+		if st, ok := sweep.OfJob(runs, ref); ok && st.Executor == "slurm" {
 			if err := (&slurm.Slurm{}).Cancel(c.Context, slurm.JobRef{ID: ref}); err != nil {
 				return fmt.Errorf("cancel sweep %s (job array %s): %w", st.ID, ref, slurmErr(err))
 			}
@@ -44,7 +45,7 @@ func runCancel(c *cli.Context) error {
 	}
 	m := r.Meta
 	if m.JobID == "" {
-		return fmt.Errorf("run %s was never submitted (%s)", m.ExecID, firstLineOf(m.SubmitError))
+		return fmt.Errorf("run %s was never submitted (%s)", m.ExecID, slurm.FirstLine(m.SubmitError))
 	}
 	ctx := context.Background()
 	j, err := r.Status(ctx)

@@ -2,34 +2,22 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/hpcrun/hpcrun/idrenv"
-	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/urfave/cli/v2"
 )
-
-// launcherTokenEnv carries the rendezvous secret from a local launcher
-// (check, generate and eval start their ranks on this machine) to the
-// ranks it starts; a rank that has it is no launcher. The variable's name
-// is older than generate and eval.
-const launcherTokenEnv = "HPCRUN_CHECK_TOKEN"
 
 func checkCommand() *cli.Command {
 	return &cli.Command{
@@ -41,7 +29,7 @@ func checkCommand() *cli.Command {
 			"every weight gradient and every weight after one AdamW step (norm-relative error\n" +
 			"< 1e-5). Outside a job it starts --tp processes of itself on this machine, joined\n" +
 			"over TCP; inside one (srun hpcrun check all --tp 2) each task is one rank.\n\n" +
-			"Layers: " + checkNames(),
+			"Layers: all, " + strings.Join(parallel.CheckNames(), ", "),
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "tp", Usage: "tensor-parallel degree (default: 2 locally, the job's task count under srun)"},
 			&cli.DurationFlag{Name: "timeout", Value: nccl.DefaultTimeout, Usage: "give up on a rank that does not answer within this time"},
@@ -49,14 +37,6 @@ func checkCommand() *cli.Command {
 		},
 		Action: runCheck,
 	}
-}
-
-func checkNames() string {
-	s := "all"
-	for _, c := range parallel.Checks() {
-		s += ", " + c.Name
-	}
-	return s
 }
 
 func runCheck(c *cli.Context) error {
@@ -72,7 +52,7 @@ func runCheck(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
-	if env.Source == idrenv.Single && os.Getenv(launcherTokenEnv) == "" {
+	if env.Source == idrenv.Single && !slurm.Launched() {
 		if o.tp == 0 {
 			o.tp = 2
 		}
@@ -119,21 +99,11 @@ func launchCheck(c *cli.Context, o checkOptions) error {
 }
 
 // launchSelf starts n ranks of `hpcrun args...` (command name) on this
-// machine through slurm.Torchrun, with a fresh token for their rendezvous,
-// and waits. Once one fails, the others have timeout (their wait at a
-// collective) and 5 s more before they are stopped; the ranks say why
-// they failed.
+// machine (slurm.LaunchSelf) and waits. Once one fails, the others have
+// timeout (their wait at a collective) and 5 s more before they are
+// stopped; the ranks say why they failed.
 func launchSelf(ctx context.Context, name string, n int, args []string, timeout time.Duration) error {
-	token, err := randomToken()
-	if err != nil {
-		return err
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("path of hpcrun: %w", err)
-	}
-	ranks := slurm.Tasks{N: n, Program: self, Args: args, Env: []string{launcherTokenEnv + "=" + token}, Grace: timeout + 5*time.Second}
-	failed, err := slurm.Torchrun(ctx, ranks, "hpcrun-"+name+"-"+token[:8])
+	failed, err := slurm.LaunchSelf(ctx, name, n, args, timeout+5*time.Second)
 	if err != nil {
 		return err
 	}
@@ -147,7 +117,7 @@ func launchSelf(ctx context.Context, name string, n int, args []string, timeout 
 // run the checks on this rank's tensor-parallel group; rank 0 prints.
 func checkRank(c *cli.Context, env idrenv.Env, checks []parallel.Check, o checkOptions) error {
 	fail := func(err error) error { return cli.Exit(fmt.Sprintf("check rank %d: %v", env.Rank, err), 1) }
-	token, err := rankToken(env, o.runDir)
+	token, err := slurm.RankToken(env, o.runDir)
 	if err != nil {
 		return fail(err)
 	}
@@ -188,134 +158,15 @@ func checkRank(c *cli.Context, env idrenv.Env, checks []parallel.Check, o checkO
 		if c.Bool("json") {
 			enc := json.NewEncoder(os.Stdout)
 			enc.SetIndent("", "  ")
-			if err := enc.Encode(checkJSON(results, mesh)); err != nil {
+			if err := enc.Encode(parallel.NewCheckReport(results, mesh.TPSize(), mesh.DPSize())); err != nil {
 				return err
 			}
 		} else {
-			writeCheckTable(os.Stdout, results, mesh)
+			parallel.WriteChecks(os.Stdout, results, mesh.TPSize(), mesh.DPSize())
 		}
 	}
 	if !passed {
 		return cli.Exit("", 1)
 	}
 	return nil
-}
-
-// rankToken is the rendezvous secret of a check, generate or eval rank:
-// the run dir's token (a check submitted with hpcrun submit --check), else
-// the local launcher's (hpcrun check, generate or eval on this machine). A bare `srun hpcrun check` has neither: its tasks share
-// one derived from the job and step, which is no secret; a check holds no
-// data of the user's, and submit --check is the way to a private one.
-func rankToken(env idrenv.Env, runDir string) (string, error) {
-	if runDir != "" {
-		return rundir.Dir(runDir).ReadToken()
-	}
-	if t := os.Getenv(launcherTokenEnv); t != "" {
-		return t, nil
-	}
-	sum := sha256.Sum256([]byte("hpcrun-check\x00" + env.JobID + "\x00" + env.StepID + "\x00" + env.MasterAddr))
-	return hex.EncodeToString(sum[:16]), nil
-}
-
-// randomToken is 16 bytes from crypto/rand in hex.
-func randomToken() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b[:]), nil
-}
-
-// checkColumns are the measures the table shows, one column each.
-var checkColumns = []struct{ what, head string }{
-	{"forward output", "FORWARD"},
-	{"input gradient", "INPUT GRAD"},
-	{"weight gradients", "WEIGHT GRADS"},
-	{"weights after AdamW", "ADAMW STEP"},
-}
-
-func writeCheckTable(w io.Writer, results []*parallel.Result, mesh *parallel.Mesh) {
-	fmt.Fprintf(w, "tensor-parallel checks: tp %d, %s; norm-relative error vs the unsharded layer, tolerance %.0e\n\n",
-		mesh.TPSize(), nOf(mesh.DPSize(), "group"), parallel.Tolerance)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprint(tw, "LAYER\tTP")
-	for _, col := range checkColumns {
-		fmt.Fprint(tw, "\t", col.head)
-	}
-	fmt.Fprint(tw, "\tMAX\tRESULT\n")
-	failed := 0
-	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%d", r.Check, r.TP)
-		for _, col := range checkColumns {
-			if e, ok := r.Max(col.what); ok {
-				fmt.Fprintf(tw, "\t%.2g", e)
-			} else {
-				fmt.Fprint(tw, "\t-")
-			}
-		}
-		verdict := "PASS"
-		if !r.Pass() {
-			verdict = "FAIL"
-			failed++
-		}
-		fmt.Fprintf(tw, "\t%.2g\t%s\n", r.MaxErr(), verdict)
-	}
-	tw.Flush()
-	for _, r := range results {
-		for _, m := range r.Measures {
-			switch {
-			case known(m.What):
-			case strings.HasSuffix(m.What, " calls"): // a count of collectives, no error
-				fmt.Fprintf(w, "%s: %s\n", r.Check, m.What)
-			default:
-				fmt.Fprintf(w, "%s: %s: error %.2g\n", r.Check, m.What, m.Err)
-			}
-		}
-		if r.Fail != "" {
-			fmt.Fprintf(w, "%s FAILED: %s\n", r.Check, r.Fail)
-		}
-		if !r.Pass() {
-			for _, m := range r.Measures {
-				if m.Err > parallel.Tolerance {
-					fmt.Fprintf(w, "%s FAILED: %s %s error %.3g\n", r.Check, m.What, m.Param, m.Err)
-				}
-			}
-		}
-	}
-	if failed > 0 {
-		fmt.Fprintf(w, "\n%d of %d checks FAILED\n", failed, len(results))
-	} else {
-		fmt.Fprintf(w, "\nall %d checks passed\n", len(results))
-	}
-}
-
-func known(what string) bool {
-	for _, col := range checkColumns {
-		if col.what == what {
-			return true
-		}
-	}
-	return false
-}
-
-type checkJSONResult struct {
-	Check    string             `json:"check"`
-	TP       int                `json:"tp"`
-	Pass     bool               `json:"pass"`
-	MaxErr   float64            `json:"max_err"`
-	Fail     string             `json:"fail,omitempty"`
-	Measures []parallel.Measure `json:"measures"`
-}
-
-func checkJSON(results []*parallel.Result, mesh *parallel.Mesh) any {
-	out := struct {
-		TP        int               `json:"tp"`
-		DP        int               `json:"dp"`
-		Tolerance float64           `json:"tolerance"`
-		Results   []checkJSONResult `json:"results"`
-	}{TP: mesh.TPSize(), DP: mesh.DPSize(), Tolerance: parallel.Tolerance}
-	for _, r := range results {
-		out.Results = append(out.Results, checkJSONResult{r.Check, r.TP, r.Pass(), r.MaxErr(), r.Fail, r.Measures})
-	}
-	return out
 }

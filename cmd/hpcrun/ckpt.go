@@ -1,16 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
-	"text/tabwriter"
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/train/ckpt"
-	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/interop"
 	"github.com/urfave/cli/v2"
 )
@@ -88,48 +84,17 @@ func openCkpt(c *cli.Context, args []string, usage string, withOptim bool) (*ckp
 	return ck, nil
 }
 
-// ckptTensor is one tensor of hpcrun ckpt info.
-type ckptTensor struct {
-	Name  string `json:"name"`
-	Shape []int  `json:"shape"`
-	Shard string `json:"shard"`
-	Bytes int64  `json:"bytes"`
-}
-
 func ckptInfo(c *cli.Context) error {
 	ck, err := openCkpt(c, c.Args().Slice(), "info DIR|EXECID", true)
 	if err != nil {
 		return err
 	}
-	st := ck.State
-	var tensors []ckptTensor
-	var params, total int64
-	for _, ti := range st.Tensors {
-		n := int64(1)
-		for _, d := range ti.Full {
-			n *= int64(d)
-		}
-		params += n
-		sh := "replicated"
-		if ti.Split {
-			sh = fmt.Sprintf("dim %d over tp %d", ti.Dim, st.Mesh.TP)
-			if ti.Blocks > 1 {
-				sh += fmt.Sprintf(" (%d blocks)", ti.Blocks)
-			}
-		}
-		tensors = append(tensors, ckptTensor{Name: ti.Name, Shape: ti.Full, Shard: sh, Bytes: 4 * n})
-	}
-	files, _ := filepath.Glob(filepath.Join(ck.Dir, "*"))
-	for _, f := range files {
-		if fi, err := os.Stat(f); err == nil {
-			total += fi.Size()
-		}
-	}
+	st, in := ck.State, ck.Summary()
 	if c.Bool("json") {
 		out, err := json.MarshalIndent(map[string]any{
 			"dir": ck.Dir, "step": st.Step, "epoch": st.Epoch, "sampler_pos": st.SamplerPos,
 			"model": st.Model, "vocab": st.Vocab, "mesh": st.Mesh, "adam_step": ck.AdamStep,
-			"saved": st.Saved, "config": st.Config, "params": params, "bytes": total, "tensors": tensors,
+			"saved": st.Saved, "config": st.Config, "params": in.Params, "bytes": in.Bytes, "tensors": in.Tensors,
 		}, "", "  ")
 		if err != nil {
 			return err
@@ -137,19 +102,7 @@ func ckptInfo(c *cli.Context) error {
 		fmt.Println(string(out))
 		return nil
 	}
-	fmt.Printf("checkpoint %s\n", ck.Dir)
-	fmt.Printf("step %d (epoch %d, sample %d of it), saved %s\n", st.Step, st.Epoch, st.SamplerPos, st.Saved.Local().Format("2006-01-02 15:04:05"))
-	fmt.Printf("model %s, vocab %d, %.2fM parameters; mesh tp %d x dp %d (%d ranks); %.1f MiB on disk\n",
-		st.Model, st.Vocab, float64(params)/1e6, st.Mesh.TP, st.Mesh.DP, st.Mesh.World, float64(total)/(1<<20))
-	var cfg bytes.Buffer
-	json.Compact(&cfg, st.Config)
-	fmt.Printf("config %s\n\n", cfg.Bytes())
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENSOR\tSHAPE\tSHARD\tBYTES")
-	for _, t := range tensors {
-		fmt.Fprintf(tw, "%s\t%v\t%s\t%d\n", t.Name, t.Shape, t.Shard, t.Bytes)
-	}
-	return tw.Flush()
+	return ck.WriteInfo(os.Stdout, in)
 }
 
 func ckptMerge(c *cli.Context) error {
@@ -184,30 +137,9 @@ func ckptExport(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := exportHF(ck, out); err != nil {
+	if err := interop.ExportHF(ck, out); err != nil {
 		return cli.Exit(err.Error(), 1)
 	}
 	fmt.Fprintf(os.Stderr, "exported step %d of %s (tp %d) to %s\n", ck.State.Step, ck.Dir, ck.State.Mesh.TP, out)
 	return nil
-}
-
-// exportHF writes the GPT checkpoint ck as a Hugging Face GPT-2 directory.
-func exportHF(ck *ckpt.Checkpoint, dir string) error {
-	st := ck.State
-	var cfg trainconfig.Config
-	if err := json.Unmarshal(st.Config, &cfg); err != nil {
-		return fmt.Errorf("export %s: config: %v", ck.Dir, err)
-	}
-	if st.Model != "gpt" && !(st.Model == "bert" && cfg.Arch == "hf") {
-		return fmt.Errorf("export %s: a %s checkpoint of hpcrun's own layout: --hf writes GPT-2 (model gpt) and BERT (model bert with --arch hf, as --init-from a BERT trains)", ck.Dir, st.Model)
-	}
-	tensors, _, err := ck.Merge()
-	if err != nil {
-		return err
-	}
-	spec := interop.Spec{Model: st.Model, Arch: cfg.Arch, Layers: cfg.Layers, Dim: cfg.Dim, Heads: cfg.Heads, Positions: cfg.PositionRows(), Vocab: st.Vocab, TypeVocab: 2}
-	if st.Model == "bert" {
-		return interop.WriteHFBERT(dir, spec, tensors, interop.HFOptions{Prefix: "bert."})
-	}
-	return interop.WriteHF(dir, spec, tensors, interop.HFOptions{})
 }

@@ -2,10 +2,7 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"os"
-	"strings"
-	"text/tabwriter"
 
 	"github.com/hpcrun/hpcrun/idrenv"
 	"github.com/hpcrun/hpcrun/internal/cudalib"
@@ -39,98 +36,10 @@ func envCommand() *cli.Command {
 			if c.Bool("json") {
 				return writeJSON(c, e)
 			}
-			if err := printEnv(c.App.Writer, e); err != nil {
+			if err := e.WriteText(c.App.Writer); err != nil {
 				return err
 			}
-			return printLibs(c.App.Writer, cudalib.SearchDirs(), findLibs())
+			return cudalib.WriteReport(c.App.Writer, cudalib.SearchDirs(), cudalib.FindAll())
 		},
 	}
-}
-
-// printEnv writes e as aligned "key  value" lines, keys as in the JSON.
-func printEnv(w io.Writer, e idrenv.Env) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
-	row("source", e.Source)
-	row("rank", e.Rank)
-	row("world_size", e.WorldSize)
-	row("local_rank", e.LocalRank)
-	row("local_world_size", e.LocalWorldSize)
-	row("node_rank", e.NodeRank)
-	row("num_nodes", e.NumNodes)
-	row("node", e.Node)
-	if len(e.Nodes) > 0 {
-		row("nodes", strings.Join(e.Nodes, ","))
-		row("tasks_per_node", idrenv.CompressTasksPerNode(e.TasksPerNode))
-	}
-	port := fmt.Sprint(e.MasterPort)
-	if e.MasterPort == 0 {
-		port = "0 (any free port)"
-	}
-	row("master_addr", e.MasterAddr)
-	row("master_port", port)
-	row("is_master", e.IsMaster)
-	row("job_id", orDash(e.JobID))
-	row("step_id", orDash(e.StepID))
-	row("restart_count", e.RestartCount)
-	if e.CPUsPerTask == 0 {
-		row("cpus_per_task", "- (not set by the launcher)")
-	} else {
-		row("cpus_per_task", e.CPUsPerTask)
-	}
-	switch {
-	case e.GPU < 0:
-		row("gpu", "none visible")
-	case e.GPUs == nil:
-		row("gpu", fmt.Sprintf("%d (local rank; no GPU variables set)", e.GPU))
-	default:
-		row("gpu", fmt.Sprintf("%d (launcher lists %s)", e.GPU, strings.Join(e.GPUs, ",")))
-	}
-	return tw.Flush()
-}
-
-// libFound is where one CUDA library was found (Found.Path "" when not).
-type libFound struct {
-	What  string
-	Found cudalib.Found
-}
-
-// findLibs looks up every CUDA library the project loads.
-func findLibs() []libFound {
-	var out []libFound
-	for _, l := range cudalib.Libraries {
-		f, _ := cudalib.Find(l.Names)
-		out = append(out, libFound{l.What, f})
-	}
-	return out
-}
-
-// printLibs writes the search directories of the CUDA libraries, then
-// where each library is found and by which rule.
-func printLibs(w io.Writer, dirs []cudalib.Dir, libs []libFound) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\ncuda library search, in order:")
-	for _, d := range dirs {
-		fmt.Fprintf(tw, "  %s\t%s\n", d.Path, d.Source)
-	}
-	fmt.Fprintf(tw, "  (by name)\t%s\n", cudalib.Linker)
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	for _, l := range libs {
-		if l.Found.Path == "" {
-			fmt.Fprintf(tw, "%s\tnot found\n", l.What)
-			continue
-		}
-		fmt.Fprintf(tw, "%s\t%s (%s)\n", l.What, l.Found.Path, l.Found.Source)
-	}
-	return tw.Flush()
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }

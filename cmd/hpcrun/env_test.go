@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hpcrun/hpcrun/cmd/hpcrun/internal/cmdline"
 	"github.com/hpcrun/hpcrun/idrenv"
-	"github.com/hpcrun/hpcrun/internal/cudalib"
 )
 
 // setLauncherEnv clears every launcher variable of this process for the
@@ -45,7 +45,7 @@ func runApp(t *testing.T, args ...string) (string, error) {
 	var out bytes.Buffer
 	app.Writer = &out
 	app.ErrWriter = &out
-	err := app.Run(interspersed(app, append([]string{"hpcrun"}, args...)))
+	err := app.Run(cmdline.Interspersed(app, append([]string{"hpcrun"}, args...)))
 	return out.String(), err
 }
 
@@ -98,28 +98,5 @@ func TestEnvCommandErrors(t *testing.T) {
 	setLauncherEnv(t)
 	if _, err := runApp(t, "env", "extra"); err == nil {
 		t.Error("env with an argument: no error")
-	}
-}
-
-// The library report lists the search in order and, per library, the file
-// and the rule that found it, or that none did.
-func TestPrintLibs(t *testing.T) {
-	var out bytes.Buffer
-	err := printLibs(&out, []cudalib.Dir{{Path: "/venv/nvidia/nccl/lib", Source: "python3 wheel nvidia/nccl"}}, []libFound{
-		{"NCCL", cudalib.Found{Path: "/venv/nvidia/nccl/lib/libnccl.so.2", Source: "python3 wheel nvidia/nccl"}},
-		{"NVRTC", cudalib.Found{}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{
-		"/venv/nvidia/nccl/lib  python3 wheel nvidia/nccl",
-		"  (by name)              the dynamic linker",
-		"NCCL   /venv/nvidia/nccl/lib/libnccl.so.2 (python3 wheel nvidia/nccl)",
-		"NVRTC  not found",
-	} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("report lacks %q:\n%s", want, out.String())
-		}
 	}
 }

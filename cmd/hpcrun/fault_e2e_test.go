@@ -117,8 +117,8 @@ func TestEarlyStopSignalIsHeld(t *testing.T) {
 	fifo.Write(conf)
 	fifo.Close()
 	err = cmd.Wait()
-	if code := cmd.ProcessState.ExitCode(); code != ExitStopped {
-		t.Fatalf("task ended with %v (exit %d), want exit %d (stopped and saved): %s", err, code, ExitStopped, stderr.String())
+	if code := cmd.ProcessState.ExitCode(); code != slurm.ExitStopped {
+		t.Fatalf("task ended with %v (exit %d), want exit %d (stopped and saved): %s", err, code, slurm.ExitStopped, stderr.String())
 	}
 	l, err := metrics.ReadRank(dir.RankMetrics(0))
 	if err != nil {

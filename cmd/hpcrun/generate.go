@@ -15,9 +15,6 @@ import (
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train"
-	"github.com/hpcrun/hpcrun/train/ckpt"
-	trainconfig "github.com/hpcrun/hpcrun/train/config"
-	"github.com/hpcrun/hpcrun/train/interop"
 	"github.com/hpcrun/hpcrun/train/plan"
 	"github.com/urfave/cli/v2"
 )
@@ -113,7 +110,7 @@ func onRanks(c *cli.Context, what, src string, fn func(world nccl.Comm) error) e
 	defer stop()
 	c.Context = ctx
 	nproc := c.Int("nproc")
-	if env.Source == idrenv.Single && os.Getenv(launcherTokenEnv) == "" {
+	if env.Source == idrenv.Single && !slurm.Launched() {
 		if nproc < 1 {
 			return cli.Exit(fmt.Sprintf("--nproc %d: must be at least 1", nproc), 2)
 		}
@@ -128,7 +125,7 @@ func onRanks(c *cli.Context, what, src string, fn func(world nccl.Comm) error) e
 		}
 		return launchRanks(c, nproc, src)
 	}
-	token, err := rankToken(env, "")
+	token, err := slurm.RankToken(env, "")
 	if err != nil {
 		return err
 	}
@@ -154,46 +151,14 @@ func onRanks(c *cli.Context, what, src string, fn func(world nccl.Comm) error) e
 // the pretrained model's config.json, not from its weights files. A run
 // on a GPU is not refused: the plan cannot name it here.
 func refuseModelUnfitHere(src, device string) error {
-	cfg, err := sourceShape(src)
-	if err != nil {
+	mem := plan.MemTotal()
+	if device == "cuda" {
+		mem = 0
+	}
+	if err := train.CheckWeightsFit(src, mem); err != nil {
 		return cli.Exit(err.Error(), 1)
 	}
-	if err := trainconfig.CheckSize(cfg.Layers, cfg.Dim, cfg.PositionRows(), cfg.Vocab, func(n string) string { return n }); err != nil {
-		return cli.Exit(fmt.Sprintf("%s: %v", src, err), 1)
-	}
-	mem := plan.MemTotal()
-	if device == "cuda" || mem <= 0 {
-		return nil
-	}
-	if need := 4 * trainconfig.ParamCount(cfg, cfg.Vocab); need > mem {
-		return cli.Exit(fmt.Sprintf("%s: the model's weights alone need %s, more than the %s of this machine", src, bytesIEC(need), bytesIEC(mem)), 1)
-	}
 	return nil
-}
-
-// sourceShape is the model config of src as train.SourceConfig gives it,
-// except that a Hugging Face model's comes from its config.json alone:
-// its weights files are not opened before the model is known to fit.
-func sourceShape(src string) (trainconfig.Config, error) {
-	if dir, err := ckpt.Resolve(src); err == nil && dir != "" {
-		return train.SourceConfig(src)
-	}
-	hf := ""
-	if st, err := os.Stat(src); err == nil && st.IsDir() {
-		hf = src
-	} else if filepath.Ext(src) == ".safetensors" || filepath.Base(src) == interop.HFConfig {
-		hf = filepath.Dir(src)
-	}
-	if hf == "" {
-		return train.SourceConfig(src) // an llm.c file: its header alone
-	}
-	s, err := interop.ReadHFConfig(hf)
-	if err != nil {
-		return trainconfig.Config{}, err
-	}
-	cfg := trainconfig.DefaultConfig()
-	cfg.Model, cfg.Arch, cfg.Layers, cfg.Dim, cfg.Heads, cfg.Positions, cfg.Vocab = s.Model, s.Arch, s.Layers, s.Dim, s.Heads, s.Positions, s.Vocab
-	return cfg, nil
 }
 
 // launchRanks starts n ranks of this command on this machine, with the

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/hpcrun/hpcrun/cmd/hpcrun/internal/cmdline"
 )
 
 func TestInterspersed(t *testing.T) {
@@ -24,7 +26,7 @@ func TestInterspersed(t *testing.T) {
 	} {
 		in := append([]string{"hpcrun"}, strings.Fields(tc.in)...)
 		want := append([]string{"hpcrun"}, strings.Fields(tc.want)...)
-		if got := interspersed(app, in); !slices.Equal(got, want) {
+		if got := cmdline.Interspersed(app, in); !slices.Equal(got, want) {
 			t.Errorf("%q: got %q, want %q", tc.in, strings.Join(got[1:], " "), tc.want)
 		}
 	}

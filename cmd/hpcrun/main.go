@@ -13,7 +13,9 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/hpcrun/hpcrun/cmd/hpcrun/internal/cmdline"
 	"github.com/hpcrun/hpcrun/slurm"
+	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"github.com/urfave/cli/v2"
 )
 
@@ -26,14 +28,14 @@ func main() {
 		os.Exit(slurm.LocalSrun(os.Args[2:]))
 	}
 	app := newApp()
-	if err := app.Run(interspersed(app, os.Args)); err != nil {
+	if err := app.Run(cmdline.Interspersed(app, os.Args)); err != nil {
 		code := 1
 		var exit cli.ExitCoder
 		if errors.As(err, &exit) {
 			code = exit.ExitCode()
 		}
 		if msg := err.Error(); msg != "" {
-			if jsonAsked(os.Args[1:]) {
+			if cmdline.JSONAsked(os.Args[1:]) {
 				// --json: the error as JSON too, on stderr.
 				b, _ := json.Marshal(map[string]any{"error": msg, "exit_code": code})
 				fmt.Fprintln(os.Stderr, string(b))
@@ -43,20 +45,6 @@ func main() {
 		}
 		os.Exit(code)
 	}
-}
-
-// jsonAsked reports whether the command line asks for --json output
-// (before a lone "--").
-func jsonAsked(args []string) bool {
-	for _, a := range args {
-		switch a {
-		case "--":
-			return false
-		case "--json", "-json", "--json=true", "-json=true":
-			return true
-		}
-	}
-	return false
 }
 
 // newApp builds the command tree; tests run it in-process.
@@ -95,8 +83,18 @@ func newApp() *cli.App {
 			completionCommand(),
 		},
 	}
-	inheritGlobalFlags(app.Commands)
-	strictArgs(app)
-	completeRuns(app.Commands)
+	cmdline.OneDefault()
+	cmdline.InheritFlags(app.Commands, globalFlags)
+	cmdline.Strict(app, presetHint)
+	cmdline.CompleteRuns(app.Commands, listRuns)
 	return app
+}
+
+// presetHint is what a stray argument to a command meant when it names a
+// preset and the command has --preset.
+func presetHint(cmd *cli.Command, arg string) string {
+	if _, err := trainconfig.LookupPreset(arg); err == nil && cmdline.HasFlag(cmd, "preset") {
+		return "did you mean --preset " + arg + "?"
+	}
+	return ""
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train/metrics"
 	"github.com/hpcrun/hpcrun/train/metrics/chart"
+	"github.com/hpcrun/hpcrun/train/plan"
 	"github.com/urfave/cli/v2"
 )
 
@@ -70,7 +71,7 @@ func runMetrics(c *cli.Context) error {
 	var sums []metrics.Summary
 	var curves []metrics.Curves
 	var fails []failure.Verdict
-	var plans []*planCheck
+	var plans []*plan.Check
 	for _, ref := range refs {
 		r, err := findRef(runsDir, ref)
 		if err != nil {
@@ -87,8 +88,8 @@ func runMetrics(c *cli.Context) error {
 			}
 		}
 		sums, curves = append(sums, s), append(curves, cv)
-		fails = append(fails, failureOf(c, r.Dir, s))
-		plans = append(plans, comparePlan(m, s))
+		fails = append(fails, failure.OfRun(c.Context, r.Dir, s))
+		plans = append(plans, planCheckOf(m, s))
 	}
 	w := c.App.Writer
 	if wantJSON(c) {
@@ -103,7 +104,7 @@ func runMetrics(c *cli.Context) error {
 	if fails[0].Class != failure.None {
 		fmt.Fprintf(w, "%-11s %s\n", "failure", fails[0])
 	}
-	writePlanCheck(w, plans[0])
+	plans[0].WriteText(w)
 	if c.Bool("plot") {
 		fmt.Fprintln(w)
 		if err := chart.Terminal(w, curves[0], c.Int("width"), 10); err != nil {
@@ -144,32 +145,16 @@ func wantJSON(c *cli.Context) bool {
 	return false
 }
 
-// failureOf is the failure class of a run (failure.None unless it ended
-// badly): from the job state cached in meta.json, asking the executor only
-// when none is cached and the run is not visibly running.
-func failureOf(c *cli.Context, d rundir.Dir, s metrics.Summary) failure.Verdict {
-	var j slurm.JobInfo
-	if m, err := slurm.ReadMeta(d); err == nil {
-		switch {
-		case m.Final != nil:
-			j = *m.Final
-		case s.Status != "running" && s.Status != metrics.StatusCompleted:
-			j, _ = (slurm.Run{Dir: d, Meta: m}).Status(c.Context) // unknown state: the run's own files decide
-		}
-	}
-	return failure.Of(d, j)
-}
-
 // metricsJSON is one run in --json output.
 type metricsJSON struct {
 	metrics.Summary
 	Failure *failure.Verdict `json:"failure,omitempty"`
 	// Plan is the plan kept in meta.json beside what the run measured.
-	Plan   *planCheck     `json:"plan,omitempty"`
+	Plan   *plan.Check    `json:"plan,omitempty"`
 	Curves metrics.Curves `json:"curves"`
 }
 
-func writeMetricsJSON(w io.Writer, sums []metrics.Summary, curves []metrics.Curves, fails []failure.Verdict, plans []*planCheck, many bool) error {
+func writeMetricsJSON(w io.Writer, sums []metrics.Summary, curves []metrics.Curves, fails []failure.Verdict, plans []*plan.Check, many bool) error {
 	out := make([]metricsJSON, len(sums))
 	for i := range sums {
 		out[i] = metricsJSON{Summary: sums[i], Curves: curves[i], Plan: plans[i]}
@@ -183,4 +168,13 @@ func writeMetricsJSON(w io.Writer, sums []metrics.Summary, curves []metrics.Curv
 		return enc.Encode(out)
 	}
 	return enc.Encode(out[0])
+}
+
+// planCheckOf is the run's plan (from meta.json) beside its summary; nil
+// when the run has no plan.
+func planCheckOf(m *slurm.Meta, s metrics.Summary) *plan.Check {
+	if m == nil {
+		return nil
+	}
+	return plan.CheckRun(m.Plan, s)
 }

@@ -8,8 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hpcrun/hpcrun/slurm"
-	"github.com/hpcrun/hpcrun/train/metrics"
+	"github.com/hpcrun/hpcrun/internal/sweep"
 	"github.com/hpcrun/hpcrun/train/plan"
 )
 
@@ -180,40 +179,6 @@ func TestPlanCluster(t *testing.T) {
 	}
 }
 
-// TestComparePlan checks the rows metrics prints: the plan kept in meta.json
-// beside the summary's figures, with the error in percent of the measured.
-func TestComparePlan(t *testing.T) {
-	pl := plan.Plan{Memory: plan.Memory{EnginePeak: 1100, Total: 1500}, Time: plan.Time{StepS: 0.5, CommShare: 0.2, TokensPerS: 800}}
-	b, _ := json.Marshal(pl)
-	s := metrics.Summary{
-		Memory:     []metrics.RankMemory{{Rank: 0, EnginePeakBytes: 900}, {Rank: 1, EnginePeakBytes: 1000}},
-		StepP50S:   0.4,
-		CommShare:  metrics.Float(math.NaN()),
-		TokensPerS: 1000,
-	}
-	pc := comparePlan(&slurm.Meta{Plan: b}, s)
-	if pc == nil {
-		t.Fatal("no comparison for a meta with a plan")
-	}
-	want := map[string]float64{"engine peak B/rank": 10, "step s": 25, "tokens/s": -20}
-	for _, r := range pc.Rows {
-		w, ok := want[r.What]
-		switch {
-		case r.What == "comm share":
-			if r.ErrorPct.Known() {
-				t.Errorf("comm share unknown in the run, error %v", r.ErrorPct)
-			}
-		case !ok:
-			t.Errorf("unexpected row %+v", r)
-		case math.Abs(float64(r.ErrorPct)-w) > 1e-9:
-			t.Errorf("%s: error %v%%, want %v%%", r.What, r.ErrorPct, w)
-		}
-	}
-	if comparePlan(&slurm.Meta{}, s) != nil {
-		t.Error("a run without a plan has a comparison")
-	}
-}
-
 // TestSweepLocal runs a small grid with the Local executor: the point that
 // runs is a normal run whose measured peak is the predicted one, the invalid
 // point is listed as skipped, and sweep show reads it all back. A dry run
@@ -228,7 +193,7 @@ func TestSweepLocal(t *testing.T) {
 	if len(ids) != 1 {
 		t.Fatalf("sweep dirs: %v", ids)
 	}
-	var rows []sweepRow
+	var rows []sweep.Row
 	show := e.mustRun("sweep", "show", "--json", filepath.Base(filepath.Dir(ids[0])))
 	if err := json.Unmarshal([]byte(show), &rows); err != nil {
 		t.Fatalf("sweep show --json: %v\n%s", err, show)

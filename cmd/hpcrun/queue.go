@@ -7,9 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/hpcrun/hpcrun/cmd/hpcrun/internal/failure"
@@ -43,32 +41,17 @@ func runQueue(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	states := map[slurm.State]bool{}
-	for _, v := range c.StringSlice("state") {
-		for _, s := range strings.Split(v, ",") {
-			if s = strings.TrimSpace(s); s != "" {
-				states[slurm.State(strings.ToUpper(s))] = true
-			}
-		}
-	}
+	states := slurm.ParseStates(c.StringSlice("state"))
 	all := c.Bool("all") || len(states) > 0
 	for {
 		rows, err := queueRows(ctx, dir, all, c.String("name"))
 		if err != nil && rows == nil {
 			return err
 		}
-		if len(states) > 0 {
-			kept := rows[:0]
-			for _, r := range rows {
-				if states[r.State] {
-					kept = append(kept, r)
-				}
-			}
-			rows = kept
-		}
+		rows = states.Filter(rows)
 		if len(rows) == 0 && !all && !c.Bool("json") && !c.Bool("watch") {
-			if n := finishedRuns(dir); n > 0 {
-				fmt.Fprintf(os.Stderr, "no live runs; hpcrun queue --all lists the %d finished or not submitted (--state failed,... picks some)\n", n)
+			if runs, _ := slurm.ListRuns(dir); len(runs) > 0 {
+				fmt.Fprintf(os.Stderr, "no live runs; hpcrun queue --all lists the %d finished or not submitted (--state failed,... picks some)\n", len(runs))
 				return err
 			}
 		}
@@ -100,53 +83,19 @@ func queueRows(ctx context.Context, dir string, all bool, name string) ([]slurm.
 	return rows, slurmErr(err)
 }
 
+// printQueue writes the rows as JSON (an empty list for none) or as
+// slurm.WriteQueue's table.
 func printQueue(w io.Writer, rows []slurm.QueueRow, asJSON bool) error {
-	if asJSON {
-		if rows == nil {
-			rows = []slurm.QueueRow{}
-		}
-		b, err := json.MarshalIndent(rows, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintln(w, string(b))
+	if !asJSON {
+		return slurm.WriteQueue(w, rows)
+	}
+	if rows == nil {
+		rows = []slurm.QueueRow{}
+	}
+	b, err := json.MarshalIndent(rows, "", "  ")
+	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "EXECID\tJOBID\tNAME\tSTATE\tELAPSED\tNODES\tNODELIST(REASON)\tEXECUTOR")
-	for _, r := range rows {
-		where := r.NodeList
-		if r.Reason != "" {
-			where = "(" + firstLineOf(r.Reason) + ")"
-		}
-		if r.Failure != "" {
-			where = "(" + r.Failure + ")"
-		}
-		exec := r.ExecID
-		if exec == "" {
-			exec = "-"
-		}
-		jobid := r.JobID
-		if jobid == "" {
-			jobid = "-"
-		}
-		nodes := "-"
-		if r.Nodes > 0 {
-			nodes = fmt.Sprint(r.Nodes)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", exec, jobid, r.Name, r.State, r.Elapsed, nodes, where, r.Executor)
-	}
-	return tw.Flush()
-}
-
-// finishedRuns is the number of runs under dir, for the hint of a queue
-// with no live run.
-func finishedRuns(dir string) int {
-	runs, _ := slurm.ListRuns(dir)
-	return len(runs)
-}
-
-func firstLineOf(s string) string {
-	s, _, _ = strings.Cut(s, "\n")
-	return s
+	_, err = fmt.Fprintln(w, string(b))
+	return err
 }

@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
+	"github.com/hpcrun/hpcrun/internal/sweep"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/urfave/cli/v2"
 )
@@ -51,19 +51,11 @@ func runRm(c *cli.Context) error {
 		if err != nil {
 			return cli.Exit(fmt.Sprintf("nothing removed: %q is neither a run nor a sweep in %s (hpcrun queue --all lists the runs)", ref, runs), 2)
 		}
-		st, err := readSweep(s.Dir)
+		st, err := sweep.Read(s.Dir)
 		if err != nil {
 			return err
 		}
-		t := target{what: "sweep " + st.ID}
-		for _, p := range st.Points {
-			if p.ExecID != "" {
-				if _, err := os.Stat(filepath.Join(runs, p.ExecID)); err == nil {
-					t.dirs = append(t.dirs, rundir.Dir(filepath.Join(runs, p.ExecID)))
-				}
-			}
-		}
-		targets = append(targets, target{t.what, append(t.dirs, s.Dir)})
+		targets = append(targets, target{"sweep " + st.ID, append(st.RunDirs(runs), s.Dir)})
 	}
 	if !c.Bool("force") {
 		for _, t := range targets {

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
@@ -144,17 +143,7 @@ func launchLocal(c *cli.Context, dir rundir.Dir, cfg trainconfig.Config, meta *s
 	start := time.Now()
 	tasks := slurm.Tasks{N: cfg.NTasks, Program: meta.Spec.Program, Args: meta.Spec.Args, Grace: 15 * time.Second}
 	failed, err := slurm.Torchrun(c.Context, tasks, execID)
-	final := &slurm.JobInfo{ID: meta.JobID, Name: meta.Spec.Name, State: slurm.Completed, Elapsed: time.Since(start).Round(time.Second), Nodes: 1, NodeList: meta.Host, Source: "run"}
-	stoppedBy := stopSignal(failed)
-	switch {
-	case err == nil && len(failed) > 0 && stoppedBy != "":
-		final.State, final.Reason, final.ExitCode = slurm.Cancelled, "stopped by "+stoppedBy, failed[0].ExitCode()
-	case err != nil || len(failed) > 0:
-		final.State, final.Reason, final.ExitCode = slurm.Failed, "NonZeroExitCode", 1
-		if len(failed) > 0 {
-			final.ExitCode = failed[0].ExitCode()
-		}
-	}
+	final, stoppedBy := slurm.TasksEnd(meta, failed, err, time.Since(start))
 	meta.Final = final
 	if werr := slurm.WriteMeta(dir, meta); werr != nil {
 		fmt.Fprintf(os.Stderr, "hpcrun: warning: %v\n", werr)
@@ -181,31 +170,6 @@ func launchLocal(c *cli.Context, dir rundir.Dir, cfg trainconfig.Config, meta *s
 	}
 	fmt.Fprintf(os.Stderr, "run %s completed in %s\n", execID, time.Since(start).Round(time.Millisecond))
 	return nil
-}
-
-// stopSignal names what stopped every failed rank cleanly, each having
-// saved at the same step: SIGINT or SIGTERM (a rank exits 128+signal), or
-// the time-limit signal (ExitStopped, also the exit of a rank stopped by
-// another's signal); "" when some rank failed otherwise.
-func stopSignal(failed []slurm.TaskExit) string {
-	name := ""
-	for _, f := range failed {
-		switch f.ExitCode() {
-		case 128 + int(syscall.SIGINT):
-			name = "SIGINT"
-		case 128 + int(syscall.SIGTERM):
-			if name != "SIGINT" {
-				name = "SIGTERM"
-			}
-		case ExitStopped:
-			if name == "" {
-				name = "the time-limit signal"
-			}
-		default:
-			return ""
-		}
-	}
-	return name
 }
 
 // writeRunFiles writes what the tasks of hpcrun run read, and its meta, so

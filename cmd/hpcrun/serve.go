@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -32,7 +30,7 @@ func serveCommand() *cli.Command {
 			"machine: ssh -L PORT:127.0.0.1:PORT <login node> (the port it prints), then open the URL.\n" +
 			"The port is yours: 20000 + your uid % 10000, so that users of one login node differ.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "addr", Value: fmt.Sprintf("127.0.0.1:%d", servePort(os.Getuid())), Usage: "listen on `HOST:PORT` (port 0: any free one; default port: 20000 + uid % 10000)"},
+			&cli.StringFlag{Name: "addr", Value: fmt.Sprintf("127.0.0.1:%d", dashboard.DefaultPort(os.Getuid())), Usage: "listen on `HOST:PORT` (port 0: any free one; default port: 20000 + uid % 10000)"},
 			&cli.StringFlag{Name: "token", Usage: "the access `TOKEN` (default: 24 random bytes, printed in the URL)", EnvVars: []string{"HPCRUN_SERVE_TOKEN"}},
 			&cli.BoolFlag{Name: "expose", Usage: "allow an --addr other machines can reach (0.0.0.0, :PORT, a public address): anyone who can reach it and learns the token reads the runs"},
 		},
@@ -54,18 +52,13 @@ func runServe(c *cli.Context) error {
 	}
 	token := c.String("token")
 	if token == "" {
-		b := make([]byte, 24)
-		if _, err := rand.Read(b); err != nil {
+		if token, err = dashboard.NewToken(); err != nil {
 			return fmt.Errorf("serve: token: %w", err)
 		}
-		token = hex.EncodeToString(b)
 	} else if len(token) < 16 {
 		return cli.Exit("--token: use at least 16 characters", 2)
 	}
-	loopback := host == "localhost"
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		loopback = true
-	}
+	loopback := dashboard.Loopback(host)
 	if !loopback {
 		if !c.Bool("expose") {
 			return cli.Exit(fmt.Sprintf("--addr %s is reachable from other machines: bind 127.0.0.1 and use ssh -L, or pass --expose to serve the runs there anyway", c.String("addr")), 2)
@@ -95,15 +88,8 @@ func runServe(c *cli.Context) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	srv.Warm() // the summaries of every run, read once: the first page comes from the cache
-	urlHost := ln.Addr().String()
-	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
-		if h, err := os.Hostname(); err == nil {
-			_, port, _ := net.SplitHostPort(urlHost)
-			urlHost = net.JoinHostPort(h, port)
-		}
-	}
 	w := c.App.Writer
-	fmt.Fprintf(w, "hpcrun serve: %s (runs in %s)\n", "http://"+urlHost+"/?token="+token, dir)
+	fmt.Fprintf(w, "hpcrun serve: %s (runs in %s)\n", dashboard.URL(host, ln.Addr().String(), token), dir)
 	if loopback {
 		_, port, _ := net.SplitHostPort(ln.Addr().String())
 		fmt.Fprintf(w, "from your machine: ssh -L %s:%s %s, then open the URL; Ctrl-C stops\n", port, ln.Addr().String(), slurm.Host())
@@ -122,13 +108,6 @@ func runServe(c *cli.Context) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
-}
-
-// servePort is the default port of hpcrun serve for uid: one of its own
-// (20000-29999, below Linux's ephemeral ports), so that the users of a
-// shared login node do not all ask for the same.
-func servePort(uid int) int {
-	return 20000 + max(uid, 0)%10000
 }
 
 // slurmInfo is a queue row as the scheduler's job description.

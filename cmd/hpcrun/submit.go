@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hpcrun/hpcrun/cmd/hpcrun/internal/progress"
 	"github.com/hpcrun/hpcrun/internal/atomicfile"
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/parallel"
@@ -66,39 +67,6 @@ type submitPlan struct {
 	plan     *plan.Plan        // the prediction; nil for checks, or an unnamed GPU (planNote says)
 	suggest  []plan.Suggestion // what would fit, when the plan does not
 	planNote string
-}
-
-// placement checks that the tensor-parallel groups (consecutive ranks) fit
-// inside a node, where their every-layer all-reduces stay off the network,
-// and says where the groups go.
-func placement(spec slurm.JobSpec, tp, pp int) (string, error) {
-	lay, err := spec.Layout()
-	if err != nil {
-		return "", err
-	}
-	pp = max(pp, 1)
-	dp := spec.NTasks / max(tp, 1) / pp
-	stages := ""
-	if pp > 1 {
-		where := "inside a node"
-		if (pp-1)*dp*tp >= lay.TasksPerNode {
-			where = "across nodes"
-		}
-		stages = fmt.Sprintf("; %d pipeline stages of %d consecutive ranks, pp groups of %d %s", pp, dp*tp, pp, where)
-	}
-	if lay.Nodes == 1 {
-		return fmt.Sprintf("placement: 1 node x %s; tp groups of %d and dp groups of %d inside the node%s", nOf(lay.TasksPerNode, "task"), tp, dp, stages), nil
-	}
-	if lay.TasksPerNode%tp != 0 {
-		return "", fmt.Errorf("tp %d does not divide the %d tasks of a node: tensor-parallel groups would straddle nodes and their all-reduces cross the network in every layer; give every node a multiple of %d tasks (--nodes, --ntasks-per-node)",
-			tp, lay.TasksPerNode, tp)
-	}
-	dpWhere := fmt.Sprintf("across nodes (%d per node)", lay.TasksPerNode/tp)
-	if (dp-1)*tp < lay.TasksPerNode {
-		dpWhere = "inside a node"
-	}
-	return fmt.Sprintf("placement: %d nodes x %s; tp groups of %d inside a node, dp groups of %d %s%s",
-		lay.Nodes, nOf(lay.TasksPerNode, "task"), tp, dp, dpWhere, stages), nil
 }
 
 // planSubmit checks a request and plans it; readData says whether to read
@@ -195,7 +163,11 @@ func planSubmit(c *cli.Context, readData bool) (*submitPlan, error) {
 		p.spec.CPUsPerTask = 1
 	}
 	p.spec.Nodes, p.spec.TasksPerNode = c.Int("nodes"), c.Int("ntasks-per-node")
-	if p.placement, err = placement(p.spec, tc.TP, tc.PP); err != nil {
+	lay, err := p.spec.Layout()
+	if err != nil {
+		return nil, err
+	}
+	if p.placement, err = parallel.Placement(lay.Nodes, lay.TasksPerNode, p.spec.NTasks, tc.TP, tc.PP); err != nil {
 		return nil, err
 	}
 	if l, ok := p.exec.(*slurm.Local); ok {
@@ -243,7 +215,7 @@ func runSubmit(c *cli.Context) error {
 	if c.Bool("dry-run") {
 		fmt.Fprintln(os.Stderr, p.placement)
 		if p.plan != nil {
-			writePlan(os.Stderr, p.plan, p.suggest)
+			p.plan.WriteText(os.Stderr, p.suggest)
 		} else if p.check == "" {
 			fmt.Fprintln(os.Stderr, p.planNote)
 		}
@@ -311,7 +283,7 @@ func (p *submitPlan) write(dir rundir.Dir) (m *slurm.Meta, err error) {
 	if err := trainconfig.WriteConfigFile(dir.Config(), p.train, "Training config of run "+dir.ExecID()+", written by hpcrun submit; every task reads it."); err != nil {
 		return nil, err
 	}
-	sum, err := binarySum(p.binary)
+	sum, err := slurm.BinarySHA256(p.binary)
 	if err != nil {
 		return nil, err
 	}
@@ -330,11 +302,11 @@ func (p *submitPlan) write(dir rundir.Dir) (m *slurm.Meta, err error) {
 // followJob shows the run's progress until its job is over and returns
 // the job's status as hpcrun's exit status.
 func followJob(ctx context.Context, r slurm.Run) error {
-	bar := newRunProgress(os.Stderr, r.Dir.Path(), term.IsTerminal(int(os.Stderr.Fd())))
-	defer bar.close()
+	bar := progress.New(os.Stderr, r.Dir.Path(), term.IsTerminal(int(os.Stderr.Fd())))
+	defer bar.Close()
 	j, err := slurm.Wait(ctx, time.Second, func(ctx context.Context) (slurm.JobInfo, error) { return r.Status(ctx) },
 		func(j slurm.JobInfo) error {
-			_, _, err := bar.update(fmt.Sprintf("%-9s ", j.State))
+			_, _, err := bar.Update(fmt.Sprintf("%-9s ", j.State))
 			return err
 		})
 	if errors.Is(err, slurm.ErrStoppedWaiting) {
@@ -343,7 +315,7 @@ func followJob(ctx context.Context, r slurm.Run) error {
 	if err != nil {
 		return slurmErr(err)
 	}
-	bar.close()
+	bar.Close()
 	fmt.Fprintf(os.Stderr, "run %s: job %s %s after %s\n", r.Meta.ExecID, j.ID, j.State, slurm.FormatElapsed(j.Elapsed))
 	return exitWith(j, r.Meta.ExecID)
 }
@@ -383,15 +355,9 @@ func resumeSubmit(c *cli.Context) error {
 			return cli.Exit(fmt.Sprintf("run %s: job %s is %s: wait for it or cancel it (hpcrun cancel %s) before resuming", r.Meta.ExecID, j.ID, j.State, r.Meta.ExecID), 1)
 		}
 	}
-	from := "the start (no checkpoint yet)"
-	if step, err := ckpt.Latest(r.Dir.Ckpt()); err != nil {
+	from, err := ckpt.ResumePoint(r.Dir.Ckpt())
+	if err != nil {
 		return err
-	} else if step != "" {
-		ck, err := ckpt.Open(step, true)
-		if err != nil {
-			return err
-		}
-		from = fmt.Sprintf("step %d of %s", ck.State.Step, step)
 	}
 	ex, err := r.Executor()
 	if err != nil {

@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
-	"syscall"
 
-	"github.com/hpcrun/hpcrun/internal/atomicfile"
 	"github.com/hpcrun/hpcrun/internal/rundir"
+	"github.com/hpcrun/hpcrun/internal/sweep"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/urfave/cli/v2"
 )
@@ -48,7 +46,7 @@ func findRef(runs, ref string) (rundir.Run, error) {
 // job array into an error pointing at hpcrun sweep show.
 func sweepHint(runs, ref string, err error) error {
 	if errors.Is(err, rundir.ErrNotFound) {
-		if st, ok := sweepOfJob(runs, ref); ok {
+		if st, ok := sweep.OfJob(runs, ref); ok {
 			return fmt.Errorf("job %s is the job array of sweep %s, not one run: hpcrun sweep show %s lists its points and their execids: %w", st.JobID, st.ID, st.ID, rundir.ErrNotFound)
 		}
 	}
@@ -61,37 +59,13 @@ func isCheck(m *slurm.Meta) bool {
 	return len(m.Spec.Args) > 0 && m.Spec.Args[0] == "check"
 }
 
-// sweepOfJob is the sweep under runs whose job array has the job id ref.
-func sweepOfJob(runs, ref string) (*sweepState, bool) {
-	if ref == "" {
-		return nil, false
-	}
-	all, _ := rundir.List(rundir.Sweeps(runs))
-	for _, r := range all {
-		if st, err := readSweep(r.Dir); err == nil && st.JobID == ref {
-			return st, true
-		}
-	}
-	return nil, false
-}
-
-// exitWith turns a finished job's state into hpcrun's exit status.
+// exitWith turns a finished job's state into hpcrun's exit status
+// (slurm.JobInfo.ExitStatus).
 func exitWith(j slurm.JobInfo, execID string) error {
-	if j.State == slurm.Completed {
-		return nil
+	if code, msg := j.ExitStatus(execID); code != 0 {
+		return cli.Exit(msg, code)
 	}
-	code := j.ExitCode
-	if code <= 0 || code > 255 {
-		code = 1
-	}
-	msg := fmt.Sprintf("run %s: job %s ended %s", execID, j.ID, j.State)
-	if j.ExitCode != 0 {
-		msg += fmt.Sprintf(" with exit code %d", j.ExitCode)
-	}
-	if j.Reason != "" && j.Reason != "NonZeroExitCode" {
-		msg += " (" + j.Reason + ")"
-	}
-	return cli.Exit(msg+"; see hpcrun logs --err "+execID, code)
+	return nil
 }
 
 // slurmErr adds one line of advice when the controller cannot be reached.
@@ -105,36 +79,4 @@ func slurmErr(err error) error {
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
-}
-
-// binarySum is the sha256 of the hpcrun binary, cached in the user cache dir
-// under its path, size, modification time and inode: hashing a large binary
-// on every submit would cost more than sbatch itself.
-func binarySum(path string) (string, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return "", err
-	}
-	var ino uint64
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		ino = st.Ino
-	}
-	key := fmt.Sprintf("%s\x00%d\x00%d\x00%d", path, fi.Size(), fi.ModTime().UnixNano(), ino)
-	cache := ""
-	if dir, err := os.UserCacheDir(); err == nil {
-		cache = filepath.Join(dir, "hpcrun", "binary-sha256")
-		if b, err := os.ReadFile(cache); err == nil {
-			if k, sum, ok := strings.Cut(string(b), "\n"); ok && k == key && len(sum) == 64 {
-				return sum, nil
-			}
-		}
-	}
-	sum, err := slurm.FileSHA256(path)
-	if err != nil {
-		return "", err
-	}
-	if cache != "" && os.MkdirAll(filepath.Dir(cache), 0o755) == nil {
-		_ = atomicfile.WriteFile(cache, []byte(key+"\n"+sum), 0o644) // a cache: failing to write it costs only time
-	}
-	return sum, nil
 }

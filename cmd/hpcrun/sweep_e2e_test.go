@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hpcrun/hpcrun/internal/sweep"
 	"github.com/hpcrun/hpcrun/train/plan"
 )
 
@@ -72,10 +73,10 @@ func TestE2ESweepSlurm(t *testing.T) {
 
 // waitSweep waits for every point of sweep id to be over, at most 2
 // minutes, and returns sweep show's rows.
-func waitSweep(t *testing.T, e *env, id string) []sweepRow {
+func waitSweep(t *testing.T, e *env, id string) []sweep.Row {
 	t.Helper()
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(time.Second) {
-		var rows []sweepRow
+		var rows []sweep.Row
 		if err := json.Unmarshal([]byte(e.mustRun("sweep", "show", "--json", id)), &rows); err != nil {
 			t.Fatal(err)
 		}
@@ -121,7 +122,7 @@ func TestE2ESweepAutoSlurm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st sweepState
+	var st sweep.State
 	if err := json.Unmarshal(b, &st); err != nil || !st.Auto || len(st.Points) != 3 {
 		t.Fatalf("sweep.json: %v\n%s", err, b)
 	}

@@ -5,12 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/hpcrun/hpcrun/idrenv"
@@ -39,11 +36,8 @@ func trainCommand() *cli.Command {
 
 func runTrainTask(c *cli.Context) error {
 	start := time.Now()
-	// First of all: a stop signal that comes now (right after a requeue,
-	// or with a time limit shorter than the signal's lead) is held until
-	// the task can honour it, instead of being lost (Go ignores an
-	// unhandled USR1, and Slurm sends it once) or killing it.
-	held := holdSignals()
+	held := slurm.HoldSignals() // first of all: an early stop signal waits there
+
 	path, err := filepath.Abs(c.String("run-dir"))
 	if err != nil {
 		return err
@@ -67,7 +61,7 @@ func runTrainTask(c *cli.Context) error {
 	env.LimitThreads() // the CPUs Slurm gave this task, not the node's
 	ctx, cancel := context.WithCancel(c.Context)
 	defer cancel()
-	stop := stopOnSignals(held, cfg.StopSignal, env.Rank, cancel)
+	stop := slurm.StopOnSignals(held, cfg.StopSignal, env.Rank, cancel)
 	// fail ends a task whose world did not form (or formed and failed
 	// before train.Run opened its metrics file): the rank's file still
 	// ends with why, as it would had training begun.
@@ -94,18 +88,18 @@ func runTrainTask(c *cli.Context) error {
 	}
 	// Why a stop came is asked as it comes (scontrol answers before a
 	// second TERM or the kill), not when the end line is written.
-	reason := sync.OnceValue(func() string { return stopReason(context.Background(), stop.signal()) })
+	reason := sync.OnceValue(func() string { return slurm.StopReason(context.Background(), stop.Signal()) })
 	go func() {
 		select {
-		case <-stop.ch:
+		case <-stop.C:
 			reason()
 		case <-ctx.Done():
 		}
 	}()
-	_, err = train.Run(ctx, cfg, comm, train.Options{RunDir: dir.Path(), Log: os.Stdout, Host: env.Node, Stop: stop.ch, GPUOrdinal: env.GPUOrdinal, StopReason: reason})
+	_, err = train.Run(ctx, cfg, comm, train.Options{RunDir: dir.Path(), Log: os.Stdout, Host: env.Node, Stop: stop.C, GPUOrdinal: env.GPUOrdinal, StopReason: reason})
 	if errors.Is(err, train.ErrStopped) {
 		closeWithin(comm, 2*time.Second)
-		return stopped(ctx, dir, cfg, env, stop.signal(), reason(), err)
+		return stopped(ctx, dir, cfg, env, stop.Signal(), reason(), err)
 	}
 	if err != nil {
 		// This rank's own failure becomes the job's: the others stop now,
@@ -139,90 +133,11 @@ func recordEarlyEnd(ctx context.Context, dir rundir.Dir, rank int, err error, wa
 	w.Close()
 }
 
-// ExitStopped is the exit status of a task that stopped on the time-limit
-// signal after saving a checkpoint (EX_TEMPFAIL: try again later).
-const ExitStopped = 75
-
-// stopRequest is closed when a signal asks the task to stop.
-type stopRequest struct {
-	ch  chan struct{}
-	got atomic.Value // the os.Signal that closed ch
-}
-
-func (s *stopRequest) signal() os.Signal {
-	sig, _ := s.got.Load().(os.Signal)
-	return sig
-}
-
-// holdSignals catches the signals that ask a task to stop before the task
-// knows which one is its time-limit signal; they wait in the channel until
-// stopOnSignals reads them.
-func holdSignals() chan os.Signal {
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGUSR2, os.Interrupt, syscall.SIGTERM)
-	return sigs
-}
-
-// stopOnSignals turns the time-limit signal (SIGUSR1, or SIGUSR2 when name
-// says so: Slurm's --signal=USR1@<secs>, or scancel --signal), SIGINT and
-// SIGTERM (Ctrl-C, scancel, hpcrun cancel), as they arrive on sigs from
-// holdSignals (those that came early first), into one request: every rank
-// stops after the same step and saves, whichever rank got the signal, so no
-// rank dies under the others. A second INT or TERM cancels at once. The
-// other USR signal gets its default action back (one that came early is
-// ignored, with a word).
-func stopOnSignals(sigs chan os.Signal, name string, rank int, cancel context.CancelFunc) *stopRequest {
-	limit, other := syscall.SIGUSR1, syscall.SIGUSR2
-	if name == "USR2" {
-		limit, other = other, limit
-	}
-	signal.Reset(other)
-	s := &stopRequest{ch: make(chan struct{})}
-	go func() {
-		first := <-sigs
-		for first == other {
-			fmt.Fprintf(os.Stderr, "hpcrun: rank %d ignored %v that came before it knew its stop signal (%v)\n", rank, first, limit)
-			first = <-sigs
-		}
-		s.got.Store(first)
-		if rank == 0 || first != limit {
-			fmt.Fprintf(os.Stderr, "hpcrun: rank %d received %v: every rank stops after this step and saves a checkpoint (again to stop at once)\n", rank, first)
-		}
-		close(s.ch)
-		for sig := range sigs {
-			if sig != limit {
-				fmt.Fprintf(os.Stderr, "hpcrun: rank %d received %v again: stopping now\n", rank, sig)
-				cancel()
-				signal.Stop(sigs)
-				return
-			}
-		}
-	}()
-	return s
-}
-
-// stopped ends a task that saved and stopped on a signal. After the
-// time-limit signal, rank 0 lets slurm requeue the job when it is a real
-// Slurm job (slurm.Requeue), and every task exits with ExitStopped; after
-// INT or TERM every task exits 128+signal, as a killed one would, with the
-// way to resume.
+// stopped ends a task that saved and stopped on a signal, as
+// slurm.StopExit says.
 func stopped(ctx context.Context, dir rundir.Dir, cfg trainconfig.Config, env idrenv.Env, sig os.Signal, reason string, err error) error {
 	msg := fmt.Sprintf("rank %d: %s", env.Rank, strings.Replace(err.Error(), train.ErrStopped.Error(), reason, 1))
-	if s, ok := sig.(syscall.Signal); ok && (s == syscall.SIGINT || s == syscall.SIGTERM) {
-		// Every rank stopped at the same step: rank 0 says so, and how to
-		// resume (hpcrun run's launcher says it itself, once).
-		switch {
-		case env.Rank != 0:
-			msg = ""
-		case os.Getenv("HPCRUN_EXECUTOR") != "run":
-			msg += "; resume with: hpcrun submit --resume " + dir.ExecID()
-		}
-		return cli.Exit(msg, 128+int(s))
-	}
-	if env.Rank != 0 {
-		return cli.Exit(msg, ExitStopped)
-	}
-	return cli.Exit(msg+"; "+slurm.Requeue(ctx, os.Getenv, dir.ExecID(), env.RestartCount, cfg.Requeues()), ExitStopped)
+	return cli.Exit(slurm.StopExit(ctx, os.Getenv, sig, env.Rank, dir.ExecID(), env.RestartCount, cfg.Requeues(), msg))
 }
 
 // lostPeer ends a task whose training failed. When the failure is a lost

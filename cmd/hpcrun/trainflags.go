@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"reflect"
 	"strings"
 
 	"github.com/hpcrun/hpcrun/train"
@@ -83,26 +82,13 @@ func applyTrainFlags(c *cli.Context, cfg *trainconfig.Config) error {
 	}
 	// Every other flag is the trainconfig.Config field of the same name in TOML
 	// (grad-accum is grad_accum): one list, the Config's.
-	v := reflect.ValueOf(cfg).Elem()
-	for i := 0; i < v.NumField(); i++ {
-		key, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("toml"), ",")
+	for _, key := range trainconfig.Keys() {
 		name := strings.ReplaceAll(key, "_", "-")
-		if key == "" || key == "preset" || !c.IsSet(name) {
+		if key == "preset" || !c.IsSet(name) {
 			continue
 		}
-		switch f := v.Field(i); f.Kind() {
-		case reflect.Int:
-			f.SetInt(int64(c.Int(name)))
-		case reflect.Int64:
-			f.SetInt(c.Int64(name))
-		case reflect.Float64:
-			f.SetFloat(c.Float64(name))
-		case reflect.String:
-			f.SetString(c.String(name))
-		case reflect.Bool:
-			f.SetBool(c.Bool(name))
-		default:
-			return fmt.Errorf("--%s: a %s option cannot be a flag", name, f.Kind())
+		if err := cfg.Set(key, c.Value(name)); err != nil {
+			return fmt.Errorf("--%s: %w", name, err)
 		}
 	}
 	return nil
@@ -124,14 +110,7 @@ func applyInitFrom(c *cli.Context, cfg *trainconfig.Config) error {
 // each flag (a config file may change it: see hpcrun config show) rather
 // than the flag's zero value, which would never be used.
 func showBuiltinDefaults(flags []cli.Flag) {
-	def := reflect.ValueOf(trainconfig.DefaultConfig())
-	byKey := map[string]string{}
-	for i := 0; i < def.NumField(); i++ {
-		key, _, _ := strings.Cut(def.Type().Field(i).Tag.Get("toml"), ",")
-		if v := fmt.Sprint(def.Field(i).Interface()); v != "" {
-			byKey[key] = v
-		}
-	}
+	byKey := trainconfig.DefaultConfig().Strings()
 	for _, f := range flags {
 		text := byKey[strings.ReplaceAll(f.Names()[0], "-", "_")]
 		switch f := f.(type) {

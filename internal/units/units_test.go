@@ -28,3 +28,42 @@ func TestBytes(t *testing.T) {
 		}
 	}
 }
+
+func TestParseBytes(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int64
+		bad  bool
+	}{
+		{"4096", 4096, false}, {"4KiB", 4096, false}, {"64MiB", 64 << 20, false}, {"1GiB", 1 << 30, false},
+		{"2M", 2 << 20, false}, {"8B", 8, false}, {"", 0, true}, {"-4KiB", 0, true}, {"4 kb", 0, true},
+	} {
+		got, err := ParseBytes(c.in)
+		if (err != nil) != c.bad || got != c.want {
+			t.Errorf("ParseBytes(%q) = %d, %v; want %d (error %v)", c.in, got, err, c.want, c.bad)
+		}
+	}
+}
+
+func TestSizeReadsBack(t *testing.T) {
+	for _, c := range []struct {
+		n    int64
+		want string
+	}{{4 << 10, "4KiB"}, {64 << 20, "64MiB"}, {1 << 30, "1024MiB"}, {1000, "1000B"}, {1536, "1536B"}} {
+		got := Size(c.n)
+		if got != c.want {
+			t.Errorf("Size(%d) = %q, want %q", c.n, got, c.want)
+		}
+		if back, err := ParseBytes(got); err != nil || back != c.n {
+			t.Errorf("ParseBytes(Size(%d)) = %d, %v", c.n, back, err)
+		}
+	}
+}
+
+func TestCount(t *testing.T) {
+	for n, want := range map[int]string{0: "0 tasks", 1: "1 task", 4: "4 tasks"} {
+		if got := Count(n, "task"); got != want {
+			t.Errorf("Count(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

@@ -16,5 +16,6 @@
 // straight from the files in one streaming pass that keeps no steps (one
 // float64 per step for the percentiles), so a run of a million steps sums up
 // in a fraction of a second and a few tens of MB; ReadRun keeps every line,
-// for the follower of hpcrun watch and for tests.
+// for the follower of hpcrun watch (ProgressOf: how far a run got, from its
+// ranks' last lines) and for tests.
 package metrics

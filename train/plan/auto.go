@@ -9,7 +9,6 @@ import (
 	"slices"
 	"text/tabwriter"
 
-	"github.com/hpcrun/hpcrun/internal/units"
 	"github.com/hpcrun/hpcrun/train/config"
 )
 
@@ -485,9 +484,6 @@ func why(best, p *Plan) string {
 	}
 	return fmt.Sprintf("%+.1f%% step, most in %s (%+.2f ms)", 100*(t.StepS/b.StepS-1), most.what, 1e3*most.s)
 }
-
-// bytesIEC is n bytes as hpcrun prints them: "1.25 GiB".
-func bytesIEC(n int64) string { return units.Bytes(n, 2) }
 
 // WriteAuto prints the top layouts of res (all when top <= 0) as a
 // table: layout, predicted step time and tokens/s, memory a rank, comm

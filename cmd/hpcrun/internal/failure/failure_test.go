@@ -1,13 +1,16 @@
 package failure
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/slurm"
+	"github.com/hpcrun/hpcrun/train/metrics"
 )
 
 // TestRecordedRuns classifies every run under testdata from its files, as
@@ -104,5 +107,25 @@ func TestGatherReadsHeadAndTail(t *testing.T) {
 	}
 	if got := Classify(e); got.Class != OutOfMemory {
 		t.Errorf("class %q, want %q: the memory error comes before the time limit", got.Class, OutOfMemory)
+	}
+}
+
+// TestOfRun reads the job's state cached in meta.json: a job that ran out
+// of memory is one, whatever its files say; a run without meta.json and
+// whose files show nothing wrong is no failure.
+func TestOfRun(t *testing.T) {
+	d, err := rundir.New(t.TempDir(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := OfRun(context.Background(), d, metrics.Summary{Status: metrics.StatusCompleted}); v.Class != None {
+		t.Errorf("no meta.json: %+v", v)
+	}
+	m := &slurm.Meta{ExecID: d.ExecID(), JobID: "7", Final: &slurm.JobInfo{ID: "7", State: "OUT_OF_MEMORY"}}
+	if err := slurm.WriteMeta(d, m); err != nil {
+		t.Fatal(err)
+	}
+	if v := OfRun(context.Background(), d, metrics.Summary{Status: "failed"}); v.Class != OutOfMemory {
+		t.Errorf("a job that ran out of memory: %+v", v)
 	}
 }

@@ -2,6 +2,7 @@ package failure
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -20,6 +21,23 @@ const (
 	logHead  = 16 << 10
 	logTail  = 32 << 10
 )
+
+// OfRun is the failure of the run in d, summed up as s (failure None
+// unless it ended badly): its job's state from the final state cached in
+// meta.json, asking the executor only when none is cached and the run is
+// not visibly running or completed.
+func OfRun(ctx context.Context, d rundir.Dir, s metrics.Summary) Verdict {
+	var j slurm.JobInfo
+	if m, err := slurm.ReadMeta(d); err == nil {
+		switch {
+		case m.Final != nil:
+			j = *m.Final
+		case s.Status != "running" && s.Status != metrics.StatusCompleted:
+			j, _ = (slurm.Run{Dir: d, Meta: m}).Status(ctx) // unknown state: the run's own files decide
+		}
+	}
+	return Of(d, j)
+}
 
 // Of runs the evidence of the run in d, whose job the scheduler last
 // described as job, through Classify. It reads a bounded part of each file,

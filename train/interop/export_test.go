@@ -1,4 +1,4 @@
-package main
+package interop_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/hpcrun/hpcrun/train"
 	"github.com/hpcrun/hpcrun/train/ckpt"
 	trainconfig "github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/interop"
 )
 
 // runInProcess trains cfg on cfg.NTasks in-process ranks and returns rank
@@ -30,7 +31,7 @@ func runInProcess(t *testing.T, cfg trainconfig.Config, runDir string) *train.Re
 }
 
 // TestExportInitFromRoundTrip: a GPT trained at tp 2 (a 64-row position
-// table, seq 16) and exported with ckpt export --hf is read back by
+// table, seq 16) and exported with ExportHF (ckpt export --hf) is read back by
 // --init-from at tp 1 and 2 with the validation loss of the checkpoint's
 // weights: exactly at the saved tp, within 1e-5 at the other.
 func TestExportInitFromRoundTrip(t *testing.T) {
@@ -57,7 +58,7 @@ func TestExportInitFromRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	hf := filepath.Join(dir, "hf")
-	if err := exportHF(ck, hf); err != nil {
+	if err := interop.ExportHF(ck, hf); err != nil {
 		t.Fatal(err)
 	}
 	for _, tp := range []int{2, 1} {
@@ -82,7 +83,7 @@ func TestExportInitFromRoundTrip(t *testing.T) {
 			t.Errorf("tp %d: loss from the export %.7f, the checkpoint's %.7f", tp, got.Loss, last.Loss)
 		}
 	}
-	if err := exportHF(&ckpt.Checkpoint{Dir: "x", State: ckpt.State{Model: "bert", Config: []byte(`{"model":"bert"}`)}}, filepath.Join(dir, "b")); err == nil || !strings.Contains(err.Error(), "a bert checkpoint of hpcrun's own layout") {
+	if err := interop.ExportHF(&ckpt.Checkpoint{Dir: "x", State: ckpt.State{Model: "bert", Config: []byte(`{"model":"bert"}`)}}, filepath.Join(dir, "b")); err == nil || !strings.Contains(err.Error(), "a bert checkpoint of hpcrun's own layout") {
 		t.Errorf("exporting a bert checkpoint: %v", err)
 	}
 }

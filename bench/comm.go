@@ -1,0 +1,339 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hpcrun/hpcrun/idrenv"
+	"github.com/hpcrun/hpcrun/internal/units"
+	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/slurm"
+)
+
+// CommWorkerEnv marks a process spawned by Comm as one rank of the
+// all-reduce benchmark: "rank,size,port,token,backend,min,max" (rank and
+// size "slurm" when srun started it).
+const CommWorkerEnv = "HPCRUN_BENCH_COMM_WORKER"
+
+// CommOptions is one all-reduce benchmark: N ranks of Program Args (the
+// program that runs CommWorker when CommWorkerEnv is set), on this machine
+// or over Nodes nodes of the Slurm allocation it runs in, on float32
+// buffers of Min to Max bytes (x4 each step).
+type CommOptions struct {
+	N, Nodes int
+	Min, Max int64
+	Backend  string // nccl.BackendAuto or nccl.BackendTCP
+	MPI      bool   // time Open MPI's MPI_Allreduce beside (bench/mpi)
+	Repeat   int    // rounds, alternating sides; each size keeps its best time
+	Program  string
+	Args     []string
+	// Warn gets a line when the Open MPI peer cannot run (nil: discarded).
+	Warn io.Writer
+}
+
+// CommRow is one size of the report (times in seconds per all-reduce,
+// bandwidths in GB/s of bus bandwidth, ratios Open MPI's time over
+// hpcrun's: above 1, hpcrun is faster).
+type CommRow struct {
+	Bytes       int64   `json:"bytes"`
+	HpcrunS     float64 `json:"hpcrun_s"`
+	HpcrunBusBW float64 `json:"hpcrun_busbw_gbs"`
+	MPIShmS     float64 `json:"mpi_shm_s,omitempty"`
+	MPIShmBusBW float64 `json:"mpi_shm_busbw_gbs,omitempty"`
+	RatioShm    float64 `json:"ratio_vs_mpi_shm,omitempty"`
+	MPITCPS     float64 `json:"mpi_tcp_s,omitempty"`
+	MPITCPBusBW float64 `json:"mpi_tcp_busbw_gbs,omitempty"`
+	RatioTCP    float64 `json:"ratio_vs_mpi_tcp,omitempty"`
+}
+
+// CommReport is hpcrun bench comm's result (its --json).
+type CommReport struct {
+	Nproc   int       `json:"nproc"`
+	Nodes   int       `json:"nodes"`
+	Backend string    `json:"backend"`
+	Peer    string    `json:"peer"`
+	Rows    []CommRow `json:"rows"`
+	srun    bool      // the ranks ran over the nodes of an allocation
+}
+
+// CommSizes are the buffer sizes from lo to hi, x4 each step.
+func CommSizes(lo, hi int64) []int64 {
+	var s []int64
+	for b := lo; b <= hi; b *= 4 {
+		s = append(s, b)
+	}
+	return s
+}
+
+// CommIters is the number of timed all-reduces for a size: 256 MiB of
+// traffic, 3 to 200 runs; bench/mpi/mpi_allreduce.c uses the same rule.
+func CommIters(bytes int64) int {
+	return int(min(max((256<<20)/bytes, 3), 200))
+}
+
+// BusBandwidth is the bus bandwidth in GB/s of an all-reduce of bytes
+// over n ranks that took s seconds: 2(n-1)/n * bytes / s; 0 when s is.
+func BusBandwidth(n int, bytes int64, s float64) float64 {
+	if s <= 0 {
+		return 0
+	}
+	return 2 * float64(n-1) / float64(n) * float64(bytes) / s / 1e9
+}
+
+// Comm runs the benchmark: hpcrun's ranks, then (o.MPI) Open MPI's, o.Repeat
+// times, and reports each size's best time.
+func Comm(ctx context.Context, o CommOptions) (CommReport, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	warn := o.Warn
+	if warn == nil {
+		warn = io.Discard
+	}
+	rep := CommReport{Nproc: o.N, Nodes: max(o.Nodes, 1), Backend: o.Backend, Peer: "none", srun: o.Nodes > 0}
+	mpi := o.MPI
+	var ours, shm, tcp map[int64]float64
+	for range o.Repeat {
+		var t map[int64]float64
+		var err error
+		if o.Nodes > 0 {
+			t, err = srunRanks(ctx, o)
+		} else {
+			t, err = localRanks(ctx, o)
+		}
+		if err != nil {
+			return rep, err
+		}
+		ours = best(ours, t)
+		if mpi && o.Nodes > 0 {
+			// Across nodes Open MPI picks its transport per pair: shared
+			// memory within a node, TCP between; one column, "tcp".
+			t, err := runMPI(ctx, o.N, o.Min, o.Max, "self,vader,tcp")
+			if err != nil {
+				fmt.Fprintf(warn, "bench comm: Open MPI peer skipped: %v\n", err)
+				mpi = false
+				continue
+			}
+			tcp = best(tcp, t)
+			rep.Peer = "Open MPI MPI_Allreduce launched by mpirun in the same allocation (btl vader within a node, tcp between)"
+		} else if mpi {
+			s, err := runMPI(ctx, o.N, o.Min, o.Max, "self,vader")
+			var t map[int64]float64
+			if err == nil {
+				t, err = runMPI(ctx, o.N, o.Min, o.Max, "self,tcp")
+			}
+			if err != nil {
+				fmt.Fprintf(warn, "bench comm: Open MPI peer skipped: %v\n", err)
+				mpi = false
+				continue
+			}
+			shm, tcp = best(shm, s), best(tcp, t)
+			rep.Peer = "Open MPI MPI_Allreduce (btl vader = shared memory; btl tcp)"
+		}
+	}
+	rep.Rows = commRows(o.N, CommSizes(o.Min, o.Max), ours, shm, tcp)
+	return rep, nil
+}
+
+// commRows sets the best times of each side beside hpcrun's, size by size.
+func commRows(n int, sizes []int64, ours, shm, tcp map[int64]float64) []CommRow {
+	var rows []CommRow
+	for _, b := range sizes {
+		r := CommRow{Bytes: b, HpcrunS: ours[b], HpcrunBusBW: BusBandwidth(n, b, ours[b])}
+		if s, ok := shm[b]; ok {
+			r.MPIShmS, r.MPIShmBusBW, r.RatioShm = s, BusBandwidth(n, b, s), s/ours[b]
+		}
+		if s, ok := tcp[b]; ok {
+			r.MPITCPS, r.MPITCPBusBW, r.RatioTCP = s, BusBandwidth(n, b, s), s/ours[b]
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// WriteText prints the report as hpcrun bench comm's table.
+func (rep CommReport) WriteText(out io.Writer) error {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	where := "on this host"
+	if rep.srun {
+		where = fmt.Sprintf("over %d nodes", rep.Nodes)
+	}
+	fmt.Fprintf(out, "all-reduce float32 sum, %d ranks %s, hpcrun backend %s; bus bandwidth GB/s = 2(n-1)/n*bytes/time\n", rep.Nproc, where, rep.Backend)
+	fmt.Fprintln(w, "size\thpcrun\tmpi-shm\tratio\tmpi-tcp\tratio\t")
+	f := func(v float64) string {
+		if v == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.3f", v)
+	}
+	for _, r := range rep.Rows {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t\n", units.Size(r.Bytes), f(r.HpcrunBusBW), f(r.MPIShmBusBW), f(r.RatioShm), f(r.MPITCPBusBW), f(r.RatioTCP))
+	}
+	return w.Flush()
+}
+
+// best keeps each size's smallest time.
+func best(acc, m map[int64]float64) map[int64]float64 {
+	if acc == nil {
+		acc = map[int64]float64{}
+	}
+	for b, s := range m {
+		if old, ok := acc[b]; !ok || s < old {
+			acc[b] = s
+		}
+	}
+	return acc
+}
+
+// CommWorker is one rank of the benchmark, told its place by spec (the
+// value of CommWorkerEnv): it all-reduces every size, and rank 0 prints
+// "<bytes> <seconds>" lines, the slowest rank's time per all-reduce.
+func CommWorker(spec string, out io.Writer) error {
+	f := strings.Split(spec, ",")
+	if len(f) != 7 {
+		return fmt.Errorf("%s=%q: want rank,size,port,token,backend,min,max", CommWorkerEnv, spec)
+	}
+	var v [7]int64
+	fields := []int{0, 1, 2, 5, 6}
+	master := "127.0.0.1"
+	if f[0] == "slurm" {
+		// Started by srun on the nodes of an allocation: Slurm says who we are.
+		env, err := idrenv.Detect()
+		if err != nil {
+			return err
+		}
+		v[0], v[1], master, fields = int64(env.Rank), int64(env.WorldSize), env.MasterAddr, []int{2, 5, 6}
+	}
+	for _, i := range fields {
+		x, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return fmt.Errorf("%s: field %d: %w", CommWorkerEnv, i, err)
+		}
+		v[i] = x
+	}
+	ln, err := slurm.MasterListener()
+	if err != nil {
+		return err
+	}
+	comm, err := nccl.Init(context.Background(), nccl.Options{Rank: int(v[0]), Size: int(v[1]), MasterAddr: master,
+		MasterPort: int(v[2]), Listener: ln, Token: f[3], Backend: f[4], Timeout: time.Minute})
+	if err != nil {
+		return err
+	}
+	defer comm.Close()
+	return timeAllReduce(comm, v[5], v[6], out)
+}
+
+// timeAllReduce times comm's all-reduce on every size from lo to hi; rank
+// 0 writes "<bytes> <seconds>" lines, the slowest rank's time.
+func timeAllReduce(comm nccl.Comm, lo, hi int64, out io.Writer) error {
+	buf := make([]float32, hi/4)
+	for i := range buf {
+		buf[i] = float32(comm.Rank()+i%7) * 0.25
+	}
+	for _, bytes := range CommSizes(lo, hi) {
+		b := buf[:bytes/4]
+		if err := comm.AllReduce(b, nccl.Sum); err != nil { // warm-up
+			return err
+		}
+		if err := comm.Barrier(); err != nil {
+			return err
+		}
+		n := CommIters(bytes)
+		t0 := time.Now()
+		for range n {
+			if err := comm.AllReduce(b, nccl.Sum); err != nil {
+				return err
+			}
+		}
+		dt := []float32{float32(time.Since(t0).Seconds() / float64(n))}
+		if err := comm.AllReduce(dt, nccl.Max); err != nil {
+			return err
+		}
+		if comm.Rank() == 0 {
+			fmt.Fprintf(out, "%d %.9f\n", bytes, dt[0])
+		}
+	}
+	return nil
+}
+
+// localRanks starts o.N copies of o.Program as benchmark ranks (the worker
+// spec in the environment) through slurm.Tasks, the one local launcher;
+// one failed rank ends the others.
+func localRanks(ctx context.Context, o CommOptions) (map[int64]float64, error) {
+	master, port, err := slurm.ListenMaster()
+	if err != nil {
+		return nil, fmt.Errorf("bench comm: %w", err)
+	}
+	tok, err := slurm.NewToken()
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	stderr := make([]bytes.Buffer, o.N)
+	tasks := slurm.Tasks{Master: master, N: o.N, Program: o.Program, Args: o.Args,
+		Vars: func(r int) []string {
+			return []string{fmt.Sprintf("%s=%d,%d,%d,%s,%s,%d,%d", CommWorkerEnv, r, o.N, port, tok, o.Backend, o.Min, o.Max)}
+		},
+		Output: func(r int) (io.Writer, io.Writer) {
+			if r == 0 {
+				return &out, &stderr[r]
+			}
+			return io.Discard, &stderr[r]
+		}}
+	failed, err := tasks.Run(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bench comm: %w", err)
+	}
+	var errs []error
+	for _, f := range failed {
+		errs = append(errs, fmt.Errorf("rank %d: %v: %s", f.Rank, f.Err, strings.TrimSpace(stderr[f.Rank].String())))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("bench comm: %w", err)
+	}
+	return parseTimes(&out)
+}
+
+// srunRanks starts the benchmark's ranks with srun on the nodes of the
+// allocation this process runs in; rank 0's times come back on srun's
+// output.
+func srunRanks(ctx context.Context, o CommOptions) (map[int64]float64, error) {
+	tok, err := slurm.NewToken()
+	if err != nil {
+		return nil, err
+	}
+	port := idrenv.DerivePort(os.Getenv("SLURM_JOB_ID") + "/bench/" + tok[:6])
+	var out, errb bytes.Buffer
+	cmd := exec.CommandContext(ctx, "srun", "-N", strconv.Itoa(o.Nodes), "-n", strconv.Itoa(o.N), "--ntasks-per-node", strconv.Itoa(o.N/o.Nodes), o.Program, "bench", "comm")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=slurm,slurm,%d,%s,%s,%d,%d", CommWorkerEnv, port, tok, o.Backend, o.Min, o.Max))
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("bench comm: srun: %v: %s", err, strings.TrimSpace(errb.String()))
+	}
+	return parseTimes(&out)
+}
+
+// parseTimes reads rank 0's "<bytes> <seconds>" lines.
+func parseTimes(r io.Reader) (map[int64]float64, error) {
+	m := map[int64]float64{}
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		var b int64
+		var s float64
+		if _, err := fmt.Sscan(sc.Text(), &b, &s); err != nil {
+			return nil, fmt.Errorf("bench comm: bad result line %q", sc.Text())
+		}
+		m[b] = s
+	}
+	return m, sc.Err()
+}

@@ -1,0 +1,106 @@
+package bench
+
+import (
+	"bytes"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/hpcrun/hpcrun/nccl"
+)
+
+func TestCommSizesAndIters(t *testing.T) {
+	s := CommSizes(4<<10, 64<<20)
+	if len(s) != 8 || s[0] != 4<<10 || s[7] != 64<<20 {
+		t.Fatalf("CommSizes = %v", s)
+	}
+	// Same rule as bench/mpi/mpi_allreduce.c: 256 MiB of traffic, 3..200 runs.
+	for _, c := range []struct {
+		bytes int64
+		want  int
+	}{{4 << 10, 200}, {1 << 20, 200}, {64 << 20, 4}, {256 << 20, 3}} {
+		if got := CommIters(c.bytes); got != c.want {
+			t.Errorf("CommIters(%d) = %d, want %d", c.bytes, got, c.want)
+		}
+	}
+}
+
+// TestCommRows checks the bus bandwidth 2(n-1)/n*bytes/time, each size's
+// best time over the rounds, and the ratios Open MPI's time over hpcrun's.
+func TestCommRows(t *testing.T) {
+	ours := best(best(nil, map[int64]float64{1000: 2e-6, 4000: 4e-6}), map[int64]float64{1000: 1e-6, 4000: 5e-6})
+	shm := map[int64]float64{1000: 2e-6}
+	rows := commRows(4, []int64{1000, 4000}, ours, shm, nil)
+	if len(rows) != 2 {
+		t.Fatalf("rows = %+v", rows)
+	}
+	r := rows[0]
+	if r.HpcrunS != 1e-6 || math.Abs(r.HpcrunBusBW-1.5) > 1e-9 || r.RatioShm != 2 || math.Abs(r.MPIShmBusBW-0.75) > 1e-9 {
+		t.Errorf("1000 B: %+v; want the best time 1e-6 s, 1.5 GB/s, shm 0.75 GB/s and ratio 2", r)
+	}
+	if r := rows[1]; r.HpcrunS != 4e-6 || r.MPIShmS != 0 || r.RatioShm != 0 || r.RatioTCP != 0 {
+		t.Errorf("4000 B: %+v; want hpcrun's best and no peer", r)
+	}
+	if BusBandwidth(4, 1000, 0) != 0 {
+		t.Error("a size never timed has a bandwidth")
+	}
+}
+
+func TestCommReportText(t *testing.T) {
+	rep := CommReport{Nproc: 2, Nodes: 1, Backend: "auto", Rows: []CommRow{
+		{Bytes: 4 << 10, HpcrunBusBW: 1.25, MPIShmBusBW: 1, RatioShm: 0.8},
+		{Bytes: 1 << 20, HpcrunBusBW: 2},
+	}}
+	var b bytes.Buffer
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	want := "all-reduce float32 sum, 2 ranks on this host, hpcrun backend auto; bus bandwidth GB/s = 2(n-1)/n*bytes/time\n" +
+		"  size  hpcrun  mpi-shm  ratio  mpi-tcp  ratio\n" +
+		"  4KiB   1.250    1.000  0.800        -      -\n" +
+		"  1MiB   2.000        -      -        -      -\n"
+	if b.String() != want {
+		t.Errorf("table:\n%s\nwant:\n%s", b.String(), want)
+	}
+	rep.srun = true
+	b.Reset()
+	rep.WriteText(&b)
+	if !strings.Contains(b.String(), "2 ranks over 1 nodes") {
+		t.Errorf("a run over the nodes of an allocation: %s", b.String())
+	}
+}
+
+// TestTimeAllReduce runs the worker's timing loop on an in-process world:
+// rank 0 alone writes one "<bytes> <seconds>" line a size, which
+// parseTimes reads back.
+func TestTimeAllReduce(t *testing.T) {
+	outs := make([]bytes.Buffer, 3)
+	err := nccl.RunInProcess(3, func(c nccl.Comm) error { return timeAllReduce(c, 256, 4096, &outs[c.Rank()]) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if outs[1].Len() != 0 || outs[2].Len() != 0 {
+		t.Errorf("ranks 1 and 2 wrote %q, %q", outs[1].String(), outs[2].String())
+	}
+	m, err := parseTimes(&outs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []int64{256, 1024, 4096} {
+		if s, ok := m[b]; !ok || s <= 0 {
+			t.Errorf("size %d: %v, %v in %v", b, s, ok, m)
+		}
+	}
+	if _, err := parseTimes(strings.NewReader("4096 x\n")); err == nil {
+		t.Error("a bad line reads")
+	}
+}
+
+func TestCommWorkerSpec(t *testing.T) {
+	if err := CommWorker("0,2,1", nil); err == nil || !strings.Contains(err.Error(), "want rank,size,port") {
+		t.Errorf("short spec: %v", err)
+	}
+	if err := CommWorker("0,x,1,tok,auto,4,8", nil); err == nil || !strings.Contains(err.Error(), "field 1") {
+		t.Errorf("bad size: %v", err)
+	}
+}

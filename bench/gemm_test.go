@@ -1,0 +1,99 @@
+package bench
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	trainconfig "github.com/hpcrun/hpcrun/train/config"
+)
+
+func TestParseGemmShape(t *testing.T) {
+	for _, c := range []struct {
+		in     string
+		want   GemmShape
+		errHas string
+	}{
+		{in: "256x3072x768", want: GemmShape{Name: "256x3072x768", M: 256, N: 3072, K: 768}},
+		{in: "8x4x2:tA", want: GemmShape{Name: "8x4x2:tA", M: 8, N: 4, K: 2, TransA: true}},
+		{in: "8x4x2:tB", want: GemmShape{Name: "8x4x2:tB", M: 8, N: 4, K: 2, TransB: true}},
+		{in: "8x4x2:tAtB", want: GemmShape{Name: "8x4x2:tAtB", M: 8, N: 4, K: 2, TransA: true, TransB: true}},
+		{in: "8x4", errHas: "want MxNxK"},
+		{in: "8x0x2", errHas: `"0" is not a size`},
+		{in: "8x4x70000", errHas: `"70000" is not a size`},
+		{in: "8x4x2:t", errHas: `suffix "t"`},
+	} {
+		got, err := ParseGemmShape(c.in)
+		if c.errHas != "" {
+			if err == nil || !strings.Contains(err.Error(), c.errHas) {
+				t.Errorf("ParseGemmShape(%q) = %v, want an error with %q", c.in, err, c.errHas)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("ParseGemmShape(%q) = %+v, %v; want %+v", c.in, got, err, c.want)
+		}
+	}
+}
+
+func TestMedian(t *testing.T) {
+	if m := median([]float64{3, 1, 2}); m != 2 {
+		t.Errorf("median of 3 = %v", m)
+	}
+	x := []float64{4, 1, 3, 2}
+	if m := median(x); m != 2.5 {
+		t.Errorf("median of 4 = %v", m)
+	}
+	if x[0] != 4 {
+		t.Error("median sorted its argument")
+	}
+}
+
+// TestGemmWithoutPeer times two small shapes once each: a row a shape,
+// the peer absent, and hpcrun's median rate returned.
+func TestGemmWithoutPeer(t *testing.T) {
+	var b bytes.Buffer
+	shapes := []GemmShape{{Name: "a", M: 16, N: 8, K: 4}, {Name: "b", M: 8, N: 16, K: 4, TransA: true, TransB: true}}
+	rate, err := Gemm(&b, shapes, nil, 1, 1, time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(rate > 0) {
+		t.Errorf("rate %v", rate)
+	}
+	out := b.String()
+	for _, want := range []string{"peer: OpenBLAS absent", "median of 1 alternating rounds", "\na   ", "\nb   ", "absent      -\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestStepTiny times one step of the tiny preset on the CPU: the model's
+// FLOPs are 6 x params x tokens and the replayed GEMMs have a rate.
+func TestStepTiny(t *testing.T) {
+	cfg := trainconfig.DefaultConfig()
+	if err := cfg.ApplyPreset("tiny"); err != nil {
+		t.Fatal(err)
+	}
+	cfg.BatchSize, cfg.Seq = 2, 16
+	res, err := Step(cfg, 1, 0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StepsMeasured != 2 || res.StepSMin > res.StepS || res.StepS > res.StepSMax {
+		t.Errorf("steps %d, min %v median %v max %v", res.StepsMeasured, res.StepSMin, res.StepS, res.StepSMax)
+	}
+	if want := 6 * float64(res.Params) * 2 * 16; res.ModelFLOPsStep != want {
+		t.Errorf("model FLOP a step %v, want %v", res.ModelFLOPsStep, want)
+	}
+	if res.GemmCalls == 0 || !(res.EngineGFLOPS > 0) {
+		t.Errorf("GEMMs: %d calls at %v GFLOP/s", res.GemmCalls, res.EngineGFLOPS)
+	}
+	var b bytes.Buffer
+	res.WriteText(&b)
+	if !strings.HasPrefix(b.String(), "bench step: tiny (") || !strings.Contains(b.String(), "1 threads, cpu") {
+		t.Errorf("text:\n%s", b.String())
+	}
+}

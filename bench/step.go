@@ -1,0 +1,202 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/tensor/cuda"
+	"github.com/hpcrun/hpcrun/train"
+	trainconfig "github.com/hpcrun/hpcrun/train/config"
+)
+
+// gemmFLOPs is the floating-point operations of g: 2mnk a product.
+func gemmFLOPs(g tensor.GemmShape) float64 {
+	return 2 * float64(g.M) * float64(g.N) * float64(g.K) * float64(g.Batch)
+}
+
+// StepResult is hpcrun bench step on the CPU: the step time, the model's
+// GFLOP/s, and the step's own GEMMs replayed through hpcrun's Sgemm and
+// the OpenBLAS peer.
+type StepResult struct {
+	Model          string  `json:"model"`
+	Params         int64   `json:"params"`
+	Bsz            int     `json:"bsz"`
+	Seq            int     `json:"seq"`
+	Threads        int     `json:"threads"`
+	StepS          float64 `json:"step_s"` // median
+	ModelGFLOPS    float64 `json:"model_gflops"`
+	GemmCalls      int     `json:"gemm_calls"`
+	GemmGFLOP      float64 `json:"gemm_gflop_per_step"`
+	EngineGemmS    float64 `json:"engine_gemm_s"`
+	EngineGFLOPS   float64 `json:"engine_sgemm_gflops"`
+	Peer           string  `json:"peer,omitempty"`
+	PeerGemmS      float64 `json:"peer_gemm_s,omitempty"`
+	PeerGFLOPS     float64 `json:"peer_sgemm_gflops,omitempty"`
+	ModelOverPeer  float64 `json:"model_over_peer,omitempty"`
+	Loss           float64 `json:"loss"`
+	PeerAbsentWhy  string  `json:"peer_absent,omitempty"`
+	StepsMeasured  int     `json:"steps"`
+	StepSMin       float64 `json:"step_s_min"`
+	StepSMax       float64 `json:"step_s_max"`
+	ModelFLOPsStep float64 `json:"model_flop_per_step"`
+}
+
+// Step times steps training steps (after warmup untimed) of cfg at tp 1
+// on the CPU with threads threads, then replays the GEMMs of one step
+// through tensor.Sgemm and, in a binary built with -tags openblas, through
+// OpenBLAS's sgemm.
+func Step(cfg trainconfig.Config, threads, warmup, steps int) (StepResult, error) {
+	tensor.SetGemmThreads(threads)
+	cpu := tensor.NewCPU()
+	cpu.SetThreads(threads)
+	// One observed step gives the GEMM mix; then the timed steps.
+	var gemms []tensor.GemmShape
+	cpu.ObserveGemm(func(g tensor.GemmShape) { gemms = append(gemms, g) })
+	if _, err := train.BenchStep(cfg, cpu, 0, 1); err != nil {
+		return StepResult{}, err
+	}
+	cpu.ObserveGemm(nil)
+	t, err := train.BenchStep(cfg, cpu, warmup, steps)
+	if err != nil {
+		return StepResult{}, err
+	}
+	sorted := slices.Clone(t.StepS)
+	slices.Sort(sorted)
+	res := StepResult{
+		Model: cfg.Preset, Params: t.Params, Bsz: cfg.BatchSize, Seq: cfg.Seq, Threads: threads,
+		StepS: sorted[len(sorted)/2], StepSMin: sorted[0], StepSMax: sorted[len(sorted)-1],
+		StepsMeasured: len(sorted), Loss: t.Loss, GemmCalls: len(gemms),
+	}
+	res.ModelFLOPsStep = 6 * float64(t.Params) * float64(t.TokensPerStep)
+	res.ModelGFLOPS = res.ModelFLOPsStep / res.StepS / 1e9
+	for _, g := range gemms {
+		res.GemmGFLOP += gemmFLOPs(g) / 1e9
+	}
+	res.EngineGemmS = replayGemms(gemms, tensor.Sgemm)
+	res.EngineGFLOPS = res.GemmGFLOP / res.EngineGemmS
+	if peer, ok := tensor.OpenBLASPeer(); ok {
+		peer.SetThreads(threads)
+		res.Peer = peer.Name
+		res.PeerGemmS = replayGemms(gemms, peer.Sgemm)
+		res.PeerGFLOPS = res.GemmGFLOP / res.PeerGemmS
+		res.ModelOverPeer = res.ModelGFLOPS / res.PeerGFLOPS
+	} else {
+		res.PeerAbsentWhy = "this binary was built without -tags openblas (and cgo)"
+	}
+	return res, nil
+}
+
+// WriteText prints the result as hpcrun bench step does.
+func (res StepResult) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "bench step: %s (%.1fM params), bsz %d x seq %d, tp 1, %d threads, cpu\n", res.Model, float64(res.Params)/1e6, res.Bsz, res.Seq, res.Threads)
+	fmt.Fprintf(w, "step time          %.3f s median of %d (min %.3f, max %.3f); loss %.3f\n", res.StepS, res.StepsMeasured, res.StepSMin, res.StepSMax, res.Loss)
+	fmt.Fprintf(w, "model              %.1f GFLOP/step (6 x params x tokens) -> %.1f GFLOP/s\n", res.ModelFLOPsStep/1e9, res.ModelGFLOPS)
+	fmt.Fprintf(w, "step's GEMMs       %d calls, %.1f GFLOP; hpcrun Sgemm replays them at %.1f GFLOP/s\n", res.GemmCalls, res.GemmGFLOP, res.EngineGFLOPS)
+	if res.Peer != "" {
+		fmt.Fprintf(w, "OpenBLAS sgemm     %.1f GFLOP/s on the same GEMMs, same run (%s)\n", res.PeerGFLOPS, res.Peer)
+		fmt.Fprintf(w, "model / OpenBLAS   %.2f (target >= 0.50)\n", res.ModelOverPeer)
+	} else {
+		fmt.Fprintf(w, "OpenBLAS sgemm     absent: %s\n", res.PeerAbsentWhy)
+	}
+}
+
+// replayGemms runs every recorded GEMM through sgemm on random matrices
+// (batched ones as a loop) and returns the seconds they took, the best of
+// three passes.
+func replayGemms(gemms []tensor.GemmShape, sgemm func(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)) float64 {
+	maxA, maxB, maxC := 0, 0, 0
+	for _, g := range gemms {
+		maxA, maxB, maxC = max(maxA, g.M*g.K), max(maxB, g.K*g.N), max(maxC, g.M*g.N)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	fill := func(n int) []float32 {
+		s := make([]float32, n)
+		for i := range s {
+			s[i] = r.Float32() - 0.5
+		}
+		return s
+	}
+	a, b, cm := fill(maxA), fill(maxB), make([]float32, maxC)
+	best := 0.0
+	for pass := 0; pass < 3; pass++ {
+		start := time.Now()
+		for _, g := range gemms {
+			lda, ldb := g.K, g.N
+			if g.TransA {
+				lda = g.M
+			}
+			if g.TransB {
+				ldb = g.K
+			}
+			for i := 0; i < g.Batch; i++ {
+				sgemm(g.TransA, g.TransB, g.M, g.N, g.K, 1, a, lda, b, ldb, 0, cm, g.N)
+			}
+		}
+		if s := time.Since(start).Seconds(); pass == 0 || s < best {
+			best = s
+		}
+	}
+	if best == 0 {
+		best = 1e-9
+	}
+	return best
+}
+
+// StepCUDAResult is hpcrun bench step on a GPU: tokens/s, model TFLOP/s
+// and peak memory, to set beside PyTorch's numbers for the same step.
+type StepCUDAResult struct {
+	Model         string  `json:"model"`
+	Params        int64   `json:"params"`
+	Bsz           int     `json:"bsz"`
+	Seq           int     `json:"seq"`
+	Device        string  `json:"device"`
+	Precision     string  `json:"precision"`
+	StepS         float64 `json:"step_s"` // median
+	StepSMin      float64 `json:"step_s_min"`
+	StepSMax      float64 `json:"step_s_max"`
+	StepsMeasured int     `json:"steps"`
+	TokensPerS    float64 `json:"tokens_per_s"`
+	ModelTFLOPS   float64 `json:"model_tflops"`
+	PeakBytes     int64   `json:"peak_bytes"`     // most bytes of live tensors
+	ReservedBytes int64   `json:"reserved_bytes"` // held from the driver, cache included
+	Workspace     int64   `json:"workspace_bytes"`
+	Mallocs       int64   `json:"cumemalloc_calls"`
+	Loss          float64 `json:"loss"`
+}
+
+// StepCUDA times steps training steps (after at least one untimed) of cfg
+// at tp 1 on d, at matmul precision prec.
+func StepCUDA(cfg trainconfig.Config, d *cuda.Device, prec cuda.Precision, warmup, steps int) (StepCUDAResult, error) {
+	d.SetMatmulPrecision(prec)
+	d.ResetPeak()
+	t, err := train.BenchStep(cfg, d, max(warmup, 1), steps)
+	if err != nil {
+		return StepCUDAResult{}, err
+	}
+	sorted := slices.Clone(t.StepS)
+	slices.Sort(sorted)
+	ms, as := d.MemStats(), d.AllocStats()
+	res := StepCUDAResult{
+		Model: cfg.Preset, Params: t.Params, Bsz: cfg.BatchSize, Seq: cfg.Seq,
+		Device: d.Describe(), Precision: prec.String(),
+		StepS: sorted[len(sorted)/2], StepSMin: sorted[0], StepSMax: sorted[len(sorted)-1], StepsMeasured: len(sorted),
+		PeakBytes: ms.Peak, ReservedBytes: as.Reserved, Workspace: as.Workspace, Mallocs: as.Mallocs, Loss: t.Loss,
+	}
+	res.TokensPerS = float64(t.TokensPerStep) / res.StepS
+	res.ModelTFLOPS = 6 * float64(t.Params) * float64(t.TokensPerStep) / res.StepS / 1e12
+	return res, nil
+}
+
+// WriteText prints the result as hpcrun bench step --device cuda does.
+func (res StepCUDAResult) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "bench step: %s (%.1fM params), bsz %d x seq %d, tp 1, %s, matmul %s\n", res.Model, float64(res.Params)/1e6, res.Bsz, res.Seq, res.Device, res.Precision)
+	fmt.Fprintf(w, "step time          %.4f s median of %d (min %.4f, max %.4f); loss %.3f\n", res.StepS, res.StepsMeasured, res.StepSMin, res.StepSMax, res.Loss)
+	fmt.Fprintf(w, "throughput         %.0f tokens/s; model %.1f TFLOP/s (6 x params x tokens)\n", res.TokensPerS, res.ModelTFLOPS)
+	fmt.Fprintf(w, "memory             peak %.0f MiB of tensors; %.0f MiB reserved, %.0f MiB kernel workspace; %d cuMemAlloc calls\n",
+		float64(res.PeakBytes)/(1<<20), float64(res.ReservedBytes)/(1<<20), float64(res.Workspace)/(1<<20), res.Mallocs)
+	fmt.Fprintf(w, "peer               PyTorch eager on the same step: python3 bench/pytorch/gpt2_step.py --bsz %d --seq %d\n", res.Bsz, res.Seq)
+}

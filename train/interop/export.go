@@ -1,0 +1,32 @@
+package interop
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/hpcrun/hpcrun/train/ckpt"
+	"github.com/hpcrun/hpcrun/train/config"
+)
+
+// ExportHF writes the checkpoint ck as a Hugging Face directory: GPT-2 for
+// a GPT, BERT for a BERT of the Hugging Face layout (--arch hf); hpcrun
+// ckpt export --hf.
+func ExportHF(ck *ckpt.Checkpoint, dir string) error {
+	st := ck.State
+	var cfg config.Config
+	if err := json.Unmarshal(st.Config, &cfg); err != nil {
+		return fmt.Errorf("export %s: config: %v", ck.Dir, err)
+	}
+	if st.Model != "gpt" && !(st.Model == "bert" && cfg.Arch == "hf") {
+		return fmt.Errorf("export %s: a %s checkpoint of hpcrun's own layout: --hf writes GPT-2 (model gpt) and BERT (model bert with --arch hf, as --init-from a BERT trains)", ck.Dir, st.Model)
+	}
+	tensors, _, err := ck.Merge()
+	if err != nil {
+		return err
+	}
+	spec := Spec{Model: st.Model, Arch: cfg.Arch, Layers: cfg.Layers, Dim: cfg.Dim, Heads: cfg.Heads, Positions: cfg.PositionRows(), Vocab: st.Vocab, TypeVocab: 2}
+	if st.Model == "bert" {
+		return WriteHFBERT(dir, spec, tensors, HFOptions{Prefix: "bert."})
+	}
+	return WriteHF(dir, spec, tensors, HFOptions{})
+}

@@ -1,0 +1,223 @@
+package plan
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/hpcrun/hpcrun/internal/units"
+	"github.com/hpcrun/hpcrun/train/metrics"
+)
+
+// WriteText prints the plan as hpcrun plan's table: the model and the
+// job, memory per rank line by line, whether it fits (and sug, what
+// would, when it does not), the pipeline's stages, and the step time.
+func (pl *Plan) WriteText(w io.Writer, sug []Suggestion) error {
+	name := pl.Model
+	if pl.Preset != "" {
+		name += " (preset " + pl.Preset + ")"
+	}
+	accum := "grad_accum"
+	if pl.PP > 1 {
+		accum = "micro_batches"
+	}
+	fmt.Fprintf(w, "plan: %s, %d layers dim %d heads %d seq %d, vocab %d (padded %d), %.1fM params, bsz %d x %s %d, %s\n",
+		name, pl.Layers, pl.Dim, pl.Heads, pl.Seq, pl.Vocab, pl.PaddedVocab, float64(pl.Params)/1e6, pl.BatchSize, accum, pl.GradAccum, pl.Precision)
+	modes := ""
+	if pl.SP {
+		modes += " + sequence parallel"
+	}
+	if pl.Zero == 1 {
+		modes += " + ZeRO-1"
+	}
+	if pl.Recompute != "" {
+		modes += " + recompute " + pl.Recompute
+	}
+	pp := ""
+	if pl.PP > 1 {
+		pp = fmt.Sprintf("pp %d x ", pl.PP)
+	}
+	fmt.Fprintf(w, "job:  %s = %stp %d x dp %d%s on %s; device %s, %s a rank\n", units.Count(pl.NTasks, "task"), pp, pl.TP, pl.DP, modes, units.Count(pl.Nodes, "node"), pl.Device.Name, bytesIEC(pl.Device.MemBytes))
+	m := pl.Memory
+	row := func(what string, n int64, note string) {
+		fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("  %-22s %12s  %s", what, bytesIEC(n), note), " "))
+	}
+	if pl.PP > 1 {
+		fmt.Fprintln(w, "\nmemory per rank (of the stage that needs the most)")
+	} else {
+		fmt.Fprintln(w, "\nmemory per rank (every rank alike)")
+	}
+	row("parameters", m.Params, "this rank's shard, fp32")
+	row("gradients", m.Grads, "")
+	moments := "m and v, fp32"
+	if pl.Zero == 1 {
+		moments += fmt.Sprintf(", ZeRO-1: this rank's 1/%d of each bucket", pl.DP)
+	}
+	row("AdamW moments", m.Optimizer, moments)
+	row("fp32 masters", m.Masters, "none: the weights are fp32")
+	split := fmt.Sprintf("split over tp %d", pl.TP)
+	if pl.SP {
+		split += ", layer norms and residuals along the sequence"
+	}
+	rc := "(no recompute)"
+	if pl.Recompute != "" {
+		rc = "(recompute " + pl.Recompute + ": one backward scratch for all the blocks)"
+	}
+	act := fmt.Sprintf("%s a block x %d blocks, %s %s", bytesIEC(m.ActivationsPerBlock), m.Blocks/max(m.ActivationsPerBlock, 1), split, rc)
+	if pl.Recompute != "" {
+		act = fmt.Sprintf("%s saved a block x %d blocks, %s of backward scratch, %s %s", bytesIEC(m.SavedPerBlock), pl.Layers, bytesIEC(m.ActivationsPerBlock-m.SavedPerBlock), split, rc)
+	}
+	for _, st := range pl.Stages {
+		if st.Memory == m {
+			act = fmt.Sprintf("stage %d's %d blocks: %s saved a block for each of %d micro-batches in flight, %s of backward scratch, %s %s",
+				st.Stage, st.Blocks, bytesIEC(m.SavedPerBlock), st.InFlight, bytesIEC(m.ActivationsPerBlock-m.SavedPerBlock), split, rc)
+			break
+		}
+	}
+	row("activations", m.Blocks, act)
+	row("embeddings, residual", m.Embeddings, "embedding outputs, residual-stream gradients, ln_f")
+	row("logits, loss", m.Logits, "head output and gradient, cross-entropy buffers")
+	if pl.SP {
+		row("sequence-parallel bufs", m.SPBuffers, "shared full-sequence buffers, layer-norm/position gradient bucket")
+	}
+	row("workspace", m.Workspace, "GPU kernels' scratch")
+	row("gradient bucket", m.GradBucket, "device buffer of the dp all-reduce")
+	row("= engine peak", m.EnginePeak, "what mem_peak_bytes counts")
+	row("comm buffers", m.CommBuffers, "NCCL's, or the host staging of the dp bucket")
+	row("CUDA context", m.Context, "")
+	verdict := fmt.Sprintf("fits %s, %s to spare", pl.Device.Name, bytesIEC(pl.Headroom))
+	if !pl.Fits {
+		verdict = fmt.Sprintf("DOES NOT FIT %s: %s over", pl.Device.Name, bytesIEC(-pl.Headroom))
+	}
+	row("= total", m.Total, fmt.Sprintf("of %s: %s", bytesIEC(pl.Device.MemBytes), verdict))
+	if !pl.Fits {
+		fmt.Fprintln(w, WhatFits(sug))
+	}
+	if len(pl.Stages) > 0 {
+		fmt.Fprintln(w, "\npipeline stages (the memory above is the largest, the step below the slowest)")
+		for _, st := range pl.Stages {
+			fmt.Fprintf(w, "  stage %-3d %3d blocks, %d in flight  activations %10s  engine peak %10s  total %10s  step %.4f s\n",
+				st.Stage, st.Blocks, st.InFlight, bytesIEC(st.Memory.Blocks), bytesIEC(st.Memory.EnginePeak), bytesIEC(st.Memory.Total), st.Time.StepS)
+		}
+	}
+	t := pl.Time
+	fmt.Fprintln(w, "\nstep (predicted)")
+	fmt.Fprintf(w, "  %-10s %9.4f s  %.2f GFLOP of GEMMs a rank at %.1f GFLOP/s\n", "compute", t.ComputeS, t.GemmFlops/1e9, t.Rate/1e9)
+	fmt.Fprintf(w, "  %-10s %9.4f s  elementwise kernels and AdamW at %.0f GB/s\n", "memory", t.MemoryS, pl.Device.MemBandwidth/1e9)
+	p2p := ""
+	if pl.PP > 1 {
+		p2p = fmt.Sprintf(", pp %s point-to-point (%d transfers)", bytesIEC(int64(t.PPBytes)), t.Transfers)
+	}
+	fmt.Fprintf(w, "  %-10s %9.4f s  tp %s, dp %s sent a rank; %d collectives%s\n", "comm", t.CommS, bytesIEC(int64(t.TPBytes)), bytesIEC(int64(t.DPBytes)), t.Collectives, p2p)
+	if pl.PP > 1 {
+		fmt.Fprintf(w, "  %-10s %9.4f s  1F1B: the micro-batches' work stretched by (m+p-1)/m, idle share (p-1)/(m+p-1) = %.2f\n", "bubble", t.BubbleS, t.Bubble)
+	}
+	fmt.Fprintf(w, "  %-10s %9.4f s  comm %.0f%% of it\n", "step", t.StepS, 100*t.CommShare)
+	fmt.Fprintf(w, "  %-10s %9.0f    MFU %.1f%% of %.4g GFLOP/s x %d ranks\n", "tokens/s", t.TokensPerS, 100*t.MFU, t.PeakFlops/1e9, pl.NTasks)
+	fmt.Fprintf(w, "rates: %s\n", pl.Device.Source)
+	for _, n := range pl.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	return nil
+}
+
+// WhatFits is one line listing the suggestions (Suggest's), or saying
+// that nothing would fit.
+func WhatFits(sug []Suggestion) string {
+	if len(sug) == 0 {
+		return "what would fit: nothing within 16x more nodes, tp or grad-accum, sequence parallelism or ZeRO-1; bf16 would not help (the engine stores fp32); choose a smaller model or a larger device"
+	}
+	parts := make([]string, len(sug))
+	for i, s := range sug {
+		parts[i] = fmt.Sprintf("%s (%s)", s.Flags, bytesIEC(s.Total))
+	}
+	return "what would fit: " + strings.Join(parts, ", ") + "; bf16 would not help (the engine stores fp32)"
+}
+
+// Refusal says that the plan does not fit, by how much, and what would
+// (sug); force is how to go on anyway ("submit --force to submit it anyway").
+func (pl *Plan) Refusal(sug []Suggestion, force string) string {
+	return fmt.Sprintf("the run needs %s a rank, %s over the %s of %s (%s); %s",
+		bytesIEC(pl.Memory.Total), bytesIEC(-pl.Headroom), bytesIEC(pl.Device.MemBytes), pl.Device.Name, WhatFits(sug), force)
+}
+
+// bytesIEC writes n bytes as hpcrun's tables do, with two decimals.
+func bytesIEC(n int64) string { return units.Bytes(n, 2) }
+
+// Check is a run's plan beside what the run measured: hpcrun metrics'
+// "plan vs run" rows.
+type Check struct {
+	Rows []CheckRow `json:"rows"`
+	// Note says when the plan was for another device than the run had.
+	Note string `json:"note,omitempty"`
+}
+
+// CheckRow is one figure predicted and measured; ErrorPct is ErrorPct's,
+// null when unknown.
+type CheckRow struct {
+	What      string        `json:"what"`
+	Predicted metrics.Float `json:"predicted"`
+	Measured  metrics.Float `json:"measured"`
+	ErrorPct  metrics.Float `json:"error_pct"`
+}
+
+// checkWhat names Compare's figures in hpcrun metrics' table (its
+// summary above has the MFU).
+var checkWhat = map[string]string{
+	"engine_peak": "engine peak B/rank", "device_total": "GPU peak B/rank",
+	"step_s": "step s", "comm_share": "comm share", "tokens_per_s": "tokens/s",
+}
+
+// CheckRun sets the plan (as meta.json keeps it: JSON) beside the run's
+// summary; nil when there is no plan, or it does not read.
+func CheckRun(planJSON []byte, s metrics.Summary) *Check {
+	if len(planJSON) == 0 {
+		return nil
+	}
+	var pl Plan
+	if json.Unmarshal(planJSON, &pl) != nil {
+		return nil
+	}
+	var rows []CheckRow
+	for _, f := range Compare(&pl, s) {
+		if what, ok := checkWhat[f.Key]; ok {
+			rows = append(rows, CheckRow{What: what, Predicted: f.Predicted, Measured: f.Measured, ErrorPct: f.ErrorPct})
+		}
+	}
+	pc := &Check{Rows: rows}
+	if pl.Device.CUDA != strings.HasPrefix(s.Config.Device, "cuda") && s.Config.Device != "" {
+		pc.Note = fmt.Sprintf("the plan was made for %s, the run had %s: the figures do not compare", pl.Device.Name, s.Config.Device)
+	}
+	return pc
+}
+
+// WriteText prints the rows as hpcrun metrics does under a run's summary;
+// nothing for a nil Check.
+func (pc *Check) WriteText(w io.Writer) {
+	if pc == nil {
+		return
+	}
+	fmt.Fprintf(w, "\n%-20s %14s %14s %8s\n", "plan vs run", "predicted", "measured", "error")
+	num := func(v metrics.Float) string {
+		if !v.Known() {
+			return "-"
+		}
+		if math.Abs(float64(v)) >= 1e4 {
+			return strconv.FormatFloat(float64(v), 'f', 0, 64)
+		}
+		return strconv.FormatFloat(float64(v), 'g', 4, 64)
+	}
+	for _, r := range pc.Rows {
+		e := "-"
+		if r.ErrorPct.Known() {
+			e = fmt.Sprintf("%+.1f%%", float64(r.ErrorPct))
+		}
+		fmt.Fprintf(w, "%-20s %14s %14s %8s\n", r.What, num(r.Predicted), num(r.Measured), e)
+	}
+	if pc.Note != "" {
+		fmt.Fprintf(w, "note: %s\n", pc.Note)
+	}
+}
