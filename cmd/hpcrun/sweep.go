@@ -324,7 +324,7 @@ func runSweepShow(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	state := func(dir rundir.Dir, p sweep.Point, s metrics.Summary) string { return pointState(c, dir, p, s) }
+	state := func(dir rundir.Dir, p sweep.Point, s metrics.Summary) string { return failure.RunState(c.Context, dir, p.JobID, s) }
 	rows := st.Rows(runs, state)
 	if wantJSON(c) {
 		enc := json.NewEncoder(c.App.Writer)
@@ -332,36 +332,4 @@ func runSweepShow(c *cli.Context) error {
 		return enc.Encode(rows)
 	}
 	return st.WriteRows(c.App.Writer, rows)
-}
-
-// pointState is a point's state in a word or two: done, running, pending,
-// or how it failed (OOM, time limit, failed (class)).
-func pointState(c *cli.Context, dir rundir.Dir, p sweep.Point, s metrics.Summary) string {
-	m, err := slurm.ReadMeta(dir)
-	if err != nil {
-		return "no meta.json"
-	}
-	j, err := (slurm.Run{Dir: dir, Meta: m}).Status(c.Context)
-	if err != nil {
-		return "unknown (" + sweep.OneLine(err) + ")"
-	}
-	j.ID = p.JobID // the task's logs are named by the array's id
-	switch v := failure.Of(dir, j); v.Class {
-	case failure.None:
-	case failure.OutOfMemory:
-		return "OOM"
-	case failure.TimeLimit:
-		return "time limit"
-	default:
-		return "failed (" + string(v.Class) + ")"
-	}
-	switch {
-	case j.State == slurm.Completed || s.Status == metrics.StatusCompleted:
-		return "done"
-	case j.State.Done():
-		return strings.ToLower(string(j.State))
-	case s.Status == "running" || j.State == "RUNNING":
-		return "running"
-	}
-	return "pending"
 }

@@ -66,7 +66,7 @@ func runTrainTask(c *cli.Context) error {
 	// before train.Run opened its metrics file): the rank's file still
 	// ends with why, as it would had training begun.
 	fail := func(err error) error {
-		recordEarlyEnd(ctx, dir, env.Rank, err, time.Since(start))
+		metrics.AppendEnd(dir.Path(), env.Rank, ctx.Err() != nil, err, time.Since(start))
 		return cli.Exit(fmt.Sprintf("rank %d: %v", env.Rank, err), 1)
 	}
 	backend, gpu, err := train.CommBackend(cfg, env.GPUOrdinal)
@@ -114,23 +114,6 @@ func runTrainTask(c *cli.Context) error {
 		return cli.Exit(fmt.Sprintf("rank %d: %v", env.Rank, cerr), 1)
 	}
 	return nil
-}
-
-// recordEarlyEnd appends an end line saying err to the rank's metrics file,
-// for a failure before train.Run (which writes its own): most often a peer
-// that failed first and aborted the world while this rank was joining it.
-// A file it cannot write is left alone: the error reaches stderr anyway.
-func recordEarlyEnd(ctx context.Context, dir rundir.Dir, rank int, err error, wall time.Duration) {
-	w, werr := metrics.Create(dir.Path(), rank)
-	if werr != nil {
-		return
-	}
-	status := ""
-	if ctx.Err() != nil {
-		status = metrics.StatusInterrupted
-	}
-	w.End(status, err, wall)
-	w.Close()
 }
 
 // stopped ends a task that saved and stopped on a signal, as

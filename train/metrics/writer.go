@@ -299,3 +299,21 @@ func finite(v float64) float64 {
 	}
 	return v
 }
+
+// AppendEnd appends an end line saying err to rank's file in runDir, for a
+// task that failed (interrupted: was stopped) before it could open the
+// file to train: most often a rank whose peer failed first and aborted the
+// world while it was joining it. A file it cannot write is left alone:
+// the error reaches the task's stderr anyway.
+func AppendEnd(runDir string, rank int, interrupted bool, err error, wall time.Duration) {
+	w, werr := Create(runDir, rank)
+	if werr != nil {
+		return
+	}
+	status := ""
+	if interrupted {
+		status = StatusInterrupted
+	}
+	w.End(status, err, wall)
+	w.Close()
+}

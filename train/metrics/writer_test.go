@@ -199,3 +199,33 @@ func TestReaderRecoversALineStuckToAFragment(t *testing.T) {
 		t.Fatalf("run line %+v, steps %v, problems %v", l.Info, l.Steps, l.Problems)
 	}
 }
+
+// AppendEnd gives a rank that failed before training an end line: in a
+// new file, and after a line an earlier process left torn; a file that
+// cannot be opened is left as it is.
+func TestAppendEnd(t *testing.T) {
+	dir := t.TempDir()
+	AppendEnd(dir, 3, false, errors.New("rank 2 (n2): metrics: is a directory"), 2*time.Second)
+	l, err := ReadRank(RankFile(dir, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.End == nil || l.End.Status != StatusFailed || l.End.Error != "rank 2 (n2): metrics: is a directory" || l.End.WallS != 2 {
+		t.Errorf("end %+v: want failed, quoting the error, after 2 s", l.End)
+	}
+	if err := os.WriteFile(RankFile(dir, 4), []byte(`{"type":"step","step":1`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	AppendEnd(dir, 4, true, errors.New("stopped"), time.Second)
+	if l, err = ReadRank(RankFile(dir, 4)); err != nil || l.End == nil || l.End.Status != StatusInterrupted || l.Torn || len(l.Problems) != 0 {
+		t.Errorf("after a torn line: %+v, %v", l, err)
+	}
+	bad := RankFile(dir, 5)
+	if err := os.MkdirAll(bad, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	AppendEnd(dir, 5, false, errors.New("x"), 0)
+	if st, err := os.Stat(bad); err != nil || !st.IsDir() {
+		t.Errorf("an unopenable file: %v", err)
+	}
+}

@@ -129,3 +129,28 @@ func TestOfRun(t *testing.T) {
 		t.Errorf("a job that ran out of memory: %+v", v)
 	}
 }
+
+// RunState says a run's state in a word or two from its cached final job
+// state and its summary.
+func TestRunState(t *testing.T) {
+	d, err := rundir.New(t.TempDir(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if s := RunState(ctx, d, "", metrics.Summary{}); s != "no meta.json" {
+		t.Errorf("no meta.json: %q", s)
+	}
+	for _, c := range []struct {
+		state slurm.State
+		want  string
+	}{{"OUT_OF_MEMORY", "OOM"}, {"COMPLETED", "done"}, {"TIMEOUT", "time limit"}, {"CANCELLED", "failed (cancelled)"}} {
+		m := &slurm.Meta{ExecID: d.ExecID(), Executor: "slurm", JobID: "7", Final: &slurm.JobInfo{ID: "7", State: c.state}}
+		if err := slurm.WriteMeta(d, m); err != nil {
+			t.Fatal(err)
+		}
+		if s := RunState(ctx, d, "7_0", metrics.Summary{}); s != c.want {
+			t.Errorf("final %s: %q, want %q", c.state, s, c.want)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/slurm"
@@ -159,4 +160,40 @@ func headTail(path string, head, tailN int64) string {
 	h := make([]byte, head)
 	k, _ := f.ReadAt(h, 0)
 	return string(h[:k]) + "\n" + string(tail(path, tailN))
+}
+
+// RunState is the state of the run in d, summed up as s, in a word or two
+// (sweep show's STATE): done, running, pending, or how it failed (OOM,
+// time limit, failed (class)). logsJob, when set, is the job id its logs
+// are named by (an array task's <A>_<a>).
+func RunState(ctx context.Context, d rundir.Dir, logsJob string, s metrics.Summary) string {
+	m, err := slurm.ReadMeta(d)
+	if err != nil {
+		return "no meta.json"
+	}
+	j, err := (slurm.Run{Dir: d, Meta: m}).Status(ctx)
+	if err != nil {
+		return "unknown (" + strings.Join(strings.Fields(err.Error()), " ") + ")"
+	}
+	if logsJob != "" {
+		j.ID = logsJob
+	}
+	switch v := Of(d, j); v.Class {
+	case None:
+	case OutOfMemory:
+		return "OOM"
+	case TimeLimit:
+		return "time limit"
+	default:
+		return "failed (" + string(v.Class) + ")"
+	}
+	switch {
+	case j.State == slurm.Completed || s.Status == metrics.StatusCompleted:
+		return "done"
+	case j.State.Done():
+		return strings.ToLower(string(j.State))
+	case s.Status == "running" || j.State == "RUNNING":
+		return "running"
+	}
+	return "pending"
 }
