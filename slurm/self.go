@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/hpcrun/hpcrun/idrenv"
@@ -63,4 +64,17 @@ func RankToken(env idrenv.Env, runDir string) (string, error) {
 	}
 	sum := sha256.Sum256([]byte("hpcrun-check\x00" + env.JobID + "\x00" + env.StepID + "\x00" + env.MasterAddr))
 	return hex.EncodeToString(sum[:16]), nil
+}
+
+// Self is the path of this program with its links resolved: what a job
+// script runs.
+func Self() (string, error) {
+	p, err := os.Executable()
+	if err == nil {
+		p, err = filepath.EvalSymlinks(p)
+	}
+	if err != nil {
+		return "", fmt.Errorf("path of hpcrun: %w", err)
+	}
+	return p, nil
 }

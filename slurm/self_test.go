@@ -1,6 +1,8 @@
 package slurm
 
 import (
+	"os"
+	"path/filepath"
 	"regexp"
 	"testing"
 	"time"
@@ -44,5 +46,19 @@ func TestRankToken(t *testing.T) {
 	t3, _ := RankToken(env, "")
 	if t1 != t2 || t1 == t3 || len(t1) != 32 || Launched() {
 		t.Errorf("derived tokens %q, %q, next step %q; launched %v", t1, t2, t3, Launched())
+	}
+}
+
+// Self is this test binary, resolved.
+func TestSelf(t *testing.T) {
+	p, err := Self()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !filepath.IsAbs(p) {
+		t.Errorf("Self() = %q: want an absolute path", p)
+	}
+	if st, err := os.Stat(p); err != nil || st.IsDir() {
+		t.Errorf("Self() = %q: %v", p, err)
 	}
 }

@@ -191,6 +191,28 @@ func mapTokenFile(path string) ([]uint16, func() error, error) {
 	return mmapTokens(f, path, int(h(2)))
 }
 
+// TokenizeFiles is the tokens of the text files at paths, joined by the
+// tokenizer's end-of-text token: what hpcrun data tokenize writes. A
+// tokenizer whose ids do not fit a token file's uint16 is refused before
+// any text is read.
+func TokenizeFiles(tok Tokenizer, paths []string) ([]int, error) {
+	if n := tok.VocabSize(); n > 1<<16 {
+		return nil, fmt.Errorf("the %s tokenizer has %d ids: a token file holds ids below 65536 (uint16); train on the text itself instead", tok.Name(), n)
+	}
+	var ids []int
+	for i, p := range paths {
+		text, err := LoadText(p)
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			ids = append(ids, tok.Specials().EOT)
+		}
+		ids = append(ids, tok.Encode(text)...)
+	}
+	return ids, nil
+}
+
 // WriteTokenFile writes tokens as a token file (version 1, uint16) at path,
 // through a temporary file renamed on success.
 func WriteTokenFile(path string, tokens []int) error {

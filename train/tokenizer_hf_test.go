@@ -285,3 +285,25 @@ func TestInitFromReadsTokenizerJSON(t *testing.T) {
 		t.Errorf("tokenizer %s, vocab %d: want hf and the model's 300", d.Tokenizer.Name(), d.Vocab)
 	}
 }
+
+// TokenizeFiles joins the files' tokens with the end-of-text token, and
+// refuses a tokenizer whose ids do not fit a token file before reading.
+func TestTokenizeFiles(t *testing.T) {
+	dir := t.TempDir()
+	writeTinyHFTokenizer(t, dir)
+	tok, err := LoadHFTokenizer(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt")
+	os.WriteFile(a, []byte("hello"), 0o644)
+	os.WriteFile(b, []byte("he"), 0o644)
+	ids, err := TokenizeFiles(tok, []string{a, b})
+	if want := []int{258, 'o', 260, 256}; err != nil || !reflect.DeepEqual(ids, want) {
+		t.Errorf("TokenizeFiles = %v, %v; want %v", ids, err, want)
+	}
+	tok.tokens = make([]string, 1<<17)
+	if _, err := TokenizeFiles(tok, []string{filepath.Join(dir, "missing.txt")}); err == nil || !strings.Contains(err.Error(), "below 65536") {
+		t.Errorf("a 131072-id tokenizer: %v", err)
+	}
+}

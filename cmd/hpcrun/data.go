@@ -52,18 +52,11 @@ func dataTokenize(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(err.Error(), 1)
 	}
-	var ids []int
-	for i, p := range args {
-		text, err := train.LoadText(p)
-		if err != nil {
-			return cli.Exit(err.Error(), 1)
-		}
-		if i > 0 {
-			ids = append(ids, tok.Specials().EOT)
-		}
-		ids = append(ids, tok.Encode(text)...)
+	ids, err := train.TokenizeFiles(tok, args)
+	if err == nil {
+		err = train.WriteTokenFile(out, ids)
 	}
-	if err := train.WriteTokenFile(out, ids); err != nil {
+	if err != nil {
 		return cli.Exit(err.Error(), 1)
 	}
 	fmt.Fprintf(os.Stderr, "%d tokens from %s into %s\n", len(ids), strings.Join(args, ", "), out)

@@ -81,15 +81,19 @@ func runMetrics(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
-		m, _ := slurm.ReadMeta(r.Dir)
-		if m != nil && len(s.Notes) > 0 && s.Status == "pending" {
+		m, err := slurm.ReadMeta(r.Dir)
+		hasMeta := err == nil
+		if !hasMeta {
+			m = &slurm.Meta{} // no plan, no job to ask
+		}
+		if hasMeta && len(s.Notes) > 0 && s.Status == "pending" {
 			if j, err := (slurm.Run{Dir: r.Dir, Meta: m}).Status(c.Context); err == nil && j.State.Done() && j.State != slurm.Unknown {
 				s.JobEnded(string(j.State), isCheck(m), r.ExecID)
 			}
 		}
 		sums, curves = append(sums, s), append(curves, cv)
 		fails = append(fails, failure.OfRun(c.Context, r.Dir, s))
-		plans = append(plans, planCheckOf(m, s))
+		plans = append(plans, plan.CheckRun(m.Plan, s))
 	}
 	w := c.App.Writer
 	if wantJSON(c) {
@@ -168,13 +172,4 @@ func writeMetricsJSON(w io.Writer, sums []metrics.Summary, curves []metrics.Curv
 		return enc.Encode(out)
 	}
 	return enc.Encode(out[0])
-}
-
-// planCheckOf is the run's plan (from meta.json) beside its summary; nil
-// when the run has no plan.
-func planCheckOf(m *slurm.Meta, s metrics.Summary) *plan.Check {
-	if m == nil {
-		return nil
-	}
-	return plan.CheckRun(m.Plan, s)
 }

@@ -93,16 +93,9 @@ func planSubmit(c *cli.Context, readData bool) (*submitPlan, error) {
 			tc.NTasks = tc.TP // one tensor-parallel group
 		}
 	}
-	// The job may start in another directory (a template's cd, a requeue):
-	// file paths travel absolute.
-	for _, path := range []*string{&tc.Data, &tc.VocabFile, &tc.ResumeFrom, &tc.InitFrom} {
-		if *path != "" && *path != "synthetic" && !filepath.IsAbs(*path) {
-			abs, err := filepath.Abs(*path)
-			if err != nil {
-				return nil, err
-			}
-			*path = abs
-		}
+	// The job may start in another directory (a template's cd, a requeue).
+	if err := tc.AbsPaths(); err != nil {
+		return nil, err
 	}
 	// Config and data: bad input fails here, before a run dir
 	// exists, not in the job's first minute.
@@ -140,11 +133,8 @@ func planSubmit(c *cli.Context, readData bool) (*submitPlan, error) {
 	if p.runsDir, err = filepath.Abs(cfg.RunsDir); err != nil {
 		return nil, err
 	}
-	if p.binary, err = os.Executable(); err != nil {
-		return nil, fmt.Errorf("path of hpcrun: %w", err)
-	}
-	if p.binary, err = filepath.EvalSymlinks(p.binary); err != nil {
-		return nil, fmt.Errorf("path of hpcrun: %w", err)
+	if p.binary, err = slurm.Self(); err != nil {
+		return nil, err
 	}
 	jobName := c.String("name")
 	if jobName == "" {

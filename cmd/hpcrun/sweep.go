@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -158,12 +157,7 @@ func autoPoints(c *cli.Context) ([]grid.Point, []string, error) {
 	top := res.Ranked[:min(c.Int("top"), len(res.Ranked))]
 	points, labels := make([]grid.Point, len(top)), make([]string, len(top))
 	for i, r := range top {
-		l := r.Config
-		points[i] = grid.Point{{Name: "tp", Value: strconv.Itoa(l.TP)}, {Name: "pp", Value: strconv.Itoa(l.PP)}, {Name: "pp-split", Value: ""},
-			{Name: "micro-batches", Value: strconv.Itoa(l.MicroBatches)}, {Name: "grad-accum", Value: strconv.Itoa(l.GradAccum)},
-			{Name: "bsz", Value: strconv.Itoa(l.BatchSize)}, {Name: "sp", Value: strconv.FormatBool(l.SP)}, {Name: "zero", Value: strconv.Itoa(l.Zero)},
-			{Name: "recompute", Value: cmp.Or(l.Recompute, "none")}}
-		labels[i] = r.Layout.String()
+		points[i], labels[i] = sweep.LayoutPoint(r.Config), r.Layout.String()
 	}
 	return points, labels, nil
 }
@@ -324,7 +318,9 @@ func runSweepShow(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	state := func(dir rundir.Dir, p sweep.Point, s metrics.Summary) string { return failure.RunState(c.Context, dir, p.JobID, s) }
+	state := func(dir rundir.Dir, p sweep.Point, s metrics.Summary) string {
+		return failure.RunState(c.Context, dir, p.JobID, s)
+	}
 	rows := st.Rows(runs, state)
 	if wantJSON(c) {
 		enc := json.NewEncoder(c.App.Writer)

@@ -9,6 +9,7 @@
 package sweep
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,9 +21,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/hpcrun/hpcrun/internal/grid"
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/internal/units"
 	"github.com/hpcrun/hpcrun/slurm"
+	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/plan"
 )
 
@@ -209,4 +212,15 @@ func yesNo(b bool) string {
 		return "yes"
 	}
 	return "no"
+}
+
+// LayoutPoint is the point that sets cfg's layout, every axis of it
+// (sweep --auto's points): tp, pp, pp_split, micro-batches, grad-accum,
+// bsz, sp, zero and recompute, so that nothing of a profile's layout leaks
+// into it.
+func LayoutPoint(cfg config.Config) grid.Point {
+	return grid.Point{{Name: "tp", Value: strconv.Itoa(cfg.TP)}, {Name: "pp", Value: strconv.Itoa(cfg.PP)}, {Name: "pp-split", Value: cfg.PPSplit},
+		{Name: "micro-batches", Value: strconv.Itoa(cfg.MicroBatches)}, {Name: "grad-accum", Value: strconv.Itoa(cfg.GradAccum)},
+		{Name: "bsz", Value: strconv.Itoa(cfg.BatchSize)}, {Name: "sp", Value: strconv.FormatBool(cfg.SP)}, {Name: "zero", Value: strconv.Itoa(cfg.Zero)},
+		{Name: "recompute", Value: cmp.Or(cfg.Recompute, "none")}}
 }

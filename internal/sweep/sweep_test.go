@@ -11,6 +11,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/slurm"
+	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/metrics"
 	"github.com/hpcrun/hpcrun/train/plan"
 )
@@ -159,5 +160,17 @@ func TestRows(t *testing.T) {
 	}
 	if !regexp.MustCompile(`(?m)^tp=3 .*skipped \(invalid: heads\) +-$`).MatchString(b.String()) {
 		t.Errorf("the skipped point's line:\n%s", b.String())
+	}
+}
+
+// LayoutPoint sets every axis of a layout, defaults included.
+func TestLayoutPoint(t *testing.T) {
+	cfg := config.DefaultConfig()
+	cfg.TP, cfg.BatchSize, cfg.GradAccum = 2, 8, 2
+	got := LayoutPoint(cfg).Label()
+	for _, want := range []string{"tp=2", "pp=0", "micro-batches=0", "grad-accum=2", "bsz=8", "sp=false", "zero=0", "recompute=none"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("%q lacks %q", got, want)
+		}
 	}
 }

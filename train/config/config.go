@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -509,4 +510,20 @@ func (c Config) RecomputeMode() parallel.Recompute {
 		return parallel.RecomputeFull
 	}
 	return parallel.RecomputeNone
+}
+
+// AbsPaths makes the config's file paths (data, vocab_file, resume_from,
+// init_from) absolute, so that a job that starts in another directory (a
+// template's cd, a requeue) reads the same files.
+func (c *Config) AbsPaths() error {
+	for _, path := range []*string{&c.Data, &c.VocabFile, &c.ResumeFrom, &c.InitFrom} {
+		if *path != "" && *path != "synthetic" && !filepath.IsAbs(*path) {
+			abs, err := filepath.Abs(*path)
+			if err != nil {
+				return err
+			}
+			*path = abs
+		}
+	}
+	return nil
 }

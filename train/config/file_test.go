@@ -41,3 +41,19 @@ func TestReadConfigFileErrors(t *testing.T) {
 		t.Error("missing file: no error")
 	}
 }
+
+// AbsPaths makes the file paths absolute and leaves "synthetic", empty
+// and absolute ones alone.
+func TestAbsPaths(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Config{Data: "synthetic", VocabFile: "tok/tokenizer.json", InitFrom: "/abs/gpt2"}
+	if err := c.AbsPaths(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Data != "synthetic" || c.VocabFile != filepath.Join(wd, "tok/tokenizer.json") || c.InitFrom != "/abs/gpt2" || c.ResumeFrom != "" {
+		t.Errorf("%+v", c)
+	}
+}
