@@ -147,7 +147,7 @@ func TestPlanCluster(t *testing.T) {
 		t.Errorf("plan --cluster --json: %+v", p.Scale)
 	}
 	text = e.mustRun(append([]string{"plan", "--auto", "--top", "3"}, row...)...)
-	for _, want := range []string{"cluster dgx-a100-superpod", "TFLOP/S", "plan the first: hpcrun plan --cluster dgx-a100-superpod", "the flags' layout tp8 pp64 dp6 micro512 bsz1 v2", "reached 163 TFLOP/s"} {
+	for _, want := range []string{"cluster dgx-a100-superpod", "TFLOP/S", "plan the first: hpcrun plan --cluster dgx-a100-superpod", "the flags' layout tp8 pp64 dp6 rc-full micro512 bsz1 v2", "reached 163 TFLOP/s"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("plan --auto --cluster lacks %q:\n%s", want, text)
 		}

@@ -60,24 +60,16 @@ func (l Layout) String() string {
 	return s
 }
 
-// Flags are the submit flags that run the layout (beside --ntasks).
+// Flags are the submit flags that run the layout (beside --ntasks): every
+// axis, defaults included, so that nothing of a profile's or config's
+// layout (its pp, recompute, ...) leaks into the run.
 func (l Layout) Flags() string {
-	f := fmt.Sprintf("--tp %d", l.TP)
+	micro, accum := 0, l.Micro
 	if l.PP > 1 {
-		f += fmt.Sprintf(" --pp %d --micro-batches %d", l.PP, l.Micro)
-	} else {
-		f += fmt.Sprintf(" --grad-accum %d", l.Micro)
+		micro, accum = l.Micro, 1
 	}
-	f += fmt.Sprintf(" --bsz %d", l.BatchSize)
-	if l.SP {
-		f += " --sp"
-	}
-	if l.Zero == 1 {
-		f += " --zero 1"
-	}
-	if l.Recompute != "" {
-		f += " --recompute " + l.Recompute
-	}
+	f := fmt.Sprintf("--tp %d --pp %d --pp-split '' --micro-batches %d --grad-accum %d --bsz %d --sp=%t --zero %d --recompute %s",
+		l.TP, max(l.PP, 1), micro, accum, l.BatchSize, l.SP, l.Zero, cmp.Or(l.Recompute, "none"))
 	if l.Interleave > 1 {
 		f += fmt.Sprintf(" --interleave %d", l.Interleave)
 	}
@@ -313,6 +305,9 @@ func Auto(r AutoRequest) (*AutoResult, error) {
 		for _, pp := range divisors(base.NTasks / tp) {
 			grid := Layout{TP: tp, PP: pp, DP: base.NTasks / tp / pp, Micro: 1}
 			grid.BatchSize = res.GlobalBatch / grid.DP
+			if r.Cluster != nil {
+				grid.Recompute = "full" // what the plan at scale models
+			}
 			switch {
 			case res.GlobalBatch%grid.DP != 0:
 				res.Invalid = append(res.Invalid, Rejected{Layout{TP: tp, PP: pp, DP: grid.DP}, fmt.Sprintf("dp %d does not divide the global batch of %d samples", grid.DP, res.GlobalBatch)})
@@ -367,9 +362,10 @@ func Auto(r AutoRequest) (*AutoResult, error) {
 	return res, nil
 }
 
-// layoutOf is cfg's own layout, with v virtual stages.
+// layoutOf is cfg's own layout at scale, with v virtual stages (and the
+// full recomputation the plan at scale models).
 func layoutOf(cfg config.Config, v int) Layout {
-	l := Layout{TP: cfg.TP, PP: cfg.Stages(), DP: cfg.DP(), SP: cfg.SP, Zero: cfg.Zero, Micro: cfg.Micro(), BatchSize: cfg.BatchSize}
+	l := Layout{TP: cfg.TP, PP: cfg.Stages(), DP: cfg.DP(), Micro: cfg.Micro(), BatchSize: cfg.BatchSize, Recompute: "full"}
 	if v > 1 {
 		l.Interleave = v
 	}
@@ -545,6 +541,7 @@ func WriteAuto(w io.Writer, res *AutoResult, top int) error {
 	if scale {
 		fmt.Fprintf(w, "\nplan the first: hpcrun plan --cluster %s --ntasks %d %s\n", first.Scale.Cluster, res.NTasks, res.Ranked[0].Layout.Flags())
 		writeGiven(w, res)
+		fmt.Fprintln(w, "note: the ranking across tp and pp is the model's, not measured: it prices every GEMM at one efficiency whatever its width, which favours a small tp; Narayanan et al. (Fig. 13) measured tp = a node's GPUs fastest")
 	} else {
 		fmt.Fprintf(w, "\nrun the first: hpcrun submit %s--ntasks %d %s\n", nodes, res.NTasks, res.Ranked[0].Layout.Flags())
 	}

@@ -341,3 +341,20 @@ func TestAutoRecomputes(t *testing.T) {
 	}
 	checkSorted(t, res)
 }
+
+// Flags sets every axis, defaults included, so that a config's or a
+// profile's layout cannot leak into the run it prints.
+func TestLayoutFlagsEveryAxis(t *testing.T) {
+	for _, c := range []struct {
+		l    Layout
+		want string
+	}{
+		{Layout{TP: 2, PP: 1, DP: 2, Micro: 2, BatchSize: 4}, "--tp 2 --pp 1 --pp-split '' --micro-batches 0 --grad-accum 2 --bsz 4 --sp=false --zero 0 --recompute none"},
+		{Layout{TP: 1, PP: 2, DP: 1, SP: false, Zero: 0, Micro: 4, BatchSize: 1, Recompute: "full", Interleave: 2}, "--tp 1 --pp 2 --pp-split '' --micro-batches 4 --grad-accum 1 --bsz 1 --sp=false --zero 0 --recompute full --interleave 2"},
+		{Layout{TP: 2, PP: 1, DP: 2, SP: true, Zero: 1, Micro: 1, BatchSize: 8, Recompute: "selective"}, "--tp 2 --pp 1 --pp-split '' --micro-batches 0 --grad-accum 1 --bsz 8 --sp=true --zero 1 --recompute selective"},
+	} {
+		if got := c.l.Flags(); got != c.want {
+			t.Errorf("%s: %q, want %q", c.l, got, c.want)
+		}
+	}
+}

@@ -55,6 +55,10 @@ const gbit = 1e9 / 8 // bytes/s of one Gb/s
 // clusters are the presets. GPUs are the device table's (device.go);
 // the node and network figures are the vendors' and the sites' published
 // ones, cited beside each.
+// paperCluster is the cluster of Narayanan et al.'s table: a plan on it
+// of one of the table's rows is printed beside the paper's figure.
+const paperCluster = "dgx-a100-superpod"
+
 var clusters = map[string]Cluster{
 	// NVIDIA DGX A100 SuperPOD (the paper's Selene): DGX A100 nodes of 8
 	// A100-SXM4-80GB on six NVSwitches, NVLink 3 at 600 GB/s a GPU both

@@ -159,6 +159,8 @@ func AtScale(r ScaleRequest) (*Plan, error) {
 		return nil, fmt.Errorf("plan --cluster: tp %d is more than the %d GPUs of a %s node: a tensor-parallel group stays in a node", cfg.TP, G, c.Name)
 	case cfg.NTasks > G && cfg.NTasks%G != 0:
 		return nil, fmt.Errorf("plan --cluster: %d tasks do not fill nodes of %d GPUs", cfg.NTasks, G)
+	case cfg.SP || cfg.Zero == 1 || (cfg.Recompute != "" && cfg.Recompute != "full"):
+		return nil, fmt.Errorf("plan --cluster models Megatron-LM's training as Narayanan et al. ran it: full recomputation, no sequence parallelism, no ZeRO; leave out --sp, --zero 1 and --recompute %s", cfg.Recompute)
 	}
 	split, err := stageSplit(cfg)
 	if err != nil {
@@ -358,7 +360,7 @@ func AtScale(r ScaleRequest) (*Plan, error) {
 		LayerGemmS: layerGemmS, LayerElemS: layerElemS, LayerTPS: layerTPS, P2PS: p2pS, DPS: dpS,
 	}
 	// The paper's figure, on the paper's hardware: 8 A100 80GB a node.
-	if row, ok := FindPaperRow(cfg.Layers, cfg.Dim, cfg.Heads, cfg.Seq, r.Vocab, cfg.NTasks); ok && dev.Name == "a100-80" && G == 8 {
+	if row, ok := FindPaperRow(cfg.Layers, cfg.Dim, cfg.Heads, cfg.Seq, r.Vocab, cfg.NTasks); ok && c.Name == paperCluster {
 		sc.Paper, sc.ErrorPct = &row, 100*(sc.TFLOPs/row.TFLOPs-1)
 	}
 	sc.Modelled = []string{

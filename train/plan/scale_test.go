@@ -198,3 +198,33 @@ func TestAtScaleRefuses(t *testing.T) {
 		}
 	}
 }
+
+// The plan at scale models Megatron-LM's training as the paper ran it:
+// sequence parallelism, ZeRO and a recomputation other than full are
+// refused, saying so, not silently ignored.
+func TestAtScaleRefusesWhatItDoesNotModel(t *testing.T) {
+	c, err := LookupCluster("dgx-a100-superpod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.DefaultConfig()
+	cfg.Model, cfg.Layers, cfg.Dim, cfg.Heads, cfg.Seq, cfg.NTasks, cfg.TP, cfg.BatchSize = "gpt", 24, 2304, 24, 2048, 8, 8, 1
+	if _, err := AtScale(ScaleRequest{Config: cfg, Vocab: 51200, Cluster: c}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Recompute = "full"
+	if _, err := AtScale(ScaleRequest{Config: cfg, Vocab: 51200, Cluster: c}); err != nil {
+		t.Fatalf("--recompute full: %v", err)
+	}
+	for _, change := range []func(*config.Config){
+		func(c *config.Config) { c.SP = true },
+		func(c *config.Config) { c.Recompute = "selective" },
+		func(c *config.Config) { c.Recompute = "none" },
+	} {
+		bad := cfg
+		change(&bad)
+		if _, err := AtScale(ScaleRequest{Config: bad, Vocab: 51200, Cluster: c}); err == nil || !strings.Contains(err.Error(), "full recomputation, no sequence parallelism, no ZeRO") {
+			t.Errorf("sp %v recompute %q: %v", bad.SP, bad.Recompute, err)
+		}
+	}
+}
