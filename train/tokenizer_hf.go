@@ -1,6 +1,7 @@
 package train
 
 import (
+	"container/heap"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,10 +27,10 @@ type HFTokenizer struct {
 	path    string
 	vocab   map[string]int // the model's tokens in byte-level form
 	tokens  []string       // id -> text of an added token, or byte-level form
-	added   map[int]bool   // ids of added tokens: decoded as written
-	addedID map[string]int // an added token's text -> its id
+	added   map[int]bool   // ids of added tokens (true: special): decoded as written
 	merges  map[[2]int]merge
-	addedRE *regexp2.Regexp // the added tokens, longest first; nil: none
+	addedRE *regexp2.Regexp // the added tokens, longest first, a group each; nil: none
+	addedAt []int           // the id of addedRE's group i+1
 	normal  []func(string) string
 	pre     []preStep
 	// byteLevel: the pre-tokenizer maps bytes to byte-level characters
@@ -48,9 +49,13 @@ type preStep func(piece string) []string
 // hfFile is the part of tokenizer.json the tokenizer reads.
 type hfFile struct {
 	AddedTokens []struct {
-		ID      int    `json:"id"`
-		Content string `json:"content"`
-		Special bool   `json:"special"`
+		ID         int    `json:"id"`
+		Content    string `json:"content"`
+		Special    bool   `json:"special"`
+		LStrip     bool   `json:"lstrip"`
+		RStrip     bool   `json:"rstrip"`
+		SingleWord bool   `json:"single_word"`
+		Normalized bool   `json:"normalized"`
 	} `json:"added_tokens"`
 	Normalizer   json.RawMessage `json:"normalizer"`
 	PreTokenizer json.RawMessage `json:"pre_tokenizer"`
@@ -124,7 +129,7 @@ func parseHFTokenizer(b []byte) (*HFTokenizer, error) {
 	case m.Prefix != nil && *m.Prefix != "" || m.Suffix != nil && *m.Suffix != "":
 		return nil, errors.New("continuing_subword_prefix / end_of_word_suffix are not supported")
 	}
-	t := &HFTokenizer{vocab: m.Vocab, added: map[int]bool{}, addedID: map[string]int{}, merges: make(map[[2]int]merge, len(m.Merges)), ignoreMerges: m.IgnoreMerges}
+	t := &HFTokenizer{vocab: m.Vocab, added: map[int]bool{}, merges: make(map[[2]int]merge, len(m.Merges)), ignoreMerges: m.IgnoreMerges}
 	size := 0
 	for tok, id := range m.Vocab {
 		if id < 0 || id >= config.MaxVocab {
@@ -142,18 +147,32 @@ func parseHFTokenizer(b []byte) (*HFTokenizer, error) {
 	for tok, id := range m.Vocab {
 		t.tokens[id] = tok
 	}
-	var addedTexts []string
-	for _, a := range f.AddedTokens {
-		t.tokens[a.ID], t.added[a.ID], t.addedID[a.Content] = a.Content, true, a.ID
-		addedTexts = append(addedTexts, a.Content)
-	}
-	if len(addedTexts) > 0 {
-		sort.Slice(addedTexts, func(i, j int) bool { return len(addedTexts[i]) > len(addedTexts[j]) })
-		quoted := make([]string, len(addedTexts))
-		for i, s := range addedTexts {
-			quoted[i] = regexp2.Escape(s)
+	added := f.AddedTokens
+	sort.SliceStable(added, func(i, j int) bool { return len(added[i].Content) > len(added[j].Content) })
+	var alts []string
+	for _, a := range added {
+		if a.Normalized && !a.Special && len(f.Normalizer) > 0 && string(f.Normalizer) != "null" {
+			return nil, fmt.Errorf("added token %q is matched after normalization (normalized, not special): not supported", a.Content)
 		}
-		t.addedRE = regexp2.MustCompile(strings.Join(quoted, "|"), regexp2.None)
+		t.tokens[a.ID], t.added[a.ID] = a.Content, a.Special
+		// As the tokenizers library matches them: lstrip and rstrip take the
+		// white space beside the token into its match, single_word wants no
+		// word character beside it.
+		alt := regexp2.Escape(a.Content)
+		if a.SingleWord {
+			alt = `(?<!\w)` + alt + `(?!\w)`
+		}
+		if a.LStrip {
+			alt = `\s*` + alt
+		}
+		if a.RStrip {
+			alt += `\s*`
+		}
+		alts = append(alts, "("+alt+")")
+		t.addedAt = append(t.addedAt, a.ID)
+	}
+	if len(alts) > 0 {
+		t.addedRE = regexp2.MustCompile(strings.Join(alts, "|"), regexp2.None)
 	}
 	for i, raw := range m.Merges {
 		a, b, err := mergePair(raw)
@@ -249,6 +268,11 @@ func (t *HFTokenizer) addPreTokenizer(raw json.RawMessage) error {
 	var c hfComponent
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return fmt.Errorf("pre_tokenizer: %w", err)
+	}
+	if t.byteLevel && c.Type != "Sequence" {
+		// ByteLevel maps the bytes in place: the steps after it would see
+		// its characters, where this tokenizer maps them last.
+		return fmt.Errorf("pre_tokenizer %q after ByteLevel is not supported: ByteLevel must be the last step", c.Type)
 	}
 	switch c.Type {
 	case "Sequence":
@@ -378,7 +402,12 @@ func (t *HFTokenizer) Encode(text string) []int {
 	m, _ := t.addedRE.FindRunesMatch(runes)
 	for m != nil {
 		ids = t.encodeText(ids, string(runes[last:m.Index]))
-		ids = append(ids, t.addedID[m.String()])
+		for i, g := range m.Groups()[1:] {
+			if g.Length > 0 {
+				ids = append(ids, t.addedAt[i])
+				break
+			}
+		}
 		last = m.Index + m.Length
 		m, _ = t.addedRE.FindNextMatch(m)
 	}
@@ -422,23 +451,71 @@ func (t *HFTokenizer) encodeText(ids []int, text string) []int {
 	return ids
 }
 
-// bpe merges the word's adjacent ids, the lowest-ranked merge first, until
-// none applies.
+// bpe merges the word's adjacent ids, the lowest-ranked merge first (the
+// leftmost of equal ranks), until none applies. The candidate merges wait
+// in a heap and the symbols form a linked list, as in the tokenizers
+// library: O(n log n) in the word's length, where rescanning the word for
+// each merge took minutes on a long run of letters.
 func (t *HFTokenizer) bpe(word []int) []int {
-	for len(word) > 1 {
-		best, at := merge{rank: -1}, -1
-		for i := 0; i+1 < len(word); i++ {
-			if m, ok := t.merges[[2]int{word[i], word[i+1]}]; ok && (at < 0 || m.rank < best.rank) {
-				best, at = m, i
+	n := len(word)
+	if n < 2 {
+		return word
+	}
+	next, prev := make([]int, n), make([]int, n)
+	for i := range n {
+		next[i], prev[i] = i+1, i-1
+	}
+	next[n-1] = -1
+	h := &mergeHeap{}
+	push := func(i int) {
+		if i >= 0 && next[i] >= 0 {
+			if m, ok := t.merges[[2]int{word[i], word[next[i]]}]; ok {
+				heap.Push(h, candidate{m.rank, i, word[i], word[next[i]], m.id})
 			}
 		}
-		if at < 0 {
-			break
-		}
-		word[at] = best.id
-		word = append(word[:at+1], word[at+2:]...)
 	}
-	return word
+	for i := range n - 1 {
+		push(i)
+	}
+	for h.Len() > 0 {
+		c := heap.Pop(h).(candidate)
+		j := next[c.at]
+		if word[c.at] != c.left || j < 0 || word[j] != c.right || word[c.at] < 0 {
+			continue // a merge since changed a side: stale
+		}
+		word[c.at], word[j] = c.id, -1
+		next[c.at] = next[j]
+		if next[j] >= 0 {
+			prev[next[j]] = c.at
+		}
+		push(prev[c.at])
+		push(c.at)
+	}
+	out := word[:0]
+	for i := 0; i >= 0; i = next[i] {
+		out = append(out, word[i])
+	}
+	return out
+}
+
+// candidate is a merge of the symbols at at and after it, left and right
+// when it was found, into id.
+type candidate struct{ rank, at, left, right, id int }
+
+// mergeHeap orders candidates by rank, then position.
+type mergeHeap []candidate
+
+func (h mergeHeap) Len() int { return len(h) }
+func (h mergeHeap) Less(i, j int) bool {
+	return h[i].rank < h[j].rank || h[i].rank == h[j].rank && h[i].at < h[j].at
+}
+func (h mergeHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *mergeHeap) Push(x any)   { *h = append(*h, x.(candidate)) }
+func (h *mergeHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // Decode implements Tokenizer: added tokens as written, the others from
@@ -450,7 +527,7 @@ func (t *HFTokenizer) Decode(ids []int) string {
 			continue
 		}
 		s := t.tokens[id]
-		if t.added[id] {
+		if _, ok := t.added[id]; ok {
 			out = append(out, s...)
 			continue
 		}
@@ -500,8 +577,10 @@ func (t *HFTokenizer) readSpecials(configPath string) (Specials, error) {
 	eos, ok := lookup(cfg.EOS)
 	if !ok {
 		ids := make([]int, 0, len(t.added))
-		for id := range t.added {
-			ids = append(ids, id)
+		for id, special := range t.added {
+			if special {
+				ids = append(ids, id)
+			}
 		}
 		sort.Ints(ids)
 		for _, id := range ids {

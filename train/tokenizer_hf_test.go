@@ -307,3 +307,76 @@ func TestTokenizeFiles(t *testing.T) {
 		t.Errorf("a 131072-id tokenizer: %v", err)
 	}
 }
+
+// Added tokens match as the tokenizers library matches them: lstrip and
+// rstrip take the white space beside them, single_word only a whole word;
+// a non-special added token decodes as written too.
+func TestHFTokenizerAddedTokenFlags(t *testing.T) {
+	vocab := map[string]any{}
+	for b, r := range byteRunes {
+		vocab[string(r)] = b
+	}
+	file := map[string]any{
+		"added_tokens": []map[string]any{
+			{"id": 256, "content": "<mask>", "special": true, "lstrip": true},
+			{"id": 257, "content": "<sep>", "special": true, "rstrip": true},
+			{"id": 258, "content": "cat", "special": false, "single_word": true},
+			{"id": 259, "content": "<|eot|>", "special": true},
+		},
+		"pre_tokenizer": map[string]any{"type": "ByteLevel", "use_regex": true},
+		"model":         map[string]any{"type": "BPE", "vocab": vocab, "merges": []string{}},
+	}
+	b, _ := json.Marshal(file)
+	tok, err := parseHFTokenizer(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		text string
+		want []int
+	}{
+		{"hi <mask>", []int{'h', 'i', 256}},    // the space before <mask> is its
+		{"a<sep>  b", []int{'a', 257, 'b'}},    // the spaces after <sep> are its
+		{"a cat", []int{'a', ' ', 258}},        // a word of its own
+		{"concatenate", tokIDs("concatenate")}, // inside a word: text
+		{"x<|eot|>y", []int{'x', 259, 'y'}},    // neither
+	} {
+		if got := tok.Encode(c.text); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("Encode(%q) = %v, want %v", c.text, got, c.want)
+		}
+	}
+	if got := tok.Decode([]int{'a', ' ', 258}); got != "a cat" {
+		t.Errorf("Decode = %q, want %q", got, "a cat")
+	}
+	if s, err := tok.readSpecials(filepath.Join(t.TempDir(), "tokenizer_config.json")); err != nil || s.EOT != 259 {
+		t.Errorf("end of text %d, want the last special token 259 (not the non-special 258)", s.EOT)
+	}
+}
+
+// tokIDs are the ids of a text of one-byte tokens (byte b has id b).
+func tokIDs(s string) []int {
+	ids := make([]int, len(s))
+	for i := range len(s) {
+		ids[i] = int(s[i])
+	}
+	return ids
+}
+
+// A step after ByteLevel would see its characters, which this tokenizer
+// maps last: refused.
+func TestHFTokenizerRefusesStepAfterByteLevel(t *testing.T) {
+	vocab := map[string]any{}
+	for b, r := range byteRunes {
+		vocab[string(r)] = b
+	}
+	file := map[string]any{
+		"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{
+			map[string]any{"type": "ByteLevel", "use_regex": false},
+			map[string]any{"type": "Split", "pattern": map[string]any{"String": " "}, "behavior": "Isolated"}}},
+		"model": map[string]any{"type": "BPE", "vocab": vocab},
+	}
+	b, _ := json.Marshal(file)
+	if _, err := parseHFTokenizer(b); err == nil || !strings.Contains(err.Error(), "after ByteLevel") {
+		t.Errorf("Split after ByteLevel: %v", err)
+	}
+}
