@@ -816,7 +816,8 @@ type Suggestion struct {
 // device: sequence parallelism (--sp, where tp > 1 and tp divides the
 // sequence) and ZeRO-1 (--zero 1, where dp > 1), each alone or, when
 // neither fits alone, both, on the same tasks
-// and batch; a larger tp on the same tasks; a smaller batch with more
+// and batch; activation recomputation (--recompute selective, else full;
+// not for arch hf); a larger tp on the same tasks; a smaller batch with more
 // gradient accumulation (the same global batch); more nodes holding a
 // larger tp (the same data-parallel degree). bf16 is not among them: the
 // engine stores fp32 whatever the precision.
@@ -844,6 +845,13 @@ func Suggest(r Request) []Suggestion {
 	fitZero := canZero && try("--zero 1", zero)
 	if canSP && canZero && !fitSP && !fitZero {
 		try("--sp --zero 1", func(c *config.Config, nd *int) { sp(c, nd); zero(c, nd) })
+	}
+	if cfg.Arch != "hf" {
+		for _, mode := range []string{"selective", "full"} {
+			if recomputeOrder[mode] > recomputeOrder[recomputeName(cfg)] && try("--recompute "+mode, func(c *config.Config, _ *int) { c.Recompute = mode }) {
+				break
+			}
+		}
 	}
 	for tp := cfg.TP * 2; tp <= cfg.NTasks; tp *= 2 {
 		if try(fmt.Sprintf("--tp %d", tp), func(c *config.Config, _ *int) { c.TP = tp }) {

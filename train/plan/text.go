@@ -128,7 +128,7 @@ func (pl *Plan) WriteText(w io.Writer, sug []Suggestion) error {
 // that nothing would fit.
 func WhatFits(sug []Suggestion) string {
 	if len(sug) == 0 {
-		return "what would fit: nothing within 16x more nodes, tp or grad-accum, sequence parallelism or ZeRO-1; bf16 would not help (the engine stores fp32); choose a smaller model or a larger device"
+		return "what would fit: nothing within 16x more nodes, tp or grad-accum, sequence parallelism, ZeRO-1 or recomputation; bf16 would not help (the engine stores fp32); choose a smaller model or a larger device"
 	}
 	parts := make([]string, len(sug))
 	for i, s := range sug {
