@@ -23,8 +23,9 @@ type BlockConfig struct {
 	// layer to gather its input again and one per row-parallel layer for
 	// its output gradient, and 2 reduce-scatters).
 	SP *SequenceParallel
-	// Recompute is what Backward computes again instead of keeping it;
-	// with it, share the blocks' buffers (ShareBuffers).
+	// Recompute is what Backward computes again instead of keeping it
+	// (under full recomputation the blocks also share their saved
+	// activations: ShareBuffers).
 	Recompute Recompute
 }
 
@@ -218,10 +219,10 @@ func (b *Block) Backward(dout, dx *tensor.Tensor) error {
 
 // ShareBuffers makes b use the backward scratch of with, a block of the
 // same shape that never runs at the same time (the blocks of one model
-// run one after the other), and under full recomputation also its layers'
-// saved activations, which Backward makes again: with recomputation the
-// scratch then counts once for all the blocks, not once per block. Call it
-// before b's first Forward.
+// run one after the other): the scratch counts once for all the blocks,
+// not once per block. Under full recomputation b also uses with's layers'
+// saved activations, which its Backward makes again. Call it before b's
+// first Forward.
 func (b *Block) ShareBuffers(with *Block) {
 	b.Release()
 	b.blockScratch = with.blockScratch

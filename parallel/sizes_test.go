@@ -231,7 +231,7 @@ func runRecompute(c nccl.Comm, withSP, causal bool, mode Recompute) ([][]float32
 		if err != nil {
 			return nil, err
 		}
-		if l > 0 && mode != RecomputeNone {
+		if l > 0 {
 			b.ShareBuffers(blocks[0])
 		}
 		blocks, params = append(blocks, b), append(params, b.Params()...)
@@ -270,9 +270,6 @@ func runRecompute(c nccl.Comm, withSP, causal bool, mode Recompute) ([][]float32
 	base := dev.MemStats().Current
 	table := BlockSizes(BlockShape{Dim: ckDim, Heads: ckHeads, TP: tp, SP: withSP, Recompute: mode}, ckB, ckT)
 	want := 2*table.Saved.Len() + table.Scratch.Len()
-	if mode == RecomputeNone {
-		want = 2 * table.Len()
-	}
 	if sp != nil {
 		if err := sp.Reserve(dev, ckB, ckT, ckDim, grads); err != nil {
 			return nil, err

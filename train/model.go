@@ -159,8 +159,8 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, seed uin
 		if err != nil {
 			return err
 		}
-		if len(t.blocks) > 0 && cfg.RecomputeMode() != parallel.RecomputeNone {
-			blk.ShareBuffers(t.blocks[0])
+		if len(t.blocks) > 0 {
+			blk.ShareBuffers(t.blocks[0]) // they run one after the other
 		}
 		t.blocks = append(t.blocks, blk)
 		t.params = append(t.params, blk.Params()...)

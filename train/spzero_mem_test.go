@@ -32,10 +32,10 @@ func memPeak(t *testing.T, cfg config.Config) int64 {
 
 // spSaving is the bytes per rank that sequence parallelism saves, from the
 // buffers of package parallel and the model: per block the residual
-// stream, its gradients and the layer norms' outputs and statistics shrink
-// to T/tp positions (8 (B,T,C) of 10 remain, divided by tp; 4 (B,T)), the
-// column-parallel layers' (B,T,C) input gradients go (they reduce-scatter
-// from the shared buffer); the embeddings' outputs, dx, dy, dh and ln_f's (6 (B,T,C), 2
+// stream and the layer norms' outputs and statistics shrink to T/tp
+// positions, and once (the blocks share their backward scratch) its
+// gradients shrink and the column-parallel layers' (B,T,C) input gradients
+// go (they reduce-scatter from the shared buffer); the embeddings' outputs, dx, dy, dh and ln_f's (6 (B,T,C), 2
 // (B,T)) shrink by tp, and so does the GPT head's (B,T,C) input gradient
 // (it goes) or the classifier's pooling matrix; against that the region's
 // shared buffers: packed, gathered and full (B,T,C), the reduce-scatter's
@@ -44,7 +44,12 @@ func spSaving(cfg config.Config) int64 {
 	tp := int64(cfg.TP)
 	B, T, C, L := int64(cfg.BatchSize), int64(cfg.Seq), int64(cfg.Dim), int64(cfg.Layers)
 	N := B * T
-	block := 10*N*C - 8*N*C/tp + 4*N - 4*N/tp
+	// Per block what it keeps (the residual stream, the layer norms'
+	// outputs and statistics, the row-parallel outputs); once, the
+	// backward scratch the blocks share (dr and dh shrink, the
+	// column-parallel layers' dx go).
+	saved := 6*N*C - 6*N*C/tp + 4*N - 4*N/tp
+	scratch := 4*N*C - 2*N*C/tp
 	model := 6*N*C - 6*N*C/tp + 2*N - 2*N/tp
 	if cfg.Model == "gpt" {
 		model += N * C
@@ -52,7 +57,7 @@ func spSaving(cfg config.Config) int64 {
 		model += B*N - B*N/tp
 	}
 	shared := 3*N*C + N*C/tp + L*4*C + 2*C + int64(cfg.PositionRows())*C
-	return 4 * (L*block + model - shared)
+	return 4 * (L*saved + scratch + model - shared)
 }
 
 // zeroSaving is the bytes per rank that ZeRO-1 saves: the moments of all

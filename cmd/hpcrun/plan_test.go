@@ -17,7 +17,7 @@ import (
 // dir exists; the dry run prints the plan after the placement.
 func TestPlanCommand(t *testing.T) {
 	e := newEnv(t)
-	large := []string{"--executor", "local", "--preset", "bert-large", "--gpu", "v100-16", "--ntasks", "4"}
+	large := []string{"--executor", "local", "--preset", "bert-large", "--bsz", "16", "--gpu", "v100-16", "--ntasks", "4"}
 	var got struct {
 		plan.Plan
 		Suggestions []plan.Suggestion `json:"suggestions"`
@@ -215,7 +215,7 @@ func TestSweepLocal(t *testing.T) {
 		t.Errorf("sweep show:\n%s", text)
 	}
 
-	dry := e.mustRun("sweep", "--dry-run", "--executor", "local", "--gpu", "v100-16", "--preset", "tiny,bert-large", "--bsz", "8")
+	dry := e.mustRun("sweep", "--dry-run", "--executor", "local", "--gpu", "v100-16", "--preset", "tiny,bert-large", "--bsz", "16")
 	for _, want := range []string{"skipped: cannot fit", "#SBATCH --array=0-0", "slurm-%A_%a.out", "sweep task --sweep-dir"} {
 		if !strings.Contains(dry, want) {
 			t.Errorf("sweep --dry-run lacks %q:\n%s", want, dry)

@@ -21,7 +21,7 @@ func trainFlags() []cli.Flag {
 		&cli.StringFlag{Name: "pp-split", Usage: "blocks of each pipeline stage, e.g. 3,1 (pp counts summing to layers; default layers/pp each)", Category: cat},
 		&cli.BoolFlag{Name: "sp", Usage: "sequence parallelism: layer norms and residuals split along the sequence over tp (seq % tp == 0)", Category: cat},
 		&cli.IntFlag{Name: "zero", Usage: "1: ZeRO-1, AdamW moments sharded over the data-parallel group; 0: replicated", Category: cat},
-		&cli.StringFlag{Name: "recompute", Usage: "activation recomputation: none, selective (the attention probabilities, recomputed in backward) or full (each block's forward again from its input); the blocks then share their backward buffers; the same gradients to the bit", Category: cat},
+		&cli.StringFlag{Name: "recompute", Usage: "activation recomputation: none, selective (the attention probabilities, recomputed in backward) or full (each block's forward again from its input, its saved buffers shared); the same gradients to the bit", Category: cat},
 		&cli.StringFlag{Name: "model", Usage: "bert (classifier) or gpt (causal LM)", Category: cat},
 		&cli.StringFlag{Name: "preset", Usage: "tiny, small, bert-base, bert-large, gpt2-124m, gpt2-350m; other flags win over it", Category: cat},
 		&cli.IntFlag{Name: "layers", Usage: "transformer blocks", Category: cat},

@@ -57,7 +57,7 @@ func TestPlanPipeline(t *testing.T) {
 	saved, scratch := m1.SavedPerBlock, m1.ActivationsPerBlock-m1.SavedPerBlock
 	for _, st := range p2.Stages {
 		m := st.Memory
-		if want := int64(cfg.Layers/2) * (int64(2-st.Stage)*saved + scratch); st.InFlight != 2-st.Stage || st.Blocks != cfg.Layers/2 || m.Blocks != want || m.SavedPerBlock != saved {
+		if want := int64(cfg.Layers/2)*int64(2-st.Stage)*saved + scratch; st.InFlight != 2-st.Stage || st.Blocks != cfg.Layers/2 || m.Blocks != want || m.SavedPerBlock != saved {
 			t.Errorf("stage %d: %d blocks, %d in flight, blocks' activations %d B; want %d, %d, %d B", st.Stage, st.Blocks, st.InFlight, m.Blocks, cfg.Layers/2, 2-st.Stage, want)
 		}
 		if m.Params >= m1.Params || st.Time.Bubble != parallel.BubbleFraction(2, 4) {

@@ -145,10 +145,9 @@ type Memory struct {
 	// split (and with sequence parallelism the region outside attention
 	// and MLP split along the sequence); SavedPerBlock is the part of it
 	// the forward keeps for the backward, the rest being the backward's
-	// scratch. Blocks is the blocks' total: ActivationsPerBlock times the
-	// layers, and on a pipeline stage holding k micro-batches in flight
-	// the saved part k times; with recomputation the scratch, which the
-	// blocks then share, once.
+	// scratch. Blocks is the blocks' total: the saved part times the
+	// layers (on a pipeline stage holding k micro-batches in flight, k
+	// times that), and the scratch, which the blocks share, once.
 	ActivationsPerBlock int64 `json:"activations_per_block"`
 	SavedPerBlock       int64 `json:"saved_per_block"`
 	Blocks              int64 `json:"blocks"`
@@ -533,9 +532,9 @@ func (s shapes) memory(dev Device) Memory {
 		local, _, _ := s.zeroSizes()
 		m.Optimizer = 2 * local * f32
 	}
-	m.Blocks = s.L * (s.inFlight*s.blockSavedElems() + s.blockScratchElems()) * f32
-	if s.recompute != parallel.RecomputeNone && s.L > 0 {
-		// The blocks share one scratch (parallel.Block.ShareBuffers).
+	// The blocks share one backward scratch (parallel.Block.ShareBuffers).
+	m.Blocks = 0
+	if s.L > 0 {
 		m.Blocks = (s.L*s.inFlight*s.blockSavedElems() + s.blockScratchElems()) * f32
 	}
 	// train.GradSync's biggest bucket, allocated when a bucket packs more

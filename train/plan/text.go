@@ -64,12 +64,9 @@ func (pl *Plan) WriteText(w io.Writer, sug []Suggestion) error {
 	}
 	rc := "(no recompute)"
 	if pl.Recompute != "" {
-		rc = "(recompute " + pl.Recompute + ": one backward scratch for all the blocks)"
+		rc = "(recompute " + pl.Recompute + ")"
 	}
-	act := fmt.Sprintf("%s a block x %d blocks, %s %s", bytesIEC(m.ActivationsPerBlock), m.Blocks/max(m.ActivationsPerBlock, 1), split, rc)
-	if pl.Recompute != "" {
-		act = fmt.Sprintf("%s saved a block x %d blocks, %s of backward scratch, %s %s", bytesIEC(m.SavedPerBlock), pl.Layers, bytesIEC(m.ActivationsPerBlock-m.SavedPerBlock), split, rc)
-	}
+	act := fmt.Sprintf("%s saved a block x %d blocks, %s of backward scratch shared by them, %s %s", bytesIEC(m.SavedPerBlock), pl.Layers, bytesIEC(m.ActivationsPerBlock-m.SavedPerBlock), split, rc)
 	for _, st := range pl.Stages {
 		if st.Memory == m {
 			act = fmt.Sprintf("stage %d's %d blocks: %s saved a block for each of %d micro-batches in flight, %s of backward scratch, %s %s",

@@ -114,7 +114,7 @@ func TestWriteText(t *testing.T) {
 		t.Errorf("a plan that does not fit:\n%s", b.String())
 	}
 	msg := p.Refusal(sug, "submit --force to submit it anyway")
-	for _, w := range []string{"the run needs ", " over the 15.78 GiB of v100-16 (what would fit: --recompute selective (", ", --tp 4 (", "; submit --force to submit it anyway"} {
+	for _, w := range []string{"the run needs ", " over the 15.78 GiB of v100-16 (what would fit: --zero 1 (", ", --recompute selective (", ", --tp 2 (", "; submit --force to submit it anyway"} {
 		if !strings.Contains(msg, w) {
 			t.Errorf("refusal %q lacks %q", msg, w)
 		}
