@@ -23,7 +23,7 @@ func randomData(cfg config.Config, vocab, n int) *train.Data {
 	r := rand.New(rand.NewPCG(7, 1))
 	T := cfg.Seq
 	d := &train.Dataset{Seq: T, Tokens: make([]int32, n*T), Lengths: make([]int32, n)}
-	if cfg.Model == "gpt" {
+	if cfg.LM() {
 		d.Targets = make([]int32, n*T)
 	} else {
 		d.Labels = make([]int32, n)
@@ -109,6 +109,14 @@ func TestPeakMemoryMatchesEngine(t *testing.T) {
 			point{"wide", model, 1, 3, 2, false, 1},
 		)
 	}
+	// Llamas (grouped heads, SwiGLU, RMSNorm, rotary tables), tied and
+	// untied ("llama-untied": llama-tiny with a head of its own).
+	for _, preset := range []string{"llama-tiny", "llama-untied"} {
+		points = append(points,
+			point{preset, "llama", 1, 1, 1, false, 0}, point{preset, "llama", 1, 1, 4, false, 0}, point{preset, "llama", 2, 1, 8, false, 0},
+			point{preset, "llama", 2, 1, 4, true, 0}, point{preset, "llama", 1, 2, 4, false, 1}, point{preset, "llama", 2, 2, 2, true, 1},
+		)
+	}
 	if testing.Short() {
 		var short []point
 		for i := 0; i < len(points); i += 4 {
@@ -127,6 +135,11 @@ func TestPeakMemoryMatchesEngine(t *testing.T) {
 			// Two layers of dim 512: 3.7 Mi and 3.2 Mi parameters in
 			// train's 4 Mi buckets.
 			cfg.Layers, cfg.Dim, cfg.Heads, cfg.Seq, cfg.LR = 2, 512, 8, 16, 1e-3
+		} else if p.preset == "llama-untied" {
+			if err := cfg.ApplyPreset("llama-tiny"); err != nil {
+				t.Fatal(err)
+			}
+			cfg.UntiedHead = true
 		} else if err := cfg.ApplyPreset(p.preset); err != nil {
 			t.Fatal(err)
 		}
