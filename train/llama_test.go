@@ -1,8 +1,17 @@
 package train
 
 import (
+	"encoding/json"
+	"math"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
 	"testing"
 
+	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/parallel"
+	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
 )
 
@@ -73,5 +82,223 @@ func TestLlamaLossCurves(t *testing.T) {
 			}
 			sameCurve(t, name, res.Losses, ref)
 		}
+	}
+}
+
+// makeTinyLlama writes a tiny random LlamaForCausalLM directory with
+// scripts/tiny_llama.py make and the extra options args.
+func makeTinyLlama(t *testing.T, py string, args ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	script := filepath.Join("..", "scripts", "tiny_llama.py")
+	cmd := exec.Command(py, append([]string{script, "make", dir, "--layers", "2", "--dim", "64", "--heads", "4", "--kv-heads", "2",
+		"--ffn", "160", "--vocab", "320"}, args...)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("tiny_llama.py make: %v: %s", err, out)
+	}
+	return dir
+}
+
+// referenceLogits are scripts/tiny_llama.py forward's logits of ids (a
+// JSON array of rows), one row a position.
+func referenceLogits(t *testing.T, py, dir string, ids []int32) [][]float64 {
+	t.Helper()
+	args := []string{filepath.Join("..", "scripts", "tiny_llama.py"), "forward", dir}
+	for _, id := range ids {
+		args = append(args, strconv.Itoa(int(id)))
+	}
+	out, err := exec.Command(py, args...).Output()
+	if err != nil {
+		t.Fatalf("tiny_llama.py forward: %v", err)
+	}
+	var rows [][]float64
+	if err := json.Unmarshal(out, &rows); err != nil || len(rows) != len(ids) {
+		t.Fatalf("tiny_llama.py forward: %d rows for %d ids: %v: %.200s", len(rows), len(ids), err, out)
+	}
+	return rows
+}
+
+// engineLogits runs the Llama of --init-from dir on ids at tensor-parallel
+// degree tp (in-process ranks) and returns the logits of the real
+// vocabulary, one row a position, gathered from the vocab-parallel head.
+func engineLogits(t *testing.T, dir string, ids []int32, tp int) [][]float32 {
+	t.Helper()
+	cfg := config.DefaultConfig()
+	cfg.Preset, cfg.InitFrom = "", dir
+	if err := ApplyInitFrom(&cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	T := len(ids)
+	cfg.Seq, cfg.BatchSize, cfg.TP, cfg.NTasks = T, 1, tp, tp
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var vocab int
+	cols := map[int][]float32{}
+	local := 0
+	err := nccl.RunInProcess(tp, func(c nccl.Comm) error {
+		dev := tensor.NewCPU()
+		mesh, err := parallel.NewMesh(c, tp)
+		if err != nil {
+			return err
+		}
+		defer mesh.Close()
+		tok, err := newTokenizer(cfg, nil)
+		if err != nil {
+			return err
+		}
+		v, err := modelVocab(cfg, tok)
+		if err != nil {
+			return err
+		}
+		m, err := newModel(cfg, &Data{Vocab: v}, mesh, dev)
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		if err := loadWeights(m.Params(), dev, cfg, v); err != nil {
+			return err
+		}
+		tr := m.(*transformer)
+		b := &Batch{B: 1, T: T, Tokens: ids, Targets: make([]int32, T), Lengths: []int32{int32(T)}}
+		h, err := tr.trunk(b)
+		if err != nil {
+			return err
+		}
+		logits, err := tr.head.Forward(h)
+		if err != nil {
+			return err
+		}
+		host := make([]float32, logits.Len())
+		dev.CopyToHost(host, logits)
+		mu.Lock()
+		cols[c.Rank()], vocab, local = host, v, tr.head.LocalOut()
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := make([][]float32, T)
+	for i := range rows {
+		for r := 0; r < tp; r++ {
+			rows[i] = append(rows[i], cols[r][i*local:(i+1)*local]...)
+		}
+		rows[i] = rows[i][:vocab]
+	}
+	return rows
+}
+
+// TestLlamaMatchesReference is the Llama's check against an independent
+// reading of the architecture: --init-from tiny random LlamaForCausalLM
+// directories (grouped heads, Llama 3's rope scaling or none, tied and
+// untied heads, f32, bf16 and f16 weights) and the logits of every
+// position at tp 1 and tp 2 equal scripts/tiny_llama.py forward's (NumPy,
+// float64, from the same file's values) within 1e-5.
+func TestLlamaMatchesReference(t *testing.T) {
+	py := numpyPython(t)
+	ids := []int32{5, 77, 260, 3, 299, 42, 42, 318, 0, 128, 7, 64}
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"f32 llama3-rope untied", []string{"--dtype", "float32", "--llama3-rope", "--positions", "32"}},
+		{"f32 tied theta500", []string{"--dtype", "float32", "--tie", "--rope-theta", "500", "--seed", "3"}},
+		{"bf16 untied", []string{"--dtype", "bfloat16", "--seed", "4"}},
+		{"f16 tied llama3-rope", []string{"--dtype", "float16", "--tie", "--llama3-rope", "--seed", "5"}},
+	} {
+		dir := makeTinyLlama(t, py, tc.args...)
+		want := referenceLogits(t, py, dir, ids)
+		for _, tp := range []int{1, 2} {
+			got := engineLogits(t, dir, ids, tp)
+			worst := 0.0
+			for i, row := range want {
+				if len(got[i]) != len(row) {
+					t.Fatalf("%s tp %d: position %d: %d logits, the reference %d", tc.name, tp, i, len(got[i]), len(row))
+				}
+				for j, w := range row {
+					worst = math.Max(worst, math.Abs(float64(got[i][j])-w))
+				}
+			}
+			if worst > 1e-5 {
+				t.Errorf("%s tp %d: logits differ from the reference by up to %.3g", tc.name, tp, worst)
+			}
+			t.Logf("%s tp %d: max |logit - reference| %.2g", tc.name, tp, worst)
+		}
+	}
+}
+
+// TestLlamaInitFromLossCurves fine-tunes a tiny LlamaForCausalLM directory
+// (bf16 weights, its tokenizer.json) on text at tp 1, tp 2, tp 2 with
+// sequence parallelism and dp 2 with ZeRO-1: the curves equal tp1's
+// within 1e-6 relative, and the first loss is the reference forward's
+// (the pretrained weights are the ones used).
+func TestLlamaInitFromLossCurves(t *testing.T) {
+	py := numpyPython(t)
+	dir := makeTinyLlama(t, py, "--dtype", "bfloat16", "--llama3-rope", "--seed", "9")
+	base := config.DefaultConfig()
+	base.Preset, base.InitFrom = "", dir
+	if err := ApplyInitFrom(&base, nil); err != nil {
+		t.Fatal(err)
+	}
+	if base.Model != "llama" || base.Tokenizer != "hf" || base.KVHeads != 2 || base.FFN != 160 || !base.UntiedHead || base.RopeFactor != 8 {
+		t.Fatalf("init_from %s gives %+v", dir, base)
+	}
+	base.Data, base.Seq, base.Steps, base.EvalEvery, base.EvalSamples, base.Samples, base.CkptEvery = textFile(t), 16, 10, 0, 16, 512, -1
+	base.Warmup, base.LR, base.Shuffle = 2, 1e-3, false
+	// The first step's loss, from the reference forward of the first
+	// batch (samples 0-7 in order).
+	data, err := Prepare(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	n := 0
+	for i := 0; i < 8; i++ {
+		rows := referenceLogits(t, py, dir, data.Train.Tokens[i*16:(i+1)*16])
+		for j, row := range rows {
+			target := int(data.Train.Targets[i*16+j])
+			if target < 0 {
+				continue
+			}
+			m := row[0]
+			for _, v := range row {
+				m = math.Max(m, v)
+			}
+			var z float64
+			for _, v := range row {
+				z += math.Exp(v - m)
+			}
+			sum += math.Log(z) + m - row[target]
+			n++
+		}
+	}
+	want := sum / float64(n)
+	var ref []float64
+	for _, l := range []struct {
+		name          string
+		ntasks, tp, b int
+		sp            bool
+		zero          int
+	}{{"tp1", 1, 1, 8, false, 0}, {"tp2", 2, 2, 8, false, 0}, {"tp2+sp", 2, 2, 8, true, 0}, {"dp2+zero1", 2, 1, 4, false, 1}} {
+		cfg := base
+		cfg.NTasks, cfg.TP, cfg.BatchSize, cfg.SP, cfg.Zero = l.ntasks, l.tp, l.b, l.sp, l.zero
+		res := runInProcess(t, cfg, "")
+		if len(res.Losses) != 10 {
+			t.Fatalf("%s: %d steps", l.name, len(res.Losses))
+		}
+		if ref == nil {
+			ref = res.Losses
+			if d := math.Abs(ref[0] - want); d > 1e-5 {
+				t.Errorf("%s: first loss %.7f, the reference forward's %.7f", l.name, ref[0], want)
+			}
+			t.Logf("%s: first loss %.7f, the reference forward's %.7f", l.name, ref[0], want)
+			if !(ref[9] < ref[0]) {
+				t.Errorf("%s: the loss does not fall: %v", l.name, ref)
+			}
+			continue
+		}
+		sameCurve(t, l.name, res.Losses, ref)
 	}
 }

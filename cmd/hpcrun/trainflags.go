@@ -59,7 +59,7 @@ func trainFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "grad-clip", Usage: "clip the global gradient norm (0 = off)", Category: cat},
 		&cli.IntFlag{Name: "positions", Usage: "rows of the position table, the model's n_positions (0 = seq); --init-from sets it", Category: cat},
 		&cli.StringFlag{Name: "arch", Usage: "bert's layout: \"\" (hpcrun's: pre-LN, mean-pooled head) or hf (BERT's: post-LN, token types, pooler); --init-from a BERT sets it", Category: cat},
-		&cli.StringFlag{Name: "init-from", Usage: "start from pretrained weights: a Hugging Face GPT-2 dir (config.json, model.safetensors or its shards), a Hugging Face BERT dir (BertModel or BertForSequenceClassification, with its vocab.txt) or an llm.c .bin; the model's shape comes from it", Category: cat},
+		&cli.StringFlag{Name: "init-from", Usage: "start from pretrained weights: a Hugging Face GPT-2 dir (config.json, model.safetensors or its shards), a Hugging Face BERT dir (BertModel or BertForSequenceClassification, with its vocab.txt), a Hugging Face Llama dir (LlamaForCausalLM, with its tokenizer.json) or an llm.c .bin; the model's shape comes from it", Category: cat},
 		&cli.Float64Flag{Name: "adam-beta1", Usage: "AdamW beta1 (0 = 0.9)", Category: cat},
 		&cli.Float64Flag{Name: "adam-beta2", Usage: "AdamW beta2 (0 = 0.95 for gpt, 0.999 for bert)", Category: cat},
 		&cli.Float64Flag{Name: "adam-eps", Usage: "AdamW epsilon (0 = 1e-8)", Category: cat},
