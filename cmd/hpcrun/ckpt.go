@@ -198,8 +198,19 @@ func exportHF(ck *ckpt.Checkpoint, dir string) error {
 	if err := json.Unmarshal(st.Config, &cfg); err != nil {
 		return fmt.Errorf("export %s: config: %v", ck.Dir, err)
 	}
+	if st.Model == "llama" {
+		tensors, _, err := ck.Merge()
+		if err != nil {
+			return err
+		}
+		tok := ""
+		if cfg.TokenizerName() == "hf" {
+			tok = cfg.VocabFile
+		}
+		return interop.WriteLlamaHF(dir, interop.LlamaSpec(cfg, st.Vocab), tensors, interop.HFOptions{Tokenizer: tok})
+	}
 	if st.Model != "gpt" && !(st.Model == "bert" && cfg.Arch == "hf") {
-		return fmt.Errorf("export %s: a %s checkpoint of hpcrun's own layout: --hf writes GPT-2 (model gpt) and BERT (model bert with --arch hf, as --init-from a BERT trains)", ck.Dir, st.Model)
+		return fmt.Errorf("export %s: a %s checkpoint of hpcrun's own layout: --hf writes GPT-2 (model gpt), Llama (model llama) and BERT (model bert with --arch hf, as --init-from a BERT trains)", ck.Dir, st.Model)
 	}
 	tensors, _, err := ck.Merge()
 	if err != nil {

@@ -286,6 +286,9 @@ type HFOptions struct {
 	DType  string // F32 (""), F16 or BF16
 	Shards int    // files model-0000i-of-0000n.safetensors with the index json; 0 or 1 = one model.safetensors
 	Prefix string // prepended to every tensor name ("transformer." as GPT2LMHeadModel saves them); "" = GPT2Model's names
+	// Tokenizer, when set, is a tokenizer.json (or its directory) that
+	// WriteLlamaHF copies beside the weights.
+	Tokenizer string
 }
 
 // WriteHF writes dir/config.json (GPT2LMHeadModel) and the weights

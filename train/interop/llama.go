@@ -3,9 +3,13 @@ package interop
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/hpcrun/hpcrun/parallel"
+	"github.com/hpcrun/hpcrun/train/ckpt"
+	"github.com/hpcrun/hpcrun/train/config"
 )
 
 // llamaConfig is the part of a LlamaForCausalLM config.json hpcrun reads.
@@ -199,4 +203,133 @@ func (w *hfWeights) readRows(runs []rowRun, cols int) ([]float32, error) {
 		k += r.rows * cols
 	}
 	return out, nil
+}
+
+// LlamaSpec is the Spec of a Llama run of cfg with vocab real ids (what
+// WriteLlamaHF writes into config.json).
+func LlamaSpec(cfg config.Config, vocab int) Spec {
+	eps, theta := cfg.NormEps, cfg.RopeTheta
+	if eps == 0 {
+		eps = float64(cfg.Eps())
+	}
+	if theta == 0 {
+		theta = 10000
+	}
+	return Spec{Model: "llama", Layers: cfg.Layers, Dim: cfg.Dim, Heads: cfg.Heads, KVHeads: cfg.KVHeadCount(), FFN: cfg.Hidden(),
+		Positions: cfg.PositionRows(), Vocab: vocab, NormEps: eps, RopeTheta: theta, RopeFactor: cfg.RopeFactor, RopeLowFreq: cfg.RopeLowFreq,
+		RopeHighFreq: cfg.RopeHighFreq, RopeOriginalSeq: cfg.RopeOriginalSeq, UntiedHead: cfg.UntiedHead}
+}
+
+// WriteLlamaHF writes dir/config.json (LlamaForCausalLM) and the weights
+// under Hugging Face's names from hpcrun's Llama tensors (ckpt's Merge of
+// a Llama checkpoint: hpcrun's names, (out, in), the vocabulary
+// unpadded), the fused projections split back into q_proj, k_proj, v_proj
+// and gate_proj, up_proj; a tied model stores no lm_head. With
+// opt.Tokenizer it copies that tokenizer.json (or its directory's) beside
+// them. Open reads the
+// directory back to the same values.
+func WriteLlamaHF(dir string, spec Spec, tensors []ckpt.Tensor, opt HFOptions) error {
+	byName := map[string]ckpt.Tensor{}
+	for _, t := range tensors {
+		byName[t.Name] = t
+	}
+	get := func(name string, shape []int) (ckpt.Tensor, error) {
+		x, ok := byName[name]
+		if !ok {
+			return x, fmt.Errorf("export: no tensor %s", name)
+		}
+		return x, checkShape("export", name, x.Shape, shape)
+	}
+	C, F, hd := spec.Dim, spec.FFN, spec.Dim/spec.Heads
+	g := spec.Heads / spec.KVHeads
+	rows := func(x ckpt.Tensor, name string, parts [][2]int) ckpt.Tensor {
+		out := ckpt.Tensor{Name: opt.Prefix + name}
+		for _, p := range parts {
+			out.Data = append(out.Data, x.Data[p[0]*C:(p[0]+p[1])*C]...)
+			if len(out.Shape) == 0 {
+				out.Shape = []int{0, C}
+			}
+			out.Shape[0] += p[1]
+		}
+		return out
+	}
+	var out []ckpt.Tensor
+	for _, t := range llamaFileTensors(spec) {
+		name := t.name
+		switch {
+		case strings.HasSuffix(name, ".self_attn.q_proj.weight"), strings.HasSuffix(name, ".self_attn.k_proj.weight"), strings.HasSuffix(name, ".self_attn.v_proj.weight"):
+			p := name[:strings.LastIndex(name, ".self_attn.")]
+			x, err := get(p+".self_attn.qkv_proj.weight", []int{(spec.Heads + 2*spec.KVHeads) * hd, C})
+			if err != nil {
+				return err
+			}
+			var parts [][2]int
+			for k := 0; k < spec.KVHeads; k++ {
+				base := k * (g + 2) * hd
+				switch {
+				case strings.HasSuffix(name, "q_proj.weight"):
+					parts = append(parts, [2]int{base, g * hd})
+				case strings.HasSuffix(name, "k_proj.weight"):
+					parts = append(parts, [2]int{base + g*hd, hd})
+				default:
+					parts = append(parts, [2]int{base + (g+1)*hd, hd})
+				}
+			}
+			out = append(out, rows(x, name, parts))
+		case strings.HasSuffix(name, ".mlp.gate_proj.weight"), strings.HasSuffix(name, ".mlp.up_proj.weight"):
+			p := name[:strings.LastIndex(name, ".mlp.")]
+			x, err := get(p+".mlp.gate_up_proj.weight", []int{2 * F, C})
+			if err != nil {
+				return err
+			}
+			first := 0
+			if strings.HasSuffix(name, "up_proj.weight") {
+				first = F
+			}
+			out = append(out, rows(x, name, [][2]int{{first, F}}))
+		default:
+			x, err := get(name, t.shape)
+			if err != nil {
+				return err
+			}
+			x.Name = opt.Prefix + name
+			out = append(out, x)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	var scaling any
+	if spec.RopeFactor != 0 {
+		scaling = map[string]any{"rope_type": "llama3", "factor": spec.RopeFactor, "low_freq_factor": spec.RopeLowFreq,
+			"high_freq_factor": spec.RopeHighFreq, "original_max_position_embeddings": spec.RopeOriginalSeq}
+	}
+	cfg := map[string]any{
+		"architectures": []string{"LlamaForCausalLM"}, "model_type": "llama",
+		"hidden_size": C, "intermediate_size": F, "num_attention_heads": spec.Heads, "num_key_value_heads": spec.KVHeads,
+		"num_hidden_layers": spec.Layers, "head_dim": hd, "hidden_act": "silu", "rms_norm_eps": spec.NormEps,
+		"rope_theta": spec.RopeTheta, "rope_scaling": scaling, "max_position_embeddings": spec.Positions, "vocab_size": spec.Vocab,
+		"tie_word_embeddings": !spec.UntiedHead, "attention_bias": false, "mlp_bias": false, "torch_dtype": "float32",
+	}
+	b, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, HFConfig), append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	if opt.Tokenizer != "" {
+		path := opt.Tokenizer
+		if st, err := os.Stat(path); err == nil && st.IsDir() {
+			path = filepath.Join(path, "tokenizer.json")
+		}
+		tok, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), tok, 0o644); err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+	}
+	return writeWeights(dir, out, opt)
 }
