@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
@@ -301,4 +302,49 @@ func TestLlamaInitFromLossCurves(t *testing.T) {
 		}
 		sameCurve(t, l.name, res.Losses, ref)
 	}
+}
+
+// TestLlamaResumeAtOtherLayout saves an untied Llama at tp 2 x dp 2 with
+// ZeRO-1 and resumes it: at the same layout bit for bit, at tp 1, at tp 4
+// (8 query heads in 4 groups) with sp, and at pp 2 within 1e-6 of the
+// uninterrupted run (the checkpoint reshards the fused Q,K,V groups and
+// gate/up blocks at any tp).
+func TestLlamaResumeAtOtherLayout(t *testing.T) {
+	cfg := llamaConfig(t)
+	cfg.Heads, cfg.KVHeads, cfg.UntiedHead = 8, 4, true
+	cfg.NTasks, cfg.TP, cfg.BatchSize, cfg.Zero = 4, 2, 8, 1
+	cfg.Steps, cfg.EvalEvery, cfg.CkptEvery = 10, 0, 5
+	data, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := t.TempDir()
+	res, err := runRanks(t, cfg, data, func(int) Options { return Options{RunDir: full} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := filepath.Join(rundir.Dir(full).Ckpt(), "step-000005")
+	resume := func(name string, ntasks, tp, pp, b int, sp bool, zero int) []float64 {
+		t.Helper()
+		c := cfg
+		c.NTasks, c.TP, c.PP, c.BatchSize, c.SP, c.Zero = ntasks, tp, pp, b, sp, zero
+		if pp > 1 {
+			c.MicroBatches = 4
+		}
+		dir := t.TempDir()
+		r, err := runRanks(t, c, data, func(int) Options { return Options{RunDir: dir, Resume: from} })
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if r[0].Start != 5 || len(r[0].Losses) != 5 {
+			t.Fatalf("%s: resumed at %d with %d losses, want 5 and 5", name, r[0].Start, len(r[0].Losses))
+		}
+		return r[0].Losses
+	}
+	want := res[0].Losses[5:]
+	bitIdentical(t, "tp2xdp2+zero1 resumed", resume("same", 4, 2, 0, 8, false, 1), "uninterrupted", want)
+	sameCurve(t, "tp1 resumed", resume("tp1", 1, 1, 0, 16, false, 0), want)
+	sameCurve(t, "tp4+sp resumed", resume("tp4+sp", 4, 4, 0, 16, true, 0), want)
+	// A pipeline runs micro-batches of 4: the same 16 samples a step.
+	sameCurve(t, "pp2 resumed", resume("pp2", 2, 1, 2, 4, false, 0), want)
 }
