@@ -132,6 +132,7 @@ func Checks() []Check {
 		{Name: "BlockSP", Doc: "Block with sequence parallelism: layer norms and residuals on T/tp positions, layer-norm gradients summed over tp", run: checkBlockSP},
 		{Name: "LlamaBlock", Doc: "Llama block: RMSNorm, grouped-query attention with rotary embeddings (whole kv groups per rank), SwiGLU MLP (gate/up column-parallel, down row-parallel)", run: checkLlamaBlock(false)},
 		{Name: "LlamaBlockSP", Doc: "LlamaBlock with sequence parallelism", run: checkLlamaBlock(true)},
+		{Name: "LlamaBlockComm", Doc: "a Llama block does exactly 2 all-reduces forward and 2 backward, nothing else", run: checkLlamaBlockComm},
 		{Name: "BlockCommSP", Doc: "a sequence-parallel block does 2 all-gathers and 2 reduce-scatters forward, 4 all-gathers and 2 reduce-scatters backward, nothing else", run: checkBlockCommSP},
 	}
 }
@@ -567,7 +568,7 @@ func checkBlock(dev tensor.Device, tp nccl.Comm) (*Result, error) {
 // data and returns tp's counters before, between and after. At tp 1 it
 // records that nothing is sent and returns ok false; so does a data error,
 // recorded in h.
-func (h *harness) countPhases(tp nccl.Comm, sh *Block, rows int) (s0, s1, s2 nccl.Stats, ok bool, err error) {
+func (h *harness) countPhases(tp nccl.Comm, sh checkedBlock, rows int) (s0, s1, s2 nccl.Stats, ok bool, err error) {
 	x, _ := h.random(ckB, rows, ckDim)
 	dout, _ := h.random(ckB, rows, ckDim)
 	dx := h.zeros(ckB, rows, ckDim)
@@ -598,6 +599,12 @@ func (h *harness) orDone(err error) (*Result, error) {
 	return h.done()
 }
 
+// checkedBlock is a GPT or a Llama block under a check.
+type checkedBlock interface {
+	Forward(x *tensor.Tensor, keyValid []int32) (*tensor.Tensor, error)
+	Backward(dout, dx *tensor.Tensor) error
+}
+
 // checkBlockComm counts the collectives of one block's forward and
 // backward on the group: 2 all-reduces each, of B*T*C floats, nothing else.
 func checkBlockComm(dev tensor.Device, tp nccl.Comm) (*Result, error) {
@@ -606,6 +613,21 @@ func checkBlockComm(dev tensor.Device, tp nccl.Comm) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	return h.countBlockComm(tp, sh)
+}
+
+// checkLlamaBlockComm is checkBlockComm for the Llama block.
+func checkLlamaBlockComm(dev tensor.Device, tp nccl.Comm) (*Result, error) {
+	h := newHarness(dev, tp)
+	_, sh, err := newCheckLlamaBlocks(h, tp, nil)
+	if err != nil {
+		return nil, err
+	}
+	return h.countBlockComm(tp, sh)
+}
+
+// countBlockComm is checkBlockComm's count on block sh.
+func (h *harness) countBlockComm(tp nccl.Comm, sh checkedBlock) (*Result, error) {
 	s0, s1, s2, ok, err := h.countPhases(tp, sh, ckT)
 	if !ok || err != nil {
 		return h.orDone(err)
