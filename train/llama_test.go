@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"encoding/json"
 	"math"
 	"os/exec"
@@ -347,4 +348,35 @@ func TestLlamaResumeAtOtherLayout(t *testing.T) {
 	sameCurve(t, "tp4+sp resumed", resume("tp4+sp", 4, 4, 0, 16, true, 0), want)
 	// A pipeline runs micro-batches of 4: the same 16 samples a step.
 	sameCurve(t, "pp2 resumed", resume("pp2", 2, 1, 2, 4, false, 0), want)
+}
+
+// The GPU step (the loss kept on the device, one read a step) trains a
+// Llama as the host step does.
+func TestLlamaDeviceStep(t *testing.T) {
+	cfg := llamaConfig(t)
+	cfg.Steps, cfg.BatchSize, cfg.GradAccum, cfg.GradClip = 6, 4, 2, 0.5
+	data, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(dev tensor.Device) *Result {
+		world := nccl.NewInProcess(1)[0]
+		defer world.Close()
+		res, err := Run(context.Background(), cfg, world, Options{Data: data, Device: dev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	want := run(tensor.NewCPU())
+	gpu := &hostScalars{CPUDevice: tensor.NewCPU()}
+	got := run(gpu)
+	for i := range want.Losses {
+		if math.Abs(got.Losses[i]-want.Losses[i]) > 1e-5*math.Abs(want.Losses[i]) {
+			t.Errorf("step %d: loss %.7f on the GPU step, %.7f on the host step", i+1, got.Losses[i], want.Losses[i])
+		}
+	}
+	if gpu.syncs != int64(cfg.Steps) {
+		t.Errorf("%d host synchronisations in %d steps, want one a step", gpu.syncs, cfg.Steps)
+	}
 }
