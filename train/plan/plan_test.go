@@ -404,7 +404,7 @@ func TestCommMatchesEngine(t *testing.T) {
 	const vocab = 1000
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-5s %3s %3s %5s %-10s %12s %12s %12s %12s %5s %5s\n", "model", "tp", "dp", "accum", "mode", "plan tp B", "engine tp B", "plan dp B", "engine dp B", "plan", "calls")
-	for _, model := range []string{"bert", "gpt"} {
+	for _, model := range []string{"bert", "gpt", "llama"} {
 		for _, p := range []struct {
 			tp, dp, accum int
 			sp            bool
@@ -419,6 +419,9 @@ func TestCommMatchesEngine(t *testing.T) {
 			}
 			cfg.TP, cfg.NTasks, cfg.BatchSize, cfg.GradAccum, cfg.SP, cfg.Zero = p.tp, p.tp*p.dp, 4, p.accum, p.sp, p.zero
 			cfg.EvalSamples, cfg.Device = cfg.BatchSize*p.dp, "cpu"
+			if model == "llama" && p.tp <= 2 {
+				cfg.KVHeads = 2 // grouped heads, whole groups a rank
+			}
 			pl, err := New(Request{Config: cfg, Vocab: vocab, Device: CPU(0, 0, 0, "")})
 			if err != nil {
 				t.Fatal(err)
@@ -447,7 +450,7 @@ func TestCommMatchesEngine(t *testing.T) {
 // again in its backward, selective none; the plan counts them exactly.
 func TestRecomputeCommMatchesEngine(t *testing.T) {
 	const vocab = 1000
-	for _, model := range []string{"bert", "gpt"} {
+	for _, model := range []string{"bert", "gpt", "llama"} {
 		for _, p := range []struct {
 			tp, dp, accum int
 			sp            bool
@@ -460,6 +463,9 @@ func TestRecomputeCommMatchesEngine(t *testing.T) {
 				}
 				cfg.TP, cfg.NTasks, cfg.BatchSize, cfg.GradAccum, cfg.SP, cfg.Recompute = p.tp, p.tp*p.dp, 4, p.accum, p.sp, mode
 				cfg.EvalSamples, cfg.Device = cfg.BatchSize*p.dp, "cpu"
+				if model == "llama" {
+					cfg.KVHeads = 2
+				}
 				pl, err := New(Request{Config: cfg, Vocab: vocab, Device: CPU(0, 0, 0, "")})
 				if err != nil {
 					t.Fatal(err)
