@@ -130,6 +130,9 @@ func Checks() []Check {
 		{Name: "RowParallelLinearSP", Doc: "RowParallelLinear with sequence parallelism: reduce-scatter of the output along the sequence, all-gather of its gradient", run: checkRowSP},
 		{Name: "VocabParallelEmbeddingSP", Doc: "VocabParallelEmbedding reduce-scattered along the sequence", run: checkEmbeddingSP},
 		{Name: "BlockSP", Doc: "Block with sequence parallelism: layer norms and residuals on T/tp positions, layer-norm gradients summed over tp", run: checkBlockSP},
+		{Name: "LlamaBlock", Doc: "Llama block: RMSNorm, grouped-query attention with rotary embeddings (whole kv groups per rank), SwiGLU MLP (gate/up column-parallel, down row-parallel)", run: checkLlamaBlock(false)},
+		{Name: "LlamaBlockSP", Doc: "LlamaBlock with sequence parallelism", run: checkLlamaBlock(true)},
+		{Name: "LlamaBlockComm", Doc: "a Llama block does exactly 2 all-reduces forward and 2 backward, nothing else", run: checkLlamaBlockComm},
 		{Name: "BlockCommSP", Doc: "a sequence-parallel block does 2 all-gathers and 2 reduce-scatters forward, 4 all-gathers and 2 reduce-scatters backward, nothing else", run: checkBlockCommSP},
 	}
 }
@@ -565,7 +568,7 @@ func checkBlock(dev tensor.Device, tp nccl.Comm) (*Result, error) {
 // data and returns tp's counters before, between and after. At tp 1 it
 // records that nothing is sent and returns ok false; so does a data error,
 // recorded in h.
-func (h *harness) countPhases(tp nccl.Comm, sh *Block, rows int) (s0, s1, s2 nccl.Stats, ok bool, err error) {
+func (h *harness) countPhases(tp nccl.Comm, sh checkedBlock, rows int) (s0, s1, s2 nccl.Stats, ok bool, err error) {
 	x, _ := h.random(ckB, rows, ckDim)
 	dout, _ := h.random(ckB, rows, ckDim)
 	dx := h.zeros(ckB, rows, ckDim)
@@ -596,6 +599,12 @@ func (h *harness) orDone(err error) (*Result, error) {
 	return h.done()
 }
 
+// checkedBlock is a GPT or a Llama block under a check.
+type checkedBlock interface {
+	Forward(x *tensor.Tensor, keyValid []int32) (*tensor.Tensor, error)
+	Backward(dout, dx *tensor.Tensor) error
+}
+
 // checkBlockComm counts the collectives of one block's forward and
 // backward on the group: 2 all-reduces each, of B*T*C floats, nothing else.
 func checkBlockComm(dev tensor.Device, tp nccl.Comm) (*Result, error) {
@@ -604,6 +613,21 @@ func checkBlockComm(dev tensor.Device, tp nccl.Comm) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	return h.countBlockComm(tp, sh)
+}
+
+// checkLlamaBlockComm is checkBlockComm for the Llama block.
+func checkLlamaBlockComm(dev tensor.Device, tp nccl.Comm) (*Result, error) {
+	h := newHarness(dev, tp)
+	_, sh, err := newCheckLlamaBlocks(h, tp, nil)
+	if err != nil {
+		return nil, err
+	}
+	return h.countBlockComm(tp, sh)
+}
+
+// countBlockComm is checkBlockComm's count on block sh.
+func (h *harness) countBlockComm(tp nccl.Comm, sh checkedBlock) (*Result, error) {
 	s0, s1, s2, ok, err := h.countPhases(tp, sh, ckT)
 	if !ok || err != nil {
 		return h.orDone(err)
@@ -971,4 +995,64 @@ func checkBlockCommSP(dev tensor.Device, tp nccl.Comm) (*Result, error) {
 		}
 	}
 	return h.done()
+}
+
+// newCheckLlamaBlocks makes the unsharded and the sharded Llama block of
+// the checks: 8 query heads in 4 groups (whole groups at tp 1, 2, 4),
+// rotary embeddings with Llama 3's scaling, norm weights perturbed so that
+// their gradient paths are not the identity.
+func newCheckLlamaBlocks(h *harness, tp nccl.Comm, sp *SequenceParallel) (ref, sh *LlamaBlock, err error) {
+	cfg := LlamaBlockConfig{Dim: ckDim, Heads: 2 * ckHeads, KVHeads: ckHeads, Hidden: 3 * ckDim / 2, Eps: 1e-5, Seed: ckSeed, Std: 0.2,
+		RoPE: RoPE{Theta: 500, Scaling: &RoPEScaling{Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 16}}}
+	if ref, err = NewLlamaBlock(h.dev, nil, "model.layers.0", cfg); err != nil {
+		return nil, nil, err
+	}
+	cfg.SP = sp
+	if sh, err = NewLlamaBlock(h.dev, tp, "model.layers.0", cfg); err != nil {
+		return nil, nil, err
+	}
+	for _, n := range [][2]*RMSNorm{{ref.InputNorm, sh.InputNorm}, {ref.PostNorm, sh.PostNorm}} {
+		w, _ := h.random(ckDim)
+		if h.err != nil {
+			return nil, nil, h.err
+		}
+		h.dev.Copy(n[0].Weight.Data, w)
+		h.dev.Copy(n[1].Weight.Data, w)
+	}
+	return ref, sh, nil
+}
+
+// checkLlamaBlock runs the Llama block against the unsharded one, with
+// sequence parallelism when sp is set.
+func checkLlamaBlock(seqPar bool) func(tensor.Device, nccl.Comm) (*Result, error) {
+	return func(dev tensor.Device, tp nccl.Comm) (*Result, error) {
+		h := newHarness(dev, tp)
+		var sp *SequenceParallel
+		shard := Shard{Parts: 1}
+		if seqPar {
+			sp = NewSequenceParallel(tp)
+			defer sp.Release()
+			shard = h.seqShard()
+		}
+		ref, sh, err := newCheckLlamaBlocks(h, tp, sp)
+		if err != nil {
+			return nil, err
+		}
+		pick := func(s bool) *LlamaBlock {
+			if s {
+				return sh
+			}
+			return ref
+		}
+		lp := layerPair{
+			fwd:    func(s bool, x *tensor.Tensor) (*tensor.Tensor, error) { return pick(s).Forward(x, nil) },
+			bwd:    func(s bool, dout, dx *tensor.Tensor) error { return pick(s).Backward(dout, dx) },
+			params: func(s bool) []*Param { return pick(s).Params() },
+		}
+		if seqPar {
+			lp.reduce = func() error { return sp.ReduceGrads(sh.Params()) }
+		}
+		h.runPair(lp, []int{ckB, ckT, ckDim}, shard, shard)
+		return h.done()
+	}
 }

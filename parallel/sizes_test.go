@@ -178,12 +178,13 @@ func TestRecomputeIsBitIdentical(t *testing.T) {
 		tp     int
 		sp     bool
 		causal bool
-	}{{1, false, true}, {2, false, false}, {2, true, true}} {
-		t.Run(fmt.Sprintf("tp%d sp %v causal %v", tc.tp, tc.sp, tc.causal), func(t *testing.T) {
+		llama  bool
+	}{{1, false, true, false}, {2, false, false, false}, {2, true, true, false}, {1, false, true, true}, {2, false, true, true}, {2, true, true, true}} {
+		t.Run(fmt.Sprintf("tp%d sp %v causal %v llama %v", tc.tp, tc.sp, tc.causal, tc.llama), func(t *testing.T) {
 			err := nccl.RunInProcess(tc.tp, func(c nccl.Comm) error {
 				var ref [][]float32
 				for _, mode := range []Recompute{RecomputeNone, RecomputeSelective, RecomputeFull} {
-					got, err := runRecompute(c, tc.sp, tc.causal, mode)
+					got, err := runRecompute(c, tc.sp, tc.causal, tc.llama, mode)
 					if err != nil {
 						return fmt.Errorf("recompute %d: %w", mode, err)
 					}
@@ -212,7 +213,7 @@ func TestRecomputeIsBitIdentical(t *testing.T) {
 // gradients of two blocks under mode, checking the bytes they allocate
 // against the table; then a shadow of each runs the same and must give
 // the same.
-func runRecompute(c nccl.Comm, withSP, causal bool, mode Recompute) ([][]float32, error) {
+func runRecompute(c nccl.Comm, withSP, causal, llama bool, mode Recompute) ([][]float32, error) {
 	dev := tensor.NewCPU()
 	tp := c.Size()
 	var tpc nccl.Comm
@@ -224,15 +225,22 @@ func runRecompute(c nccl.Comm, withSP, causal bool, mode Recompute) ([][]float32
 	if withSP {
 		sp, tl = NewSequenceParallel(tpc), ckT/tp
 	}
-	var blocks []*Block
+	var blocks []recomputeBlock
 	var params []*Param
 	for l := range 2 {
-		b, err := NewBlock(dev, tpc, fmt.Sprintf("h.%d", l), BlockConfig{Dim: ckDim, Heads: ckHeads, Causal: causal, Seed: ckSeed, Std: 0.2, SP: sp, Recompute: mode})
+		var b recomputeBlock
+		var err error
+		if llama {
+			b, err = NewLlamaBlock(dev, tpc, fmt.Sprintf("model.layers.%d", l), LlamaBlockConfig{Dim: ckDim, Heads: 2 * ckHeads, KVHeads: ckHeads, Hidden: 3 * ckDim / 2,
+				Eps: 1e-5, Seed: ckSeed, Std: 0.2, SP: sp, Recompute: mode})
+		} else {
+			b, err = NewBlock(dev, tpc, fmt.Sprintf("h.%d", l), BlockConfig{Dim: ckDim, Heads: ckHeads, Causal: causal, Seed: ckSeed, Std: 0.2, SP: sp, Recompute: mode})
+		}
 		if err != nil {
 			return nil, err
 		}
 		if l > 0 {
-			b.ShareBuffers(blocks[0])
+			b.share(blocks[0])
 		}
 		blocks, params = append(blocks, b), append(params, b.Params()...)
 	}
@@ -269,6 +277,9 @@ func runRecompute(c nccl.Comm, withSP, causal bool, mode Recompute) ([][]float32
 	}
 	base := dev.MemStats().Current
 	table := BlockSizes(BlockShape{Dim: ckDim, Heads: ckHeads, TP: tp, SP: withSP, Recompute: mode}, ckB, ckT)
+	if llama {
+		table = LlamaBlockSizes(LlamaBlockShape{Dim: ckDim, Heads: 2 * ckHeads, KVHeads: ckHeads, Hidden: 3 * ckDim / 2, TP: tp, SP: withSP, Recompute: mode}, ckB, ckT)
+	}
 	want := 2*table.Saved.Len() + table.Scratch.Len()
 	if sp != nil {
 		if err := sp.Reserve(dev, ckB, ckT, ckDim, grads); err != nil {
@@ -277,7 +288,7 @@ func runRecompute(c nccl.Comm, withSP, causal bool, mode Recompute) ([][]float32
 		want += SequenceParallelSizes(ckB, ckT, ckDim, tp, grads).Len()
 	}
 	var out [][]float32
-	run := func(blocks []*Block) error {
+	run := func(blocks []recomputeBlock) error {
 		ZeroGrads(params)
 		dev.Zero(dx)
 		h := x
@@ -316,7 +327,7 @@ func runRecompute(c nccl.Comm, withSP, causal bool, mode Recompute) ([][]float32
 		return nil, fmt.Errorf("rank %d: %d B allocated, the table says %d B", c.Rank(), got, 4*want)
 	}
 	first := append([][]float32(nil), out...)
-	shadows := []*Block{blocks[0].Shadow(), blocks[1].Shadow()}
+	shadows := []recomputeBlock{blocks[0].shadow(), blocks[1].shadow()}
 	if err := run(shadows); err != nil {
 		return nil, err
 	}
@@ -333,3 +344,17 @@ func runRecompute(c nccl.Comm, withSP, causal bool, mode Recompute) ([][]float32
 	}
 	return first, nil
 }
+
+// recomputeBlock is a GPT or a Llama block in runRecompute.
+type recomputeBlock interface {
+	Forward(x *tensor.Tensor, keyValid []int32) (*tensor.Tensor, error)
+	Backward(dout, dx *tensor.Tensor) error
+	Params() []*Param
+	share(with recomputeBlock)
+	shadow() recomputeBlock
+}
+
+func (b *Block) share(with recomputeBlock)      { b.ShareBuffers(with.(*Block)) }
+func (b *Block) shadow() recomputeBlock         { return b.Shadow() }
+func (b *LlamaBlock) share(with recomputeBlock) { b.ShareBuffers(with.(*LlamaBlock)) }
+func (b *LlamaBlock) shadow() recomputeBlock    { return b.Shadow() }

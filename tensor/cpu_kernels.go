@@ -28,6 +28,12 @@ type cpuKernels struct {
 	ce    ceK
 	adam  adamK
 	sumsq sumSqK
+
+	rms     rmsK
+	rmsB    rmsBackK
+	rope    ropeK
+	swiglu  swigluK
+	swigluB swigluBackK
 }
 
 // --- Fill, Zero, Add, Axpy, Scale ---

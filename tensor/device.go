@@ -92,6 +92,36 @@ type Device interface {
 	// from dout (N,C) and the forward's inp, weight, mean, rstd.
 	LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd *Tensor)
 
+	// RMSNormForward scales each row by the reciprocal of its root mean
+	// square and saves it for the backward: out = inp*rstd*weight, with
+	// rstd = 1/sqrt(mean(inp^2)+eps) (Llama's RMSNorm).
+	// out, inp are (N,C); rstd is (N); weight is (C).
+	RMSNormForward(out, rstd, inp, weight *Tensor, eps float32)
+	// RMSNormBackward accumulates into dinp (N,C) and dweight (C) from dout
+	// (N,C) and the forward's inp, weight, rstd.
+	RMSNormBackward(dinp, dweight, dout, inp, weight, rstd *Tensor)
+
+	// RoPEForward rotates heads of x in place by their position (rotary
+	// embeddings in Hugging Face's rotate_half layout): a head's channels j
+	// and j+hd/2 are the pair rotated by angle pos*freq_j, and table
+	// (positions,hd) holds cos(pos*freq_j) in its first hd/2 columns and
+	// sin(pos*freq_j) in the rest. x is (N,W), W a multiple of hd; row i is
+	// at position i mod seqLen; of each period consecutive heads of a row
+	// the first rotated ones turn (the queries and keys of a fused Q,K,V
+	// group), the rest stay.
+	RoPEForward(x, table *Tensor, seqLen, period, rotated int)
+	// RoPEBackward turns a gradient of RoPEForward's output into one of its
+	// input, in place: the inverse rotation (a rotation's transpose). It
+	// overwrites dx, unlike the accumulating backward kernels.
+	RoPEBackward(dx, table *Tensor, seqLen, period, rotated int)
+
+	// SwiGLUForward is out = silu(gate)*up with inp's rows [gate | up]:
+	// silu(g) = g/(1+exp(-g)). out is (N,F), inp is (N,2F).
+	SwiGLUForward(out, inp *Tensor)
+	// SwiGLUBackward accumulates the gradient of SwiGLUForward into dinp
+	// (N,2F), [dgate | dup], from dout (N,F) and the forward's inp (N,2F).
+	SwiGLUBackward(dinp, inp, dout *Tensor)
+
 	// GELUForward is out = gelu(inp), tanh approximation (GPT-2's).
 	// out, inp have the same Len; out may be inp.
 	GELUForward(out, inp *Tensor)

@@ -173,3 +173,87 @@ func headGemms(d Device, transA, transB bool, m, n, k int, a, b headOperand, bet
 			beta, c.t, c.off+h*c.head, c.ld, c.item, items)
 	}
 }
+
+// groupedDims checks the grouped attention shapes and returns B, T and the
+// head size.
+func groupedDims(fn string, qkv, att *Tensor, nh, nkv int) (b, t, hs int) {
+	if nh <= 0 || nkv <= 0 || nh%nkv != 0 {
+		panic(fmt.Sprintf("tensor.%s: %d key/value heads do not divide %d heads", fn, nkv, nh))
+	}
+	per := nkv * (nh/nkv + 2)
+	if qkv.Rank() != 3 || qkv.Dim(2)%per != 0 {
+		panic(fmt.Sprintf("tensor.%s: qkv %v must be (B,T,%d*hs)", fn, qkv, per))
+	}
+	b, t, hs = qkv.Dim(0), qkv.Dim(1), qkv.Dim(2)/per
+	if s := att.Shape(); len(s) != 4 || s[0] != b || s[1] != nh || s[2] != t || s[3] != t {
+		panic(fmt.Sprintf("tensor.%s: att %v must be (B,NH,T,T) = (%d,%d,%d,%d)", fn, att, b, nh, t, t))
+	}
+	return b, t, hs
+}
+
+// groupHeads returns, for the r-th query head of every group, the q
+// operand, the shared k and v operands, and the att, and (B,T,NH*hs) out
+// operands of those heads: a group's heads are consecutive in both.
+func groupHeads(qkv, att, out *Tensor, t, nh, nkv, hs, r int) (q, k, v, a, o headOperand) {
+	g := nh / nkv
+	w := nkv * (g + 2) * hs
+	q = headOperand{qkv, r * hs, w, t * w, (g + 2) * hs}
+	k, v = q, q
+	k.off, v.off = g*hs, (g+1)*hs
+	a = headOperand{att, r * t * t, t, nh * t * t, g * t * t}
+	o = headOperand{out, r * hs, nh * hs, t * nh * hs, g * hs}
+	return q, k, v, a, o
+}
+
+// GroupedAttentionForward is AttentionForward with grouped-query heads
+// (Ainslie et al. 2023): nh query heads in nkv groups, the heads of a
+// group sharing one key and one value head. qkv is (B,T,nkv*(g+2)*hs) with
+// g = nh/nkv, each row nkv groups of [g query heads | key | value] (the
+// fused layout a tensor-parallel rank holds whole groups of); att is
+// (B,NH,T,T), kept for the backward; out is (B,T,NH*hs), the heads in
+// order; keyValid is (B,T) or nil.
+func GroupedAttentionForward(out, att, qkv *Tensor, nh, nkv int, causal bool, keyValid []int32) {
+	d := qkv.Device()
+	b, t, hs := groupedDims("GroupedAttentionForward", qkv, att, nh, nkv)
+	check.Len("GroupedAttentionForward", "out", out, b*t*nh*hs)
+	for r := 0; r < nh/nkv; r++ {
+		q, k, _, a, _ := groupHeads(qkv, att, out, t, nh, nkv, hs, r)
+		headGemms(d, false, true, t, t, hs, q, k, 0, a, b, nkv)
+	}
+	d.SoftmaxForward(att, att, float32(1/math.Sqrt(float64(hs))), causal, keyValid)
+	for r := 0; r < nh/nkv; r++ {
+		_, _, v, a, o := groupHeads(qkv, att, out, t, nh, nkv, hs, r)
+		headGemms(d, false, false, t, hs, t, a, v, 0, o, b, nkv)
+	}
+}
+
+// GroupedAttentionBackward accumulates into dqkv (laid out as qkv) the
+// gradient of GroupedAttentionForward from dout (B,T,NH*hs), given the
+// forward's qkv and att; a key or value head gathers the gradients of its
+// group's query heads. datt and dpreatt are (B,NH,T,T) scratch,
+// overwritten.
+func GroupedAttentionBackward(dqkv, datt, dpreatt, dout, qkv, att *Tensor, nh, nkv int) {
+	d := qkv.Device()
+	b, t, hs := groupedDims("GroupedAttentionBackward", qkv, att, nh, nkv)
+	check.Len("GroupedAttentionBackward", "dqkv", dqkv, qkv.Len())
+	check.Len("GroupedAttentionBackward", "dout", dout, b*t*nh*hs)
+	check.Len("GroupedAttentionBackward", "datt", datt, att.Len())
+	check.Len("GroupedAttentionBackward", "dpreatt", dpreatt, att.Len())
+	g := nh / nkv
+	for r := 0; r < g; r++ {
+		_, _, v, a, do := groupHeads(qkv, att, dout, t, nh, nkv, hs, r)
+		_, _, dv, da, _ := groupHeads(dqkv, datt, dout, t, nh, nkv, hs, r)
+		// datt_h = dout_h v^T; dv += att_h^T dout_h
+		headGemms(d, false, true, t, t, hs, do, v, 0, da, b, nkv)
+		headGemms(d, true, false, t, hs, t, a, do, 1, dv, b, nkv)
+	}
+	d.Zero(dpreatt)
+	d.SoftmaxBackward(dpreatt, datt, att, float32(1/math.Sqrt(float64(hs))))
+	for r := 0; r < g; r++ {
+		q, k, _, _, _ := groupHeads(qkv, att, dout, t, nh, nkv, hs, r)
+		dq, dk, _, pd, _ := groupHeads(dqkv, dpreatt, dout, t, nh, nkv, hs, r)
+		// dq_h += dpre_h k; dk += dpre_h^T q_h
+		headGemms(d, false, false, t, hs, t, pd, k, 1, dq, b, nkv)
+		headGemms(d, true, false, t, hs, t, pd, q, 1, dk, b, nkv)
+	}
+}

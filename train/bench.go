@@ -40,7 +40,7 @@ func BenchStep(cfg config.Config, dev tensor.Device, warmup, steps int) (StepTim
 	B, T := cfg.BatchSize, cfg.Seq
 	r := rand.New(rand.NewPCG(uint64(cfg.Seed), 1))
 	d := &Dataset{Seq: T, Tokens: make([]int32, B*T), Lengths: make([]int32, B)}
-	if cfg.Model == "gpt" {
+	if cfg.LM() {
 		d.Targets = make([]int32, B*T)
 	} else {
 		d.Labels = make([]int32, B)

@@ -69,16 +69,21 @@ func (t *trainer) tensorInfos() []ckpt.TensorInfo {
 
 // tensorInfosOf describes how params, some of this run's, are cut.
 func (t *trainer) tensorInfosOf(params []*parallel.Param) []ckpt.TensorInfo {
-	var vocabParam *parallel.Param
-	if tr, ok := t.model.(*transformer); ok && tr.wte != nil {
-		vocabParam = tr.wte.Weight
+	var vocabParam, headParam *parallel.Param // the tables whose rows past the vocabulary are padding
+	if tr, ok := t.model.(*transformer); ok {
+		if tr.wte != nil {
+			vocabParam = tr.wte.Weight
+		}
+		if tr.gpt && !tr.tied && tr.head != nil {
+			headParam = tr.head.Weight
+		}
 	} else if b, ok := t.model.(*bert); ok {
 		vocabParam = b.wte.Weight
 	}
 	var out []ckpt.TensorInfo
 	for _, p := range params {
 		ti := ckpt.TensorInfo{Name: p.Name, Full: p.Full, Split: !p.Shard.Replicated(), Dim: p.Shard.Dim, Blocks: p.Shard.Blocks}
-		if p == vocabParam {
+		if p == vocabParam || p == headParam {
 			ti.Rows = t.data.Vocab
 		}
 		out = append(out, ti)

@@ -123,7 +123,7 @@ func Prepare(cfg config.Config) (*Data, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Model == "gpt" {
+	if cfg.LM() {
 		if config.IsTokenData(cfg.Data) {
 			return prepareTokens(cfg)
 		}

@@ -136,8 +136,8 @@ func Generate(ctx context.Context, world nccl.Comm, opt GenerateOptions) ([]int,
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Model != "gpt" {
-		return nil, fmt.Errorf("generate %s: a %s model: only gpt generates text", opt.Source, cfg.Model)
+	if !cfg.LM() {
+		return nil, fmt.Errorf("generate %s: a %s model: only gpt and llama generate text", opt.Source, cfg.Model)
 	}
 	if opt.Tokens < 1 || opt.Temperature < 0 || opt.TopK < 0 {
 		return nil, fmt.Errorf("generate: tokens %d, temperature %g, top-k %d: want tokens >= 1, temperature >= 0, top-k >= 0", opt.Tokens, opt.Temperature, opt.TopK)
@@ -279,7 +279,7 @@ func EvaluateSource(ctx context.Context, world nccl.Comm, opt EvalOptions) (Eval
 	if err != nil {
 		return EvalResult{}, err
 	}
-	if cfg.Model != "gpt" {
+	if !cfg.LM() {
 		return EvalResult{}, fmt.Errorf("eval %s: a %s model: eval measures a language model's loss", opt.Source, cfg.Model)
 	}
 	cfg.Data, cfg.TP, cfg.NTasks = opt.Data, world.Size(), world.Size()

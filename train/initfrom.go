@@ -10,7 +10,8 @@ import (
 )
 
 // ApplyInitFrom gives c the model shape of its init_from weights (model,
-// layers, dim, heads, positions, vocab; the GPT-2 tokenizer for GPT-2's
+// layers, dim, heads, positions, vocab; a Llama's kv heads, ffn, norm eps,
+// rope theta and scaling and head tying; the GPT-2 tokenizer for GPT-2's
 // 50257-id vocabulary when none is chosen, else the tokenizer.json beside
 // the weights). explicit reports the config keys
 // the user set (flags): one whose value contradicts the file is an error
@@ -39,6 +40,15 @@ func ApplyInitFrom(c *config.Config, explicit func(key string) bool) error {
 		{"heads", c.Heads, s.Heads, func() { c.Heads = s.Heads }},
 		{"positions", c.Positions, s.Positions, func() { c.Positions = s.Positions }},
 		{"vocab", c.Vocab, s.Vocab, func() { c.Vocab = s.Vocab }},
+		{"kv_heads", c.KVHeads, s.KVHeads, func() { c.KVHeads = s.KVHeads }},
+		{"ffn", c.FFN, s.FFN, func() { c.FFN = s.FFN }},
+		{"norm_eps", c.NormEps, s.NormEps, func() { c.NormEps = s.NormEps }},
+		{"rope_theta", c.RopeTheta, s.RopeTheta, func() { c.RopeTheta = s.RopeTheta }},
+		{"rope_factor", c.RopeFactor, s.RopeFactor, func() { c.RopeFactor = s.RopeFactor }},
+		{"rope_low_freq", c.RopeLowFreq, s.RopeLowFreq, func() { c.RopeLowFreq = s.RopeLowFreq }},
+		{"rope_high_freq", c.RopeHighFreq, s.RopeHighFreq, func() { c.RopeHighFreq = s.RopeHighFreq }},
+		{"rope_original_seq", c.RopeOriginalSeq, s.RopeOriginalSeq, func() { c.RopeOriginalSeq = s.RopeOriginalSeq }},
+		{"untied_head", c.UntiedHead, s.UntiedHead, func() { c.UntiedHead = s.UntiedHead }},
 	} {
 		if explicit(d.key) && d.flag != d.file {
 			return fmt.Errorf("--%s %v contradicts %s, whose model has %s %v: leave --%s out with --init-from", d.key, d.flag, s.Source, d.key, d.file, d.key)
@@ -83,6 +93,8 @@ func checkInitFrom(cfg config.Config, vocab int, s interop.Spec) error {
 	}{
 		{"model", cfg.Model, s.Model}, {"arch", cfg.Arch, s.Arch}, {"layers", cfg.Layers, s.Layers}, {"dim", cfg.Dim, s.Dim},
 		{"heads", cfg.Heads, s.Heads}, {"positions", cfg.PositionRows(), s.Positions}, {"vocab", vocab, s.Vocab},
+		{"kv_heads", cfg.KVHeads, s.KVHeads}, {"ffn", cfg.FFN, s.FFN}, {"norm_eps", cfg.NormEps, s.NormEps}, {"rope_theta", cfg.RopeTheta, s.RopeTheta},
+		{"rope_factor", cfg.RopeFactor, s.RopeFactor}, {"untied_head", cfg.UntiedHead, s.UntiedHead},
 	} {
 		if d.have != d.file {
 			return fmt.Errorf("init_from %s has %s %v, this run's config has %v", s.Source, d.key, d.file, d.have)

@@ -37,20 +37,25 @@ type model interface {
 // posInitStd is the initial spread of the position table.
 const posInitStd = 0.01
 
-// transformer is the network of both models, GPT-2's layout built from the
-// tensor-parallel layers of package parallel: a vocab-parallel token
-// embedding and a replicated learned position embedding, pre-LN blocks
-// (attention then MLP, each with a residual), a final layer norm, then
-// either the LM head tied to the token embedding with the vocab-parallel
-// cross-entropy (gpt), or a two-layer classifier over the mean of the
-// non-padding tokens (bert: bidirectional attention with a key padding
-// mask; fc1 column-parallel, fc2 row-parallel, one all-reduce forward and
-// one backward; softmax cross-entropy over the replicated 2 logits).
+// transformer is the network of the three models, GPT-2's layout built
+// from the tensor-parallel layers of package parallel: a vocab-parallel
+// token embedding and a replicated learned position embedding, pre-LN
+// blocks (attention then MLP, each with a residual), a final layer norm,
+// then either the LM head tied to the token embedding with the
+// vocab-parallel cross-entropy (gpt), or a two-layer classifier over the
+// mean of the non-padding tokens (bert: bidirectional attention with a key
+// padding mask; fc1 column-parallel, fc2 row-parallel, one all-reduce
+// forward and one backward; softmax cross-entropy over the replicated 2
+// logits). A Llama (llama) is the language model with no position table
+// (its attention rotates queries and keys), parallel.LlamaBlock blocks, a
+// final RMSNorm and a head tied to the embedding or its own.
 type transformer struct {
-	dev  tensor.Device
-	gpt  bool
-	B, T int
-	C    int
+	dev   tensor.Device
+	gpt   bool // a causal language model: gpt or llama
+	llama bool
+	tied  bool // the LM head is the token embedding (gpt; llama unless untied_head)
+	B, T  int
+	C     int
 
 	// A pipeline stage (pp > 1) holds blocks [lo, hi); the first stage
 	// the embeddings, the last ln_f, the head and the loss, and under gpt
@@ -58,11 +63,11 @@ type transformer struct {
 	first, last bool
 	lo, hi      int
 
-	wte    *parallel.VocabParallelEmbedding // nil on a middle stage, and on the last of bert's
-	wpe    *parallel.PositionEmbedding      // first stage only
-	blocks []*parallel.Block
-	lnf    *parallel.LayerNorm
-	head   *parallel.ColumnParallelLinear // gpt: tied to wte; bert: cls.fc1
+	wte    *parallel.VocabParallelEmbedding // nil on a middle stage, and on the last of bert's and of an untied llama's
+	wpe    *parallel.PositionEmbedding      // first stage only; nil for llama
+	blocks []block
+	lnf    finalNorm
+	head   *parallel.ColumnParallelLinear // gpt: tied to wte (llama: or its own); bert: cls.fc1
 	fc2    *parallel.RowParallelLinear    // bert
 	loss   *parallel.VocabParallelCrossEntropy
 	params []*parallel.Param
@@ -93,6 +98,24 @@ type transformer struct {
 	pred            []int32
 }
 
+// block is a transformer block of either family (parallel.Block,
+// parallel.LlamaBlock).
+type block interface {
+	Forward(x *tensor.Tensor, keyValid []int32) (*tensor.Tensor, error)
+	Backward(dout, dx *tensor.Tensor) error
+	Params() []*parallel.Param
+	Release()
+}
+
+// finalNorm is the final normalisation (parallel.LayerNorm, parallel.RMSNorm).
+type finalNorm interface {
+	Forward(inp *tensor.Tensor) (*tensor.Tensor, error)
+	Backward(dout, dinp *tensor.Tensor) error
+	Params() []*parallel.Param
+	SetSequenceParallel(sp *parallel.SequenceParallel)
+	Release()
+}
+
 // newModel builds this rank's shard of the config's model, initialised from
 // the full model of the config's seed (GPT-2's init: N(0,0.02), residual
 // projections scaled by 1/sqrt(2L), positions N(0,0.01), layer norms 1 and
@@ -102,7 +125,8 @@ func newModel(cfg config.Config, data *Data, m *parallel.Mesh, dev tensor.Device
 		return newBERT(cfg, data.Vocab, m.TP, dev) // BERT's own layout (bert.go)
 	}
 	seed := uint64(cfg.Seed)
-	t := &transformer{dev: dev, gpt: cfg.Model == "gpt", B: cfg.BatchSize, T: cfg.Seq, C: cfg.Dim, Tl: cfg.Seq}
+	t := &transformer{dev: dev, gpt: cfg.LM(), llama: cfg.Model == "llama", B: cfg.BatchSize, T: cfg.Seq, C: cfg.Dim, Tl: cfg.Seq}
+	t.tied = t.gpt && !(t.llama && cfg.UntiedHead)
 	p, s := m.PPSize(), m.PPRank()
 	c := cfg
 	c.PP = p
@@ -126,13 +150,17 @@ func newModel(cfg config.Config, data *Data, m *parallel.Mesh, dev tensor.Device
 func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, seed uint64) error {
 	dev, C := t.dev, cfg.Dim
 	var err error
-	if t.first || (t.last && t.gpt) {
-		if t.wte, err = parallel.NewVocabParallelEmbedding(dev, tp, "wte", vocab, C, seed, parallel.DefaultStd); err != nil {
+	wteName := "wte"
+	if t.llama {
+		wteName = "model.embed_tokens"
+	}
+	if t.first || (t.last && t.tied) {
+		if t.wte, err = parallel.NewVocabParallelEmbedding(dev, tp, wteName, vocab, C, seed, parallel.DefaultStd); err != nil {
 			return err
 		}
 		t.params = append(t.params, t.wte.Params()...)
 	}
-	if t.first {
+	if t.first && !t.llama {
 		if t.wpe, err = parallel.NewPositionEmbedding(dev, "wpe", cfg.PositionRows(), C, seed, posInitStd); err != nil {
 			return err
 		}
@@ -154,13 +182,28 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, seed uin
 	}
 	projStd := float32(parallel.DefaultStd / math.Sqrt(2*float64(cfg.Layers)))
 	for l := t.lo; l < t.hi; l++ {
-		blk, err := parallel.NewBlock(dev, tp, fmt.Sprintf("h.%d", l), parallel.BlockConfig{
-			Dim: C, Heads: cfg.Heads, Causal: t.gpt, Seed: seed, ProjStd: projStd, SP: t.sp, Recompute: cfg.RecomputeMode()})
-		if err != nil {
-			return err
-		}
-		if len(t.blocks) > 0 {
-			blk.ShareBuffers(t.blocks[0]) // they run one after the other
+		var blk block
+		if t.llama {
+			lb, err := parallel.NewLlamaBlock(dev, tp, fmt.Sprintf("model.layers.%d", l), parallel.LlamaBlockConfig{
+				Dim: C, Heads: cfg.Heads, KVHeads: cfg.KVHeadCount(), Hidden: cfg.Hidden(), Eps: cfg.Eps(), RoPE: cfg.RoPE(),
+				Seed: seed, ProjStd: projStd, SP: t.sp, Recompute: cfg.RecomputeMode()})
+			if err != nil {
+				return err
+			}
+			if len(t.blocks) > 0 {
+				lb.ShareBuffers(t.blocks[0].(*parallel.LlamaBlock)) // they run one after the other
+			}
+			blk = lb
+		} else {
+			gb, err := parallel.NewBlock(dev, tp, fmt.Sprintf("h.%d", l), parallel.BlockConfig{
+				Dim: C, Heads: cfg.Heads, Causal: t.gpt, Seed: seed, ProjStd: projStd, SP: t.sp, Recompute: cfg.RecomputeMode()})
+			if err != nil {
+				return err
+			}
+			if len(t.blocks) > 0 {
+				gb.ShareBuffers(t.blocks[0].(*parallel.Block)) // they run one after the other
+			}
+			blk = gb
 		}
 		t.blocks = append(t.blocks, blk)
 		t.params = append(t.params, blk.Params()...)
@@ -172,16 +215,30 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, seed uin
 	if !t.last {
 		return t.allocate(cfg, 0)
 	}
-	if t.lnf, err = parallel.NewLayerNorm(dev, "ln_f", C); err != nil {
+	if t.llama {
+		t.lnf, err = parallel.NewRMSNorm(dev, "model.norm", C, cfg.Eps())
+	} else {
+		t.lnf, err = parallel.NewLayerNorm(dev, "ln_f", C)
+	}
+	if err != nil {
 		return err
 	}
 	t.lnf.SetSequenceParallel(t.sp)
 	t.params = append(t.params, t.lnf.Params()...)
+	vp := 0
 	if t.gpt {
-		if t.head, err = parallel.NewLMHead(tp, "lm_head", t.wte); err != nil {
+		if vp, err = parallel.PadVocab(vocab, parallel.NewGroup(tp).Size()); err != nil {
 			return err
 		}
-		if t.loss, err = parallel.NewVocabParallelCrossEntropy(tp, "loss", t.wte.Padded); err != nil {
+		if t.tied {
+			t.head, err = parallel.NewLMHead(tp, "lm_head", t.wte)
+		} else {
+			t.head, err = parallel.NewColumnParallelLinear(dev, tp, "lm_head", C, vp, parallel.LinearOptions{ValidOut: vocab, ValidRows: vocab, Seed: seed, SequenceParallel: t.sp})
+		}
+		if err != nil {
+			return err
+		}
+		if t.loss, err = parallel.NewVocabParallelCrossEntropy(tp, "loss", vp); err != nil {
 			return err
 		}
 	} else {
@@ -206,10 +263,6 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, seed uin
 	t.params = append(t.params, t.head.Params()...)
 	if t.fc2 != nil {
 		t.params = append(t.params, t.fc2.Params()...)
-	}
-	vp := 0
-	if t.gpt {
-		vp = t.wte.Padded
 	}
 	return t.allocate(cfg, vp)
 }
@@ -411,8 +464,10 @@ func (t *transformer) body(b *Batch, x *tensor.Tensor) (*tensor.Tensor, error) {
 		if x, err = t.wte.Forward(t.ids, t.B, t.T); err != nil {
 			return nil, err
 		}
-		if x, err = t.wpe.Forward(x); err != nil {
-			return nil, err
+		if t.wpe != nil {
+			if x, err = t.wpe.Forward(x); err != nil {
+				return nil, err
+			}
 		}
 	} else if x == nil || x.Len() != t.B*t.Tl*t.C {
 		return nil, fmt.Errorf("blocks %d-%d: no input of %dx%dx%d from the previous stage", t.lo, t.hi-1, t.B, t.Tl, t.C)
@@ -515,8 +570,10 @@ func (t *transformer) backwardStage(scale float32, dout *tensor.Tensor) (*tensor
 		parallel.ZeroStaleGrads(t.params)
 		return dx, nil
 	}
-	if err := t.wpe.Backward(dx, nil); err != nil {
-		return nil, err
+	if t.wpe != nil {
+		if err := t.wpe.Backward(dx, nil); err != nil {
+			return nil, err
+		}
 	}
 	if err := t.wte.Backward(dx); err != nil {
 		return nil, err
@@ -554,7 +611,7 @@ func (t *transformer) stageGradient() *tensor.Tensor { return t.dx }
 // end of the pipeline (the LM head's weight): non-nil on the first and the
 // last stage of a gpt pipeline of more than one stage.
 func (t *transformer) tiedEmbedding() *parallel.Param {
-	if !t.gpt || t.first == t.last {
+	if !t.tied || t.first == t.last {
 		return nil
 	}
 	return t.wte.Weight

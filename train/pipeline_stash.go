@@ -3,6 +3,7 @@ package train
 import (
 	"fmt"
 
+	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
 )
 
@@ -70,7 +71,12 @@ func (t *transformer) stageCopy() *transformer {
 	}
 	c.blocks = nil
 	for _, b := range t.blocks {
-		c.blocks = append(c.blocks, b.Shadow())
+		switch b := b.(type) {
+		case *parallel.Block:
+			c.blocks = append(c.blocks, b.Shadow())
+		case *parallel.LlamaBlock:
+			c.blocks = append(c.blocks, b.Shadow())
+		}
 	}
 	c.ids, c.targets, c.labels, c.forwardedTrain = nil, nil, nil, false
 	if t.keyValid != nil {

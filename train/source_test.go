@@ -28,8 +28,8 @@ func TestSourceShape(t *testing.T) {
 	if err := CheckWeightsFit(dir, 1000); err == nil || !strings.Contains(err.Error(), "the model's weights alone need ") || !strings.Contains(err.Error(), "more than the 1000 B of this machine") {
 		t.Errorf("1000 B of memory: %v", err)
 	}
-	os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"model_type":"llama"}`), 0o644)
+	os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"model_type":"gpt_neox"}`), 0o644)
 	if _, err := SourceShape(dir); err == nil || !strings.Contains(err.Error(), "not supported") {
-		t.Errorf("a llama: %v", err)
+		t.Errorf("a GPT-NeoX: %v", err)
 	}
 }

@@ -28,7 +28,7 @@ func PlanVocab(cfg config.Config) (vocab int, exact bool, err error) {
 			return 0, false, err
 		}
 		n = tok.VocabSize()
-	case tokenizer == "wordpiece" && cfg.Data == "synthetic" && cfg.Model != "gpt":
+	case tokenizer == "wordpiece" && cfg.Data == "synthetic" && !cfg.LM():
 		d, err := Prepare(cfg) // built in memory: no file to read
 		if err != nil {
 			return 0, false, err

@@ -107,9 +107,9 @@ func TestInteropCommandsRefuse(t *testing.T) {
 	bert := filepath.Join(e.dir, "bert")
 	os.MkdirAll(bert, 0o755)
 	os.WriteFile(filepath.Join(bert, "config.json"), []byte(`{"architectures":["BertForSequenceClassification"],"model_type":"bert","hidden_size":8}`), 0o644)
-	llama := filepath.Join(e.dir, "llama")
-	os.MkdirAll(llama, 0o755)
-	os.WriteFile(filepath.Join(llama, "config.json"), []byte(`{"architectures":["LlamaForCausalLM"],"model_type":"llama"}`), 0o644)
+	neox := filepath.Join(e.dir, "neox")
+	os.MkdirAll(neox, 0o755)
+	os.WriteFile(filepath.Join(neox, "config.json"), []byte(`{"architectures":["GPTNeoXForCausalLM"],"model_type":"gpt_neox"}`), 0o644)
 	text := filepath.Join(e.dir, "t.txt")
 	os.WriteFile(text, []byte(strings.Repeat("abc ", 200)), 0o644)
 	for _, c := range []struct {
@@ -119,7 +119,7 @@ func TestInteropCommandsRefuse(t *testing.T) {
 	}{
 		{[]string{"data", "tokenize", text}, 2, "usage: hpcrun data tokenize"},
 		{[]string{"data", "tokenize", filepath.Join(e.dir, "none.txt"), "-o", "x.bin"}, 1, "none.txt"},
-		{[]string{"run", "--init-from", llama, "--data", text}, 2, `architecture "LlamaForCausalLM" (model_type "llama") is not supported`},
+		{[]string{"run", "--init-from", neox, "--data", text}, 2, `architecture "GPTNeoXForCausalLM" (model_type "gpt_neox") is not supported`},
 		{[]string{"run", "--init-from", bert, "--data", text}, 2, "bert/config.json: num_hidden_layers = 0: missing or not positive"},
 		{[]string{"run", "--init-from", hf, "--data", text, "--seq", "32", "--device", "cpu"}, 2, "seq 32 is longer than the 16 positions of the model"},
 		{[]string{"generate", hf, "--tokens", "0"}, 1, "tokens 0"},

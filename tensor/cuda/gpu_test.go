@@ -229,6 +229,47 @@ func TestGPULayerNorm(t *testing.T) {
 	}
 }
 
+// The Llama kernels: RMSNorm over rows short and long (c past a block),
+// rotary embeddings with every head or some of a group turned, SwiGLU with
+// exp's overflow on both sides.
+func TestGPULlama(t *testing.T) {
+	b := newBench(t)
+	for _, s := range [][2]int{{37, 100}, {3, 1}, {5, 33}, {3, 2*maxRowThreads + 5}, {2000, 32}} {
+		n, c := s[0], s[1]
+		inp, w := b.rand("inp", 3, n, c), b.rand("weight", 1, c)
+		out, rstd := b.zeros("out", n, c), b.zeros("rstd", n)
+		b.cpu.RMSNormForward(out.c, rstd.c, inp.c, w.c, 1e-6)
+		b.gpu.RMSNormForward(out.g, rstd.g, inp.g, w.g, 1e-6)
+		b.check("RMSNormForward", tol32, out, rstd)
+		dinp, dw, dout := b.rand("dinp", 1, n, c), b.rand("dweight", 1, c), b.rand("dout", 1, n, c)
+		b.cpu.RMSNormBackward(dinp.c, dw.c, dout.c, inp.c, w.c, rstd.c)
+		b.gpu.RMSNormBackward(dinp.g, dw.g, dout.g, inp.g, w.g, rstd.g)
+		b.check("RMSNormBackward", tol32, dinp, dw)
+
+		gate := b.rand("gate_up", 40, n, 2*c)
+		act := b.zeros("act", n, c)
+		b.cpu.SwiGLUForward(act.c, gate.c)
+		b.gpu.SwiGLUForward(act.g, gate.g)
+		b.check("SwiGLUForward", tol32, act)
+		dgate := b.rand("dgate_up", 1, n, 2*c)
+		b.cpu.SwiGLUBackward(dgate.c, gate.c, dout.c)
+		b.gpu.SwiGLUBackward(dgate.g, gate.g, dout.g)
+		b.check("SwiGLUBackward", tol32, dgate)
+	}
+	for _, r := range []struct{ rows, seq, heads, hd, period, rotated int }{
+		{12, 6, 4, 8, 1, 1}, {14, 7, 9, 16, 3, 2}, {4, 4, 2, 64, 2, 0}, {5 * (b.gpu.sms*32*elemThreads/16/5 + 1), 5, 2, 16, 1, 1}, // past one grid-stride round
+	} {
+		table := b.rand("table", 1, r.seq, r.hd)
+		x := b.rand("x", 2, r.rows, r.heads*r.hd)
+		b.cpu.RoPEForward(x.c, table.c, r.seq, r.period, r.rotated)
+		b.gpu.RoPEForward(x.g, table.g, r.seq, r.period, r.rotated)
+		b.check(fmt.Sprintf("RoPEForward %+v", r), tol32, x)
+		b.cpu.RoPEBackward(x.c, table.c, r.seq, r.period, r.rotated)
+		b.gpu.RoPEBackward(x.g, table.g, r.seq, r.period, r.rotated)
+		b.check(fmt.Sprintf("RoPEBackward %+v", r), tol32, x)
+	}
+}
+
 func TestGPUGELU(t *testing.T) {
 	b := newBench(t)
 	for _, scale := range []float32{3, 40} { // 40 reaches exp's overflow on both sides

@@ -251,6 +251,100 @@ extern "C" __global__ void layernorm_param_grads_f32(float* dweight, float* dbia
     }
 }
 
+// --- Llama: RMSNorm, rotary embeddings, SwiGLU ---
+
+// rmsnorm_forward: one block per row of inp (N,C); rstd is (N).
+extern "C" __global__ void ROW_BOUNDS rmsnorm_forward_f32(float* out, float* rstd, const float* inp,
+                                                          const float* weight, long long rows, int c, float eps) {
+    __shared__ float sh[32];
+    for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
+        const float* x = inp + i * c;
+        float ss = 0.f;
+        for (int j = threadIdx.x; j < c; j += blockDim.x) ss += x[j] * x[j];
+        float r = rsqrtf(block_sum(ss, sh) / c + eps);
+        float* o = out + i * c;
+        for (int j = threadIdx.x; j < c; j += blockDim.x) o[j] = x[j] * r * weight[j];
+        if (threadIdx.x == 0) rstd[i] = r;
+    }
+}
+
+// rmsnorm_backward: as layernorm_backward, with the dweight partial sums
+// in part (gridDim.x,C).
+extern "C" __global__ void ROW_BOUNDS rmsnorm_backward_f32(float* dinp, float* part, const float* dout,
+                                                           const float* inp, const float* weight,
+                                                           const float* rstd, long long rows, int c) {
+    __shared__ float sh[32];
+    float* dw = part + (long long)blockIdx.x * c;
+    for (int j = threadIdx.x; j < c; j += blockDim.x) dw[j] = 0.f;
+    for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
+        const float* x = inp + i * c;
+        const float* g = dout + i * c;
+        float r = rstd[i];
+        float sdnn = 0.f;
+        for (int j = threadIdx.x; j < c; j += blockDim.x) {
+            float norm = x[j] * r;
+            sdnn += weight[j] * g[j] * norm;
+            dw[j] += norm * g[j];
+        }
+        float mdnn = block_sum(sdnn, sh) / c;
+        float* dx = dinp + i * c;
+        for (int j = threadIdx.x; j < c; j += blockDim.x) dx[j] += (weight[j] * g[j] - x[j] * r * mdnn) * r;
+    }
+}
+
+// rmsnorm_param_grads adds the nparts partial sums of part (nparts,C) into
+// dweight (C).
+extern "C" __global__ void rmsnorm_param_grads_f32(float* dweight, const float* part, int nparts, int c) {
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < c; j += gridDim.x * blockDim.x) {
+        float w = 0.f;
+        for (int p = 0; p < nparts; p++) w += part[(long long)p * c + j];
+        dweight[j] += w;
+    }
+}
+
+// rope: one thread per rotated pair (row, head, j < hd/2) of x (rows,
+// heads*hd), in place; table row p is [cos | sin] of position p's angles;
+// sign -1 rotates back (the backward).
+extern "C" __global__ void rope_f32(float* x, const float* table, long long rows, int seqLen, int heads, int hd,
+                                    int period, int rotated, float sign) {
+    int half = hd / 2;
+    long long n = rows * heads * half;
+    GRID_STRIDE(i, n) {
+        int j = i % half;
+        long long rh = i / half;
+        int h = rh % heads;
+        long long row = rh / heads;
+        if (h % period >= rotated) continue;
+        const float* t = table + (long long)(row % seqLen) * hd;
+        float* v = x + row * heads * hd + (long long)h * hd;
+        float a = v[j], b = v[j + half], c = t[j], s = sign * t[j + half];
+        v[j] = a * c - b * s;
+        v[j + half] = b * c + a * s;
+    }
+}
+
+// swiglu_forward: out (N,F) = silu(gate)*up with inp's rows [gate | up].
+extern "C" __global__ void swiglu_forward_f32(float* out, const float* inp, long long n, int f) {
+    GRID_STRIDE(i, n) {
+        long long r = i / f;
+        int j = i % f;
+        float g = inp[2 * r * f + j], u = inp[(2 * r + 1) * f + j];
+        out[i] = g / (1.f + expf(-g)) * u;
+    }
+}
+
+// swiglu_backward: dinp (N,2F) += [dgate | dup] from dout (N,F).
+extern "C" __global__ void swiglu_backward_f32(float* dinp, const float* inp, const float* dout, long long n, int f) {
+    GRID_STRIDE(i, n) {
+        long long r = i / f;
+        int j = i % f;
+        float g = inp[2 * r * f + j], u = inp[(2 * r + 1) * f + j], d = dout[i];
+        float s = 1.f / (1.f + expf(-g));
+        dinp[2 * r * f + j] += d * u * s * (1.f + g * (1.f - s));
+        dinp[(2 * r + 1) * f + j] += d * g * s;
+    }
+}
+
 // --- GELU, tanh approximation: gelu(x) = x - x/(exp(2u)+1), u = s*(x+a*x^3) ---
 
 #define GELU_S 0.7978845608028654f

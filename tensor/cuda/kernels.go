@@ -24,6 +24,9 @@ var kernels = []struct {
 	{"embedding_forward_f32", maxRowThreads}, {"embedding_backward_f32", maxRowThreads},
 	{"layernorm_forward_f32", maxRowThreads}, {"layernorm_backward_f32", maxRowThreads},
 	{"layernorm_param_grads_f32", elemThreads},
+	{"rmsnorm_forward_f32", maxRowThreads}, {"rmsnorm_backward_f32", maxRowThreads},
+	{"rmsnorm_param_grads_f32", elemThreads}, {"rope_f32", elemThreads},
+	{"swiglu_forward_f32", elemThreads}, {"swiglu_backward_f32", elemThreads},
 	{"gelu_forward_f32", elemThreads}, {"gelu_backward_f32", elemThreads},
 	{"softmax_forward_f32", softmaxThreads}, {"softmax_backward_f32", softmaxThreads},
 	{"ce_row_max_f32", maxRowThreads}, {"ce_sum_exp_f32", maxRowThreads},
@@ -291,6 +294,84 @@ func (d *Device) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean
 		tp(dinp), ptr(part), tp(dout), tp(inp), tp(weight), tp(mean), tp(rstd), i64(n), i32(c))
 	d.launch("layernorm_param_grads_f32", d.grid1(c, elemThreads), dim3{elemThreads, 1, 1},
 		tp(dweight), tp(dbias), ptr(part), i32(blocks), i32(c))
+}
+
+// --- Llama: RMSNorm, rotary embeddings, SwiGLU ---
+
+// RMSNormForward normalizes the rows of inp by their root mean square.
+// out, inp are (N,C); rstd is (N); weight is (C).
+func (d *Device) RMSNormForward(out, rstd, inp, weight *tensor.Tensor, eps float32) {
+	d.own("RMSNormForward", out, rstd, inp, weight)
+	n := check.RMSNormForward(out, rstd, inp, weight)
+	c := weight.Len()
+	if n == 0 {
+		return
+	}
+	if d.enter() != nil {
+		return
+	}
+	defer d.leave()
+	d.rowwise("rmsnorm_forward_f32", n, c, tp(out), tp(rstd), tp(inp), tp(weight), i64(n), i32(c), f32(eps))
+}
+
+// RMSNormBackward accumulates the RMSNorm gradients. dinp, dout, inp are
+// (N,C); dweight, weight are (C); rstd is (N). The weight gradient is
+// summed per block, then over blocks in a fixed order.
+func (d *Device) RMSNormBackward(dinp, dweight, dout, inp, weight, rstd *tensor.Tensor) {
+	d.own("RMSNormBackward", dinp, dweight, dout, inp, weight, rstd)
+	n := check.RMSNormBackward(dinp, dweight, dout, inp, weight, rstd)
+	c := weight.Len()
+	if n == 0 || c == 0 {
+		return
+	}
+	if d.enter() != nil {
+		return
+	}
+	defer d.leave()
+	blocks := min(n, 2*d.sms)
+	part, err := d.lnPart.get(d, int64(blocks)*int64(c)*4)
+	if err != nil {
+		d.fail(err)
+		return
+	}
+	d.launch("rmsnorm_backward_f32", dim3{uint32(blocks), 1, 1}, dim3{uint32(rowThreads(c)), 1, 1},
+		tp(dinp), ptr(part), tp(dout), tp(inp), tp(weight), tp(rstd), i64(n), i32(c))
+	d.launch("rmsnorm_param_grads_f32", d.grid1(c, elemThreads), dim3{elemThreads, 1, 1},
+		tp(dweight), ptr(part), i32(blocks), i32(c))
+}
+
+func (d *Device) rope(fn string, x, table *tensor.Tensor, seqLen, period, rotated int, sign float32) {
+	d.own(fn, x, table)
+	rows, heads := check.RoPE(fn, x, table, seqLen, period, rotated)
+	hd := table.Cols()
+	d.elementwise("rope_f32", rows*heads*hd/2, tp(x), tp(table), i64(rows), i32(seqLen), i32(heads), i32(hd), i32(period), i32(rotated), f32(sign))
+}
+
+// RoPEForward rotates the heads of x (N,W) in place by their positions'
+// angles in table (positions,hd).
+func (d *Device) RoPEForward(x, table *tensor.Tensor, seqLen, period, rotated int) {
+	d.rope("RoPEForward", x, table, seqLen, period, rotated, 1)
+}
+
+// RoPEBackward rotates the gradient dx (N,W) back in place.
+func (d *Device) RoPEBackward(dx, table *tensor.Tensor, seqLen, period, rotated int) {
+	d.rope("RoPEBackward", dx, table, seqLen, period, rotated, -1)
+}
+
+// SwiGLUForward is out = silu(gate)*up. out is (N,F), inp (N,2F) rows of
+// [gate | up].
+func (d *Device) SwiGLUForward(out, inp *tensor.Tensor) {
+	d.own("SwiGLUForward", out, inp)
+	_, f := check.SwiGLUForward(out, inp)
+	d.elementwise("swiglu_forward_f32", out.Len(), tp(out), tp(inp), i64(out.Len()), i32(f))
+}
+
+// SwiGLUBackward accumulates [dgate | dup] into dinp (N,2F) from dout (N,F)
+// and the forward's inp (N,2F).
+func (d *Device) SwiGLUBackward(dinp, inp, dout *tensor.Tensor) {
+	d.own("SwiGLUBackward", dinp, inp, dout)
+	_, f := check.SwiGLUBackward(dinp, inp, dout)
+	d.elementwise("swiglu_backward_f32", dout.Len(), tp(dinp), tp(inp), tp(dout), i64(dout.Len()), i32(f))
 }
 
 // --- GELU ---

@@ -112,7 +112,7 @@ var kernelTests = []struct {
 	fn   func(*testing.T)
 }{
 	{"Elementwise", TestGPUElementwise}, {"Blocks", TestGPUBlocks}, {"Bias", TestGPUBias},
-	{"Embedding", TestGPUEmbedding}, {"LayerNorm", TestGPULayerNorm}, {"GELU", TestGPUGELU},
+	{"Embedding", TestGPUEmbedding}, {"LayerNorm", TestGPULayerNorm}, {"GELU", TestGPUGELU}, {"Llama", TestGPULlama},
 	{"Softmax", TestGPUSoftmax}, {"CrossEntropy", TestGPUCrossEntropy},
 	{"AdamWAndSumSquares", TestGPUAdamWAndSumSquares}, {"Gemm", TestGPUGemm},
 	{"GemmStridedBatched", TestGPUGemmStridedBatched}, {"Composites", TestGPUComposites},

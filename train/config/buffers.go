@@ -35,7 +35,7 @@ func ModelBuffers(c Config, paddedVocab int, last bool) (stream, head parallel.B
 		return stream, nil
 	}
 	stream = append(stream, parallel.Buffer{Name: "dh", Shape: []int{B, Tl, C}})
-	if c.Model == "gpt" {
+	if c.LM() {
 		return stream, parallel.Buffers{{Name: "dlogits", Shape: []int{B, T, paddedVocab / tp}}}
 	}
 	cl := C / tp

@@ -15,7 +15,7 @@ import (
 // writes it as train.toml in the run directory; every task of the job reads it
 // back, so all ranks train the same thing.
 type Config struct {
-	Model     string  `toml:"model" json:"model"`         // "bert" (classifier) or "gpt" (causal LM)
+	Model     string  `toml:"model" json:"model"`         // "bert" (classifier), "gpt" or "llama" (causal LMs)
 	Preset    string  `toml:"preset" json:"preset"`       // tiny, small, bert-base, bert-large, gpt2-124m, gpt2-350m; "" = none
 	Layers    int     `toml:"layers" json:"layers"`       // transformer blocks
 	Dim       int     `toml:"dim" json:"dim"`             // hidden size
@@ -41,6 +41,19 @@ type Config struct {
 	EvalSamples int     `toml:"eval_samples" json:"eval_samples"`                 // validation samples per evaluation; 0 = 512
 	WeightDecay float64 `toml:"weight_decay" json:"weight_decay"`                 // AdamW decoupled weight decay (matrices only)
 	GradClip    float64 `toml:"grad_clip" json:"grad_clip"`                       // clip the global gradient norm to this; 0 = no clipping
+
+	// Llama-family decoders (model llama; see llama.go).
+	KVHeads   int     `toml:"kv_heads,omitempty" json:"kv_heads,omitempty"`     // key/value heads (num_key_value_heads); 0 = heads
+	FFN       int     `toml:"ffn,omitempty" json:"ffn,omitempty"`               // SwiGLU width (intermediate_size); 0 = Llama's rule from dim
+	NormEps   float64 `toml:"norm_eps,omitempty" json:"norm_eps,omitempty"`     // RMSNorm epsilon (rms_norm_eps); 0 = 1e-5
+	RopeTheta float64 `toml:"rope_theta,omitempty" json:"rope_theta,omitempty"` // rotary base; 0 = 10000
+	// Llama 3's rope_scaling (rope_type llama3; see parallel.RoPEScaling):
+	// rope_factor 0 = none.
+	RopeFactor      float64 `toml:"rope_factor,omitempty" json:"rope_factor,omitempty"`
+	RopeLowFreq     float64 `toml:"rope_low_freq,omitempty" json:"rope_low_freq,omitempty"`         // low_freq_factor
+	RopeHighFreq    float64 `toml:"rope_high_freq,omitempty" json:"rope_high_freq,omitempty"`       // high_freq_factor
+	RopeOriginalSeq int     `toml:"rope_original_seq,omitempty" json:"rope_original_seq,omitempty"` // original_max_position_embeddings
+	UntiedHead      bool    `toml:"untied_head,omitempty" json:"untied_head,omitempty"`             // an LM head of its own (tie_word_embeddings false)
 
 	// Pretrained weights, positions, optimizer and schedule.
 	Positions int     `toml:"positions,omitempty" json:"positions,omitempty"`   // rows of the position table (n_positions); 0 = seq
@@ -154,8 +167,13 @@ func (c Config) Validate() error {
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
 	switch c.Model {
 	case "bert", "gpt":
+	case "llama":
+		c.validateLlama(bad)
 	default:
-		bad("model %q: use bert or gpt", c.Model)
+		bad("model %q: use bert, gpt or llama", c.Model)
+	}
+	if c.Model != "llama" && (c.KVHeads != 0 || c.FFN != 0 || c.NormEps != 0 || c.RopeTheta != 0 || c.RopeFactor != 0 || c.UntiedHead) {
+		bad("kv_heads, ffn, norm_eps, rope_theta, rope_factor and untied_head are model llama's: leave them out for %s", c.Model)
 	}
 	positive := []struct {
 		name string
@@ -357,7 +375,7 @@ func (c Config) TokenizerName() string {
 	switch {
 	case c.Tokenizer != "":
 		return c.Tokenizer
-	case c.Model == "gpt" && IsTokenData(c.Data):
+	case c.LM() && IsTokenData(c.Data):
 		return "gpt2"
 	}
 	return DefaultTokenizer(c.Model)

@@ -37,7 +37,7 @@ func IsTokenData(data string) bool {
 // WordPiece for the classifier, byte-level for a language model, GPT-2 BPE
 // for the gpt2-* presets (which set it).
 func DefaultTokenizer(model string) string {
-	if model == "gpt" {
+	if model == "gpt" || model == "llama" {
 		return "byte"
 	}
 	return "wordpiece"

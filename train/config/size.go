@@ -21,6 +21,9 @@ func ParamCount(cfg Config, vocab int) int64 {
 		return 0
 	}
 	C, L := int64(cfg.Dim), int64(cfg.Layers)
+	if cfg.Model == "llama" {
+		return llamaParams(cfg, int64(vp))
+	}
 	// Per block: ln_1, ln_2 (2C each), c_attn (3C*C + 3C), attn.c_proj
 	// (C*C + C), mlp.c_fc (4C*C + 4C), mlp.c_proj (4C*C + C).
 	n := int64(vp)*C + int64(cfg.PositionRows())*C + L*(12*C*C+13*C) + 2*C
@@ -33,10 +36,35 @@ func ParamCount(cfg Config, vocab int) int64 {
 	return n
 }
 
+// llamaParams counts a Llama's parameters with the padded vocabulary vp:
+// the embedding, per block two RMSNorm weights, the fused Q,K,V
+// projection (heads query and 2*kv_heads key/value heads of dim/heads
+// rows), the output projection and the three SwiGLU matrices, the final
+// RMSNorm, and an untied head's table.
+func llamaParams(cfg Config, vp int64) int64 {
+	C, L, F := int64(cfg.Dim), int64(cfg.Layers), int64(cfg.Hidden())
+	hd := C / int64(max(cfg.Heads, 1))
+	qkv := int64(cfg.Heads+2*cfg.KVHeadCount()) * hd
+	n := vp*C + L*(2*C+qkv*C+C*C+3*F*C) + C
+	if cfg.UntiedHead {
+		n += vp * C
+	}
+	return n
+}
+
 // FlopsPerToken is the training FLOPs per token of the whole model, forward
-// and backward: 6 per parameter plus attention's 12*layers*seq*dim.
+// and backward: 6 per parameter plus attention's 12*layers*seq*dim (the
+// scores and the weighted values of every query head). The parameters are
+// ParamCount's, so grouped-query attention counts its smaller key/value
+// projections and SwiGLU its three matrices; an untied Llama's embedding
+// table is looked up, not multiplied, and does not count.
 func FlopsPerToken(cfg Config, vocab int) float64 {
-	return 6*float64(ParamCount(cfg, vocab)) + 12*float64(cfg.Layers*cfg.Seq*cfg.Dim)
+	n := ParamCount(cfg, vocab)
+	if cfg.Model == "llama" && cfg.UntiedHead {
+		vp, _ := parallel.PadVocab(vocab, max(cfg.TP, 1))
+		n -= int64(vp) * int64(cfg.Dim)
+	}
+	return 6*float64(n) + 12*float64(cfg.Layers*cfg.Seq*cfg.Dim)
 }
 
 // The largest model shape hpcrun accepts from a file or a flag, far past

@@ -9,16 +9,28 @@ import (
 )
 
 // ExportHF writes the checkpoint ck as a Hugging Face directory: GPT-2 for
-// a GPT, BERT for a BERT of the Hugging Face layout (--arch hf); hpcrun
-// ckpt export --hf.
+// a GPT, LlamaForCausalLM for a Llama (with the run's tokenizer.json), BERT
+// for a BERT of the Hugging Face layout (--arch hf); hpcrun ckpt export
+// --hf.
 func ExportHF(ck *ckpt.Checkpoint, dir string) error {
 	st := ck.State
 	var cfg config.Config
 	if err := json.Unmarshal(st.Config, &cfg); err != nil {
 		return fmt.Errorf("export %s: config: %v", ck.Dir, err)
 	}
+	if st.Model == "llama" {
+		tensors, _, err := ck.Merge()
+		if err != nil {
+			return err
+		}
+		tok := ""
+		if cfg.TokenizerName() == "hf" {
+			tok = cfg.VocabFile
+		}
+		return WriteLlamaHF(dir, LlamaSpec(cfg, st.Vocab), tensors, HFOptions{Tokenizer: tok})
+	}
 	if st.Model != "gpt" && !(st.Model == "bert" && cfg.Arch == "hf") {
-		return fmt.Errorf("export %s: a %s checkpoint of hpcrun's own layout: --hf writes GPT-2 (model gpt) and BERT (model bert with --arch hf, as --init-from a BERT trains)", ck.Dir, st.Model)
+		return fmt.Errorf("export %s: a %s checkpoint of hpcrun's own layout: --hf writes GPT-2 (model gpt), Llama (model llama) and BERT (model bert with --arch hf, as --init-from a BERT trains)", ck.Dir, st.Model)
 	}
 	tensors, _, err := ck.Merge()
 	if err != nil {

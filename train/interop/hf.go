@@ -55,7 +55,7 @@ func ReadHFConfig(dir string) (Spec, error) {
 		return Spec{}, err
 	}
 	names := map[string]string{"layers": "n_layer", "dim": "n_embd", "positions": "n_positions", "vocab": "vocab_size"}
-	if s.Model == "bert" {
+	if s.Model == "bert" || s.Model == "llama" {
 		names = map[string]string{"layers": "num_hidden_layers", "dim": "hidden_size", "positions": "max_position_embeddings", "vocab": "vocab_size"}
 	}
 	if err := s.checkSize(names); err != nil {
@@ -77,6 +77,9 @@ func readHFConfig(dir string) (Spec, error) {
 	if isBERT(c.ModelType, c.Architectures) {
 		return readBERTConfig(path, b)
 	}
+	if isLlama(c.ModelType, c.Architectures) {
+		return readLlamaConfig(path, b)
+	}
 	arch := c.ModelType
 	if len(c.Architectures) > 0 {
 		arch = strings.Join(c.Architectures, ",")
@@ -86,7 +89,7 @@ func readHFConfig(dir string) (Spec, error) {
 		gpt2 = gpt2 || a == "GPT2LMHeadModel" || a == "GPT2Model"
 	}
 	if !gpt2 {
-		return Spec{}, fmt.Errorf("%s: architecture %q (model_type %q) is not supported: hpcrun reads GPT-2 (GPT2LMHeadModel, GPT2Model) and BERT (BertModel, BertForSequenceClassification)", path, arch, c.ModelType)
+		return Spec{}, fmt.Errorf("%s: architecture %q (model_type %q) is not supported: hpcrun reads GPT-2 (GPT2LMHeadModel, GPT2Model), BERT (BertModel, BertForSequenceClassification) and Llama (LlamaForCausalLM)", path, arch, c.ModelType)
 	}
 	s := Spec{Model: "gpt", Layers: c.NLayer, Dim: c.NEmbd, Heads: c.NHead, Positions: c.NPositions, Vocab: c.VocabSize, Source: path}
 	for _, k := range []struct {
@@ -151,9 +154,12 @@ func openHF(dir string) (_ *hfWeights, err error) {
 		return nil, fmt.Errorf("init_from: %w", ierr)
 	}
 	prefix, need := "transformer.", []fileTensor{}
-	if spec.Model == "bert" {
+	switch spec.Model {
+	case "bert":
 		prefix, need = "bert.", bertFileTensors(spec)
-	} else {
+	case "llama":
+		prefix, need = "", llamaFileTensors(spec)
+	default:
 		for _, t := range GPT2Tensors(spec) {
 			shape := t.Shape
 			if t.Conv1D {
@@ -230,8 +236,11 @@ type fileTensor struct {
 }
 
 func (w *hfWeights) Load(name string, full []int, sh parallel.Shard) ([]float32, error) {
-	if w.spec.Model == "bert" {
+	switch w.spec.Model {
+	case "bert":
 		return w.loadBERT(name, full, sh)
+	case "llama":
+		return w.loadLlama(name, full, sh)
 	}
 	if _, ok := w.where[name]; !ok {
 		return nil, fmt.Errorf("%s: the model has a tensor %s that GPT-2 has not", w.spec.Source, name)
@@ -277,6 +286,9 @@ type HFOptions struct {
 	DType  string // F32 (""), F16 or BF16
 	Shards int    // files model-0000i-of-0000n.safetensors with the index json; 0 or 1 = one model.safetensors
 	Prefix string // prepended to every tensor name ("transformer." as GPT2LMHeadModel saves them); "" = GPT2Model's names
+	// Tokenizer, when set, is a tokenizer.json (or its directory) that
+	// WriteLlamaHF copies beside the weights.
+	Tokenizer string
 }
 
 // WriteHF writes dir/config.json (GPT2LMHeadModel) and the weights

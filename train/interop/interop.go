@@ -1,8 +1,10 @@
 // Package interop reads and writes model weights in other programs'
-// formats: Hugging Face GPT-2 and BERT directories (config.json with
+// formats: Hugging Face GPT-2, BERT and Llama directories (config.json with
 // model.safetensors or its shards and index; GPT2LMHeadModel / GPT2Model
 // names and Conv1D (in, out) weights; BertModel /
-// BertForSequenceClassification names; F32, F16 or BF16) and llm.c GPT-2
+// BertForSequenceClassification names; LlamaForCausalLM's, its q, k, v
+// and gate, up projections read into hpcrun's fused ones; F32, F16 or
+// BF16) and llm.c GPT-2
 // checkpoints (.bin, fp32 version 3 or bf16 version 5). Each rank reads only the slices its
 // tensor-parallel shard holds, through the files' offsets. It knows nothing
 // of training: the caller names a parameter by hpcrun's name (GPT-2's own,
@@ -33,6 +35,14 @@ type Spec struct {
 	Positions int // rows of the position table (n_positions)
 	Vocab     int // real vocabulary (rows of the token embedding used)
 	Source    string
+
+	// A Llama's (Model "llama"; see config.Config's fields of the same
+	// names). Positions is its max_position_embeddings.
+	KVHeads, FFN                          int
+	NormEps, RopeTheta                    float64
+	RopeFactor, RopeLowFreq, RopeHighFreq float64
+	RopeOriginalSeq                       int
+	UntiedHead                            bool
 }
 
 // checkSize is CheckSize of a file's spec, under the file's own key names.

@@ -159,9 +159,9 @@ func TestRejections(t *testing.T) {
 		}, []string{"model.safetensors", "truncated"}},
 		{"architecture", func(t *testing.T) string {
 			dir := write(t, nil)
-			os.WriteFile(filepath.Join(dir, HFConfig), []byte(`{"architectures":["LlamaForCausalLM"],"model_type":"llama"}`), 0o644)
+			os.WriteFile(filepath.Join(dir, HFConfig), []byte(`{"architectures":["GPTNeoXForCausalLM"],"model_type":"gpt_neox"}`), 0o644)
 			return dir
-		}, []string{"config.json", `architecture "LlamaForCausalLM"`, "not supported"}},
+		}, []string{"config.json", `architecture "GPTNeoXForCausalLM"`, "not supported"}},
 		{"bert intermediate_size", bertConfigDir(`"intermediate_size":100`), []string{"config.json", "intermediate_size 100", "4 x hidden_size = 32"}},
 		{"bert layer_norm_eps", bertConfigDir(`"intermediate_size":32,"layer_norm_eps":1e-5`), []string{"config.json", "layer_norm_eps 1e-05"}},
 		{"bert hidden_act", bertConfigDir(`"intermediate_size":32,"hidden_act":"relu"`), []string{"config.json", `hidden_act "relu"`}},

@@ -24,6 +24,9 @@ func pipelineConfig(t *testing.T, model string, pp, dp, tp, micro int) config.Co
 	if err := cfg.ApplyPreset("tiny"); err != nil {
 		t.Fatal(err)
 	}
+	if model == "llama" {
+		cfg.KVHeads, cfg.FFN = 2, 160 // grouped heads, whole groups a rank at tp 2
+	}
 	cfg.PP, cfg.TP, cfg.NTasks, cfg.MicroBatches, cfg.BatchSize = pp, tp, pp*dp*tp, micro, 4
 	cfg.Steps, cfg.EvalSamples, cfg.Device, cfg.CkptEvery = 1, 4, "cpu", -1
 	return cfg
@@ -128,6 +131,9 @@ func TestPipelineMemoryMatchesEngine(t *testing.T) {
 		{"gpt", 2, 1, 2, 2, true, 0, ""},
 		{"bert", 2, 1, 2, 4, true, 0, ""},
 		{"gpt", 2, 2, 1, 2, false, 1, ""},
+		{"llama", 2, 1, 1, 4, false, 0, ""},
+		{"llama", 2, 1, 2, 2, true, 0, ""},
+		{"llama", 2, 2, 1, 2, false, 1, ""},
 	} {
 		cfg := pipelineConfig(t, c.model, c.pp, c.dp, c.tp, c.micro)
 		cfg.SP, cfg.Zero, cfg.PPSplit = c.sp, c.zero, c.split
@@ -257,7 +263,7 @@ func TestPipelineTransfersMatchEngine(t *testing.T) {
 // needs less than none, full the least.
 func TestRecomputeMemoryMatchesEngine(t *testing.T) {
 	const vocab = 1000
-	for _, model := range []string{"gpt", "bert"} {
+	for _, model := range []string{"gpt", "bert", "llama"} {
 		for _, c := range []struct {
 			name   string
 			pp, tp int

@@ -333,7 +333,9 @@ type shapes struct {
 	vp         int            // the padded vocabulary
 	blk        parallel.Sizes // one block's buffers (parallel.BlockSizes)
 	recompute  parallel.Recompute
-	gpt        bool
+	gpt        bool // a language model (gpt or llama): the LM head and loss
+	llama      bool // RMSNorms, no position table, the head tied or not
+	tied       bool // the LM head is the token embedding
 	B, T, C, L int64
 	N          int64 // tokens of a micro-batch, B*T
 	P          int64 // rows of the position table (config.Config.PositionRows)
@@ -367,15 +369,20 @@ func newShapes(cfg config.Config, paddedVocab, stage, blocks int) shapes {
 	C := int64(cfg.Dim)
 	s := shapes{
 		cfg: cfg, vp: paddedVocab,
-		gpt: cfg.Model == "gpt",
-		B:   int64(cfg.BatchSize), T: int64(cfg.Seq), C: C, L: int64(blocks), P: int64(cfg.PositionRows()),
+		gpt: cfg.LM(), llama: cfg.Model == "llama",
+		B: int64(cfg.BatchSize), T: int64(cfg.Seq), C: C, L: int64(blocks), P: int64(cfg.PositionRows()),
 		pp: int64(cfg.Stages()), stage: int64(stage), m: int64(cfg.Micro()),
 		tp: tp, dp: int64(cfg.DP()),
-		cl: C / tp, fl: 4 * C / tp, vl: int64(paddedVocab) / tp,
+		cl: C / tp, fl: int64(cfg.Hidden()) / tp, vl: int64(paddedVocab) / tp,
 	}
+	s.tied = s.gpt && !(s.llama && cfg.UntiedHead)
 	s.first, s.last = s.stage == 0, s.stage == s.pp-1
 	s.recompute = cfg.RecomputeMode()
-	s.blk = parallel.BlockSizes(parallel.BlockShape{Dim: cfg.Dim, Heads: cfg.Heads, TP: cfg.TP, SP: cfg.SP && tp > 1, Recompute: s.recompute}, cfg.BatchSize, cfg.Seq)
+	if s.llama {
+		s.blk = parallel.LlamaBlockSizes(cfg.LlamaBlockShape(), cfg.BatchSize, cfg.Seq)
+	} else {
+		s.blk = parallel.BlockSizes(parallel.BlockShape{Dim: cfg.Dim, Heads: cfg.Heads, TP: cfg.TP, SP: cfg.SP && tp > 1, Recompute: s.recompute}, cfg.BatchSize, cfg.Seq)
+	}
 	s.inFlight = s.pp - s.stage // parallel.OneFOneB's bound (1 without a pipeline)
 	s.sp = cfg.SP && tp > 1
 	s.zero = cfg.Zero == 1 && s.dp > 1
@@ -386,18 +393,36 @@ func newShapes(cfg config.Config, paddedVocab, stage, blocks int) shapes {
 	// (C x C/tp, C: the bias replicated), ln_2 (C, C), mlp.c_fc (4C/tp x C,
 	// 4C/tp), mlp.c_proj (C x 4C/tp, C); on the last stage ln_f (C, C) and
 	// BERT's classifier, cls.fc1 column-parallel (C/tp x C, C/tp) and
-	// cls.fc2 row-parallel (2 x C/tp, 2).
-	if s.first || (s.last && s.gpt) {
+	// cls.fc2 row-parallel (2 x C/tp, 2). A Llama: the embedding (on
+	// the last stage only when tied), no position table; per block
+	// input_layernorm (C), qkv_proj ((heads+2 kv_heads) x head size / tp
+	// x C), o_proj (C x C/tp), post_attention_layernorm (C), gate_up_proj
+	// (2 ffn/tp x C), down_proj (C x ffn/tp); on the last stage model.norm
+	// (C) and an untied lm_head (V/tp x C).
+	if s.first || (s.last && s.tied) {
 		s.params = append(s.params, s.vl*C)
 	}
-	if s.first {
+	if s.first && !s.llama {
 		s.params = append(s.params, s.P*C)
 	}
 	for range s.L {
+		if s.llama {
+			qkv := int64(cfg.Heads+2*cfg.KVHeadCount()) * (C / int64(cfg.Heads)) / tp
+			s.params = append(s.params, C, qkv*C, C*s.cl, C, 2*s.fl*C, C*s.fl)
+			continue
+		}
 		s.params = append(s.params, C, C, 3*s.cl*C, 3*s.cl, C*s.cl, C, C, C, s.fl*C, s.fl, C*s.fl, C)
 	}
 	if s.last {
-		s.params = append(s.params, C, C)
+		switch {
+		case s.llama:
+			s.params = append(s.params, C)
+			if !s.tied {
+				s.params = append(s.params, s.vl*C)
+			}
+		default:
+			s.params = append(s.params, C, C)
+		}
 		if !s.gpt {
 			s.params = append(s.params, s.cl*C, s.cl, 2*s.cl, 2)
 		}
@@ -442,12 +467,19 @@ func (s shapes) embeddingElems(k int64) int64 {
 	stream, _ := config.ModelBuffers(s.cfg, s.vp, s.last)
 	e := stream.Len()
 	B, Tl, C := s.cfg.BatchSize, s.cfg.LocalSeq(), s.cfg.Dim
+	tables := int64(2) // wte and wpe
+	if s.llama {
+		tables = 1
+	}
 	if s.first {
-		e += 2 * k * parallel.EmbeddingSizes(B, Tl, C).Len()
+		e += tables * k * parallel.EmbeddingSizes(B, Tl, C).Len()
 	} else {
 		e += k * config.StageActivation(s.cfg).Len()
 	}
-	if s.last {
+	switch {
+	case s.last && s.llama:
+		e += parallel.RMSNormSizes(B, Tl, C).Len()
+	case s.last:
 		e += parallel.LayerNormSizes(B, Tl, C).Len()
 	}
 	return e
@@ -477,20 +509,46 @@ func (s shapes) headElems() int64 {
 
 // spElems are the sequence-parallel region's shared buffers
 // (parallel.SequenceParallelSizes), its ReduceGrads bucket holding the
-// gradients summed over tp: ln_1 and ln_2 of every block, ln_f on the last
-// stage, the position table on the first.
+// gradients summed over tp (seqGrads).
 func (s shapes) spElems() int64 {
 	if !s.sp {
 		return 0
 	}
-	grads := 4 * s.C * s.L
+	return parallel.SequenceParallelSizes(s.cfg.BatchSize, s.cfg.Seq, s.cfg.Dim, int(s.tp), int(s.seqGrads())).Len()
+}
+
+// seqGrads are the floats of the gradients summed over tp under sequence
+// parallelism: ln_1 and ln_2 of every block, ln_f on the last stage, the
+// position table on the first; a Llama's two RMSNorm weights a block and
+// model.norm's.
+func (s shapes) seqGrads() int64 {
+	if s.llama {
+		g := 2 * s.C * s.L
+		if s.last {
+			g += s.C
+		}
+		return g
+	}
+	g := 4 * s.C * s.L
 	if s.last {
-		grads += 2 * s.C
+		g += 2 * s.C
 	}
 	if s.first {
-		grads += s.P * s.C
+		g += s.P * s.C
 	}
-	return parallel.SequenceParallelSizes(s.cfg.BatchSize, s.cfg.Seq, s.cfg.Dim, int(s.tp), int(grads)).Len()
+	return g
+}
+
+// blockMatmul is the floats of one block's weight matrices over all ranks:
+// the products' sizes (12 C^2 for GPT-2's; a Llama's Q,K,V with its
+// key/value heads, output projection and the three SwiGLU matrices).
+func (s shapes) blockMatmul() float64 {
+	C := float64(s.C)
+	if !s.llama {
+		return 12 * C * C
+	}
+	qkv := float64(s.cfg.Heads+2*s.cfg.KVHeadCount()) * C / float64(s.cfg.Heads)
+	return qkv*C + C*C + 3*float64(s.cfg.Hidden())*C
 }
 
 // normTensors is how many parameters the stage counts in the gradient
@@ -498,7 +556,7 @@ func (s shapes) spElems() int64 {
 // of the tied embedding (the first stage counts it).
 func (s shapes) normTensors() int64 {
 	n := int64(len(s.params))
-	if s.gpt && s.last && !s.first {
+	if s.tied && s.last && !s.first {
 		n--
 	}
 	return n
@@ -585,7 +643,11 @@ func (s shapes) memory(dev Device) Memory {
 		if s.sp {
 			rows /= s.tp
 		}
-		m.Workspace = min(rows, int64(2*dev.SMs))*2*s.C*f32 + int64(len(s.params))*128*8 + 2*s.N*4
+		parts := int64(2) // LayerNorm's dweight and dbias; RMSNorm's dweight
+		if s.llama {
+			parts = 1
+		}
+		m.Workspace = min(rows, int64(2*dev.SMs))*parts*s.C*f32 + int64(len(s.params))*128*8 + 2*s.N*4
 		groups := int64(0)
 		if s.tp > 1 {
 			groups++
@@ -624,15 +686,16 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 	accum := float64(cfg.Micro())
 	N, C, T, B := float64(s.N), float64(s.C), float64(s.T), float64(s.B)
 	tp := float64(s.tp)
-	// Per block and micro-batch: the four products 24 N C^2 forward (over
-	// tp ranks), attention's two 4 B T^2 C, backward twice the forward;
-	// the head's on the last stage.
-	gemm := float64(s.L) * (72*N*C*C + 12*B*T*T*C) / tp
+	// Per block and micro-batch: the weight products 2 N blockMatmul
+	// forward (24 N C^2 for GPT-2's four; over tp ranks), attention's two
+	// 4 B T^2 C, backward twice the forward; the head's on the last stage.
+	w := s.blockMatmul()
+	gemm := float64(s.L) * (6*N*w + 12*B*T*T*C) / tp
 	switch s.recompute {
 	case parallel.RecomputeSelective:
 		gemm += float64(s.L) * 4 * B * T * T * C / tp // the attention core's two products again
 	case parallel.RecomputeFull:
-		gemm += float64(s.L) * (24*N*C*C + 4*B*T*T*C) / tp // the whole forward again
+		gemm += float64(s.L) * (2*N*w + 4*B*T*T*C) / tp // the whole forward again
 	}
 	switch {
 	case !s.last:
@@ -722,14 +785,7 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		if s.sp {
 			// ReduceGrads: the layer norms' (and ln_f's on the last stage,
 			// the positions' on the first) gradients, once.
-			seq := 4 * s.C * s.L
-			if s.last {
-				seq += 2 * s.C
-			}
-			if s.first {
-				seq += s.P * s.C
-			}
-			perStep += 2 * float64(seq)
+			perStep += 2 * float64(s.seqGrads())
 			nStep++
 		}
 		t.TPBytes = (accum*units + perStep) * half(tp) * f32

@@ -23,7 +23,7 @@ func randomData(cfg config.Config, vocab, n int) *train.Data {
 	r := rand.New(rand.NewPCG(7, 1))
 	T := cfg.Seq
 	d := &train.Dataset{Seq: T, Tokens: make([]int32, n*T), Lengths: make([]int32, n)}
-	if cfg.Model == "gpt" {
+	if cfg.LM() {
 		d.Targets = make([]int32, n*T)
 	} else {
 		d.Labels = make([]int32, n)
@@ -109,6 +109,14 @@ func TestPeakMemoryMatchesEngine(t *testing.T) {
 			point{"wide", model, 1, 3, 2, false, 1},
 		)
 	}
+	// Llamas (grouped heads, SwiGLU, RMSNorm, rotary tables), tied and
+	// untied ("llama-untied": llama-tiny with a head of its own).
+	for _, preset := range []string{"llama-tiny", "llama-untied"} {
+		points = append(points,
+			point{preset, "llama", 1, 1, 1, false, 0}, point{preset, "llama", 1, 1, 4, false, 0}, point{preset, "llama", 2, 1, 8, false, 0},
+			point{preset, "llama", 2, 1, 4, true, 0}, point{preset, "llama", 1, 2, 4, false, 1}, point{preset, "llama", 2, 2, 2, true, 1},
+		)
+	}
 	if testing.Short() {
 		var short []point
 		for i := 0; i < len(points); i += 4 {
@@ -127,6 +135,11 @@ func TestPeakMemoryMatchesEngine(t *testing.T) {
 			// Two layers of dim 512: 3.7 Mi and 3.2 Mi parameters in
 			// train's 4 Mi buckets.
 			cfg.Layers, cfg.Dim, cfg.Heads, cfg.Seq, cfg.LR = 2, 512, 8, 16, 1e-3
+		} else if p.preset == "llama-untied" {
+			if err := cfg.ApplyPreset("llama-tiny"); err != nil {
+				t.Fatal(err)
+			}
+			cfg.UntiedHead = true
 		} else if err := cfg.ApplyPreset(p.preset); err != nil {
 			t.Fatal(err)
 		}
@@ -391,7 +404,7 @@ func TestCommMatchesEngine(t *testing.T) {
 	const vocab = 1000
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-5s %3s %3s %5s %-10s %12s %12s %12s %12s %5s %5s\n", "model", "tp", "dp", "accum", "mode", "plan tp B", "engine tp B", "plan dp B", "engine dp B", "plan", "calls")
-	for _, model := range []string{"bert", "gpt"} {
+	for _, model := range []string{"bert", "gpt", "llama"} {
 		for _, p := range []struct {
 			tp, dp, accum int
 			sp            bool
@@ -406,6 +419,9 @@ func TestCommMatchesEngine(t *testing.T) {
 			}
 			cfg.TP, cfg.NTasks, cfg.BatchSize, cfg.GradAccum, cfg.SP, cfg.Zero = p.tp, p.tp*p.dp, 4, p.accum, p.sp, p.zero
 			cfg.EvalSamples, cfg.Device = cfg.BatchSize*p.dp, "cpu"
+			if model == "llama" && p.tp <= 2 {
+				cfg.KVHeads = 2 // grouped heads, whole groups a rank
+			}
 			pl, err := New(Request{Config: cfg, Vocab: vocab, Device: CPU(0, 0, 0, "")})
 			if err != nil {
 				t.Fatal(err)
@@ -434,7 +450,7 @@ func TestCommMatchesEngine(t *testing.T) {
 // again in its backward, selective none; the plan counts them exactly.
 func TestRecomputeCommMatchesEngine(t *testing.T) {
 	const vocab = 1000
-	for _, model := range []string{"bert", "gpt"} {
+	for _, model := range []string{"bert", "gpt", "llama"} {
 		for _, p := range []struct {
 			tp, dp, accum int
 			sp            bool
@@ -447,6 +463,9 @@ func TestRecomputeCommMatchesEngine(t *testing.T) {
 				}
 				cfg.TP, cfg.NTasks, cfg.BatchSize, cfg.GradAccum, cfg.SP, cfg.Recompute = p.tp, p.tp*p.dp, 4, p.accum, p.sp, mode
 				cfg.EvalSamples, cfg.Device = cfg.BatchSize*p.dp, "cpu"
+				if model == "llama" {
+					cfg.KVHeads = 2
+				}
 				pl, err := New(Request{Config: cfg, Vocab: vocab, Device: CPU(0, 0, 0, "")})
 				if err != nil {
 					t.Fatal(err)

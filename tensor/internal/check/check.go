@@ -378,3 +378,68 @@ func span(rows, cols, ld, stride, batch int) int {
 	}
 	return (batch-1)*stride + (rows-1)*ld + cols
 }
+
+// RMSNormForward checks RMSNormForward and returns N, the rows of inp.
+func RMSNormForward(out, rstd, inp, weight Shape) (n int) {
+	c := weight.Len()
+	n = rowsOf("RMSNormForward", "inp", inp, c)
+	Len("RMSNormForward", "out", out, inp.Len())
+	Len("RMSNormForward", "rstd", rstd, n)
+	return n
+}
+
+// RMSNormBackward checks RMSNormBackward and returns N, the rows of inp.
+func RMSNormBackward(dinp, dweight, dout, inp, weight, rstd Shape) (n int) {
+	c := weight.Len()
+	Len("RMSNormBackward", "dweight", dweight, c)
+	n = rowsOf("RMSNormBackward", "inp", inp, c)
+	Len("RMSNormBackward", "dinp", dinp, inp.Len())
+	Len("RMSNormBackward", "dout", dout, inp.Len())
+	Len("RMSNormBackward", "rstd", rstd, n)
+	return n
+}
+
+// RoPE checks RoPEForward and RoPEBackward (fn names which): x's rows are
+// whole heads of the table's width hd (even), seqLen divides the rows and
+// the table has seqLen positions, and 0 <= rotated <= period. It returns
+// the rows of x and the heads of a row.
+func RoPE(fn string, x, table Shape, seqLen, period, rotated int) (rows, heads int) {
+	hd := table.Cols()
+	if hd < 2 || hd%2 != 0 {
+		panic(fmt.Sprintf("tensor.%s: table %v: heads of %d channels, want an even number", fn, table, hd))
+	}
+	if period < 1 || rotated < 0 || rotated > period {
+		panic(fmt.Sprintf("tensor.%s: %d rotated heads of every %d", fn, rotated, period))
+	}
+	w := x.Cols()
+	if w%hd != 0 || (w/hd)%period != 0 {
+		panic(fmt.Sprintf("tensor.%s: x %v: rows of %d are not groups of %d heads of %d", fn, x, w, period, hd))
+	}
+	rows = rowsOf(fn, "x", x, w)
+	if seqLen < 1 || rows%seqLen != 0 {
+		panic(fmt.Sprintf("tensor.%s: x %v has %d rows, not sequences of %d", fn, x, rows, seqLen))
+	}
+	if table.Len() < seqLen*hd {
+		panic(fmt.Sprintf("tensor.%s: table %v has fewer than %d positions", fn, table, seqLen))
+	}
+	return rows, w / hd
+}
+
+// SwiGLUForward checks SwiGLUForward and returns N and F: out is (N,F),
+// inp (N,2F).
+func SwiGLUForward(out, inp Shape) (n, f int) {
+	f = out.Cols()
+	n = rowsOf("SwiGLUForward", "out", out, f)
+	Len("SwiGLUForward", "inp", inp, 2*out.Len())
+	return n, f
+}
+
+// SwiGLUBackward checks SwiGLUBackward and returns N and F: dinp and inp
+// are (N,2F), dout (N,F).
+func SwiGLUBackward(dinp, inp, dout Shape) (n, f int) {
+	f = dout.Cols()
+	n = rowsOf("SwiGLUBackward", "dout", dout, f)
+	Len("SwiGLUBackward", "inp", inp, 2*dout.Len())
+	Len("SwiGLUBackward", "dinp", dinp, 2*dout.Len())
+	return n, f
+}

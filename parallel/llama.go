@@ -1,0 +1,722 @@
+package parallel
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/tensor"
+)
+
+// The layers of a Llama-family decoder (Touvron et al. 2023; Hugging
+// Face's LlamaForCausalLM): RMSNorm, attention with rotary position
+// embeddings and grouped-query heads, the SwiGLU MLP, and the block that
+// joins them. No biases anywhere. The tensor-parallel split is Megatron's:
+// the fused Q,K,V and the fused gate/up projections column-parallel, the
+// output and down projections row-parallel, RMSNorm replicated.
+
+// RoPE says how rotary position embeddings turn a head's channel pairs:
+// pair j of a head of hd channels by position*freq_j, with freq_j =
+// Theta^(-2j/hd), adjusted as Llama 3's Scaling says when it is not nil.
+type RoPE struct {
+	Theta   float64 // the base; 0 means 10000
+	Scaling *RoPEScaling
+}
+
+// RoPEScaling is Llama 3's rope_scaling ("rope_type": "llama3"): wave
+// lengths longer than OriginalMaxPositions/LowFreqFactor are slowed by
+// Factor, those shorter than OriginalMaxPositions/HighFreqFactor kept, and
+// the ones between interpolated.
+type RoPEScaling struct {
+	Factor, LowFreqFactor, HighFreqFactor float64
+	OriginalMaxPositions                  int
+}
+
+// Frequencies are the hd/2 angular frequencies of a head of hd channels.
+func (r RoPE) Frequencies(hd int) []float64 {
+	theta := r.Theta
+	if theta == 0 {
+		theta = 10000
+	}
+	f := make([]float64, hd/2)
+	for j := range f {
+		f[j] = 1 / math.Pow(theta, float64(2*j)/float64(hd))
+		if s := r.Scaling; s != nil {
+			old := float64(s.OriginalMaxPositions)
+			wave := 2 * math.Pi / f[j]
+			switch {
+			case wave > old/s.LowFreqFactor:
+				f[j] /= s.Factor
+			case wave >= old/s.HighFreqFactor:
+				smooth := (old/wave - s.LowFreqFactor) / (s.HighFreqFactor - s.LowFreqFactor)
+				f[j] = (1-smooth)*f[j]/s.Factor + smooth*f[j]
+			}
+		}
+	}
+	return f
+}
+
+// Table is the (seqLen,hd) table RoPEForward reads: row p holds
+// cos(p*freq_j) for j < hd/2, then sin(p*freq_j).
+func (r RoPE) Table(seqLen, hd int) []float32 {
+	f := r.Frequencies(hd)
+	out := make([]float32, seqLen*hd)
+	for p := 0; p < seqLen; p++ {
+		for j, fj := range f {
+			s, c := math.Sincos(float64(p) * fj)
+			out[p*hd+j], out[p*hd+hd/2+j] = float32(c), float32(s)
+		}
+	}
+	return out
+}
+
+// RMSNormSizes are an RMSNorm's buffers for (b,t,c) inputs: out (b,t,c)
+// and rstd (b*t), saved.
+func RMSNormSizes(b, t, c int) Sizes {
+	return Sizes{Saved: Buffers{buf("out", b, t, c), buf("rstd", b*t)}}
+}
+
+// RMSNorm scales each position by the reciprocal of its root mean square
+// and a learned weight (no mean, no bias); the weight is replicated on
+// every tensor-parallel rank.
+type RMSNorm struct {
+	Name   string
+	Dim    int
+	Weight *Param
+	Eps    float32
+
+	*rmsSaved
+}
+
+// rmsSaved is what an RMSNorm's Forward keeps for its Backward.
+type rmsSaved struct {
+	inp       *tensor.Tensor
+	bufs      buffers
+	out, rstd *tensor.Tensor
+}
+
+// NewRMSNorm makes an RMSNorm over dim channels (weight 1).
+func NewRMSNorm(dev tensor.Device, name string, dim int, eps float32) (*RMSNorm, error) {
+	if dim < 1 {
+		return nil, fmt.Errorf("%s: dim %d: must be at least 1", name, dim)
+	}
+	if !(eps > 0) {
+		return nil, fmt.Errorf("%s: eps %g: must be positive", name, eps)
+	}
+	w, err := newParam(dev, name+".weight", []int{dim}, Shard{Parts: 1}, paramInit{kind: InitOnes})
+	if err != nil {
+		return nil, err
+	}
+	return &RMSNorm{Name: name, Dim: dim, Weight: w, Eps: eps, rmsSaved: new(rmsSaved)}, nil
+}
+
+// SetSequenceParallel marks the weight as used in a sequence-parallel
+// region over sp (its gradient then comes from this rank's positions only).
+func (l *RMSNorm) SetSequenceParallel(sp *SequenceParallel) {
+	l.Weight.SeqReduce = sp != nil && sp.Size() > 1
+}
+
+// Params lists the weight.
+func (l *RMSNorm) Params() []*Param { return []*Param{l.Weight} }
+
+// Forward normalises inp (B,T,C) into the layer's (B,T,C) output.
+func (l *RMSNorm) Forward(inp *tensor.Tensor) (*tensor.Tensor, error) {
+	b, t, err := batchShape(l.Name, inp, l.Dim)
+	if err != nil {
+		return nil, err
+	}
+	dev := l.Weight.Data.Device()
+	if err := l.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return RMSNormSizes(b, t, l.Dim).Saved }, func(get func(string) *tensor.Tensor) {
+		l.out, l.rstd = get("out"), get("rstd")
+	}); err != nil {
+		return nil, fmt.Errorf("%s: %w", l.Name, err)
+	}
+	l.inp = inp
+	dev.RMSNormForward(l.out, l.rstd, inp, l.Weight.Data, l.Eps)
+	return l.out, nil
+}
+
+// Backward accumulates into dinp (B,T,C) and the weight's gradient.
+func (l *RMSNorm) Backward(dout, dinp *tensor.Tensor) error {
+	if l.inp == nil {
+		return fmt.Errorf("%s: Backward before Forward", l.Name)
+	}
+	if dout.Len() != l.out.Len() || dinp.Len() != l.inp.Len() {
+		return shapeErr(l.Name, "Backward with dout %v, dinp %v after a Forward of %v", dout, dinp, l.inp)
+	}
+	l.Weight.Data.Device().RMSNormBackward(dinp, l.Weight.grad(), dout, l.inp, l.Weight.Data, l.rstd)
+	return nil
+}
+
+// Shadow returns a copy of the layer with its own saved activations.
+func (l *RMSNorm) Shadow() *RMSNorm {
+	c := *l
+	c.rmsSaved = new(rmsSaved)
+	return &c
+}
+
+// Release frees the layer's activation buffers.
+func (l *RMSNorm) Release() { l.bufs.release() }
+
+// LlamaAttentionConfig sizes a grouped-query attention layer with rotary
+// embeddings.
+type LlamaAttentionConfig struct {
+	Dim     int // C, the model width
+	Heads   int // query heads over all ranks; the head size is Dim/Heads
+	KVHeads int // key/value heads over all ranks (num_key_value_heads); 0 means Heads
+	RoPE    RoPE
+	Seed    uint64
+	Std     float32
+	ProjStd float32 // init std of the output projection; 0 means Std
+	// SP, when not nil, is the sequence-parallel region of tp (see
+	// AttentionConfig.SP).
+	SP *SequenceParallel
+	// Selective keeps no softmax probabilities (RecomputeSelective).
+	Selective bool
+}
+
+// LlamaAttention is causal self-attention with grouped-query heads and
+// rotary position embeddings. The fused Q,K,V projection holds KVHeads
+// groups, each [Heads/KVHeads query heads | key head | value head]
+// (Megatron-LM's grouped layout), and is column-parallel over whole
+// groups, so tp must divide KVHeads; the output projection is
+// row-parallel. Queries and keys are rotated after the projection, and
+// their gradients rotated back before its backward. Communication as
+// ParallelSelfAttention: one all-reduce forward, one backward.
+type LlamaAttention struct {
+	Name string
+	QKV  *ColumnParallelLinear // (KVHeads*(g+2)*hd, C), g = Heads/KVHeads, split by groups
+	Proj *RowParallelLinear    // (C, C), input parallel
+
+	dim, nh, nkv, hd int // width, query and key/value heads on this rank, head size
+	ropeCfg          RoPE
+	selective        bool
+	sp               *SequenceParallel
+
+	*attnSaved
+	*gqaScratch
+}
+
+// gqaScratch is what a LlamaAttention's Backward uses and leaves nothing
+// in, and its rotation table: the layer and its shadows share it.
+type gqaScratch struct {
+	grads      buffers
+	ropeTable  *tensor.Tensor // (T, hd) cos | sin of each position's angles
+	attScratch *tensor.Tensor // (B, nh, T, T) the probabilities under selective recomputation
+	dqkv       *tensor.Tensor // (B, T, nkv*(g+2)*hd)
+	datt, dpre *tensor.Tensor // (B, nh, T, T)
+	dy         *tensor.Tensor // (B, T, nh*hd)
+}
+
+// llamaAttentionCoreSizes are a LlamaAttention's own buffers for b x t
+// tokens (the full sequence), nh query and nkv key/value heads of hd on
+// this rank: as attentionCoreSizes, with dqkv (b,t,(nh+2nkv)*hd) and the
+// rotation table rope (t,hd), scratch made by Forward.
+func llamaAttentionCoreSizes(b, t, nh, nkv, hd int, selective bool) Sizes {
+	z := Sizes{
+		Saved: Buffers{buf("att", b, nh, t, t), buf("y", b, t, nh*hd)},
+		Scratch: Buffers{buf("rope", t, hd), buf("datt", b, nh, t, t), buf("dpre", b, nh, t, t),
+			buf("dy", b, t, nh*hd), buf("dqkv", b, t, (nh+2*nkv)*hd)},
+	}
+	if selective {
+		z.Saved, z.Scratch = z.Saved[1:], append(Buffers{z.Saved[0]}, z.Scratch...)
+	}
+	return z
+}
+
+// NewLlamaAttention makes this rank's groups of a grouped-query attention
+// layer over the group tp (nil: unsharded).
+func NewLlamaAttention(dev tensor.Device, tp nccl.Comm, name string, cfg LlamaAttentionConfig) (*LlamaAttention, error) {
+	g := NewGroup(tp)
+	if cfg.KVHeads == 0 {
+		cfg.KVHeads = cfg.Heads
+	}
+	if cfg.Dim < 1 || cfg.Heads < 1 || cfg.KVHeads < 1 {
+		return nil, fmt.Errorf("%s: dim %d, heads %d, kv heads %d: must be at least 1", name, cfg.Dim, cfg.Heads, cfg.KVHeads)
+	}
+	if cfg.Dim%cfg.Heads != 0 || (cfg.Dim/cfg.Heads)%2 != 0 {
+		return nil, fmt.Errorf("%s: dim %d does not split into %d heads of an even size (rotary embeddings turn channel pairs)", name, cfg.Dim, cfg.Heads)
+	}
+	if cfg.Heads%cfg.KVHeads != 0 {
+		return nil, fmt.Errorf("%s: heads %d is not a multiple of kv heads %d", name, cfg.Heads, cfg.KVHeads)
+	}
+	if cfg.KVHeads%g.Size() != 0 {
+		return nil, fmt.Errorf("%s: kv heads %d is not a multiple of tp %d: each tensor-parallel rank holds whole groups of query heads with their key/value head (kv heads replicated over ranks are not supported)", name, cfg.KVHeads, g.Size())
+	}
+	projStd := cfg.ProjStd
+	if projStd == 0 {
+		projStd = cfg.Std
+	}
+	hd := cfg.Dim / cfg.Heads
+	qkv, err := NewColumnParallelLinear(dev, tp, name+".qkv_proj", cfg.Dim, (cfg.Heads+2*cfg.KVHeads)*hd, LinearOptions{Seed: cfg.Seed, Std: cfg.Std, SequenceParallel: cfg.SP})
+	if err != nil {
+		return nil, err
+	}
+	proj, err := NewRowParallelLinear(dev, tp, name+".o_proj", cfg.Dim, cfg.Dim, LinearOptions{InputIsParallel: true, Seed: cfg.Seed, Std: projStd, SequenceParallel: cfg.SP})
+	if err != nil {
+		return nil, err
+	}
+	return &LlamaAttention{Name: name, QKV: qkv, Proj: proj, dim: cfg.Dim, nh: cfg.Heads / g.Size(), nkv: cfg.KVHeads / g.Size(), hd: hd,
+		ropeCfg: cfg.RoPE, selective: cfg.Selective, sp: cfg.SP, attnSaved: new(attnSaved), gqaScratch: new(gqaScratch)}, nil
+}
+
+// Params lists the layer's parameters.
+func (a *LlamaAttention) Params() []*Param { return append(a.QKV.Params(), a.Proj.Params()...) }
+
+// group is the query heads of a group (g), for the rotation's pattern: of
+// every g+2 heads of a fused row the first g+1 (queries and key) turn.
+func (a *LlamaAttention) group() int { return a.nh / a.nkv }
+
+// Forward computes attention over inp (B,T,C) (this rank's positions
+// under sequence parallelism) and returns the same shape. keyValid, when
+// not nil, is (B*T) with 0 at padding keys.
+func (a *LlamaAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*tensor.Tensor, error) {
+	b, t, err := batchShape(a.Name, inp, a.dim)
+	if err != nil {
+		return nil, err
+	}
+	if a.sp != nil {
+		t *= a.sp.Size()
+	}
+	if keyValid != nil && len(keyValid) != b*t {
+		return nil, shapeErr(a.Name, "key mask of %d entries for a batch of %dx%d tokens", len(keyValid), b, t)
+	}
+	dev := a.QKV.Weight.Data.Device()
+	if err := a.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return llamaAttentionCoreSizes(b, t, a.nh, a.nkv, a.hd, a.selective).Saved }, func(get func(string) *tensor.Tensor) {
+		a.att, a.y = get("att"), get("y")
+	}); err != nil {
+		return nil, fmt.Errorf("%s: %w", a.Name, err)
+	}
+	if err := a.ensureScratch(dev, b, t); err != nil {
+		return nil, err
+	}
+	a.keyValid = keyValid
+	qkv, err := a.QKV.Forward(inp)
+	if err != nil {
+		return nil, err
+	}
+	g := a.group()
+	dev.RoPEForward(qkv, a.ropeTable, t, g+2, g+1) // in place: c_attn's backward reads its input, not its output
+	tensor.GroupedAttentionForward(a.y, a.probs(), qkv, a.nh, a.nkv, true, keyValid)
+	return a.Proj.Forward(a.y)
+}
+
+// ensureScratch makes the scratch and the rotation table for b x t tokens.
+func (a *LlamaAttention) ensureScratch(dev tensor.Device, b, t int) error {
+	var fill *tensor.Tensor
+	if err := a.grads.ensure(dev, [2]int{b, t}, func() Buffers { return llamaAttentionCoreSizes(b, t, a.nh, a.nkv, a.hd, a.selective).Scratch }, func(get func(string) *tensor.Tensor) {
+		a.attScratch, a.ropeTable, a.datt, a.dpre, a.dy, a.dqkv = get("att"), get("rope"), get("datt"), get("dpre"), get("dy"), get("dqkv")
+		fill = a.ropeTable
+	}); err != nil {
+		return fmt.Errorf("%s: %w", a.Name, err)
+	}
+	if fill != nil {
+		dev.CopyFromHost(fill, a.ropeCfg.Table(t, a.hd))
+	}
+	return nil
+}
+
+func (a *LlamaAttention) probs() *tensor.Tensor {
+	if a.selective {
+		return a.attScratch
+	}
+	return a.att
+}
+
+// Backward accumulates the parameter gradients and, when dinp is not nil,
+// the input gradient from dout.
+func (a *LlamaAttention) Backward(dout, dinp *tensor.Tensor) error {
+	if a.y == nil || a.QKV.inp == nil {
+		return fmt.Errorf("%s: Backward before Forward", a.Name)
+	}
+	dev := dout.Device()
+	t := a.y.Dim(1)
+	if err := a.ensureScratch(dev, a.y.Dim(0), t); err != nil {
+		return err
+	}
+	dev.Zero(a.dy)
+	if err := a.Proj.Backward(dout, a.dy); err != nil {
+		return err
+	}
+	if a.selective {
+		tensor.GroupedAttentionForward(a.y, a.attScratch, a.QKV.outLocal, a.nh, a.nkv, true, a.keyValid)
+	}
+	dev.Zero(a.dqkv)
+	tensor.GroupedAttentionBackward(a.dqkv, a.datt, a.dpre, a.dy, a.QKV.outLocal, a.probs(), a.nh, a.nkv)
+	g := a.group()
+	dev.RoPEBackward(a.dqkv, a.ropeTable, t, g+2, g+1)
+	return a.QKV.Backward(a.dqkv, dinp)
+}
+
+// Shadow returns a copy of the layer with its own saved activations.
+func (a *LlamaAttention) Shadow() *LlamaAttention {
+	c := *a
+	c.attnSaved = new(attnSaved)
+	c.QKV, c.Proj = a.QKV.Shadow(), a.Proj.Shadow()
+	return &c
+}
+
+// Release frees the layer's activation buffers.
+func (a *LlamaAttention) Release() {
+	a.bufs.release()
+	a.grads.release()
+	a.QKV.Release()
+	a.Proj.Release()
+}
+
+// SwiGLUMLP is Llama's feed-forward block: down(silu(gate(x)) * up(x)).
+// The gate and up projections are one column-parallel layer of two fused
+// blocks (each rank holds its columns of both, side by side), the down
+// projection row-parallel: one all-reduce forward, one backward.
+type SwiGLUMLP struct {
+	Name   string
+	GateUp *ColumnParallelLinear // (2*Hidden, C) as [gate; up], 2 blocks split over ranks
+	Down   *RowParallelLinear    // (C, Hidden), input parallel
+
+	*swigluSaved
+	*swigluScratch
+}
+
+type swigluSaved struct {
+	bufs buffers
+	h    *tensor.Tensor // (B,T,Hidden/tp) silu(gate)*up
+}
+
+type swigluScratch struct {
+	grads   buffers
+	dh, dgu *tensor.Tensor // (B,T,Hidden/tp), (B,T,2*Hidden/tp)
+}
+
+// swigluCoreSizes are the SwiGLU MLP's own buffers for b x t tokens, fl =
+// Hidden/tp: h (b,t,fl), saved; dh (b,t,fl) and dgate_up (b,t,2fl), the
+// gradients of h and of the fused projection's output, scratch.
+func swigluCoreSizes(b, t, fl int) Sizes {
+	return Sizes{
+		Saved:   Buffers{buf("h", b, t, fl)},
+		Scratch: Buffers{buf("dh", b, t, fl), buf("dgate_up", b, t, 2*fl)},
+	}
+}
+
+// NewSwiGLUMLP makes this rank's shard of a SwiGLU MLP (dim -> hidden ->
+// dim) over the group tp (nil: unsharded), in the sequence-parallel region
+// sp when it is not nil; tp must divide hidden.
+func NewSwiGLUMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name string, dim, hidden int, seed uint64, std, projStd float32) (*SwiGLUMLP, error) {
+	if projStd == 0 {
+		projStd = std
+	}
+	gu, err := NewColumnParallelLinear(dev, tp, name+".gate_up_proj", dim, 2*hidden, LinearOptions{Blocks: 2, Seed: seed, Std: std, SequenceParallel: sp})
+	if err != nil {
+		return nil, err
+	}
+	down, err := NewRowParallelLinear(dev, tp, name+".down_proj", hidden, dim, LinearOptions{InputIsParallel: true, Seed: seed, Std: projStd, SequenceParallel: sp})
+	if err != nil {
+		return nil, err
+	}
+	return &SwiGLUMLP{Name: name, GateUp: gu, Down: down, swigluSaved: new(swigluSaved), swigluScratch: new(swigluScratch)}, nil
+}
+
+// Params lists the layer's parameters.
+func (m *SwiGLUMLP) Params() []*Param { return append(m.GateUp.Params(), m.Down.Params()...) }
+
+// Forward maps inp (B,T,C) to (B,T,C).
+func (m *SwiGLUMLP) Forward(inp *tensor.Tensor) (*tensor.Tensor, error) {
+	gu, err := m.GateUp.Forward(inp)
+	if err != nil {
+		return nil, err
+	}
+	dev := gu.Device()
+	b, t := gu.Dim(0), gu.Dim(1)
+	if err := m.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return swigluCoreSizes(b, t, gu.Dim(2)/2).Saved }, func(get func(string) *tensor.Tensor) {
+		m.h = get("h")
+	}); err != nil {
+		return nil, fmt.Errorf("%s: %w", m.Name, err)
+	}
+	dev.SwiGLUForward(m.h, gu)
+	return m.Down.Forward(m.h)
+}
+
+// Backward accumulates the parameter gradients and, when dinp is not nil,
+// the input gradient from dout.
+func (m *SwiGLUMLP) Backward(dout, dinp *tensor.Tensor) error {
+	if m.h == nil {
+		return fmt.Errorf("%s: Backward before Forward", m.Name)
+	}
+	dev := dout.Device()
+	b, t := m.h.Dim(0), m.h.Dim(1)
+	if err := m.grads.ensure(dev, [2]int{b, t}, func() Buffers { return swigluCoreSizes(b, t, m.h.Dim(2)).Scratch }, func(get func(string) *tensor.Tensor) {
+		m.dh, m.dgu = get("dh"), get("dgate_up")
+	}); err != nil {
+		return fmt.Errorf("%s: %w", m.Name, err)
+	}
+	dev.Zero(m.dh)
+	if err := m.Down.Backward(dout, m.dh); err != nil {
+		return err
+	}
+	dev.Zero(m.dgu)
+	dev.SwiGLUBackward(m.dgu, m.GateUp.outLocal, m.dh)
+	return m.GateUp.Backward(m.dgu, dinp)
+}
+
+// Shadow returns a copy of the layer with its own saved activations.
+func (m *SwiGLUMLP) Shadow() *SwiGLUMLP {
+	c := *m
+	c.swigluSaved = new(swigluSaved)
+	c.GateUp, c.Down = m.GateUp.Shadow(), m.Down.Shadow()
+	return &c
+}
+
+// Release frees the layer's activation buffers.
+func (m *SwiGLUMLP) Release() {
+	m.bufs.release()
+	m.grads.release()
+	m.GateUp.Release()
+	m.Down.Release()
+}
+
+// LlamaBlockConfig sizes a Llama decoder block.
+type LlamaBlockConfig struct {
+	Dim     int // C
+	Heads   int // query heads over all ranks
+	KVHeads int // key/value heads over all ranks; 0 means Heads
+	Hidden  int // the SwiGLU width (intermediate_size)
+	Eps     float32
+	RoPE    RoPE
+	Seed    uint64
+	Std     float32 // 0 means DefaultStd
+	ProjStd float32 // init std of the two output projections; 0 means Std
+	// SP, when not nil, is the sequence-parallel region of tp (as
+	// BlockConfig.SP).
+	SP        *SequenceParallel
+	Recompute Recompute
+}
+
+// LlamaBlock is a pre-norm Llama decoder block:
+//
+//	r = x + Attn(RMSNorm1(x));  out = r + MLP(RMSNorm2(r))
+//
+// with the tensor-parallel split and the recomputation modes of Block: 2
+// all-reduces forward and 2 backward (with SP, the all-gathers and
+// reduce-scatters of BlockConfig.SP).
+type LlamaBlock struct {
+	Name                string
+	InputNorm, PostNorm *RMSNorm
+	Attn                *LlamaAttention
+	MLP                 *SwiGLUMLP
+	dim                 int
+	recompute           Recompute
+	blockSaved
+	*blockScratch
+}
+
+// LlamaBlockShape is what decides a Llama block's buffers.
+type LlamaBlockShape struct {
+	Dim, Heads, KVHeads, Hidden int
+	TP                          int
+	SP                          bool
+	Recompute                   Recompute
+}
+
+// LlamaBlockSizes are all the buffers of one Llama block and its layers
+// for b sequences of t tokens, named by layer as BlockSizes names GPT's:
+// "r", "input_layernorm.out", "self_attn.att", "self_attn.qkv_proj.out_local",
+// "mlp.down_proj.out".
+func LlamaBlockSizes(s LlamaBlockShape, b, t int) Sizes {
+	tp, c := max(s.TP, 1), s.Dim
+	kv := s.KVHeads
+	if kv == 0 {
+		kv = s.Heads
+	}
+	hd := c / s.Heads
+	tl := t
+	if s.SP {
+		tl = t / tp
+	}
+	var z, layers Sizes
+	full := s.Recompute == RecomputeFull
+	z.add("", blockOwnSizes(b, tl, c, full))
+	layers.add("input_layernorm.", RMSNormSizes(b, tl, c))
+	layers.add("self_attn.", llamaAttentionCoreSizes(b, t, s.Heads/tp, kv/tp, hd, s.Recompute == RecomputeSelective))
+	layers.add("self_attn.qkv_proj.", ColumnSizes(LinearShape{In: c, Out: (s.Heads + 2*kv) * hd, TP: tp, SP: s.SP}, b, t))
+	layers.add("self_attn.o_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
+	layers.add("post_attention_layernorm.", RMSNormSizes(b, tl, c))
+	layers.add("mlp.", swigluCoreSizes(b, t, s.Hidden/tp))
+	layers.add("mlp.gate_up_proj.", ColumnSizes(LinearShape{In: c, Out: 2 * s.Hidden, TP: tp, SP: s.SP}, b, t))
+	layers.add("mlp.down_proj.", RowSizes(LinearShape{In: s.Hidden, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
+	if full {
+		layers = Sizes{Scratch: append(layers.Saved, layers.Scratch...)}
+	}
+	z.add("", layers)
+	return z
+}
+
+// NewLlamaBlock makes this rank's shard of a Llama block named name (e.g.
+// "model.layers.0") over the group tp (nil: unsharded).
+func NewLlamaBlock(dev tensor.Device, tp nccl.Comm, name string, cfg LlamaBlockConfig) (*LlamaBlock, error) {
+	if cfg.Hidden < 1 {
+		return nil, fmt.Errorf("%s: MLP width %d: must be at least 1", name, cfg.Hidden)
+	}
+	if tp != nil && cfg.Hidden%tp.Size() != 0 {
+		return nil, fmt.Errorf("%s: MLP width %d is not a multiple of tp %d", name, cfg.Hidden, tp.Size())
+	}
+	std := cfg.Std
+	if std == 0 {
+		std = DefaultStd
+	}
+	n1, err := NewRMSNorm(dev, name+".input_layernorm", cfg.Dim, cfg.Eps)
+	if err != nil {
+		return nil, err
+	}
+	attn, err := NewLlamaAttention(dev, tp, name+".self_attn", LlamaAttentionConfig{Dim: cfg.Dim, Heads: cfg.Heads, KVHeads: cfg.KVHeads, RoPE: cfg.RoPE,
+		Seed: cfg.Seed, Std: std, ProjStd: cfg.ProjStd, SP: cfg.SP, Selective: cfg.Recompute == RecomputeSelective})
+	if err != nil {
+		return nil, err
+	}
+	n2, err := NewRMSNorm(dev, name+".post_attention_layernorm", cfg.Dim, cfg.Eps)
+	if err != nil {
+		return nil, err
+	}
+	mlp, err := NewSwiGLUMLP(dev, tp, cfg.SP, name+".mlp", cfg.Dim, cfg.Hidden, cfg.Seed, std, cfg.ProjStd)
+	if err != nil {
+		return nil, err
+	}
+	n1.SetSequenceParallel(cfg.SP)
+	n2.SetSequenceParallel(cfg.SP)
+	return &LlamaBlock{Name: name, InputNorm: n1, Attn: attn, PostNorm: n2, MLP: mlp, dim: cfg.Dim, recompute: cfg.Recompute, blockScratch: new(blockScratch)}, nil
+}
+
+// Params lists the block's parameters: input norm, attention, post norm,
+// MLP.
+func (b *LlamaBlock) Params() []*Param {
+	ps := append(b.InputNorm.Params(), b.Attn.Params()...)
+	ps = append(ps, b.PostNorm.Params()...)
+	return append(ps, b.MLP.Params()...)
+}
+
+// Forward maps x (B,T,C) to the block's output (with sequence
+// parallelism this rank's positions). keyValid is the attention's key
+// padding mask over the full (B*T) tokens (nil: none). x must stay
+// unchanged until Backward.
+func (b *LlamaBlock) Forward(x *tensor.Tensor, keyValid []int32) (*tensor.Tensor, error) {
+	bs, t, err := batchShape(b.Name, x, b.dim)
+	if err != nil {
+		return nil, err
+	}
+	dev := b.InputNorm.Weight.Data.Device()
+	full := b.recompute == RecomputeFull
+	if err := b.bufs.ensure(dev, [2]int{bs, t}, func() Buffers { return blockOwnSizes(bs, t, b.dim, full).Saved }, func(get func(string) *tensor.Tensor) {
+		b.r, b.out = get("r"), get("out")
+	}); err != nil {
+		return nil, fmt.Errorf("%s: %w", b.Name, err)
+	}
+	if full {
+		if err := b.ensureScratch(dev, bs, t); err != nil {
+			return nil, err
+		}
+		b.in, b.keyValid = x, keyValid
+	}
+	return b.forward(dev, x, keyValid)
+}
+
+func (b *LlamaBlock) ensureScratch(dev tensor.Device, bs, t int) error {
+	if err := b.grads.ensure(dev, [2]int{bs, t}, func() Buffers { return blockOwnSizes(bs, t, b.dim, b.recompute == RecomputeFull).Scratch }, func(get func(string) *tensor.Tensor) {
+		b.rFull, b.dr, b.dh = get("r"), get("dr"), get("dh")
+	}); err != nil {
+		return fmt.Errorf("%s: %w", b.Name, err)
+	}
+	return nil
+}
+
+func (b *LlamaBlock) forward(dev tensor.Device, x *tensor.Tensor, keyValid []int32) (*tensor.Tensor, error) {
+	r := b.r
+	if r == nil {
+		r = b.rFull
+	}
+	h, err := b.InputNorm.Forward(x)
+	if err != nil {
+		return nil, err
+	}
+	a, err := b.Attn.Forward(h, keyValid)
+	if err != nil {
+		return nil, err
+	}
+	dev.Add(r, x, a)
+	if h, err = b.PostNorm.Forward(r); err != nil {
+		return nil, err
+	}
+	m, err := b.MLP.Forward(h)
+	if err != nil {
+		return nil, err
+	}
+	dev.Add(b.out, r, m)
+	return b.out, nil
+}
+
+// Backward accumulates the parameter gradients and the input gradient dx
+// from dout.
+func (b *LlamaBlock) Backward(dout, dx *tensor.Tensor) error {
+	if b.out == nil {
+		return fmt.Errorf("%s: Backward before Forward", b.Name)
+	}
+	if dout.Len() != b.out.Len() || dx.Len() != b.out.Len() {
+		return shapeErr(b.Name, "Backward with dout %v, dx %v after a Forward to %v", dout, dx, b.out)
+	}
+	dev := dout.Device()
+	if err := b.ensureScratch(dev, b.out.Dim(0), b.out.Dim(1)); err != nil {
+		return err
+	}
+	if b.recompute == RecomputeFull {
+		if _, err := b.forward(dev, b.in, b.keyValid); err != nil {
+			return err
+		}
+	}
+	dev.Copy(b.dr, dout)
+	dev.Zero(b.dh)
+	if err := b.MLP.Backward(dout, b.dh); err != nil {
+		return err
+	}
+	if err := b.PostNorm.Backward(b.dh, b.dr); err != nil {
+		return err
+	}
+	dev.Axpy(dx, 1, b.dr)
+	dev.Zero(b.dh)
+	if err := b.Attn.Backward(b.dr, b.dh); err != nil {
+		return err
+	}
+	return b.InputNorm.Backward(b.dh, dx)
+}
+
+// ShareBuffers is Block.ShareBuffers for Llama blocks.
+func (b *LlamaBlock) ShareBuffers(with *LlamaBlock) {
+	b.Release()
+	b.blockScratch = with.blockScratch
+	b.Attn.gqaScratch = with.Attn.gqaScratch
+	b.Attn.QKV.colScratch, b.Attn.Proj.rowScratch = with.Attn.QKV.colScratch, with.Attn.Proj.rowScratch
+	b.MLP.swigluScratch = with.MLP.swigluScratch
+	b.MLP.GateUp.colScratch, b.MLP.Down.rowScratch = with.MLP.GateUp.colScratch, with.MLP.Down.rowScratch
+	if b.recompute == RecomputeFull {
+		b.InputNorm.rmsSaved, b.PostNorm.rmsSaved = with.InputNorm.rmsSaved, with.PostNorm.rmsSaved
+		b.Attn.attnSaved, b.MLP.swigluSaved = with.Attn.attnSaved, with.MLP.swigluSaved
+		b.Attn.QKV.colSaved, b.Attn.Proj.rowSaved = with.Attn.QKV.colSaved, with.Attn.Proj.rowSaved
+		b.MLP.GateUp.colSaved, b.MLP.Down.rowSaved = with.MLP.GateUp.colSaved, with.MLP.Down.rowSaved
+	}
+}
+
+// Shadow returns a copy of the block with its own saved activations.
+func (b *LlamaBlock) Shadow() *LlamaBlock {
+	c := *b
+	c.blockSaved = blockSaved{}
+	if b.recompute != RecomputeFull {
+		c.InputNorm, c.Attn, c.PostNorm, c.MLP = b.InputNorm.Shadow(), b.Attn.Shadow(), b.PostNorm.Shadow(), b.MLP.Shadow()
+	}
+	return &c
+}
+
+// Release frees the block's activation buffers and its layers'.
+func (b *LlamaBlock) Release() {
+	b.bufs.release()
+	b.grads.release()
+	b.InputNorm.Release()
+	b.PostNorm.Release()
+	b.Attn.Release()
+	b.MLP.Release()
+}

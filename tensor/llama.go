@@ -1,0 +1,205 @@
+package tensor
+
+import (
+	"math"
+
+	"github.com/hpcrun/hpcrun/tensor/internal/check"
+)
+
+// The kernels of Llama-family decoders on the CPU device: RMSNorm, rotary
+// position embeddings (RoPE) and the SwiGLU gate. Their contracts are in
+// device.go, their argument checks in internal/check, their CUDA twins in
+// cuda/kernels.cu; the layers that use them are in package parallel.
+
+type rmsK struct {
+	out, rstd, inp, weight []float32
+	eps                    float64
+}
+
+func (k *rmsK) run(lo, hi, _ int) {
+	c := len(k.weight)
+	w := k.weight[:c]
+	for i := lo; i < hi; i++ {
+		x := k.inp[i*c : (i+1)*c]
+		var ss float64
+		for _, v := range x {
+			ss += float64(v) * float64(v)
+		}
+		r := float32(1 / math.Sqrt(ss/float64(c)+k.eps))
+		o := k.out[i*c : (i+1)*c]
+		for j, v := range x {
+			o[j] = v * r * w[j]
+		}
+		k.rstd[i] = r
+	}
+}
+
+// RMSNormForward normalizes the rows of inp by their root mean square.
+// out, inp are (N,C); rstd is (N); weight is (C).
+func (d *CPUDevice) RMSNormForward(out, rstd, inp, weight *Tensor, eps float32) {
+	d.own("RMSNormForward", out, rstd, inp, weight)
+	n := check.RMSNormForward(out, rstd, inp, weight)
+	c := weight.n
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := &d.k.rms
+	*k = rmsK{out: out.Host(), rstd: rstd.Host(), inp: inp.Host(), weight: weight.Host(), eps: float64(eps)}
+	d.parallel(n, d.chunks(n, 6*c), k)
+	*k = rmsK{}
+}
+
+type rmsBackK struct {
+	dinp, dout, inp, weight, rstd []float32
+	part                          []float32 // (chunks,C): dweight partial sums
+}
+
+func (k *rmsBackK) run(lo, hi, chunk int) {
+	c := len(k.weight)
+	dw := k.part[chunk*c : (chunk+1)*c]
+	clear(dw)
+	w := k.weight[:c]
+	for i := lo; i < hi; i++ {
+		x, g, dx := k.inp[i*c:(i+1)*c], k.dout[i*c:(i+1)*c], k.dinp[i*c:(i+1)*c]
+		r := k.rstd[i]
+		// norm = x*r, dn = w*dout; dx = r*(dn - norm*mean(dn*norm)).
+		var sdnn float64
+		for j, v := range x {
+			norm := v * r
+			sdnn += float64(w[j] * g[j] * norm)
+			dw[j] += norm * g[j]
+		}
+		mdnn := float32(sdnn / float64(c))
+		for j, v := range x {
+			dx[j] += (w[j]*g[j] - v*r*mdnn) * r
+		}
+	}
+}
+
+// RMSNormBackward accumulates the RMSNorm gradients. dinp, dout, inp are
+// (N,C); dweight, weight are (C); rstd is (N).
+func (d *CPUDevice) RMSNormBackward(dinp, dweight, dout, inp, weight, rstd *Tensor) {
+	d.own("RMSNormBackward", dinp, dweight, dout, inp, weight, rstd)
+	n := check.RMSNormBackward(dinp, dweight, dout, inp, weight, rstd)
+	c := weight.n
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	nc := d.chunks(n, 10*c)
+	part := d.scratch32(nc * c)
+	k := &d.k.rmsB
+	*k = rmsBackK{dinp: dinp.Host(), dout: dout.Host(), inp: inp.Host(), weight: weight.Host(), rstd: rstd.Host(), part: part}
+	d.parallel(n, nc, k)
+	*k = rmsBackK{}
+	dw := dweight.Host()
+	for ch := 0; ch < nc; ch++ {
+		for j, v := range part[ch*c : (ch+1)*c] {
+			dw[j] += v
+		}
+	}
+}
+
+type ropeK struct {
+	x, table                           []float32
+	seqLen, heads, hd, period, rotated int
+	sign                               float32 // 1 forward, -1 the inverse rotation
+}
+
+func (k *ropeK) run(lo, hi, _ int) {
+	h := k.hd / 2
+	w := k.heads * k.hd
+	for i := lo; i < hi; i++ {
+		p := i % k.seqLen
+		cos, sin := k.table[p*k.hd:p*k.hd+h], k.table[p*k.hd+h:(p+1)*k.hd]
+		for hh := 0; hh < k.heads; hh++ {
+			if hh%k.period >= k.rotated {
+				continue
+			}
+			v := k.x[i*w+hh*k.hd : i*w+(hh+1)*k.hd]
+			for j := 0; j < h; j++ {
+				a, b, c, s := v[j], v[j+h], cos[j], k.sign*sin[j]
+				v[j], v[j+h] = a*c-b*s, b*c+a*s
+			}
+		}
+	}
+}
+
+func (d *CPUDevice) rope(fn string, x, table *Tensor, seqLen, period, rotated int, sign float32) {
+	d.own(fn, x, table)
+	rows, heads := check.RoPE(fn, x, table, seqLen, period, rotated)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := &d.k.rope
+	*k = ropeK{x: x.Host(), table: table.Host(), seqLen: seqLen, heads: heads, hd: table.Cols(), period: period, rotated: rotated, sign: sign}
+	d.parallel(rows, d.chunks(rows, 3*x.Cols()), k)
+	*k = ropeK{}
+}
+
+// RoPEForward rotates the heads of x (N,W) in place by their positions'
+// angles in table (positions,hd).
+func (d *CPUDevice) RoPEForward(x, table *Tensor, seqLen, period, rotated int) {
+	d.rope("RoPEForward", x, table, seqLen, period, rotated, 1)
+}
+
+// RoPEBackward rotates the gradient dx (N,W) back in place.
+func (d *CPUDevice) RoPEBackward(dx, table *Tensor, seqLen, period, rotated int) {
+	d.rope("RoPEBackward", dx, table, seqLen, period, rotated, -1)
+}
+
+type swigluK struct {
+	out, inp []float32
+	f        int
+}
+
+func (k *swigluK) run(lo, hi, _ int) {
+	f := k.f
+	for i := lo; i < hi; i++ {
+		g, u, o := k.inp[2*i*f:(2*i+1)*f], k.inp[(2*i+1)*f:(2*i+2)*f], k.out[i*f:(i+1)*f]
+		for j, x := range g {
+			o[j] = x / (1 + exp32(-x)) * u[j]
+		}
+	}
+}
+
+// SwiGLUForward is out = silu(gate)*up. out is (N,F), inp (N,2F) rows of
+// [gate | up].
+func (d *CPUDevice) SwiGLUForward(out, inp *Tensor) {
+	d.own("SwiGLUForward", out, inp)
+	n, f := check.SwiGLUForward(out, inp)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := &d.k.swiglu
+	*k = swigluK{out: out.Host(), inp: inp.Host(), f: f}
+	d.parallel(n, d.chunks(n, 20*f), k)
+	*k = swigluK{}
+}
+
+type swigluBackK struct {
+	dinp, inp, dout []float32
+	f               int
+}
+
+// With s = sigmoid(g): d(g*s)/dg = s*(1+g*(1-s)).
+func (k *swigluBackK) run(lo, hi, _ int) {
+	f := k.f
+	for i := lo; i < hi; i++ {
+		g, u := k.inp[2*i*f:(2*i+1)*f], k.inp[(2*i+1)*f:(2*i+2)*f]
+		dg, du, do := k.dinp[2*i*f:(2*i+1)*f], k.dinp[(2*i+1)*f:(2*i+2)*f], k.dout[i*f:(i+1)*f]
+		for j, x := range g {
+			s := 1 / (1 + exp32(-x))
+			dg[j] += do[j] * u[j] * s * (1 + x*(1-s))
+			du[j] += do[j] * x * s
+		}
+	}
+}
+
+// SwiGLUBackward accumulates [dgate | dup] into dinp (N,2F) from dout (N,F)
+// and the forward's inp (N,2F).
+func (d *CPUDevice) SwiGLUBackward(dinp, inp, dout *Tensor) {
+	d.own("SwiGLUBackward", dinp, inp, dout)
+	n, f := check.SwiGLUBackward(dinp, inp, dout)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := &d.k.swigluB
+	*k = swigluBackK{dinp: dinp.Host(), inp: inp.Host(), dout: dout.Host(), f: f}
+	d.parallel(n, d.chunks(n, 30*f), k)
+	*k = swigluBackK{}
+}

@@ -1,0 +1,75 @@
+package config
+
+import "github.com/hpcrun/hpcrun/parallel"
+
+// LM reports whether the model is a causal language model (gpt, llama).
+func (c Config) LM() bool { return c.Model == "gpt" || c.Model == "llama" }
+
+// KVHeadCount is the key/value heads of attention: kv_heads, or heads.
+func (c Config) KVHeadCount() int {
+	if c.KVHeads > 0 {
+		return c.KVHeads
+	}
+	return c.Heads
+}
+
+// Hidden is the MLP width: 4*dim for gpt and bert; for llama ffn, or
+// Llama's rule (8/3 dim rounded up to a multiple of 256) when 0.
+func (c Config) Hidden() int {
+	if c.Model != "llama" {
+		return 4 * c.Dim
+	}
+	if c.FFN > 0 {
+		return c.FFN
+	}
+	return (8*c.Dim/3 + 255) / 256 * 256
+}
+
+// Eps is RMSNorm's epsilon: norm_eps, or 1e-5.
+func (c Config) Eps() float32 {
+	if c.NormEps > 0 {
+		return float32(c.NormEps)
+	}
+	return 1e-5
+}
+
+// RoPE is the rotary embeddings the config's attention uses.
+func (c Config) RoPE() parallel.RoPE {
+	r := parallel.RoPE{Theta: c.RopeTheta}
+	if c.RopeFactor != 0 {
+		r.Scaling = &parallel.RoPEScaling{Factor: c.RopeFactor, LowFreqFactor: c.RopeLowFreq, HighFreqFactor: c.RopeHighFreq, OriginalMaxPositions: c.RopeOriginalSeq}
+	}
+	return r
+}
+
+// LlamaBlockShape is the shape of one of the config's Llama blocks on a
+// rank (parallel.LlamaBlockSizes).
+func (c Config) LlamaBlockShape() parallel.LlamaBlockShape {
+	tp := max(c.TP, 1)
+	return parallel.LlamaBlockShape{Dim: c.Dim, Heads: c.Heads, KVHeads: c.KVHeadCount(), Hidden: c.Hidden(), TP: tp, SP: c.SP && tp > 1, Recompute: c.RecomputeMode()}
+}
+
+// validateLlama reports the Llama settings that cannot run.
+func (c Config) validateLlama(bad func(format string, args ...any)) {
+	if c.KVHeads < 0 || c.FFN < 0 || c.NormEps < 0 || c.RopeTheta < 0 {
+		bad("kv_heads %d, ffn %d, norm_eps %g, rope_theta %g: must not be negative", c.KVHeads, c.FFN, c.NormEps, c.RopeTheta)
+		return
+	}
+	kv := c.KVHeadCount()
+	if c.Heads > 0 && kv > 0 && c.Heads%kv != 0 {
+		bad("heads %d is not a multiple of kv_heads %d: each key/value head serves a group of query heads", c.Heads, kv)
+	}
+	if c.TP > 0 && kv > 0 && kv%c.TP != 0 {
+		bad("kv_heads %d is not a multiple of tp %d: each tensor-parallel rank holds whole groups of query heads with their key/value head (kv heads replicated over ranks are not supported): choose a tp that divides kv_heads", kv, c.TP)
+	}
+	if c.Dim > 0 && c.Heads > 0 && c.Dim%c.Heads == 0 && (c.Dim/c.Heads)%2 != 0 {
+		bad("dim %d / heads %d = %d: rotary embeddings need an even head size", c.Dim, c.Heads, c.Dim/c.Heads)
+	}
+	if c.TP > 0 && c.Hidden()%c.TP != 0 {
+		bad("ffn %d is not a multiple of tp %d", c.Hidden(), c.TP)
+	}
+	if c.RopeFactor != 0 && (!(c.RopeFactor > 0) || !(c.RopeHighFreq > c.RopeLowFreq) || !(c.RopeLowFreq > 0) || c.RopeOriginalSeq < 1) {
+		bad("rope_factor %g, rope_low_freq %g, rope_high_freq %g, rope_original_seq %d: Llama 3's scaling wants factor > 0, 0 < low < high and original seq >= 1",
+			c.RopeFactor, c.RopeLowFreq, c.RopeHighFreq, c.RopeOriginalSeq)
+	}
+}

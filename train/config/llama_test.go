@@ -1,0 +1,61 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+// The Llama presets count the published models' parameters exactly
+// (SmolLM-135M: 134,515,008; Llama 3.2 1B: 1,235,814,400, both tied), and
+// the FLOPs are 6 a parameter plus attention's, an untied head's table
+// not counted as a product.
+func TestLlamaParamCount(t *testing.T) {
+	for _, tc := range []struct {
+		preset string
+		vocab  int
+		want   int64
+	}{{"smollm-135m", 49152, 134515008}, {"llama-1b", 128256, 1235814400}} {
+		c := DefaultConfig()
+		if err := c.ApplyPreset(tc.preset); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		if got := ParamCount(c, tc.vocab); got != tc.want {
+			t.Errorf("%s: %d parameters, want %d", tc.preset, got, tc.want)
+		}
+		if got, want := FlopsPerToken(c, tc.vocab), 6*float64(tc.want)+12*float64(c.Layers*c.Seq*c.Dim); got != want {
+			t.Errorf("%s: %g FLOPs a token, want %g", tc.preset, got, want)
+		}
+		c.UntiedHead = true
+		if got, want := FlopsPerToken(c, tc.vocab), 6*float64(tc.want)+12*float64(c.Layers*c.Seq*c.Dim); got != want {
+			t.Errorf("%s untied: %g FLOPs a token, want %g (the table is looked up)", tc.preset, got, want)
+		}
+		if got := ParamCount(c, tc.vocab); got != tc.want+int64(tc.vocab*c.Dim) {
+			t.Errorf("%s untied: %d parameters, want %d", tc.preset, got, tc.want+int64(tc.vocab*c.Dim))
+		}
+	}
+}
+
+// Bad Llama shapes are refused with the rule.
+func TestLlamaValidate(t *testing.T) {
+	for _, tc := range []struct {
+		change func(c *Config)
+		want   string
+	}{
+		{func(c *Config) { c.TP, c.NTasks = 2, 2 }, "kv_heads 3 is not a multiple of tp 2"},
+		{func(c *Config) { c.KVHeads = 2 }, "heads 9 is not a multiple of kv_heads 2"},
+		{func(c *Config) { c.RopeFactor = 8 }, "Llama 3's scaling wants"},
+		{func(c *Config) { c.Model, c.KVHeads, c.FFN = "gpt", 3, 0 }, "are model llama's"},
+	} {
+		c := DefaultConfig()
+		if err := c.ApplyPreset("smollm-135m"); err != nil {
+			t.Fatal(err)
+		}
+		tc.change(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v, want %q", err, tc.want)
+		}
+	}
+}
