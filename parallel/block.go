@@ -43,10 +43,41 @@ type Block struct {
 	Attn     *ParallelSelfAttention
 	MLP      *ParallelMLP
 
+	prenorm
+}
+
+// prenorm is the residual skeleton of a pre-norm block, GPT-2's and
+// Llama's alike, over its four sublayers:
+//
+//	r = x + attn(norm1(x));  out = r + mlp(norm2(r))
+//
+// with the buffers of the residual stream and the recomputation modes. A
+// block sets the sublayers from its typed fields (bind) when it is made
+// and when it is shadowed.
+type prenorm struct {
+	name      string
 	dim       int
 	recompute Recompute
+	norm1     sublayer
+	attn      attentionSublayer
+	norm2     sublayer
+	mlp       sublayer
+	dev       func() tensor.Device // where the block's weights live
+
 	blockSaved
 	*blockScratch
+}
+
+// sublayer is a norm or an MLP inside a block.
+type sublayer interface {
+	Forward(inp *tensor.Tensor) (*tensor.Tensor, error)
+	Backward(dout, dinp *tensor.Tensor) error
+}
+
+// attentionSublayer is the attention inside a block.
+type attentionSublayer interface {
+	Forward(inp *tensor.Tensor, keyValid []int32) (*tensor.Tensor, error)
+	Backward(dout, dinp *tensor.Tensor) error
 }
 
 // blockSaved is what a block's Forward keeps for its Backward: a Shadow
@@ -102,7 +133,15 @@ func NewBlock(dev tensor.Device, tp nccl.Comm, name string, cfg BlockConfig) (*B
 	}
 	ln1.SetSequenceParallel(cfg.SP)
 	ln2.SetSequenceParallel(cfg.SP)
-	return &Block{Name: name, LN1: ln1, Attn: attn, LN2: ln2, MLP: mlp, dim: cfg.Dim, recompute: cfg.Recompute, blockScratch: new(blockScratch)}, nil
+	b := &Block{Name: name, LN1: ln1, Attn: attn, LN2: ln2, MLP: mlp, prenorm: prenorm{name: name, dim: cfg.Dim, recompute: cfg.Recompute, blockScratch: new(blockScratch)}}
+	b.bind()
+	return b, nil
+}
+
+// bind points the skeleton at the block's layers.
+func (b *Block) bind() {
+	b.norm1, b.attn, b.norm2, b.mlp = b.LN1, b.Attn, b.LN2, b.MLP
+	b.dev = b.LN1.Weight.Data.Device
 }
 
 // Params lists the block's parameters: ln_1, attention, ln_2, MLP.
@@ -116,17 +155,17 @@ func (b *Block) Params() []*Param {
 // parallelism: this rank's (B,T/tp,C) positions to the same). keyValid is
 // the attention's key padding mask over the full (B*T) tokens (nil:
 // none). x must stay unchanged until Backward.
-func (b *Block) Forward(x *tensor.Tensor, keyValid []int32) (*tensor.Tensor, error) {
-	bs, t, err := batchShape(b.Name, x, b.dim)
+func (b *prenorm) Forward(x *tensor.Tensor, keyValid []int32) (*tensor.Tensor, error) {
+	bs, t, err := batchShape(b.name, x, b.dim)
 	if err != nil {
 		return nil, err
 	}
-	dev := b.LN1.Weight.Data.Device()
+	dev := b.dev()
 	full := b.recompute == RecomputeFull
 	if err := b.bufs.ensure(dev, [2]int{bs, t}, func() Buffers { return blockOwnSizes(bs, t, b.dim, full).Saved }, func(get func(string) *tensor.Tensor) {
 		b.r, b.out = get("r"), get("out")
 	}); err != nil {
-		return nil, fmt.Errorf("%s: %w", b.Name, err)
+		return nil, fmt.Errorf("%s: %w", b.name, err)
 	}
 	if full {
 		if err := b.ensureScratch(dev, bs, t); err != nil {
@@ -138,18 +177,18 @@ func (b *Block) Forward(x *tensor.Tensor, keyValid []int32) (*tensor.Tensor, err
 }
 
 // ensureScratch makes the backward's scratch for bs x t tokens.
-func (b *Block) ensureScratch(dev tensor.Device, bs, t int) error {
+func (b *prenorm) ensureScratch(dev tensor.Device, bs, t int) error {
 	if err := b.grads.ensure(dev, [2]int{bs, t}, func() Buffers { return blockOwnSizes(bs, t, b.dim, b.recompute == RecomputeFull).Scratch }, func(get func(string) *tensor.Tensor) {
 		b.rFull, b.dr, b.dh = get("r"), get("dr"), get("dh")
 	}); err != nil {
-		return fmt.Errorf("%s: %w", b.Name, err)
+		return fmt.Errorf("%s: %w", b.name, err)
 	}
 	return nil
 }
 
 // resid is the residual after attention: kept, or under full
 // recomputation in the scratch.
-func (b *Block) resid() *tensor.Tensor {
+func (b *prenorm) resid() *tensor.Tensor {
 	if b.r != nil {
 		return b.r
 	}
@@ -157,22 +196,22 @@ func (b *Block) resid() *tensor.Tensor {
 }
 
 // forward is Forward's pass once the buffers exist.
-func (b *Block) forward(dev tensor.Device, x *tensor.Tensor, keyValid []int32) (*tensor.Tensor, error) {
+func (b *prenorm) forward(dev tensor.Device, x *tensor.Tensor, keyValid []int32) (*tensor.Tensor, error) {
 	r := b.resid()
-	h, err := b.LN1.Forward(x)
+	h, err := b.norm1.Forward(x)
 	if err != nil {
 		return nil, err
 	}
-	a, err := b.Attn.Forward(h, keyValid)
+	a, err := b.attn.Forward(h, keyValid)
 	if err != nil {
 		return nil, err
 	}
 	dev.Add(r, x, a)
-	h, err = b.LN2.Forward(r)
+	h, err = b.norm2.Forward(r)
 	if err != nil {
 		return nil, err
 	}
-	m, err := b.MLP.Forward(h)
+	m, err := b.mlp.Forward(h)
 	if err != nil {
 		return nil, err
 	}
@@ -182,12 +221,12 @@ func (b *Block) forward(dev tensor.Device, x *tensor.Tensor, keyValid []int32) (
 
 // Backward accumulates the parameter gradients and the input gradient dx
 // (B,T,C) from dout (B,T,C).
-func (b *Block) Backward(dout, dx *tensor.Tensor) error {
+func (b *prenorm) Backward(dout, dx *tensor.Tensor) error {
 	if b.out == nil {
-		return fmt.Errorf("%s: Backward before Forward", b.Name)
+		return fmt.Errorf("%s: Backward before Forward", b.name)
 	}
 	if dout.Len() != b.out.Len() || dx.Len() != b.out.Len() {
-		return shapeErr(b.Name, "Backward with dout %v, dx %v after a Forward to %v", dout, dx, b.out)
+		return shapeErr(b.name, "Backward with dout %v, dx %v after a Forward to %v", dout, dx, b.out)
 	}
 	dev := dout.Device()
 	if err := b.ensureScratch(dev, b.out.Dim(0), b.out.Dim(1)); err != nil {
@@ -203,18 +242,18 @@ func (b *Block) Backward(dout, dx *tensor.Tensor) error {
 	}
 	dev.Copy(b.dr, dout) // the residual path
 	dev.Zero(b.dh)
-	if err := b.MLP.Backward(dout, b.dh); err != nil {
+	if err := b.mlp.Backward(dout, b.dh); err != nil {
 		return err
 	}
-	if err := b.LN2.Backward(b.dh, b.dr); err != nil {
+	if err := b.norm2.Backward(b.dh, b.dr); err != nil {
 		return err
 	}
 	dev.Axpy(dx, 1, b.dr) // the residual path
 	dev.Zero(b.dh)
-	if err := b.Attn.Backward(b.dr, b.dh); err != nil {
+	if err := b.attn.Backward(b.dr, b.dh); err != nil {
 		return err
 	}
-	return b.LN1.Backward(b.dh, dx)
+	return b.norm1.Backward(b.dh, dx)
 }
 
 // ShareBuffers makes b use the backward scratch of with, a block of the

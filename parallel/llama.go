@@ -490,7 +490,8 @@ type LlamaBlockConfig struct {
 	Recompute Recompute
 }
 
-// LlamaBlock is a pre-norm Llama decoder block:
+// LlamaBlock is a pre-norm Llama decoder block, Block's residual skeleton
+// (its Forward and Backward) over Llama's layers:
 //
 //	r = x + Attn(RMSNorm1(x));  out = r + MLP(RMSNorm2(r))
 //
@@ -502,10 +503,8 @@ type LlamaBlock struct {
 	InputNorm, PostNorm *RMSNorm
 	Attn                *LlamaAttention
 	MLP                 *SwiGLUMLP
-	dim                 int
-	recompute           Recompute
-	blockSaved
-	*blockScratch
+
+	prenorm
 }
 
 // LlamaBlockShape is what decides a Llama block's buffers.
@@ -581,7 +580,15 @@ func NewLlamaBlock(dev tensor.Device, tp nccl.Comm, name string, cfg LlamaBlockC
 	}
 	n1.SetSequenceParallel(cfg.SP)
 	n2.SetSequenceParallel(cfg.SP)
-	return &LlamaBlock{Name: name, InputNorm: n1, Attn: attn, PostNorm: n2, MLP: mlp, dim: cfg.Dim, recompute: cfg.Recompute, blockScratch: new(blockScratch)}, nil
+	b := &LlamaBlock{Name: name, InputNorm: n1, Attn: attn, PostNorm: n2, MLP: mlp, prenorm: prenorm{name: name, dim: cfg.Dim, recompute: cfg.Recompute, blockScratch: new(blockScratch)}}
+	b.bind()
+	return b, nil
+}
+
+// bind points the skeleton at the block's layers.
+func (b *LlamaBlock) bind() {
+	b.norm1, b.attn, b.norm2, b.mlp = b.InputNorm, b.Attn, b.PostNorm, b.MLP
+	b.dev = b.InputNorm.Weight.Data.Device
 }
 
 // Params lists the block's parameters: input norm, attention, post norm,
@@ -590,99 +597,6 @@ func (b *LlamaBlock) Params() []*Param {
 	ps := append(b.InputNorm.Params(), b.Attn.Params()...)
 	ps = append(ps, b.PostNorm.Params()...)
 	return append(ps, b.MLP.Params()...)
-}
-
-// Forward maps x (B,T,C) to the block's output (with sequence
-// parallelism this rank's positions). keyValid is the attention's key
-// padding mask over the full (B*T) tokens (nil: none). x must stay
-// unchanged until Backward.
-func (b *LlamaBlock) Forward(x *tensor.Tensor, keyValid []int32) (*tensor.Tensor, error) {
-	bs, t, err := batchShape(b.Name, x, b.dim)
-	if err != nil {
-		return nil, err
-	}
-	dev := b.InputNorm.Weight.Data.Device()
-	full := b.recompute == RecomputeFull
-	if err := b.bufs.ensure(dev, [2]int{bs, t}, func() Buffers { return blockOwnSizes(bs, t, b.dim, full).Saved }, func(get func(string) *tensor.Tensor) {
-		b.r, b.out = get("r"), get("out")
-	}); err != nil {
-		return nil, fmt.Errorf("%s: %w", b.Name, err)
-	}
-	if full {
-		if err := b.ensureScratch(dev, bs, t); err != nil {
-			return nil, err
-		}
-		b.in, b.keyValid = x, keyValid
-	}
-	return b.forward(dev, x, keyValid)
-}
-
-func (b *LlamaBlock) ensureScratch(dev tensor.Device, bs, t int) error {
-	if err := b.grads.ensure(dev, [2]int{bs, t}, func() Buffers { return blockOwnSizes(bs, t, b.dim, b.recompute == RecomputeFull).Scratch }, func(get func(string) *tensor.Tensor) {
-		b.rFull, b.dr, b.dh = get("r"), get("dr"), get("dh")
-	}); err != nil {
-		return fmt.Errorf("%s: %w", b.Name, err)
-	}
-	return nil
-}
-
-func (b *LlamaBlock) forward(dev tensor.Device, x *tensor.Tensor, keyValid []int32) (*tensor.Tensor, error) {
-	r := b.r
-	if r == nil {
-		r = b.rFull
-	}
-	h, err := b.InputNorm.Forward(x)
-	if err != nil {
-		return nil, err
-	}
-	a, err := b.Attn.Forward(h, keyValid)
-	if err != nil {
-		return nil, err
-	}
-	dev.Add(r, x, a)
-	if h, err = b.PostNorm.Forward(r); err != nil {
-		return nil, err
-	}
-	m, err := b.MLP.Forward(h)
-	if err != nil {
-		return nil, err
-	}
-	dev.Add(b.out, r, m)
-	return b.out, nil
-}
-
-// Backward accumulates the parameter gradients and the input gradient dx
-// from dout.
-func (b *LlamaBlock) Backward(dout, dx *tensor.Tensor) error {
-	if b.out == nil {
-		return fmt.Errorf("%s: Backward before Forward", b.Name)
-	}
-	if dout.Len() != b.out.Len() || dx.Len() != b.out.Len() {
-		return shapeErr(b.Name, "Backward with dout %v, dx %v after a Forward to %v", dout, dx, b.out)
-	}
-	dev := dout.Device()
-	if err := b.ensureScratch(dev, b.out.Dim(0), b.out.Dim(1)); err != nil {
-		return err
-	}
-	if b.recompute == RecomputeFull {
-		if _, err := b.forward(dev, b.in, b.keyValid); err != nil {
-			return err
-		}
-	}
-	dev.Copy(b.dr, dout)
-	dev.Zero(b.dh)
-	if err := b.MLP.Backward(dout, b.dh); err != nil {
-		return err
-	}
-	if err := b.PostNorm.Backward(b.dh, b.dr); err != nil {
-		return err
-	}
-	dev.Axpy(dx, 1, b.dr)
-	dev.Zero(b.dh)
-	if err := b.Attn.Backward(b.dr, b.dh); err != nil {
-		return err
-	}
-	return b.InputNorm.Backward(b.dh, dx)
 }
 
 // ShareBuffers is Block.ShareBuffers for Llama blocks.
@@ -708,6 +622,7 @@ func (b *LlamaBlock) Shadow() *LlamaBlock {
 	if b.recompute != RecomputeFull {
 		c.InputNorm, c.Attn, c.PostNorm, c.MLP = b.InputNorm.Shadow(), b.Attn.Shadow(), b.PostNorm.Shadow(), b.MLP.Shadow()
 	}
+	c.bind()
 	return &c
 }
 

@@ -58,6 +58,7 @@ func (b *Block) Shadow() *Block {
 	if b.recompute != RecomputeFull {
 		c.LN1, c.Attn, c.LN2, c.MLP = b.LN1.Shadow(), b.Attn.Shadow(), b.LN2.Shadow(), b.MLP.Shadow()
 	}
+	c.bind()
 	return &c
 }
 

@@ -26,7 +26,7 @@ func benchStepCommand() *cli.Command {
 			"peer is PyTorch eager on the same model and batch, run beside it by\n" +
 			"bench/pytorch/gpt2_step.py (bench/pytorch/gpu-check.sh runs both).",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "model", Value: "gpt2-124m", Usage: "preset to time (tiny, small, bert-base, bert-large, gpt2-124m, gpt2-350m)"},
+			&cli.StringFlag{Name: "model", Value: "gpt2-124m", Usage: "preset to time (tiny, small, bert-base, bert-large, gpt2-124m, gpt2-350m, llama-tiny, smollm-135m, llama-1b)"},
 			&cli.IntFlag{Name: "bsz", Value: 4, Usage: "batch size"},
 			&cli.IntFlag{Name: "seq", Value: 64, Usage: "sequence length"},
 			&cli.IntFlag{Name: "steps", Value: 3, Usage: "timed steps"},

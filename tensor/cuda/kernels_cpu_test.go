@@ -215,6 +215,14 @@ var mutations = []mutation{
 		"out[i] = (bf16_t)((u >> 16) | 0x40u);",
 		"out[i] = (bf16_t)((u >> 16) | (hpcrun_mut == 6 ? 0u : 0x40u));",
 		"BF16Rounding"},
+	{"rope_f32 without the sign (the backward turns forward again)",
+		"c = t[j], s = sign * t[j + half];",
+		"c = t[j], s = (hpcrun_mut == 7 ? 1.f : sign) * t[j + half];",
+		"Llama"},
+	{"swiglu_backward without silu's second term (d silu/dg taken as sigmoid)",
+		"dinp[2 * r * f + j] += d * u * s * (1.f + g * (1.f - s));",
+		"dinp[2 * r * f + j] += d * u * s * (hpcrun_mut == 8 ? 1.f : 1.f + g * (1.f - s));",
+		"Llama"},
 }
 
 // Each planted mutation makes the kernel tests fail: one build of every
@@ -238,7 +246,7 @@ func TestKernelMutantsFail(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	if out, err := run(0, "LayerNorm|Bias|Softmax|CrossEntropy|KernelEdges|BF16Rounding"); err != nil {
+	if out, err := run(0, "LayerNorm|Bias|Softmax|CrossEntropy|KernelEdges|BF16Rounding|Llama"); err != nil {
 		t.Fatalf("the instrumented kernels fail with no mutation: %v\n%s", err, out)
 	}
 	failLine := regexp.MustCompile(`--- FAIL: TestKernelsOnCPU/\w+`)
