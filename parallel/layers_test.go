@@ -133,9 +133,23 @@ func TestBlockFiniteDifferences(t *testing.T) {
 			dev.CopyFromHost(p.Data, v)
 		}
 	}
+	checkBlockGradients(t, dev, r, blk, b, tt, c, keyMask(b, tt), []int{0, 7, 13, 31, 40, 63}, func(n int) []int { return []int{0, n / 3, n - 1} })
+}
+
+// gradBlock is a block whose Backward checkBlockGradients checks.
+type gradBlock interface {
+	Forward(x *tensor.Tensor, keyValid []int32) (*tensor.Tensor, error)
+	Backward(dout, dx *tensor.Tensor) error
+	Params() []*Param
+}
+
+// checkBlockGradients checks blk's Backward against central differences
+// of L = sum(out * w), for random (b,tt,c) inputs x and weights w, at the
+// entries xIdx of x and paramIdx(len) of every parameter.
+func checkBlockGradients(t *testing.T, dev tensor.Device, r *rand.Rand, blk gradBlock, b, tt, c int, mask []int32, xIdx []int, paramIdx func(n int) []int) {
+	t.Helper()
 	x, xv := uploadRand(t, dev, r, b, tt, c)
 	_, wv := uploadRand(t, dev, r, b, tt, c)
-	mask := keyMask(b, tt)
 	loss := func() float64 {
 		out, err := blk.Forward(x, mask)
 		if err != nil {
@@ -173,11 +187,10 @@ func TestBlockFiniteDifferences(t *testing.T) {
 			}
 		}
 	}
-	probe("x", xv, func(v []float32) { dev.CopyFromHost(x, v) }, download(dx), []int{0, 7, 13, 31, 40, 63})
+	probe("x", xv, func(v []float32) { dev.CopyFromHost(x, v) }, download(dx), xIdx)
 	for _, p := range blk.Params() {
 		data := download(p.Data)
-		idx := []int{0, len(data) / 3, len(data) - 1}
-		probe(p.Name, data, func(v []float32) { dev.CopyFromHost(p.Data, v) }, download(p.Grad), idx)
+		probe(p.Name, data, func(v []float32) { dev.CopyFromHost(p.Data, v) }, download(p.Grad), paramIdx(len(data)))
 	}
 }
 

@@ -29,51 +29,7 @@ func TestLlamaBlockFiniteDifferences(t *testing.T) {
 		}
 		dev.CopyFromHost(n.Weight.Data, v)
 	}
-	x, xv := uploadRand(t, dev, r, b, tt, c)
-	_, wv := uploadRand(t, dev, r, b, tt, c)
-	loss := func() float64 {
-		out, err := blk.Forward(x, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var s float64
-		for i, v := range download(out) {
-			s += float64(v) * float64(wv[i])
-		}
-		return s
-	}
-	loss()
-	dout, _ := uploadRand(t, dev, r, b, tt, c)
-	dev.CopyFromHost(dout, wv)
-	dx, _ := dev.Alloc(b, tt, c)
-	ZeroGrads(blk.Params())
-	if err := blk.Backward(dout, dx); err != nil {
-		t.Fatal(err)
-	}
-	const h = 1e-2
-	probe := func(name string, data []float32, set func([]float32), grad []float32, idx []int) {
-		for _, i := range idx {
-			orig := data[i]
-			data[i] = orig + h
-			set(data)
-			lp := loss()
-			data[i] = orig - h
-			set(data)
-			lm := loss()
-			data[i] = orig
-			set(data)
-			num := (lp - lm) / (2 * h)
-			if d := math.Abs(num - float64(grad[i])); d > 2e-2*math.Max(1, math.Abs(num)) {
-				t.Errorf("%s[%d]: backward %g, finite difference %g", name, i, grad[i], num)
-			}
-		}
-	}
-	probe("x", xv, func(v []float32) { dev.CopyFromHost(x, v) }, download(dx), []int{0, 7, 21, 40, 63, 100, 159})
-	for _, p := range blk.Params() {
-		data := download(p.Data)
-		idx := []int{0, len(data) / 3, len(data) / 2, len(data) - 1}
-		probe(p.Name, data, func(v []float32) { dev.CopyFromHost(p.Data, v) }, download(p.Grad), idx)
-	}
+	checkBlockGradients(t, dev, r, blk, b, tt, c, nil, []int{0, 7, 21, 40, 63, 100, 159}, func(n int) []int { return []int{0, n / 3, n / 2, n - 1} })
 }
 
 // Llama 3's rope scaling keeps the high frequencies, divides the low ones
