@@ -253,3 +253,46 @@ func TestRankThatNeverJoinedRecordsWhy(t *testing.T) {
 		t.Fatalf("end line %+v after %d steps: want interrupted, saying why, and no step", l.End, len(l.Steps))
 	}
 }
+
+// A run's comm_timeout bounds how long a rank waits for its peers: rank 1
+// of 2, whose master never comes, fails after the 2 s its train.toml
+// gives, saying so, and records it as its end.
+func TestCommTimeoutBoundsTheWait(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains")
+	}
+	e := newEnv(t)
+	e.mustRun("run", "--nproc", "2", "--steps", "1", "--comm-timeout", "2s")
+	dir := rundir.Dir(e.onlyRun())
+	if conf, _ := os.ReadFile(dir.Config()); !strings.Contains(string(conf), `comm_timeout = "2s"`) {
+		t.Fatalf("train.toml lacks comm_timeout:\n%s", conf)
+	}
+	os.Remove(dir.RankMetrics(1))
+	ln, port, err := slurm.ListenMaster()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close() // nobody serves the store on port
+	cmd := exec.Command(e.bin, "train", "--run-dir", dir.Path())
+	cmd.Env = append(os.Environ(), slurm.TorchrunVars(2, port, dir.ExecID(), "run")(1)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("rank 1 still waits 20 s after it started, with comm_timeout 2s: %s", stderr.String())
+	}
+	if took := time.Since(start); !strings.Contains(stderr.String(), "2s") || took < time.Second {
+		t.Errorf("after %v: %s; want a failure naming the 2s wait (the default waits 30 s)", took, stderr.String())
+	}
+	if l, err := metrics.ReadRank(dir.RankMetrics(1)); err != nil || l.End == nil || l.End.Status != metrics.StatusFailed {
+		t.Errorf("end line: %+v, %v; want failed", l, err)
+	}
+}

@@ -80,7 +80,7 @@ func runTrainTask(c *cli.Context) error {
 	comm, err := nccl.Init(ctx, nccl.Options{
 		Rank: env.Rank, Size: env.WorldSize,
 		MasterAddr: env.MasterAddr, MasterPort: env.MasterPort, Listener: master,
-		Token:   token,
+		Token: token, Timeout: cfg.CommTimeoutDuration(),
 		Backend: backend, Device: gpu, Log: os.Stderr,
 	})
 	if err != nil {

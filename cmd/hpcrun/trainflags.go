@@ -69,6 +69,7 @@ func trainFlags() []cli.Flag {
 		&cli.IntFlag{Name: "ckpt-keep", Usage: "checkpoints kept (0 = 3)", Category: "checkpoints"},
 		&cli.IntFlag{Name: "max-requeues", Usage: "times a job stopped by its time-limit signal requeues itself (0 = 10)", Category: "checkpoints"},
 		&cli.StringFlag{Name: "stop-signal", Usage: "signal asking for save-and-stop: USR1 or USR2", Category: "checkpoints"},
+		&cli.StringFlag{Name: "comm-timeout", Usage: "how long a rank waits for a peer before failing, naming it (a lost node is noticed within it), e.g. 30s or 10m (default 30s)", Category: "checkpoints"},
 		&cli.StringFlag{Name: "resume-from", Usage: "start from this checkpoint (step dir, ckpt dir or run dir), at any tp", Category: "checkpoints"},
 	}
 	showBuiltinDefaults(flags)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hpcrun/hpcrun/parallel"
 )
@@ -71,7 +72,13 @@ type Config struct {
 	CkptKeep    int    `toml:"ckpt_keep,omitempty" json:"ckpt_keep,omitempty"`       // checkpoints kept; 0 = 3
 	MaxRequeues int    `toml:"max_requeues,omitempty" json:"max_requeues,omitempty"` // times a job stopped by its time-limit signal requeues itself; 0 = 10
 	StopSignal  string `toml:"stop_signal,omitempty" json:"stop_signal,omitempty"`   // signal that asks for save-and-stop: USR1 or USR2; "" = USR1
-	ResumeFrom  string `toml:"resume_from,omitempty" json:"resume_from,omitempty"`   // checkpoint (step dir, ckpt root or run dir) a new run starts from, at any tp; the run dir's own latest wins
+	// CommTimeout bounds every wait of a rank for a peer (joining, a
+	// collective, a silent peer's heartbeat), as a Go duration ("30s",
+	// "10m"); "" = nccl.DefaultTimeout. A lost node is noticed within it;
+	// a job whose ranks may wait longer at a collective (slow I/O on one
+	// rank, very long steps) needs it larger.
+	CommTimeout string `toml:"comm_timeout,omitempty" json:"comm_timeout,omitempty"`
+	ResumeFrom  string `toml:"resume_from,omitempty" json:"resume_from,omitempty"` // checkpoint (step dir, ckpt root or run dir) a new run starts from, at any tp; the run dir's own latest wins
 
 	// Layout of the job.
 	NTasks int `toml:"ntasks" json:"ntasks"`
@@ -268,6 +275,11 @@ func (c Config) Validate() error {
 	}
 	if c.WeightDecay < 0 {
 		bad("weight_decay = %g: must not be negative", c.WeightDecay)
+	}
+	if c.CommTimeout != "" {
+		if d, err := time.ParseDuration(c.CommTimeout); err != nil || d < time.Second {
+			bad("comm_timeout %q: give a duration of 1s or more, e.g. \"30s\" or \"10m\"", c.CommTimeout)
+		}
 	}
 	switch c.StopSignal {
 	case "", "USR1", "USR2":
@@ -544,4 +556,11 @@ func (c *Config) AbsPaths() error {
 		}
 	}
 	return nil
+}
+
+// CommTimeoutDuration is CommTimeout as a duration; 0 when unset (the
+// communicator's default).
+func (c Config) CommTimeoutDuration() time.Duration {
+	d, _ := time.ParseDuration(c.CommTimeout)
+	return d
 }

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestConfigFileRoundTrip(t *testing.T) {
@@ -55,5 +56,23 @@ func TestAbsPaths(t *testing.T) {
 	}
 	if c.Data != "synthetic" || c.VocabFile != filepath.Join(wd, "tok/tokenizer.json") || c.InitFrom != "/abs/gpt2" || c.ResumeFrom != "" {
 		t.Errorf("%+v", c)
+	}
+}
+
+// comm_timeout is a Go duration of a second or more.
+func TestCommTimeout(t *testing.T) {
+	c := DefaultConfig()
+	if c.CommTimeoutDuration() != 0 {
+		t.Errorf("unset: %v", c.CommTimeoutDuration())
+	}
+	c.CommTimeout = "90s"
+	if err := c.Validate(); err != nil || c.CommTimeoutDuration() != 90*time.Second {
+		t.Errorf("90s: %v, %v", err, c.CommTimeoutDuration())
+	}
+	for _, bad := range []string{"90", "10ms", "-1s"} {
+		c.CommTimeout = bad
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "comm_timeout") {
+			t.Errorf("comm_timeout %q: %v", bad, err)
+		}
 	}
 }
