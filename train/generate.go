@@ -218,7 +218,7 @@ func generate(ctx context.Context, world nccl.Comm, opt GenerateOptions, cached 
 			}
 		}()
 	}
-	base := 0 // ids[base:] is what the caches hold, and more
+	base, held := 0, 0 // the caches hold ids[base:base+held]
 	var out []int
 	printed := ""
 	for k := 0; k < opt.Tokens; k++ {
@@ -228,7 +228,6 @@ func generate(ctx context.Context, world nccl.Comm, opt GenerateOptions, cached 
 		var logits *tensor.Tensor
 		last := 0 // the row of the last position in logits
 		if cached {
-			held := caches[0].Len()
 			feed := ids[base+held:]
 			if held == 0 || len(ids)-base > T {
 				// The first step, or the sequence outgrew the positions:
@@ -246,6 +245,7 @@ func generate(ctx context.Context, world nccl.Comm, opt GenerateOptions, cached 
 			if logits, err = tr.decode(tokens, held, caches); err != nil {
 				return out, err
 			}
+			held += len(feed)
 			last = len(feed) - 1
 			if trace != nil {
 				trace.positions += len(feed)
