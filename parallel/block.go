@@ -197,12 +197,17 @@ func (b *prenorm) resid() *tensor.Tensor {
 
 // forward is Forward's pass once the buffers exist.
 func (b *prenorm) forward(dev tensor.Device, x *tensor.Tensor, keyValid []int32) (*tensor.Tensor, error) {
+	return b.forwardWith(dev, x, func(h *tensor.Tensor) (*tensor.Tensor, error) { return b.attn.Forward(h, keyValid) })
+}
+
+// forwardWith is the block's pass with attn as its attention.
+func (b *prenorm) forwardWith(dev tensor.Device, x *tensor.Tensor, attn func(h *tensor.Tensor) (*tensor.Tensor, error)) (*tensor.Tensor, error) {
 	r := b.resid()
 	h, err := b.norm1.Forward(x)
 	if err != nil {
 		return nil, err
 	}
-	a, err := b.attn.Forward(h, keyValid)
+	a, err := attn(h)
 	if err != nil {
 		return nil, err
 	}

@@ -64,10 +64,28 @@ func (p *PositionEmbedding) Forward(x *tensor.Tensor) (*tensor.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.first = 0
+	first := 0
 	if p.sp != nil {
-		p.first = p.sp.Rank() * t
+		first = p.sp.Rank() * t
 	}
+	return p.forwardAt(x, b, t, first)
+}
+
+// ForwardAt is Forward for positions first..first+T-1 of a sequence (an
+// incremental decoder's new tokens), without sequence parallelism.
+func (p *PositionEmbedding) ForwardAt(x *tensor.Tensor, first int) (*tensor.Tensor, error) {
+	b, t, err := batchShape(p.Name, x, p.Dim)
+	if err != nil {
+		return nil, err
+	}
+	if p.sp != nil || first < 0 {
+		return nil, shapeErr(p.Name, "positions from %d under sequence parallelism %v", first, p.sp != nil)
+	}
+	return p.forwardAt(x, b, t, first)
+}
+
+func (p *PositionEmbedding) forwardAt(x *tensor.Tensor, b, t, first int) (*tensor.Tensor, error) {
+	p.first = first
 	if p.first+t > p.MaxSeq {
 		return nil, shapeErr(p.Name, "sequence of %d tokens is longer than the %d positions", t, p.MaxSeq)
 	}

@@ -128,10 +128,29 @@ type GenerateOptions struct {
 // Generate samples opt.Tokens tokens from the GPT at opt.Source after
 // opt.Prompt, the model split over every rank of world (tp = world size),
 // and returns the sampled ids. Rank 0 streams the decoded text to opt.Out
-// as tokens come. Each step runs the model on the last window of at most
-// the model's positions (no cache), and gathers the vocab-parallel logits
+// as tokens come. A prefill forward over the prompt fills each layer's
+// key/value cache (each rank its own heads); every later step forwards the
+// one new token over the cache, so n tokens after a prompt of p cost p+n
+// positions of the model, until the sequence outgrows the model's
+// positions: from then on each step forwards the last window of that many
+// again (as without a cache). Each step gathers the vocab-parallel logits
 // of the last position over the group.
 func Generate(ctx context.Context, world nccl.Comm, opt GenerateOptions) ([]int, error) {
+	return generate(ctx, world, opt, true, nil)
+}
+
+// genTrace records what a generate run did, for tests: the positions its
+// forwards processed and, with keep, each step's full logits.
+type genTrace struct {
+	keep      bool
+	positions int
+	logits    [][]float32
+}
+
+// generate is Generate with (cached) or without the key/value cache: the
+// uncached path runs the whole window, padded to the model's length, at
+// every step.
+func generate(ctx context.Context, world nccl.Comm, opt GenerateOptions, cached bool, trace *genTrace) ([]int, error) {
 	cfg, err := SourceConfig(opt.Source)
 	if err != nil {
 		return nil, err
@@ -188,30 +207,75 @@ func Generate(ctx context.Context, world nccl.Comm, opt GenerateOptions) ([]int,
 	full := make([]float32, local*cfg.TP)
 	b := &Batch{B: 1, T: T, Tokens: make([]int32, T), Targets: make([]int32, T), Lengths: []int32{int32(T)}}
 	rng := rand.New(rand.NewPCG(opt.Seed, 0x6e6))
+	var caches []*parallel.KVCache
+	if cached {
+		if caches, err = tr.newKVCaches(T); err != nil {
+			return nil, err
+		}
+		defer func() {
+			for _, c := range caches {
+				c.Release()
+			}
+		}()
+	}
+	base, held := 0, 0 // the caches hold ids[base:base+held]
 	var out []int
 	printed := ""
 	for k := 0; k < opt.Tokens; k++ {
 		if err := ctx.Err(); err != nil {
 			return out, err
 		}
-		window := ids[max(0, len(ids)-T):]
-		for i := range b.Tokens {
-			b.Tokens[i], b.Targets[i] = 0, -1
-			if i < len(window) {
-				b.Tokens[i] = int32(window[i])
+		var logits *tensor.Tensor
+		last := 0 // the row of the last position in logits
+		if cached {
+			feed := ids[base+held:]
+			if held == 0 || len(ids)-base > T {
+				// The first step, or the sequence outgrew the positions:
+				// fill the caches again from the last window.
+				base, held = max(0, len(ids)-T), 0
+				feed = ids[base:]
+				for _, c := range caches {
+					c.Reset()
+				}
+			}
+			tokens := make([]int32, len(feed))
+			for i, id := range feed {
+				tokens[i] = int32(id)
+			}
+			if logits, err = tr.decode(tokens, held, caches); err != nil {
+				return out, err
+			}
+			held += len(feed)
+			last = len(feed) - 1
+			if trace != nil {
+				trace.positions += len(feed)
+			}
+		} else {
+			window := ids[max(0, len(ids)-T):]
+			for i := range b.Tokens {
+				b.Tokens[i], b.Targets[i] = 0, -1
+				if i < len(window) {
+					b.Tokens[i] = int32(window[i])
+				}
+			}
+			h, err := tr.trunk(b)
+			if err != nil {
+				return out, err
+			}
+			if logits, err = tr.head.Forward(h); err != nil {
+				return out, err
+			}
+			last = len(window) - 1
+			if trace != nil {
+				trace.positions += T
 			}
 		}
-		h, err := tr.trunk(b)
-		if err != nil {
-			return out, err
-		}
-		logits, err := tr.head.Forward(h)
-		if err != nil {
-			return out, err
-		}
-		dev.CopyToHost(row, logits.View((len(window)-1)*local, local))
+		dev.CopyToHost(row, logits.View(last*local, local))
 		if err := mesh.TP.AllGather(row, full); err != nil {
 			return out, err
+		}
+		if trace != nil && trace.keep {
+			trace.logits = append(trace.logits, append([]float32(nil), full[:vocab]...))
 		}
 		next := sample(full[:vocab], opt.Temperature, opt.TopK, rng)
 		ids, out = append(ids, next), append(out, next)

@@ -643,3 +643,63 @@ func (t *transformer) classifierBackward() error {
 	d.Gemm(true, false, N, t.C, t.B, 1, t.pool, 0, N, t.dpooled, 0, t.C, 0, t.dh, 0, t.C)
 	return nil
 }
+
+// cachedBlock is a block with an incremental decode path.
+type cachedBlock interface {
+	NewKVCache(max int) (*parallel.KVCache, error)
+	ForwardCached(x *tensor.Tensor, c *parallel.KVCache) (*tensor.Tensor, error)
+}
+
+// newKVCaches makes an empty key/value cache of max positions for each
+// block of a one-stage language model.
+func (t *transformer) newKVCaches(max int) ([]*parallel.KVCache, error) {
+	if !t.gpt || !t.first || !t.last || t.sp != nil {
+		return nil, fmt.Errorf("a key/value cache decodes with a whole language model on each rank, without sequence parallelism")
+	}
+	var cs []*parallel.KVCache
+	for _, blk := range t.blocks {
+		cb, ok := blk.(cachedBlock)
+		var c *parallel.KVCache
+		var err error
+		if !ok {
+			err = fmt.Errorf("block %T has no cached forward", blk)
+		} else {
+			c, err = cb.NewKVCache(max)
+		}
+		if err != nil {
+			for _, c := range cs {
+				c.Release()
+			}
+			return nil, err
+		}
+		cs = append(cs, c)
+	}
+	return cs, nil
+}
+
+// decode runs the model on ids, the tokens of one sequence at positions
+// pos..pos+len(ids)-1 after the pos the caches hold (one per block), which
+// take their keys and values, and returns the LM head's (1,len(ids),V/tp)
+// logits.
+func (t *transformer) decode(ids []int32, pos int, caches []*parallel.KVCache) (*tensor.Tensor, error) {
+	n := len(ids)
+	x, err := t.wte.Forward(ids, 1, n)
+	if err != nil {
+		return nil, err
+	}
+	if t.wpe != nil {
+		if x, err = t.wpe.ForwardAt(x, pos); err != nil {
+			return nil, err
+		}
+	}
+	for i, blk := range t.blocks {
+		if x, err = blk.(cachedBlock).ForwardCached(x, caches[i]); err != nil {
+			return nil, err
+		}
+	}
+	h, err := t.lnf.Forward(x)
+	if err != nil {
+		return nil, err
+	}
+	return t.head.Forward(h)
+}

@@ -26,7 +26,9 @@ func generateCommand() *cli.Command {
 		ArgsUsage: "EXECID|CKPT|HF-DIR|LLMC.bin",
 		Description: "Tokens stream to stdout as they are sampled. The model is split over --nproc local ranks\n" +
 			"(tensor parallel), or over the tasks of `srun hpcrun generate ...`; every rank draws the same\n" +
-			"tokens from the same seed. Temperature 0 is greedy.",
+			"tokens from the same seed. Temperature 0 is greedy. Each layer caches its keys and values: the\n" +
+			"prompt is forwarded once, then each new token alone (until the sequence outgrows the model's\n" +
+			"positions, when every step forwards the last window of them).",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "prompt", Usage: "the text to continue"},
 			&cli.IntFlag{Name: "tokens", Value: 64, Usage: "tokens to sample"},
