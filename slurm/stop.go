@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/hpcrun/hpcrun/train/metrics"
 )
 
 // ExitStopped is the exit status of a task that stopped on the time-limit
@@ -120,7 +122,7 @@ func StopReason(ctx context.Context, sig os.Signal) string {
 	case syscall.SIGUSR1, syscall.SIGUSR2:
 		return "stopped by the time-limit signal (" + sig.String() + ") before the job's time limit"
 	}
-	return "stopped with the other ranks (another rank got the signal)"
+	return metrics.RelayedStop
 }
 
 var (

@@ -599,7 +599,9 @@ func (s *Summary) status(run *Run, seen []rankSeen, world int) {
 				failed = r
 			}
 		case StatusInterrupted:
-			if interrupted == nil {
+			// The run stopped for the reason of a rank that got the signal,
+			// not of one that stopped with it (whichever wrote first).
+			if interrupted == nil || strings.Contains(interrupted.End.Error, RelayedStop) && !strings.Contains(r.End.Error, RelayedStop) {
 				interrupted = r
 			}
 		}

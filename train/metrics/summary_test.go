@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
 )
@@ -218,4 +219,25 @@ func recordedRates(t *testing.T, dir string, warmup int) (samples, slowest, step
 		slowest += s
 	}
 	return samples, slowest, step, comm
+}
+
+// A stopped run is summed up by the reason of a rank that got the stop
+// signal, not of one that stopped with it, whichever rank wrote first.
+func TestSummaryNamesTheSignalledRank(t *testing.T) {
+	dir := t.TempDir()
+	for rank, reason := range []string{"step 6 of 400, checkpoint saved: " + RelayedStop, "step 6 of 400, checkpoint saved: stopped by SIGINT (Ctrl-C)"} {
+		w, err := Create(dir, rank)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.End(StatusInterrupted, errors.New(reason), time.Second)
+		w.Close()
+	}
+	s, _, err := ReadSummary(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Status != StatusInterrupted || !strings.Contains(s.Error, "stopped by SIGINT (Ctrl-C)") {
+		t.Errorf("status %q, %q: want interrupted by SIGINT", s.Status, s.Error)
+	}
 }

@@ -317,3 +317,8 @@ func AppendEnd(runDir string, rank int, interrupted bool, err error, wall time.D
 	w.End(status, err, wall)
 	w.Close()
 }
+
+// RelayedStop is the reason in the end line of a rank that stopped
+// because another rank got the stop signal (slurm.StopReason); a run's
+// summary names the reason of a rank that got the signal instead.
+const RelayedStop = "stopped with the other ranks (another rank got the signal)"
