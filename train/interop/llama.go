@@ -14,28 +14,35 @@ import (
 
 // llamaConfig is the part of a LlamaForCausalLM config.json hpcrun reads.
 type llamaConfig struct {
-	Hidden        int     `json:"hidden_size"`
-	Intermediate  int     `json:"intermediate_size"`
-	Heads         int     `json:"num_attention_heads"`
-	KVHeads       int     `json:"num_key_value_heads"`
-	Layers        int     `json:"num_hidden_layers"`
-	HeadDim       int     `json:"head_dim"`
-	NormEps       float64 `json:"rms_norm_eps"`
-	RopeTheta     float64 `json:"rope_theta"`
-	Positions     int     `json:"max_position_embeddings"`
-	VocabSize     int     `json:"vocab_size"`
-	TieEmbeddings *bool   `json:"tie_word_embeddings"`
-	Act           string  `json:"hidden_act"`
-	AttnBias      bool    `json:"attention_bias"`
-	MLPBias       bool    `json:"mlp_bias"`
-	RopeScaling   *struct {
-		RopeType       string  `json:"rope_type"`
-		Type           string  `json:"type"`
-		Factor         float64 `json:"factor"`
-		LowFreqFactor  float64 `json:"low_freq_factor"`
-		HighFreqFactor float64 `json:"high_freq_factor"`
-		Original       int     `json:"original_max_position_embeddings"`
-	} `json:"rope_scaling"`
+	Hidden        int          `json:"hidden_size"`
+	Intermediate  int          `json:"intermediate_size"`
+	Heads         int          `json:"num_attention_heads"`
+	KVHeads       int          `json:"num_key_value_heads"`
+	Layers        int          `json:"num_hidden_layers"`
+	HeadDim       int          `json:"head_dim"`
+	NormEps       float64      `json:"rms_norm_eps"`
+	RopeTheta     float64      `json:"rope_theta"`
+	Positions     int          `json:"max_position_embeddings"`
+	VocabSize     int          `json:"vocab_size"`
+	TieEmbeddings *bool        `json:"tie_word_embeddings"`
+	Act           string       `json:"hidden_act"`
+	AttnBias      bool         `json:"attention_bias"`
+	MLPBias       bool         `json:"mlp_bias"`
+	RopeScaling   *ropeScaling `json:"rope_scaling"`
+	// RopeParameters is transformers v5's rope_scaling, with rope_theta
+	// inside it.
+	RopeParameters *ropeScaling `json:"rope_parameters"`
+}
+
+// ropeScaling is a config.json's rope_scaling (or rope_parameters).
+type ropeScaling struct {
+	RopeType       string  `json:"rope_type"`
+	Type           string  `json:"type"`
+	RopeTheta      float64 `json:"rope_theta"`
+	Factor         float64 `json:"factor"`
+	LowFreqFactor  float64 `json:"low_freq_factor"`
+	HighFreqFactor float64 `json:"high_freq_factor"`
+	Original       int     `json:"original_max_position_embeddings"`
 }
 
 func isLlama(modelType string, archs []string) bool {
@@ -83,6 +90,20 @@ func readLlamaConfig(path string, b []byte) (Spec, error) {
 	}
 	if !(s.NormEps > 0) {
 		return Spec{}, fmt.Errorf("%s: rms_norm_eps %g: want a positive number", path, s.NormEps)
+	}
+	if p := c.RopeParameters; p != nil {
+		switch {
+		case c.RopeScaling != nil:
+			return Spec{}, fmt.Errorf("%s: both rope_parameters and rope_scaling: give one", path)
+		case c.RopeTheta != 0 && p.RopeTheta != 0 && c.RopeTheta != p.RopeTheta:
+			return Spec{}, fmt.Errorf("%s: rope_theta %g and rope_parameters.rope_theta %g differ", path, c.RopeTheta, p.RopeTheta)
+		}
+		if p.RopeTheta != 0 {
+			s.RopeTheta = p.RopeTheta
+		}
+		if kind := p.RopeType + p.Type; kind != "" && kind != "default" {
+			c.RopeScaling = p
+		}
 	}
 	if s.RopeTheta == 0 {
 		s.RopeTheta = 10000
@@ -311,13 +332,6 @@ func WriteLlamaHF(dir string, spec Spec, tensors []ckpt.Tensor, opt HFOptions) e
 		"rope_theta": spec.RopeTheta, "rope_scaling": scaling, "max_position_embeddings": spec.Positions, "vocab_size": spec.Vocab,
 		"tie_word_embeddings": !spec.UntiedHead, "attention_bias": false, "mlp_bias": false, "torch_dtype": "float32",
 	}
-	b, err := json.MarshalIndent(cfg, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, HFConfig), append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("export: %w", err)
-	}
 	if opt.Tokenizer != "" {
 		path := opt.Tokenizer
 		if st, err := os.Stat(path); err == nil && st.IsDir() {
@@ -330,6 +344,75 @@ func WriteLlamaHF(dir string, spec Spec, tensors []ckpt.Tensor, opt HFOptions) e
 		if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), tok, 0o644); err != nil {
 			return fmt.Errorf("export: %w", err)
 		}
+		// The files beside it name the special tokens: copied, and their
+		// ids written into config.json, so that a loader does not fall
+		// back to LlamaConfig's defaults (bos 1, eos 2).
+		side := map[string][]byte{}
+		for _, name := range []string{"tokenizer_config.json", "generation_config.json"} {
+			if b, err := os.ReadFile(filepath.Join(filepath.Dir(path), name)); err == nil {
+				side[name] = b
+				if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+					return fmt.Errorf("export: %w", err)
+				}
+			}
+		}
+		for key, id := range specialIDs(tok, side["tokenizer_config.json"], side["generation_config.json"]) {
+			cfg[key] = id
+		}
+	}
+	b, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, HFConfig), append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("export: %w", err)
 	}
 	return writeWeights(dir, out, opt)
+}
+
+// specialIDs are config.json's bos_token_id and eos_token_id: a
+// generation_config.json's, else the ids in tokenizer.json's added tokens
+// of tokenizer_config.json's bos_token and eos_token (a text, or an object
+// with its content). Those it cannot find are left out.
+func specialIDs(tokenizer, tokenizerConfig, generationConfig []byte) map[string]any {
+	out := map[string]any{}
+	var gen map[string]any
+	if json.Unmarshal(generationConfig, &gen) == nil {
+		for _, key := range []string{"bos_token_id", "eos_token_id"} {
+			if v, ok := gen[key]; ok && v != nil {
+				out[key] = v
+			}
+		}
+	}
+	var tok struct {
+		Added []struct {
+			ID      int    `json:"id"`
+			Content string `json:"content"`
+		} `json:"added_tokens"`
+	}
+	var conf map[string]json.RawMessage
+	if json.Unmarshal(tokenizer, &tok) != nil || json.Unmarshal(tokenizerConfig, &conf) != nil {
+		return out
+	}
+	for key, name := range map[string]string{"bos_token_id": "bos_token", "eos_token_id": "eos_token"} {
+		if _, ok := out[key]; ok {
+			continue
+		}
+		var text string
+		if json.Unmarshal(conf[name], &text) != nil {
+			var obj struct {
+				Content string `json:"content"`
+			}
+			if json.Unmarshal(conf[name], &obj) != nil {
+				continue
+			}
+			text = obj.Content
+		}
+		for _, a := range tok.Added {
+			if text != "" && a.Content == text {
+				out[key] = a.ID
+			}
+		}
+	}
+	return out
 }

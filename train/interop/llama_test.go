@@ -1,6 +1,7 @@
 package interop
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -118,5 +119,47 @@ func TestLlamaExportRoundTrip(t *testing.T) {
 				t.Errorf("%s %v: read back differs", p.name, sh)
 			}
 		}
+	}
+}
+
+// transformers v5 writes rope_theta and the scaling inside
+// rope_parameters: read there, a conflict refused.
+func TestRopeParametersRead(t *testing.T) {
+	base := `{"architectures":["LlamaForCausalLM"],"hidden_size":64,"intermediate_size":128,"num_attention_heads":4,"num_key_value_heads":2,"num_hidden_layers":2,"max_position_embeddings":128,"vocab_size":256,"rms_norm_eps":1e-5,"tie_word_embeddings":true,`
+	s, err := readLlamaConfig("config.json", []byte(base+`"rope_parameters":{"rope_type":"llama3","rope_theta":500000,"factor":32,"low_freq_factor":1,"high_freq_factor":4,"original_max_position_embeddings":8192}}`))
+	if err != nil || s.RopeTheta != 500000 || s.RopeFactor != 32 || s.RopeOriginalSeq != 8192 {
+		t.Errorf("llama3 rope_parameters: theta %g factor %g original %d, %v", s.RopeTheta, s.RopeFactor, s.RopeOriginalSeq, err)
+	}
+	s, err = readLlamaConfig("config.json", []byte(base+`"rope_parameters":{"rope_type":"default","rope_theta":100000}}`))
+	if err != nil || s.RopeTheta != 100000 || s.RopeFactor != 0 {
+		t.Errorf("default rope_parameters: theta %g factor %g, %v", s.RopeTheta, s.RopeFactor, err)
+	}
+	for _, bad := range []string{
+		`"rope_theta":10000,"rope_parameters":{"rope_type":"default","rope_theta":500000}}`,
+		`"rope_scaling":{"rope_type":"llama3","factor":8,"low_freq_factor":1,"high_freq_factor":4,"original_max_position_embeddings":8192},"rope_parameters":{"rope_type":"default","rope_theta":500000}}`,
+		`"rope_parameters":{"rope_type":"yarn","rope_theta":500000,"factor":4}}`,
+	} {
+		if _, err := readLlamaConfig("config.json", []byte(base+bad)); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
+	}
+}
+
+// The exported config.json names the special tokens: a
+// generation_config.json's ids first, else tokenizer_config.json's tokens
+// looked up among tokenizer.json's added tokens.
+func TestSpecialIDs(t *testing.T) {
+	tok := []byte(`{"added_tokens":[{"id":256,"content":"<|begin_of_text|>"},{"id":257,"content":"<|end_of_text|>"}]}`)
+	conf := []byte(`{"bos_token":"<|begin_of_text|>","eos_token":{"content":"<|end_of_text|>"}}`)
+	got := specialIDs(tok, conf, nil)
+	if got["bos_token_id"] != 256 || got["eos_token_id"] != 257 {
+		t.Errorf("from tokenizer_config.json: %v", got)
+	}
+	got = specialIDs(tok, conf, []byte(`{"eos_token_id":[257,258]}`))
+	if fmt.Sprint(got["eos_token_id"]) != "[257 258]" || got["bos_token_id"] != 256 {
+		t.Errorf("with generation_config.json: %v", got)
+	}
+	if got := specialIDs(tok, nil, nil); len(got) != 0 {
+		t.Errorf("no config: %v", got)
 	}
 }
