@@ -72,4 +72,7 @@ func (c Config) validateLlama(bad func(format string, args ...any)) {
 		bad("rope_factor %g, rope_low_freq %g, rope_high_freq %g, rope_original_seq %d: Llama 3's scaling wants factor > 0, 0 < low < high and original seq >= 1",
 			c.RopeFactor, c.RopeLowFreq, c.RopeHighFreq, c.RopeOriginalSeq)
 	}
+	if c.RopeFactor == 0 && (c.RopeLowFreq != 0 || c.RopeHighFreq != 0 || c.RopeOriginalSeq != 0) {
+		bad("rope_low_freq, rope_high_freq and rope_original_seq scale the rotary embeddings only with rope_factor: set rope_factor (--rope-factor) or leave them out")
+	}
 }

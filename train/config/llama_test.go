@@ -47,6 +47,7 @@ func TestLlamaValidate(t *testing.T) {
 		{func(c *Config) { c.TP, c.NTasks = 2, 2 }, "kv_heads 3 is not a multiple of tp 2"},
 		{func(c *Config) { c.KVHeads = 2 }, "heads 9 is not a multiple of kv_heads 2"},
 		{func(c *Config) { c.RopeFactor = 8 }, "Llama 3's scaling wants"},
+		{func(c *Config) { c.RopeLowFreq, c.RopeOriginalSeq = 1, 8192 }, "only with rope_factor"},
 		{func(c *Config) { c.Model, c.KVHeads, c.FFN = "gpt", 3, 0 }, "are model llama's"},
 	} {
 		c := DefaultConfig()
