@@ -156,21 +156,11 @@ func (b *Block) Params() []*Param {
 // the attention's key padding mask over the full (B*T) tokens (nil:
 // none). x must stay unchanged until Backward.
 func (b *prenorm) Forward(x *tensor.Tensor, keyValid []int32) (*tensor.Tensor, error) {
-	bs, t, err := batchShape(b.name, x, b.dim)
+	dev, full, err := b.prepare(x)
 	if err != nil {
 		return nil, err
 	}
-	dev := b.dev()
-	full := b.recompute == RecomputeFull
-	if err := b.bufs.ensure(dev, [2]int{bs, t}, func() Buffers { return blockOwnSizes(bs, t, b.dim, full).Saved }, func(get func(string) *tensor.Tensor) {
-		b.r, b.out = get("r"), get("out")
-	}); err != nil {
-		return nil, fmt.Errorf("%s: %w", b.name, err)
-	}
 	if full {
-		if err := b.ensureScratch(dev, bs, t); err != nil {
-			return nil, err
-		}
 		b.in, b.keyValid = x, keyValid
 	}
 	return b.forward(dev, x, keyValid)
@@ -280,4 +270,27 @@ func (b *Block) ShareBuffers(with *Block) {
 		b.Attn.QKV.colSaved, b.Attn.Proj.rowSaved = with.Attn.QKV.colSaved, with.Attn.Proj.rowSaved
 		b.MLP.FC.colSaved, b.MLP.Proj.rowSaved = with.MLP.FC.colSaved, with.MLP.Proj.rowSaved
 	}
+}
+
+// prepare checks x's shape and allocates the block's own buffers for it
+// (and, under full recomputation, its scratch up front); full says the
+// block recomputes in full.
+func (b *prenorm) prepare(x *tensor.Tensor) (dev tensor.Device, full bool, err error) {
+	bs, t, err := batchShape(b.name, x, b.dim)
+	if err != nil {
+		return nil, false, err
+	}
+	dev = b.dev()
+	full = b.recompute == RecomputeFull
+	if err := b.bufs.ensure(dev, [2]int{bs, t}, func() Buffers { return blockOwnSizes(bs, t, b.dim, full).Saved }, func(get func(string) *tensor.Tensor) {
+		b.r, b.out = get("r"), get("out")
+	}); err != nil {
+		return nil, false, fmt.Errorf("%s: %w", b.name, err)
+	}
+	if full {
+		if err := b.ensureScratch(dev, bs, t); err != nil {
+			return nil, false, err
+		}
+	}
+	return dev, full, nil
 }

@@ -220,21 +220,9 @@ func (b *prenorm) ForwardCached(x *tensor.Tensor, c *KVCache) (*tensor.Tensor, e
 	if !ok {
 		return nil, fmt.Errorf("%s: its attention has no cached forward", b.name)
 	}
-	bs, t, err := batchShape(b.name, x, b.dim)
+	dev, _, err := b.prepare(x)
 	if err != nil {
 		return nil, err
-	}
-	dev := b.dev()
-	full := b.recompute == RecomputeFull
-	if err := b.bufs.ensure(dev, [2]int{bs, t}, func() Buffers { return blockOwnSizes(bs, t, b.dim, full).Saved }, func(get func(string) *tensor.Tensor) {
-		b.r, b.out = get("r"), get("out")
-	}); err != nil {
-		return nil, fmt.Errorf("%s: %w", b.name, err)
-	}
-	if full {
-		if err := b.ensureScratch(dev, bs, t); err != nil {
-			return nil, err
-		}
 	}
 	return b.forwardWith(dev, x, func(h *tensor.Tensor) (*tensor.Tensor, error) { return a.ForwardCached(h, c) })
 }

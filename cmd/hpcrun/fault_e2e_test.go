@@ -220,19 +220,7 @@ func TestRankThatNeverJoinedRecordsWhy(t *testing.T) {
 	e := newEnv(t)
 	e.mustRun("run", "--nproc", "2", "--steps", "1")
 	dir := rundir.Dir(e.onlyRun())
-	os.Remove(dir.RankMetrics(1))
-	ln, port, err := slurm.ListenMaster()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln.Close() // nobody serves the store on port
-	cmd := exec.Command(e.bin, "train", "--run-dir", dir.Path())
-	cmd.Env = append(os.Environ(), slurm.TorchrunVars(2, port, dir.ExecID(), "run")(1)...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, stderr := startRankWithoutMaster(t, e, dir)
 	time.Sleep(500 * time.Millisecond)
 	cmd.Process.Signal(syscall.SIGTERM)
 	time.Sleep(100 * time.Millisecond)
@@ -267,20 +255,8 @@ func TestCommTimeoutBoundsTheWait(t *testing.T) {
 	if conf, _ := os.ReadFile(dir.Config()); !strings.Contains(string(conf), `comm_timeout = "2s"`) {
 		t.Fatalf("train.toml lacks comm_timeout:\n%s", conf)
 	}
-	os.Remove(dir.RankMetrics(1))
-	ln, port, err := slurm.ListenMaster()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln.Close() // nobody serves the store on port
-	cmd := exec.Command(e.bin, "train", "--run-dir", dir.Path())
-	cmd.Env = append(os.Environ(), slurm.TorchrunVars(2, port, dir.ExecID(), "run")(1)...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, stderr := startRankWithoutMaster(t, e, dir)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
@@ -295,4 +271,25 @@ func TestCommTimeoutBoundsTheWait(t *testing.T) {
 	if l, err := metrics.ReadRank(dir.RankMetrics(1)); err != nil || l.End == nil || l.End.Status != metrics.StatusFailed {
 		t.Errorf("end line: %+v, %v; want failed", l, err)
 	}
+}
+
+// startRankWithoutMaster starts the training task of rank 1 of the 2 of
+// run dir, without its metrics file, pointed at a master port nobody
+// serves: a rank whose world never forms.
+func startRankWithoutMaster(t *testing.T, e *env, dir rundir.Dir) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	os.Remove(dir.RankMetrics(1))
+	ln, port, err := slurm.ListenMaster()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close()
+	cmd := exec.Command(e.bin, "train", "--run-dir", dir.Path())
+	cmd.Env = append(os.Environ(), slurm.TorchrunVars(2, port, dir.ExecID(), "run")(1)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, &stderr
 }
