@@ -16,9 +16,8 @@ import (
 
 // LauncherTokenEnv carries the rendezvous secret from LaunchSelf (hpcrun
 // check, generate and eval start their ranks on this machine) to the ranks
-// it starts; a rank that has it is no launcher. The variable's name is
-// older than generate and eval.
-const LauncherTokenEnv = "HPCRUN_CHECK_TOKEN"
+// it starts; a rank that has it is no launcher.
+const LauncherTokenEnv = "HPCRUN_LAUNCH_TOKEN"
 
 // NewToken is a fresh rendezvous secret: 16 bytes from crypto/rand in hex.
 func NewToken() (string, error) {

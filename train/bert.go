@@ -21,13 +21,13 @@ type bertLayer struct {
 	r1, r2 *tensor.Tensor // (B,T,C) the residual sums, LN1's and LN2's inputs
 }
 
-// bert is the classifier of arch "hf", laid out as Hugging Face's
+// hfBERT is the classifier of arch "hf", laid out as Hugging Face's
 // BertForSequenceClassification so that its weights load and export:
 // word (vocab-parallel), position and token type embeddings summed and
 // layer-normed, post-LN layers (attention and MLP tensor-parallel as in
 // GPT), a tanh pooler over the [CLS] token (column-parallel) and a
 // row-parallel classifier over the 2 classes. Layer norms use BERT's 1e-12.
-type bert struct {
+type hfBERT struct {
 	dev     tensor.Device
 	B, T, C int
 
@@ -58,7 +58,7 @@ type bert struct {
 }
 
 func newBERT(cfg config.Config, vocab int, tp nccl.Comm, dev tensor.Device) (model, error) {
-	m := &bert{dev: dev, B: cfg.BatchSize, T: cfg.Seq, C: cfg.Dim}
+	m := &hfBERT{dev: dev, B: cfg.BatchSize, T: cfg.Seq, C: cfg.Dim}
 	if err := m.build(cfg, vocab, tp); err != nil {
 		m.Close()
 		return nil, err
@@ -66,7 +66,7 @@ func newBERT(cfg config.Config, vocab int, tp nccl.Comm, dev tensor.Device) (mod
 	return m, nil
 }
 
-func (m *bert) build(cfg config.Config, vocab int, tp nccl.Comm) error {
+func (m *hfBERT) build(cfg config.Config, vocab int, tp nccl.Comm) error {
 	dev, C, seed := m.dev, cfg.Dim, uint64(cfg.Seed)
 	var err error
 	ln := func(name string) *parallel.LayerNorm {
@@ -159,11 +159,11 @@ func (m *bert) build(cfg config.Config, vocab int, tp nccl.Comm) error {
 }
 
 // Params implements model.
-func (m *bert) Params() []*parallel.Param { return m.params }
+func (m *hfBERT) Params() []*parallel.Param { return m.params }
 
 // MarkGradsStale implements model; the token type table's gradient, which
 // this model writes itself, is zeroed by the next Backward.
-func (m *bert) MarkGradsStale() {
+func (m *hfBERT) MarkGradsStale() {
 	for _, p := range m.params {
 		if p != m.tte.Weight {
 			parallel.MarkGradsStale([]*parallel.Param{p})
@@ -173,10 +173,10 @@ func (m *bert) MarkGradsStale() {
 }
 
 // Predictions implements model.
-func (m *bert) Predictions() []int32 { return m.pred }
+func (m *hfBERT) Predictions() []int32 { return m.pred }
 
 // Forward implements model.
-func (m *bert) Forward(b *Batch, train bool) (float64, error) {
+func (m *hfBERT) Forward(b *Batch, train bool) (float64, error) {
 	if b.B != m.B || b.T != m.T {
 		return 0, fmt.Errorf("batch is %dx%d, the model was built for %dx%d", b.B, b.T, m.B, m.T)
 	}
@@ -247,7 +247,7 @@ func (m *bert) Forward(b *Batch, train bool) (float64, error) {
 }
 
 // Backward implements model.
-func (m *bert) Backward(scale float32) error {
+func (m *hfBERT) Backward(scale float32) error {
 	if !m.forwardedTrain {
 		return fmt.Errorf("backward without a training forward pass")
 	}
@@ -318,7 +318,7 @@ func (m *bert) Backward(scale float32) error {
 }
 
 // Close implements model.
-func (m *bert) Close() {
+func (m *hfBERT) Close() {
 	for _, ly := range m.layers {
 		for _, r := range []interface{ Release() }{ly.attn, ly.mlp, ly.ln1, ly.ln2} {
 			r.Release()
@@ -355,4 +355,4 @@ func (m *bert) Close() {
 
 // ReduceGrads implements model: without sequence parallelism every
 // gradient is complete after Backward.
-func (m *bert) ReduceGrads() error { return nil }
+func (m *hfBERT) ReduceGrads() error { return nil }

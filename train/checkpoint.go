@@ -77,7 +77,7 @@ func (t *trainer) tensorInfosOf(params []*parallel.Param) []ckpt.TensorInfo {
 		if tr.gpt && !tr.tied && tr.head != nil {
 			headParam = tr.head.Weight
 		}
-	} else if b, ok := t.model.(*bert); ok {
+	} else if b, ok := t.model.(*hfBERT); ok {
 		vocabParam = b.wte.Weight
 	}
 	var out []ckpt.TensorInfo
