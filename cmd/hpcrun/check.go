@@ -123,15 +123,7 @@ func checkRank(c *cli.Context, env idrenv.Env, checks []parallel.Check, o checkO
 	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	master, err := slurm.MasterListener()
-	if err != nil {
-		return fail(err)
-	}
-	world, err := nccl.Init(ctx, nccl.Options{
-		Rank: env.Rank, Size: env.WorldSize,
-		MasterAddr: env.MasterAddr, MasterPort: env.MasterPort, Listener: master,
-		Token: token, Timeout: o.timeout,
-	})
+	world, err := slurm.JoinWorld(ctx, env, nccl.Options{Token: token, Timeout: o.timeout})
 	if err != nil {
 		return fail(err)
 	}

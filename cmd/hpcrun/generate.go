@@ -131,12 +131,7 @@ func onRanks(c *cli.Context, what, src string, fn func(world nccl.Comm) error) e
 	if err != nil {
 		return err
 	}
-	master, err := slurm.MasterListener()
-	if err != nil {
-		return cli.Exit(fmt.Sprintf("%s rank %d: %v", what, env.Rank, err), 1)
-	}
-	world, err := nccl.Init(ctx, nccl.Options{Rank: env.Rank, Size: env.WorldSize, MasterAddr: env.MasterAddr,
-		MasterPort: env.MasterPort, Listener: master, Token: token, Timeout: c.Duration("timeout")})
+	world, err := slurm.JoinWorld(ctx, env, nccl.Options{Token: token, Timeout: c.Duration("timeout")})
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("%s rank %d: %v", what, env.Rank, err), 1)
 	}

@@ -73,13 +73,7 @@ func runTrainTask(c *cli.Context) error {
 	if err != nil {
 		return fail(err)
 	}
-	master, err := slurm.MasterListener()
-	if err != nil {
-		return fail(err)
-	}
-	comm, err := nccl.Init(ctx, nccl.Options{
-		Rank: env.Rank, Size: env.WorldSize,
-		MasterAddr: env.MasterAddr, MasterPort: env.MasterPort, Listener: master,
+	comm, err := slurm.JoinWorld(ctx, env, nccl.Options{
 		Token: token, Timeout: cfg.CommTimeoutDuration(),
 		Backend: backend, Device: gpu, Log: os.Stderr,
 	})
