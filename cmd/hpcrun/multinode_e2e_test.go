@@ -137,15 +137,24 @@ func TestMultiNodeBadInput(t *testing.T) {
 	}
 }
 
-// TestMultiNodeLostNode kills every process of one node (its slurmd and
-// tasks) in the middle of a checkpointing 2-node job. The surviving ranks
-// must fail within 60 s naming the lost rank and host; rank 0 requeues the
-// job, which resumes from its last checkpoint on nodes that work and
-// completes with the losses of an undisturbed job, bit for bit.
+// TestMultiNodeLostNode loses one node under three 2-node jobs at once
+// (Slurm's detection of a dead node takes most of the time, so the jobs
+// share one loss): it kills every process of the node (its slurmd and
+// tasks) and checks what each job then does.
+//   - A checkpointing tp 2 x dp 2 job: the surviving ranks fail within
+//     60 s naming the lost rank and host; rank 0 requeues the job, which
+//     resumes from its last checkpoint on nodes that work and completes
+//     with the losses of an undisturbed job, bit for bit.
+//   - The same job without checkpoints: it ends FAILED or NODE_FAIL
+//     within a minute, the survivors naming the lost host; nothing hangs.
+//   - pp 2 x tp 2 x dp 2, stage 1 on the lost node: every rank of stage 0
+//     fails within 60 s naming a rank of the lost stage and its host (in
+//     the schedule, or in the step's reductions over the stages); the job
+//     then ends FAILED or NODE_FAIL.
 func TestMultiNodeLostNode(t *testing.T) {
 	nodesUp(t, 3)
 	e := newEnv(t)
-	os.WriteFile(filepath.Join(e.dir, "hpcrun.toml"), []byte(`default_profile = "mn"
+	conf := `default_profile = "mn"
 [profiles.mn]
 executor = "slurm"
 time = "10:00"
@@ -153,86 +162,130 @@ checkpoint = true
 [train]
 max_requeues = 2
 ckpt_every = 20
-`), 0o644)
+`
+	os.WriteFile(filepath.Join(e.dir, "hpcrun.toml"), []byte(conf), 0o644)
 	args := []string{"--ntasks", "4", "--tp", "2", "--nodes", "2", "--preset", "tiny", "--steps", "300", "--samples", "512", "--device", "cpu", "--eval-every", "0"}
-	s := e.submit(args...)
+	ckpt := e.submit(args...)
 	defer restoreNodes(t)
-	metricsFile := filepath.Join(s.RunDir, "metrics", "rank-00000.jsonl")
+	metricsFile := filepath.Join(ckpt.RunDir, "metrics", "rank-00000.jsonl")
 	deadline := time.Now().Add(150 * time.Second)
+	waitForSteps(t, ckpt.RunDir, 1)
+	// The jobs without checkpoints run on the same two nodes.
+	nodes := jobNodes(t, ckpt.JobID)
+	os.WriteFile(filepath.Join(e.dir, "hpcrun.toml"), []byte(conf+fmt.Sprintf(`[profiles.pinned]
+executor = "slurm"
+time = "10:00"
+sbatch_extra = ["--nodelist=%s"]
+`, strings.Join(nodes, ","))), 0o644)
+	noCkpt := []string{"--profile", "pinned", "--nodes", "2", "--preset", "tiny", "--steps", "100000", "--samples", "512",
+		"--device", "cpu", "--eval-every", "0", "--ckpt-every", "-1"}
+	plain := e.submit(append([]string{"--ntasks", "4", "--tp", "2"}, noCkpt...)...)
+	pipe := e.submit(append([]string{"--ntasks", "8", "--pp", "2", "--tp", "2"}, noCkpt...)...)
+	waitForSteps(t, plain.RunDir, 5)
+	waitForSteps(t, pipe.RunDir, 5)
 	for {
-		losses, _, _ := stepLosses(t, metricsFile)
-		if len(losses) >= 50 {
+		if losses, _, _ := stepLosses(t, metricsFile); len(losses) >= 50 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the job made %d steps in 150 s", len(losses))
+			t.Fatalf("the checkpointing job made too few steps in 150 s")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	for _, s := range []submitted{plain, pipe} {
+		if got := jobNodes(t, s.JobID); strings.Join(got, ",") != strings.Join(nodes, ",") {
+			t.Fatalf("job %s runs on %v, want %v", s.JobID, got, nodes)
+		}
+	}
 	// The second node of the allocation is lost.
-	lost := killSecondNode(t, s.JobID)
+	lost := killSecondNode(t, ckpt.JobID)
 	killed := time.Now()
-	errPath := filepath.Join(s.RunDir, "slurm-"+s.JobID+".err")
-	for {
-		b, _ := os.ReadFile(errPath)
-		if strings.Contains(string(b), "requeued job "+s.JobID) {
-			if !strings.Contains(string(b), "("+lost+")") {
-				t.Errorf("the survivors' errors do not name the lost host %s:\n%s", lost, b)
+
+	t.Run("pipeline stage lost", func(t *testing.T) {
+		for ; ; time.Sleep(100 * time.Millisecond) {
+			run, err := metrics.ReadRun(pipe.RunDir)
+			if err != nil {
+				t.Fatal(err)
 			}
-			break
+			ended := 0
+			for _, r := range run.Ranks[:4] {
+				if r.End != nil {
+					ended++
+				}
+			}
+			if ended == 4 {
+				for _, r := range run.Ranks[:4] {
+					if r.End.Status != metrics.StatusFailed || !strings.Contains(r.End.Error, "("+lost+")") {
+						t.Errorf("rank %d ended %s: %q, want a failure naming host %s", r.Rank, r.End.Status, r.End.Error, lost)
+					}
+				}
+				break
+			}
+			if time.Since(killed) > 60*time.Second {
+				t.Fatalf("60 s after node %s was lost, %d of stage 0's 4 ranks have ended", lost, ended)
+			}
 		}
-		if time.Since(killed) > 60*time.Second {
-			t.Fatalf("60 s after node %s was lost, rank 0 did not requeue the job:\n%s", lost, b)
+	})
+	t.Run("checkpointing job requeues", func(t *testing.T) {
+		errPath := filepath.Join(ckpt.RunDir, "slurm-"+ckpt.JobID+".err")
+		for ; ; time.Sleep(100 * time.Millisecond) {
+			b, _ := os.ReadFile(errPath)
+			if strings.Contains(string(b), "requeued job "+ckpt.JobID) {
+				if !strings.Contains(string(b), "("+lost+")") {
+					t.Errorf("the survivors' errors do not name the lost host %s:\n%s", lost, b)
+				}
+				break
+			}
+			if time.Since(killed) > 60*time.Second {
+				t.Fatalf("60 s after node %s was lost, rank 0 did not requeue the job:\n%s", lost, b)
+			}
 		}
-		time.Sleep(100 * time.Millisecond)
+		requeueNow(t, ckpt, 1, deadline)
+	})
+	// Slurm ends the jobs before the node comes back, or it stays down.
+	for name, s := range map[string]submitted{"job without checkpoints fails": plain, "pipeline job fails": pipe} {
+		t.Run(name, func(t *testing.T) {
+			for ; ; time.Sleep(200 * time.Millisecond) {
+				if st, _ := slurmJob(t, s.JobID); st == "FAILED" || st == "NODE_FAIL" {
+					break
+				}
+				if time.Since(killed) > 90*time.Second {
+					st, _ := slurmJob(t, s.JobID)
+					t.Fatalf("job %s is %s 90 s after node %s was lost, want FAILED or NODE_FAIL", s.JobID, st, lost)
+				}
+			}
+			errLog, _ := os.ReadFile(filepath.Join(s.RunDir, "slurm-"+s.JobID+".err"))
+			if !strings.Contains(string(errLog), "("+lost+")") {
+				t.Errorf("the survivors do not name the lost host %s:\n%s", lost, errLog)
+			}
+		})
 	}
-	requeueNow(t, s, 1, deadline)
-	waitCompleted(t, s, deadline.Add(60*time.Second))
-	losses, starts, _ := stepLosses(t, metricsFile)
-	if starts != 2 || len(losses) != 300 {
-		t.Fatalf("%d starts, %d steps; want 2 and 300", starts, len(losses))
-	}
-	// The same job undisturbed, on two working nodes.
-	sameAsUndisturbed(t, e, args, metricsFile, losses, 300)
+	t.Run("checkpointing job resumes and completes", func(t *testing.T) {
+		waitCompleted(t, ckpt, deadline.Add(60*time.Second))
+		losses, starts, _ := stepLosses(t, metricsFile)
+		if starts != 2 || len(losses) != 300 {
+			t.Fatalf("%d starts, %d steps; want 2 and 300", starts, len(losses))
+		}
+		// The same job undisturbed, on two working nodes.
+		sameAsUndisturbed(t, e, args, metricsFile, losses, 300)
+	})
 }
 
-// TestMultiNodeLostNodeFailsTheJob: without checkpointing, losing a node
-// ends the job FAILED or NODE_FAIL within a minute, the survivors naming
-// the lost rank's host; nothing hangs.
-func TestMultiNodeLostNodeFailsTheJob(t *testing.T) {
-	nodesUp(t, 2)
-	e := newEnv(t)
-	s := e.submit("--executor", "slurm", "--ntasks", "4", "--tp", "2", "--nodes", "2", "--preset", "tiny",
-		"--steps", "100000", "--samples", "512", "--device", "cpu", "--eval-every", "0", "--ckpt-every", "-1")
-	defer restoreNodes(t)
-	waitForSteps(t, s.RunDir, 20)
-	lost := killSecondNode(t, s.JobID)
-	killed := time.Now()
-	for {
-		st, _ := slurmJob(t, s.JobID)
-		if st == "FAILED" || st == "NODE_FAIL" {
-			break
-		}
-		if time.Since(killed) > 60*time.Second {
-			t.Fatalf("job %s 60 s after node %s was lost, want FAILED or NODE_FAIL", st, lost)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	errLog, _ := os.ReadFile(filepath.Join(s.RunDir, "slurm-"+s.JobID+".err"))
-	if !strings.Contains(string(errLog), "("+lost+")") {
-		t.Errorf("the survivors do not name the lost host %s:\n%s", lost, errLog)
-	}
+// jobNodes is the nodes job id runs on.
+func jobNodes(t *testing.T, id string) []string {
+	t.Helper()
+	out, _ := exec.Command("squeue", "-h", "-j", id, "-o", "%N").Output()
+	nodes, _ := exec.Command("scontrol", "show", "hostnames", strings.TrimSpace(string(out))).Output()
+	return strings.Fields(string(nodes))
 }
 
 // killSecondNode kills every process (slurmd and tasks) of the second node
 // of job id's allocation, as if the node died, and returns its name.
 func killSecondNode(t *testing.T, id string) string {
 	t.Helper()
-	out, _ := exec.Command("squeue", "-h", "-j", id, "-o", "%N").Output()
-	nodes, _ := exec.Command("scontrol", "show", "hostnames", strings.TrimSpace(string(out))).Output()
-	names := strings.Fields(string(nodes))
+	names := jobNodes(t, id)
 	if len(names) != 2 {
-		t.Fatalf("job %s runs on %q, want 2 nodes", id, out)
+		t.Fatalf("job %s runs on %q, want 2 nodes", id, names)
 	}
 	if b, err := exec.Command("sh", "-c", "ip netns pids hpcrun-"+names[1]+" | xargs -r kill -9").CombinedOutput(); err != nil {
 		t.Fatalf("kill node %s: %v: %s", names[1], err, b)
@@ -245,53 +298,6 @@ func killSecondNode(t *testing.T, id string) string {
 func restoreNodes(t *testing.T) {
 	if b, err := exec.Command("../../scripts/slurm-local.sh", "up", "--nodes", "3").CombinedOutput(); err != nil {
 		t.Errorf("restore the nodes: %v: %s", err, b)
-	}
-}
-
-// TestMultiNodePipelineStageLost runs pp 2 x tp 2 x dp 2 over two nodes,
-// stage 1 on the second, and kills that node mid-run: every rank of stage
-// 0 fails within 60 s naming a rank of the lost stage and its host (in
-// the schedule, or in the step's reductions over the stages); the job then
-// ends FAILED or NODE_FAIL.
-func TestMultiNodePipelineStageLost(t *testing.T) {
-	nodesUp(t, 2)
-	e := newEnv(t)
-	s := e.submit("--executor", "slurm", "--ntasks", "8", "--pp", "2", "--tp", "2", "--nodes", "2", "--preset", "tiny",
-		"--steps", "100000", "--samples", "512", "--device", "cpu", "--eval-every", "0", "--ckpt-every", "-1")
-	defer restoreNodes(t)
-	waitForSteps(t, s.RunDir, 20)
-	lost := killSecondNode(t, s.JobID)
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		run, err := metrics.ReadRun(s.RunDir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ended := 0
-		for _, r := range run.Ranks[:4] {
-			if r.End != nil {
-				ended++
-			}
-		}
-		if ended == 4 {
-			for _, r := range run.Ranks[:4] {
-				if r.End.Status != metrics.StatusFailed || !strings.Contains(r.End.Error, "("+lost+")") {
-					t.Errorf("rank %d ended %s: %q, want a failure naming host %s", r.Rank, r.End.Status, r.End.Error, lost)
-				}
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("60 s after node %s was lost, %d of stage 0's 4 ranks have ended", lost, ended)
-		}
-	}
-	// Slurm ends the job before the node comes back, or it stays down.
-	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		if st, _ := slurmJob(t, s.JobID); st == "FAILED" || st == "NODE_FAIL" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s did not end 90 s after node %s was lost", s.JobID, lost)
-		}
 	}
 }
 
