@@ -106,7 +106,7 @@ func TestCtrlCOnRunResumes(t *testing.T) {
 		t.Skip("trains for a few seconds")
 	}
 	e := newEnv(t)
-	cmd, stderr, dir := e.startRun(t, "run", "--nproc", "2", "--steps", "400", "--eval-every", "0", "--device", "cpu")
+	cmd, stderr, dir := e.startRun(t, "run", "--nproc", "2", "--steps", "150", "--eval-every", "0", "--device", "cpu")
 	defer cmd.Process.Kill()
 	waitForSteps(t, dir, 3)
 	cmd.Process.Signal(os.Interrupt) // what the terminal sends hpcrun run on Ctrl-C
@@ -131,8 +131,8 @@ func TestCtrlCOnRunResumes(t *testing.T) {
 		t.Errorf("after run --resume the run is %s, want COMPLETED", r.State)
 	}
 	steps, _, _ := stepLosses(t, filepath.Join(dir, "metrics", "rank-00000.jsonl"))
-	if len(steps) != 400 {
-		t.Errorf("%d steps after the resume, want 400", len(steps))
+	if len(steps) != 150 {
+		t.Errorf("%d steps after the resume, want 150", len(steps))
 	}
 }
 
