@@ -1,7 +1,9 @@
 // Package nccl is the communication layer: a Comm interface of collectives
 // (all-reduce, all-gather, reduce-scatter, broadcast, barrier, send/recv) over
 // sub-groups of ranks, a TCP rendezvous Store, and the backends that implement
-// Comm. It knows nothing of models.
+// Comm. It knows nothing of models. It is named for NVIDIA's NCCL, whose API
+// its GPU backend wraps and whose collectives the others mirror, but most of
+// it is for CPU ranks: shared memory on one host, TCP across hosts.
 //
 // Backends:
 //
