@@ -13,6 +13,19 @@ func (c Config) KVHeadCount() int {
 	return c.Heads
 }
 
+// QKVRows is the rows of a Llama's fused Q,K,V weight on one of tp ranks:
+// its heads/tp query heads and its key/value heads, kv_heads/tp of them,
+// or the one it shares with tp/kv_heads ranks (parallel.KVSplit), each of
+// dim/heads rows.
+func (c Config) QKVRows(tp int) int {
+	tp = max(tp, 1)
+	kv, _, err := parallel.KVSplit(c.Heads, c.KVHeadCount(), tp)
+	if err != nil {
+		kv = c.KVHeadCount() / tp // refused by Validate
+	}
+	return (c.Heads/tp + 2*kv) * (c.Dim / c.Heads)
+}
+
 // Hidden is the MLP width: 4*dim for gpt and bert; for llama ffn, or
 // Llama's rule (8/3 dim rounded up to a multiple of 256) when 0.
 func (c Config) Hidden() int {
@@ -59,8 +72,10 @@ func (c Config) validateLlama(bad func(format string, args ...any)) {
 	if c.Heads > 0 && kv > 0 && c.Heads%kv != 0 {
 		bad("heads %d is not a multiple of kv_heads %d: each key/value head serves a group of query heads", c.Heads, kv)
 	}
-	if c.TP > 0 && kv > 0 && kv%c.TP != 0 {
-		bad("kv_heads %d is not a multiple of tp %d: each tensor-parallel rank holds whole groups of query heads with their key/value head (kv heads replicated over ranks are not supported): choose a tp that divides kv_heads", kv, c.TP)
+	if c.TP > 0 && kv > 0 && c.Heads > 0 && c.Heads%kv == 0 {
+		if _, _, err := parallel.KVSplit(c.Heads, kv, c.TP); err != nil {
+			bad("%v", err)
+		}
 	}
 	if c.Dim > 0 && c.Heads > 0 && c.Dim%c.Heads == 0 && (c.Dim/c.Heads)%2 != 0 {
 		bad("dim %d / heads %d = %d: rotary embeddings need an even head size", c.Dim, c.Heads, c.Dim/c.Heads)

@@ -157,7 +157,9 @@ func llamaFileTensors(s Spec) []fileTensor {
 // The fused projections are read from the file's separate ones: qkv_proj
 // holds kv_heads groups of [the group's query heads | its key head | its
 // value head], split by whole groups (this rank's groups' rows of
-// q_proj, k_proj and v_proj); gate_up_proj is [gate; up], this rank's rows
+// q_proj, k_proj and v_proj), or, when tp is a multiple of kv_heads, a
+// share of one group's query heads with its key and value head, which
+// the replicas read from the same offsets; gate_up_proj is [gate; up], this rank's rows
 // of each (parallel.LlamaAttention, parallel.SwiGLUMLP).
 func (w *hfWeights) loadLlama(name string, full []int, sh parallel.Shard) ([]float32, error) {
 	s := w.spec
@@ -171,8 +173,16 @@ func (w *hfWeights) loadLlama(name string, full []int, sh parallel.Shard) ([]flo
 		}
 		var runs []rowRun
 		lo, n := localRange(s.KVHeads, sh)
+		q0, qn := 0, g // this rank's query heads of each group
+		if sh.Replicas > 1 && !sh.Replicated() {
+			// The group's key/value head replicated over Replicas ranks,
+			// each with its share of the query heads (parallel.KVSplit).
+			lo, n = sh.Index/sh.Replicas, 1
+			qn = g / sh.Replicas
+			q0 = sh.Index % sh.Replicas * qn
+		}
 		for k := lo; k < lo+n; k++ {
-			runs = append(runs, rowRun{p + "q_proj.weight", k * g * hd, g * hd}, rowRun{p + "k_proj.weight", k * hd, hd}, rowRun{p + "v_proj.weight", k * hd, hd})
+			runs = append(runs, rowRun{p + "q_proj.weight", (k*g + q0) * hd, qn * hd}, rowRun{p + "k_proj.weight", k * hd, hd}, rowRun{p + "v_proj.weight", k * hd, hd})
 		}
 		return w.readRows(runs, s.Dim)
 	case strings.HasSuffix(name, ".mlp.gate_up_proj.weight"):

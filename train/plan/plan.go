@@ -396,7 +396,7 @@ func newShapes(cfg config.Config, paddedVocab, stage, blocks int) shapes {
 	// cls.fc2 row-parallel (2 x C/tp, 2). A Llama: the embedding (on
 	// the last stage only when tied), no position table; per block
 	// input_layernorm (C), qkv_proj ((heads+2 kv_heads) x head size / tp
-	// x C), o_proj (C x C/tp), post_attention_layernorm (C), gate_up_proj
+	// x C; with kv heads replicated, (heads/tp+2) x head size x C), o_proj (C x C/tp), post_attention_layernorm (C), gate_up_proj
 	// (2 ffn/tp x C), down_proj (C x ffn/tp); on the last stage model.norm
 	// (C) and an untied lm_head (V/tp x C).
 	if s.first || (s.last && s.tied) {
@@ -407,7 +407,7 @@ func newShapes(cfg config.Config, paddedVocab, stage, blocks int) shapes {
 	}
 	for range s.L {
 		if s.llama {
-			qkv := int64(cfg.Heads+2*cfg.KVHeadCount()) * (C / int64(cfg.Heads)) / tp
+			qkv := int64(cfg.QKVRows(int(tp)))
 			s.params = append(s.params, C, qkv*C, C*s.cl, C, 2*s.fl*C, C*s.fl)
 			continue
 		}

@@ -115,6 +115,8 @@ func TestPeakMemoryMatchesEngine(t *testing.T) {
 		points = append(points,
 			point{preset, "llama", 1, 1, 1, false, 0}, point{preset, "llama", 1, 1, 4, false, 0}, point{preset, "llama", 2, 1, 8, false, 0},
 			point{preset, "llama", 2, 1, 4, true, 0}, point{preset, "llama", 1, 2, 4, false, 1}, point{preset, "llama", 2, 2, 2, true, 1},
+			// tp 4 over 2 kv heads: each replicated over 2 ranks.
+			point{preset, "llama", 4, 1, 4, false, 0}, point{preset, "llama", 4, 1, 8, true, 0},
 		)
 	}
 	if testing.Short() {
