@@ -38,13 +38,20 @@ func (c Config) Hidden() int {
 	return (8*c.Dim/3 + 255) / 256 * 256
 }
 
-// Eps is RMSNorm's epsilon: norm_eps, or 1e-5.
-func (c Config) Eps() float32 {
+// DefaultNormEps is RMSNorm's epsilon when norm_eps is unset (Llama's).
+const DefaultNormEps = 1e-5
+
+// NormEpsilon is RMSNorm's epsilon as the config says it: norm_eps, or
+// DefaultNormEps (what an exported config.json holds).
+func (c Config) NormEpsilon() float64 {
 	if c.NormEps > 0 {
-		return float32(c.NormEps)
+		return c.NormEps
 	}
-	return 1e-5
+	return DefaultNormEps
 }
+
+// Eps is RMSNorm's epsilon as the kernels use it: NormEpsilon in float32.
+func (c Config) Eps() float32 { return float32(c.NormEpsilon()) }
 
 // RoPE is the rotary embeddings the config's attention uses.
 func (c Config) RoPE() parallel.RoPE {

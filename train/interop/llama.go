@@ -239,10 +239,7 @@ func (w *hfWeights) readRows(runs []rowRun, cols int) ([]float32, error) {
 // LlamaSpec is the Spec of a Llama run of cfg with vocab real ids (what
 // WriteLlamaHF writes into config.json).
 func LlamaSpec(cfg config.Config, vocab int) Spec {
-	eps, theta := cfg.NormEps, cfg.RopeTheta
-	if eps == 0 {
-		eps = float64(cfg.Eps())
-	}
+	eps, theta := cfg.NormEpsilon(), cfg.RopeTheta // eps as written, not its float32
 	if theta == 0 {
 		theta = 10000
 	}
@@ -330,18 +327,7 @@ func WriteLlamaHF(dir string, spec Spec, tensors []ckpt.Tensor, opt HFOptions) e
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
-	var scaling any
-	if spec.RopeFactor != 0 {
-		scaling = map[string]any{"rope_type": "llama3", "factor": spec.RopeFactor, "low_freq_factor": spec.RopeLowFreq,
-			"high_freq_factor": spec.RopeHighFreq, "original_max_position_embeddings": spec.RopeOriginalSeq}
-	}
-	cfg := map[string]any{
-		"architectures": []string{"LlamaForCausalLM"}, "model_type": "llama",
-		"hidden_size": C, "intermediate_size": F, "num_attention_heads": spec.Heads, "num_key_value_heads": spec.KVHeads,
-		"num_hidden_layers": spec.Layers, "head_dim": hd, "hidden_act": "silu", "rms_norm_eps": spec.NormEps,
-		"rope_theta": spec.RopeTheta, "rope_scaling": scaling, "max_position_embeddings": spec.Positions, "vocab_size": spec.Vocab,
-		"tie_word_embeddings": !spec.UntiedHead, "attention_bias": false, "mlp_bias": false, "torch_dtype": "float32",
-	}
+	cfg := llamaConfigJSON(spec)
 	if opt.Tokenizer != "" {
 		path := opt.Tokenizer
 		if st, err := os.Stat(path); err == nil && st.IsDir() {
@@ -378,6 +364,25 @@ func WriteLlamaHF(dir string, spec Spec, tensors []ckpt.Tensor, opt HFOptions) e
 		return fmt.Errorf("export: %w", err)
 	}
 	return writeWeights(dir, out, opt)
+}
+
+// llamaConfigJSON is the config.json of a LlamaForCausalLM of spec (without
+// the special tokens' ids). Floats are written as their float64's
+// shortest decimal (rms_norm_eps 1e-5 as 0.00001).
+func llamaConfigJSON(spec Spec) map[string]any {
+	C, F, hd := spec.Dim, spec.FFN, spec.Dim/spec.Heads
+	var scaling any
+	if spec.RopeFactor != 0 {
+		scaling = map[string]any{"rope_type": "llama3", "factor": spec.RopeFactor, "low_freq_factor": spec.RopeLowFreq,
+			"high_freq_factor": spec.RopeHighFreq, "original_max_position_embeddings": spec.RopeOriginalSeq}
+	}
+	return map[string]any{
+		"architectures": []string{"LlamaForCausalLM"}, "model_type": "llama",
+		"hidden_size": C, "intermediate_size": F, "num_attention_heads": spec.Heads, "num_key_value_heads": spec.KVHeads,
+		"num_hidden_layers": spec.Layers, "head_dim": hd, "hidden_act": "silu", "rms_norm_eps": spec.NormEps,
+		"rope_theta": spec.RopeTheta, "rope_scaling": scaling, "max_position_embeddings": spec.Positions, "vocab_size": spec.Vocab,
+		"tie_word_embeddings": !spec.UntiedHead, "attention_bias": false, "mlp_bias": false, "torch_dtype": "float32",
+	}
 }
 
 // specialIDs are config.json's bos_token_id and eos_token_id: a
