@@ -38,6 +38,9 @@ type HFTokenizer struct {
 	byteLevel    bool
 	ignoreMerges bool
 	specials     Specials
+	// before and after are the ids the post-processor puts around a
+	// sequence (EncodeSequence): Llama 3's <|begin_of_text|> before.
+	before, after []int
 }
 
 // merge is what joining a pair of ids gives, and its priority.
@@ -57,9 +60,10 @@ type hfFile struct {
 		SingleWord bool   `json:"single_word"`
 		Normalized bool   `json:"normalized"`
 	} `json:"added_tokens"`
-	Normalizer   json.RawMessage `json:"normalizer"`
-	PreTokenizer json.RawMessage `json:"pre_tokenizer"`
-	Model        struct {
+	Normalizer    json.RawMessage `json:"normalizer"`
+	PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
+	PostProcessor json.RawMessage `json:"post_processor"`
+	Model         struct {
 		Type         string            `json:"type"`
 		Vocab        map[string]int    `json:"vocab"`
 		Merges       []json.RawMessage `json:"merges"`
@@ -111,6 +115,113 @@ func LoadHFTokenizer(path string) (*HFTokenizer, error) {
 		return nil, fmt.Errorf("tokenizer %s: %w", path, err)
 	}
 	return t, nil
+}
+
+// hfPostProcessor is the part of tokenizer.json's post_processor read:
+// TemplateProcessing's single template and special tokens,
+// BertProcessing's and RobertaProcessing's cls and sep, a Sequence's
+// processors.
+type hfPostProcessor struct {
+	Type       string            `json:"type"`
+	Processors []json.RawMessage `json:"processors"`
+	Single     []struct {
+		SpecialToken *struct {
+			ID string `json:"id"`
+		} `json:"SpecialToken"`
+		Sequence *struct {
+			ID string `json:"id"`
+		} `json:"Sequence"`
+	} `json:"single"`
+	SpecialTokens map[string]struct {
+		IDs []int `json:"ids"`
+	} `json:"special_tokens"`
+	CLS []json.RawMessage `json:"cls"` // [token, id]
+	SEP []json.RawMessage `json:"sep"`
+}
+
+// addPostProcessor reads the special tokens the post-processor puts
+// around one sequence (what tokenizer(text) adds with
+// add_special_tokens=True): TemplateProcessing's single template, the
+// [CLS] and [SEP] of BertProcessing and RobertaProcessing; ByteLevel's
+// adds none, a Sequence's are its processors' in turn.
+func (t *HFTokenizer) addPostProcessor(raw json.RawMessage) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var c hfPostProcessor
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return fmt.Errorf("post_processor: %w", err)
+	}
+	switch c.Type {
+	case "ByteLevel":
+		return nil
+	case "Sequence":
+		for _, r := range c.Processors {
+			if err := t.addPostProcessor(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "BertProcessing", "RobertaProcessing":
+		cls, err1 := t.processorToken(c.CLS)
+		sep, err2 := t.processorToken(c.SEP)
+		if err := errors.Join(err1, err2); err != nil {
+			return fmt.Errorf("post_processor %s: %w", c.Type, err)
+		}
+		t.before, t.after = append(t.before, cls), append([]int{sep}, t.after...)
+		return nil
+	case "TemplateProcessing":
+		var before, after []int
+		seen := false
+		for _, item := range c.Single {
+			switch {
+			case item.Sequence != nil && item.Sequence.ID == "A" && !seen:
+				seen = true
+			case item.SpecialToken != nil:
+				st, ok := c.SpecialTokens[item.SpecialToken.ID]
+				if !ok || len(st.IDs) == 0 {
+					return fmt.Errorf("post_processor TemplateProcessing: special token %q of the single template is not in its special_tokens", item.SpecialToken.ID)
+				}
+				for _, id := range st.IDs {
+					if id < 0 || id >= len(t.tokens) {
+						return fmt.Errorf("post_processor TemplateProcessing: special token %q has id %d, outside the vocabulary", item.SpecialToken.ID, id)
+					}
+				}
+				if seen {
+					after = append(after, st.IDs...)
+				} else {
+					before = append(before, st.IDs...)
+				}
+			default:
+				return errors.New("post_processor TemplateProcessing: the single template wants special tokens around one sequence $A")
+			}
+		}
+		if !seen {
+			return errors.New("post_processor TemplateProcessing: the single template has no sequence $A")
+		}
+		t.before, t.after = append(t.before, before...), append(after, t.after...)
+		return nil
+	}
+	return fmt.Errorf("post_processor %q is not supported (TemplateProcessing, BertProcessing, RobertaProcessing, ByteLevel or a Sequence of them)", c.Type)
+}
+
+// processorToken reads a [token, id] pair of BertProcessing's cls or sep.
+func (t *HFTokenizer) processorToken(pair []json.RawMessage) (int, error) {
+	var id int
+	if len(pair) != 2 || json.Unmarshal(pair[1], &id) != nil || id < 0 || id >= len(t.tokens) {
+		return 0, fmt.Errorf("want a [token, id] pair with an id in the vocabulary, got %d values", len(pair))
+	}
+	return id, nil
+}
+
+// EncodeSequence implements Sequencer: the ids of text with the special
+// tokens the post-processor puts around a sequence (tokenizer(text) with
+// add_special_tokens=True): Llama 3's <|begin_of_text|> before it, or
+// Llama 2's <s> from tokenizer_config.json's add_bos_token.
+func (t *HFTokenizer) EncodeSequence(text string) []int {
+	ids := append([]int(nil), t.before...)
+	ids = append(ids, t.Encode(text)...)
+	return append(ids, t.after...)
 }
 
 func parseHFTokenizer(b []byte) (*HFTokenizer, error) {
@@ -198,6 +309,9 @@ func parseHFTokenizer(b []byte) (*HFTokenizer, error) {
 	}
 	if !t.byteLevel {
 		return nil, errors.New("pre_tokenizer has no ByteLevel step: only byte-level BPE tokenizers are supported")
+	}
+	if err := t.addPostProcessor(f.PostProcessor); err != nil {
+		return nil, err
 	}
 	for b, r := range byteRunes {
 		if _, ok := m.Vocab[string(r)]; !ok {
@@ -545,11 +659,16 @@ func (t *HFTokenizer) Decode(ids []int) string {
 // readSpecials finds the end-of-text and padding tokens: tokenizer_config's
 // eos_token and pad_token when the file names them, else the first added
 // token that reads as an end of text (<|endoftext|>, <|end_of_text|>,
-// </s>, <eos>), else the last added special token.
+// </s>, <eos>), else the last added special token. Without a
+// post-processor in tokenizer.json, its add_bos_token and add_eos_token
+// say what EncodeSequence puts around a sequence.
 func (t *HFTokenizer) readSpecials(configPath string) (Specials, error) {
 	var cfg struct {
-		EOS json.RawMessage `json:"eos_token"`
-		Pad json.RawMessage `json:"pad_token"`
+		EOS    json.RawMessage `json:"eos_token"`
+		Pad    json.RawMessage `json:"pad_token"`
+		BOS    json.RawMessage `json:"bos_token"`
+		AddBOS *bool           `json:"add_bos_token"`
+		AddEOS *bool           `json:"add_eos_token"`
 	}
 	if b, err := os.ReadFile(configPath); err == nil {
 		if err := json.Unmarshal(b, &cfg); err != nil {
@@ -602,6 +721,21 @@ func (t *HFTokenizer) readSpecials(configPath string) (Specials, error) {
 	pad, ok := lookup(cfg.Pad)
 	if !ok {
 		pad = eos
+	}
+	// A tokenizer.json without a post-processor (Llama 2's older files)
+	// says in tokenizer_config.json whether a sequence starts with
+	// bos_token and ends with eos_token.
+	if len(t.before) == 0 && len(t.after) == 0 {
+		if cfg.AddBOS != nil && *cfg.AddBOS {
+			bos, ok := lookup(cfg.BOS)
+			if !ok {
+				return Specials{}, fmt.Errorf("%s: add_bos_token without a bos_token in the vocabulary", configPath)
+			}
+			t.before = []int{bos}
+		}
+		if cfg.AddEOS != nil && *cfg.AddEOS {
+			t.after = []int{eos}
+		}
 	}
 	return Specials{Pad: pad, CLS: eos, EOT: eos}, nil
 }
