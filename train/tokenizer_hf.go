@@ -17,11 +17,12 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
-// HFTokenizer is a Hugging Face byte-level BPE tokenizer read from its
-// tokenizer.json (GPT-2, Llama 3, SmolLM, Mistral-Nemo and most decoders
-// trained since): the added tokens, the normalizer, the pre-tokenizers and
-// the BPE merges the file names, applied as the tokenizers library applies
-// them. Encode gives the ids of tokenizer(text, add_special_tokens=False):
+// HFTokenizer is a Hugging Face BPE tokenizer read from its
+// tokenizer.json: byte-level (GPT-2, Llama 3, SmolLM, Mistral-Nemo and
+// most decoders trained since) or SentencePiece-style (Llama 2, Mistral
+// 7B: tokenizer_hf_sp.go). The added tokens, the normalizer, the
+// pre-tokenizers and the BPE merges the file names, applied as the
+// tokenizers library applies them. Encode gives the ids of tokenizer(text, add_special_tokens=False):
 // added tokens written in the text are recognised.
 type HFTokenizer struct {
 	path    string
@@ -41,6 +42,16 @@ type HFTokenizer struct {
 	// before and after are the ids the post-processor puts around a
 	// sequence (EncodeSequence): Llama 3's <|begin_of_text|> before.
 	before, after []int
+	// Without byteLevel, a SentencePiece-style BPE (tokenizer_hf_sp.go):
+	// the Metaspace pre-tokenizer (nil: none), characters the vocabulary
+	// lacks as their <0xHH> byte tokens (byteFallback) or unk (fused when
+	// fuseUnk), and the decoder's chain.
+	meta         *metaspace
+	byteFallback bool
+	byteTok      [256]int // the id of each byte's <0xHH> token, -1 for none
+	unk          int
+	fuseUnk      bool
+	decode       []decodeStep
 }
 
 // merge is what joining a pair of ids gives, and its priority.
@@ -63,12 +74,15 @@ type hfFile struct {
 	Normalizer    json.RawMessage `json:"normalizer"`
 	PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
 	PostProcessor json.RawMessage `json:"post_processor"`
+	Decoder       json.RawMessage `json:"decoder"`
 	Model         struct {
 		Type         string            `json:"type"`
 		Vocab        map[string]int    `json:"vocab"`
 		Merges       []json.RawMessage `json:"merges"`
 		ByteFallback bool              `json:"byte_fallback"`
 		IgnoreMerges bool              `json:"ignore_merges"`
+		UnkToken     *string           `json:"unk_token"`
+		FuseUnk      bool              `json:"fuse_unk"`
 		Prefix       *string           `json:"continuing_subword_prefix"`
 		Suffix       *string           `json:"end_of_word_suffix"`
 	} `json:"model"`
@@ -83,6 +97,8 @@ type hfComponent struct {
 	UseRegex       *bool             `json:"use_regex"`
 	Individual     bool              `json:"individual_digits"`
 	Behavior       string            `json:"behavior"`
+	Prepend        string            `json:"prepend"`
+	Content        string            `json:"content"`
 	Invert         bool              `json:"invert"`
 	Pattern        struct {
 		Regex  *string `json:"Regex"`
@@ -235,12 +251,11 @@ func parseHFTokenizer(b []byte) (*HFTokenizer, error) {
 		return nil, fmt.Errorf("model type %q: only BPE tokenizers are supported (WordPiece vocabularies load as vocab.txt)", m.Type)
 	case len(m.Vocab) == 0:
 		return nil, errors.New("model.vocab is empty")
-	case m.ByteFallback:
-		return nil, errors.New("byte_fallback BPE (SentencePiece-style, as Llama 2's) is not supported: use a byte-level BPE tokenizer")
 	case m.Prefix != nil && *m.Prefix != "" || m.Suffix != nil && *m.Suffix != "":
 		return nil, errors.New("continuing_subword_prefix / end_of_word_suffix are not supported")
 	}
-	t := &HFTokenizer{vocab: m.Vocab, added: map[int]bool{}, merges: make(map[[2]int]merge, len(m.Merges)), ignoreMerges: m.IgnoreMerges}
+	t := &HFTokenizer{vocab: m.Vocab, added: map[int]bool{}, merges: make(map[[2]int]merge, len(m.Merges)), ignoreMerges: m.IgnoreMerges,
+		byteFallback: m.ByteFallback, fuseUnk: m.FuseUnk, unk: -1}
 	size := 0
 	for tok, id := range m.Vocab {
 		if id < 0 || id >= config.MaxVocab {
@@ -307,11 +322,11 @@ func parseHFTokenizer(b []byte) (*HFTokenizer, error) {
 	if err := t.addPreTokenizer(f.PreTokenizer); err != nil {
 		return nil, err
 	}
-	if !t.byteLevel {
-		return nil, errors.New("pre_tokenizer has no ByteLevel step: only byte-level BPE tokenizers are supported")
-	}
 	if err := t.addPostProcessor(f.PostProcessor); err != nil {
 		return nil, err
+	}
+	if !t.byteLevel {
+		return t, t.symbolModel(m.UnkToken, f.Decoder)
 	}
 	for b, r := range byteRunes {
 		if _, ok := m.Vocab[string(r)]; !ok {
@@ -370,8 +385,21 @@ func normalizers(raw json.RawMessage) ([]func(string) string, error) {
 		return []func(string) string{norm.NFKD.String}, nil
 	case "Lowercase":
 		return []func(string) string{strings.ToLower}, nil
+	case "Prepend":
+		return []func(string) string{func(s string) string {
+			if s == "" {
+				return s
+			}
+			return c.Prepend + s
+		}}, nil
+	case "Replace":
+		if c.Pattern.String == nil {
+			return nil, errors.New(`normalizer "Replace" with a regex or no pattern is not supported (a String pattern)`)
+		}
+		from, to := *c.Pattern.String, c.Content
+		return []func(string) string{func(s string) string { return strings.ReplaceAll(s, from, to) }}, nil
 	}
-	return nil, fmt.Errorf("normalizer %q is not supported (NFC, NFD, NFKC, NFKD, Lowercase or a Sequence of them)", c.Type)
+	return nil, fmt.Errorf("normalizer %q is not supported (NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace or a Sequence of them)", c.Type)
 }
 
 // addPreTokenizer appends the pre-tokenizer's steps.
@@ -382,6 +410,9 @@ func (t *HFTokenizer) addPreTokenizer(raw json.RawMessage) error {
 	var c hfComponent
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return fmt.Errorf("pre_tokenizer: %w", err)
+	}
+	if t.meta != nil && c.Type != "Sequence" || c.Type == "Metaspace" && (t.byteLevel || len(t.pre) > 0) {
+		return errors.New("pre_tokenizer Metaspace with other pre-tokenizers is not supported: it must be the only one")
 	}
 	if t.byteLevel && c.Type != "Sequence" {
 		// ByteLevel maps the bytes in place: the steps after it would see
@@ -432,6 +463,13 @@ func (t *HFTokenizer) addPreTokenizer(raw json.RawMessage) error {
 		}
 		t.pre = append(t.pre, splitStep(re, c.Behavior == "Removed"))
 		return nil
+	case "Metaspace":
+		m, err := readMetaspace(raw)
+		if err != nil {
+			return fmt.Errorf("pre_tokenizer %w", err)
+		}
+		t.meta = m
+		return nil
 	case "Digits":
 		expr := `\p{N}+` // Rust's char::is_numeric
 		if c.Individual {
@@ -440,7 +478,7 @@ func (t *HFTokenizer) addPreTokenizer(raw json.RawMessage) error {
 		t.pre = append(t.pre, splitStep(regexp2.MustCompile(expr, regexp2.None), false))
 		return nil
 	}
-	return fmt.Errorf("pre_tokenizer %q is not supported (ByteLevel, Split, Digits or a Sequence of them)", c.Type)
+	return fmt.Errorf("pre_tokenizer %q is not supported (ByteLevel, Split, Digits, Metaspace or a Sequence of them)", c.Type)
 }
 
 // splitStep cuts a piece at re's matches: each match is a piece, and so is
@@ -509,13 +547,13 @@ func (t *HFTokenizer) Specials() Specials { return t.specials }
 func (t *HFTokenizer) Encode(text string) []int {
 	var ids []int
 	if t.addedRE == nil {
-		return t.encodeText(ids, text)
+		return t.encodeText(ids, text, true)
 	}
 	runes := []rune(text)
 	last := 0
 	m, _ := t.addedRE.FindRunesMatch(runes)
 	for m != nil {
-		ids = t.encodeText(ids, string(runes[last:m.Index]))
+		ids = t.encodeText(ids, string(runes[last:m.Index]), last == 0)
 		for i, g := range m.Groups()[1:] {
 			if g.Length > 0 {
 				ids = append(ids, t.addedAt[i])
@@ -525,13 +563,17 @@ func (t *HFTokenizer) Encode(text string) []int {
 		last = m.Index + m.Length
 		m, _ = t.addedRE.FindNextMatch(m)
 	}
-	return t.encodeText(ids, string(runes[last:]))
+	return t.encodeText(ids, string(runes[last:]), last == 0)
 }
 
-// encodeText appends the ids of text that holds no added token.
-func (t *HFTokenizer) encodeText(ids []int, text string) []int {
+// encodeText appends the ids of text that holds no added token; atStart
+// says it begins the text given to Encode.
+func (t *HFTokenizer) encodeText(ids []int, text string, atStart bool) []int {
 	if text == "" {
 		return ids
+	}
+	if !t.byteLevel {
+		return t.encodeSymbols(ids, text, atStart)
 	}
 	for _, f := range t.normal {
 		text = f(text)
@@ -635,6 +677,9 @@ func (h *mergeHeap) Pop() any {
 // Decode implements Tokenizer: added tokens as written, the others from
 // their byte-level characters back to bytes.
 func (t *HFTokenizer) Decode(ids []int) string {
+	if !t.byteLevel {
+		return t.decodeSymbols(ids)
+	}
 	var out []byte
 	for _, id := range ids {
 		if id < 0 || id >= len(t.tokens) {

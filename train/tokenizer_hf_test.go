@@ -245,9 +245,14 @@ func TestHFTokenizerRefuses(t *testing.T) {
 		want string
 	}{
 		{"wordpiece", map[string]any{"model": map[string]any{"type": "WordPiece", "vocab": vocab}}, "only BPE"},
-		{"sentencepiece", map[string]any{"model": map[string]any{"type": "BPE", "vocab": vocab, "byte_fallback": true}, "pre_tokenizer": byteLevel}, "byte_fallback"},
-		{"metaspace", map[string]any{"model": map[string]any{"type": "BPE", "vocab": vocab}, "pre_tokenizer": map[string]any{"type": "Metaspace"}}, `pre_tokenizer "Metaspace" is not supported`},
-		{"no byte level", map[string]any{"model": map[string]any{"type": "BPE", "vocab": vocab}}, "no ByteLevel step"},
+		{"byte fallback without byte tokens", map[string]any{"model": map[string]any{"type": "BPE", "vocab": vocab, "byte_fallback": true}, "pre_tokenizer": map[string]any{"type": "Metaspace"}},
+			"needs byte_fallback with the 256 tokens <0x00>..<0xFF>, or an unk_token"},
+		{"no byte level", map[string]any{"model": map[string]any{"type": "BPE", "vocab": vocab}}, "needs byte_fallback"},
+		{"unk not in vocab", map[string]any{"model": map[string]any{"type": "BPE", "vocab": vocab, "unk_token": "<unk>"}}, `unk_token "<unk>" is not in the vocabulary`},
+		{"no decoder", map[string]any{"model": map[string]any{"type": "BPE", "vocab": map[string]any{"<unk>": 0}, "unk_token": "<unk>"}}, "no decoder"},
+		{"byte-level decoder", map[string]any{"model": map[string]any{"type": "BPE", "vocab": map[string]any{"<unk>": 0}, "unk_token": "<unk>"}, "decoder": byteLevel}, `decoder "ByteLevel" is not supported without ByteLevel`},
+		{"metaspace and more", map[string]any{"model": map[string]any{"type": "BPE", "vocab": vocab}, "pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{map[string]any{"type": "Digits"}, map[string]any{"type": "Metaspace"}}}},
+			"Metaspace with other pre-tokenizers"},
 		{"unknown merge", map[string]any{"model": map[string]any{"type": "BPE", "vocab": vocab, "merges": []string{"a zz"}}, "pre_tokenizer": byteLevel}, `merge 0 ("a" "zz")`},
 		{"missing byte", map[string]any{"model": map[string]any{"type": "BPE", "vocab": map[string]any{"a": 0}}, "pre_tokenizer": byteLevel}, "not a byte-level vocabulary"},
 		{"replace normalizer", map[string]any{"model": map[string]any{"type": "BPE", "vocab": vocab}, "pre_tokenizer": byteLevel, "normalizer": map[string]any{"type": "Replace"}}, `normalizer "Replace"`},
