@@ -388,9 +388,10 @@ func TestLlamaDeviceStep(t *testing.T) {
 // than tp (Megatron-LM's replication: each held by tp/kv ranks, their
 // gradients summed over those ranks): the curves equal tp1's within 1e-6
 // relative over 20 steps (with gradient clipping, so that the norm counts
-// each replicated head once), with sequence parallelism and ZeRO-1, and a
-// checkpoint saved at tp 4 at step 10 resumes at tp 1 on the same curve. Without the
-// sum the replicas drift apart and the curve leaves tp1's.
+// each replicated head once), with sequence parallelism and ZeRO-1, and
+// a checkpoint saved at tp 4 at step 10 resumes at tp 1 on the same
+// curve. Without the sum the replicas drift apart and the curve leaves
+// tp1's.
 func TestLlamaReplicatedKVHeads(t *testing.T) {
 	for _, kv := range []int{1, 2} {
 		base := llamaConfig(t)
