@@ -792,6 +792,15 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		t.Collectives += int(accum)*n + nStep
 		tpMicroS := accum * (units*half(tp)*f32/dev.LinkBandwidth + float64(n)*dev.Latency)
 		t.CommS += t.TPBytes/dev.LinkBandwidth + float64(int(accum)*n+nStep)*dev.Latency
+		if _, r, err := parallel.KVSplit(cfg.Heads, cfg.KVHeadCount(), int(s.tp)); s.llama && err == nil && r > 1 {
+			// Key/value heads replicated over r ranks: each block's k and
+			// v rows' gradients all-reduced over them once a step
+			// (parallel.ReduceReplicas).
+			kv := 2 * float64(s.L) * 2 * (C / float64(cfg.Heads) * C) * half(float64(r)) * f32
+			t.TPBytes += kv
+			t.Collectives += int(s.L)
+			t.CommS += kv/dev.LinkBandwidth + float64(s.L)*dev.Latency
+		}
 		microS += tpMicroS
 	}
 	if s.pp > 1 {
