@@ -1,6 +1,11 @@
 package config
 
-import "github.com/hpcrun/hpcrun/parallel"
+import (
+	"fmt"
+	"strings"
+
+	"github.com/hpcrun/hpcrun/parallel"
+)
 
 // LM reports whether the model is a causal language model (gpt, llama).
 func (c Config) LM() bool { return c.Model == "gpt" || c.Model == "llama" }
@@ -81,7 +86,24 @@ func (c Config) validateLlama(bad func(format string, args ...any)) {
 	}
 	if c.TP > 0 && kv > 0 && c.Heads > 0 && c.Heads%kv == 0 {
 		if _, _, err := parallel.KVSplit(c.Heads, kv, c.TP); err != nil {
-			bad("%v", err)
+			// The MLP splits too: name the tp values both allow when it
+			// rules out some the attention does not.
+			var both []string
+			narrower := false
+			for t := 1; t <= c.Heads; t++ {
+				if _, _, e := parallel.KVSplit(c.Heads, kv, t); e == nil {
+					if c.Hidden()%t == 0 {
+						both = append(both, fmt.Sprint(t))
+					} else {
+						narrower = true
+					}
+				}
+			}
+			if narrower {
+				bad("%v; with ffn %d (tp must divide it too): tp %s", err, c.Hidden(), strings.Join(both, ", "))
+			} else {
+				bad("%v", err)
+			}
 		}
 	}
 	if c.Dim > 0 && c.Heads > 0 && c.Dim%c.Heads == 0 && (c.Dim/c.Heads)%2 != 0 {
