@@ -32,6 +32,12 @@ type LinearOptions struct {
 	ValidOut     int    // outputs >= ValidOut are padding (padded vocab): their logits are masked; 0 = none
 	Tied         *Param // use this (Out, In) weight, e.g. the vocab-parallel embedding's, instead of a new one
 	ValidRows    int    // only the first ValidRows rows of a new weight are random, the rest zero (padded vocab)
+	// Replicas > 1 cuts the output as Shard.Replicas does: tp/Replicas
+	// groups of outputs, the last Shared of each held by all the Replicas
+	// ranks of the group (grouped-query attention's key/value heads
+	// replicated over tp). The shared rows' gradients are partial: each
+	// rank's from its own outputs (ReduceReplicas sums them).
+	Replicas, Shared int
 
 	// Row-parallel only.
 	InputIsParallel bool // the input is already split along its last dimension (from a column-parallel layer)
@@ -62,6 +68,7 @@ type ColumnParallelLinear struct {
 	gather *GatherFromRegion
 	sp     *SequenceParallel
 	tied   bool
+	local  int // output columns on this rank
 
 	*colSaved
 	*colScratch
@@ -91,8 +98,12 @@ func NewColumnParallelLinear(dev tensor.Device, tp nccl.Comm, name string, in, o
 	if in < 1 || out < 1 {
 		return nil, fmt.Errorf("%s: in %d, out %d: must be at least 1", name, in, out)
 	}
-	if out%(blocks*g.Size()) != 0 {
+	shares := opt.Replicas > 1 && g.Size() > 1
+	if out%(blocks*g.Size()) != 0 && !shares {
 		return nil, fmt.Errorf("%s: %d outputs do not split into %d blocks over tp %d", name, out, blocks, g.Size())
+	}
+	if shares && (opt.Bias || opt.GatherOutput || blocks > 1 || opt.Tied != nil || opt.ValidOut > 0) {
+		return nil, fmt.Errorf("%s: outputs shared by replicas go without bias, gather, blocks, a tied weight or padding", name)
 	}
 	if opt.ValidOut < 0 || opt.ValidOut > out {
 		return nil, fmt.Errorf("%s: ValidOut %d outside [0,%d]", name, opt.ValidOut, out)
@@ -108,9 +119,16 @@ func NewColumnParallelLinear(dev tensor.Device, tp nccl.Comm, name string, in, o
 	}
 	l := &ColumnParallelLinear{Name: name, In: in, Out: out, opt: opt, g: g, f: CopyToRegion(tp), gather: NewGatherFromRegion(tp), sp: opt.SequenceParallel, colSaved: new(colSaved), colScratch: new(colScratch)}
 	sh := Shard{Dim: 0, Parts: g.Size(), Index: g.Rank(), Blocks: blocks}
+	if shares {
+		sh = Shard{Dim: 0, Parts: g.Size(), Index: g.Rank(), Replicas: opt.Replicas, Shared: opt.Shared}
+		if err := sh.Runs([]int{out, 1}, func(int, int) {}); err != nil {
+			return nil, fmt.Errorf("%s: %d outputs over tp %d: %w", name, out, g.Size(), err)
+		}
+	}
 	if g.Size() == 1 {
 		sh = Shard{Parts: 1}
 	}
+	l.local = sh.LocalShape([]int{out, in})[0]
 	var err error
 	if opt.Tied != nil {
 		w := opt.Tied
@@ -146,11 +164,11 @@ func (l *ColumnParallelLinear) Params() []*Param {
 
 // shape is what decides the layer's buffers (ColumnSizes).
 func (l *ColumnParallelLinear) shape() LinearShape {
-	return LinearShape{In: l.In, Out: l.Out, TP: l.g.Size(), SP: l.sp != nil, GatherOutput: l.opt.GatherOutput}
+	return LinearShape{In: l.In, Out: l.local * l.g.Size(), TP: l.g.Size(), SP: l.sp != nil, GatherOutput: l.opt.GatherOutput}
 }
 
 // LocalOut is the number of output columns this rank computes.
-func (l *ColumnParallelLinear) LocalOut() int { return l.Out / l.g.Size() }
+func (l *ColumnParallelLinear) LocalOut() int { return l.local }
 
 // validLocal is how many of this rank's output columns are not padding.
 func (l *ColumnParallelLinear) validLocal() int {

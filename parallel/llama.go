@@ -3,6 +3,7 @@ package parallel
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/tensor"
@@ -158,6 +159,34 @@ func (l *RMSNorm) Shadow() *RMSNorm {
 // Release frees the layer's activation buffers.
 func (l *RMSNorm) Release() { l.bufs.release() }
 
+// KVSplit is how grouped-query attention's heads lie over tp ranks
+// (Megatron-LM's rule): tp divides the query heads, and either divides
+// the key/value heads (each rank holds kvHeads/tp of them, local, with
+// their query heads: replicas 1) or is a multiple of them (each key/value
+// head held by replicas = tp/kvHeads ranks, local 1, each rank a share of
+// its query heads). Any other tp is refused, naming the ones that work.
+func KVSplit(heads, kvHeads, tp int) (local, replicas int, err error) {
+	tp = max(tp, 1)
+	fits := func(t int) bool { return heads%t == 0 && (kvHeads%t == 0 || t%kvHeads == 0) }
+	if heads < 1 || kvHeads < 1 || heads%kvHeads != 0 {
+		return 0, 0, fmt.Errorf("heads %d, kv heads %d: want at least one of each and whole groups of query heads", heads, kvHeads)
+	}
+	if !fits(tp) {
+		var ok []string
+		for t := 1; t <= heads; t++ {
+			if fits(t) {
+				ok = append(ok, fmt.Sprint(t))
+			}
+		}
+		return 0, 0, fmt.Errorf("tp %d with %d query and %d key/value heads: tp must divide the query heads and either divide the key/value heads or be a multiple of them (each key/value head then replicated over tp/kv ranks): tp %s work",
+			tp, heads, kvHeads, strings.Join(ok, ", "))
+	}
+	if kvHeads%tp == 0 {
+		return kvHeads / tp, 1, nil
+	}
+	return 1, tp / kvHeads, nil
+}
+
 // LlamaAttentionConfig sizes a grouped-query attention layer with rotary
 // embeddings.
 type LlamaAttentionConfig struct {
@@ -179,7 +208,10 @@ type LlamaAttentionConfig struct {
 // rotary position embeddings. The fused Q,K,V projection holds KVHeads
 // groups, each [Heads/KVHeads query heads | key head | value head]
 // (Megatron-LM's grouped layout), and is column-parallel over whole
-// groups, so tp must divide KVHeads; the output projection is
+// groups when tp divides KVHeads; when tp is a multiple of KVHeads each
+// group is held by tp/KVHeads ranks, each with its share of the query
+// heads and the whole key and value head (KVSplit), whose gradients
+// ReduceReplicas sums over those ranks. The output projection is
 // row-parallel. Queries and keys are rotated after the projection, and
 // their gradients rotated back before its backward. Communication as
 // ParallelSelfAttention: one all-reduce forward, one backward.
@@ -240,15 +272,17 @@ func NewLlamaAttention(dev tensor.Device, tp nccl.Comm, name string, cfg LlamaAt
 	if cfg.Heads%cfg.KVHeads != 0 {
 		return nil, fmt.Errorf("%s: heads %d is not a multiple of kv heads %d", name, cfg.Heads, cfg.KVHeads)
 	}
-	if cfg.KVHeads%g.Size() != 0 {
-		return nil, fmt.Errorf("%s: kv heads %d is not a multiple of tp %d: each tensor-parallel rank holds whole groups of query heads with their key/value head (kv heads replicated over ranks are not supported)", name, cfg.KVHeads, g.Size())
+	nkv, replicas, err := KVSplit(cfg.Heads, cfg.KVHeads, g.Size())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	projStd := cfg.ProjStd
 	if projStd == 0 {
 		projStd = cfg.Std
 	}
 	hd := cfg.Dim / cfg.Heads
-	qkv, err := NewColumnParallelLinear(dev, tp, name+".qkv_proj", cfg.Dim, (cfg.Heads+2*cfg.KVHeads)*hd, LinearOptions{Seed: cfg.Seed, Std: cfg.Std, SequenceParallel: cfg.SP})
+	qkv, err := NewColumnParallelLinear(dev, tp, name+".qkv_proj", cfg.Dim, (cfg.Heads+2*cfg.KVHeads)*hd, LinearOptions{Seed: cfg.Seed, Std: cfg.Std, SequenceParallel: cfg.SP,
+		Replicas: replicas, Shared: 2 * hd})
 	if err != nil {
 		return nil, err
 	}
@@ -256,7 +290,7 @@ func NewLlamaAttention(dev tensor.Device, tp nccl.Comm, name string, cfg LlamaAt
 	if err != nil {
 		return nil, err
 	}
-	return &LlamaAttention{Name: name, QKV: qkv, Proj: proj, dim: cfg.Dim, nh: cfg.Heads / g.Size(), nkv: cfg.KVHeads / g.Size(), hd: hd,
+	return &LlamaAttention{Name: name, QKV: qkv, Proj: proj, dim: cfg.Dim, nh: cfg.Heads / g.Size(), nkv: nkv, hd: hd,
 		ropeCfg: cfg.RoPE, selective: cfg.Selective, sp: cfg.SP, attnSaved: new(attnSaved), gqaScratch: new(gqaScratch)}, nil
 }
 
@@ -525,6 +559,10 @@ func LlamaBlockSizes(s LlamaBlockShape, b, t int) Sizes {
 	if kv == 0 {
 		kv = s.Heads
 	}
+	nkv, _, err := KVSplit(s.Heads, kv, tp)
+	if err != nil {
+		nkv = kv / tp // refused by NewLlamaAttention
+	}
 	hd := c / s.Heads
 	tl := t
 	if s.SP {
@@ -534,8 +572,8 @@ func LlamaBlockSizes(s LlamaBlockShape, b, t int) Sizes {
 	full := s.Recompute == RecomputeFull
 	z.add("", blockOwnSizes(b, tl, c, full))
 	layers.add("input_layernorm.", RMSNormSizes(b, tl, c))
-	layers.add("self_attn.", llamaAttentionCoreSizes(b, t, s.Heads/tp, kv/tp, hd, s.Recompute == RecomputeSelective))
-	layers.add("self_attn.qkv_proj.", ColumnSizes(LinearShape{In: c, Out: (s.Heads + 2*kv) * hd, TP: tp, SP: s.SP}, b, t))
+	layers.add("self_attn.", llamaAttentionCoreSizes(b, t, s.Heads/tp, nkv, hd, s.Recompute == RecomputeSelective))
+	layers.add("self_attn.qkv_proj.", ColumnSizes(LinearShape{In: c, Out: (s.Heads + 2*nkv*tp) * hd, TP: tp, SP: s.SP}, b, t))
 	layers.add("self_attn.o_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
 	layers.add("post_attention_layernorm.", RMSNormSizes(b, tl, c))
 	layers.add("mlp.", swigluCoreSizes(b, t, s.Hidden/tp))

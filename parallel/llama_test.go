@@ -71,7 +71,7 @@ func TestLlamaAttentionRefuses(t *testing.T) {
 			cfg  LlamaAttentionConfig
 			want string
 		}{
-			{LlamaAttentionConfig{Dim: 576, Heads: 9, KVHeads: 3}, "kv heads 3 is not a multiple of tp 2"},
+			{LlamaAttentionConfig{Dim: 576, Heads: 9, KVHeads: 3}, "tp 2 with 9 query and 3 key/value heads: tp must divide the query heads and either divide the key/value heads or be a multiple of them (each key/value head then replicated over tp/kv ranks): tp 1, 3, 9 work"},
 			{LlamaAttentionConfig{Dim: 64, Heads: 8, KVHeads: 3}, "heads 8 is not a multiple of kv heads 3"},
 			{LlamaAttentionConfig{Dim: 24, Heads: 8, KVHeads: 2}, "heads of an even size"},
 		} {

@@ -32,11 +32,54 @@ func PadVocab(vocab, tp int) (int, error) {
 // and every block is cut into Parts equal pieces; rank Index holds piece Index
 // of every block, concatenated in block order. Merging the shards of a
 // checkpoint is the inverse: for each block, concatenate the ranks' pieces.
+//
+// With Replicas > 1 (one block) the split dimension is Parts/Replicas
+// groups, each held by Replicas consecutive ranks: the last Shared indices
+// of a group are held whole by all of them, the rest cut into Replicas
+// pieces, so that rank Index holds its piece of group Index/Replicas
+// followed by the group's shared indices (grouped-query attention's fused
+// Q,K,V weight when tp exceeds the key/value heads: each rank its query
+// heads and the key and value head it serves them from).
 type Shard struct {
-	Dim    int // split dimension of the full tensor; ignored when replicated
-	Parts  int // tensor-parallel degree the parameter is split over; 1 = replicated
-	Index  int // this rank's piece, in [0, Parts)
-	Blocks int // blocks the split dimension is made of (0 or 1 = one block)
+	Dim      int // split dimension of the full tensor; ignored when replicated
+	Parts    int // tensor-parallel degree the parameter is split over; 1 = replicated
+	Index    int // this rank's piece, in [0, Parts)
+	Blocks   int // blocks the split dimension is made of (0 or 1 = one block)
+	Replicas int // ranks that share each group's Shared indices (0 or 1 = none)
+	Shared   int // indices at the end of each group its Replicas ranks all hold
+}
+
+// shares reports whether groups of ranks share indices (Replicas).
+func (s Shard) shares() bool { return !s.Replicated() && s.Replicas > 1 }
+
+// CountedLen is how many leading elements of this rank's piece of a tensor
+// of shape full a sum over the ranks counts: all of them, except on a rank
+// that shares indices with lower ranks (Replicas), whose copy of the
+// shared ones (its piece's tail, Dim 0) another rank counts.
+func (s Shard) CountedLen(full []int) int {
+	ls := s.LocalShape(full)
+	n := 1
+	for _, d := range ls {
+		n *= d
+	}
+	if !s.shares() || s.Index%s.Replicas == 0 {
+		return n
+	}
+	return n / ls[0] * (ls[0] - s.Shared)
+}
+
+// SharedRange is where the shared indices (Replicas) lie in this rank's
+// piece of a tensor of shape full: elements [off, off+n) (n 0 when none).
+func (s Shard) SharedRange(full []int) (off, n int) {
+	if !s.shares() {
+		return 0, 0
+	}
+	ls := s.LocalShape(full)
+	row := 1
+	for _, d := range ls[1:] {
+		row *= d
+	}
+	return (ls[0] - s.Shared) * row, s.Shared * row
 }
 
 // Replicated reports whether every tensor-parallel rank holds the whole
@@ -52,6 +95,9 @@ func (s Shard) String() string {
 	if s.Blocks > 1 {
 		return fmt.Sprintf("dim %d in %d (rank %d, %d blocks)", s.Dim, s.Parts, s.Index, s.Blocks)
 	}
+	if s.shares() {
+		return fmt.Sprintf("dim %d in %d (rank %d, groups of %d ranks sharing %d)", s.Dim, s.Parts, s.Index, s.Replicas, s.Shared)
+	}
 	return fmt.Sprintf("dim %d in %d (rank %d)", s.Dim, s.Parts, s.Index)
 }
 
@@ -59,7 +105,12 @@ func (s Shard) String() string {
 // shape is full.
 func (s Shard) LocalShape(full []int) []int {
 	out := append([]int(nil), full...)
-	if !s.Replicated() {
+	switch {
+	case s.Dim < 0 || s.Dim >= len(out), s.shares() && s.Parts%s.Replicas != 0:
+	case s.shares():
+		group := out[s.Dim] / (s.Parts / s.Replicas)
+		out[s.Dim] = (group-s.Shared)/s.Replicas + s.Shared
+	case !s.Replicated():
 		out[s.Dim] /= s.Parts
 	}
 	return out
@@ -77,7 +128,7 @@ func (s Shard) Take(full []float32, shape []int) ([]float32, error) {
 
 // Put is the inverse of Take: it writes this rank's piece local into full.
 func (s Shard) Put(full []float32, shape []int, local []float32) error {
-	if want := len(full) / max(s.Parts, 1); len(local) != want {
+	if want := numelOf(s.LocalShape(shape)); len(local) != want {
 		return fmt.Errorf("shard: %d local values, want %d", len(local), want)
 	}
 	off := 0
@@ -119,6 +170,9 @@ func (s Shard) runs(n int, shape []int, fn func(fullStart, n int)) error {
 	for _, x := range shape[s.Dim+1:] {
 		inner *= x
 	}
+	if s.shares() {
+		return s.sharedRuns(shape, outer, inner, fn)
+	}
 	piece := d / (blocks * s.Parts) // indices of the split dim per block per rank
 	for o := 0; o < outer; o++ {
 		for b := 0; b < blocks; b++ {
@@ -126,6 +180,34 @@ func (s Shard) runs(n int, shape []int, fn func(fullStart, n int)) error {
 		}
 	}
 	return nil
+}
+
+// sharedRuns is runs for a layout with Replicas: of each outer index, this
+// rank's piece of its group, then the group's shared indices.
+func (s Shard) sharedRuns(shape []int, outer, inner int, fn func(fullStart, n int)) error {
+	d := shape[s.Dim]
+	if s.Blocks > 1 || s.Parts%s.Replicas != 0 || d%(s.Parts/s.Replicas) != 0 {
+		return fmt.Errorf("shard: dimension %d of shape %v (%d) does not split into groups of %d of %d parts", s.Dim, shape, d, s.Replicas, s.Parts)
+	}
+	group := d / (s.Parts / s.Replicas)
+	if s.Shared < 0 || s.Shared > group || (group-s.Shared)%s.Replicas != 0 {
+		return fmt.Errorf("shard: groups of %d indices with %d shared do not split over %d replicas", group, s.Shared, s.Replicas)
+	}
+	piece, g, r := (group-s.Shared)/s.Replicas, s.Index/s.Replicas, s.Index%s.Replicas
+	for o := 0; o < outer; o++ {
+		base := o*d + g*group
+		fn((base+r*piece)*inner, piece*inner)
+		fn((base+group-s.Shared)*inner, s.Shared*inner)
+	}
+	return nil
+}
+
+func numelOf(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
 }
 
 // ShardRows returns rank's piece of the row-major (rows, cols) matrix full,

@@ -83,11 +83,51 @@ func TestShardTakePut(t *testing.T) {
 			t.Errorf("%v.Take of (6,4): no error", sh)
 		}
 	}
+	for _, sh := range []Shard{{Dim: 0, Parts: 4, Replicas: 4, Shared: 1}, {Dim: 0, Parts: 4, Replicas: 3, Shared: 1}, {Dim: 0, Parts: 2, Replicas: 2, Shared: 7}} {
+		if _, err := sh.Take(full, shape); err == nil {
+			t.Errorf("%v.Take of (6,4): no error", sh)
+		}
+	}
 	if _, err := ShardRows(full, 6, 4, 2, 0); err != nil {
 		t.Error(err)
 	}
 	if got, _ := ShardCols(full, 6, 4, 4, 3); !slices.Equal(got, []float32{3, 7, 11, 15, 19, 23}) {
 		t.Errorf("ShardCols = %v", got)
+	}
+}
+
+// A fused Q,K,V weight of 2 key/value groups of [2 query rows | key | value]
+// over 4 ranks, 2 for each group: each rank holds its query row and its
+// group's key and value rows; the norm counts the shared rows once per group.
+func TestShardReplicas(t *testing.T) {
+	full := make([]float32, 16) // (8, 2): row i holds 2i, 2i+1
+	for i := range full {
+		full[i] = float32(i)
+	}
+	shape := []int{8, 2}
+	want := [][]float32{{0, 1, 4, 5, 6, 7}, {2, 3, 4, 5, 6, 7}, {8, 9, 12, 13, 14, 15}, {10, 11, 12, 13, 14, 15}}
+	back := make([]float32, 16)
+	for r := 0; r < 4; r++ {
+		sh := Shard{Dim: 0, Parts: 4, Index: r, Replicas: 2, Shared: 2}
+		got, err := sh.Take(full, shape)
+		if err != nil || !slices.Equal(got, want[r]) {
+			t.Errorf("%v.Take = %v, %v; want %v", sh, got, err, want[r])
+		}
+		if ls := sh.LocalShape(shape); !slices.Equal(ls, []int{3, 2}) {
+			t.Errorf("%v.LocalShape = %v", sh, ls)
+		}
+		if n, wantN := sh.CountedLen(shape), []int{6, 2}[r%2]; n != wantN {
+			t.Errorf("%v.CountedLen = %d, want %d", sh, n, wantN)
+		}
+		if off, n := sh.SharedRange(shape); off != 2 || n != 4 {
+			t.Errorf("%v.SharedRange = %d, %d", sh, off, n)
+		}
+		if err := sh.Put(back, shape, got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(back, full) {
+		t.Errorf("merged %v", back)
 	}
 }
 

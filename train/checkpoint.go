@@ -82,7 +82,8 @@ func (t *trainer) tensorInfosOf(params []*parallel.Param) []ckpt.TensorInfo {
 	}
 	var out []ckpt.TensorInfo
 	for _, p := range params {
-		ti := ckpt.TensorInfo{Name: p.Name, Full: p.Full, Split: !p.Shard.Replicated(), Dim: p.Shard.Dim, Blocks: p.Shard.Blocks}
+		ti := ckpt.TensorInfo{Name: p.Name, Full: p.Full, Split: !p.Shard.Replicated(), Dim: p.Shard.Dim, Blocks: p.Shard.Blocks,
+			Replicas: p.Shard.Replicas, Shared: p.Shard.Shared}
 		if p == vocabParam || p == headParam {
 			ti.Rows = t.data.Vocab
 		}

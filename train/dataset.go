@@ -248,7 +248,7 @@ func prepareText(cfg config.Config) (*Data, error) {
 	if err != nil {
 		return nil, err
 	}
-	ids := tok.Encode(text)
+	ids := EncodeSequence(tok, text) // as one sequence: Llama's begin-of-text first
 	// Windows of seq+1 tokens, stride seq; the last tenth (at least one
 	// window) validates.
 	nWin := (len(ids) - 1) / cfg.Seq

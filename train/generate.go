@@ -169,10 +169,7 @@ func generate(ctx context.Context, world nccl.Comm, opt GenerateOptions, cached 
 	if err != nil {
 		return nil, err
 	}
-	ids := tok.Encode(opt.Prompt)
-	if len(ids) == 0 {
-		ids = []int{tok.Specials().EOT}
-	}
+	ids := promptIDs(tok, opt.Prompt)
 	cfg.TP, cfg.NTasks, cfg.BatchSize = world.Size(), world.Size(), 1
 	cfg.Seq = min(cfg.Positions, len(ids)+opt.Tokens)
 	if opt.Device != "" {
@@ -333,6 +330,17 @@ type EvalOptions struct {
 	Seq       int    // window length; 0 = the checkpoint's, or up to 1024 of the pretrained model's positions
 	BatchSize int    // windows per forward; 0 = 8
 	Device    string // auto, cpu, cuda; "" = the source's (auto for pretrained weights)
+}
+
+// promptIDs are the ids generation starts from: the prompt as one
+// sequence (EncodeSequence: Llama's begin-of-text first), or the
+// end-of-text token when that is empty.
+func promptIDs(tok Tokenizer, prompt string) []int {
+	ids := EncodeSequence(tok, prompt)
+	if len(ids) == 0 {
+		ids = []int{tok.Specials().EOT}
+	}
+	return ids
 }
 
 // EvaluateSource is the mean loss of the GPT at opt.Source over every

@@ -29,18 +29,24 @@ func TestGPULayoutsOnOneGPU(t *testing.T) {
 		ntasks, tp, pp, micro int
 		sp                    bool
 		zero                  int
+		kv                    int // a Llama's kv heads (fewer than tp: replicated)
 	}{
-		{"gpt tp2+sp", "gpt", 2, 2, 1, 0, true, 0},
-		{"gpt dp2+zero1", "gpt", 2, 1, 1, 0, false, 1},
-		{"bert dp2+zero1", "bert", 2, 1, 1, 0, false, 1},
-		{"gpt pp2", "gpt", 2, 1, 2, 4, false, 0},
-		{"bert pp2", "bert", 2, 1, 2, 3, false, 0},
-		{"gpt pp2xtp2+sp", "gpt", 4, 2, 2, 4, true, 0},
+		{"gpt tp2+sp", "gpt", 2, 2, 1, 0, true, 0, 0},
+		{"gpt dp2+zero1", "gpt", 2, 1, 1, 0, false, 1, 0},
+		{"bert dp2+zero1", "bert", 2, 1, 1, 0, false, 1, 0},
+		{"gpt pp2", "gpt", 2, 1, 2, 4, false, 0, 0},
+		{"bert pp2", "bert", 2, 1, 2, 3, false, 0, 0},
+		{"gpt pp2xtp2+sp", "gpt", 4, 2, 2, 4, true, 0, 0},
+		{"llama tp4 kv2 replicated", "llama", 4, 4, 1, 0, false, 0, 2},
+		{"llama tp2xdp2+sp+zero1 kv1 replicated", "llama", 4, 2, 1, 0, true, 1, 1},
 	} {
 		t.Run(l.name, func(t *testing.T) {
 			cfg := smallConfig(l.model)
-			if l.model == "gpt" {
+			if l.model != "bert" {
 				cfg.Data = textFile(t)
+			}
+			if l.model == "llama" {
+				cfg.KVHeads, cfg.FFN, cfg.GradClip = l.kv, 48, 0.5
 			}
 			cfg.Layers, cfg.Steps, cfg.CkptEvery, cfg.BatchSize = 4, 10, -1, 4
 			cfg.NTasks, cfg.TP, cfg.PP, cfg.MicroBatches, cfg.SP, cfg.Zero = l.ntasks, l.tp, l.pp, l.micro, l.sp, l.zero

@@ -94,7 +94,9 @@ func checkInitFrom(cfg config.Config, vocab int, s interop.Spec) error {
 		{"model", cfg.Model, s.Model}, {"arch", cfg.Arch, s.Arch}, {"layers", cfg.Layers, s.Layers}, {"dim", cfg.Dim, s.Dim},
 		{"heads", cfg.Heads, s.Heads}, {"positions", cfg.PositionRows(), s.Positions}, {"vocab", vocab, s.Vocab},
 		{"kv_heads", cfg.KVHeads, s.KVHeads}, {"ffn", cfg.FFN, s.FFN}, {"norm_eps", cfg.NormEps, s.NormEps}, {"rope_theta", cfg.RopeTheta, s.RopeTheta},
-		{"rope_factor", cfg.RopeFactor, s.RopeFactor}, {"untied_head", cfg.UntiedHead, s.UntiedHead},
+		{"rope_factor", cfg.RopeFactor, s.RopeFactor}, {"rope_low_freq", cfg.RopeLowFreq, s.RopeLowFreq},
+		{"rope_high_freq", cfg.RopeHighFreq, s.RopeHighFreq}, {"rope_original_seq", cfg.RopeOriginalSeq, s.RopeOriginalSeq},
+		{"untied_head", cfg.UntiedHead, s.UntiedHead},
 	} {
 		if d.have != d.file {
 			return fmt.Errorf("init_from %s has %s %v, this run's config has %v", s.Source, d.key, d.file, d.have)

@@ -193,3 +193,34 @@ func TestInitFromRejections(t *testing.T) {
 		t.Errorf("a 100-id file with the byte tokenizer: %v", err)
 	}
 }
+
+// checkInitFrom compares every model field of a Llama directory with the
+// run's config, Llama 3's rope scaling factors and original length
+// included: a train.toml edited after submission fails, naming the key.
+func TestCheckInitFromLlamaFields(t *testing.T) {
+	cfg := config.DefaultConfig()
+	if err := cfg.ApplyPreset("llama-tiny"); err != nil {
+		t.Fatal(err)
+	}
+	cfg.NormEps, cfg.RopeTheta, cfg.RopeFactor, cfg.RopeLowFreq, cfg.RopeHighFreq, cfg.RopeOriginalSeq = 1e-6, 500000, 8, 1, 4, 16
+	spec := interop.LlamaSpec(cfg, 320)
+	if err := checkInitFrom(cfg, 320, spec); err != nil {
+		t.Fatalf("the run's own spec: %v", err)
+	}
+	for _, tc := range []struct {
+		key    string
+		change func(s *interop.Spec)
+	}{
+		{"rope_factor", func(s *interop.Spec) { s.RopeFactor = 32 }},
+		{"rope_low_freq", func(s *interop.Spec) { s.RopeLowFreq = 2 }},
+		{"rope_high_freq", func(s *interop.Spec) { s.RopeHighFreq = 8 }},
+		{"rope_original_seq", func(s *interop.Spec) { s.RopeOriginalSeq = 8192 }},
+		{"norm_eps", func(s *interop.Spec) { s.NormEps = 1e-5 }},
+	} {
+		s := spec
+		tc.change(&s)
+		if err := checkInitFrom(cfg, 320, s); err == nil || !strings.Contains(err.Error(), " has "+tc.key+" ") {
+			t.Errorf("%s differs: %v", tc.key, err)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/interop"
 )
 
 // llamaConfig is a small Llama with grouped heads (4 query, 2 key/value)
@@ -196,8 +198,9 @@ func engineLogits(t *testing.T, dir string, ids []int32, tp int) [][]float32 {
 // reading of the architecture: --init-from tiny random LlamaForCausalLM
 // directories (grouped heads, Llama 3's rope scaling or none, tied and
 // untied heads, f32, bf16 and f16 weights) and the logits of every
-// position at tp 1 and tp 2 equal scripts/tiny_llama.py forward's (NumPy,
-// float64, from the same file's values) within 1e-5.
+// position at tp 1, tp 2 and tp 4 (each key/value head replicated over
+// two ranks, read from the same offsets) equal scripts/tiny_llama.py
+// forward's (NumPy, float64, from the same file's values) within 1e-5.
 func TestLlamaMatchesReference(t *testing.T) {
 	py := numpyPython(t)
 	ids := []int32{5, 77, 260, 3, 299, 42, 42, 318, 0, 128, 7, 64}
@@ -212,7 +215,7 @@ func TestLlamaMatchesReference(t *testing.T) {
 	} {
 		dir := makeTinyLlama(t, py, tc.args...)
 		want := referenceLogits(t, py, dir, ids)
-		for _, tp := range []int{1, 2} {
+		for _, tp := range []int{1, 2, 4} {
 			got := engineLogits(t, dir, ids, tp)
 			worst := 0.0
 			for i, row := range want {
@@ -378,5 +381,110 @@ func TestLlamaDeviceStep(t *testing.T) {
 	}
 	if gpu.syncs != int64(cfg.Steps) {
 		t.Errorf("%d host synchronisations in %d steps, want one a step", gpu.syncs, cfg.Steps)
+	}
+}
+
+// TestLlamaReplicatedKVHeads trains Llamas whose key/value heads are fewer
+// than tp (Megatron-LM's replication: each held by tp/kv ranks, their
+// gradients summed over those ranks): the curves equal tp1's within 1e-6
+// relative over 20 steps (with gradient clipping, so that the norm counts
+// each replicated head once), with sequence parallelism and ZeRO-1, and
+// a checkpoint saved at tp 4 at step 10 resumes at tp 1 on the same
+// curve. Without the sum the replicas drift apart and the curve leaves
+// tp1's.
+func TestLlamaReplicatedKVHeads(t *testing.T) {
+	for _, kv := range []int{1, 2} {
+		base := llamaConfig(t)
+		base.KVHeads, base.GradClip = kv, 0.5
+		var ref []float64
+		for _, l := range []struct {
+			name       string
+			ntasks, tp int
+			b          int
+			sp         bool
+			zero       int
+		}{
+			{"tp1", 1, 1, 16, false, 0},
+			{"tp4", 4, 4, 16, false, 0},
+			{"tp2+sp", 2, 2, 16, true, 0},
+			{"tp2xdp2+zero1", 4, 2, 8, false, 1},
+		} {
+			if l.tp > 1 && kv%l.tp == 0 {
+				continue // whole heads a rank: TestLlamaLossCurves
+			}
+			cfg := base
+			cfg.NTasks, cfg.TP, cfg.BatchSize, cfg.SP, cfg.Zero = l.ntasks, l.tp, l.b, l.sp, l.zero
+			name := fmt.Sprintf("kv %d %s", kv, l.name)
+			res := runInProcess(t, cfg, "")
+			if len(res.Losses) != 20 {
+				t.Fatalf("%s: %d steps", name, len(res.Losses))
+			}
+			if ref == nil {
+				ref = res.Losses
+				continue
+			}
+			sameCurve(t, name, res.Losses, ref)
+		}
+		// Saved at tp 4 (the replicas merged), resumed at tp 1.
+		cfg := base
+		cfg.NTasks, cfg.TP, cfg.BatchSize, cfg.CkptEvery = 4, 4, 16, 10
+		dir := t.TempDir()
+		runInProcess(t, cfg, dir)
+		cfg.NTasks, cfg.TP, cfg.CkptEvery = 1, 1, -1
+		data, err := Prepare(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		from := filepath.Join(rundir.Dir(dir).Ckpt(), "step-000010")
+		res, err := runRanks(t, cfg, data, func(int) Options { return Options{RunDir: t.TempDir(), Resume: from} })
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameCurve(t, fmt.Sprintf("kv %d tp4 resumed at tp1", kv), res[0].Losses, ref[10:])
+	}
+}
+
+// TestInitFromPipeline fine-tunes tiny pretrained decoders at pp 2 (each
+// stage reads its own blocks; the first the embedding, the last the final
+// norm and the head, the tied one from the embedding's rows), alone and
+// with tp 2: the curves equal pp 1's within 1e-6 relative. Llamas tied and
+// untied (a tiny random LlamaForCausalLM), and a GPT-2.
+func TestInitFromPipeline(t *testing.T) {
+	py := numpyPython(t)
+	text := textFile(t)
+	type source struct {
+		name string
+		dir  string
+	}
+	sources := []source{
+		{"llama untied", makeTinyLlama(t, py, "--dtype", "bfloat16", "--seed", "11")},
+		{"llama tied", makeTinyLlama(t, py, "--dtype", "float32", "--tie", "--seed", "12")},
+		{"gpt2", tinyGPT2(t, tinyGPT2Spec, interop.HFOptions{})},
+	}
+	for _, src := range sources {
+		base := config.DefaultConfig()
+		base.Preset, base.InitFrom = "", src.dir
+		if err := ApplyInitFrom(&base, nil); err != nil {
+			t.Fatal(err)
+		}
+		base.Data, base.Seq, base.Steps, base.EvalEvery, base.EvalSamples, base.Samples, base.CkptEvery = text, 16, 8, 0, 16, 512, -1
+		base.Warmup, base.LR = 2, 1e-3
+		var ref []float64
+		for _, l := range []struct {
+			name                   string
+			ntasks, tp, pp, b, mic int
+		}{{"pp1", 1, 1, 0, 8, 0}, {"pp2", 2, 1, 2, 2, 4}, {"pp2xtp2", 4, 2, 2, 2, 4}} {
+			cfg := base
+			cfg.NTasks, cfg.TP, cfg.PP, cfg.BatchSize, cfg.MicroBatches = l.ntasks, l.tp, l.pp, l.b, l.mic
+			res := runInProcess(t, cfg, "")
+			if len(res.Losses) != 8 {
+				t.Fatalf("%s %s: %d steps", src.name, l.name, len(res.Losses))
+			}
+			if ref == nil {
+				ref = res.Losses
+				continue
+			}
+			sameCurve(t, src.name+" "+l.name, res.Losses, ref)
+		}
 	}
 }

@@ -75,6 +75,10 @@ type transformer struct {
 	// embeddings' output, the blocks' residual stream and ln_f hold this
 	// rank's (B,T/tp,C) positions; Tl is T/tp (T without it).
 	sp *parallel.SequenceParallel
+	// kv is the tensor-parallel ranks that share this rank's key/value
+	// heads (a Llama at a tp that is a multiple of its kv heads:
+	// parallel.KVReplicas); nil when none do.
+	kv *parallel.Group
 	Tl int
 	// stageAct is the shape of a pipeline stage's input and output
 	// (config.StageActivation).
@@ -178,6 +182,15 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, seed uin
 		}
 		if t.wpe != nil {
 			t.wpe.SetSequenceParallel(t.sp)
+		}
+	}
+	if t.llama && t.hi > t.lo {
+		kv, err := parallel.KVReplicas(tp, cfg.Heads, cfg.KVHeadCount())
+		if err != nil {
+			return err
+		}
+		if kv != nil {
+			t.kv = parallel.NewDeviceGroup(kv, dev)
 		}
 	}
 	projStd := float32(parallel.DefaultStd / math.Sqrt(2*float64(cfg.Layers)))
@@ -329,6 +342,10 @@ func (t *transformer) Close() {
 		t.dev.Free(p.Grad)
 	}
 	t.params = nil
+	if c := t.kv.Comm(); c != nil {
+		c.Close()
+		t.kv = nil
+	}
 }
 
 // releaseLayers frees the layers' activation buffers.
@@ -619,6 +636,9 @@ func (t *transformer) tiedEmbedding() *parallel.Param {
 
 // ReduceGrads implements model.
 func (t *transformer) ReduceGrads() error {
+	if err := parallel.ReduceReplicas(t.kv, t.params); err != nil {
+		return err
+	}
 	if t.sp == nil {
 		return nil
 	}

@@ -122,9 +122,11 @@ func (g *gradNorm) close() {
 
 // normViews is the norm's list of this rank's gradients: each parameter of
 // params but skip (a copy another pipeline stage counts), as view gives it
-// (nil: none on this rank), nil for a replicated one off TP rank 0 (the
-// rank that counts it).
-func normViews(params []*parallel.Param, skip *parallel.Param, tpRank int, view func(i int) *tensor.Tensor) []*tensor.Tensor {
+// (nil: none on this rank; first: where it starts in the gradient), nil for
+// a replicated one off TP rank 0 (the rank that counts it), and without
+// the rows a lower rank also holds (Shard.CountedLen: key/value heads
+// replicated over tp).
+func normViews(params []*parallel.Param, skip *parallel.Param, tpRank int, view func(i int) (g *tensor.Tensor, first int)) []*tensor.Tensor {
 	var out []*tensor.Tensor
 	for i, p := range params {
 		if p == skip {
@@ -134,7 +136,15 @@ func normViews(params []*parallel.Param, skip *parallel.Param, tpRank int, view 
 			out = append(out, nil)
 			continue
 		}
-		out = append(out, view(i))
+		v, first := view(i)
+		if counted := p.Shard.CountedLen(p.Full); v != nil && first+v.Len() > counted {
+			if first >= counted {
+				v = nil
+			} else {
+				v = v.View(0, counted-first)
+			}
+		}
+		out = append(out, v)
 	}
 	return out
 }

@@ -209,7 +209,7 @@ type replicated struct {
 func newReplicated(dev tensor.Device, params []*parallel.Param, adam *AdamW, dp, tp, pp nccl.Comm, skip *parallel.Param, clip float64) (*replicated, error) {
 	r := &replicated{sync: NewGradSync(dev, dp, params, 0), adam: adam}
 	tpg := parallel.NewDeviceGroup(tp, dev)
-	r.views = normViews(params, skip, tpg.Rank(), func(i int) *tensor.Tensor { return params[i].Grad })
+	r.views = normViews(params, skip, tpg.Rank(), func(i int) (*tensor.Tensor, int) { return params[i].Grad, 0 })
 	var err error
 	if r.norm, err = newGradNorm(dev, len(r.views), clip, parallel.NewDeviceGroup(pp, dev), tpg); err != nil {
 		return nil, err

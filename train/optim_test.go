@@ -122,7 +122,7 @@ func normOf(dev tensor.Device, params []*parallel.Param, tp nccl.Comm, clip floa
 		return 0, err
 	}
 	defer g.close()
-	if err := g.compute(normViews(params, nil, tpg.Rank(), func(i int) *tensor.Tensor { return params[i].Grad })); err != nil {
+	if err := g.compute(normViews(params, nil, tpg.Rank(), func(i int) (*tensor.Tensor, int) { return params[i].Grad, 0 })); err != nil {
 		return 0, err
 	}
 	return g.read()

@@ -111,7 +111,6 @@ func TestPipelineRefused(t *testing.T) {
 		{func(c *config.Config) { c.NTasks = 3 }, "ntasks 3 is not a multiple of pp 2 x tp 1"},
 		{func(c *config.Config) { c.GradAccum = 2 }, "use --micro-batches"},
 		{func(c *config.Config) { c.Zero = 1 }, "zero 1 needs a data-parallel degree > 1"},
-		{func(c *config.Config) { c.InitFrom = "gpt2" }, "init_from with pp 2"},
 		{func(c *config.Config) { c.PP, c.NTasks = 1, 1 }, "micro_batches needs pp > 1"},
 		{func(c *config.Config) { c.PP = -1 }, "must not be negative"},
 	} {

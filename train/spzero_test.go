@@ -365,7 +365,7 @@ func TestZeroStep(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := gn.compute(normViews(ref, nil, 0, func(i int) *tensor.Tensor { return ref[i].Grad })); err != nil {
+		if err := gn.compute(normViews(ref, nil, 0, func(i int) (*tensor.Tensor, int) { return ref[i].Grad, 0 })); err != nil {
 			return err
 		}
 		adam.StepScaled(1e-2, gn.scale())

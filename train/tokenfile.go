@@ -191,8 +191,9 @@ func mapTokenFile(path string) ([]uint16, func() error, error) {
 	return mmapTokens(f, path, int(h(2)))
 }
 
-// TokenizeFiles is the tokens of the text files at paths, joined by the
-// tokenizer's end-of-text token: what hpcrun data tokenize writes. A
+// TokenizeFiles is the tokens of the text files at paths, each a sequence
+// (EncodeSequence: with Llama's begin-of-text), joined by the tokenizer's
+// end-of-text token: what hpcrun data tokenize writes. A
 // tokenizer whose ids do not fit a token file's uint16 is refused before
 // any text is read.
 func TokenizeFiles(tok Tokenizer, paths []string) ([]int, error) {
@@ -208,7 +209,7 @@ func TokenizeFiles(tok Tokenizer, paths []string) ([]int, error) {
 		if i > 0 {
 			ids = append(ids, tok.Specials().EOT)
 		}
-		ids = append(ids, tok.Encode(text)...)
+		ids = append(ids, EncodeSequence(tok, text)...)
 	}
 	return ids, nil
 }

@@ -28,6 +28,24 @@ type Tokenizer interface {
 	Specials() Specials
 }
 
+// Sequencer is a Tokenizer that puts special tokens around a sequence
+// (a Hugging Face tokenizer.json's post-processor: Llama's begin-of-text).
+type Sequencer interface {
+	// EncodeSequence returns the ids of text as one sequence of the
+	// model's input, its special tokens included.
+	EncodeSequence(text string) []int
+}
+
+// EncodeSequence is the ids of text as one sequence of the model's input
+// (a training document, an evaluation text, a prompt): tok's
+// EncodeSequence when it is a Sequencer, else Encode.
+func EncodeSequence(tok Tokenizer, text string) []int {
+	if s, ok := tok.(Sequencer); ok {
+		return s.EncodeSequence(text)
+	}
+	return tok.Encode(text)
+}
+
 // Specials are the ids a model needs besides the text's own.
 type Specials struct {
 	Pad int // fills a classifier's sequence after its text

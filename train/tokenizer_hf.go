@@ -17,11 +17,12 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
-// HFTokenizer is a Hugging Face byte-level BPE tokenizer read from its
-// tokenizer.json (GPT-2, Llama 3, SmolLM, Mistral-Nemo and most decoders
-// trained since): the added tokens, the normalizer, the pre-tokenizers and
-// the BPE merges the file names, applied as the tokenizers library applies
-// them. Encode gives the ids of tokenizer(text, add_special_tokens=False):
+// HFTokenizer is a Hugging Face BPE tokenizer read from its
+// tokenizer.json: byte-level (GPT-2, Llama 3, SmolLM, Mistral-Nemo and
+// most decoders trained since) or SentencePiece-style (Llama 2, Mistral
+// 7B: tokenizer_hf_sp.go). The added tokens, the normalizer, the
+// pre-tokenizers and the BPE merges the file names, applied as the
+// tokenizers library applies them. Encode gives the ids of tokenizer(text, add_special_tokens=False):
 // added tokens written in the text are recognised.
 type HFTokenizer struct {
 	path    string
@@ -38,6 +39,19 @@ type HFTokenizer struct {
 	byteLevel    bool
 	ignoreMerges bool
 	specials     Specials
+	// before and after are the ids the post-processor puts around a
+	// sequence (EncodeSequence): Llama 3's <|begin_of_text|> before.
+	before, after []int
+	// Without byteLevel, a SentencePiece-style BPE (tokenizer_hf_sp.go):
+	// the Metaspace pre-tokenizer (nil: none), characters the vocabulary
+	// lacks as their <0xHH> byte tokens (byteFallback) or unk (fused when
+	// fuseUnk), and the decoder's chain.
+	meta         *metaspace
+	byteFallback bool
+	byteTok      [256]int // the id of each byte's <0xHH> token, -1 for none
+	unk          int
+	fuseUnk      bool
+	decode       []decodeStep
 }
 
 // merge is what joining a pair of ids gives, and its priority.
@@ -57,14 +71,18 @@ type hfFile struct {
 		SingleWord bool   `json:"single_word"`
 		Normalized bool   `json:"normalized"`
 	} `json:"added_tokens"`
-	Normalizer   json.RawMessage `json:"normalizer"`
-	PreTokenizer json.RawMessage `json:"pre_tokenizer"`
-	Model        struct {
+	Normalizer    json.RawMessage `json:"normalizer"`
+	PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
+	PostProcessor json.RawMessage `json:"post_processor"`
+	Decoder       json.RawMessage `json:"decoder"`
+	Model         struct {
 		Type         string            `json:"type"`
 		Vocab        map[string]int    `json:"vocab"`
 		Merges       []json.RawMessage `json:"merges"`
 		ByteFallback bool              `json:"byte_fallback"`
 		IgnoreMerges bool              `json:"ignore_merges"`
+		UnkToken     *string           `json:"unk_token"`
+		FuseUnk      bool              `json:"fuse_unk"`
 		Prefix       *string           `json:"continuing_subword_prefix"`
 		Suffix       *string           `json:"end_of_word_suffix"`
 	} `json:"model"`
@@ -79,6 +97,8 @@ type hfComponent struct {
 	UseRegex       *bool             `json:"use_regex"`
 	Individual     bool              `json:"individual_digits"`
 	Behavior       string            `json:"behavior"`
+	Prepend        string            `json:"prepend"`
+	Content        string            `json:"content"`
 	Invert         bool              `json:"invert"`
 	Pattern        struct {
 		Regex  *string `json:"Regex"`
@@ -113,6 +133,113 @@ func LoadHFTokenizer(path string) (*HFTokenizer, error) {
 	return t, nil
 }
 
+// hfPostProcessor is the part of tokenizer.json's post_processor read:
+// TemplateProcessing's single template and special tokens,
+// BertProcessing's and RobertaProcessing's cls and sep, a Sequence's
+// processors.
+type hfPostProcessor struct {
+	Type       string            `json:"type"`
+	Processors []json.RawMessage `json:"processors"`
+	Single     []struct {
+		SpecialToken *struct {
+			ID string `json:"id"`
+		} `json:"SpecialToken"`
+		Sequence *struct {
+			ID string `json:"id"`
+		} `json:"Sequence"`
+	} `json:"single"`
+	SpecialTokens map[string]struct {
+		IDs []int `json:"ids"`
+	} `json:"special_tokens"`
+	CLS []json.RawMessage `json:"cls"` // [token, id]
+	SEP []json.RawMessage `json:"sep"`
+}
+
+// addPostProcessor reads the special tokens the post-processor puts
+// around one sequence (what tokenizer(text) adds with
+// add_special_tokens=True): TemplateProcessing's single template, the
+// [CLS] and [SEP] of BertProcessing and RobertaProcessing; ByteLevel's
+// adds none, a Sequence's are its processors' in turn.
+func (t *HFTokenizer) addPostProcessor(raw json.RawMessage) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var c hfPostProcessor
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return fmt.Errorf("post_processor: %w", err)
+	}
+	switch c.Type {
+	case "ByteLevel":
+		return nil
+	case "Sequence":
+		for _, r := range c.Processors {
+			if err := t.addPostProcessor(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "BertProcessing", "RobertaProcessing":
+		cls, err1 := t.processorToken(c.CLS)
+		sep, err2 := t.processorToken(c.SEP)
+		if err := errors.Join(err1, err2); err != nil {
+			return fmt.Errorf("post_processor %s: %w", c.Type, err)
+		}
+		t.before, t.after = append(t.before, cls), append([]int{sep}, t.after...)
+		return nil
+	case "TemplateProcessing":
+		var before, after []int
+		seen := false
+		for _, item := range c.Single {
+			switch {
+			case item.Sequence != nil && item.Sequence.ID == "A" && !seen:
+				seen = true
+			case item.SpecialToken != nil:
+				st, ok := c.SpecialTokens[item.SpecialToken.ID]
+				if !ok || len(st.IDs) == 0 {
+					return fmt.Errorf("post_processor TemplateProcessing: special token %q of the single template is not in its special_tokens", item.SpecialToken.ID)
+				}
+				for _, id := range st.IDs {
+					if id < 0 || id >= len(t.tokens) {
+						return fmt.Errorf("post_processor TemplateProcessing: special token %q has id %d, outside the vocabulary", item.SpecialToken.ID, id)
+					}
+				}
+				if seen {
+					after = append(after, st.IDs...)
+				} else {
+					before = append(before, st.IDs...)
+				}
+			default:
+				return errors.New("post_processor TemplateProcessing: the single template wants special tokens around one sequence $A")
+			}
+		}
+		if !seen {
+			return errors.New("post_processor TemplateProcessing: the single template has no sequence $A")
+		}
+		t.before, t.after = append(t.before, before...), append(after, t.after...)
+		return nil
+	}
+	return fmt.Errorf("post_processor %q is not supported (TemplateProcessing, BertProcessing, RobertaProcessing, ByteLevel or a Sequence of them)", c.Type)
+}
+
+// processorToken reads a [token, id] pair of BertProcessing's cls or sep.
+func (t *HFTokenizer) processorToken(pair []json.RawMessage) (int, error) {
+	var id int
+	if len(pair) != 2 || json.Unmarshal(pair[1], &id) != nil || id < 0 || id >= len(t.tokens) {
+		return 0, fmt.Errorf("want a [token, id] pair with an id in the vocabulary, got %d values", len(pair))
+	}
+	return id, nil
+}
+
+// EncodeSequence implements Sequencer: the ids of text with the special
+// tokens the post-processor puts around a sequence (tokenizer(text) with
+// add_special_tokens=True): Llama 3's <|begin_of_text|> before it, or
+// Llama 2's <s> from tokenizer_config.json's add_bos_token.
+func (t *HFTokenizer) EncodeSequence(text string) []int {
+	ids := append([]int(nil), t.before...)
+	ids = append(ids, t.Encode(text)...)
+	return append(ids, t.after...)
+}
+
 func parseHFTokenizer(b []byte) (*HFTokenizer, error) {
 	var f hfFile
 	if err := json.Unmarshal(b, &f); err != nil {
@@ -124,12 +251,11 @@ func parseHFTokenizer(b []byte) (*HFTokenizer, error) {
 		return nil, fmt.Errorf("model type %q: only BPE tokenizers are supported (WordPiece vocabularies load as vocab.txt)", m.Type)
 	case len(m.Vocab) == 0:
 		return nil, errors.New("model.vocab is empty")
-	case m.ByteFallback:
-		return nil, errors.New("byte_fallback BPE (SentencePiece-style, as Llama 2's) is not supported: use a byte-level BPE tokenizer")
 	case m.Prefix != nil && *m.Prefix != "" || m.Suffix != nil && *m.Suffix != "":
 		return nil, errors.New("continuing_subword_prefix / end_of_word_suffix are not supported")
 	}
-	t := &HFTokenizer{vocab: m.Vocab, added: map[int]bool{}, merges: make(map[[2]int]merge, len(m.Merges)), ignoreMerges: m.IgnoreMerges}
+	t := &HFTokenizer{vocab: m.Vocab, added: map[int]bool{}, merges: make(map[[2]int]merge, len(m.Merges)), ignoreMerges: m.IgnoreMerges,
+		byteFallback: m.ByteFallback, fuseUnk: m.FuseUnk, unk: -1}
 	size := 0
 	for tok, id := range m.Vocab {
 		if id < 0 || id >= config.MaxVocab {
@@ -196,8 +322,11 @@ func parseHFTokenizer(b []byte) (*HFTokenizer, error) {
 	if err := t.addPreTokenizer(f.PreTokenizer); err != nil {
 		return nil, err
 	}
+	if err := t.addPostProcessor(f.PostProcessor); err != nil {
+		return nil, err
+	}
 	if !t.byteLevel {
-		return nil, errors.New("pre_tokenizer has no ByteLevel step: only byte-level BPE tokenizers are supported")
+		return t, t.symbolModel(m.UnkToken, f.Decoder)
 	}
 	for b, r := range byteRunes {
 		if _, ok := m.Vocab[string(r)]; !ok {
@@ -256,8 +385,21 @@ func normalizers(raw json.RawMessage) ([]func(string) string, error) {
 		return []func(string) string{norm.NFKD.String}, nil
 	case "Lowercase":
 		return []func(string) string{strings.ToLower}, nil
+	case "Prepend":
+		return []func(string) string{func(s string) string {
+			if s == "" {
+				return s
+			}
+			return c.Prepend + s
+		}}, nil
+	case "Replace":
+		if c.Pattern.String == nil {
+			return nil, errors.New(`normalizer "Replace" with a regex or no pattern is not supported (a String pattern)`)
+		}
+		from, to := *c.Pattern.String, c.Content
+		return []func(string) string{func(s string) string { return strings.ReplaceAll(s, from, to) }}, nil
 	}
-	return nil, fmt.Errorf("normalizer %q is not supported (NFC, NFD, NFKC, NFKD, Lowercase or a Sequence of them)", c.Type)
+	return nil, fmt.Errorf("normalizer %q is not supported (NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace or a Sequence of them)", c.Type)
 }
 
 // addPreTokenizer appends the pre-tokenizer's steps.
@@ -268,6 +410,9 @@ func (t *HFTokenizer) addPreTokenizer(raw json.RawMessage) error {
 	var c hfComponent
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return fmt.Errorf("pre_tokenizer: %w", err)
+	}
+	if t.meta != nil && c.Type != "Sequence" || c.Type == "Metaspace" && (t.byteLevel || len(t.pre) > 0) {
+		return errors.New("pre_tokenizer Metaspace with other pre-tokenizers is not supported: it must be the only one")
 	}
 	if t.byteLevel && c.Type != "Sequence" {
 		// ByteLevel maps the bytes in place: the steps after it would see
@@ -318,6 +463,13 @@ func (t *HFTokenizer) addPreTokenizer(raw json.RawMessage) error {
 		}
 		t.pre = append(t.pre, splitStep(re, c.Behavior == "Removed"))
 		return nil
+	case "Metaspace":
+		m, err := readMetaspace(raw)
+		if err != nil {
+			return fmt.Errorf("pre_tokenizer %w", err)
+		}
+		t.meta = m
+		return nil
 	case "Digits":
 		expr := `\p{N}+` // Rust's char::is_numeric
 		if c.Individual {
@@ -326,7 +478,7 @@ func (t *HFTokenizer) addPreTokenizer(raw json.RawMessage) error {
 		t.pre = append(t.pre, splitStep(regexp2.MustCompile(expr, regexp2.None), false))
 		return nil
 	}
-	return fmt.Errorf("pre_tokenizer %q is not supported (ByteLevel, Split, Digits or a Sequence of them)", c.Type)
+	return fmt.Errorf("pre_tokenizer %q is not supported (ByteLevel, Split, Digits, Metaspace or a Sequence of them)", c.Type)
 }
 
 // splitStep cuts a piece at re's matches: each match is a piece, and so is
@@ -395,13 +547,13 @@ func (t *HFTokenizer) Specials() Specials { return t.specials }
 func (t *HFTokenizer) Encode(text string) []int {
 	var ids []int
 	if t.addedRE == nil {
-		return t.encodeText(ids, text)
+		return t.encodeText(ids, text, true)
 	}
 	runes := []rune(text)
 	last := 0
 	m, _ := t.addedRE.FindRunesMatch(runes)
 	for m != nil {
-		ids = t.encodeText(ids, string(runes[last:m.Index]))
+		ids = t.encodeText(ids, string(runes[last:m.Index]), last == 0)
 		for i, g := range m.Groups()[1:] {
 			if g.Length > 0 {
 				ids = append(ids, t.addedAt[i])
@@ -411,13 +563,17 @@ func (t *HFTokenizer) Encode(text string) []int {
 		last = m.Index + m.Length
 		m, _ = t.addedRE.FindNextMatch(m)
 	}
-	return t.encodeText(ids, string(runes[last:]))
+	return t.encodeText(ids, string(runes[last:]), last == 0)
 }
 
-// encodeText appends the ids of text that holds no added token.
-func (t *HFTokenizer) encodeText(ids []int, text string) []int {
+// encodeText appends the ids of text that holds no added token; atStart
+// says it begins the text given to Encode.
+func (t *HFTokenizer) encodeText(ids []int, text string, atStart bool) []int {
 	if text == "" {
 		return ids
+	}
+	if !t.byteLevel {
+		return t.encodeSymbols(ids, text, atStart)
 	}
 	for _, f := range t.normal {
 		text = f(text)
@@ -521,6 +677,9 @@ func (h *mergeHeap) Pop() any {
 // Decode implements Tokenizer: added tokens as written, the others from
 // their byte-level characters back to bytes.
 func (t *HFTokenizer) Decode(ids []int) string {
+	if !t.byteLevel {
+		return t.decodeSymbols(ids)
+	}
 	var out []byte
 	for _, id := range ids {
 		if id < 0 || id >= len(t.tokens) {
@@ -545,11 +704,16 @@ func (t *HFTokenizer) Decode(ids []int) string {
 // readSpecials finds the end-of-text and padding tokens: tokenizer_config's
 // eos_token and pad_token when the file names them, else the first added
 // token that reads as an end of text (<|endoftext|>, <|end_of_text|>,
-// </s>, <eos>), else the last added special token.
+// </s>, <eos>), else the last added special token. Without a
+// post-processor in tokenizer.json, its add_bos_token and add_eos_token
+// say what EncodeSequence puts around a sequence.
 func (t *HFTokenizer) readSpecials(configPath string) (Specials, error) {
 	var cfg struct {
-		EOS json.RawMessage `json:"eos_token"`
-		Pad json.RawMessage `json:"pad_token"`
+		EOS    json.RawMessage `json:"eos_token"`
+		Pad    json.RawMessage `json:"pad_token"`
+		BOS    json.RawMessage `json:"bos_token"`
+		AddBOS *bool           `json:"add_bos_token"`
+		AddEOS *bool           `json:"add_eos_token"`
 	}
 	if b, err := os.ReadFile(configPath); err == nil {
 		if err := json.Unmarshal(b, &cfg); err != nil {
@@ -602,6 +766,21 @@ func (t *HFTokenizer) readSpecials(configPath string) (Specials, error) {
 	pad, ok := lookup(cfg.Pad)
 	if !ok {
 		pad = eos
+	}
+	// A tokenizer.json without a post-processor (Llama 2's older files)
+	// says in tokenizer_config.json whether a sequence starts with
+	// bos_token and ends with eos_token.
+	if len(t.before) == 0 && len(t.after) == 0 {
+		if cfg.AddBOS != nil && *cfg.AddBOS {
+			bos, ok := lookup(cfg.BOS)
+			if !ok {
+				return Specials{}, fmt.Errorf("%s: add_bos_token without a bos_token in the vocabulary", configPath)
+			}
+			t.before = []int{bos}
+		}
+		if cfg.AddEOS != nil && *cfg.AddEOS {
+			t.after = []int{eos}
+		}
 	}
 	return Specials{Pad: pad, CLS: eos, EOT: eos}, nil
 }

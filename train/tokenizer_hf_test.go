@@ -245,9 +245,14 @@ func TestHFTokenizerRefuses(t *testing.T) {
 		want string
 	}{
 		{"wordpiece", map[string]any{"model": map[string]any{"type": "WordPiece", "vocab": vocab}}, "only BPE"},
-		{"sentencepiece", map[string]any{"model": map[string]any{"type": "BPE", "vocab": vocab, "byte_fallback": true}, "pre_tokenizer": byteLevel}, "byte_fallback"},
-		{"metaspace", map[string]any{"model": map[string]any{"type": "BPE", "vocab": vocab}, "pre_tokenizer": map[string]any{"type": "Metaspace"}}, `pre_tokenizer "Metaspace" is not supported`},
-		{"no byte level", map[string]any{"model": map[string]any{"type": "BPE", "vocab": vocab}}, "no ByteLevel step"},
+		{"byte fallback without byte tokens", map[string]any{"model": map[string]any{"type": "BPE", "vocab": vocab, "byte_fallback": true}, "pre_tokenizer": map[string]any{"type": "Metaspace"}},
+			"needs byte_fallback with the 256 tokens <0x00>..<0xFF>, or an unk_token"},
+		{"no byte level", map[string]any{"model": map[string]any{"type": "BPE", "vocab": vocab}}, "needs byte_fallback"},
+		{"unk not in vocab", map[string]any{"model": map[string]any{"type": "BPE", "vocab": vocab, "unk_token": "<unk>"}}, `unk_token "<unk>" is not in the vocabulary`},
+		{"no decoder", map[string]any{"model": map[string]any{"type": "BPE", "vocab": map[string]any{"<unk>": 0}, "unk_token": "<unk>"}}, "no decoder"},
+		{"byte-level decoder", map[string]any{"model": map[string]any{"type": "BPE", "vocab": map[string]any{"<unk>": 0}, "unk_token": "<unk>"}, "decoder": byteLevel}, `decoder "ByteLevel" is not supported without ByteLevel`},
+		{"metaspace and more", map[string]any{"model": map[string]any{"type": "BPE", "vocab": vocab}, "pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{map[string]any{"type": "Digits"}, map[string]any{"type": "Metaspace"}}}},
+			"Metaspace with other pre-tokenizers"},
 		{"unknown merge", map[string]any{"model": map[string]any{"type": "BPE", "vocab": vocab, "merges": []string{"a zz"}}, "pre_tokenizer": byteLevel}, `merge 0 ("a" "zz")`},
 		{"missing byte", map[string]any{"model": map[string]any{"type": "BPE", "vocab": map[string]any{"a": 0}}, "pre_tokenizer": byteLevel}, "not a byte-level vocabulary"},
 		{"replace normalizer", map[string]any{"model": map[string]any{"type": "BPE", "vocab": vocab}, "pre_tokenizer": byteLevel, "normalizer": map[string]any{"type": "Replace"}}, `normalizer "Replace"`},
@@ -378,5 +383,119 @@ func TestHFTokenizerRefusesStepAfterByteLevel(t *testing.T) {
 	b, _ := json.Marshal(file)
 	if _, err := parseHFTokenizer(b); err == nil || !strings.Contains(err.Error(), "after ByteLevel") {
 		t.Errorf("Split after ByteLevel: %v", err)
+	}
+}
+
+// writeTemplateTokenizer writes writeTinyHFTokenizer's files with an added
+// <|begin_of_text|> (262) and Llama 3's post-processor: ByteLevel, then a
+// TemplateProcessing that puts it before each sequence.
+func writeTemplateTokenizer(t *testing.T, dir string) {
+	t.Helper()
+	writeTinyHFTokenizer(t, dir)
+	path := filepath.Join(dir, "tokenizer.json")
+	var file map[string]any
+	b, err := os.ReadFile(path)
+	if err != nil || json.Unmarshal(b, &file) != nil {
+		t.Fatal(err)
+	}
+	file["added_tokens"] = append(file["added_tokens"].([]any), map[string]any{"id": 262, "content": "<|begin_of_text|>", "special": true})
+	bos := map[string]any{"SpecialToken": map[string]any{"id": "<|begin_of_text|>", "type_id": 0}}
+	file["post_processor"] = map[string]any{"type": "Sequence", "processors": []any{
+		map[string]any{"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true},
+		map[string]any{"type": "TemplateProcessing",
+			"single":         []any{bos, map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}}},
+			"pair":           []any{bos, map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}}, bos, map[string]any{"Sequence": map[string]any{"id": "B", "type_id": 1}}},
+			"special_tokens": map[string]any{"<|begin_of_text|>": map[string]any{"id": "<|begin_of_text|>", "ids": []int{262}, "tokens": []string{"<|begin_of_text|>"}}}},
+	}}
+	if b, err = json.Marshal(file); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tokenizer.json's post-processor puts its special tokens around each
+// sequence where text becomes a model's input: Llama 3's TemplateProcessing
+// its <|begin_of_text|> before each training document (data tokenize, a
+// text trained or evaluated on) and before a prompt; Encode stays without.
+func TestHFTokenizerPostProcessor(t *testing.T) {
+	dir := t.TempDir()
+	writeTemplateTokenizer(t, dir)
+	tok, err := LoadHFTokenizer(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tok.Encode("hello"); !reflect.DeepEqual(got, []int{258, 'o'}) {
+		t.Errorf("Encode(hello) = %v: the post-processor adds nothing to Encode", got)
+	}
+	if got := EncodeSequence(tok, "hello"); !reflect.DeepEqual(got, []int{262, 258, 'o'}) {
+		t.Errorf("EncodeSequence(hello) = %v, want [262 258 111]", got)
+	}
+	if got := promptIDs(tok, ""); !reflect.DeepEqual(got, []int{262}) {
+		t.Errorf("the empty prompt: %v, want [262] (<|begin_of_text|>)", got)
+	}
+	if got := promptIDs(tok, "he"); !reflect.DeepEqual(got, []int{262, 256}) {
+		t.Errorf("prompt he: %v, want [262 256]", got)
+	}
+	a, b := filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt")
+	os.WriteFile(a, []byte("hello"), 0o644)
+	os.WriteFile(b, []byte("he"), 0o644)
+	if ids, err := TokenizeFiles(tok, []string{a, b}); err != nil || !reflect.DeepEqual(ids, []int{262, 258, 'o', 260, 262, 256}) {
+		t.Errorf("TokenizeFiles = %v, %v; want each document after <|begin_of_text|>", ids, err)
+	}
+	cfg := smallConfig("gpt")
+	cfg.Tokenizer, cfg.VocabFile, cfg.Data, cfg.Vocab = "hf", filepath.Join(dir, "tokenizer.json"), textFile(t), 0
+	d, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Train.Tokens[0] != 262 {
+		t.Errorf("a text trained on starts with %v, want <|begin_of_text|> (262)", d.Train.Tokens[:4])
+	}
+
+	// Llama 2's older files: no post-processor, tokenizer_config.json's
+	// add_bos_token and bos_token instead.
+	old := t.TempDir()
+	writeTinyHFTokenizer(t, old)
+	os.WriteFile(filepath.Join(old, "tokenizer_config.json"), []byte(`{"eos_token": "<|eot|>", "bos_token": "<pad>", "add_bos_token": true}`), 0o644)
+	if tok, err = LoadHFTokenizer(old); err != nil {
+		t.Fatal(err)
+	}
+	if got := EncodeSequence(tok, "he"); !reflect.DeepEqual(got, []int{261, 256}) {
+		t.Errorf("add_bos_token: %v, want [261 256]", got)
+	}
+	writeTinyHFTokenizer(t, old) // no add_bos_token: nothing added
+	if tok, err = LoadHFTokenizer(old); err != nil {
+		t.Fatal(err)
+	}
+	if got := EncodeSequence(tok, "he"); !reflect.DeepEqual(got, []int{256}) {
+		t.Errorf("without add_bos_token: %v, want [256]", got)
+	}
+}
+
+// A post-processor the tokenizer cannot apply is refused in one line.
+func TestHFTokenizerPostProcessorRefused(t *testing.T) {
+	vocab := map[string]any{}
+	for b, r := range byteRunes {
+		vocab[string(r)] = b
+	}
+	seqA := map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}}
+	for _, c := range []struct {
+		name string
+		post map[string]any
+		want string
+	}{
+		{"unknown type", map[string]any{"type": "Frobnicate"}, `post_processor "Frobnicate" is not supported`},
+		{"missing special", map[string]any{"type": "TemplateProcessing", "single": []any{map[string]any{"SpecialToken": map[string]any{"id": "<s>"}}, seqA}},
+			`special token "<s>" of the single template is not in its special_tokens`},
+		{"id outside", map[string]any{"type": "TemplateProcessing", "single": []any{map[string]any{"SpecialToken": map[string]any{"id": "<s>"}}, seqA},
+			"special_tokens": map[string]any{"<s>": map[string]any{"ids": []int{9999}}}}, "outside the vocabulary"},
+		{"no sequence", map[string]any{"type": "TemplateProcessing", "single": []any{}}, "no sequence $A"},
+	} {
+		b, _ := json.Marshal(map[string]any{"model": map[string]any{"type": "BPE", "vocab": vocab}, "pre_tokenizer": map[string]any{"type": "ByteLevel"}, "post_processor": c.post})
+		if _, err := parseHFTokenizer(b); err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: error %v, want one line saying %q", c.name, err, c.want)
+		}
 	}
 }

@@ -38,6 +38,7 @@ type ZeRO1 struct {
 	uncount     *parallel.Param // a parameter another stage counts in the norm (the tied embedding's copy)
 	params      []*parallel.Param
 	ranges      []*tensor.Tensor // this rank's range of each gradient (nil: none)
+	firsts      []int            // where each range starts in its gradient
 	buckets     []zeroBucket
 	flat, shard *tensor.Tensor // a packed bucket, padded, and this rank's range of it (nil: no bucket is packed)
 	norm        *gradNorm      // over this rank's ranges: summed over dp, then tp
@@ -81,7 +82,7 @@ func NewZeRO1(dev tensor.Device, params []*parallel.Param, dp, tp nccl.Comm, wei
 		return nil, err
 	}
 	z := &ZeRO1{AdamW: adam, dev: dev, dp: parallel.NewDeviceGroup(dp, dev), tp: parallel.NewDeviceGroup(tp, dev), params: params,
-		ranges: make([]*tensor.Tensor, len(params))}
+		ranges: make([]*tensor.Tensor, len(params)), firsts: make([]int, len(params))}
 	size, rank := z.dp.Size(), z.dp.Rank()
 	buckets, _ := bucketParams(params, bucketElems)
 	index := make(map[*parallel.Param]int, len(params))
@@ -101,7 +102,7 @@ func NewZeRO1(dev tensor.Device, params []*parallel.Param, dp, tp nccl.Comm, wei
 			s, e := max(off, lo), min(off+p.Data.Len(), hi)
 			if s < e {
 				b.segs = append(b.segs, zeroSeg{idx: index[p], pOff: s - off, sOff: s - lo, n: e - s})
-				z.ranges[index[p]] = p.Grad.View(s-off, e-s)
+				z.ranges[index[p]], z.firsts[index[p]] = p.Grad.View(s-off, e-s), s-off
 			}
 			off += p.Data.Len()
 		}
@@ -183,7 +184,7 @@ func (z *ZeRO1) reduce() error { return z.reduceScatter() }
 // update enqueues the norm of this rank's ranges, the clipped AdamW update
 // of the ranges and the all-gather of the parameters (optimizer).
 func (z *ZeRO1) update(lr float64) error {
-	views := normViews(z.params, z.uncount, z.tp.Rank(), func(i int) *tensor.Tensor { return z.ranges[i] })
+	views := normViews(z.params, z.uncount, z.tp.Rank(), func(i int) (*tensor.Tensor, int) { return z.ranges[i], z.firsts[i] })
 	if err := z.norm.compute(views); err != nil {
 		return err
 	}

@@ -49,6 +49,10 @@ type TensorInfo struct {
 	Dim    int    `json:"dim"`              // split dimension
 	Blocks int    `json:"blocks,omitempty"` // fused blocks of the split dimension (3 for Q,K,V)
 	Rows   int    `json:"rows,omitempty"`   // real rows of dim 0 when the rest is vocabulary padding
+	// Replicas and Shared: groups of Replicas ranks share the last Shared
+	// indices of each group (parallel.Shard; kv heads replicated over tp).
+	Replicas int `json:"replicas,omitempty"`
+	Shared   int `json:"shared,omitempty"`
 }
 
 // Shard is the layout of TP rank index of parts for this tensor.
@@ -56,7 +60,7 @@ func (ti TensorInfo) Shard(index, parts int) parallel.Shard {
 	if !ti.Split || parts == 1 {
 		return parallel.Shard{Parts: 1}
 	}
-	return parallel.Shard{Dim: ti.Dim, Parts: parts, Index: index, Blocks: ti.Blocks}
+	return parallel.Shard{Dim: ti.Dim, Parts: parts, Index: index, Blocks: ti.Blocks, Replicas: ti.Replicas, Shared: ti.Shared}
 }
 
 // Mesh is the job layout a checkpoint was saved from.

@@ -463,9 +463,6 @@ func (c Config) validatePipeline(bad func(format string, args ...any)) {
 	if c.Arch == "hf" {
 		bad("arch hf (BERT's own layout) has no pipeline split: use pp 1")
 	}
-	if c.InitFrom != "" {
-		bad("init_from with pp %d is not supported yet: use pp 1", p)
-	}
 }
 
 // StageLayers is the number of blocks of each pipeline stage: pp_split's,

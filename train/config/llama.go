@@ -1,6 +1,11 @@
 package config
 
-import "github.com/hpcrun/hpcrun/parallel"
+import (
+	"fmt"
+	"strings"
+
+	"github.com/hpcrun/hpcrun/parallel"
+)
 
 // LM reports whether the model is a causal language model (gpt, llama).
 func (c Config) LM() bool { return c.Model == "gpt" || c.Model == "llama" }
@@ -11,6 +16,19 @@ func (c Config) KVHeadCount() int {
 		return c.KVHeads
 	}
 	return c.Heads
+}
+
+// QKVRows is the rows of a Llama's fused Q,K,V weight on one of tp ranks:
+// its heads/tp query heads and its key/value heads, kv_heads/tp of them,
+// or the one it shares with tp/kv_heads ranks (parallel.KVSplit), each of
+// dim/heads rows.
+func (c Config) QKVRows(tp int) int {
+	tp = max(tp, 1)
+	kv, _, err := parallel.KVSplit(c.Heads, c.KVHeadCount(), tp)
+	if err != nil {
+		kv = c.KVHeadCount() / tp // refused by Validate
+	}
+	return (c.Heads/tp + 2*kv) * (c.Dim / c.Heads)
 }
 
 // Hidden is the MLP width: 4*dim for gpt and bert; for llama ffn, or
@@ -25,13 +43,20 @@ func (c Config) Hidden() int {
 	return (8*c.Dim/3 + 255) / 256 * 256
 }
 
-// Eps is RMSNorm's epsilon: norm_eps, or 1e-5.
-func (c Config) Eps() float32 {
+// DefaultNormEps is RMSNorm's epsilon when norm_eps is unset (Llama's).
+const DefaultNormEps = 1e-5
+
+// NormEpsilon is RMSNorm's epsilon as the config says it: norm_eps, or
+// DefaultNormEps (what an exported config.json holds).
+func (c Config) NormEpsilon() float64 {
 	if c.NormEps > 0 {
-		return float32(c.NormEps)
+		return c.NormEps
 	}
-	return 1e-5
+	return DefaultNormEps
 }
+
+// Eps is RMSNorm's epsilon as the kernels use it: NormEpsilon in float32.
+func (c Config) Eps() float32 { return float32(c.NormEpsilon()) }
 
 // RoPE is the rotary embeddings the config's attention uses.
 func (c Config) RoPE() parallel.RoPE {
@@ -59,8 +84,27 @@ func (c Config) validateLlama(bad func(format string, args ...any)) {
 	if c.Heads > 0 && kv > 0 && c.Heads%kv != 0 {
 		bad("heads %d is not a multiple of kv_heads %d: each key/value head serves a group of query heads", c.Heads, kv)
 	}
-	if c.TP > 0 && kv > 0 && kv%c.TP != 0 {
-		bad("kv_heads %d is not a multiple of tp %d: each tensor-parallel rank holds whole groups of query heads with their key/value head (kv heads replicated over ranks are not supported): choose a tp that divides kv_heads", kv, c.TP)
+	if c.TP > 0 && kv > 0 && c.Heads > 0 && c.Heads%kv == 0 {
+		if _, _, err := parallel.KVSplit(c.Heads, kv, c.TP); err != nil {
+			// The MLP splits too: name the tp values both allow when it
+			// rules out some the attention does not.
+			var both []string
+			narrower := false
+			for t := 1; t <= c.Heads; t++ {
+				if _, _, e := parallel.KVSplit(c.Heads, kv, t); e == nil {
+					if c.Hidden()%t == 0 {
+						both = append(both, fmt.Sprint(t))
+					} else {
+						narrower = true
+					}
+				}
+			}
+			if narrower {
+				bad("%v; with ffn %d (tp must divide it too): tp %s", err, c.Hidden(), strings.Join(both, ", "))
+			} else {
+				bad("%v", err)
+			}
+		}
 	}
 	if c.Dim > 0 && c.Heads > 0 && c.Dim%c.Heads == 0 && (c.Dim/c.Heads)%2 != 0 {
 		bad("dim %d / heads %d = %d: rotary embeddings need an even head size", c.Dim, c.Heads, c.Dim/c.Heads)

@@ -44,7 +44,7 @@ func TestLlamaValidate(t *testing.T) {
 		change func(c *Config)
 		want   string
 	}{
-		{func(c *Config) { c.TP, c.NTasks = 2, 2 }, "kv_heads 3 is not a multiple of tp 2"},
+		{func(c *Config) { c.TP, c.NTasks = 2, 2 }, "tp 2 with 9 query and 3 key/value heads: tp must divide the query heads and either divide the key/value heads or be a multiple of them (each key/value head then replicated over tp/kv ranks): tp 1, 3, 9 work; with ffn 1536 (tp must divide it too): tp 1, 3"},
 		{func(c *Config) { c.KVHeads = 2 }, "heads 9 is not a multiple of kv_heads 2"},
 		{func(c *Config) { c.RopeFactor = 8 }, "Llama 3's scaling wants"},
 		{func(c *Config) { c.RopeLowFreq, c.RopeOriginalSeq = 1, 8192 }, "only with rope_factor"},
@@ -58,5 +58,14 @@ func TestLlamaValidate(t *testing.T) {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v, want %q", err, tc.want)
 		}
+	}
+	// tp a multiple of the kv heads: each replicated over tp/kv ranks.
+	c := DefaultConfig()
+	if err := c.ApplyPreset("smollm-135m"); err != nil {
+		t.Fatal(err)
+	}
+	c.Heads, c.KVHeads, c.TP, c.NTasks = 8, 2, 8, 8
+	if err := c.Validate(); err != nil {
+		t.Errorf("heads 8, kv heads 2, tp 8: %v", err)
 	}
 }

@@ -157,7 +157,9 @@ func llamaFileTensors(s Spec) []fileTensor {
 // The fused projections are read from the file's separate ones: qkv_proj
 // holds kv_heads groups of [the group's query heads | its key head | its
 // value head], split by whole groups (this rank's groups' rows of
-// q_proj, k_proj and v_proj); gate_up_proj is [gate; up], this rank's rows
+// q_proj, k_proj and v_proj), or, when tp is a multiple of kv_heads, a
+// share of one group's query heads with its key and value head, which
+// the replicas read from the same offsets; gate_up_proj is [gate; up], this rank's rows
 // of each (parallel.LlamaAttention, parallel.SwiGLUMLP).
 func (w *hfWeights) loadLlama(name string, full []int, sh parallel.Shard) ([]float32, error) {
 	s := w.spec
@@ -171,8 +173,16 @@ func (w *hfWeights) loadLlama(name string, full []int, sh parallel.Shard) ([]flo
 		}
 		var runs []rowRun
 		lo, n := localRange(s.KVHeads, sh)
+		q0, qn := 0, g // this rank's query heads of each group
+		if sh.Replicas > 1 && !sh.Replicated() {
+			// The group's key/value head replicated over Replicas ranks,
+			// each with its share of the query heads (parallel.KVSplit).
+			lo, n = sh.Index/sh.Replicas, 1
+			qn = g / sh.Replicas
+			q0 = sh.Index % sh.Replicas * qn
+		}
 		for k := lo; k < lo+n; k++ {
-			runs = append(runs, rowRun{p + "q_proj.weight", k * g * hd, g * hd}, rowRun{p + "k_proj.weight", k * hd, hd}, rowRun{p + "v_proj.weight", k * hd, hd})
+			runs = append(runs, rowRun{p + "q_proj.weight", (k*g + q0) * hd, qn * hd}, rowRun{p + "k_proj.weight", k * hd, hd}, rowRun{p + "v_proj.weight", k * hd, hd})
 		}
 		return w.readRows(runs, s.Dim)
 	case strings.HasSuffix(name, ".mlp.gate_up_proj.weight"):
@@ -229,10 +239,7 @@ func (w *hfWeights) readRows(runs []rowRun, cols int) ([]float32, error) {
 // LlamaSpec is the Spec of a Llama run of cfg with vocab real ids (what
 // WriteLlamaHF writes into config.json).
 func LlamaSpec(cfg config.Config, vocab int) Spec {
-	eps, theta := cfg.NormEps, cfg.RopeTheta
-	if eps == 0 {
-		eps = float64(cfg.Eps())
-	}
+	eps, theta := cfg.NormEpsilon(), cfg.RopeTheta // eps as written, not its float32
 	if theta == 0 {
 		theta = 10000
 	}
@@ -320,18 +327,7 @@ func WriteLlamaHF(dir string, spec Spec, tensors []ckpt.Tensor, opt HFOptions) e
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
-	var scaling any
-	if spec.RopeFactor != 0 {
-		scaling = map[string]any{"rope_type": "llama3", "factor": spec.RopeFactor, "low_freq_factor": spec.RopeLowFreq,
-			"high_freq_factor": spec.RopeHighFreq, "original_max_position_embeddings": spec.RopeOriginalSeq}
-	}
-	cfg := map[string]any{
-		"architectures": []string{"LlamaForCausalLM"}, "model_type": "llama",
-		"hidden_size": C, "intermediate_size": F, "num_attention_heads": spec.Heads, "num_key_value_heads": spec.KVHeads,
-		"num_hidden_layers": spec.Layers, "head_dim": hd, "hidden_act": "silu", "rms_norm_eps": spec.NormEps,
-		"rope_theta": spec.RopeTheta, "rope_scaling": scaling, "max_position_embeddings": spec.Positions, "vocab_size": spec.Vocab,
-		"tie_word_embeddings": !spec.UntiedHead, "attention_bias": false, "mlp_bias": false, "torch_dtype": "float32",
-	}
+	cfg := llamaConfigJSON(spec)
 	if opt.Tokenizer != "" {
 		path := opt.Tokenizer
 		if st, err := os.Stat(path); err == nil && st.IsDir() {
@@ -368,6 +364,25 @@ func WriteLlamaHF(dir string, spec Spec, tensors []ckpt.Tensor, opt HFOptions) e
 		return fmt.Errorf("export: %w", err)
 	}
 	return writeWeights(dir, out, opt)
+}
+
+// llamaConfigJSON is the config.json of a LlamaForCausalLM of spec (without
+// the special tokens' ids). Floats are written as their float64's
+// shortest decimal (rms_norm_eps 1e-5 as 0.00001).
+func llamaConfigJSON(spec Spec) map[string]any {
+	C, F, hd := spec.Dim, spec.FFN, spec.Dim/spec.Heads
+	var scaling any
+	if spec.RopeFactor != 0 {
+		scaling = map[string]any{"rope_type": "llama3", "factor": spec.RopeFactor, "low_freq_factor": spec.RopeLowFreq,
+			"high_freq_factor": spec.RopeHighFreq, "original_max_position_embeddings": spec.RopeOriginalSeq}
+	}
+	return map[string]any{
+		"architectures": []string{"LlamaForCausalLM"}, "model_type": "llama",
+		"hidden_size": C, "intermediate_size": F, "num_attention_heads": spec.Heads, "num_key_value_heads": spec.KVHeads,
+		"num_hidden_layers": spec.Layers, "head_dim": hd, "hidden_act": "silu", "rms_norm_eps": spec.NormEps,
+		"rope_theta": spec.RopeTheta, "rope_scaling": scaling, "max_position_embeddings": spec.Positions, "vocab_size": spec.Vocab,
+		"tie_word_embeddings": !spec.UntiedHead, "attention_bias": false, "mlp_bias": false, "torch_dtype": "float32",
+	}
 }
 
 // specialIDs are config.json's bos_token_id and eos_token_id: a

@@ -1,6 +1,7 @@
 package interop
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/train/ckpt"
+	"github.com/hpcrun/hpcrun/train/config"
 )
 
 // A Llama config.json hpcrun cannot run as written is refused with a
@@ -161,5 +163,31 @@ func TestSpecialIDs(t *testing.T) {
 	}
 	if got := specialIDs(tok, nil, nil); len(got) != 0 {
 		t.Errorf("no config: %v", got)
+	}
+}
+
+// An unset norm_eps is exported as Llama's 1e-5, the shortest decimal of
+// the config's float64, not as its float32 (9.999999747e-06).
+func TestLlamaSpecNormEps(t *testing.T) {
+	cfg := config.DefaultConfig()
+	if err := cfg.ApplyPreset("llama-tiny"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		eps, want float64
+		text      string
+	}{{0, 1e-5, `"rms_norm_eps": 0.00001,`}, {1e-6, 1e-6, `"rms_norm_eps": 0.000001,`}} {
+		cfg.NormEps = tc.eps
+		spec := LlamaSpec(cfg, 300)
+		if spec.NormEps != tc.want {
+			t.Errorf("norm_eps %g: spec has %v, want %v", tc.eps, spec.NormEps, tc.want)
+		}
+		b, err := json.MarshalIndent(llamaConfigJSON(spec), "", "  ") // as WriteLlamaHF writes it
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), tc.text) {
+			t.Errorf("norm_eps %g: config.json has no %s:\n%s", tc.eps, tc.text, b)
+		}
 	}
 }

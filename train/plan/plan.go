@@ -396,7 +396,7 @@ func newShapes(cfg config.Config, paddedVocab, stage, blocks int) shapes {
 	// cls.fc2 row-parallel (2 x C/tp, 2). A Llama: the embedding (on
 	// the last stage only when tied), no position table; per block
 	// input_layernorm (C), qkv_proj ((heads+2 kv_heads) x head size / tp
-	// x C), o_proj (C x C/tp), post_attention_layernorm (C), gate_up_proj
+	// x C; with kv heads replicated, (heads/tp+2) x head size x C), o_proj (C x C/tp), post_attention_layernorm (C), gate_up_proj
 	// (2 ffn/tp x C), down_proj (C x ffn/tp); on the last stage model.norm
 	// (C) and an untied lm_head (V/tp x C).
 	if s.first || (s.last && s.tied) {
@@ -407,7 +407,7 @@ func newShapes(cfg config.Config, paddedVocab, stage, blocks int) shapes {
 	}
 	for range s.L {
 		if s.llama {
-			qkv := int64(cfg.Heads+2*cfg.KVHeadCount()) * (C / int64(cfg.Heads)) / tp
+			qkv := int64(cfg.QKVRows(int(tp)))
 			s.params = append(s.params, C, qkv*C, C*s.cl, C, 2*s.fl*C, C*s.fl)
 			continue
 		}
@@ -792,6 +792,15 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		t.Collectives += int(accum)*n + nStep
 		tpMicroS := accum * (units*half(tp)*f32/dev.LinkBandwidth + float64(n)*dev.Latency)
 		t.CommS += t.TPBytes/dev.LinkBandwidth + float64(int(accum)*n+nStep)*dev.Latency
+		if _, r, err := parallel.KVSplit(cfg.Heads, cfg.KVHeadCount(), int(s.tp)); s.llama && err == nil && r > 1 {
+			// Key/value heads replicated over r ranks: each block's k and
+			// v rows' gradients all-reduced over them once a step
+			// (parallel.ReduceReplicas).
+			kv := 2 * float64(s.L) * 2 * (C / float64(cfg.Heads) * C) * half(float64(r)) * f32
+			t.TPBytes += kv
+			t.Collectives += int(s.L)
+			t.CommS += kv/dev.LinkBandwidth + float64(s.L)*dev.Latency
+		}
 		microS += tpMicroS
 	}
 	if s.pp > 1 {

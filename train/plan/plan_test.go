@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train"
 	"github.com/hpcrun/hpcrun/train/config"
@@ -115,6 +116,8 @@ func TestPeakMemoryMatchesEngine(t *testing.T) {
 		points = append(points,
 			point{preset, "llama", 1, 1, 1, false, 0}, point{preset, "llama", 1, 1, 4, false, 0}, point{preset, "llama", 2, 1, 8, false, 0},
 			point{preset, "llama", 2, 1, 4, true, 0}, point{preset, "llama", 1, 2, 4, false, 1}, point{preset, "llama", 2, 2, 2, true, 1},
+			// tp 4 over 2 kv heads: each replicated over 2 ranks.
+			point{preset, "llama", 4, 1, 4, false, 0}, point{preset, "llama", 4, 1, 8, true, 0},
 		)
 	}
 	if testing.Short() {
@@ -350,13 +353,15 @@ type groupSpy struct {
 	groups *[]nccl.Comm
 }
 
-// Group implements nccl.Comm, keeping rank 0's groups.
+// Group implements nccl.Comm, keeping rank 0's groups and their own
+// (a Llama's key/value replicas, made of the tensor-parallel group).
 func (g groupSpy) Group(ranks []int) (nccl.Comm, error) {
 	c, err := g.Comm.Group(ranks)
 	if err == nil && g.Comm.Rank() == 0 {
 		g.mu.Lock()
 		*g.groups = append(*g.groups, c)
 		g.mu.Unlock()
+		c = groupSpy{c, g.mu, g.groups}
 	}
 	return c, err
 }
@@ -381,10 +386,14 @@ func commPerStep(t *testing.T, cfg config.Config, vocab int) (tpBytes, dpBytes f
 			_, err := train.Run(context.Background(), c, groupSpy{w, &mu, &groups}, train.Options{Device: tensor.NewCPU(), Data: data})
 			return err
 		})
-		if err != nil || len(groups) != 2 {
+		if err != nil || len(groups) != 2 && len(groups) != 3 {
 			t.Fatalf("tp %d ntasks %d sp %v zero %d: %d groups, %v", c.TP, c.NTasks, c.SP, c.Zero, len(groups), err)
 		}
-		return []nccl.Stats{groups[0].Stats(), groups[1].Stats()}
+		var out []nccl.Stats
+		for _, g := range groups {
+			out = append(out, g.Stats())
+		}
+		return out
 	}
 	one, two := run(1), run(2)
 	sent := func(s nccl.Stats, p int) float64 {
@@ -392,7 +401,14 @@ func commPerStep(t *testing.T, cfg config.Config, vocab int) (tpBytes, dpBytes f
 		return 2*h*float64(s.AllReduce.Bytes) + h*float64(s.AllGather.Bytes) + float64(p-1)*float64(s.ReduceScatter.Bytes)
 	}
 	tp, dp := two[0].Sub(one[0]), two[1].Sub(one[1])
-	return sent(tp, cfg.TP), sent(dp, cfg.DP()), int(tp.Total().Calls + dp.Total().Calls)
+	tpBytes, dpBytes, calls = sent(tp, cfg.TP), sent(dp, cfg.DP()), int(tp.Total().Calls+dp.Total().Calls)
+	if len(one) == 3 {
+		// The key/value replicas (parallel.KVReplicas), counted with tp.
+		kv := two[2].Sub(one[2])
+		_, r, _ := parallel.KVSplit(cfg.Heads, cfg.KVHeadCount(), cfg.TP)
+		tpBytes, calls = tpBytes+sent(kv, r), calls+int(kv.Total().Calls)
+	}
+	return tpBytes, dpBytes, calls
 }
 
 // TestCommMatchesEngine checks the plan's communication against the
@@ -411,6 +427,7 @@ func TestCommMatchesEngine(t *testing.T) {
 			zero          int
 		}{
 			{2, 1, 1, false, 0}, {2, 1, 1, true, 0}, {4, 1, 2, true, 0}, {1, 2, 1, false, 0}, {1, 2, 1, false, 1}, {2, 2, 1, false, 0}, {2, 2, 2, true, 1},
+			{4, 1, 1, false, 0}, // a Llama's 2 kv heads replicated over 2 ranks each
 		} {
 			cfg := config.DefaultConfig()
 			cfg.Model = model
@@ -419,8 +436,8 @@ func TestCommMatchesEngine(t *testing.T) {
 			}
 			cfg.TP, cfg.NTasks, cfg.BatchSize, cfg.GradAccum, cfg.SP, cfg.Zero = p.tp, p.tp*p.dp, 4, p.accum, p.sp, p.zero
 			cfg.EvalSamples, cfg.Device = cfg.BatchSize*p.dp, "cpu"
-			if model == "llama" && p.tp <= 2 {
-				cfg.KVHeads = 2 // grouped heads, whole groups a rank
+			if model == "llama" && (p.tp <= 2 || !p.sp && p.accum == 1) {
+				cfg.KVHeads = 2 // grouped heads, whole groups a rank (at tp 4: each replicated over 2)
 			}
 			pl, err := New(Request{Config: cfg, Vocab: vocab, Device: CPU(0, 0, 0, "")})
 			if err != nil {
