@@ -38,6 +38,28 @@ func OpenDevice(kind string, pick func(count int) int) (dev tensor.Device, note 
 	return tensor.NewCPU(), "device auto: using the CPU: " + why, nil
 }
 
+// matmulPrecision is a device whose matrix products can compute at another
+// precision than float32 (a CUDA device).
+type matmulPrecision interface {
+	SetMatmulPrecision(cuda.Precision)
+}
+
+// setPrecision makes dev's matrix products compute at precision (a
+// config.Config.Precision; bf16: bfloat16 operands, float32 accumulation)
+// where dev has the choice; the CPU computes in float32 whatever it says.
+func setPrecision(dev tensor.Device, precision string) error {
+	d, ok := dev.(matmulPrecision)
+	if !ok {
+		return nil
+	}
+	p, err := cuda.ParsePrecision(precision)
+	if err != nil {
+		return err
+	}
+	d.SetMatmulPrecision(p)
+	return nil
+}
+
 // openCUDA opens the CUDA device pick chooses, or says why it cannot.
 func openCUDA(pick func(int) int) (*cuda.Device, string) {
 	n, err := cuda.DeviceCount()

@@ -185,6 +185,9 @@ func generate(ctx context.Context, world nccl.Comm, opt GenerateOptions, cached 
 	if c, ok := dev.(interface{ Close() error }); ok {
 		defer c.Close()
 	}
+	if err := setPrecision(dev, cfg.Precision); err != nil {
+		return nil, err
+	}
 	mesh, err := parallel.NewMesh(world, cfg.TP)
 	if err != nil {
 		return nil, err

@@ -240,6 +240,11 @@ func newTrainer(cfg config.Config, world nccl.Comm, opt Options, w *metrics.Writ
 			t.logf("%s", note)
 		}
 	}
+	// Before this, --precision bf16 trained in float32 on a GPU, unsaid.
+	if err := setPrecision(t.dev, cfg.Precision); err != nil {
+		t.close()
+		return nil, err
+	}
 	if note := commNote(cfg, t.dev, world); note != "" {
 		t.logf("%s", note)
 	}

@@ -645,7 +645,9 @@ type idRing struct {
 	pos  int
 }
 
-func (r *idRing) bytes() int64 { return 2 * int64(r.n) * 4 }
+// bytes is the ring's device buffer: the pinned host ring beside it is not
+// device memory (the peak and Workspace count device bytes only).
+func (r *idRing) bytes() int64 { return int64(r.n) * 4 }
 
 func (r *idRing) release(d *Device) error {
 	var errs []error
@@ -655,7 +657,7 @@ func (r *idRing) release(d *Device) error {
 	}
 	if r.dev != 0 {
 		errs = append(errs, d.memFree(r.dev))
-		d.alloc.workspace(-int64(r.n) * 4)
+		d.alloc.workspace(-r.bytes())
 		r.dev = 0
 	}
 	r.n, r.pos = 0, 0
@@ -689,7 +691,7 @@ func (d *Device) upload(ids []int32) (uintptr, error) {
 				return 0, errors.Join(err, d.l.cuErr("cuMemFreeHost", call(d.l.cu.memFreeHost, uintptr(host))))
 			}
 			r.host, r.dev, r.n = host, dev, size
-			d.alloc.workspace(int64(size) * 4)
+			d.alloc.workspace(r.bytes())
 		}
 	}
 	copy(unsafe.Slice((*int32)(r.host), r.n)[r.pos:r.pos+n], ids)
