@@ -100,7 +100,7 @@ func (d *precisionSpy) SetMatmulPrecision(p cuda.Precision) { d.set = append(d.s
 // A run sets its device's matmul precision from the config (bf16 was
 // ignored in training: a GPU run trained in float32 whatever it said).
 func TestRunSetsMatmulPrecision(t *testing.T) {
-	for _, prec := range []string{"fp32", "bf16"} {
+	for _, prec := range []string{"fp32", "tf32", "bf16"} {
 		cfg := smallConfig("gpt")
 		cfg.Data, cfg.Steps, cfg.Precision = textFile(t), 1, prec
 		dev := &precisionSpy{CPUDevice: tensor.NewCPU()}
@@ -116,14 +116,14 @@ func TestRunSetsMatmulPrecision(t *testing.T) {
 	}
 }
 
-// On a GPU, --precision bf16 trains (its curve is not float32's) and ends
-// within 2% of float32's loss after 100 steps.
-func TestGPUBF16TrainsLikeFP32(t *testing.T) {
+// On a GPU, --precision tf32 and bf16 train (their curves are not
+// float32's) and end within 2% of float32's loss after 100 steps.
+func TestGPULowPrecisionTrainsLikeFP32(t *testing.T) {
 	if ok, why := cuda.Available(); !ok {
 		t.Skip("no CUDA here: " + why)
 	}
 	losses := map[string][]float64{}
-	for _, prec := range []string{"fp32", "bf16"} {
+	for _, prec := range []string{"fp32", "tf32", "bf16"} {
 		cfg := smallConfig("gpt")
 		cfg.Data, cfg.Steps, cfg.Precision, cfg.Dim, cfg.Heads = textFile(t), 100, prec, 128, 4
 		d, err := cuda.Open(0)
@@ -139,20 +139,23 @@ func TestGPUBF16TrainsLikeFP32(t *testing.T) {
 		}
 		losses[prec] = res.Losses
 	}
-	f, b := losses["fp32"], losses["bf16"]
-	if len(f) != 100 || len(b) != 100 {
-		t.Fatalf("%d and %d steps, want 100", len(f), len(b))
-	}
-	same := true
-	for i := range f {
-		same = same && f[i] == b[i]
-	}
-	last := math.Abs(b[99]-f[99]) / f[99]
-	t.Logf("final loss fp32 %.5f, bf16 %.5f (%.2f%%)", f[99], b[99], 100*last)
-	if same {
-		t.Errorf("bf16's losses equal fp32's bit for bit: the precision was not applied")
-	}
-	if last > 0.02 {
-		t.Errorf("final loss bf16 %.5f, fp32 %.5f: %.1f%% apart, want within 2%%", b[99], f[99], 100*last)
+	f := losses["fp32"]
+	for _, prec := range []string{"tf32", "bf16"} {
+		b := losses[prec]
+		if len(f) != 100 || len(b) != 100 {
+			t.Fatalf("%d and %d steps, want 100", len(f), len(b))
+		}
+		same := true
+		for i := range f {
+			same = same && f[i] == b[i]
+		}
+		last := math.Abs(b[99]-f[99]) / f[99]
+		t.Logf("final loss fp32 %.5f, %s %.5f (%.2f%%)", f[99], prec, b[99], 100*last)
+		if same {
+			t.Errorf("%s's losses equal fp32's bit for bit: the precision was not applied", prec)
+		}
+		if last > 0.02 {
+			t.Errorf("final loss %s %.5f, fp32 %.5f: %.1f%% apart, want within 2%%", prec, b[99], f[99], 100*last)
+		}
 	}
 }

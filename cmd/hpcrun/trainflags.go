@@ -44,7 +44,7 @@ func trainFlags() []cli.Flag {
 		&cli.IntFlag{Name: "steps", Usage: "optimizer steps (0 = from epochs and samples)", Category: cat},
 		&cli.Float64Flag{Name: "lr", Usage: "peak learning rate", Category: cat},
 		&cli.IntFlag{Name: "warmup", Usage: "learning-rate warm-up steps", Category: cat},
-		&cli.StringFlag{Name: "precision", Usage: "fp32 or bf16", Category: cat},
+		&cli.StringFlag{Name: "precision", Usage: "matmul precision: fp32, tf32 (a GPU's tensor cores on float32: fastest on a GPU today) or bf16", Category: cat},
 		&cli.StringFlag{Name: "data", Usage: "synthetic (built in: reviews for bert, a generated text for gpt), an IMDb-format CSV (review,sentiment), or for gpt a text file or token files (llm.c/nanoGPT .bin, a glob of shards; see hpcrun data tokenize)", Category: cat},
 		&cli.StringFlag{Name: "tokenizer", Usage: "byte, gpt2, wordpiece or hf (a Hugging Face tokenizer.json, given by --vocab-file) (default: the model's)", Category: cat},
 		&cli.Int64Flag{Name: "seed", Usage: "random seed for weights and data order", Category: cat},

@@ -30,9 +30,9 @@ type Config struct {
 	Samples   int     `toml:"samples" json:"samples"` // training samples to use; 0 = all
 	Steps     int     `toml:"steps" json:"steps"`     // optimizer steps; 0 = from epochs and samples
 	LR        float64 `toml:"lr" json:"lr"`
-	Warmup    int     `toml:"warmup" json:"warmup"` // LR warm-up steps
-	Precision string  `toml:"precision" json:"precision"`
-	Data      string  `toml:"data" json:"data"` // "synthetic" (built in: reviews for bert, SyntheticText for gpt), an IMDb-format CSV, or (gpt) a text file or token files (a .bin or a glob of shards)
+	Warmup    int     `toml:"warmup" json:"warmup"`       // LR warm-up steps
+	Precision string  `toml:"precision" json:"precision"` // matrix products: fp32, tf32 (float32 on a GPU's tensor cores) or bf16 (bfloat16 operands); the CPU computes fp32
+	Data      string  `toml:"data" json:"data"`           // "synthetic" (built in: reviews for bert, SyntheticText for gpt), an IMDb-format CSV, or (gpt) a text file or token files (a .bin or a glob of shards)
 	Seed      int64   `toml:"seed" json:"seed"`
 	EvalEvery int     `toml:"eval_every" json:"eval_every"` // steps between validations; 0 = at the end only
 	Device    string  `toml:"device" json:"device"`         // auto, cpu, cuda
@@ -315,9 +315,9 @@ func (c Config) Validate() error {
 		}
 	}
 	switch c.Precision {
-	case "fp32", "bf16":
+	case "fp32", "tf32", "bf16":
 	default:
-		bad("precision %q: use fp32 or bf16", c.Precision)
+		bad("precision %q: use fp32, tf32 or bf16", c.Precision)
 	}
 	switch c.Device {
 	case "auto", "cpu", "cuda":

@@ -19,6 +19,9 @@ type Device struct {
 	// (tensor core) matrix products; 0: the device has no such units.
 	FP32Flops float64 `json:"fp32_flops"`
 	BF16Flops float64 `json:"bf16_flops"`
+	// TF32Flops is the dense peak of tf32 tensor-core products (float32
+	// operands); 0: none (V100).
+	TF32Flops float64 `json:"tf32_flops,omitempty"`
 	// FP16Flops is the peak of float16 tensor-core products: the half
 	// precision a V100, which has no bf16, trains in (plan at scale).
 	FP16Flops float64 `json:"fp16_flops,omitempty"`
@@ -57,13 +60,13 @@ var devices = map[string]Device{
 		MemBandwidth: 900e9, LinkBandwidth: 150e9, NetBandwidth: 25e9, Latency: 20e-6, ContextBytes: 400 * mib},
 	"v100-32": {Name: "v100-32", MemBytes: 32510 * mib, CUDA: true, SMs: 80, FP32Flops: 15.7e12, BF16Flops: 0, FP16Flops: 125e12,
 		MemBandwidth: 900e9, LinkBandwidth: 150e9, NetBandwidth: 25e9, Latency: 20e-6, ContextBytes: 400 * mib},
-	"a100-40": {Name: "a100-40", MemBytes: 40960 * mib, CUDA: true, SMs: 108, FP32Flops: 19.5e12, BF16Flops: 312e12, FP16Flops: 312e12,
+	"a100-40": {Name: "a100-40", MemBytes: 40960 * mib, CUDA: true, SMs: 108, FP32Flops: 19.5e12, TF32Flops: 156e12, BF16Flops: 312e12, FP16Flops: 312e12,
 		MemBandwidth: 1555e9, LinkBandwidth: 300e9, NetBandwidth: 25e9, Latency: 15e-6, ContextBytes: 500 * mib},
-	"a100-80": {Name: "a100-80", MemBytes: 81920 * mib, CUDA: true, SMs: 108, FP32Flops: 19.5e12, BF16Flops: 312e12, FP16Flops: 312e12,
+	"a100-80": {Name: "a100-80", MemBytes: 81920 * mib, CUDA: true, SMs: 108, FP32Flops: 19.5e12, TF32Flops: 156e12, BF16Flops: 312e12, FP16Flops: 312e12,
 		MemBandwidth: 2039e9, LinkBandwidth: 300e9, NetBandwidth: 25e9, Latency: 15e-6, ContextBytes: 500 * mib},
-	"h100-80": {Name: "h100-80", MemBytes: 81559 * mib, CUDA: true, SMs: 132, FP32Flops: 67e12, BF16Flops: 989e12, FP16Flops: 989e12,
+	"h100-80": {Name: "h100-80", MemBytes: 81559 * mib, CUDA: true, SMs: 132, FP32Flops: 67e12, TF32Flops: 494e12, BF16Flops: 989e12, FP16Flops: 989e12,
 		MemBandwidth: 3350e9, LinkBandwidth: 450e9, NetBandwidth: 50e9, Latency: 10e-6, ContextBytes: 550 * mib},
-	"h200": {Name: "h200", MemBytes: 143771 * mib, CUDA: true, SMs: 132, FP32Flops: 67e12, BF16Flops: 989e12, FP16Flops: 989e12,
+	"h200": {Name: "h200", MemBytes: 143771 * mib, CUDA: true, SMs: 132, FP32Flops: 67e12, TF32Flops: 494e12, BF16Flops: 989e12, FP16Flops: 989e12,
 		MemBandwidth: 4800e9, LinkBandwidth: 450e9, NetBandwidth: 50e9, Latency: 10e-6, ContextBytes: 550 * mib},
 }
 
@@ -109,7 +112,7 @@ func CPU(flops float64, memBytes int64, cores float64, source string) Device {
 	if memBytes <= 0 {
 		memBytes = defaultCPUMemBytes
 	}
-	return Device{Name: "cpu", MemBytes: memBytes, FP32Flops: flops, BF16Flops: flops, Efficiency: defaultCPUEfficency,
+	return Device{Name: "cpu", MemBytes: memBytes, FP32Flops: flops, BF16Flops: flops, TF32Flops: flops, Efficiency: defaultCPUEfficency,
 		MemBandwidth: cpuMemBWPerCore * cores, LinkBandwidth: defaultCPULink, NetBandwidth: defaultCPUNetwork,
 		Latency: defaultCPULatency, Wait: wait, Source: source}
 }

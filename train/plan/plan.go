@@ -322,7 +322,11 @@ func New(r Request) (*Plan, error) {
 	case cfg.Precision == "bf16" && r.Device.BF16Flops == 0:
 		p.Notes = append(p.Notes, fmt.Sprintf("precision bf16: %s has no bf16 units; the engine trains in fp32 there as everywhere; MFU is against its fp32 peak", r.Device.Name))
 	case cfg.Precision == "bf16":
-		p.Notes = append(p.Notes, "precision bf16: the engine stores fp32 weights, gradients and activations and trains with fp32 GEMMs; MFU is against the bf16 peak")
+		p.Notes = append(p.Notes, "precision bf16: the engine stores fp32 weights, gradients and activations and converts each GEMM's operands to bf16 (measured on an H100: slower than tf32); the time prices the GEMMs at the fp32 rate; MFU is against the bf16 peak")
+	case cfg.Precision == "tf32" && r.Device.TF32Flops == 0:
+		p.Notes = append(p.Notes, fmt.Sprintf("precision tf32: %s has no tf32 units; the GEMMs run in fp32", r.Device.Name))
+	case cfg.Precision == "tf32":
+		p.Notes = append(p.Notes, "precision tf32: float32 GEMMs on the tensor cores (10-bit mantissa products, float32 sums); time and MFU at the tf32 peak")
 	}
 	return p, nil
 }
@@ -706,6 +710,9 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 	}
 	t.GemmFlops = gemm * accum
 	t.Rate = dev.FP32Flops * dev.Efficiency
+	if cfg.Precision == "tf32" && dev.TF32Flops > 0 {
+		t.Rate = dev.TF32Flops * dev.Efficiency
+	}
 	t.ComputeS = t.GemmFlops / t.Rate
 	// Elementwise kernels touch the activations a few times per
 	// micro-batch; AdamW reads weight, gradient and moments and writes
@@ -862,8 +869,11 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 	t.TokensPerS = float64(cfg.BatchSize*cfg.Seq) * accum * dp / t.StepS
 	t.FlopsPerToken = config.FlopsPerToken(cfg, vocab)
 	t.PeakFlops = dev.FP32Flops
-	if cfg.Precision == "bf16" && dev.BF16Flops > 0 {
+	switch {
+	case cfg.Precision == "bf16" && dev.BF16Flops > 0:
 		t.PeakFlops = dev.BF16Flops
+	case cfg.Precision == "tf32" && dev.TF32Flops > 0:
+		t.PeakFlops = dev.TF32Flops
 	}
 	t.MFU = metrics.MFU(t.FlopsPerToken, t.TokensPerS, t.PeakFlops, cfg.NTasks)
 	return t
