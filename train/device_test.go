@@ -116,6 +116,21 @@ func TestRunSetsMatmulPrecision(t *testing.T) {
 	}
 }
 
+// BenchStep's device computes at the config's precision, as a run's does
+// (bench step --precision was overridden by the default fp32 once runs
+// set it).
+func TestBenchStepSetsMatmulPrecision(t *testing.T) {
+	cfg := smallConfig("gpt")
+	cfg.Precision = "tf32"
+	dev := &precisionSpy{CPUDevice: tensor.NewCPU()}
+	if _, err := BenchStep(cfg, dev, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if len(dev.set) != 1 || dev.set[0] != cuda.TF32 {
+		t.Errorf("BenchStep set %v, want [tf32]", dev.set)
+	}
+}
+
 // On a GPU, --precision tf32 and bf16 train (their curves are not
 // float32's) and end within 2% of float32's loss after 100 steps.
 func TestGPULowPrecisionTrainsLikeFP32(t *testing.T) {
