@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"slices"
 	"strings"
 
@@ -138,7 +137,11 @@ func planRequest(p *submitPlan) (r plan.Request, known bool, why string, err err
 	if err != nil {
 		return r, false, "", err
 	}
-	dev, why, err := plan.RankDevice(p.gpu, p.train, rankShare(lay, p.spec.CPUsPerTask))
+	launcher := plan.LaunchSlurm
+	if _, local := p.exec.(*slurm.Local); local {
+		launcher = plan.LaunchLocal
+	}
+	dev, why, err := plan.RankDevice(p.gpu, p.train, plan.Share{TasksPerNode: lay.TasksPerNode, GPUsPerNode: lay.GPUsPerNode, CPUsPerTask: p.spec.CPUsPerTask, Launcher: launcher})
 	if err != nil || why != "" {
 		return r, false, why, err
 	}
@@ -173,12 +176,6 @@ func planAuto(p *submitPlan) (*plan.AutoResult, error) {
 	return plan.Auto(plan.AutoRequest{Request: r, TasksPerNode: lay.TasksPerNode})
 }
 
-// rankShare is how the ranks of a run laid out as lay, cpusPerTask cores
-// each, share a node.
-func rankShare(lay slurm.Layout, cpusPerTask int) plan.Share {
-	return plan.Share{TasksPerNode: lay.TasksPerNode, GPUsPerNode: lay.GPUsPerNode, CPUsPerTask: cpusPerTask}
-}
-
 // planJSON is hpcrun plan --json.
 type planJSON struct {
 	*plan.Plan
@@ -199,8 +196,7 @@ func bytesIEC(n int64) string { return units.Bytes(n, 2) }
 // a rank's share of this machine's memory. A run on GPUs, which the plan
 // cannot name here, is not refused.
 func refuseUnfitHere(cfg trainconfig.Config) error {
-	lay := slurm.Layout{Nodes: 1, TasksPerNode: cfg.NTasks}
-	dev, why, err := plan.RankDevice("", cfg, rankShare(lay, max(1, runtime.NumCPU()/max(cfg.NTasks, 1))))
+	dev, why, err := plan.RankDevice("", cfg, plan.Share{TasksPerNode: cfg.NTasks, Launcher: plan.LaunchLocal})
 	if err != nil || why != "" || dev.MemBytes <= 0 {
 		return nil
 	}
