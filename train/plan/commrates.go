@@ -48,9 +48,10 @@ type CommRates struct {
 }
 
 // FitComm fits a latency and a bus bandwidth to all-reduce times over n
-// ranks (times[b] seconds for b bytes): the line through the smallest and
-// the largest size in bus bytes (2(n-1)/n b), its intercept the latency
-// (at least 0).
+// ranks (times[b] seconds for b bytes): t = latency + x / bandwidth in bus
+// bytes x = 2(n-1)/n b, least squares in relative error (each size counts
+// alike, the smallest setting the latency, the largest the bandwidth),
+// the latency at least 0.
 func FitComm(n int, times map[int64]float64) (latencyS, busGBs float64, lo, hi int64, err error) {
 	var sizes []int64
 	for b, s := range times {
@@ -63,13 +64,18 @@ func FitComm(n int, times map[int64]float64) (latencyS, busGBs float64, lo, hi i
 	}
 	slices.Sort(sizes)
 	lo, hi = sizes[0], sizes[len(sizes)-1]
-	bus := func(b int64) float64 { return 2 * float64(n-1) / float64(n) * float64(b) }
-	slope := (times[hi] - times[lo]) / (bus(hi) - bus(lo))
-	if !(slope > 0) {
-		// The largest size no slower than the smallest: bandwidth from it alone.
-		slope = times[hi] / bus(hi)
+	var sw, sx, sxx, st, sxt float64
+	for _, b := range sizes {
+		t := times[b]
+		x, w := 2*float64(n-1)/float64(n)*float64(b), 1/(t*t)
+		sw, sx, sxx, st, sxt = sw+w, sx+w*x, sxx+w*x*x, st+w*t, sxt+w*x*t
 	}
-	latencyS = max(0, times[lo]-slope*bus(lo))
+	slope := (sw*sxt - sx*st) / (sw*sxx - sx*sx)
+	latencyS = (st - slope*sx) / sw
+	if latencyS < 0 || !(slope > 0) {
+		// No latency to see: the bandwidth alone, through the origin.
+		latencyS, slope = 0, sxt/sxx
+	}
 	return latencyS, 1 / slope / 1e9, lo, hi, nil
 }
 
