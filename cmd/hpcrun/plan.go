@@ -43,9 +43,10 @@ func planCommand() *cli.Command {
 			"workspace, comm buffers and the CUDA context; the device's memory and whether the run\n" +
 			"fits (and what would, when it does not: --sp, --zero 1, a larger tp, a smaller batch\n" +
 			"with grad-accum, more nodes); a step time from the GEMM FLOPs at the device's rate\n" +
-			"plus the collectives' bytes at the link's bandwidth; tokens/s and MFU.\n" +
-			"The device is --gpu, else the profile's gpu key, else the CPU (its GEMM rate from the\n" +
-			"last `hpcrun bench gemm`, else a stated default). submit --dry-run prints the same.\n" +
+			"plus the collectives' latency and bytes at the link's bandwidth; tokens/s and MFU.\n" +
+			"The device is --gpu, else the profile's gpu key, else the CPU (GEMMs by shape and bandwidth\n" +
+			"from `hpcrun bench gemm`, collectives from `bench comm`, else stated defaults).\n" +
+			"submit --dry-run prints the same.\n" +
 			"--auto plans every layout of the tasks instead and prints the --top fastest that fit.",
 		Flags:  flags,
 		Action: runPlan,

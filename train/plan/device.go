@@ -99,7 +99,11 @@ func (d Device) collective(path string, n int) (latency, bw float64, from string
 	}
 	from = fmt.Sprintf("%s default, not measured (%.0f µs + %.2f GB/s)", path, d.Latency*1e6, bw/1e9)
 	if d.CUDA {
-		from = fmt.Sprintf("%s nominal (%.0f µs + %.0f GB/s)", path, d.Latency*1e6, bw/1e9)
+		where := "within a node"
+		if path == PathNet {
+			where = "across nodes"
+		}
+		from = fmt.Sprintf("%s nominal (%.0f µs + %.0f GB/s)", where, d.Latency*1e6, bw/1e9)
 	}
 	return d.Latency, bw, from
 }

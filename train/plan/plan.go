@@ -8,8 +8,10 @@
 // It is pure arithmetic on a config.Config, the vocabulary, the number of
 // nodes and a Device (the table in device.go): no allocation on a device,
 // and no I/O but host.go's, which chooses a rank's Device (RankDevice) and
-// for a CPU rank reads this machine's cores, memory and the GEMM rate
-// hpcrun bench gemm kept (SaveCPURate). The memory model sums the
+// for a CPU rank reads this machine's cores, memory and load and the
+// rates hpcrun bench gemm and bench comm kept (rates.go, commrates.go:
+// GEMMs by shape, streaming bandwidth, the collectives' latency and
+// bandwidth). The memory model sums the
 // engine's own size tables, the lists from which its layers and model
 // allocate their activation buffers (parallel.BlockSizes and the other
 // layers', parallel.SequenceParallelSizes, config.ModelBuffers and
