@@ -75,8 +75,10 @@ const streamElems = 16 << 20
 // each shape's GFLOP/s through the engine's own device (tensor.CPUDevice's
 // Gemm and GemmStridedBatched, as the layers call them) and the bandwidth
 // of its Add and AdamW kernels, at each of threads, the best of rounds
-// runs of at least minTime each; it writes a line per thread count to w.
-func Rates(w io.Writer, shapes []plan.Gemm, threads []int, rounds int, minTime time.Duration) (*plan.CPURates, error) {
+// runs of at least minTime each; with calibrate, the bandwidth a real
+// step's elementwise kernels reach (elementwiseRate). It writes a line per
+// thread count to w.
+func Rates(w io.Writer, shapes []plan.Gemm, threads []int, rounds int, minTime time.Duration, calibrate bool) (*plan.CPURates, error) {
 	defer tensor.SetGemmThreads(0)
 	r := &plan.CPURates{Format: plan.RatesFormat, CPU: plan.CPUModel(), Kernel: tensor.GemmKernel(), Measured: time.Now().UTC()}
 	dev := tensor.NewCPU()
@@ -98,8 +100,15 @@ func Rates(w io.Writer, shapes []plan.Gemm, threads []int, rounds int, minTime t
 			return nil, err
 		}
 		r.Stream = append(r.Stream, s)
-		fmt.Fprintf(w, "%2d threads: %d shapes, %.1f to %.1f GFLOP/s (median %.1f); Add %.1f GB/s, AdamW %.1f GB/s (%.0f s)\n",
-			t, len(shapes), slices.Min(rates), slices.Max(rates), median(rates), s.AddGBs, s.AdamGBs, time.Since(start).Seconds())
+		if calibrate {
+			i := len(r.Stream) - 1
+			if r.Stream[i].ElemGBs, err = elementwiseRate(r, t); err != nil {
+				return nil, err
+			}
+			s = r.Stream[i]
+		}
+		fmt.Fprintf(w, "%2d threads: %d shapes, %.1f to %.1f GFLOP/s (median %.1f); Add %.1f GB/s, AdamW %.1f GB/s, a step's elementwise kernels %.1f GB/s (%.0f s)\n",
+			t, len(shapes), slices.Min(rates), slices.Max(rates), median(rates), s.AddGBs, s.AdamGBs, s.ElemGBs, time.Since(start).Seconds())
 	}
 	return r, nil
 }
@@ -189,6 +198,35 @@ func timeStream(dev *tensor.CPUDevice, t, rounds int, minTime time.Duration) (pl
 		dev.AdamW(ts[0], ts[1], ts[2], ts[3], p)
 	}, 28*n/1e9)
 	return plan.StreamRate{Threads: t, AddGBs: add, AdamGBs: adam}, nil
+}
+
+// CalibrationCase is the step elementwiseRate times: GPT small (width
+// 256, 4 blocks, byte vocabulary) at bsz 32, seq 128 on one rank, whose
+// GEMMs RateShapes measures.
+func CalibrationCase() trainconfig.Config {
+	cfg := trainconfig.DefaultConfig()
+	cfg.Model = "gpt"
+	if err := cfg.ApplyPreset("small"); err != nil {
+		panic(err) // a preset of the table
+	}
+	cfg.BatchSize, cfg.Seq = 32, 128
+	return cfg
+}
+
+// elementwiseRate is the bandwidth in GB/s a step of CalibrationCase's
+// elementwise kernels reaches on t threads: the fastest of two steps
+// (after one untimed), less its GEMMs at r's rates and its optimizer
+// (plan.CalibrateElementwise).
+func elementwiseRate(r *plan.CPURates, t int) (float64, error) {
+	cfg := CalibrationCase()
+	cpu := tensor.NewCPU()
+	cpu.SetThreads(t)
+	tensor.SetGemmThreads(t)
+	st, err := train.BenchStep(cfg, cpu, 1, 2)
+	if err != nil {
+		return 0, err
+	}
+	return plan.CalibrateElementwise(cfg, 256, slices.Min(st.StepS), r, t)
 }
 
 // SaveRates keeps r for hpcrun plan (plan.SaveCPURates) and says where on w.

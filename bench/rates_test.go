@@ -48,7 +48,7 @@ func TestRates(t *testing.T) {
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 	shapes := []plan.Gemm{{M: 32, N: 48, K: 16, TransB: true}, {M: 16, N: 16, K: 8, Batch: 4}}
 	var out strings.Builder
-	r, err := Rates(&out, shapes, []int{1, 2}, 1, time.Millisecond)
+	r, err := Rates(&out, shapes, []int{1, 2}, 1, time.Millisecond, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,7 +71,7 @@ func benchGemmCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			r, err := bench.Rates(c.App.Writer, gemms, bench.RateThreads(threads), min(rounds, 2), minTime/4)
+			r, err := bench.Rates(c.App.Writer, gemms, bench.RateThreads(threads), min(rounds, 2), minTime/4, true)
 			if err != nil {
 				return err
 			}

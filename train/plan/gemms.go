@@ -1,6 +1,8 @@
 package plan
 
 import (
+	"fmt"
+
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/train/config"
 )
@@ -129,4 +131,39 @@ func StepGemms(cfg config.Config, vocab int) ([]GemmCount, error) {
 		return nil, err
 	}
 	return newShapes(cfg, vp, 0, split[0]).gemms(), nil
+}
+
+// CalibrateElementwise is the bandwidth, in GB/s, that the elementwise
+// kernels of a step of cfg on one rank (tp 1, one micro-batch, vocabulary
+// vocab) reached when the step took stepS seconds on threads threads: the
+// step less its GEMMs (each at its shape's rate in r) and the optimizer
+// (at r's AdamW bandwidth), over the activation bytes the plan counts for
+// those kernels. 0 when the GEMMs and the optimizer take the whole step.
+func CalibrateElementwise(cfg config.Config, vocab int, stepS float64, r *CPURates, threads int) (float64, error) {
+	cfg.NTasks, cfg.TP, cfg.PP, cfg.GradAccum, cfg.SP, cfg.Zero = 1, 1, 0, 1, false, 0
+	if err := cfg.Validate(); err != nil {
+		return 0, err
+	}
+	vp, err := parallel.PadVocab(vocab, 1)
+	if err != nil {
+		return 0, err
+	}
+	s := newShapes(cfg, vp, 0, cfg.Layers)
+	dev := Device{Rates: r, Threads: threads, Cores: float64(threads)}
+	var add float64
+	for _, x := range r.Stream {
+		if x.Threads == threads {
+			add = x.AddGBs * 1e9
+		}
+	}
+	_, adam := r.StreamBandwidth(threads, float64(threads))
+	if add <= 0 || adam <= 0 {
+		return 0, fmt.Errorf("calibrate elementwise: no bandwidth measured at %d threads", threads)
+	}
+	p := float64(s.paramElems) * f32
+	left := stepS - dev.gemmSeconds(s.gemms()) - 7*p/adam - p/add
+	if left <= 0 {
+		return 0, nil
+	}
+	return activationTouches * float64(s.activationElems()) * f32 / left / 1e9, nil
 }

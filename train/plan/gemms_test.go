@@ -83,3 +83,28 @@ func TestGemmFlops(t *testing.T) {
 		}
 	}
 }
+
+// TestCalibrateElementwise: a step that took its GEMMs' time, the
+// optimizer's and its activation bytes at 3 GB/s gives 3 GB/s back; one
+// that took less than its GEMMs, 0.
+func TestCalibrateElementwise(t *testing.T) {
+	cfg := config.DefaultConfig()
+	cfg.Model = "gpt"
+	if err := cfg.ApplyPreset("small"); err != nil {
+		t.Fatal(err)
+	}
+	r := testRates()
+	s := newShapes(cfg, 256, 0, cfg.Layers)
+	dev := Device{Rates: r, Threads: 2, Cores: 2}
+	p := float64(s.paramElems) * f32
+	step := dev.gemmSeconds(s.gemms()) + 7*p/16e9 + p/12e9 + activationTouches*float64(s.activationElems())*f32/3e9
+	if got, err := CalibrateElementwise(cfg, 256, step, r, 2); err != nil || math.Abs(got-3) > 1e-9 {
+		t.Errorf("CalibrateElementwise = %g GB/s, %v; want 3", got, err)
+	}
+	if got, err := CalibrateElementwise(cfg, 256, dev.gemmSeconds(s.gemms())/2, r, 2); err != nil || got != 0 {
+		t.Errorf("a step faster than its GEMMs: %g, %v; want 0", got, err)
+	}
+	if _, err := CalibrateElementwise(cfg, 256, step, r, 3); err == nil {
+		t.Error("calibrated at 3 threads, not measured")
+	}
+}

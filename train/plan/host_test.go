@@ -64,7 +64,7 @@ func testRates() *CPURates {
 	batched := Gemm{M: 128, N: 128, K: 32, Batch: 8, TransB: true}
 	return &CPURates{Format: RatesFormat, CPU: "Test CPU", Measured: time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC),
 		Gemms:  []GemmRate{{small, 1, 10}, {large, 1, 20}, {batched, 1, 30}, {small, 2, 20}, {large, 2, 40}, {batched, 2, 60}},
-		Stream: []StreamRate{{1, 8, 10}, {2, 12, 16}}}
+		Stream: []StreamRate{{Threads: 1, AddGBs: 8, AdamGBs: 10}, {Threads: 2, AddGBs: 12, AdamGBs: 16}}}
 }
 
 func TestHostCPU(t *testing.T) {
@@ -135,6 +135,16 @@ func TestRatesLookup(t *testing.T) {
 	}
 	if add, adam := r.StreamBandwidth(2, 1); add != 6e9 || adam != 8e9 {
 		t.Errorf("bandwidth of 2 threads on 1 core: %g, %g", add, adam)
+	}
+	// A step's elementwise bandwidth, measured at every thread count,
+	// stands for Add's; measured at one only, not.
+	r.Stream[0].ElemGBs = 4
+	if elem, _ := r.StreamBandwidth(1, 1); elem != 8e9 {
+		t.Errorf("elementwise measured at 1 thread of 2: %g, want Add's", elem)
+	}
+	r.Stream[1].ElemGBs = 5
+	if elem, _ := r.StreamBandwidth(2, 2); elem != 5e9 {
+		t.Errorf("elementwise at 2 threads: %g, want 5e9", elem)
 	}
 }
 

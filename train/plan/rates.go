@@ -74,11 +74,15 @@ type GemmRate struct {
 // StreamRate is the bandwidth the engine's elementwise kernels reach on
 // Threads threads, in GB/s of bytes read and written: Add (out = a + b over
 // 64 MiB buffers) and AdamW (weights, gradients and two moments read,
-// three written).
+// three written); and ElemGBs, that of a real step's elementwise kernels
+// (layer norms, GELU, softmax, residuals, the loss) over the activation
+// bytes the plan counts for them, as CalibrateElementwise finds it (0: not
+// measured, Add's stands for it).
 type StreamRate struct {
 	Threads int     `json:"threads"`
 	AddGBs  float64 `json:"add_gbs"`
 	AdamGBs float64 `json:"adamw_gbs"`
+	ElemGBs float64 `json:"elementwise_gbs,omitempty"`
 }
 
 // CPURates is what hpcrun bench gemm leaves for the plan: this machine's
@@ -132,9 +136,10 @@ func (r *CPURates) GemmFlops(g Gemm, threads int, cores float64) float64 {
 	return 1e9 * byThreads(ts, at, threads, cores)
 }
 
-// StreamBandwidth is the Add and AdamW bandwidths, in bytes/s, of a rank
-// running threads threads on cores cores (as GemmFlops).
-func (r *CPURates) StreamBandwidth(threads int, cores float64) (add, adam float64) {
+// StreamBandwidth is the bandwidths, in bytes/s, of a step's elementwise
+// kernels (ElemGBs where every thread count has it, else Add's) and of
+// AdamW, for a rank running threads threads on cores cores (as GemmFlops).
+func (r *CPURates) StreamBandwidth(threads int, cores float64) (elementwise, adam float64) {
 	var ts []int
 	for _, s := range r.Stream {
 		ts = append(ts, s.Threads)
@@ -149,9 +154,13 @@ func (r *CPURates) StreamBandwidth(threads int, cores float64) (add, adam float6
 			return 0
 		}
 	}
-	add = 1e9 * byThreads(ts, get(func(s StreamRate) float64 { return s.AddGBs }), threads, cores)
+	elem := func(s StreamRate) float64 { return s.AddGBs }
+	if !slices.ContainsFunc(r.Stream, func(s StreamRate) bool { return s.ElemGBs <= 0 }) {
+		elem = func(s StreamRate) float64 { return s.ElemGBs }
+	}
+	elementwise = 1e9 * byThreads(ts, get(elem), threads, cores)
 	adam = 1e9 * byThreads(ts, get(func(s StreamRate) float64 { return s.AdamGBs }), threads, cores)
-	return add, adam
+	return elementwise, adam
 }
 
 // byThreads reads a rate measured at the thread counts ts (at gives it)
