@@ -87,7 +87,7 @@ func TestHostCPU(t *testing.T) {
 
 	// A lone rank of hpcrun run has both cores: the 2-thread rates.
 	r := testRates()
-	comm := &CommRates{Format: CommRatesFormat, Fits: []CommFit{{Path: PathShm, NRanks: 2, LatencyS: 20e-6, BusGBs: 4, Measured: now}}}
+	comm := &CommRates{Format: CommRatesFormat, Fits: []CommFit{{Path: PathShm, NRanks: 2, LatencyS: 20e-6, BusGBs: 4, CPU: "Test CPU", Measured: now}}}
 	d = hostCPU(Share{TasksPerNode: 1, CPUsPerTask: 1, Launcher: LaunchLocal}, m, r, nil, comm)
 	if d.Threads != 2 || d.Cores != 2 || d.MemBandwidth != 12e9 || d.OptBandwidth != 16e9 || d.MemBytes != 8*gib || d.Wait != 0 {
 		t.Errorf("a lone rank: %+v", d)
@@ -102,7 +102,8 @@ func TestHostCPU(t *testing.T) {
 	m2 := m
 	m2.CPU, m2.Load, m2.Now = "Other CPU", 3.5, now.Add(40*24*time.Hour)
 	d = hostCPU(Share{TasksPerNode: 1, Launcher: LaunchLocal}, m2, r, nil, comm)
-	if w := strings.Join(d.Warnings, "\n"); !strings.Contains(w, "41 days old") || !strings.Contains(w, `measured on "Test CPU", this machine is "Other CPU"`) || !strings.Contains(w, "busy (load average 3.5 on 2 cores)") {
+	if w := strings.Join(d.Warnings, "\n"); !strings.Contains(w, "41 days old") || !strings.Contains(w, `measured on "Test CPU", this machine is "Other CPU"`) || !strings.Contains(w, "busy (load average 3.5 on 2 cores)") ||
+		!strings.Contains(w, "the shm fit of 2 ranks is 40 days old: rerun hpcrun bench comm --nproc 2") {
 		t.Errorf("warnings %q: want old, other CPU, busy", d.Warnings)
 	}
 }
