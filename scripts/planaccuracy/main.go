@@ -1,8 +1,8 @@
 // Command planaccuracy measures how far hpcrun plan's step time is from a
 // run's on this machine, for plan.AccuracyCases (GPT small, bsz 8, seq
 // 128: tp 1, tp 2, dp 2, pp 2 with 4 micro-batches, tp 2 + sp, dp 2 +
-// zero 1). It measures the rates first (hpcrun bench gemm --rates-only,
-// bench comm --nproc 2), runs each case twice (hpcrun run, p50 step time),
+// zero 1). It measures the rates first (hpcrun bench gemm --rates-only
+// --threads <its cores>, bench comm --nproc 2), runs each case twice (hpcrun run, p50 step time),
 // prints predicted, measured, repeat and error, and with -write keeps the
 // rates and the times under train/plan/testdata for the plan's test of
 // recorded figures. Run it on a quiet machine, from the repository root:
@@ -47,7 +47,7 @@ func run(bin string, steps int, skipBench, write bool) error {
 	}
 	load0 := plan.LoadAverage()
 	if !skipBench {
-		if err := hpcrun(os.Stdout, bin, "bench", "gemm", "--rates-only"); err != nil {
+		if err := hpcrun(os.Stdout, bin, "bench", "gemm", "--rates-only", "--threads", strconv.Itoa(runtime.NumCPU())); err != nil {
 			return err
 		}
 		if err := hpcrun(os.Stdout, bin, "bench", "comm", "--nproc", "2", "--no-mpi", "--repeat", "3"); err != nil {
