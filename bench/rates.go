@@ -16,19 +16,20 @@ import (
 // products a step runs (plan.StepGemms: a block's four weight products
 // forward, dX and dW, the attention's batched per-head products, the LM
 // head's) for a GPT of width 256 (the small preset, 8 heads) over 256,
-// 1024 and 4096 tokens and of width 768 (12 heads) over 256 tokens, at tp 1
-// and 2, sequences of 128; sorted by FLOPs, each once.
+// 1024 and 4096 tokens, of width 768 (12 heads) over 256 tokens and of
+// width 64 (the tiny preset, 4 heads) over 512, at tp 1 and 2, sequences
+// of 128 (32 for the tiny); sorted by FLOPs, each once.
 func RateShapes() ([]plan.Gemm, error) {
-	type ref struct{ dim, heads, bsz int }
+	type ref struct{ dim, heads, bsz, seq int }
 	var out []plan.Gemm
-	for _, r := range []ref{{256, 8, 2}, {256, 8, 8}, {256, 8, 32}, {768, 12, 2}} {
+	for _, r := range []ref{{256, 8, 2, 128}, {256, 8, 8, 128}, {256, 8, 32, 128}, {768, 12, 2, 128}, {64, 4, 16, 32}} {
 		for _, tp := range []int{1, 2} {
 			cfg := trainconfig.DefaultConfig()
 			cfg.Model = "gpt"
 			if err := cfg.ApplyPreset("small"); err != nil {
 				return nil, err
 			}
-			cfg.Dim, cfg.Heads, cfg.BatchSize, cfg.Seq, cfg.NTasks, cfg.TP = r.dim, r.heads, r.bsz, 128, tp, tp
+			cfg.Dim, cfg.Heads, cfg.BatchSize, cfg.Seq, cfg.NTasks, cfg.TP = r.dim, r.heads, r.bsz, r.seq, tp, tp
 			vocab, _, err := train.PlanVocab(cfg)
 			if err != nil {
 				return nil, err
