@@ -134,7 +134,7 @@ func hostCPU(s Share, m Machine, rates *CPURates, why error, comm *CommRates) De
 		d = CPU(median(at), m.Mem/int64(max(s.TasksPerNode, 1)), cores, "")
 		d.MemBandwidth, d.OptBandwidth = rates.StreamBandwidth(threads, cores)
 		d.Rates = rates
-		d.Source = fmt.Sprintf("hpcrun bench gemm of %s on %q: %d GEMM shapes and the Add/AdamW bandwidth at %s threads, read at %s",
+		d.Source = fmt.Sprintf("hpcrun bench gemm of %s on %q: %d GEMM shapes, the elementwise and AdamW bandwidths at %s threads, read at %s",
 			rates.Measured.Format(time.DateOnly), rates.CPU, len(rates.Gemms)/len(threadCounts(rates)), joinInts(threadCounts(rates)), share)
 		if age := m.Now.Sub(rates.Measured); age > staleAfter {
 			warn = append(warn, fmt.Sprintf("the CPU rates are %d days old: rerun hpcrun bench gemm", int(age.Hours()/24)))
