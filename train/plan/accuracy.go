@@ -82,10 +82,14 @@ func (t AccuracyTable) Busy() bool {
 	return max(t.Load[0], t.Load[1]) > float64(t.NumCPU)
 }
 
-// WriteTSV writes the table: "# numcpu N", "# load BEFORE AFTER", "#
+// WriteTSV writes the table: a line saying the figures are provisional
+// when the machine was busy, "# numcpu N", "# load BEFORE AFTER", "#
 // machine ...", then a line a case, name and the two p50 step times in
 // seconds, tab-separated.
 func (t AccuracyTable) WriteTSV(w io.Writer) error {
+	if t.Busy() {
+		fmt.Fprintf(w, "# PROVISIONAL: a busy machine's figures (load above its cores): TestRecordedAccuracy logs them and does not check them\n")
+	}
 	fmt.Fprintf(w, "# numcpu %d\n# load %.2f %.2f\n# machine %s\n# case\tmeasured_s\trepeat_s\n", t.NumCPU, t.Load[0], t.Load[1], t.Machine)
 	for _, c := range t.Cases {
 		fmt.Fprintf(w, "%s\t%.4f\t%.4f\n", c.Name, c.MeasuredS, c.MeasuredRepS)
