@@ -18,6 +18,7 @@ import (
 	"github.com/hpcrun/hpcrun/internal/units"
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/slurm"
+	"github.com/hpcrun/hpcrun/train/plan"
 )
 
 // CommWorkerEnv marks a process spawned by Comm as one rank of the
@@ -336,4 +337,46 @@ func parseTimes(r io.Reader) (map[int64]float64, error) {
 		m[b] = s
 	}
 	return m, sc.Err()
+}
+
+// Fit is the report's all-reduce times fitted as a latency and a bus
+// bandwidth (plan.FitComm), for the path they ran on: across the nodes of
+// an allocation (plan.PathNet), or on this host over the TCP ring
+// (backend tcp, plan.PathTCP) or shared memory (plan.PathShm).
+func (rep CommReport) Fit() (plan.CommFit, error) {
+	times := map[int64]float64{}
+	for _, r := range rep.Rows {
+		times[r.Bytes] = r.HpcrunS
+	}
+	lat, bw, lo, hi, err := plan.FitComm(rep.Nproc, times)
+	if err != nil {
+		return plan.CommFit{}, err
+	}
+	path := plan.PathShm
+	switch {
+	case rep.srun:
+		path = plan.PathNet
+	case rep.Backend == nccl.BackendTCP:
+		path = plan.PathTCP
+	}
+	return plan.CommFit{Path: path, NRanks: rep.Nproc, Nodes: rep.Nodes, LatencyS: lat, BusGBs: bw, MinBytes: lo, MaxBytes: hi,
+		CPU: plan.CPUModel(), Measured: time.Now().UTC()}, nil
+}
+
+// SaveFit keeps the report's fit for hpcrun plan (plan.SaveCommFit) and
+// says so on w; a report that cannot be fitted (one size, one rank) is
+// only mentioned.
+func (rep CommReport) SaveFit(w io.Writer) error {
+	f, err := rep.Fit()
+	if err != nil {
+		_, err = fmt.Fprintf(w, "hpcrun plan keeps its comm rates: %v\n", err)
+		return err
+	}
+	path, err := plan.SaveCommFit(f)
+	if err != nil {
+		return fmt.Errorf("bench comm: keep the fit: %w", err)
+	}
+	_, err = fmt.Fprintf(w, "hpcrun plan will take %s all-reduces over %d ranks as %.1f µs + bytes at %.2f GB/s (bus), kept in %s\n",
+		f.Path, f.NRanks, f.LatencyS*1e6, f.BusGBs, path)
+	return err
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/train/plan"
 )
 
 func TestCommSizesAndIters(t *testing.T) {
@@ -102,5 +103,38 @@ func TestCommWorkerSpec(t *testing.T) {
 	}
 	if err := CommWorker("0,x,1,tok,auto,4,8", nil); err == nil || !strings.Contains(err.Error(), "field 1") {
 		t.Errorf("bad size: %v", err)
+	}
+}
+
+// TestCommFit fits the report's times (30 µs + bus bytes at 2 GB/s) on
+// the path they ran on, and keeps the fit where hpcrun plan reads it.
+func TestCommFit(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	var times = map[int64]float64{}
+	sizes := CommSizes(4<<10, 16<<20)
+	for _, b := range sizes {
+		times[b] = 30e-6 + 2*1.0/2*float64(b)/2e9
+	}
+	for _, tt := range []struct {
+		rep  CommReport
+		path string
+	}{
+		{CommReport{Nproc: 2, Nodes: 1, Backend: "auto"}, plan.PathShm},
+		{CommReport{Nproc: 2, Nodes: 1, Backend: "tcp"}, plan.PathTCP},
+		{CommReport{Nproc: 2, Nodes: 2, Backend: "auto", srun: true}, plan.PathNet},
+	} {
+		tt.rep.Rows = commRows(2, sizes, times, nil, nil)
+		f, err := tt.rep.Fit()
+		if err != nil || f.Path != tt.path || math.Abs(f.LatencyS-30e-6) > 1e-9 || math.Abs(f.BusGBs-2) > 1e-6 {
+			t.Errorf("%+v: fit %+v, %v; want %s, 30 µs, 2 GB/s", tt.rep, f, err, tt.path)
+		}
+		var out strings.Builder
+		if err := tt.rep.SaveFit(&out); err != nil || !strings.Contains(out.String(), "cpu-comm.json") {
+			t.Errorf("SaveFit: %q, %v", out.String(), err)
+		}
+	}
+	c, err := plan.LoadCommRates()
+	if err != nil || len(c.Fits) != 3 {
+		t.Errorf("kept %+v, %v: want the three paths", c, err)
 	}
 }

@@ -132,7 +132,7 @@ const benchSettle = 150 * time.Millisecond
 // alternately on each shape, rounds times of at least minTime each on
 // threads threads, and writes a table of the median GFLOP/s of each and the
 // median ratio. It returns hpcrun's median rate over the shapes, in
-// GFLOP/s: the CPU rate hpcrun plan assumes (plan.SaveCPURate).
+// GFLOP/s (hpcrun plan prices a step by Rates instead).
 func Gemm(w io.Writer, shapes []GemmShape, peer *tensor.GemmPeer, threads, rounds int, minTime time.Duration) (float64, error) {
 	tensor.SetGemmThreads(threads)
 	defer tensor.SetGemmThreads(0)

@@ -77,6 +77,9 @@ func benchCommCommand() *cli.Command {
 			}
 			rep, err := bench.Comm(c.Context, bench.CommOptions{N: n, Nodes: nodes, Min: lo, Max: hi, Backend: b, MPI: !c.Bool("no-mpi"),
 				Repeat: c.Int("repeat"), Program: self, Args: os.Args[1:], Warn: c.App.ErrWriter})
+			if err == nil {
+				err = rep.SaveFit(c.App.ErrWriter)
+			}
 			if err != nil {
 				return err
 			}

@@ -2,13 +2,11 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"slices"
 	"time"
 
 	"github.com/hpcrun/hpcrun/bench"
 	"github.com/hpcrun/hpcrun/tensor"
-	"github.com/hpcrun/hpcrun/train/plan"
 	"github.com/urfave/cli/v2"
 )
 
@@ -18,13 +16,16 @@ func benchGemmCommand() *cli.Command {
 		Usage: "GEMM GFLOP/s next to OpenBLAS sgemm, measured in the same run",
 		Description: "Times tensor.Sgemm and OpenBLAS cblas_sgemm alternately on square and transformer\n" +
 			"shapes and prints the median GFLOP/s of each and the median ratio of the rounds.\n" +
-			"OpenBLAS is present only in a binary built with CGO_ENABLED=1 -tags openblas.",
+			"OpenBLAS is present only in a binary built with CGO_ENABLED=1 -tags openblas.\n" +
+			"Then measures, for hpcrun plan, the engine's rate on the shapes of a step's GEMMs and its\n" +
+			"Add/AdamW bandwidth at 1 to --threads threads, kept with the date and the CPU model.",
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "threads", Value: 2, Usage: "threads for both libraries"},
 			&cli.IntFlag{Name: "rounds", Value: 5, Usage: "alternating rounds per shape (the median is reported)"},
 			&cli.DurationFlag{Name: "min-time", Value: 200 * time.Millisecond, Usage: "least time one library runs a shape per round"},
 			&cli.StringSliceFlag{Name: "shape", Usage: "benchmark `MxNxK` instead of the default shapes (repeatable)"},
 			&cli.BoolFlag{Name: "quick", Usage: "skip the 2048 and lm-head shapes"},
+			&cli.BoolFlag{Name: "rates-only", Usage: "measure only the plan's rates, not the comparison"},
 		},
 		Action: func(c *cli.Context) error {
 			threads, rounds, minTime := c.Int("threads"), c.Int("rounds"), c.Duration("min-time")
@@ -60,26 +61,21 @@ func benchGemmCommand() *cli.Command {
 			} else {
 				peer = nil
 			}
-			rate, err := bench.Gemm(c.App.Writer, shapes, peer, threads, rounds, minTime)
+			if !c.Bool("rates-only") {
+				if _, err := bench.Gemm(c.App.Writer, shapes, peer, threads, rounds, minTime); err != nil {
+					return err
+				}
+			}
+			fmt.Fprintf(c.App.Writer, "\nrates for hpcrun plan: the engine's GEMMs of a step and its bandwidth, best of %d rounds of >= %v\n", min(rounds, 2), minTime/4)
+			gemms, err := bench.RateShapes()
 			if err != nil {
 				return err
 			}
-			return saveCPURate(c.App.Writer, rate, threads)
+			r, err := bench.Rates(c.App.Writer, gemms, bench.RateThreads(threads), min(rounds, 2), minTime/4, true)
+			if err != nil {
+				return err
+			}
+			return bench.SaveRates(c.App.Writer, r)
 		},
 	}
-}
-
-// saveCPURate keeps the GEMM rate bench gemm measured, for hpcrun plan,
-// and says where; a rate that cannot be kept is only mentioned.
-func saveCPURate(w io.Writer, gflops float64, threads int) error {
-	if !(gflops > 0) {
-		return nil
-	}
-	path, err := plan.SaveCPURate(plan.CPURate{GFlops: gflops, Threads: threads, Measured: time.Now().UTC()})
-	if err != nil {
-		_, err = fmt.Fprintf(w, "\nhpcrun plan keeps the default CPU rate: %v\n", err)
-		return err
-	}
-	_, err = fmt.Fprintf(w, "\nhpcrun plan will use %.1f GFLOP/s on %d threads (the median of the shapes), kept in %s\n", gflops, threads, path)
-	return err
 }

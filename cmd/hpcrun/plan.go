@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"slices"
 	"strings"
 
@@ -44,9 +43,10 @@ func planCommand() *cli.Command {
 			"workspace, comm buffers and the CUDA context; the device's memory and whether the run\n" +
 			"fits (and what would, when it does not: --sp, --zero 1, a larger tp, a smaller batch\n" +
 			"with grad-accum, more nodes); a step time from the GEMM FLOPs at the device's rate\n" +
-			"plus the collectives' bytes at the link's bandwidth; tokens/s and MFU.\n" +
-			"The device is --gpu, else the profile's gpu key, else the CPU (its GEMM rate from the\n" +
-			"last `hpcrun bench gemm`, else a stated default). submit --dry-run prints the same.\n" +
+			"plus the collectives' latency and bytes at the link's bandwidth; tokens/s and MFU.\n" +
+			"The device is --gpu, else the profile's gpu key, else the CPU (GEMMs by shape and bandwidth\n" +
+			"from `hpcrun bench gemm`, collectives from `bench comm`, else stated defaults).\n" +
+			"submit --dry-run prints the same.\n" +
 			"--auto plans every layout of the tasks instead and prints the --top fastest that fit.",
 		Flags:  flags,
 		Action: runPlan,
@@ -138,7 +138,11 @@ func planRequest(p *submitPlan) (r plan.Request, known bool, why string, err err
 	if err != nil {
 		return r, false, "", err
 	}
-	dev, why, err := plan.RankDevice(p.gpu, p.train, rankShare(lay, p.spec.CPUsPerTask))
+	launcher := plan.LaunchSlurm
+	if _, local := p.exec.(*slurm.Local); local {
+		launcher = plan.LaunchLocal
+	}
+	dev, why, err := plan.RankDevice(p.gpu, p.train, plan.Share{TasksPerNode: lay.TasksPerNode, GPUsPerNode: lay.GPUsPerNode, CPUsPerTask: p.spec.CPUsPerTask, Launcher: launcher})
 	if err != nil || why != "" {
 		return r, false, why, err
 	}
@@ -173,12 +177,6 @@ func planAuto(p *submitPlan) (*plan.AutoResult, error) {
 	return plan.Auto(plan.AutoRequest{Request: r, TasksPerNode: lay.TasksPerNode})
 }
 
-// rankShare is how the ranks of a run laid out as lay, cpusPerTask cores
-// each, share a node.
-func rankShare(lay slurm.Layout, cpusPerTask int) plan.Share {
-	return plan.Share{TasksPerNode: lay.TasksPerNode, GPUsPerNode: lay.GPUsPerNode, CPUsPerTask: cpusPerTask}
-}
-
 // planJSON is hpcrun plan --json.
 type planJSON struct {
 	*plan.Plan
@@ -199,8 +197,7 @@ func bytesIEC(n int64) string { return units.Bytes(n, 2) }
 // a rank's share of this machine's memory. A run on GPUs, which the plan
 // cannot name here, is not refused.
 func refuseUnfitHere(cfg trainconfig.Config) error {
-	lay := slurm.Layout{Nodes: 1, TasksPerNode: cfg.NTasks}
-	dev, why, err := plan.RankDevice("", cfg, rankShare(lay, max(1, runtime.NumCPU()/max(cfg.NTasks, 1))))
+	dev, why, err := plan.RankDevice("", cfg, plan.Share{TasksPerNode: cfg.NTasks, Launcher: plan.LaunchLocal})
 	if err != nil || why != "" || dev.MemBytes <= 0 {
 		return nil
 	}

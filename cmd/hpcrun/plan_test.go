@@ -2,9 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -61,6 +63,24 @@ func TestPlanCommand(t *testing.T) {
 	for _, want := range []string{"of the stage that needs the most", "stage 0's", "2 micro-batches in flight", "pipeline stages", "stage 1 ", "point-to-point (4 transfers)", "bubble", "= 0.20"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("plan --pp 2 lacks %q:\n%s", want, text)
+		}
+	}
+
+	// The threads a rank gets are its launcher's: the Local executor's
+	// splits the cores over the tasks whatever cpus_per_task says; srun
+	// gives cpus_per_task. Nothing measured here: the output says so.
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--executor", "local", "--cpus-per-task", "1"}, fmt.Sprintf("(GOMAXPROCS %d: the local launcher splits the cores over 1 task)", runtime.NumCPU())},
+		{[]string{"--executor", "slurm", "--cpus-per-task", "1"}, "(GOMAXPROCS 1: cpus_per_task 1 under srun)"},
+	} {
+		text = e.mustRun(append([]string{"plan", "--device", "cpu"}, tt.args...)...)
+		for _, want := range []string{tt.want, "warning: the CPU rates are not measured (defaults): run hpcrun bench gemm", "warning: the collectives' latency"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("plan %v lacks %q:\n%s", tt.args, want, text)
+			}
 		}
 	}
 

@@ -546,6 +546,9 @@ func WriteAuto(w io.Writer, res *AutoResult, top int) error {
 		fmt.Fprintf(w, "\nrun the first: hpcrun submit %s--ntasks %d %s\n", nodes, res.NTasks, res.Ranked[0].Layout.Flags())
 	}
 	fmt.Fprintf(w, "rates: %s\n", first.Device.Source)
+	for _, x := range first.Device.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", x)
+	}
 	if len(res.Unfit) > 0 {
 		u := res.Unfit[0]
 		fmt.Fprintf(w, "do not fit: %s, the smallest %s (%s)\n", plural(len(res.Unfit), "layout"), u.Layout, u.Why)

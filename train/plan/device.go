@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Device is what the plan needs to know of one rank's device: how much
@@ -46,6 +47,68 @@ type Device struct {
 	ContextBytes int64 `json:"context_bytes"`
 	// Source says where the rates come from.
 	Source string `json:"source,omitempty"`
+
+	// A CPU rank's threads (GOMAXPROCS, as the launcher sets it) and the
+	// cores they run on (fewer when the node's ranks share them).
+	Threads int     `json:"threads,omitempty"`
+	Cores   float64 `json:"cores,omitempty"`
+	// OptBandwidth is bytes/s of the optimizer's pass (AdamW), when
+	// measured apart from MemBandwidth; 0: MemBandwidth.
+	OptBandwidth float64 `json:"opt_bandwidth,omitempty"`
+	// Rates are the GEMM rates by shape hpcrun bench gemm measured (nil:
+	// every GEMM at FP32Flops x Efficiency); Comm the collectives' fits
+	// hpcrun bench comm measured (nil, or a path not in it: LinkBandwidth,
+	// NetBandwidth and Latency).
+	Rates *CPURates  `json:"-"`
+	Comm  *CommRates `json:"-"`
+	// Warnings say why the plan's time may be off on this machine: a rate
+	// not measured, old or measured on another CPU, a busy machine.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// optBandwidth is the optimizer's bytes/s.
+func (d Device) optBandwidth() float64 {
+	if d.OptBandwidth > 0 {
+		return d.OptBandwidth
+	}
+	return d.MemBandwidth
+}
+
+// gemmSeconds is how long the products gs take on d: each at its shape's
+// rate when d has measured rates, else all at FP32Flops x Efficiency.
+func (d Device) gemmSeconds(gs []GemmCount) float64 {
+	if d.Rates == nil {
+		return gemmFlops(gs) / (d.FP32Flops * d.Efficiency)
+	}
+	var s float64
+	for _, g := range gs {
+		s += g.Flops() * float64(g.Count) / d.Rates.GemmFlops(g.Gemm, d.Threads, d.Cores)
+	}
+	return s
+}
+
+// collective is the latency and the bus bandwidth (bytes/s) of a
+// collective over n ranks on path, with what they come from: the fit
+// hpcrun bench comm kept for the path (the nearest number of ranks), else
+// the device's figures (NetBandwidth across nodes, LinkBandwidth within).
+func (d Device) collective(path string, n int) (latency, bw float64, from string) {
+	if f := d.Comm.Lookup(path, n); f != nil {
+		return f.LatencyS, f.BusGBs * 1e9, fmt.Sprintf("%s %d ranks measured %s (%.0f µs + %.2f GB/s)",
+			f.Path, f.NRanks, f.Measured.Format(time.DateOnly), f.LatencyS*1e6, f.BusGBs)
+	}
+	bw = d.LinkBandwidth
+	if path == PathNet {
+		bw = d.NetBandwidth
+	}
+	from = fmt.Sprintf("%s default, not measured (%.0f µs + %.2f GB/s)", path, d.Latency*1e6, bw/1e9)
+	if d.CUDA {
+		where := "within a node"
+		if path == PathNet {
+			where = "across nodes"
+		}
+		from = fmt.Sprintf("%s nominal (%.0f µs + %.0f GB/s)", where, d.Latency*1e6, bw/1e9)
+	}
+	return d.Latency, bw, from
 }
 
 const (

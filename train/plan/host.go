@@ -2,17 +2,16 @@ package plan
 
 import (
 	"bufio"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/hpcrun/hpcrun/internal/atomicfile"
 	"github.com/hpcrun/hpcrun/train/config"
 )
 
@@ -22,12 +21,58 @@ import (
 // in the user's cache directory).
 
 // Share is how a run's ranks share a node: the tasks the node runs, the
-// GPUs it has for them (0: none asked) and the cores Slurm gives each
-// task (cpus_per_task; 0 counts as 1).
+// GPUs it has for them (0: none asked), the cores Slurm gives each task
+// (cpus_per_task; 0: none asked) and who starts the tasks (Launcher),
+// which decides the threads a rank runs.
 type Share struct {
 	TasksPerNode int
 	GPUsPerNode  int
 	CPUsPerTask  int
+	Launcher     Launcher
+}
+
+// Launcher is what starts a run's tasks, as far as their threads go.
+type Launcher int
+
+const (
+	// LaunchSlurm is srun: a task runs cpus_per_task threads (idrenv's
+	// LimitThreads reads SLURM_CPUS_PER_TASK), or all the node's when
+	// no cpus_per_task is asked.
+	LaunchSlurm Launcher = iota
+	// LaunchLocal is this machine's launcher (hpcrun run, the Local
+	// executor's srun; slurm.Tasks): GOMAXPROCS = its cores / the tasks,
+	// at least 1, whatever cpus_per_task says.
+	LaunchLocal
+)
+
+// RankThreads is the threads (GOMAXPROCS) a rank placed as s runs on a
+// machine of numCPU cores, as its launcher sets them.
+func RankThreads(s Share, numCPU int) int {
+	if s.Launcher == LaunchLocal {
+		return max(1, numCPU/max(s.TasksPerNode, 1))
+	}
+	if s.CPUsPerTask > 0 {
+		return min(s.CPUsPerTask, numCPU)
+	}
+	return numCPU
+}
+
+// RankCores is the cores a rank has on a machine of numCPU cores: its
+// threads (RankThreads), or less when the node's tasks oversubscribe the
+// cores (a fraction when ranks share one).
+func RankCores(s Share, numCPU int) float64 {
+	return min(float64(RankThreads(s, numCPU)), float64(numCPU)/float64(max(s.TasksPerNode, 1)))
+}
+
+// launchWords says how s's launcher sets a rank's threads.
+func launchWords(s Share, threads int) string {
+	if s.Launcher == LaunchLocal {
+		return fmt.Sprintf("GOMAXPROCS %d: the local launcher splits the cores over %s", threads, plural(max(s.TasksPerNode, 1), "task"))
+	}
+	if s.CPUsPerTask > 0 {
+		return fmt.Sprintf("GOMAXPROCS %d: cpus_per_task %d under srun", threads, s.CPUsPerTask)
+	}
+	return fmt.Sprintf("GOMAXPROCS %d: no cpus_per_task, every task takes all the cores", threads)
 }
 
 // RankDevice is the device a rank of a run of cfg placed as s gets: the
@@ -49,35 +94,127 @@ func RankDevice(gpu string, cfg config.Config, s Share) (d Device, why string, e
 }
 
 // HostCPU is a CPU rank on this machine: its share of the memory (the
-// node's tasks share it) and of the cores (RankCores), at the GEMM rate a
-// core reached in the last hpcrun bench gemm, else the default for two
-// cores.
+// node's tasks share it) and of the cores (RankThreads, RankCores), at the
+// rates hpcrun bench gemm and bench comm measured here (LoadCPURates,
+// LoadCommRates), else the defaults; its Warnings say what is not
+// measured, old or of another CPU, and whether the machine is busy now.
 func HostCPU(s Share) Device {
-	rate, err := LoadCPURate()
-	return hostCPU(s, runtime.NumCPU(), MemTotal(), rate, err == nil)
+	rates, err := LoadCPURates()
+	comm, _ := LoadCommRates()
+	return hostCPU(s, Machine{NumCPU: runtime.NumCPU(), Mem: MemTotal(), CPU: CPUModel(), Load: LoadAverage(), Now: time.Now()}, rates, err, comm)
 }
 
-// hostCPU is HostCPU on a machine of numCPU cores and mem bytes, whose
-// cached rate is rate when measured.
-func hostCPU(s Share, numCPU int, mem int64, rate CPURate, measured bool) Device {
-	cores := RankCores(s, numCPU)
-	var perCore float64
-	var source string
-	if measured && rate.Threads > 0 && rate.GFlops > 0 {
-		perCore = rate.GFlops * 1e9 / float64(rate.Threads)
-		source = fmt.Sprintf("hpcrun bench gemm of %s: %.1f GFLOP/s on %d threads; %s a rank", rate.Measured.Format(time.DateOnly), rate.GFlops, rate.Threads, coresWord(cores))
+// Machine is what the plan reads of the machine it runs on.
+type Machine struct {
+	NumCPU int
+	Mem    int64     // bytes; 0 unknown
+	CPU    string    // model name; "" unknown
+	Load   float64   // 1-minute load average; negative unknown
+	Now    time.Time // for the rates' age
+}
+
+// staleAfter is the age at which a measured rate is called old.
+const staleAfter = 30 * 24 * time.Hour
+
+// hostCPU is HostCPU on machine m with the rates read (nil and why when
+// none) and the comm fits (nil: none).
+func hostCPU(s Share, m Machine, rates *CPURates, why error, comm *CommRates) Device {
+	threads, cores := RankThreads(s, m.NumCPU), RankCores(s, m.NumCPU)
+	share := fmt.Sprintf("%s a rank (%s)", coresWord(cores), launchWords(s, threads))
+	var d Device
+	var warn []string
+	if rates != nil {
+		// The device's nominal rate: the table's median at the rank's threads
+		// and cores (what MFU is taken against); each GEMM is priced by its
+		// shape (Device.gemmSeconds).
+		var at []float64
+		for _, g := range rates.Gemms {
+			at = append(at, rates.GemmFlops(g.Gemm, threads, cores))
+		}
+		d = CPU(median(at), m.Mem/int64(max(s.TasksPerNode, 1)), cores, "")
+		d.MemBandwidth, d.OptBandwidth = rates.StreamBandwidth(threads, cores)
+		d.Rates = rates
+		d.Source = fmt.Sprintf("hpcrun bench gemm of %s on %q: %d GEMM shapes, the elementwise and AdamW bandwidths at %s threads, read at %s",
+			rates.Measured.Format(time.DateOnly), rates.CPU, len(rates.Gemms)/len(threadCounts(rates)), joinInts(threadCounts(rates)), share)
+		if age := m.Now.Sub(rates.Measured); age > staleAfter {
+			warn = append(warn, fmt.Sprintf("the CPU rates are %d days old: rerun hpcrun bench gemm", int(age.Hours()/24)))
+		}
+		if m.CPU != "" && rates.CPU != m.CPU {
+			warn = append(warn, fmt.Sprintf("the CPU rates were measured on %q, this machine is %q: rerun hpcrun bench gemm here", rates.CPU, m.CPU))
+		}
 	} else {
-		perCore = DefaultCPUFlops / 2
-		source = fmt.Sprintf("default %.0f GFLOP/s for 2 cores (hpcrun bench gemm measures this machine); %s a rank", DefaultCPUFlops/1e9, coresWord(cores))
+		d = CPU(DefaultCPUFlops/2*cores, m.Mem/int64(max(s.TasksPerNode, 1)), cores, "")
+		d.Source = fmt.Sprintf("default %.0f GFLOP/s for 2 cores and %.0f GB/s a core, not measured; %s", DefaultCPUFlops/1e9, cpuMemBWPerCore/1e9, share)
+		w := "the CPU rates are not measured (defaults): run hpcrun bench gemm"
+		if why != nil && !errors.Is(why, os.ErrNotExist) {
+			w = "the CPU rates are not measured (defaults): " + why.Error()
+		}
+		warn = append(warn, w)
 	}
-	return CPU(perCore*cores, mem/int64(max(s.TasksPerNode, 1)), cores, source)
+	d.Threads, d.Cores, d.Comm = threads, cores, comm
+	if comm == nil {
+		warn = append(warn, "the collectives' latency and bandwidth are not measured (defaults): run hpcrun bench comm")
+	}
+	for _, f := range comm.stale(m) {
+		warn = append(warn, fmt.Sprintf("the %s fit of %d ranks is %s: rerun hpcrun bench comm --nproc %d", f.fit.Path, f.fit.NRanks, f.why, f.fit.NRanks))
+	}
+	if m.Load > float64(m.NumCPU) {
+		warn = append(warn, fmt.Sprintf("this machine is busy (load average %.1f on %d cores): the measured rates and a run's timing now are both off", m.Load, m.NumCPU))
+	}
+	d.Warnings = warn
+	return d
 }
 
-// RankCores is the cores a rank has on a machine of numCPU cores: its
-// cpus_per_task, or less when the node's tasks oversubscribe the cores (a
-// fraction when ranks share one).
-func RankCores(s Share, numCPU int) float64 {
-	return min(float64(max(s.CPUsPerTask, 1)), float64(numCPU)/float64(max(s.TasksPerNode, 1)))
+// threadCounts are the thread counts rates measured GEMMs at.
+func threadCounts(r *CPURates) []int {
+	var ts []int
+	for _, g := range r.Gemms {
+		if !slices.Contains(ts, g.Threads) {
+			ts = append(ts, g.Threads)
+		}
+	}
+	slices.Sort(ts)
+	return ts
+}
+
+// joinInts is "1,2".
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
+
+// median of xs; 0 when empty.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// LoadAverage is this machine's 1-minute load average (/proc/loadavg);
+// -1 when unknown.
+func LoadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return -1
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return -1
+	}
+	return v
 }
 
 // coresWord is a number of cores to two digits: "1 core", "0.5 core",
@@ -111,52 +248,4 @@ func memInfoTotal(r io.Reader) int64 {
 		}
 	}
 	return 0
-}
-
-// CPURate is what hpcrun bench gemm leaves for the plan: this machine's
-// GEMM rate.
-type CPURate struct {
-	GFlops   float64   `json:"gflops"` // median over the shapes measured
-	Threads  int       `json:"threads"`
-	Measured time.Time `json:"measured"`
-}
-
-// CPURatePath is where the rate is kept: cpu-gemm.json under hpcrun in
-// the user's cache directory.
-func CPURatePath() (string, error) {
-	dir, err := os.UserCacheDir()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(dir, "hpcrun", "cpu-gemm.json"), nil
-}
-
-// LoadCPURate reads the rate SaveCPURate kept.
-func LoadCPURate() (CPURate, error) {
-	var c CPURate
-	path, err := CPURatePath()
-	if err != nil {
-		return c, err
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return c, err
-	}
-	return c, json.Unmarshal(b, &c)
-}
-
-// SaveCPURate keeps c for the plans to come, atomically (a plan reading it
-// meanwhile sees the old rate or the new one), and says where.
-func SaveCPURate(c CPURate) (path string, err error) {
-	if path, err = CPURatePath(); err != nil {
-		return "", err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return path, err
-	}
-	b, err := json.Marshal(c)
-	if err != nil {
-		return path, err
-	}
-	return path, atomicfile.WriteFile(path, append(b, '\n'), 0o644)
 }

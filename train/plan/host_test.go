@@ -1,8 +1,11 @@
 package plan
 
 import (
+	"errors"
+	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -10,20 +13,35 @@ import (
 	"github.com/hpcrun/hpcrun/train/config"
 )
 
+// TestRankCores: the threads and cores a rank gets as its launcher
+// gives them: the local launcher splits the machine's cores over the
+// tasks whatever cpus_per_task says (a lone rank of hpcrun run gets them
+// all); srun gives cpus_per_task threads, or all the cores when none is
+// asked, the node's tasks sharing them.
 func TestRankCores(t *testing.T) {
+	local, srun := LaunchLocal, LaunchSlurm
 	for _, tt := range []struct {
-		s      Share
-		numCPU int
-		want   float64
+		s       Share
+		numCPU  int
+		threads int
+		cores   float64
 	}{
-		{Share{TasksPerNode: 1, CPUsPerTask: 4}, 8, 4},
-		{Share{TasksPerNode: 1}, 8, 1},                   // cpus_per_task 0 is one core
-		{Share{TasksPerNode: 2, CPUsPerTask: 4}, 4, 2},   // the node's tasks share its cores
-		{Share{TasksPerNode: 4, CPUsPerTask: 1}, 2, 0.5}, // oversubscribed: half a core
-		{Share{CPUsPerTask: 3}, 16, 3},                   // no tasks per node counts as one
+		{Share{TasksPerNode: 1, CPUsPerTask: 1, Launcher: local}, 2, 2, 2}, // hpcrun run --nproc 1: 2 cores of 2
+		{Share{TasksPerNode: 2, CPUsPerTask: 1, Launcher: local}, 2, 1, 1},
+		{Share{TasksPerNode: 4, CPUsPerTask: 4, Launcher: local}, 2, 1, 0.5}, // oversubscribed: half a core
+		{Share{TasksPerNode: 3, Launcher: local}, 8, 2, 2},
+		{Share{TasksPerNode: 1, CPUsPerTask: 4, Launcher: srun}, 8, 4, 4},
+		{Share{TasksPerNode: 1, Launcher: srun}, 8, 8, 8},                   // no cpus_per_task: all the cores
+		{Share{TasksPerNode: 4, Launcher: srun}, 8, 8, 2},                   // ... shared by the node's tasks
+		{Share{TasksPerNode: 2, CPUsPerTask: 4, Launcher: srun}, 4, 4, 2},   // the node's tasks share its cores
+		{Share{TasksPerNode: 4, CPUsPerTask: 1, Launcher: srun}, 2, 1, 0.5}, // oversubscribed
+		{Share{CPUsPerTask: 3}, 16, 3, 3},                                   // no tasks per node counts as one
 	} {
-		if got := RankCores(tt.s, tt.numCPU); got != tt.want {
-			t.Errorf("RankCores(%+v, %d) = %g, want %g", tt.s, tt.numCPU, got, tt.want)
+		if got := RankThreads(tt.s, tt.numCPU); got != tt.threads {
+			t.Errorf("RankThreads(%+v, %d) = %d, want %d", tt.s, tt.numCPU, got, tt.threads)
+		}
+		if got := RankCores(tt.s, tt.numCPU); got != tt.cores {
+			t.Errorf("RankCores(%+v, %d) = %g, want %g", tt.s, tt.numCPU, got, tt.cores)
 		}
 	}
 }
@@ -38,28 +56,119 @@ func TestMemInfoTotal(t *testing.T) {
 	}
 }
 
+// testRates is a table measured at 1 and 2 threads: 10 and 20 GFLOP/s
+// for a small product, 20 and 40 for a large, 30 and 60 for a batched
+// one; Add at 8 and 12 GB/s, AdamW at 10 and 16.
+func testRates() *CPURates {
+	small, large := Gemm{M: 64, N: 64, K: 64}, Gemm{M: 1024, N: 1024, K: 1024}
+	batched := Gemm{M: 128, N: 128, K: 32, Batch: 8, TransB: true}
+	return &CPURates{Format: RatesFormat, CPU: "Test CPU", Measured: time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC),
+		Gemms:  []GemmRate{{small, 1, 10}, {large, 1, 20}, {batched, 1, 30}, {small, 2, 20}, {large, 2, 40}, {batched, 2, 60}},
+		Stream: []StreamRate{{Threads: 1, AddGBs: 8, AdamGBs: 10}, {Threads: 2, AddGBs: 12, AdamGBs: 16}}}
+}
+
 func TestHostCPU(t *testing.T) {
-	s := Share{TasksPerNode: 4, CPUsPerTask: 1}
-	d := hostCPU(s, 2, 8*gib, CPURate{}, false)
-	if d.Name != "cpu" || d.FP32Flops != DefaultCPUFlops/4 || d.MemBytes != 2*gib || d.Wait != oversubscribedWait {
+	now := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	m := Machine{NumCPU: 2, Mem: 8 * gib, CPU: "Test CPU", Load: 0.5, Now: now}
+	s := Share{TasksPerNode: 4, CPUsPerTask: 1, Launcher: LaunchLocal}
+	d := hostCPU(s, m, nil, os.ErrNotExist, nil)
+	if d.Name != "cpu" || d.FP32Flops != DefaultCPUFlops/4 || d.MemBytes != 2*gib || d.Wait != oversubscribedWait || d.Rates != nil {
 		t.Errorf("default rate, half a core: %+v", d)
 	}
-	if want := "default 100 GFLOP/s for 2 cores (hpcrun bench gemm measures this machine); 0.5 core a rank"; d.Source != want {
+	if want := "default 100 GFLOP/s for 2 cores and 15 GB/s a core, not measured; 0.5 core a rank (GOMAXPROCS 1: the local launcher splits the cores over 4 tasks)"; d.Source != want {
 		t.Errorf("source %q, want %q", d.Source, want)
 	}
-
-	rate := CPURate{GFlops: 80, Threads: 4, Measured: time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)}
-	d = hostCPU(Share{TasksPerNode: 2, CPUsPerTask: 4}, 8, 8*gib, rate, true)
-	if d.FP32Flops != 80e9 || d.MemBytes != 4*gib || d.Wait != 0 {
-		t.Errorf("measured 20 GFLOP/s a core, 4 cores a rank: %+v", d)
+	if len(d.Warnings) != 2 || !strings.Contains(d.Warnings[0], "run hpcrun bench gemm") || !strings.Contains(d.Warnings[1], "run hpcrun bench comm") {
+		t.Errorf("warnings %q: want the two rates not measured", d.Warnings)
 	}
-	if want := "hpcrun bench gemm of 2026-11-25: 80.0 GFLOP/s on 4 threads; 4 cores a rank"; d.Source != want {
-		t.Errorf("source %q, want %q", d.Source, want)
+	if d := hostCPU(s, m, nil, ErrOldRates, nil); !strings.Contains(d.Warnings[0], "rerun hpcrun bench gemm") {
+		t.Errorf("an old file: warnings %q", d.Warnings)
 	}
 
-	// A rate read with no threads is not a rate: the default stands.
-	if d := hostCPU(s, 2, 0, CPURate{GFlops: 80}, true); d.FP32Flops != DefaultCPUFlops/4 || d.MemBytes != defaultCPUMemBytes {
-		t.Errorf("rate of 0 threads, unknown memory: %+v", d)
+	// A lone rank of hpcrun run has both cores: the 2-thread rates.
+	r := testRates()
+	comm := &CommRates{Format: CommRatesFormat, Fits: []CommFit{{Path: PathShm, NRanks: 2, LatencyS: 20e-6, BusGBs: 4, CPU: "Test CPU", Measured: now}}}
+	d = hostCPU(Share{TasksPerNode: 1, CPUsPerTask: 1, Launcher: LaunchLocal}, m, r, nil, comm)
+	if d.Threads != 2 || d.Cores != 2 || d.MemBandwidth != 12e9 || d.OptBandwidth != 16e9 || d.MemBytes != 8*gib || d.Wait != 0 {
+		t.Errorf("a lone rank: %+v", d)
+	}
+	if len(d.Warnings) != 0 {
+		t.Errorf("measured, fresh, same CPU, quiet: warnings %q", d.Warnings)
+	}
+	if !strings.Contains(d.Source, "2026-11-25") || !strings.Contains(d.Source, "2 cores a rank (GOMAXPROCS 2") {
+		t.Errorf("source %q: no date or no cores", d.Source)
+	}
+	// Old, of another CPU, on a busy machine: each said.
+	m2 := m
+	m2.CPU, m2.Load, m2.Now = "Other CPU", 3.5, now.Add(40*24*time.Hour)
+	d = hostCPU(Share{TasksPerNode: 1, Launcher: LaunchLocal}, m2, r, nil, comm)
+	if w := strings.Join(d.Warnings, "\n"); !strings.Contains(w, "41 days old") || !strings.Contains(w, `measured on "Test CPU", this machine is "Other CPU"`) || !strings.Contains(w, "busy (load average 3.5 on 2 cores)") ||
+		!strings.Contains(w, "the shm fit of 2 ranks is 40 days old: rerun hpcrun bench comm --nproc 2") {
+		t.Errorf("warnings %q: want old, other CPU, busy", d.Warnings)
+	}
+}
+
+// TestRatesLookup reads the table: a shape measured, one between two
+// (in log FLOPs), the ends held flat, a batched one apart, thread counts
+// between and beyond those measured, and cores shared by the threads.
+func TestRatesLookup(t *testing.T) {
+	r := testRates()
+	mid := Gemm{M: 256, N: 256, K: 256} // log FLOPs halfway between 64^3 and 1024^3
+	for _, tt := range []struct {
+		g       Gemm
+		threads int
+		cores   float64
+		want    float64 // GFLOP/s
+	}{
+		{Gemm{M: 64, N: 64, K: 64}, 1, 1, 10},
+		{mid, 1, 1, 15},
+		{mid, 2, 2, 30},
+		{Gemm{M: 8, N: 8, K: 8}, 2, 2, 20},          // below the smallest: flat
+		{Gemm{M: 4096, N: 4096, K: 4096}, 1, 1, 20}, // above the largest: flat
+		{Gemm{M: 64, N: 64, K: 16, Batch: 4}, 2, 2, 60},
+		{mid, 4, 4, 60},    // 4 threads: per thread as at 2
+		{mid, 1, 0.5, 7.5}, // half a core
+		{mid, 2, 1, 15},    // 2 threads on 1 core
+	} {
+		if got := r.GemmFlops(tt.g, tt.threads, tt.cores) / 1e9; math.Abs(got-tt.want) > 1e-9 {
+			t.Errorf("GemmFlops(%v, %d threads, %g cores) = %g GFLOP/s, want %g", tt.g, tt.threads, tt.cores, got, tt.want)
+		}
+	}
+	if add, adam := r.StreamBandwidth(2, 1); add != 6e9 || adam != 8e9 {
+		t.Errorf("bandwidth of 2 threads on 1 core: %g, %g", add, adam)
+	}
+	// A step's elementwise bandwidth, measured at every thread count,
+	// stands for Add's; measured at one only, not.
+	r.Stream[0].ElemGBs = 4
+	if elem, _ := r.StreamBandwidth(1, 1); elem != 8e9 {
+		t.Errorf("elementwise measured at 1 thread of 2: %g, want Add's", elem)
+	}
+	r.Stream[1].ElemGBs = 5
+	if elem, _ := r.StreamBandwidth(2, 2); elem != 5e9 {
+		t.Errorf("elementwise at 2 threads: %g, want 5e9", elem)
+	}
+}
+
+// TestFitComm: times of 20 µs + bytes at 4 GB/s of bus bandwidth give
+// those back.
+func TestFitComm(t *testing.T) {
+	times := map[int64]float64{}
+	for _, b := range []int64{4 << 10, 64 << 10, 1 << 20, 16 << 20} {
+		times[b] = 20e-6 + 2*3.0/4*float64(b)/4e9
+	}
+	lat, bw, lo, hi, err := FitComm(4, times)
+	if err != nil || math.Abs(lat-20e-6) > 1e-12 || math.Abs(bw-4) > 1e-9 || lo != 4<<10 || hi != 16<<20 {
+		t.Errorf("FitComm = %g s, %g GB/s, %d..%d, %v; want 20 µs, 4 GB/s", lat, bw, lo, hi, err)
+	}
+	if _, _, _, _, err := FitComm(1, times); err == nil {
+		t.Error("a fit of one rank")
+	}
+	c := &CommRates{Fits: []CommFit{{Path: PathShm, NRanks: 2}, {Path: PathShm, NRanks: 4}, {Path: PathNet, NRanks: 8}}}
+	if f := c.Lookup(PathShm, 3); f == nil || f.NRanks != 2 {
+		t.Errorf("Lookup(shm, 3) = %+v, want the 2-rank fit", f)
+	}
+	if f := c.Lookup(PathTCP, 2); f != nil {
+		t.Errorf("Lookup(tcp, 2) = %+v, want none", f)
 	}
 }
 
@@ -93,33 +202,61 @@ func TestRankDevice(t *testing.T) {
 	}
 }
 
-// TestCPURateCache saves a rate, replaces it and reads it back: the file
-// is the one hpcrun bench gemm names, whole, with no temporary left.
-func TestCPURateCache(t *testing.T) {
+// TestRatesCache saves rates and comm fits, replaces them and reads them
+// back: the files hpcrun bench gemm and bench comm name, whole, with no
+// temporary left; an old one-rate file is refused with a one-line error.
+func TestRatesCache(t *testing.T) {
 	cache := t.TempDir()
 	t.Setenv("XDG_CACHE_HOME", cache)
-	if _, err := LoadCPURate(); err == nil {
-		t.Fatal("a rate read from an empty cache")
+	if _, err := LoadCPURates(); err == nil {
+		t.Fatal("rates read from an empty cache")
 	}
-	for _, gflops := range []float64{12.5, 40} {
-		c := CPURate{GFlops: gflops, Threads: 2, Measured: time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)}
-		path, err := SaveCPURate(c)
+	for _, cpu := range []string{"A", "B"} {
+		r := testRates()
+		r.CPU = cpu
+		path, err := SaveCPURates(r)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if want := filepath.Join(cache, "hpcrun", "cpu-gemm.json"); path != want {
 			t.Errorf("kept in %s, want %s", path, want)
 		}
-		got, err := LoadCPURate()
-		if err != nil || got != c {
-			t.Errorf("read back %+v, %v; want %+v", got, err, c)
+		got, err := LoadCPURates()
+		if err != nil || !reflect.DeepEqual(got, r) {
+			t.Errorf("read back %+v, %v; want %+v", got, err, r)
 		}
 	}
-	ents, err := os.ReadDir(filepath.Join(cache, "hpcrun"))
-	if err != nil || len(ents) != 1 {
-		t.Errorf("cache dir holds %v (%v); want cpu-gemm.json alone", ents, err)
+	for _, lat := range []float64{1e-5, 2e-5} {
+		for _, n := range []int{2, 4} {
+			if _, err := SaveCommFit(CommFit{Path: PathShm, NRanks: n, LatencyS: lat, BusGBs: 3}); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	if d := HostCPU(Share{TasksPerNode: 1, CPUsPerTask: 1}); !strings.HasPrefix(d.Source, "hpcrun bench gemm of 2026-11-25: 40.0 GFLOP/s on 2 threads") {
-		t.Errorf("HostCPU's source %q: not the rate kept", d.Source)
+	c, err := LoadCommRates()
+	if err != nil || len(c.Fits) != 2 || c.Fits[0].LatencyS != 2e-5 || c.Fits[1].NRanks != 4 {
+		t.Errorf("comm fits %+v, %v: want the latest of 2 and 4 ranks", c, err)
+	}
+	ents, err := os.ReadDir(filepath.Join(cache, "hpcrun"))
+	if err != nil || len(ents) != 2 {
+		t.Errorf("cache dir holds %v (%v); want cpu-gemm.json and cpu-comm.json alone", ents, err)
+	}
+	if d := HostCPU(Share{TasksPerNode: 1, CPUsPerTask: 1}); d.Rates == nil || d.Comm == nil || !strings.HasPrefix(d.Source, `hpcrun bench gemm of 2026-11-25 on "B"`) {
+		t.Errorf("HostCPU's source %q: not the rates kept", d.Source)
+	}
+	// The old format: one median rate.
+	old := `{"gflops":40,"threads":2,"measured":"2026-11-25T10:00:00Z"}`
+	if err := os.WriteFile(filepath.Join(cache, "hpcrun", "cpu-gemm.json"), []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadCPURates(); !errors.Is(err, ErrOldRates) || strings.Contains(err.Error(), "\n") {
+		t.Errorf("old format: %v, want ErrOldRates", err)
+	}
+}
+
+func TestCPUInfoModel(t *testing.T) {
+	info := "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Test @ 2.0GHz\n\nprocessor\t: 1\nmodel name\t: other\n"
+	if got := cpuInfoModel(strings.NewReader(info)); got != "Intel(R) Xeon(R) Test @ 2.0GHz" {
+		t.Errorf("cpuInfoModel = %q", got)
 	}
 }

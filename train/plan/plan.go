@@ -8,8 +8,10 @@
 // It is pure arithmetic on a config.Config, the vocabulary, the number of
 // nodes and a Device (the table in device.go): no allocation on a device,
 // and no I/O but host.go's, which chooses a rank's Device (RankDevice) and
-// for a CPU rank reads this machine's cores, memory and the GEMM rate
-// hpcrun bench gemm kept (SaveCPURate). The memory model sums the
+// for a CPU rank reads this machine's cores, memory and load and the
+// rates hpcrun bench gemm and bench comm kept (rates.go, commrates.go:
+// GEMMs by shape, streaming bandwidth, the collectives' latency and
+// bandwidth). The memory model sums the
 // engine's own size tables, the lists from which its layers and model
 // allocate their activation buffers (parallel.BlockSizes and the other
 // layers', parallel.SequenceParallelSizes, config.ModelBuffers and
@@ -58,6 +60,7 @@ package plan
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/train/config"
@@ -228,6 +231,9 @@ type Time struct {
 	// StepS is ComputeS + MemoryS + CommS + BubbleS.
 	StepS     float64 `json:"step_s"`
 	CommShare float64 `json:"comm_share"` // CommS / StepS: the engine does not overlap them
+	// CommRates says, per group, the latency and bandwidth CommS takes
+	// and whether hpcrun bench comm measured them.
+	CommRates string `json:"comm_rates,omitempty"`
 	// TokensPerS is the job's (all data-parallel replicas).
 	TokensPerS float64 `json:"tokens_per_s"`
 	// FlopsPerToken is config.FlopsPerToken, the convention MFU uses in
@@ -543,18 +549,6 @@ func (s shapes) seqGrads() int64 {
 	return g
 }
 
-// blockMatmul is the floats of one block's weight matrices over all ranks:
-// the products' sizes (12 C^2 for GPT-2's; a Llama's Q,K,V with its
-// key/value heads, output projection and the three SwiGLU matrices).
-func (s shapes) blockMatmul() float64 {
-	C := float64(s.C)
-	if !s.llama {
-		return 12 * C * C
-	}
-	qkv := float64(s.cfg.Heads+2*s.cfg.KVHeadCount()) * C / float64(s.cfg.Heads)
-	return qkv*C + C*C + 3*float64(s.cfg.Hidden())*C
-}
-
 // normTensors is how many parameters the stage counts in the gradient
 // norm: all of its own but, on the last stage of a GPT pipeline, its copy
 // of the tied embedding (the first stage counts it).
@@ -688,32 +682,30 @@ const activationTouches = 3
 func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 	var t Time
 	accum := float64(cfg.Micro())
-	N, C, T, B := float64(s.N), float64(s.C), float64(s.T), float64(s.B)
+	N, C, B := float64(s.N), float64(s.C), float64(s.B)
 	tp := float64(s.tp)
-	// Per block and micro-batch: the weight products 2 N blockMatmul
-	// forward (24 N C^2 for GPT-2's four; over tp ranks), attention's two
-	// 4 B T^2 C, backward twice the forward; the head's on the last stage.
-	w := s.blockMatmul()
-	gemm := float64(s.L) * (6*N*w + 12*B*T*T*C) / tp
-	switch s.recompute {
-	case parallel.RecomputeSelective:
-		gemm += float64(s.L) * 4 * B * T * T * C / tp // the attention core's two products again
-	case parallel.RecomputeFull:
-		gemm += float64(s.L) * (2*N*w + 4*B*T*T*C) / tp // the whole forward again
+	// The path within a node: shared memory, or the TCP ring when the
+	// config asks for it; a group spanning nodes takes the network.
+	local := PathShm
+	if cfg.Comm == "tcp" {
+		local = PathTCP
 	}
-	switch {
-	case !s.last:
-	case s.gpt:
-		gemm += 6 * N * C * float64(s.vl)
-	default:
-		gemm += 4*B*N*C + 6*B*C*float64(s.cl)
+	across := local
+	if nodes > 1 {
+		across = PathNet
 	}
-	t.GemmFlops = gemm * accum
-	t.Rate = dev.FP32Flops * dev.Efficiency
-	if cfg.Precision == "tf32" && dev.TF32Flops > 0 {
-		t.Rate = dev.TF32Flops * dev.Efficiency
+	var froms []string
+	// The micro-batch's products (s.gemms: its blocks' forward and
+	// backward, what recomputation runs again, the head's on the last
+	// stage), each at its shape's rate where the device has them.
+	gs := s.gemms()
+	t.GemmFlops = gemmFlops(gs) * accum
+	t.ComputeS = dev.gemmSeconds(gs) * accum
+	if cfg.Precision == "tf32" && dev.Rates == nil && dev.TF32Flops > 0 {
+		// A GPU's tensor cores on float32 operands.
+		t.ComputeS = t.GemmFlops / (dev.TF32Flops * dev.Efficiency)
 	}
-	t.ComputeS = t.GemmFlops / t.Rate
+	t.Rate = t.GemmFlops / t.ComputeS
 	// Elementwise kernels touch the activations a few times per
 	// micro-batch; AdamW reads weight, gradient and moments and writes
 	// three of them back (with ZeRO-1 of this rank's ranges only); the
@@ -723,7 +715,7 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		adam, _, _ = s.zeroSizes()
 	}
 	actS := accum * activationTouches * float64(s.activationElems()) * f32 / dev.MemBandwidth
-	t.MemoryS = actS + float64(7*adam+s.paramElems)*f32/dev.MemBandwidth
+	t.MemoryS = actS + float64(7*adam)*f32/dev.optBandwidth() + float64(s.paramElems)*f32/dev.MemBandwidth
 	// What the micro-batches take, the part a pipeline's bubble stretches.
 	microS := t.ComputeS + actS
 
@@ -797,8 +789,10 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		}
 		t.TPBytes = (accum*units + perStep) * half(tp) * f32
 		t.Collectives += int(accum)*n + nStep
-		tpMicroS := accum * (units*half(tp)*f32/dev.LinkBandwidth + float64(n)*dev.Latency)
-		t.CommS += t.TPBytes/dev.LinkBandwidth + float64(int(accum)*n+nStep)*dev.Latency
+		lat, bw, from := dev.collective(local, int(s.tp))
+		froms = append(froms, "tp "+from)
+		tpMicroS := accum * (units*half(tp)*f32/bw + float64(n)*lat)
+		t.CommS += t.TPBytes/bw + float64(int(accum)*n+nStep)*lat
 		if _, r, err := parallel.KVSplit(cfg.Heads, cfg.KVHeadCount(), int(s.tp)); s.llama && err == nil && r > 1 {
 			// Key/value heads replicated over r ranks: each block's k and
 			// v rows' gradients all-reduced over them once a step
@@ -806,7 +800,7 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 			kv := 2 * float64(s.L) * 2 * (C / float64(cfg.Heads) * C) * half(float64(r)) * f32
 			t.TPBytes += kv
 			t.Collectives += int(s.L)
-			t.CommS += kv/dev.LinkBandwidth + float64(s.L)*dev.Latency
+			t.CommS += kv/bw + float64(s.L)*lat
 		}
 		microS += tpMicroS
 	}
@@ -828,11 +822,9 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		}
 		t.Transfers = int(accum) * links
 		t.PPBytes = float64(t.Transfers) * x * f32
-		bw := dev.LinkBandwidth
-		if nodes > 1 {
-			bw = dev.NetBandwidth
-		}
-		ppS := t.PPBytes/bw + float64(t.Transfers)*dev.Latency
+		lat, bw, from := dev.collective(across, 2)
+		froms = append(froms, "pp "+from)
+		ppS := t.PPBytes/bw + float64(t.Transfers)*lat
 		t.CommS += ppS
 		microS += ppS
 		// 1F1B: the m micro-batches' work takes as long as m+p-1 of them.
@@ -840,10 +832,8 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		t.BubbleS = microS * float64(s.pp-1) / float64(s.m)
 	}
 	if dp > 1 {
-		bw := dev.LinkBandwidth
-		if nodes > 1 {
-			bw = dev.NetBandwidth
-		}
+		lat, bw, from := dev.collective(across, int(s.dp))
+		froms = append(froms, "dp "+from)
 		// An all-reduce of every bucket, and the loss's mean (one float).
 		buckets := len(s.buckets)
 		n := buckets + 1
@@ -857,13 +847,14 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		}
 		t.DPBytes = units * half(dp) * f32
 		t.Collectives += n
-		t.CommS += t.DPBytes/bw + float64(n)*dev.Latency
+		t.CommS += t.DPBytes/bw + float64(n)*lat
 	}
 	if syncs := t.Collectives + t.Transfers; dev.Wait > 0 && syncs > 0 {
 		// Ranks sharing cores wait for each other at every collective and
 		// transfer, at most the work between two of them.
 		t.CommS += float64(syncs) * min(dev.Wait, (t.ComputeS+t.MemoryS)/float64(syncs))
 	}
+	t.CommRates = strings.Join(froms, "; ")
 	t.StepS = t.ComputeS + t.MemoryS + t.CommS + t.BubbleS
 	t.CommShare = t.CommS / t.StepS
 	t.TokensPerS = float64(cfg.BatchSize*cfg.Seq) * accum * dp / t.StepS

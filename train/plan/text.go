@@ -103,7 +103,7 @@ func (pl *Plan) WriteText(w io.Writer, sug []Suggestion) error {
 	t := pl.Time
 	fmt.Fprintln(w, "\nstep (predicted)")
 	fmt.Fprintf(w, "  %-10s %9.4f s  %.2f GFLOP of GEMMs a rank at %.1f GFLOP/s\n", "compute", t.ComputeS, t.GemmFlops/1e9, t.Rate/1e9)
-	fmt.Fprintf(w, "  %-10s %9.4f s  elementwise kernels and AdamW at %.0f GB/s\n", "memory", t.MemoryS, pl.Device.MemBandwidth/1e9)
+	fmt.Fprintf(w, "  %-10s %9.4f s  elementwise kernels at %.1f GB/s, AdamW at %.1f GB/s\n", "memory", t.MemoryS, pl.Device.MemBandwidth/1e9, pl.Device.optBandwidth()/1e9)
 	p2p := ""
 	if pl.PP > 1 {
 		p2p = fmt.Sprintf(", pp %s point-to-point (%d transfers)", bytesIEC(int64(t.PPBytes)), t.Transfers)
@@ -115,6 +115,12 @@ func (pl *Plan) WriteText(w io.Writer, sug []Suggestion) error {
 	fmt.Fprintf(w, "  %-10s %9.4f s  comm %.0f%% of it\n", "step", t.StepS, 100*t.CommShare)
 	fmt.Fprintf(w, "  %-10s %9.0f    MFU %.1f%% of %.4g GFLOP/s x %d ranks\n", "tokens/s", t.TokensPerS, 100*t.MFU, t.PeakFlops/1e9, pl.NTasks)
 	fmt.Fprintf(w, "rates: %s\n", pl.Device.Source)
+	if t.CommRates != "" {
+		fmt.Fprintf(w, "comm rates: %s\n", t.CommRates)
+	}
+	for _, x := range pl.Device.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", x)
+	}
 	for _, n := range pl.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}

@@ -1,0 +1,169 @@
+package plan
+
+import (
+	"fmt"
+
+	"github.com/hpcrun/hpcrun/parallel"
+	"github.com/hpcrun/hpcrun/train/config"
+)
+
+// GemmCount is a matrix product a step runs Count times.
+type GemmCount struct {
+	Gemm
+	Count int `json:"count"`
+}
+
+// linear is a weight product of a rank: In inputs to Out outputs per
+// token.
+type linear struct{ in, out int }
+
+// products are a linear's three GEMMs over n tokens, as the engine calls
+// them: y = x W^T, dx = dy W, dW = dy^T x.
+func (l linear) products(n int) []GemmCount {
+	return []GemmCount{
+		{Gemm{M: n, N: l.out, K: l.in, TransB: true}, 1},
+		{Gemm{M: n, N: l.in, K: l.out}, 1},
+		{Gemm{M: l.out, N: l.in, K: n, TransA: true}, 1},
+	}
+}
+
+// forward is the first of a linear's products: y = x W^T.
+func (l linear) forward(n int) GemmCount { return l.products(n)[0] }
+
+// blockLinears are one block's weight products on a rank: GPT-2's c_attn
+// (C to 3C/tp), attn.c_proj (C/tp to C), mlp.c_fc (C to 4C/tp) and
+// mlp.c_proj (4C/tp to C); a Llama's qkv_proj, o_proj, gate_up_proj (C to
+// 2 ffn/tp) and down_proj.
+func (s shapes) blockLinears() []linear {
+	C, tp := int(s.C), int(s.tp)
+	qkv := 3 * C / tp
+	if s.llama {
+		qkv = s.cfg.QKVRows(tp) // replicated key/value heads stay whole
+	}
+	up := s.cfg.Hidden()
+	if s.llama {
+		up *= 2
+	}
+	return []linear{{C, qkv}, {C / tp, C}, {C, up / tp}, {s.cfg.Hidden() / tp, C}}
+}
+
+// attention are one block's attention products for one micro-batch, per
+// sequence of it (the engine batches a sequence's heads of this rank):
+// forward S = Q K^T and O = P V, backward dP = dO V^T, dQ = dS K, dK = dS^T
+// Q and dV = P^T dO. fwdOnly keeps the forward's two.
+func (s shapes) attention(fwdOnly bool) []GemmCount {
+	T, B := int(s.T), int(s.B)
+	h := s.cfg.Heads / int(s.tp)
+	hd := int(s.C) / s.cfg.Heads
+	g := []GemmCount{
+		{Gemm{M: T, N: T, K: hd, Batch: h, TransB: true}, B},
+		{Gemm{M: T, N: hd, K: T, Batch: h}, B},
+	}
+	if fwdOnly {
+		return g
+	}
+	return append(g,
+		GemmCount{Gemm{M: T, N: T, K: hd, Batch: h, TransB: true}, B},
+		GemmCount{Gemm{M: T, N: hd, K: T, Batch: h}, B},
+		GemmCount{Gemm{M: T, N: hd, K: T, Batch: h, TransA: true}, 2 * B})
+}
+
+// gemms are the matrix products of one micro-batch on a rank of the
+// stage: its blocks' forward and backward (and what recomputation runs
+// again), and on the last stage the head's.
+func (s shapes) gemms() []GemmCount {
+	n := int(s.N)
+	var block []GemmCount
+	for _, l := range s.blockLinears() {
+		block = append(block, l.products(n)...)
+	}
+	block = append(block, s.attention(false)...)
+	switch s.recompute {
+	case parallel.RecomputeSelective:
+		block = append(block, s.attention(true)...)
+	case parallel.RecomputeFull:
+		for _, l := range s.blockLinears() {
+			block = append(block, l.forward(n))
+		}
+		block = append(block, s.attention(true)...)
+	}
+	var out []GemmCount
+	for _, g := range block {
+		g.Count *= int(s.L)
+		out = append(out, g)
+	}
+	switch {
+	case !s.last:
+	case s.gpt:
+		out = append(out, linear{int(s.C), int(s.vl)}.products(n)...)
+	default:
+		// BERT's head: the pooled mean over the sequence (forward and
+		// backward, as products of B x C by the tokens) and cls.fc1's.
+		B, C := int(s.B), int(s.C)
+		out = append(out, GemmCount{Gemm{M: B, N: C, K: n}, 2})
+		out = append(out, linear{C, int(s.cl)}.products(B)...)
+	}
+	return out
+}
+
+// gemmFlops is the FLOPs of gs.
+func gemmFlops(gs []GemmCount) float64 {
+	var f float64
+	for _, g := range gs {
+		f += g.Flops() * float64(g.Count)
+	}
+	return f
+}
+
+// StepGemms are the matrix products of one micro-batch on a rank of a run
+// of cfg (the first stage's with a pipeline) with a vocabulary of vocab:
+// what hpcrun bench gemm measures and the plan prices.
+func StepGemms(cfg config.Config, vocab int) ([]GemmCount, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	vp, err := parallel.PadVocab(vocab, cfg.TP)
+	if err != nil {
+		return nil, err
+	}
+	split, err := stageSplit(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return newShapes(cfg, vp, 0, split[0]).gemms(), nil
+}
+
+// CalibrateElementwise is the bandwidth, in GB/s, that the elementwise
+// kernels of a step of cfg on one rank (tp 1, one micro-batch, vocabulary
+// vocab) reached when the step took stepS seconds on threads threads: the
+// step less its GEMMs (each at its shape's rate in r) and the optimizer
+// (at r's AdamW bandwidth), over the activation bytes the plan counts for
+// those kernels. 0 when the GEMMs and the optimizer take the whole step.
+func CalibrateElementwise(cfg config.Config, vocab int, stepS float64, r *CPURates, threads int) (float64, error) {
+	cfg.NTasks, cfg.TP, cfg.PP, cfg.GradAccum, cfg.SP, cfg.Zero = 1, 1, 0, 1, false, 0
+	if err := cfg.Validate(); err != nil {
+		return 0, err
+	}
+	vp, err := parallel.PadVocab(vocab, 1)
+	if err != nil {
+		return 0, err
+	}
+	s := newShapes(cfg, vp, 0, cfg.Layers)
+	dev := Device{Rates: r, Threads: threads, Cores: float64(threads)}
+	var add float64
+	for _, x := range r.Stream {
+		if x.Threads == threads {
+			add = x.AddGBs * 1e9
+		}
+	}
+	_, adam := r.StreamBandwidth(threads, float64(threads))
+	if add <= 0 || adam <= 0 {
+		return 0, fmt.Errorf("calibrate elementwise: no bandwidth measured at %d threads", threads)
+	}
+	p := float64(s.paramElems) * f32
+	left := stepS - dev.gemmSeconds(s.gemms()) - 7*p/adam - p/add
+	if left <= 0 {
+		return 0, nil
+	}
+	return activationTouches * float64(s.activationElems()) * f32 / left / 1e9, nil
+}
