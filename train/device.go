@@ -56,6 +56,11 @@ func setPrecision(dev tensor.Device, precision string) error {
 	if err != nil {
 		return err
 	}
+	if c, ok := dev.(interface{ CheckPrecision(cuda.Precision) error }); ok {
+		if err := c.CheckPrecision(p); err != nil {
+			return err
+		}
+	}
 	d.SetMatmulPrecision(p)
 	return nil
 }

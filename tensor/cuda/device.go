@@ -38,6 +38,7 @@ type Device struct {
 
 	alloc     *allocator
 	precision Precision
+	ccMajor   int // compute capability's major: 8 for an A100, 7 for a V100
 	err       error // first asynchronous failure since the last Sync
 	fromCache bool
 	closed    bool
@@ -171,7 +172,7 @@ func (d *Device) open(o Options) error {
 	if d.sms, err = attr(attrMultiprocessors); err != nil {
 		return err
 	}
-	d.arch = fmt.Sprintf("sm_%d%d", major, minor)
+	d.arch, d.ccMajor = fmt.Sprintf("sm_%d%d", major, minor), major
 
 	if err := l.cuErr("cuDevicePrimaryCtxRetain", call(cu.primaryCtxRetain, uintptr(unsafe.Pointer(&d.ctx)), uintptr(d.dev))); err != nil {
 		return err
@@ -379,6 +380,15 @@ func (d *Device) SetMatmulPrecision(p Precision) {
 	d.mu.Lock()
 	d.precision = p
 	d.mu.Unlock()
+}
+
+// CheckPrecision says whether the device computes p on tensor cores: tf32
+// and bf16 need sm_80 (an A100) or newer.
+func (d *Device) CheckPrecision(p Precision) error {
+	if p == FP32 || d.ccMajor >= 8 {
+		return nil
+	}
+	return fmt.Errorf("precision %s: %s has no %s tensor cores (sm_80 or newer has): use --precision fp32", p, d.Describe(), p)
 }
 
 // MatmulPrecision is how Gemm computes.

@@ -167,3 +167,17 @@ func CalibrateElementwise(cfg config.Config, vocab int, stepS float64, r *CPURat
 	}
 	return activationTouches * float64(s.activationElems()) * f32 / left / 1e9, nil
 }
+
+// bf16Operands is the scratch a GPU's bf16 GEMMs convert their operands
+// into: one buffer for the largest A operand of the step's products and
+// one for the largest B, two bytes an element. The device grows each by
+// doubling, so it may hold somewhat more (an estimate, not exact).
+func (s shapes) bf16Operands() int64 {
+	var a, b int64
+	for _, g := range s.gemms() {
+		n := int64(max(g.Batch, 1))
+		a = max(a, int64(g.M)*int64(g.K)*n)
+		b = max(b, int64(g.K)*int64(g.N)*n)
+	}
+	return 2 * (a + b)
+}

@@ -325,12 +325,13 @@ func New(r Request) (*Plan, error) {
 		p.Notes = append(p.Notes, "arch hf: the plan models hpcrun's own BERT layout; BERT's (token types, embedding layer norm, pooler) differs by a few small tensors")
 	}
 	switch {
-	case cfg.Precision == "bf16" && r.Device.BF16Flops == 0:
-		p.Notes = append(p.Notes, fmt.Sprintf("precision bf16: %s has no bf16 units; the engine trains in fp32 there as everywhere; MFU is against its fp32 peak", r.Device.Name))
+	case cfg.Precision == "fp32":
+	case !r.Device.CUDA:
+		p.Notes = append(p.Notes, fmt.Sprintf("precision %s: the CPU computes every product in fp32; the plan times it so", cfg.Precision))
+	case cfg.Precision == "bf16" && r.Device.BF16Flops == 0, cfg.Precision == "tf32" && r.Device.TF32Flops == 0:
+		p.Notes = append(p.Notes, fmt.Sprintf("precision %s: %s has no %s tensor cores; the run will refuse it (use fp32)", cfg.Precision, r.Device.Name, cfg.Precision))
 	case cfg.Precision == "bf16":
-		p.Notes = append(p.Notes, "precision bf16: the engine stores fp32 weights, gradients and activations and converts each GEMM's operands to bf16 (measured on an H100: slower than tf32); the time prices the GEMMs at the fp32 rate; MFU is against the bf16 peak")
-	case cfg.Precision == "tf32" && r.Device.TF32Flops == 0:
-		p.Notes = append(p.Notes, fmt.Sprintf("precision tf32: %s has no tf32 units; the GEMMs run in fp32", r.Device.Name))
+		p.Notes = append(p.Notes, "precision bf16: the engine stores fp32 weights, gradients and activations and converts each GEMM's operands to bf16 (measured on an H100: slower than tf32; the operand scratch counts in the memory); the time prices the GEMMs at the fp32 rate; MFU is against the bf16 peak")
 	case cfg.Precision == "tf32":
 		p.Notes = append(p.Notes, "precision tf32: float32 GEMMs on the tensor cores (10-bit mantissa products, float32 sums); time and MFU at the tf32 peak")
 	}
@@ -646,6 +647,9 @@ func (s shapes) memory(dev Device) Memory {
 			parts = 1
 		}
 		m.Workspace = min(rows, int64(2*dev.SMs))*parts*s.C*f32 + int64(len(s.params))*128*8 + 2*s.N*4
+		if s.cfg.Precision == "bf16" {
+			m.Workspace += s.bf16Operands()
+		}
 		groups := int64(0)
 		if s.tp > 1 {
 			groups++

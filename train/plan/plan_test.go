@@ -497,3 +497,33 @@ func TestRecomputeCommMatchesEngine(t *testing.T) {
 		}
 	}
 }
+
+// On a GPU the plan's memory is the H100's measured peak of
+// bench/results/gpu-2026-11-26-h100: exact in fp32, within 1% in bf16
+// (whose operand scratch the device grows by doubling).
+func TestGPUPeakMatchesMeasured(t *testing.T) {
+	h100, err := LookupDevice("h100-80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		precision string
+		measured  int64 // bench step's peak_bytes
+		tol       float64
+	}{{"fp32", 31743980720, 1e-4}, {"bf16", 33543328176, 0.01}} {
+		cfg := config.DefaultConfig()
+		cfg.Model = "gpt"
+		if err := cfg.ApplyPreset("gpt2-124m"); err != nil {
+			t.Fatal(err)
+		}
+		cfg.BatchSize, cfg.Seq, cfg.Precision, cfg.Device = 16, 1024, c.precision, "cuda"
+		p, err := New(Request{Config: cfg, Vocab: 50257, Device: h100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := p.Memory.EnginePeak
+		if d := math.Abs(float64(got-c.measured)) / float64(c.measured); d > c.tol {
+			t.Errorf("%s: plan %d B, measured %d B on the H100 (%.3f%% off, want within %.2g%%)", c.precision, got, c.measured, 100*d, 100*c.tol)
+		}
+	}
+}
