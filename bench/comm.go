@@ -354,8 +354,8 @@ func (rep CommReport) Fit() (plan.CommFit, error) {
 	}
 	path := plan.PathShm
 	switch {
-	case rep.srun:
-		path = plan.PathNet
+	case rep.srun && rep.Nodes > 1:
+		path = plan.PathNet // across hosts; srun's ranks on one node share memory
 	case rep.Backend == nccl.BackendTCP:
 		path = plan.PathTCP
 	}

@@ -122,6 +122,7 @@ func TestCommFit(t *testing.T) {
 		{CommReport{Nproc: 2, Nodes: 1, Backend: "auto"}, plan.PathShm},
 		{CommReport{Nproc: 2, Nodes: 1, Backend: "tcp"}, plan.PathTCP},
 		{CommReport{Nproc: 2, Nodes: 2, Backend: "auto", srun: true}, plan.PathNet},
+		{CommReport{Nproc: 2, Nodes: 1, Backend: "auto", srun: true}, plan.PathShm}, // srun on one node
 	} {
 		tt.rep.Rows = commRows(2, sizes, times, nil, nil)
 		f, err := tt.rep.Fit()
