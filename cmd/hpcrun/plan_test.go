@@ -73,11 +73,12 @@ func TestPlanCommand(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--executor", "local", "--cpus-per-task", "1"}, fmt.Sprintf("(GOMAXPROCS %d: the local launcher splits the cores over 1 task)", runtime.NumCPU())},
+		{[]string{"--executor", "local", "--cpus-per-task", "1"}, fmt.Sprintf("(GOMAXPROCS %d: the local launcher splits the cores over 2 tasks)", max(runtime.NumCPU()/2, 1))},
 		{[]string{"--executor", "slurm", "--cpus-per-task", "1"}, "(GOMAXPROCS 1: cpus_per_task 1 under srun)"},
 	} {
-		text = e.mustRun(append([]string{"plan", "--device", "cpu"}, tt.args...)...)
-		for _, want := range []string{tt.want, "warning: the CPU rates are not measured (defaults): run hpcrun bench gemm", "warning: the collectives' latency"} {
+		text = e.mustRun(append([]string{"plan", "--device", "cpu", "--ntasks", "2", "--tp", "2"}, tt.args...)...)
+		for _, want := range []string{tt.want, "warning: the CPU rates are not measured (defaults): run hpcrun bench gemm",
+			"warning: the shm collectives are not measured (defaults): run hpcrun bench comm --nproc 2"} {
 			if !strings.Contains(text, want) {
 				t.Errorf("plan %v lacks %q:\n%s", tt.args, want, text)
 			}

@@ -546,7 +546,7 @@ func WriteAuto(w io.Writer, res *AutoResult, top int) error {
 		fmt.Fprintf(w, "\nrun the first: hpcrun submit %s--ntasks %d %s\n", nodes, res.NTasks, res.Ranked[0].Layout.Flags())
 	}
 	fmt.Fprintf(w, "rates: %s\n", first.Device.Source)
-	for _, x := range first.Device.Warnings {
+	for _, x := range append(slices.Clone(first.Device.Warnings), first.Time.Warnings...) {
 		fmt.Fprintf(w, "warning: %s\n", x)
 	}
 	if len(res.Unfit) > 0 {

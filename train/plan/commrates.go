@@ -169,27 +169,3 @@ func abs(x int) int {
 	}
 	return x
 }
-
-// staleFit is a fit that is old or of another CPU, and which.
-type staleFit struct {
-	fit CommFit
-	why string
-}
-
-// stale are the fits older than staleAfter at m.Now or measured on
-// another CPU than m's.
-func (r *CommRates) stale(m Machine) []staleFit {
-	if r == nil {
-		return nil
-	}
-	var out []staleFit
-	for _, f := range r.Fits {
-		switch age := m.Now.Sub(f.Measured); {
-		case age > staleAfter:
-			out = append(out, staleFit{f, fmt.Sprintf("%d days old", int(age.Hours()/24))})
-		case m.CPU != "" && f.CPU != m.CPU:
-			out = append(out, staleFit{f, fmt.Sprintf("of another CPU (%q)", f.CPU)})
-		}
-	}
-	return out
-}

@@ -61,6 +61,8 @@ type Device struct {
 	// NetBandwidth and Latency).
 	Rates *CPURates  `json:"-"`
 	Comm  *CommRates `json:"-"`
+	// machine is the one the rates are read on (for their age and CPU).
+	machine Machine
 	// Warnings say why the plan's time may be off on this machine: a rate
 	// not measured, old or measured on another CPU, a busy machine.
 	Warnings []string `json:"warnings,omitempty"`
@@ -88,13 +90,33 @@ func (d Device) gemmSeconds(gs []GemmCount) float64 {
 }
 
 // collective is the latency and the bus bandwidth (bytes/s) of a
-// collective over n ranks on path, with what they come from: the fit
-// hpcrun bench comm kept for the path (the nearest number of ranks), else
-// the device's figures (NetBandwidth across nodes, LinkBandwidth within).
-func (d Device) collective(path string, n int) (latency, bw float64, from string) {
+// collective over n ranks on path (of nodes nodes), with what they come
+// from: the fit hpcrun bench comm kept for the path (the nearest number of
+// ranks), else the device's figures (NetBandwidth across nodes,
+// LinkBandwidth within); warn says, for a CPU rank, that the fit is
+// missing, old or of another CPU, and the command that measures it.
+func (d Device) collective(path string, n, nodes int) (latency, bw float64, from, warn string) {
+	measure := fmt.Sprintf("hpcrun bench comm --nproc %d", max(n, 2))
+	switch path {
+	case PathTCP:
+		measure += " --backend tcp"
+	case PathNet:
+		k := max(nodes, 2)
+		measure = fmt.Sprintf("hpcrun bench comm --nproc %d --nodes %d", (max(n, k)+k-1)/k*k, k)
+	}
 	if f := d.Comm.Lookup(path, n); f != nil {
+		switch age := d.machine.Now.Sub(f.Measured); {
+		case d.CUDA:
+		case !d.machine.Now.IsZero() && age > staleAfter:
+			warn = fmt.Sprintf("the %s collectives' fit (%d ranks) is %d days old: rerun %s", path, f.NRanks, int(age.Hours()/24), measure)
+		case d.machine.CPU != "" && f.CPU != d.machine.CPU:
+			warn = fmt.Sprintf("the %s collectives' fit (%d ranks) was measured on %q: rerun %s here", path, f.NRanks, f.CPU, measure)
+		}
 		return f.LatencyS, f.BusGBs * 1e9, fmt.Sprintf("%s %d ranks measured %s (%.0f µs + %.2f GB/s)",
-			f.Path, f.NRanks, f.Measured.Format(time.DateOnly), f.LatencyS*1e6, f.BusGBs)
+			f.Path, f.NRanks, f.Measured.Format(time.DateOnly), f.LatencyS*1e6, f.BusGBs), warn
+	}
+	if !d.CUDA {
+		warn = fmt.Sprintf("the %s collectives are not measured (defaults): run %s", path, measure)
 	}
 	bw = d.LinkBandwidth
 	if path == PathNet {
@@ -108,7 +130,7 @@ func (d Device) collective(path string, n int) (latency, bw float64, from string
 		}
 		from = fmt.Sprintf("%s nominal (%.0f µs + %.0f GB/s)", where, d.Latency*1e6, bw/1e9)
 	}
-	return d.Latency, bw, from
+	return d.Latency, bw, from, warn
 }
 
 const (

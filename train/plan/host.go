@@ -151,13 +151,7 @@ func hostCPU(s Share, m Machine, rates *CPURates, why error, comm *CommRates) De
 		}
 		warn = append(warn, w)
 	}
-	d.Threads, d.Cores, d.Comm = threads, cores, comm
-	if comm == nil {
-		warn = append(warn, "the collectives' latency and bandwidth are not measured (defaults): run hpcrun bench comm")
-	}
-	for _, f := range comm.stale(m) {
-		warn = append(warn, fmt.Sprintf("the %s fit of %d ranks is %s: rerun hpcrun bench comm --nproc %d", f.fit.Path, f.fit.NRanks, f.why, f.fit.NRanks))
-	}
+	d.Threads, d.Cores, d.Comm, d.machine = threads, cores, comm, m
 	if m.Load > float64(m.NumCPU) {
 		warn = append(warn, fmt.Sprintf("this machine is busy (load average %.1f on %d cores): the measured rates and a run's timing now are both off", m.Load, m.NumCPU))
 	}

@@ -78,8 +78,8 @@ func TestHostCPU(t *testing.T) {
 	if want := "default 100 GFLOP/s for 2 cores and 15 GB/s a core, not measured; 0.5 core a rank (GOMAXPROCS 1: the local launcher splits the cores over 4 tasks)"; d.Source != want {
 		t.Errorf("source %q, want %q", d.Source, want)
 	}
-	if len(d.Warnings) != 2 || !strings.Contains(d.Warnings[0], "run hpcrun bench gemm") || !strings.Contains(d.Warnings[1], "run hpcrun bench comm") {
-		t.Errorf("warnings %q: want the two rates not measured", d.Warnings)
+	if len(d.Warnings) != 1 || !strings.Contains(d.Warnings[0], "run hpcrun bench gemm") {
+		t.Errorf("warnings %q: want the GEMM rates not measured", d.Warnings)
 	}
 	if d := hostCPU(s, m, nil, ErrOldRates, nil); !strings.Contains(d.Warnings[0], "rerun hpcrun bench gemm") {
 		t.Errorf("an old file: warnings %q", d.Warnings)
@@ -102,9 +102,41 @@ func TestHostCPU(t *testing.T) {
 	m2 := m
 	m2.CPU, m2.Load, m2.Now = "Other CPU", 3.5, now.Add(40*24*time.Hour)
 	d = hostCPU(Share{TasksPerNode: 1, Launcher: LaunchLocal}, m2, r, nil, comm)
-	if w := strings.Join(d.Warnings, "\n"); !strings.Contains(w, "41 days old") || !strings.Contains(w, `measured on "Test CPU", this machine is "Other CPU"`) || !strings.Contains(w, "busy (load average 3.5 on 2 cores)") ||
-		!strings.Contains(w, "the shm fit of 2 ranks is 40 days old: rerun hpcrun bench comm --nproc 2") {
+	if w := strings.Join(d.Warnings, "\n"); !strings.Contains(w, "41 days old") || !strings.Contains(w, `measured on "Test CPU", this machine is "Other CPU"`) || !strings.Contains(w, "busy (load average 3.5 on 2 cores)") {
 		t.Errorf("warnings %q: want old, other CPU, busy", d.Warnings)
+	}
+}
+
+// TestCommWarnings: the plan warns of the collectives its time takes, and
+// of those only: none for one rank; a path not measured, or measured long
+// ago, with the command that measures it (across nodes too).
+func TestCommWarnings(t *testing.T) {
+	now := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	m := Machine{NumCPU: 2, Mem: 8 * gib, CPU: "Test CPU", Load: 0.5, Now: now}
+	shm := &CommRates{Format: CommRatesFormat, Fits: []CommFit{{Path: PathShm, NRanks: 2, LatencyS: 20e-6, BusGBs: 4, CPU: "Test CPU", Measured: now.Add(-40 * 24 * time.Hour)}}}
+	for _, c := range []struct {
+		name          string
+		ntasks, tp    int
+		nodes         int
+		comm          *CommRates
+		want, notWant string
+	}{
+		{"one rank", 1, 1, 1, nil, "", "collectives"},
+		{"tp 2 not measured", 2, 2, 1, nil, "the shm collectives are not measured (defaults): run hpcrun bench comm --nproc 2", ""},
+		{"tp 2 old fit", 2, 2, 1, shm, "the shm collectives' fit (2 ranks) is 40 days old: rerun hpcrun bench comm --nproc 2", ""},
+		{"dp 2 across 2 nodes", 2, 1, 2, shm, "the net collectives are not measured (defaults): run hpcrun bench comm --nproc 2 --nodes 2", "shm"},
+	} {
+		cfg := config.DefaultConfig()
+		cfg.NTasks, cfg.TP = c.ntasks, c.tp
+		dev := hostCPU(Share{TasksPerNode: c.ntasks / c.nodes, Launcher: LaunchLocal}, m, testRates(), nil, c.comm)
+		p, err := New(Request{Config: cfg, Vocab: 100, Nodes: c.nodes, Device: dev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := strings.Join(p.Time.Warnings, "\n")
+		if (c.want != "" && !strings.Contains(w, c.want)) || (c.notWant != "" && strings.Contains(w, c.notWant)) || (c.want == "" && w != "") {
+			t.Errorf("%s: warnings %q, want %q", c.name, p.Time.Warnings, c.want)
+		}
 	}
 }
 

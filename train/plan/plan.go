@@ -60,6 +60,7 @@ package plan
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/hpcrun/hpcrun/parallel"
@@ -234,6 +235,9 @@ type Time struct {
 	// CommRates says, per group, the latency and bandwidth CommS takes
 	// and whether hpcrun bench comm measured them.
 	CommRates string `json:"comm_rates,omitempty"`
+	// Warnings say which collectives' rates the time takes are not
+	// measured, old, or of another CPU, with the command that measures them.
+	Warnings []string `json:"warnings,omitempty"`
 	// TokensPerS is the job's (all data-parallel replicas).
 	TokensPerS float64 `json:"tokens_per_s"`
 	// FlopsPerToken is config.FlopsPerToken, the convention MFU uses in
@@ -793,8 +797,8 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		}
 		t.TPBytes = (accum*units + perStep) * half(tp) * f32
 		t.Collectives += int(accum)*n + nStep
-		lat, bw, from := dev.collective(local, int(s.tp))
-		froms = append(froms, "tp "+from)
+		lat, bw, from, warn := dev.collective(local, int(s.tp), 1)
+		froms, t.Warnings = append(froms, "tp "+from), appendNew(t.Warnings, warn)
 		tpMicroS := accum * (units*half(tp)*f32/bw + float64(n)*lat)
 		t.CommS += t.TPBytes/bw + float64(int(accum)*n+nStep)*lat
 		if _, r, err := parallel.KVSplit(cfg.Heads, cfg.KVHeadCount(), int(s.tp)); s.llama && err == nil && r > 1 {
@@ -826,8 +830,8 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		}
 		t.Transfers = int(accum) * links
 		t.PPBytes = float64(t.Transfers) * x * f32
-		lat, bw, from := dev.collective(across, 2)
-		froms = append(froms, "pp "+from)
+		lat, bw, from, warn := dev.collective(across, 2, nodes)
+		froms, t.Warnings = append(froms, "pp "+from), appendNew(t.Warnings, warn)
 		ppS := t.PPBytes/bw + float64(t.Transfers)*lat
 		t.CommS += ppS
 		microS += ppS
@@ -836,8 +840,8 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		t.BubbleS = microS * float64(s.pp-1) / float64(s.m)
 	}
 	if dp > 1 {
-		lat, bw, from := dev.collective(across, int(s.dp))
-		froms = append(froms, "dp "+from)
+		lat, bw, from, warn := dev.collective(across, int(s.dp), nodes)
+		froms, t.Warnings = append(froms, "dp "+from), appendNew(t.Warnings, warn)
 		// An all-reduce of every bucket, and the loss's mean (one float).
 		buckets := len(s.buckets)
 		n := buckets + 1
@@ -964,4 +968,12 @@ func stageSplit(cfg config.Config) ([]int, error) {
 		return []int{cfg.Layers}, nil
 	}
 	return cfg.StageLayers()
+}
+
+// appendNew appends x to xs unless it is empty or already there.
+func appendNew(xs []string, x string) []string {
+	if x == "" || slices.Contains(xs, x) {
+		return xs
+	}
+	return append(xs, x)
 }

@@ -236,7 +236,7 @@ func TestLookupDevice(t *testing.T) {
 	cfg.Precision = "bf16"
 	v100, _ := LookupDevice("v100")
 	p, err := New(Request{Config: cfg, Vocab: 100, Device: v100})
-	if err != nil || p.Time.PeakFlops != v100.FP32Flops || !strings.Contains(strings.Join(p.Notes, " "), "no bf16 units") {
+	if err != nil || p.Time.PeakFlops != v100.FP32Flops || !strings.Contains(strings.Join(p.Notes, " "), "no bf16 tensor cores") {
 		t.Errorf("bf16 on a V100: %v, peak %g, notes %q; want the fp32 peak and a note", err, p.Time.PeakFlops, p.Notes)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -118,7 +119,7 @@ func (pl *Plan) WriteText(w io.Writer, sug []Suggestion) error {
 	if t.CommRates != "" {
 		fmt.Fprintf(w, "comm rates: %s\n", t.CommRates)
 	}
-	for _, x := range pl.Device.Warnings {
+	for _, x := range append(slices.Clone(pl.Device.Warnings), t.Warnings...) {
 		fmt.Fprintf(w, "warning: %s\n", x)
 	}
 	for _, n := range pl.Notes {
