@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"time"
 
@@ -20,7 +21,7 @@ func benchGemmCommand() *cli.Command {
 			"Then measures, for hpcrun plan, the engine's rate on the shapes of a step's GEMMs and its\n" +
 			"Add/AdamW bandwidth at 1 to --threads threads, kept with the date and the CPU model.",
 		Flags: []cli.Flag{
-			&cli.IntFlag{Name: "threads", Value: 2, Usage: "threads for both libraries"},
+			&cli.IntFlag{Name: "threads", Value: runtime.NumCPU(), Usage: "threads for both libraries (the rates are measured at 1 to this many)"},
 			&cli.IntFlag{Name: "rounds", Value: 5, Usage: "alternating rounds per shape (the median is reported)"},
 			&cli.DurationFlag{Name: "min-time", Value: 200 * time.Millisecond, Usage: "least time one library runs a shape per round"},
 			&cli.StringSliceFlag{Name: "shape", Usage: "benchmark `MxNxK` instead of the default shapes (repeatable)"},

@@ -139,6 +139,9 @@ func hostCPU(s Share, m Machine, rates *CPURates, why error, comm *CommRates) De
 		if age := m.Now.Sub(rates.Measured); age > staleAfter {
 			warn = append(warn, fmt.Sprintf("the CPU rates are %d days old: rerun hpcrun bench gemm", int(age.Hours()/24)))
 		}
+		if ts := threadCounts(rates); len(ts) > 0 && threads > ts[len(ts)-1] {
+			warn = append(warn, fmt.Sprintf("a rank runs %d threads, the CPU rates were measured up to %d: rerun hpcrun bench gemm --threads %d", threads, ts[len(ts)-1], threads))
+		}
 		if m.CPU != "" && rates.CPU != m.CPU {
 			warn = append(warn, fmt.Sprintf("the CPU rates were measured on %q, this machine is %q: rerun hpcrun bench gemm here", rates.CPU, m.CPU))
 		}

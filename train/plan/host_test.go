@@ -98,6 +98,14 @@ func TestHostCPU(t *testing.T) {
 	if !strings.Contains(d.Source, "2026-11-25") || !strings.Contains(d.Source, "2 cores a rank (GOMAXPROCS 2") {
 		t.Errorf("source %q: no date or no cores", d.Source)
 	}
+	// A lone rank on 4 cores runs past the 2 threads measured: the GEMMs
+	// scale per thread, the bandwidths stay, and the output says so.
+	m4 := m
+	m4.NumCPU = 4
+	d = hostCPU(Share{TasksPerNode: 1, Launcher: LaunchLocal}, m4, r, nil, comm)
+	if d.MemBandwidth != 12e9 || d.OptBandwidth != 16e9 || !strings.Contains(strings.Join(d.Warnings, "\n"), "a rank runs 4 threads, the CPU rates were measured up to 2: rerun hpcrun bench gemm --threads 4") {
+		t.Errorf("4 threads, 2 measured: bandwidths %g %g, warnings %q", d.MemBandwidth, d.OptBandwidth, d.Warnings)
+	}
 	// Old, of another CPU, on a busy machine: each said.
 	m2 := m
 	m2.CPU, m2.Load, m2.Now = "Other CPU", 3.5, now.Add(40*24*time.Hour)

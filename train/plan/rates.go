@@ -133,7 +133,7 @@ func (r *CPURates) GemmFlops(g Gemm, threads int, cores float64) float64 {
 	for _, x := range r.Gemms {
 		ts = append(ts, x.Threads)
 	}
-	return 1e9 * byThreads(ts, at, threads, cores)
+	return 1e9 * byThreads(ts, at, threads, cores, true)
 }
 
 // StreamBandwidth is the bandwidths, in bytes/s, of a step's elementwise
@@ -158,16 +158,18 @@ func (r *CPURates) StreamBandwidth(threads int, cores float64) (elementwise, ada
 	if !slices.ContainsFunc(r.Stream, func(s StreamRate) bool { return s.ElemGBs <= 0 }) {
 		elem = func(s StreamRate) float64 { return s.ElemGBs }
 	}
-	elementwise = 1e9 * byThreads(ts, get(elem), threads, cores)
-	adam = 1e9 * byThreads(ts, get(func(s StreamRate) float64 { return s.AdamGBs }), threads, cores)
+	// Memory bandwidth does not grow with threads beyond those measured.
+	elementwise = 1e9 * byThreads(ts, get(elem), threads, cores, false)
+	adam = 1e9 * byThreads(ts, get(func(s StreamRate) float64 { return s.AdamGBs }), threads, cores, false)
 	return elementwise, adam
 }
 
 // byThreads reads a rate measured at the thread counts ts (at gives it)
 // for threads threads on cores cores: linear between the counts measured,
-// per thread as at the nearest count outside them, then times
-// cores/threads when the threads share fewer cores.
-func byThreads(ts []int, at func(int) float64, threads int, cores float64) float64 {
+// outside them per thread as at the nearest count (below; above too when
+// perThread, else held there), then times cores/threads when the threads
+// share fewer cores.
+func byThreads(ts []int, at func(int) float64, threads int, cores float64, perThread bool) float64 {
 	slices.Sort(ts)
 	ts = slices.Compact(ts)
 	if len(ts) == 0 {
@@ -180,6 +182,8 @@ func byThreads(ts []int, at func(int) float64, threads int, cores float64) float
 		v = at(threads)
 	case i == 0:
 		v = at(ts[0]) * float64(threads) / float64(ts[0])
+	case i == len(ts) && !perThread:
+		v = at(ts[i-1])
 	case i == len(ts):
 		v = at(ts[i-1]) * float64(threads) / float64(ts[i-1])
 	default:
