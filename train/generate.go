@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"unicode/utf8"
 
@@ -340,6 +341,17 @@ type EvalOptions struct {
 // end-of-text token when that is empty.
 func promptIDs(tok Tokenizer, prompt string) []int {
 	ids := EncodeSequence(tok, prompt)
+	// Generation goes on from the text: of the tokens a post-processor puts
+	// around it, only those before it (a begin-of-text) belong to a prompt;
+	// an end-of-sequence after it would end it.
+	if plain := tok.Encode(prompt); len(plain) > 0 && len(ids) > len(plain) {
+		for start := 0; start+len(plain) <= len(ids); start++ {
+			if slices.Equal(ids[start:start+len(plain)], plain) {
+				ids = ids[:start+len(plain)]
+				break
+			}
+		}
+	}
 	if len(ids) == 0 {
 		ids = []int{tok.Specials().EOT}
 	}

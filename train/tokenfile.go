@@ -206,8 +206,10 @@ func TokenizeFiles(tok Tokenizer, paths []string) ([]int, error) {
 		if err != nil {
 			return nil, err
 		}
-		if i > 0 {
-			ids = append(ids, tok.Specials().EOT)
+		// Documents are joined by end-of-text, once: a post-processor may
+		// have ended the last one with it already.
+		if eot := tok.Specials().EOT; i > 0 && (len(ids) == 0 || ids[len(ids)-1] != eot) {
+			ids = append(ids, eot)
 		}
 		ids = append(ids, EncodeSequence(tok, text)...)
 	}

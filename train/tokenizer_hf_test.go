@@ -499,3 +499,52 @@ func TestHFTokenizerPostProcessorRefused(t *testing.T) {
 		}
 	}
 }
+
+// A template that also ends each sequence with end-of-text (<s> $A </s>):
+// documents are joined by one end-of-text, not two, and a prompt keeps its
+// begin but not the end (generation would start after the end).
+func TestHFTokenizerTemplateEndsWithEOT(t *testing.T) {
+	dir := t.TempDir()
+	writeTemplateTokenizer(t, dir)
+	path := filepath.Join(dir, "tokenizer.json")
+	var file map[string]any
+	b, _ := os.ReadFile(path)
+	if err := json.Unmarshal(b, &file); err != nil {
+		t.Fatal(err)
+	}
+	tok0, err := LoadHFTokenizer(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eot := tok0.Specials().EOT
+	var eotText string
+	for _, a := range file["added_tokens"].([]any) {
+		if m := a.(map[string]any); int(m["id"].(float64)) == eot {
+			eotText = m["content"].(string)
+		}
+	}
+	if eotText == "" {
+		t.Fatalf("no added token of id %d", eot)
+	}
+	tp := file["post_processor"].(map[string]any)["processors"].([]any)[1].(map[string]any)
+	tp["single"] = append(tp["single"].([]any), map[string]any{"SpecialToken": map[string]any{"id": eotText, "type_id": 0}})
+	tp["special_tokens"].(map[string]any)[eotText] = map[string]any{"id": eotText, "ids": []int{eot}, "tokens": []string{eotText}}
+	b, _ = json.Marshal(file)
+	os.WriteFile(path, b, 0o644)
+	tok, err := LoadHFTokenizer(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := EncodeSequence(tok, "hello"); !reflect.DeepEqual(got, []int{262, 258, 'o', eot}) {
+		t.Fatalf("EncodeSequence(hello) = %v, want [262 258 111 %d]", got, eot)
+	}
+	if got := promptIDs(tok, "he"); !reflect.DeepEqual(got, []int{262, 256}) {
+		t.Errorf("prompt he: %v, want [262 256]: no end-of-text after it", got)
+	}
+	a, c := filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt")
+	os.WriteFile(a, []byte("hello"), 0o644)
+	os.WriteFile(c, []byte("he"), 0o644)
+	if ids, err := TokenizeFiles(tok, []string{a, c}); err != nil || !reflect.DeepEqual(ids, []int{262, 258, 'o', eot, 262, 256, eot}) {
+		t.Errorf("TokenizeFiles = %v, %v; want one end-of-text between the documents", ids, err)
+	}
+}
