@@ -1,0 +1,235 @@
+package nccl
+
+import (
+	"net"
+	"time"
+)
+
+// The hierarchical all-reduce of a large buffer, pipelined by chunk. The
+// three phases (reduce on each host to its first rank, all-reduce between
+// the hosts' first ranks, broadcast on each host) depend on each other
+// for one element, not for the buffer: the buffer goes in chunks, and while
+// the first ranks all-reduce chunk j (on a goroutine of each first rank)
+// the host reduces chunk j+1 and broadcasts chunk j-1 in shared memory,
+// in one phase (shmGroup.reduceBroadcast).
+//
+// Chunks do not change the sums' bits. On each host a chunk is reduced in
+// rank order as the whole buffer is (reduceSlots). Between three hosts or
+// more the ring sums each element in an order fixed by the segment it
+// lies in (segment i from host i on), so a chunk is not a contiguous range
+// of the buffer but the j-th part of every one of the hosts' ring
+// segments (hierChunks): each element stays in the segment it has when the
+// whole buffer goes around the ring, and the chunk goes around the ring
+// with those parts as its segments. Between two hosts the order does not
+// matter (a+b is b+a, bit for bit): the first ranks exchange each chunk
+// whole, in one step (pairSpans). Buffers that the first ranks of three
+// hosts or more would sum in rank order (the direct exchange, below
+// smallNetBytes) are not pipelined: only buffers above hierChunkElems are.
+
+// hierChunkElems is the most elements of one chunk of the pipelined
+// hierarchical all-reduce (one shared-memory slot holds a chunk). Measured
+// on 2 and 3 hosts (2 ranks each, 2 cores): chunks of 32 Ki elements were
+// 1.3-1.6x slower than the unpipelined path at 256 KiB-1 MiB, chunks of
+// 64 Ki as fast or faster from 1 MiB on.
+const hierChunkElems = 64 << 10
+
+// span is the range [lo, hi) of a buffer.
+type span struct{ lo, hi int }
+
+func spansLen(sp []span) int {
+	n := 0
+	for _, s := range sp {
+		n += s.hi - s.lo
+	}
+	return n
+}
+
+// pack copies buf's spans one after the other into dst.
+func pack(dst, buf []float32, sp []span) {
+	off := 0
+	for _, s := range sp {
+		off += copy(dst[off:], buf[s.lo:s.hi])
+	}
+}
+
+// unpack copies src, packed as pack leaves it, back into buf's spans.
+func unpack(buf, src []float32, sp []span) {
+	off := 0
+	for _, s := range sp {
+		off += copy(buf[s.lo:s.hi], src[off:])
+	}
+}
+
+// hierChunks splits a buffer of n elements that hosts hosts reduce into
+// chunks of at most about chunk elements: chunk j holds the j-th of k
+// equal parts of each host's ring segment, in segment order.
+func hierChunks(n, hosts, chunk int) [][]span {
+	k := max(1, (n+chunk-1)/chunk)
+	ch := make([][]span, k)
+	for i := range hosts {
+		lo, hi := segment(n, hosts, i)
+		for j := range k {
+			a, b := segment(hi-lo, k, j)
+			ch[j] = append(ch[j], span{lo + a, lo + b})
+		}
+	}
+	return ch
+}
+
+// usePipeline says whether a group spread over hosts all-reduces count
+// elements by hierPipelined: from two chunks on. Every rank of the group
+// decides alike, on the buffer and constants, not on its own host (the
+// range of hierSmall, which depends on the host's ranks, ends below it).
+func (c *tcpComm) usePipeline(count int) bool {
+	return c.local != nil && count > hierChunkElems
+}
+
+// Every pipelined buffer is at least smallNetBytes (so the first ranks of
+// three hosts or more would take the ring) and at least hierRootBytes/2
+// (beyond hierSmall's range with two ranks a host, the widest).
+var (
+	_ [4*hierChunkElems - smallNetBytes]struct{}
+	_ [4*hierChunkElems - hierRootBytes/2]struct{}
+)
+
+// hierPipelined is hierAllReduce in chunks of at most chunk elements (the
+// file's comment). A host without shared memory (one rank, or no
+// /dev/shm) reduces and broadcasts the whole buffer around the chunks.
+func (c *tcpComm) hierPipelined(buf []float32, op Op, chunk int) error {
+	inner := op
+	if op == Avg {
+		inner = Sum
+	}
+	chunks := hierChunks(len(buf), c.hosts, chunk)
+	g := c.local.shm
+	if g == nil {
+		if err := c.local.AllReduce(buf, inner); err != nil {
+			return err
+		}
+	}
+	// The first rank's ring runs the chunks on a goroutine, in order, as
+	// the host reduces them; done gets one result per chunk.
+	var reduced chan int
+	var done chan error
+	if c.leaders != nil {
+		reduced, done = make(chan int, len(chunks)), make(chan error, len(chunks))
+		go func() {
+			defer close(done)
+			for j := range reduced {
+				err := c.leadersReduce(buf, chunks[j], len(chunks), inner)
+				done <- err
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	// Phase j reduces chunk j on the host and broadcasts chunk j-2, whose
+	// ring ran during phase j-1.
+	err := func() error {
+		for j := 0; j < len(chunks)+2; j++ {
+			var red, bc []span
+			if j < len(chunks) {
+				red = chunks[j]
+			}
+			if j >= 2 {
+				bc = chunks[j-2]
+				if done != nil {
+					if err := <-done; err != nil {
+						return err
+					}
+				}
+			}
+			if g != nil {
+				if err := g.reduceBroadcast(buf, red, bc, inner); err != nil {
+					return err
+				}
+			}
+			if red != nil && reduced != nil {
+				reduced <- j
+			}
+		}
+		return nil
+	}()
+	if reduced != nil {
+		close(reduced)
+		for range done { // the goroutine is done with buf
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if g == nil {
+		if err := c.local.Broadcast(buf, 0); err != nil {
+			return err
+		}
+	}
+	finish(buf, op, c.n)
+	return nil
+}
+
+// leadersReduce all-reduces one chunk of k between the hosts' first ranks:
+// between two, by pairSpans; between more, the ring over the chunk's
+// spans, host i's span as segment i. A buffer in one chunk goes as the
+// whole buffer would (leaders.AllReduce).
+func (c *tcpComm) leadersReduce(buf []float32, sp []span, k int, op Op) error {
+	l := c.leaders
+	if k == 1 {
+		return l.AllReduce(buf, op)
+	}
+	if l.n == 2 {
+		return l.pairSpans(buf, sp, op, header('R', op, spansLen(sp)))
+	}
+	seg := func(i int) (int, int) { return sp[i].lo, sp[i].hi }
+	return l.ring(buf, seg, 0, true, true, op, header('R', op, spansLen(sp)))
+}
+
+// pairSpans all-reduces buf's spans between the two ranks of c in one
+// step: each writes its spans (after the header) to the other and adds
+// what it reads. a+b is b+a, so both get the same bits.
+func (c *tcpComm) pairSpans(buf []float32, sp []span, op Op, hdr []byte) error {
+	peer := 1 - c.rank
+	bufs := net.Buffers{hdr}
+	for _, s := range sp {
+		bufs = append(bufs, asBytes(buf[s.lo:s.hi]))
+	}
+	m := spansLen(sp)
+	write := func() error {
+		c.next.SetWriteDeadline(time.Now().Add(c.nd.o.Timeout))
+		if _, err := bufs.WriteTo(c.next); err != nil {
+			return c.ioErr(peer, "sending to", err)
+		}
+		return nil
+	}
+	var sent chan error
+	var err error
+	if 16+4*m <= c.inlineBytes() {
+		err = write()
+	} else {
+		sent = make(chan error, 1)
+		go func() { sent <- write() }()
+	}
+	got := make([]byte, 16)
+	tmp := c.buffer(m)
+	if err == nil {
+		if err = c.readSpin(c.prev, peer, got); err == nil {
+			if err = c.compareHeader(peer, got, hdr); err == nil {
+				err = c.readSpin(c.prev, peer, asBytes(tmp))
+			}
+		}
+	}
+	if sent != nil {
+		if serr := <-sent; err == nil {
+			err = serr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	off := 0
+	for _, s := range sp {
+		reduceInto(buf[s.lo:s.hi], tmp[off:], op)
+		off += s.hi - s.lo
+	}
+	return nil
+}
