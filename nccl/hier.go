@@ -22,9 +22,8 @@ import (
 // whole buffer goes around the ring, and the chunk goes around the ring
 // with those parts as its segments. Between two hosts the order does not
 // matter (a+b is b+a, bit for bit): the first ranks exchange each chunk
-// whole, in one step (pairSpans). Buffers that the first ranks of three
-// hosts or more would sum in rank order (the direct exchange, below
-// smallNetBytes) are not pipelined: only buffers above hierChunkElems are.
+// whole, in one step (pairSpans). Only groups over two hosts pipeline
+// (usePipeline says why), and only buffers above hierChunkElems.
 
 // hierChunkElems is the most elements of one chunk of the pipelined
 // hierarchical all-reduce (one shared-memory slot holds a chunk). Measured
@@ -77,16 +76,22 @@ func hierChunks(n, hosts, chunk int) [][]span {
 }
 
 // usePipeline says whether a group spread over hosts all-reduces count
-// elements by hierPipelined: from two chunks on. Every rank of the group
-// decides alike, on the buffer and constants, not on its own host (the
-// range of hierSmall, which depends on the host's ranks, ends below it).
+// elements by hierPipelined: between two hosts, from two chunks on. Every
+// rank of the group decides alike, on the buffer and constants, not on its
+// own host (the range of hierSmall, which depends on the host's ranks,
+// ends below it).
+//
+// Between three hosts the chunks' ring was slower than the unpipelined
+// one (3 hosts of 2 ranks, 2 cores: 0.9-1.1x at 1-4 MiB, 0.6-1.1x at
+// 16 MiB, best of 3, alternated): each chunk takes the ring's 2(n-1)
+// dependent steps, where the whole buffer takes them once, streamed.
 func (c *tcpComm) usePipeline(count int) bool {
-	return c.local != nil && count > hierChunkElems
+	return c.local != nil && c.hosts == 2 && count > hierChunkElems
 }
 
-// Every pipelined buffer is at least smallNetBytes (so the first ranks of
-// three hosts or more would take the ring) and at least hierRootBytes/2
-// (beyond hierSmall's range with two ranks a host, the widest).
+// Every pipelined buffer is beyond hierSmall's range with two ranks a
+// host, the widest (and at least smallNetBytes, so that the first ranks of
+// three hosts or more, were they pipelined, would take the ring).
 var (
 	_ [4*hierChunkElems - smallNetBytes]struct{}
 	_ [4*hierChunkElems - hierRootBytes/2]struct{}
