@@ -18,7 +18,8 @@ import (
 //     the ring (below 256 KiB; 2 MiB for a group of 2). Every rank sends its buffer to every other and reduces the
 //     n buffers in rank order: one message time instead of the ring's
 //     2(n-1) dependent steps, for n-1 times the buffer sent instead of
-//     2(n-1)/n times.
+//     2(n-1)/n times. A group of 3 goes through its rank 0 instead (star):
+//     two message times, but 4 messages instead of 6, on the same bits.
 //   - A group spread over hosts with several ranks on a host
 //     (hierarchical): the host's ranks reduce to their first rank in one
 //     phase, the first ranks exchange, and the result is broadcast on each
@@ -254,6 +255,95 @@ func (c *tcpComm) readSpin(conn net.Conn, peer int, b []byte) error {
 	}
 	if err != nil {
 		return c.ioErr(peer, "receiving from", err)
+	}
+	return nil
+}
+
+// star all-reduces buf through group rank 0: the others send it their
+// buffers, it folds them in rank order (the exchange's bits) and sends
+// the result back (a group of 3 only: n must be 3). For a group of 3 below smallNetBytes, in place of the
+// exchange: between 3 hosts (3 ranks, and 3 hosts of 2 ranks, whose first
+// ranks take it; 2 cores) it took 0.6-0.75x the exchange's time at 4 and
+// 16 KiB and 0.75-0.9x at 64 KiB (best of 4-5, alternated). Rank 0 reads
+// and writes twice the buffer, as every rank of the exchange does, but
+// the group moves 4 buffers instead of 6, and the other two wait on one
+// socket instead of two. Rank 0 reads before it writes and the others
+// write before they read, so no two ranks block on writes to each other.
+func (c *tcpComm) star(buf []float32, op Op, hdr []byte) error {
+	n, me := c.n, c.rank
+	conn := func(p int, out bool) (net.Conn, error) {
+		switch {
+		case out && p == (me+1)%n:
+			return c.next, nil
+		case !out && p == (me+n-1)%n:
+			return c.prev, nil
+		}
+		return c.link(p, out, kindExchange)
+	}
+	write := func(p int, b []float32) error {
+		w, err := conn(p, true)
+		if err != nil {
+			return err
+		}
+		w.SetWriteDeadline(time.Now().Add(c.nd.o.Timeout))
+		bs := net.Buffers{hdr, asBytes(b)}
+		if _, err := bs.WriteTo(w); err != nil {
+			return c.ioErr(p, "sending to", err)
+		}
+		return nil
+	}
+	got := make([]byte, 16)
+	read := func(p int, b []float32) error {
+		r, err := conn(p, false)
+		if err != nil {
+			return err
+		}
+		if err := c.readSpin(r, p, got); err != nil {
+			return err
+		}
+		if err := c.compareHeader(p, got, hdr); err != nil {
+			return err
+		}
+		return c.readSpin(r, p, asBytes(b))
+	}
+	// The star leaves the ring's connection from rank 1 to rank 2 idle:
+	// a header goes there too, so that a rank that runs another
+	// collective on the ring is told at once, as in the exchange.
+	if me == 1 {
+		if err := c.write(c.next, 2, hdr); err != nil {
+			return err
+		}
+	}
+	if me != 0 {
+		if err := write(0, buf); err != nil {
+			return err
+		}
+		if me == 2 {
+			if err := c.readSpin(c.prev, 1, got); err != nil {
+				return err
+			}
+			if err := c.compareHeader(1, got, hdr); err != nil {
+				return err
+			}
+		}
+		return read(0, buf)
+	}
+	m := len(buf)
+	all := c.buffer(n * m)
+	srcs := make([][]float32, n)
+	srcs[0] = buf
+	for p := 1; p < n; p++ {
+		srcs[p] = all[p*m : (p+1)*m]
+		if err := read(p, srcs[p]); err != nil {
+			return err
+		}
+	}
+	reduceSlots(buf, srcs, op)
+	finish(buf, op, n)
+	for p := 1; p < n; p++ {
+		if err := write(p, buf); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -607,6 +607,8 @@ func (c *tcpComm) AllReduce(buf []float32, op Op) error {
 		return c.hierPipelined(buf, op, hierChunkElems)
 	case c.local != nil:
 		return c.hierAllReduce(buf, op)
+	case c.useExchange(len(buf)) && c.n == 3:
+		return c.star(buf, op, header('R', op, len(buf)))
 	case c.useExchange(len(buf)):
 		return c.exchange(buf, op, header('R', op, len(buf)))
 	}
