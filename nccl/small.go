@@ -259,16 +259,17 @@ func (c *tcpComm) readSpin(conn net.Conn, peer int, b []byte) error {
 	return nil
 }
 
-// star all-reduces buf through group rank 0: the others send it their
-// buffers, it folds them in rank order (the exchange's bits) and sends
-// the result back (a group of 3 only: n must be 3). For a group of 3 below smallNetBytes, in place of the
-// exchange: between 3 hosts (3 ranks, and 3 hosts of 2 ranks, whose first
-// ranks take it; 2 cores) it took 0.6-0.75x the exchange's time at 4 and
-// 16 KiB and 0.75-0.9x at 64 KiB (best of 4-5, alternated). Rank 0 reads
-// and writes twice the buffer, as every rank of the exchange does, but
-// the group moves 4 buffers instead of 6, and the other two wait on one
-// socket instead of two. Rank 0 reads before it writes and the others
-// write before they read, so no two ranks block on writes to each other.
+// star all-reduces buf through group rank 0, in a group of 3 below
+// smallNetBytes, in place of the exchange: the other two send it their
+// buffers, it folds the three in rank order (the exchange's bits) and
+// sends the result back. Between 3 hosts (3 ranks, and 3 hosts of 2
+// ranks, whose first ranks take it; 2 cores) it took 0.6-0.75x the
+// exchange's time at 4 and 16 KiB and 0.75-0.9x at 64 KiB (best of 4-8,
+// alternated). Rank 0 reads and writes twice the buffer, as every rank of
+// the exchange does, but the group moves 4 buffers instead of 6, and the
+// other two wait on one socket instead of two. Rank 0 reads before it
+// writes and the others write before they read, so no two ranks block on
+// writes to each other.
 func (c *tcpComm) star(buf []float32, op Op, hdr []byte) error {
 	n, me := c.n, c.rank
 	conn := func(p int, out bool) (net.Conn, error) {
