@@ -14,16 +14,20 @@ import (
 // in one phase (shmGroup.reduceBroadcast).
 //
 // Chunks do not change the sums' bits. On each host a chunk is reduced in
-// rank order as the whole buffer is (reduceSlots). Between three hosts or
-// more the ring sums each element in an order fixed by the segment it
-// lies in (segment i from host i on), so a chunk is not a contiguous range
-// of the buffer but the j-th part of every one of the hosts' ring
-// segments (hierChunks): each element stays in the segment it has when the
-// whole buffer goes around the ring, and the chunk goes around the ring
-// with those parts as its segments. Between two hosts the order does not
-// matter (a+b is b+a, bit for bit): the first ranks exchange each chunk
-// whole, in one step (pairSpans). Only groups over two hosts pipeline
-// (usePipeline says why), and only buffers above hierChunkElems.
+// rank order as the whole buffer is (reduceSlots). Between the hosts'
+// first ranks each chunk takes the path the whole buffer takes, in the
+// same order for every element: between two hosts the order does not
+// matter (a+b is b+a, bit for bit), and the first ranks exchange each
+// chunk whole, in one step (pairSpans); between three below starNetBytes
+// the chunk goes through the first host (starSpans), folded in rank
+// order; otherwise the ring sums each element in an order fixed by the
+// segment it lies in (segment i from host i on), so a chunk is not a
+// contiguous range of the buffer but the j-th part of every one of the
+// hosts' ring segments (hierChunks): each element stays in the segment
+// it has when the whole buffer goes around the ring, and the chunk goes
+// around the ring with those parts as its segments. Only groups over two
+// hosts pipeline (usePipeline says why), and only buffers above
+// hierChunkElems.
 
 // hierChunkElems is the most elements of one chunk of the pipelined
 // hierarchical all-reduce (one shared-memory slot holds a chunk). Measured
@@ -81,21 +85,19 @@ func hierChunks(n, hosts, chunk int) [][]span {
 // own host (the range of hierSmall, which depends on the host's ranks,
 // ends below it).
 //
-// Between three hosts the chunks' ring was slower than the unpipelined
-// one (3 hosts of 2 ranks, 2 cores: 0.9-1.1x at 1-4 MiB, 0.6-1.1x at
-// 16 MiB, best of 3, alternated): each chunk takes the ring's 2(n-1)
-// dependent steps, where the whole buffer takes them once, streamed.
+// Between three hosts the chunks were slower than the whole buffer (3
+// hosts of 2 ranks, 2 cores, best of 3-4, alternated): with the ring
+// between the first ranks, 0.9-1.1x at 1-4 MiB and 0.6-1.1x at 16 MiB
+// (each chunk takes the ring's 2(n-1) dependent steps, where the whole
+// buffer takes them once, streamed); with the star, 0.9x at 1 MiB and
+// 16 MiB, the same at 4 MiB.
 func (c *tcpComm) usePipeline(count int) bool {
 	return c.local != nil && c.hosts == 2 && count > hierChunkElems
 }
 
 // Every pipelined buffer is beyond hierSmall's range with two ranks a
-// host, the widest (and at least smallNetBytes, so that the first ranks of
-// three hosts or more, were they pipelined, would take the ring).
-var (
-	_ [4*hierChunkElems - smallNetBytes]struct{}
-	_ [4*hierChunkElems - hierRootBytes/2]struct{}
-)
+// host, the widest.
+var _ [4*hierChunkElems - hierRootBytes/2]struct{}
 
 // hierPipelined is hierAllReduce in chunks of at most chunk elements (the
 // file's comment). A host without shared memory (one rank, or no
@@ -174,9 +176,10 @@ func (c *tcpComm) hierPipelined(buf []float32, op Op, chunk int) error {
 }
 
 // leadersReduce all-reduces one chunk of k between the hosts' first ranks:
-// between two, by pairSpans; between more, the ring over the chunk's
-// spans, host i's span as segment i. A buffer in one chunk goes as the
-// whole buffer would (leaders.AllReduce).
+// between two, by pairSpans; between three, by starSpans where the whole
+// buffer takes the star; otherwise the ring over the chunk's spans, host
+// i's span as segment i. A buffer in one chunk goes as the whole buffer
+// would (leaders.AllReduce).
 func (c *tcpComm) leadersReduce(buf []float32, sp []span, k int, op Op) error {
 	l := c.leaders
 	if k == 1 {
@@ -184,6 +187,9 @@ func (c *tcpComm) leadersReduce(buf []float32, sp []span, k int, op Op) error {
 	}
 	if l.n == 2 {
 		return l.pairSpans(buf, sp, op, header('R', op, spansLen(sp)))
+	}
+	if l.useStar(len(buf)) {
+		return l.starSpans(buf, sp, op, header('R', op, spansLen(sp)))
 	}
 	seg := func(i int) (int, int) { return sp[i].lo, sp[i].hi }
 	return l.ring(buf, seg, 0, true, true, op, header('R', op, spansLen(sp)))

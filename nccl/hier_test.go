@@ -67,7 +67,7 @@ func TestHierChunks(t *testing.T) {
 // float64 reduction everywhere.
 func TestHierPipelinedMatchesSequential(t *testing.T) {
 	const chunk = 1000
-	sizes := []int{1, 3, chunk - 1, chunk, chunk + 1, 2*chunk + 1, 7919, smallNetBytes/4 + 1, smallNetBytes/4 + chunk + 7}
+	sizes := []int{1, 3, chunk - 1, chunk, chunk + 1, 2*chunk + 1, 7919, smallNetBytes/4 + 1, smallNetBytes/4 + chunk + 7, starNetBytes/4 + 3}
 	for _, hosts := range [][]string{{"a", "a", "b", "b"}, {"a", "a", "b", "b", "c", "c"}, {"a", "a", "a", "b", "b", "c"}} {
 		t.Run(strings.Join(hosts, ""), func(t *testing.T) {
 			testHostID = func(rank int) string { return hosts[rank] }
@@ -84,12 +84,15 @@ func TestHierPipelinedMatchesSequential(t *testing.T) {
 							return err
 						}
 						pip := rankData(seed, c.Rank(), size)
-						if err := tc.hierPipelined(pip, op, chunk); err != nil {
+						ch := chunk
+						if size > 100*chunk {
+							ch = size / 15 // 16 chunks
+						}
+						if err := tc.hierPipelined(pip, op, ch); err != nil {
 							return err
 						}
 						what := fmt.Sprintf("%v of %d", op, size)
-						ringOrder := tc.hosts == 2 || 4*size >= smallNetBytes || size <= chunk
-						if err := closeTo(pip, seq, n, ringOrder || op == Max); err != nil {
+						if err := closeTo(pip, seq, n, true); err != nil {
 							return fmt.Errorf("pipelined %s against sequential: %w", what, err)
 						}
 						if err := closeTo(pip, float64Reduce(seed, n, size, op), n, op == Max); err != nil {

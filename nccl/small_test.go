@@ -57,15 +57,18 @@ func testSmallPaths(t *testing.T, run world, n int, sizes []int, exact func(coun
 }
 
 // Between hosts (here the TCP backend on one host): below smallNetBytes
-// (pairNetBytes for 2 ranks) the ranks exchange their buffers directly (3
-// ranks through rank 0) and fold them in rank order, from it the ring
-// runs.
+// (pairNetBytes for 2 ranks) the ranks exchange their buffers directly
+// (below starNetBytes, 3 ranks through rank 0) and fold them in rank
+// order, from it the ring runs.
 func TestTCPExchangeAllReduce(t *testing.T) {
 	for _, n := range []int{2, 3, 5} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			limit := smallNetBytes
-			if n == 2 {
+			switch n {
+			case 2:
 				limit = pairNetBytes
+			case 3:
+				limit = starNetBytes
 			}
 			check := func(c *tcpComm, count int) error {
 				if n == 2 {

@@ -607,7 +607,7 @@ func (c *tcpComm) AllReduce(buf []float32, op Op) error {
 		return c.hierPipelined(buf, op, hierChunkElems)
 	case c.local != nil:
 		return c.hierAllReduce(buf, op)
-	case c.useExchange(len(buf)) && c.n == 3:
+	case c.useStar(len(buf)):
 		return c.star(buf, op, header('R', op, len(buf)))
 	case c.useExchange(len(buf)):
 		return c.exchange(buf, op, header('R', op, len(buf)))
