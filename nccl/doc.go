@@ -20,7 +20,7 @@
 //     (an all-reduce below 16 KiB in one phase instead of two). A group
 //     spread over hosts reduces on each host, between the hosts' first
 //     ranks, and broadcasts on each host (hierarchical); between two hosts,
-//     above 256 KiB, in chunks that go through the three stages at once
+//     from 2 MiB on, in chunks that go through the three stages at once
 //     (hier.go).
 //   - NCCL (BackendNCCL): libnccl.so.2 loaded at run time; the communicator is
 //     a DeviceComm whose Device methods take GPU pointers and a stream. Each

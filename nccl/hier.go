@@ -26,8 +26,7 @@ import (
 // hosts' ring segments (hierChunks): each element stays in the segment
 // it has when the whole buffer goes around the ring, and the chunk goes
 // around the ring with those parts as its segments. Only groups over two
-// hosts pipeline (usePipeline says why), and only buffers above
-// hierChunkElems.
+// hosts pipeline (usePipeline says why), from hierPipeBytes on.
 
 // hierChunkElems is the most elements of one chunk of the pipelined
 // hierarchical all-reduce (one shared-memory slot holds a chunk). Measured
@@ -79,11 +78,19 @@ func hierChunks(n, hosts, chunk int) [][]span {
 	return ch
 }
 
+// hierPipeBytes is the smallest buffer that a group over two hosts
+// all-reduces by hierPipelined. Measured on 2 hosts of 2 ranks (2 cores,
+// best of 6, alternated with the unpipelined path): 0.55-0.7x its speed at
+// 512 KiB and 768 KiB (2 and 3 chunks: the pipeline's two extra phases,
+// and the first rank reducing alone, cost more than the overlap saves),
+// the same at 1 MiB, 1.35x at 2 MiB, 1.2-1.25x at 3-32 MiB.
+const hierPipeBytes = 2 << 20
+
 // usePipeline says whether a group spread over hosts all-reduces count
-// elements by hierPipelined: between two hosts, from two chunks on. Every
-// rank of the group decides alike, on the buffer and constants, not on its
-// own host (the range of hierSmall, which depends on the host's ranks,
-// ends below it).
+// elements by hierPipelined: between two hosts, from hierPipeBytes on.
+// Every rank of the group decides alike, on the buffer and constants, not
+// on its own host (the range of hierSmall, which depends on the host's
+// ranks, ends below it).
 //
 // Between three hosts the chunks were slower than the whole buffer (3
 // hosts of 2 ranks, 2 cores, best of 3-4, alternated): with the ring
@@ -92,12 +99,15 @@ func hierChunks(n, hosts, chunk int) [][]span {
 // buffer takes them once, streamed); with the star, 0.9x at 1 MiB and
 // 16 MiB, the same at 4 MiB.
 func (c *tcpComm) usePipeline(count int) bool {
-	return c.local != nil && c.hosts == 2 && count > hierChunkElems
+	return c.local != nil && c.hosts == 2 && 4*count >= hierPipeBytes
 }
 
-// Every pipelined buffer is beyond hierSmall's range with two ranks a
-// host, the widest.
-var _ [4*hierChunkElems - hierRootBytes/2]struct{}
+// A pipelined buffer has two chunks or more, and lies beyond hierSmall's
+// range with two ranks a host, the widest.
+var (
+	_ [hierPipeBytes - 2*4*hierChunkElems]struct{}
+	_ [hierPipeBytes - hierRootBytes/2]struct{}
+)
 
 // hierPipelined is hierAllReduce in chunks of at most chunk elements (the
 // file's comment). A host without shared memory (one rank, or no

@@ -103,6 +103,27 @@ func TestHierPipelinedMatchesSequential(t *testing.T) {
 						}
 					}
 				}
+				if tc.hosts != 2 {
+					return c.Barrier()
+				}
+				// The dispatch pipelines from hierPipeBytes between two
+				// hosts, on the same bits.
+				size := hierPipeBytes/4 + 5
+				seq := rankData(11999, c.Rank(), size)
+				if err := tc.hierAllReduce(seq, Sum); err != nil {
+					return err
+				}
+				pip := rankData(11999, c.Rank(), size)
+				before := tc.local.shm.phase
+				if err := c.AllReduce(pip, Sum); err != nil {
+					return err
+				}
+				if got, want := tc.local.shm.phase-before, len(hierChunks(size, 2, hierChunkElems))+2; int(got) != want {
+					return fmt.Errorf("AllReduce of %d: %d shared-memory phases, want %d (pipelined)", size, got, want)
+				}
+				if err := closeTo(pip, seq, n, true); err != nil {
+					return fmt.Errorf("AllReduce of %d against sequential: %w", size, err)
+				}
 				return c.Barrier()
 			})
 			if err != nil {
