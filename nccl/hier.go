@@ -1,10 +1,5 @@
 package nccl
 
-import (
-	"net"
-	"time"
-)
-
 // The hierarchical all-reduce of a large buffer, pipelined by chunk. The
 // three phases (reduce on each host to its first rank, all-reduce between
 // the hosts' first ranks, broadcast on each host) depend on each other
@@ -203,54 +198,4 @@ func (c *tcpComm) leadersReduce(buf []float32, sp []span, k int, op Op) error {
 	}
 	seg := func(i int) (int, int) { return sp[i].lo, sp[i].hi }
 	return l.ring(buf, seg, 0, true, true, op, header('R', op, spansLen(sp)))
-}
-
-// pairSpans all-reduces buf's spans between the two ranks of c in one
-// step: each writes its spans (after the header) to the other and adds
-// what it reads. a+b is b+a, so both get the same bits.
-func (c *tcpComm) pairSpans(buf []float32, sp []span, op Op, hdr []byte) error {
-	peer := 1 - c.rank
-	bufs := net.Buffers{hdr}
-	for _, s := range sp {
-		bufs = append(bufs, asBytes(buf[s.lo:s.hi]))
-	}
-	m := spansLen(sp)
-	write := func() error {
-		c.next.SetWriteDeadline(time.Now().Add(c.nd.o.Timeout))
-		if _, err := bufs.WriteTo(c.next); err != nil {
-			return c.ioErr(peer, "sending to", err)
-		}
-		return nil
-	}
-	var sent chan error
-	var err error
-	if 16+4*m <= c.inlineBytes() {
-		err = write()
-	} else {
-		sent = make(chan error, 1)
-		go func() { sent <- write() }()
-	}
-	got := make([]byte, 16)
-	tmp := c.buffer(m)
-	if err == nil {
-		if err = c.readSpin(c.prev, peer, got); err == nil {
-			if err = c.compareHeader(peer, got, hdr); err == nil {
-				err = c.readSpin(c.prev, peer, asBytes(tmp))
-			}
-		}
-	}
-	if sent != nil {
-		if serr := <-sent; err == nil {
-			err = serr
-		}
-	}
-	if err != nil {
-		return err
-	}
-	off := 0
-	for _, s := range sp {
-		reduceInto(buf[s.lo:s.hi], tmp[off:], op)
-		off += s.hi - s.lo
-	}
-	return nil
 }

@@ -609,6 +609,8 @@ func (c *tcpComm) AllReduce(buf []float32, op Op) error {
 		return c.hierAllReduce(buf, op)
 	case c.useStar(len(buf)):
 		return c.star(buf, op, header('R', op, len(buf)))
+	case c.n == 2 && c.useExchange(len(buf)):
+		return c.pair(buf, op)
 	case c.useExchange(len(buf)):
 		return c.exchange(buf, op, header('R', op, len(buf)))
 	}
