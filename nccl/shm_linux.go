@@ -46,6 +46,9 @@ const (
 // slot.
 var _ [slotElems - hierChunkElems - 64<<10]struct{}
 
+// A buffer of hierSmall (hierRootBytes over at least 2 ranks) fits a slot.
+var _ [4*slotElems - hierRootBytes/2]struct{}
+
 type shmGroup struct {
 	c       *tcpComm
 	n, me   int

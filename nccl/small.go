@@ -53,9 +53,12 @@ const (
 	starNetBytes = 4 << 20
 	// hierRootBytes bounds what the host's first rank reads in the
 	// hierarchical path's one-phase reduce (its host's ranks times the
-	// buffer): with 2 ranks a host, buffers below 256 KiB, where the
-	// one-phase path was as fast or faster at every size measured.
-	hierRootBytes = 512 << 10
+	// buffer): with 2 ranks a host, buffers below 512 KiB (the most a
+	// slot holds). The one-phase path was as fast or faster at every size
+	// measured below 256 KiB; at 512 KiB it took 0.7x the time of the
+	// two-phase one between 2 hosts of 2 ranks and 0.93x between 3, the
+	// same at 256 KiB (2 cores, best of 6-8, alternated).
+	hierRootBytes = 1 << 20
 )
 
 // maxExchange bounds the groups that exchange directly: each rank holds a
