@@ -21,7 +21,9 @@
 //     one host also maps a file in /dev/shm and runs its collectives there
 //     (an all-reduce below 16 KiB in one phase instead of two). A group
 //     spread over hosts reduces on each host, between the hosts' first
-//     ranks, and broadcasts on each host (hierarchical).
+//     ranks, and broadcasts on each host (hierarchical); between two hosts,
+//     from 2 MiB on, in chunks that go through the three stages at once
+//     (hier.go).
 //   - NCCL (BackendNCCL): libnccl.so.2 loaded at run time; the communicator is
 //     a DeviceComm whose Device methods take GPU pointers and a stream. Each
 //     rank's device (Options.Device) is made current through the CUDA

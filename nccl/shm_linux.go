@@ -41,6 +41,14 @@ const (
 	sets      = 3
 )
 
+// A chunk of the pipelined hierarchical all-reduce (at most
+// hierChunkElems plus one element per host, for up to 64 Ki hosts) fits a
+// slot.
+var _ [slotElems - hierChunkElems - 64<<10]struct{}
+
+// A buffer of hierSmall (hierRootBytes over at least 2 ranks) fits a slot.
+var _ [4*slotElems - hierRootBytes/2]struct{}
+
 type shmGroup struct {
 	c       *tcpComm
 	n, me   int
@@ -361,6 +369,43 @@ func (g *shmGroup) reduceOnePhase(buf []float32, op Op, all bool) error {
 		}
 		reduceSlots(buf, srcs, op)
 		finish(buf, op, g.n)
+	}
+	g.chunk++
+	return err
+}
+
+// reduceBroadcast is one phase of the pipelined hierarchical all-reduce
+// (hier.go): it reduces buf's spans red to group rank 0 as reduceOnePhase
+// does, and copies rank 0's spans bc into the others' buf, as broadcast
+// does; either may be empty. Rank 0 reads its own part of red from buf
+// and hands bc over in its slot; the others put red in theirs.
+func (g *shmGroup) reduceBroadcast(buf []float32, red, bc []span, op Op) error {
+	g.begin('R', op, spansLen(red)+spansLen(bc))
+	if g.me == 0 {
+		pack(g.slot(0), buf, bc)
+	} else {
+		pack(g.slot(g.me), buf, red)
+	}
+	err := g.sync()
+	if err == nil {
+		err = g.check()
+	}
+	switch {
+	case err != nil:
+	case g.me == 0:
+		srcs := make([][]float32, g.n)
+		off := 0
+		for _, s := range red {
+			out := buf[s.lo:s.hi]
+			for r := range srcs {
+				srcs[r] = g.slot(r)[off : off+len(out)]
+			}
+			srcs[0] = out
+			reduceSlots(out, srcs, op)
+			off += len(out)
+		}
+	default:
+		unpack(buf, g.slot(0), bc)
 	}
 	g.chunk++
 	return err

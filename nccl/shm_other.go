@@ -21,7 +21,10 @@ func (g *shmGroup) wakeAll()                                            {}
 func (g *shmGroup) close()                                              {}
 func (g *shmGroup) allReduce(buf []float32, op Op) error                { return ErrClosed }
 func (g *shmGroup) reduceOnePhase(buf []float32, op Op, all bool) error { return ErrClosed }
-func (g *shmGroup) allGather(send, recv []float32) error                { return ErrClosed }
-func (g *shmGroup) reduceScatter(send, recv []float32, op Op) error     { return ErrClosed }
-func (g *shmGroup) broadcast(buf []float32, root int) error             { return ErrClosed }
-func (g *shmGroup) barrier() error                                      { return ErrClosed }
+func (g *shmGroup) reduceBroadcast(buf []float32, red, bc []span, op Op) error {
+	return ErrClosed
+}
+func (g *shmGroup) allGather(send, recv []float32) error            { return ErrClosed }
+func (g *shmGroup) reduceScatter(send, recv []float32, op Op) error { return ErrClosed }
+func (g *shmGroup) broadcast(buf []float32, root int) error         { return ErrClosed }
+func (g *shmGroup) barrier() error                                  { return ErrClosed }

@@ -18,7 +18,9 @@ import (
 //     the ring (below 256 KiB; 2 MiB for a group of 2). Every rank sends its buffer to every other and reduces the
 //     n buffers in rank order: one message time instead of the ring's
 //     2(n-1) dependent steps, for n-1 times the buffer sent instead of
-//     2(n-1)/n times.
+//     2(n-1)/n times. A group of 3 goes through its rank 0 instead (star,
+//     below 4 MiB): two message times, but 4 messages instead of 6. A
+//     group of 2 adds what it reads to its buffer in place (pairSpans).
 //   - A group spread over hosts with several ranks on a host
 //     (hierarchical): the host's ranks reduce to their first rank in one
 //     phase, the first ranks exchange, and the result is broadcast on each
@@ -44,11 +46,19 @@ const (
 	// hosts it had 1.4-1.8x the ring's bandwidth at 256 KiB and 1 MiB,
 	// 0.8x at 4 MiB. Between 3 hosts it had no such gain at 1 MiB.
 	pairNetBytes = 2 << 20
+	// starNetBytes replaces smallNetBytes for a group of 3, which goes
+	// through its rank 0 instead of exchanging (star). Between 3 hosts
+	// (3 hosts of 2 ranks) the star had 1.6-1.9x the ring's bandwidth at
+	// 256 KiB, 1.05-1.2x at 512 KiB to 2 MiB, the same at 4 MiB.
+	starNetBytes = 4 << 20
 	// hierRootBytes bounds what the host's first rank reads in the
 	// hierarchical path's one-phase reduce (its host's ranks times the
-	// buffer): with 2 ranks a host, buffers below 256 KiB, where the
-	// one-phase path was as fast or faster at every size measured.
-	hierRootBytes = 512 << 10
+	// buffer): with 2 ranks a host, buffers below 512 KiB (the most a
+	// slot holds). The one-phase path was as fast or faster at every size
+	// measured below 256 KiB; at 512 KiB it took 0.7x the time of the
+	// two-phase one between 2 hosts of 2 ranks and 0.93x between 3, the
+	// same at 256 KiB (2 cores, best of 6-8, alternated).
+	hierRootBytes = 1 << 20
 )
 
 // maxExchange bounds the groups that exchange directly: each rank holds a
@@ -158,6 +168,21 @@ func (c *tcpComm) useHierSmall(count int) bool {
 	return c.local != nil && c.local.shm != nil && 4*count*c.local.n < hierRootBytes
 }
 
+// pair is the all-reduce of a group of 2 below pairNetBytes (pairSpans).
+func (c *tcpComm) pair(buf []float32, op Op) error {
+	if err := c.pairSpans(buf, []span{{0, len(buf)}}, op, header('R', op, len(buf))); err != nil {
+		return err
+	}
+	finish(buf, op, 2)
+	return nil
+}
+
+// useStar says whether a group without shared memory all-reduces count
+// elements through its rank 0.
+func (c *tcpComm) useStar(count int) bool {
+	return c.n == 3 && 4*count < starNetBytes
+}
+
 // inlineBytes is the largest exchange message written before reading: a
 // link holds at most two (a rank can be one call ahead of a peer that has
 // not read its last one yet), and two fit in half the socket's send
@@ -254,6 +279,173 @@ func (c *tcpComm) readSpin(conn net.Conn, peer int, b []byte) error {
 	}
 	if err != nil {
 		return c.ioErr(peer, "receiving from", err)
+	}
+	return nil
+}
+
+// star all-reduces buf through group rank 0, in a group of 3 below
+// starNetBytes, in place of the exchange and the ring: the other two send
+// it their buffers, it folds the three in rank order (the exchange's
+// bits) and sends the result back. Between 3 hosts (3 ranks, and 3 hosts of 2
+// ranks, whose first ranks take it; 2 cores) it took 0.6-0.75x the
+// exchange's time at 4 and 16 KiB and 0.75-0.9x at 64 KiB (best of 4-8,
+// alternated). Rank 0 reads and writes twice the buffer, as every rank of
+// the exchange does, but the group moves 4 buffers instead of 6, and the
+// other two wait on one socket instead of two. Rank 0 reads before it
+// writes and the others write before they read, so no two ranks block on
+// writes to each other.
+func (c *tcpComm) star(buf []float32, op Op, hdr []byte) error {
+	return c.starSpans(buf, []span{{0, len(buf)}}, op, hdr)
+}
+
+// starSpans is star on buf's spans (a chunk of the pipelined hierarchical
+// all-reduce), sent and folded packed.
+func (c *tcpComm) starSpans(buf []float32, sp []span, op Op, hdr []byte) error {
+	n, me := c.n, c.rank
+	conn := func(p int, out bool) (net.Conn, error) {
+		switch {
+		case out && p == (me+1)%n:
+			return c.next, nil
+		case !out && p == (me+n-1)%n:
+			return c.prev, nil
+		}
+		return c.link(p, out, kindExchange)
+	}
+	write := func(p int) error {
+		w, err := conn(p, true)
+		if err != nil {
+			return err
+		}
+		w.SetWriteDeadline(time.Now().Add(c.nd.o.Timeout))
+		bs := net.Buffers{hdr}
+		for _, s := range sp {
+			bs = append(bs, asBytes(buf[s.lo:s.hi]))
+		}
+		if _, err := bs.WriteTo(w); err != nil {
+			return c.ioErr(p, "sending to", err)
+		}
+		return nil
+	}
+	got := make([]byte, 16)
+	header := func(r net.Conn, p int) error {
+		if err := c.readSpin(r, p, got); err != nil {
+			return err
+		}
+		return c.compareHeader(p, got, hdr)
+	}
+	// The star leaves the ring's connection from rank 1 to rank 2 idle:
+	// a header goes there too, so that a rank that runs another
+	// collective on the ring is told at once, as in the exchange.
+	if me == 1 {
+		if err := c.write(c.next, 2, hdr); err != nil {
+			return err
+		}
+	}
+	if me != 0 {
+		if err := write(0); err != nil {
+			return err
+		}
+		if me == 2 {
+			if err := header(c.prev, 1); err != nil {
+				return err
+			}
+		}
+		r, err := conn(0, false)
+		if err == nil {
+			err = header(r, 0)
+		}
+		for _, s := range sp {
+			if err == nil {
+				err = c.readSpin(r, 0, asBytes(buf[s.lo:s.hi]))
+			}
+		}
+		return err
+	}
+	m := spansLen(sp)
+	all := c.buffer(n * m)
+	for p := 1; p < n; p++ {
+		r, err := conn(p, false)
+		if err == nil {
+			err = header(r, p)
+		}
+		if err == nil {
+			err = c.readSpin(r, p, asBytes(all[p*m:(p+1)*m]))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	srcs := make([][]float32, n)
+	off := 0
+	for _, s := range sp {
+		out := buf[s.lo:s.hi]
+		srcs[0] = out
+		for p := 1; p < n; p++ {
+			srcs[p] = all[p*m+off : p*m+off+len(out)]
+		}
+		reduceSlots(out, srcs, op)
+		finish(out, op, n)
+		off += len(out)
+	}
+	for p := 1; p < n; p++ {
+		if err := write(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pairSpans all-reduces buf's spans between the two ranks of a group of 2
+// in one step: each writes its spans (after the header) to the other and
+// adds what it reads (a+b is b+a: both get the same bits, the exchange's).
+// It is the exchange of a group of 2, without the exchange's copy of the
+// buffer: between 2 hosts of 2 ranks (2 cores, best of 8, alternated) it
+// took 0.7-0.8x the exchange's time at 256 KiB and 1 MiB, the same or less
+// at 4-64 KiB. Messages larger than inlineBytes are written on a
+// goroutine while this one reads, as in the exchange.
+func (c *tcpComm) pairSpans(buf []float32, sp []span, op Op, hdr []byte) error {
+	peer := 1 - c.rank
+	bufs := net.Buffers{hdr}
+	for _, s := range sp {
+		bufs = append(bufs, asBytes(buf[s.lo:s.hi]))
+	}
+	m := spansLen(sp)
+	write := func() error {
+		c.next.SetWriteDeadline(time.Now().Add(c.nd.o.Timeout))
+		if _, err := bufs.WriteTo(c.next); err != nil {
+			return c.ioErr(peer, "sending to", err)
+		}
+		return nil
+	}
+	var sent chan error
+	var err error
+	if 16+4*m <= c.inlineBytes() {
+		err = write()
+	} else {
+		sent = make(chan error, 1)
+		go func() { sent <- write() }()
+	}
+	got := make([]byte, 16)
+	tmp := c.buffer(m)
+	if err == nil {
+		if err = c.readSpin(c.prev, peer, got); err == nil {
+			if err = c.compareHeader(peer, got, hdr); err == nil {
+				err = c.readSpin(c.prev, peer, asBytes(tmp))
+			}
+		}
+	}
+	if sent != nil {
+		if serr := <-sent; err == nil {
+			err = serr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	off := 0
+	for _, s := range sp {
+		reduceInto(buf[s.lo:s.hi], tmp[off:], op)
+		off += s.hi - s.lo
 	}
 	return nil
 }

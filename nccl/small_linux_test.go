@@ -63,9 +63,13 @@ func TestHierarchicalSmallAllReduce(t *testing.T) {
 					return fmt.Errorf("no shared memory on the host")
 				}
 				phases := count.since(c.local.shm)
-				want := uint32(3) // all-reduce, then broadcast
-				if 4*elems*c.local.n < hierRootBytes {
+				slots := uint32((elems + slotElems - 1) / slotElems)
+				want := 2*slots + 1 // all-reduce, then broadcast, by slot
+				switch {
+				case 4*elems*c.local.n < hierRootBytes:
 					want = 2 // reduce to the first rank, broadcast
+				case c.usePipeline(elems):
+					want = uint32(len(hierChunks(elems, c.hosts, hierChunkElems)) + 2)
 				}
 				if phases != want {
 					return fmt.Errorf("%d shared-memory phases on the host, want %d", phases, want)

@@ -57,14 +57,18 @@ func testSmallPaths(t *testing.T, run world, n int, sizes []int, exact func(coun
 }
 
 // Between hosts (here the TCP backend on one host): below smallNetBytes
-// (pairNetBytes for 2 ranks) the ranks exchange their buffers directly and
-// fold them in rank order, from it the ring runs.
+// (pairNetBytes for 2 ranks) the ranks exchange their buffers directly
+// (below starNetBytes, 3 ranks through rank 0) and fold them in rank
+// order, from it the ring runs.
 func TestTCPExchangeAllReduce(t *testing.T) {
 	for _, n := range []int{2, 3, 5} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			limit := smallNetBytes
-			if n == 2 {
+			switch n {
+			case 2:
 				limit = pairNetBytes
+			case 3:
+				limit = starNetBytes
 			}
 			check := func(c *tcpComm, count int) error {
 				if n == 2 {
@@ -73,8 +77,14 @@ func TestTCPExchangeAllReduce(t *testing.T) {
 				c.linkMu.Lock()
 				links := len(c.links)
 				c.linkMu.Unlock()
-				if small := 4*count < limit; small && links != 2*(n-2) {
-					return fmt.Errorf("%d exchange links after a direct exchange, want %d", links, 2*(n-2))
+				want := 2 * (n - 2) // all but the ring's two
+				if n == 3 {
+					// The star: rank 0 to rank 2 and from rank 1,
+					// the others to rank 0 or from it.
+					want = map[bool]int{true: 2, false: 1}[c.rank == 0]
+				}
+				if small := 4*count < limit; small && links != want {
+					return fmt.Errorf("%d exchange links after a direct exchange, want %d", links, want)
 				}
 				return nil
 			}

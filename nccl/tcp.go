@@ -165,6 +165,7 @@ type tcpComm struct {
 	// has a communicator of its ranks on this host (shared memory) and,
 	// on the first of them, one of the first rank of every host.
 	local, leaders *tcpComm
+	hosts          int // hosts of the group, when local is set
 
 	linkMu sync.Mutex
 	links  map[linkKey]net.Conn // lazily made point-to-point connections
@@ -234,6 +235,7 @@ func (c *tcpComm) splitHosts() error {
 	if len(hosts) == len(c.ranks) {
 		return nil // one rank per host: the ring is all there is
 	}
+	c.hosts = len(hosts)
 	me := c.ranks[c.rank]
 	local := byHost[c.nd.self.hostID]
 	var err error
@@ -601,8 +603,14 @@ func (c *tcpComm) AllReduce(buf []float32, op Op) error {
 		return c.shm.allReduce(buf, op)
 	case c.useHierSmall(len(buf)):
 		return c.hierSmall(buf, op)
+	case c.usePipeline(len(buf)):
+		return c.hierPipelined(buf, op, hierChunkElems)
 	case c.local != nil:
 		return c.hierAllReduce(buf, op)
+	case c.useStar(len(buf)):
+		return c.star(buf, op, header('R', op, len(buf)))
+	case c.n == 2 && c.useExchange(len(buf)):
+		return c.pair(buf, op)
 	case c.useExchange(len(buf)):
 		return c.exchange(buf, op, header('R', op, len(buf)))
 	}

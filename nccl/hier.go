@@ -1,0 +1,202 @@
+package nccl
+
+// The hierarchical all-reduce of a large buffer, pipelined by chunk. The
+// three phases (reduce on each host to its first rank, all-reduce between
+// the hosts' first ranks, broadcast on each host) depend on each other
+// for one element, not for the buffer: the buffer goes in chunks, and while
+// the first ranks all-reduce chunk j (on a goroutine of each first rank)
+// the host reduces chunk j+1 and broadcasts chunk j-1 in shared memory,
+// in one phase (shmGroup.reduceBroadcast).
+//
+// Chunks do not change the sums' bits. On each host a chunk is reduced in
+// rank order as the whole buffer is (reduceSlots). Between the hosts'
+// first ranks each chunk takes the path the whole buffer takes, in the
+// same order for every element: between two hosts the order does not
+// matter (a+b is b+a, bit for bit), and the first ranks exchange each
+// chunk whole, in one step (pairSpans); between three below starNetBytes
+// the chunk goes through the first host (starSpans), folded in rank
+// order; otherwise the ring sums each element in an order fixed by the
+// segment it lies in (segment i from host i on), so a chunk is not a
+// contiguous range of the buffer but the j-th part of every one of the
+// hosts' ring segments (hierChunks): each element stays in the segment
+// it has when the whole buffer goes around the ring, and the chunk goes
+// around the ring with those parts as its segments. Only groups over two
+// hosts pipeline (usePipeline says why), from hierPipeBytes on.
+
+// hierChunkElems is the most elements of one chunk of the pipelined
+// hierarchical all-reduce (one shared-memory slot holds a chunk). Measured
+// on 2 hosts of 2 ranks (2 cores, best of 5, alternated) from 2 MiB to
+// 32 MiB: chunks of 32 Ki elements took 1.2-1.3x the time of chunks of
+// 64 Ki, chunks of about 128 Ki 0.98-1.2x.
+const hierChunkElems = 64 << 10
+
+// span is the range [lo, hi) of a buffer.
+type span struct{ lo, hi int }
+
+func spansLen(sp []span) int {
+	n := 0
+	for _, s := range sp {
+		n += s.hi - s.lo
+	}
+	return n
+}
+
+// pack copies buf's spans one after the other into dst.
+func pack(dst, buf []float32, sp []span) {
+	off := 0
+	for _, s := range sp {
+		off += copy(dst[off:], buf[s.lo:s.hi])
+	}
+}
+
+// unpack copies src, packed as pack leaves it, back into buf's spans.
+func unpack(buf, src []float32, sp []span) {
+	off := 0
+	for _, s := range sp {
+		off += copy(buf[s.lo:s.hi], src[off:])
+	}
+}
+
+// hierChunks splits a buffer of n elements that hosts hosts reduce into
+// chunks of at most about chunk elements: chunk j holds the j-th of k
+// equal parts of each host's ring segment, in segment order.
+func hierChunks(n, hosts, chunk int) [][]span {
+	k := max(1, (n+chunk-1)/chunk)
+	ch := make([][]span, k)
+	for i := range hosts {
+		lo, hi := segment(n, hosts, i)
+		for j := range k {
+			a, b := segment(hi-lo, k, j)
+			ch[j] = append(ch[j], span{lo + a, lo + b})
+		}
+	}
+	return ch
+}
+
+// hierPipeBytes is the smallest buffer that a group over two hosts
+// all-reduces by hierPipelined. Measured on 2 hosts of 2 ranks (2 cores,
+// best of 6, alternated with the unpipelined path): 0.55-0.7x its speed at
+// 512 KiB and 768 KiB (2 and 3 chunks: the pipeline's two extra phases,
+// and the first rank reducing alone, cost more than the overlap saves),
+// the same at 1 MiB, 1.35x at 2 MiB, 1.2-1.25x at 3-32 MiB.
+const hierPipeBytes = 2 << 20
+
+// usePipeline says whether a group spread over hosts all-reduces count
+// elements by hierPipelined: between two hosts, from hierPipeBytes on.
+// Every rank of the group decides alike, on the buffer and constants, not
+// on its own host (the range of hierSmall, which depends on the host's
+// ranks, ends below it).
+//
+// Between three hosts the chunks were slower than the whole buffer (3
+// hosts of 2 ranks, 2 cores, best of 3-4, alternated): with the ring
+// between the first ranks, 0.9-1.1x at 1-4 MiB and 0.6-1.1x at 16 MiB
+// (each chunk takes the ring's 2(n-1) dependent steps, where the whole
+// buffer takes them once, streamed); with the star, 0.9x at 1 MiB and
+// 16 MiB, the same at 4 MiB.
+func (c *tcpComm) usePipeline(count int) bool {
+	return c.local != nil && c.hosts == 2 && 4*count >= hierPipeBytes
+}
+
+// A pipelined buffer has two chunks or more, and lies beyond hierSmall's
+// range with two ranks a host, the widest.
+var (
+	_ [hierPipeBytes - 2*4*hierChunkElems]struct{}
+	_ [hierPipeBytes - hierRootBytes/2]struct{}
+)
+
+// hierPipelined is hierAllReduce in chunks of at most chunk elements (the
+// file's comment). A host without shared memory (one rank, or no
+// /dev/shm) reduces and broadcasts the whole buffer around the chunks.
+func (c *tcpComm) hierPipelined(buf []float32, op Op, chunk int) error {
+	inner := op
+	if op == Avg {
+		inner = Sum
+	}
+	chunks := hierChunks(len(buf), c.hosts, chunk)
+	g := c.local.shm
+	if g == nil {
+		if err := c.local.AllReduce(buf, inner); err != nil {
+			return err
+		}
+	}
+	// The first rank all-reduces the chunks between the hosts on a
+	// goroutine, in order, as the host reduces them; done gets one result
+	// per chunk.
+	var reduced chan int
+	var done chan error
+	if c.leaders != nil {
+		reduced, done = make(chan int, len(chunks)), make(chan error, len(chunks))
+		go func() {
+			defer close(done)
+			for j := range reduced {
+				err := c.leadersReduce(buf, chunks[j], len(chunks), inner)
+				done <- err
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	// Phase j reduces chunk j on the host and broadcasts chunk j-2, whose
+	// all-reduce between the hosts ran during phase j-1.
+	err := func() error {
+		for j := 0; j < len(chunks)+2; j++ {
+			var red, bc []span
+			if j < len(chunks) {
+				red = chunks[j]
+			}
+			if j >= 2 {
+				bc = chunks[j-2]
+				if done != nil {
+					if err := <-done; err != nil {
+						return err
+					}
+				}
+			}
+			if g != nil {
+				if err := g.reduceBroadcast(buf, red, bc, inner); err != nil {
+					return err
+				}
+			}
+			if red != nil && reduced != nil {
+				reduced <- j
+			}
+		}
+		return nil
+	}()
+	if reduced != nil {
+		close(reduced)
+		for range done { // the goroutine is done with buf
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if g == nil {
+		if err := c.local.Broadcast(buf, 0); err != nil {
+			return err
+		}
+	}
+	finish(buf, op, c.n)
+	return nil
+}
+
+// leadersReduce all-reduces one chunk of k between the hosts' first ranks:
+// between two, by pairSpans; between three, by starSpans where the whole
+// buffer takes the star; otherwise the ring over the chunk's spans, host
+// i's span as segment i. A buffer in one chunk goes as the whole buffer
+// would (leaders.AllReduce).
+func (c *tcpComm) leadersReduce(buf []float32, sp []span, k int, op Op) error {
+	l := c.leaders
+	if k == 1 {
+		return l.AllReduce(buf, op)
+	}
+	if l.n == 2 {
+		return l.pairSpans(buf, sp, op, header('R', op, spansLen(sp)))
+	}
+	if l.useStar(len(buf)) {
+		return l.starSpans(buf, sp, op, header('R', op, spansLen(sp)))
+	}
+	seg := func(i int) (int, int) { return sp[i].lo, sp[i].hi }
+	return l.ring(buf, seg, 0, true, true, op, header('R', op, spansLen(sp)))
+}

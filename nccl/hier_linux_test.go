@@ -1,0 +1,139 @@
+package nccl
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// float64Reduce is the all-reduce of rankData in float64, rounded once.
+func float64Reduce(seed uint64, ranks, n int, op Op) []float32 {
+	acc := make([]float64, n)
+	for r := range ranks {
+		for i, v := range rankData(seed, r, n) {
+			switch {
+			case op == Max && (r == 0 || float64(v) > acc[i]):
+				acc[i] = float64(v)
+			case op != Max:
+				acc[i] += float64(v)
+			}
+		}
+	}
+	out := make([]float32, n)
+	for i, v := range acc {
+		if op == Avg {
+			v /= float64(ranks)
+		}
+		out[i] = float32(v)
+	}
+	return out
+}
+
+// The chunks of the pipelined hierarchical all-reduce cover the buffer
+// once, each element inside the ring segment it has in the whole buffer.
+func TestHierChunks(t *testing.T) {
+	for _, c := range []struct{ n, hosts, chunk int }{{1, 2, 4}, {3, 3, 2}, {10, 3, 4}, {1001, 3, 97}, {65537, 2, 4096}} {
+		seen := make([]int, c.n)
+		for _, sp := range hierChunks(c.n, c.hosts, c.chunk) {
+			if len(sp) != c.hosts {
+				t.Fatalf("%+v: %d spans in a chunk, want one per host", c, len(sp))
+			}
+			if l := spansLen(sp); l > c.chunk+c.hosts {
+				t.Fatalf("%+v: chunk of %d elements", c, l)
+			}
+			for i, s := range sp {
+				lo, hi := segment(c.n, c.hosts, i)
+				if s.lo < lo || s.hi > hi {
+					t.Fatalf("%+v: span %v outside ring segment %d [%d,%d)", c, s, i, lo, hi)
+				}
+				for e := s.lo; e < s.hi; e++ {
+					seen[e]++
+				}
+			}
+		}
+		for e, k := range seen {
+			if k != 1 {
+				t.Fatalf("%+v: element %d in %d chunks", c, e, k)
+			}
+		}
+	}
+}
+
+// Two and three pretend hosts (and uneven ones, one of a single rank): the
+// pipelined all-reduce gives the bits of the sequential one (reduce on the
+// host, the first ranks' all-reduce of the whole buffer, broadcast) at
+// odd sizes around the chunk, wherever the dispatch pipelines (two hosts,
+// or from smallNetBytes between more), and is within float32 error of a
+// float64 reduction everywhere.
+func TestHierPipelinedMatchesSequential(t *testing.T) {
+	const chunk = 1000
+	sizes := []int{1, 3, chunk - 1, chunk, chunk + 1, 2*chunk + 1, 7919, smallNetBytes/4 + 1, smallNetBytes/4 + chunk + 7, starNetBytes/4 + 3}
+	for _, hosts := range [][]string{{"a", "a", "b", "b"}, {"a", "a", "a", "b"}, {"a", "a", "b", "b", "c", "c"}, {"a", "a", "a", "b", "b", "c"}} {
+		t.Run(strings.Join(hosts, ""), func(t *testing.T) {
+			testHostID = func(rank int) string { return hosts[rank] }
+			t.Cleanup(func() { testHostID = nil })
+			n := len(hosts)
+			var bits sameBits
+			err := tcpWorld(BackendAuto)(t, n, func(c Comm) error {
+				tc := c.(*tcpComm)
+				for i, size := range sizes {
+					for _, op := range []Op{Sum, Avg, Max} {
+						seed := uint64(11000 + 10*i + int(op))
+						seq := rankData(seed, c.Rank(), size)
+						if err := tc.hierAllReduce(seq, op); err != nil {
+							return err
+						}
+						pip := rankData(seed, c.Rank(), size)
+						ch := chunk
+						if size > 100*chunk {
+							ch = size / 15 // 16 chunks
+						}
+						if err := tc.hierPipelined(pip, op, ch); err != nil {
+							return err
+						}
+						what := fmt.Sprintf("%v of %d", op, size)
+						if err := closeTo(pip, seq, n, true); err != nil {
+							return fmt.Errorf("pipelined %s against sequential: %w", what, err)
+						}
+						if err := closeTo(pip, float64Reduce(seed, n, size, op), n, op == Max); err != nil {
+							return fmt.Errorf("pipelined %s against float64: %w", what, err)
+						}
+						if err := bits.check(what, pip); err != nil {
+							return err
+						}
+					}
+				}
+				if tc.hosts != 2 {
+					return c.Barrier()
+				}
+				// The dispatch pipelines from hierPipeBytes between two
+				// hosts, on the same bits.
+				size := hierPipeBytes/4 + 5
+				seq := rankData(11999, c.Rank(), size)
+				if err := tc.hierAllReduce(seq, Sum); err != nil {
+					return err
+				}
+				pip := rankData(11999, c.Rank(), size)
+				var count phaseCount
+				if g := tc.local.shm; g != nil { // none on a host of one rank
+					count.since(g)
+				}
+				if err := c.AllReduce(pip, Sum); err != nil {
+					return err
+				}
+				if g := tc.local.shm; g != nil {
+					if got, want := count.since(g), len(hierChunks(size, 2, hierChunkElems))+2; int(got) != want {
+						return fmt.Errorf("AllReduce of %d: %d shared-memory phases, want %d (pipelined)", size, got, want)
+					}
+				}
+				if err := closeTo(pip, seq, n, true); err != nil {
+					return fmt.Errorf("AllReduce of %d against sequential: %w", size, err)
+				}
+				return c.Barrier()
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
