@@ -38,7 +38,7 @@ type Device struct {
 
 	alloc     *allocator
 	precision Precision
-	ccMajor   int // compute capability's major: 8 for an A100, 7 for a V100
+	ccMajor   int   // compute capability's major: 8 for an A100, 7 for a V100
 	err       error // first asynchronous failure since the last Sync
 	fromCache bool
 	closed    bool
