@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"time"
 )
@@ -81,13 +80,7 @@ func FitComm(n int, times map[int64]float64) (latencyS, busGBs float64, lo, hi i
 
 // CommRatesPath is where the fits are kept: cpu-comm.json under hpcrun in
 // the user's cache directory.
-func CommRatesPath() (string, error) {
-	dir, err := os.UserCacheDir()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(dir, "hpcrun", "cpu-comm.json"), nil
-}
+func CommRatesPath() (string, error) { return cachePath("cpu-comm.json") }
 
 // LoadCommRates reads the fits SaveCommFit kept.
 func LoadCommRates() (*CommRates, error) {

@@ -269,12 +269,16 @@ func gemmAt(rates []GemmRate, g Gemm, t int) float64 {
 
 // CPURatesPath is where the rates are kept: cpu-gemm.json under hpcrun in
 // the user's cache directory.
-func CPURatesPath() (string, error) {
+func CPURatesPath() (string, error) { return cachePath("cpu-gemm.json") }
+
+// cachePath is the file name under hpcrun in the user's cache directory,
+// where the measured rates are kept.
+func cachePath(name string) (string, error) {
 	dir, err := os.UserCacheDir()
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(dir, "hpcrun", "cpu-gemm.json"), nil
+	return filepath.Join(dir, "hpcrun", name), nil
 }
 
 // LoadCPURates reads the rates SaveCPURates kept; ErrOldRates when the
