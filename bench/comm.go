@@ -18,6 +18,7 @@ import (
 	"github.com/hpcrun/hpcrun/internal/units"
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/slurm"
+	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/plan"
 )
 
@@ -64,7 +65,10 @@ type CommReport struct {
 	Backend string    `json:"backend"`
 	Peer    string    `json:"peer"`
 	Rows    []CommRow `json:"rows"`
-	srun    bool      // the ranks ran over the nodes of an allocation
+	// SkewS is what a collective adds after the same work on every rank
+	// (timeSkew): the wait for the slowest, on top of its own time.
+	SkewS float64 `json:"skew_s"`
+	srun  bool    // the ranks ran over the nodes of an allocation
 }
 
 // CommSizes are the buffer sizes from lo to hi, x4 each step.
@@ -141,6 +145,7 @@ func Comm(ctx context.Context, o CommOptions) (CommReport, error) {
 			rep.Peer = "Open MPI MPI_Allreduce (btl vader = shared memory; btl tcp)"
 		}
 	}
+	rep.SkewS = ours[skewKey]
 	rep.Rows = commRows(o.N, CommSizes(o.Min, o.Max), ours, shm, tcp)
 	return rep, nil
 }
@@ -264,7 +269,78 @@ func timeAllReduce(comm nccl.Comm, lo, hi int64, out io.Writer) error {
 			fmt.Fprintf(out, "%d %.9f\n", bytes, dt[0])
 		}
 	}
+	skew, err := timeSkew(comm)
+	if err != nil {
+		return err
+	}
+	if comm.Rank() == 0 {
+		fmt.Fprintf(out, "%d %.9f\n", skewKey, skew)
+	}
 	return nil
+}
+
+// skewKey marks the skew's line among the sizes' (a size is positive).
+const skewKey = -1
+
+// skewRounds and skewWork are the rounds timeSkew makes and the GEMM each
+// round runs on every rank (m, n, k: about a millisecond on one core,
+// the work a training step does between two collectives).
+const skewRounds = 200
+
+var skewWork = plan.Gemm{M: 256, N: 512, K: 512}
+
+// timeSkew is what a collective adds in training to its own time: the
+// wait for the slowest rank after the same work on every rank (noise,
+// cores of unequal speed). Every rank times rounds of a GEMM alone (all at
+// once, no collective), rounds of the GEMM each followed by a one-float
+// all-reduce, and rounds of the all-reduce alone; the skew is the second
+// less the first and the third, a round, the ranks' mean (0 when below).
+func timeSkew(comm nccl.Comm) (float64, error) {
+	dev := tensor.NewCPU()
+	g := skewWork
+	var ts [3]*tensor.Tensor
+	for i, n := range []int{g.M * g.K, g.K * g.N, g.M * g.N} {
+		t, err := dev.Alloc(n)
+		if err != nil {
+			return 0, err
+		}
+		defer dev.Free(t)
+		ts[i] = t
+	}
+	a, b, c := ts[0], ts[1], ts[2]
+	work := func() { dev.Gemm(false, false, g.M, g.N, g.K, 1, a, 0, g.K, b, 0, g.N, 0, c, 0, g.N) }
+	x := []float32{1}
+	ar := func() error { return comm.AllReduce(x, nccl.Sum) }
+	timed := func(round func() error) (float64, error) {
+		if err := comm.Barrier(); err != nil {
+			return 0, err
+		}
+		t0 := time.Now()
+		for range skewRounds {
+			if err := round(); err != nil {
+				return 0, err
+			}
+		}
+		return time.Since(t0).Seconds() / skewRounds, nil
+	}
+	work()
+	alone, err := timed(func() error { work(); return nil })
+	if err != nil {
+		return 0, err
+	}
+	synced, err := timed(func() error { work(); return ar() })
+	if err != nil {
+		return 0, err
+	}
+	collective, err := timed(ar)
+	if err != nil {
+		return 0, err
+	}
+	s := []float32{float32(max(synced-alone-collective, 0))}
+	if err := comm.AllReduce(s, nccl.Avg); err != nil {
+		return 0, err
+	}
+	return float64(s[0]), nil
 }
 
 // localRanks starts o.N copies of o.Program as benchmark ranks (the worker
@@ -359,7 +435,7 @@ func (rep CommReport) Fit() (plan.CommFit, error) {
 	case rep.Backend == nccl.BackendTCP:
 		path = plan.PathTCP
 	}
-	return plan.CommFit{Path: path, NRanks: rep.Nproc, Nodes: rep.Nodes, LatencyS: lat, BusGBs: bw, MinBytes: lo, MaxBytes: hi,
+	return plan.CommFit{Path: path, NRanks: rep.Nproc, Nodes: rep.Nodes, LatencyS: lat, BusGBs: bw, SkewS: rep.SkewS, MinBytes: lo, MaxBytes: hi,
 		CPU: plan.CPUModel(), Measured: time.Now().UTC()}, nil
 }
 
@@ -376,7 +452,7 @@ func (rep CommReport) SaveFit(w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("bench comm: keep the fit: %w", err)
 	}
-	_, err = fmt.Fprintf(w, "hpcrun plan will take %s all-reduces over %d ranks as %.1f µs + bytes at %.2f GB/s (bus), kept in %s\n",
-		f.Path, f.NRanks, f.LatencyS*1e6, f.BusGBs, path)
+	_, err = fmt.Fprintf(w, "hpcrun plan will take %s all-reduces over %d ranks as %.1f µs + bytes at %.2f GB/s (bus), and %.0f µs of skew each in training, kept in %s\n",
+		f.Path, f.NRanks, f.LatencyS*1e6, f.BusGBs, f.SkewS*1e6, path)
 	return err
 }

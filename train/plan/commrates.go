@@ -25,11 +25,15 @@ const (
 // LatencyS + 2(n-1)/n b / (BusGBs 1e9) seconds, as fitted to the times
 // hpcrun bench comm measured on Measured.
 type CommFit struct {
-	Path     string    `json:"path"`
-	NRanks   int       `json:"nranks"`
-	Nodes    int       `json:"nodes"`
-	LatencyS float64   `json:"latency_s"`
-	BusGBs   float64   `json:"bus_gbs"`
+	Path     string  `json:"path"`
+	NRanks   int     `json:"nranks"`
+	Nodes    int     `json:"nodes"`
+	LatencyS float64 `json:"latency_s"`
+	BusGBs   float64 `json:"bus_gbs"`
+	// SkewS is what a collective adds in training after the same work on
+	// every rank: the wait for the slowest (hpcrun bench comm measures it
+	// after a GEMM of about a millisecond); the plan adds it per collective.
+	SkewS    float64   `json:"skew_s,omitempty"`
 	MinBytes int64     `json:"min_bytes"` // the sizes fitted
 	MaxBytes int64     `json:"max_bytes"`
 	CPU      string    `json:"cpu"`

@@ -112,8 +112,8 @@ func (d Device) collective(path string, n, nodes int) (latency, bw float64, from
 		case d.machine.CPU != "" && f.CPU != d.machine.CPU:
 			warn = fmt.Sprintf("the %s collectives' fit (%d ranks) was measured on %q: rerun %s here", path, f.NRanks, f.CPU, measure)
 		}
-		return f.LatencyS, f.BusGBs * 1e9, fmt.Sprintf("%s %d ranks measured %s (%.0f µs + %.2f GB/s)",
-			f.Path, f.NRanks, f.Measured.Format(time.DateOnly), f.LatencyS*1e6, f.BusGBs), warn
+		return f.LatencyS + f.SkewS, f.BusGBs * 1e9, fmt.Sprintf("%s %d ranks measured %s (%.0f µs + %.0f µs skew + %.2f GB/s)",
+			f.Path, f.NRanks, f.Measured.Format(time.DateOnly), f.LatencyS*1e6, f.SkewS*1e6, f.BusGBs), warn
 	}
 	if !d.CUDA {
 		warn = fmt.Sprintf("the %s collectives are not measured (defaults): run %s", path, measure)

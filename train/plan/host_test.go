@@ -300,3 +300,24 @@ func TestCPUInfoModel(t *testing.T) {
 		t.Errorf("cpuInfoModel = %q", got)
 	}
 }
+
+// TestCommSkew: a measured skew is paid once a collective, on top of the
+// fit's latency and bandwidth.
+func TestCommSkew(t *testing.T) {
+	now := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	m := Machine{NumCPU: 2, Mem: 8 * gib, CPU: "Test CPU", Load: 0.5, Now: now}
+	step := func(skew float64) Time {
+		comm := &CommRates{Format: CommRatesFormat, Fits: []CommFit{{Path: PathShm, NRanks: 2, LatencyS: 20e-6, BusGBs: 4, SkewS: skew, CPU: "Test CPU", Measured: now}}}
+		cfg := config.DefaultConfig()
+		cfg.NTasks, cfg.TP = 2, 2
+		p, err := New(Request{Config: cfg, Vocab: 100, Device: hostCPU(Share{TasksPerNode: 2, Launcher: LaunchLocal}, m, testRates(), nil, comm)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Time
+	}
+	a, b := step(0), step(100e-6)
+	if d := b.CommS - a.CommS; a.Collectives == 0 || math.Abs(d-float64(a.Collectives)*100e-6) > 1e-12 {
+		t.Errorf("skew 100 µs adds %.6f s over %d collectives, want %.6f", d, a.Collectives, float64(a.Collectives)*100e-6)
+	}
+}
