@@ -68,7 +68,10 @@ type CommReport struct {
 	// SkewS is what a collective adds after the same work on every rank
 	// (timeSkew): the wait for the slowest, on top of its own time.
 	SkewS float64 `json:"skew_s"`
-	srun  bool    // the ranks ran over the nodes of an allocation
+	// SkewFrac is the wait's growth with the work before the collective:
+	// the skew after w seconds of work is SkewS + SkewFrac w.
+	SkewFrac float64 `json:"skew_frac"`
+	srun     bool    // the ranks ran over the nodes of an allocation
 }
 
 // CommSizes are the buffer sizes from lo to hi, x4 each step.
@@ -145,7 +148,7 @@ func Comm(ctx context.Context, o CommOptions) (CommReport, error) {
 			rep.Peer = "Open MPI MPI_Allreduce (btl vader = shared memory; btl tcp)"
 		}
 	}
-	rep.SkewS = ours[skewKey]
+	rep.SkewS, rep.SkewFrac = ours[skewKey], ours[skewFracKey]
 	rep.Rows = commRows(o.N, CommSizes(o.Min, o.Max), ours, shm, tcp)
 	return rep, nil
 }
@@ -269,78 +272,107 @@ func timeAllReduce(comm nccl.Comm, lo, hi int64, out io.Writer) error {
 			fmt.Fprintf(out, "%d %.9f\n", bytes, dt[0])
 		}
 	}
-	skew, err := timeSkew(comm)
+	skew, frac, err := timeSkew(comm)
 	if err != nil {
 		return err
 	}
 	if comm.Rank() == 0 {
-		fmt.Fprintf(out, "%d %.9f\n", skewKey, skew)
+		fmt.Fprintf(out, "%d %.9f\n%d %.9f\n", skewKey, skew, skewFracKey, frac)
 	}
 	return nil
 }
 
-// skewKey marks the skew's line among the sizes' (a size is positive).
-const skewKey = -1
+// skewKey and skewFracKey mark the skew's lines among the sizes' (a size
+// is positive).
+const (
+	skewKey     = -1
+	skewFracKey = -2
+)
 
-// skewRounds and skewWork are the rounds timeSkew makes and the GEMM each
-// round runs on every rank (m, n, k: about a millisecond on one core,
-// the work a training step does between two collectives).
-const skewRounds = 200
-
-var skewWork = plan.Gemm{M: 256, N: 512, K: 512}
+// skewRounds are the rounds timeSkew makes of each GEMM in skewWork, the
+// work every rank does between two collectives: about 1 and 20 ms on one
+// core, the span of a training step's work between its collectives.
+var (
+	skewRounds = [2]int{200, 50}
+	skewWork   = [2]plan.Gemm{{M: 256, N: 512, K: 512}, {M: 4096, N: 512, K: 512}}
+)
 
 // timeSkew is what a collective adds in training to its own time: the
 // wait for the slowest rank after the same work on every rank (noise,
-// cores of unequal speed). Every rank times rounds of a GEMM alone (all at
-// once, no collective), rounds of the GEMM each followed by a one-float
-// all-reduce, and rounds of the all-reduce alone; the skew is the second
-// less the first and the third, a round, the ranks' mean (0 when below).
-func timeSkew(comm nccl.Comm) (float64, error) {
+// cores of unequal speed), which grows with the work. Every rank times
+// rounds of a GEMM each followed by a one-float all-reduce, the work and
+// the all-reduce apart, for two sizes of work, and rounds of the
+// all-reduce alone; a round's wait is its all-reduce's time less the one
+// alone, the ranks' mean. The two waits, against the two works, give
+// the skew as fixed + frac x work (both at least 0).
+func timeSkew(comm nccl.Comm) (fixed, frac float64, err error) {
 	dev := tensor.NewCPU()
-	g := skewWork
+	x := []float32{1}
+	ar := func() error { return comm.AllReduce(x, nccl.Sum) }
+	for range 20 {
+		if err := ar(); err != nil {
+			return 0, 0, err
+		}
+	}
+	if err := comm.Barrier(); err != nil {
+		return 0, 0, err
+	}
+	t0 := time.Now()
+	for range skewRounds[0] {
+		if err := ar(); err != nil {
+			return 0, 0, err
+		}
+	}
+	alone := time.Since(t0).Seconds() / float64(skewRounds[0])
+	var work, wait [2]float64
+	for i, g := range skewWork {
+		w, err := syncedRounds(dev, comm, g, skewRounds[i], ar)
+		if err != nil {
+			return 0, 0, err
+		}
+		work[i], wait[i] = w[0], max(w[1]-alone, 0)
+	}
+	if work[1] > work[0] {
+		frac = max((wait[1]-wait[0])/(work[1]-work[0]), 0)
+	}
+	fixed = max(wait[0]-frac*work[0], 0)
+	return fixed, frac, nil
+}
+
+// syncedRounds runs rounds of the GEMM g each followed by collective on
+// every rank and returns the ranks' mean seconds a round in the GEMM and
+// in the collective.
+func syncedRounds(dev *tensor.CPUDevice, comm nccl.Comm, g plan.Gemm, rounds int, collective func() error) ([2]float64, error) {
 	var ts [3]*tensor.Tensor
 	for i, n := range []int{g.M * g.K, g.K * g.N, g.M * g.N} {
 		t, err := dev.Alloc(n)
 		if err != nil {
-			return 0, err
+			return [2]float64{}, err
 		}
 		defer dev.Free(t)
 		ts[i] = t
 	}
 	a, b, c := ts[0], ts[1], ts[2]
-	work := func() { dev.Gemm(false, false, g.M, g.N, g.K, 1, a, 0, g.K, b, 0, g.N, 0, c, 0, g.N) }
-	x := []float32{1}
-	ar := func() error { return comm.AllReduce(x, nccl.Sum) }
-	timed := func(round func() error) (float64, error) {
-		if err := comm.Barrier(); err != nil {
-			return 0, err
-		}
+	gemm := func() { dev.Gemm(false, false, g.M, g.N, g.K, 1, a, 0, g.K, b, 0, g.N, 0, c, 0, g.N) }
+	gemm()
+	if err := comm.Barrier(); err != nil {
+		return [2]float64{}, err
+	}
+	var inGemm, inColl time.Duration
+	for range rounds {
 		t0 := time.Now()
-		for range skewRounds {
-			if err := round(); err != nil {
-				return 0, err
-			}
+		gemm()
+		t1 := time.Now()
+		if err := collective(); err != nil {
+			return [2]float64{}, err
 		}
-		return time.Since(t0).Seconds() / skewRounds, nil
+		inGemm, inColl = inGemm+t1.Sub(t0), inColl+time.Since(t1)
 	}
-	work()
-	alone, err := timed(func() error { work(); return nil })
-	if err != nil {
-		return 0, err
-	}
-	synced, err := timed(func() error { work(); return ar() })
-	if err != nil {
-		return 0, err
-	}
-	collective, err := timed(ar)
-	if err != nil {
-		return 0, err
-	}
-	s := []float32{float32(max(synced-alone-collective, 0))}
+	s := []float32{float32(inGemm.Seconds() / float64(rounds)), float32(inColl.Seconds() / float64(rounds))}
 	if err := comm.AllReduce(s, nccl.Avg); err != nil {
-		return 0, err
+		return [2]float64{}, err
 	}
-	return float64(s[0]), nil
+	return [2]float64{float64(s[0]), float64(s[1])}, nil
 }
 
 // localRanks starts o.N copies of o.Program as benchmark ranks (the worker
@@ -435,7 +467,7 @@ func (rep CommReport) Fit() (plan.CommFit, error) {
 	case rep.Backend == nccl.BackendTCP:
 		path = plan.PathTCP
 	}
-	return plan.CommFit{Path: path, NRanks: rep.Nproc, Nodes: rep.Nodes, LatencyS: lat, BusGBs: bw, SkewS: rep.SkewS, MinBytes: lo, MaxBytes: hi,
+	return plan.CommFit{Path: path, NRanks: rep.Nproc, Nodes: rep.Nodes, LatencyS: lat, BusGBs: bw, SkewS: rep.SkewS, SkewFrac: rep.SkewFrac, MinBytes: lo, MaxBytes: hi,
 		CPU: plan.CPUModel(), Measured: time.Now().UTC()}, nil
 }
 
@@ -452,7 +484,7 @@ func (rep CommReport) SaveFit(w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("bench comm: keep the fit: %w", err)
 	}
-	_, err = fmt.Fprintf(w, "hpcrun plan will take %s all-reduces over %d ranks as %.1f µs + bytes at %.2f GB/s (bus), and %.0f µs of skew each in training, kept in %s\n",
-		f.Path, f.NRanks, f.LatencyS*1e6, f.BusGBs, f.SkewS*1e6, path)
+	_, err = fmt.Fprintf(w, "hpcrun plan will take %s all-reduces over %d ranks as %.1f µs + bytes at %.2f GB/s (bus), and in training a wait for the slowest rank of %.0f µs + %.1f%% of the work before each, kept in %s\n",
+		f.Path, f.NRanks, f.LatencyS*1e6, f.BusGBs, f.SkewS*1e6, 100*f.SkewFrac, path)
 	return err
 }

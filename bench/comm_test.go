@@ -124,9 +124,9 @@ func TestCommFit(t *testing.T) {
 		{CommReport{Nproc: 2, Nodes: 2, Backend: "auto", srun: true}, plan.PathNet},
 		{CommReport{Nproc: 2, Nodes: 1, Backend: "auto", srun: true}, plan.PathShm}, // srun on one node
 	} {
-		tt.rep.Rows, tt.rep.SkewS = commRows(2, sizes, times, nil, nil), 80e-6
+		tt.rep.Rows, tt.rep.SkewS, tt.rep.SkewFrac = commRows(2, sizes, times, nil, nil), 80e-6, 0.03
 		f, err := tt.rep.Fit()
-		if err != nil || f.Path != tt.path || math.Abs(f.LatencyS-30e-6) > 1e-9 || math.Abs(f.BusGBs-2) > 1e-6 || f.SkewS != 80e-6 {
+		if err != nil || f.Path != tt.path || math.Abs(f.LatencyS-30e-6) > 1e-9 || math.Abs(f.BusGBs-2) > 1e-6 || f.SkewS != 80e-6 || f.SkewFrac != 0.03 {
 			t.Errorf("%+v: fit %+v, %v; want %s, 30 µs, 2 GB/s", tt.rep, f, err, tt.path)
 		}
 		var out strings.Builder

@@ -30,10 +30,13 @@ type CommFit struct {
 	Nodes    int     `json:"nodes"`
 	LatencyS float64 `json:"latency_s"`
 	BusGBs   float64 `json:"bus_gbs"`
-	// SkewS is what a collective adds in training after the same work on
-	// every rank: the wait for the slowest (hpcrun bench comm measures it
-	// after a GEMM of about a millisecond); the plan adds it per collective.
+	// SkewS and SkewFrac are what a collective adds in training after the
+	// same w seconds of work on every rank: the wait for the slowest,
+	// SkewS + SkewFrac w (hpcrun bench comm measures it after GEMMs of
+	// about 1 and 20 ms). A fit without SkewFrac (before 2026-11-27) had
+	// SkewS measured after a millisecond of work.
 	SkewS    float64   `json:"skew_s,omitempty"`
+	SkewFrac float64   `json:"skew_frac,omitempty"`
 	MinBytes int64     `json:"min_bytes"` // the sizes fitted
 	MaxBytes int64     `json:"max_bytes"`
 	CPU      string    `json:"cpu"`

@@ -32,8 +32,8 @@ func ErrorPct(predicted, measured metrics.Float) metrics.Float {
 
 // Compare sets p beside a run's summary s, figure by figure in the order
 // of Figure.Key: memory per rank (the largest rank's), then the step
-// time (the summary's p50), its communication share, the throughput and
-// the MFU.
+// time (the summary's p50), its communication share (as the engine counts
+// it: a pipeline's bubble included), the throughput and the MFU.
 func Compare(p *Plan, s metrics.Summary) []Figure {
 	var peak, gpuPeak int64
 	for _, r := range s.Memory {
@@ -55,7 +55,7 @@ func Compare(p *Plan, s metrics.Summary) []Figure {
 	}
 	return append(figs,
 		fig("step_s", p.Time.StepS, s.StepP50S),
-		fig("comm_share", p.Time.CommShare, s.CommShare),
+		fig("comm_share", p.Time.EngineCommS()/p.Time.StepS, s.CommShare),
 		fig("tokens_per_s", p.Time.TokensPerS, s.TokensPerS),
 		fig("mfu", p.Time.MFU, s.MFU),
 	)

@@ -36,7 +36,9 @@ func TestErrorPct(t *testing.T) {
 
 func TestCompare(t *testing.T) {
 	p := &Plan{Memory: Memory{EnginePeak: 1100, Total: 1500},
-		Time: Time{StepS: 0.5, CommShare: 0.2, TokensPerS: 800, MFU: 0.3}}
+		// A pipeline's: its comm share as the engine counts it takes in
+		// the bubble, (0.06 + 0.04) / 0.5.
+		Time: Time{StepS: 0.5, CommS: 0.06, BubbleS: 0.04, CommShare: 0.12, TokensPerS: 800, MFU: 0.3}}
 	s := metrics.Summary{
 		Memory:     []metrics.RankMemory{{Rank: 0, EnginePeakBytes: 900}, {Rank: 1, EnginePeakBytes: 1000}},
 		StepP50S:   0.4,

@@ -90,12 +90,13 @@ func (d Device) gemmSeconds(gs []GemmCount) float64 {
 }
 
 // collective is the latency and the bus bandwidth (bytes/s) of a
-// collective over n ranks on path (of nodes nodes), with what they come
-// from: the fit hpcrun bench comm kept for the path (the nearest number of
-// ranks), else the device's figures (NetBandwidth across nodes,
-// LinkBandwidth within); warn says, for a CPU rank, that the fit is
-// missing, old or of another CPU, and the command that measures it.
-func (d Device) collective(path string, n, nodes int) (latency, bw float64, from, warn string) {
+// collective over n ranks on path (of nodes nodes), and the share of the
+// work before it that its ranks wait for the slowest (skew), with what
+// they come from: the fit hpcrun bench comm kept for the path (the nearest
+// number of ranks), else the device's figures (NetBandwidth across nodes,
+// LinkBandwidth within, no skew); warn says, for a CPU rank, that the fit
+// is missing, old or of another CPU, and the command that measures it.
+func (d Device) collective(path string, n, nodes int) (latency, bw, skew float64, from, warn string) {
 	measure := fmt.Sprintf("hpcrun bench comm --nproc %d", max(n, 2))
 	switch path {
 	case PathTCP:
@@ -112,8 +113,8 @@ func (d Device) collective(path string, n, nodes int) (latency, bw float64, from
 		case d.machine.CPU != "" && f.CPU != d.machine.CPU:
 			warn = fmt.Sprintf("the %s collectives' fit (%d ranks) was measured on %q: rerun %s here", path, f.NRanks, f.CPU, measure)
 		}
-		return f.LatencyS + f.SkewS, f.BusGBs * 1e9, fmt.Sprintf("%s %d ranks measured %s (%.0f µs + %.0f µs skew + %.2f GB/s)",
-			f.Path, f.NRanks, f.Measured.Format(time.DateOnly), f.LatencyS*1e6, f.SkewS*1e6, f.BusGBs), warn
+		return f.LatencyS + f.SkewS, f.BusGBs * 1e9, f.SkewFrac, fmt.Sprintf("%s %d ranks measured %s (%.0f µs + %.0f µs skew + %.2f GB/s; the slowest rank waited for after %.1f%% of the work)",
+			f.Path, f.NRanks, f.Measured.Format(time.DateOnly), f.LatencyS*1e6, f.SkewS*1e6, f.BusGBs, 100*f.SkewFrac), warn
 	}
 	if !d.CUDA {
 		warn = fmt.Sprintf("the %s collectives are not measured (defaults): run %s", path, measure)
@@ -130,7 +131,7 @@ func (d Device) collective(path string, n, nodes int) (latency, bw float64, from
 		}
 		from = fmt.Sprintf("%s nominal (%.0f µs + %.0f GB/s)", where, d.Latency*1e6, bw/1e9)
 	}
-	return d.Latency, bw, from, warn
+	return d.Latency, bw, 0, from, warn
 }
 
 const (

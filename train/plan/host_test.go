@@ -302,22 +302,36 @@ func TestCPUInfoModel(t *testing.T) {
 }
 
 // TestCommSkew: a measured skew is paid once a collective, on top of the
-// fit's latency and bandwidth.
+// fit's latency and bandwidth, and its share of the work once a step, in
+// tp and in dp groups; a pipeline alone pays none.
 func TestCommSkew(t *testing.T) {
 	now := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
 	m := Machine{NumCPU: 2, Mem: 8 * gib, CPU: "Test CPU", Load: 0.5, Now: now}
-	step := func(skew float64) Time {
-		comm := &CommRates{Format: CommRatesFormat, Fits: []CommFit{{Path: PathShm, NRanks: 2, LatencyS: 20e-6, BusGBs: 4, SkewS: skew, CPU: "Test CPU", Measured: now}}}
+	plan := func(tp, pp int, skew, frac float64) Time {
+		comm := &CommRates{Format: CommRatesFormat, Fits: []CommFit{{Path: PathShm, NRanks: 2, LatencyS: 20e-6, BusGBs: 4, SkewS: skew, SkewFrac: frac, CPU: "Test CPU", Measured: now}}}
 		cfg := config.DefaultConfig()
-		cfg.NTasks, cfg.TP = 2, 2
+		cfg.NTasks, cfg.TP, cfg.PP = 2, tp, pp
+		if pp > 1 {
+			cfg.MicroBatches = 4
+		}
 		p, err := New(Request{Config: cfg, Vocab: 100, Device: hostCPU(Share{TasksPerNode: 2, Launcher: LaunchLocal}, m, testRates(), nil, comm)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return p.Time
 	}
+	step := func(skew float64) Time { return plan(2, 1, skew, 0) }
 	a, b := step(0), step(100e-6)
 	if d := b.CommS - a.CommS; a.Collectives == 0 || math.Abs(d-float64(a.Collectives)*100e-6) > 1e-12 {
 		t.Errorf("skew 100 µs adds %.6f s over %d collectives, want %.6f", d, a.Collectives, float64(a.Collectives)*100e-6)
+	}
+	for _, tp := range []int{2, 1} {
+		a, b := plan(tp, 1, 0, 0), plan(tp, 1, 0, 0.05)
+		if d, want := b.CommS-a.CommS, 0.05*(a.ComputeS+a.MemoryS); want <= 0 || math.Abs(d-want) > 1e-12 {
+			t.Errorf("tp %d: a skew of 5%% of the work adds %.6f s, want %.6f", tp, d, want)
+		}
+	}
+	if a, b := plan(1, 2, 0, 0), plan(1, 2, 0, 0.05); a.CommS != b.CommS || a.Transfers == 0 {
+		t.Errorf("pp 2: a skew of 5%% of the work changes its comm from %.6f s to %.6f s; the bubble holds its waits", a.CommS, b.CommS)
 	}
 }

@@ -703,6 +703,9 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		across = PathNet
 	}
 	var froms []string
+	// The share of the work between two collectives that their ranks wait
+	// for the slowest: the largest group's.
+	var skew float64
 	// The micro-batch's products (s.gemms: its blocks' forward and
 	// backward, what recomputation runs again, the head's on the last
 	// stage), each at its shape's rate where the device has them.
@@ -797,7 +800,8 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		}
 		t.TPBytes = (accum*units + perStep) * half(tp) * f32
 		t.Collectives += int(accum)*n + nStep
-		lat, bw, from, warn := dev.collective(local, int(s.tp), 1)
+		lat, bw, frac, from, warn := dev.collective(local, int(s.tp), 1)
+		skew = max(skew, frac)
 		froms, t.Warnings = append(froms, "tp "+from), appendNew(t.Warnings, warn)
 		tpMicroS := accum * (units*half(tp)*f32/bw + float64(n)*lat)
 		t.CommS += t.TPBytes/bw + float64(int(accum)*n+nStep)*lat
@@ -830,7 +834,7 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		}
 		t.Transfers = int(accum) * links
 		t.PPBytes = float64(t.Transfers) * x * f32
-		lat, bw, from, warn := dev.collective(across, 2, nodes)
+		lat, bw, _, from, warn := dev.collective(across, 2, nodes)
 		froms, t.Warnings = append(froms, "pp "+from), appendNew(t.Warnings, warn)
 		ppS := t.PPBytes/bw + float64(t.Transfers)*lat
 		t.CommS += ppS
@@ -840,7 +844,8 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		t.BubbleS = microS * float64(s.pp-1) / float64(s.m)
 	}
 	if dp > 1 {
-		lat, bw, from, warn := dev.collective(across, int(s.dp), nodes)
+		lat, bw, frac, from, warn := dev.collective(across, int(s.dp), nodes)
+		skew = max(skew, frac)
 		froms, t.Warnings = append(froms, "dp "+from), appendNew(t.Warnings, warn)
 		// An all-reduce of every bucket, and the loss's mean (one float).
 		buckets := len(s.buckets)
@@ -856,6 +861,13 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		t.DPBytes = units * half(dp) * f32
 		t.Collectives += n
 		t.CommS += t.DPBytes/bw + float64(n)*lat
+	}
+	if t.Collectives > 0 {
+		// The collectives' ranks wait for the slowest after the work
+		// between two of them, a share of it: of all the work, whatever
+		// their number. A pipeline's stages wait for each other in the
+		// bubble.
+		t.CommS += skew * (t.ComputeS + t.MemoryS)
 	}
 	if syncs := t.Collectives + t.Transfers; dev.Wait > 0 && syncs > 0 {
 		// Ranks sharing cores wait for each other at every collective and
@@ -877,6 +889,12 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 	t.MFU = metrics.MFU(t.FlopsPerToken, t.TokensPerS, t.PeakFlops, cfg.NTasks)
 	return t
 }
+
+// EngineCommS is the time a step's ranks spend in collectives and
+// point-to-point transfers as the engine counts it (comm_s in the metrics):
+// CommS, and a pipeline's bubble, which its stages spend waiting in their
+// receives.
+func (t Time) EngineCommS() float64 { return t.CommS + t.BubbleS }
 
 // Suggestion is a change of the request that makes it fit, with the
 // memory a rank then needs.

@@ -15,7 +15,7 @@ import (
 // meta.json beside the summary's figures, with the error in percent of the
 // measured.
 func TestCheckRun(t *testing.T) {
-	pl := Plan{Memory: Memory{EnginePeak: 1100, Total: 1500}, Time: Time{StepS: 0.5, CommShare: 0.2, TokensPerS: 800}}
+	pl := Plan{Memory: Memory{EnginePeak: 1100, Total: 1500}, Time: Time{StepS: 0.5, CommS: 0.1, CommShare: 0.2, TokensPerS: 800}}
 	b, _ := json.Marshal(pl)
 	s := metrics.Summary{
 		Memory:     []metrics.RankMemory{{Rank: 0, EnginePeakBytes: 900}, {Rank: 1, EnginePeakBytes: 1000}},
