@@ -138,7 +138,8 @@ func StepGemms(cfg config.Config, vocab int) ([]GemmCount, error) {
 // vocab) reached when the step took stepS seconds on threads threads: the
 // step less its GEMMs (each at its shape's rate in r) and the optimizer
 // (at r's AdamW bandwidth), over the activation bytes the plan counts for
-// those kernels. 0 when the GEMMs and the optimizer take the whole step.
+// those kernels and the gradient it zeroes, as the plan charges them. 0
+// when the GEMMs and the optimizer take the whole step.
 func CalibrateElementwise(cfg config.Config, vocab int, stepS float64, r *CPURates, threads int) (float64, error) {
 	cfg.NTasks, cfg.TP, cfg.PP, cfg.GradAccum, cfg.SP, cfg.Zero = 1, 1, 0, 1, false, 0
 	if err := cfg.Validate(); err != nil {
@@ -150,22 +151,21 @@ func CalibrateElementwise(cfg config.Config, vocab int, stepS float64, r *CPURat
 	}
 	s := newShapes(cfg, vp, 0, cfg.Layers)
 	dev := Device{Rates: r, Threads: threads, Cores: float64(threads)}
-	var add float64
+	measured := false
 	for _, x := range r.Stream {
-		if x.Threads == threads {
-			add = x.AddGBs * 1e9
-		}
+		measured = measured || x.Threads == threads
 	}
 	_, adam := r.StreamBandwidth(threads, float64(threads))
-	if add <= 0 || adam <= 0 {
+	if !measured || adam <= 0 {
 		return 0, fmt.Errorf("calibrate elementwise: no bandwidth measured at %d threads", threads)
 	}
 	p := float64(s.paramElems) * f32
-	left := stepS - dev.gemmSeconds(s.gemms()) - 7*p/adam - p/add
+	left := stepS - dev.gemmSeconds(s.gemms()) - 7*p/adam
 	if left <= 0 {
 		return 0, nil
 	}
-	return activationTouches * float64(s.activationElems()) * f32 / left / 1e9, nil
+	// The plan charges the gradient's zeroing at this bandwidth too.
+	return (activationTouches*float64(s.activationElems())*f32 + p) / left / 1e9, nil
 }
 
 // bf16Operands is the scratch a GPU's bf16 GEMMs convert their operands

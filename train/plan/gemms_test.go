@@ -85,7 +85,8 @@ func TestGemmFlops(t *testing.T) {
 }
 
 // TestCalibrateElementwise: a step that took its GEMMs' time, the
-// optimizer's and its activation bytes at 3 GB/s gives 3 GB/s back; one
+// optimizer's and its activation and gradient-zeroing bytes at 3 GB/s
+// gives 3 GB/s back, and the plan of that step at 3 GB/s takes it; one
 // that took less than its GEMMs, 0.
 func TestCalibrateElementwise(t *testing.T) {
 	cfg := config.DefaultConfig()
@@ -97,9 +98,17 @@ func TestCalibrateElementwise(t *testing.T) {
 	s := newShapes(cfg, 256, 0, cfg.Layers)
 	dev := Device{Rates: r, Threads: 2, Cores: 2}
 	p := float64(s.paramElems) * f32
-	step := dev.gemmSeconds(s.gemms()) + 7*p/16e9 + p/12e9 + activationTouches*float64(s.activationElems())*f32/3e9
+	step := dev.gemmSeconds(s.gemms()) + 7*p/16e9 + (p+activationTouches*float64(s.activationElems())*f32)/3e9
 	if got, err := CalibrateElementwise(cfg, 256, step, r, 2); err != nil || math.Abs(got-3) > 1e-9 {
 		t.Errorf("CalibrateElementwise = %g GB/s, %v; want 3", got, err)
+	}
+	dev.Name, dev.FP32Flops, dev.MemBandwidth, dev.OptBandwidth, dev.MemBytes = "cpu", 1e11, 3e9, 16e9, 8*gib
+	pl, err := New(Request{Config: cfg, Vocab: 256, Device: dev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(pl.Time.StepS-step) > 1e-12 {
+		t.Errorf("the plan of the calibrated step takes %v s, want %v", pl.Time.StepS, step)
 	}
 	if got, err := CalibrateElementwise(cfg, 256, dev.gemmSeconds(s.gemms())/2, r, 2); err != nil || got != 0 {
 		t.Errorf("a step faster than its GEMMs: %g, %v; want 0", got, err)

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -101,16 +102,19 @@ func RankDevice(gpu string, cfg config.Config, s Share) (d Device, why string, e
 func HostCPU(s Share) Device {
 	rates, err := LoadCPURates()
 	comm, _ := LoadCommRates()
-	return hostCPU(s, Machine{NumCPU: runtime.NumCPU(), Mem: MemTotal(), CPU: CPUModel(), Load: LoadAverage(), Now: time.Now()}, rates, err, comm)
+	return hostCPU(s, Machine{NumCPU: runtime.NumCPU(), OnlineCPU: OnlineCPUs(), Mem: MemTotal(), CPU: CPUModel(), Load: LoadAverage(), Now: time.Now()}, rates, err, comm)
 }
 
 // Machine is what the plan reads of the machine it runs on.
 type Machine struct {
-	NumCPU int
-	Mem    int64     // bytes; 0 unknown
-	CPU    string    // model name; "" unknown
-	Load   float64   // 1-minute load average; negative unknown
-	Now    time.Time // for the rates' age
+	NumCPU int // the cores this process may run on (its cpuset)
+	// OnlineCPU are all the machine's cores, which its load average counts
+	// the runnable tasks of; 0 unknown: NumCPU.
+	OnlineCPU int
+	Mem       int64     // bytes; 0 unknown
+	CPU       string    // model name; "" unknown
+	Load      float64   // 1-minute load average; negative unknown
+	Now       time.Time // for the rates' age
 }
 
 // staleAfter is the age at which a measured rate is called old.
@@ -155,8 +159,14 @@ func hostCPU(s Share, m Machine, rates *CPURates, why error, comm *CommRates) De
 		warn = append(warn, w)
 	}
 	d.Threads, d.Cores, d.Comm, d.machine = threads, cores, comm, m
-	if m.Load > float64(m.NumCPU) {
-		warn = append(warn, fmt.Sprintf("this machine is busy (load average %.1f on %d cores): the measured rates and a run's timing now are both off", m.Load, m.NumCPU))
+	if s.Launcher == LaunchSlurm && s.CPUsPerTask == 0 && s.GPUsPerNode == 0 && m.NumCPU > max(s.TasksPerNode, 1) {
+		// Slurm's task/none (this repository's local Slurm) lets a task
+		// run on every core; task/affinity or task/cgroup bind it to its
+		// allocation, one core when none is asked.
+		warn = append(warn, fmt.Sprintf("no cpus_per_task: the plan lets each task use all %d cores, as Slurm does without task binding; where Slurm binds tasks (task/affinity, task/cgroup) a task gets 1 core: set --cpus-per-task", m.NumCPU))
+	}
+	if online := cmp.Or(m.OnlineCPU, m.NumCPU); m.Load > float64(online) {
+		warn = append(warn, fmt.Sprintf("this machine is busy (load average %.1f on %d cores): the measured rates and a run's timing now are both off", m.Load, online))
 	}
 	d.Warnings = warn
 	return d
@@ -194,6 +204,36 @@ func median(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// OnlineCPUs is the number of this machine's online cores
+// (/sys/devices/system/cpu/online, e.g. "0-63" or "0-3,8-11"), whatever
+// cpuset this process runs in; 0 when unknown.
+func OnlineCPUs() int {
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return 0
+	}
+	return countCPUList(strings.TrimSpace(string(b)))
+}
+
+// countCPUList counts the cores of a kernel CPU list ("0-3,8,10-11": 7);
+// 0 when it is not one.
+func countCPUList(list string) int {
+	n := 0
+	for _, part := range strings.Split(list, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		b := a
+		if err == nil && isRange {
+			b, err = strconv.Atoi(hi)
+		}
+		if err != nil || b < a || a < 0 {
+			return 0
+		}
+		n += b - a + 1
+	}
+	return n
 }
 
 // LoadAverage is this machine's 1-minute load average (/proc/loadavg);

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -112,6 +113,45 @@ func TestHostCPU(t *testing.T) {
 	d = hostCPU(Share{TasksPerNode: 1, Launcher: LaunchLocal}, m2, r, nil, comm)
 	if w := strings.Join(d.Warnings, "\n"); !strings.Contains(w, "41 days old") || !strings.Contains(w, `measured on "Test CPU", this machine is "Other CPU"`) || !strings.Contains(w, "busy (load average 3.5 on 2 cores)") {
 		t.Errorf("warnings %q: want old, other CPU, busy", d.Warnings)
+	}
+	// The same load on a machine of 64 cores, 2 of them this process's
+	// (a cpuset): the load average is the machine's, so not busy.
+	m2.OnlineCPU = 64
+	d = hostCPU(Share{TasksPerNode: 1, Launcher: LaunchLocal}, m2, r, nil, comm)
+	if w := strings.Join(d.Warnings, "\n"); strings.Contains(w, "busy") {
+		t.Errorf("load 3.5 on a machine of 64 cores called busy: %q", d.Warnings)
+	}
+}
+
+// TestNoCPUsPerTaskWarns: srun without cpus_per_task is planned with all
+// the cores, and the output says where that is wrong.
+func TestNoCPUsPerTaskWarns(t *testing.T) {
+	m := Machine{NumCPU: 8, Mem: 8 * gib, Load: -1}
+	for _, c := range []struct {
+		s    Share
+		want bool
+	}{
+		{Share{TasksPerNode: 2, Launcher: LaunchSlurm}, true},
+		{Share{TasksPerNode: 2, CPUsPerTask: 4, Launcher: LaunchSlurm}, false},
+		{Share{TasksPerNode: 8, Launcher: LaunchSlurm}, false}, // a core a task either way
+		{Share{TasksPerNode: 2, Launcher: LaunchLocal}, false},
+	} {
+		d := hostCPU(c.s, m, testRates(), nil, nil)
+		if got := strings.Contains(strings.Join(d.Warnings, "\n"), "no cpus_per_task: the plan lets each task use all 8 cores"); got != c.want {
+			t.Errorf("%+v: warned %v, want %v (%q)", c.s, got, c.want, d.Warnings)
+		}
+	}
+}
+
+// TestCountCPUList reads the kernel's CPU lists.
+func TestCountCPUList(t *testing.T) {
+	for list, want := range map[string]int{"0": 1, "0-1": 2, "0-63": 64, "0-3,8,10-11": 7, "": 0, "3-1": 0, "x": 0, "0-": 0} {
+		if got := countCPUList(list); got != want {
+			t.Errorf("countCPUList(%q) = %d, want %d", list, got, want)
+		}
+	}
+	if n := OnlineCPUs(); n != 0 && n < runtime.NumCPU() {
+		t.Errorf("OnlineCPUs() = %d, fewer than this process's %d", n, runtime.NumCPU())
 	}
 }
 
