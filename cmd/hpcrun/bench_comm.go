@@ -25,7 +25,11 @@ func benchCommCommand() *cli.Command {
 			"time over hpcrun's (above 1: hpcrun is faster).\n\n" +
 			"With --nodes N the ranks spread over N nodes of a Slurm allocation (salloc is\n" +
 			"asked for one when there is none): hpcrun's ranks start with srun, Open MPI's\n" +
-			"with mpirun in the same allocation (shared memory within a node, TCP between).",
+			"with mpirun in the same allocation (shared memory within a node, TCP between).\n\n" +
+			"It keeps, for hpcrun plan, a latency and a bus bandwidth fitted to hpcrun's\n" +
+			"times, and the skew a collective adds in training: the wait for the slowest\n" +
+			"rank after the same GEMM on every rank (1 and 20 ms of it), as a fixed part\n" +
+			"and a share of the work before the collective.",
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "nproc", Value: 4, Usage: "number of `RANKS`"},
 			&cli.StringFlag{Name: "min", Value: "4KiB", Usage: "smallest buffer `SIZE`"},
