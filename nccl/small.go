@@ -25,7 +25,8 @@ import (
 //     (hierarchical): the host's ranks reduce to their first rank in one
 //     phase, the first ranks exchange, and the result is broadcast on each
 //     host (two phases and one message time, instead of three phases and
-//     the leaders' ring).
+//     the leaders' ring). Between two hosts, from hierAddBytes, the
+//     broadcast goes too (hierAdd, hier.go).
 //
 // The thresholds were measured with `hpcrun bench comm` on the development
 // machine (2 cores; 4 ranks on one host; 2 and 3 hosts as network
