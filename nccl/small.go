@@ -379,6 +379,13 @@ func (c *tcpComm) starSpans(buf []float32, sp []span, op Op, hdr []byte) error {
 			}
 		}
 		r, err := conn(0, false)
+		if m := spansLen(sp); err == nil && 4*m <= starCopyBytes {
+			msg := c.buffer(4 + m)
+			if err = c.readSpinHdr(r, 0, asBytes(msg), hdr); err == nil {
+				unpack(buf, msg[4:], sp)
+			}
+			return err
+		}
 		if err == nil {
 			err = header(r, 0)
 		}
@@ -420,6 +427,12 @@ func (c *tcpComm) starSpans(buf []float32, sp []span, op Op, hdr []byte) error {
 	}
 	return nil
 }
+
+// starCopyBytes bounds the result that the star's other ranks read with
+// its header (readSpinHdr), into a scratch buffer they copy it out of.
+// Between 3 hosts of 2 ranks (2 cores, best of 3, alternated): 1.1x the
+// bus bandwidth at 4 KiB, 1.2x at 16 KiB, 0.9x at 64 KiB (the copy).
+const starCopyBytes = 16 << 10
 
 // pairSpans all-reduces buf's spans between the two ranks of a group of 2
 // in one step: each writes its spans (after the header) to the other and
