@@ -137,3 +137,80 @@ func TestHierPipelinedMatchesSequential(t *testing.T) {
 		})
 	}
 }
+
+// hostOrderReduce is the all-reduce of rankData in float32, in the
+// hierarchical order: each host's ranks in rank order, then the host sums
+// in the order ranks first name the hosts.
+func hostOrderReduce(seed uint64, hosts []string, n int, op Op) []float32 {
+	var order []string
+	sums := map[string][]float32{}
+	for r, h := range hosts {
+		v := rankData(seed, r, n)
+		if s, ok := sums[h]; ok {
+			reduceInto(s, v, op)
+			continue
+		}
+		order = append(order, h)
+		sums[h] = v
+	}
+	out := sums[order[0]]
+	for _, h := range order[1:] {
+		reduceInto(out, sums[h], op)
+	}
+	finish(out, op, len(hosts))
+	return out
+}
+
+// Two pretend hosts of two and three ranks: AllReduce takes hierAdd for a
+// buffer that fits a set of slots, beyond hierSmall's range, and gives
+// every rank the bits of the host-order float32 sum and of the sequential
+// path, at odd sizes.
+func TestHierAdd(t *testing.T) {
+	for _, hosts := range [][]string{{"a", "a", "b", "b"}, {"a", "a", "a", "b", "b", "b"}} {
+		t.Run(strings.Join(hosts, ""), func(t *testing.T) {
+			testHostID = func(rank int) string { return hosts[rank] }
+			t.Cleanup(func() { testHostID = nil })
+			n := len(hosts)
+			k := n / 2
+			sizes := []int{hierAddBytes/4 + 1, hierAddBytes/4 + 2*landElems + 7, k*slotElems - 1, k * slotElems}
+			var bits sameBits
+			err := tcpWorld(BackendAuto)(t, n, func(c Comm) error {
+				tc := c.(*tcpComm)
+				for i, size := range sizes {
+					for _, op := range []Op{Sum, Avg, Max} {
+						seed := uint64(13000 + 10*i + int(op))
+						got := rankData(seed, c.Rank(), size)
+						before := tc.local.shm.landed
+						if err := c.AllReduce(got, op); err != nil {
+							return err
+						}
+						what := fmt.Sprintf("%v of %d", op, size)
+						if tc.local.shm.landed-before != uint64(size) {
+							return fmt.Errorf("%s: not by hierAdd", what)
+						}
+						if err := closeTo(got, hostOrderReduce(seed, hosts, size, op), n, true); err != nil {
+							return fmt.Errorf("%s against host order: %w", what, err)
+						}
+						if err := closeTo(got, float64Reduce(seed, n, size, op), n, op == Max); err != nil {
+							return fmt.Errorf("%s against float64: %w", what, err)
+						}
+						seq := rankData(seed, c.Rank(), size)
+						if err := tc.hierAllReduce(seq, op); err != nil {
+							return err
+						}
+						if err := closeTo(got, seq, n, true); err != nil {
+							return fmt.Errorf("%s against sequential: %w", what, err)
+						}
+						if err := bits.check(what, got); err != nil {
+							return err
+						}
+					}
+				}
+				return c.Barrier()
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -53,7 +53,9 @@ type shmGroup struct {
 	c       *tcpComm
 	n, me   int
 	mem     []byte
-	hdr     int // bytes of header before the slots
+	hdr     int    // bytes of header before the slots
+	prog    int    // offset of the progress word (hierAdd)
+	landed  uint64 // elements landed by hierAdd so far
 	phase   uint32
 	chunk   int // chunks run so far: chunk j uses set j%sets
 	aborted atomic.Bool
@@ -68,7 +70,8 @@ func shmName(c *tcpComm) string {
 // either all get a group or all get an error.
 func newShmGroup(c *tcpComm) (*shmGroup, error) {
 	g := &shmGroup{c: c, n: c.n, me: c.rank}
-	g.hdr = (line*(g.n+2) + 8*g.n + sets*g.n*16 + 4095) &^ 4095
+	g.prog = (line*(g.n+2) + 8*g.n + sets*g.n*16 + line - 1) &^ (line - 1)
+	g.hdr = (g.prog + line + 4095) &^ 4095
 	size := g.hdr + sets*g.n*slotElems*4
 	name := shmName(c)
 	var err error
@@ -228,9 +231,16 @@ func (g *shmGroup) laggard() int {
 // sync arrives at the next phase and waits for every rank to reach it.
 func (g *shmGroup) sync() error {
 	g.arrive()
+	return g.wait(g.laggard)
+}
+
+// wait waits until laggard finds no rank to wait for (-1), spinning then
+// sleeping on the futex; a rank that changes what laggard reads wakes it
+// as arrive does.
+func (g *shmGroup) wait(laggard func() int) error {
 	start := time.Now()
 	for spins := 0; ; spins++ {
-		if g.laggard() < 0 {
+		if laggard() < 0 {
 			return nil
 		}
 		if g.aborted.Load() {
@@ -246,16 +256,58 @@ func (g *shmGroup) sync() error {
 		}
 		gen := atomic.LoadUint32(g.futex())
 		atomic.AddUint32(g.sleepers(), 1)
-		if g.laggard() >= 0 {
+		if laggard() >= 0 {
 			futexWait(g.futex(), gen, 50*time.Millisecond)
 		}
 		atomic.AddUint32(g.sleepers(), ^uint32(0))
-		if r := g.laggard(); r >= 0 && time.Since(start) > g.c.nd.o.Timeout {
+		if r := laggard(); r >= 0 && time.Since(start) > g.c.nd.o.Timeout {
 			w := g.c.ranks[r]
 			return g.c.nd.fail(&PeerError{Rank: w, Host: g.c.nd.peer(w).host,
 				Err: fmt.Errorf("%w after %v waiting for it in shared memory (stalled?)", ErrTimeout, g.c.nd.o.Timeout)})
 		}
 	}
+}
+
+// progress is the number of elements group rank 0 has landed in shared
+// memory since the group began (hierAdd), published by land.
+func (g *shmGroup) progress() *uint64 { return g.u64(g.prog) }
+
+// land publishes that rank 0 has landed k elements in all.
+func (g *shmGroup) land(k uint64) {
+	atomic.StoreUint64(g.progress(), k)
+	atomic.AddUint32(g.futex(), 1)
+	if atomic.LoadUint32(g.sleepers()) > 0 {
+		futexWake(g.futex())
+	}
+}
+
+// awaitLanded waits until rank 0 has landed more than k elements in all,
+// and returns how many.
+func (g *shmGroup) awaitLanded(k uint64) (uint64, error) {
+	var got uint64
+	err := g.wait(func() int {
+		if got = atomic.LoadUint64(g.progress()); got > k {
+			return -1
+		}
+		return 0
+	})
+	return got, err
+}
+
+// holds says whether count elements fit one set of slots.
+func (g *shmGroup) holds(count int) bool { return count <= g.n*slotElems }
+
+// landing takes the current set's slots, one after the other, for count
+// elements (at most n*slotElems) that rank 0 lands there, and returns
+// them with the elements landed before. The set is free, as for any
+// chunk, and stays so until every rank has passed the next phase: the
+// others read it before they get there.
+func (g *shmGroup) landing(count int) ([]float32, uint64) {
+	off := g.hdr + (g.chunk%sets)*g.n*slotElems*4
+	g.chunk++
+	base := g.landed
+	g.landed += uint64(count)
+	return unsafe.Slice((*float32)(unsafe.Pointer(&g.mem[off])), count), base
 }
 
 // begin writes this rank's description of the operation into the current

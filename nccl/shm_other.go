@@ -28,3 +28,8 @@ func (g *shmGroup) allGather(send, recv []float32) error            { return Err
 func (g *shmGroup) reduceScatter(send, recv []float32, op Op) error { return ErrClosed }
 func (g *shmGroup) broadcast(buf []float32, root int) error         { return ErrClosed }
 func (g *shmGroup) barrier() error                                  { return ErrClosed }
+
+func (g *shmGroup) holds(count int) bool                  { return false }
+func (g *shmGroup) landing(count int) ([]float32, uint64) { return nil, 0 }
+func (g *shmGroup) land(k uint64)                         {}
+func (g *shmGroup) awaitLanded(k uint64) (uint64, error)  { return 0, ErrClosed }

@@ -50,8 +50,9 @@ func TestShmSmallAllReduce(t *testing.T) {
 
 // Two and three pretend hosts with several ranks each (odd counts): small
 // buffers reduce to each host's first rank in one phase, the first ranks
-// exchange, and each host broadcasts. The one-phase bound differs between
-// hosts of 2 and of 3 ranks.
+// exchange, and each host broadcasts (between two hosts, from
+// hierAddBytes, the other host's sum lands on each host instead). The
+// one-phase bound differs between hosts of 2 and of 3 ranks.
 func TestHierarchicalSmallAllReduce(t *testing.T) {
 	for _, hosts := range [][]string{{"a", "a", "b", "b", "b"}, {"a", "a", "b", "b", "c", "c", "c"}} {
 		t.Run(strings.Join(hosts, ""), func(t *testing.T) {
@@ -66,6 +67,8 @@ func TestHierarchicalSmallAllReduce(t *testing.T) {
 				slots := uint32((elems + slotElems - 1) / slotElems)
 				want := 2*slots + 1 // all-reduce, then broadcast, by slot
 				switch {
+				case c.useHierAdd(elems):
+					want = slots + 1 // all-reduce; the other host's sum lands without a phase
 				case 4*elems*c.local.n < hierRootBytes:
 					want = 2 // reduce to the first rank, broadcast
 				case c.usePipeline(elems):

@@ -601,6 +601,8 @@ func (c *tcpComm) AllReduce(buf []float32, op Op) error {
 		return c.shm.reduceOnePhase(buf, op, true)
 	case c.shm != nil:
 		return c.shm.allReduce(buf, op)
+	case c.useHierAdd(len(buf)):
+		return c.hierAdd(buf, op)
 	case c.useHierSmall(len(buf)):
 		return c.hierSmall(buf, op)
 	case c.usePipeline(len(buf)):
