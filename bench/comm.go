@@ -377,8 +377,14 @@ var (
 // the all-reduce apart, for two sizes of work, and rounds of the
 // all-reduce alone; a round's wait is its all-reduce's time less the one
 // alone, the ranks' mean. The two waits, against the two works, give
-// the skew as fixed + frac x work (both at least 0).
+// the skew as fixed + frac x work (both at least 0), per unit of work on
+// one core.
 func timeSkew(comm nccl.Comm) (fixed, frac float64, err error) {
+	// One thread a rank, whatever its launcher gave: the work's size is a
+	// core's, and ranks started by srun without cpus_per_task would
+	// otherwise each take all the cores of a node they share.
+	defer tensor.SetGemmThreads(tensor.GemmThreads())
+	tensor.SetGemmThreads(1)
 	dev := tensor.NewCPU()
 	x := []float32{1}
 	ar := func() error { return comm.AllReduce(x, nccl.Sum) }

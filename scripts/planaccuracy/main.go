@@ -1,11 +1,15 @@
-// Command planaccuracy measures how far hpcrun plan's step time is from a
-// run's on this machine, for plan.AccuracyCases (GPT small, bsz 8, seq
-// 128: tp 1, tp 2, dp 2, pp 2 with 4 micro-batches, tp 2 + sp, dp 2 +
-// zero 1). It measures the rates first (hpcrun bench gemm --rates-only
-// --threads <its cores>, bench comm --nproc 2), runs each case twice (hpcrun run, p50 step time),
-// prints predicted, measured, repeat and error, and with -write keeps the
-// rates and the times under train/plan/testdata for the plan's test of
-// recorded figures. Run it on a quiet machine, from the repository root:
+// Command planaccuracy measures how far hpcrun plan's step and comm times
+// are from a run's on this machine, for plan.AccuracyCases (GPT small, bsz
+// 8, seq 128: tp 1, tp 2, dp 2, pp 2 with 4 micro-batches, tp 2 + sp, dp
+// 2 + zero 1 on this host; dp 2 and pp 2 over two hosts of the local
+// Slurm). It measures the rates first (hpcrun bench gemm --rates-only
+// --threads <its cores>, bench comm --nproc 2, and --nodes 2 when a case
+// spans hosts), runs each case twice in a row (hpcrun run, or submit --executor
+// slurm --wait over hosts; p50 step time, comm share x p50), prints
+// predicted, measured, repeat and error, and with -write keeps the rates
+// and the times under train/plan/testdata for the plan's test of recorded
+// figures. Run it on a quiet machine, from the repository root, with the
+// local Slurm up (scripts/slurm-local.sh up --nodes 3):
 //
 //	make build && go run ./scripts/planaccuracy -bin bin/hpcrun -write
 package main
@@ -53,6 +57,9 @@ func run(bin string, steps int, skipBench, write bool) error {
 		if err := hpcrun(os.Stdout, bin, "bench", "comm", "--nproc", "2", "--no-mpi", "--repeat", "3"); err != nil {
 			return err
 		}
+		if err := hpcrun(os.Stdout, bin, "bench", "comm", "--nproc", "2", "--nodes", "2", "--no-mpi", "--repeat", "3"); err != nil {
+			return err
+		}
 	}
 	rates, err := plan.LoadCPURates()
 	if err != nil {
@@ -68,34 +75,34 @@ func run(bin string, steps int, skipBench, write bool) error {
 	}
 	defer os.RemoveAll(runs)
 	cases := append([]plan.AccuracyCase(nil), plan.AccuracyCases...)
-	// Two passes, the second in reverse order, so that drift shows.
-	for pass := range 2 {
-		for k := range cases {
-			i := k
-			if pass == 1 {
-				i = len(cases) - 1 - k
-			}
-			s, err := measure(bin, runs, steps, cases[i])
+	// Each case twice in a row: the repeat says how far two runs differ
+	// here and now (this machine's speed drifts by 10-17% over 20 minutes,
+	// which two passes apart would measure instead).
+	for i := range cases {
+		for rep := range 2 {
+			s, comm, err := measure(bin, runs, steps, cases[i])
 			if err != nil {
 				return fmt.Errorf("%s: %w", cases[i].Name, err)
 			}
-			if pass == 0 {
-				cases[i].MeasuredS = s
+			if rep == 0 {
+				cases[i].MeasuredS, cases[i].CommS = s, comm
 			} else {
-				cases[i].MeasuredRepS = s
+				cases[i].MeasuredRepS, cases[i].CommRepS = s, comm
 			}
-			fmt.Printf("%-10s pass %d: p50 step %.4f s\n", cases[i].Name, pass+1, s)
+			fmt.Printf("%-13s run %d: p50 step %.4f s, comm %.4f s\n", cases[i].Name, rep+1, s, comm)
 		}
 	}
 	load1 := plan.LoadAverage()
-	fmt.Printf("\n%-10s %10s %10s %10s %8s %8s\n", "case", "predicted", "measured", "repeat", "error", "repeats")
+	fmt.Printf("\n%-13s %10s %10s %10s %8s %8s   %10s %10s %10s %8s\n", "case", "predicted", "measured", "repeat", "error", "repeats", "comm pred", "comm", "repeat", "error")
 	for _, c := range cases {
 		p, err := plan.AccuracyPlan(c, runtime.NumCPU(), rates, comm)
 		if err != nil {
 			return err
 		}
-		fmt.Printf("%-10s %9.1fms %9.1fms %9.1fms %+7.1f%% %7.1f%%\n", c.Name, 1e3*p.Time.StepS, 1e3*c.MeasuredS, 1e3*c.MeasuredRepS,
-			100*(p.Time.StepS-c.MeasuredS)/c.MeasuredS, 100*math.Abs(c.MeasuredRepS-c.MeasuredS)/c.MeasuredS)
+		mean, commMean := (c.MeasuredS+c.MeasuredRepS)/2, (c.CommS+c.CommRepS)/2
+		fmt.Printf("%-13s %9.1fms %9.1fms %9.1fms %+7.1f%% %7.1f%%   %9.2fms %9.2fms %9.2fms %+7.1f%%\n", c.Name, 1e3*p.Time.StepS, 1e3*c.MeasuredS, 1e3*c.MeasuredRepS,
+			100*(p.Time.StepS-mean)/mean, 100*math.Abs(c.MeasuredRepS-c.MeasuredS)/c.MeasuredS,
+			1e3*p.Time.EngineCommS(), 1e3*c.CommS, 1e3*c.CommRepS, 100*(p.Time.EngineCommS()-commMean)/commMean)
 	}
 	machine := fmt.Sprintf("%s, %d cores, %s, %d steps a run", rates.CPU, runtime.NumCPU(), time.Now().UTC().Format(time.DateOnly), steps)
 	fmt.Printf("machine: %s; load average %.2f before, %.2f after\n", machine, load0, load1)
@@ -120,25 +127,32 @@ func run(bin string, steps int, skipBench, write bool) error {
 	return os.WriteFile(filepath.Join(dir, "accuracy.tsv"), buf.Bytes(), 0o644)
 }
 
-// measure runs c for steps steps with hpcrun run and returns its p50 step
-// time.
-func measure(bin, runs string, steps int, c plan.AccuracyCase) (float64, error) {
-	args := append([]string{"run", "--runs-dir", runs, "--ckpt-every", "-1", "--steps", strconv.Itoa(steps)}, c.Flags()...)
+// measure runs c for steps steps with hpcrun run (over hosts, hpcrun
+// submit to the local Slurm, waited for) and returns its p50 step time
+// and its comm time a step (comm share x p50).
+func measure(bin, runs string, steps int, c plan.AccuracyCase) (step, comm float64, err error) {
+	args := []string{"run"}
+	if c.Nodes > 1 {
+		args = []string{"submit", "--executor", "slurm", "--wait"}
+	}
+	args = append(append(args, "--runs-dir", runs, "--ckpt-every", "-1", "--steps", strconv.Itoa(steps)), c.Flags()...)
 	var out bytes.Buffer
 	if err := hpcrun(&out, bin, args...); err != nil {
-		return 0, fmt.Errorf("%v: %s", err, lastLines(out.String()))
+		return 0, 0, fmt.Errorf("%v: %s", err, lastLines(out.String()))
 	}
 	out.Reset()
 	if err := hpcrun(&out, bin, "metrics", "--runs-dir", runs, "--last", "1", "--json"); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var sum struct {
-		P50 float64 `json:"step_p50_s"`
+		Status    string  `json:"status"`
+		P50       float64 `json:"step_p50_s"`
+		CommShare float64 `json:"comm_share"`
 	}
-	if err := json.Unmarshal(out.Bytes(), &sum); err != nil || !(sum.P50 > 0) {
-		return 0, fmt.Errorf("no p50 step time in hpcrun metrics --json (%v)", err)
+	if err := json.Unmarshal(out.Bytes(), &sum); err != nil || !(sum.P50 > 0) || sum.Status != "completed" {
+		return 0, 0, fmt.Errorf("no p50 step time of a completed run in hpcrun metrics --json (status %q, %v)", sum.Status, err)
 	}
-	return sum.P50, nil
+	return sum.P50, sum.CommShare * sum.P50, nil
 }
 
 // hpcrun runs bin with args, its output to out.

@@ -16,19 +16,26 @@ import (
 // read by its test) and the plan of each on the machine they ran on.
 
 // AccuracyCase is one layout of the accuracy table: GPT small, bsz 8, seq
-// 128, on one host through the local launcher.
+// 128, on one host through the local launcher, or over Nodes hosts of a
+// Slurm allocation with one core a task.
 type AccuracyCase struct {
 	Name         string
 	NTasks, TP   int
 	PP, Micro    int
 	SP           bool
 	Zero         int
+	Nodes        int     // 0: one host, hpcrun run
 	MeasuredS    float64 // p50 step seconds, 0 when not measured
 	MeasuredRepS float64 // a repeat's, 0 when none
+	// CommS and CommRepS are the two runs' time in the collectives and
+	// point-to-point transfers a step (comm share x p50 step), 0 when not
+	// measured.
+	CommS, CommRepS float64
 }
 
 // AccuracyCases are the layouts: tp 1 on one rank, tp 2, dp 2, pp 2 with
-// 4 micro-batches, tp 2 with sequence parallelism, dp 2 with ZeRO-1.
+// 4 micro-batches, tp 2 with sequence parallelism, dp 2 with ZeRO-1, and
+// dp 2 and pp 2 over two hosts.
 var AccuracyCases = []AccuracyCase{
 	{Name: "tp1", NTasks: 1, TP: 1},
 	{Name: "tp2", NTasks: 2, TP: 2},
@@ -36,6 +43,8 @@ var AccuracyCases = []AccuracyCase{
 	{Name: "pp2-m4", NTasks: 2, TP: 1, PP: 2, Micro: 4},
 	{Name: "tp2-sp", NTasks: 2, TP: 2, SP: true},
 	{Name: "dp2-zero1", NTasks: 2, TP: 1, Zero: 1},
+	{Name: "dp2-2hosts", NTasks: 2, TP: 1, Nodes: 2},
+	{Name: "pp2-m4-2hosts", NTasks: 2, TP: 1, PP: 2, Micro: 4, Nodes: 2},
 }
 
 // Config is the case's training config.
@@ -62,6 +71,9 @@ func (c AccuracyCase) Flags() []string {
 	if c.Zero > 0 {
 		f = append(f, "--zero", strconv.Itoa(c.Zero))
 	}
+	if c.Nodes > 1 {
+		f = append(f, "--nodes", strconv.Itoa(c.Nodes), "--cpus-per-task", "1")
+	}
 	return f
 }
 
@@ -84,21 +96,21 @@ func (t AccuracyTable) Busy() bool {
 
 // WriteTSV writes the table: a line saying the figures are provisional
 // when the machine was busy, "# numcpu N", "# load BEFORE AFTER", "#
-// machine ...", then a line a case, name and the two p50 step times in
-// seconds, tab-separated.
+// machine ...", then a line a case, name, the two p50 step times and the
+// two comm times in seconds, tab-separated.
 func (t AccuracyTable) WriteTSV(w io.Writer) error {
 	if t.Busy() {
 		fmt.Fprintf(w, "# PROVISIONAL: a busy machine's figures (load above its cores): TestRecordedAccuracy logs them and does not check them\n")
 	}
-	fmt.Fprintf(w, "# numcpu %d\n# load %.2f %.2f\n# machine %s\n# case\tmeasured_s\trepeat_s\n", t.NumCPU, t.Load[0], t.Load[1], t.Machine)
+	fmt.Fprintf(w, "# numcpu %d\n# load %.2f %.2f\n# machine %s\n# case\tmeasured_s\trepeat_s\tcomm_s\tcomm_repeat_s\n", t.NumCPU, t.Load[0], t.Load[1], t.Machine)
 	for _, c := range t.Cases {
-		fmt.Fprintf(w, "%s\t%.4f\t%.4f\n", c.Name, c.MeasuredS, c.MeasuredRepS)
+		fmt.Fprintf(w, "%s\t%.4f\t%.4f\t%.5f\t%.5f\n", c.Name, c.MeasuredS, c.MeasuredRepS, c.CommS, c.CommRepS)
 	}
 	return nil
 }
 
-// ReadAccuracyTSV reads what WriteTSV wrote; the cases are
-// AccuracyCases' of those names.
+// ReadAccuracyTSV reads what WriteTSV wrote (or, before the comm times,
+// its first three columns); the cases are AccuracyCases' of those names.
 func ReadAccuracyTSV(r io.Reader) (AccuracyTable, error) {
 	var t AccuracyTable
 	sc := bufio.NewScanner(r)
@@ -132,15 +144,20 @@ func ReadAccuracyTSV(r io.Reader) (AccuracyTable, error) {
 				i = j
 			}
 		}
-		if len(f) != 3 || i < 0 {
-			return t, fmt.Errorf("accuracy.tsv:%d: want a case name and two step times, got %q", line, text)
+		if (len(f) != 3 && len(f) != 5) || i < 0 {
+			return t, fmt.Errorf("accuracy.tsv:%d: want a case name, two step times and two comm times, got %q", line, text)
 		}
 		c := AccuracyCases[i]
-		var err error
-		if c.MeasuredS, err = strconv.ParseFloat(f[1], 64); err == nil {
-			c.MeasuredRepS, err = strconv.ParseFloat(f[2], 64)
+		v := make([]float64, 4)
+		for j := range f[1:] {
+			x, err := strconv.ParseFloat(f[1+j], 64)
+			if err != nil || x < 0 {
+				return t, fmt.Errorf("accuracy.tsv:%d: bad time %q in %q", line, f[1+j], text)
+			}
+			v[j] = x
 		}
-		if err != nil || !(c.MeasuredS > 0) {
+		c.MeasuredS, c.MeasuredRepS, c.CommS, c.CommRepS = v[0], v[1], v[2], v[3]
+		if !(c.MeasuredS > 0) {
 			return t, fmt.Errorf("accuracy.tsv:%d: bad step time in %q", line, text)
 		}
 		t.Cases = append(t.Cases, c)
@@ -153,8 +170,8 @@ func ReadAccuracyTSV(r io.Reader) (AccuracyTable, error) {
 
 // AccuracyPlan is the plan of c on a machine of numCPU cores with the
 // rates and comm fits given, its ranks started by the local launcher (as
-// hpcrun run starts them), with the vocabulary of GPT small's byte
-// tokenizer (256).
+// hpcrun run starts them) or, over several nodes, by srun with one core a
+// task, with the vocabulary of GPT small's byte tokenizer (256).
 func AccuracyPlan(c AccuracyCase, numCPU int, rates *CPURates, comm *CommRates) (*Plan, error) {
 	cfg, err := c.Config()
 	if err != nil {
@@ -164,6 +181,10 @@ func AccuracyPlan(c AccuracyCase, numCPU int, rates *CPURates, comm *CommRates) 
 	if rates != nil {
 		m.CPU, m.Now = rates.CPU, rates.Measured
 	}
-	dev := hostCPU(Share{TasksPerNode: c.NTasks, Launcher: LaunchLocal}, m, rates, nil, comm)
-	return New(Request{Config: cfg, Vocab: 256, Nodes: 1, Device: dev})
+	share := Share{TasksPerNode: c.NTasks, Launcher: LaunchLocal}
+	if c.Nodes > 1 {
+		share = Share{TasksPerNode: c.NTasks / c.Nodes, CPUsPerTask: 1, Launcher: LaunchSlurm}
+	}
+	dev := hostCPU(share, m, rates, nil, comm)
+	return New(Request{Config: cfg, Vocab: 256, Nodes: max(c.Nodes, 1), Device: dev})
 }

@@ -11,18 +11,29 @@ import (
 // accuracyTolerance is how far from a recorded step time (the mean of a
 // case's two runs) the plan may be, in percent of it: the goal of
 // 15%; repeatTolerance how far the two runs may differ for the machine to
-// count as quiet by the measure (5%).
+// count as quiet by the measure (5%); commTolerance how far the
+// comm time (the engine's comm_s, a pipeline's bubble included) may be:
+// the 25%, or commMissTolerance for the cases of knownCommMiss.
 //
 // testdata/accuracy.tsv and testdata/rates hold the figures of 2026-11-26
-// (AMD EPYC, 2 cores, load average 0.78 before the runs, the collectives'
-// skew measured): every case is within 8.4% of its runs, but the two runs
-// of three cases differ by 5.1 to 8.4% (this 2-vCPU machine's floor that
-// day), which the test reports and does not fail on: the spread is the
-// machine's, the error the plan's.
+// at 16:20 (AMD EPYC, 2 cores, load average 1.29 before the runs, which
+// are the load; the skew as fixed + share of the work, the comm fits with
+// cold caches): every step within 13.6% of its runs, every comm within
+// 23% but tp2-sp's (-34.5%). The two back-to-back runs of four cases
+// differ by 5.2 to 6.8%, which the test reports and does not fail on: the
+// spread is the machine's, the error the plan's.
 const (
 	accuracyTolerance = 15
 	repeatTolerance   = 5
+	commTolerance     = 25
+	commMissTolerance = 50
 )
+
+// knownCommMiss are the cases whose comm time the plan misses by more than
+// commTolerance, and why.
+var knownCommMiss = map[string]string{
+	"tp2-sp": "sequence parallelism's all-gathers and reduce-scatters are priced at the all-reduce's fit: bench comm does not time them, and in shared memory their copies are not pipelined as the all-reduce's are",
+}
 
 // TestRecordedAccuracy plans each case of testdata/accuracy.tsv from the
 // rates recorded beside it (testdata/rates: what hpcrun bench gemm and
@@ -73,6 +84,20 @@ func TestRecordedAccuracy(t *testing.T) {
 		if e > accuracyTolerance || e < -accuracyTolerance {
 			t.Errorf("%s: predicted %.1f ms, measured %.1f ms: %+.1f%%, beyond %d%%", c.Name, 1e3*p.Time.StepS, 1e3*measured, e, accuracyTolerance)
 		}
+		if c.CommS == 0 {
+			continue // one rank, or recorded before the comm times
+		}
+		comm := (c.CommS + c.CommRepS) / 2
+		ec := 100 * (p.Time.EngineCommS() - comm) / comm
+		t.Logf("%-10s comm predicted %6.2f ms, measured %6.2f ms (runs %6.2f, %6.2f): %+6.1f%%", c.Name, 1e3*p.Time.EngineCommS(), 1e3*comm, 1e3*c.CommS, 1e3*c.CommRepS, ec)
+		tol := commTolerance
+		if why, ok := knownCommMiss[c.Name]; ok {
+			tol = commMissTolerance
+			t.Logf("%s: comm held to %d%%, not %d%%: %s", c.Name, tol, commTolerance, why)
+		}
+		if ec > float64(tol) || ec < -float64(tol) {
+			t.Errorf("%s: comm predicted %.2f ms, measured %.2f ms: %+.1f%%, beyond %d%%", c.Name, 1e3*p.Time.EngineCommS(), 1e3*comm, ec, tol)
+		}
 	}
 }
 
@@ -81,7 +106,7 @@ func TestRecordedAccuracy(t *testing.T) {
 func TestAccuracyTSV(t *testing.T) {
 	in := AccuracyTable{NumCPU: 2, Machine: "test, quiet", Load: [2]float64{0.5, 1.25}, Cases: []AccuracyCase{AccuracyCases[0], AccuracyCases[3]}}
 	in.Cases[0].MeasuredS, in.Cases[0].MeasuredRepS = 0.15, 0.151
-	in.Cases[1].MeasuredS, in.Cases[1].MeasuredRepS = 0.2, 0.21
+	in.Cases[1].MeasuredS, in.Cases[1].MeasuredRepS, in.Cases[1].CommS, in.Cases[1].CommRepS = 0.2, 0.21, 0.03, 0.032
 	var buf bytes.Buffer
 	if err := in.WriteTSV(&buf); err != nil {
 		t.Fatal(err)
@@ -92,5 +117,12 @@ func TestAccuracyTSV(t *testing.T) {
 	}
 	if _, err := ReadAccuracyTSV(bytes.NewReader([]byte("# numcpu 2\ntp9\t0.1\t0.1\n"))); err == nil {
 		t.Error("an unknown case read")
+	}
+	old, err := ReadAccuracyTSV(bytes.NewReader([]byte("# numcpu 2\ntp2\t0.1\t0.11\n")))
+	if err != nil || len(old.Cases) != 1 || old.Cases[0].MeasuredRepS != 0.11 || old.Cases[0].CommS != 0 {
+		t.Errorf("a table of step times only read as %+v, %v", old, err)
+	}
+	if _, err := ReadAccuracyTSV(bytes.NewReader([]byte("# numcpu 2\ntp2\t0.1\t0.11\t0.01\n"))); err == nil {
+		t.Error("a line of four columns read")
 	}
 }
