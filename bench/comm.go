@@ -69,8 +69,9 @@ type CommReport struct {
 	Backend string    `json:"backend"`
 	Peer    string    `json:"peer"`
 	Rows    []CommRow `json:"rows"`
-	// SkewS is what a collective adds after the same work on every rank
-	// (timeSkew): the wait for the slowest, on top of its own time.
+	// SkewS is the fixed part of what a collective adds after the same
+	// work on every rank (timeSkew): the wait for the slowest, on top of
+	// its own time, less its growth with the work (SkewFrac).
 	SkewS float64 `json:"skew_s"`
 	// SkewFrac is the wait's growth with the work before the collective:
 	// the skew after w seconds of work is SkewS + SkewFrac w.
@@ -214,8 +215,10 @@ func best(acc, m map[int64]float64) map[int64]float64 {
 }
 
 // CommWorker is one rank of the benchmark, told its place by spec (the
-// value of CommWorkerEnv): it all-reduces every size, and rank 0 prints
-// "<bytes> <seconds>" lines, the slowest rank's time per all-reduce.
+// value of CommWorkerEnv): it all-reduces every size, hot then cold, and
+// measures the skew, and rank 0 prints "<key> <seconds>" lines: a size's
+// key is its bytes (the slowest rank's time per all-reduce), coldKey of
+// them (the same, cold), skewKey and skewFracKey the skew's two parts.
 func CommWorker(spec string, out io.Writer) error {
 	f := strings.Split(spec, ",")
 	if len(f) != 7 {
@@ -377,13 +380,15 @@ var (
 // the all-reduce apart, for two sizes of work, and rounds of the
 // all-reduce alone; a round's wait is its all-reduce's time less the one
 // alone, the ranks' mean. The two waits, against the two works, give
-// the skew as fixed + frac x work (both at least 0), per unit of work on
-// one core.
+// the skew as fixed seconds + frac x the work's seconds (both at least
+// 0), the work on one core; the plan takes frac of a step's compute
+// whatever its threads, the wait growing with the time between two
+// collectives.
 func timeSkew(comm nccl.Comm) (fixed, frac float64, err error) {
 	// One thread a rank, whatever its launcher gave: the work's size is a
 	// core's, and ranks started by srun without cpus_per_task would
 	// otherwise each take all the cores of a node they share.
-	defer tensor.SetGemmThreads(tensor.GemmThreads())
+	defer tensor.SetGemmThreads(0)
 	tensor.SetGemmThreads(1)
 	dev := tensor.NewCPU()
 	x := []float32{1}
@@ -402,7 +407,11 @@ func timeSkew(comm nccl.Comm) (fixed, frac float64, err error) {
 			return 0, 0, err
 		}
 	}
-	alone := time.Since(t0).Seconds() / float64(skewRounds[0])
+	a := []float32{float32(time.Since(t0).Seconds() / float64(skewRounds[0]))}
+	if err := comm.AllReduce(a, nccl.Avg); err != nil {
+		return 0, 0, err
+	}
+	alone := float64(a[0])
 	var work, wait [2]float64
 	for i, g := range skewWork {
 		w, err := syncedRounds(dev, comm, g, skewRounds[i], ar)
@@ -527,16 +536,22 @@ func parseTimes(r io.Reader) (map[int64]float64, error) {
 }
 
 // Fit is the report's all-reduce times fitted as a latency and a bus
-// bandwidth (plan.FitComm), the cold ones where measured (a training
-// step's), for the path they ran on: across the nodes of
+// bandwidth (plan.FitComm), for the path they ran on: across the nodes of
 // an allocation (plan.PathNet), or on this host over the TCP ring
-// (backend tcp, plan.PathTCP) or shared memory (plan.PathShm).
+// (backend tcp, plan.PathTCP) or shared memory (plan.PathShm). The
+// bandwidth is the cold times' where measured (a training step's), the
+// latency the hot ones': a cold time also holds the ranks' leaving the
+// barrier before it one after the other, a wait the skew pays already.
 func (rep CommReport) Fit() (plan.CommFit, error) {
-	times := map[int64]float64{}
+	hot, cold := map[int64]float64{}, map[int64]float64{}
 	for _, r := range rep.Rows {
-		times[r.Bytes] = cmp.Or(r.ColdS, r.HpcrunS)
+		hot[r.Bytes], cold[r.Bytes] = r.HpcrunS, cmp.Or(r.ColdS, r.HpcrunS)
 	}
-	lat, bw, lo, hi, err := plan.FitComm(rep.Nproc, times)
+	lat, _, lo, hi, err := plan.FitComm(rep.Nproc, hot)
+	if err != nil {
+		return plan.CommFit{}, err
+	}
+	_, bw, _, _, err := plan.FitComm(rep.Nproc, cold)
 	if err != nil {
 		return plan.CommFit{}, err
 	}

@@ -22,10 +22,10 @@
 //     (an all-reduce below 16 KiB in one phase instead of two). A group
 //     spread over hosts reduces on each host, between the hosts' first
 //     ranks, and broadcasts on each host (hierarchical); between two hosts,
-//     from 256 KiB, the first ranks land the other host's sum in shared
-//     memory and every rank adds it instead of the broadcast, and from
-//     2 MiB on, the buffer goes in chunks that go through the three stages
-//     at once (hier.go).
+//     from 256 KiB to what a set of slots holds (1 MiB at 2 ranks a host),
+//     the first ranks land the other host's sum in shared memory and every
+//     rank adds it instead of the broadcast, and from 2 MiB on, the buffer
+//     goes in chunks that go through the three stages at once (hier.go).
 //   - NCCL (BackendNCCL): libnccl.so.2 loaded at run time; the communicator is
 //     a DeviceComm whose Device methods take GPU pointers and a stream. Each
 //     rank's device (Options.Device) is made current through the CUDA

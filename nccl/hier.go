@@ -310,6 +310,10 @@ const hierAddBytes = 256 << 10
 // hierPipeBytes (pairSpans: a header, then the buffer), so a host that
 // decides otherwise (no shared memory, another number of ranks) still
 // meets its peer.
+// The exchange of a host that takes hierAdd meets pair on the other host
+// only while every buffer hierAdd takes is below pairNetBytes.
+var _ [pairNetBytes - hierPipeBytes]struct{}
+
 func (c *tcpComm) useHierAdd(count int) bool {
 	return c.hosts == 2 && c.local.shm != nil && 4*count >= hierAddBytes &&
 		c.local.shm.holds(count) && !c.usePipeline(count)

@@ -214,3 +214,38 @@ func TestHierAdd(t *testing.T) {
 		})
 	}
 }
+
+// Two pretend hosts of two and three ranks where the hosts decide apart
+// (a set of slots holds 2 or 3 x slotElems): the host of three takes
+// hierAdd where the host of two broadcasts, and their first ranks still
+// meet, every rank with the bits of the host-order sum.
+func TestHierAddUnequalHosts(t *testing.T) {
+	hosts := []string{"a", "a", "b", "b", "b"}
+	testHostID = func(rank int) string { return hosts[rank] }
+	t.Cleanup(func() { testHostID = nil })
+	n := len(hosts)
+	sizes := []int{2*slotElems + 1, 3*slotElems - 1, 3 * slotElems}
+	var bits sameBits
+	err := tcpWorld(BackendAuto)(t, n, func(c Comm) error {
+		for i, size := range sizes {
+			for _, op := range []Op{Sum, Avg, Max} {
+				seed := uint64(14000 + 10*i + int(op))
+				got := rankData(seed, c.Rank(), size)
+				if err := c.AllReduce(got, op); err != nil {
+					return err
+				}
+				what := fmt.Sprintf("%v of %d", op, size)
+				if err := closeTo(got, hostOrderReduce(seed, hosts, size, op), n, true); err != nil {
+					return fmt.Errorf("%s against host order: %w", what, err)
+				}
+				if err := bits.check(what, got); err != nil {
+					return err
+				}
+			}
+		}
+		return c.Barrier()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

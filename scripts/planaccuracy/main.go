@@ -3,8 +3,8 @@
 // 8, seq 128: tp 1, tp 2, dp 2, pp 2 with 4 micro-batches, tp 2 + sp, dp
 // 2 + zero 1 on this host; dp 2 and pp 2 over two hosts of the local
 // Slurm). It measures the rates first (hpcrun bench gemm --rates-only
-// --threads <its cores>, bench comm --nproc 2, and --nodes 2 when a case
-// spans hosts), runs each case twice in a row (hpcrun run, or submit --executor
+// --threads <its cores>, bench comm --nproc 2 and --nproc 2 --nodes 2),
+// runs each case twice in a row (hpcrun run, or submit --executor
 // slurm --wait over hosts; p50 step time, comm share x p50), prints
 // predicted, measured, repeat and error, and with -write keeps the rates
 // and the times under train/plan/testdata for the plan's test of recorded
@@ -29,6 +29,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hpcrun/hpcrun/internal/atomicfile"
 	"github.com/hpcrun/hpcrun/train/plan"
 )
 
@@ -116,7 +117,7 @@ func run(bin string, steps int, skipBench, write bool) error {
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(filepath.Join(dir, "rates", f), b, 0o644); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(dir, "rates", f), b, 0o644); err != nil {
 			return err
 		}
 	}
@@ -124,7 +125,7 @@ func run(bin string, steps int, skipBench, write bool) error {
 	if err := (plan.AccuracyTable{NumCPU: runtime.NumCPU(), Machine: machine, Load: [2]float64{load0, load1}, Cases: cases}).WriteTSV(&buf); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "accuracy.tsv"), buf.Bytes(), 0o644)
+	return atomicfile.WriteFile(filepath.Join(dir, "accuracy.tsv"), buf.Bytes(), 0o644)
 }
 
 // measure runs c for steps steps with hpcrun run (over hosts, hpcrun

@@ -33,10 +33,10 @@ type CommFit struct {
 	// SkewS and SkewFrac are what a collective adds in training after the
 	// same w seconds of work on every rank: the wait for the slowest,
 	// SkewS + SkewFrac w (hpcrun bench comm measures it after GEMMs of
-	// about 1 and 20 ms). A fit without SkewFrac (before 2026-11-27) had
-	// SkewS measured after a millisecond of work.
+	// about 1 and 20 ms). A fit without skew_frac in the file (before
+	// 2026-11-26 14:50) had SkewS measured after a millisecond of work.
 	SkewS    float64   `json:"skew_s,omitempty"`
-	SkewFrac float64   `json:"skew_frac,omitempty"`
+	SkewFrac float64   `json:"skew_frac"`
 	MinBytes int64     `json:"min_bytes"` // the sizes fitted
 	MaxBytes int64     `json:"max_bytes"`
 	CPU      string    `json:"cpu"`
