@@ -70,7 +70,9 @@ func slurmJob(t *testing.T, id string) (state string, restarts int) {
 
 // requeueNow waits until the job of s is pending again after its restarts-th
 // requeue, then moves its start up: Slurm holds a requeued job for about
-// two minutes, the lifetime of the revoked job credential.
+// two minutes, the lifetime of the revoked job credential. A job seen
+// already running or completed after that requeue (it was not held, or
+// the pending spell fell between two looks) needs nothing.
 func requeueNow(t *testing.T, s submitted, restarts int, deadline time.Time) {
 	t.Helper()
 	var seen time.Time
@@ -79,6 +81,9 @@ func requeueNow(t *testing.T, s submitted, restarts int, deadline time.Time) {
 		if st == "PENDING" && n == restarts {
 			seen = time.Now()
 			break
+		}
+		if (st == "RUNNING" || st == "COMPLETED") && n == restarts {
+			return // requeued and started again between two looks: nothing to hurry
 		}
 		if st == "COMPLETED" || st == "FAILED" || time.Now().After(deadline) {
 			errLog, _ := os.ReadFile(filepath.Join(s.RunDir, "slurm-"+s.JobID+".err"))
