@@ -113,7 +113,12 @@ func (pl *Plan) WriteText(w io.Writer, sug []Suggestion) error {
 	if pl.PP > 1 {
 		fmt.Fprintf(w, "  %-10s %9.4f s  1F1B: the micro-batches' work stretched by (m+p-1)/m, idle share (p-1)/(m+p-1) = %.2f\n", "bubble", t.BubbleS, t.Bubble)
 	}
-	fmt.Fprintf(w, "  %-10s %9.4f s  comm %.0f%% of it\n", "step", t.StepS, 100*t.CommShare)
+	share := fmt.Sprintf("comm %.0f%% of it", 100*t.CommShare)
+	if t.BubbleS > 0 {
+		// The engine's comm_s holds the stages' waits in the bubble.
+		share += fmt.Sprintf(", %.0f%% with the bubble's waits (the comm share hpcrun metrics measures)", 100*t.EngineCommS()/t.StepS)
+	}
+	fmt.Fprintf(w, "  %-10s %9.4f s  %s\n", "step", t.StepS, share)
 	fmt.Fprintf(w, "  %-10s %9.0f    MFU %.1f%% of %.4g GFLOP/s x %d ranks\n", "tokens/s", t.TokensPerS, 100*t.MFU, t.PeakFlops/1e9, pl.NTasks)
 	fmt.Fprintf(w, "rates: %s\n", pl.Device.Source)
 	if t.CommRates != "" {

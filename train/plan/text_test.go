@@ -93,7 +93,7 @@ func TestWriteText(t *testing.T) {
 		{"sp zero", func(c *config.Config) { c.NTasks, c.TP, c.SP, c.Zero = 4, 2, true, 1 },
 			[]string{"job:  4 tasks = tp 2 x dp 2 + sequence parallel + ZeRO-1 on 1 node", "sequence-parallel bufs", "ZeRO-1: this rank's 1/2", "along the sequence", "= engine peak", "fits cpu"}},
 		{"pp", func(c *config.Config) { c.NTasks, c.PP, c.MicroBatches = 2, 2, 4 },
-			[]string{"micro_batches 4", "pp 2 x tp 1 x dp 1", "of the stage that needs the most", "stage 0's", "2 micro-batches in flight", "pipeline stages", "point-to-point (4 transfers)", "bubble", "= 0.20"}},
+			[]string{"micro_batches 4", "pp 2 x tp 1 x dp 1", "of the stage that needs the most", "stage 0's", "2 micro-batches in flight", "pipeline stages", "point-to-point (4 transfers)", "bubble", "= 0.20", "with the bubble's waits (the comm share hpcrun metrics measures)"}},
 	} {
 		p, _ := planOf(t, "tiny", "", c.edit)
 		var b bytes.Buffer
