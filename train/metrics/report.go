@@ -39,7 +39,7 @@ func WriteSummary(w io.Writer, s Summary) error {
 		line("step time", "p50 %s   p90 %s%s", dur(s.StepP50S), dur(s.StepP90S), warm)
 		line("throughput", "%s samples/s   %s tokens/s   per rank %s samples/s   %s tokens/s",
 			num(s.SamplesPerS), num(s.TokensPerS), num(s.SamplesPerSPerRank), num(s.TokensPerSPerRank))
-		line("comm", "%s of step time", pct(s.CommShare))
+		line("comm", "%s of step time   p50 %s a step", pct(s.CommShare), dur(s.CommP50S))
 		if len(s.Bubble) > 0 {
 			var parts []string
 			for _, b := range s.Bubble {

@@ -134,6 +134,10 @@ type Summary struct {
 	// CommShare is the share of step time spent in communication, over all
 	// ranks.
 	CommShare Float `json:"comm_share"`
+	// CommP50S is the median over the steps after warm-up of the ranks'
+	// mean seconds in communication a step: the typical step's, as
+	// StepP50S is, where CommShare counts the steps a rank was held up.
+	CommP50S Float `json:"comm_p50_s"`
 	// Bubble is, for a pipeline (pp > 1), each stage's share of its
 	// schedule spent waiting on a neighbour, the mean over the stage's
 	// ranks and the steps after warm-up, beside the 1F1B theory.
@@ -269,6 +273,7 @@ type rankSeen struct {
 type jobAgg struct {
 	done  int       // done steps
 	times []float64 // slowest rank's step time of each done step
+	comms []float64 // the ranks' mean comm time of each done step
 	// last done step and its loss, summed over replicas
 	lastStep  int
 	lastLoss  float64
@@ -321,7 +326,7 @@ func join(its []stepIter, tp0 []bool, points, steps int) ([]rankSeen, jobAgg, er
 	// One allocation, not a slice grown by copying: a million steps would
 	// allocate five times their 8 MB, and the collector would run as
 	// often.
-	agg := jobAgg{times: make([]float64, 0, steps)}
+	agg := jobAgg{times: make([]float64, 0, steps), comms: make([]float64, 0, steps)}
 	if points != NoCurves {
 		agg.curves, agg.maxPoints, agg.stride = &Curves{}, points, 1
 	}
@@ -401,6 +406,7 @@ func (a *jobAgg) add(js *jobStep) {
 	}
 	a.done++
 	a.times = append(a.times, js.maxStepS)
+	a.comms = append(a.comms, js.sumCommS/float64(js.ranks))
 	a.lastStep, a.lastLoss, a.lastLossN = js.step, js.lossSum, js.lossN
 	if c := a.curves; c != nil {
 		pt := [3]Float{Float(js.step), Float(mean(js.lossSum, js.lossN)), Float(float64(js.samples) / js.maxStepS)}
@@ -445,7 +451,7 @@ func summarize(run *Run, seen []rankSeen, agg jobAgg) (Summary, Curves) {
 	s := Summary{ExecID: run.ExecID, JobID: run.Meta.JobID, Ranks: len(run.Ranks),
 		WallS: nanF, LastTS: nanF, WarmupStepS: nanF, StepP50S: nanF, StepP90S: nanF,
 		SamplesPerS: nanF, TokensPerS: nanF, SamplesPerSPerRank: nanF, TokensPerSPerRank: nanF,
-		CommShare: nanF, ModelFlopsPerS: nanF, MFU: nanF, LastLoss: nanF, LastEvalLoss: nanF,
+		CommShare: nanF, CommP50S: nanF, ModelFlopsPerS: nanF, MFU: nanF, LastLoss: nanF, LastEvalLoss: nanF,
 		BestAccuracy: nanF, LastAccuracy: nanF, MemorySource: "engine"}
 	for _, p := range run.Problems {
 		s.Problems = append(s.Problems, p.String())
@@ -695,6 +701,9 @@ func (s *Summary) timing(a *jobAgg, world int) {
 	slices.Sort(times)
 	s.StepP50S = Float(percentile(times, 0.5))
 	s.StepP90S = Float(percentile(times, 0.9))
+	comms := a.comms[k:]
+	slices.Sort(comms)
+	s.CommP50S = Float(percentile(comms, 0.5))
 	total, sumStep, sumComm := a.total[k], a.sumStep[k], a.sumComm[k]
 	if total > 0 {
 		s.SamplesPerS = Float(float64(a.samples[k]) / total)

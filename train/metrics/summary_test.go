@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -124,12 +125,15 @@ func TestRecordedFacts(t *testing.T) {
 	// From the recorded lines, past the warmup: the samples of the tp-rank-0
 	// ranks (one a replica) over the slowest rank's step time summed over
 	// steps, and the comm time over the step time of every rank.
-	samples, slowest, step, comm := recordedRates(t, filepath.Join("testdata", "runs", "20261121-143005-a3f9"), full.WarmupSteps)
+	samples, slowest, step, comm, commP50 := recordedRates(t, filepath.Join("testdata", "runs", "20261121-143005-a3f9"), full.WarmupSteps)
 	if v, want := float64(full.SamplesPerS), samples/slowest; math.Abs(v-want) > 1e-12*want {
 		t.Errorf("samples/s = %.17g, the recorded lines give %.17g", v, want)
 	}
 	if v, want := float64(full.CommShare), comm/step; math.Abs(v-want) > 1e-12*want {
 		t.Errorf("comm share = %.17g, the recorded lines give %.17g", v, want)
+	}
+	if v := float64(full.CommP50S); math.Abs(v-commP50) > 1e-12*commP50 || !(v > 0) {
+		t.Errorf("comm p50 = %.17g s, the recorded lines' median step gives %.17g s", v, commP50)
 	}
 	if full.MemorySource != "engine" || full.Memory[0].EnginePeakBytes != 38<<20 || full.MFU.Known() || !full.ModelFlopsPerS.Known() {
 		t.Errorf("memory/flops: %+v", full)
@@ -183,8 +187,9 @@ func TestRecordedRunsFound(t *testing.T) {
 // sums, over the steps after the first warmup ones: the samples of the
 // tp-rank-0 ranks, the slowest rank's step_s, and every rank's step_s and
 // comm_s. A reference for Summarize written from the lines alone.
-func recordedRates(t *testing.T, dir string, warmup int) (samples, slowest, step, comm float64) {
+func recordedRates(t *testing.T, dir string, warmup int) (samples, slowest, step, comm, commP50 float64) {
 	t.Helper()
+	stepComm, stepRanks := map[int]float64{}, map[int]float64{}
 	files, err := filepath.Glob(filepath.Join(dir, "metrics", "rank-*.jsonl"))
 	mustOK(t, err)
 	slow := map[int]float64{}
@@ -212,13 +217,21 @@ func recordedRates(t *testing.T, dir string, warmup int) (samples, slowest, step
 				slow[l.Step] = max(slow[l.Step], l.StepS)
 				step += l.StepS
 				comm += l.CommS
+				stepComm[l.Step] += l.CommS
+				stepRanks[l.Step]++
 			}
 		}
 	}
 	for _, s := range slow {
 		slowest += s
 	}
-	return samples, slowest, step, comm
+	var means []float64
+	for st, c := range stepComm {
+		means = append(means, c/stepRanks[st])
+	}
+	sort.Float64s(means)
+	// The lower middle of an even count, as a nearest-rank median.
+	return samples, slowest, step, comm, means[(len(means)-1)/2]
 }
 
 // A stopped run is summed up by the reason of a rank that got the stop

@@ -28,8 +28,8 @@ type AccuracyCase struct {
 	MeasuredS    float64 // p50 step seconds, 0 when not measured
 	MeasuredRepS float64 // a repeat's, 0 when none
 	// CommS and CommRepS are the two runs' time in the collectives and
-	// point-to-point transfers a step (comm share x p50 step), 0 when not
-	// measured.
+	// point-to-point transfers a step (the p50 over the steps; before
+	// 2026-11-27 comm share x p50 step), 0 when not measured.
 	CommS, CommRepS float64
 }
 
