@@ -52,14 +52,19 @@ type CommRow struct {
 	HpcrunS float64 `json:"hpcrun_s"`
 	// ColdS is hpcrun's time with the buffer out of the caches, as in a
 	// training step (what the plan's fit takes); 0 when not measured.
-	ColdS       float64 `json:"hpcrun_cold_s,omitempty"`
-	HpcrunBusBW float64 `json:"hpcrun_busbw_gbs"`
-	MPIShmS     float64 `json:"mpi_shm_s,omitempty"`
-	MPIShmBusBW float64 `json:"mpi_shm_busbw_gbs,omitempty"`
-	RatioShm    float64 `json:"ratio_vs_mpi_shm,omitempty"`
-	MPITCPS     float64 `json:"mpi_tcp_s,omitempty"`
-	MPITCPBusBW float64 `json:"mpi_tcp_busbw_gbs,omitempty"`
-	RatioTCP    float64 `json:"ratio_vs_mpi_tcp,omitempty"`
+	ColdS float64 `json:"hpcrun_cold_s,omitempty"`
+	// GatherColdS and ScatterColdS are hpcrun's all-gather into a buffer
+	// of Bytes and reduce-scatter of one, cold as ColdS (sequence
+	// parallelism's and ZeRO's collectives); 0 when not measured.
+	GatherColdS  float64 `json:"hpcrun_allgather_cold_s,omitempty"`
+	ScatterColdS float64 `json:"hpcrun_reducescatter_cold_s,omitempty"`
+	HpcrunBusBW  float64 `json:"hpcrun_busbw_gbs"`
+	MPIShmS      float64 `json:"mpi_shm_s,omitempty"`
+	MPIShmBusBW  float64 `json:"mpi_shm_busbw_gbs,omitempty"`
+	RatioShm     float64 `json:"ratio_vs_mpi_shm,omitempty"`
+	MPITCPS      float64 `json:"mpi_tcp_s,omitempty"`
+	MPITCPBusBW  float64 `json:"mpi_tcp_busbw_gbs,omitempty"`
+	RatioTCP     float64 `json:"ratio_vs_mpi_tcp,omitempty"`
 }
 
 // CommReport is hpcrun bench comm's result (its --json).
@@ -168,7 +173,8 @@ func Comm(ctx context.Context, o CommOptions) (CommReport, error) {
 func commRows(n int, sizes []int64, ours, shm, tcp map[int64]float64) []CommRow {
 	var rows []CommRow
 	for _, b := range sizes {
-		r := CommRow{Bytes: b, HpcrunS: ours[b], HpcrunBusBW: BusBandwidth(n, b, ours[b]), ColdS: ours[coldKey(b)]}
+		r := CommRow{Bytes: b, HpcrunS: ours[b], HpcrunBusBW: BusBandwidth(n, b, ours[b]), ColdS: ours[coldKey(coldAllReduce, b)],
+			GatherColdS: ours[coldKey(coldAllGather, b)], ScatterColdS: ours[coldKey(coldReduceScatter, b)]}
 		if s, ok := shm[b]; ok {
 			r.MPIShmS, r.MPIShmBusBW, r.RatioShm = s, BusBandwidth(n, b, s), s/ours[b]
 		}
@@ -215,10 +221,11 @@ func best(acc, m map[int64]float64) map[int64]float64 {
 }
 
 // CommWorker is one rank of the benchmark, told its place by spec (the
-// value of CommWorkerEnv): it all-reduces every size, hot then cold, and
-// measures the skew, and rank 0 prints "<key> <seconds>" lines: a size's
-// key is its bytes (the slowest rank's time per all-reduce), coldKey of
-// them (the same, cold), skewKey and skewFracKey the skew's two parts.
+// value of CommWorkerEnv): it all-reduces every size, hot then cold, times
+// the cold all-gather and reduce-scatter, and measures the skew, and rank
+// 0 prints "<key> <seconds>" lines: a size's key is its bytes (the
+// slowest rank's time per all-reduce), coldKey of a collective and them
+// (the same, cold), skewKey and skewFracKey the skew's two parts.
 func CommWorker(spec string, out io.Writer) error {
 	f := strings.Split(spec, ",")
 	if len(f) != 7 {
@@ -298,43 +305,62 @@ func timeAllReduce(comm nccl.Comm, lo, hi int64, out io.Writer) error {
 	return nil
 }
 
-// coldKey marks a size's line of cold times (timeCold): below the skew's.
-func coldKey(bytes int64) int64 { return skewFracKey - bytes }
+// The collectives timeCold times.
+const (
+	coldAllReduce = 1 + iota
+	coldAllGather
+	coldReduceScatter
+)
 
-// coldRounds is at most how many cold all-reduces timeCold makes a size.
+// coldKey marks the line of a size's cold times of a collective (timeCold):
+// below the skew's, apart for each collective.
+func coldKey(collective int, bytes int64) int64 { return -(int64(collective)<<40 | bytes) }
+
+// coldRounds is at most how many cold collectives timeCold makes a size.
 const coldRounds = 10
 
-// timeCold times comm's all-reduce on every size from lo to hi as a
-// training step meets it: its buffer and the shared memory out of the
-// caches, the other work of the step having been through them. Before
-// each all-reduce every rank writes a buffer twice the last-level cache
-// and the ranks meet; rank 0 writes "<coldKey(bytes)> <seconds>" lines,
-// the slowest rank's mean time.
+// timeCold times comm's all-reduce, all-gather and reduce-scatter on
+// every size from lo to hi as a training step meets them: their buffers
+// and the shared memory out of the caches, the other work of the step
+// having been through them. Before each collective every rank writes a
+// buffer twice the last-level cache and the ranks meet; rank 0 writes
+// "<coldKey(collective, bytes)> <seconds>" lines, the slowest rank's mean
+// time. The all-gather fills a buffer of bytes (a rank's part 1/n of it,
+// rounded down to whole floats); the reduce-scatter reduces one.
 func timeCold(comm nccl.Comm, buf []float32, lo, hi int64, out io.Writer) error {
 	flush := make([]float32, flushBytes()/4)
-	for _, bytes := range CommSizes(lo, hi) {
-		b := buf[:bytes/4]
-		n := min(CommIters(bytes), coldRounds)
-		var in time.Duration
-		for i := range n {
-			for j := range flush {
-				flush[j] = float32(i)
+	parts := make([]float32, hi/4)
+	n := comm.Size()
+	for _, collective := range []int{coldAllReduce, coldAllGather, coldReduceScatter} {
+		for _, bytes := range CommSizes(lo, hi) {
+			part := int(bytes/4) / n
+			run := map[int]func() error{
+				coldAllReduce:     func() error { return comm.AllReduce(buf[:bytes/4], nccl.Sum) },
+				coldAllGather:     func() error { return comm.AllGather(parts[:part], buf[:n*part]) },
+				coldReduceScatter: func() error { return comm.ReduceScatter(buf[:n*part], parts[:part], nccl.Sum) },
+			}[collective]
+			rounds := min(CommIters(bytes), coldRounds)
+			var in time.Duration
+			for i := range rounds {
+				for j := range flush {
+					flush[j] = float32(i)
+				}
+				if err := comm.Barrier(); err != nil {
+					return err
+				}
+				t0 := time.Now()
+				if err := run(); err != nil {
+					return err
+				}
+				in += time.Since(t0)
 			}
-			if err := comm.Barrier(); err != nil {
+			dt := []float32{float32(in.Seconds() / float64(rounds))}
+			if err := comm.AllReduce(dt, nccl.Max); err != nil {
 				return err
 			}
-			t0 := time.Now()
-			if err := comm.AllReduce(b, nccl.Sum); err != nil {
-				return err
+			if comm.Rank() == 0 {
+				fmt.Fprintf(out, "%d %.9f\n", coldKey(collective, bytes), dt[0])
 			}
-			in += time.Since(t0)
-		}
-		dt := []float32{float32(in.Seconds() / float64(n))}
-		if err := comm.AllReduce(dt, nccl.Max); err != nil {
-			return err
-		}
-		if comm.Rank() == 0 {
-			fmt.Fprintf(out, "%d %.9f\n", coldKey(bytes), dt[0])
 		}
 	}
 	return nil
@@ -544,8 +570,10 @@ func parseTimes(r io.Reader) (map[int64]float64, error) {
 // barrier before it one after the other, a wait the skew pays already.
 func (rep CommReport) Fit() (plan.CommFit, error) {
 	hot, cold := map[int64]float64{}, map[int64]float64{}
+	gather, scatter := map[int64]float64{}, map[int64]float64{}
 	for _, r := range rep.Rows {
 		hot[r.Bytes], cold[r.Bytes] = r.HpcrunS, cmp.Or(r.ColdS, r.HpcrunS)
+		gather[r.Bytes], scatter[r.Bytes] = r.GatherColdS, r.ScatterColdS
 	}
 	lat, _, lo, hi, err := plan.FitComm(rep.Nproc, hot)
 	if err != nil {
@@ -555,6 +583,10 @@ func (rep CommReport) Fit() (plan.CommFit, error) {
 	if err != nil {
 		return plan.CommFit{}, err
 	}
+	// An all-gather or a reduce-scatter not measured (one size, an older
+	// worker) leaves its bandwidth 0: the plan takes the all-reduce's.
+	_, gatherBW, _, _, _ := plan.FitGather(rep.Nproc, gather)
+	_, scatterBW, _, _, _ := plan.FitGather(rep.Nproc, scatter)
 	path := plan.PathShm
 	switch {
 	case rep.srun && rep.Nodes > 1:
@@ -562,7 +594,8 @@ func (rep CommReport) Fit() (plan.CommFit, error) {
 	case rep.Backend == nccl.BackendTCP:
 		path = plan.PathTCP
 	}
-	return plan.CommFit{Path: path, NRanks: rep.Nproc, Nodes: rep.Nodes, LatencyS: lat, BusGBs: bw, SkewS: rep.SkewS, SkewFrac: rep.SkewFrac, MinBytes: lo, MaxBytes: hi,
+	return plan.CommFit{Path: path, NRanks: rep.Nproc, Nodes: rep.Nodes, LatencyS: lat, BusGBs: bw, SkewS: rep.SkewS, SkewFrac: rep.SkewFrac,
+		GatherGBs: gatherBW, ScatterGBs: scatterBW, MinBytes: lo, MaxBytes: hi,
 		CPU: plan.CPUModel(), Measured: time.Now().UTC()}, nil
 }
 
@@ -579,7 +612,7 @@ func (rep CommReport) SaveFit(w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("bench comm: keep the fit: %w", err)
 	}
-	_, err = fmt.Fprintf(w, "hpcrun plan will take %s all-reduces over %d ranks as %.1f µs + bytes at %.2f GB/s (bus), its buffers out of the caches, and in training a wait for the slowest rank of %.0f µs + %.1f%% of the work before each, kept in %s\n",
-		f.Path, f.NRanks, f.LatencyS*1e6, f.BusGBs, f.SkewS*1e6, 100*f.SkewFrac, path)
+	_, err = fmt.Fprintf(w, "hpcrun plan will take %s all-reduces over %d ranks as %.1f µs + bytes at %.2f GB/s (bus; all-gathers %.2f, reduce-scatters %.2f), their buffers out of the caches, and in training a wait for the slowest rank of %.0f µs + %.1f%% of the work before each, kept in %s\n",
+		f.Path, f.NRanks, f.LatencyS*1e6, f.BusGBs, cmp.Or(f.GatherGBs, f.BusGBs), cmp.Or(f.ScatterGBs, f.BusGBs), f.SkewS*1e6, 100*f.SkewFrac, path)
 	return err
 }

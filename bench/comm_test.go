@@ -140,13 +140,20 @@ func TestCommFit(t *testing.T) {
 	}
 	// Cold times (a training step's), where measured, give the bandwidth,
 	// the hot ones the latency: 3x the hot ones here.
+	// The all-gather and the reduce-scatter, cold, at 1 and 0.5 GB/s of
+	// their bus bytes (n-1)/n b, give theirs.
 	cold := map[int64]float64{}
 	for b, s := range times {
-		cold[b], cold[coldKey(b)] = s, 3*s
+		cold[b], cold[coldKey(coldAllReduce, b)] = s, 3*s
+		cold[coldKey(coldAllGather, b)] = 30e-6 + float64(b)/2/1e9
+		cold[coldKey(coldReduceScatter, b)] = 30e-6 + float64(b)/2/0.5e9
 	}
 	rep := CommReport{Nproc: 2, Nodes: 1, Backend: "auto", Rows: commRows(2, sizes, cold, nil, nil)}
 	f, err := rep.Fit()
 	if err != nil || rep.Rows[0].ColdS != 3*times[sizes[0]] || math.Abs(f.LatencyS-30e-6) > 1e-9 || math.Abs(f.BusGBs-2.0/3) > 1e-6 {
 		t.Errorf("cold times fitted as %+v, %v; want 30 µs, 0.67 GB/s", f, err)
+	}
+	if math.Abs(f.GatherGBs-1) > 1e-6 || math.Abs(f.ScatterGBs-0.5) > 1e-6 {
+		t.Errorf("all-gather and reduce-scatter fitted at %.4f and %.4f GB/s, want 1 and 0.5", f.GatherGBs, f.ScatterGBs)
 	}
 }

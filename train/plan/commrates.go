@@ -35,12 +35,18 @@ type CommFit struct {
 	// SkewS + SkewFrac w (hpcrun bench comm measures it after GEMMs of
 	// about 1 and 20 ms). A fit without skew_frac in the file (before
 	// 2026-11-26 14:50) had SkewS measured after a millisecond of work.
-	SkewS    float64   `json:"skew_s,omitempty"`
-	SkewFrac float64   `json:"skew_frac"`
-	MinBytes int64     `json:"min_bytes"` // the sizes fitted
-	MaxBytes int64     `json:"max_bytes"`
-	CPU      string    `json:"cpu"`
-	Measured time.Time `json:"measured"`
+	SkewS    float64 `json:"skew_s,omitempty"`
+	SkewFrac float64 `json:"skew_frac"`
+	// GatherGBs and ScatterGBs are the bus bandwidths of an all-gather and
+	// a reduce-scatter (bus bytes (n-1)/n of the gathered or scattered
+	// buffer), their latency the all-reduce's; 0 when not measured
+	// (before 2026-11-27): the all-reduce's bandwidth.
+	GatherGBs  float64   `json:"allgather_bus_gbs,omitempty"`
+	ScatterGBs float64   `json:"reducescatter_bus_gbs,omitempty"`
+	MinBytes   int64     `json:"min_bytes"` // the sizes fitted
+	MaxBytes   int64     `json:"max_bytes"`
+	CPU        string    `json:"cpu"`
+	Measured   time.Time `json:"measured"`
 }
 
 // CommRatesFormat is the format of cpu-comm.json.
@@ -59,6 +65,18 @@ type CommRates struct {
 // alike, the smallest setting the latency, the largest the bandwidth),
 // the latency at least 0.
 func FitComm(n int, times map[int64]float64) (latencyS, busGBs float64, lo, hi int64, err error) {
+	return fitBus(2*float64(n-1)/float64(n), n, times)
+}
+
+// FitGather fits an all-gather's or a reduce-scatter's times over n ranks
+// (times[b] seconds for a gathered or scattered buffer of b bytes) as
+// FitComm fits an all-reduce's, in bus bytes x = (n-1)/n b.
+func FitGather(n int, times map[int64]float64) (latencyS, busGBs float64, lo, hi int64, err error) {
+	return fitBus(float64(n-1)/float64(n), n, times)
+}
+
+// fitBus fits t = latency + bus x b / bandwidth to times over n ranks.
+func fitBus(bus float64, n int, times map[int64]float64) (latencyS, busGBs float64, lo, hi int64, err error) {
 	var sizes []int64
 	for b, s := range times {
 		if s > 0 {
@@ -73,7 +91,7 @@ func FitComm(n int, times map[int64]float64) (latencyS, busGBs float64, lo, hi i
 	var sw, sx, sxx, st, sxt float64
 	for _, b := range sizes {
 		t := times[b]
-		x, w := 2*float64(n-1)/float64(n)*float64(b), 1/(t*t)
+		x, w := bus*float64(b), 1/(t*t)
 		sw, sx, sxx, st, sxt = sw+w, sx+w*x, sxx+w*x*x, st+w*t, sxt+w*x*t
 	}
 	slope := (sw*sxt - sx*st) / (sw*sxx - sx*sx)
@@ -112,7 +130,7 @@ func ReadCommRates(path string) (*CommRates, error) {
 		return nil, fmt.Errorf("%s: format %d, this hpcrun reads %d (rerun hpcrun bench comm)", path, r.Format, CommRatesFormat)
 	}
 	for _, f := range r.Fits {
-		if f.NRanks < 2 || !(f.BusGBs > 0) || f.LatencyS < 0 || f.Path == "" {
+		if f.NRanks < 2 || !(f.BusGBs > 0) || f.LatencyS < 0 || f.Path == "" || f.GatherGBs < 0 || f.ScatterGBs < 0 {
 			return nil, fmt.Errorf("%s: bad fit %+v (rerun hpcrun bench comm)", path, f)
 		}
 	}

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"cmp"
 	"fmt"
 	"sort"
 	"strings"
@@ -89,14 +90,24 @@ func (d Device) gemmSeconds(gs []GemmCount) float64 {
 	return s
 }
 
-// collective is the latency and the bus bandwidth (bytes/s) of a
-// collective over n ranks on path (of nodes nodes), and the share of the
-// work before it that its ranks wait for the slowest (skew), with what
-// they come from: the fit hpcrun bench comm kept for the path (the nearest
-// number of ranks), else the device's figures (NetBandwidth across nodes,
-// LinkBandwidth within, no skew); warn says, for a CPU rank, that the fit
-// is missing, old or of another CPU, and the command that measures it.
-func (d Device) collective(path string, n, nodes int) (latency, bw, skew float64, from, warn string) {
+// linkCost is what a group's collectives cost: a latency each (with the
+// skew's fixed part), their bytes at the bus bandwidth (bytes/s) of their
+// kind, and the share of the work before them that the ranks wait for the
+// slowest (skew); from says where the figures come from, warn (for a CPU
+// rank) that the fit is missing, old or of another CPU, and the command
+// that measures it.
+type linkCost struct {
+	latency                             float64
+	allReduce, allGather, reduceScatter float64
+	skew                                float64
+	from, warn                          string
+}
+
+// collective is the cost of a collective over n ranks on path (of nodes
+// nodes): the fit hpcrun bench comm kept for the path (the nearest number
+// of ranks), else the device's figures (NetBandwidth across nodes,
+// LinkBandwidth within, no skew).
+func (d Device) collective(path string, n, nodes int) linkCost {
 	measure := fmt.Sprintf("hpcrun bench comm --nproc %d", max(n, 2))
 	switch path {
 	case PathTCP:
@@ -106,32 +117,38 @@ func (d Device) collective(path string, n, nodes int) (latency, bw, skew float64
 		measure = fmt.Sprintf("hpcrun bench comm --nproc %d --nodes %d", (max(n, k)+k-1)/k*k, k)
 	}
 	if f := d.Comm.Lookup(path, n); f != nil {
+		var c linkCost
 		switch age := d.machine.Now.Sub(f.Measured); {
 		case d.CUDA:
 		case !d.machine.Now.IsZero() && age > staleAfter:
-			warn = fmt.Sprintf("the %s collectives' fit (%d ranks) is %d days old: rerun %s", path, f.NRanks, int(age.Hours()/24), measure)
+			c.warn = fmt.Sprintf("the %s collectives' fit (%d ranks) is %d days old: rerun %s", path, f.NRanks, int(age.Hours()/24), measure)
 		case d.machine.CPU != "" && f.CPU != d.machine.CPU:
-			warn = fmt.Sprintf("the %s collectives' fit (%d ranks) was measured on %q: rerun %s here", path, f.NRanks, f.CPU, measure)
+			c.warn = fmt.Sprintf("the %s collectives' fit (%d ranks) was measured on %q: rerun %s here", path, f.NRanks, f.CPU, measure)
 		}
-		return f.LatencyS + f.SkewS, f.BusGBs * 1e9, f.SkewFrac, fmt.Sprintf("%s %d ranks measured %s (%.0f µs + %.0f µs skew + %.2f GB/s; the slowest rank waited for after %.1f%% of the work)",
-			f.Path, f.NRanks, f.Measured.Format(time.DateOnly), f.LatencyS*1e6, f.SkewS*1e6, f.BusGBs, 100*f.SkewFrac), warn
+		c.latency, c.skew = f.LatencyS+f.SkewS, f.SkewFrac
+		c.allReduce, c.allGather, c.reduceScatter = f.BusGBs*1e9, cmp.Or(f.GatherGBs, f.BusGBs)*1e9, cmp.Or(f.ScatterGBs, f.BusGBs)*1e9
+		c.from = fmt.Sprintf("%s %d ranks measured %s (%.0f µs + %.0f µs skew + %.2f GB/s, all-gathers %.2f, reduce-scatters %.2f; the slowest rank waited for after %.1f%% of the work)",
+			f.Path, f.NRanks, f.Measured.Format(time.DateOnly), f.LatencyS*1e6, f.SkewS*1e6, f.BusGBs, c.allGather/1e9, c.reduceScatter/1e9, 100*f.SkewFrac)
+		return c
 	}
+	var c linkCost
 	if !d.CUDA {
-		warn = fmt.Sprintf("the %s collectives are not measured (defaults): run %s", path, measure)
+		c.warn = fmt.Sprintf("the %s collectives are not measured (defaults): run %s", path, measure)
 	}
-	bw = d.LinkBandwidth
+	bw := d.LinkBandwidth
 	if path == PathNet {
 		bw = d.NetBandwidth
 	}
-	from = fmt.Sprintf("%s default, not measured (%.0f µs + %.2f GB/s)", path, d.Latency*1e6, bw/1e9)
+	c.latency, c.allReduce, c.allGather, c.reduceScatter = d.Latency, bw, bw, bw
+	c.from = fmt.Sprintf("%s default, not measured (%.0f µs + %.2f GB/s)", path, d.Latency*1e6, bw/1e9)
 	if d.CUDA {
 		where := "within a node"
 		if path == PathNet {
 			where = "across nodes"
 		}
-		from = fmt.Sprintf("%s nominal (%.0f µs + %.0f GB/s)", where, d.Latency*1e6, bw/1e9)
+		c.from = fmt.Sprintf("%s nominal (%.0f µs + %.0f GB/s)", where, d.Latency*1e6, bw/1e9)
 	}
-	return d.Latency, bw, 0, from, warn
+	return c
 }
 
 const (

@@ -736,29 +736,20 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 	half := func(p float64) float64 { return (p - 1) / p }
 	dp := float64(cfg.DP())
 	if s.tp > 1 {
-		// Per micro-batch, in units of (p-1)/p floats: all-reduces count
-		// twice their floats.
-		var units float64
+		// Per micro-batch, in units of (p-1)/p floats of each kind:
+		// all-reduces count twice their floats.
+		var ar, ag, rs float64
 		var n int
 		if !s.sp {
 			// Each block's two forward all-reduces (out of the row-parallel
 			// layers) and two backward ones (into the column-parallel
 			// layers' inputs); the embedding's forward (first stage).
-			units, n = 2*4*float64(s.L)*N*C, 4*int(s.L)
+			ar, n = 2*4*float64(s.L)*N*C, 4*int(s.L)
 			if s.recompute == parallel.RecomputeFull {
-				units, n = units+2*2*float64(s.L)*N*C, n+2*int(s.L) // the forward's all-reduces again
+				ar, n = ar+2*2*float64(s.L)*N*C, n+2*int(s.L) // the forward's all-reduces again
 			}
 			if s.first {
-				units, n = units+2*N*C, n+1
-			}
-			switch {
-			case !s.last:
-			case s.gpt:
-				units += 2 * (N*C + 3*N) // the head's dx; the loss's row max and sums
-				n += 3
-			default:
-				units += 2 * (B*C + 2*B) // fc1's dx, fc2's output
-				n += 2
+				ar, n = ar+2*N*C, n+1
 			}
 		} else {
 			// Sequence parallelism: per block, forward two all-gathers (into
@@ -769,42 +760,48 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 			// gradients): two all-gathers more than the all-reduces. The
 			// embedding (first stage) reduce-scatters forward and
 			// all-gathers backward.
-			units, n = 10*float64(s.L)*N*C, 10*int(s.L)
+			ag, rs, n = 6*float64(s.L)*N*C, 4*float64(s.L)*N*C, 10*int(s.L)
 			if s.recompute == parallel.RecomputeFull {
-				units, n = units+4*float64(s.L)*N*C, n+4*int(s.L) // the forward's all-gathers and reduce-scatters again
+				ag, rs, n = ag+2*float64(s.L)*N*C, rs+2*float64(s.L)*N*C, n+4*int(s.L) // the forward's all-gathers and reduce-scatters again
 			}
 			if s.first {
-				units, n = units+2*N*C, n+2
+				ag, rs, n = ag+N*C, rs+N*C, n+2
 			}
-			switch {
-			case !s.last:
-			case s.gpt:
-				// The head all-gathers its input forward and again backward,
-				// and reduce-scatters its dx; the loss as without.
-				units += 3*N*C + 2*3*N
-				n += 5
-			default:
-				// The pooled partial means are summed over tp.
-				units += 2 * (2*B*C + 2*B)
-				n += 3
-			}
+		}
+		switch {
+		case !s.last:
+		case s.gpt && s.sp:
+			// The head all-gathers its input forward and again backward,
+			// and reduce-scatters its dx; the loss as without.
+			ag, rs, ar = ag+2*N*C, rs+N*C, ar+2*3*N
+			n += 5
+		case s.gpt:
+			ar += 2 * (N*C + 3*N) // the head's dx; the loss's row max and sums
+			n += 3
+		case s.sp:
+			ar += 2 * (2*B*C + 2*B) // the pooled partial means are summed over tp
+			n += 3
+		default:
+			ar += 2 * (B*C + 2*B) // fc1's dx, fc2's output
+			n += 2
 		}
 		// The gradient norm: the per-parameter float64 sums of squares,
 		// two floats each, all-gathered (train's gradNorm).
-		perStep, nStep := float64(s.tp*2*max(s.normEntries, 1)), 1
+		normAG, stepAR, nStep := float64(s.tp*2*max(s.normEntries, 1)), 0.0, 1
 		if s.sp {
 			// ReduceGrads: the layer norms' (and ln_f's on the last stage,
 			// the positions' on the first) gradients, once.
-			perStep += 2 * float64(s.seqGrads())
+			stepAR = 2 * float64(s.seqGrads())
 			nStep++
 		}
-		t.TPBytes = (accum*units + perStep) * half(tp) * f32
+		t.TPBytes = (accum*(ar+ag+rs) + normAG + stepAR) * half(tp) * f32
 		t.Collectives += int(accum)*n + nStep
-		lat, bw, frac, from, warn := dev.collective(local, int(s.tp), 1)
-		skew = max(skew, frac)
-		froms, t.Warnings = append(froms, "tp "+from), appendNew(t.Warnings, warn)
-		tpMicroS := accum * (units*half(tp)*f32/bw + float64(n)*lat)
-		t.CommS += t.TPBytes/bw + float64(int(accum)*n+nStep)*lat
+		c := dev.collective(local, int(s.tp), 1)
+		skew = max(skew, c.skew)
+		froms, t.Warnings = append(froms, "tp "+c.from), appendNew(t.Warnings, c.warn)
+		h := half(tp) * f32
+		tpMicroS := accum * (h*(ar/c.allReduce+ag/c.allGather+rs/c.reduceScatter) + float64(n)*c.latency)
+		t.CommS += tpMicroS + h*(normAG/c.allGather+stepAR/c.allReduce) + float64(nStep)*c.latency
 		if _, r, err := parallel.KVSplit(cfg.Heads, cfg.KVHeadCount(), int(s.tp)); s.llama && err == nil && r > 1 {
 			// Key/value heads replicated over r ranks: each block's k and
 			// v rows' gradients all-reduced over them once a step
@@ -812,7 +809,7 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 			kv := 2 * float64(s.L) * 2 * (C / float64(cfg.Heads) * C) * half(float64(r)) * f32
 			t.TPBytes += kv
 			t.Collectives += int(s.L)
-			t.CommS += kv/bw + float64(s.L)*lat
+			t.CommS += kv/c.allReduce + float64(s.L)*c.latency
 		}
 		microS += tpMicroS
 	}
@@ -834,9 +831,10 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		}
 		t.Transfers = int(accum) * links
 		t.PPBytes = float64(t.Transfers) * x * f32
-		lat, bw, _, from, warn := dev.collective(across, 2, nodes)
-		froms, t.Warnings = append(froms, "pp "+from), appendNew(t.Warnings, warn)
-		ppS := t.PPBytes/bw + float64(t.Transfers)*lat
+		c := dev.collective(across, 2, nodes)
+		froms, t.Warnings = append(froms, "pp "+c.from), appendNew(t.Warnings, c.warn)
+		// A send is half an exchange: the all-reduce's bus bandwidth.
+		ppS := t.PPBytes/c.allReduce + float64(t.Transfers)*c.latency
 		t.CommS += ppS
 		microS += ppS
 		// 1F1B: the m micro-batches' work takes as long as m+p-1 of them.
@@ -844,23 +842,27 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		t.BubbleS = microS * float64(s.pp-1) / float64(s.m)
 	}
 	if dp > 1 {
-		lat, bw, frac, from, warn := dev.collective(across, int(s.dp), nodes)
-		skew = max(skew, frac)
-		froms, t.Warnings = append(froms, "dp "+from), appendNew(t.Warnings, warn)
+		c := dev.collective(across, int(s.dp), nodes)
+		skew = max(skew, c.skew)
+		froms, t.Warnings = append(froms, "dp "+c.from), appendNew(t.Warnings, c.warn)
 		// An all-reduce of every bucket, and the loss's mean (one float).
 		buckets := len(s.buckets)
 		n := buckets + 1
+		h := half(dp) * f32
 		units := 2 * float64(s.paramElems+1)
+		commS := units * h / c.allReduce
 		if s.zero {
 			// A reduce-scatter of every padded bucket and an all-gather of
 			// the updated parameters: the all-reduce's bytes; and the
 			// gradient norm's per-parameter squares all-gathered over dp.
 			_, _, padded := s.zeroSizes()
-			units, n = 2*float64(padded+1)+float64(s.dp*2*max(s.normEntries, 1)), 2*buckets+2
+			norm := float64(s.dp * 2 * max(s.normEntries, 1))
+			units, n = 2*float64(padded+1)+norm, 2*buckets+2
+			commS = h * (float64(padded)/c.reduceScatter + (float64(padded)+norm)/c.allGather + 2/c.allReduce)
 		}
-		t.DPBytes = units * half(dp) * f32
+		t.DPBytes = units * h
 		t.Collectives += n
-		t.CommS += t.DPBytes/bw + float64(n)*lat
+		t.CommS += commS + float64(n)*c.latency
 	}
 	if t.Collectives > 0 {
 		// The collectives' ranks wait for the slowest after the work

@@ -374,6 +374,28 @@ func (g groupSpy) Group(ranks []int) (nccl.Comm, error) {
 // at the end and takes the difference.
 func commPerStep(t *testing.T, cfg config.Config, vocab int) (tpBytes, dpBytes float64, calls int) {
 	t.Helper()
+	groups := commStatsPerStep(t, cfg, vocab)
+	sent := func(s nccl.Stats, p int) float64 {
+		h := float64(p-1) / float64(p)
+		return 2*h*float64(s.AllReduce.Bytes) + h*float64(s.AllGather.Bytes) + float64(p-1)*float64(s.ReduceScatter.Bytes)
+	}
+	tp, dp := groups[0], groups[1]
+	tpBytes, dpBytes, calls = sent(tp, cfg.TP), sent(dp, cfg.DP()), int(tp.Total().Calls+dp.Total().Calls)
+	if len(groups) == 3 {
+		// The key/value replicas (parallel.KVReplicas), counted with tp.
+		kv := groups[2]
+		_, r, _ := parallel.KVSplit(cfg.Heads, cfg.KVHeadCount(), cfg.TP)
+		tpBytes, calls = tpBytes+sent(kv, r), calls+int(kv.Total().Calls)
+	}
+	return tpBytes, dpBytes, calls
+}
+
+// commStatsPerStep is the engine's collectives over one step of cfg on
+// rank 0, per group (tp, dp, and the key/value replicas where there are
+// some): cfg run for 1 and for 2 steps with one validation batch at the
+// end, the difference of nccl.Stats.
+func commStatsPerStep(t *testing.T, cfg config.Config, vocab int) []nccl.Stats {
+	t.Helper()
 	run := func(steps int) []nccl.Stats {
 		c := cfg
 		c.Steps, c.EvalEvery = steps, 0
@@ -396,19 +418,11 @@ func commPerStep(t *testing.T, cfg config.Config, vocab int) (tpBytes, dpBytes f
 		return out
 	}
 	one, two := run(1), run(2)
-	sent := func(s nccl.Stats, p int) float64 {
-		h := float64(p-1) / float64(p)
-		return 2*h*float64(s.AllReduce.Bytes) + h*float64(s.AllGather.Bytes) + float64(p-1)*float64(s.ReduceScatter.Bytes)
+	out := make([]nccl.Stats, len(one))
+	for i := range one {
+		out[i] = two[i].Sub(one[i])
 	}
-	tp, dp := two[0].Sub(one[0]), two[1].Sub(one[1])
-	tpBytes, dpBytes, calls = sent(tp, cfg.TP), sent(dp, cfg.DP()), int(tp.Total().Calls+dp.Total().Calls)
-	if len(one) == 3 {
-		// The key/value replicas (parallel.KVReplicas), counted with tp.
-		kv := two[2].Sub(one[2])
-		_, r, _ := parallel.KVSplit(cfg.Heads, cfg.KVHeadCount(), cfg.TP)
-		tpBytes, calls = tpBytes+sent(kv, r), calls+int(kv.Total().Calls)
-	}
-	return tpBytes, dpBytes, calls
+	return out
 }
 
 // TestCommMatchesEngine checks the plan's communication against the
@@ -524,6 +538,49 @@ func TestGPUPeakMatchesMeasured(t *testing.T) {
 		got := p.Memory.EnginePeak
 		if d := math.Abs(float64(got-c.measured)) / float64(c.measured); d > c.tol {
 			t.Errorf("%s: plan %d B, measured %d B on the H100 (%.3f%% off, want within %.2g%%)", c.precision, got, c.measured, 100*d, 100*c.tol)
+		}
+	}
+}
+
+// TestCommKindsMatchEngine prices each kind of collective at its own
+// bandwidth (all-reduces 2 GB/s, all-gathers 1, reduce-scatters 0.5, no
+// latency or skew): the plan's comm time is then the engine's bytes of
+// each kind over one step (nccl.Stats) at those bandwidths, with sequence
+// parallelism's all-gathers and reduce-scatters and ZeRO-1's.
+func TestCommKindsMatchEngine(t *testing.T) {
+	const vocab = 1000
+	now := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
+	comm := &CommRates{Format: CommRatesFormat, Fits: []CommFit{{Path: PathShm, NRanks: 2, BusGBs: 2, GatherGBs: 1, ScatterGBs: 0.5, CPU: "Test CPU", Measured: now}}}
+	dev := hostCPU(Share{TasksPerNode: 2, Launcher: LaunchLocal}, Machine{NumCPU: 2, Mem: 8 * gib, CPU: "Test CPU", Load: -1, Now: now}, testRates(), nil, comm)
+	for _, model := range []string{"bert", "gpt"} {
+		for _, p := range []struct {
+			tp, dp, accum int
+			sp            bool
+			zero          int
+		}{{2, 1, 1, true, 0}, {2, 1, 2, true, 0}, {2, 1, 1, false, 0}, {1, 2, 1, false, 1}, {1, 2, 1, false, 0}} {
+			cfg := config.DefaultConfig()
+			cfg.Model = model
+			if err := cfg.ApplyPreset("tiny"); err != nil {
+				t.Fatal(err)
+			}
+			cfg.TP, cfg.NTasks, cfg.BatchSize, cfg.GradAccum, cfg.SP, cfg.Zero = p.tp, p.tp*p.dp, 4, p.accum, p.sp, p.zero
+			cfg.EvalSamples, cfg.Device = cfg.BatchSize*p.dp, "cpu"
+			pl, err := New(Request{Config: cfg, Vocab: vocab, Device: dev})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stats := commStatsPerStep(t, cfg, vocab)
+			var want float64
+			for _, s := range stats {
+				// 2 ranks a group: an all-reduce sends its buffer, an
+				// all-gather half the gathered one, a reduce-scatter the
+				// block it receives.
+				want += float64(s.AllReduce.Bytes)/2e9 + float64(s.AllGather.Bytes)/2/1e9 + float64(s.ReduceScatter.Bytes)/0.5e9
+			}
+			if got := pl.Time.CommS; math.Abs(got-want) > 1e-9*want {
+				t.Errorf("%s tp %d dp %d accum %d sp %v zero %d: plan comm %.9f s, the engine's bytes of each kind at their bandwidths %.9f s",
+					model, p.tp, p.dp, p.accum, p.sp, p.zero, got, want)
+			}
 		}
 	}
 }
