@@ -4,8 +4,9 @@
 // 2 + zero 1 on this host; dp 2 and pp 2 over two hosts of the local
 // Slurm). It measures the rates first (hpcrun bench gemm --rates-only
 // --threads <its cores>, bench comm --nproc 2 and --nproc 2 --nodes 2),
-// runs each case twice in a row (hpcrun run, or submit --executor
-// slurm --wait over hosts; p50 step time, p50 comm time a step), prints
+// runs each case twice in a row (-runs N: 2N times, alternating, each
+// column the mean of N; hpcrun run, or submit --executor slurm --wait
+// over hosts; p50 step time, p50 comm time a step), prints
 // predicted, measured, repeat and error, and with -write keeps the rates
 // and the times under train/plan/testdata for the plan's test of recorded
 // figures. Run it on a quiet machine, from the repository root, with the
@@ -36,16 +37,21 @@ import (
 func main() {
 	bin := flag.String("bin", "bin/hpcrun", "the hpcrun binary")
 	steps := flag.Int("steps", 40, "steps a run")
+	runs := flag.Int("runs", 1, "runs of each case a column: each column is their mean, the two columns' runs alternating")
 	skipBench := flag.Bool("skip-bench", false, "keep the rates already measured (the user's cache)")
 	write := flag.Bool("write", false, "write the rates and the times under train/plan/testdata")
 	flag.Parse()
-	if err := run(*bin, *steps, *skipBench, *write); err != nil {
+	if *runs < 1 {
+		fmt.Fprintln(os.Stderr, "planaccuracy: -runs must be 1 or more")
+		os.Exit(2)
+	}
+	if err := run(*bin, *steps, *runs, *skipBench, *write); err != nil {
 		fmt.Fprintln(os.Stderr, "planaccuracy:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bin string, steps int, skipBench, write bool) error {
+func run(bin string, steps, runsACol int, skipBench, write bool) error {
 	bin, err := filepath.Abs(bin)
 	if err != nil {
 		return err
@@ -76,22 +82,23 @@ func run(bin string, steps int, skipBench, write bool) error {
 	}
 	defer os.RemoveAll(runs)
 	cases := append([]plan.AccuracyCase(nil), plan.AccuracyCases...)
-	// Each case twice in a row: the repeat says how far two runs differ
-	// here and now (this machine's speed drifts by 10-17% over 20 minutes,
-	// which two passes apart would measure instead).
+	// Each case twice in a row (or 2 x runsACol times, alternating between
+	// the columns, each column their mean): the repeat says how far two
+	// runs differ here and now (this machine's speed drifts by 10-17% over
+	// 20 minutes, which two passes apart would measure instead).
 	for i := range cases {
-		for rep := range 2 {
+		var sum [2][2]float64
+		for k := range 2 * runsACol {
 			s, comm, err := measure(bin, runs, steps, cases[i])
 			if err != nil {
 				return fmt.Errorf("%s: %w", cases[i].Name, err)
 			}
-			if rep == 0 {
-				cases[i].MeasuredS, cases[i].CommS = s, comm
-			} else {
-				cases[i].MeasuredRepS, cases[i].CommRepS = s, comm
-			}
-			fmt.Printf("%-13s run %d: p50 step %.4f s, comm %.4f s\n", cases[i].Name, rep+1, s, comm)
+			sum[k%2][0], sum[k%2][1] = sum[k%2][0]+s, sum[k%2][1]+comm
+			fmt.Printf("%-13s run %d: p50 step %.4f s, p50 comm %.4f s\n", cases[i].Name, k+1, s, comm)
 		}
+		n := float64(runsACol)
+		cases[i].MeasuredS, cases[i].CommS = sum[0][0]/n, sum[0][1]/n
+		cases[i].MeasuredRepS, cases[i].CommRepS = sum[1][0]/n, sum[1][1]/n
 	}
 	load1 := plan.LoadAverage()
 	fmt.Printf("\n%-13s %10s %10s %10s %8s %8s   %10s %10s %10s %8s\n", "case", "predicted", "measured", "repeat", "error", "repeats", "comm pred", "comm", "repeat", "error")
@@ -105,7 +112,7 @@ func run(bin string, steps int, skipBench, write bool) error {
 			100*(p.Time.StepS-mean)/mean, 100*math.Abs(c.MeasuredRepS-c.MeasuredS)/c.MeasuredS,
 			1e3*p.Time.EngineCommS(), 1e3*c.CommS, 1e3*c.CommRepS, 100*(p.Time.EngineCommS()-commMean)/commMean)
 	}
-	machine := fmt.Sprintf("%s, %d cores, %s, %d steps a run", rates.CPU, runtime.NumCPU(), time.Now().UTC().Format(time.DateOnly), steps)
+	machine := fmt.Sprintf("%s, %d cores, %s, %d steps a run, %d runs a column", rates.CPU, runtime.NumCPU(), time.Now().UTC().Format(time.DateOnly), steps, runsACol)
 	fmt.Printf("machine: %s; load average %.2f before, %.2f after\n", machine, load0, load1)
 	if !write {
 		return nil
