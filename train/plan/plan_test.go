@@ -425,6 +425,31 @@ func commStatsPerStep(t *testing.T, cfg config.Config, vocab int) []nccl.Stats {
 	return out
 }
 
+// commLayout is a layout of the communication tests.
+type commLayout struct {
+	tp, dp, accum int
+	sp            bool
+	zero          int
+	recompute     string // "": the default
+}
+
+// tinyConfig is model's tiny preset in the layout p on the CPU, bsz 4,
+// one validation batch a replica.
+func (p commLayout) tinyConfig(t *testing.T, model string) config.Config {
+	t.Helper()
+	cfg := config.DefaultConfig()
+	cfg.Model = model
+	if err := cfg.ApplyPreset("tiny"); err != nil {
+		t.Fatal(err)
+	}
+	cfg.TP, cfg.NTasks, cfg.BatchSize, cfg.GradAccum, cfg.SP, cfg.Zero = p.tp, p.tp*p.dp, 4, p.accum, p.sp, p.zero
+	cfg.EvalSamples, cfg.Device = cfg.BatchSize*p.dp, "cpu"
+	if p.recompute != "" {
+		cfg.Recompute = p.recompute
+	}
+	return cfg
+}
+
 // TestCommMatchesEngine checks the plan's communication against the
 // engine's own counters (nccl.Stats of the tensor- and data-parallel
 // groups) over one optimizer step: the collectives and the bytes a rank
@@ -435,21 +460,11 @@ func TestCommMatchesEngine(t *testing.T) {
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-5s %3s %3s %5s %-10s %12s %12s %12s %12s %5s %5s\n", "model", "tp", "dp", "accum", "mode", "plan tp B", "engine tp B", "plan dp B", "engine dp B", "plan", "calls")
 	for _, model := range []string{"bert", "gpt", "llama"} {
-		for _, p := range []struct {
-			tp, dp, accum int
-			sp            bool
-			zero          int
-		}{
-			{2, 1, 1, false, 0}, {2, 1, 1, true, 0}, {4, 1, 2, true, 0}, {1, 2, 1, false, 0}, {1, 2, 1, false, 1}, {2, 2, 1, false, 0}, {2, 2, 2, true, 1},
-			{4, 1, 1, false, 0}, // a Llama's 2 kv heads replicated over 2 ranks each
+		for _, p := range []commLayout{
+			{2, 1, 1, false, 0, ""}, {2, 1, 1, true, 0, ""}, {4, 1, 2, true, 0, ""}, {1, 2, 1, false, 0, ""}, {1, 2, 1, false, 1, ""}, {2, 2, 1, false, 0, ""}, {2, 2, 2, true, 1, ""},
+			{4, 1, 1, false, 0, ""}, // a Llama's 2 kv heads replicated over 2 ranks each
 		} {
-			cfg := config.DefaultConfig()
-			cfg.Model = model
-			if err := cfg.ApplyPreset("tiny"); err != nil {
-				t.Fatal(err)
-			}
-			cfg.TP, cfg.NTasks, cfg.BatchSize, cfg.GradAccum, cfg.SP, cfg.Zero = p.tp, p.tp*p.dp, 4, p.accum, p.sp, p.zero
-			cfg.EvalSamples, cfg.Device = cfg.BatchSize*p.dp, "cpu"
+			cfg := p.tinyConfig(t, model)
 			if model == "llama" && (p.tp <= 2 || !p.sp && p.accum == 1) {
 				cfg.KVHeads = 2 // grouped heads, whole groups a rank (at tp 4: each replicated over 2)
 			}
@@ -482,18 +497,10 @@ func TestCommMatchesEngine(t *testing.T) {
 func TestRecomputeCommMatchesEngine(t *testing.T) {
 	const vocab = 1000
 	for _, model := range []string{"bert", "gpt", "llama"} {
-		for _, p := range []struct {
-			tp, dp, accum int
-			sp            bool
-		}{{2, 1, 1, false}, {2, 1, 2, true}, {2, 2, 1, false}} {
+		for _, p := range []commLayout{{tp: 2, dp: 1, accum: 1}, {tp: 2, dp: 1, accum: 2, sp: true}, {tp: 2, dp: 2, accum: 1}} {
 			for _, mode := range []string{"selective", "full"} {
-				cfg := config.DefaultConfig()
-				cfg.Model = model
-				if err := cfg.ApplyPreset("tiny"); err != nil {
-					t.Fatal(err)
-				}
-				cfg.TP, cfg.NTasks, cfg.BatchSize, cfg.GradAccum, cfg.SP, cfg.Recompute = p.tp, p.tp*p.dp, 4, p.accum, p.sp, mode
-				cfg.EvalSamples, cfg.Device = cfg.BatchSize*p.dp, "cpu"
+				p.recompute = mode
+				cfg := p.tinyConfig(t, model)
 				if model == "llama" {
 					cfg.KVHeads = 2
 				}
@@ -553,18 +560,11 @@ func TestCommKindsMatchEngine(t *testing.T) {
 	comm := &CommRates{Format: CommRatesFormat, Fits: []CommFit{{Path: PathShm, NRanks: 2, BusGBs: 2, GatherGBs: 1, ScatterGBs: 0.5, CPU: "Test CPU", Measured: now}}}
 	dev := hostCPU(Share{TasksPerNode: 2, Launcher: LaunchLocal}, Machine{NumCPU: 2, Mem: 8 * gib, CPU: "Test CPU", Load: -1, Now: now}, testRates(), nil, comm)
 	for _, model := range []string{"bert", "gpt"} {
-		for _, p := range []struct {
-			tp, dp, accum int
-			sp            bool
-			zero          int
-		}{{2, 1, 1, true, 0}, {2, 1, 2, true, 0}, {2, 1, 1, false, 0}, {1, 2, 1, false, 1}, {1, 2, 1, false, 0}} {
-			cfg := config.DefaultConfig()
-			cfg.Model = model
-			if err := cfg.ApplyPreset("tiny"); err != nil {
-				t.Fatal(err)
-			}
-			cfg.TP, cfg.NTasks, cfg.BatchSize, cfg.GradAccum, cfg.SP, cfg.Zero = p.tp, p.tp*p.dp, 4, p.accum, p.sp, p.zero
-			cfg.EvalSamples, cfg.Device = cfg.BatchSize*p.dp, "cpu"
+		for _, p := range []commLayout{
+			{2, 1, 1, true, 0, ""}, {2, 1, 2, true, 0, ""}, {2, 1, 1, false, 0, ""}, {1, 2, 1, false, 1, ""}, {1, 2, 1, false, 0, ""},
+			{2, 1, 1, true, 0, "full"}, // the forward's all-gathers and reduce-scatters again
+		} {
+			cfg := p.tinyConfig(t, model)
 			pl, err := New(Request{Config: cfg, Vocab: vocab, Device: dev})
 			if err != nil {
 				t.Fatal(err)
