@@ -322,3 +322,38 @@ func TestHierSplit(t *testing.T) {
 		})
 	}
 }
+
+// Two pretend hosts of two ranks, one without shared memory: no rank has
+// peers (the hosts would not meet in hierSplit), and every rank gets the
+// same bits where the other host takes hierSplit's range.
+func TestHierSplitNeedsEveryHostsMemory(t *testing.T) {
+	hosts := []string{"a", "a", "b", "b"}
+	testHostID = func(rank int) string { return hosts[rank] }
+	testNoShm = func(rank int) bool { return hosts[rank] == "b" }
+	t.Cleanup(func() { testHostID, testNoShm = nil, nil })
+	n := len(hosts)
+	var bits sameBits
+	err := tcpWorld(BackendAuto)(t, n, func(c Comm) error {
+		if c.(*tcpComm).peers != nil {
+			return errors.New("peers made with a host without shared memory")
+		}
+		for i, size := range []int{hierSplitBytes/4 + 3, hierPipeBytes/4 + 5} {
+			seed := uint64(16000 + i)
+			got := rankData(seed, c.Rank(), size)
+			if err := c.AllReduce(got, Sum); err != nil {
+				return err
+			}
+			what := fmt.Sprintf("sum of %d", size)
+			if err := closeTo(got, float64Reduce(seed, n, size, Sum), n, false); err != nil {
+				return fmt.Errorf("%s against float64: %w", what, err)
+			}
+			if err := bits.check(what, got); err != nil {
+				return err
+			}
+		}
+		return c.Barrier()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -208,6 +208,9 @@ func (nd *node) newComm(id string, ranks []int, me int) (*tcpComm, error) {
 		return c, nil
 	}
 	if c.sameHost() {
+		if testNoShm != nil && testNoShm(nd.o.Rank) {
+			return c, nil
+		}
 		if c.shm, err = newShmGroup(c); err != nil {
 			if nd.abortErr() != nil {
 				c.closeConns()
@@ -223,6 +226,10 @@ func (nd *node) newComm(id string, ranks []int, me int) (*tcpComm, error) {
 	}
 	return c, nil
 }
+
+// testNoShm, when set by a test, pretends that the ranks it names have
+// no shared memory.
+var testNoShm func(rank int) bool
 
 // splitHosts makes the local and leaders communicators of a group that
 // spans hosts, when some host holds more than one of its ranks.
