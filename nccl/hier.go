@@ -26,7 +26,8 @@ import (
 // hosts' ring segments (hierChunks): each element stays in the segment
 // it has when the whole buffer goes around the ring, and the chunk goes
 // around the ring with those parts as its segments. Only groups over two
-// hosts pipeline (usePipeline says why), from hierPipeBytes on.
+// hosts pipeline (usePipeline says why), from hierPipeBytes on, and only
+// where the hosts' ranks are unequal in number: otherwise hierSplit.
 
 // hierChunkElems is the most elements of one chunk of the pipelined
 // hierarchical all-reduce (one shared-memory slot holds a chunk). Measured
@@ -305,7 +306,8 @@ const hierAddBytes = 256 << 10
 
 // useHierAdd says whether a group spread over hosts all-reduces count
 // elements by hierAdd: between two hosts whose ranks share memory, from
-// hierAddBytes until the buffer outgrows a set of slots or pipelines. The
+// hierAddBytes until the buffer outgrows a set of slots or pipelines (or,
+// on hosts of equally many ranks, takes hierSplit from hierSplitBytes). The
 // first ranks exchange as the other paths' first ranks do below
 // hierPipeBytes (pairSpans: a header, then the buffer), so a host that
 // decides otherwise (no shared memory, another number of ranks) still
@@ -317,4 +319,59 @@ var _ [pairNetBytes - hierPipeBytes]struct{}
 func (c *tcpComm) useHierAdd(count int) bool {
 	return c.hosts == 2 && c.local.shm != nil && 4*count >= hierAddBytes &&
 		c.local.shm.holds(count) && !c.usePipeline(count)
+}
+
+// hierSplit is the all-reduce between hosts that hold equally many ranks,
+// by parts, as Open MPI's default does it at these sizes (Rabenseifner's
+// reduce-scatter and all-gather): the host all-reduces in shared memory
+// (shmGroup.allReduce), and each rank, once it has reduced its segment of
+// a chunk, all-reduces that segment with the ranks at its place on the
+// other hosts (peers) before its host copies it out. Every rank of a host
+// sends a part of the buffer and adds only that part, where hierAdd's
+// and the pipeline's first rank sends all of it. The bits are theirs:
+// each segment's host sum in rank order, then the host sums combined as
+// the first ranks combine them (a+b between two hosts; between three in
+// host order, through the first host, starSpans).
+func (c *tcpComm) hierSplit(buf []float32, op Op) error {
+	inner := op
+	if op == Avg {
+		inner = Sum
+	}
+	err := c.local.shm.allReduceOwn(buf, inner, func(seg []float32) error { return c.peers.AllReduce(seg, inner) })
+	if err != nil {
+		return err
+	}
+	finish(buf, op, c.n)
+	return nil
+}
+
+// hierSplitBytes is the smallest buffer that a group over two hosts with
+// peers all-reduces by hierSplit, in place of hierAdd and the pipeline.
+// Measured with `hpcrun bench comm` between 2 hosts of 2 ranks (2 cores,
+// alternated with the paths before, bus bandwidth GB/s, median and best
+// of 10-43 runs): 1.35 and 2.19 against hierAdd's 1.14 and 1.72 at 1 MiB
+// (the ratio to Open MPI in the same run: a median of 1.23 against 0.86),
+// 1.43 and 2.00 against the pipeline's 1.02 and 1.91 at 4 MiB, 1.28 and
+// 2.01 against 1.01 and 1.81 at 16 MiB (64 MiB, 3 runs: 1.41 against
+// 1.01); at 256 KiB 1.25 and 1.79 against hierAdd's 1.31 and 1.93.
+const hierSplitBytes = 1 << 20
+
+// useHierSplit says whether a group spread over hosts all-reduces count
+// elements by hierSplit: where it has peers, between two hosts from
+// hierSplitBytes on, and between three from the end of hierSmall's range
+// to starNetBytes, where the first ranks would go through a star. Between
+// 3 hosts of 2 ranks (2-19 runs) it had a median of 0.41 GB/s (best 0.87)
+// against 0.40 (0.49) at 1 MiB, and a median ratio to Open MPI in the same
+// run of 1.26 against 1.05; at 4, 16 and 64 MiB it was slower than
+// the first ranks' ring (0.43, 0.47 and 0.49 against 0.46, 0.53 and 0.63).
+func (c *tcpComm) useHierSplit(count int) bool {
+	switch {
+	case c.peers == nil:
+		return false
+	case c.hosts == 2:
+		return 4*count >= hierSplitBytes
+	case c.hosts == 3:
+		return !c.useHierSmall(count) && 4*count < starNetBytes
+	}
+	return false
 }

@@ -1,6 +1,7 @@
 package nccl
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -103,11 +104,11 @@ func TestHierPipelinedMatchesSequential(t *testing.T) {
 						}
 					}
 				}
-				if tc.hosts != 2 {
+				if tc.hosts != 2 || tc.peers != nil {
 					return c.Barrier()
 				}
 				// The dispatch pipelines from hierPipeBytes between two
-				// hosts, on the same bits.
+				// hosts of unequal ranks, on the same bits.
 				size := hierPipeBytes/4 + 5
 				seq := rankData(11999, c.Rank(), size)
 				if err := tc.hierAllReduce(seq, Sum); err != nil {
@@ -162,7 +163,7 @@ func hostOrderReduce(seed uint64, hosts []string, n int, op Op) []float32 {
 }
 
 // Two pretend hosts of two and three ranks: AllReduce takes hierAdd for a
-// buffer that fits a set of slots, beyond hierSmall's range, and gives
+// buffer beyond hierSmall's range and below hierSplit's, and gives
 // every rank the bits of the host-order float32 sum and of the sequential
 // path, at odd sizes.
 func TestHierAdd(t *testing.T) {
@@ -171,8 +172,7 @@ func TestHierAdd(t *testing.T) {
 			testHostID = func(rank int) string { return hosts[rank] }
 			t.Cleanup(func() { testHostID = nil })
 			n := len(hosts)
-			k := n / 2
-			sizes := []int{hierAddBytes/4 + 1, hierAddBytes/4 + 2*landElems + 7, k*slotElems - 1, k * slotElems}
+			sizes := []int{hierAddBytes/4 + 1, hierAddBytes/4 + 2*landElems + 7, hierSplitBytes/4 - 1}
 			var bits sameBits
 			err := tcpWorld(BackendAuto)(t, n, func(c Comm) error {
 				tc := c.(*tcpComm)
@@ -241,6 +241,114 @@ func TestHierAddUnequalHosts(t *testing.T) {
 				if err := bits.check(what, got); err != nil {
 					return err
 				}
+			}
+		}
+		return c.Barrier()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Pretend hosts of equally many ranks (two and three hosts): hierSplit
+// gives every rank the bits of the host-order float32 sum and of the
+// sequential path, at odd sizes and over several chunks.
+func TestHierSplit(t *testing.T) {
+	for _, hosts := range [][]string{{"a", "a", "b", "b"}, {"a", "a", "a", "b", "b", "b"}, {"a", "a", "b", "b", "c", "c"}} {
+		t.Run(strings.Join(hosts, ""), func(t *testing.T) {
+			testHostID = func(rank int) string { return hosts[rank] }
+			t.Cleanup(func() { testHostID = nil })
+			n := len(hosts)
+			sizes := []int{1, 7, slotElems - 1, slotElems + 3, 2*slotElems + 5, 5*slotElems + 1}
+			var bits sameBits
+			err := tcpWorld(BackendAuto)(t, n, func(c Comm) error {
+				tc := c.(*tcpComm)
+				if tc.peers == nil {
+					return errors.New("no peers communicator")
+				}
+				for i, size := range sizes {
+					for _, op := range []Op{Sum, Avg, Max} {
+						seed := uint64(15000 + 10*i + int(op))
+						got := rankData(seed, c.Rank(), size)
+						if err := tc.hierSplit(got, op); err != nil {
+							return err
+						}
+						what := fmt.Sprintf("%v of %d", op, size)
+						if err := closeTo(got, hostOrderReduce(seed, hosts, size, op), n, true); err != nil {
+							return fmt.Errorf("%s against host order: %w", what, err)
+						}
+						seq := rankData(seed, c.Rank(), size)
+						if err := tc.hierAllReduce(seq, op); err != nil {
+							return err
+						}
+						if err := closeTo(got, seq, n, true); err != nil {
+							return fmt.Errorf("%s against sequential: %w", what, err)
+						}
+						if err := bits.check(what, got); err != nil {
+							return err
+						}
+					}
+				}
+				// The dispatch takes hierSplit at this size: one phase a
+				// slot's chunk and one more, and nothing landed (hierAdd).
+				split := hierRootBytes/4 + 5
+				if tc.hosts == 2 {
+					split = hierPipeBytes/4 + 5
+				}
+				seq := rankData(15999, c.Rank(), split)
+				if err := tc.hierSplit(seq, Sum); err != nil {
+					return err
+				}
+				got := rankData(15999, c.Rank(), split)
+				g := tc.local.shm
+				var count phaseCount
+				count.since(g)
+				landed := g.landed
+				if err := c.AllReduce(got, Sum); err != nil {
+					return err
+				}
+				phases, want := count.since(g), (split+slotElems-1)/slotElems+1
+				if int(phases) != want || g.landed != landed {
+					return fmt.Errorf("AllReduce of %d: %d shared-memory phases, want %d, and %d landed (not hierSplit)", split, phases, want, g.landed-landed)
+				}
+				if err := closeTo(got, seq, n, true); err != nil {
+					return fmt.Errorf("AllReduce of %d against hierSplit: %w", split, err)
+				}
+				return c.Barrier()
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// Two pretend hosts of two ranks, one without shared memory: no rank has
+// peers (the hosts would not meet in hierSplit), and every rank gets the
+// same bits where the other host takes hierSplit's range.
+func TestHierSplitNeedsEveryHostsMemory(t *testing.T) {
+	hosts := []string{"a", "a", "b", "b"}
+	testHostID = func(rank int) string { return hosts[rank] }
+	testNoShm = func(rank int) bool { return hosts[rank] == "b" }
+	t.Cleanup(func() { testHostID, testNoShm = nil, nil })
+	n := len(hosts)
+	var bits sameBits
+	err := tcpWorld(BackendAuto)(t, n, func(c Comm) error {
+		if c.(*tcpComm).peers != nil {
+			return errors.New("peers made with a host without shared memory")
+		}
+		for i, size := range []int{hierSplitBytes/4 + 3, hierPipeBytes/4 + 5} {
+			seed := uint64(16000 + i)
+			got := rankData(seed, c.Rank(), size)
+			if err := c.AllReduce(got, Sum); err != nil {
+				return err
+			}
+			what := fmt.Sprintf("sum of %d", size)
+			if err := closeTo(got, float64Reduce(seed, n, size, Sum), n, false); err != nil {
+				return fmt.Errorf("%s against float64: %w", what, err)
+			}
+			if err := bits.check(what, got); err != nil {
+				return err
 			}
 		}
 		return c.Barrier()

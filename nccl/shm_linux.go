@@ -337,6 +337,13 @@ func (g *shmGroup) check() error {
 // straight from buf), publishes it in its slot, and copies the others'
 // segments out once they are published.
 func (g *shmGroup) allReduce(buf []float32, op Op) error {
+	return g.allReduceOwn(buf, op, nil)
+}
+
+// allReduceOwn is allReduce that hands own each segment this rank has
+// reduced, in its slot, before the others copy it out (hierSplit); own
+// may be nil.
+func (g *shmGroup) allReduceOwn(buf []float32, op Op, own func(seg []float32) error) error {
 	base := g.chunk
 	nch := max(1, (len(buf)+slotElems-1)/slotElems)
 	span := func(j int) (off, cl int) {
@@ -360,7 +367,7 @@ func (g *shmGroup) allReduce(buf []float32, op Op) error {
 		}
 	}
 	srcs := make([][]float32, g.n)
-	reduce := func(j int) {
+	reduce := func(j int) error {
 		off, cl := span(j)
 		lo, hi := segment(cl, g.n, g.me)
 		for r := range srcs {
@@ -370,7 +377,13 @@ func (g *shmGroup) allReduce(buf []float32, op Op) error {
 		out := g.slotOf(base+j, g.me)[lo:hi]
 		reduceSlots(out, srcs, op)
 		finish(out, op, g.n)
+		if own != nil {
+			if err := own(out); err != nil {
+				return err
+			}
+		}
 		copy(buf[off+lo:off+hi], out)
+		return nil
 	}
 
 	g.begin('R', op, len(buf))
@@ -386,7 +399,10 @@ func (g *shmGroup) allReduce(buf []float32, op Op) error {
 		if j > 0 {
 			copyOut(j - 1)
 		}
-		reduce(j)
+		if err := reduce(j); err != nil {
+			g.chunk = base + nch
+			return err
+		}
 		if j+1 < nch {
 			copyIn(j + 1)
 		}

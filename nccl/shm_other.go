@@ -24,6 +24,9 @@ func (g *shmGroup) reduceOnePhase(buf []float32, op Op, all bool) error { return
 func (g *shmGroup) reduceBroadcast(buf []float32, red, bc []span, op Op) error {
 	return ErrClosed
 }
+func (g *shmGroup) allReduceOwn(buf []float32, op Op, own func([]float32) error) error {
+	return ErrClosed
+}
 func (g *shmGroup) allGather(send, recv []float32) error            { return ErrClosed }
 func (g *shmGroup) reduceScatter(send, recv []float32, op Op) error { return ErrClosed }
 func (g *shmGroup) broadcast(buf []float32, root int) error         { return ErrClosed }

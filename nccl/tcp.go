@@ -166,6 +166,10 @@ type tcpComm struct {
 	// on the first of them, one of the first rank of every host.
 	local, leaders *tcpComm
 	hosts          int // hosts of the group, when local is set
+	// peers, where every host holds equally many of the group's ranks
+	// and all of them share memory, is the communicator of the ranks at
+	// this rank's place on every host (leaders, on a host's first rank).
+	peers *tcpComm
 
 	linkMu sync.Mutex
 	links  map[linkKey]net.Conn // lazily made point-to-point connections
@@ -204,6 +208,9 @@ func (nd *node) newComm(id string, ranks []int, me int) (*tcpComm, error) {
 		return c, nil
 	}
 	if c.sameHost() {
+		if testNoShm != nil && testNoShm(nd.o.Rank) {
+			return c, nil
+		}
 		if c.shm, err = newShmGroup(c); err != nil {
 			if nd.abortErr() != nil {
 				c.closeConns()
@@ -219,6 +226,10 @@ func (nd *node) newComm(id string, ranks []int, me int) (*tcpComm, error) {
 	}
 	return c, nil
 }
+
+// testNoShm, when set by a test, pretends that the ranks it names have
+// no shared memory.
+var testNoShm func(rank int) bool
 
 // splitHosts makes the local and leaders communicators of a group that
 // spans hosts, when some host holds more than one of its ranks.
@@ -254,7 +265,54 @@ func (c *tcpComm) splitHosts() error {
 			return err
 		}
 	}
+	for _, h := range hosts {
+		if len(byHost[h]) != len(local) {
+			return nil
+		}
+	}
+	if err := c.makePeers(hosts, byHost); err != nil {
+		c.local.Close()
+		if c.leaders != nil {
+			c.leaders.Close()
+		}
+		return err
+	}
 	return nil
+}
+
+// makePeers makes peers (hierSplit) in a group whose hosts hold equally
+// many of its ranks, listed by byHost, unless a host's ranks do not share
+// memory: the hosts' first ranks tell each other, and each tells its
+// host, so that every rank decides alike.
+func (c *tcpComm) makePeers(hosts []string, byHost map[string][]int) error {
+	noShm := []float32{0}
+	if c.local.shm == nil {
+		noShm[0] = 1
+	}
+	if c.leaders != nil {
+		if err := c.leaders.AllReduce(noShm, Max); err != nil {
+			return err
+		}
+	}
+	if err := c.local.Broadcast(noShm, 0); err != nil {
+		return err
+	}
+	if noShm[0] != 0 {
+		return nil
+	}
+	me := c.ranks[c.rank]
+	i := indexOf(byHost[c.nd.self.hostID], me)
+	if i == 0 {
+		c.peers = c.leaders
+		return nil
+	}
+	peers := make([]int, len(hosts))
+	for k, h := range hosts {
+		peers[k] = byHost[h][i]
+	}
+	var err error
+	c.peers, err = c.nd.newComm(fmt.Sprintf("%s/peers%d", c.id, i), peers, indexOf(peers, me))
+	return err
 }
 
 func indexOf(s []int, v int) int {
@@ -315,6 +373,9 @@ func (c *tcpComm) closeConns() {
 	c.linkMu.Unlock()
 	if c.shm != nil {
 		c.shm.close()
+	}
+	if c.peers != nil && c.peers != c.leaders {
+		c.peers.Close()
 	}
 	for _, sub := range []*tcpComm{c.local, c.leaders} {
 		if sub != nil {
@@ -601,6 +662,8 @@ func (c *tcpComm) AllReduce(buf []float32, op Op) error {
 		return c.shm.reduceOnePhase(buf, op, true)
 	case c.shm != nil:
 		return c.shm.allReduce(buf, op)
+	case c.useHierSplit(len(buf)):
+		return c.hierSplit(buf, op)
 	case c.useHierAdd(len(buf)):
 		return c.hierAdd(buf, op)
 	case c.useHierSmall(len(buf)):
