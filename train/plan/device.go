@@ -40,8 +40,8 @@ type Device struct {
 	// Latency is the fixed cost of one collective, in seconds.
 	Latency float64 `json:"latency_s"`
 	// Wait is how long a rank that shares its cores with other ranks
-	// waits at a collective for a peer that is not running (at most the
-	// work between two collectives); 0 when each rank has its own cores.
+	// waits at a collective for a peer that is not running, while that
+	// peer runs (Time.TurnS); 0 when each rank has its own cores.
 	Wait float64 `json:"wait_s,omitempty"`
 	// ContextBytes is the CUDA context and library handles (cuBLAS, NCCL)
 	// a process holds on the GPU outside the engine's tensors.
@@ -184,15 +184,16 @@ var aliases = map[string]string{
 // cores reach in this engine's GEMM, what the elementwise kernels move a
 // core, the shared-memory collectives' bandwidth and latency between
 // ranks of a node, a 10 Gb/s network between nodes. Ranks that share cores
-// (fewer cores than ranks) wait about a scheduler slice at each
-// collective for a peer that is not running: that is their latency.
-// Fitted on the local Slurm's runs of tiny and small (see the issue's note).
+// (fewer cores than ranks) wait up to oversubscribedWait at a collective
+// for a peer that is not running, while it runs: comm that overlaps the
+// work (Time.TurnS). Fitted on 4 ranks of tiny and small on 2 cores,
+// where small (13 ms of work between collectives) waited 1.9-2.2 ms each.
 const (
 	DefaultCPUFlops     = 100e9
 	cpuMemBWPerCore     = 15e9
 	defaultCPULink      = 5e9
 	defaultCPULatency   = 10e-6
-	oversubscribedWait  = 2.5e-3
+	oversubscribedWait  = 2e-3
 	defaultCPUMemBytes  = 8 * gib
 	defaultCPUNetwork   = 1.25e9
 	defaultCPUEfficency = 1
@@ -217,7 +218,7 @@ func CPU(flops float64, memBytes int64, cores float64, source string) Device {
 	}
 	return Device{Name: "cpu", MemBytes: memBytes, FP32Flops: flops, BF16Flops: flops, TF32Flops: flops, Efficiency: defaultCPUEfficency,
 		MemBandwidth: cpuMemBWPerCore * cores, LinkBandwidth: defaultCPULink, NetBandwidth: defaultCPUNetwork,
-		Latency: defaultCPULatency, Wait: wait, Source: source}
+		Latency: defaultCPULatency, Wait: wait, Cores: cores, Source: source}
 }
 
 // gpuEfficiency is the share of the peak cuBLAS reaches on a step's GEMMs.

@@ -229,7 +229,10 @@ type Time struct {
 	// and communication, m of them, take as long as m+p-1.
 	Bubble  float64 `json:"bubble,omitempty"`
 	BubbleS float64 `json:"bubble_s,omitempty"`
-	// StepS is ComputeS + MemoryS + CommS + BubbleS.
+	// TurnS is the part of CommS that ranks sharing cores spend waiting
+	// in collectives while the others run: it overlaps their work.
+	TurnS float64 `json:"turn_s,omitempty"`
+	// StepS is ComputeS + MemoryS + CommS - TurnS + BubbleS.
 	StepS     float64 `json:"step_s"`
 	CommShare float64 `json:"comm_share"` // CommS / StepS: the engine does not overlap them
 	// CommRates says, per group, the latency and bandwidth CommS takes
@@ -871,13 +874,17 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		// bubble.
 		t.CommS += skew * (t.ComputeS + t.MemoryS)
 	}
-	if syncs := t.Collectives + t.Transfers; dev.Wait > 0 && syncs > 0 {
-		// Ranks sharing cores wait for each other at every collective and
-		// transfer, at most the work between two of them.
-		t.CommS += float64(syncs) * min(dev.Wait, (t.ComputeS+t.MemoryS)/float64(syncs))
+	if syncs := t.Collectives + t.Transfers; dev.Wait > 0 && syncs > 0 && dev.Cores < 1 {
+		// Ranks sharing cores take turns: a rank waits in a collective
+		// while a peer that was not running catches up, up to Wait a
+		// collective or transfer, and at most the time the others run.
+		// Its work is priced at its share of the cores already, so the
+		// wait is comm that the step does not add (TurnS).
+		t.TurnS = min(float64(syncs)*dev.Wait, (t.ComputeS+t.MemoryS)*(1-dev.Cores))
+		t.CommS += t.TurnS
 	}
 	t.CommRates = strings.Join(froms, "; ")
-	t.StepS = t.ComputeS + t.MemoryS + t.CommS + t.BubbleS
+	t.StepS = t.ComputeS + t.MemoryS + t.CommS - t.TurnS + t.BubbleS
 	t.CommShare = t.CommS / t.StepS
 	t.TokensPerS = float64(cfg.BatchSize*cfg.Seq) * accum * dp / t.StepS
 	t.FlopsPerToken = config.FlopsPerToken(cfg, vocab)

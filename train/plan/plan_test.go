@@ -584,3 +584,39 @@ func TestCommKindsMatchEngine(t *testing.T) {
 		}
 	}
 }
+
+// TestTurnsOverlapWork checks that ranks taking turns on shared cores wait
+// in their collectives while the others work: the comm grows by the turns,
+// the step does not, and the turns never outgrow the others' share of the
+// work.
+func TestTurnsOverlapWork(t *testing.T) {
+	now := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
+	m := Machine{NumCPU: 2, Mem: 8 * gib, CPU: "Test CPU", Load: -1, Now: now}
+	cfg := commLayout{tp: 2, dp: 2, accum: 1}.tinyConfig(t, "gpt")
+	shared := hostCPU(Share{TasksPerNode: 4, Launcher: LaunchLocal}, m, testRates(), nil, nil)
+	if shared.Cores != 0.5 || shared.Wait == 0 {
+		t.Fatalf("4 ranks on 2 cores: %v cores a rank, a wait of %v s", shared.Cores, shared.Wait)
+	}
+	for _, wait := range []float64{shared.Wait, 1} { // 1 s: the cap
+		d := shared
+		d.Wait = wait
+		with, err := New(Request{Config: cfg, Vocab: 256, Device: d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Wait = 0
+		without, err := New(Request{Config: cfg, Vocab: 256, Device: d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := with.Time, without.Time
+		work := a.ComputeS + a.MemoryS
+		want := min(float64(a.Collectives)*wait, work*0.5)
+		if a.TurnS <= 0 || math.Abs(a.TurnS-want) > 1e-12 || b.TurnS != 0 {
+			t.Errorf("wait %v: turns %v s, want %v (%d collectives, %v s of work); %v without a wait", wait, a.TurnS, want, a.Collectives, work, b.TurnS)
+		}
+		if math.Abs(a.CommS-b.CommS-a.TurnS) > 1e-12 || math.Abs(a.StepS-b.StepS) > 1e-12 {
+			t.Errorf("wait %v: comm %v s against %v, step %v against %v: the turns must add to the comm only", wait, a.CommS, b.CommS, a.StepS, b.StepS)
+		}
+	}
+}
