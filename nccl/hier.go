@@ -26,8 +26,8 @@ import (
 // hosts' ring segments (hierChunks): each element stays in the segment
 // it has when the whole buffer goes around the ring, and the chunk goes
 // around the ring with those parts as its segments. Only groups over two
-// hosts pipeline (usePipeline says why), from hierPipeBytes on, and only
-// where the hosts' ranks are unequal in number: otherwise hierSplit.
+// hosts pipeline (usePipeline says why), from hierPipeBytes on, unless the
+// group has peers (hierSplit).
 
 // hierChunkElems is the most elements of one chunk of the pipelined
 // hierarchical all-reduce (one shared-memory slot holds a chunk). Measured
@@ -345,6 +345,10 @@ func (c *tcpComm) hierSplit(buf []float32, op Op) error {
 	return nil
 }
 
+// maxSplitHosts is the most hosts hierSplit serves (useHierSplit): a
+// group over more makes no peers.
+const maxSplitHosts = 3
+
 // hierSplitBytes is the smallest buffer that a group over two hosts with
 // peers all-reduces by hierSplit, in place of hierAdd and the pipeline.
 // Measured with `hpcrun bench comm` between 2 hosts of 2 ranks (2 cores,
@@ -364,6 +368,9 @@ const hierSplitBytes = 1 << 20
 // against 0.40 (0.49) at 1 MiB, and a median ratio to Open MPI in the same
 // run of 1.26 against 1.05; at 4, 16 and 64 MiB it was slower than
 // the first ranks' ring (0.43, 0.47 and 0.49 against 0.46, 0.53 and 0.63).
+//
+// The ranges were measured at 2 ranks a host; at more, they are the same
+// byte counts (and hierSmall's end) unmeasured.
 func (c *tcpComm) useHierSplit(count int) bool {
 	switch {
 	case c.peers == nil:

@@ -265,6 +265,9 @@ func (c *tcpComm) splitHosts() error {
 			return err
 		}
 	}
+	if len(hosts) > maxSplitHosts {
+		return nil
+	}
 	for _, h := range hosts {
 		if len(byHost[h]) != len(local) {
 			return nil
