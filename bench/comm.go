@@ -568,6 +568,8 @@ func parseTimes(r io.Reader) (map[int64]float64, error) {
 // bandwidth is the cold times' where measured (a training step's), the
 // latency the hot ones': a cold time also holds the ranks' leaving the
 // barrier before it one after the other, a wait the skew pays already.
+// The cold all-gathers' and reduce-scatters' times give their own bus
+// bandwidths (plan.FitGather), priced at the all-reduce's latency.
 func (rep CommReport) Fit() (plan.CommFit, error) {
 	hot, cold := map[int64]float64{}, map[int64]float64{}
 	gather, scatter := map[int64]float64{}, map[int64]float64{}

@@ -316,9 +316,9 @@ type jobStep struct {
 // join lines the ranks' steps up by step number, walking all ranks in
 // step order at once: a step every rank has finished goes into the
 // aggregate, in rank order. Data-parallel replicas are counted once, by
-// the ranks tp0 marks. It keeps one float64 per done step, room for about
-// steps of them made at once, and points of the curves as asked
-// (AllPoints, NoCurves or at most about that many).
+// the ranks tp0 marks. It keeps two float64s per done step (the step and
+// comm times), room for about steps of them made at once, and points of
+// the curves as asked (AllPoints, NoCurves or at most about that many).
 func join(its []stepIter, tp0 []bool, points, steps int) ([]rankSeen, jobAgg, error) {
 	seen := make([]rankSeen, len(its))
 	heads := make([]Step, len(its))

@@ -460,14 +460,14 @@ func why(best, p *Plan) string {
 	share := func(s float64) float64 { return 100 * s / t.StepS }
 	if p == best {
 		return fmt.Sprintf("fastest: compute %.0f%%, memory traffic %.0f%%, comm %.0f%%, bubble %.0f%% of the step",
-			share(t.ComputeS), share(t.MemoryS), share(t.CommS), share(t.BubbleS))
+			share(t.ComputeS), share(t.MemoryS), share(t.CommS-t.TurnS), share(t.BubbleS))
 	}
 	parts := []struct {
 		what string
 		s    float64
 	}{
 		{"compute", t.ComputeS - b.ComputeS}, {"memory traffic", t.MemoryS - b.MemoryS},
-		{"comm", t.CommS - b.CommS}, {"bubble", t.BubbleS - b.BubbleS},
+		{"comm", (t.CommS - t.TurnS) - (b.CommS - b.TurnS)}, {"bubble", t.BubbleS - b.BubbleS},
 	}
 	most := slices.MaxFunc(parts, func(x, y struct {
 		what string

@@ -127,8 +127,12 @@ func (d Device) collective(path string, n, nodes int) linkCost {
 		}
 		c.latency, c.skew = f.LatencyS+f.SkewS, f.SkewFrac
 		c.allReduce, c.allGather, c.reduceScatter = f.BusGBs*1e9, cmp.Or(f.GatherGBs, f.BusGBs)*1e9, cmp.Or(f.ScatterGBs, f.BusGBs)*1e9
-		c.from = fmt.Sprintf("%s %d ranks measured %s (%.0f µs + %.0f µs skew + %.2f GB/s, all-gathers %.2f, reduce-scatters %.2f; the slowest rank waited for after %.1f%% of the work)",
-			f.Path, f.NRanks, f.Measured.Format(time.DateOnly), f.LatencyS*1e6, f.SkewS*1e6, f.BusGBs, c.allGather/1e9, c.reduceScatter/1e9, 100*f.SkewFrac)
+		kinds := fmt.Sprintf("all-gathers %.2f GB/s, reduce-scatters %.2f GB/s", f.GatherGBs, f.ScatterGBs)
+		if f.GatherGBs == 0 || f.ScatterGBs == 0 {
+			kinds = "all-gathers and reduce-scatters as all-reduces (not measured apart)"
+		}
+		c.from = fmt.Sprintf("%s %d ranks measured %s (%.0f µs + %.0f µs skew + %.2f GB/s, %s; the slowest rank waited for after %.1f%% of the work)",
+			f.Path, f.NRanks, f.Measured.Format(time.DateOnly), f.LatencyS*1e6, f.SkewS*1e6, f.BusGBs, kinds, 100*f.SkewFrac)
 		return c
 	}
 	var c linkCost

@@ -233,8 +233,11 @@ type Time struct {
 	// in collectives while the others run: it overlaps their work.
 	TurnS float64 `json:"turn_s,omitempty"`
 	// StepS is ComputeS + MemoryS + CommS - TurnS + BubbleS.
-	StepS     float64 `json:"step_s"`
-	CommShare float64 `json:"comm_share"` // CommS / StepS: the engine does not overlap them
+	StepS float64 `json:"step_s"`
+	// CommShare is CommS / StepS, the share hpcrun metrics measures: the
+	// engine does not overlap its collectives with its work, but ranks
+	// taking turns on shared cores wait in them while others work (TurnS).
+	CommShare float64 `json:"comm_share"`
 	// CommRates says, per group, the latency and bandwidth CommS takes
 	// and whether hpcrun bench comm measured them.
 	CommRates string `json:"comm_rates,omitempty"`
@@ -874,7 +877,7 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		// bubble.
 		t.CommS += skew * (t.ComputeS + t.MemoryS)
 	}
-	if syncs := t.Collectives + t.Transfers; dev.Wait > 0 && syncs > 0 && dev.Cores < 1 {
+	if syncs := t.Collectives + t.Transfers; dev.Wait > 0 && syncs > 0 && dev.Cores > 0 && dev.Cores < 1 {
 		// Ranks sharing cores take turns: a rank waits in a collective
 		// while a peer that was not running catches up, up to Wait a
 		// collective or transfer, and at most the time the others run.
