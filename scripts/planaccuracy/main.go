@@ -1,7 +1,7 @@
 // Command planaccuracy measures how far hpcrun plan's step and comm times
 // are from a run's on this machine, for plan.AccuracyCases (GPT small, bsz
 // 8, seq 128: tp 1, tp 2, dp 2, pp 2 with 4 micro-batches, tp 2 + sp, dp
-// 2 + zero 1 on this host; dp 2 and pp 2 over two hosts of the local
+// 2 + zero 1, tp 2 x dp 2 on this host; dp 2 and pp 2 over two hosts of the local
 // Slurm). It measures the rates first (hpcrun bench gemm --rates-only
 // --threads <its cores>, bench comm --nproc 2 and --nproc 2 --nodes 2),
 // runs each case twice in a row (-runs N: 2N times, alternating, each

@@ -15,23 +15,27 @@ import (
 // time (the engine's comm_s, a pipeline's bubble included) may be, as a
 // factor either way.
 //
-// The goal for the comm time is 25%. This machine's measured comm
-// moves by more than that between passes 20 minutes apart (tp2's was 7.3
-// ms at 16:20 and 11.0 ms at 16:38 on 2026-11-26, the same code), so the
-// test holds the model to a factor of 2, which session 6's (dp2's comm
-// 1.7 ms planned against 17 ms) would fail, and logs the error.
+// The goal for the comm time is 25%. The measured comm is the
+// median step's (comm_p50_s, since 2026-11-27; before, comm share x p50
+// step, which the steps slowed by an outlier's wait inflated): tp2's
+// moved from 7.3 to 11.0 ms between two passes 20 minutes apart on
+// 2026-11-26 by that measure, and 4.5 to 5.3 ms in the four runs of
+// 2026-11-27. The test holds the model to a factor of 1.5 either way,
+// which session 6's (dp2's comm 1.7 ms planned against 17 ms) and session
+// 7's (tp2's priced with no all-gather or reduce-scatter fit, 4 ranks on 2
+// cores at twice their step) would fail, and logs the error.
 //
-// testdata/accuracy.tsv and testdata/rates hold the figures of 2026-11-26
-// at 16:38 (AMD EPYC, 2 cores, load average 0.44 before the runs; the
-// skew as fixed + share of the work, the comm fits' bandwidth with cold
-// caches): every step within 5.8% of its runs; the comm -42.7% to +55.6%.
-// The two back-to-back runs of three cases differ by 6.3 to 7.3%, which the
-// test reports and does not fail on: the spread is the machine's, the
-// error the plan's.
+// testdata/accuracy.tsv and testdata/rates hold the figures of 2026-11-27
+// at 02:33-02:44 (AMD EPYC, 2 cores, load average 0.22 before the runs;
+// each column the mean of 2 runs, the columns' runs alternating; the
+// comm fits with all-gathers and reduce-scatters apart): every step within
+// 9.8% of its runs; the comm within 19% but tp2's (+36%). The two columns
+// of the two-host cases differ by 5.0 and 5.7%, which the test reports and
+// does not fail on: the spread is the machine's, the error the plan's.
 const (
 	accuracyTolerance = 15
 	repeatTolerance   = 5
-	commFactor        = 2
+	commFactor        = 1.5
 )
 
 // TestRecordedAccuracy plans each case of testdata/accuracy.tsv from the
@@ -98,7 +102,7 @@ func TestRecordedAccuracy(t *testing.T) {
 		ec := 100 * (p.Time.EngineCommS() - measuredComm) / measuredComm
 		t.Logf("%-10s comm predicted %6.2f ms, measured %6.2f ms (runs %6.2f, %6.2f): %+6.1f%%", c.Name, 1e3*p.Time.EngineCommS(), 1e3*measuredComm, 1e3*c.CommS, 1e3*c.CommRepS, ec)
 		if r := p.Time.EngineCommS() / measuredComm; r > commFactor || r < 1.0/commFactor {
-			t.Errorf("%s: comm predicted %.2f ms, measured %.2f ms: %+.1f%%, beyond a factor of %d", c.Name, 1e3*p.Time.EngineCommS(), 1e3*measuredComm, ec, commFactor)
+			t.Errorf("%s: comm predicted %.2f ms, measured %.2f ms: %+.1f%%, beyond a factor of %g", c.Name, 1e3*p.Time.EngineCommS(), 1e3*measuredComm, ec, commFactor)
 		}
 	}
 }
