@@ -162,6 +162,25 @@ func hostOrderReduce(seed uint64, hosts []string, n int, op Op) []float32 {
 	return out
 }
 
+// checkHostOrder checks got, this rank's all-reduce by op of rankData
+// under seed over the pretend hosts: it holds the bits of the host-order
+// float32 reduction and of the sequential hierarchical path, the same on
+// every rank (bits).
+func checkHostOrder(tc *tcpComm, got []float32, seed uint64, hosts []string, op Op, what string, bits *sameBits) error {
+	n, size := len(hosts), len(got)
+	if err := closeTo(got, hostOrderReduce(seed, hosts, size, op), n, true); err != nil {
+		return fmt.Errorf("%s against host order: %w", what, err)
+	}
+	seq := rankData(seed, tc.Rank(), size)
+	if err := tc.hierAllReduce(seq, op); err != nil {
+		return err
+	}
+	if err := closeTo(got, seq, n, true); err != nil {
+		return fmt.Errorf("%s against sequential: %w", what, err)
+	}
+	return bits.check(what, got)
+}
+
 // Two pretend hosts of two and three ranks: AllReduce takes hierAdd for a
 // buffer beyond hierSmall's range and below hierSplit's, and gives
 // every rank the bits of the host-order float32 sum and of the sequential
@@ -188,20 +207,10 @@ func TestHierAdd(t *testing.T) {
 						if tc.local.shm.landed-before != uint64(size) {
 							return fmt.Errorf("%s: not by hierAdd", what)
 						}
-						if err := closeTo(got, hostOrderReduce(seed, hosts, size, op), n, true); err != nil {
-							return fmt.Errorf("%s against host order: %w", what, err)
-						}
 						if err := closeTo(got, float64Reduce(seed, n, size, op), n, op == Max); err != nil {
 							return fmt.Errorf("%s against float64: %w", what, err)
 						}
-						seq := rankData(seed, c.Rank(), size)
-						if err := tc.hierAllReduce(seq, op); err != nil {
-							return err
-						}
-						if err := closeTo(got, seq, n, true); err != nil {
-							return fmt.Errorf("%s against sequential: %w", what, err)
-						}
-						if err := bits.check(what, got); err != nil {
+						if err := checkHostOrder(tc, got, seed, hosts, op, what, &bits); err != nil {
 							return err
 						}
 					}
@@ -273,18 +282,7 @@ func TestHierSplit(t *testing.T) {
 						if err := tc.hierSplit(got, op); err != nil {
 							return err
 						}
-						what := fmt.Sprintf("%v of %d", op, size)
-						if err := closeTo(got, hostOrderReduce(seed, hosts, size, op), n, true); err != nil {
-							return fmt.Errorf("%s against host order: %w", what, err)
-						}
-						seq := rankData(seed, c.Rank(), size)
-						if err := tc.hierAllReduce(seq, op); err != nil {
-							return err
-						}
-						if err := closeTo(got, seq, n, true); err != nil {
-							return fmt.Errorf("%s against sequential: %w", what, err)
-						}
-						if err := bits.check(what, got); err != nil {
+						if err := checkHostOrder(tc, got, seed, hosts, op, fmt.Sprintf("%v of %d", op, size), &bits); err != nil {
 							return err
 						}
 					}
