@@ -111,7 +111,7 @@ func (pl *Plan) WriteText(w io.Writer, sug []Suggestion) error {
 	}
 	fmt.Fprintf(w, "  %-10s %9.4f s  tp %s, dp %s sent a rank; %d collectives%s\n", "comm", t.CommS, bytesIEC(int64(t.TPBytes)), bytesIEC(int64(t.DPBytes)), t.Collectives, p2p)
 	if t.TurnS > 0 {
-		fmt.Fprintf(w, "  %-10s %9.4f s  of the comm above, waiting while the ranks that share these cores run: it overlaps their work, so the step is compute + memory + comm - turns\n", "turns", t.TurnS)
+		fmt.Fprintf(w, "  %-10s %9.4f s  of the comm above, waiting while the ranks that share these cores run: it overlaps their work, so the step does not count it\n", "turns", t.TurnS)
 	}
 	if pl.PP > 1 {
 		fmt.Fprintf(w, "  %-10s %9.4f s  1F1B: the micro-batches' work stretched by (m+p-1)/m, idle share (p-1)/(m+p-1) = %.2f\n", "bubble", t.BubbleS, t.Bubble)
