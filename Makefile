@@ -20,7 +20,8 @@ install:
 # Unit tests, the portable (no assembly) compute path, the race detector on the
 # concurrent packages, then the end-to-end tests. The e2e tests use the local
 # one-node Slurm when it can be started (root), and the Local executor always.
-# Last, the all-reduce's ratios to Open MPI on 1, 2 and 3 hosts, printed in the
+# Last, the all-reduce's ratios to Open MPI on 1, 2 and 3 hosts (and one rank on
+# each of 2 hosts, the control whose ranks have a core each), printed in the
 # suite's output (a record to compare runs by, no assertion on time).
 test: build slurm-up-if-root
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
