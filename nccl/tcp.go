@@ -170,6 +170,11 @@ type tcpComm struct {
 	// and all of them share memory, is the communicator of the ranks at
 	// this rank's place on every host (leaders, on a host's first rank).
 	peers *tcpComm
+	// helped says that a group over three hosts with peers takes
+	// hierSmallHelped; on the first host's second rank and the third
+	// host's first, helpPeer is the other's group rank (-1 elsewhere).
+	helped   bool
+	helpPeer int
 
 	linkMu sync.Mutex
 	links  map[linkKey]net.Conn // lazily made point-to-point connections
@@ -184,7 +189,7 @@ type tcpComm struct {
 
 func (nd *node) newComm(id string, ranks []int, me int) (*tcpComm, error) {
 	c := &tcpComm{nd: nd, id: id, ranks: ranks, rank: me, n: len(ranks),
-		links: map[linkKey]net.Conn{}, seq: map[string]int{}}
+		links: map[linkKey]net.Conn{}, seq: map[string]int{}, helpPeer: -1}
 	if c.n == 1 {
 		return c, nil
 	}
@@ -279,6 +284,16 @@ func (c *tcpComm) splitHosts() error {
 			c.leaders.Close()
 		}
 		return err
+	}
+	if c.peers != nil && len(hosts) == 3 {
+		c.helped = true
+		helper, third := byHost[hosts[0]][1], byHost[hosts[2]][0]
+		switch me {
+		case helper:
+			c.helpPeer = indexOf(c.ranks, third)
+		case third:
+			c.helpPeer = indexOf(c.ranks, helper)
+		}
 	}
 	return nil
 }
