@@ -29,7 +29,9 @@ import (
 //     phase, the first ranks exchange, and the result is broadcast on each
 //     host (two phases and one message time, instead of three phases and
 //     the leaders' ring). Between two hosts, from hierAddBytes, the
-//     broadcast goes too (hierAdd, hier.go).
+//     broadcast goes too (hierAdd, hier.go). Between three hosts of equal
+//     ranks, the star's root and its host's second rank send the result
+//     out together (hierSmallHelped).
 //
 // The thresholds were measured with `hpcrun bench comm` on the development
 // machine (2 cores; 4 ranks on one host; 2 and 3 hosts as network
@@ -243,13 +245,14 @@ func (c *tcpComm) hierSmall(buf []float32, op Op) error {
 // rank (the helper), handed it by the host's broadcast, sends it to the
 // third, so no rank writes twice. The third host's first rank reads from
 // the helper and watches the first ranks' ring connection from the
-// second (readSpinWatch) in place of the star's header there: on 2 cores
-// shared by 6 ranks, a 16-byte write costs what a 4 KiB one does.
+// second (readSpinWatch) in place of the star's header there, a TCP
+// message of its own.
 //
-// Between 3 hosts of 2 ranks (2 cores), alternated with the star in
-// blocks of one run (20 blocks each): a median of 0.88x its time at 4
-// KiB (won 15 of 20), 0.73x at 16 KiB and 0.81x at 64 KiB; with the
-// star's header kept, 0.94x, 0.82x and 0.96x.
+// Between 3 hosts of 2 ranks (2 cores, 6 runs each, alternated with the
+// star): a median of 1.19x the star's bus bandwidth at 4 KiB, 1.38x at
+// 16 KiB, 1.47x at 64 KiB and 1.13x at 256 KiB. With the star's header
+// kept it was 1.06x, 1.22x and 1.04x the star at 4, 16 and 64 KiB, where
+// without it 1.18x, 1.39x and 1.24x (blocks alternated in one run).
 func (c *tcpComm) hierSmallHelped(buf []float32, op Op) error {
 	inner := op
 	if op == Avg {
