@@ -214,7 +214,7 @@ func (c *tcpComm) inlineBytes() int {
 // hierSmall is hierAllReduce for a small buffer on hosts whose ranks share
 // memory: reduce to the host's first rank in one phase, all-reduce between
 // the first ranks (exchanged directly when small), and broadcast on each
-// host.
+// host; between three hosts of equal ranks, hierSmallHelped.
 func (c *tcpComm) hierSmall(buf []float32, op Op) error {
 	if c.helped {
 		return c.hierSmallHelped(buf, op)
@@ -274,18 +274,20 @@ func (c *tcpComm) hierSmallHelped(buf []float32, op Op) error {
 			}
 		}
 	case l != nil:
-		if err = l.starSend(buf, whole, hdr); err != nil {
-			return err
-		}
+		err = l.starWrite(0, buf, whole, hdr)
 		var r net.Conn
-		if l.rank == 1 {
+		switch {
+		case err != nil:
+		case l.rank == 1:
 			if r, err = l.starConn(0, false); err == nil {
 				err = l.starResult(r, 0, buf, whole, hdr, nil)
 			}
-		} else if r, err = c.link(c.helpPeer, false, kindExchange); err == nil {
-			// The second host's first rank finishes only after the root
-			// has handed the helper this result.
-			err = c.starResult(r, c.helpPeer, buf, whole, hdr, &stray{c: l, conn: l.prev, peer: 1, want: hdr})
+		default:
+			if r, err = c.link(c.helpPeer, false, kindExchange); err == nil {
+				// The second host's first rank finishes only after the
+				// root has handed the helper this result.
+				err = c.starResult(r, c.helpPeer, buf, whole, hdr, &stray{c: l, conn: l.prev, peer: 1, want: hdr})
+			}
 		}
 		if err == nil {
 			err = g.broadcast(buf, 0)
@@ -340,23 +342,22 @@ func (c *tcpComm) readSpinHdr(conn net.Conn, peer int, b, hdr []byte) error {
 type stray struct {
 	c    *tcpComm // the group of conn
 	conn net.Conn
-	peer int    // the group rank that writes on conn
-	want []byte // the waiting collective's header
-	raw  syscall.RawConn
+	peer int             // the group rank that writes on conn
+	want []byte          // the waiting collective's header
+	raw  syscall.RawConn // conn's, once arrived has asked
 }
 
 // strayPoll is how often readSpinWatch, waiting in the poller, wakes to
 // look at its stray connection.
 const strayPoll = 20 * time.Millisecond
 
-// strayGrace is how long readSpinWatch still waits for its message once
-// something came on the stray connection, before it names the mismatch. A
-// peer can only finish the collective once the waiting rank's message is
-// on its way or ready to go (the caller says why), so that message is
-// due within a scheduling delay; a mismatched peer's never comes. One
-// second is far beyond the first and far below the timeout
-// (DefaultTimeout).
-const strayGrace = time.Second
+// strayGrace bounds how long readSpinWatch still waits for its message
+// once something came on the stray connection, before it names the
+// mismatch: it waits a quarter of the timeout, at most strayGrace. A peer
+// can only finish the collective once the waiting rank's message is on its
+// way or ready to go (the caller says why), so that message is due within
+// a scheduling delay; a mismatched peer's never comes.
+const strayGrace = 5 * time.Second
 
 // arrived says whether anything (or the end of the stream) came on the
 // stray connection, without reading it.
@@ -375,7 +376,8 @@ func (s *stray) arrived() bool {
 	s.raw.Control(func(fd uintptr) {
 		var one [1]byte
 		k, _, err := syscall.Recvfrom(int(fd), one[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		came = k > 0 || (k == 0 && err == nil)
+		// Bytes, the end of the stream, or an error such as a reset.
+		came = k > 0 || err == nil || (err != syscall.EAGAIN && err != syscall.EINTR)
 	})
 	return came
 }
@@ -393,15 +395,17 @@ func (s *stray) fail() error {
 	}
 	w := s.c.ranks[s.peer]
 	return s.c.nd.fail(&PeerError{Rank: w, Host: s.c.nd.peer(w).host,
-		Err: fmt.Errorf("nccl: group rank %d: rank %d sent on a connection this collective leaves idle", s.c.rank, s.peer)})
+		Err: fmt.Errorf("nccl: group rank %d called %s, and rank %d sent it where that sends nothing (another path?)",
+			s.c.rank, describeHeader(s.want), s.peer)})
 }
 
 // readSpinWatch is readSpinHdr that also watches a stray connection (if
-// watch is not nil), polled with conn and, while it waits in the poller,
-// every strayPoll: a peer in another collective is named within
-// strayGrace, not after the timeout. The caller's message must be one
-// that is sent before the stray connection's peer can finish the
-// collective, or ready to be sent by a rank that only has to be scheduled.
+// watch is not nil) until the message begins, polled with conn and, while
+// it waits in the poller, every strayPoll: a peer in another collective is
+// named within strayGrace, not after the timeout. The caller's message
+// must be one that is sent before the stray connection's peer can finish
+// the collective, or ready to be sent by a rank that only has to be
+// scheduled.
 func (c *tcpComm) readSpinWatch(conn net.Conn, peer int, b, hdr []byte, watch *stray) error {
 	sc, ok := conn.(syscall.Conn)
 	if !ok || len(b) == 0 {
@@ -420,12 +424,18 @@ func (c *tcpComm) readSpinWatch(conn net.Conn, peer int, b, hdr []byte, watch *s
 	deadline := time.Now().Add(c.nd.o.Timeout)
 	got, tries := 0, 0
 	var rerr error
+	grace := min(c.nd.o.Timeout/4, strayGrace)
 	var strayAt time.Time // when something came on watch
+	// strayed says, while none of the message has come, whether what came
+	// on watch has waited out the grace.
 	strayed := func() bool {
+		if got > 0 {
+			return false
+		}
 		if strayAt.IsZero() && watch.arrived() {
 			strayAt = time.Now()
 		}
-		return !strayAt.IsZero() && time.Since(strayAt) >= strayGrace
+		return !strayAt.IsZero() && time.Since(strayAt) >= grace
 	}
 	failed := false
 	for {
@@ -433,7 +443,10 @@ func (c *tcpComm) readSpinWatch(conn net.Conn, peer int, b, hdr []byte, watch *s
 		if watch != nil {
 			w := time.Now().Add(strayPoll)
 			if !strayAt.IsZero() {
-				w = strayAt.Add(strayGrace)
+				// At the grace's end, or now: one more read comes first.
+				if w = strayAt.Add(grace); w.Before(time.Now()) {
+					w = time.Now().Add(time.Millisecond)
+				}
 			}
 			if w.Before(wake) {
 				wake = w
@@ -476,12 +489,12 @@ func (c *tcpComm) readSpinWatch(conn net.Conn, peer int, b, hdr []byte, watch *s
 		if watch == nil || failed || !errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(deadline) {
 			break
 		}
+		// An abort that set conn's deadline after this check and before
+		// the one above is seen at the next wake.
 		if aerr := c.nd.abortErr(); aerr != nil {
 			return aerr
 		}
-		if failed = strayed(); failed {
-			break
-		}
+		tries = readSpins // woken to look at watch: one read, then the poller again
 	}
 	if failed {
 		return watch.fail()
@@ -526,7 +539,7 @@ func (c *tcpComm) starSpans(buf []float32, sp []span, op Op, hdr []byte) error {
 		}
 	}
 	if me != 0 {
-		if err := c.starSend(buf, sp, hdr); err != nil {
+		if err := c.starWrite(0, buf, sp, hdr); err != nil {
 			return err
 		}
 		if me == 2 {
@@ -584,11 +597,6 @@ func (c *tcpComm) writeSpans(w net.Conn, p int, buf []float32, sp []span, hdr []
 		return c.ioErr(p, "sending to", err)
 	}
 	return nil
-}
-
-// starSend is a star's other rank sending its spans to rank 0.
-func (c *tcpComm) starSend(buf []float32, sp []span, hdr []byte) error {
-	return c.starWrite(0, buf, sp, hdr)
 }
 
 // starResult reads the star's result from r, the connection from group

@@ -476,6 +476,11 @@ func header(kind byte, op Op, count int) []byte {
 	return h
 }
 
+// describeHeader names the collective of a 16-byte header.
+func describeHeader(h []byte) string {
+	return describe(h[4], binary.LittleEndian.Uint16(h[6:]), binary.LittleEndian.Uint64(h[8:]))
+}
+
 // describe renders a collective header for error messages.
 func describe(kind byte, op uint16, count uint64) string {
 	switch kind {
@@ -506,9 +511,7 @@ func (c *tcpComm) compareHeader(peer int, got, want []byte) error {
 	if string(got) == string(want) {
 		return nil
 	}
-	err := fmt.Errorf("nccl: group rank %d called %s but rank %d called %s",
-		c.rank, describe(want[4], binary.LittleEndian.Uint16(want[6:]), binary.LittleEndian.Uint64(want[8:])),
-		peer, describe(got[4], binary.LittleEndian.Uint16(got[6:]), binary.LittleEndian.Uint64(got[8:])))
+	err := fmt.Errorf("nccl: group rank %d called %s but rank %d called %s", c.rank, describeHeader(want), peer, describeHeader(got))
 	if binary.LittleEndian.Uint32(got) != hdrMagic {
 		err = fmt.Errorf("nccl: group rank %d: corrupt stream from rank %d", c.rank, peer)
 	}
