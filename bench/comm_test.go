@@ -24,6 +24,15 @@ func TestCommSizesAndIters(t *testing.T) {
 			t.Errorf("CommIters(%d) = %d, want %d", c.bytes, got, c.want)
 		}
 	}
+	// 16 MiB untimed first, 1 to the timed count, as mpi_allreduce.c.
+	for _, c := range []struct {
+		bytes int64
+		want  int
+	}{{4 << 10, 200}, {1 << 20, 16}, {16 << 20, 1}, {64 << 20, 1}} {
+		if got := CommWarmups(c.bytes); got != c.want {
+			t.Errorf("CommWarmups(%d) = %d, want %d", c.bytes, got, c.want)
+		}
+	}
 }
 
 // TestCommRows checks the bus bandwidth 2(n-1)/n*bytes/time, each size's

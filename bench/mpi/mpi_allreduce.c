@@ -2,20 +2,27 @@
  *
  * Usage: mpi_allreduce MIN_BYTES MAX_BYTES
  * For sizes MIN_BYTES, 4*MIN_BYTES, ... up to MAX_BYTES it runs in-place
- * MPI_Allreduce(SUM) on float32 buffers with the same iteration counts as
- * hpcrun's side and prints, on rank 0, one line per size:
+ * MPI_Allreduce(SUM) on float32 buffers with the same warm-up and iteration
+ * counts as hpcrun's side and prints, on rank 0, one line per size:
  *   <bytes> <seconds per all-reduce>
  * where the time is the slowest rank's. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-/* iters mirrors benchIters in cmd/hpcrun/bench_comm.go. */
+/* iters mirrors CommIters in bench/comm.go. */
 static int iters(long bytes) {
 	long n = (256L << 20) / bytes;
 	if (n < 3) n = 3;
 	if (n > 200) n = 200;
 	return (int)n;
+}
+
+/* warmups mirrors CommWarmups in bench/comm.go. */
+static int warmups(long bytes) {
+	long n = (16L << 20) / bytes;
+	if (n < 1) n = 1;
+	return n < iters(bytes) ? (int)n : iters(bytes);
 }
 
 int main(int argc, char **argv) {
@@ -36,7 +43,8 @@ int main(int argc, char **argv) {
 	for (long bytes = lo; bytes <= hi; bytes *= 4) {
 		int count = (int)(bytes / 4), n = iters(bytes);
 		for (int i = 0; i < count; i++) buf[i] = (float)(rank + i % 7) * 0.25f;
-		MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); /* warm-up */
+		for (int i = 0, w = warmups(bytes); i < w; i++)
+			MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
 		MPI_Barrier(MPI_COMM_WORLD);
 		double t0 = MPI_Wtime();
 		for (int i = 0; i < n; i++)
