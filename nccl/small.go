@@ -21,7 +21,7 @@ import (
 //     the ring (below 256 KiB; 2 MiB for a group of 2). Every rank sends its buffer to every other and reduces the
 //     n buffers in rank order: one message time instead of the ring's
 //     2(n-1) dependent steps, for n-1 times the buffer sent instead of
-//     2(n-1)/n times. A group of 3 goes through its rank 0 instead (star,
+//     2(n-1)/n times. A group of 3 goes through one rank instead (star,
 //     below 4 MiB): two message times, but 4 messages instead of 6. A
 //     group of 2 adds what it reads to its buffer in place (pairSpans).
 //   - A group spread over hosts with several ranks on a host
@@ -511,15 +511,15 @@ func (c *tcpComm) readSpinWatch(conn net.Conn, peer int, b, hdr []byte, watch *s
 	return nil
 }
 
-// star all-reduces buf through group rank 0, in a group of 3 below
+// star all-reduces buf through group rank c.starRoot, in a group of 3 below
 // starNetBytes, in place of the exchange and the ring: the other two send
 // it their buffers, it folds the three in rank order (the exchange's
 // bits) and sends the result back. Between 3 hosts (3 ranks, and 3 hosts of 2
 // ranks, whose first ranks take it; 2 cores) it took 0.6-0.75x the
 // exchange's time at 4 and 16 KiB and 0.75-0.9x at 64 KiB (best of 4-8,
-// alternated). Rank 0 reads and writes twice the buffer, as every rank of
+// alternated). The root reads and writes twice the buffer, as every rank of
 // the exchange does, but the group moves 4 buffers instead of 6, and the
-// other two wait on one socket instead of two. Rank 0 reads before it
+// other two wait on one socket instead of two. The root reads before it
 // writes and the others write before they read, so no two ranks block on
 // writes to each other.
 func (c *tcpComm) star(buf []float32, op Op, hdr []byte) error {
@@ -529,35 +529,36 @@ func (c *tcpComm) star(buf []float32, op Op, hdr []byte) error {
 // starSpans is star on buf's spans (a chunk of the pipelined hierarchical
 // all-reduce), sent and folded packed.
 func (c *tcpComm) starSpans(buf []float32, sp []span, op Op, hdr []byte) error {
-	me := c.rank
-	// The star leaves the ring's connection from rank 1 to rank 2 idle:
-	// a header goes there too, so that a rank that runs another
+	n, root := c.n, c.starRoot
+	after := (c.rank - root + n) % n // 0 on the root
+	// The star leaves the ring's connection between the root's two others
+	// idle: a header goes there too, so that a rank that runs another
 	// collective on the ring is told at once, as in the exchange.
-	if me == 1 {
-		if err := c.write(c.next, 2, hdr); err != nil {
+	if after == 1 {
+		if err := c.write(c.next, (c.rank+1)%n, hdr); err != nil {
 			return err
 		}
 	}
-	if me != 0 {
-		if err := c.starWrite(0, buf, sp, hdr); err != nil {
+	if after != 0 {
+		if err := c.starWrite(root, buf, sp, hdr); err != nil {
 			return err
 		}
-		if me == 2 {
-			if err := c.checkHeaderSpin(c.prev, 1, hdr); err != nil {
+		if after == 2 {
+			if err := c.checkHeaderSpin(c.prev, (c.rank+n-1)%n, hdr); err != nil {
 				return err
 			}
 		}
-		r, err := c.starConn(0, false)
+		r, err := c.starConn(root, false)
 		if err != nil {
 			return err
 		}
-		return c.starResult(r, 0, buf, sp, hdr, nil)
+		return c.starResult(r, root, buf, sp, hdr, nil)
 	}
 	if err := c.starFold(buf, sp, op, hdr); err != nil {
 		return err
 	}
-	for p := 1; p < c.n; p++ {
-		if err := c.starWrite(p, buf, sp, hdr); err != nil {
+	for i := 1; i < n; i++ {
+		if err := c.starWrite((root+i)%n, buf, sp, hdr); err != nil {
 			return err
 		}
 	}
@@ -628,10 +629,11 @@ func (c *tcpComm) starResult(r net.Conn, p int, buf []float32, sp []span, hdr []
 // starFold is the star's rank 0 reading the others' spans and folding
 // them into buf's in rank order.
 func (c *tcpComm) starFold(buf []float32, sp []span, op Op, hdr []byte) error {
-	n := c.n
+	n, me := c.n, c.rank
 	w := 4 + spansLen(sp) // a message: the header, then the spans
 	all := c.buffer(n * w)
-	for p := 1; p < n; p++ {
+	for i := 1; i < n; i++ {
+		p := (me + i) % n
 		r, err := c.starConn(p, false)
 		if err == nil {
 			err = c.readSpinHdr(r, p, asBytes(all[p*w:(p+1)*w]), hdr)
@@ -644,9 +646,13 @@ func (c *tcpComm) starFold(buf []float32, sp []span, op Op, hdr []byte) error {
 	off := 4
 	for _, s := range sp {
 		out := buf[s.lo:s.hi]
-		srcs[0] = out
-		for p := 1; p < n; p++ {
+		for p := range n {
 			srcs[p] = all[p*w+off : p*w+off+len(out)]
+		}
+		if me == 0 {
+			srcs[0] = out
+		} else {
+			copy(srcs[me], out) // reduceSlots writes out, which may only be its first source
 		}
 		reduceSlots(out, srcs, op)
 		finish(out, op, n)

@@ -89,7 +89,9 @@ func TestHierarchicalSmallAllReduce(t *testing.T) {
 
 // Three pretend hosts of equal ranks (2 and 3 a host): small buffers take
 // the helped star, whose bits are the star's (hierSmall without help), and
-// the root's host-mate sends the third host its result on a link.
+// the root's host-mate sends the third host its result on a link; larger
+// ones, hierSplit, whose stars (one for each rank of a host) go through a
+// different host each.
 func TestHierSmallHelped(t *testing.T) {
 	for _, hosts := range [][]string{{"a", "a", "b", "b", "c", "c"}, {"a", "a", "a", "b", "b", "b", "c", "c", "c"}} {
 		t.Run(strings.Join(hosts, ""), func(t *testing.T) {
@@ -112,6 +114,10 @@ func TestHierSmallHelped(t *testing.T) {
 				}
 				if tc.helpPeer != want {
 					return fmt.Errorf("helpPeer %d, want %d", tc.helpPeer, want)
+				}
+				// hierSplit's stars go through a different host each.
+				if i := c.Rank() % per; tc.peers == nil || tc.peers.starRoot != i%3 {
+					return fmt.Errorf("the peers' star root is not host %d", i%3)
 				}
 				for i, size := range edgeSizes(n, hierRootBytes/per) {
 					for _, op := range []Op{Sum, Avg, Max} {
