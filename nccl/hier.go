@@ -331,7 +331,7 @@ func (c *tcpComm) useHierAdd(count int) bool {
 // and the pipeline's first rank sends all of it. The bits are theirs:
 // each segment's host sum in rank order, then the host sums combined as
 // the first ranks combine them (a+b between two hosts; between three in
-// host order, through the first host, starSpans).
+// host order, through host i for the hosts' i-th ranks, starSpans).
 func (c *tcpComm) hierSplit(buf []float32, op Op) error {
 	inner := op
 	if op == Avg {

@@ -53,7 +53,7 @@ const (
 	// 0.8x at 4 MiB. Between 3 hosts it had no such gain at 1 MiB.
 	pairNetBytes = 2 << 20
 	// starNetBytes replaces smallNetBytes for a group of 3, which goes
-	// through its rank 0 instead of exchanging (star). Between 3 hosts
+	// through one rank instead of exchanging (star). Between 3 hosts
 	// (3 hosts of 2 ranks) the star had 1.6-1.9x the ring's bandwidth at
 	// 256 KiB, 1.05-1.2x at 512 KiB to 2 MiB, the same at 4 MiB.
 	starNetBytes = 4 << 20
@@ -184,7 +184,7 @@ func (c *tcpComm) pair(buf []float32, op Op) error {
 }
 
 // useStar says whether a group without shared memory all-reduces count
-// elements through its rank 0.
+// elements through one rank (c.starRoot).
 func (c *tcpComm) useStar(count int) bool {
 	return c.n == 3 && 4*count < starNetBytes
 }
@@ -407,8 +407,15 @@ func (s *stray) fail() error {
 // the collective, or ready to be sent by a rank that only has to be
 // scheduled.
 func (c *tcpComm) readSpinWatch(conn net.Conn, peer int, b, hdr []byte, watch *stray) error {
+	var raw syscall.RawConn
 	sc, ok := conn.(syscall.Conn)
-	if !ok || len(b) == 0 {
+	if ok && len(b) > 0 {
+		var err error
+		if raw, err = sc.SyscallConn(); err != nil {
+			raw = nil
+		}
+	}
+	if raw == nil {
 		if hdr != nil {
 			if err := c.checkHeader(conn, peer, hdr); err != nil {
 				return err
@@ -417,13 +424,9 @@ func (c *tcpComm) readSpinWatch(conn net.Conn, peer int, b, hdr []byte, watch *s
 		}
 		return c.read(conn, peer, b)
 	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return c.read(conn, peer, b)
-	}
 	deadline := time.Now().Add(c.nd.o.Timeout)
 	got, tries := 0, 0
-	var rerr error
+	var err, rerr error
 	grace := min(c.nd.o.Timeout/4, strayGrace)
 	var strayAt time.Time // when something came on watch
 	// strayed says, while none of the message has come, whether what came
@@ -440,11 +443,11 @@ func (c *tcpComm) readSpinWatch(conn net.Conn, peer int, b, hdr []byte, watch *s
 	failed := false
 	for {
 		wake := deadline
-		if watch != nil {
+		if watch != nil && got == 0 {
 			w := time.Now().Add(strayPoll)
-			if !strayAt.IsZero() {
-				// At the grace's end, or now: one more read comes first.
-				if w = strayAt.Add(grace); w.Before(time.Now()) {
+			if end := strayAt.Add(grace); !strayAt.IsZero() && end.Before(w) {
+				// The grace's end, or now: one more read comes first.
+				if w = end; w.Before(time.Now()) {
 					w = time.Now().Add(time.Millisecond)
 				}
 			}
@@ -490,7 +493,8 @@ func (c *tcpComm) readSpinWatch(conn net.Conn, peer int, b, hdr []byte, watch *s
 			break
 		}
 		// An abort that set conn's deadline after this check and before
-		// the one above is seen at the next wake.
+		// the one above is seen at the next wake: within strayPoll while
+		// none of the message has come, else at the timeout.
 		if aerr := c.nd.abortErr(); aerr != nil {
 			return aerr
 		}
@@ -626,8 +630,8 @@ func (c *tcpComm) starResult(r net.Conn, p int, buf []float32, sp []span, hdr []
 	return nil
 }
 
-// starFold is the star's rank 0 reading the others' spans and folding
-// them into buf's in rank order.
+// starFold is the star's root reading the others' spans and folding them
+// into buf's in rank order.
 func (c *tcpComm) starFold(buf []float32, sp []span, op Op, hdr []byte) error {
 	n, me := c.n, c.rank
 	w := 4 + spansLen(sp) // a message: the header, then the spans
