@@ -20,7 +20,8 @@
 // GEMMs go through cublasGemmEx and cublasGemmStridedBatchedEx; row-major
 // operands are handled by swapping them (C^T = B^T A^T). SetMatmulPrecision
 // picks FP32 (the default: float32 compute, the CPU device's results within
-// rounding), TF32, or BF16 (operands rounded to bfloat16 by a kernel,
+// rounding), TF32, or BF16 (operands rounded to bfloat16 by a kernel that
+// packs each batch's matrices, so only their elements are converted;
 // float32 accumulation and output).
 //
 // Every other kernel is CUDA C in kernels.cu, embedded in the binary,

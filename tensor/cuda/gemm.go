@@ -67,10 +67,10 @@ func (d *Device) gemm(transA, transB bool, m, n, k int, alpha float32, a *tensor
 	case BF16:
 		if k > 0 {
 			var ok bool
-			if pa, ok = d.toBF16(&d.bfA, pa, check.GemmSpan(transA, m, k, lda, strideA, batch)); !ok {
+			if pa, lda, strideA, ok = d.operandBF16(&d.bfA, pa, transA, m, k, lda, strideA, batch); !ok {
 				return
 			}
-			if pb, ok = d.toBF16(&d.bfB, pb, check.GemmSpan(transB, k, n, ldb, strideB, batch)); !ok {
+			if pb, ldb, strideB, ok = d.operandBF16(&d.bfB, pb, transB, k, n, ldb, strideB, batch); !ok {
 				return
 			}
 			typ = cudaR16BF
@@ -92,14 +92,41 @@ func (d *Device) gemm(transA, transB bool, m, n, k int, alpha float32, a *tensor
 	d.fail(d.l.blasErr("cublasGemmStridedBatchedEx", r))
 }
 
-// toBF16 converts the n float32s at src to bfloat16 in s and returns their
-// address (false after recording a failure for Sync).
-func (d *Device) toBF16(s *scratch, src uintptr, n int) (uintptr, bool) {
-	dst, err := s.get(d, int64(n)*2)
+// operandBF16 converts a GEMM operand, batch op(X) of (rows, cols) ld
+// apart in rows and stride apart, into bfloat16 in s, packed, and returns
+// its address, leading dimension and stride there (false after recording
+// a failure for Sync). Packing converts only the matrices' elements: a
+// batch of heads of a (B, T, 3C) tensor would otherwise convert the whole
+// span they lie in, once per call of a head loop.
+func (d *Device) operandBF16(s *scratch, src uintptr, trans bool, rows, cols, ld, stride, batch int) (uintptr, int, int, bool) {
+	if trans {
+		rows, cols = cols, rows
+	}
+	if stride == 0 { // one matrix shared by the batch
+		batch = 1
+	}
+	p, ok := d.toBF16(s, src, rows, cols, ld, stride, batch)
+	if stride != 0 {
+		stride = rows * cols
+	}
+	return p, cols, stride, ok
+}
+
+// toBF16 rounds batch (rows, cols) float32 matrices at src, ld apart in
+// rows and stride apart, to bfloat16 in s, packed (cols apart in rows,
+// rows*cols apart), and returns their address (false after recording a
+// failure for Sync).
+func (d *Device) toBF16(s *scratch, src uintptr, rows, cols, ld, stride, batch int) (uintptr, bool) {
+	dst, err := s.get(d, 2*int64(rows)*int64(cols)*int64(batch))
 	if err != nil {
 		d.fail(err)
 		return 0, false
 	}
-	d.launch("f32_to_bf16", d.grid1(n, elemThreads), dim3{elemThreads, 1, 1}, ptr(dst), ptr(src), i64(n))
+	tx := min(elemThreads, (cols+31)/32*32)
+	ty := elemThreads / tx
+	gy := min(batch, 65535)
+	gx := max(1, min((rows+ty-1)/ty, d.sms*32/gy))
+	d.launch("f32_to_bf16", dim3{uint32(gx), uint32(gy), 1}, dim3{uint32(tx), uint32(ty), 1},
+		ptr(dst), ptr(src), i64(rows), i64(cols), i64(ld), i64(stride), i64(batch))
 	return dst, true
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/hpcrun/hpcrun/tensor"
 )
@@ -465,6 +466,77 @@ func TestGPUComposites(t *testing.T) {
 	tensor.LinearBackward(dinp.c, dw.c, db.c, lo.c, inp.c, w.c)
 	tensor.LinearBackward(dinp.g, dw.g, db.g, lo.g, inp.g, w.g)
 	bn.check("LinearBackward", tol32, dinp, dw, db)
+}
+
+// bf16 GEMM operands are packed: the conversion reads only the matrices'
+// elements (the q heads of a (B, T, 3C) tensor, hs columns of each row of
+// 3C, one matrix a batch item) and writes them rows of cols apart, so
+// its scratch is the matrices' size, not the span they lie in; and the
+// attention, whose head loop runs over heads when B > NH, agrees with the
+// CPU's.
+func TestGPUBF16Packed(t *testing.T) {
+	bn := newBench(t)
+	d := bn.gpu
+	const B, T, C, nh = 5, 96, 192, 4
+	hs := C / nh
+	qkv := bn.rand("qkv", 1, B, T, 3*C)
+	src := qkv.c.Host()
+	const h = 1 // the second head's q: columns h*hs.. of every row, one (T, hs) matrix a batch item
+	var ld, stride int
+	got, bytes := convertBF16(t, d, B*T*hs, func(s *scratch) (p uintptr, ok bool) {
+		p, ld, stride, ok = d.operandBF16(s, qkv.g.Ptr()+uintptr(h*hs)*4, false, T, hs, 3*C, T*3*C, B)
+		return p, ok
+	})
+	if ld != hs || stride != T*hs {
+		t.Errorf("packed operand: ld %d, stride %d; want %d, %d", ld, stride, hs, T*hs)
+	}
+	if want := int64(2 * B * T * hs); bytes != max(want, 1<<16) {
+		t.Errorf("packed operand's scratch: %d bytes, want %d (the span would be %d)", bytes, want, 2*(B-1)*T*3*C+2*(T-1)*3*C+2*hs)
+	}
+	for b := range B {
+		for i := range T {
+			for j := range hs {
+				x := src[b*T*3*C+i*3*C+h*hs+j]
+				if g, w := got[(b*T+i)*hs+j], bf16Reference(x); g != w {
+					t.Fatalf("packed [%d][%d][%d] = %04x, want %04x (bf16 of %g)", b, i, j, g, w, x)
+				}
+			}
+		}
+	}
+
+	d.SetMatmulPrecision(BF16)
+	defer d.SetMatmulPrecision(FP32)
+	att, out := bn.zeros("att", B, nh, T, T), bn.zeros("out", B, T, C)
+	tensor.AttentionForward(out.c, att.c, qkv.c, nh, true, nil)
+	tensor.AttentionForward(out.g, att.g, qkv.g, nh, true, nil)
+	bn.check("AttentionForward bf16, B > NH", 1e-2, out, att)
+	dqkv, datt, dpre, dout := bn.zeros("dqkv", B, T, 3*C), bn.zeros("datt", B, nh, T, T), bn.zeros("dpreatt", B, nh, T, T), bn.rand("dout", 1, B, T, C)
+	tensor.AttentionBackward(dqkv.c, datt.c, dpre.c, dout.c, qkv.c, att.c, nh)
+	tensor.AttentionBackward(dqkv.g, datt.g, dpre.g, dout.g, qkv.g, att.g, nh)
+	bn.check("AttentionBackward bf16, B > NH", 1e-2, dqkv)
+}
+
+// convertBF16 runs convert, a bf16 conversion into a fresh scratch, and
+// returns the n bfloat16s it wrote and the scratch's size.
+func convertBF16(t *testing.T, d *Device, n int, convert func(*scratch) (uintptr, bool)) ([]uint16, int64) {
+	t.Helper()
+	if err := d.enter(); err != nil {
+		t.Fatal(err)
+	}
+	var s scratch
+	p, ok := convert(&s)
+	got := make([]uint16, n)
+	if ok {
+		d.fail(d.l.cuErr("cuMemcpyDtoHAsync_v2", call(d.l.cu.memcpyDtoHAsync, uintptr(unsafe.Pointer(&got[0])), p, uintptr(2*n), d.stream)))
+		d.fail(d.streamSync())
+	}
+	bytes := s.bytes
+	d.fail(s.free(d.alloc))
+	d.leave()
+	if err := d.Sync(); err != nil || !ok {
+		t.Fatalf("bf16 conversion: %v", err)
+	}
+	return got, bytes
 }
 
 // Allocation: zeroed tensors even from reused blocks, accounting as on the

@@ -103,15 +103,26 @@ extern "C" __global__ void block2d_f32(float* dst, long long ldDst, const float*
     }
 }
 
-// f32_to_bf16 rounds to nearest even; NaNs stay NaNs.
-extern "C" __global__ void f32_to_bf16(bf16_t* out, const float* in, long long n) {
-    GRID_STRIDE(i, n) {
-        unsigned int u = __float_as_uint(in[i]);
-        if ((u & 0x7fffffffu) > 0x7f800000u) {
-            out[i] = (bf16_t)((u >> 16) | 0x40u);
-        } else {
-            u += 0x7fffu + ((u >> 16) & 1u);
-            out[i] = (bf16_t)(u >> 16);
+// bf16_round rounds to nearest even; NaNs stay NaNs.
+__device__ __forceinline__ bf16_t bf16_round(float f) {
+    unsigned int u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (bf16_t)(u >> 16);
+}
+
+// f32_to_bf16 rounds batch (rows, cols) matrices of in, ld apart in rows
+// and stride apart, into out packed: rows of cols, matrices rows*cols apart.
+// Only the elements of the matrices are read, however far apart they lie
+// (a head's columns of a (T, 3C) tensor). Blocks are (x: columns, y: rows);
+// the grid's y walks the batch, so no thread divides.
+extern "C" __global__ void f32_to_bf16(bf16_t* out, const float* in, long long rows, long long cols, long long ld,
+                                       long long stride, long long batch) {
+    for (long long b = blockIdx.y; b < batch; b += gridDim.y) {
+        for (long long i = (long long)blockIdx.x * blockDim.y + threadIdx.y; i < rows; i += (long long)gridDim.x * blockDim.y) {
+            const float* src = in + b * stride + i * ld;
+            bf16_t* dst = out + (b * rows + i) * cols;
+            for (long long j = threadIdx.x; j < cols; j += blockDim.x) dst[j] = bf16_round(src[j]);
         }
     }
 }

@@ -117,7 +117,7 @@ var kernelTests = []struct {
 	{"AdamWAndSumSquares", TestGPUAdamWAndSumSquares}, {"Gemm", TestGPUGemm},
 	{"GemmStridedBatched", TestGPUGemmStridedBatched}, {"Composites", TestGPUComposites},
 	{"NormAndClipOnDevice", TestGPUNormAndClipOnDevice}, {"SumToAndFetch", TestGPUSumToAndFetch},
-	{"KernelEdges", TestGPUKernelEdges}, {"BF16Rounding", TestGPUBF16Rounding},
+	{"KernelEdges", TestGPUKernelEdges}, {"BF16Rounding", TestGPUBF16Rounding}, {"BF16Packed", TestGPUBF16Packed},
 }
 
 // TestKernelsOnCPU runs the kernel tests on the CUDA kernels compiled for
@@ -212,8 +212,8 @@ var mutations = []mutation{
 		"__device__ __forceinline__ float warp_sum(float v) {\n    for (int o = hpcrun_mut == 5 ? 8 : 16; o > 0; o >>= 1)",
 		"LayerNorm|Softmax|CrossEntropy"},
 	{"f32_to_bf16 without the quiet bit (a signalling NaN becomes infinity)",
-		"out[i] = (bf16_t)((u >> 16) | 0x40u);",
-		"out[i] = (bf16_t)((u >> 16) | (hpcrun_mut == 6 ? 0u : 0x40u));",
+		"return (bf16_t)((u >> 16) | 0x40u);",
+		"return (bf16_t)((u >> 16) | (hpcrun_mut == 6 ? 0u : 0x40u));",
 		"BF16Rounding"},
 	{"rope_f32 without the sign (the backward turns forward again)",
 		"c = t[j], s = sign * t[j + half];",
@@ -223,6 +223,10 @@ var mutations = []mutation{
 		"dinp[2 * r * f + j] += d * u * s * (1.f + g * (1.f - s));",
 		"dinp[2 * r * f + j] += d * u * s * (hpcrun_mut == 8 ? 1.f : 1.f + g * (1.f - s));",
 		"Llama"},
+	{"f32_to_bf16 packing every matrix of a batch from the first",
+		"const float* src = in + b * stride + i * ld;",
+		"const float* src = in + (hpcrun_mut == 9 ? 0 : b) * stride + i * ld;",
+		"BF16Packed"},
 }
 
 // Each planted mutation makes the kernel tests fail: one build of every
@@ -246,7 +250,7 @@ func TestKernelMutantsFail(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	if out, err := run(0, "LayerNorm|Bias|Softmax|CrossEntropy|KernelEdges|BF16Rounding|Llama"); err != nil {
+	if out, err := run(0, "LayerNorm|Bias|Softmax|CrossEntropy|KernelEdges|BF16Rounding|BF16Packed|Llama"); err != nil {
 		t.Fatalf("the instrumented kernels fail with no mutation: %v\n%s", err, out)
 	}
 	failLine := regexp.MustCompile(`--- FAIL: TestKernelsOnCPU/\w+`)
@@ -301,21 +305,9 @@ func TestGPUBF16Rounding(t *testing.T) {
 	}
 	defer d.Free(x)
 	d.CopyFromHost(x, src)
-	got := make([]uint16, len(src))
-	if err := d.enter(); err != nil {
-		t.Fatal(err)
-	}
-	var s scratch
-	p, ok := d.toBF16(&s, x.Ptr(), len(src))
-	if ok {
-		d.fail(d.l.cuErr("cuMemcpyDtoHAsync_v2", call(d.l.cu.memcpyDtoHAsync, uintptr(unsafe.Pointer(&got[0])), p, uintptr(2*len(got)), d.stream)))
-		d.fail(d.streamSync())
-	}
-	d.fail(s.free(d.alloc))
-	d.leave()
-	if err := d.Sync(); err != nil || !ok {
-		t.Fatalf("toBF16: %v", err)
-	}
+	got, _ := convertBF16(t, d, len(src), func(s *scratch) (uintptr, bool) {
+		return d.toBF16(s, x.Ptr(), 1, len(src), len(src), 0, 1)
+	})
 	for i, f := range src {
 		want := bf16Reference(f)
 		isNaN := func(h uint16) bool { return h&0x7f80 == 0x7f80 && h&0x7f != 0 }

@@ -76,17 +76,6 @@ func GemmStridedBatched(transA, transB bool, m, n, k int, a Shape, aOff, lda, st
 	GemmLayout("SgemmStridedBatched", transA, transB, m, n, k, lenA, lda, strideA, lenB, ldb, strideB, lenC, ldc, strideC, batch)
 }
 
-// GemmSpan is the number of elements that batch GEMM operands reach from
-// the start of the first: each is op(X), (rows,cols), stored with leading
-// dimension ld (transposed when trans), stride elements apart. It is 0
-// when the operands are empty.
-func GemmSpan(trans bool, rows, cols, ld, stride, batch int) int {
-	if trans {
-		rows, cols = cols, rows
-	}
-	return span(rows, cols, ld, stride, batch)
-}
-
 // AddBias checks AddBias and returns N, the rows of out.
 func AddBias(out, bias Shape) (n int) {
 	return rowsOf("AddBias", "out", out, bias.Len())

@@ -138,19 +138,20 @@ func TestGoodArgs(t *testing.T) {
 	}
 }
 
-func TestGemmSpan(t *testing.T) {
+// span is the elements batch GEMM operands reach from the start of the
+// first: (rows, cols) matrices ld apart in rows and stride apart.
+func TestSpan(t *testing.T) {
 	for _, tc := range []struct {
-		trans                         bool
 		rows, cols, ld, stride, batch int
 		want                          int
 	}{
-		{false, 3, 4, 5, 0, 1, 14},
-		{true, 3, 4, 5, 0, 1, 18},
-		{false, 3, 4, 4, 12, 2, 24},
-		{false, 0, 4, 4, 12, 2, 0},
+		{3, 4, 5, 0, 1, 14},
+		{4, 3, 5, 0, 1, 18},
+		{3, 4, 4, 12, 2, 24},
+		{0, 4, 4, 12, 2, 0},
 	} {
-		if got := GemmSpan(tc.trans, tc.rows, tc.cols, tc.ld, tc.stride, tc.batch); got != tc.want {
-			t.Errorf("GemmSpan(%v, %d, %d, %d, %d, %d) = %d, want %d", tc.trans, tc.rows, tc.cols, tc.ld, tc.stride, tc.batch, got, tc.want)
+		if got := span(tc.rows, tc.cols, tc.ld, tc.stride, tc.batch); got != tc.want {
+			t.Errorf("span(%d, %d, %d, %d, %d) = %d, want %d", tc.rows, tc.cols, tc.ld, tc.stride, tc.batch, got, tc.want)
 		}
 	}
 }
