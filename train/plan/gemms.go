@@ -168,6 +168,16 @@ func CalibrateElementwise(cfg config.Config, vocab int, stepS float64, r *CPURat
 	return (activationTouches*float64(s.activationElems())*f32 + p) / left / 1e9, nil
 }
 
+// operandElems is the elements of the operands of gs's products, each
+// time one runs: what a GPU's bf16 GEMMs convert.
+func operandElems(gs []GemmCount) int64 {
+	var n int64
+	for _, g := range gs {
+		n += int64(g.Count) * int64(max(g.Batch, 1)) * (int64(g.M)*int64(g.K) + int64(g.K)*int64(g.N))
+	}
+	return n
+}
+
 // bf16Operands is the scratch a GPU's bf16 GEMMs convert their operands
 // into: one buffer for the largest A operand of the step's products and
 // one for the largest B, two bytes an element. The device grows each by

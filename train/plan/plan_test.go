@@ -519,6 +519,50 @@ func TestRecomputeCommMatchesEngine(t *testing.T) {
 	}
 }
 
+// bf16 on a GPU prices the GEMMs at the bf16 peak and adds the operand
+// conversion as an elementwise kernel: 4 bytes read and 2 written for each
+// element of each product's two operands, each time it runs (summed here
+// from StepGemms); and it plans GPT-2 124M faster than fp32, as the H200
+// measured (bench/results/gpu-2026-11-27-h200: 0.157 s against 0.364 s at
+// 16 x 1024).
+func TestGPUBF16Time(t *testing.T) {
+	h200, err := LookupDevice("h200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.DefaultConfig()
+	cfg.Model = "gpt"
+	if err := cfg.ApplyPreset("gpt2-124m"); err != nil {
+		t.Fatal(err)
+	}
+	cfg.BatchSize, cfg.Seq, cfg.Device = 16, 1024, "cuda"
+	plans := map[string]*Plan{}
+	for _, prec := range []string{"fp32", "tf32", "bf16"} {
+		cfg.Precision = prec
+		if plans[prec], err = New(Request{Config: cfg, Vocab: 50257, Device: h200}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gs, err := StepGemms(cfg, 50257)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var elems float64
+	for _, g := range gs {
+		elems += float64(g.Count * max(g.Batch, 1) * (g.M*g.K + g.K*g.N))
+	}
+	bf, tf, fp := plans["bf16"].Time, plans["tf32"].Time, plans["fp32"].Time
+	if want := tf.ComputeS * h200.TF32Flops / h200.BF16Flops; math.Abs(bf.ComputeS-want) > 1e-9*want {
+		t.Errorf("bf16 GEMMs %g s, want %g (tf32's at the bf16 peak)", bf.ComputeS, want)
+	}
+	if got, want := bf.MemoryS-tf.MemoryS, 6*elems/h200.MemBandwidth; math.Abs(got-want) > 1e-9*want {
+		t.Errorf("bf16's conversion %g s, want %g (6 bytes x %g operand elements)", got, want, elems)
+	}
+	if bf.StepS >= fp.StepS {
+		t.Errorf("bf16 step %g s, fp32 %g: want bf16 faster", bf.StepS, fp.StepS)
+	}
+}
+
 // On a GPU the plan's memory is the H100's measured peak of
 // bench/results/gpu-2026-11-26-h100: exact in fp32, within 1% in bf16
 // (whose operand scratch the device grows by doubling).
