@@ -92,8 +92,9 @@ func (d *Device) gemm(transA, transB bool, m, n, k int, alpha float32, a *tensor
 	d.fail(d.l.blasErr("cublasGemmStridedBatchedEx", r))
 }
 
-// operandBF16 converts a GEMM operand, batch op(X) of (rows, cols) ld
-// apart in rows and stride apart, into bfloat16 in s, packed, and returns
+// operandBF16 converts a GEMM operand, batch op(X) of (rows, cols), X
+// stored row-major with leading dimension ld (X^T when trans) and stride
+// apart, into bfloat16 in s, packed, and returns
 // its address, leading dimension and stride there (false after recording
 // a failure for Sync). Packing converts only the matrices' elements: a
 // batch of heads of a (B, T, 3C) tensor would otherwise convert the whole
@@ -112,6 +113,10 @@ func (d *Device) operandBF16(s *scratch, src uintptr, trans bool, rows, cols, ld
 	return p, cols, stride, ok
 }
 
+// maxGridY is the most blocks a launch's grid has in y (CUDA's limit; a
+// test lowers it to walk the kernels' grid-stride loops in y).
+var maxGridY = 65535
+
 // toBF16 rounds batch (rows, cols) float32 matrices at src, ld apart in
 // rows and stride apart, to bfloat16 in s, packed (cols apart in rows,
 // rows*cols apart), and returns their address (false after recording a
@@ -124,7 +129,7 @@ func (d *Device) toBF16(s *scratch, src uintptr, rows, cols, ld, stride, batch i
 	}
 	tx := min(elemThreads, (cols+31)/32*32)
 	ty := elemThreads / tx
-	gy := min(batch, 65535)
+	gy := min(batch, maxGridY)
 	gx := max(1, min((rows+ty-1)/ty, d.sms*32/gy))
 	d.launch("f32_to_bf16", dim3{uint32(gx), uint32(gy), 1}, dim3{uint32(tx), uint32(ty), 1},
 		ptr(dst), ptr(src), i64(rows), i64(cols), i64(ld), i64(stride), i64(batch))

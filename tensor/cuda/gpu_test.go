@@ -477,7 +477,7 @@ func TestGPUComposites(t *testing.T) {
 func TestGPUBF16Packed(t *testing.T) {
 	bn := newBench(t)
 	d := bn.gpu
-	const B, T, C, nh = 5, 96, 192, 4
+	const B, T, C, nh = 5, 160, 192, 4
 	hs := C / nh
 	qkv := bn.rand("qkv", 1, B, T, 3*C)
 	src := qkv.c.Host()
@@ -490,19 +490,20 @@ func TestGPUBF16Packed(t *testing.T) {
 	if ld != hs || stride != T*hs {
 		t.Errorf("packed operand: ld %d, stride %d; want %d, %d", ld, stride, hs, T*hs)
 	}
-	if want := int64(2 * B * T * hs); bytes != max(want, 1<<16) {
+	if want := int64(2 * B * T * hs); bytes != want {
 		t.Errorf("packed operand's scratch: %d bytes, want %d (the span would be %d)", bytes, want, 2*(B-1)*T*3*C+2*(T-1)*3*C+2*hs)
 	}
-	for b := range B {
-		for i := range T {
-			for j := range hs {
-				x := src[b*T*3*C+i*3*C+h*hs+j]
-				if g, w := got[(b*T+i)*hs+j], bf16Reference(x); g != w {
-					t.Fatalf("packed [%d][%d][%d] = %04x, want %04x (bf16 of %g)", b, i, j, g, w, x)
-				}
-			}
-		}
-	}
+	checkPacked(t, "q heads", got, src[h*hs:], B, T, hs, 3*C, T*3*C)
+
+	// Rows longer than a block (cols > 256, with a tail), and a grid of
+	// fewer blocks in y than matrices: the kernel's column and batch loops.
+	wide := bn.rand("wide", 1, 5, 7, 310)
+	defer func(y int) { maxGridY = y }(maxGridY)
+	maxGridY = 2
+	got, _ = convertBF16(t, d, 5*7*300, func(s *scratch) (uintptr, bool) {
+		return d.toBF16(s, wide.g.Ptr()+4, 7, 300, 310, 7*310, 5)
+	})
+	checkPacked(t, "wide rows", got, wide.c.Host()[1:], 5, 7, 300, 310, 7*310)
 
 	d.SetMatmulPrecision(BF16)
 	defer d.SetMatmulPrecision(FP32)
@@ -514,6 +515,23 @@ func TestGPUBF16Packed(t *testing.T) {
 	tensor.AttentionBackward(dqkv.c, datt.c, dpre.c, dout.c, qkv.c, att.c, nh)
 	tensor.AttentionBackward(dqkv.g, datt.g, dpre.g, dout.g, qkv.g, att.g, nh)
 	bn.check("AttentionBackward bf16, B > NH", 1e-2, dqkv)
+}
+
+// checkPacked compares got, batch packed (rows, cols) bfloat16 matrices,
+// with the bf16 rounding of src's matrices, ld apart in rows and stride
+// apart.
+func checkPacked(t *testing.T, what string, got []uint16, src []float32, batch, rows, cols, ld, stride int) {
+	t.Helper()
+	for b := range batch {
+		for i := range rows {
+			for j := range cols {
+				x := src[b*stride+i*ld+j]
+				if g, w := got[(b*rows+i)*cols+j], bf16Reference(x); g != w {
+					t.Fatalf("%s: packed [%d][%d][%d] = %04x, want %04x (bf16 of %g)", what, b, i, j, g, w, x)
+				}
+			}
+		}
+	}
 }
 
 // convertBF16 runs convert, a bf16 conversion into a fresh scratch, and

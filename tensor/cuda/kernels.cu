@@ -115,7 +115,8 @@ __device__ __forceinline__ bf16_t bf16_round(float f) {
 // and stride apart, into out packed: rows of cols, matrices rows*cols apart.
 // Only the elements of the matrices are read, however far apart they lie
 // (a head's columns of a (T, 3C) tensor). Blocks are (x: columns, y: rows);
-// the grid's y walks the batch, so no thread divides.
+// the grid's y walks the batch, so there is no division or modulo per
+// element.
 extern "C" __global__ void f32_to_bf16(bf16_t* out, const float* in, long long rows, long long cols, long long ld,
                                        long long stride, long long batch) {
     for (long long b = blockIdx.y; b < batch; b += gridDim.y) {

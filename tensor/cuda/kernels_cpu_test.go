@@ -227,6 +227,14 @@ var mutations = []mutation{
 		"const float* src = in + b * stride + i * ld;",
 		"const float* src = in + (hpcrun_mut == 9 ? 0 : b) * stride + i * ld;",
 		"BF16Packed"},
+	{"f32_to_bf16 converting one block's columns of a row",
+		"for (long long j = threadIdx.x; j < cols; j += blockDim.x) dst[j]",
+		"for (long long j = threadIdx.x; j < cols; j += (hpcrun_mut == 10 ? cols : blockDim.x)) dst[j]",
+		"BF16Packed"},
+	{"f32_to_bf16 converting only the matrices of the grid's first pass in y",
+		"for (long long b = blockIdx.y; b < batch; b += gridDim.y)",
+		"for (long long b = blockIdx.y; b < batch; b += (hpcrun_mut == 11 ? batch : gridDim.y))",
+		"BF16Packed"},
 }
 
 // Each planted mutation makes the kernel tests fail: one build of every

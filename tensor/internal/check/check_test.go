@@ -138,8 +138,9 @@ func TestGoodArgs(t *testing.T) {
 	}
 }
 
-// span is the elements batch GEMM operands reach from the start of the
-// first: (rows, cols) matrices ld apart in rows and stride apart.
+// TestSpan checks span, the elements batch GEMM operands reach from the
+// start of the first: (rows, cols) matrices ld apart in rows and stride
+// apart.
 func TestSpan(t *testing.T) {
 	for _, tc := range []struct {
 		rows, cols, ld, stride, batch int
