@@ -48,7 +48,8 @@ func (s shapes) blockLinears() []linear {
 }
 
 // attention are one block's attention products for one micro-batch, per
-// sequence of it (the engine batches a sequence's heads of this rank):
+// sequence of it, batched over this rank's heads (the engine batches over
+// the sequences instead where they outnumber the heads: the same FLOPs):
 // forward S = Q K^T and O = P V, backward dP = dO V^T, dQ = dS K, dK = dS^T
 // Q and dV = P^T dO. fwdOnly keeps the forward's two.
 func (s shapes) attention(fwdOnly bool) []GemmCount {
@@ -184,10 +185,17 @@ func operandElems(gs []GemmCount) int64 {
 // doubling, so it may hold somewhat more (an estimate, not exact).
 func (s shapes) bf16Operands() int64 {
 	var a, b int64
+	add := func(g Gemm, batch int) {
+		a = max(a, int64(g.M)*int64(g.K)*int64(batch))
+		b = max(b, int64(g.K)*int64(g.N)*int64(batch))
+	}
 	for _, g := range s.gemms() {
-		n := int64(max(g.Batch, 1))
-		a = max(a, int64(g.M)*int64(g.K)*n)
-		b = max(b, int64(g.K)*int64(g.N)*n)
+		add(g.Gemm, max(g.Batch, 1))
+	}
+	// The engine batches attention's products over the sequences where
+	// they outnumber the heads (tensor's headGemms).
+	for _, g := range s.attention(false) {
+		add(g.Gemm, max(g.Batch, int(s.B)))
 	}
 	return 2 * (a + b)
 }

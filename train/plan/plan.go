@@ -201,9 +201,9 @@ type Memory struct {
 type Time struct {
 	// GemmFlops are the matrix-product FLOPs of one rank in one step.
 	GemmFlops float64 `json:"gemm_flops"`
-	// Rate is the FLOP/s the GEMMs are taken to run at (the peak of the
-	// device's fp32 units times its efficiency: the engine multiplies in
-	// fp32 in training).
+	// Rate is the FLOP/s the GEMMs are taken to run at: the peak of the
+	// units the precision uses (fp32, or a GPU's tf32 or bf16 tensor
+	// cores) times the efficiency, or the measured rates of the shapes.
 	Rate float64 `json:"rate_flops"`
 	// ComputeS is the GEMMs' time; MemoryS the elementwise kernels' and
 	// the optimizer's, bound by memory bandwidth.
@@ -341,7 +341,7 @@ func New(r Request) (*Plan, error) {
 	case cfg.Precision == "bf16" && r.Device.BF16Flops == 0, cfg.Precision == "tf32" && r.Device.TF32Flops == 0:
 		p.Notes = append(p.Notes, fmt.Sprintf("precision %s: %s has no %s tensor cores; the run will refuse it (use fp32)", cfg.Precision, r.Device.Name, cfg.Precision))
 	case cfg.Precision == "bf16":
-		p.Notes = append(p.Notes, "precision bf16: the engine stores fp32 weights, gradients and activations and converts each GEMM's operands to bf16 (the operand scratch counts in the memory, the conversion in the time); time and MFU at the bf16 peak")
+		p.Notes = append(p.Notes, "precision bf16: the engine stores fp32 weights, gradients and activations and converts each GEMM's operands to bf16 (the operand scratch counts in the memory, the conversion in the time); time and MFU at the bf16 peak (measured on an H200: slower than tf32, 0.157 against 0.138 s for GPT-2 124M at 16 x 1024)")
 	case cfg.Precision == "tf32":
 		p.Notes = append(p.Notes, "precision tf32: float32 GEMMs on the tensor cores (10-bit mantissa products, float32 sums); time and MFU at the tf32 peak")
 	}
