@@ -26,8 +26,8 @@ import (
 // hosts' ring segments (hierChunks): each element stays in the segment
 // it has when the whole buffer goes around the ring, and the chunk goes
 // around the ring with those parts as its segments. Only groups over two
-// hosts pipeline (usePipeline says why), from hierPipeBytes on, unless the
-// group has peers (hierSplit).
+// hosts pipeline (usePipeline says why), from hierPipeBytes on; a group
+// with peers takes hierSplit from hierSplitBytes.
 
 // hierChunkElems is the most elements of one chunk of the pipelined
 // hierarchical all-reduce (one shared-memory slot holds a chunk). Measured
@@ -80,12 +80,20 @@ func hierChunks(n, hosts, chunk int) [][]span {
 }
 
 // hierPipeBytes is the smallest buffer that a group over two hosts
-// all-reduces by hierPipelined. Measured on 2 hosts of 2 ranks (2 cores,
-// best of 6, alternated with the unpipelined path): 0.55-0.7x its speed at
-// 512 KiB and 768 KiB (2 and 3 chunks: the pipeline's two extra phases,
-// and the first rank reducing alone, cost more than the overlap saves),
-// the same at 1 MiB, 1.35x at 2 MiB, 1.2-1.25x at 3-32 MiB.
-const hierPipeBytes = 2 << 20
+// all-reduces by hierPipelined (on hosts with peers, up to hierSplitBytes).
+// Measured on 2 hosts of 2 ranks (2 cores, best of 6, alternated with the
+// unpipelined path): 0.55-0.7x its speed at 512 KiB and 768 KiB (2 and 3
+// chunks: the pipeline's two extra phases, and the first rank reducing
+// alone, cost more than the overlap saves), the same at 1 MiB, 1.35x at
+// 2 MiB, 1.2-1.25x at 3-32 MiB. Against the paths that took 1 MiB before
+// it (2 cores, 6 runs each, alternated, bus bandwidth GB/s): between 2
+// hosts of 2 ranks a median of 1.50 against hierSplit's 0.92 and hierAdd's
+// 0.87, and in `hpcrun bench comm --repeat 3` (6 passes each) a ratio to
+// Open MPI of 1.08-1.56 against hierSplit's 0.73-1.35; between hosts of 3
+// ranks and 1, 1.35-1.61 against 0.83-0.84 (hierAdd on the host of 3).
+// In the pipeline only the hosts' first ranks exchange, in hierSplit
+// every rank does.
+const hierPipeBytes = 1 << 20
 
 // usePipeline says whether a group spread over hosts all-reduces count
 // elements by hierPipelined: between two hosts, from hierPipeBytes on.
@@ -306,8 +314,8 @@ const hierAddBytes = 256 << 10
 
 // useHierAdd says whether a group spread over hosts all-reduces count
 // elements by hierAdd: between two hosts whose ranks share memory, from
-// hierAddBytes until the buffer outgrows a set of slots or pipelines (or,
-// on hosts of equally many ranks, takes hierSplit from hierSplitBytes). The
+// hierAddBytes until the buffer outgrows a set of slots or pipelines
+// (hierSplit starts above the pipeline, hierSplitBytes). The
 // first ranks exchange as the other paths' first ranks do below
 // hierPipeBytes (pairSpans: a header, then the buffer), so a host that
 // decides otherwise (no shared memory, another number of ranks) still
@@ -350,15 +358,15 @@ func (c *tcpComm) hierSplit(buf []float32, op Op) error {
 const maxSplitHosts = 3
 
 // hierSplitBytes is the smallest buffer that a group over two hosts with
-// peers all-reduces by hierSplit, in place of hierAdd and the pipeline.
-// Measured with `hpcrun bench comm` between 2 hosts of 2 ranks (2 cores,
-// alternated with the paths before, bus bandwidth GB/s, median and best
-// of 10-43 runs): 1.35 and 2.19 against hierAdd's 1.14 and 1.72 at 1 MiB
-// (the ratio to Open MPI in the same run: a median of 1.23 against 0.86),
-// 1.43 and 2.00 against the pipeline's 1.02 and 1.91 at 4 MiB, 1.28 and
-// 2.01 against 1.01 and 1.81 at 16 MiB (64 MiB, 3 runs: 1.41 against
-// 1.01); at 256 KiB 1.25 and 1.79 against hierAdd's 1.31 and 1.93.
-const hierSplitBytes = 1 << 20
+// peers all-reduces by hierSplit, in place of the pipeline. Measured with
+// `hpcrun bench comm` between 2 hosts of 2 ranks (2 cores, 6 runs each,
+// alternated, bus bandwidth GB/s, median and range): 1.52 (0.99-1.85)
+// against the pipeline's 1.54 (1.17-1.79) at 2 MiB, 1.28 (0.94-1.74)
+// against 1.13 (0.89-1.18) at 4 MiB; earlier (median and best of 10-43
+// runs) 1.43 and 2.00 against 1.02 and 1.91 at 4 MiB, 1.28 and 2.01
+// against 1.01 and 1.81 at 16 MiB (64 MiB, 3 runs: 1.41 against 1.01).
+// At 1 MiB the pipeline is the faster (hierPipeBytes).
+const hierSplitBytes = 2 << 20
 
 // useHierSplit says whether a group spread over hosts all-reduces count
 // elements by hierSplit: where it has peers, between two hosts from
@@ -371,6 +379,8 @@ const hierSplitBytes = 1 << 20
 //
 // The ranges were measured at 2 ranks a host; at more, they are the same
 // byte counts (and hierSmall's end) unmeasured.
+var _ [hierSplitBytes - hierPipeBytes]struct{}
+
 func (c *tcpComm) useHierSplit(count int) bool {
 	switch {
 	case c.peers == nil:

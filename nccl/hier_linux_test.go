@@ -191,7 +191,7 @@ func TestHierAdd(t *testing.T) {
 			testHostID = func(rank int) string { return hosts[rank] }
 			t.Cleanup(func() { testHostID = nil })
 			n := len(hosts)
-			sizes := []int{hierAddBytes/4 + 1, hierAddBytes/4 + 2*landElems + 7, hierSplitBytes/4 - 1}
+			sizes := []int{hierAddBytes/4 + 1, hierAddBytes/4 + 2*landElems + 7, hierPipeBytes/4 - 1}
 			var bits sameBits
 			err := tcpWorld(BackendAuto)(t, n, func(c Comm) error {
 				tc := c.(*tcpComm)
@@ -224,16 +224,17 @@ func TestHierAdd(t *testing.T) {
 	}
 }
 
-// Two pretend hosts of two and three ranks where the hosts decide apart
-// (a set of slots holds 2 or 3 x slotElems): the host of three takes
-// hierAdd where the host of two broadcasts, and their first ranks still
-// meet, every rank with the bits of the host-order sum.
+// Two pretend hosts of two and three ranks, whose sets of slots hold 2
+// and 3 x slotElems: hierAdd would end at a different size on each, but
+// both pipeline from hierPipeBytes, the end of the smaller set. On either
+// side of it their first ranks meet, every rank with the bits of the
+// host-order sum.
 func TestHierAddUnequalHosts(t *testing.T) {
 	hosts := []string{"a", "a", "b", "b", "b"}
 	testHostID = func(rank int) string { return hosts[rank] }
 	t.Cleanup(func() { testHostID = nil })
 	n := len(hosts)
-	sizes := []int{2*slotElems + 1, 3*slotElems - 1, 3 * slotElems}
+	sizes := []int{hierPipeBytes/4 - 1, hierPipeBytes / 4, 3*slotElems - 1, 3 * slotElems}
 	var bits sameBits
 	err := tcpWorld(BackendAuto)(t, n, func(c Comm) error {
 		for i, size := range sizes {
@@ -291,7 +292,7 @@ func TestHierSplit(t *testing.T) {
 				// slot's chunk and one more, and nothing landed (hierAdd).
 				split := hierRootBytes/4 + 5
 				if tc.hosts == 2 {
-					split = hierPipeBytes/4 + 5
+					split = hierSplitBytes/4 + 5
 				}
 				seq := rankData(15999, c.Rank(), split)
 				if err := tc.hierSplit(seq, Sum); err != nil {
