@@ -304,10 +304,11 @@ func (c *tcpComm) pairLand(buf, dst []float32, hdr []byte, landed func(k int)) e
 }
 
 // hierAddBytes is the smallest buffer that a group over two hosts
-// all-reduces by hierAdd (up to one set of the host's slots: 1 MiB with 2
-// ranks a host). Measured between 2 hosts of 2 ranks (2 cores, best of 3,
+// all-reduces by hierAdd (below hierPipeBytes, within one set of the
+// host's slots). Measured between 2 hosts of 2 ranks (2 cores, best of 3,
 // alternated with hierSmall and hierAllReduce): 0.7-1.0x their bus
-// bandwidth at 16 and 64 KiB, 1.15-1.3x at 256 KiB, 1.1-1.25x at 1 MiB.
+// bandwidth at 16 and 64 KiB, 1.15-1.3x at 256 KiB, 1.1-1.25x at 1 MiB
+// (which now pipelines, hierPipeBytes).
 // Below it the broadcast's phase costs less than the first ranks landing
 // the other host's sum while the others wait.
 const hierAddBytes = 256 << 10
