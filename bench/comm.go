@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -37,7 +38,7 @@ type CommOptions struct {
 	Min, Max int64
 	Backend  string // nccl.BackendAuto or nccl.BackendTCP
 	MPI      bool   // time Open MPI's MPI_Allreduce beside (bench/mpi)
-	Repeat   int    // rounds, alternating sides; each size keeps its best time
+	Repeat   int    // rounds, alternating sides; each size keeps its best and median time
 	Program  string
 	Args     []string
 	// Warn gets a line when the Open MPI peer cannot run (nil: discarded).
@@ -65,6 +66,16 @@ type CommRow struct {
 	MPITCPS      float64 `json:"mpi_tcp_s,omitempty"`
 	MPITCPBusBW  float64 `json:"mpi_tcp_busbw_gbs,omitempty"`
 	RatioTCP     float64 `json:"ratio_vs_mpi_tcp,omitempty"`
+	// The medians of each side's times over the rounds, and their ratios.
+	// The times above are the best: where whole runs of many ranks on few
+	// cores come out fast or slow (the scheduler's state, not the
+	// collective's), the best of a few runs is a tail and the median the
+	// typical run, as noisy machines need both.
+	HpcrunMedianS  float64 `json:"hpcrun_median_s"`
+	MPIShmMedianS  float64 `json:"mpi_shm_median_s,omitempty"`
+	RatioShmMedian float64 `json:"ratio_vs_mpi_shm_median,omitempty"`
+	MPITCPMedianS  float64 `json:"mpi_tcp_median_s,omitempty"`
+	RatioTCPMedian float64 `json:"ratio_vs_mpi_tcp_median,omitempty"`
 }
 
 // CommReport is hpcrun bench comm's result (its --json).
@@ -73,6 +84,7 @@ type CommReport struct {
 	Nodes   int       `json:"nodes"`
 	Backend string    `json:"backend"`
 	Peer    string    `json:"peer"`
+	Repeat  int       `json:"repeat"` // runs a side that the rows' best and median are of
 	Rows    []CommRow `json:"rows"`
 	// SkewS is the fixed part of what a collective adds after the same
 	// work on every rank (timeSkew): the wait for the slowest, on top of
@@ -129,12 +141,9 @@ func Comm(ctx context.Context, o CommOptions) (CommReport, error) {
 	if warn == nil {
 		warn = io.Discard
 	}
-	rep := CommReport{Nproc: o.N, Nodes: max(o.Nodes, 1), Backend: o.Backend, Peer: "none", srun: o.Nodes > 0}
+	rep := CommReport{Nproc: o.N, Nodes: max(o.Nodes, 1), Backend: o.Backend, Peer: "none", Repeat: o.Repeat, srun: o.Nodes > 0}
 	mpi := o.MPI
-	var ours, shm, tcp map[int64]float64
-	// The skew is noise: each repeat's is kept, and the median taken, not
-	// the least.
-	var skews, fracs []float64
+	var ours, shm, tcp runTimes
 	for range o.Repeat {
 		var t map[int64]float64
 		var err error
@@ -146,8 +155,7 @@ func Comm(ctx context.Context, o CommOptions) (CommReport, error) {
 		if err != nil {
 			return rep, err
 		}
-		ours = best(ours, t)
-		skews, fracs = append(skews, t[skewKey]), append(fracs, t[skewFracKey])
+		ours = ours.add(t)
 		if mpi && o.Nodes > 0 {
 			// Across nodes Open MPI picks its transport per pair: shared
 			// memory within a node, TCP between; one column, "tcp".
@@ -157,7 +165,7 @@ func Comm(ctx context.Context, o CommOptions) (CommReport, error) {
 				mpi = false
 				continue
 			}
-			tcp = best(tcp, t)
+			tcp = tcp.add(t)
 			rep.Peer = "Open MPI MPI_Allreduce launched by mpirun in the same allocation (btl vader within a node, tcp between)"
 		} else if mpi {
 			s, err := runMPI(ctx, o.N, o.Min, o.Max, "self,vader")
@@ -170,28 +178,34 @@ func Comm(ctx context.Context, o CommOptions) (CommReport, error) {
 				mpi = false
 				continue
 			}
-			shm, tcp = best(shm, s), best(tcp, t)
+			shm, tcp = shm.add(s), tcp.add(t)
 			rep.Peer = "Open MPI MPI_Allreduce (btl vader = shared memory; btl tcp)"
 		}
 	}
-	if len(skews) > 0 {
-		rep.SkewS, rep.SkewFrac = median(skews), median(fracs)
-	}
+	// The skew is noise: the median of the rounds', not the least.
+	rep.SkewS, rep.SkewFrac = ours.median(skewKey), ours.median(skewFracKey)
 	rep.Rows = commRows(o.N, CommSizes(o.Min, o.Max), ours, shm, tcp)
 	return rep, nil
 }
 
-// commRows sets the best times of each side beside hpcrun's, size by size.
-func commRows(n int, sizes []int64, ours, shm, tcp map[int64]float64) []CommRow {
+// commRows sets the best and median times of each side beside hpcrun's,
+// size by size.
+func commRows(n int, sizes []int64, ours, shm, tcp runTimes) []CommRow {
 	var rows []CommRow
 	for _, b := range sizes {
-		r := CommRow{Bytes: b, HpcrunS: ours[b], HpcrunBusBW: BusBandwidth(n, b, ours[b]), ColdS: ours[coldKey(coldAllReduce, b)],
-			GatherColdS: ours[coldKey(coldAllGather, b)], ScatterColdS: ours[coldKey(coldReduceScatter, b)]}
-		if s, ok := shm[b]; ok {
-			r.MPIShmS, r.MPIShmBusBW, r.RatioShm = s, BusBandwidth(n, b, s), s/ours[b]
+		best, med := ours.best(b), ours.median(b)
+		r := CommRow{Bytes: b, HpcrunS: best, HpcrunBusBW: BusBandwidth(n, b, best), HpcrunMedianS: med,
+			ColdS: ours.best(coldKey(coldAllReduce, b)), GatherColdS: ours.best(coldKey(coldAllGather, b)),
+			ScatterColdS: ours.best(coldKey(coldReduceScatter, b))}
+		if s := shm.best(b); s > 0 {
+			r.MPIShmS, r.MPIShmBusBW, r.RatioShm = s, BusBandwidth(n, b, s), s/best
+			r.MPIShmMedianS = shm.median(b)
+			r.RatioShmMedian = r.MPIShmMedianS / med
 		}
-		if s, ok := tcp[b]; ok {
-			r.MPITCPS, r.MPITCPBusBW, r.RatioTCP = s, BusBandwidth(n, b, s), s/ours[b]
+		if s := tcp.best(b); s > 0 {
+			r.MPITCPS, r.MPITCPBusBW, r.RatioTCP = s, BusBandwidth(n, b, s), s/best
+			r.MPITCPMedianS = tcp.median(b)
+			r.RatioTCPMedian = r.MPITCPMedianS / med
 		}
 		rows = append(rows, r)
 	}
@@ -206,7 +220,12 @@ func (rep CommReport) WriteText(out io.Writer) error {
 		where = fmt.Sprintf("over %d nodes", rep.Nodes)
 	}
 	fmt.Fprintf(out, "all-reduce float32 sum, %d ranks %s, hpcrun backend %s; bus bandwidth GB/s = 2(n-1)/n*bytes/time\n", rep.Nproc, where, rep.Backend)
-	fmt.Fprintln(w, "size\thpcrun\tmpi-shm\tratio\tmpi-tcp\tratio\t")
+	runs := "runs"
+	if rep.Repeat == 1 {
+		runs = "run"
+	}
+	fmt.Fprintf(out, "best of %d %s a side; ratio: Open MPI's time over hpcrun's, best against best; median: the same of the runs' medians\n", rep.Repeat, runs)
+	fmt.Fprintln(w, "size\thpcrun\tmpi-shm\tratio\tmedian\tmpi-tcp\tratio\tmedian\t")
 	f := func(v float64) string {
 		if v == 0 {
 			return "-"
@@ -214,22 +233,41 @@ func (rep CommReport) WriteText(out io.Writer) error {
 		return fmt.Sprintf("%.3f", v)
 	}
 	for _, r := range rep.Rows {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t\n", units.Size(r.Bytes), f(r.HpcrunBusBW), f(r.MPIShmBusBW), f(r.RatioShm), f(r.MPITCPBusBW), f(r.RatioTCP))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", units.Size(r.Bytes), f(r.HpcrunBusBW),
+			f(r.MPIShmBusBW), f(r.RatioShm), f(r.RatioShmMedian), f(r.MPITCPBusBW), f(r.RatioTCP), f(r.RatioTCPMedian))
 	}
 	return w.Flush()
 }
 
-// best keeps each size's smallest time.
-func best(acc, m map[int64]float64) map[int64]float64 {
-	if acc == nil {
-		acc = map[int64]float64{}
+// runTimes is one side's times of every round, by key (a size's bytes,
+// or a key of parseTimes' other lines).
+type runTimes map[int64][]float64
+
+// add appends one round's times.
+func (t runTimes) add(m map[int64]float64) runTimes {
+	if t == nil {
+		t = runTimes{}
 	}
-	for b, s := range m {
-		if old, ok := acc[b]; !ok || s < old {
-			acc[b] = s
-		}
+	for k, s := range m {
+		t[k] = append(t[k], s)
 	}
-	return acc
+	return t
+}
+
+// best is key's smallest time, 0 if never timed.
+func (t runTimes) best(k int64) float64 {
+	if len(t[k]) == 0 {
+		return 0
+	}
+	return slices.Min(t[k])
+}
+
+// median is key's median time, 0 if never timed.
+func (t runTimes) median(k int64) float64 {
+	if len(t[k]) == 0 {
+		return 0
+	}
+	return median(t[k])
 }
 
 // CommWorker is one rank of the benchmark, told its place by spec (the

@@ -36,10 +36,14 @@ func TestCommSizesAndIters(t *testing.T) {
 }
 
 // TestCommRows checks the bus bandwidth 2(n-1)/n*bytes/time, each size's
-// best time over the rounds, and the ratios Open MPI's time over hpcrun's.
+// best and median time over the rounds, and the ratios Open MPI's time
+// over hpcrun's, best against best and median against median.
 func TestCommRows(t *testing.T) {
-	ours := best(best(nil, map[int64]float64{1000: 2e-6, 4000: 4e-6}), map[int64]float64{1000: 1e-6, 4000: 5e-6})
-	shm := map[int64]float64{1000: 2e-6}
+	var ours, shm runTimes
+	for _, r := range []map[int64]float64{{1000: 2e-6, 4000: 4e-6}, {1000: 1e-6, 4000: 5e-6}, {1000: 8e-6}} {
+		ours = ours.add(r)
+	}
+	shm = shm.add(map[int64]float64{1000: 2e-6}).add(map[int64]float64{1000: 5e-6}).add(map[int64]float64{1000: 3e-6})
 	rows := commRows(4, []int64{1000, 4000}, ours, shm, nil)
 	if len(rows) != 2 {
 		t.Fatalf("rows = %+v", rows)
@@ -48,17 +52,23 @@ func TestCommRows(t *testing.T) {
 	if r.HpcrunS != 1e-6 || math.Abs(r.HpcrunBusBW-1.5) > 1e-9 || r.RatioShm != 2 || math.Abs(r.MPIShmBusBW-0.75) > 1e-9 {
 		t.Errorf("1000 B: %+v; want the best time 1e-6 s, 1.5 GB/s, shm 0.75 GB/s and ratio 2", r)
 	}
-	if r := rows[1]; r.HpcrunS != 4e-6 || r.MPIShmS != 0 || r.RatioShm != 0 || r.RatioTCP != 0 {
-		t.Errorf("4000 B: %+v; want hpcrun's best and no peer", r)
+	if r.HpcrunMedianS != 2e-6 || r.MPIShmMedianS != 3e-6 || math.Abs(r.RatioShmMedian-1.5) > 1e-9 {
+		t.Errorf("1000 B: %+v; want the medians 2e-6 and 3e-6 s, ratio 1.5", r)
+	}
+	if r := rows[1]; r.HpcrunS != 4e-6 || r.HpcrunMedianS != 4.5e-6 || r.MPIShmS != 0 || r.RatioShm != 0 || r.RatioShmMedian != 0 || r.RatioTCP != 0 {
+		t.Errorf("4000 B: %+v; want hpcrun's best, the median of two, and no peer", r)
 	}
 	if BusBandwidth(4, 1000, 0) != 0 {
 		t.Error("a size never timed has a bandwidth")
 	}
+	if ours.best(77) != 0 || ours.median(77) != 0 {
+		t.Error("a key never timed has a time")
+	}
 }
 
 func TestCommReportText(t *testing.T) {
-	rep := CommReport{Nproc: 2, Nodes: 1, Backend: "auto", Rows: []CommRow{
-		{Bytes: 4 << 10, HpcrunBusBW: 1.25, MPIShmBusBW: 1, RatioShm: 0.8},
+	rep := CommReport{Nproc: 2, Nodes: 1, Backend: "auto", Repeat: 3, Rows: []CommRow{
+		{Bytes: 4 << 10, HpcrunBusBW: 1.25, MPIShmBusBW: 1, RatioShm: 0.8, RatioShmMedian: 1.1},
 		{Bytes: 1 << 20, HpcrunBusBW: 2},
 	}}
 	var b bytes.Buffer
@@ -66,9 +76,10 @@ func TestCommReportText(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "all-reduce float32 sum, 2 ranks on this host, hpcrun backend auto; bus bandwidth GB/s = 2(n-1)/n*bytes/time\n" +
-		"  size  hpcrun  mpi-shm  ratio  mpi-tcp  ratio\n" +
-		"  4KiB   1.250    1.000  0.800        -      -\n" +
-		"  1MiB   2.000        -      -        -      -\n"
+		"best of 3 runs a side; ratio: Open MPI's time over hpcrun's, best against best; median: the same of the runs' medians\n" +
+		"  size  hpcrun  mpi-shm  ratio  median  mpi-tcp  ratio  median\n" +
+		"  4KiB   1.250    1.000  0.800   1.100        -      -       -\n" +
+		"  1MiB   2.000        -      -       -        -      -       -\n"
 	if b.String() != want {
 		t.Errorf("table:\n%s\nwant:\n%s", b.String(), want)
 	}
@@ -133,7 +144,7 @@ func TestCommFit(t *testing.T) {
 		{CommReport{Nproc: 2, Nodes: 2, Backend: "auto", srun: true}, plan.PathNet},
 		{CommReport{Nproc: 2, Nodes: 1, Backend: "auto", srun: true}, plan.PathShm}, // srun on one node
 	} {
-		tt.rep.Rows, tt.rep.SkewS, tt.rep.SkewFrac = commRows(2, sizes, times, nil, nil), 80e-6, 0.03
+		tt.rep.Rows, tt.rep.SkewS, tt.rep.SkewFrac = commRows(2, sizes, runTimes(nil).add(times), nil, nil), 80e-6, 0.03
 		f, err := tt.rep.Fit()
 		if err != nil || f.Path != tt.path || math.Abs(f.LatencyS-30e-6) > 1e-9 || math.Abs(f.BusGBs-2) > 1e-6 || f.SkewS != 80e-6 || f.SkewFrac != 0.03 {
 			t.Errorf("%+v: fit %+v, %v; want %s, 30 µs, 2 GB/s", tt.rep, f, err, tt.path)
@@ -157,7 +168,7 @@ func TestCommFit(t *testing.T) {
 		cold[coldKey(coldAllGather, b)] = 30e-6 + float64(b)/2/1e9
 		cold[coldKey(coldReduceScatter, b)] = 30e-6 + float64(b)/2/0.5e9
 	}
-	rep := CommReport{Nproc: 2, Nodes: 1, Backend: "auto", Rows: commRows(2, sizes, cold, nil, nil)}
+	rep := CommReport{Nproc: 2, Nodes: 1, Backend: "auto", Rows: commRows(2, sizes, runTimes(nil).add(cold), nil, nil)}
 	f, err := rep.Fit()
 	if err != nil || rep.Rows[0].ColdS != 3*times[sizes[0]] || math.Abs(f.LatencyS-30e-6) > 1e-9 || math.Abs(f.BusGBs-2.0/3) > 1e-6 {
 		t.Errorf("cold times fitted as %+v, %v; want 30 µs, 0.67 GB/s", f, err)

@@ -36,7 +36,7 @@ func benchCommCommand() *cli.Command {
 			&cli.StringFlag{Name: "max", Value: "64MiB", Usage: "largest buffer `SIZE`"},
 			&cli.StringFlag{Name: "backend", Value: nccl.BackendAuto, Usage: "hpcrun backend: auto (TCP ring + shared memory) or tcp"},
 			&cli.BoolFlag{Name: "no-mpi", Usage: "skip the Open MPI peer"},
-			&cli.IntFlag{Name: "repeat", Value: 2, Usage: "run each side `N` times, alternating, and keep each size's best time (the machine may be shared)"},
+			&cli.IntFlag{Name: "repeat", Value: 2, Usage: "run each side `N` times, alternating, and show each size's best and median time (the machine may be shared)"},
 			&cli.IntFlag{Name: "nodes", Usage: "spread the ranks over `N` nodes of a Slurm allocation (0: this machine)"},
 		},
 		Action: func(c *cli.Context) error {
