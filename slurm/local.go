@@ -112,15 +112,24 @@ func (*Local) Queue(context.Context, bool) ([]JobInfo, error) { return nil, nil 
 // Status reads <run dir>/.local/state and checks that the supervisor lives.
 func (*Local) Status(_ context.Context, ref JobRef) (JobInfo, error) {
 	j := JobInfo{ID: ref.ID, Nodes: 1, Source: "local"}
-	st, err := readLocalState(filepath.Join(rundir.Dir(ref.RunDir).Local(), "state"))
+	statePath := filepath.Join(rundir.Dir(ref.RunDir).Local(), "state")
+	st, err := readLocalState(statePath)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return j, err
+	}
+	alive := pidAlive(ref.ID, st != nil)
+	if !alive {
+		// The supervisor records its end before it exits, so the state
+		// read after its death is final; the one read before may predate
+		// its end.
+		if st, err = readLocalState(statePath); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return j, err
+		}
 	}
 	if host := shortHost(); st["host"] != "" && st["host"] != host {
 		return j, fmt.Errorf("run %s was started by the local executor on %s; its state can only be read there (this is %s)",
 			filepath.Base(ref.RunDir), st["host"], host)
 	}
-	alive := pidAlive(ref.ID, st != nil)
 	if !alive && (st == nil || State(st["state"]) == Running) && fileExists(filepath.Join(rundir.Dir(ref.RunDir).Local(), "cancel")) {
 		// Cancelled before the supervisor could record it.
 		j.State, j.NodeList = Cancelled, st["host"]
@@ -142,7 +151,7 @@ func (*Local) Status(_ context.Context, ref JobRef) (JobInfo, error) {
 	if j.State == Running {
 		if !alive {
 			j.State, j.Reason = Failed, "the local job's supervisor died"
-			fi, err := os.Stat(filepath.Join(rundir.Dir(ref.RunDir).Local(), "state"))
+			fi, err := os.Stat(statePath)
 			if err == nil {
 				end = fi.ModTime().Unix()
 			}

@@ -89,6 +89,29 @@ func TestLocalTasksSeeSrunVariables(t *testing.T) {
 	}
 }
 
+// TestLocalJobThatEndsIsNeverSeenDying polls jobs that end at once as
+// fast as it can: a poll that read the state before the supervisor
+// recorded the end, and saw the supervisor gone after, must not call the
+// job failed.
+func TestLocalJobThatEndsIsNeverSeenDying(t *testing.T) {
+	l := &Local{}
+	for i := 0; i < 60; i++ {
+		ref, _ := localJob(t, 1, `true`)
+		for {
+			j, err := l.Status(context.Background(), ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.State.Done() {
+				if j.State != Completed {
+					t.Fatalf("job %d: %+v, want COMPLETED", i, j)
+				}
+				break
+			}
+		}
+	}
+}
+
 func itoa(i int) string { return string(rune('0' + i)) }
 
 func TestLocalFailingTaskFailsJob(t *testing.T) {

@@ -34,7 +34,15 @@ func (r Run) Status(ctx context.Context) (JobInfo, error) {
 		return *r.Meta.Final, nil
 	}
 	if r.Meta.Executor == "run" {
-		return foregroundStatus(r, Host()), nil
+		j := foregroundStatus(r, Host())
+		if j.State == Failed {
+			// The launcher records its end before it exits; r's meta may
+			// have been read before that.
+			if m, err := ReadMeta(r.Dir); err == nil && m.Final != nil {
+				return *m.Final, nil
+			}
+		}
+		return j, nil
 	}
 	if r.Meta.JobID == "" {
 		return JobInfo{State: NotSubmitted, Reason: r.Meta.SubmitError}, nil

@@ -105,4 +105,13 @@ func TestForegroundStatus(t *testing.T) {
 	if j, err := r.Status(context.Background()); err != nil || j.State != Running {
 		t.Errorf("this process as a launcher on this machine: %+v, %v", j, err)
 	}
+
+	// A launcher that ended after its meta was read left its final state
+	// on disk: that is the answer, not "died".
+	final := JobInfo{ID: deadPid, State: Completed, Source: "run"}
+	r = newRun(t, t.TempDir(), time.Now(), Meta{Executor: "run", JobID: deadPid, Host: Host(), Final: &final})
+	r.Meta.Final = nil
+	if j, err := r.Status(context.Background()); err != nil || j != final {
+		t.Errorf("launcher that ended after its meta was read: %+v, %v; want %+v", j, err, final)
+	}
 }
