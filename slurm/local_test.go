@@ -97,7 +97,10 @@ func TestLocalJobThatEndsIsNeverSeenDying(t *testing.T) {
 	l := &Local{}
 	for i := 0; i < 60; i++ {
 		ref, _ := localJob(t, 1, `true`)
-		for {
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			if time.Now().After(deadline) {
+				t.Fatalf("job %d did not end in 20 s", i)
+			}
 			j, err := l.Status(context.Background(), ref)
 			if err != nil {
 				t.Fatal(err)
