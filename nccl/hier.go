@@ -372,11 +372,14 @@ const hierSplitBytes = 2 << 20
 // useHierSplit says whether a group spread over hosts all-reduces count
 // elements by hierSplit: where it has peers, between two hosts from
 // hierSplitBytes on, and between three from the end of hierSmall's range
-// to starNetBytes, where the first ranks would go through a star. Between
-// 3 hosts of 2 ranks (2-19 runs) it had a median of 0.41 GB/s (best 0.87)
-// against 0.40 (0.49) at 1 MiB, and a median ratio to Open MPI in the same
-// run of 1.26 against 1.05; at 4, 16 and 64 MiB it was slower than
-// the first ranks' ring (0.43, 0.47 and 0.49 against 0.46, 0.53 and 0.63).
+// on. Between 3 hosts of 2 ranks (2-19 runs) it had a median of 0.41 GB/s
+// (best 0.87) against the first ranks' 0.40 (0.49) at 1 MiB, and a median
+// ratio to Open MPI in the same run of 1.26 against 1.05. With its peers
+// through a star it was slower than the first ranks' ring at 4, 16 and
+// 64 MiB (0.43, 0.47 and 0.49 against 0.46, 0.53 and 0.63); with the
+// peers' scatter (below starNetBytes a peer's part, the ring above) it
+// took 0.62-0.72, 0.56-0.69 and 0.68-0.72 against the ring's 0.37,
+// 0.41-0.52 and 0.46-0.55 (2 runs each, alternated).
 //
 // The ranges were measured at 2 ranks a host; at more, they are the same
 // byte counts (and hierSmall's end) unmeasured.
@@ -389,7 +392,7 @@ func (c *tcpComm) useHierSplit(count int) bool {
 	case c.hosts == 2:
 		return 4*count >= hierSplitBytes
 	case c.hosts == 3:
-		return !c.useHierSmall(count) && 4*count < starNetBytes
+		return !c.useHierSmall(count)
 	}
 	return false
 }

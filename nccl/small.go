@@ -22,7 +22,8 @@ import (
 //     n buffers in rank order: one message time instead of the ring's
 //     2(n-1) dependent steps, for n-1 times the buffer sent instead of
 //     2(n-1)/n times. A group of 3 goes through one rank instead (star,
-//     below 4 MiB): two message times, but 4 messages instead of 6. A
+//     below 4 MiB): two message times, but 4 messages instead of 6; from
+//     256 KiB each of the 3 folds a third (scatter, scatter.go). A
 //     group of 2 adds what it reads to its buffer in place (pairSpans).
 //   - A group spread over hosts with several ranks on a host
 //     (hierarchical): the host's ranks reduce to their first rank in one

@@ -162,9 +162,9 @@ func TestHierSmallHelped(t *testing.T) {
 	}
 }
 
-// A host whose ranks call a larger all-reduce than the others runs the
-// first ranks' ring while they run the helped star: the third host's first
-// rank sees the ring's header where the helped star sends nothing, and
+// A host whose ranks call a larger all-reduce than the others runs
+// hierSplit while they run the helped star: the third host's first rank
+// sees the scatter's header where the helped star sends nothing, and
 // every rank fails with the mismatch after the grace (a quarter of the
 // timeout), not the timeout.
 func TestHierSmallHelpedMismatch(t *testing.T) {

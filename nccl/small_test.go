@@ -58,8 +58,8 @@ func testSmallPaths(t *testing.T, run world, n int, sizes []int, exact func(coun
 
 // Between hosts (here the TCP backend on one host): below smallNetBytes
 // (pairNetBytes for 2 ranks) the ranks exchange their buffers directly
-// (below starNetBytes, 3 ranks through rank 0) and fold them in rank
-// order, from it the ring runs.
+// (3 ranks: through rank 0 below scatterBytes, by thirds from it to
+// starNetBytes) and fold them in rank order, from it the ring runs.
 func TestTCPExchangeAllReduce(t *testing.T) {
 	for _, n := range []int{2, 3, 5} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
@@ -78,7 +78,12 @@ func TestTCPExchangeAllReduce(t *testing.T) {
 				links := len(c.links)
 				c.linkMu.Unlock()
 				want := 2 * (n - 2) // all but the ring's two
-				if n == 3 {
+				switch {
+				case n == 3 && 4*count >= scatterBytes:
+					// Scatter (links of the star's before it): every
+					// rank to its ring predecessor and from its successor.
+					want = 2
+				case n == 3:
 					// The star: rank 0 to rank 2 and from rank 1,
 					// the others to rank 0 or from it.
 					want = map[bool]int{true: 2, false: 1}[c.rank == 0]
@@ -89,7 +94,11 @@ func TestTCPExchangeAllReduce(t *testing.T) {
 				return nil
 			}
 			exact := func(count int) bool { return 4*count < limit }
-			testSmallPaths(t, tcpWorld(BackendTCP), n, edgeSizes(n, limit), exact, check)
+			sizes := edgeSizes(n, limit)
+			if n == 3 { // the star's range, then scatter's
+				sizes = edgeSizes(n, scatterBytes, limit)
+			}
+			testSmallPaths(t, tcpWorld(BackendTCP), n, sizes, exact, check)
 		})
 	}
 }

@@ -703,6 +703,8 @@ func (c *tcpComm) AllReduce(buf []float32, op Op) error {
 		return c.hierPipelined(buf, op, hierChunkElems)
 	case c.local != nil:
 		return c.hierAllReduce(buf, op)
+	case c.useScatter(len(buf)):
+		return c.scatter(buf, op, header('R', op, len(buf)))
 	case c.useStar(len(buf)):
 		return c.star(buf, op, header('R', op, len(buf)))
 	case c.n == 2 && c.useExchange(len(buf)):
