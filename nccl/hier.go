@@ -279,8 +279,7 @@ func (c *tcpComm) pairLand(buf, dst []float32, hdr []byte, landed func(k int)) e
 	if 16+4*len(buf) <= c.inlineBytes() {
 		err = write()
 	} else {
-		sent = make(chan error, 1)
-		go func() { sent <- write() }()
+		sent = writeAside(write)
 	}
 	got := make([]byte, 16)
 	if err == nil {

@@ -1,9 +1,6 @@
 package nccl
 
-import (
-	"net"
-	"runtime"
-)
+import "net"
 
 // scatterBytes is the smallest buffer that a group of 3 without shared
 // memory all-reduces by scatter instead of the star (below starNetBytes).
@@ -54,29 +51,19 @@ func (c *tcpComm) scatter(buf []float32, op Op, hdr []byte) error {
 		lo, hi := segment(len(buf), n, p)
 		return []span{{lo, hi}}
 	}
-	// sendAll writes to every other rank the spans part gives for it, on
-	// a goroutine: a third is larger than the sockets hold, and each rank
-	// reads while it writes. The writer runs first (Gosched): with one
-	// thread a rank (the launcher's GOMAXPROCS when ranks outnumber
-	// cores) it would otherwise wait until this goroutine, spinning on a
-	// read (readSpins) for a message that the peers' writers have not
-	// begun either, parks in the poller. Between 3 hosts of 2 ranks at
-	// 1 MiB (2 cores, 5 runs each, alternated) the median bus bandwidth
-	// was 0.81 GB/s with it, 0.17 without, against the star's 0.47.
+	// sendAll writes to every other rank the spans part gives for it,
+	// aside (writeAside): a third is larger than the sockets hold, and
+	// each rank reads while it writes.
 	sendAll := func(part func(p int) []span) chan error {
-		sent := make(chan error, 1)
-		go func() {
+		return writeAside(func() error {
 			for i := 1; i < n; i++ {
 				p := (me + i) % n
 				if err := c.writeSpans(out[p], p, buf, part(p), hdr); err != nil {
-					sent <- err
-					return
+					return err
 				}
 			}
-			sent <- nil
-		}()
-		runtime.Gosched()
-		return sent
+			return nil
+		})
 	}
 	wait := func(sent chan error, err error) error {
 		if serr := <-sent; err == nil {

@@ -139,8 +139,7 @@ func (c *tcpComm) exchange(buf []float32, op Op, hdr []byte) error {
 	if 16+4*m <= c.inlineBytes() {
 		err = sendAll()
 	} else {
-		sent = make(chan error, 1)
-		go func() { sent <- sendAll() }()
+		sent = writeAside(sendAll)
 	}
 	got := make([]byte, 16)
 	for i := 1; i < n && err == nil; i++ {
@@ -715,8 +714,7 @@ func (c *tcpComm) pairSpans(buf []float32, sp []span, op Op, hdr []byte) error {
 	if 16+4*m <= c.inlineBytes() {
 		err = write()
 	} else {
-		sent = make(chan error, 1)
-		go func() { sent <- write() }()
+		sent = writeAside(write)
 	}
 	msg := c.buffer(4 + m) // the header, then the peer's spans
 	tmp := msg[4:]
