@@ -26,10 +26,11 @@
 //     the first ranks land the other host's sum in shared memory and every
 //     rank adds it instead of the broadcast, and from 2 MiB on, the buffer
 //     goes in chunks that go through the three stages at once (hier.go).
-//     Where every host holds equally many ranks, from 1 MiB between two
-//     hosts and from 512 KiB to 4 MiB between three (at 2 ranks a host),
-//     every rank all-reduces its own reduced segment with the ranks at its
-//     place on the other hosts instead (hierSplit, hier.go).
+//     Where every host holds equally many ranks, from 2 MiB between two
+//     hosts and from 512 KiB between three (at 2 ranks a host), every rank
+//     all-reduces its own reduced segment with the ranks at its place on
+//     the other hosts instead (hierSplit, hier.go); a group of 3 does so
+//     by thirds from 256 KiB (scatter.go).
 //   - NCCL (BackendNCCL): libnccl.so.2 loaded at run time; the communicator is
 //     a DeviceComm whose Device methods take GPU pointers and a stream. Each
 //     rank's device (Options.Device) is made current through the CUDA

@@ -196,8 +196,9 @@ func (c *tcpComm) hierPipelined(buf []float32, op Op, chunk int) error {
 }
 
 // leadersReduce all-reduces one chunk of k between the hosts' first ranks:
-// between two, by pairSpans; between three, by starSpans where the whole
-// buffer takes the star; otherwise the ring over the chunk's spans, host
+// between two, by pairSpans; between three, by starSpans below
+// starNetBytes (the star's bits, which scatter's are too); otherwise the
+// ring over the chunk's spans, host
 // i's span as segment i. A buffer in one chunk goes as the whole buffer
 // would (leaders.AllReduce).
 func (c *tcpComm) leadersReduce(buf []float32, sp []span, k int, op Op) error {
@@ -339,7 +340,9 @@ func (c *tcpComm) useHierAdd(count int) bool {
 // and the pipeline's first rank sends all of it. The bits are theirs:
 // each segment's host sum in rank order, then the host sums combined as
 // the first ranks combine them (a+b between two hosts; between three in
-// host order, through host i for the hosts' i-th ranks, starSpans).
+// host order: through host i for the hosts' i-th ranks, starSpans, or
+// from scatterBytes by thirds, scatter). At 2 ranks a host each whole
+// chunk hands the peers 256 KiB, scatterBytes (shm_linux.go).
 func (c *tcpComm) hierSplit(buf []float32, op Op) error {
 	inner := op
 	if op == Avg {
@@ -370,15 +373,16 @@ const hierSplitBytes = 2 << 20
 
 // useHierSplit says whether a group spread over hosts all-reduces count
 // elements by hierSplit: where it has peers, between two hosts from
-// hierSplitBytes on, and between three from the end of hierSmall's range
-// on. Between 3 hosts of 2 ranks (2-19 runs) it had a median of 0.41 GB/s
+// hierSplitBytes on, and between three from the end of hierSmall's range,
+// to starNetBytes where the peers' parts take the star, on where they take
+// scatter. Between 3 hosts of 2 ranks (2-19 runs) it had a median of 0.41 GB/s
 // (best 0.87) against the first ranks' 0.40 (0.49) at 1 MiB, and a median
 // ratio to Open MPI in the same run of 1.26 against 1.05. With its peers
 // through a star it was slower than the first ranks' ring at 4, 16 and
 // 64 MiB (0.43, 0.47 and 0.49 against 0.46, 0.53 and 0.63); with the
-// peers' scatter (below starNetBytes a peer's part, the ring above) it
-// took 0.62-0.72, 0.56-0.69 and 0.68-0.72 against the ring's 0.37,
-// 0.41-0.52 and 0.46-0.55 (2 runs each, alternated).
+// peers' parts by scatter (256 KiB a whole chunk's) it took 0.62-0.72,
+// 0.56-0.69 and 0.68-0.72 against the ring's 0.37, 0.41-0.52 and
+// 0.46-0.55 (2 runs each, alternated).
 //
 // The ranges were measured at 2 ranks a host; at more, they are the same
 // byte counts (and hierSmall's end) unmeasured.
@@ -391,7 +395,7 @@ func (c *tcpComm) useHierSplit(count int) bool {
 	case c.hosts == 2:
 		return 4*count >= hierSplitBytes
 	case c.hosts == 3:
-		return !c.useHierSmall(count)
+		return !c.useHierSmall(count) && (4*count < starNetBytes || splitPartBytes(c.local.n) >= scatterBytes)
 	}
 	return false
 }

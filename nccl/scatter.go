@@ -7,8 +7,9 @@ import "net"
 // Measured between 3 hosts of 1 rank (2 cores, 3 runs each, alternated,
 // bus bandwidth GB/s): 0.97-1.15 against the star's 0.47-0.84 at 256 KiB,
 // 0.49-0.68 against 0.46-0.65 at 1 MiB; between 3 hosts of 2 ranks, whose
-// peers (hierSplit) all-reduce half the buffer, 0.49-0.92 (median 0.86,
-// 12 runs) against 0.35-0.78 (median 0.47) at 1 MiB. From starNetBytes
+// peers (hierSplit) all-reduce half of each 512 KiB chunk (256 KiB
+// calls), 0.49-0.92 (median 0.86, 12 runs) against 0.35-0.78 (median
+// 0.47) at 1 MiB. From starNetBytes
 // on the ring takes over: scatter was even with it at 4-64 MiB between 3
 // hosts of 1 rank, and holds a scratch of the buffer's size.
 const scatterBytes = 256 << 10

@@ -41,6 +41,14 @@ const (
 	sets      = 3
 )
 
+// splitPartBytes is the most that hierSplit hands its peers in one call
+// at ranks ranks a host: a rank's segment of one chunk (allReduceOwn).
+func splitPartBytes(ranks int) int { return 4 * (slotElems / ranks) }
+
+// At 2 ranks a host a whole chunk's part is large enough for scatter
+// (useHierSplit's range between three hosts depends on it).
+var _ [4*(slotElems/2) - scatterBytes]struct{}
+
 // A chunk of the pipelined hierarchical all-reduce (at most
 // hierChunkElems plus one element per host, for up to 64 Ki hosts) fits a
 // slot.

@@ -36,3 +36,6 @@ func (g *shmGroup) holds(count int) bool                  { return false }
 func (g *shmGroup) landing(count int) ([]float32, uint64) { return nil, 0 }
 func (g *shmGroup) land(k uint64)                         {}
 func (g *shmGroup) awaitLanded(k uint64) (uint64, error)  { return 0, ErrClosed }
+
+// splitPartBytes: no shared memory, no hierSplit.
+func splitPartBytes(ranks int) int { return 0 }

@@ -54,7 +54,8 @@ const (
 	// 0.8x at 4 MiB. Between 3 hosts it had no such gain at 1 MiB.
 	pairNetBytes = 2 << 20
 	// starNetBytes replaces smallNetBytes for a group of 3, which goes
-	// through one rank instead of exchanging (star). Between 3 hosts
+	// through one rank instead of exchanging (star; from scatterBytes
+	// by thirds, scatter). Between 3 hosts
 	// (3 hosts of 2 ranks) the star had 1.6-1.9x the ring's bandwidth at
 	// 256 KiB, 1.05-1.2x at 512 KiB to 2 MiB, the same at 4 MiB.
 	starNetBytes = 4 << 20
@@ -184,7 +185,8 @@ func (c *tcpComm) pair(buf []float32, op Op) error {
 }
 
 // useStar says whether a group without shared memory all-reduces count
-// elements through one rank (c.starRoot).
+// elements through one rank (c.starRoot), where scatter does not
+// (AllReduce asks useScatter first; leadersReduce's chunks take it).
 func (c *tcpComm) useStar(count int) bool {
 	return c.n == 3 && 4*count < starNetBytes
 }
@@ -516,7 +518,7 @@ func (c *tcpComm) readSpinWatch(conn net.Conn, peer int, b, hdr []byte, watch *s
 }
 
 // star all-reduces buf through group rank c.starRoot, in a group of 3 below
-// starNetBytes, in place of the exchange and the ring: the other two send
+// scatterBytes, in place of the exchange and the ring: the other two send
 // it their buffers, it folds the three in rank order (the exchange's
 // bits) and sends the result back. Between 3 hosts (3 ranks, and 3 hosts of 2
 // ranks, whose first ranks take it; 2 cores) it took 0.6-0.75x the

@@ -90,8 +90,8 @@ func TestHierarchicalSmallAllReduce(t *testing.T) {
 // Three pretend hosts of equal ranks (2 and 3 a host): small buffers take
 // the helped star, whose bits are the star's (hierSmall without help), and
 // the root's host-mate sends the third host its result on a link; larger
-// ones, hierSplit, whose stars (one for each rank of a host) go through a
-// different host each.
+// ones, hierSplit, whose stars (one for each rank of a host, on parts
+// below scatterBytes) go through a different host each.
 func TestHierSmallHelped(t *testing.T) {
 	for _, hosts := range [][]string{{"a", "a", "b", "b", "c", "c"}, {"a", "a", "a", "b", "b", "b", "c", "c", "c"}} {
 		t.Run(strings.Join(hosts, ""), func(t *testing.T) {
@@ -163,8 +163,9 @@ func TestHierSmallHelped(t *testing.T) {
 }
 
 // A host whose ranks call a larger all-reduce than the others runs
-// hierSplit while they run the helped star: the third host's first rank
-// sees the scatter's header where the helped star sends nothing, and
+// hierSplit while they run the helped star: its first rank's scatter
+// sends the root and the third host's first rank a header where the
+// helped star expects the buffer or nothing, and
 // every rank fails with the mismatch after the grace (a quarter of the
 // timeout), not the timeout.
 func TestHierSmallHelpedMismatch(t *testing.T) {
