@@ -87,18 +87,7 @@ func (c *tcpComm) scatter(buf []float32, op Op, hdr []byte) error {
 	if err != nil {
 		return wait(sent, err)
 	}
-	res := buf[mine.lo:mine.hi]
-	srcs := make([][]float32, n)
-	for p := range n {
-		srcs[p] = all[p*w+4 : (p+1)*w]
-	}
-	if me == 0 {
-		srcs[0] = res
-	} else {
-		copy(srcs[me], res) // reduceSlots writes res, which may only be its first source
-	}
-	reduceSlots(res, srcs, op)
-	finish(res, op, n)
+	foldInRankOrder(buf[mine.lo:mine.hi], all, w, 4, me, op)
 	// The all-gather writes over the thirds sent above: they must be out.
 	if err = wait(sent, nil); err != nil {
 		return err

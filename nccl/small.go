@@ -648,23 +648,30 @@ func (c *tcpComm) starFold(buf []float32, sp []span, op Op, hdr []byte) error {
 			return err
 		}
 	}
-	srcs := make([][]float32, n)
 	off := 4
 	for _, s := range sp {
-		out := buf[s.lo:s.hi]
-		for p := range n {
-			srcs[p] = all[p*w+off : p*w+off+len(out)]
-		}
-		if me == 0 {
-			srcs[0] = out
-		} else {
-			copy(srcs[me], out) // reduceSlots writes out, which may only be its first source
-		}
-		reduceSlots(out, srcs, op)
-		finish(out, op, n)
-		off += len(out)
+		foldInRankOrder(buf[s.lo:s.hi], all, w, off, me, op)
+		off += s.hi - s.lo
 	}
 	return nil
+}
+
+// foldInRankOrder folds into out, this rank's (me) part, the same part of
+// every rank, rank p's at all[p*w+off:] (messages w apart, this rank's
+// slot free), in rank order (reduceSlots), and finishes op over them.
+func foldInRankOrder(out, all []float32, w, off, me int, op Op) {
+	n := len(all) / w
+	srcs := make([][]float32, n)
+	for p := range n {
+		srcs[p] = all[p*w+off : p*w+off+len(out)]
+	}
+	if me == 0 {
+		srcs[0] = out
+	} else {
+		copy(srcs[me], out) // reduceSlots writes out, which may only be its first source
+	}
+	reduceSlots(out, srcs, op)
+	finish(out, op, n)
 }
 
 // starCopyBytes bounds the result that the star's other ranks read with
