@@ -198,9 +198,8 @@ func (c *tcpComm) hierPipelined(buf []float32, op Op, chunk int) error {
 // leadersReduce all-reduces one chunk of k between the hosts' first ranks:
 // between two, by pairSpans; between three, by starSpans below
 // starNetBytes (the star's bits, which scatter's are too); otherwise the
-// ring over the chunk's spans, host
-// i's span as segment i. A buffer in one chunk goes as the whole buffer
-// would (leaders.AllReduce).
+// ring over the chunk's spans, host i's span as segment i. A buffer in
+// one chunk goes as the whole buffer would (leaders.AllReduce).
 func (c *tcpComm) leadersReduce(buf []float32, sp []span, k int, op Op) error {
 	l := c.leaders
 	if k == 1 {
@@ -375,8 +374,8 @@ const hierSplitBytes = 2 << 20
 // elements by hierSplit: where it has peers, between two hosts from
 // hierSplitBytes on, and between three from the end of hierSmall's range,
 // to starNetBytes where the peers' parts take the star, on where they take
-// scatter. Between 3 hosts of 2 ranks (2-19 runs) it had a median of 0.41 GB/s
-// (best 0.87) against the first ranks' 0.40 (0.49) at 1 MiB, and a median
+// scatter. Between 3 hosts of 2 ranks (2-19 runs) it had a median of
+// 0.41 GB/s (best 0.87) against the first ranks' 0.40 (0.49) at 1 MiB, and a median
 // ratio to Open MPI in the same run of 1.26 against 1.05. With its peers
 // through a star it was slower than the first ranks' ring at 4, 16 and
 // 64 MiB (0.43, 0.47 and 0.49 against 0.46, 0.53 and 0.63); with the

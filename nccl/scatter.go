@@ -9,9 +9,9 @@ import "net"
 // 0.49-0.68 against 0.46-0.65 at 1 MiB; between 3 hosts of 2 ranks, whose
 // peers (hierSplit) all-reduce half of each 512 KiB chunk (256 KiB
 // calls), 0.49-0.92 (median 0.86, 12 runs) against 0.35-0.78 (median
-// 0.47) at 1 MiB. From starNetBytes
-// on the ring takes over: scatter was even with it at 4-64 MiB between 3
-// hosts of 1 rank, and holds a scratch of the buffer's size.
+// 0.47) at 1 MiB. From starNetBytes on the ring takes over: scatter was
+// even with it at 4-64 MiB between 3 hosts of 1 rank, and holds a scratch
+// of the buffer's size.
 const scatterBytes = 256 << 10
 
 // useScatter says whether a group of 3 without shared memory all-reduces

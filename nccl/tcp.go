@@ -174,9 +174,9 @@ type tcpComm struct {
 	// starRoot is the group rank its star all-reduce goes through: 0,
 	// or in the peers of the hosts' i-th ranks, i modulo the hosts, so
 	// that hierSplit's stars (a chunk's parts below scatterBytes) do not
-	// all read and write on the first host. Between 3 hosts of 2 ranks (2 cores, 5 runs each,
-	// alternated): a median of 1.55x the bus bandwidth at 1 MiB, 1.2x
-	// at 4 MiB.
+	// all read and write on the first host. Between 3 hosts of 2 ranks
+	// (2 cores, 5 runs each, alternated): a median of 1.55x the bus
+	// bandwidth at 1 MiB, 1.2x at 4 MiB.
 	starRoot int
 	// helped says that a group over three hosts with peers takes
 	// hierSmallHelped; on the first host's second rank and the third
