@@ -2,7 +2,6 @@ package nccl
 
 import (
 	"net"
-	"time"
 )
 
 // The hierarchical all-reduce of a large buffer, pipelined by chunk. The
@@ -266,14 +265,7 @@ const landElems = 32 << 10
 // instead of adding it to buf: buf is on its way to the peer meanwhile.
 func (c *tcpComm) pairLand(buf, dst []float32, hdr []byte, landed func(k int)) error {
 	peer := 1 - c.rank
-	write := func() error {
-		c.next.SetWriteDeadline(time.Now().Add(c.nd.o.Timeout))
-		bufs := net.Buffers{hdr, asBytes(buf)}
-		if _, err := bufs.WriteTo(c.next); err != nil {
-			return c.ioErr(peer, "sending to", err)
-		}
-		return nil
-	}
+	write := func() error { return c.writeBufs(c.next, peer, net.Buffers{hdr, asBytes(buf)}) }
 	var sent chan error
 	var err error
 	if 16+4*len(buf) <= c.inlineBytes() {

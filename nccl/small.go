@@ -123,11 +123,8 @@ func (c *tcpComm) exchange(buf []float32, op Op, hdr []byte) error {
 	sendAll := func() error {
 		for i := 1; i < n; i++ {
 			p := (me + i) % n
-			conn := out[p]
-			conn.SetWriteDeadline(time.Now().Add(c.nd.o.Timeout))
-			b := net.Buffers{hdr, asBytes(all[me*m : (me+1)*m])}
-			if _, err := b.WriteTo(conn); err != nil {
-				return c.ioErr(p, "sending to", err)
+			if err := c.writeBufs(out[p], p, net.Buffers{hdr, asBytes(all[me*m : (me+1)*m])}); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -457,7 +454,9 @@ func (c *tcpComm) readSpinWatch(conn net.Conn, peer int, b, hdr []byte, watch *s
 				wake = w
 			}
 		}
-		conn.SetReadDeadline(wake)
+		if err := c.arm(conn.SetReadDeadline, wake); err != nil {
+			return err
+		}
 		err = raw.Read(func(fd uintptr) bool {
 			for got < len(b) {
 				if hdr != nil && got >= 16 {
@@ -595,15 +594,11 @@ func (c *tcpComm) starWrite(p int, buf []float32, sp []span, hdr []byte) error {
 // writeSpans writes the header and buf's spans to w, the connection to
 // group rank p, in one system call.
 func (c *tcpComm) writeSpans(w net.Conn, p int, buf []float32, sp []span, hdr []byte) error {
-	w.SetWriteDeadline(time.Now().Add(c.nd.o.Timeout))
 	bs := net.Buffers{hdr}
 	for _, s := range sp {
 		bs = append(bs, asBytes(buf[s.lo:s.hi]))
 	}
-	if _, err := bs.WriteTo(w); err != nil {
-		return c.ioErr(p, "sending to", err)
-	}
-	return nil
+	return c.writeBufs(w, p, bs)
 }
 
 // starResult reads the star's result from r, the connection from group
@@ -711,13 +706,7 @@ func (c *tcpComm) pairSpans(buf []float32, sp []span, op Op, hdr []byte) error {
 		bufs = append(bufs, asBytes(buf[s.lo:s.hi]))
 	}
 	m := spansLen(sp)
-	write := func() error {
-		c.next.SetWriteDeadline(time.Now().Add(c.nd.o.Timeout))
-		if _, err := bufs.WriteTo(c.next); err != nil {
-			return c.ioErr(peer, "sending to", err)
-		}
-		return nil
-	}
+	write := func() error { return c.writeBufs(c.next, peer, bufs) }
 	var sent chan error
 	var err error
 	if 16+4*m <= c.inlineBytes() {

@@ -459,7 +459,9 @@ func (c *tcpComm) read(conn net.Conn, peer int, b []byte) error {
 	if len(b) == 0 {
 		return nil
 	}
-	conn.SetReadDeadline(time.Now().Add(c.nd.o.Timeout))
+	if err := c.arm(conn.SetReadDeadline, time.Now().Add(c.nd.o.Timeout)); err != nil {
+		return err
+	}
 	if _, err := io.ReadFull(conn, b); err != nil {
 		return c.ioErr(peer, "receiving from", err)
 	}
@@ -470,11 +472,37 @@ func (c *tcpComm) write(conn net.Conn, peer int, b []byte) error {
 	if len(b) == 0 {
 		return nil
 	}
-	conn.SetWriteDeadline(time.Now().Add(c.nd.o.Timeout))
+	if err := c.arm(conn.SetWriteDeadline, time.Now().Add(c.nd.o.Timeout)); err != nil {
+		return err
+	}
 	if _, err := conn.Write(b); err != nil {
 		return c.ioErr(peer, "sending to", err)
 	}
 	return nil
+}
+
+// writeBufs writes bufs to conn, the connection to group rank peer, in
+// one system call where the socket takes them all.
+func (c *tcpComm) writeBufs(conn net.Conn, peer int, bufs net.Buffers) error {
+	if err := c.arm(conn.SetWriteDeadline, time.Now().Add(c.nd.o.Timeout)); err != nil {
+		return err
+	}
+	if _, err := bufs.WriteTo(conn); err != nil {
+		return c.ioErr(peer, "sending to", err)
+	}
+	return nil
+}
+
+// arm sets a connection's read or write deadline (set: its
+// SetReadDeadline or SetWriteDeadline) to t, then returns the job's
+// failure if there is one. abortLocal records the failure before it moves
+// every connection's deadlines into the past, so the abort overrides a
+// deadline set before it, and the check here catches one set after it:
+// without the check, a rank that the abort reached between two messages
+// of a collective would wait out the whole timeout on the next.
+func (c *tcpComm) arm(set func(time.Time) error, t time.Time) error {
+	set(t)
+	return c.nd.abortErr()
 }
 
 // header is magic u32, kind u8, pad, op (or Broadcast root) u16, count u64.

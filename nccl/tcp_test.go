@@ -325,3 +325,51 @@ func TestAbortPublishesARanksOwnError(t *testing.T) {
 		})
 	}
 }
+
+// TestAbortBetweenMessages aborts a rank between two messages of a
+// collective, as the Store's delivery of a peer's failure may, and checks
+// that its next read or write, which sets its own deadline, fails at once
+// with the job's failure instead of waiting out the timeout for a peer
+// that never answers.
+func TestAbortBetweenMessages(t *testing.T) {
+	peerDone := make(chan struct{})
+	err := tcpWorld(BackendTCP)(t, 2, func(c Comm) error {
+		if err := c.Barrier(); err != nil {
+			return err
+		}
+		if c.Rank() == 1 { // the stalled peer: sends nothing, reads nothing
+			<-peerDone
+			return nil
+		}
+		defer close(peerDone)
+		tc := c.(*tcpComm)
+		why := &PeerError{Rank: 1, Host: "elsewhere", Err: errors.New("out of memory")}
+		tc.nd.abortLocal(why)
+		big := make([]float32, 16<<20) // more than the sockets hold
+		steps := []struct {
+			name string
+			do   func() error
+		}{
+			{"read", func() error { return tc.read(tc.prev, 1, make([]byte, 16)) }},
+			{"readSpin", func() error { return tc.readSpin(tc.prev, 1, make([]byte, 16)) }},
+			{"write", func() error { return tc.write(tc.next, 1, asBytes(big)) }},
+			{"writeSpans", func() error {
+				return tc.writeSpans(tc.next, 1, big, []span{{0, len(big)}}, header('R', Sum, len(big)))
+			}},
+		}
+		for _, s := range steps {
+			start := time.Now()
+			err := s.do()
+			if d := time.Since(start); d > 2*time.Second {
+				return fmt.Errorf("%s after the abort took %v (the timeout is 10 s)", s.name, d)
+			}
+			if !errors.Is(err, why) && (err == nil || !strings.Contains(err.Error(), "out of memory")) {
+				return fmt.Errorf("%s after the abort: %v, want the job's failure", s.name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
