@@ -499,10 +499,17 @@ func (c *tcpComm) writeBufs(conn net.Conn, peer int, bufs net.Buffers) error {
 // every connection's deadlines into the past, so the abort overrides a
 // deadline set before it, and the check here catches one set after it:
 // without the check, a rank that the abort reached between two messages
-// of a collective would wait out the whole timeout on the next.
+// of a collective would wait out the whole timeout on the next. The
+// check is a poll of errCh, which abortLocal closes with the failure
+// recorded: no lock on a collective's every message.
 func (c *tcpComm) arm(set func(time.Time) error, t time.Time) error {
 	set(t)
-	return c.nd.abortErr()
+	select {
+	case <-c.nd.errCh:
+		return c.nd.abortErr()
+	default:
+		return nil
+	}
 }
 
 // header is magic u32, kind u8, pad, op (or Broadcast root) u16, count u64.
