@@ -132,14 +132,14 @@ func TestExchangeWritesOnAGoroutine(t *testing.T) {
 func TestExchangeAgainstRingIsAnError(t *testing.T) {
 	start := time.Now()
 	err := tcpWorld(BackendTCP)(t, 3, func(c Comm) error {
-		if err := c.Barrier(); err != nil {
-			return err
-		}
+		err := c.Barrier() // a rank still in it may see the mismatch there
 		size := 10
 		if c.Rank() == 1 {
 			size = smallNetBytes/4 + 10
 		}
-		err := c.AllReduce(make([]float32, size), Sum)
+		if err == nil {
+			err = c.AllReduce(make([]float32, size), Sum)
+		}
 		if err == nil || !strings.Contains(err.Error(), "elements") {
 			return fmt.Errorf("AllReduce of %d against a peer's of 10: %v, want a length error", size, err)
 		}
