@@ -51,6 +51,11 @@ type JobInfo struct {
 	TimeLimit string        `json:"time_limit,omitempty"`
 	ExitCode  int           `json:"exit_code"`        // the batch script's exit status; 128+n when killed by signal n
 	Source    string        `json:"source,omitempty"` // squeue, scontrol, sacct, local
+	// WorkDir, Comment and SubmitTime tell a job from another that got
+	// the same id (Run.CheckOwner); empty where the source does not say.
+	WorkDir    string    `json:"work_dir,omitempty"`
+	Comment    string    `json:"comment,omitempty"`
+	SubmitTime time.Time `json:"submit_time,omitzero"`
 }
 
 // JobRef names a job to an executor: its id and the run directory holding it.

@@ -117,7 +117,7 @@ func (*Local) Status(_ context.Context, ref JobRef) (JobInfo, error) {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return j, err
 	}
-	alive := pidAlive(ref.ID, st != nil)
+	alive := pidAlive(ref.ID, ref.RunDir, st != nil)
 	if !alive {
 		// The supervisor records its end before it exits, so the state
 		// read after its death is final; the one read before may predate
@@ -185,7 +185,7 @@ func (l *Local) Cancel(ctx context.Context, ref JobRef) error {
 		return fmt.Errorf("cancel local job %s: %w", ref.ID, err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if !pidAlive(ref.ID, true) {
+		if !pidAlive(ref.ID, ref.RunDir, true) {
 			return nil
 		}
 	}
@@ -205,9 +205,10 @@ func shortHost() string {
 }
 
 // pidAlive reports whether the process lives (and is not a zombie); when
-// started is set, it must also be a Local job supervisor, not a recycled pid.
-// Before the supervisor writes its state it may not have exec'd bash yet.
-func pidAlive(id string, started bool) bool {
+// started is set, it must also be the Local job supervisor of runDir (by
+// its execid: the path may differ through links), not a recycled pid. Before the supervisor
+// writes its state it may not have exec'd bash yet.
+func pidAlive(id, runDir string, started bool) bool {
 	pid, err := strconv.Atoi(id)
 	if err != nil || pid <= 0 {
 		return false
@@ -223,7 +224,7 @@ func pidAlive(id string, started bool) bool {
 		return true
 	}
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return err == nil && bytes.Contains(cmdline, []byte(rundir.LocalDir+"/job\x00"))
+	return err == nil && bytes.Contains(cmdline, []byte(filepath.Join(filepath.Base(runDir), rundir.LocalDir, "job")+"\x00"))
 }
 
 func readLocalState(path string) (map[string]string, error) {

@@ -89,9 +89,16 @@ func ListQueue(ctx context.Context, runsDir string, q QueueQuery) (rows []QueueR
 		row := QueueRow{ExecID: m.ExecID, JobID: m.JobID, Name: m.Spec.Name, Executor: m.Executor, RunDir: r.Dir.Path()}
 		var j JobInfo
 		switch {
-		case m.Executor == "slurm" && m.JobID != "" && active[m.JobID].ID != "":
+		case m.Executor == "slurm" && m.JobID != "" && active[m.JobID].ID != "" && r.CheckOwner(active[m.JobID]) == nil:
 			j = active[m.JobID]
 			seen[m.JobID] = true
+		case m.Executor == "slurm" && m.JobID != "" && active[m.JobID].ID != "" && m.Final == nil:
+			// The id is now another job's (listed below as the user's own);
+			// the run's job is over and forgotten.
+			if !q.All {
+				continue
+			}
+			j = JobInfo{ID: m.JobID, State: Unknown, Reason: r.CheckOwner(active[m.JobID]).Error()}
 		case m.Executor == "slurm" && m.JobID != "" && m.Final == nil && !q.All:
 			continue // not in the queue: over; All says how it ended
 		case m.Executor == "slurm" && m.JobID != "" && m.Final == nil && unreachable != nil:

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,7 +123,7 @@ func TestListQueueWithoutSlurm(t *testing.T) {
 
 func TestListQueueJoinsSqueue(t *testing.T) {
 	runs := queueRuns(t)
-	fakeSqueue(t, `printf '101|RUNNING|1:05|2|debug|5:00|n[1-2]|train-a\n303|PENDING|0:00|1|debug|5:00|(Resources)|other\n'`)
+	fakeSqueue(t, `printf '101|RUNNING|1:05|2|debug|5:00|2026-11-25T10:00:01|n[1-2]\037\037(null)\037train-a\n303|PENDING|0:00|1|debug|5:00|2026-11-25T10:00:02|(Resources)\037/y\037(null)\037other\n'`)
 	rows, err := ListQueue(context.Background(), runs, QueueQuery{})
 	if err != nil {
 		t.Fatal(err)
@@ -137,6 +138,29 @@ func TestListQueueJoinsSqueue(t *testing.T) {
 	}
 	if r := rows[2]; r.ExecID != "" || r.RunDir != "" || r.Executor != "slurm" {
 		t.Errorf("a job no run submitted: %+v", r)
+	}
+}
+
+// A job id the cluster reused (its counter was reset, or wrapped) is not
+// the run's: the stranger's job, tagged for another run or submitted from
+// another folder, is listed as the user's own, not as the run.
+func TestListQueueNeverShowsAStrangersJobAsTheRun(t *testing.T) {
+	runs := queueRuns(t)
+	fakeSqueue(t, `printf '101|RUNNING|1:05|2|debug|5:00|2026-11-25T10:00:30|n[1-2]\037/elsewhere\037hpcrun:20261125-100030-beef\037train-a\n'`)
+	rows, err := ListQueue(context.Background(), runs, QueueQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameRows(t, "queue", rows, []brief{
+		{"train-d", strconv.Itoa(os.Getpid()), Running, "", ""},
+		{"train-a", "101", Running, "", ""},
+	})
+	if rows[1].ExecID != "" {
+		t.Errorf("the stranger's job is shown as run %s", rows[1].ExecID)
+	}
+	rows, _ = ListQueue(context.Background(), runs, QueueQuery{All: true})
+	if r := rows[0]; r.ExecID == "" || r.State != Unknown || !strings.Contains(r.Reason, "reused") {
+		t.Errorf("queue --all: the run whose job id was reused: %+v, want UNKNOWN saying the id was reused", r)
 	}
 }
 

@@ -24,6 +24,7 @@ type Meta struct {
 	JobID        string    `json:"jobid,omitempty"`
 	Cluster      string    `json:"cluster,omitempty"` // from sbatch --parsable, on federations
 	Executor     string    `json:"executor"`          // slurm, local, or run (hpcrun run: ranks started in the foreground)
+	Sweep        string    `json:"sweep,omitempty"`   // the sweep whose job array runs this point
 	Host         string    `json:"host"`              // the machine that submitted
 	Spec         JobSpec   `json:"spec"`
 	SubmitTime   time.Time `json:"submit_time"`

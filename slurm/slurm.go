@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Slurm is the Executor of a real cluster: sbatch, squeue, scontrol, sacct
@@ -17,9 +18,11 @@ type Slurm struct{}
 // Name is "slurm".
 func (*Slurm) Name() string { return "slurm" }
 
-// SqueueFormat is the fixed squeue --format hpcrun reads: the job name comes
-// last so that a '|' inside it stays in the name.
-const SqueueFormat = "%i|%T|%M|%D|%P|%l|%R|%j"
+// SqueueFormat is the fixed squeue --format hpcrun reads: the fields that
+// hold free text (work dir, comment, name) come last, split by the unit
+// separator, which a path or name does not hold; the job name comes last so
+// that anything inside it stays in the name.
+const SqueueFormat = "%i|%T|%M|%D|%P|%l|%V|%R\x1f%Z\x1f%k\x1f%j"
 
 // run runs a Slurm command and returns its stdout; its error carries the
 // command's own stderr, as the user would have seen it.
@@ -71,9 +74,10 @@ func firstLine(s string) string {
 	return s
 }
 
-// Submit runs sbatch --parsable on the script from the run directory.
+// Submit runs sbatch --parsable on the script from the run directory,
+// with JobTag as the job's comment (a user template cannot drop it).
 func (*Slurm) Submit(ctx context.Context, sub Submission) (string, string, error) {
-	out, err := run(ctx, sub.Spec.RunDir, "sbatch", "--parsable", sub.Script)
+	out, err := run(ctx, sub.Spec.RunDir, "sbatch", "--parsable", "--comment="+JobTag(sub.Spec.RunDir), sub.Script)
 	if err != nil {
 		return "", "", unreachable(err)
 	}
@@ -113,14 +117,15 @@ func ParseSqueue(out []byte) ([]JobInfo, error) {
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
-		f := strings.SplitN(line, "|", 8)
-		if len(f) != 8 {
+		text := strings.SplitN(line, "\x1f", 4)
+		f := strings.Split(text[0], "|")
+		if len(text) != 4 || len(f) != 8 {
 			return nil, fmt.Errorf("squeue: unexpected line %q", line)
 		}
 		j := JobInfo{ID: f[0], State: State(f[1]), Elapsed: parseElapsed(f[2]), Partition: f[4],
-			TimeLimit: f[5], Name: f[7], Source: "squeue"}
+			TimeLimit: f[5], SubmitTime: parseSlurmTime(f[6]), WorkDir: text[1], Comment: text[2], Name: text[3], Source: "squeue"}
 		j.Nodes, _ = strconv.Atoi(f[3])
-		if r := f[6]; strings.HasPrefix(r, "(") && strings.HasSuffix(r, ")") {
+		if r := f[7]; strings.HasPrefix(r, "(") && strings.HasSuffix(r, ")") {
 			j.Reason = strings.TrimSuffix(strings.TrimPrefix(r, "("), ")")
 			if j.Reason == "None" {
 				j.Reason = ""
@@ -174,7 +179,8 @@ func ParseScontrol(out []byte) (JobInfo, error) {
 	}
 	j := JobInfo{ID: kv["JobId"], Name: kv["JobName"], State: State(kv["JobState"]),
 		Elapsed: parseElapsed(kv["RunTime"]), NodeList: kv["NodeList"], Partition: kv["Partition"],
-		TimeLimit: kv["TimeLimit"], ExitCode: exitCode(kv["ExitCode"]), Source: "scontrol"}
+		TimeLimit: kv["TimeLimit"], ExitCode: exitCode(kv["ExitCode"]), Source: "scontrol",
+		WorkDir: kv["WorkDir"], Comment: kv["Comment"], SubmitTime: parseSlurmTime(kv["SubmitTime"])}
 	j.Nodes, _ = strconv.Atoi(kv["NumNodes"])
 	if r := kv["Reason"]; r != "None" {
 		j.Reason = r
@@ -203,6 +209,16 @@ func scontrolFields(s string) map[string]string {
 }
 
 func knownScontrolKey(k string) bool { return k == "UserId" }
+
+// parseSlurmTime reads Slurm's timestamps (2026-11-21T04:38:25, in the
+// controller's local time); the zero time for "Unknown", "N/A" or "".
+func parseSlurmTime(s string) time.Time {
+	t, err := time.ParseInLocation("2006-01-02T15:04:05", s, time.Local)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
 
 // ParseSacct reads sacct --parsable2 --noheader with the fields
 // JobID,JobName,State,Elapsed,NNodes,NodeList,Partition,Timelimit,ExitCode,Reason.

@@ -50,7 +50,8 @@ func TestParseSqueue(t *testing.T) {
 	for _, j := range jobs {
 		byID[j.ID] = j
 	}
-	if j := byID["5"]; j.Name != "a b|c" || j.State != Running || j.NodeList != "vm" || j.Reason != "" || j.Elapsed != 4*time.Second || j.Nodes != 1 {
+	if j := byID["5"]; j.Name != "a b|c" || j.State != Running || j.NodeList != "vm" || j.Reason != "" || j.Elapsed != 4*time.Second || j.Nodes != 1 ||
+		j.WorkDir != "/home/u/runs/20261121-043825-a3f9" || j.Comment != "hpcrun:20261121-043825-a3f9" || !j.SubmitTime.Equal(time.Date(2026, 11, 21, 4, 38, 25, 0, time.Local)) {
 		t.Errorf("running job: %+v", j)
 	}
 	if j := byID["7"]; j.State != Pending || j.Reason != "PartitionConfig" || j.NodeList != "" || j.Nodes != 2 || j.TimeLimit != "UNLIMITED" {
@@ -74,6 +75,7 @@ func TestParseScontrol(t *testing.T) {
 		{"scontrol-pending.txt", JobInfo{ID: "7", Name: "big", State: Pending, Reason: "PartitionConfig", Nodes: 2, Partition: "debug", TimeLimit: "UNLIMITED", Source: "scontrol"}},
 	}
 	for _, tt := range tests {
+		tt.want.WorkDir, tt.want.SubmitTime = "/tmp", time.Date(2026, 11, 21, 4, 38, 25, 0, time.Local)
 		got, err := ParseScontrol(readTestdata(t, tt.file))
 		if err != nil {
 			t.Fatalf("%s: %v", tt.file, err)

@@ -1,9 +1,12 @@
 package slurm
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -55,6 +58,12 @@ func (r Run) Status(ctx context.Context) (JobInfo, error) {
 	if err != nil {
 		return j, fmt.Errorf("run %s (job %s): %w", r.Meta.ExecID, r.Meta.JobID, err)
 	}
+	if r.Meta.Executor == "slurm" {
+		if err := r.CheckOwner(j); err != nil {
+			// The run's job is over and forgotten; its id now names another.
+			return JobInfo{ID: r.Meta.JobID, Name: r.Meta.Spec.Name, State: Unknown, Reason: err.Error(), Source: j.Source}, nil
+		}
+	}
 	if j.Name == "" {
 		j.Name = r.Meta.Spec.Name
 	}
@@ -78,10 +87,54 @@ func foregroundStatus(r Run, host string) JobInfo {
 		j.State, j.Reason = Unknown, "started by hpcrun run on "+r.Meta.Host
 		return j
 	}
-	if pid, _ := strconv.Atoi(r.Meta.JobID); !processLives(pid) {
+	if pid, _ := strconv.Atoi(r.Meta.JobID); !processLives(pid) || !r.Meta.SubmitTime.IsZero() && startedAfter(pid, r.Meta.SubmitTime.Add(launcherSkew)) {
 		j.State, j.Reason = Failed, "the hpcrun run launcher died"
 	}
 	return j
+}
+
+// launcherSkew is how long after its start hpcrun run may record its
+// submit time; a process of the launcher's pid started later is another.
+const launcherSkew = 10 * time.Second
+
+// startedAfter reports whether process pid started after t, as Linux's
+// /proc says (its start in clock ticks after boot): false when unknown.
+func startedAfter(pid int, t time.Time) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return false
+	}
+	f := strings.Fields(string(stat[i+1:])) // f[0] is field 3 (state); starttime is field 22
+	if len(f) < 20 {
+		return false
+	}
+	ticks, err := strconv.ParseInt(f[19], 10, 64)
+	boot := bootTime()
+	if err != nil || boot.IsZero() {
+		return false
+	}
+	const clockTicks = 100 // USER_HZ: 100 on every Linux architecture Go runs on
+	return boot.Add(time.Duration(ticks) * time.Second / clockTicks).After(t)
+}
+
+// bootTime is when this machine booted (/proc/stat's btime).
+func bootTime() time.Time {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Time{}
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			if s, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+				return time.Unix(s, 0)
+			}
+		}
+	}
+	return time.Time{}
 }
 
 // processLives reports whether a process of this id exists and this user

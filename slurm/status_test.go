@@ -95,9 +95,10 @@ func TestForegroundStatus(t *testing.T) {
 		{"", "here", Failed, "the hpcrun run launcher died"},
 		{strconv.Itoa(os.Getpid()), "there", Unknown, "started by hpcrun run on there"},
 	} {
-		r := Run{Meta: &Meta{Executor: "run", JobID: tt.pid, Host: tt.host, Spec: JobSpec{Name: "t"}, SubmitTime: time.Now().Add(-time.Minute)}}
+		// This process started before the run's submit time, as a launcher does.
+		r := Run{Meta: &Meta{Executor: "run", JobID: tt.pid, Host: tt.host, Spec: JobSpec{Name: "t"}, SubmitTime: time.Now().Add(-time.Second)}}
 		j := foregroundStatus(r, "here")
-		if j.State != tt.want || j.Reason != tt.reason || j.Nodes != 1 || j.NodeList != tt.host || j.Source != "run" || j.Elapsed < time.Minute {
+		if j.State != tt.want || j.Reason != tt.reason || j.Nodes != 1 || j.NodeList != tt.host || j.Source != "run" || j.Elapsed < time.Second {
 			t.Errorf("pid %q on %s: %+v; want %s (%q)", tt.pid, tt.host, j, tt.want, tt.reason)
 		}
 	}
@@ -113,5 +114,18 @@ func TestForegroundStatus(t *testing.T) {
 	r.Meta.Final = nil
 	if j, err := r.Status(context.Background()); err != nil || j != final {
 		t.Errorf("launcher that ended after its meta was read: %+v, %v; want %+v", j, err, final)
+	}
+}
+
+// A run of hpcrun run whose launcher's pid now names a process started
+// after the run (a recycled pid) is not going on.
+func TestForegroundStatusRecycledPid(t *testing.T) {
+	self := Run{Meta: &Meta{ExecID: "20261125-100000-aaaa", Executor: "run", JobID: strconv.Itoa(os.Getpid()), Host: Host(), SubmitTime: time.Now()}}
+	if j := foregroundStatus(self, Host()); j.State != Running {
+		t.Errorf("this process as the launcher: %s %s, want RUNNING", j.State, j.Reason)
+	}
+	self.Meta.SubmitTime = time.Now().Add(-time.Hour) // the run is older than this process
+	if j := foregroundStatus(self, Host()); j.State != Failed {
+		t.Errorf("a pid recycled since the run started: %s, want FAILED", j.State)
 	}
 }

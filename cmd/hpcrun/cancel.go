@@ -53,7 +53,11 @@ func runCancel(c *cli.Context) error {
 		return slurmErr(err)
 	}
 	if j.State.Done() {
-		return fmt.Errorf("nothing cancelled: run %s (job %s) is already over: %s", m.ExecID, m.JobID, j.State)
+		why := string(j.State)
+		if j.Reason != "" {
+			why += " (" + j.Reason + ")"
+		}
+		return fmt.Errorf("nothing cancelled: run %s (job %s) is already over: %s", m.ExecID, m.JobID, why)
 	}
 	ex, err := r.Executor()
 	if err != nil {

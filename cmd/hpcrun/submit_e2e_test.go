@@ -286,7 +286,7 @@ func TestSubmitErrors(t *testing.T) {
 	// Unknown execid.
 	for _, cmd := range []string{"logs", "metrics", "watch", "ckpt info"} {
 		args := append(strings.Fields(cmd), "20300101-000000-abcd")
-		if _, errOut, code := e.run(args...); code == 0 || !strings.Contains(errOut, `"20300101-000000-abcd" is not the execid, an execid prefix or the job id of a run`) {
+		if _, errOut, code := e.run(args...); code == 0 || !strings.Contains(errOut, `"20300101-000000-abcd" is not the execid or an execid prefix of a run`) {
 			t.Errorf("%s of an unknown execid: %d %q", cmd, code, errOut)
 		}
 	}

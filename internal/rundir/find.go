@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 )
@@ -58,17 +59,46 @@ func jobIDOf(d Dir) string {
 	return m.JobID
 }
 
+// jobIDRE is the shape of a job id: Slurm's (an array task is A_a) and the
+// Local executor's and hpcrun run's (a process id).
+var jobIDRE = regexp.MustCompile(`^\d+(_\d+)?$`)
+
+// execPrefixRE is the shape of an execid prefix that Find accepts: its date
+// and dash at least, so that no job id (all digits) reads as one.
+var execPrefixRE = regexp.MustCompile(`^\d{8}-[0-9a-f-]*$`)
+
+// IsJobID reports whether ref has the shape of a job id (digits, or an
+// array task's A_a): Find reads such a reference as a job id only.
+func IsJobID(ref string) bool { return jobIDRE.MatchString(ref) }
+
 // Find resolves what a user typed to name a run: its execid, the job id of
 // its job (the newest run wins when a job id was reused), or a prefix of
-// exactly one execid, in that order. Every command that takes a run uses
-// it, so they all accept the same forms.
+// exactly one execid that includes its date (20261121-). A reference of
+// digits is a job id, never a prefix: job ids start at 1 and execids with
+// the year, so 2 or 2026113 would otherwise name someone else's run. Every
+// command that takes a run uses it, so they all accept the same forms.
 func Find(runsDir, ref string) (Run, error) {
 	if ref == "" || ref == "." || ref == ".." || strings.ContainsAny(ref, `/\`) {
-		return Run{}, fmt.Errorf("run %q: give an execid (like 20261121-143005-a3f9), a unique prefix of one, or a job id", ref)
+		return Run{}, fmt.Errorf("run %q: give an execid (like 20261121-143005-a3f9), a prefix of one with its date (20261121-1430), or a job id", ref)
 	}
 	runs, err := List(runsDir)
 	if err != nil {
 		return Run{}, err
+	}
+	if IsJobID(ref) {
+		for i := len(runs) - 1; i >= 0; i-- {
+			if runs[i].JobID == ref {
+				return runs[i], nil
+			}
+		}
+		hint := "hpcrun queue --all lists the runs and their job ids; --runs-dir names another folder"
+		if len(ref) == 8 {
+			hint = "a job id; for an execid prefix add the dash: " + ref + "-"
+		}
+		return Run{}, fmt.Errorf("no run in %s has job id %s (%s): %w", runsDir, ref, hint, ErrNotFound)
+	}
+	if !execPrefixRE.MatchString(ref) {
+		return Run{}, fmt.Errorf("%q is neither an execid (like 20261121-143005-a3f9), a prefix of one with its date (20261121-1430) nor a job id (hpcrun queue --all lists the runs): %w", ref, ErrNotFound)
 	}
 	var prefixed []Run
 	for _, r := range runs {
@@ -79,14 +109,9 @@ func Find(runsDir, ref string) (Run, error) {
 			prefixed = append(prefixed, r)
 		}
 	}
-	for i := len(runs) - 1; i >= 0; i-- {
-		if runs[i].JobID == ref {
-			return runs[i], nil
-		}
-	}
 	switch len(prefixed) {
 	case 0:
-		return Run{}, fmt.Errorf("%q is not the execid, an execid prefix or the job id of a run in %s (hpcrun queue --all lists them; --runs-dir names another folder): %w", ref, runsDir, ErrNotFound)
+		return Run{}, fmt.Errorf("%q is not the execid or an execid prefix of a run in %s (hpcrun queue --all lists them; --runs-dir names another folder): %w", ref, runsDir, ErrNotFound)
 	case 1:
 		return prefixed[0], nil
 	}

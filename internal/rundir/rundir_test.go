@@ -34,7 +34,7 @@ func TestFindAcceptsExecIDPrefixAndJobID(t *testing.T) {
 	for _, tc := range []struct{ ref, want string }{
 		{"20261121-143005-a3f9", "20261121-143005-a3f9"},
 		{"20261121-1430", "20261121-143005-a3f9"},
-		{"20261122", "20261122-090000-c111"},
+		{"20261122-", "20261122-090000-c111"},
 		{"102", "20261121-150000-b000"},
 		{"101", "20261123-090000-d222"},
 	} {
@@ -54,7 +54,10 @@ func TestFindErrorsSayWhatToDo(t *testing.T) {
 	mkRun(t, runs, "20261121-143005-a3f9", "101")
 	mkRun(t, runs, "20261121-150000-b000", "102")
 	for _, tc := range []struct{ ref, want string }{
-		{"20261121", "matches 2 runs"},
+		{"20261121-", "matches 2 runs"},
+		{"20261121", "add the dash: 20261121-"},
+		{"2026", "no run in"},
+		{"2026112x", "neither an execid"},
 		{"999", "hpcrun queue --all"},
 		{"../x", "give an execid"},
 		{"", "give an execid"},
@@ -66,6 +69,30 @@ func TestFindErrorsSayWhatToDo(t *testing.T) {
 	}
 	if _, err := Find(runs, "999"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("unknown ref: %v is not ErrNotFound", err)
+	}
+}
+
+// Job ids start at 1 on a fresh cluster and execids with the year: a job
+// id that is a prefix of every execid (2, 20, 202, 2026113) names the run of
+// that job or none, never a run by execid prefix.
+func TestFindSmallJobIDsAreNeverExecIDPrefixes(t *testing.T) {
+	runs := t.TempDir()
+	mkRun(t, runs, "20261130-100000-aaaa", "20")
+	mkRun(t, runs, "20261130-110000-bbbb", "21")
+	mkRun(t, runs, "20261130-120000-cccc", "2026113")
+	for _, tc := range []struct{ ref, want string }{
+		{"20", "20261130-100000-aaaa"},
+		{"2026113", "20261130-120000-cccc"},
+		{"20261130-11", "20261130-110000-bbbb"},
+	} {
+		if r, err := Find(runs, tc.ref); err != nil || r.ExecID != tc.want {
+			t.Errorf("Find(%q) = %s, %v; want %s", tc.ref, r.ExecID, err, tc.want)
+		}
+	}
+	for _, ref := range []string{"2", "202", "2026", "20261130", "7_1"} {
+		if r, err := Find(runs, ref); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Find(%q) = %s, %v; want no run (a job id no run has)", ref, r.ExecID, err)
+		}
 	}
 }
 

@@ -40,7 +40,7 @@ func SubmitArray(ctx context.Context, ex slurm.Executor, d rundir.Dir, st *State
 	for i, m := range members {
 		task := slurm.ArrayTaskID(jobID, i)
 		st.Points[m.Index].JobID = task
-		m.Run.Meta.JobID = task
+		m.Run.Meta.JobID, m.Run.Meta.Sweep = task, st.ID
 		if err := slurm.WriteMeta(m.Run.Dir, m.Run.Meta); err != nil {
 			return jobID, err
 		}
