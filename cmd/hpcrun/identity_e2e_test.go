@@ -1,0 +1,104 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hpcrun/hpcrun/internal/rundir"
+	"github.com/hpcrun/hpcrun/slurm"
+)
+
+// forgeRun writes a run dir as hpcrun submit leaves it once its Slurm job
+// was given jobID, with a log line in slurm-<jobid>.out.
+func forgeRun(t *testing.T, e *env, execID, jobID string, submitted time.Time) rundir.Dir {
+	t.Helper()
+	d := rundir.Dir(filepath.Join(e.dir, "runs", execID))
+	if err := os.MkdirAll(d.Path(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m := &slurm.Meta{ExecID: execID, JobID: jobID, Executor: "slurm", Host: slurm.Host(), SubmitTime: submitted,
+		Spec: slurm.JobSpec{Name: "forged-" + jobID, RunDir: d.Path()}}
+	if err := slurm.WriteMeta(d, m); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(d.Log(jobID, false), []byte("log of job "+jobID+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestE2ESmallJobIDsNameNoRunByPrefix: on a fresh cluster job ids start at
+// 1, and every execid starts with the year, so 2 and 20 are prefixes of
+// every execid of the 2020s. Before, metrics 2 and logs 20 showed another
+// run, rm 2 removed it and cancel 20 reached its job; now digits are a job
+// id only.
+func TestE2ESmallJobIDsNameNoRunByPrefix(t *testing.T) {
+	e := newEnv(t)
+	run20 := forgeRun(t, e, "20261130-100000-aaaa", "20", time.Now().Add(-time.Hour))
+	for _, ref := range []string{"2", "202", "2026113"} {
+		for _, cmd := range []string{"metrics", "logs", "cancel", "rm", "watch"} {
+			out, errOut, code := e.run(cmd, ref)
+			if code == 0 || strings.Contains(out, "20261130-100000-aaaa") || strings.Contains(out, "log of job") {
+				t.Errorf("hpcrun %s %s: exit %d, %q %q; want no run found", cmd, ref, code, out, errOut)
+			}
+		}
+	}
+	if _, err := os.Stat(run20.Path()); err != nil {
+		t.Fatalf("rm of a job id no run has removed run 20: %v", err)
+	}
+	if out := e.mustRun("logs", "20"); out != "log of job 20\n" {
+		t.Errorf("logs 20: %q, want job 20's log", out)
+	}
+	if out := e.mustRun("logs", "20261130-"); out != "log of job 20\n" {
+		t.Errorf("logs 20261130- (a prefix with the date): %q", out)
+	}
+	if _, errOut, _ := e.run("logs", "20261130"); !strings.Contains(errOut, "add the dash: 20261130-") {
+		t.Errorf("logs 20261130: %q, want a hint to add the dash", errOut)
+	}
+}
+
+// TestE2EReusedJobIDIsNotTheRun: a run whose job id the cluster has since
+// given to another job (the counter wrapped or was reset) must not be
+// shown with that job's state, and cancel must not cancel it.
+func TestE2EReusedJobIDIsNotTheRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e: -short")
+	}
+	slurmUp(t)
+	e := newEnv(t)
+	out, err := exec.Command("sbatch", "--parsable", "--chdir", e.dir, "--output", "/dev/null", "--job-name", "stranger", "--wrap", "sleep 300").Output()
+	if err != nil {
+		t.Fatalf("sbatch: %v", err)
+	}
+	stranger, _, err := slurm.ParseSbatch(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { exec.Command("scancel", stranger).Run() })
+	const execID = "20261101-080000-0bad"
+	forgeRun(t, e, execID, stranger, time.Now().Add(-time.Hour))
+
+	_, errOut, code := e.run("cancel", execID)
+	if code == 0 || !strings.Contains(errOut, "nothing cancelled") || !strings.Contains(errOut, "reused") {
+		t.Errorf("cancel of the run whose job id is now another job's: exit %d, %q; want a refusal that says the id was reused", code, errOut)
+	}
+	if _, errOut, code := e.run("cancel", stranger); code == 0 || !strings.Contains(errOut, "nothing cancelled") {
+		t.Errorf("cancel %s (by job id): exit %d, %q; want a refusal", stranger, code, errOut)
+	}
+	j, err := (&slurm.Slurm{}).Status(t.Context(), slurm.JobRef{ID: stranger})
+	if err != nil || j.State.Done() {
+		t.Fatalf("the stranger's job %s after hpcrun cancel: %+v, %v; want it untouched", stranger, j, err)
+	}
+	for _, r := range e.queue(true) {
+		if r.ExecID == execID && !(r.State == slurm.Unknown && strings.Contains(r.Reason, "reused")) {
+			t.Errorf("queue --all shows the stranger's job as run %s: %+v", execID, r)
+		}
+	}
+	if out := e.mustRun("metrics", execID); strings.Contains(out, "RUNNING") || strings.Contains(out, "PENDING") {
+		t.Errorf("metrics %s shows the stranger's state:\n%s", execID, out)
+	}
+}
