@@ -37,6 +37,9 @@ func run(ctx context.Context, dir, name string, args ...string) ([]byte, error) 
 			return nil, fmt.Errorf("%s: not on PATH: %w", name, ErrNoSlurm)
 		}
 		msg := strings.TrimSpace(stderr.String())
+		if msg == "" { // scontrol says "Job 9_1 not found" on stdout
+			msg = strings.TrimSpace(stdout.String())
+		}
 		if msg == "" {
 			msg = err.Error()
 		}
@@ -146,8 +149,11 @@ func (*Slurm) Status(ctx context.Context, ref JobRef) (JobInfo, error) {
 		return ParseScontrol(out)
 	}
 	var ce *CommandError
-	if !errors.As(err, &ce) || !strings.Contains(ce.Msg, "Invalid job id") {
+	if !errors.As(err, &ce) || !strings.Contains(ce.Msg, "Invalid job id") && !strings.Contains(ce.Msg, "not found") {
 		return JobInfo{}, unreachable(err)
+	}
+	if j, ok := arrayTaskStatus(ctx, ref.ID); ok {
+		return j, nil
 	}
 	out, err = run(ctx, "", "sacct", "--parsable2", "--noheader", "--allocations", "--jobs", ref.ID,
 		"--format=JobID,JobName,State,Elapsed,NNodes,NodeList,Partition,Timelimit,ExitCode,Reason")
@@ -167,6 +173,56 @@ func (*Slurm) Status(ctx context.Context, ref JobRef) (JobInfo, error) {
 		}
 	}
 	return JobInfo{ID: ref.ID, State: Unknown, Reason: "neither slurmctld nor sacct knows it", Source: "sacct"}, nil
+}
+
+// arrayTaskStatus answers for an array task (A_a) that scontrol does not
+// know by its own id: a task still pending, or cancelled before it left
+// the array's record, is described by the record of the array A whose
+// ArrayTaskId covers a (the array's own, once it is over).
+func arrayTaskStatus(ctx context.Context, id string) (JobInfo, bool) {
+	arr, task, ok := strings.Cut(id, "_")
+	if !ok {
+		return JobInfo{}, false
+	}
+	out, err := run(ctx, "", "scontrol", "show", "job", "--oneliner", arr)
+	if err != nil {
+		return JobInfo{}, false
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		kv := scontrolFields(line)
+		if kv["ArrayJobId"] != arr || !(taskInRange(kv["ArrayTaskId"], task) || kv["JobId"] == arr && State(kv["JobState"]).Done()) {
+			continue
+		}
+		j, err := ParseScontrol([]byte(line))
+		if err != nil {
+			return JobInfo{}, false
+		}
+		j.ID = id
+		return j, true
+	}
+	return JobInfo{}, false
+}
+
+// taskInRange reports whether array task index task is in Slurm's
+// ArrayTaskId list (3, 0-7, 1,4-5, with an optional %N limit).
+func taskInRange(list, task string) bool {
+	n, err := strconv.Atoi(task)
+	if err != nil {
+		return false
+	}
+	list, _, _ = strings.Cut(list, "%")
+	for _, part := range strings.Split(list, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		if !isRange {
+			hi = lo
+		}
+		a, errA := strconv.Atoi(lo)
+		b, errB := strconv.Atoi(hi)
+		if errA == nil && errB == nil && a <= n && n <= b {
+			return true
+		}
+	}
+	return false
 }
 
 // ParseScontrol reads one job of scontrol show job --oneliner: Key=Value

@@ -132,3 +132,17 @@ func TestElapsed(t *testing.T) {
 		}
 	}
 }
+
+func TestTaskInRange(t *testing.T) {
+	for _, tc := range []struct {
+		list, task string
+		want       bool
+	}{
+		{"3", "3", true}, {"0-7", "7", true}, {"0-7", "8", false}, {"1,4-5", "4", true}, {"1,4-5", "2", false},
+		{"0-9%2", "9", true}, {"4294967294", "1", false}, {"", "0", false}, {"0-3", "x", false},
+	} {
+		if got := taskInRange(tc.list, tc.task); got != tc.want {
+			t.Errorf("taskInRange(%q, %q) = %v, want %v", tc.list, tc.task, got, tc.want)
+		}
+	}
+}

@@ -55,7 +55,8 @@ func runRm(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
-		targets = append(targets, target{"sweep " + st.ID, append(st.RunDirs(runs), s.Dir)})
+		points := st.RunDirs(runs)
+		targets = append(targets, target{fmt.Sprintf("sweep %s and its %d runs", st.ID, len(points)), append(points, s.Dir)})
 	}
 	if !c.Bool("force") {
 		for _, t := range targets {

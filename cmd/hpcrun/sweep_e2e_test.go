@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hpcrun/hpcrun/internal/sweep"
+	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train/plan"
 )
 
@@ -67,6 +68,33 @@ func TestE2ESweepSlurm(t *testing.T) {
 		// sweep show gives the tokens/s prediction's error as metrics does.
 		if m := regexp.MustCompile(`(?m)^tokens/s +\d+ +\d+ +(\S+%)$`).FindStringSubmatch(met); m == nil || !strings.Contains(show, m[1]) {
 			t.Errorf("%s: the tokens/s error of metrics (%v) is not in sweep show:\n%s", r.Point, m, show)
+		}
+	}
+
+	// Cancelling a sweep that is over, by its array's job id or its id,
+	// cancels nothing and says so; rm says how many runs go with it.
+	for _, ref := range []string{job, id} {
+		if _, errOut, code := e.run("cancel", ref); code == 0 || !strings.Contains(errOut, "nothing cancelled: sweep "+id+" has no point queued or running (2 of its runs are over)") {
+			t.Errorf("cancel %s (a finished sweep): exit %d, %q", ref, code, errOut)
+		}
+	}
+	if out := e.mustRun("rm", id); out != "removed sweep "+id+" and its 2 runs\n" {
+		t.Errorf("rm %s: %q", id, out)
+	}
+
+	// cancel <sweepid> cancels the live points of a sweep.
+	out = e.mustRun("sweep", "--executor", "slurm", "--gpu", "cpu", "--device", "cpu", "--preset", "tiny", "--tp", "1,2", "--bsz", "4",
+		"--ntasks", "2", "--steps", "100000", "--eval-every", "100000", "--time", "00:05:00")
+	live := regexp.MustCompile(`submitted sweep (\S+) as slurm job array`).FindStringSubmatch(out)
+	if live == nil {
+		t.Fatalf("sweep:\n%s", out)
+	}
+	if out := e.mustRun("cancel", live[1]); !strings.Contains(out, "cancelled sweep "+live[1]+": 2 live points") {
+		t.Errorf("cancel %s (a live sweep): %q", live[1], out)
+	}
+	for _, r := range waitSweep(t, e, live[1]) {
+		if row, _ := e.row(true, r.ExecID); row.State != slurm.Cancelled {
+			t.Errorf("point %s after cancel: %+v, want CANCELLED", r.Point, row)
 		}
 	}
 }
