@@ -102,3 +102,55 @@ func TestE2EReusedJobIDIsNotTheRun(t *testing.T) {
 		t.Errorf("metrics %s shows the stranger's state:\n%s", execID, out)
 	}
 }
+
+// TestE2EConcurrentResumeStartsOneJob: four submit --resume of one run at
+// once start one job; the others are refused (the run is busy, or its new
+// job is live), so no orphan job trains into the same run dir.
+func TestE2EConcurrentResumeStartsOneJob(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains for a few seconds")
+	}
+	e := newEnv(t)
+	s := e.submit("--executor", "local", "--ntasks", "1", "--tp", "1", "--steps", "100000", "--eval-every", "100000")
+	waitForSteps(t, s.RunDir, 3)
+	e.mustRun("cancel", s.ExecID)
+	waitState(t, e, s.ExecID, "CANCELLED")
+
+	type result struct {
+		out, errOut string
+		code        int
+	}
+	results := make(chan result, 4)
+	for range 4 {
+		go func() {
+			out, errOut, code := e.run("submit", "--resume", s.ExecID)
+			results <- result{out, errOut, code}
+		}()
+	}
+	won := 0
+	for range 4 {
+		r := <-results
+		switch {
+		case r.code == 0 && strings.Contains(r.out, "submitted run "+s.ExecID+" again"):
+			won++
+		case r.code != 0 && (strings.Contains(r.errOut, "another hpcrun is changing this run") || strings.Contains(r.errOut, "before resuming")):
+		default:
+			t.Errorf("submit --resume: exit %d, %q %q", r.code, r.out, r.errOut)
+		}
+	}
+	if won != 1 {
+		t.Errorf("%d of 4 concurrent resumes started a job, want 1", won)
+	}
+	e.mustRun("cancel", s.ExecID)
+	waitState(t, e, s.ExecID, "CANCELLED")
+	var supervisors int
+	ents, _ := os.ReadDir("/proc")
+	for _, ent := range ents {
+		if b, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline")); err == nil && strings.Contains(string(b), s.ExecID+"/.local/job") {
+			supervisors++
+		}
+	}
+	if supervisors != 0 {
+		t.Errorf("%d local job supervisors of run %s live on after its cancel: orphans", supervisors, s.ExecID)
+	}
+}

@@ -112,6 +112,14 @@ func resumeLocal(c *cli.Context) error {
 	if r.Meta.Executor != "run" {
 		return cli.Exit(fmt.Sprintf("run %s was submitted (executor %s): resume it with hpcrun submit --resume %s", r.Meta.ExecID, r.Meta.Executor, r.Meta.ExecID), 2)
 	}
+	unlock, err := r.Dir.Lock() // held until the new launcher's pid is recorded
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	defer unlock()
+	if r, err = slurm.OpenRun(runs, r.Meta.ExecID); err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
 	if j, err := r.Status(c.Context); err == nil && !j.State.Done() {
 		return cli.Exit(fmt.Sprintf("run %s is still %s (hpcrun run, pid %s): stop it before resuming", r.Meta.ExecID, j.State, r.Meta.JobID), 2)
 	}
@@ -129,6 +137,7 @@ func resumeLocal(c *cli.Context) error {
 	if err := slurm.WriteMeta(r.Dir, meta); err != nil {
 		return err
 	}
+	unlock()
 	return launchLocal(c, r.Dir, cfg, meta)
 }
 

@@ -336,6 +336,16 @@ func resumeSubmit(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// From the liveness check to the record of the new job id, one resume
+	// at a time: a second one sees the first's job, or is refused.
+	unlock, err := r.Dir.Lock()
+	if err != nil {
+		return cli.Exit(err.Error(), 1)
+	}
+	defer unlock()
+	if r, err = slurm.OpenRun(dir, r.Meta.ExecID); err != nil { // as it is now, under the lock
+		return err
+	}
 	if r.Meta.JobID != "" {
 		j, err := r.Status(ctx)
 		if err != nil {
@@ -362,6 +372,7 @@ func resumeSubmit(c *cli.Context) error {
 	if err := slurm.WriteMeta(r.Dir, m); err != nil {
 		return err
 	}
+	unlock()
 	if c.Bool("json") {
 		out, _ := json.Marshal(map[string]string{"execid": m.ExecID, "jobid": jobID, "executor": ex.Name(), "run_dir": r.Dir.Path(), "resume_from": from})
 		fmt.Println(string(out))

@@ -29,6 +29,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hpcrun/hpcrun/internal/atomicfile"
@@ -43,6 +45,7 @@ const (
 	MetricsDir = "metrics"
 	CkptDir    = "ckpt"
 	LocalDir   = ".local"
+	LockFile   = ".lock"
 )
 
 // Dir is the path of one run directory.
@@ -175,6 +178,30 @@ func (d Dir) ReadToken() (string, error) {
 		return "", fmt.Errorf("%s is empty: remove the run dir and submit again", d.Token())
 	}
 	return tok, nil
+}
+
+// ErrBusy means another hpcrun holds the run's lock.
+var ErrBusy = errors.New("another hpcrun is changing this run")
+
+// Lock takes the run's lock (an flock on runs/<execid>/.lock) without
+// waiting: the steps from a run's liveness check to the record of its new
+// job hold it, so that two resumes of one run cannot both start a job. It
+// fails with ErrBusy while another process holds it; the lock goes with
+// the process, so a killed hpcrun leaves none behind.
+func (d Dir) Lock() (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(string(d), LockFile), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock run %s: %w", d.ExecID(), err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("run %s: %w (a resume of it is starting now): try again once it has", d.ExecID(), ErrBusy)
+		}
+		return nil, fmt.Errorf("lock run %s: %w", d.ExecID(), err)
+	}
+	var once sync.Once
+	return func() { once.Do(func() { f.Close() }) }, nil
 }
 
 // WriteJSON writes v as indented JSON to path, atomically.
