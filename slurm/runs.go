@@ -22,6 +22,7 @@ import (
 type Meta struct {
 	ExecID       string    `json:"execid"`
 	JobID        string    `json:"jobid,omitempty"`
+	PastJobs     []string  `json:"past_jobs,omitempty"` // the jobs of earlier segments (before resumes), oldest first
 	Cluster      string    `json:"cluster,omitempty"` // from sbatch --parsable, on federations
 	Executor     string    `json:"executor"`          // slurm, local, or run (hpcrun run: ranks started in the foreground)
 	Sweep        string    `json:"sweep,omitempty"`   // the sweep whose job array runs this point
@@ -36,6 +37,15 @@ type Meta struct {
 	// Plan is what hpcrun plan predicted for the run when it was submitted
 	// (per-rank memory, step time), kept as written: slurm does not read it.
 	Plan json.RawMessage `json:"plan,omitempty"`
+}
+
+// NewJob records jobID as the run's job, the one before it (if any) among
+// its past jobs, and forgets the old job's end.
+func (m *Meta) NewJob(jobID string) {
+	if m.JobID != "" && m.JobID != jobID {
+		m.PastJobs = append(m.PastJobs, m.JobID)
+	}
+	m.JobID, m.Final, m.SubmitError = jobID, nil, ""
 }
 
 // WriteMeta writes m as the run's meta.json, atomically.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -152,5 +153,67 @@ func TestE2EConcurrentResumeStartsOneJob(t *testing.T) {
 	}
 	if supervisors != 0 {
 		t.Errorf("%d local job supervisors of run %s live on after its cancel: orphans", supervisors, s.ExecID)
+	}
+}
+
+// TestE2EResumeKeepsEarlierJobs: after a resume, the earlier job's id
+// still names the run (metrics, logs), logs --all shows each job's log,
+// wall time is the sum over the segments, and a completed run is not
+// resumed (its job would train nothing).
+func TestE2EResumeKeepsEarlierJobs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains for a few seconds")
+	}
+	e := newEnv(t)
+	s := e.submit("--executor", "local", "--ntasks", "1", "--tp", "1", "--steps", "100000", "--eval-every", "100000")
+	waitForSteps(t, s.RunDir, 3)
+	time.Sleep(time.Second) // a first segment long enough to see in the sum
+	e.mustRun("cancel", s.ExecID)
+	waitState(t, e, s.ExecID, "CANCELLED")
+	out := e.mustRun("submit", "--resume", s.ExecID, "--json")
+	var again map[string]string
+	if err := json.Unmarshal([]byte(out), &again); err != nil || again["jobid"] == "" || again["jobid"] == s.JobID {
+		t.Fatalf("submit --resume --json: %q, %v", out, err)
+	}
+	time.Sleep(2 * time.Second)
+	e.mustRun("cancel", s.ExecID)
+	waitState(t, e, s.ExecID, "CANCELLED")
+
+	if out := e.mustRun("metrics", s.JobID); !strings.Contains(out, s.ExecID) {
+		t.Errorf("metrics %s (the run's first job): %q", s.JobID, out)
+	}
+	first, _ := os.ReadFile(filepath.Join(s.RunDir, "slurm-"+s.JobID+".out"))
+	if out := e.mustRun("logs", s.JobID); out != string(first) || out == "" {
+		t.Errorf("logs %s (the first job) printed %d bytes, want its log's %d", s.JobID, len(out), len(first))
+	}
+	all := e.mustRun("logs", "--all", s.ExecID)
+	for _, h := range []string{"==> job " + s.JobID + " (1 of 2) <==", "==> job " + again["jobid"] + " (2 of 2) <=="} {
+		if !strings.Contains(all, h) {
+			t.Errorf("logs --all lacks %q:\n%s", h, all)
+		}
+	}
+	var sum struct {
+		WallS float64 `json:"wall_s"`
+	}
+	json.Unmarshal([]byte(e.mustRun("metrics", "--json", s.ExecID)), &sum)
+	var firstWall float64
+	b, _ := os.ReadFile(filepath.Join(s.RunDir, "metrics", "rank-00000.jsonl"))
+	for _, line := range strings.Split(string(b), "\n") {
+		var end struct {
+			Type  string  `json:"type"`
+			WallS float64 `json:"wall_s"`
+		}
+		if json.Unmarshal([]byte(line), &end) == nil && end.Type == "end" {
+			firstWall = end.WallS
+			break
+		}
+	}
+	if firstWall < 1 || sum.WallS < firstWall+1 {
+		t.Errorf("wall time %v s after two segments, the first of %v s; want their sum", sum.WallS, firstWall)
+	}
+
+	done := e.submit("--executor", "local", "--wait", "--ntasks", "1", "--tp", "1", "--steps", "3")
+	if _, errOut, code := e.run("submit", "--resume", done.ExecID); code == 0 || !strings.Contains(errOut, "completed all its 3 steps: there is nothing to resume") {
+		t.Errorf("submit --resume of a completed run: exit %d, %q", code, errOut)
 	}
 }

@@ -123,6 +123,9 @@ func resumeLocal(c *cli.Context) error {
 	if j, err := r.Status(c.Context); err == nil && !j.State.Done() {
 		return cli.Exit(fmt.Sprintf("run %s is still %s (hpcrun run, pid %s): stop it before resuming", r.Meta.ExecID, j.State, r.Meta.JobID), 2)
 	}
+	if err := refuseCompleted(r); err != nil {
+		return err
+	}
 	cfg, err := trainconfig.ReadConfigFile(r.Dir.Config())
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
@@ -132,7 +135,8 @@ func resumeLocal(c *cli.Context) error {
 		return fmt.Errorf("path of hpcrun: %w", err)
 	}
 	meta := r.Meta
-	meta.JobID, meta.Final, meta.Host, meta.Binary, meta.Version = strconv.Itoa(os.Getpid()), nil, slurm.Host(), self, version
+	meta.NewJob(strconv.Itoa(os.Getpid()))
+	meta.Host, meta.Binary, meta.Version = slurm.Host(), self, version
 	meta.Spec.Program = self
 	if err := slurm.WriteMeta(r.Dir, meta); err != nil {
 		return err

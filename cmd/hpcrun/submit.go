@@ -20,6 +20,7 @@ import (
 	"github.com/hpcrun/hpcrun/train"
 	"github.com/hpcrun/hpcrun/train/ckpt"
 	trainconfig "github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/metrics"
 	"github.com/hpcrun/hpcrun/train/plan"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
@@ -355,6 +356,9 @@ func resumeSubmit(c *cli.Context) error {
 			return cli.Exit(fmt.Sprintf("run %s: job %s is %s: wait for it or cancel it (hpcrun cancel %s) before resuming", r.Meta.ExecID, j.ID, j.State, r.Meta.ExecID), 1)
 		}
 	}
+	if err := refuseCompleted(r); err != nil {
+		return err
+	}
 	from, err := ckpt.ResumePoint(r.Dir.Ckpt())
 	if err != nil {
 		return err
@@ -368,7 +372,8 @@ func resumeSubmit(c *cli.Context) error {
 		return fmt.Errorf("submit %s again: %w", r.Meta.ExecID, slurmErr(subErr))
 	}
 	m := r.Meta
-	m.JobID, m.Cluster, m.Final, m.SubmitError = jobID, cluster, nil, ""
+	m.NewJob(jobID)
+	m.Cluster = cluster
 	if err := slurm.WriteMeta(r.Dir, m); err != nil {
 		return err
 	}
@@ -383,4 +388,14 @@ func resumeSubmit(c *cli.Context) error {
 		return nil
 	}
 	return followJob(ctx, slurm.Run{Dir: r.Dir, Meta: m})
+}
+
+// refuseCompleted refuses to resume a run every rank of which completed
+// its steps: its job would take an allocation to train nothing.
+func refuseCompleted(r slurm.Run) error {
+	s, _, err := metrics.ReadSummary(r.Dir.Path(), metrics.NoCurves)
+	if err != nil || s.Status != metrics.StatusCompleted {
+		return nil
+	}
+	return cli.Exit(fmt.Sprintf("run %s completed all its %d steps: there is nothing to resume (hpcrun metrics %s shows it; submit a new run to train more)", r.Meta.ExecID, s.Step, r.Meta.ExecID), 2)
 }

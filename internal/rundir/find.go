@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -16,6 +17,9 @@ type Run struct {
 	ExecID string
 	Dir    Dir
 	JobID  string // from meta.json; "" before submission, or for a run without meta
+	// PastJobs are the run's earlier jobs (before it was resumed), from
+	// meta.json: Find accepts them too.
+	PastJobs []string
 }
 
 // ErrNotFound means no run answers to a reference.
@@ -38,25 +42,28 @@ func List(runsDir string) ([]Run, error) {
 			continue
 		}
 		d := Dir(filepath.Join(runsDir, e.Name()))
-		runs = append(runs, Run{ExecID: e.Name(), Dir: d, JobID: jobIDOf(d)})
+		job, past := jobIDsOf(d)
+		runs = append(runs, Run{ExecID: e.Name(), Dir: d, JobID: job, PastJobs: past})
 	}
 	sort.Slice(runs, func(i, j int) bool { return runs[i].ExecID < runs[j].ExecID })
 	return runs, nil
 }
 
-// jobIDOf reads the job id from a run's meta.json ("" when there is none).
-func jobIDOf(d Dir) string {
+// jobIDsOf reads the job id and the past job ids from a run's meta.json
+// (none when it has none).
+func jobIDsOf(d Dir) (string, []string) {
 	b, err := os.ReadFile(d.Meta())
 	if err != nil {
-		return ""
+		return "", nil
 	}
 	var m struct {
-		JobID string `json:"jobid"`
+		JobID    string   `json:"jobid"`
+		PastJobs []string `json:"past_jobs"`
 	}
 	if json.Unmarshal(b, &m) != nil {
-		return ""
+		return "", nil
 	}
-	return m.JobID
+	return m.JobID, m.PastJobs
 }
 
 // jobIDRE is the shape of a job id: Slurm's (an array task is A_a) and the
@@ -72,7 +79,8 @@ var execPrefixRE = regexp.MustCompile(`^\d{8}-[0-9a-f-]*$`)
 func IsJobID(ref string) bool { return jobIDRE.MatchString(ref) }
 
 // Find resolves what a user typed to name a run: its execid, the job id of
-// its job (the newest run wins when a job id was reused), or a prefix of
+// its job or of an earlier job of it (the newest run wins when a job id was
+// reused), or a prefix of
 // exactly one execid that includes its date (20261121-). A reference of
 // digits is a job id, never a prefix: job ids start at 1 and execids with
 // the year, so 2 or 2026113 would otherwise name someone else's run. Every
@@ -87,7 +95,7 @@ func Find(runsDir, ref string) (Run, error) {
 	}
 	if IsJobID(ref) {
 		for i := len(runs) - 1; i >= 0; i-- {
-			if runs[i].JobID == ref {
+			if runs[i].JobID == ref || slices.Contains(runs[i].PastJobs, ref) {
 				return runs[i], nil
 			}
 		}

@@ -42,7 +42,12 @@ type RankLog struct {
 	Evals []Eval
 	GPU   []GPUSample
 	End   *End
-	Lines int  // lines read, the torn one included
+	// PriorWallS is the wall time of the segments before the last (a run
+	// resumed, or requeued, appends a new one to the same file), from their
+	// end lines; Segments counts the segments read.
+	PriorWallS float64
+	Segments   int
+	Lines      int  // lines read, the torn one included
 	Torn  bool // the last line was incomplete and skipped: the rank is writing it now, or died
 	// Unknown counts lines of a type this version does not know (skipped).
 	Unknown  int
@@ -161,8 +166,12 @@ func (l *RankLog) addSlow(line []byte, last bool) {
 	case TypeStep:
 		l.addStep(*d.Step)
 	case TypeRun:
+		if l.End != nil && l.End.WallS > 0 {
+			l.PriorWallS += l.End.WallS
+		}
 		l.Info = d.Run
 		l.End = nil // a resumed run is running again
+		l.Segments++
 	case TypeEval:
 		l.Evals = append(l.Evals, *d.Eval)
 	case TypeGPU:

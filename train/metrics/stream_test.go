@@ -183,3 +183,23 @@ func TestReadSummaryLongLine(t *testing.T) {
 	mustOK(t, err)
 	sameJSON(t, "summary", got, want)
 }
+
+// TestWallTimeSumsSegments: a run resumed (or requeued) appends a segment
+// to each rank file; its wall time is the sum of the segments', not the
+// last segment's (2.21 s became 159 ms after a resume).
+func TestWallTimeSumsSegments(t *testing.T) {
+	dir := t.TempDir()
+	for r := range 2 {
+		lines := []string{runLine(r, r)}
+		lines = append(lines, steps(1, 5, 1)...)
+		lines = append(lines, `{"type":"end","status":"interrupted","error":"stopped","wall_s":2.05,"ts":1006}`, runLine(r, r))
+		lines = append(lines, steps(6, 20, 2)...)
+		lines = append(lines, `{"type":"end","status":"completed","wall_s":0.159,"ts":1021}`)
+		writeRank(t, dir, r, lines, "")
+	}
+	s, _, err := ReadSummary(dir, NoCurves)
+	mustOK(t, err)
+	if s.Status != StatusCompleted || math.Abs(float64(s.WallS)-2.209) > 1e-9 {
+		t.Errorf("status %s, wall %v s; want completed after 2.05 + 0.159 = 2.209 s", s.Status, s.WallS)
+	}
+}

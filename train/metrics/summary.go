@@ -598,7 +598,7 @@ func (s *Summary) status(run *Run, seen []rankSeen, world int) {
 			continue
 		}
 		s.Ended++
-		s.WallS = Float(fmax(float64(s.WallS), r.End.WallS))
+		s.WallS = Float(fmax(float64(s.WallS), r.End.WallS+r.PriorWallS))
 		switch r.End.Status {
 		case StatusFailed:
 			if failed == nil {
@@ -635,15 +635,17 @@ func (s *Summary) status(run *Run, seen []rankSeen, world int) {
 		}
 	}
 	if !s.WallS.Known() {
-		// Still running: from the earliest start to the newest line.
-		start := math.Inf(1)
+		// Still running: from the earliest start of this segment to the
+		// newest line, after the earlier segments' wall time.
+		start, prior := math.Inf(1), 0.0
 		for _, r := range run.Ranks {
 			if r.Info != nil && r.Info.Start > 0 {
 				start = min(start, r.Info.Start)
 			}
+			prior = max(prior, r.PriorWallS)
 		}
 		if !math.IsInf(start, 1) && s.LastTS.Known() {
-			s.WallS = s.LastTS - Float(start)
+			s.WallS = s.LastTS - Float(start) + Float(prior)
 		}
 	}
 }
