@@ -54,7 +54,7 @@ func dataTokenize(c *cli.Context) error {
 	}
 	ids, err := train.TokenizeFiles(tok, args)
 	if err == nil {
-		err = train.WriteTokenFile(out, ids)
+		err = train.WriteTokenFile(out, ids, tok.VocabSize())
 	}
 	if err != nil {
 		return cli.Exit(err.Error(), 1)
