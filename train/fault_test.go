@@ -103,7 +103,7 @@ func TestTokenFileTruncatedWhileTraining(t *testing.T) {
 	for i := range ids {
 		ids[i] = i % 200
 	}
-	if err := WriteTokenFile(path, ids); err != nil {
+	if err := WriteTokenFile(path, ids, 256); err != nil {
 		t.Fatal(err)
 	}
 	cfg := smallConfig("gpt")
@@ -175,7 +175,7 @@ func TestGenerateNamesNaNWeights(t *testing.T) {
 func TestTokenFileTruncatedWhilePrepared(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tokens.bin")
 	ids := make([]int, 20000)
-	if err := WriteTokenFile(path, ids); err != nil {
+	if err := WriteTokenFile(path, ids, 256); err != nil {
 		t.Fatal(err)
 	}
 	toks, unmap, err := mapTokenFile(path)

@@ -92,7 +92,7 @@ func TestEvaluateSource(t *testing.T) {
 	b, _ := os.ReadFile(text)
 	ids := (ByteTokenizer{}).Encode(string(b)[:1700])
 	tokens := filepath.Join(t.TempDir(), "t.bin")
-	if err := WriteTokenFile(tokens, ids); err != nil {
+	if err := WriteTokenFile(tokens, ids, (ByteTokenizer{}).VocabSize()); err != nil {
 		t.Fatal(err)
 	}
 	var losses []float64

@@ -46,7 +46,7 @@ func orderCases(t *testing.T) []orderCase {
 		return p
 	}
 	bin := filepath.Join(dir, "tokens.bin")
-	if err := WriteTokenFile(bin, tokens); err != nil {
+	if err := WriteTokenFile(bin, tokens, 256); err != nil {
 		t.Fatal(err)
 	}
 	bert, gpt := smallConfig("bert"), smallConfig("gpt")

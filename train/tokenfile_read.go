@@ -9,15 +9,24 @@ import (
 	"os"
 )
 
-// mmapTokens reads the n tokens after the header of f (no mmap here).
-func mmapTokens(f *os.File, path string, n int) ([]uint16, func() error, error) {
-	b := make([]byte, 2*n)
+// mmapTokens reads the n tokens of width bytes (2 or 4) after the header
+// of f (no mmap here).
+func mmapTokens(f *os.File, path string, n, width int) (tokenShard, func() error, error) {
+	b := make([]byte, width*n)
 	if _, err := f.ReadAt(b, tokenHeader); err != nil && err != io.EOF {
-		return nil, nil, fmt.Errorf("data %s: %w", path, err)
+		return tokenShard{}, nil, fmt.Errorf("data %s: %w", path, err)
 	}
-	toks := make([]uint16, n)
-	for i := range toks {
-		toks[i] = binary.LittleEndian.Uint16(b[2*i:])
+	var toks tokenShard
+	if width == 4 {
+		toks.u32 = make([]uint32, n)
+		for i := range toks.u32 {
+			toks.u32[i] = binary.LittleEndian.Uint32(b[4*i:])
+		}
+	} else {
+		toks.u16 = make([]uint16, n)
+		for i := range toks.u16 {
+			toks.u16[i] = binary.LittleEndian.Uint16(b[2*i:])
+		}
 	}
 	return toks, func() error { return nil }, nil
 }

@@ -291,8 +291,7 @@ func TestInitFromReadsTokenizerJSON(t *testing.T) {
 	}
 }
 
-// TokenizeFiles joins the files' tokens with the end-of-text token, and
-// refuses a tokenizer whose ids do not fit a token file before reading.
+// TokenizeFiles joins the files' tokens with the end-of-text token.
 func TestTokenizeFiles(t *testing.T) {
 	dir := t.TempDir()
 	writeTinyHFTokenizer(t, dir)
@@ -306,10 +305,6 @@ func TestTokenizeFiles(t *testing.T) {
 	ids, err := TokenizeFiles(tok, []string{a, b})
 	if want := []int{258, 'o', 260, 256}; err != nil || !reflect.DeepEqual(ids, want) {
 		t.Errorf("TokenizeFiles = %v, %v; want %v", ids, err, want)
-	}
-	tok.tokens = make([]string, 1<<17)
-	if _, err := TokenizeFiles(tok, []string{filepath.Join(dir, "missing.txt")}); err == nil || !strings.Contains(err.Error(), "below 65536") {
-		t.Errorf("a 131072-id tokenizer: %v", err)
 	}
 }
 

@@ -21,8 +21,9 @@ func dataCommand() *cli.Command {
 				Description: "The texts are joined with GPT-2's end-of-text token (50256) between them; one text gives\n" +
 					"the tokens hpcrun would make of it in process. OUT.bin has llm.c's header (256 int32:\n" +
 					"magic 20240520, version 1, token count) and uint16 tokens. --tokenizer reads a Hugging Face\n" +
-					"tokenizer.json instead (its end-of-text token between texts; ids must fit in uint16); train\n" +
-					"on the file with --tokenizer hf --vocab-file the same tokenizer.json.",
+					"tokenizer.json instead (its end-of-text token between texts); a tokenizer of more than\n" +
+					"65,536 ids (Llama 3's) gets llm.c's uint32 format (magic 20240801, version 7). Train on the\n" +
+					"file with --tokenizer hf --vocab-file the same tokenizer.json.",
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "the token `FILE` to write (required)"},
 					&cli.BoolFlag{Name: "force", Usage: "replace FILE when it exists"},
@@ -54,7 +55,7 @@ func dataTokenize(c *cli.Context) error {
 	}
 	ids, err := train.TokenizeFiles(tok, args)
 	if err == nil {
-		err = train.WriteTokenFile(out, ids)
+		err = train.WriteTokenFile(out, ids, tok.VocabSize())
 	}
 	if err != nil {
 		return cli.Exit(err.Error(), 1)

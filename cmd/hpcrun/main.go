@@ -85,7 +85,7 @@ func newApp() *cli.App {
 	}
 	cmdline.OneDefault()
 	cmdline.InheritFlags(app.Commands, globalFlags)
-	cmdline.Strict(app, presetHint)
+	cmdline.Strict(app, presetHint, flagMeanings)
 	cmdline.CompleteRuns(app.Commands, listRuns)
 	return app
 }

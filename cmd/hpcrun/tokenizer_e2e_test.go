@@ -14,6 +14,14 @@ import (
 // (T h, i s, Th is, Ġ a: ids 256-259) and <|endoftext|> (260).
 func writeByteLevelTokenizer(t *testing.T, dir string) {
 	t.Helper()
+	writeByteLevelTokenizerEOT(t, dir, 260)
+}
+
+// writeByteLevelTokenizerEOT is writeByteLevelTokenizer's file with
+// <|endoftext|> at id eot: past 260 the ids between are unused, as in
+// Llama 3's tokenizer.json between its merges and its special tokens.
+func writeByteLevelTokenizerEOT(t *testing.T, dir string, eot int) {
+	t.Helper()
 	vocab := map[string]int{}
 	next := 256
 	for b := range 256 {
@@ -26,7 +34,7 @@ func writeByteLevelTokenizer(t *testing.T, dir string) {
 	}
 	vocab["Th"], vocab["is"], vocab["This"], vocab["Ġa"] = 256, 257, 258, 259
 	file := map[string]any{
-		"added_tokens":  []map[string]any{{"id": 260, "content": "<|endoftext|>", "special": true}},
+		"added_tokens":  []map[string]any{{"id": eot, "content": "<|endoftext|>", "special": true}},
 		"pre_tokenizer": map[string]any{"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
 		"model":         map[string]any{"type": "BPE", "vocab": vocab, "merges": []string{"T h", "i s", "Th is", "Ġ a"}},
 	}

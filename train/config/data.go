@@ -8,11 +8,17 @@ import (
 	"strings"
 )
 
-// TokenMagic opens every token file (hpcrun data tokenize, llm.c's format).
+// TokenMagic opens a token file of uint16 tokens (hpcrun data tokenize,
+// llm.c's GPT-2 format).
 const TokenMagic = 20240520
 
+// TokenMagic32 opens a token file of uint32 tokens (llm.c's Llama 3
+// format), which hpcrun data tokenize writes for a vocabulary of more than
+// 65,536 ids.
+const TokenMagic32 = 20240801
+
 // IsTokenData reports whether --data names token files: a glob, a .bin
-// path, or a path whose first match starts with the token files' magic.
+// path, or a path whose first match starts with either token file magic.
 func IsTokenData(data string) bool {
 	if strings.ContainsAny(data, "*?[") || filepath.Ext(data) == ".bin" {
 		return true
@@ -30,7 +36,8 @@ func IsTokenData(data string) bool {
 	if _, err := io.ReadFull(f, b[:]); err != nil {
 		return false
 	}
-	return binary.LittleEndian.Uint32(b[:]) == TokenMagic
+	m := binary.LittleEndian.Uint32(b[:])
+	return m == TokenMagic || m == TokenMagic32
 }
 
 // DefaultTokenizer is the tokenizer used when the config names none:

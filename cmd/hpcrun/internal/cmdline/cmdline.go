@@ -1,7 +1,8 @@
 // Package cmdline makes urfave/cli read a command line the way hpcrun's
 // users type it: flags after the arguments (Interspersed), the global flags
 // anywhere (InheritFlags), a stray argument or an unknown flag refused in
-// one line (Strict), one default a flag in --help (OneDefault), --json
+// one line, with the flag it meant by meaning or by spelling (Strict,
+// Meanings), one default a flag in --help (OneDefault), --json
 // errors (JSONAsked), and shell completion of flags and runs
 // (BashCompletion, ZshCompletion, CompleteRuns).
 package cmdline
@@ -12,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+	"github.com/xrash/smetrics"
 )
 
 // Interspersed moves the flags a user typed after a command's positional
@@ -100,10 +102,11 @@ func JSONAsked(args []string) bool {
 // Strict makes every command refuse what it would otherwise ignore or bury
 // under its help: an argument to a command that takes none (hpcrun submit
 // bert-base trained a tiny BERT), and an unknown flag, which gets one line
-// with the nearest flag (-ntask: did you mean --ntasks?). hint, when set,
-// may say what a stray argument meant ("did you mean --preset X?"; "" when
-// nothing).
-func Strict(app *cli.App, hint func(cmd *cli.Command, arg string) string) {
+// with the flag it meant: by meaning, and else by spelling (-ntask: did you
+// mean --ntasks?). hint, when set, may say what a stray argument meant
+// ("did you mean --preset X?"; "" when nothing).
+func Strict(app *cli.App, hint func(cmd *cli.Command, arg string) string, meanings Meanings) {
+	usageError := func(c *cli.Context, err error, _ bool) error { return meanings.usageError(c, err) }
 	app.OnUsageError = usageError
 	var walk func(cmds []*cli.Command)
 	walk = func(cmds []*cli.Command) {
@@ -153,9 +156,72 @@ func HasFlag(cmd *cli.Command, name string) bool {
 	return false
 }
 
-// usageError is a bad flag in one line, with the nearest flag the command
-// has, instead of the error above the whole help.
-func usageError(c *cli.Context, err error, _ bool) error {
+// Meaning is what a flag that hpcrun lacks, spelled as another tool spells
+// it, means here: Flags, which the command must all have for it to apply,
+// and Note, said instead of "did you mean --Flags[0]?" when one flag alone
+// would mislead (--dp is not one flag).
+type Meaning struct {
+	Flags []string
+	Note  string
+}
+
+// Meanings maps a flag name, without its dashes and with '-' for '_', to
+// what it may mean: the first Meaning whose flags the command has applies.
+type Meanings map[string][]Meaning
+
+// nearEnough is the least Jaro-Winkler similarity at which a flag is
+// suggested for a misspelt one: -ntask gives --ntasks (0.97), -bsize --bsz
+// (0.89), but -tensor-parallel no longer --top (0.76).
+const nearEnough = 0.8
+
+// suggest is what to tell the user who typed the unknown flag name
+// (without dashes) to a command with flags: its meaning when m has one the
+// command takes, else the visible flag nearest in spelling, else "".
+func (m Meanings) suggest(flags []cli.Flag, name string) string {
+	var names []string
+	for _, f := range flags {
+		if v, ok := f.(cli.VisibleFlag); ok && !v.IsVisible() {
+			continue
+		}
+		names = append(names, f.Names()...)
+	}
+	for _, mean := range m[strings.ReplaceAll(strings.ToLower(name), "_", "-")] {
+		if !slices.ContainsFunc(mean.Flags, func(f string) bool { return !slices.Contains(names, f) }) {
+			if mean.Note != "" {
+				return mean.Note
+			}
+			return "did you mean " + dashed(mean.Flags[0]) + "?"
+		}
+	}
+	best, score := "", 0.0
+	for _, n := range names {
+		// A one-letter alias is no spelling of a longer name: -dp got -d
+		// (--dependency), -batch-size -c.
+		if len(n) == 1 && len(name) > 1 {
+			continue
+		}
+		// The same constants as urfave/cli's own suggestions.
+		if s := smetrics.JaroWinkler(n, name, 0.7, 4); s > score {
+			best, score = n, s
+		}
+	}
+	if score < nearEnough {
+		return ""
+	}
+	return "did you mean " + dashed(best) + "?"
+}
+
+// dashed is the flag name as typed: -n, --ntasks.
+func dashed(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
+}
+
+// usageError is a bad flag in one line, with the flag the user may have
+// meant, instead of the error above the whole help.
+func (m Meanings) usageError(c *cli.Context, err error) error {
 	msg := err.Error()
 	name, bad := strings.CutPrefix(msg, "flag provided but not defined: ")
 	help := "hpcrun --help"
@@ -165,9 +231,9 @@ func usageError(c *cli.Context, err error, _ bool) error {
 	} else if c.App != nil {
 		flags = c.App.Flags
 	}
-	if bad && cli.SuggestFlag != nil {
-		if s := cli.SuggestFlag(flags, strings.TrimLeft(name, "-"), true); s != "" {
-			msg += ": did you mean " + s + "?"
+	if bad {
+		if s := m.suggest(flags, strings.TrimLeft(name, "-")); s != "" {
+			msg += ": " + s
 		}
 	}
 	return cli.Exit(msg+" (see "+help+")", 2)

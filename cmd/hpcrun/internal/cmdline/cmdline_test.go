@@ -13,7 +13,8 @@ import (
 
 // testApp has a global --json and --profile, a command taking an argument
 // (show), one taking none (submit, with --preset and --ntasks) and one whose
-// arguments are not flags (raw).
+// arguments are not flags (raw); --dp means --ntasks and --preset together,
+// --world-size a --nosuch the app lacks, else --ntasks.
 func testApp(out *bytes.Buffer, got *[]string) *cli.App {
 	global := func() []cli.Flag {
 		return []cli.Flag{&cli.BoolFlag{Name: "json"}, &cli.StringFlag{Name: "profile"}}
@@ -36,6 +37,9 @@ func testApp(out *bytes.Buffer, got *[]string) *cli.App {
 			return "did you mean --preset tiny?"
 		}
 		return ""
+	}, Meanings{
+		"dp":         {{Flags: []string{"ntasks", "preset"}, Note: "dp comes from --ntasks"}},
+		"world-size": {{Flags: []string{"nosuch"}}, {Flags: []string{"ntasks"}}},
 	})
 	CompleteRuns(app.Commands, func(c *cli.Context, sweeps bool) []string { return []string{"e1", "e2"} })
 	return app
@@ -71,7 +75,9 @@ func TestJSONAsked(t *testing.T) {
 }
 
 // TestStrictAndInherit runs the app: a global flag given after the command
-// reaches it, a stray argument and an unknown flag are one-line errors.
+// reaches it, a stray argument and an unknown flag are one-line errors; a
+// flag is suggested by meaning where the command has the flags meant,
+// else by spelling when one is near, never as a one-letter alias.
 func TestStrictAndInherit(t *testing.T) {
 	var out bytes.Buffer
 	var got []string
@@ -86,6 +92,11 @@ func TestStrictAndInherit(t *testing.T) {
 		{"hp submit tiny", `submit takes no arguments, got "tiny": did you mean --preset tiny?`},
 		{"hp submit other", `submit takes no arguments, got "other" (see hp submit --help)`},
 		{"hp submit --ntask 2", "flag provided but not defined: -ntask: did you mean --ntasks? (see hp submit --help)"},
+		{"hp submit --dp 2", "flag provided but not defined: -dp: dp comes from --ntasks (see hp submit --help)"},
+		{"hp submit --world_size 2", "flag provided but not defined: -world_size: did you mean --ntasks? (see hp submit --help)"},
+		{"hp show --dp 2", "flag provided but not defined: -dp (see hp show --help)"},
+		{"hp submit --xyz 2", "flag provided but not defined: -xyz (see hp submit --help)"},
+		{"hp --profil jz submit", "flag provided but not defined: -profil: did you mean --profile? (see hp --help)"},
 	} {
 		err := app.Run(strings.Fields(tc.args))
 		var exit cli.ExitCoder
