@@ -23,10 +23,10 @@ type Meta struct {
 	ExecID       string    `json:"execid"`
 	JobID        string    `json:"jobid,omitempty"`
 	PastJobs     []string  `json:"past_jobs,omitempty"` // the jobs of earlier segments (before resumes), oldest first
-	Cluster      string    `json:"cluster,omitempty"` // from sbatch --parsable, on federations
-	Executor     string    `json:"executor"`          // slurm, local, or run (hpcrun run: ranks started in the foreground)
-	Sweep        string    `json:"sweep,omitempty"`   // the sweep whose job array runs this point
-	Host         string    `json:"host"`              // the machine that submitted
+	Cluster      string    `json:"cluster,omitempty"`   // from sbatch --parsable, on federations
+	Executor     string    `json:"executor"`            // slurm, local, or run (hpcrun run: ranks started in the foreground)
+	Sweep        string    `json:"sweep,omitempty"`     // the sweep whose job array runs this point
+	Host         string    `json:"host"`                // the machine that submitted
 	Spec         JobSpec   `json:"spec"`
 	SubmitTime   time.Time `json:"submit_time"`
 	Version      string    `json:"hpcrun_version"`

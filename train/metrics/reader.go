@@ -48,7 +48,7 @@ type RankLog struct {
 	PriorWallS float64
 	Segments   int
 	Lines      int  // lines read, the torn one included
-	Torn  bool // the last line was incomplete and skipped: the rank is writing it now, or died
+	Torn       bool // the last line was incomplete and skipped: the rank is writing it now, or died
 	// Unknown counts lines of a type this version does not know (skipped).
 	Unknown  int
 	Problems []Problem
