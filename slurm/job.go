@@ -49,8 +49,9 @@ type JobInfo struct {
 	NodeList  string        `json:"nodelist,omitempty"`
 	Partition string        `json:"partition,omitempty"`
 	TimeLimit string        `json:"time_limit,omitempty"`
-	ExitCode  int           `json:"exit_code"`        // the batch script's exit status; 128+n when killed by signal n
-	Source    string        `json:"source,omitempty"` // squeue, scontrol, sacct, local
+	ExitCode  int           `json:"exit_code"`          // the batch script's exit status; 128+n when killed by signal n
+	Restarts  int           `json:"restarts,omitempty"` // times the job was requeued (scontrol)
+	Source    string        `json:"source,omitempty"`   // squeue, scontrol, sacct, local
 	// WorkDir, Comment and SubmitTime tell a job from another that got
 	// the same id (Run.CheckOwner); empty where the source does not say.
 	WorkDir    string    `json:"work_dir,omitempty"`

@@ -84,6 +84,10 @@ func (t Tasks) Run(ctx context.Context) ([]TaskExit, error) {
 		return nil, fmt.Errorf("launch: %d tasks: need at least 1", t.N)
 	}
 	threads := max(1, runtime.NumCPU()/t.N)
+	// Pdeathsig follows the thread that started the task: keep the starts
+	// on one thread, which the runtime keeps alive once unlocked.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	cmds := make([]*exec.Cmd, t.N)
 	done := make(chan TaskExit, t.N)
 	for r := range t.N {
@@ -100,7 +104,9 @@ func (t Tasks) Run(ctx context.Context) ([]TaskExit, error) {
 		if os.Getenv("GOMAXPROCS") == "" {
 			cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(threads))
 		}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		// A task whose launcher dies (kill -9) is stopped, not orphaned:
+		// TERM lets it save and record its end.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 		var master *os.File
 		if r == 0 && t.Master != nil {
 			f, err := t.Master.File()

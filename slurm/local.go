@@ -150,7 +150,7 @@ func (*Local) Status(_ context.Context, ref JobRef) (JobInfo, error) {
 	j.ExitCode, _ = strconv.Atoi(st["exit"])
 	if j.State == Running {
 		if !alive {
-			j.State, j.Reason = Failed, "the local job's supervisor died"
+			j.State, j.Reason = Failed, ReasonSupervisorDied
 			fi, err := os.Stat(statePath)
 			if err == nil {
 				end = fi.ModTime().Unix()

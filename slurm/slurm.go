@@ -238,6 +238,7 @@ func ParseScontrol(out []byte) (JobInfo, error) {
 		TimeLimit: kv["TimeLimit"], ExitCode: exitCode(kv["ExitCode"]), Source: "scontrol",
 		WorkDir: kv["WorkDir"], Comment: kv["Comment"], SubmitTime: parseSlurmTime(kv["SubmitTime"])}
 	j.Nodes, _ = strconv.Atoi(kv["NumNodes"])
+	j.Restarts, _ = strconv.Atoi(kv["Restarts"])
 	if r := kv["Reason"]; r != "None" {
 		j.Reason = r
 	}

@@ -88,10 +88,17 @@ func foregroundStatus(r Run, host string) JobInfo {
 		return j
 	}
 	if pid, _ := strconv.Atoi(r.Meta.JobID); !processLives(pid) || !r.Meta.SubmitTime.IsZero() && startedAfter(pid, r.Meta.SubmitTime.Add(launcherSkew)) {
-		j.State, j.Reason = Failed, "the hpcrun run launcher died"
+		j.State, j.Reason = Failed, ReasonLauncherDied
 	}
 	return j
 }
+
+// The reasons of a job whose own process was killed before it could record
+// its end: hpcrun run's launcher, or the Local executor's supervisor.
+const (
+	ReasonLauncherDied   = "the hpcrun run launcher died"
+	ReasonSupervisorDied = "the local job's supervisor died"
+)
 
 // launcherSkew is how long after its start hpcrun run may record its
 // submit time; a process of the launcher's pid started later is another.

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -72,13 +73,17 @@ func slurmJob(t *testing.T, id string) (state string, restarts int) {
 // requeue, then moves its start up: Slurm holds a requeued job for about
 // two minutes, the lifetime of the revoked job credential. A job seen
 // already running or completed after that requeue (it was not held, or
-// the pending spell fell between two looks) needs nothing.
-func requeueNow(t *testing.T, s submitted, restarts int, deadline time.Time) {
+// the pending spell fell between two looks) needs nothing. While the job
+// is held, pending (when set) is called.
+func requeueNow(t *testing.T, s submitted, restarts int, deadline time.Time, pending func()) {
 	t.Helper()
 	var seen time.Time
 	for {
 		st, n := slurmJob(t, s.JobID)
 		if st == "PENDING" && n == restarts {
+			if pending != nil {
+				pending()
+			}
 			seen = time.Now()
 			break
 		}
@@ -172,7 +177,16 @@ ckpt_keep = 2
 		if out, err := exec.Command("scancel", "--signal=USR1", s.JobID).CombinedOutput(); err != nil {
 			t.Fatalf("scancel --signal=USR1: %v: %s", err, out)
 		}
-		requeueNow(t, s, round+1, deadline)
+		// Held pending, the run is requeued, not interrupted, and says
+		// which restart this is.
+		requeueNow(t, s, round+1, deadline, func() {
+			var m struct{ Status, Error string }
+			json.Unmarshal([]byte(e.mustRun("metrics", "--json", s.ExecID)), &m)
+			want := fmt.Sprintf("restart %d of at most 2, job pending", round+1)
+			if m.Status != "requeued" || !strings.HasPrefix(m.Error, want) {
+				t.Errorf("metrics of the requeued job: %s: %q, want requeued: %s...", m.Status, m.Error, want)
+			}
+		})
 	}
 	if restarts := waitCompleted(t, s, deadline); restarts != 2 {
 		t.Errorf("completed after %d restarts, want 2", restarts)

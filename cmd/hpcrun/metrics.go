@@ -82,17 +82,11 @@ func runMetrics(c *cli.Context) error {
 			return err
 		}
 		m, err := slurm.ReadMeta(r.Dir)
-		hasMeta := err == nil
-		if !hasMeta {
+		if err != nil {
 			m = &slurm.Meta{} // no plan, no job to ask
 		}
-		if hasMeta && len(s.Notes) > 0 && s.Status == "pending" {
-			if j, err := (slurm.Run{Dir: r.Dir, Meta: m}).Status(c.Context); err == nil && j.State.Done() && j.State != slurm.Unknown {
-				s.JobEnded(string(j.State), isCheck(m), r.ExecID)
-			}
-		}
+		fails = append(fails, failure.Settle(c.Context, r.Dir, &s))
 		sums, curves = append(sums, s), append(curves, cv)
-		fails = append(fails, failure.OfRun(c.Context, r.Dir, s))
 		plans = append(plans, plan.CheckRun(m.Plan, s))
 	}
 	w := c.App.Writer

@@ -240,7 +240,7 @@ sbatch_extra = ["--nodelist=%s"]
 				t.Fatalf("60 s after node %s was lost, rank 0 did not requeue the job:\n%s", lost, b)
 			}
 		}
-		requeueNow(t, ckpt, 1, deadline)
+		requeueNow(t, ckpt, 1, deadline, nil)
 	})
 	// Slurm ends the jobs before the node comes back, or it stays down.
 	for name, s := range map[string]submitted{"job without checkpoints fails": plain, "pipeline job fails": pipe} {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hpcrun/hpcrun/cmd/hpcrun/internal/progress"
+	"github.com/hpcrun/hpcrun/internal/rundir"
+	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train/metrics"
 	"github.com/urfave/cli/v2"
 )
@@ -44,30 +46,56 @@ func runWatch(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return watchRun(ctx, c, r.Dir.Path())
+	return watchRun(ctx, c, r.Dir)
 }
 
-func watchRun(ctx context.Context, c *cli.Context, dir string) error {
+// jobAskEvery is how often watch asks the executor for the job's state:
+// a job whose ranks were killed ends without their end lines, and a job
+// requeued by the time-limit signal goes on after them.
+const jobAskEvery = 2 * time.Second
+
+func watchRun(ctx context.Context, c *cli.Context, dir rundir.Dir) error {
 	w := c.App.Writer
-	p := progress.New(w, dir, true)
+	p := progress.New(w, dir.Path(), true)
 	tick := time.NewTicker(c.Duration("interval"))
 	defer tick.Stop()
+	var job slurm.JobInfo
+	var asked time.Time
 	for {
+		if time.Since(asked) >= jobAskEvery {
+			// Status caches the job's end in meta.json, which the
+			// metrics reader's Progress reads as JobOver.
+			if m, err := slurm.ReadMeta(dir); err == nil {
+				if j, err := (slurm.Run{Dir: dir, Meta: m}).Status(ctx); err == nil {
+					job = j
+				}
+			}
+			asked = time.Now()
+		}
 		run, st, err := p.Update("")
 		if err != nil {
 			return err
 		}
-		if st.Done {
-			s := p.End(run, st.Total)
-			if s.Status == metrics.StatusFailed {
-				return cli.Exit(fmt.Sprintf("%s failed: %s", s.ExecID, s.Error), 1)
+		if st.Done || st.JobOver != "" {
+			s, _ := metrics.Summarize(run)
+			state, over := string(job.State), job.State.Done()
+			if st.JobOver != "" {
+				state, over = st.JobOver, true
 			}
-			return nil
-		}
-		if st.JobOver != "" {
-			p.Close()
-			return cli.Exit(fmt.Sprintf("%s: the job is over (%s) but %d of %d ranks wrote no end line: they were killed; see hpcrun logs %s",
-				run.ExecID, st.JobOver, st.World-st.Ended, st.World, run.ExecID), 1)
+			s.Settle(metrics.JobState{State: state, Over: over, ExecID: run.ExecID})
+			switch {
+			case s.Status == metrics.StatusRequeued:
+				p.Describe(fmt.Sprintf("%s  requeued (%s)", run.ExecID, s.Error))
+			case st.Done:
+				s := p.End(run, st.Total)
+				if s.Status == metrics.StatusFailed {
+					return cli.Exit(fmt.Sprintf("%s failed: %s", s.ExecID, s.Error), 1)
+				}
+				return nil
+			default:
+				p.StopAt(st.Step)
+				return cli.Exit(fmt.Sprintf("%s %s at step %d: %s; see hpcrun logs --err %s", run.ExecID, s.Status, st.Step, s.Error, run.ExecID), 1)
+			}
 		}
 		select {
 		case <-ctx.Done():

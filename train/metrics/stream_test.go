@@ -203,3 +203,49 @@ func TestWallTimeSumsSegments(t *testing.T) {
 		t.Errorf("status %s, wall %v s; want completed after 2.05 + 0.159 = 2.209 s", s.Status, s.WallS)
 	}
 }
+
+// TestSettleKilledRanks: ranks that wrote no end line when the job is
+// over were killed; they are named before a peer that failed for want of
+// them, and the run is failed, not running forever.
+func TestSettleKilledRanks(t *testing.T) {
+	dir := t.TempDir()
+	writeRank(t, dir, 0, append([]string{runLine(0, 0)}, steps(1, 5, 1)...), "")
+	writeRank(t, dir, 1, append(append([]string{runLine(1, 1)}, steps(1, 5, 1)...),
+		`{"type":"end","status":"failed","error":"step 6: rank 0 (n0): process exited or lost its connection","wall_s":1,"ts":1006}`), "")
+	s, _, err := ReadSummary(dir, NoCurves)
+	mustOK(t, err)
+	s.Settle(JobState{ExecID: "x"})
+	if s.Status != StatusFailed || !strings.HasPrefix(s.Error, "rank 1: ") {
+		t.Fatalf("job going on: status %s, error %q; want rank 1's failure as it wrote it", s.Status, s.Error)
+	}
+	s.Settle(JobState{State: "FAILED", Over: true, ExecID: "x"})
+	if s.Status != StatusFailed || !strings.HasPrefix(s.Error, "rank 0 wrote no end line before the job ended FAILED") || !strings.Contains(s.Error, "then rank 1: step 6") {
+		t.Errorf("status %s, error %q; want failed, rank 0 named first", s.Status, s.Error)
+	}
+
+	writeRank(t, dir, 1, append([]string{runLine(1, 1)}, steps(1, 5, 1)...), "")
+	s, _, _ = ReadSummary(dir, NoCurves)
+	s.Settle(JobState{State: "CANCELLED", Over: true, ExecID: "x"})
+	if s.Status != StatusFailed || !strings.HasPrefix(s.Error, "ranks 0-1 wrote no end line") {
+		t.Errorf("every rank killed: status %s, error %q", s.Status, s.Error)
+	}
+}
+
+// TestSettleRequeued: a run stopped by the time-limit signal whose job is
+// pending again is requeued, with its restart count, not interrupted.
+func TestSettleRequeued(t *testing.T) {
+	dir := t.TempDir()
+	for r := range 2 {
+		writeRank(t, dir, r, append(append([]string{runLine(r, r)}, steps(1, 5, 1)...),
+			`{"type":"end","status":"interrupted","error":"step 5 of 20, checkpoint saved: stopped by the time-limit signal (USR1); requeued job 7 (restart 1 of at most 10), it resumes from the checkpoint","wall_s":1,"ts":1006}`), "")
+	}
+	s, _, err := ReadSummary(dir, NoCurves)
+	mustOK(t, err)
+	if s.Status != StatusInterrupted {
+		t.Fatalf("status %s before settling, want interrupted", s.Status)
+	}
+	s.Settle(JobState{State: "PENDING", ExecID: "x", Restarts: 1, MaxRestarts: 10})
+	if s.Status != StatusRequeued || s.Error != "restart 1 of at most 10, job pending: it resumes from its checkpoint" {
+		t.Errorf("requeued job: status %s, %q", s.Status, s.Error)
+	}
+}

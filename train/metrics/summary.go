@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -111,6 +112,9 @@ type Summary struct {
 	Error  string `json:"error,omitempty"` // the first failed rank's error, "rank N: ..."
 	Ranks  int    `json:"ranks"`           // rank files found
 	Ended  int    `json:"ranks_ended"`     // of which have written their end line
+	// NoEnd are the ranks of the world that have written no end line (no
+	// file at all included), in rank order.
+	NoEnd []int `json:"-"`
 	// Step is the last step every rank has finished; TotalSteps the
 	// planned number (0 when unknown).
 	Step       int   `json:"step"`
@@ -165,20 +169,103 @@ type Summary struct {
 	Notes []string `json:"notes,omitempty"`
 }
 
-// JobEnded settles a summary whose ranks wrote no metrics with the state
-// its job ended in (a Slurm state, "" while it goes on): a job that is
-// over is not pending. check says the job ran a parallel check (hpcrun
-// check), which writes a table to its log and no metrics.
-func (s *Summary) JobEnded(state string, check bool, execID string) {
-	if s.Status != "pending" || state == "" {
+// JobState is what the scheduler says of a run's job, as Settle reads it.
+type JobState struct {
+	State  string // a Slurm state, NOT_SUBMITTED, or "" when nothing is known
+	Over   bool   // the job will not run again
+	Reason string // why it is in State (sbatch's own words for NOT_SUBMITTED)
+	Check  bool   // the job runs a parallel check (hpcrun check): it writes no metrics
+	ExecID string
+	// Restarts is how many times the job was requeued, MaxRestarts how
+	// many times the run lets it be (0: not known).
+	Restarts, MaxRestarts int
+}
+
+// Settle reconciles the ranks' account of the run with its job's state. A
+// run never submitted is "not submitted", with sbatch's words; a run whose
+// job is over is not pending, and its ranks that wrote no end line were
+// killed (kill -9, the OOM killer, a lost node) and are named before any
+// peer that failed for want of them; a run interrupted by the time-limit
+// signal whose job is queued again is requeued, not over. Every reader of a
+// run's state (metrics, queue, watch, the dashboard) settles it here.
+func (s *Summary) Settle(j JobState) {
+	state, execID := j.State, j.ExecID
+	switch {
+	case state == "":
+		return
+	case state == "NOT_SUBMITTED":
+		s.Status, s.Error = StatusNotSubmitted, firstLine(j.Reason)
+		return
+	case !j.Over:
+		if s.Status == StatusInterrupted {
+			restart := "requeued"
+			if j.Restarts > 0 {
+				restart = fmt.Sprintf("restart %d", j.Restarts)
+				if j.MaxRestarts > 0 {
+					restart += fmt.Sprintf(" of at most %d", j.MaxRestarts)
+				}
+			}
+			s.Status = StatusRequeued
+			s.Error = fmt.Sprintf("%s, job %s: it resumes from its checkpoint", restart, strings.ToLower(state))
+		}
 		return
 	}
-	s.Status = strings.ToLower(state)
-	if check {
-		s.Notes = []string{"a parallel check, not a training: its pass/fail table is in hpcrun logs " + execID}
+	switch s.Status {
+	case "pending":
+		s.Status = strings.ToLower(state)
+		if j.Check {
+			s.Notes = []string{"a parallel check, not a training: its pass/fail table is in hpcrun logs " + execID}
+			return
+		}
+		s.Notes = []string{"the job ended " + state + " before any rank wrote metrics: see hpcrun logs --err " + execID}
+		return
+	case StatusCompleted:
 		return
 	}
-	s.Notes = []string{"the job ended " + state + " before any rank wrote metrics: see hpcrun logs --err " + execID}
+	if len(s.NoEnd) == 0 {
+		return
+	}
+	killed := fmt.Sprintf("%s wrote no end line before the job ended %s: killed, or stopped before it could", rankList(s.NoEnd), state)
+	if s.Status == StatusFailed && s.Error != "" {
+		killed += "; then " + s.Error
+	}
+	s.Status, s.Error = StatusFailed, killed
+	s.Notes = append(s.Notes, "see hpcrun logs --err "+execID+" for how the ranks were stopped")
+}
+
+// The statuses Settle gives from the job's state: a run stopped by the
+// time-limit signal whose job is queued again, and a run whose submission
+// failed.
+const (
+	StatusRequeued     = "requeued"
+	StatusNotSubmitted = "not submitted"
+)
+
+// firstLine is s up to its first newline.
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
+
+// rankList is "rank 3", "ranks 0-3, 7": the ranks, in order, as ranges.
+func rankList(ranks []int) string {
+	var parts []string
+	for i := 0; i < len(ranks); {
+		j := i
+		for j+1 < len(ranks) && ranks[j+1] == ranks[j]+1 {
+			j++
+		}
+		if j == i {
+			parts = append(parts, strconv.Itoa(ranks[i]))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", ranks[i], ranks[j]))
+		}
+		i = j + 1
+	}
+	if len(ranks) == 1 {
+		return "rank " + parts[0]
+	}
+	return "ranks " + strings.Join(parts, ", ")
 }
 
 // WarmupSteps is how many first steps a summary of n steps treats as
@@ -610,6 +697,17 @@ func (s *Summary) status(run *Run, seen []rankSeen, world int) {
 			if interrupted == nil || strings.Contains(interrupted.End.Error, RelayedStop) && !strings.Contains(r.End.Error, RelayedStop) {
 				interrupted = r
 			}
+		}
+	}
+	ended := map[int]bool{}
+	for _, r := range run.Ranks {
+		if r.End != nil {
+			ended[r.Rank] = true
+		}
+	}
+	for r := range world {
+		if !ended[r] {
+			s.NoEnd = append(s.NoEnd, r)
 		}
 	}
 	slices.Sort(s.Versions)

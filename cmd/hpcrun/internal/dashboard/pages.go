@@ -53,17 +53,17 @@ func (r runRow) Layout() string { return r.Sum.Config.Layout() }
 func (r runRow) StatusNote() string { return statusNote(r.HasJob, r.Job, r.Sum) }
 
 func statusNote(hasJob bool, j Job, s metrics.Summary) string {
-	if hasJob && strings.EqualFold(string(j.Info.State), s.Status) {
+	if hasJob && strings.EqualFold(strings.ReplaceAll(string(j.Info.State), "_", " "), s.Status) {
 		return ""
 	}
 	return s.Status
 }
 
-// settle gives a summary whose ranks wrote nothing the state its ended
-// job had (a check run writes no metrics: it is not pending).
+// settle reconciles a summary with its job once the job is over, as
+// hpcrun metrics does (metrics.Summary.Settle).
 func settle(s *metrics.Summary, hasJob bool, j Job, execID string) {
-	if hasJob && j.Info.State.Done() && j.Info.State != slurm.Unknown {
-		s.JobEnded(string(j.Info.State), j.Check, execID)
+	if hasJob {
+		s.Settle(metrics.JobState{State: string(j.Info.State), Over: j.Info.State.Done(), Reason: j.Info.Reason, Check: j.Check, ExecID: execID})
 	}
 }
 

@@ -12,6 +12,7 @@
 package failure
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 
@@ -33,12 +34,13 @@ const (
 	CommLost    Class = "comm timeout / lost rank"
 	Cancelled   Class = "cancelled"
 	DataConfig  Class = "data or config error"
+	Killed      Class = "killed"
 	Unknown     Class = "unknown"
 )
 
 // Classes lists every class but None, in the order Classify tries them
 // after Slurm's own state.
-var Classes = []Class{OutOfMemory, TimeLimit, Preempted, NodeFailure, Cancelled, DataConfig, CommLost, Unknown}
+var Classes = []Class{OutOfMemory, TimeLimit, Preempted, NodeFailure, Cancelled, DataConfig, Killed, CommLost, Unknown}
 
 // Evidence is what a run left behind about how it ended.
 type Evidence struct {
@@ -51,6 +53,9 @@ type Evidence struct {
 	RunStatus string
 	// RunError is the first failed (else interrupted) rank's error, "rank N: ...".
 	RunError string
+	// NoEnd are the ranks whose metrics file holds no end line: killed
+	// before they could write one, when the job is over.
+	NoEnd []int
 	// Log is the head and tail of the job's stderr and stdout.
 	Log string
 }
@@ -94,6 +99,13 @@ var patterns = map[Class]*regexp.Regexp{
 	CommLost: regexp.MustCompile(`(?i)timed out|lost its connection|connection (reset|refused)|broken pipe|no answer within|did not answer|ncclRemoteError|ncclSystemError|NCCL (error|WARN)|rendezvous`),
 }
 
+// killedLine is srun's or slurmstepd's word on a task killed by a signal.
+var killedLine = regexp.MustCompile(`(?i)\bKilled\b|signal 9|terminated by signal`)
+
+// srunKilled is bash's word, in the job's stderr, on the job script's srun
+// killed by a signal.
+var srunKilled = regexp.MustCompile(`\bKilled[ \t]+srun\b`)
+
 // Classify names why a run ended badly, or None when it did not (still
 // pending or running, or completed).
 func Classify(e Evidence) Verdict {
@@ -123,10 +135,32 @@ func Classify(e Evidence) Verdict {
 	case "NODE_FAIL", "BOOT_FAIL":
 		return Verdict{NodeFailure, why}
 	}
+	if e.Job.Reason == slurm.ReasonLauncherDied || e.Job.Reason == slurm.ReasonSupervisorDied {
+		return Verdict{Killed, e.Job.Reason}
+	}
+	if line := matchLine(srunKilled, e.Log); line != "" && st != slurm.Cancelled {
+		// srun itself was killed: slurmd then stops the ranks with TERM,
+		// which they record as a stop on request.
+		return Verdict{Killed, line}
+	}
 	text := e.RunError + "\n" + e.Log
 	for _, c := range Classes {
 		if c == Cancelled && st == slurm.Cancelled {
 			return Verdict{Cancelled, why}
+		}
+		killedLine := matchLine(killedLine, e.Log)
+		if c == Killed && len(e.NoEnd) > 0 && (killedLine != "" || e.Log == "") {
+			// Before CommLost: the peers of a killed rank fail for want
+			// of it, and are not to blame. A rank stopped by srun after
+			// its peers failed (no kill in the log) is not killed.
+			v := Verdict{Killed, fmt.Sprintf("rank %d wrote no end line", e.NoEnd[0])}
+			if len(e.NoEnd) > 1 {
+				v.Why = fmt.Sprintf("%d ranks wrote no end line, the first rank %d", len(e.NoEnd), e.NoEnd[0])
+			}
+			if killedLine != "" {
+				v.Why += ": " + killedLine
+			}
+			return v
 		}
 		re := patterns[c]
 		if re == nil {

@@ -24,7 +24,7 @@ func TestRecordedRuns(t *testing.T) {
 		{"completed", None, ""},
 		{"cancelled", Cancelled, "state CANCELLED"},
 		{"timelimit", TimeLimit, "state TIMEOUT, reason TimeLimit"},
-		{"lostrank", CommLost, "lost its connection"},
+		{"lostrank", Killed, "rank 2 wrote no end line: srun: error: vm: task 2: Killed"},
 		{"dataerror", DataConfig, "data: open /data/d.csv"},
 		{"oom", OutOfMemory, "out of memory: cannot allocate"},
 		{"preempted", Preempted, "state PREEMPTED"},
@@ -33,6 +33,8 @@ func TestRecordedRuns(t *testing.T) {
 		{"oom-killed", OutOfMemory, "Out Of Memory"},
 		{"commtimeout", CommLost, "timed out after 5m0s"},
 		{"unknown", Unknown, "state FAILED"},
+		{"killed-ranks", Killed, "2 ranks wrote no end line, the first rank 0: srun: error: n1: tasks 0-1: Killed"},
+		{"killed-srun", Killed, "Killed                  srun hpcrun train"},
 	}
 	seen := map[Class]bool{}
 	for _, tt := range tests {
@@ -110,22 +112,22 @@ func TestGatherReadsHeadAndTail(t *testing.T) {
 	}
 }
 
-// TestOfRun reads the job's state cached in meta.json: a job that ran out
+// TestSettle reads the job's state cached in meta.json: a job that ran out
 // of memory is one, whatever its files say; a run without meta.json and
 // whose files show nothing wrong is no failure.
-func TestOfRun(t *testing.T) {
+func TestSettle(t *testing.T) {
 	d, err := rundir.New(t.TempDir(), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := OfRun(context.Background(), d, metrics.Summary{Status: metrics.StatusCompleted}); v.Class != None {
+	if v := Settle(context.Background(), d, &metrics.Summary{Status: metrics.StatusCompleted}); v.Class != None {
 		t.Errorf("no meta.json: %+v", v)
 	}
 	m := &slurm.Meta{ExecID: d.ExecID(), JobID: "7", Final: &slurm.JobInfo{ID: "7", State: "OUT_OF_MEMORY"}}
 	if err := slurm.WriteMeta(d, m); err != nil {
 		t.Fatal(err)
 	}
-	if v := OfRun(context.Background(), d, metrics.Summary{Status: "failed"}); v.Class != OutOfMemory {
+	if v := Settle(context.Background(), d, &metrics.Summary{Status: "failed"}); v.Class != OutOfMemory {
 		t.Errorf("a job that ran out of memory: %+v", v)
 	}
 }

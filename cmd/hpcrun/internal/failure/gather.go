@@ -11,6 +11,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/slurm"
+	trainconfig "github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/metrics"
 )
 
@@ -23,21 +24,39 @@ const (
 	logTail  = 32 << 10
 )
 
-// OfRun is the failure of the run in d, summed up as s (failure None
-// unless it ended badly): its job's state from the final state cached in
-// meta.json, asking the executor only when none is cached and the run is
-// not visibly running or completed.
-func OfRun(ctx context.Context, d rundir.Dir, s metrics.Summary) Verdict {
-	var j slurm.JobInfo
-	if m, err := slurm.ReadMeta(d); err == nil {
-		switch {
-		case m.Final != nil:
-			j = *m.Final
-		case s.Status != "running" && s.Status != metrics.StatusCompleted:
-			j, _ = (slurm.Run{Dir: d, Meta: m}).Status(ctx) // unknown state: the run's own files decide
-		}
+// Settle reconciles s, the ranks' account of the run in d, with its job
+// (metrics.Summary.Settle) and names its failure: the job's state comes
+// from the final state cached in meta.json, else from its executor unless
+// every rank completed. check says the job ran a parallel check.
+func Settle(ctx context.Context, d rundir.Dir, s *metrics.Summary) Verdict {
+	m, err := slurm.ReadMeta(d)
+	if err != nil {
+		return Of(d, slurm.JobInfo{})
 	}
+	var j slurm.JobInfo
+	switch {
+	case m.Final != nil:
+		j = *m.Final
+	case s.Status != metrics.StatusCompleted:
+		j, _ = (slurm.Run{Dir: d, Meta: m}).Status(ctx)
+	}
+	js := metrics.JobState{State: string(j.State), Over: over(j, m), Reason: j.Reason,
+		Check: len(m.Spec.Args) > 0 && m.Spec.Args[0] == "check", ExecID: m.ExecID, Restarts: j.Restarts}
+	if cfg, err := trainconfig.ReadConfigFile(d.Config()); err == nil {
+		js.MaxRestarts = cfg.Requeues()
+	}
+	s.Settle(js)
 	return Of(d, j)
+}
+
+// over reports whether j, the job of the run of meta m, is known to be
+// over: a job nothing remembers is, unless it is a run of hpcrun run on
+// another machine, which this one cannot see.
+func over(j slurm.JobInfo, m *slurm.Meta) bool {
+	if j.State == slurm.Unknown {
+		return m.Executor != "run" || m.Host == slurm.Host()
+	}
+	return j.State.Done()
 }
 
 // Of runs the evidence of the run in d, whose job the scheduler last
@@ -62,6 +81,9 @@ func Gather(d rundir.Dir, job slurm.JobInfo) Evidence {
 	for _, p := range files {
 		end := lastEnd(p)
 		if end == nil {
+			if job.State.Done() {
+				e.NoEnd = append(e.NoEnd, rankNumber(p))
+			}
 			continue
 		}
 		rank := fmt.Sprintf("rank %d: ", rankNumber(p))
