@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -215,5 +216,88 @@ func TestE2EResumeKeepsEarlierJobs(t *testing.T) {
 	done := e.submit("--executor", "local", "--wait", "--ntasks", "1", "--tp", "1", "--steps", "3")
 	if _, errOut, code := e.run("submit", "--resume", done.ExecID); code == 0 || !strings.Contains(errOut, "completed all its 3 steps: there is nothing to resume") {
 		t.Errorf("submit --resume of a completed run: exit %d, %q", code, errOut)
+	}
+}
+
+// TestE2EKilledRunIsFailed: kill -9 of every rank, of srun alone, or of
+// hpcrun run's launcher leaves no run "running" forever: metrics, queue and
+// watch say it failed, killed, at the step it reached, and the launcher's
+// ranks stop with it instead of training on as orphans.
+func TestE2EKilledRunIsFailed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e: -short")
+	}
+	slurmUp(t)
+	e := newEnv(t)
+	args := []string{"--executor", "slurm", "--ntasks", "2", "--tp", "2", "--steps", "100000", "--eval-every", "100000"}
+	for _, victim := range []string{"ranks", "srun"} {
+		s := e.submit(args...)
+		waitForSteps(t, s.RunDir, 3)
+		if victim == "ranks" {
+			for _, pid := range rankPids(s.RunDir) {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		} else {
+			exec.Command("pkill", "-KILL", "-f", "^srun .*train --run-dir "+s.RunDir).Run()
+		}
+		_, errOut, code := e.run("watch", s.ExecID)
+		if code != 1 || !strings.Contains(errOut, s.ExecID) || strings.Contains(errOut, "at step 0:") {
+			t.Errorf("kill -9 of %s: watch: exit %d, %q; want exit 1 at the step reached", victim, code, errOut)
+		}
+		var m struct {
+			Status, Error string
+			Step          int
+			Failure       struct{ Class string }
+		}
+		json.Unmarshal([]byte(e.mustRun("metrics", "--json", s.ExecID)), &m)
+		if m.Failure.Class != "killed" || m.Step == 0 || m.Status == "running" {
+			t.Errorf("kill -9 of %s: metrics: %s (%s) at step %d, class %q; want killed at the step reached", victim, m.Status, m.Error, m.Step, m.Failure.Class)
+		}
+		if victim == "ranks" && (m.Status != "failed" || !strings.HasPrefix(m.Error, "ranks 0-1 wrote no end line")) {
+			t.Errorf("kill -9 of every rank: metrics: %s: %q", m.Status, m.Error)
+		}
+		if row, _ := e.row(true, s.ExecID); row.State != slurm.Failed || row.Failure != "killed" {
+			t.Errorf("kill -9 of %s: queue: %+v, want FAILED, killed", victim, row)
+		}
+	}
+
+	e = newEnv(t) // startRun finds the run as the only one
+	cmd, _, dir := e.startRun(t, "run", "--nproc", "2", "--tp", "2", "--steps", "100000", "--eval-every", "100000")
+	waitForSteps(t, dir, 3)
+	cmd.Process.Kill()
+	cmd.Wait()
+	for deadline := time.Now().Add(30 * time.Second); len(rankPids(dir)) > 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			for _, pid := range rankPids(dir) {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+			t.Fatalf("the ranks of hpcrun run train on 30 s after their launcher was killed")
+		}
+	}
+	var m struct{ Failure struct{ Class, Why string } }
+	json.Unmarshal([]byte(e.mustRun("metrics", "--json", filepath.Base(dir))), &m)
+	if m.Failure.Class != "killed" || m.Failure.Why != slurm.ReasonLauncherDied {
+		t.Errorf("kill -9 of hpcrun run: failure %+v, want killed (%s)", m.Failure, slurm.ReasonLauncherDied)
+	}
+}
+
+// TestE2ERejectedSubmissionIsNotSubmitted: a submission sbatch refused is
+// "not submitted" with sbatch's words in metrics and queue, not pending.
+func TestE2ERejectedSubmissionIsNotSubmitted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e: -short")
+	}
+	slurmUp(t)
+	e := newEnv(t)
+	if _, errOut, code := e.run("submit", "--executor", "slurm", "--partition", "nope", "--ntasks", "2"); code == 0 {
+		t.Fatalf("submit --partition nope: exit 0, %q", errOut)
+	}
+	var m struct{ Status, Error string }
+	json.Unmarshal([]byte(e.mustRun("metrics", "--json", "--last", "1")), &m)
+	if m.Status != "not submitted" || !strings.Contains(m.Error, "sbatch: error") {
+		t.Errorf("metrics of a rejected submission: %s: %q, want not submitted with sbatch's error", m.Status, m.Error)
+	}
+	if out := e.mustRun("metrics", "--last", "1"); !strings.Contains(out, "not submitted: sbatch: error") {
+		t.Errorf("metrics of a rejected submission:\n%s", out)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hpcrun/hpcrun/cmd/hpcrun/internal/failure"
 	"github.com/hpcrun/hpcrun/cmd/hpcrun/internal/progress"
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/slurm"
@@ -91,6 +92,11 @@ func watchRun(ctx context.Context, c *cli.Context, dir rundir.Dir) error {
 				if s.Status == metrics.StatusFailed {
 					return cli.Exit(fmt.Sprintf("%s failed: %s", s.ExecID, s.Error), 1)
 				}
+				// Ranks stopped by slurmd after srun was killed record a
+				// stop on request: the job's log says what happened.
+				if v := failure.Of(dir, jobEnd(ctx, dir, job)); v.Class == failure.Killed {
+					return cli.Exit(fmt.Sprintf("%s was killed at step %d: %s", s.ExecID, s.Step, v.Why), 1)
+				}
 				return nil
 			default:
 				p.StopAt(st.Step)
@@ -105,4 +111,21 @@ func watchRun(ctx context.Context, c *cli.Context, dir rundir.Dir) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// jobEnd is the state of the job of the run in dir once its ranks have
+// ended: the scheduler may take a few seconds to record the job's end.
+func jobEnd(ctx context.Context, dir rundir.Dir, last slurm.JobInfo) slurm.JobInfo {
+	for deadline := time.Now().Add(10 * time.Second); !last.State.Done() && time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		m, err := slurm.ReadMeta(dir)
+		if err != nil {
+			break
+		}
+		j, err := (slurm.Run{Dir: dir, Meta: m}).Status(ctx)
+		if err != nil {
+			break
+		}
+		last = j
+	}
+	return last
 }
