@@ -20,7 +20,7 @@ func evalCommand() *cli.Command {
 			"over --nproc local ranks or the tasks of srun.",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "data", Usage: "a text file or token files (a .bin or a glob of shards) (required)"},
-			&cli.IntFlag{Name: "seq", Usage: "window length (0 = the run's, or up to 1024 of a pretrained model's positions)"},
+			&cli.IntFlag{Name: "seq", Usage: "window length (0 = the run's, also for its export (ckpt export records it), else up to 1024 of a pretrained model's positions)"},
 			&cli.IntFlag{Name: "bsz", Value: 8, Usage: "windows per forward pass"},
 		}, ranksFlags()...),
 		Action: func(c *cli.Context) error {
@@ -39,9 +39,10 @@ func evalCommand() *cli.Command {
 					return err
 				}
 				if asJSON { // the loss to full precision
-					return json.NewEncoder(os.Stdout).Encode(map[string]any{"source": src, "data": opt.Data, "loss": e.Loss, "perplexity": math.Exp(e.Loss)})
+					return json.NewEncoder(os.Stdout).Encode(map[string]any{"source": src, "data": opt.Data, "loss": e.Loss, "perplexity": math.Exp(e.Loss),
+						"seq": e.Seq, "windows": e.Windows})
 				}
-				fmt.Printf("loss %.4f perplexity %.2f\n", e.Loss, math.Exp(e.Loss))
+				fmt.Printf("loss %.4f perplexity %.2f (%d windows of seq %d)\n", e.Loss, math.Exp(e.Loss), e.Windows, e.Seq)
 				return nil
 			})
 		},
