@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 
+	"github.com/hpcrun/hpcrun/internal/units"
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/train"
 	"github.com/urfave/cli/v2"
@@ -42,7 +43,7 @@ func evalCommand() *cli.Command {
 					return json.NewEncoder(os.Stdout).Encode(map[string]any{"source": src, "data": opt.Data, "loss": e.Loss, "perplexity": math.Exp(e.Loss),
 						"seq": e.Seq, "windows": e.Windows})
 				}
-				fmt.Printf("loss %.4f perplexity %.2f (%d windows of seq %d)\n", e.Loss, math.Exp(e.Loss), e.Windows, e.Seq)
+				fmt.Printf("loss %.4f perplexity %.2f (%s of seq %d)\n", e.Loss, math.Exp(e.Loss), units.Count(e.Windows, "window"), e.Seq)
 				return nil
 			})
 		},
