@@ -1,6 +1,7 @@
 package interop
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -239,10 +240,7 @@ func (w *hfWeights) readRows(runs []rowRun, cols int) ([]float32, error) {
 // LlamaSpec is the Spec of a Llama run of cfg with vocab real ids (what
 // WriteLlamaHF writes into config.json).
 func LlamaSpec(cfg config.Config, vocab int) Spec {
-	eps, theta := cfg.NormEpsilon(), cfg.RopeTheta // eps as written, not its float32
-	if theta == 0 {
-		theta = 10000
-	}
+	eps, theta := cfg.NormEpsilon(), cmp.Or(cfg.RopeTheta, config.DefaultRopeTheta) // eps as written, not its float32
 	return Spec{Model: "llama", Layers: cfg.Layers, Dim: cfg.Dim, Heads: cfg.Heads, KVHeads: cfg.KVHeadCount(), FFN: cfg.Hidden(),
 		Positions: cfg.PositionRows(), Vocab: vocab, NormEps: eps, RopeTheta: theta, RopeFactor: cfg.RopeFactor, RopeLowFreq: cfg.RopeLowFreq,
 		RopeHighFreq: cfg.RopeHighFreq, RopeOriginalSeq: cfg.RopeOriginalSeq, UntiedHead: cfg.UntiedHead, Seq: cfg.Seq}
