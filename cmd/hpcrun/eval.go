@@ -15,7 +15,7 @@ import (
 func evalCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "eval",
-		Usage:     "a GPT's loss and perplexity on a text or token file",
+		Usage:     "a GPT's or a Llama's loss and perplexity on a text or token file (a run, a checkpoint, a Hugging Face GPT-2 or Llama dir, an llm.c .bin)",
 		ArgsUsage: "EXECID|CKPT|HF-DIR|LLMC.bin --data FILE",
 		Description: "Every window of --seq + 1 tokens (stride --seq) of the data is scored; the model is split\n" +
 			"over --nproc local ranks or the tasks of srun.",

@@ -143,3 +143,17 @@ func TestCompletion(t *testing.T) {
 		t.Fatal("completion fish: no error")
 	}
 }
+
+// TestHelpNamesLlama: the commands that take a Llama say so in their help
+// (generate, eval and ckpt export named only GPT-2 and BERT).
+func TestHelpNamesLlama(t *testing.T) {
+	for _, cmd := range [][]string{{"generate"}, {"eval"}, {"ckpt", "export"}} {
+		out, err := runApp(t, append(cmd, "--help")...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out, "Llama") {
+			t.Errorf("%v --help does not name Llama:\n%s", cmd, out)
+		}
+	}
+}
