@@ -66,6 +66,11 @@ func SourceConfig(src string) (config.Config, error) {
 	}
 	cfg.Tokenizer = cfg.TokenizerName()
 	cfg.Seq = min(cfg.Positions, 1024)
+	// An export of hpcrun's says the window it trained on: the run's own
+	// default, whatever its position table holds.
+	if spec, err := interop.Inspect(src); err == nil && spec.Seq > 0 && spec.Seq <= cfg.Positions {
+		cfg.Seq = spec.Seq
+	}
 	return cfg, nil
 }
 
@@ -331,7 +336,7 @@ func sample(logits []float32, temperature float64, k int, rng *rand.Rand) int {
 type EvalOptions struct {
 	Source    string // as for Generate
 	Data      string // a text or token files (see config.Config.Data)
-	Seq       int    // window length; 0 = the checkpoint's, or up to 1024 of the pretrained model's positions
+	Seq       int    // window length; 0 = the checkpoint's, an hpcrun export's (Spec.Seq), or up to 1024 of the pretrained model's positions
 	BatchSize int    // windows per forward; 0 = 8
 	Device    string // auto, cpu, cuda; "" = the source's (auto for pretrained weights)
 }
@@ -358,16 +363,24 @@ func promptIDs(tok Tokenizer, prompt string) []int {
 	return ids
 }
 
+// SourceEval is EvaluateSource's result: the mean loss over Windows
+// windows of Seq tokens each.
+type SourceEval struct {
+	EvalResult
+	Seq     int
+	Windows int
+}
+
 // EvaluateSource is the mean loss of the GPT at opt.Source over every
 // window (seq+1 tokens, stride seq) of opt.Data, the model split over every
 // rank of world; the perplexity is its exp.
-func EvaluateSource(ctx context.Context, world nccl.Comm, opt EvalOptions) (EvalResult, error) {
+func EvaluateSource(ctx context.Context, world nccl.Comm, opt EvalOptions) (SourceEval, error) {
 	cfg, err := SourceConfig(opt.Source)
 	if err != nil {
-		return EvalResult{}, err
+		return SourceEval{}, err
 	}
 	if !cfg.LM() {
-		return EvalResult{}, fmt.Errorf("eval %s: a %s model: eval measures a language model's loss", opt.Source, cfg.Model)
+		return SourceEval{}, fmt.Errorf("eval %s: a %s model: eval measures a language model's loss", opt.Source, cfg.Model)
 	}
 	cfg.Data, cfg.TP, cfg.NTasks = opt.Data, world.Size(), world.Size()
 	cfg.Samples, cfg.EvalSamples, cfg.Steps, cfg.EvalEvery, cfg.GradAccum = 0, math.MaxInt32, 1, 0, 1
@@ -383,23 +396,24 @@ func EvaluateSource(ctx context.Context, world nccl.Comm, opt EvalOptions) (Eval
 	}
 	data, err := Prepare(cfg)
 	if err != nil {
-		return EvalResult{}, err
+		return SourceEval{}, err
 	}
 	data.Val = joinWindows(data.Train, data.Val)
 	data.Train = data.Val // newTrainer wants one step's worth; nothing trains
 	cfg.BatchSize = min(cfg.BatchSize, data.Val.Len())
 	t, err := newTrainer(cfg, world, Options{Data: data}, nil)
 	if err != nil {
-		return EvalResult{}, err
+		return SourceEval{}, err
 	}
 	defer t.close()
 	if err := agree(world, loadWeights(t.model.Params(), t.dev, cfg, data.Vocab), "loading "+opt.Source); err != nil {
-		return EvalResult{}, err
+		return SourceEval{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return EvalResult{}, err
+		return SourceEval{}, err
 	}
-	return t.evaluate(0)
+	e, err := t.evaluate(0)
+	return SourceEval{EvalResult: e, Seq: cfg.Seq, Windows: data.Val.Len()}, err
 }
 
 // joinWindows is a language model's training windows followed by its

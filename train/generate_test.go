@@ -97,7 +97,7 @@ func TestEvaluateSource(t *testing.T) {
 	}
 	var losses []float64
 	for _, tp := range []int{1, 2} {
-		res := make([]EvalResult, tp)
+		res := make([]SourceEval, tp)
 		err := nccl.RunInProcess(tp, func(c nccl.Comm) error {
 			var err error
 			res[c.Rank()], err = EvaluateSource(context.Background(), c, EvalOptions{Source: dir, Data: tokens, Seq: 16, BatchSize: 4, Device: "cpu"})
@@ -107,6 +107,9 @@ func TestEvaluateSource(t *testing.T) {
 			t.Fatal(err)
 		}
 		losses = append(losses, res[0].Loss)
+		if res[0].Seq != 16 || res[0].Windows != (1700-1)/16 {
+			t.Errorf("tp %d: seq %d, %d windows; want seq 16, %d windows", tp, res[0].Seq, res[0].Windows, (1700-1)/16)
+		}
 	}
 	if math.Abs(losses[0]-losses[1]) > 1e-5 || !(losses[0] > 0) {
 		t.Errorf("eval loss at tp 1 %.7f, tp 2 %.7f", losses[0], losses[1])

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
+	"github.com/hpcrun/hpcrun/internal/units"
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
@@ -214,7 +215,7 @@ func newTrainer(cfg config.Config, world nccl.Comm, opt Options, w *metrics.Writ
 		}
 	}
 	if world.Size() != cfg.NTasks {
-		return nil, fmt.Errorf("the job has %d ranks but the config says ntasks = %d", world.Size(), cfg.NTasks)
+		return nil, fmt.Errorf("the job has %s but the config says ntasks = %d", units.Count(world.Size(), "rank"), cfg.NTasks)
 	}
 	data := opt.Data
 	if data == nil {
@@ -321,9 +322,9 @@ func newTrainer(cfg config.Config, world nccl.Comm, opt Options, w *metrics.Writ
 			return nil, err
 		}
 	}
-	t.logf("%s %d layers dim %d heads %d seq %d: %.2fM params, %stp %d x dp %d%s, %d steps (%d per epoch); %s",
+	t.logf("%s %d layers dim %d heads %d seq %d: %.2fM params, %stp %d x dp %d%s, %s (%d per epoch); %s",
 		cfg.Model, cfg.Layers, cfg.Dim, cfg.Heads, cfg.Seq, float64(config.ParamCount(cfg, data.Vocab))/1e6,
-		pipeNote(cfg), cfg.TP, cfg.DP(), memoryModes(cfg), t.total, t.perEp, data.describe())
+		pipeNote(cfg), cfg.TP, cfg.DP(), memoryModes(cfg), units.Count(t.total, "step"), t.perEp, data.describe())
 	return t, nil
 }
 

@@ -39,11 +39,14 @@ func ckptCommand() *cli.Command {
 			},
 			{
 				Name:      "export",
-				Usage:     "write a checkpoint as a Hugging Face GPT-2 or BERT directory (config.json + model.safetensors)",
+				Usage:     "write a checkpoint as a Hugging Face GPT-2, Llama or BERT directory (config.json + model.safetensors)",
 				ArgsUsage: "DIR|EXECID|PREFIX|JOBID --hf OUTDIR",
-				Description: "OUTDIR holds config.json (GPT2LMHeadModel, n_positions from the position table) and\n" +
+				Description: "OUTDIR holds config.json (GPT2LMHeadModel, n_positions from the position table, hpcrun_seq\n" +
+					"the run's --seq, which eval takes as its default window) and\n" +
 					"model.safetensors (F32, GPT2Model names, Conv1D (in, out) weights, the vocabulary unpadded);\n" +
-					"a BERT of --arch hf becomes BertForSequenceClassification. transformers' from_pretrained and\n" +
+					"a Llama becomes LlamaForCausalLM (q_proj, k_proj, v_proj and gate_proj, up_proj split back out,\n" +
+					"its tokenizer.json copied beside it); a BERT of --arch hf becomes BertForSequenceClassification.\n" +
+					"transformers' from_pretrained and\n" +
 					"hpcrun's --init-from read it.",
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "hf", Usage: "the Hugging Face model `DIR` to write (required)"},

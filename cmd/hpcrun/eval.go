@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 
+	"github.com/hpcrun/hpcrun/internal/units"
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/train"
 	"github.com/urfave/cli/v2"
@@ -14,13 +15,13 @@ import (
 func evalCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "eval",
-		Usage:     "a GPT's loss and perplexity on a text or token file",
+		Usage:     "a GPT's or a Llama's loss and perplexity on a text or token file (a run, a checkpoint, a Hugging Face GPT-2 or Llama dir, an llm.c .bin)",
 		ArgsUsage: "EXECID|CKPT|HF-DIR|LLMC.bin --data FILE",
 		Description: "Every window of --seq + 1 tokens (stride --seq) of the data is scored; the model is split\n" +
 			"over --nproc local ranks or the tasks of srun.",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "data", Usage: "a text file or token files (a .bin or a glob of shards) (required)"},
-			&cli.IntFlag{Name: "seq", Usage: "window length (0 = the run's, or up to 1024 of a pretrained model's positions)"},
+			&cli.IntFlag{Name: "seq", Usage: "window length (0 = the run's, also for its export (ckpt export records it), else up to 1024 of a pretrained model's positions)"},
 			&cli.IntFlag{Name: "bsz", Value: 8, Usage: "windows per forward pass"},
 		}, ranksFlags()...),
 		Action: func(c *cli.Context) error {
@@ -39,9 +40,10 @@ func evalCommand() *cli.Command {
 					return err
 				}
 				if asJSON { // the loss to full precision
-					return json.NewEncoder(os.Stdout).Encode(map[string]any{"source": src, "data": opt.Data, "loss": e.Loss, "perplexity": math.Exp(e.Loss)})
+					return json.NewEncoder(os.Stdout).Encode(map[string]any{"source": src, "data": opt.Data, "loss": e.Loss, "perplexity": math.Exp(e.Loss),
+						"seq": e.Seq, "windows": e.Windows})
 				}
-				fmt.Printf("loss %.4f perplexity %.2f\n", e.Loss, math.Exp(e.Loss))
+				fmt.Printf("loss %.4f perplexity %.2f (%s of seq %d)\n", e.Loss, math.Exp(e.Loss), units.Count(e.Windows, "window"), e.Seq)
 				return nil
 			})
 		},

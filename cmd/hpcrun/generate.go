@@ -22,7 +22,7 @@ import (
 func generateCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "generate",
-		Usage:     "sample text from a GPT: a run, a checkpoint, a Hugging Face GPT-2 dir or an llm.c .bin",
+		Usage:     "sample text from a GPT or a Llama: a run, a checkpoint, a Hugging Face GPT-2 or Llama (LlamaForCausalLM) dir or an llm.c .bin",
 		ArgsUsage: "EXECID|CKPT|HF-DIR|LLMC.bin",
 		Description: "Tokens stream to stdout as they are sampled. The model is split over --nproc local ranks\n" +
 			"(tensor parallel), or over the tasks of `srun hpcrun generate ...`; every rank draws the same\n" +

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -84,12 +86,22 @@ func TestPretrainedWorkflow(t *testing.T) {
 	}
 
 	e.mustRun("ckpt", "export", execID, "--hf", "exported")
-	lossRe := regexp.MustCompile(`^loss (\d+\.\d+) perplexity \d+\.\d+\n$`)
+	lossRe := regexp.MustCompile(`^loss (\d+\.\d+) perplexity \d+\.\d+ \(\d+ windows of seq 32\)\n$`)
 	fromRun := e.mustRun("eval", execID, "--data", "train.bin", "--device", "cpu")
-	fromHF := e.mustRun("eval", "exported", "--data", "train.bin", "--seq", "32", "--nproc", "2", "--device", "cpu")
+	fromHF := e.mustRun("eval", "exported", "--data", "train.bin", "--nproc", "2", "--device", "cpu")
 	t.Logf("eval: %q", fromRun)
 	if !lossRe.MatchString(fromRun) || fromRun != fromHF {
 		t.Errorf("eval of the run %q, of its export at tp 2 %q", fromRun, fromHF)
+	}
+	var got struct {
+		Loss         float64
+		Seq, Windows int
+	}
+	if err := json.Unmarshal([]byte(e.mustRun("eval", "exported", "--data", "train.bin", "--device", "cpu", "--json")), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Seq != 32 || got.Windows < 1 || !strings.Contains(fromRun, fmt.Sprintf("(%d windows of seq 32)", got.Windows)) {
+		t.Errorf("eval --json of the export: seq %d, %d windows; the run's: %q", got.Seq, got.Windows, fromRun)
 	}
 }
 

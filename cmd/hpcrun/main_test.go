@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -95,6 +96,33 @@ func TestConfigShowExampleProfile(t *testing.T) {
 	}
 }
 
+// TestConfigShowLlamaDefaults: config show of a Llama prints the values a
+// run uses where the config leaves the default (it printed norm_eps 0,
+// rope_theta 0, comm_timeout "" and recompute "").
+func TestConfigShowLlamaDefaults(t *testing.T) {
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	conf := filepath.Join(t.TempDir(), "hpcrun.toml")
+	if err := os.WriteFile(conf, []byte("[train]\nmodel = \"llama\"\nlayers = 2\ndim = 96\nheads = 4\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runApp(t, "config", "show", "--config", conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"train.norm_eps", "= 1e-05", "train.rope_theta", "= 10000", "train.kv_heads", "train.ffn", "= 256",
+		"train.comm_timeout", `= "30s"`, "train.recompute", `= "none"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("config show of a llama lacks %q:\n%s", want, out)
+		}
+	}
+	if regexp.MustCompile(`train\.(comm_timeout|recompute) += ""`).MatchString(out) {
+		t.Errorf("config show prints an empty default:\n%s", out)
+	}
+	if bad := regexp.MustCompile(`train\.(norm_eps|rope_theta|kv_heads|ffn) += 0 `).FindString(out); bad != "" {
+		t.Errorf("config show prints %q, not the default a run uses", bad)
+	}
+}
+
 func TestMalformedConfigNamesLine(t *testing.T) {
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
 	dir := t.TempDir()
@@ -113,5 +141,19 @@ func TestCompletion(t *testing.T) {
 	}
 	if _, err := runApp(t, "completion", "fish"); err == nil {
 		t.Fatal("completion fish: no error")
+	}
+}
+
+// TestHelpNamesLlama: the commands that take a Llama say so in their help
+// (generate, eval and ckpt export named only GPT-2 and BERT).
+func TestHelpNamesLlama(t *testing.T) {
+	for _, cmd := range [][]string{{"generate"}, {"eval"}, {"ckpt", "export"}} {
+		out, err := runApp(t, append(cmd, "--help")...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out, "Llama") {
+			t.Errorf("%v --help does not name Llama:\n%s", cmd, out)
+		}
 	}
 }

@@ -72,6 +72,7 @@ func runPlan(c *cli.Context) error {
 		if err != nil {
 			return cli.Exit("plan --auto: "+sweep.OneLine(err), 1)
 		}
+		res.Flags = flagsBut(c, autoFlags...)
 		if wantJSON(c) {
 			enc := json.NewEncoder(c.App.Writer)
 			enc.SetIndent("", "  ")
@@ -111,12 +112,46 @@ func planAtScale(c *cli.Context) (done bool, err error) {
 	vocab, _, err := train.PlanVocab(tc)
 	if err == nil {
 		err = plan.ScaleCommand(c.App.Writer, plan.ScaleOptions{Config: tc, Vocab: vocab, Cluster: name,
-			Interleave: c.Int("interleave"), Auto: c.Bool("auto"), Top: c.Int("top"), JSON: wantJSON(c)})
+			Interleave: c.Int("interleave"), Auto: c.Bool("auto"), Top: c.Int("top"), JSON: wantJSON(c),
+			Flags: flagsBut(c, autoFlags...)})
 	}
 	if err != nil {
 		return true, cli.Exit("plan --cluster: "+sweep.OneLine(err), 1)
 	}
 	return true, nil
+}
+
+// autoFlags are the flags that plan --auto's command for the first layout
+// does not repeat from the command line: the layout's, which the search
+// chooses (plan.Layout.Flags), with the tasks and nodes it keeps, and the
+// flags of plan alone.
+var autoFlags = []string{"ntasks", "nodes", "tp", "pp", "pp-split", "micro-batches", "grad-accum", "bsz", "sp", "zero", "recompute",
+	"interleave", "auto", "top", "cluster", "json"}
+
+// flagsBut is the flags set on c's command line, but those named in drop,
+// as one shell-quoted string in the order of the command's flags: e.g.
+// "--preset small --model gpt --steps 300 --lr 0.0003".
+func flagsBut(c *cli.Context, drop ...string) string {
+	set := c.LocalFlagNames()
+	var words []string
+	for _, f := range c.Command.Flags {
+		names := f.Names()
+		if slices.ContainsFunc(names, func(n string) bool { return slices.Contains(drop, n) }) ||
+			!slices.ContainsFunc(names, func(n string) bool { return slices.Contains(set, n) }) {
+			continue
+		}
+		name := names[0]
+		if _, ok := f.(*cli.BoolFlag); ok {
+			if c.Bool(name) {
+				words = append(words, "--"+name)
+			} else {
+				words = append(words, "--"+name+"=false")
+			}
+			continue
+		}
+		words = append(words, "--"+name, slurm.Quote(fmt.Sprint(c.Value(name))))
+	}
+	return strings.Join(words, " ")
 }
 
 // predictRun makes the plan of p's training run. It returns a nil plan and

@@ -121,7 +121,7 @@ func (e *env) mustRunErr(args ...string) (string, string) {
 func TestPlanAuto(t *testing.T) {
 	e := newEnv(t)
 	text := e.mustRun("plan", "--auto", "--top", "3", "--executor", "local", "--preset", "tiny", "--model", "gpt", "--ntasks", "2", "--device", "cpu")
-	for _, want := range []string{"global batch 32 samples a step", "RANK", "LAYOUT", "STEP S", "TOK/S", "MEM/RANK", "COMM", "BUBBLE", "WHY", "\n1 ", "\n3 ", "fastest:", "run the first: hpcrun submit --ntasks 2 --tp "} {
+	for _, want := range []string{"global batch 32 samples a step", "RANK", "LAYOUT", "STEP S", "TOK/S", "MEM/RANK", "COMM", "BUBBLE", "WHY", "\n1 ", "\n3 ", "fastest:", "run the first: hpcrun submit --executor local --model gpt --preset tiny --device cpu --ntasks 2 --tp "} {
 		if !strings.Contains(text, want) {
 			t.Errorf("plan --auto lacks %q:\n%s", want, text)
 		}
@@ -143,6 +143,74 @@ func TestPlanAuto(t *testing.T) {
 	if _, errOut, code := e.run("plan", "--top", "3", "--executor", "local"); code != 2 || !strings.Contains(errOut, "--top needs --auto") {
 		t.Errorf("plan --top without --auto: exit %d, %q", code, errOut)
 	}
+}
+
+// TestPlanAutoFirstCommand runs the command plan --auto prints for its
+// first layout, as plan: the user's model, preset, steps and lr stay, only
+// the layout changes, and it plans the same model and global batch (the
+// line once dropped every flag but the layout's: a GPT small request
+// printed a command that trains a BERT tiny).
+func TestPlanAutoFirstCommand(t *testing.T) {
+	e := newEnv(t)
+	asked := []string{"--executor", "local", "--preset", "small", "--model", "gpt", "--steps", "300", "--lr", "3e-4", "--ntasks", "2", "--device", "cpu"}
+	text := e.mustRun(append([]string{"plan", "--auto"}, asked...)...)
+	_, line, ok := strings.Cut(text, "run the first: hpcrun submit ")
+	if !ok {
+		t.Fatalf("plan --auto prints no command for the first:\n%s", text)
+	}
+	line, _, _ = strings.Cut(line, "\n")
+	for _, want := range []string{"--preset small", "--model gpt", "--steps 300", "--lr 0.0003", "--executor local", "--device cpu", "--ntasks 2"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the first's command %q lacks %q", line, want)
+		}
+	}
+	var res plan.AutoResult
+	if err := json.Unmarshal([]byte(e.mustRun(append([]string{"plan", "--auto", "--json"}, asked...)...)), &res); err != nil {
+		t.Fatal(err)
+	}
+	var got plan.Plan
+	if err := json.Unmarshal([]byte(e.mustRun(append([]string{"plan", "--json"}, shellWords(t, line)...)...)), &got); err != nil {
+		t.Fatal(err)
+	}
+	first := res.Ranked[0].Plan
+	if got.Model != "gpt" || got.Preset != "small" || got.Model != first.Model || got.Layers != first.Layers || got.Dim != first.Dim || got.Seq != first.Seq || got.Vocab != first.Vocab {
+		t.Errorf("the first's command plans %s (preset %s) %d layers dim %d seq %d vocab %d; plan --auto's first: %s (preset %s) %d layers dim %d seq %d vocab %d",
+			got.Model, got.Preset, got.Layers, got.Dim, got.Seq, got.Vocab, first.Model, first.Preset, first.Layers, first.Dim, first.Seq, first.Vocab)
+	}
+	if batch := got.BatchSize * got.GradAccum * got.DP; batch != res.GlobalBatch || got.TP != first.TP || got.DP != first.DP {
+		t.Errorf("the first's command plans tp %d dp %d, a global batch of %d; plan --auto's first: tp %d dp %d, %d", got.TP, got.DP, batch, first.TP, first.DP, res.GlobalBatch)
+	}
+}
+
+// shellWords splits line as a POSIX shell does words with single quotes
+// only, as plan's commands quote them (slurm.Quote).
+func shellWords(t *testing.T, line string) []string {
+	t.Helper()
+	var words []string
+	var w strings.Builder
+	inWord, quoted := false, false
+	for _, r := range line {
+		switch {
+		case r == '\'':
+			quoted, inWord = !quoted, true
+		case r == ' ' && !quoted:
+			if inWord {
+				words = append(words, w.String())
+			}
+			w.Reset()
+			inWord = false
+		default:
+			w.WriteRune(r)
+			inWord = true
+		}
+	}
+	if quoted {
+		t.Fatalf("unbalanced quote in %q", line)
+	}
+	if inWord {
+		words = append(words, w.String())
+	}
+	return words
 }
 
 // TestPlanCluster runs hpcrun plan --cluster on the 1T row of Narayanan et
@@ -168,7 +236,7 @@ func TestPlanCluster(t *testing.T) {
 		t.Errorf("plan --cluster --json: %+v", p.Scale)
 	}
 	text = e.mustRun(append([]string{"plan", "--auto", "--top", "3"}, row...)...)
-	for _, want := range []string{"cluster dgx-a100-superpod", "TFLOP/S", "plan the first: hpcrun plan --cluster dgx-a100-superpod", "the flags' layout tp8 pp64 dp6 rc-full micro512 bsz1 v2", "reached 163 TFLOP/s"} {
+	for _, want := range []string{"cluster dgx-a100-superpod", "TFLOP/S", "plan the first: hpcrun plan --cluster dgx-a100-superpod --model gpt --layers 128 --dim 25600 --heads 160 --seq 2048 ", "the flags' layout tp8 pp64 dp6 rc-full micro512 bsz1 v2", "reached 163 TFLOP/s"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("plan --auto --cluster lacks %q:\n%s", want, text)
 		}

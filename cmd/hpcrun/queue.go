@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -35,13 +37,16 @@ func queueCommand() *cli.Command {
 }
 
 func runQueue(c *cli.Context) error {
+	states := slurm.ParseStates(c.StringSlice("state"))
+	if err := checkStates(states); err != nil {
+		return err
+	}
 	dir, err := runsDir(c)
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	states := slurm.ParseStates(c.StringSlice("state"))
 	all := c.Bool("all") || len(states) > 0
 	for {
 		rows, err := queueRows(ctx, dir, all, c.String("name"))
@@ -71,6 +76,33 @@ func runQueue(c *cli.Context) error {
 		case <-time.After(c.Duration("interval")):
 		}
 	}
+}
+
+// jobStates are the states a run can be in: Slurm's job states (squeue's
+// and sacct's long names), and hpcrun's UNKNOWN and NOT_SUBMITTED.
+var jobStates = []slurm.State{slurm.Pending, slurm.Running, slurm.Completed, slurm.Failed, slurm.Cancelled, slurm.Timeout,
+	"OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT", "SUSPENDED", "STOPPED",
+	"CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "RESV_DEL_HOLD", "SIGNALING", "STAGE_OUT",
+	slurm.Unknown, slurm.NotSubmitted}
+
+// checkStates refuses a --state that no run can be in, in one line naming
+// the states (a typo filtered every run out, exit 0).
+func checkStates(states slurm.States) error {
+	var bad []string
+	for s := range states {
+		if !slices.Contains(jobStates, s) {
+			bad = append(bad, strings.ToLower(string(s)))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	slices.Sort(bad)
+	valid := make([]string, len(jobStates))
+	for i, s := range jobStates {
+		valid[i] = strings.ToLower(string(s))
+	}
+	return cli.Exit(fmt.Sprintf("queue --state %s: not a job state; the states are %s", strings.Join(bad, ","), strings.Join(valid, ", ")), 2)
 }
 
 // queueRows is slurm.ListQueue with the failure class of each run that

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/internal/sweep"
+	"github.com/hpcrun/hpcrun/internal/units"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/urfave/cli/v2"
 )
@@ -56,7 +57,7 @@ func runRm(c *cli.Context) error {
 			return err
 		}
 		points := st.RunDirs(runs)
-		targets = append(targets, target{fmt.Sprintf("sweep %s and its %d runs", st.ID, len(points)), append(points, s.Dir)})
+		targets = append(targets, target{fmt.Sprintf("sweep %s and its %s", st.ID, units.Count(len(points), "run")), append(points, s.Dir)})
 	}
 	if !c.Bool("force") {
 		for _, t := range targets {

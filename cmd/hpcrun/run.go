@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
+	"github.com/hpcrun/hpcrun/internal/units"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train"
 	"github.com/hpcrun/hpcrun/train/ckpt"
@@ -151,7 +152,7 @@ func resumeLocal(c *cli.Context) error {
 func launchLocal(c *cli.Context, dir rundir.Dir, cfg trainconfig.Config, meta *slurm.Meta) error {
 	execID := dir.ExecID()
 	lay := metrics.RunConfig{TP: cfg.TP, DP: cfg.DP(), PP: cfg.PP, SP: cfg.SP, Zero: cfg.Zero, Recompute: cfg.Recompute}.Layout()
-	fmt.Fprintf(os.Stderr, "run %s: %d ranks (%s) on this machine\nrun dir: %s\n", execID, cfg.NTasks, lay, dir)
+	fmt.Fprintf(os.Stderr, "run %s: %s (%s) on this machine\nrun dir: %s\n", execID, units.Count(cfg.NTasks, "rank"), lay, dir)
 
 	start := time.Now()
 	tasks := slurm.Tasks{N: cfg.NTasks, Program: meta.Spec.Program, Args: meta.Spec.Args, Grace: 15 * time.Second}

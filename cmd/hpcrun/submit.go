@@ -15,6 +15,7 @@ import (
 	"github.com/hpcrun/hpcrun/cmd/hpcrun/internal/progress"
 	"github.com/hpcrun/hpcrun/internal/atomicfile"
 	"github.com/hpcrun/hpcrun/internal/rundir"
+	"github.com/hpcrun/hpcrun/internal/units"
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train"
@@ -397,5 +398,5 @@ func refuseCompleted(r slurm.Run) error {
 	if err != nil || s.Status != metrics.StatusCompleted {
 		return nil
 	}
-	return cli.Exit(fmt.Sprintf("run %s completed all its %d steps: there is nothing to resume (hpcrun metrics %s shows it; submit a new run to train more)", r.Meta.ExecID, s.Step, r.Meta.ExecID), 2)
+	return cli.Exit(fmt.Sprintf("run %s completed all its %s: there is nothing to resume (hpcrun metrics %s shows it; submit a new run to train more)", r.Meta.ExecID, units.Count(s.Step, "step"), r.Meta.ExecID), 2)
 }

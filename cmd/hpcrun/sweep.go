@@ -18,6 +18,7 @@ import (
 	"github.com/hpcrun/hpcrun/internal/grid"
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/internal/sweep"
+	"github.com/hpcrun/hpcrun/internal/units"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train/metrics"
 	"github.com/urfave/cli/v2"
@@ -252,8 +253,8 @@ func submitSweep(c *cli.Context, st *sweep.State, points []grid.Point, labels []
 		return slurmErr(err)
 	}
 	st.WritePlan(w)
-	fmt.Fprintf(w, "submitted sweep %s as slurm job array %s (%d tasks, %d points skipped)\nsweep dir: %s\n",
-		st.ID, jobID, len(runs), len(st.Points)-len(runs), sdir)
+	fmt.Fprintf(w, "submitted sweep %s as slurm job array %s (%s, %s skipped)\nsweep dir: %s\n",
+		st.ID, jobID, units.Count(len(runs), "task"), units.Count(len(st.Points)-len(runs), "point"), sdir)
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/idrenv"
 	"github.com/hpcrun/hpcrun/internal/rundir"
+	"github.com/hpcrun/hpcrun/internal/units"
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/train"
@@ -52,7 +53,7 @@ func runTrainTask(c *cli.Context) error {
 		return cli.Exit(err.Error(), 2)
 	}
 	if env.WorldSize != cfg.NTasks {
-		return cli.Exit(fmt.Sprintf("the job step has %d tasks but %s says ntasks = %d: run as many tasks as the config asks", env.WorldSize, rundir.ConfigFile, cfg.NTasks), 2)
+		return cli.Exit(fmt.Sprintf("the job step has %s but %s says ntasks = %d: run as many tasks as the config asks", units.Count(env.WorldSize, "task"), rundir.ConfigFile, cfg.NTasks), 2)
 	}
 	token, err := dir.ReadToken()
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"text/tabwriter"
+
+	"github.com/hpcrun/hpcrun/internal/units"
 )
 
 // Summary is what hpcrun ckpt info shows of a checkpoint beside its
@@ -60,8 +62,8 @@ func (c *Checkpoint) WriteInfo(w io.Writer, in Summary) error {
 	st := c.State
 	fmt.Fprintf(w, "checkpoint %s\n", c.Dir)
 	fmt.Fprintf(w, "step %d (epoch %d, sample %d of it), saved %s\n", st.Step, st.Epoch, st.SamplerPos, st.Saved.Local().Format("2006-01-02 15:04:05"))
-	fmt.Fprintf(w, "model %s, vocab %d, %.2fM parameters; mesh tp %d x dp %d (%d ranks); %.1f MiB on disk\n",
-		st.Model, st.Vocab, float64(in.Params)/1e6, st.Mesh.TP, st.Mesh.DP, st.Mesh.World, float64(in.Bytes)/(1<<20))
+	fmt.Fprintf(w, "model %s, vocab %d, %.2fM parameters; mesh tp %d x dp %d (%s); %.1f MiB on disk\n",
+		st.Model, st.Vocab, float64(in.Params)/1e6, st.Mesh.TP, st.Mesh.DP, units.Count(st.Mesh.World, "rank"), float64(in.Bytes)/(1<<20))
 	var cfg bytes.Buffer
 	json.Compact(&cfg, st.Config)
 	fmt.Fprintf(w, "config %s\n\n", cfg.Bytes())

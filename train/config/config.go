@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/parallel"
 )
 
@@ -501,9 +503,10 @@ func (c Config) StageLayers() ([]int, error) {
 // Effective is c with every "0 = the default" field set to the value a run
 // of c uses (the tokenizer, AdamW's betas and epsilon, the schedule and
 // its min_lr, evaluation samples, positions, checkpoints kept, requeues,
-// the stop signal, pipeline stages and micro-batches), for showing a
-// config; train.toml keeps the zeros, so that the defaults stay the
-// model's.
+// the stop signal, the comm timeout, recompute, pipeline stages and
+// micro-batches; a Llama's kv_heads, ffn, norm_eps and rope_theta), for
+// showing a config; train.toml keeps the zeros, so that the defaults stay
+// the model's.
 func (c Config) Effective() Config {
 	e := c
 	e.Tokenizer = c.TokenizerName()
@@ -520,9 +523,17 @@ func (c Config) Effective() Config {
 	if e.StopSignal == "" {
 		e.StopSignal = "USR1"
 	}
+	if e.CommTimeout == "" {
+		e.CommTimeout = nccl.DefaultTimeout.String()
+	}
+	e.Recompute = cmp.Or(c.Recompute, "none")
 	e.PP = c.Stages()
 	if e.PP > 1 {
 		e.MicroBatches = c.Micro()
+	}
+	if c.Model == "llama" {
+		e.KVHeads, e.FFN, e.NormEps = c.KVHeadCount(), c.Hidden(), c.NormEpsilon()
+		e.RopeTheta = cmp.Or(c.RopeTheta, DefaultRopeTheta)
 	}
 	return e
 }

@@ -43,6 +43,10 @@ func (c Config) Hidden() int {
 	return (8*c.Dim/3 + 255) / 256 * 256
 }
 
+// DefaultRopeTheta is the rotary embeddings' base when rope_theta is unset
+// (Llama's and Llama 2's).
+const DefaultRopeTheta = 10000
+
 // DefaultNormEps is RMSNorm's epsilon when norm_eps is unset (Llama's).
 const DefaultNormEps = 1e-5
 

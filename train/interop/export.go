@@ -36,7 +36,7 @@ func ExportHF(ck *ckpt.Checkpoint, dir string) error {
 	if err != nil {
 		return err
 	}
-	spec := Spec{Model: st.Model, Arch: cfg.Arch, Layers: cfg.Layers, Dim: cfg.Dim, Heads: cfg.Heads, Positions: cfg.PositionRows(), Vocab: st.Vocab, TypeVocab: 2}
+	spec := Spec{Model: st.Model, Arch: cfg.Arch, Layers: cfg.Layers, Dim: cfg.Dim, Heads: cfg.Heads, Positions: cfg.PositionRows(), Vocab: st.Vocab, TypeVocab: 2, Seq: cfg.Seq}
 	if st.Model == "bert" {
 		return WriteHFBERT(dir, spec, tensors, HFOptions{Prefix: "bert."})
 	}

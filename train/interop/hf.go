@@ -70,6 +70,22 @@ func readHFConfig(dir string) (Spec, error) {
 	if err != nil {
 		return Spec{}, fmt.Errorf("init_from: %w", err)
 	}
+	s, err := hfSpec(path, b)
+	if err != nil {
+		return Spec{}, err
+	}
+	var own struct {
+		Seq int `json:"hpcrun_seq"`
+	}
+	if err := json.Unmarshal(b, &own); err == nil && own.Seq > 0 {
+		s.Seq = own.Seq
+	}
+	return s, nil
+}
+
+// hfSpec is the Spec of the config.json at path, of contents b: a GPT-2,
+// BERT or Llama.
+func hfSpec(path string, b []byte) (Spec, error) {
 	var c hfConfig
 	if err := json.Unmarshal(b, &c); err != nil {
 		return Spec{}, fmt.Errorf("%s: %v", path, err)
@@ -331,6 +347,9 @@ func WriteHF(dir string, spec Spec, tensors []ckpt.Tensor, opt HFOptions) error 
 		"n_inner": nil, "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new",
 		"bos_token_id": eot, "eos_token_id": eot, "tie_word_embeddings": true,
 		"torch_dtype": "float32",
+	}
+	if spec.Seq > 0 {
+		cfg["hpcrun_seq"] = spec.Seq
 	}
 	b, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {

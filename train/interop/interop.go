@@ -36,6 +36,12 @@ type Spec struct {
 	Vocab     int // real vocabulary (rows of the token embedding used)
 	Source    string
 
+	// Seq is the window the weights were trained on, which hpcrun's
+	// exports write into config.json as hpcrun_seq (0: the file does not
+	// say): eval's default window, so that a run and its export score the
+	// same windows.
+	Seq int
+
 	// A Llama's (Model "llama"; see config.Config's fields of the same
 	// names). Positions is its max_position_embeddings.
 	KVHeads, FFN                          int

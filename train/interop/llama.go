@@ -1,6 +1,7 @@
 package interop
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -239,13 +240,10 @@ func (w *hfWeights) readRows(runs []rowRun, cols int) ([]float32, error) {
 // LlamaSpec is the Spec of a Llama run of cfg with vocab real ids (what
 // WriteLlamaHF writes into config.json).
 func LlamaSpec(cfg config.Config, vocab int) Spec {
-	eps, theta := cfg.NormEpsilon(), cfg.RopeTheta // eps as written, not its float32
-	if theta == 0 {
-		theta = 10000
-	}
+	eps, theta := cfg.NormEpsilon(), cmp.Or(cfg.RopeTheta, config.DefaultRopeTheta) // eps as written, not its float32
 	return Spec{Model: "llama", Layers: cfg.Layers, Dim: cfg.Dim, Heads: cfg.Heads, KVHeads: cfg.KVHeadCount(), FFN: cfg.Hidden(),
 		Positions: cfg.PositionRows(), Vocab: vocab, NormEps: eps, RopeTheta: theta, RopeFactor: cfg.RopeFactor, RopeLowFreq: cfg.RopeLowFreq,
-		RopeHighFreq: cfg.RopeHighFreq, RopeOriginalSeq: cfg.RopeOriginalSeq, UntiedHead: cfg.UntiedHead}
+		RopeHighFreq: cfg.RopeHighFreq, RopeOriginalSeq: cfg.RopeOriginalSeq, UntiedHead: cfg.UntiedHead, Seq: cfg.Seq}
 }
 
 // WriteLlamaHF writes dir/config.json (LlamaForCausalLM) and the weights
@@ -376,13 +374,17 @@ func llamaConfigJSON(spec Spec) map[string]any {
 		scaling = map[string]any{"rope_type": "llama3", "factor": spec.RopeFactor, "low_freq_factor": spec.RopeLowFreq,
 			"high_freq_factor": spec.RopeHighFreq, "original_max_position_embeddings": spec.RopeOriginalSeq}
 	}
-	return map[string]any{
+	m := map[string]any{
 		"architectures": []string{"LlamaForCausalLM"}, "model_type": "llama",
 		"hidden_size": C, "intermediate_size": F, "num_attention_heads": spec.Heads, "num_key_value_heads": spec.KVHeads,
 		"num_hidden_layers": spec.Layers, "head_dim": hd, "hidden_act": "silu", "rms_norm_eps": spec.NormEps,
 		"rope_theta": spec.RopeTheta, "rope_scaling": scaling, "max_position_embeddings": spec.Positions, "vocab_size": spec.Vocab,
 		"tie_word_embeddings": !spec.UntiedHead, "attention_bias": false, "mlp_bias": false, "torch_dtype": "float32",
 	}
+	if spec.Seq > 0 {
+		m["hpcrun_seq"] = spec.Seq
+	}
+	return m
 }
 
 // specialIDs are config.json's bos_token_id and eos_token_id: a

@@ -167,6 +167,10 @@ type AutoResult struct {
 	// Given is, in a plan at scale, the request's own layout planned the
 	// same way, for comparison with the first (nil when it does not plan).
 	Given *Ranked `json:"given,omitempty"`
+	// Flags are the command line's flags other than the layout's (model,
+	// data, steps, profile...), shell-quoted, which the caller sets:
+	// WriteAuto's command that runs the first is them and its layout.
+	Flags string `json:"flags,omitempty"`
 }
 
 // ErrNothingFits is Auto's error when no layout fits the device.
@@ -534,12 +538,16 @@ func WriteAuto(w io.Writer, res *AutoResult, top int) error {
 	if len(shown) < len(res.Ranked) {
 		fmt.Fprintf(w, "(%d more that fit: --top 0 lists all)\n", len(res.Ranked)-len(shown))
 	}
-	nodes := ""
+	flags := ""
+	if res.Flags != "" {
+		flags = res.Flags + " "
+	}
+	nodes := flags
 	if res.Nodes > 1 {
-		nodes = fmt.Sprintf("--nodes %d ", res.Nodes)
+		nodes += fmt.Sprintf("--nodes %d ", res.Nodes)
 	}
 	if scale {
-		fmt.Fprintf(w, "\nplan the first: hpcrun plan --cluster %s --ntasks %d %s\n", first.Scale.Cluster, res.NTasks, res.Ranked[0].Layout.Flags())
+		fmt.Fprintf(w, "\nplan the first: hpcrun plan --cluster %s %s--ntasks %d %s\n", first.Scale.Cluster, flags, res.NTasks, res.Ranked[0].Layout.Flags())
 		writeGiven(w, res)
 		fmt.Fprintln(w, "note: the ranking across tp and pp is the model's, not measured: it prices every GEMM at one efficiency whatever its width, which favours a small tp; Narayanan et al. (Fig. 13) measured tp = a node's GPUs fastest")
 	} else {

@@ -106,7 +106,7 @@ func writeGiven(w io.Writer, res *AutoResult) {
 // ScaleOptions are hpcrun plan --cluster's: the config (a GPT and its
 // layout) and vocabulary, the preset's name, the virtual stages of the
 // interleaved schedule, and whether to search the layouts (--auto, the
-// Top best printed) and print JSON.
+// Top best printed) and print JSON; Flags are AutoResult.Flags.
 type ScaleOptions struct {
 	Config     config.Config
 	Vocab      int
@@ -115,6 +115,7 @@ type ScaleOptions struct {
 	Auto       bool
 	Top        int
 	JSON       bool
+	Flags      string
 }
 
 // ScaleCommand is hpcrun plan --cluster: the plan at scale of the
@@ -136,6 +137,7 @@ func ScaleCommand(w io.Writer, o ScaleOptions) error {
 		if err != nil {
 			return err
 		}
+		res.Flags = o.Flags
 		if o.JSON {
 			return enc.Encode(res)
 		}

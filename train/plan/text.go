@@ -122,7 +122,7 @@ func (pl *Plan) WriteText(w io.Writer, sug []Suggestion) error {
 		share += fmt.Sprintf(", %.0f%% with the bubble's waits (the comm share hpcrun metrics measures)", 100*t.EngineCommS()/t.StepS)
 	}
 	fmt.Fprintf(w, "  %-10s %9.4f s  %s\n", "step", t.StepS, share)
-	fmt.Fprintf(w, "  %-10s %9.0f    MFU %.1f%% of %.4g GFLOP/s x %d ranks\n", "tokens/s", t.TokensPerS, 100*t.MFU, t.PeakFlops/1e9, pl.NTasks)
+	fmt.Fprintf(w, "  %-10s %9.0f    MFU %.1f%% of %.4g GFLOP/s x %s\n", "tokens/s", t.TokensPerS, 100*t.MFU, t.PeakFlops/1e9, units.Count(pl.NTasks, "rank"))
 	fmt.Fprintf(w, "rates: %s\n", pl.Device.Source)
 	if t.CommRates != "" {
 		fmt.Fprintf(w, "comm rates: %s\n", t.CommRates)
