@@ -52,9 +52,21 @@ func (r runRow) Layout() string { return r.Sum.Config.Layout() }
 // beside COMPLETED).
 func (r runRow) StatusNote() string { return statusNote(r.HasJob, r.Job, r.Sum) }
 
+// FailureNote is the failure class of the run, unless the job's state
+// says the same ("cancelled" beside CANCELLED).
+func (r runRow) FailureNote() string {
+	if !r.HasJob || strings.EqualFold(string(r.Job.Failure), string(r.Job.Info.State)) {
+		return ""
+	}
+	return string(r.Job.Failure)
+}
+
 func statusNote(hasJob bool, j Job, s metrics.Summary) string {
 	if hasJob && strings.EqualFold(strings.ReplaceAll(string(j.Info.State), "_", " "), s.Status) {
 		return ""
+	}
+	if hasJob && j.Info.State == slurm.Cancelled && s.Status == metrics.StatusInterrupted {
+		return "" // a cancelled run stops with a checkpoint: the state says it
 	}
 	return s.Status
 }
