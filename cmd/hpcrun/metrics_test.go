@@ -24,6 +24,9 @@ var updateMetrics = flag.Bool("update", false, "rewrite golden files under testd
 var recordedRuns = filepath.Join("..", "..", "train", "metrics", "testdata", "runs")
 
 func TestMetricsCommandGolden(t *testing.T) {
+	// The recorded runs' jobs were on another cluster: no Slurm here is
+	// asked about them (this one would not know their ids).
+	t.Setenv("PATH", t.TempDir())
 	tests := []struct {
 		name string
 		args []string
@@ -77,6 +80,9 @@ func TestMetricsCommandGolden(t *testing.T) {
 }
 
 func TestMetricsJSONAndPNG(t *testing.T) {
+	// The recorded runs' jobs were on another cluster: no Slurm here is
+	// asked about them (this one would not know their ids).
+	t.Setenv("PATH", t.TempDir())
 	out, err := runApp(t, "--runs-dir", recordedRuns, "metrics", "--json", "20261121-150002-d4c8")
 	if err != nil {
 		t.Fatal(err)

@@ -392,10 +392,19 @@ func resumeSubmit(c *cli.Context) error {
 }
 
 // refuseCompleted refuses to resume a run every rank of which completed
-// its steps: its job would take an allocation to train nothing.
+// its steps and whose latest checkpoint is at its last step: its job would
+// take an allocation to train nothing. A checkpoint before the end (a run
+// rolled back to an earlier one) trains again from there.
 func refuseCompleted(r slurm.Run) error {
 	s, _, err := metrics.ReadSummary(r.Dir.Path(), metrics.NoCurves)
 	if err != nil || s.Status != metrics.StatusCompleted {
+		return nil
+	}
+	var at int
+	if dir, err := ckpt.Latest(r.Dir.Ckpt()); err == nil && dir != "" {
+		fmt.Sscanf(filepath.Base(dir), "step-%d", &at)
+	}
+	if s.TotalSteps > 0 && at < s.TotalSteps && at > 0 {
 		return nil
 	}
 	return cli.Exit(fmt.Sprintf("run %s completed all its %s: there is nothing to resume (hpcrun metrics %s shows it; submit a new run to train more)", r.Meta.ExecID, units.Count(s.Step, "step"), r.Meta.ExecID), 2)

@@ -81,7 +81,7 @@ func Gather(d rundir.Dir, job slurm.JobInfo) Evidence {
 	for _, p := range files {
 		end := lastEnd(p)
 		if end == nil {
-			if job.State.Done() {
+			if job.State.Done() && rankNumber(p) >= 0 {
 				e.NoEnd = append(e.NoEnd, rankNumber(p))
 			}
 			continue
