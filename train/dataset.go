@@ -165,12 +165,15 @@ func prepareClassifier(cfg config.Config) (*Data, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Data{
-		Tokenizer: tok,
-		Vocab:     vocab,
-		Train:     encodeExamples(tok, train, cfg.Seq, cfg.Arch == "hf"),
-		Val:       encodeExamples(tok, val, cfg.Seq, cfg.Arch == "hf"),
-	}, nil
+	trainSet, err := encodeExamples(tok, train, cfg.Seq, cfg.Arch == "hf")
+	if err != nil {
+		return nil, fmt.Errorf("data %s: %w", cfg.Data, err)
+	}
+	valSet, err := encodeExamples(tok, val, cfg.Seq, cfg.Arch == "hf")
+	if err != nil {
+		return nil, fmt.Errorf("data %s: %w", cfg.Data, err)
+	}
+	return &Data{Tokenizer: tok, Vocab: vocab, Train: trainSet, Val: valSet}, nil
 }
 
 // splitReviews draws a tenth of the reviews (at least one) at random from
@@ -205,13 +208,16 @@ func splitReviews(all []Example, cfg config.Config) (train, val []Example) {
 
 // encodeExamples makes [CLS] text [PAD]... samples of length seq; texts
 // longer than seq-1 tokens are truncated, as BERT fine-tuning does.
-func encodeExamples(tok Tokenizer, ex []Example, seq int, sep bool) *Dataset {
+func encodeExamples(tok Tokenizer, ex []Example, seq int, sep bool) (*Dataset, error) {
 	sp := tok.Specials()
 	d := &Dataset{Seq: seq, Tokens: make([]int32, len(ex)*seq), Labels: make([]int32, len(ex)), Lengths: make([]int32, len(ex))}
 	for i, e := range ex {
 		row := d.Tokens[i*seq : (i+1)*seq]
 		row[0] = int32(sp.CLS)
-		ids := tok.Encode(e.Text)
+		ids, err := EncodeText(tok, e.Text)
+		if err != nil {
+			return nil, fmt.Errorf("example %d: %w", i+1, err)
+		}
 		n := min(len(ids), seq-1)
 		if sep {
 			n = min(len(ids), seq-2)
@@ -229,7 +235,7 @@ func encodeExamples(tok Tokenizer, ex []Example, seq int, sep bool) *Dataset {
 		d.Labels[i] = int32(e.Label)
 		d.Lengths[i] = int32(1 + n)
 	}
-	return d
+	return d, nil
 }
 
 func prepareText(cfg config.Config) (*Data, error) {
@@ -248,7 +254,10 @@ func prepareText(cfg config.Config) (*Data, error) {
 	if err != nil {
 		return nil, err
 	}
-	ids := EncodeSequence(tok, text) // as one sequence: Llama's begin-of-text first
+	ids, err := EncodeSequence(tok, text) // as one sequence: Llama's begin-of-text first
+	if err != nil {
+		return nil, fmt.Errorf("data %s: %w", cfg.Data, err)
+	}
 	// Windows of seq+1 tokens, stride seq; the last tenth (at least one
 	// window) validates.
 	nWin := (len(ids) - 1) / cfg.Seq

@@ -175,7 +175,10 @@ func generate(ctx context.Context, world nccl.Comm, opt GenerateOptions, cached 
 	if err != nil {
 		return nil, err
 	}
-	ids := promptIDs(tok, opt.Prompt)
+	ids, err := promptIDs(tok, opt.Prompt)
+	if err != nil {
+		return nil, err
+	}
 	cfg.TP, cfg.NTasks, cfg.BatchSize = world.Size(), world.Size(), 1
 	cfg.Seq = min(cfg.Positions, len(ids)+opt.Tokens)
 	if opt.Device != "" {
@@ -344,8 +347,11 @@ type EvalOptions struct {
 // promptIDs are the ids generation starts from: the prompt as one
 // sequence (EncodeSequence: Llama's begin-of-text first), or the
 // end-of-text token when that is empty.
-func promptIDs(tok Tokenizer, prompt string) []int {
-	ids := EncodeSequence(tok, prompt)
+func promptIDs(tok Tokenizer, prompt string) ([]int, error) {
+	ids, err := EncodeSequence(tok, prompt)
+	if err != nil {
+		return nil, fmt.Errorf("prompt: %w", err)
+	}
 	// Generation goes on from the text: of the tokens a post-processor puts
 	// around it, only those before it (a begin-of-text) belong to a prompt;
 	// an end-of-sequence after it would end it.
@@ -360,7 +366,7 @@ func promptIDs(tok Tokenizer, prompt string) []int {
 	if len(ids) == 0 {
 		ids = []int{tok.Specials().EOT}
 	}
-	return ids
+	return ids, nil
 }
 
 // SourceEval is EvaluateSource's result: the mean loss over Windows

@@ -246,7 +246,11 @@ func TokenizeFiles(tok Tokenizer, paths []string) ([]int, error) {
 		if eot := tok.Specials().EOT; i > 0 && (len(ids) == 0 || ids[len(ids)-1] != eot) {
 			ids = append(ids, eot)
 		}
-		ids = append(ids, EncodeSequence(tok, text)...)
+		doc, err := EncodeSequence(tok, text)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		ids = append(ids, doc...)
 	}
 	return ids, nil
 }

@@ -36,14 +36,35 @@ type Sequencer interface {
 	EncodeSequence(text string) []int
 }
 
+// Checked is a Tokenizer whose encoding can fail on its input: a
+// tokenizer.json pattern that does not finish on a text (HFTokenizer).
+type Checked interface {
+	// EncodeChecked is Encode, or EncodeSequence when seq is set, with the
+	// error that cut it short.
+	EncodeChecked(text string, seq bool) ([]int, error)
+}
+
 // EncodeSequence is the ids of text as one sequence of the model's input
 // (a training document, an evaluation text, a prompt): tok's
-// EncodeSequence when it is a Sequencer, else Encode.
-func EncodeSequence(tok Tokenizer, text string) []int {
-	if s, ok := tok.(Sequencer); ok {
-		return s.EncodeSequence(text)
+// EncodeSequence when it is a Sequencer, else Encode; an error when tok
+// could not encode text.
+func EncodeSequence(tok Tokenizer, text string) ([]int, error) {
+	if c, ok := tok.(Checked); ok {
+		return c.EncodeChecked(text, true)
 	}
-	return tok.Encode(text)
+	if s, ok := tok.(Sequencer); ok {
+		return s.EncodeSequence(text), nil
+	}
+	return tok.Encode(text), nil
+}
+
+// EncodeText is tok's Encode of text, with an error when tok could not
+// encode it (Checked).
+func EncodeText(tok Tokenizer, text string) ([]int, error) {
+	if c, ok := tok.(Checked); ok {
+		return c.EncodeChecked(text, false)
+	}
+	return tok.Encode(text), nil
 }
 
 // Specials are the ids a model needs besides the text's own.

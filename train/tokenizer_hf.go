@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -57,8 +58,39 @@ type HFTokenizer struct {
 // merge is what joining a pair of ids gives, and its priority.
 type merge struct{ rank, id int }
 
-// preStep splits each piece of text into smaller ones.
-type preStep func(piece string) []string
+// preStep splits each piece of text into smaller ones; it fails when a
+// pattern does not finish on the piece (matchTimeout).
+type preStep func(piece string) ([]string, error)
+
+// matchTimeout bounds one regular-expression match of a tokenizer.json
+// pattern: a pattern that backtracks catastrophically ((a+)+$ on a long run
+// of a's) fails the encoding instead of spinning forever. Legitimate
+// pre-tokenizer patterns match a piece in microseconds.
+const matchTimeout = 2 * time.Second
+
+// compilePattern compiles a tokenizer.json pattern with matchTimeout.
+func compilePattern(expr string) (*regexp2.Regexp, error) {
+	re, err := regexp2.Compile(expr, regexp2.None)
+	if err != nil {
+		return nil, err
+	}
+	re.MatchTimeout = matchTimeout
+	return re, nil
+}
+
+// mustCompilePattern is compilePattern of a pattern of hpcrun's own.
+func mustCompilePattern(expr string) *regexp2.Regexp {
+	re, err := compilePattern(expr)
+	if err != nil {
+		panic(err)
+	}
+	return re
+}
+
+// matchError says which pattern failed to finish where in the text.
+func matchError(what string, re *regexp2.Regexp, at int, err error) error {
+	return fmt.Errorf("tokenizer: %s %q did not finish on the text at character %d (a pattern that backtracks without bound; fix tokenizer.json): %w", what, re.String(), at, err)
+}
 
 // hfFile is the part of tokenizer.json the tokenizer reads.
 type hfFile struct {
@@ -233,11 +265,28 @@ func (t *HFTokenizer) processorToken(pair []json.RawMessage) (int, error) {
 // EncodeSequence implements Sequencer: the ids of text with the special
 // tokens the post-processor puts around a sequence (tokenizer(text) with
 // add_special_tokens=True): Llama 3's <|begin_of_text|> before it, or
-// Llama 2's <s> from tokenizer_config.json's add_bos_token.
+// Llama 2's <s> from tokenizer_config.json's add_bos_token. A text a
+// pattern does not finish on gets the ids before it (EncodeChecked says why).
 func (t *HFTokenizer) EncodeSequence(text string) []int {
-	ids := append([]int(nil), t.before...)
-	ids = append(ids, t.Encode(text)...)
-	return append(ids, t.after...)
+	ids, _ := t.EncodeChecked(text, true)
+	return ids
+}
+
+// EncodeChecked implements Checked: Encode, or EncodeSequence when seq is
+// set, failing when a tokenizer.json pattern does not finish on text.
+func (t *HFTokenizer) EncodeChecked(text string, seq bool) ([]int, error) {
+	var ids []int
+	if seq {
+		ids = append(ids, t.before...)
+	}
+	ids, err := t.encode(ids, text)
+	if err != nil {
+		return ids, err
+	}
+	if seq {
+		ids = append(ids, t.after...)
+	}
+	return ids, nil
 }
 
 func parseHFTokenizer(b []byte) (*HFTokenizer, error) {
@@ -298,7 +347,7 @@ func parseHFTokenizer(b []byte) (*HFTokenizer, error) {
 		t.addedAt = append(t.addedAt, a.ID)
 	}
 	if len(alts) > 0 {
-		t.addedRE = regexp2.MustCompile(strings.Join(alts, "|"), regexp2.None)
+		t.addedRE = mustCompilePattern(strings.Join(alts, "|"))
 	}
 	for i, raw := range m.Merges {
 		a, b, err := mergePair(raw)
@@ -429,15 +478,15 @@ func (t *HFTokenizer) addPreTokenizer(raw json.RawMessage) error {
 		return nil
 	case "ByteLevel":
 		if c.AddPrefixSpace {
-			t.pre = append(t.pre, func(p string) []string {
+			t.pre = append(t.pre, func(p string) ([]string, error) {
 				if !strings.HasPrefix(p, " ") {
 					p = " " + p
 				}
-				return []string{p}
+				return []string{p}, nil
 			})
 		}
 		if c.UseRegex == nil || *c.UseRegex {
-			t.pre = append(t.pre, splitStep(regexp2.MustCompile(gpt2Pattern, regexp2.None), false))
+			t.pre = append(t.pre, splitStep(mustCompilePattern(gpt2Pattern), false))
 		}
 		t.byteLevel = true
 		return nil
@@ -457,7 +506,7 @@ func (t *HFTokenizer) addPreTokenizer(raw json.RawMessage) error {
 		default:
 			return errors.New("pre_tokenizer Split has no pattern")
 		}
-		re, err := regexp2.Compile(expr, regexp2.None)
+		re, err := compilePattern(expr)
 		if err != nil {
 			return fmt.Errorf("pre_tokenizer Split pattern %q: %w", expr, err)
 		}
@@ -475,7 +524,7 @@ func (t *HFTokenizer) addPreTokenizer(raw json.RawMessage) error {
 		if c.Individual {
 			expr = `\p{N}`
 		}
-		t.pre = append(t.pre, splitStep(regexp2.MustCompile(expr, regexp2.None), false))
+		t.pre = append(t.pre, splitStep(mustCompilePattern(expr), false))
 		return nil
 	}
 	return fmt.Errorf("pre_tokenizer %q is not supported (ByteLevel, Split, Digits, Metaspace or a Sequence of them)", c.Type)
@@ -484,11 +533,11 @@ func (t *HFTokenizer) addPreTokenizer(raw json.RawMessage) error {
 // splitStep cuts a piece at re's matches: each match is a piece, and so is
 // the text between two of them (dropped when removed is set).
 func splitStep(re *regexp2.Regexp, removed bool) preStep {
-	return func(p string) []string {
+	return func(p string) ([]string, error) {
 		var out []string
 		runes := []rune(p)
 		last := 0
-		m, _ := re.FindRunesMatch(runes)
+		m, err := re.FindRunesMatch(runes)
 		for m != nil {
 			if m.Index > last {
 				out = append(out, string(runes[last:m.Index]))
@@ -497,12 +546,15 @@ func splitStep(re *regexp2.Regexp, removed bool) preStep {
 				out = append(out, string(runes[m.Index:m.Index+m.Length]))
 			}
 			last = m.Index + m.Length
-			m, _ = re.FindNextMatch(m)
+			m, err = re.FindNextMatch(m)
+		}
+		if err != nil {
+			return nil, matchError("pre_tokenizer pattern", re, last, err)
 		}
 		if last < len(runes) {
 			out = append(out, string(runes[last:]))
 		}
-		return out
+		return out, nil
 	}
 }
 
@@ -543,17 +595,25 @@ func (t *HFTokenizer) VocabSize() int { return len(t.tokens) }
 // Specials implements Tokenizer.
 func (t *HFTokenizer) Specials() Specials { return t.specials }
 
-// Encode implements Tokenizer.
+// Encode implements Tokenizer. A text a pattern does not finish on gets
+// the ids before it (EncodeChecked says why).
 func (t *HFTokenizer) Encode(text string) []int {
-	var ids []int
+	ids, _ := t.encode(nil, text)
+	return ids
+}
+
+// encode appends the ids of text to ids.
+func (t *HFTokenizer) encode(ids []int, text string) ([]int, error) {
 	if t.addedRE == nil {
 		return t.encodeText(ids, text, true)
 	}
 	runes := []rune(text)
 	last := 0
-	m, _ := t.addedRE.FindRunesMatch(runes)
+	m, err := t.addedRE.FindRunesMatch(runes)
 	for m != nil {
-		ids = t.encodeText(ids, string(runes[last:m.Index]), last == 0)
+		if ids, err = t.encodeText(ids, string(runes[last:m.Index]), last == 0); err != nil {
+			return ids, err
+		}
 		for i, g := range m.Groups()[1:] {
 			if g.Length > 0 {
 				ids = append(ids, t.addedAt[i])
@@ -561,16 +621,19 @@ func (t *HFTokenizer) Encode(text string) []int {
 			}
 		}
 		last = m.Index + m.Length
-		m, _ = t.addedRE.FindNextMatch(m)
+		m, err = t.addedRE.FindNextMatch(m)
+	}
+	if err != nil {
+		return ids, matchError("added tokens' pattern", t.addedRE, last, err)
 	}
 	return t.encodeText(ids, string(runes[last:]), last == 0)
 }
 
 // encodeText appends the ids of text that holds no added token; atStart
 // says it begins the text given to Encode.
-func (t *HFTokenizer) encodeText(ids []int, text string, atStart bool) []int {
+func (t *HFTokenizer) encodeText(ids []int, text string, atStart bool) ([]int, error) {
 	if text == "" {
-		return ids
+		return ids, nil
 	}
 	if !t.byteLevel {
 		return t.encodeSymbols(ids, text, atStart)
@@ -578,13 +641,9 @@ func (t *HFTokenizer) encodeText(ids []int, text string, atStart bool) []int {
 	for _, f := range t.normal {
 		text = f(text)
 	}
-	pieces := []string{text}
-	for _, step := range t.pre {
-		var next []string
-		for _, p := range pieces {
-			next = append(next, step(p)...)
-		}
-		pieces = next
+	pieces, err := t.preTokenize([]string{text})
+	if err != nil {
+		return ids, err
 	}
 	var word []int
 	var b strings.Builder
@@ -604,7 +663,23 @@ func (t *HFTokenizer) encodeText(ids []int, text string, atStart bool) []int {
 		}
 		ids = append(ids, t.bpe(word)...)
 	}
-	return ids
+	return ids, nil
+}
+
+// preTokenize runs the pre-tokenizer's steps over pieces, in order.
+func (t *HFTokenizer) preTokenize(pieces []string) ([]string, error) {
+	for _, step := range t.pre {
+		var next []string
+		for _, p := range pieces {
+			out, err := step(p)
+			if err != nil {
+				return nil, err
+			}
+			next = append(next, out...)
+		}
+		pieces = next
+	}
+	return pieces, nil
 }
 
 // bpe merges the word's adjacent ids, the lowest-ranked merge first (the

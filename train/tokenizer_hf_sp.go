@@ -83,7 +83,7 @@ func (m *metaspace) pieces(p string, atStart bool) []string {
 // tokenizer without a byte-level alphabet: normalized, pre-tokenized,
 // each piece's characters (or their byte tokens, or the unknown token)
 // merged by BPE.
-func (t *HFTokenizer) encodeSymbols(ids []int, text string, atStart bool) []int {
+func (t *HFTokenizer) encodeSymbols(ids []int, text string, atStart bool) ([]int, error) {
 	for _, f := range t.normal {
 		text = f(text)
 	}
@@ -91,12 +91,9 @@ func (t *HFTokenizer) encodeSymbols(ids []int, text string, atStart bool) []int 
 	if t.meta != nil {
 		pieces = t.meta.pieces(text, atStart)
 	}
-	for _, step := range t.pre {
-		var next []string
-		for _, p := range pieces {
-			next = append(next, step(p)...)
-		}
-		pieces = next
+	pieces, err := t.preTokenize(pieces)
+	if err != nil {
+		return ids, err
 	}
 	var word []int
 	var buf [utf8.UTFMax]byte
@@ -126,7 +123,7 @@ func (t *HFTokenizer) encodeSymbols(ids []int, text string, atStart bool) []int 
 		}
 		ids = append(ids, t.bpe(word)...)
 	}
-	return ids
+	return ids, nil
 }
 
 // byteIDs are the <0xHH> tokens of bs, if the vocabulary has them all.

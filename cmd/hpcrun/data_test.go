@@ -2,10 +2,13 @@ package main
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestDataTokenizeLargeVocab: data tokenize --tokenizer with a tokenizer of
@@ -53,5 +56,48 @@ func TestDataTokenizeLargeVocab(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("end-of-text %d: tokens %v, want %v", c.eot, got, want)
 		}
+	}
+}
+
+// TestDataTokenizeRunawayPattern: a tokenizer.json whose Split pattern
+// backtracks without bound ((a+)+$ on 34 a's and a b) fails data tokenize
+// with the pattern and the text's position, instead of spinning forever,
+// and leaves no token file.
+func TestDataTokenizeRunawayPattern(t *testing.T) {
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "tok")
+	writeByteLevelTokenizerEOT(t, tok, 50256)
+	b, err := os.ReadFile(filepath.Join(tok, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f map[string]any
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	f["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{
+		map[string]any{"type": "Split", "pattern": map[string]any{"Regex": "(a+)+$"}, "behavior": "Isolated", "invert": false},
+		map[string]any{"type": "ByteLevel", "add_prefix_space": false, "use_regex": false},
+	}}
+	b, _ = json.Marshal(f)
+	os.WriteFile(filepath.Join(tok, "tokenizer.json"), b, 0o644)
+	text := filepath.Join(dir, "a.txt")
+	os.WriteFile(text, []byte(strings.Repeat("a", 34)+"b"), 0o644)
+	out := filepath.Join(dir, "out.bin")
+	done := make(chan error, 1)
+	go func() {
+		_, err := runApp(t, "data", "tokenize", "--tokenizer", tok, text, "-o", out)
+		done <- err
+	}()
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("data tokenize still runs after 60 s on a pattern that backtracks without bound")
+	}
+	if err == nil || !strings.Contains(err.Error(), `"(a+)+$" did not finish on the text at character 0`) {
+		t.Errorf("data tokenize: %v, want the pattern and the position", err)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Errorf("a token file was left behind")
 	}
 }
