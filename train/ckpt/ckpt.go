@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hpcrun/hpcrun/internal/atomicfile"
@@ -177,7 +178,7 @@ func WriteState(dir string, st *State) error {
 // writeSync creates path (inside a step's temporary dir, which is renamed
 // whole) with what fill writes, and fsyncs it.
 func writeSync(path string, fill func(io.Writer) error) (err error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
@@ -49,9 +50,21 @@ func Create(runDir string, rank int) (*Writer, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
+	// The files lie in the run dir: a link put in place of the folder or
+	// of a rank file would have a resume cut and append to another file.
+	if fi, err := os.Lstat(filepath.Dir(path)); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("metrics: %s is not a folder of the run dir (a symbolic link?): a run writes only inside its run dir; move it away", filepath.Dir(path))
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o644)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("metrics: %s is a symbolic link: a run writes only files inside its run dir; remove the link", path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("metrics: %s is not a regular file: remove it", path)
 	}
 	if err := cutTornTail(f); err != nil {
 		f.Close()

@@ -229,3 +229,36 @@ func TestAppendEnd(t *testing.T) {
 		t.Errorf("an unopenable file: %v", err)
 	}
 }
+
+// TestCreateRefusesLinks: a rank file replaced by a symbolic link to a
+// user's file, or a metrics folder that is a link, is refused: before, a
+// resume cut the user's file back to its last newline and appended JSON
+// to it.
+func TestCreateRefusesLinks(t *testing.T) {
+	run := t.TempDir()
+	victim := filepath.Join(t.TempDir(), "thesis.txt")
+	mustOK(t, os.WriteFile(victim, []byte("chapter 1\nnot done"), 0o644))
+	mustOK(t, os.MkdirAll(filepath.Join(run, "metrics"), 0o755))
+	mustOK(t, os.Symlink(victim, RankFile(run, 0)))
+	if w, err := Create(run, 0); err == nil || !strings.Contains(err.Error(), "is a symbolic link") {
+		if w != nil {
+			w.Close()
+		}
+		t.Errorf("Create over a link: %v, want a refusal naming the link", err)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "chapter 1\nnot done" {
+		t.Errorf("the linked file was changed: %q", b)
+	}
+
+	run2 := t.TempDir()
+	mustOK(t, os.Symlink(t.TempDir(), filepath.Join(run2, "metrics")))
+	if _, err := Create(run2, 0); err == nil || !strings.Contains(err.Error(), "not a folder of the run dir") {
+		t.Errorf("Create in a linked metrics folder: %v, want a refusal", err)
+	}
+	fifo := t.TempDir()
+	mustOK(t, os.MkdirAll(filepath.Join(fifo, "metrics"), 0o755))
+	mustOK(t, syscall.Mkfifo(RankFile(fifo, 0), 0o644))
+	if _, err := Create(fifo, 0); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("Create over a FIFO: %v, want a refusal", err)
+	}
+}
