@@ -241,11 +241,7 @@ func (s *StoreServer) WaitGoodbyes(timeout time.Duration) {
 
 func (s *StoreServer) accept() {
 	defer s.wg.Done()
-	for {
-		conn, err := s.ln.Accept()
-		if err != nil {
-			return
-		}
+	acceptLoop(s.ln, &s.wg, func(conn net.Conn, authenticated func()) {
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
@@ -254,16 +250,12 @@ func (s *StoreServer) accept() {
 		}
 		s.conns[conn] = true
 		s.mu.Unlock()
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.serve(conn)
-			s.mu.Lock()
-			delete(s.conns, conn)
-			s.mu.Unlock()
-			conn.Close()
-		}()
-	}
+		s.serve(conn, authenticated)
+		s.mu.Lock()
+		delete(s.conns, conn)
+		s.mu.Unlock()
+		conn.Close()
+	})
 }
 
 // publish stores v under k and wakes waiters; caller holds s.mu.
@@ -305,10 +297,11 @@ func (s *StoreServer) watchStalls() {
 	}
 }
 
-func (s *StoreServer) serve(conn net.Conn) {
+func (s *StoreServer) serve(conn net.Conn, authenticated func()) {
 	if err := authAccept(conn, s.token, "hpcrun-store"); err != nil {
 		return
 	}
+	authenticated()
 	r := bufio.NewReader(conn)
 	w := bufio.NewWriter(conn)
 	rank := -1 // set when this is a rank's watch connection

@@ -45,37 +45,33 @@ func asBytes(f []float32) []byte {
 // accept receives the connections of every group of this process.
 func (nd *node) accept() {
 	defer nd.wg.Done()
-	for {
-		conn, err := nd.ln.Accept()
-		if err != nil {
+	var handlers sync.WaitGroup // not nd.wg: a handler may wait on a group's pending channel past Close
+	acceptLoop(nd.ln, &handlers, func(conn net.Conn, authenticated func()) {
+		if err := authAccept(conn, nd.o.Token, "hpcrun-peer"); err != nil {
+			conn.Close()
 			return
 		}
-		go func() {
-			if err := authAccept(conn, nd.o.Token, "hpcrun-peer"); err != nil {
-				conn.Close()
-				return
-			}
-			conn.SetReadDeadline(time.Now().Add(authWait))
-			var h [9]byte
-			if _, err := io.ReadFull(conn, h[:]); err != nil {
-				conn.Close()
-				return
-			}
-			idLen := binary.LittleEndian.Uint32(h[:])
-			if idLen > maxKey {
-				conn.Close()
-				return
-			}
-			id := make([]byte, idLen)
-			if _, err := io.ReadFull(conn, id); err != nil {
-				conn.Close()
-				return
-			}
-			conn.SetReadDeadline(time.Time{})
-			k := connKey{group: string(id), from: int(binary.LittleEndian.Uint32(h[4:])), kind: h[8]}
-			nd.pendingChan(k) <- conn
-		}()
-	}
+		authenticated()
+		conn.SetReadDeadline(time.Now().Add(authWait))
+		var h [9]byte
+		if _, err := io.ReadFull(conn, h[:]); err != nil {
+			conn.Close()
+			return
+		}
+		idLen := binary.LittleEndian.Uint32(h[:])
+		if idLen > maxKey {
+			conn.Close()
+			return
+		}
+		id := make([]byte, idLen)
+		if _, err := io.ReadFull(conn, id); err != nil {
+			conn.Close()
+			return
+		}
+		conn.SetReadDeadline(time.Time{})
+		k := connKey{group: string(id), from: int(binary.LittleEndian.Uint32(h[4:])), kind: h[8]}
+		nd.pendingChan(k) <- conn
+	})
 }
 
 func (nd *node) pendingChan(k connKey) chan net.Conn {
