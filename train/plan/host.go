@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hpcrun/hpcrun/internal/stats"
 	"github.com/hpcrun/hpcrun/train/config"
 )
 
@@ -135,7 +136,7 @@ func hostCPU(s Share, m Machine, rates *CPURates, why error, comm *CommRates) De
 		for _, g := range rates.Gemms {
 			at = append(at, rates.GemmFlops(g.Gemm, threads, cores))
 		}
-		d = CPU(median(at), m.Mem/int64(max(s.TasksPerNode, 1)), cores, "")
+		d = CPU(stats.Median(at), m.Mem/int64(max(s.TasksPerNode, 1)), cores, "")
 		d.MemBandwidth, d.OptBandwidth = rates.StreamBandwidth(threads, cores)
 		d.Rates = rates
 		d.Source = fmt.Sprintf("hpcrun bench gemm of %s on %q: %d GEMM shapes, the elementwise and AdamW bandwidths at %s threads, read at %s",
@@ -191,19 +192,6 @@ func joinInts(xs []int) string {
 		s[i] = strconv.Itoa(x)
 	}
 	return strings.Join(s, ",")
-}
-
-// median of xs; 0 when empty.
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // OnlineCPUs is the number of this machine's online cores
