@@ -98,8 +98,8 @@ func TestPipelineLabels(t *testing.T) {
 }
 
 // TestCtrlCOnRunResumes: Ctrl-C on hpcrun run stops every rank with a
-// checkpoint; the run is CANCELLED (not FAILED) in queue, the way to
-// resume is said once and works: hpcrun run --resume goes on to the end
+// checkpoint; the run is CANCELLED (not FAILED) in queue, the signal and
+// the way to resume are said once, and the way works: hpcrun run --resume goes on to the end
 // (and submit --resume points to it).
 func TestCtrlCOnRunResumes(t *testing.T) {
 	if testing.Short() {
@@ -116,6 +116,10 @@ func TestCtrlCOnRunResumes(t *testing.T) {
 	resume := "resume with: hpcrun run --resume " + id
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 || strings.Count(out, "resume with") != 1 || !strings.Contains(out, resume) {
 		t.Errorf("Ctrl-C: %v; want exit 130 and %q said once:\n%s", err, resume, out)
+	}
+	// The launcher passes the INT on to both ranks; one says so.
+	if n := strings.Count(out, "received interrupt"); n != 1 {
+		t.Errorf("Ctrl-C: \"received interrupt\" said %d times, want once:\n%s", n, out)
 	}
 	if r, _ := e.row(true, id); r.State != slurm.Cancelled {
 		t.Errorf("queue shows the stopped run as %s, want CANCELLED", r.State)
