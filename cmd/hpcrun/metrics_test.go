@@ -244,3 +244,28 @@ func TestWatchStoppedRun(t *testing.T) {
 		t.Errorf("watch of a run stopped at 22 of 60 (metrics: %s):\n%s", rate, out)
 	}
 }
+
+// TestRunByItsFolder: metrics, watch and logs take a run by its folder in
+// the runs dir, as ckpt info does (runs/<execid> was refused: "give an
+// execid"), and say which runs dir a folder elsewhere is not in.
+func TestRunByItsFolder(t *testing.T) {
+	const id = "20261121-150002-d4c8"
+	want, err := runApp(t, "--runs-dir", recordedRuns, "metrics", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	abs, _ := filepath.Abs(filepath.Join(recordedRuns, id))
+	for _, ref := range []string{filepath.Join(recordedRuns, id), filepath.Join(recordedRuns, id) + "/", abs} {
+		if out, err := runApp(t, "--runs-dir", recordedRuns, "metrics", ref); err != nil || out != want {
+			t.Errorf("metrics %s: %v\n%s\nwant the output of metrics %s:\n%s", ref, err, out, id, want)
+		}
+		// The recorded run has no job log: logs found the run to say so.
+		if _, err := runApp(t, "--runs-dir", recordedRuns, "logs", ref); err == nil || !strings.Contains(err.Error(), "no slurm-4243120.out in") {
+			t.Errorf("logs %s: %v, want the run's missing log", ref, err)
+		}
+	}
+	_, err = runApp(t, "--runs-dir", recordedRuns, "metrics", t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "is not a run's folder in the runs dir") {
+		t.Errorf("metrics of a folder outside the runs dir: %v", err)
+	}
+}
