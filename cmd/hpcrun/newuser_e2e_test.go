@@ -6,11 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hpcrun/hpcrun/slurm"
+	"github.com/hpcrun/hpcrun/train"
 )
 
 // These tests follow README.md as a new user would (issue 28): each is a
@@ -141,7 +143,9 @@ func TestCtrlCOnRunResumes(t *testing.T) {
 }
 
 // TestExportByteGPTConfig: a byte-level GPT (256 ids) exports with no
-// bos/eos id outside its vocabulary (GPT-2's 50256 is not one of its ids).
+// bos/eos id outside its vocabulary (GPT-2's 50256 is not one of its ids)
+// and with its tokenizer, which hpcrun reads back; so does a byte-level
+// Llama.
 func TestExportByteGPTConfig(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains for a second")
@@ -168,6 +172,27 @@ func TestExportByteGPTConfig(t *testing.T) {
 		if id != nil && *id >= cfg.Vocab {
 			t.Errorf("%s_token_id %d is outside vocab_size %d:\n%s", name, *id, cfg.Vocab, b)
 		}
+	}
+	// The byte tokenizer comes with it as a tokenizer.json of the same ids,
+	// and the export evaluates as the run does.
+	tok, err := train.LoadHFTokenizer(filepath.Join(e.dir, "exported"))
+	if err != nil {
+		t.Fatalf("the export's tokenizer: %v", err)
+	}
+	if sample := "a byte-level model, naïve \x01"; !slices.Equal(tok.Encode(sample), train.ByteTokenizer{}.Encode(sample)) {
+		t.Errorf("the export's tokenizer.json encodes %q as %v, the byte tokenizer as %v", sample, tok.Encode(sample), train.ByteTokenizer{}.Encode(sample))
+	}
+	fromRun := e.mustRun("eval", filepath.Base(e.onlyRun()), "--data", text, "--device", "cpu")
+	if fromHF := e.mustRun("eval", "exported", "--data", text, "--device", "cpu"); fromHF != fromRun {
+		t.Errorf("eval of the export %q, of the run %q", fromHF, fromRun)
+	}
+	// A byte-level Llama too.
+	os.RemoveAll(filepath.Join(e.dir, "runs"))
+	e.mustRun("run", "--nproc", "1", "--model", "llama", "--data", text, "--seq", "32", "--bsz", "4", "--steps", "1",
+		"--layers", "1", "--dim", "32", "--heads", "2", "--eval-every", "0", "--device", "cpu")
+	e.mustRun("ckpt", "export", filepath.Base(e.onlyRun()), "--hf", "llama")
+	if _, err := train.LoadHFTokenizer(filepath.Join(e.dir, "llama")); err != nil {
+		t.Errorf("the byte-level Llama's export: %v", err)
 	}
 }
 
