@@ -233,6 +233,31 @@ func TestReadmeSaysHowToInstall(t *testing.T) {
 	}
 }
 
+// TestReadmeSaysWhatTinyLlamaNeeds: scripts/tiny_llama.py imports NumPy,
+// and the README says so where it names the script and what make test
+// needs, with the package that gives it.
+func TestReadmeSaysWhatTinyLlamaNeeds(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, err := os.ReadFile("../../scripts/tiny_llama.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(script), "\nimport numpy") {
+		t.Fatal("tiny_llama.py no longer imports numpy: say what it needs instead")
+	}
+	for _, want := range []string{
+		"`make test` also needs `python3` with NumPy (`apt-get install python3-numpy`)",
+		"it runs under `python3` with NumPy (Debian's `python3-numpy`, or `pip install numpy`)",
+	} {
+		if !strings.Contains(strings.Join(strings.Fields(string(readme)), " "), want) {
+			t.Errorf("README.md does not say %q", want)
+		}
+	}
+}
+
 // TestStrayArgumentsAndTypos: an argument a command does not take is an
 // error (submit bert-base planned a tiny BERT), naming the flag it may
 // have meant; a typo'd flag gets one line with the nearest flag.
