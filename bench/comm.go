@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hpcrun/hpcrun/idrenv"
+	"github.com/hpcrun/hpcrun/internal/stats"
 	"github.com/hpcrun/hpcrun/internal/units"
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/slurm"
@@ -267,7 +268,7 @@ func (t runTimes) median(k int64) float64 {
 	if len(t[k]) == 0 {
 		return 0
 	}
-	return median(t[k])
+	return stats.Median(t[k])
 }
 
 // CommWorker is one rank of the benchmark, told its place by spec (the

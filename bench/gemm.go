@@ -5,12 +5,12 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/hpcrun/hpcrun/internal/stats"
 	"github.com/hpcrun/hpcrun/tensor"
 )
 
@@ -116,15 +116,6 @@ func timeGemm(f gemmFunc, s GemmShape, a, b, c []float32, minTime time.Duration)
 	return 2 * float64(s.M) * float64(s.N) * float64(s.K) * float64(calls) / sec / 1e9
 }
 
-func median(x []float64) float64 {
-	s := slices.Clone(x)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
 // benchSettle is the pause before each timed run of one library.
 const benchSettle = 150 * time.Millisecond
 
@@ -170,17 +161,17 @@ func Gemm(w io.Writer, shapes []GemmShape, peer *tensor.GemmPeer, threads, round
 				ratios = append(ratios, g/p)
 			}
 		}
-		rates = append(rates, median(ours))
+		rates = append(rates, stats.Median(ours))
 		peerCol, ratioCol := "absent", "-"
 		if peer != nil {
-			peerCol = fmt.Sprintf("%.1f", median(theirs))
-			ratioCol = fmt.Sprintf("%.2f", median(ratios))
+			peerCol = fmt.Sprintf("%.1f", stats.Median(theirs))
+			ratioCol = fmt.Sprintf("%.2f", stats.Median(ratios))
 		}
-		if _, err := fmt.Fprintf(w, row, s.Name, s.M, s.N, s.K, fmt.Sprintf("%.1f", median(ours)), peerCol, ratioCol); err != nil {
+		if _, err := fmt.Fprintf(w, row, s.Name, s.M, s.N, s.K, fmt.Sprintf("%.1f", stats.Median(ours)), peerCol, ratioCol); err != nil {
 			return 0, err
 		}
 	}
-	return median(rates), nil
+	return stats.Median(rates), nil
 }
 
 func randGemmData(r *rand.Rand, n int) []float32 {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/hpcrun/hpcrun/internal/stats"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train"
 	trainconfig "github.com/hpcrun/hpcrun/train/config"
@@ -109,7 +110,7 @@ func Rates(w io.Writer, shapes []plan.Gemm, threads []int, rounds int, minTime t
 			s = r.Stream[i]
 		}
 		fmt.Fprintf(w, "%2d threads: %d shapes, %.1f to %.1f GFLOP/s (median %.1f); Add %.1f GB/s, AdamW %.1f GB/s, a step's elementwise kernels %.1f GB/s (%.0f s)\n",
-			t, len(shapes), slices.Min(rates), slices.Max(rates), median(rates), s.AddGBs, s.AdamGBs, s.ElemGBs, time.Since(start).Seconds())
+			t, len(shapes), slices.Min(rates), slices.Max(rates), stats.Median(rates), s.AddGBs, s.AdamGBs, s.ElemGBs, time.Since(start).Seconds())
 	}
 	return r, nil
 }

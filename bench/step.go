@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/hpcrun/hpcrun/internal/stats"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/tensor/cuda"
 	"github.com/hpcrun/hpcrun/train"
@@ -68,7 +69,7 @@ func Step(cfg trainconfig.Config, threads, warmup, steps int) (StepResult, error
 	slices.Sort(sorted)
 	res := StepResult{
 		Model: cfg.Preset, Params: t.Params, Bsz: cfg.BatchSize, Seq: cfg.Seq, Threads: threads,
-		StepS: sorted[len(sorted)/2], StepSMin: sorted[0], StepSMax: sorted[len(sorted)-1],
+		StepS: stats.Median(sorted), StepSMin: sorted[0], StepSMax: sorted[len(sorted)-1],
 		StepsMeasured: len(sorted), Loss: t.Loss, GemmCalls: len(gemms),
 	}
 	res.ModelFLOPsStep = 6 * float64(t.Params) * float64(t.TokensPerStep)
@@ -183,7 +184,7 @@ func StepCUDA(cfg trainconfig.Config, d *cuda.Device, prec cuda.Precision, warmu
 	res := StepCUDAResult{
 		Model: cfg.Preset, Params: t.Params, Bsz: cfg.BatchSize, Seq: cfg.Seq,
 		Device: d.Describe(), Precision: prec.String(),
-		StepS: sorted[len(sorted)/2], StepSMin: sorted[0], StepSMax: sorted[len(sorted)-1], StepsMeasured: len(sorted),
+		StepS: stats.Median(sorted), StepSMin: sorted[0], StepSMax: sorted[len(sorted)-1], StepsMeasured: len(sorted),
 		PeakBytes: ms.Peak, ReservedBytes: as.Reserved, Workspace: as.Workspace, Mallocs: as.Mallocs, Loss: t.Loss,
 	}
 	res.TokensPerS = float64(t.TokensPerStep) / res.StepS

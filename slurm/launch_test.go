@@ -91,19 +91,17 @@ func TestRequeueNeverRunsOutsideSlurm(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		getenv func(string) string
-		want   string
+		getenv        func(string) string
+		restarts, max int
+		want          string
 	}{
-		{env("SLURM_JOB_ID", "4242", "HPCRUN_EXECUTOR", "local"), "not requeued (the local executor"},
-		{env("SLURM_JOB_ID", "4242", "HPCRUN_EXECUTOR", "run"), "not requeued (hpcrun run has no queue"},
-		{env(), "resume with: hpcrun submit --resume X"},
-		{env("SLURM_JOB_ID", "4242"), "requeued 3 times already"},
+		{env("SLURM_JOB_ID", "4242", "HPCRUN_EXECUTOR", "local"), 0, 3, "not requeued (the local executor"},
+		{env("SLURM_JOB_ID", "4242", "HPCRUN_EXECUTOR", "run"), 0, 3, "not requeued (hpcrun run has no queue"},
+		{env(), 0, 3, "resume with: hpcrun submit --resume X"},
+		{env("SLURM_JOB_ID", "4242"), 3, 3, "the job was requeued 3 times already (max_requeues = 3)"},
+		{env("SLURM_JOB_ID", "4242"), 1, 1, "the job was requeued 1 time already (max_requeues = 1)"},
 	} {
-		restarts := 0
-		if tc.want == "requeued 3 times already" {
-			restarts = 3
-		}
-		got := Requeue(context.Background(), tc.getenv, "X", restarts, 3)
+		got := Requeue(context.Background(), tc.getenv, "X", tc.restarts, tc.max)
 		if !strings.Contains(got, tc.want) {
 			t.Errorf("Requeue = %q, want %q", got, tc.want)
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+
+	"github.com/hpcrun/hpcrun/internal/units"
 )
 
 // Requeue is what the task of rank 0 does when the job should start again
@@ -30,7 +32,7 @@ func Requeue(ctx context.Context, getenv func(string) string, execID string, res
 	case jobID == "":
 		return resume
 	case restarts >= maxRequeues:
-		return fmt.Sprintf("the job was requeued %d times already (max_requeues = %d): %s", restarts, maxRequeues, resume)
+		return fmt.Sprintf("the job was requeued %s already (max_requeues = %d): %s", units.Count(restarts, "time"), maxRequeues, resume)
 	}
 	out, err := exec.CommandContext(ctx, "scontrol", "requeue", jobID).CombinedOutput()
 	if err != nil {

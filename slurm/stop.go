@@ -50,7 +50,9 @@ func HoldSignals() chan os.Signal {
 // stops after the same step and saves, whichever rank got the signal, so no
 // rank dies under the others. A second INT or TERM cancels at once. The
 // other USR signal gets its default action back (one that came early is
-// ignored, with a word).
+// ignored, with a word). Rank 0 alone says what it received: a launcher
+// (srun, scancel, hpcrun run) signals every rank, and n ranks saying it
+// made n lines.
 func StopOnSignals(sigs chan os.Signal, name string, rank int, cancel context.CancelFunc) *Stop {
 	limit, other := syscall.SIGUSR1, syscall.SIGUSR2
 	if name == "USR2" {
@@ -65,13 +67,15 @@ func StopOnSignals(sigs chan os.Signal, name string, rank int, cancel context.Ca
 			first = <-sigs
 		}
 		s.got.Store(first)
-		if rank == 0 || first != limit {
+		if rank == 0 {
 			fmt.Fprintf(os.Stderr, "hpcrun: rank %d received %v: every rank stops after this step and saves a checkpoint (again to stop at once)\n", rank, first)
 		}
 		close(s.C)
 		for sig := range sigs {
 			if sig != limit {
-				fmt.Fprintf(os.Stderr, "hpcrun: rank %d received %v again: stopping now\n", rank, sig)
+				if rank == 0 {
+					fmt.Fprintf(os.Stderr, "hpcrun: rank %d received %v again: stopping now\n", rank, sig)
+				}
 				cancel()
 				signal.Stop(sigs)
 				return
@@ -156,12 +160,13 @@ func timeLimitReached(ctx context.Context, getenv func(string) string) bool {
 }
 
 // StopExit is how a task of rank that saved and stopped on sig ends, msg
-// its last words. After the time-limit signal, rank 0 lets slurm requeue
-// the job when it is a real Slurm job (Requeue, execID's restarts of at
-// most maxRequeues), and every task exits with ExitStopped; after INT or
-// TERM every task exits 128+signal, as a killed one would, and rank 0
-// alone says so, with the way to resume (hpcrun run's launcher says it
-// itself, once). getenv is os.Getenv.
+// its last words, which rank 0 alone says (the others return ""). After
+// the time-limit signal, rank 0 lets slurm requeue the job when it is a
+// real Slurm job (Requeue, execID's restarts of at most maxRequeues), and
+// every task exits with ExitStopped; after INT or TERM every task exits
+// 128+signal, as a killed one would, and rank 0 says so with the way to
+// resume (hpcrun run's launcher says it itself, once). getenv is
+// os.Getenv.
 func StopExit(ctx context.Context, getenv func(string) string, sig os.Signal, rank int, execID string, restarts, maxRequeues int, msg string) (string, int) {
 	if s, ok := sig.(syscall.Signal); ok && (s == syscall.SIGINT || s == syscall.SIGTERM) {
 		switch {
@@ -173,7 +178,7 @@ func StopExit(ctx context.Context, getenv func(string) string, sig os.Signal, ra
 		return msg, 128 + int(s)
 	}
 	if rank != 0 {
-		return msg, ExitStopped
+		return "", ExitStopped
 	}
 	return msg + "; " + Requeue(ctx, getenv, execID, restarts, maxRequeues), ExitStopped
 }

@@ -111,7 +111,7 @@ func TestStopExit(t *testing.T) {
 		{"slurm", syscall.SIGTERM, 0, "m; resume with: hpcrun submit --resume e", 143},
 		{"run", syscall.SIGINT, 0, "m", 130},
 		{"slurm", syscall.SIGINT, 1, "", 130},
-		{"local", syscall.SIGUSR1, 1, "m", ExitStopped},
+		{"local", syscall.SIGUSR1, 1, "", ExitStopped},
 		{"local", syscall.SIGUSR1, 0, "m; not requeued (the local executor has no queue): resume with: hpcrun submit --resume e", ExitStopped},
 		{"run", nil, 0, "m; not requeued (hpcrun run has no queue; it says how to resume)", ExitStopped},
 	} {

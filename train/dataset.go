@@ -176,7 +176,7 @@ func prepareClassifier(cfg config.Config) (*Data, error) {
 	return &Data{Tokenizer: tok, Vocab: vocab, Train: trainSet, Val: valSet}, nil
 }
 
-// splitReviews draws a tenth of the reviews (at least one) at random from
+// splitReviews draws max(1, n/10) of the n reviews at random from
 // the seed to validate and keeps the rest to train, cfg.Samples of them when
 // that is set: a file sorted by label still validates on both labels. Both
 // sets keep the file's order, which training follows with --shuffle=false.
@@ -258,8 +258,8 @@ func prepareText(cfg config.Config) (*Data, error) {
 	if err != nil {
 		return nil, fmt.Errorf("data %s: %w", cfg.Data, err)
 	}
-	// Windows of seq+1 tokens, stride seq; the last tenth (at least one
-	// window) validates.
+	// Windows of seq+1 tokens, stride seq; the last max(1, nWin/10)
+	// validate.
 	nWin := (len(ids) - 1) / cfg.Seq
 	if nWin < 2 {
 		return nil, fmt.Errorf("data %s: %d tokens make %d window(s) of seq %d, need at least 2 (one to train, one to validate): lower --seq or give a longer file", cfg.Data, len(ids), nWin, cfg.Seq)

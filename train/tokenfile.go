@@ -295,8 +295,8 @@ func WriteTokenFile(path string, tokens []int, vocab int) error {
 }
 
 // prepareTokens makes a language model's data from token files: windows
-// of seq+1 tokens, stride seq, over the files as one stream, the last tenth
-// (at least one window) validating, as prepareText does with a text.
+// of seq+1 tokens, stride seq, over the files as one stream, the last
+// max(1, windows/10) validating, as prepareText does with a text.
 func prepareTokens(cfg config.Config) (*Data, error) {
 	tok, err := newTokenizer(cfg, nil)
 	if err != nil {

@@ -6,8 +6,8 @@ import (
 	"os"
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
+	"github.com/hpcrun/hpcrun/train"
 	"github.com/hpcrun/hpcrun/train/ckpt"
-	"github.com/hpcrun/hpcrun/train/interop"
 	"github.com/urfave/cli/v2"
 )
 
@@ -46,6 +46,8 @@ func ckptCommand() *cli.Command {
 					"model.safetensors (F32, GPT2Model names, Conv1D (in, out) weights, the vocabulary unpadded);\n" +
 					"a Llama becomes LlamaForCausalLM (q_proj, k_proj, v_proj and gate_proj, up_proj split back out,\n" +
 					"its tokenizer.json copied beside it); a BERT of --arch hf becomes BertForSequenceClassification.\n" +
+					"The run's tokenizer comes with it: GPT-2's BPE as tokenizer.json, vocab.json and merges.txt,\n" +
+					"the byte tokenizer as a byte-level tokenizer.json of 256 ids (tokenizer_config.json beside).\n" +
 					"transformers' from_pretrained and\n" +
 					"hpcrun's --init-from read it.",
 				Flags: []cli.Flag{
@@ -140,7 +142,7 @@ func ckptExport(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := interop.ExportHF(ck, out); err != nil {
+	if err := train.ExportHF(ck, out); err != nil {
 		return cli.Exit(err.Error(), 1)
 	}
 	fmt.Fprintf(os.Stderr, "exported step %d of %s (tp %d) to %s\n", ck.State.Step, ck.Dir, ck.State.Mesh.TP, out)

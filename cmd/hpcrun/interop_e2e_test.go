@@ -7,9 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/hpcrun/hpcrun/train"
 	"github.com/hpcrun/hpcrun/train/ckpt"
 	"github.com/hpcrun/hpcrun/train/interop"
 )
@@ -86,6 +88,18 @@ func TestPretrainedWorkflow(t *testing.T) {
 	}
 
 	e.mustRun("ckpt", "export", execID, "--hf", "exported")
+	// GPT-2's tokenizer files come with it, and encode as the run did.
+	for _, name := range []string{"tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json"} {
+		if _, err := os.Stat(filepath.Join(e.dir, "exported", name)); err != nil {
+			t.Errorf("the export has no %s: %v", name, err)
+		}
+	}
+	raw, _ := os.ReadFile(text)
+	if tok, err := train.LoadHFTokenizer(filepath.Join(e.dir, "exported")); err != nil {
+		t.Error(err)
+	} else if gpt2, _ := train.NewGPT2Tokenizer(); !slices.Equal(tok.Encode(string(raw)), gpt2.Encode(string(raw))) {
+		t.Errorf("the export's tokenizer.json encodes the text otherwise than GPT-2's BPE")
+	}
 	lossRe := regexp.MustCompile(`^loss (\d+\.\d+) perplexity \d+\.\d+ \(\d+ windows of seq 32\)\n$`)
 	fromRun := e.mustRun("eval", execID, "--data", "train.bin", "--device", "cpu")
 	fromHF := e.mustRun("eval", "exported", "--data", "train.bin", "--nproc", "2", "--device", "cpu")

@@ -250,3 +250,71 @@ func TestWatchStoppedRun(t *testing.T) {
 		t.Errorf("watch of a run stopped at 22 of 60 (metrics: %s):\n%s", rate, out)
 	}
 }
+
+// TestRunByItsFolder: metrics, watch and logs take a run by its folder in
+// the runs dir, as ckpt info does (runs/<execid> was refused: "give an
+// execid"), and say which runs dir a folder elsewhere is not in.
+func TestRunByItsFolder(t *testing.T) {
+	const id = "20261121-150002-d4c8"
+	want, err := runApp(t, "--runs-dir", recordedRuns, "metrics", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	abs, _ := filepath.Abs(filepath.Join(recordedRuns, id))
+	for _, ref := range []string{filepath.Join(recordedRuns, id), filepath.Join(recordedRuns, id) + "/", abs} {
+		if out, err := runApp(t, "--runs-dir", recordedRuns, "metrics", ref); err != nil || out != want {
+			t.Errorf("metrics %s: %v\n%s\nwant the output of metrics %s:\n%s", ref, err, out, id, want)
+		}
+		// The recorded run has no job log: logs found the run to say so.
+		if _, err := runApp(t, "--runs-dir", recordedRuns, "logs", ref); err == nil || !strings.Contains(err.Error(), "no slurm-4243120.out in") {
+			t.Errorf("logs %s: %v, want the run's missing log", ref, err)
+		}
+	}
+	_, err = runApp(t, "--runs-dir", recordedRuns, "metrics", t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "is not a run's folder in the runs dir") {
+		t.Errorf("metrics of a folder outside the runs dir: %v", err)
+	}
+}
+
+// TestMetricsPlanLineSaysDefaultRates: a run whose plan was made with the
+// default CPU rates on a busy machine says so on its plan-vs-run lines of
+// time (step s, comm share, tokens/s: "+402.8%" said nothing of why), not
+// on the memory's.
+func TestMetricsPlanLineSaysDefaultRates(t *testing.T) {
+	const id = "20261121-143005-a3f9"
+	runs := t.TempDir()
+	copyDir(t, filepath.Join(recordedRuns, id), filepath.Join(runs, id))
+	metaPath := filepath.Join(runs, id, "meta.json")
+	b, err := os.ReadFile(metaPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta map[string]any
+	if err := json.Unmarshal(b, &meta); err != nil {
+		t.Fatal(err)
+	}
+	// As hpcrun plan writes it on a CPU without cpu-gemm.json, load 5.
+	meta["plan"] = map[string]any{
+		"device": map[string]any{"name": "cpu", "source": "default 100 GFLOP/s for 2 cores and 10 GB/s a core, not measured; 1 core a rank (1 thread)",
+			"warnings": []string{"the CPU rates are not measured (defaults): run hpcrun bench gemm",
+				"this machine is busy (load average 5.0 on 2 cores): the measured rates and a run's timing now are both off"}},
+		"memory": map[string]any{"engine_peak_bytes": 1 << 20},
+		"time":   map[string]any{"step_s": 2.0, "tokens_per_s": 100.0},
+	}
+	b, _ = json.Marshal(meta)
+	os.WriteFile(metaPath, b, 0o644)
+	out, err := runApp(t, "--runs-dir", runs, "metrics", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const caveat = "(planned with default CPU rates, not measured: hpcrun bench gemm; planned on a busy machine (load average 5.0 on 2 cores))"
+	for _, l := range strings.Split(out, "\n") {
+		isTime := strings.HasPrefix(l, "step s ") || strings.HasPrefix(l, "tokens/s ") || strings.HasPrefix(l, "comm share ")
+		if isTime != strings.HasSuffix(l, caveat) {
+			t.Errorf("line %q: want the caveat on the time lines alone", l)
+		}
+	}
+	if !strings.Contains(out, "plan vs run") {
+		t.Errorf("no plan-vs-run table:\n%s", out)
+	}
+}

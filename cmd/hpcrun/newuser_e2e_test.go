@@ -6,11 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hpcrun/hpcrun/slurm"
+	"github.com/hpcrun/hpcrun/train"
 )
 
 // These tests follow README.md as a new user would (issue 28): each is a
@@ -98,8 +100,8 @@ func TestPipelineLabels(t *testing.T) {
 }
 
 // TestCtrlCOnRunResumes: Ctrl-C on hpcrun run stops every rank with a
-// checkpoint; the run is CANCELLED (not FAILED) in queue, the way to
-// resume is said once and works: hpcrun run --resume goes on to the end
+// checkpoint; the run is CANCELLED (not FAILED) in queue, the signal and
+// the way to resume are said once, and the way works: hpcrun run --resume goes on to the end
 // (and submit --resume points to it).
 func TestCtrlCOnRunResumes(t *testing.T) {
 	if testing.Short() {
@@ -116,6 +118,10 @@ func TestCtrlCOnRunResumes(t *testing.T) {
 	resume := "resume with: hpcrun run --resume " + id
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 || strings.Count(out, "resume with") != 1 || !strings.Contains(out, resume) {
 		t.Errorf("Ctrl-C: %v; want exit 130 and %q said once:\n%s", err, resume, out)
+	}
+	// The launcher passes the INT on to both ranks; one says so.
+	if n := strings.Count(out, "received interrupt"); n != 1 {
+		t.Errorf("Ctrl-C: \"received interrupt\" said %d times, want once:\n%s", n, out)
 	}
 	if r, _ := e.row(true, id); r.State != slurm.Cancelled {
 		t.Errorf("queue shows the stopped run as %s, want CANCELLED", r.State)
@@ -137,7 +143,9 @@ func TestCtrlCOnRunResumes(t *testing.T) {
 }
 
 // TestExportByteGPTConfig: a byte-level GPT (256 ids) exports with no
-// bos/eos id outside its vocabulary (GPT-2's 50256 is not one of its ids).
+// bos/eos id outside its vocabulary (GPT-2's 50256 is not one of its ids)
+// and with its tokenizer, which hpcrun reads back; so does a byte-level
+// Llama.
 func TestExportByteGPTConfig(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains for a second")
@@ -164,6 +172,27 @@ func TestExportByteGPTConfig(t *testing.T) {
 		if id != nil && *id >= cfg.Vocab {
 			t.Errorf("%s_token_id %d is outside vocab_size %d:\n%s", name, *id, cfg.Vocab, b)
 		}
+	}
+	// The byte tokenizer comes with it as a tokenizer.json of the same ids,
+	// and the export evaluates as the run does.
+	tok, err := train.LoadHFTokenizer(filepath.Join(e.dir, "exported"))
+	if err != nil {
+		t.Fatalf("the export's tokenizer: %v", err)
+	}
+	if sample := "a byte-level model, naïve \x01"; !slices.Equal(tok.Encode(sample), train.ByteTokenizer{}.Encode(sample)) {
+		t.Errorf("the export's tokenizer.json encodes %q as %v, the byte tokenizer as %v", sample, tok.Encode(sample), train.ByteTokenizer{}.Encode(sample))
+	}
+	fromRun := e.mustRun("eval", filepath.Base(e.onlyRun()), "--data", text, "--device", "cpu")
+	if fromHF := e.mustRun("eval", "exported", "--data", text, "--device", "cpu"); fromHF != fromRun {
+		t.Errorf("eval of the export %q, of the run %q", fromHF, fromRun)
+	}
+	// A byte-level Llama too.
+	os.RemoveAll(filepath.Join(e.dir, "runs"))
+	e.mustRun("run", "--nproc", "1", "--model", "llama", "--data", text, "--seq", "32", "--bsz", "4", "--steps", "1",
+		"--layers", "1", "--dim", "32", "--heads", "2", "--eval-every", "0", "--device", "cpu")
+	e.mustRun("ckpt", "export", filepath.Base(e.onlyRun()), "--hf", "llama")
+	if _, err := train.LoadHFTokenizer(filepath.Join(e.dir, "llama")); err != nil {
+		t.Errorf("the byte-level Llama's export: %v", err)
 	}
 }
 
@@ -201,6 +230,31 @@ func TestReadmeSaysHowToInstall(t *testing.T) {
 	out, err := exec.Command("make", "-C", "../..", "-n", "install").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "go install") {
 		t.Errorf("make -n install: %v\n%s", err, out)
+	}
+}
+
+// TestReadmeSaysWhatTinyLlamaNeeds: scripts/tiny_llama.py imports NumPy,
+// and the README says so where it names the script and what make test
+// needs, with the package that gives it.
+func TestReadmeSaysWhatTinyLlamaNeeds(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, err := os.ReadFile("../../scripts/tiny_llama.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(script), "\nimport numpy") {
+		t.Fatal("tiny_llama.py no longer imports numpy: say what it needs instead")
+	}
+	for _, want := range []string{
+		"`make test` also needs `python3` with NumPy (`apt-get install python3-numpy`)",
+		"it runs under `python3` with NumPy (Debian's `python3-numpy`, or `pip install numpy`)",
+	} {
+		if !strings.Contains(strings.Join(strings.Fields(string(readme)), " "), want) {
+			t.Errorf("README.md does not say %q", want)
+		}
 	}
 }
 

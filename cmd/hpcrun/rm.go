@@ -42,13 +42,13 @@ func runRm(c *cli.Context) error {
 	}
 	var targets []target
 	for _, ref := range c.Args().Slice() {
-		if r, err := rundir.Find(runs, ref); err == nil {
+		if r, err := findRef(runs, ref); err == nil {
 			targets = append(targets, target{"run " + r.ExecID, []rundir.Dir{r.Dir}})
 			continue
 		} else if !errors.Is(err, rundir.ErrNotFound) {
 			return err
 		}
-		s, err := rundir.Find(rundir.Sweeps(runs), ref)
+		s, err := findIn(rundir.Sweeps(runs), ref)
 		if err != nil {
 			return cli.Exit(fmt.Sprintf("nothing removed: %q is neither a run nor a sweep in %s (hpcrun queue --all lists the runs)", ref, runs), 2)
 		}

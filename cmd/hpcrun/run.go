@@ -106,7 +106,7 @@ func resumeLocal(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := slurm.OpenRun(runs, c.String("resume"))
+	r, err := openRun(runs, c.String("resume"))
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
 	}

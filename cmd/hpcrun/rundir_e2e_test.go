@@ -142,8 +142,8 @@ func TestTermToOneRankStopsAllTogether(t *testing.T) {
 }
 
 // TestLocalStopNeverRequeuesAJob: a Local job stopped by the time-limit
-// signal saves and stops but never runs scontrol requeue: its
-// SLURM_JOB_ID is the supervisor's pid, which may be a real job's id.
+// signal saves and stops, says so once, but never runs scontrol requeue:
+// its SLURM_JOB_ID is the supervisor's pid, which may be a real job's id.
 func TestLocalStopNeverRequeuesAJob(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains for a few seconds")
@@ -172,6 +172,10 @@ func TestLocalStopNeverRequeuesAJob(t *testing.T) {
 	errLog, _ := os.ReadFile(filepath.Join(s.RunDir, "slurm-"+s.JobID+".err"))
 	if !strings.Contains(string(errLog), "not requeued (the local executor") {
 		t.Errorf("rank 0 did not say the local job is not requeued:\n%s", errLog)
+	}
+	// Both ranks got USR1 and stopped; rank 0 alone says so.
+	if n := strings.Count(string(errLog), "stopped by the time-limit signal"); n != 1 {
+		t.Errorf("the stop said %d times in the job log, want once:\n%s", n, errLog)
 	}
 	if b, err := os.ReadFile(marker); err == nil {
 		t.Errorf("scontrol was run by a local job: %s", b)

@@ -329,7 +329,7 @@ func resumeSubmit(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := slurm.OpenRun(dir, c.String("resume"))
+	r, err := openRun(dir, c.String("resume"))
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/internal/sweep"
@@ -21,8 +22,8 @@ func runsDir(c *cli.Context) (string, error) {
 	return filepath.Abs(cfg.RunsDir)
 }
 
-// findRun resolves the one argument (an execid, a unique prefix of one, or
-// a job id: rundir.Find's forms, as every command takes them) to its run.
+// findRun resolves the one argument (an execid, a unique prefix of one, a
+// job id, or the run's folder: the forms every command takes) to its run.
 func findRun(c *cli.Context, usage string) (slurm.Run, error) {
 	if c.NArg() != 1 {
 		return slurm.Run{}, cli.Exit(fmt.Sprintf("usage: hpcrun %s", usage), 2)
@@ -31,15 +32,65 @@ func findRun(c *cli.Context, usage string) (slurm.Run, error) {
 	if err != nil {
 		return slurm.Run{}, err
 	}
-	r, err := slurm.OpenRun(dir, c.Args().First())
-	return r, sweepHint(dir, c.Args().First(), err)
+	return openRun(dir, c.Args().First())
 }
 
-// findRef is rundir.Find, and when ref is a sweep's job array, an error
-// that says so.
+// openRun is slurm.OpenRun of ref, which may be the run's folder too
+// (runRef), and when ref is a sweep's job array, an error that says so.
+func openRun(runs, ref string) (slurm.Run, error) {
+	id, err := runRef(runs, ref)
+	if err != nil {
+		return slurm.Run{}, err
+	}
+	r, err := slurm.OpenRun(runs, id)
+	return r, sweepHint(runs, id, err)
+}
+
+// findRef is findIn of the runs, and when ref is a sweep's job array, an
+// error that says so.
 func findRef(runs, ref string) (rundir.Run, error) {
-	r, err := rundir.Find(runs, ref)
+	r, err := findIn(runs, ref)
 	return r, sweepHint(runs, ref, err)
+}
+
+// findIn is rundir.Find of ref in dir (the runs or the sweeps), ref being
+// also the path of its folder there (runRef).
+func findIn(dir, ref string) (rundir.Run, error) {
+	id, err := runRef(dir, ref)
+	if err != nil {
+		return rundir.Run{}, err
+	}
+	return rundir.Find(dir, id)
+}
+
+// runRef is ref, or when ref is a path (it has a slash, or is . or ..) the
+// name of the folder it names in runs: runs/20261121-143005-a3f9 (or its
+// absolute path, with or without a trailing slash) is that execid, as
+// ckpt, eval and generate already took it. A path to anything else is an
+// error that says which runs dir a run's folder must be in.
+func runRef(runs, ref string) (string, error) {
+	if !strings.ContainsAny(ref, `/\`) && ref != "." && ref != ".." {
+		return ref, nil
+	}
+	abs, err := filepath.Abs(ref)
+	if err != nil {
+		return "", err
+	}
+	parent := filepath.Dir(abs)
+	if parent == filepath.Clean(runs) || sameFile(parent, runs) {
+		return filepath.Base(abs), nil
+	}
+	return "", fmt.Errorf("%s is not a run's folder in the runs dir %s (a run is its execid, a prefix of one, its job id or its folder there; --runs-dir names another runs dir): %w", ref, runs, rundir.ErrNotFound)
+}
+
+// sameFile reports whether paths a and b name the same existing file.
+func sameFile(a, b string) bool {
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	fb, err := os.Stat(b)
+	return err == nil && os.SameFile(fa, fb)
 }
 
 // sweepHint turns a run not found because ref is the job id of a sweep's

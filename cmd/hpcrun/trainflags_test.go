@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -63,6 +64,54 @@ func TestEveryTrainFlagSetsItsField(t *testing.T) {
 		}
 		if got := v.Field(i).Interface(); got != want {
 			t.Errorf("--%s set %s to %v, want %v (no flag for it?)", name, v.Type().Field(i).Name, got, want)
+		}
+	}
+}
+
+// TestRunHelpSaysWhatTheCodeDoes runs hpcrun run --help: its default beta2
+// of each model is the one trainconfig.Config.Adam gives (it said nothing
+// of llama), the clipping is stated as ClipNorm applies it and the
+// validation split as the data's preparation takes it (a tenth, rounded
+// down, at least one).
+func TestRunHelpSaysWhatTheCodeDoes(t *testing.T) {
+	out, err := runApp(t, "run", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := func(flag string) string {
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, "--"+flag+" ") {
+				return l
+			}
+		}
+		t.Fatalf("run --help has no --%s:\n%s", flag, out)
+		return ""
+	}
+	beta2 := line("adam-beta2")
+	_, defaults, ok := strings.Cut(beta2, "(0 = ")
+	defaults, _, _ = strings.Cut(defaults, ")")
+	said := map[string]string{} // model -> the beta2 the help gives it
+	for _, part := range strings.Split(defaults, ", ") {
+		value, models, found := strings.Cut(part, " for ")
+		if !ok || !found {
+			t.Fatalf("--adam-beta2's defaults: %q", beta2)
+		}
+		for _, m := range strings.Split(models, " and ") {
+			said[m] = value
+		}
+	}
+	for _, model := range []string{"bert", "gpt", "llama"} {
+		_, b2, _ := trainconfig.Config{Model: model}.Adam()
+		if want := strconv.FormatFloat(b2, 'g', -1, 64); said[model] != want {
+			t.Errorf("run --help gives %s beta2 %q, the code %s: %q", model, said[model], want, beta2)
+		}
+	}
+	for flag, want := range map[string]string{
+		"grad-clip":    "C/(norm+1e-6)",
+		"eval-samples": "last max(1, windows/10) windows (divisions rounded down)",
+	} {
+		if l := line(flag); !strings.Contains(l, want) {
+			t.Errorf("--%s: %q lacks %q", flag, l, want)
 		}
 	}
 }

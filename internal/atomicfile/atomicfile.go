@@ -8,10 +8,12 @@
 package atomicfile
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // WriteFile writes data to path with permissions perm, atomically.
@@ -49,4 +51,30 @@ func Write(path string, perm os.FileMode, fill func(io.Writer) error) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
+}
+
+// Update rewrites path with what change makes of its content (nil when
+// there is no file yet), atomically, while holding an exclusive lock on
+// path's directory (flock: no lock file is left behind): writers in other
+// processes update it one after the other, each from the file the one
+// before left, so none drops what another added (a read-modify-write
+// without the lock keeps only the last one's).
+func Update(path string, perm os.FileMode, change func(old []byte) ([]byte, error)) error {
+	lock, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return fmt.Errorf("update %s: %w", path, err)
+	}
+	defer lock.Close() // and with it the lock
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("update %s: lock: %w", path, err)
+	}
+	old, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("update %s: %w", path, err)
+	}
+	data, err := change(old)
+	if err != nil {
+		return err
+	}
+	return WriteFile(path, data, perm)
 }

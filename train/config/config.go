@@ -43,7 +43,7 @@ type Config struct {
 	VocabFile   string  `toml:"vocab_file,omitempty" json:"vocab_file,omitempty"` // BERT vocab.txt for wordpiece ("" = build one from the training texts); a tokenizer.json or its directory for hf
 	EvalSamples int     `toml:"eval_samples" json:"eval_samples"`                 // validation samples per evaluation; 0 = 512
 	WeightDecay float64 `toml:"weight_decay" json:"weight_decay"`                 // AdamW decoupled weight decay (matrices only)
-	GradClip    float64 `toml:"grad_clip" json:"grad_clip"`                       // clip the global gradient norm to this; 0 = no clipping
+	GradClip    float64 `toml:"grad_clip" json:"grad_clip"`                       // clip the global gradient norm to this (gradients times clip/(norm+1e-6) when the norm exceeds it); 0 = no clipping
 
 	// Llama-family decoders (model llama; see llama.go).
 	KVHeads   int     `toml:"kv_heads,omitempty" json:"kv_heads,omitempty"`     // key/value heads (num_key_value_heads); 0 = heads
@@ -63,7 +63,7 @@ type Config struct {
 	Arch      string  `toml:"arch,omitempty" json:"arch,omitempty"`             // bert only: "" = hpcrun's (pre-LN, mean-pooled head), "hf" = BERT's own (post-LN, token types, pooler), as --init-from a BERT sets
 	InitFrom  string  `toml:"init_from,omitempty" json:"init_from,omitempty"`   // start from these weights: a Hugging Face model dir or an llm.c .bin
 	AdamBeta1 float64 `toml:"adam_beta1,omitempty" json:"adam_beta1,omitempty"` // 0 = 0.9
-	AdamBeta2 float64 `toml:"adam_beta2,omitempty" json:"adam_beta2,omitempty"` // 0 = the model's: 0.95 for gpt, 0.999 for bert
+	AdamBeta2 float64 `toml:"adam_beta2,omitempty" json:"adam_beta2,omitempty"` // 0 = the model's: 0.95 for gpt and llama, 0.999 for bert
 	AdamEps   float64 `toml:"adam_eps,omitempty" json:"adam_eps,omitempty"`     // 0 = 1e-8
 	Schedule  string  `toml:"schedule,omitempty" json:"schedule,omitempty"`     // learning rate after warm-up: cosine (""), linear or constant
 	MinLR     float64 `toml:"min_lr,omitempty" json:"min_lr,omitempty"`         // where cosine and linear decay end; 0 = lr/10
@@ -405,8 +405,8 @@ func (c Config) PositionRows() int {
 }
 
 // Adam returns AdamW's beta1, beta2 and epsilon: the config's, or the
-// defaults (beta2 0.95 for gpt as GPT-3, nanoGPT and llm.c train, 0.999
-// for bert as BERT and PyTorch's default).
+// defaults (beta2 0.95 for gpt and llama as GPT-3, nanoGPT, llm.c and
+// Llama train, 0.999 for bert as BERT and PyTorch's default).
 func (c Config) Adam() (beta1, beta2, eps float64) {
 	beta1, beta2, eps = 0.9, 0.95, 1e-8
 	if c.Model == "bert" {

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/hpcrun/hpcrun/internal/atomicfile"
 )
 
 // This file is the collectives' measured cost, as hpcrun bench comm keeps
@@ -122,6 +125,11 @@ func ReadCommRates(path string) (*CommRates, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseCommRates(path, b)
+}
+
+// parseCommRates reads b, the cpu-comm.json at path.
+func parseCommRates(path string, b []byte) (*CommRates, error) {
 	var r CommRates
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("%s: %w (rerun hpcrun bench comm)", path, err)
@@ -138,15 +146,26 @@ func ReadCommRates(path string) (*CommRates, error) {
 }
 
 // SaveCommFit keeps f in cpu-comm.json, in place of an older fit of the
-// same path and number of ranks, atomically, and says where.
+// same path and number of ranks, and says where: atomically, and under a
+// lock, so that the fits other processes save meanwhile stay beside it.
 func SaveCommFit(f CommFit) (path string, err error) {
 	if path, err = CommRatesPath(); err != nil {
 		return "", err
 	}
-	r, err := ReadCommRates(path)
-	if err != nil {
-		r = &CommRates{}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return "", err
 	}
+	return path, atomicfile.Update(path, 0o644, func(old []byte) ([]byte, error) {
+		r, err := parseCommRates(path, old)
+		if err != nil {
+			r = &CommRates{}
+		}
+		return marshalJSON(withFit(r, f))
+	})
+}
+
+// withFit is r with f in place of its fit of the same path and ranks.
+func withFit(r *CommRates, f CommFit) *CommRates {
 	r.Format = CommRatesFormat
 	r.Fits = slices.DeleteFunc(r.Fits, func(o CommFit) bool { return o.Path == f.Path && o.NRanks == f.NRanks })
 	r.Fits = append(r.Fits, f)
@@ -159,7 +178,7 @@ func SaveCommFit(f CommFit) (path string, err error) {
 		}
 		return a.NRanks - b.NRanks
 	})
-	return path, writeJSON(path, r)
+	return r
 }
 
 // Lookup is the fit for a group of n ranks on path: the one measured with

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hpcrun/hpcrun/internal/stats"
 	"github.com/hpcrun/hpcrun/train/config"
 )
 
@@ -117,6 +118,14 @@ type Machine struct {
 	Now       time.Time // for the rates' age
 }
 
+// defaultRatesSource begins a CPU device's Source when its rates are the
+// defaults, busyWarning the warning of a busy machine: a plan kept in
+// meta.json says so by them (Check's caveat).
+const (
+	defaultRatesSource = "default "
+	busyWarning        = "this machine is busy "
+)
+
 // staleAfter is the age at which a measured rate is called old.
 const staleAfter = 30 * 24 * time.Hour
 
@@ -135,7 +144,7 @@ func hostCPU(s Share, m Machine, rates *CPURates, why error, comm *CommRates) De
 		for _, g := range rates.Gemms {
 			at = append(at, rates.GemmFlops(g.Gemm, threads, cores))
 		}
-		d = CPU(median(at), m.Mem/int64(max(s.TasksPerNode, 1)), cores, "")
+		d = CPU(stats.Median(at), m.Mem/int64(max(s.TasksPerNode, 1)), cores, "")
 		d.MemBandwidth, d.OptBandwidth = rates.StreamBandwidth(threads, cores)
 		d.Rates = rates
 		d.Source = fmt.Sprintf("hpcrun bench gemm of %s on %q: %d GEMM shapes, the elementwise and AdamW bandwidths at %s threads, read at %s",
@@ -151,7 +160,7 @@ func hostCPU(s Share, m Machine, rates *CPURates, why error, comm *CommRates) De
 		}
 	} else {
 		d = CPU(DefaultCPUFlops/2*cores, m.Mem/int64(max(s.TasksPerNode, 1)), cores, "")
-		d.Source = fmt.Sprintf("default %.0f GFLOP/s for 2 cores and %.0f GB/s a core, not measured; %s", DefaultCPUFlops/1e9, cpuMemBWPerCore/1e9, share)
+		d.Source = fmt.Sprintf(defaultRatesSource+"%.0f GFLOP/s for 2 cores and %.0f GB/s a core, not measured; %s", DefaultCPUFlops/1e9, cpuMemBWPerCore/1e9, share)
 		w := "the CPU rates are not measured (defaults): run hpcrun bench gemm"
 		if why != nil && !errors.Is(why, os.ErrNotExist) {
 			w = "the CPU rates are not measured (defaults): " + why.Error()
@@ -166,7 +175,7 @@ func hostCPU(s Share, m Machine, rates *CPURates, why error, comm *CommRates) De
 		warn = append(warn, fmt.Sprintf("no cpus_per_task: the plan lets each task use all %d cores, as Slurm does without task binding; where Slurm binds tasks (task/affinity, task/cgroup) a task gets 1 core: set --cpus-per-task", m.NumCPU))
 	}
 	if online := cmp.Or(m.OnlineCPU, m.NumCPU); m.Load > float64(online) {
-		warn = append(warn, fmt.Sprintf("this machine is busy (load average %.1f on %d cores): the measured rates and a run's timing now are both off", m.Load, online))
+		warn = append(warn, fmt.Sprintf(busyWarning+"(load average %.1f on %d cores): the measured rates and a run's timing now are both off", m.Load, online))
 	}
 	d.Warnings = warn
 	return d
@@ -191,19 +200,6 @@ func joinInts(xs []int) string {
 		s[i] = strconv.Itoa(x)
 	}
 	return strings.Join(s, ",")
-}
-
-// median of xs; 0 when empty.
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // OnlineCPUs is the number of this machine's online cores

@@ -325,11 +325,17 @@ func writeJSON(path string, v any) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	b, err := json.MarshalIndent(v, "", " ")
+	b, err := marshalJSON(v)
 	if err != nil {
 		return err
 	}
-	return atomicfile.WriteFile(path, append(b, '\n'), 0o644)
+	return atomicfile.WriteFile(path, b, 0o644)
+}
+
+// marshalJSON is v as the cache's files hold it: indented, a last newline.
+func marshalJSON(v any) ([]byte, error) {
+	b, err := json.MarshalIndent(v, "", " ")
+	return append(b, '\n'), err
 }
 
 // CPUModel is this machine's CPU ("model name" of /proc/cpuinfo); "" when

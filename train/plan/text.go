@@ -174,6 +174,9 @@ type CheckRow struct {
 	Predicted metrics.Float `json:"predicted"`
 	Measured  metrics.Float `json:"measured"`
 	ErrorPct  metrics.Float `json:"error_pct"`
+	// Caveat says why a time's prediction may be far off: the plan's CPU
+	// rates were the defaults, or the machine was busy as it planned.
+	Caveat string `json:"caveat,omitempty"`
 }
 
 // checkWhat names Compare's figures in hpcrun metrics' table (its
@@ -194,9 +197,14 @@ func CheckRun(planJSON []byte, s metrics.Summary) *Check {
 		return nil
 	}
 	var rows []CheckRow
+	caveat := pl.Device.timeCaveat()
 	for _, f := range Compare(&pl, s) {
 		if what, ok := checkWhat[f.Key]; ok {
-			rows = append(rows, CheckRow{What: what, Predicted: f.Predicted, Measured: f.Measured, ErrorPct: f.ErrorPct})
+			r := CheckRow{What: what, Predicted: f.Predicted, Measured: f.Measured, ErrorPct: f.ErrorPct}
+			if f.Key != "engine_peak" && f.Key != "device_total" {
+				r.Caveat = caveat
+			}
+			rows = append(rows, r)
 		}
 	}
 	pc := &Check{Rows: rows}
@@ -227,9 +235,33 @@ func (pc *Check) WriteText(w io.Writer) {
 		if r.ErrorPct.Known() {
 			e = fmt.Sprintf("%+.1f%%", float64(r.ErrorPct))
 		}
-		fmt.Fprintf(w, "%-20s %14s %14s %8s\n", r.What, num(r.Predicted), num(r.Measured), e)
+		line := fmt.Sprintf("%-20s %14s %14s %8s", r.What, num(r.Predicted), num(r.Measured), e)
+		if r.Caveat != "" {
+			line += "  (" + r.Caveat + ")"
+		}
+		fmt.Fprintln(w, line)
 	}
 	if pc.Note != "" {
 		fmt.Fprintf(w, "note: %s\n", pc.Note)
 	}
+}
+
+// timeCaveat says why d's times may be far from a run's: its CPU rates
+// were the defaults (hostCPU's Source), the machine was busy as it planned
+// (its warning); "" for a GPU, or measured rates on an idle machine.
+func (d Device) timeCaveat() string {
+	if d.CUDA {
+		return ""
+	}
+	var why []string
+	if strings.HasPrefix(d.Source, defaultRatesSource) {
+		why = append(why, "planned with default CPU rates, not measured: hpcrun bench gemm")
+	}
+	for _, w := range d.Warnings {
+		if rest, ok := strings.CutPrefix(w, busyWarning); ok {
+			load, _, _ := strings.Cut(rest, ":")
+			why = append(why, "planned on a busy machine "+strings.TrimSpace(load))
+		}
+	}
+	return strings.Join(why, "; ")
 }
