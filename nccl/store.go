@@ -520,10 +520,16 @@ func DialStore(ctx context.Context, addr, token string, timeout time.Duration) (
 			}
 		}
 		last = err
-		if ctx.Err() != nil || time.Now().Add(backoff).After(deadline) {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("store %s: dialing stopped: %w", addr, context.Cause(ctx))
+		}
+		if time.Now().Add(backoff).After(deadline) {
 			return nil, fmt.Errorf("store %s: no answer within %v: %w", addr, timeout, last)
 		}
-		time.Sleep(backoff)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+		}
 	}
 }
 

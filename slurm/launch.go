@@ -88,6 +88,17 @@ func (t Tasks) Run(ctx context.Context) ([]TaskExit, error) {
 	// on one thread, which the runtime keeps alive once unlocked.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	// A child's handlers are the defaults from fork until its runtime
+	// starts: an early time-limit signal (USR1) would kill it. Ignored
+	// here, it stays ignored through exec until the task's runtime takes
+	// it over (and HoldSignals holds it).
+	signal.Ignore(syscall.SIGUSR1, syscall.SIGUSR2)
+	started := false
+	defer func() {
+		if !started {
+			signal.Reset(syscall.SIGUSR1, syscall.SIGUSR2)
+		}
+	}()
 	cmds := make([]*exec.Cmd, t.N)
 	done := make(chan TaskExit, t.N)
 	for r := range t.N {
@@ -132,6 +143,8 @@ func (t Tasks) Run(ctx context.Context) ([]TaskExit, error) {
 		cmds[r] = cmd
 		go func() { done <- TaskExit{Rank: r, Err: cmd.Wait()} }()
 	}
+	signal.Reset(syscall.SIGUSR1, syscall.SIGUSR2)
+	started = true
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)

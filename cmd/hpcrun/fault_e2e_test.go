@@ -293,3 +293,40 @@ func startRankWithoutMaster(t *testing.T, e *env, dir rundir.Dir) (*exec.Cmd, *b
 	}
 	return cmd, &stderr
 }
+
+// One TERM stops a rank still joining its world at once, saying so: before,
+// the first TERM waited for the world to form (up to the comm timeout: the
+// run took 25 s to end).
+func TestOneTermStopsAJoiningRank(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains")
+	}
+	e := newEnv(t)
+	e.mustRun("run", "--nproc", "2", "--steps", "1")
+	dir := rundir.Dir(e.onlyRun())
+	cmd, stderr := startRankWithoutMaster(t, e, dir)
+	time.Sleep(500 * time.Millisecond)
+	sent := time.Now()
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("the joining task did not stop within 10 s of one TERM: %s", stderr.String())
+	}
+	if took := time.Since(sent); took > 5*time.Second {
+		t.Errorf("one TERM took %v to stop a joining rank", took)
+	}
+	l, err := metrics.ReadRank(dir.RankMetrics(1))
+	if err != nil {
+		t.Fatalf("%v (stderr: %s)", err, stderr.String())
+	}
+	if l.End == nil || l.End.Status != metrics.StatusInterrupted || !strings.Contains(l.End.Error, "stopped by SIGTERM") || !strings.Contains(l.End.Error, "while joining the world") {
+		t.Errorf("end line %+v, want interrupted: stopped by SIGTERM while joining the world", l.End)
+	}
+	if strings.Contains(stderr.String(), "no answer within") {
+		t.Errorf("a stopped join says it timed out: %s", stderr.String())
+	}
+}

@@ -74,16 +74,40 @@ func runTrainTask(c *cli.Context) error {
 	if err != nil {
 		return fail(err)
 	}
-	comm, err := slurm.JoinWorld(ctx, env, nccl.Options{
-		Token: token, Timeout: cfg.CommTimeoutDuration(),
-		Backend: backend, Device: gpu, Log: os.Stderr,
-	})
-	if err != nil {
-		return fail(err)
-	}
 	// Why a stop came is asked as it comes (scontrol answers before a
 	// second TERM or the kill), not when the end line is written.
 	reason := sync.OnceValue(func() string { return slurm.StopReason(context.Background(), stop.Signal()) })
+	// A stop while the world forms ends the join at once: nothing was
+	// trained, so there is nothing to save (before, the first TERM waited
+	// for the world, up to the comm timeout).
+	joinCtx, stopJoin := context.WithCancel(ctx)
+	defer stopJoin()
+	joined := make(chan struct{})
+	go func() {
+		select {
+		case <-stop.C:
+			stopJoin()
+		case <-joined:
+		}
+	}()
+	comm, err := slurm.JoinWorld(joinCtx, env, nccl.Options{
+		Token: token, Timeout: cfg.CommTimeoutDuration(),
+		Backend: backend, Device: gpu, Log: os.Stderr,
+	})
+	close(joined)
+	if joinCtx.Err() != nil && ctx.Err() == nil {
+		// Stopped while joining (a world formed in that instant holds the
+		// cancelled context for its connections: it is closed too).
+		if comm != nil {
+			closeWithin(comm, 2*time.Second)
+		}
+		err := fmt.Errorf("%w while joining the world, before step 1 (nothing to save)", train.ErrStopped)
+		metrics.AppendEnd(dir.Path(), env.Rank, true, errors.New(strings.Replace(err.Error(), train.ErrStopped.Error(), reason(), 1)), time.Since(start))
+		return stopped(ctx, dir, cfg, env, stop.Signal(), reason(), err)
+	}
+	if err != nil {
+		return fail(err)
+	}
 	go func() {
 		select {
 		case <-stop.C:
