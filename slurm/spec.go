@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // JobSpec is everything the job script is made from. Values that reach an
@@ -107,11 +108,31 @@ var (
 	sbatchPathB = " \t\r\n\"'\\%#$`"
 )
 
+// clipValue is a string value cut to its first 48 bytes (whole UTF-8
+// characters) with its length, so that a 100 KB --name is not echoed whole;
+// any other value as it is.
+func clipValue(v any) any {
+	str, ok := v.(string)
+	if !ok || len(str) <= 64 {
+		return v
+	}
+	cut := 48
+	for cut > 0 && !utf8.RuneStart(str[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (%d bytes)", str[:cut], len(str))
+}
+
 // Validate checks every field of s and returns one error naming each problem
 // and what to change.
 func (s JobSpec) Validate() error {
 	var errs []string
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+	bad := func(format string, args ...any) {
+		for i, a := range args {
+			args[i] = clipValue(a)
+		}
+		errs = append(errs, fmt.Sprintf(format, args...))
+	}
 	if !nameRE.MatchString(s.Name) {
 		bad("job name %q: use 1 to 128 letters, digits, '.', '_', '+' or '-', starting with a letter or digit", s.Name)
 	}

@@ -177,3 +177,16 @@ func TestEveryOptionHasAFlagAKeyAndAValidRule(t *testing.T) {
 		t.Errorf("unknown key: %v, want the known keys listed", err)
 	}
 }
+
+// A 100 KB job name is not echoed whole: the error shows its start and
+// its length.
+func TestValidateClipsLongValues(t *testing.T) {
+	s := JobSpec{Name: strings.Repeat("é", 50000) + "!", RunDir: "/tmp/r", NTasks: 1, Program: "/bin/true"}
+	err := s.Validate()
+	if err == nil {
+		t.Fatal("a 100 KB job name was accepted")
+	}
+	if len(err.Error()) > 400 || !strings.Contains(err.Error(), "... (100001 bytes)") {
+		t.Errorf("error of %d bytes: %.300q", len(err.Error()), err.Error())
+	}
+}

@@ -37,5 +37,6 @@ var flagMeanings = func() cmdline.Meanings {
 	add("num-layers n-layer", flag("layers"))
 	add("hidden-size n-embd", flag("dim"))
 	add("num-attention-heads n-head", flag("heads"))
+	add("job-name J", flag("name"))
 	return m
 }()

@@ -36,6 +36,7 @@ func TestFlagSuggestions(t *testing.T) {
 		{"submit --gres gpu:4", "-gres: did you mean --gpus-per-node? (see hpcrun submit --help)"},
 		{"submit --cpu-per-task 4", "-cpu-per-task: did you mean --cpus-per-task? (see hpcrun submit --help)"},
 		{"submit --xyzzy 1", "-xyzzy (see hpcrun submit --help)"},
+		{"submit --job-name x", "-job-name: did you mean --name? (see hpcrun submit --help)"},
 	} {
 		_, err := runApp(t, strings.Fields(tc.args)...)
 		var exit cli.ExitCoder

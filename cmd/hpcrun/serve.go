@@ -46,10 +46,12 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	host, _, err := net.SplitHostPort(c.String("addr"))
+	host, port, err := net.SplitHostPort(c.String("addr"))
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("--addr %q: want HOST:PORT, e.g. 127.0.0.1:20000", c.String("addr")), 2)
 	}
+	host = dashboard.Host(host)
+	addr := net.JoinHostPort(host, port)
 	token := c.String("token")
 	if token == "" {
 		if token, err = dashboard.NewToken(); err != nil {
@@ -80,7 +82,7 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", c.String("addr"))
+	ln, err := net.Listen("tcp", addr)
 	if errors.Is(err, syscall.EADDRINUSE) {
 		return cli.Exit(fmt.Sprintf("serve: %s is in use (another hpcrun serve?): pick another port with --addr %s:PORT, or --addr %s:0 for any free one", c.String("addr"), host, host), 1)
 	}

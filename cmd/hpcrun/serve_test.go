@@ -71,6 +71,7 @@ func TestServeWarnsOffLoopback(t *testing.T) {
 		{[]string{"--addr", "0.0.0.0:0", "--expose", "--token", "0123456789abcdef0123"}, true, false},
 		{[]string{"--addr", ":0", "--expose"}, true, false},
 		{[]string{"--addr", "127.0.0.1:0"}, false, true},
+		{[]string{"--addr", "127.1:0"}, false, true}, // inet_aton's short form: loopback, and bound
 	} {
 		ctx, cancel := context.WithCancel(context.Background())
 		app := newApp()

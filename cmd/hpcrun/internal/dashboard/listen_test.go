@@ -27,3 +27,17 @@ func TestListenHelpers(t *testing.T) {
 		t.Errorf("unspecified address: URL %q, want this host's name", u)
 	}
 }
+
+// Host writes inet_aton's short IPv4 forms whole, as the shells' tools
+// read them, and leaves anything else as it is.
+func TestHost(t *testing.T) {
+	for in, want := range map[string]string{
+		"127.1": "127.0.0.1", "127.0.1": "127.0.0.1", "2130706433": "127.0.0.1", "10.1.65535": "10.1.255.255",
+		"127.0.0.1": "127.0.0.1", "localhost": "localhost", "": "", "::1": "::1", "1.2.3.4.5": "1.2.3.4.5",
+		"256.1": "256.1", "127.16777216": "127.16777216", "node12": "node12",
+	} {
+		if got := Host(in); got != want {
+			t.Errorf("Host(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
