@@ -284,6 +284,13 @@ func (t *trainer) load(dir string) error {
 					dir, x.what, p.Name, x.vals[j], j)
 			}
 		}
+		// A mean of squares; sqrt(v) in the update would be NaN.
+		for j, x := range v {
+			if x < 0 {
+				return fmt.Errorf("checkpoint %s: the second moment (v) of %s holds %v at element %d of this rank's shard: AdamW's v is never negative, the checkpoint is corrupt; give an earlier step dir to --resume-from",
+					dir, p.Name, x, j)
+			}
+		}
 		if t.zero != nil {
 			// This DP rank keeps its range of the moments, whatever the
 			// saved dp and ZeRO setting.

@@ -268,3 +268,46 @@ func TestResumeRefusesBadState(t *testing.T) {
 		}
 	}
 }
+
+// A second moment below zero (AdamW's v is a mean of squares) is refused
+// when the checkpoint is loaded, naming the tensor: it resumed, and the
+// step's sqrt(v) then failed as "loss is NaN: lower --lr".
+func TestResumeRefusesNegativeSecondMoment(t *testing.T) {
+	cfg := smallConfig("bert")
+	cfg.Steps = 2
+	data, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: dir, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	step := filepath.Join(rundir.Dir(dir).Ckpt(), "step-000002")
+	path := filepath.Join(step, ckpt.OptimFile(0, 0))
+	h, err := ckpt.ReadHeader(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var name string
+	for _, e := range h.Tensors {
+		if strings.HasPrefix(e.Name, "v.") {
+			name = strings.TrimPrefix(e.Name, "v.")
+			at := 8 + int64(binary.LittleEndian.Uint64(b)) + e.Begin + 4
+			binary.LittleEndian.PutUint32(b[at:], math.Float32bits(-0.5))
+			break
+		}
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Steps = 4
+	_, err = Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: t.TempDir(), Data: data, Resume: step})
+	if err == nil || !strings.Contains(err.Error(), "checkpoint "+step+": the second moment (v) of "+name+" holds -0.5 at element 1 of this rank's shard: AdamW's v is never negative") {
+		t.Fatalf("resume from a negative second moment: %v, want the checkpoint and tensor named", err)
+	}
+}
