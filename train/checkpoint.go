@@ -206,6 +206,22 @@ func (t *trainer) writeState(dir string, step int, infos []ckpt.TensorInfo) erro
 	})
 }
 
+// checkState refuses a state.json whose sampler position cannot be in
+// this run's training data (ckpt.State.Check has checked its ranges): the
+// position is within an epoch at the saved dp, and so every product of it
+// with the saved dp is at most the samples' count.
+func (t *trainer) checkState(dir string, st *ckpt.State) error {
+	sp := filepath.Join(dir, ckpt.StateFile)
+	n := t.data.Train.Len()
+	if st.Mesh.DP > n {
+		return fmt.Errorf("checkpoint %s: mesh.dp %d: more data-parallel ranks than this run's %d training samples: give the saved run's --data, or resume from another step dir (the state is corrupt)", sp, st.Mesh.DP, n)
+	}
+	if per := n / st.Mesh.DP; st.SamplerPos > per {
+		return fmt.Errorf("checkpoint %s: sampler_pos %d: past the %d samples of an epoch per data-parallel rank at the saved dp %d: give the saved run's --data, or resume from another step dir (the state is corrupt)", sp, st.SamplerPos, per, st.Mesh.DP)
+	}
+	return nil
+}
+
 // resume loads the checkpoint in dir (a step dir) into this rank's model,
 // optimizer and sampler, resharding for this run's tp; every rank agrees
 // that its load succeeded.
@@ -224,11 +240,14 @@ func (t *trainer) load(dir string) error {
 	if err := json.Unmarshal(st.Config, &saved); err != nil {
 		return fmt.Errorf("checkpoint %s: config: %v", filepath.Join(dir, ckpt.StateFile), err)
 	}
+	if err := t.checkState(dir, st); err != nil {
+		return err
+	}
 	for _, d := range []struct {
 		name      string
 		have, was any
 	}{
-		{"model", t.cfg.Model, saved.Model}, {"layers", t.cfg.Layers, saved.Layers},
+		{"model", t.cfg.Model, saved.Model}, {"model", t.cfg.Model, st.Model}, {"layers", t.cfg.Layers, saved.Layers},
 		{"dim", t.cfg.Dim, saved.Dim}, {"heads", t.cfg.Heads, saved.Heads},
 		{"seq", t.cfg.Seq, saved.Seq}, {"vocab", t.data.Vocab, st.Vocab},
 	} {
@@ -263,6 +282,13 @@ func (t *trainer) load(dir string) error {
 			if j := nonFinite(x.vals); j >= 0 {
 				return fmt.Errorf("checkpoint %s: the %s of %s hold %v at element %d of this rank's shard: the checkpoint was saved after training diverged, or is corrupt; give an earlier step dir to --resume-from",
 					dir, x.what, p.Name, x.vals[j], j)
+			}
+		}
+		// A mean of squares; sqrt(v) in the update would be NaN.
+		for j, x := range v {
+			if x < 0 {
+				return fmt.Errorf("checkpoint %s: the second moment (v) of %s holds %v at element %d of this rank's shard: AdamW's v is never negative, the checkpoint is corrupt; give an earlier step dir to --resume-from",
+					dir, p.Name, x, j)
 			}
 		}
 		if t.zero != nil {

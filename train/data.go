@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
+
+	"github.com/hpcrun/hpcrun/internal/units"
 )
 
 // Example is one labelled text of a classification set.
@@ -163,11 +165,47 @@ func SyntheticText(seed uint64) string {
 	return b.String()
 }
 
-// LoadText reads a plain text file for the language model.
+// MaxTextBytes bounds a text file that --data (and data tokenize) reads:
+// a rank holds the text, its tokens and its windows in memory at once,
+// about six times the text. A larger corpus goes through token files,
+// which ranks map rather than read.
+const MaxTextBytes = 1 << 30
+
+// maxText is MaxTextBytes, lowered by tests.
+var maxText int64 = MaxTextBytes
+
+// LoadText reads a plain text file for the language model, at most
+// MaxTextBytes of it: a larger file (a sparse one, or /dev/zero, which
+// has no end) is refused before it is read whole.
 func LoadText(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return "", fmt.Errorf("data: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return "", fmt.Errorf("data: %w", err)
+	}
+	tooLarge := func(what string) error {
+		chunk := fmt.Sprint(maxText)
+		if maxText%(1<<20) == 0 {
+			chunk = fmt.Sprintf("%dM", maxText>>20)
+		}
+		return fmt.Errorf("data %s: %s, more than the %s hpcrun reads as text: split it (split -C %s %s part-), tokenize each part (hpcrun data tokenize part-aa -o part-aa.bin, ...) and give --data 'part-*.bin'",
+			path, what, units.Bytes(maxText, 0), chunk, path)
+	}
+	if st.Mode().IsRegular() && st.Size() > maxText {
+		return "", tooLarge(units.Bytes(st.Size(), 1) + " of text")
+	}
+	// Not regular (a device, a pipe) or growing: read one byte past the
+	// limit to know.
+	b, err := io.ReadAll(io.LimitReader(f, maxText+1))
+	if err != nil {
+		return "", fmt.Errorf("data %s: %w", path, err)
+	}
+	if int64(len(b)) > maxText {
+		return "", tooLarge("not a regular file, and longer")
 	}
 	if len(strings.TrimSpace(string(b))) == 0 {
 		return "", fmt.Errorf("data %s: the text file is empty", path)

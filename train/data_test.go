@@ -176,3 +176,29 @@ func TestPrepareText(t *testing.T) {
 		}
 	}
 }
+
+// A text past MaxTextBytes is refused before it is read: a sparse file of
+// 30 GB (no byte of it allocated) by its size, /dev/zero, which has no
+// size and no end, once a byte past the limit is read.
+func TestLoadTextRefusesHugeFiles(t *testing.T) {
+	sparse := filepath.Join(t.TempDir(), "huge.txt")
+	f, err := os.Create(sparse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := os.Truncate(sparse, 30<<30); err != nil {
+		t.Skipf("no sparse file here: %v", err)
+	}
+	_, err = LoadText(sparse)
+	if err == nil || !strings.Contains(err.Error(), "data "+sparse+": 30.0 GiB of text, more than the 1 GiB hpcrun reads as text: split it (split -C 1024M "+sparse+" part-)") {
+		t.Errorf("LoadText of a 30 GiB sparse file: %v", err)
+	}
+	old := maxText
+	maxText = 1 << 20
+	defer func() { maxText = old }()
+	_, err = LoadText("/dev/zero")
+	if err == nil || !strings.Contains(err.Error(), "data /dev/zero: not a regular file, and longer, more than the 1 MiB hpcrun reads as text: split it (split -C 1M /dev/zero part-)") || !strings.Contains(err.Error(), "hpcrun data tokenize") {
+		t.Errorf("LoadText of /dev/zero: %v", err)
+	}
+}

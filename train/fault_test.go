@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/train/ckpt"
 	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/metrics"
 )
@@ -212,4 +214,100 @@ func poisonedCheckpoint(t *testing.T, cfg config.Config, data *Data, v float32) 
 		t.Fatal(err)
 	}
 	return step
+}
+
+// A state.json edited out of range is refused naming the field, before any
+// weight is loaded: sampler_pos -7 panicked in nextBatch, and epoch -1 or
+// 10^9 and a saved dp of 5e8 were taken.
+func TestResumeRefusesBadState(t *testing.T) {
+	cfg := smallConfig("bert")
+	cfg.Steps = 2
+	data, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: dir, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	step := filepath.Join(rundir.Dir(dir).Ckpt(), "step-000002")
+	path := filepath.Join(step, ckpt.StateFile)
+	orig, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := data.Train.Len()
+	for _, tc := range []struct {
+		set  func(st map[string]any)
+		want string
+	}{
+		{func(st map[string]any) { st["sampler_pos"] = -7 }, "sampler_pos -7: must be 0 or more"},
+		{func(st map[string]any) { st["epoch"] = -1 }, "epoch -1 at step 2"},
+		{func(st map[string]any) { st["epoch"] = 1e9 }, "epoch 1000000000 at step 2"},
+		{func(st map[string]any) { st["mesh"].(map[string]any)["dp"] = 5e8 }, "mesh.world 1 is not mesh.tp 1 x mesh.dp 500000000"},
+		{func(st map[string]any) {
+			st["mesh"].(map[string]any)["dp"], st["mesh"].(map[string]any)["world"] = 5e8, 5e8
+		}, fmt.Sprintf("mesh.dp 500000000: more data-parallel ranks than this run's %d training samples", n)},
+		{func(st map[string]any) { st["sampler_pos"] = n + 1 }, fmt.Sprintf("sampler_pos %d: past the %d samples", n+1, n)},
+		{func(st map[string]any) { st["tensors"].([]any)[0].(map[string]any)["full"] = []int{-1} }, "tensors[0].full [-1]"},
+	} {
+		var st map[string]any
+		if err := json.Unmarshal(orig, &st); err != nil {
+			t.Fatal(err)
+		}
+		tc.set(st)
+		b, _ := json.Marshal(st)
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c := cfg
+		c.Steps = 4
+		_, err = Run(context.Background(), c, nccl.NewInProcess(1)[0], Options{RunDir: t.TempDir(), Data: data, Resume: step})
+		if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("resume from a state with %s: %v", tc.want, err)
+		}
+	}
+}
+
+// A second moment below zero (AdamW's v is a mean of squares) is refused
+// when the checkpoint is loaded, naming the tensor: it resumed, and the
+// step's sqrt(v) then failed as "loss is NaN: lower --lr".
+func TestResumeRefusesNegativeSecondMoment(t *testing.T) {
+	cfg := smallConfig("bert")
+	cfg.Steps = 2
+	data, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: dir, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	step := filepath.Join(rundir.Dir(dir).Ckpt(), "step-000002")
+	path := filepath.Join(step, ckpt.OptimFile(0, 0))
+	h, err := ckpt.ReadHeader(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var name string
+	for _, e := range h.Tensors {
+		if strings.HasPrefix(e.Name, "v.") {
+			name = strings.TrimPrefix(e.Name, "v.")
+			at := 8 + int64(binary.LittleEndian.Uint64(b)) + e.Begin + 4
+			binary.LittleEndian.PutUint32(b[at:], math.Float32bits(-0.5))
+			break
+		}
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Steps = 4
+	_, err = Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: t.TempDir(), Data: data, Resume: step})
+	if err == nil || !strings.Contains(err.Error(), "checkpoint "+step+": the second moment (v) of "+name+" holds -0.5 at element 1 of this rank's shard: AdamW's v is never negative") {
+		t.Fatalf("resume from a negative second moment: %v, want the checkpoint and tensor named", err)
+	}
 }

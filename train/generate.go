@@ -229,7 +229,7 @@ func generate(ctx context.Context, world nccl.Comm, opt GenerateOptions, cached 
 	}
 	base, held := 0, 0 // the caches hold ids[base:base+held]
 	var out []int
-	printed := ""
+	stream := textStream{w: opt.Out}
 	for k := 0; k < opt.Tokens; k++ {
 		if err := ctx.Err(); err != nil {
 			return out, err
@@ -289,14 +289,44 @@ func generate(ctx context.Context, world nccl.Comm, opt GenerateOptions, cached 
 		next := sample(full[:vocab], opt.Temperature, opt.TopK, rng)
 		ids, out = append(ids, next), append(out, next)
 		if opt.Out != nil && world.Rank() == 0 {
-			// Whole characters as they come; the rest at the end.
-			if text := tok.Decode(out); len(text) > len(printed) && (utf8.ValidString(text[len(printed):]) || k == opt.Tokens-1) {
-				io.WriteString(opt.Out, text[len(printed):])
-				printed = text
-			}
+			stream.write(tok.Decode(out), k == opt.Tokens-1)
 		}
 	}
 	return out, nil
+}
+
+// textStream writes a growing decoded text as it grows: all of it but an
+// incomplete UTF-8 sequence at its end, which the next token may complete
+// (a character of several byte-level tokens). Invalid bytes are written as
+// they are, so that what was streamed is the decoded text byte for byte.
+type textStream struct {
+	w       io.Writer
+	printed int // bytes of the text written
+}
+
+// write writes what text (the whole decoded text so far, of which the
+// written bytes are a prefix) adds, holding back an incomplete sequence at
+// its end unless final.
+func (s *textStream) write(text string, final bool) {
+	if len(text) <= s.printed {
+		return
+	}
+	end := len(text)
+	if !final {
+		// The last character's first byte is among the last UTFMax.
+		for i := len(text) - 1; i >= max(s.printed, len(text)-utf8.UTFMax); i-- {
+			if utf8.RuneStart(text[i]) {
+				if !utf8.FullRuneInString(text[i:]) {
+					end = i
+				}
+				break
+			}
+		}
+	}
+	if end > s.printed {
+		io.WriteString(s.w, text[s.printed:end])
+		s.printed = end
+	}
 }
 
 // sample draws a token from logits (the real vocabulary's; padding columns

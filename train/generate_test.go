@@ -153,3 +153,42 @@ func TestSourceConfigDropsTrainingLayout(t *testing.T) {
 		t.Errorf("the config does not validate at one rank: %v", err)
 	}
 }
+
+// recordWrites keeps each write.
+type recordWrites struct{ writes []string }
+
+func (r *recordWrites) Write(p []byte) (int, error) {
+	r.writes = append(r.writes, string(p))
+	return len(p), nil
+}
+
+// Generated text streams as it grows, one invalid byte included: only an
+// incomplete UTF-8 sequence at the end waits for the next token (an
+// invalid byte stopped the stream until the last token, so that
+// generate --tokens 20000 printed nothing more after it).
+func TestTextStreamHoldsOnlyIncompleteCharacters(t *testing.T) {
+	var r recordWrites
+	s := textStream{w: &r}
+	text := ""
+	for i, tc := range []struct{ add, want string }{
+		{"ab", "ab"},
+		{"\xff", "\xff"},           // invalid: written as it is
+		{"cd", "cd"},               // the stream goes on after it
+		{"\xe2\x82", ""},           // the first two bytes of "€"
+		{"\xac!", "\xe2\x82\xac!"}, // completed
+		{"\x80", "\x80"},           // a lone continuation byte can never complete
+		{"\xf0\x9f", ""},           // the start of a 4-byte character
+	} {
+		text += tc.add
+		n := len(r.writes)
+		s.write(text, false)
+		got := strings.Join(r.writes[n:], "")
+		if got != tc.want {
+			t.Fatalf("token %d (+%q): wrote %q, want %q", i, tc.add, got, tc.want)
+		}
+	}
+	s.write(text, true)
+	if got := strings.Join(r.writes, ""); got != text {
+		t.Fatalf("the stream wrote %q, the text is %q", got, text)
+	}
+}

@@ -231,7 +231,7 @@ func TestZeroPiecesRoundTrip(t *testing.T) {
 		want[fmt.Sprintf("p%d", i)] = [2][]float32{m, v}
 	}
 	dir := t.TempDir()
-	st := &ckpt.State{Format: ckpt.Format, Step: 3, Model: "gpt", Mesh: ckpt.Mesh{TP: 1, DP: 2, World: 2}, Zero: 1}
+	st := &ckpt.State{Format: ckpt.Format, Step: 3, Model: "gpt", Vocab: 1, Config: []byte(`{}`), Mesh: ckpt.Mesh{TP: 1, DP: 2, World: 2}, Zero: 1}
 	for i, sh := range shapes {
 		st.Tensors = append(st.Tensors, ckpt.TensorInfo{Name: fmt.Sprintf("p%d", i), Full: sh})
 	}

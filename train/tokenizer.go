@@ -2,13 +2,16 @@ package train
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 
+	"github.com/hpcrun/hpcrun/train/config"
 	tiktoken "github.com/pkoukk/tiktoken-go"
 	tiktokenloader "github.com/pkoukk/tiktoken-go-loader"
 )
@@ -217,13 +220,9 @@ func LoadWordPiece(path string) (*WordPiece, error) {
 		return nil, fmt.Errorf("wordpiece vocab: %w", err)
 	}
 	defer f.Close()
-	var vocab []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		vocab = append(vocab, strings.TrimRight(sc.Text(), "\r"))
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("wordpiece vocab %s: %w", path, err)
+	vocab, err := readWordPieceVocab(f, path)
+	if err != nil {
+		return nil, err
 	}
 	t, err := NewWordPiece(vocab)
 	if err != nil {
@@ -231,6 +230,30 @@ func LoadWordPiece(path string) (*WordPiece, error) {
 	}
 	t.basic = basic
 	return t, nil
+}
+
+// maxVocabLines is config.MaxVocab, lowered by tests.
+var maxVocabLines = config.MaxVocab
+
+// readWordPieceVocab reads a vocab.txt's tokens, one a line, and stops at
+// the first line past maxVocabLines: a file of 20M lines is refused after
+// one line more than the limit, not held whole and checked after.
+func readWordPieceVocab(r io.Reader, path string) ([]string, error) {
+	var vocab []string
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		if len(vocab) == maxVocabLines {
+			return nil, fmt.Errorf("wordpiece vocab %s: more than %d lines, the most ids hpcrun's vocabulary holds: give a BERT vocab.txt (one token a line)", path, maxVocabLines)
+		}
+		vocab = append(vocab, strings.TrimRight(sc.Text(), "\r"))
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, fmt.Errorf("wordpiece vocab %s: line %d is longer than %d bytes: not a vocab.txt (one token a line)", path, len(vocab)+1, bufio.MaxScanTokenSize)
+		}
+		return nil, fmt.Errorf("wordpiece vocab %s: %w", path, err)
+	}
+	return vocab, nil
 }
 
 // BuildWordPieceVocab builds an uncased vocabulary of at most size tokens

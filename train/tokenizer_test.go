@@ -1,6 +1,7 @@
 package train
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -208,4 +209,91 @@ func TestWordPieceTokenizerConfig(t *testing.T) {
 	if _, err := LoadWordPiece(filepath.Join(dir, "vocab.txt")); err == nil || !strings.Contains(err.Error(), "tokenizer_config.json") {
 		t.Errorf("a bad tokenizer_config.json: err = %v", err)
 	}
+}
+
+// endlessLines is an io.Reader of "w\n" without end, counting the bytes
+// it gave.
+type endlessLines struct{ read int }
+
+func (e *endlessLines) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = "w\n"[(e.read+i)%2]
+	}
+	e.read += len(p)
+	return len(p), nil
+}
+
+// A vocab.txt of more lines than a vocabulary holds is refused while it is
+// read, one line past the limit (20M lines were read whole and taken, and
+// plan said the run fit); plan refuses it with the same words.
+func TestWordPieceVocabLimit(t *testing.T) {
+	if !strings.Contains(fmt.Sprint(maxVocabLines), "16777216") {
+		t.Fatalf("the limit is %d, want config.MaxVocab", maxVocabLines)
+	}
+	old := maxVocabLines
+	maxVocabLines = 1000
+	defer func() { maxVocabLines = old }()
+	r := &endlessLines{}
+	_, err := readWordPieceVocab(r, "endless")
+	if err == nil || !strings.Contains(err.Error(), "wordpiece vocab endless: more than 1000 lines, the most ids hpcrun's vocabulary holds") {
+		t.Fatalf("an endless vocab: %v", err)
+	}
+	if r.read > 1<<20 {
+		t.Errorf("read %d bytes of an endless vocab before refusing it", r.read)
+	}
+	path := filepath.Join(t.TempDir(), "vocab.txt")
+	lines := []string{"[PAD]", "[UNK]", "[CLS]", "[SEP]"}
+	for i := len(lines); i <= 1000; i++ {
+		lines = append(lines, fmt.Sprint("w", i))
+	}
+	os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
+	if _, err := LoadWordPiece(path); err == nil || !strings.Contains(err.Error(), path+": more than 1000 lines") {
+		t.Errorf("LoadWordPiece of 1001 lines: %v", err)
+	}
+	cfg := smallConfig("bert")
+	cfg.Tokenizer, cfg.VocabFile = "wordpiece", path
+	if _, _, err := PlanVocab(cfg); err == nil || !strings.Contains(err.Error(), "more than 1000 lines") {
+		t.Errorf("PlanVocab of 1001 lines: %v", err)
+	}
+	os.WriteFile(path, []byte(strings.Join(lines[:1000], "\n")+"\n"), 0o644)
+	if tok, err := LoadWordPiece(path); err != nil || tok.VocabSize() != 1000 {
+		t.Errorf("LoadWordPiece of 1000 lines: %v", err)
+	}
+	os.WriteFile(path, []byte("[PAD]\n"+strings.Repeat("x", 70000)+"\n"), 0o644)
+	if _, err := LoadWordPiece(path); err == nil || !strings.Contains(err.Error(), "line 2 is longer than 65536 bytes") {
+		t.Errorf("LoadWordPiece of a 70000-byte line: %v", err)
+	}
+}
+
+// FuzzReadWordPieceVocab: any vocab.txt is refused with one line, or gives
+// a tokenizer that encodes text into ids of its vocabulary.
+func FuzzReadWordPieceVocab(f *testing.F) {
+	f.Add([]byte("[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\n##s\n"), "the cats")
+	f.Add([]byte("[PAD]\r\n[UNK]\r\n[CLS]\r\n[SEP]\r\n[UNK]\n"), "x")
+	f.Add([]byte(strings.Repeat("w\n", 40)), "w w")
+	f.Add([]byte("[PAD]\n"+strings.Repeat("x", 70000)), "")
+	f.Fuzz(func(t *testing.T, b []byte, text string) {
+		old := maxVocabLines
+		maxVocabLines = 32
+		defer func() { maxVocabLines = old }()
+		vocab, err := readWordPieceVocab(strings.NewReader(string(b)), "vocab.txt")
+		if err != nil {
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("a message of more than one line: %q", err)
+			}
+			return
+		}
+		if len(vocab) > maxVocabLines {
+			t.Fatalf("%d tokens past the limit of %d", len(vocab), maxVocabLines)
+		}
+		tok, err := NewWordPiece(vocab)
+		if err != nil {
+			return
+		}
+		for _, id := range tok.Encode(text) {
+			if id < 0 || id >= tok.VocabSize() {
+				t.Fatalf("id %d of %q outside the vocabulary of %d", id, text, tok.VocabSize())
+			}
+		}
+	})
 }

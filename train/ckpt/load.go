@@ -1,7 +1,6 @@
 package ckpt
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -55,16 +54,10 @@ func Open(dir string, withOptim bool) (*Checkpoint, error) {
 		}
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	if err := json.Unmarshal(b, &c.State); err != nil {
+	if c.State, err = ParseState(b); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %v", sp, err)
 	}
 	st := &c.State
-	if st.Format != Format {
-		return nil, fmt.Errorf("checkpoint %s: format %d, this hpcrun reads format %d", sp, st.Format, Format)
-	}
-	if st.Mesh.TP < 1 || len(st.Tensors) == 0 || st.Step < 0 {
-		return nil, fmt.Errorf("checkpoint %s: tp %d, %d tensors, step %d: the state is corrupt", sp, st.Mesh.TP, len(st.Tensors), st.Step)
-	}
 	tp := st.Mesh.TP
 	for r := 0; r < tp; r++ {
 		path := filepath.Join(dir, ModelFile(r, tp))

@@ -171,37 +171,39 @@ func ReadHeader(path string) (*Header, error) {
 		return nil, err
 	}
 	defer f.Close()
-	return readHeader(f, path)
-}
-
-func readHeader(f *os.File, path string) (*Header, error) {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("safetensors %s: %s", path, fmt.Sprintf(format, args...))
-	}
 	st, err := f.Stat()
 	if err != nil {
 		return nil, err
 	}
+	return readHeader(f, st.Size(), path)
+}
+
+// readHeader reads the header from r, positioned at the start of a file of
+// size bytes, and leaves r at the start of the data.
+func readHeader(r io.Reader, size int64, path string) (*Header, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("safetensors %s: %s", path, fmt.Sprintf(format, args...))
+	}
 	var lenBuf [8]byte
-	if _, err := io.ReadFull(f, lenBuf[:]); err != nil {
-		return nil, bad("file is %d bytes, shorter than the 8-byte header length: truncated or not safetensors", st.Size())
+	if _, err := io.ReadFull(r, lenBuf[:]); err != nil {
+		return nil, bad("file is %d bytes, shorter than the 8-byte header length: truncated or not safetensors", size)
 	}
 	n := binary.LittleEndian.Uint64(lenBuf[:])
 	if n < 2 || n > maxHeader {
 		return nil, bad("header length %d is out of range [2, %d]: not a safetensors file", n, maxHeader)
 	}
-	if int64(8+n) > st.Size() {
-		return nil, bad("header says %d bytes but the file has %d: truncated", n, st.Size()-8)
+	if int64(8+n) > size {
+		return nil, bad("header says %d bytes but the file has %d: truncated", n, size-8)
 	}
 	hdr := make([]byte, n)
-	if _, err := io.ReadFull(f, hdr); err != nil {
+	if _, err := io.ReadFull(r, hdr); err != nil {
 		return nil, bad("reading header: %v", err)
 	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(hdr, &raw); err != nil {
 		return nil, bad("header is not a JSON object: %v", err)
 	}
-	h := &Header{Path: path, Size: st.Size()}
+	h := &Header{Path: path, Size: size}
 	for name, msg := range raw {
 		if name == "__metadata__" {
 			if err := json.Unmarshal(msg, &h.Metadata); err != nil {
@@ -215,25 +217,19 @@ func readHeader(f *os.File, path string) (*Header, error) {
 		if err := dec.Decode(&e); err != nil {
 			return nil, bad("tensor %s: %v", name, err)
 		}
-		size, ok := dtypeSize[e.DType]
+		width, ok := dtypeSize[e.DType]
 		if !ok {
 			return nil, bad("tensor %s: unknown dtype %q", name, e.DType)
 		}
 		if len(e.DataOffsets) != 2 {
 			return nil, bad("tensor %s: data_offsets has %d values, want 2", name, len(e.DataOffsets))
 		}
-		elems := int64(1)
-		for _, d := range e.Shape {
-			if d < 0 {
-				return nil, bad("tensor %s: negative dimension in shape %v", name, e.Shape)
-			}
-			elems *= int64(d)
-			if elems > 1<<40 {
-				return nil, bad("tensor %s: shape %v is too large", name, e.Shape)
-			}
+		elems, err := shapeElems(e.Shape)
+		if err != nil {
+			return nil, bad("tensor %s: %v", name, err)
 		}
 		b, end := e.DataOffsets[0], e.DataOffsets[1]
-		if b < 0 || end < b || end-b != elems*int64(size) {
+		if b < 0 || end < b || end-b != elems*int64(width) {
 			return nil, bad("tensor %s: data_offsets [%d, %d] do not hold %d %s values of shape %v", name, b, end, elems, e.DType, e.Shape)
 		}
 		h.Tensors = append(h.Tensors, HeaderEntry{Name: name, DType: e.DType, Shape: e.Shape, Begin: b, End: end, dataPos: 8 + int64(n) + b})
@@ -252,13 +248,36 @@ func readHeader(f *os.File, path string) (*Header, error) {
 		}
 		pos = e.End
 	}
-	if want := 8 + int64(n) + pos; st.Size() != want {
-		if st.Size() < want {
-			return nil, bad("file is %d bytes, the header needs %d: truncated", st.Size(), want)
+	if pos > size-8-int64(n) {
+		return nil, bad("file is %d bytes, the header needs %d more after it: truncated", size, pos)
+	}
+	if want := 8 + int64(n) + pos; size != want {
+		if size < want {
+			return nil, bad("file is %d bytes, the header needs %d: truncated", size, want)
 		}
-		return nil, bad("file is %d bytes, the header accounts for %d: trailing data", st.Size(), want)
+		return nil, bad("file is %d bytes, the header accounts for %d: trailing data", size, want)
 	}
 	return h, nil
+}
+
+// maxTensorElems bounds one tensor of a file (about 1.1e12 values).
+const maxTensorElems = 1 << 40
+
+// shapeElems is the element count of shape, refused past maxTensorElems
+// by a division check on every dimension, a zero one included: a product
+// of int64 dimensions wraps ([2^32, 2^32] is 0 elements).
+func shapeElems(shape []int) (int64, error) {
+	elems := int64(1)
+	for _, d := range shape {
+		if d < 0 {
+			return 0, fmt.Errorf("negative dimension in shape %v", shape)
+		}
+		if int64(d) > maxTensorElems || (elems > 0 && int64(d) > maxTensorElems/elems) {
+			return 0, fmt.Errorf("shape %v has more than %d elements", shape, int64(maxTensorElems))
+		}
+		elems *= int64(d)
+	}
+	return elems, nil
 }
 
 // File is a safetensors file read whole.
@@ -275,7 +294,11 @@ func ReadFile(path string) (*File, error) {
 		return nil, err
 	}
 	defer f.Close()
-	h, err := readHeader(f, path)
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	h, err := readHeader(f, st.Size(), path)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/hpcrun/hpcrun/parallel"
@@ -80,9 +81,27 @@ func (c Config) LlamaBlockShape() parallel.LlamaBlockShape {
 
 // validateLlama reports the Llama settings that cannot run.
 func (c Config) validateLlama(bad func(format string, args ...any)) {
+	// Before any range: NaN compares false with every bound.
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"norm_eps", c.NormEps}, {"rope_theta", c.RopeTheta}, {"rope_factor", c.RopeFactor},
+		{"rope_low_freq", c.RopeLowFreq}, {"rope_high_freq", c.RopeHighFreq}} {
+		if math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+			bad("%s = %g: must be a finite number", f.name, f.v)
+			return
+		}
+	}
 	if c.KVHeads < 0 || c.FFN < 0 || c.NormEps < 0 || c.RopeTheta < 0 {
 		bad("kv_heads %d, ffn %d, norm_eps %g, rope_theta %g: must not be negative", c.KVHeads, c.FFN, c.NormEps, c.RopeTheta)
 		return
+	}
+	// An epsilon below 1e-12 is 0 or a denormal in the float32 kernels.
+	if c.NormEps != 0 && (c.NormEps < 1e-12 || c.NormEps > 1) {
+		bad("norm_eps = %g: must be 1e-12 to 1 (0: %g)", c.NormEps, DefaultNormEps)
+	}
+	if c.RopeTheta != 0 && c.RopeTheta <= 1 {
+		bad("rope_theta = %g: must be more than 1 (0: %d)", c.RopeTheta, DefaultRopeTheta)
 	}
 	kv := c.KVHeadCount()
 	if c.Heads > 0 && kv > 0 && c.Heads%kv != 0 {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"math"
 	"strings"
 	"testing"
 )
@@ -49,6 +50,17 @@ func TestLlamaValidate(t *testing.T) {
 		{func(c *Config) { c.RopeFactor = 8 }, "Llama 3's scaling wants"},
 		{func(c *Config) { c.RopeLowFreq, c.RopeOriginalSeq = 1, 8192 }, "only with rope_factor"},
 		{func(c *Config) { c.Model, c.KVHeads, c.FFN = "gpt", 3, 0 }, "are model llama's"},
+		// --rope-theta inf and --norm-eps nan were taken, and a rank then
+		// failed with "json: unsupported value: +Inf", naming no key.
+		{func(c *Config) { c.RopeTheta = math.Inf(1) }, "rope_theta = +Inf: must be a finite number"},
+		{func(c *Config) { c.NormEps = math.NaN() }, "norm_eps = NaN: must be a finite number"},
+		{func(c *Config) { c.RopeFactor = math.NaN() }, "rope_factor = NaN: must be a finite number"},
+		{func(c *Config) {
+			c.RopeFactor, c.RopeLowFreq, c.RopeHighFreq, c.RopeOriginalSeq = 8, 1, math.Inf(1), 8192
+		}, "rope_high_freq = +Inf"},
+		{func(c *Config) { c.NormEps = 2 }, "norm_eps = 2: must be 1e-12 to 1 (0: 1e-05)"},
+		{func(c *Config) { c.NormEps = 1e-300 }, "norm_eps = 1e-300: must be 1e-12 to 1"},
+		{func(c *Config) { c.RopeTheta = 0.5 }, "rope_theta = 0.5: must be more than 1 (0: 10000)"},
 	} {
 		c := DefaultConfig()
 		if err := c.ApplyPreset("smollm-135m"); err != nil {
