@@ -6,7 +6,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # The tests must fit CI's budget on 2 cores.
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build install test test-unit test-e2e test-portable test-race run bench lint slurm-up slurm-down gpu-check clean
+.PHONY: all build install test test-unit test-e2e test-portable test-race run bench lint slurm-up slurm-down gpu-check clean fuzz
 
 all: build
 
@@ -23,11 +23,19 @@ install:
 # Last, the all-reduce's ratios to Open MPI on 1, 2 and 3 hosts (and one rank on
 # each of 2 hosts, the control whose ranks have a core each), printed in the
 # suite's output (a record to compare runs by, no assertion on time).
+# Every fuzz target runs for FUZZTIME (make fuzz: a minute each).
+FUZZTIME ?= 10s
 test: build slurm-up-if-root
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	HPCRUN_NOASM=1 $(GO) test -count=1 -tags noasm ./tensor/
 	$(GO) test -count=1 -race -short ./nccl/ ./tensor/ ./parallel/ ./slurm/ ./idrenv/ ./train/metrics/
 	$(GO) test -count=1 -run '^$$' -bench AllReduceVsMPI -benchtime 1x ./cmd/hpcrun
+	GO=$(GO) scripts/fuzz.sh $(FUZZTIME)
+
+# The fuzz targets of every parser of a file a user or another program
+# writes, a minute each (FUZZTIME=10m make fuzz for longer).
+fuzz:
+	GO=$(GO) scripts/fuzz.sh $(if $(filter 10s,$(FUZZTIME)),1m,$(FUZZTIME))
 
 .PHONY: slurm-up-if-root
 slurm-up-if-root:

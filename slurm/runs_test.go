@@ -92,3 +92,27 @@ func TestBinarySHA256(t *testing.T) {
 		t.Error("a missing file has a sum")
 	}
 }
+
+// FuzzReadMeta: no meta.json panics its reader, nor Find's reading of the
+// job ids in it.
+func FuzzReadMeta(f *testing.F) {
+	f.Add([]byte(`{"execid":"20261121-143005-a3f9","jobid":"7","past_jobs":["3","5"],"executor":"slurm","final":{"jobid":"7","state":"FAILED","submit_time":"2026-11-21T14:30:05Z"}}`))
+	f.Add([]byte(`{"jobid":7}`))
+	f.Add([]byte(`{"past_jobs":"x","plan":{"a":1}}`))
+	f.Add([]byte(`{`))
+	runs := f.TempDir()
+	d := rundir.Dir(filepath.Join(runs, "20261121-143005-a3f9"))
+	if err := os.MkdirAll(d.Path(), 0o755); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if err := os.WriteFile(d.Meta(), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if m, err := ReadMeta(d); err == nil && m == nil {
+			t.Fatal("no meta and no error")
+		}
+		rundir.Find(runs, "7")
+		ListRuns(runs)
+	})
+}
