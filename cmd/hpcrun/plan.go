@@ -227,24 +227,44 @@ func writePlanJSON(w io.Writer, p *submitPlan) error {
 // bytesIEC writes n bytes as the CLI does, units.Bytes with two decimals.
 func bytesIEC(n int64) string { return units.Bytes(n, 2) }
 
-// refuseUnfitHere refuses, as submit does without --force, a run of
-// ntasks ranks on this machine (hpcrun run) that the plan says does not fit
-// a rank's share of this machine's memory. A run on GPUs, which the plan
-// cannot name here, is not refused.
-func refuseUnfitHere(cfg trainconfig.Config) error {
+// planHere is the plan of a run of ntasks ranks on this machine (hpcrun
+// run), each with its share of this machine's cores and memory; nil for a
+// run on GPUs, which the plan cannot name here.
+func planHere(cfg trainconfig.Config) (*plan.Plan, []plan.Suggestion, error) {
 	dev, why, err := plan.RankDevice("", cfg, plan.Share{TasksPerNode: cfg.NTasks, Launcher: plan.LaunchLocal})
 	if err != nil || why != "" || dev.MemBytes <= 0 {
-		return nil
+		return nil, nil, nil
 	}
 	data, err := train.Prepare(cfg)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	pl, sug, err := plan.Predict(plan.Request{Config: cfg, Vocab: data.Vocab, Nodes: 1, Device: dev}, true)
-	if err != nil || pl.Fits {
-		return err
+	return plan.Predict(plan.Request{Config: cfg, Vocab: data.Vocab, Nodes: 1, Device: dev}, true)
+}
+
+// refuseUnfitHere refuses, as submit does without --force, a run on this
+// machine (hpcrun run) whose plan pl says it does not fit a rank's share
+// of this machine's memory; a nil plan is not refused.
+func refuseUnfitHere(pl *plan.Plan, sug []plan.Suggestion) error {
+	if pl == nil || pl.Fits {
+		return nil
 	}
 	return cli.Exit(pl.Refusal(sug, "run --force to start it anyway"), 1)
+}
+
+// recordPlan keeps pl in the run's meta.json, where metrics, sweep show
+// and the dashboard read it beside what the run measured, and read its
+// device peak for every MFU of the run; nothing for a nil plan.
+func recordPlan(m *slurm.Meta, pl *plan.Plan) error {
+	if pl == nil {
+		return nil
+	}
+	b, err := json.Marshal(pl)
+	if err != nil {
+		return err
+	}
+	m.Plan = b
+	return nil
 }
 
 // refuseUnfit is submit's error for a run that does not fit.

@@ -61,10 +61,19 @@ func runLocal(c *cli.Context) error {
 	if err := train.Check(cfg); err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
+	// The plan is kept in meta.json (metrics sets it beside the run, and
+	// its peak is every MFU's); --force starts a run the plan refuses, or
+	// that it cannot plan.
+	pl, sug, err := planHere(cfg)
 	if !c.Bool("force") {
-		if err := refuseUnfitHere(cfg); err != nil {
+		if err == nil {
+			err = refuseUnfitHere(pl, sug)
+		}
+		if err != nil {
 			return err
 		}
+	} else if err != nil {
+		pl = nil
 	}
 	runsDir, err := filepath.Abs(rc.RunsDir)
 	if err != nil {
@@ -87,7 +96,11 @@ func runLocal(c *cli.Context) error {
 		SubmitTime: time.Now().UTC(), Version: version, Binary: self,
 	}
 	meta.JobID = strconv.Itoa(os.Getpid())
-	if err := writeRunFiles(dir, cfg, meta); err != nil {
+	err = recordPlan(meta, pl)
+	if err == nil {
+		err = writeRunFiles(dir, cfg, meta)
+	}
+	if err != nil {
 		os.RemoveAll(dir.Path())
 		return err
 	}

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -164,4 +167,85 @@ func TestRunPipeline(t *testing.T) {
 			t.Errorf("step %d: loss %.8f at pp 2 x tp 2, %.8f in one process", i+1, pipe[i], one[i])
 		}
 	}
+}
+
+// TestRunRecordsPlanAndMFU: hpcrun run keeps its plan in meta.json as
+// submit does, so metrics sets the plan beside the run, and the run's MFU
+// is over the peak that plan used: hpcrun plan, metrics and the dashboard
+// have one MFU, on the CPU too.
+func TestRunRecordsPlanAndMFU(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains for a second")
+	}
+	e := newEnv(t)
+	e.mustRun("run", "--nproc", "1", "--steps", "6", "--eval-every", "0")
+	dir := e.onlyRun()
+	b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta struct {
+		Plan *struct {
+			Time struct {
+				PeakFlops     float64 `json:"peak_flops"`
+				FlopsPerToken float64 `json:"flops_per_token"`
+				MFU           float64 `json:"mfu"`
+				TokensPerS    float64 `json:"tokens_per_s"`
+			} `json:"time"`
+		} `json:"plan"`
+	}
+	if err := json.Unmarshal(b, &meta); err != nil || meta.Plan == nil || !(meta.Plan.Time.PeakFlops > 0) || !(meta.Plan.Time.MFU > 0) {
+		t.Fatalf("meta.json of hpcrun run keeps no plan with a peak (%v):\n%s", err, b)
+	}
+	peak := meta.Plan.Time.PeakFlops
+	id := filepath.Base(dir)
+	var got struct {
+		ModelFlopsPerS float64               `json:"model_flops_per_s"`
+		TokensPerS     float64               `json:"tokens_per_s"`
+		PeakFlops      float64               `json:"peak_flops"`
+		MFU            float64               `json:"mfu"`
+		Plan           *struct{ Rows []any } `json:"plan"`
+	}
+	if err := json.Unmarshal([]byte(e.mustRun("metrics", "--json", id)), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.PeakFlops != peak || !(got.ModelFlopsPerS > 0) || math.Abs(got.MFU-got.ModelFlopsPerS/peak) > 1e-12*got.MFU {
+		t.Errorf("metrics --json: peak %g, model FLOP/s %g, MFU %g; want the plan's peak %g and MFU model FLOP/s / peak = %g",
+			got.PeakFlops, got.ModelFlopsPerS, got.MFU, peak, got.ModelFlopsPerS/peak)
+	}
+	if got.Plan == nil || len(got.Plan.Rows) == 0 {
+		t.Errorf("metrics --json has no plan beside the run")
+	}
+	// The plan's MFU and the run's are over one peak and one FLOPs per
+	// token: they stand as the throughputs do.
+	if fpt := got.ModelFlopsPerS / got.TokensPerS; math.Abs(fpt-meta.Plan.Time.FlopsPerToken) > 1e-9*fpt ||
+		math.Abs(meta.Plan.Time.MFU/got.MFU-meta.Plan.Time.TokensPerS/got.TokensPerS) > 1e-9*meta.Plan.Time.MFU/got.MFU {
+		t.Errorf("plan: %g FLOPs a token, MFU %g at %g tokens/s; run: %g FLOPs a token, MFU %g at %g tokens/s",
+			meta.Plan.Time.FlopsPerToken, meta.Plan.Time.MFU, meta.Plan.Time.TokensPerS, fpt, got.MFU, got.TokensPerS)
+	}
+	// hpcrun plan of the same run (its one rank on every core, as hpcrun
+	// run gives it) prices it at the same peak.
+	var pl struct {
+		Time struct {
+			PeakFlops float64 `json:"peak_flops"`
+		} `json:"time"`
+	}
+	out := e.mustRun("plan", "--ntasks", "1", "--cpus-per-task", strconv.Itoa(runtime.NumCPU()), "--steps", "6", "--eval-every", "0", "--json")
+	if err := json.Unmarshal([]byte(out), &pl); err != nil || pl.Time.PeakFlops != peak {
+		t.Errorf("hpcrun plan's peak %g (%v), the run's plan's %g", pl.Time.PeakFlops, err, peak)
+	}
+	text := e.mustRun("metrics", id)
+	for _, want := range []string{"plan vs run", "tokens/s", fmt.Sprintf("MFU %s of ", pctText(got.MFU))} {
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics %s lacks %q:\n%s", id, want, text)
+		}
+	}
+}
+
+// pctText is a share as metrics prints it.
+func pctText(f float64) string {
+	if v := 100 * f; v != 0 && math.Abs(v) < 0.1 {
+		return fmt.Sprintf("%.2g%%", v)
+	}
+	return fmt.Sprintf("%.1f%%", 100*f)
 }

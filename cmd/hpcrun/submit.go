@@ -283,10 +283,8 @@ func (p *submitPlan) write(dir rundir.Dir) (m *slurm.Meta, err error) {
 		ExecID: dir.ExecID(), Executor: p.exec.Name(), Host: slurm.Host(), Spec: p.spec, SubmitTime: time.Now().UTC(),
 		Version: version, Binary: p.binary, BinarySHA256: sum,
 	}
-	if p.plan != nil {
-		if m.Plan, err = json.Marshal(p.plan); err != nil {
-			return nil, err
-		}
+	if err := recordPlan(m, p.plan); err != nil {
+		return nil, err
 	}
 	return m, slurm.WriteMeta(dir, m)
 }

@@ -81,8 +81,8 @@ func (p Point) Row(runs string, state StateFunc) Row {
 	for _, m := range s.Memory {
 		row.MeasMemBytes = max(row.MeasMemBytes, m.EnginePeakBytes)
 	}
-	// The measured figures are metrics' own, MFU included (against the
-	// peak the ranks recorded; unknown on a CPU, as metrics says).
+	// The measured figures are metrics' own, MFU included (over the peak
+	// of the point's plan, which its meta.json keeps).
 	row.MeasTokensPerS, row.FinalLoss, row.MFU = s.TokensPerS, s.LastLoss, s.MFU
 	row.State = state(dir, p, s)
 	return row

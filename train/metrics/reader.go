@@ -240,6 +240,19 @@ type Meta struct {
 	Raw map[string]any `json:"-"`
 }
 
+// PlanPeak is the peak FLOP/s of one device at the run's precision that
+// the run's plan (hpcrun plan's, which submit and run keep in meta.json as
+// "plan") priced its MFU at, and whether that plan was made for a GPU;
+// peak is 0 without a plan or a peak.
+func (m Meta) PlanPeak() (peak float64, cuda bool) {
+	p, _ := m.Raw["plan"].(map[string]any)
+	t, _ := p["time"].(map[string]any)
+	d, _ := p["device"].(map[string]any)
+	peak, _ = t["peak_flops"].(float64)
+	cuda, _ = d["cuda"].(bool)
+	return peak, cuda
+}
+
 // Run is everything recorded about one run.
 type Run struct {
 	ExecID string

@@ -49,7 +49,7 @@ func WriteSummary(w io.Writer, s Summary) error {
 		}
 		switch {
 		case s.MFU.Known():
-			line("compute", "%sFLOP/s of model FLOPs   MFU %s", si(s.ModelFlopsPerS), pct(s.MFU))
+			line("compute", "%sFLOP/s of model FLOPs   MFU %s of %sFLOP/s x %d ranks", si(s.ModelFlopsPerS), pct(s.MFU), si(s.PeakFlops), s.Config.NTasks)
 		case s.ModelFlopsPerS.Known():
 			line("compute", "%sFLOP/s of model FLOPs   MFU unknown (no device peak recorded)", si(s.ModelFlopsPerS))
 		}

@@ -153,7 +153,11 @@ type Summary struct {
 	Memory       []RankMemory `json:"memory"`
 
 	ModelFlopsPerS Float `json:"model_flops_per_s"` // unknown without the run line's flops_per_token
-	MFU            Float `json:"mfu"`               // unknown without peak_flops
+	// PeakFlops is the peak FLOP/s of one device that MFU is over: the
+	// one the run's plan used (meta.json's plan), else the run line's;
+	// unknown without either (MFU is then unknown too).
+	PeakFlops Float `json:"peak_flops"`
+	MFU       Float `json:"mfu"` // ModelFlopsPerS / (PeakFlops x world), metrics.MFU
 
 	LastLoss     Float `json:"last_loss"` // mean over data-parallel replicas at Step
 	LastEvalLoss Float `json:"last_eval_loss"`
@@ -538,7 +542,7 @@ func summarize(run *Run, seen []rankSeen, agg jobAgg) (Summary, Curves) {
 	s := Summary{ExecID: run.ExecID, JobID: run.Meta.JobID, Ranks: len(run.Ranks),
 		WallS: nanF, LastTS: nanF, WarmupStepS: nanF, StepP50S: nanF, StepP90S: nanF,
 		SamplesPerS: nanF, TokensPerS: nanF, SamplesPerSPerRank: nanF, TokensPerSPerRank: nanF,
-		CommShare: nanF, CommP50S: nanF, ModelFlopsPerS: nanF, MFU: nanF, LastLoss: nanF, LastEvalLoss: nanF,
+		CommShare: nanF, CommP50S: nanF, ModelFlopsPerS: nanF, PeakFlops: nanF, MFU: nanF, LastLoss: nanF, LastEvalLoss: nanF,
 		BestAccuracy: nanF, LastAccuracy: nanF, MemorySource: "engine"}
 	for _, p := range run.Problems {
 		s.Problems = append(s.Problems, p.String())
@@ -580,7 +584,7 @@ func summarize(run *Run, seen []rankSeen, agg jobAgg) (Summary, Curves) {
 	s.status(run, seen, world)
 	s.timing(&agg, world)
 	s.bubbles(run, seen)
-	s.flops(first, world)
+	s.flops(first, run.Meta, world)
 	s.memory(run, seen)
 	s.evals(run, &c)
 	c.Steps, c.Loss, c.SamplesPerS = agg.curvesOut()
@@ -825,12 +829,26 @@ func percentile(sorted []float64, p float64) float64 {
 	return sorted[max(i, 0)]
 }
 
-func (s *Summary) flops(info *RunInfo, world int) {
+// flops sets the model FLOP/s and the MFU. The peak is the plan's, so
+// that the plan's MFU and the run's are over one peak, unless the plan
+// was made for another kind of device than the run had (a CPU plan of a
+// GPU run): the run line's then, if it has one.
+func (s *Summary) flops(info *RunInfo, meta Meta, world int) {
+	peak, cuda := meta.PlanPeak()
+	if peak > 0 && s.Config.Device != "" && cuda != strings.HasPrefix(s.Config.Device, "cuda") {
+		peak = 0
+	}
+	if peak <= 0 && info != nil {
+		peak = info.PeakFlops
+	}
+	if peak > 0 {
+		s.PeakFlops = Float(peak)
+	}
 	if info == nil || info.FlopsPerToken <= 0 || !s.TokensPerS.Known() {
 		return
 	}
 	s.ModelFlopsPerS = Float(info.FlopsPerToken) * s.TokensPerS
-	s.MFU = Float(MFU(info.FlopsPerToken, float64(s.TokensPerS), info.PeakFlops, world))
+	s.MFU = Float(MFU(info.FlopsPerToken, float64(s.TokensPerS), peak, world))
 }
 
 func (s *Summary) memory(run *Run, seen []rankSeen) {

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"encoding/json"
 	"math"
 	"slices"
 	"testing"
@@ -88,5 +89,21 @@ func TestRanks(t *testing.T) {
 	got := Ranks([]metrics.Float{10, nan, 30, 10, 20})
 	if want := []int{3, 0, 1, 4, 2}; !slices.Equal(got, want) {
 		t.Errorf("Ranks = %v, want %v", got, want)
+	}
+}
+
+// The summary reads the peak of a plan as meta.json keeps it (the Plan
+// marshalled): the two must agree on where it is.
+func TestPlanPeakReadBack(t *testing.T) {
+	b, err := json.Marshal(&Plan{Device: Device{Name: "h100-80", CUDA: true}, Time: Time{PeakFlops: 4.9e14}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatal(err)
+	}
+	if peak, cuda := (metrics.Meta{Raw: map[string]any{"plan": raw}}).PlanPeak(); peak != 4.9e14 || !cuda {
+		t.Errorf("PlanPeak of a marshalled plan = %g, %v; want 4.9e14, true", peak, cuda)
 	}
 }

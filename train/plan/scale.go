@@ -299,7 +299,9 @@ func AtScale(r ScaleRequest) (*Plan, error) {
 	global := cfg.BatchSize * m * dp
 	iter := PaperFlops(global, cfg.Seq, cfg.Layers, cfg.Dim, r.Vocab)
 	tm.TokensPerS = float64(global*cfg.Seq) / tm.StepS
-	tm.FlopsPerToken = iter / float64(global*cfg.Seq)
+	// MFU counts the model's FLOPs as a run's does, not the paper's
+	// (those add recomputation's forward): they stay in Scale.TFLOPs.
+	tm.FlopsPerToken = config.FlopsPerToken(cfg, r.Vocab)
 	tm.PeakFlops = peak
 	tm.MFU = metrics.MFU(tm.FlopsPerToken, tm.TokensPerS, tm.PeakFlops, cfg.NTasks)
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/metrics"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
@@ -226,5 +227,25 @@ func TestAtScaleRefusesWhatItDoesNotModel(t *testing.T) {
 		if _, err := AtScale(ScaleRequest{Config: bad, Vocab: 51200, Cluster: c}); err == nil || !strings.Contains(err.Error(), "full recomputation, no sequence parallelism, no ZeRO") {
 			t.Errorf("sp %v recompute %q: %v", bad.SP, bad.Recompute, err)
 		}
+	}
+}
+
+// A plan at scale's MFU is the run's: model FLOPs per token
+// (config.FlopsPerToken, no recomputation) over the peak, as hpcrun
+// metrics counts it; the paper's FLOPs (recomputation's forward included)
+// stay in its TFLOP/s.
+func TestAtScaleMFUIsModelFlops(t *testing.T) {
+	c, err := LookupCluster("dgx-a100-superpod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := PaperTable[0]
+	p, _ := paperPlan(t, c, r)
+	cfg := paperLayout(r)
+	if want := config.FlopsPerToken(cfg, PaperVocab); p.Time.FlopsPerToken != want {
+		t.Errorf("FLOPs per token %g, want config.FlopsPerToken's %g", p.Time.FlopsPerToken, want)
+	}
+	if want := metrics.MFU(p.Time.FlopsPerToken, p.Time.TokensPerS, p.Time.PeakFlops, cfg.NTasks); p.Time.MFU != want {
+		t.Errorf("MFU %g, want %g", p.Time.MFU, want)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/metrics"
 	"github.com/hpcrun/hpcrun/train/plan"
@@ -58,5 +59,63 @@ func TestPlanAgainstMeasured(t *testing.T) {
 	}
 	if _, body := get(t, http.DefaultClient, ts.URL+"/run/"+without, cookie); strings.Contains(body, "plan vs measured") {
 		t.Errorf("a run without a plan shows one")
+	}
+}
+
+// The run page's MFU, its plan row and its per-step chart are over the
+// peak the plan used, as hpcrun plan's and hpcrun metrics' are, not over
+// another peak a run line may carry.
+func TestMFUOverThePlanPeak(t *testing.T) {
+	runs := t.TempDir()
+	const id = "20261123-150000-aaaa"
+	writeRun(t, runs, id, 4, 1, 30, true) // run lines with a peak of 1e12
+	cfg := config.DefaultConfig()
+	cfg.Model = "gpt"
+	if err := cfg.ApplyPreset("tiny"); err != nil {
+		t.Fatal(err)
+	}
+	cfg.NTasks, cfg.TP, cfg.Device = 4, 2, "cpu"
+	p, err := plan.New(plan.Request{Config: cfg, Vocab: 256, Device: plan.CPU(plan.DefaultCPUFlops, 8<<30, 2, "test")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peak := p.Time.PeakFlops
+	if peak <= 0 || peak == 1e12 {
+		t.Fatalf("the plan's peak %g does not tell it from the run lines'", peak)
+	}
+	meta, _ := json.Marshal(map[string]any{"execid": id, "executor": "run", "plan": p})
+	if err := os.WriteFile(filepath.Join(runs, id, "meta.json"), meta, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := rundir.Dir(filepath.Join(runs, id))
+	sum, _, err := metrics.ReadSummary(d.Path(), metrics.NoCurves)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := metrics.MFU(1e6, float64(sum.TokensPerS), peak, 4); float64(sum.MFU) != want {
+		t.Fatalf("summary MFU %v, want %v over the plan's peak", sum.MFU, want)
+	}
+	smp := newSampler(d)
+	if err := smp.read(); err != nil {
+		t.Fatal(err)
+	}
+	_, rc := smp.series(sum)
+	tok, mfu := rc.Tokens.Series[0].Y, rc.MFU.Series[0].Y
+	if !rc.HasMFU || len(mfu) == 0 {
+		t.Fatal("no MFU chart")
+	}
+	for i := range mfu {
+		if want := metrics.MFU(1e6, tok[i], peak, 4); mfu[i] != want {
+			t.Fatalf("chart point %d: MFU %g, want %g over the plan's peak", i, mfu[i], want)
+		}
+	}
+	for _, r := range planOf(d, sum) {
+		if r.Key == "mfu" && r.MeasureV != exact(sum.MFU) {
+			t.Errorf("plan row MFU measured %s, the summary's %s", r.MeasureV, exact(sum.MFU))
+		}
+	}
+	ts := newTestServer(t, runs)
+	if _, body := get(t, http.DefaultClient, ts.URL+"/run/"+id, tokenCookie(ts)); !strings.Contains(body, `data-key="mfu" data-value="`+exact(sum.MFU)+`"`) {
+		t.Errorf("run page lacks the summary's MFU %s", exact(sum.MFU))
 	}
 }

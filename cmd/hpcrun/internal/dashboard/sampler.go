@@ -262,8 +262,9 @@ func (s *sampler) series(sum metrics.Summary) (loss Series, rc runCharts) {
 		tok[i] = float64(tokens) / maxS
 		stepS[i], commS[i] = maxS, comm/float64(len(st.ranks))
 		mfu[i] = math.NaN()
-		if in := s.info; in != nil && in.FlopsPerToken > 0 && in.PeakFlops > 0 {
-			mfu[i] = metrics.MFU(in.FlopsPerToken, tok[i], in.PeakFlops, world)
+		// Over the summary's peak (the plan's), as the summary's MFU.
+		if in := s.info; in != nil && in.FlopsPerToken > 0 && sum.PeakFlops > 0 {
+			mfu[i] = metrics.MFU(in.FlopsPerToken, tok[i], float64(sum.PeakFlops), world)
 			rc.HasMFU = true
 		}
 	}
