@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -28,6 +29,7 @@ func dataCommand() *cli.Command {
 					&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "the token `FILE` to write (required)"},
 					&cli.BoolFlag{Name: "force", Usage: "replace FILE when it exists"},
 					&cli.StringFlag{Name: "tokenizer", Usage: "a Hugging Face tokenizer.json (or its `DIR`) to use instead of GPT-2's BPE"},
+					&cli.BoolFlag{Name: "json", Usage: "print what was written (file, tokens, format) as JSON"},
 				},
 				Action: dataTokenize,
 			},
@@ -59,6 +61,14 @@ func dataTokenize(c *cli.Context) error {
 	}
 	if err != nil {
 		return cli.Exit(err.Error(), 1)
+	}
+	if wantJSON(c) {
+		format := "uint16"
+		if tok.VocabSize() > 1<<16 {
+			format = "uint32"
+		}
+		return json.NewEncoder(c.App.Writer).Encode(map[string]any{"output": out, "tokens": len(ids), "inputs": args,
+			"tokenizer": tok.Name(), "vocab": tok.VocabSize(), "format": format})
 	}
 	fmt.Fprintf(os.Stderr, "%d tokens from %s into %s\n", len(ids), strings.Join(args, ", "), out)
 	return nil

@@ -101,3 +101,25 @@ func TestDataTokenizeRunawayPattern(t *testing.T) {
 		t.Errorf("a token file was left behind")
 	}
 }
+
+// data tokenize --json says what it wrote: the file, the token count and
+// the format the vocabulary chose.
+func TestDataTokenizeJSON(t *testing.T) {
+	dir := t.TempDir()
+	a := filepath.Join(dir, "a.txt")
+	os.WriteFile(a, []byte("This is a"), 0o644)
+	tok := filepath.Join(dir, "tok")
+	writeByteLevelTokenizerEOT(t, tok, 128001)
+	out := filepath.Join(dir, "out.bin")
+	msg, err := runApp(t, "data", "tokenize", "--json", "--tokenizer", tok, a, "-o", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Output, Format string
+		Tokens         int
+	}
+	if err := json.Unmarshal([]byte(msg), &got); err != nil || got.Output != out || got.Format != "uint32" || got.Tokens != 4 {
+		t.Errorf("data tokenize --json: %q (%v), want the file, 4 tokens, uint32", msg, err)
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -46,21 +47,25 @@ func generateCommand() *cli.Command {
 			asJSON := wantJSON(c)
 			return onRanks(c, "generate", src, func(world nccl.Comm) error {
 				var sampled strings.Builder
+				text := &afterPrompt{w: os.Stdout, prompt: opt.Prompt}
 				if world.Rank() == 0 {
-					opt.Out = os.Stdout
+					opt.Out = text
 					if asJSON {
 						opt.Out = &sampled
-					} else {
-						fmt.Print(opt.Prompt)
 					}
 				}
 				ids, err := train.Generate(c.Context, world, opt)
-				if err != nil || world.Rank() != 0 {
+				if world.Rank() != 0 {
 					return err
 				}
-				if !asJSON {
+				if !asJSON && (err == nil || text.started) {
+					// The prompt goes out with the first text, so that a
+					// model that cannot generate fails on a line of its own.
+					text.Write(nil)
 					fmt.Println()
-					return nil
+				}
+				if err != nil || !asJSON {
+					return err
 				}
 				// The sampled tokens, their text, and the prompt's.
 				return json.NewEncoder(os.Stdout).Encode(map[string]any{
@@ -168,4 +173,21 @@ func launchRanks(c *cli.Context, n int, src string) error {
 	}
 	args = append(args, "--", src)
 	return launchSelf(c.Context, c.Command.Name, n, args, c.Duration("timeout"))
+}
+
+// afterPrompt writes the prompt before the first text written to it.
+type afterPrompt struct {
+	w       io.Writer
+	prompt  string
+	started bool
+}
+
+func (p *afterPrompt) Write(b []byte) (int, error) {
+	if !p.started {
+		p.started = true
+		if _, err := io.WriteString(p.w, p.prompt); err != nil {
+			return 0, err
+		}
+	}
+	return p.w.Write(b)
 }

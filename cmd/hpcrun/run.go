@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -169,6 +170,10 @@ func launchLocal(c *cli.Context, dir rundir.Dir, cfg trainconfig.Config, meta *s
 
 	start := time.Now()
 	tasks := slurm.Tasks{N: cfg.NTasks, Program: meta.Spec.Program, Args: meta.Spec.Args, Grace: 15 * time.Second}
+	asJSON := wantJSON(c)
+	if asJSON {
+		tasks.Stdout = os.Stderr // stdout holds the JSON alone
+	}
 	failed, err := slurm.Torchrun(c.Context, tasks, execID)
 	final, stoppedBy := slurm.TasksEnd(meta, failed, err, time.Since(start))
 	meta.Final = final
@@ -179,7 +184,17 @@ func launchLocal(c *cli.Context, dir rundir.Dir, cfg trainconfig.Config, meta *s
 		return err
 	}
 	if s, _, rerr := metrics.ReadSummary(dir.Path(), metrics.NoCurves); rerr == nil {
-		metrics.WriteSummary(os.Stdout, s)
+		if asJSON {
+			enc := json.NewEncoder(os.Stdout)
+			enc.SetIndent("", "  ")
+			enc.Encode(struct {
+				RunDir string        `json:"run_dir"`
+				Final  slurm.JobInfo `json:"final"`
+				metrics.Summary
+			}{dir.Path(), *final, s})
+		} else {
+			metrics.WriteSummary(os.Stdout, s)
+		}
 	}
 	if final.State == slurm.Cancelled {
 		from := "no checkpoint: it would start over"

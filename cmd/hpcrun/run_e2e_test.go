@@ -249,3 +249,36 @@ func pctText(f float64) string {
 	}
 	return fmt.Sprintf("%.1f%%", 100*f)
 }
+
+// run --json prints the run's summary and final state as JSON, alone on
+// stdout (the ranks' lines go to stderr).
+func TestRunJSON(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains for a few seconds")
+	}
+	e := newEnv(t)
+	out := e.mustRun("run", "--json", "--nproc", "1", "--steps", "3")
+	var got struct {
+		ExecID string `json:"execid"`
+		Status string `json:"status"`
+		Step   int    `json:"step"`
+		Final  struct{ State string }
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil || got.ExecID == "" || got.Status != "completed" || got.Step != 3 || got.Final.State != "COMPLETED" {
+		t.Errorf("run --json: %v\n%s", err, out)
+	}
+}
+
+// generate of a BERT run fails on a line of its own: the prompt is echoed
+// with the first generated text, not before a model that cannot generate.
+func TestGenerateBERTRunFailsCleanly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains for a few seconds")
+	}
+	e := newEnv(t)
+	e.mustRun("run", "--nproc", "1", "--steps", "2")
+	out, errOut, code := e.run("generate", filepath.Base(e.onlyRun()), "--prompt", "Once upon", "--tokens", "3")
+	if code == 0 || strings.Contains(out, "Once upon") || errOut == "" {
+		t.Errorf("generate of a BERT run: exit %d, stdout %q, stderr %q; want a failure and no echoed prompt", code, out, errOut)
+	}
+}

@@ -43,7 +43,7 @@ func sweepCommand() *cli.Command {
 		&cli.StringFlag{Name: "preset", Usage: "presets to sweep, comma-separated (tiny,small,bert-base,...)", Category: "grid"},
 		&cli.StringFlag{Name: "tp", Usage: "tensor-parallel degrees to sweep, comma-separated", Category: "grid"},
 		&cli.StringFlag{Name: "bsz", Usage: "batch sizes to sweep, comma-separated", Category: "grid"},
-		&cli.IntFlag{Name: "parallel", Usage: "run at most `K` points at once (the array's %K; 0 = as Slurm allows)", Category: "grid"},
+		&cli.IntFlag{Name: "parallel", Aliases: []string{"max-parallel"}, Usage: "run at most `K` points at once (the array's %K; 0 = as Slurm allows)", Category: "grid"},
 		&cli.BoolFlag{Name: "auto", Usage: "instead of a grid, the --top fastest layouts of --ntasks that hpcrun plan --auto finds (the global batch of bsz x micro-batches x dp kept)", Category: "grid"},
 		&cli.IntFlag{Name: "top", Value: 3, Usage: "with --auto, run the best `K` layouts", Category: "grid"},
 	)

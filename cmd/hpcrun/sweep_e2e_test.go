@@ -26,14 +26,14 @@ func TestE2ESweepSlurm(t *testing.T) {
 	slurmUp(t)
 	e := newEnv(t)
 	out := e.mustRun("sweep", "--executor", "slurm", "--gpu", "cpu", "--device", "cpu", "--preset", "tiny", "--tp", "1,2", "--bsz", "4",
-		"--ntasks", "2", "--steps", "3", "--samples", "64", "--eval-samples", "16", "--time", "00:05:00")
+		"--ntasks", "2", "--steps", "3", "--samples", "64", "--eval-samples", "16", "--time", "00:05:00", "--max-parallel", "1")
 	m := regexp.MustCompile(`submitted sweep (\S+) as slurm job array (\d+) \(2 tasks`).FindStringSubmatch(out)
 	if m == nil {
 		t.Fatalf("sweep:\n%s", out)
 	}
 	id, job := m[1], m[2]
 	script, err := os.ReadFile(filepath.Join(e.dir, "runs", "sweeps", id, "job.sbatch"))
-	if err != nil || !strings.Contains(string(script), "#SBATCH --array=0-1\n") {
+	if err != nil || !strings.Contains(string(script), "#SBATCH --array=0-1%1\n") { // --max-parallel 1
 		t.Fatalf("array script: %v\n%s", err, script)
 	}
 	rows := waitSweep(t, e, id)
@@ -69,7 +69,7 @@ func TestE2ESweepSlurm(t *testing.T) {
 			t.Errorf("metrics %s:\n%s", r.ExecID, met)
 		}
 		// sweep show gives the tokens/s prediction's error as metrics does.
-		if m := regexp.MustCompile(`(?m)^tokens/s +\d+ +\d+ +(\S+%)$`).FindStringSubmatch(met); m == nil || !strings.Contains(show, m[1]) {
+		if m := regexp.MustCompile(`(?m)^tokens/s +\d+ +\d+ +(\S+%)( |$)`).FindStringSubmatch(met); m == nil || !strings.Contains(show, m[1]) {
 			t.Errorf("%s: the tokens/s error of metrics (%v) is not in sweep show:\n%s", r.Point, m, show)
 		}
 	}
