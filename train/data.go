@@ -20,16 +20,17 @@ type Example struct {
 
 // LoadIMDb reads an IMDb-format CSV: a header naming a "review" and a
 // "sentiment" column (in any order, other columns ignored), then one review a
-// row with sentiment positive/negative, pos/neg or 1/0.
+// row with sentiment positive/negative, pos/neg or 1/0. A file over
+// MaxTextBytes is refused, as LoadText refuses one.
 func LoadIMDb(path string) ([]Example, error) {
-	f, err := os.Open(path)
+	f, err := openBounded(path, "CSV", "keep fewer of its reviews (a rank holds them all in memory)")
 	if err != nil {
-		return nil, fmt.Errorf("data: %w", err)
+		return nil, err
 	}
 	defer f.Close()
 	ex, err := ReadIMDb(f)
 	if err != nil {
-		return nil, fmt.Errorf("data %s: %w", path, err)
+		return nil, f.wrap(err)
 	}
 	return ex, nil
 }
@@ -165,10 +166,10 @@ func SyntheticText(seed uint64) string {
 	return b.String()
 }
 
-// MaxTextBytes bounds a text file that --data (and data tokenize) reads:
-// a rank holds the text, its tokens and its windows in memory at once,
-// about six times the text. A larger corpus goes through token files,
-// which ranks map rather than read.
+// MaxTextBytes bounds a text file that --data (and data tokenize) reads,
+// and an IMDb CSV: a rank holds the text, its tokens and its windows in
+// memory at once, about six times the text. A larger corpus goes through
+// token files, which ranks map rather than read.
 const MaxTextBytes = 1 << 30
 
 // maxText is MaxTextBytes, lowered by tests.
@@ -178,37 +179,92 @@ var maxText int64 = MaxTextBytes
 // MaxTextBytes of it: a larger file (a sparse one, or /dev/zero, which
 // has no end) is refused before it is read whole.
 func LoadText(path string) (string, error) {
-	f, err := os.Open(path)
+	chunk := fmt.Sprint(maxText)
+	if maxText%(1<<20) == 0 {
+		chunk = fmt.Sprintf("%dM", maxText>>20)
+	}
+	f, err := openBounded(path, "text", fmt.Sprintf("split it (split -C %s %s part-), tokenize each part (hpcrun data tokenize part-aa -o part-aa.bin, ...) and give --data 'part-*.bin'", chunk, path))
 	if err != nil {
-		return "", fmt.Errorf("data: %w", err)
+		return "", err
 	}
 	defer f.Close()
-	st, err := f.Stat()
+	b, err := io.ReadAll(f)
 	if err != nil {
-		return "", fmt.Errorf("data: %w", err)
-	}
-	tooLarge := func(what string) error {
-		chunk := fmt.Sprint(maxText)
-		if maxText%(1<<20) == 0 {
-			chunk = fmt.Sprintf("%dM", maxText>>20)
-		}
-		return fmt.Errorf("data %s: %s, more than the %s hpcrun reads as text: split it (split -C %s %s part-), tokenize each part (hpcrun data tokenize part-aa -o part-aa.bin, ...) and give --data 'part-*.bin'",
-			path, what, units.Bytes(maxText, 0), chunk, path)
-	}
-	if st.Mode().IsRegular() && st.Size() > maxText {
-		return "", tooLarge(units.Bytes(st.Size(), 1) + " of text")
-	}
-	// Not regular (a device, a pipe) or growing: read one byte past the
-	// limit to know.
-	b, err := io.ReadAll(io.LimitReader(f, maxText+1))
-	if err != nil {
-		return "", fmt.Errorf("data %s: %w", path, err)
-	}
-	if int64(len(b)) > maxText {
-		return "", tooLarge("not a regular file, and longer")
+		return "", f.wrap(err)
 	}
 	if len(strings.TrimSpace(string(b))) == 0 {
 		return "", fmt.Errorf("data %s: the text file is empty", path)
 	}
 	return string(b), nil
+}
+
+// boundedFile is a data file that a rank reads whole into memory, at most
+// maxText bytes of it.
+type boundedFile struct {
+	f    *os.File
+	left int64 // bytes it may still read, the one past maxText included
+	over error // the error of that byte
+}
+
+// openBounded opens path, a data file of kind ("text") that is read whole:
+// a regular file over maxText bytes is refused by its size, before a byte
+// of it is read; Read fails on the byte past maxText (a device, such as
+// /dev/zero, which has no size and no end; a pipe; a file that grew). The
+// error names path, its size, the limit, and advice: what to give instead.
+func openBounded(path, kind, advice string) (*boundedFile, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	tooLarge := func(what string) error {
+		return &tooLargeError{fmt.Sprintf("data %s: %s, more than the %s hpcrun reads as %s: %s", path, what, units.Bytes(maxText, 0), kind, advice)}
+	}
+	if st.Mode().IsRegular() && st.Size() > maxText {
+		f.Close()
+		return nil, tooLarge(units.Bytes(st.Size(), 1) + " of " + kind)
+	}
+	what := "not a regular file, and longer"
+	if st.Mode().IsRegular() {
+		what = "longer once read (it grew)"
+	}
+	return &boundedFile{f: f, left: maxText + 1, over: tooLarge(what)}, nil
+}
+
+// tooLargeError is openBounded's refusal, a whole message of its own.
+type tooLargeError struct{ msg string }
+
+func (e *tooLargeError) Error() string { return e.msg }
+
+func (b *boundedFile) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, b.over
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.f.Read(p)
+	b.left -= int64(n)
+	if b.left <= 0 {
+		return n, b.over
+	}
+	return n, err
+}
+
+// Close closes the file.
+func (b *boundedFile) Close() error { return b.f.Close() }
+
+// wrap is err of reading the file as the caller returns it: the refusal
+// of a file past the limit as it is, however deep the parser wrapped it;
+// any other error after the file's name.
+func (b *boundedFile) wrap(err error) error {
+	var tl *tooLargeError
+	if errors.As(err, &tl) {
+		return tl
+	}
+	return fmt.Errorf("data %s: %w", b.f.Name(), err)
 }

@@ -202,3 +202,36 @@ func TestLoadTextRefusesHugeFiles(t *testing.T) {
 		t.Errorf("LoadText of /dev/zero: %v", err)
 	}
 }
+
+// An IMDb CSV past MaxTextBytes is refused as a text is (it had no limit:
+// a 30 GB sparse CSV was read until out of memory): a sparse file (no byte
+// of it allocated) by its size, /dev/zero once a byte past the limit is
+// read; a CSV within the limit still loads.
+func TestLoadIMDbRefusesHugeFiles(t *testing.T) {
+	dir := t.TempDir()
+	sparse := filepath.Join(dir, "huge.csv")
+	if err := os.WriteFile(sparse, []byte("review,sentiment\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(sparse, 30<<30); err != nil {
+		t.Skipf("no sparse file here: %v", err)
+	}
+	_, err := LoadIMDb(sparse)
+	if err == nil || err.Error() != "data "+sparse+": 30.0 GiB of CSV, more than the 1 GiB hpcrun reads as CSV: keep fewer of its reviews (a rank holds them all in memory)" {
+		t.Errorf("LoadIMDb of a 30 GiB sparse file: %v", err)
+	}
+	old := maxText
+	maxText = 1 << 20
+	defer func() { maxText = old }()
+	_, err = LoadIMDb("/dev/zero")
+	if err == nil || err.Error() != "data /dev/zero: not a regular file, and longer, more than the 1 MiB hpcrun reads as CSV: keep fewer of its reviews (a rank holds them all in memory)" {
+		t.Errorf("LoadIMDb of /dev/zero: %v", err)
+	}
+	small := filepath.Join(dir, "small.csv")
+	if err := os.WriteFile(small, []byte("review,sentiment\ngood,1\nbad,0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if ex, err := LoadIMDb(small); err != nil || len(ex) != 2 {
+		t.Errorf("LoadIMDb of a small CSV: %v, %v", ex, err)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/train"
@@ -115,12 +117,15 @@ func ckptMerge(c *cli.Context) error {
 	if out == "" {
 		return cli.Exit("usage: hpcrun ckpt merge DIR|EXECID -o FILE", 2)
 	}
-	if _, err := os.Stat(out); err == nil && !force {
-		return cli.Exit(fmt.Sprintf("%s exists: choose another -o or pass --force to replace it", out), 2)
-	}
 	ck, err := openCkpt(c, args, "merge DIR|EXECID -o FILE", false)
 	if err != nil {
 		return err
+	}
+	if err := outsideCkpt(out, ck.Dir); err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	if _, err := os.Stat(out); err == nil && !force {
+		return cli.Exit(fmt.Sprintf("%s exists: choose another -o or pass --force to replace it", out), 2)
 	}
 	if err := ck.WriteMerged(out); err != nil {
 		return cli.Exit(err.Error(), 1)
@@ -128,6 +133,50 @@ func ckptMerge(c *cli.Context) error {
 	fi, _ := os.Stat(out)
 	fmt.Fprintf(os.Stderr, "merged step %d of %s (tp %d) into %s (%.1f MiB)\n", ck.State.Step, ck.Dir, ck.State.Mesh.TP, out, float64(fi.Size())/(1<<20))
 	return nil
+}
+
+// outsideCkpt refuses an output file inside the checkpoint dir dir (or dir
+// itself): the merge would replace a shard or state.json of the checkpoint
+// it reads. Both are compared with symlinks resolved and made absolute. Of
+// out, only the directory is resolved: the merge renames its file over out,
+// which replaces a symlink there rather than the file it points to.
+func outsideCkpt(out, dir string) error {
+	d, err := realPath(dir)
+	if err != nil {
+		return err
+	}
+	parent, base := filepath.Split(out)
+	if parent == "" {
+		parent = "."
+	}
+	o, err := realPath(parent)
+	if err != nil {
+		// No such directory: the write fails later, and nothing is replaced.
+		return nil
+	}
+	if base != "" && base != "." && base != ".." {
+		o = filepath.Join(o, base)
+	} else {
+		o = filepath.Clean(filepath.Join(o, base))
+	}
+	rel, err := filepath.Rel(d, o)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return nil
+	}
+	named := out
+	if abs, err := filepath.Abs(out); err != nil || abs != o {
+		named = fmt.Sprintf("%s (%s)", out, o)
+	}
+	return fmt.Errorf("-o %s is inside the checkpoint being merged, %s: merging would replace its files; write the merged file outside that dir", named, d)
+}
+
+// realPath is path absolute and cleaned, with its symlinks resolved.
+func realPath(path string) (string, error) {
+	p, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Abs(p)
 }
 
 func ckptExport(c *cli.Context) error {

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hpcrun/hpcrun/train/ckpt"
 )
 
 // TestCkptCLI: a local run leaves checkpoints; ckpt info (text and --json)
@@ -119,5 +122,86 @@ func TestSubmitResume(t *testing.T) {
 		if math.Float64bits(again[step]) != math.Float64bits(first[step]) {
 			t.Errorf("step %d: %v resumed, %v the first time", step, again[step], first[step])
 		}
+	}
+}
+
+// tinyCkpt writes a checkpoint of one replicated tensor at tp 1 under
+// run/ckpt/step-000004 (with ckpt/latest naming it) and returns the run
+// dir and the step dir.
+func tinyCkpt(t *testing.T, root string) (string, string) {
+	t.Helper()
+	run := filepath.Join(root, "run")
+	step := filepath.Join(run, "ckpt", ckpt.StepDir(4))
+	if err := os.MkdirAll(step, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	state := `{"format":1,"step":4,"epoch":0,"sampler_pos":0,"rng":{"kind":"pcg(seed, epoch)","seed":1},
+		"model":"bert","vocab":10,"config":{"model":"bert"},"mesh":{"tp":1,"dp":1,"world":1},
+		"tensors":[{"name":"ln","full":[4],"split":false,"dim":0}],"saved":"2026-01-02T03:04:05Z"}`
+	if err := os.WriteFile(filepath.Join(step, ckpt.StateFile), []byte(state), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := ckpt.WriteModel(step, 0, 1, 4, []ckpt.Tensor{{Name: "ln", Shape: []int{4}, Data: []float32{1, 2, 3, 4}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(run, "ckpt", ckpt.LatestFile), []byte(ckpt.StepDir(4)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return run, step
+}
+
+// TestCkptMergeRefusesOutputInsideCheckpoint: merge -o a file of the
+// checkpoint being merged, with --force, replaced that shard with the
+// merged file (the checkpoint was gone); now it is refused naming both,
+// however the path reaches the step dir (relative, through .., through a
+// symlinked dir, the step dir itself), and the files stay as they were. A
+// file beside the checkpoint, or a symlink outside pointing into it (the
+// merge replaces the link, not its target), is written.
+func TestCkptMergeRefusesOutputInsideCheckpoint(t *testing.T) {
+	root := t.TempDir()
+	run, step := tinyCkpt(t, root)
+	shard := filepath.Join(step, ckpt.ModelFile(0, 1))
+	before, err := os.ReadFile(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(step, filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(run)
+	realStep, _ := filepath.EvalSymlinks(step)
+	for _, tc := range []struct{ arg, out string }{
+		{run, shard},
+		{step, filepath.Join(step, ckpt.StateFile)},
+		{step, filepath.Join("ckpt", ckpt.StepDir(4), ckpt.ModelFile(0, 1))},
+		{run, filepath.Join(step, "..", ckpt.StepDir(4), "merged.safetensors")},
+		{run, filepath.Join(root, "link", "merged.safetensors")},
+		{run, filepath.Join(root, "link", ckpt.ModelFile(0, 1))},
+		{run, step},
+	} {
+		_, err := runApp(t, "ckpt", "merge", tc.arg, "-o", tc.out, "--force")
+		if err == nil || !strings.Contains(err.Error(), "-o "+tc.out) || !strings.Contains(err.Error(), "inside the checkpoint being merged, "+realStep) {
+			t.Errorf("merge %s -o %s: %v; want refused naming both", tc.arg, tc.out, err)
+		}
+	}
+	if after, _ := os.ReadFile(shard); !bytes.Equal(after, before) {
+		t.Fatalf("a refused merge changed %s", shard)
+	}
+	if names, _ := os.ReadDir(step); len(names) != 2 {
+		t.Errorf("the step dir holds %d files after refused merges, want 2", len(names))
+	}
+
+	if _, err := runApp(t, "ckpt", "merge", run, "-o", "model.safetensors"); err != nil {
+		t.Errorf("merge beside the checkpoint: %v", err)
+	}
+	outLink := filepath.Join(root, "out.safetensors")
+	if err := os.Symlink(shard, outLink); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runApp(t, "ckpt", "merge", run, "-o", outLink, "--force"); err != nil {
+		t.Errorf("merge over a symlink into the checkpoint: %v", err)
+	}
+	if after, _ := os.ReadFile(shard); !bytes.Equal(after, before) {
+		t.Errorf("merge over a symlink changed its target %s", shard)
 	}
 }

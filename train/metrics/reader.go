@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -86,18 +87,40 @@ func ParseRank(r io.Reader, path string) (*RankLog, error) {
 	return l, nil
 }
 
-// maxLine bounds one line so that a file of garbage without newlines cannot
-// take all memory; real lines are well under 64 KiB.
+// maxLine bounds the lines the readers decode: a longer one (no line the
+// writer makes; real lines are well under 64 KiB) is skipped as a problem,
+// read in pieces and dropped, so that it costs no more memory than this.
 const maxLine = 16 << 20
 
 func (l *RankLog) read(r io.Reader) error {
 	br := bufio.NewReaderSize(r, 256<<10)
-	var long []byte // a line longer than the buffer, being assembled
+	var long []byte   // a line longer than the buffer, being assembled
+	skip := int64(-1) // bytes so far of a line past maxLine being dropped; -1: none
 	for {
 		chunk, err := br.ReadSlice('\n')
+		if skip >= 0 {
+			skip += int64(len(bytes.TrimSuffix(chunk, []byte{'\n'})))
+			if err == bufio.ErrBufferFull {
+				continue
+			}
+			if err != nil && err != io.EOF {
+				return err
+			}
+			l.Lines++
+			l.skipLong(skip)
+			skip = -1
+			if err == io.EOF {
+				return nil
+			}
+			continue
+		}
 		if err == bufio.ErrBufferFull {
 			if len(long)+len(chunk) > maxLine {
-				return fmt.Errorf("line %d is longer than %d MiB: not a metrics file", l.Lines+1, maxLine>>20)
+				skip, long = int64(len(long)+len(chunk)), nil
+				continue
+			}
+			if cap(long)-len(long) < len(chunk) {
+				long = slices.Grow(long, len(long)+len(chunk)) // doubling: append grows a large slice by a quarter
 			}
 			long = append(long, chunk...)
 			continue
@@ -107,8 +130,16 @@ func (l *RankLog) read(r io.Reader) error {
 			line = append(long, chunk...)
 			long = nil
 		}
-		if len(bytes.TrimSuffix(line, []byte{'\n'})) > maxLine {
-			return fmt.Errorf("line %d is longer than %d MiB: not a metrics file", l.Lines+1, maxLine>>20)
+		if n := len(bytes.TrimSuffix(line, []byte{'\n'})); n > maxLine {
+			l.Lines++
+			l.skipLong(int64(n))
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			continue
 		}
 		if err == io.EOF {
 			if len(bytes.TrimSpace(line)) > 0 {
@@ -123,6 +154,13 @@ func (l *RankLog) read(r io.Reader) error {
 		l.Lines++
 		l.addLine(line[:len(line)-1], false)
 	}
+}
+
+// skipLong records that line l.Lines, of n bytes (its newline not
+// counted), is longer than maxLine and skipped.
+func (l *RankLog) skipLong(n int64) {
+	l.Problems = append(l.Problems, Problem{Path: l.Path, Line: l.Lines,
+		Msg: fmt.Sprintf("%d bytes, longer than %d MiB: skipped", n, maxLine>>20)})
 }
 
 // addLine decodes one line; last says it had no newline after it.

@@ -216,7 +216,7 @@ const (
 	lineBlank lineKind = iota // only spaces
 	lineStep                  // a step line the fast path decoded
 	lineOther                 // anything else: the taker decodes it
-	lineLong                  // longer than maxLine: the file is not a metrics file
+	lineLong                  // longer than maxLine: skipped
 )
 
 // lineRec is one line of a block: start and end bound it in block.buf
@@ -232,6 +232,9 @@ type block struct {
 	buf  []byte
 	full int  // buf[:full] are newline-terminated lines
 	last bool // buf[full:] is the file's last line, without a newline
+	// long, when above 0, is the size of a line longer than maxLine before
+	// buf's, which the reader dropped in pieces.
+	long int64
 	err  error
 	recs []lineRec
 	done chan struct{} // closed once recs are filled
@@ -342,10 +345,14 @@ func (p *pass) open(f *rankFile) (*fileReader, error) {
 }
 
 // read sends the first size bytes of fh as blocks of whole lines; the
-// file's last bytes, without a newline, end the last block.
+// file's last bytes, without a newline, end the last block. A block reads
+// on until it holds a newline: a line longer than a block grows one block,
+// not a copy a piece. A line that grows past maxLine before its newline is
+// read on in pieces and dropped: the next block sent says how long it was.
 func (r *fileReader) read(fh *os.File, size int64) {
 	var carry []byte
 	made := 0
+	skip := int64(-1) // bytes so far of a line past maxLine being dropped; -1: none
 	for off := int64(0); ; {
 		var b *block
 		select {
@@ -364,39 +371,62 @@ func (r *fileReader) read(fh *os.File, size int64) {
 			}
 		}
 		b.buf = append(b.buf[:0], carry...)
-		n := int(min(int64(r.p.size), size-off))
-		start := len(b.buf)
-		if need := start + n; cap(b.buf) < need {
-			nb := make([]byte, start, need+need/4)
-			copy(nb, b.buf)
-			b.buf = nb
-		}
-		b.buf = b.buf[:start+n]
-		if n > 0 {
-			if _, err := fh.ReadAt(b.buf[start:], off); err != nil {
-				b.err = err
+		b.err, b.long, b.last = nil, 0, false
+		for {
+			start := len(b.buf)
+			n := int(min(int64(r.p.size), size-off))
+			if cap(b.buf)-start < n {
+				b.buf = slices.Grow(b.buf, max(n, start)) // doubling, for a long line
+			}
+			b.buf = b.buf[:start+n]
+			if n > 0 {
+				if _, err := fh.ReadAt(b.buf[start:], off); err != nil {
+					b.err = err
+					break
+				}
+			}
+			off += int64(n)
+			if skip >= 0 {
+				// buf holds only the long line's next piece.
+				j := bytes.IndexByte(b.buf, '\n')
+				if j < 0 {
+					skip += int64(len(b.buf))
+					b.buf = b.buf[:0]
+					if off < size {
+						select {
+						case <-r.p.stop:
+							return
+						default:
+						}
+						continue
+					}
+					b.long, skip = skip, -1 // the file ends in the long line
+					break
+				}
+				b.long, skip = skip+int64(j), -1
+				b.buf = b.buf[:copy(b.buf, b.buf[j+1:])]
+				start = 0
+			}
+			if off >= size || bytes.IndexByte(b.buf[start:], '\n') >= 0 {
+				break
+			}
+			if len(b.buf) > maxLine {
+				// No newline in buf: its start is a line too long to keep.
+				skip = int64(len(b.buf))
+				b.buf = b.buf[:0]
+				if b.long > 0 {
+					break // send the block that says the previous line was skipped
+				}
 			}
 		}
-		off += int64(n)
-		b.full, b.last = len(b.buf), false
 		if b.err == nil {
 			i := bytes.LastIndexByte(b.buf, '\n')
-			switch {
-			case off >= size:
-				b.full, b.last = i+1, i+1 < len(b.buf)
-				carry = nil
-			case i < 0:
-				// No whole line yet: read on.
-				if len(b.buf) > maxLine {
-					b.err = errLongLine
-				} else {
-					carry = append(carry[:0], b.buf...)
-					r.free <- b
-					continue
-				}
-			default:
+			b.full = i + 1
+			if off >= size {
+				b.last = i+1 < len(b.buf)
+				carry = carry[:0]
+			} else {
 				carry = append(carry[:0], b.buf[i+1:]...)
-				b.full = i + 1
 			}
 		}
 		b.done = make(chan struct{})
@@ -419,8 +449,6 @@ func (r *fileReader) read(fh *os.File, size int64) {
 		}
 	}
 }
-
-var errLongLine = errors.New("long line")
 
 // next yields the file's next step that no resume replaced.
 func (r *fileReader) next() (Step, bool) {
@@ -452,6 +480,10 @@ func (r *fileReader) next() (Step, bool) {
 				return Step{}, false
 			}
 			r.cur, r.i, r.tail = b, 0, false
+			if b.long > 0 {
+				r.log.Lines++
+				r.log.skipLong(b.long)
+			}
 		}
 		b := r.cur
 		for r.i < len(b.recs) && len(r.pending) == 0 && r.failed == nil {
@@ -464,8 +496,7 @@ func (r *fileReader) next() (Step, bool) {
 					return rec.step, true
 				}
 			case lineLong:
-				r.log.Lines--
-				r.fail(errLongLine)
+				r.log.skipLong(int64(rec.end - rec.start))
 			case lineOther:
 				line := b.buf[rec.start:rec.end]
 				if n := len(line); n > 0 && line[n-1] == '\r' {
@@ -482,7 +513,8 @@ func (r *fileReader) next() (Step, bool) {
 		if b.last && !r.tail {
 			r.tail = true
 			if line := b.buf[b.full:]; len(line) > maxLine {
-				r.fail(errLongLine)
+				r.log.Lines++
+				r.log.skipLong(int64(len(line)))
 				continue
 			} else if len(bytes.TrimSpace(line)) > 0 {
 				r.log.Lines++
@@ -502,9 +534,6 @@ func (r *fileReader) err() error { return r.failed }
 
 // fail stops the file at err, which is what ReadRank returns for it.
 func (r *fileReader) fail(err error) {
-	if err == errLongLine {
-		err = fmt.Errorf("line %d is longer than %d MiB: not a metrics file", r.log.Lines+1, maxLine>>20)
-	}
 	r.failed = &rankError{r.f, fmt.Errorf("%s: %w", r.f.path, err)}
 }
 

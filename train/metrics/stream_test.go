@@ -3,9 +3,11 @@ package metrics
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -166,22 +168,124 @@ func TestReadSummaryPoints(t *testing.T) {
 	}
 }
 
-// TestReadSummaryLongLine checks that a rank file with a line longer than
-// the reader takes is a problem, not a rank, as in ReadRun.
-func TestReadSummaryLongLine(t *testing.T) {
-	dir := t.TempDir()
-	writeRank(t, dir, 0, append([]string{runLine(0, 0)}, steps(1, 5, 1)...), "")
-	long := append([]string{runLine(1, 1)}, steps(1, 3, 1)...)
-	writeRank(t, dir, 1, append(long, strings.Repeat("x", maxLine+300<<10)), "")
-	run, err := ReadRun(dir)
-	mustOK(t, err)
-	want, _ := Summarize(run)
-	if len(want.Problems) != 1 || !strings.Contains(want.Problems[0], "line 5 is longer than") {
-		t.Fatalf("ReadRun: problems %q", want.Problems)
+// TestLongLineSkipped: a line longer than maxLine (16 MiB) is skipped as a
+// problem, and the rank's lines after it count, in ReadRank and in
+// ReadSummary (with blocks of the default size and of 4 KiB, so that the
+// long line spans thousands): it made the whole rank file a problem in
+// both, so that 'hpcrun metrics' dropped the rank, while the dashboard
+// skipped only the line. Long lines just past the limit, of 17 MiB, two in
+// a row, and last in the file with and without a newline.
+func TestLongLineSkipped(t *testing.T) {
+	long := func(n int) string { return strings.Repeat("x", n) }
+	for _, tc := range []struct {
+		name  string
+		lines []string
+		tail  string
+		want  []string // problems of rank 0
+	}{
+		{"17MiB", append(append(append([]string{runLine(0, 0)}, steps(1, 5, 1)...), long(17<<20)), steps(6, 10, 1)...), "",
+			[]string{":7: 17825792 bytes, longer than 16 MiB: skipped"}},
+		{"just past", append(append(append([]string{runLine(0, 0)}, steps(1, 5, 1)...), long(maxLine+1)), steps(6, 10, 1)...), "",
+			[]string{":7: 16777217 bytes, longer than 16 MiB: skipped"}},
+		{"two in a row", append(append(append([]string{runLine(0, 0)}, steps(1, 5, 1)...), long(17<<20), long(maxLine+5)), steps(6, 10, 1)...), "",
+			[]string{":7: 17825792 bytes, longer than 16 MiB: skipped", ":8: 16777221 bytes, longer than 16 MiB: skipped"}},
+		{"last", append(append([]string{runLine(0, 0)}, steps(1, 10, 1)...), long(17<<20)), "",
+			[]string{":12: 17825792 bytes, longer than 16 MiB: skipped"}},
+		{"last without newline", append([]string{runLine(0, 0)}, steps(1, 10, 1)...), long(17 << 20),
+			[]string{":12: 17825792 bytes, longer than 16 MiB: skipped"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeRank(t, dir, 0, tc.lines, tc.tail)
+			writeRank(t, dir, 1, append([]string{runLine(1, 1)}, steps(1, 10, 1)...), "")
+			run, err := ReadRun(dir)
+			mustOK(t, err)
+			if len(run.Ranks) != 2 || len(run.Ranks[0].Steps) != 10 || run.Ranks[0].Steps[9].Step != 10 {
+				t.Fatalf("ReadRun: %d ranks, problems %v; want rank 0 with its 10 steps", len(run.Ranks), run.Problems)
+			}
+			var got []string
+			for _, p := range run.Problems {
+				got = append(got, strings.TrimPrefix(p.String(), RankFile(dir, 0)))
+			}
+			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+				t.Errorf("ReadRun: problems %q, want %q", got, tc.want)
+			}
+			want, _ := Summarize(run)
+			if want.Step != 10 || want.Ranks != 2 {
+				t.Errorf("ReadRun's summary: step %d of %d ranks, want 10 of 2", want.Step, want.Ranks)
+			}
+			for _, size := range []int{0, 4 << 10} {
+				if size > 0 {
+					defer setBlockSize(size)()
+				}
+				got, _, err := ReadSummary(dir, NoCurves)
+				mustOK(t, err)
+				sameJSON(t, fmt.Sprintf("ReadSummary's summary (blocks %d)", size), got, want)
+			}
+		})
 	}
-	got, _, err := ReadSummary(dir, NoCurves)
+}
+
+// zeros reads as n zero bytes.
+type zeros struct{ n int64 }
+
+func (z *zeros) Read(p []byte) (int, error) {
+	if z.n <= 0 {
+		return 0, io.EOF
+	}
+	p = p[:min(int64(len(p)), z.n)]
+	clear(p)
+	z.n -= int64(len(p))
+	return len(p), nil
+}
+
+// TestLongLineReadInPieces: a line of 256 MiB is dropped in pieces, not
+// read whole into memory first, by ParseRank (ReadRank's reader) from a
+// stream and by ReadSummary from a sparse file: each allocates what the
+// first 16 MiB of the line take (about 64 MiB), not the line.
+func TestLongLineReadInPieces(t *testing.T) {
+	const size = 256 << 20
+	head := strings.Join(append([]string{runLine(0, 0)}, steps(1, 5, 1)...), "\n") + "\n"
+	tail := "\n" + strings.Join(steps(6, 10, 1), "\n") + "\n"
+	var ms runtime.MemStats
+	allocated := func(read func()) uint64 {
+		runtime.ReadMemStats(&ms)
+		before := ms.TotalAlloc
+		read()
+		runtime.ReadMemStats(&ms)
+		return ms.TotalAlloc - before
+	}
+	if n := allocated(func() {
+		l, err := ParseRank(io.MultiReader(strings.NewReader(head), &zeros{size}, strings.NewReader(tail)), "rank-00000.jsonl")
+		mustOK(t, err)
+		if len(l.Steps) != 10 || len(l.Problems) != 1 || l.Problems[0].Msg != "268435456 bytes, longer than 16 MiB: skipped" {
+			t.Errorf("ParseRank: %d steps, problems %v", len(l.Steps), l.Problems)
+		}
+	}); n > size/2 {
+		t.Errorf("ParseRank allocated %d MiB for a %d MiB line", n>>20, size>>20)
+	}
+
+	dir := t.TempDir()
+	p := RankFile(dir, 0)
+	mustOK(t, os.MkdirAll(filepath.Dir(p), 0o755))
+	mustOK(t, os.WriteFile(p, []byte(head), 0o644))
+	if err := os.Truncate(p, int64(len(head))+size); err != nil {
+		t.Skipf("no sparse file here: %v", err)
+	}
+	f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
 	mustOK(t, err)
-	sameJSON(t, "summary", got, want)
+	_, err = f.WriteString(tail)
+	mustOK(t, err)
+	mustOK(t, f.Close())
+	if n := allocated(func() {
+		s, _, err := ReadSummary(dir, NoCurves)
+		mustOK(t, err)
+		if s.Step != 10 || len(s.Problems) != 1 {
+			t.Errorf("ReadSummary: step %d, problems %v", s.Step, s.Problems)
+		}
+	}); n > size/2 {
+		t.Errorf("ReadSummary allocated %d MiB for a file of a %d MiB line", n>>20, size>>20)
+	}
 }
 
 // TestWallTimeSumsSegments: a run resumed (or requeued) appends a segment
