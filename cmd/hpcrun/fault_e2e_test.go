@@ -217,11 +217,7 @@ func TestRankThatNeverJoinedRecordsWhy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains")
 	}
-	e := newEnv(t)
-	e.mustRun("run", "--nproc", "2", "--steps", "1")
-	dir := rundir.Dir(e.onlyRun())
-	cmd, stderr := startRankWithoutMaster(t, e, dir)
-	time.Sleep(500 * time.Millisecond)
+	dir, cmd, stderr := joiningRank(t)
 	cmd.Process.Signal(syscall.SIGTERM)
 	time.Sleep(100 * time.Millisecond)
 	cmd.Process.Signal(syscall.SIGTERM)
@@ -273,6 +269,18 @@ func TestCommTimeoutBoundsTheWait(t *testing.T) {
 	}
 }
 
+// joiningRank is rank 1 of 2 of a run dir, started half a second ago and
+// waiting for a master that never comes (startRankWithoutMaster).
+func joiningRank(t *testing.T) (rundir.Dir, *exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	e := newEnv(t)
+	e.mustRun("run", "--nproc", "2", "--steps", "1")
+	dir := rundir.Dir(e.onlyRun())
+	cmd, stderr := startRankWithoutMaster(t, e, dir)
+	time.Sleep(500 * time.Millisecond)
+	return dir, cmd, stderr
+}
+
 // startRankWithoutMaster starts the training task of rank 1 of the 2 of
 // run dir, without its metrics file, pointed at a master port nobody
 // serves: a rank whose world never forms.
@@ -301,11 +309,7 @@ func TestOneTermStopsAJoiningRank(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains")
 	}
-	e := newEnv(t)
-	e.mustRun("run", "--nproc", "2", "--steps", "1")
-	dir := rundir.Dir(e.onlyRun())
-	cmd, stderr := startRankWithoutMaster(t, e, dir)
-	time.Sleep(500 * time.Millisecond)
+	dir, cmd, stderr := joiningRank(t)
 	sent := time.Now()
 	cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)

@@ -106,6 +106,18 @@ func TestE2EReusedJobIDIsNotTheRun(t *testing.T) {
 	}
 }
 
+// cancelledRun is a Local run of e that trained 3 steps and more for
+// longer, then was cancelled (with a checkpoint to resume from).
+func cancelledRun(t *testing.T, e *env, longer time.Duration) submitted {
+	t.Helper()
+	s := e.submit("--executor", "local", "--ntasks", "1", "--tp", "1", "--steps", "100000", "--eval-every", "100000")
+	waitForSteps(t, s.RunDir, 3)
+	time.Sleep(longer)
+	e.mustRun("cancel", s.ExecID)
+	waitState(t, e, s.ExecID, "CANCELLED")
+	return s
+}
+
 // TestE2EConcurrentResumeStartsOneJob: four submit --resume of one run at
 // once start one job; the others are refused (the run is busy, or its new
 // job is live), so no orphan job trains into the same run dir.
@@ -114,10 +126,7 @@ func TestE2EConcurrentResumeStartsOneJob(t *testing.T) {
 		t.Skip("trains for a few seconds")
 	}
 	e := newEnv(t)
-	s := e.submit("--executor", "local", "--ntasks", "1", "--tp", "1", "--steps", "100000", "--eval-every", "100000")
-	waitForSteps(t, s.RunDir, 3)
-	e.mustRun("cancel", s.ExecID)
-	waitState(t, e, s.ExecID, "CANCELLED")
+	s := cancelledRun(t, e, 0)
 
 	type result struct {
 		out, errOut string
@@ -167,11 +176,7 @@ func TestE2EResumeKeepsEarlierJobs(t *testing.T) {
 		t.Skip("trains for a few seconds")
 	}
 	e := newEnv(t)
-	s := e.submit("--executor", "local", "--ntasks", "1", "--tp", "1", "--steps", "100000", "--eval-every", "100000")
-	waitForSteps(t, s.RunDir, 3)
-	time.Sleep(time.Second) // a first segment long enough to see in the sum
-	e.mustRun("cancel", s.ExecID)
-	waitState(t, e, s.ExecID, "CANCELLED")
+	s := cancelledRun(t, e, time.Second) // a first segment long enough to see in the sum
 	out := e.mustRun("submit", "--resume", s.ExecID, "--json")
 	var again map[string]string
 	if err := json.Unmarshal([]byte(out), &again); err != nil || again["jobid"] == "" || again["jobid"] == s.JobID {
