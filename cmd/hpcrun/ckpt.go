@@ -131,6 +131,9 @@ func ckptMerge(c *cli.Context) error {
 		return cli.Exit(err.Error(), 1)
 	}
 	fi, _ := os.Stat(out)
+	if wantJSON(c) {
+		return json.NewEncoder(c.App.Writer).Encode(map[string]any{"step": ck.State.Step, "checkpoint": ck.Dir, "tp": ck.State.Mesh.TP, "output": out, "bytes": fi.Size()})
+	}
 	fmt.Fprintf(os.Stderr, "merged step %d of %s (tp %d) into %s (%.1f MiB)\n", ck.State.Step, ck.Dir, ck.State.Mesh.TP, out, float64(fi.Size())/(1<<20))
 	return nil
 }
@@ -193,6 +196,9 @@ func ckptExport(c *cli.Context) error {
 	}
 	if err := train.ExportHF(ck, out); err != nil {
 		return cli.Exit(err.Error(), 1)
+	}
+	if wantJSON(c) {
+		return json.NewEncoder(c.App.Writer).Encode(map[string]any{"step": ck.State.Step, "checkpoint": ck.Dir, "tp": ck.State.Mesh.TP, "output": out})
 	}
 	fmt.Fprintf(os.Stderr, "exported step %d of %s (tp %d) to %s\n", ck.State.Step, ck.Dir, ck.State.Mesh.TP, out)
 	return nil

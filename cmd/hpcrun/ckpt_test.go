@@ -205,3 +205,19 @@ func TestCkptMergeRefusesOutputInsideCheckpoint(t *testing.T) {
 		t.Errorf("merge over a symlink changed its target %s", shard)
 	}
 }
+
+// ckpt merge --json says what it wrote (export's, in TestPretrainedWorkflow).
+func TestCkptMergeExportJSON(t *testing.T) {
+	root := t.TempDir()
+	run, _ := tinyCkpt(t, root)
+	out := filepath.Join(root, "m.safetensors")
+	msg, err := runApp(t, "ckpt", "merge", "--json", run, "-o", out)
+	var got struct {
+		Step   int
+		Output string
+		Bytes  int64
+	}
+	if err != nil || json.Unmarshal([]byte(msg), &got) != nil || got.Output != out || got.Bytes == 0 || got.Step == 0 {
+		t.Errorf("ckpt merge --json: %q, %v", msg, err)
+	}
+}

@@ -87,7 +87,9 @@ func TestPretrainedWorkflow(t *testing.T) {
 		t.Errorf("greedy samples: --nproc 1 %q, --nproc 2 %q", one, two)
 	}
 
-	e.mustRun("ckpt", "export", execID, "--hf", "exported")
+	if out := e.mustRun("ckpt", "export", "--json", execID, "--hf", "exported"); !strings.Contains(out, `"output":"exported"`) {
+		t.Errorf("ckpt export --json: %q", out)
+	}
 	// GPT-2's tokenizer files come with it, and encode as the run did.
 	for _, name := range []string{"tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json"} {
 		if _, err := os.Stat(filepath.Join(e.dir, "exported", name)); err != nil {
