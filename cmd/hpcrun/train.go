@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hpcrun/hpcrun/idrenv"
@@ -77,16 +78,20 @@ func runTrainTask(c *cli.Context) error {
 	// Why a stop came is asked as it comes (scontrol answers before a
 	// second TERM or the kill), not when the end line is written.
 	reason := sync.OnceValue(func() string { return slurm.StopReason(context.Background(), stop.Signal()) })
-	// A stop while the world forms ends the join at once: nothing was
-	// trained, so there is nothing to save (before, the first TERM waited
-	// for the world, up to the comm timeout).
+	// INT or TERM while the world forms ends the join at once: nothing
+	// was trained, so there is nothing to save (before, the first TERM
+	// waited for the world, up to the comm timeout).
 	joinCtx, stopJoin := context.WithCancel(ctx)
 	defer stopJoin()
 	joined := make(chan struct{})
 	go func() {
 		select {
 		case <-stop.C:
-			stopJoin()
+			// INT or TERM asks to stop now; the time-limit signal lets
+			// the world form and train a step to save (HoldSignals).
+			if s := stop.Signal(); s == syscall.SIGINT || s == syscall.SIGTERM {
+				stopJoin()
+			}
 		case <-joined:
 		}
 	}()
