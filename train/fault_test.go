@@ -216,10 +216,10 @@ func poisonedCheckpoint(t *testing.T, cfg config.Config, data *Data, v float32) 
 	return step
 }
 
-// A state.json edited out of range is refused naming the field, before any
-// weight is loaded: sampler_pos -7 panicked in nextBatch, and epoch -1 or
-// 10^9 and a saved dp of 5e8 were taken.
-func TestResumeRefusesBadState(t *testing.T) {
+// bertCheckpoint trains a small BERT 2 steps and returns its config, data
+// and the step dir of its checkpoint.
+func bertCheckpoint(t *testing.T) (config.Config, *Data, string) {
+	t.Helper()
 	cfg := smallConfig("bert")
 	cfg.Steps = 2
 	data, err := Prepare(cfg)
@@ -230,7 +230,14 @@ func TestResumeRefusesBadState(t *testing.T) {
 	if _, err := Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: dir, Data: data}); err != nil {
 		t.Fatal(err)
 	}
-	step := filepath.Join(rundir.Dir(dir).Ckpt(), "step-000002")
+	return cfg, data, filepath.Join(rundir.Dir(dir).Ckpt(), "step-000002")
+}
+
+// A state.json edited out of range is refused naming the field, before any
+// weight is loaded: sampler_pos -7 panicked in nextBatch, and epoch -1 or
+// 10^9 and a saved dp of 5e8 were taken.
+func TestResumeRefusesBadState(t *testing.T) {
+	cfg, data, step := bertCheckpoint(t)
 	path := filepath.Join(step, ckpt.StateFile)
 	orig, err := os.ReadFile(path)
 	if err != nil {
@@ -273,17 +280,7 @@ func TestResumeRefusesBadState(t *testing.T) {
 // when the checkpoint is loaded, naming the tensor: it resumed, and the
 // step's sqrt(v) then failed as "loss is NaN: lower --lr".
 func TestResumeRefusesNegativeSecondMoment(t *testing.T) {
-	cfg := smallConfig("bert")
-	cfg.Steps = 2
-	data, err := Prepare(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if _, err := Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: dir, Data: data}); err != nil {
-		t.Fatal(err)
-	}
-	step := filepath.Join(rundir.Dir(dir).Ckpt(), "step-000002")
+	cfg, data, step := bertCheckpoint(t)
 	path := filepath.Join(step, ckpt.OptimFile(0, 0))
 	h, err := ckpt.ReadHeader(path)
 	if err != nil {
