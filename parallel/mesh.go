@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/hpcrun/hpcrun/internal/rankgrid"
 	"github.com/hpcrun/hpcrun/nccl"
 )
 
@@ -13,8 +14,8 @@ import (
 // dimension, so that they share a node), data-parallel groups are the ranks
 // with the same tp_rank, strided by tp, and pipeline groups are the ranks
 // with the same (dp_rank, tp_rank), strided by dp*tp: pipeline stage
-// pp_rank holds the pp_rank-th slice of the model's blocks. Every group is
-// read off the grid, never recomputed elsewhere.
+// pp_rank holds the pp_rank-th slice of the model's blocks. The grid is
+// rankgrid's; every group is read off it, never recomputed elsewhere.
 type Mesh struct {
 	World nccl.Comm // every rank of the job
 	TP    nccl.Comm // the ranks sharing one model replica's shards
@@ -58,14 +59,12 @@ func NewMeshPP(world nccl.Comm, pp, tp int) (*Mesh, error) {
 		for d := range m.grid[p] {
 			m.grid[p][d] = make([]int, tp)
 			for t := range m.grid[p][d] {
-				r := t + tp*(d+m.dp*p)
-				m.grid[p][d][t] = r
-				if r == world.Rank() {
-					m.ppRank, m.dpRank, m.tpRank = p, d, t
-				}
+				m.grid[p][d][t] = rankgrid.Coords{TP: t, DP: d, PP: p}.Rank(tp, m.dp)
 			}
 		}
 	}
+	at := rankgrid.Of(world.Rank(), tp, m.dp)
+	m.ppRank, m.dpRank, m.tpRank = at.PP, at.DP, at.TP
 	var err error
 	if m.TP, err = world.Group(m.TPRanks()); err != nil {
 		return nil, fmt.Errorf("mesh: tensor-parallel group %v: %w", m.TPRanks(), err)

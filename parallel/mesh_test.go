@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hpcrun/hpcrun/internal/rankgrid"
 	"github.com/hpcrun/hpcrun/nccl"
 )
 
@@ -138,6 +139,50 @@ func TestMeshPipeline(t *testing.T) {
 					if buf[0] != float32(sum) {
 						return fmt.Errorf("rank %d: sum over %v is %v, want %d", r, g.ranks, buf[0], sum)
 					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// rankgrid.Of, which the metrics and the dashboard read a rank's position
+// with, is the position the Mesh gives the rank, and each of the Mesh's
+// groups is the ranks rankgrid places with it.
+func TestRankGridIsMesh(t *testing.T) {
+	for _, tc := range []struct{ tp, dp, pp int }{{1, 1, 1}, {2, 1, 1}, {1, 4, 1}, {2, 2, 1}, {2, 2, 2}, {1, 2, 3}, {2, 1, 4}, {4, 2, 2}} {
+		t.Run(fmt.Sprintf("tp%d_dp%d_pp%d", tc.tp, tc.dp, tc.pp), func(t *testing.T) {
+			world := tc.tp * tc.dp * tc.pp
+			// group is the ranks whose position agrees with at's but for the
+			// varying coordinate, in its order.
+			group := func(at rankgrid.Coords, same func(a, b rankgrid.Coords) bool) []int {
+				var out []int
+				for q := range world {
+					if same(rankgrid.Of(q, tc.tp, tc.dp), at) {
+						out = append(out, q)
+					}
+				}
+				return out
+			}
+			err := nccl.RunInProcess(world, func(c nccl.Comm) error {
+				m, err := NewMeshPP(c, tc.pp, tc.tp)
+				if err != nil {
+					return err
+				}
+				defer m.Close()
+				r := c.Rank()
+				at := rankgrid.Of(r, tc.tp, tc.dp)
+				if want := (rankgrid.Coords{TP: m.TPRank(), DP: m.DPRank(), PP: m.PPRank()}); at != want {
+					return fmt.Errorf("rank %d: rankgrid %+v, mesh %+v", r, at, want)
+				}
+				tpGroup := group(at, func(a, b rankgrid.Coords) bool { return a.DP == b.DP && a.PP == b.PP })
+				dpGroup := group(at, func(a, b rankgrid.Coords) bool { return a.TP == b.TP && a.PP == b.PP })
+				ppGroup := group(at, func(a, b rankgrid.Coords) bool { return a.TP == b.TP && a.DP == b.DP })
+				if !slices.Equal(m.TPRanks(), tpGroup) || !slices.Equal(m.DPRanks(), dpGroup) || !slices.Equal(m.PPRanks(), ppGroup) {
+					return fmt.Errorf("rank %d: mesh groups tp %v dp %v pp %v, rankgrid's %v %v %v", r, m.TPRanks(), m.DPRanks(), m.PPRanks(), tpGroup, dpGroup, ppGroup)
 				}
 				return nil
 			})

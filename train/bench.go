@@ -20,22 +20,16 @@ type StepTiming struct {
 
 // BenchStep times the training loop's steps (forward, backward, grad norm,
 // AdamW) of cfg's model on one rank (tp=1, dp=1) on random tokens: warmup
-// untimed steps, then steps timed ones. The vocabulary is the tokenizer's (GPT-2's
-// 50257 for the gpt2 presets) without loading any data.
+// untimed steps, then steps timed ones. The vocabulary is PlanVocab's, the
+// run's, without loading any data.
 func BenchStep(cfg config.Config, dev tensor.Device, warmup, steps int) (StepTiming, error) {
 	cfg.NTasks, cfg.TP, cfg.GradAccum = 1, 1, 1
 	if err := cfg.Validate(); err != nil {
 		return StepTiming{}, err
 	}
-	vocab := 256
-	switch cfg.Tokenizer {
-	case "gpt2":
-		vocab = 50257
-	case "wordpiece":
-		vocab = defaultWordPieceVocab
-	}
-	if cfg.Vocab > vocab {
-		vocab = cfg.Vocab
+	vocab, _, err := PlanVocab(cfg)
+	if err != nil {
+		return StepTiming{}, err
 	}
 	B, T := cfg.BatchSize, cfg.Seq
 	r := rand.New(rand.NewPCG(uint64(cfg.Seed), 1))

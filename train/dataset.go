@@ -113,10 +113,6 @@ const (
 	synthVal   = 512
 )
 
-// defaultWordPieceVocab is the size of a WordPiece vocabulary built from the
-// training texts when no vocab file is given.
-const defaultWordPieceVocab = 8192
-
 // Prepare loads, tokenizes and splits the config's data. It is where a bad
 // data file is reported, before any rank starts work.
 func Prepare(cfg config.Config) (*Data, error) {
@@ -299,11 +295,7 @@ func newTokenizer(cfg config.Config, texts []string) (Tokenizer, error) {
 		if cfg.VocabFile != "" {
 			return LoadWordPiece(cfg.VocabFile)
 		}
-		size := cfg.Vocab
-		if size == 0 {
-			size = defaultWordPieceVocab
-		}
-		return NewWordPiece(BuildWordPieceVocab(texts, size))
+		return NewWordPiece(BuildWordPieceVocab(texts, wordPieceSize(cfg)))
 	case "hf":
 		return LoadHFTokenizer(cfg.VocabFile)
 	}

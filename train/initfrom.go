@@ -78,9 +78,6 @@ func ApplyInitFrom(c *config.Config, explicit func(key string) bool) error {
 	return nil
 }
 
-// gpt2Vocab is the size of GPT-2's BPE vocabulary.
-const gpt2Vocab = 50257
-
 // checkInitFrom checks that the init_from weights have this config's model
 // shape: a train.toml edited after submission fails here, naming both.
 func checkInitFrom(cfg config.Config, vocab int, s interop.Spec) error {

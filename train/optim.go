@@ -80,11 +80,6 @@ func (o *AdamW) hyper(p *parallel.Param, lr float64, scale float32) tensor.AdamW
 	}
 }
 
-// gradBucketElems is the size of one DP all-reduce bucket: 4 Mi floats
-// (16 MiB), large enough to amortise latency, small enough to bound the
-// staging buffer.
-const gradBucketElems = 1 << 22
-
 // GradSync averages gradients over the data-parallel group in buckets: a
 // bucket of one gradient is all-reduced in place, a bucket of several is
 // packed into one device buffer (allocated on the first Sync that needs
@@ -99,34 +94,25 @@ type GradSync struct {
 }
 
 // NewGradSync groups params into buckets of at most bucketElems elements (a
-// larger parameter gets a bucket of its own); bucketElems <= 0 uses 4 Mi.
+// larger parameter gets a bucket of its own); bucketElems <= 0 uses
+// parallel.GradBucketElems.
 func NewGradSync(dev tensor.Device, dp nccl.Comm, params []*parallel.Param, bucketElems int) *GradSync {
 	s := &GradSync{dev: dev, dp: parallel.NewDeviceGroup(dp, dev)}
 	s.buckets, s.biggest = bucketParams(params, bucketElems)
 	return s
 }
 
-// bucketParams cuts params into runs of consecutive parameters of at most
-// bucketElems elements (<= 0: 4 Mi), a larger one alone, and returns them
-// with the element count of the biggest.
+// bucketParams cuts params into parallel.GradBuckets' buckets and returns
+// them with the element count of the biggest.
 func bucketParams(params []*parallel.Param, bucketElems int) (buckets [][]*parallel.Param, biggest int) {
-	if bucketElems <= 0 {
-		bucketElems = gradBucketElems
+	sizes := make([]int64, len(params))
+	for i, p := range params {
+		sizes[i] = int64(p.Grad.Len())
 	}
-	var cur []*parallel.Param
-	n := 0
-	for _, p := range params {
-		if len(cur) > 0 && n+p.Grad.Len() > bucketElems {
-			buckets = append(buckets, cur)
-			biggest = max(biggest, n)
-			cur, n = nil, 0
-		}
-		cur = append(cur, p)
-		n += p.Grad.Len()
-	}
-	if len(cur) > 0 {
-		buckets = append(buckets, cur)
-		biggest = max(biggest, n)
+	for _, b := range parallel.GradBuckets(sizes, int64(bucketElems)) {
+		buckets = append(buckets, params[:b.Tensors:b.Tensors])
+		params = params[b.Tensors:]
+		biggest = max(biggest, int(b.Elems))
 	}
 	return buckets, biggest
 }

@@ -149,7 +149,10 @@ func (t *GPT2Tokenizer) Encode(text string) []int { return t.enc.Encode(text, ni
 func (t *GPT2Tokenizer) Decode(ids []int) string { return t.enc.Decode(ids) }
 
 // VocabSize implements Tokenizer.
-func (*GPT2Tokenizer) VocabSize() int { return 50257 }
+func (*GPT2Tokenizer) VocabSize() int { return gpt2Vocab }
+
+// gpt2Vocab is the size of GPT-2's BPE vocabulary.
+const gpt2Vocab = 50257
 
 // Specials implements Tokenizer: GPT-2 has one special token, <|endoftext|>.
 func (*GPT2Tokenizer) Specials() Specials { return Specials{Pad: 50256, CLS: 50256, EOT: 50256} }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/hpcrun/hpcrun/internal/rankgrid"
 )
 
 // Float is a figure that may be unknown: NaN, written as null in JSON.
@@ -331,18 +333,16 @@ func (it *sliceIter) err() error { return nil }
 
 // tpZero marks the ranks whose data-parallel replica is counted by them:
 // tp_rank 0 of pipeline stage 0 (from the run line, else guessed from the
-// rank, Megatron order rank = tp_rank + tp*(dp_rank + dp*pp_rank)).
+// rank on the grid).
 func tpZero(run *Run) []bool {
 	c := runConfig(run, firstInfo(run))
-	tp := max(c.TP, 1)
-	perStage := max(tp*c.DP, 1)
 	out := make([]bool, len(run.Ranks))
 	for i, r := range run.Ranks {
-		tpRank, ppRank := r.Rank%tp, r.Rank/perStage
+		at := rankgrid.Of(r.Rank, c.TP, c.DP)
 		if r.Info != nil {
-			tpRank, ppRank = r.Info.TPRank, r.Info.PPRank
+			at.TP, at.PP = r.Info.TPRank, r.Info.PPRank
 		}
-		out[i] = tpRank == 0 && ppRank == 0
+		out[i] = at.TP == 0 && at.PP == 0
 	}
 	return out
 }

@@ -259,9 +259,6 @@ const f32 = 4 // bytes of a float32
 // of NCCL_BUFFSIZE (4 MiB) on each of its channels (about 16 on NVLink).
 const ncclBuffers = 2 * 16 * 4 * mib
 
-// gradBucketElems is train's data-parallel bucket size (4 Mi floats).
-const gradBucketElems = 1 << 22
-
 // New predicts the run of r. The config must be valid (config.Config.Validate)
 // and the vocabulary known.
 func New(r Request) (*Plan, error) {
@@ -371,13 +368,11 @@ type shapes struct {
 	m           int64 // micro-batches a step
 	sp, zero    bool  // sequence parallelism (tp > 1); ZeRO-1 (dp > 1)
 	// params are this rank's parameter tensors' elements in the model's
-	// order (train's model.Params); buckets the elements of each gradient
-	// bucket train.NewGradSync packs them into, bucketTensors how many
-	// tensors each holds.
-	params        []int64
-	buckets       []int64
-	bucketTensors []int
-	paramElems    int64
+	// order (train's model.Params); buckets the gradient buckets
+	// train.NewGradSync packs them into (parallel.GradBuckets).
+	params     []int64
+	buckets    []parallel.Bucket
+	paramElems int64
 	// normEntries is the length of the gradient norm's list of squares:
 	// the longest stage's normTensors.
 	normEntries int64
@@ -448,20 +443,10 @@ func newShapes(cfg config.Config, paddedVocab, stage, blocks int) shapes {
 			s.params = append(s.params, s.cl*C, s.cl, 2*s.cl, 2)
 		}
 	}
-	var cur int64
-	k := 0
 	for _, n := range s.params {
 		s.paramElems += n
-		// NewGradSync: a gradient that would overflow the bucket starts
-		// the next one (a larger one gets a bucket of its own).
-		if k > 0 && cur+n > gradBucketElems {
-			s.buckets, s.bucketTensors = append(s.buckets, cur), append(s.bucketTensors, k)
-			cur, k = 0, 0
-		}
-		cur += n
-		k++
 	}
-	s.buckets, s.bucketTensors = append(s.buckets, cur), append(s.bucketTensors, k)
+	s.buckets = parallel.GradBuckets(s.params, 0)
 	return s
 }
 
@@ -575,8 +560,8 @@ func (s shapes) normTensors() int64 {
 // gradient buckets (train.ZeRO1: each bucket padded to a multiple of dp),
 // the largest padded bucket, and all the padded buckets.
 func (s shapes) zeroSizes() (local, biggest, padded int64) {
-	for _, n := range s.buckets {
-		per := (n + s.dp - 1) / s.dp
+	for _, b := range s.buckets {
+		per := (b.Elems + s.dp - 1) / s.dp
 		local += per
 		biggest = max(biggest, per*s.dp)
 		padded += per * s.dp
@@ -611,9 +596,9 @@ func (s shapes) memory(dev Device) Memory {
 	// GPU also ZeRO-1's four device scalars.
 	var bucket int64
 	multi := false
-	for i, n := range s.buckets {
-		bucket = max(bucket, n)
-		multi = multi || s.bucketTensors[i] > 1
+	for _, b := range s.buckets {
+		bucket = max(bucket, b.Elems)
+		multi = multi || b.Tensors > 1
 	}
 	// train's gradNorm: the float64 squares of the norm's list, their
 	// all-gather over the largest group it sums or joins over (tp, ZeRO-1's
@@ -634,9 +619,9 @@ func (s shapes) memory(dev Device) Memory {
 	switch {
 	case s.zero:
 		packed := int64(0)
-		for i, n := range s.buckets {
-			if s.bucketTensors[i] > 1 || n%s.dp != 0 {
-				packed = max(packed, (n+s.dp-1)/s.dp*s.dp)
+		for _, b := range s.buckets {
+			if b.Tensors > 1 || b.Elems%s.dp != 0 {
+				packed = max(packed, (b.Elems+s.dp-1)/s.dp*s.dp)
 			}
 		}
 		m.GradBucket = (packed + packed/s.dp) * f32

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/hpcrun/hpcrun/internal/rankgrid"
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/train/metrics"
 )
@@ -214,15 +215,15 @@ func (s *sampler) steps() []sampledStep {
 
 // tpZero reports whether a rank counts its data-parallel replica: tp_rank
 // 0 of the first pipeline stage (every stage sees the same tokens), from
-// its run line, else guessed in Megatron order.
+// its run line, else guessed from the rank on the grid.
 func (s *sampler) tpZero(rank int, c metrics.RunConfig) bool {
 	for _, rs := range s.files {
 		if rs.rank == rank && rs.info != nil {
 			return rs.info.TPRank == 0 && rs.info.PPRank == 0
 		}
 	}
-	tp := max(c.TP, 1)
-	return rank%tp == 0 && rank < tp*max(c.DP, 1)
+	at := rankgrid.Of(rank, c.TP, c.DP)
+	return at.TP == 0 && at.PP == 0
 }
 
 // series turns the sampled steps into the run's step charts.
