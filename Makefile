@@ -23,19 +23,19 @@ install:
 # Last, the all-reduce's ratios to Open MPI on 1, 2 and 3 hosts (and one rank on
 # each of 2 hosts, the control whose ranks have a core each), printed in the
 # suite's output (a record to compare runs by, no assertion on time).
-# Every fuzz target runs for FUZZTIME (make fuzz: a minute each).
-FUZZTIME ?= 10s
+# Every fuzz target runs FUZZTIME inputs (make fuzz: a minute each).
+FUZZTIME ?= 3000x
 test: build slurm-up-if-root
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	HPCRUN_NOASM=1 $(GO) test -count=1 -tags noasm ./tensor/
 	$(GO) test -count=1 -race -short ./nccl/ ./tensor/ ./parallel/ ./slurm/ ./idrenv/ ./train/metrics/
 	$(GO) test -count=1 -run '^$$' -bench AllReduceVsMPI -benchtime 1x ./cmd/hpcrun
-	GO=$(GO) scripts/fuzz.sh $(FUZZTIME)
+	GO=$(GO) FUZZ_FRESH=1 scripts/fuzz.sh $(FUZZTIME)
 
 # The fuzz targets of every parser of a file a user or another program
 # writes, a minute each (FUZZTIME=10m make fuzz for longer).
 fuzz:
-	GO=$(GO) scripts/fuzz.sh $(if $(filter 10s,$(FUZZTIME)),1m,$(FUZZTIME))
+	GO=$(GO) scripts/fuzz.sh $(if $(filter 3000x,$(FUZZTIME)),1m,$(FUZZTIME))
 
 .PHONY: slurm-up-if-root
 slurm-up-if-root:

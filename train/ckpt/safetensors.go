@@ -215,22 +215,22 @@ func readHeader(r io.Reader, size int64, path string) (*Header, error) {
 		dec := json.NewDecoder(bytes.NewReader(msg))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&e); err != nil {
-			return nil, bad("tensor %s: %v", name, err)
+			return nil, bad("tensor %q: %v", name, err)
 		}
 		width, ok := dtypeSize[e.DType]
 		if !ok {
-			return nil, bad("tensor %s: unknown dtype %q", name, e.DType)
+			return nil, bad("tensor %q: unknown dtype %q", name, e.DType)
 		}
 		if len(e.DataOffsets) != 2 {
-			return nil, bad("tensor %s: data_offsets has %d values, want 2", name, len(e.DataOffsets))
+			return nil, bad("tensor %q: data_offsets has %d values, want 2", name, len(e.DataOffsets))
 		}
 		elems, err := shapeElems(e.Shape)
 		if err != nil {
-			return nil, bad("tensor %s: %v", name, err)
+			return nil, bad("tensor %q: %v", name, err)
 		}
 		b, end := e.DataOffsets[0], e.DataOffsets[1]
 		if b < 0 || end < b || end-b != elems*int64(width) {
-			return nil, bad("tensor %s: data_offsets [%d, %d] do not hold %d %s values of shape %v", name, b, end, elems, e.DType, e.Shape)
+			return nil, bad("tensor %q: data_offsets [%d, %d] do not hold %d %s values of shape %v", name, b, end, elems, e.DType, e.Shape)
 		}
 		h.Tensors = append(h.Tensors, HeaderEntry{Name: name, DType: e.DType, Shape: e.Shape, Begin: b, End: end, dataPos: 8 + int64(n) + b})
 	}
@@ -244,7 +244,7 @@ func readHeader(r io.Reader, size int64, path string) (*Header, error) {
 	var pos int64
 	for _, e := range h.Tensors {
 		if e.Begin != pos {
-			return nil, bad("tensor %s starts at data offset %d, want %d: overlapping or gapped data", e.Name, e.Begin, pos)
+			return nil, bad("tensor %q starts at data offset %d, want %d: overlapping or gapped data", e.Name, e.Begin, pos)
 		}
 		pos = e.End
 	}
@@ -307,12 +307,12 @@ func ReadFile(path string) (*File, error) {
 	var b4 [4]byte
 	for _, e := range h.Tensors {
 		if e.DType != "F32" {
-			return nil, fmt.Errorf("safetensors %s: tensor %s is %s: only F32 is supported", path, e.Name, e.DType)
+			return nil, fmt.Errorf("safetensors %s: tensor %q is %s: only F32 is supported", path, e.Name, e.DType)
 		}
 		vals := make([]float32, (e.End-e.Begin)/4)
 		for i := range vals {
 			if _, err := io.ReadFull(r, b4[:]); err != nil {
-				return nil, fmt.Errorf("safetensors %s: tensor %s: %w", path, e.Name, err)
+				return nil, fmt.Errorf("safetensors %s: tensor %q: %w", path, e.Name, err)
 			}
 			vals[i] = math.Float32frombits(binary.LittleEndian.Uint32(b4[:]))
 		}
