@@ -21,16 +21,7 @@ func TestPlanAgainstMeasured(t *testing.T) {
 	const withPlan, without = "20261123-150000-aaaa", "20261123-150001-bbbb"
 	writeRun(t, runs, withPlan, 4, 1, 30, true)
 	writeRun(t, runs, without, 4, 1, 30, true)
-	cfg := config.DefaultConfig()
-	cfg.Model = "gpt"
-	if err := cfg.ApplyPreset("tiny"); err != nil {
-		t.Fatal(err)
-	}
-	cfg.NTasks, cfg.TP, cfg.Device = 4, 2, "cpu"
-	p, err := plan.New(plan.Request{Config: cfg, Vocab: 256, Device: plan.CPU(plan.DefaultCPUFlops, 8<<30, 2, "test")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := tinyGPTPlan(t)
 	meta, _ := json.Marshal(map[string]any{"execid": withPlan, "executor": "run", "plan": p})
 	if err := os.WriteFile(filepath.Join(runs, withPlan, "meta.json"), meta, 0o644); err != nil {
 		t.Fatal(err)
@@ -69,16 +60,7 @@ func TestMFUOverThePlanPeak(t *testing.T) {
 	runs := t.TempDir()
 	const id = "20261123-150000-aaaa"
 	writeRun(t, runs, id, 4, 1, 30, true) // run lines with a peak of 1e12
-	cfg := config.DefaultConfig()
-	cfg.Model = "gpt"
-	if err := cfg.ApplyPreset("tiny"); err != nil {
-		t.Fatal(err)
-	}
-	cfg.NTasks, cfg.TP, cfg.Device = 4, 2, "cpu"
-	p, err := plan.New(plan.Request{Config: cfg, Vocab: 256, Device: plan.CPU(plan.DefaultCPUFlops, 8<<30, 2, "test")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := tinyGPTPlan(t)
 	peak := p.Time.PeakFlops
 	if peak <= 0 || peak == 1e12 {
 		t.Fatalf("the plan's peak %g does not tell it from the run lines'", peak)
@@ -118,4 +100,20 @@ func TestMFUOverThePlanPeak(t *testing.T) {
 	if _, body := get(t, http.DefaultClient, ts.URL+"/run/"+id, tokenCookie(ts)); !strings.Contains(body, `data-key="mfu" data-value="`+exact(sum.MFU)+`"`) {
 		t.Errorf("run page lacks the summary's MFU %s", exact(sum.MFU))
 	}
+}
+
+// tinyGPTPlan is the plan of a tiny GPT on 4 CPU ranks at tp 2.
+func tinyGPTPlan(t *testing.T) *plan.Plan {
+	t.Helper()
+	cfg := config.DefaultConfig()
+	cfg.Model = "gpt"
+	if err := cfg.ApplyPreset("tiny"); err != nil {
+		t.Fatal(err)
+	}
+	cfg.NTasks, cfg.TP, cfg.Device = 4, 2, "cpu"
+	p, err := plan.New(plan.Request{Config: cfg, Vocab: 256, Device: plan.CPU(plan.DefaultCPUFlops, 8<<30, 2, "test")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
