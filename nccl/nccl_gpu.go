@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,7 +43,8 @@ type ncclLib struct {
 	recv          func(buf, count uintptr, dt, peer int32, comm, stream uintptr) int32
 	groupStart    func() int32
 	groupEnd      func() int32
-	p2pErr        error // why send and recv are nil
+	lastError     func(comm uintptr) string // nil before NCCL 2.13
+	p2pErr        error                     // why send and recv are nil
 	version       int
 }
 
@@ -114,6 +116,9 @@ func openNCCL() (lib *ncclLib, err error) {
 		}
 		purego.RegisterFunc(f.fn, sym)
 	}
+	if sym, err := purego.Dlsym(h, "ncclGetLastError"); err == nil {
+		purego.RegisterFunc(&lib.lastError, sym)
+	}
 	var v int32
 	if r := lib.getVersion(&v); r != 0 {
 		return nil, fmt.Errorf("nccl backend: ncclGetVersion: %s", lib.errorString(r))
@@ -125,11 +130,21 @@ func openNCCL() (lib *ncclLib, err error) {
 	return lib, nil
 }
 
+// check turns a call's ncclResult into an error that says what failed:
+// NCCL's string for the result, and the detail NCCL keeps of its last
+// failure (ncclGetLastError: "Duplicate GPU detected ...", an invalid
+// argument's name), which the string alone only points to.
 func (l *ncclLib) check(what string, r int32) error {
 	if r == 0 {
 		return nil
 	}
-	return fmt.Errorf("nccl: %s: %s (ncclResult %d)", what, l.errorString(r), r)
+	detail := ""
+	if l.lastError != nil {
+		if d := strings.TrimSpace(l.lastError(0)); d != "" {
+			detail = ": " + d
+		}
+	}
+	return fmt.Errorf("nccl: %s: %s (ncclResult %d)%s", what, l.errorString(r), r, detail)
 }
 
 // ncclComm is a DeviceComm: host collectives from the TCP communicator,

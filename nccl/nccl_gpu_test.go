@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+	"github.com/hpcrun/hpcrun/internal/cudalib"
 )
 
 // Without NCCL, choosing the backend fails with the reason; it is never
@@ -36,8 +38,17 @@ type cudaRT struct {
 	count     func(n *int32) int32
 }
 
+// loadCudaRT opens the CUDA runtime, looked for in cudalib's directories
+// first (where the simulation's is), then by the dynamic linker.
 func loadCudaRT(t *testing.T) *cudaRT {
-	for _, name := range []string{"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"} {
+	var cands []string
+	names := []string{"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"}
+	for _, d := range cudalib.SearchDirs() {
+		for _, n := range names {
+			cands = append(cands, filepath.Join(d.Path, n))
+		}
+	}
+	for _, name := range append(cands, names...) {
 		h, err := purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 		if err != nil {
 			continue

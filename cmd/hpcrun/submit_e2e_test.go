@@ -62,6 +62,9 @@ type env struct {
 	bin  string
 	dir  string
 	path string // PATH for the binary
+	// extra are more KEY=VALUE variables for the binary (the CPU
+	// simulation's library path).
+	extra []string
 }
 
 func newEnv(t testing.TB) *env {
@@ -76,6 +79,7 @@ func (e *env) run(args ...string) (string, string, int) {
 	cmd.Dir = e.dir
 	cmd.Env = []string{"PATH=" + e.path, "HOME=" + e.dir, "XDG_CONFIG_HOME=" + filepath.Join(e.dir, ".config"),
 		"XDG_CACHE_HOME=" + filepath.Join(e.dir, ".cache"), "HPCRUN_RUNS_DIR=" + filepath.Join(e.dir, "runs")}
+	cmd.Env = append(cmd.Env, e.extra...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

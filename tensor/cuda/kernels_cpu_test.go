@@ -1,12 +1,10 @@
 package cuda
 
 import (
-	"bytes"
-	"fmt"
+	"errors"
 	"math"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -15,13 +13,14 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+	"github.com/hpcrun/hpcrun/internal/cpusim"
 )
 
 // The kernels of kernels.cu on the CPU: a test of the kernels' logic, not
-// of a GPU. g++ compiles kernels.cu with testdata/cpusim/cuda_cpu.h (CUDA's
+// of a GPU. g++ compiles kernels.cu with internal/cpusim's cuda_cpu.h (CUDA's
 // thread and block indices, __shared__, __syncthreads, __shfl_xor_sync and
 // atomicAdd mapped onto CPU fibers and threads) into a stand-in for
-// libcuda, cuBLAS and NVRTC (testdata/cpusim/sim.cpp), and the Device, its
+// libcuda, cuBLAS and NVRTC (internal/cpusim's sim.cpp), and the Device, its
 // own Go code unchanged (launch shapes, argument slots, scratch buffers),
 // runs on it. The GPU tests of gpu_test.go then compare every kernel with
 // the CPU device, as they do on a GPU, and the edge shapes below add grid-
@@ -38,34 +37,16 @@ const (
 )
 
 // buildSim compiles the simulation with kernelsCU as kernels.cu into dir
-// and returns the library's path; it skips the test without g++.
+// and returns the library's path; it skips the test without g++ (fails
+// where cpusim.RequireEnv is set).
 func buildSim(t *testing.T, dir, kernelsCU string) string {
 	t.Helper()
-	gxx, err := exec.LookPath("g++")
-	if err != nil {
-		t.Skip("no g++ here (CI installs it): the kernels cannot be compiled for the CPU")
+	lib, err := cpusim.Build(dir, kernelsCU)
+	if errors.Is(err, cpusim.ErrNoCompiler) && os.Getenv(cpusim.RequireEnv) == "" {
+		t.Skip(err)
 	}
-	var list strings.Builder
-	for _, k := range kernels {
-		fmt.Fprintf(&list, "HPCRUN_KERNEL(%s)\n", k.name)
-	}
-	for name, body := range map[string]string{"list.h": list.String(), "kernels.cu": kernelsCU} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sim, err := filepath.Abs(filepath.Join("testdata", "cpusim"))
 	if err != nil {
 		t.Fatal(err)
-	}
-	lib := filepath.Join(dir, "libcpusim.so")
-	cmd := exec.Command(gxx, "-std=c++20", "-O2", "-fPIC", "-shared", "-Wall", "-Wno-sign-compare", "-Wno-unused-function",
-		"-pthread", `-DKERNEL_LIST="list.h"`, "-I", dir, "-I", sim,
-		"-o", lib, filepath.Join(sim, "sim.cpp"))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("g++: %v\n%s", err, out)
-	} else if len(bytes.TrimSpace(out)) > 0 {
-		t.Logf("g++ warns:\n%s", out)
 	}
 	return lib
 }

@@ -21,6 +21,11 @@ import (
 //go:embed kernels.cu
 var kernelSource string
 
+// KernelSource is the CUDA C source of the device's kernels, as NVRTC
+// compiles it at Open (the CPU simulation of package internal/cpusim
+// compiles it for the host).
+func KernelSource() string { return kernelSource }
+
 // CacheDirEnv overrides where compiled kernels are cached
 // (os.UserCacheDir()/hpcrun/cuda by default).
 const CacheDirEnv = "HPCRUN_CUDA_CACHE"

@@ -8,10 +8,14 @@
 // Built with -DKERNEL_LIST='"list.h"' naming a file of HPCRUN_KERNEL(name)
 // lines (the Go side's kernels table) and kernels.cu on the include path.
 #include "cuda_cpu.h"
+#include "sim.h"
 
 #include <ucontext.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <functional>
+#include <map>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -297,6 +301,186 @@ const int ntable = sizeof(table) / sizeof(table[0]);
 static std::string last_error;
 static std::mutex mu;
 
+// --- devices, streams and their queues ---
+
+static std::vector<Dev*> devs;  // as the process sees them
+static std::once_flag devs_once;
+
+// The machine has HPCRUN_CPUSIM_DEVICES devices (1 when unset);
+// CUDA_VISIBLE_DEVICES, when set, picks which the process sees and in
+// what order, as the real driver does.
+static void init_devices() {
+    int machine = 1;
+    if (const char* e = getenv("HPCRUN_CPUSIM_DEVICES")) machine = std::max(1, atoi(e));
+    std::vector<int> visible;
+    if (const char* v = getenv("CUDA_VISIBLE_DEVICES")) {
+        std::string s(v);
+        size_t i = 0;
+        while (i <= s.size()) {
+            size_t j = s.find(',', i);
+            if (j == std::string::npos) j = s.size();
+            std::string f = s.substr(i, j - i);
+            char* end = nullptr;
+            long n = strtol(f.c_str(), &end, 10);
+            if (f.empty() || *end != 0 || n < 0 || n >= machine) break;  // the driver stops at the first bad entry
+            visible.push_back((int)n);
+            i = j + 1;
+        }
+    } else {
+        for (int i = 0; i < machine; i++) visible.push_back(i);
+    }
+    for (size_t i = 0; i < visible.size(); i++) {
+        Dev* d = new Dev;  // never freed: the worker may outlive main
+        d->ordinal = (int)i;
+        d->physical = visible[i];
+        devs.push_back(d);
+    }
+}
+
+int device_count() {
+    std::call_once(devs_once, init_devices);
+    return (int)devs.size();
+}
+
+Dev* device(int ordinal) {
+    if (ordinal < 0 || ordinal >= device_count()) return nullptr;
+    return devs[ordinal];
+}
+
+static thread_local Dev* cur_dev;
+
+Dev* current_device() { return cur_dev ? cur_dev : device(0); }
+
+// A stream is its device: every stream hpcrun makes is blocking, so it
+// orders with the legacy default stream, on which NCCL's calls go.
+struct Stream {
+    uint32_t magic = 0x5354524d;
+    Dev* dev;
+};
+
+Dev* stream_device(void* s) {
+    if (!s) return current_device();
+    Stream* st = (Stream*)s;
+    if (st->magic != 0x5354524d) {
+        fprintf(stderr, "cpusim: not a stream handle: %p\n", s);
+        abort();
+    }
+    return st->dev;
+}
+
+static void worker_loop(Dev* d) {
+    std::unique_lock<std::mutex> l(d->mu);
+    for (;;) {
+        d->cv.wait(l, [&] { return !d->queue.empty(); });
+        auto work = std::move(d->queue.front());
+        d->queue.pop_front();
+        d->busy = true;
+        bool skip = !d->error.empty();  // after a failure the device's later work does not run
+        l.unlock();
+        std::string err = skip ? "" : work();
+        l.lock();
+        d->busy = false;
+        if (!err.empty() && d->error.empty()) d->error = err;
+        d->cv.notify_all();
+    }
+}
+
+void enqueue(Dev* d, std::function<std::string()> work) {
+    std::lock_guard<std::mutex> l(d->mu);
+    if (!d->started) {
+        d->started = true;
+        std::thread(worker_loop, d).detach();  // it outlives main: exit does not wait for a stuck peer
+    }
+    d->queue.push_back(std::move(work));
+    d->cv.notify_all();
+}
+
+std::string drain(Dev* d) {
+    std::unique_lock<std::mutex> l(d->mu);
+    d->cv.wait(l, [&] { return d->queue.empty() && !d->busy; });
+    return d->error;
+}
+
+static bool idle(Dev* d) {
+    std::lock_guard<std::mutex> l(d->mu);
+    return d->queue.empty() && !d->busy;
+}
+
+// --- device memory: host memory, every allocation registered ---
+
+static std::mutex alloc_mu;
+static std::map<uintptr_t, size_t> allocs;
+
+static void* dev_alloc(size_t n) {
+    void* p = aligned_alloc(256, (std::max<size_t>(n, 1) + 255) / 256 * 256);
+    if (p) {
+        std::lock_guard<std::mutex> l(alloc_mu);
+        allocs[(uintptr_t)p] = n;
+    }
+    return p;
+}
+
+static bool dev_free(void* p) {
+    if (!p) return true;
+    {
+        std::lock_guard<std::mutex> l(alloc_mu);
+        if (!allocs.erase((uintptr_t)p)) return false;
+    }
+    free(p);
+    return true;
+}
+
+bool allocation_fits(const void* p, size_t n) {
+    std::lock_guard<std::mutex> l(alloc_mu);
+    auto it = allocs.upper_bound((uintptr_t)p);
+    if (it == allocs.begin()) return false;
+    --it;
+    return (uintptr_t)p + n <= it->first + it->second;
+}
+
+// --- kernel launches: a pool of OS threads that keeps its fiber stacks ---
+
+struct Pool {
+    std::mutex launch;  // one launch at a time in the process
+    std::mutex mu;
+    std::condition_variable start, done;
+    std::function<void()>* job = nullptr;
+    unsigned long gen = 0;
+    int pending = 0, helpers = -1;
+
+    void run(std::function<void()>& f) {
+        std::unique_lock<std::mutex> l(mu);
+        if (helpers < 0) {
+            helpers = (int)std::max(2u, std::min(4u, std::thread::hardware_concurrency())) - 1;
+            for (int i = 0; i < helpers; i++) std::thread([this] { loop(); }).detach();
+        }
+        job = &f;
+        pending = helpers;
+        gen++;
+        start.notify_all();
+        l.unlock();
+        f();
+        l.lock();
+        done.wait(l, [&] { return pending == 0; });
+        job = nullptr;
+    }
+
+    void loop() {
+        unsigned long seen = 0;
+        std::unique_lock<std::mutex> l(mu);
+        for (;;) {
+            start.wait(l, [&] { return gen != seen; });
+            seen = gen;
+            std::function<void()>* f = job;
+            l.unlock();
+            (*f)();
+            l.lock();
+            if (--pending == 0) done.notify_all();
+        }
+    }
+};
+static Pool* pool = new Pool;  // never freed: its threads outlive main
+
 }  // namespace cpusim
 
 using namespace cpusim;
@@ -304,7 +488,17 @@ using namespace cpusim;
 typedef int CUresult;
 static char sim_module;
 static int max_threads = 1024;  // what cuFuncGetAttribute says a kernel can run
-static std::atomic<int> stuck{0};  // the stream never drains (a peer that never posts)  // the address cuModuleLoadData returns
+static std::atomic<int> stuck{0};  // the stream never drains (a peer that never posts)
+
+// sync_stream waits for the work queued on stream s; it returns a CUDA
+// error when that work failed (its message for cuGetErrorString).
+static CUresult sync_stream(void* s) {
+    std::string e = drain(stream_device(s));
+    if (e.empty()) return 0;
+    std::lock_guard<std::mutex> l(mu);
+    last_error = e;
+    return 719;  // CUDA_ERROR_LAUNCH_FAILED
+}
 
 extern "C" {
 
@@ -338,12 +532,12 @@ CUresult cuDriverGetVersion(int* v) {
     return 0;
 }
 CUresult cuDeviceGetCount(int* n) {
-    *n = 1;
+    *n = device_count();
     return 0;
 }
 CUresult cuDeviceGet(int* d, int ord) {
-    if (ord != 0) return 101;
-    *d = 0;
+    if (!device(ord)) return 101;  // CUDA_ERROR_INVALID_DEVICE
+    *d = ord;
     return 0;
 }
 CUresult cuDeviceGetName(char* name, int len, int) {
@@ -364,46 +558,66 @@ CUresult cuDeviceGetAttribute(int* v, int attr, int) {
     }
     return 1;
 }
-CUresult cuDevicePrimaryCtxRetain(void** ctx, int) {
-    *ctx = &sim_module;
+CUresult cuDevicePrimaryCtxRetain(void** ctx, int dev) {
+    Dev* d = device(dev);
+    if (!d) return 101;
+    *ctx = d;
     return 0;
 }
-CUresult cuDevicePrimaryCtxRelease_v2(int) { return 0; }
-CUresult cuCtxSetCurrent(void*) { return 0; }
+CUresult cuDevicePrimaryCtxRelease_v2(int dev) { return device(dev) ? 0 : 101; }
+CUresult cuCtxSetCurrent(void* ctx) {
+    cur_dev = (Dev*)ctx;
+    return 0;
+}
 CUresult cuStreamCreate(void** s, unsigned) {
-    *s = &sim_module;
+    *s = new Stream{0x5354524d, current_device()};
     return 0;
 }
-CUresult cuStreamDestroy_v2(void*) { return 0; }
-CUresult cuStreamSynchronize(void*) { return 0; }
-CUresult cuStreamQuery(void*) { return stuck ? 600 : 0; }  // CUDA_ERROR_NOT_READY
+CUresult cuStreamDestroy_v2(void* s) {
+    CUresult r = sync_stream(s);
+    ((Stream*)s)->magic = 0;
+    delete (Stream*)s;
+    return r;
+}
+CUresult cuStreamSynchronize(void* s) { return sync_stream(s); }
+CUresult cuStreamQuery(void* s) {
+    if (stuck || !idle(stream_device(s))) return 600;  // CUDA_ERROR_NOT_READY
+    return sync_stream(s);
+}
 CUresult cuMemAlloc_v2(void** p, size_t n) {
-    *p = aligned_alloc(256, (n + 255) / 256 * 256);
+    *p = dev_alloc(n);
     return *p ? 0 : 2;
 }
-CUresult cuMemFree_v2(void* p) {
+CUresult cuMemFree_v2(void* p) { return dev_free(p) ? 0 : 1; }
+CUresult cuMemAllocHost_v2(void** p, size_t n) {
+    *p = aligned_alloc(256, (std::max<size_t>(n, 1) + 255) / 256 * 256);
+    return *p ? 0 : 2;
+}
+CUresult cuMemFreeHost(void* p) {
     free(p);
     return 0;
 }
-CUresult cuMemAllocHost_v2(void** p, size_t n) { return cuMemAlloc_v2(p, n); }
-CUresult cuMemFreeHost(void* p) { return cuMemFree_v2(p); }
 CUresult cuMemGetInfo_v2(size_t* free_, size_t* total) {
     *free_ = *total = size_t(16) << 30;
     return 0;
 }
-CUresult cuMemcpyHtoDAsync_v2(void* d, const void* s, size_t n, void*) {
+CUresult cuMemcpyHtoDAsync_v2(void* d, const void* s, size_t n, void* st) {
+    if (CUresult r = sync_stream(st)) return r;
     memcpy(d, s, n);
     return 0;
 }
-CUresult cuMemcpyDtoHAsync_v2(void* d, const void* s, size_t n, void*) {
+CUresult cuMemcpyDtoHAsync_v2(void* d, const void* s, size_t n, void* st) {
+    if (CUresult r = sync_stream(st)) return r;
     memcpy(d, s, n);
     return 0;
 }
-CUresult cuMemcpyDtoDAsync_v2(void* d, const void* s, size_t n, void*) {
+CUresult cuMemcpyDtoDAsync_v2(void* d, const void* s, size_t n, void* st) {
+    if (CUresult r = sync_stream(st)) return r;
     memmove(d, s, n);
     return 0;
 }
-CUresult cuMemsetD32Async(void* d, unsigned v, size_t n, void*) {
+CUresult cuMemsetD32Async(void* d, unsigned v, size_t n, void* st) {
+    if (CUresult r = sync_stream(st)) return r;
     std::fill_n((unsigned*)d, n, v);
     return 0;
 }
@@ -426,17 +640,18 @@ CUresult cuFuncGetAttribute(int* v, int attr, void*) {
     return 0;
 }
 CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                        unsigned shmem, void*, void** params, void** extra) {
+                        unsigned shmem, void* st, void** params, void** extra) {
     Kernel* k = (Kernel*)f;
     if (shmem != 0 || extra != nullptr || bx * by * bz == 0 || bx * by * bz > 1024 || gx * gy * gz == 0) return 1;
+    if (CUresult r = sync_stream(st)) return r;
     k->launches++;
     uint3 gdim{gx, gy, gz}, bdim{bx, by, bz};
     long nblocks = (long)gx * gy * gz;
     std::atomic<long> next{0};
     std::string err;
     std::mutex emu;
-    auto work = [&] {
-        Worker wk;
+    std::function<void()> work = [&] {
+        static thread_local Worker wk;  // its fiber stacks serve every launch of the thread
         for (long i; (i = next.fetch_add(1)) < nblocks;) {
             uint3 bid{(unsigned)(i % gx), (unsigned)(i / gx % gy), (unsigned)(i / ((long)gx * gy))};
             if (const char* e = run_block(wk, bid, bdim, gdim, k->body, params)) {
@@ -446,11 +661,10 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
             }
         }
     };
-    int nw = (int)std::min<long>(nblocks, std::max(2u, std::min(4u, std::thread::hardware_concurrency())));
-    std::vector<std::thread> ws;
-    for (int i = 1; i < nw; i++) ws.emplace_back(work);
-    work();
-    for (auto& w : ws) w.join();
+    {
+        std::lock_guard<std::mutex> l(pool->launch);
+        pool->run(work);
+    }
     if (!err.empty()) {
         std::lock_guard<std::mutex> l(mu);
         last_error = err;
@@ -472,6 +686,30 @@ CUresult cuGetErrorString(int r, const char** s) {
     return cuGetErrorName(r, s);
 }
 
+// --- the CUDA runtime calls the NCCL tests allocate and copy with ---
+
+int cudaGetDeviceCount(int* n) {
+    *n = device_count();
+    return 0;
+}
+int cudaSetDevice(int dev) {
+    Dev* d = device(dev);
+    if (!d) return 101;  // cudaErrorInvalidDevice
+    cur_dev = d;
+    return 0;
+}
+int cudaMalloc(void** p, size_t n) {
+    *p = dev_alloc(n);
+    return *p ? 0 : 2;  // cudaErrorMemoryAllocation
+}
+int cudaFree(void* p) { return dev_free(p) ? 0 : 1; }
+int cudaMemcpy(void* d, const void* s, size_t n, int) {
+    if (sync_stream(nullptr)) return 719;
+    memmove(d, s, n);
+    return 0;
+}
+int cudaDeviceSynchronize() { return sync_stream(nullptr) ? 719 : 0; }
+
 // --- cuBLAS: column-major, as cuBLAS; float32 or bf16 operands, float32 sums ---
 
 static float load(const void* p, int type, long i) {
@@ -485,47 +723,75 @@ static float load(const void* p, int type, long i) {
     abort();
 }
 
+// A cuBLAS handle remembers its stream: a GEMM waits for the work queued
+// on it, as every other operation does.
+struct BlasHandle {
+    void* stream = nullptr;
+};
+
 int cublasCreate_v2(void** h) {
-    *h = &sim_module;
+    *h = new BlasHandle;
     return 0;
 }
-int cublasDestroy_v2(void*) { return 0; }
-int cublasSetStream_v2(void*, void*) { return 0; }
+int cublasDestroy_v2(void* h) {
+    delete (BlasHandle*)h;
+    return 0;
+}
+int cublasSetStream_v2(void* h, void* s) {
+    ((BlasHandle*)h)->stream = s;
+    return 0;
+}
 int cublasSetMathMode(void*, int) { return 0; }
 int cublasGetVersion_v2(void*, int* v) {
     *v = 130000;
     return 0;
 }
 
-static int gemm(int ta, int tb, int m, int n, int k, const float* alpha, const void* A, int at, int lda, long sa,
-                const void* B, int bt, int ldb, long sb, const float* beta, float* C, int ct, int ldc, long sc, int batch) {
+// gemm computes C = alpha op(A) op(B) + beta C, each sum over l in order
+// in float32; op(A) and op(B) are unpacked into rows first, so the loop
+// that sums reads memory in order.
+static int gemm(void* h, int ta, int tb, int m, int n, int k, const float* alpha, const void* A, int at, int lda,
+                long sa, const void* B, int bt, int ldb, long sb, const float* beta, float* C, int ct, int ldc, long sc,
+                int batch) {
     if (ct != 0 || (at != 0 && at != 14) || bt != at) return 7;  // CUBLAS_STATUS_INVALID_VALUE
-    for (int q = 0; q < batch; q++)
+    if (sync_stream(((BlasHandle*)h)->stream)) return 13;      // CUBLAS_STATUS_EXECUTION_FAILED
+    std::vector<float> a((size_t)m * k), b((size_t)n * k);
+    for (int q = 0; q < batch; q++) {
+        for (int i = 0; i < m; i++)
+            for (int l = 0; l < k; l++) a[(size_t)i * k + l] = load(A, at, q * sa + (ta ? (long)i * lda + l : (long)l * lda + i));
+        for (int j = 0; j < n; j++)
+            for (int l = 0; l < k; l++) b[(size_t)j * k + l] = load(B, bt, q * sb + (tb ? (long)l * ldb + j : (long)j * ldb + l));
         for (int j = 0; j < n; j++)
             for (int i = 0; i < m; i++) {
+                const float *ar = &a[(size_t)i * k], *br = &b[(size_t)j * k];
                 float s = 0;
-                for (int l = 0; l < k; l++) {
-                    float a = load(A, at, q * sa + (ta ? (long)i * lda + l : (long)l * lda + i));
-                    float b = load(B, bt, q * sb + (tb ? (long)l * ldb + j : (long)j * ldb + l));
-                    s += a * b;
-                }
+                for (int l = 0; l < k; l++) s += ar[l] * br[l];
                 float* c = C + q * sc + (long)j * ldc + i;
                 *c = *beta == 0 ? *alpha * s : *alpha * s + *beta * *c;
             }
+    }
     return 0;
 }
 
-int cublasGemmEx(void*, int ta, int tb, int m, int n, int k, const float* alpha, const void* A, int at, int lda,
+int cublasGemmEx(void* h, int ta, int tb, int m, int n, int k, const float* alpha, const void* A, int at, int lda,
                  const void* B, int bt, int ldb, const float* beta, float* C, int ct, int ldc, int, int) {
-    return gemm(ta, tb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0, beta, C, ct, ldc, 0, 1);
+    return gemm(h, ta, tb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0, beta, C, ct, ldc, 0, 1);
 }
-int cublasGemmStridedBatchedEx(void*, int ta, int tb, int m, int n, int k, const float* alpha, const void* A, int at,
+int cublasGemmStridedBatchedEx(void* h, int ta, int tb, int m, int n, int k, const float* alpha, const void* A, int at,
                                int lda, long long sa, const void* B, int bt, int ldb, long long sb, const float* beta,
                                float* C, int ct, int ldc, long long sc, int batch, int, int) {
-    return gemm(ta, tb, m, n, k, alpha, A, at, lda, sa, B, bt, ldb, sb, beta, C, ct, ldc, sc, batch);
+    return gemm(h, ta, tb, m, n, k, alpha, A, at, lda, sa, B, bt, ldb, sb, beta, C, ct, ldc, sc, batch);
 }
-const char* cublasGetStatusName(int) { return "CUBLAS_STATUS_INVALID_VALUE"; }
-const char* cublasGetStatusString(int) { return "invalid value (cpusim)"; }
+const char* cublasGetStatusName(int r) {
+    return r == 13 ? "CUBLAS_STATUS_EXECUTION_FAILED" : "CUBLAS_STATUS_INVALID_VALUE";
+}
+const char* cublasGetStatusString(int r) {
+    if (r == 13) {
+        std::lock_guard<std::mutex> l(mu);
+        return last_error.c_str();  // the failed work queued before the GEMM
+    }
+    return "invalid value (cpusim)";
+}
 
 // --- NVRTC: "compiles" to an image that names the simulation ---
 
