@@ -246,7 +246,7 @@ type Time struct {
 	Warnings []string `json:"warnings,omitempty"`
 	// TokensPerS is the job's (all data-parallel replicas).
 	TokensPerS float64 `json:"tokens_per_s"`
-	// FlopsPerToken is config.FlopsPerToken, the convention MFU uses in
+	// FlopsPerToken is config.ModelFlopsPerToken, the convention MFU uses in
 	// hpcrun metrics; PeakFlops the device's peak at the run's precision.
 	FlopsPerToken float64 `json:"flops_per_token"`
 	PeakFlops     float64 `json:"peak_flops"`
@@ -883,7 +883,7 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 	t.StepS = t.ComputeS + t.MemoryS + t.CommS - t.TurnS + t.BubbleS
 	t.CommShare = t.CommS / t.StepS
 	t.TokensPerS = float64(cfg.BatchSize*cfg.Seq) * accum * dp / t.StepS
-	t.FlopsPerToken = config.FlopsPerToken(cfg, vocab)
+	t.FlopsPerToken = config.ModelFlopsPerToken(cfg, vocab)
 	t.PeakFlops = dev.FP32Flops
 	switch {
 	case cfg.Precision == "bf16" && dev.BF16Flops > 0:

@@ -301,7 +301,7 @@ func AtScale(r ScaleRequest) (*Plan, error) {
 	tm.TokensPerS = float64(global*cfg.Seq) / tm.StepS
 	// MFU counts the model's FLOPs as a run's does, not the paper's
 	// (those add recomputation's forward): they stay in Scale.TFLOPs.
-	tm.FlopsPerToken = config.FlopsPerToken(cfg, r.Vocab)
+	tm.FlopsPerToken = config.ModelFlopsPerToken(cfg, r.Vocab)
 	tm.PeakFlops = peak
 	tm.MFU = metrics.MFU(tm.FlopsPerToken, tm.TokensPerS, tm.PeakFlops, cfg.NTasks)
 
