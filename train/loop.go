@@ -376,6 +376,7 @@ func (t *trainer) writeRunLine() error {
 		PPRank: t.mesh.PPRank(), PP: t.mesh.PPSize(),
 		Host: host, Device: t.dev.Name(), TotalSteps: t.total,
 		Params: config.ParamCount(t.cfg, t.data.Vocab), FlopsPerToken: config.ModelFlopsPerToken(t.cfg, t.data.Vocab),
+		HardwareFlopsPerToken: config.HardwareFlopsPerToken(t.cfg, t.data.Vocab),
 	})
 }
 
