@@ -251,6 +251,10 @@ type Time struct {
 	FlopsPerToken float64 `json:"flops_per_token"`
 	PeakFlops     float64 `json:"peak_flops"`
 	MFU           float64 `json:"mfu"` // metrics.MFU, the rule a run's summary uses
+	// HardwareFlopsPerToken is config.HardwareFlopsPerToken: the model's
+	// and the forward recomputation runs again; HFU is metrics.HFU of it.
+	HardwareFlopsPerToken float64 `json:"hardware_flops_per_token"`
+	HFU                   float64 `json:"hfu"`
 }
 
 const f32 = 4 // bytes of a float32
@@ -892,6 +896,8 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		t.PeakFlops = dev.TF32Flops
 	}
 	t.MFU = metrics.MFU(t.FlopsPerToken, t.TokensPerS, t.PeakFlops, cfg.NTasks)
+	t.HardwareFlopsPerToken = config.HardwareFlopsPerToken(cfg, vocab)
+	t.HFU = metrics.HFU(t.HardwareFlopsPerToken, t.TokensPerS, t.PeakFlops, cfg.NTasks)
 	return t
 }
 

@@ -299,11 +299,16 @@ func AtScale(r ScaleRequest) (*Plan, error) {
 	global := cfg.BatchSize * m * dp
 	iter := PaperFlops(global, cfg.Seq, cfg.Layers, cfg.Dim, r.Vocab)
 	tm.TokensPerS = float64(global*cfg.Seq) / tm.StepS
-	// MFU counts the model's FLOPs as a run's does, not the paper's
-	// (those add recomputation's forward): they stay in Scale.TFLOPs.
+	// MFU and HFU as a run's summary counts them; the paper's own
+	// accounting stays in Scale.TFLOPs, to set beside its table. Megatron-LM
+	// as the paper ran it recomputes in full, whatever --recompute says.
 	tm.FlopsPerToken = config.ModelFlopsPerToken(cfg, r.Vocab)
 	tm.PeakFlops = peak
 	tm.MFU = metrics.MFU(tm.FlopsPerToken, tm.TokensPerS, tm.PeakFlops, cfg.NTasks)
+	full := cfg
+	full.Recompute = "full"
+	tm.HardwareFlopsPerToken = config.HardwareFlopsPerToken(full, r.Vocab)
+	tm.HFU = metrics.HFU(tm.HardwareFlopsPerToken, tm.TokensPerS, tm.PeakFlops, cfg.NTasks)
 
 	// Memory of the first stage (the most activations in flight) and of
 	// the last (the logits), in Megatron's accounting.
