@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hpcrun/hpcrun/train"
 	trainconfig "github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/plan"
 )
 
 func TestParseGemmShape(t *testing.T) {
@@ -58,7 +60,8 @@ func TestGemmWithoutPeer(t *testing.T) {
 }
 
 // TestStepTiny times two steps of the tiny preset on the CPU: the model's
-// FLOPs are 6 x params x tokens and the replayed GEMMs have a rate.
+// FLOPs are 6 x params + 12 x layers x seq x dim a token, the count hpcrun
+// plan's MFU is over, and the replayed GEMMs have a rate.
 func TestStepTiny(t *testing.T) {
 	cfg := trainconfig.DefaultConfig()
 	if err := cfg.ApplyPreset("tiny"); err != nil {
@@ -74,8 +77,19 @@ func TestStepTiny(t *testing.T) {
 	if res.StepsMeasured != 2 || res.StepS != (res.StepSMin+res.StepSMax)/2 {
 		t.Errorf("steps %d, min %v median %v max %v", res.StepsMeasured, res.StepSMin, res.StepS, res.StepSMax)
 	}
-	if want := 6 * float64(res.Params) * 2 * 16; res.ModelFLOPsStep != want {
+	if want := (6*float64(res.Params) + 12*float64(cfg.Layers*16*cfg.Dim)) * 2 * 16; res.ModelFLOPsStep != want {
 		t.Errorf("model FLOP a step %v, want %v", res.ModelFLOPsStep, want)
+	}
+	vocab, _, err := train.PlanVocab(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := plan.New(plan.Request{Config: cfg, Vocab: vocab, Device: plan.CPU(0, 8<<30, 1, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.ModelFLOPsStep / (2 * 16); got != p.Time.FlopsPerToken {
+		t.Errorf("bench step counts %v FLOPs a token, hpcrun plan %v", got, p.Time.FlopsPerToken)
 	}
 	if res.GemmCalls == 0 || !(res.EngineGFLOPS > 0) {
 		t.Errorf("GEMMs: %d calls at %v GFLOP/s", res.GemmCalls, res.EngineGFLOPS)
