@@ -14,11 +14,6 @@ import (
 	trainconfig "github.com/hpcrun/hpcrun/train/config"
 )
 
-// gemmFLOPs is the floating-point operations of g: 2mnk a product.
-func gemmFLOPs(g tensor.GemmShape) float64 {
-	return 2 * float64(g.M) * float64(g.N) * float64(g.K) * float64(g.Batch)
-}
-
 // StepResult is hpcrun bench step on the CPU: the step time, the model's
 // GFLOP/s, and the step's own GEMMs replayed through hpcrun's Sgemm and
 // the OpenBLAS peer.
@@ -75,7 +70,7 @@ func Step(cfg trainconfig.Config, threads, warmup, steps int) (StepResult, error
 	res.ModelFLOPsStep = t.FlopsPerToken * float64(t.TokensPerStep)
 	res.ModelGFLOPS = res.ModelFLOPsStep / res.StepS / 1e9
 	for _, g := range gemms {
-		res.GemmGFLOP += gemmFLOPs(g) / 1e9
+		res.GemmGFLOP += g.Flops() / 1e9
 	}
 	res.EngineGemmS = replayGemms(gemms, tensor.Sgemm)
 	res.EngineGFLOPS = res.GemmGFLOP / res.EngineGemmS
@@ -133,7 +128,7 @@ func replayGemms(gemms []tensor.GemmShape, sgemm func(transA, transB bool, m, n,
 			if g.TransB {
 				ldb = g.K
 			}
-			for i := 0; i < g.Batch; i++ {
+			for range max(g.Batch, 1) {
 				sgemm(g.TransA, g.TransB, g.M, g.N, g.K, 1, a, lda, b, ldb, 0, cm, g.N)
 			}
 		}
