@@ -455,7 +455,7 @@ const (
 // core, the span of a training step's work between its collectives.
 var (
 	skewRounds = [2]int{200, 100}
-	skewWork   = [2]plan.Gemm{{M: 256, N: 512, K: 512}, {M: 4096, N: 512, K: 512}}
+	skewWork   = [2]tensor.GemmShape{{M: 256, N: 512, K: 512}, {M: 4096, N: 512, K: 512}}
 )
 
 // timeSkew is what a collective adds in training to its own time: the
@@ -515,7 +515,7 @@ func timeSkew(comm nccl.Comm) (fixed, frac float64, err error) {
 // syncedRounds runs rounds of the GEMM g each followed by collective on
 // every rank and returns the ranks' mean seconds a round in the GEMM and
 // in the collective.
-func syncedRounds(dev *tensor.CPUDevice, comm nccl.Comm, g plan.Gemm, rounds int, collective func() error) ([2]float64, error) {
+func syncedRounds(dev *tensor.CPUDevice, comm nccl.Comm, g tensor.GemmShape, rounds int, collective func() error) ([2]float64, error) {
 	var ts [3]*tensor.Tensor
 	for i, n := range []int{g.M * g.K, g.K * g.N, g.M * g.N} {
 		t, err := dev.Alloc(n)

@@ -14,33 +14,27 @@ import (
 	"github.com/hpcrun/hpcrun/tensor"
 )
 
-// GemmShape is one benchmarked product C(m,n) = op(A)*op(B) with k inner.
-type GemmShape struct {
-	Name           string
-	M, N, K        int
-	TransA, TransB bool
-}
-
 // DefaultGemmShapes are square sizes and the GEMMs of a GPT-2 small layer
 // over 256 tokens, forward and backward.
-var DefaultGemmShapes = []GemmShape{
-	{Name: "square 256", M: 256, N: 256, K: 256},
-	{Name: "square 768", M: 768, N: 768, K: 768},
-	{Name: "square 1024", M: 1024, N: 1024, K: 1024},
-	{Name: "square 2048", M: 2048, N: 2048, K: 2048},
-	{Name: "fc 256x768 @ 768x3072", M: 256, N: 3072, K: 768},
-	{Name: "proj 256x3072 @ 3072x768", M: 256, N: 768, K: 3072},
-	{Name: "qkv 256x768 @ 768x2304", M: 256, N: 2304, K: 768},
-	{Name: "fc dX 256x3072 @ (768x3072)T", M: 256, N: 768, K: 3072, TransB: true},
-	{Name: "fc dW (256x768)T @ 256x3072", M: 768, N: 3072, K: 256, TransA: true},
-	{Name: "lm-head 256x768 @ 768x50304", M: 256, N: 50304, K: 768},
+var DefaultGemmShapes = []tensor.GemmShape{
+	{M: 256, N: 256, K: 256},
+	{M: 768, N: 768, K: 768},
+	{M: 1024, N: 1024, K: 1024},
+	{M: 2048, N: 2048, K: 2048},
+	{M: 256, N: 3072, K: 768},               // mlp.c_fc
+	{M: 256, N: 768, K: 3072},               // mlp.c_proj
+	{M: 256, N: 2304, K: 768},               // attn.c_attn
+	{M: 256, N: 768, K: 3072, TransB: true}, // mlp.c_fc's dX
+	{M: 768, N: 3072, K: 256, TransA: true}, // mlp.c_fc's dW
+	{M: 256, N: 50304, K: 768},              // the LM head
 }
 
-// ParseGemmShape reads "MxNxK", optionally followed by ":tA", ":tB" or ":tAtB".
-func ParseGemmShape(s string) (GemmShape, error) {
+// ParseGemmShape reads "MxNxK", optionally followed by ":tA", ":tB" or
+// ":tAtB" (tensor.GemmShape's String).
+func ParseGemmShape(s string) (tensor.GemmShape, error) {
 	dims, trans, _ := strings.Cut(s, ":")
 	parts := strings.Split(dims, "x")
-	sh := GemmShape{Name: s}
+	var sh tensor.GemmShape
 	if len(parts) != 3 {
 		return sh, fmt.Errorf("--shape %q: want MxNxK such as 256x3072x768", s)
 	}
@@ -98,7 +92,7 @@ type gemmFunc func(transA, transB bool, m, n, k int, alpha float32, a []float32,
 
 // timeGemm runs f on the shape until at least minTime has passed and
 // returns GFLOP/s.
-func timeGemm(f gemmFunc, s GemmShape, a, b, c []float32, minTime time.Duration) float64 {
+func timeGemm(f gemmFunc, s tensor.GemmShape, a, b, c []float32, minTime time.Duration) float64 {
 	lda, ldb := s.K, s.N
 	if s.TransA {
 		lda = s.M
@@ -113,7 +107,7 @@ func timeGemm(f gemmFunc, s GemmShape, a, b, c []float32, minTime time.Duration)
 		calls++
 	}
 	sec := time.Since(start).Seconds()
-	return 2 * float64(s.M) * float64(s.N) * float64(s.K) * float64(calls) / sec / 1e9
+	return s.Flops() * float64(calls) / sec / 1e9
 }
 
 // benchSettle is the pause before each timed run of one library.
@@ -124,7 +118,7 @@ const benchSettle = 150 * time.Millisecond
 // threads threads, and writes a table of the median GFLOP/s of each and the
 // median ratio. It returns hpcrun's median rate over the shapes, in
 // GFLOP/s (hpcrun plan prices a step by Rates instead).
-func Gemm(w io.Writer, shapes []GemmShape, peer *tensor.GemmPeer, threads, rounds int, minTime time.Duration) (float64, error) {
+func Gemm(w io.Writer, shapes []tensor.GemmShape, peer *tensor.GemmPeer, threads, rounds int, minTime time.Duration) (float64, error) {
 	tensor.SetGemmThreads(threads)
 	defer tensor.SetGemmThreads(0)
 	fmt.Fprintf(w, "hpcrun Sgemm: kernel %s, %d threads\n", tensor.GemmKernel(), threads)
@@ -167,7 +161,7 @@ func Gemm(w io.Writer, shapes []GemmShape, peer *tensor.GemmPeer, threads, round
 			peerCol = fmt.Sprintf("%.1f", stats.Median(theirs))
 			ratioCol = fmt.Sprintf("%.2f", stats.Median(ratios))
 		}
-		if _, err := fmt.Fprintf(w, row, s.Name, s.M, s.N, s.K, fmt.Sprintf("%.1f", stats.Median(ours)), peerCol, ratioCol); err != nil {
+		if _, err := fmt.Fprintf(w, row, s, s.M, s.N, s.K, fmt.Sprintf("%.1f", stats.Median(ours)), peerCol, ratioCol); err != nil {
 			return 0, err
 		}
 	}

@@ -6,19 +6,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/train"
 	trainconfig "github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/plan"
 )
 
+// TestParseGemmShape reads each form, and back from the shape's String.
 func TestParseGemmShape(t *testing.T) {
 	for _, c := range []struct {
 		in     string
-		want   GemmShape
+		want   tensor.GemmShape
 		errHas string
 	}{
-		{in: "256x3072x768", want: GemmShape{Name: "256x3072x768", M: 256, N: 3072, K: 768}},
-		{in: "8x4x2:tA", want: GemmShape{Name: "8x4x2:tA", M: 8, N: 4, K: 2, TransA: true}},
-		{in: "8x4x2:tB", want: GemmShape{Name: "8x4x2:tB", M: 8, N: 4, K: 2, TransB: true}},
-		{in: "8x4x2:tAtB", want: GemmShape{Name: "8x4x2:tAtB", M: 8, N: 4, K: 2, TransA: true, TransB: true}},
+		{in: "256x3072x768", want: tensor.GemmShape{M: 256, N: 3072, K: 768}},
+		{in: "8x4x2:tA", want: tensor.GemmShape{M: 8, N: 4, K: 2, TransA: true}},
+		{in: "8x4x2:tB", want: tensor.GemmShape{M: 8, N: 4, K: 2, TransB: true}},
+		{in: "8x4x2:tAtB", want: tensor.GemmShape{M: 8, N: 4, K: 2, TransA: true, TransB: true}},
 		{in: "8x4", errHas: "want MxNxK"},
 		{in: "8x0x2", errHas: `"0" is not a size`},
 		{in: "8x4x70000", errHas: `"70000" is not a size`},
@@ -31,8 +35,8 @@ func TestParseGemmShape(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || got != c.want {
-			t.Errorf("ParseGemmShape(%q) = %+v, %v; want %+v", c.in, got, err, c.want)
+		if err != nil || got != c.want || got.String() != c.in {
+			t.Errorf("ParseGemmShape(%q) = %+v (%s), %v; want %+v", c.in, got, got, err, c.want)
 		}
 	}
 }
@@ -41,7 +45,7 @@ func TestParseGemmShape(t *testing.T) {
 // the peer absent, and hpcrun's median rate returned.
 func TestGemmWithoutPeer(t *testing.T) {
 	var b bytes.Buffer
-	shapes := []GemmShape{{Name: "a", M: 16, N: 8, K: 4}, {Name: "b", M: 8, N: 16, K: 4, TransA: true, TransB: true}}
+	shapes := []tensor.GemmShape{{M: 16, N: 8, K: 4}, {M: 8, N: 16, K: 4, TransA: true, TransB: true}}
 	rate, err := Gemm(&b, shapes, nil, 1, 1, time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +54,7 @@ func TestGemmWithoutPeer(t *testing.T) {
 		t.Errorf("rate %v", rate)
 	}
 	out := b.String()
-	for _, want := range []string{"peer: OpenBLAS absent", "median of 1 alternating rounds", "\na   ", "\nb   ", "absent      -\n"} {
+	for _, want := range []string{"peer: OpenBLAS absent", "median of 1 alternating rounds", "\n16x8x4   ", "\n8x16x4:tAtB   ", "absent      -\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -58,7 +62,8 @@ func TestGemmWithoutPeer(t *testing.T) {
 }
 
 // TestStepTiny times two steps of the tiny preset on the CPU: the model's
-// FLOPs are 6 x params x tokens and the replayed GEMMs have a rate.
+// FLOPs are 6 x params + 12 x layers x seq x dim a token, the count hpcrun
+// plan's MFU is over, and the replayed GEMMs have a rate.
 func TestStepTiny(t *testing.T) {
 	cfg := trainconfig.DefaultConfig()
 	if err := cfg.ApplyPreset("tiny"); err != nil {
@@ -74,8 +79,19 @@ func TestStepTiny(t *testing.T) {
 	if res.StepsMeasured != 2 || res.StepS != (res.StepSMin+res.StepSMax)/2 {
 		t.Errorf("steps %d, min %v median %v max %v", res.StepsMeasured, res.StepSMin, res.StepS, res.StepSMax)
 	}
-	if want := 6 * float64(res.Params) * 2 * 16; res.ModelFLOPsStep != want {
+	if want := (6*float64(res.Params) + 12*float64(cfg.Layers*16*cfg.Dim)) * 2 * 16; res.ModelFLOPsStep != want {
 		t.Errorf("model FLOP a step %v, want %v", res.ModelFLOPsStep, want)
+	}
+	vocab, _, err := train.PlanVocab(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := plan.New(plan.Request{Config: cfg, Vocab: vocab, Device: plan.CPU(0, 8<<30, 1, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.ModelFLOPsStep / (2 * 16); got != p.Time.FlopsPerToken {
+		t.Errorf("bench step counts %v FLOPs a token, hpcrun plan %v", got, p.Time.FlopsPerToken)
 	}
 	if res.GemmCalls == 0 || !(res.EngineGFLOPS > 0) {
 		t.Errorf("GEMMs: %d calls at %v GFLOP/s", res.GemmCalls, res.EngineGFLOPS)

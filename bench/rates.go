@@ -20,9 +20,9 @@ import (
 // 1024 and 4096 tokens, of width 768 (12 heads) over 256 tokens and of
 // width 64 (the tiny preset, 4 heads) over 512, at tp 1 and 2, sequences
 // of 128 (32 for the tiny); sorted by FLOPs, each once.
-func RateShapes() ([]plan.Gemm, error) {
+func RateShapes() ([]tensor.GemmShape, error) {
 	type ref struct{ dim, heads, bsz, seq int }
-	var out []plan.Gemm
+	var out []tensor.GemmShape
 	for _, r := range []ref{{256, 8, 2, 128}, {256, 8, 8, 128}, {256, 8, 32, 128}, {768, 12, 2, 128}, {64, 4, 16, 32}} {
 		for _, tp := range []int{1, 2} {
 			cfg := trainconfig.DefaultConfig()
@@ -41,13 +41,13 @@ func RateShapes() ([]plan.Gemm, error) {
 			}
 			for _, g := range gs {
 				g.Batch = max(g.Batch, 1)
-				if !slices.Contains(out, g.Gemm) {
-					out = append(out, g.Gemm)
+				if !slices.Contains(out, g.GemmShape) {
+					out = append(out, g.GemmShape)
 				}
 			}
 		}
 	}
-	slices.SortStableFunc(out, func(a, b plan.Gemm) int {
+	slices.SortStableFunc(out, func(a, b tensor.GemmShape) int {
 		switch {
 		case a.Flops() < b.Flops():
 			return -1
@@ -80,7 +80,7 @@ const streamElems = 16 << 20
 // runs of at least minTime each; with calibrate, the bandwidth a real
 // step's elementwise kernels reach (elementwiseRate). It writes a line per
 // thread count to w.
-func Rates(w io.Writer, shapes []plan.Gemm, threads []int, rounds int, minTime time.Duration, calibrate bool) (*plan.CPURates, error) {
+func Rates(w io.Writer, shapes []tensor.GemmShape, threads []int, rounds int, minTime time.Duration, calibrate bool) (*plan.CPURates, error) {
 	defer tensor.SetGemmThreads(0)
 	r := &plan.CPURates{Format: plan.RatesFormat, CPU: plan.CPUModel(), Kernel: tensor.GemmKernel(), Measured: time.Now().UTC()}
 	dev := tensor.NewCPU()
@@ -94,7 +94,7 @@ func Rates(w io.Writer, shapes []plan.Gemm, threads []int, rounds int, minTime t
 			if err != nil {
 				return nil, err
 			}
-			r.Gemms = append(r.Gemms, plan.GemmRate{Gemm: g, Threads: t, GFlops: gf})
+			r.Gemms = append(r.Gemms, plan.GemmRate{GemmShape: g, Threads: t, GFlops: gf})
 			rates = append(rates, gf)
 		}
 		s, err := timeStream(dev, t, rounds, minTime)
@@ -117,7 +117,7 @@ func Rates(w io.Writer, shapes []plan.Gemm, threads []int, rounds int, minTime t
 
 // timeDeviceGemm is the best GFLOP/s of rounds runs of g on dev, each of
 // at least minTime, packed operands.
-func timeDeviceGemm(dev *tensor.CPUDevice, g plan.Gemm, rounds int, minTime time.Duration) (float64, error) {
+func timeDeviceGemm(dev *tensor.CPUDevice, g tensor.GemmShape, rounds int, minTime time.Duration) (float64, error) {
 	batch := max(g.Batch, 1)
 	a, err := dev.Alloc(batch * g.M * g.K)
 	if err != nil {

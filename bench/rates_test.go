@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/plan"
 )
 
@@ -27,8 +28,8 @@ func TestRateShapes(t *testing.T) {
 		}
 		for _, g := range gs {
 			g.Batch = max(g.Batch, 1)
-			if !slices.Contains(shapes, g.Gemm) {
-				t.Errorf("%s: %v is not measured", c.Name, g.Gemm)
+			if !slices.Contains(shapes, g.GemmShape) {
+				t.Errorf("%s: %v is not measured", c.Name, g.GemmShape)
 			}
 		}
 	}
@@ -46,7 +47,7 @@ func TestRateShapes(t *testing.T) {
 // threads, and keeps them where hpcrun plan reads them.
 func TestRates(t *testing.T) {
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
-	shapes := []plan.Gemm{{M: 32, N: 48, K: 16, TransB: true}, {M: 16, N: 16, K: 8, Batch: 4}}
+	shapes := []tensor.GemmShape{{M: 32, N: 48, K: 16, TransB: true}, {M: 16, N: 16, K: 8, Batch: 4}}
 	var out strings.Builder
 	r, err := Rates(&out, shapes, []int{1, 2}, 1, time.Millisecond, false)
 	if err != nil {

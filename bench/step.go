@@ -14,11 +14,6 @@ import (
 	trainconfig "github.com/hpcrun/hpcrun/train/config"
 )
 
-// gemmFLOPs is the floating-point operations of g: 2mnk a product.
-func gemmFLOPs(g tensor.GemmShape) float64 {
-	return 2 * float64(g.M) * float64(g.N) * float64(g.K) * float64(g.Batch)
-}
-
 // StepResult is hpcrun bench step on the CPU: the step time, the model's
 // GFLOP/s, and the step's own GEMMs replayed through hpcrun's Sgemm and
 // the OpenBLAS peer.
@@ -72,10 +67,10 @@ func Step(cfg trainconfig.Config, threads, warmup, steps int) (StepResult, error
 		StepS: stats.Median(sorted), StepSMin: sorted[0], StepSMax: sorted[len(sorted)-1],
 		StepsMeasured: len(sorted), Loss: t.Loss, GemmCalls: len(gemms),
 	}
-	res.ModelFLOPsStep = 6 * float64(t.Params) * float64(t.TokensPerStep)
+	res.ModelFLOPsStep = t.FlopsPerToken * float64(t.TokensPerStep)
 	res.ModelGFLOPS = res.ModelFLOPsStep / res.StepS / 1e9
 	for _, g := range gemms {
-		res.GemmGFLOP += gemmFLOPs(g) / 1e9
+		res.GemmGFLOP += g.Flops() / 1e9
 	}
 	res.EngineGemmS = replayGemms(gemms, tensor.Sgemm)
 	res.EngineGFLOPS = res.GemmGFLOP / res.EngineGemmS
@@ -95,7 +90,7 @@ func Step(cfg trainconfig.Config, threads, warmup, steps int) (StepResult, error
 func (res StepResult) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "bench step: %s (%.1fM params), bsz %d x seq %d, tp 1, %d threads, cpu\n", res.Model, float64(res.Params)/1e6, res.Bsz, res.Seq, res.Threads)
 	fmt.Fprintf(w, "step time          %.3f s median of %d (min %.3f, max %.3f); loss %.3f\n", res.StepS, res.StepsMeasured, res.StepSMin, res.StepSMax, res.Loss)
-	fmt.Fprintf(w, "model              %.1f GFLOP/step (6 x params x tokens) -> %.1f GFLOP/s\n", res.ModelFLOPsStep/1e9, res.ModelGFLOPS)
+	fmt.Fprintf(w, "model              %.1f GFLOP/step (6 x params + attention's 12 x layers x seq x dim, a token) -> %.1f GFLOP/s\n", res.ModelFLOPsStep/1e9, res.ModelGFLOPS)
 	fmt.Fprintf(w, "step's GEMMs       %d calls, %.1f GFLOP; hpcrun Sgemm replays them at %.1f GFLOP/s\n", res.GemmCalls, res.GemmGFLOP, res.EngineGFLOPS)
 	if res.Peer != "" {
 		fmt.Fprintf(w, "OpenBLAS sgemm     %.1f GFLOP/s on the same GEMMs, same run (%s)\n", res.PeerGFLOPS, res.Peer)
@@ -133,7 +128,7 @@ func replayGemms(gemms []tensor.GemmShape, sgemm func(transA, transB bool, m, n,
 			if g.TransB {
 				ldb = g.K
 			}
-			for i := 0; i < g.Batch; i++ {
+			for range max(g.Batch, 1) {
 				sgemm(g.TransA, g.TransB, g.M, g.N, g.K, 1, a, lda, b, ldb, 0, cm, g.N)
 			}
 		}
@@ -188,7 +183,7 @@ func StepCUDA(cfg trainconfig.Config, d *cuda.Device, prec cuda.Precision, warmu
 		PeakBytes: ms.Peak, ReservedBytes: as.Reserved, Workspace: as.Workspace, Mallocs: as.Mallocs, Loss: t.Loss,
 	}
 	res.TokensPerS = float64(t.TokensPerStep) / res.StepS
-	res.ModelTFLOPS = 6 * float64(t.Params) * float64(t.TokensPerStep) / res.StepS / 1e12
+	res.ModelTFLOPS = t.FlopsPerToken * res.TokensPerS / 1e12
 	return res, nil
 }
 
@@ -196,7 +191,7 @@ func StepCUDA(cfg trainconfig.Config, d *cuda.Device, prec cuda.Precision, warmu
 func (res StepCUDAResult) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "bench step: %s (%.1fM params), bsz %d x seq %d, tp 1, %s, matmul %s\n", res.Model, float64(res.Params)/1e6, res.Bsz, res.Seq, res.Device, res.Precision)
 	fmt.Fprintf(w, "step time          %.4f s median of %d (min %.4f, max %.4f); loss %.3f\n", res.StepS, res.StepsMeasured, res.StepSMin, res.StepSMax, res.Loss)
-	fmt.Fprintf(w, "throughput         %.0f tokens/s; model %.1f TFLOP/s (6 x params x tokens)\n", res.TokensPerS, res.ModelTFLOPS)
+	fmt.Fprintf(w, "throughput         %.0f tokens/s; model %.1f TFLOP/s (6 x params + attention's 12 x layers x seq x dim, a token)\n", res.TokensPerS, res.ModelTFLOPS)
 	fmt.Fprintf(w, "memory             peak %.0f MiB of tensors; %.0f MiB reserved, %.0f MiB kernel workspace; %d cuMemAlloc calls\n",
 		float64(res.PeakBytes)/(1<<20), float64(res.ReservedBytes)/(1<<20), float64(res.Workspace)/(1<<20), res.Mallocs)
 	fmt.Fprintf(w, "peer               PyTorch eager on the same step: python3 bench/pytorch/gpt2_step.py --bsz %d --seq %d\n", res.Bsz, res.Seq)

@@ -30,13 +30,6 @@ type CPUDevice struct {
 	splitK  int             // see SplitGemmK; 0 or 1: whole
 }
 
-// GemmShape is the shape of one GEMM call: what a benchmark needs to replay
-// a training step's matrix products through another BLAS.
-type GemmShape struct {
-	TransA, TransB bool
-	M, N, K, Batch int
-}
-
 // ObserveGemm makes the device call f with the shape of every later Gemm and
 // GemmStridedBatched (Batch 1 for Gemm); nil stops it. Layers allocate their
 // tensors on this device and call it through Tensor.Device, so observing
@@ -250,7 +243,7 @@ func (d *CPUDevice) Gemm(transA, transB bool, m, n, k int, alpha float32, a *Ten
 	d.own("Gemm", a, b, c)
 	check.Gemm(transA, transB, m, n, k, a, aOff, lda, b, bOff, ldb, c, cOff, ldc)
 	if d.observe != nil {
-		d.observe(GemmShape{transA, transB, m, n, k, 1})
+		d.observe(GemmShape{M: m, N: n, K: k, Batch: 1, TransA: transA, TransB: transB})
 	}
 	ha, hb, hc := a.Host(), b.Host(), c.Host()
 	d.eachKPart(transA, transB, k, lda, ldb, beta, func(aShift, bShift, kk int, beta float32) {
@@ -301,7 +294,7 @@ func (d *CPUDevice) GemmStridedBatched(transA, transB bool, m, n, k int, alpha f
 	d.own("GemmStridedBatched", a, b, c)
 	check.GemmStridedBatched(transA, transB, m, n, k, a, aOff, lda, strideA, b, bOff, ldb, strideB, c, cOff, ldc, strideC, batch)
 	if d.observe != nil {
-		d.observe(GemmShape{transA, transB, m, n, k, batch})
+		d.observe(GemmShape{M: m, N: n, K: k, Batch: batch, TransA: transA, TransB: transB})
 	}
 	ha, hb, hc := a.Host(), b.Host(), c.Host()
 	d.eachKPart(transA, transB, k, lda, ldb, beta, func(aShift, bShift, kk int, beta float32) {

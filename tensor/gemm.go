@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"fmt"
 	"runtime"
 	"sync/atomic"
 
@@ -19,6 +20,42 @@ import (
 //
 // A slice must hold at least (rows-1)*ld + cols elements of the matrix it
 // stores. C must not overlap A or B.
+
+// GemmShape is one matrix product C(M,N) = op(A) op(B) with K inner, Batch
+// products of that shape at once (attention's per-head products; 0 counts
+// as 1): what the engine records (CPUDevice.ObserveGemm), the plan prices
+// and the benchmarks time.
+type GemmShape struct {
+	M      int  `json:"m"`
+	N      int  `json:"n"`
+	K      int  `json:"k"`
+	Batch  int  `json:"batch,omitempty"`
+	TransA bool `json:"ta,omitempty"`
+	TransB bool `json:"tb,omitempty"`
+}
+
+// Flops is the product's FLOPs, 2 M N K per batch entry.
+func (g GemmShape) Flops() float64 {
+	return 2 * float64(g.M) * float64(g.N) * float64(g.K) * float64(max(g.Batch, 1))
+}
+
+// String is "MxNxK", with ":tA"/":tB" and "*batch" when they apply.
+func (g GemmShape) String() string {
+	s := fmt.Sprintf("%dx%dx%d", g.M, g.N, g.K)
+	if g.TransA || g.TransB {
+		s += ":"
+		if g.TransA {
+			s += "tA"
+		}
+		if g.TransB {
+			s += "tB"
+		}
+	}
+	if g.Batch > 1 {
+		s += fmt.Sprintf("*%d", g.Batch)
+	}
+	return s
+}
 
 // gemmThreads is the number of goroutines a GEMM call may use; 0 means
 // runtime.GOMAXPROCS(0) at call time.

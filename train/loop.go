@@ -375,7 +375,8 @@ func (t *trainer) writeRunLine() error {
 		TPRank: t.mesh.TPRank(), DPRank: t.mesh.DPRank(), TP: t.cfg.TP, DP: t.cfg.DP(),
 		PPRank: t.mesh.PPRank(), PP: t.mesh.PPSize(),
 		Host: host, Device: t.dev.Name(), TotalSteps: t.total,
-		Params: config.ParamCount(t.cfg, t.data.Vocab), FlopsPerToken: config.FlopsPerToken(t.cfg, t.data.Vocab),
+		Params: config.ParamCount(t.cfg, t.data.Vocab), FlopsPerToken: config.ModelFlopsPerToken(t.cfg, t.data.Vocab),
+		HardwareFlopsPerToken: config.HardwareFlopsPerToken(t.cfg, t.data.Vocab),
 	})
 }
 

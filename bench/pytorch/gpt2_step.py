@@ -111,6 +111,9 @@ def main():
     torch.manual_seed(1)
     model = GPT(a.vocab, a.seq, a.layers, a.dim, a.heads, a.attn).to(dev)
     params = sum(p.numel() for p in model.parameters())
+    # hpcrun's model FLOPs a token (config.ModelFlopsPerToken): 6 a
+    # parameter and attention's 12 x layers x seq x dim.
+    model_flops = 6 * params + 12 * a.layers * a.seq * a.dim
     decay = [p for p in model.parameters() if p.dim() == 2]
     other = [p for p in model.parameters() if p.dim() != 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": other, "weight_decay": 0.0}],
@@ -141,7 +144,7 @@ def main():
         "device": torch.cuda.get_device_name(),
         "attn": a.attn, "dtype": a.dtype, "params": params, "bsz": a.bsz, "seq": a.seq,
         "step_s": step, "step_s_min": min(times), "step_s_max": max(times), "steps": len(times),
-        "tokens_per_s": tokens / step, "model_tflops": 6 * params * tokens / step / 1e12,
+        "tokens_per_s": tokens / step, "model_tflops": model_flops * tokens / step / 1e12,
         "peak_bytes": torch.cuda.max_memory_allocated(), "reserved_bytes": torch.cuda.max_memory_reserved(),
         "loss": loss,
     }

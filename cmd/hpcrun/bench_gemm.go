@@ -50,7 +50,7 @@ func benchGemmCommand() *cli.Command {
 					shapes = append(shapes, sh)
 				}
 			} else if c.Bool("quick") {
-				shapes = slices.DeleteFunc(slices.Clone(shapes), func(s bench.GemmShape) bool {
+				shapes = slices.DeleteFunc(slices.Clone(shapes), func(s tensor.GemmShape) bool {
 					return s.M*s.N*s.K > 1<<30
 				})
 			}

@@ -18,7 +18,8 @@ func benchStepCommand() *cli.Command {
 		Name:  "step",
 		Usage: "time one training step and its model GFLOP/s, against OpenBLAS sgemm on the step's own GEMMs (cpu) or as tokens/s and peak memory (cuda)",
 		Description: "Times full training steps (forward, backward, AdamW) of a preset on the CPU at tp=1,\n" +
-			"on random tokens. Model GFLOP/s counts 6 x parameters x tokens per step. The peer\n" +
+			"on random tokens. Model GFLOP/s counts the model's FLOPs as MFU does everywhere: a\n" +
+			"token's 6 x parameters + attention's 12 x layers x seq x dim. The peer\n" +
 			"replays every GEMM of one step through OpenBLAS sgemm in the same run (binaries\n" +
 			"built with -tags openblas), so the ratio says how close the whole step comes to\n" +
 			"the BLAS alone. Example: hpcrun bench step --model gpt2-124m --bsz 4 --seq 64\n\n" +

@@ -178,7 +178,7 @@ func TestRunRecordsPlanAndMFU(t *testing.T) {
 		t.Skip("trains for a second")
 	}
 	e := newEnv(t)
-	e.mustRun("run", "--nproc", "1", "--steps", "6", "--eval-every", "0")
+	e.mustRun("run", "--nproc", "1", "--steps", "6", "--eval-every", "0", "--recompute", "full")
 	dir := e.onlyRun()
 	b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
 	if err != nil {
@@ -190,6 +190,7 @@ func TestRunRecordsPlanAndMFU(t *testing.T) {
 				PeakFlops     float64 `json:"peak_flops"`
 				FlopsPerToken float64 `json:"flops_per_token"`
 				MFU           float64 `json:"mfu"`
+				HFU           float64 `json:"hfu"`
 				TokensPerS    float64 `json:"tokens_per_s"`
 			} `json:"time"`
 		} `json:"plan"`
@@ -204,6 +205,7 @@ func TestRunRecordsPlanAndMFU(t *testing.T) {
 		TokensPerS     float64               `json:"tokens_per_s"`
 		PeakFlops      float64               `json:"peak_flops"`
 		MFU            float64               `json:"mfu"`
+		HFU            float64               `json:"hfu"`
 		Plan           *struct{ Rows []any } `json:"plan"`
 	}
 	if err := json.Unmarshal([]byte(e.mustRun("metrics", "--json", id)), &got); err != nil {
@@ -223,6 +225,11 @@ func TestRunRecordsPlanAndMFU(t *testing.T) {
 		t.Errorf("plan: %g FLOPs a token, MFU %g at %g tokens/s; run: %g FLOPs a token, MFU %g at %g tokens/s",
 			meta.Plan.Time.FlopsPerToken, meta.Plan.Time.MFU, meta.Plan.Time.TokensPerS, fpt, got.MFU, got.TokensPerS)
 	}
+	// Under recomputation HFU stands to MFU as hardware FLOPs to model
+	// FLOPs, in the plan and in the run alike.
+	if r, want := got.HFU/got.MFU, meta.Plan.Time.HFU/meta.Plan.Time.MFU; !(r > 1) || math.Abs(r-want) > 1e-12*want {
+		t.Errorf("recompute full: run HFU/MFU %g, the plan's %g; want them equal and over 1", r, want)
+	}
 	// hpcrun plan of the same run (its one rank on every core, as hpcrun
 	// run gives it) prices it at the same peak.
 	var pl struct {
@@ -235,7 +242,7 @@ func TestRunRecordsPlanAndMFU(t *testing.T) {
 		t.Errorf("hpcrun plan's peak %g (%v), the run's plan's %g", pl.Time.PeakFlops, err, peak)
 	}
 	text := e.mustRun("metrics", id)
-	for _, want := range []string{"plan vs run", "tokens/s", fmt.Sprintf("MFU %s of ", pctText(got.MFU))} {
+	for _, want := range []string{"plan vs run", "tokens/s", fmt.Sprintf("MFU %s of ", pctText(got.MFU)), fmt.Sprintf("HFU %s: ", pctText(got.HFU))} {
 		if !strings.Contains(text, want) {
 			t.Errorf("metrics %s lacks %q:\n%s", id, want, text)
 		}

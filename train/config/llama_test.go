@@ -26,11 +26,11 @@ func TestLlamaParamCount(t *testing.T) {
 		if got := ParamCount(c, tc.vocab); got != tc.want {
 			t.Errorf("%s: %d parameters, want %d", tc.preset, got, tc.want)
 		}
-		if got, want := FlopsPerToken(c, tc.vocab), 6*float64(tc.want)+12*float64(c.Layers*c.Seq*c.Dim); got != want {
+		if got, want := ModelFlopsPerToken(c, tc.vocab), 6*float64(tc.want)+12*float64(c.Layers*c.Seq*c.Dim); got != want {
 			t.Errorf("%s: %g FLOPs a token, want %g", tc.preset, got, want)
 		}
 		c.UntiedHead = true
-		if got, want := FlopsPerToken(c, tc.vocab), 6*float64(tc.want)+12*float64(c.Layers*c.Seq*c.Dim); got != want {
+		if got, want := ModelFlopsPerToken(c, tc.vocab), 6*float64(tc.want)+12*float64(c.Layers*c.Seq*c.Dim); got != want {
 			t.Errorf("%s untied: %g FLOPs a token, want %g (the table is looked up)", tc.preset, got, want)
 		}
 		if got := ParamCount(c, tc.vocab); got != tc.want+int64(tc.vocab*c.Dim) {

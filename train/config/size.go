@@ -22,11 +22,13 @@ func ParamCount(cfg Config, vocab int) int64 {
 	}
 	C, L := int64(cfg.Dim), int64(cfg.Layers)
 	if cfg.Model == "llama" {
-		return llamaParams(cfg, int64(vp))
+		n := int64(vp)*C + L*blockParams(cfg) + C
+		if cfg.UntiedHead {
+			n += int64(vp) * C
+		}
+		return n
 	}
-	// Per block: ln_1, ln_2 (2C each), c_attn (3C*C + 3C), attn.c_proj
-	// (C*C + C), mlp.c_fc (4C*C + 4C), mlp.c_proj (4C*C + C).
-	n := int64(vp)*C + int64(cfg.PositionRows())*C + L*(12*C*C+13*C) + 2*C
+	n := int64(vp)*C + int64(cfg.PositionRows())*C + L*blockParams(cfg) + 2*C
 	if cfg.Model == "bert" {
 		n += C*C + C + NumClasses*C + NumClasses
 	}
@@ -36,35 +38,62 @@ func ParamCount(cfg Config, vocab int) int64 {
 	return n
 }
 
-// llamaParams counts a Llama's parameters with the padded vocabulary vp:
-// the embedding, per block two RMSNorm weights, the fused Q,K,V
-// projection (heads query and 2*kv_heads key/value heads of dim/heads
-// rows), the output projection and the three SwiGLU matrices, the final
-// RMSNorm, and an untied head's table.
-func llamaParams(cfg Config, vp int64) int64 {
-	C, L, F := int64(cfg.Dim), int64(cfg.Layers), int64(cfg.Hidden())
+// blockParams is one transformer block's parameters (all shards). A GPT or
+// BERT block: ln_1, ln_2 (2C each), c_attn (3C*C + 3C), attn.c_proj (C*C +
+// C), mlp.c_fc (4C*C + 4C), mlp.c_proj (4C*C + C). A Llama block: two
+// RMSNorm weights, the fused Q,K,V projection (heads query and 2*kv_heads
+// key/value heads of dim/heads rows), the output projection and the three
+// SwiGLU matrices.
+func blockParams(cfg Config) int64 {
+	C := int64(cfg.Dim)
+	if cfg.Model != "llama" {
+		return 12*C*C + 13*C
+	}
 	hd := C / int64(max(cfg.Heads, 1))
 	qkv := int64(cfg.Heads+2*cfg.KVHeadCount()) * hd
-	n := vp*C + L*(2*C+qkv*C+C*C+3*F*C) + C
-	if cfg.UntiedHead {
-		n += vp * C
-	}
-	return n
+	return 2*C + qkv*C + C*C + 3*int64(cfg.Hidden())*C
 }
 
-// FlopsPerToken is the training FLOPs per token of the whole model, forward
-// and backward: 6 per parameter plus attention's 12*layers*seq*dim (the
-// scores and the weighted values of every query head). The parameters are
-// ParamCount's, so grouped-query attention counts its smaller key/value
-// projections and SwiGLU its three matrices; an untied Llama's embedding
-// table is looked up, not multiplied, and does not count.
-func FlopsPerToken(cfg Config, vocab int) float64 {
+// ModelFlopsPerToken is the training FLOPs per token of the whole model,
+// forward and backward, that MFU counts everywhere (the plan, a run's
+// metrics, bench step): 6 per parameter plus attention's 12*layers*seq*dim
+// (the scores and the weighted values of every query head). The parameters
+// are ParamCount's, the padded vocabulary's rows included (the head
+// multiplies by them), so grouped-query attention counts its smaller
+// key/value projections and SwiGLU its three matrices; an untied Llama's
+// embedding table is looked up, not multiplied, and does not count.
+// Activation recomputation is not counted: see HardwareFlopsPerToken.
+func ModelFlopsPerToken(cfg Config, vocab int) float64 {
 	n := ParamCount(cfg, vocab)
 	if cfg.Model == "llama" && cfg.UntiedHead {
 		vp, _ := parallel.PadVocab(vocab, max(cfg.TP, 1))
 		n -= int64(vp) * int64(cfg.Dim)
 	}
-	return 6*float64(n) + 12*float64(cfg.Layers*cfg.Seq*cfg.Dim)
+	return 6*float64(n) + 3*attentionForwardFlops(cfg)
+}
+
+// HardwareFlopsPerToken is ModelFlopsPerToken plus the forward that
+// activation recomputation runs again in the backward, what HFU counts (as
+// Megatron-LM and torchtitan report HFU beside MFU): under selective
+// recomputation attention's two products, under full every block's
+// forward, 2 a block parameter and attention's. Without recomputation it
+// is ModelFlopsPerToken.
+func HardwareFlopsPerToken(cfg Config, vocab int) float64 {
+	f := ModelFlopsPerToken(cfg, vocab)
+	switch cfg.RecomputeMode() {
+	case parallel.RecomputeSelective:
+		f += attentionForwardFlops(cfg)
+	case parallel.RecomputeFull:
+		f += 2*float64(int64(cfg.Layers)*blockParams(cfg)) + attentionForwardFlops(cfg)
+	}
+	return f
+}
+
+// attentionForwardFlops is the forward FLOPs per token of attention's two
+// products in every layer, Q K^T and P V over seq keys: 4*layers*seq*dim
+// (the backward is twice that).
+func attentionForwardFlops(cfg Config) float64 {
+	return 4 * float64(cfg.Layers) * float64(cfg.Seq) * float64(cfg.Dim)
 }
 
 // The largest model shape hpcrun accepts from a file or a flag, far past

@@ -12,7 +12,7 @@
 //
 // Summarize turns the ranks of one run into the figures hpcrun metrics shows:
 // step time percentiles, throughput, share of time in communication, peak
-// memory per rank, model FLOP/s and MFU. ReadSummary computes the same
+// memory per rank, model FLOP/s, MFU and HFU. ReadSummary computes the same
 // straight from the files in one streaming pass that keeps no steps (one
 // float64 per step for the percentiles), so a run of a million steps sums up
 // in a fraction of a second and a few tens of MB; ReadRun keeps every line,

@@ -4,7 +4,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/hpcrun/hpcrun/train/config"
 )
 
 func TestMFU(t *testing.T) {
@@ -84,6 +87,48 @@ func TestSummaryMFUOverPlanPeak(t *testing.T) {
 			if float64(s.PeakFlops) != c.wantPeak || math.Abs(float64(s.MFU)-want) > 1e-15 {
 				t.Errorf("%s: peak %v, MFU %v, want %g and %g", c.name, s.PeakFlops, s.MFU, c.wantPeak, want)
 			}
+		}
+	}
+}
+
+// A run that recomputes shows HFU beside MFU: MFU's rule over the
+// hardware FLOPs, so that HFU/MFU is their ratio, for GPT-2 124M under
+// full recomputation 1,067,959,296 / 860,101,632 (worked out by hand in
+// config's TestFlopsPerTokenGPT2). A run that does not, or whose run line
+// has no hardware FLOPs (an older hpcrun), shows MFU alone.
+func TestSummaryHFU(t *testing.T) {
+	for _, c := range []struct {
+		recompute string
+		hardware  bool // the run line has hardware_flops_per_token
+		wantRatio float64
+	}{
+		{"full", true, 1067959296.0 / 860101632.0},
+		{"selective", true, 897850368.0 / 860101632.0},
+		{"none", true, 1},
+		{"full", false, math.NaN()},
+	} {
+		cfg := config.DefaultConfig()
+		mustOK(t, cfg.ApplyPreset("gpt2-124m"))
+		cfg.Recompute = c.recompute
+		mustOK(t, cfg.Validate())
+		info := &RunInfo{FlopsPerToken: config.ModelFlopsPerToken(cfg, 50257), PeakFlops: 989e12}
+		if c.hardware {
+			info.HardwareFlopsPerToken = config.HardwareFlopsPerToken(cfg, 50257)
+		}
+		s := Summary{Step: 10, TokensPerS: 4e5, MFU: nanF, HFU: nanF, ModelFlopsPerS: nanF, PeakFlops: nanF,
+			Config: RunConfig{Recompute: c.recompute, NTasks: 8}}
+		s.flops(info, Meta{}, 8)
+		if got := float64(s.HFU / s.MFU); math.IsNaN(c.wantRatio) != math.IsNaN(got) || !math.IsNaN(got) && math.Abs(got-c.wantRatio) > 1e-15 {
+			t.Errorf("recompute %s: HFU %v / MFU %v = %v, want %v", c.recompute, s.HFU, s.MFU, got, c.wantRatio)
+		}
+		var b strings.Builder
+		mustOK(t, WriteSummary(&b, s))
+		hfuLine := "HFU " + pct(s.HFU) + ": the forward that recompute " + c.recompute + " runs again counted"
+		if shown := strings.Contains(b.String(), hfuLine); shown != (c.hardware && c.recompute != "none") {
+			t.Errorf("recompute %s: HFU line %q shown %v:\n%s", c.recompute, hfuLine, shown, b.String())
+		}
+		if n := strings.Count(b.String(), "HFU"); n > 1 {
+			t.Errorf("recompute %s: HFU on %d lines:\n%s", c.recompute, n, b.String())
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -52,6 +53,9 @@ func WriteSummary(w io.Writer, s Summary) error {
 			line("compute", "%sFLOP/s of model FLOPs   MFU %s of %sFLOP/s x %d ranks", si(s.ModelFlopsPerS), pct(s.MFU), si(s.PeakFlops), s.Config.NTasks)
 		case s.ModelFlopsPerS.Known():
 			line("compute", "%sFLOP/s of model FLOPs   MFU unknown (no device peak recorded)", si(s.ModelFlopsPerS))
+		}
+		if s.Recomputes() {
+			line("hardware", "HFU %s: the forward that recompute %s runs again counted", pct(s.HFU), c.Recompute)
 		}
 		line("loss", "last %s (step %d)", num(s.LastLoss), s.Step)
 	}
@@ -159,6 +163,9 @@ func WriteCompare(w io.Writer, ss []Summary) error {
 		return s.MemorySource
 	})
 	row("MFU", func(s Summary) string { return pct(s.MFU) })
+	if slices.ContainsFunc(ss, Summary.Recomputes) {
+		row("HFU", func(s Summary) string { return pct(s.HFU) })
+	}
 	row("last loss", func(s Summary) string { return num(s.LastLoss) })
 	row("best accuracy", func(s Summary) string { return pct(s.BestAccuracy) })
 	row("problems", func(s Summary) string { return fmt.Sprint(len(s.Problems)) })
@@ -255,4 +262,10 @@ func bytesText(n int64) string {
 		return "-"
 	}
 	return units.Bytes(n, 1)
+}
+
+// Recomputes says whether s's HFU is known and not its MFU: the run
+// recomputed activations, so the devices ran more FLOPs than the model's.
+func (s Summary) Recomputes() bool {
+	return s.HFU.Known() && s.HFU != s.MFU
 }

@@ -160,6 +160,10 @@ type Summary struct {
 	// unknown without either (MFU is then unknown too).
 	PeakFlops Float `json:"peak_flops"`
 	MFU       Float `json:"mfu"` // ModelFlopsPerS / (PeakFlops x world), metrics.MFU
+	// HFU is metrics.HFU, over the same peak: MFU with recomputation's
+	// forward counted. Unknown without the run line's
+	// hardware_flops_per_token.
+	HFU Float `json:"hfu"`
 
 	LastLoss     Float `json:"last_loss"` // mean over data-parallel replicas at Step
 	LastEvalLoss Float `json:"last_eval_loss"`
@@ -542,7 +546,7 @@ func summarize(run *Run, seen []rankSeen, agg jobAgg) (Summary, Curves) {
 	s := Summary{ExecID: run.ExecID, JobID: run.Meta.JobID, Ranks: len(run.Ranks),
 		WallS: nanF, LastTS: nanF, WarmupStepS: nanF, StepP50S: nanF, StepP90S: nanF,
 		SamplesPerS: nanF, TokensPerS: nanF, SamplesPerSPerRank: nanF, TokensPerSPerRank: nanF,
-		CommShare: nanF, CommP50S: nanF, ModelFlopsPerS: nanF, PeakFlops: nanF, MFU: nanF, LastLoss: nanF, LastEvalLoss: nanF,
+		CommShare: nanF, CommP50S: nanF, ModelFlopsPerS: nanF, PeakFlops: nanF, MFU: nanF, HFU: nanF, LastLoss: nanF, LastEvalLoss: nanF,
 		BestAccuracy: nanF, LastAccuracy: nanF, MemorySource: "engine"}
 	for _, p := range run.Problems {
 		s.Problems = append(s.Problems, p.String())
@@ -829,7 +833,7 @@ func percentile(sorted []float64, p float64) float64 {
 	return sorted[max(i, 0)]
 }
 
-// flops sets the model FLOP/s and the MFU. The peak is the plan's, so
+// flops sets the model FLOP/s, the MFU and the HFU. The peak is the plan's, so
 // that the plan's MFU and the run's are over one peak, unless the plan
 // was made for another kind of device than the run had (a CPU plan of a
 // GPU run): the run line's then, if it has one.
@@ -849,6 +853,9 @@ func (s *Summary) flops(info *RunInfo, meta Meta, world int) {
 	}
 	s.ModelFlopsPerS = Float(info.FlopsPerToken) * s.TokensPerS
 	s.MFU = Float(MFU(info.FlopsPerToken, float64(s.TokensPerS), peak, world))
+	if info.HardwareFlopsPerToken > 0 {
+		s.HFU = Float(HFU(info.HardwareFlopsPerToken, float64(s.TokensPerS), peak, world))
+	}
 }
 
 func (s *Summary) memory(run *Run, seen []rankSeen) {

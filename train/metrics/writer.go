@@ -122,6 +122,7 @@ func (w *Writer) Run(info RunInfo) error {
 		}
 	}
 	info.FlopsPerToken = finite(info.FlopsPerToken)
+	info.HardwareFlopsPerToken = finite(info.HardwareFlopsPerToken)
 	info.PeakFlops = finite(info.PeakFlops)
 	body, err := json.Marshal(info)
 	if err != nil {

@@ -85,7 +85,7 @@ func (d Device) gemmSeconds(gs []GemmCount) float64 {
 	}
 	var s float64
 	for _, g := range gs {
-		s += g.Flops() * float64(g.Count) / d.Rates.GemmFlops(g.Gemm, d.Threads, d.Cores)
+		s += g.Flops() * float64(g.Count) / d.Rates.GemmFlops(g.GemmShape, d.Threads, d.Cores)
 	}
 	return s
 }

@@ -4,12 +4,13 @@ import (
 	"fmt"
 
 	"github.com/hpcrun/hpcrun/parallel"
+	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
 )
 
 // GemmCount is a matrix product a step runs Count times.
 type GemmCount struct {
-	Gemm
+	tensor.GemmShape
 	Count int `json:"count"`
 }
 
@@ -21,9 +22,9 @@ type linear struct{ in, out int }
 // them: y = x W^T, dx = dy W, dW = dy^T x.
 func (l linear) products(n int) []GemmCount {
 	return []GemmCount{
-		{Gemm{M: n, N: l.out, K: l.in, TransB: true}, 1},
-		{Gemm{M: n, N: l.in, K: l.out}, 1},
-		{Gemm{M: l.out, N: l.in, K: n, TransA: true}, 1},
+		{tensor.GemmShape{M: n, N: l.out, K: l.in, TransB: true}, 1},
+		{tensor.GemmShape{M: n, N: l.in, K: l.out}, 1},
+		{tensor.GemmShape{M: l.out, N: l.in, K: n, TransA: true}, 1},
 	}
 }
 
@@ -57,16 +58,16 @@ func (s shapes) attention(fwdOnly bool) []GemmCount {
 	h := s.cfg.Heads / int(s.tp)
 	hd := int(s.C) / s.cfg.Heads
 	g := []GemmCount{
-		{Gemm{M: T, N: T, K: hd, Batch: h, TransB: true}, B},
-		{Gemm{M: T, N: hd, K: T, Batch: h}, B},
+		{tensor.GemmShape{M: T, N: T, K: hd, Batch: h, TransB: true}, B},
+		{tensor.GemmShape{M: T, N: hd, K: T, Batch: h}, B},
 	}
 	if fwdOnly {
 		return g
 	}
 	return append(g,
-		GemmCount{Gemm{M: T, N: T, K: hd, Batch: h, TransB: true}, B},
-		GemmCount{Gemm{M: T, N: hd, K: T, Batch: h}, B},
-		GemmCount{Gemm{M: T, N: hd, K: T, Batch: h, TransA: true}, 2 * B})
+		GemmCount{tensor.GemmShape{M: T, N: T, K: hd, Batch: h, TransB: true}, B},
+		GemmCount{tensor.GemmShape{M: T, N: hd, K: T, Batch: h}, B},
+		GemmCount{tensor.GemmShape{M: T, N: hd, K: T, Batch: h, TransA: true}, 2 * B})
 }
 
 // gemms are the matrix products of one micro-batch on a rank of the
@@ -101,7 +102,7 @@ func (s shapes) gemms() []GemmCount {
 		// BERT's head: the pooled mean over the sequence (forward and
 		// backward, as products of B x C by the tokens) and cls.fc1's.
 		B, C := int(s.B), int(s.C)
-		out = append(out, GemmCount{Gemm{M: B, N: C, K: n}, 2})
+		out = append(out, GemmCount{tensor.GemmShape{M: B, N: C, K: n}, 2})
 		out = append(out, linear{C, int(s.cl)}.products(B)...)
 	}
 	return out
@@ -185,17 +186,17 @@ func operandElems(gs []GemmCount) int64 {
 // doubling, so it may hold somewhat more (an estimate, not exact).
 func (s shapes) bf16Operands() int64 {
 	var a, b int64
-	add := func(g Gemm, batch int) {
+	add := func(g tensor.GemmShape, batch int) {
 		a = max(a, int64(g.M)*int64(g.K)*int64(batch))
 		b = max(b, int64(g.K)*int64(g.N)*int64(batch))
 	}
 	for _, g := range s.gemms() {
-		add(g.Gemm, max(g.Batch, 1))
+		add(g.GemmShape, max(g.Batch, 1))
 	}
 	// The engine batches attention's products over the sequences where
 	// they outnumber the heads (tensor's headGemms).
 	for _, g := range s.attention(false) {
-		add(g.Gemm, max(g.Batch, int(s.B)))
+		add(g.GemmShape, max(g.Batch, int(s.B)))
 	}
 	return 2 * (a + b)
 }

@@ -142,7 +142,7 @@ func hostCPU(s Share, m Machine, rates *CPURates, why error, comm *CommRates) De
 		// shape (Device.gemmSeconds).
 		var at []float64
 		for _, g := range rates.Gemms {
-			at = append(at, rates.GemmFlops(g.Gemm, threads, cores))
+			at = append(at, rates.GemmFlops(g.GemmShape, threads, cores))
 		}
 		d = CPU(stats.Median(at), m.Mem/int64(max(s.TasksPerNode, 1)), cores, "")
 		d.MemBandwidth, d.OptBandwidth = rates.StreamBandwidth(threads, cores)

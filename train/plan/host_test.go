@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
 )
 
@@ -61,8 +62,8 @@ func TestMemInfoTotal(t *testing.T) {
 // for a small product, 20 and 40 for a large, 30 and 60 for a batched
 // one; Add at 8 and 12 GB/s, AdamW at 10 and 16.
 func testRates() *CPURates {
-	small, large := Gemm{M: 64, N: 64, K: 64}, Gemm{M: 1024, N: 1024, K: 1024}
-	batched := Gemm{M: 128, N: 128, K: 32, Batch: 8, TransB: true}
+	small, large := tensor.GemmShape{M: 64, N: 64, K: 64}, tensor.GemmShape{M: 1024, N: 1024, K: 1024}
+	batched := tensor.GemmShape{M: 128, N: 128, K: 32, Batch: 8, TransB: true}
 	return &CPURates{Format: RatesFormat, CPU: "Test CPU", Measured: time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC),
 		Gemms:  []GemmRate{{small, 1, 10}, {large, 1, 20}, {batched, 1, 30}, {small, 2, 20}, {large, 2, 40}, {batched, 2, 60}},
 		Stream: []StreamRate{{Threads: 1, AddGBs: 8, AdamGBs: 10}, {Threads: 2, AddGBs: 12, AdamGBs: 16}}}
@@ -193,19 +194,19 @@ func TestCommWarnings(t *testing.T) {
 // between and beyond those measured, and cores shared by the threads.
 func TestRatesLookup(t *testing.T) {
 	r := testRates()
-	mid := Gemm{M: 256, N: 256, K: 256} // log FLOPs halfway between 64^3 and 1024^3
+	mid := tensor.GemmShape{M: 256, N: 256, K: 256} // log FLOPs halfway between 64^3 and 1024^3
 	for _, tt := range []struct {
-		g       Gemm
+		g       tensor.GemmShape
 		threads int
 		cores   float64
 		want    float64 // GFLOP/s
 	}{
-		{Gemm{M: 64, N: 64, K: 64}, 1, 1, 10},
+		{tensor.GemmShape{M: 64, N: 64, K: 64}, 1, 1, 10},
 		{mid, 1, 1, 15},
 		{mid, 2, 2, 30},
-		{Gemm{M: 8, N: 8, K: 8}, 2, 2, 20},          // below the smallest: flat
-		{Gemm{M: 4096, N: 4096, K: 4096}, 1, 1, 20}, // above the largest: flat
-		{Gemm{M: 64, N: 64, K: 16, Batch: 4}, 2, 2, 60},
+		{tensor.GemmShape{M: 8, N: 8, K: 8}, 2, 2, 20},          // below the smallest: flat
+		{tensor.GemmShape{M: 4096, N: 4096, K: 4096}, 1, 1, 20}, // above the largest: flat
+		{tensor.GemmShape{M: 64, N: 64, K: 16, Batch: 4}, 2, 2, 60},
 		{mid, 4, 4, 60},    // 4 threads: per thread as at 2
 		{mid, 1, 0.5, 7.5}, // half a core
 		{mid, 2, 1, 15},    // 2 threads on 1 core

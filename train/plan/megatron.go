@@ -53,7 +53,10 @@ var PaperTable = []PaperRow{
 // PaperFlops is the paper's count of the FLOPs of one iteration (§5.1,
 // with activation recomputation: one forward more): 96 B s l h^2 (1 +
 // s/(6h) + V/(16 l h)) for a global batch of B sequences of s tokens, l
-// layers of width h and a vocabulary of V.
+// layers of width h and a vocabulary of V. It serves only to set a plan
+// at scale beside the paper's table (Scale.TFLOPs); MFU and HFU count
+// config.ModelFlopsPerToken and config.HardwareFlopsPerToken, which add
+// the biases, norms and position table the paper leaves out.
 func PaperFlops(batch, seq, layers, dim, vocab int) float64 {
 	B, s, l, h, V := float64(batch), float64(seq), float64(layers), float64(dim), float64(vocab)
 	return 96 * B * s * l * h * h * (1 + s/(6*h) + V/(16*l*h))

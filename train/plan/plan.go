@@ -246,11 +246,15 @@ type Time struct {
 	Warnings []string `json:"warnings,omitempty"`
 	// TokensPerS is the job's (all data-parallel replicas).
 	TokensPerS float64 `json:"tokens_per_s"`
-	// FlopsPerToken is config.FlopsPerToken, the convention MFU uses in
+	// FlopsPerToken is config.ModelFlopsPerToken, the convention MFU uses in
 	// hpcrun metrics; PeakFlops the device's peak at the run's precision.
 	FlopsPerToken float64 `json:"flops_per_token"`
 	PeakFlops     float64 `json:"peak_flops"`
 	MFU           float64 `json:"mfu"` // metrics.MFU, the rule a run's summary uses
+	// HardwareFlopsPerToken is config.HardwareFlopsPerToken: the model's
+	// and the forward recomputation runs again; HFU is metrics.HFU of it.
+	HardwareFlopsPerToken float64 `json:"hardware_flops_per_token"`
+	HFU                   float64 `json:"hfu"`
 }
 
 const f32 = 4 // bytes of a float32
@@ -883,7 +887,7 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 	t.StepS = t.ComputeS + t.MemoryS + t.CommS - t.TurnS + t.BubbleS
 	t.CommShare = t.CommS / t.StepS
 	t.TokensPerS = float64(cfg.BatchSize*cfg.Seq) * accum * dp / t.StepS
-	t.FlopsPerToken = config.FlopsPerToken(cfg, vocab)
+	t.FlopsPerToken = config.ModelFlopsPerToken(cfg, vocab)
 	t.PeakFlops = dev.FP32Flops
 	switch {
 	case cfg.Precision == "bf16" && dev.BF16Flops > 0:
@@ -892,6 +896,8 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		t.PeakFlops = dev.TF32Flops
 	}
 	t.MFU = metrics.MFU(t.FlopsPerToken, t.TokensPerS, t.PeakFlops, cfg.NTasks)
+	t.HardwareFlopsPerToken = config.HardwareFlopsPerToken(cfg, vocab)
+	t.HFU = metrics.HFU(t.HardwareFlopsPerToken, t.TokensPerS, t.PeakFlops, cfg.NTasks)
 	return t
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hpcrun/hpcrun/internal/atomicfile"
+	"github.com/hpcrun/hpcrun/tensor"
 )
 
 // This file is the CPU's measured rates, as hpcrun bench gemm keeps them
@@ -29,44 +30,9 @@ const RatesFormat = 2
 // ErrOldRates says the cache file is of an older format.
 var ErrOldRates = errors.New("cpu-gemm.json is of an older format: rerun hpcrun bench gemm")
 
-// Gemm is one matrix product as the engine calls it (tensor.GemmShape):
-// C(M,N) = op(A) op(B) with K inner, Batch products of that shape at once
-// (the attention's per-head products; 1 for a plain GEMM).
-type Gemm struct {
-	M      int  `json:"m"`
-	N      int  `json:"n"`
-	K      int  `json:"k"`
-	Batch  int  `json:"batch,omitempty"` // 0 counts as 1
-	TransA bool `json:"ta,omitempty"`
-	TransB bool `json:"tb,omitempty"`
-}
-
-// Flops is the product's FLOPs, 2 M N K per batch entry.
-func (g Gemm) Flops() float64 {
-	return 2 * float64(g.M) * float64(g.N) * float64(g.K) * float64(max(g.Batch, 1))
-}
-
-// String is "MxNxK", with ":tA"/":tB" and "*batch" when they apply.
-func (g Gemm) String() string {
-	s := fmt.Sprintf("%dx%dx%d", g.M, g.N, g.K)
-	if g.TransA || g.TransB {
-		s += ":"
-		if g.TransA {
-			s += "tA"
-		}
-		if g.TransB {
-			s += "tB"
-		}
-	}
-	if g.Batch > 1 {
-		s += fmt.Sprintf("*%d", g.Batch)
-	}
-	return s
-}
-
 // GemmRate is a GEMM shape's measured rate on Threads threads.
 type GemmRate struct {
-	Gemm
+	tensor.GemmShape
 	Threads int     `json:"threads"`
 	GFlops  float64 `json:"gflops"`
 }
@@ -127,7 +93,7 @@ func (r *CPURates) Check() error {
 // kind (batched or not) measured, at the thread counts measured around
 // threads (linear in threads; beyond the most, per thread as at the most),
 // times cores/threads when the threads share cores.
-func (r *CPURates) GemmFlops(g Gemm, threads int, cores float64) float64 {
+func (r *CPURates) GemmFlops(g tensor.GemmShape, threads int, cores float64) float64 {
 	at := func(t int) float64 { return gemmAt(r.Gemms, g, t) }
 	var ts []int
 	for _, x := range r.Gemms {
@@ -200,7 +166,7 @@ func byThreads(ts []int, at func(int) float64, threads int, cores float64, perTh
 // gemmAt is the GFLOP/s of g at exactly t threads: its shape's, else
 // interpolated in log(FLOPs) between the measured shapes of its kind
 // (batched or not; any kind when none is), the ends held flat.
-func gemmAt(rates []GemmRate, g Gemm, t int) float64 {
+func gemmAt(rates []GemmRate, g tensor.GemmShape, t int) float64 {
 	g.Batch = max(g.Batch, 1)
 	type pt struct{ x, y float64 }
 	var same, any []pt
@@ -208,7 +174,7 @@ func gemmAt(rates []GemmRate, g Gemm, t int) float64 {
 		if r.Threads != t {
 			continue
 		}
-		rg := r.Gemm
+		rg := r.GemmShape
 		rg.Batch = max(rg.Batch, 1)
 		if rg == g {
 			return r.GFlops

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/hpcrun/hpcrun/parallel"
+	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/metrics"
 )
@@ -97,19 +98,14 @@ const (
 // the (b,s,V/tp) logits: the cast, max, exp and sum, and the gradient.
 const lossPasses = 5
 
-// gemm is a batch of (m x k) times (k x n) products.
-type gemm struct{ batch, m, n, k float64 }
-
-func (g gemm) flops() float64 { return 2 * g.batch * g.m * g.n * g.k }
-
-// time is the product's seconds at rate FLOP/s (the half-precision peak
-// times the GEMM efficiency), or, when its operands and result take
-// longer to move than to multiply (attention's products of head width),
-// at the memory's bandwidth.
-func (g gemm) time(rate, bandwidth float64) float64 {
-	compute := g.flops() / rate
-	move := g.batch * bf16 * (g.m*g.k + g.k*g.n + g.m*g.n) / bandwidth
-	return math.Max(compute, move)
+// gemmTime is g's seconds at rate FLOP/s (the half-precision peak times
+// the GEMM efficiency), or, when its operands and result take longer to
+// move than to multiply (attention's products of head width), at the
+// memory's bandwidth.
+func gemmTime(g tensor.GemmShape, rate, bandwidth float64) float64 {
+	m, n, k := float64(g.M), float64(g.N), float64(g.K)
+	move := float64(max(g.Batch, 1)) * bf16 * (m*k + k*n + m*n) / bandwidth
+	return math.Max(g.Flops()/rate, move)
 }
 
 // halfPrecision is the 16-bit format Megatron-LM trains in on dev and
@@ -126,14 +122,14 @@ func halfPrecision(dev Device) (string, float64) {
 // tp group for a micro-batch of b sequences of s tokens, width h, a
 // heads: the q/k/v projection, the scores and their product with the
 // values (a/tp heads), the output projection, the MLP's two.
-func layerGemms(b, s, h, a, tp float64) []gemm {
-	return []gemm{
-		{1, b * s, 3 * h / tp, h},
-		{b * a / tp, s, s, h / a},
-		{b * a / tp, s, h / a, s},
-		{1, b * s, h, h / tp},
-		{1, b * s, 4 * h / tp, h},
-		{1, b * s, h, 4 * h / tp},
+func layerGemms(b, s, h, a, tp int) []tensor.GemmShape {
+	return []tensor.GemmShape{
+		{M: b * s, N: 3 * h / tp, K: h},
+		{M: s, N: s, K: h / a, Batch: b * a / tp},
+		{M: s, N: h / a, K: s, Batch: b * a / tp},
+		{M: b * s, N: h, K: h / tp},
+		{M: b * s, N: 4 * h / tp, K: h},
+		{M: b * s, N: h, K: 4 * h / tp},
 	}
 }
 
@@ -199,8 +195,8 @@ func AtScale(r ScaleRequest) (*Plan, error) {
 	// kernels; six all-reduces of the (b,s,h) activations in the tp group
 	// (two in each forward, two in the backward).
 	var fwdS, fwdFlops float64
-	for _, g := range layerGemms(b, s, h, a, t) {
-		fwdS, fwdFlops = fwdS+g.time(rate, hbm), fwdFlops+g.flops()
+	for _, g := range layerGemms(cfg.BatchSize, cfg.Seq, cfg.Dim, cfg.Heads, cfg.TP) {
+		fwdS, fwdFlops = fwdS+gemmTime(g, rate, hbm), fwdFlops+g.Flops()
 	}
 	act := bf16 * b * s * h
 	fwdBytes := bf16 * (elemPassesH*b*s*h + elemPassesHtp*b*s*h/t + elemPassesScore*b*a/t*s*s)
@@ -214,8 +210,8 @@ func AtScale(r ScaleRequest) (*Plan, error) {
 	// fp32 loss and the all-reduce of its input's gradient.
 	embElemS := 2 * act / dev.MemBandwidth
 	embTPS := c.AllReduce(act, tpPath)
-	head := gemm{1, b * s, V / t, h}
-	headGemmS := 3 * head.time(rate, hbm)
+	head := tensor.GemmShape{M: cfg.BatchSize * cfg.Seq, N: vp / cfg.TP, K: cfg.Dim}
+	headGemmS := 3 * gemmTime(head, rate, hbm)
 	headElemS := lossPasses*4*b*s*V/t/dev.MemBandwidth + 4*act/dev.MemBandwidth
 	headTPS := c.AllReduce(act, tpPath) + 3*c.AllReduce(4*b*s, tpPath)
 
@@ -280,7 +276,7 @@ func AtScale(r ScaleRequest) (*Plan, error) {
 	optS := adamTraffic * rankParams / dev.MemBandwidth
 
 	var tm Time
-	tm.GemmFlops = micro * (4*L*fwdFlops + 3*head.flops())
+	tm.GemmFlops = micro * (4*L*fwdFlops + 3*head.Flops())
 	tm.Rate = rate
 	tm.ComputeS = micro * slow.gemm
 	tm.MemoryS = micro*slow.elem + optS
@@ -299,11 +295,16 @@ func AtScale(r ScaleRequest) (*Plan, error) {
 	global := cfg.BatchSize * m * dp
 	iter := PaperFlops(global, cfg.Seq, cfg.Layers, cfg.Dim, r.Vocab)
 	tm.TokensPerS = float64(global*cfg.Seq) / tm.StepS
-	// MFU counts the model's FLOPs as a run's does, not the paper's
-	// (those add recomputation's forward): they stay in Scale.TFLOPs.
-	tm.FlopsPerToken = config.FlopsPerToken(cfg, r.Vocab)
+	// MFU and HFU as a run's summary counts them; the paper's own
+	// accounting stays in Scale.TFLOPs, to set beside its table. Megatron-LM
+	// as the paper ran it recomputes in full, whatever --recompute says.
+	tm.FlopsPerToken = config.ModelFlopsPerToken(cfg, r.Vocab)
 	tm.PeakFlops = peak
 	tm.MFU = metrics.MFU(tm.FlopsPerToken, tm.TokensPerS, tm.PeakFlops, cfg.NTasks)
+	full := cfg
+	full.Recompute = "full"
+	tm.HardwareFlopsPerToken = config.HardwareFlopsPerToken(full, r.Vocab)
+	tm.HFU = metrics.HFU(tm.HardwareFlopsPerToken, tm.TokensPerS, tm.PeakFlops, cfg.NTasks)
 
 	// Memory of the first stage (the most activations in flight) and of
 	// the last (the logits), in Megatron's accounting.

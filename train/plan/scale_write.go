@@ -63,11 +63,13 @@ func WriteScale(w io.Writer, p *Plan) error {
 		fmt.Fprintf(w, "  %-10s %9.3f s  idle share %.3f: (p-1)/v = %.2f micro-batches' time\n", "bubble", t.BubbleS, t.Bubble, float64(p.PP-1)/float64(sc.Interleave))
 	}
 	fmt.Fprintf(w, "  %-10s %9.3f s  comm %.0f%% of it\n", "step", t.StepS, 100*t.CommShare)
-	fmt.Fprintf(w, "  %-10s %9.1f    the paper's FLOPs, 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) = %.3g an iteration, over the step and %d GPUs; MFU %.1f%% (model FLOPs, as hpcrun metrics counts them: no recomputation)\n",
-		"TFLOP/s", sc.TFLOPs, sc.IterFlops, p.NTasks, 100*t.MFU)
+	fmt.Fprintf(w, "  %-10s %9.1f    the paper's FLOPs, 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) = %.3g an iteration, over the step and %d GPUs\n",
+		"TFLOP/s", sc.TFLOPs, sc.IterFlops, p.NTasks)
 	if r := sc.Paper; r != nil {
 		fmt.Fprintf(w, "  %-10s %9.1f    Narayanan et al. 2021, Table 1 (%.1fB, %.0f%% of peak): predicted %+.1f%%\n", "paper", r.TFLOPs, r.ParamsB, r.PeakPct, sc.ErrorPct)
 	}
+	fmt.Fprintf(w, "  %-10s %8.1f%%    model FLOPs, as hpcrun metrics counts them (no recomputation)\n", "MFU", 100*t.MFU)
+	fmt.Fprintf(w, "  %-10s %8.1f%%    the forward that full recomputation runs again counted\n", "HFU", 100*t.HFU)
 	for _, s := range sc.Modelled {
 		fmt.Fprintf(w, "modelled: %s\n", s)
 	}

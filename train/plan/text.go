@@ -123,6 +123,9 @@ func (pl *Plan) WriteText(w io.Writer, sug []Suggestion) error {
 	}
 	fmt.Fprintf(w, "  %-10s %9.4f s  %s\n", "step", t.StepS, share)
 	fmt.Fprintf(w, "  %-10s %9.0f    MFU %.1f%% of %.4g GFLOP/s x %s\n", "tokens/s", t.TokensPerS, 100*t.MFU, t.PeakFlops/1e9, units.Count(pl.NTasks, "rank"))
+	if t.HardwareFlopsPerToken > t.FlopsPerToken {
+		fmt.Fprintf(w, "  %-10s %8.1f%%    the forward that recompute %s runs again counted\n", "HFU", 100*t.HFU, pl.Recompute)
+	}
 	fmt.Fprintf(w, "rates: %s\n", pl.Device.Source)
 	if t.CommRates != "" {
 		fmt.Fprintf(w, "comm rates: %s\n", t.CommRates)

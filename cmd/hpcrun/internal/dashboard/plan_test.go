@@ -117,3 +117,54 @@ func tinyGPTPlan(t *testing.T) *plan.Plan {
 	}
 	return p
 }
+
+// A run that recomputes shows its HFU beside its MFU, on the run page and
+// in the MFU chart's note, the summary's figure; a run that does not
+// shows none.
+func TestHFUWhenRecomputing(t *testing.T) {
+	runs := t.TempDir()
+	const recomputes, plain = "20261123-150000-aaaa", "20261123-150001-bbbb"
+	writeRun(t, runs, recomputes, 4, 1, 30, true)
+	writeRun(t, runs, plain, 4, 1, 30, true)
+	files, err := filepath.Glob(filepath.Join(runs, recomputes, "metrics", "rank-*.jsonl"))
+	if err != nil || len(files) != 4 {
+		t.Fatalf("rank files %v, %v", files, err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := strings.Replace(string(b), `"tp":2}`, `"tp":2,"recompute":"full"}`, 1)
+		s = strings.Replace(s, `"flops_per_token":1000000`, `"flops_per_token":1000000,"hardware_flops_per_token":1300000`, 1)
+		if s == string(b) || !strings.Contains(s, "hardware_flops_per_token") || !strings.Contains(s, `"recompute":"full"`) {
+			t.Fatalf("%s: run line not rewritten:\n%.400s", f, s)
+		}
+		if err := os.WriteFile(f, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := rundir.Dir(filepath.Join(runs, recomputes))
+	sum, _, err := metrics.ReadSummary(d.Path(), metrics.NoCurves)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sum.Recomputes() || float64(sum.HFU/sum.MFU) != 1.3 {
+		t.Fatalf("summary HFU %v, MFU %v: want 1.3 times", sum.HFU, sum.MFU)
+	}
+	smp := newSampler(d)
+	if err := smp.read(); err != nil {
+		t.Fatal(err)
+	}
+	if _, rc := smp.series(sum); !strings.Contains(rc.MFU.Note, "HFU "+pct(sum.HFU)) {
+		t.Errorf("MFU chart note %q lacks HFU %s", rc.MFU.Note, pct(sum.HFU))
+	}
+	ts := newTestServer(t, runs)
+	cookie := tokenCookie(ts)
+	if _, body := get(t, http.DefaultClient, ts.URL+"/run/"+recomputes, cookie); !strings.Contains(body, `data-key="hfu" data-value="`+exact(sum.HFU)+`"`) {
+		t.Errorf("run page lacks the summary's HFU %s", exact(sum.HFU))
+	}
+	if _, body := get(t, http.DefaultClient, ts.URL+"/run/"+plain, cookie); strings.Contains(body, `data-key="hfu"`) {
+		t.Errorf("a run without recomputation shows an HFU")
+	}
+}

@@ -277,8 +277,12 @@ func (s *sampler) series(sum metrics.Summary) (loss Series, rc runCharts) {
 	rc.StepTime = Chart{ID: "step_time", Title: "step time", XLabel: "step", YLabel: "seconds",
 		Series: []Series{{Name: "step (slowest rank)", X: x, Y: stepS}, {Name: "comm (mean over ranks)", X: x, Y: commS}},
 		Note:   "comm " + pct(sum.CommShare) + " of step time"}
+	note := "mean " + pct(sum.MFU)
+	if sum.Recomputes() {
+		note += "; HFU " + pct(sum.HFU) + " (recompute " + sum.Config.Recompute + "'s forward counted)"
+	}
 	rc.MFU = Chart{ID: "mfu", Title: "model FLOPs utilisation", XLabel: "step", YLabel: "MFU",
-		Series: []Series{Series{Name: "MFU", X: x, Y: mfu}}, Note: "mean " + pct(sum.MFU)}
+		Series: []Series{Series{Name: "MFU", X: x, Y: mfu}}, Note: note}
 	var memSeries []Series
 	for j, r := range ranks {
 		memSeries = append(memSeries, Series{Name: fmt.Sprintf("rank %d", r), X: x, Y: mem[j]})
