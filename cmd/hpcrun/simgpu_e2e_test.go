@@ -1,15 +1,22 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hpcrun/hpcrun/internal/cpusim"
+	"github.com/hpcrun/hpcrun/internal/rundir"
+	"github.com/hpcrun/hpcrun/slurm"
 	"github.com/hpcrun/hpcrun/tensor/cuda"
 	"github.com/hpcrun/hpcrun/train/metrics"
 )
@@ -140,6 +147,81 @@ func TestRunSimulatedGPUs(t *testing.T) {
 			}
 			t.Logf("loss %.5f -> %.5f; largest relative difference from the host-staged run %.2g, from the CPU device %.2g",
 				dev.loss[0], dev.loss[5], worst["host-staged"], worst["CPU device"])
+		})
+	}
+}
+
+// A rank lost in the middle of training over NCCL (killed, or stopped: a
+// peer alive that never posts its next call) stops the other: its device,
+// waiting inside an NCCL call, is freed by the job's abort within the
+// comm timeout, and it fails saying which rank it lost.
+func TestSimulatedGPULostRankStopsThePeer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains on simulated GPUs")
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGSTOP} {
+		t.Run(sig.String(), func(t *testing.T) {
+			e := simEnv(t, 2)
+			e.mustRun("run", "--nproc", "2", "--tp", "2", "--model", "gpt", "--data", simText(t, e.dir), "--layers", "2",
+				"--dim", "32", "--seq", "16", "--bsz", "8", "--steps", "1", "--ckpt-every", "-1",
+				"--device", "cuda", "--comm", "nccl", "--comm-timeout", "3s")
+			dir := rundir.Dir(e.onlyRun())
+			conf, err := os.ReadFile(dir.Config())
+			if err != nil {
+				t.Fatal(err)
+			}
+			conf = regexp.MustCompile(`(?m)^steps = 1$`).ReplaceAll(conf, []byte("steps = 100000"))
+			if err := os.WriteFile(dir.Config(), conf, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ln, port, err := slurm.ListenMaster()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ln.Close()
+			ranks := make([]*exec.Cmd, 2)
+			stderr := make([]bytes.Buffer, 2)
+			for r := range ranks {
+				os.Remove(dir.RankMetrics(r))
+				cmd := exec.Command(e.bin, "train", "--run-dir", dir.Path())
+				cmd.Env = append(append(os.Environ(), e.extra...), slurm.TorchrunVars(2, port, dir.ExecID(), "run")(r)...)
+				cmd.Stderr = &stderr[r]
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				ranks[r] = cmd
+				defer cmd.Process.Kill()
+			}
+			// Two steps done: the world trains.
+			deadline := time.Now().Add(time.Minute)
+			for {
+				if l, err := metrics.ReadRank(dir.RankMetrics(0)); err == nil && len(l.Steps) >= 2 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no two steps in a minute: %s%s", stderr[0].String(), stderr[1].String())
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			start := time.Now()
+			if err := ranks[1].Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- ranks[0].Wait() }()
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Fatalf("rank 0 succeeded after losing rank 1: %s", stderr[0].String())
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("rank 0 still runs 30 s after rank 1 got %v (comm timeout 3s): %s", sig, stderr[0].String())
+			}
+			msg := stderr[0].String()
+			if !strings.Contains(msg, "rank 1") {
+				t.Errorf("rank 0 says %q: want it to name rank 1", msg)
+			}
+			t.Logf("rank 0 stopped %v after rank 1 got %v: %s", time.Since(start).Round(time.Millisecond), sig, strings.TrimSpace(msg))
 		})
 	}
 }
