@@ -3,11 +3,13 @@ package nccl
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -654,4 +656,84 @@ func TestGPUNCCLAbortEndsWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// An FFI mutant: text of nccl_gpu.go (which must occur once) replaced.
+type ffiMutant struct {
+	what, old, new string
+}
+
+var ffiMutants = []ffiMutant{
+	{"bf16 passed as NCCL's float16 enum", "return 9, 2, nil", "return 6, 2, nil"},
+	{"max passed as NCCL's min enum", "case Max:\n\t\treturn 2, nil", "case Max:\n\t\treturn 3, nil"},
+	{"all-gather's count in bytes, not elements", "nc.lib.allGather(send, recv, uintptr(sendcount), t, comm, stream)",
+		"nc.lib.allGather(send, recv, uintptr(size*sendcount), t, comm, stream)"},
+	{"grouped transfers without ncclGroupEnd", `re := nc.bounded("ncclSend+ncclRecv", peer, nc.lib.groupEnd)`, `re := int32(0)`},
+	{"a grouped send and receive crossed (each on the other's buffer)",
+		"rs := nc.lib.send(sendbuf, uintptr(count), t, int32(peer), comm, stream)",
+		"rs := nc.lib.send(recvbuf, uintptr(count), t, int32(peer), comm, stream)"},
+}
+
+// Each FFI mutant makes the GPU tests fail on the simulation: the package
+// is built again with the mutated file in place of nccl_gpu.go (go test
+// -overlay), and its TestNCCLOnCPUSim must fail, by a test, not a build
+// error.
+func TestNCCLMutantsFail(t *testing.T) {
+	if onSim() || os.Getenv(mutantChildEnv) != "" {
+		t.Skip("a child process")
+	}
+	if testing.Short() {
+		t.Skip("builds the package once a mutant")
+	}
+	simDir(t) // built once, before the mutants' processes share it
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	src, err := os.ReadFile("nccl_gpu.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	real, err := filepath.Abs("nccl_gpu.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	for i, m := range ffiMutants {
+		if n := strings.Count(string(src), m.old); n != 1 {
+			t.Fatalf("mutant %q: its text occurs %d times in nccl_gpu.go", m.what, n)
+		}
+		mutated := filepath.Join(tmp, fmt.Sprintf("nccl_gpu_%d.go", i))
+		overlay := filepath.Join(tmp, fmt.Sprintf("overlay_%d.json", i))
+		if err := os.WriteFile(mutated, []byte(strings.Replace(string(src), m.old, m.new, 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		js, _ := json.Marshal(map[string]map[string]string{"Replace": {real: mutated}})
+		if err := os.WriteFile(overlay, js, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(goBin, "test", "-count=1", "-overlay", overlay, "-run", "^TestNCCLOnCPUSim$", ".")
+		cmd.Env = append(os.Environ(), mutantChildEnv+"=1")
+		out, err := cmd.CombinedOutput()
+		switch {
+		case err == nil:
+			t.Errorf("mutant %d, %s: the GPU tests pass on the simulation", i+1, m.what)
+		case !strings.Contains(string(out), "--- FAIL: TestNCCLOnCPUSim"):
+			t.Errorf("mutant %d, %s: no test failed (a build error?):\n%s", i+1, m.what, out)
+		default:
+			t.Logf("mutant %d, %s: caught: %s", i+1, m.what, firstFailure(string(out)))
+		}
+	}
+}
+
+// mutantChildEnv marks the go test process of a mutant.
+const mutantChildEnv = "HPCRUN_NCCL_MUTANT"
+
+// firstFailure is the first line of a child's output that says what
+// failed.
+func firstFailure(out string) string {
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "nccl_") && strings.Contains(l, ".go:") && !strings.Contains(l, "the GPU tests fail") {
+			return l
+		}
+	}
+	return "(see the child's output)"
 }
