@@ -50,11 +50,12 @@ func simDir(t *testing.T) string {
 	return dir
 }
 
-// simTests are the GPU tests that must pass on the simulation. The
-// mismatch test runs in a process of its own: it leaves the devices in
-// error, as a failed kernel leaves a CUDA context.
+// simTests are the tests that must pass on the simulation: the GPU tests,
+// and the mismatch test, which runs only there (a real NCCL hangs), in a
+// process of its own for each case (it leaves the devices in error, as a
+// failed kernel leaves a CUDA context).
 var simTests = []string{"TestGPUNCCLOneRank", "TestGPUNCCLSendRecvTwoRanks", "TestGPUNCCLCollectivesFourRanks",
-	"TestGPUNCCLRefusals", "TestGPUNCCLMismatchFails", "TestGPUNCCLAbortEndsWait"}
+	"TestGPUNCCLRefusals", "TestSimNCCLMismatchFails", "TestGPUNCCLAbortEndsWaitTwoRanks"}
 
 // runSimChild runs the tests matching pattern in a child process on the
 // simulation built in dir, with extra test flags.
@@ -72,13 +73,13 @@ func TestNCCLOnCPUSim(t *testing.T) {
 		t.Skip("the child process")
 	}
 	dir := simDir(t)
-	out, err := runSimChild(t, dir, "^TestGPUNCCL", "-test.skip", "^TestGPUNCCLMismatchFails$")
+	out, err := runSimChild(t, dir, "^TestGPUNCCL")
 	if err != nil {
 		t.Fatalf("the GPU tests fail on the simulation: %v\n%s", err, out)
 	}
 	for _, kind := range []string{"count", "type"} {
-		more, err := runSimChild(t, dir, "^TestGPUNCCLMismatchFails$/^"+kind+"$")
-		if err != nil || !strings.Contains(more, "--- PASS: TestGPUNCCLMismatchFails/"+kind+" ") {
+		more, err := runSimChild(t, dir, "^TestSimNCCLMismatchFails$/^"+kind+"$")
+		if err != nil || !strings.Contains(more, "--- PASS: TestSimNCCLMismatchFails/"+kind+" ") {
 			t.Fatalf("the mismatch test (%s) fails on the simulation: %v\n%s", kind, err, more)
 		}
 		out += more
@@ -557,9 +558,9 @@ func TestGPUNCCLRefusals(t *testing.T) {
 // Collectives that do not match across ranks (a count, then a datatype)
 // fail every rank's device with one message naming both calls, where a
 // real NCCL would hang or corrupt memory: on the simulation only.
-func TestGPUNCCLMismatchFails(t *testing.T) {
+func TestSimNCCLMismatchFails(t *testing.T) {
 	if !onSim() {
-		t.Skip("a real NCCL hangs on mismatched collectives; the simulation says so")
+		t.Skip("runs on the simulation (TestNCCLOnCPUSim): a real NCCL hangs on mismatched collectives")
 	}
 	rt := loadCudaRT(t)
 	for _, mismatch := range []struct{ kind, want string }{
@@ -611,7 +612,7 @@ func runLastError() (string, error) {
 // A rank whose peer never posts its all-reduce is freed by the job's
 // abort: its device's wait ends, and the next call says why the job
 // aborted.
-func TestGPUNCCLAbortEndsWait(t *testing.T) {
+func TestGPUNCCLAbortEndsWaitTwoRanks(t *testing.T) {
 	if err := NCCLAvailable(); err != nil {
 		t.Skipf("NCCL backend unavailable: %v", err)
 	}

@@ -26,8 +26,11 @@
 #            and bf16), beside the step stage's results when there are any
 #
 # Where nvidia-smi sees a GPU, a GPU test that skips (a library that did
-# not load, say) is a failure, not a pass; the two-rank tests (*TwoRanks:
-# dp2 ZeRO-1, NCCL point-to-point) need two GPUs and may skip on one. BSZ,
+# not load, say) is a failure, not a pass; the multi-rank tests (*TwoRanks:
+# dp2 ZeRO-1, NCCL point-to-point and abort; *FourRanks: every NCCL
+# collective) run on the real NCCL where the machine has that many GPUs,
+# and may skip where it has fewer (the run says so; make test runs them on
+# simulated GPUs, package internal/cpusim). BSZ,
 # SEQ, STEPS set the step's shape (default 8 x 1024, 5 steps);
 # STAGE_LIMIT bounds each stage in seconds (default 420: a stage that runs
 # out of time fails, and its commands not yet run say so);
@@ -145,9 +148,9 @@ step() {
 }
 
 # gputest runs the tests of one binary matching pattern; with a GPU
-# present, a skip or an empty match fails, except that the two-rank tests
-# (named *TwoRanks: NCCL wants one GPU a rank) may skip where fewer than
-# two GPUs are seen.
+# present, a skip or an empty match fails, except that the multi-rank
+# tests (named *TwoRanks and *FourRanks: NCCL wants one GPU a rank) may
+# skip where fewer GPUs than their ranks are seen, which it says.
 gputest() {
 	local bin=$1 pattern=$2 out rc skips
 	echo
@@ -164,8 +167,15 @@ gputest() {
 		"$bin" -test.v -test.count=1 -test.run "$pattern" 2>&1 | tee "$out"
 	rc=${PIPESTATUS[0]}
 	skips=$(grep -- '--- SKIP' "$out")
+	local fewer=""
 	if [ "$gpus" -lt 2 ]; then
-		skips=$(grep -v 'TwoRanks' <<<"$skips")
+		fewer='TwoRanks|FourRanks'
+	elif [ "$gpus" -lt 4 ]; then
+		fewer='FourRanks'
+	fi
+	if [ -n "$fewer" ] && grep -qE "$fewer" <<<"$skips"; then
+		echo "== $gpus GPU(s) here: the tests of more ranks than GPUs skip on the real NCCL ($(grep -oE "Test[A-Za-z0-9]*($fewer)" <<<"$skips" | sort -u | tr '\n' ' '| sed 's/ $//')); make test runs them on simulated GPUs"
+		skips=$(grep -vE "$fewer" <<<"$skips")
 	fi
 	if [ "$rc" != 0 ]; then
 		[ "$rc" = 124 ] && echo "== TIMED OUT at the stage's ${LIMIT}s: $bin"

@@ -74,7 +74,8 @@ func runCheck(t *testing.T, env []string) (string, int) {
 }
 
 // On a machine with a GPU, a GPU test that skips fails the check; without
-// one it does not.
+// one it does not. A test of more ranks than the machine has GPUs may
+// skip, and the check says so.
 func TestScriptSkipFailsWithGPU(t *testing.T) {
 	skip := "--- SKIP: TestGPUBlocks (0.00s)"
 	for _, c := range []struct {
@@ -86,6 +87,8 @@ func TestScriptSkipFailsWithGPU(t *testing.T) {
 		{true, skip, 1, "GPU tests skipped on a machine with a GPU"},
 		{true, "--- PASS: TestGPUBlocks (0.10s)", 0, "all passed"},
 		{false, skip, 0, "all passed"},
+		{true, "--- SKIP: TestGPUNCCLCollectivesFourRanks (0.00s)", 0,
+			"the tests of more ranks than GPUs skip on the real NCCL (TestGPUNCCLCollectivesFourRanks); make test runs them on simulated GPUs"},
 	} {
 		env, _, _ := fakeGPUMachine(t, c.gpu, c.skip)
 		out, rc := runCheck(t, env)
