@@ -20,13 +20,21 @@ import (
 // A rank that fails on its own error (its metrics file cannot be opened)
 // makes it the job's: the other ranks stop within seconds, each quoting
 // that rank, its host and its message, and their end lines say so;
-// nobody waits out the collective timeout to blame a healthy rank.
+// nobody waits out the collective timeout to blame a healthy rank. On
+// the CPU, and on four simulated GPUs over NCCL, where the others wait in
+// NCCL's communicator setup when rank 2 fails.
 func TestOwnFailureStopsThePeersQuotingIt(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains")
 	}
-	e := newEnv(t)
-	e.mustRun("run", "--nproc", "4", "--tp", "2", "--steps", "1")
+	t.Run("cpu", func(t *testing.T) { ownFailureStopsThePeers(t, newEnv(t)) })
+	t.Run("simulated-gpus", func(t *testing.T) {
+		ownFailureStopsThePeers(t, simEnv(t, 4), "--device", "cuda", "--comm", "nccl", "--eval-samples", "32")
+	})
+}
+
+func ownFailureStopsThePeers(t *testing.T, e *env, args ...string) {
+	e.mustRun(append([]string{"run", "--nproc", "4", "--tp", "2", "--steps", "1"}, args...)...)
 	dir := rundir.Dir(e.onlyRun())
 	bad := dir.RankMetrics(2)
 	if err := os.Remove(bad); err != nil {
@@ -40,7 +48,7 @@ func TestOwnFailureStopsThePeersQuotingIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	stderr := make([]bytes.Buffer, 4)
-	tasks := slurm.Tasks{N: 4, Program: e.bin, Args: []string{"train", "--run-dir", dir.Path()}, Master: ln,
+	tasks := slurm.Tasks{N: 4, Program: e.bin, Args: []string{"train", "--run-dir", dir.Path()}, Master: ln, Env: e.extra,
 		Vars: slurm.TorchrunVars(4, port, dir.ExecID(), "run"), Grace: time.Minute,
 		Output: func(r int) (_, _ io.Writer) { return io.Discard, &stderr[r] }}
 	start := time.Now()

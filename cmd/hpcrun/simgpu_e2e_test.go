@@ -116,7 +116,7 @@ func TestRunSimulatedGPUs(t *testing.T) {
 			e := simEnv(t, 4)
 			common := append([]string{"--nproc", fmt.Sprint(l.nproc), "--model", "gpt", "--data", simText(t, e.dir),
 				"--steps", "6", "--layers", "2", "--dim", "32", "--heads", "4", "--seq", "16", "--bsz", "8",
-				"--eval-every", "0", "--ckpt-every", "-1"}, l.args...)
+				"--eval-every", "0", "--eval-samples", "16", "--ckpt-every", "-1"}, l.args...)
 			dev := simCurve(t, e, append(common, "--device", "cuda", "--comm", "nccl")...)
 			host := simCurve(t, e, append(common, "--device", "cuda", "--comm", "tcp")...)
 			cpu := simCurve(t, e, append(common, "--device", "cpu")...)
