@@ -7,13 +7,14 @@ import (
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/spec"
 )
 
 // StepTiming is what BenchStep measured.
 type StepTiming struct {
 	Params        int64     // parameters of the model
 	TokensPerStep int       // bsz * seq
-	FlopsPerToken float64   // config.ModelFlopsPerToken, what MFU counts
+	FlopsPerToken float64   // spec.ModelFlopsPerToken, what MFU counts
 	StepS         []float64 // seconds of each timed step
 	Loss          float64   // loss of the last step (a sanity check: about ln(vocab) at init)
 	HostSyncs     int64     // host synchronisations in the last step (GPU step: 1); 0 on the CPU
@@ -61,8 +62,8 @@ func BenchStep(cfg config.Config, dev tensor.Device, warmup, steps int) (StepTim
 		return StepTiming{}, err
 	}
 	defer t.close()
-	res := StepTiming{Params: config.ParamCount(cfg, vocab), TokensPerStep: B * T,
-		FlopsPerToken: config.ModelFlopsPerToken(cfg, vocab)}
+	res := StepTiming{Params: spec.ParamCount(cfg, vocab), TokensPerStep: B * T,
+		FlopsPerToken: spec.ModelFlopsPerToken(cfg, vocab)}
 	for s := range warmup + steps {
 		m, err := t.trainStep(s)
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/hpcrun/hpcrun/train/ckpt"
 	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/metrics"
+	"github.com/hpcrun/hpcrun/train/spec"
 )
 
 // Options are the parts of a run that do not belong in train.toml.
@@ -323,7 +324,7 @@ func newTrainer(cfg config.Config, world nccl.Comm, opt Options, w *metrics.Writ
 		}
 	}
 	t.logf("%s %d layers dim %d heads %d seq %d: %.2fM params, %stp %d x dp %d%s, %s (%d per epoch); %s",
-		cfg.Model, cfg.Layers, cfg.Dim, cfg.Heads, cfg.Seq, float64(config.ParamCount(cfg, data.Vocab))/1e6,
+		cfg.Model, cfg.Layers, cfg.Dim, cfg.Heads, cfg.Seq, float64(spec.ParamCount(cfg, data.Vocab))/1e6,
 		pipeNote(cfg), cfg.TP, cfg.DP(), memoryModes(cfg), units.Count(t.total, "step"), t.perEp, data.describe())
 	return t, nil
 }
@@ -375,8 +376,8 @@ func (t *trainer) writeRunLine() error {
 		TPRank: t.mesh.TPRank(), DPRank: t.mesh.DPRank(), TP: t.cfg.TP, DP: t.cfg.DP(),
 		PPRank: t.mesh.PPRank(), PP: t.mesh.PPSize(),
 		Host: host, Device: t.dev.Name(), TotalSteps: t.total,
-		Params: config.ParamCount(t.cfg, t.data.Vocab), FlopsPerToken: config.ModelFlopsPerToken(t.cfg, t.data.Vocab),
-		HardwareFlopsPerToken: config.HardwareFlopsPerToken(t.cfg, t.data.Vocab),
+		Params: spec.ParamCount(t.cfg, t.data.Vocab), FlopsPerToken: spec.ModelFlopsPerToken(t.cfg, t.data.Vocab),
+		HardwareFlopsPerToken: spec.HardwareFlopsPerToken(t.cfg, t.data.Vocab),
 	})
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/spec"
 )
 
 // model is what the training loop drives: one rank's shard of a network
@@ -81,7 +82,7 @@ type transformer struct {
 	kv *parallel.Group
 	Tl int
 	// stageAct is the shape of a pipeline stage's input and output
-	// (config.StageActivation).
+	// (spec.StageActivation).
 	stageAct parallel.Buffer
 	poolSum  *parallel.Region // bert under sp: sums the pooled partial means over tp
 
@@ -143,8 +144,17 @@ func newModel(cfg config.Config, data *Data, m *parallel.Mesh, dev tensor.Device
 		t.lo += n
 	}
 	t.hi = t.lo + split[s]
-	t.stageAct = config.StageActivation(cfg)
+	t.stageAct = spec.StageActivation(cfg)
 	if err := t.build(cfg, data.Vocab, m.TP, seed); err != nil {
+		t.Close()
+		return nil, err
+	}
+	c.TP = parallel.NewGroup(m.TP).Size()
+	want, err := spec.Params(c, data.Vocab, parallel.NewGroup(m.TP).Rank(), s)
+	if err == nil {
+		err = spec.Check(t.params, want)
+	}
+	if err != nil {
 		t.Close()
 		return nil, err
 	}
@@ -280,14 +290,14 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, seed uin
 	return t.allocate(cfg, vp)
 }
 
-// allocate makes the model's own buffers (config.ModelBuffers: with the
+// allocate makes the model's own buffers (spec.ModelBuffers: with the
 // head's on the last stage; paddedVocab is the LM head's width) and the
 // sequence-parallel region's (parallel.SequenceParallelSizes).
 func (t *transformer) allocate(cfg config.Config, paddedVocab int) error {
 	if t.Tl != cfg.LocalSeq() {
 		return fmt.Errorf("the model holds %d positions a rank, the config %d", t.Tl, cfg.LocalSeq())
 	}
-	stream, head := config.ModelBuffers(cfg, paddedVocab, t.last)
+	stream, head := spec.ModelBuffers(cfg, paddedVocab, t.last)
 	var err error
 	t.allocated, err = parallel.Allocate(t.dev, append(stream, head...), func(get func(string) *tensor.Tensor) {
 		t.dx, t.dy, t.dh, t.dlogits = get("dx"), get("dy"), get("dh"), get("dlogits")

@@ -9,6 +9,7 @@ import (
 	"github.com/hpcrun/hpcrun/train/ckpt"
 	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/interop"
+	"github.com/hpcrun/hpcrun/train/spec"
 )
 
 // SourceShape is the model config of src as SourceConfig gives it, except
@@ -49,7 +50,7 @@ func CheckWeightsFit(src string, mem int64) error {
 	if err := config.CheckSize(cfg.Layers, cfg.Dim, cfg.PositionRows(), cfg.Vocab, func(n string) string { return n }); err != nil {
 		return fmt.Errorf("%s: %v", src, err)
 	}
-	if need := 4 * config.ParamCount(cfg, cfg.Vocab); mem > 0 && need > mem {
+	if need := 4 * spec.ParamCount(cfg, cfg.Vocab); mem > 0 && need > mem {
 		return fmt.Errorf("%s: the model's weights alone need %s, more than the %s of this machine", src, units.Bytes(need, 2), units.Bytes(mem, 2))
 	}
 	return nil

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/hpcrun/hpcrun/tensor"
-	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/spec"
 )
 
 // One vocabulary rule for every tokenizer: PlanVocab gives the ids that
@@ -58,7 +58,7 @@ func TestOneVocabRule(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := config.ParamCount(cfg, got); st.Params != want {
+			if want := spec.ParamCount(cfg, got); st.Params != want {
 				t.Errorf("BenchStep's model has %d parameters, want %d (a vocabulary of %d)", st.Params, want, got)
 			}
 		})

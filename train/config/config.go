@@ -572,3 +572,12 @@ func (c Config) CommTimeoutDuration() time.Duration {
 	d, _ := time.ParseDuration(c.CommTimeout)
 	return d
 }
+
+// LocalSeq is the positions of a sequence one rank holds outside attention
+// and MLP: Seq, or Seq/TP under sequence parallelism.
+func (c Config) LocalSeq() int {
+	if c.SP && c.TP > 1 {
+		return c.Seq / c.TP
+	}
+	return c.Seq
+}

@@ -53,11 +53,11 @@ type RunInfo struct {
 	// Params is the number of model parameters (whole model, not one shard).
 	Params int64 `json:"params,omitempty"`
 	// FlopsPerToken is the model's training FLOPs per token, forward plus
-	// backward, for the whole model (config.ModelFlopsPerToken: 6*params +
+	// backward, for the whole model (spec.ModelFlopsPerToken: 6*params +
 	// attention, recomputation not counted); 0 if unknown.
 	FlopsPerToken float64 `json:"flops_per_token,omitempty"`
 	// HardwareFlopsPerToken is FlopsPerToken plus the forward activation
-	// recomputation runs again (config.HardwareFlopsPerToken), what HFU
+	// recomputation runs again (spec.HardwareFlopsPerToken), what HFU
 	// counts; 0 if unknown (a run line of an older hpcrun).
 	HardwareFlopsPerToken float64 `json:"hardware_flops_per_token,omitempty"`
 	// PeakFlops is one device's peak FLOP/s at the run's precision; 0 if

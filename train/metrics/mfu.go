@@ -16,7 +16,7 @@ func MFU(flopsPerToken, tokensPerS, peakFlops float64, world int) float64 {
 
 // HFU is hardware FLOPs utilisation: MFU's rule over the FLOPs the devices
 // run, the forward that activation recomputation runs again counted
-// (config.HardwareFlopsPerToken); without recomputation it is MFU.
+// (spec.HardwareFlopsPerToken); without recomputation it is MFU.
 func HFU(hardwareFlopsPerToken, tokensPerS, peakFlops float64, world int) float64 {
 	return MFU(hardwareFlopsPerToken, tokensPerS, peakFlops, world)
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/hpcrun/hpcrun/train/config"
+
+	"github.com/hpcrun/hpcrun/train/spec"
 )
 
 func TestMFU(t *testing.T) {
@@ -111,9 +113,9 @@ func TestSummaryHFU(t *testing.T) {
 		mustOK(t, cfg.ApplyPreset("gpt2-124m"))
 		cfg.Recompute = c.recompute
 		mustOK(t, cfg.Validate())
-		info := &RunInfo{FlopsPerToken: config.ModelFlopsPerToken(cfg, 50257), PeakFlops: 989e12}
+		info := &RunInfo{FlopsPerToken: spec.ModelFlopsPerToken(cfg, 50257), PeakFlops: 989e12}
 		if c.hardware {
-			info.HardwareFlopsPerToken = config.HardwareFlopsPerToken(cfg, 50257)
+			info.HardwareFlopsPerToken = spec.HardwareFlopsPerToken(cfg, 50257)
 		}
 		s := Summary{Step: 10, TokensPerS: 4e5, MFU: nanF, HFU: nanF, ModelFlopsPerS: nanF, PeakFlops: nanF,
 			Config: RunConfig{Recompute: c.recompute, NTasks: 8}}

@@ -63,7 +63,11 @@ func TestGradBucketsMatchEngine(t *testing.T) {
 				t.Fatal(err)
 			}
 			var want []int
-			for _, b := range newShapes(cfg, vp, 0, cfg.Layers).buckets {
+			sh, err := newShapes(cfg, vp, 0, cfg.Layers)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range sh.buckets {
 				want = append(want, int(b.Elems))
 			}
 			if len(want) < 3 {

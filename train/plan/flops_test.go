@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/hpcrun/hpcrun/train/config"
+
+	"github.com/hpcrun/hpcrun/train/spec"
 )
 
 // gpt2Config is GPT-2 124M (seq 1024, vocab 50257) with recompute, one
@@ -38,7 +40,7 @@ func TestStepGemmsAreHardwareFlops(t *testing.T) {
 			t.Fatal(err)
 		}
 		perToken := gemmFlops(gs) / float64(cfg.BatchSize*cfg.Seq)
-		hw := config.HardwareFlopsPerToken(cfg, 50257)
+		hw := spec.HardwareFlopsPerToken(cfg, 50257)
 		if gap := 1 - perToken/hw; gap < 0 || gap > 0.007 {
 			t.Errorf("recompute %s: the step's GEMMs are %.0f FLOPs a token, config's hardware FLOPs %.0f: %.2f%% apart, want 0 to 0.7%%",
 				rc, perToken, hw, 100*gap)
@@ -61,7 +63,7 @@ func TestPlanHFU(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p.Time.FlopsPerToken != config.ModelFlopsPerToken(cfg, 50257) || p.Time.HardwareFlopsPerToken != config.HardwareFlopsPerToken(cfg, 50257) {
+		if p.Time.FlopsPerToken != spec.ModelFlopsPerToken(cfg, 50257) || p.Time.HardwareFlopsPerToken != spec.HardwareFlopsPerToken(cfg, 50257) {
 			t.Errorf("recompute %s: FLOPs a token %g model, %g hardware; want config's", c.recompute, p.Time.FlopsPerToken, p.Time.HardwareFlopsPerToken)
 		}
 		if got := p.Time.HFU / p.Time.MFU; math.Abs(got-c.ratio) > 1e-15 {
@@ -89,7 +91,7 @@ func TestAtScaleHFU(t *testing.T) {
 	for i, r := range PaperTable {
 		cfg := paperLayout(r)
 		cfg.Recompute = "full"
-		hw := config.HardwareFlopsPerToken(cfg, PaperVocab)
+		hw := spec.HardwareFlopsPerToken(cfg, PaperVocab)
 		paper := PaperFlops(1, PaperSeq, r.Layers, r.Dim, PaperVocab) / PaperSeq
 		if gap := 1 - paper/hw; gap < 0 || gap > 0.005 {
 			t.Errorf("%.1fB: the paper's FLOPs a token %.4g, config's hardware %.4g: %.2f%% apart", r.ParamsB, paper, hw, 100*gap)
@@ -105,7 +107,7 @@ func TestAtScaleHFU(t *testing.T) {
 		if p.Time.HardwareFlopsPerToken != hw {
 			t.Errorf("%.1fB: hardware FLOPs a token %g, want config's under full recomputation %g", r.ParamsB, p.Time.HardwareFlopsPerToken, hw)
 		}
-		if got, want := p.Time.HFU/p.Time.MFU, hw/config.ModelFlopsPerToken(cfg, PaperVocab); math.Abs(got-want) > 1e-15 {
+		if got, want := p.Time.HFU/p.Time.MFU, hw/spec.ModelFlopsPerToken(cfg, PaperVocab); math.Abs(got-want) > 1e-15 {
 			t.Errorf("%.1fB: HFU/MFU %g, want %g", r.ParamsB, got, want)
 		}
 	}

@@ -132,7 +132,11 @@ func StepGemms(cfg config.Config, vocab int) ([]GemmCount, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newShapes(cfg, vp, 0, split[0]).gemms(), nil
+	s, err := newShapes(cfg, vp, 0, split[0])
+	if err != nil {
+		return nil, err
+	}
+	return s.gemms(), nil
 }
 
 // CalibrateElementwise is the bandwidth, in GB/s, that the elementwise
@@ -151,7 +155,10 @@ func CalibrateElementwise(cfg config.Config, vocab int, stepS float64, r *CPURat
 	if err != nil {
 		return 0, err
 	}
-	s := newShapes(cfg, vp, 0, cfg.Layers)
+	s, err := newShapes(cfg, vp, 0, cfg.Layers)
+	if err != nil {
+		return 0, err
+	}
 	dev := Device{Rates: r, Threads: threads, Cores: float64(threads)}
 	measured := false
 	for _, x := range r.Stream {

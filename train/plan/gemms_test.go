@@ -57,7 +57,10 @@ func TestGemmFlops(t *testing.T) {
 			}
 		}
 		cfg.NTasks, cfg.TP, cfg.Recompute = tt.tp, tt.tp, tt.recompute
-		s := newShapes(cfg, 512, 0, cfg.Layers)
+		s, err := newShapes(cfg, 512, 0, cfg.Layers)
+		if err != nil {
+			t.Fatal(err)
+		}
 		N, C, T, B, tp := float64(s.N), float64(s.C), float64(s.T), float64(s.B), float64(s.tp)
 		w := 12 * C * C
 		if s.llama {
@@ -93,7 +96,10 @@ func TestCalibrateElementwise(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := testRates()
-	s := newShapes(cfg, 256, 0, cfg.Layers)
+	s, err := newShapes(cfg, 256, 0, cfg.Layers)
+	if err != nil {
+		t.Fatal(err)
+	}
 	dev := Device{Rates: r, Threads: 2, Cores: 2}
 	p := float64(s.paramElems) * f32
 	step := dev.gemmSeconds(s.gemms()) + 7*p/16e9 + (p+activationTouches*float64(s.activationElems())*f32)/3e9

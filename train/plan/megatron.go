@@ -55,7 +55,7 @@ var PaperTable = []PaperRow{
 // s/(6h) + V/(16 l h)) for a global batch of B sequences of s tokens, l
 // layers of width h and a vocabulary of V. It serves only to set a plan
 // at scale beside the paper's table (Scale.TFLOPs); MFU and HFU count
-// config.ModelFlopsPerToken and config.HardwareFlopsPerToken, which add
+// spec.ModelFlopsPerToken and spec.HardwareFlopsPerToken, which add
 // the biases, norms and position table the paper leaves out.
 func PaperFlops(batch, seq, layers, dim, vocab int) float64 {
 	B, s, l, h, V := float64(batch), float64(seq), float64(layers), float64(dim), float64(vocab)

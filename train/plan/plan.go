@@ -14,8 +14,8 @@
 // bandwidth). The memory model sums the
 // engine's own size tables, the lists from which its layers and model
 // allocate their activation buffers (parallel.BlockSizes and the other
-// layers', parallel.SequenceParallelSizes, config.ModelBuffers and
-// config.StageActivation; see blockElems and the functions beside it), so
+// layers', parallel.SequenceParallelSizes, spec.ModelBuffers and
+// spec.StageActivation; see blockElems and the functions beside it), so
 // on the CPU, where the engine counts exactly the bytes of its tensors,
 // the prediction is that count; its test checks it against the engine's own peak
 // (tensor.MemStats) after real steps. The communication model
@@ -66,6 +66,7 @@ import (
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/metrics"
+	"github.com/hpcrun/hpcrun/train/spec"
 )
 
 // Request is what a plan is made for.
@@ -246,12 +247,12 @@ type Time struct {
 	Warnings []string `json:"warnings,omitempty"`
 	// TokensPerS is the job's (all data-parallel replicas).
 	TokensPerS float64 `json:"tokens_per_s"`
-	// FlopsPerToken is config.ModelFlopsPerToken, the convention MFU uses in
+	// FlopsPerToken is spec.ModelFlopsPerToken, the convention MFU uses in
 	// hpcrun metrics; PeakFlops the device's peak at the run's precision.
 	FlopsPerToken float64 `json:"flops_per_token"`
 	PeakFlops     float64 `json:"peak_flops"`
 	MFU           float64 `json:"mfu"` // metrics.MFU, the rule a run's summary uses
-	// HardwareFlopsPerToken is config.HardwareFlopsPerToken: the model's
+	// HardwareFlopsPerToken is spec.HardwareFlopsPerToken: the model's
 	// and the forward recomputation runs again; HFU is metrics.HFU of it.
 	HardwareFlopsPerToken float64 `json:"hardware_flops_per_token"`
 	HFU                   float64 `json:"hfu"`
@@ -286,7 +287,7 @@ func New(r Request) (*Plan, error) {
 		Vocab: r.Vocab, PaddedVocab: vp, BatchSize: cfg.BatchSize, GradAccum: cfg.Micro(), Precision: cfg.Precision,
 		NTasks: cfg.NTasks, TP: cfg.TP, DP: cfg.DP(), PP: cfg.PP, Nodes: nodes, SP: cfg.SP, Zero: cfg.Zero,
 		Recompute: recomputeName(cfg),
-		Params:    config.ParamCount(cfg, r.Vocab), Device: r.Device,
+		Params:    spec.ParamCount(cfg, r.Vocab), Device: r.Device,
 	}
 	split, err := stageSplit(cfg)
 	if err != nil {
@@ -294,11 +295,14 @@ func New(r Request) (*Plan, error) {
 	}
 	// The gradient norm's list is padded to the stages' longest.
 	var entries int64
+	stages := make([]shapes, len(split))
 	for stage, blocks := range split {
-		entries = max(entries, newShapes(cfg, vp, stage, blocks).normTensors())
+		if stages[stage], err = newShapes(cfg, vp, stage, blocks); err != nil {
+			return nil, err
+		}
+		entries = max(entries, stages[stage].normTensors())
 	}
-	for stage, blocks := range split {
-		s := newShapes(cfg, vp, stage, blocks)
+	for stage, s := range stages {
 		s.normEntries = entries
 		m, t := s.memory(r.Device), s.time(cfg, r.Vocab, r.Device, nodes)
 		if stage == 0 || m.Total > p.Memory.Total {
@@ -308,7 +312,7 @@ func New(r Request) (*Plan, error) {
 			p.Time = t
 		}
 		if len(split) > 1 {
-			p.Stages = append(p.Stages, Stage{Stage: stage, Blocks: blocks, InFlight: int(s.inFlight), Memory: m, Time: t})
+			p.Stages = append(p.Stages, Stage{Stage: stage, Blocks: split[stage], InFlight: int(s.inFlight), Memory: m, Time: t})
 		}
 	}
 	p.Headroom = r.Device.MemBytes - p.Memory.Total
@@ -383,8 +387,9 @@ type shapes struct {
 }
 
 // newShapes are the shapes of a rank of stage (0 without a pipeline),
-// which holds blocks blocks.
-func newShapes(cfg config.Config, paddedVocab, stage, blocks int) shapes {
+// which holds blocks blocks; its parameters are the spec's
+// (spec.StageParams).
+func newShapes(cfg config.Config, paddedVocab, stage, blocks int) (shapes, error) {
 	tp := int64(cfg.TP)
 	C := int64(cfg.Dim)
 	s := shapes{
@@ -407,51 +412,16 @@ func newShapes(cfg config.Config, paddedVocab, stage, blocks int) shapes {
 	s.sp = cfg.SP && tp > 1
 	s.zero = cfg.Zero == 1 && s.dp > 1
 	s.N = s.B * s.T
-	// In train's model order: wte (V/tp x C) on the first stage and on the
-	// last of a GPT (its tied head's copy), wpe (positions x C) on the
-	// first; per block: ln_1 (C, C), c_attn (3C/tp x C, 3C/tp), attn.c_proj
-	// (C x C/tp, C: the bias replicated), ln_2 (C, C), mlp.c_fc (4C/tp x C,
-	// 4C/tp), mlp.c_proj (C x 4C/tp, C); on the last stage ln_f (C, C) and
-	// BERT's classifier, cls.fc1 column-parallel (C/tp x C, C/tp) and
-	// cls.fc2 row-parallel (2 x C/tp, 2). A Llama: the embedding (on
-	// the last stage only when tied), no position table; per block
-	// input_layernorm (C), qkv_proj ((heads+2 kv_heads) x head size / tp
-	// x C; with kv heads replicated, (heads/tp+2) x head size x C), o_proj (C x C/tp), post_attention_layernorm (C), gate_up_proj
-	// (2 ffn/tp x C), down_proj (C x ffn/tp); on the last stage model.norm
-	// (C) and an untied lm_head (V/tp x C).
-	if s.first || (s.last && s.tied) {
-		s.params = append(s.params, s.vl*C)
+	ps, err := spec.StageParams(cfg, paddedVocab, 0, s.first, s.last, 0, blocks)
+	if err != nil {
+		return shapes{}, err
 	}
-	if s.first && !s.llama {
-		s.params = append(s.params, s.P*C)
-	}
-	for range s.L {
-		if s.llama {
-			qkv := int64(cfg.QKVRows(int(tp)))
-			s.params = append(s.params, C, qkv*C, C*s.cl, C, 2*s.fl*C, C*s.fl)
-			continue
-		}
-		s.params = append(s.params, C, C, 3*s.cl*C, 3*s.cl, C*s.cl, C, C, C, s.fl*C, s.fl, C*s.fl, C)
-	}
-	if s.last {
-		switch {
-		case s.llama:
-			s.params = append(s.params, C)
-			if !s.tied {
-				s.params = append(s.params, s.vl*C)
-			}
-		default:
-			s.params = append(s.params, C, C)
-		}
-		if !s.gpt {
-			s.params = append(s.params, s.cl*C, s.cl, 2*s.cl, 2)
-		}
-	}
+	s.params = spec.LocalElems(ps)
 	for _, n := range s.params {
 		s.paramElems += n
 	}
 	s.buckets = parallel.GradBuckets(s.params, 0)
-	return s
+	return s, nil
 }
 
 // blockElems are the floats one block allocates for a micro-batch: what
@@ -470,11 +440,11 @@ func (s shapes) blockScratchElems() int64 { return s.blk.Scratch.Len() }
 
 // embeddingElems are the stage's buffers outside the blocks and the head
 // for k micro-batches in flight: the model's residual stream gradients
-// (config.ModelBuffers); on the first stage wte's and wpe's outputs, k
-// times; on the others the stage inputs (config.StageActivation), k of
+// (spec.ModelBuffers); on the first stage wte's and wpe's outputs, k
+// times; on the others the stage inputs (spec.StageActivation), k of
 // them; on the last ln_f's.
 func (s shapes) embeddingElems(k int64) int64 {
-	stream, _ := config.ModelBuffers(s.cfg, s.vp, s.last)
+	stream, _ := spec.ModelBuffers(s.cfg, s.vp, s.last)
 	e := stream.Len()
 	B, Tl, C := s.cfg.BatchSize, s.cfg.LocalSeq(), s.cfg.Dim
 	tables := int64(2) // wte and wpe
@@ -484,7 +454,7 @@ func (s shapes) embeddingElems(k int64) int64 {
 	if s.first {
 		e += tables * k * parallel.EmbeddingSizes(B, Tl, C).Len()
 	} else {
-		e += k * config.StageActivation(s.cfg).Len()
+		e += k * spec.StageActivation(s.cfg).Len()
 	}
 	switch {
 	case s.last && s.llama:
@@ -505,7 +475,7 @@ func (s shapes) headElems() int64 {
 	if !s.last {
 		return 0
 	}
-	_, head := config.ModelBuffers(s.cfg, s.vp, true)
+	_, head := spec.ModelBuffers(s.cfg, s.vp, true)
 	B, T, C, tp := s.cfg.BatchSize, s.cfg.Seq, s.cfg.Dim, int(s.tp)
 	e := head.Len()
 	if s.gpt {
@@ -618,7 +588,7 @@ func (s shapes) memory(dev Device) Memory {
 	if s.pp > 1 && !s.last {
 		// A stage that sends activations copies them into a send buffer of
 		// its own.
-		m.Embeddings += config.StageActivation(s.cfg).Len() * f32
+		m.Embeddings += spec.StageActivation(s.cfg).Len() * f32
 	}
 	switch {
 	case s.zero:
@@ -887,7 +857,7 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 	t.StepS = t.ComputeS + t.MemoryS + t.CommS - t.TurnS + t.BubbleS
 	t.CommShare = t.CommS / t.StepS
 	t.TokensPerS = float64(cfg.BatchSize*cfg.Seq) * accum * dp / t.StepS
-	t.FlopsPerToken = config.ModelFlopsPerToken(cfg, vocab)
+	t.FlopsPerToken = spec.ModelFlopsPerToken(cfg, vocab)
 	t.PeakFlops = dev.FP32Flops
 	switch {
 	case cfg.Precision == "bf16" && dev.BF16Flops > 0:
@@ -896,7 +866,7 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		t.PeakFlops = dev.TF32Flops
 	}
 	t.MFU = metrics.MFU(t.FlopsPerToken, t.TokensPerS, t.PeakFlops, cfg.NTasks)
-	t.HardwareFlopsPerToken = config.HardwareFlopsPerToken(cfg, vocab)
+	t.HardwareFlopsPerToken = spec.HardwareFlopsPerToken(cfg, vocab)
 	t.HFU = metrics.HFU(t.HardwareFlopsPerToken, t.TokensPerS, t.PeakFlops, cfg.NTasks)
 	return t
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/metrics"
+	"github.com/hpcrun/hpcrun/train/spec"
 )
 
 // This file is the plan at cluster scale (hpcrun plan --cluster): a GPT
@@ -298,12 +299,12 @@ func AtScale(r ScaleRequest) (*Plan, error) {
 	// MFU and HFU as a run's summary counts them; the paper's own
 	// accounting stays in Scale.TFLOPs, to set beside its table. Megatron-LM
 	// as the paper ran it recomputes in full, whatever --recompute says.
-	tm.FlopsPerToken = config.ModelFlopsPerToken(cfg, r.Vocab)
+	tm.FlopsPerToken = spec.ModelFlopsPerToken(cfg, r.Vocab)
 	tm.PeakFlops = peak
 	tm.MFU = metrics.MFU(tm.FlopsPerToken, tm.TokensPerS, tm.PeakFlops, cfg.NTasks)
 	full := cfg
 	full.Recompute = "full"
-	tm.HardwareFlopsPerToken = config.HardwareFlopsPerToken(full, r.Vocab)
+	tm.HardwareFlopsPerToken = spec.HardwareFlopsPerToken(full, r.Vocab)
 	tm.HFU = metrics.HFU(tm.HardwareFlopsPerToken, tm.TokensPerS, tm.PeakFlops, cfg.NTasks)
 
 	// Memory of the first stage (the most activations in flight) and of

@@ -13,7 +13,9 @@ import (
 	"testing"
 
 	"github.com/hpcrun/hpcrun/train/config"
+
 	"github.com/hpcrun/hpcrun/train/metrics"
+	"github.com/hpcrun/hpcrun/train/spec"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
@@ -231,7 +233,7 @@ func TestAtScaleRefusesWhatItDoesNotModel(t *testing.T) {
 }
 
 // A plan at scale's MFU is the run's: model FLOPs per token
-// (config.ModelFlopsPerToken, no recomputation) over the peak, as hpcrun
+// (spec.ModelFlopsPerToken, no recomputation) over the peak, as hpcrun
 // metrics counts it; the paper's FLOPs (recomputation's forward included)
 // stay in its TFLOP/s.
 func TestAtScaleMFUIsModelFlops(t *testing.T) {
@@ -242,8 +244,8 @@ func TestAtScaleMFUIsModelFlops(t *testing.T) {
 	r := PaperTable[0]
 	p, _ := paperPlan(t, c, r)
 	cfg := paperLayout(r)
-	if want := config.ModelFlopsPerToken(cfg, PaperVocab); p.Time.FlopsPerToken != want {
-		t.Errorf("FLOPs per token %g, want config.ModelFlopsPerToken's %g", p.Time.FlopsPerToken, want)
+	if want := spec.ModelFlopsPerToken(cfg, PaperVocab); p.Time.FlopsPerToken != want {
+		t.Errorf("FLOPs per token %g, want spec.ModelFlopsPerToken's %g", p.Time.FlopsPerToken, want)
 	}
 	if want := metrics.MFU(p.Time.FlopsPerToken, p.Time.TokensPerS, p.Time.PeakFlops, cfg.NTasks); p.Time.MFU != want {
 		t.Errorf("MFU %g, want %g", p.Time.MFU, want)

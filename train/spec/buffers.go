@@ -1,19 +1,13 @@
-package config
+package spec
 
-import "github.com/hpcrun/hpcrun/parallel"
+import (
+	"github.com/hpcrun/hpcrun/parallel"
+	"github.com/hpcrun/hpcrun/train/config"
+)
 
 // The model's part of the size table (parallel.Sizes has the layers'):
 // the buffers train's transformer and its pipeline allocate themselves,
 // which train allocates by iterating these lists and train/plan sums.
-
-// LocalSeq is the positions of a sequence one rank holds outside attention
-// and MLP: Seq, or Seq/TP under sequence parallelism.
-func (c Config) LocalSeq() int {
-	if c.SP && c.TP > 1 {
-		return c.Seq / c.TP
-	}
-	return c.Seq
-}
 
 // ModelBuffers are the buffers train's transformer (models gpt and bert,
 // not arch hf) allocates itself on a rank, beside its layers', for one
@@ -27,8 +21,8 @@ func (c Config) LocalSeq() int {
 // matrix pool (B, B*T) (B*T/tp under sequence parallelism: it pools this
 // rank's positions), the pooled mean and its gradient (B,1,C), GELU's
 // output h1g, its gradient and fc1's output gradient (B,1,C/tp), and the
-// logits' gradient (B,1,NumClasses).
-func ModelBuffers(c Config, paddedVocab int, last bool) (stream, head parallel.Buffers) {
+// logits' gradient (B,1,config.NumClasses).
+func ModelBuffers(c config.Config, paddedVocab int, last bool) (stream, head parallel.Buffers) {
 	B, T, Tl, C, tp := c.BatchSize, c.Seq, c.LocalSeq(), c.Dim, max(c.TP, 1)
 	stream = parallel.Buffers{{Name: "dx", Shape: []int{B, Tl, C}}, {Name: "dy", Shape: []int{B, Tl, C}}}
 	if !last {
@@ -43,7 +37,7 @@ func ModelBuffers(c Config, paddedVocab int, last bool) (stream, head parallel.B
 		{Name: "pool", Shape: []int{B, B * Tl}},
 		{Name: "pooled", Shape: []int{B, 1, C}}, {Name: "dpooled", Shape: []int{B, 1, C}},
 		{Name: "h1g", Shape: []int{B, 1, cl}}, {Name: "dh1g", Shape: []int{B, 1, cl}}, {Name: "dh1", Shape: []int{B, 1, cl}},
-		{Name: "dlogits", Shape: []int{B, 1, NumClasses}},
+		{Name: "dlogits", Shape: []int{B, 1, config.NumClasses}},
 	}
 	return stream, head
 }
@@ -55,6 +49,6 @@ func ModelBuffers(c Config, paddedVocab int, last bool) (stream, head parallel.B
 // first keeps the input of every micro-batch in flight, one such buffer
 // each, and one that is not the last copies its output into a send buffer
 // of its own.
-func StageActivation(c Config) parallel.Buffer {
+func StageActivation(c config.Config) parallel.Buffer {
 	return parallel.Buffer{Name: "stage_act", Shape: []int{c.BatchSize, c.LocalSeq(), c.Dim}}
 }

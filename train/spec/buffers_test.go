@@ -1,12 +1,16 @@
-package config
+package spec
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/hpcrun/hpcrun/train/config"
+)
 
 // TestModelBuffersFollowTheLayout: the residual stream's buffers hold
 // this rank's positions under sequence parallelism, and only the last
 // stage has a head.
 func TestModelBuffersFollowTheLayout(t *testing.T) {
-	c := DefaultConfig()
+	c := config.DefaultConfig()
 	c.Model, c.BatchSize, c.Seq, c.Dim, c.TP, c.NTasks, c.SP = "gpt", 2, 16, 8, 2, 2, true
 	stream, head := ModelBuffers(c, 256, false)
 	if len(head) != 0 || len(stream) != 2 || stream.Len() != 2*2*8*8 {

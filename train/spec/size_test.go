@@ -1,6 +1,10 @@
-package config
+package spec
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/hpcrun/hpcrun/train/config"
+)
 
 // GPT-2 124M's FLOPs a token against numbers worked out by hand from the
 // definition (checked with python3), not from the code: N = 124,439,808
@@ -24,7 +28,7 @@ func TestFlopsPerTokenGPT2(t *testing.T) {
 		{"selective", model + attnFwd},       // 897,850,368
 		{"full", model + attnFwd + blockFwd}, // 1,067,959,296
 	} {
-		cfg := DefaultConfig()
+		cfg := config.DefaultConfig()
 		if err := cfg.ApplyPreset("gpt2-124m"); err != nil {
 			t.Fatal(err)
 		}
@@ -51,7 +55,7 @@ func TestFlopsPerTokenGPT2(t *testing.T) {
 // GPT.
 func TestHardwareFlopsFullRecompute(t *testing.T) {
 	for _, preset := range []string{"gpt2-124m", "smollm-135m", "llama-1b"} {
-		cfg := DefaultConfig()
+		cfg := config.DefaultConfig()
 		if err := cfg.ApplyPreset(preset); err != nil {
 			t.Fatal(err)
 		}
@@ -71,6 +75,39 @@ func TestHardwareFlopsFullRecompute(t *testing.T) {
 		}
 		if got, want := HardwareFlopsPerToken(cfg, vocab), 8*blocks+16*attn+rest; got != want {
 			t.Errorf("%s: hardware FLOPs a token %.0f, want 8 x %.0f + 16 x %.0f + %.0f = %.0f", preset, got, blocks, attn, rest, want)
+		}
+	}
+}
+
+// The Llama presets count the published models' parameters exactly
+// (SmolLM-135M: 134,515,008; Llama 3.2 1B: 1,235,814,400, both tied), and
+// the FLOPs are 6 a parameter plus attention's, an untied head's table
+// not counted as a product.
+func TestLlamaParamCount(t *testing.T) {
+	for _, tc := range []struct {
+		preset string
+		vocab  int
+		want   int64
+	}{{"smollm-135m", 49152, 134515008}, {"llama-1b", 128256, 1235814400}} {
+		c := config.DefaultConfig()
+		if err := c.ApplyPreset(tc.preset); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		if got := ParamCount(c, tc.vocab); got != tc.want {
+			t.Errorf("%s: %d parameters, want %d", tc.preset, got, tc.want)
+		}
+		if got, want := ModelFlopsPerToken(c, tc.vocab), 6*float64(tc.want)+12*float64(c.Layers*c.Seq*c.Dim); got != want {
+			t.Errorf("%s: %g FLOPs a token, want %g", tc.preset, got, want)
+		}
+		c.UntiedHead = true
+		if got, want := ModelFlopsPerToken(c, tc.vocab), 6*float64(tc.want)+12*float64(c.Layers*c.Seq*c.Dim); got != want {
+			t.Errorf("%s untied: %g FLOPs a token, want %g (the table is looked up)", tc.preset, got, want)
+		}
+		if got := ParamCount(c, tc.vocab); got != tc.want+int64(tc.vocab*c.Dim) {
+			t.Errorf("%s untied: %d parameters, want %d", tc.preset, got, tc.want+int64(tc.vocab*c.Dim))
 		}
 	}
 }
