@@ -15,9 +15,6 @@ import (
 	"strconv"
 	"syscall"
 	"time"
-
-	"github.com/hpcrun/hpcrun/idrenv"
-	"github.com/hpcrun/hpcrun/nccl"
 )
 
 // Tasks starts N copies of a program on this machine, each told its rank by
@@ -264,19 +261,6 @@ func ListenMaster() (*net.TCPListener, int, error) {
 		return nil, 0, fmt.Errorf("listen for the master: %w", err)
 	}
 	return ln.(*net.TCPListener), ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-// JoinWorld forms this task's world (nccl.Init) from what its launcher
-// said: env's rank, size and master, and the master's listener when this
-// task inherited it (MasterListener); o brings the rest (token, timeout,
-// backend). hpcrun train, check, generate and eval ranks join this way.
-func JoinWorld(ctx context.Context, env idrenv.Env, o nccl.Options) (nccl.Comm, error) {
-	master, err := MasterListener()
-	if err != nil {
-		return nil, err
-	}
-	o.Rank, o.Size, o.MasterAddr, o.MasterPort, o.Listener = env.Rank, env.WorldSize, env.MasterAddr, env.MasterPort, master
-	return nccl.Init(ctx, o)
 }
 
 // MasterListener is the Store listener this task inherited from Tasks

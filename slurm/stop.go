@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"github.com/hpcrun/hpcrun/train/metrics"
 )
 
 // ExitStopped is the exit status of a task that stopped on the time-limit
@@ -113,7 +111,8 @@ func StoppedBy(failed []TaskExit) string {
 // StopReason says in words why a task stopped on sig, for its last line:
 // Ctrl-C, scancel or hpcrun cancel, the time-limit signal, or the time
 // limit itself (Slurm sends TERM when a job reaches it; the job's run time
-// tells the two TERMs apart).
+// tells the two TERMs apart); "" for a task that stopped without a signal
+// of its own (another rank got it and relayed the stop).
 func StopReason(ctx context.Context, sig os.Signal) string {
 	switch sig {
 	case syscall.SIGINT:
@@ -126,7 +125,7 @@ func StopReason(ctx context.Context, sig os.Signal) string {
 	case syscall.SIGUSR1, syscall.SIGUSR2:
 		return "stopped by the time-limit signal (" + sig.String() + ") before the job's time limit"
 	}
-	return metrics.RelayedStop
+	return ""
 }
 
 var (

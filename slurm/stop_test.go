@@ -37,6 +37,9 @@ func TestStopReason(t *testing.T) {
 	if got := StopReason(ctx, syscall.SIGUSR1); !strings.Contains(got, "time-limit signal") {
 		t.Errorf("USR1: %q", got)
 	}
+	if got := StopReason(ctx, nil); got != "" {
+		t.Errorf("no signal of the task's own (a relayed stop): %q, want \"\"", got)
+	}
 }
 
 func TestStoppedBy(t *testing.T) {

@@ -123,7 +123,7 @@ func checkRank(c *cli.Context, env idrenv.Env, checks []parallel.Check, o checkO
 	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	world, err := slurm.JoinWorld(ctx, env, nccl.Options{Token: token, Timeout: o.timeout})
+	world, err := joinWorld(ctx, env, nccl.Options{Token: token, Timeout: o.timeout})
 	if err != nil {
 		return fail(err)
 	}

@@ -136,7 +136,7 @@ func onRanks(c *cli.Context, what, src string, fn func(world nccl.Comm) error) e
 	if err != nil {
 		return err
 	}
-	world, err := slurm.JoinWorld(ctx, env, nccl.Options{Token: token, Timeout: c.Duration("timeout")})
+	world, err := joinWorld(ctx, env, nccl.Options{Token: token, Timeout: c.Duration("timeout")})
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("%s rank %d: %v", what, env.Rank, err), 1)
 	}

@@ -77,7 +77,12 @@ func runTrainTask(c *cli.Context) error {
 	}
 	// Why a stop came is asked as it comes (scontrol answers before a
 	// second TERM or the kill), not when the end line is written.
-	reason := sync.OnceValue(func() string { return slurm.StopReason(context.Background(), stop.Signal()) })
+	reason := sync.OnceValue(func() string {
+		if r := slurm.StopReason(context.Background(), stop.Signal()); r != "" {
+			return r
+		}
+		return metrics.RelayedStop
+	})
 	// INT or TERM while the world forms ends the join at once: nothing
 	// was trained, so there is nothing to save (before, the first TERM
 	// waited for the world, up to the comm timeout).
@@ -95,7 +100,7 @@ func runTrainTask(c *cli.Context) error {
 		case <-joined:
 		}
 	}()
-	comm, err := slurm.JoinWorld(joinCtx, env, nccl.Options{
+	comm, err := joinWorld(joinCtx, env, nccl.Options{
 		Token: token, Timeout: cfg.CommTimeoutDuration(),
 		Backend: backend, Device: gpu, Log: os.Stderr,
 	})
