@@ -166,7 +166,7 @@ type StepCUDAResult struct {
 
 // StepCUDA times steps training steps (after at least one untimed) of cfg
 // at tp 1 on d, at matmul precision prec.
-func StepCUDA(cfg trainconfig.Config, d *cuda.Device, prec cuda.Precision, warmup, steps int) (StepCUDAResult, error) {
+func StepCUDA(cfg trainconfig.Config, d *cuda.Device, prec tensor.Precision, warmup, steps int) (StepCUDAResult, error) {
 	cfg.Precision = prec.String() // the step sets the device's precision from its config
 	d.ResetPeak()
 	t, err := train.BenchStep(cfg, d, max(warmup, 1), steps)

@@ -41,7 +41,7 @@ func OpenDevice(kind string, pick func(count int) int) (dev tensor.Device, note 
 // matmulPrecision is a device whose matrix products can compute at another
 // precision than float32 (a CUDA device).
 type matmulPrecision interface {
-	SetMatmulPrecision(cuda.Precision)
+	SetMatmulPrecision(tensor.Precision)
 }
 
 // setPrecision makes dev's matrix products compute at precision (a
@@ -52,11 +52,11 @@ func setPrecision(dev tensor.Device, precision string) error {
 	if !ok {
 		return nil
 	}
-	p, err := cuda.ParsePrecision(precision)
+	p, err := tensor.ParsePrecision(precision)
 	if err != nil {
 		return err
 	}
-	if c, ok := dev.(interface{ CheckPrecision(cuda.Precision) error }); ok {
+	if c, ok := dev.(interface{ CheckPrecision(tensor.Precision) error }); ok {
 		if err := c.CheckPrecision(p); err != nil {
 			return err
 		}

@@ -92,10 +92,10 @@ func TestGPUBenchStepMatchesCPU(t *testing.T) {
 // (as a GPU's can), recording what the run set.
 type precisionSpy struct {
 	*tensor.CPUDevice
-	set []cuda.Precision
+	set []tensor.Precision
 }
 
-func (d *precisionSpy) SetMatmulPrecision(p cuda.Precision) { d.set = append(d.set, p) }
+func (d *precisionSpy) SetMatmulPrecision(p tensor.Precision) { d.set = append(d.set, p) }
 
 // A run sets its device's matmul precision from the config (bf16 was
 // ignored in training: a GPU run trained in float32 whatever it said).
@@ -109,7 +109,7 @@ func TestRunSetsMatmulPrecision(t *testing.T) {
 			t.Fatal(err)
 		}
 		world.Close()
-		want, _ := cuda.ParsePrecision(prec)
+		want, _ := tensor.ParsePrecision(prec)
 		if len(dev.set) != 1 || dev.set[0] != want {
 			t.Errorf("precision %s: the run set %v, want [%v]", prec, dev.set, want)
 		}
@@ -126,7 +126,7 @@ func TestBenchStepSetsMatmulPrecision(t *testing.T) {
 	if _, err := BenchStep(cfg, dev, 0, 1); err != nil {
 		t.Fatal(err)
 	}
-	if len(dev.set) != 1 || dev.set[0] != cuda.TF32 {
+	if len(dev.set) != 1 || dev.set[0] != tensor.TF32 {
 		t.Errorf("BenchStep set %v, want [tf32]", dev.set)
 	}
 }

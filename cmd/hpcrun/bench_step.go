@@ -97,7 +97,7 @@ func runBenchStepCUDA(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	prec, err := cuda.ParsePrecision(c.String("precision"))
+	prec, err := tensor.ParsePrecision(c.String("precision"))
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
 	}

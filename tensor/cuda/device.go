@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,7 +36,7 @@ type Device struct {
 	fn     map[string]uintptr
 
 	alloc     *allocator
-	precision Precision
+	precision tensor.Precision
 	ccMajor   int   // compute capability's major: 8 for an A100, 7 for a V100
 	err       error // first asynchronous failure since the last Sync
 	fromCache bool
@@ -54,45 +53,6 @@ type Device struct {
 	ids                       idRing
 	syncs                     atomic.Int64 // times the host waited for the stream
 	watch                     WaitWatch    // nil: waits block in cuStreamSynchronize
-}
-
-// Precision is how Gemm computes.
-type Precision int
-
-const (
-	// FP32 multiplies float32 operands in float32 (CUBLAS_COMPUTE_32F): the
-	// CPU device's results within rounding.
-	FP32 Precision = iota
-	// TF32 lets cuBLAS round the float32 operands to TF32 on tensor cores
-	// (CUBLAS_COMPUTE_32F_FAST_TF32), float32 accumulation.
-	TF32
-	// BF16 converts both operands to bfloat16 (round to nearest even) and
-	// multiplies them on tensor cores with float32 accumulation and a
-	// float32 result; tensors stay float32.
-	BF16
-)
-
-// String is the name ParsePrecision reads back: fp32, tf32 or bf16.
-func (p Precision) String() string {
-	switch p {
-	case FP32:
-		return "fp32"
-	case TF32:
-		return "tf32"
-	case BF16:
-		return "bf16"
-	}
-	return fmt.Sprintf("Precision(%d)", int(p))
-}
-
-// ParsePrecision reads "fp32", "tf32" or "bf16".
-func ParsePrecision(s string) (Precision, error) {
-	for _, p := range []Precision{FP32, TF32, BF16} {
-		if strings.EqualFold(s, p.String()) {
-			return p, nil
-		}
-	}
-	return 0, fmt.Errorf("matmul precision %q: use fp32, tf32 or bf16", s)
 }
 
 // Options configure Open.
@@ -373,8 +333,8 @@ func (d *Device) KernelsFromCache() bool { return d.fromCache }
 func (d *Device) Stream() uintptr { return d.stream }
 
 // SetMatmulPrecision sets how later Gemm calls compute.
-func (d *Device) SetMatmulPrecision(p Precision) {
-	if p < FP32 || p > BF16 {
+func (d *Device) SetMatmulPrecision(p tensor.Precision) {
+	if p < tensor.FP32 || p > tensor.BF16 {
 		panic(fmt.Sprintf("cuda.SetMatmulPrecision: unknown %v", p))
 	}
 	d.mu.Lock()
@@ -384,15 +344,15 @@ func (d *Device) SetMatmulPrecision(p Precision) {
 
 // CheckPrecision says whether the device computes p on tensor cores: tf32
 // and bf16 need sm_80 (an A100) or newer.
-func (d *Device) CheckPrecision(p Precision) error {
-	if p == FP32 || d.ccMajor >= 8 {
+func (d *Device) CheckPrecision(p tensor.Precision) error {
+	if p == tensor.FP32 || d.ccMajor >= 8 {
 		return nil
 	}
 	return fmt.Errorf("precision %s: %s has no %s tensor cores (sm_80 or newer has): use --precision fp32", p, d.Describe(), p)
 }
 
 // MatmulPrecision is how Gemm computes.
-func (d *Device) MatmulPrecision() Precision {
+func (d *Device) MatmulPrecision() tensor.Precision {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.precision

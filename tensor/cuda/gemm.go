@@ -62,9 +62,9 @@ func (d *Device) gemm(transA, transB bool, m, n, k int, alpha float32, a *tensor
 	pa, pb, pc := a.Ptr()+uintptr(aOff)*4, b.Ptr()+uintptr(bOff)*4, c.Ptr()+uintptr(cOff)*4
 	typ, compute := uintptr(cudaR32F), uintptr(cublasCompute32F)
 	switch d.precision {
-	case TF32:
+	case tensor.TF32:
 		compute = cublasCompute32FFastTF32
-	case BF16:
+	case tensor.BF16:
 		if k > 0 {
 			var ok bool
 			if pa, lda, strideA, ok = d.operandBF16(&d.bfA, pa, transA, m, k, lda, strideA, batch); !ok {

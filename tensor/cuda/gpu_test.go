@@ -35,7 +35,7 @@ var simulated *Device
 func gpu(t testing.TB) *Device {
 	t.Helper()
 	if simulated != nil {
-		simulated.SetMatmulPrecision(FP32)
+		simulated.SetMatmulPrecision(tensor.FP32)
 		return simulated
 	}
 	if ok, why := Available(); !ok {
@@ -45,7 +45,7 @@ func gpu(t testing.TB) *Device {
 	if shared.err != nil {
 		t.Fatalf("CUDA is available but Open fails: %v", shared.err)
 	}
-	shared.d.SetMatmulPrecision(FP32)
+	shared.d.SetMatmulPrecision(tensor.FP32)
 	return shared.d
 }
 
@@ -384,9 +384,9 @@ func gemmCase(t *testing.T, bn *bench, tol float64, transA, transB bool, m, n, k
 func TestGPUGemm(t *testing.T) {
 	bn := newBench(t)
 	for _, p := range []struct {
-		prec Precision
+		prec tensor.Precision
 		tol  float64
-	}{{FP32, tol32}, {TF32, 5e-3}, {BF16, 1e-2}} {
+	}{{tensor.FP32, tol32}, {tensor.TF32, 5e-3}, {tensor.BF16, 1e-2}} {
 		bn.gpu.SetMatmulPrecision(p.prec)
 		for _, tr := range [][2]bool{{false, false}, {false, true}, {true, false}, {true, true}} {
 			ta, tb := tr[0], tr[1]
@@ -403,7 +403,7 @@ func TestGPUGemm(t *testing.T) {
 		}
 		gemmCase(t, bn, p.tol, false, false, 8, 8, 0, 1, 0.5, 0, 1, 0, 8, 0, 8) // k = 0: C = beta*C
 	}
-	bn.gpu.SetMatmulPrecision(FP32)
+	bn.gpu.SetMatmulPrecision(tensor.FP32)
 	// beta 0 ignores NaNs already in C.
 	a, b, c := bn.rand("a", 1, 64, 64), bn.rand("b", 1, 64, 64), bn.rand("c", 1, 64, 64)
 	nan := make([]float32, 64*64)
@@ -419,9 +419,9 @@ func TestGPUGemm(t *testing.T) {
 func TestGPUGemmStridedBatched(t *testing.T) {
 	bn := newBench(t)
 	for _, p := range []struct {
-		prec Precision
+		prec tensor.Precision
 		tol  float64
-	}{{FP32, tol32}, {BF16, 1e-2}} {
+	}{{tensor.FP32, tol32}, {tensor.BF16, 1e-2}} {
 		bn.gpu.SetMatmulPrecision(p.prec)
 		// separate blocks, A shared (stride 0)
 		a, b, c := bn.rand("a", 1, 30, 40), bn.rand("b", 1, 6, 40, 20), bn.rand("c", 1, 6, 30, 20)
@@ -439,7 +439,7 @@ func TestGPUGemmStridedBatched(t *testing.T) {
 		bn.gpu.GemmStridedBatched(false, false, T, hs, T, 1, att.g, 0, T, T*T, qkv.g, 2*C, 3*C, hs, 0.5, out.g, 0, C, hs, nh)
 		bn.check("GemmStridedBatched att v "+p.prec.String(), p.tol, out)
 	}
-	bn.gpu.SetMatmulPrecision(FP32)
+	bn.gpu.SetMatmulPrecision(tensor.FP32)
 }
 
 // The ops built from Device calls (attention, linear, cross-entropy) agree
@@ -505,8 +505,8 @@ func TestGPUBF16Packed(t *testing.T) {
 	})
 	checkPacked(t, "wide rows", got, wide.c.Host()[1:], 5, 7, 300, 310, 7*310)
 
-	d.SetMatmulPrecision(BF16)
-	defer d.SetMatmulPrecision(FP32)
+	d.SetMatmulPrecision(tensor.BF16)
+	defer d.SetMatmulPrecision(tensor.FP32)
 	att, out := bn.zeros("att", B, nh, T, T), bn.zeros("out", B, T, C)
 	tensor.AttentionForward(out.c, att.c, qkv.c, nh, true, nil)
 	tensor.AttentionForward(out.g, att.g, qkv.g, nh, true, nil)
@@ -691,8 +691,8 @@ func BenchmarkGPUGemm(b *testing.B) {
 	x, _ := d.Alloc(m, k)
 	w, _ := d.Alloc(n, k)
 	y, _ := d.Alloc(m, n)
-	defer func() { d.Free(x); d.Free(w); d.Free(y); d.SetMatmulPrecision(FP32) }()
-	for _, p := range []Precision{FP32, TF32, BF16} {
+	defer func() { d.Free(x); d.Free(w); d.Free(y); d.SetMatmulPrecision(tensor.FP32) }()
+	for _, p := range []tensor.Precision{tensor.FP32, tensor.TF32, tensor.BF16} {
 		b.Run(p.String(), func(b *testing.B) {
 			d.SetMatmulPrecision(p)
 			d.Gemm(false, true, m, n, k, 1, x, 0, k, w, 0, k, 0, y, 0, n)

@@ -66,17 +66,6 @@ func TestCachedImageFailures(t *testing.T) {
 	}
 }
 
-func TestParsePrecision(t *testing.T) {
-	for _, p := range []Precision{FP32, TF32, BF16} {
-		if got, err := ParsePrecision(p.String()); err != nil || got != p {
-			t.Errorf("ParsePrecision(%q) = %v, %v", p.String(), got, err)
-		}
-	}
-	if _, err := ParsePrecision("fp8"); err == nil {
-		t.Error("fp8 accepted")
-	}
-}
-
 // Without the libraries, Available and Open say what is missing instead of
 // failing later.
 func TestUnavailableSaysWhy(t *testing.T) {

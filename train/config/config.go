@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/hpcrun/hpcrun/tensor"
 	"math"
 	"path/filepath"
 	"strconv"
@@ -316,9 +317,7 @@ func (c Config) Validate() error {
 			bad("%s = %g: must be a finite number", f.name, f.v)
 		}
 	}
-	switch c.Precision {
-	case "fp32", "tf32", "bf16":
-	default:
+	if p, err := tensor.ParsePrecision(c.Precision); err != nil || p.String() != c.Precision {
 		bad("precision %q: use fp32, tf32 or bf16", c.Precision)
 	}
 	switch c.Device {
