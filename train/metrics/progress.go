@@ -22,12 +22,12 @@ func ProgressOf(run *Run) Progress {
 	var cfg struct {
 		Steps  int `json:"steps"`
 		NTasks int `json:"ntasks"`
-		TP     int `json:"tp"`
 	}
 	if len(run.TrainConfig) > 0 {
 		_ = json.Unmarshal(run.TrainConfig, &cfg)
 	}
 	st.Total, st.World = cfg.Steps, cfg.NTasks
+	grid := runConfig(run, firstInfo(run))
 	step := -1
 	var lossSum, samples float64
 	var lossN int
@@ -53,12 +53,7 @@ func ProgressOf(run *Run) Progress {
 			step = last.Step
 		}
 		slowest = max(slowest, last.StepS)
-		// Each data-parallel replica once: tp_rank 0 of the first stage.
-		tpRank, ppRank := r.Rank%max(cfg.TP, 1), 0
-		if r.Info != nil {
-			tpRank, ppRank = r.Info.TPRank, r.Info.PPRank
-		}
-		if tpRank == 0 && ppRank == 0 {
+		if CountsReplica(r.Rank, r.Info, grid) {
 			lossSum += last.Loss
 			lossN++
 			samples += float64(last.Samples)

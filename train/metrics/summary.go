@@ -335,20 +335,27 @@ func (it *sliceIter) next() (Step, bool) {
 
 func (it *sliceIter) err() error { return nil }
 
-// tpZero marks the ranks whose data-parallel replica is counted by them:
-// tp_rank 0 of pipeline stage 0 (from the run line, else guessed from the
-// rank on the grid).
+// tpZero marks the ranks whose data-parallel replica is counted by them
+// (CountsReplica).
 func tpZero(run *Run) []bool {
 	c := runConfig(run, firstInfo(run))
 	out := make([]bool, len(run.Ranks))
 	for i, r := range run.Ranks {
-		at := rankgrid.Of(r.Rank, c.TP, c.DP)
-		if r.Info != nil {
-			at.TP, at.PP = r.Info.TPRank, r.Info.PPRank
-		}
-		out[i] = at.TP == 0 && at.PP == 0
+		out[i] = CountsReplica(r.Rank, r.Info, c)
 	}
 	return out
+}
+
+// CountsReplica says whether rank counts its data-parallel replica's
+// samples, tokens and loss, so that each replica is counted once: tp rank
+// 0 of the first pipeline stage (every stage sees the same tokens), from
+// its run line info, else from its place on the grid of c.
+func CountsReplica(rank int, info *RunInfo, c RunConfig) bool {
+	at := rankgrid.Of(rank, c.TP, c.DP)
+	if info != nil {
+		at.TP, at.PP = info.TPRank, info.PPRank
+	}
+	return at.TP == 0 && at.PP == 0
 }
 
 // rankSeen is what the join saw of one rank's steps.
@@ -395,18 +402,44 @@ const (
 	PlotPoints = 4096
 )
 
-// jobStep is one step across all ranks that reported it.
-type jobStep struct {
-	step     int
-	ranks    int
-	maxStepS float64
-	sumStepS float64
-	sumCommS float64
-	samples  int64 // over data-parallel replicas (tp_rank 0)
-	tokens   int64
-	lossSum  float64
-	lossN    int
+// StepAcross is one step across the ranks that reported it, as every
+// reader of a run aggregates one (the summary, the dashboard's charts):
+// the slowest rank's step time, the ranks' summed step and comm times, and
+// the samples, tokens and loss of the data-parallel replicas, each counted
+// once, by the rank CountsReplica marks.
+type StepAcross struct {
+	Step                         int
+	Ranks                        int
+	MaxStepS, SumStepS, SumCommS float64
+	Samples, Tokens              int64
+	LossSum                      float64 // NaN once a replica's loss is
+	LossN                        int
 }
+
+// Add takes one rank's step; counts says the rank counts its replica
+// (CountsReplica).
+func (j *StepAcross) Add(st Step, counts bool) {
+	j.Ranks++
+	j.MaxStepS = max(j.MaxStepS, st.StepS)
+	j.SumStepS += st.StepS
+	j.SumCommS += st.CommS
+	if counts {
+		j.Samples += st.Samples
+		j.Tokens += st.Tokens
+		if !math.IsNaN(st.Loss) {
+			j.LossSum += st.Loss
+		} else {
+			j.LossSum = math.NaN()
+		}
+		j.LossN++
+	}
+}
+
+// Loss is the mean loss over the replicas (NaN without one).
+func (j StepAcross) Loss() float64 { return mean(j.LossSum, j.LossN) }
+
+// CommS is the ranks' mean comm time.
+func (j StepAcross) CommS() float64 { return j.SumCommS / float64(j.Ranks) }
 
 // join lines the ranks' steps up by step number, walking all ranks in
 // step order at once: a step every rank has finished goes into the
@@ -460,51 +493,37 @@ func join(its []stepIter, tp0 []bool, points, steps int) ([]rankSeen, jobAgg, er
 		if !any {
 			return seen, agg, nil
 		}
-		js := jobStep{step: step}
+		js := StepAcross{Step: step}
 		for i := range heads {
 			if !live[i] || heads[i].Step != step {
 				continue
 			}
-			st := &heads[i]
-			js.ranks++
-			js.maxStepS = max(js.maxStepS, st.StepS)
-			js.sumStepS += st.StepS
-			js.sumCommS += st.CommS
-			if tp0[i] {
-				js.samples += st.Samples
-				js.tokens += st.Tokens
-				if !math.IsNaN(st.Loss) {
-					js.lossSum += st.Loss
-				} else {
-					js.lossSum = math.NaN()
-				}
-				js.lossN++
-			}
+			js.Add(heads[i], tp0[i])
 			if err := advance(i); err != nil {
 				return nil, agg, err
 			}
 		}
-		if js.ranks >= len(its) {
+		if js.Ranks >= len(its) {
 			agg.add(&js)
 		}
 	}
 }
 
 // add takes one done step.
-func (a *jobAgg) add(js *jobStep) {
+func (a *jobAgg) add(js *StepAcross) {
 	for k := 0; k <= min(a.done, 3); k++ {
-		a.total[k] += js.maxStepS
-		a.sumStep[k] += js.sumStepS
-		a.sumComm[k] += js.sumCommS
-		a.samples[k] += js.samples
-		a.tokens[k] += js.tokens
+		a.total[k] += js.MaxStepS
+		a.sumStep[k] += js.SumStepS
+		a.sumComm[k] += js.SumCommS
+		a.samples[k] += js.Samples
+		a.tokens[k] += js.Tokens
 	}
 	a.done++
-	a.times = append(a.times, js.maxStepS)
-	a.comms = append(a.comms, js.sumCommS/float64(js.ranks))
-	a.lastStep, a.lastLoss, a.lastLossN = js.step, js.lossSum, js.lossN
+	a.times = append(a.times, js.MaxStepS)
+	a.comms = append(a.comms, js.CommS())
+	a.lastStep, a.lastLoss, a.lastLossN = js.Step, js.LossSum, js.LossN
 	if c := a.curves; c != nil {
-		pt := [3]Float{Float(js.step), Float(mean(js.lossSum, js.lossN)), Float(float64(js.samples) / js.maxStepS)}
+		pt := [3]Float{Float(js.Step), Float(js.Loss()), Float(float64(js.Samples) / js.MaxStepS)}
 		a.lastPoint = pt
 		if (a.done-1)%a.stride != 0 {
 			return

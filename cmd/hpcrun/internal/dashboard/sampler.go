@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/hpcrun/hpcrun/internal/rankgrid"
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/train/metrics"
 )
@@ -213,17 +212,15 @@ func (s *sampler) steps() []sampledStep {
 	return out
 }
 
-// tpZero reports whether a rank counts its data-parallel replica: tp_rank
-// 0 of the first pipeline stage (every stage sees the same tokens), from
-// its run line, else guessed from the rank on the grid.
-func (s *sampler) tpZero(rank int, c metrics.RunConfig) bool {
+// countsReplica reports whether a rank counts its data-parallel replica
+// (metrics.CountsReplica), from its run line when one was read.
+func (s *sampler) countsReplica(rank int, c metrics.RunConfig) bool {
 	for _, rs := range s.files {
 		if rs.rank == rank && rs.info != nil {
-			return rs.info.TPRank == 0 && rs.info.PPRank == 0
+			return metrics.CountsReplica(rank, rs.info, c)
 		}
 	}
-	at := rankgrid.Of(rank, c.TP, c.DP)
-	return at.TP == 0 && at.PP == 0
+	return metrics.CountsReplica(rank, nil, c)
 }
 
 // series turns the sampled steps into the run's step charts.
@@ -240,28 +237,17 @@ func (s *sampler) series(sum metrics.Summary) (loss Series, rc runCharts) {
 	world := max(sum.Config.NTasks, len(ranks))
 	for i, st := range steps {
 		x[i] = float64(st.step)
-		var lossSum float64
-		var lossN int
-		var tokens int64
-		var maxS, comm float64
+		// The summary's join of one step (metrics.StepAcross).
+		js := metrics.StepAcross{Step: st.step}
 		for j, r := range st.ranks {
 			v := st.vals[j]
-			maxS = max(maxS, v.stepS)
-			comm += v.commS
-			if s.tpZero(r, sum.Config) {
-				tokens += v.tokens
-				lossSum += v.loss // NaN stays NaN, as in metrics' mean
-				lossN++
-			}
+			js.Add(metrics.Step{Step: st.step, Loss: v.loss, StepS: v.stepS, CommS: v.commS, Tokens: v.tokens}, s.countsReplica(r, sum.Config))
 			mem[j] = append(mem[j], float64(v.mem)/(1<<20))
 		}
-		ls[i] = math.NaN()
-		if lossN > 0 {
-			ls[i] = lossSum / float64(lossN)
-		}
+		ls[i] = js.Loss()
 		lr[i], gn[i] = st.vals[0].lr, st.vals[0].gradNorm
-		tok[i] = float64(tokens) / maxS
-		stepS[i], commS[i] = maxS, comm/float64(len(st.ranks))
+		tok[i] = float64(js.Tokens) / js.MaxStepS
+		stepS[i], commS[i] = js.MaxStepS, js.CommS()
 		mfu[i] = math.NaN()
 		// Over the summary's peak (the plan's), as the summary's MFU.
 		if in := s.info; in != nil && in.FlopsPerToken > 0 && sum.PeakFlops > 0 {
