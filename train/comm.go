@@ -85,7 +85,7 @@ func chooseComm(comm, device string, e commEnv) (backend, note string, err error
 // over a CUDA device go through host memory: why (--comm tcp, or what
 // NCCL lacks). "" when they run on the device or the device is the CPU.
 func commNote(cfg config.Config, dev tensor.Device, world nccl.Comm) string {
-	if !strings.HasPrefix(dev.Name(), "cuda") || world.Size() == 1 {
+	if hostMemory(dev) || world.Size() == 1 {
 		return ""
 	}
 	if parallel.NewDeviceGroup(world, dev).Resident(dev) {

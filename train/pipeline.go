@@ -2,7 +2,6 @@ package train
 
 import (
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/hpcrun/hpcrun/nccl"
@@ -190,8 +189,8 @@ func (p *pipeline) step(next func(*Batch), scale float32) (float64, error) {
 			if err != nil {
 				return 0, err
 			}
-			if math.IsNaN(l) || math.IsInf(l, 0) {
-				return 0, fmt.Errorf("loss is %v: lower --lr", l)
+			if err := checkLoss(l); err != nil {
+				return 0, err
 			}
 			loss += l / float64(p.micro)
 			if p.next != nil {

@@ -378,7 +378,7 @@ func TestZeroStep(t *testing.T) {
 			return err
 		}
 		s0 := c.Stats()
-		zn, err := z.Step(1e-2)
+		zn, err := z.step(1e-2)
 		if err != nil {
 			return err
 		}
@@ -415,4 +415,18 @@ func TestZeroStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// step is one optimizer step of z alone, for the tests: it averages the gradients over the DP group (reduce-scatter), clips
+// them to the global norm, updates this rank's ranges at learning rate lr
+// and all-gathers the parameters. It returns the gradient norm before
+// clipping.
+func (z *ZeRO1) step(lr float64) (float64, error) {
+	if err := z.reduce(); err != nil {
+		return 0, err
+	}
+	if err := z.update(lr); err != nil {
+		return 0, err
+	}
+	return z.norm.read()
 }

@@ -39,7 +39,7 @@ type deviceLM interface {
 // dev, nil when it reads each micro-batch's (see above), and why, for
 // the log ("" where nothing needs saying).
 func lossOnDevice(dev tensor.Device, m model, pipelined bool) (deviceLM, string) {
-	if _, cpu := dev.(*tensor.CPUDevice); cpu {
+	if hostMemory(dev) {
 		return nil, ""
 	}
 	lm, ok := m.(deviceLM)
@@ -50,6 +50,21 @@ func lossOnDevice(dev tensor.Device, m model, pipelined bool) (deviceLM, string)
 		return nil, "step: the loss is read each micro-batch on the last stage of the pipeline"
 	}
 	return lm, ""
+}
+
+// hostMemory says whether dev's tensors live in host memory (the CPU
+// device): there every value is read where it is made.
+func hostMemory(dev tensor.Device) bool {
+	_, cpu := dev.(*tensor.CPUDevice)
+	return cpu
+}
+
+// checkLoss refuses a loss that is not finite: training has diverged.
+func checkLoss(l float64) error {
+	if math.IsNaN(l) || math.IsInf(l, 0) {
+		return fmt.Errorf("loss is %v: lower --lr", l)
+	}
+	return nil
 }
 
 // trainStep runs one optimizer step over the step's micro-batches.
@@ -72,8 +87,8 @@ func (t *trainer) trainStep(step int) (metrics.Step, error) {
 	if err != nil {
 		return metrics.Step{}, err
 	}
-	if math.IsNaN(loss) || math.IsInf(loss, 0) {
-		return metrics.Step{}, fmt.Errorf("loss is %v: lower --lr", loss)
+	if err := checkLoss(loss); err != nil {
+		return metrics.Step{}, err
 	}
 	mem := t.dev.MemStats()
 	samples := int64(t.cfg.BatchSize * t.cfg.Micro())
@@ -118,8 +133,8 @@ func (t *trainer) forwardBackward() (float64, error) {
 			if err != nil {
 				return 0, err
 			}
-			if math.IsNaN(l) || math.IsInf(l, 0) {
-				return 0, fmt.Errorf("loss is %v: lower --lr", l)
+			if err := checkLoss(l); err != nil {
+				return 0, err
 			}
 			loss += l / float64(accum)
 		}

@@ -164,20 +164,6 @@ func (z *ZeRO1) Close() {
 	}
 }
 
-// Step averages the gradients over the DP group (reduce-scatter), clips
-// them to the global norm, updates this rank's ranges at learning rate lr
-// and all-gathers the parameters. It returns the gradient norm before
-// clipping.
-func (z *ZeRO1) Step(lr float64) (float64, error) {
-	if err := z.reduce(); err != nil {
-		return 0, err
-	}
-	if err := z.update(lr); err != nil {
-		return 0, err
-	}
-	return z.norm.read()
-}
-
 // reduce reduce-scatters the gradients (optimizer).
 func (z *ZeRO1) reduce() error { return z.reduceScatter() }
 

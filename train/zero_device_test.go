@@ -246,7 +246,7 @@ func TestZeroDeviceBuckets(t *testing.T) {
 					}
 					dev.CopyFromHost(p.Grad, g)
 				}
-				norm, err := z.Step(1e-2)
+				norm, err := z.step(1e-2)
 				if err != nil {
 					return err
 				}
