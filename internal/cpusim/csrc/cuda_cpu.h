@@ -44,9 +44,18 @@ const uint3& block_idx();
 const uint3& block_dim();
 const uint3& grid_dim();
 void syncthreads();
+// The shuffles: xor (lane ^ arg), idx (lane arg), down (lane + arg), up
+// (lane - arg), each within segments of width lanes.
+enum { kShflXor, kShflIdx, kShflDown, kShflUp };
 // shfl exchanges 8 bytes within the calling thread's warp: it returns
-// what lane (lane of caller) ^ lane_mask offered.
-uint64_t shfl(uint64_t v, int lane_mask);
+// what the source lane of kind and arg offered (the caller's own value
+// where down or up leave the segment).
+uint64_t shfl(uint64_t v, int kind, int arg, int width);
+// syncwarp waits for the calling thread's warp.
+void syncwarp();
+// dynamic_shared is the launch's dynamic shared memory of the running
+// block.
+void* dynamic_shared();
 // fail stops the launch with a message (a kernel misused an intrinsic).
 [[noreturn]] void fail(const char* msg);
 }  // namespace cpusim
@@ -58,17 +67,44 @@ uint64_t shfl(uint64_t v, int lane_mask);
 
 inline void __syncthreads() { cpusim::syncthreads(); }
 
+namespace cpusim {
 template <class T>
-inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
+inline T shuffle(unsigned mask, T v, int kind, int arg, int width) {
     static_assert(sizeof(T) <= 8, "shuffle of more than 8 bytes");
-    if (mask != 0xffffffffu) cpusim::fail("__shfl_xor_sync with a partial mask");
+    if (mask != 0xffffffffu) fail("a shuffle with a partial mask");
     uint64_t u = 0;
     std::memcpy(&u, &v, sizeof(T));
-    u = cpusim::shfl(u, lane_mask);
+    u = shfl(u, kind, arg, width);
     T r;
     std::memcpy(&r, &u, sizeof(T));
     return r;
 }
+}  // namespace cpusim
+
+template <class T>
+inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+    return cpusim::shuffle(mask, v, cpusim::kShflXor, lane_mask, width);
+}
+template <class T>
+inline T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32) {
+    return cpusim::shuffle(mask, v, cpusim::kShflIdx, src_lane, width);
+}
+template <class T>
+inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+    return cpusim::shuffle(mask, v, cpusim::kShflDown, (int)delta, width);
+}
+template <class T>
+inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+    return cpusim::shuffle(mask, v, cpusim::kShflUp, (int)delta, width);
+}
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+    if (mask != 0xffffffffu) cpusim::fail("__syncwarp with a partial mask");
+    cpusim::syncwarp();
+}
+
+// HPCRUN_DYNAMIC_SHARED declares the launch's dynamic shared memory as an
+// array of T (kernels.cu defines it as extern __shared__ for NVRTC).
+#define HPCRUN_DYNAMIC_SHARED(T, name) T* name = (T*)cpusim::dynamic_shared()
 
 inline float atomicAdd(float* p, float v) {
     std::atomic_ref<float> a(*p);

@@ -92,6 +92,7 @@ struct Block {
     std::vector<int> warpArrived, warpLive;
     std::vector<unsigned long> warpGen;
     std::vector<uint64_t> shflBuf;
+    char* dynShared = nullptr;  // the launch's dynamic shared memory
     void (*body)(void**);
     void** params;
     const char* error = nullptr;
@@ -159,17 +160,43 @@ static void warp_barrier(int w) {
     wait_here(2, g);
 }
 
-uint64_t shfl(uint64_t v, int lane_mask) {
+uint64_t shfl(uint64_t v, int kind, int arg, int width) {
     Block* b = cur_block;
     int w = cur_fiber->linear / 32, lane = cur_fiber->linear % 32;
     if (b->warpLive[w] != 32 || std::min(32, b->nthreads - w * 32) != 32)
-        fail("__shfl_xor_sync with a full mask in a warp that is not whole");
+        fail("a shuffle with a full mask in a warp that is not whole");
+    if (width < 1 || width > 32 || (width & (width - 1)) != 0) fail("a shuffle's width is not a power of two up to 32");
     b->shflBuf[cur_fiber->linear] = v;
     warp_barrier(w);
-    uint64_t r = b->shflBuf[w * 32 + (lane ^ lane_mask)];
+    int base = lane & ~(width - 1), src = lane;
+    switch (kind) {
+    case kShflXor:
+        src = lane ^ arg;
+        if (src >= base + width) src = lane;  // outside the segment: its own value
+        break;
+    case kShflIdx:
+        src = base + (arg & (width - 1));
+        break;
+    case kShflDown:
+        if (lane + arg < base + width) src = lane + arg;
+        break;
+    case kShflUp:
+        if (lane - arg >= base) src = lane - arg;
+        break;
+    }
+    uint64_t r = b->shflBuf[w * 32 + src];
     warp_barrier(w);
     return r;
 }
+
+void syncwarp() {
+    Block* b = cur_block;
+    int w = cur_fiber->linear / 32;
+    if (b->warpLive[w] != std::min(32, b->nthreads - w * 32)) fail("__syncwarp in a warp some of whose threads have returned");
+    warp_barrier(w);
+}
+
+void* dynamic_shared() { return cur_block->dynShared; }
 
 static void fiber_main() {
     cur_block->body(cur_block->params);
@@ -212,6 +239,7 @@ static void* new_stack(char* base, size_t size) {
 struct Worker {
     std::vector<Fiber> fibers;
     std::vector<char*> stacks;
+    std::vector<char> dyn;  // dynamic shared memory, 16-byte aligned below
     ~Worker() {
         for (char* s : stacks) free(s);
     }
@@ -225,7 +253,13 @@ static bool runnable(Block* b, Fiber& f) {
 }
 
 // run_block runs one block; it returns an error message or null.
-static const char* run_block(Worker& wk, uint3 bid, uint3 bdim, uint3 gdim, void (*body)(void**), void** params) {
+// order_seed, when not 0, makes each round of a block's scheduler visit
+// its threads in an order drawn from it (and the block), instead of
+// thread order: a race that thread order hides shows under some seed.
+static std::atomic<unsigned long> order_seed{0};
+
+static const char* run_block(Worker& wk, uint3 bid, uint3 bdim, uint3 gdim, void (*body)(void**), void** params,
+                             unsigned shmem) {
     Block b;
     b.bid = bid, b.bdim = bdim, b.gdim = gdim;
     b.nthreads = b.live = bdim.x * bdim.y * bdim.z;
@@ -235,6 +269,12 @@ static const char* run_block(Worker& wk, uint3 bid, uint3 bdim, uint3 gdim, void
     b.warpLive.assign(nwarps, 0);
     b.shflBuf.assign(nwarps * 32, 0);
     b.body = body, b.params = params;
+    if (shmem > 0) {
+        // Uninitialised, as on a GPU: all ones, a NaN in every float, so
+        // a read before any write shows.
+        wk.dyn.assign(shmem + 16, (char)0xff);
+        b.dynShared = (char*)(((uintptr_t)wk.dyn.data() + 15) & ~(uintptr_t)15);
+    }
     wk.fibers.resize(b.nthreads);
     while ((int)wk.stacks.size() < b.nthreads) wk.stacks.push_back((char*)malloc(kStack));
     b.fibers = &wk.fibers;
@@ -255,9 +295,20 @@ static const char* run_block(Worker& wk, uint3 bid, uint3 bdim, uint3 gdim, void
         makecontext(&f.ctx, fiber_main, 0);
 #endif
     }
+    unsigned long seed = order_seed.load();
+    std::vector<int> order(b.nthreads);
+    for (int i = 0; i < b.nthreads; i++) order[i] = i;
+    unsigned long long rng = seed * 0x9e3779b97f4a7c15ull ^ ((unsigned long long)bid.x << 32 | bid.y << 16 | bid.z);
     for (;;) {
         bool any = false, progress = false;
-        for (int i = 0; i < b.nthreads && !b.error; i++) {
+        if (seed != 0) {
+            for (int i = b.nthreads - 1; i > 0; i--) {  // Fisher-Yates with xorshift64
+                rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+                std::swap(order[i], order[rng % (unsigned long long)(i + 1)]);
+            }
+        }
+        for (int k = 0; k < b.nthreads && !b.error; k++) {
+            int i = order[k];
             Fiber& f = wk.fibers[i];
             if (f.done) continue;
             any = true;
@@ -289,6 +340,7 @@ struct Kernel {
     const char* name;
     void (*body)(void**);
     std::atomic<long> launches{0};
+    int maxDynShared = 0;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 };
 
 static Kernel table[] = {
@@ -310,6 +362,7 @@ static std::once_flag devs_once;
 // CUDA_VISIBLE_DEVICES, when set, picks which the process sees and in
 // what order, as the real driver does.
 static void init_devices() {
+    if (const char* e = getenv("HPCRUN_CPUSIM_SEED")) order_seed = strtoul(e, nullptr, 10);
     int machine = 1;
     if (const char* e = getenv("HPCRUN_CPUSIM_DEVICES")) machine = std::max(1, atoi(e));
     std::vector<int> visible;
@@ -522,6 +575,10 @@ void hpcrun_sim_set_stuck(int v) { stuck = v; }
 // hpcrun_sim_set_mut selects planted mutation m of a mutated kernels.cu.
 void hpcrun_sim_set_mut(int m) { hpcrun_mut = m; }
 
+// hpcrun_sim_set_order_seed makes the threads of a block run in an order
+// drawn from seed (0: thread order). HPCRUN_CPUSIM_SEED sets it at load.
+void hpcrun_sim_set_order_seed(unsigned long seed) { order_seed = seed; }
+
 // --- driver ---
 
 static const char* names[] = {"CUDA_SUCCESS", "CUDA_ERROR_INVALID_VALUE", "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_NOT_FOUND"};
@@ -639,10 +696,23 @@ CUresult cuFuncGetAttribute(int* v, int attr, void*) {
     *v = attr == 0 ? max_threads : 64;  // max threads a block; registers
     return 0;
 }
+// cuFuncSetAttribute raises a kernel's dynamic shared memory limit past
+// 48 KiB, up to an H100's 227 KiB (the only attribute it takes).
+CUresult cuFuncSetAttribute(void* f, int attr, int v) {
+    if (attr != 8 || v < 0 || v > 227 << 10) return 1;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    ((Kernel*)f)->maxDynShared = v;
+    return 0;
+}
 CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shmem, void* st, void** params, void** extra) {
     Kernel* k = (Kernel*)f;
-    if (shmem != 0 || extra != nullptr || bx * by * bz == 0 || bx * by * bz > 1024 || gx * gy * gz == 0) return 1;
+    if (extra != nullptr || bx * by * bz == 0 || bx * by * bz > 1024 || gx * gy * gz == 0) return 1;
+    if (shmem > (unsigned)std::max(48 << 10, k->maxDynShared)) {
+        std::lock_guard<std::mutex> l(mu);
+        last_error = std::string(k->name) + ": " + std::to_string(shmem) +
+                     " bytes of dynamic shared memory, past the kernel's limit (48 KiB, or what cuFuncSetAttribute raised it to)";
+        return 1;  // CUDA_ERROR_INVALID_VALUE
+    }
     if (CUresult r = sync_stream(st)) return r;
     k->launches++;
     uint3 gdim{gx, gy, gz}, bdim{bx, by, bz};
@@ -654,7 +724,7 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
         static thread_local Worker wk;  // its fiber stacks serve every launch of the thread
         for (long i; (i = next.fetch_add(1)) < nblocks;) {
             uint3 bid{(unsigned)(i % gx), (unsigned)(i / gx % gy), (unsigned)(i / ((long)gx * gy))};
-            if (const char* e = run_block(wk, bid, bdim, gdim, k->body, params)) {
+            if (const char* e = run_block(wk, bid, bdim, gdim, k->body, params, shmem)) {
                 std::lock_guard<std::mutex> l(emu);
                 err = std::string(k->name) + ": " + e;
                 next = nblocks;
