@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/hpcrun/hpcrun/tensor/internal/check"
@@ -310,7 +311,7 @@ func (d *CPUDevice) EmbeddingBackward(dtable, dout *Tensor, ids []int32, vocabSt
 	*k = embBackK{}
 }
 
-// --- GELU (tanh approximation) ---
+// --- activations: GELU (tanh approximation) ---
 
 const (
 	geluS = 0.7978845608028654 // sqrt(2/pi)
@@ -330,18 +331,6 @@ func (k *geluK) run(lo, hi, _ int) {
 	}
 }
 
-// GELUForward is out = gelu(inp).
-func (d *CPUDevice) GELUForward(out, inp *Tensor) {
-	d.own("GELUForward", out, inp)
-	check.GELUForward(out, inp)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	k := &d.k.gelu
-	*k = geluK{out: out.Host(), inp: inp.Host()}
-	d.parallel(out.n, d.chunks(out.n, 20), k)
-	*k = geluK{}
-}
-
 type geluBackK struct{ dinp, inp, dout []float32 }
 
 // gelu'(x) = 0.5*(1+t) + 0.5*x*(1-t^2)*du with t = tanh(u), du = du/dx;
@@ -356,16 +345,44 @@ func (k *geluBackK) run(lo, hi, _ int) {
 	}
 }
 
-// GELUBackward is dinp += gelu'(inp)*dout.
-func (d *CPUDevice) GELUBackward(dinp, inp, dout *Tensor) {
-	d.own("GELUBackward", dinp, inp, dout)
-	check.GELUBackward(dinp, inp, dout)
+// ActivationForward is out = f(inp) elementwise.
+func (d *CPUDevice) ActivationForward(f Activation, out, inp *Tensor) {
+	d.own("ActivationForward", out, inp)
+	check.ActivationForward(out, inp)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	k := &d.k.geluB
-	*k = geluBackK{dinp: dinp.Host(), inp: inp.Host(), dout: dout.Host()}
-	d.parallel(inp.n, d.chunks(inp.n, 30), k)
-	*k = geluBackK{}
+	switch f {
+	case GELU:
+		k := &d.k.gelu
+		*k = geluK{out: out.Host(), inp: inp.Host()}
+		d.parallel(out.n, d.chunks(out.n, 20), k)
+		*k = geluK{}
+	default:
+		panic(unknownActivation("ActivationForward", f))
+	}
+}
+
+// ActivationBackward is dinp += f'(inp)*dout.
+func (d *CPUDevice) ActivationBackward(f Activation, dinp, inp, dout *Tensor) {
+	d.own("ActivationBackward", dinp, inp, dout)
+	check.ActivationBackward(dinp, inp, dout)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch f {
+	case GELU:
+		k := &d.k.geluB
+		*k = geluBackK{dinp: dinp.Host(), inp: inp.Host(), dout: dout.Host()}
+		d.parallel(inp.n, d.chunks(inp.n, 30), k)
+		*k = geluBackK{}
+	default:
+		panic(unknownActivation("ActivationBackward", f))
+	}
+}
+
+// unknownActivation is the panic message of a kernel given an Activation
+// that is not one of the constants.
+func unknownActivation(fn string, f Activation) string {
+	return fmt.Sprintf("tensor.%s: unknown activation %d", fn, int(f))
 }
 
 // --- softmax ---

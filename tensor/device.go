@@ -122,12 +122,12 @@ type Device interface {
 	// (N,2F), [dgate | dup], from dout (N,F) and the forward's inp (N,2F).
 	SwiGLUBackward(dinp, inp, dout *Tensor)
 
-	// GELUForward is out = gelu(inp), tanh approximation (GPT-2's).
-	// out, inp have the same Len; out may be inp.
-	GELUForward(out, inp *Tensor)
-	// GELUBackward is dinp += gelu'(inp) * dout. dinp, inp, dout have the
-	// same Len.
-	GELUBackward(dinp, inp, dout *Tensor)
+	// ActivationForward is out = f(inp) elementwise. out, inp have the
+	// same Len; out may be inp.
+	ActivationForward(f Activation, out, inp *Tensor)
+	// ActivationBackward is dinp += f'(inp) * dout. dinp, inp, dout have
+	// the same Len.
+	ActivationBackward(f Activation, dinp, inp, dout *Tensor)
 
 	// SoftmaxForward is a row softmax of scale*inp with masked entries set to
 	// 0 (a row with every key masked is all zeros). inp and out are
@@ -208,6 +208,14 @@ type Device interface {
 	// HostSyncs counts the times the host waited for the device.
 	HostSyncs() int64
 }
+
+// Activation is an elementwise function that ActivationForward and
+// ActivationBackward apply; the zero value is GELU.
+type Activation int
+
+const (
+	GELU Activation = iota // gelu, tanh approximation (GPT-2's)
+)
 
 // MemStats is a device's memory accounting, in bytes.
 type MemStats struct {

@@ -297,7 +297,7 @@ func TestGELU(t *testing.T) {
 			x := randF32(r, n, 5)
 			x[0] = 0
 			tx, tout := upload(t, d, x, n), upload(t, d, make([]float32, n), n)
-			d.GELUForward(tout, tx)
+			d.ActivationForward(GELU, tout, tx)
 			x64 := to64(x)
 			want := make([]float64, n)
 			for i, v := range x64 {
@@ -315,10 +315,10 @@ func TestGELU(t *testing.T) {
 			}
 			dx0 := randF32(r, n, 1)
 			tdx := upload(t, d, dx0, n)
-			d.GELUBackward(tdx, tx, upload(t, d, toF32(g), n))
+			d.ActivationBackward(GELU, tdx, tx, upload(t, d, toF32(g), n))
 			checkGrad(t, "GELUBackward", download(tdx), plus(dx0, numGrad(x64, loss)), 1e-5)
 
-			d.GELUForward(tx, tx) // in place
+			d.ActivationForward(GELU, tx, tx) // in place
 			checkClose(t, "GELUForward in place", download(tx), want, 2e-6)
 		}
 	})
@@ -821,6 +821,7 @@ func TestBadShapes(t *testing.T) {
 		{"Softmax keyValid", "keyValid", func() { d.SoftmaxForward(x23, x23, 1, false, []int32{1, 1, 1}) }},
 		{"Softmax rank", "at least (Tq,Tk)", func() { d.SoftmaxForward(x6, x6, 1, false, nil) }},
 		{"CE targets", "len(targets)=1", func() { d.CrossEntropyBackward(x23, x23, x2, x2, []int32{1}, 0, 1) }},
+		{"Activation", "tensor.ActivationForward: unknown activation 9", func() { d.ActivationForward(9, x6, x6) }},
 		{"AdamW step", "counts from 1", func() { d.AdamW(x6, x6, x6, x6, AdamWParams{}) }},
 		{"CopyFromHost", "len(src)=2", func() { d.CopyFromHost(x6, []float32{1, 2}) }},
 		{"Gemm offset", "offset 7", func() { d.Gemm(false, false, 1, 1, 1, 1, x6, 7, 1, x6, 0, 1, 0, x6, 0, 1) }},
@@ -871,8 +872,8 @@ func TestNoAllocs(t *testing.T) {
 			"EmbedBack":  func() { d.EmbeddingBackward(z, x, ids, 0) },
 			"LayerNorm":  func() { d.LayerNormForward(z, mean, rstd, x, w, b, 1e-5) },
 			"LNBack":     func() { d.LayerNormBackward(z, w, b, y, x, w, mean, rstd) },
-			"GELU":       func() { d.GELUForward(z, x) },
-			"GELUBack":   func() { d.GELUBackward(z, x, y) },
+			"GELU":       func() { d.ActivationForward(GELU, z, x) },
+			"GELUBack":   func() { d.ActivationBackward(GELU, z, x, y) },
 			"Softmax":    func() { d.SoftmaxForward(att, att, 0.5, true, keyValid) },
 			"SoftmaxBck": func() { d.SoftmaxBackward(att, att, att, 0.5) },
 			"CE":         func() { CrossEntropy(mean, rstd, sumExp, tlogit, logits, ids) },

@@ -50,7 +50,15 @@ func TestChecksMatchCPU(t *testing.T) {
 		{"LayerNormBackward dbias", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
 			d.LayerNormBackward(mk(4, 8), mk(8), mk(7), mk(4, 8), mk(4, 8), mk(8), mk(4), mk(4))
 		}},
-		{"GELUBackward", func(d tensor.Device, mk func(...int) *tensor.Tensor) { d.GELUBackward(mk(4), mk(4), mk(5)) }},
+		{"ActivationBackward", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
+			d.ActivationBackward(tensor.GELU, mk(4), mk(4), mk(5))
+		}},
+		{"ActivationForward unknown", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
+			d.ActivationForward(tensor.Activation(9), mk(4), mk(4))
+		}},
+		{"ActivationBackward unknown", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
+			d.ActivationBackward(-1, mk(4), mk(4), mk(4))
+		}},
 		{"SoftmaxForward rank", func(d tensor.Device, mk func(...int) *tensor.Tensor) { d.SoftmaxForward(mk(4), mk(4), 1, false, nil) }},
 		{"SoftmaxForward scale", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
 			d.SoftmaxForward(mk(2, 4), mk(2, 4), 0, false, nil)

@@ -275,15 +275,15 @@ func TestGPUGELU(t *testing.T) {
 	b := newBench(t)
 	for _, scale := range []float32{3, 40} { // 40 reaches exp's overflow on both sides
 		inp, out := b.rand("inp", scale, 10007), b.zeros("out", 10007)
-		b.cpu.GELUForward(out.c, inp.c)
-		b.gpu.GELUForward(out.g, inp.g)
+		b.cpu.ActivationForward(tensor.GELU, out.c, inp.c)
+		b.gpu.ActivationForward(tensor.GELU, out.g, inp.g)
 		b.check("GELUForward", tol32, out)
 		dinp, dout := b.rand("dinp", 1, 10007), b.rand("dout", 1, 10007)
-		b.cpu.GELUBackward(dinp.c, inp.c, dout.c)
-		b.gpu.GELUBackward(dinp.g, inp.g, dout.g)
+		b.cpu.ActivationBackward(tensor.GELU, dinp.c, inp.c, dout.c)
+		b.gpu.ActivationBackward(tensor.GELU, dinp.g, inp.g, dout.g)
 		b.check("GELUBackward", tol32, dinp)
-		b.cpu.GELUForward(inp.c, inp.c)
-		b.gpu.GELUForward(inp.g, inp.g)
+		b.cpu.ActivationForward(tensor.GELU, inp.c, inp.c)
+		b.gpu.ActivationForward(tensor.GELU, inp.g, inp.g)
 		b.check("GELUForward in place", tol32, inp)
 	}
 }

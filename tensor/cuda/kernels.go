@@ -374,20 +374,35 @@ func (d *Device) SwiGLUBackward(dinp, inp, dout *tensor.Tensor) {
 	d.elementwise("swiglu_backward_f32", dout.Len(), tp(dinp), tp(inp), tp(dout), i64(dout.Len()), i32(f))
 }
 
-// --- GELU ---
+// --- activations ---
 
-// GELUForward is out = gelu(inp), tanh approximation.
-func (d *Device) GELUForward(out, inp *tensor.Tensor) {
-	d.own("GELUForward", out, inp)
-	check.GELUForward(out, inp)
-	d.elementwise("gelu_forward_f32", out.Len(), tp(out), tp(inp), i64(out.Len()))
+// activationKernels are each tensor.Activation's forward and backward
+// kernels.
+var activationKernels = [...][2]string{
+	tensor.GELU: {"gelu_forward_f32", "gelu_backward_f32"},
 }
 
-// GELUBackward is dinp += gelu'(inp)*dout.
-func (d *Device) GELUBackward(dinp, inp, dout *tensor.Tensor) {
-	d.own("GELUBackward", dinp, inp, dout)
-	check.GELUBackward(dinp, inp, dout)
-	d.elementwise("gelu_backward_f32", inp.Len(), tp(dinp), tp(inp), tp(dout), i64(inp.Len()))
+// activationKernel is f's forward (0) or backward (1) kernel; fn names
+// the method in the panic of an unknown f.
+func activationKernel(fn string, f tensor.Activation, dir int) string {
+	if f < 0 || int(f) >= len(activationKernels) {
+		panic(fmt.Sprintf("tensor.%s: unknown activation %d", fn, int(f)))
+	}
+	return activationKernels[f][dir]
+}
+
+// ActivationForward is out = f(inp) elementwise.
+func (d *Device) ActivationForward(f tensor.Activation, out, inp *tensor.Tensor) {
+	d.own("ActivationForward", out, inp)
+	check.ActivationForward(out, inp)
+	d.elementwise(activationKernel("ActivationForward", f, 0), out.Len(), tp(out), tp(inp), i64(out.Len()))
+}
+
+// ActivationBackward is dinp += f'(inp)*dout.
+func (d *Device) ActivationBackward(f tensor.Activation, dinp, inp, dout *tensor.Tensor) {
+	d.own("ActivationBackward", dinp, inp, dout)
+	check.ActivationBackward(dinp, inp, dout)
+	d.elementwise(activationKernel("ActivationBackward", f, 1), inp.Len(), tp(dinp), tp(inp), tp(dout), i64(inp.Len()))
 }
 
 // --- softmax ---

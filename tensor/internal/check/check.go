@@ -134,13 +134,14 @@ func LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd Shape
 	return n
 }
 
-// GELUForward checks GELUForward: out and inp have the same Len.
-func GELUForward(out, inp Shape) { sameLen2("GELUForward", "out", out, "inp", inp) }
-
-// GELUBackward checks GELUBackward: dinp, inp and dout have the same
+// ActivationForward checks ActivationForward: out and inp have the same
 // Len.
-func GELUBackward(dinp, inp, dout Shape) {
-	sameLen3("GELUBackward", "dinp", dinp, "inp", inp, "dout", dout)
+func ActivationForward(out, inp Shape) { sameLen2("ActivationForward", "out", out, "inp", inp) }
+
+// ActivationBackward checks ActivationBackward: dinp, inp and dout have
+// the same Len.
+func ActivationBackward(dinp, inp, dout Shape) {
+	sameLen3("ActivationBackward", "dinp", dinp, "inp", inp, "dout", dout)
 }
 
 // SoftmaxForward checks SoftmaxForward and returns the rows of inp
