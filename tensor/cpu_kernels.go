@@ -24,6 +24,8 @@ type cpuKernels struct {
 	lnB   lnBackK
 	gelu  geluK
 	geluB geluBackK
+	tanh  tanhK
+	tanhB tanhBackK
 	sm    softmaxK
 	smB   softmaxBackK
 	ce    ceK
@@ -311,7 +313,7 @@ func (d *CPUDevice) EmbeddingBackward(dtable, dout *Tensor, ids []int32, vocabSt
 	*k = embBackK{}
 }
 
-// --- activations: GELU (tanh approximation) ---
+// --- activations: GELU (tanh approximation) and tanh ---
 
 const (
 	geluS = 0.7978845608028654 // sqrt(2/pi)
@@ -345,6 +347,28 @@ func (k *geluBackK) run(lo, hi, _ int) {
 	}
 }
 
+type tanhK struct{ out, inp []float32 }
+
+// tanh in float64, rounded once: 1-2/(exp(2x)+1) in float32 would lose
+// the relative precision of small x.
+func (k *tanhK) run(lo, hi, _ int) {
+	out, inp := k.out[lo:hi], k.inp[lo:hi]
+	for i, x := range inp {
+		out[i] = float32(math.Tanh(float64(x)))
+	}
+}
+
+type tanhBackK struct{ dinp, inp, dout []float32 }
+
+// tanh'(x) = 1 - y^2 with y = tanh(x) as the forward rounds it.
+func (k *tanhBackK) run(lo, hi, _ int) {
+	dinp, inp, dout := k.dinp[lo:hi], k.inp[lo:hi], k.dout[lo:hi]
+	for i, x := range inp {
+		y := float32(math.Tanh(float64(x)))
+		dinp[i] += dout[i] * (1 - y*y)
+	}
+}
+
 // ActivationForward is out = f(inp) elementwise.
 func (d *CPUDevice) ActivationForward(f Activation, out, inp *Tensor) {
 	d.own("ActivationForward", out, inp)
@@ -357,6 +381,11 @@ func (d *CPUDevice) ActivationForward(f Activation, out, inp *Tensor) {
 		*k = geluK{out: out.Host(), inp: inp.Host()}
 		d.parallel(out.n, d.chunks(out.n, 20), k)
 		*k = geluK{}
+	case Tanh:
+		k := &d.k.tanh
+		*k = tanhK{out: out.Host(), inp: inp.Host()}
+		d.parallel(out.n, d.chunks(out.n, 40), k)
+		*k = tanhK{}
 	default:
 		panic(unknownActivation("ActivationForward", f))
 	}
@@ -374,6 +403,11 @@ func (d *CPUDevice) ActivationBackward(f Activation, dinp, inp, dout *Tensor) {
 		*k = geluBackK{dinp: dinp.Host(), inp: inp.Host(), dout: dout.Host()}
 		d.parallel(inp.n, d.chunks(inp.n, 30), k)
 		*k = geluBackK{}
+	case Tanh:
+		k := &d.k.tanhB
+		*k = tanhBackK{dinp: dinp.Host(), inp: inp.Host(), dout: dout.Host()}
+		d.parallel(inp.n, d.chunks(inp.n, 40), k)
+		*k = tanhBackK{}
 	default:
 		panic(unknownActivation("ActivationBackward", f))
 	}

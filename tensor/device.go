@@ -215,6 +215,7 @@ type Activation int
 
 const (
 	GELU Activation = iota // gelu, tanh approximation (GPT-2's)
+	Tanh                   // tanh (BERT's pooler)
 )
 
 // MemStats is a device's memory accounting, in bytes.

@@ -324,6 +324,69 @@ func TestGELU(t *testing.T) {
 	})
 }
 
+// TestTanh checks the tanh activation against math.Tanh: rounded once
+// (within half a float32 ulp) on random inputs and where tanh saturates,
+// underflows or is signed zero, infinity or NaN; its gradient against
+// finite differences and, at the edges, against 1 - tanh^2.
+func TestTanh(t *testing.T) {
+	eachDevice(t, func(t *testing.T, d *CPUDevice) {
+		r := rand.New(rand.NewPCG(11, 12))
+		inf, nan := float32(math.Inf(1)), float32(math.NaN())
+		edges := []float32{0, float32(math.Copysign(0, -1)), 1e-30, -1e-45, 1e-4, 0.5, 9, -9, 20, -20, 1e30, inf, -inf, nan}
+		for _, n := range []int{1, 7, 333} {
+			x := randF32(r, n, 4)
+			tx, tout := upload(t, d, x, n), upload(t, d, make([]float32, n), n)
+			d.ActivationForward(Tanh, tout, tx)
+			x64 := to64(x)
+			checkTanh(t, "forward", x, download(tout))
+
+			g := to64(randF32(r, n, 1))
+			loss := func() float64 {
+				var s float64
+				for i, v := range x64 {
+					s += math.Tanh(v) * g[i]
+				}
+				return s
+			}
+			dx0 := randF32(r, n, 1)
+			tdx := upload(t, d, dx0, n)
+			d.ActivationBackward(Tanh, tdx, tx, upload(t, d, toF32(g), n))
+			checkGrad(t, "tanh backward", download(tdx), plus(dx0, numGrad(x64, loss)), 1e-5)
+
+			d.ActivationForward(Tanh, tx, tx) // in place
+			checkTanh(t, "in place", x, download(tx))
+		}
+		n := len(edges)
+		tx, tout := upload(t, d, edges, n), upload(t, d, make([]float32, n), n)
+		d.ActivationForward(Tanh, tout, tx)
+		checkTanh(t, "edges", edges, download(tout))
+		dout := randF32(r, n, 1)
+		tdx := upload(t, d, make([]float32, n), n)
+		d.ActivationBackward(Tanh, tdx, tx, upload(t, d, dout, n))
+		for i, got := range download(tdx) {
+			y := math.Tanh(float64(edges[i]))
+			want := float64(dout[i]) * (1 - y*y)
+			if math.IsNaN(want) != math.IsNaN(float64(got)) || math.Abs(float64(got)-want) > 1e-6*math.Abs(float64(dout[i])) {
+				t.Errorf("tanh backward at %g: %g, want %g", edges[i], got, want)
+			}
+		}
+	})
+}
+
+// checkTanh fails unless each of got is math.Tanh of x rounded once: a
+// float32 within half an ulp (2^-24 relative, 2^-150 absolute among the
+// subnormals), of the same sign at zero, NaN for NaN.
+func checkTanh(t *testing.T, what string, x, got []float32) {
+	t.Helper()
+	for i, v := range x {
+		w, g := math.Tanh(float64(v)), float64(got[i])
+		if math.IsNaN(w) != math.IsNaN(g) || math.Signbit(w) != math.Signbit(g) && !math.IsNaN(w) ||
+			math.Abs(g-w) > max(0x1p-24*math.Abs(w), 0x1p-150) {
+			t.Fatalf("%s: tanh(%g) = %g, math.Tanh %g", what, v, g, w)
+		}
+	}
+}
+
 func toF32(x []float64) []float32 {
 	y := make([]float32, len(x))
 	for i, v := range x {
@@ -874,6 +937,8 @@ func TestNoAllocs(t *testing.T) {
 			"LNBack":     func() { d.LayerNormBackward(z, w, b, y, x, w, mean, rstd) },
 			"GELU":       func() { d.ActivationForward(GELU, z, x) },
 			"GELUBack":   func() { d.ActivationBackward(GELU, z, x, y) },
+			"Tanh":       func() { d.ActivationForward(Tanh, z, x) },
+			"TanhBack":   func() { d.ActivationBackward(Tanh, z, x, y) },
 			"Softmax":    func() { d.SoftmaxForward(att, att, 0.5, true, keyValid) },
 			"SoftmaxBck": func() { d.SoftmaxBackward(att, att, att, 0.5) },
 			"CE":         func() { CrossEntropy(mean, rstd, sumExp, tlogit, logits, ids) },

@@ -117,15 +117,18 @@ func (b *bench) check(what string, tol float64, xs ...twin) {
 }
 
 // relErr is max|got-want| / max|want| (absolute when want is all zeros)
-// and where the largest difference is.
+// and where the largest difference is; NaN where only one of them is NaN.
 func relErr(got, want []float32) (float64, int) {
 	var maxDiff, maxRef float64
 	at := 0
 	for i := range want {
-		diff := math.Abs(float64(got[i]) - float64(want[i]))
 		if math.IsNaN(float64(got[i])) != math.IsNaN(float64(want[i])) {
 			return math.NaN(), i
 		}
+		if math.IsNaN(float64(want[i])) {
+			continue // a NaN where the CPU has one
+		}
+		diff := math.Abs(float64(got[i]) - float64(want[i]))
 		if diff > maxDiff {
 			maxDiff, at = diff, i
 		}
@@ -271,20 +274,33 @@ func TestGPULlama(t *testing.T) {
 	}
 }
 
-func TestGPUGELU(t *testing.T) {
+// The activations on lengths of one element, not a multiple of a block
+// and past one grid-stride round; GELU at exp's overflow on both sides,
+// tanh where it saturates, at signed zeros, infinities and NaN.
+func TestGPUActivations(t *testing.T) {
 	b := newBench(t)
-	for _, scale := range []float32{3, 40} { // 40 reaches exp's overflow on both sides
-		inp, out := b.rand("inp", scale, 10007), b.zeros("out", 10007)
-		b.cpu.ActivationForward(tensor.GELU, out.c, inp.c)
-		b.gpu.ActivationForward(tensor.GELU, out.g, inp.g)
-		b.check("GELUForward", tol32, out)
-		dinp, dout := b.rand("dinp", 1, 10007), b.rand("dout", 1, 10007)
-		b.cpu.ActivationBackward(tensor.GELU, dinp.c, inp.c, dout.c)
-		b.gpu.ActivationBackward(tensor.GELU, dinp.g, inp.g, dout.g)
-		b.check("GELUBackward", tol32, dinp)
-		b.cpu.ActivationForward(tensor.GELU, inp.c, inp.c)
-		b.gpu.ActivationForward(tensor.GELU, inp.g, inp.g)
-		b.check("GELUForward in place", tol32, inp)
+	edges := []float32{float32(math.NaN()), 100, -100, 9, -9, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.Copysign(0, -1)), 1e-30}
+	for _, f := range []tensor.Activation{tensor.GELU, tensor.Tanh} {
+		for _, n := range []int{1, 10007, b.gpu.sms*32*elemThreads + 17} {
+			for _, scale := range []float32{3, 40} { // 40 reaches exp's overflow on both sides
+				what := fmt.Sprintf("activation %d, n %d, scale %g", f, n, scale)
+				inp, out := b.rand("inp", scale, n), b.zeros("out", n)
+				if f == tensor.Tanh && n > 1 {
+					copy(inp.c.Host()[n/2:], edges)
+					b.gpu.CopyFromHost(inp.g, inp.c.Host())
+				}
+				b.cpu.ActivationForward(f, out.c, inp.c)
+				b.gpu.ActivationForward(f, out.g, inp.g)
+				b.check("ActivationForward "+what, tol32, out)
+				dinp, dout := b.rand("dinp", 1, n), b.rand("dout", 1, n)
+				b.cpu.ActivationBackward(f, dinp.c, inp.c, dout.c)
+				b.gpu.ActivationBackward(f, dinp.g, inp.g, dout.g)
+				b.check("ActivationBackward "+what, tol32, dinp)
+				b.cpu.ActivationForward(f, inp.c, inp.c)
+				b.gpu.ActivationForward(f, inp.g, inp.g)
+				b.check("ActivationForward in place "+what, tol32, inp)
+			}
+		}
 	}
 }
 

@@ -379,6 +379,19 @@ extern "C" __global__ void gelu_backward_f32(float* dinp, const float* inp, cons
     }
 }
 
+// --- tanh; the backward recomputes y = tanh(x) for tanh' = 1 - y^2 ---
+
+extern "C" __global__ void tanh_forward_f32(float* out, const float* inp, long long n) {
+    GRID_STRIDE(i, n) out[i] = tanhf(inp[i]);
+}
+
+extern "C" __global__ void tanh_backward_f32(float* dinp, const float* inp, const float* dout, long long n) {
+    GRID_STRIDE(i, n) {
+        float y = tanhf(inp[i]);
+        dinp[i] += dout[i] * (1.f - y * y);
+    }
+}
+
 // --- softmax: one warp per row of Tk keys, 8 rows per block of 256 ---
 
 // softmax_forward: out = softmax(scale*inp) over the unmasked keys of each

@@ -28,6 +28,7 @@ var kernels = []struct {
 	{"rmsnorm_param_grads_f32", elemThreads}, {"rope_f32", elemThreads},
 	{"swiglu_forward_f32", elemThreads}, {"swiglu_backward_f32", elemThreads},
 	{"gelu_forward_f32", elemThreads}, {"gelu_backward_f32", elemThreads},
+	{"tanh_forward_f32", elemThreads}, {"tanh_backward_f32", elemThreads},
 	{"softmax_forward_f32", softmaxThreads}, {"softmax_backward_f32", softmaxThreads},
 	{"ce_row_max_f32", maxRowThreads}, {"ce_sum_exp_f32", maxRowThreads},
 	{"ce_target_logit_f32", elemThreads}, {"ce_loss_f32", elemThreads}, {"ce_backward_f32", maxRowThreads},
@@ -380,6 +381,7 @@ func (d *Device) SwiGLUBackward(dinp, inp, dout *tensor.Tensor) {
 // kernels.
 var activationKernels = [...][2]string{
 	tensor.GELU: {"gelu_forward_f32", "gelu_backward_f32"},
+	tensor.Tanh: {"tanh_forward_f32", "tanh_backward_f32"},
 }
 
 // activationKernel is f's forward (0) or backward (1) kernel; fn names
