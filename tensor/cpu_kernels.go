@@ -675,13 +675,16 @@ func (k *adamK) run(lo, hi, _ int) {
 	}
 }
 
-// AdamW runs one AdamW step on param with its grad and moments m, v.
-func (d *CPUDevice) AdamW(param, grad, m, v *Tensor, p AdamWParams) {
+// AdamW runs one AdamW step on param with its grad and moments m, v, the
+// gradients scaled by scale[0] (1 when scale is nil).
+func (d *CPUDevice) AdamW(param, grad, m, v *Tensor, p AdamWParams, scale *Tensor) {
 	d.own("AdamW", param, grad, m, v)
 	check.AdamW(param, grad, m, v, p.Step)
-	gs := p.GradScale
-	if gs == 0 {
-		gs = 1
+	gs := float32(1)
+	if scale != nil {
+		d.own("AdamW", scale)
+		check.AdamWScale(scale)
+		gs = scale.Host()[0]
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -176,10 +176,11 @@ type Device interface {
 	CrossEntropyBackward(dlogits, logits, rowMax, sumExp *Tensor, targets []int32, vocabStart int, dloss float32)
 
 	// AdamW updates param with decoupled weight decay and bias correction:
-	// g = grad*GradScale; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g;
-	// param -= LR*( (m/(1-b1^Step)) / (sqrt(v/(1-b2^Step))+Eps) + WeightDecay*param ).
-	// param, grad, m, v have the same Len.
-	AdamW(param, grad, m, v *Tensor, p AdamWParams)
+	// g = grad*s; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g;
+	// param -= LR*( (m/(1-b1^Step)) / (sqrt(v/(1-b2^Step))+Eps) + WeightDecay*param ),
+	// with the gradient scale s read from scale[0] on the device (ClipNorm's
+	// out[2]), or 1 when scale is nil. param, grad, m, v have the same Len.
+	AdamW(param, grad, m, v *Tensor, p AdamWParams, scale *Tensor)
 	// SumSquares is the sum of the squares of every element of ts,
 	// accumulated in float64 (a squared L2 norm for gradient clipping). It
 	// waits for the work that writes ts.
@@ -198,8 +199,6 @@ type Device interface {
 	// ClipNorm sums sq's float64s in order and writes the square root (a
 	// float64, out[0:2]) and the clip scale (out[2]: clip/(norm+1e-6) when clip > 0 and the norm exceeds it, else 1).
 	ClipNorm(out, sq *Tensor, clip float64)
-	// AdamWScaled is AdamW with the gradient scale read from scale[0].
-	AdamWScaled(param, grad, m, v *Tensor, p AdamWParams, scale *Tensor)
 	// SumTo sets (or adds to) out[0] alpha times the float64 sum of x.
 	SumTo(out *Tensor, alpha float32, accumulate bool, x *Tensor)
 	// Fetch copies src into dst once every enqueued operation is done and
@@ -232,5 +231,4 @@ type AdamWParams struct {
 	Eps         float32
 	WeightDecay float32 // decoupled: applied to the parameter, not the gradient
 	Step        int     // 1 for the first step; used for bias correction
-	GradScale   float32 // gradients are multiplied by this first (e.g. a clip coefficient); 0 means 1
 }

@@ -65,7 +65,7 @@ func BenchmarkKernels(b *testing.B) {
 			{"CrossEntropyBackward", 12 * logits.Len(), func() {
 				d.CrossEntropyBackward(dlogits, logits, rowMax, sumExp, targets, 0, 1e-3)
 			}},
-			{"AdamW", 20 * n * c, func() { d.AdamW(x, y, z, sq, hp) }},
+			{"AdamW", 20 * n * c, func() { d.AdamW(x, y, z, sq, hp, nil) }},
 			{"SumSquares", 4 * n * c, func() { d.SumSquares(x) }},
 		}
 		paths := []bool{false}

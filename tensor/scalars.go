@@ -84,14 +84,6 @@ func clipScale(norm, clip float64) float32 {
 	return 1
 }
 
-// AdamWScaled is AdamW with the gradients scaled by scale's first element
-// (ClipNorm's scale) instead of p.GradScale.
-func (d *CPUDevice) AdamWScaled(param, grad, m, v *Tensor, p AdamWParams, scale *Tensor) {
-	d.own("AdamWScaled", scale)
-	p.GradScale = scale.Host()[0]
-	d.AdamW(param, grad, m, v, p)
-}
-
 // SumTo sets out[0] (adds to it when accumulate) alpha times the sum of
 // x's elements, summed in float64 in order: a mean loss kept across
 // micro-batches.

@@ -370,11 +370,18 @@ func TestGPUAdamWAndSumSquares(t *testing.T) {
 	p, g, m, v := b.rand("param", 1, 100003), b.rand("grad", 1, 100003), b.rand("m", 0.1, 100003), b.rand("v", 0.1, 100003)
 	b.cpu.Scale(v.c, 0) // second moments are not negative
 	b.gpu.Scale(v.g, 0)
-	for step, gs := range []float32{0, 0.5, 1} {
-		hp := tensor.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: step + 1, GradScale: gs}
-		b.cpu.AdamW(p.c, g.c, m.c, v.c, hp)
-		b.gpu.AdamW(p.g, g.g, m.g, v.g, hp)
-		b.check("AdamW", tol32, p, m, v)
+	s := b.zeros("scale", 1)
+	for step, gs := range []float32{0, 0.5, 1} { // 0: no scale tensor
+		hp := tensor.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: step + 1}
+		sc, sg := s.c, s.g
+		if gs == 0 {
+			sc, sg = nil, nil
+		}
+		b.cpu.Fill(s.c, gs)
+		b.gpu.Fill(s.g, gs)
+		b.cpu.AdamW(p.c, g.c, m.c, v.c, hp, sc)
+		b.gpu.AdamW(p.g, g.g, m.g, v.g, hp, sg)
+		b.check(fmt.Sprintf("AdamW scale %g", gs), tol32, p, m, v)
 	}
 	x, y := b.rand("x", 1, 3), b.rand("y", 2, 5<<20)
 	want := b.cpu.SumSquares(p.c, x.c, y.c, g.c)
@@ -767,10 +774,10 @@ func TestGPUNormAndClipOnDevice(t *testing.T) {
 		if math.Abs(gn-wn)/wn > 1e-12 || math.Abs(float64(got[2]-want[2])) > 1e-6*float64(want[2]) {
 			t.Errorf("clip %g: device norm %g scale %g, host %g and %g", clip, gn, got[2], wn, want[2])
 		}
-		hp := tensor.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 1, GradScale: 7}
-		b.cpu.AdamWScaled(p.c, g.c, m.c, v.c, hp, out.c.View(2, 1))
-		b.gpu.AdamWScaled(p.g, g.g, m.g, v.g, hp, out.g.View(2, 1)) // GradScale ignored: the scale is the device's
-		b.check("AdamWScaled", tol32, p, m, v)
+		hp := tensor.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 1}
+		b.cpu.AdamW(p.c, g.c, m.c, v.c, hp, out.c.View(2, 1))
+		b.gpu.AdamW(p.g, g.g, m.g, v.g, hp, out.g.View(2, 1))
+		b.check("AdamW with ClipNorm's scale", tol32, p, m, v)
 	}
 }
 

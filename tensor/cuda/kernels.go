@@ -551,24 +551,22 @@ func (d *Device) CrossEntropyBackward(dlogits, logits, rowMax, sumExp *tensor.Te
 
 // --- optimizer and norms ---
 
-// AdamW runs one AdamW step on param with its grad and moments m, v.
-func (d *Device) AdamW(param, grad, m, v *tensor.Tensor, p tensor.AdamWParams) {
+// AdamW runs one AdamW step on param with its grad and moments m, v, the
+// gradients scaled by scale[0] (ClipNorm's, read on the device; 1 when
+// scale is nil).
+func (d *Device) AdamW(param, grad, m, v *tensor.Tensor, p tensor.AdamWParams, scale *tensor.Tensor) {
 	d.own("AdamW", param, grad, m, v)
 	check.AdamW(param, grad, m, v, p.Step)
-	d.adamW(param, grad, m, v, p, 0)
-}
-
-// adamW launches the update; scalePtr, when not 0, is a device float that
-// replaces p.GradScale.
-func (d *Device) adamW(param, grad, m, v *tensor.Tensor, p tensor.AdamWParams, scalePtr uintptr) {
-	gs := p.GradScale
-	if gs == 0 {
-		gs = 1
+	var scalePtr uintptr
+	if scale != nil {
+		d.own("AdamW", scale)
+		check.AdamWScale(scale)
+		scalePtr = scale.Ptr()
 	}
 	bc1 := float32(1 - math.Pow(float64(p.Beta1), float64(p.Step)))
 	bc2 := float32(1 - math.Pow(float64(p.Beta2), float64(p.Step)))
 	d.elementwise("adamw_f32", param.Len(), tp(param), tp(grad), tp(m), tp(v), i64(param.Len()),
-		f32(p.LR), f32(p.Beta1), f32(p.Beta2), f32(p.Eps), f32(p.WeightDecay), f32(bc1), f32(bc2), f32(gs), ptr(scalePtr))
+		f32(p.LR), f32(p.Beta1), f32(p.Beta2), f32(p.Eps), f32(p.WeightDecay), f32(bc1), f32(bc2), ptr(scalePtr))
 }
 
 const sumBlocks = 128 // partial sums per tensor in SumSquares

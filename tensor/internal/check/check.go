@@ -237,6 +237,14 @@ func AdamW(param, grad, m, v Shape, step int) {
 	}
 }
 
+// AdamWScale checks AdamW's scale tensor, when there is one: it has an
+// element.
+func AdamWScale(scale Shape) {
+	if scale.Len() < 1 {
+		panic(fmt.Sprintf("tensor.AdamW: scale %v is empty", scale))
+	}
+}
+
 // --- helpers ---
 
 // sameLen2 panics unless b has the Len of a.
