@@ -711,20 +711,18 @@ func (k *sumSqK) run(lo, hi, chunk int) {
 	k.part[chunk] = s
 }
 
-// SumSquares is the sum of squares of every element of ts, in float64.
-func (d *CPUDevice) SumSquares(ts ...*Tensor) float64 {
-	d.own("SumSquares", ts...)
+// sumSquares is the sum of squares of t's elements, in float64, added
+// chunk by chunk in order (SumSquaresEach's value).
+func (d *CPUDevice) sumSquares(t *Tensor) float64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var total float64
 	k := &d.k.sumsq
-	for _, t := range ts {
-		nc := d.chunks(t.n, 2)
-		*k = sumSqK{x: t.Host(), part: d.scratch64(nc)}
-		d.parallel(t.n, nc, k)
-		for _, s := range k.part {
-			total += s
-		}
+	nc := d.chunks(t.n, 2)
+	*k = sumSqK{x: t.Host(), part: d.scratch64(nc)}
+	d.parallel(t.n, nc, k)
+	var total float64
+	for _, s := range k.part {
+		total += s
 	}
 	*k = sumSqK{}
 	return total

@@ -181,17 +181,14 @@ type Device interface {
 	// with the gradient scale s read from scale[0] on the device (ClipNorm's
 	// out[2]), or 1 when scale is nil. param, grad, m, v have the same Len.
 	AdamW(param, grad, m, v *Tensor, p AdamWParams, scale *Tensor)
-	// SumSquares is the sum of the squares of every element of ts,
-	// accumulated in float64 (a squared L2 norm for gradient clipping). It
-	// waits for the work that writes ts.
-	SumSquares(ts ...*Tensor) float64
 
 	// The step's scalars, kept in device memory so that a GPU step waits
 	// for the device once (a float64 in two float32 slots, low bits
 	// first; scalars.go has the rules).
 
-	// SumSquaresEach writes SumSquares of each of ts (0 for nil) into out
-	// as float64s, and 0 into the rest of out.
+	// SumSquaresEach writes the sum of the squares of the elements of each
+	// of ts, accumulated in float64 (0 for nil), into out as float64s, and
+	// 0 into the rest of out: squared L2 norms for gradient clipping.
 	SumSquaresEach(out *Tensor, ts ...*Tensor)
 	// SumBlocks adds in's blocks of out.Len() floats (float64s) into out,
 	// element by element, in block order.

@@ -43,6 +43,7 @@ func BenchmarkKernels(b *testing.B) {
 		hp := AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 1}
 		hx, hz := x.Host(), z.Host()
 		sq := a(n, c) // second moments must be positive
+		sumsq := a(2)
 		d.Fill(sq, 1e-2)
 		kernels := []struct {
 			name  string
@@ -66,7 +67,7 @@ func BenchmarkKernels(b *testing.B) {
 				d.CrossEntropyBackward(dlogits, logits, rowMax, sumExp, targets, 0, 1e-3)
 			}},
 			{"AdamW", 20 * n * c, func() { d.AdamW(x, y, z, sq, hp, nil) }},
-			{"SumSquares", 4 * n * c, func() { d.SumSquares(x) }},
+			{"SumSquaresEach", 4 * n * c, func() { d.SumSquaresEach(sumsq, x) }},
 		}
 		paths := []bool{false}
 		if useVecAsm {

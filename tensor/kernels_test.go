@@ -658,20 +658,27 @@ func TestAdamW(t *testing.T) {
 	})
 }
 
-func TestSumSquares(t *testing.T) {
+// TestSumSquaresEach: each tensor's sum of squares (of a view, of a nil
+// tensor) as a float64, and 0 in out's slots past them.
+func TestSumSquaresEach(t *testing.T) {
 	eachDevice(t, func(t *testing.T, d *CPUDevice) {
 		r := rand.New(rand.NewPCG(17, 18))
 		a, b := randF32(r, 1001, 3), randF32(r, 7, 3)
 		ta, tb := upload(t, d, a, 1001), upload(t, d, b, 7)
-		var want float64
-		for _, v := range append(a[10:20:20], b...) {
-			want += float64(v) * float64(v)
+		want := make([]float64, 4)
+		for _, v := range a[10:20] {
+			want[0] += float64(v) * float64(v)
 		}
-		if got := d.SumSquares(ta.View(10, 10), tb); math.Abs(got-want) > 1e-12*want {
-			t.Fatalf("SumSquares = %v, want %v", got, want)
+		for _, v := range b {
+			want[2] += float64(v) * float64(v)
 		}
-		if got := d.SumSquares(); got != 0 {
-			t.Fatalf("SumSquares() = %v, want 0", got)
+		out := upload(t, d, randF32(r, 8, 1), 8)
+		d.SumSquaresEach(out, ta.View(10, 10), nil, tb)
+		h := download(out)
+		for i, w := range want {
+			if got := Float64At(h, i); math.Abs(got-w) > 1e-12*w || (got == 0) != (w == 0) {
+				t.Fatalf("SumSquaresEach %d = %v, want %v", i, got, w)
+			}
 		}
 	})
 }
@@ -928,7 +935,7 @@ func TestNoAllocs(t *testing.T) {
 		d.Fill(logits, 0.5)
 		hp := AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: 1}
 		scale := b.View(0, 1)
-		ts := []*Tensor{x, y}
+		ts, sq := []*Tensor{x, nil, y}, a(6)
 		kernels := map[string]func(){
 			"Fill":       func() { d.Fill(x, 1) },
 			"Add":        func() { d.Add(z, x, y) },
@@ -953,7 +960,7 @@ func TestNoAllocs(t *testing.T) {
 			"CEBack":     func() { d.CrossEntropyBackward(dlogits, logits, rstd, rstd, ids, 0, 0.1) },
 			"AdamW":      func() { d.AdamW(x, y, z, y, hp, nil) },
 			"AdamWScale": func() { d.AdamW(x, y, z, y, hp, scale) },
-			"SumSquares": func() { d.SumSquares(ts...) },
+			"SumSquares": func() { d.SumSquaresEach(sq, ts...) },
 			"Gemm":       func() { d.Gemm(false, true, n, n, c, 1, x, 0, c, y, 0, c, 0, att, 0, n) },
 		}
 		for name, f := range kernels {

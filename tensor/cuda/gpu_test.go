@@ -383,15 +383,39 @@ func TestGPUAdamWAndSumSquares(t *testing.T) {
 		b.gpu.AdamW(p.g, g.g, m.g, v.g, hp, sg)
 		b.check(fmt.Sprintf("AdamW scale %g", gs), tol32, p, m, v)
 	}
-	x, y := b.rand("x", 1, 3), b.rand("y", 2, 5<<20)
-	want := b.cpu.SumSquares(p.c, x.c, y.c, g.c)
-	got := b.gpu.SumSquares(p.g, x.g, y.g, g.g)
-	if e := math.Abs(got-want) / want; e > 1e-6 {
-		t.Errorf("SumSquares = %g, cpu %g: relative error %.2g", got, want, e)
+	x, y := b.rand("x", 1, 3), b.rand("y", 2, 5<<20) // y past sumBlocks blocks
+	want := sumSquares(t, b.cpu, p.c, x.c, y.c, g.c)
+	got := sumSquares(t, b.gpu, p.g, x.g, y.g, g.g)
+	for i := range want {
+		if e := math.Abs(got[i]-want[i]) / want[i]; e > 1e-6 { // p after AdamW differs within tol32
+			t.Errorf("SumSquaresEach %d = %g, cpu %g: relative error %.2g", i, got[i], want[i], e)
+		}
 	}
-	if s := b.gpu.SumSquares(); s != 0 {
-		t.Errorf("SumSquares() = %g, want 0", s)
+	if s := sumSquares(t, b.gpu); len(s) != 1 || s[0] != 0 {
+		t.Errorf("SumSquaresEach of no tensor into 2 floats = %v, want [0]", s)
 	}
+}
+
+// sumSquares is SumSquaresEach of ts on d, read back; of no tensor, it is
+// the one float64 that SumSquaresEach must clear.
+func sumSquares(t *testing.T, d tensor.Device, ts ...*tensor.Tensor) []float64 {
+	t.Helper()
+	out, err := d.Alloc(2 * max(len(ts), 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Free(out)
+	d.Fill(out, 3)
+	d.SumSquaresEach(out, ts...)
+	h := make([]float32, out.Len())
+	if err := d.Fetch(h, out); err != nil {
+		t.Fatal(err)
+	}
+	s := make([]float64, out.Len()/2)
+	for i := range s {
+		s[i] = tensor.Float64At(h, i)
+	}
+	return s
 }
 
 // gemmCase runs one GEMM on both devices; a, b, c are big enough for
@@ -701,8 +725,8 @@ func TestGPUKernelCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	d2.Fill(x, 3)
-	if s := d2.SumSquares(x); s != 9000 {
-		t.Errorf("SumSquares on a cached module = %g, want 9000", s)
+	if s := sumSquares(t, d2, x); s[0] != 9000 {
+		t.Errorf("SumSquaresEach on a cached module = %g, want 9000", s[0])
 	}
 }
 

@@ -569,22 +569,13 @@ func (d *Device) AdamW(param, grad, m, v *tensor.Tensor, p tensor.AdamWParams, s
 		f32(p.LR), f32(p.Beta1), f32(p.Beta2), f32(p.Eps), f32(p.WeightDecay), f32(bc1), f32(bc2), ptr(scalePtr))
 }
 
-const sumBlocks = 128 // partial sums per tensor in SumSquares
+const sumBlocks = 128 // partial sums per tensor in sumPartials
 
-// sumPartials enqueues the float64 partial sums of squares of ts into the
-// sumPart scratch: nparts of them, in a fixed order.
-// kernel is sum_squares_f32, or sum_f32 for plain sums.
-func (d *Device) sumPartials(kernel string, ts []*tensor.Tensor) (part uintptr, nparts int, err error) {
-	part, counts, err := d.sumPartialsEach(kernel, ts)
-	for _, c := range counts {
-		nparts += c
-	}
-	return part, nparts, err
-}
-
-// sumPartialsEach is sumPartials with the number of partials of each
-// tensor (0 for an empty one), in order.
-func (d *Device) sumPartialsEach(kernel string, ts []*tensor.Tensor) (part uintptr, counts []int, err error) {
+// sumPartials enqueues the float64 partial sums of (the squares of) each
+// of ts into the sumPart scratch, one tensor's after another, and returns
+// how many each has (0 for an empty one). kernel is sum_squares_f32, or
+// sum_f32 for plain sums.
+func (d *Device) sumPartials(kernel string, ts []*tensor.Tensor) (part uintptr, counts []int, err error) {
 	part, err = d.sumPart.get(d, int64(len(ts))*sumBlocks*8)
 	if err != nil {
 		return 0, nil, err
@@ -602,37 +593,4 @@ func (d *Device) sumPartialsEach(kernel string, ts []*tensor.Tensor) (part uintp
 		nparts += int(g.x)
 	}
 	return part, counts, nil
-}
-
-// SumSquares is the sum of squares of every element of ts, in float64:
-// per-block partial sums on the device, added on the host in a fixed
-// order. On a device failure it returns NaN and Sync reports the error.
-func (d *Device) SumSquares(ts ...*tensor.Tensor) float64 {
-	d.own("SumSquares", ts...)
-	if d.enter() != nil {
-		return math.NaN()
-	}
-	defer d.leave()
-	part, nparts, err := d.sumPartials("sum_squares_f32", ts)
-	if err != nil {
-		d.fail(err)
-		return math.NaN()
-	}
-	if nparts == 0 {
-		return 0
-	}
-	host := make([]float64, nparts)
-	err = d.l.cuErr("cuMemcpyDtoHAsync_v2", call(d.l.cu.memcpyDtoHAsync, uintptr(unsafe.Pointer(&host[0])), part, uintptr(nparts*8), d.stream))
-	if err == nil {
-		err = d.streamSync()
-	}
-	if err != nil {
-		d.fail(err)
-		return math.NaN()
-	}
-	var total float64
-	for _, s := range host {
-		total += s
-	}
-	return total
 }
