@@ -80,7 +80,7 @@ func (m *ParallelMLP) Forward(inp *tensor.Tensor) (*tensor.Tensor, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", m.Name, err)
 	}
-	dev.GELUForward(m.h, pre)
+	dev.ActivationForward(tensor.GELU, m.h, pre)
 	return m.Proj.Forward(m.h)
 }
 
@@ -102,6 +102,6 @@ func (m *ParallelMLP) Backward(dout, dinp *tensor.Tensor) error {
 		return err
 	}
 	dev.Zero(m.dpre)
-	dev.GELUBackward(m.dpre, m.FC.outLocal, m.dh)
+	dev.ActivationBackward(tensor.GELU, m.dpre, m.FC.outLocal, m.dh)
 	return m.FC.Backward(m.dpre, dinp)
 }

@@ -23,7 +23,7 @@ type CPUDevice struct {
 
 	wg      sync.WaitGroup
 	scratch []float32 // per-chunk partial sums (LayerNormBackward)
-	partial []float64 // per-chunk partial sums (SumSquares)
+	partial []float64 // per-chunk partial sums (SumSquaresEach)
 	k       cpuKernels
 
 	observe func(GemmShape) // see ObserveGemm

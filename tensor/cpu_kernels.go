@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/hpcrun/hpcrun/tensor/internal/check"
@@ -23,6 +24,8 @@ type cpuKernels struct {
 	lnB   lnBackK
 	gelu  geluK
 	geluB geluBackK
+	tanh  tanhK
+	tanhB tanhBackK
 	sm    softmaxK
 	smB   softmaxBackK
 	ce    ceK
@@ -310,7 +313,7 @@ func (d *CPUDevice) EmbeddingBackward(dtable, dout *Tensor, ids []int32, vocabSt
 	*k = embBackK{}
 }
 
-// --- GELU (tanh approximation) ---
+// --- activations: GELU (tanh approximation) and tanh ---
 
 const (
 	geluS = 0.7978845608028654 // sqrt(2/pi)
@@ -330,18 +333,6 @@ func (k *geluK) run(lo, hi, _ int) {
 	}
 }
 
-// GELUForward is out = gelu(inp).
-func (d *CPUDevice) GELUForward(out, inp *Tensor) {
-	d.own("GELUForward", out, inp)
-	check.GELUForward(out, inp)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	k := &d.k.gelu
-	*k = geluK{out: out.Host(), inp: inp.Host()}
-	d.parallel(out.n, d.chunks(out.n, 20), k)
-	*k = geluK{}
-}
-
 type geluBackK struct{ dinp, inp, dout []float32 }
 
 // gelu'(x) = 0.5*(1+t) + 0.5*x*(1-t^2)*du with t = tanh(u), du = du/dx;
@@ -356,16 +347,76 @@ func (k *geluBackK) run(lo, hi, _ int) {
 	}
 }
 
-// GELUBackward is dinp += gelu'(inp)*dout.
-func (d *CPUDevice) GELUBackward(dinp, inp, dout *Tensor) {
-	d.own("GELUBackward", dinp, inp, dout)
-	check.GELUBackward(dinp, inp, dout)
+type tanhK struct{ out, inp []float32 }
+
+// tanh in float64, rounded once: 1-2/(exp(2x)+1) in float32 would lose
+// the relative precision of small x.
+func (k *tanhK) run(lo, hi, _ int) {
+	out, inp := k.out[lo:hi], k.inp[lo:hi]
+	for i, x := range inp {
+		out[i] = float32(math.Tanh(float64(x)))
+	}
+}
+
+type tanhBackK struct{ dinp, inp, dout []float32 }
+
+// tanh'(x) = 1 - y^2 with y = tanh(x) as the forward rounds it.
+func (k *tanhBackK) run(lo, hi, _ int) {
+	dinp, inp, dout := k.dinp[lo:hi], k.inp[lo:hi], k.dout[lo:hi]
+	for i, x := range inp {
+		y := float32(math.Tanh(float64(x)))
+		dinp[i] += dout[i] * (1 - y*y)
+	}
+}
+
+// ActivationForward is out = f(inp) elementwise.
+func (d *CPUDevice) ActivationForward(f Activation, out, inp *Tensor) {
+	d.own("ActivationForward", out, inp)
+	check.ActivationForward(out, inp)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	k := &d.k.geluB
-	*k = geluBackK{dinp: dinp.Host(), inp: inp.Host(), dout: dout.Host()}
-	d.parallel(inp.n, d.chunks(inp.n, 30), k)
-	*k = geluBackK{}
+	switch f {
+	case GELU:
+		k := &d.k.gelu
+		*k = geluK{out: out.Host(), inp: inp.Host()}
+		d.parallel(out.n, d.chunks(out.n, 20), k)
+		*k = geluK{}
+	case Tanh:
+		k := &d.k.tanh
+		*k = tanhK{out: out.Host(), inp: inp.Host()}
+		d.parallel(out.n, d.chunks(out.n, 40), k)
+		*k = tanhK{}
+	default:
+		panic(unknownActivation("ActivationForward", f))
+	}
+}
+
+// ActivationBackward is dinp += f'(inp)*dout.
+func (d *CPUDevice) ActivationBackward(f Activation, dinp, inp, dout *Tensor) {
+	d.own("ActivationBackward", dinp, inp, dout)
+	check.ActivationBackward(dinp, inp, dout)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch f {
+	case GELU:
+		k := &d.k.geluB
+		*k = geluBackK{dinp: dinp.Host(), inp: inp.Host(), dout: dout.Host()}
+		d.parallel(inp.n, d.chunks(inp.n, 30), k)
+		*k = geluBackK{}
+	case Tanh:
+		k := &d.k.tanhB
+		*k = tanhBackK{dinp: dinp.Host(), inp: inp.Host(), dout: dout.Host()}
+		d.parallel(inp.n, d.chunks(inp.n, 40), k)
+		*k = tanhBackK{}
+	default:
+		panic(unknownActivation("ActivationBackward", f))
+	}
+}
+
+// unknownActivation is the panic message of a kernel given an Activation
+// that is not one of the constants.
+func unknownActivation(fn string, f Activation) string {
+	return fmt.Sprintf("tensor.%s: unknown activation %d", fn, int(f))
 }
 
 // --- softmax ---
@@ -624,13 +675,16 @@ func (k *adamK) run(lo, hi, _ int) {
 	}
 }
 
-// AdamW runs one AdamW step on param with its grad and moments m, v.
-func (d *CPUDevice) AdamW(param, grad, m, v *Tensor, p AdamWParams) {
+// AdamW runs one AdamW step on param with its grad and moments m, v, the
+// gradients scaled by scale[0] (1 when scale is nil).
+func (d *CPUDevice) AdamW(param, grad, m, v *Tensor, p AdamWParams, scale *Tensor) {
 	d.own("AdamW", param, grad, m, v)
 	check.AdamW(param, grad, m, v, p.Step)
-	gs := p.GradScale
-	if gs == 0 {
-		gs = 1
+	gs := float32(1)
+	if scale != nil {
+		d.own("AdamW", scale)
+		check.AdamWScale(scale)
+		gs = scale.Host()[0]
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -657,20 +711,18 @@ func (k *sumSqK) run(lo, hi, chunk int) {
 	k.part[chunk] = s
 }
 
-// SumSquares is the sum of squares of every element of ts, in float64.
-func (d *CPUDevice) SumSquares(ts ...*Tensor) float64 {
-	d.own("SumSquares", ts...)
+// sumSquares is the sum of squares of t's elements, in float64, added
+// chunk by chunk in order (SumSquaresEach's value).
+func (d *CPUDevice) sumSquares(t *Tensor) float64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var total float64
 	k := &d.k.sumsq
-	for _, t := range ts {
-		nc := d.chunks(t.n, 2)
-		*k = sumSqK{x: t.Host(), part: d.scratch64(nc)}
-		d.parallel(t.n, nc, k)
-		for _, s := range k.part {
-			total += s
-		}
+	nc := d.chunks(t.n, 2)
+	*k = sumSqK{x: t.Host(), part: d.scratch64(nc)}
+	d.parallel(t.n, nc, k)
+	var total float64
+	for _, s := range k.part {
+		total += s
 	}
 	*k = sumSqK{}
 	return total

@@ -122,12 +122,12 @@ type Device interface {
 	// (N,2F), [dgate | dup], from dout (N,F) and the forward's inp (N,2F).
 	SwiGLUBackward(dinp, inp, dout *Tensor)
 
-	// GELUForward is out = gelu(inp), tanh approximation (GPT-2's).
-	// out, inp have the same Len; out may be inp.
-	GELUForward(out, inp *Tensor)
-	// GELUBackward is dinp += gelu'(inp) * dout. dinp, inp, dout have the
-	// same Len.
-	GELUBackward(dinp, inp, dout *Tensor)
+	// ActivationForward is out = f(inp) elementwise. out, inp have the
+	// same Len; out may be inp.
+	ActivationForward(f Activation, out, inp *Tensor)
+	// ActivationBackward is dinp += f'(inp) * dout. dinp, inp, dout have
+	// the same Len.
+	ActivationBackward(f Activation, dinp, inp, dout *Tensor)
 
 	// SoftmaxForward is a row softmax of scale*inp with masked entries set to
 	// 0 (a row with every key masked is all zeros). inp and out are
@@ -176,21 +176,19 @@ type Device interface {
 	CrossEntropyBackward(dlogits, logits, rowMax, sumExp *Tensor, targets []int32, vocabStart int, dloss float32)
 
 	// AdamW updates param with decoupled weight decay and bias correction:
-	// g = grad*GradScale; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g;
-	// param -= LR*( (m/(1-b1^Step)) / (sqrt(v/(1-b2^Step))+Eps) + WeightDecay*param ).
-	// param, grad, m, v have the same Len.
-	AdamW(param, grad, m, v *Tensor, p AdamWParams)
-	// SumSquares is the sum of the squares of every element of ts,
-	// accumulated in float64 (a squared L2 norm for gradient clipping). It
-	// waits for the work that writes ts.
-	SumSquares(ts ...*Tensor) float64
+	// g = grad*s; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g;
+	// param -= LR*( (m/(1-b1^Step)) / (sqrt(v/(1-b2^Step))+Eps) + WeightDecay*param ),
+	// with the gradient scale s read from scale[0] on the device (ClipNorm's
+	// out[2]), or 1 when scale is nil. param, grad, m, v have the same Len.
+	AdamW(param, grad, m, v *Tensor, p AdamWParams, scale *Tensor)
 
 	// The step's scalars, kept in device memory so that a GPU step waits
 	// for the device once (a float64 in two float32 slots, low bits
 	// first; scalars.go has the rules).
 
-	// SumSquaresEach writes SumSquares of each of ts (0 for nil) into out
-	// as float64s, and 0 into the rest of out.
+	// SumSquaresEach writes the sum of the squares of the elements of each
+	// of ts, accumulated in float64 (0 for nil), into out as float64s, and
+	// 0 into the rest of out: squared L2 norms for gradient clipping.
 	SumSquaresEach(out *Tensor, ts ...*Tensor)
 	// SumBlocks adds in's blocks of out.Len() floats (float64s) into out,
 	// element by element, in block order.
@@ -198,8 +196,6 @@ type Device interface {
 	// ClipNorm sums sq's float64s in order and writes the square root (a
 	// float64, out[0:2]) and the clip scale (out[2]: clip/(norm+1e-6) when clip > 0 and the norm exceeds it, else 1).
 	ClipNorm(out, sq *Tensor, clip float64)
-	// AdamWScaled is AdamW with the gradient scale read from scale[0].
-	AdamWScaled(param, grad, m, v *Tensor, p AdamWParams, scale *Tensor)
 	// SumTo sets (or adds to) out[0] alpha times the float64 sum of x.
 	SumTo(out *Tensor, alpha float32, accumulate bool, x *Tensor)
 	// Fetch copies src into dst once every enqueued operation is done and
@@ -208,6 +204,15 @@ type Device interface {
 	// HostSyncs counts the times the host waited for the device.
 	HostSyncs() int64
 }
+
+// Activation is an elementwise function that ActivationForward and
+// ActivationBackward apply; the zero value is GELU.
+type Activation int
+
+const (
+	GELU Activation = iota // gelu, tanh approximation (GPT-2's)
+	Tanh                   // tanh (BERT's pooler)
+)
 
 // MemStats is a device's memory accounting, in bytes.
 type MemStats struct {
@@ -223,5 +228,4 @@ type AdamWParams struct {
 	Eps         float32
 	WeightDecay float32 // decoupled: applied to the parameter, not the gradient
 	Step        int     // 1 for the first step; used for bias correction
-	GradScale   float32 // gradients are multiplied by this first (e.g. a clip coefficient); 0 means 1
 }

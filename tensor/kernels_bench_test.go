@@ -43,6 +43,7 @@ func BenchmarkKernels(b *testing.B) {
 		hp := AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 1}
 		hx, hz := x.Host(), z.Host()
 		sq := a(n, c) // second moments must be positive
+		sumsq := a(2)
 		d.Fill(sq, 1e-2)
 		kernels := []struct {
 			name  string
@@ -57,16 +58,16 @@ func BenchmarkKernels(b *testing.B) {
 			{"EmbeddingBackward", 12 * n * c, func() { d.EmbeddingBackward(table, x, ids, 0) }},
 			{"LayerNorm", 8 * n * c, func() { d.LayerNormForward(z, mean, rstd, x, w, bias, 1e-5) }},
 			{"LayerNormBackward", 16 * n * c, func() { d.LayerNormBackward(z, w, bias, y, x, w, mean, rstd) }},
-			{"GELU", 32 * n * c, func() { d.GELUForward(dh, h) }},
-			{"GELUBackward", 48 * n * c, func() { d.GELUBackward(dh, h, h) }},
+			{"GELU", 32 * n * c, func() { d.ActivationForward(GELU, dh, h) }},
+			{"GELUBackward", 48 * n * c, func() { d.ActivationBackward(GELU, dh, h, h) }},
 			{"Softmax", 8 * att.Len(), func() { d.SoftmaxForward(datt, att, 0.125, true, nil) }},
 			{"SoftmaxBackward", 16 * att.Len(), func() { d.SoftmaxBackward(att, datt, datt, 0.125) }},
 			{"CrossEntropy", 4 * logits.Len(), func() { CrossEntropy(losses, rowMax, sumExp, tl, logits, targets) }},
 			{"CrossEntropyBackward", 12 * logits.Len(), func() {
 				d.CrossEntropyBackward(dlogits, logits, rowMax, sumExp, targets, 0, 1e-3)
 			}},
-			{"AdamW", 20 * n * c, func() { d.AdamW(x, y, z, sq, hp) }},
-			{"SumSquares", 4 * n * c, func() { d.SumSquares(x) }},
+			{"AdamW", 20 * n * c, func() { d.AdamW(x, y, z, sq, hp, nil) }},
+			{"SumSquaresEach", 4 * n * c, func() { d.SumSquaresEach(sumsq, x) }},
 		}
 		paths := []bool{false}
 		if useVecAsm {

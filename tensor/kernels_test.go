@@ -297,7 +297,7 @@ func TestGELU(t *testing.T) {
 			x := randF32(r, n, 5)
 			x[0] = 0
 			tx, tout := upload(t, d, x, n), upload(t, d, make([]float32, n), n)
-			d.GELUForward(tout, tx)
+			d.ActivationForward(GELU, tout, tx)
 			x64 := to64(x)
 			want := make([]float64, n)
 			for i, v := range x64 {
@@ -315,13 +315,76 @@ func TestGELU(t *testing.T) {
 			}
 			dx0 := randF32(r, n, 1)
 			tdx := upload(t, d, dx0, n)
-			d.GELUBackward(tdx, tx, upload(t, d, toF32(g), n))
+			d.ActivationBackward(GELU, tdx, tx, upload(t, d, toF32(g), n))
 			checkGrad(t, "GELUBackward", download(tdx), plus(dx0, numGrad(x64, loss)), 1e-5)
 
-			d.GELUForward(tx, tx) // in place
+			d.ActivationForward(GELU, tx, tx) // in place
 			checkClose(t, "GELUForward in place", download(tx), want, 2e-6)
 		}
 	})
+}
+
+// TestTanh checks the tanh activation against math.Tanh: rounded once
+// (within half a float32 ulp) on random inputs and where tanh saturates,
+// underflows or is signed zero, infinity or NaN; its gradient against
+// finite differences and, at the edges, against 1 - tanh^2.
+func TestTanh(t *testing.T) {
+	eachDevice(t, func(t *testing.T, d *CPUDevice) {
+		r := rand.New(rand.NewPCG(11, 12))
+		inf, nan := float32(math.Inf(1)), float32(math.NaN())
+		edges := []float32{0, float32(math.Copysign(0, -1)), 1e-30, -1e-45, 1e-4, 0.5, 9, -9, 20, -20, 1e30, inf, -inf, nan}
+		for _, n := range []int{1, 7, 333} {
+			x := randF32(r, n, 4)
+			tx, tout := upload(t, d, x, n), upload(t, d, make([]float32, n), n)
+			d.ActivationForward(Tanh, tout, tx)
+			x64 := to64(x)
+			checkTanh(t, "forward", x, download(tout))
+
+			g := to64(randF32(r, n, 1))
+			loss := func() float64 {
+				var s float64
+				for i, v := range x64 {
+					s += math.Tanh(v) * g[i]
+				}
+				return s
+			}
+			dx0 := randF32(r, n, 1)
+			tdx := upload(t, d, dx0, n)
+			d.ActivationBackward(Tanh, tdx, tx, upload(t, d, toF32(g), n))
+			checkGrad(t, "tanh backward", download(tdx), plus(dx0, numGrad(x64, loss)), 1e-5)
+
+			d.ActivationForward(Tanh, tx, tx) // in place
+			checkTanh(t, "in place", x, download(tx))
+		}
+		n := len(edges)
+		tx, tout := upload(t, d, edges, n), upload(t, d, make([]float32, n), n)
+		d.ActivationForward(Tanh, tout, tx)
+		checkTanh(t, "edges", edges, download(tout))
+		dout := randF32(r, n, 1)
+		tdx := upload(t, d, make([]float32, n), n)
+		d.ActivationBackward(Tanh, tdx, tx, upload(t, d, dout, n))
+		for i, got := range download(tdx) {
+			y := math.Tanh(float64(edges[i]))
+			want := float64(dout[i]) * (1 - y*y)
+			if math.IsNaN(want) != math.IsNaN(float64(got)) || math.Abs(float64(got)-want) > 1e-6*math.Abs(float64(dout[i])) {
+				t.Errorf("tanh backward at %g: %g, want %g", edges[i], got, want)
+			}
+		}
+	})
+}
+
+// checkTanh fails unless each of got is math.Tanh of x rounded once: a
+// float32 within half an ulp (2^-24 relative, 2^-150 absolute among the
+// subnormals), of the same sign at zero, NaN for NaN.
+func checkTanh(t *testing.T, what string, x, got []float32) {
+	t.Helper()
+	for i, v := range x {
+		w, g := math.Tanh(float64(v)), float64(got[i])
+		if math.IsNaN(w) != math.IsNaN(g) || math.Signbit(w) != math.Signbit(g) && !math.IsNaN(w) ||
+			math.Abs(g-w) > max(0x1p-24*math.Abs(w), 0x1p-150) {
+			t.Fatalf("%s: tanh(%g) = %g, math.Tanh %g", what, v, g, w)
+		}
+	}
 }
 
 func toF32(x []float64) []float32 {
@@ -536,13 +599,14 @@ func TestAdamWCutAnywhere(t *testing.T) {
 		for i := range v {
 			v[i] *= v[i]
 		}
-		hp := AdamWParams{Step: 3, LR: 1e-2, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, GradScale: 0.7}
+		hp := AdamWParams{Step: 3, LR: 1e-2, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
+		scale := upload(t, d, []float32{0.7}, 1)
 		whole := []*Tensor{upload(t, d, p, n), upload(t, d, g, n), upload(t, d, m, n), upload(t, d, v, n)}
-		d.AdamW(whole[0], whole[1], whole[2], whole[3], hp)
+		d.AdamW(whole[0], whole[1], whole[2], whole[3], hp, scale)
 		cut := []*Tensor{upload(t, d, p, n), upload(t, d, g, n), upload(t, d, m, n), upload(t, d, v, n)}
 		for off, k := 0, 0; off < n; k++ {
 			l := min([]int{1, 13, 7, 1030, 3, 999, 8, 2047}[k%8], n-off)
-			d.AdamW(cut[0].View(off, l), cut[1].View(off, l), cut[2].View(off, l), cut[3].View(off, l), hp)
+			d.AdamW(cut[0].View(off, l), cut[1].View(off, l), cut[2].View(off, l), cut[3].View(off, l), hp, scale)
 			off += l
 		}
 		for j, name := range []string{"param", "", "m", "v"} {
@@ -567,15 +631,20 @@ func TestAdamW(t *testing.T) {
 		tp := upload(t, d, p, n)
 		tg, tm, tv := upload(t, d, make([]float32, n), n), upload(t, d, make([]float32, n), n), upload(t, d, make([]float32, n), n)
 		p64, m64, v64 := to64(p), make([]float64, n), make([]float64, n)
-		hp := AdamWParams{LR: 1e-2, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, GradScale: 0.5}
+		hp := AdamWParams{LR: 1e-2, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
+		scale := upload(t, d, []float32{0.5}, 1)
 		for step := 1; step <= 4; step++ {
 			g := randF32(r, n, 1)
 			d.CopyFromHost(tg, g)
 			hp.Step = step
-			d.AdamW(tp, tg, tm, tv, hp)
+			s, gs := scale, 0.5
+			if step == 4 {
+				s, gs = nil, 1 // no scale tensor: 1
+			}
+			d.AdamW(tp, tg, tm, tv, hp, s)
 			b1, b2 := float64(hp.Beta1), float64(hp.Beta2)
 			for i := range p64 {
-				gi := float64(g[i]) * 0.5
+				gi := float64(g[i]) * gs
 				m64[i] = b1*m64[i] + (1-b1)*gi
 				v64[i] = b2*v64[i] + (1-b2)*gi*gi
 				mh := m64[i] / (1 - math.Pow(b1, float64(step)))
@@ -589,20 +658,27 @@ func TestAdamW(t *testing.T) {
 	})
 }
 
-func TestSumSquares(t *testing.T) {
+// TestSumSquaresEach: each tensor's sum of squares (of a view, of a nil
+// tensor) as a float64, and 0 in out's slots past them.
+func TestSumSquaresEach(t *testing.T) {
 	eachDevice(t, func(t *testing.T, d *CPUDevice) {
 		r := rand.New(rand.NewPCG(17, 18))
 		a, b := randF32(r, 1001, 3), randF32(r, 7, 3)
 		ta, tb := upload(t, d, a, 1001), upload(t, d, b, 7)
-		var want float64
-		for _, v := range append(a[10:20:20], b...) {
-			want += float64(v) * float64(v)
+		want := make([]float64, 4)
+		for _, v := range a[10:20] {
+			want[0] += float64(v) * float64(v)
 		}
-		if got := d.SumSquares(ta.View(10, 10), tb); math.Abs(got-want) > 1e-12*want {
-			t.Fatalf("SumSquares = %v, want %v", got, want)
+		for _, v := range b {
+			want[2] += float64(v) * float64(v)
 		}
-		if got := d.SumSquares(); got != 0 {
-			t.Fatalf("SumSquares() = %v, want 0", got)
+		out := upload(t, d, randF32(r, 8, 1), 8)
+		d.SumSquaresEach(out, ta.View(10, 10), nil, tb)
+		h := download(out)
+		for i, w := range want {
+			if got := Float64At(h, i); math.Abs(got-w) > 1e-12*w || (got == 0) != (w == 0) {
+				t.Fatalf("SumSquaresEach %d = %v, want %v", i, got, w)
+			}
 		}
 	})
 }
@@ -821,7 +897,9 @@ func TestBadShapes(t *testing.T) {
 		{"Softmax keyValid", "keyValid", func() { d.SoftmaxForward(x23, x23, 1, false, []int32{1, 1, 1}) }},
 		{"Softmax rank", "at least (Tq,Tk)", func() { d.SoftmaxForward(x6, x6, 1, false, nil) }},
 		{"CE targets", "len(targets)=1", func() { d.CrossEntropyBackward(x23, x23, x2, x2, []int32{1}, 0, 1) }},
-		{"AdamW step", "counts from 1", func() { d.AdamW(x6, x6, x6, x6, AdamWParams{}) }},
+		{"Activation", "tensor.ActivationForward: unknown activation 9", func() { d.ActivationForward(9, x6, x6) }},
+		{"AdamW step", "counts from 1", func() { d.AdamW(x6, x6, x6, x6, AdamWParams{}, nil) }},
+		{"AdamW scale", "tensor.AdamW: scale", func() { d.AdamW(x6, x6, x6, x6, AdamWParams{Step: 1}, x6.View(0, 0)) }},
 		{"CopyFromHost", "len(src)=2", func() { d.CopyFromHost(x6, []float32{1, 2}) }},
 		{"Gemm offset", "offset 7", func() { d.Gemm(false, false, 1, 1, 1, 1, x6, 7, 1, x6, 0, 1, 0, x6, 0, 1) }},
 		{"Gemm short", "tensor.Sgemm", func() { d.Gemm(false, false, 2, 3, 3, 1, x6, 0, 3, x6, 0, 3, 0, x6, 0, 3) }},
@@ -856,7 +934,8 @@ func TestNoAllocs(t *testing.T) {
 		d.Fill(rstd, 1)
 		d.Fill(logits, 0.5)
 		hp := AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: 1}
-		ts := []*Tensor{x, y}
+		scale := b.View(0, 1)
+		ts, sq := []*Tensor{x, nil, y}, a(6)
 		kernels := map[string]func(){
 			"Fill":       func() { d.Fill(x, 1) },
 			"Add":        func() { d.Add(z, x, y) },
@@ -871,14 +950,17 @@ func TestNoAllocs(t *testing.T) {
 			"EmbedBack":  func() { d.EmbeddingBackward(z, x, ids, 0) },
 			"LayerNorm":  func() { d.LayerNormForward(z, mean, rstd, x, w, b, 1e-5) },
 			"LNBack":     func() { d.LayerNormBackward(z, w, b, y, x, w, mean, rstd) },
-			"GELU":       func() { d.GELUForward(z, x) },
-			"GELUBack":   func() { d.GELUBackward(z, x, y) },
+			"GELU":       func() { d.ActivationForward(GELU, z, x) },
+			"GELUBack":   func() { d.ActivationBackward(GELU, z, x, y) },
+			"Tanh":       func() { d.ActivationForward(Tanh, z, x) },
+			"TanhBack":   func() { d.ActivationBackward(Tanh, z, x, y) },
 			"Softmax":    func() { d.SoftmaxForward(att, att, 0.5, true, keyValid) },
 			"SoftmaxBck": func() { d.SoftmaxBackward(att, att, att, 0.5) },
 			"CE":         func() { CrossEntropy(mean, rstd, sumExp, tlogit, logits, ids) },
 			"CEBack":     func() { d.CrossEntropyBackward(dlogits, logits, rstd, rstd, ids, 0, 0.1) },
-			"AdamW":      func() { d.AdamW(x, y, z, y, hp) },
-			"SumSquares": func() { d.SumSquares(ts...) },
+			"AdamW":      func() { d.AdamW(x, y, z, y, hp, nil) },
+			"AdamWScale": func() { d.AdamW(x, y, z, y, hp, scale) },
+			"SumSquares": func() { d.SumSquaresEach(sq, ts...) },
 			"Gemm":       func() { d.Gemm(false, true, n, n, c, 1, x, 0, c, y, 0, c, 0, att, 0, n) },
 		}
 		for name, f := range kernels {

@@ -25,16 +25,21 @@ func SetFloat64At(s []float32, i int, v float64) {
 }
 
 // SumSquaresEach writes into out, as float64s, the sum of the squares of
-// each of ts (SumSquares' value; 0 for a nil tensor) and 0 into the rest:
-// out holds at least 2*len(ts) floats.
+// each of ts (0 for a nil tensor) and 0 into the rest: out holds at least
+// 2*len(ts) floats.
 func (d *CPUDevice) SumSquaresEach(out *Tensor, ts ...*Tensor) {
 	d.own("SumSquaresEach", out)
 	checkFloat64s("SumSquaresEach", out, len(ts))
+	for _, t := range ts {
+		if t != nil && t.Len() > 0 {
+			d.own("SumSquaresEach", t)
+		}
+	}
 	o := out.Host()
 	clear(o)
 	for i, t := range ts {
 		if t != nil && t.Len() > 0 {
-			SetFloat64At(o, i, d.SumSquares(t))
+			SetFloat64At(o, i, d.sumSquares(t))
 		}
 	}
 }
@@ -82,14 +87,6 @@ func clipScale(norm, clip float64) float32 {
 		return float32(clip / (norm + 1e-6))
 	}
 	return 1
-}
-
-// AdamWScaled is AdamW with the gradients scaled by scale's first element
-// (ClipNorm's scale) instead of p.GradScale.
-func (d *CPUDevice) AdamWScaled(param, grad, m, v *Tensor, p AdamWParams, scale *Tensor) {
-	d.own("AdamWScaled", scale)
-	p.GradScale = scale.Host()[0]
-	d.AdamW(param, grad, m, v, p)
 }
 
 // SumTo sets out[0] (adds to it when accumulate) alpha times the sum of

@@ -2,7 +2,6 @@ package train
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/parallel"
@@ -49,11 +48,12 @@ type hfBERT struct {
 	ones                 *tensor.Tensor // (B*T, 1)
 	sel                  *tensor.Tensor // (B, B*T) picks each sequence's [CLS]
 	first, dfirst        *tensor.Tensor // (B,1,C)
+	pre                  *tensor.Tensor // (B,1,C/tp) the pooler's output (its saved buffer), tanh's input
 	pooled, dpooled      *tensor.Tensor // (B,1,C/tp) tanh of the pooler
 	dpre                 *tensor.Tensor // (B,1,C/tp)
 	dlogits              *tensor.Tensor // (B,1,2)
 	dx, dy, dr, dh, demb *tensor.Tensor // (B,T,C)
-	host, logitsHost     []float32
+	logitsHost           []float32
 	pred                 []int32
 }
 
@@ -151,7 +151,6 @@ func (m *hfBERT) build(cfg config.Config, vocab int, tp nccl.Comm) error {
 	}
 	dev.CopyFromHost(m.ones, ones)
 	dev.CopyFromHost(m.sel, sel)
-	m.host = make([]float32, B*cl)
 	m.logitsHost = make([]float32, B*config.NumClasses)
 	m.pred = make([]int32, B)
 	m.keyValid = make([]int32, B*T)
@@ -219,17 +218,12 @@ func (m *hfBERT) Forward(b *Batch, train bool) (float64, error) {
 			return 0, err
 		}
 	}
-	// The [CLS] rows, the pooler's tanh (on the host: (B, C/tp) values).
+	// The [CLS] rows, the pooler and its tanh.
 	d.Gemm(false, false, m.B, C, N, 1, m.sel, 0, N, x, 0, C, 0, m.first, 0, C)
-	pre, err := m.pooler.Forward(m.first)
-	if err != nil {
+	if m.pre, err = m.pooler.Forward(m.first); err != nil {
 		return 0, err
 	}
-	d.CopyToHost(m.host, pre)
-	for i, v := range m.host {
-		m.host[i] = float32(math.Tanh(float64(v)))
-	}
-	d.CopyFromHost(m.pooled, m.host)
+	d.ActivationForward(tensor.Tanh, m.pooled, m.pre)
 	logits, err := m.cls.Forward(m.pooled)
 	if err != nil {
 		return 0, err
@@ -260,14 +254,8 @@ func (m *hfBERT) Backward(scale float32) error {
 	if err := m.cls.Backward(m.dlogits, m.dpooled); err != nil {
 		return err
 	}
-	// tanh' = 1 - tanh^2, with tanh kept in m.pooled.
-	dp := make([]float32, len(m.host))
-	d.CopyToHost(dp, m.dpooled)
-	d.CopyToHost(m.host, m.pooled)
-	for i, y := range m.host {
-		dp[i] *= 1 - y*y
-	}
-	d.CopyFromHost(m.dpre, dp)
+	d.Zero(m.dpre)
+	d.ActivationBackward(tensor.Tanh, m.dpre, m.pre, m.dpooled)
 	d.Zero(m.dfirst)
 	if err := m.pooler.Backward(m.dpre, m.dfirst); err != nil {
 		return err

@@ -536,7 +536,7 @@ func (t *transformer) classifierForward(b *Batch, h *tensor.Tensor) (float64, er
 	if t.h1, err = t.head.Forward(t.pooled); err != nil {
 		return 0, err
 	}
-	d.GELUForward(t.h1g, t.h1)
+	d.ActivationForward(tensor.GELU, t.h1g, t.h1)
 	logits, err := t.fc2.Forward(t.h1g)
 	if err != nil {
 		return 0, err
@@ -664,7 +664,7 @@ func (t *transformer) classifierBackward() error {
 		return err
 	}
 	d.Zero(t.dh1)
-	d.GELUBackward(t.dh1, t.h1, t.dh1g)
+	d.ActivationBackward(tensor.GELU, t.dh1, t.h1, t.dh1g)
 	d.Zero(t.dpooled)
 	if err := t.head.Backward(t.dh1, t.dpooled); err != nil {
 		return err

@@ -64,19 +64,19 @@ func (o *AdamW) Close() {
 func (o *AdamW) StepScaled(lr float64, scale *tensor.Tensor) {
 	o.step++
 	for i, p := range o.params {
-		o.dev.AdamWScaled(p.Data, p.Grad, o.m[i], o.v[i], o.hyper(p, lr, 1), scale)
+		o.dev.AdamW(p.Data, p.Grad, o.m[i], o.v[i], o.hyper(p, lr), scale)
 	}
 }
 
 // hyper is the AdamW step's hyperparameters for p.
-func (o *AdamW) hyper(p *parallel.Param, lr float64, scale float32) tensor.AdamWParams {
+func (o *AdamW) hyper(p *parallel.Param, lr float64) tensor.AdamWParams {
 	wd := float32(0)
 	if p.Decay {
 		wd = o.weightDecay
 	}
 	return tensor.AdamWParams{
 		LR: float32(lr), Beta1: o.beta1, Beta2: o.beta2, Eps: o.eps,
-		WeightDecay: wd, Step: o.step, GradScale: scale,
+		WeightDecay: wd, Step: o.step,
 	}
 }
 

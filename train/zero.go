@@ -178,7 +178,7 @@ func (z *ZeRO1) update(lr float64) error {
 	for _, b := range z.buckets {
 		for _, s := range b.segs {
 			p := z.params[s.idx]
-			z.dev.AdamWScaled(p.Data.View(s.pOff, s.n), p.Grad.View(s.pOff, s.n), b.m.View(s.sOff, s.n), b.v.View(s.sOff, s.n), z.hyper(p, lr, 1), z.norm.scale())
+			z.dev.AdamW(p.Data.View(s.pOff, s.n), p.Grad.View(s.pOff, s.n), b.m.View(s.sOff, s.n), b.v.View(s.sOff, s.n), z.hyper(p, lr), z.norm.scale())
 		}
 	}
 	return z.allGather()

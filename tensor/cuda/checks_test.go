@@ -50,7 +50,15 @@ func TestChecksMatchCPU(t *testing.T) {
 		{"LayerNormBackward dbias", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
 			d.LayerNormBackward(mk(4, 8), mk(8), mk(7), mk(4, 8), mk(4, 8), mk(8), mk(4), mk(4))
 		}},
-		{"GELUBackward", func(d tensor.Device, mk func(...int) *tensor.Tensor) { d.GELUBackward(mk(4), mk(4), mk(5)) }},
+		{"ActivationBackward", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
+			d.ActivationBackward(tensor.GELU, mk(4), mk(4), mk(5))
+		}},
+		{"ActivationForward unknown", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
+			d.ActivationForward(tensor.Activation(9), mk(4), mk(4))
+		}},
+		{"ActivationBackward unknown", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
+			d.ActivationBackward(-1, mk(4), mk(4), mk(4))
+		}},
 		{"SoftmaxForward rank", func(d tensor.Device, mk func(...int) *tensor.Tensor) { d.SoftmaxForward(mk(4), mk(4), 1, false, nil) }},
 		{"SoftmaxForward scale", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
 			d.SoftmaxForward(mk(2, 4), mk(2, 4), 0, false, nil)
@@ -73,10 +81,13 @@ func TestChecksMatchCPU(t *testing.T) {
 			d.CrossEntropyBackward(mk(4, 10), mk(4, 10), mk(4), mk(4), []int32{1}, 0, 1)
 		}},
 		{"AdamW step", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
-			d.AdamW(mk(4), mk(4), mk(4), mk(4), tensor.AdamWParams{LR: 1, Step: 0})
+			d.AdamW(mk(4), mk(4), mk(4), mk(4), tensor.AdamWParams{LR: 1, Step: 0}, nil)
 		}},
 		{"AdamW lengths", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
-			d.AdamW(mk(4), mk(4), mk(3), mk(4), tensor.AdamWParams{LR: 1, Step: 1})
+			d.AdamW(mk(4), mk(4), mk(3), mk(4), tensor.AdamWParams{LR: 1, Step: 1}, nil)
+		}},
+		{"AdamW empty scale", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
+			d.AdamW(mk(4), mk(4), mk(4), mk(4), tensor.AdamWParams{LR: 1, Step: 1}, mk(4).View(0, 0))
 		}},
 		{"Gemm lda", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
 			d.Gemm(false, false, 2, 3, 4, 1, mk(8), 0, 3, mk(12), 0, 3, 0, mk(6), 0, 3)

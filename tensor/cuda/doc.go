@@ -36,10 +36,10 @@
 // sm_70, sm_80 and sm_90 without a GPU and checks every kernel's register
 // count (read from the CUBIN) against its largest launch.
 //
-// The training step's scalars (SumSquaresEach, SumBlocks, ClipNorm,
-// AdamWScaled, SumTo) keep the gradient norm, the clip coefficient and the
-// loss in device memory, and Fetch is its one read a step; HostSyncs
-// counts the host's waits on the stream.
+// The training step's scalars (SumSquaresEach, SumBlocks, ClipNorm, the
+// scale AdamW reads, SumTo) keep the gradient norm, the clip coefficient
+// and the loss in device memory, and Fetch is its one read a step;
+// HostSyncs counts the host's waits on the stream.
 //
 // Memory comes from a caching allocator: freed blocks are kept in free lists
 // per size class and reused, so a training loop calls cuMemAlloc only in

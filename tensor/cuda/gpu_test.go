@@ -117,15 +117,18 @@ func (b *bench) check(what string, tol float64, xs ...twin) {
 }
 
 // relErr is max|got-want| / max|want| (absolute when want is all zeros)
-// and where the largest difference is.
+// and where the largest difference is; NaN where only one of them is NaN.
 func relErr(got, want []float32) (float64, int) {
 	var maxDiff, maxRef float64
 	at := 0
 	for i := range want {
-		diff := math.Abs(float64(got[i]) - float64(want[i]))
 		if math.IsNaN(float64(got[i])) != math.IsNaN(float64(want[i])) {
 			return math.NaN(), i
 		}
+		if math.IsNaN(float64(want[i])) {
+			continue // a NaN where the CPU has one
+		}
+		diff := math.Abs(float64(got[i]) - float64(want[i]))
 		if diff > maxDiff {
 			maxDiff, at = diff, i
 		}
@@ -271,20 +274,33 @@ func TestGPULlama(t *testing.T) {
 	}
 }
 
-func TestGPUGELU(t *testing.T) {
+// The activations on lengths of one element, not a multiple of a block
+// and past one grid-stride round; GELU at exp's overflow on both sides,
+// tanh where it saturates, at signed zeros, infinities and NaN.
+func TestGPUActivations(t *testing.T) {
 	b := newBench(t)
-	for _, scale := range []float32{3, 40} { // 40 reaches exp's overflow on both sides
-		inp, out := b.rand("inp", scale, 10007), b.zeros("out", 10007)
-		b.cpu.GELUForward(out.c, inp.c)
-		b.gpu.GELUForward(out.g, inp.g)
-		b.check("GELUForward", tol32, out)
-		dinp, dout := b.rand("dinp", 1, 10007), b.rand("dout", 1, 10007)
-		b.cpu.GELUBackward(dinp.c, inp.c, dout.c)
-		b.gpu.GELUBackward(dinp.g, inp.g, dout.g)
-		b.check("GELUBackward", tol32, dinp)
-		b.cpu.GELUForward(inp.c, inp.c)
-		b.gpu.GELUForward(inp.g, inp.g)
-		b.check("GELUForward in place", tol32, inp)
+	edges := []float32{float32(math.NaN()), 100, -100, 9, -9, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.Copysign(0, -1)), 1e-30}
+	for _, f := range []tensor.Activation{tensor.GELU, tensor.Tanh} {
+		for _, n := range []int{1, 10007, b.gpu.sms*32*elemThreads + 17} {
+			for _, scale := range []float32{3, 40} { // 40 reaches exp's overflow on both sides
+				what := fmt.Sprintf("activation %d, n %d, scale %g", f, n, scale)
+				inp, out := b.rand("inp", scale, n), b.zeros("out", n)
+				if f == tensor.Tanh && n > 1 {
+					copy(inp.c.Host()[n/2:], edges)
+					b.gpu.CopyFromHost(inp.g, inp.c.Host())
+				}
+				b.cpu.ActivationForward(f, out.c, inp.c)
+				b.gpu.ActivationForward(f, out.g, inp.g)
+				b.check("ActivationForward "+what, tol32, out)
+				dinp, dout := b.rand("dinp", 1, n), b.rand("dout", 1, n)
+				b.cpu.ActivationBackward(f, dinp.c, inp.c, dout.c)
+				b.gpu.ActivationBackward(f, dinp.g, inp.g, dout.g)
+				b.check("ActivationBackward "+what, tol32, dinp)
+				b.cpu.ActivationForward(f, inp.c, inp.c)
+				b.gpu.ActivationForward(f, inp.g, inp.g)
+				b.check("ActivationForward in place "+what, tol32, inp)
+			}
+		}
 	}
 }
 
@@ -354,21 +370,52 @@ func TestGPUAdamWAndSumSquares(t *testing.T) {
 	p, g, m, v := b.rand("param", 1, 100003), b.rand("grad", 1, 100003), b.rand("m", 0.1, 100003), b.rand("v", 0.1, 100003)
 	b.cpu.Scale(v.c, 0) // second moments are not negative
 	b.gpu.Scale(v.g, 0)
-	for step, gs := range []float32{0, 0.5, 1} {
-		hp := tensor.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: step + 1, GradScale: gs}
-		b.cpu.AdamW(p.c, g.c, m.c, v.c, hp)
-		b.gpu.AdamW(p.g, g.g, m.g, v.g, hp)
-		b.check("AdamW", tol32, p, m, v)
+	s := b.zeros("scale", 1)
+	for step, gs := range []float32{0, 0.5, 1} { // 0: no scale tensor
+		hp := tensor.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: step + 1}
+		sc, sg := s.c, s.g
+		if gs == 0 {
+			sc, sg = nil, nil
+		}
+		b.cpu.Fill(s.c, gs)
+		b.gpu.Fill(s.g, gs)
+		b.cpu.AdamW(p.c, g.c, m.c, v.c, hp, sc)
+		b.gpu.AdamW(p.g, g.g, m.g, v.g, hp, sg)
+		b.check(fmt.Sprintf("AdamW scale %g", gs), tol32, p, m, v)
 	}
-	x, y := b.rand("x", 1, 3), b.rand("y", 2, 5<<20)
-	want := b.cpu.SumSquares(p.c, x.c, y.c, g.c)
-	got := b.gpu.SumSquares(p.g, x.g, y.g, g.g)
-	if e := math.Abs(got-want) / want; e > 1e-6 {
-		t.Errorf("SumSquares = %g, cpu %g: relative error %.2g", got, want, e)
+	x, y := b.rand("x", 1, 3), b.rand("y", 2, 5<<20) // y past sumBlocks blocks
+	want := sumSquares(t, b.cpu, p.c, x.c, y.c, g.c)
+	got := sumSquares(t, b.gpu, p.g, x.g, y.g, g.g)
+	for i := range want {
+		if e := math.Abs(got[i]-want[i]) / want[i]; e > 1e-6 { // p after AdamW differs within tol32
+			t.Errorf("SumSquaresEach %d = %g, cpu %g: relative error %.2g", i, got[i], want[i], e)
+		}
 	}
-	if s := b.gpu.SumSquares(); s != 0 {
-		t.Errorf("SumSquares() = %g, want 0", s)
+	if s := sumSquares(t, b.gpu); len(s) != 1 || s[0] != 0 {
+		t.Errorf("SumSquaresEach of no tensor into 2 floats = %v, want [0]", s)
 	}
+}
+
+// sumSquares is SumSquaresEach of ts on d, read back; of no tensor, it is
+// the one float64 that SumSquaresEach must clear.
+func sumSquares(t *testing.T, d tensor.Device, ts ...*tensor.Tensor) []float64 {
+	t.Helper()
+	out, err := d.Alloc(2 * max(len(ts), 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Free(out)
+	d.Fill(out, 3)
+	d.SumSquaresEach(out, ts...)
+	h := make([]float32, out.Len())
+	if err := d.Fetch(h, out); err != nil {
+		t.Fatal(err)
+	}
+	s := make([]float64, out.Len()/2)
+	for i := range s {
+		s[i] = tensor.Float64At(h, i)
+	}
+	return s
 }
 
 // gemmCase runs one GEMM on both devices; a, b, c are big enough for
@@ -678,8 +725,8 @@ func TestGPUKernelCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	d2.Fill(x, 3)
-	if s := d2.SumSquares(x); s != 9000 {
-		t.Errorf("SumSquares on a cached module = %g, want 9000", s)
+	if s := sumSquares(t, d2, x); s[0] != 9000 {
+		t.Errorf("SumSquaresEach on a cached module = %g, want 9000", s[0])
 	}
 }
 
@@ -751,10 +798,10 @@ func TestGPUNormAndClipOnDevice(t *testing.T) {
 		if math.Abs(gn-wn)/wn > 1e-12 || math.Abs(float64(got[2]-want[2])) > 1e-6*float64(want[2]) {
 			t.Errorf("clip %g: device norm %g scale %g, host %g and %g", clip, gn, got[2], wn, want[2])
 		}
-		hp := tensor.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 1, GradScale: 7}
-		b.cpu.AdamWScaled(p.c, g.c, m.c, v.c, hp, out.c.View(2, 1))
-		b.gpu.AdamWScaled(p.g, g.g, m.g, v.g, hp, out.g.View(2, 1)) // GradScale ignored: the scale is the device's
-		b.check("AdamWScaled", tol32, p, m, v)
+		hp := tensor.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 1}
+		b.cpu.AdamW(p.c, g.c, m.c, v.c, hp, out.c.View(2, 1))
+		b.gpu.AdamW(p.g, g.g, m.g, v.g, hp, out.g.View(2, 1))
+		b.check("AdamW with ClipNorm's scale", tol32, p, m, v)
 	}
 }
 

@@ -8,7 +8,7 @@ import (
 )
 
 // HostSyncs is the number of times the host has waited for the device's
-// stream since Open: Sync, copies to the host, SumSquares, and the waits
+// stream since Open: Sync, copies to the host, and the waits
 // of scratch growth and of the id ring. A training step on the GPU path
 // makes one (Fetch); the step metrics report the count.
 func (d *Device) HostSyncs() int64 { return d.syncs.Load() }
@@ -52,12 +52,12 @@ func (d *Device) SumTo(out *tensor.Tensor, alpha float32, accumulate bool, x *te
 		return
 	}
 	defer d.leave()
-	part, nparts, err := d.sumPartials("sum_f32", []*tensor.Tensor{x})
+	part, counts, err := d.sumPartials("sum_f32", []*tensor.Tensor{x})
 	if err != nil {
 		d.fail(err)
 		return
 	}
-	d.launch("sum_finish_f32", dim3{1, 1, 1}, dim3{1, 1, 1}, tp(out), ptr(part), i32(nparts), f32(alpha), i32(boolInt(accumulate)))
+	d.launch("sum_finish_f32", dim3{1, 1, 1}, dim3{1, 1, 1}, tp(out), ptr(part), i32(counts[0]), f32(alpha), i32(boolInt(accumulate)))
 }
 
 // boolInt is 1 for true, a kernel's int flag.

@@ -379,6 +379,19 @@ extern "C" __global__ void gelu_backward_f32(float* dinp, const float* inp, cons
     }
 }
 
+// --- tanh; the backward recomputes y = tanh(x) for tanh' = 1 - y^2 ---
+
+extern "C" __global__ void tanh_forward_f32(float* out, const float* inp, long long n) {
+    GRID_STRIDE(i, n) out[i] = tanhf(inp[i]);
+}
+
+extern "C" __global__ void tanh_backward_f32(float* dinp, const float* inp, const float* dout, long long n) {
+    GRID_STRIDE(i, n) {
+        float y = tanhf(inp[i]);
+        dinp[i] += dout[i] * (1.f - y * y);
+    }
+}
+
 // --- softmax: one warp per row of Tk keys, 8 rows per block of 256 ---
 
 // softmax_forward: out = softmax(scale*inp) over the unmasked keys of each
@@ -499,14 +512,14 @@ extern "C" __global__ void ROW_BOUNDS ce_backward_f32(float* dlogits, const floa
 
 // --- optimizer and norms ---
 
-// adamw: gradients are scaled by *scalePtr when it is not null (a clip
-// coefficient computed on the device), else by gradScale.
+// adamw: gradients are scaled by *scale when it is not null (a clip
+// coefficient computed on the device), else by 1.
 extern "C" __global__ void adamw_f32(float* param, const float* grad, float* m, float* v, long long n,
                                      float lr, float b1, float b2, float eps, float wd,
-                                     float bc1, float bc2, float gradScale, const float* scalePtr) {
-    float scale = scalePtr ? *scalePtr : gradScale;
+                                     float bc1, float bc2, const float* scale) {
+    float s = scale ? *scale : 1.f;
     GRID_STRIDE(i, n) {
-        float g = grad[i] * scale;
+        float g = grad[i] * s;
         float mi = b1 * m[i] + (1.f - b1) * g;
         float vi = b2 * v[i] + (1.f - b2) * g * g;
         m[i] = mi;

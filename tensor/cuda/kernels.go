@@ -28,6 +28,7 @@ var kernels = []struct {
 	{"rmsnorm_param_grads_f32", elemThreads}, {"rope_f32", elemThreads},
 	{"swiglu_forward_f32", elemThreads}, {"swiglu_backward_f32", elemThreads},
 	{"gelu_forward_f32", elemThreads}, {"gelu_backward_f32", elemThreads},
+	{"tanh_forward_f32", elemThreads}, {"tanh_backward_f32", elemThreads},
 	{"softmax_forward_f32", softmaxThreads}, {"softmax_backward_f32", softmaxThreads},
 	{"ce_row_max_f32", maxRowThreads}, {"ce_sum_exp_f32", maxRowThreads},
 	{"ce_target_logit_f32", elemThreads}, {"ce_loss_f32", elemThreads}, {"ce_backward_f32", maxRowThreads},
@@ -374,20 +375,36 @@ func (d *Device) SwiGLUBackward(dinp, inp, dout *tensor.Tensor) {
 	d.elementwise("swiglu_backward_f32", dout.Len(), tp(dinp), tp(inp), tp(dout), i64(dout.Len()), i32(f))
 }
 
-// --- GELU ---
+// --- activations ---
 
-// GELUForward is out = gelu(inp), tanh approximation.
-func (d *Device) GELUForward(out, inp *tensor.Tensor) {
-	d.own("GELUForward", out, inp)
-	check.GELUForward(out, inp)
-	d.elementwise("gelu_forward_f32", out.Len(), tp(out), tp(inp), i64(out.Len()))
+// activationKernels are each tensor.Activation's forward and backward
+// kernels.
+var activationKernels = [...][2]string{
+	tensor.GELU: {"gelu_forward_f32", "gelu_backward_f32"},
+	tensor.Tanh: {"tanh_forward_f32", "tanh_backward_f32"},
 }
 
-// GELUBackward is dinp += gelu'(inp)*dout.
-func (d *Device) GELUBackward(dinp, inp, dout *tensor.Tensor) {
-	d.own("GELUBackward", dinp, inp, dout)
-	check.GELUBackward(dinp, inp, dout)
-	d.elementwise("gelu_backward_f32", inp.Len(), tp(dinp), tp(inp), tp(dout), i64(inp.Len()))
+// activationKernel is f's forward (0) or backward (1) kernel; fn names
+// the method in the panic of an unknown f.
+func activationKernel(fn string, f tensor.Activation, dir int) string {
+	if f < 0 || int(f) >= len(activationKernels) {
+		panic(fmt.Sprintf("tensor.%s: unknown activation %d", fn, int(f)))
+	}
+	return activationKernels[f][dir]
+}
+
+// ActivationForward is out = f(inp) elementwise.
+func (d *Device) ActivationForward(f tensor.Activation, out, inp *tensor.Tensor) {
+	d.own("ActivationForward", out, inp)
+	check.ActivationForward(out, inp)
+	d.elementwise(activationKernel("ActivationForward", f, 0), out.Len(), tp(out), tp(inp), i64(out.Len()))
+}
+
+// ActivationBackward is dinp += f'(inp)*dout.
+func (d *Device) ActivationBackward(f tensor.Activation, dinp, inp, dout *tensor.Tensor) {
+	d.own("ActivationBackward", dinp, inp, dout)
+	check.ActivationBackward(dinp, inp, dout)
+	d.elementwise(activationKernel("ActivationBackward", f, 1), inp.Len(), tp(dinp), tp(inp), tp(dout), i64(inp.Len()))
 }
 
 // --- softmax ---
@@ -534,42 +551,31 @@ func (d *Device) CrossEntropyBackward(dlogits, logits, rowMax, sumExp *tensor.Te
 
 // --- optimizer and norms ---
 
-// AdamW runs one AdamW step on param with its grad and moments m, v.
-func (d *Device) AdamW(param, grad, m, v *tensor.Tensor, p tensor.AdamWParams) {
+// AdamW runs one AdamW step on param with its grad and moments m, v, the
+// gradients scaled by scale[0] (ClipNorm's, read on the device; 1 when
+// scale is nil).
+func (d *Device) AdamW(param, grad, m, v *tensor.Tensor, p tensor.AdamWParams, scale *tensor.Tensor) {
 	d.own("AdamW", param, grad, m, v)
 	check.AdamW(param, grad, m, v, p.Step)
-	d.adamW(param, grad, m, v, p, 0)
-}
-
-// adamW launches the update; scalePtr, when not 0, is a device float that
-// replaces p.GradScale.
-func (d *Device) adamW(param, grad, m, v *tensor.Tensor, p tensor.AdamWParams, scalePtr uintptr) {
-	gs := p.GradScale
-	if gs == 0 {
-		gs = 1
+	var scalePtr uintptr
+	if scale != nil {
+		d.own("AdamW", scale)
+		check.AdamWScale(scale)
+		scalePtr = scale.Ptr()
 	}
 	bc1 := float32(1 - math.Pow(float64(p.Beta1), float64(p.Step)))
 	bc2 := float32(1 - math.Pow(float64(p.Beta2), float64(p.Step)))
 	d.elementwise("adamw_f32", param.Len(), tp(param), tp(grad), tp(m), tp(v), i64(param.Len()),
-		f32(p.LR), f32(p.Beta1), f32(p.Beta2), f32(p.Eps), f32(p.WeightDecay), f32(bc1), f32(bc2), f32(gs), ptr(scalePtr))
+		f32(p.LR), f32(p.Beta1), f32(p.Beta2), f32(p.Eps), f32(p.WeightDecay), f32(bc1), f32(bc2), ptr(scalePtr))
 }
 
-const sumBlocks = 128 // partial sums per tensor in SumSquares
+const sumBlocks = 128 // partial sums per tensor in sumPartials
 
-// sumPartials enqueues the float64 partial sums of squares of ts into the
-// sumPart scratch: nparts of them, in a fixed order.
-// kernel is sum_squares_f32, or sum_f32 for plain sums.
-func (d *Device) sumPartials(kernel string, ts []*tensor.Tensor) (part uintptr, nparts int, err error) {
-	part, counts, err := d.sumPartialsEach(kernel, ts)
-	for _, c := range counts {
-		nparts += c
-	}
-	return part, nparts, err
-}
-
-// sumPartialsEach is sumPartials with the number of partials of each
-// tensor (0 for an empty one), in order.
-func (d *Device) sumPartialsEach(kernel string, ts []*tensor.Tensor) (part uintptr, counts []int, err error) {
+// sumPartials enqueues the float64 partial sums of (the squares of) each
+// of ts into the sumPart scratch, one tensor's after another, and returns
+// how many each has (0 for an empty one). kernel is sum_squares_f32, or
+// sum_f32 for plain sums.
+func (d *Device) sumPartials(kernel string, ts []*tensor.Tensor) (part uintptr, counts []int, err error) {
 	part, err = d.sumPart.get(d, int64(len(ts))*sumBlocks*8)
 	if err != nil {
 		return 0, nil, err
@@ -587,37 +593,4 @@ func (d *Device) sumPartialsEach(kernel string, ts []*tensor.Tensor) (part uintp
 		nparts += int(g.x)
 	}
 	return part, counts, nil
-}
-
-// SumSquares is the sum of squares of every element of ts, in float64:
-// per-block partial sums on the device, added on the host in a fixed
-// order. On a device failure it returns NaN and Sync reports the error.
-func (d *Device) SumSquares(ts ...*tensor.Tensor) float64 {
-	d.own("SumSquares", ts...)
-	if d.enter() != nil {
-		return math.NaN()
-	}
-	defer d.leave()
-	part, nparts, err := d.sumPartials("sum_squares_f32", ts)
-	if err != nil {
-		d.fail(err)
-		return math.NaN()
-	}
-	if nparts == 0 {
-		return 0
-	}
-	host := make([]float64, nparts)
-	err = d.l.cuErr("cuMemcpyDtoHAsync_v2", call(d.l.cu.memcpyDtoHAsync, uintptr(unsafe.Pointer(&host[0])), part, uintptr(nparts*8), d.stream))
-	if err == nil {
-		err = d.streamSync()
-	}
-	if err != nil {
-		d.fail(err)
-		return math.NaN()
-	}
-	var total float64
-	for _, s := range host {
-		total += s
-	}
-	return total
 }

@@ -93,7 +93,7 @@ var kernelTests = []struct {
 	fn   func(*testing.T)
 }{
 	{"Elementwise", TestGPUElementwise}, {"Blocks", TestGPUBlocks}, {"Bias", TestGPUBias},
-	{"Embedding", TestGPUEmbedding}, {"LayerNorm", TestGPULayerNorm}, {"GELU", TestGPUGELU}, {"Llama", TestGPULlama},
+	{"Embedding", TestGPUEmbedding}, {"LayerNorm", TestGPULayerNorm}, {"Activations", TestGPUActivations}, {"Llama", TestGPULlama},
 	{"Softmax", TestGPUSoftmax}, {"CrossEntropy", TestGPUCrossEntropy},
 	{"AdamWAndSumSquares", TestGPUAdamWAndSumSquares}, {"Gemm", TestGPUGemm},
 	{"GemmStridedBatched", TestGPUGemmStridedBatched}, {"Composites", TestGPUComposites},
@@ -216,6 +216,10 @@ var mutations = []mutation{
 		"for (long long b = blockIdx.y; b < batch; b += gridDim.y)",
 		"for (long long b = blockIdx.y; b < batch; b += (hpcrun_mut == 11 ? batch : gridDim.y))",
 		"BF16Packed"},
+	{"tanh_backward with 1 - y for 1 - y^2",
+		"dinp[i] += dout[i] * (1.f - y * y);",
+		"dinp[i] += dout[i] * (1.f - (hpcrun_mut == 12 ? 1.f : y) * y);",
+		"Activations"},
 }
 
 // Each planted mutation makes the kernel tests fail: one build of every
@@ -239,7 +243,7 @@ func TestKernelMutantsFail(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	if out, err := run(0, "LayerNorm|Bias|Softmax|CrossEntropy|KernelEdges|BF16Rounding|BF16Packed|Llama"); err != nil {
+	if out, err := run(0, "LayerNorm|Bias|Softmax|CrossEntropy|KernelEdges|BF16Rounding|BF16Packed|Llama|Activations"); err != nil {
 		t.Fatalf("the instrumented kernels fail with no mutation: %v\n%s", err, out)
 	}
 	failLine := regexp.MustCompile(`--- FAIL: TestKernelsOnCPU/\w+`)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/hpcrun/hpcrun/tensor"
-	"github.com/hpcrun/hpcrun/tensor/internal/check"
 )
 
 // Gradient norm and clipping that stay on the device: each gradient's
@@ -37,7 +36,7 @@ func (d *Device) SumSquaresEach(out *tensor.Tensor, ts ...*tensor.Tensor) {
 	if len(ts) == 0 {
 		return
 	}
-	part, counts, err := d.sumPartialsEach("sum_squares_f32", live)
+	part, counts, err := d.sumPartials("sum_squares_f32", live)
 	if err != nil {
 		d.fail(err)
 		return
@@ -84,15 +83,4 @@ func (d *Device) ClipNorm(out, sq *tensor.Tensor, clip float64) {
 	}
 	defer d.leave()
 	d.launch("clip_norm_f64", dim3{1, 1, 1}, dim3{1, 1, 1}, tp(out), tp(sq), i64(sq.Len()/2), f64(clip))
-}
-
-// AdamWScaled is AdamW with the gradients scaled by scale's first element
-// (ClipNorm's out[2]) instead of p.GradScale.
-func (d *Device) AdamWScaled(param, grad, m, v *tensor.Tensor, p tensor.AdamWParams, scale *tensor.Tensor) {
-	d.own("AdamWScaled", param, grad, m, v, scale)
-	if scale.Len() < 1 {
-		panic(fmt.Sprintf("tensor.AdamWScaled: scale %v is empty", scale))
-	}
-	check.AdamW(param, grad, m, v, p.Step)
-	d.adamW(param, grad, m, v, p, scale.Ptr())
 }

@@ -134,13 +134,14 @@ func LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd Shape
 	return n
 }
 
-// GELUForward checks GELUForward: out and inp have the same Len.
-func GELUForward(out, inp Shape) { sameLen2("GELUForward", "out", out, "inp", inp) }
-
-// GELUBackward checks GELUBackward: dinp, inp and dout have the same
+// ActivationForward checks ActivationForward: out and inp have the same
 // Len.
-func GELUBackward(dinp, inp, dout Shape) {
-	sameLen3("GELUBackward", "dinp", dinp, "inp", inp, "dout", dout)
+func ActivationForward(out, inp Shape) { sameLen2("ActivationForward", "out", out, "inp", inp) }
+
+// ActivationBackward checks ActivationBackward: dinp, inp and dout have
+// the same Len.
+func ActivationBackward(dinp, inp, dout Shape) {
+	sameLen3("ActivationBackward", "dinp", dinp, "inp", inp, "dout", dout)
 }
 
 // SoftmaxForward checks SoftmaxForward and returns the rows of inp
@@ -233,6 +234,14 @@ func AdamW(param, grad, m, v Shape, step int) {
 	sameLen2("AdamW", "param", param, "v", v)
 	if step < 1 {
 		panic(fmt.Sprintf("tensor.AdamW: Step is %d, it counts from 1", step))
+	}
+}
+
+// AdamWScale checks AdamW's scale tensor, when there is one: it has an
+// element.
+func AdamWScale(scale Shape) {
+	if scale.Len() < 1 {
+		panic(fmt.Sprintf("tensor.AdamW: scale %v is empty", scale))
 	}
 }
 

@@ -82,8 +82,8 @@ func TestMessages(t *testing.T) {
 		{"LayerNormBackward", "tensor.LayerNormBackward: dbias Tensor(7) on test has 7 elements, want 8", func() {
 			LayerNormBackward(x48, shape{8}, shape{7}, x48, x48, shape{8}, x4, x4)
 		}},
-		{"GELUForward", "tensor.GELUForward: inp Tensor(3) on test has 3 elements, out Tensor(2) on test has 2", func() { GELUForward(x2, x3) }},
-		{"GELUBackward", "tensor.GELUBackward: dout Tensor(3) on test has 3 elements, dinp Tensor(2) on test has 2", func() { GELUBackward(x2, x2, x3) }},
+		{"ActivationForward", "tensor.ActivationForward: inp Tensor(3) on test has 3 elements, out Tensor(2) on test has 2", func() { ActivationForward(x2, x3) }},
+		{"ActivationBackward", "tensor.ActivationBackward: dout Tensor(3) on test has 3 elements, dinp Tensor(2) on test has 2", func() { ActivationBackward(x2, x2, x3) }},
 		{"SoftmaxForward rank", "tensor.SoftmaxForward: inp Tensor(6) on test must be at least (Tq,Tk)", func() { SoftmaxForward(x6, x6, 1, nil) }},
 		{"SoftmaxForward scale", "tensor.SoftmaxForward: scale 0 must be positive", func() { SoftmaxForward(x23, x23, 0, nil) }},
 		{"SoftmaxForward keyValid", "tensor.SoftmaxForward: keyValid has 3 entries, inp Tensor(2,3) on test needs (B,Tk) = 6 with a leading B", func() {
