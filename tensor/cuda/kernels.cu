@@ -13,6 +13,12 @@
 
 typedef unsigned short bf16_t;
 
+// HPCRUN_DYNAMIC_SHARED declares a kernel's dynamic shared memory as an
+// array of T (the CPU simulation defines it its own way).
+#ifndef HPCRUN_DYNAMIC_SHARED
+#define HPCRUN_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+#endif
+
 #define NEG_INF __int_as_float(0xff800000)
 #define FULL_MASK 0xffffffffu
 

@@ -118,6 +118,18 @@ func TestKernelsOnCPU(t *testing.T) {
 	if os.Getenv(simLibEnv) != "" {
 		return // a mutant's run of some tests
 	}
+	// Again with each block's threads in an order drawn from a seed: a
+	// race that thread order hides (a reader warp that runs after its
+	// writer there) shows in some order.
+	setSeed, err := purego.Dlsym(h, "hpcrun_sim_set_order_seed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	call(setSeed, 7)
+	for _, kt := range kernelTests {
+		t.Run("seeded/"+kt.name, kt.fn)
+	}
+	call(setSeed, 0)
 	// A watched device's wait on a stream that never drains gives up
 	// after the watch's limit with its error, and works again after.
 	setStuck, err := purego.Dlsym(h, "hpcrun_sim_set_stuck")
