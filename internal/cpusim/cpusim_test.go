@@ -223,3 +223,76 @@ func TestSeededOrderCatchesARace(t *testing.T) {
 	}
 	t.Logf("the race shows under %s", strings.Join(caught, ", "))
 }
+
+// bf16 rounds f to bfloat16, to nearest even (finite values).
+func bf16(f float32) uint16 {
+	u := math.Float32bits(f)
+	return uint16((u + 0x7fff + (u>>16)&1) >> 16)
+}
+
+// mma.sync's product, from fragments loaded by PTX's layout formulas and
+// from shared memory by ldmatrix, equals A B + C summed in float64 from
+// the same bf16 values (to float32 rounding), and ldmatrix's registers
+// are the fragments' layout.
+func TestMMAAndLdmatrix(t *testing.T) {
+	s := openSim(t)
+	A, B, bt := make([]uint16, 256), make([]uint16, 128), make([]uint16, 128)
+	C := make([]float32, 128)
+	for i := range A {
+		A[i] = bf16(float32(math.Sin(float64(i)*0.37)) * 2)
+	}
+	for k := range 16 {
+		for n := range 8 {
+			v := bf16(float32(math.Cos(float64(k*8+n) * 0.61)))
+			B[k*8+n], bt[n*16+k] = v, v
+		}
+	}
+	for i := range C {
+		C[i] = float32(i%7) - 3
+	}
+	val := func(h uint16) float64 { return float64(math.Float32frombits(uint32(h) << 16)) }
+	want := make([]float64, 128)
+	for m := range 16 {
+		for n := range 8 {
+			sum := float64(C[m*8+n])
+			for k := range 16 {
+				sum += val(A[m*16+k]) * val(B[k*8+n])
+			}
+			want[m*8+n] = sum
+		}
+	}
+	up16 := func(v []uint16) uintptr {
+		p := s.buf((len(v) + 1) / 2)
+		call(t, s.htod, p, uintptr(unsafe.Pointer(&v[0])), uintptr(2*len(v)), 0)
+		return p
+	}
+	dA, dB, dBt, dC := up16(A), up16(B), up16(bt), s.buf(128)
+	s.put(dC, C)
+	D, frag := s.buf(128), s.buf(128)
+	check := func(name string) {
+		for i, u := range s.get(D, 128) {
+			got := float64(math.Float32frombits(u))
+			if math.Abs(got-want[i]) > 1e-5*(1+math.Abs(want[i])) {
+				t.Fatalf("%s: D[%d][%d] = %v, want %v", name, i/8, i%8, got, want[i])
+			}
+		}
+	}
+	if r := s.run("mma_fragments", 1, 32, 0, uint64(D), uint64(dA), uint64(dBt), uint64(dC)); r != 0 {
+		t.Fatalf("launch: %d", r)
+	}
+	check("fragments from global memory")
+	if r := s.run("ldmatrix_mma", 1, 32, 0, uint64(D), uint64(frag), uint64(dA), uint64(dB), uint64(dC)); r != 0 {
+		t.Fatalf("launch: %d", r)
+	}
+	check("ldmatrix from shared memory")
+	regs := s.get(frag, 128)
+	for lane := range 32 {
+		g, tt := lane>>2, lane&3
+		for i := range 4 {
+			row, col := g+8*(i&1), 2*tt+8*(i>>1)
+			if want := uint32(A[row*16+col]) | uint32(A[row*16+col+1])<<16; regs[4*lane+i] != want {
+				t.Errorf("lane %d register %d = %08x, want A(%d,%d..%d) = %08x", lane, i, regs[4*lane+i], row, col, col+1, want)
+			}
+		}
+	}
+}

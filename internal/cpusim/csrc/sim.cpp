@@ -70,6 +70,7 @@ cpusim_switch:
 namespace cpusim {
 
 const int kStack = 64 << 10;
+const int kGather = 32;  // bytes a lane may offer to a warp-wide instruction
 
 struct Fiber {
     void* sp;  // CPUSIM_FAST_SWITCH: the saved stack pointer
@@ -93,6 +94,7 @@ struct Block {
     std::vector<unsigned long> warpGen;
     std::vector<uint64_t> shflBuf;
     char* dynShared = nullptr;  // the launch's dynamic shared memory
+    std::vector<std::vector<char>> gather;  // per warp: warp_gather's offers, kGather bytes a lane
     void (*body)(void**);
     void** params;
     const char* error = nullptr;
@@ -197,6 +199,26 @@ void syncwarp() {
 }
 
 void* dynamic_shared() { return cur_block->dynShared; }
+
+const char* warp_gather(const void* p, int n) {
+    Block* b = cur_block;
+    int w = cur_fiber->linear / 32, lane = cur_fiber->linear % 32;
+    if (b->warpLive[w] != 32 || std::min(32, b->nthreads - w * 32) != 32)
+        fail("a warp-wide matrix instruction in a warp that is not whole");
+    if (n > kGather) fail("a warp-wide instruction offers more than its buffer holds");
+    if (b->gather.empty()) b->gather.assign((b->nthreads + 31) / 32, std::vector<char>(32 * kGather));  // on first use
+    std::vector<char>& buf = b->gather[w];
+    std::memcpy(&buf[lane * kGather], p, n);
+    warp_barrier(w);
+    // Pack the offers end to end for the caller (each lane its own copy:
+    // they are read, never written, until warp_release).
+    thread_local std::vector<char> packed;
+    packed.resize(32 * n);
+    for (int l = 0; l < 32; l++) std::memcpy(&packed[l * n], &buf[l * kGather], n);
+    return packed.data();
+}
+
+void warp_release() { warp_barrier(cur_fiber->linear / 32); }
 
 static void fiber_main() {
     cur_block->body(cur_block->params);

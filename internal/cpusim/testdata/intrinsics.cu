@@ -47,3 +47,44 @@ extern "C" __global__ void racy_warps(float* out, int gen) {
     sh[t] = 1000 * gen + t;
     out[t] = t >= 32 ? sh[t - 32] : sh[t];
 }
+
+// mma_fragments: one warp computes D = A B + C with the fragments loaded
+// from global memory by PTX's layout formulas: A 16x16 row-major, bt B's
+// transpose (8x16 row-major: B column-major), C and D 16x8 row-major.
+extern "C" __global__ void mma_fragments(float* D, const unsigned short* A, const unsigned short* bt, const float* C) {
+    int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
+    unsigned a[4], b[2];
+    float c[4], d[4];
+    for (int i = 0; i < 4; i++) {
+        int row = g + 8 * (i & 1), col = 2 * t + 8 * (i >> 1);
+        a[i] = (unsigned)A[row * 16 + col] | (unsigned)A[row * 16 + col + 1] << 16;
+    }
+    for (int i = 0; i < 2; i++) {
+        int k = 2 * t + 8 * i;
+        b[i] = (unsigned)bt[g * 16 + k] | (unsigned)bt[g * 16 + k + 1] << 16;
+    }
+    for (int i = 0; i < 4; i++) c[i] = C[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)];
+    mma_bf16_16816(d, a, b, c);
+    for (int i = 0; i < 4; i++) D[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)] = d[i];
+}
+
+// ldmatrix_mma: the same product with A (16x16) and B (16x8, row-major:
+// k by n) staged in shared memory and loaded by ldmatrix (A x4, B x2
+// transposed); frag receives each lane's A registers.
+extern "C" __global__ void ldmatrix_mma(float* D, unsigned* frag, const unsigned short* A, const unsigned short* B,
+                                        const float* C) {
+    __shared__ unsigned short sa[16 * 16], sb[16 * 8];
+    int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
+    for (int i = lane; i < 256; i += 32) sa[i] = A[i];
+    for (int i = lane; i < 128; i += 32) sb[i] = B[i];
+    __syncwarp();
+    unsigned a[4], b[2];
+    int j = lane >> 3, r = lane & 7;
+    ldmatrix_x4(a, &sa[(r + 8 * (j & 1)) * 16 + 8 * (j >> 1)]);
+    ldmatrix_x2_trans(b, &sb[(r + 8 * (j & 1)) * 8]);
+    for (int i = 0; i < 4; i++) frag[4 * lane + i] = a[i];
+    float c[4], d[4];
+    for (int i = 0; i < 4; i++) c[i] = C[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)];
+    mma_bf16_16816(d, a, b, c);
+    for (int i = 0; i < 4; i++) D[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)] = d[i];
+}
