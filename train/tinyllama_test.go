@@ -69,7 +69,7 @@ func TestTinyLlamaScript(t *testing.T) {
 	if tok.VocabSize() != 320 || tok.Specials().EOT != 317 {
 		t.Errorf("vocab %d, end of text %d: want 320 and <|end_of_text|> (317)", tok.VocabSize(), tok.Specials().EOT)
 	}
-	for _, text := range hfCorpus {
+	for _, text := range hfCorpus(t) {
 		ids := tok.Encode(text)
 		if back := tok.Decode(ids); back != text {
 			t.Errorf("%.40q decodes to %.40q", text, back)

@@ -101,7 +101,7 @@ func TestHFTokenizerSentencePiece(t *testing.T) {
 	// (one decodes as a space, as in the library; Metaspace's "first"
 	// drops a leading space, as the library does: not a round trip).
 	tok := spTokenizer(t, "legacy")
-	for _, text := range append(hfCorpus, "  two leading, three trailing   ", "\t\ttabs\n\n\nnewlines \u00a0nbsp", "mixed é 世界 🙂 hello") {
+	for _, text := range append(hfCorpus(t), "  two leading, three trailing   ", "\t\ttabs\n\n\nnewlines \u00a0nbsp", "mixed é 世界 🙂 hello") {
 		if back := tok.Decode(tok.Encode(text)); back != text {
 			t.Errorf("%.40q decodes to %.40q", text, back)
 		}

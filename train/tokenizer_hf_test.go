@@ -14,22 +14,26 @@ import (
 	tiktokenloader "github.com/pkoukk/tiktoken-go-loader"
 )
 
-// hfCorpus exercises the pre-tokenizers: contractions, Unicode letters and
-// digits, whitespace runs (the (?!\S) look-ahead), newlines, punctuation,
-// emoji, and the added token written in the text.
-var hfCorpus = []string{
-	"Hello world",
-	"  leading spaces and trailing   ",
-	"It's they'll we'd I'M you've she's",
-	"numbers 1234567 and 3.14159, 1,000,000",
-	"tabs\tand\nnew\r\nlines\n\n\n  indented",
-	"unicode: café naïve Ωμέγα 日本語のテキスト 한국어",
-	"emoji 🙂👍🏽 and symbols ©®™ §¶ ← → ≤ ≥",
-	"code: func main() { fmt.Println(\"hi\") } // x += 1;",
-	"doc one<|endoftext|>doc two <|endoftext|> three",
-	"",
-	" ",
-	"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+// The Hugging Face tokenizer fixtures, described in testdata/hf/README.md.
+const (
+	tinyHF        = "testdata/hf/tiny"         // byte b is id b, four merges, <|eot|> and <pad>
+	templateHF    = "testdata/hf/template"     // tiny's, <|begin_of_text|> before each sequence
+	templateEOTHF = "testdata/hf/template-eot" // template's, <|eot|> after each sequence too
+)
+
+// hfCorpus are the texts of testdata/hf/corpus.json, which exercise the
+// pre-tokenizers.
+func hfCorpus(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("testdata/hf/corpus.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	if err := json.Unmarshal(b, &texts); err != nil {
+		t.Fatal(err)
+	}
+	return texts
 }
 
 // llama3Pattern is Llama 3's pre-tokenizer expression.
@@ -153,7 +157,7 @@ func TestHFTokenizerMatchesTiktoken(t *testing.T) {
 			if tok.VocabSize() != 50257 || tok.Specials().EOT != 50256 {
 				t.Fatalf("vocab %d, specials %+v: want 50257 and <|endoftext|> = 50256", tok.VocabSize(), tok.Specials())
 			}
-			corpus := append([]string{}, hfCorpus...)
+			corpus := hfCorpus(t)
 			if b, err := os.ReadFile("../README.md"); err == nil {
 				corpus = append(corpus, string(b))
 			}
@@ -176,40 +180,9 @@ func TestHFTokenizerMatchesTiktoken(t *testing.T) {
 
 func head(ids []int) []int { return ids[:min(len(ids), 24)] }
 
-// writeTinyHFTokenizer writes a hand-made tokenizer.json and its
-// tokenizer_config.json into dir: byte b has id b; merges h e, l l, he ll,
-// Ġ w (ids 256-259) written as pairs; added tokens <|eot|> (260, the end
-// of text) and <pad> (261); an NFC normalizer; digits split one by one.
-func writeTinyHFTokenizer(t *testing.T, dir string) {
-	t.Helper()
-	vocab := map[string]any{}
-	for b, r := range byteRunes {
-		vocab[string(r)] = b
-	}
-	vocab["he"], vocab["ll"], vocab["hell"], vocab["Ġw"] = 256, 257, 258, 259
-	file := map[string]any{
-		"added_tokens": []map[string]any{{"id": 260, "content": "<|eot|>", "special": true}, {"id": 261, "content": "<pad>", "special": true}},
-		"normalizer":   map[string]any{"type": "Sequence", "normalizers": []any{map[string]any{"type": "NFC"}}},
-		"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{
-			map[string]any{"type": "Digits", "individual_digits": true},
-			map[string]any{"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
-		}},
-		"model": map[string]any{"type": "BPE", "vocab": vocab, "merges": [][2]string{{"h", "e"}, {"l", "l"}, {"he", "ll"}, {"Ġ", "w"}}},
-	}
-	b, _ := json.Marshal(file)
-	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"eos_token": "<|eot|>", "pad_token": {"content": "<pad>"}}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// writeTinyHFTokenizer's file, its ids derived by hand.
+// The tiny fixture's file, its ids derived by hand.
 func TestHFTokenizerByHand(t *testing.T) {
-	dir := t.TempDir()
-	writeTinyHFTokenizer(t, dir)
-	tok, err := LoadHFTokenizer(filepath.Join(dir, "tokenizer.json"))
+	tok, err := LoadHFTokenizer(filepath.Join(tinyHF, "tokenizer.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +245,9 @@ func TestHFTokenizerRefuses(t *testing.T) {
 // read with it.
 func TestInitFromReadsTokenizerJSON(t *testing.T) {
 	dir := tinyGPT2(t, tinyGPT2Spec, interop.HFOptions{}) // vocab 300
-	writeTinyHFTokenizer(t, dir)
+	if err := os.CopyFS(dir, os.DirFS(tinyHF)); err != nil {
+		t.Fatal(err)
+	}
 	cfg := smallConfig("gpt")
 	cfg.InitFrom, cfg.Tokenizer, cfg.Vocab = dir, "", 0
 	if err := ApplyInitFrom(&cfg, nil); err != nil {
@@ -293,12 +268,11 @@ func TestInitFromReadsTokenizerJSON(t *testing.T) {
 
 // TokenizeFiles joins the files' tokens with the end-of-text token.
 func TestTokenizeFiles(t *testing.T) {
-	dir := t.TempDir()
-	writeTinyHFTokenizer(t, dir)
-	tok, err := LoadHFTokenizer(dir)
+	tok, err := LoadHFTokenizer(tinyHF)
 	if err != nil {
 		t.Fatal(err)
 	}
+	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt")
 	os.WriteFile(a, []byte("hello"), 0o644)
 	os.WriteFile(b, []byte("he"), 0o644)
@@ -381,43 +355,12 @@ func TestHFTokenizerRefusesStepAfterByteLevel(t *testing.T) {
 	}
 }
 
-// writeTemplateTokenizer writes writeTinyHFTokenizer's files with an added
-// <|begin_of_text|> (262) and Llama 3's post-processor: ByteLevel, then a
-// TemplateProcessing that puts it before each sequence.
-func writeTemplateTokenizer(t *testing.T, dir string) {
-	t.Helper()
-	writeTinyHFTokenizer(t, dir)
-	path := filepath.Join(dir, "tokenizer.json")
-	var file map[string]any
-	b, err := os.ReadFile(path)
-	if err != nil || json.Unmarshal(b, &file) != nil {
-		t.Fatal(err)
-	}
-	file["added_tokens"] = append(file["added_tokens"].([]any), map[string]any{"id": 262, "content": "<|begin_of_text|>", "special": true})
-	bos := map[string]any{"SpecialToken": map[string]any{"id": "<|begin_of_text|>", "type_id": 0}}
-	file["post_processor"] = map[string]any{"type": "Sequence", "processors": []any{
-		map[string]any{"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true},
-		map[string]any{"type": "TemplateProcessing",
-			"single":         []any{bos, map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}}},
-			"pair":           []any{bos, map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}}, bos, map[string]any{"Sequence": map[string]any{"id": "B", "type_id": 1}}},
-			"special_tokens": map[string]any{"<|begin_of_text|>": map[string]any{"id": "<|begin_of_text|>", "ids": []int{262}, "tokens": []string{"<|begin_of_text|>"}}}},
-	}}
-	if b, err = json.Marshal(file); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // tokenizer.json's post-processor puts its special tokens around each
 // sequence where text becomes a model's input: Llama 3's TemplateProcessing
 // its <|begin_of_text|> before each training document (data tokenize, a
 // text trained or evaluated on) and before a prompt; Encode stays without.
 func TestHFTokenizerPostProcessor(t *testing.T) {
-	dir := t.TempDir()
-	writeTemplateTokenizer(t, dir)
-	tok, err := LoadHFTokenizer(dir)
+	tok, err := LoadHFTokenizer(templateHF)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,6 +376,7 @@ func TestHFTokenizerPostProcessor(t *testing.T) {
 	if got, _ := promptIDs(tok, "he"); !reflect.DeepEqual(got, []int{262, 256}) {
 		t.Errorf("prompt he: %v, want [262 256]", got)
 	}
+	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt")
 	os.WriteFile(a, []byte("hello"), 0o644)
 	os.WriteFile(b, []byte("he"), 0o644)
@@ -440,7 +384,7 @@ func TestHFTokenizerPostProcessor(t *testing.T) {
 		t.Errorf("TokenizeFiles = %v, %v; want each document after <|begin_of_text|>", ids, err)
 	}
 	cfg := smallConfig("gpt")
-	cfg.Tokenizer, cfg.VocabFile, cfg.Data, cfg.Vocab = "hf", filepath.Join(dir, "tokenizer.json"), textFile(t), 0
+	cfg.Tokenizer, cfg.VocabFile, cfg.Data, cfg.Vocab = "hf", filepath.Join(templateHF, "tokenizer.json"), textFile(t), 0
 	d, err := Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -452,7 +396,9 @@ func TestHFTokenizerPostProcessor(t *testing.T) {
 	// Llama 2's older files: no post-processor, tokenizer_config.json's
 	// add_bos_token and bos_token instead.
 	old := t.TempDir()
-	writeTinyHFTokenizer(t, old)
+	if err := os.CopyFS(old, os.DirFS(tinyHF)); err != nil {
+		t.Fatal(err)
+	}
 	os.WriteFile(filepath.Join(old, "tokenizer_config.json"), []byte(`{"eos_token": "<|eot|>", "bos_token": "<pad>", "add_bos_token": true}`), 0o644)
 	if tok, err = LoadHFTokenizer(old); err != nil {
 		t.Fatal(err)
@@ -460,8 +406,7 @@ func TestHFTokenizerPostProcessor(t *testing.T) {
 	if got, _ := EncodeSequence(tok, "he"); !reflect.DeepEqual(got, []int{261, 256}) {
 		t.Errorf("add_bos_token: %v, want [261 256]", got)
 	}
-	writeTinyHFTokenizer(t, old) // no add_bos_token: nothing added
-	if tok, err = LoadHFTokenizer(old); err != nil {
+	if tok, err = LoadHFTokenizer(tinyHF); err != nil { // no add_bos_token: nothing added
 		t.Fatal(err)
 	}
 	if got, _ := EncodeSequence(tok, "he"); !reflect.DeepEqual(got, []int{256}) {
@@ -499,43 +444,18 @@ func TestHFTokenizerPostProcessorRefused(t *testing.T) {
 // documents are joined by one end-of-text, not two, and a prompt keeps its
 // begin but not the end (generation would start after the end).
 func TestHFTokenizerTemplateEndsWithEOT(t *testing.T) {
-	dir := t.TempDir()
-	writeTemplateTokenizer(t, dir)
-	path := filepath.Join(dir, "tokenizer.json")
-	var file map[string]any
-	b, _ := os.ReadFile(path)
-	if err := json.Unmarshal(b, &file); err != nil {
-		t.Fatal(err)
-	}
-	tok0, err := LoadHFTokenizer(dir)
+	tok, err := LoadHFTokenizer(templateEOTHF)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eot := tok0.Specials().EOT
-	var eotText string
-	for _, a := range file["added_tokens"].([]any) {
-		if m := a.(map[string]any); int(m["id"].(float64)) == eot {
-			eotText = m["content"].(string)
-		}
-	}
-	if eotText == "" {
-		t.Fatalf("no added token of id %d", eot)
-	}
-	tp := file["post_processor"].(map[string]any)["processors"].([]any)[1].(map[string]any)
-	tp["single"] = append(tp["single"].([]any), map[string]any{"SpecialToken": map[string]any{"id": eotText, "type_id": 0}})
-	tp["special_tokens"].(map[string]any)[eotText] = map[string]any{"id": eotText, "ids": []int{eot}, "tokens": []string{eotText}}
-	b, _ = json.Marshal(file)
-	os.WriteFile(path, b, 0o644)
-	tok, err := LoadHFTokenizer(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	eot := tok.Specials().EOT
 	if got, _ := EncodeSequence(tok, "hello"); !reflect.DeepEqual(got, []int{262, 258, 'o', eot}) {
 		t.Fatalf("EncodeSequence(hello) = %v, want [262 258 111 %d]", got, eot)
 	}
 	if got, _ := promptIDs(tok, "he"); !reflect.DeepEqual(got, []int{262, 256}) {
 		t.Errorf("prompt he: %v, want [262 256]: no end-of-text after it", got)
 	}
+	dir := t.TempDir()
 	a, c := filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt")
 	os.WriteFile(a, []byte("hello"), 0o644)
 	os.WriteFile(c, []byte("he"), 0o644)

@@ -13,8 +13,7 @@ import (
 // tokenizer's model by the byte tokenizer's 256 ids, and a BERT's with no
 // tokenizer set as well).
 func TestOneVocabRule(t *testing.T) {
-	hf := t.TempDir()
-	writeTinyHFTokenizer(t, hf) // 262 ids
+	hf := tinyHF // 262 ids
 	for _, c := range []struct {
 		name, model, tokenizer, vocabFile, data string
 		vocab                                   int // the config's
