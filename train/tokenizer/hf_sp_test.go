@@ -1,4 +1,4 @@
-package train
+package tokenizer
 
 import (
 	"encoding/json"
@@ -31,7 +31,7 @@ var spMerges = [][2]string{{"▁", "h"}, {"e", "l"}, {"l", "o"}, {"▁h", "el"},
 // decoder) or metaspace (the Metaspace pre-tokenizer, prepend_scheme
 // first, no split, and the same decoder, as newer conversions write it),
 // <s> and </s> added.
-func spTokenizer(t *testing.T, style string) *HFTokenizer {
+func spTokenizer(t *testing.T, style string) *HF {
 	t.Helper()
 	vocab, _ := spVocab()
 	decoder := map[string]any{"type": "Sequence", "decoders": []any{
@@ -138,7 +138,7 @@ func TestMetaspace(t *testing.T) {
 			t.Errorf("%+v %q at start %v: %q, want %q", tc.m, tc.text, tc.atStart, got, tc.want)
 		}
 	}
-	tok := &HFTokenizer{tokens: []string{"▁hello", "▁w", "or", "▁▁"}}
+	tok := &HF{tokens: []string{"▁hello", "▁w", "or", "▁▁"}}
 	if err := tok.addDecoder(json.RawMessage(`{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always"}`)); err != nil {
 		t.Fatal(err)
 	}
