@@ -8,6 +8,7 @@ import (
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/spec"
+	"github.com/hpcrun/hpcrun/train/tokenizer"
 )
 
 // StepTiming is what BenchStep measured.
@@ -53,7 +54,7 @@ func BenchStep(cfg config.Config, dev tensor.Device, warmup, steps int) (StepTim
 			d.Labels[i] = int32(i % 2)
 		}
 	}
-	data := &Data{Tokenizer: ByteTokenizer{}, Vocab: vocab, Train: d, Val: d}
+	data := &Data{Tokenizer: tokenizer.Byte{}, Vocab: vocab, Train: d, Val: d}
 	world := nccl.NewInProcess(1)[0]
 	defer world.Close()
 	cfg.Steps, cfg.Shuffle = warmup+steps, false

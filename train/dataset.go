@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/tokenizer"
 )
 
 // Dataset is encoded samples of fixed length Seq, ready to batch. A
@@ -101,7 +102,7 @@ func resize(s []int32, n int) []int32 {
 // Data is what a run trains and validates on, with the tokenizer that
 // encoded it. Every rank prepares the same Data from the same config.Config.
 type Data struct {
-	Tokenizer Tokenizer
+	Tokenizer tokenizer.Tokenizer
 	Vocab     int // ids the model must embed, before padding
 	Train     *Dataset
 	Val       *Dataset
@@ -153,7 +154,7 @@ func prepareClassifier(cfg config.Config) (*Data, error) {
 	for i, e := range train {
 		texts[i] = e.Text
 	}
-	tok, err := newTokenizer(cfg, texts)
+	tok, err := tokenizer.New(cfg, texts)
 	if err != nil {
 		return nil, err
 	}
@@ -204,13 +205,13 @@ func splitReviews(all []Example, cfg config.Config) (train, val []Example) {
 
 // encodeExamples makes [CLS] text [PAD]... samples of length seq; texts
 // longer than seq-1 tokens are truncated, as BERT fine-tuning does.
-func encodeExamples(tok Tokenizer, ex []Example, seq int, sep bool) (*Dataset, error) {
+func encodeExamples(tok tokenizer.Tokenizer, ex []Example, seq int, sep bool) (*Dataset, error) {
 	sp := tok.Specials()
 	d := &Dataset{Seq: seq, Tokens: make([]int32, len(ex)*seq), Labels: make([]int32, len(ex)), Lengths: make([]int32, len(ex))}
 	for i, e := range ex {
 		row := d.Tokens[i*seq : (i+1)*seq]
 		row[0] = int32(sp.CLS)
-		ids, err := EncodeText(tok, e.Text)
+		ids, err := tokenizer.EncodeText(tok, e.Text)
 		if err != nil {
 			return nil, fmt.Errorf("example %d: %w", i+1, err)
 		}
@@ -242,7 +243,7 @@ func prepareText(cfg config.Config) (*Data, error) {
 			return nil, err
 		}
 	}
-	tok, err := newTokenizer(cfg, []string{text})
+	tok, err := tokenizer.New(cfg, []string{text})
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +251,7 @@ func prepareText(cfg config.Config) (*Data, error) {
 	if err != nil {
 		return nil, err
 	}
-	ids, err := EncodeSequence(tok, text) // as one sequence: Llama's begin-of-text first
+	ids, err := tokenizer.EncodeSequence(tok, text) // as one sequence: Llama's begin-of-text first
 	if err != nil {
 		return nil, fmt.Errorf("data %s: %w", cfg.Data, err)
 	}
@@ -282,29 +283,9 @@ func prepareText(cfg config.Config) (*Data, error) {
 	return &Data{Tokenizer: tok, Vocab: vocab, Train: windows(0, nTrain), Val: val}, nil
 }
 
-// newTokenizer makes the config's tokenizer; a WordPiece vocabulary without a
-// vocab file is built from texts.
-func newTokenizer(cfg config.Config, texts []string) (Tokenizer, error) {
-	name := cfg.TokenizerName()
-	switch name {
-	case "byte":
-		return ByteTokenizer{}, nil
-	case "gpt2":
-		return NewGPT2Tokenizer()
-	case "wordpiece":
-		if cfg.VocabFile != "" {
-			return LoadWordPiece(cfg.VocabFile)
-		}
-		return NewWordPiece(BuildWordPieceVocab(texts, wordPieceSize(cfg)))
-	case "hf":
-		return LoadHFTokenizer(cfg.VocabFile)
-	}
-	return nil, fmt.Errorf("tokenizer %q: use byte, gpt2, wordpiece or hf", name)
-}
-
 // modelVocab is the number of ids the model embeds: the tokenizer's, or the
 // config's vocab when that is larger.
-func modelVocab(cfg config.Config, tok Tokenizer) (int, error) {
+func modelVocab(cfg config.Config, tok tokenizer.Tokenizer) (int, error) {
 	n := tok.VocabSize()
 	if cfg.Vocab == 0 {
 		return n, nil

@@ -8,36 +8,6 @@ import (
 	"testing"
 )
 
-// FuzzParseHFTokenizer: no tokenizer.json, however broken, panics the
-// parser, and a tokenizer it accepts encodes and decodes a text without
-// panicking (a pattern that backtracks without bound fails the encoding).
-func FuzzParseHFTokenizer(f *testing.F) {
-	f.Add([]byte(`{"model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2},"merges":["a b"]},"pre_tokenizer":{"type":"ByteLevel","use_regex":true}}`), "ab ab")
-	f.Add([]byte(`{"model":{"type":"BPE","vocab":{"a":0,"b":1},"merges":[]},"pre_tokenizer":{"type":"Split","pattern":{"Regex":"(a+)+$"},"behavior":"Isolated"}}`), "aaaab")
-	f.Add([]byte(`{"model":{"type":"BPE","vocab":{"▁a":0,"<unk>":1},"merges":[],"unk_token":"<unk>"},"pre_tokenizer":{"type":"Metaspace","replacement":"▁"}}`), "a a")
-	f.Add([]byte(`{"added_tokens":[{"id":9,"content":"<|x|>","special":true}],"model":{"type":"BPE","vocab":{},"merges":[]}}`), "<|x|>")
-	f.Add([]byte(`{}`), "")
-	f.Fuzz(func(t *testing.T, b []byte, text string) {
-		tok, err := parseHFTokenizer(b)
-		if err != nil {
-			return
-		}
-		if len(text) > 256 {
-			text = text[:256]
-		}
-		ids, err := tok.EncodeChecked(text, true)
-		if err != nil {
-			return
-		}
-		for _, id := range ids {
-			if id < 0 || id >= tok.VocabSize() && id >= len(tok.tokens) {
-				t.Fatalf("id %d outside the vocabulary of %d", id, tok.VocabSize())
-			}
-		}
-		tok.Decode(ids)
-	})
-}
-
 // FuzzReadIMDb: no CSV panics the reader; what it accepts has a text and a
 // label 0 or 1 a row.
 func FuzzReadIMDb(f *testing.F) {

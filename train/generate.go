@@ -20,6 +20,7 @@ import (
 	"github.com/hpcrun/hpcrun/train/ckpt"
 	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/interop"
+	"github.com/hpcrun/hpcrun/train/tokenizer"
 )
 
 // SourceConfig is the config of the model at src: a checkpoint (a step
@@ -167,7 +168,7 @@ func generate(ctx context.Context, world nccl.Comm, opt GenerateOptions, cached 
 	if opt.Tokens < 1 || opt.Temperature < 0 || opt.TopK < 0 {
 		return nil, fmt.Errorf("generate: tokens %d, temperature %g, top-k %d: want tokens >= 1, temperature >= 0, top-k >= 0", opt.Tokens, opt.Temperature, opt.TopK)
 	}
-	tok, err := newTokenizer(cfg, nil)
+	tok, err := tokenizer.New(cfg, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -377,8 +378,8 @@ type EvalOptions struct {
 // promptIDs are the ids generation starts from: the prompt as one
 // sequence (EncodeSequence: Llama's begin-of-text first), or the
 // end-of-text token when that is empty.
-func promptIDs(tok Tokenizer, prompt string) ([]int, error) {
-	ids, err := EncodeSequence(tok, prompt)
+func promptIDs(tok tokenizer.Tokenizer, prompt string) ([]int, error) {
+	ids, err := tokenizer.EncodeSequence(tok, prompt)
 	if err != nil {
 		return nil, fmt.Errorf("prompt: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/hpcrun/hpcrun/train/ckpt"
 	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/interop"
+	"github.com/hpcrun/hpcrun/train/tokenizer"
 )
 
 // TestGenerateGreedyIsEqualAtTP1And2: at temperature 0 the sampled tokens
@@ -48,7 +49,7 @@ func TestGenerateGreedyIsEqualAtTP1And2(t *testing.T) {
 	if len(a) != 12 {
 		t.Fatalf("%d tokens, want 12", len(a))
 	}
-	if want := (ByteTokenizer{}).Decode(a); text != want {
+	if want := (tokenizer.Byte{}).Decode(a); text != want {
 		t.Errorf("streamed %q, the tokens decode to %q", text, want)
 	}
 	if b, _ := run(1, 0, 0); !reflect.DeepEqual(a, b) {
@@ -90,9 +91,9 @@ func TestEvaluateSource(t *testing.T) {
 	dir := tinyGPT2(t, tinyGPT2Spec, interop.HFOptions{})
 	text := textFile(t)
 	b, _ := os.ReadFile(text)
-	ids := (ByteTokenizer{}).Encode(string(b)[:1700])
+	ids := (tokenizer.Byte{}).Encode(string(b)[:1700])
 	tokens := filepath.Join(t.TempDir(), "t.bin")
-	if err := WriteTokenFile(tokens, ids, (ByteTokenizer{}).VocabSize()); err != nil {
+	if err := WriteTokenFile(tokens, ids, (tokenizer.Byte{}).VocabSize()); err != nil {
 		t.Fatal(err)
 	}
 	var losses []float64

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/interop"
+	"github.com/hpcrun/hpcrun/train/tokenizer"
 )
 
 // ApplyInitFrom gives c the model shape of its init_from weights (model,
@@ -56,7 +57,7 @@ func ApplyInitFrom(c *config.Config, explicit func(key string) bool) error {
 		d.set()
 	}
 	c.Preset = ""
-	if c.Tokenizer == "" && s.Vocab == gpt2Vocab {
+	if c.Tokenizer == "" && s.Vocab == tokenizer.GPT2Vocab {
 		c.Tokenizer = "gpt2"
 	}
 	// Another decoder reads the tokenizer.json it was trained with.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -222,5 +223,31 @@ func TestCheckInitFromLlamaFields(t *testing.T) {
 		if err := checkInitFrom(cfg, 320, s); err == nil || !strings.Contains(err.Error(), " has "+tc.key+" ") {
 			t.Errorf("%s differs: %v", tc.key, err)
 		}
+	}
+}
+
+// A Hugging Face directory with a tokenizer.json gives the run its
+// tokenizer (unless GPT-2's vocabulary says GPT-2's BPE), and a text is
+// read with it.
+func TestInitFromReadsTokenizerJSON(t *testing.T) {
+	dir := tinyGPT2(t, tinyGPT2Spec, interop.HFOptions{}) // vocab 300
+	if err := os.CopyFS(dir, os.DirFS(tinyHF)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := smallConfig("gpt")
+	cfg.InitFrom, cfg.Tokenizer, cfg.Vocab = dir, "", 0
+	if err := ApplyInitFrom(&cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Tokenizer != "hf" || cfg.VocabFile != filepath.Join(dir, "tokenizer.json") {
+		t.Fatalf("tokenizer %q, vocab_file %q: want hf and the directory's tokenizer.json", cfg.Tokenizer, cfg.VocabFile)
+	}
+	cfg.Data = textFile(t)
+	d, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Tokenizer.Name() != "hf" || d.Vocab != 300 {
+		t.Errorf("tokenizer %s, vocab %d: want hf and the model's 300", d.Tokenizer.Name(), d.Vocab)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/interop"
+	"github.com/hpcrun/hpcrun/train/tokenizer"
 )
 
 // llamaConfig is a small Llama with grouped heads (4 query, 2 key/value)
@@ -148,7 +149,7 @@ func engineLogits(t *testing.T, dir string, ids []int32, tp int) [][]float32 {
 			return err
 		}
 		defer mesh.Close()
-		tok, err := newTokenizer(cfg, nil)
+		tok, err := tokenizer.New(cfg, nil)
 		if err != nil {
 			return err
 		}

@@ -1,12 +1,15 @@
 package train
 
 import (
+	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/hpcrun/hpcrun/train/ckpt"
+	"github.com/hpcrun/hpcrun/train/tokenizer"
 )
 
 // numpyPython is a python3 that imports NumPy (Debian's python3-numpy):
@@ -62,14 +65,22 @@ func TestTinyLlamaScript(t *testing.T) {
 			t.Errorf("%s: %s %v, want BF16 %v", e.Name, e.DType, e.Shape, s)
 		}
 	}
-	tok, err := LoadHFTokenizer(dir)
+	tok, err := tokenizer.LoadHF(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if tok.VocabSize() != 320 || tok.Specials().EOT != 317 {
 		t.Errorf("vocab %d, end of text %d: want 320 and <|end_of_text|> (317)", tok.VocabSize(), tok.Specials().EOT)
 	}
-	for _, text := range hfCorpus {
+	var corpus []string // texts that exercise the pre-tokenizers
+	b, err := os.ReadFile("tokenizer/testdata/hf/corpus.json")
+	if err == nil {
+		err = json.Unmarshal(b, &corpus)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, text := range corpus {
 		ids := tok.Encode(text)
 		if back := tok.Decode(ids); back != text {
 			t.Errorf("%.40q decodes to %.40q", text, back)

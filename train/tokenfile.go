@@ -13,6 +13,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/internal/atomicfile"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/tokenizer"
 )
 
 // Token files are llm.c's and nanoGPT's pre-tokenized data (llm.c
@@ -234,7 +235,7 @@ func mapTokenFile(path string) (tokenShard, func() error, error) {
 // TokenizeFiles is the tokens of the text files at paths, each a sequence
 // (EncodeSequence: with Llama's begin-of-text), joined by the tokenizer's
 // end-of-text token: what hpcrun data tokenize writes.
-func TokenizeFiles(tok Tokenizer, paths []string) ([]int, error) {
+func TokenizeFiles(tok tokenizer.Tokenizer, paths []string) ([]int, error) {
 	var ids []int
 	for i, p := range paths {
 		text, err := LoadText(p)
@@ -246,7 +247,7 @@ func TokenizeFiles(tok Tokenizer, paths []string) ([]int, error) {
 		if eot := tok.Specials().EOT; i > 0 && (len(ids) == 0 || ids[len(ids)-1] != eot) {
 			ids = append(ids, eot)
 		}
-		doc, err := EncodeSequence(tok, text)
+		doc, err := tokenizer.EncodeSequence(tok, text)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
@@ -298,7 +299,7 @@ func WriteTokenFile(path string, tokens []int, vocab int) error {
 // of seq+1 tokens, stride seq, over the files as one stream, the last
 // max(1, windows/10) validating, as prepareText does with a text.
 func prepareTokens(cfg config.Config) (*Data, error) {
-	tok, err := newTokenizer(cfg, nil)
+	tok, err := tokenizer.New(cfg, nil)
 	if err != nil {
 		return nil, err
 	}

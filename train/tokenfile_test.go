@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/hpcrun/hpcrun/train/tokenizer"
 )
 
 // TestTokenFileEqualsTextTokenized: a text tokenized with GPT-2 into one
@@ -22,7 +24,7 @@ func TestTokenFileEqualsTextTokenized(t *testing.T) {
 	dir := t.TempDir()
 	text := textFile(t)
 	b, _ := os.ReadFile(text)
-	tok, err := NewGPT2Tokenizer()
+	tok, err := tokenizer.NewGPT2()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,8 +332,8 @@ func TestTokenFileUint32Prepare(t *testing.T) {
 func TestTokenizeLargeVocab(t *testing.T) {
 	dir := t.TempDir()
 	vocab := map[string]int{}
-	for b, r := range byteRunes {
-		vocab[string(r)] = b
+	for b := range 256 {
+		vocab[tokenizer.ByteLevel([]byte{byte(b)})] = b
 	}
 	vocab["he"] = 70000
 	file := map[string]any{
@@ -342,7 +344,7 @@ func TestTokenizeLargeVocab(t *testing.T) {
 	b, _ := json.Marshal(file)
 	os.WriteFile(filepath.Join(dir, "tokenizer.json"), b, 0o644)
 	os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"eos_token": "<|end_of_text|>"}`), 0o644)
-	tok, err := LoadHFTokenizer(dir)
+	tok, err := tokenizer.LoadHF(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,5 +364,83 @@ func TestTokenizeLargeVocab(t *testing.T) {
 	}
 	if got := readTokens(t, path, tok.VocabSize()); !slices.Equal(got, ids) {
 		t.Errorf("read back %v, wrote %v", got, ids)
+	}
+}
+
+// The Hugging Face tokenizer fixtures of package tokenizer, described in
+// tokenizer/testdata/hf/README.md.
+const (
+	tinyHF        = "tokenizer/testdata/hf/tiny"         // byte b is id b, four merges, <|eot|> (260) and <pad>
+	templateHF    = "tokenizer/testdata/hf/template"     // tiny's, <|begin_of_text|> (262) before each sequence
+	templateEOTHF = "tokenizer/testdata/hf/template-eot" // template's, <|eot|> after each sequence too
+)
+
+// TokenizeFiles joins the files' tokens with the end-of-text token.
+func TestTokenizeFiles(t *testing.T) {
+	tok, err := tokenizer.LoadHF(tinyHF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt")
+	os.WriteFile(a, []byte("hello"), 0o644)
+	os.WriteFile(b, []byte("he"), 0o644)
+	ids, err := TokenizeFiles(tok, []string{a, b})
+	if want := []int{258, 'o', 260, 256}; err != nil || !reflect.DeepEqual(ids, want) {
+		t.Errorf("TokenizeFiles = %v, %v; want %v", ids, err, want)
+	}
+}
+
+// A tokenizer.json's post-processor puts its special tokens around each
+// sequence where text becomes a model's input: Llama 3's TemplateProcessing
+// its <|begin_of_text|> before each training document (data tokenize, a
+// text trained or evaluated on) and before a prompt.
+func TestPostProcessorBeginsEachSequence(t *testing.T) {
+	tok, err := tokenizer.LoadHF(templateHF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := promptIDs(tok, ""); !reflect.DeepEqual(got, []int{262}) {
+		t.Errorf("the empty prompt: %v, want [262] (<|begin_of_text|>)", got)
+	}
+	if got, _ := promptIDs(tok, "he"); !reflect.DeepEqual(got, []int{262, 256}) {
+		t.Errorf("prompt he: %v, want [262 256]", got)
+	}
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt")
+	os.WriteFile(a, []byte("hello"), 0o644)
+	os.WriteFile(b, []byte("he"), 0o644)
+	if ids, err := TokenizeFiles(tok, []string{a, b}); err != nil || !reflect.DeepEqual(ids, []int{262, 258, 'o', 260, 262, 256}) {
+		t.Errorf("TokenizeFiles = %v, %v; want each document after <|begin_of_text|>", ids, err)
+	}
+	cfg := smallConfig("gpt")
+	cfg.Tokenizer, cfg.VocabFile, cfg.Data, cfg.Vocab = "hf", filepath.Join(templateHF, "tokenizer.json"), textFile(t), 0
+	d, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Train.Tokens[0] != 262 {
+		t.Errorf("a text trained on starts with %v, want <|begin_of_text|> (262)", d.Train.Tokens[:4])
+	}
+}
+
+// A template that also ends each sequence with end-of-text (<s> $A </s>):
+// documents are joined by one end-of-text, not two, and a prompt keeps its
+// begin but not the end (generation would start after the end).
+func TestTemplateEndingWithEOTJoinsOnce(t *testing.T) {
+	tok, err := tokenizer.LoadHF(templateEOTHF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eot := tok.Specials().EOT
+	if got, _ := promptIDs(tok, "he"); !reflect.DeepEqual(got, []int{262, 256}) {
+		t.Errorf("prompt he: %v, want [262 256]: no end-of-text after it", got)
+	}
+	dir := t.TempDir()
+	a, c := filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt")
+	os.WriteFile(a, []byte("hello"), 0o644)
+	os.WriteFile(c, []byte("he"), 0o644)
+	if ids, err := TokenizeFiles(tok, []string{a, c}); err != nil || !reflect.DeepEqual(ids, []int{262, 258, 'o', eot, 262, 256, eot}) {
+		t.Errorf("TokenizeFiles = %v, %v; want one end-of-text between the documents", ids, err)
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"testing"
 
 	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/spec"
+	"github.com/hpcrun/hpcrun/train/tokenizer"
 )
 
 // One vocabulary rule for every tokenizer: PlanVocab gives the ids that
@@ -13,8 +15,7 @@ import (
 // tokenizer's model by the byte tokenizer's 256 ids, and a BERT's with no
 // tokenizer set as well).
 func TestOneVocabRule(t *testing.T) {
-	hf := t.TempDir()
-	writeTinyHFTokenizer(t, hf) // 262 ids
+	hf := tinyHF // 262 ids
 	for _, c := range []struct {
 		name, model, tokenizer, vocabFile, data string
 		vocab                                   int // the config's
@@ -27,10 +28,10 @@ func TestOneVocabRule(t *testing.T) {
 		{"gpt2", "gpt", "gpt2", "", "synthetic", 0, 50257, true},
 		{"hf", "gpt", "hf", filepath.Join(hf, "tokenizer.json"), "synthetic", 0, 262, true},
 		{"hf dir", "llama", "hf", hf, "synthetic", 0, 262, true},
-		{"wordpiece file", "bert", "wordpiece", "testdata/wordpiece/uncased/vocab.txt", "synthetic", 0, 46, true},
+		{"wordpiece file", "bert", "wordpiece", "tokenizer/testdata/wordpiece/uncased/vocab.txt", "synthetic", 0, 46, true},
 		{"wordpiece built", "bert", "wordpiece", "", "synthetic", 0, -1, true},
 		{"default bert", "bert", "", "", "synthetic", 0, -1, true},
-		{"wordpiece of a file", "bert", "wordpiece", "", "reviews.csv", 0, defaultWordPieceVocab, false},
+		{"wordpiece of a file", "bert", "wordpiece", "", "reviews.csv", 0, tokenizer.WordPieceVocabSize(config.Config{}), false},
 		{"wordpiece of a file, sized", "bert", "wordpiece", "", "reviews.csv", 500, 500, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/hpcrun/hpcrun/train"
+	"github.com/hpcrun/hpcrun/train/tokenizer"
 	"github.com/urfave/cli/v2"
 )
 
@@ -45,12 +46,12 @@ func dataTokenize(c *cli.Context) error {
 	if _, err := os.Stat(out); err == nil && !force {
 		return cli.Exit(fmt.Sprintf("%s exists: choose another -o or pass --force to replace it", out), 2)
 	}
-	var tok train.Tokenizer
+	var tok tokenizer.Tokenizer
 	var err error
 	if path := c.String("tokenizer"); path != "" {
-		tok, err = train.LoadHFTokenizer(path)
+		tok, err = tokenizer.LoadHF(path)
 	} else {
-		tok, err = train.NewGPT2Tokenizer()
+		tok, err = tokenizer.NewGPT2()
 	}
 	if err != nil {
 		return cli.Exit(err.Error(), 1)

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hpcrun/hpcrun/train"
 	"github.com/hpcrun/hpcrun/train/ckpt"
 	"github.com/hpcrun/hpcrun/train/interop"
+	"github.com/hpcrun/hpcrun/train/tokenizer"
 )
 
 // writeGPT2Dir writes a Hugging Face GPT-2 directory of spec with random
@@ -97,9 +97,9 @@ func TestPretrainedWorkflow(t *testing.T) {
 		}
 	}
 	raw, _ := os.ReadFile(text)
-	if tok, err := train.LoadHFTokenizer(filepath.Join(e.dir, "exported")); err != nil {
+	if tok, err := tokenizer.LoadHF(filepath.Join(e.dir, "exported")); err != nil {
 		t.Error(err)
-	} else if gpt2, _ := train.NewGPT2Tokenizer(); !slices.Equal(tok.Encode(string(raw)), gpt2.Encode(string(raw))) {
+	} else if gpt2, _ := tokenizer.NewGPT2(); !slices.Equal(tok.Encode(string(raw)), gpt2.Encode(string(raw))) {
 		t.Errorf("the export's tokenizer.json encodes the text otherwise than GPT-2's BPE")
 	}
 	lossRe := regexp.MustCompile(`^loss (\d+\.\d+) perplexity \d+\.\d+ \(\d+ windows of seq 32\)\n$`)

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/hpcrun/hpcrun/slurm"
-	"github.com/hpcrun/hpcrun/train"
+	"github.com/hpcrun/hpcrun/train/tokenizer"
 )
 
 // These tests follow README.md as a new user would (issue 28): each is a
@@ -175,12 +175,12 @@ func TestExportByteGPTConfig(t *testing.T) {
 	}
 	// The byte tokenizer comes with it as a tokenizer.json of the same ids,
 	// and the export evaluates as the run does.
-	tok, err := train.LoadHFTokenizer(filepath.Join(e.dir, "exported"))
+	tok, err := tokenizer.LoadHF(filepath.Join(e.dir, "exported"))
 	if err != nil {
 		t.Fatalf("the export's tokenizer: %v", err)
 	}
-	if sample := "a byte-level model, naïve \x01"; !slices.Equal(tok.Encode(sample), train.ByteTokenizer{}.Encode(sample)) {
-		t.Errorf("the export's tokenizer.json encodes %q as %v, the byte tokenizer as %v", sample, tok.Encode(sample), train.ByteTokenizer{}.Encode(sample))
+	if sample := "a byte-level model, naïve \x01"; !slices.Equal(tok.Encode(sample), tokenizer.Byte{}.Encode(sample)) {
+		t.Errorf("the export's tokenizer.json encodes %q as %v, the byte tokenizer as %v", sample, tok.Encode(sample), tokenizer.Byte{}.Encode(sample))
 	}
 	fromRun := e.mustRun("eval", filepath.Base(e.onlyRun()), "--data", text, "--device", "cpu")
 	if fromHF := e.mustRun("eval", "exported", "--data", text, "--device", "cpu"); fromHF != fromRun {
@@ -191,7 +191,7 @@ func TestExportByteGPTConfig(t *testing.T) {
 	e.mustRun("run", "--nproc", "1", "--model", "llama", "--data", text, "--seq", "32", "--bsz", "4", "--steps", "1",
 		"--layers", "1", "--dim", "32", "--heads", "2", "--eval-every", "0", "--device", "cpu")
 	e.mustRun("ckpt", "export", filepath.Base(e.onlyRun()), "--hf", "llama")
-	if _, err := train.LoadHFTokenizer(filepath.Join(e.dir, "llama")); err != nil {
+	if _, err := tokenizer.LoadHF(filepath.Join(e.dir, "llama")); err != nil {
 		t.Errorf("the byte-level Llama's export: %v", err)
 	}
 }

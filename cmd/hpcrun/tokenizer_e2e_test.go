@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/hpcrun/hpcrun/train/tokenizer"
 )
 
 // writeByteLevelTokenizer writes a small Hugging Face tokenizer.json into
@@ -23,14 +25,8 @@ func writeByteLevelTokenizer(t *testing.T, dir string) {
 func writeByteLevelTokenizerEOT(t *testing.T, dir string, eot int) {
 	t.Helper()
 	vocab := map[string]int{}
-	next := 256
 	for b := range 256 {
-		r := rune(b)
-		if !(b >= '!' && b <= '~' || b >= 0xA1 && b <= 0xAC || b >= 0xAE) {
-			r = rune(next)
-			next++
-		}
-		vocab[string(r)] = b
+		vocab[tokenizer.ByteLevel([]byte{byte(b)})] = b
 	}
 	vocab["Th"], vocab["is"], vocab["This"], vocab["Ġa"] = 256, 257, 258, 259
 	file := map[string]any{

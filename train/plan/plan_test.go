@@ -16,6 +16,7 @@ import (
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/tokenizer"
 )
 
 // randomData is a data set of n samples of cfg's shape with random tokens
@@ -43,7 +44,7 @@ func randomData(cfg config.Config, vocab, n int) *train.Data {
 			d.Lengths[i] = int32(T)
 		}
 	}
-	return &train.Data{Tokenizer: train.ByteTokenizer{}, Vocab: vocab, Train: d, Val: d}
+	return &train.Data{Tokenizer: tokenizer.Byte{}, Vocab: vocab, Train: d, Val: d}
 }
 
 // measure trains one step of cfg (and its validation) on cfg.NTasks

@@ -1,4 +1,4 @@
-package train
+package tokenizer
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package train
+package tokenizer
 
 import (
 	"encoding/json"
@@ -9,27 +9,30 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hpcrun/hpcrun/train/interop"
 	tiktoken "github.com/pkoukk/tiktoken-go"
 	tiktokenloader "github.com/pkoukk/tiktoken-go-loader"
 )
 
-// hfCorpus exercises the pre-tokenizers: contractions, Unicode letters and
-// digits, whitespace runs (the (?!\S) look-ahead), newlines, punctuation,
-// emoji, and the added token written in the text.
-var hfCorpus = []string{
-	"Hello world",
-	"  leading spaces and trailing   ",
-	"It's they'll we'd I'M you've she's",
-	"numbers 1234567 and 3.14159, 1,000,000",
-	"tabs\tand\nnew\r\nlines\n\n\n  indented",
-	"unicode: café naïve Ωμέγα 日本語のテキスト 한국어",
-	"emoji 🙂👍🏽 and symbols ©®™ §¶ ← → ≤ ≥",
-	"code: func main() { fmt.Println(\"hi\") } // x += 1;",
-	"doc one<|endoftext|>doc two <|endoftext|> three",
-	"",
-	" ",
-	"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+// The Hugging Face tokenizer fixtures, described in testdata/hf/README.md.
+const (
+	tinyHF        = "testdata/hf/tiny"         // byte b is id b, four merges, <|eot|> and <pad>
+	templateHF    = "testdata/hf/template"     // tiny's, <|begin_of_text|> before each sequence
+	templateEOTHF = "testdata/hf/template-eot" // template's, <|eot|> after each sequence too
+)
+
+// hfCorpus are the texts of testdata/hf/corpus.json, which exercise the
+// pre-tokenizers.
+func hfCorpus(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("testdata/hf/corpus.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	if err := json.Unmarshal(b, &texts); err != nil {
+		t.Fatal(err)
+	}
+	return texts
 }
 
 // llama3Pattern is Llama 3's pre-tokenizer expression.
@@ -141,7 +144,7 @@ func TestHFTokenizerMatchesTiktoken(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), tokenizerJSONFromRanks(t, ranks, c.pre, c.ignore), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			tok, err := LoadHFTokenizer(dir)
+			tok, err := LoadHF(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -153,8 +156,8 @@ func TestHFTokenizerMatchesTiktoken(t *testing.T) {
 			if tok.VocabSize() != 50257 || tok.Specials().EOT != 50256 {
 				t.Fatalf("vocab %d, specials %+v: want 50257 and <|endoftext|> = 50256", tok.VocabSize(), tok.Specials())
 			}
-			corpus := append([]string{}, hfCorpus...)
-			if b, err := os.ReadFile("../README.md"); err == nil {
+			corpus := hfCorpus(t)
+			if b, err := os.ReadFile("../../README.md"); err == nil {
 				corpus = append(corpus, string(b))
 			}
 			for _, text := range corpus {
@@ -176,40 +179,9 @@ func TestHFTokenizerMatchesTiktoken(t *testing.T) {
 
 func head(ids []int) []int { return ids[:min(len(ids), 24)] }
 
-// writeTinyHFTokenizer writes a hand-made tokenizer.json and its
-// tokenizer_config.json into dir: byte b has id b; merges h e, l l, he ll,
-// Ġ w (ids 256-259) written as pairs; added tokens <|eot|> (260, the end
-// of text) and <pad> (261); an NFC normalizer; digits split one by one.
-func writeTinyHFTokenizer(t *testing.T, dir string) {
-	t.Helper()
-	vocab := map[string]any{}
-	for b, r := range byteRunes {
-		vocab[string(r)] = b
-	}
-	vocab["he"], vocab["ll"], vocab["hell"], vocab["Ġw"] = 256, 257, 258, 259
-	file := map[string]any{
-		"added_tokens": []map[string]any{{"id": 260, "content": "<|eot|>", "special": true}, {"id": 261, "content": "<pad>", "special": true}},
-		"normalizer":   map[string]any{"type": "Sequence", "normalizers": []any{map[string]any{"type": "NFC"}}},
-		"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{
-			map[string]any{"type": "Digits", "individual_digits": true},
-			map[string]any{"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
-		}},
-		"model": map[string]any{"type": "BPE", "vocab": vocab, "merges": [][2]string{{"h", "e"}, {"l", "l"}, {"he", "ll"}, {"Ġ", "w"}}},
-	}
-	b, _ := json.Marshal(file)
-	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"eos_token": "<|eot|>", "pad_token": {"content": "<pad>"}}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// writeTinyHFTokenizer's file, its ids derived by hand.
+// The tiny fixture's file, its ids derived by hand.
 func TestHFTokenizerByHand(t *testing.T) {
-	dir := t.TempDir()
-	writeTinyHFTokenizer(t, dir)
-	tok, err := LoadHFTokenizer(filepath.Join(dir, "tokenizer.json"))
+	tok, err := LoadHF(filepath.Join(tinyHF, "tokenizer.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,49 +234,8 @@ func TestHFTokenizerRefuses(t *testing.T) {
 			t.Errorf("%s: error %v, want one saying %q", c.name, err, c.want)
 		}
 	}
-	if _, err := LoadHFTokenizer(filepath.Join(t.TempDir(), "nothing")); err == nil {
+	if _, err := LoadHF(filepath.Join(t.TempDir(), "nothing")); err == nil {
 		t.Error("a missing file loads")
-	}
-}
-
-// A Hugging Face directory with a tokenizer.json gives the run its
-// tokenizer (unless GPT-2's vocabulary says GPT-2's BPE), and a text is
-// read with it.
-func TestInitFromReadsTokenizerJSON(t *testing.T) {
-	dir := tinyGPT2(t, tinyGPT2Spec, interop.HFOptions{}) // vocab 300
-	writeTinyHFTokenizer(t, dir)
-	cfg := smallConfig("gpt")
-	cfg.InitFrom, cfg.Tokenizer, cfg.Vocab = dir, "", 0
-	if err := ApplyInitFrom(&cfg, nil); err != nil {
-		t.Fatal(err)
-	}
-	if cfg.Tokenizer != "hf" || cfg.VocabFile != filepath.Join(dir, "tokenizer.json") {
-		t.Fatalf("tokenizer %q, vocab_file %q: want hf and the directory's tokenizer.json", cfg.Tokenizer, cfg.VocabFile)
-	}
-	cfg.Data = textFile(t)
-	d, err := Prepare(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d.Tokenizer.Name() != "hf" || d.Vocab != 300 {
-		t.Errorf("tokenizer %s, vocab %d: want hf and the model's 300", d.Tokenizer.Name(), d.Vocab)
-	}
-}
-
-// TokenizeFiles joins the files' tokens with the end-of-text token.
-func TestTokenizeFiles(t *testing.T) {
-	dir := t.TempDir()
-	writeTinyHFTokenizer(t, dir)
-	tok, err := LoadHFTokenizer(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, b := filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt")
-	os.WriteFile(a, []byte("hello"), 0o644)
-	os.WriteFile(b, []byte("he"), 0o644)
-	ids, err := TokenizeFiles(tok, []string{a, b})
-	if want := []int{258, 'o', 260, 256}; err != nil || !reflect.DeepEqual(ids, want) {
-		t.Errorf("TokenizeFiles = %v, %v; want %v", ids, err, want)
 	}
 }
 
@@ -381,43 +312,14 @@ func TestHFTokenizerRefusesStepAfterByteLevel(t *testing.T) {
 	}
 }
 
-// writeTemplateTokenizer writes writeTinyHFTokenizer's files with an added
-// <|begin_of_text|> (262) and Llama 3's post-processor: ByteLevel, then a
-// TemplateProcessing that puts it before each sequence.
-func writeTemplateTokenizer(t *testing.T, dir string) {
-	t.Helper()
-	writeTinyHFTokenizer(t, dir)
-	path := filepath.Join(dir, "tokenizer.json")
-	var file map[string]any
-	b, err := os.ReadFile(path)
-	if err != nil || json.Unmarshal(b, &file) != nil {
-		t.Fatal(err)
-	}
-	file["added_tokens"] = append(file["added_tokens"].([]any), map[string]any{"id": 262, "content": "<|begin_of_text|>", "special": true})
-	bos := map[string]any{"SpecialToken": map[string]any{"id": "<|begin_of_text|>", "type_id": 0}}
-	file["post_processor"] = map[string]any{"type": "Sequence", "processors": []any{
-		map[string]any{"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true},
-		map[string]any{"type": "TemplateProcessing",
-			"single":         []any{bos, map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}}},
-			"pair":           []any{bos, map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}}, bos, map[string]any{"Sequence": map[string]any{"id": "B", "type_id": 1}}},
-			"special_tokens": map[string]any{"<|begin_of_text|>": map[string]any{"id": "<|begin_of_text|>", "ids": []int{262}, "tokens": []string{"<|begin_of_text|>"}}}},
-	}}
-	if b, err = json.Marshal(file); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// tokenizer.json's post-processor puts its special tokens around each
-// sequence where text becomes a model's input: Llama 3's TemplateProcessing
-// its <|begin_of_text|> before each training document (data tokenize, a
-// text trained or evaluated on) and before a prompt; Encode stays without.
+// tokenizer.json's post-processor puts its special tokens around a
+// sequence: EncodeSequence puts Llama 3's <|begin_of_text|> (its
+// TemplateProcessing) before the text, and a Llama 2 file's bos_token when
+// its tokenizer_config.json sets add_bos_token; Encode stays without. The
+// run's sequences (a training document, a prompt) are train's
+// TestPostProcessorBeginsEachSequence.
 func TestHFTokenizerPostProcessor(t *testing.T) {
-	dir := t.TempDir()
-	writeTemplateTokenizer(t, dir)
-	tok, err := LoadHFTokenizer(dir)
+	tok, err := LoadHF(templateHF)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -427,41 +329,21 @@ func TestHFTokenizerPostProcessor(t *testing.T) {
 	if got, _ := EncodeSequence(tok, "hello"); !reflect.DeepEqual(got, []int{262, 258, 'o'}) {
 		t.Errorf("EncodeSequence(hello) = %v, want [262 258 111]", got)
 	}
-	if got, _ := promptIDs(tok, ""); !reflect.DeepEqual(got, []int{262}) {
-		t.Errorf("the empty prompt: %v, want [262] (<|begin_of_text|>)", got)
-	}
-	if got, _ := promptIDs(tok, "he"); !reflect.DeepEqual(got, []int{262, 256}) {
-		t.Errorf("prompt he: %v, want [262 256]", got)
-	}
-	a, b := filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt")
-	os.WriteFile(a, []byte("hello"), 0o644)
-	os.WriteFile(b, []byte("he"), 0o644)
-	if ids, err := TokenizeFiles(tok, []string{a, b}); err != nil || !reflect.DeepEqual(ids, []int{262, 258, 'o', 260, 262, 256}) {
-		t.Errorf("TokenizeFiles = %v, %v; want each document after <|begin_of_text|>", ids, err)
-	}
-	cfg := smallConfig("gpt")
-	cfg.Tokenizer, cfg.VocabFile, cfg.Data, cfg.Vocab = "hf", filepath.Join(dir, "tokenizer.json"), textFile(t), 0
-	d, err := Prepare(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d.Train.Tokens[0] != 262 {
-		t.Errorf("a text trained on starts with %v, want <|begin_of_text|> (262)", d.Train.Tokens[:4])
-	}
 
 	// Llama 2's older files: no post-processor, tokenizer_config.json's
 	// add_bos_token and bos_token instead.
 	old := t.TempDir()
-	writeTinyHFTokenizer(t, old)
+	if err := os.CopyFS(old, os.DirFS(tinyHF)); err != nil {
+		t.Fatal(err)
+	}
 	os.WriteFile(filepath.Join(old, "tokenizer_config.json"), []byte(`{"eos_token": "<|eot|>", "bos_token": "<pad>", "add_bos_token": true}`), 0o644)
-	if tok, err = LoadHFTokenizer(old); err != nil {
+	if tok, err = LoadHF(old); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := EncodeSequence(tok, "he"); !reflect.DeepEqual(got, []int{261, 256}) {
 		t.Errorf("add_bos_token: %v, want [261 256]", got)
 	}
-	writeTinyHFTokenizer(t, old) // no add_bos_token: nothing added
-	if tok, err = LoadHFTokenizer(old); err != nil {
+	if tok, err = LoadHF(tinyHF); err != nil { // no add_bos_token: nothing added
 		t.Fatal(err)
 	}
 	if got, _ := EncodeSequence(tok, "he"); !reflect.DeepEqual(got, []int{256}) {
@@ -496,50 +378,45 @@ func TestHFTokenizerPostProcessorRefused(t *testing.T) {
 }
 
 // A template that also ends each sequence with end-of-text (<s> $A </s>):
-// documents are joined by one end-of-text, not two, and a prompt keeps its
-// begin but not the end (generation would start after the end).
+// EncodeSequence puts both around the text. How documents are joined and a
+// prompt is cut is train's TestTemplateEndingWithEOTJoinsOnce.
 func TestHFTokenizerTemplateEndsWithEOT(t *testing.T) {
-	dir := t.TempDir()
-	writeTemplateTokenizer(t, dir)
-	path := filepath.Join(dir, "tokenizer.json")
-	var file map[string]any
-	b, _ := os.ReadFile(path)
-	if err := json.Unmarshal(b, &file); err != nil {
-		t.Fatal(err)
-	}
-	tok0, err := LoadHFTokenizer(dir)
+	tok, err := LoadHF(templateEOTHF)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eot := tok0.Specials().EOT
-	var eotText string
-	for _, a := range file["added_tokens"].([]any) {
-		if m := a.(map[string]any); int(m["id"].(float64)) == eot {
-			eotText = m["content"].(string)
-		}
-	}
-	if eotText == "" {
-		t.Fatalf("no added token of id %d", eot)
-	}
-	tp := file["post_processor"].(map[string]any)["processors"].([]any)[1].(map[string]any)
-	tp["single"] = append(tp["single"].([]any), map[string]any{"SpecialToken": map[string]any{"id": eotText, "type_id": 0}})
-	tp["special_tokens"].(map[string]any)[eotText] = map[string]any{"id": eotText, "ids": []int{eot}, "tokens": []string{eotText}}
-	b, _ = json.Marshal(file)
-	os.WriteFile(path, b, 0o644)
-	tok, err := LoadHFTokenizer(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	eot := tok.Specials().EOT
 	if got, _ := EncodeSequence(tok, "hello"); !reflect.DeepEqual(got, []int{262, 258, 'o', eot}) {
 		t.Fatalf("EncodeSequence(hello) = %v, want [262 258 111 %d]", got, eot)
 	}
-	if got, _ := promptIDs(tok, "he"); !reflect.DeepEqual(got, []int{262, 256}) {
-		t.Errorf("prompt he: %v, want [262 256]: no end-of-text after it", got)
-	}
-	a, c := filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt")
-	os.WriteFile(a, []byte("hello"), 0o644)
-	os.WriteFile(c, []byte("he"), 0o644)
-	if ids, err := TokenizeFiles(tok, []string{a, c}); err != nil || !reflect.DeepEqual(ids, []int{262, 258, 'o', eot, 262, 256, eot}) {
-		t.Errorf("TokenizeFiles = %v, %v; want one end-of-text between the documents", ids, err)
-	}
+}
+
+// FuzzParseHFTokenizer: no tokenizer.json, however broken, panics the
+// parser, and a tokenizer it accepts encodes and decodes a text without
+// panicking (a pattern that backtracks without bound fails the encoding).
+func FuzzParseHFTokenizer(f *testing.F) {
+	f.Add([]byte(`{"model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2},"merges":["a b"]},"pre_tokenizer":{"type":"ByteLevel","use_regex":true}}`), "ab ab")
+	f.Add([]byte(`{"model":{"type":"BPE","vocab":{"a":0,"b":1},"merges":[]},"pre_tokenizer":{"type":"Split","pattern":{"Regex":"(a+)+$"},"behavior":"Isolated"}}`), "aaaab")
+	f.Add([]byte(`{"model":{"type":"BPE","vocab":{"▁a":0,"<unk>":1},"merges":[],"unk_token":"<unk>"},"pre_tokenizer":{"type":"Metaspace","replacement":"▁"}}`), "a a")
+	f.Add([]byte(`{"added_tokens":[{"id":9,"content":"<|x|>","special":true}],"model":{"type":"BPE","vocab":{},"merges":[]}}`), "<|x|>")
+	f.Add([]byte(`{}`), "")
+	f.Fuzz(func(t *testing.T, b []byte, text string) {
+		tok, err := parseHFTokenizer(b)
+		if err != nil {
+			return
+		}
+		if len(text) > 256 {
+			text = text[:256]
+		}
+		ids, err := tok.EncodeChecked(text, true)
+		if err != nil {
+			return
+		}
+		for _, id := range ids {
+			if id < 0 || id >= tok.VocabSize() && id >= len(tok.tokens) {
+				t.Fatalf("id %d outside the vocabulary of %d", id, tok.VocabSize())
+			}
+		}
+		tok.Decode(ids)
+	})
 }

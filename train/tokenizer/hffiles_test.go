@@ -1,4 +1,4 @@
-package train
+package tokenizer
 
 import (
 	"os"
@@ -13,7 +13,7 @@ import (
 // writes for GPT-2's BPE and for the byte tokenizer, read back as a
 // tokenizer.json, give the ids and the text the run's tokenizer gives.
 func TestHFTokenizerFilesEncodeAsTheRun(t *testing.T) {
-	gpt2, err := NewGPT2Tokenizer()
+	gpt2, err := NewGPT2()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,8 +21,8 @@ func TestHFTokenizerFilesEncodeAsTheRun(t *testing.T) {
 	for _, tc := range []struct {
 		tokenizer string
 		run       Tokenizer
-	}{{"gpt2", gpt2}, {"byte", ByteTokenizer{}}} {
-		files, err := HFTokenizerFiles(config.Config{Model: "gpt", Tokenizer: tc.tokenizer})
+	}{{"gpt2", gpt2}, {"byte", Byte{}}} {
+		files, err := HFFiles(config.Config{Model: "gpt", Tokenizer: tc.tokenizer})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -30,7 +30,7 @@ func TestHFTokenizerFilesEncodeAsTheRun(t *testing.T) {
 		for name, b := range files {
 			os.WriteFile(filepath.Join(dir, name), b, 0o644)
 		}
-		hf, err := LoadHFTokenizer(dir)
+		hf, err := LoadHF(dir)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.tokenizer, err)
 		}
@@ -48,11 +48,11 @@ func TestHFTokenizerFilesEncodeAsTheRun(t *testing.T) {
 		}
 		// A GPT trained with that tokenizer.json (--tokenizer hf) exports
 		// it as it is; a Llama's interop.ExportHF copies.
-		again, err := HFTokenizerFiles(config.Config{Model: "gpt", Tokenizer: "hf", VocabFile: dir})
+		again, err := HFFiles(config.Config{Model: "gpt", Tokenizer: "hf", VocabFile: dir})
 		if err != nil || string(again["tokenizer.json"]) != string(files["tokenizer.json"]) || string(again["tokenizer_config.json"]) != string(files["tokenizer_config.json"]) {
 			t.Errorf("%s as --tokenizer hf: %v, files %d", tc.tokenizer, err, len(again))
 		}
-		if f, _ := HFTokenizerFiles(config.Config{Model: "llama", Tokenizer: "hf", VocabFile: dir}); f != nil {
+		if f, _ := HFFiles(config.Config{Model: "llama", Tokenizer: "hf", VocabFile: dir}); f != nil {
 			t.Errorf("a Llama's hf tokenizer: %d files, want none (interop copies it)", len(f))
 		}
 	}

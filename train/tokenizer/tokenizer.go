@@ -1,7 +1,12 @@
-package train
+// Package tokenizer turns text into token ids and back: the byte tokenizer
+// of tiny runs, GPT-2's BPE (offline), BERT's WordPiece and a Hugging Face
+// tokenizer.json's BPE (GPT-2's, Llama 3's, SentencePiece's). New makes the
+// one a run's config names; HFFiles writes it for a Hugging Face export.
+package tokenizer
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -19,7 +24,7 @@ import (
 // Tokenizer turns text into token ids and back. Every rank builds the same
 // tokenizer from the same config and data, so ids agree across the job.
 type Tokenizer interface {
-	// Name is the tokenizer's kind: "byte", "gpt2" or "wordpiece".
+	// Name is the tokenizer's kind: "byte", "gpt2", "wordpiece" or "hf".
 	Name() string
 	// Encode returns the ids of text, without special tokens.
 	Encode(text string) []int
@@ -40,7 +45,7 @@ type Sequencer interface {
 }
 
 // Checked is a Tokenizer whose encoding can fail on its input: a
-// tokenizer.json pattern that does not finish on a text (HFTokenizer).
+// tokenizer.json pattern that does not finish on a text (HF).
 type Checked interface {
 	// EncodeChecked is Encode, or EncodeSequence when seq is set, with the
 	// error that cut it short.
@@ -70,6 +75,38 @@ func EncodeText(tok Tokenizer, text string) ([]int, error) {
 	return tok.Encode(text), nil
 }
 
+// New makes the tokenizer a run of cfg uses, the one switch from a
+// tokenizer's name to its ids; a WordPiece vocabulary without a vocab file
+// is built from texts (BuildWordPieceVocab, WordPieceVocabSize ids at most).
+func New(cfg config.Config, texts []string) (Tokenizer, error) {
+	name := cfg.TokenizerName()
+	switch name {
+	case "byte":
+		return Byte{}, nil
+	case "gpt2":
+		return NewGPT2()
+	case "wordpiece":
+		if cfg.VocabFile != "" {
+			return LoadWordPiece(cfg.VocabFile)
+		}
+		return NewWordPiece(BuildWordPieceVocab(texts, WordPieceVocabSize(cfg)))
+	case "hf":
+		return LoadHF(cfg.VocabFile)
+	}
+	return nil, fmt.Errorf("tokenizer %q: use byte, gpt2, wordpiece or hf", name)
+}
+
+// defaultWordPieceVocab is the size of a WordPiece vocabulary built from the
+// training texts when the config sets no vocab.
+const defaultWordPieceVocab = 8192
+
+// WordPieceVocabSize is the size of the WordPiece vocabulary New builds
+// from the training texts when cfg gives no vocab file: cfg's vocab, else
+// 8192.
+func WordPieceVocabSize(cfg config.Config) int {
+	return cmp.Or(cfg.Vocab, defaultWordPieceVocab)
+}
+
 // Specials are the ids a model needs besides the text's own.
 type Specials struct {
 	Pad int // fills a classifier's sequence after its text
@@ -77,17 +114,17 @@ type Specials struct {
 	EOT int // separates documents in a language-model stream
 }
 
-// ByteTokenizer maps each byte of UTF-8 text to its own id (vocabulary 256).
+// Byte maps each byte of UTF-8 text to its own id (vocabulary 256).
 // Bytes 0, 1 and 2 never occur in text (they are read as spaces) and serve as
 // the padding, CLS and end-of-text tokens. It needs no files: the tokenizer
 // of tiny runs.
-type ByteTokenizer struct{}
+type Byte struct{}
 
 // Name implements Tokenizer.
-func (ByteTokenizer) Name() string { return "byte" }
+func (Byte) Name() string { return "byte" }
 
 // Encode implements Tokenizer.
-func (ByteTokenizer) Encode(text string) []int {
+func (Byte) Encode(text string) []int {
 	ids := make([]int, len(text))
 	for i := 0; i < len(text); i++ {
 		b := int(text[i])
@@ -100,7 +137,7 @@ func (ByteTokenizer) Encode(text string) []int {
 }
 
 // Decode implements Tokenizer.
-func (ByteTokenizer) Decode(ids []int) string {
+func (Byte) Decode(ids []int) string {
 	b := make([]byte, 0, len(ids))
 	for _, id := range ids {
 		b = append(b, byte(id))
@@ -109,14 +146,14 @@ func (ByteTokenizer) Decode(ids []int) string {
 }
 
 // VocabSize implements Tokenizer.
-func (ByteTokenizer) VocabSize() int { return 256 }
+func (Byte) VocabSize() int { return 256 }
 
 // Specials implements Tokenizer.
-func (ByteTokenizer) Specials() Specials { return Specials{Pad: 0, CLS: 1, EOT: 2} }
+func (Byte) Specials() Specials { return Specials{Pad: 0, CLS: 1, EOT: 2} }
 
-// GPT2Tokenizer is GPT-2's byte-level BPE (r50k_base, 50257 ids), loaded
+// GPT2 is GPT-2's byte-level BPE (r50k_base, 50257 ids), loaded
 // from ranks embedded in the binary: it works offline.
-type GPT2Tokenizer struct {
+type GPT2 struct {
 	enc *tiktoken.Tiktoken
 }
 
@@ -126,8 +163,8 @@ var (
 	gpt2Err  error
 )
 
-// NewGPT2Tokenizer returns the GPT-2 tokenizer.
-func NewGPT2Tokenizer() (*GPT2Tokenizer, error) {
+// NewGPT2 returns the GPT-2 tokenizer.
+func NewGPT2() (*GPT2, error) {
 	gpt2Once.Do(func() {
 		tiktoken.SetBpeLoader(tiktokenloader.NewOfflineLoader())
 		gpt2Enc, gpt2Err = tiktoken.GetEncoding("r50k_base")
@@ -135,27 +172,27 @@ func NewGPT2Tokenizer() (*GPT2Tokenizer, error) {
 	if gpt2Err != nil {
 		return nil, fmt.Errorf("gpt2 tokenizer: %w", gpt2Err)
 	}
-	return &GPT2Tokenizer{enc: gpt2Enc}, nil
+	return &GPT2{enc: gpt2Enc}, nil
 }
 
 // Name implements Tokenizer.
-func (*GPT2Tokenizer) Name() string { return "gpt2" }
+func (*GPT2) Name() string { return "gpt2" }
 
 // Encode implements Tokenizer. "<|endoftext|>" in text is encoded as text,
 // not as the special token.
-func (t *GPT2Tokenizer) Encode(text string) []int { return t.enc.Encode(text, nil, nil) }
+func (t *GPT2) Encode(text string) []int { return t.enc.Encode(text, nil, nil) }
 
 // Decode implements Tokenizer.
-func (t *GPT2Tokenizer) Decode(ids []int) string { return t.enc.Decode(ids) }
+func (t *GPT2) Decode(ids []int) string { return t.enc.Decode(ids) }
 
 // VocabSize implements Tokenizer.
-func (*GPT2Tokenizer) VocabSize() int { return gpt2Vocab }
+func (*GPT2) VocabSize() int { return GPT2Vocab }
 
-// gpt2Vocab is the size of GPT-2's BPE vocabulary.
-const gpt2Vocab = 50257
+// GPT2Vocab is the size of GPT-2's BPE vocabulary.
+const GPT2Vocab = 50257
 
 // Specials implements Tokenizer: GPT-2 has one special token, <|endoftext|>.
-func (*GPT2Tokenizer) Specials() Specials { return Specials{Pad: 50256, CLS: 50256, EOT: 50256} }
+func (*GPT2) Specials() Specials { return Specials{Pad: 50256, CLS: 50256, EOT: 50256} }
 
 // WordPiece is BERT's tokenizer: its basic tokenizer (white space,
 // punctuation and CJK ideographs split, lower-casing and accent stripping as

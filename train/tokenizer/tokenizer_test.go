@@ -1,4 +1,4 @@
-package train
+package tokenizer
 
 import (
 	"fmt"
@@ -8,10 +8,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/hpcrun/hpcrun/train/config"
 )
 
 func TestByteTokenizer(t *testing.T) {
-	var tok ByteTokenizer
+	var tok Byte
 	ids := tok.Encode("hé\x01")
 	want := []int{'h', 0xc3, 0xa9, ' '}
 	if !reflect.DeepEqual(ids, want) {
@@ -26,7 +28,7 @@ func TestByteTokenizer(t *testing.T) {
 }
 
 func TestGPT2TokenizerOffline(t *testing.T) {
-	tok, err := NewGPT2Tokenizer()
+	tok, err := NewGPT2()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +227,8 @@ func (e *endlessLines) Read(p []byte) (int, error) {
 
 // A vocab.txt of more lines than a vocabulary holds is refused while it is
 // read, one line past the limit (20M lines were read whole and taken, and
-// plan said the run fit); plan refuses it with the same words.
+// plan said the run fit); New, which plan reads it with, refuses it with
+// the same words.
 func TestWordPieceVocabLimit(t *testing.T) {
 	if !strings.Contains(fmt.Sprint(maxVocabLines), "16777216") {
 		t.Fatalf("the limit is %d, want config.MaxVocab", maxVocabLines)
@@ -250,10 +253,8 @@ func TestWordPieceVocabLimit(t *testing.T) {
 	if _, err := LoadWordPiece(path); err == nil || !strings.Contains(err.Error(), path+": more than 1000 lines") {
 		t.Errorf("LoadWordPiece of 1001 lines: %v", err)
 	}
-	cfg := smallConfig("bert")
-	cfg.Tokenizer, cfg.VocabFile = "wordpiece", path
-	if _, _, err := PlanVocab(cfg); err == nil || !strings.Contains(err.Error(), "more than 1000 lines") {
-		t.Errorf("PlanVocab of 1001 lines: %v", err)
+	if _, err := New(config.Config{Model: "bert", Tokenizer: "wordpiece", VocabFile: path}, nil); err == nil || !strings.Contains(err.Error(), "more than 1000 lines") {
+		t.Errorf("New of 1001 lines (what plan reads through PlanVocab): %v", err)
 	}
 	os.WriteFile(path, []byte(strings.Join(lines[:1000], "\n")+"\n"), 0o644)
 	if tok, err := LoadWordPiece(path); err != nil || tok.VocabSize() != 1000 {

@@ -1,4 +1,4 @@
-package train
+package tokenizer
 
 import (
 	"encoding/json"
@@ -31,7 +31,7 @@ var spMerges = [][2]string{{"▁", "h"}, {"e", "l"}, {"l", "o"}, {"▁h", "el"},
 // decoder) or metaspace (the Metaspace pre-tokenizer, prepend_scheme
 // first, no split, and the same decoder, as newer conversions write it),
 // <s> and </s> added.
-func spTokenizer(t *testing.T, style string) *HFTokenizer {
+func spTokenizer(t *testing.T, style string) *HF {
 	t.Helper()
 	vocab, _ := spVocab()
 	decoder := map[string]any{"type": "Sequence", "decoders": []any{
@@ -101,7 +101,7 @@ func TestHFTokenizerSentencePiece(t *testing.T) {
 	// (one decodes as a space, as in the library; Metaspace's "first"
 	// drops a leading space, as the library does: not a round trip).
 	tok := spTokenizer(t, "legacy")
-	for _, text := range append(hfCorpus, "  two leading, three trailing   ", "\t\ttabs\n\n\nnewlines \u00a0nbsp", "mixed é 世界 🙂 hello") {
+	for _, text := range append(hfCorpus(t), "  two leading, three trailing   ", "\t\ttabs\n\n\nnewlines \u00a0nbsp", "mixed é 世界 🙂 hello") {
 		if back := tok.Decode(tok.Encode(text)); back != text {
 			t.Errorf("%.40q decodes to %.40q", text, back)
 		}
@@ -138,7 +138,7 @@ func TestMetaspace(t *testing.T) {
 			t.Errorf("%+v %q at start %v: %q, want %q", tc.m, tc.text, tc.atStart, got, tc.want)
 		}
 	}
-	tok := &HFTokenizer{tokens: []string{"▁hello", "▁w", "or", "▁▁"}}
+	tok := &HF{tokens: []string{"▁hello", "▁w", "or", "▁▁"}}
 	if err := tok.addDecoder(json.RawMessage(`{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always"}`)); err != nil {
 		t.Fatal(err)
 	}

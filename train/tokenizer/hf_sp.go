@@ -1,4 +1,4 @@
-package train
+package tokenizer
 
 import (
 	"encoding/json"
@@ -83,7 +83,7 @@ func (m *metaspace) pieces(p string, atStart bool) []string {
 // tokenizer without a byte-level alphabet: normalized, pre-tokenized,
 // each piece's characters (or their byte tokens, or the unknown token)
 // merged by BPE.
-func (t *HFTokenizer) encodeSymbols(ids []int, text string, atStart bool) ([]int, error) {
+func (t *HF) encodeSymbols(ids []int, text string, atStart bool) ([]int, error) {
 	for _, f := range t.normal {
 		text = f(text)
 	}
@@ -127,7 +127,7 @@ func (t *HFTokenizer) encodeSymbols(ids []int, text string, atStart bool) ([]int
 }
 
 // byteIDs are the <0xHH> tokens of bs, if the vocabulary has them all.
-func (t *HFTokenizer) byteIDs(bs []byte) ([]int, bool) {
+func (t *HF) byteIDs(bs []byte) ([]int, bool) {
 	out := make([]int, len(bs))
 	for i, b := range bs {
 		if out[i] = t.byteTok[b]; out[i] < 0 {
@@ -154,7 +154,7 @@ type hfDecoder struct {
 
 // addDecoder appends the decoder's steps: Replace (of a string),
 // ByteFallback, Fuse, Strip, Metaspace or a Sequence of them.
-func (t *HFTokenizer) addDecoder(raw json.RawMessage) error {
+func (t *HF) addDecoder(raw json.RawMessage) error {
 	if len(raw) == 0 || string(raw) == "null" {
 		return errors.New("no decoder: a tokenizer without ByteLevel needs one (Llama 2's: Replace, ByteFallback, Fuse, Strip)")
 	}
@@ -259,7 +259,7 @@ func byteFallbackDecode(ts []string) []string {
 
 // decodeSymbols is Decode for a tokenizer without a byte-level alphabet:
 // the tokens' texts (added tokens as written) through the decoder chain.
-func (t *HFTokenizer) decodeSymbols(ids []int) string {
+func (t *HF) decodeSymbols(ids []int) string {
 	var ts []string
 	for _, id := range ids {
 		if id >= 0 && id < len(t.tokens) {
@@ -276,7 +276,7 @@ func (t *HFTokenizer) decodeSymbols(ids []int) string {
 // alphabet: every character must have a way to an id (the byte tokens of
 // byte_fallback, all 256, or the unknown token), and the decoder must
 // undo the normalization.
-func (t *HFTokenizer) symbolModel(unkToken *string, decoder json.RawMessage) error {
+func (t *HF) symbolModel(unkToken *string, decoder json.RawMessage) error {
 	for b := range t.byteTok {
 		id, ok := t.vocab[fmt.Sprintf("<0x%02X>", b)]
 		if !ok {

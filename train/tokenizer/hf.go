@@ -1,4 +1,4 @@
-package train
+package tokenizer
 
 import (
 	"container/heap"
@@ -18,14 +18,14 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
-// HFTokenizer is a Hugging Face BPE tokenizer read from its
-// tokenizer.json: byte-level (GPT-2, Llama 3, SmolLM, Mistral-Nemo and
-// most decoders trained since) or SentencePiece-style (Llama 2, Mistral
-// 7B: tokenizer_hf_sp.go). The added tokens, the normalizer, the
-// pre-tokenizers and the BPE merges the file names, applied as the
-// tokenizers library applies them. Encode gives the ids of tokenizer(text, add_special_tokens=False):
-// added tokens written in the text are recognised.
-type HFTokenizer struct {
+// HF is a Hugging Face BPE tokenizer read from its tokenizer.json:
+// byte-level (GPT-2, Llama 3, SmolLM, Mistral-Nemo and most decoders
+// trained since) or SentencePiece-style (Llama 2, Mistral 7B: hf_sp.go).
+// The added tokens, the normalizer, the pre-tokenizers and the BPE merges
+// the file names, applied as the tokenizers library applies them. Encode
+// gives the ids of tokenizer(text, add_special_tokens=False): added tokens
+// written in the text are recognised.
+type HF struct {
 	path    string
 	vocab   map[string]int // the model's tokens in byte-level form
 	tokens  []string       // id -> text of an added token, or byte-level form
@@ -43,7 +43,7 @@ type HFTokenizer struct {
 	// before and after are the ids the post-processor puts around a
 	// sequence (EncodeSequence): Llama 3's <|begin_of_text|> before.
 	before, after []int
-	// Without byteLevel, a SentencePiece-style BPE (tokenizer_hf_sp.go):
+	// Without byteLevel, a SentencePiece-style BPE (hf_sp.go):
 	// the Metaspace pre-tokenizer (nil: none), characters the vocabulary
 	// lacks as their <0xHH> byte tokens (byteFallback) or unk (fused when
 	// fuseUnk), and the decoder's chain.
@@ -142,10 +142,10 @@ type hfComponent struct {
 // pre-tokenizer's when use_regex is true.
 const gpt2Pattern = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
 
-// LoadHFTokenizer reads a tokenizer.json, or the one in directory path, and
-// the special tokens its tokenizer_config.json names (eos_token, pad_token)
+// LoadHF reads a tokenizer.json, or the one in directory path, and the
+// special tokens its tokenizer_config.json names (eos_token, pad_token)
 // when there is one beside it.
-func LoadHFTokenizer(path string) (*HFTokenizer, error) {
+func LoadHF(path string) (*HF, error) {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		path = filepath.Join(path, "tokenizer.json")
 	}
@@ -192,7 +192,7 @@ type hfPostProcessor struct {
 // add_special_tokens=True): TemplateProcessing's single template, the
 // [CLS] and [SEP] of BertProcessing and RobertaProcessing; ByteLevel's
 // adds none, a Sequence's are its processors' in turn.
-func (t *HFTokenizer) addPostProcessor(raw json.RawMessage) error {
+func (t *HF) addPostProcessor(raw json.RawMessage) error {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil
 	}
@@ -254,7 +254,7 @@ func (t *HFTokenizer) addPostProcessor(raw json.RawMessage) error {
 }
 
 // processorToken reads a [token, id] pair of BertProcessing's cls or sep.
-func (t *HFTokenizer) processorToken(pair []json.RawMessage) (int, error) {
+func (t *HF) processorToken(pair []json.RawMessage) (int, error) {
 	var id int
 	if len(pair) != 2 || json.Unmarshal(pair[1], &id) != nil || id < 0 || id >= len(t.tokens) {
 		return 0, fmt.Errorf("want a [token, id] pair with an id in the vocabulary, got %d values", len(pair))
@@ -267,14 +267,14 @@ func (t *HFTokenizer) processorToken(pair []json.RawMessage) (int, error) {
 // add_special_tokens=True): Llama 3's <|begin_of_text|> before it, or
 // Llama 2's <s> from tokenizer_config.json's add_bos_token. A text a
 // pattern does not finish on gets the ids before it (EncodeChecked says why).
-func (t *HFTokenizer) EncodeSequence(text string) []int {
+func (t *HF) EncodeSequence(text string) []int {
 	ids, _ := t.EncodeChecked(text, true)
 	return ids
 }
 
 // EncodeChecked implements Checked: Encode, or EncodeSequence when seq is
 // set, failing when a tokenizer.json pattern does not finish on text.
-func (t *HFTokenizer) EncodeChecked(text string, seq bool) ([]int, error) {
+func (t *HF) EncodeChecked(text string, seq bool) ([]int, error) {
 	var ids []int
 	if seq {
 		ids = append(ids, t.before...)
@@ -289,7 +289,7 @@ func (t *HFTokenizer) EncodeChecked(text string, seq bool) ([]int, error) {
 	return ids, nil
 }
 
-func parseHFTokenizer(b []byte) (*HFTokenizer, error) {
+func parseHFTokenizer(b []byte) (*HF, error) {
 	var f hfFile
 	if err := json.Unmarshal(b, &f); err != nil {
 		return nil, fmt.Errorf("not a tokenizer.json: %w", err)
@@ -303,7 +303,7 @@ func parseHFTokenizer(b []byte) (*HFTokenizer, error) {
 	case m.Prefix != nil && *m.Prefix != "" || m.Suffix != nil && *m.Suffix != "":
 		return nil, errors.New("continuing_subword_prefix / end_of_word_suffix are not supported")
 	}
-	t := &HFTokenizer{vocab: m.Vocab, added: map[int]bool{}, merges: make(map[[2]int]merge, len(m.Merges)), ignoreMerges: m.IgnoreMerges,
+	t := &HF{vocab: m.Vocab, added: map[int]bool{}, merges: make(map[[2]int]merge, len(m.Merges)), ignoreMerges: m.IgnoreMerges,
 		byteFallback: m.ByteFallback, fuseUnk: m.FuseUnk, unk: -1}
 	size := 0
 	for tok, id := range m.Vocab {
@@ -452,7 +452,7 @@ func normalizers(raw json.RawMessage) ([]func(string) string, error) {
 }
 
 // addPreTokenizer appends the pre-tokenizer's steps.
-func (t *HFTokenizer) addPreTokenizer(raw json.RawMessage) error {
+func (t *HF) addPreTokenizer(raw json.RawMessage) error {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil
 	}
@@ -583,27 +583,38 @@ var runeBytes = func() map[rune]byte {
 	return m
 }()
 
+// ByteLevel is b written in GPT-2's byte-level alphabet (a printable
+// character for each byte), as a byte-level tokenizer.json's vocabulary and
+// merges write it.
+func ByteLevel(b []byte) string {
+	var s strings.Builder
+	for _, c := range b {
+		s.WriteRune(byteRunes[c])
+	}
+	return s.String()
+}
+
 // Name implements Tokenizer.
-func (*HFTokenizer) Name() string { return "hf" }
+func (*HF) Name() string { return "hf" }
 
 // Path is the tokenizer.json it was read from.
-func (t *HFTokenizer) Path() string { return t.path }
+func (t *HF) Path() string { return t.path }
 
 // VocabSize implements Tokenizer: the largest id plus one.
-func (t *HFTokenizer) VocabSize() int { return len(t.tokens) }
+func (t *HF) VocabSize() int { return len(t.tokens) }
 
 // Specials implements Tokenizer.
-func (t *HFTokenizer) Specials() Specials { return t.specials }
+func (t *HF) Specials() Specials { return t.specials }
 
 // Encode implements Tokenizer. A text a pattern does not finish on gets
 // the ids before it (EncodeChecked says why).
-func (t *HFTokenizer) Encode(text string) []int {
+func (t *HF) Encode(text string) []int {
 	ids, _ := t.encode(nil, text)
 	return ids
 }
 
 // encode appends the ids of text to ids.
-func (t *HFTokenizer) encode(ids []int, text string) ([]int, error) {
+func (t *HF) encode(ids []int, text string) ([]int, error) {
 	if t.addedRE == nil {
 		return t.encodeText(ids, text, true)
 	}
@@ -631,7 +642,7 @@ func (t *HFTokenizer) encode(ids []int, text string) ([]int, error) {
 
 // encodeText appends the ids of text that holds no added token; atStart
 // says it begins the text given to Encode.
-func (t *HFTokenizer) encodeText(ids []int, text string, atStart bool) ([]int, error) {
+func (t *HF) encodeText(ids []int, text string, atStart bool) ([]int, error) {
 	if text == "" {
 		return ids, nil
 	}
@@ -667,7 +678,7 @@ func (t *HFTokenizer) encodeText(ids []int, text string, atStart bool) ([]int, e
 }
 
 // preTokenize runs the pre-tokenizer's steps over pieces, in order.
-func (t *HFTokenizer) preTokenize(pieces []string) ([]string, error) {
+func (t *HF) preTokenize(pieces []string) ([]string, error) {
 	for _, step := range t.pre {
 		var next []string
 		for _, p := range pieces {
@@ -687,7 +698,7 @@ func (t *HFTokenizer) preTokenize(pieces []string) ([]string, error) {
 // in a heap and the symbols form a linked list, as in the tokenizers
 // library: O(n log n) in the word's length, where rescanning the word for
 // each merge took minutes on a long run of letters.
-func (t *HFTokenizer) bpe(word []int) []int {
+func (t *HF) bpe(word []int) []int {
 	n := len(word)
 	if n < 2 {
 		return word
@@ -751,7 +762,7 @@ func (h *mergeHeap) Pop() any {
 
 // Decode implements Tokenizer: added tokens as written, the others from
 // their byte-level characters back to bytes.
-func (t *HFTokenizer) Decode(ids []int) string {
+func (t *HF) Decode(ids []int) string {
 	if !t.byteLevel {
 		return t.decodeSymbols(ids)
 	}
@@ -782,7 +793,7 @@ func (t *HFTokenizer) Decode(ids []int) string {
 // </s>, <eos>), else the last added special token. Without a
 // post-processor in tokenizer.json, its add_bos_token and add_eos_token
 // say what EncodeSequence puts around a sequence.
-func (t *HFTokenizer) readSpecials(configPath string) (Specials, error) {
+func (t *HF) readSpecials(configPath string) (Specials, error) {
 	var cfg struct {
 		EOS    json.RawMessage `json:"eos_token"`
 		Pad    json.RawMessage `json:"pad_token"`
