@@ -85,27 +85,16 @@ func (rt *cudaRT) download(t *testing.T, p uintptr, n int) []float32 {
 
 // put copies v into a new buffer on the calling thread's current device.
 func (rt *cudaRT) put(v []float32) (uintptr, error) {
-	var p uintptr
-	if r := rt.malloc(&p, uintptr(4*len(v))); r != 0 {
-		return 0, fmt.Errorf("cudaMalloc: error %d", r)
-	}
-	if r := rt.memcpy(p, uintptr(unsafe.Pointer(&v[0])), uintptr(4*len(v)), 1); r != 0 {
-		rt.free(p)
-		return 0, fmt.Errorf("cudaMemcpy to device: error %d", r)
-	}
-	return p, nil
+	return rt.putBytes(unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v)))
 }
 
 // get waits for the current device and copies n floats at p to the host.
 func (rt *cudaRT) get(p uintptr, n int) ([]float32, error) {
-	if r := rt.sync(); r != 0 {
-		return nil, fmt.Errorf("cudaDeviceSynchronize: error %d", r)
+	b, err := rt.getBytes(p, 4*n)
+	if err != nil {
+		return nil, err
 	}
-	v := make([]float32, n)
-	if r := rt.memcpy(uintptr(unsafe.Pointer(&v[0])), p, uintptr(4*n), 2); r != 0 {
-		return nil, fmt.Errorf("cudaMemcpy to host: error %d", r)
-	}
-	return v, nil
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n), nil
 }
 
 // One rank per GPU: on a one-GPU machine NCCL runs a world of one (it

@@ -40,14 +40,7 @@ func onSim() bool { return os.Getenv(simChildEnv) != "" }
 // skips without g++ unless cpusim.RequireEnv is set.
 func simDir(t *testing.T) string {
 	t.Helper()
-	dir, err := cpusim.Shared(cuda.KernelSource())
-	if errors.Is(err, cpusim.ErrNoCompiler) && os.Getenv(cpusim.RequireEnv) == "" {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir
+	return cpusim.SharedForTest(t, cuda.KernelSource())
 }
 
 // simTests are the tests that must pass on the simulation: the GPU tests,

@@ -1,7 +1,6 @@
 package train
 
 import (
-	"errors"
 	"os"
 	"os/exec"
 	"strings"
@@ -24,13 +23,7 @@ func TestGPUTwoRanksOnCPUSim(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains on simulated GPUs")
 	}
-	dir, err := cpusim.Shared(cuda.KernelSource())
-	if errors.Is(err, cpusim.ErrNoCompiler) && os.Getenv(cpusim.RequireEnv) == "" {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := cpusim.SharedForTest(t, cuda.KernelSource())
 	const name = "TestGPUZeRO1TwoRanksMatchesCPU"
 	cmd := exec.Command(os.Args[0], "-test.run", "^"+name+"$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), append(cpusim.Env(dir, 2), simChildEnv+"=1")...)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -39,13 +38,7 @@ const simTolerance = 1e-6
 // devices; it skips without g++ unless cpusim.RequireEnv is set.
 func simEnv(t *testing.T, devices int) *env {
 	t.Helper()
-	dir, err := cpusim.Shared(cuda.KernelSource())
-	if errors.Is(err, cpusim.ErrNoCompiler) && os.Getenv(cpusim.RequireEnv) == "" {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := cpusim.SharedForTest(t, cuda.KernelSource())
 	e := newEnv(t)
 	e.extra = cpusim.Env(dir, devices)
 	return e

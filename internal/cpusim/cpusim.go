@@ -26,6 +26,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"testing"
 
 	"golang.org/x/sys/unix"
 )
@@ -154,6 +155,20 @@ func Shared(kernelsCU string) (string, error) {
 		return "", err
 	}
 	return dir, os.WriteFile(done, nil, 0o644)
+}
+
+// SharedForTest is Shared for a test: it skips t where g++ is missing
+// (fails it where RequireEnv is set) and fails it on any other error.
+func SharedForTest(t testing.TB, kernelsCU string) string {
+	t.Helper()
+	dir, err := Shared(kernelsCU)
+	if errors.Is(err, ErrNoCompiler) && os.Getenv(RequireEnv) == "" {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // Env is the environment a process needs to run on the simulation built
