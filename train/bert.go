@@ -8,6 +8,7 @@ import (
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/interop"
+	"github.com/hpcrun/hpcrun/train/spec"
 )
 
 // bertLayer is one post-LN encoder layer of BERT: h1 = LN1(x + attn(x)),
@@ -59,7 +60,15 @@ type hfBERT struct {
 
 func newBERT(cfg config.Config, vocab int, tp nccl.Comm, dev tensor.Device) (model, error) {
 	m := &hfBERT{dev: dev, B: cfg.BatchSize, T: cfg.Seq, C: cfg.Dim}
-	if err := m.build(cfg, vocab, tp); err != nil {
+	err := m.build(cfg, vocab, tp)
+	if err == nil {
+		cfg.TP = parallel.NewGroup(tp).Size()
+		var want []spec.Param
+		if want, err = spec.Params(cfg, vocab, parallel.NewGroup(tp).Rank(), 0); err == nil {
+			err = spec.Check(m.params, want)
+		}
+	}
+	if err != nil {
 		m.Close()
 		return nil, err
 	}

@@ -9,8 +9,7 @@ import (
 
 // ParamCount is the number of parameters of the whole model (all shards,
 // each once), with the vocabulary padded for the config's tp: Params' of
-// the model in one stage. Arch hf's BERT adds its token-type table (its
-// embedding layer norm stands for ln_f). 0 for a config Params refuses.
+// the model in one stage. 0 for a config Params refuses.
 func ParamCount(cfg config.Config, vocab int) int64 {
 	c := cfg
 	c.PP, c.PPSplit = 1, ""
@@ -21,9 +20,6 @@ func ParamCount(cfg config.Config, vocab int) int64 {
 	var n int64
 	for _, p := range ps {
 		n += p.Elems()
-	}
-	if cfg.Arch == "hf" {
-		n += config.BERTTypes * int64(cfg.Dim)
 	}
 	return n
 }

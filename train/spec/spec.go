@@ -7,8 +7,9 @@
 // and the plan (train/plan), the gradient buckets, the parameter count and
 // the FLOP counts read Params instead of listing the layout again.
 //
-// The models are train's transformer: gpt and bert (arch native) and
-// llama. Arch hf's BERT (train/bert.go) builds its own layout.
+// The models are train's transformer (gpt and bert of arch native, and
+// llama) and arch hf's BERT (train/bert.go, Hugging Face's post-LN layout,
+// one stage).
 package spec
 
 import (
@@ -83,6 +84,9 @@ func StageParams(cfg config.Config, vocab, tpRank int, first, last bool, lo, hi 
 	vp, err := parallel.PadVocab(vocab, tp)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Arch == "hf" {
+		return hfBERTParams(cfg, vp, tp, tpRank), nil
 	}
 	llama, lm := cfg.Model == "llama", cfg.LM()
 	tied := lm && !(llama && cfg.UntiedHead)
@@ -173,6 +177,52 @@ func StageParams(cfg config.Config, vocab, tpRank int, first, last bool, lo, hi 
 	return ps, nil
 }
 
+// hfBERTParams are arch hf's BERT's (one stage, no sequence parallelism):
+// the word, position and token-type tables and their LayerNorm; per layer
+// attention, its output LayerNorm, the MLP and the layer's output
+// LayerNorm; the pooler and the classifier.
+func hfBERTParams(cfg config.Config, vp, tp, tpRank int) []Param {
+	C := cfg.Dim
+	cut := func(s parallel.Shard) parallel.Shard {
+		if tp == 1 {
+			return parallel.Shard{Parts: 1}
+		}
+		s.Parts, s.Index = tp, tpRank
+		return s
+	}
+	replicated := parallel.Shard{Parts: 1}
+	var ps []Param
+	add := func(name string, full []int, sh parallel.Shard, decay bool) {
+		ps = append(ps, Param{Name: name, Full: full, Shard: sh, Decay: decay})
+	}
+	norm := func(name string) {
+		add(name+".weight", []int{C}, replicated, false)
+		add(name+".bias", []int{C}, replicated, false)
+	}
+	add("embeddings.word_embeddings.weight", []int{vp, C}, cut(parallel.Shard{Dim: 0}), true)
+	add("embeddings.position_embeddings.weight", []int{cfg.PositionRows(), C}, replicated, true)
+	add("embeddings.token_type_embeddings.weight", []int{config.BERTTypes, C}, replicated, true)
+	norm("embeddings.LayerNorm")
+	for l := range cfg.Layers {
+		p := fmt.Sprintf("encoder.layer.%d.", l)
+		add(p+"attention.c_attn.weight", []int{3 * C, C}, cut(parallel.Shard{Dim: 0, Blocks: 3}), true)
+		add(p+"attention.c_attn.bias", []int{3 * C}, cut(parallel.Shard{Dim: 0, Blocks: 3}), false)
+		add(p+"attention.c_proj.weight", []int{C, C}, cut(parallel.Shard{Dim: 1}), true)
+		add(p+"attention.c_proj.bias", []int{C}, replicated, false)
+		norm(p + "attention.output.LayerNorm")
+		add(p+"mlp.c_fc.weight", []int{4 * C, C}, cut(parallel.Shard{Dim: 0, Blocks: 1}), true)
+		add(p+"mlp.c_fc.bias", []int{4 * C}, cut(parallel.Shard{Dim: 0, Blocks: 1}), false)
+		add(p+"mlp.c_proj.weight", []int{C, 4 * C}, cut(parallel.Shard{Dim: 1}), true)
+		add(p+"mlp.c_proj.bias", []int{C}, replicated, false)
+		norm(p + "output.LayerNorm")
+	}
+	add("pooler.dense.weight", []int{C, C}, cut(parallel.Shard{Dim: 0, Blocks: 1}), true)
+	add("pooler.dense.bias", []int{C}, cut(parallel.Shard{Dim: 0, Blocks: 1}), false)
+	add("classifier.weight", []int{config.NumClasses, C}, cut(parallel.Shard{Dim: 1}), true)
+	add("classifier.bias", []int{config.NumClasses}, replicated, false)
+	return ps
+}
+
 // Check says how the parameters a model built (params, in its order)
 // differ from the spec's (want); nil when they agree in every field.
 func Check(params []*parallel.Param, want []Param) error {
@@ -186,7 +236,7 @@ func Check(params []*parallel.Param, want []Param) error {
 		default:
 			p, w := params[i], want[i]
 			if p.Name != w.Name || !slices.Equal(p.Full, w.Full) || p.Shard != w.Shard || p.Decay != w.Decay || p.SeqReduce != w.SeqReduce {
-				diffs = append(diffs, fmt.Sprintf("#%d is %s %v %+v decay %v seq-reduce %v, the spec's %s %v %+v decay %v seq-reduce %v",
+				diffs = append(diffs, fmt.Sprintf("#%d is %s %v %#v decay %v seq-reduce %v, the spec's %s %v %#v decay %v seq-reduce %v",
 					i, p.Name, p.Full, p.Shard, p.Decay, p.SeqReduce, w.Name, w.Full, w.Shard, w.Decay, w.SeqReduce))
 			}
 		}
