@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"unsafe"
 
@@ -25,14 +26,38 @@ func call(t *testing.T, fn uintptr, args ...uintptr) int32 {
 	return int32(r)
 }
 
-// openSim builds the simulation of testdata/intrinsics.cu and opens it.
+// built is the simulation of testdata/intrinsics.cu, built once for the
+// package's tests.
+var built struct {
+	once     sync.Once
+	dir, lib string
+	err      error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
+// openSim builds the simulation of testdata/intrinsics.cu (once) and opens
+// it.
 func openSim(t *testing.T) *sim {
 	t.Helper()
-	src, err := os.ReadFile(filepath.Join("testdata", "intrinsics.cu"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lib, err := Build(t.TempDir(), string(src))
+	built.once.Do(func() {
+		src, err := os.ReadFile(filepath.Join("testdata", "intrinsics.cu"))
+		if err != nil {
+			built.err = err
+			return
+		}
+		if built.dir, built.err = os.MkdirTemp("", "cpusim-test-"); built.err != nil {
+			return
+		}
+		built.lib, built.err = Build(built.dir, string(src))
+	})
+	lib, err := built.lib, built.err
 	if errors.Is(err, ErrNoCompiler) && os.Getenv(RequireEnv) == "" {
 		t.Skip(err)
 	}
