@@ -93,14 +93,7 @@ func StageParams(cfg config.Config, vocab, tpRank int, first, last bool, lo, hi 
 	sp := cfg.SP && tp > 1
 	C := cfg.Dim
 
-	cut := func(s parallel.Shard) parallel.Shard {
-		if tp == 1 {
-			return parallel.Shard{Parts: 1}
-		}
-		s.Parts, s.Index = tp, tpRank
-		return s
-	}
-	replicated := parallel.Shard{Parts: 1}
+	cut := cutter(tp, tpRank)
 	column := func(blocks int) parallel.Shard { return cut(parallel.Shard{Dim: 0, Blocks: blocks}) }
 	row := cut(parallel.Shard{Dim: 1})
 	var ps []Param
@@ -177,20 +170,29 @@ func StageParams(cfg config.Config, vocab, tpRank int, first, last bool, lo, hi 
 	return ps, nil
 }
 
+// replicated is the shard rule of a parameter every tp rank holds whole.
+var replicated = parallel.Shard{Parts: 1}
+
+// cutter returns the shard rule of tp rank tpRank of tp for a split (Dim,
+// Blocks, Replicas, Shared given): replicated when tp is 1, as the layers
+// make it.
+func cutter(tp, tpRank int) func(parallel.Shard) parallel.Shard {
+	return func(s parallel.Shard) parallel.Shard {
+		if tp == 1 {
+			return replicated
+		}
+		s.Parts, s.Index = tp, tpRank
+		return s
+	}
+}
+
 // hfBERTParams are arch hf's BERT's (one stage, no sequence parallelism):
 // the word, position and token-type tables and their LayerNorm; per layer
 // attention, its output LayerNorm, the MLP and the layer's output
 // LayerNorm; the pooler and the classifier.
 func hfBERTParams(cfg config.Config, vp, tp, tpRank int) []Param {
 	C := cfg.Dim
-	cut := func(s parallel.Shard) parallel.Shard {
-		if tp == 1 {
-			return parallel.Shard{Parts: 1}
-		}
-		s.Parts, s.Index = tp, tpRank
-		return s
-	}
-	replicated := parallel.Shard{Parts: 1}
+	cut := cutter(tp, tpRank)
 	var ps []Param
 	add := func(name string, full []int, sh parallel.Shard, decay bool) {
 		ps = append(ps, Param{Name: name, Full: full, Shard: sh, Decay: decay})
