@@ -24,6 +24,7 @@ type AttentionConfig struct {
 	// Selective keeps no softmax probabilities: Backward computes them
 	// again from the saved Q, K and V (RecomputeSelective).
 	Selective bool
+	From      *ParamSet // the model's parameters, where the layer takes its own; nil: new ones
 }
 
 // ParallelSelfAttention is multi-head self-attention split by heads
@@ -83,11 +84,11 @@ func NewParallelSelfAttention(dev tensor.Device, tp nccl.Comm, name string, cfg 
 	if projStd == 0 {
 		projStd = cfg.Std
 	}
-	qkv, err := NewColumnParallelLinear(dev, tp, name+".c_attn", cfg.Dim, 3*cfg.Dim, LinearOptions{Bias: true, Blocks: 3, Seed: cfg.Seed, Std: cfg.Std, SequenceParallel: cfg.SP})
+	qkv, err := NewColumnParallelLinear(dev, tp, name+".c_attn", cfg.Dim, 3*cfg.Dim, LinearOptions{Bias: true, Blocks: 3, Seed: cfg.Seed, Std: cfg.Std, SequenceParallel: cfg.SP, From: cfg.From})
 	if err != nil {
 		return nil, err
 	}
-	proj, err := NewRowParallelLinear(dev, tp, name+".c_proj", cfg.Dim, cfg.Dim, LinearOptions{Bias: true, InputIsParallel: true, Seed: cfg.Seed, Std: projStd, SequenceParallel: cfg.SP})
+	proj, err := NewRowParallelLinear(dev, tp, name+".c_proj", cfg.Dim, cfg.Dim, LinearOptions{Bias: true, InputIsParallel: true, Seed: cfg.Seed, Std: projStd, SequenceParallel: cfg.SP, From: cfg.From})
 	if err != nil {
 		return nil, err
 	}

@@ -27,6 +27,7 @@ type BlockConfig struct {
 	// (under full recomputation the blocks also share their saved
 	// activations: ShareBuffers).
 	Recompute Recompute
+	From      *ParamSet // the model's parameters, where the block takes its own; nil: new ones
 }
 
 // Block is a pre-LayerNorm transformer block, as GPT-2:
@@ -114,20 +115,20 @@ func NewBlock(dev tensor.Device, tp nccl.Comm, name string, cfg BlockConfig) (*B
 	if std == 0 {
 		std = DefaultStd
 	}
-	ln1, err := NewLayerNorm(dev, name+".ln_1", cfg.Dim)
+	ln1, err := NewLayerNorm(dev, name+".ln_1", cfg.Dim, cfg.From)
 	if err != nil {
 		return nil, err
 	}
 	attn, err := NewParallelSelfAttention(dev, tp, name+".attn", AttentionConfig{Dim: cfg.Dim, Heads: cfg.Heads, Causal: cfg.Causal, Seed: cfg.Seed, Std: std, ProjStd: cfg.ProjStd, SP: cfg.SP,
-		Selective: cfg.Recompute == RecomputeSelective})
+		Selective: cfg.Recompute == RecomputeSelective, From: cfg.From})
 	if err != nil {
 		return nil, err
 	}
-	ln2, err := NewLayerNorm(dev, name+".ln_2", cfg.Dim)
+	ln2, err := NewLayerNorm(dev, name+".ln_2", cfg.Dim, cfg.From)
 	if err != nil {
 		return nil, err
 	}
-	mlp, err := newParallelMLP(dev, tp, cfg.SP, name+".mlp", cfg.Dim, cfg.Hidden, cfg.Seed, std, cfg.ProjStd)
+	mlp, err := newParallelMLP(dev, tp, cfg.SP, name+".mlp", cfg.Dim, cfg.Hidden, cfg.Seed, std, cfg.ProjStd, cfg.From)
 	if err != nil {
 		return nil, err
 	}

@@ -460,11 +460,11 @@ func linearPair(ref, sh forwardBackward) layerPair {
 
 func checkLayerNorm(dev tensor.Device, tp nccl.Comm) (*Result, error) {
 	h := newHarness(dev, tp)
-	ref, err := NewLayerNorm(dev, "ln", ckDim)
+	ref, err := NewLayerNorm(dev, "ln", ckDim, nil)
 	if err != nil {
 		return nil, err
 	}
-	sh, err := NewLayerNorm(dev, "ln", ckDim)
+	sh, err := NewLayerNorm(dev, "ln", ckDim, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -478,11 +478,11 @@ func checkLayerNorm(dev tensor.Device, tp nccl.Comm) (*Result, error) {
 
 func checkMLP(dev tensor.Device, tp nccl.Comm) (*Result, error) {
 	h := newHarness(dev, tp)
-	ref, err := NewParallelMLP(dev, nil, "mlp", ckDim, ckHidden, ckSeed, 0, 0)
+	ref, err := NewParallelMLP(dev, nil, "mlp", ckDim, ckHidden, ckSeed, 0, 0, nil)
 	if err != nil {
 		return nil, err
 	}
-	sh, err := NewParallelMLP(dev, tp, "mlp", ckDim, ckHidden, ckSeed, 0, 0)
+	sh, err := NewParallelMLP(dev, tp, "mlp", ckDim, ckHidden, ckSeed, 0, 0, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -654,10 +654,10 @@ func newCheckEmbeddings(dev tensor.Device, tp nccl.Comm) (ref, sh *VocabParallel
 	if err != nil {
 		return nil, nil, err
 	}
-	if ref, err = newVocabEmbedding(dev, nil, "wte", ckVocab, padded, ckDim, ckSeed, 0); err != nil {
+	if ref, err = newVocabEmbedding(dev, nil, "wte", ckVocab, padded, ckDim, ckSeed, 0, nil); err != nil {
 		return nil, nil, err
 	}
-	sh, err = NewVocabParallelEmbedding(dev, tp, "wte", ckVocab, ckDim, ckSeed, 0)
+	sh, err = NewVocabParallelEmbedding(dev, tp, "wte", ckVocab, ckDim, ckSeed, 0, nil)
 	return ref, sh, err
 }
 
@@ -757,7 +757,7 @@ func checkLMHead(dev tensor.Device, tp nccl.Comm) (*Result, error) {
 		loss *VocabParallelCrossEntropy
 	}
 	build := func(c nccl.Comm) (m model, err error) {
-		if m.emb, err = newVocabEmbedding(dev, c, "wte", ckVocab, padded, ckDim, ckSeed, 0.5); err != nil {
+		if m.emb, err = newVocabEmbedding(dev, c, "wte", ckVocab, padded, ckDim, ckSeed, 0.5, nil); err != nil {
 			return m, err
 		}
 		if m.head, err = NewLMHead(c, "lm_head", m.emb); err != nil {

@@ -27,16 +27,17 @@ type lnSaved struct {
 	mean, rst *tensor.Tensor
 }
 
-// NewLayerNorm makes a layernorm over dim channels (weight 1, bias 0).
-func NewLayerNorm(dev tensor.Device, name string, dim int) (*LayerNorm, error) {
+// NewLayerNorm makes a layernorm over dim channels (weight 1, bias 0),
+// its parameters taken from from (nil: new ones).
+func NewLayerNorm(dev tensor.Device, name string, dim int, from *ParamSet) (*LayerNorm, error) {
 	if dim < 1 {
 		return nil, fmt.Errorf("%s: dim %d: must be at least 1", name, dim)
 	}
-	w, err := newParam(dev, name+".weight", []int{dim}, Shard{Parts: 1}, paramInit{kind: InitOnes})
+	w, err := from.param(dev, ParamSpec{Name: name + ".weight", Full: []int{dim}, Shard: Shard{Parts: 1}, Init: InitOnes}, 0)
 	if err != nil {
 		return nil, err
 	}
-	b, err := newParam(dev, name+".bias", []int{dim}, Shard{Parts: 1}, paramInit{kind: InitZeros})
+	b, err := from.param(dev, ParamSpec{Name: name + ".bias", Full: []int{dim}, Shard: Shard{Parts: 1}, Init: InitZeros}, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -201,11 +201,11 @@ func TestMarkGradsStaleOverwrites(t *testing.T) {
 	const b, tt, c, nh, vocab = 2, 4, 8, 2, 11
 	dev := tensor.NewCPU()
 	r := rand.New(rand.NewPCG(3, 4))
-	emb, err := NewVocabParallelEmbedding(dev, nil, "wte", vocab, c, 1, 0)
+	emb, err := NewVocabParallelEmbedding(dev, nil, "wte", vocab, c, 1, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pos, err := NewPositionEmbedding(dev, "wpe", tt, c, 1, 0)
+	pos, err := NewPositionEmbedding(dev, "wpe", tt, c, 1, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

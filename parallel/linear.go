@@ -13,9 +13,10 @@ const maskedLogit = -1e30
 
 // LinearOptions are the options of the column- and row-parallel linear layers.
 type LinearOptions struct {
-	Bias bool    // add a bias (sharded for column-parallel, replicated for row-parallel)
-	Seed uint64  // initialisation seed; weights are N(0, Std^2) keyed by name
-	Std  float32 // 0 means DefaultStd
+	Bias bool      // add a bias (sharded for column-parallel, replicated for row-parallel)
+	Seed uint64    // initialisation seed; weights are N(0, Std^2) keyed by name
+	Std  float32   // 0 means DefaultStd
+	From *ParamSet // the model's parameters, where the layer takes its own; nil: new ones
 
 	// SequenceParallel, when not nil, puts the layer's replicated side in
 	// the sequence-parallel region: a column-parallel layer takes this
@@ -139,11 +140,11 @@ func NewColumnParallelLinear(dev tensor.Device, tp nccl.Comm, name string, in, o
 			return nil, fmt.Errorf("%s: a tied weight goes without bias", name)
 		}
 		l.Weight, l.tied = w, true
-	} else if l.Weight, err = newParam(dev, name+".weight", []int{out, in}, sh, paramInit{kind: InitNormal, std: opt.std(), seed: opt.Seed, rows: opt.ValidRows, decay: true}); err != nil {
+	} else if l.Weight, err = opt.From.param(dev, ParamSpec{Name: name + ".weight", Full: []int{out, in}, Shard: sh, Decay: true, Std: opt.std(), ValidRows: opt.ValidRows}, opt.Seed); err != nil {
 		return nil, err
 	}
 	if opt.Bias {
-		if l.Bias, err = newParam(dev, name+".bias", []int{out}, sh, paramInit{kind: InitZeros}); err != nil {
+		if l.Bias, err = opt.From.param(dev, ParamSpec{Name: name + ".bias", Full: []int{out}, Shard: sh, Init: InitZeros}, opt.Seed); err != nil {
 			return nil, err
 		}
 	}
@@ -368,11 +369,11 @@ func NewRowParallelLinear(dev tensor.Device, tp nccl.Comm, name string, in, out 
 		sh = Shard{Parts: 1}
 	}
 	var err error
-	if l.Weight, err = newParam(dev, name+".weight", []int{out, in}, sh, paramInit{kind: InitNormal, std: opt.std(), seed: opt.Seed, decay: true}); err != nil {
+	if l.Weight, err = opt.From.param(dev, ParamSpec{Name: name + ".weight", Full: []int{out, in}, Shard: sh, Decay: true, Std: opt.std()}, opt.Seed); err != nil {
 		return nil, err
 	}
 	if opt.Bias {
-		if l.Bias, err = newParam(dev, name+".bias", []int{out}, Shard{Parts: 1}, paramInit{kind: InitZeros}); err != nil {
+		if l.Bias, err = opt.From.param(dev, ParamSpec{Name: name + ".bias", Full: []int{out}, Shard: Shard{Parts: 1}, Init: InitZeros}, opt.Seed); err != nil {
 			return nil, err
 		}
 	}

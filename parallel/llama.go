@@ -96,15 +96,16 @@ type rmsSaved struct {
 	out, rstd *tensor.Tensor
 }
 
-// NewRMSNorm makes an RMSNorm over dim channels (weight 1).
-func NewRMSNorm(dev tensor.Device, name string, dim int, eps float32) (*RMSNorm, error) {
+// NewRMSNorm makes an RMSNorm over dim channels (weight 1), its weight
+// taken from from (nil: a new one).
+func NewRMSNorm(dev tensor.Device, name string, dim int, eps float32, from *ParamSet) (*RMSNorm, error) {
 	if dim < 1 {
 		return nil, fmt.Errorf("%s: dim %d: must be at least 1", name, dim)
 	}
 	if !(eps > 0) {
 		return nil, fmt.Errorf("%s: eps %g: must be positive", name, eps)
 	}
-	w, err := newParam(dev, name+".weight", []int{dim}, Shard{Parts: 1}, paramInit{kind: InitOnes})
+	w, err := from.param(dev, ParamSpec{Name: name + ".weight", Full: []int{dim}, Shard: Shard{Parts: 1}, Init: InitOnes}, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -202,6 +203,7 @@ type LlamaAttentionConfig struct {
 	SP *SequenceParallel
 	// Selective keeps no softmax probabilities (RecomputeSelective).
 	Selective bool
+	From      *ParamSet // the model's parameters, where the layer takes its own; nil: new ones
 }
 
 // LlamaAttention is causal self-attention with grouped-query heads and
@@ -282,11 +284,11 @@ func NewLlamaAttention(dev tensor.Device, tp nccl.Comm, name string, cfg LlamaAt
 	}
 	hd := cfg.Dim / cfg.Heads
 	qkv, err := NewColumnParallelLinear(dev, tp, name+".qkv_proj", cfg.Dim, (cfg.Heads+2*cfg.KVHeads)*hd, LinearOptions{Seed: cfg.Seed, Std: cfg.Std, SequenceParallel: cfg.SP,
-		Replicas: replicas, Shared: 2 * hd})
+		Replicas: replicas, Shared: 2 * hd, From: cfg.From})
 	if err != nil {
 		return nil, err
 	}
-	proj, err := NewRowParallelLinear(dev, tp, name+".o_proj", cfg.Dim, cfg.Dim, LinearOptions{InputIsParallel: true, Seed: cfg.Seed, Std: projStd, SequenceParallel: cfg.SP})
+	proj, err := NewRowParallelLinear(dev, tp, name+".o_proj", cfg.Dim, cfg.Dim, LinearOptions{InputIsParallel: true, Seed: cfg.Seed, Std: projStd, SequenceParallel: cfg.SP, From: cfg.From})
 	if err != nil {
 		return nil, err
 	}
@@ -433,16 +435,17 @@ func swigluCoreSizes(b, t, fl int) Sizes {
 
 // NewSwiGLUMLP makes this rank's shard of a SwiGLU MLP (dim -> hidden ->
 // dim) over the group tp (nil: unsharded), in the sequence-parallel region
-// sp when it is not nil; tp must divide hidden.
-func NewSwiGLUMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name string, dim, hidden int, seed uint64, std, projStd float32) (*SwiGLUMLP, error) {
+// sp when it is not nil; tp must divide hidden. The parameters are taken
+// from from (nil: new ones).
+func NewSwiGLUMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name string, dim, hidden int, seed uint64, std, projStd float32, from *ParamSet) (*SwiGLUMLP, error) {
 	if projStd == 0 {
 		projStd = std
 	}
-	gu, err := NewColumnParallelLinear(dev, tp, name+".gate_up_proj", dim, 2*hidden, LinearOptions{Blocks: 2, Seed: seed, Std: std, SequenceParallel: sp})
+	gu, err := NewColumnParallelLinear(dev, tp, name+".gate_up_proj", dim, 2*hidden, LinearOptions{Blocks: 2, Seed: seed, Std: std, SequenceParallel: sp, From: from})
 	if err != nil {
 		return nil, err
 	}
-	down, err := NewRowParallelLinear(dev, tp, name+".down_proj", hidden, dim, LinearOptions{InputIsParallel: true, Seed: seed, Std: projStd, SequenceParallel: sp})
+	down, err := NewRowParallelLinear(dev, tp, name+".down_proj", hidden, dim, LinearOptions{InputIsParallel: true, Seed: seed, Std: projStd, SequenceParallel: sp, From: from})
 	if err != nil {
 		return nil, err
 	}
@@ -522,6 +525,7 @@ type LlamaBlockConfig struct {
 	// BlockConfig.SP).
 	SP        *SequenceParallel
 	Recompute Recompute
+	From      *ParamSet // the model's parameters, where the block takes its own; nil: new ones
 }
 
 // LlamaBlock is a pre-norm Llama decoder block, Block's residual skeleton
@@ -599,20 +603,20 @@ func NewLlamaBlock(dev tensor.Device, tp nccl.Comm, name string, cfg LlamaBlockC
 	if std == 0 {
 		std = DefaultStd
 	}
-	n1, err := NewRMSNorm(dev, name+".input_layernorm", cfg.Dim, cfg.Eps)
+	n1, err := NewRMSNorm(dev, name+".input_layernorm", cfg.Dim, cfg.Eps, cfg.From)
 	if err != nil {
 		return nil, err
 	}
 	attn, err := NewLlamaAttention(dev, tp, name+".self_attn", LlamaAttentionConfig{Dim: cfg.Dim, Heads: cfg.Heads, KVHeads: cfg.KVHeads, RoPE: cfg.RoPE,
-		Seed: cfg.Seed, Std: std, ProjStd: cfg.ProjStd, SP: cfg.SP, Selective: cfg.Recompute == RecomputeSelective})
+		Seed: cfg.Seed, Std: std, ProjStd: cfg.ProjStd, SP: cfg.SP, Selective: cfg.Recompute == RecomputeSelective, From: cfg.From})
 	if err != nil {
 		return nil, err
 	}
-	n2, err := NewRMSNorm(dev, name+".post_attention_layernorm", cfg.Dim, cfg.Eps)
+	n2, err := NewRMSNorm(dev, name+".post_attention_layernorm", cfg.Dim, cfg.Eps, cfg.From)
 	if err != nil {
 		return nil, err
 	}
-	mlp, err := NewSwiGLUMLP(dev, tp, cfg.SP, name+".mlp", cfg.Dim, cfg.Hidden, cfg.Seed, std, cfg.ProjStd)
+	mlp, err := NewSwiGLUMLP(dev, tp, cfg.SP, name+".mlp", cfg.Dim, cfg.Hidden, cfg.Seed, std, cfg.ProjStd, cfg.From)
 	if err != nil {
 		return nil, err
 	}

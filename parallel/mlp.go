@@ -37,27 +37,28 @@ type mlpScratch struct {
 
 // NewParallelMLP makes this rank's shard of a (dim -> hidden -> dim) MLP
 // over the group tp (nil: unsharded); tp must divide hidden. projStd is the
-// init std of the output projection (0: std).
-func NewParallelMLP(dev tensor.Device, tp nccl.Comm, name string, dim, hidden int, seed uint64, std, projStd float32) (*ParallelMLP, error) {
-	return newParallelMLP(dev, tp, nil, name, dim, hidden, seed, std, projStd)
+// init std of the output projection (0: std). The parameters are taken
+// from from (nil: new ones).
+func NewParallelMLP(dev tensor.Device, tp nccl.Comm, name string, dim, hidden int, seed uint64, std, projStd float32, from *ParamSet) (*ParallelMLP, error) {
+	return newParallelMLP(dev, tp, nil, name, dim, hidden, seed, std, projStd, from)
 }
 
 // NewSequenceParallelMLP is NewParallelMLP in the sequence-parallel region
 // sp of tp: its input and output are this rank's (B,T/tp,C) positions (fc
 // all-gathers, proj reduce-scatters).
-func NewSequenceParallelMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name string, dim, hidden int, seed uint64, std, projStd float32) (*ParallelMLP, error) {
-	return newParallelMLP(dev, tp, sp, name, dim, hidden, seed, std, projStd)
+func NewSequenceParallelMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name string, dim, hidden int, seed uint64, std, projStd float32, from *ParamSet) (*ParallelMLP, error) {
+	return newParallelMLP(dev, tp, sp, name, dim, hidden, seed, std, projStd, from)
 }
 
-func newParallelMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name string, dim, hidden int, seed uint64, std, projStd float32) (*ParallelMLP, error) {
+func newParallelMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name string, dim, hidden int, seed uint64, std, projStd float32, from *ParamSet) (*ParallelMLP, error) {
 	if projStd == 0 {
 		projStd = std
 	}
-	fc, err := NewColumnParallelLinear(dev, tp, name+".c_fc", dim, hidden, LinearOptions{Bias: true, Seed: seed, Std: std, SequenceParallel: sp})
+	fc, err := NewColumnParallelLinear(dev, tp, name+".c_fc", dim, hidden, LinearOptions{Bias: true, Seed: seed, Std: std, SequenceParallel: sp, From: from})
 	if err != nil {
 		return nil, err
 	}
-	proj, err := NewRowParallelLinear(dev, tp, name+".c_proj", hidden, dim, LinearOptions{Bias: true, InputIsParallel: true, Seed: seed, Std: projStd, SequenceParallel: sp})
+	proj, err := NewRowParallelLinear(dev, tp, name+".c_proj", hidden, dim, LinearOptions{Bias: true, InputIsParallel: true, Seed: seed, Std: projStd, SequenceParallel: sp, From: from})
 	if err != nil {
 		return nil, err
 	}

@@ -86,47 +86,6 @@ func (p *Param) grad() *tensor.Tensor {
 	return p.Grad
 }
 
-// paramInit says how a parameter's full tensor starts.
-type paramInit struct {
-	kind  Init
-	std   float32
-	rows  int // when > 0, only the first rows of dim 0 are random (real vocab), the rest zero
-	seed  uint64
-	decay bool
-}
-
-// newParam allocates a parameter on dev, fills its full tensor as init says
-// and keeps this rank's piece.
-func newParam(dev tensor.Device, name string, full []int, sh Shard, in paramInit) (*Param, error) {
-	n := 1
-	for _, d := range full {
-		n *= d
-	}
-	var values []float32
-	if in.rows > 0 && in.rows < full[0] {
-		values = make([]float32, n)
-		copy(values, InitFull(name, in.seed, in.rows*(n/full[0]), in.kind, in.std))
-	} else {
-		values = InitFull(name, in.seed, n, in.kind, in.std)
-	}
-	local, err := sh.Take(values, full)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	shape := sh.LocalShape(full)
-	data, err := dev.Alloc(shape...)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	grad, err := dev.Alloc(shape...)
-	if err != nil {
-		dev.Free(data)
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	dev.CopyFromHost(data, local)
-	return &Param{Name: name, Data: data, Grad: grad, Full: append([]int(nil), full...), Shard: sh, Decay: in.decay}, nil
-}
-
 // buffers holds a layer's activation buffers for one batch shape: they are
 // allocated on the first Forward of a shape and reused until the shape
 // changes, so a training step allocates nothing.

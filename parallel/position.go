@@ -38,15 +38,16 @@ func (p *PositionEmbedding) SetSequenceParallel(sp *SequenceParallel) {
 }
 
 // NewPositionEmbedding makes a (maxSeq, dim) position table drawn from
-// N(0, std^2) keyed by (seed, name+".weight"); std 0 means DefaultStd.
-func NewPositionEmbedding(dev tensor.Device, name string, maxSeq, dim int, seed uint64, std float32) (*PositionEmbedding, error) {
+// N(0, std^2) keyed by (seed, name+".weight"); std 0 means DefaultStd. The
+// table is taken from from (nil: a new one).
+func NewPositionEmbedding(dev tensor.Device, name string, maxSeq, dim int, seed uint64, std float32, from *ParamSet) (*PositionEmbedding, error) {
 	if maxSeq < 1 || dim < 1 {
 		return nil, fmt.Errorf("%s: %d positions of dim %d: both must be at least 1", name, maxSeq, dim)
 	}
 	if std == 0 {
 		std = DefaultStd
 	}
-	w, err := newParam(dev, name+".weight", []int{maxSeq, dim}, Shard{Parts: 1}, paramInit{kind: InitNormal, std: std, seed: seed, decay: true})
+	w, err := from.param(dev, ParamSpec{Name: name + ".weight", Full: []int{maxSeq, dim}, Shard: Shard{Parts: 1}, Decay: true, Std: std}, seed)
 	if err != nil {
 		return nil, err
 	}

@@ -26,10 +26,10 @@ type shadowStage struct {
 func newShadowStage(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel) (*shadowStage, error) {
 	s := &shadowStage{}
 	var err error
-	if s.wte, err = NewVocabParallelEmbedding(dev, tp, "wte", ckVocab, ckDim, ckSeed, 0.2); err != nil {
+	if s.wte, err = NewVocabParallelEmbedding(dev, tp, "wte", ckVocab, ckDim, ckSeed, 0.2, nil); err != nil {
 		return nil, err
 	}
-	if s.wpe, err = NewPositionEmbedding(dev, "wpe", ckT, ckDim, ckSeed, 0.2); err != nil {
+	if s.wpe, err = NewPositionEmbedding(dev, "wpe", ckT, ckDim, ckSeed, 0.2, nil); err != nil {
 		return nil, err
 	}
 	if sp != nil {

@@ -161,7 +161,7 @@ func TestBadShapes(t *testing.T) {
 			_, err := NewParallelSelfAttention(dev, tp, "attn", AttentionConfig{Dim: 30, Heads: 4})
 			return err
 		}, "multiple of heads"},
-		{"vocab", func() error { _, err := NewVocabParallelEmbedding(dev, tp, "wte", 0, 8, 1, 0); return err }, "vocab"},
+		{"vocab", func() error { _, err := NewVocabParallelEmbedding(dev, tp, "wte", 0, 8, 1, 0, nil); return err }, "vocab"},
 		{"column out%tp", func() error { _, err := NewColumnParallelLinear(dev, tp, "fc", 8, 7, LinearOptions{}); return err }, "split"},
 		{"row in%tp", func() error { _, err := NewRowParallelLinear(dev, tp, "proj", 7, 8, LinearOptions{}); return err }, "split"},
 		{"block hidden%tp", func() error {
@@ -188,7 +188,7 @@ func TestBadShapes(t *testing.T) {
 	if _, err := l.Forward(x2); err == nil {
 		t.Error("a rank-2 input: no error")
 	}
-	emb, err := NewVocabParallelEmbedding(dev, nil, "wte", 10, 4, 1, 0)
+	emb, err := NewVocabParallelEmbedding(dev, nil, "wte", 10, 4, 1, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,11 +43,11 @@ func checkSizes(c nccl.Comm, withSP bool) error {
 	if withSP {
 		sp = NewSequenceParallel(tpc)
 	}
-	wte, err := NewVocabParallelEmbedding(dev, tpc, "wte", ckVocab, ckDim, ckSeed, 0)
+	wte, err := NewVocabParallelEmbedding(dev, tpc, "wte", ckVocab, ckDim, ckSeed, 0, nil)
 	if err != nil {
 		return err
 	}
-	wpe, err := NewPositionEmbedding(dev, "wpe", ckT, ckDim, ckSeed, 0)
+	wpe, err := NewPositionEmbedding(dev, "wpe", ckT, ckDim, ckSeed, 0, nil)
 	if err != nil {
 		return err
 	}

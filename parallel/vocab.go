@@ -51,19 +51,19 @@ func (e *VocabParallelEmbedding) SetSequenceParallel(sp *SequenceParallel) error
 // NewVocabParallelEmbedding makes this rank's slice of a (vocab, dim)
 // embedding over the group tp (nil: unsharded); the vocabulary is padded to
 // PadVocab(vocab, tp). Only rows below vocab are random, so every tp starts
-// from the same real rows.
-func NewVocabParallelEmbedding(dev tensor.Device, tp nccl.Comm, name string, vocab, dim int, seed uint64, std float32) (*VocabParallelEmbedding, error) {
+// from the same real rows. The table is taken from from (nil: a new one).
+func NewVocabParallelEmbedding(dev tensor.Device, tp nccl.Comm, name string, vocab, dim int, seed uint64, std float32, from *ParamSet) (*VocabParallelEmbedding, error) {
 	g := NewGroup(tp)
 	padded, err := PadVocab(vocab, g.Size())
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	return newVocabEmbedding(dev, tp, name, vocab, padded, dim, seed, std)
+	return newVocabEmbedding(dev, tp, name, vocab, padded, dim, seed, std, from)
 }
 
 // newVocabEmbedding is NewVocabParallelEmbedding with an explicit padded
 // size, for the checks (an unsharded reference padded as the sharded one).
-func newVocabEmbedding(dev tensor.Device, tp nccl.Comm, name string, vocab, padded, dim int, seed uint64, std float32) (*VocabParallelEmbedding, error) {
+func newVocabEmbedding(dev tensor.Device, tp nccl.Comm, name string, vocab, padded, dim int, seed uint64, std float32, from *ParamSet) (*VocabParallelEmbedding, error) {
 	g := NewGroup(tp)
 	if dim < 1 {
 		return nil, fmt.Errorf("%s: dim %d: must be at least 1", name, dim)
@@ -78,7 +78,7 @@ func newVocabEmbedding(dev tensor.Device, tp nccl.Comm, name string, vocab, padd
 	if g.Size() == 1 {
 		sh = Shard{Parts: 1}
 	}
-	w, err := newParam(dev, name+".weight", []int{padded, dim}, sh, paramInit{kind: InitNormal, std: std, seed: seed, rows: vocab, decay: true})
+	w, err := from.param(dev, ParamSpec{Name: name + ".weight", Full: []int{padded, dim}, Shard: sh, Decay: true, Std: std, ValidRows: vocab}, seed)
 	if err != nil {
 		return nil, err
 	}

@@ -60,13 +60,19 @@ type hfBERT struct {
 
 func newBERT(cfg config.Config, vocab int, tp nccl.Comm, dev tensor.Device) (model, error) {
 	m := &hfBERT{dev: dev, B: cfg.BatchSize, T: cfg.Seq, C: cfg.Dim}
-	err := m.build(cfg, vocab, tp)
-	if err == nil {
-		cfg.TP = parallel.NewGroup(tp).Size()
-		var want []spec.Param
-		if want, err = spec.Params(cfg, vocab, parallel.NewGroup(tp).Rank(), 0); err == nil {
-			err = spec.Check(m.params, want)
-		}
+	c := cfg
+	c.TP = parallel.NewGroup(tp).Size()
+	want, err := spec.Params(c, vocab, parallel.NewGroup(tp).Rank(), 0)
+	if err != nil {
+		return nil, err
+	}
+	from, err := parallel.NewParamSet(dev, want, uint64(cfg.Seed))
+	if err != nil {
+		return nil, err
+	}
+	m.params = from.Params()
+	if err = m.build(cfg, vocab, tp, from); err == nil {
+		err = spec.Check(m.params, want)
 	}
 	if err != nil {
 		m.Close()
@@ -75,7 +81,8 @@ func newBERT(cfg config.Config, vocab int, tp nccl.Comm, dev tensor.Device) (mod
 	return m, nil
 }
 
-func (m *hfBERT) build(cfg config.Config, vocab int, tp nccl.Comm) error {
+// build makes the model's layers, which take their parameters from from.
+func (m *hfBERT) build(cfg config.Config, vocab int, tp nccl.Comm, from *parallel.ParamSet) error {
 	dev, C, seed := m.dev, cfg.Dim, uint64(cfg.Seed)
 	var err error
 	ln := func(name string) *parallel.LayerNorm {
@@ -83,48 +90,43 @@ func (m *hfBERT) build(cfg config.Config, vocab int, tp nccl.Comm) error {
 			return nil
 		}
 		var l *parallel.LayerNorm
-		if l, err = parallel.NewLayerNorm(dev, name, C); err == nil {
+		if l, err = parallel.NewLayerNorm(dev, name, C, from); err == nil {
 			l.Eps = interop.BERTEps
-			m.params = append(m.params, l.Params()...)
 		}
 		return l
 	}
-	if m.wte, err = parallel.NewVocabParallelEmbedding(dev, tp, "embeddings.word_embeddings", vocab, C, seed, parallel.DefaultStd); err != nil {
+	if m.wte, err = parallel.NewVocabParallelEmbedding(dev, tp, "embeddings.word_embeddings", vocab, C, seed, parallel.DefaultStd, from); err != nil {
 		return err
 	}
-	if m.wpe, err = parallel.NewPositionEmbedding(dev, "embeddings.position_embeddings", cfg.PositionRows(), C, seed, parallel.DefaultStd); err != nil {
+	if m.wpe, err = parallel.NewPositionEmbedding(dev, "embeddings.position_embeddings", cfg.PositionRows(), C, seed, parallel.DefaultStd, from); err != nil {
 		return err
 	}
-	if m.tte, err = parallel.NewPositionEmbedding(dev, "embeddings.token_type_embeddings", config.BERTTypes, C, seed, parallel.DefaultStd); err != nil {
+	if m.tte, err = parallel.NewPositionEmbedding(dev, "embeddings.token_type_embeddings", config.BERTTypes, C, seed, parallel.DefaultStd, from); err != nil {
 		return err
 	}
-	m.params = append(append(m.wte.Params(), m.wpe.Params()...), m.tte.Params()...)
 	m.lnE = ln("embeddings.LayerNorm")
 	for l := 0; l < cfg.Layers && err == nil; l++ {
 		p := fmt.Sprintf("encoder.layer.%d.", l)
 		ly := &bertLayer{}
-		if ly.attn, err = parallel.NewParallelSelfAttention(dev, tp, p+"attention", parallel.AttentionConfig{Dim: C, Heads: cfg.Heads, Seed: seed}); err != nil {
+		if ly.attn, err = parallel.NewParallelSelfAttention(dev, tp, p+"attention", parallel.AttentionConfig{Dim: C, Heads: cfg.Heads, Seed: seed, From: from}); err != nil {
 			return err
 		}
-		m.params = append(m.params, ly.attn.Params()...)
 		ly.ln1 = ln(p + "attention.output.LayerNorm")
-		if ly.mlp, err = parallel.NewParallelMLP(dev, tp, p+"mlp", C, 4*C, seed, parallel.DefaultStd, parallel.DefaultStd); err != nil {
+		if ly.mlp, err = parallel.NewParallelMLP(dev, tp, p+"mlp", C, 4*C, seed, parallel.DefaultStd, parallel.DefaultStd, from); err != nil {
 			return err
 		}
-		m.params = append(m.params, ly.mlp.Params()...)
 		ly.ln2 = ln(p + "output.LayerNorm")
 		m.layers = append(m.layers, ly)
 	}
 	if err != nil {
 		return err
 	}
-	if m.pooler, err = parallel.NewColumnParallelLinear(dev, tp, "pooler.dense", C, C, parallel.LinearOptions{Bias: true, Seed: seed}); err != nil {
+	if m.pooler, err = parallel.NewColumnParallelLinear(dev, tp, "pooler.dense", C, C, parallel.LinearOptions{Bias: true, Seed: seed, From: from}); err != nil {
 		return err
 	}
-	if m.cls, err = parallel.NewRowParallelLinear(dev, tp, "classifier", C, config.NumClasses, parallel.LinearOptions{Bias: true, InputIsParallel: true, Seed: seed}); err != nil {
+	if m.cls, err = parallel.NewRowParallelLinear(dev, tp, "classifier", C, config.NumClasses, parallel.LinearOptions{Bias: true, InputIsParallel: true, Seed: seed, From: from}); err != nil {
 		return err
 	}
-	m.params = append(append(m.params, m.pooler.Params()...), m.cls.Params()...)
 	if m.loss, err = parallel.NewVocabParallelCrossEntropy(nil, "cls.loss", config.NumClasses); err != nil {
 		return err
 	}

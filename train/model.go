@@ -2,7 +2,6 @@ package train
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/parallel"
@@ -34,9 +33,6 @@ type model interface {
 	// Close frees the model's device memory.
 	Close()
 }
-
-// posInitStd is the initial spread of the position table.
-const posInitStd = 0.01
 
 // transformer is the network of the three models, GPT-2's layout built
 // from the tensor-parallel layers of package parallel: a vocab-parallel
@@ -145,40 +141,44 @@ func newModel(cfg config.Config, data *Data, m *parallel.Mesh, dev tensor.Device
 	}
 	t.hi = t.lo + split[s]
 	t.stageAct = spec.StageActivation(cfg)
-	if err := t.build(cfg, data.Vocab, m.TP, seed); err != nil {
+	c.TP = parallel.NewGroup(m.TP).Size()
+	want, err := spec.Params(c, data.Vocab, parallel.NewGroup(m.TP).Rank(), s)
+	if err != nil {
+		return nil, err
+	}
+	from, err := parallel.NewParamSet(dev, want, seed)
+	if err != nil {
+		return nil, err
+	}
+	t.params = from.Params()
+	if err := t.build(cfg, data.Vocab, m.TP, from); err != nil {
 		t.Close()
 		return nil, err
 	}
-	c.TP = parallel.NewGroup(m.TP).Size()
-	want, err := spec.Params(c, data.Vocab, parallel.NewGroup(m.TP).Rank(), s)
-	if err == nil {
-		err = spec.Check(t.params, want)
-	}
-	if err != nil {
+	if err := spec.Check(t.params, want); err != nil {
 		t.Close()
 		return nil, err
 	}
 	return t, nil
 }
 
-func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, seed uint64) error {
-	dev, C := t.dev, cfg.Dim
+// build makes the stage's layers, which take their parameters from from.
+func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, from *parallel.ParamSet) error {
+	dev, C, seed := t.dev, cfg.Dim, uint64(cfg.Seed)
 	var err error
 	wteName := "wte"
 	if t.llama {
 		wteName = "model.embed_tokens"
 	}
 	if t.first || (t.last && t.tied) {
-		if t.wte, err = parallel.NewVocabParallelEmbedding(dev, tp, wteName, vocab, C, seed, parallel.DefaultStd); err != nil {
+		if t.wte, err = parallel.NewVocabParallelEmbedding(dev, tp, wteName, vocab, C, seed, parallel.DefaultStd, from); err != nil {
 			return err
 		}
-		t.params = append(t.params, t.wte.Params()...)
 	}
 	if t.first && !t.llama {
-		if t.wpe, err = parallel.NewPositionEmbedding(dev, "wpe", cfg.PositionRows(), C, seed, posInitStd); err != nil {
+		if t.wpe, err = parallel.NewPositionEmbedding(dev, "wpe", cfg.PositionRows(), C, seed, spec.PositionStd, from); err != nil {
 			return err
 		}
-		t.params = append(t.params, t.wpe.Params()...)
 	}
 	if cfg.SP && tp != nil && tp.Size() > 1 {
 		if cfg.Seq%tp.Size() != 0 {
@@ -203,13 +203,13 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, seed uin
 			t.kv = parallel.NewDeviceGroup(kv, dev)
 		}
 	}
-	projStd := float32(parallel.DefaultStd / math.Sqrt(2*float64(cfg.Layers)))
+	projStd := spec.ProjStd(cfg.Layers)
 	for l := t.lo; l < t.hi; l++ {
 		var blk block
 		if t.llama {
 			lb, err := parallel.NewLlamaBlock(dev, tp, fmt.Sprintf("model.layers.%d", l), parallel.LlamaBlockConfig{
 				Dim: C, Heads: cfg.Heads, KVHeads: cfg.KVHeadCount(), Hidden: cfg.Hidden(), Eps: cfg.Eps(), RoPE: cfg.RoPE(),
-				Seed: seed, ProjStd: projStd, SP: t.sp, Recompute: cfg.RecomputeMode()})
+				Seed: seed, ProjStd: projStd, SP: t.sp, Recompute: cfg.RecomputeMode(), From: from})
 			if err != nil {
 				return err
 			}
@@ -219,7 +219,7 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, seed uin
 			blk = lb
 		} else {
 			gb, err := parallel.NewBlock(dev, tp, fmt.Sprintf("h.%d", l), parallel.BlockConfig{
-				Dim: C, Heads: cfg.Heads, Causal: t.gpt, Seed: seed, ProjStd: projStd, SP: t.sp, Recompute: cfg.RecomputeMode()})
+				Dim: C, Heads: cfg.Heads, Causal: t.gpt, Seed: seed, ProjStd: projStd, SP: t.sp, Recompute: cfg.RecomputeMode(), From: from})
 			if err != nil {
 				return err
 			}
@@ -229,7 +229,6 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, seed uin
 			blk = gb
 		}
 		t.blocks = append(t.blocks, blk)
-		t.params = append(t.params, blk.Params()...)
 	}
 	B := t.B
 	if !t.gpt {
@@ -239,15 +238,14 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, seed uin
 		return t.allocate(cfg, 0)
 	}
 	if t.llama {
-		t.lnf, err = parallel.NewRMSNorm(dev, "model.norm", C, cfg.Eps())
+		t.lnf, err = parallel.NewRMSNorm(dev, "model.norm", C, cfg.Eps(), from)
 	} else {
-		t.lnf, err = parallel.NewLayerNorm(dev, "ln_f", C)
+		t.lnf, err = parallel.NewLayerNorm(dev, "ln_f", C, from)
 	}
 	if err != nil {
 		return err
 	}
 	t.lnf.SetSequenceParallel(t.sp)
-	t.params = append(t.params, t.lnf.Params()...)
 	vp := 0
 	if t.gpt {
 		if vp, err = parallel.PadVocab(vocab, parallel.NewGroup(tp).Size()); err != nil {
@@ -256,7 +254,7 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, seed uin
 		if t.tied {
 			t.head, err = parallel.NewLMHead(tp, "lm_head", t.wte)
 		} else {
-			t.head, err = parallel.NewColumnParallelLinear(dev, tp, "lm_head", C, vp, parallel.LinearOptions{ValidOut: vocab, ValidRows: vocab, Seed: seed, SequenceParallel: t.sp})
+			t.head, err = parallel.NewColumnParallelLinear(dev, tp, "lm_head", C, vp, parallel.LinearOptions{ValidOut: vocab, ValidRows: vocab, Seed: seed, SequenceParallel: t.sp, From: from})
 		}
 		if err != nil {
 			return err
@@ -265,10 +263,10 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, seed uin
 			return err
 		}
 	} else {
-		if t.head, err = parallel.NewColumnParallelLinear(dev, tp, "cls.fc1", C, C, parallel.LinearOptions{Bias: true, Seed: seed}); err != nil {
+		if t.head, err = parallel.NewColumnParallelLinear(dev, tp, "cls.fc1", C, C, parallel.LinearOptions{Bias: true, Seed: seed, From: from}); err != nil {
 			return err
 		}
-		if t.fc2, err = parallel.NewRowParallelLinear(dev, tp, "cls.fc2", C, config.NumClasses, parallel.LinearOptions{Bias: true, InputIsParallel: true, Seed: seed}); err != nil {
+		if t.fc2, err = parallel.NewRowParallelLinear(dev, tp, "cls.fc2", C, config.NumClasses, parallel.LinearOptions{Bias: true, InputIsParallel: true, Seed: seed, From: from}); err != nil {
 			return err
 		}
 		// The two logits are replicated after fc2's all-reduce: an
@@ -282,10 +280,6 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, seed uin
 		t.poolHost = make([]float32, B*B*t.Tl)
 		t.logitsHost = make([]float32, B*config.NumClasses)
 		t.pred = make([]int32, B)
-	}
-	t.params = append(t.params, t.head.Params()...)
-	if t.fc2 != nil {
-		t.params = append(t.params, t.fc2.Params()...)
 	}
 	return t.allocate(cfg, vp)
 }

@@ -1,11 +1,13 @@
 // Package spec is a model's layout written once: for a config, every
 // parameter of every pipeline stage in the model's order (its name, its
 // unsharded shape, how tensor parallelism cuts it, whether AdamW decays it,
-// whether sequence parallelism sums its gradient), the model's own
-// buffers, and what follows from them: the parameter count and the FLOPs
-// a token costs. train's transformer checks what it built against Params,
-// and the plan (train/plan), the gradient buckets, the parameter count and
-// the FLOP counts read Params instead of listing the layout again.
+// whether sequence parallelism sums its gradient, how it starts), the
+// model's own buffers, and what follows from them: the parameter count and
+// the FLOPs a token costs. train's models allocate their parameters from
+// Params (parallel.NewParamSet), their layers taking each by name, and the
+// plan (train/plan), the gradient buckets, the checkpoints' names, the
+// parameter count and the FLOP counts read it instead of listing the
+// layout again.
 //
 // The models are train's transformer (gpt and bert of arch native, and
 // llama) and arch hf's BERT (train/bert.go, Hugging Face's post-LN layout,
@@ -14,6 +16,7 @@ package spec
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -21,33 +24,22 @@ import (
 	"github.com/hpcrun/hpcrun/train/config"
 )
 
-// Param is one parameter of a stage as a tensor-parallel rank holds it.
-type Param struct {
-	Name  string         // e.g. "h.0.attn.c_attn.weight": the checkpoint's and the init seed's key
-	Full  []int          // the unsharded shape (the padded vocabulary included)
-	Shard parallel.Shard // this rank's piece
-	Decay bool           // AdamW decays it (weights and embeddings, not biases or norms)
-	// SeqReduce: a replicated parameter used in a sequence-parallel
-	// region, whose gradient sequence parallelism sums over tp.
-	SeqReduce bool
-}
+// Param is one parameter of a stage as a tensor-parallel rank holds it:
+// its name, shapes, decay and initial values (parallel.ParamSpec). The
+// model allocates its parameters from these (parallel.NewParamSet) and
+// its layers take them by name.
+type Param = parallel.ParamSpec
 
-// Elems is the unsharded parameter's element count.
-func (p Param) Elems() int64 {
-	n := int64(1)
-	for _, d := range p.Full {
-		n *= int64(d)
-	}
-	return n
-}
+// PositionStd is the initial spread of the position table. As in GPT-2,
+// the other weights and embeddings start N(0, parallel.DefaultStd^2), the
+// residual projections (the attention's and the MLP's output) at ProjStd,
+// norms at 1 and biases at 0.
+const PositionStd = 0.01
 
-// LocalElems is the element count of this rank's piece.
-func (p Param) LocalElems() int64 {
-	n := int64(1)
-	for _, d := range p.Shard.LocalShape(p.Full) {
-		n *= int64(d)
-	}
-	return n
+// ProjStd is the initial spread of a residual projection of a model of
+// layers blocks.
+func ProjStd(layers int) float32 {
+	return float32(parallel.DefaultStd / math.Sqrt(2*float64(layers)))
 }
 
 // Params lists the parameters tensor-parallel rank tpRank (of cfg.TP)
@@ -86,7 +78,7 @@ func StageParams(cfg config.Config, vocab, tpRank int, first, last bool, lo, hi 
 		return nil, err
 	}
 	if cfg.Arch == "hf" {
-		return hfBERTParams(cfg, vp, tp, tpRank), nil
+		return hfBERTParams(cfg, vocab, vp, tp, tpRank), nil
 	}
 	llama, lm := cfg.Model == "llama", cfg.LM()
 	tied := lm && !(llama && cfg.UntiedHead)
@@ -97,25 +89,30 @@ func StageParams(cfg config.Config, vocab, tpRank int, first, last bool, lo, hi 
 	column := func(blocks int) parallel.Shard { return cut(parallel.Shard{Dim: 0, Blocks: blocks}) }
 	row := cut(parallel.Shard{Dim: 1})
 	var ps []Param
-	add := func(name string, full []int, sh parallel.Shard, decay, seqReduce bool) {
-		ps = append(ps, Param{Name: name, Full: full, Shard: sh, Decay: decay, SeqReduce: seqReduce})
+	// weight: N(0, std^2) over its first validRows rows (all: 0), decayed.
+	weight := func(name string, full []int, sh parallel.Shard, std float32, validRows int, seqReduce bool) {
+		ps = append(ps, Param{Name: name, Full: full, Shard: sh, Decay: true, SeqReduce: seqReduce, Std: std, ValidRows: validRows})
+	}
+	bias := func(name string, full []int, sh parallel.Shard) {
+		ps = append(ps, Param{Name: name, Full: full, Shard: sh, Init: parallel.InitZeros})
 	}
 	norm := func(name string) { // a LayerNorm's weight and bias, or an RMSNorm's weight
-		add(name+".weight", []int{C}, replicated, false, sp)
+		ps = append(ps, Param{Name: name + ".weight", Full: []int{C}, Shard: replicated, SeqReduce: sp, Init: parallel.InitOnes})
 		if !llama {
-			add(name+".bias", []int{C}, replicated, false, sp)
+			ps = append(ps, Param{Name: name + ".bias", Full: []int{C}, Shard: replicated, SeqReduce: sp, Init: parallel.InitZeros})
 		}
 	}
+	proj := ProjStd(cfg.Layers)
 
 	wte := "wte"
 	if llama {
 		wte = "model.embed_tokens"
 	}
 	if first || (last && tied) {
-		add(wte+".weight", []int{vp, C}, cut(parallel.Shard{Dim: 0}), true, false)
+		weight(wte+".weight", []int{vp, C}, cut(parallel.Shard{Dim: 0}), parallel.DefaultStd, vocab, false)
 	}
 	if first && !llama {
-		add("wpe.weight", []int{cfg.PositionRows(), C}, replicated, true, sp)
+		weight("wpe.weight", []int{cfg.PositionRows(), C}, replicated, PositionStd, 0, sp)
 	}
 	for l := lo; l < hi; l++ {
 		if llama {
@@ -131,24 +128,24 @@ func StageParams(cfg config.Config, vocab, tpRank int, first, last bool, lo, hi 
 			}
 			F := cfg.Hidden()
 			norm(p + ".input_layernorm")
-			add(p+".self_attn.qkv_proj.weight", []int{(cfg.Heads + 2*cfg.KVHeadCount()) * hd, C}, qkv, true, false)
-			add(p+".self_attn.o_proj.weight", []int{C, C}, row, true, false)
+			weight(p+".self_attn.qkv_proj.weight", []int{(cfg.Heads + 2*cfg.KVHeadCount()) * hd, C}, qkv, parallel.DefaultStd, 0, false)
+			weight(p+".self_attn.o_proj.weight", []int{C, C}, row, proj, 0, false)
 			norm(p + ".post_attention_layernorm")
-			add(p+".mlp.gate_up_proj.weight", []int{2 * F, C}, column(2), true, false)
-			add(p+".mlp.down_proj.weight", []int{C, F}, row, true, false)
+			weight(p+".mlp.gate_up_proj.weight", []int{2 * F, C}, column(2), parallel.DefaultStd, 0, false)
+			weight(p+".mlp.down_proj.weight", []int{C, F}, row, proj, 0, false)
 			continue
 		}
 		p := fmt.Sprintf("h.%d", l)
 		norm(p + ".ln_1")
-		add(p+".attn.c_attn.weight", []int{3 * C, C}, column(3), true, false)
-		add(p+".attn.c_attn.bias", []int{3 * C}, column(3), false, false)
-		add(p+".attn.c_proj.weight", []int{C, C}, row, true, false)
-		add(p+".attn.c_proj.bias", []int{C}, replicated, false, false)
+		weight(p+".attn.c_attn.weight", []int{3 * C, C}, column(3), parallel.DefaultStd, 0, false)
+		bias(p+".attn.c_attn.bias", []int{3 * C}, column(3))
+		weight(p+".attn.c_proj.weight", []int{C, C}, row, proj, 0, false)
+		bias(p+".attn.c_proj.bias", []int{C}, replicated)
 		norm(p + ".ln_2")
-		add(p+".mlp.c_fc.weight", []int{4 * C, C}, column(1), true, false)
-		add(p+".mlp.c_fc.bias", []int{4 * C}, column(1), false, false)
-		add(p+".mlp.c_proj.weight", []int{C, 4 * C}, row, true, false)
-		add(p+".mlp.c_proj.bias", []int{C}, replicated, false, false)
+		weight(p+".mlp.c_fc.weight", []int{4 * C, C}, column(1), parallel.DefaultStd, 0, false)
+		bias(p+".mlp.c_fc.bias", []int{4 * C}, column(1))
+		weight(p+".mlp.c_proj.weight", []int{C, 4 * C}, row, proj, 0, false)
+		bias(p+".mlp.c_proj.bias", []int{C}, replicated)
 	}
 	if !last {
 		return ps, nil
@@ -160,12 +157,12 @@ func StageParams(cfg config.Config, vocab, tpRank int, first, last bool, lo, hi 
 	}
 	switch {
 	case lm && !tied:
-		add("lm_head.weight", []int{vp, C}, column(1), true, false)
+		weight("lm_head.weight", []int{vp, C}, column(1), parallel.DefaultStd, vocab, false)
 	case !lm:
-		add("cls.fc1.weight", []int{C, C}, column(1), true, false)
-		add("cls.fc1.bias", []int{C}, column(1), false, false)
-		add("cls.fc2.weight", []int{config.NumClasses, C}, row, true, false)
-		add("cls.fc2.bias", []int{config.NumClasses}, replicated, false, false)
+		weight("cls.fc1.weight", []int{C, C}, column(1), parallel.DefaultStd, 0, false)
+		bias("cls.fc1.bias", []int{C}, column(1))
+		weight("cls.fc2.weight", []int{config.NumClasses, C}, row, parallel.DefaultStd, 0, false)
+		bias("cls.fc2.bias", []int{config.NumClasses}, replicated)
 	}
 	return ps, nil
 }
@@ -190,43 +187,49 @@ func cutter(tp, tpRank int) func(parallel.Shard) parallel.Shard {
 // the word, position and token-type tables and their LayerNorm; per layer
 // attention, its output LayerNorm, the MLP and the layer's output
 // LayerNorm; the pooler and the classifier.
-func hfBERTParams(cfg config.Config, vp, tp, tpRank int) []Param {
+func hfBERTParams(cfg config.Config, vocab, vp, tp, tpRank int) []Param {
 	C := cfg.Dim
 	cut := cutter(tp, tpRank)
 	var ps []Param
-	add := func(name string, full []int, sh parallel.Shard, decay bool) {
-		ps = append(ps, Param{Name: name, Full: full, Shard: sh, Decay: decay})
+	// Every weight starts N(0, 0.02^2), the word table's padding rows 0.
+	weight := func(name string, full []int, sh parallel.Shard, validRows int) {
+		ps = append(ps, Param{Name: name, Full: full, Shard: sh, Decay: true, Std: parallel.DefaultStd, ValidRows: validRows})
+	}
+	bias := func(name string, full []int, sh parallel.Shard) {
+		ps = append(ps, Param{Name: name, Full: full, Shard: sh, Init: parallel.InitZeros})
 	}
 	norm := func(name string) {
-		add(name+".weight", []int{C}, replicated, false)
-		add(name+".bias", []int{C}, replicated, false)
+		ps = append(ps, Param{Name: name + ".weight", Full: []int{C}, Shard: replicated, Init: parallel.InitOnes})
+		bias(name+".bias", []int{C}, replicated)
 	}
-	add("embeddings.word_embeddings.weight", []int{vp, C}, cut(parallel.Shard{Dim: 0}), true)
-	add("embeddings.position_embeddings.weight", []int{cfg.PositionRows(), C}, replicated, true)
-	add("embeddings.token_type_embeddings.weight", []int{config.BERTTypes, C}, replicated, true)
+	weight("embeddings.word_embeddings.weight", []int{vp, C}, cut(parallel.Shard{Dim: 0}), vocab)
+	weight("embeddings.position_embeddings.weight", []int{cfg.PositionRows(), C}, replicated, 0)
+	weight("embeddings.token_type_embeddings.weight", []int{config.BERTTypes, C}, replicated, 0)
 	norm("embeddings.LayerNorm")
 	for l := range cfg.Layers {
 		p := fmt.Sprintf("encoder.layer.%d.", l)
-		add(p+"attention.c_attn.weight", []int{3 * C, C}, cut(parallel.Shard{Dim: 0, Blocks: 3}), true)
-		add(p+"attention.c_attn.bias", []int{3 * C}, cut(parallel.Shard{Dim: 0, Blocks: 3}), false)
-		add(p+"attention.c_proj.weight", []int{C, C}, cut(parallel.Shard{Dim: 1}), true)
-		add(p+"attention.c_proj.bias", []int{C}, replicated, false)
+		weight(p+"attention.c_attn.weight", []int{3 * C, C}, cut(parallel.Shard{Dim: 0, Blocks: 3}), 0)
+		bias(p+"attention.c_attn.bias", []int{3 * C}, cut(parallel.Shard{Dim: 0, Blocks: 3}))
+		weight(p+"attention.c_proj.weight", []int{C, C}, cut(parallel.Shard{Dim: 1}), 0)
+		bias(p+"attention.c_proj.bias", []int{C}, replicated)
 		norm(p + "attention.output.LayerNorm")
-		add(p+"mlp.c_fc.weight", []int{4 * C, C}, cut(parallel.Shard{Dim: 0, Blocks: 1}), true)
-		add(p+"mlp.c_fc.bias", []int{4 * C}, cut(parallel.Shard{Dim: 0, Blocks: 1}), false)
-		add(p+"mlp.c_proj.weight", []int{C, 4 * C}, cut(parallel.Shard{Dim: 1}), true)
-		add(p+"mlp.c_proj.bias", []int{C}, replicated, false)
+		weight(p+"mlp.c_fc.weight", []int{4 * C, C}, cut(parallel.Shard{Dim: 0, Blocks: 1}), 0)
+		bias(p+"mlp.c_fc.bias", []int{4 * C}, cut(parallel.Shard{Dim: 0, Blocks: 1}))
+		weight(p+"mlp.c_proj.weight", []int{C, 4 * C}, cut(parallel.Shard{Dim: 1}), 0)
+		bias(p+"mlp.c_proj.bias", []int{C}, replicated)
 		norm(p + "output.LayerNorm")
 	}
-	add("pooler.dense.weight", []int{C, C}, cut(parallel.Shard{Dim: 0, Blocks: 1}), true)
-	add("pooler.dense.bias", []int{C}, cut(parallel.Shard{Dim: 0, Blocks: 1}), false)
-	add("classifier.weight", []int{config.NumClasses, C}, cut(parallel.Shard{Dim: 1}), true)
-	add("classifier.bias", []int{config.NumClasses}, replicated, false)
+	weight("pooler.dense.weight", []int{C, C}, cut(parallel.Shard{Dim: 0, Blocks: 1}), 0)
+	bias("pooler.dense.bias", []int{C}, cut(parallel.Shard{Dim: 0, Blocks: 1}))
+	weight("classifier.weight", []int{config.NumClasses, C}, cut(parallel.Shard{Dim: 1}), 0)
+	bias("classifier.bias", []int{config.NumClasses}, replicated)
 	return ps
 }
 
-// Check says how the parameters a model built (params, in its order)
-// differ from the spec's (want); nil when they agree in every field.
+// Check says how the parameters a model holds (params, in its order)
+// differ from the spec's (want); nil when they agree in every field. A
+// model made from want differs only where a layer marked a parameter
+// for sequence parallelism against the spec's SeqReduce.
 func Check(params []*parallel.Param, want []Param) error {
 	var diffs []string
 	for i := range max(len(params), len(want)) {
