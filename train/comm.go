@@ -114,7 +114,7 @@ func oneLine(s string) string {
 // The returned func ends the watch (the device may outlive the run: a
 // caller's own).
 func watchDeviceWaits(dev tensor.Device, world nccl.Comm) (unwatch func()) {
-	d, ok := dev.(*cuda.Device)
+	d, ok := dev.(interface{ WatchWaits(cuda.WaitWatch) })
 	w, ok2 := world.(cuda.WaitWatch)
 	if !ok || !ok2 {
 		return func() {}

@@ -6,6 +6,7 @@ import (
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/spec"
 )
 
 // GemmCount is a matrix product a step runs Count times.
@@ -16,37 +17,20 @@ type GemmCount struct {
 
 // linear is a weight product of a rank: In inputs to Out outputs per
 // token.
-type linear struct{ in, out int }
+type linear spec.Linear
 
 // products are a linear's three GEMMs over n tokens, as the engine calls
 // them: y = x W^T, dx = dy W, dW = dy^T x.
 func (l linear) products(n int) []GemmCount {
 	return []GemmCount{
-		{tensor.GemmShape{M: n, N: l.out, K: l.in, TransB: true}, 1},
-		{tensor.GemmShape{M: n, N: l.in, K: l.out}, 1},
-		{tensor.GemmShape{M: l.out, N: l.in, K: n, TransA: true}, 1},
+		{tensor.GemmShape{M: n, N: l.Out, K: l.In, TransB: true}, 1},
+		{tensor.GemmShape{M: n, N: l.In, K: l.Out}, 1},
+		{tensor.GemmShape{M: l.Out, N: l.In, K: n, TransA: true}, 1},
 	}
 }
 
 // forward is the first of a linear's products: y = x W^T.
 func (l linear) forward(n int) GemmCount { return l.products(n)[0] }
-
-// blockLinears are one block's weight products on a rank: GPT-2's c_attn
-// (C to 3C/tp), attn.c_proj (C/tp to C), mlp.c_fc (C to 4C/tp) and
-// mlp.c_proj (4C/tp to C); a Llama's qkv_proj, o_proj, gate_up_proj (C to
-// 2 ffn/tp) and down_proj.
-func (s shapes) blockLinears() []linear {
-	C, tp := int(s.C), int(s.tp)
-	qkv := 3 * C / tp
-	if s.llama {
-		qkv = s.cfg.QKVRows(tp) // replicated key/value heads stay whole
-	}
-	up := s.cfg.Hidden()
-	if s.llama {
-		up *= 2
-	}
-	return []linear{{C, qkv}, {C / tp, C}, {C, up / tp}, {s.cfg.Hidden() / tp, C}}
-}
 
 // attention are one block's attention products for one micro-batch, per
 // sequence of it, batched over this rank's heads (the engine batches over
@@ -76,16 +60,16 @@ func (s shapes) attention(fwdOnly bool) []GemmCount {
 func (s shapes) gemms() []GemmCount {
 	n := int(s.N)
 	var block []GemmCount
-	for _, l := range s.blockLinears() {
-		block = append(block, l.products(n)...)
+	for _, l := range s.linears {
+		block = append(block, linear(l).products(n)...)
 	}
 	block = append(block, s.attention(false)...)
 	switch s.recompute {
 	case parallel.RecomputeSelective:
 		block = append(block, s.attention(true)...)
 	case parallel.RecomputeFull:
-		for _, l := range s.blockLinears() {
-			block = append(block, l.forward(n))
+		for _, l := range s.linears {
+			block = append(block, linear(l).forward(n))
 		}
 		block = append(block, s.attention(true)...)
 	}
@@ -97,13 +81,13 @@ func (s shapes) gemms() []GemmCount {
 	switch {
 	case !s.last:
 	case s.gpt:
-		out = append(out, linear{int(s.C), int(s.vl)}.products(n)...)
+		out = append(out, linear{In: int(s.C), Out: int(s.vl)}.products(n)...)
 	default:
 		// BERT's head: the pooled mean over the sequence (forward and
 		// backward, as products of B x C by the tokens) and cls.fc1's.
 		B, C := int(s.B), int(s.C)
 		out = append(out, GemmCount{tensor.GemmShape{M: B, N: C, K: n}, 2})
-		out = append(out, linear{C, int(s.cl)}.products(B)...)
+		out = append(out, linear{In: C, Out: int(s.cl)}.products(B)...)
 	}
 	return out
 }

@@ -381,6 +381,8 @@ type shapes struct {
 	params     []int64
 	buckets    []parallel.Bucket
 	paramElems int64
+	// linears are one block's weight products (spec.BlockLinears).
+	linears []spec.Linear
 	// normEntries is the length of the gradient norm's list of squares:
 	// the longest stage's normTensors.
 	normEntries int64
@@ -421,6 +423,9 @@ func newShapes(cfg config.Config, paddedVocab, stage, blocks int) (shapes, error
 		s.paramElems += n
 	}
 	s.buckets = parallel.GradBuckets(s.params, 0)
+	if s.linears, err = spec.BlockLinears(cfg, paddedVocab); err != nil {
+		return shapes{}, err
+	}
 	return s, nil
 }
 

@@ -26,8 +26,8 @@ import (
 // (parallel.Allocate refuses a buffer no code uses: the drift of a size
 // table that lists a buffer the model dropped).
 const (
-	specEditAnchor  = `		bias(p+".mlp.c_proj.bias", []int{C}, replicated)` + "\n"
-	specEditParam   = `		weight(p+".attn.gate.weight", []int{C, C}, row, proj, 0, false)` + "\n"
+	specEditAnchor  = `	b.bias(p+".mlp.c_proj.bias", []int{C}, replicated)` + "\n"
+	specEditParam   = `	b.weight(p+".attn.gate.weight", []int{C, C}, row, proj, 0, false)` + "\n"
 	specAddedParam  = ".attn.gate.weight"
 	bufferAnchor    = `	stream = parallel.Buffers{{Name: "dx", Shape: []int{B, Tl, C}}, {Name: "dy", Shape: []int{B, Tl, C}}}` + "\n"
 	bufferEdit      = `	stream = append(stream, parallel.Buffer{Name: "spec_edit", Shape: []int{B, Tl, 3}})` + "\n"

@@ -69,6 +69,65 @@ func Params(cfg config.Config, vocab, tpRank, stage int) ([]Param, error) {
 // StageParams is Params of a stage that holds blocks [lo, hi), and the
 // embeddings when first, the final norm and the head when last.
 func StageParams(cfg config.Config, vocab, tpRank int, first, last bool, lo, hi int) ([]Param, error) {
+	b, err := newLayout(cfg, vocab, tpRank)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Arch == "hf" {
+		b.hfBERT()
+		return b.ps, nil
+	}
+	lm := cfg.LM()
+	tied := lm && !(b.llama && cfg.UntiedHead)
+	wte := "wte"
+	if b.llama {
+		wte = "model.embed_tokens"
+	}
+	if first || (last && tied) {
+		b.weight(wte+".weight", []int{b.vp, b.C}, b.cut(parallel.Shard{Dim: 0}), parallel.DefaultStd, vocab, false)
+	}
+	if first && !b.llama {
+		b.weight("wpe.weight", []int{cfg.PositionRows(), b.C}, replicated, PositionStd, 0, b.sp)
+	}
+	for l := lo; l < hi; l++ {
+		if err := b.block(l); err != nil {
+			return nil, err
+		}
+	}
+	if !last {
+		return b.ps, nil
+	}
+	if b.llama {
+		b.norm("model.norm")
+	} else {
+		b.norm("ln_f")
+	}
+	C := b.C
+	switch {
+	case lm && !tied:
+		b.weight("lm_head.weight", []int{b.vp, C}, b.column(1), parallel.DefaultStd, vocab, false)
+	case !lm:
+		b.weight("cls.fc1.weight", []int{C, C}, b.column(1), parallel.DefaultStd, 0, false)
+		b.bias("cls.fc1.bias", []int{C}, b.column(1))
+		b.weight("cls.fc2.weight", []int{config.NumClasses, C}, b.row(), parallel.DefaultStd, 0, false)
+		b.bias("cls.fc2.bias", []int{config.NumClasses}, replicated)
+	}
+	return b.ps, nil
+}
+
+// layout writes the parameters of a model of cfg for one tensor-parallel
+// rank, in order, into ps.
+type layout struct {
+	cfg        config.Config
+	tp, tpRank int
+	vocab, vp  int  // the vocabulary, padded
+	C          int  // the width
+	llama      bool // RMSNorms (a weight, no bias)
+	sp         bool // sequence parallelism sums the norms' and positions' gradients
+	ps         []Param
+}
+
+func newLayout(cfg config.Config, vocab, tpRank int) (*layout, error) {
 	tp := max(cfg.TP, 1)
 	if tpRank < 0 || tpRank >= tp {
 		return nil, fmt.Errorf("spec: tp rank %d of %d", tpRank, tp)
@@ -77,153 +136,124 @@ func StageParams(cfg config.Config, vocab, tpRank int, first, last bool, lo, hi 
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Arch == "hf" {
-		return hfBERTParams(cfg, vocab, vp, tp, tpRank), nil
-	}
-	llama, lm := cfg.Model == "llama", cfg.LM()
-	tied := lm && !(llama && cfg.UntiedHead)
-	sp := cfg.SP && tp > 1
-	C := cfg.Dim
+	hf := cfg.Arch == "hf" // one stage, no sequence parallelism
+	return &layout{cfg: cfg, tp: tp, tpRank: tpRank, vocab: vocab, vp: vp, C: cfg.Dim, llama: cfg.Model == "llama", sp: cfg.SP && tp > 1 && !hf}, nil
+}
 
-	cut := cutter(tp, tpRank)
-	column := func(blocks int) parallel.Shard { return cut(parallel.Shard{Dim: 0, Blocks: blocks}) }
-	row := cut(parallel.Shard{Dim: 1})
-	var ps []Param
-	// weight: N(0, std^2) over its first validRows rows (all: 0), decayed.
-	weight := func(name string, full []int, sh parallel.Shard, std float32, validRows int, seqReduce bool) {
-		ps = append(ps, Param{Name: name, Full: full, Shard: sh, Decay: true, SeqReduce: seqReduce, Std: std, ValidRows: validRows})
+// cut is the shard rule of this rank for a split (Dim, Blocks, Replicas,
+// Shared given): replicated when tp is 1, as the layers make it.
+func (b *layout) cut(s parallel.Shard) parallel.Shard {
+	if b.tp == 1 {
+		return replicated
 	}
-	bias := func(name string, full []int, sh parallel.Shard) {
-		ps = append(ps, Param{Name: name, Full: full, Shard: sh, Init: parallel.InitZeros})
-	}
-	norm := func(name string) { // a LayerNorm's weight and bias, or an RMSNorm's weight
-		ps = append(ps, Param{Name: name + ".weight", Full: []int{C}, Shard: replicated, SeqReduce: sp, Init: parallel.InitOnes})
-		if !llama {
-			ps = append(ps, Param{Name: name + ".bias", Full: []int{C}, Shard: replicated, SeqReduce: sp, Init: parallel.InitZeros})
-		}
-	}
-	proj := ProjStd(cfg.Layers)
+	s.Parts, s.Index = b.tp, b.tpRank
+	return s
+}
 
-	wte := "wte"
-	if llama {
-		wte = "model.embed_tokens"
+// column is a column-parallel weight's rule, its output of blocks fused
+// blocks each split over tp.
+func (b *layout) column(blocks int) parallel.Shard {
+	return b.cut(parallel.Shard{Dim: 0, Blocks: blocks})
+}
+
+// row is a row-parallel weight's rule.
+func (b *layout) row() parallel.Shard { return b.cut(parallel.Shard{Dim: 1}) }
+
+// weight adds a decayed weight drawn from N(0, std^2) over its first
+// validRows rows (0: all).
+func (b *layout) weight(name string, full []int, sh parallel.Shard, std float32, validRows int, seqReduce bool) {
+	b.ps = append(b.ps, Param{Name: name, Full: full, Shard: sh, Decay: true, SeqReduce: seqReduce, Std: std, ValidRows: validRows})
+}
+
+// bias adds a bias, 0 at the start.
+func (b *layout) bias(name string, full []int, sh parallel.Shard) {
+	b.ps = append(b.ps, Param{Name: name, Full: full, Shard: sh, Init: parallel.InitZeros})
+}
+
+// norm adds a LayerNorm's weight and bias, or an RMSNorm's weight.
+func (b *layout) norm(name string) {
+	b.ps = append(b.ps, Param{Name: name + ".weight", Full: []int{b.C}, Shard: replicated, SeqReduce: b.sp, Init: parallel.InitOnes})
+	if !b.llama {
+		b.ps = append(b.ps, Param{Name: name + ".bias", Full: []int{b.C}, Shard: replicated, SeqReduce: b.sp, Init: parallel.InitZeros})
 	}
-	if first || (last && tied) {
-		weight(wte+".weight", []int{vp, C}, cut(parallel.Shard{Dim: 0}), parallel.DefaultStd, vocab, false)
-	}
-	if first && !llama {
-		weight("wpe.weight", []int{cfg.PositionRows(), C}, replicated, PositionStd, 0, sp)
-	}
-	for l := lo; l < hi; l++ {
-		if llama {
-			p := fmt.Sprintf("model.layers.%d", l)
-			hd := C / cfg.Heads
-			_, replicas, err := parallel.KVSplit(cfg.Heads, cfg.KVHeadCount(), tp)
-			if err != nil {
-				return nil, err
-			}
-			qkv := column(1)
-			if replicas > 1 && tp > 1 {
-				qkv = cut(parallel.Shard{Dim: 0, Replicas: replicas, Shared: 2 * hd})
-			}
-			F := cfg.Hidden()
-			norm(p + ".input_layernorm")
-			weight(p+".self_attn.qkv_proj.weight", []int{(cfg.Heads + 2*cfg.KVHeadCount()) * hd, C}, qkv, parallel.DefaultStd, 0, false)
-			weight(p+".self_attn.o_proj.weight", []int{C, C}, row, proj, 0, false)
-			norm(p + ".post_attention_layernorm")
-			weight(p+".mlp.gate_up_proj.weight", []int{2 * F, C}, column(2), parallel.DefaultStd, 0, false)
-			weight(p+".mlp.down_proj.weight", []int{C, F}, row, proj, 0, false)
-			continue
+}
+
+// block adds the transformer's block l: GPT-2's (gpt and bert of arch
+// native) or a Llama's.
+func (b *layout) block(l int) error {
+	cfg, C, proj := b.cfg, b.C, ProjStd(b.cfg.Layers)
+	if b.llama {
+		p := fmt.Sprintf("model.layers.%d", l)
+		hd := C / cfg.Heads
+		_, replicas, err := parallel.KVSplit(cfg.Heads, cfg.KVHeadCount(), b.tp)
+		if err != nil {
+			return err
 		}
-		p := fmt.Sprintf("h.%d", l)
-		norm(p + ".ln_1")
-		weight(p+".attn.c_attn.weight", []int{3 * C, C}, column(3), parallel.DefaultStd, 0, false)
-		bias(p+".attn.c_attn.bias", []int{3 * C}, column(3))
-		weight(p+".attn.c_proj.weight", []int{C, C}, row, proj, 0, false)
-		bias(p+".attn.c_proj.bias", []int{C}, replicated)
-		norm(p + ".ln_2")
-		weight(p+".mlp.c_fc.weight", []int{4 * C, C}, column(1), parallel.DefaultStd, 0, false)
-		bias(p+".mlp.c_fc.bias", []int{4 * C}, column(1))
-		weight(p+".mlp.c_proj.weight", []int{C, 4 * C}, row, proj, 0, false)
-		bias(p+".mlp.c_proj.bias", []int{C}, replicated)
+		qkv := b.column(1)
+		if replicas > 1 && b.tp > 1 {
+			qkv = b.cut(parallel.Shard{Dim: 0, Replicas: replicas, Shared: 2 * hd})
+		}
+		F := cfg.Hidden()
+		b.norm(p + ".input_layernorm")
+		b.weight(p+".self_attn.qkv_proj.weight", []int{(cfg.Heads + 2*cfg.KVHeadCount()) * hd, C}, qkv, parallel.DefaultStd, 0, false)
+		b.weight(p+".self_attn.o_proj.weight", []int{C, C}, b.row(), proj, 0, false)
+		b.norm(p + ".post_attention_layernorm")
+		b.weight(p+".mlp.gate_up_proj.weight", []int{2 * F, C}, b.column(2), parallel.DefaultStd, 0, false)
+		b.weight(p+".mlp.down_proj.weight", []int{C, F}, b.row(), proj, 0, false)
+		return nil
 	}
-	if !last {
-		return ps, nil
-	}
-	if llama {
-		norm("model.norm")
-	} else {
-		norm("ln_f")
-	}
-	switch {
-	case lm && !tied:
-		weight("lm_head.weight", []int{vp, C}, column(1), parallel.DefaultStd, vocab, false)
-	case !lm:
-		weight("cls.fc1.weight", []int{C, C}, column(1), parallel.DefaultStd, 0, false)
-		bias("cls.fc1.bias", []int{C}, column(1))
-		weight("cls.fc2.weight", []int{config.NumClasses, C}, row, parallel.DefaultStd, 0, false)
-		bias("cls.fc2.bias", []int{config.NumClasses}, replicated)
-	}
-	return ps, nil
+	p := fmt.Sprintf("h.%d", l)
+	row := b.row()
+	b.norm(p + ".ln_1")
+	b.weight(p+".attn.c_attn.weight", []int{3 * C, C}, b.column(3), parallel.DefaultStd, 0, false)
+	b.bias(p+".attn.c_attn.bias", []int{3 * C}, b.column(3))
+	b.weight(p+".attn.c_proj.weight", []int{C, C}, row, proj, 0, false)
+	b.bias(p+".attn.c_proj.bias", []int{C}, replicated)
+	b.norm(p + ".ln_2")
+	b.weight(p+".mlp.c_fc.weight", []int{4 * C, C}, b.column(1), parallel.DefaultStd, 0, false)
+	b.bias(p+".mlp.c_fc.bias", []int{4 * C}, b.column(1))
+	b.weight(p+".mlp.c_proj.weight", []int{C, 4 * C}, row, proj, 0, false)
+	b.bias(p+".mlp.c_proj.bias", []int{C}, replicated)
+	return nil
 }
 
 // replicated is the shard rule of a parameter every tp rank holds whole.
 var replicated = parallel.Shard{Parts: 1}
 
-// cutter returns the shard rule of tp rank tpRank of tp for a split (Dim,
-// Blocks, Replicas, Shared given): replicated when tp is 1, as the layers
-// make it.
-func cutter(tp, tpRank int) func(parallel.Shard) parallel.Shard {
-	return func(s parallel.Shard) parallel.Shard {
-		if tp == 1 {
-			return replicated
-		}
-		s.Parts, s.Index = tp, tpRank
-		return s
+// hfBERT adds arch hf's BERT's parameters (one stage, no sequence
+// parallelism), every weight drawn from N(0, 0.02^2) (the word table's
+// padding rows 0): the word, position and token-type tables and their
+// LayerNorm; its layers; the pooler and the classifier.
+func (b *layout) hfBERT() {
+	C := b.C
+	b.weight("embeddings.word_embeddings.weight", []int{b.vp, C}, b.cut(parallel.Shard{Dim: 0}), parallel.DefaultStd, b.vocab, false)
+	b.weight("embeddings.position_embeddings.weight", []int{b.cfg.PositionRows(), C}, replicated, parallel.DefaultStd, 0, false)
+	b.weight("embeddings.token_type_embeddings.weight", []int{config.BERTTypes, C}, replicated, parallel.DefaultStd, 0, false)
+	b.norm("embeddings.LayerNorm")
+	for l := range b.cfg.Layers {
+		b.hfLayer(l)
 	}
+	b.weight("pooler.dense.weight", []int{C, C}, b.column(1), parallel.DefaultStd, 0, false)
+	b.bias("pooler.dense.bias", []int{C}, b.column(1))
+	b.weight("classifier.weight", []int{config.NumClasses, C}, b.row(), parallel.DefaultStd, 0, false)
+	b.bias("classifier.bias", []int{config.NumClasses}, replicated)
 }
 
-// hfBERTParams are arch hf's BERT's (one stage, no sequence parallelism):
-// the word, position and token-type tables and their LayerNorm; per layer
-// attention, its output LayerNorm, the MLP and the layer's output
-// LayerNorm; the pooler and the classifier.
-func hfBERTParams(cfg config.Config, vocab, vp, tp, tpRank int) []Param {
-	C := cfg.Dim
-	cut := cutter(tp, tpRank)
-	var ps []Param
-	// Every weight starts N(0, 0.02^2), the word table's padding rows 0.
-	weight := func(name string, full []int, sh parallel.Shard, validRows int) {
-		ps = append(ps, Param{Name: name, Full: full, Shard: sh, Decay: true, Std: parallel.DefaultStd, ValidRows: validRows})
-	}
-	bias := func(name string, full []int, sh parallel.Shard) {
-		ps = append(ps, Param{Name: name, Full: full, Shard: sh, Init: parallel.InitZeros})
-	}
-	norm := func(name string) {
-		ps = append(ps, Param{Name: name + ".weight", Full: []int{C}, Shard: replicated, Init: parallel.InitOnes})
-		bias(name+".bias", []int{C}, replicated)
-	}
-	weight("embeddings.word_embeddings.weight", []int{vp, C}, cut(parallel.Shard{Dim: 0}), vocab)
-	weight("embeddings.position_embeddings.weight", []int{cfg.PositionRows(), C}, replicated, 0)
-	weight("embeddings.token_type_embeddings.weight", []int{config.BERTTypes, C}, replicated, 0)
-	norm("embeddings.LayerNorm")
-	for l := range cfg.Layers {
-		p := fmt.Sprintf("encoder.layer.%d.", l)
-		weight(p+"attention.c_attn.weight", []int{3 * C, C}, cut(parallel.Shard{Dim: 0, Blocks: 3}), 0)
-		bias(p+"attention.c_attn.bias", []int{3 * C}, cut(parallel.Shard{Dim: 0, Blocks: 3}))
-		weight(p+"attention.c_proj.weight", []int{C, C}, cut(parallel.Shard{Dim: 1}), 0)
-		bias(p+"attention.c_proj.bias", []int{C}, replicated)
-		norm(p + "attention.output.LayerNorm")
-		weight(p+"mlp.c_fc.weight", []int{4 * C, C}, cut(parallel.Shard{Dim: 0, Blocks: 1}), 0)
-		bias(p+"mlp.c_fc.bias", []int{4 * C}, cut(parallel.Shard{Dim: 0, Blocks: 1}))
-		weight(p+"mlp.c_proj.weight", []int{C, 4 * C}, cut(parallel.Shard{Dim: 1}), 0)
-		bias(p+"mlp.c_proj.bias", []int{C}, replicated)
-		norm(p + "output.LayerNorm")
-	}
-	weight("pooler.dense.weight", []int{C, C}, cut(parallel.Shard{Dim: 0, Blocks: 1}), 0)
-	bias("pooler.dense.bias", []int{C}, cut(parallel.Shard{Dim: 0, Blocks: 1}))
-	weight("classifier.weight", []int{config.NumClasses, C}, cut(parallel.Shard{Dim: 1}), 0)
-	bias("classifier.bias", []int{config.NumClasses}, replicated)
-	return ps
+// hfLayer adds the hf BERT's layer l: attention, its output LayerNorm,
+// the MLP and the layer's output LayerNorm.
+func (b *layout) hfLayer(l int) {
+	C := b.C
+	p := fmt.Sprintf("encoder.layer.%d.", l)
+	b.weight(p+"attention.c_attn.weight", []int{3 * C, C}, b.column(3), parallel.DefaultStd, 0, false)
+	b.bias(p+"attention.c_attn.bias", []int{3 * C}, b.column(3))
+	b.weight(p+"attention.c_proj.weight", []int{C, C}, b.row(), parallel.DefaultStd, 0, false)
+	b.bias(p+"attention.c_proj.bias", []int{C}, replicated)
+	b.norm(p + "attention.output.LayerNorm")
+	b.weight(p+"mlp.c_fc.weight", []int{4 * C, C}, b.column(1), parallel.DefaultStd, 0, false)
+	b.bias(p+"mlp.c_fc.bias", []int{4 * C}, b.column(1))
+	b.weight(p+"mlp.c_proj.weight", []int{C, 4 * C}, b.row(), parallel.DefaultStd, 0, false)
+	b.bias(p+"mlp.c_proj.bias", []int{C}, replicated)
+	b.norm(p + "output.LayerNorm")
 }
 
 // Check says how the parameters a model holds (params, in its order)
@@ -264,4 +294,33 @@ func LocalElems(ps []Param) []int64 {
 		out[i] = p.LocalElems()
 	}
 	return out
+}
+
+// Linear is a weight product of a tensor-parallel rank: In inputs to Out
+// outputs a token, with the weight (Out, In) as the rank holds it.
+type Linear struct{ In, Out int }
+
+// BlockLinears are one block's weight products on tensor-parallel rank 0
+// of cfg.TP, in the spec's order: the block's matrices (its parameters of
+// two dimensions). GPT-2's are c_attn (C to 3C/tp), attn.c_proj (C/tp to
+// C), mlp.c_fc (C to 4C/tp) and mlp.c_proj; a Llama's qkv_proj (its
+// replicated key/value heads whole), o_proj, gate_up_proj and down_proj.
+func BlockLinears(cfg config.Config, vocab int) ([]Linear, error) {
+	b, err := newLayout(cfg, vocab, 0)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Arch == "hf" {
+		b.hfLayer(0)
+	} else if err := b.block(0); err != nil {
+		return nil, err
+	}
+	var out []Linear
+	for _, p := range b.ps {
+		if len(p.Full) == 2 {
+			local := p.Shard.LocalShape(p.Full)
+			out = append(out, Linear{In: local[1], Out: local[0]})
+		}
+	}
+	return out, nil
 }
