@@ -289,7 +289,7 @@ func newTrainer(cfg config.Config, world nccl.Comm, opt Options, w *metrics.Writ
 		if !ok {
 			return nil, fmt.Errorf("pp %d: this model has no pipeline split: use pp 1", cfg.Stages())
 		}
-		if t.pipe, err = newPipeline(tm, mesh, cfg.Micro()); err != nil {
+		if t.pipe, err = newPipeline(tm, mesh); err != nil {
 			return nil, err
 		}
 		t.stage = t.pipe

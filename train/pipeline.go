@@ -34,7 +34,6 @@ import (
 type pipeline struct {
 	t             *transformer
 	stage, stages int
-	micro         int
 	pp            nccl.Comm // the stages of this rank's pipeline
 	embed         nccl.Comm // first and last stage (mesh.Embed)
 
@@ -53,8 +52,8 @@ type pipeline struct {
 	busy time.Duration // in transfers since the pipeline was made
 }
 
-func newPipeline(t *transformer, mesh *parallel.Mesh, micro int) (*pipeline, error) {
-	p := &pipeline{t: t, stage: mesh.PPRank(), stages: mesh.PPSize(), micro: micro, pp: mesh.PP, embed: mesh.Embed}
+func newPipeline(t *transformer, mesh *parallel.Mesh) (*pipeline, error) {
+	p := &pipeline{t: t, stage: mesh.PPRank(), stages: mesh.PPSize(), pp: mesh.PP, embed: mesh.Embed}
 	link := func(peer int) (*parallel.Group, error) {
 		lo := min(p.stage, peer)
 		c, err := mesh.PP.Group([]int{lo, lo + 1})

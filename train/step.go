@@ -102,7 +102,7 @@ func (t *trainer) trainStep(step int) (metrics.Step, error) {
 	}
 	if t.pipe != nil {
 		s.Bubble = t.pipe.wait.Seconds() / span.Seconds()
-		s.BubbleTheory = parallel.BubbleFraction(t.pipe.stages, t.pipe.micro)
+		s.BubbleTheory = parallel.BubbleFraction(t.pipe.stages, len(t.batches))
 	}
 	return s, nil
 }
