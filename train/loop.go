@@ -154,6 +154,7 @@ type trainer struct {
 	lm      deviceLM        // the model, when the step keeps its loss on the device (step.go)
 	dpGroup *parallel.Group // the data-parallel group, for the device-kept loss
 	pipe    *pipeline       // pp > 1: this rank's pipeline stage
+	stage   stage           // what runs on this rank: pipe, or the model whole (step.go)
 	sampler *Sampler
 	w       *metrics.Writer
 	log     io.Writer
@@ -161,9 +162,9 @@ type trainer struct {
 	perEp   int // optimizer steps per epoch
 
 	epoch   int
-	order   []int // this rank's sample order in the current epoch
-	pos     int   // next micro-batch in order
-	batch   Batch
+	order   []int   // this rank's sample order in the current epoch
+	pos     int     // next micro-batch in order
+	batches []Batch // the step's micro-batches
 	commNow func() time.Duration
 
 	runDir   string
@@ -278,14 +279,20 @@ func newTrainer(cfg config.Config, world nccl.Comm, opt Options, w *metrics.Writ
 	if t.model, err = newModel(cfg, data, mesh, t.dev); err != nil {
 		return nil, err
 	}
+	var why string
+	if t.lm, why = lossOnDevice(t.dev, t.model, cfg.Stages() > 1); why != "" {
+		t.logf("%s", why)
+	}
+	t.stage, t.batches = wholeModel{t.model, t.lm}, make([]Batch, cfg.Micro())
 	if cfg.Stages() > 1 {
 		tm, ok := t.model.(*transformer)
 		if !ok {
 			return nil, fmt.Errorf("pp %d: this model has no pipeline split: use pp 1", cfg.Stages())
 		}
-		if t.pipe, err = newPipeline(tm, mesh, cfg.Micro()); err != nil {
+		if t.pipe, err = newPipeline(tm, mesh); err != nil {
 			return nil, err
 		}
+		t.stage = t.pipe
 	}
 	params := t.model.Params()
 	var pp nccl.Comm
@@ -313,11 +320,7 @@ func newTrainer(cfg config.Config, world nccl.Comm, opt Options, w *metrics.Writ
 		}
 	}
 	t.opt.SetBetas(cfg.Adam())
-	var why string
 	t.dpGroup = parallel.NewDeviceGroup(t.mesh.DP, t.dev)
-	if t.lm, why = lossOnDevice(t.dev, t.model, t.pipe != nil); why != "" {
-		t.logf("%s", why)
-	}
 	if w != nil {
 		if err := t.writeRunLine(); err != nil {
 			return nil, err
@@ -381,17 +384,11 @@ func (t *trainer) writeRunLine() error {
 	})
 }
 
-// nextBatch gathers this rank's next micro-batch, starting a new epoch (and
-// a new shuffle) when the current one has no whole step left: the samples of
-// an epoch that fill no step of micro-batches are left out, so that an epoch
-// is perEp steps and a step never mixes two epochs.
-func (t *trainer) nextBatch() *Batch {
-	t.nextBatchInto(&t.batch)
-	return &t.batch
-}
-
-// nextBatchInto is nextBatch into b.
-func (t *trainer) nextBatchInto(b *Batch) {
+// nextBatch gathers this rank's next micro-batch into b, starting a new
+// epoch (and a new shuffle) when the current one has no whole step left:
+// the samples of an epoch that fill no step of micro-batches are left out,
+// so that an epoch is perEp steps and a step never mixes two epochs.
+func (t *trainer) nextBatch(b *Batch) {
 	bsz := t.cfg.BatchSize
 	if t.order == nil || t.pos+bsz > t.perEp*t.cfg.Micro()*bsz {
 		if t.order != nil {
@@ -530,13 +527,7 @@ func (t *trainer) evaluate(step int) (EvalResult, error) {
 			return EvalResult{}, err
 		}
 		maskPadding(&b, real)
-		var l float64
-		var err error
-		if t.pipe != nil {
-			l, err = t.pipe.evalForward(&b)
-		} else {
-			l, err = t.model.Forward(&b, false)
-		}
+		l, err := t.stage.evalForward(&b)
 		if err != nil {
 			return EvalResult{}, err
 		}

@@ -90,8 +90,9 @@ func stepsSeen(t *testing.T, cfg config.Config, data *Data, steps int, id func(*
 		defer tr.close()
 		for range steps {
 			var ids []int
+			b := new(Batch)
 			for range cfg.Micro() {
-				b := tr.nextBatch()
+				tr.nextBatch(b)
 				for i := range b.B {
 					ids = append(ids, id(data, b, i))
 				}

@@ -10,10 +10,11 @@ import (
 	"github.com/hpcrun/hpcrun/train/config"
 )
 
-// pipeline runs one stage of a pipeline-parallel model (pp > 1) through
-// the 1F1B schedule (parallel.OneFOneB): activations go to the next stage
-// and gradients to the previous one point-to-point, over one 2-rank group
-// per neighbour for both directions (parallel.Group: NCCL on the device's
+// pipeline is this rank's stage of a pipeline-parallel model (pp > 1): the
+// step's loop (forwardBackward) walks its 1F1B schedule (parallel.OneFOneB)
+// and the stage runs each op, activations going to the next stage and
+// gradients to the previous one point-to-point, over one 2-rank group per
+// neighbour for both directions (parallel.Group: NCCL on the device's
 // stream, or host memory).
 //
 // A send may wait until the peer receives (NCCL's rule), so the order of
@@ -33,15 +34,16 @@ import (
 type pipeline struct {
 	t             *transformer
 	stage, stages int
-	micro         int
 	pp            nccl.Comm // the stages of this rank's pipeline
 	embed         nccl.Comm // first and last stage (mesh.Embed)
 
 	prev, next *parallel.Group // the links to stage-1 and stage+1 (nil at the ends)
 	links      []nccl.Comm
 
-	slots   []slot  // the micro-batches in flight, micro-batch i in slot i % len
-	batches []Batch // the step's micro-batches
+	slots []slot // the micro-batches in flight, micro-batch i in slot i % len
+	// brought says that the last send was an exchange that received the
+	// next op's input.
+	brought bool
 	// act is the activation being sent, copied out of the layers' memory
 	// into the pipeline's own: one is enough, a send holding the stream.
 	act *tensor.Tensor
@@ -50,9 +52,8 @@ type pipeline struct {
 	busy time.Duration // in transfers since the pipeline was made
 }
 
-func newPipeline(t *transformer, mesh *parallel.Mesh, micro int) (*pipeline, error) {
-	p := &pipeline{t: t, stage: mesh.PPRank(), stages: mesh.PPSize(), micro: micro, pp: mesh.PP, embed: mesh.Embed,
-		batches: make([]Batch, micro)}
+func newPipeline(t *transformer, mesh *parallel.Mesh) (*pipeline, error) {
+	p := &pipeline{t: t, stage: mesh.PPRank(), stages: mesh.PPSize(), pp: mesh.PP, embed: mesh.Embed}
 	link := func(peer int) (*parallel.Group, error) {
 		lo := min(p.stage, peer)
 		c, err := mesh.PP.Group([]int{lo, lo + 1})
@@ -152,95 +153,91 @@ func (p *pipeline) send(link *parallel.Group, x *tensor.Tensor, what string, in 
 	return nil
 }
 
-// step runs the step's micro-batches (drawn by next) through the stage in
-// the 1F1B order, each backward scaled by scale, its transfers in the
-// order pipeline describes. It returns the mean loss over the
-// micro-batches on the last stage, 0 on the others.
-func (p *pipeline) step(next func(*Batch), scale float32) (float64, error) {
-	for i := range p.batches {
-		next(&p.batches[i])
-	}
-	p.wait = 0
-	ops := parallel.OneFOneB(p.stages, p.stage, p.micro)
-	received := -1 // the op whose input an exchange brought
-	loss := 0.0
-	for k, op := range ops {
-		if in, ok := p.incoming(op); ok && k != received {
-			if err := p.receive(in); err != nil {
-				return 0, err
-			}
-		}
-		s := p.slots[op.Micro%len(p.slots)]
-		var out *tensor.Tensor
-		var link *parallel.Group
-		var what string
-		if op.Backward {
-			var dout *tensor.Tensor
-			if p.next != nil {
-				dout = p.t.stageGradient()
-			}
-			dx, err := s.t.backwardStage(scale, dout)
-			if err != nil {
-				return 0, err
-			}
-			out, link, what = dx, p.prev, fmt.Sprintf("the gradient of micro-batch %d", op.Micro)
-		} else {
-			x, l, err := s.t.forwardStage(&p.batches[op.Micro], s.in, true)
-			if err != nil {
-				return 0, err
-			}
-			if err := checkLoss(l); err != nil {
-				return 0, err
-			}
-			loss += l / float64(p.micro)
-			if p.next != nil {
-				p.t.dev.Copy(p.act, x)
-			}
-			out, link, what = p.act, p.next, fmt.Sprintf("the activations of micro-batch %d", op.Micro)
-		}
-		if link == nil {
-			continue
-		}
-		var with *transfer
-		if k+1 < len(ops) {
-			if in, ok := p.incoming(ops[k+1]); ok && in.link == link {
-				with, received = &in, k+1
-			}
-		}
-		if err := p.send(link, out, what, with); err != nil {
-			return 0, err
-		}
-	}
-	return loss, nil
+// schedule starts a step of n micro-batches on the stage: its 1F1B ops.
+func (p *pipeline) schedule(n int) []parallel.PipeOp {
+	p.wait, p.brought = 0, false
+	return parallel.OneFOneB(p.stages, p.stage, n)
 }
 
-// forward receives micro-batch i's input from the previous stage (unless
-// first), runs the stage in the micro-batch's slot and sends its output on
-// (unless last), each transfer alone.
-func (p *pipeline) forward(b *Batch, i int, train bool) (float64, error) {
-	s := p.slots[i%len(p.slots)]
-	if in, ok := p.incoming(parallel.PipeOp{Micro: i}); ok {
-		if err := p.receive(in); err != nil {
-			return 0, err
-		}
+// forward implements stage: ops[k] in its micro-batch's slot, a training
+// forward.
+func (p *pipeline) forward(ops []parallel.PipeOp, k int, b *Batch) (microLoss, error) {
+	l, err := p.runForward(ops, k, b, true)
+	return microLoss{l: l}, err
+}
+
+// evalForward implements stage: b in the first slot, alone.
+func (p *pipeline) evalForward(b *Batch) (float64, error) {
+	return p.runForward([]parallel.PipeOp{{}}, 0, b, false)
+}
+
+// runForward receives the input of ops[k], a forward, from the previous
+// stage (unless first), runs the stage on b in the micro-batch's slot and
+// sends its output on (unless last), with the transfers in the order
+// pipeline describes. It returns the loss (0 but on the last stage).
+func (p *pipeline) runForward(ops []parallel.PipeOp, k int, b *Batch, train bool) (float64, error) {
+	if err := p.receiveFor(ops[k]); err != nil {
+		return 0, err
 	}
-	out, loss, err := s.t.forwardStage(b, s.in, train)
+	s := p.slots[ops[k].Micro%len(p.slots)]
+	x, l, err := s.t.forwardStage(b, s.in, train)
 	if err != nil {
 		return 0, err
 	}
 	if p.next != nil {
-		p.t.dev.Copy(p.act, out)
-		if err := p.send(p.next, p.act, fmt.Sprintf("the activations of micro-batch %d", i), nil); err != nil {
+		p.t.dev.Copy(p.act, x)
+		if err := p.sendFor(ops, k, p.next, p.act, fmt.Sprintf("the activations of micro-batch %d", ops[k].Micro)); err != nil {
 			return 0, err
 		}
 	}
-	return loss, nil
+	return l, nil
 }
 
-// evalForward runs b forward through the pipeline: its loss on the last
-// stage, 0 on the others.
-func (p *pipeline) evalForward(b *Batch) (float64, error) {
-	return p.forward(b, 0, false)
+// backward implements stage: it receives the gradient of the output of
+// ops[k]'s micro-batch from the next stage (unless last), runs the stage
+// backward in the micro-batch's slot and sends the gradient of its input
+// to the previous stage (unless first).
+func (p *pipeline) backward(ops []parallel.PipeOp, k int, scale float32) error {
+	if err := p.receiveFor(ops[k]); err != nil {
+		return err
+	}
+	var dout *tensor.Tensor
+	if p.next != nil {
+		dout = p.t.stageGradient()
+	}
+	dx, err := p.slots[ops[k].Micro%len(p.slots)].t.backwardStage(scale, dout)
+	if err != nil {
+		return err
+	}
+	if p.prev == nil {
+		return nil
+	}
+	return p.sendFor(ops, k, p.prev, dx, fmt.Sprintf("the gradient of micro-batch %d", ops[k].Micro))
+}
+
+// receiveFor receives what op needs, unless it needs nothing or the last
+// send's exchange brought it.
+func (p *pipeline) receiveFor(op parallel.PipeOp) error {
+	if p.brought {
+		p.brought = false
+		return nil
+	}
+	if in, ok := p.incoming(op); ok {
+		return p.receive(in)
+	}
+	return nil
+}
+
+// sendFor sends x, the output of ops[k], over link: as one exchange with
+// the input of ops[k+1] when that comes over the same link, else alone.
+func (p *pipeline) sendFor(ops []parallel.PipeOp, k int, link *parallel.Group, x *tensor.Tensor, what string) error {
+	var with *transfer
+	if k+1 < len(ops) {
+		if in, ok := p.incoming(ops[k+1]); ok && in.link == link {
+			with, p.brought = &in, true
+		}
+	}
+	return p.send(link, x, what, with)
 }
 
 // reduceTied sums the tied token embedding's gradient over the first and

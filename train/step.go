@@ -12,21 +12,23 @@ import (
 	"github.com/hpcrun/hpcrun/train/metrics"
 )
 
-// The training step, one for every device and layout: a micro-batch
-// schedule (plain or accumulated micro-batches, or a pipeline stage's
-// 1F1B), the gradients reduced over tp (ReduceGrads), then the optimizer
-// (replicated or ZeRO-1) on the device, with the gradient norm and the
-// clip coefficient made in device memory (gradNorm), and one read of the
-// step's scalars at its end. Collectives go through parallel.Group, which
-// alone decides between device memory (NCCL on the compute stream) and
-// the host.
+// The training step, one for every device and layout: one loop over the
+// micro-batches in the 1F1B order of this rank's stage (parallel.OneFOneB;
+// a pipeline stage, or the model run whole, the one-stage case F0 B0 F1
+// B1 ... of the plain and accumulated steps), the gradients reduced over
+// tp (ReduceGrads), then the optimizer (replicated or ZeRO-1) on the
+// device, with the gradient norm and the clip coefficient made in device
+// memory (gradNorm), and one read of the step's scalars at its end.
+// Collectives go through parallel.Group, which alone decides between
+// device memory (NCCL on the compute stream) and the host.
 //
 // The loss is the one thing read where it is made: on the CPU, and for a
 // model that reads its predictions (the classifier) or a pipeline's last
 // stage, each micro-batch's loss comes back as a float64 (the precision
 // of the reference curves); a language model elsewhere leaves it on the
 // device (deviceLM), summed there and read with the norm, so that a GPU
-// step waits for the device once.
+// step waits for the device once. The loop hands every forward's loss to
+// stepLoss, which keeps it either way.
 
 // deviceLM is a model whose training Forward can leave the loss on the
 // device (the GPT language model).
@@ -100,49 +102,124 @@ func (t *trainer) trainStep(step int) (metrics.Step, error) {
 	}
 	if t.pipe != nil {
 		s.Bubble = t.pipe.wait.Seconds() / span.Seconds()
-		s.BubbleTheory = parallel.BubbleFraction(t.pipe.stages, t.pipe.micro)
+		s.BubbleTheory = parallel.BubbleFraction(t.pipe.stages, len(t.batches))
 	}
 	return s, nil
 }
 
-// forwardBackward runs the step's micro-batches forward and backward,
-// each backward scaled by 1/micro-batches, and returns their mean loss
+// stage is what runs on this rank of the step's micro-batch schedule: a
+// pipeline stage (pipeline), or the model run whole, the one stage of a
+// schedule of one (wholeModel).
+type stage interface {
+	// schedule starts a step of n micro-batches and returns its ops.
+	schedule(n int) []parallel.PipeOp
+	// forward runs ops[k], a forward, on its micro-batch b.
+	forward(ops []parallel.PipeOp, k int, b *Batch) (microLoss, error)
+	// backward runs ops[k], a backward, accumulating the gradients of
+	// scale * its micro-batch's loss.
+	backward(ops []parallel.PipeOp, k int, scale float32) error
+	// evalForward runs b forward without training and returns its loss
+	// (0 on a pipeline's stages but the last).
+	evalForward(b *Batch) (float64, error)
+}
+
+// wholeModel is the model run whole on this rank: parallel.OneFOneB(1, 0,
+// n), each micro-batch's forward right before its backward.
+type wholeModel struct {
+	m  model
+	lm deviceLM // the model, when the step keeps its loss on the device
+}
+
+// schedule implements stage.
+func (w wholeModel) schedule(n int) []parallel.PipeOp { return parallel.OneFOneB(1, 0, n) }
+
+// forward runs b forward, its loss left on the device when the step keeps
+// it there.
+func (w wholeModel) forward(_ []parallel.PipeOp, _ int, b *Batch) (microLoss, error) {
+	if w.lm != nil {
+		losses, count, err := w.lm.ForwardOnDevice(b)
+		return microLoss{losses: losses, count: count, onDevice: true}, err
+	}
+	l, err := w.m.Forward(b, true)
+	return microLoss{l: l}, err
+}
+
+// backward implements stage.
+func (w wholeModel) backward(_ []parallel.PipeOp, _ int, scale float32) error {
+	return w.m.Backward(scale)
+}
+
+// evalForward implements stage.
+func (w wholeModel) evalForward(b *Batch) (float64, error) { return w.m.Forward(b, false) }
+
+// microLoss is one forward's loss: read on the host (l), or left on the
+// device (onDevice) as per-row losses whose sum over count is the mean.
+type microLoss struct {
+	l        float64
+	losses   *tensor.Tensor
+	count    int
+	onDevice bool
+}
+
+// stepLoss is the loss of a step's n micro-batches, kept as their
+// forwards hand it over: its mean in float64 on the host, or summed on
+// the device into slot (the gradient norm's loss slot, which readScalars
+// reads with the norm).
+type stepLoss struct {
+	n    int
+	mean float64
+	dev  tensor.Device
+	slot *tensor.Tensor
+}
+
+// add keeps micro-batch i's loss l, refusing one read as not finite.
+func (s *stepLoss) add(i int, l microLoss) error {
+	if l.onDevice {
+		if l.count > 0 {
+			s.dev.SumTo(s.slot, float32(1/(float64(l.count)*float64(s.n))), i > 0, l.losses)
+		} else if i == 0 {
+			s.dev.Zero(s.slot)
+		}
+		return nil
+	}
+	if err := checkLoss(l.l); err != nil {
+		return err
+	}
+	s.mean += l.l / float64(s.n)
+	return nil
+}
+
+// forwardBackward draws the step's micro-batches and runs them forward
+// and backward through this rank's stage in the order of its schedule,
+// each backward scaled by 1/micro-batches. It returns their mean loss
 // when it is read as it is made (0 on a pipeline's other stages; 0 when
 // the loss is summed on the device, in the norm's loss slot).
 func (t *trainer) forwardBackward() (float64, error) {
-	if t.pipe != nil {
-		return t.pipe.step(t.nextBatchInto, 1/float32(t.pipe.micro))
+	n := len(t.batches)
+	for i := range t.batches {
+		t.nextBatch(&t.batches[i])
 	}
-	accum := t.cfg.GradAccum
-	loss := 0.0
-	for a := range accum {
-		b := t.nextBatch()
-		if t.lm != nil {
-			losses, count, err := t.lm.ForwardOnDevice(b)
-			if err != nil {
+	loss := stepLoss{n: n, dev: t.dev}
+	if t.lm != nil {
+		loss.slot = t.optim.gradNorm().loss()
+	}
+	ops := t.stage.schedule(n)
+	for k, op := range ops {
+		if op.Backward {
+			if err := t.stage.backward(ops, k, 1/float32(n)); err != nil {
 				return 0, err
 			}
-			slot := t.optim.gradNorm().loss()
-			if count > 0 {
-				t.dev.SumTo(slot, float32(1/(float64(count)*float64(accum))), a > 0, losses)
-			} else if a == 0 {
-				t.dev.Zero(slot)
-			}
-		} else {
-			l, err := t.model.Forward(b, true)
-			if err != nil {
-				return 0, err
-			}
-			if err := checkLoss(l); err != nil {
-				return 0, err
-			}
-			loss += l / float64(accum)
+			continue
 		}
-		if err := t.model.Backward(1 / float32(accum)); err != nil {
+		l, err := t.stage.forward(ops, k, &t.batches[op.Micro])
+		if err != nil {
+			return 0, err
+		}
+		if err := loss.add(op.Micro, l); err != nil {
 			return 0, err
 		}
 	}
-	return loss, nil
+	return loss.mean, nil
 }
 
 // update averages the gradients over the data-parallel group, clips them
