@@ -22,6 +22,9 @@ type ParamSpec struct {
 	// ValidRows, when in (0, Full[0]), makes only the first ValidRows rows
 	// random and the rest (the padded vocabulary) zero.
 	ValidRows int
+	// Block is the transformer block that holds the parameter (its index
+	// in the model), -1 for the others (embeddings, final norm, head).
+	Block int
 }
 
 // Elems is the unsharded parameter's element count.
@@ -76,31 +79,74 @@ func (p ParamSpec) String() string {
 // order, before any layer: each layer takes its own by name, and a
 // parameter no layer takes is still the model's (trained, counted and
 // saved). A nil *ParamSet makes a new parameter for each layer that asks.
+//
+// With shared block gradients (ZeRO-2) the gradients of every block's
+// parameters are views of one buffer, BlockGrads, each block's laid out in
+// its order from the start: the blocks run their backward one at a time,
+// and each block's gradients are taken out (reduce-scattered) before the
+// next block's backward writes its own.
 type ParamSet struct {
-	specs  []ParamSpec
-	params []*Param
-	index  map[string]int
-	taken  []bool
-	seed   uint64
+	dev        tensor.Device
+	specs      []ParamSpec
+	params     []*Param
+	index      map[string]int
+	taken      []bool
+	seed       uint64
+	blocks     [][]*Param     // each block's parameters, in order (Block >= 0)
+	blockGrads *tensor.Tensor // the blocks' shared gradients (nil: each its own)
 }
 
 // NewParamSet allocates the parameters of specs on dev and fills them from
-// seed (InitFull). Free them with FreeParams when the set fails to become
-// a model's.
-func NewParamSet(dev tensor.Device, specs []ParamSpec, seed uint64) (*ParamSet, error) {
-	s := &ParamSet{specs: specs, index: make(map[string]int, len(specs)), taken: make([]bool, len(specs)), seed: seed}
+// seed (InitFull). When blockPad > 0 the blocks' gradients share one
+// buffer, the size of the largest block's rounded up to a multiple of
+// blockPad (ZeRO-2's padding to dp), zero past the gradients. Free the set
+// with Free.
+func NewParamSet(dev tensor.Device, specs []ParamSpec, seed uint64, blockPad int) (*ParamSet, error) {
+	s := &ParamSet{dev: dev, specs: specs, index: make(map[string]int, len(specs)), taken: make([]bool, len(specs)), seed: seed}
+	sizes := map[int]int{}
 	for i, sp := range specs {
 		if _, dup := s.index[sp.Name]; dup {
-			FreeParams(s.params)
 			return nil, fmt.Errorf("parameter %s is listed twice", sp.Name)
 		}
 		s.index[sp.Name] = i
-		p, err := newParam(dev, sp, seed)
+		if sp.Block >= 0 {
+			sizes[sp.Block] += int(sp.LocalElems())
+		}
+	}
+	shared := 0
+	if blockPad > 0 {
+		for _, n := range sizes {
+			shared = max(shared, (n+blockPad-1)/blockPad*blockPad)
+		}
+	}
+	if shared > 0 {
+		g, err := dev.Alloc(shared)
 		if err != nil {
-			FreeParams(s.params)
+			return nil, fmt.Errorf("the blocks' shared gradients: %w", err)
+		}
+		dev.Zero(g)
+		s.blockGrads = g
+	}
+	off, block := 0, -1 // where the next gradient goes in the shared buffer, and whose
+	for _, sp := range specs {
+		if sp.Block >= 0 && sp.Block != block {
+			off, block = 0, sp.Block
+			s.blocks = append(s.blocks, nil)
+		}
+		var grad *tensor.Tensor
+		if s.blockGrads != nil && sp.Block >= 0 {
+			grad = s.blockGrads.View(off, sp.Shard.LocalShape(sp.Full)...)
+			off += int(sp.LocalElems())
+		}
+		p, err := newParam(dev, sp, seed, grad)
+		if err != nil {
+			s.Free()
 			return nil, err
 		}
 		s.params = append(s.params, p)
+		if sp.Block >= 0 {
+			s.blocks[len(s.blocks)-1] = append(s.blocks[len(s.blocks)-1], p)
+		}
 	}
 	return s, nil
 }
@@ -108,20 +154,33 @@ func NewParamSet(dev tensor.Device, specs []ParamSpec, seed uint64) (*ParamSet, 
 // Params lists the set's parameters in its specs' order.
 func (s *ParamSet) Params() []*Param { return s.params }
 
-// FreeParams frees the values and gradients of params.
-func FreeParams(params []*Param) {
-	for _, p := range params {
-		dev := p.Data.Device()
-		dev.Free(p.Data)
-		dev.Free(p.Grad)
+// Blocks lists each block's parameters, the blocks and their parameters
+// in order.
+func (s *ParamSet) Blocks() [][]*Param { return s.blocks }
+
+// BlockGrads is the blocks' shared gradient buffer (nil when each
+// parameter has its own).
+func (s *ParamSet) BlockGrads() *tensor.Tensor { return s.blockGrads }
+
+// Free frees the parameters' values and gradients.
+func (s *ParamSet) Free() {
+	for _, p := range s.params {
+		s.dev.Free(p.Data)
+		if s.blockGrads == nil || s.specs[s.index[p.Name]].Block < 0 {
+			s.dev.Free(p.Grad)
+		}
 	}
+	if s.blockGrads != nil {
+		s.dev.Free(s.blockGrads)
+	}
+	s.params, s.blocks, s.blockGrads = nil, nil, nil
 }
 
 // param is the parameter a layer making want (from seed) uses: the set's,
 // which must be made the same way, or a new one when s is nil.
 func (s *ParamSet) param(dev tensor.Device, want ParamSpec, seed uint64) (*Param, error) {
 	if s == nil {
-		return newParam(dev, want, seed)
+		return newParam(dev, want, seed, nil)
 	}
 	i, ok := s.index[want.Name]
 	switch {
@@ -137,8 +196,9 @@ func (s *ParamSet) param(dev tensor.Device, want ParamSpec, seed uint64) (*Param
 }
 
 // newParam allocates a parameter on dev, fills its full tensor as sp says
-// and keeps this rank's piece.
-func newParam(dev tensor.Device, sp ParamSpec, seed uint64) (*Param, error) {
+// and keeps this rank's piece; its gradient is grad, or when nil a tensor
+// of its own.
+func newParam(dev tensor.Device, sp ParamSpec, seed uint64, grad *tensor.Tensor) (*Param, error) {
 	n := int(sp.Elems())
 	var values []float32
 	if rows := sp.randomRows(); sp.Init == InitNormal && rows < sp.Full[0] {
@@ -156,10 +216,11 @@ func newParam(dev tensor.Device, sp ParamSpec, seed uint64) (*Param, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", sp.Name, err)
 	}
-	grad, err := dev.Alloc(shape...)
-	if err != nil {
-		dev.Free(data)
-		return nil, fmt.Errorf("%s: %w", sp.Name, err)
+	if grad == nil {
+		if grad, err = dev.Alloc(shape...); err != nil {
+			dev.Free(data)
+			return nil, fmt.Errorf("%s: %w", sp.Name, err)
+		}
 	}
 	dev.CopyFromHost(data, local)
 	return &Param{Name: sp.Name, Data: data, Grad: grad, Full: slices.Clone(sp.Full), Shard: sp.Shard, Decay: sp.Decay, SeqReduce: sp.SeqReduce}, nil

@@ -40,7 +40,8 @@ type hfBERT struct {
 	cls    *parallel.RowParallelLinear
 	loss   *parallel.VocabParallelCrossEntropy
 	params []*parallel.Param
-	fresh  bool // the token type gradient is stale (MarkGradsStale)
+	set    *parallel.ParamSet // params, made from the spec
+	fresh  bool               // the token type gradient is stale (MarkGradsStale)
 
 	keyValid, labels []int32
 	forwardedTrain   bool
@@ -66,11 +67,11 @@ func newBERT(cfg config.Config, vocab int, tp nccl.Comm, dev tensor.Device) (mod
 	if err != nil {
 		return nil, err
 	}
-	from, err := parallel.NewParamSet(dev, want, uint64(cfg.Seed))
+	from, err := parallel.NewParamSet(dev, want, uint64(cfg.Seed), 0)
 	if err != nil {
 		return nil, err
 	}
-	m.params = from.Params()
+	m.set, m.params = from, from.Params()
 	if err = m.build(cfg, vocab, tp, from); err == nil {
 		err = spec.Check(m.params, want)
 	}
@@ -345,9 +346,9 @@ func (m *hfBERT) Close() {
 		m.dev.Free(x)
 	}
 	m.allocated = nil
-	for _, p := range m.params {
-		m.dev.Free(p.Data)
-		m.dev.Free(p.Grad)
+	if m.set != nil {
+		m.set.Free()
+		m.set = nil
 	}
 	m.params = nil
 }

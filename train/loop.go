@@ -150,7 +150,7 @@ type trainer struct {
 	model   model
 	opt     *AdamW          // the moments (replicated) or the hyperparameters (ZeRO-1)
 	optim   optimizer       // replicated AdamW or ZeRO-1
-	zero    *ZeRO1          // --zero 1: optim
+	zero    *ZeRO           // --zero 1 or 2: optim
 	lm      deviceLM        // the model, when the step keeps its loss on the device (step.go)
 	dpGroup *parallel.Group // the data-parallel group, for the device-kept loss
 	pipe    *pipeline       // pp > 1: this rank's pipeline stage
@@ -300,8 +300,8 @@ func newTrainer(cfg config.Config, world nccl.Comm, opt Options, w *metrics.Writ
 	if t.pipe != nil {
 		pp, skip = t.mesh.PP, t.pipe.uncounted()
 	}
-	if cfg.Zero == 1 {
-		if t.zero, err = NewZeRO1(t.dev, params, t.mesh.DP, t.mesh.TP, cfg.WeightDecay, cfg.GradClip, 0); err != nil {
+	if cfg.Zero > 0 {
+		if t.zero, err = newOptimZeRO(cfg, t.model, t.dev, t.mesh); err != nil {
 			return nil, err
 		}
 		t.opt, t.optim = t.zero.AdamW, t.zero

@@ -68,6 +68,11 @@ type transformer struct {
 	fc2    *parallel.RowParallelLinear    // bert
 	loss   *parallel.VocabParallelCrossEntropy
 	params []*parallel.Param
+	set    *parallel.ParamSet // params, made from the spec
+	// blockGrads, under ZeRO-2, takes each block's gradients out of the
+	// blocks' shared gradient buffer as its backward ends (shared with
+	// the pipeline's stage copies); nil otherwise.
+	blockGrads *blockGrads
 	// sp is the sequence-parallel region (nil without --sp): the
 	// embeddings' output, the blocks' residual stream and ln_f hold this
 	// rank's (B,T/tp,C) positions; Tl is T/tp (T without it).
@@ -146,11 +151,23 @@ func newModel(cfg config.Config, data *Data, m *parallel.Mesh, dev tensor.Device
 	if err != nil {
 		return nil, err
 	}
-	from, err := parallel.NewParamSet(dev, want, seed)
+	blockPad := 0
+	if cfg.Zero == 2 {
+		blockPad = m.DPSize()
+		t.blockGrads = &blockGrads{}
+	}
+	from, err := parallel.NewParamSet(dev, want, seed, blockPad)
 	if err != nil {
 		return nil, err
 	}
-	t.params = from.Params()
+	t.set, t.params = from, from.Params()
+	if t.blockGrads != nil {
+		for i, p := range t.params {
+			if want[i].Block < 0 {
+				t.blockGrads.others = append(t.blockGrads.others, p)
+			}
+		}
+	}
 	if err := t.build(cfg, data.Vocab, m.TP, from); err != nil {
 		t.Close()
 		return nil, err
@@ -341,9 +358,9 @@ func (t *transformer) Close() {
 		t.dev.Free(x)
 	}
 	t.allocated = nil
-	for _, p := range t.params {
-		t.dev.Free(p.Data)
-		t.dev.Free(p.Grad)
+	if t.set != nil {
+		t.set.Free()
+		t.set = nil
 	}
 	t.params = nil
 	if c := t.kv.Comm(); c != nil {
@@ -585,10 +602,13 @@ func (t *transformer) backwardStage(scale float32, dout *tensor.Tensor) (*tensor
 		if err := t.blocks[l].Backward(dx, dy); err != nil {
 			return nil, err
 		}
+		if err := t.blockGrads.takeOut(t, l); err != nil {
+			return nil, err
+		}
 		dx, dy = dy, dx
 	}
 	if !t.first {
-		parallel.ZeroStaleGrads(t.params)
+		parallel.ZeroStaleGrads(t.blockGrads.rest(t))
 		return dx, nil
 	}
 	if t.wpe != nil {
@@ -599,7 +619,7 @@ func (t *transformer) backwardStage(scale float32, dout *tensor.Tensor) (*tensor
 	if err := t.wte.Backward(dx); err != nil {
 		return nil, err
 	}
-	parallel.ZeroStaleGrads(t.params)
+	parallel.ZeroStaleGrads(t.blockGrads.rest(t))
 	return nil, nil
 }
 
@@ -640,13 +660,64 @@ func (t *transformer) tiedEmbedding() *parallel.Param {
 
 // ReduceGrads implements model.
 func (t *transformer) ReduceGrads() error {
-	if err := parallel.ReduceReplicas(t.kv, t.params); err != nil {
+	return t.reduceOverTP(t.blockGrads.rest(t))
+}
+
+// reduceOverTP sums over tp the gradients of params that tensor
+// parallelism leaves partial: the key/value heads a Llama's kv replicas
+// share, and under sequence parallelism the replicated parameters used on
+// this rank's positions only.
+func (t *transformer) reduceOverTP(params []*parallel.Param) error {
+	if err := parallel.ReduceReplicas(t.kv, params); err != nil {
 		return err
 	}
 	if t.sp == nil {
 		return nil
 	}
-	return t.sp.ReduceGrads(t.params)
+	return t.sp.ReduceGrads(params)
+}
+
+// blockGrads is ZeRO-2's side of the model: the gradients of each block's
+// parameters share one buffer (parallel.ParamSet's BlockGrads), and as a
+// block's backward ends they are completed (reduced over tp) and handed to
+// reduce, which takes them out of the buffer (the optimizer's
+// reduce-scatter) before the next block writes its own.
+type blockGrads struct {
+	reduce func(block int) error // the stage's block block (from 0), set by the optimizer
+	others []*parallel.Param     // the stage's parameters outside the blocks
+}
+
+// takeOut hands block l's gradients of this micro-batch to reduce and
+// leaves the blocks' gradients stale for the next block's backward to
+// overwrite. Nothing without ZeRO-2.
+func (g *blockGrads) takeOut(t *transformer, l int) error {
+	if g == nil {
+		return nil
+	}
+	if g.reduce == nil {
+		return fmt.Errorf("zero 2: no optimizer takes the blocks' gradients")
+	}
+	ps := t.set.Blocks()[l]
+	parallel.ZeroStaleGrads(ps)
+	if err := t.reduceOverTP(ps); err != nil {
+		return err
+	}
+	if err := g.reduce(l); err != nil {
+		return err
+	}
+	for _, b := range t.set.Blocks() {
+		parallel.MarkGradsStale(b) // whichever block writes next overwrites
+	}
+	return nil
+}
+
+// rest is the model's parameters whose gradients a step reduces after its
+// backward: all of them, or under ZeRO-2 those outside the blocks.
+func (g *blockGrads) rest(t *transformer) []*parallel.Param {
+	if g == nil {
+		return t.params
+	}
+	return g.others
 }
 
 // classifierBackward turns t.dlogits into the gradient of ln_f's output in

@@ -77,10 +77,10 @@ func sameCurve(t *testing.T, name string, losses, ref []float64) {
 }
 
 // TestZeroChangesNoBit trains each layout with a replicated optimizer and
-// with ZeRO-1: the loss curves are the same to the bit (the update is
-// elementwise, each rank's ranges run the kernel a replicated optimizer
-// runs, and the norm adds the same squares in the same order), for the
-// classifier and the language model.
+// with ZeRO-1 and ZeRO-2: the loss curves are the same to the bit (the
+// update is elementwise, each rank's ranges run the kernel a replicated
+// optimizer runs, and the norm adds the same squares in the same order),
+// for the classifier and the language model.
 func TestZeroChangesNoBit(t *testing.T) {
 	for _, model := range []string{"bert", "gpt"} {
 		base := smallConfig(model)
@@ -99,8 +99,10 @@ func TestZeroChangesNoBit(t *testing.T) {
 			cfg := base
 			cfg.NTasks, cfg.TP, cfg.BatchSize, cfg.SP = l.ntasks, l.tp, l.b, l.sp
 			plain := runInProcess(t, cfg, "").Losses
-			cfg.Zero = 1
-			bitIdentical(t, model+" "+l.name+"+zero1", runInProcess(t, cfg, "").Losses, l.name, plain)
+			for _, zero := range []int{1, 2} {
+				cfg.Zero = zero
+				bitIdentical(t, fmt.Sprintf("%s %s+zero%d", model, l.name, zero), runInProcess(t, cfg, "").Losses, l.name, plain)
+			}
 		}
 	}
 }
@@ -130,7 +132,8 @@ func TestSPZeroRefused(t *testing.T) {
 	}{
 		{"sp at tp 1", func(c *config.Config) { c.SP = true }, "sp needs tp > 1"},
 		{"sp with seq % tp", func(c *config.Config) { c.NTasks, c.TP, c.Heads, c.Seq, c.SP = 4, 4, 4, 18, true }, "seq 18 is not a multiple of tp 4"},
-		{"zero 2", func(c *config.Config) { c.NTasks, c.Zero = 2, 2 }, "zero = 2"},
+		{"zero 3", func(c *config.Config) { c.NTasks, c.Zero = 2, 3 }, "zero = 3"},
+		{"zero 2 of arch hf", func(c *config.Config) { c.Model, c.Arch, c.NTasks, c.Zero = "bert", "hf", 2, 2 }, "arch hf"},
 		{"zero at dp 1", func(c *config.Config) { c.NTasks, c.TP, c.Zero = 2, 2, 1 }, "data-parallel degree > 1"},
 	} {
 		cfg := smallConfig("gpt")
@@ -421,7 +424,7 @@ func TestZeroStep(t *testing.T) {
 // them to the global norm, updates this rank's ranges at learning rate lr
 // and all-gathers the parameters. It returns the gradient norm before
 // clipping.
-func (z *ZeRO1) step(lr float64) (float64, error) {
+func (z *ZeRO) step(lr float64) (float64, error) {
 	if err := z.reduce(); err != nil {
 		return 0, err
 	}

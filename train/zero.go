@@ -10,8 +10,8 @@ import (
 	"github.com/hpcrun/hpcrun/train/config"
 )
 
-// ZeRO1 is AdamW with its moments sharded over the data-parallel group
-// (ZeRO stage 1, arXiv 1910.02054). The gradients are cut into the
+// ZeRO is AdamW with its moments sharded over the data-parallel group
+// (ZeRO stage 1, arXiv 1910.02054), and at stage 2 the gradients too. The gradients are cut into the
 // buckets of GradSync (consecutive parameters, at most bucketElems
 // elements, padded to a multiple of dp); each bucket is reduce-scattered
 // (averaged) so that DP rank d receives elements [d*per, (d+1)*per) of it,
@@ -30,7 +30,17 @@ import (
 // device (NCCL on the compute stream) or through host memory. The
 // parameters are fp32 on every device this runs on, so there are no
 // separate master weights to shard.
-type ZeRO1 struct {
+//
+// ZeRO-2 (NewZeRO2) keeps only this rank's range of the blocks'
+// gradients: the model's blocks write their gradients into one buffer
+// they share (parallel.ParamSet's BlockGrads), each block is one bucket,
+// and as a block's backward ends its bucket is reduce-scattered out of
+// that buffer into the range this rank keeps (reduceBlock), added up over
+// the step's micro-batches; the embeddings', the final norm's and the
+// head's gradients are whole and reduced after the backward as at stage
+// 1. Per step and dp rank the gradients then take one block's whole, the
+// rest's whole and 1/dp of the blocks', instead of all of them whole.
+type ZeRO struct {
 	*AdamW // hyperparameters and the step count; it holds no moments
 
 	dev         tensor.Device
@@ -42,6 +52,7 @@ type ZeRO1 struct {
 	buckets     []zeroBucket
 	flat, shard *tensor.Tensor // a packed bucket, padded, and this rank's range of it (nil: no bucket is packed)
 	norm        *gradNorm      // over this rank's ranges: summed over dp, then tp
+	blockBucket []int          // ZeRO-2: the bucket of each block of the stage
 }
 
 // zeroBucket is one bucket: its parameters, its padded size and this
@@ -51,6 +62,12 @@ type zeroBucket struct {
 	n, per int            // elements, elements per DP rank (padded)
 	m, v   *tensor.Tensor // moments of this rank's range (per)
 	segs   []zeroSeg      // the parameters' pieces in this rank's range
+	// A block's bucket under ZeRO-2: its gradients are the blocks' shared
+	// buffer (blockFlat, padded), reduce-scattered into grad, this rank's
+	// range, after each micro-batch's backward of the block (fresh: none
+	// yet this step).
+	blockFlat, grad *tensor.Tensor
+	fresh           bool
 }
 
 // zeroSeg is the part of parameter idx (of the optimizer's params) that
@@ -68,41 +85,105 @@ func memoryModes(cfg config.Config) string {
 	if cfg.SP {
 		s += " + sequence parallel"
 	}
-	if cfg.Zero == 1 {
-		s += " + ZeRO-1"
+	if cfg.Zero > 0 {
+		s += fmt.Sprintf(" + ZeRO-%d", cfg.Zero)
 	}
 	return s
 }
 
 // NewZeRO1 buckets params as NewGradSync does and allocates the moments of
 // this DP rank's ranges and the bucket buffers on dev.
-func NewZeRO1(dev tensor.Device, params []*parallel.Param, dp, tp nccl.Comm, weightDecay, clip float64, bucketElems int) (*ZeRO1, error) {
+func NewZeRO1(dev tensor.Device, params []*parallel.Param, dp, tp nccl.Comm, weightDecay, clip float64, bucketElems int) (*ZeRO, error) {
+	return newZeRO(dev, params, nil, nil, dp, tp, weightDecay, clip, bucketElems)
+}
+
+// NewZeRO2 is NewZeRO1 at stage 2 over a model whose blocks (each block's
+// parameters, in params' order) write their gradients into the shared
+// buffer blockGrads (parallel.ParamSet's): each block is a bucket of its
+// own, reduce-scattered as its backward ends (reduceBlock); the others are
+// bucketed as NewZeRO1's.
+func NewZeRO2(dev tensor.Device, params []*parallel.Param, blocks [][]*parallel.Param, blockGrads *tensor.Tensor, dp, tp nccl.Comm, weightDecay, clip float64, bucketElems int) (*ZeRO, error) {
+	if len(blocks) > 0 && blockGrads == nil {
+		return nil, fmt.Errorf("zero 2: the blocks' gradients are not shared")
+	}
+	return newZeRO(dev, params, blocks, blockGrads, dp, tp, weightDecay, clip, bucketElems)
+}
+
+// zeroBuckets cuts params into ZeRO's buckets: each of blocks one bucket,
+// the runs of parameters between them as bucketParams cuts them. It
+// returns, for each block, the index of its bucket.
+func zeroBuckets(params []*parallel.Param, blocks [][]*parallel.Param, bucketElems int) (buckets [][]*parallel.Param, blockBucket []int) {
+	first := make(map[*parallel.Param]int, len(blocks))
+	for i, b := range blocks {
+		first[b[0]] = i
+	}
+	for len(params) > 0 {
+		if i, ok := first[params[0]]; ok {
+			blockBucket = append(blockBucket, len(buckets))
+			buckets = append(buckets, params[:len(blocks[i]):len(blocks[i])])
+			params = params[len(blocks[i]):]
+			continue
+		}
+		n := 1
+		for n < len(params) {
+			if _, ok := first[params[n]]; ok {
+				break
+			}
+			n++
+		}
+		run, _ := bucketParams(params[:n], bucketElems)
+		buckets, params = append(buckets, run...), params[n:]
+	}
+	return buckets, blockBucket
+}
+
+func newZeRO(dev tensor.Device, params []*parallel.Param, blocks [][]*parallel.Param, blockGrads *tensor.Tensor, dp, tp nccl.Comm, weightDecay, clip float64, bucketElems int) (*ZeRO, error) {
 	adam, err := NewAdamW(dev, nil, weightDecay, clip)
 	if err != nil {
 		return nil, err
 	}
-	z := &ZeRO1{AdamW: adam, dev: dev, dp: parallel.NewDeviceGroup(dp, dev), tp: parallel.NewDeviceGroup(tp, dev), params: params,
+	z := &ZeRO{AdamW: adam, dev: dev, dp: parallel.NewDeviceGroup(dp, dev), tp: parallel.NewDeviceGroup(tp, dev), params: params,
 		ranges: make([]*tensor.Tensor, len(params)), firsts: make([]int, len(params))}
 	size, rank := z.dp.Size(), z.dp.Rank()
-	buckets, _ := bucketParams(params, bucketElems)
+	buckets, blockBucket := zeroBuckets(params, blocks, bucketElems)
+	z.blockBucket = blockBucket
+	early := make(map[int]bool, len(blockBucket))
+	for _, i := range blockBucket {
+		early[i] = true
+	}
 	index := make(map[*parallel.Param]int, len(params))
 	for i, p := range params {
 		index[p] = i
 	}
-	packed := 0
-	for _, ps := range buckets {
+	packed, scratch := 0, 0
+	for bi, ps := range buckets {
 		b := zeroBucket{params: ps}
 		for _, p := range ps {
 			b.n += p.Data.Len()
 		}
 		b.per = (b.n + size - 1) / size
 		lo, hi := rank*b.per, min((rank+1)*b.per, b.n)
+		if early[bi] {
+			if b.per*size > blockGrads.Len() {
+				z.Close()
+				return nil, fmt.Errorf("zero 2: a block of %d gradients, padded to %d, in a shared buffer of %d", b.n, b.per*size, blockGrads.Len())
+			}
+			b.blockFlat, b.fresh = blockGrads.View(0, b.per*size), true
+			if b.grad, err = dev.Alloc(b.per); err != nil {
+				z.Close()
+				return nil, fmt.Errorf("zero-2 gradients: %w", err)
+			}
+			scratch = max(scratch, b.per)
+		}
 		off := 0
 		for _, p := range ps {
 			s, e := max(off, lo), min(off+p.Data.Len(), hi)
 			if s < e {
 				b.segs = append(b.segs, zeroSeg{idx: index[p], pOff: s - off, sOff: s - lo, n: e - s})
 				z.ranges[index[p]], z.firsts[index[p]] = p.Grad.View(s-off, e-s), s-off
+				if b.grad != nil {
+					z.ranges[index[p]] = b.grad.View(s-lo, e-s)
+				}
 			}
 			off += p.Data.Len()
 		}
@@ -112,23 +193,32 @@ func NewZeRO1(dev tensor.Device, params []*parallel.Param, dp, tp nccl.Comm, wei
 			}
 		}
 		if err != nil {
+			if b.grad != nil {
+				dev.Free(b.grad)
+			}
 			z.Close()
-			return nil, fmt.Errorf("zero-1 moments: %w", err)
+			return nil, fmt.Errorf("zero moments: %w", err)
 		}
 		dev.Zero(b.m)
 		dev.Zero(b.v)
 		z.buckets = append(z.buckets, b)
-		if !b.inPlace(size) {
+		if b.blockFlat == nil && !b.inPlace(size) {
 			packed = max(packed, b.per*size)
 		}
 	}
+	// The blocks' buckets gather in their shared buffer, and need a range
+	// of their own to stage the update and the micro-batches'
+	// reduce-scatters.
 	if packed > 0 {
-		if z.flat, err = dev.Alloc(packed); err == nil {
-			z.shard, err = dev.Alloc(packed / size)
-		}
-		if err != nil {
+		if z.flat, err = dev.Alloc(packed); err != nil {
 			z.Close()
-			return nil, fmt.Errorf("zero-1 bucket: %w", err)
+			return nil, fmt.Errorf("zero bucket: %w", err)
+		}
+	}
+	if shard := max(packed/size, scratch); shard > 0 {
+		if z.shard, err = dev.Alloc(shard); err != nil {
+			z.Close()
+			return nil, fmt.Errorf("zero bucket: %w", err)
 		}
 	}
 	if err := z.setPipeline(nil, nil); err != nil {
@@ -146,10 +236,13 @@ func (b *zeroBucket) inPlace(dp int) bool {
 }
 
 // Close frees the moments and the buffers.
-func (z *ZeRO1) Close() {
+func (z *ZeRO) Close() {
 	for _, b := range z.buckets {
 		z.dev.Free(b.m)
 		z.dev.Free(b.v)
+		if b.grad != nil {
+			z.dev.Free(b.grad)
+		}
 	}
 	z.buckets = nil
 	for _, t := range []**tensor.Tensor{&z.flat, &z.shard} {
@@ -165,46 +258,78 @@ func (z *ZeRO1) Close() {
 }
 
 // reduce reduce-scatters the gradients (optimizer).
-func (z *ZeRO1) reduce() error { return z.reduceScatter() }
+func (z *ZeRO) reduce() error { return z.reduceScatter() }
 
 // update enqueues the norm of this rank's ranges, the clipped AdamW update
 // of the ranges and the all-gather of the parameters (optimizer).
-func (z *ZeRO1) update(lr float64) error {
+func (z *ZeRO) update(lr float64) error {
 	views := normViews(z.params, z.uncount, z.tp.Rank(), func(i int) (*tensor.Tensor, int) { return z.ranges[i], z.firsts[i] })
 	if err := z.norm.compute(views); err != nil {
 		return err
 	}
 	z.AdamW.step++
-	for _, b := range z.buckets {
+	for i := range z.buckets {
+		b := &z.buckets[i]
 		for _, s := range b.segs {
 			p := z.params[s.idx]
-			z.dev.AdamW(p.Data.View(s.pOff, s.n), p.Grad.View(s.pOff, s.n), b.m.View(s.sOff, s.n), b.v.View(s.sOff, s.n), z.hyper(p, lr), z.norm.scale())
+			z.dev.AdamW(p.Data.View(s.pOff, s.n), z.ranges[s.idx], b.m.View(s.sOff, s.n), b.v.View(s.sOff, s.n), z.hyper(p, lr), z.norm.scale())
 		}
+		b.fresh = b.grad != nil
 	}
 	return z.allGather()
 }
 
-func (z *ZeRO1) gradNorm() *gradNorm { return z.norm }
+func (z *ZeRO) gradNorm() *gradNorm { return z.norm }
 
-func (z *ZeRO1) close() { z.Close() }
+func (z *ZeRO) close() { z.Close() }
 
 // reduceScatter averages every bucket's gradients over the DP group into
 // this rank's range of each gradient (the rest is left as it was and is
 // not read).
-func (z *ZeRO1) reduceScatter() error {
+func (z *ZeRO) reduceScatter() error {
 	for i := range z.buckets {
-		if err := z.reduceScatterBucket(&z.buckets[i]); err != nil {
-			return fmt.Errorf("zero-1 gradient reduce-scatter (bucket %d of %d): %w", i+1, len(z.buckets), err)
+		b := &z.buckets[i]
+		switch {
+		case b.grad != nil && b.fresh:
+			return fmt.Errorf("zero 2: bucket %d of %d, a block's, got no gradient this step", i+1, len(z.buckets))
+		case b.grad != nil: // reduced as the block's backward ended
+		default:
+			if err := z.reduceScatterBucket(b); err != nil {
+				return fmt.Errorf("zero gradient reduce-scatter (bucket %d of %d): %w", i+1, len(z.buckets), err)
+			}
 		}
 	}
 	return nil
 }
 
+// reduceBlock averages block l's gradients of one micro-batch, in the
+// blocks' shared buffer, over the DP group into this rank's range of them,
+// which the step's first micro-batch overwrites and the others add to
+// (blockGrads.reduce).
+func (z *ZeRO) reduceBlock(l int) error {
+	if l < 0 || l >= len(z.blockBucket) {
+		return fmt.Errorf("zero 2: block %d of %d", l, len(z.blockBucket))
+	}
+	b := &z.buckets[z.blockBucket[l]]
+	dst := b.grad
+	if !b.fresh {
+		dst = z.shard.View(0, b.per)
+	}
+	if err := z.dp.ReduceScatter(dst, b.blockFlat, nccl.Avg); err != nil {
+		return fmt.Errorf("zero-2 gradient reduce-scatter (block %d): %w", l, err)
+	}
+	if !b.fresh {
+		z.dev.Add(b.grad, b.grad, dst)
+	}
+	b.fresh = false
+	return nil
+}
+
 // allGather gives every replica every rank's updated ranges.
-func (z *ZeRO1) allGather() error {
+func (z *ZeRO) allGather() error {
 	for i := range z.buckets {
 		if err := z.allGatherBucket(&z.buckets[i]); err != nil {
-			return fmt.Errorf("zero-1 parameter all-gather (bucket %d of %d): %w", i+1, len(z.buckets), err)
+			return fmt.Errorf("zero parameter all-gather (bucket %d of %d): %w", i+1, len(z.buckets), err)
 		}
 	}
 	return nil
@@ -213,7 +338,7 @@ func (z *ZeRO1) allGather() error {
 // reduceScatterBucket packs b's gradients (padding zeroed), averages them
 // over the DP group into this rank's range and copies the range back into
 // the gradients; or, in place, averages the gradient's range where it is.
-func (z *ZeRO1) reduceScatterBucket(b *zeroBucket) error {
+func (z *ZeRO) reduceScatterBucket(b *zeroBucket) error {
 	size := z.dp.Size()
 	if b.inPlace(size) {
 		g := b.params[0].Grad
@@ -241,13 +366,16 @@ func (z *ZeRO1) reduceScatterBucket(b *zeroBucket) error {
 // gathers every rank's into the bucket buffer and copies the whole bucket
 // back into the parameters; or, in place, gathers every rank's range into
 // the parameter.
-func (z *ZeRO1) allGatherBucket(b *zeroBucket) error {
+func (z *ZeRO) allGatherBucket(b *zeroBucket) error {
 	size := z.dp.Size()
-	if b.inPlace(size) {
+	if b.blockFlat == nil && b.inPlace(size) {
 		d := b.params[0].Data
 		return z.dp.AllGather(d, d.View(z.dp.Rank()*b.per, b.per))
 	}
-	flat, shard := z.flat.View(0, b.per*size), z.shard.View(0, b.per)
+	flat, shard := b.blockFlat, z.shard.View(0, b.per)
+	if flat == nil {
+		flat = z.flat.View(0, b.per*size)
+	}
 	covered := 0
 	for _, s := range b.segs {
 		covered += s.n
@@ -272,7 +400,7 @@ func (z *ZeRO1) allGatherBucket(b *zeroBucket) error {
 // setPipeline makes the norm a pipeline's: the squares also joined over
 // the stages pp (nil: none), without those of uncount (nil: none), which
 // another stage counts. Every stage calls it.
-func (z *ZeRO1) setPipeline(pp nccl.Comm, uncount *parallel.Param) error {
+func (z *ZeRO) setPipeline(pp nccl.Comm, uncount *parallel.Param) error {
 	if z.norm != nil {
 		z.norm.close()
 	}
@@ -288,7 +416,7 @@ func (z *ZeRO1) setPipeline(pp nccl.Comm, uncount *parallel.Param) error {
 
 // Pieces copies this rank's moments to the host, one piece per parameter
 // range it owns, for a checkpoint.
-func (z *ZeRO1) Pieces() []ckpt.ZeroPiece {
+func (z *ZeRO) Pieces() []ckpt.ZeroPiece {
 	var out []ckpt.ZeroPiece
 	for _, b := range z.buckets {
 		for _, s := range b.segs {
@@ -303,9 +431,9 @@ func (z *ZeRO1) Pieces() []ckpt.ZeroPiece {
 
 // LoadMoments sets parameter i's moments from the whole (TP-local) m and v:
 // this rank keeps the range it owns.
-func (z *ZeRO1) LoadMoments(i int, m, v []float32) error {
+func (z *ZeRO) LoadMoments(i int, m, v []float32) error {
 	if n := z.params[i].Data.Len(); len(m) != n || len(v) != n {
-		return fmt.Errorf("zero-1 %s: moments of %d and %d elements for a parameter of %d", z.params[i].Name, len(m), len(v), n)
+		return fmt.Errorf("zero %s: moments of %d and %d elements for a parameter of %d", z.params[i].Name, len(m), len(v), n)
 	}
 	for _, b := range z.buckets {
 		for _, s := range b.segs {
@@ -316,4 +444,23 @@ func (z *ZeRO1) LoadMoments(i int, m, v []float32) error {
 		}
 	}
 	return nil
+}
+
+// newOptimZeRO is the run's ZeRO optimizer over m's parameters, at the
+// config's stage: at stage 2 it takes each block's gradients out of the
+// model's shared buffer as the block's backward ends.
+func newOptimZeRO(cfg config.Config, m model, dev tensor.Device, mesh *parallel.Mesh) (*ZeRO, error) {
+	if cfg.Zero == 1 {
+		return NewZeRO1(dev, m.Params(), mesh.DP, mesh.TP, cfg.WeightDecay, cfg.GradClip, 0)
+	}
+	t, ok := m.(*transformer)
+	if !ok || t.blockGrads == nil {
+		return nil, fmt.Errorf("zero %d: this model does not share its blocks' gradients: use zero 1", cfg.Zero)
+	}
+	z, err := NewZeRO2(dev, t.params, t.set.Blocks(), t.set.BlockGrads(), mesh.DP, mesh.TP, cfg.WeightDecay, cfg.GradClip, 0)
+	if err != nil {
+		return nil, err
+	}
+	t.blockGrads.reduce = z.reduceBlock
+	return z, nil
 }

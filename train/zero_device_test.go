@@ -201,7 +201,7 @@ func runGPURanks(t *testing.T, cfg config.Config, data *Data, dir, resume string
 	return res[0].Losses
 }
 
-// The device half of ZeRO1 updates the parameters as the host half does
+// The device half of ZeRO updates the parameters as the host half does
 // on every kind of bucket (small buckets here): parameters packed
 // together, one parameter packed with padding, one parameter reduced and
 // gathered in place; with weight decay on some, clipping on some steps.

@@ -20,7 +20,7 @@ func trainFlags() []cli.Flag {
 		&cli.IntFlag{Name: "micro-batches", Usage: "micro-batches of bsz per optimizer step through the pipeline (pp > 1, at least pp; 0 = pp)", Category: cat},
 		&cli.StringFlag{Name: "pp-split", Usage: "blocks of each pipeline stage, e.g. 3,1 (pp counts summing to layers; default layers/pp each)", Category: cat},
 		&cli.BoolFlag{Name: "sp", Usage: "sequence parallelism: layer norms and residuals split along the sequence over tp (seq % tp == 0)", Category: cat},
-		&cli.IntFlag{Name: "zero", Usage: "1: ZeRO-1, AdamW moments sharded over the data-parallel group; 0: replicated", Category: cat},
+		&cli.IntFlag{Name: "zero", Usage: "1: ZeRO-1, AdamW moments sharded over the data-parallel group; 2: ZeRO-2, the gradients too (each block's reduce-scattered as its backward ends); 0: replicated", Category: cat},
 		&cli.StringFlag{Name: "recompute", Usage: "activation recomputation: none, selective (the attention probabilities, recomputed in backward) or full (each block's forward again from its input, its saved buffers shared); the same gradients to the bit", Category: cat},
 		&cli.StringFlag{Name: "model", Usage: "bert (classifier), gpt or llama (causal LMs)", Category: cat},
 		&cli.StringFlag{Name: "preset", Usage: "tiny, small, bert-base, bert-large, gpt2-124m, gpt2-350m, llama-tiny, smollm-135m, llama-1b; other flags win over it", Category: cat},

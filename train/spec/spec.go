@@ -124,6 +124,7 @@ type layout struct {
 	C          int  // the width
 	llama      bool // RMSNorms (a weight, no bias)
 	sp         bool // sequence parallelism sums the norms' and positions' gradients
+	inBlock    int  // the block being written (Param.Block), -1 outside one
 	ps         []Param
 }
 
@@ -137,7 +138,7 @@ func newLayout(cfg config.Config, vocab, tpRank int) (*layout, error) {
 		return nil, err
 	}
 	hf := cfg.Arch == "hf" // one stage, no sequence parallelism
-	return &layout{cfg: cfg, tp: tp, tpRank: tpRank, vocab: vocab, vp: vp, C: cfg.Dim, llama: cfg.Model == "llama", sp: cfg.SP && tp > 1 && !hf}, nil
+	return &layout{cfg: cfg, tp: tp, tpRank: tpRank, vocab: vocab, vp: vp, C: cfg.Dim, llama: cfg.Model == "llama", sp: cfg.SP && tp > 1 && !hf, inBlock: -1}, nil
 }
 
 // cut is the shard rule of this rank for a split (Dim, Blocks, Replicas,
@@ -162,25 +163,27 @@ func (b *layout) row() parallel.Shard { return b.cut(parallel.Shard{Dim: 1}) }
 // weight adds a decayed weight drawn from N(0, std^2) over its first
 // validRows rows (0: all).
 func (b *layout) weight(name string, full []int, sh parallel.Shard, std float32, validRows int, seqReduce bool) {
-	b.ps = append(b.ps, Param{Name: name, Full: full, Shard: sh, Decay: true, SeqReduce: seqReduce, Std: std, ValidRows: validRows})
+	b.ps = append(b.ps, Param{Name: name, Full: full, Shard: sh, Decay: true, SeqReduce: seqReduce, Std: std, ValidRows: validRows, Block: b.inBlock})
 }
 
 // bias adds a bias, 0 at the start.
 func (b *layout) bias(name string, full []int, sh parallel.Shard) {
-	b.ps = append(b.ps, Param{Name: name, Full: full, Shard: sh, Init: parallel.InitZeros})
+	b.ps = append(b.ps, Param{Name: name, Full: full, Shard: sh, Init: parallel.InitZeros, Block: b.inBlock})
 }
 
 // norm adds a LayerNorm's weight and bias, or an RMSNorm's weight.
 func (b *layout) norm(name string) {
-	b.ps = append(b.ps, Param{Name: name + ".weight", Full: []int{b.C}, Shard: replicated, SeqReduce: b.sp, Init: parallel.InitOnes})
+	b.ps = append(b.ps, Param{Name: name + ".weight", Full: []int{b.C}, Shard: replicated, SeqReduce: b.sp, Init: parallel.InitOnes, Block: b.inBlock})
 	if !b.llama {
-		b.ps = append(b.ps, Param{Name: name + ".bias", Full: []int{b.C}, Shard: replicated, SeqReduce: b.sp, Init: parallel.InitZeros})
+		b.ps = append(b.ps, Param{Name: name + ".bias", Full: []int{b.C}, Shard: replicated, SeqReduce: b.sp, Init: parallel.InitZeros, Block: b.inBlock})
 	}
 }
 
 // block adds the transformer's block l: GPT-2's (gpt and bert of arch
 // native) or a Llama's.
 func (b *layout) block(l int) error {
+	b.inBlock = l
+	defer func() { b.inBlock = -1 }()
 	cfg, C, proj := b.cfg, b.C, ProjStd(b.cfg.Layers)
 	if b.llama {
 		p := fmt.Sprintf("model.layers.%d", l)
@@ -242,6 +245,8 @@ func (b *layout) hfBERT() {
 // hfLayer adds the hf BERT's layer l: attention, its output LayerNorm,
 // the MLP and the layer's output LayerNorm.
 func (b *layout) hfLayer(l int) {
+	b.inBlock = l
+	defer func() { b.inBlock = -1 }()
 	C := b.C
 	p := fmt.Sprintf("encoder.layer.%d.", l)
 	b.weight(p+"attention.c_attn.weight", []int{3 * C, C}, b.column(3), parallel.DefaultStd, 0, false)
