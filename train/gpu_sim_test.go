@@ -24,7 +24,7 @@ func TestGPUTwoRanksOnCPUSim(t *testing.T) {
 		t.Skip("trains on simulated GPUs")
 	}
 	dir := cpusim.SharedForTest(t, cuda.KernelSource())
-	const name = "TestGPUZeRO1TwoRanksMatchesCPU"
+	const name = "TestGPUZeROTwoRanksMatchesCPU"
 	cmd := exec.Command(os.Args[0], "-test.run", "^"+name+"$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), append(cpusim.Env(dir, 2), simChildEnv+"=1")...)
 	out, err := cmd.CombinedOutput()

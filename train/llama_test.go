@@ -287,7 +287,7 @@ func TestLlamaInitFromLossCurves(t *testing.T) {
 		ntasks, tp, b int
 		sp            bool
 		zero          int
-	}{{"tp1", 1, 1, 8, false, 0}, {"tp2", 2, 2, 8, false, 0}, {"tp2+sp", 2, 2, 8, true, 0}, {"dp2+zero1", 2, 1, 4, false, 1}} {
+	}{{"tp1", 1, 1, 8, false, 0}, {"tp2", 2, 2, 8, false, 0}, {"tp2+sp", 2, 2, 8, true, 0}, {"dp2+zero1", 2, 1, 4, false, 1}, {"dp2+zero2", 2, 1, 4, false, 2}} {
 		cfg := base
 		cfg.NTasks, cfg.TP, cfg.BatchSize, cfg.SP, cfg.Zero = l.ntasks, l.tp, l.b, l.sp, l.zero
 		res := runInProcess(t, cfg, "")
@@ -409,6 +409,7 @@ func TestLlamaReplicatedKVHeads(t *testing.T) {
 			{"tp4", 4, 4, 16, false, 0},
 			{"tp2+sp", 2, 2, 16, true, 0},
 			{"tp2xdp2+zero1", 4, 2, 8, false, 1},
+			{"tp4xdp2+zero2", 8, 4, 8, false, 2},
 		} {
 			if l.tp > 1 && kv%l.tp == 0 {
 				continue // whole heads a rank: TestLlamaLossCurves

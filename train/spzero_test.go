@@ -149,8 +149,8 @@ func TestSPZeroRefused(t *testing.T) {
 // checkpointing at 5, then resumes from step 5 at other layouts. The
 // resume is exact: the dp2 pieces of the moments, assembled and cut for
 // dp4, continue bit for bit as the same run's state saved by a replicated
-// optimizer (ZeRO-1 changes no bit, TestSPZeroLossCurves) and resumed at
-// dp4 with or without ZeRO-1. Against the uninterrupted dp2 run the
+// optimizer or by ZeRO-2 (ZeRO changes no bit, TestZeroChangesNoBit) and
+// resumed at dp4 with or without ZeRO-1 or -2, and at dp2 with ZeRO-2. Against the uninterrupted dp2 run the
 // continuations at dp4, tp2 x dp2 (+sp) and dp1 agree to 1e-6: the global
 // batch is the same, but the gradients are summed over other groups.
 func TestZeroResumeAtOtherLayout(t *testing.T) {
@@ -190,6 +190,18 @@ func TestZeroResumeAtOtherLayout(t *testing.T) {
 		return resumed[0].Losses
 	}
 	dp4 := resume("dp4+zero1", from, 4, 1, 4, 1, false)
+	// ZeRO-2's checkpoint is ZeRO-1's: the same pieces of the moments.
+	two := cfg
+	two.Zero, two.Steps = 2, 5
+	zdir := t.TempDir()
+	if _, err := runRanks(t, two, data, func(int) Options { return Options{RunDir: zdir} }); err != nil {
+		t.Fatal(err)
+	}
+	fromTwo := filepath.Join(rundir.Dir(zdir).Ckpt(), "step-000005")
+	bitIdentical(t, "dp4+zero1 from the ZeRO-2 checkpoint", resume("dp4+zero1 from zero2", fromTwo, 4, 1, 4, 1, false), "from the ZeRO-1 one", dp4)
+	bitIdentical(t, "dp4 replicated from the ZeRO-2 checkpoint", resume("dp4 from zero2", fromTwo, 4, 1, 4, 0, false), "dp4+zero1", dp4)
+	bitIdentical(t, "dp2+zero2 from the ZeRO-1 checkpoint", resume("dp2+zero2 from zero1", from, 2, 1, 8, 2, false), "uninterrupted", res[0].Losses[5:])
+	bitIdentical(t, "dp4+zero2 from the ZeRO-2 checkpoint", resume("dp4+zero2 from zero2", fromTwo, 4, 1, 4, 2, false), "dp4+zero1", dp4)
 	bitIdentical(t, "dp4+zero1 from the replicated checkpoint", resume("dp4+zero1 from replicated", fromPlain, 4, 1, 4, 1, false), "from the ZeRO-1 one", dp4)
 	bitIdentical(t, "dp4 replicated from the ZeRO-1 checkpoint", resume("dp4 from zero1", from, 4, 1, 4, 0, false), "dp4+zero1", dp4)
 	bitIdentical(t, "dp2+zero1 from the replicated checkpoint", resume("dp2+zero1 from replicated", fromPlain, 2, 1, 8, 1, false), "uninterrupted", res[0].Losses[5:])

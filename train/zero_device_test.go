@@ -41,11 +41,11 @@ func TestZeroDevicePathMatchesHost(t *testing.T) {
 	// clip is where some steps are clipped and others not, so that the
 	// clip coefficient changes the curve (AdamW undoes a constant one).
 	for _, l := range []struct {
-		name       string
-		model      string
-		ntasks, tp int
-		clip       float64
-	}{{"gpt dp2", "gpt", 2, 1, 2}, {"bert dp2", "bert", 2, 1, 0.3}, {"gpt tp2xdp2", "gpt", 4, 2, 2}} {
+		name             string
+		model            string
+		ntasks, tp, zero int
+		clip             float64
+	}{{"gpt dp2", "gpt", 2, 1, 1, 2}, {"bert dp2", "bert", 2, 1, 1, 0.3}, {"gpt tp2xdp2", "gpt", 4, 2, 1, 2}, {"gpt dp2 zero2", "gpt", 2, 1, 2, 2}} {
 		t.Run(l.name, func(t *testing.T) {
 			if testing.Short() && l.ntasks > 2 {
 				t.Skip("4 ranks")
@@ -54,7 +54,7 @@ func TestZeroDevicePathMatchesHost(t *testing.T) {
 			if l.model == "gpt" {
 				cfg.Data = textFile(t)
 			}
-			cfg.NTasks, cfg.TP, cfg.Steps, cfg.GradClip, cfg.Zero = l.ntasks, l.tp, 8, l.clip, 1
+			cfg.NTasks, cfg.TP, cfg.Steps, cfg.GradClip, cfg.Zero = l.ntasks, l.tp, 8, l.clip, l.zero
 			want, hostDir, run, dir := hostAndSimulated(t, cfg)
 			got, devs := run.res, run.devs
 			if run.collectives == 0 {
@@ -116,14 +116,15 @@ func closeCurve(t *testing.T, name string, got []float64, other string, want []f
 	t.Logf("%s: %.4f -> %.4f, largest relative difference from %s %.2g", name, got[0], got[len(got)-1], other, worst)
 }
 
-// On two GPUs with NCCL (one a rank), dp2 ZeRO-1 runs device-resident in
-// the one-sync GPU step and gives the CPU's ZeRO-1 loss curve over 10
-// steps within curveTolerance (the measured CPU-vs-CPU reordering spread,
-// tolerance_test.go); its checkpoint at step 5 (the device moments copied
-// to the host) resumes on the CPU, and the CPU's on the GPUs (loaded into
-// device moments), each continuing the other's curve within it. With fewer
-// than two GPUs it skips, which gpu-check allows for tests named TwoRanks.
-func TestGPUZeRO1TwoRanksMatchesCPU(t *testing.T) {
+// On two GPUs with NCCL (one a rank), dp2 ZeRO-1 and ZeRO-2 run
+// device-resident in the one-sync GPU step and give the CPU's loss curve
+// over 10 steps within curveTolerance (the measured CPU-vs-CPU reordering
+// spread, tolerance_test.go); the checkpoint at step 5 (the device moments
+// copied to the host) resumes on the CPU, and the CPU's on the GPUs
+// (loaded into device moments), each continuing the other's curve within
+// it. With fewer than two GPUs it skips, which gpu-check allows for tests
+// named TwoRanks.
+func TestGPUZeROTwoRanksMatchesCPU(t *testing.T) {
 	if ok, why := cuda.Available(); !ok {
 		t.Skip("no CUDA here: " + why)
 	}
@@ -133,29 +134,34 @@ func TestGPUZeRO1TwoRanksMatchesCPU(t *testing.T) {
 	if n, err := cuda.DeviceCount(); err != nil || n < 2 {
 		t.Skipf("needs 2 GPUs, one a rank: %d visible (%v)", n, err)
 	}
-	cfg, data := gptConfig(t, 2, 1)
-	cfg.Steps, cfg.EvalEvery, cfg.CkptEvery, cfg.BatchSize, cfg.Zero = 10, 0, 5, 8, 1
-	gcfg := cfg
-	gcfg.Device, gcfg.Comm = "cuda", "nccl"
-	cpu := func(dir, resume string) []float64 {
-		res, err := runRanks(t, cfg, data, func(int) Options { return Options{Device: tensor.NewCPU(), RunDir: dir, Resume: resume} })
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res[0].Losses
+	for _, zero := range []int{1, 2} {
+		t.Run(fmt.Sprintf("zero%d", zero), func(t *testing.T) {
+			cfg, data := gptConfig(t, 2, 1)
+			cfg.Steps, cfg.EvalEvery, cfg.CkptEvery, cfg.BatchSize, cfg.Zero = 10, 0, 5, 8, zero
+			gcfg := cfg
+			gcfg.Device, gcfg.Comm = "cuda", "nccl"
+			cpu := func(dir, resume string) []float64 {
+				res, err := runRanks(t, cfg, data, func(int) Options { return Options{Device: tensor.NewCPU(), RunDir: dir, Resume: resume} })
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res[0].Losses
+			}
+			step5 := func(dir string) string { return filepath.Join(rundir.Dir(dir).Ckpt(), "step-000005") }
+			cpuDir, gpuDir := t.TempDir(), t.TempDir()
+			want := cpu(cpuDir, "")
+			got := runGPURanks(t, gcfg, data, gpuDir, "")
+			tol := curveTolerance(t, cfg, data, want)
+			name := fmt.Sprintf("ZeRO-%d", zero)
+			closeCurve(t, "cuda dp2 "+name+" loss", got, "cpu dp2 "+name, want, tol)
+			// The first step also waits to set up the device's id ring.
+			if _, syncs := stepLines(t, gpuDir, 0); syncs[0] < 1 || slices.ContainsFunc(syncs[1:], func(n int64) bool { return n != 1 }) {
+				t.Errorf("host synchronisations of each step %v, want 1 each after the first: %s did not run in the one-sync GPU step", syncs, name)
+			}
+			closeCurve(t, "cpu resumed from the cuda checkpoint", cpu(t.TempDir(), step5(gpuDir)), "cpu", want[5:], tol)
+			closeCurve(t, "cuda resumed from the cpu checkpoint", runGPURanks(t, gcfg, data, t.TempDir(), step5(cpuDir)), "cpu", want[5:], tol)
+		})
 	}
-	step5 := func(dir string) string { return filepath.Join(rundir.Dir(dir).Ckpt(), "step-000005") }
-	cpuDir, gpuDir := t.TempDir(), t.TempDir()
-	want := cpu(cpuDir, "")
-	got := runGPURanks(t, gcfg, data, gpuDir, "")
-	tol := curveTolerance(t, cfg, data, want)
-	closeCurve(t, "cuda dp2 ZeRO-1 loss", got, "cpu dp2 ZeRO-1", want, tol)
-	// The first step also waits to set up the device's id ring.
-	if _, syncs := stepLines(t, gpuDir, 0); syncs[0] < 1 || slices.ContainsFunc(syncs[1:], func(n int64) bool { return n != 1 }) {
-		t.Errorf("host synchronisations of each step %v, want 1 each after the first: ZeRO-1 did not run in the one-sync GPU step", syncs)
-	}
-	closeCurve(t, "cpu resumed from the cuda checkpoint", cpu(t.TempDir(), step5(gpuDir)), "cpu", want[5:], tol)
-	closeCurve(t, "cuda resumed from the cpu checkpoint", runGPURanks(t, gcfg, data, t.TempDir(), step5(cpuDir)), "cpu", want[5:], tol)
 }
 
 // runGPURanks trains cfg on a two-rank NCCL world in this process, rank r
