@@ -9,6 +9,7 @@ const GradBucketElems = 1 << 22
 type Bucket struct {
 	Tensors int   // gradients in the bucket
 	Elems   int64 // their elements
+	Block   bool  // a transformer block's gradients (BlockBuckets)
 }
 
 // GradBuckets cuts gradients of sizes elements, in order, into buckets of
@@ -32,6 +33,34 @@ func GradBuckets(sizes []int64, bucketElems int64) []Bucket {
 	}
 	if cur.Tensors > 0 {
 		out = append(out, cur)
+	}
+	return out
+}
+
+// BlockBuckets cuts gradients of sizes elements, in order, into ZeRO-2's
+// buckets: the gradients of each transformer block (block[i], the block
+// of gradient i, -1 outside one; a block's gradients consecutive) one
+// bucket, flagged Block, and the runs between blocks as GradBuckets cuts
+// them. The engine's ZeRO-2 buckets with it, and train/plan counts its
+// buffers and collectives from it.
+func BlockBuckets(sizes []int64, block []int, bucketElems int64) []Bucket {
+	same := func(a, b int) bool { return a == b || a < 0 && b < 0 }
+	var out []Bucket
+	for i := 0; i < len(sizes); {
+		j := i + 1
+		for j < len(sizes) && same(block[i], block[j]) {
+			j++
+		}
+		if block[i] >= 0 {
+			b := Bucket{Tensors: j - i, Block: true}
+			for _, n := range sizes[i:j] {
+				b.Elems += n
+			}
+			out = append(out, b)
+		} else {
+			out = append(out, GradBuckets(sizes[i:j], bucketElems)...)
+		}
+		i = j
 	}
 	return out
 }

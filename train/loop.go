@@ -148,8 +148,8 @@ type trainer struct {
 	dev     tensor.Device
 	data    *Data
 	model   model
-	opt     *AdamW          // the moments (replicated) or the hyperparameters (ZeRO-1)
-	optim   optimizer       // replicated AdamW or ZeRO-1
+	opt     *AdamW          // the moments (replicated) or the hyperparameters (ZeRO)
+	optim   optimizer       // replicated AdamW or ZeRO
 	zero    *ZeRO           // --zero 1 or 2: optim
 	lm      deviceLM        // the model, when the step keeps its loss on the device (step.go)
 	dpGroup *parallel.Group // the data-parallel group, for the device-kept loss

@@ -109,30 +109,30 @@ func NewZeRO2(dev tensor.Device, params []*parallel.Param, blocks [][]*parallel.
 	return newZeRO(dev, params, blocks, blockGrads, dp, tp, weightDecay, clip, bucketElems)
 }
 
-// zeroBuckets cuts params into ZeRO's buckets: each of blocks one bucket,
-// the runs of parameters between them as bucketParams cuts them. It
-// returns, for each block, the index of its bucket.
+// zeroBuckets cuts params into ZeRO's buckets (parallel.BlockBuckets):
+// each of blocks one bucket, the runs of parameters between them as
+// bucketParams cuts them. It returns, for each block, the index of its
+// bucket.
 func zeroBuckets(params []*parallel.Param, blocks [][]*parallel.Param, bucketElems int) (buckets [][]*parallel.Param, blockBucket []int) {
-	first := make(map[*parallel.Param]int, len(blocks))
+	in := make(map[*parallel.Param]int)
 	for i, b := range blocks {
-		first[b[0]] = i
+		for _, p := range b {
+			in[p] = i
+		}
 	}
-	for len(params) > 0 {
-		if i, ok := first[params[0]]; ok {
+	sizes, block := make([]int64, len(params)), make([]int, len(params))
+	for i, p := range params {
+		sizes[i], block[i] = int64(p.Grad.Len()), -1
+		if b, ok := in[p]; ok {
+			block[i] = b
+		}
+	}
+	for _, b := range parallel.BlockBuckets(sizes, block, int64(bucketElems)) {
+		if b.Block {
 			blockBucket = append(blockBucket, len(buckets))
-			buckets = append(buckets, params[:len(blocks[i]):len(blocks[i])])
-			params = params[len(blocks[i]):]
-			continue
 		}
-		n := 1
-		for n < len(params) {
-			if _, ok := first[params[n]]; ok {
-				break
-			}
-			n++
-		}
-		run, _ := bucketParams(params[:n], bucketElems)
-		buckets, params = append(buckets, run...), params[n:]
+		buckets = append(buckets, params[:b.Tensors:b.Tensors])
+		params = params[b.Tensors:]
 	}
 	return buckets, blockBucket
 }

@@ -46,14 +46,14 @@ type RunConfig struct {
 	// MicroBatches is the micro-batches a pipeline step runs (0: pp).
 	MicroBatches int  `json:"micro_batches,omitempty"`
 	SP           bool `json:"sp,omitempty"`   // sequence parallelism
-	Zero         int  `json:"zero,omitempty"` // 1: ZeRO-1 optimizer state
+	Zero         int  `json:"zero,omitempty"` // the ZeRO stage (1: optimizer state sharded; 2: gradients too)
 	// Recompute is the activation recomputation: selective or full ("" or
 	// none: none).
 	Recompute string `json:"recompute,omitempty"`
 }
 
 // Layout is the job's parallel layout in words: "pp 2 x tp 2 x dp 1"
-// (no pp for one stage), then "+ sp", "+ ZeRO-1" and "+ recompute full"
+// (no pp for one stage), then "+ sp", "+ ZeRO-1" (or -2) and "+ recompute full"
 // when used; "-" when unknown.
 func (c RunConfig) Layout() string {
 	if c.TP == 0 {
@@ -66,8 +66,8 @@ func (c RunConfig) Layout() string {
 	if c.SP {
 		s += " + sp"
 	}
-	if c.Zero == 1 {
-		s += " + ZeRO-1"
+	if c.Zero > 0 {
+		s += fmt.Sprintf(" + ZeRO-%d", c.Zero)
 	}
 	if c.Recompute != "" && c.Recompute != "none" {
 		s += " + recompute " + c.Recompute

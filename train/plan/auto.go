@@ -44,8 +44,8 @@ func (l Layout) String() string {
 	if l.SP {
 		s += " sp"
 	}
-	if l.Zero == 1 {
-		s += " zero1"
+	if l.Zero > 0 {
+		s += fmt.Sprintf(" zero%d", l.Zero)
 	}
 	if l.Recompute != "" {
 		s += " rc-" + l.Recompute
@@ -230,14 +230,15 @@ func spAxis(l Layout, _ int) []Layout {
 	return []Layout{l, on}
 }
 
-// zeroAxis: ZeRO-1 off, and on where dp > 1.
+// zeroAxis: ZeRO off, and stages 1 and 2 where dp > 1 (stage 2 not for
+// arch hf, whose layers do not hand their gradients over one by one).
 func zeroAxis(l Layout, _ int) []Layout {
 	if l.DP == 1 {
 		return []Layout{l}
 	}
-	on := l
-	on.Zero = 1
-	return []Layout{l, on}
+	one, two := l, l
+	one.Zero, two.Zero = 1, 2
+	return []Layout{l, one, two}
 }
 
 // microAxis: every number of micro-batches that divides a replica's

@@ -134,6 +134,8 @@ func TestPipelineMemoryMatchesEngine(t *testing.T) {
 		{"llama", 2, 1, 1, 4, false, 0, ""},
 		{"llama", 2, 1, 2, 2, true, 0, ""},
 		{"llama", 2, 2, 1, 2, false, 1, ""},
+		{"gpt", 2, 2, 1, 2, false, 2, ""},
+		{"llama", 2, 2, 2, 2, true, 2, ""},
 	} {
 		cfg := pipelineConfig(t, c.model, c.pp, c.dp, c.tp, c.micro)
 		cfg.SP, cfg.Zero, cfg.PPSplit = c.sp, c.zero, c.split
@@ -148,8 +150,8 @@ func TestPipelineMemoryMatchesEngine(t *testing.T) {
 		if c.sp {
 			mode += "+sp"
 		}
-		if c.zero == 1 {
-			mode += "+zero1"
+		if c.zero > 0 {
+			mode += fmt.Sprintf("+zero%d", c.zero)
 		}
 		peaks := measureRanks(t, cfg, vocab)
 		for r, got := range peaks {

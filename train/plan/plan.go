@@ -374,7 +374,8 @@ type shapes struct {
 	first, last bool
 	inFlight    int64
 	m           int64 // micro-batches a step
-	sp, zero    bool  // sequence parallelism (tp > 1); ZeRO-1 (dp > 1)
+	sp, zero    bool  // sequence parallelism (tp > 1); ZeRO-1 or -2 (dp > 1)
+	zero2       bool  // ZeRO-2: each block's gradients reduce-scattered as its backward ends
 	// params are this rank's parameter tensors' elements in the model's
 	// order (train's model.Params); buckets the gradient buckets
 	// train.NewGradSync packs them into (parallel.GradBuckets).
@@ -383,6 +384,9 @@ type shapes struct {
 	paramElems int64
 	// linears are one block's weight products (spec.BlockLinears).
 	linears []spec.Linear
+	// seqReduce are the floats of the gradients sequence parallelism sums
+	// over tp (spec.Param.SeqReduce), blockSeqReduce one block's of them.
+	seqReduce, blockSeqReduce int64
 	// normEntries is the length of the gradient norm's list of squares:
 	// the longest stage's normTensors.
 	normEntries int64
@@ -412,17 +416,37 @@ func newShapes(cfg config.Config, paddedVocab, stage, blocks int) (shapes, error
 	}
 	s.inFlight = s.pp - s.stage // parallel.OneFOneB's bound (1 without a pipeline)
 	s.sp = cfg.SP && tp > 1
-	s.zero = cfg.Zero == 1 && s.dp > 1
+	s.zero = cfg.Zero > 0 && s.dp > 1
+	s.zero2 = cfg.Zero == 2 && s.dp > 1
 	s.N = s.B * s.T
 	ps, err := spec.StageParams(cfg, paddedVocab, 0, s.first, s.last, 0, blocks)
 	if err != nil {
 		return shapes{}, err
 	}
 	s.params = spec.LocalElems(ps)
+	firstBlock := -1
+	for i, p := range ps {
+		if firstBlock < 0 && p.Block >= 0 {
+			firstBlock = p.Block
+		}
+		if p.SeqReduce {
+			s.seqReduce += s.params[i]
+			if p.Block >= 0 && p.Block == firstBlock {
+				s.blockSeqReduce += s.params[i]
+			}
+		}
+	}
 	for _, n := range s.params {
 		s.paramElems += n
 	}
 	s.buckets = parallel.GradBuckets(s.params, 0)
+	if s.zero2 {
+		block := make([]int, len(ps))
+		for i, p := range ps {
+			block[i] = p.Block
+		}
+		s.buckets = parallel.BlockBuckets(s.params, block, 0)
+	}
 	if s.linears, err = spec.BlockLinears(cfg, paddedVocab); err != nil {
 		return shapes{}, err
 	}
@@ -503,26 +527,9 @@ func (s shapes) spElems() int64 {
 }
 
 // seqGrads are the floats of the gradients summed over tp under sequence
-// parallelism: ln_1 and ln_2 of every block, ln_f on the last stage, the
-// position table on the first; a Llama's two RMSNorm weights a block and
-// model.norm's.
-func (s shapes) seqGrads() int64 {
-	if s.llama {
-		g := 2 * s.C * s.L
-		if s.last {
-			g += s.C
-		}
-		return g
-	}
-	g := 4 * s.C * s.L
-	if s.last {
-		g += 2 * s.C
-	}
-	if s.first {
-		g += s.P * s.C
-	}
-	return g
-}
+// parallelism (spec.Param.SeqReduce): the blocks' norms, ln_f's on the
+// last stage, the position table's on the first.
+func (s shapes) seqGrads() int64 { return s.seqReduce }
 
 // normTensors is how many parameters the stage counts in the gradient
 // norm: all of its own but, on the last stage of a GPT pipeline, its copy
@@ -536,7 +543,7 @@ func (s shapes) normTensors() int64 {
 }
 
 // zeroSizes are, in elements, this data-parallel rank's ranges of the
-// gradient buckets (train.ZeRO1: each bucket padded to a multiple of dp),
+// gradient buckets (train.ZeRO: each bucket padded to a multiple of dp),
 // the largest padded bucket, and all the padded buckets.
 func (s shapes) zeroSizes() (local, biggest, padded int64) {
 	for _, b := range s.buckets {
@@ -562,6 +569,19 @@ func (s shapes) memory(dev Device) Memory {
 	if s.zero {
 		local, _, _ := s.zeroSizes()
 		m.Optimizer = 2 * local * f32
+	}
+	if s.zero2 {
+		// The blocks' gradients: one buffer they share (the largest
+		// block's, padded to a multiple of dp) and this rank's range of
+		// each; the others' whole.
+		var shared, ranges, blocks int64
+		for _, b := range s.buckets {
+			if b.Block {
+				per := (b.Elems + s.dp - 1) / s.dp
+				shared, ranges, blocks = max(shared, per*s.dp), ranges+per, blocks+b.Elems
+			}
+		}
+		m.Grads = (s.paramElems - blocks + shared + ranges) * f32
 	}
 	// The blocks share one backward scratch (parallel.Block.ShareBuffers).
 	m.Blocks = 0
@@ -597,13 +617,18 @@ func (s shapes) memory(dev Device) Memory {
 	}
 	switch {
 	case s.zero:
-		packed := int64(0)
+		// ZeRO-2's block buckets gather in the blocks' shared gradients,
+		// and stage their ranges in the range buffer.
+		packed, staged := int64(0), int64(0)
 		for _, b := range s.buckets {
-			if b.Tensors > 1 || b.Elems%s.dp != 0 {
+			switch {
+			case b.Block:
+				staged = max(staged, (b.Elems+s.dp-1)/s.dp)
+			case b.Tensors > 1 || b.Elems%s.dp != 0:
 				packed = max(packed, (b.Elems+s.dp-1)/s.dp*s.dp)
 			}
 		}
-		m.GradBucket = (packed + packed/s.dp) * f32
+		m.GradBucket = (packed + max(packed/s.dp, staged)) * f32
 	case s.dp > 1 && multi:
 		m.GradBucket = bucket * f32
 	}
@@ -768,9 +793,17 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		normAG, stepAR, nStep := float64(s.tp*2*max(s.normEntries, 1)), 0.0, 1
 		if s.sp {
 			// ReduceGrads: the layer norms' (and ln_f's on the last stage,
-			// the positions' on the first) gradients, once.
-			stepAR = 2 * float64(s.seqGrads())
-			nStep++
+			// the positions' on the first) gradients, once; under ZeRO-2
+			// each block's as its backward ends, the rest once.
+			rest := s.seqGrads()
+			if s.zero2 {
+				ar, n = ar+2*float64(s.L*s.blockSeqReduce), n+int(s.L)
+				rest -= s.L * s.blockSeqReduce
+			}
+			if rest > 0 {
+				stepAR = 2 * float64(rest)
+				nStep++
+			}
 		}
 		t.TPBytes = (accum*(ar+ag+rs) + normAG + stepAR) * half(tp) * f32
 		t.Collectives += int(accum)*n + nStep
@@ -783,11 +816,15 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		if _, r, err := parallel.KVSplit(cfg.Heads, cfg.KVHeadCount(), int(s.tp)); s.llama && err == nil && r > 1 {
 			// Key/value heads replicated over r ranks: each block's k and
 			// v rows' gradients all-reduced over them once a step
-			// (parallel.ReduceReplicas).
-			kv := 2 * float64(s.L) * 2 * (C / float64(cfg.Heads) * C) * half(float64(r)) * f32
+			// (parallel.ReduceReplicas); under ZeRO-2 once a micro-batch.
+			times := 1.0
+			if s.zero2 {
+				times = accum
+			}
+			kv := times * 2 * float64(s.L) * 2 * (C / float64(cfg.Heads) * C) * half(float64(r)) * f32
 			t.TPBytes += kv
-			t.Collectives += int(s.L)
-			t.CommS += kv/c.allReduce + float64(s.L)*c.latency
+			t.Collectives += int(times) * int(s.L)
+			t.CommS += kv/c.allReduce + times*float64(s.L)*c.latency
 		}
 		microS += tpMicroS
 	}
@@ -833,10 +870,22 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 			// A reduce-scatter of every padded bucket and an all-gather of
 			// the updated parameters: the all-reduce's bytes; and the
 			// gradient norm's per-parameter squares all-gathered over dp.
+			// ZeRO-2 reduce-scatters each block's bucket once a
+			// micro-batch.
 			_, _, padded := s.zeroSizes()
+			rs := float64(padded)
+			n = 2*buckets + 2
+			if s.zero2 {
+				for _, b := range s.buckets {
+					if b.Block {
+						rs += (accum - 1) * float64((b.Elems+s.dp-1)/s.dp*s.dp)
+						n += int(accum) - 1
+					}
+				}
+			}
 			norm := float64(s.dp * 2 * max(s.normEntries, 1))
-			units, n = 2*float64(padded+1)+norm, 2*buckets+2
-			commS = h * (float64(padded)/c.reduceScatter + (float64(padded)+norm)/c.allGather + 2/c.allReduce)
+			units = rs + float64(padded) + 2 + norm
+			commS = h * (rs/c.reduceScatter + (float64(padded)+norm)/c.allGather + 2/c.allReduce)
 		}
 		t.DPBytes = units * h
 		t.Collectives += n
@@ -891,7 +940,7 @@ type Suggestion struct {
 
 // Suggest lists the smallest changes of each kind that make r fit the
 // device: sequence parallelism (--sp, where tp > 1 and tp divides the
-// sequence) and ZeRO-1 (--zero 1, where dp > 1), each alone or, when
+// sequence) and ZeRO (--zero 1, else 2, where dp > 1), each alone or, when
 // neither fits alone, both, on the same tasks
 // and batch; activation recomputation (--recompute selective, else full;
 // not for arch hf); a larger tp on the same tasks; a smaller batch with more
@@ -915,13 +964,17 @@ func Suggest(r Request) []Suggestion {
 	}
 	cfg := r.Config
 	canSP := !cfg.SP && cfg.TP > 1 && cfg.Seq%cfg.TP == 0
-	canZero := cfg.Zero == 0 && cfg.DP() > 1
+	canZero := cfg.Zero < 2 && cfg.DP() > 1
 	sp := func(c *config.Config, _ *int) { c.SP = true }
-	zero := func(c *config.Config, _ *int) { c.Zero = 1 }
 	fitSP := canSP && try("--sp", sp)
-	fitZero := canZero && try("--zero 1", zero)
-	if canSP && canZero && !fitSP && !fitZero {
-		try("--sp --zero 1", func(c *config.Config, nd *int) { sp(c, nd); zero(c, nd) })
+	for stage := cfg.Zero + 1; canZero && stage <= 2; stage++ {
+		zero := func(c *config.Config, _ *int) { c.Zero = stage }
+		if try(fmt.Sprintf("--zero %d", stage), zero) {
+			break
+		}
+		if canSP && !fitSP && try(fmt.Sprintf("--sp --zero %d", stage), func(c *config.Config, nd *int) { sp(c, nd); zero(c, nd) }) {
+			break
+		}
 	}
 	if cfg.Arch != "hf" {
 		for _, mode := range []string{"selective", "full"} {

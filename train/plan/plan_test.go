@@ -109,6 +109,8 @@ func TestPeakMemoryMatchesEngine(t *testing.T) {
 			point{"tiny", model, 1, 2, 4, false, 1}, point{"small", model, 1, 2, 1, false, 1},
 			point{"tiny", model, 2, 2, 8, true, 1}, point{"small", model, 2, 2, 1, true, 1},
 			point{"wide", model, 1, 3, 2, false, 1},
+			point{"tiny", model, 1, 2, 4, false, 2}, point{"tiny", model, 2, 2, 8, true, 2},
+			point{"wide", model, 1, 3, 2, false, 2},
 		)
 	}
 	// Llamas (grouped heads, SwiGLU, RMSNorm, rotary tables), tied and
@@ -119,6 +121,7 @@ func TestPeakMemoryMatchesEngine(t *testing.T) {
 			point{preset, "llama", 2, 1, 4, true, 0}, point{preset, "llama", 1, 2, 4, false, 1}, point{preset, "llama", 2, 2, 2, true, 1},
 			// tp 4 over 2 kv heads: each replicated over 2 ranks.
 			point{preset, "llama", 4, 1, 4, false, 0}, point{preset, "llama", 4, 1, 8, true, 0},
+			point{preset, "llama", 2, 2, 2, true, 2},
 		)
 	}
 	if testing.Short() {
@@ -157,8 +160,8 @@ func TestPeakMemoryMatchesEngine(t *testing.T) {
 		if p.sp {
 			mode += "+sp"
 		}
-		if p.zero == 1 {
-			mode += "+zero1"
+		if p.zero > 0 {
+			mode += fmt.Sprintf("+zero%d", p.zero)
 		}
 		if (pl.Memory.SPBuffers > 0) != p.sp {
 			t.Errorf("%s %s tp %d dp %d bsz %d%s: sp buffers %d B", p.preset, p.model, p.tp, p.dp, p.bsz, mode, pl.Memory.SPBuffers)
@@ -454,8 +457,8 @@ func (p commLayout) tinyConfig(t *testing.T, model string) config.Config {
 // TestCommMatchesEngine checks the plan's communication against the
 // engine's own counters (nccl.Stats of the tensor- and data-parallel
 // groups) over one optimizer step: the collectives and the bytes a rank
-// sends exactly, with and without sequence parallelism and ZeRO-1, both
-// models, and gradient accumulation.
+// sends exactly, with and without sequence parallelism and ZeRO-1 or -2,
+// the three models, and gradient accumulation.
 func TestCommMatchesEngine(t *testing.T) {
 	const vocab = 1000
 	var table strings.Builder
@@ -464,6 +467,7 @@ func TestCommMatchesEngine(t *testing.T) {
 		for _, p := range []commLayout{
 			{2, 1, 1, false, 0, ""}, {2, 1, 1, true, 0, ""}, {4, 1, 2, true, 0, ""}, {1, 2, 1, false, 0, ""}, {1, 2, 1, false, 1, ""}, {2, 2, 1, false, 0, ""}, {2, 2, 2, true, 1, ""},
 			{4, 1, 1, false, 0, ""}, // a Llama's 2 kv heads replicated over 2 ranks each
+			{1, 2, 2, false, 2, ""}, {2, 2, 2, true, 2, ""},
 		} {
 			cfg := p.tinyConfig(t, model)
 			if model == "llama" && (p.tp <= 2 || !p.sp && p.accum == 1) {
@@ -478,8 +482,8 @@ func TestCommMatchesEngine(t *testing.T) {
 			if p.sp {
 				mode += "+sp"
 			}
-			if p.zero == 1 {
-				mode += "+zero1"
+			if p.zero > 0 {
+				mode += fmt.Sprintf("+zero%d", p.zero)
 			}
 			fmt.Fprintf(&table, "%-5s %3d %3d %5d %-10s %12.0f %12.0f %12.0f %12.0f %5d %5d\n", model, p.tp, p.dp, p.accum, mode, pl.Time.TPBytes, tpB, pl.Time.DPBytes, dpB, pl.Time.Collectives, calls)
 			off := func(plan, engine float64) bool { return math.Abs(plan-engine) > 1e-9*engine }
