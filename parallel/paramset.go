@@ -80,11 +80,16 @@ func (p ParamSpec) String() string {
 // parameter no layer takes is still the model's (trained, counted and
 // saved). A nil *ParamSet makes a new parameter for each layer that asks.
 //
-// With shared block gradients (ZeRO-2) the gradients of every block's
-// parameters are views of one buffer, BlockGrads, each block's laid out in
-// its order from the start: the blocks run their backward one at a time,
-// and each block's gradients are taken out (reduce-scattered) before the
-// next block's backward writes its own.
+// Sharded over a data-parallel group (BlockSharding), the blocks share
+// their buffers: they run forward and backward one at a time. With
+// Grads (ZeRO-2 and 3) the gradients of every block's parameters are views
+// of one buffer, BlockGrads, each block's laid out in its order from the
+// start, which each block's backward writes and its reduce-scatter then
+// empties. With Params (ZeRO-3) so are their values (BlockData): each block
+// keeps only this rank's range of its values (BlockShard: the range
+// [rank*per, (rank+1)*per) of the block's values laid end to end and
+// padded to per*ranks), and GatherBlock all-gathers them into the shared
+// buffer before the block runs.
 type ParamSet struct {
 	dev        tensor.Device
 	specs      []ParamSpec
@@ -93,16 +98,36 @@ type ParamSet struct {
 	taken      []bool
 	seed       uint64
 	blocks     [][]*Param     // each block's parameters, in order (Block >= 0)
+	sharding   BlockSharding  // how the blocks are held
 	blockGrads *tensor.Tensor // the blocks' shared gradients (nil: each its own)
+	blockData  *tensor.Tensor // the blocks' shared values (nil: each its own)
+	shards     []*tensor.Tensor
+	at         map[*Param]blockPlace // where the blocks' parameters are
+	resident   int                   // the block whose values BlockData holds, -1: none
 }
 
-// NewParamSet allocates the parameters of specs on dev and fills them from
-// seed (InitFull). When blockPad > 0 the blocks' gradients share one
-// buffer, the size of the largest block's rounded up to a multiple of
-// blockPad (ZeRO-2's padding to dp), zero past the gradients. Free the set
-// with Free.
-func NewParamSet(dev tensor.Device, specs []ParamSpec, seed uint64, blockPad int) (*ParamSet, error) {
-	s := &ParamSet{dev: dev, specs: specs, index: make(map[string]int, len(specs)), taken: make([]bool, len(specs)), seed: seed}
+// blockPlace is where a parameter is among the blocks: block l, from
+// element off of the block's parameters laid end to end.
+type blockPlace struct{ l, off int }
+
+// BlockSharding says how a model's blocks hold their parameters: the zero
+// value each whole and its own.
+type BlockSharding struct {
+	DP     *Group // the data-parallel group they are sharded over
+	Grads  bool   // the gradients in one shared buffer (ZeRO-2 and 3)
+	Params bool   // the values too, each block keeping its range (ZeRO-3)
+}
+
+// NewParamSet allocates the parameters of specs on dev, held as sharding
+// says, and fills them from seed (InitFull). A shared buffer has the size
+// of the largest block's, rounded up to a multiple of the data-parallel
+// size. Free the set with Free.
+func NewParamSet(dev tensor.Device, specs []ParamSpec, seed uint64, sharding BlockSharding) (*ParamSet, error) {
+	s := &ParamSet{dev: dev, specs: specs, index: make(map[string]int, len(specs)), taken: make([]bool, len(specs)), seed: seed,
+		sharding: sharding, at: map[*Param]blockPlace{}, resident: -1}
+	if (sharding.Grads || sharding.Params) && sharding.DP == nil {
+		return nil, fmt.Errorf("parameters sharded over no data-parallel group")
+	}
 	sizes := map[int]int{}
 	for i, sp := range specs {
 		if _, dup := s.index[sp.Name]; dup {
@@ -114,41 +139,91 @@ func NewParamSet(dev tensor.Device, specs []ParamSpec, seed uint64, blockPad int
 		}
 	}
 	shared := 0
-	if blockPad > 0 {
-		for _, n := range sizes {
-			shared = max(shared, (n+blockPad-1)/blockPad*blockPad)
-		}
+	for _, n := range sizes {
+		shared = max(shared, s.padded(n))
 	}
-	if shared > 0 {
-		g, err := dev.Alloc(shared)
-		if err != nil {
+	var err error
+	if sharding.Grads && shared > 0 {
+		if s.blockGrads, err = dev.Alloc(shared); err != nil {
 			return nil, fmt.Errorf("the blocks' shared gradients: %w", err)
 		}
-		dev.Zero(g)
-		s.blockGrads = g
+		dev.Zero(s.blockGrads)
 	}
-	off, block := 0, -1 // where the next gradient goes in the shared buffer, and whose
-	for _, sp := range specs {
+	if sharding.Params && shared > 0 {
+		if s.blockData, err = dev.Alloc(shared); err != nil {
+			s.Free()
+			return nil, fmt.Errorf("the blocks' shared values: %w", err)
+		}
+	}
+	off, block := 0, -1 // where the next parameter goes in its block, and whose
+	var values []float32 // the block's values end to end (ZeRO-3)
+	for i, sp := range specs {
 		if sp.Block >= 0 && sp.Block != block {
 			off, block = 0, sp.Block
 			s.blocks = append(s.blocks, nil)
+			values = values[:0]
 		}
-		var grad *tensor.Tensor
-		if s.blockGrads != nil && sp.Block >= 0 {
-			grad = s.blockGrads.View(off, sp.Shard.LocalShape(sp.Full)...)
-			off += int(sp.LocalElems())
+		var data, grad *tensor.Tensor
+		if sp.Block >= 0 {
+			shape := sp.Shard.LocalShape(sp.Full)
+			if s.blockGrads != nil {
+				grad = s.blockGrads.View(off, shape...)
+			}
+			if s.blockData != nil {
+				data = s.blockData.View(off, shape...)
+			}
 		}
-		p, err := newParam(dev, sp, seed, grad)
+		p, local, err := newParam(dev, sp, seed, data, grad)
 		if err != nil {
 			s.Free()
 			return nil, err
 		}
 		s.params = append(s.params, p)
-		if sp.Block >= 0 {
-			s.blocks[len(s.blocks)-1] = append(s.blocks[len(s.blocks)-1], p)
+		if sp.Block < 0 {
+			continue
+		}
+		s.blocks[len(s.blocks)-1] = append(s.blocks[len(s.blocks)-1], p)
+		s.at[p] = blockPlace{len(s.blocks) - 1, off}
+		off += len(local)
+		if s.blockData == nil {
+			continue
+		}
+		values = append(values, local...)
+		if i+1 == len(specs) || specs[i+1].Block != block {
+			if err := s.keepShard(values); err != nil {
+				s.Free()
+				return nil, err
+			}
 		}
 	}
 	return s, nil
+}
+
+// padded is n rounded up to a multiple of the data-parallel size.
+func (s *ParamSet) padded(n int) int {
+	if s.sharding.DP == nil {
+		return n
+	}
+	r := s.sharding.DP.Size()
+	return (n + r - 1) / r * r
+}
+
+// keepShard keeps this rank's range of a block's values (all of them end
+// to end) as the block's shard.
+func (s *ParamSet) keepShard(values []float32) error {
+	per := s.padded(len(values)) / s.sharding.DP.Size()
+	lo := s.sharding.DP.Rank() * per
+	piece := make([]float32, per)
+	if lo < len(values) {
+		copy(piece, values[lo:min(lo+per, len(values))])
+	}
+	t, err := s.dev.Alloc(per)
+	if err != nil {
+		return fmt.Errorf("a block's shard of %d values: %w", per, err)
+	}
+	s.dev.CopyFromHost(t, piece)
+	s.shards = append(s.shards, t)
+	return nil
 }
 
 // Params lists the set's parameters in its specs' order.
@@ -162,25 +237,94 @@ func (s *ParamSet) Blocks() [][]*Param { return s.blocks }
 // parameter has its own).
 func (s *ParamSet) BlockGrads() *tensor.Tensor { return s.blockGrads }
 
+// ShardsValues says whether the blocks keep only their ranges of their
+// values (ZeRO-3).
+func (s *ParamSet) ShardsValues() bool { return s.blockData != nil }
+
+// BlockShard is this rank's range of block l's values under ZeRO-3 (nil
+// otherwise): what the optimizer updates.
+func (s *ParamSet) BlockShard(l int) *tensor.Tensor {
+	if s.blockData == nil {
+		return nil
+	}
+	return s.shards[l]
+}
+
+// GatherBlock gives block l's parameters their values under ZeRO-3: every
+// rank's range of them, all-gathered into the shared buffer (a collective
+// of the data-parallel group). Nothing otherwise.
+func (s *ParamSet) GatherBlock(l int) error {
+	if s.blockData == nil {
+		return nil
+	}
+	sh := s.shards[l]
+	if err := s.sharding.DP.AllGather(s.blockData.View(0, sh.Len()*s.sharding.DP.Size()), sh); err != nil {
+		return fmt.Errorf("zero 3: gathering block %d's parameters: %w", l, err)
+	}
+	s.resident = l
+	return nil
+}
+
+// Updated says that the shards changed (the optimizer's step): the shared
+// buffer no longer holds any block's values.
+func (s *ParamSet) Updated() { s.resident = -1 }
+
+// Load sets p's values (this rank's piece of it) from vals: under ZeRO-3
+// the part of a block's parameter in this rank's range.
+func (s *ParamSet) Load(p *Param, vals []float32) {
+	at, ok := s.at[p]
+	if s.blockData == nil || !ok {
+		s.dev.CopyFromHost(p.Data, vals)
+		return
+	}
+	sh := s.shards[at.l]
+	lo := s.sharding.DP.Rank() * sh.Len()
+	off := at.off
+	a, b := max(off, lo), min(off+len(vals), lo+sh.Len())
+	if a < b {
+		s.dev.CopyFromHost(sh.View(a-lo, b-a), vals[a-off:b-off])
+	}
+	s.resident = -1
+}
+
+// ToHost copies p's values (this rank's piece of it) into out: under
+// ZeRO-3 a block's parameter is gathered first, so every rank of the
+// data-parallel group must ask for the same parameters in the same order.
+func (s *ParamSet) ToHost(p *Param, out []float32) error {
+	if at, ok := s.at[p]; s.blockData != nil && ok && s.resident != at.l {
+		if err := s.GatherBlock(at.l); err != nil {
+			return err
+		}
+	}
+	s.dev.CopyToHost(out, p.Data)
+	return nil
+}
+
 // Free frees the parameters' values and gradients.
 func (s *ParamSet) Free() {
 	for _, p := range s.params {
-		s.dev.Free(p.Data)
-		if s.blockGrads == nil || s.specs[s.index[p.Name]].Block < 0 {
+		_, shared := s.at[p]
+		if s.blockData == nil || !shared {
+			s.dev.Free(p.Data)
+		}
+		if s.blockGrads == nil || !shared {
 			s.dev.Free(p.Grad)
 		}
 	}
-	if s.blockGrads != nil {
-		s.dev.Free(s.blockGrads)
+	for _, t := range append(s.shards, s.blockGrads, s.blockData) {
+		if t != nil {
+			s.dev.Free(t)
+		}
 	}
-	s.params, s.blocks, s.blockGrads = nil, nil, nil
+	s.params, s.blocks, s.shards, s.blockGrads, s.blockData = nil, nil, nil, nil, nil
 }
 
 // param is the parameter a layer making want (from seed) uses: the set's,
 // which must be made the same way, or a new one when s is nil.
 func (s *ParamSet) param(dev tensor.Device, want ParamSpec, seed uint64) (*Param, error) {
 	if s == nil {
-		return newParam(dev, want, seed, nil)
+		p, _, err := newParam(dev, want, seed, nil, nil)
+		return p, err
 	}
 	i, ok := s.index[want.Name]
 	switch {
@@ -195,10 +339,11 @@ func (s *ParamSet) param(dev tensor.Device, want ParamSpec, seed uint64) (*Param
 	return s.params[i], nil
 }
 
-// newParam allocates a parameter on dev, fills its full tensor as sp says
-// and keeps this rank's piece; its gradient is grad, or when nil a tensor
-// of its own.
-func newParam(dev tensor.Device, sp ParamSpec, seed uint64, grad *tensor.Tensor) (*Param, error) {
+// newParam allocates a parameter on dev and fills its full tensor as sp
+// says, keeping this rank's piece, which it also returns; its values and
+// gradient are data and grad, or when nil tensors of its own (values
+// given are not filled: their owner holds them).
+func newParam(dev tensor.Device, sp ParamSpec, seed uint64, data, grad *tensor.Tensor) (*Param, []float32, error) {
 	n := int(sp.Elems())
 	var values []float32
 	if rows := sp.randomRows(); sp.Init == InitNormal && rows < sp.Full[0] {
@@ -209,19 +354,23 @@ func newParam(dev tensor.Device, sp ParamSpec, seed uint64, grad *tensor.Tensor)
 	}
 	local, err := sp.Shard.Take(values, sp.Full)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", sp.Name, err)
+		return nil, nil, fmt.Errorf("%s: %w", sp.Name, err)
 	}
 	shape := sp.Shard.LocalShape(sp.Full)
-	data, err := dev.Alloc(shape...)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", sp.Name, err)
+	own := data == nil
+	if own {
+		if data, err = dev.Alloc(shape...); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", sp.Name, err)
+		}
+		dev.CopyFromHost(data, local)
 	}
 	if grad == nil {
 		if grad, err = dev.Alloc(shape...); err != nil {
-			dev.Free(data)
-			return nil, fmt.Errorf("%s: %w", sp.Name, err)
+			if own {
+				dev.Free(data)
+			}
+			return nil, nil, fmt.Errorf("%s: %w", sp.Name, err)
 		}
 	}
-	dev.CopyFromHost(data, local)
-	return &Param{Name: sp.Name, Data: data, Grad: grad, Full: slices.Clone(sp.Full), Shard: sp.Shard, Decay: sp.Decay, SeqReduce: sp.SeqReduce}, nil
+	return &Param{Name: sp.Name, Data: data, Grad: grad, Full: slices.Clone(sp.Full), Shard: sp.Shard, Decay: sp.Decay, SeqReduce: sp.SeqReduce}, local, nil
 }

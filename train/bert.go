@@ -67,7 +67,7 @@ func newBERT(cfg config.Config, vocab int, tp nccl.Comm, dev tensor.Device) (mod
 	if err != nil {
 		return nil, err
 	}
-	from, err := parallel.NewParamSet(dev, want, uint64(cfg.Seed), 0)
+	from, err := parallel.NewParamSet(dev, want, uint64(cfg.Seed), parallel.BlockSharding{})
 	if err != nil {
 		return nil, err
 	}
@@ -171,6 +171,9 @@ func (m *hfBERT) build(cfg config.Config, vocab int, tp nccl.Comm, from *paralle
 
 // Params implements model.
 func (m *hfBERT) Params() []*parallel.Param { return m.params }
+
+// ParamSet implements model.
+func (m *hfBERT) ParamSet() *parallel.ParamSet { return m.set }
 
 // MarkGradsStale implements model; the token type table's gradient, which
 // this model writes itself, is zeroed by the next Backward.

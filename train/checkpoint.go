@@ -92,6 +92,20 @@ func (t *trainer) tensorInfosOf(params []*parallel.Param) []ckpt.TensorInfo {
 	return out
 }
 
+// paramsToHost copies the values of params to the host through set (under
+// ZeRO-3 the blocks' gathered: every DP rank calls it together).
+func paramsToHost(set *parallel.ParamSet, params []*parallel.Param) ([]ckpt.Tensor, error) {
+	var out []ckpt.Tensor
+	for _, p := range params {
+		data := make([]float32, p.Data.Len())
+		if err := set.ToHost(p, data); err != nil {
+			return nil, err
+		}
+		out = append(out, ckpt.Tensor{Name: p.Name, Shape: p.Data.Shape(), Data: data})
+	}
+	return out, nil
+}
+
 func hostTensor(dev tensor.Device, name string, x *tensor.Tensor) ckpt.Tensor {
 	data := make([]float32, x.Len())
 	dev.CopyToHost(data, x)
@@ -167,17 +181,20 @@ func nonFinite(x []float32) int {
 }
 
 // writeShard writes this rank's files: on DP rank 0 the model shard and
-// (without ZeRO-1) the AdamW moments; under ZeRO-1 every DP rank writes
-// the pieces of the moments it owns.
+// (without ZeRO) the AdamW moments; under ZeRO every DP rank writes the
+// pieces of the moments it owns.
 func (t *trainer) writeShard(dir string, step int) error {
 	params := t.model.Params()
-	if t.mesh.DPRank() == 0 {
-		var model []ckpt.Tensor
-		for _, p := range params {
-			model = append(model, hostTensor(t.dev, p.Name, p.Data))
-		}
-		if err := ckpt.WriteModel(dir, t.mesh.TPRank(), t.cfg.TP, step, model); err != nil {
+	set := t.model.ParamSet()
+	if t.mesh.DPRank() == 0 || set.ShardsValues() {
+		model, err := paramsToHost(set, params) // every DP rank gathers ZeRO-3's blocks
+		if err != nil {
 			return err
+		}
+		if t.mesh.DPRank() == 0 {
+			if err := ckpt.WriteModel(dir, t.mesh.TPRank(), t.cfg.TP, step, model); err != nil {
+				return err
+			}
 		}
 	}
 	if t.zero != nil {
@@ -266,7 +283,7 @@ func (t *trainer) load(dir string) error {
 		if err != nil {
 			return err
 		}
-		t.dev.CopyFromHost(p.Data, vals)
+		t.model.ParamSet().Load(p, vals)
 		m, err := c.Load("m", p.Name, p.Full, p.Shard)
 		if err != nil {
 			return err

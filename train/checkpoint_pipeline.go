@@ -49,9 +49,13 @@ func (t *trainer) stageParams() []*parallel.Param {
 // 0, the tensor list of the whole model for state.json.
 func (t *trainer) savePipeline(dir string, step int) ([]ckpt.TensorInfo, error) {
 	what := fmt.Sprintf("checkpoint at step %d", step)
+	var tensors []ckpt.Tensor
 	var err error
-	if t.mesh.DPRank() == 0 {
-		err = t.writePart(dir, step)
+	if t.mesh.DPRank() == 0 || t.model.ParamSet().ShardsValues() {
+		tensors, err = paramsToHost(t.model.ParamSet(), t.stageParams())
+	}
+	if err == nil && t.mesh.DPRank() == 0 {
+		err = t.writePart(dir, step, tensors)
 	}
 	if err == nil && t.zero != nil {
 		err = t.writeZeroPart(dir, step)
@@ -82,16 +86,12 @@ func (t *trainer) removeZeroParts(dir string) error {
 	return nil
 }
 
-// writePart writes this stage's tensors, AdamW moments (m.<name>,
-// v.<name>; not under ZeRO-1) and their cut (metadata "tensors") for this
-// TP rank.
-func (t *trainer) writePart(dir string, step int) error {
+// writePart writes this stage's tensors (their values, on the host),
+// AdamW moments (m.<name>, v.<name>; not under ZeRO) and their cut
+// (metadata "tensors") for this TP rank.
+func (t *trainer) writePart(dir string, step int, tensors []ckpt.Tensor) error {
 	params := t.stageParams()
 	all := t.model.Params()
-	var tensors []ckpt.Tensor
-	for _, p := range params {
-		tensors = append(tensors, hostTensor(t.dev, p.Name, p.Data))
-	}
 	kinds := []string{"m", "v"}
 	if t.zero != nil {
 		kinds = nil

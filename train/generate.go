@@ -78,7 +78,8 @@ func SourceConfig(src string) (config.Config, error) {
 // loadWeights fills this rank's params from the config's weights: its
 // resume_from checkpoint (the model only, resharded for this tp) or its
 // init_from pretrained weights.
-func loadWeights(params []*parallel.Param, dev tensor.Device, cfg config.Config, vocab int) error {
+func loadWeights(set *parallel.ParamSet, cfg config.Config, vocab int) error {
+	params := set.Params()
 	if cfg.ResumeFrom != "" {
 		c, err := ckpt.Open(cfg.ResumeFrom, false)
 		if err != nil {
@@ -92,7 +93,7 @@ func loadWeights(params []*parallel.Param, dev tensor.Device, cfg config.Config,
 			if j := nonFinite(vals); j >= 0 {
 				return fmt.Errorf("checkpoint %s: the weights of %s hold %v at element %d of this rank's shard: the checkpoint was saved after training diverged, or is corrupt", cfg.ResumeFrom, p.Name, vals[j], j)
 			}
-			dev.CopyFromHost(p.Data, vals)
+			set.Load(p, vals)
 		}
 		return nil
 	}
@@ -115,7 +116,7 @@ func loadWeights(params []*parallel.Param, dev tensor.Device, cfg config.Config,
 		if j := nonFinite(vals); j >= 0 {
 			return fmt.Errorf("init_from %s: %s holds %v at element %d of this rank's piece: the weights are corrupt", cfg.InitFrom, p.Name, vals[j], j)
 		}
-		dev.CopyFromHost(p.Data, vals)
+		set.Load(p, vals)
 	}
 	return nil
 }
@@ -209,7 +210,7 @@ func generate(ctx context.Context, world nccl.Comm, opt GenerateOptions, cached 
 	}
 	defer m.Close()
 	tr := m.(*transformer)
-	if err := agree(world, loadWeights(tr.Params(), dev, cfg, vocab), "loading "+opt.Source); err != nil {
+	if err := agree(world, loadWeights(tr.ParamSet(), cfg, vocab), "loading "+opt.Source); err != nil {
 		return nil, err
 	}
 	T, local := cfg.Seq, tr.head.LocalOut()
@@ -443,7 +444,7 @@ func EvaluateSource(ctx context.Context, world nccl.Comm, opt EvalOptions) (Sour
 		return SourceEval{}, err
 	}
 	defer t.close()
-	if err := agree(world, loadWeights(t.model.Params(), t.dev, cfg, data.Vocab), "loading "+opt.Source); err != nil {
+	if err := agree(world, loadWeights(t.model.ParamSet(), cfg, data.Vocab), "loading "+opt.Source); err != nil {
 		return SourceEval{}, err
 	}
 	if err := ctx.Err(); err != nil {

@@ -40,6 +40,7 @@ func TestGPULayoutsOnOneGPU(t *testing.T) {
 		{"llama tp4 kv2 replicated", "llama", 4, 4, 1, 0, false, 0, 2},
 		{"llama tp2xdp2+sp+zero1 kv1 replicated", "llama", 4, 2, 1, 0, true, 1, 1},
 		{"llama tp2xdp2+sp+zero2 kv1 replicated", "llama", 4, 2, 1, 0, true, 2, 1},
+		{"gpt pp2xdp2+zero3", "gpt", 4, 1, 2, 4, false, 3, 0},
 	} {
 		t.Run(l.name, func(t *testing.T) {
 			cfg := smallConfig(l.model)

@@ -108,7 +108,7 @@ func checkInitFrom(cfg config.Config, vocab int, s interop.Spec) error {
 func (t *trainer) loadPretrained() error {
 	cfg := t.cfg
 	cfg.ResumeFrom = ""
-	if err := loadWeights(t.model.Params(), t.dev, cfg, t.data.Vocab); err != nil {
+	if err := loadWeights(t.model.ParamSet(), cfg, t.data.Vocab); err != nil {
 		return err
 	}
 	t.logf("weights from %s", cfg.InitFrom)

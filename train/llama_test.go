@@ -162,7 +162,7 @@ func engineLogits(t *testing.T, dir string, ids []int32, tp int) [][]float32 {
 			return err
 		}
 		defer m.Close()
-		if err := loadWeights(m.Params(), dev, cfg, v); err != nil {
+		if err := loadWeights(m.ParamSet(), cfg, v); err != nil {
 			return err
 		}
 		tr := m.(*transformer)
@@ -287,7 +287,7 @@ func TestLlamaInitFromLossCurves(t *testing.T) {
 		ntasks, tp, b int
 		sp            bool
 		zero          int
-	}{{"tp1", 1, 1, 8, false, 0}, {"tp2", 2, 2, 8, false, 0}, {"tp2+sp", 2, 2, 8, true, 0}, {"dp2+zero1", 2, 1, 4, false, 1}, {"dp2+zero2", 2, 1, 4, false, 2}} {
+	}{{"tp1", 1, 1, 8, false, 0}, {"tp2", 2, 2, 8, false, 0}, {"tp2+sp", 2, 2, 8, true, 0}, {"dp2+zero1", 2, 1, 4, false, 1}, {"dp2+zero2", 2, 1, 4, false, 2}, {"dp2+zero3", 2, 1, 4, false, 3}} {
 		cfg := base
 		cfg.NTasks, cfg.TP, cfg.BatchSize, cfg.SP, cfg.Zero = l.ntasks, l.tp, l.b, l.sp, l.zero
 		res := runInProcess(t, cfg, "")
@@ -410,6 +410,7 @@ func TestLlamaReplicatedKVHeads(t *testing.T) {
 			{"tp2+sp", 2, 2, 16, true, 0},
 			{"tp2xdp2+zero1", 4, 2, 8, false, 1},
 			{"tp4xdp2+zero2", 8, 4, 8, false, 2},
+			{"tp4xdp2+zero3", 8, 4, 8, false, 3},
 		} {
 			if l.tp > 1 && kv%l.tp == 0 {
 				continue // whole heads a rank: TestLlamaLossCurves

@@ -15,6 +15,9 @@ import (
 type model interface {
 	// Params are this rank's trainable tensors.
 	Params() []*parallel.Param
+	// ParamSet holds them: their values are loaded and read through it
+	// (a block's sharded over dp under ZeRO-3).
+	ParamSet() *parallel.ParamSet
 	// MarkGradsStale starts a new accumulation: the next Backward
 	// overwrites the gradients instead of adding to them.
 	MarkGradsStale()
@@ -151,12 +154,12 @@ func newModel(cfg config.Config, data *Data, m *parallel.Mesh, dev tensor.Device
 	if err != nil {
 		return nil, err
 	}
-	blockPad := 0
-	if cfg.Zero == 2 {
-		blockPad = m.DPSize()
+	var sharding parallel.BlockSharding
+	if cfg.Zero >= 2 {
+		sharding = parallel.BlockSharding{DP: parallel.NewDeviceGroup(m.DP, dev), Grads: true, Params: cfg.Zero == 3}
 		t.blockGrads = &blockGrads{}
 	}
-	from, err := parallel.NewParamSet(dev, want, seed, blockPad)
+	from, err := parallel.NewParamSet(dev, want, seed, sharding)
 	if err != nil {
 		return nil, err
 	}
@@ -339,6 +342,9 @@ func seqReduced(params []*parallel.Param) int {
 // Params implements model.
 func (t *transformer) Params() []*parallel.Param { return t.params }
 
+// ParamSet implements model.
+func (t *transformer) ParamSet() *parallel.ParamSet { return t.set }
+
 // MarkGradsStale implements model: no pass over the gradient memory, the
 // weight gradient GEMMs of the next Backward write with beta 0.
 func (t *transformer) MarkGradsStale() { parallel.MarkGradsStale(t.params) }
@@ -510,7 +516,10 @@ func (t *transformer) body(b *Batch, x *tensor.Tensor) (*tensor.Tensor, error) {
 	} else if x == nil || x.Len() != t.B*t.Tl*t.C {
 		return nil, fmt.Errorf("blocks %d-%d: no input of %dx%dx%d from the previous stage", t.lo, t.hi-1, t.B, t.Tl, t.C)
 	}
-	for _, blk := range t.blocks {
+	for l, blk := range t.blocks {
+		if err := t.set.GatherBlock(l); err != nil {
+			return nil, err
+		}
 		if x, err = blk.Forward(x, keyValid); err != nil {
 			return nil, err
 		}
@@ -599,6 +608,9 @@ func (t *transformer) backwardStage(scale float32, dout *tensor.Tensor) (*tensor
 	}
 	for l := len(t.blocks) - 1; l >= 0; l-- {
 		d.Zero(dy)
+		if err := t.set.GatherBlock(l); err != nil {
+			return nil, err
+		}
 		if err := t.blocks[l].Backward(dx, dy); err != nil {
 			return nil, err
 		}

@@ -55,6 +55,8 @@ func TestPipelineLossCurves(t *testing.T) {
 				{"pp2dp2tp2spzero1", 8, 2, 2, 2, 4, 1, true, 1, ""},
 				{"pp2dp2zero2", 4, 2, 1, 2, 4, 1, false, 2, ""},
 				{"pp2dp2tp2spzero2", 8, 2, 2, 2, 4, 1, true, 2, ""},
+				{"pp2dp2zero3", 4, 2, 1, 2, 4, 1, false, 3, ""},
+				{"pp2dp2tp2spzero3", 8, 2, 2, 2, 4, 1, true, 3, ""},
 			}
 			exact := map[string]string{"pp4": "pp2", "pp2split31": "pp2"}
 			if model == "bert" {

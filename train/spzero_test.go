@@ -99,7 +99,7 @@ func TestZeroChangesNoBit(t *testing.T) {
 			cfg := base
 			cfg.NTasks, cfg.TP, cfg.BatchSize, cfg.SP = l.ntasks, l.tp, l.b, l.sp
 			plain := runInProcess(t, cfg, "").Losses
-			for _, zero := range []int{1, 2} {
+			for _, zero := range []int{1, 2, 3} {
 				cfg.Zero = zero
 				bitIdentical(t, fmt.Sprintf("%s %s+zero%d", model, l.name, zero), runInProcess(t, cfg, "").Losses, l.name, plain)
 			}
@@ -132,7 +132,7 @@ func TestSPZeroRefused(t *testing.T) {
 	}{
 		{"sp at tp 1", func(c *config.Config) { c.SP = true }, "sp needs tp > 1"},
 		{"sp with seq % tp", func(c *config.Config) { c.NTasks, c.TP, c.Heads, c.Seq, c.SP = 4, 4, 4, 18, true }, "seq 18 is not a multiple of tp 4"},
-		{"zero 3", func(c *config.Config) { c.NTasks, c.Zero = 2, 3 }, "zero = 3"},
+		{"zero 4", func(c *config.Config) { c.NTasks, c.Zero = 2, 4 }, "zero = 4"},
 		{"zero 2 of arch hf", func(c *config.Config) { c.Model, c.Arch, c.NTasks, c.Zero = "bert", "hf", 2, 2 }, "arch hf"},
 		{"zero at dp 1", func(c *config.Config) { c.NTasks, c.TP, c.Zero = 2, 2, 1 }, "data-parallel degree > 1"},
 	} {
@@ -149,8 +149,9 @@ func TestSPZeroRefused(t *testing.T) {
 // checkpointing at 5, then resumes from step 5 at other layouts. The
 // resume is exact: the dp2 pieces of the moments, assembled and cut for
 // dp4, continue bit for bit as the same run's state saved by a replicated
-// optimizer or by ZeRO-2 (ZeRO changes no bit, TestZeroChangesNoBit) and
-// resumed at dp4 with or without ZeRO-1 or -2, and at dp2 with ZeRO-2. Against the uninterrupted dp2 run the
+// optimizer or by ZeRO-2 or -3 (ZeRO changes no bit, TestZeroChangesNoBit)
+// and resumed at dp4 with or without ZeRO-1, -2 or -3, and at dp2 with
+// ZeRO-2 or -3. Against the uninterrupted dp2 run the
 // continuations at dp4, tp2 x dp2 (+sp) and dp1 agree to 1e-6: the global
 // batch is the same, but the gradients are summed over other groups.
 func TestZeroResumeAtOtherLayout(t *testing.T) {
@@ -202,6 +203,17 @@ func TestZeroResumeAtOtherLayout(t *testing.T) {
 	bitIdentical(t, "dp4 replicated from the ZeRO-2 checkpoint", resume("dp4 from zero2", fromTwo, 4, 1, 4, 0, false), "dp4+zero1", dp4)
 	bitIdentical(t, "dp2+zero2 from the ZeRO-1 checkpoint", resume("dp2+zero2 from zero1", from, 2, 1, 8, 2, false), "uninterrupted", res[0].Losses[5:])
 	bitIdentical(t, "dp4+zero2 from the ZeRO-2 checkpoint", resume("dp4+zero2 from zero2", fromTwo, 4, 1, 4, 2, false), "dp4+zero1", dp4)
+	// ZeRO-3's checkpoint holds the whole parameters, gathered.
+	three := cfg
+	three.Zero, three.Steps = 3, 5
+	tdir := t.TempDir()
+	if _, err := runRanks(t, three, data, func(int) Options { return Options{RunDir: tdir} }); err != nil {
+		t.Fatal(err)
+	}
+	fromThree := filepath.Join(rundir.Dir(tdir).Ckpt(), "step-000005")
+	bitIdentical(t, "dp4 replicated from the ZeRO-3 checkpoint", resume("dp4 from zero3", fromThree, 4, 1, 4, 0, false), "dp4+zero1", dp4)
+	bitIdentical(t, "dp4+zero3 from the ZeRO-1 checkpoint", resume("dp4+zero3 from zero1", from, 4, 1, 4, 3, false), "dp4+zero1", dp4)
+	bitIdentical(t, "dp2+zero3 from the ZeRO-3 checkpoint", resume("dp2+zero3 from zero3", fromThree, 2, 1, 8, 3, false), "uninterrupted", res[0].Losses[5:])
 	bitIdentical(t, "dp4+zero1 from the replicated checkpoint", resume("dp4+zero1 from replicated", fromPlain, 4, 1, 4, 1, false), "from the ZeRO-1 one", dp4)
 	bitIdentical(t, "dp4 replicated from the ZeRO-1 checkpoint", resume("dp4 from zero1", from, 4, 1, 4, 0, false), "dp4+zero1", dp4)
 	bitIdentical(t, "dp2+zero1 from the replicated checkpoint", resume("dp2+zero1 from replicated", fromPlain, 2, 1, 8, 1, false), "uninterrupted", res[0].Losses[5:])

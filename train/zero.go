@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/parallel"
@@ -52,7 +53,8 @@ type ZeRO struct {
 	buckets     []zeroBucket
 	flat, shard *tensor.Tensor // a packed bucket, padded, and this rank's range of it (nil: no bucket is packed)
 	norm        *gradNorm      // over this rank's ranges: summed over dp, then tp
-	blockBucket []int          // ZeRO-2: the bucket of each block of the stage
+	blockBucket []int          // ZeRO-2 and 3: the bucket of each block of the stage
+	set         *parallel.ParamSet
 }
 
 // zeroBucket is one bucket: its parameters, its padded size and this
@@ -62,12 +64,13 @@ type zeroBucket struct {
 	n, per int            // elements, elements per DP rank (padded)
 	m, v   *tensor.Tensor // moments of this rank's range (per)
 	segs   []zeroSeg      // the parameters' pieces in this rank's range
-	// A block's bucket under ZeRO-2: its gradients are the blocks' shared
-	// buffer (blockFlat, padded), reduce-scattered into grad, this rank's
-	// range, after each micro-batch's backward of the block (fresh: none
-	// yet this step).
-	blockFlat, grad *tensor.Tensor
-	fresh           bool
+	// A block's bucket under ZeRO-2 and 3: its gradients are the blocks'
+	// shared buffer (blockFlat, padded), reduce-scattered into grad, this
+	// rank's range, after each micro-batch's backward of the block (fresh:
+	// none yet this step); under ZeRO-3 data is this rank's range of its
+	// values (the set's BlockShard), the rest of them nowhere here.
+	blockFlat, grad, data *tensor.Tensor
+	fresh                 bool
 }
 
 // zeroSeg is the part of parameter idx (of the optimizer's params) that
@@ -94,19 +97,20 @@ func memoryModes(cfg config.Config) string {
 // NewZeRO1 buckets params as NewGradSync does and allocates the moments of
 // this DP rank's ranges and the bucket buffers on dev.
 func NewZeRO1(dev tensor.Device, params []*parallel.Param, dp, tp nccl.Comm, weightDecay, clip float64, bucketElems int) (*ZeRO, error) {
-	return newZeRO(dev, params, nil, nil, dp, tp, weightDecay, clip, bucketElems)
+	return newZeRO(dev, params, nil, dp, tp, weightDecay, clip, bucketElems)
 }
 
-// NewZeRO2 is NewZeRO1 at stage 2 over a model whose blocks (each block's
-// parameters, in params' order) write their gradients into the shared
-// buffer blockGrads (parallel.ParamSet's): each block is a bucket of its
-// own, reduce-scattered as its backward ends (reduceBlock); the others are
-// bucketed as NewZeRO1's.
-func NewZeRO2(dev tensor.Device, params []*parallel.Param, blocks [][]*parallel.Param, blockGrads *tensor.Tensor, dp, tp nccl.Comm, weightDecay, clip float64, bucketElems int) (*ZeRO, error) {
-	if len(blocks) > 0 && blockGrads == nil {
+// NewBlockZeRO is NewZeRO1 at stage 2, or 3, over the parameters of set,
+// whose blocks write their gradients into one shared buffer (and at stage
+// 3 keep their ranges of their values): each block is a bucket of its
+// own, reduce-scattered as its backward ends (reduceBlock), whose range of
+// values (stage 3) is updated in the set's shard and gathered by the set
+// before the block runs; the others are bucketed as NewZeRO1's.
+func NewBlockZeRO(dev tensor.Device, set *parallel.ParamSet, dp, tp nccl.Comm, weightDecay, clip float64, bucketElems int) (*ZeRO, error) {
+	if len(set.Blocks()) > 0 && set.BlockGrads() == nil {
 		return nil, fmt.Errorf("zero 2: the blocks' gradients are not shared")
 	}
-	return newZeRO(dev, params, blocks, blockGrads, dp, tp, weightDecay, clip, bucketElems)
+	return newZeRO(dev, set.Params(), set, dp, tp, weightDecay, clip, bucketElems)
 }
 
 // zeroBuckets cuts params into ZeRO's buckets (parallel.BlockBuckets):
@@ -137,13 +141,18 @@ func zeroBuckets(params []*parallel.Param, blocks [][]*parallel.Param, bucketEle
 	return buckets, blockBucket
 }
 
-func newZeRO(dev tensor.Device, params []*parallel.Param, blocks [][]*parallel.Param, blockGrads *tensor.Tensor, dp, tp nccl.Comm, weightDecay, clip float64, bucketElems int) (*ZeRO, error) {
+func newZeRO(dev tensor.Device, params []*parallel.Param, set *parallel.ParamSet, dp, tp nccl.Comm, weightDecay, clip float64, bucketElems int) (*ZeRO, error) {
+	var blocks [][]*parallel.Param
+	var blockGrads *tensor.Tensor
+	if set != nil {
+		blocks, blockGrads = set.Blocks(), set.BlockGrads()
+	}
 	adam, err := NewAdamW(dev, nil, weightDecay, clip)
 	if err != nil {
 		return nil, err
 	}
 	z := &ZeRO{AdamW: adam, dev: dev, dp: parallel.NewDeviceGroup(dp, dev), tp: parallel.NewDeviceGroup(tp, dev), params: params,
-		ranges: make([]*tensor.Tensor, len(params)), firsts: make([]int, len(params))}
+		ranges: make([]*tensor.Tensor, len(params)), firsts: make([]int, len(params)), set: set}
 	size, rank := z.dp.Size(), z.dp.Rank()
 	buckets, blockBucket := zeroBuckets(params, blocks, bucketElems)
 	z.blockBucket = blockBucket
@@ -168,7 +177,11 @@ func newZeRO(dev tensor.Device, params []*parallel.Param, blocks [][]*parallel.P
 				z.Close()
 				return nil, fmt.Errorf("zero 2: a block of %d gradients, padded to %d, in a shared buffer of %d", b.n, b.per*size, blockGrads.Len())
 			}
-			b.blockFlat, b.fresh = blockGrads.View(0, b.per*size), true
+			b.blockFlat, b.fresh, b.data = blockGrads.View(0, b.per*size), true, set.BlockShard(slices.Index(blockBucket, bi))
+			if b.data != nil && b.data.Len() != b.per {
+				z.Close()
+				return nil, fmt.Errorf("zero 3: a block's range of %d values, its bucket's %d", b.data.Len(), b.per)
+			}
 			if b.grad, err = dev.Alloc(b.per); err != nil {
 				z.Close()
 				return nil, fmt.Errorf("zero-2 gradients: %w", err)
@@ -272,9 +285,16 @@ func (z *ZeRO) update(lr float64) error {
 		b := &z.buckets[i]
 		for _, s := range b.segs {
 			p := z.params[s.idx]
-			z.dev.AdamW(p.Data.View(s.pOff, s.n), z.ranges[s.idx], b.m.View(s.sOff, s.n), b.v.View(s.sOff, s.n), z.hyper(p, lr), z.norm.scale())
+			values := p.Data.View(s.pOff, s.n)
+			if b.data != nil {
+				values = b.data.View(s.sOff, s.n)
+			}
+			z.dev.AdamW(values, z.ranges[s.idx], b.m.View(s.sOff, s.n), b.v.View(s.sOff, s.n), z.hyper(p, lr), z.norm.scale())
 		}
 		b.fresh = b.grad != nil
+	}
+	if z.set != nil {
+		z.set.Updated()
 	}
 	return z.allGather()
 }
@@ -325,9 +345,13 @@ func (z *ZeRO) reduceBlock(l int) error {
 	return nil
 }
 
-// allGather gives every replica every rank's updated ranges.
+// allGather gives every replica every rank's updated ranges; under ZeRO-3
+// not of the blocks, which the set gathers before each runs.
 func (z *ZeRO) allGather() error {
 	for i := range z.buckets {
+		if z.buckets[i].data != nil {
+			continue
+		}
 		if err := z.allGatherBucket(&z.buckets[i]); err != nil {
 			return fmt.Errorf("zero parameter all-gather (bucket %d of %d): %w", i+1, len(z.buckets), err)
 		}
@@ -447,8 +471,8 @@ func (z *ZeRO) LoadMoments(i int, m, v []float32) error {
 }
 
 // newOptimZeRO is the run's ZeRO optimizer over m's parameters, at the
-// config's stage: at stage 2 it takes each block's gradients out of the
-// model's shared buffer as the block's backward ends.
+// config's stage: at stages 2 and 3 it takes each block's gradients out of
+// the model's shared buffer as the block's backward ends.
 func newOptimZeRO(cfg config.Config, m model, dev tensor.Device, mesh *parallel.Mesh) (*ZeRO, error) {
 	if cfg.Zero == 1 {
 		return NewZeRO1(dev, m.Params(), mesh.DP, mesh.TP, cfg.WeightDecay, cfg.GradClip, 0)
@@ -457,7 +481,7 @@ func newOptimZeRO(cfg config.Config, m model, dev tensor.Device, mesh *parallel.
 	if !ok || t.blockGrads == nil {
 		return nil, fmt.Errorf("zero %d: this model does not share its blocks' gradients: use zero 1", cfg.Zero)
 	}
-	z, err := NewZeRO2(dev, t.params, t.set.Blocks(), t.set.BlockGrads(), mesh.DP, mesh.TP, cfg.WeightDecay, cfg.GradClip, 0)
+	z, err := NewBlockZeRO(dev, t.set, mesh.DP, mesh.TP, cfg.WeightDecay, cfg.GradClip, 0)
 	if err != nil {
 		return nil, err
 	}

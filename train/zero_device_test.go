@@ -45,7 +45,7 @@ func TestZeroDevicePathMatchesHost(t *testing.T) {
 		model            string
 		ntasks, tp, zero int
 		clip             float64
-	}{{"gpt dp2", "gpt", 2, 1, 1, 2}, {"bert dp2", "bert", 2, 1, 1, 0.3}, {"gpt tp2xdp2", "gpt", 4, 2, 1, 2}, {"gpt dp2 zero2", "gpt", 2, 1, 2, 2}} {
+	}{{"gpt dp2", "gpt", 2, 1, 1, 2}, {"bert dp2", "bert", 2, 1, 1, 0.3}, {"gpt tp2xdp2", "gpt", 4, 2, 1, 2}, {"gpt dp2 zero2", "gpt", 2, 1, 2, 2}, {"gpt dp2 zero3", "gpt", 2, 1, 3, 2}} {
 		t.Run(l.name, func(t *testing.T) {
 			if testing.Short() && l.ntasks > 2 {
 				t.Skip("4 ranks")
@@ -116,7 +116,7 @@ func closeCurve(t *testing.T, name string, got []float64, other string, want []f
 	t.Logf("%s: %.4f -> %.4f, largest relative difference from %s %.2g", name, got[0], got[len(got)-1], other, worst)
 }
 
-// On two GPUs with NCCL (one a rank), dp2 ZeRO-1 and ZeRO-2 run
+// On two GPUs with NCCL (one a rank), dp2 ZeRO-1, -2 and -3 run
 // device-resident in the one-sync GPU step and give the CPU's loss curve
 // over 10 steps within curveTolerance (the measured CPU-vs-CPU reordering
 // spread, tolerance_test.go); the checkpoint at step 5 (the device moments
@@ -134,7 +134,7 @@ func TestGPUZeROTwoRanksMatchesCPU(t *testing.T) {
 	if n, err := cuda.DeviceCount(); err != nil || n < 2 {
 		t.Skipf("needs 2 GPUs, one a rank: %d visible (%v)", n, err)
 	}
-	for _, zero := range []int{1, 2} {
+	for _, zero := range []int{1, 2, 3} {
 		t.Run(fmt.Sprintf("zero%d", zero), func(t *testing.T) {
 			cfg, data := gptConfig(t, 2, 1)
 			cfg.Steps, cfg.EvalEvery, cfg.CkptEvery, cfg.BatchSize, cfg.Zero = 10, 0, 5, 8, zero

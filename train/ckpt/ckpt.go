@@ -92,7 +92,7 @@ type State struct {
 	Config     json.RawMessage `json:"config"`
 	Mesh       Mesh            `json:"mesh"`
 	Tensors    []TensorInfo    `json:"tensors"`
-	Zero       int             `json:"zero,omitempty"` // 1 or 2 (the ZeRO stage): the optimizer state is pieces, one file per TP and DP rank (WriteOptimZero)
+	Zero       int             `json:"zero,omitempty"` // 1 to 3 (the ZeRO stage): the optimizer state is pieces, one file per TP and DP rank (WriteOptimZero)
 	Saved      time.Time       `json:"saved"`
 }
 

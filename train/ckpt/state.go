@@ -63,8 +63,8 @@ func (st *State) Check() error {
 	if err := st.Mesh.check(); err != nil {
 		return err
 	}
-	if st.Zero < 0 || st.Zero > 2 {
-		return corrupt("zero %d: must be 0, 1 or 2", st.Zero)
+	if st.Zero < 0 || st.Zero > 3 {
+		return corrupt("zero %d: must be 0, 1, 2 or 3", st.Zero)
 	}
 	if len(st.Tensors) == 0 {
 		return corrupt("tensors is empty: a checkpoint lists the tensors it holds")

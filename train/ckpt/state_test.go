@@ -45,7 +45,7 @@ func TestParseStateRefuses(t *testing.T) {
 		{func(s *State) { s.Mesh.World = -8 }, "mesh.world -8"},
 		{func(s *State) { s.Mesh.PP = -1 }, "mesh.pp -1"},
 		{func(s *State) { s.Mesh.TP, s.Mesh.DP, s.Mesh.World = 1<<32, 1<<32, 0 }, "mesh.world 0"},
-		{func(s *State) { s.Zero = 3 }, "zero 3: must be 0, 1 or 2"},
+		{func(s *State) { s.Zero = 4 }, "zero 4: must be 0, 1, 2 or 3"},
 		{func(s *State) { s.Tensors = nil }, "tensors is empty"},
 		{func(s *State) { s.Tensors[1].Name = "wte" }, `tensors[1].name "wte": empty or listed twice`},
 		{func(s *State) { s.Tensors[0].Full = []int{-256, 32} }, "tensors[0].full [-256 32]: every dimension must be 1 or more"},

@@ -93,7 +93,7 @@ type Config struct {
 	PPSplit      string `toml:"pp_split,omitempty" json:"pp_split,omitempty"`           // blocks of each stage, e.g. "3,1" (pp numbers summing to layers); "" = layers/pp each
 	// Memory-saving parallelism (Megatron-LM 2205.05198, ZeRO 1910.02054).
 	SP   bool `toml:"sp" json:"sp"`     // sequence parallelism: layer norms and residuals split along the sequence over tp (seq % tp == 0)
-	Zero int  `toml:"zero" json:"zero"` // 1: ZeRO-1, the AdamW moments sharded over the data-parallel group; 2: ZeRO-2, the gradients too; 0: replicated
+	Zero int  `toml:"zero" json:"zero"` // 1: ZeRO-1, the AdamW moments sharded over the data-parallel group; 2: ZeRO-2, the gradients too; 3: ZeRO-3, the parameters too; 0: replicated
 	// Activation recomputation (Megatron-LM 2205.05198 §5): "" or none,
 	// selective (the attention probabilities) or full (each block from
 	// its input); see RecomputeMode.
@@ -237,11 +237,11 @@ func (c Config) Validate() error {
 	if c.Arch == "hf" && c.RecomputeMode() != parallel.RecomputeNone {
 		bad("recompute %s: arch hf recomputes nothing (its post-LN layers are not parallel.Block)", c.Recompute)
 	}
-	if c.Zero < 0 || c.Zero > 2 {
-		bad("zero = %d: use 0 (replicated optimizer state), 1 (ZeRO-1: AdamW moments sharded over the data-parallel group) or 2 (ZeRO-2: the gradients too)", c.Zero)
+	if c.Zero < 0 || c.Zero > 3 {
+		bad("zero = %d: use 0 (replicated optimizer state), 1 (ZeRO-1: AdamW moments sharded over the data-parallel group), 2 (ZeRO-2: the gradients too) or 3 (ZeRO-3: the parameters too)", c.Zero)
 	}
-	if c.Zero == 2 && c.Arch == "hf" {
-		bad("zero 2: arch hf's layers do not hand their gradients over one by one: use zero 1, or arch native")
+	if c.Zero >= 2 && c.Arch == "hf" {
+		bad("zero %d: arch hf's layers do not hand their gradients over one by one: use zero 1, or arch native", c.Zero)
 	}
 	if c.Preset != "" {
 		if p, err := LookupPreset(c.Preset); err != nil {

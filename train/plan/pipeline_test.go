@@ -136,6 +136,8 @@ func TestPipelineMemoryMatchesEngine(t *testing.T) {
 		{"llama", 2, 2, 1, 2, false, 1, ""},
 		{"gpt", 2, 2, 1, 2, false, 2, ""},
 		{"llama", 2, 2, 2, 2, true, 2, ""},
+		{"gpt", 2, 2, 1, 2, false, 3, ""},
+		{"llama", 2, 2, 2, 2, true, 3, ""},
 	} {
 		cfg := pipelineConfig(t, c.model, c.pp, c.dp, c.tp, c.micro)
 		cfg.SP, cfg.Zero, cfg.PPSplit = c.sp, c.zero, c.split

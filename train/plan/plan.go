@@ -375,7 +375,8 @@ type shapes struct {
 	inFlight    int64
 	m           int64 // micro-batches a step
 	sp, zero    bool  // sequence parallelism (tp > 1); ZeRO-1 or -2 (dp > 1)
-	zero2       bool  // ZeRO-2: each block's gradients reduce-scattered as its backward ends
+	zero2       bool  // ZeRO-2 (and 3): each block's gradients reduce-scattered as its backward ends
+	zero3       bool  // ZeRO-3: each block's values gathered before its forward and its backward
 	// params are this rank's parameter tensors' elements in the model's
 	// order (train's model.Params); buckets the gradient buckets
 	// train.NewGradSync packs them into (parallel.GradBuckets).
@@ -417,7 +418,8 @@ func newShapes(cfg config.Config, paddedVocab, stage, blocks int) (shapes, error
 	s.inFlight = s.pp - s.stage // parallel.OneFOneB's bound (1 without a pipeline)
 	s.sp = cfg.SP && tp > 1
 	s.zero = cfg.Zero > 0 && s.dp > 1
-	s.zero2 = cfg.Zero == 2 && s.dp > 1
+	s.zero2 = cfg.Zero >= 2 && s.dp > 1
+	s.zero3 = cfg.Zero == 3 && s.dp > 1
 	s.N = s.B * s.T
 	ps, err := spec.StageParams(cfg, paddedVocab, 0, s.first, s.last, 0, blocks)
 	if err != nil {
@@ -582,6 +584,9 @@ func (s shapes) memory(dev Device) Memory {
 			}
 		}
 		m.Grads = (s.paramElems - blocks + shared + ranges) * f32
+		if s.zero3 {
+			m.Params = m.Grads // the values held as the gradients are
+		}
 	}
 	// The blocks share one backward scratch (parallel.Block.ShareBuffers).
 	m.Blocks = 0
@@ -871,21 +876,28 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 			// the updated parameters: the all-reduce's bytes; and the
 			// gradient norm's per-parameter squares all-gathered over dp.
 			// ZeRO-2 reduce-scatters each block's bucket once a
-			// micro-batch.
+			// micro-batch; ZeRO-3 gathers each block's values before its
+			// forward and before its backward instead of after the update.
 			_, _, padded := s.zeroSizes()
-			rs := float64(padded)
+			rs, ag := float64(padded), float64(padded)
 			n = 2*buckets + 2
 			if s.zero2 {
 				for _, b := range s.buckets {
-					if b.Block {
-						rs += (accum - 1) * float64((b.Elems+s.dp-1)/s.dp*s.dp)
-						n += int(accum) - 1
+					if !b.Block {
+						continue
+					}
+					bp := float64((b.Elems + s.dp - 1) / s.dp * s.dp)
+					rs += (accum - 1) * bp
+					n += int(accum) - 1
+					if s.zero3 {
+						ag += (2*accum - 1) * bp
+						n += 2*int(accum) - 1
 					}
 				}
 			}
 			norm := float64(s.dp * 2 * max(s.normEntries, 1))
-			units = rs + float64(padded) + 2 + norm
-			commS = h * (rs/c.reduceScatter + (float64(padded)+norm)/c.allGather + 2/c.allReduce)
+			units = rs + ag + 2 + norm
+			commS = h * (rs/c.reduceScatter + (ag+norm)/c.allGather + 2/c.allReduce)
 		}
 		t.DPBytes = units * h
 		t.Collectives += n

@@ -111,6 +111,8 @@ func TestPeakMemoryMatchesEngine(t *testing.T) {
 			point{"wide", model, 1, 3, 2, false, 1},
 			point{"tiny", model, 1, 2, 4, false, 2}, point{"tiny", model, 2, 2, 8, true, 2},
 			point{"wide", model, 1, 3, 2, false, 2},
+			point{"tiny", model, 1, 2, 4, false, 3}, point{"tiny", model, 2, 2, 8, true, 3},
+			point{"wide", model, 1, 3, 2, false, 3},
 		)
 	}
 	// Llamas (grouped heads, SwiGLU, RMSNorm, rotary tables), tied and
@@ -121,7 +123,7 @@ func TestPeakMemoryMatchesEngine(t *testing.T) {
 			point{preset, "llama", 2, 1, 4, true, 0}, point{preset, "llama", 1, 2, 4, false, 1}, point{preset, "llama", 2, 2, 2, true, 1},
 			// tp 4 over 2 kv heads: each replicated over 2 ranks.
 			point{preset, "llama", 4, 1, 4, false, 0}, point{preset, "llama", 4, 1, 8, true, 0},
-			point{preset, "llama", 2, 2, 2, true, 2},
+			point{preset, "llama", 2, 2, 2, true, 2}, point{preset, "llama", 2, 2, 2, true, 3},
 		)
 	}
 	if testing.Short() {
@@ -467,7 +469,7 @@ func TestCommMatchesEngine(t *testing.T) {
 		for _, p := range []commLayout{
 			{2, 1, 1, false, 0, ""}, {2, 1, 1, true, 0, ""}, {4, 1, 2, true, 0, ""}, {1, 2, 1, false, 0, ""}, {1, 2, 1, false, 1, ""}, {2, 2, 1, false, 0, ""}, {2, 2, 2, true, 1, ""},
 			{4, 1, 1, false, 0, ""}, // a Llama's 2 kv heads replicated over 2 ranks each
-			{1, 2, 2, false, 2, ""}, {2, 2, 2, true, 2, ""},
+			{1, 2, 2, false, 2, ""}, {2, 2, 2, true, 2, ""}, {1, 2, 2, false, 3, ""}, {2, 2, 1, true, 3, ""},
 		} {
 			cfg := p.tinyConfig(t, model)
 			if model == "llama" && (p.tp <= 2 || !p.sp && p.accum == 1) {
@@ -701,5 +703,51 @@ func TestTurnsOverlapWork(t *testing.T) {
 		if math.Abs(a.CommS-b.CommS-a.TurnS) > 1e-12 || math.Abs(a.StepS-b.StepS) > 1e-12 {
 			t.Errorf("wait %v: comm %v s against %v, step %v against %v: the turns must add to the comm only", wait, a.CommS, b.CommS, a.StepS, b.StepS)
 		}
+	}
+}
+
+// ZeRO-3 moves 1.5 times the all-reduce's bytes for the blocks (ZeRO,
+// Rajbhandari et al. 2019, section 7.2.2): a reduce-scatter of their
+// gradients and two all-gathers of their values (before the forward and
+// before the backward) where an all-reduce is a reduce-scatter and one
+// all-gather. Measured by the engine's counters over one step at dp 2 and
+// dp 4: ZeRO-3 sends exactly half the blocks' all-reduce more than ZeRO-1
+// (whose reduce-scatter and all-gather are the all-reduce's bytes), and
+// the plan says the same.
+func TestZeRO3MovesOneAndAHalfAllReduces(t *testing.T) {
+	const vocab = 1000
+	for _, dp := range []int{2, 4} {
+		cfg := commLayout{tp: 1, dp: dp, accum: 1}.tinyConfig(t, "gpt")
+		cfg.Zero = 1
+		_, one, _ := commPerStep(t, cfg, vocab)
+		cfg.Zero = 3
+		_, three, _ := commPerStep(t, cfg, vocab)
+		vp, err := parallel.PadVocab(vocab, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sh, err := newShapes(cfg, vp, 0, cfg.Layers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var blocks int64 // the blocks' padded gradients
+		for _, b := range sh.buckets {
+			if b.Block {
+				blocks += (b.Elems + int64(dp) - 1) / int64(dp) * int64(dp)
+			}
+		}
+		h := float64(dp-1) / float64(dp)
+		allReduce := 2 * h * float64(blocks) * f32
+		if got := three - one; got != allReduce/2 {
+			t.Errorf("dp %d: ZeRO-3 sends %.0f B a step more than ZeRO-1, want half the blocks' all-reduce, %.0f B", dp, got, allReduce/2)
+		}
+		pl, err := New(Request{Config: cfg, Vocab: vocab, Device: CPU(0, 0, 0, "")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pl.Time.DPBytes != three {
+			t.Errorf("dp %d: the plan sends %.0f B in dp at zero 3, the engine %.0f", dp, pl.Time.DPBytes, three)
+		}
+		t.Logf("dp %d: the blocks' all-reduce %.0f B; ZeRO-3 %.0f B over ZeRO-1's: x%.2f for the blocks", dp, allReduce, three-one, (allReduce+three-one)/allReduce)
 	}
 }
