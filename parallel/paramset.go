@@ -155,7 +155,7 @@ func NewParamSet(dev tensor.Device, specs []ParamSpec, seed uint64, sharding Blo
 			return nil, fmt.Errorf("the blocks' shared values: %w", err)
 		}
 	}
-	off, block := 0, -1 // where the next parameter goes in its block, and whose
+	off, block := 0, -1  // where the next parameter goes in its block, and whose
 	var values []float32 // the block's values end to end (ZeRO-3)
 	for i, sp := range specs {
 		if sp.Block >= 0 && sp.Block != block {
