@@ -230,15 +230,20 @@ func spAxis(l Layout, _ int) []Layout {
 	return []Layout{l, on}
 }
 
-// zeroAxis: ZeRO off, and stages 1 and 2 where dp > 1 (stage 2 not for
-// arch hf, whose layers do not hand their gradients over one by one).
+// zeroAxis: ZeRO off, and stages 1, 2 and 3 where dp > 1 (2 and 3 not
+// for arch hf, whose layers do not hand their gradients over one by one:
+// the config refuses them).
 func zeroAxis(l Layout, _ int) []Layout {
 	if l.DP == 1 {
 		return []Layout{l}
 	}
-	one, two := l, l
-	one.Zero, two.Zero = 1, 2
-	return []Layout{l, one, two}
+	out := []Layout{l}
+	for stage := 1; stage <= 3; stage++ {
+		on := l
+		on.Zero = stage
+		out = append(out, on)
+	}
+	return out
 }
 
 // microAxis: every number of micro-batches that divides a replica's

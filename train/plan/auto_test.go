@@ -80,10 +80,10 @@ func TestAutoBigModelPicksTPOrPP(t *testing.T) {
 	cfg := autoConfig(t, 8, 512, 8, 64, 4, 4)
 	cfg.TP = 1
 	req := AutoRequest{Request: Request{Config: cfg, Vocab: 256, Nodes: 1, Device: gpu(t, 80*gib)}}
-	// The dp-only layouts: dp 4, ZeRO off, 1 and 2, no, selective or full
+	// The dp-only layouts: dp 4, ZeRO off, 1, 2 and 3, no, selective or full
 	// recomputation, 4 samples a replica in 1, 2 or 4 micro-batches.
 	least := int64(-1)
-	for _, zero := range []int{0, 1, 2} {
+	for _, zero := range []int{0, 1, 2, 3} {
 		for _, rc := range []string{"", "selective", "full"} {
 			for _, m := range []int{1, 2, 4} {
 				c := cfg

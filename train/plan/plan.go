@@ -952,7 +952,7 @@ type Suggestion struct {
 
 // Suggest lists the smallest changes of each kind that make r fit the
 // device: sequence parallelism (--sp, where tp > 1 and tp divides the
-// sequence) and ZeRO (--zero 1, else 2, where dp > 1), each alone or, when
+// sequence) and ZeRO (--zero 1, else 2, else 3, where dp > 1), each alone or, when
 // neither fits alone, both, on the same tasks
 // and batch; activation recomputation (--recompute selective, else full;
 // not for arch hf); a larger tp on the same tasks; a smaller batch with more
@@ -976,10 +976,10 @@ func Suggest(r Request) []Suggestion {
 	}
 	cfg := r.Config
 	canSP := !cfg.SP && cfg.TP > 1 && cfg.Seq%cfg.TP == 0
-	canZero := cfg.Zero < 2 && cfg.DP() > 1
+	canZero := cfg.Zero < 3 && cfg.DP() > 1
 	sp := func(c *config.Config, _ *int) { c.SP = true }
 	fitSP := canSP && try("--sp", sp)
-	for stage := cfg.Zero + 1; canZero && stage <= 2; stage++ {
+	for stage := cfg.Zero + 1; canZero && stage <= 3; stage++ {
 		zero := func(c *config.Config, _ *int) { c.Zero = stage }
 		if try(fmt.Sprintf("--zero %d", stage), zero) {
 			break

@@ -16,6 +16,7 @@ import (
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/spec"
 	"github.com/hpcrun/hpcrun/train/tokenizer"
 )
 
@@ -749,5 +750,58 @@ func TestZeRO3MovesOneAndAHalfAllReduces(t *testing.T) {
 			t.Errorf("dp %d: the plan sends %.0f B in dp at zero 3, the engine %.0f", dp, pl.Time.DPBytes, three)
 		}
 		t.Logf("dp %d: the blocks' all-reduce %.0f B; ZeRO-3 %.0f B over ZeRO-1's: x%.2f for the blocks", dp, allReduce, three-one, (allReduce+three-one)/allReduce)
+	}
+}
+
+// A 7B-class Llama (Llama 2 7B's shape: 32 layers of dim 4096, 32 heads,
+// SwiGLU of 11008, a vocabulary of 32000; 6.7e9 parameters) on 8 H100s of
+// 80 GB, 8-way data parallel, full recomputation, one sequence of 4096 a
+// rank: fp32 Adam training takes 16 bytes a parameter, 108 GB whole, and
+// does not fit replicated. ZeRO-1 leaves the weights and gradients whole
+// on every rank (8 bytes a parameter); ZeRO-2 the weights; ZeRO-3 shards
+// the blocks' values, gradients and moments (16/8 bytes a parameter) and
+// keeps one block's gathered values and gradients, and the embeddings and
+// the head whole (their moments sharded): 28.6 GB a rank.
+func TestPlan7BFitsAtZero3(t *testing.T) {
+	cfg := config.DefaultConfig()
+	cfg.Model, cfg.Layers, cfg.Dim, cfg.Heads, cfg.KVHeads, cfg.FFN = "llama", 32, 4096, 32, 32, 11008
+	cfg.Seq, cfg.BatchSize, cfg.NTasks, cfg.TP, cfg.Recompute, cfg.Device = 4096, 1, 8, 1, "full", "cuda"
+	dev, err := LookupDevice("h100-80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const vocab = 32000
+	n := spec.ParamCount(cfg, vocab)
+	if n < 6.5e9 || n > 7e9 {
+		t.Fatalf("%d parameters, want a 7B-class model", n)
+	}
+	last := int64(0)
+	for zero, fits := range []bool{false, true, true, true} {
+		c := cfg
+		c.Zero = zero
+		p, err := New(Request{Config: c, Vocab: vocab, Device: dev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("zero %d: %.1f GB a rank (params %.1f, grads %.1f, optimizer %.1f), fits %v", zero, float64(p.Memory.Total)/1e9,
+			float64(p.Memory.Params)/1e9, float64(p.Memory.Grads)/1e9, float64(p.Memory.Optimizer)/1e9, p.Fits)
+		if p.Fits != fits {
+			t.Errorf("zero %d: fits %v, want %v (%d B a rank of %d)", zero, p.Fits, fits, p.Memory.Total, dev.MemBytes)
+		}
+		if zero > 0 && p.Memory.Total >= last {
+			t.Errorf("zero %d: %d B a rank, not less than zero %d's %d", zero, p.Memory.Total, zero-1, last)
+		}
+		last = p.Memory.Total
+		if zero == 3 {
+			// 16/dp bytes a parameter of the blocks, one block's values
+			// and gradients gathered, and the embeddings' and the head's
+			// whole with their moments sharded.
+			block := int64(4*4096*4096 + 3*4096*11008 + 2*4096)
+			root := n - 32*block
+			want := 4 * (2*(root+block) + 2*(n-root)/8 + 2*n/8)
+			if got := p.Memory.Params + p.Memory.Grads + p.Memory.Optimizer; math.Abs(float64(got-want)) > float64(4*4*32*8) {
+				t.Errorf("zero 3: %d B of parameters, gradients and moments, want about %d (16/8 bytes a parameter, one block whole)", got, want)
+			}
+		}
 	}
 }
