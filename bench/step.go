@@ -196,3 +196,77 @@ func (res StepCUDAResult) WriteText(w io.Writer) {
 		float64(res.PeakBytes)/(1<<20), float64(res.ReservedBytes)/(1<<20), float64(res.Workspace)/(1<<20), res.Mallocs)
 	fmt.Fprintf(w, "peer               PyTorch eager on the same step: python3 bench/pytorch/gpt2_step.py --bsz %d --seq %d\n", res.Bsz, res.Seq)
 }
+
+// StepZeROResult is hpcrun bench step --dp N --zero S on the CPU: the same
+// data-parallel step at ZeRO-1 and at stage S, timed in the same run.
+type StepZeROResult struct {
+	Model   string         `json:"model"`
+	Params  int64          `json:"params"`
+	Bsz     int            `json:"bsz"`
+	Seq     int            `json:"seq"`
+	DP      int            `json:"dp"`
+	Threads int            `json:"threads_per_rank"`
+	Stages  []ZeROStepTime `json:"stages"` // ZeRO-1 first
+	// StepRatio and MemRatio are stage S's median step time and engine
+	// peak over ZeRO-1's.
+	StepRatio float64 `json:"step_ratio"`
+	MemRatio  float64 `json:"mem_ratio"`
+}
+
+// ZeROStepTime is one stage's timing: rank 0's median step and
+// communication seconds, and its engine peak.
+type ZeROStepTime struct {
+	Zero    int     `json:"zero"`
+	StepS   float64 `json:"step_s"`
+	CommS   float64 `json:"comm_s"`
+	MemPeak int64   `json:"mem_peak_bytes"`
+	Loss    float64 `json:"loss"`
+}
+
+// StepZeRO times cfg at dp data-parallel ranks of this process (tp 1,
+// threads threads a rank) at ZeRO-1 and at stage zero, alternating two
+// rounds of each so that both see the same machine.
+func StepZeRO(cfg trainconfig.Config, dp, zero, threads, warmup, steps int) (StepZeROResult, error) {
+	if dp < 2 || zero < 2 || zero > 3 {
+		return StepZeROResult{}, fmt.Errorf("bench step: --dp %d --zero %d: compare ZeRO-2 or -3 with ZeRO-1 at dp >= 2", dp, zero)
+	}
+	tensor.SetGemmThreads(threads)
+	res := StepZeROResult{Model: cfg.Preset, Bsz: cfg.BatchSize, Seq: cfg.Seq, DP: dp, Threads: threads}
+	times := map[int][]float64{}
+	comms := map[int][]float64{}
+	for round := 0; round < 2; round++ {
+		for _, z := range []int{1, zero} {
+			c := cfg
+			c.Zero = z
+			t, err := train.BenchStepDP(c, dp, threads, warmup, steps)
+			if err != nil {
+				return res, err
+			}
+			times[z], comms[z] = append(times[z], t.StepS...), append(comms[z], t.CommS...)
+			if round == 1 {
+				res.Params = t.Params
+				res.Stages = append(res.Stages, ZeROStepTime{Zero: z, MemPeak: t.MemPeak, Loss: t.Loss})
+			}
+		}
+	}
+	for i := range res.Stages {
+		s := &res.Stages[i]
+		ts, cs := slices.Clone(times[s.Zero]), slices.Clone(comms[s.Zero])
+		slices.Sort(ts)
+		slices.Sort(cs)
+		s.StepS, s.CommS = stats.Median(ts), stats.Median(cs)
+	}
+	one, other := res.Stages[0], res.Stages[1]
+	res.StepRatio, res.MemRatio = other.StepS/one.StepS, float64(other.MemPeak)/float64(one.MemPeak)
+	return res, nil
+}
+
+// WriteText prints the result as hpcrun bench step --dp does.
+func (res StepZeROResult) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "bench step: %s (%.1fM params), bsz %d x seq %d a rank, dp %d in one process, %d threads a rank, cpu\n",
+		res.Model, float64(res.Params)/1e6, res.Bsz, res.Seq, res.DP, res.Threads)
+	for _, s := range res.Stages {
+		fmt.Fprintf(w, "zero %d   step %.3f s (comm %.3f s), median; engine peak %.1f MB a rank; loss %.4f\n", s.Zero, s.StepS, s.CommS, float64(s.MemPeak)/1e6, s.Loss)
+	}
+	fmt.Fprintf(w, "zero %d / zero 1: step x%.2f, memory x%.2f (same run)\n", res.Stages[1].Zero, res.StepRatio, res.MemRatio)
+}

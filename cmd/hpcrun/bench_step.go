@@ -25,7 +25,10 @@ func benchStepCommand() *cli.Command {
 			"the BLAS alone. Example: hpcrun bench step --model gpt2-124m --bsz 4 --seq 64\n\n" +
 			"With --device cuda the step runs on a GPU and reports tokens/s and peak memory; the\n" +
 			"peer is PyTorch eager on the same model and batch, run beside it by\n" +
-			"bench/pytorch/gpt2_step.py (bench/pytorch/gpu-check.sh runs both).",
+			"bench/pytorch/gpt2_step.py (bench/pytorch/gpu-check.sh runs both).\n\n" +
+			"With --dp N (N > 1) N data-parallel ranks run in this process on the CPU, and the\n" +
+			"step at --zero 2 or 3 is timed beside the same step at ZeRO-1, in the same run:\n" +
+			"the step time and the engine peak a rank of each, and their ratios.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "model", Value: "gpt2-124m", Usage: "preset to time (tiny, small, bert-base, bert-large, gpt2-124m, gpt2-350m, llama-tiny, smollm-135m, llama-1b)"},
 			&cli.IntFlag{Name: "bsz", Value: 4, Usage: "batch size"},
@@ -36,6 +39,8 @@ func benchStepCommand() *cli.Command {
 			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu, or cuda (a GPU through the CUDA backend)"},
 			&cli.IntFlag{Name: "gpu", Usage: "CUDA device ordinal (--device cuda)"},
 			&cli.StringFlag{Name: "precision", Value: "fp32", Usage: "CUDA matmul precision: fp32, tf32 or bf16 (--device cuda)"},
+			&cli.IntFlag{Name: "dp", Value: 1, Usage: "data-parallel ranks in this process (cpu); above 1, the step at --zero against ZeRO-1's, same run"},
+			&cli.IntFlag{Name: "zero", Value: 3, Usage: "the ZeRO stage set beside ZeRO-1's (--dp above 1): 2 or 3"},
 		},
 		Action: runBenchStep,
 	}
@@ -61,6 +66,19 @@ func runBenchStep(c *cli.Context) error {
 	threads := c.Int("threads")
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
+	}
+	if dp := c.Int("dp"); dp > 1 {
+		res, err := bench.StepZeRO(cfg, dp, c.Int("zero"), max(threads/dp, 1), c.Int("warmup"), steps)
+		if err != nil {
+			return cli.Exit(err.Error(), 1)
+		}
+		if c.Bool("json") {
+			out, _ := json.MarshalIndent(res, "", "  ")
+			fmt.Println(string(out))
+			return nil
+		}
+		res.WriteText(os.Stdout)
+		return nil
 	}
 	res, err := bench.Step(cfg, threads, c.Int("warmup"), steps)
 	if err != nil {
