@@ -27,6 +27,10 @@ type Mesh struct {
 	// both hold the token embedding (tied to the LM head) and sum its
 	// gradient; nil on the middle stages and when pp = 1.
 	Embed nccl.Comm
+	// ZeroShard is the data-parallel ranks ZeRO shards its state over (DP,
+	// unless ShardZeRO cut it into groups), and ZeroReplicas the ranks
+	// holding the same shard in the other groups (nil without).
+	ZeroShard, ZeroReplicas nccl.Comm
 
 	pp, dp, tp             int
 	ppRank, dpRank, tpRank int
@@ -73,6 +77,7 @@ func NewMeshPP(world nccl.Comm, pp, tp int) (*Mesh, error) {
 		m.TP.Close()
 		return nil, fmt.Errorf("mesh: data-parallel group %v: %w", m.DPRanks(), err)
 	}
+	m.ZeroShard = m.DP
 	if pp == 1 {
 		return m, nil
 	}
@@ -145,10 +150,49 @@ func (m *Mesh) String() string {
 // Close releases the groups (not the world communicator).
 func (m *Mesh) Close() error {
 	var errs []error
+	if m.ZeroReplicas != nil {
+		errs = append(errs, m.ZeroReplicas.Close(), m.ZeroShard.Close())
+	}
 	for _, c := range []nccl.Comm{m.Embed, m.PP, m.DP, m.TP} {
 		if c != nil {
 			errs = append(errs, c.Close())
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// ShardZeRO splits the data-parallel group for hybrid sharding: ZeroShard
+// becomes this rank's group of shards consecutive data-parallel ranks,
+// over which ZeRO shards its state, and ZeroReplicas the ranks holding the
+// same shard in the other groups (nil when shards is the whole
+// data-parallel degree: then ZeroShard is DP). Every rank of DP must call
+// it with the same shards.
+func (m *Mesh) ShardZeRO(shards int) error {
+	if shards < 1 || m.dp%shards != 0 {
+		return fmt.Errorf("mesh: ZeRO groups of %d ranks do not divide the data-parallel degree %d", shards, m.dp)
+	}
+	if shards == m.dp {
+		return nil
+	}
+	first := m.dpRank / shards * shards
+	var own, same []int
+	for d := range m.dp {
+		if d/shards*shards == first {
+			own = append(own, d)
+		}
+		if d%shards == m.dpRank%shards {
+			same = append(same, d)
+		}
+	}
+	shard, err := m.DP.Group(own)
+	if err != nil {
+		return fmt.Errorf("mesh: ZeRO shard group %v of the data-parallel ranks: %w", own, err)
+	}
+	replicas, err := m.DP.Group(same)
+	if err != nil {
+		shard.Close()
+		return fmt.Errorf("mesh: ZeRO replica group %v of the data-parallel ranks: %w", same, err)
+	}
+	m.ZeroShard, m.ZeroReplicas = shard, replicas
+	return nil
 }

@@ -198,6 +198,9 @@ func (t *trainer) writeShard(dir string, step int) error {
 		}
 	}
 	if t.zero != nil {
+		if !t.writesZeroPieces() {
+			return nil
+		}
 		return ckpt.WriteOptimZero(dir, t.mesh.TPRank(), t.mesh.DPRank(), step, t.opt.Steps(), t.zero.Pieces())
 	}
 	var m, v []ckpt.Tensor
@@ -219,7 +222,7 @@ func (t *trainer) writeState(dir string, step int, infos []ckpt.TensorInfo) erro
 		RNG:   ckpt.RNG{Kind: "pcg(seed, epoch)", Seed: t.cfg.Seed},
 		Model: t.cfg.Model, Vocab: t.data.Vocab, Config: cfgJSON,
 		Mesh:    ckpt.Mesh{TP: t.cfg.TP, DP: t.cfg.DP(), PP: t.mesh.PPSize(), World: t.world.Size()},
-		Tensors: infos, Saved: time.Now().UTC(), Zero: t.cfg.Zero,
+		Tensors: infos, Saved: time.Now().UTC(), Zero: t.cfg.Zero, ZeroGroup: t.zeroGroup(),
 	})
 }
 
@@ -332,4 +335,20 @@ func (t *trainer) load(dir string) error {
 	}
 	t.logf("resumed from %s: step %d, epoch %d (saved at pp %d x dp %d x tp %d)", dir, st.Step, st.Epoch, max(st.Mesh.PP, 1), st.Mesh.DP, st.Mesh.TP)
 	return nil
+}
+
+// zeroGroup is the data-parallel ranks a checkpoint's ZeRO pieces are cut
+// over under hybrid sharding (ckpt.State.ZeroGroup), 0 without it.
+func (t *trainer) zeroGroup() int {
+	if t.zero == nil || t.mesh.ZeroReplicas == nil {
+		return 0
+	}
+	return t.mesh.ZeroShard.Size()
+}
+
+// writesZeroPieces says whether this rank writes its ZeRO pieces: every
+// data-parallel rank, or under hybrid sharding those of the first group
+// (DP ranks 0 to zeroGroup-1; the others hold the same pieces).
+func (t *trainer) writesZeroPieces() bool {
+	return t.zero != nil && (t.mesh.ZeroReplicas == nil || t.mesh.ZeroReplicas.Rank() == 0)
 }

@@ -57,7 +57,7 @@ func (t *trainer) savePipeline(dir string, step int) ([]ckpt.TensorInfo, error) 
 	if err == nil && t.mesh.DPRank() == 0 {
 		err = t.writePart(dir, step, tensors)
 	}
-	if err == nil && t.zero != nil {
+	if err == nil && t.writesZeroPieces() {
 		err = t.writeZeroPart(dir, step)
 	}
 	if err = agree(t.world, err, what); err != nil {
@@ -67,7 +67,7 @@ func (t *trainer) savePipeline(dir string, step int) ([]ckpt.TensorInfo, error) 
 	if t.mesh.DPRank() == 0 && t.mesh.PPRank() == 0 {
 		infos, err = t.joinParts(dir, step)
 	}
-	if err == nil && t.zero != nil && t.mesh.PPRank() == 0 {
+	if err == nil && t.writesZeroPieces() && t.mesh.PPRank() == 0 {
 		err = t.joinZeroParts(dir, step)
 	}
 	return infos, agree(t.world, err, what)

@@ -50,6 +50,9 @@ type Options struct {
 	// for the end line in place of ErrStopped's "stopped on request"; nil
 	// keeps that.
 	StopReason func() string
+	// RanksPerNode is how many ranks each node runs, for zero_group node
+	// (idrenv.Env.LocalWorldSize); 0: every rank on one node.
+	RanksPerNode int
 }
 
 // Result is what one rank saw of a run.
@@ -251,7 +254,7 @@ func newTrainer(cfg config.Config, world nccl.Comm, opt Options, w *metrics.Writ
 	if note := commNote(cfg, t.dev, world); note != "" {
 		t.logf("%s", note)
 	}
-	mesh, err := parallel.NewMeshPP(world, cfg.Stages(), cfg.TP)
+	mesh, err := newMesh(cfg, world, opt.RanksPerNode)
 	if err != nil {
 		return nil, err
 	}
@@ -259,6 +262,9 @@ func newTrainer(cfg config.Config, world nccl.Comm, opt Options, w *metrics.Writ
 	t.unwatch = watchDeviceWaits(t.dev, world)
 	t.commNow = func() time.Duration {
 		d := t.mesh.TP.Stats().Total().Time + t.mesh.DP.Stats().Total().Time
+		if t.mesh.ZeroReplicas != nil {
+			d += t.mesh.ZeroShard.Stats().Total().Time + t.mesh.ZeroReplicas.Stats().Total().Time
+		}
 		if t.pipe != nil {
 			d += t.pipe.commTime()
 		}
@@ -576,4 +582,25 @@ func maskPadding(b *Batch, real int) {
 			b.Labels[j] = -1
 		}
 	}
+}
+
+// newMesh lays world out for cfg: the (pp, dp, tp) grid, and under hybrid
+// sharding (zero_group) ZeRO's groups of the data-parallel ranks.
+func newMesh(cfg config.Config, world nccl.Comm, ranksPerNode int) (*parallel.Mesh, error) {
+	mesh, err := parallel.NewMeshPP(world, cfg.Stages(), cfg.TP)
+	if err != nil || cfg.Zero == 0 {
+		return mesh, err
+	}
+	if ranksPerNode <= 0 {
+		ranksPerNode = world.Size()
+	}
+	shards, err := cfg.ZeroShards(ranksPerNode)
+	if err == nil {
+		err = mesh.ShardZeRO(shards)
+	}
+	if err != nil {
+		mesh.Close()
+		return nil, err
+	}
+	return mesh, nil
 }

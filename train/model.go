@@ -155,8 +155,8 @@ func newModel(cfg config.Config, data *Data, m *parallel.Mesh, dev tensor.Device
 		return nil, err
 	}
 	var sharding parallel.BlockSharding
-	if cfg.Zero >= 2 {
-		sharding = parallel.BlockSharding{DP: parallel.NewDeviceGroup(m.DP, dev), Grads: true, Params: cfg.Zero == 3}
+	if cfg.Zero >= 2 && m.ZeroShard != nil {
+		sharding = parallel.BlockSharding{DP: parallel.NewDeviceGroup(m.ZeroShard, dev), Grads: true, Params: cfg.Zero == 3}
 		t.blockGrads = &blockGrads{}
 	}
 	from, err := parallel.NewParamSet(dev, want, seed, sharding)

@@ -133,6 +133,10 @@ func TestSPZeroRefused(t *testing.T) {
 		{"sp at tp 1", func(c *config.Config) { c.SP = true }, "sp needs tp > 1"},
 		{"sp with seq % tp", func(c *config.Config) { c.NTasks, c.TP, c.Heads, c.Seq, c.SP = 4, 4, 4, 18, true }, "seq 18 is not a multiple of tp 4"},
 		{"zero 4", func(c *config.Config) { c.NTasks, c.Zero = 2, 4 }, "zero = 4"},
+		{"zero group without zero", func(c *config.Config) { c.NTasks, c.ZeroGroup = 4, "2" }, "needs zero 1, 2 or 3"},
+		{"zero group not dividing dp", func(c *config.Config) { c.NTasks, c.Zero, c.ZeroGroup = 4, 3, "3" }, "does not divide the data-parallel degree 4"},
+		{"zero group of one", func(c *config.Config) { c.NTasks, c.Zero, c.ZeroGroup = 4, 3, "1" }, "at least 2"},
+		{"zero group nonsense", func(c *config.Config) { c.NTasks, c.Zero, c.ZeroGroup = 4, 3, "rack" }, "use node, or a number"},
 		{"zero 2 of arch hf", func(c *config.Config) { c.Model, c.Arch, c.NTasks, c.Zero = "bert", "hf", 2, 2 }, "arch hf"},
 		{"zero at dp 1", func(c *config.Config) { c.NTasks, c.TP, c.Zero = 2, 2, 1 }, "data-parallel degree > 1"},
 	} {
@@ -456,4 +460,65 @@ func (z *ZeRO) step(lr float64) (float64, error) {
 		return 0, err
 	}
 	return z.norm.read()
+}
+
+// TestHybridSharding trains dp 4 with ZeRO-1, -2 and -3 sharded over groups
+// of 2 data-parallel ranks and replicated across the two groups (hybrid
+// sharding, --zero-group 2; also with tp 2 and a pipeline): the curves are
+// the replicated optimizer's to 1e-6 (averaging over a group and then over
+// the replicas rounds differently from one average over dp). Its
+// checkpoints hold the pieces of the first group only, and resume at zero
+// 0 and at zero 3 over all four ranks, and as saved bit for bit.
+func TestHybridSharding(t *testing.T) {
+	cfg, data := gptConfig(t, 4, 1)
+	cfg.Steps, cfg.EvalEvery, cfg.CkptEvery, cfg.BatchSize = 10, 0, -1, 4
+	run := func(c config.Config, opt func(int) Options) []float64 {
+		t.Helper()
+		res, err := runRanks(t, c, data, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[0].Losses
+	}
+	none := func(int) Options { return Options{} }
+	ref := run(cfg, none)
+	for _, l := range []struct {
+		name           string
+		ntasks, tp, pp int
+		zero           int
+		group          string
+	}{
+		{"dp4 zero1 group2", 4, 1, 1, 1, "2"}, {"dp4 zero2 group2", 4, 1, 1, 2, "2"}, {"dp4 zero3 group2", 4, 1, 1, 3, "2"},
+		{"tp2xdp4 zero3 group2", 8, 2, 1, 3, "2"}, {"pp2xdp4 zero3 group2", 8, 1, 2, 3, "2"},
+	} {
+		if testing.Short() && l.ntasks > 4 {
+			continue
+		}
+		c := cfg
+		c.NTasks, c.TP, c.PP, c.Zero, c.ZeroGroup = l.ntasks, l.tp, l.pp, l.zero, l.group
+		if l.pp > 1 {
+			c.MicroBatches, c.BatchSize = 2, 2 // the same global batch
+		}
+		sameCurve(t, l.name, run(c, none), ref)
+	}
+	c := cfg
+	c.Zero, c.ZeroGroup, c.CkptEvery = 3, "2", 5
+	full := t.TempDir()
+	hybrid := run(c, func(int) Options { return Options{RunDir: full} })
+	from := filepath.Join(rundir.Dir(full).Ckpt(), "step-000005")
+	for _, f := range []string{"optim-tp0-dp2.safetensors", "optim-tp0-dp3.safetensors"} {
+		if _, err := os.Stat(filepath.Join(from, f)); err == nil {
+			t.Errorf("%s: the second group's pieces are the first's; want them saved once", f)
+		}
+	}
+	resume := func(zero int, group string) []float64 {
+		t.Helper()
+		r := cfg
+		r.Zero, r.ZeroGroup = zero, group
+		dir := t.TempDir()
+		return run(r, func(int) Options { return Options{RunDir: dir, Resume: from} })
+	}
+	bitIdentical(t, "resumed as saved (zero 3, groups of 2)", resume(3, "2"), "uninterrupted", hybrid[5:])
+	sameCurve(t, "resumed at zero 0", resume(0, ""), ref[5:])
+	sameCurve(t, "resumed at zero 3 over dp 4", resume(3, ""), ref[5:])
 }

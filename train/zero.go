@@ -55,6 +55,10 @@ type ZeRO struct {
 	norm        *gradNorm      // over this rank's ranges: summed over dp, then tp
 	blockBucket []int          // ZeRO-2 and 3: the bucket of each block of the stage
 	set         *parallel.ParamSet
+	// replicas, under hybrid sharding, holds this rank's ranges in the
+	// other groups of dp ranks: each reduce-scattered range is then
+	// averaged over it (nil: dp is the whole data-parallel group).
+	replicas *parallel.Group
 }
 
 // zeroBucket is one bucket: its parameters, its padded size and this
@@ -90,6 +94,9 @@ func memoryModes(cfg config.Config) string {
 	}
 	if cfg.Zero > 0 {
 		s += fmt.Sprintf(" + ZeRO-%d", cfg.Zero)
+		if cfg.ZeroGroup != "" {
+			s += " over groups of " + cfg.ZeroGroup + " dp ranks (hybrid)"
+		}
 	}
 	return s
 }
@@ -338,6 +345,9 @@ func (z *ZeRO) reduceBlock(l int) error {
 	if err := z.dp.ReduceScatter(dst, b.blockFlat, nccl.Avg); err != nil {
 		return fmt.Errorf("zero-2 gradient reduce-scatter (block %d): %w", l, err)
 	}
+	if err := z.overReplicas(dst); err != nil {
+		return fmt.Errorf("zero-2 gradient all-reduce over the replicas (block %d): %w", l, err)
+	}
 	if !b.fresh {
 		z.dev.Add(b.grad, b.grad, dst)
 	}
@@ -366,7 +376,11 @@ func (z *ZeRO) reduceScatterBucket(b *zeroBucket) error {
 	size := z.dp.Size()
 	if b.inPlace(size) {
 		g := b.params[0].Grad
-		return z.dp.ReduceScatter(g.View(z.dp.Rank()*b.per, b.per), g, nccl.Avg)
+		mine := g.View(z.dp.Rank()*b.per, b.per)
+		if err := z.dp.ReduceScatter(mine, g, nccl.Avg); err != nil {
+			return err
+		}
+		return z.overReplicas(mine)
 	}
 	flat, shard := z.flat.View(0, b.per*size), z.shard.View(0, b.per)
 	off := 0
@@ -378,6 +392,9 @@ func (z *ZeRO) reduceScatterBucket(b *zeroBucket) error {
 		z.dev.Zero(flat.View(off, flat.Len()-off))
 	}
 	if err := z.dp.ReduceScatter(shard, flat, nccl.Avg); err != nil {
+		return err
+	}
+	if err := z.overReplicas(shard); err != nil {
 		return err
 	}
 	for _, s := range b.segs {
@@ -474,17 +491,34 @@ func (z *ZeRO) LoadMoments(i int, m, v []float32) error {
 // config's stage: at stages 2 and 3 it takes each block's gradients out of
 // the model's shared buffer as the block's backward ends.
 func newOptimZeRO(cfg config.Config, m model, dev tensor.Device, mesh *parallel.Mesh) (*ZeRO, error) {
-	if cfg.Zero == 1 {
-		return NewZeRO1(dev, m.Params(), mesh.DP, mesh.TP, cfg.WeightDecay, cfg.GradClip, 0)
-	}
+	var z *ZeRO
+	var err error
 	t, ok := m.(*transformer)
-	if !ok || t.blockGrads == nil {
+	switch {
+	case cfg.Zero == 1:
+		z, err = NewZeRO1(dev, m.Params(), mesh.ZeroShard, mesh.TP, cfg.WeightDecay, cfg.GradClip, 0)
+	case !ok || t.blockGrads == nil:
 		return nil, fmt.Errorf("zero %d: this model does not share its blocks' gradients: use zero 1", cfg.Zero)
+	default:
+		z, err = NewBlockZeRO(dev, t.set, mesh.ZeroShard, mesh.TP, cfg.WeightDecay, cfg.GradClip, 0)
 	}
-	z, err := NewBlockZeRO(dev, t.set, mesh.DP, mesh.TP, cfg.WeightDecay, cfg.GradClip, 0)
 	if err != nil {
 		return nil, err
 	}
-	t.blockGrads.reduce = z.reduceBlock
+	if mesh.ZeroReplicas != nil {
+		z.replicas = parallel.NewDeviceGroup(mesh.ZeroReplicas, dev)
+	}
+	if ok && t.blockGrads != nil {
+		t.blockGrads.reduce = z.reduceBlock
+	}
 	return z, nil
+}
+
+// overReplicas averages a reduce-scattered range over the groups that
+// hold the same range under hybrid sharding (nothing without).
+func (z *ZeRO) overReplicas(r *tensor.Tensor) error {
+	if z.replicas == nil {
+		return nil
+	}
+	return z.replicas.AllReduce(r, nccl.Avg)
 }

@@ -125,7 +125,7 @@ func runTrainTask(c *cli.Context) error {
 		case <-ctx.Done():
 		}
 	}()
-	_, err = train.Run(ctx, cfg, comm, train.Options{RunDir: dir.Path(), Log: os.Stdout, Host: env.Node, Stop: stop.C, GPUOrdinal: env.GPUOrdinal, StopReason: reason})
+	_, err = train.Run(ctx, cfg, comm, train.Options{RunDir: dir.Path(), Log: os.Stdout, Host: env.Node, Stop: stop.C, GPUOrdinal: env.GPUOrdinal, StopReason: reason, RanksPerNode: env.LocalWorldSize})
 	if errors.Is(err, train.ErrStopped) {
 		closeWithin(comm, 2*time.Second)
 		return stopped(ctx, dir, cfg, env, stop.Signal(), reason(), err)

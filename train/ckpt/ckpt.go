@@ -93,6 +93,10 @@ type State struct {
 	Mesh       Mesh            `json:"mesh"`
 	Tensors    []TensorInfo    `json:"tensors"`
 	Zero       int             `json:"zero,omitempty"` // 1 to 3 (the ZeRO stage): the optimizer state is pieces, one file per TP and DP rank (WriteOptimZero)
+	// ZeroGroup, under hybrid sharding, is the data-parallel ranks the
+	// pieces are cut over: the files of DP ranks 0 to ZeroGroup-1 hold
+	// them all (0: every DP rank's file).
+	ZeroGroup int `json:"zero_group,omitempty"`
 	Saved      time.Time       `json:"saved"`
 }
 

@@ -66,6 +66,9 @@ func (st *State) Check() error {
 	if st.Zero < 0 || st.Zero > 3 {
 		return corrupt("zero %d: must be 0, 1, 2 or 3", st.Zero)
 	}
+	if g := st.ZeroGroup; g < 0 || g > 0 && (st.Zero == 0 || st.Mesh.DP%g != 0) {
+		return corrupt("zero_group %d: must divide dp %d, with zero 1, 2 or 3", g, st.Mesh.DP)
+	}
 	if len(st.Tensors) == 0 {
 		return corrupt("tensors is empty: a checkpoint lists the tensors it holds")
 	}

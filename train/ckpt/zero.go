@@ -61,12 +61,16 @@ func openZeroOptim(dir string, st *State, r int) (*File, int, error) {
 		covered[ti.Name] = make([]int8, n)
 	}
 	adamStep := -1
-	for d := 0; d < st.Mesh.DP; d++ {
+	files := st.Mesh.DP
+	if st.ZeroGroup > 0 {
+		files = st.ZeroGroup
+	}
+	for d := 0; d < files; d++ {
 		path := filepath.Join(dir, OptimFile(r, d))
 		f, err := ReadFile(path)
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
-				return nil, 0, fmt.Errorf("checkpoint %s: missing: a ZeRO-1 checkpoint saved at dp %d needs the optimizer file of every data-parallel rank", path, st.Mesh.DP)
+				return nil, 0, fmt.Errorf("checkpoint %s: missing: a ZeRO checkpoint cut over %d data-parallel ranks needs the optimizer file of each", path, files)
 			}
 			return nil, 0, fmt.Errorf("checkpoint: %w", err)
 		}

@@ -94,6 +94,11 @@ type Config struct {
 	// Memory-saving parallelism (Megatron-LM 2205.05198, ZeRO 1910.02054).
 	SP   bool `toml:"sp" json:"sp"`     // sequence parallelism: layer norms and residuals split along the sequence over tp (seq % tp == 0)
 	Zero int  `toml:"zero" json:"zero"` // 1: ZeRO-1, the AdamW moments sharded over the data-parallel group; 2: ZeRO-2, the gradients too; 3: ZeRO-3, the parameters too; 0: replicated
+	// ZeroGroup is hybrid sharding (HSDP, ZeRO++'s hpZ): the ZeRO state is
+	// sharded over groups of this many consecutive data-parallel ranks and
+	// replicated across the groups, "node" for the data-parallel ranks of
+	// one node; "" shards over all of them.
+	ZeroGroup string `toml:"zero_group,omitempty" json:"zero_group,omitempty"`
 	// Activation recomputation (Megatron-LM 2205.05198 §5): "" or none,
 	// selective (the attention probabilities) or full (each block from
 	// its input); see RecomputeMode.
@@ -239,6 +244,19 @@ func (c Config) Validate() error {
 	}
 	if c.Zero < 0 || c.Zero > 3 {
 		bad("zero = %d: use 0 (replicated optimizer state), 1 (ZeRO-1: AdamW moments sharded over the data-parallel group), 2 (ZeRO-2: the gradients too) or 3 (ZeRO-3: the parameters too)", c.Zero)
+	}
+	if c.ZeroGroup != "" {
+		if c.Zero == 0 {
+			bad("zero_group %q needs zero 1, 2 or 3: it says over which data-parallel ranks ZeRO shards", c.ZeroGroup)
+		} else if c.ZeroGroup != "node" {
+			n, err := strconv.Atoi(c.ZeroGroup)
+			switch {
+			case err != nil || n < 2:
+				bad("zero_group %q: use node, or a number of data-parallel ranks of at least 2", c.ZeroGroup)
+			case c.TP > 0 && c.NTasks > 0 && c.PP >= 0 && c.DP()%n != 0:
+				bad("zero_group %d does not divide the data-parallel degree %d: ZeRO shards over groups of that many ranks", n, c.DP())
+			}
+		}
 	}
 	if c.Zero >= 2 && c.Arch == "hf" {
 		bad("zero %d: arch hf's layers do not hand their gradients over one by one: use zero 1, or arch native", c.Zero)
@@ -538,6 +556,34 @@ func (c Config) Effective() Config {
 		e.RopeTheta = cmp.Or(c.RopeTheta, DefaultRopeTheta)
 	}
 	return e
+}
+
+// ZeroShards is the number of data-parallel ranks the ZeRO state is
+// sharded over (zero_group): all of them, a number, or for "node" those of
+// one node when each node runs ranksPerNode ranks (the data-parallel ranks
+// of a node are consecutive: rank = tp + tp*(dp + dp*pp)). Hybrid sharding
+// replicates the state across dp/ZeroShards groups.
+func (c Config) ZeroShards(ranksPerNode int) (int, error) {
+	dp := c.DP()
+	switch c.ZeroGroup {
+	case "":
+		return dp, nil
+	case "node":
+		tp := max(c.TP, 1)
+		if ranksPerNode < tp || ranksPerNode%tp != 0 {
+			return 0, fmt.Errorf("zero_group node: %d ranks a node do not hold whole tensor-parallel groups of %d", ranksPerNode, tp)
+		}
+		n := min(ranksPerNode/tp, dp)
+		if dp%n != 0 {
+			return 0, fmt.Errorf("zero_group node: the %d data-parallel ranks of a node do not divide the data-parallel degree %d", n, dp)
+		}
+		return n, nil
+	}
+	n, err := strconv.Atoi(c.ZeroGroup)
+	if err != nil || n < 2 || dp%n != 0 {
+		return 0, fmt.Errorf("zero_group %q: use node, or a number of at least 2 that divides the data-parallel degree %d", c.ZeroGroup, dp)
+	}
+	return n, nil
 }
 
 // RecomputeMode is Recompute as the engine takes it: what each block's

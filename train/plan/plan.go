@@ -297,7 +297,7 @@ func New(r Request) (*Plan, error) {
 	var entries int64
 	stages := make([]shapes, len(split))
 	for stage, blocks := range split {
-		if stages[stage], err = newShapes(cfg, vp, stage, blocks); err != nil {
+		if stages[stage], err = newShapes(cfg, vp, stage, blocks, ranksPerNode(cfg, r.Nodes)); err != nil {
 			return nil, err
 		}
 		entries = max(entries, stages[stage].normTensors())
@@ -375,6 +375,7 @@ type shapes struct {
 	inFlight    int64
 	m           int64 // micro-batches a step
 	sp, zero    bool  // sequence parallelism (tp > 1); ZeRO-1 or -2 (dp > 1)
+	zdp         int64 // the data-parallel ranks ZeRO shards over (config.Config.ZeroShards)
 	zero2       bool  // ZeRO-2 (and 3): each block's gradients reduce-scattered as its backward ends
 	zero3       bool  // ZeRO-3: each block's values gathered before its forward and its backward
 	// params are this rank's parameter tensors' elements in the model's
@@ -396,7 +397,7 @@ type shapes struct {
 // newShapes are the shapes of a rank of stage (0 without a pipeline),
 // which holds blocks blocks; its parameters are the spec's
 // (spec.StageParams).
-func newShapes(cfg config.Config, paddedVocab, stage, blocks int) (shapes, error) {
+func newShapes(cfg config.Config, paddedVocab, stage, blocks, ranksPerNode int) (shapes, error) {
 	tp := int64(cfg.TP)
 	C := int64(cfg.Dim)
 	s := shapes{
@@ -420,6 +421,14 @@ func newShapes(cfg config.Config, paddedVocab, stage, blocks int) (shapes, error
 	s.zero = cfg.Zero > 0 && s.dp > 1
 	s.zero2 = cfg.Zero >= 2 && s.dp > 1
 	s.zero3 = cfg.Zero == 3 && s.dp > 1
+	s.zdp = s.dp
+	if s.zero {
+		shards, err := cfg.ZeroShards(ranksPerNode)
+		if err != nil {
+			return shapes{}, err
+		}
+		s.zdp = int64(shards)
+	}
 	s.N = s.B * s.T
 	ps, err := spec.StageParams(cfg, paddedVocab, 0, s.first, s.last, 0, blocks)
 	if err != nil {
@@ -549,10 +558,10 @@ func (s shapes) normTensors() int64 {
 // the largest padded bucket, and all the padded buckets.
 func (s shapes) zeroSizes() (local, biggest, padded int64) {
 	for _, b := range s.buckets {
-		per := (b.Elems + s.dp - 1) / s.dp
+		per := (b.Elems + s.zdp - 1) / s.zdp
 		local += per
-		biggest = max(biggest, per*s.dp)
-		padded += per * s.dp
+		biggest = max(biggest, per*s.zdp)
+		padded += per * s.zdp
 	}
 	return local, biggest, padded
 }
@@ -579,8 +588,8 @@ func (s shapes) memory(dev Device) Memory {
 		var shared, ranges, blocks int64
 		for _, b := range s.buckets {
 			if b.Block {
-				per := (b.Elems + s.dp - 1) / s.dp
-				shared, ranges, blocks = max(shared, per*s.dp), ranges+per, blocks+b.Elems
+				per := (b.Elems + s.zdp - 1) / s.zdp
+				shared, ranges, blocks = max(shared, per*s.zdp), ranges+per, blocks+b.Elems
 			}
 		}
 		m.Grads = (s.paramElems - blocks + shared + ranges) * f32
@@ -609,7 +618,7 @@ func (s shapes) memory(dev Device) Memory {
 	// dp, pp), and the norm, the clip scale and the loss.
 	n, widest := 2*max(s.normEntries, 1), max(s.tp, s.pp)
 	if s.zero {
-		widest = max(widest, s.dp)
+		widest = max(widest, s.zdp)
 	}
 	m.StepScalars = (n + 4) * f32
 	if widest > 1 {
@@ -628,12 +637,12 @@ func (s shapes) memory(dev Device) Memory {
 		for _, b := range s.buckets {
 			switch {
 			case b.Block:
-				staged = max(staged, (b.Elems+s.dp-1)/s.dp)
-			case b.Tensors > 1 || b.Elems%s.dp != 0:
-				packed = max(packed, (b.Elems+s.dp-1)/s.dp*s.dp)
+				staged = max(staged, (b.Elems+s.zdp-1)/s.zdp)
+			case b.Tensors > 1 || b.Elems%s.zdp != 0:
+				packed = max(packed, (b.Elems+s.zdp-1)/s.zdp*s.zdp)
 			}
 		}
-		m.GradBucket = (packed + max(packed/s.dp, staged)) * f32
+		m.GradBucket = (packed + max(packed/s.zdp, staged)) * f32
 	case s.dp > 1 && multi:
 		m.GradBucket = bucket * f32
 	}
@@ -871,35 +880,45 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		h := half(dp) * f32
 		units := 2 * float64(s.paramElems+1)
 		commS := units * h / c.allReduce
+		t.DPBytes = units * h
 		if s.zero {
 			// A reduce-scatter of every padded bucket and an all-gather of
-			// the updated parameters: the all-reduce's bytes; and the
-			// gradient norm's per-parameter squares all-gathered over dp.
-			// ZeRO-2 reduce-scatters each block's bucket once a
-			// micro-batch; ZeRO-3 gathers each block's values before its
-			// forward and before its backward instead of after the update.
+			// the updated parameters over ZeRO's ranks: the all-reduce's
+			// bytes; and the gradient norm's per-parameter squares
+			// all-gathered over them. ZeRO-2 reduce-scatters each block's
+			// bucket once a micro-batch; ZeRO-3 gathers each block's values
+			// before its forward and before its backward instead of after
+			// the update. Under hybrid sharding each reduce-scattered range
+			// is then averaged over the replicas.
+			zh := half(float64(s.zdp)) * f32
 			_, _, padded := s.zeroSizes()
 			rs, ag := float64(padded), float64(padded)
+			calls := buckets // reduce-scatters
 			n = 2*buckets + 2
 			if s.zero2 {
 				for _, b := range s.buckets {
 					if !b.Block {
 						continue
 					}
-					bp := float64((b.Elems + s.dp - 1) / s.dp * s.dp)
+					bp := float64((b.Elems + s.zdp - 1) / s.zdp * s.zdp)
 					rs += (accum - 1) * bp
-					n += int(accum) - 1
+					n, calls = n+int(accum)-1, calls+int(accum)-1
 					if s.zero3 {
 						ag += (2*accum - 1) * bp
 						n += 2*int(accum) - 1
 					}
 				}
 			}
-			norm := float64(s.dp * 2 * max(s.normEntries, 1))
-			units = rs + ag + 2 + norm
-			commS = h * (rs/c.reduceScatter + (ag+norm)/c.allGather + 2/c.allReduce)
+			norm := float64(s.zdp * 2 * max(s.normEntries, 1))
+			t.DPBytes = zh*(rs+ag+norm) + 2*h
+			commS = zh*(rs/c.reduceScatter+(ag+norm)/c.allGather) + 2*h/c.allReduce
+			if rep := s.dp / s.zdp; rep > 1 {
+				ranges := 2 * rs / float64(s.zdp) * half(float64(rep)) * f32
+				t.DPBytes += ranges
+				commS += ranges / c.allReduce
+				n += calls
+			}
 		}
-		t.DPBytes = units * h
 		t.Collectives += n
 		t.CommS += commS + float64(n)*c.latency
 	}
@@ -1045,4 +1064,10 @@ func appendNew(xs []string, x string) []string {
 		return xs
 	}
 	return append(xs, x)
+}
+
+// ranksPerNode is how many ranks each of nodes nodes runs (one node when
+// nodes is 0), for zero_group node.
+func ranksPerNode(cfg config.Config, nodes int) int {
+	return cfg.NTasks / max(nodes, 1)
 }

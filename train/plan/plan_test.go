@@ -388,6 +388,18 @@ func commPerStep(t *testing.T, cfg config.Config, vocab int) (tpBytes, dpBytes f
 	}
 	tp, dp := groups[0], groups[1]
 	tpBytes, dpBytes, calls = sent(tp, cfg.TP), sent(dp, cfg.DP()), int(tp.Total().Calls+dp.Total().Calls)
+	if cfg.ZeroGroup != "" {
+		// Hybrid sharding: ZeRO's groups of the data-parallel ranks and
+		// their replicas, counted with dp.
+		k, err := cfg.ZeroShards(cfg.NTasks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shard, replicas := groups[2], groups[3]
+		dpBytes += sent(shard, k) + sent(replicas, cfg.DP()/k)
+		calls += int(shard.Total().Calls + replicas.Total().Calls)
+		groups = append(groups[:2], groups[4:]...)
+	}
 	if len(groups) == 3 {
 		// The key/value replicas (parallel.KVReplicas), counted with tp.
 		kv := groups[2]
@@ -415,7 +427,7 @@ func commStatsPerStep(t *testing.T, cfg config.Config, vocab int) []nccl.Stats {
 			_, err := train.Run(context.Background(), c, groupSpy{w, &mu, &groups}, train.Options{Device: tensor.NewCPU(), Data: data})
 			return err
 		})
-		if err != nil || len(groups) != 2 && len(groups) != 3 {
+		if err != nil || len(groups) < 2 || len(groups) > 5 {
 			t.Fatalf("tp %d ntasks %d sp %v zero %d: %d groups, %v", c.TP, c.NTasks, c.SP, c.Zero, len(groups), err)
 		}
 		var out []nccl.Stats
@@ -727,7 +739,7 @@ func TestZeRO3MovesOneAndAHalfAllReduces(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sh, err := newShapes(cfg, vp, 0, cfg.Layers)
+		sh, err := newShapes(cfg, vp, 0, cfg.Layers, cfg.NTasks)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -803,5 +815,38 @@ func TestPlan7BFitsAtZero3(t *testing.T) {
 				t.Errorf("zero 3: %d B of parameters, gradients and moments, want about %d (16/8 bytes a parameter, one block whole)", got, want)
 			}
 		}
+	}
+}
+
+// Hybrid sharding (--zero-group 2 at dp 4) is planned exactly: the engine
+// peak of every rank to the byte (the ZeRO state cut over 2 ranks, not 4)
+// and the data-parallel traffic to the byte (the reduce-scatters and
+// all-gathers over the group of 2, each range then averaged over the 2
+// replicas), at ZeRO-1, -2 and -3.
+func TestHybridShardingPlanned(t *testing.T) {
+	const vocab = 1000
+	for _, zero := range []int{1, 2, 3} {
+		cfg := commLayout{tp: 1, dp: 4, accum: 2, zero: zero}.tinyConfig(t, "gpt")
+		cfg.ZeroGroup = "2"
+		pl, err := New(Request{Config: cfg, Vocab: vocab, Device: CPU(0, 0, 0, "")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for r, got := range measureRanks(t, cfg, vocab) {
+			if got != pl.Memory.EnginePeak {
+				t.Errorf("zero %d group 2, rank %d: engine peak %d B, the plan's %d B", zero, r, got, pl.Memory.EnginePeak)
+			}
+		}
+		_, dpB, calls := commPerStep(t, cfg, vocab)
+		if pl.Time.DPBytes != dpB || pl.Time.Collectives != calls {
+			t.Errorf("zero %d group 2: the plan sends %.0f B in dp in %d collectives, the engine %.0f in %d", zero, pl.Time.DPBytes, pl.Time.Collectives, dpB, calls)
+		}
+		whole := cfg
+		whole.ZeroGroup = ""
+		pw, err := New(Request{Config: whole, Vocab: vocab, Device: CPU(0, 0, 0, "")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("zero %d: %d B a rank in groups of 2, %d B over all 4", zero, pl.Memory.EnginePeak, pw.Memory.EnginePeak)
 	}
 }
