@@ -96,8 +96,8 @@ type State struct {
 	// ZeroGroup, under hybrid sharding, is the data-parallel ranks the
 	// pieces are cut over: the files of DP ranks 0 to ZeroGroup-1 hold
 	// them all (0: every DP rank's file).
-	ZeroGroup int `json:"zero_group,omitempty"`
-	Saved      time.Time       `json:"saved"`
+	ZeroGroup int       `json:"zero_group,omitempty"`
+	Saved     time.Time `json:"saved"`
 }
 
 // TempDir is where step's checkpoint is written before Commit renames it.
