@@ -172,14 +172,17 @@ func TestZeroResumeAtOtherLayout(t *testing.T) {
 			t.Fatalf("ZeRO-1 checkpoint lacks a DP rank's optimizer file: %v", err)
 		}
 	}
-	// The same run with a replicated optimizer, saved at step 5.
-	plain := cfg
-	plain.Zero, plain.Steps = 0, 5
-	pdir := t.TempDir()
-	if _, err := runRanks(t, plain, data, func(int) Options { return Options{RunDir: pdir} }); err != nil {
-		t.Fatal(err)
+	// The step-5 checkpoint of the same run at another ZeRO stage.
+	savedAt := func(zero int) string {
+		c := cfg
+		c.Zero, c.Steps = zero, 5
+		dir := t.TempDir()
+		if _, err := runRanks(t, c, data, func(int) Options { return Options{RunDir: dir} }); err != nil {
+			t.Fatal(err)
+		}
+		return filepath.Join(rundir.Dir(dir).Ckpt(), "step-000005")
 	}
-	fromPlain := filepath.Join(rundir.Dir(pdir).Ckpt(), "step-000005")
+	fromPlain := savedAt(0) // a replicated optimizer's
 	resume := func(name, from string, ntasks, tp, b, zero int, sp bool) []float64 {
 		t.Helper()
 		c := cfg
@@ -196,25 +199,13 @@ func TestZeroResumeAtOtherLayout(t *testing.T) {
 	}
 	dp4 := resume("dp4+zero1", from, 4, 1, 4, 1, false)
 	// ZeRO-2's checkpoint is ZeRO-1's: the same pieces of the moments.
-	two := cfg
-	two.Zero, two.Steps = 2, 5
-	zdir := t.TempDir()
-	if _, err := runRanks(t, two, data, func(int) Options { return Options{RunDir: zdir} }); err != nil {
-		t.Fatal(err)
-	}
-	fromTwo := filepath.Join(rundir.Dir(zdir).Ckpt(), "step-000005")
+	fromTwo := savedAt(2)
 	bitIdentical(t, "dp4+zero1 from the ZeRO-2 checkpoint", resume("dp4+zero1 from zero2", fromTwo, 4, 1, 4, 1, false), "from the ZeRO-1 one", dp4)
 	bitIdentical(t, "dp4 replicated from the ZeRO-2 checkpoint", resume("dp4 from zero2", fromTwo, 4, 1, 4, 0, false), "dp4+zero1", dp4)
 	bitIdentical(t, "dp2+zero2 from the ZeRO-1 checkpoint", resume("dp2+zero2 from zero1", from, 2, 1, 8, 2, false), "uninterrupted", res[0].Losses[5:])
 	bitIdentical(t, "dp4+zero2 from the ZeRO-2 checkpoint", resume("dp4+zero2 from zero2", fromTwo, 4, 1, 4, 2, false), "dp4+zero1", dp4)
 	// ZeRO-3's checkpoint holds the whole parameters, gathered.
-	three := cfg
-	three.Zero, three.Steps = 3, 5
-	tdir := t.TempDir()
-	if _, err := runRanks(t, three, data, func(int) Options { return Options{RunDir: tdir} }); err != nil {
-		t.Fatal(err)
-	}
-	fromThree := filepath.Join(rundir.Dir(tdir).Ckpt(), "step-000005")
+	fromThree := savedAt(3)
 	bitIdentical(t, "dp4 replicated from the ZeRO-3 checkpoint", resume("dp4 from zero3", fromThree, 4, 1, 4, 0, false), "dp4+zero1", dp4)
 	bitIdentical(t, "dp4+zero3 from the ZeRO-1 checkpoint", resume("dp4+zero3 from zero1", from, 4, 1, 4, 3, false), "dp4+zero1", dp4)
 	bitIdentical(t, "dp2+zero3 from the ZeRO-3 checkpoint", resume("dp2+zero3 from zero3", fromThree, 2, 1, 8, 3, false), "uninterrupted", res[0].Losses[5:])

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 
@@ -72,18 +73,17 @@ func runBenchStep(c *cli.Context) error {
 		if err != nil {
 			return cli.Exit(err.Error(), 1)
 		}
-		if c.Bool("json") {
-			out, _ := json.MarshalIndent(res, "", "  ")
-			fmt.Println(string(out))
-			return nil
-		}
-		res.WriteText(os.Stdout)
-		return nil
+		return printBench(c, res)
 	}
 	res, err := bench.Step(cfg, threads, c.Int("warmup"), steps)
 	if err != nil {
 		return err
 	}
+	return printBench(c, res)
+}
+
+// printBench prints a benchmark's result, as JSON under --json.
+func printBench(c *cli.Context, res interface{ WriteText(io.Writer) }) error {
 	if c.Bool("json") {
 		out, _ := json.MarshalIndent(res, "", "  ")
 		fmt.Println(string(out))
