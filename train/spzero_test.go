@@ -77,10 +77,11 @@ func sameCurve(t *testing.T, name string, losses, ref []float64) {
 }
 
 // TestZeroChangesNoBit trains each layout with a replicated optimizer and
-// with ZeRO-1 and ZeRO-2: the loss curves are the same to the bit (the
-// update is elementwise, each rank's ranges run the kernel a replicated
-// optimizer runs, and the norm adds the same squares in the same order),
-// for the classifier and the language model.
+// with ZeRO-1, -2 and -3 (also under full recomputation, which runs a
+// ZeRO-3 block's forward again on its gathered values): the loss curves
+// are the same to the bit (the update is elementwise, each rank's ranges
+// run the kernel a replicated optimizer runs, and the norm adds the same
+// squares in the same order), for the classifier and the language model.
 func TestZeroChangesNoBit(t *testing.T) {
 	for _, model := range []string{"bert", "gpt"} {
 		base := smallConfig(model)
@@ -92,12 +93,13 @@ func TestZeroChangesNoBit(t *testing.T) {
 			name          string
 			ntasks, tp, b int
 			sp            bool
-		}{{"dp2", 2, 1, 4, false}, {"dp4", 4, 1, 2, false}, {"tp2xdp2+sp", 4, 2, 4, true}} {
+			recompute     string
+		}{{"dp2", 2, 1, 4, false, ""}, {"dp4", 4, 1, 2, false, ""}, {"tp2xdp2+sp", 4, 2, 4, true, ""}, {"dp2+recompute full", 2, 1, 4, false, "full"}} {
 			if testing.Short() && l.ntasks > 2 {
 				continue
 			}
 			cfg := base
-			cfg.NTasks, cfg.TP, cfg.BatchSize, cfg.SP = l.ntasks, l.tp, l.b, l.sp
+			cfg.NTasks, cfg.TP, cfg.BatchSize, cfg.SP, cfg.Recompute = l.ntasks, l.tp, l.b, l.sp, l.recompute
 			plain := runInProcess(t, cfg, "").Losses
 			for _, zero := range []int{1, 2, 3} {
 				cfg.Zero = zero
