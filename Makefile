@@ -24,7 +24,7 @@ install:
 # each of 2 hosts, the control whose ranks have a core each), printed in the
 # suite's output (a record to compare runs by, no assertion on time).
 # Every fuzz target runs FUZZTIME inputs (make fuzz: a minute each).
-FUZZTIME ?= 3000x
+FUZZTIME ?= 2000x
 test: build slurm-up-if-root
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	HPCRUN_NOASM=1 $(GO) test -count=1 -tags noasm ./tensor/
@@ -35,7 +35,7 @@ test: build slurm-up-if-root
 # The fuzz targets of every parser of a file a user or another program
 # writes, a minute each (FUZZTIME=10m make fuzz for longer).
 fuzz:
-	GO=$(GO) scripts/fuzz.sh $(if $(filter 3000x,$(FUZZTIME)),1m,$(FUZZTIME))
+	GO=$(GO) scripts/fuzz.sh $(if $(filter 2000x,$(FUZZTIME)),1m,$(FUZZTIME))
 
 .PHONY: slurm-up-if-root
 slurm-up-if-root:
