@@ -54,11 +54,11 @@ func BenchStep(cfg config.Config, dev tensor.Device, warmup, steps int) (StepTim
 			d.Labels[i] = int32(i % 2)
 		}
 	}
-	data := &Data{Tokenizer: tokenizer.Byte{}, Vocab: vocab, Train: d, Val: d}
+	ds := &Data{Tokenizer: tokenizer.Byte{}, Vocab: vocab, Train: d, Val: d}
 	world := nccl.NewInProcess(1)[0]
 	defer world.Close()
 	cfg.Steps, cfg.Shuffle = warmup+steps, false
-	t, err := newTrainer(cfg, world, Options{Data: data, Device: dev}, nil)
+	t, err := newTrainer(cfg, world, Options{Data: ds, Device: dev}, nil)
 	if err != nil {
 		return StepTiming{}, err
 	}

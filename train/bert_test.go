@@ -255,12 +255,12 @@ func TestBERTSamplesEndInSEP(t *testing.T) {
 	for _, arch := range []string{"hf", ""} {
 		cfg := smallConfig("bert")
 		cfg.Arch, cfg.Samples = arch, 64
-		data, err := Prepare(cfg)
+		ds, err := Prepare(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		sp := data.Tokenizer.Specials()
-		d := data.Train
+		sp := ds.Tokenizer.Specials()
+		d := ds.Train
 		for i := 0; i < d.Len(); i++ {
 			n := int(d.Lengths[i])
 			row := d.Tokens[i*d.Seq : (i+1)*d.Seq]

@@ -28,17 +28,17 @@ func TestEvalIsExactMean(t *testing.T) {
 				cfg.Data = textFile(t)
 			}
 			cfg.NTasks, cfg.TP, cfg.BatchSize, cfg.EvalSamples, cfg.LR = tc.ntasks, tc.tp, 4, 13, 3e-3
-			data, err := Prepare(cfg)
+			ds, err := Prepare(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n := data.Val.Len(); n != 13 {
+			if n := ds.Val.Len(); n != 13 {
 				t.Fatalf("%d validation samples, want 13", n)
 			}
 			got := make([]EvalResult, cfg.NTasks)
 			want := make([]EvalResult, cfg.NTasks)
 			err = nccl.RunInProcess(cfg.NTasks, func(c nccl.Comm) error {
-				tr, err := newTrainer(cfg, c, Options{Data: data}, nil)
+				tr, err := newTrainer(cfg, c, Options{Data: ds}, nil)
 				if err != nil {
 					return err
 				}

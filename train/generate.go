@@ -431,26 +431,26 @@ func EvaluateSource(ctx context.Context, world nccl.Comm, opt EvalOptions) (Sour
 	if opt.Device != "" {
 		cfg.Device = opt.Device
 	}
-	data, err := Prepare(cfg)
+	ds, err := Prepare(cfg)
 	if err != nil {
 		return SourceEval{}, err
 	}
-	data.Val = joinWindows(data.Train, data.Val)
-	data.Train = data.Val // newTrainer wants one step's worth; nothing trains
-	cfg.BatchSize = min(cfg.BatchSize, data.Val.Len())
-	t, err := newTrainer(cfg, world, Options{Data: data}, nil)
+	ds.Val = joinWindows(ds.Train, ds.Val)
+	ds.Train = ds.Val // newTrainer wants one step's worth; nothing trains
+	cfg.BatchSize = min(cfg.BatchSize, ds.Val.Len())
+	t, err := newTrainer(cfg, world, Options{Data: ds}, nil)
 	if err != nil {
 		return SourceEval{}, err
 	}
 	defer t.close()
-	if err := agree(world, loadWeights(t.model.Params(), t.dev, cfg, data.Vocab), "loading "+opt.Source); err != nil {
+	if err := agree(world, loadWeights(t.model.Params(), t.dev, cfg, ds.Vocab), "loading "+opt.Source); err != nil {
 		return SourceEval{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return SourceEval{}, err
 	}
 	e, err := t.evaluate(0)
-	return SourceEval{EvalResult: e, Seq: cfg.Seq, Windows: data.Val.Len()}, err
+	return SourceEval{EvalResult: e, Seq: cfg.Seq, Windows: ds.Val.Len()}, err
 }
 
 // joinWindows is a language model's training windows followed by its

@@ -54,13 +54,13 @@ var tinyGPT2Spec = interop.Spec{Model: "gpt", Layers: 2, Dim: 32, Heads: 4, Posi
 func initEval(t *testing.T, cfg config.Config, tp int) float64 {
 	t.Helper()
 	cfg.NTasks, cfg.TP = tp, tp
-	data, err := Prepare(cfg)
+	ds, err := Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	losses := make([]float64, tp)
 	err = nccl.RunInProcess(tp, func(c nccl.Comm) error {
-		tr, err := newTrainer(cfg, c, Options{Data: data}, nil)
+		tr, err := newTrainer(cfg, c, Options{Data: ds}, nil)
 		if err != nil {
 			return err
 		}

@@ -190,19 +190,19 @@ func Check(cfg config.Config) error {
 // job submitted from a login node runs on GPUs the login node lacks.
 // hpcrun submit calls it.
 func CheckJob(cfg config.Config) error {
-	data, err := Prepare(cfg)
+	ds, err := Prepare(cfg)
 	if err != nil {
 		return err
 	}
-	return checkSteps(cfg, data)
+	return checkSteps(cfg, ds)
 }
 
 // checkSteps reports a training set too small for one optimizer step.
-func checkSteps(cfg config.Config, data *Data) error {
-	perRank := data.Train.Len() / cfg.DP()
+func checkSteps(cfg config.Config, ds *Data) error {
+	perRank := ds.Train.Len() / cfg.DP()
 	if perRank/cfg.BatchSize/cfg.Micro() == 0 {
 		return fmt.Errorf("%d training samples make no full step of bsz %d x micro-batches %d x data-parallel %d: lower --bsz, --grad-accum or --micro-batches, or give more samples",
-			data.Train.Len(), cfg.BatchSize, cfg.Micro(), cfg.DP())
+			ds.Train.Len(), cfg.BatchSize, cfg.Micro(), cfg.DP())
 	}
 	return nil
 }
@@ -219,14 +219,14 @@ func newTrainer(cfg config.Config, world nccl.Comm, opt Options, w *metrics.Writ
 	if world.Size() != cfg.NTasks {
 		return nil, fmt.Errorf("the job has %s but the config says ntasks = %d", units.Count(world.Size(), "rank"), cfg.NTasks)
 	}
-	data := opt.Data
-	if data == nil {
+	ds := opt.Data
+	if ds == nil {
 		var err error
-		if data, err = Prepare(cfg); err != nil {
+		if ds, err = Prepare(cfg); err != nil {
 			return nil, err
 		}
 	}
-	t := &trainer{cfg: cfg, world: world, data: data, w: w, dev: opt.Device, runDir: opt.RunDir, host: opt.Host, stop: opt.Stop}
+	t := &trainer{cfg: cfg, world: world, data: ds, w: w, dev: opt.Device, runDir: opt.RunDir, host: opt.Host, stop: opt.Stop}
 	if world.Rank() == 0 {
 		t.log = opt.Log
 	}
@@ -265,10 +265,10 @@ func newTrainer(cfg config.Config, world nccl.Comm, opt Options, w *metrics.Writ
 		return d
 	}
 
-	if t.sampler, err = NewSampler(data.Train.Len(), cfg.DP(), t.mesh.DPRank(), cfg.Seed, cfg.Shuffle); err != nil {
+	if t.sampler, err = NewSampler(ds.Train.Len(), cfg.DP(), t.mesh.DPRank(), cfg.Seed, cfg.Shuffle); err != nil {
 		return nil, err
 	}
-	if err := checkSteps(cfg, data); err != nil {
+	if err := checkSteps(cfg, ds); err != nil {
 		return nil, err
 	}
 	t.perEp = t.sampler.Len() / cfg.BatchSize / cfg.Micro()
@@ -276,7 +276,7 @@ func newTrainer(cfg config.Config, world nccl.Comm, opt Options, w *metrics.Writ
 	if t.total == 0 {
 		t.total = cfg.Epochs * t.perEp
 	}
-	if t.model, err = newModel(cfg, data, mesh, t.dev); err != nil {
+	if t.model, err = newModel(cfg, ds, mesh, t.dev); err != nil {
 		return nil, err
 	}
 	var why string
@@ -327,8 +327,8 @@ func newTrainer(cfg config.Config, world nccl.Comm, opt Options, w *metrics.Writ
 		}
 	}
 	t.logf("%s %d layers dim %d heads %d seq %d: %.2fM params, %stp %d x dp %d%s, %s (%d per epoch); %s",
-		cfg.Model, cfg.Layers, cfg.Dim, cfg.Heads, cfg.Seq, float64(spec.ParamCount(cfg, data.Vocab))/1e6,
-		pipeNote(cfg), cfg.TP, cfg.DP(), memoryModes(cfg), units.Count(t.total, "step"), t.perEp, data.describe())
+		cfg.Model, cfg.Layers, cfg.Dim, cfg.Heads, cfg.Seq, float64(spec.ParamCount(cfg, ds.Vocab))/1e6,
+		pipeNote(cfg), cfg.TP, cfg.DP(), memoryModes(cfg), units.Count(t.total, "step"), t.perEp, ds.describe())
 	return t, nil
 }
 

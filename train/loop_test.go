@@ -19,14 +19,14 @@ import (
 // 0's result.
 func runInProcess(t *testing.T, cfg config.Config, runDir string) *Result {
 	t.Helper()
-	data, err := Prepare(cfg)
+	ds, err := Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
 	var res0 *Result
 	err = nccl.RunInProcess(cfg.NTasks, func(c nccl.Comm) error {
-		res, err := Run(context.Background(), cfg, c, Options{Data: data, RunDir: runDir})
+		res, err := Run(context.Background(), cfg, c, Options{Data: ds, RunDir: runDir})
 		if c.Rank() == 0 {
 			mu.Lock()
 			res0 = res
@@ -177,7 +177,7 @@ func TestPaddedVocabEquivalence(t *testing.T) {
 func TestRunLineHost(t *testing.T) {
 	cfg := smallConfig("bert")
 	cfg.Steps = 1
-	data, err := Prepare(cfg)
+	ds, err := Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestRunLineHost(t *testing.T) {
 	for _, tc := range []struct{ host, want string }{{"r14i3n7", "r14i3n7"}, {"", self}} {
 		dir := t.TempDir()
 		err := nccl.RunInProcess(1, func(c nccl.Comm) error {
-			_, err := Run(context.Background(), cfg, c, Options{Data: data, RunDir: dir, Host: tc.host})
+			_, err := Run(context.Background(), cfg, c, Options{Data: ds, RunDir: dir, Host: tc.host})
 			return err
 		})
 		if err != nil {

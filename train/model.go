@@ -121,9 +121,9 @@ type finalNorm interface {
 // the full model of the config's seed (GPT-2's init: N(0,0.02), residual
 // projections scaled by 1/sqrt(2L), positions N(0,0.01), layer norms 1 and
 // 0, biases 0).
-func newModel(cfg config.Config, data *Data, m *parallel.Mesh, dev tensor.Device) (model, error) {
+func newModel(cfg config.Config, ds *Data, m *parallel.Mesh, dev tensor.Device) (model, error) {
 	if cfg.Arch == "hf" {
-		return newBERT(cfg, data.Vocab, m.TP, dev) // BERT's own layout (bert.go)
+		return newBERT(cfg, ds.Vocab, m.TP, dev) // BERT's own layout (bert.go)
 	}
 	seed := uint64(cfg.Seed)
 	t := &transformer{dev: dev, gpt: cfg.LM(), llama: cfg.Model == "llama", B: cfg.BatchSize, T: cfg.Seq, C: cfg.Dim, Tl: cfg.Seq}
@@ -142,7 +142,7 @@ func newModel(cfg config.Config, data *Data, m *parallel.Mesh, dev tensor.Device
 	t.hi = t.lo + split[s]
 	t.stageAct = spec.StageActivation(cfg)
 	c.TP = parallel.NewGroup(m.TP).Size()
-	want, err := spec.Params(c, data.Vocab, parallel.NewGroup(m.TP).Rank(), s)
+	want, err := spec.Params(c, ds.Vocab, parallel.NewGroup(m.TP).Rank(), s)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +151,7 @@ func newModel(cfg config.Config, data *Data, m *parallel.Mesh, dev tensor.Device
 		return nil, err
 	}
 	t.params = from.Params()
-	if err := t.build(cfg, data.Vocab, m.TP, from); err != nil {
+	if err := t.build(cfg, ds.Vocab, m.TP, from); err != nil {
 		t.Close()
 		return nil, err
 	}

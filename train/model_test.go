@@ -20,7 +20,7 @@ func TestGradientsMatchFiniteDifferences(t *testing.T) {
 			if model == "gpt" {
 				cfg.Data = textFile(t)
 			}
-			data, err := Prepare(cfg)
+			ds, err := Prepare(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -29,7 +29,7 @@ func TestGradientsMatchFiniteDifferences(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			mod, err := newModel(cfg, data, m, tensor.NewCPU())
+			mod, err := newModel(cfg, ds, m, tensor.NewCPU())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -44,7 +44,7 @@ func TestGradientsMatchFiniteDifferences(t *testing.T) {
 				}
 			}
 			var b Batch
-			data.Train.Gather(&b, []int{0, 1})
+			ds.Train.Gather(&b, []int{0, 1})
 			if model == "bert" {
 				b.Lengths[1] = 5 // exercise the padding mask
 			}

@@ -79,11 +79,11 @@ func orderCases(t *testing.T) []orderCase {
 
 // stepsSeen returns, per rank, the samples each of steps optimizer steps
 // takes (all its micro-batches), as the trainer of cfg gathers them.
-func stepsSeen(t *testing.T, cfg config.Config, data *Data, steps int, id func(*Data, *Batch, int) int) [][][]int {
+func stepsSeen(t *testing.T, cfg config.Config, ds *Data, steps int, id func(*Data, *Batch, int) int) [][][]int {
 	t.Helper()
 	seen := make([][][]int, cfg.NTasks)
 	err := nccl.RunInProcess(cfg.NTasks, func(c nccl.Comm) error {
-		tr, err := newTrainer(cfg, c, Options{Data: data}, nil)
+		tr, err := newTrainer(cfg, c, Options{Data: ds}, nil)
 		if err != nil {
 			return err
 		}
@@ -94,7 +94,7 @@ func stepsSeen(t *testing.T, cfg config.Config, data *Data, steps int, id func(*
 			for range cfg.Micro() {
 				tr.nextBatch(b)
 				for i := range b.B {
-					ids = append(ids, id(data, b, i))
+					ids = append(ids, id(ds, b, i))
 				}
 			}
 			seen[c.Rank()] = append(seen[c.Rank()], ids)
@@ -123,21 +123,21 @@ func TestBatchOrder(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/shuffle=%v", c.name, shuffle), func(t *testing.T) {
 				cfg := c.cfg
 				cfg.Shuffle, cfg.Samples, cfg.Steps = shuffle, 0, steps
-				data, err := Prepare(cfg)
+				ds, err := Prepare(cfg)
 				if err != nil {
 					t.Fatal(err)
 				}
-				file := trainInFileOrder(t, c, data)
+				file := trainInFileOrder(t, c, ds)
 				if len(file) != 37 {
 					t.Fatalf("%d training samples, want 37", len(file))
 				}
 
 				cfg.NTasks, cfg.BatchSize, cfg.GradAccum = 1, 10, 1
-				one := stepsSeen(t, cfg, data, steps, c.id)[0]
+				one := stepsSeen(t, cfg, ds, steps, c.id)[0]
 				cfg.NTasks, cfg.BatchSize = 2, 5
-				dp2 := stepsSeen(t, cfg, data, steps, c.id)
+				dp2 := stepsSeen(t, cfg, ds, steps, c.id)
 				cfg.NTasks, cfg.GradAccum = 1, 2
-				accum := stepsSeen(t, cfg, data, steps, c.id)[0]
+				accum := stepsSeen(t, cfg, ds, steps, c.id)[0]
 				t.Logf("dp 1 steps 1-3: %v", one[:3])
 
 				for s, ids := range one {
@@ -185,20 +185,20 @@ func TestBatchOrder(t *testing.T) {
 // trainInFileOrder is the ids of the training samples in file order: the
 // text's and the token file's first 37 windows, or the reviews that do not
 // validate.
-func trainInFileOrder(t *testing.T, c orderCase, data *Data) []int {
+func trainInFileOrder(t *testing.T, c orderCase, ds *Data) []int {
 	t.Helper()
 	var train []int
 	if c.name != "csv" {
-		for i := range data.Train.Len() {
+		for i := range ds.Train.Len() {
 			train = append(train, i)
 		}
 		return train
 	}
 	val := map[int]bool{}
 	var b Batch
-	for i := range data.Val.Len() {
-		data.Val.Gather(&b, []int{i})
-		val[c.id(data, &b, 0)] = true
+	for i := range ds.Val.Len() {
+		ds.Val.Gather(&b, []int{i})
+		val[c.id(ds, &b, 0)] = true
 	}
 	if len(val) != 4 {
 		t.Fatalf("%d reviews validate, want 4", len(val))

@@ -148,7 +148,7 @@ func checkMemory(t *testing.T, base config.Config, table bool) {
 	}
 	zc := base
 	zc.NTasks, zc.TP = 2, 1
-	data, err := Prepare(zc)
+	ds, err := Prepare(zc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func checkMemory(t *testing.T, base config.Config, table bool) {
 			return err
 		}
 		defer mesh.Close()
-		m, err := newModel(zc, data, mesh, tensor.NewCPU())
+		m, err := newModel(zc, ds, mesh, tensor.NewCPU())
 		if err != nil {
 			return err
 		}

@@ -151,10 +151,10 @@ func TestSPZeroRefused(t *testing.T) {
 // continuations at dp4, tp2 x dp2 (+sp) and dp1 agree to 1e-6: the global
 // batch is the same, but the gradients are summed over other groups.
 func TestZeroResumeAtOtherLayout(t *testing.T) {
-	cfg, data := gptConfig(t, 2, 1)
+	cfg, ds := gptConfig(t, 2, 1)
 	cfg.Steps, cfg.EvalEvery, cfg.CkptEvery, cfg.BatchSize, cfg.Zero = 10, 0, 5, 8, 1
 	full := t.TempDir()
-	res, err := runRanks(t, cfg, data, func(int) Options { return Options{RunDir: full} })
+	res, err := runRanks(t, cfg, ds, func(int) Options { return Options{RunDir: full} })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestZeroResumeAtOtherLayout(t *testing.T) {
 	plain := cfg
 	plain.Zero, plain.Steps = 0, 5
 	pdir := t.TempDir()
-	if _, err := runRanks(t, plain, data, func(int) Options { return Options{RunDir: pdir} }); err != nil {
+	if _, err := runRanks(t, plain, ds, func(int) Options { return Options{RunDir: pdir} }); err != nil {
 		t.Fatal(err)
 	}
 	fromPlain := filepath.Join(rundir.Dir(pdir).Ckpt(), "step-000005")
@@ -177,7 +177,7 @@ func TestZeroResumeAtOtherLayout(t *testing.T) {
 		c := cfg
 		c.NTasks, c.TP, c.BatchSize, c.Zero, c.SP = ntasks, tp, b, zero, sp
 		dir := t.TempDir()
-		resumed, err := runRanks(t, c, data, func(int) Options { return Options{RunDir: dir, Resume: from} })
+		resumed, err := runRanks(t, c, ds, func(int) Options { return Options{RunDir: dir, Resume: from} })
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
