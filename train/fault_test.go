@@ -114,7 +114,7 @@ func TestTokenFileTruncatedWhileTraining(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Truncate(path, tokenHeader); err != nil {
+	if err := os.Truncate(path, 1024); err != nil { // the header alone
 		t.Fatal(err)
 	}
 	_, err = Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: t.TempDir(), Data: ds})
@@ -169,25 +169,6 @@ func TestGenerateNamesNaNWeights(t *testing.T) {
 	_, err := Generate(context.Background(), nccl.NewInProcess(1)[0], GenerateOptions{Source: step, Prompt: "alpha", Tokens: 2})
 	if err == nil || !strings.Contains(err.Error(), "checkpoint "+step+": the weights of ") || !strings.Contains(err.Error(), "hold +Inf") {
 		t.Fatalf("generate from a checkpoint with +Inf weights: %v, want the checkpoint and tensor named", err)
-	}
-}
-
-// The vocabulary check over a mapped token file (when the data is
-// prepared) also stops with an error if the file shrinks under it.
-func TestTokenFileTruncatedWhilePrepared(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "tokens.bin")
-	ids := make([]int, 20000)
-	if err := WriteTokenFile(path, ids, 256); err != nil {
-		t.Fatal(err)
-	}
-	toks, unmap, err := mapTokenFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unmap()
-	os.Truncate(path, tokenHeader)
-	if err := checkVocab(toks, path, 256); err == nil || !strings.Contains(err.Error(), "data "+path+": the file shrank") {
-		t.Fatalf("checkVocab on a truncated file: %v", err)
 	}
 }
 

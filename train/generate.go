@@ -172,7 +172,7 @@ func generate(ctx context.Context, world nccl.Comm, opt GenerateOptions, cached 
 	if err != nil {
 		return nil, err
 	}
-	vocab, err := modelVocab(cfg, tok)
+	vocab, err := ModelVocab(cfg, tok)
 	if err != nil {
 		return nil, err
 	}
@@ -435,7 +435,7 @@ func EvaluateSource(ctx context.Context, world nccl.Comm, opt EvalOptions) (Sour
 	if err != nil {
 		return SourceEval{}, err
 	}
-	ds.Val = joinWindows(ds.Train, ds.Val)
+	ds.Val = ds.AllWindows()
 	ds.Train = ds.Val // newTrainer wants one step's worth; nothing trains
 	cfg.BatchSize = min(cfg.BatchSize, ds.Val.Len())
 	t, err := newTrainer(cfg, world, Options{Data: ds}, nil)
@@ -451,19 +451,4 @@ func EvaluateSource(ctx context.Context, world nccl.Comm, opt EvalOptions) (Sour
 	}
 	e, err := t.evaluate(0)
 	return SourceEval{EvalResult: e, Seq: cfg.Seq, Windows: ds.Val.Len()}, err
-}
-
-// joinWindows is a language model's training windows followed by its
-// validation windows (Prepare's split of one stream, which together are
-// every window when no samples are held back).
-func joinWindows(a, b *Dataset) *Dataset {
-	if a.stream != nil {
-		return &Dataset{Seq: a.Seq, stream: a.stream, first: a.first, n: a.n + b.n}
-	}
-	return &Dataset{
-		Seq:     a.Seq,
-		Tokens:  append(append([]int32(nil), a.Tokens...), b.Tokens...),
-		Targets: append(append([]int32(nil), a.Targets...), b.Targets...),
-		Lengths: append(append([]int32(nil), a.Lengths...), b.Lengths...),
-	}
 }

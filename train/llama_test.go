@@ -153,7 +153,7 @@ func engineLogits(t *testing.T, dir string, ids []int32, tp int) [][]float32 {
 		if err != nil {
 			return err
 		}
-		v, err := modelVocab(cfg, tok)
+		v, err := ModelVocab(cfg, tok)
 		if err != nil {
 			return err
 		}

@@ -328,7 +328,7 @@ func newTrainer(cfg config.Config, world nccl.Comm, opt Options, w *metrics.Writ
 	}
 	t.logf("%s %d layers dim %d heads %d seq %d: %.2fM params, %stp %d x dp %d%s, %s (%d per epoch); %s",
 		cfg.Model, cfg.Layers, cfg.Dim, cfg.Heads, cfg.Seq, float64(spec.ParamCount(cfg, ds.Vocab))/1e6,
-		pipeNote(cfg), cfg.TP, cfg.DP(), memoryModes(cfg), units.Count(t.total, "step"), t.perEp, ds.describe())
+		pipeNote(cfg), cfg.TP, cfg.DP(), memoryModes(cfg), units.Count(t.total, "step"), t.perEp, ds.Describe())
 	return t, nil
 }
 
