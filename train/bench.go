@@ -7,6 +7,7 @@ import (
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/spec"
 	"github.com/hpcrun/hpcrun/train/tokenizer"
 )
@@ -23,20 +24,20 @@ type StepTiming struct {
 
 // BenchStep times the training loop's steps (forward, backward, grad norm,
 // AdamW) of cfg's model on one rank (tp=1, dp=1) on random tokens: warmup
-// untimed steps, then steps timed ones. The vocabulary is PlanVocab's, the
-// run's, without loading any data.
+// untimed steps, then steps timed ones. The vocabulary is
+// data.PlanVocab's, the run's, without loading any data.
 func BenchStep(cfg config.Config, dev tensor.Device, warmup, steps int) (StepTiming, error) {
 	cfg.NTasks, cfg.TP, cfg.GradAccum = 1, 1, 1
 	if err := cfg.Validate(); err != nil {
 		return StepTiming{}, err
 	}
-	vocab, _, err := PlanVocab(cfg)
+	vocab, _, err := data.PlanVocab(cfg)
 	if err != nil {
 		return StepTiming{}, err
 	}
 	B, T := cfg.BatchSize, cfg.Seq
 	r := rand.New(rand.NewPCG(uint64(cfg.Seed), 1))
-	d := &Dataset{Seq: T, Tokens: make([]int32, B*T), Lengths: make([]int32, B)}
+	d := &data.Dataset{Seq: T, Tokens: make([]int32, B*T), Lengths: make([]int32, B)}
 	if cfg.LM() {
 		d.Targets = make([]int32, B*T)
 	} else {
@@ -54,7 +55,7 @@ func BenchStep(cfg config.Config, dev tensor.Device, warmup, steps int) (StepTim
 			d.Labels[i] = int32(i % 2)
 		}
 	}
-	ds := &Data{Tokenizer: tokenizer.Byte{}, Vocab: vocab, Train: d, Val: d}
+	ds := &data.Data{Tokenizer: tokenizer.Byte{}, Vocab: vocab, Train: d, Val: d}
 	world := nccl.NewInProcess(1)[0]
 	defer world.Close()
 	cfg.Steps, cfg.Shuffle = warmup+steps, false

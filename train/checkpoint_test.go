@@ -15,11 +15,12 @@ import (
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/train/ckpt"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 )
 
 // runRanks trains cfg on in-process ranks with per-rank options and returns
 // every rank's result and the joined error.
-func runRanks(t *testing.T, cfg config.Config, ds *Data, opt func(rank int) Options) ([]*Result, error) {
+func runRanks(t *testing.T, cfg config.Config, ds *data.Data, opt func(rank int) Options) ([]*Result, error) {
 	t.Helper()
 	res := make([]*Result, cfg.NTasks)
 	var mu sync.Mutex
@@ -35,12 +36,12 @@ func runRanks(t *testing.T, cfg config.Config, ds *Data, opt func(rank int) Opti
 	return res, err
 }
 
-func gptConfig(t *testing.T, ntasks, tp int) (config.Config, *Data) {
+func gptConfig(t *testing.T, ntasks, tp int) (config.Config, *data.Data) {
 	cfg := smallConfig("gpt")
 	cfg.Data = textFile(t)
 	cfg.NTasks, cfg.TP = ntasks, tp
 	cfg.Steps, cfg.EvalEvery = 12, 4
-	ds, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +129,7 @@ func TestStopSaveResume(t *testing.T) {
 
 // forwardLoss builds cfg's model on in-process ranks, loads the checkpoint
 // from, and returns the forward loss of the first validation batch.
-func forwardLoss(t *testing.T, cfg config.Config, ds *Data, from string) float64 {
+func forwardLoss(t *testing.T, cfg config.Config, ds *data.Data, from string) float64 {
 	t.Helper()
 	losses := make([]float64, cfg.NTasks)
 	err := nccl.RunInProcess(cfg.NTasks, func(c nccl.Comm) error {
@@ -144,7 +145,7 @@ func forwardLoss(t *testing.T, cfg config.Config, ds *Data, from string) float64
 		for i := range idx {
 			idx[i] = i
 		}
-		var b Batch
+		var b data.Batch
 		ds.Val.Gather(&b, idx)
 		losses[c.Rank()], err = tr.model.Forward(&b, false)
 		return err
@@ -190,7 +191,7 @@ func TestReshardOnLoad(t *testing.T) {
 	}
 }
 
-func forwardLossFresh(t *testing.T, cfg config.Config, ds *Data) float64 {
+func forwardLossFresh(t *testing.T, cfg config.Config, ds *data.Data) float64 {
 	t.Helper()
 	var loss float64
 	err := nccl.RunInProcess(cfg.NTasks, func(c nccl.Comm) error {
@@ -203,7 +204,7 @@ func forwardLossFresh(t *testing.T, cfg config.Config, ds *Data) float64 {
 		for i := range idx {
 			idx[i] = i
 		}
-		var b Batch
+		var b data.Batch
 		ds.Val.Gather(&b, idx)
 		l, err := tr.model.Forward(&b, false)
 		if c.Rank() == 0 {
@@ -230,7 +231,7 @@ func TestResumeRefusesMismatch(t *testing.T) {
 	step := filepath.Join(rundir.Dir(dir).Ckpt(), "step-000002")
 	other := cfg
 	other.Dim, other.Heads = 64, 4
-	otherData, _ := Prepare(other)
+	otherData, _ := data.Prepare(other)
 	_, err := runRanks(t, other, otherData, func(int) Options { return Options{Resume: step} })
 	if err == nil || !strings.Contains(err.Error(), "dim 32, this run has dim 64") {
 		t.Errorf("other dims: %v", err)
@@ -269,7 +270,7 @@ func TestMergeHF(t *testing.T) {
 	cfg, _ := gptConfig(t, 2, 2)
 	cfg.Steps = 2
 	cfg.Vocab = 300 // padded to 512 at tp=2
-	ds, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 )
 
 // A simulated device for the device-resident paths: CPU tensors with
@@ -205,7 +206,7 @@ type simulatedRun struct {
 // runSimulated trains cfg on cfg.NTasks in-process ranks, each on the
 // simulated device with the simulated NCCL communicator, in the run dir
 // dir.
-func runSimulated(t *testing.T, cfg config.Config, ds *Data, dir string) simulatedRun {
+func runSimulated(t *testing.T, cfg config.Config, ds *data.Data, dir string) simulatedRun {
 	t.Helper()
 	run := simulatedRun{res: make([]*Result, cfg.NTasks), devs: make([]*addressedDevice, cfg.NTasks), mem: &deviceMemory{bufs: map[uintptr][]float32{}}}
 	var collectives atomic.Int64
@@ -226,7 +227,7 @@ func runSimulated(t *testing.T, cfg config.Config, ds *Data, dir string) simulat
 // the simulated device, each in a run dir of its own (hostDir, simDir).
 func hostAndSimulated(t *testing.T, cfg config.Config) (host []*Result, hostDir string, sim simulatedRun, simDir string) {
 	t.Helper()
-	ds, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

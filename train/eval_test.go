@@ -7,6 +7,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 )
 
 // TestEvalIsExactMean checks that a validation pass reports the exact mean
@@ -28,7 +29,7 @@ func TestEvalIsExactMean(t *testing.T) {
 				cfg.Data = textFile(t)
 			}
 			cfg.NTasks, cfg.TP, cfg.BatchSize, cfg.EvalSamples, cfg.LR = tc.ntasks, tc.tp, 4, 13, 3e-3
-			ds, err := Prepare(cfg)
+			ds, err := data.Prepare(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -79,7 +80,7 @@ func TestEvalIsExactMean(t *testing.T) {
 func sampleBySample(tr *trainer, cfg config.Config) (EvalResult, error) {
 	val := tr.data.Val
 	idx := make([]int, cfg.BatchSize)
-	var b Batch
+	var b data.Batch
 	var loss, correct float64
 	for i := 0; i < val.Len(); i++ {
 		for j := range idx {

@@ -18,6 +18,7 @@ import (
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/train/ckpt"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/metrics"
 )
 
@@ -32,7 +33,7 @@ func TestMain(m *testing.M) {
 		n, _ := strconv.ParseUint(limit, 10, 64)
 		cfg := smallConfig("bert")
 		cfg.Steps, cfg.CkptEvery = 4, 2
-		ds, err := Prepare(cfg)
+		ds, err := data.Prepare(cfg)
 		if err == nil {
 			err = syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: n, Max: n})
 		}
@@ -76,7 +77,7 @@ func TestPanicIsRecordedAsFailure(t *testing.T) {
 	dir := t.TempDir()
 	cfg := smallConfig("bert")
 	cfg.Steps = 2
-	ds, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,12 +106,12 @@ func TestTokenFileTruncatedWhileTraining(t *testing.T) {
 	for i := range ids {
 		ids[i] = i % 200
 	}
-	if err := WriteTokenFile(path, ids, 256); err != nil {
+	if err := data.WriteTokenFile(path, ids, 256); err != nil {
 		t.Fatal(err)
 	}
 	cfg := smallConfig("gpt")
 	cfg.Data, cfg.Tokenizer, cfg.Steps = path, "byte", 3
-	ds, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +150,7 @@ func TestConfigRefusesNonFiniteValues(t *testing.T) {
 func TestResumeNamesNaNWeights(t *testing.T) {
 	cfg := smallConfig("bert")
 	cfg.Steps = 2
-	ds, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +176,7 @@ func TestGenerateNamesNaNWeights(t *testing.T) {
 // poisonedCheckpoint trains cfg (2 steps, a checkpoint at step 2) on one
 // rank and sets the last weight of its model file to v; it returns the
 // checkpoint's step dir.
-func poisonedCheckpoint(t *testing.T, cfg config.Config, ds *Data, v float32) string {
+func poisonedCheckpoint(t *testing.T, cfg config.Config, ds *data.Data, v float32) string {
 	t.Helper()
 	dir := t.TempDir()
 	if _, err := Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: dir, Data: ds}); err != nil {
@@ -199,11 +200,11 @@ func poisonedCheckpoint(t *testing.T, cfg config.Config, ds *Data, v float32) st
 
 // bertCheckpoint trains a small BERT 2 steps and returns its config, data
 // and the step dir of its checkpoint.
-func bertCheckpoint(t *testing.T) (config.Config, *Data, string) {
+func bertCheckpoint(t *testing.T) (config.Config, *data.Data, string) {
 	t.Helper()
 	cfg := smallConfig("bert")
 	cfg.Steps = 2
-	ds, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

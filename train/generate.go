@@ -19,6 +19,7 @@ import (
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/ckpt"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/interop"
 	"github.com/hpcrun/hpcrun/train/tokenizer"
 )
@@ -172,7 +173,7 @@ func generate(ctx context.Context, world nccl.Comm, opt GenerateOptions, cached 
 	if err != nil {
 		return nil, err
 	}
-	vocab, err := ModelVocab(cfg, tok)
+	vocab, err := data.ModelVocab(cfg, tok)
 	if err != nil {
 		return nil, err
 	}
@@ -203,7 +204,7 @@ func generate(ctx context.Context, world nccl.Comm, opt GenerateOptions, cached 
 		return nil, err
 	}
 	defer mesh.Close()
-	m, err := newModel(cfg, &Data{Vocab: vocab}, mesh, dev)
+	m, err := newModel(cfg, &data.Data{Vocab: vocab}, mesh, dev)
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +216,7 @@ func generate(ctx context.Context, world nccl.Comm, opt GenerateOptions, cached 
 	T, local := cfg.Seq, tr.head.LocalOut()
 	row := make([]float32, local)
 	full := make([]float32, local*cfg.TP)
-	b := &Batch{B: 1, T: T, Tokens: make([]int32, T), Targets: make([]int32, T), Lengths: []int32{int32(T)}}
+	b := &data.Batch{B: 1, T: T, Tokens: make([]int32, T), Targets: make([]int32, T), Lengths: []int32{int32(T)}}
 	rng := rand.New(rand.NewPCG(opt.Seed, 0x6e6))
 	var caches []*parallel.KVCache
 	if cached {
@@ -431,7 +432,7 @@ func EvaluateSource(ctx context.Context, world nccl.Comm, opt EvalOptions) (Sour
 	if opt.Device != "" {
 		cfg.Device = opt.Device
 	}
-	ds, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		return SourceEval{}, err
 	}

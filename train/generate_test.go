@@ -14,6 +14,7 @@ import (
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/train/ckpt"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/interop"
 	"github.com/hpcrun/hpcrun/train/tokenizer"
 )
@@ -93,7 +94,7 @@ func TestEvaluateSource(t *testing.T) {
 	b, _ := os.ReadFile(text)
 	ids := (tokenizer.Byte{}).Encode(string(b)[:1700])
 	tokens := filepath.Join(t.TempDir(), "t.bin")
-	if err := WriteTokenFile(tokens, ids, (tokenizer.Byte{}).VocabSize()); err != nil {
+	if err := data.WriteTokenFile(tokens, ids, (tokenizer.Byte{}).VocabSize()); err != nil {
 		t.Fatal(err)
 	}
 	var losses []float64
@@ -195,8 +196,9 @@ func TestTextStreamHoldsOnlyIncompleteCharacters(t *testing.T) {
 }
 
 // A tokenizer.json's post-processor puts its special tokens around a prompt
-// as around each training document (TestPostProcessorBeginsEachSequence):
-// Llama 3's TemplateProcessing its <|begin_of_text|> before it.
+// as around each training document (train/data's
+// TestPostProcessorBeginsEachSequence): Llama 3's TemplateProcessing its
+// <|begin_of_text|> before it.
 func TestPostProcessorBeginsEachPrompt(t *testing.T) {
 	tok, err := tokenizer.LoadHF(templateHF)
 	if err != nil {

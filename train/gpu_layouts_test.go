@@ -8,6 +8,7 @@ import (
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/tensor/cuda"
+	"github.com/hpcrun/hpcrun/train/data"
 )
 
 // On one GPU, the layouts of the memory-saving and pipeline parallelism
@@ -50,7 +51,7 @@ func TestGPULayoutsOnOneGPU(t *testing.T) {
 			}
 			cfg.Layers, cfg.Steps, cfg.CkptEvery, cfg.BatchSize = 4, 10, -1, 4
 			cfg.NTasks, cfg.TP, cfg.PP, cfg.MicroBatches, cfg.SP, cfg.Zero = l.ntasks, l.tp, l.pp, l.micro, l.sp, l.zero
-			ds, err := Prepare(cfg)
+			ds, err := data.Prepare(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/train/data"
 )
 
 // hostScalars is the CPU device seen as another device: the step keeps
@@ -37,7 +38,7 @@ func TestDeviceStepMatchesHostStep(t *testing.T) {
 	cfg := smallConfig("gpt")
 	cfg.Data, cfg.Tokenizer = textFile(t), "byte"
 	cfg.Steps, cfg.BatchSize, cfg.GradAccum, cfg.GradClip = 6, 4, 2, 0.5
-	ds, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/interop"
 	"github.com/hpcrun/hpcrun/train/tokenizer"
 )
@@ -153,11 +154,11 @@ func engineLogits(t *testing.T, dir string, ids []int32, tp int) [][]float32 {
 		if err != nil {
 			return err
 		}
-		v, err := ModelVocab(cfg, tok)
+		v, err := data.ModelVocab(cfg, tok)
 		if err != nil {
 			return err
 		}
-		m, err := newModel(cfg, &Data{Vocab: v}, mesh, dev)
+		m, err := newModel(cfg, &data.Data{Vocab: v}, mesh, dev)
 		if err != nil {
 			return err
 		}
@@ -166,7 +167,7 @@ func engineLogits(t *testing.T, dir string, ids []int32, tp int) [][]float32 {
 			return err
 		}
 		tr := m.(*transformer)
-		b := &Batch{B: 1, T: T, Tokens: ids, Targets: make([]int32, T), Lengths: []int32{int32(T)}}
+		b := &data.Batch{B: 1, T: T, Tokens: ids, Targets: make([]int32, T), Lengths: []int32{int32(T)}}
 		h, err := tr.trunk(b)
 		if err != nil {
 			return err
@@ -255,7 +256,7 @@ func TestLlamaInitFromLossCurves(t *testing.T) {
 	base.Warmup, base.LR, base.Shuffle = 2, 1e-3, false
 	// The first step's loss, from the reference forward of the first
 	// batch (samples 0-7 in order).
-	ds, err := Prepare(base)
+	ds, err := data.Prepare(base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +320,7 @@ func TestLlamaResumeAtOtherLayout(t *testing.T) {
 	cfg.Heads, cfg.KVHeads, cfg.UntiedHead = 8, 4, true
 	cfg.NTasks, cfg.TP, cfg.BatchSize, cfg.Zero = 4, 2, 8, 1
 	cfg.Steps, cfg.EvalEvery, cfg.CkptEvery = 10, 0, 5
-	ds, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +360,7 @@ func TestLlamaResumeAtOtherLayout(t *testing.T) {
 func TestLlamaDeviceStep(t *testing.T) {
 	cfg := llamaConfig(t)
 	cfg.Steps, cfg.BatchSize, cfg.GradAccum, cfg.GradClip = 6, 4, 2, 0.5
-	ds, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,7 +433,7 @@ func TestLlamaReplicatedKVHeads(t *testing.T) {
 		dir := t.TempDir()
 		runInProcess(t, cfg, dir)
 		cfg.NTasks, cfg.TP, cfg.CkptEvery = 1, 1, -1
-		ds, err := Prepare(cfg)
+		ds, err := data.Prepare(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

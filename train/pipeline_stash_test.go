@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/train/data"
 )
 
 // TestPipelineForwardsOnce counts the forwards each stage runs in a step,
@@ -23,7 +24,7 @@ func TestPipelineForwardsOnce(t *testing.T) {
 			cfg.Data = textFile(t)
 		}
 		cfg.NTasks, cfg.PP, cfg.Layers, cfg.MicroBatches, cfg.BatchSize, cfg.CkptEvery, cfg.EvalEvery = tc.pp, tc.pp, tc.layers, 4, 2, -1, 0
-		ds, err := Prepare(cfg)
+		ds, err := data.Prepare(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

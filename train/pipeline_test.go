@@ -15,6 +15,7 @@ import (
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/metrics"
 )
 
@@ -218,7 +219,7 @@ func TestPipelineStageKilled(t *testing.T) {
 	cfg := smallConfig("gpt")
 	cfg.Data = textFile(t)
 	cfg.NTasks, cfg.PP, cfg.TP, cfg.Layers, cfg.MicroBatches, cfg.CkptEvery, cfg.Steps, cfg.BatchSize = 4, 2, 2, 2, 4, -1, 5, 4
-	ds, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

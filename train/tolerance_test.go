@@ -6,6 +6,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 )
 
 // Tolerances of the GPU-vs-CPU loss curves, from arithmetic. The device
@@ -34,7 +35,7 @@ const floorTol = 1e-6
 // curveTolerance is the relative tolerance of cfg's GPU loss curve against
 // want, the CPU's: reorderFactor times the largest relative difference of
 // the reordered CPU run from want, at least floorTol.
-func curveTolerance(t *testing.T, cfg config.Config, ds *Data, want []float64) float64 {
+func curveTolerance(t *testing.T, cfg config.Config, ds *data.Data, want []float64) float64 {
 	t.Helper()
 	dir := t.TempDir()
 	res, err := runRanks(t, cfg, ds, func(int) Options { return Options{Device: splitCPU(2), RunDir: dir} })
@@ -95,7 +96,7 @@ func TestReorderSpread(t *testing.T) {
 	cfg := smallConfig("gpt")
 	cfg.Data = textFile(t)
 	cfg.Layers, cfg.Steps, cfg.CkptEvery, cfg.BatchSize = 4, 10, -1, 4
-	ds, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

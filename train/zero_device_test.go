@@ -19,6 +19,7 @@ import (
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/tensor/cuda"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/metrics"
 )
 
@@ -161,7 +162,7 @@ func TestGPUZeRO1TwoRanksMatchesCPU(t *testing.T) {
 // runGPURanks trains cfg on a two-rank NCCL world in this process, rank r
 // on GPU r, with the run dir dir and the checkpoint resume ("": none),
 // and returns rank 0's losses.
-func runGPURanks(t *testing.T, cfg config.Config, ds *Data, dir, resume string) []float64 {
+func runGPURanks(t *testing.T, cfg config.Config, ds *data.Data, dir, resume string) []float64 {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -1,4 +1,4 @@
-package train
+package data
 
 import (
 	"bytes"
@@ -368,11 +368,11 @@ func TestTokenizeLargeVocab(t *testing.T) {
 }
 
 // The Hugging Face tokenizer fixtures of package tokenizer, described in
-// tokenizer/testdata/hf/README.md.
+// ../tokenizer/testdata/hf/README.md.
 const (
-	tinyHF        = "tokenizer/testdata/hf/tiny"         // byte b is id b, four merges, <|eot|> (260) and <pad>
-	templateHF    = "tokenizer/testdata/hf/template"     // tiny's, <|begin_of_text|> (262) before each sequence
-	templateEOTHF = "tokenizer/testdata/hf/template-eot" // template's, <|eot|> after each sequence too
+	tinyHF        = "../tokenizer/testdata/hf/tiny"         // byte b is id b, four merges, <|eot|> (260) and <pad>
+	templateHF    = "../tokenizer/testdata/hf/template"     // tiny's, <|begin_of_text|> (262) before each sequence
+	templateEOTHF = "../tokenizer/testdata/hf/template-eot" // template's, <|eot|> after each sequence too
 )
 
 // TokenizeFiles joins the files' tokens with the end-of-text token.
@@ -394,7 +394,8 @@ func TestTokenizeFiles(t *testing.T) {
 // A tokenizer.json's post-processor puts its special tokens around each
 // sequence where text becomes a model's input: Llama 3's TemplateProcessing
 // its <|begin_of_text|> before each training document (data tokenize, a
-// text trained or evaluated on); before a prompt, TestPostProcessorBeginsEachPrompt.
+// text trained or evaluated on); before a prompt, train's
+// TestPostProcessorBeginsEachPrompt.
 func TestPostProcessorBeginsEachSequence(t *testing.T) {
 	tok, err := tokenizer.LoadHF(templateHF)
 	if err != nil {
@@ -419,7 +420,7 @@ func TestPostProcessorBeginsEachSequence(t *testing.T) {
 }
 
 // A template that also ends each sequence with end-of-text (<s> $A </s>):
-// documents are joined by one end-of-text, not two (a prompt,
+// documents are joined by one end-of-text, not two (a prompt, train's
 // TestTemplateEndingWithEOTPrompt).
 func TestTemplateEndingWithEOTJoinsOnce(t *testing.T) {
 	tok, err := tokenizer.LoadHF(templateEOTHF)
