@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/hpcrun/hpcrun/tensor"
-	"github.com/hpcrun/hpcrun/train"
 	trainconfig "github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/plan"
 )
 
@@ -82,7 +82,7 @@ func TestStepTiny(t *testing.T) {
 	if want := (6*float64(res.Params) + 12*float64(cfg.Layers*16*cfg.Dim)) * 2 * 16; res.ModelFLOPsStep != want {
 		t.Errorf("model FLOP a step %v, want %v", res.ModelFLOPsStep, want)
 	}
-	vocab, _, err := train.PlanVocab(cfg)
+	vocab, _, err := data.PlanVocab(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train"
 	trainconfig "github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/plan"
 )
 
@@ -31,7 +32,7 @@ func RateShapes() ([]tensor.GemmShape, error) {
 				return nil, err
 			}
 			cfg.Dim, cfg.Heads, cfg.BatchSize, cfg.Seq, cfg.NTasks, cfg.TP = r.dim, r.heads, r.bsz, r.seq, tp, tp
-			vocab, _, err := train.PlanVocab(cfg)
+			vocab, _, err := data.PlanVocab(cfg)
 			if err != nil {
 				return nil, err
 			}

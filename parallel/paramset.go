@@ -64,6 +64,8 @@ func sameMaking(a, b ParamSpec) bool {
 	return a.Init != InitNormal || (a.Std == b.Std && a.randomRows() == b.randomRows())
 }
 
+// String says what the spec makes, for errors: name, shapes, decay and
+// initial values.
 func (p ParamSpec) String() string {
 	s := fmt.Sprintf("%s %v %#v decay %v", p.Name, p.Full, p.Shard, p.Decay)
 	switch p.Init {

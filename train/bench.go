@@ -7,6 +7,7 @@ import (
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/spec"
 	"github.com/hpcrun/hpcrun/train/tokenizer"
 )
@@ -25,21 +26,21 @@ type StepTiming struct {
 
 // BenchStep times the training loop's steps (forward, backward, grad norm,
 // AdamW) of cfg's model on one rank (tp=1, dp=1) on random tokens: warmup
-// untimed steps, then steps timed ones. The vocabulary is PlanVocab's, the
-// run's, without loading any data.
+// untimed steps, then steps timed ones. The vocabulary is
+// data.PlanVocab's, the run's, without loading any data.
 func BenchStep(cfg config.Config, dev tensor.Device, warmup, steps int) (StepTiming, error) {
 	cfg.NTasks, cfg.TP, cfg.GradAccum = 1, 1, 1
 	if err := cfg.Validate(); err != nil {
 		return StepTiming{}, err
 	}
-	data, err := benchData(cfg, cfg.BatchSize)
+	ds, err := benchData(cfg, cfg.BatchSize)
 	if err != nil {
 		return StepTiming{}, err
 	}
 	world := nccl.NewInProcess(1)[0]
 	defer world.Close()
 	cfg.Steps, cfg.Shuffle = warmup+steps, false
-	t, err := newTrainer(cfg, world, Options{Data: data, Device: dev}, nil)
+	t, err := newTrainer(cfg, world, Options{Data: ds, Device: dev}, nil)
 	if err != nil {
 		return StepTiming{}, err
 	}
@@ -73,7 +74,7 @@ func BenchStepDP(cfg config.Config, dp, threads, warmup, steps int) (StepTiming,
 	if err := cfg.Validate(); err != nil {
 		return StepTiming{}, err
 	}
-	data, err := benchData(cfg, cfg.BatchSize*dp)
+	ds, err := benchData(cfg, cfg.BatchSize*dp)
 	if err != nil {
 		return StepTiming{}, err
 	}
@@ -82,7 +83,7 @@ func BenchStepDP(cfg config.Config, dp, threads, warmup, steps int) (StepTiming,
 	err = nccl.RunInProcess(dp, func(world nccl.Comm) error {
 		dev := tensor.NewCPU()
 		dev.SetThreads(threads)
-		t, err := newTrainer(cfg, world, Options{Data: data, Device: dev}, nil)
+		t, err := newTrainer(cfg, world, Options{Data: ds, Device: dev}, nil)
 		if err != nil {
 			return err
 		}
@@ -97,16 +98,16 @@ func BenchStepDP(cfg config.Config, dp, threads, warmup, steps int) (StepTiming,
 }
 
 // benchData is samples sequences of random tokens (or labels) of cfg's
-// shape, below PlanVocab's vocabulary, as both the training and the
+// shape, below data.PlanVocab's vocabulary, as both the training and the
 // validation set.
-func benchData(cfg config.Config, samples int) (*Data, error) {
-	vocab, _, err := PlanVocab(cfg)
+func benchData(cfg config.Config, samples int) (*data.Data, error) {
+	vocab, _, err := data.PlanVocab(cfg)
 	if err != nil {
 		return nil, err
 	}
 	B, T := samples, cfg.Seq
 	r := rand.New(rand.NewPCG(uint64(cfg.Seed), 1))
-	d := &Dataset{Seq: T, Tokens: make([]int32, B*T), Lengths: make([]int32, B)}
+	d := &data.Dataset{Seq: T, Tokens: make([]int32, B*T), Lengths: make([]int32, B)}
 	if cfg.LM() {
 		d.Targets = make([]int32, B*T)
 	} else {
@@ -124,5 +125,5 @@ func benchData(cfg config.Config, samples int) (*Data, error) {
 			d.Labels[i] = int32(i % 2)
 		}
 	}
-	return &Data{Tokenizer: tokenizer.Byte{}, Vocab: vocab, Train: d, Val: d}, nil
+	return &data.Data{Tokenizer: tokenizer.Byte{}, Vocab: vocab, Train: d, Val: d}, nil
 }

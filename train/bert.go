@@ -7,6 +7,7 @@ import (
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/interop"
 	"github.com/hpcrun/hpcrun/train/spec"
 )
@@ -190,7 +191,7 @@ func (m *hfBERT) MarkGradsStale() {
 func (m *hfBERT) Predictions() []int32 { return m.pred }
 
 // Forward implements model.
-func (m *hfBERT) Forward(b *Batch, train bool) (float64, error) {
+func (m *hfBERT) Forward(b *data.Batch, train bool) (float64, error) {
 	if b.B != m.B || b.T != m.T {
 		return 0, fmt.Errorf("batch is %dx%d, the model was built for %dx%d", b.B, b.T, m.B, m.T)
 	}

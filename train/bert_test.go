@@ -12,6 +12,7 @@ import (
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/ckpt"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/interop"
 )
 
@@ -139,7 +140,7 @@ func TestBERTGradients(t *testing.T) {
 		}
 		dev.CopyFromHost(p.Data, vals)
 	}
-	b := &Batch{B: 3, T: 8, Tokens: make([]int32, 24), Labels: []int32{0, 1, 1}, Lengths: []int32{8, 5, 3}}
+	b := &data.Batch{B: 3, T: 8, Tokens: make([]int32, 24), Labels: []int32{0, 1, 1}, Lengths: []int32{8, 5, 3}}
 	for i := range b.Tokens {
 		b.Tokens[i] = int32(r.IntN(50))
 	}
@@ -255,12 +256,12 @@ func TestBERTSamplesEndInSEP(t *testing.T) {
 	for _, arch := range []string{"hf", ""} {
 		cfg := smallConfig("bert")
 		cfg.Arch, cfg.Samples = arch, 64
-		data, err := Prepare(cfg)
+		ds, err := data.Prepare(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		sp := data.Tokenizer.Specials()
-		d := data.Train
+		sp := ds.Tokenizer.Specials()
+		d := ds.Train
 		for i := 0; i < d.Len(); i++ {
 			n := int(d.Lengths[i])
 			row := d.Tokens[i*d.Seq : (i+1)*d.Seq]

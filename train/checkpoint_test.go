@@ -15,17 +15,18 @@ import (
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/train/ckpt"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 )
 
 // runRanks trains cfg on in-process ranks with per-rank options and returns
 // every rank's result and the joined error.
-func runRanks(t *testing.T, cfg config.Config, data *Data, opt func(rank int) Options) ([]*Result, error) {
+func runRanks(t *testing.T, cfg config.Config, ds *data.Data, opt func(rank int) Options) ([]*Result, error) {
 	t.Helper()
 	res := make([]*Result, cfg.NTasks)
 	var mu sync.Mutex
 	err := nccl.RunInProcess(cfg.NTasks, func(c nccl.Comm) error {
 		o := opt(c.Rank())
-		o.Data = data
+		o.Data = ds
 		r, err := Run(context.Background(), cfg, c, o)
 		mu.Lock()
 		res[c.Rank()] = r
@@ -35,16 +36,16 @@ func runRanks(t *testing.T, cfg config.Config, data *Data, opt func(rank int) Op
 	return res, err
 }
 
-func gptConfig(t *testing.T, ntasks, tp int) (config.Config, *Data) {
+func gptConfig(t *testing.T, ntasks, tp int) (config.Config, *data.Data) {
 	cfg := smallConfig("gpt")
 	cfg.Data = textFile(t)
 	cfg.NTasks, cfg.TP = ntasks, tp
 	cfg.Steps, cfg.EvalEvery = 12, 4
-	data, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cfg, data
+	return cfg, ds
 }
 
 // TestResumeBitIdentical trains 12 steps with a checkpoint every 5, then
@@ -52,10 +53,10 @@ func gptConfig(t *testing.T, ntasks, tp int) (config.Config, *Data) {
 // the uninterrupted run's bit for bit (tp=2 x dp=2, so the shards, the
 // optimizer state and the sampler position of every rank matter).
 func TestResumeBitIdentical(t *testing.T) {
-	cfg, data := gptConfig(t, 4, 2)
+	cfg, ds := gptConfig(t, 4, 2)
 	cfg.CkptEvery = 5
 	full := t.TempDir()
-	res, err := runRanks(t, cfg, data, func(int) Options { return Options{RunDir: full} })
+	res, err := runRanks(t, cfg, ds, func(int) Options { return Options{RunDir: full} })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +66,7 @@ func TestResumeBitIdentical(t *testing.T) {
 	}
 	from := filepath.Join(rundir.Dir(full).Ckpt(), "step-000005")
 	again := t.TempDir()
-	resumed, err := runRanks(t, cfg, data, func(int) Options { return Options{RunDir: again, Resume: from} })
+	resumed, err := runRanks(t, cfg, ds, func(int) Options { return Options{RunDir: again, Resume: from} })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,16 +88,16 @@ func TestResumeBitIdentical(t *testing.T) {
 // same run dir resumes there and the whole loss curve equals an
 // uninterrupted run's.
 func TestStopSaveResume(t *testing.T) {
-	cfg, data := gptConfig(t, 4, 2)
+	cfg, ds := gptConfig(t, 4, 2)
 	cfg.Steps = 8
-	ref, err := runRanks(t, cfg, data, func(int) Options { return Options{} })
+	ref, err := runRanks(t, cfg, ds, func(int) Options { return Options{} })
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	stop := make(chan struct{})
 	close(stop)
-	res, err := runRanks(t, cfg, data, func(rank int) Options {
+	res, err := runRanks(t, cfg, ds, func(rank int) Options {
 		if rank == 3 {
 			return Options{RunDir: dir, Stop: stop}
 		}
@@ -114,7 +115,7 @@ func TestStopSaveResume(t *testing.T) {
 	if err != nil || filepath.Base(latest) != "step-000001" {
 		t.Fatalf("latest = %q, %v; want step-000001", latest, err)
 	}
-	res2, err := runRanks(t, cfg, data, func(int) Options { return Options{RunDir: dir} })
+	res2, err := runRanks(t, cfg, ds, func(int) Options { return Options{RunDir: dir} })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,11 +129,11 @@ func TestStopSaveResume(t *testing.T) {
 
 // forwardLoss builds cfg's model on in-process ranks, loads the checkpoint
 // from, and returns the forward loss of the first validation batch.
-func forwardLoss(t *testing.T, cfg config.Config, data *Data, from string) float64 {
+func forwardLoss(t *testing.T, cfg config.Config, ds *data.Data, from string) float64 {
 	t.Helper()
 	losses := make([]float64, cfg.NTasks)
 	err := nccl.RunInProcess(cfg.NTasks, func(c nccl.Comm) error {
-		tr, err := newTrainer(cfg, c, Options{Data: data}, nil)
+		tr, err := newTrainer(cfg, c, Options{Data: ds}, nil)
 		if err != nil {
 			return err
 		}
@@ -144,8 +145,8 @@ func forwardLoss(t *testing.T, cfg config.Config, data *Data, from string) float
 		for i := range idx {
 			idx[i] = i
 		}
-		var b Batch
-		data.Val.Gather(&b, idx)
+		var b data.Batch
+		ds.Val.Gather(&b, idx)
 		losses[c.Rank()], err = tr.model.Forward(&b, false)
 		return err
 	})
@@ -159,18 +160,18 @@ func forwardLoss(t *testing.T, cfg config.Config, data *Data, from string) float
 // tp=2 and tp=4 (vocabulary padded differently each time): the forward
 // loss must agree to float32 tolerance.
 func TestReshardOnLoad(t *testing.T) {
-	cfg, data := gptConfig(t, 2, 2)
+	cfg, ds := gptConfig(t, 2, 2)
 	cfg.Steps = 4
 	dir := t.TempDir()
-	if _, err := runRanks(t, cfg, data, func(int) Options { return Options{RunDir: dir} }); err != nil {
+	if _, err := runRanks(t, cfg, ds, func(int) Options { return Options{RunDir: dir} }); err != nil {
 		t.Fatal(err)
 	}
 	from := filepath.Join(rundir.Dir(dir).Ckpt(), "step-000004")
-	ref := forwardLoss(t, cfg, data, from)
+	ref := forwardLoss(t, cfg, ds, from)
 	for _, tp := range []int{1, 4} {
 		c := cfg
 		c.NTasks, c.TP = tp, tp
-		got := forwardLoss(t, c, data, from)
+		got := forwardLoss(t, c, ds, from)
 		if math.Abs(got-ref) > 1e-5*math.Abs(ref) {
 			t.Errorf("tp=%d: loss %v, tp=2 gives %v", tp, got, ref)
 		}
@@ -178,23 +179,23 @@ func TestReshardOnLoad(t *testing.T) {
 	// resume_from starts a new run (here at tp=1) from the checkpoint.
 	one := cfg
 	one.NTasks, one.TP, one.ResumeFrom, one.Steps = 1, 1, dir, 6
-	res, err := runRanks(t, one, data, func(int) Options { return Options{RunDir: t.TempDir()} })
+	res, err := runRanks(t, one, ds, func(int) Options { return Options{RunDir: t.TempDir()} })
 	if err != nil || res[0].Start != 4 || res[0].Steps != 2 {
 		t.Errorf("resume_from: %v, started at %d and made %d steps, want 4 and 2", err, res[0].Start, res[0].Steps)
 	}
 	// A fresh model's loss differs: the load is not a no-op.
 	fresh := cfg
 	fresh.Seed++
-	if l := forwardLossFresh(t, fresh, data); math.Abs(l-ref) < 1e-4 {
+	if l := forwardLossFresh(t, fresh, ds); math.Abs(l-ref) < 1e-4 {
 		t.Errorf("an untrained model gives the trained loss %v", l)
 	}
 }
 
-func forwardLossFresh(t *testing.T, cfg config.Config, data *Data) float64 {
+func forwardLossFresh(t *testing.T, cfg config.Config, ds *data.Data) float64 {
 	t.Helper()
 	var loss float64
 	err := nccl.RunInProcess(cfg.NTasks, func(c nccl.Comm) error {
-		tr, err := newTrainer(cfg, c, Options{Data: data}, nil)
+		tr, err := newTrainer(cfg, c, Options{Data: ds}, nil)
 		if err != nil {
 			return err
 		}
@@ -203,8 +204,8 @@ func forwardLossFresh(t *testing.T, cfg config.Config, data *Data) float64 {
 		for i := range idx {
 			idx[i] = i
 		}
-		var b Batch
-		data.Val.Gather(&b, idx)
+		var b data.Batch
+		ds.Val.Gather(&b, idx)
 		l, err := tr.model.Forward(&b, false)
 		if c.Rank() == 0 {
 			loss = l
@@ -221,23 +222,23 @@ func forwardLossFresh(t *testing.T, cfg config.Config, data *Data) float64 {
 // truncated shard or a missing shard fails the run with an error naming
 // the file, and leaves the checkpoint as it was.
 func TestResumeRefusesMismatch(t *testing.T) {
-	cfg, data := gptConfig(t, 2, 2)
+	cfg, ds := gptConfig(t, 2, 2)
 	cfg.Steps = 2
 	dir := t.TempDir()
-	if _, err := runRanks(t, cfg, data, func(int) Options { return Options{RunDir: dir} }); err != nil {
+	if _, err := runRanks(t, cfg, ds, func(int) Options { return Options{RunDir: dir} }); err != nil {
 		t.Fatal(err)
 	}
 	step := filepath.Join(rundir.Dir(dir).Ckpt(), "step-000002")
 	other := cfg
 	other.Dim, other.Heads = 64, 4
-	otherData, _ := Prepare(other)
+	otherData, _ := data.Prepare(other)
 	_, err := runRanks(t, other, otherData, func(int) Options { return Options{Resume: step} })
 	if err == nil || !strings.Contains(err.Error(), "dim 32, this run has dim 64") {
 		t.Errorf("other dims: %v", err)
 	}
 	heads := cfg
 	heads.Heads = 8
-	_, err = runRanks(t, heads, data, func(int) Options { return Options{Resume: step} })
+	_, err = runRanks(t, heads, ds, func(int) Options { return Options{Resume: step} })
 	if err == nil || !strings.Contains(err.Error(), "heads 4") {
 		t.Errorf("other heads: %v", err)
 	}
@@ -247,7 +248,7 @@ func TestResumeRefusesMismatch(t *testing.T) {
 	if err := os.Truncate(shard, st.Size()-7); err != nil {
 		t.Fatal(err)
 	}
-	_, err = runRanks(t, cfg, data, func(int) Options { return Options{RunDir: dir} })
+	_, err = runRanks(t, cfg, ds, func(int) Options { return Options{RunDir: dir} })
 	if err == nil || !strings.Contains(err.Error(), shard) || !strings.Contains(err.Error(), "truncated") {
 		t.Errorf("truncated shard: %v", err)
 	}
@@ -255,7 +256,7 @@ func TestResumeRefusesMismatch(t *testing.T) {
 		t.Errorf("the refused checkpoint was rewritten")
 	}
 	os.Remove(shard)
-	_, err = runRanks(t, cfg, data, func(int) Options { return Options{RunDir: dir} })
+	_, err = runRanks(t, cfg, ds, func(int) Options { return Options{RunDir: dir} })
 	if err == nil || !strings.Contains(err.Error(), shard) || !strings.Contains(err.Error(), "missing") {
 		t.Errorf("missing shard: %v", err)
 	}
@@ -269,15 +270,15 @@ func TestMergeHF(t *testing.T) {
 	cfg, _ := gptConfig(t, 2, 2)
 	cfg.Steps = 2
 	cfg.Vocab = 300 // padded to 512 at tp=2
-	data, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if data.Vocab != 300 {
-		t.Fatalf("vocab %d, want 300", data.Vocab)
+	if ds.Vocab != 300 {
+		t.Fatalf("vocab %d, want 300", ds.Vocab)
 	}
 	dir := t.TempDir()
-	if _, err := runRanks(t, cfg, data, func(int) Options { return Options{RunDir: dir} }); err != nil {
+	if _, err := runRanks(t, cfg, ds, func(int) Options { return Options{RunDir: dir} }); err != nil {
 		t.Fatal(err)
 	}
 	step := filepath.Join(rundir.Dir(dir).Ckpt(), "step-000002")
@@ -293,7 +294,7 @@ func TestMergeHF(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	C, V := cfg.Dim, data.Vocab
+	C, V := cfg.Dim, ds.Vocab
 	shapes := map[string][]int{
 		"wte.weight": {V, C}, "wpe.weight": {cfg.Seq, C}, "h.0.ln_1.weight": {C},
 		"h.0.attn.c_attn.weight": {C, 3 * C}, "h.0.attn.c_attn.bias": {3 * C},
@@ -313,7 +314,7 @@ func TestMergeHF(t *testing.T) {
 	one := cfg
 	one.NTasks, one.TP = 1, 1
 	err = nccl.RunInProcess(1, func(comm nccl.Comm) error {
-		tr, err := newTrainer(one, comm, Options{Data: data}, nil)
+		tr, err := newTrainer(one, comm, Options{Data: ds}, nil)
 		if err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 )
 
 // A simulated device for the device-resident paths: CPU tensors with
@@ -205,13 +206,13 @@ type simulatedRun struct {
 // runSimulated trains cfg on cfg.NTasks in-process ranks, each on the
 // simulated device with the simulated NCCL communicator, in the run dir
 // dir.
-func runSimulated(t *testing.T, cfg config.Config, data *Data, dir string) simulatedRun {
+func runSimulated(t *testing.T, cfg config.Config, ds *data.Data, dir string) simulatedRun {
 	t.Helper()
 	run := simulatedRun{res: make([]*Result, cfg.NTasks), devs: make([]*addressedDevice, cfg.NTasks), mem: &deviceMemory{bufs: map[uintptr][]float32{}}}
 	var collectives atomic.Int64
 	err := nccl.RunInProcess(cfg.NTasks, func(c nccl.Comm) error {
 		dev := &addressedDevice{&hostScalars{CPUDevice: tensor.NewCPU()}, run.mem}
-		res, err := Run(context.Background(), cfg, &addressedComm{c, run.mem, &collectives}, Options{Data: data, Device: dev, RunDir: dir})
+		res, err := Run(context.Background(), cfg, &addressedComm{c, run.mem, &collectives}, Options{Data: ds, Device: dev, RunDir: dir})
 		run.devs[c.Rank()], run.res[c.Rank()] = dev, res
 		return err
 	})
@@ -226,13 +227,13 @@ func runSimulated(t *testing.T, cfg config.Config, data *Data, dir string) simul
 // the simulated device, each in a run dir of its own (hostDir, simDir).
 func hostAndSimulated(t *testing.T, cfg config.Config) (host []*Result, hostDir string, sim simulatedRun, simDir string) {
 	t.Helper()
-	data, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	hostDir, simDir = t.TempDir(), t.TempDir()
-	if host, err = runRanks(t, cfg, data, func(int) Options { return Options{Device: tensor.NewCPU(), RunDir: hostDir} }); err != nil {
+	if host, err = runRanks(t, cfg, ds, func(int) Options { return Options{Device: tensor.NewCPU(), RunDir: hostDir} }); err != nil {
 		t.Fatal(err)
 	}
-	return host, hostDir, runSimulated(t, cfg, data, simDir), simDir
+	return host, hostDir, runSimulated(t, cfg, ds, simDir), simDir
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 )
 
 // TestEvalIsExactMean checks that a validation pass reports the exact mean
@@ -28,17 +29,17 @@ func TestEvalIsExactMean(t *testing.T) {
 				cfg.Data = textFile(t)
 			}
 			cfg.NTasks, cfg.TP, cfg.BatchSize, cfg.EvalSamples, cfg.LR = tc.ntasks, tc.tp, 4, 13, 3e-3
-			data, err := Prepare(cfg)
+			ds, err := data.Prepare(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n := data.Val.Len(); n != 13 {
+			if n := ds.Val.Len(); n != 13 {
 				t.Fatalf("%d validation samples, want 13", n)
 			}
 			got := make([]EvalResult, cfg.NTasks)
 			want := make([]EvalResult, cfg.NTasks)
 			err = nccl.RunInProcess(cfg.NTasks, func(c nccl.Comm) error {
-				tr, err := newTrainer(cfg, c, Options{Data: data}, nil)
+				tr, err := newTrainer(cfg, c, Options{Data: ds}, nil)
 				if err != nil {
 					return err
 				}
@@ -79,7 +80,7 @@ func TestEvalIsExactMean(t *testing.T) {
 func sampleBySample(tr *trainer, cfg config.Config) (EvalResult, error) {
 	val := tr.data.Val
 	idx := make([]int, cfg.BatchSize)
-	var b Batch
+	var b data.Batch
 	var loss, correct float64
 	for i := 0; i < val.Len(); i++ {
 		for j := range idx {

@@ -18,6 +18,7 @@ import (
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/train/ckpt"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/metrics"
 )
 
@@ -32,13 +33,13 @@ func TestMain(m *testing.M) {
 		n, _ := strconv.ParseUint(limit, 10, 64)
 		cfg := smallConfig("bert")
 		cfg.Steps, cfg.CkptEvery = 4, 2
-		data, err := Prepare(cfg)
+		ds, err := data.Prepare(cfg)
 		if err == nil {
 			err = syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: n, Max: n})
 		}
 		if err == nil {
 			err = nccl.RunInProcess(1, func(c nccl.Comm) error {
-				_, err := Run(context.Background(), cfg, c, Options{RunDir: dir, Data: data})
+				_, err := Run(context.Background(), cfg, c, Options{RunDir: dir, Data: ds})
 				return err
 			})
 		}
@@ -76,14 +77,14 @@ func TestPanicIsRecordedAsFailure(t *testing.T) {
 	dir := t.TempDir()
 	cfg := smallConfig("bert")
 	cfg.Steps = 2
-	data, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var p any
 	func() {
 		defer func() { p = recover() }()
-		Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: dir, Data: data, Log: panicWriter{}})
+		Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: dir, Data: ds, Log: panicWriter{}})
 	}()
 	if p != "boom in the step" {
 		t.Fatalf("recovered %v, want the panic to go on", p)
@@ -105,19 +106,19 @@ func TestTokenFileTruncatedWhileTraining(t *testing.T) {
 	for i := range ids {
 		ids[i] = i % 200
 	}
-	if err := WriteTokenFile(path, ids, 256); err != nil {
+	if err := data.WriteTokenFile(path, ids, 256); err != nil {
 		t.Fatal(err)
 	}
 	cfg := smallConfig("gpt")
 	cfg.Data, cfg.Tokenizer, cfg.Steps = path, "byte", 3
-	data, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Truncate(path, tokenHeader); err != nil {
+	if err := os.Truncate(path, 1024); err != nil { // the header alone
 		t.Fatal(err)
 	}
-	_, err = Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: t.TempDir(), Data: data})
+	_, err = Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: t.TempDir(), Data: ds})
 	if err == nil || !strings.Contains(err.Error(), "data "+path+": the file shrank while training (now 1024 bytes") {
 		t.Fatalf("Run on a truncated token file: %v, want an error naming it", err)
 	}
@@ -149,13 +150,13 @@ func TestConfigRefusesNonFiniteValues(t *testing.T) {
 func TestResumeNamesNaNWeights(t *testing.T) {
 	cfg := smallConfig("bert")
 	cfg.Steps = 2
-	data, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	step := poisonedCheckpoint(t, cfg, data, float32(math.NaN()))
+	step := poisonedCheckpoint(t, cfg, ds, float32(math.NaN()))
 	cfg.Steps = 4
-	_, err = Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: t.TempDir(), Data: data, Resume: step})
+	_, err = Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: t.TempDir(), Data: ds, Resume: step})
 	if err == nil || !strings.Contains(err.Error(), "checkpoint "+step+": the weights of ") || !strings.Contains(err.Error(), "hold NaN") {
 		t.Fatalf("resume from NaN weights: %v, want the checkpoint and tensor named", err)
 	}
@@ -163,41 +164,22 @@ func TestResumeNamesNaNWeights(t *testing.T) {
 
 // generate and eval name NaN weights of the checkpoint they load too.
 func TestGenerateNamesNaNWeights(t *testing.T) {
-	cfg, data := gptConfig(t, 1, 1)
+	cfg, ds := gptConfig(t, 1, 1)
 	cfg.Steps, cfg.EvalEvery = 2, 0
-	step := poisonedCheckpoint(t, cfg, data, float32(math.Inf(1)))
+	step := poisonedCheckpoint(t, cfg, ds, float32(math.Inf(1)))
 	_, err := Generate(context.Background(), nccl.NewInProcess(1)[0], GenerateOptions{Source: step, Prompt: "alpha", Tokens: 2})
 	if err == nil || !strings.Contains(err.Error(), "checkpoint "+step+": the weights of ") || !strings.Contains(err.Error(), "hold +Inf") {
 		t.Fatalf("generate from a checkpoint with +Inf weights: %v, want the checkpoint and tensor named", err)
 	}
 }
 
-// The vocabulary check over a mapped token file (when the data is
-// prepared) also stops with an error if the file shrinks under it.
-func TestTokenFileTruncatedWhilePrepared(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "tokens.bin")
-	ids := make([]int, 20000)
-	if err := WriteTokenFile(path, ids, 256); err != nil {
-		t.Fatal(err)
-	}
-	toks, unmap, err := mapTokenFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unmap()
-	os.Truncate(path, tokenHeader)
-	if err := checkVocab(toks, path, 256); err == nil || !strings.Contains(err.Error(), "data "+path+": the file shrank") {
-		t.Fatalf("checkVocab on a truncated file: %v", err)
-	}
-}
-
 // poisonedCheckpoint trains cfg (2 steps, a checkpoint at step 2) on one
 // rank and sets the last weight of its model file to v; it returns the
 // checkpoint's step dir.
-func poisonedCheckpoint(t *testing.T, cfg config.Config, data *Data, v float32) string {
+func poisonedCheckpoint(t *testing.T, cfg config.Config, ds *data.Data, v float32) string {
 	t.Helper()
 	dir := t.TempDir()
-	if _, err := Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: dir, Data: data}); err != nil {
+	if _, err := Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: dir, Data: ds}); err != nil {
 		t.Fatal(err)
 	}
 	step := filepath.Join(rundir.Dir(dir).Ckpt(), "step-000002")
@@ -218,32 +200,32 @@ func poisonedCheckpoint(t *testing.T, cfg config.Config, data *Data, v float32) 
 
 // bertCheckpoint trains a small BERT 2 steps and returns its config, data
 // and the step dir of its checkpoint.
-func bertCheckpoint(t *testing.T) (config.Config, *Data, string) {
+func bertCheckpoint(t *testing.T) (config.Config, *data.Data, string) {
 	t.Helper()
 	cfg := smallConfig("bert")
 	cfg.Steps = 2
-	data, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	if _, err := Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: dir, Data: data}); err != nil {
+	if _, err := Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: dir, Data: ds}); err != nil {
 		t.Fatal(err)
 	}
-	return cfg, data, filepath.Join(rundir.Dir(dir).Ckpt(), "step-000002")
+	return cfg, ds, filepath.Join(rundir.Dir(dir).Ckpt(), "step-000002")
 }
 
 // A state.json edited out of range is refused naming the field, before any
 // weight is loaded: sampler_pos -7 panicked in nextBatch, and epoch -1 or
 // 10^9 and a saved dp of 5e8 were taken.
 func TestResumeRefusesBadState(t *testing.T) {
-	cfg, data, step := bertCheckpoint(t)
+	cfg, ds, step := bertCheckpoint(t)
 	path := filepath.Join(step, ckpt.StateFile)
 	orig, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := data.Train.Len()
+	n := ds.Train.Len()
 	for _, tc := range []struct {
 		set  func(st map[string]any)
 		want string
@@ -269,7 +251,7 @@ func TestResumeRefusesBadState(t *testing.T) {
 		}
 		c := cfg
 		c.Steps = 4
-		_, err = Run(context.Background(), c, nccl.NewInProcess(1)[0], Options{RunDir: t.TempDir(), Data: data, Resume: step})
+		_, err = Run(context.Background(), c, nccl.NewInProcess(1)[0], Options{RunDir: t.TempDir(), Data: ds, Resume: step})
 		if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("resume from a state with %s: %v", tc.want, err)
 		}
@@ -280,7 +262,7 @@ func TestResumeRefusesBadState(t *testing.T) {
 // when the checkpoint is loaded, naming the tensor: it resumed, and the
 // step's sqrt(v) then failed as "loss is NaN: lower --lr".
 func TestResumeRefusesNegativeSecondMoment(t *testing.T) {
-	cfg, data, step := bertCheckpoint(t)
+	cfg, ds, step := bertCheckpoint(t)
 	path := filepath.Join(step, ckpt.OptimFile(0, 0))
 	h, err := ckpt.ReadHeader(path)
 	if err != nil {
@@ -303,7 +285,7 @@ func TestResumeRefusesNegativeSecondMoment(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Steps = 4
-	_, err = Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: t.TempDir(), Data: data, Resume: step})
+	_, err = Run(context.Background(), cfg, nccl.NewInProcess(1)[0], Options{RunDir: t.TempDir(), Data: ds, Resume: step})
 	if err == nil || !strings.Contains(err.Error(), "checkpoint "+step+": the second moment (v) of "+name+" holds -0.5 at element 1 of this rank's shard: AdamW's v is never negative") {
 		t.Fatalf("resume from a negative second moment: %v, want the checkpoint and tensor named", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/ckpt"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/interop"
 	"github.com/hpcrun/hpcrun/train/tokenizer"
 )
@@ -173,7 +174,7 @@ func generate(ctx context.Context, world nccl.Comm, opt GenerateOptions, cached 
 	if err != nil {
 		return nil, err
 	}
-	vocab, err := modelVocab(cfg, tok)
+	vocab, err := data.ModelVocab(cfg, tok)
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +205,7 @@ func generate(ctx context.Context, world nccl.Comm, opt GenerateOptions, cached 
 		return nil, err
 	}
 	defer mesh.Close()
-	m, err := newModel(cfg, &Data{Vocab: vocab}, mesh, dev)
+	m, err := newModel(cfg, &data.Data{Vocab: vocab}, mesh, dev)
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +217,7 @@ func generate(ctx context.Context, world nccl.Comm, opt GenerateOptions, cached 
 	T, local := cfg.Seq, tr.head.LocalOut()
 	row := make([]float32, local)
 	full := make([]float32, local*cfg.TP)
-	b := &Batch{B: 1, T: T, Tokens: make([]int32, T), Targets: make([]int32, T), Lengths: []int32{int32(T)}}
+	b := &data.Batch{B: 1, T: T, Tokens: make([]int32, T), Targets: make([]int32, T), Lengths: []int32{int32(T)}}
 	rng := rand.New(rand.NewPCG(opt.Seed, 0x6e6))
 	var caches []*parallel.KVCache
 	if cached {
@@ -432,39 +433,24 @@ func EvaluateSource(ctx context.Context, world nccl.Comm, opt EvalOptions) (Sour
 	if opt.Device != "" {
 		cfg.Device = opt.Device
 	}
-	data, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		return SourceEval{}, err
 	}
-	data.Val = joinWindows(data.Train, data.Val)
-	data.Train = data.Val // newTrainer wants one step's worth; nothing trains
-	cfg.BatchSize = min(cfg.BatchSize, data.Val.Len())
-	t, err := newTrainer(cfg, world, Options{Data: data}, nil)
+	ds.Val = ds.AllWindows()
+	ds.Train = ds.Val // newTrainer wants one step's worth; nothing trains
+	cfg.BatchSize = min(cfg.BatchSize, ds.Val.Len())
+	t, err := newTrainer(cfg, world, Options{Data: ds}, nil)
 	if err != nil {
 		return SourceEval{}, err
 	}
 	defer t.close()
-	if err := agree(world, loadWeights(t.model.ParamSet(), cfg, data.Vocab), "loading "+opt.Source); err != nil {
+	if err := agree(world, loadWeights(t.model.ParamSet(), cfg, ds.Vocab), "loading "+opt.Source); err != nil {
 		return SourceEval{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return SourceEval{}, err
 	}
 	e, err := t.evaluate(0)
-	return SourceEval{EvalResult: e, Seq: cfg.Seq, Windows: data.Val.Len()}, err
-}
-
-// joinWindows is a language model's training windows followed by its
-// validation windows (Prepare's split of one stream, which together are
-// every window when no samples are held back).
-func joinWindows(a, b *Dataset) *Dataset {
-	if a.stream != nil {
-		return &Dataset{Seq: a.Seq, stream: a.stream, first: a.first, n: a.n + b.n}
-	}
-	return &Dataset{
-		Seq:     a.Seq,
-		Tokens:  append(append([]int32(nil), a.Tokens...), b.Tokens...),
-		Targets: append(append([]int32(nil), a.Targets...), b.Targets...),
-		Lengths: append(append([]int32(nil), a.Lengths...), b.Lengths...),
-	}
+	return SourceEval{EvalResult: e, Seq: cfg.Seq, Windows: ds.Val.Len()}, err
 }

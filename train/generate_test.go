@@ -14,6 +14,7 @@ import (
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/train/ckpt"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/interop"
 	"github.com/hpcrun/hpcrun/train/tokenizer"
 )
@@ -93,7 +94,7 @@ func TestEvaluateSource(t *testing.T) {
 	b, _ := os.ReadFile(text)
 	ids := (tokenizer.Byte{}).Encode(string(b)[:1700])
 	tokens := filepath.Join(t.TempDir(), "t.bin")
-	if err := WriteTokenFile(tokens, ids, (tokenizer.Byte{}).VocabSize()); err != nil {
+	if err := data.WriteTokenFile(tokens, ids, (tokenizer.Byte{}).VocabSize()); err != nil {
 		t.Fatal(err)
 	}
 	var losses []float64
@@ -191,5 +192,35 @@ func TestTextStreamHoldsOnlyIncompleteCharacters(t *testing.T) {
 	s.write(text, true)
 	if got := strings.Join(r.writes, ""); got != text {
 		t.Fatalf("the stream wrote %q, the text is %q", got, text)
+	}
+}
+
+// A tokenizer.json's post-processor puts its special tokens around a prompt
+// as around each training document (train/data's
+// TestPostProcessorBeginsEachSequence): Llama 3's TemplateProcessing its
+// <|begin_of_text|> before it.
+func TestPostProcessorBeginsEachPrompt(t *testing.T) {
+	tok, err := tokenizer.LoadHF(templateHF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := promptIDs(tok, ""); !reflect.DeepEqual(got, []int{262}) {
+		t.Errorf("the empty prompt: %v, want [262] (<|begin_of_text|>)", got)
+	}
+	if got, _ := promptIDs(tok, "he"); !reflect.DeepEqual(got, []int{262, 256}) {
+		t.Errorf("prompt he: %v, want [262 256]", got)
+	}
+}
+
+// A template that also ends each sequence with end-of-text (<s> $A </s>):
+// a prompt keeps its begin but not the end (generation would start after
+// the end).
+func TestTemplateEndingWithEOTPrompt(t *testing.T) {
+	tok, err := tokenizer.LoadHF(templateEOTHF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := promptIDs(tok, "he"); !reflect.DeepEqual(got, []int{262, 256}) {
+		t.Errorf("prompt he: %v, want [262 256]: no end-of-text after it", got)
 	}
 }

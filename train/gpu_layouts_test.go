@@ -8,6 +8,7 @@ import (
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/tensor/cuda"
+	"github.com/hpcrun/hpcrun/train/data"
 )
 
 // On one GPU, the layouts of the memory-saving and pipeline parallelism
@@ -52,12 +53,12 @@ func TestGPULayoutsOnOneGPU(t *testing.T) {
 			}
 			cfg.Layers, cfg.Steps, cfg.CkptEvery, cfg.BatchSize = 4, 10, -1, 4
 			cfg.NTasks, cfg.TP, cfg.PP, cfg.MicroBatches, cfg.SP, cfg.Zero = l.ntasks, l.tp, l.pp, l.micro, l.sp, l.zero
-			data, err := Prepare(cfg)
+			ds, err := data.Prepare(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			cpuDir := t.TempDir()
-			want, err := runRanks(t, cfg, data, func(int) Options { return Options{Device: tensor.NewCPU(), RunDir: cpuDir} })
+			want, err := runRanks(t, cfg, ds, func(int) Options { return Options{Device: tensor.NewCPU(), RunDir: cpuDir} })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -70,7 +71,7 @@ func TestGPULayoutsOnOneGPU(t *testing.T) {
 					return err
 				}
 				defer dev.Close()
-				res, err := Run(context.Background(), cfg, c, Options{Data: data, Device: dev, RunDir: dir})
+				res, err := Run(context.Background(), cfg, c, Options{Data: ds, Device: dev, RunDir: dir})
 				if c.Rank() == 0 {
 					mu.Lock()
 					got = res
@@ -81,7 +82,7 @@ func TestGPULayoutsOnOneGPU(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			closeCurve(t, "cuda "+l.name, got.Losses, "cpu", want[0].Losses, curveTolerance(t, cfg, data, want[0].Losses))
+			closeCurve(t, "cuda "+l.name, got.Losses, "cpu", want[0].Losses, curveTolerance(t, cfg, ds, want[0].Losses))
 		})
 	}
 }

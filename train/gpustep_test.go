@@ -10,6 +10,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/train/data"
 )
 
 // hostScalars is the CPU device seen as another device: the step keeps
@@ -37,14 +38,14 @@ func TestDeviceStepMatchesHostStep(t *testing.T) {
 	cfg := smallConfig("gpt")
 	cfg.Data, cfg.Tokenizer = textFile(t), "byte"
 	cfg.Steps, cfg.BatchSize, cfg.GradAccum, cfg.GradClip = 6, 4, 2, 0.5
-	data, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	run := func(dev tensor.Device, dir string) *Result {
 		world := nccl.NewInProcess(1)[0]
 		defer world.Close()
-		res, err := Run(context.Background(), cfg, world, Options{Data: data, Device: dev, RunDir: dir})
+		res, err := Run(context.Background(), cfg, world, Options{Data: ds, Device: dev, RunDir: dir})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/train/ckpt"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/interop"
 )
 
@@ -54,13 +55,13 @@ var tinyGPT2Spec = interop.Spec{Model: "gpt", Layers: 2, Dim: 32, Heads: 4, Posi
 func initEval(t *testing.T, cfg config.Config, tp int) float64 {
 	t.Helper()
 	cfg.NTasks, cfg.TP = tp, tp
-	data, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	losses := make([]float64, tp)
 	err = nccl.RunInProcess(tp, func(c nccl.Comm) error {
-		tr, err := newTrainer(cfg, c, Options{Data: data}, nil)
+		tr, err := newTrainer(cfg, c, Options{Data: ds}, nil)
 		if err != nil {
 			return err
 		}
@@ -190,7 +191,7 @@ func TestInitFromRejections(t *testing.T) {
 	if err := ApplyInitFrom(&cfg, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Prepare(cfg); err == nil || !strings.Contains(err.Error(), fmt.Sprint("vocab 100 is smaller than the byte tokenizer's 256")) {
+	if _, err := data.Prepare(cfg); err == nil || !strings.Contains(err.Error(), fmt.Sprint("vocab 100 is smaller than the byte tokenizer's 256")) {
 		t.Errorf("a 100-id file with the byte tokenizer: %v", err)
 	}
 }
@@ -243,7 +244,7 @@ func TestInitFromReadsTokenizerJSON(t *testing.T) {
 		t.Fatalf("tokenizer %q, vocab_file %q: want hf and the directory's tokenizer.json", cfg.Tokenizer, cfg.VocabFile)
 	}
 	cfg.Data = textFile(t)
-	d, err := Prepare(cfg)
+	d, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

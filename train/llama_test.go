@@ -16,6 +16,7 @@ import (
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/interop"
 	"github.com/hpcrun/hpcrun/train/tokenizer"
 )
@@ -153,11 +154,11 @@ func engineLogits(t *testing.T, dir string, ids []int32, tp int) [][]float32 {
 		if err != nil {
 			return err
 		}
-		v, err := modelVocab(cfg, tok)
+		v, err := data.ModelVocab(cfg, tok)
 		if err != nil {
 			return err
 		}
-		m, err := newModel(cfg, &Data{Vocab: v}, mesh, dev)
+		m, err := newModel(cfg, &data.Data{Vocab: v}, mesh, dev)
 		if err != nil {
 			return err
 		}
@@ -166,7 +167,7 @@ func engineLogits(t *testing.T, dir string, ids []int32, tp int) [][]float32 {
 			return err
 		}
 		tr := m.(*transformer)
-		b := &Batch{B: 1, T: T, Tokens: ids, Targets: make([]int32, T), Lengths: []int32{int32(T)}}
+		b := &data.Batch{B: 1, T: T, Tokens: ids, Targets: make([]int32, T), Lengths: []int32{int32(T)}}
 		h, err := tr.trunk(b)
 		if err != nil {
 			return err
@@ -255,16 +256,16 @@ func TestLlamaInitFromLossCurves(t *testing.T) {
 	base.Warmup, base.LR, base.Shuffle = 2, 1e-3, false
 	// The first step's loss, from the reference forward of the first
 	// batch (samples 0-7 in order).
-	data, err := Prepare(base)
+	ds, err := data.Prepare(base)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var sum float64
 	n := 0
 	for i := 0; i < 8; i++ {
-		rows := referenceLogits(t, py, dir, data.Train.Tokens[i*16:(i+1)*16])
+		rows := referenceLogits(t, py, dir, ds.Train.Tokens[i*16:(i+1)*16])
 		for j, row := range rows {
-			target := int(data.Train.Targets[i*16+j])
+			target := int(ds.Train.Targets[i*16+j])
 			if target < 0 {
 				continue
 			}
@@ -319,12 +320,12 @@ func TestLlamaResumeAtOtherLayout(t *testing.T) {
 	cfg.Heads, cfg.KVHeads, cfg.UntiedHead = 8, 4, true
 	cfg.NTasks, cfg.TP, cfg.BatchSize, cfg.Zero = 4, 2, 8, 1
 	cfg.Steps, cfg.EvalEvery, cfg.CkptEvery = 10, 0, 5
-	data, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	full := t.TempDir()
-	res, err := runRanks(t, cfg, data, func(int) Options { return Options{RunDir: full} })
+	res, err := runRanks(t, cfg, ds, func(int) Options { return Options{RunDir: full} })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +338,7 @@ func TestLlamaResumeAtOtherLayout(t *testing.T) {
 			c.MicroBatches = 4
 		}
 		dir := t.TempDir()
-		r, err := runRanks(t, c, data, func(int) Options { return Options{RunDir: dir, Resume: from} })
+		r, err := runRanks(t, c, ds, func(int) Options { return Options{RunDir: dir, Resume: from} })
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -359,14 +360,14 @@ func TestLlamaResumeAtOtherLayout(t *testing.T) {
 func TestLlamaDeviceStep(t *testing.T) {
 	cfg := llamaConfig(t)
 	cfg.Steps, cfg.BatchSize, cfg.GradAccum, cfg.GradClip = 6, 4, 2, 0.5
-	data, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	run := func(dev tensor.Device) *Result {
 		world := nccl.NewInProcess(1)[0]
 		defer world.Close()
-		res, err := Run(context.Background(), cfg, world, Options{Data: data, Device: dev})
+		res, err := Run(context.Background(), cfg, world, Options{Data: ds, Device: dev})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -434,12 +435,12 @@ func TestLlamaReplicatedKVHeads(t *testing.T) {
 		dir := t.TempDir()
 		runInProcess(t, cfg, dir)
 		cfg.NTasks, cfg.TP, cfg.CkptEvery = 1, 1, -1
-		data, err := Prepare(cfg)
+		ds, err := data.Prepare(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		from := filepath.Join(rundir.Dir(dir).Ckpt(), "step-000010")
-		res, err := runRanks(t, cfg, data, func(int) Options { return Options{RunDir: t.TempDir(), Resume: from} })
+		res, err := runRanks(t, cfg, ds, func(int) Options { return Options{RunDir: t.TempDir(), Resume: from} })
 		if err != nil {
 			t.Fatal(err)
 		}

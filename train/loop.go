@@ -18,6 +18,7 @@ import (
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/ckpt"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/metrics"
 	"github.com/hpcrun/hpcrun/train/spec"
 )
@@ -34,7 +35,7 @@ type Options struct {
 	// (idrenv.Env.GPUOrdinal); nil picks device 0.
 	GPUOrdinal func(count int) int
 	// Data is the prepared data; nil prepares it from the config.
-	Data *Data
+	Data *data.Data
 	// Log receives progress lines (rank 0 only); nil is silent.
 	Log io.Writer
 	// Host names this machine in the run line; "" uses os.Hostname.
@@ -149,7 +150,7 @@ type trainer struct {
 	world   nccl.Comm
 	mesh    *parallel.Mesh // this rank's place on the PP x DP x TP grid, and its groups
 	dev     tensor.Device
-	data    *Data
+	data    *data.Data
 	model   model
 	opt     *AdamW          // the moments (replicated) or the hyperparameters (ZeRO)
 	optim   optimizer       // replicated AdamW or ZeRO
@@ -158,16 +159,16 @@ type trainer struct {
 	dpGroup *parallel.Group // the data-parallel group, for the device-kept loss
 	pipe    *pipeline       // pp > 1: this rank's pipeline stage
 	stage   stage           // what runs on this rank: pipe, or the model whole (step.go)
-	sampler *Sampler
+	sampler *data.Sampler
 	w       *metrics.Writer
 	log     io.Writer
 	total   int // optimizer steps
 	perEp   int // optimizer steps per epoch
 
 	epoch   int
-	order   []int   // this rank's sample order in the current epoch
-	pos     int     // next micro-batch in order
-	batches []Batch // the step's micro-batches
+	order   []int        // this rank's sample order in the current epoch
+	pos     int          // next micro-batch in order
+	batches []data.Batch // the step's micro-batches
 	commNow func() time.Duration
 
 	runDir   string
@@ -193,19 +194,19 @@ func Check(cfg config.Config) error {
 // job submitted from a login node runs on GPUs the login node lacks.
 // hpcrun submit calls it.
 func CheckJob(cfg config.Config) error {
-	data, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		return err
 	}
-	return checkSteps(cfg, data)
+	return checkSteps(cfg, ds)
 }
 
 // checkSteps reports a training set too small for one optimizer step.
-func checkSteps(cfg config.Config, data *Data) error {
-	perRank := data.Train.Len() / cfg.DP()
+func checkSteps(cfg config.Config, ds *data.Data) error {
+	perRank := ds.Train.Len() / cfg.DP()
 	if perRank/cfg.BatchSize/cfg.Micro() == 0 {
 		return fmt.Errorf("%d training samples make no full step of bsz %d x micro-batches %d x data-parallel %d: lower --bsz, --grad-accum or --micro-batches, or give more samples",
-			data.Train.Len(), cfg.BatchSize, cfg.Micro(), cfg.DP())
+			ds.Train.Len(), cfg.BatchSize, cfg.Micro(), cfg.DP())
 	}
 	return nil
 }
@@ -222,14 +223,14 @@ func newTrainer(cfg config.Config, world nccl.Comm, opt Options, w *metrics.Writ
 	if world.Size() != cfg.NTasks {
 		return nil, fmt.Errorf("the job has %s but the config says ntasks = %d", units.Count(world.Size(), "rank"), cfg.NTasks)
 	}
-	data := opt.Data
-	if data == nil {
+	ds := opt.Data
+	if ds == nil {
 		var err error
-		if data, err = Prepare(cfg); err != nil {
+		if ds, err = data.Prepare(cfg); err != nil {
 			return nil, err
 		}
 	}
-	t := &trainer{cfg: cfg, world: world, data: data, w: w, dev: opt.Device, runDir: opt.RunDir, host: opt.Host, stop: opt.Stop}
+	t := &trainer{cfg: cfg, world: world, data: ds, w: w, dev: opt.Device, runDir: opt.RunDir, host: opt.Host, stop: opt.Stop}
 	if world.Rank() == 0 {
 		t.log = opt.Log
 	}
@@ -271,10 +272,10 @@ func newTrainer(cfg config.Config, world nccl.Comm, opt Options, w *metrics.Writ
 		return d
 	}
 
-	if t.sampler, err = NewSampler(data.Train.Len(), cfg.DP(), t.mesh.DPRank(), cfg.Seed, cfg.Shuffle); err != nil {
+	if t.sampler, err = data.NewSampler(ds.Train.Len(), cfg.DP(), t.mesh.DPRank(), cfg.Seed, cfg.Shuffle); err != nil {
 		return nil, err
 	}
-	if err := checkSteps(cfg, data); err != nil {
+	if err := checkSteps(cfg, ds); err != nil {
 		return nil, err
 	}
 	t.perEp = t.sampler.Len() / cfg.BatchSize / cfg.Micro()
@@ -282,14 +283,14 @@ func newTrainer(cfg config.Config, world nccl.Comm, opt Options, w *metrics.Writ
 	if t.total == 0 {
 		t.total = cfg.Epochs * t.perEp
 	}
-	if t.model, err = newModel(cfg, data, mesh, t.dev); err != nil {
+	if t.model, err = newModel(cfg, ds, mesh, t.dev); err != nil {
 		return nil, err
 	}
 	var why string
 	if t.lm, why = lossOnDevice(t.dev, t.model, cfg.Stages() > 1); why != "" {
 		t.logf("%s", why)
 	}
-	t.stage, t.batches = wholeModel{t.model, t.lm}, make([]Batch, cfg.Micro())
+	t.stage, t.batches = wholeModel{t.model, t.lm}, make([]data.Batch, cfg.Micro())
 	if cfg.Stages() > 1 {
 		tm, ok := t.model.(*transformer)
 		if !ok {
@@ -333,8 +334,8 @@ func newTrainer(cfg config.Config, world nccl.Comm, opt Options, w *metrics.Writ
 		}
 	}
 	t.logf("%s %d layers dim %d heads %d seq %d: %.2fM params, %stp %d x dp %d%s, %s (%d per epoch); %s",
-		cfg.Model, cfg.Layers, cfg.Dim, cfg.Heads, cfg.Seq, float64(spec.ParamCount(cfg, data.Vocab))/1e6,
-		pipeNote(cfg), cfg.TP, cfg.DP(), memoryModes(cfg), units.Count(t.total, "step"), t.perEp, data.describe())
+		cfg.Model, cfg.Layers, cfg.Dim, cfg.Heads, cfg.Seq, float64(spec.ParamCount(cfg, ds.Vocab))/1e6,
+		pipeNote(cfg), cfg.TP, cfg.DP(), memoryModes(cfg), units.Count(t.total, "step"), t.perEp, ds.Describe())
 	return t, nil
 }
 
@@ -394,7 +395,7 @@ func (t *trainer) writeRunLine() error {
 // epoch (and a new shuffle) when the current one has no whole step left:
 // the samples of an epoch that fill no step of micro-batches are left out,
 // so that an epoch is perEp steps and a step never mixes two epochs.
-func (t *trainer) nextBatch(b *Batch) {
+func (t *trainer) nextBatch(b *data.Batch) {
 	bsz := t.cfg.BatchSize
 	if t.order == nil || t.pos+bsz > t.perEp*t.cfg.Micro()*bsz {
 		if t.order != nil {
@@ -516,7 +517,7 @@ func (t *trainer) evaluate(step int) (EvalResult, error) {
 	nb := (most + bsz - 1) / bsz
 	var loss, correct float64 // loss summed over real samples
 	idx := make([]int, bsz)
-	var b Batch
+	var b data.Batch
 	for k := 0; k < nb; k++ {
 		real := min(max(len(mine)-k*bsz, 0), bsz)
 		for j := range idx {
@@ -571,7 +572,7 @@ func (t *trainer) evaluate(step int) (EvalResult, error) {
 
 // maskPadding sets the targets (labels) of b's samples from real on to -1,
 // which the loss ignores.
-func maskPadding(b *Batch, real int) {
+func maskPadding(b *data.Batch, real int) {
 	for j := real; j < b.B; j++ {
 		if b.Targets != nil {
 			for i := j * b.T; i < (j+1)*b.T; i++ {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/metrics"
 )
 
@@ -19,14 +20,14 @@ import (
 // 0's result.
 func runInProcess(t *testing.T, cfg config.Config, runDir string) *Result {
 	t.Helper()
-	data, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
 	var res0 *Result
 	err = nccl.RunInProcess(cfg.NTasks, func(c nccl.Comm) error {
-		res, err := Run(context.Background(), cfg, c, Options{Data: data, RunDir: runDir})
+		res, err := Run(context.Background(), cfg, c, Options{Data: ds, RunDir: runDir})
 		if c.Rank() == 0 {
 			mu.Lock()
 			res0 = res
@@ -62,6 +63,14 @@ func textFile(t *testing.T) string {
 	}
 	return p
 }
+
+// The Hugging Face tokenizer fixtures of package tokenizer, described in
+// tokenizer/testdata/hf/README.md.
+const (
+	tinyHF        = "tokenizer/testdata/hf/tiny"         // byte b is id b, four merges, <|eot|> (260) and <pad>
+	templateHF    = "tokenizer/testdata/hf/template"     // tiny's, <|begin_of_text|> (262) before each sequence
+	templateEOTHF = "tokenizer/testdata/hf/template-eot" // template's, <|eot|> after each sequence too
+)
 
 // TestLossCurveEquivalence trains the same model on the same data from the
 // same seed at tp=1, tp=2 and dp=2 (global batch held fixed): the loss
@@ -177,7 +186,7 @@ func TestPaddedVocabEquivalence(t *testing.T) {
 func TestRunLineHost(t *testing.T) {
 	cfg := smallConfig("bert")
 	cfg.Steps = 1
-	data, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +194,7 @@ func TestRunLineHost(t *testing.T) {
 	for _, tc := range []struct{ host, want string }{{"r14i3n7", "r14i3n7"}, {"", self}} {
 		dir := t.TempDir()
 		err := nccl.RunInProcess(1, func(c nccl.Comm) error {
-			_, err := Run(context.Background(), cfg, c, Options{Data: data, RunDir: dir, Host: tc.host})
+			_, err := Run(context.Background(), cfg, c, Options{Data: ds, RunDir: dir, Host: tc.host})
 			return err
 		})
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/spec"
 )
 
@@ -23,7 +24,7 @@ type model interface {
 	MarkGradsStale()
 	// Forward runs b (of the configured batch size) and returns its mean
 	// loss. With train set it keeps what Backward needs.
-	Forward(b *Batch, train bool) (float64, error)
+	Forward(b *data.Batch, train bool) (float64, error)
 	// Backward accumulates the gradients of scale * the last Forward's loss.
 	Backward(scale float32) error
 	// ReduceGrads completes the gradients after the last Backward of a
@@ -129,9 +130,9 @@ type finalNorm interface {
 // the full model of the config's seed (GPT-2's init: N(0,0.02), residual
 // projections scaled by 1/sqrt(2L), positions N(0,0.01), layer norms 1 and
 // 0, biases 0).
-func newModel(cfg config.Config, data *Data, m *parallel.Mesh, dev tensor.Device) (model, error) {
+func newModel(cfg config.Config, ds *data.Data, m *parallel.Mesh, dev tensor.Device) (model, error) {
 	if cfg.Arch == "hf" {
-		return newBERT(cfg, data.Vocab, m.TP, dev) // BERT's own layout (bert.go)
+		return newBERT(cfg, ds.Vocab, m.TP, dev) // BERT's own layout (bert.go)
 	}
 	seed := uint64(cfg.Seed)
 	t := &transformer{dev: dev, gpt: cfg.LM(), llama: cfg.Model == "llama", B: cfg.BatchSize, T: cfg.Seq, C: cfg.Dim, Tl: cfg.Seq}
@@ -150,7 +151,7 @@ func newModel(cfg config.Config, data *Data, m *parallel.Mesh, dev tensor.Device
 	t.hi = t.lo + split[s]
 	t.stageAct = spec.StageActivation(cfg)
 	c.TP = parallel.NewGroup(m.TP).Size()
-	want, err := spec.Params(c, data.Vocab, parallel.NewGroup(m.TP).Rank(), s)
+	want, err := spec.Params(c, ds.Vocab, parallel.NewGroup(m.TP).Rank(), s)
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +172,7 @@ func newModel(cfg config.Config, data *Data, m *parallel.Mesh, dev tensor.Device
 			}
 		}
 	}
-	if err := t.build(cfg, data.Vocab, m.TP, from); err != nil {
+	if err := t.build(cfg, ds.Vocab, m.TP, from); err != nil {
 		t.Close()
 		return nil, err
 	}
@@ -404,7 +405,7 @@ func (t *transformer) releaseLayers() {
 }
 
 // Forward implements model.
-func (t *transformer) Forward(b *Batch, train bool) (float64, error) {
+func (t *transformer) Forward(b *data.Batch, train bool) (float64, error) {
 	_, loss, err := t.forwardStage(b, nil, train)
 	return loss, err
 }
@@ -415,7 +416,7 @@ func (t *transformer) Forward(b *Batch, train bool) (float64, error) {
 // the last stage ln_f, the head and the loss. It returns the stage's output
 // (nil on the last stage) and the loss (0 but on the last stage). x must
 // not change until the stage's Backward.
-func (t *transformer) forwardStage(b *Batch, x *tensor.Tensor, train bool) (*tensor.Tensor, float64, error) {
+func (t *transformer) forwardStage(b *data.Batch, x *tensor.Tensor, train bool) (*tensor.Tensor, float64, error) {
 	x, err := t.body(b, x)
 	if err != nil {
 		return nil, 0, err
@@ -451,7 +452,7 @@ func (t *transformer) DeviceLoss() bool { return t.gpt }
 // ForwardOnDevice is a training Forward of the language model that leaves
 // the loss on the device: per-row losses (N) whose sum over count is the
 // mean loss, so that a step reads it back once.
-func (t *transformer) ForwardOnDevice(b *Batch) (losses *tensor.Tensor, count int, err error) {
+func (t *transformer) ForwardOnDevice(b *data.Batch) (losses *tensor.Tensor, count int, err error) {
 	if !t.gpt {
 		return nil, 0, fmt.Errorf("ForwardOnDevice: the classifier has no device loss")
 	}
@@ -474,7 +475,7 @@ func (t *transformer) ForwardOnDevice(b *Batch) (losses *tensor.Tensor, count in
 // returns ln_f's output (B,T,C); under sequence parallelism this rank's
 // (B,T/tp,C) positions, which the LM head gathers. The model must be one
 // stage.
-func (t *transformer) trunk(b *Batch) (*tensor.Tensor, error) {
+func (t *transformer) trunk(b *data.Batch) (*tensor.Tensor, error) {
 	x, err := t.body(b, nil)
 	if err != nil {
 		return nil, err
@@ -485,7 +486,7 @@ func (t *transformer) trunk(b *Batch) (*tensor.Tensor, error) {
 // body runs the embeddings (first stage) and the stage's blocks on b and
 // returns the residual stream after the last of them; x is the stage's
 // input on the other stages.
-func (t *transformer) body(b *Batch, x *tensor.Tensor) (*tensor.Tensor, error) {
+func (t *transformer) body(b *data.Batch, x *tensor.Tensor) (*tensor.Tensor, error) {
 	if b.B != t.B || b.T != t.T {
 		return nil, fmt.Errorf("batch is %dx%d, the model was built for %dx%d", b.B, b.T, t.B, t.T)
 	}
@@ -532,7 +533,7 @@ func (t *transformer) body(b *Batch, x *tensor.Tensor) (*tensor.Tensor, error) {
 // fc1, GELU, fc2 and the cross-entropy. Under sequence parallelism h is
 // this rank's (B,T/tp,C) positions: the pooling is a partial mean over
 // them, summed over tp by the g operator (the backward needs nothing).
-func (t *transformer) classifierForward(b *Batch, h *tensor.Tensor) (float64, error) {
+func (t *transformer) classifierForward(b *data.Batch, h *tensor.Tensor) (float64, error) {
 	d, N := t.dev, t.B*t.Tl
 	first := 0
 	if t.sp != nil {

@@ -7,6 +7,7 @@ import (
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/train/data"
 )
 
 // TestGradientsMatchFiniteDifferences checks the explicit backward pass of
@@ -20,7 +21,7 @@ func TestGradientsMatchFiniteDifferences(t *testing.T) {
 			if model == "gpt" {
 				cfg.Data = textFile(t)
 			}
-			data, err := Prepare(cfg)
+			ds, err := data.Prepare(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -29,7 +30,7 @@ func TestGradientsMatchFiniteDifferences(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			mod, err := newModel(cfg, data, m, tensor.NewCPU())
+			mod, err := newModel(cfg, ds, m, tensor.NewCPU())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -43,8 +44,8 @@ func TestGradientsMatchFiniteDifferences(t *testing.T) {
 					}
 				}
 			}
-			var b Batch
-			data.Train.Gather(&b, []int{0, 1})
+			var b data.Batch
+			ds.Train.Gather(&b, []int{0, 1})
 			if model == "bert" {
 				b.Lengths[1] = 5 // exercise the padding mask
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 )
 
 // orderCase is a data set whose samples carry their place in the file: the
@@ -18,7 +19,7 @@ import (
 type orderCase struct {
 	name string
 	cfg  config.Config
-	id   func(d *Data, b *Batch, i int) int
+	id   func(d *data.Data, b *data.Batch, i int) int
 }
 
 // orderCases writes a CSV of 41 reviews "rNN" (37 train, 4 validate), a text
@@ -46,7 +47,7 @@ func orderCases(t *testing.T) []orderCase {
 		return p
 	}
 	bin := filepath.Join(dir, "tokens.bin")
-	if err := WriteTokenFile(bin, tokens, 256); err != nil {
+	if err := data.WriteTokenFile(bin, tokens, 256); err != nil {
 		t.Fatal(err)
 	}
 	bert, gpt := smallConfig("bert"), smallConfig("gpt")
@@ -54,7 +55,7 @@ func orderCases(t *testing.T) []orderCase {
 	gpt.Data, gpt.Seq = write("text.txt", []byte(text.String())), 4
 	tok := gpt
 	tok.Data, tok.Tokenizer = bin, "byte"
-	review := func(d *Data, b *Batch, i int) int {
+	review := func(d *data.Data, b *data.Batch, i int) int {
 		row := b.Tokens[i*b.T : (i+1)*b.T]
 		ids := make([]int, 0, b.Lengths[i]-1)
 		for _, id := range row[1:b.Lengths[i]] {
@@ -66,35 +67,35 @@ func orderCases(t *testing.T) []orderCase {
 		}
 		return n
 	}
-	window := func(d *Data, b *Batch, i int) int {
+	window := func(d *data.Data, b *data.Batch, i int) int {
 		n, err := strconv.Atoi(string(rune(b.Tokens[i*b.T])) + string(rune(b.Tokens[i*b.T+1])) + string(rune(b.Tokens[i*b.T+2])))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return n
 	}
-	first := func(d *Data, b *Batch, i int) int { return int(b.Tokens[i*b.T]) }
+	first := func(d *data.Data, b *data.Batch, i int) int { return int(b.Tokens[i*b.T]) }
 	return []orderCase{{"csv", bert, review}, {"text", gpt, window}, {"tokens", tok, first}}
 }
 
 // stepsSeen returns, per rank, the samples each of steps optimizer steps
 // takes (all its micro-batches), as the trainer of cfg gathers them.
-func stepsSeen(t *testing.T, cfg config.Config, data *Data, steps int, id func(*Data, *Batch, int) int) [][][]int {
+func stepsSeen(t *testing.T, cfg config.Config, ds *data.Data, steps int, id func(*data.Data, *data.Batch, int) int) [][][]int {
 	t.Helper()
 	seen := make([][][]int, cfg.NTasks)
 	err := nccl.RunInProcess(cfg.NTasks, func(c nccl.Comm) error {
-		tr, err := newTrainer(cfg, c, Options{Data: data}, nil)
+		tr, err := newTrainer(cfg, c, Options{Data: ds}, nil)
 		if err != nil {
 			return err
 		}
 		defer tr.close()
 		for range steps {
 			var ids []int
-			b := new(Batch)
+			b := new(data.Batch)
 			for range cfg.Micro() {
 				tr.nextBatch(b)
 				for i := range b.B {
-					ids = append(ids, id(data, b, i))
+					ids = append(ids, id(ds, b, i))
 				}
 			}
 			seen[c.Rank()] = append(seen[c.Rank()], ids)
@@ -123,21 +124,21 @@ func TestBatchOrder(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/shuffle=%v", c.name, shuffle), func(t *testing.T) {
 				cfg := c.cfg
 				cfg.Shuffle, cfg.Samples, cfg.Steps = shuffle, 0, steps
-				data, err := Prepare(cfg)
+				ds, err := data.Prepare(cfg)
 				if err != nil {
 					t.Fatal(err)
 				}
-				file := trainInFileOrder(t, c, data)
+				file := trainInFileOrder(t, c, ds)
 				if len(file) != 37 {
 					t.Fatalf("%d training samples, want 37", len(file))
 				}
 
 				cfg.NTasks, cfg.BatchSize, cfg.GradAccum = 1, 10, 1
-				one := stepsSeen(t, cfg, data, steps, c.id)[0]
+				one := stepsSeen(t, cfg, ds, steps, c.id)[0]
 				cfg.NTasks, cfg.BatchSize = 2, 5
-				dp2 := stepsSeen(t, cfg, data, steps, c.id)
+				dp2 := stepsSeen(t, cfg, ds, steps, c.id)
 				cfg.NTasks, cfg.GradAccum = 1, 2
-				accum := stepsSeen(t, cfg, data, steps, c.id)[0]
+				accum := stepsSeen(t, cfg, ds, steps, c.id)[0]
 				t.Logf("dp 1 steps 1-3: %v", one[:3])
 
 				for s, ids := range one {
@@ -185,20 +186,20 @@ func TestBatchOrder(t *testing.T) {
 // trainInFileOrder is the ids of the training samples in file order: the
 // text's and the token file's first 37 windows, or the reviews that do not
 // validate.
-func trainInFileOrder(t *testing.T, c orderCase, data *Data) []int {
+func trainInFileOrder(t *testing.T, c orderCase, ds *data.Data) []int {
 	t.Helper()
 	var train []int
 	if c.name != "csv" {
-		for i := range data.Train.Len() {
+		for i := range ds.Train.Len() {
 			train = append(train, i)
 		}
 		return train
 	}
 	val := map[int]bool{}
-	var b Batch
-	for i := range data.Val.Len() {
-		data.Val.Gather(&b, []int{i})
-		val[c.id(data, &b, 0)] = true
+	var b data.Batch
+	for i := range ds.Val.Len() {
+		ds.Val.Gather(&b, []int{i})
+		val[c.id(ds, &b, 0)] = true
 	}
 	if len(val) != 4 {
 		t.Fatalf("%d reviews validate, want 4", len(val))

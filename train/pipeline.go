@@ -8,6 +8,7 @@ import (
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 )
 
 // pipeline is this rank's stage of a pipeline-parallel model (pp > 1): the
@@ -161,13 +162,13 @@ func (p *pipeline) schedule(n int) []parallel.PipeOp {
 
 // forward implements stage: ops[k] in its micro-batch's slot, a training
 // forward.
-func (p *pipeline) forward(ops []parallel.PipeOp, k int, b *Batch) (microLoss, error) {
+func (p *pipeline) forward(ops []parallel.PipeOp, k int, b *data.Batch) (microLoss, error) {
 	l, err := p.runForward(ops, k, b, true)
 	return microLoss{l: l}, err
 }
 
 // evalForward implements stage: b in the first slot, alone.
-func (p *pipeline) evalForward(b *Batch) (float64, error) {
+func (p *pipeline) evalForward(b *data.Batch) (float64, error) {
 	return p.runForward([]parallel.PipeOp{{}}, 0, b, false)
 }
 
@@ -175,7 +176,7 @@ func (p *pipeline) evalForward(b *Batch) (float64, error) {
 // stage (unless first), runs the stage on b in the micro-batch's slot and
 // sends its output on (unless last), with the transfers in the order
 // pipeline describes. It returns the loss (0 but on the last stage).
-func (p *pipeline) runForward(ops []parallel.PipeOp, k int, b *Batch, train bool) (float64, error) {
+func (p *pipeline) runForward(ops []parallel.PipeOp, k int, b *data.Batch, train bool) (float64, error) {
 	if err := p.receiveFor(ops[k]); err != nil {
 		return 0, err
 	}

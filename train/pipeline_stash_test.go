@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/hpcrun/hpcrun/tensor"
+	"github.com/hpcrun/hpcrun/train/data"
 )
 
 // TestPipelineForwardsOnce counts the forwards each stage runs in a step,
@@ -23,7 +24,7 @@ func TestPipelineForwardsOnce(t *testing.T) {
 			cfg.Data = textFile(t)
 		}
 		cfg.NTasks, cfg.PP, cfg.Layers, cfg.MicroBatches, cfg.BatchSize, cfg.CkptEvery, cfg.EvalEvery = tc.pp, tc.pp, tc.layers, 4, 2, -1, 0
-		data, err := Prepare(cfg)
+		ds, err := data.Prepare(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -31,7 +32,7 @@ func TestPipelineForwardsOnce(t *testing.T) {
 			c := cfg
 			c.Steps = steps
 			n := make([]atomic.Int64, c.NTasks)
-			_, err := runRanks(t, c, data, func(rank int) Options {
+			_, err := runRanks(t, c, ds, func(rank int) Options {
 				dev := tensor.NewCPU()
 				dev.ObserveGemm(func(g tensor.GemmShape) {
 					if !g.TransA && g.TransB && g.N == 3*c.Dim && g.K == c.Dim {

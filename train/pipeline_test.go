@@ -15,6 +15,7 @@ import (
 	"github.com/hpcrun/hpcrun/internal/rundir"
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/metrics"
 )
 
@@ -222,7 +223,7 @@ func TestPipelineStageKilled(t *testing.T) {
 	cfg := smallConfig("gpt")
 	cfg.Data = textFile(t)
 	cfg.NTasks, cfg.PP, cfg.TP, cfg.Layers, cfg.MicroBatches, cfg.CkptEvery, cfg.Steps, cfg.BatchSize = 4, 2, 2, 2, 4, -1, 5, 4
-	data, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +234,7 @@ func TestPipelineStageKilled(t *testing.T) {
 			left.Store(4 + 2) // step 1 sends 4 gradients; die in step 2
 			c = killComm{c, left}
 		}
-		_, errs[c.Rank()] = Run(context.Background(), cfg, c, Options{Data: data})
+		_, errs[c.Rank()] = Run(context.Background(), cfg, c, Options{Data: ds})
 		return errs[c.Rank()]
 	})
 	for r, err := range errs {
@@ -254,10 +255,10 @@ func TestPipelineStageKilled(t *testing.T) {
 // gradients in another order, see TestPipelineLossCurves) and at another
 // tp, to 1e-6 relative. The checkpoint is laid out as at pp 1.
 func TestPipelineResumeAtOtherLayout(t *testing.T) {
-	cfg, data := gptConfig(t, 4, 2)
+	cfg, ds := gptConfig(t, 4, 2)
 	cfg.PP, cfg.Layers, cfg.BatchSize, cfg.MicroBatches, cfg.CkptEvery = 2, 4, 4, 4, 5
 	full := t.TempDir()
-	res, err := runRanks(t, cfg, data, func(int) Options { return Options{RunDir: full} })
+	res, err := runRanks(t, cfg, ds, func(int) Options { return Options{RunDir: full} })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +295,7 @@ func TestPipelineResumeAtOtherLayout(t *testing.T) {
 		c := cfg
 		c.NTasks, c.PP, c.TP, c.MicroBatches, c.GradAccum = l.ntasks, l.pp, l.tp, l.micro, l.ga
 		dir := t.TempDir()
-		resumed, err := runRanks(t, c, data, func(int) Options { return Options{RunDir: dir, Resume: from} })
+		resumed, err := runRanks(t, c, ds, func(int) Options { return Options{RunDir: dir, Resume: from} })
 		if err != nil {
 			t.Fatalf("%s: %v", l.name, err)
 		}
@@ -316,10 +317,10 @@ func TestPipelineResumeAtOtherLayout(t *testing.T) {
 // resumed at the same layout it gives the uninterrupted losses bit for
 // bit, at pp 1 (one rank) and at pp 4 to 1e-6.
 func TestPipelineZeroResume(t *testing.T) {
-	cfg, data := gptConfig(t, 4, 1)
+	cfg, ds := gptConfig(t, 4, 1)
 	cfg.PP, cfg.Layers, cfg.BatchSize, cfg.MicroBatches, cfg.CkptEvery, cfg.Zero, cfg.Steps, cfg.EvalEvery = 2, 4, 2, 4, 5, 1, 8, 0
 	full := t.TempDir()
-	res, err := runRanks(t, cfg, data, func(int) Options { return Options{RunDir: full} })
+	res, err := runRanks(t, cfg, ds, func(int) Options { return Options{RunDir: full} })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +346,7 @@ func TestPipelineZeroResume(t *testing.T) {
 		c := cfg
 		c.NTasks, c.PP, c.BatchSize, c.MicroBatches, c.GradAccum, c.Zero = l.ntasks, l.pp, l.b, l.micro, l.ga, l.zero1
 		dir := t.TempDir()
-		resumed, err := runRanks(t, c, data, func(int) Options { return Options{RunDir: dir, Resume: from} })
+		resumed, err := runRanks(t, c, ds, func(int) Options { return Options{RunDir: dir, Resume: from} })
 		if err != nil {
 			t.Fatalf("%s: %v", l.name, err)
 		}

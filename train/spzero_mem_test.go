@@ -8,6 +8,7 @@ import (
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/metrics"
 )
 
@@ -148,7 +149,7 @@ func checkMemory(t *testing.T, base config.Config, table bool) {
 	}
 	zc := base
 	zc.NTasks, zc.TP = 2, 1
-	data, err := Prepare(zc)
+	ds, err := data.Prepare(zc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +160,7 @@ func checkMemory(t *testing.T, base config.Config, table bool) {
 			return err
 		}
 		defer mesh.Close()
-		m, err := newModel(zc, data, mesh, tensor.NewCPU())
+		m, err := newModel(zc, ds, mesh, tensor.NewCPU())
 		if err != nil {
 			return err
 		}

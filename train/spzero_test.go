@@ -161,10 +161,10 @@ func TestSPZeroRefused(t *testing.T) {
 // continuations at dp4, tp2 x dp2 (+sp) and dp1 agree to 1e-6: the global
 // batch is the same, but the gradients are summed over other groups.
 func TestZeroResumeAtOtherLayout(t *testing.T) {
-	cfg, data := gptConfig(t, 2, 1)
+	cfg, ds := gptConfig(t, 2, 1)
 	cfg.Steps, cfg.EvalEvery, cfg.CkptEvery, cfg.BatchSize, cfg.Zero = 10, 0, 5, 8, 1
 	full := t.TempDir()
-	res, err := runRanks(t, cfg, data, func(int) Options { return Options{RunDir: full} })
+	res, err := runRanks(t, cfg, ds, func(int) Options { return Options{RunDir: full} })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestZeroResumeAtOtherLayout(t *testing.T) {
 		c := cfg
 		c.Zero, c.Steps = zero, 5
 		dir := t.TempDir()
-		if _, err := runRanks(t, c, data, func(int) Options { return Options{RunDir: dir} }); err != nil {
+		if _, err := runRanks(t, c, ds, func(int) Options { return Options{RunDir: dir} }); err != nil {
 			t.Fatal(err)
 		}
 		return filepath.Join(rundir.Dir(dir).Ckpt(), "step-000005")
@@ -190,7 +190,7 @@ func TestZeroResumeAtOtherLayout(t *testing.T) {
 		c := cfg
 		c.NTasks, c.TP, c.BatchSize, c.Zero, c.SP = ntasks, tp, b, zero, sp
 		dir := t.TempDir()
-		resumed, err := runRanks(t, c, data, func(int) Options { return Options{RunDir: dir, Resume: from} })
+		resumed, err := runRanks(t, c, ds, func(int) Options { return Options{RunDir: dir, Resume: from} })
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -463,11 +463,11 @@ func (z *ZeRO) step(lr float64) (float64, error) {
 // checkpoints hold the pieces of the first group only, and resume at zero
 // 0 and at zero 3 over all four ranks, and as saved bit for bit.
 func TestHybridSharding(t *testing.T) {
-	cfg, data := gptConfig(t, 4, 1)
+	cfg, ds := gptConfig(t, 4, 1)
 	cfg.Steps, cfg.EvalEvery, cfg.CkptEvery, cfg.BatchSize = 10, 0, -1, 4
 	run := func(c config.Config, opt func(int) Options) []float64 {
 		t.Helper()
-		res, err := runRanks(t, c, data, opt)
+		res, err := runRanks(t, c, ds, opt)
 		if err != nil {
 			t.Fatal(err)
 		}

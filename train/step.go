@@ -9,6 +9,7 @@ import (
 	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/metrics"
 )
 
@@ -34,7 +35,7 @@ import (
 // device (the GPT language model).
 type deviceLM interface {
 	DeviceLoss() bool
-	ForwardOnDevice(b *Batch) (losses *tensor.Tensor, count int, err error)
+	ForwardOnDevice(b *data.Batch) (losses *tensor.Tensor, count int, err error)
 }
 
 // lossOnDevice returns m's device loss when the step keeps its loss on
@@ -114,13 +115,13 @@ type stage interface {
 	// schedule starts a step of n micro-batches and returns its ops.
 	schedule(n int) []parallel.PipeOp
 	// forward runs ops[k], a forward, on its micro-batch b.
-	forward(ops []parallel.PipeOp, k int, b *Batch) (microLoss, error)
+	forward(ops []parallel.PipeOp, k int, b *data.Batch) (microLoss, error)
 	// backward runs ops[k], a backward, accumulating the gradients of
 	// scale * its micro-batch's loss.
 	backward(ops []parallel.PipeOp, k int, scale float32) error
 	// evalForward runs b forward without training and returns its loss
 	// (0 on a pipeline's stages but the last).
-	evalForward(b *Batch) (float64, error)
+	evalForward(b *data.Batch) (float64, error)
 }
 
 // wholeModel is the model run whole on this rank: parallel.OneFOneB(1, 0,
@@ -135,7 +136,7 @@ func (w wholeModel) schedule(n int) []parallel.PipeOp { return parallel.OneFOneB
 
 // forward runs b forward, its loss left on the device when the step keeps
 // it there.
-func (w wholeModel) forward(_ []parallel.PipeOp, _ int, b *Batch) (microLoss, error) {
+func (w wholeModel) forward(_ []parallel.PipeOp, _ int, b *data.Batch) (microLoss, error) {
 	if w.lm != nil {
 		losses, count, err := w.lm.ForwardOnDevice(b)
 		return microLoss{losses: losses, count: count, onDevice: true}, err
@@ -150,7 +151,7 @@ func (w wholeModel) backward(_ []parallel.PipeOp, _ int, scale float32) error {
 }
 
 // evalForward implements stage.
-func (w wholeModel) evalForward(b *Batch) (float64, error) { return w.m.Forward(b, false) }
+func (w wholeModel) evalForward(b *data.Batch) (float64, error) { return w.m.Forward(b, false) }
 
 // microLoss is one forward's loss: read on the host (l), or left on the
 // device (onDevice) as per-row losses whose sum over count is the mean.

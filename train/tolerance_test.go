@@ -6,6 +6,7 @@ import (
 
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 )
 
 // Tolerances of the GPU-vs-CPU loss curves, from arithmetic. The device
@@ -34,10 +35,10 @@ const floorTol = 1e-6
 // curveTolerance is the relative tolerance of cfg's GPU loss curve against
 // want, the CPU's: reorderFactor times the largest relative difference of
 // the reordered CPU run from want, at least floorTol.
-func curveTolerance(t *testing.T, cfg config.Config, data *Data, want []float64) float64 {
+func curveTolerance(t *testing.T, cfg config.Config, ds *data.Data, want []float64) float64 {
 	t.Helper()
 	dir := t.TempDir()
-	res, err := runRanks(t, cfg, data, func(int) Options { return Options{Device: splitCPU(2), RunDir: dir} })
+	res, err := runRanks(t, cfg, ds, func(int) Options { return Options{Device: splitCPU(2), RunDir: dir} })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,15 +96,15 @@ func TestReorderSpread(t *testing.T) {
 	cfg := smallConfig("gpt")
 	cfg.Data = textFile(t)
 	cfg.Layers, cfg.Steps, cfg.CkptEvery, cfg.BatchSize = 4, 10, -1, 4
-	data, err := Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := runRanks(t, cfg, data, func(int) Options { return Options{Device: tensor.NewCPU()} })
+	want, err := runRanks(t, cfg, ds, func(int) Options { return Options{Device: tensor.NewCPU()} })
 	if err != nil {
 		t.Fatal(err)
 	}
-	tol := curveTolerance(t, cfg, data, want[0].Losses)
+	tol := curveTolerance(t, cfg, ds, want[0].Losses)
 	if tol > 1e-3 {
 		t.Errorf("reordering the GEMM sums moves 10 steps' losses by %.2g relative: the curve is too sensitive to compare", tol/reorderFactor)
 	}

@@ -6,14 +6,15 @@ import (
 
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/spec"
 	"github.com/hpcrun/hpcrun/train/tokenizer"
 )
 
-// One vocabulary rule for every tokenizer: PlanVocab gives the ids that
-// Prepare embeds, and BenchStep builds its model with them (it sized an hf
-// tokenizer's model by the byte tokenizer's 256 ids, and a BERT's with no
-// tokenizer set as well).
+// One vocabulary rule for every tokenizer: data.PlanVocab gives the ids
+// that data.Prepare embeds, and BenchStep builds its model with them (it
+// sized an hf tokenizer's model by the byte tokenizer's 256 ids, and a
+// BERT's with no tokenizer set as well).
 func TestOneVocabRule(t *testing.T) {
 	hf := tinyHF // 262 ids
 	for _, c := range []struct {
@@ -38,7 +39,7 @@ func TestOneVocabRule(t *testing.T) {
 			cfg := smallConfig(c.model)
 			cfg.Tokenizer, cfg.VocabFile, cfg.Data, cfg.Vocab = c.tokenizer, c.vocabFile, c.data, c.vocab
 			cfg.BatchSize, cfg.Samples = 2, 64
-			got, exact, err := PlanVocab(cfg)
+			got, exact, err := data.PlanVocab(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -48,7 +49,7 @@ func TestOneVocabRule(t *testing.T) {
 			if !exact {
 				return // the data file is not there: nothing to prepare or bench
 			}
-			d, err := Prepare(cfg)
+			d, err := data.Prepare(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}

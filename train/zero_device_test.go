@@ -19,6 +19,7 @@ import (
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/tensor/cuda"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/metrics"
 )
 
@@ -136,12 +137,12 @@ func TestGPUZeROTwoRanksMatchesCPU(t *testing.T) {
 	}
 	for _, zero := range []int{1, 2, 3} {
 		t.Run(fmt.Sprintf("zero%d", zero), func(t *testing.T) {
-			cfg, data := gptConfig(t, 2, 1)
+			cfg, ds := gptConfig(t, 2, 1)
 			cfg.Steps, cfg.EvalEvery, cfg.CkptEvery, cfg.BatchSize, cfg.Zero = 10, 0, 5, 8, zero
 			gcfg := cfg
 			gcfg.Device, gcfg.Comm = "cuda", "nccl"
 			cpu := func(dir, resume string) []float64 {
-				res, err := runRanks(t, cfg, data, func(int) Options { return Options{Device: tensor.NewCPU(), RunDir: dir, Resume: resume} })
+				res, err := runRanks(t, cfg, ds, func(int) Options { return Options{Device: tensor.NewCPU(), RunDir: dir, Resume: resume} })
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -150,8 +151,8 @@ func TestGPUZeROTwoRanksMatchesCPU(t *testing.T) {
 			step5 := func(dir string) string { return filepath.Join(rundir.Dir(dir).Ckpt(), "step-000005") }
 			cpuDir, gpuDir := t.TempDir(), t.TempDir()
 			want := cpu(cpuDir, "")
-			got := runGPURanks(t, gcfg, data, gpuDir, "")
-			tol := curveTolerance(t, cfg, data, want)
+			got := runGPURanks(t, gcfg, ds, gpuDir, "")
+			tol := curveTolerance(t, cfg, ds, want)
 			name := fmt.Sprintf("ZeRO-%d", zero)
 			closeCurve(t, "cuda dp2 "+name+" loss", got, "cpu dp2 "+name, want, tol)
 			// The first step also waits to set up the device's id ring.
@@ -159,7 +160,7 @@ func TestGPUZeROTwoRanksMatchesCPU(t *testing.T) {
 				t.Errorf("host synchronisations of each step %v, want 1 each after the first: %s did not run in the one-sync GPU step", syncs, name)
 			}
 			closeCurve(t, "cpu resumed from the cuda checkpoint", cpu(t.TempDir(), step5(gpuDir)), "cpu", want[5:], tol)
-			closeCurve(t, "cuda resumed from the cpu checkpoint", runGPURanks(t, gcfg, data, t.TempDir(), step5(cpuDir)), "cpu", want[5:], tol)
+			closeCurve(t, "cuda resumed from the cpu checkpoint", runGPURanks(t, gcfg, ds, t.TempDir(), step5(cpuDir)), "cpu", want[5:], tol)
 		})
 	}
 }
@@ -167,7 +168,7 @@ func TestGPUZeROTwoRanksMatchesCPU(t *testing.T) {
 // runGPURanks trains cfg on a two-rank NCCL world in this process, rank r
 // on GPU r, with the run dir dir and the checkpoint resume ("": none),
 // and returns rank 0's losses.
-func runGPURanks(t *testing.T, cfg config.Config, data *Data, dir, resume string) []float64 {
+func runGPURanks(t *testing.T, cfg config.Config, ds *data.Data, dir, resume string) []float64 {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -195,7 +196,7 @@ func runGPURanks(t *testing.T, cfg config.Config, data *Data, dir, resume string
 				return
 			}
 			defer dev.Close()
-			if res[r], err = Run(context.Background(), cfg, c, Options{Data: data, Device: dev, RunDir: dir, Resume: resume}); err != nil {
+			if res[r], err = Run(context.Background(), cfg, c, Options{Data: ds, Device: dev, RunDir: dir, Resume: resume}); err != nil {
 				errs[r] = fmt.Errorf("rank %d: %w", r, err)
 			}
 		}()
@@ -214,7 +215,7 @@ func runGPURanks(t *testing.T, cfg config.Config, data *Data, dir, resume string
 func TestZeroDeviceBuckets(t *testing.T) {
 	sizes := []int{5, 7, 3, 40, 33, 6} // buckets of 16: {5 7 3} and {33} packed and padded, {40} and {6} in place
 	const steps = 4
-	run := func(onDevice bool) (data [][]float32, norms []float64) {
+	run := func(onDevice bool) (vals [][]float32, norms []float64) {
 		mem := &deviceMemory{bufs: map[uintptr][]float32{}}
 		var collectives atomic.Int64
 		var mu sync.Mutex
@@ -265,7 +266,7 @@ func TestZeroDeviceBuckets(t *testing.T) {
 				for _, p := range params {
 					v := make([]float32, p.Data.Len())
 					dev.CopyToHost(v, p.Data)
-					data = append(data, v)
+					vals = append(vals, v)
 				}
 			}
 			return nil
@@ -276,7 +277,7 @@ func TestZeroDeviceBuckets(t *testing.T) {
 		if onDevice && collectives.Load() == 0 {
 			t.Fatal("no device collective ran")
 		}
-		return data, norms
+		return vals, norms
 	}
 	want, wantNorms := run(false)
 	got, gotNorms := run(true)

@@ -6,7 +6,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/hpcrun/hpcrun/train"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/tokenizer"
 	"github.com/urfave/cli/v2"
 )
@@ -56,9 +56,9 @@ func dataTokenize(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(err.Error(), 1)
 	}
-	ids, err := train.TokenizeFiles(tok, args)
+	ids, err := data.TokenizeFiles(tok, args)
 	if err == nil {
-		err = train.WriteTokenFile(out, ids, tok.VocabSize())
+		err = data.WriteTokenFile(out, ids, tok.VocabSize())
 	}
 	if err != nil {
 		return cli.Exit(err.Error(), 1)

@@ -12,8 +12,8 @@ import (
 	"github.com/hpcrun/hpcrun/internal/sweep"
 	"github.com/hpcrun/hpcrun/internal/units"
 	"github.com/hpcrun/hpcrun/slurm"
-	"github.com/hpcrun/hpcrun/train"
 	trainconfig "github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/plan"
 	"github.com/urfave/cli/v2"
 )
@@ -109,7 +109,7 @@ func planAtScale(c *cli.Context) (done bool, err error) {
 	if err := applyTrainFlags(c, &tc); err != nil {
 		return true, err
 	}
-	vocab, _, err := train.PlanVocab(tc)
+	vocab, _, err := data.PlanVocab(tc)
 	if err == nil {
 		err = plan.ScaleCommand(c.App.Writer, plan.ScaleOptions{Config: tc, Vocab: vocab, Cluster: name,
 			Interleave: c.Int("interleave"), Auto: c.Bool("auto"), Top: c.Int("top"), JSON: wantJSON(c),
@@ -184,16 +184,16 @@ func planRequest(p *submitPlan) (r plan.Request, known bool, why string, err err
 	// The vocabulary without the data when it can be known so; a
 	// WordPiece built from a data file only from the data, which plan
 	// does not read (it plans for the most the vocabulary can hold).
-	vocab, exact, err := train.PlanVocab(p.train)
+	vocab, exact, err := data.PlanVocab(p.train)
 	if err != nil {
 		return r, false, "", err
 	}
 	if !exact && p.readData {
-		data, err := train.Prepare(p.train)
+		ds, err := data.Prepare(p.train)
 		if err != nil {
 			return r, false, "", err
 		}
-		vocab = data.Vocab
+		vocab = ds.Vocab
 	}
 	return plan.Request{Config: p.train, Vocab: vocab, Nodes: lay.Nodes, Device: dev}, exact || p.readData, "", nil
 }
@@ -235,11 +235,11 @@ func planHere(cfg trainconfig.Config) (*plan.Plan, []plan.Suggestion, error) {
 	if err != nil || why != "" || dev.MemBytes <= 0 {
 		return nil, nil, nil
 	}
-	data, err := train.Prepare(cfg)
+	ds, err := data.Prepare(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	return plan.Predict(plan.Request{Config: cfg, Vocab: data.Vocab, Nodes: 1, Device: dev}, true)
+	return plan.Predict(plan.Request{Config: cfg, Vocab: ds.Vocab, Nodes: 1, Device: dev}, true)
 }
 
 // refuseUnfitHere refuses, as submit does without --force, a run on this

@@ -69,3 +69,22 @@ func TestConfigRejectsOptimizerValues(t *testing.T) {
 		t.Errorf("gpt's default beta2 %g, want 0.95", b2)
 	}
 }
+
+func TestLRAt(t *testing.T) {
+	const lr = 1e-3
+	tests := []struct {
+		step, total, warmup int
+		want                float64
+	}{
+		{0, 100, 10, 1e-4},
+		{9, 100, 10, lr},
+		{10, 100, 10, lr},
+		{99, 100, 10, 0.1 * lr},
+		{5, 10, 0, 0.1*lr + 0.9*lr*0.5*(1+math.Cos(math.Pi*5/9))},
+	}
+	for _, tt := range tests {
+		if got := LRAt(tt.step, tt.total, tt.warmup, lr, 0.1); math.Abs(got-tt.want) > 1e-12 {
+			t.Errorf("LRAt(%d,%d,%d) = %g, want %g", tt.step, tt.total, tt.warmup, got, tt.want)
+		}
+	}
+}

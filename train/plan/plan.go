@@ -72,7 +72,7 @@ import (
 // Request is what a plan is made for.
 type Request struct {
 	Config config.Config
-	Vocab  int // the tokenizer's vocabulary (train.Data.Vocab), before padding
+	Vocab  int // the tokenizer's vocabulary (data.Data.Vocab), before padding
 	Nodes  int // nodes the ranks spread over; 0 means 1
 	Device Device
 }

@@ -16,16 +16,17 @@ import (
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train"
 	"github.com/hpcrun/hpcrun/train/config"
+	"github.com/hpcrun/hpcrun/train/data"
 	"github.com/hpcrun/hpcrun/train/spec"
 	"github.com/hpcrun/hpcrun/train/tokenizer"
 )
 
 // randomData is a data set of n samples of cfg's shape with random tokens
 // below vocab, for a model that needs no tokenizer to run.
-func randomData(cfg config.Config, vocab, n int) *train.Data {
+func randomData(cfg config.Config, vocab, n int) *data.Data {
 	r := rand.New(rand.NewPCG(7, 1))
 	T := cfg.Seq
-	d := &train.Dataset{Seq: T, Tokens: make([]int32, n*T), Lengths: make([]int32, n)}
+	d := &data.Dataset{Seq: T, Tokens: make([]int32, n*T), Lengths: make([]int32, n)}
 	if cfg.LM() {
 		d.Targets = make([]int32, n*T)
 	} else {
@@ -45,7 +46,7 @@ func randomData(cfg config.Config, vocab, n int) *train.Data {
 			d.Lengths[i] = int32(T)
 		}
 	}
-	return &train.Data{Tokenizer: tokenizer.Byte{}, Vocab: vocab, Train: d, Val: d}
+	return &data.Data{Tokenizer: tokenizer.Byte{}, Vocab: vocab, Train: d, Val: d}
 }
 
 // measure trains one step of cfg (and its validation) on cfg.NTasks
@@ -60,11 +61,11 @@ func measure(t *testing.T, cfg config.Config, vocab int) (peak int64, wall time.
 // measureRanks is measure's engine peak of every rank.
 func measureRanks(t *testing.T, cfg config.Config, vocab int) []int64 {
 	t.Helper()
-	data := randomData(cfg, vocab, cfg.BatchSize*cfg.Micro()*cfg.DP())
+	ds := randomData(cfg, vocab, cfg.BatchSize*cfg.Micro()*cfg.DP())
 	peaks := make([]int64, cfg.NTasks)
 	err := nccl.RunInProcess(cfg.NTasks, func(c nccl.Comm) error {
 		dev := tensor.NewCPU()
-		_, err := train.Run(context.Background(), cfg, c, train.Options{Device: dev, Data: data})
+		_, err := train.Run(context.Background(), cfg, c, train.Options{Device: dev, Data: ds})
 		peaks[c.Rank()] = dev.MemStats().Peak
 		return err
 	})
@@ -418,13 +419,13 @@ func commStatsPerStep(t *testing.T, cfg config.Config, vocab int) []nccl.Stats {
 	run := func(steps int) []nccl.Stats {
 		c := cfg
 		c.Steps, c.EvalEvery = steps, 0
-		data := randomData(c, vocab, c.BatchSize*c.GradAccum*c.DP()*steps)
+		ds := randomData(c, vocab, c.BatchSize*c.GradAccum*c.DP()*steps)
 		val := randomData(c, vocab, c.BatchSize*c.DP())
-		data.Val = val.Train
+		ds.Val = val.Train
 		var mu sync.Mutex
 		var groups []nccl.Comm
 		err := nccl.RunInProcess(c.NTasks, func(w nccl.Comm) error {
-			_, err := train.Run(context.Background(), c, groupSpy{w, &mu, &groups}, train.Options{Device: tensor.NewCPU(), Data: data})
+			_, err := train.Run(context.Background(), c, groupSpy{w, &mu, &groups}, train.Options{Device: tensor.NewCPU(), Data: ds})
 			return err
 		})
 		if err != nil || len(groups) < 2 || len(groups) > 5 {

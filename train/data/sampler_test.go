@@ -1,11 +1,8 @@
-package train
+package data
 
 import (
-	"math"
 	"slices"
 	"testing"
-
-	"github.com/hpcrun/hpcrun/train/config"
 )
 
 func TestSamplerDisjointAndComplete(t *testing.T) {
@@ -84,25 +81,6 @@ func TestSamplerInOrder(t *testing.T) {
 			if got := s.Epoch(e); !slices.Equal(got, tt.want) {
 				t.Errorf("%d samples, rank %d of %d, epoch %d: %v, want %v", tt.n, tt.rank, tt.replicas, e, got, tt.want)
 			}
-		}
-	}
-}
-
-func TestLRAt(t *testing.T) {
-	const lr = 1e-3
-	tests := []struct {
-		step, total, warmup int
-		want                float64
-	}{
-		{0, 100, 10, 1e-4},
-		{9, 100, 10, lr},
-		{10, 100, 10, lr},
-		{99, 100, 10, 0.1 * lr},
-		{5, 10, 0, 0.1*lr + 0.9*lr*0.5*(1+math.Cos(math.Pi*5/9))},
-	}
-	for _, tt := range tests {
-		if got := config.LRAt(tt.step, tt.total, tt.warmup, lr, 0.1); math.Abs(got-tt.want) > 1e-12 {
-			t.Errorf("LRAt(%d,%d,%d) = %g, want %g", tt.step, tt.total, tt.warmup, got, tt.want)
 		}
 	}
 }

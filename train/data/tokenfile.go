@@ -1,4 +1,4 @@
-package train
+package data
 
 import (
 	"encoding/binary"
@@ -303,7 +303,7 @@ func prepareTokens(cfg config.Config) (*Data, error) {
 	if err != nil {
 		return nil, err
 	}
-	vocab, err := modelVocab(cfg, tok)
+	vocab, err := ModelVocab(cfg, tok)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,8 @@
-package train
+package data
 
 import (
+	"fmt"
+
 	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/tokenizer"
 )
@@ -27,4 +29,17 @@ func PlanVocab(cfg config.Config) (vocab int, exact bool, err error) {
 		return 0, false, err
 	}
 	return max(cfg.Vocab, tok.VocabSize()), true, nil
+}
+
+// ModelVocab is the number of ids the model embeds: the tokenizer's, or the
+// config's vocab when that is larger.
+func ModelVocab(cfg config.Config, tok tokenizer.Tokenizer) (int, error) {
+	n := tok.VocabSize()
+	if cfg.Vocab == 0 {
+		return n, nil
+	}
+	if cfg.Vocab < n {
+		return 0, fmt.Errorf("vocab %d is smaller than the %s tokenizer's %d ids: raise --vocab or leave it 0", cfg.Vocab, tok.Name(), n)
+	}
+	return cfg.Vocab, nil
 }

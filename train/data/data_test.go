@@ -1,4 +1,4 @@
-package train
+package data
 
 import (
 	"os"
@@ -126,7 +126,7 @@ func TestPrepareGPTSynthetic(t *testing.T) {
 		t.Fatal(err)
 	}
 	if d.Tokenizer.Name() != "byte" || d.Train.Len() < 1000 || SyntheticText(1) != SyntheticText(1) {
-		t.Errorf("gpt on the built-in text: %s", d.describe())
+		t.Errorf("gpt on the built-in text: %s", d.Describe())
 	}
 }
 
@@ -137,7 +137,7 @@ func TestPrepareClassifier(t *testing.T) {
 		t.Fatal(err)
 	}
 	if d.Train.Len() != synthTrain || d.Val.Len() != 512 {
-		t.Fatalf("%s", d.describe())
+		t.Fatalf("%s", d.Describe())
 	}
 	sp := d.Tokenizer.Specials()
 	for i := 0; i < d.Train.Len(); i++ {
@@ -164,11 +164,11 @@ func TestPrepareText(t *testing.T) {
 		t.Fatal(err)
 	}
 	if d.Tokenizer.Name() != "byte" || d.Vocab != 256 {
-		t.Fatalf("%s", d.describe())
+		t.Fatalf("%s", d.Describe())
 	}
 	// 1000 bytes: 62 windows of 16, 6 to validate.
 	if d.Train.Len() != 56 || d.Val.Len() != 6 {
-		t.Fatalf("%s", d.describe())
+		t.Fatalf("%s", d.Describe())
 	}
 	for i := 0; i < 15; i++ {
 		if d.Train.Targets[i] != d.Train.Tokens[i+1] {

@@ -1,4 +1,4 @@
-package train
+package data
 
 import (
 	"fmt"
@@ -158,7 +158,7 @@ func prepareClassifier(cfg config.Config) (*Data, error) {
 	if err != nil {
 		return nil, err
 	}
-	vocab, err := modelVocab(cfg, tok)
+	vocab, err := ModelVocab(cfg, tok)
 	if err != nil {
 		return nil, err
 	}
@@ -247,7 +247,7 @@ func prepareText(cfg config.Config) (*Data, error) {
 	if err != nil {
 		return nil, err
 	}
-	vocab, err := modelVocab(cfg, tok)
+	vocab, err := ModelVocab(cfg, tok)
 	if err != nil {
 		return nil, err
 	}
@@ -283,21 +283,24 @@ func prepareText(cfg config.Config) (*Data, error) {
 	return &Data{Tokenizer: tok, Vocab: vocab, Train: windows(0, nTrain), Val: val}, nil
 }
 
-// modelVocab is the number of ids the model embeds: the tokenizer's, or the
-// config's vocab when that is larger.
-func modelVocab(cfg config.Config, tok tokenizer.Tokenizer) (int, error) {
-	n := tok.VocabSize()
-	if cfg.Vocab == 0 {
-		return n, nil
-	}
-	if cfg.Vocab < n {
-		return 0, fmt.Errorf("vocab %d is smaller than the %s tokenizer's %d ids: raise --vocab or leave it 0", cfg.Vocab, tok.Name(), n)
-	}
-	return cfg.Vocab, nil
-}
-
-// describe says what the data is, for logs.
-func (d *Data) describe() string {
+// Describe says what the data is, for logs.
+func (d *Data) Describe() string {
 	return strings.TrimSpace(fmt.Sprintf("%d train / %d val samples of %d tokens, tokenizer %s (vocab %d)",
 		d.Train.Len(), d.Val.Len(), d.Train.Seq, d.Tokenizer.Name(), d.Vocab))
+}
+
+// AllWindows is a language model's training windows followed by its
+// validation windows (Prepare's split of one stream, which together are
+// every window when no samples are held back).
+func (d *Data) AllWindows() *Dataset {
+	a, b := d.Train, d.Val
+	if a.stream != nil {
+		return &Dataset{Seq: a.Seq, stream: a.stream, first: a.first, n: a.n + b.n}
+	}
+	return &Dataset{
+		Seq:     a.Seq,
+		Tokens:  append(append([]int32(nil), a.Tokens...), b.Tokens...),
+		Targets: append(append([]int32(nil), a.Targets...), b.Targets...),
+		Lengths: append(append([]int32(nil), a.Lengths...), b.Lengths...),
+	}
 }

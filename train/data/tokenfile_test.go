@@ -1,4 +1,4 @@
-package train
+package data
 
 import (
 	"bytes"
@@ -368,11 +368,11 @@ func TestTokenizeLargeVocab(t *testing.T) {
 }
 
 // The Hugging Face tokenizer fixtures of package tokenizer, described in
-// tokenizer/testdata/hf/README.md.
+// ../tokenizer/testdata/hf/README.md.
 const (
-	tinyHF        = "tokenizer/testdata/hf/tiny"         // byte b is id b, four merges, <|eot|> (260) and <pad>
-	templateHF    = "tokenizer/testdata/hf/template"     // tiny's, <|begin_of_text|> (262) before each sequence
-	templateEOTHF = "tokenizer/testdata/hf/template-eot" // template's, <|eot|> after each sequence too
+	tinyHF        = "../tokenizer/testdata/hf/tiny"         // byte b is id b, four merges, <|eot|> (260) and <pad>
+	templateHF    = "../tokenizer/testdata/hf/template"     // tiny's, <|begin_of_text|> (262) before each sequence
+	templateEOTHF = "../tokenizer/testdata/hf/template-eot" // template's, <|eot|> after each sequence too
 )
 
 // TokenizeFiles joins the files' tokens with the end-of-text token.
@@ -394,17 +394,12 @@ func TestTokenizeFiles(t *testing.T) {
 // A tokenizer.json's post-processor puts its special tokens around each
 // sequence where text becomes a model's input: Llama 3's TemplateProcessing
 // its <|begin_of_text|> before each training document (data tokenize, a
-// text trained or evaluated on) and before a prompt.
+// text trained or evaluated on); before a prompt, train's
+// TestPostProcessorBeginsEachPrompt.
 func TestPostProcessorBeginsEachSequence(t *testing.T) {
 	tok, err := tokenizer.LoadHF(templateHF)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if got, _ := promptIDs(tok, ""); !reflect.DeepEqual(got, []int{262}) {
-		t.Errorf("the empty prompt: %v, want [262] (<|begin_of_text|>)", got)
-	}
-	if got, _ := promptIDs(tok, "he"); !reflect.DeepEqual(got, []int{262, 256}) {
-		t.Errorf("prompt he: %v, want [262 256]", got)
 	}
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt")
@@ -425,22 +420,38 @@ func TestPostProcessorBeginsEachSequence(t *testing.T) {
 }
 
 // A template that also ends each sequence with end-of-text (<s> $A </s>):
-// documents are joined by one end-of-text, not two, and a prompt keeps its
-// begin but not the end (generation would start after the end).
+// documents are joined by one end-of-text, not two (a prompt, train's
+// TestTemplateEndingWithEOTPrompt).
 func TestTemplateEndingWithEOTJoinsOnce(t *testing.T) {
 	tok, err := tokenizer.LoadHF(templateEOTHF)
 	if err != nil {
 		t.Fatal(err)
 	}
 	eot := tok.Specials().EOT
-	if got, _ := promptIDs(tok, "he"); !reflect.DeepEqual(got, []int{262, 256}) {
-		t.Errorf("prompt he: %v, want [262 256]: no end-of-text after it", got)
-	}
 	dir := t.TempDir()
 	a, c := filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt")
 	os.WriteFile(a, []byte("hello"), 0o644)
 	os.WriteFile(c, []byte("he"), 0o644)
 	if ids, err := TokenizeFiles(tok, []string{a, c}); err != nil || !reflect.DeepEqual(ids, []int{262, 258, 'o', eot, 262, 256, eot}) {
 		t.Errorf("TokenizeFiles = %v, %v; want one end-of-text between the documents", ids, err)
+	}
+}
+
+// The vocabulary check over a mapped token file (when the data is
+// prepared) also stops with an error if the file shrinks under it.
+func TestTokenFileTruncatedWhilePrepared(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens.bin")
+	ids := make([]int, 20000)
+	if err := WriteTokenFile(path, ids, 256); err != nil {
+		t.Fatal(err)
+	}
+	toks, unmap, err := mapTokenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unmap()
+	os.Truncate(path, tokenHeader)
+	if err := checkVocab(toks, path, 256); err == nil || !strings.Contains(err.Error(), "data "+path+": the file shrank") {
+		t.Fatalf("checkVocab on a truncated file: %v", err)
 	}
 }

@@ -1,6 +1,6 @@
 //go:build unix && (amd64 || arm64 || riscv64 || loong64 || ppc64le || mipsle || mips64le || 386 || arm)
 
-package train
+package data
 
 import (
 	"fmt"
