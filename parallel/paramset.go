@@ -142,6 +142,11 @@ func NewParamSet(dev tensor.Device, specs []ParamSpec, seed uint64, sharding Blo
 	}
 	shared := 0
 	for _, n := range sizes {
+		if (sharding.Grads || sharding.Params) && shared > 0 && s.padded(n) != shared {
+			// A smaller block would reduce-scatter a larger one's
+			// leftovers as its padding.
+			return nil, fmt.Errorf("blocks of %d and %d parameters cannot share their buffers", n, shared)
+		}
 		shared = max(shared, s.padded(n))
 	}
 	var err error
@@ -291,14 +296,17 @@ func (s *ParamSet) Load(p *Param, vals []float32) {
 
 // ToHost copies p's values (this rank's piece of it) into out: under
 // ZeRO-3 a block's parameter is gathered first, so every rank of the
-// data-parallel group must ask for the same parameters in the same order.
+// data-parallel group must ask for the same parameters in the same order
+// (a rank that needs no copy passes a nil out: it only takes part).
 func (s *ParamSet) ToHost(p *Param, out []float32) error {
 	if at, ok := s.at[p]; s.blockData != nil && ok && s.resident != at.l {
 		if err := s.GatherBlock(at.l); err != nil {
 			return err
 		}
 	}
-	s.dev.CopyToHost(out, p.Data)
+	if out != nil {
+		s.dev.CopyToHost(out, p.Data)
+	}
 	return nil
 }
 

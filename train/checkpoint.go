@@ -92,16 +92,22 @@ func (t *trainer) tensorInfosOf(params []*parallel.Param) []ckpt.TensorInfo {
 	return out
 }
 
-// paramsToHost copies the values of params to the host through set (under
-// ZeRO-3 the blocks' gathered: every DP rank calls it together).
-func paramsToHost(set *parallel.ParamSet, params []*parallel.Param) ([]ckpt.Tensor, error) {
+// paramsToHost copies the values of params to the host through set, when
+// keep says so: under ZeRO-3 the blocks' are gathered, and every DP rank
+// calls it together, those that write nothing with keep false.
+func paramsToHost(set *parallel.ParamSet, params []*parallel.Param, keep bool) ([]ckpt.Tensor, error) {
 	var out []ckpt.Tensor
 	for _, p := range params {
-		data := make([]float32, p.Data.Len())
-		if err := set.ToHost(p, data); err != nil {
+		var vals []float32
+		if keep {
+			vals = make([]float32, p.Data.Len())
+		}
+		if err := set.ToHost(p, vals); err != nil {
 			return nil, err
 		}
-		out = append(out, ckpt.Tensor{Name: p.Name, Shape: p.Data.Shape(), Data: data})
+		if keep {
+			out = append(out, ckpt.Tensor{Name: p.Name, Shape: p.Data.Shape(), Data: vals})
+		}
 	}
 	return out, nil
 }
@@ -187,7 +193,7 @@ func (t *trainer) writeShard(dir string, step int) error {
 	params := t.model.Params()
 	set := t.model.ParamSet()
 	if t.mesh.DPRank() == 0 || set.ShardsValues() {
-		model, err := paramsToHost(set, params) // every DP rank gathers ZeRO-3's blocks
+		model, err := paramsToHost(set, params, t.mesh.DPRank() == 0) // every DP rank gathers ZeRO-3's blocks
 		if err != nil {
 			return err
 		}

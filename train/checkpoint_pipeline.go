@@ -17,7 +17,7 @@ import (
 // any pp and tp and merges and exports as any other: each stage of DP
 // rank 0 writes its tensors to a part file, then stage 0 of each TP rank
 // joins the parts, in stage order, into that TP rank's files and removes
-// them. Under ZeRO-1 every DP rank of each stage writes its moments'
+// them. Under ZeRO every DP rank (of the first group, under hybrid sharding) of each stage writes its moments'
 // pieces (as ckpt.WriteOptimZero, in a directory per stage) and stage 0 of
 // each (DP, TP) rank joins them into its optimizer file.
 
@@ -26,7 +26,7 @@ func partFile(dir string, pp, tp int) string {
 	return filepath.Join(dir, fmt.Sprintf("part-pp%d-tp%d.safetensors", pp, tp))
 }
 
-// zeroPartDir holds stage pp's ZeRO-1 pieces in the temporary dir.
+// zeroPartDir holds stage pp's ZeRO pieces in the temporary dir.
 func zeroPartDir(dir string, pp int) string {
 	return filepath.Join(dir, fmt.Sprintf("zero-part-pp%d", pp))
 }
@@ -52,7 +52,7 @@ func (t *trainer) savePipeline(dir string, step int) ([]ckpt.TensorInfo, error) 
 	var tensors []ckpt.Tensor
 	var err error
 	if t.mesh.DPRank() == 0 || t.model.ParamSet().ShardsValues() {
-		tensors, err = paramsToHost(t.model.ParamSet(), t.stageParams())
+		tensors, err = paramsToHost(t.model.ParamSet(), t.stageParams(), t.mesh.DPRank() == 0)
 	}
 	if err == nil && t.mesh.DPRank() == 0 {
 		err = t.writePart(dir, step, tensors)
@@ -73,7 +73,7 @@ func (t *trainer) savePipeline(dir string, step int) ([]ckpt.TensorInfo, error) 
 	return infos, agree(t.world, err, what)
 }
 
-// removeZeroParts removes the stages' ZeRO-1 pieces once joined (rank 0).
+// removeZeroParts removes the stages' ZeRO pieces once joined (rank 0).
 func (t *trainer) removeZeroParts(dir string) error {
 	if t.zero == nil {
 		return nil
@@ -182,7 +182,7 @@ func (t *trainer) joinParts(dir string, step int) ([]ckpt.TensorInfo, error) {
 	return infos, nil
 }
 
-// writeZeroPart writes this rank's ZeRO-1 pieces of its stage's
+// writeZeroPart writes this rank's ZeRO pieces of its stage's
 // parameters (without the uncounted copy of the tied embedding).
 func (t *trainer) writeZeroPart(dir string, step int) error {
 	skip := t.pipe.uncounted()
@@ -199,7 +199,7 @@ func (t *trainer) writeZeroPart(dir string, step int) error {
 	return ckpt.WriteOptimZero(sub, t.mesh.TPRank(), t.mesh.DPRank(), step, t.opt.Steps(), pieces)
 }
 
-// joinZeroParts writes this (DP, TP) rank's ZeRO-1 optimizer file from
+// joinZeroParts writes this (DP, TP) rank's ZeRO optimizer file from
 // every stage's pieces.
 func (t *trainer) joinZeroParts(dir string, step int) error {
 	tp, dp := t.mesh.TPRank(), t.mesh.DPRank()

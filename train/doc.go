@@ -1,6 +1,6 @@
 // Package train runs the training loop of a BERT-style classifier or a
 // GPT- or Llama-style language model under tensor, data and pipeline
-// parallelism: the models, the optimizer (AdamW or ZeRO-1, the gradient
+// parallelism: the models, the optimizer (AdamW or ZeRO stages 1 to 3, the gradient
 // norm) and its schedule, the one training step (step.go) for every device
 // and layout, the pipeline stage, evaluation, checkpoints, per-rank
 // metrics; it trains on the data sets of train/data (texts, IMDb CSVs,

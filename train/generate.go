@@ -54,7 +54,7 @@ func SourceConfig(src string) (config.Config, error) {
 		// training split its work (pipeline, sequence, optimizer state)
 		// does not belong to the model, and may not fit the caller's ranks.
 		cfg.PP, cfg.MicroBatches, cfg.PPSplit = 0, 0, ""
-		cfg.SP, cfg.Zero = false, 0
+		cfg.SP, cfg.Zero, cfg.ZeroGroup = false, 0, ""
 		cfg.Vocab = st.Vocab
 		if cfg.Positions == 0 {
 			cfg.Positions = cfg.Seq

@@ -132,12 +132,13 @@ func TestEvaluateSource(t *testing.T) {
 }
 
 // TestSourceConfigDropsTrainingLayout: a checkpoint saved by a run with a
-// pipeline, sequence parallelism and ZeRO-1 reads as a plain model config,
-// valid for ranks laid out otherwise (eval, generate at any tp).
+// pipeline, sequence parallelism and ZeRO-3 over groups of 2 (hybrid
+// sharding) reads as a plain model config, valid for ranks laid out
+// otherwise (eval, generate at any tp).
 func TestSourceConfigDropsTrainingLayout(t *testing.T) {
 	dir := t.TempDir()
 	cfg := config.DefaultConfig()
-	cfg.NTasks, cfg.TP, cfg.PP, cfg.MicroBatches, cfg.PPSplit, cfg.SP, cfg.Zero = 8, 2, 2, 4, "1,1", true, 1
+	cfg.NTasks, cfg.TP, cfg.PP, cfg.MicroBatches, cfg.PPSplit, cfg.SP, cfg.Zero, cfg.ZeroGroup = 16, 2, 2, 4, "1,1", true, 3, "2"
 	raw, _ := json.Marshal(cfg)
 	st, _ := json.Marshal(ckpt.State{Config: raw, Vocab: 128})
 	if err := os.WriteFile(filepath.Join(dir, ckpt.StateFile), st, 0o644); err != nil {
@@ -147,8 +148,8 @@ func TestSourceConfigDropsTrainingLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.PP != 0 || got.MicroBatches != 0 || got.PPSplit != "" || got.SP || got.Zero != 0 {
-		t.Errorf("config from the checkpoint keeps the training layout: pp %d mb %d split %q sp %v zero %d", got.PP, got.MicroBatches, got.PPSplit, got.SP, got.Zero)
+	if got.PP != 0 || got.MicroBatches != 0 || got.PPSplit != "" || got.SP || got.Zero != 0 || got.ZeroGroup != "" {
+		t.Errorf("config from the checkpoint keeps the training layout: pp %d mb %d split %q sp %v zero %d group %q", got.PP, got.MicroBatches, got.PPSplit, got.SP, got.Zero, got.ZeroGroup)
 	}
 	got.NTasks, got.TP = 1, 1
 	if err := got.Validate(); err != nil {

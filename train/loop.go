@@ -154,7 +154,7 @@ type trainer struct {
 	model   model
 	opt     *AdamW          // the moments (replicated) or the hyperparameters (ZeRO)
 	optim   optimizer       // replicated AdamW or ZeRO
-	zero    *ZeRO           // --zero 1 or 2: optim
+	zero    *ZeRO           // --zero 1 to 3: optim
 	lm      deviceLM        // the model, when the step keeps its loss on the device (step.go)
 	dpGroup *parallel.Group // the data-parallel group, for the device-kept loss
 	pipe    *pipeline       // pp > 1: this rank's pipeline stage

@@ -73,7 +73,7 @@ type transformer struct {
 	loss   *parallel.VocabParallelCrossEntropy
 	params []*parallel.Param
 	set    *parallel.ParamSet // params, made from the spec
-	// blockGrads, under ZeRO-2, takes each block's gradients out of the
+	// blockGrads, under ZeRO-2 and 3, takes each block's gradients out of the
 	// blocks' shared gradient buffer as its backward ends (shared with
 	// the pipeline's stage copies); nil otherwise.
 	blockGrads *blockGrads
@@ -690,7 +690,7 @@ func (t *transformer) reduceOverTP(params []*parallel.Param) error {
 	return t.sp.ReduceGrads(params)
 }
 
-// blockGrads is ZeRO-2's side of the model: the gradients of each block's
+// blockGrads is ZeRO-2's (and 3's) side of the model: the gradients of each block's
 // parameters share one buffer (parallel.ParamSet's BlockGrads), and as a
 // block's backward ends they are completed (reduced over tp) and handed to
 // reduce, which takes them out of the buffer (the optimizer's
@@ -702,13 +702,13 @@ type blockGrads struct {
 
 // takeOut hands block l's gradients of this micro-batch to reduce and
 // leaves the blocks' gradients stale for the next block's backward to
-// overwrite. Nothing without ZeRO-2.
+// overwrite. Nothing without ZeRO-2 or 3.
 func (g *blockGrads) takeOut(t *transformer, l int) error {
 	if g == nil {
 		return nil
 	}
 	if g.reduce == nil {
-		return fmt.Errorf("zero 2: no optimizer takes the blocks' gradients")
+		return fmt.Errorf("zero: no optimizer takes the blocks' gradients")
 	}
 	ps := t.set.Blocks()[l]
 	parallel.ZeroStaleGrads(ps)
@@ -725,7 +725,7 @@ func (g *blockGrads) takeOut(t *transformer, l int) error {
 }
 
 // rest is the model's parameters whose gradients a step reduces after its
-// backward: all of them, or under ZeRO-2 those outside the blocks.
+// backward: all of them, or under ZeRO-2 and 3 those outside the blocks.
 func (g *blockGrads) rest(t *transformer) []*parallel.Param {
 	if g == nil {
 		return t.params
@@ -801,6 +801,9 @@ func (t *transformer) decode(ids []int32, pos int, caches []*parallel.KVCache) (
 		}
 	}
 	for i, blk := range t.blocks {
+		if err := t.set.GatherBlock(i); err != nil {
+			return nil, err
+		}
 		if x, err = blk.(cachedBlock).ForwardCached(x, caches[i]); err != nil {
 			return nil, err
 		}

@@ -169,7 +169,7 @@ func (s *GradSync) Close() {
 }
 
 // optimizer turns a step's gradients into the parameters' update: the
-// replicated AdamW after a data-parallel all-reduce, or ZeRO-1.
+// replicated AdamW after a data-parallel all-reduce, or ZeRO.
 type optimizer interface {
 	// reduce averages the gradients over the data-parallel group.
 	reduce() error

@@ -17,7 +17,7 @@ import (
 // micro-batches in the 1F1B order of this rank's stage (parallel.OneFOneB;
 // a pipeline stage, or the model run whole, the one-stage case F0 B0 F1
 // B1 ... of the plain and accumulated steps), the gradients reduced over
-// tp (ReduceGrads), then the optimizer (replicated or ZeRO-1) on the
+// tp (ReduceGrads), then the optimizer (replicated or ZeRO) on the
 // device, with the gradient norm and the clip coefficient made in device
 // memory (gradNorm), and one read of the step's scalars at its end.
 // Collectives go through parallel.Group, which alone decides between

@@ -12,8 +12,9 @@ import (
 )
 
 // ZeRO is AdamW with its moments sharded over the data-parallel group
-// (ZeRO stage 1, arXiv 1910.02054), and at stage 2 the gradients too. The gradients are cut into the
-// buckets of GradSync (consecutive parameters, at most bucketElems
+// (ZeRO stage 1, arXiv 1910.02054), at stage 2 the gradients too and at
+// stage 3 the parameters. The gradients are cut into the buckets of
+// GradSync (consecutive parameters, at most bucketElems
 // elements, padded to a multiple of dp); each bucket is reduce-scattered
 // (averaged) so that DP rank d receives elements [d*per, (d+1)*per) of it,
 // updates that range of the parameters with the moments it alone keeps,
@@ -32,7 +33,7 @@ import (
 // parameters are fp32 on every device this runs on, so there are no
 // separate master weights to shard.
 //
-// ZeRO-2 (NewZeRO2) keeps only this rank's range of the blocks'
+// ZeRO-2 (NewBlockZeRO) keeps only this rank's range of the blocks'
 // gradients: the model's blocks write their gradients into one buffer
 // they share (parallel.ParamSet's BlockGrads), each block is one bucket,
 // and as a block's backward ends its bucket is reduce-scattered out of
@@ -41,6 +42,11 @@ import (
 // head's gradients are whole and reduced after the backward as at stage
 // 1. Per step and dp rank the gradients then take one block's whole, the
 // rest's whole and 1/dp of the blocks', instead of all of them whole.
+// ZeRO-3 updates the range of the blocks' values the set keeps
+// (BlockShard) in place and all-gathers nothing after the update: the
+// set gathers each block before it runs. Under hybrid sharding dp is
+// ZeRO's group of the data-parallel ranks (parallel.Mesh.ZeroShard), and
+// each reduce-scattered range is averaged over the replicas.
 type ZeRO struct {
 	*AdamW // hyperparameters and the step count; it holds no moments
 
@@ -94,7 +100,9 @@ func memoryModes(cfg config.Config) string {
 	}
 	if cfg.Zero > 0 {
 		s += fmt.Sprintf(" + ZeRO-%d", cfg.Zero)
-		if cfg.ZeroGroup != "" {
+		if cfg.ZeroGroup == "node" {
+			s += " over each node's dp ranks (hybrid)"
+		} else if cfg.ZeroGroup != "" {
 			s += " over groups of " + cfg.ZeroGroup + " dp ranks (hybrid)"
 		}
 	}
@@ -115,7 +123,7 @@ func NewZeRO1(dev tensor.Device, params []*parallel.Param, dp, tp nccl.Comm, wei
 // before the block runs; the others are bucketed as NewZeRO1's.
 func NewBlockZeRO(dev tensor.Device, set *parallel.ParamSet, dp, tp nccl.Comm, weightDecay, clip float64, bucketElems int) (*ZeRO, error) {
 	if len(set.Blocks()) > 0 && set.BlockGrads() == nil {
-		return nil, fmt.Errorf("zero 2: the blocks' gradients are not shared")
+		return nil, fmt.Errorf("zero: the blocks' gradients are not shared (stages 2 and 3 need the model's shared buffer)")
 	}
 	return newZeRO(dev, set.Params(), set, dp, tp, weightDecay, clip, bucketElems)
 }
@@ -182,7 +190,7 @@ func newZeRO(dev tensor.Device, params []*parallel.Param, set *parallel.ParamSet
 		if early[bi] {
 			if b.per*size > blockGrads.Len() {
 				z.Close()
-				return nil, fmt.Errorf("zero 2: a block of %d gradients, padded to %d, in a shared buffer of %d", b.n, b.per*size, blockGrads.Len())
+				return nil, fmt.Errorf("zero: a block of %d gradients, padded to %d, in a shared buffer of %d", b.n, b.per*size, blockGrads.Len())
 			}
 			b.blockFlat, b.fresh, b.data = blockGrads.View(0, b.per*size), true, set.BlockShard(slices.Index(blockBucket, bi))
 			if b.data != nil && b.data.Len() != b.per {
@@ -191,7 +199,7 @@ func newZeRO(dev tensor.Device, params []*parallel.Param, set *parallel.ParamSet
 			}
 			if b.grad, err = dev.Alloc(b.per); err != nil {
 				z.Close()
-				return nil, fmt.Errorf("zero-2 gradients: %w", err)
+				return nil, fmt.Errorf("zero gradients: %w", err)
 			}
 			scratch = max(scratch, b.per)
 		}
@@ -318,7 +326,7 @@ func (z *ZeRO) reduceScatter() error {
 		b := &z.buckets[i]
 		switch {
 		case b.grad != nil && b.fresh:
-			return fmt.Errorf("zero 2: bucket %d of %d, a block's, got no gradient this step", i+1, len(z.buckets))
+			return fmt.Errorf("zero: bucket %d of %d, a block's, got no gradient this step", i+1, len(z.buckets))
 		case b.grad != nil: // reduced as the block's backward ended
 		default:
 			if err := z.reduceScatterBucket(b); err != nil {
@@ -335,7 +343,7 @@ func (z *ZeRO) reduceScatter() error {
 // (blockGrads.reduce).
 func (z *ZeRO) reduceBlock(l int) error {
 	if l < 0 || l >= len(z.blockBucket) {
-		return fmt.Errorf("zero 2: block %d of %d", l, len(z.blockBucket))
+		return fmt.Errorf("zero: block %d of %d", l, len(z.blockBucket))
 	}
 	b := &z.buckets[z.blockBucket[l]]
 	dst := b.grad
@@ -343,10 +351,10 @@ func (z *ZeRO) reduceBlock(l int) error {
 		dst = z.shard.View(0, b.per)
 	}
 	if err := z.dp.ReduceScatter(dst, b.blockFlat, nccl.Avg); err != nil {
-		return fmt.Errorf("zero-2 gradient reduce-scatter (block %d): %w", l, err)
+		return fmt.Errorf("zero gradient reduce-scatter (block %d): %w", l, err)
 	}
 	if err := z.overReplicas(dst); err != nil {
-		return fmt.Errorf("zero-2 gradient all-reduce over the replicas (block %d): %w", l, err)
+		return fmt.Errorf("zero gradient all-reduce over the replicas (block %d): %w", l, err)
 	}
 	if !b.fresh {
 		z.dev.Add(b.grad, b.grad, dst)

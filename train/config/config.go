@@ -574,6 +574,9 @@ func (c Config) ZeroShards(ranksPerNode int) (int, error) {
 			return 0, fmt.Errorf("zero_group node: %d ranks a node do not hold whole tensor-parallel groups of %d", ranksPerNode, tp)
 		}
 		n := min(ranksPerNode/tp, dp)
+		if n < 2 {
+			return 0, fmt.Errorf("zero_group node: a node holds one data-parallel rank (%d ranks of tp %d): nothing to shard within it; leave out zero_group to shard over all %d", ranksPerNode, tp, dp)
+		}
 		if dp%n != 0 {
 			return 0, fmt.Errorf("zero_group node: the %d data-parallel ranks of a node do not divide the data-parallel degree %d", n, dp)
 		}

@@ -53,7 +53,7 @@ type RunConfig struct {
 }
 
 // Layout is the job's parallel layout in words: "pp 2 x tp 2 x dp 1"
-// (no pp for one stage), then "+ sp", "+ ZeRO-1" (or -2) and "+ recompute full"
+// (no pp for one stage), then "+ sp", "+ ZeRO-1" (to -3) and "+ recompute full"
 // when used; "-" when unknown.
 func (c RunConfig) Layout() string {
 	if c.TP == 0 {

@@ -79,6 +79,9 @@ func (l Layout) Flags() string {
 // apply is cfg laid out as l.
 func (l Layout) apply(cfg config.Config) config.Config {
 	cfg.TP, cfg.PP, cfg.SP, cfg.Zero, cfg.BatchSize, cfg.PPSplit = l.TP, 0, l.SP, l.Zero, l.BatchSize, ""
+	if l.Zero == 0 {
+		cfg.ZeroGroup = "" // hybrid sharding is ZeRO's: a layout without ZeRO has none
+	}
 	cfg.Recompute = l.Recompute
 	cfg.GradAccum, cfg.MicroBatches = l.Micro, 0
 	if l.PP > 1 {

@@ -131,7 +131,7 @@ func StepGemms(cfg config.Config, vocab int) ([]GemmCount, error) {
 // those kernels and the gradient it zeroes, as the plan charges them. 0
 // when the GEMMs and the optimizer take the whole step.
 func CalibrateElementwise(cfg config.Config, vocab int, stepS float64, r *CPURates, threads int) (float64, error) {
-	cfg.NTasks, cfg.TP, cfg.PP, cfg.GradAccum, cfg.SP, cfg.Zero = 1, 1, 0, 1, false, 0
+	cfg.NTasks, cfg.TP, cfg.PP, cfg.GradAccum, cfg.SP, cfg.Zero, cfg.ZeroGroup = 1, 1, 0, 1, false, 0, ""
 	if err := cfg.Validate(); err != nil {
 		return 0, err
 	}

@@ -22,11 +22,14 @@
 // follows the collectives one for one too: the test checks the bytes and
 // the collectives of a step against the engine's counters (nccl.Stats).
 //
-// Sequence parallelism (config.Config.SP) and ZeRO-1 (config.Config.Zero) are
+// Sequence parallelism (config.Config.SP) and ZeRO (config.Config.Zero) are
 // modelled buffer for buffer as the rest: the sequence-parallel region's
 // activations per rank fall by tp, against the region's shared
-// full-sequence buffers (Memory.SPBuffers), and ZeRO-1 keeps the AdamW
-// moments of this data-parallel rank's range of every gradient bucket.
+// full-sequence buffers (Memory.SPBuffers); ZeRO-1 keeps the AdamW
+// moments of this data-parallel rank's range of every gradient bucket,
+// ZeRO-2 also the blocks' gradients (one block's whole in a shared
+// buffer), ZeRO-3 the blocks' values too; hybrid sharding cuts the ranges
+// over ZeRO's group of the data-parallel ranks instead of all of them.
 //
 // A pipeline (config.Config.PP > 1) is modelled stage by stage (Plan.Stages):
 // stage s holds its blocks' saved activations for the pp-s micro-batches
@@ -43,7 +46,7 @@
 // computes the recomputed part of the forward again.
 //
 // Auto (auto.go) plans every layout of a job's tasks and global batch the
-// engine runs (tp x pp x dp, sequence parallelism, ZeRO-1, micro-batches)
+// engine runs (tp x pp x dp, sequence parallelism, ZeRO 1-3, micro-batches)
 // and ranks those that fit by predicted tokens/s, saying why.
 //
 // AtScale (scale.go, on the clusters of cluster.go) is a second model, for
@@ -98,9 +101,11 @@ type Plan struct {
 	PP          int    `json:"pp,omitempty"` // pipeline stages (0: none); Memory and Time are one stage's
 	Nodes       int    `json:"nodes"`
 	// SP is sequence parallelism (--sp) and Zero the ZeRO stage (--zero:
-	// 0 or 1), as the config asks.
-	SP   bool `json:"sp,omitempty"`
-	Zero int  `json:"zero,omitempty"`
+	// 0 to 3), as the config asks; ZeroShards the data-parallel ranks ZeRO
+	// shards over (DP, or the group of hybrid sharding).
+	SP         bool `json:"sp,omitempty"`
+	Zero       int  `json:"zero,omitempty"`
+	ZeroShards int  `json:"zero_shards,omitempty"`
 	// Recompute is the activation recomputation (--recompute): "",
 	// selective or full.
 	Recompute string `json:"recompute,omitempty"`
@@ -140,8 +145,8 @@ type Memory struct {
 	Params int64 `json:"params"` // this rank's shard of the weights
 	Grads  int64 `json:"grads"`  // their gradients
 	// Optimizer is AdamW's two moments: of every parameter, or with
-	// ZeRO-1 of this data-parallel rank's range of every gradient bucket
-	// (each bucket padded to a multiple of dp).
+	// ZeRO of this data-parallel rank's range of every gradient bucket
+	// (each bucket padded to a multiple of ZeRO's ranks).
 	Optimizer int64 `json:"optimizer"`
 	Masters   int64 `json:"masters"` // fp32 master weights: 0, the weights are fp32
 	// ActivationsPerBlock is what one transformer block keeps for its
@@ -181,7 +186,7 @@ type Memory struct {
 	StepScalars int64 `json:"step_scalars"`
 	// GradBucket is the device buffer the data-parallel gradient
 	// all-reduce packs buckets into (dp > 1, when a bucket holds more than
-	// one gradient; with ZeRO-1 the biggest bucket that is packed, padded,
+	// one gradient; with ZeRO the biggest bucket that is packed, padded,
 	// and its 1/dp range, and four scalars on a GPU).
 	GradBucket int64 `json:"grad_bucket"`
 	// EnginePeak is what the engine's accounting (tensor.MemStats.Peak,
@@ -315,14 +320,24 @@ func New(r Request) (*Plan, error) {
 			p.Stages = append(p.Stages, Stage{Stage: stage, Blocks: split[stage], InFlight: int(s.inFlight), Memory: m, Time: t})
 		}
 	}
+	if stages[0].zero {
+		p.ZeroShards = int(stages[0].zdp)
+	}
 	p.Headroom = r.Device.MemBytes - p.Memory.Total
 	p.Fits = p.Headroom >= 0
 	modes := ""
 	if cfg.SP && cfg.TP > 1 {
 		modes += fmt.Sprintf("; sequence parallelism splits the layer norms' and residuals' activations over tp %d", cfg.TP)
 	}
-	if cfg.Zero == 1 && cfg.DP() > 1 {
-		modes += fmt.Sprintf("; ZeRO-1 keeps 1/%d of the AdamW moments", cfg.DP())
+	if s := stages[0]; s.zero {
+		kept := "the AdamW moments"
+		switch {
+		case s.zero3:
+			kept = "the blocks' weights and gradients and of the AdamW moments, one block gathered whole at a time"
+		case s.zero2:
+			kept = "the blocks' gradients and of the AdamW moments"
+		}
+		modes += fmt.Sprintf("; ZeRO-%d keeps 1/%d of %s", cfg.Zero, s.zdp, kept)
 	}
 	if pp := cfg.Stages(); pp > 1 {
 		p.Notes = append(p.Notes, fmt.Sprintf("pp %d: memory is the stage that needs the most, stage s holding the activations of pp-s micro-batches in flight; the step is the slowest stage's, stretched by the 1F1B bubble (p-1)/(m+p-1) = %.2f, with the point-to-point transfers; it leaves out the tied embedding's gradient all-reduce between the first and the last stage and the small collectives over the stages (the loss, the gradient norm)",
@@ -374,7 +389,7 @@ type shapes struct {
 	first, last bool
 	inFlight    int64
 	m           int64 // micro-batches a step
-	sp, zero    bool  // sequence parallelism (tp > 1); ZeRO-1 or -2 (dp > 1)
+	sp, zero    bool  // sequence parallelism (tp > 1); ZeRO, any stage (dp > 1)
 	zdp         int64 // the data-parallel ranks ZeRO shards over (config.Config.ZeroShards)
 	zero2       bool  // ZeRO-2 (and 3): each block's gradients reduce-scattered as its backward ends
 	zero3       bool  // ZeRO-3: each block's values gathered before its forward and its backward
@@ -603,10 +618,10 @@ func (s shapes) memory(dev Device) Memory {
 		m.Blocks = (s.L*s.inFlight*s.blockSavedElems() + s.blockScratchElems()) * f32
 	}
 	// train.GradSync's biggest bucket, allocated when a bucket packs more
-	// than one gradient (one is all-reduced in place); or, with ZeRO-1,
-	// train.ZeRO1's biggest packed bucket, padded, and its 1/dp range (a
+	// than one gradient (one is all-reduced in place); or, with ZeRO,
+	// train.ZeRO's biggest packed bucket, padded, and its 1/dp range (a
 	// bucket of one tensor that needs no padding runs in place); on the
-	// GPU also ZeRO-1's four device scalars.
+	// GPU also ZeRO's four device scalars.
 	var bucket int64
 	multi := false
 	for _, b := range s.buckets {
@@ -614,8 +629,8 @@ func (s shapes) memory(dev Device) Memory {
 		multi = multi || b.Tensors > 1
 	}
 	// train's gradNorm: the float64 squares of the norm's list, their
-	// all-gather over the largest group it sums or joins over (tp, ZeRO-1's
-	// dp, pp), and the norm, the clip scale and the loss.
+	// all-gather over the largest group it sums or joins over (tp, ZeRO's
+	// dp ranks, pp), and the norm, the clip scale and the loss.
 	n, widest := 2*max(s.normEntries, 1), max(s.tp, s.pp)
 	if s.zero {
 		widest = max(widest, s.zdp)

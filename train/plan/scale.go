@@ -156,8 +156,8 @@ func AtScale(r ScaleRequest) (*Plan, error) {
 		return nil, fmt.Errorf("plan --cluster: tp %d is more than the %d GPUs of a %s node: a tensor-parallel group stays in a node", cfg.TP, G, c.Name)
 	case cfg.NTasks > G && cfg.NTasks%G != 0:
 		return nil, fmt.Errorf("plan --cluster: %d tasks do not fill nodes of %d GPUs", cfg.NTasks, G)
-	case cfg.SP || cfg.Zero == 1 || (cfg.Recompute != "" && cfg.Recompute != "full"):
-		return nil, fmt.Errorf("plan --cluster models Megatron-LM's training as Narayanan et al. ran it: full recomputation, no sequence parallelism, no ZeRO; leave out --sp, --zero 1 and --recompute %s", cfg.Recompute)
+	case cfg.SP || cfg.Zero > 0 || (cfg.Recompute != "" && cfg.Recompute != "full"):
+		return nil, fmt.Errorf("plan --cluster models Megatron-LM's training as Narayanan et al. ran it: full recomputation, no sequence parallelism, no ZeRO; leave out --sp, --zero %d and --recompute %s", cfg.Zero, cfg.Recompute)
 	}
 	split, err := stageSplit(cfg)
 	if err != nil {

@@ -31,8 +31,11 @@ func (pl *Plan) WriteText(w io.Writer, sug []Suggestion) error {
 	if pl.SP {
 		modes += " + sequence parallel"
 	}
-	if pl.Zero == 1 {
-		modes += " + ZeRO-1"
+	if pl.Zero > 0 {
+		modes += fmt.Sprintf(" + ZeRO-%d", pl.Zero)
+		if pl.ZeroShards > 0 && pl.ZeroShards < pl.DP {
+			modes += fmt.Sprintf(" over groups of %d (hybrid)", pl.ZeroShards)
+		}
 	}
 	if pl.Recompute != "" {
 		modes += " + recompute " + pl.Recompute
@@ -51,11 +54,18 @@ func (pl *Plan) WriteText(w io.Writer, sug []Suggestion) error {
 	} else {
 		fmt.Fprintln(w, "\nmemory per rank (every rank alike)")
 	}
-	row("parameters", m.Params, "this rank's shard, fp32")
-	row("gradients", m.Grads, "")
+	params, grads := "this rank's shard, fp32", ""
+	if pl.Zero >= 2 && pl.ZeroShards > 0 {
+		grads = fmt.Sprintf("ZeRO-%d: this rank's 1/%d of the blocks', one block's whole", pl.Zero, pl.ZeroShards)
+		if pl.Zero == 3 {
+			params += fmt.Sprintf("; ZeRO-3: this rank's 1/%d of the blocks', one block gathered whole", pl.ZeroShards)
+		}
+	}
+	row("parameters", m.Params, params)
+	row("gradients", m.Grads, grads)
 	moments := "m and v, fp32"
-	if pl.Zero == 1 {
-		moments += fmt.Sprintf(", ZeRO-1: this rank's 1/%d of each bucket", pl.DP)
+	if pl.Zero > 0 && pl.ZeroShards > 0 {
+		moments += fmt.Sprintf(", ZeRO-%d: this rank's 1/%d of each bucket", pl.Zero, pl.ZeroShards)
 	}
 	row("AdamW moments", m.Optimizer, moments)
 	row("fp32 masters", m.Masters, "none: the weights are fp32")
