@@ -197,7 +197,7 @@ func (res StepCUDAResult) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "peer               PyTorch eager on the same step: python3 bench/pytorch/gpt2_step.py --bsz %d --seq %d\n", res.Bsz, res.Seq)
 }
 
-// StepZeROResult is hpcrun bench step --dp N --zero S on the CPU: the same
+// StepZeROResult is hpcrun bench step --nproc N --zero S on the CPU: the same
 // data-parallel step at ZeRO-1 and at stage S, timed in the same run.
 type StepZeROResult struct {
 	Model   string         `json:"model"`
@@ -228,7 +228,7 @@ type ZeROStepTime struct {
 // rounds of each so that both see the same machine.
 func StepZeRO(cfg trainconfig.Config, dp, zero, threads, warmup, steps int) (StepZeROResult, error) {
 	if dp < 2 || zero < 2 || zero > 3 {
-		return StepZeROResult{}, fmt.Errorf("bench step: --dp %d --zero %d: compare ZeRO-2 or -3 with ZeRO-1 at dp >= 2", dp, zero)
+		return StepZeROResult{}, fmt.Errorf("bench step: --nproc %d --zero %d: compare ZeRO-2 or -3 with ZeRO-1 at 2 data-parallel ranks or more", dp, zero)
 	}
 	tensor.SetGemmThreads(threads)
 	res := StepZeROResult{Model: cfg.Preset, Bsz: cfg.BatchSize, Seq: cfg.Seq, DP: dp, Threads: threads}
@@ -261,7 +261,7 @@ func StepZeRO(cfg trainconfig.Config, dp, zero, threads, warmup, steps int) (Ste
 	return res, nil
 }
 
-// WriteText prints the result as hpcrun bench step --dp does.
+// WriteText prints the result as hpcrun bench step --nproc does.
 func (res StepZeROResult) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "bench step: %s (%.1fM params), bsz %d x seq %d a rank, dp %d in one process, %d threads a rank, cpu\n",
 		res.Model, float64(res.Params)/1e6, res.Bsz, res.Seq, res.DP, res.Threads)

@@ -27,7 +27,7 @@ func benchStepCommand() *cli.Command {
 			"With --device cuda the step runs on a GPU and reports tokens/s and peak memory; the\n" +
 			"peer is PyTorch eager on the same model and batch, run beside it by\n" +
 			"bench/pytorch/gpt2_step.py (bench/pytorch/gpu-check.sh runs both).\n\n" +
-			"With --dp N (N > 1) N data-parallel ranks run in this process on the CPU, and the\n" +
+			"With --nproc N (N > 1) N data-parallel ranks run in this process on the CPU, and the\n" +
 			"step at --zero 2 or 3 is timed beside the same step at ZeRO-1, in the same run:\n" +
 			"the step time and the engine peak a rank of each, and their ratios.",
 		Flags: []cli.Flag{
@@ -40,8 +40,8 @@ func benchStepCommand() *cli.Command {
 			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu, or cuda (a GPU through the CUDA backend)"},
 			&cli.IntFlag{Name: "gpu", Usage: "CUDA device ordinal (--device cuda)"},
 			&cli.StringFlag{Name: "precision", Value: "fp32", Usage: "CUDA matmul precision: fp32, tf32 or bf16 (--device cuda)"},
-			&cli.IntFlag{Name: "dp", Value: 1, Usage: "data-parallel ranks in this process (cpu); above 1, the step at --zero against ZeRO-1's, same run"},
-			&cli.IntFlag{Name: "zero", Value: 3, Usage: "the ZeRO stage set beside ZeRO-1's (--dp above 1): 2 or 3"},
+			&cli.IntFlag{Name: "nproc", Value: 1, Usage: "data-parallel ranks in this process (cpu); above 1, the step at --zero against ZeRO-1's, same run"},
+			&cli.IntFlag{Name: "zero", Value: 3, Usage: "the ZeRO stage set beside ZeRO-1's (--nproc above 1): 2 or 3"},
 		},
 		Action: runBenchStep,
 	}
@@ -68,7 +68,7 @@ func runBenchStep(c *cli.Context) error {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	if dp := c.Int("dp"); dp > 1 {
+	if dp := c.Int("nproc"); dp > 1 {
 		res, err := bench.StepZeRO(cfg, dp, c.Int("zero"), max(threads/dp, 1), c.Int("warmup"), steps)
 		if err != nil {
 			return cli.Exit(err.Error(), 1)

@@ -239,7 +239,13 @@ func TestE2EKilledRunIsFailed(t *testing.T) {
 		s := e.submit(args...)
 		waitForSteps(t, s.RunDir, 3)
 		if victim == "ranks" {
-			for _, pid := range rankPids(s.RunDir) {
+			// Stopped first, all of them: a rank that outlived its peer by
+			// a moment would notice and write its own end line.
+			pids := rankPids(s.RunDir)
+			for _, pid := range pids {
+				syscall.Kill(pid, syscall.SIGSTOP)
+			}
+			for _, pid := range pids {
 				syscall.Kill(pid, syscall.SIGKILL)
 			}
 		} else {
