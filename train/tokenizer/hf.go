@@ -65,8 +65,24 @@ type preStep func(piece string) ([]string, error)
 // matchTimeout bounds one regular-expression match of a tokenizer.json
 // pattern: a pattern that backtracks catastrophically ((a+)+$ on a long run
 // of a's) fails the encoding instead of spinning forever. Legitimate
-// pre-tokenizer patterns match a piece in microseconds.
-const matchTimeout = 2 * time.Second
+// pre-tokenizer patterns match a piece in microseconds; the budget is
+// large because it is wall-clock time, which a loaded machine stretches.
+const matchTimeout = 5 * time.Second
+
+// match runs one step of a match (find), and again when regexp2 reports a
+// timeout that fired before half of matchTimeout had passed: its shared
+// clock, a goroutine that a loaded machine can starve, may jump past the
+// deadline of a match that has just started (a known regexp2 race). A
+// genuine runaway still fails, after the budget.
+func match(find func() (*regexp2.Match, error)) (*regexp2.Match, error) {
+	for tries := 0; ; tries++ {
+		start := time.Now()
+		m, err := find()
+		if err == nil || tries == 3 || time.Since(start) >= matchTimeout/2 || !strings.Contains(err.Error(), "match timeout") {
+			return m, err
+		}
+	}
+}
 
 // compilePattern compiles a tokenizer.json pattern with matchTimeout.
 func compilePattern(expr string) (*regexp2.Regexp, error) {
@@ -537,7 +553,7 @@ func splitStep(re *regexp2.Regexp, removed bool) preStep {
 		var out []string
 		runes := []rune(p)
 		last := 0
-		m, err := re.FindRunesMatch(runes)
+		m, err := match(func() (*regexp2.Match, error) { return re.FindRunesMatch(runes) })
 		for m != nil {
 			if m.Index > last {
 				out = append(out, string(runes[last:m.Index]))
@@ -546,7 +562,8 @@ func splitStep(re *regexp2.Regexp, removed bool) preStep {
 				out = append(out, string(runes[m.Index:m.Index+m.Length]))
 			}
 			last = m.Index + m.Length
-			m, err = re.FindNextMatch(m)
+			prev := m
+			m, err = match(func() (*regexp2.Match, error) { return re.FindNextMatch(prev) })
 		}
 		if err != nil {
 			return nil, matchError("pre_tokenizer pattern", re, last, err)
@@ -620,7 +637,7 @@ func (t *HF) encode(ids []int, text string) ([]int, error) {
 	}
 	runes := []rune(text)
 	last := 0
-	m, err := t.addedRE.FindRunesMatch(runes)
+	m, err := match(func() (*regexp2.Match, error) { return t.addedRE.FindRunesMatch(runes) })
 	for m != nil {
 		if ids, err = t.encodeText(ids, string(runes[last:m.Index]), last == 0); err != nil {
 			return ids, err
@@ -632,7 +649,8 @@ func (t *HF) encode(ids []int, text string) ([]int, error) {
 			}
 		}
 		last = m.Index + m.Length
-		m, err = t.addedRE.FindNextMatch(m)
+		prev := m
+		m, err = match(func() (*regexp2.Match, error) { return t.addedRE.FindNextMatch(prev) })
 	}
 	if err != nil {
 		return ids, matchError("added tokens' pattern", t.addedRE, last, err)

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dlclark/regexp2"
 	tiktoken "github.com/pkoukk/tiktoken-go"
 	tiktokenloader "github.com/pkoukk/tiktoken-go-loader"
 )
@@ -419,4 +421,30 @@ func FuzzParseHFTokenizer(f *testing.F) {
 		}
 		tok.Decode(ids)
 	})
+}
+
+// A timeout regexp2 reports at once (its starved clock jumped) is retried;
+// one that keeps coming, or another error, is returned.
+func TestMatchRetriesSpuriousTimeouts(t *testing.T) {
+	spurious := errors.New("match timeout after 5s on input `x`")
+	calls := 0
+	m, err := match(func() (*regexp2.Match, error) {
+		calls++
+		if calls == 1 {
+			return nil, spurious
+		}
+		return nil, nil
+	})
+	if err != nil || m != nil || calls != 2 {
+		t.Errorf("a spurious timeout: %v after %d calls, want a retry that succeeds", err, calls)
+	}
+	calls = 0
+	if _, err := match(func() (*regexp2.Match, error) { calls++; return nil, spurious }); err != spurious || calls != 4 {
+		t.Errorf("timeouts every time: %v after %d calls, want the timeout after 4", err, calls)
+	}
+	other := errors.New("some other failure")
+	calls = 0
+	if _, err := match(func() (*regexp2.Match, error) { calls++; return nil, other }); err != other || calls != 1 {
+		t.Errorf("another error: %v after %d calls, want it at once", err, calls)
+	}
 }
