@@ -2,10 +2,8 @@ package train
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +11,7 @@ import (
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/data"
+	"github.com/hpcrun/hpcrun/train/internal/traintest"
 	"github.com/hpcrun/hpcrun/train/metrics"
 )
 
@@ -41,28 +40,12 @@ func runInProcess(t *testing.T, cfg config.Config, runDir string) *Result {
 	return res0
 }
 
-func smallConfig(model string) config.Config {
-	cfg := config.DefaultConfig()
-	cfg.Model = model
-	cfg.Layers, cfg.Dim, cfg.Heads, cfg.Seq = 2, 32, 4, 16
-	cfg.BatchSize, cfg.Steps, cfg.Warmup, cfg.EvalEvery, cfg.EvalSamples = 8, 20, 5, 0, 32
-	cfg.Samples = 2048
-	return cfg
-}
-
-func textFile(t *testing.T) string {
-	t.Helper()
-	var sb strings.Builder
-	words := []string{"alpha", "beta", "gamma", "delta", "epsilon"}
-	for i := 0; sb.Len() < 20000; i++ {
-		fmt.Fprintf(&sb, "%s %s %d. ", words[i%5], words[(i*3+1)%5], i%7)
-	}
-	p := filepath.Join(t.TempDir(), "text.txt")
-	if err := os.WriteFile(p, []byte(sb.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
+// The tests' shared model, text and NumPy (package traintest).
+var (
+	smallConfig = traintest.SmallConfig
+	textFile    = traintest.TextFile
+	numpyPython = traintest.NumpyPython
+)
 
 // The Hugging Face tokenizer fixtures of package tokenizer, described in
 // tokenizer/testdata/hf/README.md.

@@ -12,19 +12,6 @@ import (
 	"github.com/hpcrun/hpcrun/train/tokenizer"
 )
 
-// numpyPython is a python3 that imports NumPy (Debian's python3-numpy):
-// the one on PATH, else the system's.
-func numpyPython(t *testing.T) string {
-	t.Helper()
-	for _, py := range []string{"python3", "/usr/bin/python3"} {
-		if exec.Command(py, "-c", "import numpy").Run() == nil {
-			return py
-		}
-	}
-	t.Fatal("no python3 with NumPy: install python3-numpy (.ci/run does)")
-	return ""
-}
-
 // scripts/tiny_llama.py, the Llama reference the engine's Llama will be
 // checked against: its vectorised forward agrees with its loop-by-loop
 // one (selftest), and the directory it makes is what Hugging Face writes:
