@@ -187,6 +187,7 @@ func (d *Device) loadKernels(o Options) error {
 		return fmt.Errorf("loading the kernels compiled for %s by NVRTC %d.%d (is the driver older than NVRTC?): %w", d.arch, l.nvrtc.major, l.nvrtc.minor, err)
 	}
 	d.fromCache = fromCache
+	dynShared := flashKernels()
 	for _, k := range kernels {
 		name := k.name
 		var f uintptr
@@ -196,6 +197,12 @@ func (d *Device) loadKernels(o Options) error {
 		}
 		if err := d.checkFunc(name, f, k.maxThreads); err != nil {
 			return err
+		}
+		if bytes := dynShared[name]; bytes > defaultDynShared {
+			const maxDynShared = 8 // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+			if err := l.cuErr("cuFuncSetAttribute("+name+")", call(l.cu.funcSetAttribute, f, maxDynShared, uintptr(bytes))); err != nil {
+				return fmt.Errorf("kernel %s needs %d bytes of shared memory on %s: %w", name, bytes, d.arch, err)
+			}
 		}
 		d.fn[name] = f
 	}

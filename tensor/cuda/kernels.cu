@@ -600,3 +600,356 @@ extern "C" __global__ void sum_finish_f32(float* out, const double* part, int np
     double v = (double)alpha * s;
     out[0] = accumulate ? (float)((double)out[0] + v) : (float)v;
 }
+
+// --- fused causal attention (FlashAttention-2, Dao 2023) ---
+//
+// Attention over a packed qkv activation without the (T,T) scores in
+// memory: a block takes 64 query rows (16 a warp) of one head and walks
+// the key tiles, keeping each row's running max m and sum l (online
+// softmax) and its output in registers; the scores and products run on
+// tensor cores (mma.sync m16n8k16, bf16 operands rounded to nearest even,
+// float32 sums). The backward recomputes the probabilities from the saved
+// log-sum-exp: one kernel takes a key tile and walks the queries (dK, dV;
+// a key/value head gathers its group's query heads), another takes a
+// query tile and walks the keys (dQ), so every gradient is summed by one
+// block in a fixed order: deterministic, with no atomics.
+//
+// qkv rows are W floats; kv head j's columns start at j*A, its g query
+// heads at j*A + q0 + r*hd (r < g), its key at j*A + k0 and value at
+// j*A + v0 (GPT's [q | k | v]: A = hd, q0 = 0, k0 = C, v0 = 2C; Llama's
+// groups [q.. | k | v]: A = (g+2)*hd, k0 = g*hd, v0 = (g+1)*hd). out and
+// dout are (B,T,nh*hd); lse and delta are (B,nh,T). Key j is visible to
+// query i when j < T, j <= i under causal, and keyValid[b*T+j] != 0 where
+// keyValid is given; a row with no visible key outputs 0 (lse +inf).
+// Grids: (ceil(T/64), heads, B), 128 threads, dynamic shared memory
+// flash_shared_bytes (kernels.go's flashShared).
+
+#define FA_ROWS 64
+#define FA_THREADS 128
+#define FA_PAD 8
+#define FA_BOUNDS __launch_bounds__(FA_THREADS)
+#define POS_INF __int_as_float(0x7f800000)
+
+#ifndef HPCRUN_CPUSIM
+// The warp's matrix instructions as PTX defines them (sm_80 and later);
+// the CPU simulation defines the same functions on its fibers.
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    unsigned a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+#if __CUDA_ARCH__ >= 800
+__device__ __forceinline__ void mma_bf16_16816(float* d, const unsigned* a, const unsigned* b, const float* c) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+                   "f"(c[3]));
+}
+__device__ __forceinline__ void ldmatrix_x2(unsigned* r, const void* row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(row)));
+}
+__device__ __forceinline__ void ldmatrix_x4(unsigned* r, const void* row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(row)));
+}
+__device__ __forceinline__ void ldmatrix_x2_trans(unsigned* r, const void* row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(row)));
+}
+#else
+// Before sm_80 there are no bf16 tensor cores: the Go side never
+// launches the fused kernels there (Device.FusedAttentionUnsupported).
+__device__ __forceinline__ void mma_bf16_16816(float*, const unsigned*, const unsigned*, const float*) { asm("trap;"); }
+__device__ __forceinline__ void ldmatrix_x2(unsigned*, const void*) { asm("trap;"); }
+__device__ __forceinline__ void ldmatrix_x4(unsigned*, const void*) { asm("trap;"); }
+__device__ __forceinline__ void ldmatrix_x2_trans(unsigned*, const void*) { asm("trap;"); }
+#endif
+#endif
+
+// fa_pack rounds two floats to bf16, lo in the low half.
+__device__ __forceinline__ unsigned fa_pack(float lo, float hi) {
+    return (unsigned)bf16_round(lo) | (unsigned)bf16_round(hi) << 16;
+}
+
+// fa_stage rounds a FA_ROWS x HD tile to bf16 into shared memory (rows
+// HD+FA_PAD apart, so that ldmatrix's eight rows fall in different
+// banks): row r of src is ld floats after row r-1; rows from n on are 0.
+template <int HD>
+__device__ void fa_stage(bf16_t* dst, const float* src, long long ld, int n) {
+    for (int i = threadIdx.x; i < FA_ROWS * (HD / 2); i += blockDim.x) {
+        int r = i / (HD / 2), c = 2 * (i - r * (HD / 2));
+        float a = 0.f, b = 0.f;
+        if (r < n) {
+            a = src[r * ld + c];
+            b = src[r * ld + c + 1];
+        }
+        *(unsigned*)&dst[r * (HD + FA_PAD) + c] = fa_pack(a, b);
+    }
+}
+
+// fa_visible says whether query i sees key j.
+__device__ __forceinline__ bool fa_visible(int i, int j, int T, int causal, const int* valid) {
+    return i < T && j < T && (!causal || j <= i) && (!valid || valid[j]);
+}
+
+// fa_scores computes the warp's 16 x 64 block of A B^T into s: a (rows 16w..)
+// and b are tiles in shared memory, the k dimension HD; s[n] holds columns
+// 8n..8n+7 in the accumulator layout.
+template <int HD>
+__device__ __forceinline__ void fa_scores(float (*s)[4], const bf16_t* a, const bf16_t* b) {
+    const int LD = HD + FA_PAD;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int n = 0; n < FA_ROWS / 8; n++)
+        for (int e = 0; e < 4; e++) s[n][e] = 0.f;
+    for (int kk = 0; kk < HD / 16; kk++) {
+        unsigned af[4];
+        ldmatrix_x4(af, &a[(warp * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8]);
+        for (int n = 0; n < FA_ROWS / 8; n++) {
+            unsigned bf[2];
+            ldmatrix_x2(bf, &b[(n * 8 + (lane & 7)) * LD + kk * 16 + ((lane >> 3) & 1) * 8]);
+            mma_bf16_16816(s[n], af, bf, s[n]);
+        }
+    }
+}
+
+// fa_accumulate adds the warp's 16 x 64 block p (accumulator layout, as
+// fa_scores leaves it) times the 64 x HD tile v in shared memory into acc
+// (16 x HD, acc[dn] holding columns 8dn..8dn+7).
+template <int HD>
+__device__ __forceinline__ void fa_accumulate(float (*acc)[4], float (*p)[4], const bf16_t* v) {
+    const int LD = HD + FA_PAD;
+    int lane = threadIdx.x & 31;
+    for (int kk = 0; kk < FA_ROWS / 16; kk++) {
+        // The accumulator's layout of two column blocks is the A operand's.
+        unsigned pa[4] = {fa_pack(p[2 * kk][0], p[2 * kk][1]), fa_pack(p[2 * kk][2], p[2 * kk][3]),
+                          fa_pack(p[2 * kk + 1][0], p[2 * kk + 1][1]), fa_pack(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+        for (int dn = 0; dn < HD / 8; dn++) {
+            unsigned bf[2];
+            ldmatrix_x2_trans(bf, &v[(kk * 16 + (lane & 15)) * LD + dn * 8]);
+            mma_bf16_16816(acc[dn], pa, bf, acc[dn]);
+        }
+    }
+}
+
+template <int HD>
+__device__ void flash_forward(float* out, float* lse, const float* qkv, const int* keyValid, int T, int nh, int g,
+                              int W, int A, int q0, int k0, int v0, int causal, float scale) {
+    HPCRUN_DYNAMIC_SHARED(bf16_t, fa_smem);
+    const int LD = HD + FA_PAD;
+    bf16_t *sq = fa_smem, *sk = sq + FA_ROWS * LD, *sv = sk + FA_ROWS * LD;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
+    int i0 = blockIdx.x * FA_ROWS, h = blockIdx.y, b = blockIdx.z, kvh = h / g;
+    const float* rows = qkv + (long long)b * T * W + (long long)kvh * A;
+    const int* valid = keyValid ? keyValid + (long long)b * T : 0;
+    fa_stage<HD>(sq, rows + (long long)i0 * W + q0 + (h % g) * HD, W, min(FA_ROWS, T - i0));
+    float o[HD / 8][4], m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
+    for (int dn = 0; dn < HD / 8; dn++)
+        for (int e = 0; e < 4; e++) o[dn][e] = 0.f;
+    int row0 = i0 + warp * 16 + gq;  // this lane's rows: row0 and row0+8
+    int kend = causal ? min(T, i0 + FA_ROWS) : T;
+    for (int j0 = 0; j0 < kend; j0 += FA_ROWS) {
+        fa_stage<HD>(sk, rows + (long long)j0 * W + k0, W, min(FA_ROWS, T - j0));
+        fa_stage<HD>(sv, rows + (long long)j0 * W + v0, W, min(FA_ROWS, T - j0));
+        __syncthreads();
+        float s[FA_ROWS / 8][4];
+        fa_scores<HD>(s, sq, sk);
+        float mx[2] = {m[0], m[1]};
+        for (int n = 0; n < FA_ROWS / 8; n++)
+            for (int e = 0; e < 4; e++) {
+                float x = fa_visible(row0 + 8 * (e >> 1), j0 + n * 8 + 2 * tq + (e & 1), T, causal, valid) ? s[n][e] * scale
+                                                                                                            : NEG_INF;
+                s[n][e] = x;
+                mx[e >> 1] = fmaxf(mx[e >> 1], x);
+            }
+        for (int r = 0; r < 2; r++) {
+            // A row lies in the four lanes of a group.
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(FULL_MASK, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(FULL_MASK, mx[r], 2));
+            float corr = mx[r] == NEG_INF ? 1.f : expf(m[r] - mx[r]);
+            m[r] = mx[r];
+            l[r] *= corr;
+            for (int dn = 0; dn < HD / 8; dn++) {
+                o[dn][2 * r] *= corr;
+                o[dn][2 * r + 1] *= corr;
+            }
+        }
+        for (int n = 0; n < FA_ROWS / 8; n++)
+            for (int e = 0; e < 4; e++) {
+                float p = s[n][e] == NEG_INF ? 0.f : expf(s[n][e] - m[e >> 1]);
+                s[n][e] = p;
+                l[e >> 1] += p;
+            }
+        fa_accumulate<HD>(o, s, sv);
+        __syncthreads();
+    }
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(FULL_MASK, l[r], 1);
+        l[r] += __shfl_xor_sync(FULL_MASK, l[r], 2);
+        int row = row0 + 8 * r;
+        if (row >= T) continue;
+        float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+        float* dst = out + ((long long)b * T + row) * nh * HD + h * HD + 2 * tq;
+        for (int dn = 0; dn < HD / 8; dn++) {
+            dst[dn * 8] = o[dn][2 * r] * inv;
+            dst[dn * 8 + 1] = o[dn][2 * r + 1] * inv;
+        }
+        if (tq == 0) lse[((long long)b * nh + h) * T + row] = l[r] > 0.f ? m[r] + logf(l[r]) : POS_INF;
+    }
+}
+
+// flash_backward_delta: delta[b,h,i] = sum_d dout[b,i,h,d] * out[b,i,h,d],
+// one warp per (b, i, h) row of hd floats.
+extern "C" __global__ void flash_backward_delta(float* delta, const float* out, const float* dout, long long rows, int T,
+                                                int nh, int hd) {
+    int lane = threadIdx.x & 31;
+    long long warps = (long long)gridDim.x * (blockDim.x >> 5);
+    for (long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows; r += warps) {
+        const float* o = out + r * hd;
+        const float* d = dout + r * hd;
+        float s = 0.f;
+        for (int j = lane; j < hd; j += 32) s += o[j] * d[j];
+        s = warp_sum(s);
+        long long bt = r / nh, b = bt / T;
+        if (lane == 0) delta[(b * nh + r % nh) * T + bt % T] = s;
+    }
+}
+
+// flash_backward_dkdv: a block takes 64 keys of kv head blockIdx.y and
+// adds their dK and dV into dqkv, over the group's query heads and every
+// query tile that sees them.
+template <int HD>
+__device__ void flash_backward_dkdv(float* dqkv, const float* qkv, const float* dout, const float* lse,
+                                    const float* delta, const int* keyValid, int T, int nh, int g, int W, int A,
+                                    int q0, int k0, int v0, int causal, float scale) {
+    HPCRUN_DYNAMIC_SHARED(bf16_t, fa_smem);
+    const int LD = HD + FA_PAD;
+    bf16_t *sk = fa_smem, *sv = sk + FA_ROWS * LD, *sq = sv + FA_ROWS * LD, *sdo = sq + FA_ROWS * LD;
+    float *sl = (float*)(sdo + FA_ROWS * LD), *sd = sl + FA_ROWS;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
+    int j0 = blockIdx.x * FA_ROWS, kvh = blockIdx.y, b = blockIdx.z;
+    const float* rows = qkv + (long long)b * T * W + (long long)kvh * A;
+    const int* valid = keyValid ? keyValid + (long long)b * T : 0;
+    fa_stage<HD>(sk, rows + (long long)j0 * W + k0, W, min(FA_ROWS, T - j0));
+    fa_stage<HD>(sv, rows + (long long)j0 * W + v0, W, min(FA_ROWS, T - j0));
+    float dk[HD / 8][4], dv[HD / 8][4];
+    for (int dn = 0; dn < HD / 8; dn++)
+        for (int e = 0; e < 4; e++) dk[dn][e] = dv[dn][e] = 0.f;
+    int key0 = j0 + warp * 16 + gq;  // this lane's keys: key0 and key0+8
+    for (int r = 0; r < g; r++) {
+        int h = kvh * g + r;
+        const float* hl = lse + ((long long)b * nh + h) * T;
+        const float* hd = delta + ((long long)b * nh + h) * T;
+        for (int i0 = causal ? j0 : 0; i0 < T; i0 += FA_ROWS) {
+            int nq = min(FA_ROWS, T - i0);
+            fa_stage<HD>(sq, rows + (long long)i0 * W + q0 + r * HD, W, nq);
+            fa_stage<HD>(sdo, dout + ((long long)b * T + i0) * nh * HD + h * HD, (long long)nh * HD, nq);
+            for (int i = threadIdx.x; i < FA_ROWS; i += blockDim.x) {
+                sl[i] = i < nq ? hl[i0 + i] : POS_INF;
+                sd[i] = i < nq ? hd[i0 + i] : 0.f;
+            }
+            __syncthreads();
+            // P^T and dP^T: 16 keys x 64 queries.
+            float p[FA_ROWS / 8][4], dp[FA_ROWS / 8][4];
+            fa_scores<HD>(p, sk, sq);
+            fa_scores<HD>(dp, sv, sdo);
+            for (int n = 0; n < FA_ROWS / 8; n++)
+                for (int e = 0; e < 4; e++) {
+                    int qi = n * 8 + 2 * tq + (e & 1);
+                    float x = fa_visible(i0 + qi, key0 + 8 * (e >> 1), T, causal, valid) ? expf(p[n][e] * scale - sl[qi])
+                                                                                         : 0.f;
+                    p[n][e] = x;
+                    dp[n][e] = x * (dp[n][e] - sd[qi]);  // dS^T
+                }
+            fa_accumulate<HD>(dv, p, sdo);
+            fa_accumulate<HD>(dk, dp, sq);
+            __syncthreads();
+        }
+    }
+    for (int r = 0; r < 2; r++) {
+        int key = key0 + 8 * r;
+        if (key >= T) continue;
+        float* row = dqkv + ((long long)b * T + key) * W + (long long)kvh * A + 2 * tq;
+        for (int dn = 0; dn < HD / 8; dn++) {
+            row[k0 + dn * 8] += dk[dn][2 * r] * scale;
+            row[k0 + dn * 8 + 1] += dk[dn][2 * r + 1] * scale;
+            row[v0 + dn * 8] += dv[dn][2 * r];
+            row[v0 + dn * 8 + 1] += dv[dn][2 * r + 1];
+        }
+    }
+}
+
+// flash_backward_dq: a block takes 64 queries of head blockIdx.y and adds
+// their dQ into dqkv, over every key tile they see.
+template <int HD>
+__device__ void flash_backward_dq(float* dqkv, const float* qkv, const float* dout, const float* lse,
+                                  const float* delta, const int* keyValid, int T, int nh, int g, int W, int A, int q0,
+                                  int k0, int v0, int causal, float scale) {
+    HPCRUN_DYNAMIC_SHARED(bf16_t, fa_smem);
+    const int LD = HD + FA_PAD;
+    bf16_t *sq = fa_smem, *sdo = sq + FA_ROWS * LD, *sk = sdo + FA_ROWS * LD, *sv = sk + FA_ROWS * LD;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
+    int i0 = blockIdx.x * FA_ROWS, h = blockIdx.y, b = blockIdx.z, kvh = h / g;
+    const float* rows = qkv + (long long)b * T * W + (long long)kvh * A;
+    const int* valid = keyValid ? keyValid + (long long)b * T : 0;
+    int nq = min(FA_ROWS, T - i0);
+    fa_stage<HD>(sq, rows + (long long)i0 * W + q0 + (h % g) * HD, W, nq);
+    fa_stage<HD>(sdo, dout + ((long long)b * T + i0) * nh * HD + h * HD, (long long)nh * HD, nq);
+    int row0 = i0 + warp * 16 + gq;
+    float rl[2], rd[2];
+    for (int r = 0; r < 2; r++) {
+        int row = row0 + 8 * r;
+        rl[r] = row < T ? lse[((long long)b * nh + h) * T + row] : POS_INF;
+        rd[r] = row < T ? delta[((long long)b * nh + h) * T + row] : 0.f;
+    }
+    float dq[HD / 8][4];
+    for (int dn = 0; dn < HD / 8; dn++)
+        for (int e = 0; e < 4; e++) dq[dn][e] = 0.f;
+    int kend = causal ? min(T, i0 + FA_ROWS) : T;
+    for (int j0 = 0; j0 < kend; j0 += FA_ROWS) {
+        fa_stage<HD>(sk, rows + (long long)j0 * W + k0, W, min(FA_ROWS, T - j0));
+        fa_stage<HD>(sv, rows + (long long)j0 * W + v0, W, min(FA_ROWS, T - j0));
+        __syncthreads();
+        float p[FA_ROWS / 8][4], dp[FA_ROWS / 8][4];
+        fa_scores<HD>(p, sq, sk);
+        fa_scores<HD>(dp, sdo, sv);
+        for (int n = 0; n < FA_ROWS / 8; n++)
+            for (int e = 0; e < 4; e++) {
+                int r = e >> 1;
+                float x = fa_visible(row0 + 8 * r, j0 + n * 8 + 2 * tq + (e & 1), T, causal, valid)
+                              ? expf(p[n][e] * scale - rl[r])
+                              : 0.f;
+                dp[n][e] = x * (dp[n][e] - rd[r]);  // dS
+            }
+        fa_accumulate<HD>(dq, dp, sk);
+        __syncthreads();
+    }
+    for (int r = 0; r < 2; r++) {
+        int row = row0 + 8 * r;
+        if (row >= T) continue;
+        float* dst = dqkv + ((long long)b * T + row) * W + (long long)kvh * A + q0 + (h % g) * HD + 2 * tq;
+        for (int dn = 0; dn < HD / 8; dn++) {
+            dst[dn * 8] += dq[dn][2 * r] * scale;
+            dst[dn * 8 + 1] += dq[dn][2 * r + 1] * scale;
+        }
+    }
+}
+
+// The entry points, one per head size.
+#define FA_FWD_ARGS                                                                                                 \
+    float *out, float *lse, const float *qkv, const int *keyValid, int T, int nh, int g, int W, int A, int q0, int k0, \
+        int v0, int causal, float scale
+#define FA_BWD_ARGS                                                                                               \
+    float *dqkv, const float *qkv, const float *dout, const float *lse, const float *delta, const int *keyValid, \
+        int T, int nh, int g, int W, int A, int q0, int k0, int v0, int causal, float scale
+#define FA_FWD_CALL out, lse, qkv, keyValid, T, nh, g, W, A, q0, k0, v0, causal, scale
+#define FA_BWD_CALL dqkv, qkv, dout, lse, delta, keyValid, T, nh, g, W, A, q0, k0, v0, causal, scale
+
+extern "C" __global__ void FA_BOUNDS flash_forward_32(FA_FWD_ARGS) { flash_forward<32>(FA_FWD_CALL); }
+extern "C" __global__ void FA_BOUNDS flash_forward_64(FA_FWD_ARGS) { flash_forward<64>(FA_FWD_CALL); }
+extern "C" __global__ void FA_BOUNDS flash_forward_128(FA_FWD_ARGS) { flash_forward<128>(FA_FWD_CALL); }
+extern "C" __global__ void FA_BOUNDS flash_backward_dkdv_32(FA_BWD_ARGS) { flash_backward_dkdv<32>(FA_BWD_CALL); }
+extern "C" __global__ void FA_BOUNDS flash_backward_dkdv_64(FA_BWD_ARGS) { flash_backward_dkdv<64>(FA_BWD_CALL); }
+extern "C" __global__ void FA_BOUNDS flash_backward_dkdv_128(FA_BWD_ARGS) { flash_backward_dkdv<128>(FA_BWD_CALL); }
+extern "C" __global__ void FA_BOUNDS flash_backward_dq_32(FA_BWD_ARGS) { flash_backward_dq<32>(FA_BWD_CALL); }
+extern "C" __global__ void FA_BOUNDS flash_backward_dq_64(FA_BWD_ARGS) { flash_backward_dq<64>(FA_BWD_CALL); }
+extern "C" __global__ void FA_BOUNDS flash_backward_dq_128(FA_BWD_ARGS) { flash_backward_dq<128>(FA_BWD_CALL); }

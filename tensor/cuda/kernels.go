@@ -35,6 +35,10 @@ var kernels = []struct {
 	{"adamw_f32", elemThreads}, {"sum_squares_f32", elemThreads},
 	{"sum_squares_each_f64", elemThreads}, {"sum_blocks_f64", elemThreads}, {"clip_norm_f64", 1},
 	{"sum_f32", elemThreads}, {"sum_finish_f32", 1},
+	{"flash_backward_delta", softmaxThreads},
+	{"flash_forward_32", flashThreads}, {"flash_forward_64", flashThreads}, {"flash_forward_128", flashThreads},
+	{"flash_backward_dkdv_32", flashThreads}, {"flash_backward_dkdv_64", flashThreads}, {"flash_backward_dkdv_128", flashThreads},
+	{"flash_backward_dq_32", flashThreads}, {"flash_backward_dq_64", flashThreads}, {"flash_backward_dq_128", flashThreads},
 }
 
 // karg is one kernel argument in a 64-bit slot. cuLaunchKernel reads as
@@ -76,6 +80,11 @@ func rowThreads(c int) int {
 // launch enqueues kernel name. Called between enter and leave; a failed
 // launch is recorded for Sync.
 func (d *Device) launch(name string, grid, block dim3, args ...karg) {
+	d.launchShared(name, grid, block, 0, args...)
+}
+
+// launchShared is launch with shared bytes of dynamic shared memory.
+func (d *Device) launchShared(name string, grid, block dim3, shared int, args ...karg) {
 	if len(args) > len(d.argv) {
 		panic(fmt.Sprintf("cuda: %s has %d arguments, at most %d", name, len(args), len(d.argv)))
 	}
@@ -83,7 +92,7 @@ func (d *Device) launch(name string, grid, block dim3, args ...karg) {
 		d.argv[i] = uint64(a)
 	}
 	r := call(d.l.cu.launchKernel, d.fn[name], uintptr(grid.x), uintptr(grid.y), uintptr(grid.z),
-		uintptr(block.x), uintptr(block.y), uintptr(block.z), 0, d.stream,
+		uintptr(block.x), uintptr(block.y), uintptr(block.z), uintptr(shared), d.stream,
 		uintptr(unsafe.Pointer(&d.argp[0])), 0)
 	if r != 0 {
 		d.fail(d.l.cuErr("cuLaunchKernel("+name+")", r))

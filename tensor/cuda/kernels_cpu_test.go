@@ -99,6 +99,7 @@ var kernelTests = []struct {
 	{"GemmStridedBatched", TestGPUGemmStridedBatched}, {"Composites", TestGPUComposites},
 	{"NormAndClipOnDevice", TestGPUNormAndClipOnDevice}, {"SumToAndFetch", TestGPUSumToAndFetch},
 	{"KernelEdges", TestGPUKernelEdges}, {"BF16Rounding", TestGPUBF16Rounding}, {"BF16Packed", TestGPUBF16Packed},
+	{"FusedAttention", TestGPUFusedAttention},
 }
 
 // TestKernelsOnCPU runs the kernel tests on the CUDA kernels compiled for
@@ -176,62 +177,85 @@ func TestKernelsOnCPU(t *testing.T) {
 
 // A mutation planted in kernels.cu: the text old, which must occur once,
 // becomes new, where new reads hpcrun_mut (the mutant's number) so that
-// one build holds every mutant; tests are the kernel tests that must fail.
+// one build holds every mutant; tests are the kernel tests that must fail,
+// in the thread order seed draws (a missing barrier between warps shows
+// only when one warp runs ahead).
 type mutation struct {
 	what     string
 	old, new string
 	tests    string
+	seed     int // the order of a block's threads the tests run in (HPCRUN_CPUSIM_SEED; 0: thread order)
 }
 
 var mutations = []mutation{
 	{"block_sum without its second __syncthreads (a warp reads sh[] before another wrote it)",
 		"if (lane == 0) sh[w] = v;\n    __syncthreads();\n    v = lane < nw ? sh[lane] : 0.f;",
 		"if (lane == 0) sh[w] = v;\n    if (hpcrun_mut != 1) __syncthreads();\n    v = lane < nw ? sh[lane] : 0.f;",
-		"LayerNorm|KernelEdges"},
+		"LayerNorm|KernelEdges", 0},
 	{"bias_backward without its __syncthreads",
 		"sh[threadIdx.y][threadIdx.x] = s;\n    __syncthreads();",
 		"sh[threadIdx.y][threadIdx.x] = s;\n    if (hpcrun_mut != 2) __syncthreads();",
-		"Bias|KernelEdges"},
+		"Bias|KernelEdges", 0},
 	{"softmax's causal mask off by one (a query does not see its own key)",
 		"long long e = r % tq + 1 + tk - tq;",
 		"long long e = r % tq + (hpcrun_mut == 3 ? 0 : 1) + tk - tq;",
-		"Softmax|KernelEdges"},
+		"Softmax|KernelEdges", 0},
 	{"ce_target_logit's slice test off by one (j <= v reads the next row)",
 		"out[i] = (t >= 0 && j >= 0 && j < v) ?",
 		"out[i] = (t >= 0 && j >= 0 && (hpcrun_mut == 4 ? j <= v : j < v)) ?",
-		"KernelEdges"},
+		"KernelEdges", 0},
 	{"warp_sum one shuffle short (lanes 16 apart never added)",
 		"__device__ __forceinline__ float warp_sum(float v) {\n    for (int o = 16; o > 0; o >>= 1)",
 		"__device__ __forceinline__ float warp_sum(float v) {\n    for (int o = hpcrun_mut == 5 ? 8 : 16; o > 0; o >>= 1)",
-		"LayerNorm|Softmax|CrossEntropy"},
+		"LayerNorm|Softmax|CrossEntropy", 0},
 	{"f32_to_bf16 without the quiet bit (a signalling NaN becomes infinity)",
 		"return (bf16_t)((u >> 16) | 0x40u);",
 		"return (bf16_t)((u >> 16) | (hpcrun_mut == 6 ? 0u : 0x40u));",
-		"BF16Rounding"},
+		"BF16Rounding", 0},
 	{"rope_f32 without the sign (the backward turns forward again)",
 		"c = t[j], s = sign * t[j + half];",
 		"c = t[j], s = (hpcrun_mut == 7 ? 1.f : sign) * t[j + half];",
-		"Llama"},
+		"Llama", 0},
 	{"swiglu_backward without silu's second term (d silu/dg taken as sigmoid)",
 		"dinp[2 * r * f + j] += d * u * s * (1.f + g * (1.f - s));",
 		"dinp[2 * r * f + j] += d * u * s * (hpcrun_mut == 8 ? 1.f : 1.f + g * (1.f - s));",
-		"Llama"},
+		"Llama", 0},
 	{"f32_to_bf16 packing every matrix of a batch from the first",
 		"const float* src = in + b * stride + i * ld;",
 		"const float* src = in + (hpcrun_mut == 9 ? 0 : b) * stride + i * ld;",
-		"BF16Packed"},
+		"BF16Packed", 0},
 	{"f32_to_bf16 converting one block's columns of a row",
 		"for (long long j = threadIdx.x; j < cols; j += blockDim.x) dst[j]",
 		"for (long long j = threadIdx.x; j < cols; j += (hpcrun_mut == 10 ? cols : blockDim.x)) dst[j]",
-		"BF16Packed"},
+		"BF16Packed", 0},
 	{"f32_to_bf16 converting only the matrices of the grid's first pass in y",
 		"for (long long b = blockIdx.y; b < batch; b += gridDim.y)",
 		"for (long long b = blockIdx.y; b < batch; b += (hpcrun_mut == 11 ? batch : gridDim.y))",
-		"BF16Packed"},
+		"BF16Packed", 0},
 	{"tanh_backward with 1 - y for 1 - y^2",
 		"dinp[i] += dout[i] * (1.f - y * y);",
 		"dinp[i] += dout[i] * (1.f - (hpcrun_mut == 12 ? 1.f : y) * y);",
-		"Activations"},
+		"Activations", 0},
+	{"the fused forward without the online softmax's rescale of its output",
+		"o[dn][2 * r] *= corr;\n                o[dn][2 * r + 1] *= corr;",
+		"if (hpcrun_mut != 13) {\n                o[dn][2 * r] *= corr;\n                o[dn][2 * r + 1] *= corr;\n                }",
+		"FusedAttention", 0},
+	{"the fused forward writing a lane's columns to its neighbour's (a wrong lane map)",
+		"h * HD + 2 * tq;",
+		"h * HD + 2 * (hpcrun_mut == 14 ? tq ^ 1 : tq);",
+		"FusedAttention", 0},
+	{"the fused kernels' key bound off by one (the zero row past the last key is seen)",
+		"return i < T && j < T &&",
+		"return i < T && (hpcrun_mut == 15 ? j <= T : j < T) &&",
+		"FusedAttention", 0},
+	{"the fused forward without the barrier before it stages the next key tile",
+		"fa_accumulate<HD>(o, s, sv);\n        __syncthreads();",
+		"fa_accumulate<HD>(o, s, sv);\n        if (hpcrun_mut != 16) __syncthreads();",
+		"FusedAttention", 7},
+	{"the fused dK/dV walk starting a tile past the diagonal",
+		"for (int i0 = causal ? j0 : 0; i0 < T; i0 += FA_ROWS)",
+		"for (int i0 = causal ? j0 + (hpcrun_mut == 17 ? FA_ROWS : 0) : 0; i0 < T; i0 += FA_ROWS)",
+		"FusedAttention", 0},
 }
 
 // Each planted mutation makes the kernel tests fail: one build of every
@@ -249,18 +273,18 @@ func TestKernelMutantsFail(t *testing.T) {
 		src = strings.Replace(src, m.old, m.new, 1)
 	}
 	lib := buildSim(t, t.TempDir(), "extern \"C\" int hpcrun_mut;\n"+src)
-	run := func(mut int, tests string) (string, error) {
+	run := func(mut int, tests string, seed int) (string, error) {
 		cmd := exec.Command(os.Args[0], "-test.run", "^TestKernelsOnCPU$/^("+tests+")$", "-test.count=1")
-		cmd.Env = append(os.Environ(), simLibEnv+"="+lib, simMutEnv+"="+strconv.Itoa(mut))
+		cmd.Env = append(os.Environ(), simLibEnv+"="+lib, simMutEnv+"="+strconv.Itoa(mut), "HPCRUN_CPUSIM_SEED="+strconv.Itoa(seed))
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	if out, err := run(0, "LayerNorm|Bias|Softmax|CrossEntropy|KernelEdges|BF16Rounding|BF16Packed|Llama|Activations"); err != nil {
+	if out, err := run(0, "LayerNorm|Bias|Softmax|CrossEntropy|KernelEdges|BF16Rounding|BF16Packed|Llama|Activations|FusedAttention", 0); err != nil {
 		t.Fatalf("the instrumented kernels fail with no mutation: %v\n%s", err, out)
 	}
 	failLine := regexp.MustCompile(`--- FAIL: TestKernelsOnCPU/\w+`)
 	for i, m := range mutations {
-		out, err := run(i+1, m.tests)
+		out, err := run(i+1, m.tests, m.seed)
 		if err == nil {
 			t.Errorf("mutant %d, %s: the kernel tests pass", i+1, m.what)
 			continue

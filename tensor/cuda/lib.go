@@ -36,7 +36,7 @@ type driverAPI struct {
 	memAlloc, memFree, memAllocHost, memFreeHost, memGetInfo                             uintptr
 	memcpyHtoDAsync, memcpyDtoHAsync, memcpyDtoDAsync, memsetD32Async                    uintptr
 	moduleLoadData, moduleUnload, moduleGetFunction, launchKernel                        uintptr
-	funcGetAttribute                                                                     uintptr
+	funcGetAttribute, funcSetAttribute                                                   uintptr
 	getErrorName, getErrorString                                                         uintptr
 }
 
@@ -151,8 +151,8 @@ func (l *libs) bindDriver(h uintptr, name string) error {
 		"cuMemcpyDtoDAsync_v2": &cu.memcpyDtoDAsync, "cuMemsetD32Async": &cu.memsetD32Async,
 		"cuModuleLoadData": &cu.moduleLoadData, "cuModuleUnload": &cu.moduleUnload,
 		"cuModuleGetFunction": &cu.moduleGetFunction, "cuLaunchKernel": &cu.launchKernel,
-		"cuFuncGetAttribute": &cu.funcGetAttribute,
-		"cuGetErrorName":     &cu.getErrorName, "cuGetErrorString": &cu.getErrorString,
+		"cuFuncGetAttribute": &cu.funcGetAttribute, "cuFuncSetAttribute": &cu.funcSetAttribute,
+		"cuGetErrorName": &cu.getErrorName, "cuGetErrorString": &cu.getErrorString,
 	}); err != nil {
 		return err
 	}

@@ -216,3 +216,6 @@ inline unsigned int __float_as_uint(float f) {
     return u;
 }
 inline float rsqrtf(float x) { return 1.f / sqrtf(x); }
+// CUDA's integer min and max.
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }

@@ -276,8 +276,10 @@ static bool runnable(Block* b, Fiber& f) {
 
 // run_block runs one block; it returns an error message or null.
 // order_seed, when not 0, makes each round of a block's scheduler visit
-// its threads in an order drawn from it (and the block), instead of
-// thread order: a race that thread order hides shows under some seed.
+// its warps, and their threads, in an order drawn from it (and the
+// block), each warp running ahead to its next __syncthreads, instead of
+// every thread to its next barrier in thread order: a race that thread
+// order hides shows under some seed.
 static std::atomic<unsigned long> order_seed{0};
 
 static const char* run_block(Worker& wk, uint3 bid, uint3 bdim, uint3 gdim, void (*body)(void**), void** params,
@@ -329,15 +331,36 @@ static const char* run_block(Worker& wk, uint3 bid, uint3 bdim, uint3 gdim, void
                 std::swap(order[i], order[rng % (unsigned long long)(i + 1)]);
             }
         }
-        for (int k = 0; k < b.nthreads && !b.error; k++) {
-            int i = order[k];
-            Fiber& f = wk.fibers[i];
-            if (f.done) continue;
-            any = true;
-            if (!runnable(&b, f)) continue;
-            progress = true;
-            f.waitKind = 0;
-            to_fiber(&b, &f);
+        auto visit = [&](int w) {  // one pass over the threads of warp w (-1: all); true if one ran
+            bool ran = false;
+            for (int k = 0; k < b.nthreads && !b.error; k++) {
+                int i = order[k];
+                Fiber& f = wk.fibers[i];
+                if (f.done || (w >= 0 && i / 32 != w)) continue;
+                any = true;
+                if (!runnable(&b, f)) continue;
+                progress = ran = true;
+                f.waitKind = 0;
+                to_fiber(&b, &f);
+            }
+            return ran;
+        };
+        if (seed == 0) {
+            visit(-1);
+        } else {
+            // Each warp in turn, in the drawn order, runs ahead of the
+            // others until its threads all wait at __syncthreads (or
+            // return), as a GPU's warps may: a barrier missing between
+            // one warp's writes of shared memory and another's reads
+            // shows, however many warp-wide steps lie between them.
+            std::vector<bool> seen((b.nthreads + 31) / 32);
+            for (int k = 0; k < b.nthreads && !b.error; k++) {
+                int w = order[k] / 32;
+                if (seen[w]) continue;
+                seen[w] = true;
+                while (visit(w) && !b.error) {
+                }
+            }
         }
         if (b.error) return b.error;
         if (!any) return nullptr;

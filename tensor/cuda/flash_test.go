@@ -1,0 +1,169 @@
+package cuda
+
+import (
+	"math"
+	"strconv"
+	"testing"
+
+	"github.com/hpcrun/hpcrun/tensor"
+)
+
+// fusedTol bounds the fused attention's difference from the CPU's unfused
+// attention on the same bf16-rounded inputs, relative to the largest
+// magnitude: the fused kernels round the probabilities (and in the
+// backward the score gradients) to bf16 for their products, 2^-9
+// relative each (measured: 1.5e-3 at most).
+const fusedTol = 5e-3
+
+// The fused attention equals the CPU device's unfused attention on the
+// same inputs rounded to bf16, within bf16's rounding of the
+// probabilities: forward, log-sum-exp (against float64 sums) and
+// backward, at sequence lengths around the 64-row tiles, with key masks
+// (a batch item with no key left), without the causal mask, and with
+// grouped-query heads; the backward gives the same bits twice.
+func TestGPUFusedAttention(t *testing.T) {
+	b := newBench(t)
+	if b.gpu.ccMajor < 8 {
+		t.Skipf("%s has no bf16 tensor cores", b.gpu.Describe())
+	}
+	for _, tt := range []struct {
+		bsz, t, nh, nkv, hs int
+		packed, causal      bool
+		mask                bool
+	}{
+		{2, 1, 2, 2, 32, true, true, false},
+		{2, 63, 2, 2, 32, true, true, false},
+		{1, 64, 2, 2, 64, true, true, false},
+		{2, 65, 2, 2, 32, true, true, true},
+		{1, 130, 2, 2, 32, true, true, false},
+		{2, 70, 2, 2, 32, true, false, true}, // BERT: padding masks only
+		{1, 63, 2, 2, 32, true, false, false},
+		{2, 65, 4, 2, 32, false, true, false}, // GQA, two query heads a group
+		{2, 80, 4, 1, 64, false, true, true},
+		{1, 66, 2, 1, 128, false, true, false},
+	} {
+		var l tensor.HeadLayout
+		if tt.packed {
+			l = tensor.PackedHeads(tt.nh, tt.hs)
+		} else {
+			l = tensor.GroupedHeads(tt.nh, tt.nkv, tt.hs)
+		}
+		B, T, hs := tt.bsz, tt.t, tt.hs
+		qkv := b.rand("qkv", 2, B, T, l.Row)
+		roundBF16(qkv.c.Host())
+		b.gpu.CopyFromHost(qkv.g, qkv.c.Host())
+		var valid []int32
+		if tt.mask {
+			valid = ids(b.r, B*T, 0, 2)
+			for j := 0; j < T; j++ { // item 0's keys: only its last is left
+				valid[j] = 0
+			}
+			valid[T-1] = 1
+		}
+		out, att := b.zeros("out", B, T, tt.nh*hs), b.zeros("att", B, tt.nh, T, T)
+		lse := b.zeros("lse", B, tt.nh, T)
+		if tt.packed {
+			tensor.AttentionForward(out.c, att.c, qkv.c, tt.nh, tt.causal, valid)
+		} else {
+			tensor.GroupedAttentionForward(out.c, att.c, qkv.c, tt.nh, tt.nkv, tt.causal, valid)
+		}
+		b.gpu.FusedAttentionForward(out.g, lse.g, qkv.g, l, tt.causal, valid)
+		what := func(s string) string {
+			return s + " " + shapeName(tt.bsz, tt.t, tt.nh, tt.nkv, tt.hs, tt.causal, tt.mask)
+		}
+		b.check(what("FusedAttentionForward"), fusedTol, out)
+		checkLSE(t, b, lse, qkv.c.Host(), l, B, T, tt.causal, valid, what("lse"))
+
+		dout := b.rand("dout", 1, B, T, tt.nh*hs)
+		roundBF16(dout.c.Host())
+		b.gpu.CopyFromHost(dout.g, dout.c.Host())
+		dqkv := b.rand("dqkv", 1, B, T, l.Row) // the backward adds to it
+		datt, dpre, delta := b.zeros("datt", B, tt.nh, T, T), b.zeros("dpre", B, tt.nh, T, T), b.zeros("delta", B, tt.nh, T)
+		before := make([]float32, dqkv.g.Len())
+		b.gpu.CopyToHost(before, dqkv.g)
+		if tt.packed {
+			tensor.AttentionBackward(dqkv.c, datt.c, dpre.c, dout.c, qkv.c, att.c, tt.nh)
+		} else {
+			tensor.GroupedAttentionBackward(dqkv.c, datt.c, dpre.c, dout.c, qkv.c, att.c, tt.nh, tt.nkv)
+		}
+		b.gpu.FusedAttentionBackward(dqkv.g, delta.g, dout.g, out.g, lse.g, qkv.g, l, tt.causal, valid)
+		b.check(what("FusedAttentionBackward"), fusedTol, dqkv)
+		first := make([]float32, dqkv.g.Len())
+		b.gpu.CopyToHost(first, dqkv.g)
+		b.gpu.CopyFromHost(dqkv.g, before)
+		b.gpu.FusedAttentionBackward(dqkv.g, delta.g, dout.g, out.g, lse.g, qkv.g, l, tt.causal, valid)
+		again := make([]float32, dqkv.g.Len())
+		b.gpu.CopyToHost(again, dqkv.g)
+		for i := range first {
+			if math.Float32bits(first[i]) != math.Float32bits(again[i]) {
+				t.Errorf("%s: element %d is %g, then %g: not deterministic", what("FusedAttentionBackward"), i, first[i], again[i])
+				break
+			}
+		}
+	}
+}
+
+// shapeName names a fused attention case in messages.
+func shapeName(b, t, nh, nkv, hs int, causal, mask bool) string {
+	s := "B" + itoa(b) + " T" + itoa(t) + " nh" + itoa(nh) + " nkv" + itoa(nkv) + " hs" + itoa(hs)
+	if causal {
+		s += " causal"
+	}
+	if mask {
+		s += " masked"
+	}
+	return s
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// roundBF16 rounds x to bfloat16 values in place.
+func roundBF16(x []float32) {
+	for i, f := range x {
+		x[i] = math.Float32frombits(uint32(bf16Reference(f)) << 16)
+	}
+}
+
+// checkLSE compares the fused forward's log-sum-exp with float64 sums
+// over the visible keys of the (bf16) qkv, by the definition.
+func checkLSE(t *testing.T, b *bench, lse twin, qkv []float32, l tensor.HeadLayout, B, T int, causal bool, valid []int32, what string) {
+	t.Helper()
+	got := make([]float32, lse.g.Len())
+	b.gpu.CopyToHost(got, lse.g)
+	g, hs := l.Heads/l.KVHeads, l.HeadSize
+	scale := 1 / math.Sqrt(float64(hs))
+	for bi := 0; bi < B; bi++ {
+		for h := 0; h < l.Heads; h++ {
+			kv := h / g
+			qc, kc := kv*l.KVStride+l.Q+(h%g)*hs, kv*l.KVStride+l.K
+			for i := 0; i < T; i++ {
+				var s []float64
+				mx := math.Inf(-1)
+				for j := 0; j < T; j++ {
+					if (causal && j > i) || (valid != nil && valid[bi*T+j] == 0) {
+						continue
+					}
+					dot := 0.0
+					for d := 0; d < hs; d++ {
+						dot += float64(qkv[(bi*T+i)*l.Row+qc+d]) * float64(qkv[(bi*T+j)*l.Row+kc+d])
+					}
+					s = append(s, dot*scale)
+					mx = math.Max(mx, dot*scale)
+				}
+				want := math.Inf(1)
+				if len(s) > 0 {
+					sum := 0.0
+					for _, x := range s {
+						sum += math.Exp(x - mx)
+					}
+					want = mx + math.Log(sum)
+				}
+				have := float64(got[(bi*l.Heads+h)*T+i])
+				if math.IsInf(want, 1) != math.IsInf(have, 1) || (!math.IsInf(want, 1) && math.Abs(have-want) > 1e-4*math.Max(1, math.Abs(want))) {
+					t.Errorf("%s: item %d head %d row %d: %g, want %g", what, bi, h, i, have, want)
+					return
+				}
+			}
+		}
+	}
+}
