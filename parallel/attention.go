@@ -24,7 +24,12 @@ type AttentionConfig struct {
 	// Selective keeps no softmax probabilities: Backward computes them
 	// again from the saved Q, K and V (RecomputeSelective).
 	Selective bool
-	From      *ParamSet // the model's parameters, where the layer takes its own; nil: new ones
+	// Fused runs the attention in the device's fused kernels
+	// (tensor.FusedAttention): no (B,nh,T,T) probabilities are kept, and
+	// Backward recomputes them in the kernels whatever Selective says.
+	// The layer refuses a device without them.
+	Fused bool
+	From  *ParamSet // the model's parameters, where the layer takes its own; nil: new ones
 }
 
 // ParallelSelfAttention is multi-head self-attention split by heads
@@ -41,6 +46,7 @@ type ParallelSelfAttention struct {
 	causal             bool
 	selective          bool // recompute the probabilities in Backward (RecomputeSelective)
 	sp                 *SequenceParallel
+	fused              tensor.FusedAttention // nil: the unfused attention
 
 	*attnSaved
 	*attnScratch
@@ -52,6 +58,7 @@ type attnSaved struct {
 	keyValid []int32
 	bufs     buffers
 	att      *tensor.Tensor // (B, nh, T, T) softmax probabilities
+	lse      *tensor.Tensor // (B, nh, T) the rows' log-sum-exp, fused
 	y        *tensor.Tensor // (B, T, nh*hd) attention output before the projection
 }
 
@@ -64,6 +71,7 @@ type attnScratch struct {
 	datt       *tensor.Tensor // (B, nh, T, T)
 	dpre       *tensor.Tensor // (B, nh, T, T)
 	dy         *tensor.Tensor // (B, T, nh*hd)
+	delta      *tensor.Tensor // (B, nh, T) the fused backward's rowsum(dy*y)
 }
 
 // NewParallelSelfAttention makes this rank's heads of a self-attention layer
@@ -92,8 +100,27 @@ func NewParallelSelfAttention(dev tensor.Device, tp nccl.Comm, name string, cfg 
 	if err != nil {
 		return nil, err
 	}
+	fused, err := fusedAttention(dev, name, cfg.Fused, cfg.Dim/cfg.Heads)
+	if err != nil {
+		return nil, err
+	}
 	return &ParallelSelfAttention{Name: name, QKV: qkv, Proj: proj, dim: cfg.Dim, heads: cfg.Heads,
-		nh: cfg.Heads / g.Size(), hd: cfg.Dim / cfg.Heads, causal: cfg.Causal, selective: cfg.Selective, sp: cfg.SP, attnSaved: new(attnSaved), attnScratch: new(attnScratch)}, nil
+		nh: cfg.Heads / g.Size(), hd: cfg.Dim / cfg.Heads, causal: cfg.Causal, selective: cfg.Selective, sp: cfg.SP, fused: fused,
+		attnSaved: new(attnSaved), attnScratch: new(attnScratch)}, nil
+}
+
+// fusedAttention is dev's fused attention for heads of hd where want asks
+// for it (nil where it does not), or an error naming the layer where dev
+// has none.
+func fusedAttention(dev tensor.Device, name string, want bool, hd int) (tensor.FusedAttention, error) {
+	if !want {
+		return nil, nil
+	}
+	f, why := tensor.FusedAttentionOn(dev, hd)
+	if f == nil {
+		return nil, fmt.Errorf("%s: fused attention: %s", name, why)
+	}
+	return f, nil
 }
 
 // Params lists the layer's parameters.
@@ -118,12 +145,12 @@ func (a *ParallelSelfAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*
 	}
 	dev := a.QKV.Weight.Data.Device()
 	cl := a.nh * a.hd
-	if err := a.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return attentionCoreSizes(b, t, a.nh, cl, a.selective).Saved }, func(get func(string) *tensor.Tensor) {
-		a.att, a.y = get("att"), get("y")
+	if err := a.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return attentionCoreSizes(b, t, a.nh, cl, a.selective, a.fused != nil).Saved }, func(get func(string) *tensor.Tensor) {
+		a.att, a.lse, a.y = get("att"), get("lse"), get("y")
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", a.Name, err)
 	}
-	if a.selective {
+	if a.selective && a.fused == nil {
 		if err := a.ensureScratch(dev, b, t); err != nil {
 			return nil, err
 		}
@@ -133,6 +160,10 @@ func (a *ParallelSelfAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*
 	if err != nil {
 		return nil, err
 	}
+	if a.fused != nil {
+		a.fused.FusedAttentionForward(a.y, a.lse, qkv, tensor.PackedHeads(a.nh, a.hd), a.causal, keyValid)
+		return a.Proj.Forward(a.y)
+	}
 	// min(B, nh) batched GEMMs per product (tensor.AttentionForward).
 	tensor.AttentionForward(a.y, a.probs(), qkv, a.nh, a.causal, keyValid)
 	return a.Proj.Forward(a.y)
@@ -141,8 +172,8 @@ func (a *ParallelSelfAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*
 // ensureScratch makes the backward's scratch for b x t tokens.
 func (a *ParallelSelfAttention) ensureScratch(dev tensor.Device, b, t int) error {
 	cl := a.nh * a.hd
-	if err := a.grads.ensure(dev, [2]int{b, t}, func() Buffers { return attentionCoreSizes(b, t, a.nh, cl, a.selective).Scratch }, func(get func(string) *tensor.Tensor) {
-		a.attScratch, a.datt, a.dpre, a.dy, a.dqkv = get("att"), get("datt"), get("dpre"), get("dy"), get("dqkv")
+	if err := a.grads.ensure(dev, [2]int{b, t}, func() Buffers { return attentionCoreSizes(b, t, a.nh, cl, a.selective, a.fused != nil).Scratch }, func(get func(string) *tensor.Tensor) {
+		a.attScratch, a.datt, a.dpre, a.dy, a.dqkv, a.delta = get("att"), get("datt"), get("dpre"), get("dy"), get("dqkv"), get("delta")
 	}); err != nil {
 		return fmt.Errorf("%s: %w", a.Name, err)
 	}
@@ -171,6 +202,11 @@ func (a *ParallelSelfAttention) Backward(dout, dinp *tensor.Tensor) error {
 	dev.Zero(a.dy)
 	if err := a.Proj.Backward(dout, a.dy); err != nil {
 		return err
+	}
+	if a.fused != nil {
+		dev.Zero(a.dqkv)
+		a.fused.FusedAttentionBackward(a.dqkv, a.delta, a.dy, a.y, a.lse, a.QKV.outLocal, tensor.PackedHeads(a.nh, a.hd), a.causal, a.keyValid)
+		return a.QKV.Backward(a.dqkv, dinp)
 	}
 	if a.selective {
 		// The probabilities again, from the same Q, K, V: the same bits.

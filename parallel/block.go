@@ -27,7 +27,9 @@ type BlockConfig struct {
 	// (under full recomputation the blocks also share their saved
 	// activations: ShareBuffers).
 	Recompute Recompute
-	From      *ParamSet // the model's parameters, where the block takes its own; nil: new ones
+	// FusedAttention runs the attention fused (AttentionConfig.Fused).
+	FusedAttention bool
+	From           *ParamSet // the model's parameters, where the block takes its own; nil: new ones
 }
 
 // Block is a pre-LayerNorm transformer block, as GPT-2:
@@ -120,7 +122,7 @@ func NewBlock(dev tensor.Device, tp nccl.Comm, name string, cfg BlockConfig) (*B
 		return nil, err
 	}
 	attn, err := NewParallelSelfAttention(dev, tp, name+".attn", AttentionConfig{Dim: cfg.Dim, Heads: cfg.Heads, Causal: cfg.Causal, Seed: cfg.Seed, Std: std, ProjStd: cfg.ProjStd, SP: cfg.SP,
-		Selective: cfg.Recompute == RecomputeSelective, From: cfg.From})
+		Selective: cfg.Recompute == RecomputeSelective, Fused: cfg.FusedAttention, From: cfg.From})
 	if err != nil {
 		return nil, err
 	}

@@ -203,6 +203,7 @@ type LlamaAttentionConfig struct {
 	SP *SequenceParallel
 	// Selective keeps no softmax probabilities (RecomputeSelective).
 	Selective bool
+	Fused     bool      // the device's fused attention (AttentionConfig.Fused)
 	From      *ParamSet // the model's parameters, where the layer takes its own; nil: new ones
 }
 
@@ -226,6 +227,7 @@ type LlamaAttention struct {
 	ropeCfg          RoPE
 	selective        bool
 	sp               *SequenceParallel
+	fused            tensor.FusedAttention // nil: the unfused attention
 
 	*attnSaved
 	*gqaScratch
@@ -240,13 +242,21 @@ type gqaScratch struct {
 	dqkv       *tensor.Tensor // (B, T, nkv*(g+2)*hd)
 	datt, dpre *tensor.Tensor // (B, nh, T, T)
 	dy         *tensor.Tensor // (B, T, nh*hd)
+	delta      *tensor.Tensor // (B, nh, T) the fused backward's rowsum(dy*y)
 }
 
 // llamaAttentionCoreSizes are a LlamaAttention's own buffers for b x t
 // tokens (the full sequence), nh query and nkv key/value heads of hd on
 // this rank: as attentionCoreSizes, with dqkv (b,t,(nh+2nkv)*hd) and the
-// rotation table rope (t,hd), scratch made by Forward.
-func llamaAttentionCoreSizes(b, t, nh, nkv, hd int, selective bool) Sizes {
+// rotation table rope (t,hd), scratch made by Forward; fused, as
+// attentionCoreSizes's.
+func llamaAttentionCoreSizes(b, t, nh, nkv, hd int, selective, fused bool) Sizes {
+	if fused {
+		return Sizes{
+			Saved:   Buffers{buf("lse", b, nh, t), buf("y", b, t, nh*hd)},
+			Scratch: Buffers{buf("rope", t, hd), buf("delta", b, nh, t), buf("dy", b, t, nh*hd), buf("dqkv", b, t, (nh+2*nkv)*hd)},
+		}
+	}
 	z := Sizes{
 		Saved: Buffers{buf("att", b, nh, t, t), buf("y", b, t, nh*hd)},
 		Scratch: Buffers{buf("rope", t, hd), buf("datt", b, nh, t, t), buf("dpre", b, nh, t, t),
@@ -283,6 +293,10 @@ func NewLlamaAttention(dev tensor.Device, tp nccl.Comm, name string, cfg LlamaAt
 		projStd = cfg.Std
 	}
 	hd := cfg.Dim / cfg.Heads
+	fused, err := fusedAttention(dev, name, cfg.Fused, hd)
+	if err != nil {
+		return nil, err
+	}
 	qkv, err := NewColumnParallelLinear(dev, tp, name+".qkv_proj", cfg.Dim, (cfg.Heads+2*cfg.KVHeads)*hd, LinearOptions{Seed: cfg.Seed, Std: cfg.Std, SequenceParallel: cfg.SP,
 		Replicas: replicas, Shared: 2 * hd, From: cfg.From})
 	if err != nil {
@@ -293,7 +307,7 @@ func NewLlamaAttention(dev tensor.Device, tp nccl.Comm, name string, cfg LlamaAt
 		return nil, err
 	}
 	return &LlamaAttention{Name: name, QKV: qkv, Proj: proj, dim: cfg.Dim, nh: cfg.Heads / g.Size(), nkv: nkv, hd: hd,
-		ropeCfg: cfg.RoPE, selective: cfg.Selective, sp: cfg.SP, attnSaved: new(attnSaved), gqaScratch: new(gqaScratch)}, nil
+		ropeCfg: cfg.RoPE, selective: cfg.Selective, sp: cfg.SP, fused: fused, attnSaved: new(attnSaved), gqaScratch: new(gqaScratch)}, nil
 }
 
 // Params lists the layer's parameters.
@@ -318,8 +332,10 @@ func (a *LlamaAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*tensor.
 		return nil, shapeErr(a.Name, "key mask of %d entries for a batch of %dx%d tokens", len(keyValid), b, t)
 	}
 	dev := a.QKV.Weight.Data.Device()
-	if err := a.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return llamaAttentionCoreSizes(b, t, a.nh, a.nkv, a.hd, a.selective).Saved }, func(get func(string) *tensor.Tensor) {
-		a.att, a.y = get("att"), get("y")
+	if err := a.bufs.ensure(dev, [2]int{b, t}, func() Buffers {
+		return llamaAttentionCoreSizes(b, t, a.nh, a.nkv, a.hd, a.selective, a.fused != nil).Saved
+	}, func(get func(string) *tensor.Tensor) {
+		a.att, a.lse, a.y = get("att"), get("lse"), get("y")
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", a.Name, err)
 	}
@@ -333,6 +349,10 @@ func (a *LlamaAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*tensor.
 	}
 	g := a.group()
 	dev.RoPEForward(qkv, a.ropeTable, t, g+2, g+1) // in place: c_attn's backward reads its input, not its output
+	if a.fused != nil {
+		a.fused.FusedAttentionForward(a.y, a.lse, qkv, tensor.GroupedHeads(a.nh, a.nkv, a.hd), true, keyValid)
+		return a.Proj.Forward(a.y)
+	}
 	tensor.GroupedAttentionForward(a.y, a.probs(), qkv, a.nh, a.nkv, true, keyValid)
 	return a.Proj.Forward(a.y)
 }
@@ -340,8 +360,10 @@ func (a *LlamaAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*tensor.
 // ensureScratch makes the scratch and the rotation table for b x t tokens.
 func (a *LlamaAttention) ensureScratch(dev tensor.Device, b, t int) error {
 	var fill *tensor.Tensor
-	if err := a.grads.ensure(dev, [2]int{b, t}, func() Buffers { return llamaAttentionCoreSizes(b, t, a.nh, a.nkv, a.hd, a.selective).Scratch }, func(get func(string) *tensor.Tensor) {
-		a.attScratch, a.ropeTable, a.datt, a.dpre, a.dy, a.dqkv = get("att"), get("rope"), get("datt"), get("dpre"), get("dy"), get("dqkv")
+	if err := a.grads.ensure(dev, [2]int{b, t}, func() Buffers {
+		return llamaAttentionCoreSizes(b, t, a.nh, a.nkv, a.hd, a.selective, a.fused != nil).Scratch
+	}, func(get func(string) *tensor.Tensor) {
+		a.attScratch, a.ropeTable, a.datt, a.dpre, a.dy, a.dqkv, a.delta = get("att"), get("rope"), get("datt"), get("dpre"), get("dy"), get("dqkv"), get("delta")
 		fill = a.ropeTable
 	}); err != nil {
 		return fmt.Errorf("%s: %w", a.Name, err)
@@ -374,11 +396,15 @@ func (a *LlamaAttention) Backward(dout, dinp *tensor.Tensor) error {
 	if err := a.Proj.Backward(dout, a.dy); err != nil {
 		return err
 	}
-	if a.selective {
-		tensor.GroupedAttentionForward(a.y, a.attScratch, a.QKV.outLocal, a.nh, a.nkv, true, a.keyValid)
-	}
 	dev.Zero(a.dqkv)
-	tensor.GroupedAttentionBackward(a.dqkv, a.datt, a.dpre, a.dy, a.QKV.outLocal, a.probs(), a.nh, a.nkv)
+	if a.fused != nil {
+		a.fused.FusedAttentionBackward(a.dqkv, a.delta, a.dy, a.y, a.lse, a.QKV.outLocal, tensor.GroupedHeads(a.nh, a.nkv, a.hd), true, a.keyValid)
+	} else {
+		if a.selective {
+			tensor.GroupedAttentionForward(a.y, a.attScratch, a.QKV.outLocal, a.nh, a.nkv, true, a.keyValid)
+		}
+		tensor.GroupedAttentionBackward(a.dqkv, a.datt, a.dpre, a.dy, a.QKV.outLocal, a.probs(), a.nh, a.nkv)
+	}
 	g := a.group()
 	dev.RoPEBackward(a.dqkv, a.ropeTable, t, g+2, g+1)
 	return a.QKV.Backward(a.dqkv, dinp)
@@ -523,9 +549,10 @@ type LlamaBlockConfig struct {
 	ProjStd float32 // init std of the two output projections; 0 means Std
 	// SP, when not nil, is the sequence-parallel region of tp (as
 	// BlockConfig.SP).
-	SP        *SequenceParallel
-	Recompute Recompute
-	From      *ParamSet // the model's parameters, where the block takes its own; nil: new ones
+	SP             *SequenceParallel
+	Recompute      Recompute
+	FusedAttention bool      // the attention runs fused (AttentionConfig.Fused)
+	From           *ParamSet // the model's parameters, where the block takes its own; nil: new ones
 }
 
 // LlamaBlock is a pre-norm Llama decoder block, Block's residual skeleton
@@ -551,6 +578,7 @@ type LlamaBlockShape struct {
 	TP                          int
 	SP                          bool
 	Recompute                   Recompute
+	FusedAttention              bool // the attention runs fused (LlamaBlockConfig.FusedAttention)
 }
 
 // LlamaBlockSizes are all the buffers of one Llama block and its layers
@@ -576,7 +604,7 @@ func LlamaBlockSizes(s LlamaBlockShape, b, t int) Sizes {
 	full := s.Recompute == RecomputeFull
 	z.add("", blockOwnSizes(b, tl, c, full))
 	layers.add("input_layernorm.", RMSNormSizes(b, tl, c))
-	layers.add("self_attn.", llamaAttentionCoreSizes(b, t, s.Heads/tp, nkv, hd, s.Recompute == RecomputeSelective))
+	layers.add("self_attn.", llamaAttentionCoreSizes(b, t, s.Heads/tp, nkv, hd, s.Recompute == RecomputeSelective, s.FusedAttention))
 	layers.add("self_attn.qkv_proj.", ColumnSizes(LinearShape{In: c, Out: (s.Heads + 2*nkv*tp) * hd, TP: tp, SP: s.SP}, b, t))
 	layers.add("self_attn.o_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
 	layers.add("post_attention_layernorm.", RMSNormSizes(b, tl, c))
@@ -608,7 +636,7 @@ func NewLlamaBlock(dev tensor.Device, tp nccl.Comm, name string, cfg LlamaBlockC
 		return nil, err
 	}
 	attn, err := NewLlamaAttention(dev, tp, name+".self_attn", LlamaAttentionConfig{Dim: cfg.Dim, Heads: cfg.Heads, KVHeads: cfg.KVHeads, RoPE: cfg.RoPE,
-		Seed: cfg.Seed, Std: std, ProjStd: cfg.ProjStd, SP: cfg.SP, Selective: cfg.Recompute == RecomputeSelective, From: cfg.From})
+		Seed: cfg.Seed, Std: std, ProjStd: cfg.ProjStd, SP: cfg.SP, Selective: cfg.Recompute == RecomputeSelective, Fused: cfg.FusedAttention, From: cfg.From})
 	if err != nil {
 		return nil, err
 	}

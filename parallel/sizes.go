@@ -177,8 +177,17 @@ func RowSizes(s LinearShape, b, t int) Sizes {
 // before the projection. Scratch: datt and dpre (b,nh,t,t), the gradients
 // of the probabilities and of the scores; dy (b,t,cl); dqkv (b,t,3cl), the
 // gradient of c_attn's output. With selective recomputation att is
-// scratch: Backward computes it again from c_attn's saved output.
-func attentionCoreSizes(b, t, nh, cl int, selective bool) Sizes {
+// scratch: Backward computes it again from c_attn's saved output. The
+// fused attention keeps no (t,t) tensor: lse (b,nh,t), each row's
+// log-sum-exp, saved, and delta (b,nh,t) scratch, in att's and datt's
+// place, and dpre not at all.
+func attentionCoreSizes(b, t, nh, cl int, selective, fused bool) Sizes {
+	if fused {
+		return Sizes{
+			Saved:   Buffers{buf("lse", b, nh, t), buf("y", b, t, cl)},
+			Scratch: Buffers{buf("delta", b, nh, t), buf("dy", b, t, cl), buf("dqkv", b, t, 3*cl)},
+		}
+	}
 	z := Sizes{
 		Saved:   Buffers{buf("att", b, nh, t, t), buf("y", b, t, cl)},
 		Scratch: Buffers{buf("datt", b, nh, t, t), buf("dpre", b, nh, t, t), buf("dy", b, t, cl), buf("dqkv", b, t, 3*cl)},
@@ -246,6 +255,8 @@ type BlockShape struct {
 	TP         int  // the tensor-parallel group's size
 	SP         bool // sequence parallelism (BlockConfig.SP)
 	Recompute  Recompute
+	// FusedAttention: the attention runs fused (BlockConfig.FusedAttention).
+	FusedAttention bool
 }
 
 // BlockSizes are all the buffers of one transformer block and its layers
@@ -271,7 +282,7 @@ func BlockSizes(s BlockShape, b, t int) Sizes {
 	full := s.Recompute == RecomputeFull
 	z.add("", blockOwnSizes(b, tl, c, full))
 	layers.add("ln_1.", LayerNormSizes(b, tl, c))
-	layers.add("attn.", attentionCoreSizes(b, t, s.Heads/tp, c/tp, s.Recompute == RecomputeSelective))
+	layers.add("attn.", attentionCoreSizes(b, t, s.Heads/tp, c/tp, s.Recompute == RecomputeSelective, s.FusedAttention))
 	layers.add("attn.c_attn.", ColumnSizes(LinearShape{In: c, Out: 3 * c, TP: tp, SP: s.SP}, b, t))
 	layers.add("attn.c_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
 	layers.add("ln_2.", LayerNormSizes(b, tl, c))

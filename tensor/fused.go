@@ -47,6 +47,10 @@ type FusedAttention interface {
 	FusedAttentionBackward(dqkv, delta, dout, out, lse, qkv *Tensor, l HeadLayout, causal bool, keyValid []int32)
 }
 
+// FusedAttentionHeadSizes are the head sizes a device's fused attention
+// is built for (the CUDA device's kernels; the plan asks the same).
+var FusedAttentionHeadSizes = []int{32, 64, 128}
+
 // FusedAttentionOn returns dev's fused attention for heads of headSize, or
 // nil and why it has none.
 func FusedAttentionOn(dev Device, headSize int) (FusedAttention, string) {

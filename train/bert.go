@@ -107,10 +107,14 @@ func (m *hfBERT) build(cfg config.Config, vocab int, tp nccl.Comm, from *paralle
 		return err
 	}
 	m.lnE = ln("embeddings.LayerNorm")
+	fused, _, err := attentionFused(cfg, dev)
+	if err != nil {
+		return err
+	}
 	for l := 0; l < cfg.Layers && err == nil; l++ {
 		p := fmt.Sprintf("encoder.layer.%d.", l)
 		ly := &bertLayer{}
-		if ly.attn, err = parallel.NewParallelSelfAttention(dev, tp, p+"attention", parallel.AttentionConfig{Dim: C, Heads: cfg.Heads, Seed: seed, From: from}); err != nil {
+		if ly.attn, err = parallel.NewParallelSelfAttention(dev, tp, p+"attention", parallel.AttentionConfig{Dim: C, Heads: cfg.Heads, Seed: seed, Fused: fused, From: from}); err != nil {
 			return err
 		}
 		ly.ln1 = ln(p + "attention.output.LayerNorm")

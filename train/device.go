@@ -65,6 +65,31 @@ func setPrecision(dev tensor.Device, precision string) error {
 	return nil
 }
 
+// attentionFused says whether the model's attention runs in dev's fused
+// kernels (tensor.FusedAttention), by cfg.Attention: auto where dev has
+// them for the model's heads at its precision, fused (an error where it
+// has not, saying why), unfused never. note says what was chosen and why,
+// for the log; "" on a device without fused kernels (the CPU), where
+// there is no choice to report.
+func attentionFused(cfg config.Config, dev tensor.Device) (fused bool, note string, err error) {
+	f, why := tensor.FusedAttentionOn(dev, cfg.Dim/cfg.Heads)
+	_, has := dev.(tensor.FusedAttention)
+	switch {
+	case cfg.Attention == "unfused":
+		if has {
+			note = "attention: unfused (--attention unfused)"
+		}
+		return false, note, nil
+	case f != nil:
+		return true, "attention: fused (FlashAttention-2 kernels: bf16 products, no (T,T) probabilities kept)", nil
+	case cfg.Attention == "fused":
+		return false, "", fmt.Errorf("attention fused: %s (use --attention auto or unfused)", why)
+	case has:
+		note = "attention: unfused: " + why
+	}
+	return false, note, nil
+}
+
 // openCUDA opens the CUDA device pick chooses, or says why it cannot.
 func openCUDA(pick func(int) int) (*cuda.Device, string) {
 	n, err := cuda.DeviceCount()

@@ -286,6 +286,9 @@ func newTrainer(cfg config.Config, world nccl.Comm, opt Options, w *metrics.Writ
 	if t.model, err = newModel(cfg, ds, mesh, t.dev); err != nil {
 		return nil, err
 	}
+	if _, note, _ := attentionFused(cfg, t.dev); note != "" {
+		t.logf("%s", note)
+	}
 	var why string
 	if t.lm, why = lossOnDevice(t.dev, t.model, cfg.Stages() > 1); why != "" {
 		t.logf("%s", why)

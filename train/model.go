@@ -225,12 +225,16 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, from *pa
 		}
 	}
 	projStd := spec.ProjStd(cfg.Layers)
+	fused, _, err := attentionFused(cfg, dev)
+	if err != nil {
+		return err
+	}
 	for l := t.lo; l < t.hi; l++ {
 		var blk block
 		if t.llama {
 			lb, err := parallel.NewLlamaBlock(dev, tp, fmt.Sprintf("model.layers.%d", l), parallel.LlamaBlockConfig{
 				Dim: C, Heads: cfg.Heads, KVHeads: cfg.KVHeadCount(), Hidden: cfg.Hidden(), Eps: cfg.Eps(), RoPE: cfg.RoPE(),
-				Seed: seed, ProjStd: projStd, SP: t.sp, Recompute: cfg.RecomputeMode(), From: from})
+				Seed: seed, ProjStd: projStd, SP: t.sp, Recompute: cfg.RecomputeMode(), FusedAttention: fused, From: from})
 			if err != nil {
 				return err
 			}
@@ -240,7 +244,7 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, from *pa
 			blk = lb
 		} else {
 			gb, err := parallel.NewBlock(dev, tp, fmt.Sprintf("h.%d", l), parallel.BlockConfig{
-				Dim: C, Heads: cfg.Heads, Causal: t.gpt, Seed: seed, ProjStd: projStd, SP: t.sp, Recompute: cfg.RecomputeMode(), From: from})
+				Dim: C, Heads: cfg.Heads, Causal: t.gpt, Seed: seed, ProjStd: projStd, SP: t.sp, Recompute: cfg.RecomputeMode(), FusedAttention: fused, From: from})
 			if err != nil {
 				return err
 			}

@@ -23,6 +23,7 @@ func trainFlags() []cli.Flag {
 		&cli.IntFlag{Name: "zero", Usage: "1: ZeRO-1, AdamW moments sharded over the data-parallel group; 2: ZeRO-2, the gradients too (each block's reduce-scattered as its backward ends); 3: ZeRO-3 (FSDP), the parameters too (each block's gathered before its forward and its backward); 0: replicated", Category: cat},
 		&cli.StringFlag{Name: "zero-group", Usage: "hybrid sharding (HSDP): ZeRO shards over groups of this many consecutive data-parallel ranks and replicates across them; node: the data-parallel ranks of one node (default: all of them)", Category: cat},
 		&cli.StringFlag{Name: "recompute", Usage: "activation recomputation: none, selective (the attention probabilities, recomputed in backward) or full (each block's forward again from its input, its saved buffers shared); the same gradients to the bit", Category: cat},
+		&cli.StringFlag{Name: "attention", Usage: "auto (the GPU's fused FlashAttention-2 kernels at tf32 or bf16, for head sizes 32, 64 and 128; else unfused), fused (refuse to run without them) or unfused (the (T,T) probabilities in memory)", Category: cat},
 		&cli.StringFlag{Name: "model", Usage: "bert (classifier), gpt or llama (causal LMs)", Category: cat},
 		&cli.StringFlag{Name: "preset", Usage: "tiny, small, bert-base, bert-large, gpt2-124m, gpt2-350m, llama-tiny, smollm-135m, llama-1b; other flags win over it", Category: cat},
 		&cli.IntFlag{Name: "layers", Usage: "transformer blocks", Category: cat},

@@ -10,8 +10,9 @@ import (
 // The fused attention kernels (kernels.cu, "fused causal attention"):
 // FlashAttention-2 on tensor cores, one instantiation per head size.
 
-// flashHeadSizes are the head sizes the fused kernels are built for.
-var flashHeadSizes = []int{32, 64, 128}
+// flashHeadSizes are the head sizes the fused kernels are built for:
+// one instantiation of each kernel per size in kernels.cu.
+var flashHeadSizes = tensor.FusedAttentionHeadSizes
 
 const (
 	flashRows    = 64  // FA_ROWS: query (key) rows a block

@@ -4,15 +4,16 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"github.com/hpcrun/hpcrun/tensor"
 	"math"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/parallel"
+	"github.com/hpcrun/hpcrun/tensor"
 )
 
 // Config is the full, resolved description of one training run. hpcrun submit
@@ -103,6 +104,11 @@ type Config struct {
 	// selective (the attention probabilities) or full (each block from
 	// its input); see RecomputeMode.
 	Recompute string `toml:"recompute,omitempty" json:"recompute,omitempty"`
+	// Attention is how attention runs: auto ("": the device's fused
+	// kernels where it has them for the head size and precision, a CUDA
+	// GPU at tf32 or bf16), fused (refuse to run without them) or unfused
+	// (the (T,T) probabilities in memory, as on the CPU).
+	Attention string `toml:"attention,omitempty" json:"attention,omitempty"`
 }
 
 // Checkpoints is the number of checkpoints kept (ckpt_keep, or 3).
@@ -238,6 +244,11 @@ func (c Config) Validate() error {
 	case "", "none", "selective", "full":
 	default:
 		bad("recompute %q: use none, selective or full", c.Recompute)
+	}
+	switch c.Attention {
+	case "", "auto", "fused", "unfused":
+	default:
+		bad("attention %q: use auto, fused or unfused", c.Attention)
 	}
 	if c.Arch == "hf" && c.RecomputeMode() != parallel.RecomputeNone {
 		bad("recompute %s: arch hf recomputes nothing (its post-LN layers are not parallel.Block)", c.Recompute)
@@ -587,6 +598,14 @@ func (c Config) ZeroShards(ranksPerNode int) (int, error) {
 		return 0, fmt.Errorf("zero_group %q: use node, or a number of at least 2 that divides the data-parallel degree %d", c.ZeroGroup, dp)
 	}
 	return n, nil
+}
+
+// AttentionFusedOnGPU says whether the attention runs in the fused
+// kernels on a CUDA GPU with bf16 tensor cores (sm_80 or newer), as the
+// training decides it there with attention auto or fused: at tf32 or
+// bf16, for a head size they are built for.
+func (c Config) AttentionFusedOnGPU() bool {
+	return c.Attention != "unfused" && c.Precision != "fp32" && slices.Contains(tensor.FusedAttentionHeadSizes, c.Dim/max(c.Heads, 1))
 }
 
 // RecomputeMode is Recompute as the engine takes it: what each block's

@@ -63,7 +63,7 @@ func TestGradBucketsMatchEngine(t *testing.T) {
 				t.Fatal(err)
 			}
 			var want []int
-			sh, err := newShapes(cfg, vp, 0, cfg.Layers, cfg.NTasks)
+			sh, err := newShapes(cfg, vp, 0, cfg.Layers, cfg.NTasks, false)
 			if err != nil {
 				t.Fatal(err)
 			}

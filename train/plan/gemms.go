@@ -116,7 +116,7 @@ func StepGemms(cfg config.Config, vocab int) ([]GemmCount, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := newShapes(cfg, vp, 0, split[0], cfg.NTasks)
+	s, err := newShapes(cfg, vp, 0, split[0], cfg.NTasks, false)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +139,7 @@ func CalibrateElementwise(cfg config.Config, vocab int, stepS float64, r *CPURat
 	if err != nil {
 		return 0, err
 	}
-	s, err := newShapes(cfg, vp, 0, cfg.Layers, cfg.NTasks)
+	s, err := newShapes(cfg, vp, 0, cfg.Layers, cfg.NTasks, false)
 	if err != nil {
 		return 0, err
 	}

@@ -57,7 +57,7 @@ func TestGemmFlops(t *testing.T) {
 			}
 		}
 		cfg.NTasks, cfg.TP, cfg.Recompute = tt.tp, tt.tp, tt.recompute
-		s, err := newShapes(cfg, 512, 0, cfg.Layers, cfg.NTasks)
+		s, err := newShapes(cfg, 512, 0, cfg.Layers, cfg.NTasks, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +96,7 @@ func TestCalibrateElementwise(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := testRates()
-	s, err := newShapes(cfg, 256, 0, cfg.Layers, cfg.NTasks)
+	s, err := newShapes(cfg, 256, 0, cfg.Layers, cfg.NTasks, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -302,7 +302,8 @@ func New(r Request) (*Plan, error) {
 	var entries int64
 	stages := make([]shapes, len(split))
 	for stage, blocks := range split {
-		if stages[stage], err = newShapes(cfg, vp, stage, blocks, ranksPerNode(cfg, r.Nodes)); err != nil {
+		fused := r.Device.CUDA && r.Device.BF16Flops > 0 && cfg.AttentionFusedOnGPU()
+		if stages[stage], err = newShapes(cfg, vp, stage, blocks, ranksPerNode(cfg, r.Nodes), fused); err != nil {
 			return nil, err
 		}
 		entries = max(entries, stages[stage].normTensors())
@@ -412,7 +413,7 @@ type shapes struct {
 // newShapes are the shapes of a rank of stage (0 without a pipeline),
 // which holds blocks blocks; its parameters are the spec's
 // (spec.StageParams).
-func newShapes(cfg config.Config, paddedVocab, stage, blocks, ranksPerNode int) (shapes, error) {
+func newShapes(cfg config.Config, paddedVocab, stage, blocks, ranksPerNode int, fusedAttention bool) (shapes, error) {
 	tp := int64(cfg.TP)
 	C := int64(cfg.Dim)
 	s := shapes{
@@ -427,9 +428,12 @@ func newShapes(cfg config.Config, paddedVocab, stage, blocks, ranksPerNode int) 
 	s.first, s.last = s.stage == 0, s.stage == s.pp-1
 	s.recompute = cfg.RecomputeMode()
 	if s.llama {
-		s.blk = parallel.LlamaBlockSizes(cfg.LlamaBlockShape(), cfg.BatchSize, cfg.Seq)
+		shape := cfg.LlamaBlockShape()
+		shape.FusedAttention = fusedAttention
+		s.blk = parallel.LlamaBlockSizes(shape, cfg.BatchSize, cfg.Seq)
 	} else {
-		s.blk = parallel.BlockSizes(parallel.BlockShape{Dim: cfg.Dim, Heads: cfg.Heads, TP: cfg.TP, SP: cfg.SP && tp > 1, Recompute: s.recompute}, cfg.BatchSize, cfg.Seq)
+		s.blk = parallel.BlockSizes(parallel.BlockShape{Dim: cfg.Dim, Heads: cfg.Heads, TP: cfg.TP, SP: cfg.SP && tp > 1, Recompute: s.recompute,
+			FusedAttention: fusedAttention}, cfg.BatchSize, cfg.Seq)
 	}
 	s.inFlight = s.pp - s.stage // parallel.OneFOneB's bound (1 without a pipeline)
 	s.sp = cfg.SP && tp > 1

@@ -620,7 +620,8 @@ func TestGPUBF16ScratchAttention(t *testing.T) {
 
 // On a GPU the plan's memory is the H100's measured peak of
 // bench/results/gpu-2026-11-26-h100: exact in fp32, within 1% in bf16
-// (whose operand scratch the device grows by doubling).
+// (whose operand scratch the device grows by doubling). Those runs
+// predate the fused attention, so the plan is asked for the unfused one.
 func TestGPUPeakMatchesMeasured(t *testing.T) {
 	h100, err := LookupDevice("h100-80")
 	if err != nil {
@@ -636,7 +637,7 @@ func TestGPUPeakMatchesMeasured(t *testing.T) {
 		if err := cfg.ApplyPreset("gpt2-124m"); err != nil {
 			t.Fatal(err)
 		}
-		cfg.BatchSize, cfg.Seq, cfg.Precision, cfg.Device = 16, 1024, c.precision, "cuda"
+		cfg.BatchSize, cfg.Seq, cfg.Precision, cfg.Device, cfg.Attention = 16, 1024, c.precision, "cuda", "unfused"
 		p, err := New(Request{Config: cfg, Vocab: 50257, Device: h100})
 		if err != nil {
 			t.Fatal(err)
@@ -740,7 +741,7 @@ func TestZeRO3MovesOneAndAHalfAllReduces(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sh, err := newShapes(cfg, vp, 0, cfg.Layers, cfg.NTasks)
+		sh, err := newShapes(cfg, vp, 0, cfg.Layers, cfg.NTasks, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -849,5 +850,40 @@ func TestHybridShardingPlanned(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("zero %d: %d B a rank in groups of 2, %d B over all 4", zero, pl.Memory.EnginePeak, pw.Memory.EnginePeak)
+	}
+}
+
+// On a GPU at bf16 the plan counts the fused attention's buffers, as the
+// engine allocates them there: each block's (B,nh,T,T) probabilities
+// become (B,nh,T) log-sum-exps, so GPT-2 124M at 8 x 1024 needs less by
+// at least the probabilities of its 12 blocks; with attention unfused,
+// or at fp32, the plan is the unfused one.
+func TestPlanCountsFusedAttention(t *testing.T) {
+	cfg := config.DefaultConfig()
+	cfg.Model, cfg.Preset, cfg.Layers, cfg.Dim, cfg.Heads, cfg.Seq, cfg.BatchSize = "gpt", "gpt2-124m", 12, 768, 12, 1024, 8
+	cfg.Device, cfg.Precision = "cuda", "bf16"
+	dev, err := LookupDevice("h100-80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := func(c config.Config) int64 {
+		p, err := New(Request{Config: c, Vocab: 50257, Device: dev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Memory.Total
+	}
+	unfusedCfg, fp32 := cfg, cfg
+	unfusedCfg.Attention, fp32.Precision = "unfused", "fp32"
+	fused, unfused := total(cfg), total(unfusedCfg)
+	probs := int64(12 * 8 * 12 * 1024 * 1024 * 4)
+	t.Logf("fused %.2f GB, unfused %.2f GB", float64(fused)/1e9, float64(unfused)/1e9)
+	if unfused-fused < probs {
+		t.Errorf("fused attention saves %d B, want at least the blocks' probabilities, %d B", unfused-fused, probs)
+	}
+	fp32Unfused := fp32
+	fp32Unfused.Attention = "unfused"
+	if f, u := total(fp32), total(fp32Unfused); f != u {
+		t.Errorf("fp32 plans %d B, fp32 unfused %d B: fp32 must plan the unfused attention", f, u)
 	}
 }

@@ -123,7 +123,7 @@ func TestAddedToSpecAgrees(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh, err := newShapes(cfg, vp, 0, cfg.Layers, cfg.NTasks)
+	sh, err := newShapes(cfg, vp, 0, cfg.Layers, cfg.NTasks, false)
 	if err != nil {
 		t.Fatal(err)
 	}
