@@ -122,12 +122,9 @@ func (d *Device) FusedAttentionForward(out, lse, qkv *tensor.Tensor, l tensor.He
 		return
 	}
 	defer d.leave()
-	var valid uintptr
-	if keyValid != nil {
-		var ok bool
-		if valid, ok = d.upIDs(keyValid); !ok {
-			return
-		}
+	valid, ok := d.upMask(keyValid)
+	if !ok {
+		return
 	}
 	name := flashKernel("flash_forward", l.HeadSize)
 	grid := dim3{uint32((t + flashRows - 1) / flashRows), uint32(l.Heads), uint32(b)}
@@ -150,12 +147,9 @@ func (d *Device) FusedAttentionBackward(dqkv, delta, dout, out, lse, qkv *tensor
 		return
 	}
 	defer d.leave()
-	var valid uintptr
-	if keyValid != nil {
-		var ok bool
-		if valid, ok = d.upIDs(keyValid); !ok {
-			return
-		}
+	valid, ok := d.upMask(keyValid)
+	if !ok {
+		return
 	}
 	rows := b * t * l.Heads
 	d.launch("flash_backward_delta", d.grid1(rows, softmaxThreads/32), dim3{softmaxThreads, 1, 1},

@@ -119,6 +119,15 @@ func (d *Device) rowwise(name string, rows, c int, args ...karg) {
 	d.launch(name, dim3{uint32(min(rows, d.sms*32)), 1, 1}, dim3{uint32(rowThreads(c)), 1, 1}, args...)
 }
 
+// upMask uploads a key mask for a kernel (0 for none), recording a
+// failure for Sync.
+func (d *Device) upMask(keyValid []int32) (uintptr, bool) {
+	if keyValid == nil {
+		return 0, true
+	}
+	return d.upIDs(keyValid)
+}
+
 // upIDs uploads ids for a kernel, recording a failure for Sync.
 func (d *Device) upIDs(ids []int32) (uintptr, bool) {
 	p, err := d.upload(ids)
@@ -433,12 +442,9 @@ func (d *Device) SoftmaxForward(out, inp *tensor.Tensor, scale float32, causal b
 		return
 	}
 	defer d.leave()
-	var valid uintptr
-	if keyValid != nil {
-		var ok bool
-		if valid, ok = d.upIDs(keyValid); !ok {
-			return
-		}
+	valid, ok := d.upMask(keyValid)
+	if !ok {
+		return
 	}
 	causalArg := 0
 	if causal {
