@@ -39,11 +39,7 @@ typedef uint3 dim3;
 #define __shared__ static thread_local
 
 namespace cpusim {
-// The running block and thread of this OS thread.
-struct Block;
-struct Fiber;
-extern thread_local Block* cur_block;
-extern thread_local Fiber* cur_fiber;
+// The running thread's indices (its fiber's).
 const uint3& thread_idx();
 const uint3& block_idx();
 const uint3& block_dim();
@@ -60,12 +56,9 @@ uint64_t shfl(uint64_t v, int kind, int arg, int width);
 void syncwarp();
 // warp_gather offers n bytes at p from the calling lane and, once every
 // lane of its warp has, returns the warp's 32 offers laid end to end (each
-// n bytes, by lane); the result stays valid until the warp's next
-// warp_gather or warp_release.
+// n bytes, by lane); the result stays valid until the calling thread
+// next waits (at any barrier).
 const char* warp_gather(const void* p, int n);
-// warp_release waits until every lane of the warp is done with a
-// warp_gather's result.
-void warp_release();
 // dynamic_shared is the launch's dynamic shared memory of the running
 // block.
 void* dynamic_shared();
@@ -163,7 +156,6 @@ inline void mma_bf16_16816(float* d, const unsigned* a, const unsigned* b, const
         for (int k = 0; k < 16; k++) s += A(row, k) * B(k, col);
         out[i] = s + c[i];
     }
-    cpusim::warp_release();
     for (int i = 0; i < 4; i++) d[i] = out[i];
 }
 
@@ -184,7 +176,6 @@ inline void ldmatrix(unsigned* r, int n, bool trans, const void* row) {
         }
         out[j] = (unsigned)e[0] | (unsigned)e[1] << 16;
     }
-    cpusim::warp_release();
     for (int j = 0; j < n; j++) r[j] = out[j];
 }
 inline void ldmatrix_x1(unsigned* r, const void* row) { ldmatrix(r, 1, false, row); }

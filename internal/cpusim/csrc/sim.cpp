@@ -69,10 +69,13 @@ cpusim_switch:
 
 namespace cpusim {
 
-const int kStack = 64 << 10;
+const int kStack = 64 << 10;  // a fiber's stack, aligned to its size (self())
+const int kStackHead = 64;    // bytes at a stack's base that hold its fiber's address
 const int kGather = 32;  // bytes a lane may offer to a warp-wide instruction
 
+struct Block;
 struct Fiber {
+    Block* block;  // the block it is a thread of
     void* sp;  // CPUSIM_FAST_SWITCH: the saved stack pointer
     ucontext_t ctx;
     uint3 tid;
@@ -80,6 +83,8 @@ struct Fiber {
     bool done = false;
     int waitKind = 0;  // 0 runnable, 1 block barrier, 2 warp barrier
     unsigned long waitGen = 0;
+    unsigned shuffles = 0;  // the fiber's shuffles so far: their parity picks the buffer
+    unsigned gathers = 0;   // and its warp_gathers
 };
 
 struct Block {
@@ -94,32 +99,36 @@ struct Block {
     std::vector<unsigned long> warpGen;
     std::vector<uint64_t> shflBuf;
     char* dynShared = nullptr;  // the launch's dynamic shared memory
-    std::vector<std::vector<char>> gather;  // per warp: warp_gather's offers, kGather bytes a lane
+    std::vector<std::vector<char>> gather;  // two per warp: warp_gather's offers, kGather bytes a lane
     void (*body)(void**);
     void** params;
     const char* error = nullptr;
 };
 
-thread_local Block* cur_block;
-thread_local Fiber* cur_fiber;
+// self is the running fiber: its stack is kStack-aligned and holds the
+// fiber's address at its base, so that the hot paths (every thread index,
+// barrier and shuffle) read no thread-local storage, which a shared
+// library reaches through a call each time.
+static inline Fiber* self() {
+    return *(Fiber**)((uintptr_t)__builtin_frame_address(0) & ~(uintptr_t)(kStack - 1));
+}
 
-const uint3& thread_idx() { return cur_fiber->tid; }
-const uint3& block_idx() { return cur_block->bid; }
-const uint3& block_dim() { return cur_block->bdim; }
-const uint3& grid_dim() { return cur_block->gdim; }
+const uint3& thread_idx() { return self()->tid; }
+const uint3& block_idx() { return self()->block->bid; }
+const uint3& block_dim() { return self()->block->bdim; }
+const uint3& grid_dim() { return self()->block->gdim; }
 
 // to_scheduler leaves the running fiber for its block's scheduler.
 static void to_scheduler() {
 #if CPUSIM_FAST_SWITCH
-    cpusim_switch(&cur_fiber->sp, cur_block->schedSP);
+    cpusim_switch(&self()->sp, self()->block->schedSP);
 #else
-    swapcontext(&cur_fiber->ctx, &cur_block->sched);
+    swapcontext(&self()->ctx, &self()->block->sched);
 #endif
 }
 
 // to_fiber resumes fiber f from the scheduler.
 static void to_fiber(Block* b, Fiber* f) {
-    cur_fiber = f;
 #if CPUSIM_FAST_SWITCH
     cpusim_switch(&b->schedSP, f->sp);
 #else
@@ -128,20 +137,20 @@ static void to_fiber(Block* b, Fiber* f) {
 }
 
 [[noreturn]] void fail(const char* msg) {
-    cur_block->error = msg;
-    cur_fiber->done = true;
+    self()->block->error = msg;
+    self()->done = true;
     to_scheduler();
     std::abort();
 }
 
 static void wait_here(int kind, unsigned long gen) {
-    cur_fiber->waitKind = kind;
-    cur_fiber->waitGen = gen;
+    self()->waitKind = kind;
+    self()->waitGen = gen;
     to_scheduler();
 }
 
 void syncthreads() {
-    Block* b = cur_block;
+    Block* b = self()->block;
     unsigned long g = b->gen;
     if (++b->arrived == b->live) {
         b->arrived = 0;
@@ -152,7 +161,7 @@ void syncthreads() {
 }
 
 static void warp_barrier(int w) {
-    Block* b = cur_block;
+    Block* b = self()->block;
     unsigned long g = b->warpGen[w];
     if (++b->warpArrived[w] == b->warpLive[w]) {
         b->warpArrived[w] = 0;
@@ -163,12 +172,17 @@ static void warp_barrier(int w) {
 }
 
 uint64_t shfl(uint64_t v, int kind, int arg, int width) {
-    Block* b = cur_block;
-    int w = cur_fiber->linear / 32, lane = cur_fiber->linear % 32;
+    Block* b = self()->block;
+    int w = self()->linear / 32, lane = self()->linear % 32;
     if (b->warpLive[w] != 32 || std::min(32, b->nthreads - w * 32) != 32)
         fail("a shuffle with a full mask in a warp that is not whole");
     if (width < 1 || width > 32 || (width & (width - 1)) != 0) fail("a shuffle's width is not a power of two up to 32");
-    b->shflBuf[cur_fiber->linear] = v;
+    // Two buffers, alternate shuffles: a lane that has read this one's
+    // offers can write the next shuffle's only into the other, and it
+    // cannot get a second shuffle ahead (that one's barrier waits for
+    // every lane), so one barrier a shuffle suffices.
+    uint64_t* buf = &b->shflBuf[(self()->shuffles++ & 1) * b->shflBuf.size() / 2 + w * 32];
+    buf[lane] = v;
     warp_barrier(w);
     int base = lane & ~(width - 1), src = lane;
     switch (kind) {
@@ -186,44 +200,43 @@ uint64_t shfl(uint64_t v, int kind, int arg, int width) {
         if (lane - arg >= base) src = lane - arg;
         break;
     }
-    uint64_t r = b->shflBuf[w * 32 + src];
-    warp_barrier(w);
-    return r;
+    return buf[src];
 }
 
 void syncwarp() {
-    Block* b = cur_block;
-    int w = cur_fiber->linear / 32;
+    Block* b = self()->block;
+    int w = self()->linear / 32;
     if (b->warpLive[w] != std::min(32, b->nthreads - w * 32)) fail("__syncwarp in a warp some of whose threads have returned");
     warp_barrier(w);
 }
 
-void* dynamic_shared() { return cur_block->dynShared; }
+void* dynamic_shared() { return self()->block->dynShared; }
 
 const char* warp_gather(const void* p, int n) {
-    Block* b = cur_block;
-    int w = cur_fiber->linear / 32, lane = cur_fiber->linear % 32;
+    Block* b = self()->block;
+    int w = self()->linear / 32, lane = self()->linear % 32;
     if (b->warpLive[w] != 32 || std::min(32, b->nthreads - w * 32) != 32)
         fail("a warp-wide matrix instruction in a warp that is not whole");
     if (n > kGather) fail("a warp-wide instruction offers more than its buffer holds");
-    if (b->gather.empty()) b->gather.assign((b->nthreads + 31) / 32, std::vector<char>(32 * kGather));  // on first use
-    std::vector<char>& buf = b->gather[w];
+    int nwarps = (b->nthreads + 31) / 32;
+    if (b->gather.empty()) b->gather.assign(2 * nwarps, std::vector<char>(32 * kGather));  // on first use
+    // Two buffers a warp, alternate gathers, as shfl's.
+    std::vector<char>& buf = b->gather[(self()->gathers++ & 1) * nwarps + w];
     std::memcpy(&buf[lane * kGather], p, n);
     warp_barrier(w);
     // Pack the offers end to end for the caller (each lane its own copy:
-    // they are read, never written, until warp_release).
+    // they are read, never written, until the lane next waits).
     thread_local std::vector<char> packed;
     packed.resize(32 * n);
     for (int l = 0; l < 32; l++) std::memcpy(&packed[l * n], &buf[l * kGather], n);
     return packed.data();
 }
 
-void warp_release() { warp_barrier(cur_fiber->linear / 32); }
 
 static void fiber_main() {
-    cur_block->body(cur_block->params);
-    Block* b = cur_block;
-    Fiber* f = cur_fiber;
+    self()->block->body(self()->block->params);
+    Block* b = self()->block;
+    Fiber* f = self();
     f->done = true;
     b->live--;
     b->warpLive[f->linear / 32]--;
@@ -291,7 +304,7 @@ static const char* run_block(Worker& wk, uint3 bid, uint3 bdim, uint3 gdim, void
     b.warpArrived.assign(nwarps, 0);
     b.warpGen.assign(nwarps, 0);
     b.warpLive.assign(nwarps, 0);
-    b.shflBuf.assign(nwarps * 32, 0);
+    b.shflBuf.assign(2 * nwarps * 32, 0);
     b.body = body, b.params = params;
     if (shmem > 0) {
         // Uninitialised, as on a GPU: all ones, a NaN in every float, so
@@ -300,21 +313,22 @@ static const char* run_block(Worker& wk, uint3 bid, uint3 bdim, uint3 gdim, void
         b.dynShared = (char*)(((uintptr_t)wk.dyn.data() + 15) & ~(uintptr_t)15);
     }
     wk.fibers.resize(b.nthreads);
-    while ((int)wk.stacks.size() < b.nthreads) wk.stacks.push_back((char*)malloc(kStack));
+    while ((int)wk.stacks.size() < b.nthreads) wk.stacks.push_back((char*)aligned_alloc(kStack, kStack));
     b.fibers = &wk.fibers;
-    cur_block = &b;
     for (int i = 0; i < b.nthreads; i++) {
         Fiber& f = wk.fibers[i];
         f = Fiber();
+        f.block = &b;
         f.linear = i;
+        *(Fiber**)wk.stacks[i] = &f;  // self()'s, below the stack the fiber uses
         f.tid = uint3{(unsigned)(i % bdim.x), (unsigned)(i / bdim.x % bdim.y), (unsigned)(i / (bdim.x * bdim.y))};
         b.warpLive[i / 32]++;
 #if CPUSIM_FAST_SWITCH
-        f.sp = new_stack(wk.stacks[i], kStack);
+        f.sp = new_stack(wk.stacks[i] + kStackHead, kStack - kStackHead);
 #else
         getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = wk.stacks[i];
-        f.ctx.uc_stack.ss_size = kStack;
+        f.ctx.uc_stack.ss_sp = wk.stacks[i] + kStackHead;
+        f.ctx.uc_stack.ss_size = kStack - kStackHead;
         f.ctx.uc_link = &b.sched;
         makecontext(&f.ctx, fiber_main, 0);
 #endif
