@@ -257,3 +257,55 @@ func TestMarkGradsStaleOverwrites(t *testing.T) {
 		}
 	}
 }
+
+// The LM head over a padded vocabulary multiplies its valid columns
+// rounded up to 8 (aligned GEMM kernels on a GPU) and masks every padded
+// logit, those the product wrote included, on every forward; the valid
+// logits are the float64 products of the input and the table.
+func TestLMHeadMasksPadding(t *testing.T) {
+	for _, c := range []struct{ v, ol, want int }{{50, 128, 56}, {56, 128, 56}, {125, 128, 125}, {50257, 50304, 50264}, {61, 64, 61}} {
+		if got := productWidth(c.v, c.ol); got != c.want {
+			t.Errorf("productWidth(%d, %d) = %d, want %d", c.v, c.ol, got, c.want)
+		}
+	}
+	dev := tensor.NewCPU()
+	const vocab, dim, n = 50, 16, 6
+	wte, err := NewVocabParallelEmbedding(dev, nil, "wte", vocab, dim, 3, 0.5, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, err := NewLMHead(nil, "lm_head", wte)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, _ := dev.Alloc(1, n, dim)
+	for i := range x.Host() {
+		x.Host()[i] = float32(i%7) - 3
+	}
+	w := wte.Weight.Data.Host()
+	for pass := 0; pass < 2; pass++ { // the second forward must mask again
+		out, err := head.Forward(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := out.Host()
+		for r := 0; r < n; r++ {
+			for j := 0; j < wte.Padded; j++ {
+				got := o[r*wte.Padded+j]
+				if j >= vocab {
+					if got != maskedLogit {
+						t.Fatalf("pass %d: row %d padded column %d = %g, want the mask %g", pass, r, j, got, float32(maskedLogit))
+					}
+					continue
+				}
+				want := 0.0
+				for k := 0; k < dim; k++ {
+					want += float64(x.Host()[r*dim+k]) * float64(w[j*dim+k])
+				}
+				if math.Abs(float64(got)-want) > 1e-4*(1+math.Abs(want)) {
+					t.Fatalf("pass %d: row %d column %d = %g, want %g", pass, r, j, got, want)
+				}
+			}
+		}
+	}
+}

@@ -171,6 +171,20 @@ func (l *ColumnParallelLinear) shape() LinearShape {
 // LocalOut is the number of output columns this rank computes.
 func (l *ColumnParallelLinear) LocalOut() int { return l.local }
 
+// productWidth is how many of ol output columns a padded layer's product
+// computes when v of them are not padding: v rounded up to a multiple of
+// 8, so that a GPU's GEMM runs its aligned kernels (GPT-2's 50,257 odd
+// columns take cuBLAS's align-1 ones, several times slower), where the
+// padding it does not compute holds as many masked columns as it does
+// (ColumnParallelLinear.Forward copies them over); else v.
+func productWidth(v, ol int) int {
+	n := min((v+7)/8*8, ol)
+	if ol-n < n-v {
+		return v
+	}
+	return n
+}
+
 // validLocal is how many of this rank's output columns are not padding.
 func (l *ColumnParallelLinear) validLocal() int {
 	if l.opt.ValidOut == 0 {
@@ -215,7 +229,11 @@ func (l *ColumnParallelLinear) Forward(inp *tensor.Tensor) (*tensor.Tensor, erro
 			l.masked = l.outLocal
 		}
 		if v > 0 {
-			dev.Gemm(false, true, b*t, v, l.In, 1, x, 0, l.In, l.Weight.Data, 0, l.In, 0, l.outLocal, 0, ol)
+			n := productWidth(v, ol)
+			dev.Gemm(false, true, b*t, n, l.In, 1, x, 0, l.In, l.Weight.Data, 0, l.In, 0, l.outLocal, 0, ol)
+			if n > v { // padding the product wrote: masked again from padding it did not
+				dev.Copy2D(l.outLocal, v, ol, l.outLocal, n, ol, b*t, n-v)
+			}
 		}
 	} else {
 		var bias *tensor.Tensor
