@@ -220,6 +220,16 @@ type MemStats struct {
 	Peak    int64 // most allocated at once since the device was made or ResetPeak
 }
 
+// MultiTensorAdamW is a device that updates many tensors in one launch
+// (a GPU, where a launch a tensor costs more than the update of a small
+// one).
+type MultiTensorAdamW interface {
+	// AdamWMany is AdamW on every params[i] with grads[i], ms[i] and vs[i]
+	// at hyper[i], which may differ from each other in WeightDecay only;
+	// the results are AdamW's, bit for bit.
+	AdamWMany(params, grads, ms, vs []*Tensor, hyper []AdamWParams, scale *Tensor)
+}
+
 // AdamWParams are the hyperparameters of one AdamW step.
 type AdamWParams struct {
 	LR          float32

@@ -63,6 +63,15 @@ func (o *AdamW) Close() {
 // device memory (gradNorm's), so that the host need not wait for the norm.
 func (o *AdamW) StepScaled(lr float64, scale *tensor.Tensor) {
 	o.step++
+	if many, ok := o.dev.(tensor.MultiTensorAdamW); ok && len(o.params) > 1 {
+		n := len(o.params)
+		data, grads, hyper := make([]*tensor.Tensor, n), make([]*tensor.Tensor, n), make([]tensor.AdamWParams, n)
+		for i, p := range o.params {
+			data[i], grads[i], hyper[i] = p.Data, p.Grad, o.hyper(p, lr)
+		}
+		many.AdamWMany(data, grads, o.m, o.v, hyper, scale)
+		return
+	}
 	for i, p := range o.params {
 		o.dev.AdamW(p.Data, p.Grad, o.m[i], o.v[i], o.hyper(p, lr), scale)
 	}

@@ -49,10 +49,11 @@ type Device struct {
 	// GEMM scalars, passed by pointer (host pointer mode).
 	alpha, beta float32
 
-	bfA, bfB, lnPart, sumPart scratch
-	ids                       idRing
-	syncs                     atomic.Int64 // times the host waited for the stream
-	watch                     WaitWatch    // nil: waits block in cuStreamSynchronize
+	bfA, bfB, sumPart scratch
+	part              scratch // partial sums of the norms' and biases' parameter gradients
+	ids               idRing
+	syncs             atomic.Int64 // times the host waited for the stream
+	watch             WaitWatch    // nil: waits block in cuStreamSynchronize
 }
 
 // Options configure Open.
@@ -251,7 +252,7 @@ func (d *Device) teardown() error {
 	if d.alloc != nil {
 		errs = append(errs, d.alloc.releaseAll())
 	}
-	for _, s := range []*scratch{&d.bfA, &d.bfB, &d.lnPart, &d.sumPart} {
+	for _, s := range []*scratch{&d.bfA, &d.bfB, &d.part, &d.sumPart} {
 		errs = append(errs, s.release(d))
 	}
 	errs = append(errs, d.ids.release(d))
@@ -507,7 +508,7 @@ func (d *Device) AllocStats() AllocStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s := d.alloc.snapshot()
-	for _, sc := range []*scratch{&d.bfA, &d.bfB, &d.lnPart, &d.sumPart} {
+	for _, sc := range []*scratch{&d.bfA, &d.bfB, &d.part, &d.sumPart} {
 		s.Workspace += sc.bytes
 	}
 	s.Workspace += d.ids.bytes()

@@ -118,14 +118,11 @@ func (d *Device) FusedAttentionForward(out, lse, qkv *tensor.Tensor, l tensor.He
 	if b*t == 0 {
 		return
 	}
-	if d.enter() != nil {
-		return
-	}
-	defer d.leave()
-	valid, ok := d.upMask(keyValid)
+	valid, ok := d.enterMasked(keyValid)
 	if !ok {
 		return
 	}
+	defer d.leave()
 	name := flashKernel("flash_forward", l.HeadSize)
 	grid := dim3{uint32((t + flashRows - 1) / flashRows), uint32(l.Heads), uint32(b)}
 	args := append([]karg{tp(out), tp(lse), tp(qkv)}, flashArgs(l, t, valid, causal)...)
@@ -143,14 +140,11 @@ func (d *Device) FusedAttentionBackward(dqkv, delta, dout, out, lse, qkv *tensor
 	if b*t == 0 {
 		return
 	}
-	if d.enter() != nil {
-		return
-	}
-	defer d.leave()
-	valid, ok := d.upMask(keyValid)
+	valid, ok := d.enterMasked(keyValid)
 	if !ok {
 		return
 	}
+	defer d.leave()
 	rows := b * t * l.Heads
 	d.launch("flash_backward_delta", d.grid1(rows, softmaxThreads/32), dim3{softmaxThreads, 1, 1},
 		tp(delta), tp(out), tp(dout), i64(rows), i32(t), i32(l.Heads), i32(l.HeadSize))

@@ -167,3 +167,50 @@ func checkLSE(t *testing.T, b *bench, lse twin, qkv []float32, l tensor.HeadLayo
 		}
 	}
 }
+
+// AdamWMany updates tensors of many sizes (one of none, one past a grid's
+// blocks) with their own weight decays, in one launch, to the bits of
+// AdamW on each in turn.
+func TestGPUAdamWMany(t *testing.T) {
+	b := newBench(t)
+	sizes := []int{5, 0, 300, 1, b.gpu.sms*32*elemThreads + 77, 1000}
+	var one, many [4][]*tensor.Tensor
+	var hyper []tensor.AdamWParams
+	for i, n := range sizes {
+		for k, scale := range []float32{1, 1, 0.1, 0.1} {
+			x := b.rand("x", scale, max(n, 1))
+			if k == 3 {
+				b.gpu.Scale(x.g, 0) // second moments are not negative
+			}
+			y, err := b.gpu.Alloc(max(n, 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.all = append(b.all, twin{"copy", y, y})
+			b.gpu.Copy(y, x.g)
+			if n == 0 {
+				x.g, y = x.g.View(0, 0), y.View(0, 0)
+			}
+			one[k], many[k] = append(one[k], x.g), append(many[k], y)
+		}
+		hyper = append(hyper, tensor.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: float32(i%3) * 0.05, Step: 3})
+	}
+	s := b.zeros("scale", 1)
+	b.gpu.Fill(s.g, 0.5)
+	for i := range sizes {
+		b.gpu.AdamW(one[0][i], one[1][i], one[2][i], one[3][i], hyper[i], s.g)
+	}
+	b.gpu.AdamWMany(many[0], many[1], many[2], many[3], hyper, s.g)
+	for k, what := range []string{"param", "grad", "m", "v"} {
+		for i := range sizes {
+			want, got := make([]float32, one[k][i].Len()), make([]float32, many[k][i].Len())
+			b.gpu.CopyToHost(want, one[k][i])
+			b.gpu.CopyToHost(got, many[k][i])
+			for j := range want {
+				if math.Float32bits(want[j]) != math.Float32bits(got[j]) {
+					t.Fatalf("AdamWMany: tensor %d's %s[%d] = %g, AdamW's %g", i, what, j, got[j], want[j])
+				}
+			}
+		}
+	}
+}

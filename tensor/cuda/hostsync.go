@@ -52,7 +52,7 @@ func (d *Device) SumTo(out *tensor.Tensor, alpha float32, accumulate bool, x *te
 		return
 	}
 	defer d.leave()
-	part, counts, err := d.sumPartials("sum_f32", []*tensor.Tensor{x})
+	part, counts, err := d.sumPartials([]*tensor.Tensor{x}, false)
 	if err != nil {
 		d.fail(err)
 		return

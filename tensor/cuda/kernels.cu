@@ -141,21 +141,26 @@ extern "C" __global__ void add_bias_f32(float* out, const float* bias, long long
     GRID_STRIDE(i, n) out[i] += bias[i % oc];
 }
 
-// bias_backward: dbias += column sums of dout (N,OC). Block (32,32): x is
-// a column within the block's 32, y strides over rows; a deterministic sum.
-extern "C" __global__ void ROW_BOUNDS bias_backward_f32(float* dbias, const float* dout, long long rows, int oc) {
+// bias_backward: the first of two deterministic stages of dbias += the
+// column sums of dout (N,OC). Blocks (32,32) on a grid (ceil(OC/32),
+// chunks): x is a column within the block's 32, and the rows are dealt
+// to the chunks 32 at a time, so that a few columns still fill the GPU;
+// part[chunk*OC + j] receives chunk's sum of column j, and
+// rmsnorm_param_grads_f32 adds the chunks into dbias in order.
+extern "C" __global__ void ROW_BOUNDS bias_backward_f32(float* part, const float* dout, long long rows, int oc) {
     __shared__ float sh[32][33];
     int j = blockIdx.x * 32 + threadIdx.x;
     float s = 0.f;
     if (j < oc) {
-        for (long long r = threadIdx.y; r < rows; r += blockDim.y) s += dout[r * oc + j];
+        for (long long r = (long long)blockIdx.y * blockDim.y + threadIdx.y; r < rows; r += (long long)gridDim.y * blockDim.y)
+            s += dout[r * oc + j];
     }
     sh[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.y == 0 && j < oc) {
         float t = 0.f;
         for (int y = 0; y < blockDim.y; y++) t += sh[y][threadIdx.x];
-        dbias[j] += t;
+        part[(long long)blockIdx.y * oc + j] = t;
     }
 }
 
@@ -311,7 +316,7 @@ extern "C" __global__ void ROW_BOUNDS rmsnorm_backward_f32(float* dinp, float* p
 }
 
 // rmsnorm_param_grads adds the nparts partial sums of part (nparts,C) into
-// dweight (C).
+// dweight (C), in order (bias_backward's second stage too).
 extern "C" __global__ void rmsnorm_param_grads_f32(float* dweight, const float* part, int nparts, int c) {
     for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < c; j += gridDim.x * blockDim.x) {
         float w = 0.f;
@@ -518,30 +523,71 @@ extern "C" __global__ void ROW_BOUNDS ce_backward_f32(float* dlogits, const floa
 
 // --- optimizer and norms ---
 
+// A tensor table (kernels.go's tensorTable): for each of n tensors eight
+// 64-bit words: [0..3] pointers, [4] its element count, [5] the first
+// block of the launch's flat grid it takes, [6] how many blocks it takes,
+// [7] a float the kernel reads (its bits in the low half). One launch
+// walks many tensors: block b works on tensor table_find(b), as block
+// b-[5] of a grid of [6] blocks would on it alone.
+__device__ int table_find(const long long* table, int n, long long b) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (table[8 * mid + 5] <= b) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+// adamw_step is one element's AdamW update: the gradient scaled by s, the
+// moments, then the parameter with decoupled weight decay wd.
+__device__ __forceinline__ void adamw_step(float* param, const float* grad, float* m, float* v, long long i, float s,
+                                           float lr, float b1, float b2, float eps, float wd, float bc1, float bc2) {
+    float g = grad[i] * s;
+    float mi = b1 * m[i] + (1.f - b1) * g;
+    float vi = b2 * v[i] + (1.f - b2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    float mhat = mi / bc1, vhat = vi / bc2;
+    param[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * param[i]);
+}
+
 // adamw: gradients are scaled by *scale when it is not null (a clip
 // coefficient computed on the device), else by 1.
 extern "C" __global__ void adamw_f32(float* param, const float* grad, float* m, float* v, long long n,
                                      float lr, float b1, float b2, float eps, float wd,
                                      float bc1, float bc2, const float* scale) {
     float s = scale ? *scale : 1.f;
-    GRID_STRIDE(i, n) {
-        float g = grad[i] * s;
-        float mi = b1 * m[i] + (1.f - b1) * g;
-        float vi = b2 * v[i] + (1.f - b2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        float mhat = mi / bc1, vhat = vi / bc2;
-        param[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * param[i]);
-    }
+    GRID_STRIDE(i, n) adamw_step(param, grad, m, v, i, s, lr, b1, b2, eps, wd, bc1, bc2);
 }
 
-// sum_squares writes one float64 partial sum of x*x per block into part.
-extern "C" __global__ void sum_squares_f32(double* part, const float* x, long long n) {
+// adamw_multi: adamw_f32 on every tensor of a table (param, grad, m, v;
+// the weight decay in [7]) in one launch.
+extern "C" __global__ void adamw_multi_f32(const long long* table, int ntensors, float lr, float b1, float b2,
+                                           float eps, float bc1, float bc2, const float* scale) {
+    float s = scale ? *scale : 1.f;
+    const long long* e = table + 8 * table_find(table, ntensors, blockIdx.x);
+    float* param = (float*)e[0];
+    const float* grad = (const float*)e[1];
+    float *m = (float*)e[2], *v = (float*)e[3];
+    long long n = e[4], count = e[6];
+    float wd = __int_as_float((int)e[7]);
+    for (long long i = (blockIdx.x - e[5]) * blockDim.x + threadIdx.x; i < n; i += count * blockDim.x)
+        adamw_step(param, grad, m, v, i, s, lr, b1, b2, eps, wd, bc1, bc2);
+}
+
+// sum_multi writes, for every tensor x of a table, one float64 partial sum
+// of its elements (square: of their squares) per block of its own into
+// part, at the block's index in the flat grid.
+extern "C" __global__ void sum_multi_f64(double* part, const long long* table, int ntensors, int square) {
     __shared__ double sh[32];
+    const long long* e = table + 8 * table_find(table, ntensors, blockIdx.x);
+    const float* x = (const float*)e[0];
+    long long n = e[4], count = e[6];
     double s = 0.0;
-    GRID_STRIDE(i, n) {
+    for (long long i = (blockIdx.x - e[5]) * blockDim.x + threadIdx.x; i < n; i += count * blockDim.x) {
         double v = x[i];
-        s += v * v;
+        s += square ? v * v : v;
     }
     s = block_sum_d(s, sh);
     if (threadIdx.x == 0) part[blockIdx.x] = s;
@@ -582,14 +628,6 @@ extern "C" __global__ void clip_norm_f64(float* out, const double* sq, long long
     out[2] = (clip > 0.0 && norm > clip) ? (float)(clip / (norm + 1e-6)) : 1.f;
 }
 
-// sum writes one float64 partial sum of x per block into part.
-extern "C" __global__ void sum_f32(double* part, const float* x, long long n) {
-    __shared__ double sh[32];
-    double s = 0.0;
-    GRID_STRIDE(i, n) s += (double)x[i];
-    s = block_sum_d(s, sh);
-    if (threadIdx.x == 0) part[blockIdx.x] = s;
-}
 
 // sum_finish sets (or adds to, when accumulate) out[0] alpha times the sum
 // of the nparts partials, added in order by one thread.

@@ -32,9 +32,9 @@ var kernels = []struct {
 	{"softmax_forward_f32", softmaxThreads}, {"softmax_backward_f32", softmaxThreads},
 	{"ce_row_max_f32", maxRowThreads}, {"ce_sum_exp_f32", maxRowThreads},
 	{"ce_target_logit_f32", elemThreads}, {"ce_loss_f32", elemThreads}, {"ce_backward_f32", maxRowThreads},
-	{"adamw_f32", elemThreads}, {"sum_squares_f32", elemThreads},
+	{"adamw_f32", elemThreads}, {"adamw_multi_f32", elemThreads}, {"sum_multi_f64", elemThreads},
 	{"sum_squares_each_f64", elemThreads}, {"sum_blocks_f64", elemThreads}, {"clip_norm_f64", 1},
-	{"sum_f32", elemThreads}, {"sum_finish_f32", 1},
+	{"sum_finish_f32", 1},
 	{"flash_backward_delta", softmaxThreads},
 	{"flash_forward_32", flashThreads}, {"flash_forward_64", flashThreads}, {"flash_forward_128", flashThreads},
 	{"flash_backward_dkdv_32", flashThreads}, {"flash_backward_dkdv_64", flashThreads}, {"flash_backward_dkdv_128", flashThreads},
@@ -119,13 +119,21 @@ func (d *Device) rowwise(name string, rows, c int, args ...karg) {
 	d.launch(name, dim3{uint32(min(rows, d.sms*32)), 1, 1}, dim3{uint32(rowThreads(c)), 1, 1}, args...)
 }
 
-// upMask uploads a key mask for a kernel (0 for none), recording a
-// failure for Sync.
-func (d *Device) upMask(keyValid []int32) (uintptr, bool) {
+// enterMasked enters the device (the caller leaves it when ok) and
+// uploads a key mask for a kernel (0 for none), recording a failure for
+// Sync.
+func (d *Device) enterMasked(keyValid []int32) (uintptr, bool) {
+	if d.enter() != nil {
+		return 0, false
+	}
 	if keyValid == nil {
 		return 0, true
 	}
-	return d.upIDs(keyValid)
+	p, ok := d.upIDs(keyValid)
+	if !ok {
+		d.leave()
+	}
+	return p, ok
 }
 
 // upIDs uploads ids for a kernel, recording a failure for Sync.
@@ -226,7 +234,16 @@ func (d *Device) BiasBackward(dbias, dout *tensor.Tensor) {
 		return
 	}
 	defer d.leave()
-	d.launch("bias_backward_f32", dim3{uint32((oc + 31) / 32), 1, 1}, dim3{32, 32, 1}, tp(dbias), tp(dout), i64(n), i32(oc))
+	cols := (oc + 31) / 32
+	// Enough chunks of rows for two blocks an SM, each of 32 rows at least.
+	chunks := max(1, min((2*d.sms+cols-1)/cols, (n+31)/32))
+	part, err := d.part.get(d, int64(chunks)*int64(oc)*4)
+	if err != nil {
+		d.fail(err)
+		return
+	}
+	d.launch("bias_backward_f32", dim3{uint32(cols), uint32(chunks), 1}, dim3{32, 32, 1}, ptr(part), tp(dout), i64(n), i32(oc))
+	d.launch("rmsnorm_param_grads_f32", d.grid1(oc, elemThreads), dim3{elemThreads, 1, 1}, tp(dbias), ptr(part), i32(chunks), i32(oc))
 }
 
 // --- embedding ---
@@ -304,7 +321,7 @@ func (d *Device) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean
 	}
 	defer d.leave()
 	blocks := min(n, 2*d.sms)
-	part, err := d.lnPart.get(d, int64(blocks)*2*int64(c)*4)
+	part, err := d.part.get(d, int64(blocks)*2*int64(c)*4)
 	if err != nil {
 		d.fail(err)
 		return
@@ -348,7 +365,7 @@ func (d *Device) RMSNormBackward(dinp, dweight, dout, inp, weight, rstd *tensor.
 	}
 	defer d.leave()
 	blocks := min(n, 2*d.sms)
-	part, err := d.lnPart.get(d, int64(blocks)*int64(c)*4)
+	part, err := d.part.get(d, int64(blocks)*int64(c)*4)
 	if err != nil {
 		d.fail(err)
 		return
@@ -438,14 +455,11 @@ func (d *Device) SoftmaxForward(out, inp *tensor.Tensor, scale float32, causal b
 	if rows == 0 {
 		return
 	}
-	if d.enter() != nil {
-		return
-	}
-	defer d.leave()
-	valid, ok := d.upMask(keyValid)
+	valid, ok := d.enterMasked(keyValid)
 	if !ok {
 		return
 	}
+	defer d.leave()
 	causalArg := 0
 	if causal {
 		causalArg = 1
@@ -586,26 +600,110 @@ func (d *Device) AdamW(param, grad, m, v *tensor.Tensor, p tensor.AdamWParams, s
 
 const sumBlocks = 128 // partial sums per tensor in sumPartials
 
-// sumPartials enqueues the float64 partial sums of (the squares of) each
-// of ts into the sumPart scratch, one tensor's after another, and returns
-// how many each has (0 for an empty one). kernel is sum_squares_f32, or
-// sum_f32 for plain sums.
-func (d *Device) sumPartials(kernel string, ts []*tensor.Tensor) (part uintptr, counts []int, err error) {
+// sumPartials enqueues the float64 partial sums of each of ts (square: of
+// their squares) into the sumPart scratch, one tensor's after another, in
+// one launch, and returns how many each has (0 for an empty one): as many
+// as a grid of its own would have blocks, up to sumBlocks.
+func (d *Device) sumPartials(ts []*tensor.Tensor, square bool) (part uintptr, counts []int, err error) {
 	part, err = d.sumPart.get(d, int64(len(ts))*sumBlocks*8)
 	if err != nil {
 		return 0, nil, err
 	}
-	nparts := 0
 	counts = make([]int, len(ts))
+	var table []tableEntry
 	for i, t := range ts {
 		if t.Len() == 0 {
 			continue
 		}
-		g := d.grid1(t.Len(), elemThreads)
-		g.x = min(g.x, sumBlocks)
-		d.launch(kernel, g, dim3{elemThreads, 1, 1}, ptr(part+uintptr(nparts)*8), tp(t), i64(t.Len()))
-		counts[i] = int(g.x)
-		nparts += int(g.x)
+		counts[i] = min(int(d.grid1(t.Len(), elemThreads).x), sumBlocks)
+		table = append(table, tableEntry{ptrs: [4]uintptr{t.Ptr()}, n: t.Len(), blocks: counts[i]})
 	}
+	if len(table) == 0 {
+		return part, counts, nil
+	}
+	p, blocks, err := d.uploadTable(table)
+	if err != nil {
+		return 0, nil, err
+	}
+	sq := 0
+	if square {
+		sq = 1
+	}
+	d.launch("sum_multi_f64", dim3{uint32(blocks), 1, 1}, dim3{elemThreads, 1, 1}, ptr(part), ptr(p), i32(len(table)), i32(sq))
 	return part, counts, nil
+}
+
+// tableEntry is one tensor of a kernel's tensor table (kernels.cu's
+// table_find): its pointers, element count, blocks and a float.
+type tableEntry struct {
+	ptrs   [4]uintptr
+	n      int
+	blocks int
+	value  float32
+}
+
+// uploadTable enqueues the table of es to the device and returns its
+// address and the blocks of the flat grid that walks it.
+func (d *Device) uploadTable(es []tableEntry) (uintptr, int, error) {
+	words := make([]int32, 0, 16*len(es))
+	put := func(v uint64) { words = append(words, int32(uint32(v)), int32(uint32(v>>32))) }
+	first := 0
+	for _, e := range es {
+		for _, p := range e.ptrs {
+			put(uint64(p))
+		}
+		put(uint64(e.n))
+		put(uint64(first))
+		put(uint64(e.blocks))
+		put(uint64(math.Float32bits(e.value)))
+		first += e.blocks
+	}
+	p, err := d.upload(words)
+	return p, first, err
+}
+
+// AdamWMany is tensor.MultiTensorAdamW's update: AdamW on every params[i]
+// with grads[i], ms[i], vs[i] at hyper[i], in one launch; the hyper
+// parameters may differ in their weight decay only.
+func (d *Device) AdamWMany(params, grads, ms, vs []*tensor.Tensor, hyper []tensor.AdamWParams, scale *tensor.Tensor) {
+	if len(grads) != len(params) || len(ms) != len(params) || len(vs) != len(params) || len(hyper) != len(params) {
+		panic(fmt.Sprintf("cuda.AdamWMany: %d params, %d grads, %d m, %d v, %d hyper parameters", len(params), len(grads), len(ms), len(vs), len(hyper)))
+	}
+	if len(params) == 0 {
+		return
+	}
+	var table []tableEntry
+	p0 := hyper[0]
+	for i, p := range params {
+		d.own("AdamWMany", p, grads[i], ms[i], vs[i])
+		check.AdamW(p, grads[i], ms[i], vs[i], hyper[i].Step)
+		h := hyper[i]
+		h.WeightDecay = p0.WeightDecay
+		if h != p0 {
+			panic(fmt.Sprintf("cuda.AdamWMany: tensor %d's hyper parameters %+v differ from the first's %+v in more than weight decay", i, hyper[i], p0))
+		}
+		if p.Len() > 0 {
+			table = append(table, tableEntry{ptrs: [4]uintptr{p.Ptr(), grads[i].Ptr(), ms[i].Ptr(), vs[i].Ptr()}, n: p.Len(),
+				blocks: int(d.grid1(p.Len(), elemThreads).x), value: hyper[i].WeightDecay})
+		}
+	}
+	var scalePtr uintptr
+	if scale != nil {
+		d.own("AdamWMany", scale)
+		check.AdamWScale(scale)
+		scalePtr = scale.Ptr()
+	}
+	if len(table) == 0 || d.enter() != nil {
+		return
+	}
+	defer d.leave()
+	tab, blocks, err := d.uploadTable(table)
+	if err != nil {
+		d.fail(err)
+		return
+	}
+	bc1 := float32(1 - math.Pow(float64(p0.Beta1), float64(p0.Step)))
+	bc2 := float32(1 - math.Pow(float64(p0.Beta2), float64(p0.Step)))
+	d.launch("adamw_multi_f32", dim3{uint32(blocks), 1, 1}, dim3{elemThreads, 1, 1}, ptr(tab), i32(len(table)),
+		f32(p0.LR), f32(p0.Beta1), f32(p0.Beta2), f32(p0.Eps), f32(bc1), f32(bc2), ptr(scalePtr))
 }

@@ -99,7 +99,7 @@ var kernelTests = []struct {
 	{"GemmStridedBatched", TestGPUGemmStridedBatched}, {"Composites", TestGPUComposites},
 	{"NormAndClipOnDevice", TestGPUNormAndClipOnDevice}, {"SumToAndFetch", TestGPUSumToAndFetch},
 	{"KernelEdges", TestGPUKernelEdges}, {"BF16Rounding", TestGPUBF16Rounding}, {"BF16Packed", TestGPUBF16Packed},
-	{"FusedAttention", TestGPUFusedAttention},
+	{"FusedAttention", TestGPUFusedAttention}, {"AdamWMany", TestGPUAdamWMany},
 }
 
 // TestKernelsOnCPU runs the kernel tests on the CUDA kernels compiled for
@@ -256,6 +256,14 @@ var mutations = []mutation{
 		"for (int i0 = causal ? j0 : 0; i0 < T; i0 += FA_ROWS)",
 		"for (int i0 = causal ? j0 + (hpcrun_mut == 17 ? FA_ROWS : 0) : 0; i0 < T; i0 += FA_ROWS)",
 		"FusedAttention", 0},
+	{"bias_backward's chunks each summing every row from theirs on (rows counted twice)",
+		"r < rows; r += (long long)gridDim.y * blockDim.y)",
+		"r < rows; r += (hpcrun_mut == 18 ? 1 : gridDim.y) * (long long)blockDim.y)",
+		"Bias|KernelEdges", 0},
+	{"a tensor table's search one tensor late (a block updates its successor)",
+		"if (table[8 * mid + 5] <= b) lo = mid;",
+		"if (hpcrun_mut == 19 ? table[8 * mid + 5] < b : table[8 * mid + 5] <= b) lo = mid;",
+		"AdamWMany|AdamWAndSumSquares", 0},
 }
 
 // Each planted mutation makes the kernel tests fail: one build of every
@@ -279,7 +287,7 @@ func TestKernelMutantsFail(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	if out, err := run(0, "LayerNorm|Bias|Softmax|CrossEntropy|KernelEdges|BF16Rounding|BF16Packed|Llama|Activations|FusedAttention", 0); err != nil {
+	if out, err := run(0, "LayerNorm|Bias|Softmax|CrossEntropy|KernelEdges|BF16Rounding|BF16Packed|Llama|Activations|FusedAttention|AdamWMany|AdamWAndSumSquares", 0); err != nil {
 		t.Fatalf("the instrumented kernels fail with no mutation: %v\n%s", err, out)
 	}
 	failLine := regexp.MustCompile(`--- FAIL: TestKernelsOnCPU/\w+`)

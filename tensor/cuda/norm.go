@@ -36,7 +36,7 @@ func (d *Device) SumSquaresEach(out *tensor.Tensor, ts ...*tensor.Tensor) {
 	if len(ts) == 0 {
 		return
 	}
-	part, counts, err := d.sumPartials("sum_squares_f32", live)
+	part, counts, err := d.sumPartials(live, true)
 	if err != nil {
 		d.fail(err)
 		return
