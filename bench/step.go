@@ -151,7 +151,8 @@ type StepCUDAResult struct {
 	Seq           int     `json:"seq"`
 	Device        string  `json:"device"`
 	Precision     string  `json:"precision"`
-	StepS         float64 `json:"step_s"` // median
+	Attention     string  `json:"attention"` // fused or unfused, as the step ran it
+	StepS         float64 `json:"step_s"`    // median
 	StepSMin      float64 `json:"step_s_min"`
 	StepSMax      float64 `json:"step_s_max"`
 	StepsMeasured int     `json:"steps"`
@@ -176,9 +177,13 @@ func StepCUDA(cfg trainconfig.Config, d *cuda.Device, prec tensor.Precision, war
 	sorted := slices.Clone(t.StepS)
 	slices.Sort(sorted)
 	ms, as := d.MemStats(), d.AllocStats()
+	attention := "unfused"
+	if fused, _, _ := train.AttentionFused(cfg, d); fused {
+		attention = "fused"
+	}
 	res := StepCUDAResult{
 		Model: cfg.Preset, Params: t.Params, Bsz: cfg.BatchSize, Seq: cfg.Seq,
-		Device: d.Describe(), Precision: prec.String(),
+		Device: d.Describe(), Precision: prec.String(), Attention: attention,
 		StepS: stats.Median(sorted), StepSMin: sorted[0], StepSMax: sorted[len(sorted)-1], StepsMeasured: len(sorted),
 		PeakBytes: ms.Peak, ReservedBytes: as.Reserved, Workspace: as.Workspace, Mallocs: as.Mallocs, Loss: t.Loss,
 	}
@@ -189,7 +194,7 @@ func StepCUDA(cfg trainconfig.Config, d *cuda.Device, prec tensor.Precision, war
 
 // WriteText prints the result as hpcrun bench step --device cuda does.
 func (res StepCUDAResult) WriteText(w io.Writer) {
-	fmt.Fprintf(w, "bench step: %s (%.1fM params), bsz %d x seq %d, tp 1, %s, matmul %s\n", res.Model, float64(res.Params)/1e6, res.Bsz, res.Seq, res.Device, res.Precision)
+	fmt.Fprintf(w, "bench step: %s (%.1fM params), bsz %d x seq %d, tp 1, %s, matmul %s, attention %s\n", res.Model, float64(res.Params)/1e6, res.Bsz, res.Seq, res.Device, res.Precision, res.Attention)
 	fmt.Fprintf(w, "step time          %.4f s median of %d (min %.4f, max %.4f); loss %.3f\n", res.StepS, res.StepsMeasured, res.StepSMin, res.StepSMax, res.Loss)
 	fmt.Fprintf(w, "throughput         %.0f tokens/s; model %.1f TFLOP/s (6 x params + attention's 12 x layers x seq x dim, a token)\n", res.TokensPerS, res.ModelTFLOPS)
 	fmt.Fprintf(w, "memory             peak %.0f MiB of tensors; %.0f MiB reserved, %.0f MiB kernel workspace; %d cuMemAlloc calls\n",

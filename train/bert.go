@@ -107,7 +107,7 @@ func (m *hfBERT) build(cfg config.Config, vocab int, tp nccl.Comm, from *paralle
 		return err
 	}
 	m.lnE = ln("embeddings.LayerNorm")
-	fused, _, err := attentionFused(cfg, dev)
+	fused, _, err := AttentionFused(cfg, dev)
 	if err != nil {
 		return err
 	}

@@ -65,13 +65,13 @@ func setPrecision(dev tensor.Device, precision string) error {
 	return nil
 }
 
-// attentionFused says whether the model's attention runs in dev's fused
+// AttentionFused says whether the model's attention runs in dev's fused
 // kernels (tensor.FusedAttention), by cfg.Attention: auto where dev has
 // them for the model's heads at its precision, fused (an error where it
 // has not, saying why), unfused never. note says what was chosen and why,
 // for the log; "" on a device without fused kernels (the CPU), where
 // there is no choice to report.
-func attentionFused(cfg config.Config, dev tensor.Device) (fused bool, note string, err error) {
+func AttentionFused(cfg config.Config, dev tensor.Device) (fused bool, note string, err error) {
 	f, why := tensor.FusedAttentionOn(dev, cfg.Dim/cfg.Heads)
 	_, has := dev.(tensor.FusedAttention)
 	switch {

@@ -286,7 +286,7 @@ func newTrainer(cfg config.Config, world nccl.Comm, opt Options, w *metrics.Writ
 	if t.model, err = newModel(cfg, ds, mesh, t.dev); err != nil {
 		return nil, err
 	}
-	if _, note, _ := attentionFused(cfg, t.dev); note != "" {
+	if _, note, _ := AttentionFused(cfg, t.dev); note != "" {
 		t.logf("%s", note)
 	}
 	var why string

@@ -225,7 +225,7 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, from *pa
 		}
 	}
 	projStd := spec.ProjStd(cfg.Layers)
-	fused, _, err := attentionFused(cfg, dev)
+	fused, _, err := AttentionFused(cfg, dev)
 	if err != nil {
 		return err
 	}

@@ -202,10 +202,15 @@ stage_kernels() {
 stage_train() { gputest "$BIN/train.test" '^(TestGPU|TestNVRTCCompilesKernels)'; }
 stage_nccl() { gputest "$BIN/nccl.test" '^(TestGPU|TestNVRTCCompilesKernels)'; }
 stage_step() {
-	local prec
-	for prec in fp32 bf16; do
-		rm -f "$dir/hpcrun-$prec.json"
-		step "${goenv[@]}" sh -c "\"$BIN/hpcrun\" --json bench step --device cuda --precision $prec --model gpt2-124m --bsz $BSZ --seq $SEQ --steps $STEPS > \"$dir/hpcrun-$prec.json.tmp\" && mv \"$dir/hpcrun-$prec.json.tmp\" \"$dir/hpcrun-$prec.json\" && cat \"$dir/hpcrun-$prec.json\""
+	local run prec attn name
+	# bf16 and tf32 run the fused attention (auto); bf16-unfused is the
+	# same step with the (T,T) probabilities, the fused kernels' A/B.
+	for run in fp32:auto tf32:auto bf16:auto bf16:unfused; do
+		prec=${run%%:*} attn=${run#*:}
+		name=hpcrun-$prec
+		[ "$attn" = auto ] || name=$name-$attn
+		rm -f "$dir/$name.json"
+		step "${goenv[@]}" sh -c "\"$BIN/hpcrun\" --json bench step --device cuda --precision $prec --attention $attn --model gpt2-124m --bsz $BSZ --seq $SEQ --steps $STEPS > \"$dir/$name.json.tmp\" && mv \"$dir/$name.json.tmp\" \"$dir/$name.json\" && cat \"$dir/$name.json\""
 	done
 }
 stage_pytorch() {

@@ -40,6 +40,7 @@ func benchStepCommand() *cli.Command {
 			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu, or cuda (a GPU through the CUDA backend)"},
 			&cli.IntFlag{Name: "gpu", Usage: "CUDA device ordinal (--device cuda)"},
 			&cli.StringFlag{Name: "precision", Value: "fp32", Usage: "CUDA matmul precision: fp32, tf32 or bf16 (--device cuda)"},
+			&cli.StringFlag{Name: "attention", Value: "auto", Usage: "auto, fused or unfused: the GPU's fused attention kernels at tf32 and bf16 (--device cuda; see train --attention)"},
 			&cli.IntFlag{Name: "nproc", Value: 1, Usage: "data-parallel ranks in this process (cpu); above 1, the step at --zero against ZeRO-1's, same run"},
 			&cli.IntFlag{Name: "zero", Value: 3, Usage: "the ZeRO stage set beside ZeRO-1's (--nproc above 1): 2 or 3"},
 		},
@@ -100,7 +101,10 @@ func benchStepConfig(c *cli.Context) (trainconfig.Config, int, error) {
 	if err := cfg.ApplyPreset(c.String("model")); err != nil {
 		return cfg, 0, cli.Exit(err.Error(), 2)
 	}
-	cfg.BatchSize, cfg.Seq = c.Int("bsz"), c.Int("seq")
+	cfg.BatchSize, cfg.Seq, cfg.Attention = c.Int("bsz"), c.Int("seq"), c.String("attention")
+	if err := cfg.Validate(); err != nil {
+		return cfg, 0, cli.Exit(err.Error(), 2)
+	}
 	steps := c.Int("steps")
 	if steps < 1 || c.Int("warmup") < 0 {
 		return cfg, 0, cli.Exit("--steps must be at least 1 and --warmup not negative", 2)
