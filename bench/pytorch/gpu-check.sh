@@ -21,9 +21,12 @@
 #   train    training steps of small models against the CPU's losses, the
 #            layouts on one GPU (train GPU tests)
 #   nccl     the NCCL backend's GPU tests
-#   step     `hpcrun bench step --device cuda` of GPT-2 124M, fp32 and bf16
-#   pytorch  the same step in PyTorch eager (naive and sdpa attention, fp32
-#            and bf16), beside the step stage's results when there are any
+#   step     `hpcrun bench step --device cuda` of GPT-2 124M at fp32, tf32
+#            and bf16 (the fused attention), bf16 unfused, and SmolLM-135M
+#            (a Llama) at bf16
+#   pytorch  the same steps in PyTorch eager (GPT-2: naive and sdpa
+#            attention, fp32 and bf16; the Llama: sdpa, bf16), beside the
+#            step stage's results when there are any
 #
 # Where nvidia-smi sees a GPU, a GPU test that skips (a library that did
 # not load, say) is a failure, not a pass; the multi-rank tests (*TwoRanks:
@@ -202,15 +205,17 @@ stage_kernels() {
 stage_train() { gputest "$BIN/train.test" '^(TestGPU|TestNVRTCCompilesKernels)'; }
 stage_nccl() { gputest "$BIN/nccl.test" '^(TestGPU|TestNVRTCCompilesKernels)'; }
 stage_step() {
-	local run prec attn name
-	# bf16 and tf32 run the fused attention (auto); bf16-unfused is the
-	# same step with the (T,T) probabilities, the fused kernels' A/B.
-	for run in fp32:auto tf32:auto bf16:auto bf16:unfused; do
-		prec=${run%%:*} attn=${run#*:}
+	local run model prec attn name
+	# GPT-2 124M: bf16 and tf32 run the fused attention (auto); bf16
+	# unfused is the same step with the (T,T) probabilities, the fused
+	# kernels' A/B. SmolLM-135M (GQA, RoPE, SwiGLU) at bf16: the Llama.
+	for run in gpt2-124m:fp32:auto gpt2-124m:tf32:auto gpt2-124m:bf16:auto gpt2-124m:bf16:unfused smollm-135m:bf16:auto; do
+		IFS=: read -r model prec attn <<<"$run"
 		name=hpcrun-$prec
+		[ "$model" = gpt2-124m ] || name=hpcrun-llama-$prec
 		[ "$attn" = auto ] || name=$name-$attn
 		rm -f "$dir/$name.json"
-		step "${goenv[@]}" sh -c "\"$BIN/hpcrun\" --json bench step --device cuda --precision $prec --attention $attn --model gpt2-124m --bsz $BSZ --seq $SEQ --steps $STEPS > \"$dir/$name.json.tmp\" && mv \"$dir/$name.json.tmp\" \"$dir/$name.json\" && cat \"$dir/$name.json\""
+		step "${goenv[@]}" sh -c "\"$BIN/hpcrun\" --json bench step --device cuda --precision $prec --attention $attn --model $model --bsz $BSZ --seq $SEQ --steps $STEPS > \"$dir/$name.json.tmp\" && mv \"$dir/$name.json.tmp\" \"$dir/$name.json\" && cat \"$dir/$name.json\""
 	done
 }
 stage_pytorch() {
@@ -228,6 +233,12 @@ stage_pytorch() {
 			step python3 bench/pytorch/gpt2_step.py --bsz "$BSZ" --seq "$SEQ" --steps "$STEPS" --dtype "$prec" --attn "$attn" "${beside[@]}"
 		done
 	done
+	# The Llama peer: SmolLM-135M's shape with sdpa at bf16.
+	beside=()
+	if [ -s "$OUT/step/hpcrun-llama-bf16.json" ]; then
+		beside=(--hpcrun-json "$OUT/step/hpcrun-llama-bf16.json")
+	fi
+	step python3 bench/pytorch/gpt2_step.py --model llama --bsz "$BSZ" --seq "$SEQ" --steps "$STEPS" --dtype bf16 --attn sdpa "${beside[@]}"
 }
 
 failed=()

@@ -262,8 +262,11 @@ echo "$*" >> `+pyArgs)
 		t.Errorf("the step stage's log lacks the failure:\n%s", b)
 	}
 	b, _ = os.ReadFile(pyArgs)
-	if n := strings.Count(string(b), "gpt2_step.py"); n != 4 || strings.Contains(string(b), "--hpcrun-json") {
-		t.Errorf("PyTorch ran %d times, want 4 without hpcrun's result:\n%s", n, b)
+	if n := strings.Count(string(b), "gpt2_step.py"); n != 5 || strings.Contains(string(b), "--hpcrun-json") {
+		t.Errorf("PyTorch ran %d times, want 5 (GPT-2 fp32 and bf16, naive and sdpa; the Llama) without hpcrun's result:\n%s", n, b)
+	}
+	if n := strings.Count(string(b), "--model llama"); n != 1 {
+		t.Errorf("the Llama peer ran %d times, want 1:\n%s", n, b)
 	}
 
 	// A step that succeeds is read beside PyTorch.
@@ -273,8 +276,11 @@ echo "$*" >> `+pyArgs)
 		t.Fatalf("exit %d:\n%s", rc, got)
 	}
 	b, _ = os.ReadFile(pyArgs)
-	if n := strings.Count(string(b), "--hpcrun-json "+filepath.Join(out, "step", "hpcrun-")); n != 4 {
-		t.Errorf("PyTorch got hpcrun's result %d times, want 4:\n%s", n, b)
+	if n := strings.Count(string(b), "--hpcrun-json "+filepath.Join(out, "step", "hpcrun-")); n != 5 {
+		t.Errorf("PyTorch got hpcrun's result %d times, want 5:\n%s", n, b)
+	}
+	if !strings.Contains(string(b), "--hpcrun-json "+filepath.Join(out, "step", "hpcrun-llama-bf16.json")) {
+		t.Errorf("the Llama peer did not get hpcrun's Llama result:\n%s", b)
 	}
 
 	if got, rc := runStages(t, env, "gemm"); rc != 2 || !strings.Contains(got, "unknown stage gemm") {
