@@ -324,7 +324,9 @@ static const char* run_block(Worker& wk, uint3 bid, uint3 bdim, uint3 gdim, void
         f.tid = uint3{(unsigned)(i % bdim.x), (unsigned)(i / bdim.x % bdim.y), (unsigned)(i / (bdim.x * bdim.y))};
         b.warpLive[i / 32]++;
 #if CPUSIM_FAST_SWITCH
-        f.sp = new_stack(wk.stacks[i] + kStackHead, kStack - kStackHead);
+        // Stack tops staggered by a fiber's index: tops kStack apart
+        // would all fall in the same cache sets, and every switch miss.
+        f.sp = new_stack(wk.stacks[i] + kStackHead, kStack - kStackHead - (i % 64) * 192);
 #else
         getcontext(&f.ctx);
         f.ctx.uc_stack.ss_sp = wk.stacks[i] + kStackHead;
