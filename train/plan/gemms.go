@@ -38,6 +38,9 @@ func (l linear) forward(n int) GemmCount { return l.products(n)[0] }
 // forward S = Q K^T and O = P V, backward dP = dO V^T, dQ = dS K, dK = dS^T
 // Q and dV = P^T dO. fwdOnly keeps the forward's two.
 func (s shapes) attention(fwdOnly bool) []GemmCount {
+	if s.fusedAttn {
+		return nil // fusedAttentionFlops
+	}
 	T, B := int(s.T), int(s.B)
 	h := s.cfg.Heads / int(s.tp)
 	hd := int(s.C) / s.cfg.Heads
@@ -52,6 +55,29 @@ func (s shapes) attention(fwdOnly bool) []GemmCount {
 		GemmCount{tensor.GemmShape{M: T, N: T, K: hd, Batch: h, TransB: true}, B},
 		GemmCount{tensor.GemmShape{M: T, N: hd, K: T, Batch: h}, B},
 		GemmCount{tensor.GemmShape{M: T, N: hd, K: T, Batch: h, TransA: true}, 2 * B})
+}
+
+// fusedAttentionFlops are the fused attention kernels' products of one
+// micro-batch (0 unfused): per block the forward's two (S = Q K^T, O = P
+// V), the backward's seven (S and dP again in both of its kernels, dV, dK
+// and dQ), the forward's two again under full recomputation, each of 2 x
+// T x T x hd a head, over the 64 x 64 tiles a causal mask leaves.
+func (s shapes) fusedAttentionFlops() float64 {
+	if !s.fusedAttn {
+		return 0
+	}
+	products := 9.0
+	if s.recompute == parallel.RecomputeFull {
+		products += 2
+	}
+	share := 1.0
+	if s.gpt {
+		tiles := float64((s.T + 63) / 64)
+		share = (tiles + 1) / (2 * tiles)
+	}
+	heads := float64(s.cfg.Heads) / float64(s.tp)
+	hd := float64(s.C) / float64(s.cfg.Heads)
+	return float64(s.L) * products * share * 2 * float64(s.B) * heads * float64(s.T) * float64(s.T) * hd
 }
 
 // gemms are the matrix products of one micro-batch on a rank of the

@@ -375,6 +375,7 @@ type shapes struct {
 	vp         int            // the padded vocabulary
 	blk        parallel.Sizes // one block's buffers (parallel.BlockSizes)
 	recompute  parallel.Recompute
+	fusedAttn  bool // attention in the GPU's fused kernels (not cuBLAS products)
 	gpt        bool // a language model (gpt or llama): the LM head and loss
 	llama      bool // RMSNorms, no position table, the head tied or not
 	tied       bool // the LM head is the token embedding
@@ -426,7 +427,7 @@ func newShapes(cfg config.Config, paddedVocab, stage, blocks, ranksPerNode int, 
 	}
 	s.tied = s.gpt && !(s.llama && cfg.UntiedHead)
 	s.first, s.last = s.stage == 0, s.stage == s.pp-1
-	s.recompute = cfg.RecomputeMode()
+	s.recompute, s.fusedAttn = cfg.RecomputeMode(), fusedAttention
 	if s.llama {
 		shape := cfg.LlamaBlockShape()
 		shape.FusedAttention = fusedAttention
@@ -740,16 +741,24 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 	gs := s.gemms()
 	t.GemmFlops = gemmFlops(gs) * accum
 	t.ComputeS = dev.gemmSeconds(gs) * accum
+	// The fused attention's products run on bf16 tensor cores at tf32 too
+	// (only a GPU with them plans it).
+	var fusedS float64
+	if f := s.fusedAttentionFlops(); f > 0 {
+		fusedS = accum * f / (dev.BF16Flops * dev.Efficiency)
+		t.GemmFlops += accum * f
+		t.ComputeS += fusedS
+	}
 	// convertS is bf16's operand conversion, an elementwise kernel a GEMM.
 	var convertS float64
 	switch {
 	case cfg.Precision == "tf32" && dev.Rates == nil && dev.TF32Flops > 0:
 		// A GPU's tensor cores on float32 operands.
-		t.ComputeS = t.GemmFlops / (dev.TF32Flops * dev.Efficiency)
+		t.ComputeS = gemmFlops(gs)*accum/(dev.TF32Flops*dev.Efficiency) + fusedS
 	case cfg.Precision == "bf16" && dev.Rates == nil && dev.BF16Flops > 0:
 		// A GPU's tensor cores on bf16 copies of the operands, which a
 		// kernel writes first (4 bytes read and 2 written an element).
-		t.ComputeS = t.GemmFlops / (dev.BF16Flops * dev.Efficiency)
+		t.ComputeS = t.GemmFlops / (dev.BF16Flops * dev.Efficiency) // fusedS included
 		convertS = accum * 6 * float64(operandElems(gs)) / dev.MemBandwidth
 	}
 	t.Rate = t.GemmFlops / t.ComputeS

@@ -556,7 +556,9 @@ func TestGPUBF16Time(t *testing.T) {
 	if err := cfg.ApplyPreset("gpt2-124m"); err != nil {
 		t.Fatal(err)
 	}
-	cfg.BatchSize, cfg.Seq, cfg.Device = 16, 1024, "cuda"
+	// The unfused attention, whose every product cuBLAS runs (and the
+	// measurements' path).
+	cfg.BatchSize, cfg.Seq, cfg.Device, cfg.Attention = 16, 1024, "cuda", "unfused"
 	plans := map[string]*Plan{}
 	for _, accum := range []int{1, 2} {
 		for _, prec := range []string{"fp32", "tf32", "bf16"} {
@@ -603,7 +605,7 @@ func TestGPUBF16ScratchAttention(t *testing.T) {
 	}
 	cfg := config.DefaultConfig()
 	cfg.Model, cfg.Layers, cfg.Dim, cfg.Heads = "gpt", 2, 64, 2
-	cfg.BatchSize, cfg.Seq, cfg.Device = 8, 1024, "cuda"
+	cfg.BatchSize, cfg.Seq, cfg.Device, cfg.Attention = 8, 1024, "cuda", "unfused"
 	work := map[string]int64{}
 	for _, prec := range []string{"fp32", "bf16"} {
 		cfg.Precision = prec
@@ -866,13 +868,14 @@ func TestPlanCountsFusedAttention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	total := func(c config.Config) int64 {
+	plan := func(c config.Config) *Plan {
 		p, err := New(Request{Config: c, Vocab: 50257, Device: dev})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return p.Memory.Total
+		return p
 	}
+	total := func(c config.Config) int64 { return plan(c).Memory.Total }
 	unfusedCfg, fp32 := cfg, cfg
 	unfusedCfg.Attention, fp32.Precision = "unfused", "fp32"
 	fused, unfused := total(cfg), total(unfusedCfg)
@@ -886,4 +889,17 @@ func TestPlanCountsFusedAttention(t *testing.T) {
 	if f, u := total(fp32), total(fp32Unfused); f != u {
 		t.Errorf("fp32 plans %d B, fp32 unfused %d B: fp32 must plan the unfused attention", f, u)
 	}
+	// Time: the fused kernels' nine products a block over the causal
+	// tiles (17 of 32 at 1024 tokens) instead of six full ones, and no
+	// bf16 conversion of attention's operands.
+	pf, pu := plan(cfg), plan(unfusedCfg)
+	attnUnfused := 12 * 6 * 2.0 * 8 * 12 * 1024 * 1024 * 64
+	attnFused := 12 * 9 * (17.0 / 32) * 2 * 8 * 12 * 1024 * 1024 * 64
+	if d := pu.Time.GemmFlops - pf.Time.GemmFlops; math.Abs(d-(attnUnfused-attnFused)) > 1e-6*pu.Time.GemmFlops {
+		t.Errorf("GEMM FLOPs fused %.4g, unfused %.4g: %.4g apart, want %.4g", pf.Time.GemmFlops, pu.Time.GemmFlops, d, attnUnfused-attnFused)
+	}
+	if pf.Time.StepS >= pu.Time.StepS {
+		t.Errorf("step fused %.4f s, unfused %.4f s: the fused attention converts and moves less", pf.Time.StepS, pu.Time.StepS)
+	}
+	t.Logf("step fused %.4f s, unfused %.4f s", pf.Time.StepS, pu.Time.StepS)
 }
