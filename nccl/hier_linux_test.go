@@ -69,7 +69,7 @@ func TestHierChunks(t *testing.T) {
 func TestHierPipelinedMatchesSequential(t *testing.T) {
 	const chunk = 1000
 	sizes := []int{1, 3, chunk - 1, chunk, chunk + 1, 2*chunk + 1, 7919, smallNetBytes/4 + 1, smallNetBytes/4 + chunk + 7, starNetBytes/4 + 3}
-	for _, hosts := range [][]string{{"a", "a", "b", "b"}, {"a", "a", "a", "b"}, {"a", "a", "b", "b", "c", "c"}, {"a", "a", "a", "b", "b", "c"}} {
+	for _, hosts := range shortCases([][]string{{"a", "a", "b", "b"}, {"a", "a", "a", "b"}, {"a", "a", "b", "b", "c", "c"}, {"a", "a", "a", "b", "b", "c"}}) {
 		t.Run(strings.Join(hosts, ""), func(t *testing.T) {
 			testHostID = func(rank int) string { return hosts[rank] }
 			t.Cleanup(func() { testHostID = nil })
@@ -264,7 +264,7 @@ func TestHierAddUnequalHosts(t *testing.T) {
 // gives every rank the bits of the host-order float32 sum and of the
 // sequential path, at odd sizes and over several chunks.
 func TestHierSplit(t *testing.T) {
-	for _, hosts := range [][]string{{"a", "a", "b", "b"}, {"a", "a", "a", "b", "b", "b"}, {"a", "a", "b", "b", "c", "c"}} {
+	for _, hosts := range shortCases([][]string{{"a", "a", "b", "b"}, {"a", "a", "a", "b", "b", "b"}, {"a", "a", "b", "b", "c", "c"}}) {
 		t.Run(strings.Join(hosts, ""), func(t *testing.T) {
 			testHostID = func(rank int) string { return hosts[rank] }
 			t.Cleanup(func() { testHostID = nil })

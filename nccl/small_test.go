@@ -61,7 +61,7 @@ func testSmallPaths(t *testing.T, run world, n int, sizes []int, exact func(coun
 // (3 ranks: through rank 0 below scatterBytes, by thirds from it to
 // starNetBytes) and fold them in rank order, from it the ring runs.
 func TestTCPExchangeAllReduce(t *testing.T) {
-	for _, n := range []int{2, 3, 5} {
+	for _, n := range shortCases([]int{2, 3, 5}) {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			limit := smallNetBytes
 			switch n {

@@ -794,7 +794,12 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
     };
     {
         std::lock_guard<std::mutex> l(pool->launch);
-        pool->run(work);
+        // A grid of one block runs on the calling thread: waking the
+        // pool's helpers for it cost more than most such blocks run.
+        if (nblocks == 1)
+            work();
+        else
+            pool->run(work);
     }
     if (!err.empty()) {
         std::lock_guard<std::mutex> l(mu);
