@@ -230,7 +230,7 @@ func (l *ColumnParallelLinear) Forward(inp *tensor.Tensor) (*tensor.Tensor, erro
 		}
 		if v > 0 {
 			n := productWidth(v, ol)
-			dev.Gemm(false, true, b*t, n, l.In, 1, x, 0, l.In, l.Weight.Data, 0, l.In, 0, l.outLocal, 0, ol)
+			dev.Gemm(false, true, b*t, n, l.In, 1, x, 0, l.In, l.Weight.Operand(), 0, l.In, 0, l.outLocal, 0, ol)
 			if n > v { // padding the product wrote: masked again from padding it did not
 				dev.Copy2D(l.outLocal, v, ol, l.outLocal, n, ol, b*t, n-v)
 			}
@@ -240,7 +240,7 @@ func (l *ColumnParallelLinear) Forward(inp *tensor.Tensor) (*tensor.Tensor, erro
 		if l.Bias != nil {
 			bias = l.Bias.Data
 		}
-		tensor.LinearForward(l.outLocal, x, l.Weight.Data, bias)
+		tensor.LinearForward(l.outLocal, x, l.Weight.Operand(), bias)
 	}
 	if l.out != l.outLocal {
 		if err := l.gather.Forward(l.out, l.outLocal); err != nil {
@@ -283,10 +283,10 @@ func (l *ColumnParallelLinear) Backward(dout, dinp *tensor.Tensor) error {
 		return nil
 	}
 	if l.g.Size() == 1 {
-		tensor.MatMul(dinp, dl, l.Weight.Data, false, false, 1, 1)
+		tensor.MatMul(dinp, dl, l.Weight.Operand(), false, false, 1, 1)
 		return nil
 	}
-	tensor.MatMul(l.dx, dl, l.Weight.Data, false, false, 1, 0)
+	tensor.MatMul(l.dx, dl, l.Weight.Operand(), false, false, 1, 0)
 	if err := l.f.Backward(l.dx); err != nil {
 		return fmt.Errorf("%s: %w", l.Name, err)
 	}
@@ -310,7 +310,7 @@ func (l *ColumnParallelLinear) backwardSP(dl, dinp *tensor.Tensor) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", l.Name, err)
 	}
-	tensor.MatMul(dx, dl, l.Weight.Data, false, false, 1, 0)
+	tensor.MatMul(dx, dl, l.Weight.Operand(), false, false, 1, 0)
 	if err := l.sp.ReduceScatter(dinp.Reshape(l.inp.Shape()...), dx, true); err != nil {
 		return fmt.Errorf("%s: %w", l.Name, err)
 	}
@@ -443,7 +443,7 @@ func (l *RowParallelLinear) Forward(inp *tensor.Tensor) (*tensor.Tensor, error) 
 		}
 		l.xl = l.xlBuf
 	}
-	tensor.LinearForward(l.out, l.xl, l.Weight.Data, nil)
+	tensor.LinearForward(l.out, l.xl, l.Weight.Operand(), nil)
 	if err := l.gReduce.Forward(l.out); err != nil {
 		return nil, fmt.Errorf("%s: %w", l.Name, err)
 	}
@@ -475,7 +475,7 @@ func (l *RowParallelLinear) Backward(dout, dinp *tensor.Tensor) error {
 		if dinp.Len() != l.xl.Len() {
 			return shapeErr(l.Name, "dinp %v for an input %v", dinp, l.xl)
 		}
-		tensor.MatMul(dinp.Reshape(l.xl.Shape()...), dout, l.Weight.Data, false, false, 1, 1)
+		tensor.MatMul(dinp.Reshape(l.xl.Shape()...), dout, l.Weight.Operand(), false, false, 1, 1)
 		return nil
 	}
 	b, t := l.xl.Dim(0), l.xl.Dim(1)
@@ -484,7 +484,7 @@ func (l *RowParallelLinear) Backward(dout, dinp *tensor.Tensor) error {
 	}); err != nil {
 		return fmt.Errorf("%s: %w", l.Name, err)
 	}
-	tensor.MatMul(l.dxl, dout, l.Weight.Data, false, false, 1, 0)
+	tensor.MatMul(l.dxl, dout, l.Weight.Operand(), false, false, 1, 0)
 	if err := l.scatter.Backward(dinp, l.dxl); err != nil {
 		return fmt.Errorf("%s: %w", l.Name, err)
 	}
@@ -509,7 +509,7 @@ func (l *RowParallelLinear) forwardSP(inp *tensor.Tensor, b, t int) (*tensor.Ten
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", l.Name, err)
 	}
-	tensor.LinearForward(full, inp, l.Weight.Data, nil)
+	tensor.LinearForward(full, inp, l.Weight.Operand(), nil)
 	if err := l.sp.ReduceScatter(l.out, full, false); err != nil {
 		return nil, fmt.Errorf("%s: %w", l.Name, err)
 	}
@@ -535,7 +535,7 @@ func (l *RowParallelLinear) backwardSP(dout, dinp *tensor.Tensor) error {
 	if dinp.Len() != l.xl.Len() {
 		return shapeErr(l.Name, "dinp %v for an input %v", dinp, l.xl)
 	}
-	tensor.MatMul(dinp.Reshape(l.xl.Shape()...), full, l.Weight.Data, false, false, 1, 1)
+	tensor.MatMul(dinp.Reshape(l.xl.Shape()...), full, l.Weight.Operand(), false, false, 1, 1)
 	return nil
 }
 

@@ -25,11 +25,24 @@ type Param struct {
 	// region: Backward leaves the gradient of this rank's positions only,
 	// and SequenceParallel.ReduceGrads sums it over the group.
 	SeqReduce bool
+	// Copy is Data rounded to bfloat16, which the matrix products read
+	// under bf16 compute (ParamSet.SyncCopies refreshes it); nil when
+	// they read Data.
+	Copy *tensor.Tensor
 
 	// stale is set by MarkGradsStale: Grad holds old values that the first
 	// writer of the next Backward overwrites (a weight-gradient GEMM with
 	// beta 0) or zeroes before accumulating.
 	stale bool
+}
+
+// Operand is the tensor matrix products read p's values from: its
+// bfloat16 Copy, or Data.
+func (p *Param) Operand() *tensor.Tensor {
+	if p.Copy != nil {
+		return p.Copy
+	}
+	return p.Data
 }
 
 // Layer is what every layer of this package exposes to the optimizer and to

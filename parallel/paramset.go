@@ -25,6 +25,10 @@ type ParamSpec struct {
 	// Block is the transformer block that holds the parameter (its index
 	// in the model), -1 for the others (embeddings, final norm, head).
 	Block int
+	// Product marks a weight that matrix products read (the linear
+	// layers', a tied head's table): under bf16 compute the set keeps a
+	// bfloat16 copy of it for them (ParamSet.SyncCopies).
+	Product bool
 }
 
 // Elems is the unsharded parameter's element count.
@@ -103,6 +107,7 @@ type ParamSet struct {
 	sharding   BlockSharding  // how the blocks are held
 	blockGrads *tensor.Tensor // the blocks' shared gradients (nil: each its own)
 	blockData  *tensor.Tensor // the blocks' shared values (nil: each its own)
+	blockCopy  *tensor.Tensor // their bfloat16 copy (nil: none, or each its own)
 	shards     []*tensor.Tensor
 	at         map[*Param]blockPlace // where the blocks' parameters are
 	resident   int                   // the block whose values BlockData holds, -1: none
@@ -123,8 +128,10 @@ type BlockSharding struct {
 // NewParamSet allocates the parameters of specs on dev, held as sharding
 // says, and fills them from seed (InitFull). A shared buffer has the size
 // of the largest block's, rounded up to a multiple of the data-parallel
-// size. Free the set with Free.
-func NewParamSet(dev tensor.Device, specs []ParamSpec, seed uint64, sharding BlockSharding) (*ParamSet, error) {
+// size. With copies BFloat16 every Product parameter has a bfloat16 Copy
+// (shared as its values are under ZeRO-3); with Float32 none. Free the
+// set with Free.
+func NewParamSet(dev tensor.Device, specs []ParamSpec, seed uint64, sharding BlockSharding, copies tensor.DType) (*ParamSet, error) {
 	s := &ParamSet{dev: dev, specs: specs, index: make(map[string]int, len(specs)), taken: make([]bool, len(specs)), seed: seed,
 		sharding: sharding, at: map[*Param]blockPlace{}, resident: -1}
 	if (sharding.Grads || sharding.Params) && sharding.DP == nil {
@@ -161,6 +168,12 @@ func NewParamSet(dev tensor.Device, specs []ParamSpec, seed uint64, sharding Blo
 			s.Free()
 			return nil, fmt.Errorf("the blocks' shared values: %w", err)
 		}
+		if copies == tensor.BFloat16 {
+			if s.blockCopy, err = dev.AllocAs(tensor.BFloat16, shared); err != nil {
+				s.Free()
+				return nil, fmt.Errorf("the blocks' shared bfloat16 copy: %w", err)
+			}
+		}
 	}
 	off, block := 0, -1  // where the next parameter goes in its block, and whose
 	var values []float32 // the block's values end to end (ZeRO-3)
@@ -186,6 +199,14 @@ func NewParamSet(dev tensor.Device, specs []ParamSpec, seed uint64, sharding Blo
 			return nil, err
 		}
 		s.params = append(s.params, p)
+		if copies == tensor.BFloat16 && sp.Product {
+			if s.blockCopy != nil && sp.Block >= 0 {
+				p.Copy = s.blockCopy.View(off, p.Data.Shape()...)
+			} else if p.Copy, err = dev.AllocAs(tensor.BFloat16, p.Data.Shape()...); err != nil {
+				s.Free()
+				return nil, fmt.Errorf("%s: its bfloat16 copy: %w", sp.Name, err)
+			}
+		}
 		if sp.Block < 0 {
 			continue
 		}
@@ -203,7 +224,20 @@ func NewParamSet(dev tensor.Device, specs []ParamSpec, seed uint64, sharding Blo
 			}
 		}
 	}
+	s.SyncCopies()
 	return s, nil
+}
+
+// SyncCopies rounds the parameters' values into their bfloat16 copies
+// (Param.Copy): call it after anything but Load and GatherBlock writes
+// values (the optimizer's step). Under ZeRO-3 the blocks' shared copy is
+// GatherBlock's to fill as it gathers a block.
+func (s *ParamSet) SyncCopies() {
+	for _, p := range s.params {
+		if _, shared := s.at[p]; p.Copy != nil && (s.blockCopy == nil || !shared) {
+			s.dev.Copy(p.Copy, p.Data)
+		}
+	}
 }
 
 // padded is n rounded up to a multiple of the data-parallel size.
@@ -268,6 +302,9 @@ func (s *ParamSet) GatherBlock(l int) error {
 	if err := s.sharding.DP.AllGather(s.blockData.View(0, sh.Len()*s.sharding.DP.Size()), sh); err != nil {
 		return fmt.Errorf("zero 3: gathering block %d's parameters: %w", l, err)
 	}
+	if s.blockCopy != nil {
+		s.dev.Copy(s.blockCopy, s.blockData)
+	}
 	s.resident = l
 	return nil
 }
@@ -282,6 +319,9 @@ func (s *ParamSet) Load(p *Param, vals []float32) {
 	at, ok := s.at[p]
 	if s.blockData == nil || !ok {
 		s.dev.CopyFromHost(p.Data, vals)
+		if p.Copy != nil {
+			s.dev.Copy(p.Copy, p.Data)
+		}
 		return
 	}
 	sh := s.shards[at.l]
@@ -320,13 +360,16 @@ func (s *ParamSet) Free() {
 		if s.blockGrads == nil || !shared {
 			s.dev.Free(p.Grad)
 		}
+		if p.Copy != nil && (s.blockCopy == nil || !shared) {
+			s.dev.Free(p.Copy)
+		}
 	}
-	for _, t := range append(s.shards, s.blockGrads, s.blockData) {
+	for _, t := range append(s.shards, s.blockGrads, s.blockData, s.blockCopy) {
 		if t != nil {
 			s.dev.Free(t)
 		}
 	}
-	s.params, s.blocks, s.shards, s.blockGrads, s.blockData = nil, nil, nil, nil, nil
+	s.params, s.blocks, s.shards, s.blockGrads, s.blockData, s.blockCopy = nil, nil, nil, nil, nil, nil
 }
 
 // param is the parameter a layer making want (from seed) uses: the set's,

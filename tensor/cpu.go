@@ -22,8 +22,11 @@ type CPUDevice struct {
 	peak    int64
 
 	wg      sync.WaitGroup
-	scratch []float32 // per-chunk partial sums (LayerNormBackward)
-	partial []float64 // per-chunk partial sums (SumSquaresEach)
+	scratch []float32  // per-chunk partial sums (LayerNormBackward)
+	partial []float64  // per-chunk partial sums (SumSquaresEach)
+	wideMu  sync.Mutex // held by a GEMM while it uses wideA and wideB
+	wideA   []float32  // a BFloat16 GEMM operand A widened
+	wideB   []float32  // and B
 	k       cpuKernels
 
 	observe func(GemmShape) // see ObserveGemm
@@ -74,14 +77,26 @@ func (d *CPUDevice) nthreads() int {
 }
 
 // Alloc returns a zeroed tensor in host memory.
-func (d *CPUDevice) Alloc(shape ...int) (*Tensor, error) {
+func (d *CPUDevice) Alloc(shape ...int) (*Tensor, error) { return d.AllocAs(Float32, shape...) }
+
+// AllocAs returns a zeroed tensor of dt in host memory: a BFloat16 one
+// takes 2 bytes an element.
+func (d *CPUDevice) AllocAs(dt DType, shape ...int) (*Tensor, error) {
 	n, err := shapeLen(shape)
 	if err != nil {
 		return nil, fmt.Errorf("cpu alloc: %w", err)
 	}
-	buf := NewBuffer(d, n, make([]float32, n), 0)
+	var buf *Buffer
+	switch dt {
+	case Float32:
+		buf = NewBuffer(d, n, make([]float32, n), 0)
+	case BFloat16:
+		buf = NewBF16Buffer(d, n, make([]uint16, n), 0)
+	default:
+		return nil, fmt.Errorf("cpu alloc: %v", dt)
+	}
 	d.mu.Lock()
-	d.cur += int64(n) * 4
+	d.cur += buf.Bytes()
 	d.peak = max(d.peak, d.cur)
 	d.mu.Unlock()
 	return NewTensor(buf, 0, shape...), nil
@@ -98,7 +113,7 @@ func (d *CPUDevice) Free(t *Tensor) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if t.buf.MarkFreed() {
-		d.cur -= int64(t.buf.n) * 4
+		d.cur -= t.buf.Bytes()
 	}
 }
 
@@ -119,8 +134,19 @@ func (d *CPUDevice) ResetPeak() {
 // Sync returns nil: CPU kernels finish before they return.
 func (d *CPUDevice) Sync() error { return nil }
 
-// own panics unless t is a live tensor of this device.
+// own panics unless every t is a live Float32 tensor of this device.
 func (d *CPUDevice) own(fn string, ts ...*Tensor) {
+	d.ownAny(fn, ts...)
+	for _, t := range ts {
+		if t.buf.dtype != Float32 {
+			panic(fmt.Sprintf("tensor.%s: tensor %v stores %s; the kernel takes float32 tensors", fn, t, t.buf.dtype))
+		}
+	}
+}
+
+// ownAny panics unless every t is a live tensor of this device, of any
+// dtype.
+func (d *CPUDevice) ownAny(fn string, ts ...*Tensor) {
 	for _, t := range ts {
 		if t == nil {
 			panic(fmt.Sprintf("tensor.%s: nil tensor", fn))
@@ -216,38 +242,90 @@ func (d *CPUDevice) scratch64(n int) []float64 {
 	return d.partial[:n]
 }
 
-// CopyFromHost copies src into dst.
+// CopyFromHost copies src into dst, rounding to a BFloat16 dst.
 func (d *CPUDevice) CopyFromHost(dst *Tensor, src []float32) {
-	d.own("CopyFromHost", dst)
+	d.ownAny("CopyFromHost", dst)
 	check.CopyFromHost(dst, src)
+	if dst.DType() == BFloat16 {
+		RoundBF16(dst.HostBF16(), src)
+		return
+	}
 	copy(dst.Host(), src)
 }
 
-// CopyToHost copies src into dst.
+// CopyToHost copies src into dst, widening a BFloat16 src.
 func (d *CPUDevice) CopyToHost(dst []float32, src *Tensor) {
-	d.own("CopyToHost", src)
+	d.ownAny("CopyToHost", src)
 	check.CopyToHost(dst, src)
+	if src.DType() == BFloat16 {
+		WidenBF16(dst, src.HostBF16())
+		return
+	}
 	copy(dst, src.Host())
 }
 
-// Copy copies src into dst.
+// Copy copies src into dst, converting between dtypes.
 func (d *CPUDevice) Copy(dst, src *Tensor) {
-	d.own("Copy", dst, src)
+	d.ownAny("Copy", dst, src)
 	check.Copy(dst, src)
-	copy(dst.Host(), src.Host())
+	switch {
+	case dst.DType() == Float32 && src.DType() == Float32:
+		copy(dst.Host(), src.Host())
+	case dst.DType() == BFloat16 && src.DType() == BFloat16:
+		copy(dst.HostBF16(), src.HostBF16())
+	case dst.DType() == BFloat16:
+		RoundBF16(dst.HostBF16(), src.Host())
+	default:
+		WidenBF16(dst.Host(), src.HostBF16())
+	}
+}
+
+// operand is a GEMM operand's host elements from off on: a Float32
+// tensor's own, a BFloat16 tensor's widened into scratch (span elements,
+// as far as the product reads).
+func (d *CPUDevice) operand(t *Tensor, off, span int, scratch *[]float32) []float32 {
+	if t.DType() == Float32 {
+		return t.Host()[off:]
+	}
+	if cap(*scratch) < span {
+		*scratch = make([]float32, span)
+	}
+	w := (*scratch)[:span]
+	WidenBF16(w, t.HostBF16()[off:off+span])
+	return w
+}
+
+// operandSpan is how many elements from its first a GEMM operand op(X) of
+// (rows, cols) reads, batch of them stride apart, X stored with leading
+// dimension ld (X^T when trans).
+func operandSpan(trans bool, rows, cols, ld, stride, batch int) int {
+	if trans {
+		rows, cols = cols, rows
+	}
+	if rows == 0 || cols == 0 || batch == 0 {
+		return 0
+	}
+	return (batch-1)*stride + (rows-1)*ld + cols
 }
 
 // Gemm computes C = alpha*op(A)*op(B) + beta*C with Sgemm on the tensors'
 // host memory.
 func (d *CPUDevice) Gemm(transA, transB bool, m, n, k int, alpha float32, a *Tensor, aOff, lda int, b *Tensor, bOff, ldb int, beta float32, c *Tensor, cOff, ldc int) {
-	d.own("Gemm", a, b, c)
+	d.ownAny("Gemm", a, b)
+	d.own("Gemm", c)
 	check.Gemm(transA, transB, m, n, k, a, aOff, lda, b, bOff, ldb, c, cOff, ldc)
 	if d.observe != nil {
 		d.observe(GemmShape{M: m, N: n, K: k, Batch: 1, TransA: transA, TransB: transB})
 	}
-	ha, hb, hc := a.Host(), b.Host(), c.Host()
+	if a.DType() != Float32 || b.DType() != Float32 {
+		d.wideMu.Lock() // the widened operands' scratch, until the product is done
+		defer d.wideMu.Unlock()
+	}
+	ha := d.operand(a, aOff, operandSpan(transA, m, k, lda, 0, 1), &d.wideA)
+	hb := d.operand(b, bOff, operandSpan(transB, k, n, ldb, 0, 1), &d.wideB)
+	hc := c.Host()
 	d.eachKPart(transA, transB, k, lda, ldb, beta, func(aShift, bShift, kk int, beta float32) {
-		gemm(transA, transB, m, n, kk, alpha, ha[aOff+aShift:], lda, hb[bOff+bShift:], ldb, beta, hc[cOff:], ldc)
+		gemm(transA, transB, m, n, kk, alpha, ha[aShift:], lda, hb[bShift:], ldb, beta, hc[cOff:], ldc)
 	})
 }
 
@@ -291,13 +369,20 @@ func (d *CPUDevice) eachKPart(transA, transB bool, k, lda, ldb int, beta float32
 
 // GemmStridedBatched computes batch Gemms with SgemmStridedBatched.
 func (d *CPUDevice) GemmStridedBatched(transA, transB bool, m, n, k int, alpha float32, a *Tensor, aOff, lda, strideA int, b *Tensor, bOff, ldb, strideB int, beta float32, c *Tensor, cOff, ldc, strideC, batch int) {
-	d.own("GemmStridedBatched", a, b, c)
+	d.ownAny("GemmStridedBatched", a, b)
+	d.own("GemmStridedBatched", c)
 	check.GemmStridedBatched(transA, transB, m, n, k, a, aOff, lda, strideA, b, bOff, ldb, strideB, c, cOff, ldc, strideC, batch)
 	if d.observe != nil {
 		d.observe(GemmShape{M: m, N: n, K: k, Batch: batch, TransA: transA, TransB: transB})
 	}
-	ha, hb, hc := a.Host(), b.Host(), c.Host()
+	if a.DType() != Float32 || b.DType() != Float32 {
+		d.wideMu.Lock()
+		defer d.wideMu.Unlock()
+	}
+	ha := d.operand(a, aOff, operandSpan(transA, m, k, lda, strideA, batch), &d.wideA)
+	hb := d.operand(b, bOff, operandSpan(transB, k, n, ldb, strideB, batch), &d.wideB)
+	hc := c.Host()
 	d.eachKPart(transA, transB, k, lda, ldb, beta, func(aShift, bShift, kk int, beta float32) {
-		gemmBatched(transA, transB, m, n, kk, alpha, ha[aOff+aShift:], lda, strideA, hb[bOff+bShift:], ldb, strideB, beta, hc[cOff:], ldc, strideC, batch)
+		gemmBatched(transA, transB, m, n, kk, alpha, ha[aShift:], lda, strideA, hb[bShift:], ldb, strideB, beta, hc[cOff:], ldc, strideC, batch)
 	})
 }

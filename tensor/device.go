@@ -22,9 +22,15 @@ type Device interface {
 	// Name identifies the device, e.g. "cpu" or "cuda:0".
 	Name() string
 
-	// Alloc returns a zeroed tensor of the given shape, or an error (a
-	// negative dimension, out of memory).
+	// Alloc returns a zeroed Float32 tensor of the given shape, or an
+	// error (a negative dimension, out of memory).
 	Alloc(shape ...int) (*Tensor, error)
+	// AllocAs is Alloc for elements stored as dt. A BFloat16 tensor goes
+	// to Copy, CopyFromHost and CopyToHost (which convert, rounding to
+	// nearest even on store) and as an operand A or B of Gemm and
+	// GemmStridedBatched (at any precision on the CPU, at BF16 on a GPU);
+	// every other kernel takes Float32 tensors only.
+	AllocAs(dt DType, shape ...int) (*Tensor, error)
 	// Free releases the Buffer t views; t and its views must not be used
 	// again. Freeing a freed buffer does nothing.
 	Free(t *Tensor)
@@ -43,7 +49,7 @@ type Device interface {
 	// the work that writes src.
 	CopyToHost(dst []float32, src *Tensor)
 	// Copy copies src into dst (same Len, both on this device; they may
-	// not overlap).
+	// not overlap), converting when their dtypes differ.
 	Copy(dst, src *Tensor)
 	// Copy2D copies a (rows,cols) block between row-major layouts, as
 	// cudaMemcpy2D: dst[dstOff+i*ldDst+j] = src[srcOff+i*ldSrc+j] (columns of

@@ -1,5 +1,5 @@
 // Package tensor is the compute engine under the parallel layers: tensors of
-// float32 on a Device (CPU always; CUDA when its libraries load), GEMM and the
+// float32 (and bfloat16 operands) on a Device (CPU always; CUDA when its libraries load), GEMM and the
 // kernels a transformer's forward and backward passes need, with memory
 // accounting. It knows nothing of parallelism.
 //
@@ -11,6 +11,12 @@
 // weight), and free the allocation with Device.Free. Storage is opaque:
 // Host gives the elements on the CPU device only, Ptr a raw device address
 // (for NCCL) on the others.
+//
+// Elements are float32, or bfloat16 in a tensor from AllocAs(BFloat16, ...)
+// (2 bytes, HostBF16 on the CPU): copies round into them to nearest even,
+// and GEMMs read them as operands (the bfloat16 copies of the weights that
+// mixed precision keeps beside the float32 masters); every other kernel
+// takes float32 tensors and computes in float32.
 //
 // # Kernels
 //

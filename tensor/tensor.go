@@ -10,7 +10,9 @@ import (
 // callers: a host slice on the CPU device, a device address on others.
 type Buffer struct {
 	dev   Device
-	host  []float32 // CPU storage; nil on other devices
+	dtype DType
+	host  []float32 // CPU storage of a Float32 buffer; nil on other devices
+	half  []uint16  // CPU storage of a BFloat16 buffer; nil on other devices
 	ptr   uintptr   // device address of element 0; 0 on the CPU device
 	n     int       // elements
 	freed bool
@@ -26,10 +28,26 @@ func NewBuffer(dev Device, n int, host []float32, ptr uintptr) *Buffer {
 	return &Buffer{dev: dev, host: host, ptr: ptr, n: n}
 }
 
+// NewBF16Buffer is NewBuffer for a BFloat16 buffer: host is the CPU
+// device's storage (len(host) == n), ptr the device address of element 0
+// on others.
+func NewBF16Buffer(dev Device, n int, host []uint16, ptr uintptr) *Buffer {
+	if host != nil && len(host) != n {
+		panic(fmt.Sprintf("tensor.NewBF16Buffer: len(host)=%d, want %d", len(host), n))
+	}
+	return &Buffer{dev: dev, dtype: BFloat16, half: host, ptr: ptr, n: n}
+}
+
+// DType is how the buffer stores its elements.
+func (b *Buffer) DType() DType { return b.dtype }
+
+// Bytes is the buffer's size in bytes.
+func (b *Buffer) Bytes() int64 { return int64(b.n) * int64(b.dtype.Size()) }
+
 // Device is the device the buffer lives on.
 func (b *Buffer) Device() Device { return b.dev }
 
-// Len is the number of float32 elements in the buffer.
+// Len is the number of elements in the buffer.
 func (b *Buffer) Len() int { return b.n }
 
 // Freed reports whether the buffer was released with Device.Free.
@@ -42,18 +60,18 @@ func (b *Buffer) MarkFreed() bool {
 		return false
 	}
 	b.freed = true
-	b.host = nil
+	b.host, b.half = nil, nil
 	return true
 }
 
-// Host is the buffer's host storage: valid only on the CPU device (nil
-// elsewhere, and after Free).
+// Host is a Float32 buffer's host storage: valid only on the CPU device
+// (nil elsewhere, for a BFloat16 buffer, and after Free).
 func (b *Buffer) Host() []float32 { return b.host }
 
 // Ptr is the device address of element 0 (0 on the CPU device).
 func (b *Buffer) Ptr() uintptr { return b.ptr }
 
-// Tensor is a contiguous, row-major view of float32 elements in a Buffer:
+// Tensor is a contiguous, row-major view of the elements of a Buffer:
 // a shape and an element offset. Views share storage with the tensor they
 // come from; none of them owns it. A Tensor is a small value behind a
 // pointer: make views once (at model setup, llm.c style) and reuse them; the
@@ -104,7 +122,10 @@ func (t *Tensor) Offset() int { return t.off }
 func (t *Tensor) Len() int { return t.n }
 
 // Bytes is the size of the tensor's elements in bytes.
-func (t *Tensor) Bytes() int64 { return int64(t.n) * 4 }
+func (t *Tensor) Bytes() int64 { return int64(t.n) * int64(t.buf.dtype.Size()) }
+
+// DType is how the tensor's buffer stores its elements.
+func (t *Tensor) DType() DType { return t.buf.dtype }
 
 // Shape is the tensor's shape. The slice is the tensor's own: do not modify it.
 func (t *Tensor) Shape() []int { return t.shape }
@@ -176,9 +197,27 @@ func (t *Tensor) Host() []float32 {
 		if t.buf.freed {
 			panic("tensor.Host: the tensor's buffer was freed")
 		}
+		if t.buf.dtype != Float32 {
+			panic(fmt.Sprintf("tensor.Host: the tensor %v stores %s; use HostBF16", t, t.buf.dtype))
+		}
 		panic(fmt.Sprintf("tensor.Host: the tensor is on device %s, not on the CPU; use CopyToHost", t.buf.dev.Name()))
 	}
 	return t.buf.host[t.off : t.off+t.n : t.off+t.n]
+}
+
+// HostBF16 is a BFloat16 tensor's elements in host memory, as Host is a
+// Float32 tensor's: valid only on the CPU device.
+func (t *Tensor) HostBF16() []uint16 {
+	if t.buf.half == nil {
+		if t.buf.freed {
+			panic("tensor.HostBF16: the tensor's buffer was freed")
+		}
+		if t.buf.dtype != BFloat16 {
+			panic(fmt.Sprintf("tensor.HostBF16: the tensor %v stores %s; use Host", t, t.buf.dtype))
+		}
+		panic(fmt.Sprintf("tensor.HostBF16: the tensor is on device %s, not on the CPU; use CopyToHost", t.buf.dev.Name()))
+	}
+	return t.buf.half[t.off : t.off+t.n : t.off+t.n]
 }
 
 // Ptr is the device address of the tensor's first element, for libraries
@@ -188,7 +227,7 @@ func (t *Tensor) Ptr() uintptr {
 	if t.buf.ptr == 0 {
 		return 0
 	}
-	return t.buf.ptr + uintptr(t.off)*4
+	return t.buf.ptr + uintptr(t.off)*uintptr(t.buf.dtype.Size())
 }
 
 // String describes the tensor: its shape and device, not its elements.
@@ -201,7 +240,11 @@ func (t *Tensor) String() string {
 		}
 		fmt.Fprint(&sb, d)
 	}
-	sb.WriteString(") on ")
+	sb.WriteString(")")
+	if t.buf.dtype != Float32 {
+		sb.WriteString(" " + t.buf.dtype.String())
+	}
+	sb.WriteString(" on ")
 	if t.buf.dev != nil {
 		sb.WriteString(t.buf.dev.Name())
 	}

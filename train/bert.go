@@ -68,7 +68,7 @@ func newBERT(cfg config.Config, vocab int, tp nccl.Comm, dev tensor.Device) (mod
 	if err != nil {
 		return nil, err
 	}
-	from, err := parallel.NewParamSet(dev, want, uint64(cfg.Seed), parallel.BlockSharding{})
+	from, err := parallel.NewParamSet(dev, want, uint64(cfg.Seed), parallel.BlockSharding{}, spec.Copies(cfg))
 	if err != nil {
 		return nil, err
 	}

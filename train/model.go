@@ -160,7 +160,7 @@ func newModel(cfg config.Config, ds *data.Data, m *parallel.Mesh, dev tensor.Dev
 		sharding = parallel.BlockSharding{DP: parallel.NewDeviceGroup(m.ZeroShard, dev), Grads: true, Params: cfg.Zero == 3}
 		t.blockGrads = &blockGrads{}
 	}
-	from, err := parallel.NewParamSet(dev, want, seed, sharding)
+	from, err := parallel.NewParamSet(dev, want, seed, sharding, spec.Copies(cfg))
 	if err != nil {
 		return nil, err
 	}

@@ -250,8 +250,11 @@ func (t *trainer) update(lr float64) error {
 		return err
 	}
 	if tiedFirst {
-		return t.pipe.alignTied(t.mesh.DP.Size())
+		if err := t.pipe.alignTied(t.mesh.DP.Size()); err != nil {
+			return err
+		}
 	}
+	t.model.ParamSet().SyncCopies() // the products' bf16 copies of the new values
 	return nil
 }
 

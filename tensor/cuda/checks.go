@@ -11,8 +11,19 @@ import (
 // anything is enqueued. Only ownership is checked here, with this device's
 // name in the message.
 
-// own panics unless every tensor is a live tensor of this device.
+// own panics unless every tensor is a live Float32 tensor of this device.
 func (d *Device) own(fn string, ts ...*tensor.Tensor) {
+	d.ownAny(fn, ts...)
+	for _, t := range ts {
+		if t.DType() != tensor.Float32 {
+			panic(fmt.Sprintf("tensor.%s: tensor %v stores %s; the kernel takes float32 tensors", fn, t, t.DType()))
+		}
+	}
+}
+
+// ownAny panics unless every tensor is a live tensor of this device, of
+// any dtype.
+func (d *Device) ownAny(fn string, ts ...*tensor.Tensor) {
 	for _, t := range ts {
 		if t == nil {
 			panic(fmt.Sprintf("tensor.%s: nil tensor", fn))

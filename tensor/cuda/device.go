@@ -453,6 +453,12 @@ func pollStream(query func() int32, cuErr func(string, int32) error, stream uint
 // Alloc returns a zeroed tensor in device memory, from the allocator's
 // cache when a block of its size class is free.
 func (d *Device) Alloc(shape ...int) (*tensor.Tensor, error) {
+	return d.AllocAs(tensor.Float32, shape...)
+}
+
+// AllocAs is Alloc for elements stored as dt (a BFloat16 tensor takes 2
+// bytes an element).
+func (d *Device) AllocAs(dt tensor.DType, shape ...int) (*tensor.Tensor, error) {
 	n := 1
 	for _, s := range shape {
 		if s < 0 {
@@ -460,22 +466,33 @@ func (d *Device) Alloc(shape ...int) (*tensor.Tensor, error) {
 		}
 		n *= s
 	}
+	if dt != tensor.Float32 && dt != tensor.BFloat16 {
+		return nil, fmt.Errorf("cuda alloc: %v", dt)
+	}
+	buffer := func(p uintptr) *tensor.Buffer {
+		if dt == tensor.BFloat16 {
+			return tensor.NewBF16Buffer(d, n, nil, p)
+		}
+		return tensor.NewBuffer(d, n, nil, p)
+	}
 	if n == 0 {
-		return tensor.NewTensor(tensor.NewBuffer(d, 0, nil, 0), 0, shape...), nil
+		return tensor.NewTensor(buffer(0), 0, shape...), nil
 	}
 	if err := d.enter(); err != nil {
 		return nil, fmt.Errorf("cuda alloc %v on %s: %w", shape, d.Name(), err)
 	}
 	defer d.leave()
-	p, err := d.alloc.alloc(int64(n) * 4)
+	bytes := int64(n) * int64(dt.Size())
+	p, err := d.alloc.alloc(bytes)
 	if err != nil {
-		return nil, fmt.Errorf("cuda alloc %v (%d bytes) on %s: %w", shape, int64(n)*4, d.Name(), err)
+		return nil, fmt.Errorf("cuda alloc %v (%d bytes) on %s: %w", shape, bytes, d.Name(), err)
 	}
-	if err := d.l.cuErr("cuMemsetD32Async", call(d.l.cu.memsetD32Async, p, 0, uintptr(n), d.stream)); err != nil {
+	words := (bytes + 3) / 4 // within the block: its size class is a multiple of 512 bytes
+	if err := d.l.cuErr("cuMemsetD32Async", call(d.l.cu.memsetD32Async, p, 0, uintptr(words), d.stream)); err != nil {
 		d.alloc.freeBlock(p)
 		return nil, fmt.Errorf("cuda alloc %v: %w", shape, err)
 	}
-	return tensor.NewTensor(tensor.NewBuffer(d, n, nil, p), 0, shape...), nil
+	return tensor.NewTensor(buffer(p), 0, shape...), nil
 }
 
 // Free returns t's buffer to the allocator's cache.
@@ -687,7 +704,7 @@ func (d *Device) upload(ids []int32) (uintptr, error) {
 // CopyFromHost copies src into dst. The copy is staged by the driver
 // before it returns, so src may be reused at once.
 func (d *Device) CopyFromHost(dst *tensor.Tensor, src []float32) {
-	d.own("CopyFromHost", dst)
+	d.ownAny("CopyFromHost", dst)
 	check.CopyFromHost(dst, src)
 	if len(src) == 0 {
 		return
@@ -696,7 +713,14 @@ func (d *Device) CopyFromHost(dst *tensor.Tensor, src []float32) {
 		return
 	}
 	defer d.leave()
-	d.fail(d.l.cuErr("cuMemcpyHtoDAsync_v2", call(d.l.cu.memcpyHtoDAsync, dst.Ptr(), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)*4), d.stream)))
+	from, bytes := unsafe.Pointer(&src[0]), len(src)*4
+	if dst.DType() == tensor.BFloat16 { // rounded here, on the host
+		half := make([]uint16, len(src))
+		tensor.RoundBF16(half, src)
+		from, bytes = unsafe.Pointer(&half[0]), len(half)*2
+		defer runtime.KeepAlive(half)
+	}
+	d.fail(d.l.cuErr("cuMemcpyHtoDAsync_v2", call(d.l.cu.memcpyHtoDAsync, dst.Ptr(), uintptr(from), uintptr(bytes), d.stream)))
 	// Pageable memory: the driver may still read src after an async call
 	// returns on some paths; waiting makes reuse safe everywhere.
 	d.fail(d.streamSync())
@@ -705,7 +729,7 @@ func (d *Device) CopyFromHost(dst *tensor.Tensor, src []float32) {
 // CopyToHost copies src into dst after the work that writes src. On a
 // device failure dst is filled with NaN and Sync reports the error.
 func (d *Device) CopyToHost(dst []float32, src *tensor.Tensor) {
-	d.own("CopyToHost", src)
+	d.ownAny("CopyToHost", src)
 	check.CopyToHost(dst, src)
 	if len(dst) == 0 {
 		return
@@ -715,13 +739,23 @@ func (d *Device) CopyToHost(dst []float32, src *tensor.Tensor) {
 		return
 	}
 	defer d.leave()
-	err := d.l.cuErr("cuMemcpyDtoHAsync_v2", call(d.l.cu.memcpyDtoHAsync, uintptr(unsafe.Pointer(&dst[0])), src.Ptr(), uintptr(len(dst)*4), d.stream))
+	to, bytes := unsafe.Pointer(&dst[0]), len(dst)*4
+	var half []uint16
+	if src.DType() == tensor.BFloat16 { // widened here, on the host
+		half = make([]uint16, len(dst))
+		to, bytes = unsafe.Pointer(&half[0]), len(half)*2
+	}
+	err := d.l.cuErr("cuMemcpyDtoHAsync_v2", call(d.l.cu.memcpyDtoHAsync, uintptr(to), src.Ptr(), uintptr(bytes), d.stream))
 	if err == nil {
 		err = d.streamSync()
 	}
 	if err != nil {
 		d.fail(err)
 		fillNaN(dst)
+		return
+	}
+	if half != nil {
+		tensor.WidenBF16(dst, half)
 	}
 }
 
@@ -735,16 +769,24 @@ func fillNaN(dst []float32) {
 
 // Copy copies src into dst (device to device, on the stream).
 func (d *Device) Copy(dst, src *tensor.Tensor) {
-	d.own("Copy", dst, src)
+	d.ownAny("Copy", dst, src)
 	check.Copy(dst, src)
 	if dst.Len() == 0 {
+		return
+	}
+	switch {
+	case dst.DType() == tensor.BFloat16 && src.DType() == tensor.Float32:
+		d.elementwise("round_bf16", dst.Len(), tp(dst), tp(src), i64(dst.Len()))
+		return
+	case dst.DType() == tensor.Float32 && src.DType() == tensor.BFloat16:
+		d.elementwise("widen_bf16", dst.Len(), tp(dst), tp(src), i64(dst.Len()))
 		return
 	}
 	if d.enter() != nil {
 		return
 	}
 	defer d.leave()
-	d.fail(d.l.cuErr("cuMemcpyDtoDAsync_v2", call(d.l.cu.memcpyDtoDAsync, dst.Ptr(), src.Ptr(), uintptr(dst.Len()*4), d.stream)))
+	d.fail(d.l.cuErr("cuMemcpyDtoDAsync_v2", call(d.l.cu.memcpyDtoDAsync, dst.Ptr(), src.Ptr(), uintptr(dst.Bytes()), d.stream)))
 }
 
 var _ tensor.Device = (*Device)(nil)

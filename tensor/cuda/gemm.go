@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"unsafe"
 
 	"github.com/hpcrun/hpcrun/tensor"
@@ -37,7 +38,8 @@ func op(trans bool) uintptr {
 // Gemm computes C = alpha*op(A)*op(B) + beta*C on row-major matrices (see
 // tensor.Device), through cublasGemmEx at the device's matmul precision.
 func (d *Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a *tensor.Tensor, aOff, lda int, b *tensor.Tensor, bOff, ldb int, beta float32, c *tensor.Tensor, cOff, ldc int) {
-	d.own("Gemm", a, b, c)
+	d.ownAny("Gemm", a, b)
+	d.own("Gemm", c)
 	check.Gemm(transA, transB, m, n, k, a, aOff, lda, b, bOff, ldb, c, cOff, ldc)
 	d.gemm(transA, transB, m, n, k, alpha, a, aOff, lda, 0, b, bOff, ldb, 0, beta, c, cOff, ldc, 0, 1)
 }
@@ -45,7 +47,8 @@ func (d *Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a *tensor
 // GemmStridedBatched computes batch Gemms strideX elements apart through
 // cublasGemmStridedBatchedEx (cublasGemmEx for one).
 func (d *Device) GemmStridedBatched(transA, transB bool, m, n, k int, alpha float32, a *tensor.Tensor, aOff, lda, strideA int, b *tensor.Tensor, bOff, ldb, strideB int, beta float32, c *tensor.Tensor, cOff, ldc, strideC, batch int) {
-	d.own("GemmStridedBatched", a, b, c)
+	d.ownAny("GemmStridedBatched", a, b)
+	d.own("GemmStridedBatched", c)
 	check.GemmStridedBatched(transA, transB, m, n, k, a, aOff, lda, strideA, b, bOff, ldb, strideB, c, cOff, ldc, strideC, batch)
 	d.gemm(transA, transB, m, n, k, alpha, a, aOff, lda, strideA, b, bOff, ldb, strideB, beta, c, cOff, ldc, strideC, batch)
 }
@@ -59,19 +62,29 @@ func (d *Device) gemm(transA, transB bool, m, n, k int, alpha float32, a *tensor
 		return
 	}
 	defer d.leave()
-	pa, pb, pc := a.Ptr()+uintptr(aOff)*4, b.Ptr()+uintptr(bOff)*4, c.Ptr()+uintptr(cOff)*4
+	pa, pb, pc := a.Ptr()+uintptr(aOff*a.DType().Size()), b.Ptr()+uintptr(bOff*b.DType().Size()), c.Ptr()+uintptr(cOff)*4
 	typ, compute := uintptr(cudaR32F), uintptr(cublasCompute32F)
+	if d.precision != tensor.BF16 && (a.DType() == tensor.BFloat16 || b.DType() == tensor.BFloat16) {
+		d.fail(fmt.Errorf("a GEMM with a bfloat16 operand at %v precision: bfloat16 operands need bf16", d.precision))
+		return
+	}
 	switch d.precision {
 	case tensor.TF32:
 		compute = cublasCompute32FFastTF32
 	case tensor.BF16:
 		if k > 0 {
+			// A bfloat16 operand is read in place; a float32 one is
+			// rounded into scratch first.
 			var ok bool
-			if pa, lda, strideA, ok = d.operandBF16(&d.bfA, pa, transA, m, k, lda, strideA, batch); !ok {
-				return
+			if a.DType() == tensor.Float32 {
+				if pa, lda, strideA, ok = d.operandBF16(&d.bfA, pa, transA, m, k, lda, strideA, batch); !ok {
+					return
+				}
 			}
-			if pb, ldb, strideB, ok = d.operandBF16(&d.bfB, pb, transB, k, n, ldb, strideB, batch); !ok {
-				return
+			if b.DType() == tensor.Float32 {
+				if pb, ldb, strideB, ok = d.operandBF16(&d.bfB, pb, transB, k, n, ldb, strideB, batch); !ok {
+					return
+				}
 			}
 			typ = cudaR16BF
 		}

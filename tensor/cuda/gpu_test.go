@@ -931,3 +931,110 @@ func TestGPUKernelEdges(t *testing.T) {
 		b.check("SoftmaxBackward "+what, tol32, dinp)
 	}
 }
+
+// TestGPUBF16Storage checks bfloat16 tensors (tensor.Device.AllocAs): the
+// copies from and to the host and between dtypes round to nearest even
+// (ties, NaN, overflow) exactly as tensor.BF16FromFloat32 does, views at
+// odd offsets address 2-byte elements, the allocation counts 2 bytes an
+// element; and a GEMM at bf16 that reads a bfloat16 operand in place
+// gives the bits of the one that rounds the float32 operand first, while
+// at fp32 one is refused.
+func TestGPUBF16Storage(t *testing.T) {
+	bn := newBench(t)
+	d := bn.gpu
+	const n = 1001
+	src := make([]float32, n)
+	for i := range src {
+		src[i] = (2*bn.r.Float32() - 1) * 3
+	}
+	ties := []float32{1 + 1.0/256, 1 + 3.0/256, -(1 + 1.0/256), float32(math.NaN()), float32(math.Inf(1)), math.MaxFloat32, 0x1p-130, 0}
+	copy(src, ties)
+	want := make([]float32, n)
+	for i, v := range src {
+		want[i] = tensor.Float32FromBF16(tensor.BF16FromFloat32(v))
+	}
+	same := func(what string, got []float32) {
+		t.Helper()
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) && !(math.IsNaN(float64(got[i])) && math.IsNaN(float64(want[i]))) {
+				t.Fatalf("%s: element %d is %g (%#x), want %g (%#x) from %g", what, i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]), src[i])
+			}
+		}
+	}
+	before := d.MemStats().Current
+	h, err := d.AllocAs(tensor.BFloat16, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Free(h)
+	if got := d.MemStats().Current - before; got != 2*n || h.Bytes() != 2*n || h.DType() != tensor.BFloat16 {
+		t.Errorf("a bfloat16 tensor of %d elements: %d bytes allocated, Bytes %d, %v; want %d", n, got, h.Bytes(), h.DType(), 2*n)
+	}
+	d.CopyFromHost(h, src)
+	got := make([]float32, n)
+	d.CopyToHost(got, h)
+	same("CopyFromHost then CopyToHost", got)
+
+	f := bn.zeros("f", n)
+	d.CopyFromHost(f.g, src)
+	h2, err := d.AllocAs(tensor.BFloat16, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Free(h2)
+	d.Copy(h2, f.g) // round_bf16
+	d.CopyToHost(got, h2)
+	same("Copy float32 -> bfloat16", got)
+	back := bn.zeros("back", n)
+	d.Copy(back.g, h2) // widen_bf16
+	d.CopyToHost(got, back.g)
+	same("Copy bfloat16 -> float32", got)
+	// Views at an odd element: 2-byte steps.
+	part := make([]float32, 500)
+	d.Copy(h2.View(501, 500), h.View(3, 500))
+	d.CopyToHost(part, h2.View(501, 500))
+	want = want[3:503]
+	same("Copy between bfloat16 views at odd offsets", part)
+	if err := d.Sync(); err != nil {
+		t.Fatal(err)
+	}
+
+	// C = A B^T at bf16 with B float32 (rounded into scratch), then with
+	// B's bfloat16 copy read in place (from its second row: 128 bytes in,
+	// aligned as the scratch is, so that cuBLAS takes the same kernel):
+	// the same bits. Then batched, the copy's rows in five matrices of
+	// nine: within float32 reordering of the same products.
+	const m, k, nn = 37, 64, 45
+	a, b := bn.rand("a", 1, m, k), bn.rand("b", 1, nn+1, k)
+	bh, err := d.AllocAs(tensor.BFloat16, nn+1, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Free(bh)
+	d.Copy(bh, b.g)
+	c1, c2, c3 := bn.zeros("c1", m, nn), bn.zeros("c2", m, nn), bn.zeros("c3", m, nn)
+	d.SetMatmulPrecision(tensor.BF16)
+	d.Gemm(false, true, m, nn, k, 1, a.g, 0, k, b.g, k, k, 0, c1.g, 0, nn)
+	d.Gemm(false, true, m, nn, k, 1, a.g, 0, k, bh, k, k, 0, c2.g, 0, nn)
+	d.GemmStridedBatched(false, true, m, nn/5, k, 1, a.g, 0, k, 0, bh, k, k, nn/5*k, 0, c3.g, 0, nn, nn/5, 5)
+	r1, r2, r3 := make([]float32, m*nn), make([]float32, m*nn), make([]float32, m*nn)
+	d.CopyToHost(r1, c1.g)
+	d.CopyToHost(r2, c2.g)
+	d.CopyToHost(r3, c3.g)
+	for i := range r1 {
+		if math.Float32bits(r1[i]) != math.Float32bits(r2[i]) {
+			t.Fatalf("bf16 GEMM: element %d is %g with the float32 operand, %g with its bfloat16 copy", i, r1[i], r2[i])
+		}
+		if math.Abs(float64(r3[i]-r1[i])) > 1e-5*(1+math.Abs(float64(r1[i]))) {
+			t.Fatalf("bf16 batched GEMM on the bfloat16 copy: element %d is %g, the single GEMM's %g", i, r3[i], r1[i])
+		}
+	}
+	d.SetMatmulPrecision(tensor.FP32)
+	if err := d.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	d.Gemm(false, true, m, nn, k, 1, a.g, 0, k, bh, k, k, 0, c2.g, 0, nn)
+	if err := d.Sync(); err == nil || !strings.Contains(err.Error(), "bfloat16 operands need bf16") {
+		t.Errorf("a bfloat16 operand at fp32: Sync says %v, want a refusal", err)
+	}
+}

@@ -134,6 +134,16 @@ extern "C" __global__ void f32_to_bf16(bf16_t* out, const float* in, long long r
     }
 }
 
+// round_bf16 stores n floats of in as bfloat16 (Copy to a bfloat16
+// tensor); widen_bf16 is its way back, exact.
+extern "C" __global__ void round_bf16(bf16_t* out, const float* in, long long n) {
+    GRID_STRIDE(i, n) out[i] = bf16_round(in[i]);
+}
+
+extern "C" __global__ void widen_bf16(float* out, const bf16_t* in, long long n) {
+    GRID_STRIDE(i, n) out[i] = __uint_as_float((unsigned)in[i] << 16);
+}
+
 // --- bias ---
 
 // add_bias: out is (N,OC), bias is (OC).

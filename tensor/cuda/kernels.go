@@ -20,6 +20,7 @@ var kernels = []struct {
 }{
 	{"fill_f32", elemThreads}, {"add_f32", elemThreads}, {"axpy_f32", elemThreads},
 	{"scale_f32", elemThreads}, {"block2d_f32", elemThreads}, {"f32_to_bf16", elemThreads},
+	{"round_bf16", elemThreads}, {"widen_bf16", elemThreads},
 	{"add_bias_f32", elemThreads}, {"bias_backward_f32", 32 * 32},
 	{"embedding_forward_f32", maxRowThreads}, {"embedding_backward_f32", maxRowThreads},
 	{"layernorm_forward_f32", maxRowThreads}, {"layernorm_backward_f32", maxRowThreads},

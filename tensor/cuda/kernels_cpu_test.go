@@ -99,7 +99,7 @@ var kernelTests = []struct {
 	{"GemmStridedBatched", TestGPUGemmStridedBatched}, {"Composites", TestGPUComposites},
 	{"NormAndClipOnDevice", TestGPUNormAndClipOnDevice}, {"SumToAndFetch", TestGPUSumToAndFetch},
 	{"KernelEdges", TestGPUKernelEdges}, {"BF16Rounding", TestGPUBF16Rounding}, {"BF16Packed", TestGPUBF16Packed},
-	{"FusedAttention", TestGPUFusedAttention}, {"AdamWMany", TestGPUAdamWMany},
+	{"FusedAttention", TestGPUFusedAttention}, {"AdamWMany", TestGPUAdamWMany}, {"BF16Storage", TestGPUBF16Storage},
 }
 
 // TestKernelsOnCPU runs the kernel tests on the CUDA kernels compiled for

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+
+	"github.com/hpcrun/hpcrun/tensor"
 )
 
 // ReadValues reads len(dst) values of tensor e, from element start on, out
@@ -37,7 +39,7 @@ func DecodeFloats(dst []float32, src []byte, dtype string) {
 		}
 	case "BF16":
 		for i := range dst {
-			dst[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(src[2*i:])) << 16)
+			dst[i] = tensor.Float32FromBF16(binary.LittleEndian.Uint16(src[2*i:]))
 		}
 	case "F16":
 		for i := range dst {
@@ -71,12 +73,7 @@ func halfToFloat(h uint16) float32 {
 func appendFloat(buf []byte, v float32, dtype string) []byte {
 	switch dtype {
 	case "BF16":
-		b := math.Float32bits(v)
-		if b&0x7fffffff > 0x7f800000 { // NaN stays NaN
-			return binary.LittleEndian.AppendUint16(buf, uint16(b>>16)|0x40)
-		}
-		b += 0x7fff + (b>>16)&1 // round to nearest even
-		return binary.LittleEndian.AppendUint16(buf, uint16(b>>16))
+		return binary.LittleEndian.AppendUint16(buf, tensor.BF16FromFloat32(v))
 	case "F16":
 		return binary.LittleEndian.AppendUint16(buf, floatToHalf(v))
 	}

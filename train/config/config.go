@@ -35,7 +35,7 @@ type Config struct {
 	Steps     int     `toml:"steps" json:"steps"`     // optimizer steps; 0 = from epochs and samples
 	LR        float64 `toml:"lr" json:"lr"`
 	Warmup    int     `toml:"warmup" json:"warmup"`       // LR warm-up steps
-	Precision string  `toml:"precision" json:"precision"` // matrix products: fp32, tf32 (float32 on a GPU's tensor cores) or bf16 (bfloat16 operands); the CPU computes fp32
+	Precision string  `toml:"precision" json:"precision"` // matrix products: fp32, tf32 (float32 on a GPU's tensor cores) or bf16 (bfloat16 operands: the weights' bfloat16 copies beside fp32 masters, on the CPU too); the CPU computes fp32
 	Data      string  `toml:"data" json:"data"`           // "synthetic" (built in: reviews for bert, data.SyntheticText for gpt), an IMDb-format CSV, or (gpt) a text file or token files (a .bin or a glob of shards)
 	Seed      int64   `toml:"seed" json:"seed"`
 	EvalEvery int     `toml:"eval_every" json:"eval_every"` // steps between validations; 0 = at the end only

@@ -67,6 +67,7 @@ import (
 	"strings"
 
 	"github.com/hpcrun/hpcrun/parallel"
+	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/metrics"
 	"github.com/hpcrun/hpcrun/train/spec"
@@ -263,7 +264,7 @@ type Time struct {
 	HFU                   float64 `json:"hfu"`
 }
 
-const f32 = 4 // bytes of a float32
+const f32 = 4 // bytes of a float32 (bf16's are scale.go's)
 
 // ncclBuffers is NCCL's memory per communicator: send and receive buffers
 // of NCCL_BUFFSIZE (4 MiB) on each of its channels (about 16 on NVLink).
@@ -359,10 +360,13 @@ func New(r Request) (*Plan, error) {
 	case cfg.Precision == "fp32":
 	case !r.Device.CUDA:
 		p.Notes = append(p.Notes, fmt.Sprintf("precision %s: the CPU computes every product in fp32; the plan times it so", cfg.Precision))
+		if cfg.Precision == "bf16" {
+			p.Notes = append(p.Notes, "precision bf16: the products read bf16 copies of the weights (fp32 masters), which the memory counts")
+		}
 	case cfg.Precision == "bf16" && r.Device.BF16Flops == 0, cfg.Precision == "tf32" && r.Device.TF32Flops == 0:
 		p.Notes = append(p.Notes, fmt.Sprintf("precision %s: %s has no %s tensor cores; the run will refuse it (use fp32)", cfg.Precision, r.Device.Name, cfg.Precision))
 	case cfg.Precision == "bf16":
-		p.Notes = append(p.Notes, "precision bf16: the engine stores fp32 weights, gradients and activations and converts each GEMM's operands to bf16 (the operand scratch counts in the memory, the conversion in the time); time and MFU at the bf16 peak (measured on an H200: slower than tf32, 0.157 against 0.138 s for GPT-2 124M at 16 x 1024)")
+		p.Notes = append(p.Notes, "precision bf16: the engine keeps bf16 copies of the weights beside their fp32 masters, fp32 gradients and activations, and converts each GEMM's activation operands to bf16 (the copies and the operand scratch count in the memory, the conversion in the time); time and MFU at the bf16 peak (measured on an H200: slower than tf32, 0.157 against 0.138 s for GPT-2 124M at 16 x 1024)")
 	case cfg.Precision == "tf32":
 		p.Notes = append(p.Notes, "precision tf32: float32 GEMMs on the tensor cores (10-bit mantissa products, float32 sums); time and MFU at the tf32 peak")
 	}
@@ -401,6 +405,11 @@ type shapes struct {
 	params     []int64
 	buckets    []parallel.Bucket
 	paramElems int64
+	// copyElems are the elements of the bf16 copies of the weights the
+	// products read (spec.Copies), each its own; sharedCopy says the
+	// blocks' share one buffer (ZeRO-3), the size of their shared values.
+	copyElems  int64
+	sharedCopy bool
 	// linears are one block's weight products (spec.BlockLinears).
 	linears []spec.Linear
 	// seqReduce are the floats of the gradients sequence parallelism sums
@@ -469,6 +478,17 @@ func newShapes(cfg config.Config, paddedVocab, stage, blocks, ranksPerNode int, 
 	}
 	for _, n := range s.params {
 		s.paramElems += n
+	}
+	if spec.Copies(cfg) == tensor.BFloat16 {
+		for i, p := range ps {
+			switch {
+			case !p.Product:
+			case s.zero3 && p.Block >= 0:
+				s.sharedCopy = true // one copy the blocks share, as their values
+			default:
+				s.copyElems += s.params[i]
+			}
+		}
 	}
 	s.buckets = parallel.GradBuckets(s.params, 0)
 	if s.zero2 {
@@ -616,7 +636,11 @@ func (s shapes) memory(dev Device) Memory {
 		if s.zero3 {
 			m.Params = m.Grads // the values held as the gradients are
 		}
+		if s.sharedCopy {
+			m.Params += shared * bf16
+		}
 	}
+	m.Params += s.copyElems * bf16
 	// The blocks share one backward scratch (parallel.Block.ShareBuffers).
 	m.Blocks = 0
 	if s.L > 0 {

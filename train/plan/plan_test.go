@@ -91,43 +91,51 @@ func TestPeakMemoryMatchesEngine(t *testing.T) {
 		tp, dp, bsz   int
 		sp            bool
 		zero          int
+		bf16          bool // precision bf16: the products' bfloat16 weight copies
 	}
 	var points []point
 	for _, model := range []string{"bert", "gpt"} {
 		for _, tp := range []int{1, 2, 4} {
 			for _, bsz := range []int{1, 2, 4, 8, 16} {
-				points = append(points, point{"tiny", model, tp, 1, bsz, false, 0})
+				points = append(points, point{"tiny", model, tp, 1, bsz, false, 0, false})
 			}
 			for _, bsz := range []int{1, 4, 16} {
-				points = append(points, point{"small", model, tp, 1, bsz, false, 0})
+				points = append(points, point{"small", model, tp, 1, bsz, false, 0, false})
 			}
 		}
-		points = append(points, point{"tiny", model, 2, 2, 8, false, 0})
+		points = append(points, point{"tiny", model, 2, 2, 8, false, 0, false})
 	}
 	for _, model := range []string{"bert", "gpt"} {
 		points = append(points,
-			point{"tiny", model, 2, 1, 1, true, 0}, point{"tiny", model, 2, 1, 8, true, 0}, point{"tiny", model, 4, 1, 4, true, 0},
-			point{"small", model, 2, 1, 4, true, 0},
-			point{"tiny", model, 1, 2, 4, false, 1}, point{"small", model, 1, 2, 1, false, 1},
-			point{"tiny", model, 2, 2, 8, true, 1}, point{"small", model, 2, 2, 1, true, 1},
-			point{"wide", model, 1, 3, 2, false, 1},
-			point{"tiny", model, 1, 2, 4, false, 2}, point{"tiny", model, 2, 2, 8, true, 2},
-			point{"wide", model, 1, 3, 2, false, 2},
-			point{"tiny", model, 1, 2, 4, false, 3}, point{"tiny", model, 2, 2, 8, true, 3},
-			point{"wide", model, 1, 3, 2, false, 3},
+			point{"tiny", model, 2, 1, 1, true, 0, false}, point{"tiny", model, 2, 1, 8, true, 0, false}, point{"tiny", model, 4, 1, 4, true, 0, false},
+			point{"small", model, 2, 1, 4, true, 0, false},
+			point{"tiny", model, 1, 2, 4, false, 1, false}, point{"small", model, 1, 2, 1, false, 1, false},
+			point{"tiny", model, 2, 2, 8, true, 1, false}, point{"small", model, 2, 2, 1, true, 1, false},
+			point{"wide", model, 1, 3, 2, false, 1, false},
+			point{"tiny", model, 1, 2, 4, false, 2, false}, point{"tiny", model, 2, 2, 8, true, 2, false},
+			point{"wide", model, 1, 3, 2, false, 2, false},
+			point{"tiny", model, 1, 2, 4, false, 3, false}, point{"tiny", model, 2, 2, 8, true, 3, false},
+			point{"wide", model, 1, 3, 2, false, 3, false},
 		)
 	}
 	// Llamas (grouped heads, SwiGLU, RMSNorm, rotary tables), tied and
 	// untied ("llama-untied": llama-tiny with a head of its own).
 	for _, preset := range []string{"llama-tiny", "llama-untied"} {
 		points = append(points,
-			point{preset, "llama", 1, 1, 1, false, 0}, point{preset, "llama", 1, 1, 4, false, 0}, point{preset, "llama", 2, 1, 8, false, 0},
-			point{preset, "llama", 2, 1, 4, true, 0}, point{preset, "llama", 1, 2, 4, false, 1}, point{preset, "llama", 2, 2, 2, true, 1},
+			point{preset, "llama", 1, 1, 1, false, 0, false}, point{preset, "llama", 1, 1, 4, false, 0, false}, point{preset, "llama", 2, 1, 8, false, 0, false},
+			point{preset, "llama", 2, 1, 4, true, 0, false}, point{preset, "llama", 1, 2, 4, false, 1, false}, point{preset, "llama", 2, 2, 2, true, 1, false},
 			// tp 4 over 2 kv heads: each replicated over 2 ranks.
-			point{preset, "llama", 4, 1, 4, false, 0}, point{preset, "llama", 4, 1, 8, true, 0},
-			point{preset, "llama", 2, 2, 2, true, 2}, point{preset, "llama", 2, 2, 2, true, 3},
+			point{preset, "llama", 4, 1, 4, false, 0, false}, point{preset, "llama", 4, 1, 8, true, 0, false},
+			point{preset, "llama", 2, 2, 2, true, 2, false}, point{preset, "llama", 2, 2, 2, true, 3, false},
 		)
 	}
+	// At bf16 the weights the products read have bfloat16 copies: their
+	// own, or under ZeRO-3 one the blocks share as they share values.
+	points = append(points,
+		point{"tiny", "gpt", 1, 1, 4, false, 0, true}, point{"tiny", "gpt", 2, 2, 8, true, 1, true},
+		point{"tiny", "gpt", 1, 2, 4, false, 3, true}, point{"tiny", "bert", 2, 1, 4, false, 0, true},
+		point{"llama-untied", "llama", 2, 2, 2, true, 2, true}, point{"llama-tiny", "llama", 2, 2, 2, true, 3, true},
+	)
 	if testing.Short() {
 		var short []point
 		for i := 0; i < len(points); i += 4 {
@@ -156,6 +164,9 @@ func TestPeakMemoryMatchesEngine(t *testing.T) {
 		}
 		cfg.TP, cfg.NTasks, cfg.BatchSize, cfg.SP, cfg.Zero = p.tp, p.tp*p.dp, p.bsz, p.sp, p.zero
 		cfg.Steps, cfg.EvalSamples, cfg.Device = 1, p.bsz, "cpu"
+		if p.bf16 {
+			cfg.Precision = "bf16"
+		}
 		pl, err := New(Request{Config: cfg, Vocab: vocab, Device: dev})
 		if err != nil {
 			t.Fatal(err)
@@ -166,6 +177,9 @@ func TestPeakMemoryMatchesEngine(t *testing.T) {
 		}
 		if p.zero > 0 {
 			mode += fmt.Sprintf("+zero%d", p.zero)
+		}
+		if p.bf16 {
+			mode += "+bf16"
 		}
 		if (pl.Memory.SPBuffers > 0) != p.sp {
 			t.Errorf("%s %s tp %d dp %d bsz %d%s: sp buffers %d B", p.preset, p.model, p.tp, p.dp, p.bsz, mode, pl.Memory.SPBuffers)

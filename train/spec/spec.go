@@ -21,6 +21,7 @@ import (
 	"strings"
 
 	"github.com/hpcrun/hpcrun/parallel"
+	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
 )
 
@@ -29,6 +30,17 @@ import (
 // model allocates its parameters from these (parallel.NewParamSet) and
 // its layers take them by name.
 type Param = parallel.ParamSpec
+
+// Copies is the dtype of the copies of the Product weights that the
+// matrix products read: BFloat16 at precision bf16 (fp32 masters, which
+// AdamW updates, and bf16 operands, as Megatron keeps them), Float32 (no
+// copy: the products read the masters) otherwise.
+func Copies(cfg config.Config) tensor.DType {
+	if cfg.Precision == "bf16" {
+		return tensor.BFloat16
+	}
+	return tensor.Float32
+}
 
 // PositionStd is the initial spread of the position table. As in GPT-2,
 // the other weights and embeddings start N(0, parallel.DefaultStd^2), the
@@ -84,10 +96,10 @@ func StageParams(cfg config.Config, vocab, tpRank int, first, last bool, lo, hi 
 		wte = "model.embed_tokens"
 	}
 	if first || (last && tied) {
-		b.weight(wte+".weight", []int{b.vp, b.C}, b.cut(parallel.Shard{Dim: 0}), parallel.DefaultStd, vocab, false)
+		b.table(wte+".weight", []int{b.vp, b.C}, b.cut(parallel.Shard{Dim: 0}), parallel.DefaultStd, vocab, false, last && tied)
 	}
 	if first && !b.llama {
-		b.weight("wpe.weight", []int{cfg.PositionRows(), b.C}, replicated, PositionStd, 0, b.sp)
+		b.table("wpe.weight", []int{cfg.PositionRows(), b.C}, replicated, PositionStd, 0, b.sp, false)
 	}
 	for l := lo; l < hi; l++ {
 		if err := b.block(l); err != nil {
@@ -163,7 +175,14 @@ func (b *layout) row() parallel.Shard { return b.cut(parallel.Shard{Dim: 1}) }
 // weight adds a decayed weight drawn from N(0, std^2) over its first
 // validRows rows (0: all).
 func (b *layout) weight(name string, full []int, sh parallel.Shard, std float32, validRows int, seqReduce bool) {
-	b.ps = append(b.ps, Param{Name: name, Full: full, Shard: sh, Decay: true, SeqReduce: seqReduce, Std: std, ValidRows: validRows, Block: b.inBlock})
+	b.ps = append(b.ps, Param{Name: name, Full: full, Shard: sh, Decay: true, SeqReduce: seqReduce, Std: std, ValidRows: validRows, Block: b.inBlock, Product: true})
+}
+
+// table adds an embedding table: a weight that is looked up, and read by
+// a product only as a tied head's (product).
+func (b *layout) table(name string, full []int, sh parallel.Shard, std float32, validRows int, seqReduce, product bool) {
+	b.weight(name, full, sh, std, validRows, seqReduce)
+	b.ps[len(b.ps)-1].Product = product
 }
 
 // bias adds a bias, 0 at the start.
@@ -229,9 +248,9 @@ var replicated = parallel.Shard{Parts: 1}
 // LayerNorm; its layers; the pooler and the classifier.
 func (b *layout) hfBERT() {
 	C := b.C
-	b.weight("embeddings.word_embeddings.weight", []int{b.vp, C}, b.cut(parallel.Shard{Dim: 0}), parallel.DefaultStd, b.vocab, false)
-	b.weight("embeddings.position_embeddings.weight", []int{b.cfg.PositionRows(), C}, replicated, parallel.DefaultStd, 0, false)
-	b.weight("embeddings.token_type_embeddings.weight", []int{config.BERTTypes, C}, replicated, parallel.DefaultStd, 0, false)
+	b.table("embeddings.word_embeddings.weight", []int{b.vp, C}, b.cut(parallel.Shard{Dim: 0}), parallel.DefaultStd, b.vocab, false, false)
+	b.table("embeddings.position_embeddings.weight", []int{b.cfg.PositionRows(), C}, replicated, parallel.DefaultStd, 0, false, false)
+	b.table("embeddings.token_type_embeddings.weight", []int{config.BERTTypes, C}, replicated, parallel.DefaultStd, 0, false, false)
 	b.norm("embeddings.LayerNorm")
 	for l := range b.cfg.Layers {
 		b.hfLayer(l)

@@ -201,6 +201,11 @@ inline float __int_as_float(int i) {
     std::memcpy(&f, &i, 4);
     return f;
 }
+inline float __uint_as_float(unsigned int u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
 inline unsigned int __float_as_uint(float f) {
     unsigned int u;
     std::memcpy(&u, &f, 4);

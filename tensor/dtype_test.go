@@ -1,0 +1,135 @@
+package tensor
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// nearestBF16 is round-to-nearest-even to bfloat16 from its definition:
+// of the two bfloat16 values around v (v with its low 16 bits cut, and the
+// next one away from zero), the nearer in float64, the one with an even
+// last bit on a tie; past the largest finite value, infinity.
+func nearestBF16(v float32) float32 {
+	if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+		return v
+	}
+	b := math.Float32bits(v)
+	lo := b &^ 0xffff
+	hi := lo + 0x10000
+	hv := float64(math.Float32frombits(hi))
+	if math.IsInf(hv, 0) { // past the largest finite: measured to 2^128, as IEEE 754 rounds
+		hv = math.Copysign(math.Ldexp(1, 128), hv)
+	}
+	dl := math.Abs(float64(v) - float64(math.Float32frombits(lo)))
+	dh := math.Abs(hv - float64(v))
+	switch {
+	case dl < dh, dl == dh && lo&0x10000 == 0:
+		return math.Float32frombits(lo)
+	}
+	return math.Float32frombits(hi) // the exponent carries; from the largest finite, infinity
+}
+
+// TestBF16RoundsToNearestEven checks BF16FromFloat32 against nearestBF16
+// on random values of every magnitude, ties, subnormals and the edges,
+// and that NaNs stay NaNs.
+func TestBF16RoundsToNearestEven(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	vals := []float32{0, -0, 1, 1 + 1.0/256, 1 + 3.0/256, -(1 + 1.0/256), math.MaxFloat32, -math.MaxFloat32, 0x1p-130, 0x1p-149,
+		math.Float32frombits(0x7f7f8000), float32(math.Inf(1)), float32(math.Inf(-1))}
+	for range 100000 {
+		vals = append(vals, math.Float32frombits(r.Uint32()&^0x7f800000|uint32(r.IntN(255))<<23))
+	}
+	for _, v := range vals {
+		got, want := Float32FromBF16(BF16FromFloat32(v)), nearestBF16(v)
+		if math.Float32bits(got) != math.Float32bits(want) {
+			t.Fatalf("bfloat16 of %g (%#x): %g (%#x), want %g (%#x)", v, math.Float32bits(v), got, math.Float32bits(got), want, math.Float32bits(want))
+		}
+	}
+	for _, bits := range []uint32{0x7fc00000, 0x7f800001, 0xff800001, 0x7fffffff} {
+		if got := Float32FromBF16(BF16FromFloat32(math.Float32frombits(bits))); !math.IsNaN(float64(got)) {
+			t.Errorf("NaN %#x became %g", bits, got)
+		}
+	}
+}
+
+// TestCPUBF16Storage checks bfloat16 tensors on the CPU device: 2 bytes an
+// element in the accounting, copies that round (from the host, between
+// dtypes) and widen exactly, a GEMM that reads a bfloat16 operand as the
+// float32 tensor of its widened values, and the refusal of the other
+// kernels.
+func TestCPUBF16Storage(t *testing.T) {
+	d := NewCPU()
+	const n = 999
+	h, err := d.AllocAs(BFloat16, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.MemStats().Current; got != 2*n || h.Bytes() != 2*n || !strings.Contains(h.String(), "bfloat16") {
+		t.Errorf("%v: %d bytes allocated, Bytes %d; want %d", h, got, h.Bytes(), 2*n)
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	src := make([]float32, n)
+	for i := range src {
+		src[i] = float32(r.NormFloat64())
+	}
+	d.CopyFromHost(h, src)
+	got := make([]float32, n)
+	d.CopyToHost(got, h)
+	f, _ := d.Alloc(n)
+	d.Copy(f, h)
+	g, _ := d.AllocAs(BFloat16, n)
+	d.Copy(g, f)
+	for i, v := range src {
+		want := nearestBF16(v)
+		if got[i] != want || f.Host()[i] != want || Float32FromBF16(g.HostBF16()[i]) != want {
+			t.Fatalf("element %d: %g rounds to %g (CopyToHost), %g (Copy to float32), %g (Copy back); want %g", i, v, got[i], f.Host()[i], Float32FromBF16(g.HostBF16()[i]), want)
+		}
+	}
+
+	// C = A op(B): B a bfloat16 view at an odd offset, against its
+	// widened float32 copy; batched too.
+	const m, k, nn = 7, 33, 5
+	a, _ := d.Alloc(m, k)
+	for i := range a.Host() {
+		a.Host()[i] = float32(r.NormFloat64())
+	}
+	bw, _ := d.Alloc(3*nn*k + 1)
+	d.Copy(bw, h.View(1, 3*nn*k+1))
+	c1, _ := d.Alloc(m, 3*nn)
+	c2, _ := d.Alloc(m, 3*nn)
+	d.Gemm(false, true, m, 3*nn, k, 1, a, 0, k, bw, 1, k, 0, c1, 0, 3*nn)
+	d.Gemm(false, true, m, 3*nn, k, 1, a, 0, k, h, 2, k, 0, c2, 0, 3*nn)
+	for i := range c1.Host() {
+		if c1.Host()[i] != c2.Host()[i] {
+			t.Fatalf("Gemm: element %d is %g from the bfloat16 operand, %g from its float32 widening", i, c2.Host()[i], c1.Host()[i])
+		}
+	}
+	d.GemmStridedBatched(false, true, m, nn, k, 1, a, 0, k, 0, bw, 1, k, nn*k, 0, c1, 0, 3*nn, nn, 3)
+	d.GemmStridedBatched(false, true, m, nn, k, 1, a, 0, k, 0, h, 2, k, nn*k, 0, c2, 0, 3*nn, nn, 3)
+	for i := range c1.Host() {
+		if c1.Host()[i] != c2.Host()[i] {
+			t.Fatalf("GemmStridedBatched: element %d is %g from the bfloat16 operand, %g from its float32 widening", i, c2.Host()[i], c1.Host()[i])
+		}
+	}
+
+	refused := func(what string, f func()) {
+		t.Helper()
+		defer func() {
+			if r := recover(); r == nil || !strings.Contains(r.(string), "bfloat16") {
+				t.Errorf("%s: recovered %v, want a panic that names bfloat16", what, r)
+			}
+		}()
+		f()
+	}
+	refused("Add on a bfloat16 tensor", func() { d.Add(h, h, h) })
+	refused("Host of a bfloat16 tensor", func() { h.Host() })
+	refused("a bfloat16 GEMM result", func() { d.Gemm(false, true, m, nn, k, 1, a, 0, k, bw, 1, k, 0, g, 0, nn) })
+	for _, x := range []*Tensor{h, f, g, a, bw, c1, c2} {
+		d.Free(x)
+	}
+	if got := d.MemStats().Current; got != 0 {
+		t.Errorf("%d bytes left after freeing everything", got)
+	}
+}
