@@ -198,7 +198,7 @@ func timeStream(dev *tensor.CPUDevice, t, rounds int, minTime time.Duration) (pl
 	adam := bestRate(rounds, minTime, func() {
 		step++
 		p.Step = step
-		dev.AdamW(ts[0], ts[1], ts[2], ts[3], p, nil)
+		dev.AdamW(ts[0], ts[1], ts[2], ts[3], nil, p, nil)
 	}, 28*n/1e9)
 	return plan.StreamRate{Threads: t, AddGBs: add, AdamGBs: adam}, nil
 }

@@ -39,6 +39,11 @@ type StepResult struct {
 	StepSMin       float64 `json:"step_s_min"`
 	StepSMax       float64 `json:"step_s_max"`
 	ModelFLOPsStep float64 `json:"model_flop_per_step"`
+	Precision      string  `json:"precision"`
+	// At bf16, the same step at fp32 in the same run (median) and the bf16
+	// step's time over it.
+	FP32StepS float64 `json:"fp32_step_s,omitempty"`
+	OverFP32  float64 `json:"bf16_over_fp32,omitempty"`
 }
 
 // Step times steps training steps (after warmup untimed) of cfg at tp 1
@@ -60,12 +65,39 @@ func Step(cfg trainconfig.Config, threads, warmup, steps int) (StepResult, error
 	if err != nil {
 		return StepResult{}, err
 	}
+	var fp32 []float64
+	if cfg.Precision == "bf16" {
+		// The products read bfloat16 copies of the weights, which AdamW
+		// writes and the GEMMs widen as they pack them: the same step at
+		// fp32 beside it, alternating (bf16, fp32, bf16, fp32), says what
+		// that costs on a machine whose speed drifts.
+		c := cfg
+		c.Precision = "fp32"
+		for round := range 2 {
+			f, err := train.BenchStep(c, cpu, warmup, steps)
+			if err != nil {
+				return StepResult{}, err
+			}
+			fp32 = append(fp32, f.StepS...)
+			if round == 0 {
+				b, err := train.BenchStep(cfg, cpu, warmup, steps)
+				if err != nil {
+					return StepResult{}, err
+				}
+				t.StepS = append(t.StepS, b.StepS...)
+			}
+		}
+	}
 	sorted := slices.Clone(t.StepS)
 	slices.Sort(sorted)
 	res := StepResult{
 		Model: cfg.Preset, Params: t.Params, Bsz: cfg.BatchSize, Seq: cfg.Seq, Threads: threads,
 		StepS: stats.Median(sorted), StepSMin: sorted[0], StepSMax: sorted[len(sorted)-1],
-		StepsMeasured: len(sorted), Loss: t.Loss, GemmCalls: len(gemms),
+		StepsMeasured: len(sorted), Loss: t.Loss, GemmCalls: len(gemms), Precision: cfg.Precision,
+	}
+	if len(fp32) > 0 {
+		res.FP32StepS = stats.Median(slices.Sorted(slices.Values(fp32)))
+		res.OverFP32 = res.StepS / res.FP32StepS
 	}
 	res.ModelFLOPsStep = t.FlopsPerToken * float64(t.TokensPerStep)
 	res.ModelGFLOPS = res.ModelFLOPsStep / res.StepS / 1e9
@@ -89,7 +121,10 @@ func Step(cfg trainconfig.Config, threads, warmup, steps int) (StepResult, error
 // WriteText prints the result as hpcrun bench step does.
 func (res StepResult) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "bench step: %s (%.1fM params), bsz %d x seq %d, tp 1, %d threads, cpu\n", res.Model, float64(res.Params)/1e6, res.Bsz, res.Seq, res.Threads)
-	fmt.Fprintf(w, "step time          %.3f s median of %d (min %.3f, max %.3f); loss %.3f\n", res.StepS, res.StepsMeasured, res.StepSMin, res.StepSMax, res.Loss)
+	fmt.Fprintf(w, "step time          %.3f s median of %d (min %.3f, max %.3f); loss %.3f; %s\n", res.StepS, res.StepsMeasured, res.StepSMin, res.StepSMax, res.Loss, res.Precision)
+	if res.FP32StepS > 0 {
+		fmt.Fprintf(w, "bf16 / fp32        %.2f (fp32's step %.3f s, same run; target <= 1)\n", res.OverFP32, res.FP32StepS)
+	}
 	fmt.Fprintf(w, "model              %.1f GFLOP/step (6 x params + attention's 12 x layers x seq x dim, a token) -> %.1f GFLOP/s\n", res.ModelFLOPsStep/1e9, res.ModelGFLOPS)
 	fmt.Fprintf(w, "step's GEMMs       %d calls, %.1f GFLOP; hpcrun Sgemm replays them at %.1f GFLOP/s\n", res.GemmCalls, res.GemmGFLOP, res.EngineGFLOPS)
 	if res.Peer != "" {

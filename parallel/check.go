@@ -305,7 +305,7 @@ func (h *harness) step(got, want []*Param) {
 			if p.Decay {
 				wd = ckAdamDecay
 			}
-			h.dev.AdamW(p.Data, p.Grad, m, v, tensor.AdamWParams{LR: ckAdamLR, Beta1: 0.9, Beta2: 0.999, Eps: ckAdamEps, WeightDecay: wd, Step: 1}, nil)
+			h.dev.AdamW(p.Data, p.Grad, m, v, nil, tensor.AdamWParams{LR: ckAdamLR, Beta1: 0.9, Beta2: 0.999, Eps: ckAdamEps, WeightDecay: wd, Step: 1}, nil)
 		}
 	}
 	h.compareParams("weights after AdamW", got, want, false)

@@ -247,7 +247,7 @@ func (d *CPUDevice) CopyFromHost(dst *Tensor, src []float32) {
 	d.ownAny("CopyFromHost", dst)
 	check.CopyFromHost(dst, src)
 	if dst.DType() == BFloat16 {
-		RoundBF16(dst.HostBF16(), src)
+		d.convert(src, dst.HostBF16(), true)
 		return
 	}
 	copy(dst.Host(), src)
@@ -258,7 +258,7 @@ func (d *CPUDevice) CopyToHost(dst []float32, src *Tensor) {
 	d.ownAny("CopyToHost", src)
 	check.CopyToHost(dst, src)
 	if src.DType() == BFloat16 {
-		WidenBF16(dst, src.HostBF16())
+		d.convert(dst, src.HostBF16(), false)
 		return
 	}
 	copy(dst, src.Host())
@@ -274,9 +274,9 @@ func (d *CPUDevice) Copy(dst, src *Tensor) {
 	case dst.DType() == BFloat16 && src.DType() == BFloat16:
 		copy(dst.HostBF16(), src.HostBF16())
 	case dst.DType() == BFloat16:
-		RoundBF16(dst.HostBF16(), src.Host())
+		d.convert(src.Host(), dst.HostBF16(), true)
 	default:
-		WidenBF16(dst.Host(), src.HostBF16())
+		d.convert(dst.Host(), src.HostBF16(), false)
 	}
 }
 
@@ -291,7 +291,7 @@ func (d *CPUDevice) operand(t *Tensor, off, span int, scratch *[]float32) []floa
 		*scratch = make([]float32, span)
 	}
 	w := (*scratch)[:span]
-	WidenBF16(w, t.HostBF16()[off:off+span])
+	d.convert(w, t.HostBF16()[off:off+span], false)
 	return w
 }
 
@@ -317,13 +317,21 @@ func (d *CPUDevice) Gemm(transA, transB bool, m, n, k int, alpha float32, a *Ten
 	if d.observe != nil {
 		d.observe(GemmShape{M: m, N: n, K: k, Batch: 1, TransA: transA, TransB: transB})
 	}
+	hc := c.Host()
+	if a.DType() == Float32 && b.DType() == BFloat16 {
+		// A weight's bfloat16 copy: widened as the product packs it.
+		ha, hb := a.Host()[aOff:], b.HostBF16()[bOff:]
+		d.eachKPart(transA, transB, k, lda, ldb, beta, func(aShift, bShift, kk int, beta float32) {
+			gemmHalfB(transA, transB, m, n, kk, alpha, ha[aShift:], lda, hb[bShift:], ldb, beta, hc[cOff:], ldc)
+		})
+		return
+	}
 	if a.DType() != Float32 || b.DType() != Float32 {
 		d.wideMu.Lock() // the widened operands' scratch, until the product is done
 		defer d.wideMu.Unlock()
 	}
 	ha := d.operand(a, aOff, operandSpan(transA, m, k, lda, 0, 1), &d.wideA)
 	hb := d.operand(b, bOff, operandSpan(transB, k, n, ldb, 0, 1), &d.wideB)
-	hc := c.Host()
 	d.eachKPart(transA, transB, k, lda, ldb, beta, func(aShift, bShift, kk int, beta float32) {
 		gemm(transA, transB, m, n, kk, alpha, ha[aShift:], lda, hb[bShift:], ldb, beta, hc[cOff:], ldc)
 	})

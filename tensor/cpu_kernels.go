@@ -37,6 +37,33 @@ type cpuKernels struct {
 	rope    ropeK
 	swiglu  swigluK
 	swigluB swigluBackK
+	conv    convertK
+}
+
+// convertK rounds f into h (toBF16) or widens h into f, elementwise.
+type convertK struct {
+	f      []float32
+	h      []uint16
+	toBF16 bool
+}
+
+func (k *convertK) run(lo, hi, _ int) {
+	if k.toBF16 {
+		RoundBF16(k.h[lo:hi], k.f[lo:hi])
+		return
+	}
+	WidenBF16(k.f[lo:hi], k.h[lo:hi])
+}
+
+// convert is RoundBF16(h, f) (toBF16) or WidenBF16(f, h) over the
+// device's threads.
+func (d *CPUDevice) convert(f []float32, h []uint16, toBF16 bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := &d.k.conv
+	*k = convertK{f: f, h: h, toBF16: toBF16}
+	d.parallel(len(f), d.chunks(len(f), 1), k)
+	*k = convertK{}
 }
 
 // --- Fill, Zero, Add, Axpy, Scale ---
@@ -657,6 +684,7 @@ func (d *CPUDevice) CrossEntropyBackward(dlogits, logits, rowMax, sumExp *Tensor
 
 type adamK struct {
 	param, grad, m, v   []float32
+	half                []uint16 // param's bfloat16 copy, or nil
 	lr, b1, b2, eps, wd float32
 	bc1, bc2, gradScale float32
 }
@@ -673,13 +701,24 @@ func (k *adamK) run(lo, hi, _ int) {
 		mhat, vhat := mi/k.bc1, vi/k.bc2
 		p[i] -= k.lr * (mhat/(float32(math.Sqrt(float64(vhat)))+k.eps) + k.wd*p[i])
 	}
+	if k.half != nil { // the chunk is still in cache
+		RoundBF16(k.half[lo:hi], k.param[lo:hi])
+	}
 }
 
 // AdamW runs one AdamW step on param with its grad and moments m, v, the
-// gradients scaled by scale[0] (1 when scale is nil).
-func (d *CPUDevice) AdamW(param, grad, m, v *Tensor, p AdamWParams, scale *Tensor) {
+// gradients scaled by scale[0] (1 when scale is nil), rounding the result
+// into half when there is one.
+func (d *CPUDevice) AdamW(param, grad, m, v, half *Tensor, p AdamWParams, scale *Tensor) {
 	d.own("AdamW", param, grad, m, v)
-	check.AdamW(param, grad, m, v, p.Step)
+	var h []uint16
+	if half != nil {
+		d.ownAny("AdamW", half)
+		check.AdamW(param, grad, m, v, half, p.Step)
+		h = half.HostBF16()
+	} else {
+		check.AdamW(param, grad, m, v, nil, p.Step)
+	}
 	gs := float32(1)
 	if scale != nil {
 		d.own("AdamW", scale)
@@ -689,7 +728,7 @@ func (d *CPUDevice) AdamW(param, grad, m, v *Tensor, p AdamWParams, scale *Tenso
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.adam
-	*k = adamK{param: param.Host(), grad: grad.Host(), m: m.Host(), v: v.Host(),
+	*k = adamK{param: param.Host(), grad: grad.Host(), m: m.Host(), v: v.Host(), half: h,
 		lr: p.LR, b1: p.Beta1, b2: p.Beta2, eps: p.Eps, wd: p.WeightDecay,
 		bc1:       float32(1 - math.Pow(float64(p.Beta1), float64(p.Step))),
 		bc2:       float32(1 - math.Pow(float64(p.Beta2), float64(p.Step))),

@@ -186,7 +186,9 @@ type Device interface {
 	// param -= LR*( (m/(1-b1^Step)) / (sqrt(v/(1-b2^Step))+Eps) + WeightDecay*param ),
 	// with the gradient scale s read from scale[0] on the device (ClipNorm's
 	// out[2]), or 1 when scale is nil. param, grad, m, v have the same Len.
-	AdamW(param, grad, m, v *Tensor, p AdamWParams, scale *Tensor)
+	// half, when not nil, is param's BFloat16 copy: it gets the updated
+	// values rounded, in the same pass (mixed precision's compute weights).
+	AdamW(param, grad, m, v, half *Tensor, p AdamWParams, scale *Tensor)
 
 	// The step's scalars, kept in device memory so that a GPU step waits
 	// for the device once (a float64 in two float32 slots, low bits
@@ -230,10 +232,11 @@ type MemStats struct {
 // (a GPU, where a launch a tensor costs more than the update of a small
 // one).
 type MultiTensorAdamW interface {
-	// AdamWMany is AdamW on every params[i] with grads[i], ms[i] and vs[i]
-	// at hyper[i], which may differ from each other in WeightDecay only;
-	// the results are AdamW's, bit for bit.
-	AdamWMany(params, grads, ms, vs []*Tensor, hyper []AdamWParams, scale *Tensor)
+	// AdamWMany is AdamW on every params[i] with grads[i], ms[i], vs[i]
+	// and halves[i] (halves may be nil, or hold nils) at hyper[i], which
+	// may differ from each other in WeightDecay only; the results are
+	// AdamW's, bit for bit.
+	AdamWMany(params, grads, ms, vs, halves []*Tensor, hyper []AdamWParams, scale *Tensor)
 }
 
 // AdamWParams are the hyperparameters of one AdamW step.

@@ -56,15 +56,17 @@ func Float32FromBF16(u uint16) float32 { return math.Float32frombits(uint32(u) <
 // len(src)).
 func RoundBF16(dst []uint16, src []float32) {
 	dst = dst[:len(src)]
-	for i, v := range src {
-		dst[i] = BF16FromFloat32(v)
+	done := roundVec(dst, src)
+	for i, v := range src[done:] {
+		dst[done+i] = BF16FromFloat32(v)
 	}
 }
 
 // WidenBF16 widens every element of src into dst (len(dst) >= len(src)).
 func WidenBF16(dst []float32, src []uint16) {
 	dst = dst[:len(src)]
-	for i, u := range src {
-		dst[i] = Float32FromBF16(u)
+	done := widenVec(dst, src)
+	for i, u := range src[done:] {
+		dst[done+i] = Float32FromBF16(u)
 	}
 }

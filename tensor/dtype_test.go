@@ -57,8 +57,8 @@ func TestBF16RoundsToNearestEven(t *testing.T) {
 // TestCPUBF16Storage checks bfloat16 tensors on the CPU device: 2 bytes an
 // element in the accounting, copies that round (from the host, between
 // dtypes) and widen exactly, a GEMM that reads a bfloat16 operand as the
-// float32 tensor of its widened values, and the refusal of the other
-// kernels.
+// float32 tensor of its widened values, AdamW that writes a parameter's
+// bfloat16 copy, and the refusal of the other kernels.
 func TestCPUBF16Storage(t *testing.T) {
 	d := NewCPU()
 	const n = 999
@@ -114,6 +114,66 @@ func TestCPUBF16Storage(t *testing.T) {
 		}
 	}
 
+	// Large enough for the threaded driver, B both ways round: the packing
+	// widens it (gemmHalfB).
+	for _, transB := range []bool{false, true} {
+		const m, k, n = 70, 96, 130
+		a, _ := d.Alloc(m, k)
+		for i := range a.Host() {
+			a.Host()[i] = float32(r.NormFloat64())
+		}
+		bh, _ := d.AllocAs(BFloat16, k*n)
+		bf, _ := d.Alloc(k * n)
+		vals := make([]float32, k*n)
+		for i := range vals {
+			vals[i] = float32(r.NormFloat64())
+		}
+		d.CopyFromHost(bh, vals)
+		d.Copy(bf, bh)
+		ldb := n
+		if transB {
+			ldb = k
+		}
+		c1, _ := d.Alloc(m, n)
+		c2, _ := d.Alloc(m, n)
+		for i := range c1.Host() {
+			c1.Host()[i], c2.Host()[i] = 1, 1
+		}
+		d.Gemm(false, transB, m, n, k, 0.5, a, 0, k, bf, 0, ldb, 2, c1, 0, n)
+		d.Gemm(false, transB, m, n, k, 0.5, a, 0, k, bh, 0, ldb, 2, c2, 0, n)
+		for i := range c1.Host() {
+			if c1.Host()[i] != c2.Host()[i] {
+				t.Fatalf("Gemm transB %v: element %d is %g from the bfloat16 operand, %g from its float32 widening", transB, i, c2.Host()[i], c1.Host()[i])
+			}
+		}
+		for _, x := range []*Tensor{a, bh, bf, c1, c2} {
+			d.Free(x)
+		}
+	}
+
+	// AdamW rounds the updated values into the bfloat16 copy.
+	{
+		const n = 1 << 16 // past minParallelWork: chunks on the workers
+		ts := make([]*Tensor, 4)
+		for i := range ts {
+			ts[i], _ = d.Alloc(n)
+			for j := range ts[i].Host() {
+				ts[i].Host()[j] = float32(r.NormFloat64())
+			}
+		}
+		clear(ts[3].Host()) // v >= 0
+		half, _ := d.AllocAs(BFloat16, n)
+		d.AdamW(ts[0], ts[1], ts[2], ts[3], half, AdamWParams{LR: 1e-2, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 1}, nil)
+		for j, p := range ts[0].Host() {
+			if got := half.HostBF16()[j]; got != BF16FromFloat32(p) {
+				t.Fatalf("AdamW's bfloat16 copy[%d] = %#x, want the new value %g rounded, %#x", j, got, p, BF16FromFloat32(p))
+			}
+		}
+		for _, x := range append(ts, half) {
+			d.Free(x)
+		}
+	}
+
 	refused := func(what string, f func()) {
 		t.Helper()
 		defer func() {
@@ -131,5 +191,33 @@ func TestCPUBF16Storage(t *testing.T) {
 	}
 	if got := d.MemStats().Current; got != 0 {
 		t.Errorf("%d bytes left after freeing everything", got)
+	}
+}
+
+// TestBF16SlicesMatchScalar checks RoundBF16 and WidenBF16 (the AVX2
+// loops where the CPU has them, their Go tails) against the scalar
+// conversions, on lengths that leave tails and on the edge values.
+func TestBF16SlicesMatchScalar(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{0, 1, 7, 8, 9, 64, 1003} {
+		src := make([]float32, n)
+		for i := range src {
+			src[i] = math.Float32frombits(r.Uint32())
+		}
+		edges := []float32{1 + 1.0/256, 1 + 3.0/256, float32(math.NaN()), math.Float32frombits(0x7f800001), math.Float32frombits(0xffc00001),
+			float32(math.Inf(-1)), math.MaxFloat32, -0, 0x1p-149}
+		copy(src, edges)
+		half := make([]uint16, n)
+		RoundBF16(half, src)
+		wide := make([]float32, n)
+		WidenBF16(wide, half)
+		for i, v := range src {
+			if half[i] != BF16FromFloat32(v) {
+				t.Fatalf("n %d: RoundBF16 of %g (%#x) is %#x, BF16FromFloat32's %#x", n, v, math.Float32bits(v), half[i], BF16FromFloat32(v))
+			}
+			if math.Float32bits(wide[i]) != math.Float32bits(Float32FromBF16(half[i])) {
+				t.Fatalf("n %d: WidenBF16 of %#x is %#x", n, half[i], math.Float32bits(wide[i]))
+			}
+		}
 	}
 }

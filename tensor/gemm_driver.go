@@ -25,6 +25,9 @@ type gemmParams struct {
 	ldb            int
 	c              []float32
 	ldc            int
+	// bh, when not nil, holds B as bfloat16 instead of b: packing widens
+	// it (a weight's bfloat16 copy, read without a widened copy of it all).
+	bh []uint16
 }
 
 // gemmWorker is one goroutine's private state: the scratch tile edge tiles
@@ -171,7 +174,11 @@ func (t *gemmTeam) bShare(id int, bl gemmBlock) (lo, hi int) {
 // packBPanels packs B panels [lo,hi) of block bl into dst.
 func (t *gemmTeam) packBPanels(bl gemmBlock, lo, hi int, dst []float32) {
 	p, nr := &t.p, t.kr.nr
-	if lo < hi {
+	switch {
+	case lo >= hi:
+	case p.bh != nil:
+		packBHalf(dst, p.bh, p.ldb, p.transB, bl.pc, bl.kc, bl.jc+lo*nr, min(bl.nc, hi*nr)-lo*nr, nr, t.kr.asmPack)
+	default:
 		packB(dst, p.b, p.ldb, p.transB, bl.pc, bl.kc, bl.jc+lo*nr, min(bl.nc, hi*nr)-lo*nr, nr, t.kr.asmPack)
 	}
 }
@@ -369,6 +376,66 @@ func packB(dst, b []float32, ldb int, trans bool, p0, kc, j0, nc, nr int, fast b
 	}
 }
 
+// halfRows holds a panel's rows of a transposed bfloat16 B, widened, for
+// packBHalf to transpose with the float32 packing's fast path.
+var halfRows = sync.Pool{New: func() any { return new([]float32) }}
+
+// packBHalf is packB from a bfloat16 B, widening each value as it packs.
+func packBHalf(dst []float32, b []uint16, ldb int, trans bool, p0, kc, j0, nc, nr int, fast bool) {
+	var rows *[]float32
+	if trans && fast {
+		rows = halfRows.Get().(*[]float32)
+		defer halfRows.Put(rows)
+		if cap(*rows) < nr*kc {
+			*rows = make([]float32, nr*kc)
+		}
+	}
+	for jr := 0; jr < nc; jr += nr {
+		d := dst[jr*kc : (jr+nr)*kc]
+		cols := min(nr, nc-jr)
+		if !trans {
+			for p := 0; p < kc; p++ {
+				s := (p0+p)*ldb + j0 + jr
+				WidenBF16(d[p*nr:p*nr+cols], b[s:s+cols])
+				clear(d[p*nr+cols : p*nr+nr])
+			}
+			continue
+		}
+		if rows != nil {
+			// Column j of op(B) is row j of b: widened row by row (each
+			// contiguous), then transposed into the panel.
+			w := (*rows)[:cols*kc]
+			for j := 0; j < cols; j++ {
+				s := (j0+jr+j)*ldb + p0
+				WidenBF16(w[j*kc:(j+1)*kc], b[s:s+kc])
+			}
+			if packTransFast(d, w, cols, kc, kc, nr) {
+				for j := cols; j < nr; j++ {
+					for p := 0; p < kc; p++ {
+						d[p*nr+j] = 0
+					}
+				}
+				continue
+			}
+		}
+		for pb := 0; pb < kc; pb += packBlock {
+			pe := min(pb+packBlock, kc)
+			for j := 0; j < cols; j++ {
+				s := (j0+jr+j)*ldb + p0
+				dd := d[pb*nr+j:]
+				for p, v := range b[s+pb : s+pe] {
+					dd[p*nr] = Float32FromBF16(v)
+				}
+			}
+		}
+		for j := cols; j < nr; j++ {
+			for p := 0; p < kc; p++ {
+				d[p*nr+j] = 0
+			}
+		}
+	}
+}
+
 // packPanelsFast packs n columns of kc rows of src (ld apart) into w-wide
 // panels, zero beyond column n, with packCopyFast; ok is false when it did
 // nothing.
@@ -399,7 +466,25 @@ func gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int,
 		scaleC(m, n, beta, c, ldc)
 		return
 	}
-	p := gemmParams{transA, transB, m, n, k, alpha, beta, a, lda, b, ldb, c, ldc}
+	runGemm(gemmParams{transA, transB, m, n, k, alpha, beta, a, lda, b, ldb, c, ldc, nil})
+}
+
+// gemmHalfB is gemm with B stored as bfloat16 (see gemmParams.bh).
+func gemmHalfB(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, bh []uint16, ldb int, beta float32, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 || alpha == 0 {
+		scaleC(m, n, beta, c, ldc)
+		return
+	}
+	runGemm(gemmParams{transA, transB, m, n, k, alpha, beta, a, lda, nil, ldb, c, ldc, bh})
+}
+
+// runGemm runs product p (m, n, k > 0, alpha != 0) on the calling
+// goroutine and, when large enough, the pool's.
+func runGemm(p gemmParams) {
+	m, n, k := p.m, p.n, p.k
 	kr := activeKernel.Load()
 	threads := GemmThreads()
 	// Below this much work, handing tiles to other goroutines costs more

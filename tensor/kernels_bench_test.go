@@ -66,7 +66,7 @@ func BenchmarkKernels(b *testing.B) {
 			{"CrossEntropyBackward", 12 * logits.Len(), func() {
 				d.CrossEntropyBackward(dlogits, logits, rowMax, sumExp, targets, 0, 1e-3)
 			}},
-			{"AdamW", 20 * n * c, func() { d.AdamW(x, y, z, sq, hp, nil) }},
+			{"AdamW", 20 * n * c, func() { d.AdamW(x, y, z, sq, nil, hp, nil) }},
 			{"SumSquaresEach", 4 * n * c, func() { d.SumSquaresEach(sumsq, x) }},
 		}
 		paths := []bool{false}

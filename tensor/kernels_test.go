@@ -602,11 +602,11 @@ func TestAdamWCutAnywhere(t *testing.T) {
 		hp := AdamWParams{Step: 3, LR: 1e-2, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
 		scale := upload(t, d, []float32{0.7}, 1)
 		whole := []*Tensor{upload(t, d, p, n), upload(t, d, g, n), upload(t, d, m, n), upload(t, d, v, n)}
-		d.AdamW(whole[0], whole[1], whole[2], whole[3], hp, scale)
+		d.AdamW(whole[0], whole[1], whole[2], whole[3], nil, hp, scale)
 		cut := []*Tensor{upload(t, d, p, n), upload(t, d, g, n), upload(t, d, m, n), upload(t, d, v, n)}
 		for off, k := 0, 0; off < n; k++ {
 			l := min([]int{1, 13, 7, 1030, 3, 999, 8, 2047}[k%8], n-off)
-			d.AdamW(cut[0].View(off, l), cut[1].View(off, l), cut[2].View(off, l), cut[3].View(off, l), hp, scale)
+			d.AdamW(cut[0].View(off, l), cut[1].View(off, l), cut[2].View(off, l), cut[3].View(off, l), nil, hp, scale)
 			off += l
 		}
 		for j, name := range []string{"param", "", "m", "v"} {
@@ -641,7 +641,7 @@ func TestAdamW(t *testing.T) {
 			if step == 4 {
 				s, gs = nil, 1 // no scale tensor: 1
 			}
-			d.AdamW(tp, tg, tm, tv, hp, s)
+			d.AdamW(tp, tg, tm, tv, nil, hp, s)
 			b1, b2 := float64(hp.Beta1), float64(hp.Beta2)
 			for i := range p64 {
 				gi := float64(g[i]) * gs
@@ -898,8 +898,8 @@ func TestBadShapes(t *testing.T) {
 		{"Softmax rank", "at least (Tq,Tk)", func() { d.SoftmaxForward(x6, x6, 1, false, nil) }},
 		{"CE targets", "len(targets)=1", func() { d.CrossEntropyBackward(x23, x23, x2, x2, []int32{1}, 0, 1) }},
 		{"Activation", "tensor.ActivationForward: unknown activation 9", func() { d.ActivationForward(9, x6, x6) }},
-		{"AdamW step", "counts from 1", func() { d.AdamW(x6, x6, x6, x6, AdamWParams{}, nil) }},
-		{"AdamW scale", "tensor.AdamW: scale", func() { d.AdamW(x6, x6, x6, x6, AdamWParams{Step: 1}, x6.View(0, 0)) }},
+		{"AdamW step", "counts from 1", func() { d.AdamW(x6, x6, x6, x6, nil, AdamWParams{}, nil) }},
+		{"AdamW scale", "tensor.AdamW: scale", func() { d.AdamW(x6, x6, x6, x6, nil, AdamWParams{Step: 1}, x6.View(0, 0)) }},
 		{"CopyFromHost", "len(src)=2", func() { d.CopyFromHost(x6, []float32{1, 2}) }},
 		{"Gemm offset", "offset 7", func() { d.Gemm(false, false, 1, 1, 1, 1, x6, 7, 1, x6, 0, 1, 0, x6, 0, 1) }},
 		{"Gemm short", "tensor.Sgemm", func() { d.Gemm(false, false, 2, 3, 3, 1, x6, 0, 3, x6, 0, 3, 0, x6, 0, 3) }},
@@ -958,8 +958,8 @@ func TestNoAllocs(t *testing.T) {
 			"SoftmaxBck": func() { d.SoftmaxBackward(att, att, att, 0.5) },
 			"CE":         func() { CrossEntropy(mean, rstd, sumExp, tlogit, logits, ids) },
 			"CEBack":     func() { d.CrossEntropyBackward(dlogits, logits, rstd, rstd, ids, 0, 0.1) },
-			"AdamW":      func() { d.AdamW(x, y, z, y, hp, nil) },
-			"AdamWScale": func() { d.AdamW(x, y, z, y, hp, scale) },
+			"AdamW":      func() { d.AdamW(x, y, z, y, nil, hp, nil) },
+			"AdamWScale": func() { d.AdamW(x, y, z, y, nil, hp, scale) },
 			"SumSquares": func() { d.SumSquaresEach(sq, ts...) },
 			"Gemm":       func() { d.Gemm(false, true, n, n, c, 1, x, 0, c, y, 0, c, 0, att, 0, n) },
 		}

@@ -26,6 +26,35 @@ func expSumAVX2(src *float32, n int, shift float32) float64
 //go:noescape
 func expAxpyAVX2(dst, src *float32, n int, shift, alpha float32)
 
+//go:noescape
+func widenBF16AVX2(dst *float32, src *uint16, n int)
+
+//go:noescape
+func roundBF16AVX2(dst *uint16, src *float32, n int)
+
+// widenVec widens src[:m] into dst for the m = vecLen(len(src)) elements
+// it returns; the caller does the rest.
+func widenVec(dst []float32, src []uint16) int {
+	m := vecLen(len(src))
+	if m == 0 {
+		return 0
+	}
+	_ = dst[m-1]
+	widenBF16AVX2(&dst[0], &src[0], m)
+	return m
+}
+
+// roundVec rounds src[:m] into dst and returns m = vecLen(len(src)).
+func roundVec(dst []uint16, src []float32) int {
+	m := vecLen(len(src))
+	if m == 0 {
+		return 0
+	}
+	_ = dst[m-1]
+	roundBF16AVX2(&dst[0], &src[0], m)
+	return m
+}
+
 // useVecAsm says whether the row kernels use the AVX2 loops: when the CPU
 // and OS support AVX2 and FMA, unless HPCRUN_NOASM=1 (tests flip it to
 // check both paths).

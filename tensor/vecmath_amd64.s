@@ -470,3 +470,69 @@ adamloop:
 adamdone:
 	VZEROUPPER
 	RET
+
+// widenBF16AVX2 widens n (a multiple of 8) bfloat16 values of src into
+// dst: each zero-extended to 32 bits and shifted up 16.
+TEXT ·widenBF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+widenLoop:
+	TESTQ CX, CX
+	JZ    widenDone
+	VPMOVZXWD (SI), Y0
+	VPSLLD    $16, Y0, Y0
+	VMOVDQU   Y0, (DI)
+	ADDQ      $16, SI
+	ADDQ      $32, DI
+	SUBQ      $8, CX
+	JMP       widenLoop
+widenDone:
+	VZEROUPPER
+	RET
+
+// roundBF16AVX2 rounds n (a multiple of 8) floats of src to bfloat16 into
+// dst as BF16FromFloat32 does: u + 0x7fff + (u>>16 & 1), the top half; a
+// NaN keeps its top half with the quiet bit set.
+TEXT ·roundBF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVL $0x7fffffff, AX
+	MOVD AX, X10
+	VPBROADCASTD X10, Y10 // |u| mask
+	MOVL $0x7f800000, AX
+	MOVD AX, X11
+	VPBROADCASTD X11, Y11 // infinity
+	MOVL $0x7fff, AX
+	MOVD AX, X12
+	VPBROADCASTD X12, Y12 // rounding bias
+	MOVL $1, AX
+	MOVD AX, X13
+	VPBROADCASTD X13, Y13
+	MOVL $0x40, AX
+	MOVD AX, X14
+	VPBROADCASTD X14, Y14 // quiet bit, in the top half
+roundLoop:
+	TESTQ CX, CX
+	JZ    roundDone
+	VMOVDQU   (SI), Y0
+	VPSRLD    $16, Y0, Y1
+	VPAND     Y13, Y1, Y2
+	VPADDD    Y12, Y0, Y3
+	VPADDD    Y2, Y3, Y3
+	VPSRLD    $16, Y3, Y3
+	VPOR      Y14, Y1, Y4
+	VPAND     Y10, Y0, Y5
+	VPCMPGTD  Y11, Y5, Y6
+	VPBLENDVB Y6, Y4, Y3, Y3
+	VPACKUSDW Y3, Y3, Y7
+	VPERMQ    $0x08, Y7, Y7
+	VMOVDQU   X7, (DI)
+	ADDQ      $32, SI
+	ADDQ      $16, DI
+	SUBQ      $8, CX
+	JMP       roundLoop
+roundDone:
+	VZEROUPPER
+	RET

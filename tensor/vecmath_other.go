@@ -17,3 +17,6 @@ func expAxpyVec(dst, src []float32, shift, alpha float32) int             { retu
 func maxVec(src []float32) (int, float32)                                 { return 0, float32(math.Inf(-1)) }
 
 func adamwVec(k *adamK, p, g, m, v []float32) int { return 0 }
+
+func widenVec(dst []float32, src []uint16) int { return 0 }
+func roundVec(dst []uint16, src []float32) int { return 0 }

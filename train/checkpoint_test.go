@@ -51,9 +51,25 @@ func gptConfig(t *testing.T, ntasks, tp int) (config.Config, *data.Data) {
 // TestResumeBitIdentical trains 12 steps with a checkpoint every 5, then
 // resumes a fresh run from step 5: its losses for steps 6..12 must equal
 // the uninterrupted run's bit for bit (tp=2 x dp=2, so the shards, the
-// optimizer state and the sampler position of every rank matter).
+// optimizer state and the sampler position of every rank matter); at
+// fp32, and at bf16, whose bfloat16 weight copies come back from the
+// checkpoint's fp32 masters; and at bf16 under ZeRO-3 (dp 4), whose
+// blocks' shared copy is filled as each block is gathered.
 func TestResumeBitIdentical(t *testing.T) {
-	cfg, ds := gptConfig(t, 4, 2)
+	for _, c := range []struct {
+		precision string
+		tp, zero  int
+	}{{"fp32", 2, 0}, {"bf16", 2, 0}, {"bf16", 1, 3}} {
+		t.Run(fmt.Sprintf("%s tp%d zero%d", c.precision, c.tp, c.zero), func(t *testing.T) {
+			cfg, ds := gptConfig(t, 4, c.tp)
+			cfg.Precision, cfg.Zero = c.precision, c.zero
+			resumeBitIdentical(t, cfg, ds)
+		})
+	}
+}
+
+// resumeBitIdentical is TestResumeBitIdentical at cfg.
+func resumeBitIdentical(t *testing.T, cfg config.Config, ds *data.Data) {
 	cfg.CkptEvery = 5
 	full := t.TempDir()
 	res, err := runRanks(t, cfg, ds, func(int) Options { return Options{RunDir: full} })

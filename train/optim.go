@@ -61,19 +61,21 @@ func (o *AdamW) Close() {
 // StepScaled applies one AdamW update at learning rate lr to the
 // gradients in the params, scaled by the clip coefficient in scale[0] in
 // device memory (gradNorm's), so that the host need not wait for the norm.
+// A parameter's bfloat16 copy (Param.Copy) gets its new values in the
+// same pass.
 func (o *AdamW) StepScaled(lr float64, scale *tensor.Tensor) {
 	o.step++
 	if many, ok := o.dev.(tensor.MultiTensorAdamW); ok && len(o.params) > 1 {
 		n := len(o.params)
-		data, grads, hyper := make([]*tensor.Tensor, n), make([]*tensor.Tensor, n), make([]tensor.AdamWParams, n)
+		data, grads, halves, hyper := make([]*tensor.Tensor, n), make([]*tensor.Tensor, n), make([]*tensor.Tensor, n), make([]tensor.AdamWParams, n)
 		for i, p := range o.params {
-			data[i], grads[i], hyper[i] = p.Data, p.Grad, o.hyper(p, lr)
+			data[i], grads[i], halves[i], hyper[i] = p.Data, p.Grad, p.Copy, o.hyper(p, lr)
 		}
-		many.AdamWMany(data, grads, o.m, o.v, hyper, scale)
+		many.AdamWMany(data, grads, o.m, o.v, halves, hyper, scale)
 		return
 	}
 	for i, p := range o.params {
-		o.dev.AdamW(p.Data, p.Grad, o.m[i], o.v[i], o.hyper(p, lr), scale)
+		o.dev.AdamW(p.Data, p.Grad, o.m[i], o.v[i], p.Copy, o.hyper(p, lr), scale)
 	}
 }
 

@@ -254,7 +254,12 @@ func (t *trainer) update(lr float64) error {
 			return err
 		}
 	}
-	t.model.ParamSet().SyncCopies() // the products' bf16 copies of the new values
+	if t.zero != nil {
+		// ZeRO's AdamW updated ranges, which the all-gather (and a
+		// pipeline's tied table) spread: the products' bf16 copies of the
+		// gathered values. A replicated AdamW wrote them as it updated.
+		t.model.ParamSet().SyncCopies()
+	}
 	return nil
 }
 

@@ -304,7 +304,7 @@ func (z *ZeRO) update(lr float64) error {
 			if b.data != nil {
 				values = b.data.View(s.sOff, s.n)
 			}
-			z.dev.AdamW(values, z.ranges[s.idx], b.m.View(s.sOff, s.n), b.v.View(s.sOff, s.n), z.hyper(p, lr), z.norm.scale())
+			z.dev.AdamW(values, z.ranges[s.idx], b.m.View(s.sOff, s.n), b.v.View(s.sOff, s.n), nil, z.hyper(p, lr), z.norm.scale())
 		}
 		b.fresh = b.grad != nil
 	}

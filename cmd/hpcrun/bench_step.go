@@ -39,7 +39,7 @@ func benchStepCommand() *cli.Command {
 			&cli.IntFlag{Name: "threads", Usage: "threads for the engine and the peer (0 = GOMAXPROCS)"},
 			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu, or cuda (a GPU through the CUDA backend)"},
 			&cli.IntFlag{Name: "gpu", Usage: "CUDA device ordinal (--device cuda)"},
-			&cli.StringFlag{Name: "precision", Value: "fp32", Usage: "CUDA matmul precision: fp32, tf32 or bf16 (--device cuda)"},
+			&cli.StringFlag{Name: "precision", Value: "fp32", Usage: "matmul precision: fp32, tf32 or bf16 (cuda); fp32, or bf16 timed beside fp32 in the same run (cpu)"},
 			&cli.StringFlag{Name: "attention", Value: "auto", Usage: "auto, fused or unfused: the GPU's fused attention kernels at tf32 and bf16 (--device cuda; see train --attention)"},
 			&cli.IntFlag{Name: "nproc", Value: 1, Usage: "data-parallel ranks in this process (cpu); above 1, the step at --zero against ZeRO-1's, same run"},
 			&cli.IntFlag{Name: "zero", Value: 3, Usage: "the ZeRO stage set beside ZeRO-1's (--nproc above 1): 2 or 3"},
@@ -75,6 +75,11 @@ func runBenchStep(c *cli.Context) error {
 			return cli.Exit(err.Error(), 1)
 		}
 		return printBench(c, res)
+	}
+	switch cfg.Precision = c.String("precision"); cfg.Precision {
+	case "fp32", "bf16":
+	default:
+		return cli.Exit(fmt.Sprintf("--precision %q on the cpu: use fp32, or bf16 (the weights' bfloat16 copies, timed beside fp32)", cfg.Precision), 2)
 	}
 	res, err := bench.Step(cfg, threads, c.Int("warmup"), steps)
 	if err != nil {

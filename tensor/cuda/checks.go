@@ -36,3 +36,11 @@ func (d *Device) ownAny(fn string, ts ...*tensor.Tensor) {
 		}
 	}
 }
+
+// ownHalf panics unless t is a live BFloat16 tensor of this device.
+func (d *Device) ownHalf(fn string, t *tensor.Tensor) {
+	d.ownAny(fn, t)
+	if t.DType() != tensor.BFloat16 {
+		panic(fmt.Sprintf("tensor.%s: tensor %v stores %s; want bfloat16", fn, t, t.DType()))
+	}
+}

@@ -81,13 +81,13 @@ func TestChecksMatchCPU(t *testing.T) {
 			d.CrossEntropyBackward(mk(4, 10), mk(4, 10), mk(4), mk(4), []int32{1}, 0, 1)
 		}},
 		{"AdamW step", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
-			d.AdamW(mk(4), mk(4), mk(4), mk(4), tensor.AdamWParams{LR: 1, Step: 0}, nil)
+			d.AdamW(mk(4), mk(4), mk(4), mk(4), nil, tensor.AdamWParams{LR: 1, Step: 0}, nil)
 		}},
 		{"AdamW lengths", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
-			d.AdamW(mk(4), mk(4), mk(3), mk(4), tensor.AdamWParams{LR: 1, Step: 1}, nil)
+			d.AdamW(mk(4), mk(4), mk(3), mk(4), nil, tensor.AdamWParams{LR: 1, Step: 1}, nil)
 		}},
 		{"AdamW empty scale", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
-			d.AdamW(mk(4), mk(4), mk(4), mk(4), tensor.AdamWParams{LR: 1, Step: 1}, mk(4).View(0, 0))
+			d.AdamW(mk(4), mk(4), mk(4), mk(4), nil, tensor.AdamWParams{LR: 1, Step: 1}, mk(4).View(0, 0))
 		}},
 		{"Gemm lda", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
 			d.Gemm(false, false, 2, 3, 4, 1, mk(8), 0, 3, mk(12), 0, 3, 0, mk(6), 0, 3)

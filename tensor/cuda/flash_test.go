@@ -170,7 +170,8 @@ func checkLSE(t *testing.T, b *bench, lse twin, qkv []float32, l tensor.HeadLayo
 
 // AdamWMany updates tensors of many sizes (one of none, one past a grid's
 // blocks) with their own weight decays, in one launch, to the bits of
-// AdamW on each in turn.
+// AdamW on each in turn; every other tensor's bfloat16 copy gets its new
+// values rounded, by both.
 func TestGPUAdamWMany(t *testing.T) {
 	b := newBench(t)
 	sizes := []int{5, 0, 300, 1, b.gpu.sms*32*elemThreads + 77, 1000}
@@ -195,12 +196,42 @@ func TestGPUAdamWMany(t *testing.T) {
 		}
 		hyper = append(hyper, tensor.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: float32(i%3) * 0.05, Step: 3})
 	}
+	// Every other tensor has a bfloat16 copy, which both write.
+	oneHalf, manyHalf := make([]*tensor.Tensor, len(sizes)), make([]*tensor.Tensor, len(sizes))
+	for i, n := range sizes {
+		if i%2 == 1 {
+			continue
+		}
+		for _, h := range []**tensor.Tensor{&oneHalf[i], &manyHalf[i]} {
+			x, err := b.gpu.AllocAs(tensor.BFloat16, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.all = append(b.all, twin{"half", x, x})
+			*h = x
+		}
+	}
 	s := b.zeros("scale", 1)
 	b.gpu.Fill(s.g, 0.5)
 	for i := range sizes {
-		b.gpu.AdamW(one[0][i], one[1][i], one[2][i], one[3][i], hyper[i], s.g)
+		b.gpu.AdamW(one[0][i], one[1][i], one[2][i], one[3][i], oneHalf[i], hyper[i], s.g)
 	}
-	b.gpu.AdamWMany(many[0], many[1], many[2], many[3], hyper, s.g)
+	b.gpu.AdamWMany(many[0], many[1], many[2], many[3], manyHalf, hyper, s.g)
+	for i := range sizes {
+		if oneHalf[i] == nil {
+			continue
+		}
+		param, h1, h2 := make([]float32, one[0][i].Len()), make([]float32, one[0][i].Len()), make([]float32, one[0][i].Len())
+		b.gpu.CopyToHost(param, one[0][i])
+		b.gpu.CopyToHost(h1, oneHalf[i])
+		b.gpu.CopyToHost(h2, manyHalf[i])
+		for j, p := range param {
+			want := tensor.Float32FromBF16(tensor.BF16FromFloat32(p))
+			if h1[j] != want || h2[j] != want {
+				t.Fatalf("tensor %d's bfloat16 copy[%d]: AdamW %g, AdamWMany %g; want the new value %g rounded, %g", i, j, h1[j], h2[j], p, want)
+			}
+		}
+	}
 	for k, what := range []string{"param", "grad", "m", "v"} {
 		for i := range sizes {
 			want, got := make([]float32, one[k][i].Len()), make([]float32, many[k][i].Len())

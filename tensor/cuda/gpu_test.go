@@ -379,8 +379,8 @@ func TestGPUAdamWAndSumSquares(t *testing.T) {
 		}
 		b.cpu.Fill(s.c, gs)
 		b.gpu.Fill(s.g, gs)
-		b.cpu.AdamW(p.c, g.c, m.c, v.c, hp, sc)
-		b.gpu.AdamW(p.g, g.g, m.g, v.g, hp, sg)
+		b.cpu.AdamW(p.c, g.c, m.c, v.c, nil, hp, sc)
+		b.gpu.AdamW(p.g, g.g, m.g, v.g, nil, hp, sg)
 		b.check(fmt.Sprintf("AdamW scale %g", gs), tol32, p, m, v)
 	}
 	x, y := b.rand("x", 1, 3), b.rand("y", 2, 5<<20) // y past sumBlocks blocks
@@ -799,8 +799,8 @@ func TestGPUNormAndClipOnDevice(t *testing.T) {
 			t.Errorf("clip %g: device norm %g scale %g, host %g and %g", clip, gn, got[2], wn, want[2])
 		}
 		hp := tensor.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 1}
-		b.cpu.AdamW(p.c, g.c, m.c, v.c, hp, out.c.View(2, 1))
-		b.gpu.AdamW(p.g, g.g, m.g, v.g, hp, out.g.View(2, 1))
+		b.cpu.AdamW(p.c, g.c, m.c, v.c, nil, hp, out.c.View(2, 1))
+		b.gpu.AdamW(p.g, g.g, m.g, v.g, nil, hp, out.g.View(2, 1))
 		b.check("AdamW with ClipNorm's scale", tol32, p, m, v)
 	}
 }

@@ -533,57 +533,63 @@ extern "C" __global__ void ROW_BOUNDS ce_backward_f32(float* dlogits, const floa
 
 // --- optimizer and norms ---
 
-// A tensor table (kernels.go's tensorTable): for each of n tensors eight
+// A tensor table (kernels.go's tensorTable): for each of n tensors nine
 // 64-bit words: [0..3] pointers, [4] its element count, [5] the first
 // block of the launch's flat grid it takes, [6] how many blocks it takes,
-// [7] a float the kernel reads (its bits in the low half). One launch
+// [7] a float the kernel reads (its bits in the low half), [8] a fifth
+// pointer. One launch
 // walks many tensors: block b works on tensor table_find(b), as block
 // b-[5] of a grid of [6] blocks would on it alone.
 __device__ int table_find(const long long* table, int n, long long b) {
     int lo = 0, hi = n - 1;
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
-        if (table[8 * mid + 5] <= b) lo = mid;
+        if (table[9 * mid + 5] <= b) lo = mid;
         else hi = mid - 1;
     }
     return lo;
 }
 
 // adamw_step is one element's AdamW update: the gradient scaled by s, the
-// moments, then the parameter with decoupled weight decay wd.
-__device__ __forceinline__ void adamw_step(float* param, const float* grad, float* m, float* v, long long i, float s,
-                                           float lr, float b1, float b2, float eps, float wd, float bc1, float bc2) {
+// moments, then the parameter with decoupled weight decay wd, rounded
+// into its bfloat16 copy half when there is one.
+__device__ __forceinline__ void adamw_step(float* param, const float* grad, float* m, float* v, bf16_t* half, long long i,
+                                           float s, float lr, float b1, float b2, float eps, float wd, float bc1,
+                                           float bc2) {
     float g = grad[i] * s;
     float mi = b1 * m[i] + (1.f - b1) * g;
     float vi = b2 * v[i] + (1.f - b2) * g * g;
     m[i] = mi;
     v[i] = vi;
     float mhat = mi / bc1, vhat = vi / bc2;
-    param[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * param[i]);
+    float p = param[i] - lr * (mhat / (sqrtf(vhat) + eps) + wd * param[i]);
+    param[i] = p;
+    if (half) half[i] = bf16_round(p);
 }
 
 // adamw: gradients are scaled by *scale when it is not null (a clip
 // coefficient computed on the device), else by 1.
-extern "C" __global__ void adamw_f32(float* param, const float* grad, float* m, float* v, long long n,
+extern "C" __global__ void adamw_f32(float* param, const float* grad, float* m, float* v, bf16_t* half, long long n,
                                      float lr, float b1, float b2, float eps, float wd,
                                      float bc1, float bc2, const float* scale) {
     float s = scale ? *scale : 1.f;
-    GRID_STRIDE(i, n) adamw_step(param, grad, m, v, i, s, lr, b1, b2, eps, wd, bc1, bc2);
+    GRID_STRIDE(i, n) adamw_step(param, grad, m, v, half, i, s, lr, b1, b2, eps, wd, bc1, bc2);
 }
 
 // adamw_multi: adamw_f32 on every tensor of a table (param, grad, m, v;
-// the weight decay in [7]) in one launch.
+// the weight decay in [7], the bfloat16 copy or null in [8]) in one launch.
 extern "C" __global__ void adamw_multi_f32(const long long* table, int ntensors, float lr, float b1, float b2,
                                            float eps, float bc1, float bc2, const float* scale) {
     float s = scale ? *scale : 1.f;
-    const long long* e = table + 8 * table_find(table, ntensors, blockIdx.x);
+    const long long* e = table + 9 * table_find(table, ntensors, blockIdx.x);
     float* param = (float*)e[0];
     const float* grad = (const float*)e[1];
     float *m = (float*)e[2], *v = (float*)e[3];
+    bf16_t* half = (bf16_t*)e[8];
     long long n = e[4], count = e[6];
     float wd = __int_as_float((int)e[7]);
     for (long long i = (blockIdx.x - e[5]) * blockDim.x + threadIdx.x; i < n; i += count * blockDim.x)
-        adamw_step(param, grad, m, v, i, s, lr, b1, b2, eps, wd, bc1, bc2);
+        adamw_step(param, grad, m, v, half, i, s, lr, b1, b2, eps, wd, bc1, bc2);
 }
 
 // sum_multi writes, for every tensor x of a table, one float64 partial sum
@@ -591,7 +597,7 @@ extern "C" __global__ void adamw_multi_f32(const long long* table, int ntensors,
 // part, at the block's index in the flat grid.
 extern "C" __global__ void sum_multi_f64(double* part, const long long* table, int ntensors, int square) {
     __shared__ double sh[32];
-    const long long* e = table + 8 * table_find(table, ntensors, blockIdx.x);
+    const long long* e = table + 9 * table_find(table, ntensors, blockIdx.x);
     const float* x = (const float*)e[0];
     long long n = e[4], count = e[6];
     double s = 0.0;

@@ -584,9 +584,16 @@ func (d *Device) CrossEntropyBackward(dlogits, logits, rowMax, sumExp *tensor.Te
 // AdamW runs one AdamW step on param with its grad and moments m, v, the
 // gradients scaled by scale[0] (ClipNorm's, read on the device; 1 when
 // scale is nil).
-func (d *Device) AdamW(param, grad, m, v *tensor.Tensor, p tensor.AdamWParams, scale *tensor.Tensor) {
+func (d *Device) AdamW(param, grad, m, v, half *tensor.Tensor, p tensor.AdamWParams, scale *tensor.Tensor) {
 	d.own("AdamW", param, grad, m, v)
-	check.AdamW(param, grad, m, v, p.Step)
+	var halfPtr uintptr
+	if half != nil {
+		d.ownHalf("AdamW", half)
+		check.AdamW(param, grad, m, v, half, p.Step)
+		halfPtr = half.Ptr()
+	} else {
+		check.AdamW(param, grad, m, v, nil, p.Step)
+	}
 	var scalePtr uintptr
 	if scale != nil {
 		d.own("AdamW", scale)
@@ -595,7 +602,7 @@ func (d *Device) AdamW(param, grad, m, v *tensor.Tensor, p tensor.AdamWParams, s
 	}
 	bc1 := float32(1 - math.Pow(float64(p.Beta1), float64(p.Step)))
 	bc2 := float32(1 - math.Pow(float64(p.Beta2), float64(p.Step)))
-	d.elementwise("adamw_f32", param.Len(), tp(param), tp(grad), tp(m), tp(v), i64(param.Len()),
+	d.elementwise("adamw_f32", param.Len(), tp(param), tp(grad), tp(m), tp(v), ptr(halfPtr), i64(param.Len()),
 		f32(p.LR), f32(p.Beta1), f32(p.Beta2), f32(p.Eps), f32(p.WeightDecay), f32(bc1), f32(bc2), ptr(scalePtr))
 }
 
@@ -641,12 +648,13 @@ type tableEntry struct {
 	n      int
 	blocks int
 	value  float32
+	fifth  uintptr // a fifth pointer (AdamW's bfloat16 copy), 0 for none
 }
 
 // uploadTable enqueues the table of es to the device and returns its
 // address and the blocks of the flat grid that walks it.
 func (d *Device) uploadTable(es []tableEntry) (uintptr, int, error) {
-	words := make([]int32, 0, 16*len(es))
+	words := make([]int32, 0, 18*len(es))
 	put := func(v uint64) { words = append(words, int32(uint32(v)), int32(uint32(v>>32))) }
 	first := 0
 	for _, e := range es {
@@ -657,6 +665,7 @@ func (d *Device) uploadTable(es []tableEntry) (uintptr, int, error) {
 		put(uint64(first))
 		put(uint64(e.blocks))
 		put(uint64(math.Float32bits(e.value)))
+		put(uint64(e.fifth))
 		first += e.blocks
 	}
 	p, err := d.upload(words)
@@ -666,9 +675,9 @@ func (d *Device) uploadTable(es []tableEntry) (uintptr, int, error) {
 // AdamWMany is tensor.MultiTensorAdamW's update: AdamW on every params[i]
 // with grads[i], ms[i], vs[i] at hyper[i], in one launch; the hyper
 // parameters may differ in their weight decay only.
-func (d *Device) AdamWMany(params, grads, ms, vs []*tensor.Tensor, hyper []tensor.AdamWParams, scale *tensor.Tensor) {
-	if len(grads) != len(params) || len(ms) != len(params) || len(vs) != len(params) || len(hyper) != len(params) {
-		panic(fmt.Sprintf("cuda.AdamWMany: %d params, %d grads, %d m, %d v, %d hyper parameters", len(params), len(grads), len(ms), len(vs), len(hyper)))
+func (d *Device) AdamWMany(params, grads, ms, vs, halves []*tensor.Tensor, hyper []tensor.AdamWParams, scale *tensor.Tensor) {
+	if len(grads) != len(params) || len(ms) != len(params) || len(vs) != len(params) || len(hyper) != len(params) || (halves != nil && len(halves) != len(params)) {
+		panic(fmt.Sprintf("cuda.AdamWMany: %d params, %d grads, %d m, %d v, %d halves, %d hyper parameters", len(params), len(grads), len(ms), len(vs), len(halves), len(hyper)))
 	}
 	if len(params) == 0 {
 		return
@@ -677,7 +686,14 @@ func (d *Device) AdamWMany(params, grads, ms, vs []*tensor.Tensor, hyper []tenso
 	p0 := hyper[0]
 	for i, p := range params {
 		d.own("AdamWMany", p, grads[i], ms[i], vs[i])
-		check.AdamW(p, grads[i], ms[i], vs[i], hyper[i].Step)
+		var half uintptr
+		if halves != nil && halves[i] != nil {
+			d.ownHalf("AdamWMany", halves[i])
+			check.AdamW(p, grads[i], ms[i], vs[i], halves[i], hyper[i].Step)
+			half = halves[i].Ptr()
+		} else {
+			check.AdamW(p, grads[i], ms[i], vs[i], nil, hyper[i].Step)
+		}
 		h := hyper[i]
 		h.WeightDecay = p0.WeightDecay
 		if h != p0 {
@@ -685,7 +701,7 @@ func (d *Device) AdamWMany(params, grads, ms, vs []*tensor.Tensor, hyper []tenso
 		}
 		if p.Len() > 0 {
 			table = append(table, tableEntry{ptrs: [4]uintptr{p.Ptr(), grads[i].Ptr(), ms[i].Ptr(), vs[i].Ptr()}, n: p.Len(),
-				blocks: int(d.grid1(p.Len(), elemThreads).x), value: hyper[i].WeightDecay})
+				blocks: int(d.grid1(p.Len(), elemThreads).x), value: hyper[i].WeightDecay, fifth: half})
 		}
 	}
 	var scalePtr uintptr

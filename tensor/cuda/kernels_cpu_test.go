@@ -261,8 +261,8 @@ var mutations = []mutation{
 		"r < rows; r += (hpcrun_mut == 18 ? 1 : gridDim.y) * (long long)blockDim.y)",
 		"Bias|KernelEdges", 0},
 	{"a tensor table's search one tensor late (a block updates its successor)",
-		"if (table[8 * mid + 5] <= b) lo = mid;",
-		"if (hpcrun_mut == 19 ? table[8 * mid + 5] < b : table[8 * mid + 5] <= b) lo = mid;",
+		"if (table[9 * mid + 5] <= b) lo = mid;",
+		"if (hpcrun_mut == 19 ? table[9 * mid + 5] < b : table[9 * mid + 5] <= b) lo = mid;",
 		"AdamWMany|AdamWAndSumSquares", 0},
 }
 

@@ -229,9 +229,12 @@ func CrossEntropyBackward(dlogits, logits, rowMax, sumExp Shape, targets []int32
 
 // AdamW checks AdamW: the four tensors have the same Len and step (the
 // AdamWParams' Step) counts from 1.
-func AdamW(param, grad, m, v Shape, step int) {
+func AdamW(param, grad, m, v, half Shape, step int) {
 	sameLen3("AdamW", "param", param, "grad", grad, "m", m)
 	sameLen2("AdamW", "param", param, "v", v)
+	if half != nil {
+		sameLen2("AdamW", "param", param, "half", half)
+	}
 	if step < 1 {
 		panic(fmt.Sprintf("tensor.AdamW: Step is %d, it counts from 1", step))
 	}

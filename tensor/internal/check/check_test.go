@@ -101,8 +101,8 @@ func TestMessages(t *testing.T) {
 		{"CrossEntropyBackward", "tensor.CrossEntropyBackward: len(targets)=1, logits Tensor(2,3) on test has 2 rows", func() {
 			CrossEntropyBackward(x23, x23, x2, x2, []int32{1})
 		}},
-		{"AdamW lengths", "tensor.AdamW: v Tensor(3) on test has 3 elements, param Tensor(6) on test has 6", func() { AdamW(x6, x6, x6, x3, 1) }},
-		{"AdamW step", "tensor.AdamW: Step is 0, it counts from 1", func() { AdamW(x6, x6, x6, x6, 0) }},
+		{"AdamW lengths", "tensor.AdamW: v Tensor(3) on test has 3 elements, param Tensor(6) on test has 6", func() { AdamW(x6, x6, x6, x3, nil, 1) }},
+		{"AdamW step", "tensor.AdamW: Step is 0, it counts from 1", func() { AdamW(x6, x6, x6, x6, nil, 0) }},
 		{"Len", "tensor.AttentionForward: out Tensor(6) on test has 6 elements, want 4", func() { Len("AttentionForward", "out", x6, 4) }},
 	}
 	for _, tc := range cases {
@@ -127,7 +127,7 @@ func TestGoodArgs(t *testing.T) {
 		rows, perItem = SoftmaxForward(att, att, 0.5, keyValid)
 		empty = Block2D("Copy2D", x48, 0, 8, x48, 0, 8, 0, 8)
 		Gemm(false, true, 4, 4, 8, x48, 0, 8, x48, 0, 8, c44, 0, 4)
-		AdamW(x8, x8, x8, x8, 1)
+		AdamW(x8, x8, x8, x8, nil, 1)
 	}
 	f()
 	if n != 16 || rows != 24 || perItem != 12 || !empty {
