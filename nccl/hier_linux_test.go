@@ -186,7 +186,7 @@ func checkHostOrder(tc *tcpComm, got []float32, seed uint64, hosts []string, op 
 // every rank the bits of the host-order float32 sum and of the sequential
 // path, at odd sizes.
 func TestHierAdd(t *testing.T) {
-	for _, hosts := range [][]string{{"a", "a", "b", "b"}, {"a", "a", "a", "b", "b", "b"}} {
+	for _, hosts := range shortCases([][]string{{"a", "a", "b", "b"}, {"a", "a", "a", "b", "b", "b"}}) {
 		t.Run(strings.Join(hosts, ""), func(t *testing.T) {
 			testHostID = func(rank int) string { return hosts[rank] }
 			t.Cleanup(func() { testHostID = nil })

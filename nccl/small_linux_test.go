@@ -55,7 +55,7 @@ func TestShmSmallAllReduce(t *testing.T) {
 // hierAddBytes, the other host's sum lands on each host instead). The
 // one-phase bound differs between hosts of 2 and of 3 ranks.
 func TestHierarchicalSmallAllReduce(t *testing.T) {
-	for _, hosts := range [][]string{{"a", "a", "b", "b", "b"}, {"a", "a", "b", "b", "c", "c", "c"}} {
+	for _, hosts := range shortCases([][]string{{"a", "a", "b", "b", "b"}, {"a", "a", "b", "b", "c", "c", "c"}}) {
 		t.Run(strings.Join(hosts, ""), func(t *testing.T) {
 			testHostID = func(rank int) string { return hosts[rank] }
 			t.Cleanup(func() { testHostID = nil })
@@ -93,7 +93,7 @@ func TestHierarchicalSmallAllReduce(t *testing.T) {
 // ones, hierSplit, whose stars (one for each rank of a host, on parts
 // below scatterBytes) go through a different host each.
 func TestHierSmallHelped(t *testing.T) {
-	for _, hosts := range [][]string{{"a", "a", "b", "b", "c", "c"}, {"a", "a", "a", "b", "b", "b", "c", "c", "c"}} {
+	for _, hosts := range shortCases([][]string{{"a", "a", "b", "b", "c", "c"}, {"a", "a", "a", "b", "b", "b", "c", "c", "c"}}) {
 		t.Run(strings.Join(hosts, ""), func(t *testing.T) {
 			testHostID = func(rank int) string { return hosts[rank] }
 			t.Cleanup(func() { testHostID = nil })

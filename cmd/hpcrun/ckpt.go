@@ -45,7 +45,7 @@ func ckptCommand() *cli.Command {
 				ArgsUsage: "DIR|EXECID|PREFIX|JOBID --hf OUTDIR",
 				Description: "OUTDIR holds config.json (GPT2LMHeadModel, n_positions from the position table, hpcrun_seq\n" +
 					"the run's --seq, which eval takes as its default window) and\n" +
-					"model.safetensors (F32, GPT2Model names, Conv1D (in, out) weights, the vocabulary unpadded);\n" +
+					"model.safetensors (F32, or --dtype bf16 or fp16; GPT2Model names, Conv1D (in, out) weights, the vocabulary unpadded);\n" +
 					"a Llama becomes LlamaForCausalLM (q_proj, k_proj, v_proj and gate_proj, up_proj split back out,\n" +
 					"its tokenizer.json copied beside it); a BERT of --arch hf becomes BertForSequenceClassification.\n" +
 					"The run's tokenizer comes with it: GPT-2's BPE as tokenizer.json, vocab.json and merges.txt,\n" +
@@ -55,6 +55,7 @@ func ckptCommand() *cli.Command {
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "hf", Usage: "the Hugging Face model `DIR` to write (required)"},
 					&cli.BoolFlag{Name: "force", Usage: "write into DIR when it exists"},
+					&cli.StringFlag{Name: "dtype", Value: "fp32", Usage: "the weights' `DTYPE` in model.safetensors: fp32, bf16 or fp16 (rounded to nearest even from the checkpoint's fp32)"},
 				},
 				Action: ckptExport,
 			},
@@ -187,6 +188,10 @@ func ckptExport(c *cli.Context) error {
 	if out == "" {
 		return cli.Exit("usage: hpcrun ckpt export DIR|EXECID --hf OUTDIR", 2)
 	}
+	dtype, ok := map[string]string{"fp32": "F32", "bf16": "BF16", "fp16": "F16"}[c.String("dtype")]
+	if !ok {
+		return cli.Exit(fmt.Sprintf("--dtype %q: use fp32, bf16 or fp16", c.String("dtype")), 2)
+	}
 	if _, err := os.Stat(out); err == nil && !force {
 		return cli.Exit(fmt.Sprintf("%s exists: choose another --hf or pass --force to write into it", out), 2)
 	}
@@ -194,7 +199,7 @@ func ckptExport(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := train.ExportHF(ck, out); err != nil {
+	if err := train.ExportHF(ck, out, dtype); err != nil {
 		return cli.Exit(err.Error(), 1)
 	}
 	if wantJSON(c) {

@@ -90,6 +90,10 @@ func TestPretrainedWorkflow(t *testing.T) {
 	if out := e.mustRun("ckpt", "export", "--json", execID, "--hf", "exported"); !strings.Contains(out, `"output":"exported"`) {
 		t.Errorf("ckpt export --json: %q", out)
 	}
+	e.mustRun("ckpt", "export", execID, "--hf", "exported-bf16", "--dtype", "bf16")
+	if h, err := ckpt.ReadHeader(filepath.Join(e.dir, "exported-bf16", "model.safetensors")); err != nil || len(h.Tensors) == 0 || h.Tensors[0].DType != "BF16" {
+		t.Errorf("ckpt export --dtype bf16: %v, %v", h, err)
+	}
 	// GPT-2's tokenizer files come with it, and encode as the run did.
 	for _, name := range []string{"tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json"} {
 		if _, err := os.Stat(filepath.Join(e.dir, "exported", name)); err != nil {
@@ -155,6 +159,7 @@ func TestInteropCommandsRefuse(t *testing.T) {
 		{[]string{"eval", hf}, 2, "usage: hpcrun eval"},
 		{[]string{"eval", hf, "--data", filepath.Join(e.dir, "none.bin")}, 1, "none.bin: no such file"},
 		{[]string{"ckpt", "export", hf}, 2, "usage: hpcrun ckpt export"},
+		{[]string{"ckpt", "export", hf, "--hf", filepath.Join(e.dir, "out"), "--dtype", "int8"}, 2, `--dtype "int8": use fp32, bf16 or fp16`},
 	} {
 		out, errOut, code := e.run(c.args...)
 		if code != c.code || !strings.Contains(errOut, c.want) || strings.Count(strings.TrimSpace(errOut), "\n") > 0 {

@@ -209,7 +209,7 @@ func WriteHFBERT(dir string, spec Spec, tensors []ckpt.Tensor, opt HFOptions) er
 		"type_vocab_size": spec.TypeVocab, "vocab_size": spec.Vocab, "layer_norm_eps": BERTEps,
 		"hidden_act": "gelu_new", "position_embedding_type": "absolute", "pad_token_id": 0,
 		"id2label": map[string]string{"0": "NEGATIVE", "1": "POSITIVE"}, "label2id": map[string]int{"NEGATIVE": 0, "POSITIVE": 1},
-		"torch_dtype": "float32",
+		"torch_dtype": torchDType(opt.DType),
 	}
 	b, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {

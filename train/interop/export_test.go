@@ -2,12 +2,14 @@ package interop_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train"
 	"github.com/hpcrun/hpcrun/train/ckpt"
 	trainconfig "github.com/hpcrun/hpcrun/train/config"
@@ -58,9 +60,10 @@ func TestExportInitFromRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	hf := filepath.Join(dir, "hf")
-	if err := interop.ExportHF(ck, hf); err != nil {
+	if err := interop.ExportHF(ck, hf, "F32"); err != nil {
 		t.Fatal(err)
 	}
+	checkBF16Export(t, ck, hf, filepath.Join(dir, "hf-bf16"))
 	for _, tp := range []int{2, 1} {
 		c := trainconfig.DefaultConfig()
 		c.Model, c.Preset, c.Data, c.Device, c.Seq = "gpt", "", text, "cpu", 16
@@ -83,7 +86,60 @@ func TestExportInitFromRoundTrip(t *testing.T) {
 			t.Errorf("tp %d: loss from the export %.7f, the checkpoint's %.7f", tp, got.Loss, last.Loss)
 		}
 	}
-	if err := interop.ExportHF(&ckpt.Checkpoint{Dir: "x", State: ckpt.State{Model: "bert", Config: []byte(`{"model":"bert"}`)}}, filepath.Join(dir, "b")); err == nil || !strings.Contains(err.Error(), "a bert checkpoint of hpcrun's own layout") {
+	if err := interop.ExportHF(&ckpt.Checkpoint{Dir: "x", State: ckpt.State{Model: "bert", Config: []byte(`{"model":"bert"}`)}}, filepath.Join(dir, "b"), "F32"); err == nil || !strings.Contains(err.Error(), "a bert checkpoint of hpcrun's own layout") {
 		t.Errorf("exporting a bert checkpoint: %v", err)
+	}
+}
+
+// checkBF16Export exports ck again with dtype BF16 into dir: config.json
+// says torch_dtype bfloat16, every tensor is stored BF16, and each value is
+// the F32 export's (in hf) rounded to nearest even.
+func checkBF16Export(t *testing.T, ck *ckpt.Checkpoint, hf, dir string) {
+	t.Helper()
+	if err := interop.ExportHF(ck, dir, "BF16"); err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if b, err := os.ReadFile(filepath.Join(dir, "config.json")); err != nil || json.Unmarshal(b, &cfg) != nil || cfg["torch_dtype"] != "bfloat16" {
+		t.Fatalf("the bf16 export's config.json: torch_dtype %v (%v)", cfg["torch_dtype"], err)
+	}
+	read := func(path string) (*ckpt.Header, map[string][]float32) {
+		h, err := ckpt.ReadHeader(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		vals := map[string][]float32{}
+		for _, e := range h.Tensors {
+			n := 1
+			for _, d := range e.Shape {
+				n *= d
+			}
+			v := make([]float32, n)
+			if err := h.ReadValues(f, e, 0, v); err != nil {
+				t.Fatal(err)
+			}
+			vals[e.Name] = v
+		}
+		return h, vals
+	}
+	_, full := read(filepath.Join(hf, "model.safetensors"))
+	h, half := read(filepath.Join(dir, "model.safetensors"))
+	if len(half) != len(full) || len(half) == 0 {
+		t.Fatalf("the bf16 export has %d tensors, the fp32 one %d", len(half), len(full))
+	}
+	for _, e := range h.Tensors {
+		if e.DType != "BF16" {
+			t.Fatalf("tensor %s stored %s, want BF16", e.Name, e.DType)
+		}
+		for i, v := range full[e.Name] {
+			if want := tensor.Float32FromBF16(tensor.BF16FromFloat32(v)); half[e.Name][i] != want {
+				t.Fatalf("tensor %s[%d] = %g in the bf16 export, want %g rounded: %g", e.Name, i, half[e.Name][i], v, want)
+			}
+		}
 	}
 }

@@ -346,7 +346,7 @@ func WriteHF(dir string, spec Spec, tensors []ckpt.Tensor, opt HFOptions) error 
 		"n_positions": spec.Positions, "n_ctx": spec.Positions, "vocab_size": spec.Vocab,
 		"n_inner": nil, "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new",
 		"bos_token_id": eot, "eos_token_id": eot, "tie_word_embeddings": true,
-		"torch_dtype": "float32",
+		"torch_dtype": torchDType(opt.DType),
 	}
 	if spec.Seq > 0 {
 		cfg["hpcrun_seq"] = spec.Seq
@@ -359,6 +359,17 @@ func WriteHF(dir string, spec Spec, tensors []ckpt.Tensor, opt HFOptions) error 
 		return fmt.Errorf("export: %w", err)
 	}
 	return writeWeights(dir, out, opt)
+}
+
+// torchDType is config.json's torch_dtype for weights stored as dtype.
+func torchDType(dtype string) string {
+	switch dtype {
+	case "BF16":
+		return "bfloat16"
+	case "F16":
+		return "float16"
+	}
+	return "float32"
 }
 
 // writeWeights writes tensors into dir as model.safetensors, or as

@@ -326,6 +326,7 @@ func WriteLlamaHF(dir string, spec Spec, tensors []ckpt.Tensor, opt HFOptions) e
 		return fmt.Errorf("export: %w", err)
 	}
 	cfg := llamaConfigJSON(spec)
+	cfg["torch_dtype"] = torchDType(opt.DType)
 	if opt.Tokenizer != "" {
 		path := opt.Tokenizer
 		if st, err := os.Stat(path); err == nil && st.IsDir() {

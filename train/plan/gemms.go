@@ -197,6 +197,34 @@ func operandElems(gs []GemmCount) int64 {
 	return n
 }
 
+// copiedOperandElems is the elements of the products' operands that are
+// the weights' bfloat16 copies at bf16 (spec.Copies), which no GEMM
+// converts: each copy is the B operand of its layer's forward and input
+// gradient products (and of the forward again under full recomputation).
+// The copies' elements already count each block once per block.
+func (s shapes) copiedOperandElems() int64 {
+	if s.copyElems == 0 && !s.sharedCopy {
+		return 0
+	}
+	uses := int64(2)
+	if s.recompute == parallel.RecomputeFull {
+		uses = 3
+	}
+	var n int64
+	for _, l := range s.linears {
+		n += int64(l.In) * int64(l.Out)
+	}
+	n *= uses * s.L
+	switch {
+	case !s.last:
+	case s.gpt:
+		n += 2 * s.C * s.vl
+	default:
+		n += 2 * s.C * s.cl
+	}
+	return n
+}
+
 // bf16Operands is the scratch a GPU's bf16 GEMMs convert their operands
 // into: one buffer for the largest A operand of the step's products and
 // one for the largest B, two bytes an element. The device grows each by

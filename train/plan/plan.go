@@ -781,9 +781,10 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		t.ComputeS = gemmFlops(gs)*accum/(dev.TF32Flops*dev.Efficiency) + fusedS
 	case cfg.Precision == "bf16" && dev.Rates == nil && dev.BF16Flops > 0:
 		// A GPU's tensor cores on bf16 copies of the operands, which a
-		// kernel writes first (4 bytes read and 2 written an element).
+		// kernel writes first (4 bytes read and 2 written an element),
+		// but for the weights' copies AdamW keeps.
 		t.ComputeS = t.GemmFlops / (dev.BF16Flops * dev.Efficiency) // fusedS included
-		convertS = accum * 6 * float64(operandElems(gs)) / dev.MemBandwidth
+		convertS = accum * 6 * float64(operandElems(gs)-s.copiedOperandElems()) / dev.MemBandwidth
 	}
 	t.Rate = t.GemmFlops / t.ComputeS
 	// Elementwise kernels touch the activations a few times per
