@@ -376,63 +376,34 @@ func packB(dst, b []float32, ldb int, trans bool, p0, kc, j0, nc, nr int, fast b
 	}
 }
 
-// halfRows holds a panel's rows of a transposed bfloat16 B, widened, for
-// packBHalf to transpose with the float32 packing's fast path.
-var halfRows = sync.Pool{New: func() any { return new([]float32) }}
+// halfPanel holds a panel's part of a bfloat16 B, widened, for packBHalf.
+var halfPanel = sync.Pool{New: func() any { return new([]float32) }}
 
-// packBHalf is packB from a bfloat16 B, widening each value as it packs.
+// packBHalf is packB from a bfloat16 B: each nr-column panel's part of B
+// is widened into a small float32 B of its own (rows of b, contiguous,
+// either way round), which packB then packs, its fast paths included.
 func packBHalf(dst []float32, b []uint16, ldb int, trans bool, p0, kc, j0, nc, nr int, fast bool) {
-	var rows *[]float32
-	if trans && fast {
-		rows = halfRows.Get().(*[]float32)
-		defer halfRows.Put(rows)
-		if cap(*rows) < nr*kc {
-			*rows = make([]float32, nr*kc)
-		}
+	tmp := halfPanel.Get().(*[]float32)
+	defer halfPanel.Put(tmp)
+	if cap(*tmp) < nr*kc {
+		*tmp = make([]float32, nr*kc)
 	}
 	for jr := 0; jr < nc; jr += nr {
-		d := dst[jr*kc : (jr+nr)*kc]
 		cols := min(nr, nc-jr)
-		if !trans {
-			for p := 0; p < kc; p++ {
-				s := (p0+p)*ldb + j0 + jr
-				WidenBF16(d[p*nr:p*nr+cols], b[s:s+cols])
-				clear(d[p*nr+cols : p*nr+nr])
-			}
-			continue
-		}
-		if rows != nil {
-			// Column j of op(B) is row j of b: widened row by row (each
-			// contiguous), then transposed into the panel.
-			w := (*rows)[:cols*kc]
-			for j := 0; j < cols; j++ {
+		w := (*tmp)[:cols*kc]
+		if trans { // column j of op(B) is row j of b: (cols, kc)
+			for j := range cols {
 				s := (j0+jr+j)*ldb + p0
 				WidenBF16(w[j*kc:(j+1)*kc], b[s:s+kc])
 			}
-			if packTransFast(d, w, cols, kc, kc, nr) {
-				for j := cols; j < nr; j++ {
-					for p := 0; p < kc; p++ {
-						d[p*nr+j] = 0
-					}
-				}
-				continue
-			}
+			packB(dst[jr*kc:], w, kc, true, 0, kc, 0, cols, nr, fast)
+			continue
 		}
-		for pb := 0; pb < kc; pb += packBlock {
-			pe := min(pb+packBlock, kc)
-			for j := 0; j < cols; j++ {
-				s := (j0+jr+j)*ldb + p0
-				dd := d[pb*nr+j:]
-				for p, v := range b[s+pb : s+pe] {
-					dd[p*nr] = Float32FromBF16(v)
-				}
-			}
+		for p := range kc { // (kc, cols)
+			s := (p0+p)*ldb + j0 + jr
+			WidenBF16(w[p*cols:(p+1)*cols], b[s:s+cols])
 		}
-		for j := cols; j < nr; j++ {
-			for p := 0; p < kc; p++ {
-				d[p*nr+j] = 0
-			}
-		}
+		packB(dst[jr*kc:], w, cols, false, 0, kc, 0, cols, nr, fast)
 	}
 }
 

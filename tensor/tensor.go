@@ -194,13 +194,7 @@ func (t *Tensor) Reshape(shape ...int) *Tensor {
 // it panics (copy with Device.CopyToHost instead).
 func (t *Tensor) Host() []float32 {
 	if t.buf.host == nil {
-		if t.buf.freed {
-			panic("tensor.Host: the tensor's buffer was freed")
-		}
-		if t.buf.dtype != Float32 {
-			panic(fmt.Sprintf("tensor.Host: the tensor %v stores %s; use HostBF16", t, t.buf.dtype))
-		}
-		panic(fmt.Sprintf("tensor.Host: the tensor is on device %s, not on the CPU; use CopyToHost", t.buf.dev.Name()))
+		t.noHost("Host", Float32, "HostBF16")
 	}
 	return t.buf.host[t.off : t.off+t.n : t.off+t.n]
 }
@@ -209,15 +203,21 @@ func (t *Tensor) Host() []float32 {
 // Float32 tensor's: valid only on the CPU device.
 func (t *Tensor) HostBF16() []uint16 {
 	if t.buf.half == nil {
-		if t.buf.freed {
-			panic("tensor.HostBF16: the tensor's buffer was freed")
-		}
-		if t.buf.dtype != BFloat16 {
-			panic(fmt.Sprintf("tensor.HostBF16: the tensor %v stores %s; use Host", t, t.buf.dtype))
-		}
-		panic(fmt.Sprintf("tensor.HostBF16: the tensor is on device %s, not on the CPU; use CopyToHost", t.buf.dev.Name()))
+		t.noHost("HostBF16", BFloat16, "Host")
 	}
 	return t.buf.half[t.off : t.off+t.n : t.off+t.n]
+}
+
+// noHost panics saying why t has no host storage of dtype want for fn:
+// freed, another dtype (other is its accessor), or not on the CPU.
+func (t *Tensor) noHost(fn string, want DType, other string) {
+	switch {
+	case t.buf.freed:
+		panic(fmt.Sprintf("tensor.%s: the tensor's buffer was freed", fn))
+	case t.buf.dtype != want:
+		panic(fmt.Sprintf("tensor.%s: the tensor %v stores %s; use %s", fn, t, t.buf.dtype, other))
+	}
+	panic(fmt.Sprintf("tensor.%s: the tensor is on device %s, not on the CPU; use CopyToHost", fn, t.buf.dev.Name()))
 }
 
 // Ptr is the device address of the tensor's first element, for libraries
