@@ -430,32 +430,25 @@ var teamPool = sync.Pool{New: func() any { return new(gemmTeam) }}
 
 // gemm is Sgemm after argument checks.
 func gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	if m == 0 || n == 0 {
-		return
-	}
-	if k == 0 || alpha == 0 {
-		scaleC(m, n, beta, c, ldc)
-		return
-	}
 	runGemm(gemmParams{transA, transB, m, n, k, alpha, beta, a, lda, b, ldb, c, ldc, nil})
 }
 
 // gemmHalfB is gemm with B stored as bfloat16 (see gemmParams.bh).
 func gemmHalfB(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, bh []uint16, ldb int, beta float32, c []float32, ldc int) {
-	if m == 0 || n == 0 {
-		return
-	}
-	if k == 0 || alpha == 0 {
-		scaleC(m, n, beta, c, ldc)
-		return
-	}
 	runGemm(gemmParams{transA, transB, m, n, k, alpha, beta, a, lda, nil, ldb, c, ldc, bh})
 }
 
-// runGemm runs product p (m, n, k > 0, alpha != 0) on the calling
-// goroutine and, when large enough, the pool's.
+// runGemm runs product p on the calling goroutine and, when large enough,
+// the pool's.
 func runGemm(p gemmParams) {
 	m, n, k := p.m, p.n, p.k
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 || p.alpha == 0 {
+		scaleC(m, n, p.beta, p.c, p.ldc)
+		return
+	}
 	kr := activeKernel.Load()
 	threads := GemmThreads()
 	// Below this much work, handing tiles to other goroutines costs more
