@@ -318,19 +318,21 @@ func (d *CPUDevice) Gemm(transA, transB bool, m, n, k int, alpha float32, a *Ten
 		d.observe(GemmShape{M: m, N: n, K: k, Batch: 1, TransA: transA, TransB: transB})
 	}
 	hc := c.Host()
-	if a.DType() == Float32 && b.DType() == BFloat16 {
+	if a.DType() != Float32 || b.DType() != Float32 {
+		d.wideMu.Lock() // the widened operands' scratch, until the product is done
+		defer d.wideMu.Unlock()
+	}
+	// A bfloat16 A (an activation) is widened whole: m*k conversions
+	// beside the product's 2*m*n*k.
+	ha := d.operand(a, aOff, operandSpan(transA, m, k, lda, 0, 1), &d.wideA)
+	if b.DType() == BFloat16 {
 		// A weight's bfloat16 copy: widened as the product packs it.
-		ha, hb := a.Host()[aOff:], b.HostBF16()[bOff:]
+		hb := b.HostBF16()[bOff:]
 		d.eachKPart(transA, transB, k, lda, ldb, beta, func(aShift, bShift, kk int, beta float32) {
 			gemmHalfB(transA, transB, m, n, kk, alpha, ha[aShift:], lda, hb[bShift:], ldb, beta, hc[cOff:], ldc)
 		})
 		return
 	}
-	if a.DType() != Float32 || b.DType() != Float32 {
-		d.wideMu.Lock() // the widened operands' scratch, until the product is done
-		defer d.wideMu.Unlock()
-	}
-	ha := d.operand(a, aOff, operandSpan(transA, m, k, lda, 0, 1), &d.wideA)
 	hb := d.operand(b, bOff, operandSpan(transB, k, n, ldb, 0, 1), &d.wideB)
 	d.eachKPart(transA, transB, k, lda, ldb, beta, func(aShift, bShift, kk int, beta float32) {
 		gemm(transA, transB, m, n, kk, alpha, ha[aShift:], lda, hb[bShift:], ldb, beta, hc[cOff:], ldc)

@@ -347,16 +347,38 @@ const (
 	geluA = 0.044715
 )
 
-type geluK struct{ out, inp []float32 }
+type geluK struct {
+	out, inp []float32
+	half     []uint16 // the bfloat16 output instead of out (roundedTo)
+}
+
+func (k *geluK) run(lo, hi, _ int) {
+	if k.half != nil {
+		roundedTo(k.half[lo:hi], k.inp[lo:hi], gelu)
+		return
+	}
+	gelu(k.out[lo:hi], k.inp[lo:hi])
+}
 
 // gelu(x) = 0.5*x*(1+tanh(u)) with u = geluS*(x+geluA*x^3); with
 // e = exp(2u), tanh(u) = 1-2/(e+1), so gelu(x) = x - x/(e+1).
-func (k *geluK) run(lo, hi, _ int) {
-	out, inp := k.out[lo:hi], k.inp[lo:hi]
+func gelu(out, inp []float32) {
 	for i := geluFwdVec(out, inp); i < len(inp); i++ {
 		x := inp[i]
 		e := exp32(2 * geluS * (x + geluA*x*x*x))
 		out[i] = x - x/(e+1)
+	}
+}
+
+// roundedTo runs the elementwise f over inp into the bfloat16 half: a
+// tile at a time in float32, each rounded to nearest even, as a GPU
+// kernel computes in float32 and stores bfloat16.
+func roundedTo(half []uint16, inp []float32, f func(out, inp []float32)) {
+	var tile [512]float32
+	for lo := 0; lo < len(inp); lo += len(tile) {
+		hi := min(lo+len(tile), len(inp))
+		f(tile[:hi-lo], inp[lo:hi])
+		RoundBF16(half[lo:hi], tile[:hi-lo])
 	}
 }
 
@@ -374,12 +396,22 @@ func (k *geluBackK) run(lo, hi, _ int) {
 	}
 }
 
-type tanhK struct{ out, inp []float32 }
+type tanhK struct {
+	out, inp []float32
+	half     []uint16 // the bfloat16 output instead of out (roundedTo)
+}
+
+func (k *tanhK) run(lo, hi, _ int) {
+	if k.half != nil {
+		roundedTo(k.half[lo:hi], k.inp[lo:hi], tanh)
+		return
+	}
+	tanh(k.out[lo:hi], k.inp[lo:hi])
+}
 
 // tanh in float64, rounded once: 1-2/(exp(2x)+1) in float32 would lose
 // the relative precision of small x.
-func (k *tanhK) run(lo, hi, _ int) {
-	out, inp := k.out[lo:hi], k.inp[lo:hi]
+func tanh(out, inp []float32) {
 	for i, x := range inp {
 		out[i] = float32(math.Tanh(float64(x)))
 	}
@@ -396,21 +428,30 @@ func (k *tanhBackK) run(lo, hi, _ int) {
 	}
 }
 
-// ActivationForward is out = f(inp) elementwise.
+// ActivationForward is out = f(inp) elementwise; a bfloat16 out holds
+// the float32 results rounded.
 func (d *CPUDevice) ActivationForward(f Activation, out, inp *Tensor) {
-	d.own("ActivationForward", out, inp)
+	d.ownAny("ActivationForward", out)
+	d.own("ActivationForward", inp)
 	check.ActivationForward(out, inp)
+	var full []float32
+	var half []uint16
+	if out.DType() == BFloat16 {
+		half = out.HostBF16()
+	} else {
+		full = out.Host()
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch f {
 	case GELU:
 		k := &d.k.gelu
-		*k = geluK{out: out.Host(), inp: inp.Host()}
+		*k = geluK{out: full, inp: inp.Host(), half: half}
 		d.parallel(out.n, d.chunks(out.n, 20), k)
 		*k = geluK{}
 	case Tanh:
 		k := &d.k.tanh
-		*k = tanhK{out: out.Host(), inp: inp.Host()}
+		*k = tanhK{out: full, inp: inp.Host(), half: half}
 		d.parallel(out.n, d.chunks(out.n, 40), k)
 		*k = tanhK{}
 	default:

@@ -115,12 +115,19 @@ func TestCPUBF16Storage(t *testing.T) {
 	}
 
 	// Large enough for the threaded driver, B both ways round: the packing
-	// widens it (gemmHalfB).
-	for _, transB := range []bool{false, true} {
+	// widens it (gemmHalfB); A in bfloat16 too (an activation), widened
+	// whole, with B of either dtype.
+	for _, tc := range []struct{ transB, halfA bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		transB := tc.transB
 		const m, k, n = 70, 96, 130
 		a, _ := d.Alloc(m, k)
 		for i := range a.Host() {
-			a.Host()[i] = float32(r.NormFloat64())
+			a.Host()[i] = nearestBF16(float32(r.NormFloat64()))
+		}
+		ah := a
+		if tc.halfA {
+			ah, _ = d.AllocAs(BFloat16, m, k)
+			d.Copy(ah, a)
 		}
 		bh, _ := d.AllocAs(BFloat16, k*n)
 		bf, _ := d.Alloc(k * n)
@@ -140,14 +147,48 @@ func TestCPUBF16Storage(t *testing.T) {
 			c1.Host()[i], c2.Host()[i] = 1, 1
 		}
 		d.Gemm(false, transB, m, n, k, 0.5, a, 0, k, bf, 0, ldb, 2, c1, 0, n)
-		d.Gemm(false, transB, m, n, k, 0.5, a, 0, k, bh, 0, ldb, 2, c2, 0, n)
+		d.Gemm(false, transB, m, n, k, 0.5, ah, 0, k, bh, 0, ldb, 2, c2, 0, n)
 		for i := range c1.Host() {
 			if c1.Host()[i] != c2.Host()[i] {
-				t.Fatalf("Gemm transB %v: element %d is %g from the bfloat16 operand, %g from its float32 widening", transB, i, c2.Host()[i], c1.Host()[i])
+				t.Fatalf("Gemm %+v: element %d is %g from the bfloat16 operands, %g from their float32 widening", tc, i, c2.Host()[i], c1.Host()[i])
 			}
+		}
+		if tc.halfA {
+			// And a bfloat16 A with a float32 B.
+			d.Gemm(false, transB, m, n, k, 0.5, ah, 0, k, bf, 0, ldb, 0, c2, 0, n)
+			d.Gemm(false, transB, m, n, k, 0.5, a, 0, k, bf, 0, ldb, 0, c1, 0, n)
+			for i := range c1.Host() {
+				if c1.Host()[i] != c2.Host()[i] {
+					t.Fatalf("Gemm %+v, B float32: element %d is %g from the bfloat16 A, %g from its widening", tc, i, c2.Host()[i], c1.Host()[i])
+				}
+			}
+			d.Free(ah)
 		}
 		for _, x := range []*Tensor{a, bh, bf, c1, c2} {
 			d.Free(x)
+		}
+	}
+
+	// An activation into a bfloat16 output: the float32 results rounded
+	// (ties included: inputs on a grid whose GELU values land on them are
+	// rare, so the check is against the float32 kernel's own output).
+	for _, f := range []Activation{GELU, Tanh} {
+		const n = 5000 // several tiles of roundedTo, and chunks on the workers
+		x, _ := d.Alloc(n)
+		for i := range x.Host() {
+			x.Host()[i] = float32(r.NormFloat64() * 3)
+		}
+		full, _ := d.Alloc(n)
+		half, _ := d.AllocAs(BFloat16, n)
+		d.ActivationForward(f, full, x)
+		d.ActivationForward(f, half, x)
+		for i, v := range full.Host() {
+			if got := half.HostBF16()[i]; got != BF16FromFloat32(v) {
+				t.Fatalf("activation %d into bfloat16: element %d is %#x, want %g rounded, %#x", f, i, got, v, BF16FromFloat32(v))
+			}
+		}
+		for _, t := range []*Tensor{x, full, half} {
+			d.Free(t)
 		}
 	}
 

@@ -1029,9 +1029,43 @@ func TestGPUBF16Storage(t *testing.T) {
 			t.Fatalf("bf16 batched GEMM on the bfloat16 copy: element %d is %g, the single GEMM's %g", i, r3[i], r1[i])
 		}
 	}
+	// A in bfloat16 too (an activation saved as bf16), B either: within
+	// float32 reordering of the product of the same rounded values.
+	ah, err := d.AllocAs(tensor.BFloat16, m, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Free(ah)
+	d.Copy(ah, a.g)
+	for _, bop := range []*tensor.Tensor{b.g, bh} {
+		d.Gemm(false, true, m, nn, k, 1, ah, 0, k, bop, k, k, 0, c3.g, 0, nn)
+		d.CopyToHost(r3, c3.g)
+		for i := range r1 {
+			if math.Abs(float64(r3[i]-r1[i])) > 1e-5*(1+math.Abs(float64(r1[i]))) {
+				t.Fatalf("bf16 GEMM with a bfloat16 A, B %s: element %d is %g, want %g", bop.DType(), i, r3[i], r1[i])
+			}
+		}
+	}
 	d.SetMatmulPrecision(tensor.FP32)
 	if err := d.Sync(); err != nil {
 		t.Fatal(err)
+	}
+
+	// An activation into a bfloat16 output: the float32 kernel's values
+	// rounded to nearest even.
+	for _, fn := range []tensor.Activation{tensor.GELU, tensor.Tanh} {
+		x := bn.rand("x", 3, n)
+		full := bn.zeros("full", n)
+		d.ActivationForward(fn, full.g, x.g)
+		d.ActivationForward(fn, h2, x.g)
+		wide, rounded := make([]float32, n), make([]float32, n)
+		d.CopyToHost(wide, full.g)
+		d.CopyToHost(rounded, h2)
+		for i, v := range wide {
+			if w := tensor.Float32FromBF16(tensor.BF16FromFloat32(v)); math.Float32bits(rounded[i]) != math.Float32bits(w) {
+				t.Fatalf("activation %d into bfloat16: element %d is %g, want %g rounded, %g", fn, i, rounded[i], v, w)
+			}
+		}
 	}
 	d.Gemm(false, true, m, nn, k, 1, a.g, 0, k, bh, k, k, 0, c2.g, 0, nn)
 	if err := d.Sync(); err == nil || !strings.Contains(err.Error(), "bfloat16 operands need bf16") {

@@ -383,12 +383,19 @@ extern "C" __global__ void swiglu_backward_f32(float* dinp, const float* inp, co
 #define GELU_S 0.7978845608028654f
 #define GELU_A 0.044715f
 
+__device__ __forceinline__ float gelu_f(float x) {
+    float e = expf(2.f * GELU_S * (x + GELU_A * x * x * x));
+    return x - x / (e + 1.f);
+}
+
 extern "C" __global__ void gelu_forward_f32(float* out, const float* inp, long long n) {
-    GRID_STRIDE(i, n) {
-        float x = inp[i];
-        float e = expf(2.f * GELU_S * (x + GELU_A * x * x * x));
-        out[i] = x - x / (e + 1.f);
-    }
+    GRID_STRIDE(i, n) out[i] = gelu_f(inp[i]);
+}
+
+// gelu_forward_bf16: the same values stored as bfloat16 (an activation
+// saved for products that read bfloat16).
+extern "C" __global__ void gelu_forward_bf16(bf16_t* out, const float* inp, long long n) {
+    GRID_STRIDE(i, n) out[i] = bf16_round(gelu_f(inp[i]));
 }
 
 extern "C" __global__ void gelu_backward_f32(float* dinp, const float* inp, const float* dout, long long n) {
@@ -404,6 +411,10 @@ extern "C" __global__ void gelu_backward_f32(float* dinp, const float* inp, cons
 
 extern "C" __global__ void tanh_forward_f32(float* out, const float* inp, long long n) {
     GRID_STRIDE(i, n) out[i] = tanhf(inp[i]);
+}
+
+extern "C" __global__ void tanh_forward_bf16(bf16_t* out, const float* inp, long long n) {
+    GRID_STRIDE(i, n) out[i] = bf16_round(tanhf(inp[i]));
 }
 
 extern "C" __global__ void tanh_backward_f32(float* dinp, const float* inp, const float* dout, long long n) {

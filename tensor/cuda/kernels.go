@@ -28,8 +28,8 @@ var kernels = []struct {
 	{"rmsnorm_forward_f32", maxRowThreads}, {"rmsnorm_backward_f32", maxRowThreads},
 	{"rmsnorm_param_grads_f32", elemThreads}, {"rope_f32", elemThreads},
 	{"swiglu_forward_f32", elemThreads}, {"swiglu_backward_f32", elemThreads},
-	{"gelu_forward_f32", elemThreads}, {"gelu_backward_f32", elemThreads},
-	{"tanh_forward_f32", elemThreads}, {"tanh_backward_f32", elemThreads},
+	{"gelu_forward_f32", elemThreads}, {"gelu_backward_f32", elemThreads}, {"gelu_forward_bf16", elemThreads},
+	{"tanh_forward_f32", elemThreads}, {"tanh_backward_f32", elemThreads}, {"tanh_forward_bf16", elemThreads},
 	{"softmax_forward_f32", softmaxThreads}, {"softmax_backward_f32", softmaxThreads},
 	{"ce_row_max_f32", maxRowThreads}, {"ce_sum_exp_f32", maxRowThreads},
 	{"ce_target_logit_f32", elemThreads}, {"ce_loss_f32", elemThreads}, {"ce_backward_f32", maxRowThreads},
@@ -89,10 +89,14 @@ func (d *Device) launchShared(name string, grid, block dim3, shared int, args ..
 	if len(args) > len(d.argv) {
 		panic(fmt.Sprintf("cuda: %s has %d arguments, at most %d", name, len(args), len(d.argv)))
 	}
+	fn, ok := d.fn[name]
+	if !ok {
+		panic(fmt.Sprintf("cuda: kernel %s is not in the kernels list", name))
+	}
 	for i, a := range args {
 		d.argv[i] = uint64(a)
 	}
-	r := call(d.l.cu.launchKernel, d.fn[name], uintptr(grid.x), uintptr(grid.y), uintptr(grid.z),
+	r := call(d.l.cu.launchKernel, fn, uintptr(grid.x), uintptr(grid.y), uintptr(grid.z),
 		uintptr(block.x), uintptr(block.y), uintptr(block.z), uintptr(shared), d.stream,
 		uintptr(unsafe.Pointer(&d.argp[0])), 0)
 	if r != 0 {
@@ -413,15 +417,15 @@ func (d *Device) SwiGLUBackward(dinp, inp, dout *tensor.Tensor) {
 
 // --- activations ---
 
-// activationKernels are each tensor.Activation's forward and backward
-// kernels.
-var activationKernels = [...][2]string{
-	tensor.GELU: {"gelu_forward_f32", "gelu_backward_f32"},
-	tensor.Tanh: {"tanh_forward_f32", "tanh_backward_f32"},
+// activationKernels are each tensor.Activation's forward, backward and
+// bfloat16-output forward kernels.
+var activationKernels = [...][3]string{
+	tensor.GELU: {"gelu_forward_f32", "gelu_backward_f32", "gelu_forward_bf16"},
+	tensor.Tanh: {"tanh_forward_f32", "tanh_backward_f32", "tanh_forward_bf16"},
 }
 
-// activationKernel is f's forward (0) or backward (1) kernel; fn names
-// the method in the panic of an unknown f.
+// activationKernel is f's forward (0), backward (1) or bfloat16-output
+// forward (2) kernel; fn names the method in the panic of an unknown f.
 func activationKernel(fn string, f tensor.Activation, dir int) string {
 	if f < 0 || int(f) >= len(activationKernels) {
 		panic(fmt.Sprintf("tensor.%s: unknown activation %d", fn, int(f)))
@@ -429,11 +433,17 @@ func activationKernel(fn string, f tensor.Activation, dir int) string {
 	return activationKernels[f][dir]
 }
 
-// ActivationForward is out = f(inp) elementwise.
+// ActivationForward is out = f(inp) elementwise; a bfloat16 out holds
+// the float32 results rounded.
 func (d *Device) ActivationForward(f tensor.Activation, out, inp *tensor.Tensor) {
-	d.own("ActivationForward", out, inp)
+	d.ownAny("ActivationForward", out)
+	d.own("ActivationForward", inp)
 	check.ActivationForward(out, inp)
-	d.elementwise(activationKernel("ActivationForward", f, 0), out.Len(), tp(out), tp(inp), i64(out.Len()))
+	dir := 0
+	if out.DType() == tensor.BFloat16 {
+		dir = 2
+	}
+	d.elementwise(activationKernel("ActivationForward", f, dir), out.Len(), tp(out), tp(inp), i64(out.Len()))
 }
 
 // ActivationBackward is dinp += f'(inp)*dout.
