@@ -29,7 +29,10 @@ type BlockConfig struct {
 	Recompute Recompute
 	// FusedAttention runs the attention fused (AttentionConfig.Fused).
 	FusedAttention bool
-	From           *ParamSet // the model's parameters, where the block takes its own; nil: new ones
+	// Activations is what the activations only matrix products read are
+	// stored as (the MLP's GELU output): BFloat16 under bf16 compute.
+	Activations tensor.DType
+	From        *ParamSet // the model's parameters, where the block takes its own; nil: new ones
 }
 
 // Block is a pre-LayerNorm transformer block, as GPT-2:
@@ -130,7 +133,7 @@ func NewBlock(dev tensor.Device, tp nccl.Comm, name string, cfg BlockConfig) (*B
 	if err != nil {
 		return nil, err
 	}
-	mlp, err := newParallelMLP(dev, tp, cfg.SP, name+".mlp", cfg.Dim, cfg.Hidden, cfg.Seed, std, cfg.ProjStd, cfg.From)
+	mlp, err := newParallelMLP(dev, tp, cfg.SP, name+".mlp", cfg.Dim, cfg.Hidden, cfg.Seed, std, cfg.ProjStd, cfg.From, cfg.Activations)
 	if err != nil {
 		return nil, err
 	}

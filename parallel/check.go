@@ -478,11 +478,11 @@ func checkLayerNorm(dev tensor.Device, tp nccl.Comm) (*Result, error) {
 
 func checkMLP(dev tensor.Device, tp nccl.Comm) (*Result, error) {
 	h := newHarness(dev, tp)
-	ref, err := NewParallelMLP(dev, nil, "mlp", ckDim, ckHidden, ckSeed, 0, 0, nil)
+	ref, err := NewParallelMLP(dev, nil, "mlp", ckDim, ckHidden, ckSeed, 0, 0, nil, tensor.Float32)
 	if err != nil {
 		return nil, err
 	}
-	sh, err := NewParallelMLP(dev, tp, "mlp", ckDim, ckHidden, ckSeed, 0, 0, nil)
+	sh, err := NewParallelMLP(dev, tp, "mlp", ckDim, ckHidden, ckSeed, 0, 0, nil, tensor.Float32)
 	if err != nil {
 		return nil, err
 	}

@@ -435,6 +435,7 @@ type SwiGLUMLP struct {
 	GateUp *ColumnParallelLinear // (2*Hidden, C) as [gate; up], 2 blocks split over ranks
 	Down   *RowParallelLinear    // (C, Hidden), input parallel
 
+	act tensor.DType // what h is stored as
 	*swigluSaved
 	*swigluScratch
 }
@@ -450,11 +451,12 @@ type swigluScratch struct {
 }
 
 // swigluCoreSizes are the SwiGLU MLP's own buffers for b x t tokens, fl =
-// Hidden/tp: h (b,t,fl), saved; dh (b,t,fl) and dgate_up (b,t,2fl), the
-// gradients of h and of the fused projection's output, scratch.
-func swigluCoreSizes(b, t, fl int) Sizes {
+// Hidden/tp: h (b,t,fl), saved, stored as act (read only by down_proj's
+// products); dh (b,t,fl) and dgate_up (b,t,2fl), the gradients of h and of
+// the fused projection's output, scratch.
+func swigluCoreSizes(b, t, fl int, act tensor.DType) Sizes {
 	return Sizes{
-		Saved:   Buffers{buf("h", b, t, fl)},
+		Saved:   Buffers{buf("h", b, t, fl).as(act)},
 		Scratch: Buffers{buf("dh", b, t, fl), buf("dgate_up", b, t, 2*fl)},
 	}
 }
@@ -462,8 +464,9 @@ func swigluCoreSizes(b, t, fl int) Sizes {
 // NewSwiGLUMLP makes this rank's shard of a SwiGLU MLP (dim -> hidden ->
 // dim) over the group tp (nil: unsharded), in the sequence-parallel region
 // sp when it is not nil; tp must divide hidden. The parameters are taken
-// from from (nil: new ones).
-func NewSwiGLUMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name string, dim, hidden int, seed uint64, std, projStd float32, from *ParamSet) (*SwiGLUMLP, error) {
+// from from (nil: new ones). act is what h is stored as (as
+// NewParallelMLP's).
+func NewSwiGLUMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name string, dim, hidden int, seed uint64, std, projStd float32, from *ParamSet, act tensor.DType) (*SwiGLUMLP, error) {
 	if projStd == 0 {
 		projStd = std
 	}
@@ -475,7 +478,7 @@ func NewSwiGLUMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name st
 	if err != nil {
 		return nil, err
 	}
-	return &SwiGLUMLP{Name: name, GateUp: gu, Down: down, swigluSaved: new(swigluSaved), swigluScratch: new(swigluScratch)}, nil
+	return &SwiGLUMLP{Name: name, GateUp: gu, Down: down, act: act, swigluSaved: new(swigluSaved), swigluScratch: new(swigluScratch)}, nil
 }
 
 // Params lists the layer's parameters.
@@ -489,7 +492,7 @@ func (m *SwiGLUMLP) Forward(inp *tensor.Tensor) (*tensor.Tensor, error) {
 	}
 	dev := gu.Device()
 	b, t := gu.Dim(0), gu.Dim(1)
-	if err := m.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return swigluCoreSizes(b, t, gu.Dim(2)/2).Saved }, func(get func(string) *tensor.Tensor) {
+	if err := m.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return swigluCoreSizes(b, t, gu.Dim(2)/2, m.act).Saved }, func(get func(string) *tensor.Tensor) {
 		m.h = get("h")
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", m.Name, err)
@@ -506,7 +509,7 @@ func (m *SwiGLUMLP) Backward(dout, dinp *tensor.Tensor) error {
 	}
 	dev := dout.Device()
 	b, t := m.h.Dim(0), m.h.Dim(1)
-	if err := m.grads.ensure(dev, [2]int{b, t}, func() Buffers { return swigluCoreSizes(b, t, m.h.Dim(2)).Scratch }, func(get func(string) *tensor.Tensor) {
+	if err := m.grads.ensure(dev, [2]int{b, t}, func() Buffers { return swigluCoreSizes(b, t, m.h.Dim(2), m.act).Scratch }, func(get func(string) *tensor.Tensor) {
 		m.dh, m.dgu = get("dh"), get("dgate_up")
 	}); err != nil {
 		return fmt.Errorf("%s: %w", m.Name, err)
@@ -551,8 +554,11 @@ type LlamaBlockConfig struct {
 	// BlockConfig.SP).
 	SP             *SequenceParallel
 	Recompute      Recompute
-	FusedAttention bool      // the attention runs fused (AttentionConfig.Fused)
-	From           *ParamSet // the model's parameters, where the block takes its own; nil: new ones
+	FusedAttention bool // the attention runs fused (AttentionConfig.Fused)
+	// Activations is what the activations only matrix products read are
+	// stored as (the SwiGLU output), as BlockConfig.Activations.
+	Activations tensor.DType
+	From        *ParamSet // the model's parameters, where the block takes its own; nil: new ones
 }
 
 // LlamaBlock is a pre-norm Llama decoder block, Block's residual skeleton
@@ -578,7 +584,8 @@ type LlamaBlockShape struct {
 	TP                          int
 	SP                          bool
 	Recompute                   Recompute
-	FusedAttention              bool // the attention runs fused (LlamaBlockConfig.FusedAttention)
+	FusedAttention              bool         // the attention runs fused (LlamaBlockConfig.FusedAttention)
+	Activations                 tensor.DType // LlamaBlockConfig.Activations
 }
 
 // LlamaBlockSizes are all the buffers of one Llama block and its layers
@@ -608,7 +615,7 @@ func LlamaBlockSizes(s LlamaBlockShape, b, t int) Sizes {
 	layers.add("self_attn.qkv_proj.", ColumnSizes(LinearShape{In: c, Out: (s.Heads + 2*nkv*tp) * hd, TP: tp, SP: s.SP}, b, t))
 	layers.add("self_attn.o_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
 	layers.add("post_attention_layernorm.", RMSNormSizes(b, tl, c))
-	layers.add("mlp.", swigluCoreSizes(b, t, s.Hidden/tp))
+	layers.add("mlp.", swigluCoreSizes(b, t, s.Hidden/tp, s.Activations))
 	layers.add("mlp.gate_up_proj.", ColumnSizes(LinearShape{In: c, Out: 2 * s.Hidden, TP: tp, SP: s.SP}, b, t))
 	layers.add("mlp.down_proj.", RowSizes(LinearShape{In: s.Hidden, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
 	if full {
@@ -644,7 +651,7 @@ func NewLlamaBlock(dev tensor.Device, tp nccl.Comm, name string, cfg LlamaBlockC
 	if err != nil {
 		return nil, err
 	}
-	mlp, err := NewSwiGLUMLP(dev, tp, cfg.SP, name+".mlp", cfg.Dim, cfg.Hidden, cfg.Seed, std, cfg.ProjStd, cfg.From)
+	mlp, err := NewSwiGLUMLP(dev, tp, cfg.SP, name+".mlp", cfg.Dim, cfg.Hidden, cfg.Seed, std, cfg.ProjStd, cfg.From, cfg.Activations)
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ type ParallelMLP struct {
 	Proj *RowParallelLinear
 
 	hiddn int
+	act   tensor.DType // what h is stored as
 	*mlpSaved
 	*mlpScratch
 }
@@ -25,7 +26,7 @@ type ParallelMLP struct {
 // its own.
 type mlpSaved struct {
 	bufs buffers
-	h    *tensor.Tensor // (B,T,Hidden/tp) after GELU
+	h    *tensor.Tensor // (B,T,Hidden/tp) after GELU, stored as ParallelMLP.act
 }
 
 // mlpScratch is what the MLP's Backward uses and leaves nothing in: the
@@ -38,19 +39,21 @@ type mlpScratch struct {
 // NewParallelMLP makes this rank's shard of a (dim -> hidden -> dim) MLP
 // over the group tp (nil: unsharded); tp must divide hidden. projStd is the
 // init std of the output projection (0: std). The parameters are taken
-// from from (nil: new ones).
-func NewParallelMLP(dev tensor.Device, tp nccl.Comm, name string, dim, hidden int, seed uint64, std, projStd float32, from *ParamSet) (*ParallelMLP, error) {
-	return newParallelMLP(dev, tp, nil, name, dim, hidden, seed, std, projStd, from)
+// from from (nil: new ones). act is what GELU's output, which only the
+// output projection's products read, is stored as (BFloat16 under bf16
+// compute).
+func NewParallelMLP(dev tensor.Device, tp nccl.Comm, name string, dim, hidden int, seed uint64, std, projStd float32, from *ParamSet, act tensor.DType) (*ParallelMLP, error) {
+	return newParallelMLP(dev, tp, nil, name, dim, hidden, seed, std, projStd, from, act)
 }
 
 // NewSequenceParallelMLP is NewParallelMLP in the sequence-parallel region
 // sp of tp: its input and output are this rank's (B,T/tp,C) positions (fc
 // all-gathers, proj reduce-scatters).
-func NewSequenceParallelMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name string, dim, hidden int, seed uint64, std, projStd float32, from *ParamSet) (*ParallelMLP, error) {
-	return newParallelMLP(dev, tp, sp, name, dim, hidden, seed, std, projStd, from)
+func NewSequenceParallelMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name string, dim, hidden int, seed uint64, std, projStd float32, from *ParamSet, act tensor.DType) (*ParallelMLP, error) {
+	return newParallelMLP(dev, tp, sp, name, dim, hidden, seed, std, projStd, from, act)
 }
 
-func newParallelMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name string, dim, hidden int, seed uint64, std, projStd float32, from *ParamSet) (*ParallelMLP, error) {
+func newParallelMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name string, dim, hidden int, seed uint64, std, projStd float32, from *ParamSet, act tensor.DType) (*ParallelMLP, error) {
 	if projStd == 0 {
 		projStd = std
 	}
@@ -62,7 +65,7 @@ func newParallelMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name 
 	if err != nil {
 		return nil, err
 	}
-	return &ParallelMLP{Name: name, FC: fc, Proj: proj, hiddn: hidden, mlpSaved: new(mlpSaved), mlpScratch: new(mlpScratch)}, nil
+	return &ParallelMLP{Name: name, FC: fc, Proj: proj, hiddn: hidden, act: act, mlpSaved: new(mlpSaved), mlpScratch: new(mlpScratch)}, nil
 }
 
 // Params lists the layer's parameters.
@@ -76,7 +79,7 @@ func (m *ParallelMLP) Forward(inp *tensor.Tensor) (*tensor.Tensor, error) {
 	}
 	dev := pre.Device()
 	b, t := pre.Dim(0), pre.Dim(1)
-	if err := m.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return mlpCoreSizes(b, t, pre.Dim(2)).Saved }, func(get func(string) *tensor.Tensor) {
+	if err := m.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return mlpCoreSizes(b, t, pre.Dim(2), m.act).Saved }, func(get func(string) *tensor.Tensor) {
 		m.h = get("h")
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", m.Name, err)
@@ -93,7 +96,7 @@ func (m *ParallelMLP) Backward(dout, dinp *tensor.Tensor) error {
 	}
 	dev := dout.Device()
 	b, t := m.h.Dim(0), m.h.Dim(1)
-	if err := m.grads.ensure(dev, [2]int{b, t}, func() Buffers { return mlpCoreSizes(b, t, m.h.Dim(2)).Scratch }, func(get func(string) *tensor.Tensor) {
+	if err := m.grads.ensure(dev, [2]int{b, t}, func() Buffers { return mlpCoreSizes(b, t, m.h.Dim(2), m.act).Scratch }, func(get func(string) *tensor.Tensor) {
 		m.dh, m.dpre = get("dh"), get("dpre")
 	}); err != nil {
 		return fmt.Errorf("%s: %w", m.Name, err)

@@ -17,9 +17,10 @@ import (
 type Buffer struct {
 	Name  string // what it holds, unique in its list: "att", "c_attn.out_local"
 	Shape []int
+	DType tensor.DType // what an element is stored as (Float32, the zero value, or BFloat16)
 }
 
-// Len is the buffer's number of floats.
+// Len is the buffer's number of elements.
 func (b Buffer) Len() int64 {
 	n := int64(1)
 	for _, d := range b.Shape {
@@ -28,10 +29,13 @@ func (b Buffer) Len() int64 {
 	return n
 }
 
+// Bytes is the buffer's size in bytes.
+func (b Buffer) Bytes() int64 { return b.Len() * int64(b.DType.Size()) }
+
 // Buffers is a list of buffers.
 type Buffers []Buffer
 
-// Len is the floats of all the buffers.
+// Len is the elements of all the buffers.
 func (l Buffers) Len() int64 {
 	var n int64
 	for _, b := range l {
@@ -40,7 +44,19 @@ func (l Buffers) Len() int64 {
 	return n
 }
 
+// Bytes is the size of all the buffers in bytes.
+func (l Buffers) Bytes() int64 {
+	var n int64
+	for _, b := range l {
+		n += b.Bytes()
+	}
+	return n
+}
+
 func buf(name string, shape ...int) Buffer { return Buffer{Name: name, Shape: shape} }
+
+// as is b stored as dt.
+func (b Buffer) as(dt tensor.DType) Buffer { b.DType = dt; return b }
 
 // Sizes are the buffers a layer allocates for one batch shape, split as a
 // pipeline stage needs them: Saved is what Forward keeps for Backward (a
@@ -50,16 +66,21 @@ type Sizes struct {
 	Saved, Scratch Buffers
 }
 
-// Len is the floats of all the buffers.
+// Len is the elements of all the buffers.
 func (s Sizes) Len() int64 { return s.Saved.Len() + s.Scratch.Len() }
+
+// Bytes is the size of all the buffers in bytes.
+func (s Sizes) Bytes() int64 { return s.Saved.Bytes() + s.Scratch.Bytes() }
 
 // add appends o's buffers with their names prefixed (a sublayer's).
 func (s *Sizes) add(prefix string, o Sizes) {
 	for _, b := range o.Saved {
-		s.Saved = append(s.Saved, Buffer{Name: prefix + b.Name, Shape: b.Shape})
+		b.Name = prefix + b.Name
+		s.Saved = append(s.Saved, b)
 	}
 	for _, b := range o.Scratch {
-		s.Scratch = append(s.Scratch, Buffer{Name: prefix + b.Name, Shape: b.Shape})
+		b.Name = prefix + b.Name
+		s.Scratch = append(s.Scratch, b)
 	}
 }
 
@@ -83,10 +104,10 @@ func Allocate(dev tensor.Device, list Buffers, take func(get func(name string) *
 				return nil, fmt.Errorf("buffer %q listed twice", b.Name)
 			}
 		}
-		t, err := dev.Alloc(b.Shape...)
+		t, err := dev.AllocAs(b.DType, b.Shape...)
 		if err != nil {
 			free()
-			return nil, fmt.Errorf("buffer %s %v: %w", b.Name, b.Shape, err)
+			return nil, fmt.Errorf("buffer %s %v %s: %w", b.Name, b.Shape, b.DType, err)
 		}
 		ts = append(ts, t)
 	}
@@ -199,11 +220,12 @@ func attentionCoreSizes(b, t, nh, cl int, selective, fused bool) Sizes {
 }
 
 // mlpCoreSizes are the MLP's own buffers for b x t tokens, fl = Hidden/tp
-// wide: h (b,t,fl), GELU's output, saved; dh and dpre (b,t,fl), the
-// gradients of GELU's output and input, scratch.
-func mlpCoreSizes(b, t, fl int) Sizes {
+// wide: h (b,t,fl), GELU's output, saved, stored as act (read only by
+// c_proj's products); dh and dpre (b,t,fl), the gradients of GELU's output
+// and input, scratch.
+func mlpCoreSizes(b, t, fl int, act tensor.DType) Sizes {
 	return Sizes{
-		Saved:   Buffers{buf("h", b, t, fl)},
+		Saved:   Buffers{buf("h", b, t, fl).as(act)},
 		Scratch: Buffers{buf("dh", b, t, fl), buf("dpre", b, t, fl)},
 	}
 }
@@ -257,6 +279,9 @@ type BlockShape struct {
 	Recompute  Recompute
 	// FusedAttention: the attention runs fused (BlockConfig.FusedAttention).
 	FusedAttention bool
+	// Activations is the dtype of the activations only products read
+	// (BlockConfig.Activations).
+	Activations tensor.DType
 }
 
 // BlockSizes are all the buffers of one transformer block and its layers
@@ -286,7 +311,7 @@ func BlockSizes(s BlockShape, b, t int) Sizes {
 	layers.add("attn.c_attn.", ColumnSizes(LinearShape{In: c, Out: 3 * c, TP: tp, SP: s.SP}, b, t))
 	layers.add("attn.c_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
 	layers.add("ln_2.", LayerNormSizes(b, tl, c))
-	layers.add("mlp.", mlpCoreSizes(b, t, hidden/tp))
+	layers.add("mlp.", mlpCoreSizes(b, t, hidden/tp, s.Activations))
 	layers.add("mlp.c_fc.", ColumnSizes(LinearShape{In: c, Out: hidden, TP: tp, SP: s.SP}, b, t))
 	layers.add("mlp.c_proj.", RowSizes(LinearShape{In: hidden, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
 	if full {

@@ -191,6 +191,26 @@ func TestCPUBF16Storage(t *testing.T) {
 			d.Free(t)
 		}
 	}
+	// SwiGLU likewise, rows wider than roundedTo's tile.
+	{
+		const rows, f = 9, 700
+		x, _ := d.Alloc(rows, 2*f)
+		for i := range x.Host() {
+			x.Host()[i] = float32(r.NormFloat64() * 3)
+		}
+		full, _ := d.Alloc(rows, f)
+		half, _ := d.AllocAs(BFloat16, rows, f)
+		d.SwiGLUForward(full, x)
+		d.SwiGLUForward(half, x)
+		for i, v := range full.Host() {
+			if got := half.HostBF16()[i]; got != BF16FromFloat32(v) {
+				t.Fatalf("SwiGLU into bfloat16: element %d is %#x, want %g rounded, %#x", i, got, v, BF16FromFloat32(v))
+			}
+		}
+		for _, t := range []*Tensor{x, full, half} {
+			d.Free(t)
+		}
+	}
 
 	// AdamW rounds the updated values into the bfloat16 copy.
 	{

@@ -146,28 +146,52 @@ func (d *CPUDevice) RoPEBackward(dx, table *Tensor, seqLen, period, rotated int)
 
 type swigluK struct {
 	out, inp []float32
+	half     []uint16 // the bfloat16 output instead of out
 	f        int
 }
 
 func (k *swigluK) run(lo, hi, _ int) {
 	f := k.f
+	var tile [512]float32
 	for i := lo; i < hi; i++ {
-		g, u, o := k.inp[2*i*f:(2*i+1)*f], k.inp[(2*i+1)*f:(2*i+2)*f], k.out[i*f:(i+1)*f]
-		for j, x := range g {
-			o[j] = x / (1 + exp32(-x)) * u[j]
+		g, u := k.inp[2*i*f:(2*i+1)*f], k.inp[(2*i+1)*f:(2*i+2)*f]
+		if k.half == nil {
+			swiglu(k.out[i*f:(i+1)*f], g, u)
+			continue
+		}
+		h := k.half[i*f : (i+1)*f]
+		for j0 := 0; j0 < f; j0 += len(tile) {
+			j1 := min(j0+len(tile), f)
+			swiglu(tile[:j1-j0], g[j0:j1], u[j0:j1])
+			RoundBF16(h[j0:j1], tile[:j1-j0])
 		}
 	}
 }
 
+// swiglu is out = silu(g)*u elementwise.
+func swiglu(out, g, u []float32) {
+	for j, x := range g {
+		out[j] = x / (1 + exp32(-x)) * u[j]
+	}
+}
+
 // SwiGLUForward is out = silu(gate)*up. out is (N,F), inp (N,2F) rows of
-// [gate | up].
+// [gate | up]; a bfloat16 out holds the float32 results rounded.
 func (d *CPUDevice) SwiGLUForward(out, inp *Tensor) {
-	d.own("SwiGLUForward", out, inp)
+	d.ownAny("SwiGLUForward", out)
+	d.own("SwiGLUForward", inp)
 	n, f := check.SwiGLUForward(out, inp)
+	var full []float32
+	var half []uint16
+	if out.DType() == BFloat16 {
+		half = out.HostBF16()
+	} else {
+		full = out.Host()
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.swiglu
-	*k = swigluK{out: out.Host(), inp: inp.Host(), f: f}
+	*k = swigluK{out: full, inp: inp.Host(), half: half, f: f}
 	d.parallel(n, d.chunks(n, 20*f), k)
 	*k = swigluK{}
 }

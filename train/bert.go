@@ -68,7 +68,7 @@ func newBERT(cfg config.Config, vocab int, tp nccl.Comm, dev tensor.Device) (mod
 	if err != nil {
 		return nil, err
 	}
-	from, err := parallel.NewParamSet(dev, want, uint64(cfg.Seed), parallel.BlockSharding{}, spec.Copies(cfg))
+	from, err := parallel.NewParamSet(dev, want, uint64(cfg.Seed), parallel.BlockSharding{}, spec.Compute(cfg))
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +118,7 @@ func (m *hfBERT) build(cfg config.Config, vocab int, tp nccl.Comm, from *paralle
 			return err
 		}
 		ly.ln1 = ln(p + "attention.output.LayerNorm")
-		if ly.mlp, err = parallel.NewParallelMLP(dev, tp, p+"mlp", C, 4*C, seed, parallel.DefaultStd, parallel.DefaultStd, from); err != nil {
+		if ly.mlp, err = parallel.NewParallelMLP(dev, tp, p+"mlp", C, 4*C, seed, parallel.DefaultStd, parallel.DefaultStd, from, spec.Compute(cfg)); err != nil {
 			return err
 		}
 		ly.ln2 = ln(p + "output.LayerNorm")

@@ -47,7 +47,7 @@ type matmulPrecision interface {
 // setPrecision makes dev's matrix products compute at precision (a
 // config.Config.Precision; bf16: bfloat16 operands, float32 accumulation)
 // where dev has the choice; the CPU computes in float32 whatever it says
-// (at bf16 from the weights' bfloat16 copies: spec.Copies).
+// (at bf16 from the weights' bfloat16 copies: spec.Compute).
 func setPrecision(dev tensor.Device, precision string) error {
 	d, ok := dev.(matmulPrecision)
 	if !ok {

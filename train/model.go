@@ -160,7 +160,7 @@ func newModel(cfg config.Config, ds *data.Data, m *parallel.Mesh, dev tensor.Dev
 		sharding = parallel.BlockSharding{DP: parallel.NewDeviceGroup(m.ZeroShard, dev), Grads: true, Params: cfg.Zero == 3}
 		t.blockGrads = &blockGrads{}
 	}
-	from, err := parallel.NewParamSet(dev, want, seed, sharding, spec.Copies(cfg))
+	from, err := parallel.NewParamSet(dev, want, seed, sharding, spec.Compute(cfg))
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +234,7 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, from *pa
 		if t.llama {
 			lb, err := parallel.NewLlamaBlock(dev, tp, fmt.Sprintf("model.layers.%d", l), parallel.LlamaBlockConfig{
 				Dim: C, Heads: cfg.Heads, KVHeads: cfg.KVHeadCount(), Hidden: cfg.Hidden(), Eps: cfg.Eps(), RoPE: cfg.RoPE(),
-				Seed: seed, ProjStd: projStd, SP: t.sp, Recompute: cfg.RecomputeMode(), FusedAttention: fused, From: from})
+				Seed: seed, ProjStd: projStd, SP: t.sp, Recompute: cfg.RecomputeMode(), FusedAttention: fused, Activations: spec.Compute(cfg), From: from})
 			if err != nil {
 				return err
 			}
@@ -244,7 +244,7 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, from *pa
 			blk = lb
 		} else {
 			gb, err := parallel.NewBlock(dev, tp, fmt.Sprintf("h.%d", l), parallel.BlockConfig{
-				Dim: C, Heads: cfg.Heads, Causal: t.gpt, Seed: seed, ProjStd: projStd, SP: t.sp, Recompute: cfg.RecomputeMode(), FusedAttention: fused, From: from})
+				Dim: C, Heads: cfg.Heads, Causal: t.gpt, Seed: seed, ProjStd: projStd, SP: t.sp, Recompute: cfg.RecomputeMode(), FusedAttention: fused, Activations: spec.Compute(cfg), From: from})
 			if err != nil {
 				return err
 			}

@@ -1067,6 +1067,21 @@ func TestGPUBF16Storage(t *testing.T) {
 			}
 		}
 	}
+	{
+		const rows, f = 7, 143 // n = 1001
+		x := bn.rand("x", 3, rows, 2*f)
+		full := bn.zeros("full", rows, f)
+		d.SwiGLUForward(full.g, x.g)
+		d.SwiGLUForward(h2.Reshape(rows, f), x.g)
+		wide, rounded := make([]float32, n), make([]float32, n)
+		d.CopyToHost(wide, full.g)
+		d.CopyToHost(rounded, h2)
+		for i, v := range wide {
+			if w := tensor.Float32FromBF16(tensor.BF16FromFloat32(v)); math.Float32bits(rounded[i]) != math.Float32bits(w) {
+				t.Fatalf("SwiGLU into bfloat16: element %d is %g, want %g rounded, %g", i, rounded[i], v, w)
+			}
+		}
+	}
 	d.Gemm(false, true, m, nn, k, 1, a.g, 0, k, bh, k, k, 0, c2.g, 0, nn)
 	if err := d.Sync(); err == nil || !strings.Contains(err.Error(), "bfloat16 operands need bf16") {
 		t.Errorf("a bfloat16 operand at fp32: Sync says %v, want a refusal", err)

@@ -357,13 +357,20 @@ extern "C" __global__ void rope_f32(float* x, const float* table, long long rows
 }
 
 // swiglu_forward: out (N,F) = silu(gate)*up with inp's rows [gate | up].
+__device__ __forceinline__ float swiglu_at(const float* inp, long long i, int f) {
+    long long r = i / f;
+    int j = i % f;
+    float g = inp[2 * r * f + j], u = inp[(2 * r + 1) * f + j];
+    return g / (1.f + expf(-g)) * u;
+}
+
 extern "C" __global__ void swiglu_forward_f32(float* out, const float* inp, long long n, int f) {
-    GRID_STRIDE(i, n) {
-        long long r = i / f;
-        int j = i % f;
-        float g = inp[2 * r * f + j], u = inp[(2 * r + 1) * f + j];
-        out[i] = g / (1.f + expf(-g)) * u;
-    }
+    GRID_STRIDE(i, n) out[i] = swiglu_at(inp, i, f);
+}
+
+// swiglu_forward_bf16: the same values stored as bfloat16.
+extern "C" __global__ void swiglu_forward_bf16(bf16_t* out, const float* inp, long long n, int f) {
+    GRID_STRIDE(i, n) out[i] = bf16_round(swiglu_at(inp, i, f));
 }
 
 // swiglu_backward: dinp (N,2F) += [dgate | dup] from dout (N,F).

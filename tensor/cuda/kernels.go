@@ -27,7 +27,7 @@ var kernels = []struct {
 	{"layernorm_param_grads_f32", elemThreads},
 	{"rmsnorm_forward_f32", maxRowThreads}, {"rmsnorm_backward_f32", maxRowThreads},
 	{"rmsnorm_param_grads_f32", elemThreads}, {"rope_f32", elemThreads},
-	{"swiglu_forward_f32", elemThreads}, {"swiglu_backward_f32", elemThreads},
+	{"swiglu_forward_f32", elemThreads}, {"swiglu_forward_bf16", elemThreads}, {"swiglu_backward_f32", elemThreads},
 	{"gelu_forward_f32", elemThreads}, {"gelu_backward_f32", elemThreads}, {"gelu_forward_bf16", elemThreads},
 	{"tanh_forward_f32", elemThreads}, {"tanh_backward_f32", elemThreads}, {"tanh_forward_bf16", elemThreads},
 	{"softmax_forward_f32", softmaxThreads}, {"softmax_backward_f32", softmaxThreads},
@@ -400,11 +400,16 @@ func (d *Device) RoPEBackward(dx, table *tensor.Tensor, seqLen, period, rotated 
 }
 
 // SwiGLUForward is out = silu(gate)*up. out is (N,F), inp (N,2F) rows of
-// [gate | up].
+// [gate | up]; a bfloat16 out holds the float32 results rounded.
 func (d *Device) SwiGLUForward(out, inp *tensor.Tensor) {
-	d.own("SwiGLUForward", out, inp)
+	d.ownAny("SwiGLUForward", out)
+	d.own("SwiGLUForward", inp)
 	_, f := check.SwiGLUForward(out, inp)
-	d.elementwise("swiglu_forward_f32", out.Len(), tp(out), tp(inp), i64(out.Len()), i32(f))
+	name := "swiglu_forward_f32"
+	if out.DType() == tensor.BFloat16 {
+		name = "swiglu_forward_bf16"
+	}
+	d.elementwise(name, out.Len(), tp(out), tp(inp), i64(out.Len()), i32(f))
 }
 
 // SwiGLUBackward accumulates [dgate | dup] into dinp (N,2F) from dout (N,F)

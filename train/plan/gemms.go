@@ -184,7 +184,7 @@ func CalibrateElementwise(cfg config.Config, vocab int, stepS float64, r *CPURat
 		return 0, nil
 	}
 	// The plan charges the gradient's zeroing at this bandwidth too.
-	return (activationTouches*float64(s.activationElems())*f32 + p) / left / 1e9, nil
+	return (activationTouches*float64(s.activationBytes()) + p) / left / 1e9, nil
 }
 
 // operandElems is the elements of the operands of gs's products, each
@@ -197,12 +197,13 @@ func operandElems(gs []GemmCount) int64 {
 	return n
 }
 
-// copiedOperandElems is the elements of the products' operands that are
-// the weights' bfloat16 copies at bf16 (spec.Copies), which no GEMM
-// converts: each copy is the B operand of its layer's forward and input
-// gradient products (and of the forward again under full recomputation).
-// The copies' elements already count each block once per block.
-func (s shapes) copiedOperandElems() int64 {
+// storedBF16OperandElems is the elements of the products' operands that
+// are stored as bfloat16 at bf16 (spec.Compute), which no GEMM converts:
+// the weights' copies, each the B operand of its layer's forward and
+// input gradient products, and the MLP's hidden activation, the A operand
+// of the output projection's forward and the B of its weight gradient
+// (each once more, the forward again, under full recomputation).
+func (s shapes) storedBF16OperandElems() int64 {
 	if s.copyElems == 0 && !s.sharedCopy {
 		return 0
 	}
@@ -214,6 +215,7 @@ func (s shapes) copiedOperandElems() int64 {
 	for _, l := range s.linears {
 		n += int64(l.In) * int64(l.Out)
 	}
+	n += s.B * s.T * s.fl // the MLP's hidden activation
 	n *= uses * s.L
 	switch {
 	case !s.last:

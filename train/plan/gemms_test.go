@@ -102,7 +102,7 @@ func TestCalibrateElementwise(t *testing.T) {
 	}
 	dev := Device{Rates: r, Threads: 2, Cores: 2}
 	p := float64(s.paramElems) * f32
-	step := dev.gemmSeconds(s.gemms()) + 7*p/16e9 + (p+activationTouches*float64(s.activationElems())*f32)/3e9
+	step := dev.gemmSeconds(s.gemms()) + 7*p/16e9 + (p+activationTouches*float64(s.activationBytes()))/3e9
 	if got, err := CalibrateElementwise(cfg, 256, step, r, 2); err != nil || math.Abs(got-3) > 1e-9 {
 		t.Errorf("CalibrateElementwise = %g GB/s, %v; want 3", got, err)
 	}

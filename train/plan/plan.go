@@ -15,7 +15,7 @@
 // engine's own size tables, the lists from which its layers and model
 // allocate their activation buffers (parallel.BlockSizes and the other
 // layers', parallel.SequenceParallelSizes, spec.ModelBuffers and
-// spec.StageActivation; see blockElems and the functions beside it), so
+// spec.StageActivation; see blockBytes and the functions beside it), so
 // on the CPU, where the engine counts exactly the bytes of its tensors,
 // the prediction is that count; its test checks it against the engine's own peak
 // (tensor.MemStats) after real steps. The communication model
@@ -406,7 +406,7 @@ type shapes struct {
 	buckets    []parallel.Bucket
 	paramElems int64
 	// copyElems are the elements of the bf16 copies of the weights the
-	// products read (spec.Copies), each its own; sharedCopy says the
+	// products read (spec.Compute), each its own; sharedCopy says the
 	// blocks' share one buffer (ZeRO-3), the size of their shared values.
 	copyElems  int64
 	sharedCopy bool
@@ -439,11 +439,11 @@ func newShapes(cfg config.Config, paddedVocab, stage, blocks, ranksPerNode int, 
 	s.recompute, s.fusedAttn = cfg.RecomputeMode(), fusedAttention
 	if s.llama {
 		shape := cfg.LlamaBlockShape()
-		shape.FusedAttention = fusedAttention
+		shape.FusedAttention, shape.Activations = fusedAttention, spec.Compute(cfg)
 		s.blk = parallel.LlamaBlockSizes(shape, cfg.BatchSize, cfg.Seq)
 	} else {
 		s.blk = parallel.BlockSizes(parallel.BlockShape{Dim: cfg.Dim, Heads: cfg.Heads, TP: cfg.TP, SP: cfg.SP && tp > 1, Recompute: s.recompute,
-			FusedAttention: fusedAttention}, cfg.BatchSize, cfg.Seq)
+			FusedAttention: fusedAttention, Activations: spec.Compute(cfg)}, cfg.BatchSize, cfg.Seq)
 	}
 	s.inFlight = s.pp - s.stage // parallel.OneFOneB's bound (1 without a pipeline)
 	s.sp = cfg.SP && tp > 1
@@ -479,7 +479,7 @@ func newShapes(cfg config.Config, paddedVocab, stage, blocks, ranksPerNode int, 
 	for _, n := range s.params {
 		s.paramElems += n
 	}
-	if spec.Copies(cfg) == tensor.BFloat16 {
+	if spec.Compute(cfg) == tensor.BFloat16 {
 		for i, p := range ps {
 			switch {
 			case !p.Product:
@@ -504,77 +504,78 @@ func newShapes(cfg config.Config, paddedVocab, stage, blocks, ranksPerNode int, 
 	return s, nil
 }
 
-// blockElems are the floats one block allocates for a micro-batch: what
-// its forward keeps for the backward (blockSavedElems) and the backward's
-// scratch (blockScratchElems).
-func (s shapes) blockElems() int64 { return s.blockSavedElems() + s.blockScratchElems() }
+// blockBytes are the bytes one block allocates for a micro-batch: what
+// its forward keeps for the backward (blockSavedBytes) and the backward's
+// scratch (blockScratchBytes). Every size here is in bytes: a buffer's
+// dtype (parallel.Buffer.DType) says how many each element takes.
+func (s shapes) blockBytes() int64 { return s.blockSavedBytes() + s.blockScratchBytes() }
 
-// blockSavedElems are the floats a block's forward keeps for its backward
+// blockSavedBytes are the bytes a block's forward keeps for its backward
 // (parallel.BlockSizes lists each buffer of the block and its layers, with
 // why it exists).
-func (s shapes) blockSavedElems() int64 { return s.blk.Saved.Len() }
+func (s shapes) blockSavedBytes() int64 { return s.blk.Saved.Bytes() }
 
-// blockScratchElems are the floats a block's backward uses and keeps
+// blockScratchBytes are the bytes a block's backward uses and keeps
 // nothing in (shared by the copies of a pipeline stage).
-func (s shapes) blockScratchElems() int64 { return s.blk.Scratch.Len() }
+func (s shapes) blockScratchBytes() int64 { return s.blk.Scratch.Bytes() }
 
-// embeddingElems are the stage's buffers outside the blocks and the head
+// embeddingBytes are the stage's buffers outside the blocks and the head
 // for k micro-batches in flight: the model's residual stream gradients
 // (spec.ModelBuffers); on the first stage wte's and wpe's outputs, k
 // times; on the others the stage inputs (spec.StageActivation), k of
 // them; on the last ln_f's.
-func (s shapes) embeddingElems(k int64) int64 {
+func (s shapes) embeddingBytes(k int64) int64 {
 	stream, _ := spec.ModelBuffers(s.cfg, s.vp, s.last)
-	e := stream.Len()
+	e := stream.Bytes()
 	B, Tl, C := s.cfg.BatchSize, s.cfg.LocalSeq(), s.cfg.Dim
 	tables := int64(2) // wte and wpe
 	if s.llama {
 		tables = 1
 	}
 	if s.first {
-		e += tables * k * parallel.EmbeddingSizes(B, Tl, C).Len()
+		e += tables * k * parallel.EmbeddingSizes(B, Tl, C).Bytes()
 	} else {
-		e += k * spec.StageActivation(s.cfg).Len()
+		e += k * spec.StageActivation(s.cfg).Bytes()
 	}
 	switch {
 	case s.last && s.llama:
-		e += parallel.RMSNormSizes(B, Tl, C).Len()
+		e += parallel.RMSNormSizes(B, Tl, C).Bytes()
 	case s.last:
-		e += parallel.LayerNormSizes(B, Tl, C).Len()
+		e += parallel.LayerNormSizes(B, Tl, C).Bytes()
 	}
 	return e
 }
 
-// headElems are the head's and the loss's buffers on the last stage. GPT:
+// headBytes are the head's and the loss's buffers on the last stage. GPT:
 // the LM head (a column-parallel layer over the padded vocabulary), the
 // model's logits gradient, the vocab-parallel cross-entropy over B*T rows.
 // BERT: the model's pooling buffers, the classifier's fc1 (column-parallel)
 // and fc2 (row-parallel) on the (B,1,C) pooled mean, the cross-entropy over
 // its B rows of 2 logits.
-func (s shapes) headElems() int64 {
+func (s shapes) headBytes() int64 {
 	if !s.last {
 		return 0
 	}
 	_, head := spec.ModelBuffers(s.cfg, s.vp, true)
 	B, T, C, tp := s.cfg.BatchSize, s.cfg.Seq, s.cfg.Dim, int(s.tp)
-	e := head.Len()
+	e := head.Bytes()
 	if s.gpt {
-		e += parallel.ColumnSizes(parallel.LinearShape{In: C, Out: s.vp, TP: tp, SP: s.sp}, B, T).Len()
-		return e + parallel.CrossEntropySizes(B*T).Len()
+		e += parallel.ColumnSizes(parallel.LinearShape{In: C, Out: s.vp, TP: tp, SP: s.sp}, B, T).Bytes()
+		return e + parallel.CrossEntropySizes(B*T).Bytes()
 	}
-	e += parallel.ColumnSizes(parallel.LinearShape{In: C, Out: C, TP: tp}, B, 1).Len()
-	e += parallel.RowSizes(parallel.LinearShape{In: C, Out: config.NumClasses, TP: tp, InputIsParallel: true}, B, 1).Len()
-	return e + parallel.CrossEntropySizes(B).Len()
+	e += parallel.ColumnSizes(parallel.LinearShape{In: C, Out: C, TP: tp}, B, 1).Bytes()
+	e += parallel.RowSizes(parallel.LinearShape{In: C, Out: config.NumClasses, TP: tp, InputIsParallel: true}, B, 1).Bytes()
+	return e + parallel.CrossEntropySizes(B).Bytes()
 }
 
-// spElems are the sequence-parallel region's shared buffers
+// spBytes are the sequence-parallel region's shared buffers
 // (parallel.SequenceParallelSizes), its ReduceGrads bucket holding the
 // gradients summed over tp (seqGrads).
-func (s shapes) spElems() int64 {
+func (s shapes) spBytes() int64 {
 	if !s.sp {
 		return 0
 	}
-	return parallel.SequenceParallelSizes(s.cfg.BatchSize, s.cfg.Seq, s.cfg.Dim, int(s.tp), int(s.seqGrads())).Len()
+	return parallel.SequenceParallelSizes(s.cfg.BatchSize, s.cfg.Seq, s.cfg.Dim, int(s.tp), int(s.seqGrads())).Bytes()
 }
 
 // seqGrads are the floats of the gradients summed over tp under sequence
@@ -611,11 +612,11 @@ func (s shapes) memory(dev Device) Memory {
 		Params:              s.paramElems * f32,
 		Grads:               s.paramElems * f32,
 		Optimizer:           2 * s.paramElems * f32,
-		ActivationsPerBlock: s.blockElems() * f32,
-		SavedPerBlock:       s.blockSavedElems() * f32,
-		Embeddings:          s.embeddingElems(s.inFlight) * f32,
-		Logits:              s.headElems() * f32,
-		SPBuffers:           s.spElems() * f32,
+		ActivationsPerBlock: s.blockBytes(),
+		SavedPerBlock:       s.blockSavedBytes(),
+		Embeddings:          s.embeddingBytes(s.inFlight),
+		Logits:              s.headBytes(),
+		SPBuffers:           s.spBytes(),
 	}
 	if s.zero {
 		local, _, _ := s.zeroSizes()
@@ -644,7 +645,7 @@ func (s shapes) memory(dev Device) Memory {
 	// The blocks share one backward scratch (parallel.Block.ShareBuffers).
 	m.Blocks = 0
 	if s.L > 0 {
-		m.Blocks = (s.L*s.inFlight*s.blockSavedElems() + s.blockScratchElems()) * f32
+		m.Blocks = s.L*s.inFlight*s.blockSavedBytes() + s.blockScratchBytes()
 	}
 	// train.GradSync's biggest bucket, allocated when a bucket packs more
 	// than one gradient (one is all-reduced in place); or, with ZeRO,
@@ -671,7 +672,7 @@ func (s shapes) memory(dev Device) Memory {
 	if s.pp > 1 && !s.last {
 		// A stage that sends activations copies them into a send buffer of
 		// its own.
-		m.Embeddings += spec.StageActivation(s.cfg).Len() * f32
+		m.Embeddings += spec.StageActivation(s.cfg).Bytes()
 	}
 	switch {
 	case s.zero:
@@ -731,13 +732,13 @@ func (s shapes) memory(dev Device) Memory {
 	return m
 }
 
-// activationElems are all the activation floats of a micro-batch.
-func (s shapes) activationElems() int64 {
-	return s.L*s.blockElems() + s.embeddingElems(1) + s.headElems()
+// activationBytes are all the activation bytes of a micro-batch.
+func (s shapes) activationBytes() int64 {
+	return s.L*s.blockBytes() + s.embeddingBytes(1) + s.headBytes()
 }
 
 // activationTouches is how many times the step reads or writes each
-// activation float in its elementwise kernels, on average.
+// activation byte in its elementwise kernels, on average.
 const activationTouches = 3
 
 func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
@@ -782,9 +783,9 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 	case cfg.Precision == "bf16" && dev.Rates == nil && dev.BF16Flops > 0:
 		// A GPU's tensor cores on bf16 copies of the operands, which a
 		// kernel writes first (4 bytes read and 2 written an element),
-		// but for the weights' copies AdamW keeps.
+		// but for the operands stored as bf16.
 		t.ComputeS = t.GemmFlops / (dev.BF16Flops * dev.Efficiency) // fusedS included
-		convertS = accum * 6 * float64(operandElems(gs)-s.copiedOperandElems()) / dev.MemBandwidth
+		convertS = accum * 6 * float64(operandElems(gs)-s.storedBF16OperandElems()) / dev.MemBandwidth
 	}
 	t.Rate = t.GemmFlops / t.ComputeS
 	// Elementwise kernels touch the activations a few times per
@@ -795,7 +796,7 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 	if s.zero {
 		adam, _, _ = s.zeroSizes()
 	}
-	actS := accum*activationTouches*float64(s.activationElems())*f32/dev.MemBandwidth + convertS
+	actS := accum*activationTouches*float64(s.activationBytes())/dev.MemBandwidth + convertS
 	t.MemoryS = actS + float64(7*adam)*f32/dev.optBandwidth() + float64(s.paramElems)*f32/dev.MemBandwidth
 	// What the micro-batches take, the part a pipeline's bubble stretches.
 	microS := t.ComputeS + actS

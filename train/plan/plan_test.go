@@ -604,19 +604,28 @@ func TestGPUBF16Time(t *testing.T) {
 			elems -= 2 * float64(n)
 		}
 	}
+	// And the MLP's hidden activation, stored as bf16: the A operand of
+	// the output projection's forward, the B of its weight gradient.
+	elems -= 2 * float64(cfg.Layers*cfg.BatchSize*cfg.Seq*cfg.Hidden())
 	for _, accum := range []int{1, 2} {
 		bf, tf := plans[fmt.Sprint("bf16", accum)].Time, plans[fmt.Sprint("tf32", accum)].Time
 		if want := tf.ComputeS * h200.TF32Flops / h200.BF16Flops; math.Abs(bf.ComputeS-want) > 1e-9*want {
 			t.Errorf("%d micro-batches: bf16 GEMMs %g s, want %g (tf32's at the bf16 peak)", accum, bf.ComputeS, want)
 		}
-		if got, want := bf.MemoryS-tf.MemoryS, float64(accum)*6*elems/h200.MemBandwidth; math.Abs(got-want) > 1e-9*want {
-			t.Errorf("%d micro-batches: bf16's conversion %g s, want %g (6 bytes x %g operand elements a micro-batch)", accum, got, want, elems)
+		// Less the 2 bytes an element of the hidden activation that the
+		// elementwise kernels do not touch.
+		halved := float64(activationTouches * 2 * cfg.Layers * cfg.BatchSize * cfg.Seq * cfg.Hidden())
+		if got, want := bf.MemoryS-tf.MemoryS, float64(accum)*(6*elems-halved)/h200.MemBandwidth; math.Abs(got-want) > 1e-9*want {
+			t.Errorf("%d micro-batches: bf16's conversion %g s, want %g (6 bytes x %g operand elements a micro-batch, less the halved activation)", accum, got, want, elems)
 		}
 	}
-	// Measured: tf32 0.1375 s < bf16 0.1569 s < fp32 0.3640 s.
+	// Measured: tf32 0.1375 s < bf16 0.1569 s < fp32 0.3640 s, when bf16
+	// converted every operand; with the weights and the MLP's activation
+	// stored as bf16 the plan puts bf16 level with tf32 (to re-measure on
+	// a lent GPU), both well ahead of fp32.
 	bf, tf, fp := plans["bf161"].Time, plans["tf321"].Time, plans["fp321"].Time
-	if !(tf.StepS < bf.StepS && bf.StepS < fp.StepS) {
-		t.Errorf("steps: tf32 %g s, bf16 %g, fp32 %g: want them in the measured order", tf.StepS, bf.StepS, fp.StepS)
+	if !(tf.StepS < fp.StepS/2 && bf.StepS < fp.StepS/2) || math.Abs(bf.StepS-tf.StepS) > 0.25*tf.StepS {
+		t.Errorf("steps: tf32 %g s, bf16 %g, fp32 %g: want tf32 and bf16 within 25%% of each other, under half of fp32", tf.StepS, bf.StepS, fp.StepS)
 	}
 }
 
@@ -648,7 +657,10 @@ func TestGPUBF16ScratchAttention(t *testing.T) {
 // On a GPU the plan's memory is the H100's measured peak of
 // bench/results/gpu-2026-11-26-h100: exact in fp32, within 1% in bf16
 // (whose operand scratch the device grows by doubling). Those runs
-// predate the fused attention, so the plan is asked for the unfused one.
+// predate the fused attention, so the plan is asked for the unfused one,
+// and bf16's storage: since, the weights' bf16 copies add 2 bytes a
+// product weight and the MLP's hidden activation, stored as bf16, takes
+// 2 bytes an element fewer, which the measured bf16 peak is moved by.
 func TestGPUPeakMatchesMeasured(t *testing.T) {
 	h100, err := LookupDevice("h100-80")
 	if err != nil {
@@ -670,6 +682,18 @@ func TestGPUPeakMatchesMeasured(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := p.Memory.EnginePeak
+		if c.precision == "bf16" {
+			ps, err := spec.Params(cfg, 50304, 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, n := range spec.LocalElems(ps) {
+				if ps[i].Product {
+					c.measured += 2 * n
+				}
+			}
+			c.measured -= 2 * int64(cfg.Layers*cfg.BatchSize*cfg.Seq*cfg.Hidden())
+		}
 		if d := math.Abs(float64(got-c.measured)) / float64(c.measured); d > c.tol {
 			t.Errorf("%s: plan %d B, measured %d B on the H100 (%.3f%% off, want within %.2g%%)", c.precision, got, c.measured, 100*d, 100*c.tol)
 		}

@@ -31,11 +31,12 @@ import (
 // its layers take them by name.
 type Param = parallel.ParamSpec
 
-// Copies is the dtype of the copies of the Product weights that the
-// matrix products read: BFloat16 at precision bf16 (fp32 masters, which
-// AdamW updates, and bf16 operands, as Megatron keeps them), Float32 (no
-// copy: the products read the masters) otherwise.
-func Copies(cfg config.Config) tensor.DType {
+// Compute is the dtype of what the matrix products read: the copies of
+// the Product weights and the activations saved only for products (the
+// MLP's GELU output). BFloat16 at precision bf16 (fp32 masters, which
+// AdamW updates, and bf16 operands, as Megatron keeps them), Float32
+// otherwise (no copy: the products read the masters).
+func Compute(cfg config.Config) tensor.DType {
 	if cfg.Precision == "bf16" {
 		return tensor.BFloat16
 	}
