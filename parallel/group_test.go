@@ -20,6 +20,13 @@ func newStaged() *stagedDevice {
 	return &stagedDevice{CPUDevice: tensor.NewCPU(), mem: map[*tensor.Buffer][]float32{}}
 }
 
+func (d *stagedDevice) AllocAs(dt tensor.DType, shape ...int) (*tensor.Tensor, error) {
+	if dt != tensor.Float32 {
+		return nil, fmt.Errorf("staged device: %s: float32 only", dt)
+	}
+	return d.Alloc(shape...)
+}
+
 func (d *stagedDevice) Alloc(shape ...int) (*tensor.Tensor, error) {
 	n := 1
 	for _, s := range shape {

@@ -27,9 +27,12 @@ type Device interface {
 	Alloc(shape ...int) (*Tensor, error)
 	// AllocAs is Alloc for elements stored as dt. A BFloat16 tensor goes
 	// to Copy, CopyFromHost and CopyToHost (which convert, rounding to
-	// nearest even on store) and as an operand A or B of Gemm and
-	// GemmStridedBatched (at any precision on the CPU, at BF16 on a GPU);
-	// every other kernel takes Float32 tensors only.
+	// nearest even on store), as an operand A or B of Gemm and
+	// GemmStridedBatched (at any precision on the CPU, at BF16 on a GPU)
+	// and as the output of the kernels that say so (ActivationForward,
+	// SwiGLUForward: float32 values rounded); every other kernel takes
+	// Float32 tensors only. A Device that wraps another must override
+	// AllocAs where it overrides Alloc: layers allocate through AllocAs.
 	AllocAs(dt DType, shape ...int) (*Tensor, error)
 	// Free releases the Buffer t views; t and its views must not be used
 	// again. Freeing a freed buffer does nothing.

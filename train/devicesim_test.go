@@ -59,8 +59,14 @@ type addressedDevice struct {
 func (d *addressedDevice) Stream() uintptr { return 0 }
 
 func (d *addressedDevice) Alloc(shape ...int) (*tensor.Tensor, error) {
-	t, err := d.hostScalars.Alloc(shape...)
-	if err != nil || t.Len() == 0 {
+	return d.AllocAs(tensor.Float32, shape...)
+}
+
+// AllocAs gives float32 tensors device addresses; the collectives carry
+// float32 only, so a bfloat16 tensor needs none.
+func (d *addressedDevice) AllocAs(dt tensor.DType, shape ...int) (*tensor.Tensor, error) {
+	t, err := d.hostScalars.AllocAs(dt, shape...)
+	if err != nil || t.Len() == 0 || dt != tensor.Float32 {
 		return t, err
 	}
 	host := t.Host()
