@@ -318,25 +318,37 @@ func (d *CPUDevice) Gemm(transA, transB bool, m, n, k int, alpha float32, a *Ten
 		d.observe(GemmShape{M: m, N: n, K: k, Batch: 1, TransA: transA, TransB: transB})
 	}
 	hc := c.Host()
-	if a.DType() != Float32 || b.DType() != Float32 {
-		d.wideMu.Lock() // the widened operands' scratch, until the product is done
-		defer d.wideMu.Unlock()
-	}
-	// A bfloat16 A (an activation) is widened whole: m*k conversions
-	// beside the product's 2*m*n*k.
-	ha := d.operand(a, aOff, operandSpan(transA, m, k, lda, 0, 1), &d.wideA)
-	if b.DType() == BFloat16 {
-		// A weight's bfloat16 copy: widened as the product packs it.
-		hb := b.HostBF16()[bOff:]
+	if a.DType() == Float32 && b.DType() == Float32 {
+		ha, hb := a.Host(), b.Host()
 		d.eachKPart(transA, transB, k, lda, ldb, beta, func(aShift, bShift, kk int, beta float32) {
-			gemmHalfB(transA, transB, m, n, kk, alpha, ha[aShift:], lda, hb[bShift:], ldb, beta, hc[cOff:], ldc)
+			gemm(transA, transB, m, n, kk, alpha, ha[aOff+aShift:], lda, hb[bOff+bShift:], ldb, beta, hc[cOff:], ldc)
 		})
 		return
 	}
-	hb := d.operand(b, bOff, operandSpan(transB, k, n, ldb, 0, 1), &d.wideB)
+	// An activation or a weight's bfloat16 copy: widened as the product
+	// packs it.
+	fa, ha := hostAny(a, aOff)
+	fb, hb := hostAny(b, bOff)
 	d.eachKPart(transA, transB, k, lda, ldb, beta, func(aShift, bShift, kk int, beta float32) {
-		gemm(transA, transB, m, n, kk, alpha, ha[aShift:], lda, hb[bShift:], ldb, beta, hc[cOff:], ldc)
+		gemmHalf(transA, transB, m, n, kk, alpha, from(fa, aShift), from(ha, aShift), lda, from(fb, bShift), from(hb, bShift), ldb, beta, hc[cOff:], ldc)
 	})
+}
+
+// hostAny is t's host storage from element off: the float32 one or the
+// bfloat16 one, the other nil.
+func hostAny(t *Tensor, off int) ([]float32, []uint16) {
+	if t.DType() == BFloat16 {
+		return nil, t.HostBF16()[off:]
+	}
+	return t.Host()[off:], nil
+}
+
+// from is s[i:], nil for a nil s.
+func from[E any](s []E, i int) []E {
+	if s == nil {
+		return nil
+	}
+	return s[i:]
 }
 
 // SplitGemmK makes every later GEMM of the device add its k products in

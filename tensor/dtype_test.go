@@ -115,11 +115,15 @@ func TestCPUBF16Storage(t *testing.T) {
 	}
 
 	// Large enough for the threaded driver, B both ways round: the packing
-	// widens it (gemmHalfB); A in bfloat16 too (an activation), widened
-	// whole, with B of either dtype.
-	for _, tc := range []struct{ transB, halfA bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+	// widens it (packBHalf); A in bfloat16 too (an activation), either way
+	// round, with B of either dtype (packAHalf).
+	for _, tc := range []struct{ transB, halfA, transA bool }{{false, false, false}, {true, false, false}, {false, true, false}, {true, true, false}, {false, true, true}, {true, true, true}} {
 		transB := tc.transB
 		const m, k, n = 70, 96, 130
+		lda := k
+		if tc.transA {
+			lda = m
+		}
 		a, _ := d.Alloc(m, k)
 		for i := range a.Host() {
 			a.Host()[i] = nearestBF16(float32(r.NormFloat64()))
@@ -146,8 +150,8 @@ func TestCPUBF16Storage(t *testing.T) {
 		for i := range c1.Host() {
 			c1.Host()[i], c2.Host()[i] = 1, 1
 		}
-		d.Gemm(false, transB, m, n, k, 0.5, a, 0, k, bf, 0, ldb, 2, c1, 0, n)
-		d.Gemm(false, transB, m, n, k, 0.5, ah, 0, k, bh, 0, ldb, 2, c2, 0, n)
+		d.Gemm(tc.transA, transB, m, n, k, 0.5, a, 0, lda, bf, 0, ldb, 2, c1, 0, n)
+		d.Gemm(tc.transA, transB, m, n, k, 0.5, ah, 0, lda, bh, 0, ldb, 2, c2, 0, n)
 		for i := range c1.Host() {
 			if c1.Host()[i] != c2.Host()[i] {
 				t.Fatalf("Gemm %+v: element %d is %g from the bfloat16 operands, %g from their float32 widening", tc, i, c2.Host()[i], c1.Host()[i])
@@ -155,8 +159,8 @@ func TestCPUBF16Storage(t *testing.T) {
 		}
 		if tc.halfA {
 			// And a bfloat16 A with a float32 B.
-			d.Gemm(false, transB, m, n, k, 0.5, ah, 0, k, bf, 0, ldb, 0, c2, 0, n)
-			d.Gemm(false, transB, m, n, k, 0.5, a, 0, k, bf, 0, ldb, 0, c1, 0, n)
+			d.Gemm(tc.transA, transB, m, n, k, 0.5, ah, 0, lda, bf, 0, ldb, 0, c2, 0, n)
+			d.Gemm(tc.transA, transB, m, n, k, 0.5, a, 0, lda, bf, 0, ldb, 0, c1, 0, n)
 			for i := range c1.Host() {
 				if c1.Host()[i] != c2.Host()[i] {
 					t.Fatalf("Gemm %+v, B float32: element %d is %g from the bfloat16 A, %g from its widening", tc, i, c2.Host()[i], c1.Host()[i])

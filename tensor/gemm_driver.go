@@ -25,9 +25,10 @@ type gemmParams struct {
 	ldb            int
 	c              []float32
 	ldc            int
-	// bh, when not nil, holds B as bfloat16 instead of b: packing widens
-	// it (a weight's bfloat16 copy, read without a widened copy of it all).
-	bh []uint16
+	// ah and bh, when not nil, hold A and B as bfloat16 instead of a and
+	// b: packing widens them (an activation or a weight's bfloat16 copy,
+	// read without a widened copy of it all).
+	ah, bh []uint16
 }
 
 // gemmWorker is one goroutine's private state: the scratch tile edge tiles
@@ -160,7 +161,11 @@ func (t *gemmTeam) packAShare(id int, bl gemmBlock, pa []float32) {
 	p, mr, nt := &t.p, t.kr.mr, t.threads
 	npanA := (bl.mc + mr - 1) / mr
 	lo, hi := npanA*id/nt, npanA*(id+1)/nt
-	if lo < hi {
+	switch {
+	case lo >= hi:
+	case p.ah != nil:
+		packAHalf(pa[lo*mr*bl.kc:], p.ah, p.lda, p.transA, bl.ic+lo*mr, min(bl.mc, hi*mr)-lo*mr, bl.pc, bl.kc, mr, t.kr.asmPack)
+	default:
 		packA(pa[lo*mr*bl.kc:], p.a, p.lda, p.transA, bl.ic+lo*mr, min(bl.mc, hi*mr)-lo*mr, bl.pc, bl.kc, mr, t.kr.asmPack)
 	}
 }
@@ -376,8 +381,37 @@ func packB(dst, b []float32, ldb int, trans bool, p0, kc, j0, nc, nr int, fast b
 	}
 }
 
-// halfPanel holds a panel's part of a bfloat16 B, widened, for packBHalf.
+// halfPanel holds a panel's part of a bfloat16 operand, widened, for
+// packAHalf and packBHalf.
 var halfPanel = sync.Pool{New: func() any { return new([]float32) }}
+
+// packAHalf is packA from a bfloat16 A: each mr-row panel's part of A is
+// widened into a small float32 A of its own, which packA then packs, its
+// fast paths included (as packBHalf for B).
+func packAHalf(dst []float32, a []uint16, lda int, trans bool, i0, mc, p0, kc, mr int, fast bool) {
+	tmp := halfPanel.Get().(*[]float32)
+	defer halfPanel.Put(tmp)
+	if cap(*tmp) < mr*kc {
+		*tmp = make([]float32, mr*kc)
+	}
+	for ir := 0; ir < mc; ir += mr {
+		rows := min(mr, mc-ir)
+		w := (*tmp)[:rows*kc]
+		if trans { // row i of op(A) is column i of a: (kc, rows)
+			for p := range kc {
+				s := (p0+p)*lda + i0 + ir
+				WidenBF16(w[p*rows:(p+1)*rows], a[s:s+rows])
+			}
+			packA(dst[ir*kc:], w, rows, true, 0, rows, 0, kc, mr, fast)
+			continue
+		}
+		for i := range rows { // (rows, kc)
+			s := (i0+ir+i)*lda + p0
+			WidenBF16(w[i*kc:(i+1)*kc], a[s:s+kc])
+		}
+		packA(dst[ir*kc:], w, kc, false, 0, rows, 0, kc, mr, fast)
+	}
+}
 
 // packBHalf is packB from a bfloat16 B: each nr-column panel's part of B
 // is widened into a small float32 B of its own (rows of b, contiguous,
@@ -430,12 +464,13 @@ var teamPool = sync.Pool{New: func() any { return new(gemmTeam) }}
 
 // gemm is Sgemm after argument checks.
 func gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	runGemm(gemmParams{transA, transB, m, n, k, alpha, beta, a, lda, b, ldb, c, ldc, nil})
+	runGemm(gemmParams{transA, transB, m, n, k, alpha, beta, a, lda, b, ldb, c, ldc, nil, nil})
 }
 
-// gemmHalfB is gemm with B stored as bfloat16 (see gemmParams.bh).
-func gemmHalfB(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, bh []uint16, ldb int, beta float32, c []float32, ldc int) {
-	runGemm(gemmParams{transA, transB, m, n, k, alpha, beta, a, lda, nil, ldb, c, ldc, bh})
+// gemmHalf is gemm with A or B (or both) stored as bfloat16: ah or bh
+// instead of a or b (see gemmParams.ah).
+func gemmHalf(transA, transB bool, m, n, k int, alpha float32, a []float32, ah []uint16, lda int, b []float32, bh []uint16, ldb int, beta float32, c []float32, ldc int) {
+	runGemm(gemmParams{transA, transB, m, n, k, alpha, beta, a, lda, b, ldb, c, ldc, ah, bh})
 }
 
 // runGemm runs product p on the calling goroutine and, when large enough,

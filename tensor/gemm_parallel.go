@@ -203,7 +203,7 @@ func gemmBatched(transA, transB bool, m, n, k int, alpha float32, a []float32, l
 	}
 	job := jobPool.Get().(*gemmJob)
 	job.kr = activeKernel.Load()
-	job.p = gemmParams{transA, transB, m, n, k, alpha, beta, a, lda, b, ldb, c, ldc, nil}
+	job.p = gemmParams{transA, transB, m, n, k, alpha, beta, a, lda, b, ldb, c, ldc, nil, nil}
 	job.strideA, job.strideB, job.strideC, job.batch = strideA, strideB, strideC, batch
 	w := workerPool.Get().(*gemmWorker)
 	job.runTasks(threads, w)
