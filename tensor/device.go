@@ -30,7 +30,8 @@ type Device interface {
 	// nearest even on store), as an operand A or B of Gemm and
 	// GemmStridedBatched (at any precision on the CPU, at BF16 on a GPU)
 	// and as the output of the kernels that say so (ActivationForward,
-	// SwiGLUForward: float32 values rounded); every other kernel takes
+	// SwiGLUForward, LayerNormForward, RMSNormForward: float32 values
+	// rounded); every other kernel takes
 	// Float32 tensors only. A Device that wraps another must override
 	// AllocAs where it overrides Alloc: layers allocate through AllocAs.
 	AllocAs(dt DType, shape ...int) (*Tensor, error)

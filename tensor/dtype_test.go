@@ -195,6 +195,39 @@ func TestCPUBF16Storage(t *testing.T) {
 			d.Free(t)
 		}
 	}
+	// The norms likewise (their statistics stay float32).
+	{
+		const rows, c = 37, 96
+		x, _ := d.Alloc(rows, c)
+		w, _ := d.Alloc(c)
+		bias, _ := d.Alloc(c)
+		for _, t := range []*Tensor{x, w, bias} {
+			for i := range t.Host() {
+				t.Host()[i] = float32(r.NormFloat64())
+			}
+		}
+		full, _ := d.Alloc(rows, c)
+		half, _ := d.AllocAs(BFloat16, rows, c)
+		mean, _ := d.Alloc(rows)
+		rstd, _ := d.Alloc(rows)
+		same := func(what string) {
+			t.Helper()
+			for i, v := range full.Host() {
+				if got := half.HostBF16()[i]; got != BF16FromFloat32(v) {
+					t.Fatalf("%s into bfloat16: element %d is %#x, want %g rounded, %#x", what, i, got, v, BF16FromFloat32(v))
+				}
+			}
+		}
+		d.LayerNormForward(full, mean, rstd, x, w, bias, 1e-5)
+		d.LayerNormForward(half, mean, rstd, x, w, bias, 1e-5)
+		same("LayerNormForward")
+		d.RMSNormForward(full, rstd, x, w, 1e-5)
+		d.RMSNormForward(half, rstd, x, w, 1e-5)
+		same("RMSNormForward")
+		for _, t := range []*Tensor{x, w, bias, full, half, mean, rstd} {
+			d.Free(t)
+		}
+	}
 	// SwiGLU likewise, rows wider than roundedTo's tile.
 	{
 		const rows, f = 9, 700

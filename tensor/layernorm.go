@@ -16,6 +16,7 @@ import (
 
 type lnK struct {
 	out, mean, rstd, inp, weight, bias []float32
+	half                               []uint16 // the bfloat16 output instead of out
 	eps                                float64
 }
 
@@ -35,25 +36,35 @@ func (k *lnK) run(lo, hi, _ int) {
 		}
 		r := 1 / math.Sqrt(ss/float64(c)+k.eps)
 		m32, r32 := float32(m), float32(r)
-		o := k.out[i*c : (i+1)*c]
 		w, b := k.weight[:c], k.bias[:c]
-		for j, v := range x {
-			o[j] = (v-m32)*r32*w[j] + b[j]
+		if k.half != nil {
+			o := k.half[i*c : (i+1)*c]
+			for j, v := range x {
+				o[j] = BF16FromFloat32((v-m32)*r32*w[j] + b[j])
+			}
+		} else {
+			o := k.out[i*c : (i+1)*c]
+			for j, v := range x {
+				o[j] = (v-m32)*r32*w[j] + b[j]
+			}
 		}
 		k.mean[i], k.rstd[i] = m32, r32
 	}
 }
 
 // LayerNormForward normalizes the rows of inp. out, inp are (N,C); mean,
-// rstd are (N); weight, bias are (C).
+// rstd are (N); weight, bias are (C). A bfloat16 out holds the float32
+// results rounded.
 func (d *CPUDevice) LayerNormForward(out, mean, rstd, inp, weight, bias *Tensor, eps float32) {
-	d.own("LayerNormForward", out, mean, rstd, inp, weight, bias)
+	d.ownAny("LayerNormForward", out)
+	d.own("LayerNormForward", mean, rstd, inp, weight, bias)
 	n := check.LayerNormForward(out, mean, rstd, inp, weight, bias)
 	c := weight.n
+	full, half := hostAny(out, 0)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.ln
-	*k = lnK{out: out.Host(), mean: mean.Host(), rstd: rstd.Host(), inp: inp.Host(), weight: weight.Host(), bias: bias.Host(), eps: float64(eps)}
+	*k = lnK{out: full, half: half, mean: mean.Host(), rstd: rstd.Host(), inp: inp.Host(), weight: weight.Host(), bias: bias.Host(), eps: float64(eps)}
 	d.parallel(n, d.chunks(n, 8*c), k)
 	*k = lnK{}
 }

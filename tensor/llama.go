@@ -13,6 +13,7 @@ import (
 
 type rmsK struct {
 	out, rstd, inp, weight []float32
+	half                   []uint16 // the bfloat16 output instead of out
 	eps                    float64
 }
 
@@ -26,24 +27,34 @@ func (k *rmsK) run(lo, hi, _ int) {
 			ss += float64(v) * float64(v)
 		}
 		r := float32(1 / math.Sqrt(ss/float64(c)+k.eps))
-		o := k.out[i*c : (i+1)*c]
-		for j, v := range x {
-			o[j] = v * r * w[j]
+		if k.half != nil {
+			o := k.half[i*c : (i+1)*c]
+			for j, v := range x {
+				o[j] = BF16FromFloat32(v * r * w[j])
+			}
+		} else {
+			o := k.out[i*c : (i+1)*c]
+			for j, v := range x {
+				o[j] = v * r * w[j]
+			}
 		}
 		k.rstd[i] = r
 	}
 }
 
 // RMSNormForward normalizes the rows of inp by their root mean square.
-// out, inp are (N,C); rstd is (N); weight is (C).
+// out, inp are (N,C); rstd is (N); weight is (C). A bfloat16 out holds
+// the float32 results rounded.
 func (d *CPUDevice) RMSNormForward(out, rstd, inp, weight *Tensor, eps float32) {
-	d.own("RMSNormForward", out, rstd, inp, weight)
+	d.ownAny("RMSNormForward", out)
+	d.own("RMSNormForward", rstd, inp, weight)
 	n := check.RMSNormForward(out, rstd, inp, weight)
 	c := weight.n
+	full, half := hostAny(out, 0)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.rms
-	*k = rmsK{out: out.Host(), rstd: rstd.Host(), inp: inp.Host(), weight: weight.Host(), eps: float64(eps)}
+	*k = rmsK{out: full, half: half, rstd: rstd.Host(), inp: inp.Host(), weight: weight.Host(), eps: float64(eps)}
 	d.parallel(n, d.chunks(n, 6*c), k)
 	*k = rmsK{}
 }

@@ -1082,6 +1082,29 @@ func TestGPUBF16Storage(t *testing.T) {
 			}
 		}
 	}
+	{
+		const rows, c = 11, 91 // n = 1001
+		x, w, bias := bn.rand("x", 1, rows, c), bn.rand("w", 1, c), bn.rand("b", 1, c)
+		full, mean, rstd := bn.zeros("full", rows, c), bn.zeros("mean", rows), bn.zeros("rstd", rows)
+		hv := h2.Reshape(rows, c)
+		for _, norm := range []string{"LayerNormForward", "RMSNormForward"} {
+			if norm == "LayerNormForward" {
+				d.LayerNormForward(full.g, mean.g, rstd.g, x.g, w.g, bias.g, 1e-5)
+				d.LayerNormForward(hv, mean.g, rstd.g, x.g, w.g, bias.g, 1e-5)
+			} else {
+				d.RMSNormForward(full.g, rstd.g, x.g, w.g, 1e-5)
+				d.RMSNormForward(hv, rstd.g, x.g, w.g, 1e-5)
+			}
+			wide, rounded := make([]float32, n), make([]float32, n)
+			d.CopyToHost(wide, full.g)
+			d.CopyToHost(rounded, h2)
+			for i, v := range wide {
+				if w := tensor.Float32FromBF16(tensor.BF16FromFloat32(v)); math.Float32bits(rounded[i]) != math.Float32bits(w) {
+					t.Fatalf("%s into bfloat16: element %d is %g, want %g rounded, %g", norm, i, rounded[i], v, w)
+				}
+			}
+		}
+	}
 	d.Gemm(false, true, m, nn, k, 1, a.g, 0, k, bh, k, k, 0, c2.g, 0, nn)
 	if err := d.Sync(); err == nil || !strings.Contains(err.Error(), "bfloat16 operands need bf16") {
 		t.Errorf("a bfloat16 operand at fp32: Sync says %v, want a refusal", err)

@@ -207,9 +207,14 @@ extern "C" __global__ void ROW_BOUNDS embedding_backward_f32(float* dtable, cons
 // --- layernorm ---
 
 // layernorm_forward: one block per row of inp (N,C); mean and rstd are (N).
-extern "C" __global__ void ROW_BOUNDS layernorm_forward_f32(float* out, float* mean, float* rstd, const float* inp,
-                                                 const float* weight, const float* bias,
-                                                 long long rows, int c, float eps) {
+// store_out writes a float32 result as the output's dtype: as is, or
+// rounded to bfloat16 (an activation that only products read).
+__device__ __forceinline__ void store_out(float* p, float v) { *p = v; }
+__device__ __forceinline__ void store_out(bf16_t* p, float v) { *p = bf16_round(v); }
+
+template <typename T>
+__device__ void layernorm_forward(T* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                  const float* bias, long long rows, int c, float eps) {
     __shared__ float sh[32];
     for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
         const float* x = inp + i * c;
@@ -222,13 +227,25 @@ extern "C" __global__ void ROW_BOUNDS layernorm_forward_f32(float* out, float* m
             ss += d * d;
         }
         float r = rsqrtf(block_sum(ss, sh) / c + eps);
-        float* o = out + i * c;
-        for (int j = threadIdx.x; j < c; j += blockDim.x) o[j] = (x[j] - m) * r * weight[j] + bias[j];
+        T* o = out + i * c;
+        for (int j = threadIdx.x; j < c; j += blockDim.x) store_out(o + j, (x[j] - m) * r * weight[j] + bias[j]);
         if (threadIdx.x == 0) {
             mean[i] = m;
             rstd[i] = r;
         }
     }
+}
+
+extern "C" __global__ void ROW_BOUNDS layernorm_forward_f32(float* out, float* mean, float* rstd, const float* inp,
+                                                 const float* weight, const float* bias,
+                                                 long long rows, int c, float eps) {
+    layernorm_forward(out, mean, rstd, inp, weight, bias, rows, c, eps);
+}
+
+extern "C" __global__ void ROW_BOUNDS layernorm_forward_bf16(bf16_t* out, float* mean, float* rstd, const float* inp,
+                                                  const float* weight, const float* bias,
+                                                  long long rows, int c, float eps) {
+    layernorm_forward(out, mean, rstd, inp, weight, bias, rows, c, eps);
 }
 
 // layernorm_backward: block b takes rows b, b+gridDim.x, ...; it adds into
@@ -287,18 +304,29 @@ extern "C" __global__ void layernorm_param_grads_f32(float* dweight, float* dbia
 // --- Llama: RMSNorm, rotary embeddings, SwiGLU ---
 
 // rmsnorm_forward: one block per row of inp (N,C); rstd is (N).
-extern "C" __global__ void ROW_BOUNDS rmsnorm_forward_f32(float* out, float* rstd, const float* inp,
-                                                          const float* weight, long long rows, int c, float eps) {
+template <typename T>
+__device__ void rmsnorm_forward(T* out, float* rstd, const float* inp, const float* weight, long long rows, int c,
+                                float eps) {
     __shared__ float sh[32];
     for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
         const float* x = inp + i * c;
         float ss = 0.f;
         for (int j = threadIdx.x; j < c; j += blockDim.x) ss += x[j] * x[j];
         float r = rsqrtf(block_sum(ss, sh) / c + eps);
-        float* o = out + i * c;
-        for (int j = threadIdx.x; j < c; j += blockDim.x) o[j] = x[j] * r * weight[j];
+        T* o = out + i * c;
+        for (int j = threadIdx.x; j < c; j += blockDim.x) store_out(o + j, x[j] * r * weight[j]);
         if (threadIdx.x == 0) rstd[i] = r;
     }
+}
+
+extern "C" __global__ void ROW_BOUNDS rmsnorm_forward_f32(float* out, float* rstd, const float* inp,
+                                                          const float* weight, long long rows, int c, float eps) {
+    rmsnorm_forward(out, rstd, inp, weight, rows, c, eps);
+}
+
+extern "C" __global__ void ROW_BOUNDS rmsnorm_forward_bf16(bf16_t* out, float* rstd, const float* inp,
+                                                           const float* weight, long long rows, int c, float eps) {
+    rmsnorm_forward(out, rstd, inp, weight, rows, c, eps);
 }
 
 // rmsnorm_backward: as layernorm_backward, with the dweight partial sums

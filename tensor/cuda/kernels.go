@@ -23,9 +23,9 @@ var kernels = []struct {
 	{"round_bf16", elemThreads}, {"widen_bf16", elemThreads},
 	{"add_bias_f32", elemThreads}, {"bias_backward_f32", 32 * 32},
 	{"embedding_forward_f32", maxRowThreads}, {"embedding_backward_f32", maxRowThreads},
-	{"layernorm_forward_f32", maxRowThreads}, {"layernorm_backward_f32", maxRowThreads},
+	{"layernorm_forward_f32", maxRowThreads}, {"layernorm_forward_bf16", maxRowThreads}, {"layernorm_backward_f32", maxRowThreads},
 	{"layernorm_param_grads_f32", elemThreads},
-	{"rmsnorm_forward_f32", maxRowThreads}, {"rmsnorm_backward_f32", maxRowThreads},
+	{"rmsnorm_forward_f32", maxRowThreads}, {"rmsnorm_forward_bf16", maxRowThreads}, {"rmsnorm_backward_f32", maxRowThreads},
 	{"rmsnorm_param_grads_f32", elemThreads}, {"rope_f32", elemThreads},
 	{"swiglu_forward_f32", elemThreads}, {"swiglu_forward_bf16", elemThreads}, {"swiglu_backward_f32", elemThreads},
 	{"gelu_forward_f32", elemThreads}, {"gelu_backward_f32", elemThreads}, {"gelu_forward_bf16", elemThreads},
@@ -296,9 +296,11 @@ func (d *Device) EmbeddingBackward(dtable, dout *tensor.Tensor, ids []int32, voc
 // --- layernorm ---
 
 // LayerNormForward normalizes the rows of inp. out, inp are (N,C); mean,
-// rstd are (N); weight, bias are (C).
+// rstd are (N); weight, bias are (C). A bfloat16 out holds the float32
+// results rounded.
 func (d *Device) LayerNormForward(out, mean, rstd, inp, weight, bias *tensor.Tensor, eps float32) {
-	d.own("LayerNormForward", out, mean, rstd, inp, weight, bias)
+	d.ownAny("LayerNormForward", out)
+	d.own("LayerNormForward", mean, rstd, inp, weight, bias)
 	n := check.LayerNormForward(out, mean, rstd, inp, weight, bias)
 	c := weight.Len()
 	if n == 0 {
@@ -308,7 +310,11 @@ func (d *Device) LayerNormForward(out, mean, rstd, inp, weight, bias *tensor.Ten
 		return
 	}
 	defer d.leave()
-	d.rowwise("layernorm_forward_f32", n, c, tp(out), tp(mean), tp(rstd), tp(inp), tp(weight), tp(bias), i64(n), i32(c), f32(eps))
+	name := "layernorm_forward_f32"
+	if out.DType() == tensor.BFloat16 {
+		name = "layernorm_forward_bf16"
+	}
+	d.rowwise(name, n, c, tp(out), tp(mean), tp(rstd), tp(inp), tp(weight), tp(bias), i64(n), i32(c), f32(eps))
 }
 
 // LayerNormBackward accumulates the layernorm gradients. dinp, dout, inp are
@@ -340,9 +346,11 @@ func (d *Device) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean
 // --- Llama: RMSNorm, rotary embeddings, SwiGLU ---
 
 // RMSNormForward normalizes the rows of inp by their root mean square.
-// out, inp are (N,C); rstd is (N); weight is (C).
+// out, inp are (N,C); rstd is (N); weight is (C). A bfloat16 out holds
+// the float32 results rounded.
 func (d *Device) RMSNormForward(out, rstd, inp, weight *tensor.Tensor, eps float32) {
-	d.own("RMSNormForward", out, rstd, inp, weight)
+	d.ownAny("RMSNormForward", out)
+	d.own("RMSNormForward", rstd, inp, weight)
 	n := check.RMSNormForward(out, rstd, inp, weight)
 	c := weight.Len()
 	if n == 0 {
@@ -352,7 +360,11 @@ func (d *Device) RMSNormForward(out, rstd, inp, weight *tensor.Tensor, eps float
 		return
 	}
 	defer d.leave()
-	d.rowwise("rmsnorm_forward_f32", n, c, tp(out), tp(rstd), tp(inp), tp(weight), i64(n), i32(c), f32(eps))
+	name := "rmsnorm_forward_f32"
+	if out.DType() == tensor.BFloat16 {
+		name = "rmsnorm_forward_bf16"
+	}
+	d.rowwise(name, n, c, tp(out), tp(rstd), tp(inp), tp(weight), i64(n), i32(c), f32(eps))
 }
 
 // RMSNormBackward accumulates the RMSNorm gradients. dinp, dout, inp are
