@@ -30,7 +30,8 @@ type BlockConfig struct {
 	// FusedAttention runs the attention fused (AttentionConfig.Fused).
 	FusedAttention bool
 	// Activations is what the activations only matrix products read are
-	// stored as (the MLP's GELU output): BFloat16 under bf16 compute.
+	// stored as (the MLP's GELU output; the layer norms' outputs without
+	// sequence parallelism): BFloat16 under bf16 compute.
 	Activations tensor.DType
 	From        *ParamSet // the model's parameters, where the block takes its own; nil: new ones
 }
@@ -137,6 +138,8 @@ func NewBlock(dev tensor.Device, tp nccl.Comm, name string, cfg BlockConfig) (*B
 	if err != nil {
 		return nil, err
 	}
+	ln1.Out = normOut(cfg.Activations, cfg.SP != nil)
+	ln2.Out = ln1.Out
 	ln1.SetSequenceParallel(cfg.SP)
 	ln2.SetSequenceParallel(cfg.SP)
 	b := &Block{Name: name, LN1: ln1, Attn: attn, LN2: ln2, MLP: mlp, prenorm: prenorm{name: name, dim: cfg.Dim, recompute: cfg.Recompute, blockScratch: new(blockScratch)}}

@@ -14,6 +14,10 @@ type LayerNorm struct {
 	Dim          int
 	Weight, Bias *Param
 	Eps          float32
+	// Out is what the output is stored as: Float32, or BFloat16 where only
+	// matrix products read it (a pre-norm block's, without sequence
+	// parallelism).
+	Out tensor.DType
 
 	*lnSaved
 }
@@ -63,7 +67,7 @@ func (l *LayerNorm) Forward(inp *tensor.Tensor) (*tensor.Tensor, error) {
 		return nil, err
 	}
 	dev := l.Weight.Data.Device()
-	if err := l.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return LayerNormSizes(b, t, l.Dim).Saved }, func(get func(string) *tensor.Tensor) {
+	if err := l.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return LayerNormSizes(b, t, l.Dim, l.Out).Saved }, func(get func(string) *tensor.Tensor) {
 		l.out, l.mean, l.rst = get("out"), get("mean"), get("rstd")
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", l.Name, err)

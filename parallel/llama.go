@@ -71,10 +71,10 @@ func (r RoPE) Table(seqLen, hd int) []float32 {
 	return out
 }
 
-// RMSNormSizes are an RMSNorm's buffers for (b,t,c) inputs: out (b,t,c)
-// and rstd (b*t), saved.
-func RMSNormSizes(b, t, c int) Sizes {
-	return Sizes{Saved: Buffers{buf("out", b, t, c), buf("rstd", b*t)}}
+// RMSNormSizes are an RMSNorm's buffers for (b,t,c) inputs: out (b,t,c),
+// stored as dt (RMSNorm.Out), and rstd (b*t), saved.
+func RMSNormSizes(b, t, c int, dt tensor.DType) Sizes {
+	return Sizes{Saved: Buffers{buf("out", b, t, c).as(dt), buf("rstd", b*t)}}
 }
 
 // RMSNorm scales each position by the reciprocal of its root mean square
@@ -85,6 +85,7 @@ type RMSNorm struct {
 	Dim    int
 	Weight *Param
 	Eps    float32
+	Out    tensor.DType // what the output is stored as (LayerNorm.Out)
 
 	*rmsSaved
 }
@@ -128,7 +129,7 @@ func (l *RMSNorm) Forward(inp *tensor.Tensor) (*tensor.Tensor, error) {
 		return nil, err
 	}
 	dev := l.Weight.Data.Device()
-	if err := l.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return RMSNormSizes(b, t, l.Dim).Saved }, func(get func(string) *tensor.Tensor) {
+	if err := l.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return RMSNormSizes(b, t, l.Dim, l.Out).Saved }, func(get func(string) *tensor.Tensor) {
 		l.out, l.rstd = get("out"), get("rstd")
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", l.Name, err)
@@ -556,7 +557,8 @@ type LlamaBlockConfig struct {
 	Recompute      Recompute
 	FusedAttention bool // the attention runs fused (AttentionConfig.Fused)
 	// Activations is what the activations only matrix products read are
-	// stored as (the SwiGLU output), as BlockConfig.Activations.
+	// stored as (the SwiGLU output; the norms' outputs without sequence
+	// parallelism), as BlockConfig.Activations.
 	Activations tensor.DType
 	From        *ParamSet // the model's parameters, where the block takes its own; nil: new ones
 }
@@ -610,11 +612,12 @@ func LlamaBlockSizes(s LlamaBlockShape, b, t int) Sizes {
 	var z, layers Sizes
 	full := s.Recompute == RecomputeFull
 	z.add("", blockOwnSizes(b, tl, c, full))
-	layers.add("input_layernorm.", RMSNormSizes(b, tl, c))
+	norms := normOut(s.Activations, s.SP)
+	layers.add("input_layernorm.", RMSNormSizes(b, tl, c, norms))
 	layers.add("self_attn.", llamaAttentionCoreSizes(b, t, s.Heads/tp, nkv, hd, s.Recompute == RecomputeSelective, s.FusedAttention))
 	layers.add("self_attn.qkv_proj.", ColumnSizes(LinearShape{In: c, Out: (s.Heads + 2*nkv*tp) * hd, TP: tp, SP: s.SP}, b, t))
 	layers.add("self_attn.o_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
-	layers.add("post_attention_layernorm.", RMSNormSizes(b, tl, c))
+	layers.add("post_attention_layernorm.", RMSNormSizes(b, tl, c, norms))
 	layers.add("mlp.", swigluCoreSizes(b, t, s.Hidden/tp, s.Activations))
 	layers.add("mlp.gate_up_proj.", ColumnSizes(LinearShape{In: c, Out: 2 * s.Hidden, TP: tp, SP: s.SP}, b, t))
 	layers.add("mlp.down_proj.", RowSizes(LinearShape{In: s.Hidden, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
@@ -655,6 +658,8 @@ func NewLlamaBlock(dev tensor.Device, tp nccl.Comm, name string, cfg LlamaBlockC
 	if err != nil {
 		return nil, err
 	}
+	n1.Out = normOut(cfg.Activations, cfg.SP != nil)
+	n2.Out = n1.Out
 	n1.SetSequenceParallel(cfg.SP)
 	n2.SetSequenceParallel(cfg.SP)
 	b := &LlamaBlock{Name: name, InputNorm: n1, Attn: attn, PostNorm: n2, MLP: mlp, prenorm: prenorm{name: name, dim: cfg.Dim, recompute: cfg.Recompute, blockScratch: new(blockScratch)}}

@@ -130,10 +130,11 @@ func Allocate(dev tensor.Device, list Buffers, take func(get func(name string) *
 	return ts, nil
 }
 
-// LayerNormSizes are a layer norm's buffers for (b,t,c) inputs: out (b,t,c)
-// and the statistics mean and rstd (b*t) that Backward reads.
-func LayerNormSizes(b, t, c int) Sizes {
-	return Sizes{Saved: Buffers{buf("out", b, t, c), buf("mean", b*t), buf("rstd", b*t)}}
+// LayerNormSizes are a layer norm's buffers for (b,t,c) inputs: out
+// (b,t,c), stored as dt (LayerNorm.Out), and the statistics mean and rstd
+// (b*t) that Backward reads.
+func LayerNormSizes(b, t, c int, dt tensor.DType) Sizes {
+	return Sizes{Saved: Buffers{buf("out", b, t, c).as(dt), buf("mean", b*t), buf("rstd", b*t)}}
 }
 
 // LinearShape is what decides a linear layer's buffers: its full sizes,
@@ -284,6 +285,20 @@ type BlockShape struct {
 	Activations tensor.DType
 }
 
+// normOut is what the block's norms store their outputs as (normOut).
+func (s BlockShape) normOut() tensor.DType { return normOut(s.Activations, s.SP) }
+
+// normOut is what a pre-norm block's norms store their outputs as: the
+// activations' dtype, whose only readers are then the next products'
+// (their A operand forward, B of the weight gradient); Float32 under
+// sequence parallelism, whose all-gather of the output carries float32.
+func normOut(act tensor.DType, sp bool) tensor.DType {
+	if sp {
+		return tensor.Float32
+	}
+	return act
+}
+
 // BlockSizes are all the buffers of one transformer block and its layers
 // for b sequences of t tokens, named by layer: "r", "ln_1.out",
 // "attn.att", "attn.c_attn.out_local", "mlp.c_proj.out". Under sequence
@@ -306,11 +321,12 @@ func BlockSizes(s BlockShape, b, t int) Sizes {
 	var z, layers Sizes
 	full := s.Recompute == RecomputeFull
 	z.add("", blockOwnSizes(b, tl, c, full))
-	layers.add("ln_1.", LayerNormSizes(b, tl, c))
+	norms := s.normOut()
+	layers.add("ln_1.", LayerNormSizes(b, tl, c, norms))
 	layers.add("attn.", attentionCoreSizes(b, t, s.Heads/tp, c/tp, s.Recompute == RecomputeSelective, s.FusedAttention))
 	layers.add("attn.c_attn.", ColumnSizes(LinearShape{In: c, Out: 3 * c, TP: tp, SP: s.SP}, b, t))
 	layers.add("attn.c_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
-	layers.add("ln_2.", LayerNormSizes(b, tl, c))
+	layers.add("ln_2.", LayerNormSizes(b, tl, c, norms))
 	layers.add("mlp.", mlpCoreSizes(b, t, hidden/tp, s.Activations))
 	layers.add("mlp.c_fc.", ColumnSizes(LinearShape{In: c, Out: hidden, TP: tp, SP: s.SP}, b, t))
 	layers.add("mlp.c_proj.", RowSizes(LinearShape{In: hidden, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))

@@ -19,8 +19,9 @@ import (
 // AdamW updates), so the curves differ, but by less than 1% at every
 // step (at lr 1e-4, as TestGPUFusedAttentionCurves); and the bf16 run's
 // peak is the fp32 run's plus exactly 2 bytes a weight the products read
-// (the copies, spec.Param.Product) less 2 bytes an element of the MLP's
-// hidden activation, stored as bfloat16 (B x T x Hidden a block).
+// (the copies, spec.Param.Product) less 2 bytes an element of the
+// activations stored as bfloat16: the MLP's hidden one and the two norms'
+// outputs (B x T x (Hidden + 2C) a block).
 func TestBF16CurvesOnCPU(t *testing.T) {
 	for _, model := range []string{"gpt", "llama", "bert"} {
 		t.Run(model, func(t *testing.T) {
@@ -82,12 +83,12 @@ func TestBF16CurvesOnCPU(t *testing.T) {
 					copies += 2 * n
 				}
 			}
-			hidden := 2 * int64(cfg.Layers*cfg.BatchSize*cfg.Seq*cfg.Hidden())
-			if copies == 0 || halfPeak-fullPeak != copies-hidden {
-				t.Errorf("peak bf16 %d B, fp32 %d B: %d B more, want the copies' %d B less the hidden activations' %d B", halfPeak, fullPeak, halfPeak-fullPeak, copies, hidden)
+			acts := 2 * int64(cfg.Layers*cfg.BatchSize*cfg.Seq*(cfg.Hidden()+2*cfg.Dim))
+			if copies == 0 || halfPeak-fullPeak != copies-acts {
+				t.Errorf("peak bf16 %d B, fp32 %d B: %d B more, want the copies' %d B less the bf16 activations' %d B", halfPeak, fullPeak, halfPeak-fullPeak, copies, acts)
 			}
-			t.Logf("%s: loss %.4f -> %.4f (fp32 %.4f), largest relative difference %.2e at step %d; copies %d B, hidden activations %d B fewer",
-				model, half[0], half[len(half)-1], full[len(full)-1], worst, at+1, copies, hidden)
+			t.Logf("%s: loss %.4f -> %.4f (fp32 %.4f), largest relative difference %.2e at step %d; copies %d B, activations %d B fewer",
+				model, half[0], half[len(half)-1], full[len(full)-1], worst, at+1, copies, acts)
 		})
 	}
 }
@@ -97,9 +98,12 @@ func TestBF16CurvesOnCPU(t *testing.T) {
 // copy refreshed after the all-gather), ZeRO-3 (the blocks' shared copy
 // filled as each block is gathered, again for the backward and under
 // full recomputation) change no bit of dp2's curve; the pipeline (the
-// last stage's copy of the tied table) and tensor parallelism follow tp1's
-// within the float32 tolerance of those layouts' fp32 runs, as rounded
-// copies of equal masters are equal.
+// last stage's copy of the tied table) and tensor parallelism follow
+// tp1's within 2e-5: 20 times the float32 tolerance of those layouts'
+// fp32 runs, as rounding an activation to bfloat16 turns the last-bit
+// differences of another summation order into a bf16 step (2^-8) on the
+// few elements near a rounding boundary. A layout's real fault moves the
+// loss by 1e-3 and more.
 func TestBF16Layouts(t *testing.T) {
 	for _, model := range []string{"gpt", "llama"} {
 		base := smallConfig(model)
@@ -123,7 +127,7 @@ func TestBF16Layouts(t *testing.T) {
 			name                 string
 			ntasks, tp, pp, b, m int
 		}{{"tp2", 2, 2, 0, 8, 0}, {"pp2", 2, 1, 2, 2, 4}} {
-			sameCurve(t, model+" bf16 "+l.name, runInProcess(t, at(l.name, l.ntasks, l.tp, l.pp, l.b, l.m, 0, ""), "").Losses, tp1)
+			sameCurveWithin(t, model+" bf16 "+l.name, runInProcess(t, at(l.name, l.ntasks, l.tp, l.pp, l.b, l.m, 0, ""), "").Losses, tp1, 2e-5)
 		}
 	}
 }

@@ -65,11 +65,17 @@ func TestSPZeroLossCurves(t *testing.T) {
 // step by step, and logs the largest difference.
 func sameCurve(t *testing.T, name string, losses, ref []float64) {
 	t.Helper()
+	sameCurveWithin(t, name, losses, ref, 1e-6)
+}
+
+// sameCurveWithin is sameCurve within tol relative.
+func sameCurveWithin(t *testing.T, name string, losses, ref []float64, tol float64) {
+	t.Helper()
 	worst := 0.0
 	for i, v := range losses {
 		d := math.Abs(v-ref[i]) / math.Abs(ref[i])
 		worst = math.Max(worst, d)
-		if d > 1e-6 {
+		if d > tol {
 			t.Errorf("%s step %d: loss %.8f, tp1 %.8f (relative difference %.2g)", name, i+1, v, ref[i], d)
 		}
 	}

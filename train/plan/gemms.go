@@ -200,9 +200,10 @@ func operandElems(gs []GemmCount) int64 {
 // storedBF16OperandElems is the elements of the products' operands that
 // are stored as bfloat16 at bf16 (spec.Compute), which no GEMM converts:
 // the weights' copies, each the B operand of its layer's forward and
-// input gradient products, and the MLP's hidden activation, the A operand
-// of the output projection's forward and the B of its weight gradient
-// (each once more, the forward again, under full recomputation).
+// input gradient products; the MLP's hidden activation and, without
+// sequence parallelism, the two norms' outputs, each the A operand of the
+// next layer's forward and the B of its weight gradient (each once more,
+// the forward again, under full recomputation).
 func (s shapes) storedBF16OperandElems() int64 {
 	if s.copyElems == 0 && !s.sharedCopy {
 		return 0
@@ -216,6 +217,9 @@ func (s shapes) storedBF16OperandElems() int64 {
 		n += int64(l.In) * int64(l.Out)
 	}
 	n += s.B * s.T * s.fl // the MLP's hidden activation
+	if !s.sp {
+		n += 2 * s.B * s.T * s.C // the norms' outputs
+	}
 	n *= uses * s.L
 	switch {
 	case !s.last:

@@ -539,9 +539,9 @@ func (s shapes) embeddingBytes(k int64) int64 {
 	}
 	switch {
 	case s.last && s.llama:
-		e += parallel.RMSNormSizes(B, Tl, C).Bytes()
+		e += parallel.RMSNormSizes(B, Tl, C, tensor.Float32).Bytes()
 	case s.last:
-		e += parallel.LayerNormSizes(B, Tl, C).Bytes()
+		e += parallel.LayerNormSizes(B, Tl, C, tensor.Float32).Bytes()
 	}
 	return e
 }
