@@ -262,10 +262,23 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, from *pa
 	if !t.last {
 		return t.allocate(cfg, 0)
 	}
+	// The LM head's products are all that read ln_f's output (the
+	// classifier pools it): bf16 at bf16 but under sequence parallelism,
+	// whose gather carries float32.
+	lnfOut := tensor.Float32
+	if t.gpt && t.sp == nil {
+		lnfOut = spec.Compute(cfg)
+	}
 	if t.llama {
-		t.lnf, err = parallel.NewRMSNorm(dev, "model.norm", C, cfg.Eps(), from)
+		var n *parallel.RMSNorm
+		if n, err = parallel.NewRMSNorm(dev, "model.norm", C, cfg.Eps(), from); err == nil {
+			n.Out, t.lnf = lnfOut, n
+		}
 	} else {
-		t.lnf, err = parallel.NewLayerNorm(dev, "ln_f", C, from)
+		var n *parallel.LayerNorm
+		if n, err = parallel.NewLayerNorm(dev, "ln_f", C, from); err == nil {
+			n.Out, t.lnf = lnfOut, n
+		}
 	}
 	if err != nil {
 		return err

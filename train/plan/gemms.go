@@ -201,9 +201,9 @@ func operandElems(gs []GemmCount) int64 {
 // are stored as bfloat16 at bf16 (spec.Compute), which no GEMM converts:
 // the weights' copies, each the B operand of its layer's forward and
 // input gradient products; the MLP's hidden activation and, without
-// sequence parallelism, the two norms' outputs, each the A operand of the
-// next layer's forward and the B of its weight gradient (each once more,
-// the forward again, under full recomputation).
+// sequence parallelism, the norms' outputs (ln_f's included), each the A
+// operand of the next layer's forward and the B of its weight gradient
+// (each once more, the forward again, under full recomputation).
 func (s shapes) storedBF16OperandElems() int64 {
 	if s.copyElems == 0 && !s.sharedCopy {
 		return 0
@@ -225,6 +225,9 @@ func (s shapes) storedBF16OperandElems() int64 {
 	case !s.last:
 	case s.gpt:
 		n += 2 * s.C * s.vl
+		if s.lnfOut() == tensor.BFloat16 {
+			n += 2 * s.B * s.T * s.C // ln_f's output: the head's A forward, B of its weight gradient
+		}
 	default:
 		n += 2 * s.C * s.cl
 	}

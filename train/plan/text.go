@@ -153,13 +153,13 @@ func (pl *Plan) WriteText(w io.Writer, sug []Suggestion) error {
 // that nothing would fit.
 func WhatFits(sug []Suggestion) string {
 	if len(sug) == 0 {
-		return "what would fit: nothing within 16x more nodes, tp or grad-accum, sequence parallelism, ZeRO-1 or recomputation; bf16 would not help (the engine stores fp32); choose a smaller model or a larger device"
+		return "what would fit: nothing within 16x more nodes, tp or grad-accum, sequence parallelism, ZeRO, recomputation or bf16; choose a smaller model or a larger device"
 	}
 	parts := make([]string, len(sug))
 	for i, s := range sug {
 		parts[i] = fmt.Sprintf("%s (%s)", s.Flags, bytesIEC(s.Total))
 	}
-	return "what would fit: " + strings.Join(parts, ", ") + "; bf16 would not help (the engine stores fp32)"
+	return "what would fit: " + strings.Join(parts, ", ")
 }
 
 // Refusal says that the plan does not fit, by how much, and what would
