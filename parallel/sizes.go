@@ -283,17 +283,21 @@ type BlockShape struct {
 	// Activations is the dtype of the activations only products read
 	// (BlockConfig.Activations).
 	Activations tensor.DType
+	// PostNorm: the norms' outputs are the residual stream (BERT's
+	// post-norm layers, train's arch hf), float32 whatever Activations.
+	PostNorm bool
 }
 
 // normOut is what the block's norms store their outputs as (normOut).
-func (s BlockShape) normOut() tensor.DType { return normOut(s.Activations, s.SP) }
+func (s BlockShape) normOut() tensor.DType { return normOut(s.Activations, s.SP || s.PostNorm) }
 
 // normOut is what a pre-norm block's norms store their outputs as: the
 // activations' dtype, whose only readers are then the next products'
-// (their A operand forward, B of the weight gradient); Float32 under
-// sequence parallelism, whose all-gather of the output carries float32.
-func normOut(act tensor.DType, sp bool) tensor.DType {
-	if sp {
+// (their A operand forward, B of the weight gradient); Float32 when fp32
+// is set: under sequence parallelism, whose all-gather of the output
+// carries float32, or where the output is more than a product's input.
+func normOut(act tensor.DType, fp32 bool) tensor.DType {
+	if fp32 {
 		return tensor.Float32
 	}
 	return act

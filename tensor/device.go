@@ -96,7 +96,8 @@ type Device interface {
 	// LayerNormForward normalizes each row over C and saves the statistics
 	// for the backward: out = (inp-mean)*rstd*weight + bias, with
 	// rstd = 1/sqrt(var+eps) (biased variance).
-	// out, inp are (N,C); mean, rstd are (N); weight, bias are (C).
+	// out, inp are (N,C); mean, rstd are (N); weight, bias are (C). out
+	// may be BFloat16 (the float32 values rounded).
 	LayerNormForward(out, mean, rstd, inp, weight, bias *Tensor, eps float32)
 	// LayerNormBackward accumulates into dinp (N,C), dweight (C), dbias (C)
 	// from dout (N,C) and the forward's inp, weight, mean, rstd.
@@ -105,7 +106,8 @@ type Device interface {
 	// RMSNormForward scales each row by the reciprocal of its root mean
 	// square and saves it for the backward: out = inp*rstd*weight, with
 	// rstd = 1/sqrt(mean(inp^2)+eps) (Llama's RMSNorm).
-	// out, inp are (N,C); rstd is (N); weight is (C).
+	// out, inp are (N,C); rstd is (N); weight is (C). out may be
+	// BFloat16 (the float32 values rounded).
 	RMSNormForward(out, rstd, inp, weight *Tensor, eps float32)
 	// RMSNormBackward accumulates into dinp (N,C) and dweight (C) from dout
 	// (N,C) and the forward's inp, weight, rstd.
@@ -126,14 +128,15 @@ type Device interface {
 	RoPEBackward(dx, table *Tensor, seqLen, period, rotated int)
 
 	// SwiGLUForward is out = silu(gate)*up with inp's rows [gate | up]:
-	// silu(g) = g/(1+exp(-g)). out is (N,F), inp is (N,2F).
+	// silu(g) = g/(1+exp(-g)). out is (N,F), inp is (N,2F). out may be
+	// BFloat16 (the float32 values rounded).
 	SwiGLUForward(out, inp *Tensor)
 	// SwiGLUBackward accumulates the gradient of SwiGLUForward into dinp
 	// (N,2F), [dgate | dup], from dout (N,F) and the forward's inp (N,2F).
 	SwiGLUBackward(dinp, inp, dout *Tensor)
 
 	// ActivationForward is out = f(inp) elementwise. out, inp have the
-	// same Len; out may be inp.
+	// same Len; out may be inp, or BFloat16 (the float32 values rounded).
 	ActivationForward(f Activation, out, inp *Tensor)
 	// ActivationBackward is dinp += f'(inp) * dout. dinp, inp, dout have
 	// the same Len.

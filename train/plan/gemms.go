@@ -217,8 +217,8 @@ func (s shapes) storedBF16OperandElems() int64 {
 		n += int64(l.In) * int64(l.Out)
 	}
 	n += s.B * s.T * s.fl // the MLP's hidden activation
-	if !s.sp {
-		n += 2 * s.B * s.T * s.C // the norms' outputs
+	if !s.sp && s.cfg.Arch != "hf" {
+		n += 2 * s.B * s.T * s.C // the norms' outputs (BERT's post-norm ones are the residual stream)
 	}
 	n *= uses * s.L
 	switch {

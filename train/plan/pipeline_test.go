@@ -122,25 +122,32 @@ func TestPipelineMemoryMatchesEngine(t *testing.T) {
 		sp                bool
 		zero              int
 		split             string
+		bf16              bool // precision bf16: weight copies, bf16 activations
 	}{
-		{"gpt", 2, 1, 1, 4, false, 0, ""},
-		{"bert", 2, 1, 1, 4, false, 0, ""},
-		{"gpt", 4, 1, 1, 4, false, 0, ""},
-		{"gpt", 2, 1, 1, 4, false, 0, "3,1"},
-		{"gpt", 2, 1, 2, 4, false, 0, ""},
-		{"gpt", 2, 1, 2, 2, true, 0, ""},
-		{"bert", 2, 1, 2, 4, true, 0, ""},
-		{"gpt", 2, 2, 1, 2, false, 1, ""},
-		{"llama", 2, 1, 1, 4, false, 0, ""},
-		{"llama", 2, 1, 2, 2, true, 0, ""},
-		{"llama", 2, 2, 1, 2, false, 1, ""},
-		{"gpt", 2, 2, 1, 2, false, 2, ""},
-		{"llama", 2, 2, 2, 2, true, 2, ""},
-		{"gpt", 2, 2, 1, 2, false, 3, ""},
-		{"llama", 2, 2, 2, 2, true, 3, ""},
+		{"gpt", 2, 1, 1, 4, false, 0, "", false},
+		{"bert", 2, 1, 1, 4, false, 0, "", false},
+		{"gpt", 4, 1, 1, 4, false, 0, "", false},
+		{"gpt", 2, 1, 1, 4, false, 0, "3,1", false},
+		{"gpt", 2, 1, 2, 4, false, 0, "", false},
+		{"gpt", 2, 1, 2, 2, true, 0, "", false},
+		{"bert", 2, 1, 2, 4, true, 0, "", false},
+		{"gpt", 2, 2, 1, 2, false, 1, "", false},
+		{"llama", 2, 1, 1, 4, false, 0, "", false},
+		{"llama", 2, 1, 2, 2, true, 0, "", false},
+		{"llama", 2, 2, 1, 2, false, 1, "", false},
+		{"gpt", 2, 2, 1, 2, false, 2, "", false},
+		{"llama", 2, 2, 2, 2, true, 2, "", false},
+		{"gpt", 2, 2, 1, 2, false, 3, "", false},
+		{"llama", 2, 2, 2, 2, true, 3, "", false},
+		{"gpt", 2, 1, 1, 4, false, 0, "", true},
+		{"llama", 2, 1, 2, 2, false, 0, "", true},
+		{"bert", 2, 1, 2, 4, true, 0, "", true},
 	} {
 		cfg := pipelineConfig(t, c.model, c.pp, c.dp, c.tp, c.micro)
 		cfg.SP, cfg.Zero, cfg.PPSplit = c.sp, c.zero, c.split
+		if c.bf16 {
+			cfg.Precision = "bf16"
+		}
 		if c.pp == 4 || c.split != "" {
 			cfg.Layers = 4
 		}
@@ -154,6 +161,9 @@ func TestPipelineMemoryMatchesEngine(t *testing.T) {
 		}
 		if c.zero > 0 {
 			mode += fmt.Sprintf("+zero%d", c.zero)
+		}
+		if c.bf16 {
+			mode += "+bf16"
 		}
 		peaks := measureRanks(t, cfg, vocab)
 		for r, got := range peaks {
@@ -272,11 +282,16 @@ func TestRecomputeMemoryMatchesEngine(t *testing.T) {
 			name   string
 			pp, tp int
 			sp     bool
-		}{{"tp1", 1, 1, false}, {"tp2", 1, 2, false}, {"tp2+sp", 1, 2, true}, {"pp2", 2, 1, false}} {
+			bf16   bool // precision bf16: weight copies, bf16 activations
+		}{{"tp1", 1, 1, false, false}, {"tp2", 1, 2, false, false}, {"tp2+sp", 1, 2, true, false}, {"pp2", 2, 1, false, false},
+			{"tp1 bf16", 1, 1, false, true}, {"tp2+sp bf16", 1, 2, true, true}} {
 			var peaks []int64
 			for _, mode := range []string{"none", "selective", "full"} {
 				cfg := pipelineConfig(t, model, c.pp, 1, c.tp, 4)
 				cfg.Layers, cfg.SP, cfg.Recompute = 4, c.sp, mode
+				if c.bf16 {
+					cfg.Precision = "bf16"
+				}
 				if c.pp == 1 {
 					cfg.PP, cfg.MicroBatches = 0, 0
 				}

@@ -443,7 +443,7 @@ func newShapes(cfg config.Config, paddedVocab, stage, blocks, ranksPerNode int, 
 		s.blk = parallel.LlamaBlockSizes(shape, cfg.BatchSize, cfg.Seq)
 	} else {
 		s.blk = parallel.BlockSizes(parallel.BlockShape{Dim: cfg.Dim, Heads: cfg.Heads, TP: cfg.TP, SP: cfg.SP && tp > 1, Recompute: s.recompute,
-			FusedAttention: fusedAttention, Activations: spec.Compute(cfg)}, cfg.BatchSize, cfg.Seq)
+			FusedAttention: fusedAttention, Activations: spec.Compute(cfg), PostNorm: cfg.Arch == "hf"}, cfg.BatchSize, cfg.Seq)
 	}
 	s.inFlight = s.pp - s.stage // parallel.OneFOneB's bound (1 without a pipeline)
 	s.sp = cfg.SP && tp > 1
@@ -1040,8 +1040,9 @@ type Suggestion struct {
 // and batch; activation recomputation (--recompute selective, else full;
 // not for arch hf); a larger tp on the same tasks; a smaller batch with more
 // gradient accumulation (the same global batch); more nodes holding a
-// larger tp (the same data-parallel degree). bf16 is not among them: the
-// engine stores fp32 whatever the precision.
+// larger tp (the same data-parallel degree); bf16 (--precision bf16, where
+// the device has bf16 products: its stored bf16 activations against its
+// weights' bf16 copies).
 func Suggest(r Request) []Suggestion {
 	var out []Suggestion
 	try := func(flags string, change func(c *config.Config, nodes *int)) bool {

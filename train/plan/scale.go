@@ -14,8 +14,9 @@ import (
 // This file is the plan at cluster scale (hpcrun plan --cluster): a GPT
 // trained the way Megatron-LM trains it (Narayanan et al. 2021), on a
 // preset cluster, predicted by arithmetic. It is a simulation for
-// planning only: hpcrun's engine stores fp32 weights, gradients and
-// activations and runs plain 1F1B (its --recompute full is the paper's
+// planning only: hpcrun's engine stores fp32 weights, gradients and most
+// activations (at --precision bf16 also bf16 copies of the weights and
+// the activations only products read) and runs plain 1F1B (its --recompute full is the paper's
 // recomputation); this model prices what Megatron-LM does instead: bf16
 // weights with fp32 gradients, masters and Adam moments (18 bytes a
 // parameter), full activation recomputation, the interleaved 1F1B

@@ -33,7 +33,8 @@ type Param = parallel.ParamSpec
 
 // Compute is the dtype of what the matrix products read: the copies of
 // the Product weights and the activations saved only for products (the
-// MLP's GELU output). BFloat16 at precision bf16 (fp32 masters, which
+// MLP's GELU or SwiGLU output; without sequence parallelism, the pre-norm
+// blocks' norm outputs and a language model's ln_f output). BFloat16 at precision bf16 (fp32 masters, which
 // AdamW updates, and bf16 operands, as Megatron keeps them), Float32
 // otherwise (no copy: the products read the masters).
 func Compute(cfg config.Config) tensor.DType {
