@@ -25,7 +25,7 @@ func TestGPUTwoRanksOnCPUSim(t *testing.T) {
 		t.Skip("trains on simulated GPUs")
 	}
 	dir := cpusim.SharedForTest(t, cuda.KernelSource())
-	names := []string{"TestGPUZeROTwoRanksMatchesCPU", "TestGPUFusedAttentionCurves"}
+	names := []string{"TestGPUZeROTwoRanksMatchesCPU", "TestGPUBF16ZeROTwoRanks", "TestGPUFusedAttentionCurves"}
 	cmd := exec.Command(os.Args[0], "-test.run", "^("+strings.Join(names, "|")+")$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), append(cpusim.Env(dir, 2), simChildEnv+"=1")...)
 	out, err := cmd.CombinedOutput()
