@@ -22,9 +22,8 @@ type cpuKernels struct {
 	embB  embBackK
 	ln    lnK
 	lnB   lnBackK
-	gelu  geluK
+	act   activationK
 	geluB geluBackK
-	tanh  tanhK
 	tanhB tanhBackK
 	sm    softmaxK
 	smB   softmaxBackK
@@ -347,17 +346,20 @@ const (
 	geluA = 0.044715
 )
 
-type geluK struct {
+// activationK is an elementwise forward f (gelu, tanh) over inp into out,
+// or into the bfloat16 half (roundedTo).
+type activationK struct {
 	out, inp []float32
-	half     []uint16 // the bfloat16 output instead of out (roundedTo)
+	half     []uint16
+	f        func(out, inp []float32)
 }
 
-func (k *geluK) run(lo, hi, _ int) {
+func (k *activationK) run(lo, hi, _ int) {
 	if k.half != nil {
-		roundedTo(k.half[lo:hi], k.inp[lo:hi], gelu)
+		roundedTo(k.half[lo:hi], k.inp[lo:hi], k.f)
 		return
 	}
-	gelu(k.out[lo:hi], k.inp[lo:hi])
+	k.f(k.out[lo:hi], k.inp[lo:hi])
 }
 
 // gelu(x) = 0.5*x*(1+tanh(u)) with u = geluS*(x+geluA*x^3); with
@@ -396,19 +398,6 @@ func (k *geluBackK) run(lo, hi, _ int) {
 	}
 }
 
-type tanhK struct {
-	out, inp []float32
-	half     []uint16 // the bfloat16 output instead of out (roundedTo)
-}
-
-func (k *tanhK) run(lo, hi, _ int) {
-	if k.half != nil {
-		roundedTo(k.half[lo:hi], k.inp[lo:hi], tanh)
-		return
-	}
-	tanh(k.out[lo:hi], k.inp[lo:hi])
-}
-
 // tanh in float64, rounded once: 1-2/(exp(2x)+1) in float32 would lose
 // the relative precision of small x.
 func tanh(out, inp []float32) {
@@ -434,29 +423,23 @@ func (d *CPUDevice) ActivationForward(f Activation, out, inp *Tensor) {
 	d.ownAny("ActivationForward", out)
 	d.own("ActivationForward", inp)
 	check.ActivationForward(out, inp)
-	var full []float32
-	var half []uint16
-	if out.DType() == BFloat16 {
-		half = out.HostBF16()
-	} else {
-		full = out.Host()
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	var fn func(out, inp []float32)
+	var cost int // an element's work, for d.chunks
 	switch f {
 	case GELU:
-		k := &d.k.gelu
-		*k = geluK{out: full, inp: inp.Host(), half: half}
-		d.parallel(out.n, d.chunks(out.n, 20), k)
-		*k = geluK{}
+		fn, cost = gelu, 20
 	case Tanh:
-		k := &d.k.tanh
-		*k = tanhK{out: full, inp: inp.Host(), half: half}
-		d.parallel(out.n, d.chunks(out.n, 40), k)
-		*k = tanhK{}
+		fn, cost = tanh, 40
 	default:
 		panic(unknownActivation("ActivationForward", f))
 	}
+	full, half := hostAny(out, 0)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := &d.k.act
+	*k = activationK{out: full, inp: inp.Host(), half: half, f: fn}
+	d.parallel(out.n, d.chunks(out.n, cost), k)
+	*k = activationK{}
 }
 
 // ActivationBackward is dinp += f'(inp)*dout.

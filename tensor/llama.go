@@ -192,13 +192,7 @@ func (d *CPUDevice) SwiGLUForward(out, inp *Tensor) {
 	d.ownAny("SwiGLUForward", out)
 	d.own("SwiGLUForward", inp)
 	n, f := check.SwiGLUForward(out, inp)
-	var full []float32
-	var half []uint16
-	if out.DType() == BFloat16 {
-		half = out.HostBF16()
-	} else {
-		full = out.Host()
-	}
+	full, half := hostAny(out, 0)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.swiglu

@@ -126,15 +126,7 @@ func closeCurve(t *testing.T, name string, got []float64, other string, want []f
 // it. With fewer than two GPUs it skips, which gpu-check allows for tests
 // named TwoRanks.
 func TestGPUZeROTwoRanksMatchesCPU(t *testing.T) {
-	if ok, why := cuda.Available(); !ok {
-		t.Skip("no CUDA here: " + why)
-	}
-	if err := nccl.NCCLAvailable(); err != nil {
-		t.Skipf("NCCL backend unavailable: %v", err)
-	}
-	if n, err := cuda.DeviceCount(); err != nil || n < 2 {
-		t.Skipf("needs 2 GPUs, one a rank: %d visible (%v)", n, err)
-	}
+	needTwoGPUs(t)
 	for _, zero := range []int{1, 2, 3} {
 		t.Run(fmt.Sprintf("zero%d", zero), func(t *testing.T) {
 			cfg, ds := gptConfig(t, 2, 1)
@@ -174,15 +166,7 @@ func TestGPUZeROTwoRanksMatchesCPU(t *testing.T) {
 // (curveTolerance, as TestBF16Layouts), and the bf16 curve is not the
 // fp32 one.
 func TestGPUBF16ZeROTwoRanks(t *testing.T) {
-	if ok, why := cuda.Available(); !ok {
-		t.Skip("no CUDA here: " + why)
-	}
-	if err := nccl.NCCLAvailable(); err != nil {
-		t.Skipf("NCCL backend unavailable: %v", err)
-	}
-	if n, err := cuda.DeviceCount(); err != nil || n < 2 {
-		t.Skipf("needs 2 GPUs, one a rank: %d visible (%v)", n, err)
-	}
+	needTwoGPUs(t)
 	cfg, ds := gptConfig(t, 2, 1)
 	cfg.Steps, cfg.EvalEvery, cfg.CkptEvery, cfg.BatchSize, cfg.Precision = 10, 0, -1, 8, "bf16"
 	res, err := runRanks(t, cfg, ds, func(int) Options { return Options{Device: tensor.NewCPU(), RunDir: t.TempDir()} })
@@ -201,6 +185,20 @@ func TestGPUBF16ZeROTwoRanks(t *testing.T) {
 	fp32.Precision = "fp32"
 	if slices.Equal(runGPURanks(t, fp32, ds, t.TempDir(), ""), want) {
 		t.Errorf("the bf16 curve on the GPUs equals the fp32 one bit for bit")
+	}
+}
+
+// needTwoGPUs skips the test without CUDA, NCCL or two GPUs.
+func needTwoGPUs(t *testing.T) {
+	t.Helper()
+	if ok, why := cuda.Available(); !ok {
+		t.Skip("no CUDA here: " + why)
+	}
+	if err := nccl.NCCLAvailable(); err != nil {
+		t.Skipf("NCCL backend unavailable: %v", err)
+	}
+	if n, err := cuda.DeviceCount(); err != nil || n < 2 {
+		t.Skipf("needs 2 GPUs, one a rank: %d visible (%v)", n, err)
 	}
 }
 

@@ -1051,59 +1051,43 @@ func TestGPUBF16Storage(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// An activation into a bfloat16 output: the float32 kernel's values
+	// The kernels with a bfloat16 output: the float32 kernel's values
 	// rounded to nearest even.
-	for _, fn := range []tensor.Activation{tensor.GELU, tensor.Tanh} {
-		x := bn.rand("x", 3, n)
-		full := bn.zeros("full", n)
-		d.ActivationForward(fn, full.g, x.g)
-		d.ActivationForward(fn, h2, x.g)
+	rounds := func(what string, full *tensor.Tensor) {
+		t.Helper()
 		wide, rounded := make([]float32, n), make([]float32, n)
-		d.CopyToHost(wide, full.g)
+		d.CopyToHost(wide, full)
 		d.CopyToHost(rounded, h2)
 		for i, v := range wide {
 			if w := tensor.Float32FromBF16(tensor.BF16FromFloat32(v)); math.Float32bits(rounded[i]) != math.Float32bits(w) {
-				t.Fatalf("activation %d into bfloat16: element %d is %g, want %g rounded, %g", fn, i, rounded[i], v, w)
+				t.Fatalf("%s into bfloat16: element %d is %g, want %g rounded, %g", what, i, rounded[i], v, w)
 			}
 		}
 	}
+	for _, fn := range []tensor.Activation{tensor.GELU, tensor.Tanh} {
+		x, full := bn.rand("x", 3, n), bn.zeros("full", n)
+		d.ActivationForward(fn, full.g, x.g)
+		d.ActivationForward(fn, h2, x.g)
+		rounds(fmt.Sprintf("activation %d", fn), full.g)
+	}
 	{
 		const rows, f = 7, 143 // n = 1001
-		x := bn.rand("x", 3, rows, 2*f)
-		full := bn.zeros("full", rows, f)
+		x, full := bn.rand("x", 3, rows, 2*f), bn.zeros("full", rows, f)
 		d.SwiGLUForward(full.g, x.g)
 		d.SwiGLUForward(h2.Reshape(rows, f), x.g)
-		wide, rounded := make([]float32, n), make([]float32, n)
-		d.CopyToHost(wide, full.g)
-		d.CopyToHost(rounded, h2)
-		for i, v := range wide {
-			if w := tensor.Float32FromBF16(tensor.BF16FromFloat32(v)); math.Float32bits(rounded[i]) != math.Float32bits(w) {
-				t.Fatalf("SwiGLU into bfloat16: element %d is %g, want %g rounded, %g", i, rounded[i], v, w)
-			}
-		}
+		rounds("SwiGLU", full.g)
 	}
 	{
 		const rows, c = 11, 91 // n = 1001
 		x, w, bias := bn.rand("x", 1, rows, c), bn.rand("w", 1, c), bn.rand("b", 1, c)
 		full, mean, rstd := bn.zeros("full", rows, c), bn.zeros("mean", rows), bn.zeros("rstd", rows)
 		hv := h2.Reshape(rows, c)
-		for _, norm := range []string{"LayerNormForward", "RMSNormForward"} {
-			if norm == "LayerNormForward" {
-				d.LayerNormForward(full.g, mean.g, rstd.g, x.g, w.g, bias.g, 1e-5)
-				d.LayerNormForward(hv, mean.g, rstd.g, x.g, w.g, bias.g, 1e-5)
-			} else {
-				d.RMSNormForward(full.g, rstd.g, x.g, w.g, 1e-5)
-				d.RMSNormForward(hv, rstd.g, x.g, w.g, 1e-5)
-			}
-			wide, rounded := make([]float32, n), make([]float32, n)
-			d.CopyToHost(wide, full.g)
-			d.CopyToHost(rounded, h2)
-			for i, v := range wide {
-				if w := tensor.Float32FromBF16(tensor.BF16FromFloat32(v)); math.Float32bits(rounded[i]) != math.Float32bits(w) {
-					t.Fatalf("%s into bfloat16: element %d is %g, want %g rounded, %g", norm, i, rounded[i], v, w)
-				}
-			}
-		}
+		d.LayerNormForward(full.g, mean.g, rstd.g, x.g, w.g, bias.g, 1e-5)
+		d.LayerNormForward(hv, mean.g, rstd.g, x.g, w.g, bias.g, 1e-5)
+		rounds("LayerNormForward", full.g)
+		d.RMSNormForward(full.g, rstd.g, x.g, w.g, 1e-5)
+		d.RMSNormForward(hv, rstd.g, x.g, w.g, 1e-5)
+		rounds("RMSNormForward", full.g)
 	}
 	d.Gemm(false, true, m, nn, k, 1, a.g, 0, k, bh, k, k, 0, c2.g, 0, nn)
 	if err := d.Sync(); err == nil || !strings.Contains(err.Error(), "bfloat16 operands need bf16") {
