@@ -24,9 +24,10 @@ type CPUDevice struct {
 	wg      sync.WaitGroup
 	scratch []float32  // per-chunk partial sums (LayerNormBackward)
 	partial []float64  // per-chunk partial sums (SumSquaresEach)
-	wideMu  sync.Mutex // held by a GEMM while it uses wideA and wideB
+	wideMu  sync.Mutex // held by a GEMM while it uses wideA, wideB or wideC
 	wideA   []float32  // a BFloat16 GEMM operand A widened
 	wideB   []float32  // and B
+	wideC   []float32  // a BFloat16 C's float32 sums
 	k       cpuKernels
 
 	observe func(GemmShape) // see ObserveGemm
@@ -309,19 +310,48 @@ func operandSpan(trans bool, rows, cols, ld, stride, batch int) int {
 }
 
 // Gemm computes C = alpha*op(A)*op(B) + beta*C with Sgemm on the tensors'
-// host memory.
+// host memory; bfloat16 A and B are widened as they are packed, a bfloat16
+// C gets the float32 sums rounded once (gemmToHalf).
 func (d *CPUDevice) Gemm(transA, transB bool, m, n, k int, alpha float32, a *Tensor, aOff, lda int, b *Tensor, bOff, ldb int, beta float32, c *Tensor, cOff, ldc int) {
-	d.ownAny("Gemm", a, b)
-	d.own("Gemm", c)
+	d.ownAny("Gemm", a, b, c)
 	check.Gemm(transA, transB, m, n, k, a, aOff, lda, b, bOff, ldb, c, cOff, ldc)
 	if d.observe != nil {
 		d.observe(GemmShape{M: m, N: n, K: k, Batch: 1, TransA: transA, TransB: transB})
 	}
-	hc := c.Host()
+	if c.DType() == BFloat16 {
+		d.gemmToHalf(transA, transB, m, n, k, alpha, a, aOff, lda, b, bOff, ldb, beta, c, cOff, ldc)
+		return
+	}
+	d.gemm(transA, transB, m, n, k, alpha, a, aOff, lda, b, bOff, ldb, beta, c.Host()[cOff:], ldc)
+}
+
+// gemmToHalf is Gemm into a bfloat16 C: the product summed in float32
+// scratch (C widened into it first when beta is not 0) and rounded once
+// into C, as cuBLAS stores a bfloat16 C.
+func (d *CPUDevice) gemmToHalf(transA, transB bool, m, n, k int, alpha float32, a *Tensor, aOff, lda int, b *Tensor, bOff, ldb int, beta float32, c *Tensor, cOff, ldc int) {
+	d.wideMu.Lock()
+	defer d.wideMu.Unlock()
+	if cap(d.wideC) < m*n {
+		d.wideC = make([]float32, m*n)
+	}
+	s, hc := d.wideC[:m*n], c.HostBF16()[cOff:]
+	if beta != 0 {
+		for i := range m {
+			WidenBF16(s[i*n:(i+1)*n], hc[i*ldc:i*ldc+n])
+		}
+	}
+	d.gemm(transA, transB, m, n, k, alpha, a, aOff, lda, b, bOff, ldb, beta, s, n)
+	for i := range m {
+		RoundBF16(hc[i*ldc:i*ldc+n], s[i*n:(i+1)*n])
+	}
+}
+
+// gemm is Gemm into the float32 hc (C from its first element).
+func (d *CPUDevice) gemm(transA, transB bool, m, n, k int, alpha float32, a *Tensor, aOff, lda int, b *Tensor, bOff, ldb int, beta float32, hc []float32, ldc int) {
 	if a.DType() == Float32 && b.DType() == Float32 {
 		ha, hb := a.Host(), b.Host()
 		d.eachKPart(transA, transB, k, lda, ldb, beta, func(aShift, bShift, kk int, beta float32) {
-			gemm(transA, transB, m, n, kk, alpha, ha[aOff+aShift:], lda, hb[bOff+bShift:], ldb, beta, hc[cOff:], ldc)
+			gemm(transA, transB, m, n, kk, alpha, ha[aOff+aShift:], lda, hb[bOff+bShift:], ldb, beta, hc, ldc)
 		})
 		return
 	}
@@ -330,7 +360,7 @@ func (d *CPUDevice) Gemm(transA, transB bool, m, n, k int, alpha float32, a *Ten
 	fa, ha := hostAny(a, aOff)
 	fb, hb := hostAny(b, bOff)
 	d.eachKPart(transA, transB, k, lda, ldb, beta, func(aShift, bShift, kk int, beta float32) {
-		gemmHalf(transA, transB, m, n, kk, alpha, from(fa, aShift), from(ha, aShift), lda, from(fb, bShift), from(hb, bShift), ldb, beta, hc[cOff:], ldc)
+		gemmHalf(transA, transB, m, n, kk, alpha, from(fa, aShift), from(ha, aShift), lda, from(fb, bShift), from(hb, bShift), ldb, beta, hc, ldc)
 	})
 }
 

@@ -23,8 +23,7 @@ type cpuKernels struct {
 	ln    lnK
 	lnB   lnBackK
 	act   activationK
-	geluB geluBackK
-	tanhB tanhBackK
+	actB  activationBackK
 	sm    softmaxK
 	smB   softmaxBackK
 	ce    ceK
@@ -215,11 +214,19 @@ func (d *CPUDevice) Axpy2D(dst *Tensor, dstOff, ldDst int, alpha float32, src *T
 
 type biasK struct {
 	out, bias []float32 // out is (N,OC), bias is (OC)
+	half      []uint16  // a bfloat16 out instead of out
 }
 
 func (k *biasK) run(lo, hi, _ int) {
 	oc := len(k.bias)
 	for i := lo; i < hi; i++ {
+		if k.half != nil {
+			row := k.half[i*oc : (i+1)*oc]
+			for j, b := range k.bias {
+				row[j] = BF16FromFloat32(Float32FromBF16(row[j]) + b)
+			}
+			continue
+		}
 		row := k.out[i*oc : (i+1)*oc]
 		for j, b := range k.bias {
 			row[j] += b
@@ -227,14 +234,17 @@ func (k *biasK) run(lo, hi, _ int) {
 	}
 }
 
-// AddBias is out[i] += bias for every row. out is (N,OC), bias is (OC).
+// AddBias is out[i] += bias for every row. out is (N,OC), bias is (OC); a
+// bfloat16 out is widened, added to and rounded again.
 func (d *CPUDevice) AddBias(out, bias *Tensor) {
-	d.own("AddBias", out, bias)
+	d.ownAny("AddBias", out)
+	d.own("AddBias", bias)
 	n := check.AddBias(out, bias)
+	full, half := hostAny(out, 0)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.bias
-	*k = biasK{out: out.Host(), bias: bias.Host()}
+	*k = biasK{out: full, bias: bias.Host(), half: half}
 	d.parallel(n, d.chunks(n, bias.n), k)
 	*k = biasK{}
 }
@@ -346,20 +356,49 @@ const (
 	geluA = 0.044715
 )
 
-// activationK is an elementwise forward f (gelu, tanh) over inp into out,
-// or into the bfloat16 half (roundedTo).
+// activationK is an elementwise forward f (gelu, tanh) over inp into out:
+// either may be bfloat16 (inpHalf, outHalf), computed in float32 a tile at
+// a time (overTiles), as a GPU kernel loads, computes and stores.
 type activationK struct {
-	out, inp []float32
-	half     []uint16
-	f        func(out, inp []float32)
+	out, inp         []float32
+	outHalf, inpHalf []uint16
+	f                func(out, inp []float32)
 }
 
 func (k *activationK) run(lo, hi, _ int) {
-	if k.half != nil {
-		roundedTo(k.half[lo:hi], k.inp[lo:hi], k.f)
+	var res [tileLen]float32
+	overTiles(lo, hi, k.inp, k.inpHalf, k.outHalf != nil, func(a, b int, x []float32) {
+		if k.outHalf == nil {
+			k.f(k.out[a:b], x)
+			return
+		}
+		k.f(res[:b-a], x)
+		RoundBF16(k.outHalf[a:b], res[:b-a])
+	})
+}
+
+// tileLen is the elements an elementwise kernel widens or rounds at a
+// time.
+const tileLen = 512
+
+// overTiles calls body on [lo,hi) with inp's elements there as float32:
+// all at once when inp is float32 and the caller needs no tiles (tiled
+// false), else tileLen at a time, a bfloat16 inp (half) widened.
+func overTiles(lo, hi int, inp []float32, half []uint16, tiled bool, body func(a, b int, x []float32)) {
+	if half == nil && !tiled {
+		body(lo, hi, inp[lo:hi])
 		return
 	}
-	k.f(k.out[lo:hi], k.inp[lo:hi])
+	var tile [tileLen]float32
+	for a := lo; a < hi; a += tileLen {
+		b := min(a+tileLen, hi)
+		if half == nil {
+			body(a, b, inp[a:b])
+			continue
+		}
+		WidenBF16(tile[:b-a], half[a:b])
+		body(a, b, tile[:b-a])
+	}
 }
 
 // gelu(x) = 0.5*x*(1+tanh(u)) with u = geluS*(x+geluA*x^3); with
@@ -372,24 +411,23 @@ func gelu(out, inp []float32) {
 	}
 }
 
-// roundedTo runs the elementwise f over inp into the bfloat16 half: a
-// tile at a time in float32, each rounded to nearest even, as a GPU
-// kernel computes in float32 and stores bfloat16.
-func roundedTo(half []uint16, inp []float32, f func(out, inp []float32)) {
-	var tile [512]float32
-	for lo := 0; lo < len(inp); lo += len(tile) {
-		hi := min(lo+len(tile), len(inp))
-		f(tile[:hi-lo], inp[lo:hi])
-		RoundBF16(half[lo:hi], tile[:hi-lo])
-	}
+// activationBackK is an elementwise backward f (geluBackward,
+// tanhBackward): dinp += f'(inp)*dout, inp float32 or bfloat16 (inpHalf).
+type activationBackK struct {
+	dinp, inp, dout []float32
+	inpHalf         []uint16
+	f               func(dinp, inp, dout []float32)
 }
 
-type geluBackK struct{ dinp, inp, dout []float32 }
+func (k *activationBackK) run(lo, hi, _ int) {
+	overTiles(lo, hi, k.inp, k.inpHalf, false, func(a, b int, x []float32) {
+		k.f(k.dinp[a:b], x, k.dout[a:b])
+	})
+}
 
 // gelu'(x) = 0.5*(1+t) + 0.5*x*(1-t^2)*du with t = tanh(u), du = du/dx;
 // with w = 1/(exp(2u)+1), t = 1-2w and this is (1-w)*(1+2*x*w*du).
-func (k *geluBackK) run(lo, hi, _ int) {
-	dinp, inp, dout := k.dinp[lo:hi], k.inp[lo:hi], k.dout[lo:hi]
+func geluBackward(dinp, inp, dout []float32) {
 	for i := geluBwdVec(dinp, inp, dout); i < len(inp); i++ {
 		x := inp[i]
 		w := 1 / (exp32(2*geluS*(x+geluA*x*x*x)) + 1)
@@ -406,22 +444,18 @@ func tanh(out, inp []float32) {
 	}
 }
 
-type tanhBackK struct{ dinp, inp, dout []float32 }
-
 // tanh'(x) = 1 - y^2 with y = tanh(x) as the forward rounds it.
-func (k *tanhBackK) run(lo, hi, _ int) {
-	dinp, inp, dout := k.dinp[lo:hi], k.inp[lo:hi], k.dout[lo:hi]
+func tanhBackward(dinp, inp, dout []float32) {
 	for i, x := range inp {
 		y := float32(math.Tanh(float64(x)))
 		dinp[i] += dout[i] * (1 - y*y)
 	}
 }
 
-// ActivationForward is out = f(inp) elementwise; a bfloat16 out holds
-// the float32 results rounded.
+// ActivationForward is out = f(inp) elementwise; either may be bfloat16
+// (a bfloat16 out holds the float32 results rounded).
 func (d *CPUDevice) ActivationForward(f Activation, out, inp *Tensor) {
-	d.ownAny("ActivationForward", out)
-	d.own("ActivationForward", inp)
+	d.ownAny("ActivationForward", out, inp)
 	check.ActivationForward(out, inp)
 	var fn func(out, inp []float32)
 	var cost int // an element's work, for d.chunks
@@ -434,34 +468,37 @@ func (d *CPUDevice) ActivationForward(f Activation, out, inp *Tensor) {
 		panic(unknownActivation("ActivationForward", f))
 	}
 	full, half := hostAny(out, 0)
+	x, xHalf := hostAny(inp, 0)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.act
-	*k = activationK{out: full, inp: inp.Host(), half: half, f: fn}
+	*k = activationK{out: full, inp: x, outHalf: half, inpHalf: xHalf, f: fn}
 	d.parallel(out.n, d.chunks(out.n, cost), k)
 	*k = activationK{}
 }
 
-// ActivationBackward is dinp += f'(inp)*dout.
+// ActivationBackward is dinp += f'(inp)*dout; inp may be bfloat16.
 func (d *CPUDevice) ActivationBackward(f Activation, dinp, inp, dout *Tensor) {
-	d.own("ActivationBackward", dinp, inp, dout)
+	d.own("ActivationBackward", dinp, dout)
+	d.ownAny("ActivationBackward", inp)
 	check.ActivationBackward(dinp, inp, dout)
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	var fn func(dinp, inp, dout []float32)
+	var cost int
 	switch f {
 	case GELU:
-		k := &d.k.geluB
-		*k = geluBackK{dinp: dinp.Host(), inp: inp.Host(), dout: dout.Host()}
-		d.parallel(inp.n, d.chunks(inp.n, 30), k)
-		*k = geluBackK{}
+		fn, cost = geluBackward, 30
 	case Tanh:
-		k := &d.k.tanhB
-		*k = tanhBackK{dinp: dinp.Host(), inp: inp.Host(), dout: dout.Host()}
-		d.parallel(inp.n, d.chunks(inp.n, 40), k)
-		*k = tanhBackK{}
+		fn, cost = tanhBackward, 40
 	default:
 		panic(unknownActivation("ActivationBackward", f))
 	}
+	x, xHalf := hostAny(inp, 0)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := &d.k.actB
+	*k = activationBackK{dinp: dinp.Host(), inp: x, dout: dout.Host(), inpHalf: xHalf, f: fn}
+	d.parallel(inp.n, d.chunks(inp.n, cost), k)
+	*k = activationBackK{}
 }
 
 // unknownActivation is the panic message of a kernel given an Activation

@@ -28,10 +28,12 @@ type Device interface {
 	// AllocAs is Alloc for elements stored as dt. A BFloat16 tensor goes
 	// to Copy, CopyFromHost and CopyToHost (which convert, rounding to
 	// nearest even on store), as an operand A or B of Gemm and
-	// GemmStridedBatched (at any precision on the CPU, at BF16 on a GPU)
-	// and as the output of the kernels that say so (ActivationForward,
-	// SwiGLUForward, LayerNormForward, RMSNormForward: float32 values
-	// rounded); every other kernel takes
+	// GemmStridedBatched and as Gemm's C (at any precision on the CPU, at
+	// BF16 on a GPU: the float32 sums rounded once), as the output of the
+	// kernels that say so (ActivationForward, SwiGLUForward,
+	// LayerNormForward, RMSNormForward, AddBias: float32 values rounded)
+	// and as the input of ActivationForward, ActivationBackward,
+	// SwiGLUForward and SwiGLUBackward (widened); every other kernel takes
 	// Float32 tensors only. A Device that wraps another must override
 	// AllocAs where it overrides Alloc: layers allocate through AllocAs.
 	AllocAs(dt DType, shape ...int) (*Tensor, error)

@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -283,9 +284,152 @@ func TestCPUBF16Storage(t *testing.T) {
 	}
 	refused("Add on a bfloat16 tensor", func() { d.Add(h, h, h) })
 	refused("Host of a bfloat16 tensor", func() { h.Host() })
-	refused("a bfloat16 GEMM result", func() { d.Gemm(false, true, m, nn, k, 1, a, 0, k, bw, 1, k, 0, g, 0, nn) })
+	refused("a bfloat16 batched GEMM result", func() {
+		d.GemmStridedBatched(false, true, m, nn, k, 1, a, 0, k, 0, bw, 1, k, 0, 0, g, 0, nn, 0, 1)
+	})
 	for _, x := range []*Tensor{h, f, g, a, bw, c1, c2} {
 		d.Free(x)
+	}
+	if got := d.MemStats().Current; got != 0 {
+		t.Errorf("%d bytes left after freeing everything", got)
+	}
+}
+
+// TestCPUBF16Inputs checks the kernels that read a bfloat16 activation
+// (the MLP's pre-activation) or write one through a product: each equals
+// its float32 kernel on the widened input, exactly, and a bfloat16 result
+// is that kernel's float32 result rounded to nearest even.
+func TestCPUBF16Inputs(t *testing.T) {
+	d := NewCPU()
+	d.minWork = 64 // chunks on the workers
+	r := rand.New(rand.NewPCG(7, 8))
+	// pair is a bfloat16 tensor of random values of std sd and a float32
+	// one of the same values, widened.
+	pair := func(sd float64, shape ...int) (half, wide *Tensor) {
+		half, _ = d.AllocAs(BFloat16, shape...)
+		wide, _ = d.Alloc(shape...)
+		for i := range wide.Host() {
+			half.HostBF16()[i] = BF16FromFloat32(float32(r.NormFloat64() * sd))
+			wide.Host()[i] = Float32FromBF16(half.HostBF16()[i])
+		}
+		return half, wide
+	}
+	random := func(shape ...int) *Tensor {
+		x, _ := d.Alloc(shape...)
+		for i := range x.Host() {
+			x.Host()[i] = float32(r.NormFloat64())
+		}
+		return x
+	}
+	same := func(what string, got, want []float32) {
+		t.Helper()
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%s: element %d is %g, want %g (the float32 kernel on the widened input)", what, i, got[i], want[i])
+			}
+		}
+	}
+	rounded := func(what string, got []uint16, want []float32) {
+		t.Helper()
+		for i, v := range want {
+			if got[i] != BF16FromFloat32(v) {
+				t.Fatalf("%s: element %d is %#x, want %g rounded, %#x", what, i, got[i], v, BF16FromFloat32(v))
+			}
+		}
+	}
+
+	for _, f := range []Activation{GELU, Tanh} {
+		const n = 1500 // several tiles
+		xh, xw := pair(3, n)
+		want, got := random(n), random(n)
+		outH, _ := d.AllocAs(BFloat16, n)
+		d.ActivationForward(f, want, xw)
+		d.ActivationForward(f, got, xh)
+		same(fmt.Sprintf("activation %d from bfloat16", f), got.Host(), want.Host())
+		d.ActivationForward(f, outH, xh)
+		rounded(fmt.Sprintf("activation %d bfloat16 to bfloat16", f), outH.HostBF16(), want.Host())
+		dout := random(n)
+		d.Copy(got, want) // the same starting dinp: the backward accumulates
+		d.ActivationBackward(f, want, xw, dout)
+		d.ActivationBackward(f, got, xh, dout)
+		same(fmt.Sprintf("activation %d backward from bfloat16", f), got.Host(), want.Host())
+		for _, x := range []*Tensor{xh, xw, want, got, outH, dout} {
+			d.Free(x)
+		}
+	}
+
+	{
+		const rows, f = 5, 700 // rows wider than a tile
+		xh, xw := pair(3, rows, 2*f)
+		want, got := random(rows, f), random(rows, f)
+		outH, _ := d.AllocAs(BFloat16, rows, f)
+		d.SwiGLUForward(want, xw)
+		d.SwiGLUForward(got, xh)
+		same("SwiGLU from bfloat16", got.Host(), want.Host())
+		d.SwiGLUForward(outH, xh)
+		rounded("SwiGLU bfloat16 to bfloat16", outH.HostBF16(), want.Host())
+		dout := random(rows, f)
+		dWant, dGot := random(rows, 2*f), random(rows, 2*f)
+		d.Copy(dGot, dWant)
+		d.SwiGLUBackward(dWant, xw, dout)
+		d.SwiGLUBackward(dGot, xh, dout)
+		same("SwiGLU backward from bfloat16", dGot.Host(), dWant.Host())
+		for _, x := range []*Tensor{xh, xw, want, got, outH, dout, dWant, dGot} {
+			d.Free(x)
+		}
+	}
+
+	{
+		const rows, oc = 33, 70
+		outH, outW := pair(2, rows, oc)
+		bias := random(oc)
+		d.AddBias(outW, bias)
+		d.AddBias(outH, bias)
+		rounded("AddBias on bfloat16", outH.HostBF16(), outW.Host())
+		for _, x := range []*Tensor{outH, outW, bias} {
+			d.Free(x)
+		}
+	}
+
+	// A product into a bfloat16 C: the float32 product rounded once, C
+	// read (widened) where beta is not 0, columns past n untouched.
+	for _, tc := range []struct {
+		transA, transB, halfA bool
+		beta                  float32
+	}{{false, true, true, 0}, {true, false, false, 0}, {false, false, true, 0.5}, {true, true, false, -1}} {
+		const m, n, k, ldc = 37, 29, 300, 31
+		ah, aw := pair(1, m*k)
+		a := aw
+		if tc.halfA {
+			a = ah
+		}
+		bh, bw := pair(1, k*n)
+		ch, cw := pair(1, m*ldc)
+		lda, ldb := k, n
+		if tc.transA {
+			lda = m
+		}
+		if tc.transB {
+			ldb = k
+		}
+		d.Gemm(tc.transA, tc.transB, m, n, k, 0.75, a, 0, lda, bh, 0, ldb, tc.beta, cw, 0, ldc)
+		before := append([]uint16(nil), ch.HostBF16()...)
+		d.Gemm(tc.transA, tc.transB, m, n, k, 0.75, a, 0, lda, bh, 0, ldb, tc.beta, ch, 0, ldc)
+		for i := range m {
+			for j := range ldc {
+				at := i*ldc + j
+				want := BF16FromFloat32(cw.Host()[at])
+				if j >= n {
+					want = before[at]
+				}
+				if got := ch.HostBF16()[at]; got != want {
+					t.Fatalf("Gemm %+v into bfloat16 C: (%d,%d) is %#x, want %#x", tc, i, j, got, want)
+				}
+			}
+		}
+		for _, x := range []*Tensor{ah, aw, bh, bw, ch, cw} {
+			d.Free(x)
+		}
 	}
 	if got := d.MemStats().Current; got != 0 {
 		t.Errorf("%d bytes left after freeing everything", got)

@@ -158,25 +158,39 @@ func (d *CPUDevice) RoPEBackward(dx, table *Tensor, seqLen, period, rotated int)
 type swigluK struct {
 	out, inp []float32
 	half     []uint16 // the bfloat16 output instead of out
+	inpHalf  []uint16 // the bfloat16 input instead of inp
 	f        int
 }
 
 func (k *swigluK) run(lo, hi, _ int) {
 	f := k.f
-	var tile [512]float32
+	var tile, ut [tileLen]float32
 	for i := lo; i < hi; i++ {
-		g, u := k.inp[2*i*f:(2*i+1)*f], k.inp[(2*i+1)*f:(2*i+2)*f]
-		if k.half == nil {
-			swiglu(k.out[i*f:(i+1)*f], g, u)
+		if k.half == nil && k.inpHalf == nil {
+			swiglu(k.out[i*f:(i+1)*f], k.inp[2*i*f:(2*i+1)*f], k.inp[(2*i+1)*f:(2*i+2)*f])
 			continue
 		}
-		h := k.half[i*f : (i+1)*f]
-		for j0 := 0; j0 < f; j0 += len(tile) {
-			j1 := min(j0+len(tile), f)
-			swiglu(tile[:j1-j0], g[j0:j1], u[j0:j1])
-			RoundBF16(h[j0:j1], tile[:j1-j0])
-		}
+		overTiles(2*i*f, (2*i+1)*f, k.inp, k.inpHalf, true, func(a, b int, g []float32) {
+			j0, j1 := a-2*i*f, b-2*i*f
+			u := tileOf(k.inp, k.inpHalf, a+f, b+f, ut[:])
+			if k.half == nil {
+				swiglu(k.out[i*f+j0:i*f+j1], g, u)
+				return
+			}
+			swiglu(tile[:j1-j0], g, u)
+			RoundBF16(k.half[i*f+j0:i*f+j1], tile[:j1-j0])
+		})
 	}
+}
+
+// tileOf is elements [a,b) of inp as float32: its own, or half's widened
+// into tile.
+func tileOf(inp []float32, half []uint16, a, b int, tile []float32) []float32 {
+	if half == nil {
+		return inp[a:b]
+	}
+	WidenBF16(tile[:b-a], half[a:b])
+	return tile[:b-a]
 }
 
 // swiglu is out = silu(g)*u elementwise.
@@ -187,48 +201,55 @@ func swiglu(out, g, u []float32) {
 }
 
 // SwiGLUForward is out = silu(gate)*up. out is (N,F), inp (N,2F) rows of
-// [gate | up]; a bfloat16 out holds the float32 results rounded.
+// [gate | up]; either may be bfloat16 (a bfloat16 out holds the float32
+// results rounded).
 func (d *CPUDevice) SwiGLUForward(out, inp *Tensor) {
-	d.ownAny("SwiGLUForward", out)
-	d.own("SwiGLUForward", inp)
+	d.ownAny("SwiGLUForward", out, inp)
 	n, f := check.SwiGLUForward(out, inp)
 	full, half := hostAny(out, 0)
+	x, xHalf := hostAny(inp, 0)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.swiglu
-	*k = swigluK{out: full, inp: inp.Host(), half: half, f: f}
+	*k = swigluK{out: full, inp: x, half: half, inpHalf: xHalf, f: f}
 	d.parallel(n, d.chunks(n, 20*f), k)
 	*k = swigluK{}
 }
 
 type swigluBackK struct {
 	dinp, inp, dout []float32
+	inpHalf         []uint16 // the bfloat16 input instead of inp
 	f               int
 }
 
 // With s = sigmoid(g): d(g*s)/dg = s*(1+g*(1-s)).
 func (k *swigluBackK) run(lo, hi, _ int) {
 	f := k.f
+	var ut [tileLen]float32
 	for i := lo; i < hi; i++ {
-		g, u := k.inp[2*i*f:(2*i+1)*f], k.inp[(2*i+1)*f:(2*i+2)*f]
-		dg, du, do := k.dinp[2*i*f:(2*i+1)*f], k.dinp[(2*i+1)*f:(2*i+2)*f], k.dout[i*f:(i+1)*f]
-		for j, x := range g {
-			s := 1 / (1 + exp32(-x))
-			dg[j] += do[j] * u[j] * s * (1 + x*(1-s))
-			du[j] += do[j] * x * s
-		}
+		overTiles(2*i*f, (2*i+1)*f, k.inp, k.inpHalf, false, func(a, b int, g []float32) {
+			u := tileOf(k.inp, k.inpHalf, a+f, b+f, ut[:])
+			dg, du, do := k.dinp[a:b], k.dinp[a+f:b+f], k.dout[a-i*f:b-i*f]
+			for j, x := range g {
+				s := 1 / (1 + exp32(-x))
+				dg[j] += do[j] * u[j] * s * (1 + x*(1-s))
+				du[j] += do[j] * x * s
+			}
+		})
 	}
 }
 
 // SwiGLUBackward accumulates [dgate | dup] into dinp (N,2F) from dout (N,F)
 // and the forward's inp (N,2F).
 func (d *CPUDevice) SwiGLUBackward(dinp, inp, dout *Tensor) {
-	d.own("SwiGLUBackward", dinp, inp, dout)
+	d.own("SwiGLUBackward", dinp, dout)
+	d.ownAny("SwiGLUBackward", inp)
 	n, f := check.SwiGLUBackward(dinp, inp, dout)
+	x, xHalf := hostAny(inp, 0)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.swigluB
-	*k = swigluBackK{dinp: dinp.Host(), inp: inp.Host(), dout: dout.Host(), f: f}
+	*k = swigluBackK{dinp: dinp.Host(), inp: x, dout: dout.Host(), inpHalf: xHalf, f: f}
 	d.parallel(n, d.chunks(n, 30*f), k)
 	*k = swigluBackK{}
 }

@@ -36,10 +36,10 @@ func op(trans bool) uintptr {
 }
 
 // Gemm computes C = alpha*op(A)*op(B) + beta*C on row-major matrices (see
-// tensor.Device), through cublasGemmEx at the device's matmul precision.
+// tensor.Device), through cublasGemmEx at the device's matmul precision. A
+// bfloat16 C (at bf16 precision only) gets the float32 sums rounded once.
 func (d *Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a *tensor.Tensor, aOff, lda int, b *tensor.Tensor, bOff, ldb int, beta float32, c *tensor.Tensor, cOff, ldc int) {
-	d.ownAny("Gemm", a, b)
-	d.own("Gemm", c)
+	d.ownAny("Gemm", a, b, c)
 	check.Gemm(transA, transB, m, n, k, a, aOff, lda, b, bOff, ldb, c, cOff, ldc)
 	d.gemm(transA, transB, m, n, k, alpha, a, aOff, lda, 0, b, bOff, ldb, 0, beta, c, cOff, ldc, 0, 1)
 }
@@ -62,11 +62,16 @@ func (d *Device) gemm(transA, transB bool, m, n, k int, alpha float32, a *tensor
 		return
 	}
 	defer d.leave()
-	pa, pb, pc := a.Ptr()+uintptr(aOff*a.DType().Size()), b.Ptr()+uintptr(bOff*b.DType().Size()), c.Ptr()+uintptr(cOff)*4
-	typ, compute := uintptr(cudaR32F), uintptr(cublasCompute32F)
-	if d.precision != tensor.BF16 && (a.DType() == tensor.BFloat16 || b.DType() == tensor.BFloat16) {
+	pa, pb, pc := a.Ptr()+uintptr(aOff*a.DType().Size()), b.Ptr()+uintptr(bOff*b.DType().Size()), c.Ptr()+uintptr(cOff*c.DType().Size())
+	typ, compute, ctyp := uintptr(cudaR32F), uintptr(cublasCompute32F), uintptr(cudaR32F)
+	if d.precision != tensor.BF16 && (a.DType() == tensor.BFloat16 || b.DType() == tensor.BFloat16 || c.DType() == tensor.BFloat16) {
 		d.fail(fmt.Errorf("a GEMM with a bfloat16 operand at %v precision: bfloat16 operands need bf16", d.precision))
 		return
+	}
+	if c.DType() == tensor.BFloat16 {
+		// cuBLAS takes a bfloat16 C only with bfloat16 A and B (k = 0
+		// reads neither).
+		typ, ctyp = cudaR16BF, cudaR16BF
 	}
 	switch d.precision {
 	case tensor.TF32:
@@ -95,13 +100,13 @@ func (d *Device) gemm(transA, transB bool, m, n, k int, alpha float32, a *tensor
 	if batch == 1 {
 		r = call(d.l.blas.gemmEx, d.blas, op(transB), op(transA), uintptr(n), uintptr(m), uintptr(k),
 			al, pb, typ, uintptr(ldb), pa, typ, uintptr(lda),
-			be, pc, cudaR32F, uintptr(ldc), compute, cublasGemmDefault)
+			be, pc, ctyp, uintptr(ldc), compute, cublasGemmDefault)
 		d.fail(d.l.blasErr("cublasGemmEx", r))
 		return
 	}
 	r = call(d.l.blas.gemmStridedBatchedEx, d.blas, op(transB), op(transA), uintptr(n), uintptr(m), uintptr(k),
 		al, pb, typ, uintptr(ldb), uintptr(strideB), pa, typ, uintptr(lda), uintptr(strideA),
-		be, pc, cudaR32F, uintptr(ldc), uintptr(strideC), uintptr(batch), compute, cublasGemmDefault)
+		be, pc, ctyp, uintptr(ldc), uintptr(strideC), uintptr(batch), compute, cublasGemmDefault)
 	d.fail(d.l.blasErr("cublasGemmStridedBatchedEx", r))
 }
 

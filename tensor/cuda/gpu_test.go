@@ -1089,6 +1089,96 @@ func TestGPUBF16Storage(t *testing.T) {
 		d.RMSNormForward(hv, rstd.g, x.g, w.g, 1e-5)
 		rounds("RMSNormForward", full.g)
 	}
+
+	// The kernels that read a bfloat16 input (the MLP's pre-activation):
+	// the float32 kernel on the widened input, to the bit; into bfloat16,
+	// its values rounded.
+	xh, err := d.AllocAs(tensor.BFloat16, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Free(xh)
+	sameBits := func(what string, got, want *tensor.Tensor) {
+		t.Helper()
+		g, w := make([]float32, got.Len()), make([]float32, want.Len())
+		d.CopyToHost(g, got)
+		d.CopyToHost(w, want)
+		for i := range w {
+			if math.Float32bits(g[i]) != math.Float32bits(w[i]) {
+				t.Fatalf("%s: element %d is %g, want %g (the float32 kernel on the widened input)", what, i, g[i], w[i])
+			}
+		}
+	}
+	for _, fn := range []tensor.Activation{tensor.GELU, tensor.Tanh} {
+		x, xw, full, got := bn.rand("x", 3, n), bn.zeros("xw", n), bn.zeros("full", n), bn.zeros("got", n)
+		d.Copy(xh, x.g)
+		d.Copy(xw.g, xh)
+		d.ActivationForward(fn, full.g, xw.g)
+		d.ActivationForward(fn, got.g, xh)
+		sameBits(fmt.Sprintf("activation %d from bfloat16", fn), got.g, full.g)
+		d.ActivationForward(fn, h2, xh)
+		rounds(fmt.Sprintf("activation %d from bfloat16 into bfloat16", fn), full.g)
+		dout := bn.rand("dout", 1, n)
+		d.ActivationBackward(fn, full.g, xw.g, dout.g)
+		d.ActivationBackward(fn, got.g, xh, dout.g)
+		sameBits(fmt.Sprintf("activation %d backward from bfloat16", fn), got.g, full.g)
+	}
+	{
+		const rows, f = 7, 143
+		x, xw := bn.rand("x", 3, rows, 2*f), bn.zeros("xw", rows, 2*f)
+		full, got := bn.zeros("full", rows, f), bn.zeros("got", rows, f)
+		x2h, err := d.AllocAs(tensor.BFloat16, rows, 2*f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Free(x2h)
+		d.Copy(x2h, x.g)
+		d.Copy(xw.g, x2h)
+		d.SwiGLUForward(full.g, xw.g)
+		d.SwiGLUForward(got.g, x2h)
+		sameBits("SwiGLU from bfloat16", got.g, full.g)
+		d.SwiGLUForward(h2.Reshape(rows, f), x2h)
+		rounds("SwiGLU from bfloat16 into bfloat16", full.g)
+		dout, dw, dg := bn.rand("dout", 1, rows, f), bn.rand("dw", 1, rows, 2*f), bn.zeros("dg", rows, 2*f)
+		d.Copy(dg.g, dw.g)
+		d.SwiGLUBackward(dw.g, xw.g, dout.g)
+		d.SwiGLUBackward(dg.g, x2h, dout.g)
+		sameBits("SwiGLU backward from bfloat16", dg.g, dw.g)
+	}
+	{
+		const rows, oc = 11, 91
+		x, bias, full := bn.rand("x", 2, rows, oc), bn.rand("bias", 1, oc), bn.zeros("full", rows, oc)
+		hv := h2.Reshape(rows, oc)
+		d.Copy(hv, x.g)
+		d.Copy(full.g, hv)
+		d.AddBias(full.g, bias.g)
+		d.AddBias(hv, bias.g)
+		rounds("AddBias on bfloat16", full.g)
+	}
+	// A product into a bfloat16 C at bf16, beta 0 and 1: within a
+	// bfloat16 rounding (and float32 reordering) of the float32 C.
+	cb, err := d.AllocAs(tensor.BFloat16, m, nn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Free(cb)
+	d.SetMatmulPrecision(tensor.BF16)
+	for _, beta := range []float32{0, 1} {
+		d.Copy(c1.g, cb)
+		d.Gemm(false, true, m, nn, k, 1, ah, 0, k, bh, k, k, beta, c1.g, 0, nn)
+		d.Gemm(false, true, m, nn, k, 1, ah, 0, k, bh, k, k, beta, cb, 0, nn)
+		d.CopyToHost(r1, c1.g)
+		d.CopyToHost(r2, cb)
+		for i := range r1 {
+			if math.Abs(float64(r2[i]-r1[i])) > 0x1p-8*math.Abs(float64(r1[i]))+1e-6 {
+				t.Fatalf("bf16 GEMM into a bfloat16 C, beta %g: element %d is %g, the float32 C's %g", beta, i, r2[i], r1[i])
+			}
+		}
+	}
+	d.SetMatmulPrecision(tensor.FP32)
+	if err := d.Sync(); err != nil {
+		t.Fatal(err)
+	}
 	d.Gemm(false, true, m, nn, k, 1, a.g, 0, k, bh, k, k, 0, c2.g, 0, nn)
 	if err := d.Sync(); err == nil || !strings.Contains(err.Error(), "bfloat16 operands need bf16") {
 		t.Errorf("a bfloat16 operand at fp32: Sync says %v, want a refusal", err)

@@ -117,6 +117,14 @@ __device__ __forceinline__ bf16_t bf16_round(float f) {
     return (bf16_t)(u >> 16);
 }
 
+// store_out writes a float32 result as the output's dtype: as is, or
+// rounded to bfloat16 (an activation that only products read); load_in
+// reads an input as float32, a bfloat16 one widened.
+__device__ __forceinline__ void store_out(float* p, float v) { *p = v; }
+__device__ __forceinline__ void store_out(bf16_t* p, float v) { *p = bf16_round(v); }
+__device__ __forceinline__ float load_in(const float* p) { return *p; }
+__device__ __forceinline__ float load_in(const bf16_t* p) { return __uint_as_float((unsigned)*p << 16); }
+
 // f32_to_bf16 rounds batch (rows, cols) matrices of in, ld apart in rows
 // and stride apart, into out packed: rows of cols, matrices rows*cols apart.
 // Only the elements of the matrices are read, however far apart they lie
@@ -149,6 +157,11 @@ extern "C" __global__ void widen_bf16(float* out, const bf16_t* in, long long n)
 // add_bias: out is (N,OC), bias is (OC).
 extern "C" __global__ void add_bias_f32(float* out, const float* bias, long long n, int oc) {
     GRID_STRIDE(i, n) out[i] += bias[i % oc];
+}
+
+// add_bias_bf16: a bfloat16 out, widened, added to and rounded again.
+extern "C" __global__ void add_bias_bf16(bf16_t* out, const float* bias, long long n, int oc) {
+    GRID_STRIDE(i, n) out[i] = bf16_round(load_in(out + i) + bias[i % oc]);
 }
 
 // bias_backward: the first of two deterministic stages of dbias += the
@@ -207,10 +220,6 @@ extern "C" __global__ void ROW_BOUNDS embedding_backward_f32(float* dtable, cons
 // --- layernorm ---
 
 // layernorm_forward: one block per row of inp (N,C); mean and rstd are (N).
-// store_out writes a float32 result as the output's dtype: as is, or
-// rounded to bfloat16 (an activation that only products read).
-__device__ __forceinline__ void store_out(float* p, float v) { *p = v; }
-__device__ __forceinline__ void store_out(bf16_t* p, float v) { *p = bf16_round(v); }
 
 template <typename T>
 __device__ void layernorm_forward(T* out, float* mean, float* rstd, const float* inp, const float* weight,
@@ -384,33 +393,51 @@ extern "C" __global__ void rope_f32(float* x, const float* table, long long rows
     }
 }
 
-// swiglu_forward: out (N,F) = silu(gate)*up with inp's rows [gate | up].
-__device__ __forceinline__ float swiglu_at(const float* inp, long long i, int f) {
-    long long r = i / f;
-    int j = i % f;
-    float g = inp[2 * r * f + j], u = inp[(2 * r + 1) * f + j];
-    return g / (1.f + expf(-g)) * u;
-}
-
-extern "C" __global__ void swiglu_forward_f32(float* out, const float* inp, long long n, int f) {
-    GRID_STRIDE(i, n) out[i] = swiglu_at(inp, i, f);
-}
-
-// swiglu_forward_bf16: the same values stored as bfloat16.
-extern "C" __global__ void swiglu_forward_bf16(bf16_t* out, const float* inp, long long n, int f) {
-    GRID_STRIDE(i, n) out[i] = bf16_round(swiglu_at(inp, i, f));
-}
-
-// swiglu_backward: dinp (N,2F) += [dgate | dup] from dout (N,F).
-extern "C" __global__ void swiglu_backward_f32(float* dinp, const float* inp, const float* dout, long long n, int f) {
+// swiglu_forward: out (N,F) = silu(gate)*up with inp's rows [gate | up];
+// inp and out float32 or bfloat16 (the kernel names' _bf16: a bfloat16
+// out; _from_bf16: a bfloat16 inp).
+template <typename Out, typename In>
+__device__ __forceinline__ void swiglu_forward(Out* out, const In* inp, long long n, int f) {
     GRID_STRIDE(i, n) {
         long long r = i / f;
         int j = i % f;
-        float g = inp[2 * r * f + j], u = inp[(2 * r + 1) * f + j], d = dout[i];
+        float g = load_in(inp + 2 * r * f + j), u = load_in(inp + (2 * r + 1) * f + j);
+        store_out(out + i, g / (1.f + expf(-g)) * u);
+    }
+}
+
+extern "C" __global__ void swiglu_forward_f32(float* out, const float* inp, long long n, int f) {
+    swiglu_forward(out, inp, n, f);
+}
+extern "C" __global__ void swiglu_forward_bf16(bf16_t* out, const float* inp, long long n, int f) {
+    swiglu_forward(out, inp, n, f);
+}
+extern "C" __global__ void swiglu_forward_f32_from_bf16(float* out, const bf16_t* inp, long long n, int f) {
+    swiglu_forward(out, inp, n, f);
+}
+extern "C" __global__ void swiglu_forward_bf16_from_bf16(bf16_t* out, const bf16_t* inp, long long n, int f) {
+    swiglu_forward(out, inp, n, f);
+}
+
+// swiglu_backward: dinp (N,2F) += [dgate | dup] from dout (N,F).
+template <typename In>
+__device__ __forceinline__ void swiglu_backward(float* dinp, const In* inp, const float* dout, long long n, int f) {
+    GRID_STRIDE(i, n) {
+        long long r = i / f;
+        int j = i % f;
+        float g = load_in(inp + 2 * r * f + j), u = load_in(inp + (2 * r + 1) * f + j), d = dout[i];
         float s = 1.f / (1.f + expf(-g));
         dinp[2 * r * f + j] += d * u * s * (1.f + g * (1.f - s));
         dinp[(2 * r + 1) * f + j] += d * g * s;
     }
+}
+
+extern "C" __global__ void swiglu_backward_f32(float* dinp, const float* inp, const float* dout, long long n, int f) {
+    swiglu_backward(dinp, inp, dout, n, f);
+}
+extern "C" __global__ void swiglu_backward_f32_from_bf16(float* dinp, const bf16_t* inp, const float* dout, long long n,
+                                                         int f) {
+    swiglu_backward(dinp, inp, dout, n, f);
 }
 
 // --- GELU, tanh approximation: gelu(x) = x - x/(exp(2u)+1), u = s*(x+a*x^3) ---
@@ -423,40 +450,70 @@ __device__ __forceinline__ float gelu_f(float x) {
     return x - x / (e + 1.f);
 }
 
+// gelu'(x) = (1-w)*(1+2*x*w*du), w = 1/(exp(2u)+1), du = du/dx.
+__device__ __forceinline__ float gelu_grad(float x) {
+    float w = 1.f / (expf(2.f * GELU_S * (x + GELU_A * x * x * x)) + 1.f);
+    float du = GELU_S * (1.f + 3.f * GELU_A * x * x);
+    return (1.f - w) * (1.f + 2.f * x * w * du);
+}
+
+// tanh; its gradient recomputes y = tanh(x) for tanh' = 1 - y^2.
+__device__ __forceinline__ float tanh_f(float x) { return tanhf(x); }
+__device__ __forceinline__ float tanh_grad(float x) {
+    float y = tanhf(x);
+    return 1.f - y * y;
+}
+
+// The activations' kernels, as swiglu's: <act>_forward_<out>[_from_bf16]
+// (out = f(inp); a bfloat16 out is an activation saved for products that
+// read bfloat16) and <act>_backward_f32[_from_bf16] (dinp += f'(inp)*dout,
+// inp the forward's input). Each extern "C" entry is written out: the CPU
+// simulation finds kernels by their declarations.
+template <float (*F)(float), typename Out, typename In>
+__device__ __forceinline__ void activation_forward(Out* out, const In* inp, long long n) {
+    GRID_STRIDE(i, n) store_out(out + i, F(load_in(inp + i)));
+}
+
+template <float (*Grad)(float), typename In>
+__device__ __forceinline__ void activation_backward(float* dinp, const In* inp, const float* dout, long long n) {
+    GRID_STRIDE(i, n) dinp[i] += Grad(load_in(inp + i)) * dout[i];
+}
+
 extern "C" __global__ void gelu_forward_f32(float* out, const float* inp, long long n) {
-    GRID_STRIDE(i, n) out[i] = gelu_f(inp[i]);
+    activation_forward<gelu_f>(out, inp, n);
 }
-
-// gelu_forward_bf16: the same values stored as bfloat16 (an activation
-// saved for products that read bfloat16).
 extern "C" __global__ void gelu_forward_bf16(bf16_t* out, const float* inp, long long n) {
-    GRID_STRIDE(i, n) out[i] = bf16_round(gelu_f(inp[i]));
+    activation_forward<gelu_f>(out, inp, n);
 }
-
+extern "C" __global__ void gelu_forward_f32_from_bf16(float* out, const bf16_t* inp, long long n) {
+    activation_forward<gelu_f>(out, inp, n);
+}
+extern "C" __global__ void gelu_forward_bf16_from_bf16(bf16_t* out, const bf16_t* inp, long long n) {
+    activation_forward<gelu_f>(out, inp, n);
+}
 extern "C" __global__ void gelu_backward_f32(float* dinp, const float* inp, const float* dout, long long n) {
-    GRID_STRIDE(i, n) {
-        float x = inp[i];
-        float w = 1.f / (expf(2.f * GELU_S * (x + GELU_A * x * x * x)) + 1.f);
-        float du = GELU_S * (1.f + 3.f * GELU_A * x * x);
-        dinp[i] += (1.f - w) * (1.f + 2.f * x * w * du) * dout[i];
-    }
+    activation_backward<gelu_grad>(dinp, inp, dout, n);
 }
-
-// --- tanh; the backward recomputes y = tanh(x) for tanh' = 1 - y^2 ---
-
+extern "C" __global__ void gelu_backward_f32_from_bf16(float* dinp, const bf16_t* inp, const float* dout, long long n) {
+    activation_backward<gelu_grad>(dinp, inp, dout, n);
+}
 extern "C" __global__ void tanh_forward_f32(float* out, const float* inp, long long n) {
-    GRID_STRIDE(i, n) out[i] = tanhf(inp[i]);
+    activation_forward<tanh_f>(out, inp, n);
 }
-
 extern "C" __global__ void tanh_forward_bf16(bf16_t* out, const float* inp, long long n) {
-    GRID_STRIDE(i, n) out[i] = bf16_round(tanhf(inp[i]));
+    activation_forward<tanh_f>(out, inp, n);
 }
-
+extern "C" __global__ void tanh_forward_f32_from_bf16(float* out, const bf16_t* inp, long long n) {
+    activation_forward<tanh_f>(out, inp, n);
+}
+extern "C" __global__ void tanh_forward_bf16_from_bf16(bf16_t* out, const bf16_t* inp, long long n) {
+    activation_forward<tanh_f>(out, inp, n);
+}
 extern "C" __global__ void tanh_backward_f32(float* dinp, const float* inp, const float* dout, long long n) {
-    GRID_STRIDE(i, n) {
-        float y = tanhf(inp[i]);
-        dinp[i] += dout[i] * (1.f - y * y);
-    }
+    activation_backward<tanh_grad>(dinp, inp, dout, n);
+}
+extern "C" __global__ void tanh_backward_f32_from_bf16(float* dinp, const bf16_t* inp, const float* dout, long long n) {
+    activation_backward<tanh_grad>(dinp, inp, dout, n);
 }
 
 // --- softmax: one warp per row of Tk keys, 8 rows per block of 256 ---

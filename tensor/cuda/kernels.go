@@ -21,15 +21,21 @@ var kernels = []struct {
 	{"fill_f32", elemThreads}, {"add_f32", elemThreads}, {"axpy_f32", elemThreads},
 	{"scale_f32", elemThreads}, {"block2d_f32", elemThreads}, {"f32_to_bf16", elemThreads},
 	{"round_bf16", elemThreads}, {"widen_bf16", elemThreads},
-	{"add_bias_f32", elemThreads}, {"bias_backward_f32", 32 * 32},
+	{"add_bias_f32", elemThreads}, {"add_bias_bf16", elemThreads}, {"bias_backward_f32", 32 * 32},
 	{"embedding_forward_f32", maxRowThreads}, {"embedding_backward_f32", maxRowThreads},
 	{"layernorm_forward_f32", maxRowThreads}, {"layernorm_forward_bf16", maxRowThreads}, {"layernorm_backward_f32", maxRowThreads},
 	{"layernorm_param_grads_f32", elemThreads},
 	{"rmsnorm_forward_f32", maxRowThreads}, {"rmsnorm_forward_bf16", maxRowThreads}, {"rmsnorm_backward_f32", maxRowThreads},
 	{"rmsnorm_param_grads_f32", elemThreads}, {"rope_f32", elemThreads},
-	{"swiglu_forward_f32", elemThreads}, {"swiglu_forward_bf16", elemThreads}, {"swiglu_backward_f32", elemThreads},
-	{"gelu_forward_f32", elemThreads}, {"gelu_backward_f32", elemThreads}, {"gelu_forward_bf16", elemThreads},
-	{"tanh_forward_f32", elemThreads}, {"tanh_backward_f32", elemThreads}, {"tanh_forward_bf16", elemThreads},
+	{"swiglu_forward_f32", elemThreads}, {"swiglu_forward_bf16", elemThreads},
+	{"swiglu_forward_f32_from_bf16", elemThreads}, {"swiglu_forward_bf16_from_bf16", elemThreads},
+	{"swiglu_backward_f32", elemThreads}, {"swiglu_backward_f32_from_bf16", elemThreads},
+	{"gelu_forward_f32", elemThreads}, {"gelu_forward_bf16", elemThreads},
+	{"gelu_forward_f32_from_bf16", elemThreads}, {"gelu_forward_bf16_from_bf16", elemThreads},
+	{"gelu_backward_f32", elemThreads}, {"gelu_backward_f32_from_bf16", elemThreads},
+	{"tanh_forward_f32", elemThreads}, {"tanh_forward_bf16", elemThreads},
+	{"tanh_forward_f32_from_bf16", elemThreads}, {"tanh_forward_bf16_from_bf16", elemThreads},
+	{"tanh_backward_f32", elemThreads}, {"tanh_backward_f32_from_bf16", elemThreads},
 	{"softmax_forward_f32", softmaxThreads}, {"softmax_backward_f32", softmaxThreads},
 	{"ce_row_max_f32", maxRowThreads}, {"ce_sum_exp_f32", maxRowThreads},
 	{"ce_target_logit_f32", elemThreads}, {"ce_loss_f32", elemThreads}, {"ce_backward_f32", maxRowThreads},
@@ -220,11 +226,13 @@ func (d *Device) Axpy2D(dst *tensor.Tensor, dstOff, ldDst int, alpha float32, sr
 
 // --- bias ---
 
-// AddBias is out[i] += bias for every row. out is (N,OC), bias is (OC).
+// AddBias is out[i] += bias for every row. out is (N,OC), bias is (OC); a
+// bfloat16 out is widened, added to and rounded again.
 func (d *Device) AddBias(out, bias *tensor.Tensor) {
-	d.own("AddBias", out, bias)
+	d.ownAny("AddBias", out)
+	d.own("AddBias", bias)
 	check.AddBias(out, bias)
-	d.elementwise("add_bias_f32", out.Len(), tp(out), tp(bias), i64(out.Len()), i32(bias.Len()))
+	d.elementwise(typed("add_bias", out.DType(), tensor.Float32), out.Len(), tp(out), tp(bias), i64(out.Len()), i32(bias.Len()))
 }
 
 // BiasBackward is dbias += column sums of dout. dbias is (OC), dout is (N,OC).
@@ -412,62 +420,70 @@ func (d *Device) RoPEBackward(dx, table *tensor.Tensor, seqLen, period, rotated 
 }
 
 // SwiGLUForward is out = silu(gate)*up. out is (N,F), inp (N,2F) rows of
-// [gate | up]; a bfloat16 out holds the float32 results rounded.
+// [gate | up]; either may be bfloat16 (a bfloat16 out holds the float32
+// results rounded).
 func (d *Device) SwiGLUForward(out, inp *tensor.Tensor) {
-	d.ownAny("SwiGLUForward", out)
-	d.own("SwiGLUForward", inp)
+	d.ownAny("SwiGLUForward", out, inp)
 	_, f := check.SwiGLUForward(out, inp)
-	name := "swiglu_forward_f32"
-	if out.DType() == tensor.BFloat16 {
-		name = "swiglu_forward_bf16"
-	}
-	d.elementwise(name, out.Len(), tp(out), tp(inp), i64(out.Len()), i32(f))
+	d.elementwise(typed("swiglu_forward", out.DType(), inp.DType()), out.Len(), tp(out), tp(inp), i64(out.Len()), i32(f))
 }
 
 // SwiGLUBackward accumulates [dgate | dup] into dinp (N,2F) from dout (N,F)
-// and the forward's inp (N,2F).
+// and the forward's inp (N,2F), which may be bfloat16.
 func (d *Device) SwiGLUBackward(dinp, inp, dout *tensor.Tensor) {
-	d.own("SwiGLUBackward", dinp, inp, dout)
+	d.own("SwiGLUBackward", dinp, dout)
+	d.ownAny("SwiGLUBackward", inp)
 	_, f := check.SwiGLUBackward(dinp, inp, dout)
-	d.elementwise("swiglu_backward_f32", dout.Len(), tp(dinp), tp(inp), tp(dout), i64(dout.Len()), i32(f))
+	d.elementwise(typed("swiglu_backward", tensor.Float32, inp.DType()), dout.Len(), tp(dinp), tp(inp), tp(dout), i64(dout.Len()), i32(f))
+}
+
+// typed is the kernel of base for an output and an input of these dtypes
+// (kernels.cu): base_f32, base_bf16 (a bfloat16 output), with
+// _from_bf16 for a bfloat16 input.
+func typed(base string, out, in tensor.DType) string {
+	name := base + "_f32"
+	if out == tensor.BFloat16 {
+		name = base + "_bf16"
+	}
+	if in == tensor.BFloat16 {
+		name += "_from_bf16"
+	}
+	return name
 }
 
 // --- activations ---
 
-// activationKernels are each tensor.Activation's forward, backward and
-// bfloat16-output forward kernels.
-var activationKernels = [...][3]string{
-	tensor.GELU: {"gelu_forward_f32", "gelu_backward_f32", "gelu_forward_bf16"},
-	tensor.Tanh: {"tanh_forward_f32", "tanh_backward_f32", "tanh_forward_bf16"},
+// activationKernels are each tensor.Activation's forward and backward
+// kernels' base names (typed adds the dtypes).
+var activationKernels = [...][2]string{
+	tensor.GELU: {"gelu_forward", "gelu_backward"},
+	tensor.Tanh: {"tanh_forward", "tanh_backward"},
 }
 
-// activationKernel is f's forward (0), backward (1) or bfloat16-output
-// forward (2) kernel; fn names the method in the panic of an unknown f.
-func activationKernel(fn string, f tensor.Activation, dir int) string {
+// activationKernel is f's forward (0) or backward (1) kernel for an output
+// and an input of these dtypes; fn names the method in the panic of an
+// unknown f.
+func activationKernel(fn string, f tensor.Activation, dir int, out, in tensor.DType) string {
 	if f < 0 || int(f) >= len(activationKernels) {
 		panic(fmt.Sprintf("tensor.%s: unknown activation %d", fn, int(f)))
 	}
-	return activationKernels[f][dir]
+	return typed(activationKernels[f][dir], out, in)
 }
 
-// ActivationForward is out = f(inp) elementwise; a bfloat16 out holds
-// the float32 results rounded.
+// ActivationForward is out = f(inp) elementwise; either may be bfloat16
+// (a bfloat16 out holds the float32 results rounded).
 func (d *Device) ActivationForward(f tensor.Activation, out, inp *tensor.Tensor) {
-	d.ownAny("ActivationForward", out)
-	d.own("ActivationForward", inp)
+	d.ownAny("ActivationForward", out, inp)
 	check.ActivationForward(out, inp)
-	dir := 0
-	if out.DType() == tensor.BFloat16 {
-		dir = 2
-	}
-	d.elementwise(activationKernel("ActivationForward", f, dir), out.Len(), tp(out), tp(inp), i64(out.Len()))
+	d.elementwise(activationKernel("ActivationForward", f, 0, out.DType(), inp.DType()), out.Len(), tp(out), tp(inp), i64(out.Len()))
 }
 
-// ActivationBackward is dinp += f'(inp)*dout.
+// ActivationBackward is dinp += f'(inp)*dout; inp may be bfloat16.
 func (d *Device) ActivationBackward(f tensor.Activation, dinp, inp, dout *tensor.Tensor) {
-	d.own("ActivationBackward", dinp, inp, dout)
+	d.own("ActivationBackward", dinp, dout)
+	d.ownAny("ActivationBackward", inp)
 	check.ActivationBackward(dinp, inp, dout)
-	d.elementwise(activationKernel("ActivationBackward", f, 1), inp.Len(), tp(dinp), tp(inp), tp(dout), i64(inp.Len()))
+	d.elementwise(activationKernel("ActivationBackward", f, 1, tensor.Float32, inp.DType()), inp.Len(), tp(dinp), tp(inp), tp(dout), i64(inp.Len()))
 }
 
 // --- softmax ---

@@ -859,6 +859,23 @@ static float load(const void* p, int type, long i) {
     abort();
 }
 
+// store writes a float32 sum as a C of type: as is, or rounded to bf16 (to
+// nearest even, a NaN kept a NaN), as cuBLAS stores a CUDA_R_16BF C.
+static void store(void* p, int type, long i, float v) {
+    if (type == 0) {
+        ((float*)p)[i] = v;
+        return;
+    }
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        ((uint16_t*)p)[i] = (uint16_t)((u >> 16) | 0x40u);
+        return;
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    ((uint16_t*)p)[i] = (uint16_t)(u >> 16);
+}
+
 // A cuBLAS handle remembers its stream: a GEMM waits for the work queued
 // on it, as every other operation does.
 struct BlasHandle {
@@ -885,11 +902,12 @@ int cublasGetVersion_v2(void*, int* v) {
 
 // gemm computes C = alpha op(A) op(B) + beta C, each sum over l in order
 // in float32; op(A) and op(B) are unpacked into rows first, so the loop
-// that sums reads memory in order.
+// that sums reads memory in order. C is float32, or bf16 with bf16 A and B
+// (cuBLAS's supported combinations).
 static int gemm(void* h, int ta, int tb, int m, int n, int k, const float* alpha, const void* A, int at, int lda,
-                long sa, const void* B, int bt, int ldb, long sb, const float* beta, float* C, int ct, int ldc, long sc,
+                long sa, const void* B, int bt, int ldb, long sb, const float* beta, void* C, int ct, int ldc, long sc,
                 int batch) {
-    if (ct != 0 || (at != 0 && at != 14) || bt != at) return 7;  // CUBLAS_STATUS_INVALID_VALUE
+    if ((at != 0 && at != 14) || bt != at || (ct != 0 && ct != at)) return 7;  // CUBLAS_STATUS_INVALID_VALUE
     if (sync_stream(((BlasHandle*)h)->stream)) return 13;      // CUBLAS_STATUS_EXECUTION_FAILED
     std::vector<float> a((size_t)m * k), b((size_t)n * k);
     for (int q = 0; q < batch; q++) {
@@ -902,20 +920,20 @@ static int gemm(void* h, int ta, int tb, int m, int n, int k, const float* alpha
                 const float *ar = &a[(size_t)i * k], *br = &b[(size_t)j * k];
                 float s = 0;
                 for (int l = 0; l < k; l++) s += ar[l] * br[l];
-                float* c = C + q * sc + (long)j * ldc + i;
-                *c = *beta == 0 ? *alpha * s : *alpha * s + *beta * *c;
+                long c = q * sc + (long)j * ldc + i;
+                store(C, ct, c, *beta == 0 ? *alpha * s : *alpha * s + *beta * load(C, ct, c));
             }
     }
     return 0;
 }
 
 int cublasGemmEx(void* h, int ta, int tb, int m, int n, int k, const float* alpha, const void* A, int at, int lda,
-                 const void* B, int bt, int ldb, const float* beta, float* C, int ct, int ldc, int, int) {
+                 const void* B, int bt, int ldb, const float* beta, void* C, int ct, int ldc, int, int) {
     return gemm(h, ta, tb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0, beta, C, ct, ldc, 0, 1);
 }
 int cublasGemmStridedBatchedEx(void* h, int ta, int tb, int m, int n, int k, const float* alpha, const void* A, int at,
                                int lda, long long sa, const void* B, int bt, int ldb, long long sb, const float* beta,
-                               float* C, int ct, int ldc, long long sc, int batch, int, int) {
+                               void* C, int ct, int ldc, long long sc, int batch, int, int) {
     return gemm(h, ta, tb, m, n, k, alpha, A, at, lda, sa, B, bt, ldb, sb, beta, C, ct, ldc, sc, batch);
 }
 const char* cublasGetStatusName(int r) {
