@@ -29,9 +29,10 @@ type BlockConfig struct {
 	Recompute Recompute
 	// FusedAttention runs the attention fused (AttentionConfig.Fused).
 	FusedAttention bool
-	// Activations is what the activations only matrix products read are
-	// stored as (the MLP's GELU output; the layer norms' outputs without
-	// sequence parallelism): BFloat16 under bf16 compute.
+	// Activations is what the activations only matrix products and the
+	// activation kernels read are stored as (the MLP's fc and GELU outputs;
+	// the layer norms' outputs without sequence parallelism): BFloat16
+	// under bf16 compute.
 	Activations tensor.DType
 	From        *ParamSet // the model's parameters, where the block takes its own; nil: new ones
 }

@@ -28,6 +28,12 @@ type LinearOptions struct {
 	SequenceParallel *SequenceParallel
 
 	// Column-parallel only.
+	// OutDType is what this rank's output is stored as: BFloat16 for an
+	// activation that only kernels reading bfloat16 read (the MLP's
+	// pre-activation under bf16 compute: the product's float32 sums
+	// rounded, then the bias added and rounded again); not with
+	// GatherOutput or ValidOut.
+	OutDType     tensor.DType
 	GatherOutput bool   // all-gather the output so every rank holds (B,T,Out)
 	Blocks       int    // the output is Blocks fused blocks each split over the ranks (3 for Q,K,V)
 	ValidOut     int    // outputs >= ValidOut are padding (padded vocab): their logits are masked; 0 = none
@@ -115,6 +121,9 @@ func NewColumnParallelLinear(dev tensor.Device, tp nccl.Comm, name string, in, o
 	if err := checkSP(name, opt.SequenceParallel, g); err != nil {
 		return nil, err
 	}
+	if opt.OutDType != tensor.Float32 && (opt.GatherOutput || opt.ValidOut > 0) {
+		return nil, fmt.Errorf("%s: a %v output goes without GatherOutput or ValidOut", name, opt.OutDType)
+	}
 	if opt.SequenceParallel != nil && opt.GatherOutput {
 		return nil, fmt.Errorf("%s: GatherOutput goes without sequence parallelism", name)
 	}
@@ -165,7 +174,7 @@ func (l *ColumnParallelLinear) Params() []*Param {
 
 // shape is what decides the layer's buffers (ColumnSizes).
 func (l *ColumnParallelLinear) shape() LinearShape {
-	return LinearShape{In: l.In, Out: l.local * l.g.Size(), TP: l.g.Size(), SP: l.sp != nil, GatherOutput: l.opt.GatherOutput}
+	return LinearShape{In: l.In, Out: l.local * l.g.Size(), TP: l.g.Size(), SP: l.sp != nil, GatherOutput: l.opt.GatherOutput, OutDType: l.opt.OutDType}
 }
 
 // LocalOut is the number of output columns this rank computes.

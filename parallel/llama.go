@@ -465,13 +465,13 @@ func swigluCoreSizes(b, t, fl int, act tensor.DType) Sizes {
 // NewSwiGLUMLP makes this rank's shard of a SwiGLU MLP (dim -> hidden ->
 // dim) over the group tp (nil: unsharded), in the sequence-parallel region
 // sp when it is not nil; tp must divide hidden. The parameters are taken
-// from from (nil: new ones). act is what h is stored as (as
-// NewParallelMLP's).
+// from from (nil: new ones). act is what gate_up_proj's output and h are
+// stored as (as NewParallelMLP's).
 func NewSwiGLUMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name string, dim, hidden int, seed uint64, std, projStd float32, from *ParamSet, act tensor.DType) (*SwiGLUMLP, error) {
 	if projStd == 0 {
 		projStd = std
 	}
-	gu, err := NewColumnParallelLinear(dev, tp, name+".gate_up_proj", dim, 2*hidden, LinearOptions{Blocks: 2, Seed: seed, Std: std, SequenceParallel: sp, From: from})
+	gu, err := NewColumnParallelLinear(dev, tp, name+".gate_up_proj", dim, 2*hidden, LinearOptions{Blocks: 2, Seed: seed, Std: std, SequenceParallel: sp, From: from, OutDType: act})
 	if err != nil {
 		return nil, err
 	}
@@ -556,9 +556,10 @@ type LlamaBlockConfig struct {
 	SP             *SequenceParallel
 	Recompute      Recompute
 	FusedAttention bool // the attention runs fused (AttentionConfig.Fused)
-	// Activations is what the activations only matrix products read are
-	// stored as (the SwiGLU output; the norms' outputs without sequence
-	// parallelism), as BlockConfig.Activations.
+	// Activations is what the activations only matrix products and the
+	// activation kernels read are stored as (gate_up_proj's and SwiGLU's
+	// outputs; the norms' outputs without sequence parallelism), as
+	// BlockConfig.Activations.
 	Activations tensor.DType
 	From        *ParamSet // the model's parameters, where the block takes its own; nil: new ones
 }
@@ -619,7 +620,7 @@ func LlamaBlockSizes(s LlamaBlockShape, b, t int) Sizes {
 	layers.add("self_attn.o_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
 	layers.add("post_attention_layernorm.", RMSNormSizes(b, tl, c, norms))
 	layers.add("mlp.", swigluCoreSizes(b, t, s.Hidden/tp, s.Activations))
-	layers.add("mlp.gate_up_proj.", ColumnSizes(LinearShape{In: c, Out: 2 * s.Hidden, TP: tp, SP: s.SP}, b, t))
+	layers.add("mlp.gate_up_proj.", ColumnSizes(LinearShape{In: c, Out: 2 * s.Hidden, TP: tp, SP: s.SP, OutDType: s.Activations}, b, t))
 	layers.add("mlp.down_proj.", RowSizes(LinearShape{In: s.Hidden, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
 	if full {
 		layers = Sizes{Scratch: append(layers.Saved, layers.Scratch...)}

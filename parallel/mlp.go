@@ -26,7 +26,7 @@ type ParallelMLP struct {
 // its own.
 type mlpSaved struct {
 	bufs buffers
-	h    *tensor.Tensor // (B,T,Hidden/tp) after GELU, stored as ParallelMLP.act
+	h    *tensor.Tensor // (B,T,Hidden/tp) after GELU, stored as ParallelMLP.act (as is fc's output)
 }
 
 // mlpScratch is what the MLP's Backward uses and leaves nothing in: the
@@ -39,9 +39,9 @@ type mlpScratch struct {
 // NewParallelMLP makes this rank's shard of a (dim -> hidden -> dim) MLP
 // over the group tp (nil: unsharded); tp must divide hidden. projStd is the
 // init std of the output projection (0: std). The parameters are taken
-// from from (nil: new ones). act is what GELU's output, which only the
-// output projection's products read, is stored as (BFloat16 under bf16
-// compute).
+// from from (nil: new ones). act is what fc's output and GELU's are
+// stored as (BFloat16 under bf16 compute): only GELU's kernels read the
+// first, only the output projection's products the second.
 func NewParallelMLP(dev tensor.Device, tp nccl.Comm, name string, dim, hidden int, seed uint64, std, projStd float32, from *ParamSet, act tensor.DType) (*ParallelMLP, error) {
 	return newParallelMLP(dev, tp, nil, name, dim, hidden, seed, std, projStd, from, act)
 }
@@ -57,7 +57,7 @@ func newParallelMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name 
 	if projStd == 0 {
 		projStd = std
 	}
-	fc, err := NewColumnParallelLinear(dev, tp, name+".c_fc", dim, hidden, LinearOptions{Bias: true, Seed: seed, Std: std, SequenceParallel: sp, From: from})
+	fc, err := NewColumnParallelLinear(dev, tp, name+".c_fc", dim, hidden, LinearOptions{Bias: true, Seed: seed, Std: std, SequenceParallel: sp, From: from, OutDType: act})
 	if err != nil {
 		return nil, err
 	}

@@ -142,17 +142,18 @@ func LayerNormSizes(b, t, c int, dt tensor.DType) Sizes {
 // (LinearOptions).
 type LinearShape struct {
 	In, Out         int
-	TP              int  // the group's size (1: unsharded)
-	SP              bool // LinearOptions.SequenceParallel is set
-	GatherOutput    bool // column-parallel only
-	InputIsParallel bool // row-parallel only
+	TP              int          // the group's size (1: unsharded)
+	SP              bool         // LinearOptions.SequenceParallel is set
+	GatherOutput    bool         // column-parallel only
+	OutDType        tensor.DType // column-parallel only: LinearOptions.OutDType
+	InputIsParallel bool         // row-parallel only
 }
 
 func (s LinearShape) tp() int { return max(s.TP, 1) }
 
 // ColumnSizes are a ColumnParallelLinear's buffers for b x t tokens (the
 // gathered sequence under sequence parallelism). Saved: out_local
-// (b,t,Out/tp), this rank's columns (also the input of GELU or of the
+// (b,t,Out/tp), stored as OutDType, this rank's columns (also the input of GELU or of the
 // attention core, read again by their backward); with GatherOutput at tp >
 // 1 the gathered out (b,t,Out). Scratch: at tp > 1 without sequence
 // parallelism dx (b,t,In), the input gradient before f's all-reduce (with
@@ -161,7 +162,7 @@ func (s LinearShape) tp() int { return max(s.TP, 1) }
 // gradient.
 func ColumnSizes(s LinearShape, b, t int) Sizes {
 	tp, ol := s.tp(), s.Out/s.tp()
-	z := Sizes{Saved: Buffers{buf("out_local", b, t, ol)}}
+	z := Sizes{Saved: Buffers{buf("out_local", b, t, ol).as(s.OutDType)}}
 	gathered := s.GatherOutput && tp > 1
 	if gathered {
 		z.Saved = append(z.Saved, buf("out", b, t, s.Out))
@@ -332,7 +333,7 @@ func BlockSizes(s BlockShape, b, t int) Sizes {
 	layers.add("attn.c_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
 	layers.add("ln_2.", LayerNormSizes(b, tl, c, norms))
 	layers.add("mlp.", mlpCoreSizes(b, t, hidden/tp, s.Activations))
-	layers.add("mlp.c_fc.", ColumnSizes(LinearShape{In: c, Out: hidden, TP: tp, SP: s.SP}, b, t))
+	layers.add("mlp.c_fc.", ColumnSizes(LinearShape{In: c, Out: hidden, TP: tp, SP: s.SP, OutDType: s.Activations}, b, t))
 	layers.add("mlp.c_proj.", RowSizes(LinearShape{In: hidden, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
 	if full {
 		layers = Sizes{Scratch: append(layers.Saved, layers.Scratch...)}

@@ -360,22 +360,24 @@ func (b *LlamaBlock) share(with recomputeBlock) { b.ShareBuffers(with.(*LlamaBlo
 func (b *LlamaBlock) shadow() recomputeBlock    { return b.Shadow() }
 
 // TestBF16ActivationDTypes: at bfloat16 activations the buffers only
-// products read are BFloat16 (the MLP's hidden one; the norms' outputs of
-// a pre-norm block without sequence parallelism), everything else
+// products and the activation kernels read are BFloat16 (the MLP's hidden
+// one and its pre-activation, fc's output; the norms' outputs of a
+// pre-norm block without sequence parallelism), everything else
 // Float32; under sequence parallelism (the norm output is all-gathered as
 // float32) and in BERT's post-norm layers (the norm output is the
 // residual stream) the norms' outputs stay Float32. Bytes count 2 a
 // BFloat16 element.
 func TestBF16ActivationDTypes(t *testing.T) {
-	half := map[string]bool{"mlp.h": true, "ln_1.out": true, "ln_2.out": true}
+	mlp := map[string]bool{"mlp.h": true, "mlp.c_fc.out_local": true}
+	half := map[string]bool{"mlp.h": true, "mlp.c_fc.out_local": true, "ln_1.out": true, "ln_2.out": true}
 	for _, c := range []struct {
 		name string
 		s    BlockShape
 		want map[string]bool
 	}{
 		{"pre-norm", BlockShape{Dim: 8, Heads: 2, TP: 1, Activations: tensor.BFloat16}, half},
-		{"sp", BlockShape{Dim: 8, Heads: 2, TP: 2, SP: true, Activations: tensor.BFloat16}, map[string]bool{"mlp.h": true}},
-		{"post-norm", BlockShape{Dim: 8, Heads: 2, TP: 1, PostNorm: true, Activations: tensor.BFloat16}, map[string]bool{"mlp.h": true}},
+		{"sp", BlockShape{Dim: 8, Heads: 2, TP: 2, SP: true, Activations: tensor.BFloat16}, mlp},
+		{"post-norm", BlockShape{Dim: 8, Heads: 2, TP: 1, PostNorm: true, Activations: tensor.BFloat16}, mlp},
 		{"fp32", BlockShape{Dim: 8, Heads: 2, TP: 1}, nil},
 	} {
 		z := BlockSizes(c.s, 2, 4)
@@ -396,7 +398,7 @@ func TestBF16ActivationDTypes(t *testing.T) {
 	}
 	l := LlamaBlockSizes(LlamaBlockShape{Dim: 8, Heads: 2, KVHeads: 1, Hidden: 12, TP: 1, Activations: tensor.BFloat16}, 2, 4)
 	for _, b := range l.Saved {
-		isHalf := b.Name == "mlp.h" || b.Name == "input_layernorm.out" || b.Name == "post_attention_layernorm.out"
+		isHalf := b.Name == "mlp.h" || b.Name == "mlp.gate_up_proj.out_local" || b.Name == "input_layernorm.out" || b.Name == "post_attention_layernorm.out"
 		if (b.DType == tensor.BFloat16) != isHalf {
 			t.Errorf("llama: %s is %s", b.Name, b.DType)
 		}

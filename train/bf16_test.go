@@ -20,9 +20,10 @@ import (
 // step (at lr 1e-4, as TestGPUFusedAttentionCurves); and the bf16 run's
 // peak is the fp32 run's plus exactly 2 bytes a weight the products read
 // (the copies, spec.Param.Product) less 2 bytes an element of the
-// activations stored as bfloat16: the MLP's hidden one and the two norms'
-// outputs (B x T x (Hidden + 2C) a block), and the language models' ln_f
-// output (B x T x C).
+// activations stored as bfloat16: the MLP's hidden one, its
+// pre-activation (Hidden wide, 2 x Hidden for SwiGLU's gate and up) and
+// the two norms' outputs (B x T x (Hidden + pre + 2C) a block), and the
+// language models' ln_f output (B x T x C).
 func TestBF16CurvesOnCPU(t *testing.T) {
 	for _, model := range []string{"gpt", "llama", "bert"} {
 		t.Run(model, func(t *testing.T) {
@@ -84,7 +85,11 @@ func TestBF16CurvesOnCPU(t *testing.T) {
 					copies += 2 * n
 				}
 			}
-			acts := 2 * int64(cfg.Layers*cfg.BatchSize*cfg.Seq*(cfg.Hidden()+2*cfg.Dim))
+			pre := cfg.Hidden() // fc's output, GELU's input
+			if model == "llama" {
+				pre = 2 * cfg.Hidden() // gate_up_proj's, SwiGLU's
+			}
+			acts := 2 * int64(cfg.Layers*cfg.BatchSize*cfg.Seq*(cfg.Hidden()+pre+2*cfg.Dim))
 			if cfg.LM() {
 				acts += 2 * int64(cfg.BatchSize*cfg.Seq*cfg.Dim) // ln_f's output, the LM head's input
 			}
