@@ -201,8 +201,21 @@ func (d *CPUDevice) block2D(fn string, dst *Tensor, dstOff, ldDst int, alpha flo
 }
 
 // Copy2D copies a (rows,cols) block: dst[dstOff+i*ldDst+j] = src[srcOff+i*ldSrc+j].
+// dst and src may both be bfloat16.
 func (d *CPUDevice) Copy2D(dst *Tensor, dstOff, ldDst int, src *Tensor, srcOff, ldSrc, rows, cols int) {
-	d.block2D("Copy2D", dst, dstOff, ldDst, 1, src, srcOff, ldSrc, rows, cols, false)
+	if dst.DType() == Float32 && src.DType() == Float32 {
+		d.block2D("Copy2D", dst, dstOff, ldDst, 1, src, srcOff, ldSrc, rows, cols, false)
+		return
+	}
+	d.ownAny("Copy2D", dst, src)
+	check.Copy2DTypes(dst.DType(), src.DType())
+	if check.Block2D("Copy2D", dst, dstOff, ldDst, src, srcOff, ldSrc, rows, cols) {
+		return
+	}
+	hd, hs := dst.HostBF16()[dstOff:], src.HostBF16()[srcOff:]
+	for i := range rows {
+		copy(hd[i*ldDst:i*ldDst+cols], hs[i*ldSrc:i*ldSrc+cols])
+	}
 }
 
 // Axpy2D accumulates a (rows,cols) block: dst[dstOff+i*ldDst+j] += alpha*src[srcOff+i*ldSrc+j].

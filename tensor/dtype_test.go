@@ -391,6 +391,41 @@ func TestCPUBF16Inputs(t *testing.T) {
 		}
 	}
 
+	// RoPE on a bfloat16 x (a Llama's qkv): widened, rotated and rounded
+	// again, both ways; and a bfloat16 block copied as is.
+	{
+		const rows, seq, hd, heads = 12, 6, 8, 5 // period 5, 4 rotated: the value head not
+		xh, xw := pair(1, rows, heads*hd)
+		table := random(seq, hd)
+		for _, sign := range []float32{1, -1} {
+			if sign > 0 {
+				d.RoPEForward(xw, table, seq, heads, heads-1)
+				d.RoPEForward(xh, table, seq, heads, heads-1)
+			} else {
+				d.RoPEBackward(xw, table, seq, heads, heads-1)
+				d.RoPEBackward(xh, table, seq, heads, heads-1)
+			}
+			rounded(fmt.Sprintf("RoPE %v on bfloat16", sign), xh.HostBF16(), xw.Host())
+			WidenBF16(xw.Host(), xh.HostBF16())
+		}
+		dst, _ := d.AllocAs(BFloat16, rows, 2*hd)
+		d.Copy2D(dst, 1, 2*hd, xh, 3, heads*hd, rows, hd+2)
+		for i := range rows {
+			for j := range 2 * hd {
+				want := uint16(0)
+				if j >= 1 && j < hd+3 {
+					want = xh.HostBF16()[i*heads*hd+3+j-1]
+				}
+				if got := dst.HostBF16()[i*2*hd+j]; got != want {
+					t.Fatalf("Copy2D of bfloat16: (%d,%d) is %#x, want %#x", i, j, got, want)
+				}
+			}
+		}
+		for _, x := range []*Tensor{xh, xw, table, dst} {
+			d.Free(x)
+		}
+	}
+
 	// A product into a bfloat16 C: the float32 product rounded once, C
 	// read (widened) where beta is not 0, columns past n untouched.
 	for _, tc := range []struct {

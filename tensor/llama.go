@@ -110,6 +110,7 @@ func (d *CPUDevice) RMSNormBackward(dinp, dweight, dout, inp, weight, rstd *Tens
 
 type ropeK struct {
 	x, table                           []float32
+	half                               []uint16 // a bfloat16 x instead of x
 	seqLen, heads, hd, period, rotated int
 	sign                               float32 // 1 forward, -1 the inverse rotation
 }
@@ -124,6 +125,14 @@ func (k *ropeK) run(lo, hi, _ int) {
 			if hh%k.period >= k.rotated {
 				continue
 			}
+			if k.half != nil {
+				v := k.half[i*w+hh*k.hd : i*w+(hh+1)*k.hd]
+				for j := 0; j < h; j++ {
+					a, b, c, s := Float32FromBF16(v[j]), Float32FromBF16(v[j+h]), cos[j], k.sign*sin[j]
+					v[j], v[j+h] = BF16FromFloat32(a*c-b*s), BF16FromFloat32(b*c+a*s)
+				}
+				continue
+			}
 			v := k.x[i*w+hh*k.hd : i*w+(hh+1)*k.hd]
 			for j := 0; j < h; j++ {
 				a, b, c, s := v[j], v[j+h], cos[j], k.sign*sin[j]
@@ -134,12 +143,14 @@ func (k *ropeK) run(lo, hi, _ int) {
 }
 
 func (d *CPUDevice) rope(fn string, x, table *Tensor, seqLen, period, rotated int, sign float32) {
-	d.own(fn, x, table)
+	d.ownAny(fn, x)
+	d.own(fn, table)
 	rows, heads := check.RoPE(fn, x, table, seqLen, period, rotated)
+	full, half := hostAny(x, 0)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.rope
-	*k = ropeK{x: x.Host(), table: table.Host(), seqLen: seqLen, heads: heads, hd: table.Cols(), period: period, rotated: rotated, sign: sign}
+	*k = ropeK{x: full, half: half, table: table.Host(), seqLen: seqLen, heads: heads, hd: table.Cols(), period: period, rotated: rotated, sign: sign}
 	d.parallel(rows, d.chunks(rows, 3*x.Cols()), k)
 	*k = ropeK{}
 }

@@ -35,8 +35,14 @@ func flashShared(name string, hs int) int {
 	return 4*tile + 2*flashRows*4
 }
 
-// flashKernel is the entry point of kernel name for heads of hs.
-func flashKernel(name string, hs int) string { return fmt.Sprintf("%s_%d", name, hs) }
+// flashKernel is the entry point of kernel name for heads of hs and a
+// qkv stored as dt.
+func flashKernel(name string, hs int, dt tensor.DType) string {
+	if dt == tensor.BFloat16 {
+		return fmt.Sprintf("%s_%d_bf16", name, hs)
+	}
+	return fmt.Sprintf("%s_%d", name, hs)
+}
 
 // flashKernels are the fused kernels of the table, with their dynamic
 // shared memory: Open raises each kernel's limit to it past 48 KiB.
@@ -44,7 +50,9 @@ func flashKernels() map[string]int {
 	m := map[string]int{}
 	for _, name := range []string{"flash_forward", "flash_backward_dkdv", "flash_backward_dq"} {
 		for _, hs := range flashHeadSizes {
-			m[flashKernel(name, hs)] = flashShared(name, hs)
+			for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
+				m[flashKernel(name, hs, dt)] = flashShared(name, hs)
+			}
 		}
 	}
 	return m
@@ -113,7 +121,8 @@ func flashArgs(l tensor.HeadLayout, t int, valid uintptr, causal bool) []karg {
 // FusedAttentionForward is tensor.FusedAttention's forward: out
 // (B,T,Heads*HeadSize) and lse (B,Heads,T) from qkv laid out as l.
 func (d *Device) FusedAttentionForward(out, lse, qkv *tensor.Tensor, l tensor.HeadLayout, causal bool, keyValid []int32) {
-	d.own("FusedAttentionForward", out, lse, qkv)
+	d.own("FusedAttentionForward", out, lse)
+	d.ownAny("FusedAttentionForward", qkv)
 	b, t := flashDims("FusedAttentionForward", qkv, out, lse, l, keyValid)
 	if b*t == 0 {
 		return
@@ -123,7 +132,7 @@ func (d *Device) FusedAttentionForward(out, lse, qkv *tensor.Tensor, l tensor.He
 		return
 	}
 	defer d.leave()
-	name := flashKernel("flash_forward", l.HeadSize)
+	name := flashKernel("flash_forward", l.HeadSize, qkv.DType())
 	grid := dim3{uint32((t + flashRows - 1) / flashRows), uint32(l.Heads), uint32(b)}
 	args := append([]karg{tp(out), tp(lse), tp(qkv)}, flashArgs(l, t, valid, causal)...)
 	d.launchShared(name, grid, dim3{flashThreads, 1, 1}, flashShared("flash_forward", l.HeadSize), args...)
@@ -132,7 +141,8 @@ func (d *Device) FusedAttentionForward(out, lse, qkv *tensor.Tensor, l tensor.He
 // FusedAttentionBackward is tensor.FusedAttention's backward: it adds the
 // gradient into dqkv; delta (B,Heads,T) is scratch.
 func (d *Device) FusedAttentionBackward(dqkv, delta, dout, out, lse, qkv *tensor.Tensor, l tensor.HeadLayout, causal bool, keyValid []int32) {
-	d.own("FusedAttentionBackward", dqkv, delta, dout, out, lse, qkv)
+	d.own("FusedAttentionBackward", dqkv, delta, dout, out, lse)
+	d.ownAny("FusedAttentionBackward", qkv)
 	b, t := flashDims("FusedAttentionBackward", qkv, out, lse, l, keyValid)
 	if dqkv.Len() != qkv.Len() || dout.Len() != out.Len() || delta.Len() != lse.Len() {
 		panic(fmt.Sprintf("cuda.FusedAttentionBackward: dqkv %v, dout %v, delta %v must be as qkv %v, out %v, lse %v", dqkv, dout, delta, qkv, out, lse))
@@ -154,7 +164,7 @@ func (d *Device) FusedAttentionBackward(dqkv, delta, dout, out, lse, qkv *tensor
 		name  string
 		heads int
 	}{{"flash_backward_dkdv", l.KVHeads}, {"flash_backward_dq", l.Heads}} {
-		d.launchShared(flashKernel(k.name, l.HeadSize), dim3{tiles, uint32(k.heads), uint32(b)}, dim3{flashThreads, 1, 1},
+		d.launchShared(flashKernel(k.name, l.HeadSize, qkv.DType()), dim3{tiles, uint32(k.heads), uint32(b)}, dim3{flashThreads, 1, 1},
 			flashShared(k.name, l.HeadSize), args...)
 	}
 }

@@ -100,6 +100,43 @@ func TestGPUFusedAttention(t *testing.T) {
 				break
 			}
 		}
+
+		// qkv stored as bfloat16 (the same values: they are bf16 already):
+		// the _bf16 kernels stage the same tiles, so the same bits.
+		qh, err := b.gpu.AllocAs(tensor.BFloat16, B, T, l.Row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.gpu.Copy(qh, qkv.g)
+		out2, lse2 := b.zeros("out2", B, T, tt.nh*hs), b.zeros("lse2", B, tt.nh, T)
+		b.gpu.FusedAttentionForward(out2.g, lse2.g, qh, l, tt.causal, valid)
+		sameGPUBits(t, b.gpu, what("FusedAttentionForward from bfloat16 qkv"), out2.g, out.g)
+		sameGPUBits(t, b.gpu, what("lse from bfloat16 qkv"), lse2.g, lse.g)
+		b.gpu.CopyFromHost(dqkv.g, before)
+		b.gpu.FusedAttentionBackward(dqkv.g, delta.g, dout.g, out.g, lse.g, qh, l, tt.causal, valid)
+		b.gpu.CopyToHost(again, dqkv.g)
+		for i := range first {
+			if math.Float32bits(first[i]) != math.Float32bits(again[i]) {
+				t.Errorf("%s: element %d is %g from float32 qkv, %g from bfloat16", what("FusedAttentionBackward"), i, first[i], again[i])
+				break
+			}
+		}
+		b.gpu.Free(qh)
+	}
+}
+
+// sameGPUBits fails unless the float32 tensors got and want hold the same
+// bits.
+func sameGPUBits(t *testing.T, d *Device, what string, got, want *tensor.Tensor) {
+	t.Helper()
+	g, w := make([]float32, got.Len()), make([]float32, want.Len())
+	d.CopyToHost(g, got)
+	d.CopyToHost(w, want)
+	for i := range w {
+		if math.Float32bits(g[i]) != math.Float32bits(w[i]) {
+			t.Errorf("%s: element %d is %g, want %g", what, i, g[i], w[i])
+			return
+		}
 	}
 }
 

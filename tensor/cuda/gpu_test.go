@@ -1100,14 +1100,7 @@ func TestGPUBF16Storage(t *testing.T) {
 	defer d.Free(xh)
 	sameBits := func(what string, got, want *tensor.Tensor) {
 		t.Helper()
-		g, w := make([]float32, got.Len()), make([]float32, want.Len())
-		d.CopyToHost(g, got)
-		d.CopyToHost(w, want)
-		for i := range w {
-			if math.Float32bits(g[i]) != math.Float32bits(w[i]) {
-				t.Fatalf("%s: element %d is %g, want %g (the float32 kernel on the widened input)", what, i, g[i], w[i])
-			}
-		}
+		sameGPUBits(t, d, what+" (want the float32 kernel on the widened input)", got, want)
 	}
 	for _, fn := range []tensor.Activation{tensor.GELU, tensor.Tanh} {
 		x, xw, full, got := bn.rand("x", 3, n), bn.zeros("xw", n), bn.zeros("full", n), bn.zeros("got", n)
@@ -1155,6 +1148,49 @@ func TestGPUBF16Storage(t *testing.T) {
 		d.AddBias(hv, bias.g)
 		rounds("AddBias on bfloat16", full.g)
 	}
+	// RoPE on a bfloat16 x: widened, rotated, rounded again; a bfloat16
+	// block copied as is.
+	{
+		const rows, seq, hd, heads = 12, 6, 8, 5
+		x, xw, table := bn.rand("x", 1, rows, heads*hd), bn.zeros("xw", rows, heads*hd), bn.rand("table", 1, seq, hd)
+		xr, err := d.AllocAs(tensor.BFloat16, rows, heads*hd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Free(xr)
+		d.Copy(xr, x.g)
+		d.Copy(xw.g, xr)
+		d.RoPEForward(xw.g, table.g, seq, heads, heads-1)
+		d.RoPEForward(xr, table.g, seq, heads, heads-1)
+		wide, got := make([]float32, xw.g.Len()), make([]float32, xw.g.Len())
+		d.CopyToHost(wide, xw.g)
+		d.CopyToHost(got, xr)
+		for i, v := range wide {
+			if w := tensor.Float32FromBF16(tensor.BF16FromFloat32(v)); math.Float32bits(got[i]) != math.Float32bits(w) {
+				t.Fatalf("RoPE on bfloat16: element %d is %g, want %g rounded, %g", i, got[i], v, w)
+			}
+		}
+		dst, err := d.AllocAs(tensor.BFloat16, rows, 2*hd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Free(dst)
+		d.Copy2D(dst, 1, 2*hd, xr, 3, heads*hd, rows, hd+2)
+		blk := make([]float32, rows*2*hd)
+		d.CopyToHost(blk, dst)
+		for i := range rows {
+			for j := range 2 * hd {
+				want := float32(0)
+				if j >= 1 && j < hd+3 {
+					want = got[i*heads*hd+3+j-1]
+				}
+				if blk[i*2*hd+j] != want {
+					t.Fatalf("Copy2D of bfloat16: (%d,%d) is %g, want %g", i, j, blk[i*2*hd+j], want)
+				}
+			}
+		}
+	}
+
 	// A product into a bfloat16 C at bf16, beta 0 and 1: within a
 	// bfloat16 rounding (and float32 reordering) of the float32 C.
 	cb, err := d.AllocAs(tensor.BFloat16, m, nn)

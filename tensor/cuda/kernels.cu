@@ -142,6 +142,17 @@ extern "C" __global__ void f32_to_bf16(bf16_t* out, const float* in, long long r
     }
 }
 
+// copy2d_bf16 copies a (rows,cols) block of bfloat16 elements (Copy2D
+// of a bf16 qkv into a KV cache).
+extern "C" __global__ void copy2d_bf16(bf16_t* dst, long long ldDst, const bf16_t* src, long long ldSrc, long long rows,
+                                       int cols) {
+    long long n = rows * cols;
+    GRID_STRIDE(k, n) {
+        long long i = k / cols, j = k - i * cols;
+        dst[i * ldDst + j] = src[i * ldSrc + j];
+    }
+}
+
 // round_bf16 stores n floats of in as bfloat16 (Copy to a bfloat16
 // tensor); widen_bf16 is its way back, exact.
 extern "C" __global__ void round_bf16(bf16_t* out, const float* in, long long n) {
@@ -375,8 +386,9 @@ extern "C" __global__ void rmsnorm_param_grads_f32(float* dweight, const float* 
 // rope: one thread per rotated pair (row, head, j < hd/2) of x (rows,
 // heads*hd), in place; table row p is [cos | sin] of position p's angles;
 // sign -1 rotates back (the backward).
-extern "C" __global__ void rope_f32(float* x, const float* table, long long rows, int seqLen, int heads, int hd,
-                                    int period, int rotated, float sign) {
+template <typename X>
+__device__ __forceinline__ void rope(X* x, const float* table, long long rows, int seqLen, int heads, int hd, int period,
+                                     int rotated, float sign) {
     int half = hd / 2;
     long long n = rows * heads * half;
     GRID_STRIDE(i, n) {
@@ -386,11 +398,23 @@ extern "C" __global__ void rope_f32(float* x, const float* table, long long rows
         long long row = rh / heads;
         if (h % period >= rotated) continue;
         const float* t = table + (long long)(row % seqLen) * hd;
-        float* v = x + row * heads * hd + (long long)h * hd;
-        float a = v[j], b = v[j + half], c = t[j], s = sign * t[j + half];
-        v[j] = a * c - b * s;
-        v[j + half] = b * c + a * s;
+        X* v = x + row * heads * hd + (long long)h * hd;
+        float a = load_in(v + j), b = load_in(v + j + half), c = t[j], s = sign * t[j + half];
+        store_out(v + j, a * c - b * s);
+        store_out(v + j + half, b * c + a * s);
     }
+}
+
+extern "C" __global__ void rope_f32(float* x, const float* table, long long rows, int seqLen, int heads, int hd,
+                                    int period, int rotated, float sign) {
+    rope(x, table, rows, seqLen, heads, hd, period, rotated, sign);
+}
+
+// rope_bf16: x stored as bfloat16 (a Llama's qkv under bf16 compute),
+// widened, rotated and rounded again.
+extern "C" __global__ void rope_bf16(bf16_t* x, const float* table, long long rows, int seqLen, int heads, int hd,
+                                     int period, int rotated, float sign) {
+    rope(x, table, rows, seqLen, heads, hd, period, rotated, sign);
 }
 
 // swiglu_forward: out (N,F) = silu(gate)*up with inp's rows [gate | up];
@@ -830,15 +854,16 @@ __device__ __forceinline__ unsigned fa_pack(float lo, float hi) {
 
 // fa_stage rounds a FA_ROWS x HD tile to bf16 into shared memory (rows
 // HD+FA_PAD apart, so that ldmatrix's eight rows fall in different
-// banks): row r of src is ld floats after row r-1; rows from n on are 0.
-template <int HD>
-__device__ void fa_stage(bf16_t* dst, const float* src, long long ld, int n) {
+// banks): row r of src is ld elements after row r-1; rows from n on are
+// 0. A bfloat16 src (qkv stored as bf16) is copied as is.
+template <int HD, typename Src>
+__device__ void fa_stage(bf16_t* dst, const Src* src, long long ld, int n) {
     for (int i = threadIdx.x; i < FA_ROWS * (HD / 2); i += blockDim.x) {
         int r = i / (HD / 2), c = 2 * (i - r * (HD / 2));
         float a = 0.f, b = 0.f;
         if (r < n) {
-            a = src[r * ld + c];
-            b = src[r * ld + c + 1];
+            a = load_in(src + r * ld + c);
+            b = load_in(src + r * ld + c + 1);
         }
         *(unsigned*)&dst[r * (HD + FA_PAD) + c] = fa_pack(a, b);
     }
@@ -888,15 +913,15 @@ __device__ __forceinline__ void fa_accumulate(float (*acc)[4], float (*p)[4], co
     }
 }
 
-template <int HD>
-__device__ void flash_forward(float* out, float* lse, const float* qkv, const int* keyValid, int T, int nh, int g,
+template <int HD, typename QKV>
+__device__ void flash_forward(float* out, float* lse, const QKV* qkv, const int* keyValid, int T, int nh, int g,
                               int W, int A, int q0, int k0, int v0, int causal, float scale) {
     HPCRUN_DYNAMIC_SHARED(bf16_t, fa_smem);
     const int LD = HD + FA_PAD;
     bf16_t *sq = fa_smem, *sk = sq + FA_ROWS * LD, *sv = sk + FA_ROWS * LD;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
     int i0 = blockIdx.x * FA_ROWS, h = blockIdx.y, b = blockIdx.z, kvh = h / g;
-    const float* rows = qkv + (long long)b * T * W + (long long)kvh * A;
+    const QKV* rows = qkv + (long long)b * T * W + (long long)kvh * A;
     const int* valid = keyValid ? keyValid + (long long)b * T : 0;
     fa_stage<HD>(sq, rows + (long long)i0 * W + q0 + (h % g) * HD, W, min(FA_ROWS, T - i0));
     float o[HD / 8][4], m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
@@ -974,8 +999,8 @@ extern "C" __global__ void flash_backward_delta(float* delta, const float* out, 
 // flash_backward_dkdv: a block takes 64 keys of kv head blockIdx.y and
 // adds their dK and dV into dqkv, over the group's query heads and every
 // query tile that sees them.
-template <int HD>
-__device__ void flash_backward_dkdv(float* dqkv, const float* qkv, const float* dout, const float* lse,
+template <int HD, typename QKV>
+__device__ void flash_backward_dkdv(float* dqkv, const QKV* qkv, const float* dout, const float* lse,
                                     const float* delta, const int* keyValid, int T, int nh, int g, int W, int A,
                                     int q0, int k0, int v0, int causal, float scale) {
     HPCRUN_DYNAMIC_SHARED(bf16_t, fa_smem);
@@ -984,7 +1009,7 @@ __device__ void flash_backward_dkdv(float* dqkv, const float* qkv, const float* 
     float *sl = (float*)(sdo + FA_ROWS * LD), *sd = sl + FA_ROWS;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
     int j0 = blockIdx.x * FA_ROWS, kvh = blockIdx.y, b = blockIdx.z;
-    const float* rows = qkv + (long long)b * T * W + (long long)kvh * A;
+    const QKV* rows = qkv + (long long)b * T * W + (long long)kvh * A;
     const int* valid = keyValid ? keyValid + (long long)b * T : 0;
     fa_stage<HD>(sk, rows + (long long)j0 * W + k0, W, min(FA_ROWS, T - j0));
     fa_stage<HD>(sv, rows + (long long)j0 * W + v0, W, min(FA_ROWS, T - j0));
@@ -1037,8 +1062,8 @@ __device__ void flash_backward_dkdv(float* dqkv, const float* qkv, const float* 
 
 // flash_backward_dq: a block takes 64 queries of head blockIdx.y and adds
 // their dQ into dqkv, over every key tile they see.
-template <int HD>
-__device__ void flash_backward_dq(float* dqkv, const float* qkv, const float* dout, const float* lse,
+template <int HD, typename QKV>
+__device__ void flash_backward_dq(float* dqkv, const QKV* qkv, const float* dout, const float* lse,
                                   const float* delta, const int* keyValid, int T, int nh, int g, int W, int A, int q0,
                                   int k0, int v0, int causal, float scale) {
     HPCRUN_DYNAMIC_SHARED(bf16_t, fa_smem);
@@ -1046,7 +1071,7 @@ __device__ void flash_backward_dq(float* dqkv, const float* qkv, const float* do
     bf16_t *sq = fa_smem, *sdo = sq + FA_ROWS * LD, *sk = sdo + FA_ROWS * LD, *sv = sk + FA_ROWS * LD;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
     int i0 = blockIdx.x * FA_ROWS, h = blockIdx.y, b = blockIdx.z, kvh = h / g;
-    const float* rows = qkv + (long long)b * T * W + (long long)kvh * A;
+    const QKV* rows = qkv + (long long)b * T * W + (long long)kvh * A;
     const int* valid = keyValid ? keyValid + (long long)b * T : 0;
     int nq = min(FA_ROWS, T - i0);
     fa_stage<HD>(sq, rows + (long long)i0 * W + q0 + (h % g) * HD, W, nq);
@@ -1091,22 +1116,32 @@ __device__ void flash_backward_dq(float* dqkv, const float* qkv, const float* do
     }
 }
 
-// The entry points, one per head size.
-#define FA_FWD_ARGS                                                                                                 \
-    float *out, float *lse, const float *qkv, const int *keyValid, int T, int nh, int g, int W, int A, int q0, int k0, \
+// The entry points, one per head size and qkv dtype (_bf16: qkv stored as
+// bfloat16).
+#define FA_FWD_ARGS(QKV)                                                                                          \
+    float *out, float *lse, const QKV *qkv, const int *keyValid, int T, int nh, int g, int W, int A, int q0, int k0, \
         int v0, int causal, float scale
-#define FA_BWD_ARGS                                                                                               \
-    float *dqkv, const float *qkv, const float *dout, const float *lse, const float *delta, const int *keyValid, \
+#define FA_BWD_ARGS(QKV)                                                                                        \
+    float *dqkv, const QKV *qkv, const float *dout, const float *lse, const float *delta, const int *keyValid, \
         int T, int nh, int g, int W, int A, int q0, int k0, int v0, int causal, float scale
 #define FA_FWD_CALL out, lse, qkv, keyValid, T, nh, g, W, A, q0, k0, v0, causal, scale
 #define FA_BWD_CALL dqkv, qkv, dout, lse, delta, keyValid, T, nh, g, W, A, q0, k0, v0, causal, scale
 
-extern "C" __global__ void FA_BOUNDS flash_forward_32(FA_FWD_ARGS) { flash_forward<32>(FA_FWD_CALL); }
-extern "C" __global__ void FA_BOUNDS flash_forward_64(FA_FWD_ARGS) { flash_forward<64>(FA_FWD_CALL); }
-extern "C" __global__ void FA_BOUNDS flash_forward_128(FA_FWD_ARGS) { flash_forward<128>(FA_FWD_CALL); }
-extern "C" __global__ void FA_BOUNDS flash_backward_dkdv_32(FA_BWD_ARGS) { flash_backward_dkdv<32>(FA_BWD_CALL); }
-extern "C" __global__ void FA_BOUNDS flash_backward_dkdv_64(FA_BWD_ARGS) { flash_backward_dkdv<64>(FA_BWD_CALL); }
-extern "C" __global__ void FA_BOUNDS flash_backward_dkdv_128(FA_BWD_ARGS) { flash_backward_dkdv<128>(FA_BWD_CALL); }
-extern "C" __global__ void FA_BOUNDS flash_backward_dq_32(FA_BWD_ARGS) { flash_backward_dq<32>(FA_BWD_CALL); }
-extern "C" __global__ void FA_BOUNDS flash_backward_dq_64(FA_BWD_ARGS) { flash_backward_dq<64>(FA_BWD_CALL); }
-extern "C" __global__ void FA_BOUNDS flash_backward_dq_128(FA_BWD_ARGS) { flash_backward_dq<128>(FA_BWD_CALL); }
+extern "C" __global__ void FA_BOUNDS flash_forward_32(FA_FWD_ARGS(float)) { flash_forward<32>(FA_FWD_CALL); }
+extern "C" __global__ void FA_BOUNDS flash_forward_64(FA_FWD_ARGS(float)) { flash_forward<64>(FA_FWD_CALL); }
+extern "C" __global__ void FA_BOUNDS flash_forward_128(FA_FWD_ARGS(float)) { flash_forward<128>(FA_FWD_CALL); }
+extern "C" __global__ void FA_BOUNDS flash_forward_32_bf16(FA_FWD_ARGS(bf16_t)) { flash_forward<32>(FA_FWD_CALL); }
+extern "C" __global__ void FA_BOUNDS flash_forward_64_bf16(FA_FWD_ARGS(bf16_t)) { flash_forward<64>(FA_FWD_CALL); }
+extern "C" __global__ void FA_BOUNDS flash_forward_128_bf16(FA_FWD_ARGS(bf16_t)) { flash_forward<128>(FA_FWD_CALL); }
+extern "C" __global__ void FA_BOUNDS flash_backward_dkdv_32(FA_BWD_ARGS(float)) { flash_backward_dkdv<32>(FA_BWD_CALL); }
+extern "C" __global__ void FA_BOUNDS flash_backward_dkdv_64(FA_BWD_ARGS(float)) { flash_backward_dkdv<64>(FA_BWD_CALL); }
+extern "C" __global__ void FA_BOUNDS flash_backward_dkdv_128(FA_BWD_ARGS(float)) { flash_backward_dkdv<128>(FA_BWD_CALL); }
+extern "C" __global__ void FA_BOUNDS flash_backward_dkdv_32_bf16(FA_BWD_ARGS(bf16_t)) { flash_backward_dkdv<32>(FA_BWD_CALL); }
+extern "C" __global__ void FA_BOUNDS flash_backward_dkdv_64_bf16(FA_BWD_ARGS(bf16_t)) { flash_backward_dkdv<64>(FA_BWD_CALL); }
+extern "C" __global__ void FA_BOUNDS flash_backward_dkdv_128_bf16(FA_BWD_ARGS(bf16_t)) { flash_backward_dkdv<128>(FA_BWD_CALL); }
+extern "C" __global__ void FA_BOUNDS flash_backward_dq_32(FA_BWD_ARGS(float)) { flash_backward_dq<32>(FA_BWD_CALL); }
+extern "C" __global__ void FA_BOUNDS flash_backward_dq_64(FA_BWD_ARGS(float)) { flash_backward_dq<64>(FA_BWD_CALL); }
+extern "C" __global__ void FA_BOUNDS flash_backward_dq_128(FA_BWD_ARGS(float)) { flash_backward_dq<128>(FA_BWD_CALL); }
+extern "C" __global__ void FA_BOUNDS flash_backward_dq_32_bf16(FA_BWD_ARGS(bf16_t)) { flash_backward_dq<32>(FA_BWD_CALL); }
+extern "C" __global__ void FA_BOUNDS flash_backward_dq_64_bf16(FA_BWD_ARGS(bf16_t)) { flash_backward_dq<64>(FA_BWD_CALL); }
+extern "C" __global__ void FA_BOUNDS flash_backward_dq_128_bf16(FA_BWD_ARGS(bf16_t)) { flash_backward_dq<128>(FA_BWD_CALL); }

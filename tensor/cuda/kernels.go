@@ -20,7 +20,7 @@ var kernels = []struct {
 }{
 	{"fill_f32", elemThreads}, {"add_f32", elemThreads}, {"axpy_f32", elemThreads},
 	{"scale_f32", elemThreads}, {"block2d_f32", elemThreads}, {"f32_to_bf16", elemThreads},
-	{"round_bf16", elemThreads}, {"widen_bf16", elemThreads},
+	{"round_bf16", elemThreads}, {"widen_bf16", elemThreads}, {"copy2d_bf16", elemThreads}, {"rope_bf16", elemThreads},
 	{"add_bias_f32", elemThreads}, {"add_bias_bf16", elemThreads}, {"bias_backward_f32", 32 * 32},
 	{"embedding_forward_f32", maxRowThreads}, {"embedding_backward_f32", maxRowThreads},
 	{"layernorm_forward_f32", maxRowThreads}, {"layernorm_forward_bf16", maxRowThreads}, {"layernorm_backward_f32", maxRowThreads},
@@ -46,6 +46,9 @@ var kernels = []struct {
 	{"flash_forward_32", flashThreads}, {"flash_forward_64", flashThreads}, {"flash_forward_128", flashThreads},
 	{"flash_backward_dkdv_32", flashThreads}, {"flash_backward_dkdv_64", flashThreads}, {"flash_backward_dkdv_128", flashThreads},
 	{"flash_backward_dq_32", flashThreads}, {"flash_backward_dq_64", flashThreads}, {"flash_backward_dq_128", flashThreads},
+	{"flash_forward_32_bf16", flashThreads}, {"flash_forward_64_bf16", flashThreads}, {"flash_forward_128_bf16", flashThreads},
+	{"flash_backward_dkdv_32_bf16", flashThreads}, {"flash_backward_dkdv_64_bf16", flashThreads}, {"flash_backward_dkdv_128_bf16", flashThreads},
+	{"flash_backward_dq_32_bf16", flashThreads}, {"flash_backward_dq_64_bf16", flashThreads}, {"flash_backward_dq_128_bf16", flashThreads},
 }
 
 // karg is one kernel argument in a 64-bit slot. cuLaunchKernel reads as
@@ -215,8 +218,19 @@ func (d *Device) block2D(fn string, dst *tensor.Tensor, dstOff, ldDst int, alpha
 }
 
 // Copy2D copies a (rows,cols) block: dst[dstOff+i*ldDst+j] = src[srcOff+i*ldSrc+j].
+// dst and src may both be bfloat16.
 func (d *Device) Copy2D(dst *tensor.Tensor, dstOff, ldDst int, src *tensor.Tensor, srcOff, ldSrc, rows, cols int) {
-	d.block2D("Copy2D", dst, dstOff, ldDst, 1, src, srcOff, ldSrc, rows, cols, false)
+	if dst.DType() == tensor.Float32 && src.DType() == tensor.Float32 {
+		d.block2D("Copy2D", dst, dstOff, ldDst, 1, src, srcOff, ldSrc, rows, cols, false)
+		return
+	}
+	d.ownAny("Copy2D", dst, src)
+	check.Copy2DTypes(dst.DType(), src.DType())
+	if check.Block2D("Copy2D", dst, dstOff, ldDst, src, srcOff, ldSrc, rows, cols) {
+		return
+	}
+	d.elementwise("copy2d_bf16", rows*cols,
+		ptr(dst.Ptr()+uintptr(dstOff)*2), i64(ldDst), ptr(src.Ptr()+uintptr(srcOff)*2), i64(ldSrc), i64(rows), i32(cols))
 }
 
 // Axpy2D accumulates a (rows,cols) block: dst[dstOff+i*ldDst+j] += alpha*src[srcOff+i*ldSrc+j].
@@ -402,10 +416,11 @@ func (d *Device) RMSNormBackward(dinp, dweight, dout, inp, weight, rstd *tensor.
 }
 
 func (d *Device) rope(fn string, x, table *tensor.Tensor, seqLen, period, rotated int, sign float32) {
-	d.own(fn, x, table)
+	d.ownAny(fn, x)
+	d.own(fn, table)
 	rows, heads := check.RoPE(fn, x, table, seqLen, period, rotated)
 	hd := table.Cols()
-	d.elementwise("rope_f32", rows*heads*hd/2, tp(x), tp(table), i64(rows), i32(seqLen), i32(heads), i32(hd), i32(period), i32(rotated), f32(sign))
+	d.elementwise(typed("rope", x.DType(), tensor.Float32), rows*heads*hd/2, tp(x), tp(table), i64(rows), i32(seqLen), i32(heads), i32(hd), i32(period), i32(rotated), f32(sign))
 }
 
 // RoPEForward rotates the heads of x (N,W) in place by their positions'

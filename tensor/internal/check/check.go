@@ -52,6 +52,14 @@ func Block2D(fn string, dst Shape, dstOff, ldDst int, src Shape, srcOff, ldSrc, 
 	return e1 || e2
 }
 
+// Copy2DTypes checks Copy2D's dtypes when one is not float32: a
+// bfloat16 block copies only into bfloat16.
+func Copy2DTypes(dst, src fmt.Stringer) {
+	if dst.String() != src.String() {
+		panic(fmt.Sprintf("tensor.Copy2D: dst is %v, src %v: a bfloat16 block copies only into bfloat16", dst, src))
+	}
+}
+
 // Add checks Add: out, a and b have the same Len.
 func Add(out, a, b Shape) { sameLen3("Add", "out", out, "a", a, "b", b) }
 
