@@ -29,7 +29,11 @@ type AttentionConfig struct {
 	// Backward recomputes them in the kernels whatever Selective says.
 	// The layer refuses a device without them.
 	Fused bool
-	From  *ParamSet // the model's parameters, where the layer takes its own; nil: new ones
+	// Activations is what the fused Q,K,V projection's output, which only
+	// the attention's products or fused kernels read, is stored as
+	// (BFloat16 under bf16 compute).
+	Activations tensor.DType
+	From        *ParamSet // the model's parameters, where the layer takes its own; nil: new ones
 }
 
 // ParallelSelfAttention is multi-head self-attention split by heads
@@ -92,7 +96,7 @@ func NewParallelSelfAttention(dev tensor.Device, tp nccl.Comm, name string, cfg 
 	if projStd == 0 {
 		projStd = cfg.Std
 	}
-	qkv, err := NewColumnParallelLinear(dev, tp, name+".c_attn", cfg.Dim, 3*cfg.Dim, LinearOptions{Bias: true, Blocks: 3, Seed: cfg.Seed, Std: cfg.Std, SequenceParallel: cfg.SP, From: cfg.From})
+	qkv, err := NewColumnParallelLinear(dev, tp, name+".c_attn", cfg.Dim, 3*cfg.Dim, LinearOptions{Bias: true, Blocks: 3, Seed: cfg.Seed, Std: cfg.Std, SequenceParallel: cfg.SP, From: cfg.From, OutDType: cfg.Activations})
 	if err != nil {
 		return nil, err
 	}

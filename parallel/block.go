@@ -127,7 +127,7 @@ func NewBlock(dev tensor.Device, tp nccl.Comm, name string, cfg BlockConfig) (*B
 		return nil, err
 	}
 	attn, err := NewParallelSelfAttention(dev, tp, name+".attn", AttentionConfig{Dim: cfg.Dim, Heads: cfg.Heads, Causal: cfg.Causal, Seed: cfg.Seed, Std: std, ProjStd: cfg.ProjStd, SP: cfg.SP,
-		Selective: cfg.Recompute == RecomputeSelective, Fused: cfg.FusedAttention, From: cfg.From})
+		Selective: cfg.Recompute == RecomputeSelective, Fused: cfg.FusedAttention, Activations: cfg.Activations, From: cfg.From})
 	if err != nil {
 		return nil, err
 	}

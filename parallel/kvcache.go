@@ -35,7 +35,8 @@ type kvLayout struct {
 	kOff, vOff     int
 	kLd, kCols     int
 	kRows          int
-	rotate         bool // turn queries and keys (RoPE) before caching
+	rotate         bool         // turn queries and keys (RoPE) before caching
+	dt             tensor.DType // what the fused rows, and so the cached keys and values, are stored as
 }
 
 func newKVCache(dev tensor.Device, lay kvLayout, max int, rope RoPE) (*KVCache, error) {
@@ -44,10 +45,10 @@ func newKVCache(dev tensor.Device, lay kvLayout, max int, rope RoPE) (*KVCache, 
 	}
 	c := &KVCache{dev: dev, max: max, lay: lay}
 	var err error
-	if c.k, err = dev.Alloc(max, lay.nkv*lay.hd); err != nil {
+	if c.k, err = dev.AllocAs(lay.dt, max, lay.nkv*lay.hd); err != nil {
 		return nil, err
 	}
-	if c.v, err = dev.Alloc(max, lay.nkv*lay.hd); err != nil {
+	if c.v, err = dev.AllocAs(lay.dt, max, lay.nkv*lay.hd); err != nil {
 		c.Release()
 		return nil, err
 	}
@@ -140,7 +141,7 @@ func (c *KVCache) attend(name string, qkv *tensor.Tensor, n int) (*tensor.Tensor
 func (a *ParallelSelfAttention) NewKVCache(max int) (*KVCache, error) {
 	cl := a.nh * a.hd
 	return newKVCache(a.QKV.Weight.Data.Device(), kvLayout{nh: a.nh, nkv: a.nh, hd: a.hd, g: 1, width: 3 * cl, qStride: a.hd,
-		kOff: cl, vOff: 2 * cl, kLd: 3 * cl, kCols: cl, kRows: 1}, max, RoPE{})
+		kOff: cl, vOff: 2 * cl, kLd: 3 * cl, kCols: cl, kRows: 1, dt: a.QKV.opt.OutDType}, max, RoPE{})
 }
 
 // ForwardCached is Forward for incremental decoding of one causal
@@ -171,7 +172,7 @@ func (a *ParallelSelfAttention) ForwardCached(inp *tensor.Tensor, c *KVCache) (*
 func (a *LlamaAttention) NewKVCache(max int) (*KVCache, error) {
 	g := a.group()
 	return newKVCache(a.QKV.Weight.Data.Device(), kvLayout{nh: a.nh, nkv: a.nkv, hd: a.hd, g: g, width: a.nkv * (g + 2) * a.hd,
-		qStride: (g + 2) * a.hd, kOff: g * a.hd, vOff: (g + 1) * a.hd, kLd: (g + 2) * a.hd, kCols: a.hd, kRows: a.nkv, rotate: true}, max, a.ropeCfg)
+		qStride: (g + 2) * a.hd, kOff: g * a.hd, vOff: (g + 1) * a.hd, kLd: (g + 2) * a.hd, kCols: a.hd, kRows: a.nkv, rotate: true, dt: a.QKV.opt.OutDType}, max, a.ropeCfg)
 }
 
 // ForwardCached is ParallelSelfAttention.ForwardCached for grouped-query

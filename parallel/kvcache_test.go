@@ -15,7 +15,9 @@ import (
 // RoPE) fed one sequence in pieces through a key/value cache (a prefill
 // of 3, single tokens, a piece of 2 after cached positions) give the
 // outputs of Forward over the whole causal sequence within 1e-5, at tp 1
-// and 2; a piece past the cache's positions is refused.
+// and 2, with float32 and with bfloat16 activations (the fused Q,K,V
+// rows, so the cached keys and values, stored as bf16); a piece past the
+// cache's positions is refused.
 func TestBlockForwardCached(t *testing.T) {
 	const tt, c = 7, 16
 	pieces := []int{3, 1, 1, 2}
@@ -24,22 +26,26 @@ func TestBlockForwardCached(t *testing.T) {
 		NewKVCache(max int) (*KVCache, error)
 		ForwardCached(x *tensor.Tensor, c *KVCache) (*tensor.Tensor, error)
 	}
-	makers := map[string]func(dev tensor.Device, tp nccl.Comm) (cachedBlock, error){
-		"gpt": func(dev tensor.Device, tp nccl.Comm) (cachedBlock, error) {
-			return NewBlock(dev, tp, "h.0", BlockConfig{Dim: c, Heads: 4, Causal: true, Seed: 3, Std: 0.3})
+	makers := map[string]func(dev tensor.Device, tp nccl.Comm, act tensor.DType) (cachedBlock, error){
+		"gpt": func(dev tensor.Device, tp nccl.Comm, act tensor.DType) (cachedBlock, error) {
+			return NewBlock(dev, tp, "h.0", BlockConfig{Dim: c, Heads: 4, Causal: true, Seed: 3, Std: 0.3, Activations: act})
 		},
-		"llama": func(dev tensor.Device, tp nccl.Comm) (cachedBlock, error) {
+		"llama": func(dev tensor.Device, tp nccl.Comm, act tensor.DType) (cachedBlock, error) {
 			return NewLlamaBlock(dev, tp, "model.layers.0", LlamaBlockConfig{Dim: c, Heads: 4, KVHeads: 2, Hidden: 24, Eps: 1e-5, Seed: 9, Std: 0.3,
-				RoPE: RoPE{Theta: 100, Scaling: &RoPEScaling{Factor: 4, LowFreqFactor: 1, HighFreqFactor: 2, OriginalMaxPositions: 4}}})
+				RoPE: RoPE{Theta: 100, Scaling: &RoPEScaling{Factor: 4, LowFreqFactor: 1, HighFreqFactor: 2, OriginalMaxPositions: 4}}, Activations: act})
 		},
 	}
 	for _, name := range []string{"gpt", "llama"} {
-		for _, tp := range []int{1, 2} {
-			t.Run(fmt.Sprintf("%s tp %d", name, tp), func(t *testing.T) {
+		for _, c2 := range []struct {
+			tp  int
+			act tensor.DType
+		}{{1, tensor.Float32}, {2, tensor.Float32}, {1, tensor.BFloat16}, {2, tensor.BFloat16}} {
+			tp, act := c2.tp, c2.act
+			t.Run(fmt.Sprintf("%s tp %d %s", name, tp, act), func(t *testing.T) {
 				var mu sync.Mutex
 				err := nccl.RunInProcess(tp, func(comm nccl.Comm) error {
 					dev := tensor.NewCPU()
-					blk, err := makers[name](dev, comm)
+					blk, err := makers[name](dev, comm, act)
 					if err != nil {
 						return err
 					}
@@ -56,6 +62,9 @@ func TestBlockForwardCached(t *testing.T) {
 						return err
 					}
 					defer cache.Release()
+					if cache.k.DType() != act {
+						return fmt.Errorf("the cache keeps its keys as %v, want %v", cache.k.DType(), act)
+					}
 					pos := 0
 					worst := 0.0
 					for _, n := range pieces {

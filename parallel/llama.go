@@ -204,8 +204,11 @@ type LlamaAttentionConfig struct {
 	SP *SequenceParallel
 	// Selective keeps no softmax probabilities (RecomputeSelective).
 	Selective bool
-	Fused     bool      // the device's fused attention (AttentionConfig.Fused)
-	From      *ParamSet // the model's parameters, where the layer takes its own; nil: new ones
+	Fused     bool // the device's fused attention (AttentionConfig.Fused)
+	// Activations is what qkv_proj's output is stored as
+	// (AttentionConfig.Activations; RoPE rotates it in place, rounding).
+	Activations tensor.DType
+	From        *ParamSet // the model's parameters, where the layer takes its own; nil: new ones
 }
 
 // LlamaAttention is causal self-attention with grouped-query heads and
@@ -299,7 +302,7 @@ func NewLlamaAttention(dev tensor.Device, tp nccl.Comm, name string, cfg LlamaAt
 		return nil, err
 	}
 	qkv, err := NewColumnParallelLinear(dev, tp, name+".qkv_proj", cfg.Dim, (cfg.Heads+2*cfg.KVHeads)*hd, LinearOptions{Seed: cfg.Seed, Std: cfg.Std, SequenceParallel: cfg.SP,
-		Replicas: replicas, Shared: 2 * hd, From: cfg.From})
+		Replicas: replicas, Shared: 2 * hd, From: cfg.From, OutDType: cfg.Activations})
 	if err != nil {
 		return nil, err
 	}
@@ -616,7 +619,7 @@ func LlamaBlockSizes(s LlamaBlockShape, b, t int) Sizes {
 	norms := normOut(s.Activations, s.SP)
 	layers.add("input_layernorm.", RMSNormSizes(b, tl, c, norms))
 	layers.add("self_attn.", llamaAttentionCoreSizes(b, t, s.Heads/tp, nkv, hd, s.Recompute == RecomputeSelective, s.FusedAttention))
-	layers.add("self_attn.qkv_proj.", ColumnSizes(LinearShape{In: c, Out: (s.Heads + 2*nkv*tp) * hd, TP: tp, SP: s.SP}, b, t))
+	layers.add("self_attn.qkv_proj.", ColumnSizes(LinearShape{In: c, Out: (s.Heads + 2*nkv*tp) * hd, TP: tp, SP: s.SP, OutDType: s.Activations}, b, t))
 	layers.add("self_attn.o_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
 	layers.add("post_attention_layernorm.", RMSNormSizes(b, tl, c, norms))
 	layers.add("mlp.", swigluCoreSizes(b, t, s.Hidden/tp, s.Activations))
@@ -647,7 +650,8 @@ func NewLlamaBlock(dev tensor.Device, tp nccl.Comm, name string, cfg LlamaBlockC
 		return nil, err
 	}
 	attn, err := NewLlamaAttention(dev, tp, name+".self_attn", LlamaAttentionConfig{Dim: cfg.Dim, Heads: cfg.Heads, KVHeads: cfg.KVHeads, RoPE: cfg.RoPE,
-		Seed: cfg.Seed, Std: std, ProjStd: cfg.ProjStd, SP: cfg.SP, Selective: cfg.Recompute == RecomputeSelective, Fused: cfg.FusedAttention, From: cfg.From})
+		Seed: cfg.Seed, Std: std, ProjStd: cfg.ProjStd, SP: cfg.SP, Selective: cfg.Recompute == RecomputeSelective, Fused: cfg.FusedAttention,
+		Activations: cfg.Activations, From: cfg.From})
 	if err != nil {
 		return nil, err
 	}

@@ -329,7 +329,7 @@ func BlockSizes(s BlockShape, b, t int) Sizes {
 	norms := s.normOut()
 	layers.add("ln_1.", LayerNormSizes(b, tl, c, norms))
 	layers.add("attn.", attentionCoreSizes(b, t, s.Heads/tp, c/tp, s.Recompute == RecomputeSelective, s.FusedAttention))
-	layers.add("attn.c_attn.", ColumnSizes(LinearShape{In: c, Out: 3 * c, TP: tp, SP: s.SP}, b, t))
+	layers.add("attn.c_attn.", ColumnSizes(LinearShape{In: c, Out: 3 * c, TP: tp, SP: s.SP, OutDType: s.Activations}, b, t))
 	layers.add("attn.c_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
 	layers.add("ln_2.", LayerNormSizes(b, tl, c, norms))
 	layers.add("mlp.", mlpCoreSizes(b, t, hidden/tp, s.Activations))

@@ -114,7 +114,7 @@ func (m *hfBERT) build(cfg config.Config, vocab int, tp nccl.Comm, from *paralle
 	for l := 0; l < cfg.Layers && err == nil; l++ {
 		p := fmt.Sprintf("encoder.layer.%d.", l)
 		ly := &bertLayer{}
-		if ly.attn, err = parallel.NewParallelSelfAttention(dev, tp, p+"attention", parallel.AttentionConfig{Dim: C, Heads: cfg.Heads, Seed: seed, Fused: fused, From: from}); err != nil {
+		if ly.attn, err = parallel.NewParallelSelfAttention(dev, tp, p+"attention", parallel.AttentionConfig{Dim: C, Heads: cfg.Heads, Seed: seed, Fused: fused, Activations: spec.Compute(cfg), From: from}); err != nil {
 			return err
 		}
 		ly.ln1 = ln(p + "attention.output.LayerNorm")

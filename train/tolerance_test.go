@@ -34,15 +34,21 @@ const floorTol = 1e-6
 
 // curveTolerance is the relative tolerance of cfg's GPU loss curve against
 // want, the CPU's: reorderFactor times the largest relative difference of
-// the reordered CPU run from want, at least floorTol.
+// the reordered CPU runs from want (k split in 2 and in 3 parts: one
+// reordering's spread is a sample, which another order may pass by a few
+// times at bf16, where a last-bit difference flips a rounding), at least
+// floorTol.
 func curveTolerance(t *testing.T, cfg config.Config, ds *data.Data, want []float64) float64 {
 	t.Helper()
-	dir := t.TempDir()
-	res, err := runRanks(t, cfg, ds, func(int) Options { return Options{Device: splitCPU(2), RunDir: dir} })
-	if err != nil {
-		t.Fatal(err)
+	spread := 0.0
+	for _, parts := range []int{2, 3} {
+		dir := t.TempDir()
+		res, err := runRanks(t, cfg, ds, func(int) Options { return Options{Device: splitCPU(parts), RunDir: dir} })
+		if err != nil {
+			t.Fatal(err)
+		}
+		spread = math.Max(spread, maxRelDiff(res[0].Losses, want))
 	}
-	spread := maxRelDiff(res[0].Losses, want)
 	tol := math.Max(reorderFactor*spread, floorTol)
 	t.Logf("CPU-vs-CPU spread with the GEMM sums reordered over %d steps: %.2g; GPU tolerance %d x that: %.2g", len(want), spread, reorderFactor, tol)
 	return tol

@@ -203,7 +203,11 @@ func operandElems(gs []GemmCount) int64 {
 // input gradient products; the MLP's hidden activation and, without
 // sequence parallelism, the norms' outputs (ln_f's included), each the A
 // operand of the next layer's forward and the B of its weight gradient
-// (each once more, the forward again, under full recomputation).
+// (each once more, the forward again, under full recomputation); and the
+// unfused attention's Q, K and V (the fused projection's output), read by
+// its products (s.attention): Q and K by the scores, V by the output, and
+// V, K and Q again by the backward's dP, dQ and dK (the forward's three
+// once more under recomputation).
 func (s shapes) storedBF16OperandElems() int64 {
 	if s.copyElems == 0 && !s.sharedCopy {
 		return 0
@@ -221,6 +225,13 @@ func (s shapes) storedBF16OperandElems() int64 {
 		n += 2 * s.B * s.T * s.C // the norms' outputs (BERT's post-norm ones are the residual stream)
 	}
 	n *= uses * s.L
+	if !s.fusedAttn {
+		reads := int64(6)
+		if s.recompute != parallel.RecomputeNone {
+			reads += 3
+		}
+		n += reads * s.B * s.T * s.cl * s.L
+	}
 	switch {
 	case !s.last:
 	case s.gpt:
