@@ -371,16 +371,23 @@ const (
 
 // activationK is an elementwise forward f (gelu, tanh) over inp into out:
 // either may be bfloat16 (inpHalf, outHalf), computed in float32 a tile at
-// a time (overTiles), as a GPU kernel loads, computes and stores.
+// a time in the chunk's tiles of scratch (overTiles), as a GPU kernel
+// loads, computes and stores.
 type activationK struct {
 	out, inp         []float32
 	outHalf, inpHalf []uint16
+	scratch          []float32 // 2 tiles a chunk (tiles), with a bfloat16 operand
 	f                func(out, inp []float32)
 }
 
-func (k *activationK) run(lo, hi, _ int) {
-	var res [tileLen]float32
-	overTiles(lo, hi, k.inp, k.inpHalf, k.outHalf != nil, func(a, b int, x []float32) {
+func (k *activationK) run(lo, hi, chunk int) {
+	if k.scratch == nil {
+		k.f(k.out[lo:hi], k.inp[lo:hi])
+		return
+	}
+	s := chunkTiles(k.scratch, chunk, 2)
+	res := s[tileLen:]
+	overTiles(lo, hi, k.inp, k.inpHalf, s[:tileLen], func(a, b int, x []float32) {
 		if k.outHalf == nil {
 			k.f(k.out[a:b], x)
 			return
@@ -394,24 +401,34 @@ func (k *activationK) run(lo, hi, _ int) {
 // time.
 const tileLen = 512
 
-// overTiles calls body on [lo,hi) with inp's elements there as float32:
-// all at once when inp is float32 and the caller needs no tiles (tiled
-// false), else tileLen at a time, a bfloat16 inp (half) widened.
-func overTiles(lo, hi int, inp []float32, half []uint16, tiled bool, body func(a, b int, x []float32)) {
-	if half == nil && !tiled {
-		body(lo, hi, inp[lo:hi])
-		return
-	}
-	var tile [tileLen]float32
+// tiles is n tiles for each of nc chunks, from the device's scratch (d.mu
+// held): where a kernel with a bfloat16 operand widens and rounds,
+// without allocating.
+func (d *CPUDevice) tiles(nc, n int) []float32 { return d.scratch32(max(nc, 1) * n * tileLen) }
+
+// chunkTiles is chunk's n tiles of s (CPUDevice.tiles).
+func chunkTiles(s []float32, chunk, n int) []float32 {
+	return s[chunk*n*tileLen : (chunk+1)*n*tileLen]
+}
+
+// overTiles calls body on [lo,hi) tileLen elements at a time with inp's
+// elements there as float32: its own, or a bfloat16 inp's (half) widened
+// into tile.
+func overTiles(lo, hi int, inp []float32, half []uint16, tile []float32, body func(a, b int, x []float32)) {
 	for a := lo; a < hi; a += tileLen {
 		b := min(a+tileLen, hi)
-		if half == nil {
-			body(a, b, inp[a:b])
-			continue
-		}
-		WidenBF16(tile[:b-a], half[a:b])
-		body(a, b, tile[:b-a])
+		body(a, b, tileOf(inp, half, a, b, tile))
 	}
+}
+
+// tileOf is elements [a,b) of inp as float32: its own, or half's widened
+// into tile.
+func tileOf(inp []float32, half []uint16, a, b int, tile []float32) []float32 {
+	if half == nil {
+		return inp[a:b]
+	}
+	WidenBF16(tile[:b-a], half[a:b])
+	return tile[:b-a]
 }
 
 // gelu(x) = 0.5*x*(1+tanh(u)) with u = geluS*(x+geluA*x^3); with
@@ -429,11 +446,16 @@ func gelu(out, inp []float32) {
 type activationBackK struct {
 	dinp, inp, dout []float32
 	inpHalf         []uint16
+	scratch         []float32 // a tile a chunk, with a bfloat16 inp
 	f               func(dinp, inp, dout []float32)
 }
 
-func (k *activationBackK) run(lo, hi, _ int) {
-	overTiles(lo, hi, k.inp, k.inpHalf, false, func(a, b int, x []float32) {
+func (k *activationBackK) run(lo, hi, chunk int) {
+	if k.inpHalf == nil {
+		k.f(k.dinp[lo:hi], k.inp[lo:hi], k.dout[lo:hi])
+		return
+	}
+	overTiles(lo, hi, k.inp, k.inpHalf, chunkTiles(k.scratch, chunk, 1), func(a, b int, x []float32) {
 		k.f(k.dinp[a:b], x, k.dout[a:b])
 	})
 }
@@ -484,9 +506,13 @@ func (d *CPUDevice) ActivationForward(f Activation, out, inp *Tensor) {
 	x, xHalf := hostAny(inp, 0)
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	nc := d.chunks(out.n, cost)
 	k := &d.k.act
 	*k = activationK{out: full, inp: x, outHalf: half, inpHalf: xHalf, f: fn}
-	d.parallel(out.n, d.chunks(out.n, cost), k)
+	if half != nil || xHalf != nil {
+		k.scratch = d.tiles(nc, 2)
+	}
+	d.parallel(out.n, nc, k)
 	*k = activationK{}
 }
 
@@ -508,9 +534,13 @@ func (d *CPUDevice) ActivationBackward(f Activation, dinp, inp, dout *Tensor) {
 	x, xHalf := hostAny(inp, 0)
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	nc := d.chunks(inp.n, cost)
 	k := &d.k.actB
 	*k = activationBackK{dinp: dinp.Host(), inp: x, dout: dout.Host(), inpHalf: xHalf, f: fn}
-	d.parallel(inp.n, d.chunks(inp.n, cost), k)
+	if xHalf != nil {
+		k.scratch = d.tiles(nc, 1)
+	}
+	d.parallel(inp.n, nc, k)
 	*k = activationBackK{}
 }
 

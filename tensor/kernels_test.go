@@ -963,6 +963,21 @@ func TestNoAllocs(t *testing.T) {
 			"SumSquares": func() { d.SumSquaresEach(sq, ts...) },
 			"Gemm":       func() { d.Gemm(false, true, n, n, c, 1, x, 0, c, y, 0, c, 0, att, 0, n) },
 		}
+		// The kernels' bfloat16 paths, which widen and round in tiles.
+		half := func(shape ...int) *Tensor {
+			x, err := d.AllocAs(BFloat16, shape...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return x
+		}
+		h, hc, g2, sq, d2 := half(n, c), half(n, c), half(n, 2*c), a(c, c), a(n, 2*c)
+		kernels["GELU bf16"] = func() { d.ActivationForward(GELU, hc, h) }
+		kernels["GELUBack bf16"] = func() { d.ActivationBackward(GELU, z, h, y) }
+		kernels["AddBias bf16"] = func() { d.AddBias(hc, b) }
+		kernels["Gemm bf16"] = func() { d.Gemm(false, true, n, c, c, 1, h, 0, c, sq, 0, c, 0, hc, 0, c) }
+		kernels["SwiGLU bf16"] = func() { d.SwiGLUForward(hc, g2) }
+		kernels["SwiGLUBack bf16"] = func() { d.SwiGLUBackward(d2, g2, y) }
 		for name, f := range kernels {
 			f() // warm scratch
 			if allocs := testing.AllocsPerRun(20, f); allocs != 0 {

@@ -168,40 +168,34 @@ func (d *CPUDevice) RoPEBackward(dx, table *Tensor, seqLen, period, rotated int)
 
 type swigluK struct {
 	out, inp []float32
-	half     []uint16 // the bfloat16 output instead of out
-	inpHalf  []uint16 // the bfloat16 input instead of inp
+	half     []uint16  // the bfloat16 output instead of out
+	inpHalf  []uint16  // the bfloat16 input instead of inp
+	scratch  []float32 // 3 tiles a chunk (CPUDevice.tiles), with a bfloat16 operand
 	f        int
 }
 
-func (k *swigluK) run(lo, hi, _ int) {
+func (k *swigluK) run(lo, hi, chunk int) {
 	f := k.f
-	var tile, ut [tileLen]float32
-	for i := lo; i < hi; i++ {
-		if k.half == nil && k.inpHalf == nil {
+	if k.scratch == nil {
+		for i := lo; i < hi; i++ {
 			swiglu(k.out[i*f:(i+1)*f], k.inp[2*i*f:(2*i+1)*f], k.inp[(2*i+1)*f:(2*i+2)*f])
-			continue
 		}
-		overTiles(2*i*f, (2*i+1)*f, k.inp, k.inpHalf, true, func(a, b int, g []float32) {
+		return
+	}
+	s := chunkTiles(k.scratch, chunk, 3)
+	gt, ut, res := s[:tileLen], s[tileLen:2*tileLen], s[2*tileLen:]
+	for i := lo; i < hi; i++ {
+		overTiles(2*i*f, (2*i+1)*f, k.inp, k.inpHalf, gt, func(a, b int, g []float32) {
 			j0, j1 := a-2*i*f, b-2*i*f
-			u := tileOf(k.inp, k.inpHalf, a+f, b+f, ut[:])
+			u := tileOf(k.inp, k.inpHalf, a+f, b+f, ut)
 			if k.half == nil {
 				swiglu(k.out[i*f+j0:i*f+j1], g, u)
 				return
 			}
-			swiglu(tile[:j1-j0], g, u)
-			RoundBF16(k.half[i*f+j0:i*f+j1], tile[:j1-j0])
+			swiglu(res[:j1-j0], g, u)
+			RoundBF16(k.half[i*f+j0:i*f+j1], res[:j1-j0])
 		})
 	}
-}
-
-// tileOf is elements [a,b) of inp as float32: its own, or half's widened
-// into tile.
-func tileOf(inp []float32, half []uint16, a, b int, tile []float32) []float32 {
-	if half == nil {
-		return inp[a:b]
-	}
-	WidenBF16(tile[:b-a], half[a:b])
-	return tile[:b-a]
 }
 
 // swiglu is out = silu(g)*u elementwise.
@@ -221,32 +215,45 @@ func (d *CPUDevice) SwiGLUForward(out, inp *Tensor) {
 	x, xHalf := hostAny(inp, 0)
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	nc := d.chunks(n, 20*f)
 	k := &d.k.swiglu
 	*k = swigluK{out: full, inp: x, half: half, inpHalf: xHalf, f: f}
-	d.parallel(n, d.chunks(n, 20*f), k)
+	if half != nil || xHalf != nil {
+		k.scratch = d.tiles(nc, 3)
+	}
+	d.parallel(n, nc, k)
 	*k = swigluK{}
 }
 
 type swigluBackK struct {
 	dinp, inp, dout []float32
-	inpHalf         []uint16 // the bfloat16 input instead of inp
+	inpHalf         []uint16  // the bfloat16 input instead of inp
+	scratch         []float32 // 2 tiles a chunk (CPUDevice.tiles), with a bfloat16 input
 	f               int
 }
 
-// With s = sigmoid(g): d(g*s)/dg = s*(1+g*(1-s)).
-func (k *swigluBackK) run(lo, hi, _ int) {
+func (k *swigluBackK) run(lo, hi, chunk int) {
 	f := k.f
-	var ut [tileLen]float32
 	for i := lo; i < hi; i++ {
-		overTiles(2*i*f, (2*i+1)*f, k.inp, k.inpHalf, false, func(a, b int, g []float32) {
-			u := tileOf(k.inp, k.inpHalf, a+f, b+f, ut[:])
-			dg, du, do := k.dinp[a:b], k.dinp[a+f:b+f], k.dout[a-i*f:b-i*f]
-			for j, x := range g {
-				s := 1 / (1 + exp32(-x))
-				dg[j] += do[j] * u[j] * s * (1 + x*(1-s))
-				du[j] += do[j] * x * s
-			}
+		if k.scratch == nil {
+			swigluBackward(k.dinp[2*i*f:(2*i+1)*f], k.dinp[(2*i+1)*f:(2*i+2)*f], k.inp[2*i*f:(2*i+1)*f], k.inp[(2*i+1)*f:(2*i+2)*f], k.dout[i*f:(i+1)*f])
+			continue
+		}
+		s := chunkTiles(k.scratch, chunk, 2)
+		overTiles(2*i*f, (2*i+1)*f, k.inp, k.inpHalf, s[:tileLen], func(a, b int, g []float32) {
+			u := tileOf(k.inp, k.inpHalf, a+f, b+f, s[tileLen:])
+			swigluBackward(k.dinp[a:b], k.dinp[a+f:b+f], g, u, k.dout[a-i*f:b-i*f])
 		})
+	}
+}
+
+// swigluBackward adds the gradients of silu(g)*u into dg and du from do.
+// With s = sigmoid(g): d(g*s)/dg = s*(1+g*(1-s)).
+func swigluBackward(dg, du, g, u, do []float32) {
+	for j, x := range g {
+		s := 1 / (1 + exp32(-x))
+		dg[j] += do[j] * u[j] * s * (1 + x*(1-s))
+		du[j] += do[j] * x * s
 	}
 }
 
@@ -259,8 +266,12 @@ func (d *CPUDevice) SwiGLUBackward(dinp, inp, dout *Tensor) {
 	x, xHalf := hostAny(inp, 0)
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	nc := d.chunks(n, 30*f)
 	k := &d.k.swigluB
 	*k = swigluBackK{dinp: dinp.Host(), inp: x, dout: dout.Host(), inpHalf: xHalf, f: f}
-	d.parallel(n, d.chunks(n, 30*f), k)
+	if xHalf != nil {
+		k.scratch = d.tiles(nc, 2)
+	}
+	d.parallel(n, nc, k)
 	*k = swigluBackK{}
 }
