@@ -139,7 +139,7 @@ func NewBlock(dev tensor.Device, tp nccl.Comm, name string, cfg BlockConfig) (*B
 	if err != nil {
 		return nil, err
 	}
-	ln1.Out = normOut(cfg.Activations, cfg.SP != nil)
+	ln1.Out = normOut(cfg.Activations, false)
 	ln2.Out = ln1.Out
 	ln1.SetSequenceParallel(cfg.SP)
 	ln2.SetSequenceParallel(cfg.SP)

@@ -2,6 +2,7 @@ package parallel
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/hpcrun/hpcrun/nccl"
 	"github.com/hpcrun/hpcrun/tensor"
@@ -21,6 +22,7 @@ type Group struct {
 	dev   tensor.Device // the device whose tensors it moves (nil: each tensor's own)
 	stage [2][]float32  // host staging for devices whose memory is not host memory
 	alias []float32     // the input of an in-place gather or scatter, copied
+	words [2][]float32  // bfloat16 elements packed two a float32 word (allGatherHalf)
 }
 
 // NewGroup wraps c (nil: the group of one rank, as is a nil *Group).
@@ -165,8 +167,14 @@ func (g *Group) AllGather(out, in *tensor.Tensor) error {
 		}
 		return nil
 	}
+	if in.DType() != out.DType() {
+		return fmt.Errorf("parallel: all-gather of a %v tensor into a %v one", in.DType(), out.DType())
+	}
 	if dc, stream, ok := g.onDevice(in, out); ok {
-		return dc.AllGatherDevice(in.Ptr(), out.Ptr(), in.Len(), nccl.Float32, stream)
+		return dc.AllGatherDevice(in.Ptr(), out.Ptr(), in.Len(), ncclType(in.DType()), stream)
+	}
+	if in.DType() == tensor.BFloat16 {
+		return g.allGatherHalf(out, in)
 	}
 	src := g.source(in, out)
 	dst, dstStaged := g.host(out, 1)
@@ -175,6 +183,69 @@ func (g *Group) AllGather(out, in *tensor.Tensor) error {
 	}
 	put(out, dst, dstStaged)
 	return nil
+}
+
+// ncclType is the NCCL element type of dt.
+func ncclType(dt tensor.DType) nccl.DataType {
+	if dt == tensor.BFloat16 {
+		return nccl.BFloat16
+	}
+	return nccl.Float32
+}
+
+// allGatherHalf is AllGather of bfloat16 tensors through the host
+// collectives, which carry float32 words: each rank's elements packed two
+// a word (its block padded to an even count), so the wire carries 2 bytes
+// an element, the bits unchanged.
+func (g *Group) allGatherHalf(out, in *tensor.Tensor) error {
+	n, size := in.Len(), g.Size()
+	w := (n + 1) / 2 // words a rank
+	send := grow(&g.words[0], w)
+	recv := grow(&g.words[1], size*w)
+	sh := halves(send)
+	if in.Buffer().HostBF16() != nil {
+		copy(sh, in.HostBF16())
+	} else {
+		wide := grow(&g.stage[0], n)
+		in.Device().CopyToHost(wide, in)
+		tensor.RoundBF16(sh, wide) // exact: the values are bfloat16
+	}
+	if n%2 == 1 {
+		sh[n] = 0
+	}
+	if err := g.comm.AllGather(send, recv); err != nil {
+		return err
+	}
+	rh := halves(recv)
+	if out.Buffer().HostBF16() != nil {
+		dst := out.HostBF16()
+		for r := range size {
+			copy(dst[r*n:(r+1)*n], rh[2*r*w:2*r*w+n])
+		}
+		return nil
+	}
+	wide := grow(&g.stage[1], size*n)
+	for r := range size {
+		tensor.WidenBF16(wide[r*n:(r+1)*n], rh[2*r*w:2*r*w+n])
+	}
+	out.Device().CopyFromHost(out, wide)
+	return nil
+}
+
+// grow returns (*s)[:n], reallocated when shorter.
+func grow(s *[]float32, n int) []float32 {
+	if cap(*s) < n {
+		*s = make([]float32, n)
+	}
+	return (*s)[:n]
+}
+
+// halves is the memory of words as bfloat16 elements, two a word.
+func halves(words []float32) []uint16 {
+	if len(words) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(words))), 2*len(words))
 }
 
 // ReduceScatter reduces in (Size()*out.Len() elements) over the group and

@@ -159,3 +159,58 @@ func TestGroupOperations(t *testing.T) {
 		t.Errorf("size-1 all-gather of another view: %v, %v", x.Host(), err)
 	}
 }
+
+// A bfloat16 all-gather through the host collectives moves every
+// element's bits (an odd count a rank, padded on the wire; a NaN payload
+// kept), out of place and in place, at 2 bytes an element (rounded up to
+// a whole float32 word a rank) where float32 would take 4.
+func TestGroupAllGatherBF16(t *testing.T) {
+	const n, ranks = 5, 3
+	err := nccl.RunInProcess(ranks, func(c nccl.Comm) error {
+		dev := tensor.NewCPU()
+		g := NewDeviceGroup(c, dev)
+		value := func(r, i int) uint16 { return uint16(0x3f80 + 17*r + i) }
+		in, _ := dev.AllocAs(tensor.BFloat16, n)
+		for i := range n {
+			in.HostBF16()[i] = value(c.Rank(), i)
+		}
+		in.HostBF16()[n-1] = 0x7fc1 + uint16(c.Rank()) // NaNs with payloads
+		want := func(r, i int) uint16 {
+			if i == n-1 {
+				return 0x7fc1 + uint16(r)
+			}
+			return value(r, i)
+		}
+		out, _ := dev.AllocAs(tensor.BFloat16, ranks*n)
+		before := c.Stats().AllGather.Bytes
+		if err := g.AllGather(out, in); err != nil {
+			return err
+		}
+		if got := c.Stats().AllGather.Bytes - before; got != ranks*(n+1)*2 {
+			t.Errorf("rank %d: the all-gather moved %d bytes, want %d (2 an element, padded)", c.Rank(), got, ranks*(n+1)*2)
+		}
+		inPlace, _ := dev.AllocAs(tensor.BFloat16, ranks*n)
+		mine := inPlace.View(c.Rank()*n, n)
+		dev.Copy(mine, in)
+		if err := g.AllGather(inPlace, mine); err != nil {
+			return err
+		}
+		for _, res := range []*tensor.Tensor{out, inPlace} {
+			for r := range ranks {
+				for i := range n {
+					if got := res.HostBF16()[r*n+i]; got != want(r, i) {
+						t.Errorf("rank %d: element %d of rank %d is %#x, want %#x", c.Rank(), i, r, got, want(r, i))
+					}
+				}
+			}
+		}
+		f, _ := dev.Alloc(n)
+		if err := g.AllGather(out, f); err == nil {
+			t.Errorf("rank %d: a float32 tensor gathered into a bfloat16 one: no error", c.Rank())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -43,6 +43,9 @@ type SequenceParallel struct {
 	grads                          *tensor.Tensor // ReduceGrads' bucket
 	packedN, gatheredN, fullN, lcN int
 	gradsN                         int
+	// Gather's buffers for a bfloat16 input (the norms' outputs at bf16).
+	packedHalf, gatheredHalf   *tensor.Tensor
+	packedHalfN, gatheredHalfN int
 }
 
 // NewSequenceParallel returns the sequence-parallel region over the
@@ -73,9 +76,11 @@ func (s *SequenceParallel) LocalSeq(layer string, t int) (int, error) {
 // packed (b*t*c), the collectives' rank-major staging; gathered (b,t,c),
 // Gather's result; full (b,t,c), Full's; local (b,t/tp,c), where an
 // accumulating ReduceScatter lands before it is added; grads, ReduceGrads'
-// bucket. All are scratch, one set per model. With one rank only full:
+// bucket; where the gathered activations (the norms' outputs) are
+// stored as bfloat16 (gathered), packed_bf16 and gathered_bf16, Gather's
+// for them. All are scratch, one set per model. With one rank only full:
 // the other operators are copies.
-func SequenceParallelSizes(b, t, c, tp, grads int) Sizes {
+func SequenceParallelSizes(b, t, c, tp, grads int, gathered tensor.DType) Sizes {
 	if tp <= 1 {
 		return Sizes{Scratch: Buffers{buf("full", b, t, c)}}
 	}
@@ -83,21 +88,27 @@ func SequenceParallelSizes(b, t, c, tp, grads int) Sizes {
 	if grads > 0 {
 		z.Scratch = append(z.Scratch, buf("grads", grads))
 	}
+	if gathered == tensor.BFloat16 {
+		z.Scratch = append(z.Scratch, buf("packed_bf16", b*t*c).as(gathered), buf("gathered_bf16", b, t, c).as(gathered))
+	}
 	return z
 }
 
 // Reserve allocates the region's buffers for b sequences of t tokens of
-// width c and grads partial gradients (SequenceParallelSizes), the
-// model's largest, so that training makes none: an operator grows a
-// buffer only for a larger shape.
-func (s *SequenceParallel) Reserve(dev tensor.Device, b, t, c, grads int) error {
+// width c and grads partial gradients, with the gathered activations
+// stored as gathered (SequenceParallelSizes), the model's largest, so
+// that training makes none: an operator grows a buffer only for a larger
+// shape.
+func (s *SequenceParallel) Reserve(dev tensor.Device, b, t, c, grads int, gathered tensor.DType) error {
 	s.Release()
-	list := SequenceParallelSizes(b, t, c, s.Size(), grads).Scratch
+	list := SequenceParallelSizes(b, t, c, s.Size(), grads, gathered).Scratch
 	_, err := Allocate(dev, list, func(get func(string) *tensor.Tensor) {
 		s.packed, s.gathered, s.full, s.local, s.grads = get("packed"), get("gathered"), get("full"), get("local"), get("grads")
+		s.packedHalf, s.gatheredHalf = get("packed_bf16"), get("gathered_bf16")
 	})
 	if err != nil {
 		s.packed, s.gathered, s.full, s.local, s.grads = nil, nil, nil, nil, nil
+		s.packedHalf, s.gatheredHalf = nil, nil
 		return fmt.Errorf("sequence parallel: %w", err)
 	}
 	size := func(t *tensor.Tensor) int {
@@ -107,12 +118,18 @@ func (s *SequenceParallel) Reserve(dev tensor.Device, b, t, c, grads int) error 
 		return t.Len()
 	}
 	s.packedN, s.gatheredN, s.fullN, s.lcN, s.gradsN = size(s.packed), size(s.gathered), size(s.full), size(s.local), size(s.grads)
+	s.packedHalfN, s.gatheredHalfN = size(s.packedHalf), size(s.gatheredHalf)
 	return nil
 }
 
 // scratch returns a view of shape shape of the shared buffer *buf, grown
 // (freed and allocated again) when too small.
 func (s *SequenceParallel) scratch(dev tensor.Device, buf **tensor.Tensor, have *int, shape ...int) (*tensor.Tensor, error) {
+	return s.scratchAs(dev, tensor.Float32, buf, have, shape...)
+}
+
+// scratchAs is scratch for a buffer of elements stored as dt.
+func (s *SequenceParallel) scratchAs(dev tensor.Device, dt tensor.DType, buf **tensor.Tensor, have *int, shape ...int) (*tensor.Tensor, error) {
 	n := 1
 	for _, d := range shape {
 		n *= d
@@ -121,7 +138,7 @@ func (s *SequenceParallel) scratch(dev tensor.Device, buf **tensor.Tensor, have 
 		if *buf != nil {
 			(*buf).Device().Free(*buf)
 		}
-		t, err := dev.Alloc(n)
+		t, err := dev.AllocAs(dt, n)
 		if err != nil {
 			*buf, *have = nil, 0
 			return nil, fmt.Errorf("sequence parallel: %w", err)
@@ -132,18 +149,24 @@ func (s *SequenceParallel) scratch(dev tensor.Device, buf **tensor.Tensor, have 
 }
 
 // Gather all-gathers the sequence: in is this rank's (B,T/tp,C), the
-// result the shared (B,T,C) buffer. With one rank it returns in.
+// result the shared (B,T,C) buffer of in's dtype (a bfloat16 in, the
+// norms' outputs at bf16, is gathered as bfloat16). With one rank it
+// returns in.
 func (s *SequenceParallel) Gather(in *tensor.Tensor) (*tensor.Tensor, error) {
 	if s.Size() == 1 {
 		return in, nil
 	}
 	b, tl, c := in.Dim(0), in.Dim(1), in.Dim(2)
 	tp, dev := s.Size(), in.Device()
-	packed, err := s.scratch(dev, &s.packed, &s.packedN, tp*in.Len())
+	pb, pn, gb, gn := &s.packed, &s.packedN, &s.gathered, &s.gatheredN
+	if in.DType() == tensor.BFloat16 {
+		pb, pn, gb, gn = &s.packedHalf, &s.packedHalfN, &s.gatheredHalf, &s.gatheredHalfN
+	}
+	packed, err := s.scratchAs(dev, in.DType(), pb, pn, tp*in.Len())
 	if err != nil {
 		return nil, err
 	}
-	out, err := s.scratch(dev, &s.gathered, &s.gatheredN, b, tl*tp, c)
+	out, err := s.scratchAs(dev, in.DType(), gb, gn, b, tl*tp, c)
 	if err != nil {
 		return nil, err
 	}
@@ -243,11 +266,12 @@ func (s *SequenceParallel) ReduceGrads(params []*Param) error {
 
 // Release frees the shared buffers.
 func (s *SequenceParallel) Release() {
-	for _, b := range []**tensor.Tensor{&s.packed, &s.gathered, &s.full, &s.local, &s.grads} {
+	for _, b := range []**tensor.Tensor{&s.packed, &s.gathered, &s.full, &s.local, &s.grads, &s.packedHalf, &s.gatheredHalf} {
 		if *b != nil {
 			(*b).Device().Free(*b)
 			*b = nil
 		}
 	}
 	s.packedN, s.gatheredN, s.fullN, s.lcN, s.gradsN = 0, 0, 0, 0, 0
+	s.packedHalfN, s.gatheredHalfN = 0, 0
 }

@@ -290,13 +290,14 @@ type BlockShape struct {
 }
 
 // normOut is what the block's norms store their outputs as (normOut).
-func (s BlockShape) normOut() tensor.DType { return normOut(s.Activations, s.SP || s.PostNorm) }
+func (s BlockShape) normOut() tensor.DType { return normOut(s.Activations, s.PostNorm) }
 
 // normOut is what a pre-norm block's norms store their outputs as: the
 // activations' dtype, whose only readers are then the next products'
-// (their A operand forward, B of the weight gradient); Float32 when fp32
-// is set: under sequence parallelism, whose all-gather of the output
-// carries float32, or where the output is more than a product's input.
+// (their A operand forward, B of the weight gradient; under sequence
+// parallelism the all-gather into them, which carries bfloat16 too);
+// Float32 when fp32 is set, where the output is more than a product's
+// input.
 func normOut(act tensor.DType, fp32 bool) tensor.DType {
 	if fp32 {
 		return tensor.Float32

@@ -68,6 +68,10 @@ func (b *Buffer) MarkFreed() bool {
 // (nil elsewhere, for a BFloat16 buffer, and after Free).
 func (b *Buffer) Host() []float32 { return b.host }
 
+// HostBF16 is the bfloat16 elements of a host-memory buffer (the CPU
+// device's) stored as BFloat16, nil otherwise.
+func (b *Buffer) HostBF16() []uint16 { return b.half }
+
 // Ptr is the device address of element 0 (0 on the CPU device).
 func (b *Buffer) Ptr() uintptr { return b.ptr }
 

@@ -262,11 +262,11 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, from *pa
 	if !t.last {
 		return t.allocate(cfg, 0)
 	}
-	// The LM head's products are all that read ln_f's output (the
-	// classifier pools it): bf16 at bf16 but under sequence parallelism,
-	// whose gather carries float32.
+	// The LM head's products (and under sequence parallelism the
+	// all-gather into them) are all that read ln_f's output (the
+	// classifier pools it): bf16 at bf16.
 	lnfOut := tensor.Float32
-	if t.gpt && t.sp == nil {
+	if t.gpt {
 		lnfOut = spec.Compute(cfg)
 	}
 	if t.llama {
@@ -342,7 +342,7 @@ func (t *transformer) allocate(cfg config.Config, paddedVocab int) error {
 	if t.sp == nil {
 		return nil
 	}
-	return t.sp.Reserve(t.dev, t.B, t.T, t.C, seqReduced(t.params))
+	return t.sp.Reserve(t.dev, t.B, t.T, t.C, seqReduced(t.params), spec.NormOut(cfg))
 }
 
 // seqReduced is the floats of the gradients the sequence-parallel region

@@ -550,7 +550,7 @@ func (s shapes) embeddingBytes(k int64) int64 {
 // the LM head's products read it (not the classifier's pooling, not under
 // sequence parallelism, whose gather carries float32), else Float32.
 func (s shapes) lnfOut() tensor.DType {
-	if s.gpt && !s.sp {
+	if s.gpt {
 		return spec.Compute(s.cfg)
 	}
 	return tensor.Float32
@@ -585,7 +585,7 @@ func (s shapes) spBytes() int64 {
 	if !s.sp {
 		return 0
 	}
-	return parallel.SequenceParallelSizes(s.cfg.BatchSize, s.cfg.Seq, s.cfg.Dim, int(s.tp), int(s.seqGrads())).Bytes()
+	return parallel.SequenceParallelSizes(s.cfg.BatchSize, s.cfg.Seq, s.cfg.Dim, int(s.tp), int(s.seqGrads()), spec.NormOut(s.cfg)).Bytes()
 }
 
 // seqGrads are the floats of the gradients summed over tp under sequence
@@ -815,6 +815,9 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 	// all-gather (p-1)/p of the gathered tensor and a reduce-scatter
 	// (p-1)/p of the tensor reduced.
 	half := func(p float64) float64 { return (p - 1) / p }
+	// The floats an element of the norms' outputs and of ln_f's takes on
+	// the wire: 0.5 where they are bf16.
+	normFloats, lnfFloats := float64(spec.NormOut(cfg).Size())/f32, float64(s.lnfOut().Size())/f32
 	dp := float64(cfg.DP())
 	if s.tp > 1 {
 		// Per micro-batch, in units of (p-1)/p floats of each kind:
@@ -839,11 +842,12 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 			// backward four all-gathers (the inputs again, the projections'
 			// output gradients) and two reduce-scatters (the input
 			// gradients): two all-gathers more than the all-reduces. The
-			// embedding (first stage) reduce-scatters forward and
-			// all-gathers backward.
-			ag, rs, n = 6*float64(s.L)*N*C, 4*float64(s.L)*N*C, 10*int(s.L)
+			// inputs gathered are the norms' outputs: bf16 at bf16, half a
+			// float an element. The embedding (first stage) reduce-scatters
+			// forward and all-gathers backward.
+			ag, rs, n = (4*normFloats+2)*float64(s.L)*N*C, 4*float64(s.L)*N*C, 10*int(s.L)
 			if s.recompute == parallel.RecomputeFull {
-				ag, rs, n = ag+2*float64(s.L)*N*C, rs+2*float64(s.L)*N*C, n+4*int(s.L) // the forward's all-gathers and reduce-scatters again
+				ag, rs, n = ag+2*normFloats*float64(s.L)*N*C, rs+2*float64(s.L)*N*C, n+4*int(s.L) // the forward's all-gathers and reduce-scatters again
 			}
 			if s.first {
 				ag, rs, n = ag+N*C, rs+N*C, n+2
@@ -852,9 +856,10 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		switch {
 		case !s.last:
 		case s.gpt && s.sp:
-			// The head all-gathers its input forward and again backward,
-			// and reduce-scatters its dx; the loss as without.
-			ag, rs, ar = ag+2*N*C, rs+N*C, ar+2*3*N
+			// The head all-gathers its input (ln_f's output) forward and
+			// again backward, and reduce-scatters its dx; the loss as
+			// without.
+			ag, rs, ar = ag+2*lnfFloats*N*C, rs+N*C, ar+2*3*N
 			n += 5
 		case s.gpt:
 			ar += 2 * (N*C + 3*N) // the head's dx; the loss's row max and sums

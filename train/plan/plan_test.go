@@ -503,12 +503,25 @@ func TestCommMatchesEngine(t *testing.T) {
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-5s %3s %3s %5s %-10s %12s %12s %12s %12s %5s %5s\n", "model", "tp", "dp", "accum", "mode", "plan tp B", "engine tp B", "plan dp B", "engine dp B", "plan", "calls")
 	for _, model := range []string{"bert", "gpt", "llama"} {
-		for _, p := range []commLayout{
-			{2, 1, 1, false, 0, ""}, {2, 1, 1, true, 0, ""}, {4, 1, 2, true, 0, ""}, {1, 2, 1, false, 0, ""}, {1, 2, 1, false, 1, ""}, {2, 2, 1, false, 0, ""}, {2, 2, 2, true, 1, ""},
-			{4, 1, 1, false, 0, ""}, // a Llama's 2 kv heads replicated over 2 ranks each
-			{1, 2, 2, false, 2, ""}, {2, 2, 2, true, 2, ""}, {1, 2, 2, false, 3, ""}, {2, 2, 1, true, 3, ""},
+		for _, pr := range []struct {
+			commLayout
+			precision string
+		}{
+			{commLayout{2, 1, 1, false, 0, ""}, ""}, {commLayout{2, 1, 1, true, 0, ""}, ""}, {commLayout{4, 1, 2, true, 0, ""}, ""},
+			{commLayout{1, 2, 1, false, 0, ""}, ""}, {commLayout{1, 2, 1, false, 1, ""}, ""}, {commLayout{2, 2, 1, false, 0, ""}, ""},
+			{commLayout{2, 2, 2, true, 1, ""}, ""},
+			{commLayout{4, 1, 1, false, 0, ""}, ""}, // a Llama's 2 kv heads replicated over 2 ranks each
+			{commLayout{1, 2, 2, false, 2, ""}, ""}, {commLayout{2, 2, 2, true, 2, ""}, ""}, {commLayout{1, 2, 2, false, 3, ""}, ""},
+			{commLayout{2, 2, 1, true, 3, ""}, ""},
+			// At bf16 sequence parallelism's all-gathers of the norms'
+			// outputs carry 2 bytes an element.
+			{commLayout{2, 1, 1, true, 0, ""}, "bf16"}, {commLayout{2, 2, 2, true, 1, ""}, "bf16"},
 		} {
+			p := pr.commLayout
 			cfg := p.tinyConfig(t, model)
+			if pr.precision != "" {
+				cfg.Precision = pr.precision
+			}
 			if model == "llama" && (p.tp <= 2 || !p.sp && p.accum == 1) {
 				cfg.KVHeads = 2 // grouped heads, whole groups a rank (at tp 4: each replicated over 2)
 			}
@@ -523,6 +536,9 @@ func TestCommMatchesEngine(t *testing.T) {
 			}
 			if p.zero > 0 {
 				mode += fmt.Sprintf("+zero%d", p.zero)
+			}
+			if pr.precision != "" {
+				mode += "+" + pr.precision
 			}
 			fmt.Fprintf(&table, "%-5s %3d %3d %5d %-10s %12.0f %12.0f %12.0f %12.0f %5d %5d\n", model, p.tp, p.dp, p.accum, mode, pl.Time.TPBytes, tpB, pl.Time.DPBytes, dpB, pl.Time.Collectives, calls)
 			off := func(plan, engine float64) bool { return math.Abs(plan-engine) > 1e-9*engine }

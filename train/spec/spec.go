@@ -32,16 +32,29 @@ import (
 type Param = parallel.ParamSpec
 
 // Compute is the dtype of what the matrix products read: the copies of
-// the Product weights and the activations saved only for products (the
-// MLP's GELU or SwiGLU output; without sequence parallelism, the pre-norm
-// blocks' norm outputs and a language model's ln_f output). BFloat16 at precision bf16 (fp32 masters, which
-// AdamW updates, and bf16 operands, as Megatron keeps them), Float32
-// otherwise (no copy: the products read the masters).
+// the Product weights and the activations saved only for products, the
+// activation kernels and the attention (the MLP's pre-activation and its
+// GELU or SwiGLU output, the attention's Q, K and V, the pre-norm blocks'
+// norm outputs (NormOut) and a language model's ln_f output). BFloat16 at
+// precision bf16 (fp32 masters, which AdamW updates, and bf16 operands,
+// as Megatron keeps them), Float32 otherwise (no copy: the products read
+// the masters).
 func Compute(cfg config.Config) tensor.DType {
 	if cfg.Precision == "bf16" {
 		return tensor.BFloat16
 	}
 	return tensor.Float32
+}
+
+// NormOut is what the blocks' norms store their outputs as, and so what
+// sequence parallelism all-gathers into the column-parallel layers:
+// Compute(cfg), but Float32 in BERT's post-norm layers (arch hf), whose
+// norm outputs are the residual stream.
+func NormOut(cfg config.Config) tensor.DType {
+	if cfg.Arch == "hf" {
+		return tensor.Float32
+	}
+	return Compute(cfg)
 }
 
 // PositionStd is the initial spread of the position table. As in GPT-2,
