@@ -29,10 +29,10 @@ type BlockConfig struct {
 	Recompute Recompute
 	// FusedAttention runs the attention fused (AttentionConfig.Fused).
 	FusedAttention bool
-	// Activations is what the activations only matrix products and the
-	// activation kernels read are stored as (the MLP's fc and GELU outputs;
-	// the layer norms' outputs without sequence parallelism): BFloat16
-	// under bf16 compute.
+	// Activations is what the activations only matrix products, the
+	// activation kernels and the attention read are stored as (the MLP's
+	// fc and GELU outputs, c_attn's, the layer norms'): BFloat16 under bf16
+	// compute.
 	Activations tensor.DType
 	From        *ParamSet // the model's parameters, where the block takes its own; nil: new ones
 }
@@ -139,7 +139,7 @@ func NewBlock(dev tensor.Device, tp nccl.Comm, name string, cfg BlockConfig) (*B
 	if err != nil {
 		return nil, err
 	}
-	ln1.Out = normOut(cfg.Activations, false)
+	ln1.Out = cfg.Activations
 	ln2.Out = ln1.Out
 	ln1.SetSequenceParallel(cfg.SP)
 	ln2.SetSequenceParallel(cfg.SP)

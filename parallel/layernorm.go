@@ -15,8 +15,8 @@ type LayerNorm struct {
 	Weight, Bias *Param
 	Eps          float32
 	// Out is what the output is stored as: Float32, or BFloat16 where only
-	// matrix products read it (a pre-norm block's or a language model's
-	// ln_f, without sequence parallelism).
+	// matrix products (and under sequence parallelism the all-gather into
+	// them) read it (a pre-norm block's or a language model's ln_f).
 	Out tensor.DType
 
 	*lnSaved

@@ -559,9 +559,9 @@ type LlamaBlockConfig struct {
 	SP             *SequenceParallel
 	Recompute      Recompute
 	FusedAttention bool // the attention runs fused (AttentionConfig.Fused)
-	// Activations is what the activations only matrix products and the
-	// activation kernels read are stored as (gate_up_proj's and SwiGLU's
-	// outputs; the norms' outputs without sequence parallelism), as
+	// Activations is what the activations only matrix products, the
+	// activation kernels and the attention read are stored as
+	// (gate_up_proj's and SwiGLU's outputs, qkv_proj's, the norms'), as
 	// BlockConfig.Activations.
 	Activations tensor.DType
 	From        *ParamSet // the model's parameters, where the block takes its own; nil: new ones
@@ -616,7 +616,7 @@ func LlamaBlockSizes(s LlamaBlockShape, b, t int) Sizes {
 	var z, layers Sizes
 	full := s.Recompute == RecomputeFull
 	z.add("", blockOwnSizes(b, tl, c, full))
-	norms := normOut(s.Activations, false)
+	norms := s.Activations
 	layers.add("input_layernorm.", RMSNormSizes(b, tl, c, norms))
 	layers.add("self_attn.", llamaAttentionCoreSizes(b, t, s.Heads/tp, nkv, hd, s.Recompute == RecomputeSelective, s.FusedAttention))
 	layers.add("self_attn.qkv_proj.", ColumnSizes(LinearShape{In: c, Out: (s.Heads + 2*nkv*tp) * hd, TP: tp, SP: s.SP, OutDType: s.Activations}, b, t))
@@ -663,7 +663,7 @@ func NewLlamaBlock(dev tensor.Device, tp nccl.Comm, name string, cfg LlamaBlockC
 	if err != nil {
 		return nil, err
 	}
-	n1.Out = normOut(cfg.Activations, false)
+	n1.Out = cfg.Activations
 	n2.Out = n1.Out
 	n1.SetSequenceParallel(cfg.SP)
 	n2.SetSequenceParallel(cfg.SP)

@@ -289,20 +289,17 @@ type BlockShape struct {
 	PostNorm bool
 }
 
-// normOut is what the block's norms store their outputs as (normOut).
-func (s BlockShape) normOut() tensor.DType { return normOut(s.Activations, s.PostNorm) }
-
-// normOut is what a pre-norm block's norms store their outputs as: the
+// normOut is what the block's norms store their outputs as: the
 // activations' dtype, whose only readers are then the next products'
 // (their A operand forward, B of the weight gradient; under sequence
 // parallelism the all-gather into them, which carries bfloat16 too);
-// Float32 when fp32 is set, where the output is more than a product's
-// input.
-func normOut(act tensor.DType, fp32 bool) tensor.DType {
-	if fp32 {
+// Float32 in a post-norm block, whose norm outputs are the residual
+// stream (spec.NormOut).
+func (s BlockShape) normOut() tensor.DType {
+	if s.PostNorm {
 		return tensor.Float32
 	}
-	return act
+	return s.Activations
 }
 
 // BlockSizes are all the buffers of one transformer block and its layers
