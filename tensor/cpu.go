@@ -421,20 +421,26 @@ func (d *CPUDevice) eachKPart(transA, transB bool, k, lda, ldb int, beta float32
 
 // GemmStridedBatched computes batch Gemms with SgemmStridedBatched.
 func (d *CPUDevice) GemmStridedBatched(transA, transB bool, m, n, k int, alpha float32, a *Tensor, aOff, lda, strideA int, b *Tensor, bOff, ldb, strideB int, beta float32, c *Tensor, cOff, ldc, strideC, batch int) {
-	d.ownAny("GemmStridedBatched", a, b)
-	d.own("GemmStridedBatched", c)
+	d.ownAny("GemmStridedBatched", a, b, c)
 	check.GemmStridedBatched(transA, transB, m, n, k, a, aOff, lda, strideA, b, bOff, ldb, strideB, c, cOff, ldc, strideC, batch)
 	if d.observe != nil {
 		d.observe(GemmShape{M: m, N: n, K: k, Batch: batch, TransA: transA, TransB: transB})
 	}
-	if a.DType() != Float32 || b.DType() != Float32 {
+	if a.DType() != Float32 || b.DType() != Float32 || c.DType() != Float32 {
 		d.wideMu.Lock()
 		defer d.wideMu.Unlock()
 	}
 	ha := d.operand(a, aOff, operandSpan(transA, m, k, lda, strideA, batch), &d.wideA)
 	hb := d.operand(b, bOff, operandSpan(transB, k, n, ldb, strideB, batch), &d.wideB)
-	hc := c.Host()
+	// A bfloat16 C is widened over the span the products write (exactly),
+	// summed into in float32 and rounded back once: the elements between
+	// the matrices come back unchanged.
+	span := operandSpan(false, m, n, ldc, strideC, batch)
+	hc := d.operand(c, cOff, span, &d.wideC)
 	d.eachKPart(transA, transB, k, lda, ldb, beta, func(aShift, bShift, kk int, beta float32) {
-		gemmBatched(transA, transB, m, n, kk, alpha, ha[aShift:], lda, strideA, hb[bShift:], ldb, strideB, beta, hc[cOff:], ldc, strideC, batch)
+		gemmBatched(transA, transB, m, n, kk, alpha, ha[aShift:], lda, strideA, hb[bShift:], ldb, strideB, beta, hc, ldc, strideC, batch)
 	})
+	if c.DType() == BFloat16 {
+		RoundBF16(c.HostBF16()[cOff:cOff+span], hc[:span])
+	}
 }

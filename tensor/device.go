@@ -27,9 +27,9 @@ type Device interface {
 	Alloc(shape ...int) (*Tensor, error)
 	// AllocAs is Alloc for elements stored as dt. A BFloat16 tensor goes
 	// to Copy, CopyFromHost and CopyToHost (which convert, rounding to
-	// nearest even on store), as an operand A or B of Gemm and
-	// GemmStridedBatched and as Gemm's C (at any precision on the CPU, at
-	// BF16 on a GPU: the float32 sums rounded once), as the output of the
+	// nearest even on store), as an operand A, B or C of Gemm and
+	// GemmStridedBatched (at any precision on the CPU, at BF16 on a GPU; a
+	// C gets the float32 sums rounded once), as the output of the
 	// kernels that say so (ActivationForward, SwiGLUForward,
 	// LayerNormForward, RMSNormForward, AddBias: float32 values rounded)
 	// and as the input of ActivationForward, ActivationBackward,

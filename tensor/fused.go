@@ -38,6 +38,8 @@ type FusedAttention interface {
 	// on qkv (B,T,l.Row) laid out as l: out (B,T,Heads*HeadSize), with the
 	// masks of SoftmaxForward; lse (B,Heads,T) receives each query row's
 	// log-sum-exp of its scaled scores (+Inf on a row that sees no key).
+	// qkv and out are both Float32 or both BFloat16 (out rounded on
+	// store); the backward reads them as they are.
 	FusedAttentionForward(out, lse, qkv *Tensor, l HeadLayout, causal bool, keyValid []int32)
 	// FusedAttentionBackward accumulates into dqkv (laid out as qkv) the
 	// gradient of FusedAttentionForward from dout, given the forward's

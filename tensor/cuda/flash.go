@@ -119,10 +119,14 @@ func flashArgs(l tensor.HeadLayout, t int, valid uintptr, causal bool) []karg {
 }
 
 // FusedAttentionForward is tensor.FusedAttention's forward: out
-// (B,T,Heads*HeadSize) and lse (B,Heads,T) from qkv laid out as l.
+// (B,T,Heads*HeadSize) and lse (B,Heads,T) from qkv laid out as l; qkv
+// and out both float32 or both bfloat16 (out rounded on store).
 func (d *Device) FusedAttentionForward(out, lse, qkv *tensor.Tensor, l tensor.HeadLayout, causal bool, keyValid []int32) {
-	d.own("FusedAttentionForward", out, lse)
-	d.ownAny("FusedAttentionForward", qkv)
+	d.own("FusedAttentionForward", lse)
+	d.ownAny("FusedAttentionForward", out, qkv)
+	if out.DType() != qkv.DType() {
+		panic(fmt.Sprintf("cuda.FusedAttentionForward: out %v and qkv %v: both float32 or both bfloat16", out, qkv))
+	}
 	b, t := flashDims("FusedAttentionForward", qkv, out, lse, l, keyValid)
 	if b*t == 0 {
 		return
@@ -141,8 +145,8 @@ func (d *Device) FusedAttentionForward(out, lse, qkv *tensor.Tensor, l tensor.He
 // FusedAttentionBackward is tensor.FusedAttention's backward: it adds the
 // gradient into dqkv; delta (B,Heads,T) is scratch.
 func (d *Device) FusedAttentionBackward(dqkv, delta, dout, out, lse, qkv *tensor.Tensor, l tensor.HeadLayout, causal bool, keyValid []int32) {
-	d.own("FusedAttentionBackward", dqkv, delta, dout, out, lse)
-	d.ownAny("FusedAttentionBackward", qkv)
+	d.own("FusedAttentionBackward", dqkv, delta, dout, lse)
+	d.ownAny("FusedAttentionBackward", out, qkv)
 	b, t := flashDims("FusedAttentionBackward", qkv, out, lse, l, keyValid)
 	if dqkv.Len() != qkv.Len() || dout.Len() != out.Len() || delta.Len() != lse.Len() {
 		panic(fmt.Sprintf("cuda.FusedAttentionBackward: dqkv %v, dout %v, delta %v must be as qkv %v, out %v, lse %v", dqkv, dout, delta, qkv, out, lse))
@@ -156,7 +160,11 @@ func (d *Device) FusedAttentionBackward(dqkv, delta, dout, out, lse, qkv *tensor
 	}
 	defer d.leave()
 	rows := b * t * l.Heads
-	d.launch("flash_backward_delta", d.grid1(rows, softmaxThreads/32), dim3{softmaxThreads, 1, 1},
+	deltaKernel := "flash_backward_delta"
+	if out.DType() == tensor.BFloat16 {
+		deltaKernel += "_bf16" // the forward's output stored as bfloat16
+	}
+	d.launch(deltaKernel, d.grid1(rows, softmaxThreads/32), dim3{softmaxThreads, 1, 1},
 		tp(delta), tp(out), tp(dout), i64(rows), i32(t), i32(l.Heads), i32(l.HeadSize))
 	tiles := uint32((t + flashRows - 1) / flashRows)
 	args := append([]karg{tp(dqkv), tp(qkv), tp(dout), tp(lse), tp(delta)}, flashArgs(l, t, valid, causal)...)

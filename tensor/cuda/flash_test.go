@@ -101,27 +101,39 @@ func TestGPUFusedAttention(t *testing.T) {
 			}
 		}
 
-		// qkv stored as bfloat16 (the same values: they are bf16 already):
-		// the _bf16 kernels stage the same tiles, so the same bits.
+		// qkv and the output stored as bfloat16 (qkv's values are bf16
+		// already): the _bf16 kernels stage the same tiles, so the same
+		// log-sum-exp, the same output rounded; the backward from that
+		// output within its rounding (delta reads it).
 		qh, err := b.gpu.AllocAs(tensor.BFloat16, B, T, l.Row)
 		if err != nil {
 			t.Fatal(err)
 		}
+		oh, err := b.gpu.AllocAs(tensor.BFloat16, B, T, tt.nh*hs)
+		if err != nil {
+			t.Fatal(err)
+		}
 		b.gpu.Copy(qh, qkv.g)
-		out2, lse2 := b.zeros("out2", B, T, tt.nh*hs), b.zeros("lse2", B, tt.nh, T)
-		b.gpu.FusedAttentionForward(out2.g, lse2.g, qh, l, tt.causal, valid)
-		sameGPUBits(t, b.gpu, what("FusedAttentionForward from bfloat16 qkv"), out2.g, out.g)
+		lse2, ow := b.zeros("lse2", B, tt.nh, T), b.zeros("ow", B, T, tt.nh*hs)
+		b.gpu.FusedAttentionForward(oh, lse2.g, qh, l, tt.causal, valid)
 		sameGPUBits(t, b.gpu, what("lse from bfloat16 qkv"), lse2.g, lse.g)
-		b.gpu.CopyFromHost(dqkv.g, before)
-		b.gpu.FusedAttentionBackward(dqkv.g, delta.g, dout.g, out.g, lse.g, qh, l, tt.causal, valid)
-		b.gpu.CopyToHost(again, dqkv.g)
-		for i := range first {
-			if math.Float32bits(first[i]) != math.Float32bits(again[i]) {
-				t.Errorf("%s: element %d is %g from float32 qkv, %g from bfloat16", what("FusedAttentionBackward"), i, first[i], again[i])
-				break
+		b.gpu.Copy(ow.g, oh)
+		o32, o16 := make([]float32, out.g.Len()), make([]float32, out.g.Len())
+		b.gpu.CopyToHost(o32, out.g)
+		b.gpu.CopyToHost(o16, ow.g)
+		for i, v := range o32 {
+			if w := math.Float32frombits(uint32(bf16Reference(v)) << 16); math.Float32bits(o16[i]) != math.Float32bits(w) {
+				t.Fatalf("%s: element %d is %g, want %g rounded, %g", what("FusedAttentionForward into bfloat16"), i, o16[i], v, w)
 			}
 		}
+		b.gpu.CopyFromHost(dqkv.g, before)
+		b.gpu.FusedAttentionBackward(dqkv.g, delta.g, dout.g, oh, lse.g, qh, l, tt.causal, valid)
+		ref := b.rand("dqkv from the rounded output", 0, B, T, l.Row)
+		b.gpu.CopyFromHost(ref.g, before)
+		b.gpu.FusedAttentionBackward(ref.g, delta.g, dout.g, ow.g, lse.g, qkv.g, l, tt.causal, valid)
+		sameGPUBits(t, b.gpu, what("FusedAttentionBackward from bfloat16 qkv and output"), dqkv.g, ref.g)
 		b.gpu.Free(qh)
+		b.gpu.Free(oh)
 	}
 }
 

@@ -47,8 +47,7 @@ func (d *Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a *tensor
 // GemmStridedBatched computes batch Gemms strideX elements apart through
 // cublasGemmStridedBatchedEx (cublasGemmEx for one).
 func (d *Device) GemmStridedBatched(transA, transB bool, m, n, k int, alpha float32, a *tensor.Tensor, aOff, lda, strideA int, b *tensor.Tensor, bOff, ldb, strideB int, beta float32, c *tensor.Tensor, cOff, ldc, strideC, batch int) {
-	d.ownAny("GemmStridedBatched", a, b)
-	d.own("GemmStridedBatched", c)
+	d.ownAny("GemmStridedBatched", a, b, c)
 	check.GemmStridedBatched(transA, transB, m, n, k, a, aOff, lda, strideA, b, bOff, ldb, strideB, c, cOff, ldc, strideC, batch)
 	d.gemm(transA, transB, m, n, k, alpha, a, aOff, lda, strideA, b, bOff, ldb, strideB, beta, c, cOff, ldc, strideC, batch)
 }

@@ -1200,14 +1200,21 @@ func TestGPUBF16Storage(t *testing.T) {
 	defer d.Free(cb)
 	d.SetMatmulPrecision(tensor.BF16)
 	for _, beta := range []float32{0, 1} {
-		d.Copy(c1.g, cb)
-		d.Gemm(false, true, m, nn, k, 1, ah, 0, k, bh, k, k, beta, c1.g, 0, nn)
-		d.Gemm(false, true, m, nn, k, 1, ah, 0, k, bh, k, k, beta, cb, 0, nn)
-		d.CopyToHost(r1, c1.g)
-		d.CopyToHost(r2, cb)
-		for i := range r1 {
-			if math.Abs(float64(r2[i]-r1[i])) > 0x1p-8*math.Abs(float64(r1[i]))+1e-6 {
-				t.Fatalf("bf16 GEMM into a bfloat16 C, beta %g: element %d is %g, the float32 C's %g", beta, i, r2[i], r1[i])
+		for _, batched := range []bool{false, true} {
+			d.Copy(c1.g, cb)
+			if batched { // five matrices of nine columns, as the attention's heads
+				d.GemmStridedBatched(false, true, m, nn/5, k, 1, ah, 0, k, 0, bh, k, k, nn/5*k, beta, c1.g, 0, nn, nn/5, 5)
+				d.GemmStridedBatched(false, true, m, nn/5, k, 1, ah, 0, k, 0, bh, k, k, nn/5*k, beta, cb, 0, nn, nn/5, 5)
+			} else {
+				d.Gemm(false, true, m, nn, k, 1, ah, 0, k, bh, k, k, beta, c1.g, 0, nn)
+				d.Gemm(false, true, m, nn, k, 1, ah, 0, k, bh, k, k, beta, cb, 0, nn)
+			}
+			d.CopyToHost(r1, c1.g)
+			d.CopyToHost(r2, cb)
+			for i := range r1 {
+				if math.Abs(float64(r2[i]-r1[i])) > 0x1p-8*math.Abs(float64(r1[i]))+1e-6 {
+					t.Fatalf("bf16 GEMM into a bfloat16 C, beta %g, batched %v: element %d is %g, the float32 C's %g", beta, batched, i, r2[i], r1[i])
+				}
 			}
 		}
 	}

@@ -914,7 +914,7 @@ __device__ __forceinline__ void fa_accumulate(float (*acc)[4], float (*p)[4], co
 }
 
 template <int HD, typename QKV>
-__device__ void flash_forward(float* out, float* lse, const QKV* qkv, const int* keyValid, int T, int nh, int g,
+__device__ void flash_forward(QKV* out, float* lse, const QKV* qkv, const int* keyValid, int T, int nh, int g,
                               int W, int A, int q0, int k0, int v0, int causal, float scale) {
     HPCRUN_DYNAMIC_SHARED(bf16_t, fa_smem);
     const int LD = HD + FA_PAD;
@@ -970,10 +970,10 @@ __device__ void flash_forward(float* out, float* lse, const QKV* qkv, const int*
         int row = row0 + 8 * r;
         if (row >= T) continue;
         float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
-        float* dst = out + ((long long)b * T + row) * nh * HD + h * HD + 2 * tq;
+        QKV* dst = out + ((long long)b * T + row) * nh * HD + h * HD + 2 * tq;
         for (int dn = 0; dn < HD / 8; dn++) {
-            dst[dn * 8] = o[dn][2 * r] * inv;
-            dst[dn * 8 + 1] = o[dn][2 * r + 1] * inv;
+            store_out(dst + dn * 8, o[dn][2 * r] * inv);
+            store_out(dst + dn * 8 + 1, o[dn][2 * r + 1] * inv);
         }
         if (tq == 0) lse[((long long)b * nh + h) * T + row] = l[r] > 0.f ? m[r] + logf(l[r]) : POS_INF;
     }
@@ -981,19 +981,31 @@ __device__ void flash_forward(float* out, float* lse, const QKV* qkv, const int*
 
 // flash_backward_delta: delta[b,h,i] = sum_d dout[b,i,h,d] * out[b,i,h,d],
 // one warp per (b, i, h) row of hd floats.
-extern "C" __global__ void flash_backward_delta(float* delta, const float* out, const float* dout, long long rows, int T,
-                                                int nh, int hd) {
+template <typename O>
+__device__ __forceinline__ void flash_delta(float* delta, const O* out, const float* dout, long long rows, int T, int nh,
+                                            int hd) {
     int lane = threadIdx.x & 31;
     long long warps = (long long)gridDim.x * (blockDim.x >> 5);
     for (long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows; r += warps) {
-        const float* o = out + r * hd;
+        const O* o = out + r * hd;
         const float* d = dout + r * hd;
         float s = 0.f;
-        for (int j = lane; j < hd; j += 32) s += o[j] * d[j];
+        for (int j = lane; j < hd; j += 32) s += load_in(o + j) * d[j];
         s = warp_sum(s);
         long long bt = r / nh, b = bt / T;
         if (lane == 0) delta[(b * nh + r % nh) * T + bt % T] = s;
     }
+}
+
+extern "C" __global__ void flash_backward_delta(float* delta, const float* out, const float* dout, long long rows, int T,
+                                                int nh, int hd) {
+    flash_delta(delta, out, dout, rows, T, nh, hd);
+}
+
+// flash_backward_delta_bf16: the forward's output stored as bfloat16.
+extern "C" __global__ void flash_backward_delta_bf16(float* delta, const bf16_t* out, const float* dout, long long rows,
+                                                     int T, int nh, int hd) {
+    flash_delta(delta, out, dout, rows, T, nh, hd);
 }
 
 // flash_backward_dkdv: a block takes 64 keys of kv head blockIdx.y and
@@ -1116,10 +1128,10 @@ __device__ void flash_backward_dq(float* dqkv, const QKV* qkv, const float* dout
     }
 }
 
-// The entry points, one per head size and qkv dtype (_bf16: qkv stored as
-// bfloat16).
+// The entry points, one per head size and qkv dtype (_bf16: qkv, and the
+// forward's output, stored as bfloat16).
 #define FA_FWD_ARGS(QKV)                                                                                          \
-    float *out, float *lse, const QKV *qkv, const int *keyValid, int T, int nh, int g, int W, int A, int q0, int k0, \
+    QKV *out, float *lse, const QKV *qkv, const int *keyValid, int T, int nh, int g, int W, int A, int q0, int k0, \
         int v0, int causal, float scale
 #define FA_BWD_ARGS(QKV)                                                                                        \
     float *dqkv, const QKV *qkv, const float *dout, const float *lse, const float *delta, const int *keyValid, \

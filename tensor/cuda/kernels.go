@@ -42,7 +42,7 @@ var kernels = []struct {
 	{"adamw_f32", elemThreads}, {"adamw_multi_f32", elemThreads}, {"sum_multi_f64", elemThreads},
 	{"sum_squares_each_f64", elemThreads}, {"sum_blocks_f64", elemThreads}, {"clip_norm_f64", 1},
 	{"sum_finish_f32", 1},
-	{"flash_backward_delta", softmaxThreads},
+	{"flash_backward_delta", softmaxThreads}, {"flash_backward_delta_bf16", softmaxThreads},
 	{"flash_forward_32", flashThreads}, {"flash_forward_64", flashThreads}, {"flash_forward_128", flashThreads},
 	{"flash_backward_dkdv_32", flashThreads}, {"flash_backward_dkdv_64", flashThreads}, {"flash_backward_dkdv_128", flashThreads},
 	{"flash_backward_dq_32", flashThreads}, {"flash_backward_dq_64", flashThreads}, {"flash_backward_dq_128", flashThreads},
