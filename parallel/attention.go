@@ -29,8 +29,9 @@ type AttentionConfig struct {
 	// Backward recomputes them in the kernels whatever Selective says.
 	// The layer refuses a device without them.
 	Fused bool
-	// Activations is what the fused Q,K,V projection's output, which only
-	// the attention's products or fused kernels read, is stored as
+	// Activations is what the fused Q,K,V projection's output and the
+	// heads' output y, which only the attention's products or fused
+	// kernels and the output projection's products read, are stored as
 	// (BFloat16 under bf16 compute).
 	Activations tensor.DType
 	From        *ParamSet // the model's parameters, where the layer takes its own; nil: new ones
@@ -149,7 +150,9 @@ func (a *ParallelSelfAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*
 	}
 	dev := a.QKV.Weight.Data.Device()
 	cl := a.nh * a.hd
-	if err := a.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return attentionCoreSizes(b, t, a.nh, cl, a.selective, a.fused != nil).Saved }, func(get func(string) *tensor.Tensor) {
+	if err := a.bufs.ensure(dev, [2]int{b, t}, func() Buffers {
+		return attentionCoreSizes(b, t, a.nh, cl, a.selective, a.fused != nil, a.QKV.opt.OutDType).Saved
+	}, func(get func(string) *tensor.Tensor) {
 		a.att, a.lse, a.y = get("att"), get("lse"), get("y")
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", a.Name, err)
@@ -176,7 +179,9 @@ func (a *ParallelSelfAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*
 // ensureScratch makes the backward's scratch for b x t tokens.
 func (a *ParallelSelfAttention) ensureScratch(dev tensor.Device, b, t int) error {
 	cl := a.nh * a.hd
-	if err := a.grads.ensure(dev, [2]int{b, t}, func() Buffers { return attentionCoreSizes(b, t, a.nh, cl, a.selective, a.fused != nil).Scratch }, func(get func(string) *tensor.Tensor) {
+	if err := a.grads.ensure(dev, [2]int{b, t}, func() Buffers {
+		return attentionCoreSizes(b, t, a.nh, cl, a.selective, a.fused != nil, a.QKV.opt.OutDType).Scratch
+	}, func(get func(string) *tensor.Tensor) {
 		a.attScratch, a.datt, a.dpre, a.dy, a.dqkv, a.delta = get("att"), get("datt"), get("dpre"), get("dy"), get("dqkv"), get("delta")
 	}); err != nil {
 		return fmt.Errorf("%s: %w", a.Name, err)

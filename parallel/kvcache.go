@@ -36,7 +36,7 @@ type kvLayout struct {
 	kLd, kCols     int
 	kRows          int
 	rotate         bool         // turn queries and keys (RoPE) before caching
-	dt             tensor.DType // what the fused rows, and so the cached keys and values, are stored as
+	dt             tensor.DType // what the fused rows, and so the cached keys and values, and the output are stored as
 }
 
 func newKVCache(dev tensor.Device, lay kvLayout, max int, rope RoPE) (*KVCache, error) {
@@ -81,16 +81,16 @@ func (c *KVCache) Release() {
 	c.k, c.v, c.rope, c.att, c.y = nil, nil, nil, nil, nil
 }
 
-// scratch returns t if it holds n elements, else a new tensor of n (t
-// freed).
-func (c *KVCache) scratch(t *tensor.Tensor, n int) (*tensor.Tensor, error) {
+// scratch returns t if it holds n elements, else a new tensor of n
+// stored as dt (t freed).
+func (c *KVCache) scratch(t *tensor.Tensor, n int, dt tensor.DType) (*tensor.Tensor, error) {
 	if t != nil && t.Len() >= n {
 		return t, nil
 	}
 	if t != nil {
 		c.dev.Free(t)
 	}
-	return c.dev.Alloc(n)
+	return c.dev.AllocAs(dt, n)
 }
 
 // attend takes qkv (1,n,width), the fused projection of n new tokens at
@@ -117,10 +117,11 @@ func (c *KVCache) attend(name string, qkv *tensor.Tensor, n int) (*tensor.Tensor
 	var err error
 	// At least a row of every position for each head: one-token steps
 	// never grow it.
-	if c.att, err = c.scratch(c.att, max(l.nh*n*L, l.nh*c.max)); err != nil {
+	if c.att, err = c.scratch(c.att, max(l.nh*n*L, l.nh*c.max), tensor.Float32); err != nil {
 		return nil, err
 	}
-	if c.y, err = c.scratch(c.y, n*l.nh*l.hd); err != nil {
+	// The heads' output as Forward stores it (the layer's y).
+	if c.y, err = c.scratch(c.y, n*l.nh*l.hd, l.dt); err != nil {
 		return nil, err
 	}
 	att, y := c.att.View(0, 1, l.nh, n, L), c.y.View(0, 1, n, l.nh*l.hd)

@@ -205,8 +205,9 @@ type LlamaAttentionConfig struct {
 	// Selective keeps no softmax probabilities (RecomputeSelective).
 	Selective bool
 	Fused     bool // the device's fused attention (AttentionConfig.Fused)
-	// Activations is what qkv_proj's output is stored as
-	// (AttentionConfig.Activations; RoPE rotates it in place, rounding).
+	// Activations is what qkv_proj's output and y are stored as
+	// (AttentionConfig.Activations; RoPE rotates the first in place,
+	// rounding).
 	Activations tensor.DType
 	From        *ParamSet // the model's parameters, where the layer takes its own; nil: new ones
 }
@@ -254,15 +255,15 @@ type gqaScratch struct {
 // this rank: as attentionCoreSizes, with dqkv (b,t,(nh+2nkv)*hd) and the
 // rotation table rope (t,hd), scratch made by Forward; fused, as
 // attentionCoreSizes's.
-func llamaAttentionCoreSizes(b, t, nh, nkv, hd int, selective, fused bool) Sizes {
+func llamaAttentionCoreSizes(b, t, nh, nkv, hd int, selective, fused bool, y tensor.DType) Sizes {
 	if fused {
 		return Sizes{
-			Saved:   Buffers{buf("lse", b, nh, t), buf("y", b, t, nh*hd)},
+			Saved:   Buffers{buf("lse", b, nh, t), buf("y", b, t, nh*hd).as(y)},
 			Scratch: Buffers{buf("rope", t, hd), buf("delta", b, nh, t), buf("dy", b, t, nh*hd), buf("dqkv", b, t, (nh+2*nkv)*hd)},
 		}
 	}
 	z := Sizes{
-		Saved: Buffers{buf("att", b, nh, t, t), buf("y", b, t, nh*hd)},
+		Saved: Buffers{buf("att", b, nh, t, t), buf("y", b, t, nh*hd).as(y)},
 		Scratch: Buffers{buf("rope", t, hd), buf("datt", b, nh, t, t), buf("dpre", b, nh, t, t),
 			buf("dy", b, t, nh*hd), buf("dqkv", b, t, (nh+2*nkv)*hd)},
 	}
@@ -337,7 +338,7 @@ func (a *LlamaAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*tensor.
 	}
 	dev := a.QKV.Weight.Data.Device()
 	if err := a.bufs.ensure(dev, [2]int{b, t}, func() Buffers {
-		return llamaAttentionCoreSizes(b, t, a.nh, a.nkv, a.hd, a.selective, a.fused != nil).Saved
+		return llamaAttentionCoreSizes(b, t, a.nh, a.nkv, a.hd, a.selective, a.fused != nil, a.QKV.opt.OutDType).Saved
 	}, func(get func(string) *tensor.Tensor) {
 		a.att, a.lse, a.y = get("att"), get("lse"), get("y")
 	}); err != nil {
@@ -365,7 +366,7 @@ func (a *LlamaAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*tensor.
 func (a *LlamaAttention) ensureScratch(dev tensor.Device, b, t int) error {
 	var fill *tensor.Tensor
 	if err := a.grads.ensure(dev, [2]int{b, t}, func() Buffers {
-		return llamaAttentionCoreSizes(b, t, a.nh, a.nkv, a.hd, a.selective, a.fused != nil).Scratch
+		return llamaAttentionCoreSizes(b, t, a.nh, a.nkv, a.hd, a.selective, a.fused != nil, a.QKV.opt.OutDType).Scratch
 	}, func(get func(string) *tensor.Tensor) {
 		a.attScratch, a.ropeTable, a.datt, a.dpre, a.dy, a.dqkv, a.delta = get("att"), get("rope"), get("datt"), get("dpre"), get("dy"), get("dqkv"), get("delta")
 		fill = a.ropeTable
@@ -618,7 +619,7 @@ func LlamaBlockSizes(s LlamaBlockShape, b, t int) Sizes {
 	z.add("", blockOwnSizes(b, tl, c, full))
 	norms := s.Activations
 	layers.add("input_layernorm.", RMSNormSizes(b, tl, c, norms))
-	layers.add("self_attn.", llamaAttentionCoreSizes(b, t, s.Heads/tp, nkv, hd, s.Recompute == RecomputeSelective, s.FusedAttention))
+	layers.add("self_attn.", llamaAttentionCoreSizes(b, t, s.Heads/tp, nkv, hd, s.Recompute == RecomputeSelective, s.FusedAttention, s.Activations))
 	layers.add("self_attn.qkv_proj.", ColumnSizes(LinearShape{In: c, Out: (s.Heads + 2*nkv*tp) * hd, TP: tp, SP: s.SP, OutDType: s.Activations}, b, t))
 	layers.add("self_attn.o_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
 	layers.add("post_attention_layernorm.", RMSNormSizes(b, tl, c, norms))

@@ -197,22 +197,22 @@ func RowSizes(s LinearShape, b, t int) Sizes {
 // attentionCoreSizes are the attention core's own buffers for b x t tokens
 // (the full sequence), nh heads of width cl/nh on this rank. Saved: att
 // (b,nh,t,t), the softmax probabilities, and y (b,t,cl), the heads' output
-// before the projection. Scratch: datt and dpre (b,nh,t,t), the gradients
+// before the projection, stored as y (the activations' dtype). Scratch: datt and dpre (b,nh,t,t), the gradients
 // of the probabilities and of the scores; dy (b,t,cl); dqkv (b,t,3cl), the
 // gradient of c_attn's output. With selective recomputation att is
 // scratch: Backward computes it again from c_attn's saved output. The
 // fused attention keeps no (t,t) tensor: lse (b,nh,t), each row's
 // log-sum-exp, saved, and delta (b,nh,t) scratch, in att's and datt's
 // place, and dpre not at all.
-func attentionCoreSizes(b, t, nh, cl int, selective, fused bool) Sizes {
+func attentionCoreSizes(b, t, nh, cl int, selective, fused bool, y tensor.DType) Sizes {
 	if fused {
 		return Sizes{
-			Saved:   Buffers{buf("lse", b, nh, t), buf("y", b, t, cl)},
+			Saved:   Buffers{buf("lse", b, nh, t), buf("y", b, t, cl).as(y)},
 			Scratch: Buffers{buf("delta", b, nh, t), buf("dy", b, t, cl), buf("dqkv", b, t, 3*cl)},
 		}
 	}
 	z := Sizes{
-		Saved:   Buffers{buf("att", b, nh, t, t), buf("y", b, t, cl)},
+		Saved:   Buffers{buf("att", b, nh, t, t), buf("y", b, t, cl).as(y)},
 		Scratch: Buffers{buf("datt", b, nh, t, t), buf("dpre", b, nh, t, t), buf("dy", b, t, cl), buf("dqkv", b, t, 3*cl)},
 	}
 	if selective {
@@ -326,7 +326,7 @@ func BlockSizes(s BlockShape, b, t int) Sizes {
 	z.add("", blockOwnSizes(b, tl, c, full))
 	norms := s.normOut()
 	layers.add("ln_1.", LayerNormSizes(b, tl, c, norms))
-	layers.add("attn.", attentionCoreSizes(b, t, s.Heads/tp, c/tp, s.Recompute == RecomputeSelective, s.FusedAttention))
+	layers.add("attn.", attentionCoreSizes(b, t, s.Heads/tp, c/tp, s.Recompute == RecomputeSelective, s.FusedAttention, s.Activations))
 	layers.add("attn.c_attn.", ColumnSizes(LinearShape{In: c, Out: 3 * c, TP: tp, SP: s.SP, OutDType: s.Activations}, b, t))
 	layers.add("attn.c_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
 	layers.add("ln_2.", LayerNormSizes(b, tl, c, norms))

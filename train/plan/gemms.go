@@ -200,8 +200,9 @@ func operandElems(gs []GemmCount) int64 {
 // storedBF16OperandElems is the elements of the products' operands that
 // are stored as bfloat16 at bf16 (spec.Compute), which no GEMM converts:
 // the weights' copies, each the B operand of its layer's forward and
-// input gradient products; the MLP's hidden activation and the norms'
-// outputs (ln_f's included; under sequence parallelism gathered), each the A
+// input gradient products; the MLP's hidden activation, the attention's
+// output y and the norms' outputs (ln_f's included; under sequence
+// parallelism gathered), each the A
 // operand of the next layer's forward and the B of its weight gradient
 // (each once more, the forward again, under full recomputation); and the
 // unfused attention's Q, K and V (the fused projection's output), read by
@@ -221,6 +222,7 @@ func (s shapes) storedBF16OperandElems() int64 {
 		n += int64(l.In) * int64(l.Out)
 	}
 	n += s.B * s.T * s.fl // the MLP's hidden activation
+	n += s.B * s.T * s.cl // the heads' output y, the output projection's input
 	if spec.NormOut(s.cfg) == tensor.BFloat16 {
 		n += 2 * s.B * s.T * s.C // the norms' outputs (BERT's post-norm ones are the residual stream), gathered under SP
 	}

@@ -361,12 +361,12 @@ func New(r Request) (*Plan, error) {
 	case !r.Device.CUDA:
 		p.Notes = append(p.Notes, fmt.Sprintf("precision %s: the CPU computes every product in fp32; the plan times it so", cfg.Precision))
 		if cfg.Precision == "bf16" {
-			p.Notes = append(p.Notes, "precision bf16: the products read bf16 copies of the weights (fp32 masters) and the activations only products read are stored in bf16 (the MLP's pre-activation and hidden one, the attention's Q, K and V, the norms' outputs), which the memory counts")
+			p.Notes = append(p.Notes, "precision bf16: the products read bf16 copies of the weights (fp32 masters) and the activations only products read are stored in bf16 (the MLP's pre-activation and hidden one, the attention's Q, K and V and output, the norms' outputs), which the memory counts")
 		}
 	case cfg.Precision == "bf16" && r.Device.BF16Flops == 0, cfg.Precision == "tf32" && r.Device.TF32Flops == 0:
 		p.Notes = append(p.Notes, fmt.Sprintf("precision %s: %s has no %s tensor cores; the run will refuse it (use fp32)", cfg.Precision, r.Device.Name, cfg.Precision))
 	case cfg.Precision == "bf16":
-		p.Notes = append(p.Notes, "precision bf16: the engine keeps bf16 copies of the weights beside their fp32 masters and stores the activations only products and the activation and attention kernels read in bf16 (the MLP's pre-activation and hidden one, the attention's Q, K and V, the norms' outputs, which sequence parallelism all-gathers as bf16); gradients and the other activations are fp32, which each GEMM converts to bf16 (the copies, the bf16 activations and the operand scratch count in the memory, the conversion in the time); time and MFU at the bf16 peak (measured on an H200 before the bf16 storage: slower than tf32, 0.157 against 0.138 s for GPT-2 124M at 16 x 1024)")
+		p.Notes = append(p.Notes, "precision bf16: the engine keeps bf16 copies of the weights beside their fp32 masters and stores the activations only products and the activation and attention kernels read in bf16 (the MLP's pre-activation and hidden one, the attention's Q, K and V and output, the norms' outputs, which sequence parallelism all-gathers as bf16); gradients and the other activations are fp32, which each GEMM converts to bf16 (the copies, the bf16 activations and the operand scratch count in the memory, the conversion in the time); time and MFU at the bf16 peak (measured on an H200 before the bf16 storage: slower than tf32, 0.157 against 0.138 s for GPT-2 124M at 16 x 1024)")
 	case cfg.Precision == "tf32":
 		p.Notes = append(p.Notes, "precision tf32: float32 GEMMs on the tensor cores (10-bit mantissa products, float32 sums); time and MFU at the tf32 peak")
 	}
