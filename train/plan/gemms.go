@@ -13,7 +13,14 @@ import (
 type GemmCount struct {
 	tensor.GemmShape
 	Count int `json:"count"`
+	// aHalf and bHalf say that op(A) and op(B) are stored as bfloat16
+	// (at bf16: a weight's copy, an activation the spec stores so), which
+	// a GPU's bf16 products read in place: the others it converts.
+	aHalf, bHalf bool
 }
+
+// half says whether a tensor stored as dt is bfloat16.
+func half(dt tensor.DType) bool { return dt == tensor.BFloat16 }
 
 // linear is a weight product of a rank: In inputs to Out outputs per
 // token.
@@ -22,10 +29,11 @@ type linear spec.Linear
 // products are a linear's three GEMMs over n tokens, as the engine calls
 // them: y = x W^T, dx = dy W, dW = dy^T x.
 func (l linear) products(n int) []GemmCount {
+	x, w := half(l.Input), half(l.Weight)
 	return []GemmCount{
-		{tensor.GemmShape{M: n, N: l.Out, K: l.In, TransB: true}, 1},
-		{tensor.GemmShape{M: n, N: l.In, K: l.Out}, 1},
-		{tensor.GemmShape{M: l.Out, N: l.In, K: n, TransA: true}, 1},
+		{GemmShape: tensor.GemmShape{M: n, N: l.Out, K: l.In, TransB: true}, Count: 1, aHalf: x, bHalf: w},
+		{GemmShape: tensor.GemmShape{M: n, N: l.In, K: l.Out}, Count: 1, bHalf: w},
+		{GemmShape: tensor.GemmShape{M: l.Out, N: l.In, K: n, TransA: true}, Count: 1, bHalf: x},
 	}
 }
 
@@ -36,7 +44,9 @@ func (l linear) forward(n int) GemmCount { return l.products(n)[0] }
 // sequence of it, batched over this rank's heads (the engine batches over
 // the sequences instead where they outnumber the heads: the same FLOPs):
 // forward S = Q K^T and O = P V, backward dP = dO V^T, dQ = dS K, dK = dS^T
-// Q and dV = P^T dO. fwdOnly keeps the forward's two.
+// Q and dV = P^T dO. fwdOnly keeps the forward's two. Q, K and V are
+// stored as the fused projection's output (spec.Compute); P and the
+// gradients float32.
 func (s shapes) attention(fwdOnly bool) []GemmCount {
 	if s.fusedAttn {
 		return nil // fusedAttentionFlops
@@ -44,17 +54,22 @@ func (s shapes) attention(fwdOnly bool) []GemmCount {
 	T, B := int(s.T), int(s.B)
 	h := s.cfg.Heads / int(s.tp)
 	hd := int(s.C) / s.cfg.Heads
+	qkv := half(spec.Compute(s.cfg))
+	scores := tensor.GemmShape{M: T, N: T, K: hd, Batch: h, TransB: true}
+	byRows := tensor.GemmShape{M: T, N: hd, K: T, Batch: h}
 	g := []GemmCount{
-		{tensor.GemmShape{M: T, N: T, K: hd, Batch: h, TransB: true}, B},
-		{tensor.GemmShape{M: T, N: hd, K: T, Batch: h}, B},
+		{GemmShape: scores, Count: B, aHalf: qkv, bHalf: qkv}, // S = Q K^T
+		{GemmShape: byRows, Count: B, bHalf: qkv},             // O = P V
 	}
 	if fwdOnly {
 		return g
 	}
+	byCols := tensor.GemmShape{M: T, N: hd, K: T, Batch: h, TransA: true}
 	return append(g,
-		GemmCount{tensor.GemmShape{M: T, N: T, K: hd, Batch: h, TransB: true}, B},
-		GemmCount{tensor.GemmShape{M: T, N: hd, K: T, Batch: h}, B},
-		GemmCount{tensor.GemmShape{M: T, N: hd, K: T, Batch: h, TransA: true}, 2 * B})
+		GemmCount{GemmShape: scores, Count: B, bHalf: qkv}, // dP = dO V^T
+		GemmCount{GemmShape: byRows, Count: B, bHalf: qkv}, // dQ = dS K
+		GemmCount{GemmShape: byCols, Count: B, bHalf: qkv}, // dK = dS^T Q
+		GemmCount{GemmShape: byCols, Count: B})             // dV = P^T dO
 }
 
 // fusedAttentionFlops are the fused attention kernels' products of one
@@ -107,13 +122,13 @@ func (s shapes) gemms() []GemmCount {
 	switch {
 	case !s.last:
 	case s.gpt:
-		out = append(out, linear{In: int(s.C), Out: int(s.vl)}.products(n)...)
+		out = append(out, linear{In: int(s.C), Out: int(s.vl), Input: s.lnfOut(), Weight: spec.Compute(s.cfg)}.products(n)...)
 	default:
 		// BERT's head: the pooled mean over the sequence (forward and
 		// backward, as products of B x C by the tokens) and cls.fc1's.
 		B, C := int(s.B), int(s.C)
-		out = append(out, GemmCount{tensor.GemmShape{M: B, N: C, K: n}, 2})
-		out = append(out, linear{In: C, Out: int(s.cl)}.products(B)...)
+		out = append(out, GemmCount{GemmShape: tensor.GemmShape{M: B, N: C, K: n}, Count: 2})
+		out = append(out, linear{In: C, Out: int(s.cl), Input: tensor.Float32, Weight: spec.Compute(s.cfg)}.products(B)...)
 	}
 	return out
 }
@@ -198,72 +213,45 @@ func operandElems(gs []GemmCount) int64 {
 }
 
 // storedBF16OperandElems is the elements of the products' operands that
-// are stored as bfloat16 at bf16 (spec.Compute), which no GEMM converts:
-// the weights' copies, each the B operand of its layer's forward and
-// input gradient products; the MLP's hidden activation, the attention's
-// output y and the norms' outputs (ln_f's included; under sequence
-// parallelism gathered), each the A
-// operand of the next layer's forward and the B of its weight gradient
-// (each once more, the forward again, under full recomputation); and the
-// unfused attention's Q, K and V (the fused projection's output), read by
-// its products (s.attention): Q and K by the scores, V by the output, and
-// V, K and Q again by the backward's dP, dQ and dK (the forward's three
-// once more under recomputation).
+// are stored as bfloat16 at bf16 (GemmCount's aHalf and bHalf: the
+// weights' copies, the activations spec.Compute stores so), which no GEMM
+// converts.
 func (s shapes) storedBF16OperandElems() int64 {
-	if s.copyElems == 0 && !s.sharedCopy {
-		return 0
-	}
-	uses := int64(2)
-	if s.recompute == parallel.RecomputeFull {
-		uses = 3
-	}
 	var n int64
-	for _, l := range s.linears {
-		n += int64(l.In) * int64(l.Out)
-	}
-	n += s.B * s.T * s.fl // the MLP's hidden activation
-	n += s.B * s.T * s.cl // the heads' output y, the output projection's input
-	if spec.NormOut(s.cfg) == tensor.BFloat16 {
-		n += 2 * s.B * s.T * s.C // the norms' outputs (BERT's post-norm ones are the residual stream), gathered under SP
-	}
-	n *= uses * s.L
-	if !s.fusedAttn {
-		reads := int64(6)
-		if s.recompute != parallel.RecomputeNone {
-			reads += 3
+	for _, g := range s.gemms() {
+		times := int64(g.Count) * int64(max(g.Batch, 1))
+		if g.aHalf {
+			n += times * int64(g.M) * int64(g.K)
 		}
-		n += reads * s.B * s.T * s.cl * s.L
-	}
-	switch {
-	case !s.last:
-	case s.gpt:
-		n += 2 * s.C * s.vl
-		if s.lnfOut() == tensor.BFloat16 {
-			n += 2 * s.B * s.T * s.C // ln_f's output: the head's A forward, B of its weight gradient
+		if g.bHalf {
+			n += times * int64(g.K) * int64(g.N)
 		}
-	default:
-		n += 2 * s.C * s.cl
 	}
 	return n
 }
 
-// bf16Operands is the scratch a GPU's bf16 GEMMs convert their operands
-// into: one buffer for the largest A operand of the step's products and
-// one for the largest B, two bytes an element. The device grows each by
-// doubling, so it may hold somewhat more (an estimate, not exact).
+// bf16Operands is the scratch a GPU's bf16 GEMMs convert their float32
+// operands into: one buffer for the largest A operand of the step's
+// products that is not stored as bfloat16 and one for the largest such B,
+// two bytes an element. The device grows each by doubling, so it may hold
+// somewhat more (an estimate, not exact).
 func (s shapes) bf16Operands() int64 {
 	var a, b int64
-	add := func(g tensor.GemmShape, batch int) {
-		a = max(a, int64(g.M)*int64(g.K)*int64(batch))
-		b = max(b, int64(g.K)*int64(g.N)*int64(batch))
+	add := func(g GemmCount, batch int) {
+		if !g.aHalf {
+			a = max(a, int64(g.M)*int64(g.K)*int64(batch))
+		}
+		if !g.bHalf {
+			b = max(b, int64(g.K)*int64(g.N)*int64(batch))
+		}
 	}
 	for _, g := range s.gemms() {
-		add(g.GemmShape, max(g.Batch, 1))
+		add(g, max(g.Batch, 1))
 	}
 	// The engine batches attention's products over the sequences where
 	// they outnumber the heads (tensor's headGemms).
 	for _, g := range s.attention(false) {
-		add(g.GemmShape, max(g.Batch, int(s.B)))
+		add(g, max(g.Batch, int(s.B)))
 	}
 	return 2 * (a + b)
 }

@@ -325,6 +325,18 @@ func Check(params []*parallel.Param, want []Param) error {
 	return fmt.Errorf("the model's parameters differ from its spec (train/spec): %s", strings.Join(diffs, "; "))
 }
 
+// normFed says whether the weight named name is a block's projection a
+// norm feeds: the fused Q,K,V (c_attn, qkv_proj) or the MLP's first
+// (c_fc, gate_up_proj).
+func normFed(name string) bool {
+	for _, suffix := range []string{".c_attn.weight", ".qkv_proj.weight", ".c_fc.weight", ".gate_up_proj.weight"} {
+		if strings.HasSuffix(name, suffix) {
+			return true
+		}
+	}
+	return false
+}
+
 // LocalElems are the element counts of ps's pieces, in order (what the
 // gradient buckets cut).
 func LocalElems(ps []Param) []int64 {
@@ -337,7 +349,18 @@ func LocalElems(ps []Param) []int64 {
 
 // Linear is a weight product of a tensor-parallel rank: In inputs to Out
 // outputs a token, with the weight (Out, In) as the rank holds it.
-type Linear struct{ In, Out int }
+type Linear struct {
+	In, Out int
+	// Input is what the layer's input (its products' A operand forward,
+	// B of the weight gradient) is stored as: NormOut for the layers a
+	// norm feeds (the fused Q,K,V and the MLP's first projections),
+	// Compute for the others (reading the heads' output or the MLP's
+	// hidden activation).
+	Input tensor.DType
+	// Weight is what the products read of the weight (B forward and for
+	// the input gradient): Compute, its bfloat16 copy at bf16.
+	Weight tensor.DType
+}
 
 // BlockLinears are one block's weight products on tensor-parallel rank 0
 // of cfg.TP, in the spec's order: the block's matrices (its parameters of
@@ -358,7 +381,11 @@ func BlockLinears(cfg config.Config, vocab int) ([]Linear, error) {
 	for _, p := range b.ps {
 		if len(p.Full) == 2 {
 			local := p.Shard.LocalShape(p.Full)
-			out = append(out, Linear{In: local[1], Out: local[0]})
+			input := Compute(cfg)
+			if normFed(p.Name) {
+				input = NormOut(cfg)
+			}
+			out = append(out, Linear{In: local[1], Out: local[0], Input: input, Weight: Compute(cfg)})
 		}
 	}
 	return out, nil
