@@ -24,9 +24,7 @@ type CPUDevice struct {
 	wg      sync.WaitGroup
 	scratch []float32  // per-chunk partial sums (LayerNormBackward)
 	partial []float64  // per-chunk partial sums (SumSquaresEach)
-	wideMu  sync.Mutex // held by a GEMM while it uses wideA, wideB or wideC
-	wideA   []float32  // a BFloat16 GEMM operand A widened
-	wideB   []float32  // and B
+	wideMu  sync.Mutex // held by a GEMM while it uses wideC
 	wideC   []float32  // a BFloat16 C's float32 sums
 	k       cpuKernels
 
@@ -281,9 +279,9 @@ func (d *CPUDevice) Copy(dst, src *Tensor) {
 	}
 }
 
-// operand is a GEMM operand's host elements from off on: a Float32
+// operand is a GEMM matrix's host elements from off on: a Float32
 // tensor's own, a BFloat16 tensor's widened into scratch (span elements,
-// as far as the product reads).
+// as far as the products reach: a batched product's bfloat16 C).
 func (d *CPUDevice) operand(t *Tensor, off, span int, scratch *[]float32) []float32 {
 	if t.DType() == Float32 {
 		return t.Host()[off:]
@@ -426,19 +424,20 @@ func (d *CPUDevice) GemmStridedBatched(transA, transB bool, m, n, k int, alpha f
 	if d.observe != nil {
 		d.observe(GemmShape{M: m, N: n, K: k, Batch: batch, TransA: transA, TransB: transB})
 	}
-	if a.DType() != Float32 || b.DType() != Float32 || c.DType() != Float32 {
+	if c.DType() != Float32 {
 		d.wideMu.Lock()
 		defer d.wideMu.Unlock()
 	}
-	ha := d.operand(a, aOff, operandSpan(transA, m, k, lda, strideA, batch), &d.wideA)
-	hb := d.operand(b, bOff, operandSpan(transB, k, n, ldb, strideB, batch), &d.wideB)
-	// A bfloat16 C is widened over the span the products write (exactly),
-	// summed into in float32 and rounded back once: the elements between
-	// the matrices come back unchanged.
+	// bfloat16 A and B are widened as the products pack them; a bfloat16
+	// C is widened over the span the products write (exactly), summed
+	// into in float32 and rounded back once: the elements between the
+	// matrices come back unchanged.
+	fa, ha := hostAny(a, aOff)
+	fb, hb := hostAny(b, bOff)
 	span := operandSpan(false, m, n, ldc, strideC, batch)
 	hc := d.operand(c, cOff, span, &d.wideC)
 	d.eachKPart(transA, transB, k, lda, ldb, beta, func(aShift, bShift, kk int, beta float32) {
-		gemmBatched(transA, transB, m, n, kk, alpha, ha[aShift:], lda, strideA, hb[bShift:], ldb, strideB, beta, hc, ldc, strideC, batch)
+		gemmBatchedHalf(transA, transB, m, n, kk, alpha, from(fa, aShift), from(ha, aShift), lda, strideA, from(fb, bShift), from(hb, bShift), ldb, strideB, beta, hc, ldc, strideC, batch)
 	})
 	if c.DType() == BFloat16 {
 		RoundBF16(c.HostBF16()[cOff:cOff+span], hc[:span])

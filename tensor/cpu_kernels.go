@@ -228,15 +228,21 @@ func (d *CPUDevice) Axpy2D(dst *Tensor, dstOff, ldDst int, alpha float32, src *T
 type biasK struct {
 	out, bias []float32 // out is (N,OC), bias is (OC)
 	half      []uint16  // a bfloat16 out instead of out
+	scratch   []float32 // a tile a chunk (CPUDevice.tiles), with half
 }
 
-func (k *biasK) run(lo, hi, _ int) {
+func (k *biasK) run(lo, hi, chunk int) {
 	oc := len(k.bias)
 	for i := lo; i < hi; i++ {
 		if k.half != nil {
-			row := k.half[i*oc : (i+1)*oc]
-			for j, b := range k.bias {
-				row[j] = BF16FromFloat32(Float32FromBF16(row[j]) + b)
+			row, x := k.half[i*oc:(i+1)*oc], chunkTiles(k.scratch, chunk, 1)
+			for j0 := 0; j0 < oc; j0 += tileLen {
+				j1 := min(j0+tileLen, oc)
+				WidenBF16(x, row[j0:j1])
+				for j, b := range k.bias[j0:j1] {
+					x[j] += b
+				}
+				RoundBF16(row[j0:j1], x[:j1-j0])
 			}
 			continue
 		}
@@ -256,9 +262,13 @@ func (d *CPUDevice) AddBias(out, bias *Tensor) {
 	full, half := hostAny(out, 0)
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	nc := d.chunks(n, bias.n)
 	k := &d.k.bias
 	*k = biasK{out: full, bias: bias.Host(), half: half}
-	d.parallel(n, d.chunks(n, bias.n), k)
+	if half != nil {
+		k.scratch = d.tiles(nc, 1)
+	}
+	d.parallel(n, nc, k)
 	*k = biasK{}
 }
 

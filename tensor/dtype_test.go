@@ -464,18 +464,24 @@ func TestCPUBF16Inputs(t *testing.T) {
 		}
 	}
 	// Batched (the attention's output through its per-head products): the
-	// same, the elements between the matrices untouched.
-	{
-		const m, n, k, ldc, strideC, batch = 5, 6, 40, 9, 50, 3
+	// same, the elements between the matrices untouched; small products
+	// one after another, larger ones a product a thread.
+	for _, sh := range []struct{ m, n, k, ldc, strideC, batch int }{{5, 6, 40, 9, 50, 3}, {48, 40, 64, 41, 48*41 + 3, 3}} {
+		m, n, k, ldc, strideC, batch := sh.m, sh.n, sh.k, sh.ldc, sh.strideC, sh.batch
 		ah, aw := pair(1, batch*m*k)
-		bw := random(batch * k * n)
+		bh, bw := pair(1, batch*k*n)
 		ch, cw := pair(1, batch*strideC)
 		before := append([]uint16(nil), ch.HostBF16()...)
 		for _, beta := range []float32{0, 1} {
 			copy(before, ch.HostBF16())
 			WidenBF16(cw.Host(), ch.HostBF16())
-			d.GemmStridedBatched(false, false, m, n, k, 1, ah, 0, k, m*k, bw, 0, n, k*n, beta, cw, 0, ldc, strideC, batch)
-			d.GemmStridedBatched(false, false, m, n, k, 1, ah, 0, k, m*k, bw, 0, n, k*n, beta, ch, 0, ldc, strideC, batch)
+			// The reference: float32 operands of the same values.
+			d.GemmStridedBatched(false, false, m, n, k, 1, aw, 0, k, m*k, bw, 0, n, k*n, beta, cw, 0, ldc, strideC, batch)
+			bop := bh // bfloat16 A and B, then A alone
+			if beta != 0 {
+				bop = bw
+			}
+			d.GemmStridedBatched(false, false, m, n, k, 1, ah, 0, k, m*k, bop, 0, n, k*n, beta, ch, 0, ldc, strideC, batch)
 			for at := range batch * strideC {
 				q, i, j := at/strideC, at%strideC/ldc, at%strideC%ldc
 				want := BF16FromFloat32(cw.Host()[at])
@@ -487,7 +493,7 @@ func TestCPUBF16Inputs(t *testing.T) {
 				}
 			}
 		}
-		for _, x := range []*Tensor{ah, aw, bw, ch, cw} {
+		for _, x := range []*Tensor{ah, aw, bh, bw, ch, cw} {
 			d.Free(x)
 		}
 	}

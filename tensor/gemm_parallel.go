@@ -121,7 +121,8 @@ func (j *gemmJob) runPart(w *gemmWorker, q int) {
 	lo, hi := split(j.batch, 1, j.parts, q)
 	for i := lo; i < hi; i++ {
 		p := j.p
-		p.a, p.b, p.c = p.a[i*j.strideA:], p.b[i*j.strideB:], p.c[i*j.strideC:]
+		p.a, p.b, p.c = from(p.a, i*j.strideA), from(p.b, i*j.strideB), p.c[i*j.strideC:]
+		p.ah, p.bh = from(p.ah, i*j.strideA), from(p.bh, i*j.strideB)
 		w.solo.setup(j.kr, &p, 1)
 		w.solo.run(0, w.tileFor(j.kr))
 	}
@@ -182,6 +183,13 @@ func (b *spinBarrier) wait() {
 // as many products as threads, each thread takes whole products; otherwise
 // the products run one after another, each shared by the threads.
 func gemmBatched(transA, transB bool, m, n, k int, alpha float32, a []float32, lda, strideA int, b []float32, ldb, strideB int, beta float32, c []float32, ldc, strideC int, batch int) {
+	gemmBatchedHalf(transA, transB, m, n, k, alpha, a, nil, lda, strideA, b, nil, ldb, strideB, beta, c, ldc, strideC, batch)
+}
+
+// gemmBatchedHalf is gemmBatched with A or B (or both) stored as bfloat16:
+// ah or bh instead of a or b, widened as the products pack them
+// (gemmHalf).
+func gemmBatchedHalf(transA, transB bool, m, n, k int, alpha float32, a []float32, ah []uint16, lda, strideA int, b []float32, bh []uint16, ldb, strideB int, beta float32, c []float32, ldc, strideC int, batch int) {
 	if m == 0 || n == 0 || batch == 0 {
 		return
 	}
@@ -197,13 +205,13 @@ func gemmBatched(transA, transB bool, m, n, k int, alpha float32, a []float32, l
 	}
 	if threads <= 1 || batch < GemmThreads() {
 		for i := 0; i < batch; i++ {
-			gemm(transA, transB, m, n, k, alpha, a[i*strideA:], lda, b[i*strideB:], ldb, beta, c[i*strideC:], ldc)
+			gemmHalf(transA, transB, m, n, k, alpha, from(a, i*strideA), from(ah, i*strideA), lda, from(b, i*strideB), from(bh, i*strideB), ldb, beta, c[i*strideC:], ldc)
 		}
 		return
 	}
 	job := jobPool.Get().(*gemmJob)
 	job.kr = activeKernel.Load()
-	job.p = gemmParams{transA, transB, m, n, k, alpha, beta, a, lda, b, ldb, c, ldc, nil, nil}
+	job.p = gemmParams{transA, transB, m, n, k, alpha, beta, a, lda, b, ldb, c, ldc, ah, bh}
 	job.strideA, job.strideB, job.strideC, job.batch = strideA, strideB, strideC, batch
 	w := workerPool.Get().(*gemmWorker)
 	job.runTasks(threads, w)
