@@ -208,8 +208,7 @@ func (d *CPUDevice) Copy2D(dst *Tensor, dstOff, ldDst int, src *Tensor, srcOff, 
 		return
 	}
 	d.ownAny("Copy2D", dst, src)
-	check.Copy2DTypes(dst.DType(), src.DType())
-	if check.Block2D("Copy2D", dst, dstOff, ldDst, src, srcOff, ldSrc, rows, cols) {
+	if check.Copy2DHalf(dst, dst.DType(), dstOff, ldDst, src, src.DType(), srcOff, ldSrc, rows, cols) {
 		return
 	}
 	hd, hs := dst.HostBF16()[dstOff:], src.HostBF16()[srcOff:]

@@ -225,8 +225,7 @@ func (d *Device) Copy2D(dst *tensor.Tensor, dstOff, ldDst int, src *tensor.Tenso
 		return
 	}
 	d.ownAny("Copy2D", dst, src)
-	check.Copy2DTypes(dst.DType(), src.DType())
-	if check.Block2D("Copy2D", dst, dstOff, ldDst, src, srcOff, ldSrc, rows, cols) {
+	if check.Copy2DHalf(dst, dst.DType(), dstOff, ldDst, src, src.DType(), srcOff, ldSrc, rows, cols) {
 		return
 	}
 	d.elementwise("copy2d_bf16", rows*cols,

@@ -52,12 +52,14 @@ func Block2D(fn string, dst Shape, dstOff, ldDst int, src Shape, srcOff, ldSrc, 
 	return e1 || e2
 }
 
-// Copy2DTypes checks Copy2D's dtypes when one is not float32: a
-// bfloat16 block copies only into bfloat16.
-func Copy2DTypes(dst, src fmt.Stringer) {
-	if dst.String() != src.String() {
-		panic(fmt.Sprintf("tensor.Copy2D: dst is %v, src %v: a bfloat16 block copies only into bfloat16", dst, src))
+// Copy2DHalf checks Copy2D where dst or src is not float32 (their dtypes
+// dt and st): a bfloat16 block copies only into bfloat16; then the
+// block, as Block2D.
+func Copy2DHalf(dst Shape, dt fmt.Stringer, dstOff, ldDst int, src Shape, st fmt.Stringer, srcOff, ldSrc, rows, cols int) (empty bool) {
+	if dt.String() != st.String() {
+		panic(fmt.Sprintf("tensor.Copy2D: dst is %v, src %v: a bfloat16 block copies only into bfloat16", dt, st))
 	}
+	return Block2D("Copy2D", dst, dstOff, ldDst, src, srcOff, ldSrc, rows, cols)
 }
 
 // Add checks Add: out, a and b have the same Len.
