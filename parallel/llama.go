@@ -440,7 +440,7 @@ type SwiGLUMLP struct {
 	GateUp *ColumnParallelLinear // (2*Hidden, C) as [gate; up], 2 blocks split over ranks
 	Down   *RowParallelLinear    // (C, Hidden), input parallel
 
-	act tensor.DType // what h is stored as
+	act tensor.DType // what h and gate_up_proj's output are stored as
 	*swigluSaved
 	*swigluScratch
 }

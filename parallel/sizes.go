@@ -281,8 +281,8 @@ type BlockShape struct {
 	Recompute  Recompute
 	// FusedAttention: the attention runs fused (BlockConfig.FusedAttention).
 	FusedAttention bool
-	// Activations is the dtype of the activations only products read
-	// (BlockConfig.Activations).
+	// Activations is the dtype of the activations only products, the
+	// activation kernels and the attention read (BlockConfig.Activations).
 	Activations tensor.DType
 	// PostNorm: the norms' outputs are the residual stream (BERT's
 	// post-norm layers, train's arch hf), float32 whatever Activations.

@@ -279,34 +279,6 @@ func (d *CPUDevice) Copy(dst, src *Tensor) {
 	}
 }
 
-// operand is a GEMM matrix's host elements from off on: a Float32
-// tensor's own, a BFloat16 tensor's widened into scratch (span elements,
-// as far as the products reach: a batched product's bfloat16 C).
-func (d *CPUDevice) operand(t *Tensor, off, span int, scratch *[]float32) []float32 {
-	if t.DType() == Float32 {
-		return t.Host()[off:]
-	}
-	if cap(*scratch) < span {
-		*scratch = make([]float32, span)
-	}
-	w := (*scratch)[:span]
-	d.convert(w, t.HostBF16()[off:off+span], false)
-	return w
-}
-
-// operandSpan is how many elements from its first a GEMM operand op(X) of
-// (rows, cols) reads, batch of them stride apart, X stored with leading
-// dimension ld (X^T when trans).
-func operandSpan(trans bool, rows, cols, ld, stride, batch int) int {
-	if trans {
-		rows, cols = cols, rows
-	}
-	if rows == 0 || cols == 0 || batch == 0 {
-		return 0
-	}
-	return (batch-1)*stride + (rows-1)*ld + cols
-}
-
 // Gemm computes C = alpha*op(A)*op(B) + beta*C with Sgemm on the tensors'
 // host memory; bfloat16 A and B are widened as they are packed, a bfloat16
 // C gets the float32 sums rounded once (gemmToHalf).
@@ -325,22 +297,67 @@ func (d *CPUDevice) Gemm(transA, transB bool, m, n, k int, alpha float32, a *Ten
 
 // gemmToHalf is Gemm into a bfloat16 C: the product summed in float32
 // scratch (C widened into it first when beta is not 0) and rounded once
-// into C, as cuBLAS stores a bfloat16 C.
+// into C, as cuBLAS stores a bfloat16 C; in row blocks (toHalfC).
 func (d *CPUDevice) gemmToHalf(transA, transB bool, m, n, k int, alpha float32, a *Tensor, aOff, lda int, b *Tensor, bOff, ldb int, beta float32, c *Tensor, cOff, ldc int) {
+	d.toHalfC(c, cOff, m, n, ldc, 0, 1, beta, func(_, _, i0, rows int, s []float32) {
+		d.gemm(transA, transB, rows, n, k, alpha, a, aOff+rowOffset(transA, i0, lda), lda, b, bOff, ldb, beta, s, n)
+	})
+}
+
+// rowOffset is where row i0 of op(A) starts in A (ld apart): a row of A,
+// or of A^T a column.
+func rowOffset(trans bool, i0, ld int) int {
+	if trans {
+		return i0
+	}
+	return i0 * ld
+}
+
+// wideLimit is the most float32 sums a product into a bfloat16 C keeps in
+// scratch at once: a larger one runs in pieces of whole rows (row blocks
+// of one product, or groups of a batch's products), each summed and
+// rounded on its own: the same sums, in a bounded scratch. (A test
+// lowers it to cut small products.)
+var wideLimit = 1 << 22
+
+// toHalfC runs a product into the bfloat16 C at c[cOff:] (batch matrices
+// strideC apart, m rows of n ldc apart) a piece at a time: run computes
+// matrices q0..q0+qn, rows i0..i0+rows of each, into s, packed (rows of
+// n, matrices rows*n apart), which holds C's values widened where beta
+// is not 0, and is rounded into C after.
+func (d *CPUDevice) toHalfC(c *Tensor, cOff, m, n, ldc, strideC, batch int, beta float32, run func(q0, qn, i0, rows int, s []float32)) {
 	d.wideMu.Lock()
 	defer d.wideMu.Unlock()
-	if cap(d.wideC) < m*n {
-		d.wideC = make([]float32, m*n)
+	if m == 0 || n == 0 || batch == 0 {
+		return
 	}
-	s, hc := d.wideC[:m*n], c.HostBF16()[cOff:]
-	if beta != 0 {
-		for i := range m {
-			WidenBF16(s[i*n:(i+1)*n], hc[i*ldc:i*ldc+n])
+	qb, rb := max(1, min(batch, wideLimit/(m*n))), m
+	if m*n > wideLimit {
+		qb, rb = 1, max(1, wideLimit/n)
+	}
+	if cap(d.wideC) < qb*rb*n {
+		d.wideC = make([]float32, qb*rb*n)
+	}
+	hc := c.HostBF16()[cOff:]
+	for q0 := 0; q0 < batch; q0 += qb {
+		qn := min(qb, batch-q0)
+		for i0 := 0; i0 < m; i0 += rb {
+			rows := min(rb, m-i0)
+			s := d.wideC[:qn*rows*n]
+			block := func(f func(q, i int)) {
+				for q := range qn {
+					for i := range rows {
+						f(q, i)
+					}
+				}
+			}
+			at := func(q, i int) int { return (q0+q)*strideC + (i0+i)*ldc }
+			if beta != 0 {
+				block(func(q, i int) { WidenBF16(s[(q*rows+i)*n:(q*rows+i+1)*n], hc[at(q, i):at(q, i)+n]) })
+			}
+			run(q0, qn, i0, rows, s)
+			block(func(q, i int) { RoundBF16(hc[at(q, i):at(q, i)+n], s[(q*rows+i)*n:(q*rows+i+1)*n]) })
 		}
-	}
-	d.gemm(transA, transB, m, n, k, alpha, a, aOff, lda, b, bOff, ldb, beta, s, n)
-	for i := range m {
-		RoundBF16(hc[i*ldc:i*ldc+n], s[i*n:(i+1)*n])
 	}
 }
 
@@ -424,22 +441,22 @@ func (d *CPUDevice) GemmStridedBatched(transA, transB bool, m, n, k int, alpha f
 	if d.observe != nil {
 		d.observe(GemmShape{M: m, N: n, K: k, Batch: batch, TransA: transA, TransB: transB})
 	}
-	if c.DType() != Float32 {
-		d.wideMu.Lock()
-		defer d.wideMu.Unlock()
-	}
 	// bfloat16 A and B are widened as the products pack them; a bfloat16
-	// C is widened over the span the products write (exactly), summed
-	// into in float32 and rounded back once: the elements between the
-	// matrices come back unchanged.
+	// C is summed in float32 scratch a piece at a time and rounded once
+	// (toHalfC): only the matrices' elements are touched.
 	fa, ha := hostAny(a, aOff)
 	fb, hb := hostAny(b, bOff)
-	span := operandSpan(false, m, n, ldc, strideC, batch)
-	hc := d.operand(c, cOff, span, &d.wideC)
-	d.eachKPart(transA, transB, k, lda, ldb, beta, func(aShift, bShift, kk int, beta float32) {
-		gemmBatchedHalf(transA, transB, m, n, kk, alpha, from(fa, aShift), from(ha, aShift), lda, strideA, from(fb, bShift), from(hb, bShift), ldb, strideB, beta, hc, ldc, strideC, batch)
-	})
-	if c.DType() == BFloat16 {
-		RoundBF16(c.HostBF16()[cOff:cOff+span], hc[:span])
+	product := func(da, db, m, batch int, hc []float32, ldc, strideC int) {
+		d.eachKPart(transA, transB, k, lda, ldb, beta, func(aShift, bShift, kk int, beta float32) {
+			gemmBatchedHalf(transA, transB, m, n, kk, alpha, from(fa, da+aShift), from(ha, da+aShift), lda, strideA,
+				from(fb, db+bShift), from(hb, db+bShift), ldb, strideB, beta, hc, ldc, strideC, batch)
+		})
 	}
+	if c.DType() == Float32 {
+		product(0, 0, m, batch, c.Host()[cOff:], ldc, strideC)
+		return
+	}
+	d.toHalfC(c, cOff, m, n, ldc, strideC, batch, beta, func(q0, qn, i0, rows int, s []float32) {
+		product(q0*strideA+rowOffset(transA, i0, lda), q0*strideB, rows, qn, s, n, rows*n)
+	})
 }

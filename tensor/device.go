@@ -31,10 +31,11 @@ type Device interface {
 	// GemmStridedBatched (at any precision on the CPU, at BF16 on a GPU; a
 	// C gets the float32 sums rounded once), as the output of the
 	// kernels that say so (ActivationForward, SwiGLUForward,
-	// LayerNormForward, RMSNormForward, AddBias: float32 values rounded)
-	// and as the input of ActivationForward, ActivationBackward,
-	// SwiGLUForward and SwiGLUBackward (widened); every other kernel takes
-	// Float32 tensors only. A Device that wraps another must override
+	// LayerNormForward, RMSNormForward, AddBias: float32 values rounded),
+	// as the input of ActivationForward, ActivationBackward, SwiGLUForward
+	// and SwiGLUBackward (widened), as RoPEForward's and RoPEBackward's x
+	// (widened, rotated, rounded) and to Copy2D between two BFloat16
+	// tensors; every other kernel takes Float32 tensors only. A Device that wraps another must override
 	// AllocAs where it overrides Alloc: layers allocate through AllocAs.
 	AllocAs(dt DType, shape ...int) (*Tensor, error)
 	// Free releases the Buffer t views; t and its views must not be used
@@ -130,18 +131,20 @@ type Device interface {
 	RoPEBackward(dx, table *Tensor, seqLen, period, rotated int)
 
 	// SwiGLUForward is out = silu(gate)*up with inp's rows [gate | up]:
-	// silu(g) = g/(1+exp(-g)). out is (N,F), inp is (N,2F). out may be
-	// BFloat16 (the float32 values rounded).
+	// silu(g) = g/(1+exp(-g)). out is (N,F), inp is (N,2F). Either may
+	// be BFloat16 (inp widened, the float32 values rounded into out).
 	SwiGLUForward(out, inp *Tensor)
 	// SwiGLUBackward accumulates the gradient of SwiGLUForward into dinp
-	// (N,2F), [dgate | dup], from dout (N,F) and the forward's inp (N,2F).
+	// (N,2F), [dgate | dup], from dout (N,F) and the forward's inp (N,2F),
+	// which may be BFloat16.
 	SwiGLUBackward(dinp, inp, dout *Tensor)
 
 	// ActivationForward is out = f(inp) elementwise. out, inp have the
-	// same Len; out may be inp, or BFloat16 (the float32 values rounded).
+	// same Len; out may be inp; either may be BFloat16 (inp widened, the
+	// float32 values rounded into out).
 	ActivationForward(f Activation, out, inp *Tensor)
 	// ActivationBackward is dinp += f'(inp) * dout. dinp, inp, dout have
-	// the same Len.
+	// the same Len; inp may be BFloat16.
 	ActivationBackward(f Activation, dinp, inp, dout *Tensor)
 
 	// SoftmaxForward is a row softmax of scale*inp with masked entries set to

@@ -424,7 +424,22 @@ func TestCPUBF16Inputs(t *testing.T) {
 	}
 
 	// A product into a bfloat16 C: the float32 product rounded once, C
-	// read (widened) where beta is not 0, columns past n untouched.
+	// read (widened) where beta is not 0, columns past n untouched; whole,
+	// and in pieces of a few rows (or a few of a batch's products) when the
+	// scratch limit is lowered.
+	defer func(l int) { wideLimit = l }(wideLimit)
+	for _, limit := range []int{wideLimit, 100, 60} {
+		wideLimit = limit
+		productsIntoHalf(t, d, pair, random)
+	}
+	if got := d.MemStats().Current; got != 0 {
+		t.Errorf("%d bytes left after freeing everything", got)
+	}
+}
+
+// productsIntoHalf is TestCPUBF16Inputs's products into a bfloat16 C.
+func productsIntoHalf(t *testing.T, d *CPUDevice, pair func(float64, ...int) (*Tensor, *Tensor), random func(...int) *Tensor) {
+	t.Helper()
 	for _, tc := range []struct {
 		transA, transB, halfA bool
 		beta                  float32
@@ -496,9 +511,6 @@ func TestCPUBF16Inputs(t *testing.T) {
 		for _, x := range []*Tensor{ah, aw, bh, bw, ch, cw} {
 			d.Free(x)
 		}
-	}
-	if got := d.MemStats().Current; got != 0 {
-		t.Errorf("%d bytes left after freeing everything", got)
 	}
 }
 

@@ -547,8 +547,9 @@ func (s shapes) embeddingBytes(k int64) int64 {
 }
 
 // lnfOut is what ln_f stores its output as: the products' dtype when only
-// the LM head's products read it (not the classifier's pooling, not under
-// sequence parallelism, whose gather carries float32), else Float32.
+// the LM head's products (and under sequence parallelism the all-gather
+// into them, which carries it as it is) read it, not the classifier's
+// pooling; else Float32.
 func (s shapes) lnfOut() tensor.DType {
 	if s.gpt {
 		return spec.Compute(s.cfg)

@@ -34,8 +34,9 @@ type Param = parallel.ParamSpec
 // Compute is the dtype of what the matrix products read: the copies of
 // the Product weights and the activations saved only for products, the
 // activation kernels and the attention (the MLP's pre-activation and its
-// GELU or SwiGLU output, the attention's Q, K and V, the pre-norm blocks'
-// norm outputs (NormOut) and a language model's ln_f output). BFloat16 at
+// GELU or SwiGLU output, the attention's Q, K and V and its output y, the
+// pre-norm blocks' norm outputs (NormOut) and a language model's ln_f
+// output). BFloat16 at
 // precision bf16 (fp32 masters, which AdamW updates, and bf16 operands,
 // as Megatron keeps them), Float32 otherwise (no copy: the products read
 // the masters).
