@@ -64,11 +64,7 @@ func (g *Group) host(t *tensor.Tensor, k int) (buf []float32, staged bool) {
 	if t.Buffer().Host() != nil {
 		return t.Host(), false
 	}
-	n := t.Len()
-	if cap(g.stage[k]) < n {
-		g.stage[k] = make([]float32, n)
-	}
-	buf = g.stage[k][:n]
+	buf = grow(&g.stage[k], t.Len())
 	t.Device().CopyToHost(buf, t)
 	return buf, true
 }
@@ -86,12 +82,9 @@ func (g *Group) source(in, out *tensor.Tensor) []float32 {
 	if staged || !overlap(in, out) {
 		return src
 	}
-	if cap(g.alias) < len(src) {
-		g.alias = make([]float32, len(src))
-	}
-	g.alias = g.alias[:len(src)]
-	copy(g.alias, src)
-	return g.alias
+	alias := grow(&g.alias, len(src))
+	copy(alias, src)
+	return alias
 }
 
 // put copies a staged host slice back into t.
