@@ -682,14 +682,17 @@ const (
 	ceRowMax ceOp = iota
 	ceSumExp
 	ceBackward
+	ceForward         // rowMax, sumExp and the loss of a row, one pass
+	ceBackwardInPlace // the gradient over the row's first cols logits
 )
 
 type ceK struct {
 	op                     ceOp
 	logits, dlogits        []float32 // (N,V)
 	rowMax, sumExp, target []float32 // (N)
+	losses                 []float32 // (N)
 	targets                []int32
-	v, start               int
+	v, start, cols         int
 	dloss                  float32
 }
 
@@ -699,20 +702,35 @@ func (k *ceK) run(lo, hi, _ int) {
 		x := k.logits[i*v : (i+1)*v]
 		switch k.op {
 		case ceRowMax:
-			j, mx := maxVec(x)
-			for ; j < len(x); j++ {
-				if x[j] > mx {
-					mx = x[j]
-				}
-			}
-			k.rowMax[i] = mx
+			k.rowMax[i] = rowMax(x)
 		case ceSumExp:
-			mx := k.rowMax[i]
-			j, s := expSumVec(x, mx)
-			for ; j < len(x); j++ {
-				s += float64(exp32(x[j] - mx))
+			k.sumExp[i] = sumExp(x, k.rowMax[i])
+		case ceForward:
+			// The row is read twice, the second time from the cache.
+			mx := rowMax(x)
+			se := sumExp(x, mx)
+			k.rowMax[i], k.sumExp[i], k.losses[i] = mx, se, 0
+			if t := k.targets[i]; t >= 0 {
+				var tl float32
+				if int(t) < v {
+					tl = x[t]
+				}
+				k.losses[i] = ceLoss(se, mx, tl)
 			}
-			k.sumExp[i] = float32(s)
+		case ceBackwardInPlace:
+			x = x[:k.cols]
+			t := k.targets[i]
+			if t < 0 {
+				clear(x)
+				continue
+			}
+			mx, c := k.rowMax[i], k.dloss/k.sumExp[i]
+			for j := expScaleVec(x, mx, c); j < len(x); j++ {
+				x[j] = c * exp32(x[j]-mx)
+			}
+			if j := int(t) - k.start; j >= 0 && j < len(x) {
+				x[j] -= k.dloss
+			}
 		case ceBackward:
 			t := k.targets[i]
 			if t < 0 {
@@ -728,6 +746,31 @@ func (k *ceK) run(lo, hi, _ int) {
 			}
 		}
 	}
+}
+
+// rowMax is the largest of x (-Inf when x is empty).
+func rowMax(x []float32) float32 {
+	j, mx := maxVec(x)
+	for ; j < len(x); j++ {
+		if x[j] > mx {
+			mx = x[j]
+		}
+	}
+	return mx
+}
+
+// sumExp is the sum of exp(x-mx), accumulated in float64.
+func sumExp(x []float32, mx float32) float32 {
+	j, s := expSumVec(x, mx)
+	for ; j < len(x); j++ {
+		s += float64(exp32(x[j] - mx))
+	}
+	return float32(s)
+}
+
+// ceLoss is a row's loss, log(sumExp) + rowMax - targetLogit.
+func ceLoss(sumExp, rowMax, targetLogit float32) float32 {
+	return float32(math.Log(float64(sumExp)) + float64(rowMax) - float64(targetLogit))
 }
 
 // ceRun runs one row pass of the cross-entropy kernel.
@@ -779,9 +822,26 @@ func (d *CPUDevice) CrossEntropyLoss(losses, rowMax, sumExp, targetLogit *Tensor
 	for i, t := range targets {
 		l[i] = 0
 		if t >= 0 {
-			l[i] = float32(math.Log(float64(se[i])) + float64(mx[i]) - float64(tl[i]))
+			l[i] = ceLoss(se[i], mx[i], tl[i])
 		}
 	}
+}
+
+// CrossEntropyForward is the unsharded cross-entropy in one pass a row:
+// rowMax, sumExp and losses as the pieces give them. logits is (N,V);
+// losses, rowMax, sumExp and targets are (N).
+func (d *CPUDevice) CrossEntropyForward(losses, rowMax, sumExp, logits *Tensor, targets []int32) {
+	d.own("CrossEntropyForward", losses, rowMax, sumExp, logits)
+	n := check.CrossEntropyForward(losses, rowMax, sumExp, logits, targets)
+	d.ceRun(ceK{op: ceForward, logits: logits.Host(), rowMax: rowMax.Host(), sumExp: sumExp.Host(), losses: losses.Host(), targets: targets, v: logits.Cols()}, n, 11*logits.Cols())
+}
+
+// CrossEntropyBackwardInPlace overwrites logits[:, :cols] with
+// dloss*(softmax(logits) - onehot(targets)), 0 on rows without a target.
+func (d *CPUDevice) CrossEntropyBackwardInPlace(logits, rowMax, sumExp *Tensor, targets []int32, vocabStart, cols int, dloss float32) {
+	d.own("CrossEntropyBackwardInPlace", logits, rowMax, sumExp)
+	n := check.CrossEntropyBackwardInPlace(logits, rowMax, sumExp, targets, cols)
+	d.ceRun(ceK{op: ceBackwardInPlace, logits: logits.Host(), rowMax: rowMax.Host(), sumExp: sumExp.Host(), targets: targets, v: logits.Cols(), start: vocabStart, cols: cols, dloss: dloss}, n, 11*cols)
 }
 
 // CrossEntropyBackward is dlogits += dloss*(softmax(logits) - onehot(targets)).

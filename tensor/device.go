@@ -193,6 +193,25 @@ type Device interface {
 	// dlogits, logits are (N,V); rowMax, sumExp are (N).
 	CrossEntropyBackward(dlogits, logits, rowMax, sumExp *Tensor, targets []int32, vocabStart int, dloss float32)
 
+	// The fused classifier: an unsharded loss in one kernel, and the
+	// gradient written over the logits, so that no (N,V) gradient is ever
+	// allocated and the logits are read twice a step instead of five times.
+
+	// CrossEntropyForward is the unsharded cross-entropy (vocabStart 0) in
+	// one pass over each row: rowMax, sumExp and losses as
+	// CrossEntropyRowMax, CrossEntropySumExp and CrossEntropyLoss with
+	// CrossEntropyTargetLogit's target logit would give them, bit for bit
+	// (a target outside [0,V) counts a target logit of 0, as there).
+	// logits is (N,V); losses, rowMax, sumExp are (N).
+	CrossEntropyForward(losses, rowMax, sumExp, logits *Tensor, targets []int32)
+	// CrossEntropyBackwardInPlace overwrites the first cols columns of
+	// logits with dloss * (softmax(logits) - onehot), the values
+	// CrossEntropyBackward would add to a zeroed dlogits (0 on rows whose
+	// target is negative). Columns from cols on are left as they are: a
+	// padded head's masked logits, which its next forward does not write
+	// again. logits is (N,V), cols in [0,V]; rowMax, sumExp are (N).
+	CrossEntropyBackwardInPlace(logits, rowMax, sumExp *Tensor, targets []int32, vocabStart, cols int, dloss float32)
+
 	// AdamW updates param with decoupled weight decay and bias correction:
 	// g = grad*s; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g;
 	// param -= LR*( (m/(1-b1^Step)) / (sqrt(v/(1-b2^Step))+Eps) + WeightDecay*param ),

@@ -42,8 +42,8 @@
 // rows of a (B,T,C) activation: ids 0, T, 2T, ...), and EmbeddingBackward its
 // scatter-add. LinearForward/LinearBackward (nn.Linear's (OC,C) weight),
 // MatMul, AttentionForward/AttentionBackward (multi-head attention on a
-// packed (B,T,3C) qkv) and CrossEntropy are built from Device calls and so
-// work on every backend.
+// packed (B,T,3C) qkv) are built from Device calls and so work on every
+// backend.
 //
 // # Vocab-parallel pieces
 //
@@ -53,8 +53,10 @@
 // in pieces for the same reason: CrossEntropyRowMax (all-reduce MAX),
 // CrossEntropySumExp given the global max (all-reduce SUM),
 // CrossEntropyTargetLogit (all-reduce SUM), CrossEntropyLoss, and
-// CrossEntropyBackward, which is local. CrossEntropy runs them in turn for
-// one rank.
+// CrossEntropyBackward, which is local. One rank's whole vocabulary takes
+// the fused classifier instead: CrossEntropyForward (the pieces' results
+// in one pass a row) and CrossEntropyBackwardInPlace, which writes the
+// gradient over the logits (no (N,V) gradient buffer), sharded or not.
 //
 // # CPU
 //

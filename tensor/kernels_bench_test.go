@@ -62,7 +62,13 @@ func BenchmarkKernels(b *testing.B) {
 			{"GELUBackward", 48 * n * c, func() { d.ActivationBackward(GELU, dh, h, h) }},
 			{"Softmax", 8 * att.Len(), func() { d.SoftmaxForward(datt, att, 0.125, true, nil) }},
 			{"SoftmaxBackward", 16 * att.Len(), func() { d.SoftmaxBackward(att, datt, datt, 0.125) }},
-			{"CrossEntropy", 4 * logits.Len(), func() { CrossEntropy(losses, rowMax, sumExp, tl, logits, targets) }},
+			{"CrossEntropy", 4 * logits.Len(), func() {
+				d.CrossEntropyRowMax(rowMax, logits)
+				d.CrossEntropySumExp(sumExp, logits, rowMax)
+				d.CrossEntropyTargetLogit(tl, logits, targets, 0)
+				d.CrossEntropyLoss(losses, rowMax, sumExp, tl, targets)
+			}},
+			{"CrossEntropyForward", 4 * logits.Len(), func() { d.CrossEntropyForward(losses, rowMax, sumExp, logits, targets) }},
 			{"CrossEntropyBackward", 12 * logits.Len(), func() {
 				d.CrossEntropyBackward(dlogits, logits, rowMax, sumExp, targets, 0, 1e-3)
 			}},

@@ -515,7 +515,10 @@ func TestCrossEntropy(t *testing.T) {
 		tx := upload(t, d, x, n, v)
 		alloc := func() *Tensor { return upload(t, d, make([]float32, n), n) }
 		losses, rowMax, sumExp, tl := alloc(), alloc(), alloc(), alloc()
-		CrossEntropy(losses, rowMax, sumExp, tl, tx, targets)
+		d.CrossEntropyRowMax(rowMax, tx)
+		d.CrossEntropySumExp(sumExp, tx, rowMax)
+		d.CrossEntropyTargetLogit(tl, tx, targets, 0)
+		d.CrossEntropyLoss(losses, rowMax, sumExp, tl, targets)
 		x64 := to64(x)
 		want := refCrossEntropy(x64, v, targets)
 		checkClose(t, "CrossEntropy", download(losses), want, 1e-5)
@@ -585,6 +588,74 @@ func TestCrossEntropy(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestFusedClassifier checks the fused cross-entropy against its pieces:
+// CrossEntropyForward gives the pieces' rowMax, sumExp and losses to the
+// bit, and CrossEntropyBackwardInPlace the gradient CrossEntropyBackward
+// adds to zeros, to the bit, over the first cols columns, leaving the rest
+// of the logits as they were; sharded slices likewise with their vocabStart.
+func TestFusedClassifier(t *testing.T) {
+	eachDevice(t, func(t *testing.T, d *CPUDevice) {
+		r := rand.New(rand.NewPCG(15, 16))
+		for _, tc := range []struct{ n, v, cols, start int }{{7, 13, 13, 0}, {5, 37, 32, 0}, {9, 70, 61, 0}, {6, 40, 40, 30}, {3, 1, 0, 0}} {
+			x := randF32(r, tc.n*tc.v, 8)
+			targets := make([]int32, tc.n)
+			for i := range targets {
+				targets[i] = int32(tc.start + r.IntN(tc.v+tc.v/2)) // some outside the slice
+				if tc.start == 0 {                                 // in the columns a padded head computes
+					targets[i] = int32(r.IntN(max(tc.cols, 1)))
+				}
+			}
+			targets[tc.n/2] = -1
+			tx := upload(t, d, x, tc.n, tc.v)
+			vec := func() *Tensor { return upload(t, d, make([]float32, tc.n), tc.n) }
+			rowMax, sumExp, tl, losses := vec(), vec(), vec(), vec()
+			d.CrossEntropyRowMax(rowMax, tx)
+			d.CrossEntropySumExp(sumExp, tx, rowMax)
+			name := fmt.Sprintf("n=%d v=%d cols=%d start=%d", tc.n, tc.v, tc.cols, tc.start)
+			if tc.start == 0 {
+				d.CrossEntropyTargetLogit(tl, tx, targets, 0)
+				d.CrossEntropyLoss(losses, rowMax, sumExp, tl, targets)
+				fMax, fSum, fLoss := vec(), vec(), vec()
+				d.Fill(fLoss, 7)
+				d.CrossEntropyForward(fLoss, fMax, fSum, tx, targets)
+				for _, p := range [][2]*Tensor{{fMax, rowMax}, {fSum, sumExp}, {fLoss, losses}} {
+					if !bitsEqual(download(p[0]), download(p[1])) {
+						t.Fatalf("%s: CrossEntropyForward %v, the pieces %v", name, download(p[0]), download(p[1]))
+					}
+				}
+			}
+			const dloss = 0.3
+			dx := upload(t, d, make([]float32, tc.n*tc.v), tc.n, tc.v)
+			d.CrossEntropyBackward(dx, tx, rowMax, sumExp, targets, tc.start, dloss)
+			d.CrossEntropyBackwardInPlace(tx, rowMax, sumExp, targets, tc.start, tc.cols, dloss)
+			got, want := download(tx), download(dx)
+			for i := 0; i < tc.n; i++ {
+				for j := 0; j < tc.v; j++ {
+					w := want[i*tc.v+j]
+					if j >= tc.cols {
+						w = x[i*tc.v+j]
+					}
+					if g := got[i*tc.v+j]; math.Float32bits(g) != math.Float32bits(w) {
+						t.Fatalf("%s: CrossEntropyBackwardInPlace [%d,%d] = %v, want %v", name, i, j, g, w)
+					}
+				}
+			}
+		}
+	})
+}
+
+func bitsEqual(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // TestAdamWCutAnywhere updates a tensor whole and, from the same state,
@@ -956,8 +1027,15 @@ func TestNoAllocs(t *testing.T) {
 			"TanhBack":   func() { d.ActivationBackward(Tanh, z, x, y) },
 			"Softmax":    func() { d.SoftmaxForward(att, att, 0.5, true, keyValid) },
 			"SoftmaxBck": func() { d.SoftmaxBackward(att, att, att, 0.5) },
-			"CE":         func() { CrossEntropy(mean, rstd, sumExp, tlogit, logits, ids) },
+			"CE": func() {
+				d.CrossEntropyRowMax(rstd, logits)
+				d.CrossEntropySumExp(sumExp, logits, rstd)
+				d.CrossEntropyTargetLogit(tlogit, logits, ids, 0)
+				d.CrossEntropyLoss(mean, rstd, sumExp, tlogit, ids)
+			},
+			"CEFused":    func() { d.CrossEntropyForward(mean, rstd, sumExp, logits, ids) },
 			"CEBack":     func() { d.CrossEntropyBackward(dlogits, logits, rstd, rstd, ids, 0, 0.1) },
+			"CEInPlace":  func() { d.CrossEntropyBackwardInPlace(dlogits, rstd, rstd, ids, 0, dlogits.Cols()-1, 0.1) },
 			"AdamW":      func() { d.AdamW(x, y, z, y, nil, hp, nil) },
 			"AdamWScale": func() { d.AdamW(x, y, z, y, nil, hp, scale) },
 			"SumSquares": func() { d.SumSquaresEach(sq, ts...) },

@@ -51,18 +51,6 @@ func LinearBackward(dinp, dweight, dbias, dout, inp, weight *Tensor) {
 	}
 }
 
-// CrossEntropy runs the cross-entropy pieces in turn for an unsharded
-// vocabulary: losses[i] = -log softmax(logits[i])[targets[i]], 0 where
-// targets[i] < 0, keeping rowMax and sumExp for CrossEntropyBackward.
-// logits is (N,V); losses, rowMax, sumExp, targetLogit are (N).
-func CrossEntropy(losses, rowMax, sumExp, targetLogit, logits *Tensor, targets []int32) {
-	d := logits.Device()
-	d.CrossEntropyRowMax(rowMax, logits)
-	d.CrossEntropySumExp(sumExp, logits, rowMax)
-	d.CrossEntropyTargetLogit(targetLogit, logits, targets, 0)
-	d.CrossEntropyLoss(losses, rowMax, sumExp, targetLogit, targets)
-}
-
 // attentionDims checks the attention shapes and returns B, T, C and the
 // head size.
 func attentionDims(fn string, qkv, att *Tensor, nh int) (b, t, c, hs int) {

@@ -27,6 +27,9 @@ func expSumAVX2(src *float32, n int, shift float32) float64
 func expAxpyAVX2(dst, src *float32, n int, shift, alpha float32)
 
 //go:noescape
+func expScaleAVX2(x *float32, n int, shift, alpha float32)
+
+//go:noescape
 func widenBF16AVX2(dst *float32, src *uint16, n int)
 
 //go:noescape
@@ -120,6 +123,16 @@ func expAxpyVec(dst, src []float32, shift, alpha float32) int {
 	}
 	_ = dst[m-1]
 	expAxpyAVX2(&dst[0], &src[0], m, shift, alpha)
+	return m
+}
+
+// expScaleVec does x[:m] = alpha*exp(x[:m]-shift) in place and returns m.
+func expScaleVec(x []float32, shift, alpha float32) int {
+	m := vecLen(len(x))
+	if m == 0 {
+		return 0
+	}
+	expScaleAVX2(&x[0], m, shift, alpha)
 	return m
 }
 

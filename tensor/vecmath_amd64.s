@@ -384,6 +384,32 @@ expAxpyDone:
 	VZEROUPPER
 	RET
 
+// func expScaleAVX2(x *float32, n int, shift, alpha float32)
+// x[i] = alpha*exp(x[i]-shift), in place.
+TEXT ·expScaleAVX2(SB), NOSPLIT, $0-24
+	MOVQ         x+0(FP), DI
+	MOVQ         n+8(FP), CX
+	VBROADCASTSS shift+16(FP), Y11
+	VBROADCASTSS alpha+20(FP), Y12
+	VMOVUPS      expHi<>(SB), Y15
+	VMOVUPS      expLo<>(SB), Y14
+
+expScaleLoop:
+	CMPQ    CX, $8
+	JL      expScaleDone
+	VMOVUPS (DI), Y0
+	VSUBPS  Y11, Y0, Y0
+	EXP8
+	VMULPS  Y12, Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ    $32, DI
+	SUBQ    $8, CX
+	JMP     expScaleLoop
+
+expScaleDone:
+	VZEROUPPER
+	RET
+
 // func maxAVX2(src *float32, n int) float32
 // returns the largest of src[:n]; n is a positive multiple of 8.
 TEXT ·maxAVX2(SB), NOSPLIT, $0-20

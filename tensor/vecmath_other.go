@@ -14,6 +14,7 @@ func geluBwdVec(dinp, inp, dout []float32) int                            { retu
 func expShiftVec(dst, src []float32, scale, shift float32) (int, float64) { return 0, 0 }
 func expSumVec(src []float32, shift float32) (int, float64)               { return 0, 0 }
 func expAxpyVec(dst, src []float32, shift, alpha float32) int             { return 0 }
+func expScaleVec(x []float32, shift, alpha float32) int                   { return 0 }
 func maxVec(src []float32) (int, float32)                                 { return 0, float32(math.Inf(-1)) }
 
 func adamwVec(k *adamK, p, g, m, v []float32) int { return 0 }

@@ -79,6 +79,21 @@ func TestVecMath(t *testing.T) {
 		}
 	}
 
+	sc := append([]float32(nil), xs...)
+	m = expScaleVec(sc, 12, 0.25)
+	if m == 0 {
+		t.Fatal("expScaleVec did nothing")
+	}
+	for i := 0; i < m; i++ {
+		w := 0.25 * math.Exp(float64(xs[i]-12))
+		if math.Abs(float64(sc[i])-w) > 1e-6*w {
+			t.Fatalf("expScaleVec[%d] = %v, want %v", i, sc[i], w)
+		}
+	}
+	if !bitsEqual(sc[m:], xs[m:]) {
+		t.Fatal("expScaleVec wrote past its m elements")
+	}
+
 	for _, k := range []int{8, 16, 192} {
 		m, got := maxVec(x[5 : 5+k])
 		want := float32(math.Inf(-1))

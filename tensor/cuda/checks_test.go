@@ -80,6 +80,12 @@ func TestChecksMatchCPU(t *testing.T) {
 		{"CrossEntropyBackward", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
 			d.CrossEntropyBackward(mk(4, 10), mk(4, 10), mk(4), mk(4), []int32{1}, 0, 1)
 		}},
+		{"CrossEntropyForward", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
+			d.CrossEntropyForward(mk(4), mk(4), mk(3), mk(4, 10), []int32{1, 2, 3, 4})
+		}},
+		{"CrossEntropyBackwardInPlace cols", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
+			d.CrossEntropyBackwardInPlace(mk(4, 10), mk(4), mk(4), []int32{1, 2, 3, 4}, 0, 11, 1)
+		}},
 		{"AdamW step", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
 			d.AdamW(mk(4), mk(4), mk(4), mk(4), nil, tensor.AdamWParams{LR: 1, Step: 0}, nil)
 		}},

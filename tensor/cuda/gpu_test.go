@@ -362,7 +362,58 @@ func TestGPUCrossEntropy(t *testing.T) {
 		b.cpu.CrossEntropyBackward(dlogits.c, logits.c, rowMax.c, sumExp.c, targets, tt.start, 0.25)
 		b.gpu.CrossEntropyBackward(dlogits.g, logits.g, rowMax.g, sumExp.g, targets, tt.start, 0.25)
 		b.check("CrossEntropyBackward", tol32, dlogits)
+		b.fusedClassifier(fmt.Sprintf("n=%d v=%d", tt.n, tt.v), logits, rowMax, sumExp, targets, tt.start, tt.v-tt.v/7)
 	}
+}
+
+// fusedClassifier checks the fused cross-entropy on logits against the
+// CPU's and against the GPU's own pieces: CrossEntropyForward (start 0)
+// gives the pieces' rowMax, sumExp and losses to the bit, and
+// CrossEntropyBackwardInPlace the gradient that CrossEntropyBackward adds
+// to zeros, to the bit, over the first cols columns, leaving the rest.
+// rowMax and sumExp hold the pieces' results; logits is not changed.
+func (b *bench) fusedClassifier(what string, logits, rowMax, sumExp twin, targets []int32, start, cols int) {
+	b.t.Helper()
+	n, v := logits.c.Rows(), logits.c.Cols()
+	download := func(x *tensor.Tensor) []float32 {
+		h := make([]float32, x.Len())
+		b.gpu.CopyToHost(h, x)
+		return h
+	}
+	sameBits := func(name string, got, want []float32) {
+		b.t.Helper()
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				b.t.Errorf("%s %s: [%d] = %g on the GPU, its pieces %g", what, name, i, got[i], want[i])
+				return
+			}
+		}
+	}
+	if start == 0 {
+		tl, loss := b.zeros("targetLogit", n), b.zeros("losses", n)
+		b.gpu.CrossEntropyTargetLogit(tl.g, logits.g, targets, 0)
+		b.gpu.CrossEntropyLoss(loss.g, rowMax.g, sumExp.g, tl.g, targets)
+		fMax, fSum, fLoss := b.zeros("fused rowMax", n), b.zeros("fused sumExp", n), b.zeros("fused losses", n)
+		b.cpu.CrossEntropyForward(fLoss.c, fMax.c, fSum.c, logits.c, targets)
+		b.gpu.CrossEntropyForward(fLoss.g, fMax.g, fSum.g, logits.g, targets)
+		b.check("CrossEntropyForward "+what, tol32, fMax, fSum, fLoss)
+		sameBits("CrossEntropyForward rowMax", download(fMax.g), download(rowMax.g))
+		sameBits("CrossEntropyForward sumExp", download(fSum.g), download(sumExp.g))
+		sameBits("CrossEntropyForward losses", download(fLoss.g), download(loss.g))
+	}
+	dx, g := b.zeros("dlogits", n, v), b.zeros("gradient in place", n, v)
+	b.gpu.Zero(dx.g) // zeros' elements may be -0
+	b.cpu.Copy(g.c, logits.c)
+	b.gpu.Copy(g.g, logits.g)
+	b.gpu.CrossEntropyBackward(dx.g, logits.g, rowMax.g, sumExp.g, targets, start, 0.25)
+	b.cpu.CrossEntropyBackwardInPlace(g.c, rowMax.c, sumExp.c, targets, start, cols, 0.25)
+	b.gpu.CrossEntropyBackwardInPlace(g.g, rowMax.g, sumExp.g, targets, start, cols, 0.25)
+	b.check("CrossEntropyBackwardInPlace "+what, tol32, g)
+	got, want, x := download(g.g), download(dx.g), download(logits.g)
+	for i := 0; i < n; i++ {
+		copy(want[i*v+cols:(i+1)*v], x[i*v+cols:(i+1)*v])
+	}
+	sameBits("CrossEntropyBackwardInPlace", got, want)
 }
 
 func TestGPUAdamWAndSumSquares(t *testing.T) {
@@ -899,6 +950,7 @@ func TestGPUKernelEdges(t *testing.T) {
 		b.cpu.CrossEntropyBackward(dlogits.c, logits.c, rowMax.c, sumExp.c, targets, 100, 0.25)
 		b.gpu.CrossEntropyBackward(dlogits.g, logits.g, rowMax.g, sumExp.g, targets, 100, 0.25)
 		b.check("CrossEntropyBackward "+what, tol32, dlogits)
+		b.fusedClassifier("CrossEntropy "+what, logits, rowMax, sumExp, targets, 100, c-min(c-1, 3))
 	}
 	// Softmax: one key; more queries than keys under the causal mask (the
 	// first rows see no key); a batch item with every key masked; more

@@ -621,6 +621,30 @@ extern "C" __global__ void ROW_BOUNDS ce_sum_exp_f32(float* sumExp, const float*
     }
 }
 
+// ce_forward: the unsharded cross-entropy of a row in one kernel: the max,
+// then the sum of exps (the row read again, from the cache), then the
+// loss; the same bits as ce_row_max, ce_sum_exp, ce_target_logit, ce_loss.
+extern "C" __global__ void ROW_BOUNDS ce_forward_f32(float* losses, float* rowMax, float* sumExp, const float* logits,
+                                          const int* targets, long long rows, int v) {
+    __shared__ float sh[32];
+    for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
+        const float* x = logits + i * v;
+        float m = NEG_INF;
+        for (int j = threadIdx.x; j < v; j += blockDim.x) m = fmaxf(m, x[j]);
+        m = block_max(m, sh);
+        float s = 0.f;
+        for (int j = threadIdx.x; j < v; j += blockDim.x) s += expf(x[j] - m);
+        s = block_sum(s, sh);
+        if (threadIdx.x == 0) {
+            int t = targets[i];
+            float tl = (t >= 0 && t < v) ? x[t] : 0.f;
+            rowMax[i] = m;
+            sumExp[i] = s;
+            losses[i] = t < 0 ? 0.f : (float)(log((double)s) + (double)m - (double)tl);
+        }
+    }
+}
+
 // ce_target_logit: out[i] = logits[i, targets[i]-start] when in the slice, else 0.
 extern "C" __global__ void ce_target_logit_f32(float* out, const float* logits, const int* targets,
                                                long long rows, int v, long long start) {
@@ -654,6 +678,29 @@ extern "C" __global__ void ROW_BOUNDS ce_backward_f32(float* dlogits, const floa
             float g = dx[j] + c * expf(x[j] - m);
             if (j == tj) g -= dloss;
             dx[j] = g;
+        }
+    }
+}
+
+// ce_backward_in_place: logits[:, :cols] = dloss*(softmax - onehot), the
+// gradient written over the logits it is made from (0 on rows without a
+// target); the columns from cols on are left alone.
+extern "C" __global__ void ROW_BOUNDS ce_backward_in_place_f32(float* logits, const float* rowMax, const float* sumExp,
+                                                    const int* targets, long long rows, int v, int cols,
+                                                    long long start, float dloss) {
+    for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
+        float* x = logits + i * v;
+        long long t = targets[i];
+        if (t < 0) {
+            for (int j = threadIdx.x; j < cols; j += blockDim.x) x[j] = 0.f;
+            continue;
+        }
+        long long tj = t - start;
+        float m = rowMax[i], c = dloss / sumExp[i];
+        for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+            float g = c * expf(x[j] - m);
+            if (j == tj) g -= dloss;
+            x[j] = g;
         }
     }
 }

@@ -39,6 +39,7 @@ var kernels = []struct {
 	{"softmax_forward_f32", softmaxThreads}, {"softmax_backward_f32", softmaxThreads},
 	{"ce_row_max_f32", maxRowThreads}, {"ce_sum_exp_f32", maxRowThreads},
 	{"ce_target_logit_f32", elemThreads}, {"ce_loss_f32", elemThreads}, {"ce_backward_f32", maxRowThreads},
+	{"ce_forward_f32", maxRowThreads}, {"ce_backward_in_place_f32", maxRowThreads},
 	{"adamw_f32", elemThreads}, {"adamw_multi_f32", elemThreads}, {"sum_multi_f64", elemThreads},
 	{"sum_squares_each_f64", elemThreads}, {"sum_blocks_f64", elemThreads}, {"clip_norm_f64", 1},
 	{"sum_finish_f32", 1},
@@ -634,6 +635,47 @@ func (d *Device) CrossEntropyBackward(dlogits, logits, rowMax, sumExp *tensor.Te
 		return
 	}
 	d.rowwise("ce_backward_f32", n, v, tp(dlogits), tp(logits), tp(rowMax), tp(sumExp), ptr(p), i64(n), i32(v), i64(vocabStart), f32(dloss))
+}
+
+// CrossEntropyForward is the unsharded cross-entropy in one kernel:
+// rowMax, sumExp and losses as the pieces give them. logits is (N,V);
+// losses, rowMax, sumExp and targets are (N).
+func (d *Device) CrossEntropyForward(losses, rowMax, sumExp, logits *tensor.Tensor, targets []int32) {
+	d.own("CrossEntropyForward", losses, rowMax, sumExp, logits)
+	n := check.CrossEntropyForward(losses, rowMax, sumExp, logits, targets)
+	v := logits.Cols()
+	if n == 0 {
+		return
+	}
+	if d.enter() != nil {
+		return
+	}
+	defer d.leave()
+	p, ok := d.upIDs(targets)
+	if !ok {
+		return
+	}
+	d.rowwise("ce_forward_f32", n, v, tp(losses), tp(rowMax), tp(sumExp), tp(logits), ptr(p), i64(n), i32(v))
+}
+
+// CrossEntropyBackwardInPlace overwrites logits[:, :cols] with
+// dloss*(softmax(logits) - onehot(targets)), 0 on rows without a target.
+func (d *Device) CrossEntropyBackwardInPlace(logits, rowMax, sumExp *tensor.Tensor, targets []int32, vocabStart, cols int, dloss float32) {
+	d.own("CrossEntropyBackwardInPlace", logits, rowMax, sumExp)
+	n := check.CrossEntropyBackwardInPlace(logits, rowMax, sumExp, targets, cols)
+	v := logits.Cols()
+	if n == 0 || cols == 0 {
+		return
+	}
+	if d.enter() != nil {
+		return
+	}
+	defer d.leave()
+	p, ok := d.upIDs(targets)
+	if !ok {
+		return
+	}
+	d.rowwise("ce_backward_in_place_f32", n, cols, tp(logits), tp(rowMax), tp(sumExp), ptr(p), i64(n), i32(v), i32(cols), i64(vocabStart), f32(dloss))
 }
 
 // --- optimizer and norms ---

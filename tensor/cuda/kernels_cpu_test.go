@@ -264,6 +264,18 @@ var mutations = []mutation{
 		"if (table[9 * mid + 5] <= b) lo = mid;",
 		"if (hpcrun_mut == 19 ? table[9 * mid + 5] < b : table[9 * mid + 5] <= b) lo = mid;",
 		"AdamWMany|AdamWAndSumSquares", 0},
+	{"the in-place cross-entropy gradient written past cols (over a padded head's masked logits)",
+		"for (int j = threadIdx.x; j < cols; j += blockDim.x) {\n            float g",
+		"for (int j = threadIdx.x; j < (hpcrun_mut == 20 ? v : cols); j += blockDim.x) {\n            float g",
+		"CrossEntropy|KernelEdges", 0},
+	{"the in-place cross-entropy gradient leaving rows without a target as logits",
+		"for (int j = threadIdx.x; j < cols; j += blockDim.x) x[j] = 0.f;",
+		"for (int j = threadIdx.x; j < cols; j += blockDim.x) x[j] = hpcrun_mut == 21 ? x[j] : 0.f;",
+		"CrossEntropy|KernelEdges", 0},
+	{"the fused cross-entropy's loss without the target logit",
+		"float tl = (t >= 0 && t < v) ? x[t] : 0.f;",
+		"float tl = (t >= 0 && t < v && hpcrun_mut != 22) ? x[t] : 0.f;",
+		"CrossEntropy", 0},
 }
 
 // Each planted mutation makes the kernel tests fail: one build of every

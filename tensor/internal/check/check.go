@@ -237,6 +237,34 @@ func CrossEntropyBackward(dlogits, logits, rowMax, sumExp Shape, targets []int32
 	return n
 }
 
+// CrossEntropyForward checks CrossEntropyForward and returns N, the rows
+// of logits.
+func CrossEntropyForward(losses, rowMax, sumExp, logits Shape, targets []int32) (n int) {
+	n = rowsOf("CrossEntropyForward", "logits", logits, logits.Cols())
+	Len("CrossEntropyForward", "losses", losses, n)
+	Len("CrossEntropyForward", "rowMax", rowMax, n)
+	Len("CrossEntropyForward", "sumExp", sumExp, n)
+	if len(targets) != n {
+		panic(fmt.Sprintf("tensor.CrossEntropyForward: len(targets)=%d, logits %v has %d rows", len(targets), logits, n))
+	}
+	return n
+}
+
+// CrossEntropyBackwardInPlace checks CrossEntropyBackwardInPlace and
+// returns N, the rows of logits.
+func CrossEntropyBackwardInPlace(logits, rowMax, sumExp Shape, targets []int32, cols int) (n int) {
+	n = rowsOf("CrossEntropyBackwardInPlace", "logits", logits, logits.Cols())
+	Len("CrossEntropyBackwardInPlace", "rowMax", rowMax, n)
+	Len("CrossEntropyBackwardInPlace", "sumExp", sumExp, n)
+	if len(targets) != n {
+		panic(fmt.Sprintf("tensor.CrossEntropyBackwardInPlace: len(targets)=%d, logits %v has %d rows", len(targets), logits, n))
+	}
+	if cols < 0 || cols > logits.Cols() {
+		panic(fmt.Sprintf("tensor.CrossEntropyBackwardInPlace: cols %d outside [0,%d] of logits %v", cols, logits.Cols(), logits))
+	}
+	return n
+}
+
 // AdamW checks AdamW: the four tensors have the same Len and step (the
 // AdamWParams' Step) counts from 1.
 func AdamW(param, grad, m, v, half Shape, step int) {
