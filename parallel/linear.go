@@ -194,6 +194,19 @@ func productWidth(v, ol int) int {
 	return n
 }
 
+// ProductOut is how many of this rank's output columns its product
+// computes: LocalOut, or for a padded vocabulary the columns that are not
+// padding rounded up to 8 (productWidth); the rest of the output holds
+// masked padding, and Backward reads only these columns of its dout, so a
+// gradient written over the logits (VocabParallelCrossEntropy's
+// BackwardInPlace) may leave the masked columns as they are.
+func (l *ColumnParallelLinear) ProductOut() int {
+	if v := l.validLocal(); v < l.LocalOut() {
+		return productWidth(v, l.LocalOut())
+	}
+	return l.LocalOut()
+}
+
 // validLocal is how many of this rank's output columns are not padding.
 func (l *ColumnParallelLinear) validLocal() int {
 	if l.opt.ValidOut == 0 {
@@ -238,7 +251,7 @@ func (l *ColumnParallelLinear) Forward(inp *tensor.Tensor) (*tensor.Tensor, erro
 			l.masked = l.outLocal
 		}
 		if v > 0 {
-			n := productWidth(v, ol)
+			n := l.ProductOut()
 			dev.Gemm(false, true, b*t, n, l.In, 1, x, 0, l.In, l.Weight.Operand(), 0, l.In, 0, l.outLocal, 0, ol)
 			if n > v { // padding the product wrote: masked again from padding it did not
 				dev.Copy2D(l.outLocal, v, ol, l.outLocal, n, ol, b*t, n-v)
@@ -287,15 +300,15 @@ func (l *ColumnParallelLinear) Backward(dout, dinp *tensor.Tensor) error {
 	if l.sp != nil {
 		return l.backwardSP(dl, dinp)
 	}
-	weightGrad(l.Weight, l.Bias, dl, l.inp)
+	l.weightGrad(dl, l.inp)
 	if dinp == nil {
 		return nil
 	}
 	if l.g.Size() == 1 {
-		tensor.MatMul(dinp, dl, l.Weight.Operand(), false, false, 1, 1)
+		l.inputGrad(dinp, dl, 1)
 		return nil
 	}
-	tensor.MatMul(l.dx, dl, l.Weight.Operand(), false, false, 1, 0)
+	l.inputGrad(l.dx, dl, 0)
 	if err := l.f.Backward(l.dx); err != nil {
 		return fmt.Errorf("%s: %w", l.Name, err)
 	}
@@ -311,7 +324,7 @@ func (l *ColumnParallelLinear) backwardSP(dl, dinp *tensor.Tensor) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", l.Name, err)
 	}
-	weightGrad(l.Weight, l.Bias, dl, x)
+	l.weightGrad(dl, x)
 	if dinp == nil {
 		return nil
 	}
@@ -319,11 +332,47 @@ func (l *ColumnParallelLinear) backwardSP(dl, dinp *tensor.Tensor) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", l.Name, err)
 	}
-	tensor.MatMul(dx, dl, l.Weight.Operand(), false, false, 1, 0)
+	l.inputGrad(dx, dl, 0)
 	if err := l.sp.ReduceScatter(dinp.Reshape(l.inp.Shape()...), dx, true); err != nil {
 		return fmt.Errorf("%s: %w", l.Name, err)
 	}
 	return nil
+}
+
+// weightGrad is the parameters' gradient from dl (B,T,LocalOut) and the
+// input x: over the ProductOut columns only, the weight rows of the
+// padding getting none (zeros, when the gradient starts afresh).
+func (l *ColumnParallelLinear) weightGrad(dl, x *tensor.Tensor) {
+	n, ol := l.ProductOut(), l.LocalOut()
+	if n == ol {
+		weightGrad(l.Weight, l.Bias, dl, x)
+		return
+	}
+	w, dev := l.Weight, dl.Device()
+	beta := w.gradBeta()
+	if beta == 0 {
+		dev.Zero(w.Grad.View(n*l.In, ol-n, l.In))
+	}
+	if n > 0 {
+		dev.Gemm(true, false, n, l.In, dl.Len()/ol, 1, dl, 0, ol, x, 0, l.In, beta, w.Grad, 0, l.In)
+	}
+}
+
+// inputGrad is dx = dl @ W + beta*dx over the ProductOut columns of dl.
+func (l *ColumnParallelLinear) inputGrad(dx, dl *tensor.Tensor, beta float32) {
+	n, ol := l.ProductOut(), l.LocalOut()
+	if n == ol {
+		tensor.MatMul(dx, dl, l.Weight.Operand(), false, false, 1, beta)
+		return
+	}
+	dev := dl.Device()
+	if n == 0 {
+		if beta == 0 {
+			dev.Zero(dx)
+		}
+		return
+	}
+	dev.Gemm(false, false, dl.Len()/ol, l.In, n, 1, dl, 0, ol, l.Weight.Operand(), 0, l.In, beta, dx, 0, l.In)
 }
 
 // checkSP checks that sp (when not nil) splits over the layer's group.

@@ -256,6 +256,11 @@ func (c *VocabParallelCrossEntropy) ForwardDevice(logits *tensor.Tensor, targets
 	}
 	c.logits, c.targets = logits.Reshape(n, vl), targets
 	sumExp, target := c.sums.View(0, n), c.sums.View(n, n)
+	if c.g.Size() == 1 {
+		// The fused classifier's forward: one pass a row, the same bits.
+		dev.CrossEntropyForward(c.los, c.rowMax, sumExp, c.logits, targets)
+		return nil
+	}
 	start := c.g.Rank() * vl
 	dev.CrossEntropyRowMax(c.rowMax, c.logits)
 	if err := c.g.AllReduce(c.rowMax, nccl.Max); err != nil {
@@ -289,6 +294,31 @@ func (c *VocabParallelCrossEntropy) Backward(dlogits *tensor.Tensor, dloss float
 	dev := dlogits.Device()
 	dev.CrossEntropyBackward(dlogits.Reshape(c.logits.Shape()...), c.logits, c.rowMax, c.sums.View(0, n), c.targets, c.g.Rank()*c.logits.Cols(), dloss/float32(c.count))
 	return nil
+}
+
+// BackwardInPlace is the fused classifier's backward: it writes the
+// gradient of dloss times the mean loss over the first cols columns of the
+// logits the last Forward read (the columns a padded head computes,
+// ColumnParallelLinear.ProductOut; the rest keep their masked logits) and
+// returns that tensor, which holds the gradient from then on: no (N,V)
+// gradient buffer, and one pass over the logits instead of a zeroing and
+// an accumulating one. The logits' values are gone, so a second Backward
+// needs another Forward.
+func (c *VocabParallelCrossEntropy) BackwardInPlace(dloss float32, cols int) (*tensor.Tensor, error) {
+	if c.logits == nil {
+		return nil, fmt.Errorf("%s: Backward before Forward", c.Name)
+	}
+	if cols < 0 || cols > c.logits.Cols() {
+		return nil, shapeErr(c.Name, "gradient over %d columns of logits %v", cols, c.logits)
+	}
+	logits := c.logits
+	c.logits = nil
+	if c.count > 0 { // with no target counted every row is ignored: zeros
+		dloss /= float32(c.count)
+	}
+	n := logits.Rows()
+	logits.Device().CrossEntropyBackwardInPlace(logits, c.rowMax, c.sums.View(0, n), c.targets, c.g.Rank()*logits.Cols(), cols, dloss)
+	return logits, nil
 }
 
 // Losses is the per-row loss of the last Forward (N), 0 at ignored targets.

@@ -95,7 +95,7 @@ type transformer struct {
 	forwardedTrain                 bool
 
 	allocated []*tensor.Tensor
-	dlogits   *tensor.Tensor // gpt (B,T,Vl); bert (B,1,2)
+	dlogits   *tensor.Tensor // bert (B,1,2); an LM's gradient is written over its logits
 	dx, dy    *tensor.Tensor // (B,T,C) gradients of the residual stream, ping-pong
 	dh        *tensor.Tensor // (B,T,C) gradient of ln_f's output
 	// bert head
@@ -260,7 +260,7 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, from *pa
 		t.keyValid = make([]int32, B*t.T)
 	}
 	if !t.last {
-		return t.allocate(cfg, 0)
+		return t.allocate(cfg)
 	}
 	// The LM head's products (and under sequence parallelism the
 	// all-gather into them) are all that read ln_f's output (the
@@ -319,17 +319,17 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, from *pa
 		t.logitsHost = make([]float32, B*config.NumClasses)
 		t.pred = make([]int32, B)
 	}
-	return t.allocate(cfg, vp)
+	return t.allocate(cfg)
 }
 
 // allocate makes the model's own buffers (spec.ModelBuffers: with the
-// head's on the last stage; paddedVocab is the LM head's width) and the
-// sequence-parallel region's (parallel.SequenceParallelSizes).
-func (t *transformer) allocate(cfg config.Config, paddedVocab int) error {
+// head's on the last stage) and the sequence-parallel region's
+// (parallel.SequenceParallelSizes).
+func (t *transformer) allocate(cfg config.Config) error {
 	if t.Tl != cfg.LocalSeq() {
 		return fmt.Errorf("the model holds %d positions a rank, the config %d", t.Tl, cfg.LocalSeq())
 	}
-	stream, head := spec.ModelBuffers(cfg, paddedVocab, t.last)
+	stream, head := spec.ModelBuffers(cfg, t.last)
 	var err error
 	t.allocated, err = parallel.Allocate(t.dev, append(stream, head...), func(get func(string) *tensor.Tensor) {
 		t.dx, t.dy, t.dh, t.dlogits = get("dx"), get("dy"), get("dh"), get("dlogits")
@@ -657,17 +657,25 @@ func (t *transformer) backwardStage(scale float32, dout *tensor.Tensor) (*tensor
 // gradient of the last block's output in t.dx.
 func (t *transformer) headBackward(scale float32) error {
 	d := t.dev
-	d.Zero(t.dlogits)
-	if err := t.loss.Backward(t.dlogits, scale); err != nil {
-		return err
-	}
-	d.Zero(t.dh)
 	if t.gpt {
-		if err := t.head.Backward(t.dlogits, t.dh); err != nil {
+		// The fused classifier: the gradient written over the logits.
+		dlogits, err := t.loss.BackwardInPlace(scale, t.head.ProductOut())
+		if err != nil {
 			return err
 		}
-	} else if err := t.classifierBackward(); err != nil {
-		return err
+		d.Zero(t.dh)
+		if err := t.head.Backward(dlogits, t.dh); err != nil {
+			return err
+		}
+	} else {
+		d.Zero(t.dlogits)
+		if err := t.loss.Backward(t.dlogits, scale); err != nil {
+			return err
+		}
+		d.Zero(t.dh)
+		if err := t.classifierBackward(); err != nil {
+			return err
+		}
 	}
 	d.Zero(t.dx)
 	return t.lnf.Backward(t.dh, t.dx)

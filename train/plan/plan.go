@@ -168,9 +168,9 @@ type Memory struct {
 	// on the first stage), and on the others the stage's inputs, one per
 	// micro-batch in flight.
 	Embeddings int64 `json:"embeddings"`
-	// Logits are the head's output and gradient and the cross-entropy's
-	// buffers (the vocab-parallel logits of an LM, the pooled classifier's
-	// small tensors).
+	// Logits are the head's output and the cross-entropy's buffers (the
+	// vocab-parallel logits of an LM, which its loss overwrites with their
+	// gradient; the pooled classifier's small tensors and gradients).
 	Logits int64 `json:"logits"`
 	// SPBuffers are the sequence-parallel region's shared buffers (0
 	// without --sp): the all-gather's packed and gathered (B,T,C), the
@@ -525,7 +525,7 @@ func (s shapes) blockScratchBytes() int64 { return s.blk.Scratch.Bytes() }
 // times; on the others the stage inputs (spec.StageActivation), k of
 // them; on the last ln_f's.
 func (s shapes) embeddingBytes(k int64) int64 {
-	stream, _ := spec.ModelBuffers(s.cfg, s.vp, s.last)
+	stream, _ := spec.ModelBuffers(s.cfg, s.last)
 	e := stream.Bytes()
 	B, Tl, C := s.cfg.BatchSize, s.cfg.LocalSeq(), s.cfg.Dim
 	tables := int64(2) // wte and wpe
@@ -558,8 +558,9 @@ func (s shapes) lnfOut() tensor.DType {
 }
 
 // headBytes are the head's and the loss's buffers on the last stage. GPT:
-// the LM head (a column-parallel layer over the padded vocabulary), the
-// model's logits gradient, the vocab-parallel cross-entropy over B*T rows.
+// the LM head (a column-parallel layer over the padded vocabulary, whose
+// logits the loss overwrites with their gradient), the vocab-parallel
+// cross-entropy over B*T rows.
 // BERT: the model's pooling buffers, the classifier's fc1 (column-parallel)
 // and fc2 (row-parallel) on the (B,1,C) pooled mean, the cross-entropy over
 // its B rows of 2 logits.
@@ -567,7 +568,7 @@ func (s shapes) headBytes() int64 {
 	if !s.last {
 		return 0
 	}
-	_, head := spec.ModelBuffers(s.cfg, s.vp, true)
+	_, head := spec.ModelBuffers(s.cfg, true)
 	B, T, C, tp := s.cfg.BatchSize, s.cfg.Seq, s.cfg.Dim, int(s.tp)
 	e := head.Bytes()
 	if s.gpt {

@@ -114,7 +114,7 @@ func TestAddedToSpecAgrees(t *testing.T) {
 	if added != cfg.Layers {
 		t.Fatalf("the spec lists %d parameters named *%s, want one a block (%d): not the edited spec", added, specAddedParam, cfg.Layers)
 	}
-	stream, _ := spec.ModelBuffers(cfg, 1024, true)
+	stream, _ := spec.ModelBuffers(cfg, true)
 	if !slices.ContainsFunc(stream, func(b parallel.Buffer) bool { return b.Name == specAddedBuffer }) {
 		t.Fatalf("the spec's model buffers have no %s: not the edited spec", specAddedBuffer)
 	}

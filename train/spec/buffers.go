@@ -16,21 +16,21 @@ import (
 // of a pipeline stage. stream are the residual stream's gradients: dx and
 // dy (B,T,C), ping-pong between the blocks, and on the last stage dh
 // (B,T,C), ln_f's output gradient (T/tp positions each under sequence
-// parallelism). head are the head's: for gpt the gradient of this rank's
-// logits dlogits (B,T,V/tp), V the padded vocabulary; for bert the pooling
+// parallelism). head are the head's: none for an LM (the loss writes the
+// gradient of the logits over them: the fused classifier); for bert the pooling
 // matrix pool (B, B*T) (B*T/tp under sequence parallelism: it pools this
 // rank's positions), the pooled mean and its gradient (B,1,C), GELU's
 // output h1g, its gradient and fc1's output gradient (B,1,C/tp), and the
 // logits' gradient (B,1,config.NumClasses).
-func ModelBuffers(c config.Config, paddedVocab int, last bool) (stream, head parallel.Buffers) {
-	B, T, Tl, C, tp := c.BatchSize, c.Seq, c.LocalSeq(), c.Dim, max(c.TP, 1)
+func ModelBuffers(c config.Config, last bool) (stream, head parallel.Buffers) {
+	B, Tl, C, tp := c.BatchSize, c.LocalSeq(), c.Dim, max(c.TP, 1)
 	stream = parallel.Buffers{{Name: "dx", Shape: []int{B, Tl, C}}, {Name: "dy", Shape: []int{B, Tl, C}}}
 	if !last {
 		return stream, nil
 	}
 	stream = append(stream, parallel.Buffer{Name: "dh", Shape: []int{B, Tl, C}})
 	if c.LM() {
-		return stream, parallel.Buffers{{Name: "dlogits", Shape: []int{B, T, paddedVocab / tp}}}
+		return stream, nil
 	}
 	cl := C / tp
 	head = parallel.Buffers{
