@@ -72,6 +72,16 @@ func BenchmarkKernels(b *testing.B) {
 			{"CrossEntropyBackward", 12 * logits.Len(), func() {
 				d.CrossEntropyBackward(dlogits, logits, rowMax, sumExp, targets, 0, 1e-3)
 			}},
+			// The unfused backward as a step runs it (a zeroed gradient
+			// buffer first) against the fused one over the logits (which
+			// it overwrites: later rounds run on gradients, at the same cost).
+			{"CrossEntropyZeroBackward", 16 * logits.Len(), func() {
+				d.Zero(dlogits)
+				d.CrossEntropyBackward(dlogits, logits, rowMax, sumExp, targets, 0, 1e-3)
+			}},
+			{"CrossEntropyBackwardInPlace", 8 * logits.Len(), func() {
+				d.CrossEntropyBackwardInPlace(dlogits, rowMax, sumExp, targets, 0, v, 1e-3)
+			}},
 			{"AdamW", 20 * n * c, func() { d.AdamW(x, y, z, sq, nil, hp, nil) }},
 			{"SumSquaresEach", 4 * n * c, func() { d.SumSquaresEach(sumsq, x) }},
 		}
