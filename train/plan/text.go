@@ -87,7 +87,7 @@ func (pl *Plan) WriteText(w io.Writer, sug []Suggestion) error {
 	}
 	row("activations", m.Blocks, act)
 	row("embeddings, residual", m.Embeddings, "embedding outputs, residual-stream gradients, ln_f")
-	row("logits, loss", m.Logits, "head output and gradient, cross-entropy buffers")
+	row("logits, loss", m.Logits, "head output (an LM: its gradient written over it), cross-entropy buffers")
 	if pl.SP {
 		row("sequence-parallel bufs", m.SPBuffers, "shared full-sequence buffers, layer-norm/position gradient bucket")
 	}
