@@ -24,6 +24,8 @@ type cpuKernels struct {
 	lnB   lnBackK
 	act   activationK
 	actB  activationBackK
+	bact  biasActivationK
+	actIn activationInPlaceK
 	sm    softmaxK
 	smB   softmaxBackK
 	ce    ceK
@@ -501,23 +503,14 @@ func tanhBackward(dinp, inp, dout []float32) {
 func (d *CPUDevice) ActivationForward(f Activation, out, inp *Tensor) {
 	d.ownAny("ActivationForward", out, inp)
 	check.ActivationForward(out, inp)
-	var fn func(out, inp []float32)
-	var cost int // an element's work, for d.chunks
-	switch f {
-	case GELU:
-		fn, cost = gelu, 20
-	case Tanh:
-		fn, cost = tanh, 40
-	default:
-		panic(unknownActivation("ActivationForward", f))
-	}
+	a := activation("ActivationForward", f)
 	full, half := hostAny(out, 0)
 	x, xHalf := hostAny(inp, 0)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	nc := d.chunks(out.n, cost)
+	nc := d.chunks(out.n, a.fwdCost)
 	k := &d.k.act
-	*k = activationK{out: full, inp: x, outHalf: half, inpHalf: xHalf, f: fn}
+	*k = activationK{out: full, inp: x, outHalf: half, inpHalf: xHalf, f: a.fwd}
 	if half != nil || xHalf != nil {
 		k.scratch = d.tiles(nc, 2)
 	}
@@ -530,27 +523,136 @@ func (d *CPUDevice) ActivationBackward(f Activation, dinp, inp, dout *Tensor) {
 	d.own("ActivationBackward", dinp, dout)
 	d.ownAny("ActivationBackward", inp)
 	check.ActivationBackward(dinp, inp, dout)
-	var fn func(dinp, inp, dout []float32)
-	var cost int
-	switch f {
-	case GELU:
-		fn, cost = geluBackward, 30
-	case Tanh:
-		fn, cost = tanhBackward, 40
-	default:
-		panic(unknownActivation("ActivationBackward", f))
-	}
+	a := activation("ActivationBackward", f)
 	x, xHalf := hostAny(inp, 0)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	nc := d.chunks(inp.n, cost)
+	nc := d.chunks(inp.n, a.bwdCost)
 	k := &d.k.actB
-	*k = activationBackK{dinp: dinp.Host(), inp: x, dout: dout.Host(), inpHalf: xHalf, f: fn}
+	*k = activationBackK{dinp: dinp.Host(), inp: x, dout: dout.Host(), inpHalf: xHalf, f: a.bwd}
 	if xHalf != nil {
 		k.scratch = d.tiles(nc, 1)
 	}
 	d.parallel(inp.n, nc, k)
 	*k = activationBackK{}
+}
+
+// activationFuncs is an Activation's forward and backward functions and
+// their work an element (for d.chunks).
+type activationFuncs struct {
+	fwd              func(out, inp []float32)
+	bwd              func(dinp, inp, dout []float32)
+	fwdCost, bwdCost int
+}
+
+// activation is f's functions; fn names the kernel in the panic of an
+// unknown f.
+func activation(fn string, f Activation) activationFuncs {
+	switch f {
+	case GELU:
+		return activationFuncs{gelu, geluBackward, 20, 30}
+	case Tanh:
+		return activationFuncs{tanh, tanhBackward, 40, 40}
+	}
+	panic(unknownActivation(fn, f))
+}
+
+// biasActivationK is BiasActivationForward over rows: a row's columns a
+// tile at a time get the bias (rounded into a bfloat16 pre, and f then
+// reads the rounded values), then f into out (rounded into a bfloat16
+// out), so that pre is read from memory once.
+type biasActivationK struct {
+	pre, out, bias   []float32
+	preHalf, outHalf []uint16
+	scratch          []float32 // 2 tiles a chunk, with a bfloat16 operand
+	f                func(out, inp []float32)
+}
+
+func (k *biasActivationK) run(lo, hi, chunk int) {
+	oc := len(k.bias)
+	var s []float32
+	if k.scratch != nil {
+		s = chunkTiles(k.scratch, chunk, 2)
+	}
+	for r := lo; r < hi; r++ {
+		for c0 := 0; c0 < oc; c0 += tileLen {
+			c1 := min(c0+tileLen, oc)
+			a, b := r*oc+c0, r*oc+c1
+			x := tileOf(k.pre, k.preHalf, a, b, s)
+			for j, v := range k.bias[c0:c1] {
+				x[j] += v
+			}
+			if k.preHalf != nil {
+				RoundBF16(k.preHalf[a:b], x)
+				WidenBF16(x, k.preHalf[a:b])
+			}
+			if k.outHalf == nil {
+				k.f(k.out[a:b], x)
+				continue
+			}
+			res := s[tileLen : tileLen+b-a]
+			k.f(res, x)
+			RoundBF16(k.outHalf[a:b], res)
+		}
+	}
+}
+
+// BiasActivationForward is pre += bias (each row), then out = f(pre), in
+// one pass over pre; either may be bfloat16.
+func (d *CPUDevice) BiasActivationForward(f Activation, out, pre, bias *Tensor) {
+	d.ownAny("BiasActivationForward", out, pre)
+	d.own("BiasActivationForward", bias)
+	n := check.BiasActivationForward(out, pre, bias)
+	a := activation("BiasActivationForward", f)
+	o, oHalf := hostAny(out, 0)
+	p, pHalf := hostAny(pre, 0)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	nc := d.chunks(n, (a.fwdCost+1)*bias.n)
+	k := &d.k.bact
+	*k = biasActivationK{pre: p, out: o, bias: bias.Host(), preHalf: pHalf, outHalf: oHalf, f: a.fwd}
+	if pHalf != nil || oHalf != nil {
+		k.scratch = d.tiles(nc, 2)
+	}
+	d.parallel(n, nc, k)
+	*k = biasActivationK{}
+}
+
+// activationInPlaceK is ActivationBackwardInPlace: dout a tile at a time
+// copied aside and zeroed, then f's accumulating backward into it, so the
+// bits are those of ActivationBackward into zeros.
+type activationInPlaceK struct {
+	dout, inp []float32
+	inpHalf   []uint16
+	scratch   []float32 // 2 tiles a chunk: dout's copy, a bfloat16 inp widened
+	f         func(dinp, inp, dout []float32)
+}
+
+func (k *activationInPlaceK) run(lo, hi, chunk int) {
+	s := chunkTiles(k.scratch, chunk, 2)
+	g := s[tileLen:]
+	overTiles(lo, hi, k.inp, k.inpHalf, s[:tileLen], func(a, b int, x []float32) {
+		d := k.dout[a:b]
+		copy(g, d)
+		clear(d)
+		k.f(d, x, g[:b-a])
+	})
+}
+
+// ActivationBackwardInPlace is dout = f'(inp)*dout; inp may be bfloat16.
+func (d *CPUDevice) ActivationBackwardInPlace(f Activation, dout, inp *Tensor) {
+	d.own("ActivationBackwardInPlace", dout)
+	d.ownAny("ActivationBackwardInPlace", inp)
+	check.ActivationBackwardInPlace(dout, inp)
+	a := activation("ActivationBackwardInPlace", f)
+	x, xHalf := hostAny(inp, 0)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	nc := d.chunks(inp.n, a.bwdCost)
+	k := &d.k.actIn
+	*k = activationInPlaceK{dout: dout.Host(), inp: x, inpHalf: xHalf, scratch: d.tiles(nc, 2), f: a.bwd}
+	d.parallel(inp.n, nc, k)
+	*k = activationInPlaceK{}
 }
 
 // unknownActivation is the panic message of a kernel given an Activation

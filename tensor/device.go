@@ -30,13 +30,15 @@ type Device interface {
 	// nearest even on store), as an operand A, B or C of Gemm and
 	// GemmStridedBatched (at any precision on the CPU, at BF16 on a GPU; a
 	// C gets the float32 sums rounded once), as the output of the
-	// kernels that say so (ActivationForward, SwiGLUForward,
-	// LayerNormForward, RMSNormForward, AddBias: float32 values rounded),
-	// as the input of ActivationForward, ActivationBackward, SwiGLUForward
-	// and SwiGLUBackward (widened), as RoPEForward's and RoPEBackward's x
-	// (widened, rotated, rounded) and to Copy2D between two BFloat16
-	// tensors; every other kernel takes Float32 tensors only. A Device that wraps another must override
-	// AllocAs where it overrides Alloc: layers allocate through AllocAs.
+	// kernels that say so (ActivationForward, BiasActivationForward,
+	// SwiGLUForward, LayerNormForward, RMSNormForward, AddBias: float32
+	// values rounded), as the input of ActivationForward,
+	// ActivationBackward, ActivationBackwardInPlace, SwiGLUForward and
+	// SwiGLUBackward (widened), as BiasActivationForward's pre (both), as
+	// RoPEForward's and RoPEBackward's x (widened, rotated, rounded) and to
+	// Copy2D between two BFloat16 tensors; every other kernel takes Float32
+	// tensors only. A Device that wraps another must override AllocAs
+	// where it overrides Alloc: layers allocate through AllocAs.
 	AllocAs(dt DType, shape ...int) (*Tensor, error)
 	// Free releases the Buffer t views; t and its views must not be used
 	// again. Freeing a freed buffer does nothing.
@@ -146,6 +148,17 @@ type Device interface {
 	// ActivationBackward is dinp += f'(inp) * dout. dinp, inp, dout have
 	// the same Len; inp may be BFloat16.
 	ActivationBackward(f Activation, dinp, inp, dout *Tensor)
+	// BiasActivationForward is AddBias(pre, bias) and then
+	// ActivationForward(f, out, pre) in one pass (a linear layer's bias
+	// fused with the activation after it): pre (N,OC) gets the bias added
+	// in place, kept for the backward, and out = f(pre). pre and out may
+	// be BFloat16 (pre widened, added to and rounded; f reads the rounded
+	// value); bias is (OC).
+	BiasActivationForward(f Activation, out, pre, bias *Tensor)
+	// ActivationBackwardInPlace is dout = f'(inp) * dout, overwriting dout:
+	// ActivationBackward into a zeroed gradient, without one. dout and inp
+	// have the same Len; inp may be BFloat16.
+	ActivationBackwardInPlace(f Activation, dout, inp *Tensor)
 
 	// SoftmaxForward is a row softmax of scale*inp with masked entries set to
 	// 0 (a row with every key masked is all zeros). inp and out are

@@ -1056,6 +1056,10 @@ func TestNoAllocs(t *testing.T) {
 		kernels["Gemm bf16"] = func() { d.Gemm(false, true, n, c, c, 1, h, 0, c, sq, 0, c, 0, hc, 0, c) }
 		kernels["SwiGLU bf16"] = func() { d.SwiGLUForward(hc, g2) }
 		kernels["SwiGLUBack bf16"] = func() { d.SwiGLUBackward(d2, g2, y) }
+		kernels["BiasGELU"] = func() { d.BiasActivationForward(GELU, z, x, b) }
+		kernels["BiasGELU bf16"] = func() { d.BiasActivationForward(GELU, hc, h, b) }
+		kernels["GELUBackInPlace"] = func() { d.ActivationBackwardInPlace(GELU, z, x) }
+		kernels["GELUBackInPlace bf16"] = func() { d.ActivationBackwardInPlace(GELU, z, h) }
 		for name, f := range kernels {
 			f() // warm scratch
 			if allocs := testing.AllocsPerRun(20, f); allocs != 0 {
@@ -1189,4 +1193,80 @@ func TestConcurrentDevices(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// refActivation is f(x) and f'(x) from the definitions, in float64: GELU's
+// tanh approximation and tanh.
+func refActivation(f Activation, x float64) (y, dy float64) {
+	if f == Tanh {
+		y = math.Tanh(x)
+		return y, 1 - y*y
+	}
+	const s, a = 0.7978845608028654, 0.044715
+	t := math.Tanh(s * (x + a*x*x*x))
+	return 0.5 * x * (1 + t), 0.5*(1+t) + 0.5*x*(1-t*t)*s*(1+3*a*x*x)
+}
+
+// TestBiasActivation checks the fused bias and activation against the
+// definitions in float64, with pre and out in either dtype (pre's stored
+// sums exact: the float32 sum, rounded when bfloat16; out within 5e-7 of
+// |x|+|f(x)|, plus the bfloat16 rounding when out is), rows wider
+// than a tile; and ActivationBackwardInPlace against ActivationBackward
+// into zeros, bit for bit, from either dtype of its input.
+func TestBiasActivation(t *testing.T) {
+	eachDevice(t, func(t *testing.T, d *CPUDevice) {
+		r := rand.New(rand.NewPCG(21, 22))
+		for _, tc := range []struct{ n, oc int }{{5, 13}, {3, 600}, {7, 1030}} {
+			for _, f := range []Activation{GELU, Tanh} {
+				for _, dts := range [][2]DType{{Float32, Float32}, {BFloat16, Float32}, {Float32, BFloat16}, {BFloat16, BFloat16}} {
+					name := fmt.Sprintf("%dx%d f%d pre %v out %v", tc.n, tc.oc, f, dts[0], dts[1])
+					x, bias := randF32(r, tc.n*tc.oc, 3), randF32(r, tc.oc, 1)
+					pre, _ := d.AllocAs(dts[0], tc.n, tc.oc)
+					out, _ := d.AllocAs(dts[1], tc.n, tc.oc)
+					tb := upload(t, d, bias, tc.oc)
+					d.CopyFromHost(pre, x)
+					x = make([]float32, len(x))
+					d.CopyToHost(x, pre) // as stored
+					d.BiasActivationForward(f, out, pre, tb)
+					gotPre, gotOut := make([]float32, len(x)), make([]float32, len(x))
+					d.CopyToHost(gotPre, pre)
+					d.CopyToHost(gotOut, out)
+					for i := range x {
+						want := x[i] + bias[i%tc.oc]
+						if dts[0] == BFloat16 {
+							want = Float32FromBF16(BF16FromFloat32(want))
+						}
+						if gotPre[i] != want {
+							t.Fatalf("%s: pre[%d] = %g, want %g", name, i, gotPre[i], want)
+						}
+						y, _ := refActivation(f, float64(want))
+						// GELU as x - x/(e+1) cancels for negative x: the
+						// float32 error is relative to |x|.
+						tol := 5e-7 * (math.Abs(y) + math.Abs(float64(want)))
+						if dts[1] == BFloat16 {
+							tol += math.Abs(y) / 256
+						}
+						if e := math.Abs(float64(gotOut[i]) - y); e > tol {
+							t.Fatalf("%s: out[%d] = %g, want %g (f of %g)", name, i, gotOut[i], y, want)
+						}
+					}
+					// The backward from the stored pre, in place and not.
+					g := randF32(r, len(x), 1)
+					dx := upload(t, d, make([]float32, len(x)), tc.n, tc.oc)
+					dg := upload(t, d, g, tc.n, tc.oc)
+					d.ActivationBackward(f, dx, pre, dg)
+					d.ActivationBackwardInPlace(f, dg, pre)
+					if got, want := download(dg), download(dx); !bitsEqual(got, want) {
+						t.Fatalf("%s: ActivationBackwardInPlace differs from ActivationBackward into zeros", name)
+					}
+					for i, v := range download(dg) {
+						_, dy := refActivation(f, float64(gotPre[i]))
+						if w := dy * float64(g[i]); math.Abs(float64(v)-w) > 1e-6*math.Abs(float64(g[i]))*(1+math.Abs(float64(gotPre[i]))) {
+							t.Fatalf("%s: backward [%d] = %g, want %g", name, i, v, w)
+						}
+					}
+				}
+			}
+		}
+	})
 }

@@ -53,6 +53,15 @@ func TestChecksMatchCPU(t *testing.T) {
 		{"ActivationBackward", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
 			d.ActivationBackward(tensor.GELU, mk(4), mk(4), mk(5))
 		}},
+		{"BiasActivationForward rows", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
+			d.BiasActivationForward(tensor.GELU, mk(4, 5), mk(4, 5), mk(3))
+		}},
+		{"BiasActivationForward out", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
+			d.BiasActivationForward(tensor.GELU, mk(4, 4), mk(4, 5), mk(5))
+		}},
+		{"ActivationBackwardInPlace", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
+			d.ActivationBackwardInPlace(tensor.GELU, mk(4), mk(5))
+		}},
 		{"ActivationForward unknown", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
 			d.ActivationForward(tensor.Activation(9), mk(4), mk(4))
 		}},

@@ -304,6 +304,77 @@ func TestGPUActivations(t *testing.T) {
 	}
 }
 
+// The fused bias and activation, with pre and out in every dtype, and the
+// activation's backward in place: against the CPU's, and on the GPU
+// against its own unfused kernels to the bit (add_bias then the
+// activation; the backward into zeros); rows of one column, of a width
+// that is not a multiple of a block, and past one grid-stride round.
+func TestGPUBiasActivation(t *testing.T) {
+	b := newBench(t)
+	d := b.gpu
+	var made []*tensor.Tensor
+	alloc := func(dev tensor.Device, dt tensor.DType, shape ...int) *tensor.Tensor {
+		x, err := dev.AllocAs(dt, shape...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dev == tensor.Device(d) {
+			made = append(made, x)
+		}
+		return x
+	}
+	defer func() {
+		for _, x := range made {
+			d.Free(x)
+		}
+	}()
+	// near compares a GPU tensor with the CPU's, both read as float32.
+	near := func(what string, tol float64, g, c *tensor.Tensor) {
+		t.Helper()
+		gh, ch := make([]float32, g.Len()), make([]float32, c.Len())
+		d.CopyToHost(gh, g)
+		b.cpu.CopyToHost(ch, c)
+		if e, at := relErr(gh, ch); e > tol || math.IsNaN(e) {
+			t.Errorf("%s differs from the CPU by %.3g (tolerance %.0g) at %d: gpu %g, cpu %g", what, e, tol, at, gh[at], ch[at])
+		}
+	}
+	for _, sh := range []struct{ rows, oc int }{{1, 1}, {13, 771}, {d.sms*32*elemThreads/64 + 3, 64}} {
+		bias := b.rand("bias", 1, sh.oc)
+		for _, f := range []tensor.Activation{tensor.GELU, tensor.Tanh} {
+			for _, dts := range [][2]tensor.DType{{tensor.Float32, tensor.Float32}, {tensor.BFloat16, tensor.Float32}, {tensor.Float32, tensor.BFloat16}, {tensor.BFloat16, tensor.BFloat16}} {
+				what := fmt.Sprintf("%dx%d activation %d pre %v out %v", sh.rows, sh.oc, f, dts[0], dts[1])
+				tol := tol32
+				if dts[1] == tensor.BFloat16 {
+					tol = 1.0 / 128 // a value a last bit apart may round a bfloat16 apart
+				}
+				x := b.rand("x", 3, sh.rows, sh.oc)
+				preC, outC := alloc(b.cpu, dts[0], sh.rows, sh.oc), alloc(b.cpu, dts[1], sh.rows, sh.oc)
+				preG, outG := alloc(d, dts[0], sh.rows, sh.oc), alloc(d, dts[1], sh.rows, sh.oc)
+				pre2, out2 := alloc(d, dts[0], sh.rows, sh.oc), alloc(d, dts[1], sh.rows, sh.oc)
+				b.cpu.Copy(preC, x.c)
+				d.Copy(preG, x.g)
+				d.Copy(pre2, x.g)
+				b.cpu.BiasActivationForward(f, outC, preC, bias.c)
+				d.BiasActivationForward(f, outG, preG, bias.g)
+				d.AddBias(pre2, bias.g)
+				d.ActivationForward(f, out2, pre2)
+				near("BiasActivationForward pre "+what, 0, preG, preC)
+				near("BiasActivationForward out "+what, tol, outG, outC)
+				sameGPUBits(t, d, "BiasActivationForward pre "+what+" (want AddBias's)", preG, pre2)
+				sameGPUBits(t, d, "BiasActivationForward out "+what+" (want the activation's)", outG, out2)
+
+				dout, dz := b.rand("dout", 1, sh.rows, sh.oc), b.zeros("dz", sh.rows, sh.oc)
+				d.Zero(dz.g)
+				d.ActivationBackward(f, dz.g, preG, dout.g)
+				b.cpu.ActivationBackwardInPlace(f, dout.c, preC)
+				d.ActivationBackwardInPlace(f, dout.g, preG)
+				b.check("ActivationBackwardInPlace "+what, tol32, dout)
+				sameGPUBits(t, d, "ActivationBackwardInPlace "+what+" (want ActivationBackward into zeros)", dout.g, dz.g)
+			}
+		}
+	}
+}
+
 func TestGPUSoftmax(t *testing.T) {
 	b := newBench(t)
 	for _, tt := range []struct {

@@ -503,6 +503,25 @@ __device__ __forceinline__ void activation_backward(float* dinp, const In* inp, 
     GRID_STRIDE(i, n) dinp[i] += Grad(load_in(inp + i)) * dout[i];
 }
 
+// bias_activation_forward: a linear layer's bias and the activation after
+// it in one pass: pre (N,OC) += bias, stored as pre's dtype, and out =
+// F(pre as stored); the bits of add_bias and then activation_forward.
+template <float (*F)(float), typename Out, typename Pre>
+__device__ __forceinline__ void bias_activation_forward(Out* out, Pre* pre, const float* bias, long long n, int oc) {
+    GRID_STRIDE(i, n) {
+        float v = load_in(pre + i) + bias[i % oc];
+        store_out(pre + i, v);
+        store_out(out + i, F(load_in(pre + i)));
+    }
+}
+
+// activation_backward_in_place: dout = F'(inp)*dout, overwriting dout
+// (activation_backward into zeros, without them).
+template <float (*Grad)(float), typename In>
+__device__ __forceinline__ void activation_backward_in_place(float* dout, const In* inp, long long n) {
+    GRID_STRIDE(i, n) dout[i] = Grad(load_in(inp + i)) * dout[i];
+}
+
 extern "C" __global__ void gelu_forward_f32(float* out, const float* inp, long long n) {
     activation_forward<gelu_f>(out, inp, n);
 }
@@ -538,6 +557,42 @@ extern "C" __global__ void tanh_backward_f32(float* dinp, const float* inp, cons
 }
 extern "C" __global__ void tanh_backward_f32_from_bf16(float* dinp, const bf16_t* inp, const float* dout, long long n) {
     activation_backward<tanh_grad>(dinp, inp, dout, n);
+}
+extern "C" __global__ void bias_gelu_forward_f32(float* out, float* pre, const float* bias, long long n, int oc) {
+    bias_activation_forward<gelu_f>(out, pre, bias, n, oc);
+}
+extern "C" __global__ void bias_gelu_forward_bf16(bf16_t* out, float* pre, const float* bias, long long n, int oc) {
+    bias_activation_forward<gelu_f>(out, pre, bias, n, oc);
+}
+extern "C" __global__ void bias_gelu_forward_f32_from_bf16(float* out, bf16_t* pre, const float* bias, long long n, int oc) {
+    bias_activation_forward<gelu_f>(out, pre, bias, n, oc);
+}
+extern "C" __global__ void bias_gelu_forward_bf16_from_bf16(bf16_t* out, bf16_t* pre, const float* bias, long long n, int oc) {
+    bias_activation_forward<gelu_f>(out, pre, bias, n, oc);
+}
+extern "C" __global__ void gelu_backward_in_place_f32(float* dout, const float* inp, long long n) {
+    activation_backward_in_place<gelu_grad>(dout, inp, n);
+}
+extern "C" __global__ void gelu_backward_in_place_f32_from_bf16(float* dout, const bf16_t* inp, long long n) {
+    activation_backward_in_place<gelu_grad>(dout, inp, n);
+}
+extern "C" __global__ void bias_tanh_forward_f32(float* out, float* pre, const float* bias, long long n, int oc) {
+    bias_activation_forward<tanh_f>(out, pre, bias, n, oc);
+}
+extern "C" __global__ void bias_tanh_forward_bf16(bf16_t* out, float* pre, const float* bias, long long n, int oc) {
+    bias_activation_forward<tanh_f>(out, pre, bias, n, oc);
+}
+extern "C" __global__ void bias_tanh_forward_f32_from_bf16(float* out, bf16_t* pre, const float* bias, long long n, int oc) {
+    bias_activation_forward<tanh_f>(out, pre, bias, n, oc);
+}
+extern "C" __global__ void bias_tanh_forward_bf16_from_bf16(bf16_t* out, bf16_t* pre, const float* bias, long long n, int oc) {
+    bias_activation_forward<tanh_f>(out, pre, bias, n, oc);
+}
+extern "C" __global__ void tanh_backward_in_place_f32(float* dout, const float* inp, long long n) {
+    activation_backward_in_place<tanh_grad>(dout, inp, n);
+}
+extern "C" __global__ void tanh_backward_in_place_f32_from_bf16(float* dout, const bf16_t* inp, long long n) {
+    activation_backward_in_place<tanh_grad>(dout, inp, n);
 }
 
 // --- softmax: one warp per row of Tk keys, 8 rows per block of 256 ---

@@ -36,6 +36,10 @@ var kernels = []struct {
 	{"tanh_forward_f32", elemThreads}, {"tanh_forward_bf16", elemThreads},
 	{"tanh_forward_f32_from_bf16", elemThreads}, {"tanh_forward_bf16_from_bf16", elemThreads},
 	{"tanh_backward_f32", elemThreads}, {"tanh_backward_f32_from_bf16", elemThreads},
+	{"bias_gelu_forward_f32", elemThreads}, {"bias_gelu_forward_bf16", elemThreads}, {"bias_gelu_forward_f32_from_bf16", elemThreads}, {"bias_gelu_forward_bf16_from_bf16", elemThreads},
+	{"gelu_backward_in_place_f32", elemThreads}, {"gelu_backward_in_place_f32_from_bf16", elemThreads},
+	{"bias_tanh_forward_f32", elemThreads}, {"bias_tanh_forward_bf16", elemThreads}, {"bias_tanh_forward_f32_from_bf16", elemThreads}, {"bias_tanh_forward_bf16_from_bf16", elemThreads},
+	{"tanh_backward_in_place_f32", elemThreads}, {"tanh_backward_in_place_f32_from_bf16", elemThreads},
 	{"softmax_forward_f32", softmaxThreads}, {"softmax_backward_f32", softmaxThreads},
 	{"ce_row_max_f32", maxRowThreads}, {"ce_sum_exp_f32", maxRowThreads},
 	{"ce_target_logit_f32", elemThreads}, {"ce_loss_f32", elemThreads}, {"ce_backward_f32", maxRowThreads},
@@ -468,21 +472,30 @@ func typed(base string, out, in tensor.DType) string {
 
 // --- activations ---
 
-// activationKernels are each tensor.Activation's forward and backward
-// kernels' base names (typed adds the dtypes).
-var activationKernels = [...][2]string{
-	tensor.GELU: {"gelu_forward", "gelu_backward"},
-	tensor.Tanh: {"tanh_forward", "tanh_backward"},
+// activationKernels are each tensor.Activation's kernels' base names
+// (typed adds the dtypes): forward, backward, with the bias first, and the
+// backward in place.
+var activationKernels = [...][4]string{
+	tensor.GELU: {"gelu_forward", "gelu_backward", "bias_gelu_forward", "gelu_backward_in_place"},
+	tensor.Tanh: {"tanh_forward", "tanh_backward", "bias_tanh_forward", "tanh_backward_in_place"},
 }
 
-// activationKernel is f's forward (0) or backward (1) kernel for an output
-// and an input of these dtypes; fn names the method in the panic of an
-// unknown f.
-func activationKernel(fn string, f tensor.Activation, dir int, out, in tensor.DType) string {
+// The kernels of an activation (activationKernels' columns).
+const (
+	activationForward = iota
+	activationBackward
+	biasActivationForward
+	activationBackwardInPlace
+)
+
+// activationKernel is f's kernel of a kind (activationForward, ...) for
+// an output and an input of these dtypes; fn names the method in the
+// panic of an unknown f.
+func activationKernel(fn string, f tensor.Activation, kind int, out, in tensor.DType) string {
 	if f < 0 || int(f) >= len(activationKernels) {
 		panic(fmt.Sprintf("tensor.%s: unknown activation %d", fn, int(f)))
 	}
-	return typed(activationKernels[f][dir], out, in)
+	return typed(activationKernels[f][kind], out, in)
 }
 
 // ActivationForward is out = f(inp) elementwise; either may be bfloat16
@@ -490,7 +503,7 @@ func activationKernel(fn string, f tensor.Activation, dir int, out, in tensor.DT
 func (d *Device) ActivationForward(f tensor.Activation, out, inp *tensor.Tensor) {
 	d.ownAny("ActivationForward", out, inp)
 	check.ActivationForward(out, inp)
-	d.elementwise(activationKernel("ActivationForward", f, 0, out.DType(), inp.DType()), out.Len(), tp(out), tp(inp), i64(out.Len()))
+	d.elementwise(activationKernel("ActivationForward", f, activationForward, out.DType(), inp.DType()), out.Len(), tp(out), tp(inp), i64(out.Len()))
 }
 
 // ActivationBackward is dinp += f'(inp)*dout; inp may be bfloat16.
@@ -498,7 +511,24 @@ func (d *Device) ActivationBackward(f tensor.Activation, dinp, inp, dout *tensor
 	d.own("ActivationBackward", dinp, dout)
 	d.ownAny("ActivationBackward", inp)
 	check.ActivationBackward(dinp, inp, dout)
-	d.elementwise(activationKernel("ActivationBackward", f, 1, tensor.Float32, inp.DType()), inp.Len(), tp(dinp), tp(inp), tp(dout), i64(inp.Len()))
+	d.elementwise(activationKernel("ActivationBackward", f, activationBackward, tensor.Float32, inp.DType()), inp.Len(), tp(dinp), tp(inp), tp(dout), i64(inp.Len()))
+}
+
+// BiasActivationForward is pre += bias (each row), then out = f(pre), in
+// one kernel; either may be bfloat16.
+func (d *Device) BiasActivationForward(f tensor.Activation, out, pre, bias *tensor.Tensor) {
+	d.ownAny("BiasActivationForward", out, pre)
+	d.own("BiasActivationForward", bias)
+	check.BiasActivationForward(out, pre, bias)
+	d.elementwise(activationKernel("BiasActivationForward", f, biasActivationForward, out.DType(), pre.DType()), out.Len(), tp(out), tp(pre), tp(bias), i64(out.Len()), i32(bias.Len()))
+}
+
+// ActivationBackwardInPlace is dout = f'(inp)*dout; inp may be bfloat16.
+func (d *Device) ActivationBackwardInPlace(f tensor.Activation, dout, inp *tensor.Tensor) {
+	d.own("ActivationBackwardInPlace", dout)
+	d.ownAny("ActivationBackwardInPlace", inp)
+	check.ActivationBackwardInPlace(dout, inp)
+	d.elementwise(activationKernel("ActivationBackwardInPlace", f, activationBackwardInPlace, tensor.Float32, inp.DType()), inp.Len(), tp(dout), tp(inp), i64(inp.Len()))
 }
 
 // --- softmax ---

@@ -100,6 +100,7 @@ var kernelTests = []struct {
 	{"NormAndClipOnDevice", TestGPUNormAndClipOnDevice}, {"SumToAndFetch", TestGPUSumToAndFetch},
 	{"KernelEdges", TestGPUKernelEdges}, {"BF16Rounding", TestGPUBF16Rounding}, {"BF16Packed", TestGPUBF16Packed},
 	{"FusedAttention", TestGPUFusedAttention}, {"AdamWMany", TestGPUAdamWMany}, {"BF16Storage", TestGPUBF16Storage},
+	{"BiasActivation", TestGPUBiasActivation},
 }
 
 // TestKernelsOnCPU runs the kernel tests on the CUDA kernels compiled for
@@ -276,6 +277,14 @@ var mutations = []mutation{
 		"float tl = (t >= 0 && t < v) ? x[t] : 0.f;",
 		"float tl = (t >= 0 && t < v && hpcrun_mut != 22) ? x[t] : 0.f;",
 		"CrossEntropy", 0},
+	{"the fused bias and activation taking f of the sum before pre's rounding",
+		"store_out(out + i, F(load_in(pre + i)));",
+		"store_out(out + i, F(hpcrun_mut == 23 ? v : load_in(pre + i)));",
+		"BiasActivation", 0},
+	{"the activation's backward in place accumulating into its gradient",
+		"GRID_STRIDE(i, n) dout[i] = Grad(load_in(inp + i)) * dout[i];",
+		"GRID_STRIDE(i, n) dout[i] = (hpcrun_mut == 24 ? dout[i] : 0.f) + Grad(load_in(inp + i)) * dout[i];",
+		"BiasActivation", 0},
 }
 
 // Each planted mutation makes the kernel tests fail: one build of every
@@ -299,7 +308,7 @@ func TestKernelMutantsFail(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	if out, err := run(0, "LayerNorm|Bias|Softmax|CrossEntropy|KernelEdges|BF16Rounding|BF16Packed|Llama|Activations|FusedAttention|AdamWMany|AdamWAndSumSquares", 0); err != nil {
+	if out, err := run(0, "LayerNorm|Bias|BiasActivation|Softmax|CrossEntropy|KernelEdges|BF16Rounding|BF16Packed|Llama|Activations|FusedAttention|AdamWMany|AdamWAndSumSquares", 0); err != nil {
 		t.Fatalf("the instrumented kernels fail with no mutation: %v\n%s", err, out)
 	}
 	failLine := regexp.MustCompile(`--- FAIL: TestKernelsOnCPU/\w+`)

@@ -154,6 +154,19 @@ func ActivationBackward(dinp, inp, dout Shape) {
 	sameLen3("ActivationBackward", "dinp", dinp, "inp", inp, "dout", dout)
 }
 
+// BiasActivationForward checks BiasActivationForward and returns N, the
+// rows of pre: out and pre have the same Len, a multiple of bias's.
+func BiasActivationForward(out, pre, bias Shape) (n int) {
+	sameLen2("BiasActivationForward", "out", out, "pre", pre)
+	return rowsOf("BiasActivationForward", "pre", pre, bias.Len())
+}
+
+// ActivationBackwardInPlace checks ActivationBackwardInPlace: dout and
+// inp have the same Len.
+func ActivationBackwardInPlace(dout, inp Shape) {
+	sameLen2("ActivationBackwardInPlace", "dout", dout, "inp", inp)
+}
+
 // SoftmaxForward checks SoftmaxForward and returns the rows of inp
 // (Tk elements each) and, when keyValid is given, the rows per batch item
 // (0 otherwise).
