@@ -33,7 +33,12 @@ type LinearOptions struct {
 	// pre-activation under bf16 compute: the product's float32 sums
 	// rounded, then the bias added and rounded again); not with
 	// GatherOutput or ValidOut.
-	OutDType     tensor.DType
+	OutDType tensor.DType
+	// DeferBias leaves the bias out of Forward's output: the caller adds
+	// it, fused into the kernel after the product (ParallelMLP's
+	// BiasActivationForward); its gradient is Backward's as ever. Not with
+	// GatherOutput.
+	DeferBias    bool
 	GatherOutput bool   // all-gather the output so every rank holds (B,T,Out)
 	Blocks       int    // the output is Blocks fused blocks each split over the ranks (3 for Q,K,V)
 	ValidOut     int    // outputs >= ValidOut are padding (padded vocab): their logits are masked; 0 = none
@@ -123,6 +128,9 @@ func NewColumnParallelLinear(dev tensor.Device, tp nccl.Comm, name string, in, o
 	}
 	if opt.OutDType != tensor.Float32 && (opt.GatherOutput || opt.ValidOut > 0) {
 		return nil, fmt.Errorf("%s: a %v output goes without GatherOutput or ValidOut", name, opt.OutDType)
+	}
+	if opt.DeferBias && (!opt.Bias || opt.GatherOutput) {
+		return nil, fmt.Errorf("%s: DeferBias goes with a bias and without GatherOutput", name)
 	}
 	if opt.SequenceParallel != nil && opt.GatherOutput {
 		return nil, fmt.Errorf("%s: GatherOutput goes without sequence parallelism", name)
@@ -259,7 +267,7 @@ func (l *ColumnParallelLinear) Forward(inp *tensor.Tensor) (*tensor.Tensor, erro
 		}
 	} else {
 		var bias *tensor.Tensor
-		if l.Bias != nil {
+		if l.Bias != nil && !l.opt.DeferBias {
 			bias = l.Bias.Data
 		}
 		tensor.LinearForward(l.outLocal, x, l.Weight.Operand(), bias)

@@ -32,8 +32,8 @@ type mlpSaved struct {
 // mlpScratch is what the MLP's Backward uses and leaves nothing in: the
 // layer and its shadows share it.
 type mlpScratch struct {
-	grads    buffers
-	dh, dpre *tensor.Tensor // (B,T,Hidden/tp)
+	grads buffers
+	dh    *tensor.Tensor // (B,T,Hidden/tp): h's gradient, then (in place) fc's output's
 }
 
 // NewParallelMLP makes this rank's shard of a (dim -> hidden -> dim) MLP
@@ -57,7 +57,7 @@ func newParallelMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name 
 	if projStd == 0 {
 		projStd = std
 	}
-	fc, err := NewColumnParallelLinear(dev, tp, name+".c_fc", dim, hidden, LinearOptions{Bias: true, Seed: seed, Std: std, SequenceParallel: sp, From: from, OutDType: act})
+	fc, err := NewColumnParallelLinear(dev, tp, name+".c_fc", dim, hidden, LinearOptions{Bias: true, DeferBias: true, Seed: seed, Std: std, SequenceParallel: sp, From: from, OutDType: act})
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +84,8 @@ func (m *ParallelMLP) Forward(inp *tensor.Tensor) (*tensor.Tensor, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", m.Name, err)
 	}
-	dev.ActivationForward(tensor.GELU, m.h, pre)
+	// fc's bias and GELU in one kernel (fc defers its bias).
+	dev.BiasActivationForward(tensor.GELU, m.h, pre, m.FC.Bias.Data)
 	return m.Proj.Forward(m.h)
 }
 
@@ -97,7 +98,7 @@ func (m *ParallelMLP) Backward(dout, dinp *tensor.Tensor) error {
 	dev := dout.Device()
 	b, t := m.h.Dim(0), m.h.Dim(1)
 	if err := m.grads.ensure(dev, [2]int{b, t}, func() Buffers { return mlpCoreSizes(b, t, m.h.Dim(2), m.act).Scratch }, func(get func(string) *tensor.Tensor) {
-		m.dh, m.dpre = get("dh"), get("dpre")
+		m.dh = get("dh")
 	}); err != nil {
 		return fmt.Errorf("%s: %w", m.Name, err)
 	}
@@ -105,7 +106,6 @@ func (m *ParallelMLP) Backward(dout, dinp *tensor.Tensor) error {
 	if err := m.Proj.Backward(dout, m.dh); err != nil {
 		return err
 	}
-	dev.Zero(m.dpre)
-	dev.ActivationBackward(tensor.GELU, m.dpre, m.FC.outLocal, m.dh)
-	return m.FC.Backward(m.dpre, dinp)
+	dev.ActivationBackwardInPlace(tensor.GELU, m.dh, m.FC.outLocal)
+	return m.FC.Backward(m.dh, dinp)
 }

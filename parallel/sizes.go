@@ -223,12 +223,12 @@ func attentionCoreSizes(b, t, nh, cl int, selective, fused bool, y tensor.DType)
 
 // mlpCoreSizes are the MLP's own buffers for b x t tokens, fl = Hidden/tp
 // wide: h (b,t,fl), GELU's output, saved, stored as act (read only by
-// c_proj's products); dh and dpre (b,t,fl), the gradients of GELU's output
-// and input, scratch.
+// c_proj's products); dh (b,t,fl), the gradient of GELU's output and then,
+// overwritten in place, of its input, scratch.
 func mlpCoreSizes(b, t, fl int, act tensor.DType) Sizes {
 	return Sizes{
 		Saved:   Buffers{buf("h", b, t, fl).as(act)},
-		Scratch: Buffers{buf("dh", b, t, fl), buf("dpre", b, t, fl)},
+		Scratch: Buffers{buf("dh", b, t, fl)},
 	}
 }
 
