@@ -104,6 +104,11 @@ type Device interface {
 	// out, inp are (N,C); mean, rstd are (N); weight, bias are (C). out
 	// may be BFloat16 (the float32 values rounded).
 	LayerNormForward(out, mean, rstd, inp, weight, bias *Tensor, eps float32)
+	// AddLayerNormForward is Add(sum, a, b) and then
+	// LayerNormForward(out, mean, rstd, sum, weight, bias, eps) in one pass
+	// over each row (a residual add and the layer norm after it), the same
+	// bits. sum, a, b are (N,C) float32; sum may be a or b.
+	AddLayerNormForward(sum, out, mean, rstd, a, b, weight, bias *Tensor, eps float32)
 	// LayerNormBackward accumulates into dinp (N,C), dweight (C), dbias (C)
 	// from dout (N,C) and the forward's inp, weight, mean, rstd.
 	LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd *Tensor)
@@ -114,6 +119,10 @@ type Device interface {
 	// out, inp are (N,C); rstd is (N); weight is (C). out may be
 	// BFloat16 (the float32 values rounded).
 	RMSNormForward(out, rstd, inp, weight *Tensor, eps float32)
+	// AddRMSNormForward is Add(sum, a, b) and then RMSNormForward(out,
+	// rstd, sum, weight, eps) in one pass over each row, the same bits.
+	// sum, a, b are (N,C) float32; sum may be a or b.
+	AddRMSNormForward(sum, out, rstd, a, b, weight *Tensor, eps float32)
 	// RMSNormBackward accumulates into dinp (N,C) and dweight (C) from dout
 	// (N,C) and the forward's inp, weight, rstd.
 	RMSNormBackward(dinp, dweight, dout, inp, weight, rstd *Tensor)

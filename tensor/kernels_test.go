@@ -1021,6 +1021,8 @@ func TestNoAllocs(t *testing.T) {
 			"EmbedBack":  func() { d.EmbeddingBackward(z, x, ids, 0) },
 			"LayerNorm":  func() { d.LayerNormForward(z, mean, rstd, x, w, b, 1e-5) },
 			"LNBack":     func() { d.LayerNormBackward(z, w, b, y, x, w, mean, rstd) },
+			"AddLN":      func() { d.AddLayerNormForward(z, y, mean, rstd, x, x, w, b, 1e-5) },
+			"AddRMS":     func() { d.AddRMSNormForward(z, y, rstd, x, x, w, 1e-5) },
 			"GELU":       func() { d.ActivationForward(GELU, z, x) },
 			"GELUBack":   func() { d.ActivationBackward(GELU, z, x, y) },
 			"Tanh":       func() { d.ActivationForward(Tanh, z, x) },
@@ -1265,6 +1267,61 @@ func TestBiasActivation(t *testing.T) {
 							t.Fatalf("%s: backward [%d] = %g, want %g", name, i, v, w)
 						}
 					}
+				}
+			}
+		}
+	})
+}
+
+// TestAddNorm: the residual add fused into the layer norm or RMSNorm after
+// it gives Add's sum and the norm's outputs to the bit, into float32 or
+// bfloat16, the sum written apart or over an addend.
+func TestAddNorm(t *testing.T) {
+	eachDevice(t, func(t *testing.T, d *CPUDevice) {
+		r := rand.New(rand.NewPCG(23, 24))
+		for _, sh := range []struct{ n, c int }{{3, 1}, {9, 771}} {
+			w, bias := upload(t, d, randF32(r, sh.c, 1), sh.c), upload(t, d, randF32(r, sh.c, 1), sh.c)
+			for _, dt := range []DType{Float32, BFloat16} {
+				for _, inPlace := range []bool{false, true} {
+					name := fmt.Sprintf("%dx%d %v in place %v", sh.n, sh.c, dt, inPlace)
+					vec := func() *Tensor { return upload(t, d, make([]float32, sh.n), sh.n) }
+					a, b := upload(t, d, randF32(r, sh.n*sh.c, 2), sh.n, sh.c), upload(t, d, randF32(r, sh.n*sh.c, 2), sh.n, sh.c)
+					want := upload(t, d, make([]float32, sh.n*sh.c), sh.n, sh.c)
+					d.Add(want, a, b)
+					sum := upload(t, d, make([]float32, sh.n*sh.c), sh.n, sh.c)
+					if inPlace {
+						sum = b
+					}
+					out, _ := d.AllocAs(dt, sh.n, sh.c)
+					out2, _ := d.AllocAs(dt, sh.n, sh.c)
+					m, rs, m2, rs2 := vec(), vec(), vec(), vec()
+					d.LayerNormForward(out2, m2, rs2, want, w, bias, 1e-5)
+					d.AddLayerNormForward(sum, out, m, rs, a, b, w, bias, 1e-5)
+					same := func(what string, got, want *Tensor) {
+						t.Helper()
+						g, wv := make([]float32, got.Len()), make([]float32, want.Len())
+						d.CopyToHost(g, got)
+						d.CopyToHost(wv, want)
+						if !bitsEqual(g, wv) {
+							t.Fatalf("%s %s: not the unfused kernels' bits", name, what)
+						}
+					}
+					same("AddLayerNormForward sum", sum, want)
+					same("AddLayerNormForward out", out, out2)
+					same("AddLayerNormForward mean", m, m2)
+					same("AddLayerNormForward rstd", rs, rs2)
+
+					a = upload(t, d, randF32(r, sh.n*sh.c, 2), sh.n, sh.c)
+					if inPlace {
+						sum = a
+						b = upload(t, d, randF32(r, sh.n*sh.c, 2), sh.n, sh.c)
+					}
+					d.Add(want, a, b)
+					d.RMSNormForward(out2, rs2, want, w, 1e-5)
+					d.AddRMSNormForward(sum, out, rs, a, b, w, 1e-5)
+					same("AddRMSNormForward sum", sum, want)
+					same("AddRMSNormForward out", out, out2)
+					same("AddRMSNormForward rstd", rs, rs2)
 				}
 			}
 		}

@@ -18,12 +18,13 @@ type lnK struct {
 	out, mean, rstd, inp, weight, bias []float32
 	half                               []uint16 // the bfloat16 output instead of out
 	eps                                float64
+	addend, sum                        []float32 // AddLayerNormForward: sum = inp + addend, normalised
 }
 
 func (k *lnK) run(lo, hi, _ int) {
 	c := len(k.weight)
 	for i := lo; i < hi; i++ {
-		x := k.inp[i*c : (i+1)*c]
+		x := addRow(k.inp, k.addend, k.sum, i, c)
 		var s float64
 		for _, v := range x {
 			s += float64(v)
@@ -67,6 +68,36 @@ func (d *CPUDevice) LayerNormForward(out, mean, rstd, inp, weight, bias *Tensor,
 	*k = lnK{out: full, half: half, mean: mean.Host(), rstd: rstd.Host(), inp: inp.Host(), weight: weight.Host(), bias: bias.Host(), eps: float64(eps)}
 	d.parallel(n, d.chunks(n, 8*c), k)
 	*k = lnK{}
+}
+
+// AddLayerNormForward is sum = a + b, then LayerNormForward of sum, a row
+// at a time (the row normalised from the cache).
+func (d *CPUDevice) AddLayerNormForward(sum, out, mean, rstd, a, b, weight, bias *Tensor, eps float32) {
+	d.ownAny("AddLayerNormForward", out)
+	d.own("AddLayerNormForward", sum, mean, rstd, a, b, weight, bias)
+	n := check.AddLayerNormForward(sum, out, mean, rstd, a, b, weight, bias)
+	c := weight.n
+	full, half := hostAny(out, 0)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := &d.k.ln
+	*k = lnK{out: full, half: half, mean: mean.Host(), rstd: rstd.Host(), inp: a.Host(), addend: b.Host(), sum: sum.Host(), weight: weight.Host(), bias: bias.Host(), eps: float64(eps)}
+	d.parallel(n, d.chunks(n, 9*c), k)
+	*k = lnK{}
+}
+
+// addRow is row i of inp (rows of c), or, with an addend, that row plus
+// addend's written into sum's row i and returned.
+func addRow(inp, addend, sum []float32, i, c int) []float32 {
+	x := inp[i*c : (i+1)*c]
+	if addend == nil {
+		return x
+	}
+	z, y := sum[i*c:(i+1)*c], addend[i*c:(i+1)*c]
+	for j, v := range x {
+		z[j] = v + y[j]
+	}
+	return z
 }
 
 type lnBackK struct {

@@ -15,13 +15,14 @@ type rmsK struct {
 	out, rstd, inp, weight []float32
 	half                   []uint16 // the bfloat16 output instead of out
 	eps                    float64
+	addend, sum            []float32 // AddRMSNormForward: sum = inp + addend, normalised
 }
 
 func (k *rmsK) run(lo, hi, _ int) {
 	c := len(k.weight)
 	w := k.weight[:c]
 	for i := lo; i < hi; i++ {
-		x := k.inp[i*c : (i+1)*c]
+		x := addRow(k.inp, k.addend, k.sum, i, c)
 		var ss float64
 		for _, v := range x {
 			ss += float64(v) * float64(v)
@@ -56,6 +57,22 @@ func (d *CPUDevice) RMSNormForward(out, rstd, inp, weight *Tensor, eps float32) 
 	k := &d.k.rms
 	*k = rmsK{out: full, half: half, rstd: rstd.Host(), inp: inp.Host(), weight: weight.Host(), eps: float64(eps)}
 	d.parallel(n, d.chunks(n, 6*c), k)
+	*k = rmsK{}
+}
+
+// AddRMSNormForward is sum = a + b, then RMSNormForward of sum, a row at
+// a time.
+func (d *CPUDevice) AddRMSNormForward(sum, out, rstd, a, b, weight *Tensor, eps float32) {
+	d.ownAny("AddRMSNormForward", out)
+	d.own("AddRMSNormForward", sum, rstd, a, b, weight)
+	n := check.AddRMSNormForward(sum, out, rstd, a, b, weight)
+	c := weight.n
+	full, half := hostAny(out, 0)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := &d.k.rms
+	*k = rmsK{out: full, half: half, rstd: rstd.Host(), inp: a.Host(), addend: b.Host(), sum: sum.Host(), weight: weight.Host(), eps: float64(eps)}
+	d.parallel(n, d.chunks(n, 7*c), k)
 	*k = rmsK{}
 }
 

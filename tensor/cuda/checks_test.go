@@ -47,6 +47,12 @@ func TestChecksMatchCPU(t *testing.T) {
 		{"LayerNormForward mean", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
 			d.LayerNormForward(mk(4, 8), mk(3), mk(4), mk(4, 8), mk(8), mk(8), 1e-5)
 		}},
+		{"AddLayerNormForward addend", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
+			d.AddLayerNormForward(mk(4, 8), mk(4, 8), mk(4), mk(4), mk(4, 8), mk(3, 8), mk(8), mk(8), 1e-5)
+		}},
+		{"AddRMSNormForward rstd", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
+			d.AddRMSNormForward(mk(4, 8), mk(4, 8), mk(3), mk(4, 8), mk(4, 8), mk(8), 1e-5)
+		}},
 		{"LayerNormBackward dbias", func(d tensor.Device, mk func(...int) *tensor.Tensor) {
 			d.LayerNormBackward(mk(4, 8), mk(8), mk(7), mk(4, 8), mk(4, 8), mk(8), mk(4), mk(4))
 		}},

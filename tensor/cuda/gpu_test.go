@@ -375,6 +375,72 @@ func TestGPUBiasActivation(t *testing.T) {
 	}
 }
 
+// The residual add fused into the norm after it: AddLayerNormForward and
+// AddRMSNormForward against the CPU's, and on the GPU against its own Add
+// then the norm, to the bit; float32 and bfloat16 outputs, the sum
+// written over an addend, one channel, a width not a multiple of a warp,
+// more rows than the grid.
+func TestGPUAddNorm(t *testing.T) {
+	b := newBench(t)
+	d := b.gpu
+	for _, sh := range []struct{ rows, c int }{{3, 1}, {13, 771}, {d.sms*32 + 5, 64}} {
+		w, bias := b.rand("weight", 1, sh.c), b.rand("bias", 1, sh.c)
+		for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
+			for _, inPlace := range []bool{false, true} {
+				what := fmt.Sprintf("%dx%d out %v in place %v", sh.rows, sh.c, dt, inPlace)
+				x, y := b.rand("a", 2, sh.rows, sh.c), b.rand("b", 2, sh.rows, sh.c)
+				sum, sum2 := b.zeros("sum", sh.rows, sh.c), b.zeros("sum2", sh.rows, sh.c)
+				mean, rstd, mean2, rstd2 := b.zeros("mean", sh.rows), b.zeros("rstd", sh.rows), b.zeros("mean2", sh.rows), b.zeros("rstd2", sh.rows)
+				outC, err := b.cpu.AllocAs(dt, sh.rows, sh.c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				outG, err := d.AllocAs(dt, sh.rows, sh.c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out2, err := d.AllocAs(dt, sh.rows, sh.c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				d.Add(sum2.g, x.g, y.g)
+				d.LayerNormForward(out2, mean2.g, rstd2.g, sum2.g, w.g, bias.g, 1e-5)
+				dst := sum
+				if inPlace {
+					dst = x
+				}
+				b.cpu.AddLayerNormForward(dst.c, outC, mean.c, rstd.c, x.c, y.c, w.c, bias.c, 1e-5)
+				d.AddLayerNormForward(dst.g, outG, mean.g, rstd.g, x.g, y.g, w.g, bias.g, 1e-5)
+				b.check("AddLayerNormForward "+what, tol32, dst, mean, rstd)
+				sameGPUBits(t, d, "AddLayerNormForward sum "+what+" (want Add's)", dst.g, sum2.g)
+				sameGPUBits(t, d, "AddLayerNormForward out "+what+" (want LayerNormForward's)", outG, out2)
+				sameGPUBits(t, d, "AddLayerNormForward rstd "+what, rstd.g, rstd2.g)
+				if dt == tensor.Float32 {
+					b.check("AddLayerNormForward out "+what, tol32, twin{"out", outC, outG})
+				}
+
+				x, y = b.rand("a", 2, sh.rows, sh.c), b.rand("b", 2, sh.rows, sh.c)
+				dst = sum
+				if inPlace {
+					dst = y
+				}
+				d.Add(sum2.g, x.g, y.g)
+				d.RMSNormForward(out2, rstd2.g, sum2.g, w.g, 1e-5)
+				b.cpu.AddRMSNormForward(dst.c, outC, rstd.c, x.c, y.c, w.c, 1e-5)
+				d.AddRMSNormForward(dst.g, outG, rstd.g, x.g, y.g, w.g, 1e-5)
+				b.check("AddRMSNormForward "+what, tol32, dst, rstd)
+				sameGPUBits(t, d, "AddRMSNormForward sum "+what+" (want Add's)", dst.g, sum2.g)
+				sameGPUBits(t, d, "AddRMSNormForward out "+what+" (want RMSNormForward's)", outG, out2)
+				if dt == tensor.Float32 {
+					b.check("AddRMSNormForward out "+what, tol32, twin{"out", outC, outG})
+				}
+				d.Free(outG)
+				d.Free(out2)
+			}
+		}
+	}
+}
+
 func TestGPUSoftmax(t *testing.T) {
 	b := newBench(t)
 	for _, tt := range []struct {

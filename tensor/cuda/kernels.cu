@@ -231,13 +231,26 @@ extern "C" __global__ void ROW_BOUNDS embedding_backward_f32(float* dtable, cons
 // --- layernorm ---
 
 // layernorm_forward: one block per row of inp (N,C); mean and rstd are (N).
+// With an addend (a residual add fused in front) the row normalised is
+// inp + addend, written into sum first: each thread reads back only the
+// columns it wrote.
+
+__device__ __forceinline__ const float* add_row(const float* inp, const float* addend, float* sum, long long i,
+                                                int c) {
+    const float* x = inp + i * c;
+    if (!addend) return x;
+    const float* y = addend + i * c;
+    float* z = sum + i * c;
+    for (int j = threadIdx.x; j < c; j += blockDim.x) z[j] = x[j] + y[j];
+    return z;
+}
 
 template <typename T>
-__device__ void layernorm_forward(T* out, float* mean, float* rstd, const float* inp, const float* weight,
-                                  const float* bias, long long rows, int c, float eps) {
+__device__ void layernorm_forward(T* out, float* mean, float* rstd, const float* inp, const float* addend, float* sum,
+                                  const float* weight, const float* bias, long long rows, int c, float eps) {
     __shared__ float sh[32];
     for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
-        const float* x = inp + i * c;
+        const float* x = add_row(inp, addend, sum, i, c);
         float s = 0.f;
         for (int j = threadIdx.x; j < c; j += blockDim.x) s += x[j];
         float m = block_sum(s, sh) / c;
@@ -257,15 +270,17 @@ __device__ void layernorm_forward(T* out, float* mean, float* rstd, const float*
 }
 
 extern "C" __global__ void ROW_BOUNDS layernorm_forward_f32(float* out, float* mean, float* rstd, const float* inp,
+                                                 const float* addend, float* sum,
                                                  const float* weight, const float* bias,
                                                  long long rows, int c, float eps) {
-    layernorm_forward(out, mean, rstd, inp, weight, bias, rows, c, eps);
+    layernorm_forward(out, mean, rstd, inp, addend, sum, weight, bias, rows, c, eps);
 }
 
 extern "C" __global__ void ROW_BOUNDS layernorm_forward_bf16(bf16_t* out, float* mean, float* rstd, const float* inp,
+                                                  const float* addend, float* sum,
                                                   const float* weight, const float* bias,
                                                   long long rows, int c, float eps) {
-    layernorm_forward(out, mean, rstd, inp, weight, bias, rows, c, eps);
+    layernorm_forward(out, mean, rstd, inp, addend, sum, weight, bias, rows, c, eps);
 }
 
 // layernorm_backward: block b takes rows b, b+gridDim.x, ...; it adds into
@@ -325,11 +340,11 @@ extern "C" __global__ void layernorm_param_grads_f32(float* dweight, float* dbia
 
 // rmsnorm_forward: one block per row of inp (N,C); rstd is (N).
 template <typename T>
-__device__ void rmsnorm_forward(T* out, float* rstd, const float* inp, const float* weight, long long rows, int c,
-                                float eps) {
+__device__ void rmsnorm_forward(T* out, float* rstd, const float* inp, const float* addend, float* sum,
+                                const float* weight, long long rows, int c, float eps) {
     __shared__ float sh[32];
     for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
-        const float* x = inp + i * c;
+        const float* x = add_row(inp, addend, sum, i, c);
         float ss = 0.f;
         for (int j = threadIdx.x; j < c; j += blockDim.x) ss += x[j] * x[j];
         float r = rsqrtf(block_sum(ss, sh) / c + eps);
@@ -340,13 +355,15 @@ __device__ void rmsnorm_forward(T* out, float* rstd, const float* inp, const flo
 }
 
 extern "C" __global__ void ROW_BOUNDS rmsnorm_forward_f32(float* out, float* rstd, const float* inp,
+                                                          const float* addend, float* sum,
                                                           const float* weight, long long rows, int c, float eps) {
-    rmsnorm_forward(out, rstd, inp, weight, rows, c, eps);
+    rmsnorm_forward(out, rstd, inp, addend, sum, weight, rows, c, eps);
 }
 
 extern "C" __global__ void ROW_BOUNDS rmsnorm_forward_bf16(bf16_t* out, float* rstd, const float* inp,
+                                                           const float* addend, float* sum,
                                                            const float* weight, long long rows, int c, float eps) {
-    rmsnorm_forward(out, rstd, inp, weight, rows, c, eps);
+    rmsnorm_forward(out, rstd, inp, addend, sum, weight, rows, c, eps);
 }
 
 // rmsnorm_backward: as layernorm_backward, with the dweight partial sums

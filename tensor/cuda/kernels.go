@@ -328,19 +328,24 @@ func (d *Device) LayerNormForward(out, mean, rstd, inp, weight, bias *tensor.Ten
 	d.ownAny("LayerNormForward", out)
 	d.own("LayerNormForward", mean, rstd, inp, weight, bias)
 	n := check.LayerNormForward(out, mean, rstd, inp, weight, bias)
-	c := weight.Len()
-	if n == 0 {
-		return
-	}
-	if d.enter() != nil {
+	if n == 0 || d.enter() != nil {
 		return
 	}
 	defer d.leave()
-	name := "layernorm_forward_f32"
-	if out.DType() == tensor.BFloat16 {
-		name = "layernorm_forward_bf16"
+	d.rowwise(typed("layernorm_forward", out.DType(), tensor.Float32), n, weight.Len(), tp(out), tp(mean), tp(rstd), tp(inp), 0, 0, tp(weight), tp(bias), i64(n), i32(weight.Len()), f32(eps))
+}
+
+// AddLayerNormForward is sum = a + b, then LayerNormForward of sum, in one
+// kernel.
+func (d *Device) AddLayerNormForward(sum, out, mean, rstd, a, b, weight, bias *tensor.Tensor, eps float32) {
+	d.ownAny("AddLayerNormForward", out)
+	d.own("AddLayerNormForward", sum, mean, rstd, a, b, weight, bias)
+	n := check.AddLayerNormForward(sum, out, mean, rstd, a, b, weight, bias)
+	if n == 0 || d.enter() != nil {
+		return
 	}
-	d.rowwise(name, n, c, tp(out), tp(mean), tp(rstd), tp(inp), tp(weight), tp(bias), i64(n), i32(c), f32(eps))
+	defer d.leave()
+	d.rowwise(typed("layernorm_forward", out.DType(), tensor.Float32), n, weight.Len(), tp(out), tp(mean), tp(rstd), tp(a), tp(b), tp(sum), tp(weight), tp(bias), i64(n), i32(weight.Len()), f32(eps))
 }
 
 // LayerNormBackward accumulates the layernorm gradients. dinp, dout, inp are
@@ -378,19 +383,24 @@ func (d *Device) RMSNormForward(out, rstd, inp, weight *tensor.Tensor, eps float
 	d.ownAny("RMSNormForward", out)
 	d.own("RMSNormForward", rstd, inp, weight)
 	n := check.RMSNormForward(out, rstd, inp, weight)
-	c := weight.Len()
-	if n == 0 {
-		return
-	}
-	if d.enter() != nil {
+	if n == 0 || d.enter() != nil {
 		return
 	}
 	defer d.leave()
-	name := "rmsnorm_forward_f32"
-	if out.DType() == tensor.BFloat16 {
-		name = "rmsnorm_forward_bf16"
+	d.rowwise(typed("rmsnorm_forward", out.DType(), tensor.Float32), n, weight.Len(), tp(out), tp(rstd), tp(inp), 0, 0, tp(weight), i64(n), i32(weight.Len()), f32(eps))
+}
+
+// AddRMSNormForward is sum = a + b, then RMSNormForward of sum, in one
+// kernel.
+func (d *Device) AddRMSNormForward(sum, out, rstd, a, b, weight *tensor.Tensor, eps float32) {
+	d.ownAny("AddRMSNormForward", out)
+	d.own("AddRMSNormForward", sum, rstd, a, b, weight)
+	n := check.AddRMSNormForward(sum, out, rstd, a, b, weight)
+	if n == 0 || d.enter() != nil {
+		return
 	}
-	d.rowwise(name, n, c, tp(out), tp(rstd), tp(inp), tp(weight), i64(n), i32(c), f32(eps))
+	defer d.leave()
+	d.rowwise(typed("rmsnorm_forward", out.DType(), tensor.Float32), n, weight.Len(), tp(out), tp(rstd), tp(a), tp(b), tp(sum), tp(weight), i64(n), i32(weight.Len()), f32(eps))
 }
 
 // RMSNormBackward accumulates the RMSNorm gradients. dinp, dout, inp are

@@ -100,7 +100,7 @@ var kernelTests = []struct {
 	{"NormAndClipOnDevice", TestGPUNormAndClipOnDevice}, {"SumToAndFetch", TestGPUSumToAndFetch},
 	{"KernelEdges", TestGPUKernelEdges}, {"BF16Rounding", TestGPUBF16Rounding}, {"BF16Packed", TestGPUBF16Packed},
 	{"FusedAttention", TestGPUFusedAttention}, {"AdamWMany", TestGPUAdamWMany}, {"BF16Storage", TestGPUBF16Storage},
-	{"BiasActivation", TestGPUBiasActivation},
+	{"BiasActivation", TestGPUBiasActivation}, {"AddNorm", TestGPUAddNorm},
 }
 
 // TestKernelsOnCPU runs the kernel tests on the CUDA kernels compiled for
@@ -285,6 +285,10 @@ var mutations = []mutation{
 		"GRID_STRIDE(i, n) dout[i] = Grad(load_in(inp + i)) * dout[i];",
 		"GRID_STRIDE(i, n) dout[i] = (hpcrun_mut == 24 ? dout[i] : 0.f) + Grad(load_in(inp + i)) * dout[i];",
 		"BiasActivation", 0},
+	{"the residual add fused into a norm normalising the row before the add",
+		"    for (int j = threadIdx.x; j < c; j += blockDim.x) z[j] = x[j] + y[j];\n    return z;",
+		"    for (int j = threadIdx.x; j < c; j += blockDim.x) z[j] = x[j] + y[j];\n    return hpcrun_mut == 25 ? x : z;",
+		"AddNorm", 0},
 }
 
 // Each planted mutation makes the kernel tests fail: one build of every
@@ -308,7 +312,7 @@ func TestKernelMutantsFail(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	if out, err := run(0, "LayerNorm|Bias|BiasActivation|Softmax|CrossEntropy|KernelEdges|BF16Rounding|BF16Packed|Llama|Activations|FusedAttention|AdamWMany|AdamWAndSumSquares", 0); err != nil {
+	if out, err := run(0, "LayerNorm|Bias|BiasActivation|AddNorm|Softmax|CrossEntropy|KernelEdges|BF16Rounding|BF16Packed|Llama|Activations|FusedAttention|AdamWMany|AdamWAndSumSquares", 0); err != nil {
 		t.Fatalf("the instrumented kernels fail with no mutation: %v\n%s", err, out)
 	}
 	failLine := regexp.MustCompile(`--- FAIL: TestKernelsOnCPU/\w+`)

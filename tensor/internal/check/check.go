@@ -130,6 +130,20 @@ func LayerNormForward(out, mean, rstd, inp, weight, bias Shape) (n int) {
 	return n
 }
 
+// AddLayerNormForward checks AddLayerNormForward and returns N, the rows
+// of sum.
+func AddLayerNormForward(sum, out, mean, rstd, a, b, weight, bias Shape) (n int) {
+	sameLen3("AddLayerNormForward", "sum", sum, "a", a, "b", b)
+	return LayerNormForward(out, mean, rstd, sum, weight, bias)
+}
+
+// AddRMSNormForward checks AddRMSNormForward and returns N, the rows of
+// sum.
+func AddRMSNormForward(sum, out, rstd, a, b, weight Shape) (n int) {
+	sameLen3("AddRMSNormForward", "sum", sum, "a", a, "b", b)
+	return RMSNormForward(out, rstd, sum, weight)
+}
+
 // LayerNormBackward checks LayerNormBackward and returns N, the rows
 // of inp.
 func LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd Shape) (n int) {
