@@ -68,7 +68,7 @@ type prenorm struct {
 	recompute Recompute
 	norm1     sublayer
 	attn      attentionSublayer
-	norm2     sublayer
+	norm2     residualNorm
 	mlp       sublayer
 	dev       func() tensor.Device // where the block's weights live
 
@@ -80,6 +80,13 @@ type prenorm struct {
 type sublayer interface {
 	Forward(inp *tensor.Tensor) (*tensor.Tensor, error)
 	Backward(dout, dinp *tensor.Tensor) error
+}
+
+// residualNorm is the norm after a block's attention, which takes the
+// residual add before it into its kernel.
+type residualNorm interface {
+	sublayer
+	AddForward(sum, a, b *tensor.Tensor) (*tensor.Tensor, error)
 }
 
 // attentionSublayer is the attention inside a block.
@@ -211,8 +218,7 @@ func (b *prenorm) forwardWith(dev tensor.Device, x *tensor.Tensor, attn func(h *
 	if err != nil {
 		return nil, err
 	}
-	dev.Add(r, x, a)
-	h, err = b.norm2.Forward(r)
+	h, err = b.norm2.AddForward(r, x, a) // r = x + a, normalised
 	if err != nil {
 		return nil, err
 	}

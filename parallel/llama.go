@@ -124,18 +124,30 @@ func (l *RMSNorm) Params() []*Param { return []*Param{l.Weight} }
 
 // Forward normalises inp (B,T,C) into the layer's (B,T,C) output.
 func (l *RMSNorm) Forward(inp *tensor.Tensor) (*tensor.Tensor, error) {
-	b, t, err := batchShape(l.Name, inp, l.Dim)
+	return l.AddForward(nil, inp, nil)
+}
+
+// AddForward is Forward(sum) after sum = a + b (a residual add), in one
+// kernel; with a nil b it is Forward(a). sum is the input Backward
+// differentiates at.
+func (l *RMSNorm) AddForward(sum, a, b *tensor.Tensor) (*tensor.Tensor, error) {
+	bs, t, err := batchShape(l.Name, a, l.Dim)
 	if err != nil {
 		return nil, err
 	}
 	dev := l.Weight.Data.Device()
-	if err := l.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return RMSNormSizes(b, t, l.Dim, l.Out).Saved }, func(get func(string) *tensor.Tensor) {
+	if err := l.bufs.ensure(dev, [2]int{bs, t}, func() Buffers { return RMSNormSizes(bs, t, l.Dim, l.Out).Saved }, func(get func(string) *tensor.Tensor) {
 		l.out, l.rstd = get("out"), get("rstd")
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", l.Name, err)
 	}
-	l.inp = inp
-	dev.RMSNormForward(l.out, l.rstd, inp, l.Weight.Data, l.Eps)
+	if b == nil {
+		l.inp = a
+		dev.RMSNormForward(l.out, l.rstd, a, l.Weight.Data, l.Eps)
+		return l.out, nil
+	}
+	l.inp = sum
+	dev.AddRMSNormForward(sum, l.out, l.rstd, a, b, l.Weight.Data, l.Eps)
 	return l.out, nil
 }
 
