@@ -26,7 +26,8 @@ func BenchmarkKernels(b *testing.B) {
 			return x
 		}
 		x, y, z := a(n, c), a(n, c), a(n, c)
-		h, dh := a(n, 4*c), a(n, 4*c)
+		h, dh, dh2, hb, dx := a(n, 4*c), a(n, 4*c), a(n, 4*c), a(4*c), a(n, c)
+		d.Scale(hb, 1e-3) // h stays in GELU's range over the rounds
 		w, bias, mean, rstd := a(c), a(c), a(n), a(n)
 		att, datt := a(n/t, nh, t, t), a(n/t, nh, t, t)
 		logits, dlogits := a(n/2, v), a(n/2, v)
@@ -59,6 +60,16 @@ func BenchmarkKernels(b *testing.B) {
 			{"LayerNorm", 8 * n * c, func() { d.LayerNormForward(z, mean, rstd, x, w, bias, 1e-5) }},
 			{"LayerNormBackward", 16 * n * c, func() { d.LayerNormBackward(z, w, bias, y, x, w, mean, rstd) }},
 			{"GELU", 32 * n * c, func() { d.ActivationForward(GELU, dh, h) }},
+			// The MLP's bias and GELU unfused (as before the fusion) and
+			// fused; the backward into a zeroed gradient and in place;
+			// the residual add and the layer norm after it, unfused and
+			// fused. The pairs move the same model bytes (SetBytes).
+			{"AddBias+GELU", 32 * n * c, func() { d.AddBias(h, hb); d.ActivationForward(GELU, dh, h) }},
+			{"BiasGELU", 32 * n * c, func() { d.BiasActivationForward(GELU, dh, h, hb) }},
+			{"Zero+GELUBackward", 48 * n * c, func() { d.Zero(dh); d.ActivationBackward(GELU, dh, h, dh2) }},
+			{"GELUBackwardInPlace", 48 * n * c, func() { d.ActivationBackwardInPlace(GELU, dh2, h) }},
+			{"Add+LayerNorm", 12 * n * c, func() { d.Add(z, x, y); d.LayerNormForward(dx, mean, rstd, z, w, bias, 1e-5) }},
+			{"AddLayerNorm", 12 * n * c, func() { d.AddLayerNormForward(z, dx, mean, rstd, x, y, w, bias, 1e-5) }},
 			{"GELUBackward", 48 * n * c, func() { d.ActivationBackward(GELU, dh, h, h) }},
 			{"Softmax", 8 * att.Len(), func() { d.SoftmaxForward(datt, att, 0.125, true, nil) }},
 			{"SoftmaxBackward", 16 * att.Len(), func() { d.SoftmaxBackward(att, datt, datt, 0.125) }},
