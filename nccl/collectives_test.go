@@ -23,6 +23,20 @@ func rankData(seed uint64, r, n int) []float32 {
 	return out
 }
 
+// opData is rankData for op: for the packed bfloat16 ops each word holds
+// two bfloat16 values in [-1,1) (the rounded halves of two draws).
+func opData(seed uint64, r, n int, op Op) []float32 {
+	out := rankData(seed, r, n)
+	if !op.packed() {
+		return out
+	}
+	hi := rankData(seed^0x5bf16, r, n)
+	for i := range out {
+		out[i] = packBF16(out[i], hi[i])
+	}
+	return out
+}
+
 var refCache sync.Map
 
 // serialReduce reduces the inputs of ranks 0..n-1 in rank order.
@@ -31,9 +45,9 @@ func serialReduce(seed uint64, ranks, n int, op Op) []float32 {
 	if v, ok := refCache.Load(key); ok {
 		return v.([]float32)
 	}
-	acc := rankData(seed, 0, n)
+	acc := opData(seed, 0, n, op)
 	for r := 1; r < ranks; r++ {
-		reduceInto(acc, rankData(seed, r, n), op)
+		reduceInto(acc, opData(seed, r, n, op), op)
 	}
 	finish(acc, op, ranks)
 	refCache.Store(key, acc)
@@ -58,8 +72,28 @@ func shortCases[T any](all []T) []T {
 
 // error for a sum over ranks terms of magnitude <= 1.
 func closeTo(got, want []float32, ranks int, exact bool) error {
+	return closeToOp(got, want, ranks, exact, Sum)
+}
+
+// closeToOp is closeTo for op's elements: for the packed bfloat16 ops
+// each half of a word, within a bfloat16 rounding a term (2^-8 of a
+// partial sum of at most ranks) for a backend that reassociates.
+func closeToOp(got, want []float32, ranks int, exact bool, op Op) error {
 	if len(got) != len(want) {
 		return fmt.Errorf("length %d, want %d", len(got), len(want))
+	}
+	if op.packed() {
+		tol := float32(ranks*ranks) / 256
+		for i := range got {
+			g0, g1 := bf16Pair(got[i])
+			w0, w1 := bf16Pair(want[i])
+			for _, d := range []float32{g0 - w0, g1 - w1} {
+				if exact && got[i] != want[i] || !exact && (d > tol || d < -tol || d != d) {
+					return fmt.Errorf("element %d = bf16 (%v, %v), want (%v, %v)", i, g0, g1, w0, w1)
+				}
+			}
+		}
+		return nil
 	}
 	tol := float32(ranks) * 4e-7 * float32(ranks)
 	for i := range got {
@@ -109,13 +143,13 @@ func testCollectives(t *testing.T, run world, n int, exact bool) {
 			return fmt.Errorf("Size() = %d, want %d", c.Size(), n)
 		}
 		for si, size := range testSizes {
-			for _, op := range []Op{Sum, Avg, Max} {
+			for _, op := range []Op{Sum, Avg, Max, SumBF16, AvgBF16} {
 				seed := uint64(si*10 + int(op))
-				buf := rankData(seed, r, size)
+				buf := opData(seed, r, size, op)
 				if err := c.AllReduce(buf, op); err != nil {
 					return fmt.Errorf("AllReduce %v size %d: %w", op, size, err)
 				}
-				if err := closeTo(buf, serialReduce(seed, n, size, op), n, exact || op == Max); err != nil {
+				if err := closeToOp(buf, serialReduce(seed, n, size, op), n, exact || op == Max, op); err != nil {
 					return fmt.Errorf("AllReduce %v size %d: %w", op, size, err)
 				}
 				if err := bits.check(fmt.Sprint("ar", seed), buf); err != nil {
@@ -123,13 +157,13 @@ func testCollectives(t *testing.T, run world, n int, exact bool) {
 				}
 
 				block := size / 3
-				send := rankData(seed+1000, r, block*n)
+				send := opData(seed+1000, r, block*n, op)
 				recv := make([]float32, block)
 				if err := c.ReduceScatter(send, recv, op); err != nil {
 					return fmt.Errorf("ReduceScatter %v block %d: %w", op, block, err)
 				}
 				want := serialReduce(seed+1000, n, block*n, op)[r*block : (r+1)*block]
-				if err := closeTo(recv, want, n, exact || op == Max); err != nil {
+				if err := closeToOp(recv, want, n, exact || op == Max, op); err != nil {
 					return fmt.Errorf("ReduceScatter %v block %d: %w", op, block, err)
 				}
 			}
@@ -177,8 +211,8 @@ func testCollectives(t *testing.T, run world, n int, exact bool) {
 			}
 		}
 		st := c.Stats()
-		if st.AllReduce.Calls != int64(3*len(testSizes)) {
-			return fmt.Errorf("Stats().AllReduce.Calls = %d, want %d", st.AllReduce.Calls, 3*len(testSizes))
+		if st.AllReduce.Calls != int64(5*len(testSizes)) {
+			return fmt.Errorf("Stats().AllReduce.Calls = %d, want %d", st.AllReduce.Calls, 5*len(testSizes))
 		}
 		return nil
 	})
@@ -342,6 +376,48 @@ func TestReduceSlotsMatchesSerialFold(t *testing.T) {
 			if err := closeTo(got, want, k, true); err != nil {
 				t.Fatalf("%d sources, %v: %v", k, op, err)
 			}
+		}
+	}
+}
+
+// bf16Nearest rounds f to bfloat16 by arithmetic on its value (the nearer
+// of the two neighbours, ties to the even one), not by the bit trick.
+func bf16Nearest(f float32) float32 {
+	u := math.Float32bits(f)
+	lo := math.Float32frombits(u & 0xffff0000)
+	if lo == f || math.IsInf(float64(f), 0) || f != f {
+		return lo
+	}
+	ulp := math.Ldexp(1, max(int(u>>23&0xff), 1)-127-7)
+	away := math.Copysign(math.Abs(float64(lo))+ulp, float64(f))
+	dl, da := math.Abs(float64(f)-float64(lo)), math.Abs(away-float64(f))
+	if dl < da || dl == da && (u>>16)&1 == 0 {
+		return lo
+	}
+	return float32(away)
+}
+
+// TestPackedBF16Reduction: the packed bfloat16 sum adds each half of a
+// word in float32 and rounds it to nearest even, and the average divides
+// the sum once and rounds again: against bf16Nearest, on random pairs and
+// on ties.
+func TestPackedBF16Reduction(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := 0; i < 20000; i++ {
+		a0, a1, b0, b1 := bf16Nearest(r.Float32()*8-4), bf16Nearest(r.Float32()*2-1), bf16Nearest(r.Float32()*8-4), bf16Nearest(r.Float32()*1e-3)
+		if i%5 == 0 { // a tie: 1 + half an ulp of 1
+			a0, b0 = 1, 1.0/256
+		}
+		dst := []float32{packBF16(a0, a1)}
+		reduceInto(dst, []float32{packBF16(b0, b1)}, SumBF16)
+		g0, g1 := bf16Pair(dst[0])
+		if w0, w1 := bf16Nearest(a0+b0), bf16Nearest(a1+b1); g0 != w0 || g1 != w1 {
+			t.Fatalf("(%v,%v) + (%v,%v) = (%v,%v), want (%v,%v)", a0, a1, b0, b1, g0, g1, w0, w1)
+		}
+		finish(dst, AvgBF16, 3)
+		h0, h1 := bf16Pair(dst[0])
+		if w0, w1 := bf16Nearest(g0/3), bf16Nearest(g1/3); h0 != w0 || h1 != w1 {
+			t.Fatalf("(%v,%v) / 3 = (%v,%v), want (%v,%v)", g0, g1, h0, h1, w0, w1)
 		}
 	}
 }

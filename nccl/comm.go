@@ -3,6 +3,7 @@ package nccl
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 )
@@ -17,9 +18,18 @@ const (
 	Avg
 	// Max keeps the largest contribution.
 	Max
+	// SumBF16 is Sum of bfloat16 elements packed two to a float32 word
+	// (the first in the low half): each pair added in float32 and rounded
+	// to bfloat16 (to nearest even), rank after rank, as NCCL's bf16 sum
+	// rounds each step. A host collective carries 2 bytes an element.
+	SumBF16
+	// AvgBF16 is SumBF16, the sum then divided by the group size and
+	// rounded.
+	AvgBF16
 )
 
-// String returns the op's name ("sum", "avg", "max").
+// String returns the op's name ("sum", "avg", "max", "sum-bf16",
+// "avg-bf16").
 func (op Op) String() string {
 	switch op {
 	case Sum:
@@ -28,15 +38,55 @@ func (op Op) String() string {
 		return "avg"
 	case Max:
 		return "max"
+	case SumBF16:
+		return "sum-bf16"
+	case AvgBF16:
+		return "avg-bf16"
 	}
 	return fmt.Sprintf("Op(%d)", int(op))
 }
 
 func (op Op) valid() error {
-	if op < Sum || op > Max {
-		return fmt.Errorf("unknown reduction %v: use nccl.Sum, nccl.Avg or nccl.Max", op)
+	if op < Sum || op > AvgBF16 {
+		return fmt.Errorf("unknown reduction %v: use nccl.Sum, nccl.Avg, nccl.Max, nccl.SumBF16 or nccl.AvgBF16", op)
 	}
 	return nil
+}
+
+// summing is the op that adds the contributions of an averaging op (whose
+// division finish applies once at the end): Sum for Avg, SumBF16 for
+// AvgBF16, else op.
+func (op Op) summing() Op {
+	switch op {
+	case Avg:
+		return Sum
+	case AvgBF16:
+		return SumBF16
+	}
+	return op
+}
+
+// packed says op reduces bfloat16 pairs packed in float32 words.
+func (op Op) packed() bool { return op == SumBF16 || op == AvgBF16 }
+
+// bf16Pair is a word's two packed bfloat16 elements as float32.
+func bf16Pair(w float32) (lo, hi float32) {
+	u := math.Float32bits(w)
+	return math.Float32frombits(u << 16), math.Float32frombits(u & 0xffff0000)
+}
+
+// packBF16 rounds lo and hi to bfloat16 (to nearest, ties to even; a NaN
+// stays a quiet NaN) and packs them into a word.
+func packBF16(lo, hi float32) float32 {
+	return math.Float32frombits(uint32(roundBF16(lo)) | uint32(roundBF16(hi))<<16)
+}
+
+func roundBF16(f float32) uint16 {
+	u := math.Float32bits(f)
+	if u&0x7fffffff > 0x7f800000 {
+		return uint16(u>>16) | 0x40
+	}
+	return uint16((u + 0x7fff + (u>>16)&1) >> 16)
 }
 
 // Comm is a communicator: a group of ranks that run collectives together.
@@ -273,6 +323,14 @@ func checkRank(what string, r, n int) error {
 // applied once at the end by finish).
 func reduceInto(dst, src []float32, op Op) {
 	src = src[:len(dst)]
+	if op.packed() {
+		for i, v := range src {
+			a0, a1 := bf16Pair(dst[i])
+			b0, b1 := bf16Pair(v)
+			dst[i] = packBF16(a0+b0, a1+b1)
+		}
+		return
+	}
 	if op == Max {
 		for i, v := range src {
 			if v > dst[i] {
@@ -288,6 +346,14 @@ func reduceInto(dst, src []float32, op Op) {
 
 // finish applies the Avg division.
 func finish(buf []float32, op Op, n int) {
+	if op == AvgBF16 && n > 1 {
+		d := float32(n)
+		for i, w := range buf {
+			lo, hi := bf16Pair(w)
+			buf[i] = packBF16(lo/d, hi/d)
+		}
+		return
+	}
 	if op != Avg || n == 1 {
 		return
 	}
@@ -313,13 +379,13 @@ func reduceSlots(out []float32, srcs [][]float32, op Op) {
 		}
 		s := srcs[:k]
 		srcs = srcs[k:]
-		if op == Max {
+		if op == Max || op.packed() {
 			if first {
 				copy(out, s[0][:n])
 				s = s[1:]
 			}
 			for _, src := range s {
-				reduceInto(out, src[:n], Max)
+				reduceInto(out, src[:n], op)
 			}
 			first = false
 			continue

@@ -121,10 +121,7 @@ var (
 // file's comment). A host without shared memory (one rank, or no
 // /dev/shm) reduces and broadcasts the whole buffer around the chunks.
 func (c *tcpComm) hierPipelined(buf []float32, op Op, chunk int) error {
-	inner := op
-	if op == Avg {
-		inner = Sum
-	}
+	inner := op.summing()
 	chunks := hierChunks(len(buf), c.hosts, chunk)
 	g := c.local.shm
 	if g == nil {
@@ -222,10 +219,7 @@ func (c *tcpComm) leadersReduce(buf []float32, sp []span, k int, op Op) error {
 // Every rank adds its host's sum and the other's, a+b on one host and b+a
 // on the other: the same bits as the first ranks' exchange.
 func (c *tcpComm) hierAdd(buf []float32, op Op) error {
-	inner := op
-	if op == Avg {
-		inner = Sum
-	}
+	inner := op.summing()
 	g := c.local.shm
 	if err := g.allReduce(buf, inner); err != nil {
 		return err
@@ -335,10 +329,7 @@ func (c *tcpComm) useHierAdd(count int) bool {
 // from scatterBytes by thirds, scatter). At 2 ranks a host each whole
 // chunk hands the peers 256 KiB, scatterBytes (shm_linux.go).
 func (c *tcpComm) hierSplit(buf []float32, op Op) error {
-	inner := op
-	if op == Avg {
-		inner = Sum
-	}
+	inner := op.summing()
 	err := c.local.shm.allReduceOwn(buf, inner, func(seg []float32) error { return c.peers.AllReduce(seg, inner) })
 	if err != nil {
 		return err

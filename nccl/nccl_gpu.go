@@ -182,6 +182,9 @@ func ncclOp(op Op) (int32, error) {
 	case Avg:
 		return 4, nil
 	}
+	if op.packed() {
+		return 0, fmt.Errorf("nccl: %v is a host reduction of packed pairs: on a device use the bf16 data type with sum or avg", op)
+	}
 	return 0, op.valid()
 }
 

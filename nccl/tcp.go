@@ -353,10 +353,7 @@ func indexOf(s []int, v int) int {
 // result back on each host: the network carries each buffer once per host
 // instead of once per rank.
 func (c *tcpComm) hierAllReduce(buf []float32, op Op) error {
-	inner := op
-	if op == Avg {
-		inner = Sum
-	}
+	inner := op.summing()
 	if err := c.local.AllReduce(buf, inner); err != nil {
 		return err
 	}

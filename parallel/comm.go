@@ -134,13 +134,18 @@ func (g *Group) onDevice(ts ...*tensor.Tensor) (dc nccl.DeviceComm, stream uintp
 	return g.comm.(nccl.DeviceComm), dev.(Streamer).Stream(), true
 }
 
-// AllReduce reduces t in place over the group.
+// AllReduce reduces t in place over the group. A bfloat16 t is summed or
+// averaged in bfloat16 (NCCL's bf16 on a GPU; through the host
+// collectives packed two a word, nccl.SumBF16 and AvgBF16).
 func (g *Group) AllReduce(t *tensor.Tensor, op nccl.Op) error {
 	if g.Size() == 1 {
 		return nil
 	}
 	if dc, stream, ok := g.onDevice(t); ok {
-		return dc.AllReduceDevice(t.Ptr(), t.Ptr(), t.Len(), nccl.Float32, op, stream)
+		return dc.AllReduceDevice(t.Ptr(), t.Ptr(), t.Len(), ncclType(t.DType()), op, stream)
+	}
+	if t.DType() == tensor.BFloat16 {
+		return g.allReduceHalf(t, op)
 	}
 	buf, staged := g.host(t, 0)
 	if err := g.comm.AllReduce(buf, op); err != nil {
@@ -222,6 +227,41 @@ func (g *Group) allGatherHalf(out, in *tensor.Tensor) error {
 		tensor.WidenBF16(wide[r*n:(r+1)*n], rh[2*r*w:2*r*w+n])
 	}
 	out.Device().CopyFromHost(out, wide)
+	return nil
+}
+
+// allReduceHalf is AllReduce of a bfloat16 tensor through the host
+// collectives: its elements packed two a word (padded to an even count
+// with a zero), reduced by op's packed twin, so the wire carries 2 bytes
+// an element and every step's sum is rounded to bfloat16 as NCCL's is.
+func (g *Group) allReduceHalf(t *tensor.Tensor, op nccl.Op) error {
+	packed := map[nccl.Op]nccl.Op{nccl.Sum: nccl.SumBF16, nccl.Avg: nccl.AvgBF16}[op]
+	if packed == 0 {
+		return fmt.Errorf("parallel: a bfloat16 all-reduce sums or averages, not %v", op)
+	}
+	n := t.Len()
+	buf := grow(&g.words[0], (n+1)/2)
+	h := halves(buf)
+	if t.Buffer().HostBF16() != nil {
+		copy(h, t.HostBF16())
+	} else {
+		wide := grow(&g.stage[0], n)
+		t.Device().CopyToHost(wide, t)
+		tensor.RoundBF16(h, wide) // exact: the values are bfloat16
+	}
+	if n%2 == 1 {
+		h[n] = 0
+	}
+	if err := g.comm.AllReduce(buf, packed); err != nil {
+		return err
+	}
+	if t.Buffer().HostBF16() != nil {
+		copy(t.HostBF16(), h[:n])
+		return nil
+	}
+	wide := grow(&g.stage[0], n)
+	tensor.WidenBF16(wide, h[:n])
+	t.Device().CopyFromHost(t, wide)
 	return nil
 }
 

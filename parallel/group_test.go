@@ -214,3 +214,71 @@ func TestGroupAllGatherBF16(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestGroupAllReduceBF16: a bfloat16 all-reduce through the host
+// collectives sums (and averages) in rank order with every step rounded
+// to bfloat16, carries 2 bytes an element (padded to an even count), and
+// refuses a reduction other than sum or average.
+func TestGroupAllReduceBF16(t *testing.T) {
+	const n, ranks = 5, 3
+	err := nccl.RunInProcess(ranks, func(c nccl.Comm) error {
+		dev := tensor.NewCPU()
+		g := NewDeviceGroup(c, dev)
+		// Rank r holds 1 + r*2^-8 at every element but the last, which holds
+		// r: 1 + 2^-8 is a tie between bfloat16 neighbours of 1 (rounds to
+		// 1, even), so the rounded sum in rank order differs from the exact.
+		value := func(r, i int) float32 {
+			if i == n-1 {
+				return float32(r)
+			}
+			return 1 + float32(r)/256
+		}
+		host := make([]float32, n)
+		for i := range host {
+			host[i] = value(c.Rank(), i)
+		}
+		x, _ := dev.AllocAs(tensor.BFloat16, n)
+		dev.CopyFromHost(x, host)
+		before := c.Stats().AllReduce.Bytes
+		if err := g.AllReduce(x, nccl.Sum); err != nil {
+			return err
+		}
+		if got := c.Stats().AllReduce.Bytes - before; got != (n+1)*2 {
+			t.Errorf("rank %d: the all-reduce moved %d bytes, want %d (2 an element, padded)", c.Rank(), got, (n+1)*2)
+		}
+		// From the definition: acc = round(acc + x_r), r = 1, 2.
+		round := func(f float32) float32 { return tensor.Float32FromBF16(tensor.BF16FromFloat32(f)) }
+		want := func(i int) float32 {
+			acc := value(0, i)
+			for r := 1; r < ranks; r++ {
+				acc = round(acc + value(r, i))
+			}
+			return acc
+		}
+		got := make([]float32, n)
+		dev.CopyToHost(got, x)
+		for i := range got {
+			if got[i] != want(i) {
+				t.Errorf("rank %d: element %d is %v, want %v", c.Rank(), i, got[i], want(i))
+			}
+		}
+		if got[0] == 1+1.0+1+3.0/256 {
+			t.Errorf("rank %d: the sum was not rounded at each step", c.Rank())
+		}
+		dev.CopyFromHost(x, host)
+		if err := g.AllReduce(x, nccl.Avg); err != nil {
+			return err
+		}
+		dev.CopyToHost(got, x)
+		if w := round(want(n-1) / ranks); got[n-1] != w {
+			t.Errorf("rank %d: the average is %v, want %v", c.Rank(), got[n-1], w)
+		}
+		if err := g.AllReduce(x, nccl.Max); err == nil {
+			t.Errorf("rank %d: a bfloat16 max: no error", c.Rank())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
