@@ -324,7 +324,7 @@ func newTrainer(cfg config.Config, world nccl.Comm, opt Options, w *metrics.Writ
 		if t.opt, err = NewAdamW(t.dev, params, cfg.WeightDecay, cfg.GradClip); err != nil {
 			return nil, err
 		}
-		if t.optim, err = newReplicated(t.dev, params, t.opt, t.mesh.DP, t.mesh.TP, pp, skip, cfg.GradClip); err != nil {
+		if t.optim, err = newReplicated(t.dev, params, t.opt, t.mesh.DP, t.mesh.TP, pp, skip, cfg.GradClip, cfg.GradReduceBF16()); err != nil {
 			t.opt.Close()
 			return nil, err
 		}

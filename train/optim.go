@@ -94,7 +94,8 @@ func (o *AdamW) hyper(p *parallel.Param, lr float64) tensor.AdamWParams {
 // GradSync averages gradients over the data-parallel group in buckets: a
 // bucket of one gradient is all-reduced in place, a bucket of several is
 // packed into one device buffer (allocated on the first Sync that needs
-// it), all-reduced and unpacked. parallel.Group runs the all-reduce on
+// it), all-reduced and unpacked; in bfloat16 every bucket goes through
+// the buffer, rounded on the way in and widened on the way out. parallel.Group runs the all-reduce on
 // device memory (NCCL on the compute stream) or through host memory.
 type GradSync struct {
 	dev     tensor.Device
@@ -102,13 +103,16 @@ type GradSync struct {
 	buckets [][]*parallel.Param
 	biggest int
 	buf     *tensor.Tensor // the packed bucket
+	bf16    bool           // all-reduce bfloat16 (grad_reduce bf16)
 }
 
 // NewGradSync groups params into buckets of at most bucketElems elements (a
 // larger parameter gets a bucket of its own); bucketElems <= 0 uses
-// parallel.GradBucketElems.
-func NewGradSync(dev tensor.Device, dp nccl.Comm, params []*parallel.Param, bucketElems int) *GradSync {
-	s := &GradSync{dev: dev, dp: parallel.NewDeviceGroup(dp, dev)}
+// parallel.GradBucketElems. With bf16 every bucket is rounded into a
+// bfloat16 buffer, all-reduced in bfloat16 and widened back into the
+// gradients (grad_reduce bf16).
+func NewGradSync(dev tensor.Device, dp nccl.Comm, params []*parallel.Param, bucketElems int, bf16 bool) *GradSync {
+	s := &GradSync{dev: dev, dp: parallel.NewDeviceGroup(dp, dev), bf16: bf16}
 	s.buckets, s.biggest = bucketParams(params, bucketElems)
 	return s
 }
@@ -146,12 +150,16 @@ func (s *GradSync) Sync() error {
 
 // syncBucket averages one bucket's gradients.
 func (s *GradSync) syncBucket(b []*parallel.Param) error {
-	if len(b) == 1 {
+	if len(b) == 1 && !s.bf16 {
 		return s.dp.AllReduce(b[0].Grad, nccl.Avg)
 	}
 	if s.buf == nil {
+		dt := tensor.Float32
+		if s.bf16 {
+			dt = tensor.BFloat16
+		}
 		var err error
-		if s.buf, err = s.dev.Alloc(s.biggest); err != nil {
+		if s.buf, err = s.dev.AllocAs(dt, s.biggest); err != nil {
 			return err
 		}
 	}
@@ -202,9 +210,10 @@ type replicated struct {
 
 // newReplicated makes the replicated optimizer of params with adam's
 // moments: the norm summed over tp and joined over a pipeline's stages pp
-// (nil: none), leaving out skip (a copy another stage counts).
-func newReplicated(dev tensor.Device, params []*parallel.Param, adam *AdamW, dp, tp, pp nccl.Comm, skip *parallel.Param, clip float64) (*replicated, error) {
-	r := &replicated{sync: NewGradSync(dev, dp, params, 0), adam: adam}
+// (nil: none), leaving out skip (a copy another stage counts);
+// bf16Reduce all-reduces the gradients in bfloat16.
+func newReplicated(dev tensor.Device, params []*parallel.Param, adam *AdamW, dp, tp, pp nccl.Comm, skip *parallel.Param, clip float64, bf16Reduce bool) (*replicated, error) {
+	r := &replicated{sync: NewGradSync(dev, dp, params, 0, bf16Reduce), adam: adam}
 	tpg := parallel.NewDeviceGroup(tp, dev)
 	r.views = normViews(params, skip, tpg.Rank(), func(i int) (*tensor.Tensor, int) { return params[i].Grad, 0 })
 	var err error

@@ -60,7 +60,7 @@ func TestGradSyncAveragesInBuckets(t *testing.T) {
 			newParam(t, dev, "b", []float32{10 * r}, false),
 			newParam(t, dev, "c", []float32{r, r, r, r, r}, true),
 		}
-		s := NewGradSync(dev, c, ps, 4)
+		s := NewGradSync(dev, c, ps, 4, false)
 		if s.Buckets() != 2 {
 			t.Errorf("%d buckets, want 2 ([a b] [c])", s.Buckets())
 		}

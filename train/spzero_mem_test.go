@@ -68,7 +68,7 @@ func spSaving(cfg config.Config) int64 {
 // norm's all-gather over dp of each parameter's float64 squares.
 func zeroSaving(cfg config.Config, params []*parallel.Param) int64 {
 	dp := cfg.DP()
-	s := NewGradSync(nil, nil, params, 0)
+	s := NewGradSync(nil, nil, params, 0, false)
 	var saved, sync, packed int64
 	for _, b := range s.buckets {
 		n := 0

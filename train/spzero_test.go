@@ -388,7 +388,7 @@ func TestZeroStep(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := NewGradSync(dev, c, ref, 40).Sync(); err != nil {
+		if err := NewGradSync(dev, c, ref, 40, false).Sync(); err != nil {
 			return err
 		}
 		gn, err := newGradNorm(dev, len(ref), 0.5, nil)

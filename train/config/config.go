@@ -109,6 +109,12 @@ type Config struct {
 	// GPU at tf32 or bf16), fused (refuse to run without them) or unfused
 	// (the (T,T) probabilities in memory, as on the CPU).
 	Attention string `toml:"attention,omitempty" json:"attention,omitempty"`
+	// GradReduce is the data type of the data-parallel gradient
+	// all-reduce: fp32 ("": the gradients as accumulated) or bf16 (at
+	// --precision bf16, without ZeRO: each bucket rounded to bfloat16,
+	// summed in bfloat16 and widened back, half the bytes on the wire, as
+	// Megatron-LM's --grad-reduce-in-bf16).
+	GradReduce string `toml:"grad_reduce,omitempty" json:"grad_reduce,omitempty"`
 }
 
 // Checkpoints is the number of checkpoints kept (ckpt_keep, or 3).
@@ -249,6 +255,14 @@ func (c Config) Validate() error {
 	case "", "auto", "fused", "unfused":
 	default:
 		bad("attention %q: use auto, fused or unfused", c.Attention)
+	}
+	switch {
+	case c.GradReduce != "" && c.GradReduce != "fp32" && c.GradReduce != "bf16":
+		bad("grad_reduce %q: use fp32 or bf16", c.GradReduce)
+	case c.GradReduceBF16() && c.Precision != "bf16":
+		bad("grad_reduce bf16 goes with precision bf16 (now %s): set --precision bf16 or --grad-reduce fp32", c.Precision)
+	case c.GradReduceBF16() && c.Zero > 0:
+		bad("grad_reduce bf16 goes with zero 0: ZeRO's reduce-scatters carry fp32; set --zero 0 or --grad-reduce fp32")
 	}
 	if c.Arch == "hf" && c.RecomputeMode() != parallel.RecomputeNone {
 		bad("recompute %s: arch hf recomputes nothing (its post-LN layers are not parallel.Block)", c.Recompute)
@@ -599,6 +613,10 @@ func (c Config) ZeroShards(ranksPerNode int) (int, error) {
 	}
 	return n, nil
 }
+
+// GradReduceBF16 says the data-parallel gradient all-reduce carries
+// bfloat16 (grad_reduce bf16).
+func (c Config) GradReduceBF16() bool { return c.GradReduce == "bf16" }
 
 // AttentionFusedOnGPU says whether the attention runs in the fused
 // kernels on a CUDA GPU with bf16 tensor cores (sm_80 or newer), as the

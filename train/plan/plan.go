@@ -187,8 +187,9 @@ type Memory struct {
 	StepScalars int64 `json:"step_scalars"`
 	// GradBucket is the device buffer the data-parallel gradient
 	// all-reduce packs buckets into (dp > 1, when a bucket holds more than
-	// one gradient; with ZeRO the biggest bucket that is packed, padded,
-	// and its 1/dp range, and four scalars on a GPU).
+	// one gradient, or every bucket as bfloat16 under grad_reduce bf16;
+	// with ZeRO the biggest bucket that is packed, padded, and its 1/dp
+	// range, and four scalars on a GPU).
 	GradBucket int64 `json:"grad_bucket"`
 	// EnginePeak is what the engine's accounting (tensor.MemStats.Peak,
 	// mem_peak_bytes in the metrics) counts: everything above.
@@ -700,6 +701,9 @@ func (s shapes) memory(dev Device) Memory {
 			}
 		}
 		m.GradBucket = (packed + max(packed/s.zdp, staged)) * f32
+	case s.dp > 1 && s.cfg.GradReduceBF16():
+		// Every bucket rounded into a bfloat16 buffer.
+		m.GradBucket = bucket * 2
 	case s.dp > 1 && multi:
 		m.GradBucket = bucket * f32
 	}
@@ -950,6 +954,18 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		n := buckets + 1
 		h := half(dp) * f32
 		units := 2 * float64(s.paramElems+1)
+		if s.cfg.GradReduceBF16() {
+			// 2 bytes an element: NCCL's bf16 on a GPU, else packed two a
+			// float32 word, a bucket's odd element padded.
+			var halves int64
+			for _, b := range s.buckets {
+				halves += b.Elems
+				if !dev.CUDA {
+					halves += b.Elems % 2
+				}
+			}
+			units = 2 * (float64(halves)/2 + 1)
+		}
 		commS := units * h / c.allReduce
 		t.DPBytes = units * h
 		if s.zero {

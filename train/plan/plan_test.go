@@ -92,49 +92,55 @@ func TestPeakMemoryMatchesEngine(t *testing.T) {
 		sp            bool
 		zero          int
 		bf16          bool // precision bf16: the products' bfloat16 weight copies
+		gradBF16      bool // grad_reduce bf16: a bfloat16 gradient bucket
 	}
 	var points []point
 	for _, model := range []string{"bert", "gpt"} {
 		for _, tp := range []int{1, 2, 4} {
 			for _, bsz := range []int{1, 2, 4, 8, 16} {
-				points = append(points, point{"tiny", model, tp, 1, bsz, false, 0, false})
+				points = append(points, point{"tiny", model, tp, 1, bsz, false, 0, false, false})
 			}
 			for _, bsz := range []int{1, 4, 16} {
-				points = append(points, point{"small", model, tp, 1, bsz, false, 0, false})
+				points = append(points, point{"small", model, tp, 1, bsz, false, 0, false, false})
 			}
 		}
-		points = append(points, point{"tiny", model, 2, 2, 8, false, 0, false})
+		points = append(points, point{"tiny", model, 2, 2, 8, false, 0, false, false})
 	}
 	for _, model := range []string{"bert", "gpt"} {
 		points = append(points,
-			point{"tiny", model, 2, 1, 1, true, 0, false}, point{"tiny", model, 2, 1, 8, true, 0, false}, point{"tiny", model, 4, 1, 4, true, 0, false},
-			point{"small", model, 2, 1, 4, true, 0, false},
-			point{"tiny", model, 1, 2, 4, false, 1, false}, point{"small", model, 1, 2, 1, false, 1, false},
-			point{"tiny", model, 2, 2, 8, true, 1, false}, point{"small", model, 2, 2, 1, true, 1, false},
-			point{"wide", model, 1, 3, 2, false, 1, false},
-			point{"tiny", model, 1, 2, 4, false, 2, false}, point{"tiny", model, 2, 2, 8, true, 2, false},
-			point{"wide", model, 1, 3, 2, false, 2, false},
-			point{"tiny", model, 1, 2, 4, false, 3, false}, point{"tiny", model, 2, 2, 8, true, 3, false},
-			point{"wide", model, 1, 3, 2, false, 3, false},
+			point{"tiny", model, 2, 1, 1, true, 0, false, false}, point{"tiny", model, 2, 1, 8, true, 0, false, false}, point{"tiny", model, 4, 1, 4, true, 0, false, false},
+			point{"small", model, 2, 1, 4, true, 0, false, false},
+			point{"tiny", model, 1, 2, 4, false, 1, false, false}, point{"small", model, 1, 2, 1, false, 1, false, false},
+			point{"tiny", model, 2, 2, 8, true, 1, false, false}, point{"small", model, 2, 2, 1, true, 1, false, false},
+			point{"wide", model, 1, 3, 2, false, 1, false, false},
+			point{"tiny", model, 1, 2, 4, false, 2, false, false}, point{"tiny", model, 2, 2, 8, true, 2, false, false},
+			point{"wide", model, 1, 3, 2, false, 2, false, false},
+			point{"tiny", model, 1, 2, 4, false, 3, false, false}, point{"tiny", model, 2, 2, 8, true, 3, false, false},
+			point{"wide", model, 1, 3, 2, false, 3, false, false},
 		)
 	}
 	// Llamas (grouped heads, SwiGLU, RMSNorm, rotary tables), tied and
 	// untied ("llama-untied": llama-tiny with a head of its own).
 	for _, preset := range []string{"llama-tiny", "llama-untied"} {
 		points = append(points,
-			point{preset, "llama", 1, 1, 1, false, 0, false}, point{preset, "llama", 1, 1, 4, false, 0, false}, point{preset, "llama", 2, 1, 8, false, 0, false},
-			point{preset, "llama", 2, 1, 4, true, 0, false}, point{preset, "llama", 1, 2, 4, false, 1, false}, point{preset, "llama", 2, 2, 2, true, 1, false},
+			point{preset, "llama", 1, 1, 1, false, 0, false, false}, point{preset, "llama", 1, 1, 4, false, 0, false, false}, point{preset, "llama", 2, 1, 8, false, 0, false, false},
+			point{preset, "llama", 2, 1, 4, true, 0, false, false}, point{preset, "llama", 1, 2, 4, false, 1, false, false}, point{preset, "llama", 2, 2, 2, true, 1, false, false},
 			// tp 4 over 2 kv heads: each replicated over 2 ranks.
-			point{preset, "llama", 4, 1, 4, false, 0, false}, point{preset, "llama", 4, 1, 8, true, 0, false},
-			point{preset, "llama", 2, 2, 2, true, 2, false}, point{preset, "llama", 2, 2, 2, true, 3, false},
+			point{preset, "llama", 4, 1, 4, false, 0, false, false}, point{preset, "llama", 4, 1, 8, true, 0, false, false},
+			point{preset, "llama", 2, 2, 2, true, 2, false, false}, point{preset, "llama", 2, 2, 2, true, 3, false, false},
 		)
 	}
 	// At bf16 the weights the products read have bfloat16 copies: their
 	// own, or under ZeRO-3 one the blocks share as they share values.
 	points = append(points,
-		point{"tiny", "gpt", 1, 1, 4, false, 0, true}, point{"tiny", "gpt", 2, 2, 8, true, 1, true},
-		point{"tiny", "gpt", 1, 2, 4, false, 3, true}, point{"tiny", "bert", 2, 1, 4, false, 0, true},
-		point{"llama-untied", "llama", 2, 2, 2, true, 2, true}, point{"llama-tiny", "llama", 2, 2, 2, true, 3, true},
+		point{"tiny", "gpt", 1, 1, 4, false, 0, true, false}, point{"tiny", "gpt", 2, 2, 8, true, 1, true, false},
+		point{"tiny", "gpt", 1, 2, 4, false, 3, true, false}, point{"tiny", "bert", 2, 1, 4, false, 0, true, false},
+		point{"llama-untied", "llama", 2, 2, 2, true, 2, true, false}, point{"llama-tiny", "llama", 2, 2, 2, true, 3, true, false},
+	)
+	// grad_reduce bf16: every bucket through a bfloat16 buffer.
+	points = append(points,
+		point{"tiny", "gpt", 1, 2, 4, false, 0, true, true}, point{"tiny", "bert", 2, 2, 8, true, 0, true, true},
+		point{"llama-untied", "llama", 1, 2, 2, false, 0, true, true}, point{"wide", "gpt", 1, 3, 2, false, 0, true, true},
 	)
 	if testing.Short() {
 		var short []point
@@ -167,6 +173,9 @@ func TestPeakMemoryMatchesEngine(t *testing.T) {
 		if p.bf16 {
 			cfg.Precision = "bf16"
 		}
+		if p.gradBF16 {
+			cfg.GradReduce = "bf16"
+		}
 		pl, err := New(Request{Config: cfg, Vocab: vocab, Device: dev})
 		if err != nil {
 			t.Fatal(err)
@@ -180,6 +189,9 @@ func TestPeakMemoryMatchesEngine(t *testing.T) {
 		}
 		if p.bf16 {
 			mode += "+bf16"
+		}
+		if p.gradBF16 {
+			mode += "+grad-bf16"
 		}
 		if (pl.Memory.SPBuffers > 0) != p.sp {
 			t.Errorf("%s %s tp %d dp %d bsz %d%s: sp buffers %d B", p.preset, p.model, p.tp, p.dp, p.bsz, mode, pl.Memory.SPBuffers)
@@ -516,10 +528,17 @@ func TestCommMatchesEngine(t *testing.T) {
 			// At bf16 sequence parallelism's all-gathers of the norms'
 			// outputs carry 2 bytes an element.
 			{commLayout{2, 1, 1, true, 0, ""}, "bf16"}, {commLayout{2, 2, 2, true, 1, ""}, "bf16"},
+			// grad_reduce bf16: the gradient all-reduce carries 2 bytes an
+			// element (packed two a word, a bucket's odd one padded).
+			{commLayout{1, 2, 1, false, 0, ""}, "grad-bf16"}, {commLayout{2, 2, 2, true, 0, ""}, "grad-bf16"},
 		} {
 			p := pr.commLayout
 			cfg := p.tinyConfig(t, model)
-			if pr.precision != "" {
+			switch pr.precision {
+			case "grad-bf16":
+				cfg.Precision, cfg.GradReduce = "bf16", "bf16"
+			case "":
+			default:
 				cfg.Precision = pr.precision
 			}
 			if model == "llama" && (p.tp <= 2 || !p.sp && p.accum == 1) {
