@@ -200,17 +200,7 @@ func (g *Group) allGatherHalf(out, in *tensor.Tensor) error {
 	w := (n + 1) / 2 // words a rank
 	send := grow(&g.words[0], w)
 	recv := grow(&g.words[1], size*w)
-	sh := halves(send)
-	if in.Buffer().HostBF16() != nil {
-		copy(sh, in.HostBF16())
-	} else {
-		wide := grow(&g.stage[0], n)
-		in.Device().CopyToHost(wide, in)
-		tensor.RoundBF16(sh, wide) // exact: the values are bfloat16
-	}
-	if n%2 == 1 {
-		sh[n] = 0
-	}
+	g.loadHalves(send, in)
 	if err := g.comm.AllGather(send, recv); err != nil {
 		return err
 	}
@@ -241,17 +231,7 @@ func (g *Group) allReduceHalf(t *tensor.Tensor, op nccl.Op) error {
 	}
 	n := t.Len()
 	buf := grow(&g.words[0], (n+1)/2)
-	h := halves(buf)
-	if t.Buffer().HostBF16() != nil {
-		copy(h, t.HostBF16())
-	} else {
-		wide := grow(&g.stage[0], n)
-		t.Device().CopyToHost(wide, t)
-		tensor.RoundBF16(h, wide) // exact: the values are bfloat16
-	}
-	if n%2 == 1 {
-		h[n] = 0
-	}
+	h := g.loadHalves(buf, t)
 	if err := g.comm.AllReduce(buf, packed); err != nil {
 		return err
 	}
@@ -263,6 +243,23 @@ func (g *Group) allReduceHalf(t *tensor.Tensor, op nccl.Op) error {
 	tensor.WidenBF16(wide, h[:n])
 	t.Device().CopyFromHost(t, wide)
 	return nil
+}
+
+// loadHalves packs t's bfloat16 elements two a word into words ((t.Len()+1)/2
+// of them, an odd count's last half zero) and returns words as halves.
+func (g *Group) loadHalves(words []float32, t *tensor.Tensor) []uint16 {
+	h, n := halves(words), t.Len()
+	if t.Buffer().HostBF16() != nil {
+		copy(h, t.HostBF16())
+	} else {
+		wide := grow(&g.stage[0], n)
+		t.Device().CopyToHost(wide, t)
+		tensor.RoundBF16(h, wide) // exact: the values are bfloat16
+	}
+	if n%2 == 1 {
+		h[n] = 0
+	}
+	return h
 }
 
 // grow returns (*s)[:n], reallocated when shorter.

@@ -60,14 +60,7 @@ func (d *CPUDevice) LayerNormForward(out, mean, rstd, inp, weight, bias *Tensor,
 	d.ownAny("LayerNormForward", out)
 	d.own("LayerNormForward", mean, rstd, inp, weight, bias)
 	n := check.LayerNormForward(out, mean, rstd, inp, weight, bias)
-	c := weight.n
-	full, half := hostAny(out, 0)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	k := &d.k.ln
-	*k = lnK{out: full, half: half, mean: mean.Host(), rstd: rstd.Host(), inp: inp.Host(), weight: weight.Host(), bias: bias.Host(), eps: float64(eps)}
-	d.parallel(n, d.chunks(n, 8*c), k)
-	*k = lnK{}
+	d.layerNorm(n, out, lnK{mean: mean.Host(), rstd: rstd.Host(), inp: inp.Host(), weight: weight.Host(), bias: bias.Host(), eps: float64(eps)})
 }
 
 // AddLayerNormForward is sum = a + b, then LayerNormForward of sum, a row
@@ -76,14 +69,21 @@ func (d *CPUDevice) AddLayerNormForward(sum, out, mean, rstd, a, b, weight, bias
 	d.ownAny("AddLayerNormForward", out)
 	d.own("AddLayerNormForward", sum, mean, rstd, a, b, weight, bias)
 	n := check.AddLayerNormForward(sum, out, mean, rstd, a, b, weight, bias)
-	c := weight.n
-	full, half := hostAny(out, 0)
+	d.layerNorm(n, out, lnK{mean: mean.Host(), rstd: rstd.Host(), inp: a.Host(), addend: b.Host(), sum: sum.Host(), weight: weight.Host(), bias: bias.Host(), eps: float64(eps)})
+}
+
+// layerNorm runs k over n rows into out (float32 or bfloat16).
+func (d *CPUDevice) layerNorm(n int, out *Tensor, k lnK) {
+	k.out, k.half = hostAny(out, 0)
+	cost := 8 * len(k.weight)
+	if k.addend != nil {
+		cost += len(k.weight)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	k := &d.k.ln
-	*k = lnK{out: full, half: half, mean: mean.Host(), rstd: rstd.Host(), inp: a.Host(), addend: b.Host(), sum: sum.Host(), weight: weight.Host(), bias: bias.Host(), eps: float64(eps)}
-	d.parallel(n, d.chunks(n, 9*c), k)
-	*k = lnK{}
+	d.k.ln = k
+	d.parallel(n, d.chunks(n, cost), &d.k.ln)
+	d.k.ln = lnK{}
 }
 
 // addRow is row i of inp (rows of c), or, with an addend, that row plus

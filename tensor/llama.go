@@ -50,14 +50,7 @@ func (d *CPUDevice) RMSNormForward(out, rstd, inp, weight *Tensor, eps float32) 
 	d.ownAny("RMSNormForward", out)
 	d.own("RMSNormForward", rstd, inp, weight)
 	n := check.RMSNormForward(out, rstd, inp, weight)
-	c := weight.n
-	full, half := hostAny(out, 0)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	k := &d.k.rms
-	*k = rmsK{out: full, half: half, rstd: rstd.Host(), inp: inp.Host(), weight: weight.Host(), eps: float64(eps)}
-	d.parallel(n, d.chunks(n, 6*c), k)
-	*k = rmsK{}
+	d.rmsNorm(n, out, rmsK{rstd: rstd.Host(), inp: inp.Host(), weight: weight.Host(), eps: float64(eps)})
 }
 
 // AddRMSNormForward is sum = a + b, then RMSNormForward of sum, a row at
@@ -66,14 +59,21 @@ func (d *CPUDevice) AddRMSNormForward(sum, out, rstd, a, b, weight *Tensor, eps 
 	d.ownAny("AddRMSNormForward", out)
 	d.own("AddRMSNormForward", sum, rstd, a, b, weight)
 	n := check.AddRMSNormForward(sum, out, rstd, a, b, weight)
-	c := weight.n
-	full, half := hostAny(out, 0)
+	d.rmsNorm(n, out, rmsK{rstd: rstd.Host(), inp: a.Host(), addend: b.Host(), sum: sum.Host(), weight: weight.Host(), eps: float64(eps)})
+}
+
+// rmsNorm runs k over n rows into out (float32 or bfloat16).
+func (d *CPUDevice) rmsNorm(n int, out *Tensor, k rmsK) {
+	k.out, k.half = hostAny(out, 0)
+	cost := 6 * len(k.weight)
+	if k.addend != nil {
+		cost += len(k.weight)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	k := &d.k.rms
-	*k = rmsK{out: full, half: half, rstd: rstd.Host(), inp: a.Host(), addend: b.Host(), sum: sum.Host(), weight: weight.Host(), eps: float64(eps)}
-	d.parallel(n, d.chunks(n, 7*c), k)
-	*k = rmsK{}
+	d.k.rms = k
+	d.parallel(n, d.chunks(n, cost), &d.k.rms)
+	d.k.rms = rmsK{}
 }
 
 type rmsBackK struct {

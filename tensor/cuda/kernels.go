@@ -155,6 +155,19 @@ func (d *Device) enterMasked(keyValid []int32) (uintptr, bool) {
 	return p, ok
 }
 
+// withIDs uploads ids and calls launch with their device address, inside
+// the device's enter and leave (a failure recorded for Sync); skip
+// launches nothing.
+func (d *Device) withIDs(skip bool, ids []int32, launch func(ids karg)) {
+	if skip || d.enter() != nil {
+		return
+	}
+	defer d.leave()
+	if p, ok := d.upIDs(ids); ok {
+		launch(ptr(p))
+	}
+}
+
 // upIDs uploads ids for a kernel, recording a failure for Sync.
 func (d *Device) upIDs(ids []int32) (uintptr, bool) {
 	p, err := d.upload(ids)
@@ -285,18 +298,9 @@ func (d *Device) EmbeddingForward(out *tensor.Tensor, ids []int32, table *tensor
 	d.own("EmbeddingForward", out, table)
 	n := check.EmbeddingForward(out, ids, table)
 	c := table.Cols()
-	if n == 0 || c == 0 {
-		return
-	}
-	if d.enter() != nil {
-		return
-	}
-	defer d.leave()
-	p, ok := d.upIDs(ids)
-	if !ok {
-		return
-	}
-	d.rowwise("embedding_forward_f32", n, c, tp(out), ptr(p), tp(table), i64(n), i32(c), i64(table.Len()/c), i64(vocabStart))
+	d.withIDs(n == 0 || c == 0, ids, func(p karg) {
+		d.rowwise("embedding_forward_f32", n, c, tp(out), p, tp(table), i64(n), i32(c), i64(table.Len()/c), i64(vocabStart))
+	})
 }
 
 // EmbeddingBackward is dtable[ids[i]-vocabStart] += dout[i] for the ids in
@@ -305,18 +309,9 @@ func (d *Device) EmbeddingBackward(dtable, dout *tensor.Tensor, ids []int32, voc
 	d.own("EmbeddingBackward", dtable, dout)
 	n := check.EmbeddingBackward(dtable, dout, ids)
 	c := dtable.Cols()
-	if n == 0 || c == 0 {
-		return
-	}
-	if d.enter() != nil {
-		return
-	}
-	defer d.leave()
-	p, ok := d.upIDs(ids)
-	if !ok {
-		return
-	}
-	d.rowwise("embedding_backward_f32", n, c, tp(dtable), tp(dout), ptr(p), i64(n), i32(c), i64(dtable.Len()/c), i64(vocabStart))
+	d.withIDs(n == 0 || c == 0, ids, func(p karg) {
+		d.rowwise("embedding_backward_f32", n, c, tp(dtable), tp(dout), p, i64(n), i32(c), i64(dtable.Len()/c), i64(vocabStart))
+	})
 }
 
 // --- layernorm ---
@@ -624,18 +619,9 @@ func (d *Device) CrossEntropyTargetLogit(out, logits *tensor.Tensor, targets []i
 	d.own("CrossEntropyTargetLogit", out, logits)
 	n := check.CrossEntropyTargetLogit(out, logits, targets)
 	v := logits.Cols()
-	if n == 0 {
-		return
-	}
-	if d.enter() != nil {
-		return
-	}
-	defer d.leave()
-	p, ok := d.upIDs(targets)
-	if !ok {
-		return
-	}
-	d.launch("ce_target_logit_f32", d.grid1(n, elemThreads), dim3{elemThreads, 1, 1}, tp(out), tp(logits), ptr(p), i64(n), i32(v), i64(vocabStart))
+	d.withIDs(n == 0, targets, func(p karg) {
+		d.launch("ce_target_logit_f32", d.grid1(n, elemThreads), dim3{elemThreads, 1, 1}, tp(out), tp(logits), p, i64(n), i32(v), i64(vocabStart))
+	})
 }
 
 // CrossEntropyLoss is losses[i] = log(sumExp[i]) + rowMax[i] - targetLogit[i],
@@ -643,18 +629,9 @@ func (d *Device) CrossEntropyTargetLogit(out, logits *tensor.Tensor, targets []i
 func (d *Device) CrossEntropyLoss(losses, rowMax, sumExp, targetLogit *tensor.Tensor, targets []int32) {
 	d.own("CrossEntropyLoss", losses, rowMax, sumExp, targetLogit)
 	n := check.CrossEntropyLoss(losses, rowMax, sumExp, targetLogit, targets)
-	if n == 0 {
-		return
-	}
-	if d.enter() != nil {
-		return
-	}
-	defer d.leave()
-	p, ok := d.upIDs(targets)
-	if !ok {
-		return
-	}
-	d.launch("ce_loss_f32", d.grid1(n, elemThreads), dim3{elemThreads, 1, 1}, tp(losses), tp(rowMax), tp(sumExp), tp(targetLogit), ptr(p), i64(n))
+	d.withIDs(n == 0, targets, func(p karg) {
+		d.launch("ce_loss_f32", d.grid1(n, elemThreads), dim3{elemThreads, 1, 1}, tp(losses), tp(rowMax), tp(sumExp), tp(targetLogit), p, i64(n))
+	})
 }
 
 // CrossEntropyBackward is dlogits += dloss*(softmax(logits) - onehot(targets)).
@@ -663,18 +640,9 @@ func (d *Device) CrossEntropyBackward(dlogits, logits, rowMax, sumExp *tensor.Te
 	d.own("CrossEntropyBackward", dlogits, logits, rowMax, sumExp)
 	n := check.CrossEntropyBackward(dlogits, logits, rowMax, sumExp, targets)
 	v := logits.Cols()
-	if n == 0 {
-		return
-	}
-	if d.enter() != nil {
-		return
-	}
-	defer d.leave()
-	p, ok := d.upIDs(targets)
-	if !ok {
-		return
-	}
-	d.rowwise("ce_backward_f32", n, v, tp(dlogits), tp(logits), tp(rowMax), tp(sumExp), ptr(p), i64(n), i32(v), i64(vocabStart), f32(dloss))
+	d.withIDs(n == 0, targets, func(p karg) {
+		d.rowwise("ce_backward_f32", n, v, tp(dlogits), tp(logits), tp(rowMax), tp(sumExp), p, i64(n), i32(v), i64(vocabStart), f32(dloss))
+	})
 }
 
 // CrossEntropyForward is the unsharded cross-entropy in one kernel:
@@ -684,18 +652,9 @@ func (d *Device) CrossEntropyForward(losses, rowMax, sumExp, logits *tensor.Tens
 	d.own("CrossEntropyForward", losses, rowMax, sumExp, logits)
 	n := check.CrossEntropyForward(losses, rowMax, sumExp, logits, targets)
 	v := logits.Cols()
-	if n == 0 {
-		return
-	}
-	if d.enter() != nil {
-		return
-	}
-	defer d.leave()
-	p, ok := d.upIDs(targets)
-	if !ok {
-		return
-	}
-	d.rowwise("ce_forward_f32", n, v, tp(losses), tp(rowMax), tp(sumExp), tp(logits), ptr(p), i64(n), i32(v))
+	d.withIDs(n == 0, targets, func(p karg) {
+		d.rowwise("ce_forward_f32", n, v, tp(losses), tp(rowMax), tp(sumExp), tp(logits), p, i64(n), i32(v))
+	})
 }
 
 // CrossEntropyBackwardInPlace overwrites logits[:, :cols] with
@@ -704,18 +663,9 @@ func (d *Device) CrossEntropyBackwardInPlace(logits, rowMax, sumExp *tensor.Tens
 	d.own("CrossEntropyBackwardInPlace", logits, rowMax, sumExp)
 	n := check.CrossEntropyBackwardInPlace(logits, rowMax, sumExp, targets, cols)
 	v := logits.Cols()
-	if n == 0 || cols == 0 {
-		return
-	}
-	if d.enter() != nil {
-		return
-	}
-	defer d.leave()
-	p, ok := d.upIDs(targets)
-	if !ok {
-		return
-	}
-	d.rowwise("ce_backward_in_place_f32", n, cols, tp(logits), tp(rowMax), tp(sumExp), ptr(p), i64(n), i32(v), i32(cols), i64(vocabStart), f32(dloss))
+	d.withIDs(n == 0 || cols == 0, targets, func(p karg) {
+		d.rowwise("ce_backward_in_place_f32", n, cols, tp(logits), tp(rowMax), tp(sumExp), p, i64(n), i32(v), i32(cols), i64(vocabStart), f32(dloss))
+	})
 }
 
 // --- optimizer and norms ---
