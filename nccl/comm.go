@@ -21,15 +21,13 @@ const (
 	// SumBF16 is Sum of bfloat16 elements packed two to a float32 word
 	// (the first in the low half): each pair added in float32 and rounded
 	// to bfloat16 (to nearest even), rank after rank, as NCCL's bf16 sum
-	// rounds each step. A host collective carries 2 bytes an element.
+	// rounds each step. A host collective carries 2 bytes an element. (An
+	// average scales each rank's elements by 1/n first, as NCCL's avg of
+	// floating types does: parallel.Group does so.)
 	SumBF16
-	// AvgBF16 is SumBF16, the sum then divided by the group size and
-	// rounded.
-	AvgBF16
 )
 
-// String returns the op's name ("sum", "avg", "max", "sum-bf16",
-// "avg-bf16").
+// String returns the op's name ("sum", "avg", "max", "sum-bf16").
 func (op Op) String() string {
 	switch op {
 	case Sum:
@@ -40,34 +38,28 @@ func (op Op) String() string {
 		return "max"
 	case SumBF16:
 		return "sum-bf16"
-	case AvgBF16:
-		return "avg-bf16"
 	}
 	return fmt.Sprintf("Op(%d)", int(op))
 }
 
 func (op Op) valid() error {
-	if op < Sum || op > AvgBF16 {
-		return fmt.Errorf("unknown reduction %v: use nccl.Sum, nccl.Avg, nccl.Max, nccl.SumBF16 or nccl.AvgBF16", op)
+	if op < Sum || op > SumBF16 {
+		return fmt.Errorf("unknown reduction %v: use nccl.Sum, nccl.Avg, nccl.Max or nccl.SumBF16", op)
 	}
 	return nil
 }
 
 // summing is the op that adds the contributions of an averaging op (whose
-// division finish applies once at the end): Sum for Avg, SumBF16 for
-// AvgBF16, else op.
+// division finish applies once at the end): Sum for Avg, else op.
 func (op Op) summing() Op {
-	switch op {
-	case Avg:
+	if op == Avg {
 		return Sum
-	case AvgBF16:
-		return SumBF16
 	}
 	return op
 }
 
 // packed says op reduces bfloat16 pairs packed in float32 words.
-func (op Op) packed() bool { return op == SumBF16 || op == AvgBF16 }
+func (op Op) packed() bool { return op == SumBF16 }
 
 // bf16Pair is a word's two packed bfloat16 elements as float32.
 func bf16Pair(w float32) (lo, hi float32) {
@@ -346,14 +338,6 @@ func reduceInto(dst, src []float32, op Op) {
 
 // finish applies the Avg division.
 func finish(buf []float32, op Op, n int) {
-	if op == AvgBF16 && n > 1 {
-		d := float32(n)
-		for i, w := range buf {
-			lo, hi := bf16Pair(w)
-			buf[i] = packBF16(lo/d, hi/d)
-		}
-		return
-	}
 	if op != Avg || n == 1 {
 		return
 	}

@@ -22,7 +22,7 @@ type Group struct {
 	dev   tensor.Device // the device whose tensors it moves (nil: each tensor's own)
 	stage [2][]float32  // host staging for devices whose memory is not host memory
 	alias []float32     // the input of an in-place gather or scatter, copied
-	words [2][]float32  // bfloat16 elements packed two a float32 word (allGatherHalf)
+	words [2][]float32  // bfloat16 elements packed two a float32 word (allGatherHalf, allReduceHalf)
 }
 
 // NewGroup wraps c (nil: the group of one rank, as is a nil *Group).
@@ -136,7 +136,7 @@ func (g *Group) onDevice(ts ...*tensor.Tensor) (dc nccl.DeviceComm, stream uintp
 
 // AllReduce reduces t in place over the group. A bfloat16 t is summed or
 // averaged in bfloat16 (NCCL's bf16 on a GPU; through the host
-// collectives packed two a word, nccl.SumBF16 and AvgBF16).
+// collectives packed two a word, nccl.SumBF16).
 func (g *Group) AllReduce(t *tensor.Tensor, op nccl.Op) error {
 	if g.Size() == 1 {
 		return nil
@@ -222,17 +222,24 @@ func (g *Group) allGatherHalf(out, in *tensor.Tensor) error {
 
 // allReduceHalf is AllReduce of a bfloat16 tensor through the host
 // collectives: its elements packed two a word (padded to an even count
-// with a zero), reduced by op's packed twin, so the wire carries 2 bytes
-// an element and every step's sum is rounded to bfloat16 as NCCL's is.
+// with a zero) and summed by nccl.SumBF16, so the wire carries 2 bytes an
+// element and every step's sum is rounded to bfloat16 as NCCL's is; an
+// average first scales this rank's elements by 1/n, rounded, as NCCL's avg
+// of floating types does (PreMulSum).
 func (g *Group) allReduceHalf(t *tensor.Tensor, op nccl.Op) error {
-	packed := map[nccl.Op]nccl.Op{nccl.Sum: nccl.SumBF16, nccl.Avg: nccl.AvgBF16}[op]
-	if packed == 0 {
+	if op != nccl.Sum && op != nccl.Avg {
 		return fmt.Errorf("parallel: a bfloat16 all-reduce sums or averages, not %v", op)
 	}
 	n := t.Len()
 	buf := grow(&g.words[0], (n+1)/2)
 	h := g.loadHalves(buf, t)
-	if err := g.comm.AllReduce(buf, packed); err != nil {
+	if op == nccl.Avg {
+		scale := float32(1 / float64(g.Size()))
+		for i, v := range h[:n] {
+			h[i] = tensor.BF16FromFloat32(tensor.Float32FromBF16(v) * scale)
+		}
+	}
+	if err := g.comm.AllReduce(buf, nccl.SumBF16); err != nil {
 		return err
 	}
 	if t.Buffer().HostBF16() != nil {

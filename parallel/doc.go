@@ -19,8 +19,11 @@
 //     weights. Padded vocabulary rows start at zero and their logits are
 //     masked, so the loss does not depend on the padding either.
 //   - Forward returns a tensor owned by the layer, valid until its next
-//     Forward; the layer keeps a reference to its input for Backward, so the
-//     input must not change in between. Activation buffers are allocated on
+//     Forward (or until a fused kernel writes over it in place: the loss's
+//     BackwardInPlace turns the head's logits into their gradient, the MLP
+//     adds c_fc's deferred bias into its output); the layer keeps a
+//     reference to its input for Backward, so the input must not change in
+//     between. Activation buffers are allocated on
 //     the first Forward of a batch shape and reused; the scratch that only
 //     Backward uses, on its first Backward. Each layer allocates exactly
 //     the buffers its size table lists (BlockSizes, ColumnSizes and the

@@ -216,9 +216,10 @@ func TestGroupAllGatherBF16(t *testing.T) {
 }
 
 // TestGroupAllReduceBF16: a bfloat16 all-reduce through the host
-// collectives sums (and averages) in rank order with every step rounded
-// to bfloat16, carries 2 bytes an element (padded to an even count), and
-// refuses a reduction other than sum or average.
+// collectives sums in rank order with every step rounded to bfloat16
+// (averages: each term scaled by 1/n first, as NCCL's), carries 2 bytes
+// an element (padded to an even count), and refuses a reduction other
+// than sum or average.
 func TestGroupAllReduceBF16(t *testing.T) {
 	const n, ranks = 5, 3
 	err := nccl.RunInProcess(ranks, func(c nccl.Comm) error {
@@ -270,8 +271,20 @@ func TestGroupAllReduceBF16(t *testing.T) {
 			return err
 		}
 		dev.CopyToHost(got, x)
-		if w := round(want(n-1) / ranks); got[n-1] != w {
-			t.Errorf("rank %d: the average is %v, want %v", c.Rank(), got[n-1], w)
+		// NCCL's average of floating types: each term scaled by 1/n and
+		// rounded, then the rounded sum.
+		avg := func(i int) float32 {
+			third := float32(1.0 / ranks)
+			acc := round(value(0, i) * third)
+			for r := 1; r < ranks; r++ {
+				acc = round(acc + round(value(r, i)*third))
+			}
+			return acc
+		}
+		for i := range got {
+			if got[i] != avg(i) {
+				t.Errorf("rank %d: the average's element %d is %v, want %v", c.Rank(), i, got[i], avg(i))
+			}
 		}
 		if err := g.AllReduce(x, nccl.Max); err == nil {
 			t.Errorf("rank %d: a bfloat16 max: no error", c.Rank())

@@ -31,8 +31,8 @@ type Device interface {
 	// GemmStridedBatched (at any precision on the CPU, at BF16 on a GPU; a
 	// C gets the float32 sums rounded once), as the output of the
 	// kernels that say so (ActivationForward, BiasActivationForward,
-	// SwiGLUForward, LayerNormForward, RMSNormForward, AddBias: float32
-	// values rounded), as the input of ActivationForward,
+	// SwiGLUForward, LayerNormForward, AddLayerNormForward,
+	// RMSNormForward, AddRMSNormForward, AddBias: float32 values rounded), as the input of ActivationForward,
 	// ActivationBackward, ActivationBackwardInPlace, SwiGLUForward and
 	// SwiGLUBackward (widened), as BiasActivationForward's pre (both), as
 	// RoPEForward's and RoPEBackward's x (widened, rotated, rounded) and to

@@ -95,8 +95,9 @@ func (o *AdamW) hyper(p *parallel.Param, lr float64) tensor.AdamWParams {
 // bucket of one gradient is all-reduced in place, a bucket of several is
 // packed into one device buffer (allocated on the first Sync that needs
 // it), all-reduced and unpacked; in bfloat16 every bucket goes through
-// the buffer, rounded on the way in and widened on the way out. parallel.Group runs the all-reduce on
-// device memory (NCCL on the compute stream) or through host memory.
+// the buffer, rounded on the way in and widened on the way out.
+// parallel.Group runs the all-reduce on device memory (NCCL on the
+// compute stream) or through host memory.
 type GradSync struct {
 	dev     tensor.Device
 	dp      *parallel.Group

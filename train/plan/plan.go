@@ -195,8 +195,12 @@ type Memory struct {
 	// mem_peak_bytes in the metrics) counts: everything above.
 	EnginePeak int64 `json:"engine_peak"`
 	// CommBuffers are the communication library's own buffers (NCCL's per
-	// communicator on a GPU; 0 on the CPU, whose collectives work in the
-	// tensors' own memory).
+	// communicator on a GPU; on the CPU, whose collectives work in the
+	// tensors' own memory, only the host staging of bfloat16 packed two a
+	// word: the dp bucket under grad_reduce bf16, sequence parallelism's
+	// gathers of bf16 norm outputs). A GPU over the host collectives
+	// (--comm tcp) stages more, uncounted, and pads a bf16 bucket's odd
+	// element, which DPBytes does not count there.
 	CommBuffers int64 `json:"comm_buffers"`
 	// Context is the CUDA context and library handles; 0 on the CPU.
 	Context int64 `json:"context"`
@@ -742,6 +746,19 @@ func (s shapes) memory(dev Device) Memory {
 		}
 		m.CommBuffers = groups * ncclBuffers
 		m.Context = dev.ContextBytes
+	} else {
+		// The host collectives carry bfloat16 packed two a float32 word,
+		// staged in host memory (parallel.Group's words): the dp bucket
+		// under grad_reduce bf16, and sequence parallelism's gathers of
+		// bfloat16 norm outputs (this rank's (B,T/tp,C) and the tp
+		// gathered).
+		words := func(n int64) int64 { return (n + 1) / 2 * f32 }
+		if s.dp > 1 && s.cfg.GradReduceBF16() {
+			m.CommBuffers += words(bucket)
+		}
+		if s.sp && spec.NormOut(s.cfg) == tensor.BFloat16 {
+			m.CommBuffers += (1 + s.tp) * words(s.N/s.tp*s.C)
+		}
 	}
 	m.EnginePeak = m.Params + m.Grads + m.Optimizer + m.Masters + m.Blocks + m.Embeddings + m.Logits + m.SPBuffers + m.Workspace + m.GradBucket + m.StepScalars
 	m.Total = m.EnginePeak + m.CommBuffers + m.Context

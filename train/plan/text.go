@@ -94,7 +94,7 @@ func (pl *Plan) WriteText(w io.Writer, sug []Suggestion) error {
 	row("workspace", m.Workspace, "GPU kernels' scratch")
 	row("gradient bucket", m.GradBucket, "device buffer of the dp all-reduce")
 	row("= engine peak", m.EnginePeak, "what mem_peak_bytes counts")
-	row("comm buffers", m.CommBuffers, "NCCL's, or the host staging of the dp bucket")
+	row("comm buffers", m.CommBuffers, "NCCL's, or the host staging of packed bf16 collectives")
 	row("CUDA context", m.Context, "")
 	verdict := fmt.Sprintf("fits %s, %s to spare", pl.Device.Name, bytesIEC(pl.Headroom))
 	if !pl.Fits {
