@@ -314,15 +314,11 @@ func checkRank(what string, r, n int) error {
 // reduceInto folds src into dst with op (Avg folds as Sum; the division is
 // applied once at the end by finish).
 func reduceInto(dst, src []float32, op Op) {
-	src = src[:len(dst)]
 	if op.packed() {
-		for i, v := range src {
-			a0, a1 := bf16Pair(dst[i])
-			b0, b1 := bf16Pair(v)
-			dst[i] = packBF16(a0+b0, a1+b1)
-		}
+		reducePacked(dst, src)
 		return
 	}
+	src = src[:len(dst)]
 	if op == Max {
 		for i, v := range src {
 			if v > dst[i] {
@@ -333,6 +329,17 @@ func reduceInto(dst, src []float32, op Op) {
 	}
 	for i, v := range src {
 		dst[i] += v
+	}
+}
+
+// reducePacked folds src into dst as packed bfloat16 pairs (SumBF16):
+// each half added in float32 and rounded.
+func reducePacked(dst, src []float32) {
+	src = src[:len(dst)]
+	for i, v := range src {
+		a0, a1 := bf16Pair(dst[i])
+		b0, b1 := bf16Pair(v)
+		dst[i] = packBF16(a0+b0, a1+b1)
 	}
 }
 
@@ -355,6 +362,13 @@ func reduceSlots(out []float32, srcs [][]float32, op Op) {
 	if len(srcs) == 0 {
 		return
 	}
+	if op.packed() {
+		copy(out, srcs[0][:n])
+		for _, src := range srcs[1:] {
+			reducePacked(out, src[:n])
+		}
+		return
+	}
 	first := true
 	for len(srcs) > 0 {
 		k := min(len(srcs), 3)
@@ -363,7 +377,7 @@ func reduceSlots(out []float32, srcs [][]float32, op Op) {
 		}
 		s := srcs[:k]
 		srcs = srcs[k:]
-		if op == Max || op.packed() {
+		if op == Max {
 			if first {
 				copy(out, s[0][:n])
 				s = s[1:]
