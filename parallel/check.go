@@ -760,7 +760,7 @@ func checkLMHead(dev tensor.Device, tp nccl.Comm) (*Result, error) {
 		if m.emb, err = newVocabEmbedding(dev, c, "wte", ckVocab, padded, ckDim, ckSeed, 0.5, nil); err != nil {
 			return m, err
 		}
-		if m.head, err = NewLMHead(c, "lm_head", m.emb); err != nil {
+		if m.head, err = NewLMHead(c, "lm_head", m.emb, tensor.Float32); err != nil {
 			return m, err
 		}
 		m.loss, err = NewVocabParallelCrossEntropy(c, "loss", padded)

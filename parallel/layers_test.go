@@ -274,7 +274,7 @@ func TestLMHeadMasksPadding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	head, err := NewLMHead(nil, "lm_head", wte)
+	head, err := NewLMHead(nil, "lm_head", wte, tensor.Float32)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,8 +31,9 @@ type LinearOptions struct {
 	// OutDType is what this rank's output is stored as: BFloat16 for an
 	// activation that only kernels reading bfloat16 read (the MLP's
 	// pre-activation under bf16 compute: the product's float32 sums
-	// rounded, then the bias added and rounded again); not with
-	// GatherOutput or ValidOut.
+	// rounded, then the bias added and rounded again; an LM head's logits,
+	// whose gradient the fused classifier writes over them, so that
+	// Backward reads a bfloat16 dout); not with GatherOutput.
 	OutDType tensor.DType
 	// DeferBias leaves the bias out of Forward's output: the caller adds
 	// it, fused into the kernel after the product (ParallelMLP's
@@ -126,8 +127,8 @@ func NewColumnParallelLinear(dev tensor.Device, tp nccl.Comm, name string, in, o
 	if err := checkSP(name, opt.SequenceParallel, g); err != nil {
 		return nil, err
 	}
-	if opt.OutDType != tensor.Float32 && (opt.GatherOutput || opt.ValidOut > 0) {
-		return nil, fmt.Errorf("%s: a %v output goes without GatherOutput or ValidOut", name, opt.OutDType)
+	if opt.OutDType != tensor.Float32 && opt.GatherOutput {
+		return nil, fmt.Errorf("%s: a %v output goes without GatherOutput", name, opt.OutDType)
 	}
 	if opt.DeferBias && (!opt.Bias || opt.GatherOutput) {
 		return nil, fmt.Errorf("%s: DeferBias goes with a bias and without GatherOutput", name)

@@ -61,7 +61,7 @@ func checkSizes(c nccl.Comm, withSP bool) error {
 	if err != nil {
 		return err
 	}
-	head, err := NewLMHead(tpc, "lm_head", wte)
+	head, err := NewLMHead(tpc, "lm_head", wte, tensor.Float32)
 	if err != nil {
 		return err
 	}

@@ -167,12 +167,13 @@ func (e *VocabParallelEmbedding) forwardSP(ids []int32, b, t int) (*tensor.Tenso
 
 // NewLMHead is the output layer of a GPT tied to its token embedding: a
 // ColumnParallelLinear (C -> Padded) sharing emb's weight, each rank
-// producing the logits of its vocabulary slice (B,T,Padded/tp), with padded
-// entries masked, ready for VocabParallelCrossEntropy. With the
-// embedding's sequence parallelism (set before), the head takes this
-// rank's (B,T/tp,C) positions and all-gathers them.
-func NewLMHead(tp nccl.Comm, name string, emb *VocabParallelEmbedding) (*ColumnParallelLinear, error) {
-	return NewColumnParallelLinear(emb.Weight.Data.Device(), tp, name, emb.Dim, emb.Padded, LinearOptions{Tied: emb.Weight, ValidOut: emb.Vocab, SequenceParallel: emb.sp})
+// producing the logits of its vocabulary slice (B,T,Padded/tp), stored as
+// logits (BFloat16 under bf16 compute), with padded entries masked, ready
+// for VocabParallelCrossEntropy. With the embedding's sequence parallelism
+// (set before), the head takes this rank's (B,T/tp,C) positions and
+// all-gathers them.
+func NewLMHead(tp nccl.Comm, name string, emb *VocabParallelEmbedding, logits tensor.DType) (*ColumnParallelLinear, error) {
+	return NewColumnParallelLinear(emb.Weight.Data.Device(), tp, name, emb.Dim, emb.Padded, LinearOptions{Tied: emb.Weight, ValidOut: emb.Vocab, SequenceParallel: emb.sp, OutDType: logits})
 }
 
 // VocabParallelCrossEntropy is the mean cross-entropy of logits split along

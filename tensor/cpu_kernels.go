@@ -70,30 +70,40 @@ func (d *CPUDevice) convert(f []float32, h []uint16, toBF16 bool) {
 
 type fillK struct {
 	x []float32
+	h []uint16 // a bfloat16 tensor's, x nil
 	v float32
 }
 
 func (k *fillK) run(lo, hi, _ int) {
-	x := k.x[lo:hi]
-	if k.v == 0 {
+	if k.h != nil {
+		fillWith(k.h[lo:hi], BF16FromFloat32(k.v))
+		return
+	}
+	fillWith(k.x[lo:hi], k.v)
+}
+
+// fillWith sets every element of x to v.
+func fillWith[E uint16 | float32](x []E, v E) {
+	if v == 0 {
 		clear(x)
 		return
 	}
 	for i := range x {
-		x[i] = k.v
+		x[i] = v
 	}
 }
 
 // Zero sets every element of t to 0.
 func (d *CPUDevice) Zero(t *Tensor) { d.Fill(t, 0) }
 
-// Fill sets every element of t to v.
+// Fill sets every element of t to v (rounded once for a bfloat16 t).
 func (d *CPUDevice) Fill(t *Tensor, v float32) {
-	d.own("Fill", t)
+	d.ownAny("Fill", t)
+	x, h := hostAny(t, 0)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.fill
-	*k = fillK{x: t.Host(), v: v}
+	*k = fillK{x: x, h: h, v: v}
 	d.parallel(t.n, d.chunks(t.n, 1), k)
 	*k = fillK{}
 }
@@ -796,56 +806,81 @@ type ceK struct {
 	targets                []int32
 	v, start, cols         int
 	dloss                  float32
+	// half are bfloat16 logits (logits nil), each row widened into the
+	// chunk's row of scratch (V floats a chunk) and worked on there: the
+	// float32 kernel's bits on the widened values. The in-place backward
+	// rounds its row back.
+	half    []uint16
+	scratch []float32
 }
 
-func (k *ceK) run(lo, hi, _ int) {
+func (k *ceK) run(lo, hi, chunk int) {
 	v := k.v
 	for i := lo; i < hi; i++ {
-		x := k.logits[i*v : (i+1)*v]
-		switch k.op {
-		case ceRowMax:
-			k.rowMax[i] = rowMax(x)
-		case ceSumExp:
-			k.sumExp[i] = sumExp(x, k.rowMax[i])
-		case ceForward:
-			// The row is read twice, the second time from the cache.
-			mx := rowMax(x)
-			se := sumExp(x, mx)
-			k.rowMax[i], k.sumExp[i], k.losses[i] = mx, se, 0
-			if t := k.targets[i]; t >= 0 {
-				var tl float32
-				if int(t) < v {
-					tl = x[t]
-				}
-				k.losses[i] = ceLoss(se, mx, tl)
+		var x []float32
+		if k.half != nil {
+			x = k.scratch[chunk*v : (chunk+1)*v]
+			n := v
+			if k.op == ceBackwardInPlace {
+				n = k.cols
 			}
-		case ceBackwardInPlace:
-			x = x[:k.cols]
-			t := k.targets[i]
-			if t < 0 {
-				clear(x)
-				continue
+			WidenBF16(x[:n], k.half[i*v:i*v+n])
+		} else {
+			x = k.logits[i*v : (i+1)*v]
+		}
+		k.row(i, x)
+		if k.half != nil && k.op == ceBackwardInPlace {
+			RoundBF16(k.half[i*v:], x[:k.cols])
+		}
+	}
+}
+
+// row is the kernel's work on row i, whose logits are x.
+func (k *ceK) row(i int, x []float32) {
+	v := k.v
+	switch k.op {
+	case ceRowMax:
+		k.rowMax[i] = rowMax(x)
+	case ceSumExp:
+		k.sumExp[i] = sumExp(x, k.rowMax[i])
+	case ceForward:
+		// The row is read twice, the second time from the cache.
+		mx := rowMax(x)
+		se := sumExp(x, mx)
+		k.rowMax[i], k.sumExp[i], k.losses[i] = mx, se, 0
+		if t := k.targets[i]; t >= 0 {
+			var tl float32
+			if int(t) < v {
+				tl = x[t]
 			}
-			mx, c := k.rowMax[i], k.dloss/k.sumExp[i]
-			for j := expScaleVec(x, mx, c); j < len(x); j++ {
-				x[j] = c * exp32(x[j]-mx)
-			}
-			if j := int(t) - k.start; j >= 0 && j < len(x) {
-				x[j] -= k.dloss
-			}
-		case ceBackward:
-			t := k.targets[i]
-			if t < 0 {
-				continue
-			}
-			mx, c := k.rowMax[i], k.dloss/k.sumExp[i]
-			dx := k.dlogits[i*v : (i+1)*v]
-			for j := expAxpyVec(dx, x, mx, c); j < v; j++ {
-				dx[j] += c * exp32(x[j]-mx)
-			}
-			if j := int(t) - k.start; j >= 0 && j < v {
-				dx[j] -= k.dloss
-			}
+			k.losses[i] = ceLoss(se, mx, tl)
+		}
+	case ceBackwardInPlace:
+		x = x[:k.cols]
+		t := k.targets[i]
+		if t < 0 {
+			clear(x)
+			return
+		}
+		mx, c := k.rowMax[i], k.dloss/k.sumExp[i]
+		for j := expScaleVec(x, mx, c); j < len(x); j++ {
+			x[j] = c * exp32(x[j]-mx)
+		}
+		if j := int(t) - k.start; j >= 0 && j < len(x) {
+			x[j] -= k.dloss
+		}
+	case ceBackward:
+		t := k.targets[i]
+		if t < 0 {
+			return
+		}
+		mx, c := k.rowMax[i], k.dloss/k.sumExp[i]
+		dx := k.dlogits[i*v : (i+1)*v]
+		for j := expAxpyVec(dx, x, mx, c); j < v; j++ {
+			dx[j] += c * exp32(x[j]-mx)
+		}
+		if j := int(t) - k.start; j >= 0 && j < v {
+			dx[j] -= k.dloss
 		}
 	}
 }
@@ -875,42 +910,57 @@ func ceLoss(sumExp, rowMax, targetLogit float32) float32 {
 	return float32(math.Log(float64(sumExp)) + float64(rowMax) - float64(targetLogit))
 }
 
-// ceRun runs one row pass of the cross-entropy kernel.
-func (d *CPUDevice) ceRun(k ceK, n, cost int) {
+// ceRun runs one row pass of the cross-entropy kernel over logits (N,V),
+// float32 or bfloat16.
+func (d *CPUDevice) ceRun(k ceK, logits *Tensor, n, cost int) {
+	k.logits, k.half = hostAny(logits, 0)
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	nc := d.chunks(n, cost)
+	if k.half != nil {
+		k.scratch = d.scratch32(nc * k.v)
+	}
 	d.k.ce = k
-	d.parallel(n, d.chunks(n, cost), &d.k.ce)
+	d.parallel(n, nc, &d.k.ce)
 	d.k.ce = ceK{}
 }
 
 // CrossEntropyRowMax is rowMax[i] = max_j logits[i,j]. logits is (N,V),
-// rowMax is (N).
+// float32 or bfloat16; rowMax is (N).
 func (d *CPUDevice) CrossEntropyRowMax(rowMax, logits *Tensor) {
-	d.own("CrossEntropyRowMax", rowMax, logits)
+	d.own("CrossEntropyRowMax", rowMax)
+	d.ownAny("CrossEntropyRowMax", logits)
 	n := check.CrossEntropyRowMax(rowMax, logits)
-	d.ceRun(ceK{op: ceRowMax, logits: logits.Host(), rowMax: rowMax.Host(), v: logits.Cols()}, n, logits.Cols())
+	d.ceRun(ceK{op: ceRowMax, rowMax: rowMax.Host(), v: logits.Cols()}, logits, n, logits.Cols())
 }
 
 // CrossEntropySumExp is sumExp[i] = sum_j exp(logits[i,j]-rowMax[i]).
-// logits is (N,V), sumExp and rowMax are (N).
+// logits is (N,V), float32 or bfloat16; sumExp and rowMax are (N).
 func (d *CPUDevice) CrossEntropySumExp(sumExp, logits, rowMax *Tensor) {
-	d.own("CrossEntropySumExp", sumExp, logits, rowMax)
+	d.own("CrossEntropySumExp", sumExp, rowMax)
+	d.ownAny("CrossEntropySumExp", logits)
 	n := check.CrossEntropySumExp(sumExp, logits, rowMax)
-	d.ceRun(ceK{op: ceSumExp, logits: logits.Host(), rowMax: rowMax.Host(), sumExp: sumExp.Host(), v: logits.Cols()}, n, 10*logits.Cols())
+	d.ceRun(ceK{op: ceSumExp, rowMax: rowMax.Host(), sumExp: sumExp.Host(), v: logits.Cols()}, logits, n, 10*logits.Cols())
 }
 
 // CrossEntropyTargetLogit is out[i] = logits[i,targets[i]-vocabStart] for
-// targets in the slice, else 0. logits is (N,V), out and targets are (N).
+// targets in the slice, else 0. logits is (N,V), float32 or bfloat16 (the
+// logit widened); out and targets are (N).
 func (d *CPUDevice) CrossEntropyTargetLogit(out, logits *Tensor, targets []int32, vocabStart int) {
-	d.own("CrossEntropyTargetLogit", out, logits)
+	d.own("CrossEntropyTargetLogit", out)
+	d.ownAny("CrossEntropyTargetLogit", logits)
 	check.CrossEntropyTargetLogit(out, logits, targets)
 	v := logits.Cols()
-	o, x := out.Host(), logits.Host()
+	o := out.Host()
+	x, h := hostAny(logits, 0)
 	for i, t := range targets {
 		o[i] = 0
 		if j := int(t) - vocabStart; t >= 0 && j >= 0 && j < v {
-			o[i] = x[i*v+j]
+			if h != nil {
+				o[i] = Float32FromBF16(h[i*v+j])
+			} else {
+				o[i] = x[i*v+j]
+			}
 		}
 	}
 }
@@ -933,17 +983,19 @@ func (d *CPUDevice) CrossEntropyLoss(losses, rowMax, sumExp, targetLogit *Tensor
 // rowMax, sumExp and losses as the pieces give them. logits is (N,V);
 // losses, rowMax, sumExp and targets are (N).
 func (d *CPUDevice) CrossEntropyForward(losses, rowMax, sumExp, logits *Tensor, targets []int32) {
-	d.own("CrossEntropyForward", losses, rowMax, sumExp, logits)
+	d.own("CrossEntropyForward", losses, rowMax, sumExp)
+	d.ownAny("CrossEntropyForward", logits)
 	n := check.CrossEntropyForward(losses, rowMax, sumExp, logits, targets)
-	d.ceRun(ceK{op: ceForward, logits: logits.Host(), rowMax: rowMax.Host(), sumExp: sumExp.Host(), losses: losses.Host(), targets: targets, v: logits.Cols()}, n, 11*logits.Cols())
+	d.ceRun(ceK{op: ceForward, rowMax: rowMax.Host(), sumExp: sumExp.Host(), losses: losses.Host(), targets: targets, v: logits.Cols()}, logits, n, 11*logits.Cols())
 }
 
 // CrossEntropyBackwardInPlace overwrites logits[:, :cols] with
 // dloss*(softmax(logits) - onehot(targets)), 0 on rows without a target.
 func (d *CPUDevice) CrossEntropyBackwardInPlace(logits, rowMax, sumExp *Tensor, targets []int32, vocabStart, cols int, dloss float32) {
-	d.own("CrossEntropyBackwardInPlace", logits, rowMax, sumExp)
+	d.own("CrossEntropyBackwardInPlace", rowMax, sumExp)
+	d.ownAny("CrossEntropyBackwardInPlace", logits)
 	n := check.CrossEntropyBackwardInPlace(logits, rowMax, sumExp, targets, cols)
-	d.ceRun(ceK{op: ceBackwardInPlace, logits: logits.Host(), rowMax: rowMax.Host(), sumExp: sumExp.Host(), targets: targets, v: logits.Cols(), start: vocabStart, cols: cols, dloss: dloss}, n, 11*cols)
+	d.ceRun(ceK{op: ceBackwardInPlace, rowMax: rowMax.Host(), sumExp: sumExp.Host(), targets: targets, v: logits.Cols(), start: vocabStart, cols: cols, dloss: dloss}, logits, n, 11*cols)
 }
 
 // CrossEntropyBackward is dlogits += dloss*(softmax(logits) - onehot(targets)).
@@ -952,7 +1004,7 @@ func (d *CPUDevice) CrossEntropyBackward(dlogits, logits, rowMax, sumExp *Tensor
 	d.own("CrossEntropyBackward", dlogits, logits, rowMax, sumExp)
 	n := check.CrossEntropyBackward(dlogits, logits, rowMax, sumExp, targets)
 	v := logits.Cols()
-	d.ceRun(ceK{op: ceBackward, logits: logits.Host(), dlogits: dlogits.Host(), rowMax: rowMax.Host(), sumExp: sumExp.Host(), targets: targets, v: v, start: vocabStart, dloss: dloss}, n, 12*v)
+	d.ceRun(ceK{op: ceBackward, dlogits: dlogits.Host(), rowMax: rowMax.Host(), sumExp: sumExp.Host(), targets: targets, v: v, start: vocabStart, dloss: dloss}, logits, n, 12*v)
 }
 
 // --- optimizer and norms ---

@@ -67,9 +67,9 @@ type Device interface {
 	// Axpy2D is the accumulating block form:
 	// dst[dstOff+i*ldDst+j] += alpha*src[srcOff+i*ldSrc+j].
 	Axpy2D(dst *Tensor, dstOff, ldDst int, alpha float32, src *Tensor, srcOff, ldSrc, rows, cols int)
-	// Zero sets every element of t to 0.
+	// Zero sets every element of t to 0; t may be bfloat16.
 	Zero(t *Tensor)
-	// Fill sets every element of t to v.
+	// Fill sets every element of t to v; a bfloat16 t gets v rounded.
 	Fill(t *Tensor, v float32)
 
 	// Gemm computes C = alpha*op(A)*op(B) + beta*C on row-major matrices
@@ -196,6 +196,10 @@ type Device interface {
 	// targetLogit); unsharded callers run them in turn (see CrossEntropy).
 	// logits is (N,V) and holds the vocabulary slice [vocabStart,
 	// vocabStart+V); targets is (N) of global ids, negative ones ignored.
+	// But in CrossEntropyBackward the logits may be bfloat16 (an LM head's
+	// output under bf16 compute): the kernels work in float32 on the
+	// widened values, the bits of the same kernel on float32 logits of
+	// those values.
 
 	// CrossEntropyRowMax is rowMax[i] = max_j logits[i,j]. rowMax is (N).
 	CrossEntropyRowMax(rowMax, logits *Tensor)
@@ -232,6 +236,7 @@ type Device interface {
 	// target is negative). Columns from cols on are left as they are: a
 	// padded head's masked logits, which its next forward does not write
 	// again. logits is (N,V), cols in [0,V]; rowMax, sumExp are (N).
+	// Bfloat16 logits get the float32 gradient rounded.
 	CrossEntropyBackwardInPlace(logits, rowMax, sumExp *Tensor, targets []int32, vocabStart, cols int, dloss float32)
 
 	// AdamW updates param with decoupled weight decay and bias correction:

@@ -646,6 +646,87 @@ func TestFusedClassifier(t *testing.T) {
 	})
 }
 
+// TestBF16Classifier runs the cross-entropy kernels on bfloat16 logits (an
+// LM head's under bf16 compute): every piece, the fused forward and the
+// in-place backward give the float32 kernels' bits on float32 logits of
+// the same (widened) values, the in-place gradient rounded once to
+// bfloat16, the columns from cols on untouched; the losses match the
+// definition on the widened values. Rows wider than a chunk's tile and a
+// padded tail (cols < V) included.
+func TestBF16Classifier(t *testing.T) {
+	eachDevice(t, func(t *testing.T, d *CPUDevice) {
+		r := rand.New(rand.NewPCG(19, 20))
+		for _, tc := range []struct{ n, v, cols, start int }{{7, 13, 13, 0}, {9, 1100, 1096, 0}, {6, 40, 40, 30}, {3, 1, 0, 0}} {
+			name := fmt.Sprintf("n=%d v=%d cols=%d start=%d", tc.n, tc.v, tc.cols, tc.start)
+			wide := make([]float32, tc.n*tc.v)
+			for i, x := range randF32(r, len(wide), 8) {
+				wide[i] = Float32FromBF16(BF16FromFloat32(x))
+			}
+			targets := make([]int32, tc.n)
+			for i := range targets {
+				targets[i] = int32(tc.start + r.IntN(max(tc.cols, 1)))
+			}
+			targets[tc.n/2] = -1
+			half, err := d.AllocAs(BFloat16, tc.n, tc.v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.CopyFromHost(half, wide) // exact: the values are bfloat16's
+			tw := upload(t, d, wide, tc.n, tc.v)
+			vec := func() *Tensor { return upload(t, d, make([]float32, tc.n), tc.n) }
+			same := func(what string, got, want *Tensor) {
+				t.Helper()
+				if !bitsEqual(download(got), download(want)) {
+					t.Fatalf("%s: %s on bfloat16 logits %v, on the widened float32 ones %v", name, what, download(got), download(want))
+				}
+			}
+			hMax, hSum, hTL, wMax, wSum, wTL := vec(), vec(), vec(), vec(), vec(), vec()
+			d.CrossEntropyRowMax(hMax, half)
+			d.CrossEntropyRowMax(wMax, tw)
+			same("CrossEntropyRowMax", hMax, wMax)
+			d.CrossEntropySumExp(hSum, half, wMax)
+			d.CrossEntropySumExp(wSum, tw, wMax)
+			same("CrossEntropySumExp", hSum, wSum)
+			d.CrossEntropyTargetLogit(hTL, half, targets, tc.start)
+			d.CrossEntropyTargetLogit(wTL, tw, targets, tc.start)
+			same("CrossEntropyTargetLogit", hTL, wTL)
+			if tc.start == 0 {
+				hLoss, wLoss := vec(), vec()
+				d.CrossEntropyForward(hLoss, hMax, hSum, half, targets)
+				d.CrossEntropyForward(wLoss, wMax, wSum, tw, targets)
+				same("CrossEntropyForward", hLoss, wLoss)
+				checkClose(t, name+" CrossEntropyForward", download(hLoss), refCrossEntropy(to64(wide), tc.v, targets), 1e-5)
+			}
+			const dloss = 0.3
+			d.CrossEntropyBackwardInPlace(half, wMax, wSum, targets, tc.start, tc.cols, dloss)
+			d.CrossEntropyBackwardInPlace(tw, wMax, wSum, targets, tc.start, tc.cols, dloss)
+			got, want := half.HostBF16(), download(tw)
+			for i, w := range want {
+				if got[i] != BF16FromFloat32(w) {
+					t.Fatalf("%s: CrossEntropyBackwardInPlace element %d is %#x, want %g rounded (%#x)", name, i, got[i], w, BF16FromFloat32(w))
+				}
+			}
+		}
+		// Fill and Zero of a bfloat16 tensor: the value rounded once.
+		h, err := d.AllocAs(BFloat16, 1031)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []float32{-1e30, 1.00390625, 0} {
+			if v == 0 {
+				d.Zero(h)
+			} else {
+				d.Fill(h, v)
+			}
+			for i, u := range h.HostBF16() {
+				if u != BF16FromFloat32(v) {
+					t.Fatalf("Fill(bfloat16, %g): element %d is %#x, want %#x", v, i, u, BF16FromFloat32(v))
+				}
+			}
+		}
+	})
+}
+
 func bitsEqual(a, b []float32) bool {
 	if len(a) != len(b) {
 		return false

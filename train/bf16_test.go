@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/hpcrun/hpcrun/nccl"
+	"github.com/hpcrun/hpcrun/parallel"
 	"github.com/hpcrun/hpcrun/tensor"
 	"github.com/hpcrun/hpcrun/train/config"
 	"github.com/hpcrun/hpcrun/train/data"
@@ -25,7 +26,7 @@ import (
 // fused Q,K,V projection's output (3C; a Llama's query, key and value
 // heads), the heads' output y (C) and the two norms' outputs (B x T x
 // (Hidden + pre + qkv + 3C) a block), and the language models' ln_f
-// output (B x T x C).
+// output (B x T x C) and logits (B x T x the padded vocabulary).
 func TestBF16CurvesOnCPU(t *testing.T) {
 	for _, model := range []string{"gpt", "llama", "bert"} {
 		t.Run(model, func(t *testing.T) {
@@ -94,7 +95,12 @@ func TestBF16CurvesOnCPU(t *testing.T) {
 			}
 			acts := 2 * int64(cfg.Layers*cfg.BatchSize*cfg.Seq*(cfg.Hidden()+pre+qkv+3*cfg.Dim))
 			if cfg.LM() {
+				vp, err := parallel.PadVocab(vocab, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
 				acts += 2 * int64(cfg.BatchSize*cfg.Seq*cfg.Dim) // ln_f's output, the LM head's input
+				acts += 2 * int64(cfg.BatchSize*cfg.Seq*vp)      // the logits, their gradient written over them
 			}
 			if copies == 0 || halfPeak-fullPeak != copies-acts {
 				t.Errorf("peak bf16 %d B, fp32 %d B: %d B more, want the copies' %d B less the bf16 activations' %d B", halfPeak, fullPeak, halfPeak-fullPeak, copies, acts)

@@ -290,9 +290,9 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, from *pa
 			return err
 		}
 		if t.tied {
-			t.head, err = parallel.NewLMHead(tp, "lm_head", t.wte)
+			t.head, err = parallel.NewLMHead(tp, "lm_head", t.wte, spec.Logits(cfg))
 		} else {
-			t.head, err = parallel.NewColumnParallelLinear(dev, tp, "lm_head", C, vp, parallel.LinearOptions{ValidOut: vocab, ValidRows: vocab, Seed: seed, SequenceParallel: t.sp, From: from})
+			t.head, err = parallel.NewColumnParallelLinear(dev, tp, "lm_head", C, vp, parallel.LinearOptions{ValidOut: vocab, ValidRows: vocab, Seed: seed, SequenceParallel: t.sp, OutDType: spec.Logits(cfg), From: from})
 		}
 		if err != nil {
 			return err

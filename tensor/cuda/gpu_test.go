@@ -500,7 +500,69 @@ func TestGPUCrossEntropy(t *testing.T) {
 		b.gpu.CrossEntropyBackward(dlogits.g, logits.g, rowMax.g, sumExp.g, targets, tt.start, 0.25)
 		b.check("CrossEntropyBackward", tol32, dlogits)
 		b.fusedClassifier(fmt.Sprintf("n=%d v=%d", tt.n, tt.v), logits, rowMax, sumExp, targets, tt.start, tt.v-tt.v/7)
+		b.bf16Classifier(fmt.Sprintf("n=%d v=%d", tt.n, tt.v), logits, targets, tt.start, tt.v-tt.v/7)
 	}
+}
+
+// bf16Classifier checks the cross-entropy kernels on logits rounded to
+// bfloat16 (an LM head's under bf16 compute): on the GPU each gives the
+// bits of its float32 kernel on the widened values (the in-place gradient
+// rounded once, the columns from cols on untouched), and the CPU's
+// results on the same bfloat16 logits.
+func (b *bench) bf16Classifier(what string, logits twin, targets []int32, start, cols int) {
+	b.t.Helper()
+	n, v := logits.c.Rows(), logits.c.Cols()
+	what += " bf16"
+	half := func(dev tensor.Device, src *tensor.Tensor) *tensor.Tensor {
+		h, err := dev.AllocAs(tensor.BFloat16, n, v)
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		dev.Copy(h, src)
+		return h
+	}
+	hc, hg := half(b.cpu, logits.c), half(b.gpu, logits.g)
+	defer b.gpu.Free(hg)
+	wide := b.zeros("widened logits", n, v)
+	b.cpu.Copy(wide.c, hc)
+	b.gpu.Copy(wide.g, hg)
+	// piece runs a kernel on the bfloat16 logits (into x, both devices)
+	// and on the GPU's widened ones (into y), to the bit.
+	rowMax, sumExp, wMax, wSum := b.zeros("rowMax", n), b.zeros("sumExp", n), b.zeros("rowMax", n), b.zeros("sumExp", n)
+	piece := func(name string, x, y twin, run func(dev tensor.Device, logits, out, rowMax *tensor.Tensor)) {
+		b.t.Helper()
+		run(b.cpu, hc, x.c, rowMax.c)
+		run(b.gpu, hg, x.g, rowMax.g)
+		run(b.gpu, wide.g, y.g, wMax.g)
+		b.check(name+" "+what, tol32, x)
+		sameGPUBits(b.t, b.gpu, name+" "+what+" (want the float32 kernel's on the widened logits)", x.g, y.g)
+	}
+	piece("CrossEntropyRowMax", rowMax, wMax, func(dev tensor.Device, l, out, _ *tensor.Tensor) { dev.CrossEntropyRowMax(out, l) })
+	piece("CrossEntropySumExp", sumExp, wSum, func(dev tensor.Device, l, out, mx *tensor.Tensor) { dev.CrossEntropySumExp(out, l, mx) })
+	tl, wTL := b.zeros("targetLogit", n), b.zeros("targetLogit", n)
+	piece("CrossEntropyTargetLogit", tl, wTL, func(dev tensor.Device, l, out, _ *tensor.Tensor) {
+		dev.CrossEntropyTargetLogit(out, l, targets, start)
+	})
+	if start == 0 {
+		fMax, fSum, loss, wLoss := b.zeros("fused rowMax", n), b.zeros("fused sumExp", n), b.zeros("losses", n), b.zeros("losses", n)
+		piece("CrossEntropyForward", loss, wLoss, func(dev tensor.Device, l, out, _ *tensor.Tensor) {
+			m, s := fMax.c, fSum.c
+			if dev != tensor.Device(b.cpu) {
+				m, s = fMax.g, fSum.g
+			}
+			dev.CrossEntropyForward(out, m, s, l, targets)
+		})
+	}
+	b.cpu.CrossEntropyBackwardInPlace(hc, rowMax.c, sumExp.c, targets, start, cols, 0.25)
+	b.gpu.CrossEntropyBackwardInPlace(hg, rowMax.g, sumExp.g, targets, start, cols, 0.25)
+	b.gpu.CrossEntropyBackwardInPlace(wide.g, rowMax.g, sumExp.g, targets, start, cols, 0.25)
+	g := b.zeros("gradient in place", n, v)
+	b.cpu.Copy(g.c, hc)
+	b.gpu.Copy(g.g, hg)
+	b.check("CrossEntropyBackwardInPlace "+what, 1.0/128, g) // a last bit apart may round a bfloat16 apart
+	rounded := half(b.gpu, wide.g)                           // the float32 gradient rounded
+	defer b.gpu.Free(rounded)
+	sameGPUBits(b.t, b.gpu, "CrossEntropyBackwardInPlace "+what+" (want the float32 gradient rounded)", hg, rounded)
 }
 
 // fusedClassifier checks the fused cross-entropy on logits against the
@@ -1178,6 +1240,24 @@ func TestGPUBF16Storage(t *testing.T) {
 	d.Copy(back.g, h2) // widen_bf16
 	d.CopyToHost(got, back.g)
 	same("Copy bfloat16 -> float32", got)
+	// Fill (fill_bf16) rounds its value once; Zero of a bfloat16 tensor.
+	for _, v := range []float32{-1e30, 1 + 1.0/256, 0} {
+		if v == 0 {
+			d.Zero(h2.View(1, n-2))
+		} else {
+			d.Fill(h2.View(1, n-2), v)
+		}
+		d.CopyToHost(got, h2)
+		if got[0] != want[0] || got[n-1] != want[n-1] {
+			t.Fatalf("Fill(bfloat16 view, %g) wrote past the view: %g, %g; want %g, %g", v, got[0], got[n-1], want[0], want[n-1])
+		}
+		for i, x := range got[1 : n-1] {
+			if w := tensor.Float32FromBF16(tensor.BF16FromFloat32(v)); x != w {
+				t.Fatalf("Fill(bfloat16, %g): element %d is %g, want %g", v, i+1, x, w)
+			}
+		}
+	}
+	d.Copy(h2, f.g)
 	// Views at an odd element: 2-byte steps.
 	part := make([]float32, 500)
 	d.Copy(h2.View(501, 500), h.View(3, 500))

@@ -125,6 +125,12 @@ __device__ __forceinline__ void store_out(bf16_t* p, float v) { *p = bf16_round(
 __device__ __forceinline__ float load_in(const float* p) { return *p; }
 __device__ __forceinline__ float load_in(const bf16_t* p) { return __uint_as_float((unsigned)*p << 16); }
 
+// fill_bf16 is fill_f32 of a bfloat16 tensor: v rounded once.
+extern "C" __global__ void fill_bf16(bf16_t* x, float v, long long n) {
+    bf16_t h = bf16_round(v);
+    GRID_STRIDE(i, n) x[i] = h;
+}
+
 // f32_to_bf16 rounds batch (rows, cols) matrices of in, ld apart in rows
 // and stride apart, into out packed: rows of cols, matrices rows*cols apart.
 // Only the elements of the matrices are read, however far apart they lie
@@ -669,47 +675,72 @@ extern "C" __global__ void softmax_backward_f32(float* dinp, const float* dout, 
 }
 
 // --- cross-entropy pieces: one block per row of logits (N,V) ---
+//
+// The logits are float32 or bfloat16 (an LM head's output under bf16
+// compute: the kernel names' _from_bf16); every sum, the max and the loss
+// are float32 over the widened values.
 
-extern "C" __global__ void ROW_BOUNDS ce_row_max_f32(float* rowMax, const float* logits, long long rows, int v) {
+template <typename T>
+__device__ void ce_row_max(float* rowMax, const T* logits, long long rows, int v) {
     __shared__ float sh[32];
     for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
-        const float* x = logits + i * v;
+        const T* x = logits + i * v;
         float m = NEG_INF;
-        for (int j = threadIdx.x; j < v; j += blockDim.x) m = fmaxf(m, x[j]);
+        for (int j = threadIdx.x; j < v; j += blockDim.x) m = fmaxf(m, load_in(x + j));
         m = block_max(m, sh);
         if (threadIdx.x == 0) rowMax[i] = m;
     }
 }
 
-extern "C" __global__ void ROW_BOUNDS ce_sum_exp_f32(float* sumExp, const float* logits, const float* rowMax,
-                                          long long rows, int v) {
+extern "C" __global__ void ROW_BOUNDS ce_row_max_f32(float* rowMax, const float* logits, long long rows, int v) {
+    ce_row_max(rowMax, logits, rows, v);
+}
+
+extern "C" __global__ void ROW_BOUNDS ce_row_max_f32_from_bf16(float* rowMax, const bf16_t* logits, long long rows,
+                                                               int v) {
+    ce_row_max(rowMax, logits, rows, v);
+}
+
+template <typename T>
+__device__ void ce_sum_exp(float* sumExp, const T* logits, const float* rowMax, long long rows, int v) {
     __shared__ float sh[32];
     for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
-        const float* x = logits + i * v;
+        const T* x = logits + i * v;
         float m = rowMax[i], s = 0.f;
-        for (int j = threadIdx.x; j < v; j += blockDim.x) s += expf(x[j] - m);
+        for (int j = threadIdx.x; j < v; j += blockDim.x) s += expf(load_in(x + j) - m);
         s = block_sum(s, sh);
         if (threadIdx.x == 0) sumExp[i] = s;
     }
 }
 
+extern "C" __global__ void ROW_BOUNDS ce_sum_exp_f32(float* sumExp, const float* logits, const float* rowMax,
+                                          long long rows, int v) {
+    ce_sum_exp(sumExp, logits, rowMax, rows, v);
+}
+
+extern "C" __global__ void ROW_BOUNDS ce_sum_exp_f32_from_bf16(float* sumExp, const bf16_t* logits,
+                                                               const float* rowMax, long long rows, int v) {
+    ce_sum_exp(sumExp, logits, rowMax, rows, v);
+}
+
 // ce_forward: the unsharded cross-entropy of a row in one kernel: the max,
 // then the sum of exps (the row read again, from the cache), then the
 // loss; the same bits as ce_row_max, ce_sum_exp, ce_target_logit, ce_loss.
-extern "C" __global__ void ROW_BOUNDS ce_forward_f32(float* losses, float* rowMax, float* sumExp, const float* logits,
-                                          const int* targets, long long rows, int v) {
+template <typename T>
+__device__ void ce_forward(float* losses, float* rowMax, float* sumExp, const T* logits, const int* targets,
+                           long long rows, int v) {
     __shared__ float sh[32];
     for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
-        const float* x = logits + i * v;
+        const T* x = logits + i * v;
         float m = NEG_INF;
-        for (int j = threadIdx.x; j < v; j += blockDim.x) m = fmaxf(m, x[j]);
+        for (int j = threadIdx.x; j < v; j += blockDim.x) m = fmaxf(m, load_in(x + j));
         m = block_max(m, sh);
         float s = 0.f;
-        for (int j = threadIdx.x; j < v; j += blockDim.x) s += expf(x[j] - m);
+        for (int j = threadIdx.x; j < v; j += blockDim.x) s += expf(load_in(x + j) - m);
         s = block_sum(s, sh);
         if (threadIdx.x == 0) {
             int t = targets[i];
-            float tl = (t >= 0 && t < v) ? x[t] : 0.f;
+            float tl = (t >= 0 && t < v) ? load_in(x + t) : 0.f;
             rowMax[i] = m;
             sumExp[i] = s;
             losses[i] = t < 0 ? 0.f : (float)(log((double)s) + (double)m - (double)tl);
@@ -717,13 +748,35 @@ extern "C" __global__ void ROW_BOUNDS ce_forward_f32(float* losses, float* rowMa
     }
 }
 
+extern "C" __global__ void ROW_BOUNDS ce_forward_f32(float* losses, float* rowMax, float* sumExp, const float* logits,
+                                          const int* targets, long long rows, int v) {
+    ce_forward(losses, rowMax, sumExp, logits, targets, rows, v);
+}
+
+extern "C" __global__ void ROW_BOUNDS ce_forward_f32_from_bf16(float* losses, float* rowMax, float* sumExp,
+                                                               const bf16_t* logits, const int* targets,
+                                                               long long rows, int v) {
+    ce_forward(losses, rowMax, sumExp, logits, targets, rows, v);
+}
+
 // ce_target_logit: out[i] = logits[i, targets[i]-start] when in the slice, else 0.
-extern "C" __global__ void ce_target_logit_f32(float* out, const float* logits, const int* targets,
-                                               long long rows, int v, long long start) {
+template <typename T>
+__device__ __forceinline__ void ce_target_logit(float* out, const T* logits, const int* targets, long long rows, int v,
+                                                long long start) {
     GRID_STRIDE(i, rows) {
         long long t = targets[i], j = t - start;
-        out[i] = (t >= 0 && j >= 0 && j < v) ? logits[i * v + j] : 0.f;
+        out[i] = (t >= 0 && j >= 0 && j < v) ? load_in(logits + i * v + j) : 0.f;
     }
+}
+
+extern "C" __global__ void ce_target_logit_f32(float* out, const float* logits, const int* targets,
+                                               long long rows, int v, long long start) {
+    ce_target_logit(out, logits, targets, rows, v, start);
+}
+
+extern "C" __global__ void ce_target_logit_f32_from_bf16(float* out, const bf16_t* logits, const int* targets,
+                                                         long long rows, int v, long long start) {
+    ce_target_logit(out, logits, targets, rows, v, start);
 }
 
 // ce_loss: losses = log(sumExp) + rowMax - targetLogit, 0 for ignored targets.
@@ -756,25 +809,39 @@ extern "C" __global__ void ROW_BOUNDS ce_backward_f32(float* dlogits, const floa
 
 // ce_backward_in_place: logits[:, :cols] = dloss*(softmax - onehot), the
 // gradient written over the logits it is made from (0 on rows without a
-// target); the columns from cols on are left alone.
-extern "C" __global__ void ROW_BOUNDS ce_backward_in_place_f32(float* logits, const float* rowMax, const float* sumExp,
-                                                    const int* targets, long long rows, int v, int cols,
-                                                    long long start, float dloss) {
+// target); the columns from cols on are left alone. A bfloat16 row gets
+// the float32 gradient rounded.
+template <typename T>
+__device__ void ce_backward_in_place(T* logits, const float* rowMax, const float* sumExp, const int* targets,
+                                     long long rows, int v, int cols, long long start, float dloss) {
     for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
-        float* x = logits + i * v;
+        T* x = logits + i * v;
         long long t = targets[i];
         if (t < 0) {
-            for (int j = threadIdx.x; j < cols; j += blockDim.x) x[j] = 0.f;
+            for (int j = threadIdx.x; j < cols; j += blockDim.x) store_out(x + j, 0.f);
             continue;
         }
         long long tj = t - start;
         float m = rowMax[i], c = dloss / sumExp[i];
         for (int j = threadIdx.x; j < cols; j += blockDim.x) {
-            float g = c * expf(x[j] - m);
+            float g = c * expf(load_in(x + j) - m);
             if (j == tj) g -= dloss;
-            x[j] = g;
+            store_out(x + j, g);
         }
     }
+}
+
+extern "C" __global__ void ROW_BOUNDS ce_backward_in_place_f32(float* logits, const float* rowMax, const float* sumExp,
+                                                    const int* targets, long long rows, int v, int cols,
+                                                    long long start, float dloss) {
+    ce_backward_in_place(logits, rowMax, sumExp, targets, rows, v, cols, start, dloss);
+}
+
+extern "C" __global__ void ROW_BOUNDS ce_backward_in_place_bf16_from_bf16(bf16_t* logits, const float* rowMax,
+                                                                          const float* sumExp, const int* targets,
+                                                                          long long rows, int v, int cols,
+                                                                          long long start, float dloss) {
+    ce_backward_in_place(logits, rowMax, sumExp, targets, rows, v, cols, start, dloss);
 }
 
 // --- optimizer and norms ---

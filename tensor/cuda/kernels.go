@@ -44,6 +44,9 @@ var kernels = []struct {
 	{"ce_row_max_f32", maxRowThreads}, {"ce_sum_exp_f32", maxRowThreads},
 	{"ce_target_logit_f32", elemThreads}, {"ce_loss_f32", elemThreads}, {"ce_backward_f32", maxRowThreads},
 	{"ce_forward_f32", maxRowThreads}, {"ce_backward_in_place_f32", maxRowThreads},
+	{"ce_row_max_f32_from_bf16", maxRowThreads}, {"ce_sum_exp_f32_from_bf16", maxRowThreads},
+	{"ce_target_logit_f32_from_bf16", elemThreads}, {"ce_forward_f32_from_bf16", maxRowThreads},
+	{"ce_backward_in_place_bf16_from_bf16", maxRowThreads}, {"fill_bf16", elemThreads},
 	{"adamw_f32", elemThreads}, {"adamw_multi_f32", elemThreads}, {"sum_multi_f64", elemThreads},
 	{"sum_squares_each_f64", elemThreads}, {"sum_blocks_f64", elemThreads}, {"clip_norm_f64", 1},
 	{"sum_finish_f32", 1},
@@ -180,9 +183,13 @@ func (d *Device) upIDs(ids []int32) (uintptr, bool) {
 
 // --- Fill, Zero, Add, Axpy, Scale ---
 
-// Zero sets every element of t to 0.
+// Zero sets every element of t to 0 (of a bfloat16 t too).
 func (d *Device) Zero(t *tensor.Tensor) {
-	d.own("Fill", t)
+	d.ownAny("Fill", t)
+	if t.DType() != tensor.Float32 {
+		d.Fill(t, 0)
+		return
+	}
 	if t.Len() == 0 {
 		return
 	}
@@ -193,10 +200,10 @@ func (d *Device) Zero(t *tensor.Tensor) {
 	d.fail(d.l.cuErr("cuMemsetD32Async", call(d.l.cu.memsetD32Async, t.Ptr(), 0, uintptr(t.Len()), d.stream)))
 }
 
-// Fill sets every element of t to v.
+// Fill sets every element of t to v (rounded once for a bfloat16 t).
 func (d *Device) Fill(t *tensor.Tensor, v float32) {
-	d.own("Fill", t)
-	d.elementwise("fill_f32", t.Len(), tp(t), f32(v), i64(t.Len()))
+	d.ownAny("Fill", t)
+	d.elementwise(typed("fill", t.DType(), tensor.Float32), t.Len(), tp(t), f32(v), i64(t.Len()))
 }
 
 // Add is out = a + b elementwise.
@@ -584,7 +591,8 @@ func (d *Device) SoftmaxBackward(dinp, dout, out *tensor.Tensor, scale float32) 
 // CrossEntropyRowMax is rowMax[i] = max_j logits[i,j]. logits is (N,V),
 // rowMax is (N).
 func (d *Device) CrossEntropyRowMax(rowMax, logits *tensor.Tensor) {
-	d.own("CrossEntropyRowMax", rowMax, logits)
+	d.own("CrossEntropyRowMax", rowMax)
+	d.ownAny("CrossEntropyRowMax", logits)
 	n := check.CrossEntropyRowMax(rowMax, logits)
 	v := logits.Cols()
 	if n == 0 {
@@ -594,13 +602,14 @@ func (d *Device) CrossEntropyRowMax(rowMax, logits *tensor.Tensor) {
 		return
 	}
 	defer d.leave()
-	d.rowwise("ce_row_max_f32", n, v, tp(rowMax), tp(logits), i64(n), i32(v))
+	d.rowwise(typed("ce_row_max", tensor.Float32, logits.DType()), n, v, tp(rowMax), tp(logits), i64(n), i32(v))
 }
 
 // CrossEntropySumExp is sumExp[i] = sum_j exp(logits[i,j]-rowMax[i]).
 // logits is (N,V), sumExp and rowMax are (N).
 func (d *Device) CrossEntropySumExp(sumExp, logits, rowMax *tensor.Tensor) {
-	d.own("CrossEntropySumExp", sumExp, logits, rowMax)
+	d.own("CrossEntropySumExp", sumExp, rowMax)
+	d.ownAny("CrossEntropySumExp", logits)
 	n := check.CrossEntropySumExp(sumExp, logits, rowMax)
 	v := logits.Cols()
 	if n == 0 {
@@ -610,17 +619,18 @@ func (d *Device) CrossEntropySumExp(sumExp, logits, rowMax *tensor.Tensor) {
 		return
 	}
 	defer d.leave()
-	d.rowwise("ce_sum_exp_f32", n, v, tp(sumExp), tp(logits), tp(rowMax), i64(n), i32(v))
+	d.rowwise(typed("ce_sum_exp", tensor.Float32, logits.DType()), n, v, tp(sumExp), tp(logits), tp(rowMax), i64(n), i32(v))
 }
 
 // CrossEntropyTargetLogit is out[i] = logits[i,targets[i]-vocabStart] for
 // targets in the slice, else 0. logits is (N,V), out and targets are (N).
 func (d *Device) CrossEntropyTargetLogit(out, logits *tensor.Tensor, targets []int32, vocabStart int) {
-	d.own("CrossEntropyTargetLogit", out, logits)
+	d.own("CrossEntropyTargetLogit", out)
+	d.ownAny("CrossEntropyTargetLogit", logits)
 	n := check.CrossEntropyTargetLogit(out, logits, targets)
 	v := logits.Cols()
 	d.withIDs(n == 0, targets, func(p karg) {
-		d.launch("ce_target_logit_f32", d.grid1(n, elemThreads), dim3{elemThreads, 1, 1}, tp(out), tp(logits), p, i64(n), i32(v), i64(vocabStart))
+		d.launch(typed("ce_target_logit", tensor.Float32, logits.DType()), d.grid1(n, elemThreads), dim3{elemThreads, 1, 1}, tp(out), tp(logits), p, i64(n), i32(v), i64(vocabStart))
 	})
 }
 
@@ -649,22 +659,24 @@ func (d *Device) CrossEntropyBackward(dlogits, logits, rowMax, sumExp *tensor.Te
 // rowMax, sumExp and losses as the pieces give them. logits is (N,V);
 // losses, rowMax, sumExp and targets are (N).
 func (d *Device) CrossEntropyForward(losses, rowMax, sumExp, logits *tensor.Tensor, targets []int32) {
-	d.own("CrossEntropyForward", losses, rowMax, sumExp, logits)
+	d.own("CrossEntropyForward", losses, rowMax, sumExp)
+	d.ownAny("CrossEntropyForward", logits)
 	n := check.CrossEntropyForward(losses, rowMax, sumExp, logits, targets)
 	v := logits.Cols()
 	d.withIDs(n == 0, targets, func(p karg) {
-		d.rowwise("ce_forward_f32", n, v, tp(losses), tp(rowMax), tp(sumExp), tp(logits), p, i64(n), i32(v))
+		d.rowwise(typed("ce_forward", tensor.Float32, logits.DType()), n, v, tp(losses), tp(rowMax), tp(sumExp), tp(logits), p, i64(n), i32(v))
 	})
 }
 
 // CrossEntropyBackwardInPlace overwrites logits[:, :cols] with
 // dloss*(softmax(logits) - onehot(targets)), 0 on rows without a target.
 func (d *Device) CrossEntropyBackwardInPlace(logits, rowMax, sumExp *tensor.Tensor, targets []int32, vocabStart, cols int, dloss float32) {
-	d.own("CrossEntropyBackwardInPlace", logits, rowMax, sumExp)
+	d.own("CrossEntropyBackwardInPlace", rowMax, sumExp)
+	d.ownAny("CrossEntropyBackwardInPlace", logits)
 	n := check.CrossEntropyBackwardInPlace(logits, rowMax, sumExp, targets, cols)
 	v := logits.Cols()
 	d.withIDs(n == 0 || cols == 0, targets, func(p karg) {
-		d.rowwise("ce_backward_in_place_f32", n, cols, tp(logits), tp(rowMax), tp(sumExp), p, i64(n), i32(v), i32(cols), i64(vocabStart), f32(dloss))
+		d.rowwise(typed("ce_backward_in_place", logits.DType(), logits.DType()), n, cols, tp(logits), tp(rowMax), tp(sumExp), p, i64(n), i32(v), i32(cols), i64(vocabStart), f32(dloss))
 	})
 }
 

@@ -29,11 +29,11 @@ type linear spec.Linear
 // products are a linear's three GEMMs over n tokens, as the engine calls
 // them: y = x W^T, dx = dy W, dW = dy^T x.
 func (l linear) products(n int) []GemmCount {
-	x, w := half(l.Input), half(l.Weight)
+	x, w, dy := half(l.Input), half(l.Weight), half(l.Grad)
 	return []GemmCount{
 		{GemmShape: tensor.GemmShape{M: n, N: l.Out, K: l.In, TransB: true}, Count: 1, aHalf: x, bHalf: w},
-		{GemmShape: tensor.GemmShape{M: n, N: l.In, K: l.Out}, Count: 1, bHalf: w},
-		{GemmShape: tensor.GemmShape{M: l.Out, N: l.In, K: n, TransA: true}, Count: 1, bHalf: x},
+		{GemmShape: tensor.GemmShape{M: n, N: l.In, K: l.Out}, Count: 1, aHalf: dy, bHalf: w},
+		{GemmShape: tensor.GemmShape{M: l.Out, N: l.In, K: n, TransA: true}, Count: 1, aHalf: dy, bHalf: x},
 	}
 }
 
@@ -122,7 +122,7 @@ func (s shapes) gemms() []GemmCount {
 	switch {
 	case !s.last:
 	case s.gpt:
-		out = append(out, linear{In: int(s.C), Out: int(s.vl), Input: s.lnfOut(), Weight: spec.Compute(s.cfg)}.products(n)...)
+		out = append(out, linear{In: int(s.C), Out: int(s.vl), Input: s.lnfOut(), Weight: spec.Compute(s.cfg), Grad: spec.Logits(s.cfg)}.products(n)...)
 	default:
 		// BERT's head: the pooled mean over the sequence (forward and
 		// backward, as products of B x C by the tokens) and cls.fc1's.

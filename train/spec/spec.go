@@ -58,6 +58,18 @@ func NormOut(cfg config.Config) tensor.DType {
 	return Compute(cfg)
 }
 
+// Logits is what a language model's head stores its logits as, and so
+// their gradient, which the fused classifier writes over them: Compute(cfg)
+// (the loss reads them widened and works in float32; the head's backward
+// products read the bfloat16 gradient as it is). BERT's classifier keeps
+// its two logits in float32.
+func Logits(cfg config.Config) tensor.DType {
+	if !cfg.LM() {
+		return tensor.Float32
+	}
+	return Compute(cfg)
+}
+
 // PositionStd is the initial spread of the position table. As in GPT-2,
 // the other weights and embeddings start N(0, parallel.DefaultStd^2), the
 // residual projections (the attention's and the MLP's output) at ProjStd,
@@ -361,6 +373,10 @@ type Linear struct {
 	// Weight is what the products read of the weight (B forward and for
 	// the input gradient): Compute, its bfloat16 copy at bf16.
 	Weight tensor.DType
+	// Grad is what the gradient of the output is stored as (A of the
+	// input gradient's and of the weight gradient's products): Float32
+	// in the blocks, Logits for an LM head.
+	Grad tensor.DType
 }
 
 // BlockLinears are one block's weight products on tensor-parallel rank 0
