@@ -101,7 +101,7 @@ func NewParallelSelfAttention(dev tensor.Device, tp nccl.Comm, name string, cfg 
 	if err != nil {
 		return nil, err
 	}
-	proj, err := NewRowParallelLinear(dev, tp, name+".c_proj", cfg.Dim, cfg.Dim, LinearOptions{Bias: true, InputIsParallel: true, Seed: cfg.Seed, Std: projStd, SequenceParallel: cfg.SP, From: cfg.From})
+	proj, err := NewRowParallelLinear(dev, tp, name+".c_proj", cfg.Dim, cfg.Dim, LinearOptions{Bias: true, InputIsParallel: true, TransientOut: true, Seed: cfg.Seed, Std: projStd, SequenceParallel: cfg.SP, From: cfg.From})
 	if err != nil {
 		return nil, err
 	}
@@ -134,9 +134,11 @@ func (a *ParallelSelfAttention) Params() []*Param {
 }
 
 // Forward computes self-attention over inp (B,T,C), the same on every rank,
-// and returns (B,T,C), the same on every rank. keyValid, when not nil, is
-// (B*T) with 0 at padding tokens, which no query attends to; it must stay
-// unchanged until Backward.
+// and returns (B,T,C), the same on every rank, in c_proj's output buffer,
+// which the next Forward of an attention sharing its scratch (a Shadow,
+// Block.ShareBuffers) writes over: read it before. keyValid, when not
+// nil, is (B*T) with 0 at padding tokens, which no query attends to; it
+// must stay unchanged until Backward.
 func (a *ParallelSelfAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*tensor.Tensor, error) {
 	b, t, err := batchShape(a.Name, inp, a.dim)
 	if err != nil {

@@ -267,12 +267,13 @@ func (b *prenorm) Backward(dout, dx *tensor.Tensor) error {
 	return b.norm1.Backward(b.dh, dx)
 }
 
-// ShareBuffers makes b use the backward scratch of with, a block of the
-// same shape that never runs at the same time (the blocks of one model
-// run one after the other): the scratch counts once for all the blocks,
-// not once per block. Under full recomputation b also uses with's layers'
-// saved activations, which its Backward makes again. Call it before b's
-// first Forward.
+// ShareBuffers makes b use the scratch of with, a block of the same shape
+// that never runs at the same time (the blocks of one model run one after
+// the other): the backward's scratch and the projections' outputs, which
+// the residual adds read at once (LinearOptions.TransientOut), count once
+// for all the blocks, not once per block. Under full recomputation b also
+// uses with's layers' saved activations, which its Backward makes again.
+// Call it before b's first Forward.
 func (b *Block) ShareBuffers(with *Block) {
 	b.Release()
 	b.blockScratch = with.blockScratch

@@ -54,6 +54,13 @@ type LinearOptions struct {
 
 	// Row-parallel only.
 	InputIsParallel bool // the input is already split along its last dimension (from a column-parallel layer)
+	// TransientOut says the caller reads the output before the layer, or
+	// a layer sharing its scratch (Block.ShareBuffers, a Shadow), runs
+	// Forward again, and Backward never reads it (a block's projections,
+	// whose outputs go straight into the residual add): the output lives
+	// in the scratch instead of the layer's saved buffers, one for all the
+	// blocks instead of one a block.
+	TransientOut bool
 }
 
 func (o LinearOptions) std() float32 {
@@ -425,8 +432,9 @@ type rowSaved struct {
 // rowScratch is what a row-parallel layer's Backward uses and leaves
 // nothing in: the layer and its shadows share it.
 type rowScratch struct {
-	grads buffers
-	dxl   *tensor.Tensor
+	grads     buffers
+	dxl       *tensor.Tensor
+	transient *tensor.Tensor // the output with LinearOptions.TransientOut
 }
 
 // NewRowParallelLinear makes the rank's shard of a linear layer from In to
@@ -475,7 +483,40 @@ func (l *RowParallelLinear) Params() []*Param {
 
 // shape is what decides the layer's buffers (RowSizes).
 func (l *RowParallelLinear) shape() LinearShape {
-	return LinearShape{In: l.In, Out: l.Out, TP: l.g.Size(), SP: l.sp != nil, InputIsParallel: l.opt.InputIsParallel}
+	return LinearShape{In: l.In, Out: l.Out, TP: l.g.Size(), SP: l.sp != nil, InputIsParallel: l.opt.InputIsParallel, TransientOut: l.opt.TransientOut}
+}
+
+// ensure makes the layer's buffers for b x t input tokens: its own and,
+// with TransientOut, the scratch that holds the output.
+func (l *RowParallelLinear) ensure(dev tensor.Device, b, t int) error {
+	if err := l.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return RowSizes(l.shape(), b, t).Saved }, func(get func(string) *tensor.Tensor) {
+		l.out, l.xlBuf = get("out"), get("x_local")
+	}); err != nil {
+		return fmt.Errorf("%s: %w", l.Name, err)
+	}
+	if l.opt.TransientOut {
+		return l.ensureScratch(dev, b, t)
+	}
+	return nil
+}
+
+// ensureScratch makes the layer's scratch for b x t input tokens.
+func (l *RowParallelLinear) ensureScratch(dev tensor.Device, b, t int) error {
+	if err := l.grads.ensure(dev, [2]int{b, t}, func() Buffers { return RowSizes(l.shape(), b, t).Scratch }, func(get func(string) *tensor.Tensor) {
+		l.dxl, l.transient = get("dx_local"), get("out")
+	}); err != nil {
+		return fmt.Errorf("%s: %w", l.Name, err)
+	}
+	return nil
+}
+
+// output is the layer's output buffer: its own, or with TransientOut the
+// scratch's.
+func (l *RowParallelLinear) output() *tensor.Tensor {
+	if l.opt.TransientOut {
+		return l.transient
+	}
+	return l.out
 }
 
 // LocalIn is the number of input features this rank multiplies.
@@ -498,11 +539,10 @@ func (l *RowParallelLinear) Forward(inp *tensor.Tensor) (*tensor.Tensor, error) 
 		return l.forwardSP(inp, b, t)
 	}
 	scatter := !l.opt.InputIsParallel && l.g.Size() > 1
-	if err := l.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return RowSizes(l.shape(), b, t).Saved }, func(get func(string) *tensor.Tensor) {
-		l.out, l.xlBuf = get("out"), get("x_local")
-	}); err != nil {
-		return nil, fmt.Errorf("%s: %w", l.Name, err)
+	if err := l.ensure(dev, b, t); err != nil {
+		return nil, err
 	}
+	out := l.output()
 	l.xl = inp
 	if scatter {
 		if err := l.scatter.Forward(l.xlBuf, inp); err != nil {
@@ -510,14 +550,14 @@ func (l *RowParallelLinear) Forward(inp *tensor.Tensor) (*tensor.Tensor, error) 
 		}
 		l.xl = l.xlBuf
 	}
-	tensor.LinearForward(l.out, l.xl, l.Weight.Operand(), nil)
-	if err := l.gReduce.Forward(l.out); err != nil {
+	tensor.LinearForward(out, l.xl, l.Weight.Operand(), nil)
+	if err := l.gReduce.Forward(out); err != nil {
 		return nil, fmt.Errorf("%s: %w", l.Name, err)
 	}
 	if l.Bias != nil {
-		dev.AddBias(l.out, l.Bias.Data)
+		dev.AddBias(out, l.Bias.Data)
 	}
-	return l.out, nil
+	return out, nil
 }
 
 // Backward accumulates the parameter gradients and, when dinp is not nil,
@@ -527,13 +567,14 @@ func (l *RowParallelLinear) Backward(dout, dinp *tensor.Tensor) error {
 	if l.xl == nil {
 		return fmt.Errorf("%s: Backward before Forward", l.Name)
 	}
-	if dout.Len() != l.out.Len() {
-		return shapeErr(l.Name, "Backward with dout %v after a Forward to %v", dout, l.out)
+	out := l.output()
+	if dout.Len() != out.Len() {
+		return shapeErr(l.Name, "Backward with dout %v after a Forward to %v", dout, out)
 	}
 	if l.sp != nil {
-		return l.backwardSP(dout, dinp)
+		return l.backwardSP(dout.Reshape(out.Shape()...), dinp)
 	}
-	dout = dout.Reshape(l.out.Shape()...)
+	dout = dout.Reshape(out.Shape()...)
 	weightGrad(l.Weight, l.Bias, dout, l.xl)
 	if dinp == nil {
 		return nil
@@ -545,11 +586,8 @@ func (l *RowParallelLinear) Backward(dout, dinp *tensor.Tensor) error {
 		tensor.MatMul(dinp.Reshape(l.xl.Shape()...), dout, l.Weight.Operand(), false, false, 1, 1)
 		return nil
 	}
-	b, t := l.xl.Dim(0), l.xl.Dim(1)
-	if err := l.grads.ensure(dinp.Device(), [2]int{b, t}, func() Buffers { return RowSizes(l.shape(), b, t).Scratch }, func(get func(string) *tensor.Tensor) {
-		l.dxl = get("dx_local")
-	}); err != nil {
-		return fmt.Errorf("%s: %w", l.Name, err)
+	if err := l.ensureScratch(dinp.Device(), l.xl.Dim(0), l.xl.Dim(1)); err != nil {
+		return err
 	}
 	tensor.MatMul(l.dxl, dout, l.Weight.Operand(), false, false, 1, 0)
 	if err := l.scatter.Backward(dinp, l.dxl); err != nil {
@@ -566,24 +604,23 @@ func (l *RowParallelLinear) forwardSP(inp *tensor.Tensor, b, t int) (*tensor.Ten
 	if _, err := l.sp.LocalSeq(l.Name, t); err != nil {
 		return nil, err
 	}
-	if err := l.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return RowSizes(l.shape(), b, t).Saved }, func(get func(string) *tensor.Tensor) {
-		l.out = get("out")
-	}); err != nil {
-		return nil, fmt.Errorf("%s: %w", l.Name, err)
+	if err := l.ensure(dev, b, t); err != nil {
+		return nil, err
 	}
+	out := l.output()
 	l.xl = inp
 	full, err := l.sp.Full(dev, b, t, l.Out)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", l.Name, err)
 	}
 	tensor.LinearForward(full, inp, l.Weight.Operand(), nil)
-	if err := l.sp.ReduceScatter(l.out, full, false); err != nil {
+	if err := l.sp.ReduceScatter(out, full, false); err != nil {
 		return nil, fmt.Errorf("%s: %w", l.Name, err)
 	}
 	if l.Bias != nil {
-		dev.AddBias(l.out, l.Bias.Data)
+		dev.AddBias(out, l.Bias.Data)
 	}
-	return l.out, nil
+	return out, nil
 }
 
 // backwardSP is Backward under sequence parallelism: the output gradient
@@ -591,7 +628,7 @@ func (l *RowParallelLinear) forwardSP(inp *tensor.Tensor, b, t int) (*tensor.Ten
 // gradients are those of the full sequence (the bias's included, so it
 // needs no reduction).
 func (l *RowParallelLinear) backwardSP(dout, dinp *tensor.Tensor) error {
-	full, err := l.sp.Gather(dout.Reshape(l.out.Shape()...))
+	full, err := l.sp.Gather(dout)
 	if err != nil {
 		return fmt.Errorf("%s: %w", l.Name, err)
 	}

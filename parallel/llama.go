@@ -319,7 +319,7 @@ func NewLlamaAttention(dev tensor.Device, tp nccl.Comm, name string, cfg LlamaAt
 	if err != nil {
 		return nil, err
 	}
-	proj, err := NewRowParallelLinear(dev, tp, name+".o_proj", cfg.Dim, cfg.Dim, LinearOptions{InputIsParallel: true, Seed: cfg.Seed, Std: projStd, SequenceParallel: cfg.SP, From: cfg.From})
+	proj, err := NewRowParallelLinear(dev, tp, name+".o_proj", cfg.Dim, cfg.Dim, LinearOptions{InputIsParallel: true, TransientOut: true, Seed: cfg.Seed, Std: projStd, SequenceParallel: cfg.SP, From: cfg.From})
 	if err != nil {
 		return nil, err
 	}
@@ -335,8 +335,10 @@ func (a *LlamaAttention) Params() []*Param { return append(a.QKV.Params(), a.Pro
 func (a *LlamaAttention) group() int { return a.nh / a.nkv }
 
 // Forward computes attention over inp (B,T,C) (this rank's positions
-// under sequence parallelism) and returns the same shape. keyValid, when
-// not nil, is (B*T) with 0 at padding keys.
+// under sequence parallelism) and returns the same shape, in o_proj's
+// output buffer (as ParallelSelfAttention's: read it before the next
+// Forward of an attention sharing the scratch). keyValid, when not nil,
+// is (B*T) with 0 at padding keys.
 func (a *LlamaAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*tensor.Tensor, error) {
 	b, t, err := batchShape(a.Name, inp, a.dim)
 	if err != nil {
@@ -491,7 +493,7 @@ func NewSwiGLUMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name st
 	if err != nil {
 		return nil, err
 	}
-	down, err := NewRowParallelLinear(dev, tp, name+".down_proj", hidden, dim, LinearOptions{InputIsParallel: true, Seed: seed, Std: projStd, SequenceParallel: sp, From: from})
+	down, err := NewRowParallelLinear(dev, tp, name+".down_proj", hidden, dim, LinearOptions{InputIsParallel: true, TransientOut: true, Seed: seed, Std: projStd, SequenceParallel: sp, From: from})
 	if err != nil {
 		return nil, err
 	}
@@ -501,7 +503,8 @@ func NewSwiGLUMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name st
 // Params lists the layer's parameters.
 func (m *SwiGLUMLP) Params() []*Param { return append(m.GateUp.Params(), m.Down.Params()...) }
 
-// Forward maps inp (B,T,C) to (B,T,C).
+// Forward maps inp (B,T,C) to (B,T,C), the output in down_proj's buffer
+// (as ParallelMLP's).
 func (m *SwiGLUMLP) Forward(inp *tensor.Tensor) (*tensor.Tensor, error) {
 	gu, err := m.GateUp.Forward(inp)
 	if err != nil {
@@ -633,11 +636,11 @@ func LlamaBlockSizes(s LlamaBlockShape, b, t int) Sizes {
 	layers.add("input_layernorm.", RMSNormSizes(b, tl, c, norms))
 	layers.add("self_attn.", llamaAttentionCoreSizes(b, t, s.Heads/tp, nkv, hd, s.Recompute == RecomputeSelective, s.FusedAttention, s.Activations))
 	layers.add("self_attn.qkv_proj.", ColumnSizes(LinearShape{In: c, Out: (s.Heads + 2*nkv*tp) * hd, TP: tp, SP: s.SP, OutDType: s.Activations}, b, t))
-	layers.add("self_attn.o_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
+	layers.add("self_attn.o_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true, TransientOut: true}, b, t))
 	layers.add("post_attention_layernorm.", RMSNormSizes(b, tl, c, norms))
 	layers.add("mlp.", swigluCoreSizes(b, t, s.Hidden/tp, s.Activations))
 	layers.add("mlp.gate_up_proj.", ColumnSizes(LinearShape{In: c, Out: 2 * s.Hidden, TP: tp, SP: s.SP, OutDType: s.Activations}, b, t))
-	layers.add("mlp.down_proj.", RowSizes(LinearShape{In: s.Hidden, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
+	layers.add("mlp.down_proj.", RowSizes(LinearShape{In: s.Hidden, Out: c, TP: tp, SP: s.SP, InputIsParallel: true, TransientOut: true}, b, t))
 	if full {
 		layers = Sizes{Scratch: append(layers.Saved, layers.Scratch...)}
 	}

@@ -61,7 +61,7 @@ func newParallelMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name 
 	if err != nil {
 		return nil, err
 	}
-	proj, err := NewRowParallelLinear(dev, tp, name+".c_proj", hidden, dim, LinearOptions{Bias: true, InputIsParallel: true, Seed: seed, Std: projStd, SequenceParallel: sp, From: from})
+	proj, err := NewRowParallelLinear(dev, tp, name+".c_proj", hidden, dim, LinearOptions{Bias: true, InputIsParallel: true, TransientOut: true, Seed: seed, Std: projStd, SequenceParallel: sp, From: from})
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +71,9 @@ func newParallelMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name 
 // Params lists the layer's parameters.
 func (m *ParallelMLP) Params() []*Param { return append(m.FC.Params(), m.Proj.Params()...) }
 
-// Forward maps inp (B,T,C) to (B,T,C), both the same on every rank.
+// Forward maps inp (B,T,C) to (B,T,C), both the same on every rank, the
+// output in c_proj's buffer, which the next Forward of an MLP sharing its
+// scratch writes over (as the attention's).
 func (m *ParallelMLP) Forward(inp *tensor.Tensor) (*tensor.Tensor, error) {
 	pre, err := m.FC.Forward(inp)
 	if err != nil {

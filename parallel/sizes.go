@@ -147,6 +147,7 @@ type LinearShape struct {
 	GatherOutput    bool         // column-parallel only
 	OutDType        tensor.DType // column-parallel only: LinearOptions.OutDType
 	InputIsParallel bool         // row-parallel only
+	TransientOut    bool         // row-parallel only: LinearOptions.TransientOut
 }
 
 func (s LinearShape) tp() int { return max(s.TP, 1) }
@@ -178,11 +179,17 @@ func ColumnSizes(s LinearShape, b, t int) Sizes {
 
 // RowSizes are a RowParallelLinear's buffers for b x t input tokens. Saved:
 // out (b,t,Out), under sequence parallelism this rank's (b,t/tp,Out)
-// positions; when the layer cuts its own slice of a full input
-// (InputIsParallel not set, tp > 1) that slice x_local (b,t,In/tp), with
-// its gradient dx_local (b,t,In/tp) as Backward's scratch.
+// positions, Scratch with TransientOut; when the layer cuts its own slice
+// of a full input (InputIsParallel not set, tp > 1) that slice x_local
+// (b,t,In/tp), with its gradient dx_local (b,t,In/tp) as Backward's
+// scratch.
 func RowSizes(s LinearShape, b, t int) Sizes {
 	tp := s.tp()
+	if s.TransientOut {
+		s.TransientOut = false
+		z := RowSizes(s, b, t)
+		return Sizes{Saved: z.Saved[1:], Scratch: append(Buffers{z.Saved[0]}, z.Scratch...)}
+	}
 	if s.SP {
 		return Sizes{Saved: Buffers{buf("out", b, t/tp, s.Out)}}
 	}
@@ -328,11 +335,11 @@ func BlockSizes(s BlockShape, b, t int) Sizes {
 	layers.add("ln_1.", LayerNormSizes(b, tl, c, norms))
 	layers.add("attn.", attentionCoreSizes(b, t, s.Heads/tp, c/tp, s.Recompute == RecomputeSelective, s.FusedAttention, s.Activations))
 	layers.add("attn.c_attn.", ColumnSizes(LinearShape{In: c, Out: 3 * c, TP: tp, SP: s.SP, OutDType: s.Activations}, b, t))
-	layers.add("attn.c_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
+	layers.add("attn.c_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true, TransientOut: true}, b, t))
 	layers.add("ln_2.", LayerNormSizes(b, tl, c, norms))
 	layers.add("mlp.", mlpCoreSizes(b, t, hidden/tp, s.Activations))
 	layers.add("mlp.c_fc.", ColumnSizes(LinearShape{In: c, Out: hidden, TP: tp, SP: s.SP, OutDType: s.Activations}, b, t))
-	layers.add("mlp.c_proj.", RowSizes(LinearShape{In: hidden, Out: c, TP: tp, SP: s.SP, InputIsParallel: true}, b, t))
+	layers.add("mlp.c_proj.", RowSizes(LinearShape{In: hidden, Out: c, TP: tp, SP: s.SP, InputIsParallel: true, TransientOut: true}, b, t))
 	if full {
 		layers = Sizes{Scratch: append(layers.Saved, layers.Scratch...)}
 	}

@@ -77,10 +77,10 @@ func (pl *Plan) WriteText(w io.Writer, sug []Suggestion) error {
 	if pl.Recompute != "" {
 		rc = "(recompute " + pl.Recompute + ")"
 	}
-	act := fmt.Sprintf("%s saved a block x %d blocks, %s of backward scratch shared by them, %s %s", bytesIEC(m.SavedPerBlock), pl.Layers, bytesIEC(m.ActivationsPerBlock-m.SavedPerBlock), split, rc)
+	act := fmt.Sprintf("%s saved a block x %d blocks, %s of scratch shared by them, %s %s", bytesIEC(m.SavedPerBlock), pl.Layers, bytesIEC(m.ActivationsPerBlock-m.SavedPerBlock), split, rc)
 	for _, st := range pl.Stages {
 		if st.Memory == m {
-			act = fmt.Sprintf("stage %d's %d blocks: %s saved a block for each of %d micro-batches in flight, %s of backward scratch, %s %s",
+			act = fmt.Sprintf("stage %d's %d blocks: %s saved a block for each of %d micro-batches in flight, %s of scratch, %s %s",
 				st.Stage, st.Blocks, bytesIEC(m.SavedPerBlock), st.InFlight, bytesIEC(m.ActivationsPerBlock-m.SavedPerBlock), split, rc)
 			break
 		}

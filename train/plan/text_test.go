@@ -106,7 +106,7 @@ func TestWriteText(t *testing.T) {
 			}
 		}
 	}
-	p, r := planOf(t, "bert-large", "v100-16", func(c *config.Config) { c.NTasks, c.TP = 4, 1 })
+	p, r := planOf(t, "bert-large", "v100-16", func(c *config.Config) { c.NTasks, c.TP, c.BatchSize = 4, 1, 10 })
 	sug := Suggest(r)
 	var b bytes.Buffer
 	p.WriteText(&b, sug)
@@ -132,7 +132,7 @@ func TestPredict(t *testing.T) {
 	if err != nil || !p.Fits || sug != nil || !strings.Contains(strings.Join(p.Notes, " "), "vocab: at most 30522, the WordPiece vocabulary") {
 		t.Errorf("tiny: %v, fits %v, %v, notes %q", err, p.Fits, sug, p.Notes)
 	}
-	_, r = planOf(t, "bert-large", "v100-16", func(c *config.Config) { c.NTasks, c.TP = 4, 1 })
+	_, r = planOf(t, "bert-large", "v100-16", func(c *config.Config) { c.NTasks, c.TP, c.BatchSize = 4, 1, 10 })
 	p, sug, err = Predict(r, true)
 	if err != nil || p.Fits || len(sug) == 0 || len(sug) != len(Suggest(r)) {
 		t.Errorf("bert-large on a V100: %v, fits %v, %d suggestions", err, p.Fits, len(sug))
