@@ -22,7 +22,7 @@ type Group struct {
 	dev   tensor.Device // the device whose tensors it moves (nil: each tensor's own)
 	stage [2][]float32  // host staging for devices whose memory is not host memory
 	alias []float32     // the input of an in-place gather or scatter, copied
-	words [2][]float32  // bfloat16 elements packed two a float32 word (allGatherHalf, allReduceHalf)
+	words [2][]float32  // bfloat16 elements packed two a float32 word (allGatherHalf, allReduceHalf, reduceScatterHalf)
 }
 
 // NewGroup wraps c (nil: the group of one rank, as is a nil *Group).
@@ -234,37 +234,86 @@ func (g *Group) allReduceHalf(t *tensor.Tensor, op nccl.Op) error {
 	buf := grow(&g.words[0], (n+1)/2)
 	h := g.loadHalves(buf, t)
 	if op == nccl.Avg {
-		scale := float32(1 / float64(g.Size()))
-		for i, v := range h[:n] {
-			h[i] = tensor.BF16FromFloat32(tensor.Float32FromBF16(v) * scale)
-		}
+		g.scaleHalves(h[:n])
 	}
 	if err := g.comm.AllReduce(buf, nccl.SumBF16); err != nil {
 		return err
 	}
-	if t.Buffer().HostBF16() != nil {
-		copy(t.HostBF16(), h[:n])
-		return nil
-	}
-	wide := grow(&g.stage[0], n)
-	tensor.WidenBF16(wide, h[:n])
-	t.Device().CopyFromHost(t, wide)
+	g.storeHalves(t, h[:n])
 	return nil
+}
+
+// reduceScatterHalf is ReduceScatter of bfloat16 tensors through the host
+// collectives: each rank's block of in packed two a word (an odd block
+// padded with a zero, so that every block starts a word) and summed by
+// nccl.SumBF16, an average pre-multiplied as allReduceHalf's, so the wire
+// carries 2 bytes an element and every step's sum is rounded as NCCL's.
+func (g *Group) reduceScatterHalf(out, in *tensor.Tensor, op nccl.Op) error {
+	if op != nccl.Sum && op != nccl.Avg {
+		return fmt.Errorf("parallel: a bfloat16 reduce-scatter sums or averages, not %v", op)
+	}
+	n, size := out.Len(), g.Size()
+	w := (n + 1) / 2 // words a rank
+	send := grow(&g.words[0], size*w)
+	sh := g.loadBlocks(send, in, size)
+	if op == nccl.Avg {
+		g.scaleHalves(sh)
+	}
+	recv := grow(&g.words[1], w)
+	if err := g.comm.ReduceScatter(send, recv, nccl.SumBF16); err != nil {
+		return err
+	}
+	g.storeHalves(out, halves(recv)[:n])
+	return nil
+}
+
+// scaleHalves multiplies each bfloat16 element of h by 1/Size(), rounding
+// (the pre-multiplication of an average, as NCCL's PreMulSum).
+func (g *Group) scaleHalves(h []uint16) {
+	scale := float32(1 / float64(g.Size()))
+	for i, v := range h {
+		h[i] = tensor.BF16FromFloat32(tensor.Float32FromBF16(v) * scale)
+	}
+}
+
+// storeHalves writes the bfloat16 elements h into t (t.Len() of them).
+func (g *Group) storeHalves(t *tensor.Tensor, h []uint16) {
+	if t.Buffer().HostBF16() != nil {
+		copy(t.HostBF16(), h)
+		return
+	}
+	wide := grow(&g.stage[1], len(h))
+	tensor.WidenBF16(wide, h)
+	t.Device().CopyFromHost(t, wide)
 }
 
 // loadHalves packs t's bfloat16 elements two a word into words ((t.Len()+1)/2
 // of them, an odd count's last half zero) and returns words as halves.
 func (g *Group) loadHalves(words []float32, t *tensor.Tensor) []uint16 {
-	h, n := halves(words), t.Len()
-	if t.Buffer().HostBF16() != nil {
-		copy(h, t.HostBF16())
-	} else {
-		wide := grow(&g.stage[0], n)
+	return g.loadBlocks(words, t, 1)
+}
+
+// loadBlocks packs t's bfloat16 elements, cut into blocks equal blocks,
+// into words, each block from a word of its own ((n+1)/2 words for n
+// elements, an odd block's last half zero), and returns words as halves.
+func (g *Group) loadBlocks(words []float32, t *tensor.Tensor, blocks int) []uint16 {
+	h, n := halves(words), t.Len()/blocks
+	w := (n + 1) / 2
+	var wide []float32
+	if t.Buffer().HostBF16() == nil {
+		wide = grow(&g.stage[0], t.Len())
 		t.Device().CopyToHost(wide, t)
-		tensor.RoundBF16(h, wide) // exact: the values are bfloat16
 	}
-	if n%2 == 1 {
-		h[n] = 0
+	for r := range blocks {
+		dst := h[2*r*w : 2*r*w+n]
+		if wide != nil {
+			tensor.RoundBF16(dst, wide[r*n:(r+1)*n]) // exact: the values are bfloat16
+		} else {
+			copy(dst, t.HostBF16()[r*n:(r+1)*n])
+		}
+		if n%2 == 1 {
+			h[2*r*w+n] = 0
+		}
 	}
 	return h
 }
@@ -287,7 +336,9 @@ func halves(words []float32) []uint16 {
 
 // ReduceScatter reduces in (Size()*out.Len() elements) over the group and
 // leaves block Rank() of the result in out. out may be that block of in
-// (NCCL's in-place reduce-scatter).
+// (NCCL's in-place reduce-scatter). Bfloat16 tensors are summed or
+// averaged in bfloat16 (NCCL's bf16 on a GPU; through the host
+// collectives packed two a word, nccl.SumBF16).
 func (g *Group) ReduceScatter(out, in *tensor.Tensor, op nccl.Op) error {
 	if g.Size() == 1 {
 		if out.Buffer() != in.Buffer() || out.Offset() != in.Offset() {
@@ -295,8 +346,14 @@ func (g *Group) ReduceScatter(out, in *tensor.Tensor, op nccl.Op) error {
 		}
 		return nil
 	}
+	if in.DType() != out.DType() {
+		return fmt.Errorf("parallel: reduce-scatter of a %v tensor into a %v one", in.DType(), out.DType())
+	}
 	if dc, stream, ok := g.onDevice(in, out); ok {
-		return dc.ReduceScatterDevice(in.Ptr(), out.Ptr(), out.Len(), nccl.Float32, op, stream)
+		return dc.ReduceScatterDevice(in.Ptr(), out.Ptr(), out.Len(), ncclType(in.DType()), op, stream)
+	}
+	if in.DType() == tensor.BFloat16 {
+		return g.reduceScatterHalf(out, in, op)
 	}
 	src := g.source(in, out)
 	dst, dstStaged := g.host(out, 1)

@@ -220,6 +220,71 @@ func TestGroupAllGatherBF16(t *testing.T) {
 // (averages: each term scaled by 1/n first, as NCCL's), carries 2 bytes
 // an element (padded to an even count), and refuses a reduction other
 // than sum or average.
+// TestGroupReduceScatterBF16 reduce-scatters bfloat16 tensors of odd
+// blocks (each block packed from a word of its own) on in-process ranks:
+// each rank's block is the rank-order sum rounded at every step (the
+// average's terms scaled by 1/n and rounded first), from the definition,
+// in place too; 2 bytes an element move (an odd block padded); Max and a
+// float32 out are refused.
+func TestGroupReduceScatterBF16(t *testing.T) {
+	const n, ranks = 5, 3 // elements a block
+	err := nccl.RunInProcess(ranks, func(c nccl.Comm) error {
+		dev := tensor.NewCPU()
+		g := NewDeviceGroup(c, dev)
+		// Element i of rank r: 1 + r*2^-8 (ties between bfloat16
+		// neighbours, so the rounded sum differs from the exact one)
+		// scaled by i%7+1 and rounded, different in every block.
+		round := func(f float32) float32 { return tensor.Float32FromBF16(tensor.BF16FromFloat32(f)) }
+		value := func(r, i int) float32 { return round((1 + float32(r)/256) * float32(i%7+1)) }
+		host := make([]float32, ranks*n)
+		for i := range host {
+			host[i] = value(c.Rank(), i)
+		}
+		want := func(i int, scale float32) float32 {
+			acc := round(value(0, i) * scale)
+			for r := 1; r < ranks; r++ {
+				acc = round(acc + round(value(r, i)*scale))
+			}
+			return acc
+		}
+		in, _ := dev.AllocAs(tensor.BFloat16, ranks*n)
+		out, _ := dev.AllocAs(tensor.BFloat16, n)
+		mine := in.View(c.Rank()*n, n)
+		for _, tc := range []struct {
+			op    nccl.Op
+			scale float32
+			out   *tensor.Tensor
+		}{{nccl.Sum, 1, out}, {nccl.Avg, float32(1.0 / ranks), out}, {nccl.Sum, 1, mine}} {
+			dev.CopyFromHost(in, host)
+			before := c.Stats().ReduceScatter.Bytes
+			if err := g.ReduceScatter(tc.out, in, tc.op); err != nil {
+				return err
+			}
+			if got := c.Stats().ReduceScatter.Bytes - before; got != (n+1)*2 {
+				t.Errorf("rank %d: the reduce-scatter moved %d bytes, want %d (2 an element, padded)", c.Rank(), got, (n+1)*2)
+			}
+			got := make([]float32, n)
+			dev.CopyToHost(got, tc.out)
+			for i := range got {
+				if w := want(c.Rank()*n+i, tc.scale); got[i] != w {
+					t.Errorf("rank %d, %v (in place %v): element %d is %v, want %v", c.Rank(), tc.op, tc.out == mine, i, got[i], w)
+				}
+			}
+		}
+		if err := g.ReduceScatter(out, in, nccl.Max); err == nil {
+			t.Errorf("rank %d: a bfloat16 max reduce-scatter: no error", c.Rank())
+		}
+		wide, _ := dev.Alloc(n)
+		if err := g.ReduceScatter(wide, in, nccl.Sum); err == nil {
+			t.Errorf("rank %d: a bfloat16 reduce-scatter into a float32 tensor: no error", c.Rank())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestGroupAllReduceBF16(t *testing.T) {
 	const n, ranks = 5, 3
 	err := nccl.RunInProcess(ranks, func(c nccl.Comm) error {

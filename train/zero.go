@@ -46,7 +46,9 @@ import (
 // (BlockShard) in place and all-gathers nothing after the update: the
 // set gathers each block before it runs. Under hybrid sharding dp is
 // ZeRO's group of the data-parallel ranks (parallel.Mesh.ZeroShard), and
-// each reduce-scattered range is averaged over the replicas.
+// each reduce-scattered range is averaged over the replicas. Under
+// grad_reduce bf16 (ReduceInBF16) the reduce-scatters, and the replicas'
+// averages, carry bfloat16.
 type ZeRO struct {
 	*AdamW // hyperparameters and the step count; it holds no moments
 
@@ -58,6 +60,9 @@ type ZeRO struct {
 	firsts      []int            // where each range starts in its gradient
 	buckets     []zeroBucket
 	flat, shard *tensor.Tensor // a packed bucket, padded, and this rank's range of it (nil: no bucket is packed)
+	// flatHalf and shardHalf are the largest bucket, padded, rounded to
+	// bfloat16, and its range, under grad_reduce bf16 (nil: float32).
+	flatHalf, shardHalf *tensor.Tensor
 	norm        *gradNorm      // over this rank's ranges: summed over dp, then tp
 	blockBucket []int          // ZeRO-2 and 3: the bucket of each block of the stage
 	set         *parallel.ParamSet
@@ -273,7 +278,7 @@ func (z *ZeRO) Close() {
 		}
 	}
 	z.buckets = nil
-	for _, t := range []**tensor.Tensor{&z.flat, &z.shard} {
+	for _, t := range []**tensor.Tensor{&z.flat, &z.shard, &z.flatHalf, &z.shardHalf} {
 		if *t != nil {
 			z.dev.Free(*t)
 			*t = nil
@@ -350,11 +355,19 @@ func (z *ZeRO) reduceBlock(l int) error {
 	if !b.fresh {
 		dst = z.shard.View(0, b.per)
 	}
-	if err := z.dp.ReduceScatter(dst, b.blockFlat, nccl.Avg); err != nil {
-		return fmt.Errorf("zero gradient reduce-scatter (block %d): %w", l, err)
-	}
-	if err := z.overReplicas(dst); err != nil {
-		return fmt.Errorf("zero gradient all-reduce over the replicas (block %d): %w", l, err)
+	if z.flatHalf != nil {
+		shard, err := z.reduceHalf(b, func(flat *tensor.Tensor) { z.dev.Copy(flat, b.blockFlat) })
+		if err != nil {
+			return fmt.Errorf("zero gradient reduce-scatter (block %d): %w", l, err)
+		}
+		z.dev.Copy(dst, shard)
+	} else {
+		if err := z.dp.ReduceScatter(dst, b.blockFlat, nccl.Avg); err != nil {
+			return fmt.Errorf("zero gradient reduce-scatter (block %d): %w", l, err)
+		}
+		if err := z.overReplicas(dst); err != nil {
+			return fmt.Errorf("zero gradient all-reduce over the replicas (block %d): %w", l, err)
+		}
 	}
 	if !b.fresh {
 		z.dev.Add(b.grad, b.grad, dst)
@@ -382,6 +395,16 @@ func (z *ZeRO) allGather() error {
 // the gradients; or, in place, averages the gradient's range where it is.
 func (z *ZeRO) reduceScatterBucket(b *zeroBucket) error {
 	size := z.dp.Size()
+	if z.flatHalf != nil {
+		shard, err := z.reduceHalf(b, func(flat *tensor.Tensor) { z.pack(flat, b) })
+		if err != nil {
+			return err
+		}
+		for _, s := range b.segs {
+			z.dev.Copy(z.params[s.idx].Grad.View(s.pOff, s.n), shard.View(s.sOff, s.n))
+		}
+		return nil
+	}
 	if b.inPlace(size) {
 		g := b.params[0].Grad
 		mine := g.View(z.dp.Rank()*b.per, b.per)
@@ -391,14 +414,7 @@ func (z *ZeRO) reduceScatterBucket(b *zeroBucket) error {
 		return z.overReplicas(mine)
 	}
 	flat, shard := z.flat.View(0, b.per*size), z.shard.View(0, b.per)
-	off := 0
-	for _, p := range b.params {
-		z.dev.Copy(flat.View(off, p.Grad.Len()), p.Grad)
-		off += p.Grad.Len()
-	}
-	if off < flat.Len() {
-		z.dev.Zero(flat.View(off, flat.Len()-off))
-	}
+	z.pack(flat, b)
 	if err := z.dp.ReduceScatter(shard, flat, nccl.Avg); err != nil {
 		return err
 	}
@@ -409,6 +425,60 @@ func (z *ZeRO) reduceScatterBucket(b *zeroBucket) error {
 		z.dev.Copy(z.params[s.idx].Grad.View(s.pOff, s.n), shard.View(s.sOff, s.n))
 	}
 	return nil
+}
+
+// pack copies b's gradients one after the other into flat (b.per*dp
+// elements, float32 or bfloat16: rounded), the padding zeroed.
+func (z *ZeRO) pack(flat *tensor.Tensor, b *zeroBucket) {
+	off := 0
+	for _, p := range b.params {
+		z.dev.Copy(flat.View(off, p.Grad.Len()), p.Grad)
+		off += p.Grad.Len()
+	}
+	if off < flat.Len() {
+		z.dev.Zero(flat.View(off, flat.Len()-off))
+	}
+}
+
+// ReduceInBF16 makes the gradients' reduce-scatters carry bfloat16
+// (grad_reduce bf16, as Megatron-LM's distributed optimizer with
+// --grad-reduce-in-bf16): each bucket rounded into a bfloat16 buffer,
+// averaged over the DP group (and the replicas) in bfloat16 into its
+// range, widened into the float32 range the update reads.
+func (z *ZeRO) ReduceInBF16() error {
+	if z.flatHalf != nil {
+		return nil
+	}
+	size, flat, per := z.dp.Size(), 0, 0
+	for _, b := range z.buckets {
+		flat, per = max(flat, b.per*size), max(per, b.per)
+	}
+	var err error
+	if z.flatHalf, err = z.dev.AllocAs(tensor.BFloat16, flat); err != nil {
+		return fmt.Errorf("zero bf16 bucket: %w", err)
+	}
+	if z.shardHalf, err = z.dev.AllocAs(tensor.BFloat16, per); err != nil {
+		z.dev.Free(z.flatHalf)
+		z.flatHalf = nil
+		return fmt.Errorf("zero bf16 bucket: %w", err)
+	}
+	return nil
+}
+
+// reduceHalf averages bucket b in bfloat16 over the DP group and the
+// replicas: pack writes its float32 gradients, padded, into the bfloat16
+// bucket (rounding them); it returns this rank's range (b.per bfloat16
+// elements).
+func (z *ZeRO) reduceHalf(b *zeroBucket, pack func(flat *tensor.Tensor)) (*tensor.Tensor, error) {
+	flat, shard := z.flatHalf.View(0, b.per*z.dp.Size()), z.shardHalf.View(0, b.per)
+	pack(flat)
+	if err := z.dp.ReduceScatter(shard, flat, nccl.Avg); err != nil {
+		return nil, err
+	}
+	if err := z.overReplicas(shard); err != nil {
+		return nil, err
+	}
+	return shard, nil
 }
 
 // allGatherBucket packs this rank's updated range of b's parameters,
@@ -515,6 +585,12 @@ func newOptimZeRO(cfg config.Config, m model, dev tensor.Device, mesh *parallel.
 	}
 	if mesh.ZeroReplicas != nil {
 		z.replicas = parallel.NewDeviceGroup(mesh.ZeroReplicas, dev)
+	}
+	if cfg.GradReduceBF16() {
+		if err := z.ReduceInBF16(); err != nil {
+			z.Close()
+			return nil, err
+		}
 	}
 	if ok && t.blockGrads != nil {
 		t.blockGrads.reduce = z.reduceBlock

@@ -165,7 +165,8 @@ func TestGPUZeROTwoRanksMatchesCPU(t *testing.T) {
 // the measured spread of another summation order at bf16
 // (curveTolerance, as TestBF16Layouts), and the bf16 curve is not the
 // fp32 one; with grad_reduce bf16 (NCCL's bf16 average) the curve moves
-// off replicated dp2's, within 1%.
+// off replicated dp2's, within 1%, and ZeRO-1 and -3 reducing in bf16
+// follow that curve within the spread.
 func TestGPUBF16ZeROTwoRanks(t *testing.T) {
 	needTwoGPUs(t)
 	cfg, ds := gptConfig(t, 2, 1)
@@ -196,6 +197,13 @@ func TestGPUBF16ZeROTwoRanks(t *testing.T) {
 		t.Errorf("the bf16 gradient all-reduce on the GPUs gives the fp32 one's curve bit for bit")
 	}
 	closeCurve(t, "cuda bf16 dp2 grad_reduce bf16", got, "dp2", want, 0.01)
+	// ZeRO's reduce-scatters in bfloat16 (NCCL's bf16 average): the bf16
+	// all-reduce's curve, the same rounded terms summed.
+	for _, zero := range []int{1, 3} {
+		c := half
+		c.Zero = zero
+		closeCurve(t, fmt.Sprintf("cuda bf16 dp2 ZeRO-%d grad_reduce bf16", zero), runGPURanks(t, c, ds, t.TempDir(), ""), "dp2 grad_reduce bf16", got, tol)
+	}
 }
 
 // needTwoGPUs skips the test without CUDA, NCCL or two GPUs.

@@ -110,10 +110,10 @@ type Config struct {
 	// (the (T,T) probabilities in memory, as on the CPU).
 	Attention string `toml:"attention,omitempty" json:"attention,omitempty"`
 	// GradReduce is the data type of the data-parallel gradient
-	// all-reduce: fp32 ("": the gradients as accumulated) or bf16 (at
-	// --precision bf16, without ZeRO: each bucket rounded to bfloat16,
-	// summed in bfloat16 and widened back, half the bytes on the wire, as
-	// Megatron-LM's --grad-reduce-in-bf16).
+	// reduction: fp32 ("": the gradients as accumulated) or bf16 (at
+	// --precision bf16: each bucket rounded to bfloat16, all-reduced, or
+	// under ZeRO reduce-scattered, in bfloat16 and widened back, half the
+	// bytes on the wire, as Megatron-LM's --grad-reduce-in-bf16).
 	GradReduce string `toml:"grad_reduce,omitempty" json:"grad_reduce,omitempty"`
 }
 
@@ -261,8 +261,6 @@ func (c Config) Validate() error {
 		bad("grad_reduce %q: use fp32 or bf16", c.GradReduce)
 	case c.GradReduceBF16() && c.Precision != "bf16":
 		bad("grad_reduce bf16 goes with precision bf16 (now %s): set --precision bf16 or --grad-reduce fp32", c.Precision)
-	case c.GradReduceBF16() && c.Zero > 0:
-		bad("grad_reduce bf16 goes with zero 0: ZeRO's reduce-scatters carry fp32; set --zero 0 or --grad-reduce fp32")
 	}
 	if c.Arch == "hf" && c.RecomputeMode() != parallel.RecomputeNone {
 		bad("recompute %s: arch hf recomputes nothing (its post-LN layers are not parallel.Block)", c.Recompute)
@@ -614,7 +612,7 @@ func (c Config) ZeroShards(ranksPerNode int) (int, error) {
 	return n, nil
 }
 
-// GradReduceBF16 says the data-parallel gradient all-reduce carries
+// GradReduceBF16 says the data-parallel gradient reduction carries
 // bfloat16 (grad_reduce bf16).
 func (c Config) GradReduceBF16() bool { return c.GradReduce == "bf16" }
 

@@ -6,8 +6,8 @@ import (
 )
 
 // TestGradReduce: fp32 and bf16 are accepted (bf16 at precision bf16,
-// without ZeRO), anything else refused with one line that says what to
-// change.
+// with or without ZeRO), anything else refused with one line that says
+// what to change.
 func TestGradReduce(t *testing.T) {
 	for _, c := range []struct {
 		value, precision string
@@ -17,7 +17,7 @@ func TestGradReduce(t *testing.T) {
 		{"", "fp32", 0, ""}, {"fp32", "bf16", 1, ""}, {"bf16", "bf16", 0, ""},
 		{"fp16", "bf16", 0, "use fp32 or bf16"},
 		{"bf16", "fp32", 0, "--precision bf16"},
-		{"bf16", "bf16", 1, "--zero 0"},
+		{"bf16", "bf16", 1, ""}, {"bf16", "bf16", 3, ""},
 	} {
 		cfg := DefaultConfig()
 		cfg.GradReduce, cfg.Precision, cfg.Zero, cfg.NTasks = c.value, c.precision, c.zero, 2

@@ -189,7 +189,8 @@ type Memory struct {
 	// all-reduce packs buckets into (dp > 1, when a bucket holds more than
 	// one gradient, or every bucket as bfloat16 under grad_reduce bf16;
 	// with ZeRO the biggest bucket that is packed, padded, and its 1/dp
-	// range, and four scalars on a GPU).
+	// range, and four scalars on a GPU; under grad_reduce bf16 also the
+	// biggest bucket, padded, and its range in bfloat16).
 	GradBucket int64 `json:"grad_bucket"`
 	// EnginePeak is what the engine's accounting (tensor.MemStats.Peak,
 	// mem_peak_bytes in the metrics) counts: everything above.
@@ -197,8 +198,9 @@ type Memory struct {
 	// CommBuffers are the communication library's own buffers (NCCL's per
 	// communicator on a GPU; on the CPU, whose collectives work in the
 	// tensors' own memory, only the host staging of bfloat16 packed two a
-	// word: the dp bucket under grad_reduce bf16, sequence parallelism's
-	// gathers of bf16 norm outputs). A GPU over the host collectives
+	// word: the dp bucket under grad_reduce bf16, or with ZeRO its
+	// reduce-scatter's ranges, sequence parallelism's gathers of bf16 norm
+	// outputs). A GPU over the host collectives
 	// (--comm tcp) stages more, uncounted, and pads a bf16 bucket's odd
 	// element, which DPBytes does not count there.
 	CommBuffers int64 `json:"comm_buffers"`
@@ -705,6 +707,12 @@ func (s shapes) memory(dev Device) Memory {
 			}
 		}
 		m.GradBucket = (packed + max(packed/s.zdp, staged)) * f32
+		if s.cfg.GradReduceBF16() {
+			// train.ZeRO.ReduceInBF16: the largest bucket, padded, rounded
+			// to bfloat16, and its range.
+			_, biggest, _ := s.zeroSizes()
+			m.GradBucket += 2 * (biggest + biggest/s.zdp)
+		}
 	case s.dp > 1 && s.cfg.GradReduceBF16():
 		// Every bucket rounded into a bfloat16 buffer.
 		m.GradBucket = bucket * 2
@@ -753,7 +761,17 @@ func (s shapes) memory(dev Device) Memory {
 		// bfloat16 norm outputs (this rank's (B,T/tp,C) and the tp
 		// gathered).
 		words := func(n int64) int64 { return (n + 1) / 2 * f32 }
-		if s.dp > 1 && s.cfg.GradReduceBF16() {
+		switch {
+		case s.zero && s.cfg.GradReduceBF16():
+			// The reduce-scatter's every range, each from a word of its
+			// own, and the range it leaves; under hybrid sharding the
+			// replicas' all-reduce of that range.
+			_, biggest, _ := s.zeroSizes()
+			m.CommBuffers += (s.zdp + 1) * words(biggest/s.zdp)
+			if s.dp > s.zdp {
+				m.CommBuffers += words(biggest / s.zdp)
+			}
+		case s.dp > 1 && s.cfg.GradReduceBF16():
 			m.CommBuffers += words(bucket)
 		}
 		if s.sp && spec.NormOut(s.cfg) == tensor.BFloat16 {
@@ -996,21 +1014,33 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 			// is then averaged over the replicas.
 			zh := half(float64(s.zdp)) * f32
 			_, _, padded := s.zeroSizes()
-			rs, ag := float64(padded), float64(padded)
+			// rangeWords is a reduce-scattered range of n gradients in
+			// float32 words: n, or under grad_reduce bf16 2 bytes an
+			// element (through the host packed two a word, an odd range
+			// padded).
+			rangeWords := func(n int64) float64 {
+				switch {
+				case !s.cfg.GradReduceBF16():
+					return float64(n)
+				case dev.CUDA:
+					return float64(n) / 2
+				}
+				return float64((n + 1) / 2)
+			}
+			rs, ag := 0.0, float64(padded)
 			calls := buckets // reduce-scatters
 			n = 2*buckets + 2
-			if s.zero2 {
-				for _, b := range s.buckets {
-					if !b.Block {
-						continue
-					}
-					bp := float64((b.Elems + s.zdp - 1) / s.zdp * s.zdp)
-					rs += (accum - 1) * bp
-					n, calls = n+int(accum)-1, calls+int(accum)-1
-					if s.zero3 {
-						ag += (2*accum - 1) * bp
-						n += 2*int(accum) - 1
-					}
+			for _, b := range s.buckets {
+				per := (b.Elems + s.zdp - 1) / s.zdp
+				rs += float64(s.zdp) * rangeWords(per)
+				if !s.zero2 || !b.Block {
+					continue
+				}
+				rs += (accum - 1) * float64(s.zdp) * rangeWords(per)
+				n, calls = n+int(accum)-1, calls+int(accum)-1
+				if s.zero3 {
+					ag += (2*accum - 1) * float64(per*s.zdp)
+					n += 2*int(accum) - 1
 				}
 			}
 			norm := float64(s.zdp * 2 * max(s.normEntries, 1))

@@ -141,6 +141,9 @@ func TestPeakMemoryMatchesEngine(t *testing.T) {
 	points = append(points,
 		point{"tiny", "gpt", 1, 2, 4, false, 0, true, true}, point{"tiny", "bert", 2, 2, 8, true, 0, true, true},
 		point{"llama-untied", "llama", 1, 2, 2, false, 0, true, true}, point{"wide", "gpt", 1, 3, 2, false, 0, true, true},
+		// Under ZeRO the biggest bucket, padded, and its range in bfloat16.
+		point{"tiny", "gpt", 1, 2, 4, false, 1, true, true}, point{"wide", "gpt", 1, 3, 2, false, 2, true, true},
+		point{"llama-tiny", "llama", 2, 2, 2, true, 3, true, true}, point{"tiny", "bert", 2, 2, 8, true, 1, true, true},
 	)
 	if testing.Short() {
 		var short []point
@@ -531,6 +534,9 @@ func TestCommMatchesEngine(t *testing.T) {
 			// grad_reduce bf16: the gradient all-reduce carries 2 bytes an
 			// element (packed two a word, a bucket's odd one padded).
 			{commLayout{1, 2, 1, false, 0, ""}, "grad-bf16"}, {commLayout{2, 2, 2, true, 0, ""}, "grad-bf16"},
+			// Under ZeRO its reduce-scatters likewise, each range padded.
+			{commLayout{1, 2, 1, false, 1, ""}, "grad-bf16"}, {commLayout{2, 2, 2, true, 2, ""}, "grad-bf16"},
+			{commLayout{1, 2, 2, false, 3, ""}, "grad-bf16"},
 		} {
 			p := pr.commLayout
 			cfg := p.tinyConfig(t, model)
