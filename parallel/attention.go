@@ -159,7 +159,8 @@ func (a *ParallelSelfAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", a.Name, err)
 	}
-	if a.selective && a.fused == nil {
+	if (a.selective || a.QKV.opt.OutDType == tensor.BFloat16) && a.fused == nil {
+		// The probabilities in the scratch, or their float32 scores.
 		if err := a.ensureScratch(dev, b, t); err != nil {
 			return nil, err
 		}
@@ -174,7 +175,7 @@ func (a *ParallelSelfAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*
 		return a.Proj.Forward(a.y)
 	}
 	// min(B, nh) batched GEMMs per product (tensor.AttentionForward).
-	tensor.AttentionForward(a.y, a.probs(), qkv, a.nh, a.causal, keyValid)
+	tensor.AttentionForward(a.y, a.probs(), a.scores(), qkv, a.nh, a.causal, keyValid)
 	return a.Proj.Forward(a.y)
 }
 
@@ -187,6 +188,19 @@ func (a *ParallelSelfAttention) ensureScratch(dev tensor.Device, b, t int) error
 		a.attScratch, a.datt, a.dpre, a.dy, a.dqkv, a.delta = get("att"), get("datt"), get("dpre"), get("dy"), get("dqkv"), get("delta")
 	}); err != nil {
 		return fmt.Errorf("%s: %w", a.Name, err)
+	}
+	return nil
+}
+
+// scores is where the forward's scores go before the softmax: with
+// bfloat16 probabilities the float32 dpre scratch (the backward's, free
+// until then), else nil (the probabilities' own buffer).
+func (a *ParallelSelfAttention) scores() *tensor.Tensor { return scoresScratch(a.probs(), a.dpre) }
+
+// scoresScratch is dpre where probs is bfloat16, else nil.
+func scoresScratch(probs, dpre *tensor.Tensor) *tensor.Tensor {
+	if probs.DType() == tensor.BFloat16 {
+		return dpre
 	}
 	return nil
 }
@@ -222,7 +236,7 @@ func (a *ParallelSelfAttention) Backward(dout, dinp *tensor.Tensor) error {
 	if a.selective {
 		// The probabilities again, from the same Q, K, V: the same bits.
 		// y is written again too, unchanged, and c_proj has read it.
-		tensor.AttentionForward(a.y, a.attScratch, a.QKV.outLocal, a.nh, a.causal, a.keyValid)
+		tensor.AttentionForward(a.y, a.attScratch, a.scores(), a.QKV.outLocal, a.nh, a.causal, a.keyValid)
 	}
 	// AttentionBackward accumulates, and dqkv still holds the last step's.
 	dev.Zero(a.dqkv)

@@ -20,7 +20,8 @@ type KVCache struct {
 	lay      kvLayout
 	rope     *tensor.Tensor // (max, hd) rotation table; nil without RoPE
 
-	att, y *tensor.Tensor // scratch: (nh, n, len) probabilities, (n, nh*hd) output
+	att, y *tensor.Tensor // scratch: (nh, n, len) scores and probabilities, (n, nh*hd) output
+	probs  *tensor.Tensor // scratch: the probabilities stored as the layer's bfloat16 (nil: in att)
 }
 
 // kvLayout is where a fused Q,K,V row of a layer keeps its heads: nkv
@@ -73,12 +74,12 @@ func (c *KVCache) Reset() { c.len = 0 }
 
 // Release frees the cache's device memory; it must not be used again.
 func (c *KVCache) Release() {
-	for _, t := range []*tensor.Tensor{c.k, c.v, c.rope, c.att, c.y} {
+	for _, t := range []*tensor.Tensor{c.k, c.v, c.rope, c.att, c.y, c.probs} {
 		if t != nil {
 			c.dev.Free(t)
 		}
 	}
-	c.k, c.v, c.rope, c.att, c.y = nil, nil, nil, nil, nil
+	c.k, c.v, c.rope, c.att, c.y, c.probs = nil, nil, nil, nil, nil, nil
 }
 
 // scratch returns t if it holds n elements, else a new tensor of n
@@ -125,14 +126,22 @@ func (c *KVCache) attend(name string, qkv *tensor.Tensor, n int) (*tensor.Tensor
 		return nil, err
 	}
 	att, y := c.att.View(0, 1, l.nh, n, L), c.y.View(0, 1, n, l.nh*l.hd)
+	probs := att
+	if l.dt == tensor.BFloat16 {
+		// The probabilities as Forward's unfused attention stores them.
+		if c.probs, err = c.scratch(c.probs, c.att.Len(), l.dt); err != nil {
+			return nil, err
+		}
+		probs = c.probs.View(0, 1, l.nh, n, L)
+	}
 	// Head r of every group at once: scores = q k^T over the L keys.
 	for r := 0; r < l.g; r++ {
 		d.GemmStridedBatched(false, true, n, L, l.hd, 1, qkv, r*l.hd, l.width, l.qStride, c.k, 0, kvw, l.hd,
 			0, att, r*n*L, L, l.g*n*L, l.nkv)
 	}
-	d.SoftmaxForward(att, att, float32(1/math.Sqrt(float64(l.hd))), true, nil)
+	d.SoftmaxForward(probs, att, float32(1/math.Sqrt(float64(l.hd))), true, nil)
 	for r := 0; r < l.g; r++ {
-		d.GemmStridedBatched(false, false, n, l.hd, L, 1, att, r*n*L, L, l.g*n*L, c.v, 0, kvw, l.hd,
+		d.GemmStridedBatched(false, false, n, l.hd, L, 1, probs, r*n*L, L, l.g*n*L, c.v, 0, kvw, l.hd,
 			0, y, r*l.hd, l.nh*l.hd, l.g*l.hd, l.nkv)
 	}
 	return y, nil

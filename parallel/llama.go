@@ -275,7 +275,7 @@ func llamaAttentionCoreSizes(b, t, nh, nkv, hd int, selective, fused bool, y ten
 		}
 	}
 	z := Sizes{
-		Saved: Buffers{buf("att", b, nh, t, t), buf("y", b, t, nh*hd).as(y)},
+		Saved: Buffers{buf("att", b, nh, t, t).as(y), buf("y", b, t, nh*hd).as(y)},
 		Scratch: Buffers{buf("rope", t, hd), buf("datt", b, nh, t, t), buf("dpre", b, nh, t, t),
 			buf("dy", b, t, nh*hd), buf("dqkv", b, t, (nh+2*nkv)*hd)},
 	}
@@ -372,7 +372,7 @@ func (a *LlamaAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*tensor.
 		a.fused.FusedAttentionForward(a.y, a.lse, qkv, tensor.GroupedHeads(a.nh, a.nkv, a.hd), true, keyValid)
 		return a.Proj.Forward(a.y)
 	}
-	tensor.GroupedAttentionForward(a.y, a.probs(), qkv, a.nh, a.nkv, true, keyValid)
+	tensor.GroupedAttentionForward(a.y, a.probs(), a.scores(), qkv, a.nh, a.nkv, true, keyValid)
 	return a.Proj.Forward(a.y)
 }
 
@@ -392,6 +392,10 @@ func (a *LlamaAttention) ensureScratch(dev tensor.Device, b, t int) error {
 	}
 	return nil
 }
+
+// scores is where the forward's scores go before the softmax (as
+// ParallelSelfAttention's).
+func (a *LlamaAttention) scores() *tensor.Tensor { return scoresScratch(a.probs(), a.dpre) }
 
 func (a *LlamaAttention) probs() *tensor.Tensor {
 	if a.selective {
@@ -420,7 +424,7 @@ func (a *LlamaAttention) Backward(dout, dinp *tensor.Tensor) error {
 		a.fused.FusedAttentionBackward(a.dqkv, a.delta, a.dy, a.y, a.lse, a.QKV.outLocal, tensor.GroupedHeads(a.nh, a.nkv, a.hd), true, a.keyValid)
 	} else {
 		if a.selective {
-			tensor.GroupedAttentionForward(a.y, a.attScratch, a.QKV.outLocal, a.nh, a.nkv, true, a.keyValid)
+			tensor.GroupedAttentionForward(a.y, a.attScratch, a.scores(), a.QKV.outLocal, a.nh, a.nkv, true, a.keyValid)
 		}
 		tensor.GroupedAttentionBackward(a.dqkv, a.datt, a.dpre, a.dy, a.QKV.outLocal, a.probs(), a.nh, a.nkv)
 	}

@@ -362,14 +362,15 @@ func (b *LlamaBlock) shadow() recomputeBlock    { return b.Shadow() }
 // TestBF16ActivationDTypes: at bfloat16 activations the buffers only
 // products and the activation and attention kernels read are BFloat16
 // (the MLP's hidden one and its pre-activation, fc's output; the fused
-// Q,K,V projection's output and the heads' output y; the norms' outputs of a pre-norm block, with
+// Q,K,V projection's output, the unfused attention's probabilities and
+// the heads' output y; the norms' outputs of a pre-norm block, with
 // or without sequence parallelism, which all-gathers them as bf16),
 // everything else Float32; in BERT's post-norm layers (the norm output is
 // the residual stream) the norms' outputs stay Float32. Bytes count 2 a
 // BFloat16 element.
 func TestBF16ActivationDTypes(t *testing.T) {
-	mlp := map[string]bool{"mlp.h": true, "mlp.c_fc.out_local": true, "attn.c_attn.out_local": true, "attn.y": true}
-	half := map[string]bool{"mlp.h": true, "mlp.c_fc.out_local": true, "attn.c_attn.out_local": true, "attn.y": true, "ln_1.out": true, "ln_2.out": true}
+	mlp := map[string]bool{"mlp.h": true, "mlp.c_fc.out_local": true, "attn.c_attn.out_local": true, "attn.att": true, "attn.y": true}
+	half := map[string]bool{"mlp.h": true, "mlp.c_fc.out_local": true, "attn.c_attn.out_local": true, "attn.att": true, "attn.y": true, "ln_1.out": true, "ln_2.out": true}
 	for _, c := range []struct {
 		name string
 		s    BlockShape
@@ -398,7 +399,7 @@ func TestBF16ActivationDTypes(t *testing.T) {
 	}
 	l := LlamaBlockSizes(LlamaBlockShape{Dim: 8, Heads: 2, KVHeads: 1, Hidden: 12, TP: 1, Activations: tensor.BFloat16}, 2, 4)
 	for _, b := range l.Saved {
-		isHalf := b.Name == "mlp.h" || b.Name == "mlp.gate_up_proj.out_local" || b.Name == "self_attn.qkv_proj.out_local" || b.Name == "self_attn.y" ||
+		isHalf := b.Name == "mlp.h" || b.Name == "mlp.gate_up_proj.out_local" || b.Name == "self_attn.qkv_proj.out_local" || b.Name == "self_attn.att" || b.Name == "self_attn.y" ||
 			b.Name == "input_layernorm.out" || b.Name == "post_attention_layernorm.out"
 		if (b.DType == tensor.BFloat16) != isHalf {
 			t.Errorf("llama: %s is %s", b.Name, b.DType)

@@ -675,6 +675,8 @@ func unknownActivation(fn string, f Activation) string {
 
 type softmaxK struct {
 	out, inp    []float32
+	outHalf     []uint16 // a bfloat16 out's (out nil)
+	scratch     []float32
 	scale       float32
 	tq, tk      int
 	causal      bool
@@ -682,7 +684,7 @@ type softmaxK struct {
 	rowsPerItem int     // rows per batch item, for keyValid
 }
 
-func (k *softmaxK) run(lo, hi, _ int) {
+func (k *softmaxK) run(lo, hi, chunk int) {
 	tk := k.tk
 	for r := lo; r < hi; r++ {
 		end := tk // keys [end,tk) are masked by causality
@@ -694,9 +696,17 @@ func (k *softmaxK) run(lo, hi, _ int) {
 			b := r / k.rowsPerItem
 			valid = k.keyValid[b*tk : (b+1)*tk]
 		}
-		o := k.out[r*tk : (r+1)*tk]
+		var o []float32
+		if k.outHalf != nil {
+			o = k.scratch[chunk*tk : (chunk+1)*tk] // the row in float32, rounded after
+		} else {
+			o = k.out[r*tk : (r+1)*tk]
+		}
 		softmaxRow(o[:end], k.inp[r*tk:r*tk+end], valid, k.scale)
 		clear(o[end:])
+		if k.outHalf != nil {
+			RoundBF16(k.outHalf[r*tk:], o)
+		}
 	}
 }
 
@@ -738,29 +748,44 @@ func softmaxRow(o, x []float32, valid []int32, scale float32) {
 }
 
 // SoftmaxForward is the masked row softmax of scale*inp. inp, out are
-// (B,...,Tq,Tk); keyValid is (B,Tk) or nil.
+// (B,...,Tq,Tk), out float32 or bfloat16; keyValid is (B,Tk) or nil.
 func (d *CPUDevice) SoftmaxForward(out, inp *Tensor, scale float32, causal bool, keyValid []int32) {
-	d.own("SoftmaxForward", out, inp)
+	d.own("SoftmaxForward", inp)
+	d.ownAny("SoftmaxForward", out)
 	rows, perItem := check.SoftmaxForward(out, inp, scale, keyValid)
 	tk, tq := inp.Dim(-1), inp.Dim(-2)
+	o, oHalf := hostAny(out, 0)
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	nc := d.chunks(rows, 10*tk)
 	k := &d.k.sm
-	*k = softmaxK{out: out.Host(), inp: inp.Host(), scale: scale, tq: tq, tk: tk, causal: causal, keyValid: keyValid, rowsPerItem: perItem}
-	d.parallel(rows, d.chunks(rows, 10*tk), k)
+	*k = softmaxK{out: o, outHalf: oHalf, inp: inp.Host(), scale: scale, tq: tq, tk: tk, causal: causal, keyValid: keyValid, rowsPerItem: perItem}
+	if oHalf != nil {
+		k.scratch = d.scratch32(nc * tk)
+	}
+	d.parallel(rows, nc, k)
 	*k = softmaxK{}
 }
 
 type softmaxBackK struct {
 	dinp, dout, out []float32
+	outHalf         []uint16 // a bfloat16 out's (out nil), each row widened into scratch
+	scratch         []float32
 	scale           float32
 	tk              int
 }
 
-func (k *softmaxBackK) run(lo, hi, _ int) {
+func (k *softmaxBackK) run(lo, hi, chunk int) {
 	tk := k.tk
 	for r := lo; r < hi; r++ {
-		g, y, dx := k.dout[r*tk:(r+1)*tk], k.out[r*tk:(r+1)*tk], k.dinp[r*tk:(r+1)*tk]
+		var y []float32
+		if k.outHalf != nil {
+			y = k.scratch[chunk*tk : (chunk+1)*tk]
+			WidenBF16(y, k.outHalf[r*tk:(r+1)*tk])
+		} else {
+			y = k.out[r*tk : (r+1)*tk]
+		}
+		g, dx := k.dout[r*tk:(r+1)*tk], k.dinp[r*tk:(r+1)*tk]
 		var dot float64
 		for j, v := range y {
 			dot += float64(v * g[j])
@@ -773,16 +798,22 @@ func (k *softmaxBackK) run(lo, hi, _ int) {
 }
 
 // SoftmaxBackward is dinp += scale*out*(dout - rowsum(dout*out)). All are
-// (B,...,Tq,Tk).
+// (B,...,Tq,Tk); out may be bfloat16.
 func (d *CPUDevice) SoftmaxBackward(dinp, dout, out *Tensor, scale float32) {
-	d.own("SoftmaxBackward", dinp, dout, out)
+	d.own("SoftmaxBackward", dinp, dout)
+	d.ownAny("SoftmaxBackward", out)
 	rows := check.SoftmaxBackward(dinp, dout, out)
 	tk := out.Cols()
+	y, yHalf := hostAny(out, 0)
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	nc := d.chunks(rows, 4*tk)
 	k := &d.k.smB
-	*k = softmaxBackK{dinp: dinp.Host(), dout: dout.Host(), out: out.Host(), scale: scale, tk: tk}
-	d.parallel(rows, d.chunks(rows, 4*tk), k)
+	*k = softmaxBackK{dinp: dinp.Host(), dout: dout.Host(), out: y, outHalf: yHalf, scale: scale, tk: tk}
+	if yHalf != nil {
+		k.scratch = d.scratch32(nc * tk)
+	}
+	d.parallel(rows, nc, k)
 	*k = softmaxBackK{}
 }
 

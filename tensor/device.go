@@ -173,11 +173,13 @@ type Device interface {
 	// 0 (a row with every key masked is all zeros). inp and out are
 	// (B,...,Tq,Tk): rows of Tk keys. causal masks key j > i+(Tk-Tq) in query
 	// row i. keyValid, when not nil, is (B,Tk) and masks the keys where it is
-	// 0 in every row of batch item b (key padding). out may be inp.
+	// 0 in every row of batch item b (key padding). out may be inp, or
+	// BFloat16 (the float32 probabilities rounded).
 	SoftmaxForward(out, inp *Tensor, scale float32, causal bool, keyValid []int32)
 	// SoftmaxBackward is dinp += scale * out*(dout - rowsum(dout*out)), the
 	// gradient with respect to the forward's inp (masked entries get 0 since
-	// out is 0 there). dinp, dout, out are (B,...,Tq,Tk).
+	// out is 0 there). dinp, dout, out are (B,...,Tq,Tk); out may be
+	// BFloat16.
 	SoftmaxBackward(dinp, dout, out *Tensor, scale float32)
 
 	// Add is out = a + b elementwise (residual add); out may be a or b.

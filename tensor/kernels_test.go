@@ -1210,7 +1210,7 @@ func TestAttention(t *testing.T) {
 					tqkv := upload(t, d, qkv, b, tt, 3*c)
 					att := upload(t, d, make([]float32, b*nh*tt*tt), b, nh, tt, tt)
 					out := upload(t, d, randF32(r, b*tt*c, 1), b, tt, c)
-					AttentionForward(out, att, tqkv, nh, causal, kv)
+					AttentionForward(out, att, nil, tqkv, nh, causal, kv)
 					q64 := to64(qkv)
 					checkClose(t, "AttentionForward "+name, download(out), refAttention(q64, b, tt, nh, hs, causal, kv), 1e-5)
 
@@ -1223,6 +1223,75 @@ func TestAttention(t *testing.T) {
 					AttentionBackward(dqkv, scratch(), scratch(), upload(t, d, g, b, tt, c), tqkv, att, nh)
 					checkGrad(t, "AttentionBackward "+name, download(dqkv), plus(dq0, numGrad(q64, loss)), 1e-5)
 				}
+			}
+		}
+	})
+}
+
+// TestAttentionBF16Probabilities runs the unfused attention with bfloat16
+// probabilities (the scores in float32 scratch first): they are the
+// float32 path's rounded, to the bit; the output and the gradients are
+// the float32 path's on the widened probabilities, to the bit (the
+// products widen bfloat16 operands as they pack them); and the output
+// stays within bfloat16's rounding of the definition's. Grouped-query
+// heads likewise.
+func TestAttentionBF16Probabilities(t *testing.T) {
+	eachDevice(t, func(t *testing.T, d *CPUDevice) {
+		r := rand.New(rand.NewPCG(27, 28))
+		for _, sh := range []struct{ b, t, nh, nkv, hs int }{{2, 5, 3, 3, 2}, {3, 7, 2, 2, 4}, {2, 6, 4, 2, 2}} {
+			b, tt, nh, nkv, hs := sh.b, sh.t, sh.nh, sh.nkv, sh.hs
+			name := fmt.Sprintf("B=%d T=%d NH=%d KV=%d hs=%d", b, tt, nh, nkv, hs)
+			width := (nh + 2*nkv) * hs
+			qkv := upload(t, d, randF32(r, b*tt*width, 1), b, tt, width)
+			att32 := upload(t, d, make([]float32, b*nh*tt*tt), b, nh, tt, tt)
+			att16, err := d.AllocAs(BFloat16, b, nh, tt, tt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			scores := upload(t, d, make([]float32, att32.Len()), att32.Len())
+			out32, out16, outW := upload(t, d, make([]float32, b*tt*nh*hs), b, tt, nh*hs), upload(t, d, make([]float32, b*tt*nh*hs), b, tt, nh*hs), upload(t, d, make([]float32, b*tt*nh*hs), b, tt, nh*hs)
+			forward := func(out, att, scores *Tensor) {
+				if nkv == nh {
+					AttentionForward(out, att, scores, qkv, nh, true, nil)
+				} else {
+					GroupedAttentionForward(out, att, scores, qkv, nh, nkv, true, nil)
+				}
+			}
+			backward := func(att *Tensor) []float32 {
+				dq := upload(t, d, make([]float32, qkv.Len()), b, tt, width)
+				scratch := func() *Tensor { return upload(t, d, make([]float32, att.Len()), b, nh, tt, tt) }
+				dout := upload(t, d, randF32(rand.New(rand.NewPCG(1, 2)), out32.Len(), 1), b, tt, nh*hs)
+				if nkv == nh {
+					AttentionBackward(dq, scratch(), scratch(), dout, qkv, att, nh)
+				} else {
+					GroupedAttentionBackward(dq, scratch(), scratch(), dout, qkv, att, nh, nkv)
+				}
+				return download(dq)
+			}
+			forward(out32, att32, nil)
+			forward(out16, att16, scores)
+			for i, v := range download(att32) {
+				if att16.HostBF16()[i] != BF16FromFloat32(v) {
+					t.Fatalf("%s: probability %d is %#x, want %g rounded", name, i, att16.HostBF16()[i], v)
+				}
+			}
+			attW := upload(t, d, download(att16), b, nh, tt, tt) // the probabilities widened
+			if nkv == nh {
+				c := nh * hs
+				_, _, v := qkvHeads(qkv, tt, c, hs)
+				headGemms(d, false, false, tt, hs, tt, ttHeads(attW, tt, nh), v, 0, rowHeads(outW, tt, c, hs), b, nh)
+			} else {
+				for g := 0; g < nh/nkv; g++ {
+					_, _, v, a, o := groupHeads(qkv, attW, outW, tt, nh, nkv, hs, g)
+					headGemms(d, false, false, tt, hs, tt, a, v, 0, o, b, nkv)
+				}
+			}
+			if !bitsEqual(download(out16), download(outW)) {
+				t.Errorf("%s: the output from bfloat16 probabilities is not the float32 product's of the widened ones", name)
+			}
+			checkClose(t, name+" output", download(out16), to64(download(out32)), 1.0/64)
+			if !bitsEqual(backward(att16), backward(attW)) {
+				t.Errorf("%s: the gradient from bfloat16 probabilities is not the float32 path's from the widened ones", name)
 			}
 		}
 	})

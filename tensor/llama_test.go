@@ -191,7 +191,7 @@ func TestGroupedAttention(t *testing.T) {
 				tqkv := upload(t, d, qkv, b, tt, w)
 				att := upload(t, d, make([]float32, b*nh*tt*tt), b, nh, tt, tt)
 				out := upload(t, d, randF32(r, b*tt*c, 1), b, tt, c)
-				GroupedAttentionForward(out, att, tqkv, nh, nkv, causal, nil)
+				GroupedAttentionForward(out, att, nil, tqkv, nh, nkv, causal, nil)
 				q64 := to64(qkv)
 				ref := func() []float64 { return refAttention(ungroup(q64, b*tt, nh, nkv, hs), b, tt, nh, hs, causal, nil) }
 				checkClose(t, "GroupedAttentionForward "+name, download(out), ref(), 1e-5)

@@ -75,15 +75,20 @@ func attentionDims(fn string, qkv, att *Tensor, nh int) (b, t, c, hs int) {
 // them (NH,hs) heads with C = NH*hs (a rank's heads under tensor
 // parallelism); att is (B,NH,T,T), kept for the backward; out is (B,T,C);
 // keyValid is (B,T) or nil. Each product is min(B,NH) batched GEMM calls.
-func AttentionForward(out, att, qkv *Tensor, nh int, causal bool, keyValid []int32) {
+// att may be BFloat16 (the probabilities rounded, which the products and
+// the backward read so): scores, (B,NH,T,T) float32 scratch, then holds
+// the scores before the softmax; with a float32 att scores is nil (att
+// holds them, the softmax runs in place).
+func AttentionForward(out, att, scores, qkv *Tensor, nh int, causal bool, keyValid []int32) {
 	d := qkv.Device()
 	b, t, c, hs := attentionDims("AttentionForward", qkv, att, nh)
 	check.Len("AttentionForward", "out", out, b*t*c)
+	pre := scoresOf("AttentionForward", att, scores)
 	q, k, v := qkvHeads(qkv, t, c, hs)
 	pa := ttHeads(att, t, nh)
 	// att_h = q_h k_h^T, (T,hs) x (T,hs)^T
-	headGemms(d, false, true, t, t, hs, q, k, 0, pa, b, nh)
-	d.SoftmaxForward(att, att, float32(1/math.Sqrt(float64(hs))), causal, keyValid)
+	headGemms(d, false, true, t, t, hs, q, k, 0, ttHeads(pre, t, nh), b, nh)
+	d.SoftmaxForward(att, pre, float32(1/math.Sqrt(float64(hs))), causal, keyValid)
 	// out_h = att_h v_h; heads sit side by side in a row of out.
 	headGemms(d, false, false, t, hs, t, pa, v, 0, rowHeads(out, t, c, hs), b, nh)
 }
@@ -179,6 +184,19 @@ func groupedDims(fn string, qkv, att *Tensor, nh, nkv int) (b, t, hs int) {
 	return b, t, hs
 }
 
+// scoresOf is where the attention's scores go before the softmax: att
+// itself (float32, scores nil), or the float32 scores scratch of a
+// BFloat16 att.
+func scoresOf(fn string, att, scores *Tensor) *Tensor {
+	if att.DType() == Float32 && scores == nil {
+		return att
+	}
+	if att.DType() != BFloat16 || scores == nil || scores.DType() != Float32 || scores.Len() != att.Len() {
+		panic(fmt.Sprintf("tensor.%s: att %v (%v) with scores %v: a bfloat16 att takes float32 scores of its shape, a float32 one none", fn, att, att.DType(), scores))
+	}
+	return scores.Reshape(att.Shape()...)
+}
+
 // groupHeads returns, for the r-th query head of every group, the q
 // operand, the shared k and v operands, and the att, and (B,T,NH*hs) out
 // operands of those heads: a group's heads are consecutive in both.
@@ -199,16 +217,17 @@ func groupHeads(qkv, att, out *Tensor, t, nh, nkv, hs, r int) (q, k, v, a, o hea
 // g = nh/nkv, each row nkv groups of [g query heads | key | value] (the
 // fused layout a tensor-parallel rank holds whole groups of); att is
 // (B,NH,T,T), kept for the backward; out is (B,T,NH*hs), the heads in
-// order; keyValid is (B,T) or nil.
-func GroupedAttentionForward(out, att, qkv *Tensor, nh, nkv int, causal bool, keyValid []int32) {
+// order; keyValid is (B,T) or nil; scores as AttentionForward's.
+func GroupedAttentionForward(out, att, scores, qkv *Tensor, nh, nkv int, causal bool, keyValid []int32) {
 	d := qkv.Device()
 	b, t, hs := groupedDims("GroupedAttentionForward", qkv, att, nh, nkv)
 	check.Len("GroupedAttentionForward", "out", out, b*t*nh*hs)
+	pre := scoresOf("GroupedAttentionForward", att, scores)
 	for r := 0; r < nh/nkv; r++ {
-		q, k, _, a, _ := groupHeads(qkv, att, out, t, nh, nkv, hs, r)
+		q, k, _, a, _ := groupHeads(qkv, pre, out, t, nh, nkv, hs, r)
 		headGemms(d, false, true, t, t, hs, q, k, 0, a, b, nkv)
 	}
-	d.SoftmaxForward(att, att, float32(1/math.Sqrt(float64(hs))), causal, keyValid)
+	d.SoftmaxForward(att, pre, float32(1/math.Sqrt(float64(hs))), causal, keyValid)
 	for r := 0; r < nh/nkv; r++ {
 		_, _, v, a, o := groupHeads(qkv, att, out, t, nh, nkv, hs, r)
 		headGemms(d, false, false, t, hs, t, a, v, 0, o, b, nkv)

@@ -24,8 +24,9 @@ import (
 // activations stored as bfloat16: the MLP's hidden one, its
 // pre-activation (Hidden wide, 2 x Hidden for SwiGLU's gate and up), the
 // fused Q,K,V projection's output (3C; a Llama's query, key and value
-// heads), the heads' output y (C) and the two norms' outputs (B x T x
-// (Hidden + pre + qkv + 3C) a block), and the language models' ln_f
+// heads), the unfused attention's probabilities (heads x T), the heads'
+// output y (C) and the two norms' outputs (B x T x (Hidden + pre + qkv +
+// 3C + heads x T) a block), and the language models' ln_f
 // output (B x T x C) and logits (B x T x the padded vocabulary).
 func TestBF16CurvesOnCPU(t *testing.T) {
 	for _, model := range []string{"gpt", "llama", "bert"} {
@@ -93,7 +94,7 @@ func TestBF16CurvesOnCPU(t *testing.T) {
 				pre = 2 * cfg.Hidden() // gate_up_proj's, SwiGLU's
 				qkv = (cfg.Heads + 2*cfg.KVHeadCount()) * (cfg.Dim / cfg.Heads)
 			}
-			acts := 2 * int64(cfg.Layers*cfg.BatchSize*cfg.Seq*(cfg.Hidden()+pre+qkv+3*cfg.Dim))
+			acts := 2 * int64(cfg.Layers*cfg.BatchSize*cfg.Seq*(cfg.Hidden()+pre+qkv+3*cfg.Dim+cfg.Heads*cfg.Seq))
 			if cfg.LM() {
 				vp, err := parallel.PadVocab(vocab, 1)
 				if err != nil {

@@ -63,9 +63,9 @@ func TestGPUFusedAttention(t *testing.T) {
 		out, att := b.zeros("out", B, T, tt.nh*hs), b.zeros("att", B, tt.nh, T, T)
 		lse := b.zeros("lse", B, tt.nh, T)
 		if tt.packed {
-			tensor.AttentionForward(out.c, att.c, qkv.c, tt.nh, tt.causal, valid)
+			tensor.AttentionForward(out.c, att.c, nil, qkv.c, tt.nh, tt.causal, valid)
 		} else {
-			tensor.GroupedAttentionForward(out.c, att.c, qkv.c, tt.nh, tt.nkv, tt.causal, valid)
+			tensor.GroupedAttentionForward(out.c, att.c, nil, qkv.c, tt.nh, tt.nkv, tt.causal, valid)
 		}
 		b.gpu.FusedAttentionForward(out.g, lse.g, qkv.g, l, tt.causal, valid)
 		what := func(s string) string {

@@ -470,10 +470,47 @@ func TestGPUSoftmax(t *testing.T) {
 		b.cpu.SoftmaxBackward(dinp.c, dout.c, out.c, 0.3)
 		b.gpu.SoftmaxBackward(dinp.g, dout.g, out.g, 0.3)
 		b.check("SoftmaxBackward", tol32, dinp)
+		b.softmaxBF16(inp, out, dout, tt.causal, valid)
 		b.cpu.SoftmaxForward(inp.c, inp.c, 1, tt.causal, valid)
 		b.gpu.SoftmaxForward(inp.g, inp.g, 1, tt.causal, valid)
 		b.check("SoftmaxForward in place", tol32, inp)
 	}
+}
+
+// softmaxBF16 checks the softmax into bfloat16 probabilities (the unfused
+// attention's under bf16 compute): on the GPU the float32 kernel's
+// probabilities (out, from inp) rounded, to the bit, and near the CPU's;
+// the backward reading them widened gives the float32 kernel's bits on
+// the widened values, near the CPU's.
+func (b *bench) softmaxBF16(inp, out, dout twin, causal bool, valid []int32) {
+	b.t.Helper()
+	shape := inp.c.Shape()
+	half := func(dev tensor.Device) *tensor.Tensor {
+		h, err := dev.AllocAs(tensor.BFloat16, shape...)
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		return h
+	}
+	hc, hg, rounded := half(b.cpu), half(b.gpu), half(b.gpu)
+	defer b.gpu.Free(hg)
+	defer b.gpu.Free(rounded)
+	b.cpu.SoftmaxForward(hc, inp.c, 0.3, causal, valid)
+	b.gpu.SoftmaxForward(hg, inp.g, 0.3, causal, valid)
+	b.gpu.Copy(rounded, out.g)
+	sameGPUBits(b.t, b.gpu, "SoftmaxForward into bfloat16 (want the float32 probabilities rounded)", hg, rounded)
+	probs := b.zeros("bf16 probabilities", shape...)
+	b.cpu.Copy(probs.c, hc)
+	b.gpu.Copy(probs.g, hg)
+	b.check("SoftmaxForward into bfloat16", 1.0/128, probs) // a last bit apart may round a bfloat16 apart
+	d, wide := b.zeros("dinp from bf16", shape...), b.zeros("dinp from the widened", shape...)
+	b.gpu.Zero(d.g) // zeros' elements may be -0
+	b.gpu.Zero(wide.g)
+	b.cpu.SoftmaxBackward(d.c, dout.c, hc, 0.3)
+	b.gpu.SoftmaxBackward(d.g, dout.g, hg, 0.3)
+	b.gpu.SoftmaxBackward(wide.g, dout.g, probs.g, 0.3)
+	b.check("SoftmaxBackward from bfloat16", tol32, d)
+	sameGPUBits(b.t, b.gpu, "SoftmaxBackward from bfloat16 (want the float32 kernel's on the widened probabilities)", d.g, wide.g)
 }
 
 func TestGPUCrossEntropy(t *testing.T) {
@@ -747,8 +784,8 @@ func TestGPUComposites(t *testing.T) {
 	qkv, att, out := bn.rand("qkv", 1, B, T, 3*C), bn.zeros("att", B, nh, T, T), bn.zeros("out", B, T, C)
 	valid := ids(bn.r, B*T, 0, 2)
 	valid[0] = 1
-	tensor.AttentionForward(out.c, att.c, qkv.c, nh, true, valid)
-	tensor.AttentionForward(out.g, att.g, qkv.g, nh, true, valid)
+	tensor.AttentionForward(out.c, att.c, nil, qkv.c, nh, true, valid)
+	tensor.AttentionForward(out.g, att.g, nil, qkv.g, nh, true, valid)
 	bn.check("AttentionForward", tol32, out, att)
 	dqkv, datt, dpre, dout := bn.rand("dqkv", 1, B, T, 3*C), bn.zeros("datt", B, nh, T, T), bn.zeros("dpreatt", B, nh, T, T), bn.rand("dout", 1, B, T, C)
 	tensor.AttentionBackward(dqkv.c, datt.c, dpre.c, dout.c, qkv.c, att.c, nh)
@@ -805,8 +842,8 @@ func TestGPUBF16Packed(t *testing.T) {
 	d.SetMatmulPrecision(tensor.BF16)
 	defer d.SetMatmulPrecision(tensor.FP32)
 	att, out := bn.zeros("att", B, nh, T, T), bn.zeros("out", B, T, C)
-	tensor.AttentionForward(out.c, att.c, qkv.c, nh, true, nil)
-	tensor.AttentionForward(out.g, att.g, qkv.g, nh, true, nil)
+	tensor.AttentionForward(out.c, att.c, nil, qkv.c, nh, true, nil)
+	tensor.AttentionForward(out.g, att.g, nil, qkv.g, nh, true, nil)
 	bn.check("AttentionForward bf16, B > NH", 1e-2, out, att)
 	dqkv, datt, dpre, dout := bn.zeros("dqkv", B, T, 3*C), bn.zeros("datt", B, nh, T, T), bn.zeros("dpreatt", B, nh, T, T), bn.rand("dout", 1, B, T, C)
 	tensor.AttentionBackward(dqkv.c, datt.c, dpre.c, dout.c, qkv.c, att.c, nh)

@@ -623,10 +623,15 @@ extern "C" __global__ void tanh_backward_in_place_f32_from_bf16(float* dout, con
 // softmax_forward: out = softmax(scale*inp) over the unmasked keys of each
 // row, 0 on masked ones and on rows with no key left. Keys j >= end are
 // causally masked; keyValid (B,Tk), when not null, masks the keys where it
-// is 0 for every row of batch item r/rowsPerItem. out may be inp.
-extern "C" __global__ void softmax_forward_f32(float* out, const float* inp, float scale, long long rows,
-                                               int tq, int tk, int causal, const int* keyValid,
-                                               long long rowsPerItem) {
+// is 0 for every row of batch item r/rowsPerItem. out may be inp (float32);
+// a bfloat16 out (the _bf16 kernel: the unfused attention's probabilities
+// under bf16 compute) gets the float32 probabilities rounded. The exps are
+// summed, then computed again and scaled as they are stored: out is
+// written once (a lane reads and writes only its own keys, so in place
+// is safe).
+template <typename T>
+__device__ void softmax_forward(T* out, const float* inp, float scale, long long rows, int tq, int tk, int causal,
+                                const int* keyValid, long long rowsPerItem) {
     int lane = threadIdx.x & 31;
     long long warps = (long long)gridDim.x * (blockDim.x >> 5);
     for (long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows; r += warps) {
@@ -637,41 +642,64 @@ extern "C" __global__ void softmax_forward_f32(float* out, const float* inp, flo
         }
         const int* valid = keyValid ? keyValid + (r / rowsPerItem) * tk : 0;
         const float* x = inp + r * tk;
-        float* o = out + r * tk;
+        T* o = out + r * tk;
         float mx = NEG_INF;
         for (int j = lane; j < end; j += 32)
             if (!valid || valid[j]) mx = fmaxf(mx, x[j]);
         mx = warp_max(mx);
         if (mx == NEG_INF) {
-            for (int j = lane; j < tk; j += 32) o[j] = 0.f;
+            for (int j = lane; j < tk; j += 32) store_out(o + j, 0.f);
             continue;
         }
         float sum = 0.f;
+        for (int j = lane; j < end; j += 32)
+            if (!valid || valid[j]) sum += expf(scale * (x[j] - mx));
+        float inv = 1.f / warp_sum(sum);
         for (int j = lane; j < tk; j += 32) {
             float e = 0.f;
             if (j < end && (!valid || valid[j])) e = expf(scale * (x[j] - mx));
-            o[j] = e;
-            sum += e;
+            store_out(o + j, e * inv);
         }
-        float inv = 1.f / warp_sum(sum);
-        for (int j = lane; j < end; j += 32) o[j] *= inv;
     }
 }
 
-// softmax_backward: dinp += scale*out*(dout - rowsum(dout*out)).
-extern "C" __global__ void softmax_backward_f32(float* dinp, const float* dout, const float* out, float scale,
-                                                long long rows, int tk) {
+extern "C" __global__ void softmax_forward_f32(float* out, const float* inp, float scale, long long rows,
+                                               int tq, int tk, int causal, const int* keyValid,
+                                               long long rowsPerItem) {
+    softmax_forward(out, inp, scale, rows, tq, tk, causal, keyValid, rowsPerItem);
+}
+
+extern "C" __global__ void softmax_forward_bf16(bf16_t* out, const float* inp, float scale, long long rows,
+                                                int tq, int tk, int causal, const int* keyValid,
+                                                long long rowsPerItem) {
+    softmax_forward(out, inp, scale, rows, tq, tk, causal, keyValid, rowsPerItem);
+}
+
+// softmax_backward: dinp += scale*out*(dout - rowsum(dout*out)); out may
+// be bfloat16 (_from_bf16), read widened.
+template <typename T>
+__device__ void softmax_backward(float* dinp, const float* dout, const T* out, float scale, long long rows, int tk) {
     int lane = threadIdx.x & 31;
     long long warps = (long long)gridDim.x * (blockDim.x >> 5);
     for (long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows; r += warps) {
         const float* g = dout + r * tk;
-        const float* y = out + r * tk;
+        const T* y = out + r * tk;
         float* dx = dinp + r * tk;
         float dot = 0.f;
-        for (int j = lane; j < tk; j += 32) dot += y[j] * g[j];
+        for (int j = lane; j < tk; j += 32) dot += load_in(y + j) * g[j];
         dot = warp_sum(dot);
-        for (int j = lane; j < tk; j += 32) dx[j] += scale * y[j] * (g[j] - dot);
+        for (int j = lane; j < tk; j += 32) dx[j] += scale * load_in(y + j) * (g[j] - dot);
     }
+}
+
+extern "C" __global__ void softmax_backward_f32(float* dinp, const float* dout, const float* out, float scale,
+                                                long long rows, int tk) {
+    softmax_backward(dinp, dout, out, scale, rows, tk);
+}
+
+extern "C" __global__ void softmax_backward_f32_from_bf16(float* dinp, const float* dout, const bf16_t* out,
+                                                          float scale, long long rows, int tk) {
+    softmax_backward(dinp, dout, out, scale, rows, tk);
 }
 
 // --- cross-entropy pieces: one block per row of logits (N,V) ---

@@ -41,6 +41,7 @@ var kernels = []struct {
 	{"bias_tanh_forward_f32", elemThreads}, {"bias_tanh_forward_bf16", elemThreads}, {"bias_tanh_forward_f32_from_bf16", elemThreads}, {"bias_tanh_forward_bf16_from_bf16", elemThreads},
 	{"tanh_backward_in_place_f32", elemThreads}, {"tanh_backward_in_place_f32_from_bf16", elemThreads},
 	{"softmax_forward_f32", softmaxThreads}, {"softmax_backward_f32", softmaxThreads},
+	{"softmax_forward_bf16", softmaxThreads}, {"softmax_backward_f32_from_bf16", softmaxThreads},
 	{"ce_row_max_f32", maxRowThreads}, {"ce_sum_exp_f32", maxRowThreads},
 	{"ce_target_logit_f32", elemThreads}, {"ce_loss_f32", elemThreads}, {"ce_backward_f32", maxRowThreads},
 	{"ce_forward_f32", maxRowThreads}, {"ce_backward_in_place_f32", maxRowThreads},
@@ -548,9 +549,10 @@ func (d *Device) ActivationBackwardInPlace(f tensor.Activation, dout, inp *tenso
 const softmaxThreads = 256 // 8 warps, one row each
 
 // SoftmaxForward is the masked row softmax of scale*inp. inp, out are
-// (B,...,Tq,Tk); keyValid is (B,Tk) or nil.
+// (B,...,Tq,Tk), out float32 or bfloat16; keyValid is (B,Tk) or nil.
 func (d *Device) SoftmaxForward(out, inp *tensor.Tensor, scale float32, causal bool, keyValid []int32) {
-	d.own("SoftmaxForward", out, inp)
+	d.own("SoftmaxForward", inp)
+	d.ownAny("SoftmaxForward", out)
 	rows, perItem := check.SoftmaxForward(out, inp, scale, keyValid)
 	tk, tq := inp.Dim(-1), inp.Dim(-2)
 	if rows == 0 {
@@ -565,14 +567,15 @@ func (d *Device) SoftmaxForward(out, inp *tensor.Tensor, scale float32, causal b
 	if causal {
 		causalArg = 1
 	}
-	d.launch("softmax_forward_f32", d.grid1(rows, softmaxThreads/32), dim3{softmaxThreads, 1, 1},
+	d.launch(typed("softmax_forward", out.DType(), tensor.Float32), d.grid1(rows, softmaxThreads/32), dim3{softmaxThreads, 1, 1},
 		tp(out), tp(inp), f32(scale), i64(rows), i32(tq), i32(tk), i32(causalArg), ptr(valid), i64(perItem))
 }
 
 // SoftmaxBackward is dinp += scale*out*(dout - rowsum(dout*out)). All are
-// (B,...,Tq,Tk).
+// (B,...,Tq,Tk); out may be bfloat16.
 func (d *Device) SoftmaxBackward(dinp, dout, out *tensor.Tensor, scale float32) {
-	d.own("SoftmaxBackward", dinp, dout, out)
+	d.own("SoftmaxBackward", dinp, dout)
+	d.ownAny("SoftmaxBackward", out)
 	rows := check.SoftmaxBackward(dinp, dout, out)
 	tk := out.Cols()
 	if rows == 0 {
@@ -582,7 +585,7 @@ func (d *Device) SoftmaxBackward(dinp, dout, out *tensor.Tensor, scale float32) 
 		return
 	}
 	defer d.leave()
-	d.launch("softmax_backward_f32", d.grid1(rows, softmaxThreads/32), dim3{softmaxThreads, 1, 1},
+	d.launch(typed("softmax_backward", tensor.Float32, out.DType()), d.grid1(rows, softmaxThreads/32), dim3{softmaxThreads, 1, 1},
 		tp(dinp), tp(dout), tp(out), f32(scale), i64(rows), i32(tk))
 }
 

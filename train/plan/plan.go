@@ -368,7 +368,7 @@ func New(r Request) (*Plan, error) {
 	case !r.Device.CUDA:
 		p.Notes = append(p.Notes, fmt.Sprintf("precision %s: the CPU computes every product in fp32; the plan times it so", cfg.Precision))
 		if cfg.Precision == "bf16" {
-			p.Notes = append(p.Notes, "precision bf16: the products read bf16 copies of the weights (fp32 masters) and the activations only products read are stored in bf16 (the MLP's pre-activation and hidden one, the attention's Q, K and V and output, the norms' outputs), which the memory counts")
+			p.Notes = append(p.Notes, "precision bf16: the products read bf16 copies of the weights (fp32 masters) and the activations only products read are stored in bf16 (the MLP's pre-activation and hidden one, the attention's Q, K and V, its unfused probabilities and its output, the norms' outputs), which the memory counts")
 		}
 	case cfg.Precision == "bf16" && r.Device.BF16Flops == 0, cfg.Precision == "tf32" && r.Device.TF32Flops == 0:
 		p.Notes = append(p.Notes, fmt.Sprintf("precision %s: %s has no %s tensor cores; the run will refuse it (use fp32)", cfg.Precision, r.Device.Name, cfg.Precision))
