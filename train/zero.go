@@ -63,9 +63,9 @@ type ZeRO struct {
 	// flatHalf and shardHalf are the largest bucket, padded, rounded to
 	// bfloat16, and its range, under grad_reduce bf16 (nil: float32).
 	flatHalf, shardHalf *tensor.Tensor
-	norm        *gradNorm      // over this rank's ranges: summed over dp, then tp
-	blockBucket []int          // ZeRO-2 and 3: the bucket of each block of the stage
-	set         *parallel.ParamSet
+	norm                *gradNorm // over this rank's ranges: summed over dp, then tp
+	blockBucket         []int     // ZeRO-2 and 3: the bucket of each block of the stage
+	set                 *parallel.ParamSet
 	// replicas, under hybrid sharding, holds this rank's ranges in the
 	// other groups of dp ranks: each reduce-scattered range is then
 	// averaged over it (nil: dp is the whole data-parallel group).
