@@ -297,11 +297,30 @@ func (d *CPUDevice) Gemm(transA, transB bool, m, n, k int, alpha float32, a *Ten
 
 // gemmToHalf is Gemm into a bfloat16 C: the product summed in float32
 // scratch (C widened into it first when beta is not 0) and rounded once
-// into C, as cuBLAS stores a bfloat16 C; in row blocks (toHalfC).
+// into C, as cuBLAS stores a bfloat16 C; in row blocks (toHalfC). A
+// product wider than tall past the scratch (an LM head's logits) runs in
+// blocks of whole columns first, so that op(B), the larger operand, is
+// packed once in all rather than once a row block.
 func (d *CPUDevice) gemmToHalf(transA, transB bool, m, n, k int, alpha float32, a *Tensor, aOff, lda int, b *Tensor, bOff, ldb int, beta float32, c *Tensor, cOff, ldc int) {
-	d.toHalfC(c, cOff, m, n, ldc, 0, 1, beta, func(_, _, i0, rows int, s []float32) {
-		d.gemm(transA, transB, rows, n, k, alpha, a, aOff+rowOffset(transA, i0, lda), lda, b, bOff, ldb, beta, s, n)
-	})
+	cb := n
+	if m*n > wideLimit && m < n {
+		cb = max(1, wideLimit/m)
+	}
+	for j0 := 0; j0 < n; j0 += cb {
+		cols := min(cb, n-j0)
+		d.toHalfC(c, cOff+j0, m, cols, ldc, 0, 1, beta, func(_, _, i0, rows int, s []float32) {
+			d.gemm(transA, transB, rows, cols, k, alpha, a, aOff+rowOffset(transA, i0, lda), lda, b, bOff+colOffset(transB, j0, ldb), ldb, beta, s, cols)
+		})
+	}
+}
+
+// colOffset is where column j0 of op(B) starts in B (ld apart): a column
+// of B, or of B^T a row.
+func colOffset(trans bool, j0, ld int) int {
+	if trans {
+		return j0 * ld
+	}
+	return j0
 }
 
 // rowOffset is where row i0 of op(A) starts in A (ld apart): a row of A,

@@ -443,8 +443,13 @@ func productsIntoHalf(t *testing.T, d *CPUDevice, pair func(float64, ...int) (*T
 	for _, tc := range []struct {
 		transA, transB, halfA bool
 		beta                  float32
-	}{{false, true, true, 0}, {true, false, false, 0}, {false, false, true, 0.5}, {true, true, false, -1}} {
-		const m, n, k, ldc = 37, 29, 300, 31
+		m, n, ldc             int
+	}{{false, true, true, 0, 37, 29, 31}, {true, false, false, 0, 37, 29, 31}, {false, false, true, 0.5, 37, 29, 31}, {true, true, false, -1, 37, 29, 31},
+		// Wider than tall (an LM head's logits): pieces of whole columns
+		// under a lowered limit.
+		{false, true, true, 0, 5, 61, 64}, {true, false, false, 0.5, 5, 61, 64}} {
+		m, n, ldc := tc.m, tc.n, tc.ldc
+		const k = 300
 		ah, aw := pair(1, m*k)
 		a := aw
 		if tc.halfA {
