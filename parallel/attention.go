@@ -67,8 +67,10 @@ type attnSaved struct {
 	y        *tensor.Tensor // (B, T, nh*hd) attention output before the projection
 }
 
-// attnScratch is what attention's Backward uses and leaves nothing in:
-// the layer and its shadows share it.
+// attnScratch is what attention's calls use and leave nothing in past
+// their return (Backward's gradients; the forward's float32 scores, in
+// dpre, when the probabilities are bfloat16): the layer and its shadows
+// share it.
 type attnScratch struct {
 	grads      buffers
 	attScratch *tensor.Tensor // (B, nh, T, T) the probabilities under selective recomputation

@@ -349,6 +349,9 @@ func (g *Group) ReduceScatter(out, in *tensor.Tensor, op nccl.Op) error {
 	if in.DType() != out.DType() {
 		return fmt.Errorf("parallel: reduce-scatter of a %v tensor into a %v one", in.DType(), out.DType())
 	}
+	if in.Len() != g.Size()*out.Len() {
+		return fmt.Errorf("parallel: reduce-scatter of %d elements into %d on each of %d ranks", in.Len(), out.Len(), g.Size())
+	}
 	if dc, stream, ok := g.onDevice(in, out); ok {
 		return dc.ReduceScatterDevice(in.Ptr(), out.Ptr(), out.Len(), ncclType(in.DType()), op, stream)
 	}

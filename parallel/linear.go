@@ -429,8 +429,10 @@ type rowSaved struct {
 	out, xlBuf *tensor.Tensor
 }
 
-// rowScratch is what a row-parallel layer's Backward uses and leaves
-// nothing in: the layer and its shadows share it.
+// rowScratch is what a row-parallel layer's calls use and leave nothing
+// in past their return (Backward's input gradient slice; with
+// TransientOut the output, which the caller reads at once): the layer and
+// its shadows share it.
 type rowScratch struct {
 	grads     buffers
 	dxl       *tensor.Tensor
@@ -524,7 +526,9 @@ func (l *RowParallelLinear) LocalIn() int { return l.In / l.g.Size() }
 
 // Forward computes the (B,T,Out) output, the same on every rank, from inp:
 // (B,T,In/tp) with InputIsParallel, else (B,T,In). The output belongs to the
-// layer; inp must stay unchanged until Backward.
+// layer (with TransientOut to the scratch it shares: read it before the
+// next Forward of a layer sharing it); inp must stay unchanged until
+// Backward.
 func (l *RowParallelLinear) Forward(inp *tensor.Tensor) (*tensor.Tensor, error) {
 	want := l.In
 	if l.opt.InputIsParallel {

@@ -4,8 +4,8 @@ package parallel
 // flight, as a pipeline stage holds the activations of several
 // micro-batches (1F1B): the shadow shares the layer's parameters (Data
 // and Grad, so its Backward accumulates into the same gradients), its
-// communication operators and its backward scratch (Backward keeps nothing
-// in it between calls), and owns what Forward keeps for Backward (saved
+// communication operators and its scratch (nothing in it outlives the
+// call that wrote it), and owns what Forward keeps for Backward (saved
 // inputs, outputs, masks, softmax statistics), made on its first Forward.
 // A layer and its shadows may run Forward and Backward in any interleaving,
 // one call at a time: each Backward uses what its own Forward saved.

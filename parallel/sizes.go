@@ -60,8 +60,10 @@ func (b Buffer) as(dt tensor.DType) Buffer { b.DType = dt; return b }
 
 // Sizes are the buffers a layer allocates for one batch shape, split as a
 // pipeline stage needs them: Saved is what Forward keeps for Backward (a
-// Shadow has its own: one per micro-batch in flight), Scratch what Backward
-// uses and leaves nothing in (shared by the layer and its shadows).
+// Shadow has its own: one per micro-batch in flight), Scratch what a call
+// uses and leaves nothing in past its return (Backward's working buffers;
+// a projection's output its caller reads at once, the forward's float32
+// attention scores), shared by the layer and its shadows.
 type Sizes struct {
 	Saved, Scratch Buffers
 }

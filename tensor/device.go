@@ -35,9 +35,12 @@ type Device interface {
 	// RMSNormForward, AddRMSNormForward, AddBias: float32 values rounded), as the input of ActivationForward,
 	// ActivationBackward, ActivationBackwardInPlace, SwiGLUForward and
 	// SwiGLUBackward (widened), as BiasActivationForward's pre (both), as
-	// RoPEForward's and RoPEBackward's x (widened, rotated, rounded) and to
-	// Copy2D between two BFloat16 tensors; every other kernel takes Float32
-	// tensors only. A Device that wraps another must override AllocAs
+	// RoPEForward's and RoPEBackward's x (widened, rotated, rounded), to
+	// Copy2D between two BFloat16 tensors, to Fill and Zero, as
+	// SoftmaxForward's out (rounded) and SoftmaxBackward's out (widened),
+	// and as the logits of the cross-entropy kernels but
+	// CrossEntropyBackward (widened; the in-place gradient rounded); every
+	// other kernel takes Float32 tensors only. A Device that wraps another must override AllocAs
 	// where it overrides Alloc: layers allocate through AllocAs.
 	AllocAs(dt DType, shape ...int) (*Tensor, error)
 	// Free releases the Buffer t views; t and its views must not be used
@@ -198,7 +201,7 @@ type Device interface {
 	// targetLogit); unsharded callers run them in turn (see CrossEntropy).
 	// logits is (N,V) and holds the vocabulary slice [vocabStart,
 	// vocabStart+V); targets is (N) of global ids, negative ones ignored.
-	// But in CrossEntropyBackward the logits may be bfloat16 (an LM head's
+	// All but CrossEntropyBackward accept bfloat16 logits (an LM head's
 	// output under bf16 compute): the kernels work in float32 on the
 	// widened values, the bits of the same kernel on float32 logits of
 	// those values.

@@ -14,9 +14,10 @@
 //
 // Elements are float32, or bfloat16 in a tensor from AllocAs(BFloat16, ...)
 // (2 bytes, HostBF16 on the CPU): copies round into them to nearest even,
-// and GEMMs read them as operands (the bfloat16 copies of the weights that
-// mixed precision keeps beside the float32 masters); every other kernel
-// takes float32 tensors and computes in float32.
+// GEMMs read them as operands (the bfloat16 copies of the weights that
+// mixed precision keeps beside the float32 masters, bf16 activations) and
+// the kernels Device.AllocAs lists read (widened) or write (rounded)
+// them; every kernel computes in float32.
 //
 // # Kernels
 //

@@ -592,7 +592,7 @@ func (d *Device) SoftmaxBackward(dinp, dout, out *tensor.Tensor, scale float32) 
 // --- cross-entropy ---
 
 // CrossEntropyRowMax is rowMax[i] = max_j logits[i,j]. logits is (N,V),
-// rowMax is (N).
+// float32 or bfloat16; rowMax is (N).
 func (d *Device) CrossEntropyRowMax(rowMax, logits *tensor.Tensor) {
 	d.own("CrossEntropyRowMax", rowMax)
 	d.ownAny("CrossEntropyRowMax", logits)
@@ -609,7 +609,7 @@ func (d *Device) CrossEntropyRowMax(rowMax, logits *tensor.Tensor) {
 }
 
 // CrossEntropySumExp is sumExp[i] = sum_j exp(logits[i,j]-rowMax[i]).
-// logits is (N,V), sumExp and rowMax are (N).
+// logits is (N,V), float32 or bfloat16; sumExp and rowMax are (N).
 func (d *Device) CrossEntropySumExp(sumExp, logits, rowMax *tensor.Tensor) {
 	d.own("CrossEntropySumExp", sumExp, rowMax)
 	d.ownAny("CrossEntropySumExp", logits)
@@ -626,7 +626,8 @@ func (d *Device) CrossEntropySumExp(sumExp, logits, rowMax *tensor.Tensor) {
 }
 
 // CrossEntropyTargetLogit is out[i] = logits[i,targets[i]-vocabStart] for
-// targets in the slice, else 0. logits is (N,V), out and targets are (N).
+// targets in the slice, else 0. logits is (N,V), float32 or bfloat16 (the
+// logit widened); out and targets are (N).
 func (d *Device) CrossEntropyTargetLogit(out, logits *tensor.Tensor, targets []int32, vocabStart int) {
 	d.own("CrossEntropyTargetLogit", out)
 	d.ownAny("CrossEntropyTargetLogit", logits)
@@ -659,8 +660,8 @@ func (d *Device) CrossEntropyBackward(dlogits, logits, rowMax, sumExp *tensor.Te
 }
 
 // CrossEntropyForward is the unsharded cross-entropy in one kernel:
-// rowMax, sumExp and losses as the pieces give them. logits is (N,V);
-// losses, rowMax, sumExp and targets are (N).
+// rowMax, sumExp and losses as the pieces give them. logits is (N,V),
+// float32 or bfloat16; losses, rowMax, sumExp and targets are (N).
 func (d *Device) CrossEntropyForward(losses, rowMax, sumExp, logits *tensor.Tensor, targets []int32) {
 	d.own("CrossEntropyForward", losses, rowMax, sumExp)
 	d.ownAny("CrossEntropyForward", logits)
@@ -672,7 +673,8 @@ func (d *Device) CrossEntropyForward(losses, rowMax, sumExp, logits *tensor.Tens
 }
 
 // CrossEntropyBackwardInPlace overwrites logits[:, :cols] with
-// dloss*(softmax(logits) - onehot(targets)), 0 on rows without a target.
+// dloss*(softmax(logits) - onehot(targets)), 0 on rows without a target;
+// bfloat16 logits get the float32 gradient rounded.
 func (d *Device) CrossEntropyBackwardInPlace(logits, rowMax, sumExp *tensor.Tensor, targets []int32, vocabStart, cols int, dloss float32) {
 	d.own("CrossEntropyBackwardInPlace", rowMax, sumExp)
 	d.ownAny("CrossEntropyBackwardInPlace", logits)

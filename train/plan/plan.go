@@ -155,8 +155,9 @@ type Memory struct {
 	// attention probabilities, their gradients), with the tensor-parallel
 	// split (and with sequence parallelism the region outside attention
 	// and MLP split along the sequence); SavedPerBlock is the part of it
-	// the forward keeps for the backward, the rest being the backward's
-	// scratch. Blocks is the blocks' total: the saved part times the
+	// the forward keeps for the backward, the rest being scratch (the
+	// backward's, the projections' outputs the residual adds read at
+	// once). Blocks is the blocks' total: the saved part times the
 	// layers (on a pipeline stage holding k micro-batches in flight, k
 	// times that), and the scratch, which the blocks share, once.
 	ActivationsPerBlock int64 `json:"activations_per_block"`
@@ -368,12 +369,12 @@ func New(r Request) (*Plan, error) {
 	case !r.Device.CUDA:
 		p.Notes = append(p.Notes, fmt.Sprintf("precision %s: the CPU computes every product in fp32; the plan times it so", cfg.Precision))
 		if cfg.Precision == "bf16" {
-			p.Notes = append(p.Notes, "precision bf16: the products read bf16 copies of the weights (fp32 masters) and the activations only products read are stored in bf16 (the MLP's pre-activation and hidden one, the attention's Q, K and V, its unfused probabilities and its output, the norms' outputs), which the memory counts")
+			p.Notes = append(p.Notes, "precision bf16: the products read bf16 copies of the weights (fp32 masters) and the activations only products read are stored in bf16 (the MLP's pre-activation and hidden one, the attention's Q, K and V, its unfused probabilities and its output, the norms' outputs, a language model's logits), which the memory counts")
 		}
 	case cfg.Precision == "bf16" && r.Device.BF16Flops == 0, cfg.Precision == "tf32" && r.Device.TF32Flops == 0:
 		p.Notes = append(p.Notes, fmt.Sprintf("precision %s: %s has no %s tensor cores; the run will refuse it (use fp32)", cfg.Precision, r.Device.Name, cfg.Precision))
 	case cfg.Precision == "bf16":
-		p.Notes = append(p.Notes, "precision bf16: the engine keeps bf16 copies of the weights beside their fp32 masters and stores the activations only products and the activation and attention kernels read in bf16 (the MLP's pre-activation and hidden one, the attention's Q, K and V and output, the norms' outputs, which sequence parallelism all-gathers as bf16, and a language model's logits, whose gradient the loss writes over them); the other gradients and activations are fp32, which each GEMM converts to bf16 (the copies, the bf16 activations and the operand scratch count in the memory, the conversion in the time); time and MFU at the bf16 peak (measured on an H200 before the bf16 storage: slower than tf32, 0.157 against 0.138 s for GPT-2 124M at 16 x 1024)")
+		p.Notes = append(p.Notes, "precision bf16: the engine keeps bf16 copies of the weights beside their fp32 masters and stores the activations only products and the activation and attention kernels read in bf16 (the MLP's pre-activation and hidden one, the attention's Q, K and V, its unfused probabilities and its output, the norms' outputs, which sequence parallelism all-gathers as bf16, and a language model's logits, whose gradient the loss writes over them); the other gradients and activations are fp32, which each GEMM converts to bf16 (the copies, the bf16 activations and the operand scratch count in the memory, the conversion in the time); time and MFU at the bf16 peak (measured on an H200 before the bf16 storage: slower than tf32, 0.157 against 0.138 s for GPT-2 124M at 16 x 1024)")
 	case cfg.Precision == "tf32":
 		p.Notes = append(p.Notes, "precision tf32: float32 GEMMs on the tensor cores (10-bit mantissa products, float32 sums); time and MFU at the tf32 peak")
 	}
@@ -522,8 +523,9 @@ func (s shapes) blockBytes() int64 { return s.blockSavedBytes() + s.blockScratch
 // why it exists).
 func (s shapes) blockSavedBytes() int64 { return s.blk.Saved.Bytes() }
 
-// blockScratchBytes are the bytes a block's backward uses and keeps
-// nothing in (shared by the copies of a pipeline stage).
+// blockScratchBytes are the bytes of a block's scratch, which nothing
+// outlives the call that wrote it (shared by the blocks and the copies of
+// a pipeline stage).
 func (s shapes) blockScratchBytes() int64 { return s.blk.Scratch.Bytes() }
 
 // embeddingBytes are the stage's buffers outside the blocks and the head
@@ -757,7 +759,8 @@ func (s shapes) memory(dev Device) Memory {
 	} else {
 		// The host collectives carry bfloat16 packed two a float32 word,
 		// staged in host memory (parallel.Group's words): the dp bucket
-		// under grad_reduce bf16, and sequence parallelism's gathers of
+		// under grad_reduce bf16 (with ZeRO its reduce-scatter's ranges),
+		// and sequence parallelism's gathers of
 		// bfloat16 norm outputs (this rank's (B,T/tp,C) and the tp
 		// gathered).
 		words := func(n int64) int64 { return (n + 1) / 2 * f32 }
@@ -1006,7 +1009,8 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		if s.zero {
 			// A reduce-scatter of every padded bucket and an all-gather of
 			// the updated parameters over ZeRO's ranks: the all-reduce's
-			// bytes; and the gradient norm's per-parameter squares
+			// bytes (the reduce-scatters' halved under grad_reduce bf16);
+			// and the gradient norm's per-parameter squares
 			// all-gathered over them. ZeRO-2 reduce-scatters each block's
 			// bucket once a micro-batch; ZeRO-3 gathers each block's values
 			// before its forward and before its backward instead of after
