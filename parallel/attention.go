@@ -135,6 +135,19 @@ func (a *ParallelSelfAttention) Params() []*Param {
 	return append(a.QKV.Params(), a.Proj.Params()...)
 }
 
+// ShareScratch makes a use the scratch of with, an attention of the same
+// shape that never runs at the same time (the layers of one model): its
+// own and its projections', which hold nothing past a call (Backward's
+// working buffers, the output the caller reads at once). Call it before
+// a's first Forward.
+func (a *ParallelSelfAttention) ShareScratch(with *ParallelSelfAttention) {
+	a.grads.release()
+	a.QKV.grads.release()
+	a.Proj.grads.release()
+	a.attnScratch = with.attnScratch
+	a.QKV.colScratch, a.Proj.rowScratch = with.QKV.colScratch, with.Proj.rowScratch
+}
+
 // Forward computes self-attention over inp (B,T,C), the same on every rank,
 // and returns (B,T,C), the same on every rank, in c_proj's output buffer,
 // which the next Forward of an attention sharing its scratch (a Shadow,

@@ -277,10 +277,8 @@ func (b *prenorm) Backward(dout, dx *tensor.Tensor) error {
 func (b *Block) ShareBuffers(with *Block) {
 	b.Release()
 	b.blockScratch = with.blockScratch
-	b.Attn.attnScratch = with.Attn.attnScratch
-	b.Attn.QKV.colScratch, b.Attn.Proj.rowScratch = with.Attn.QKV.colScratch, with.Attn.Proj.rowScratch
-	b.MLP.mlpScratch = with.MLP.mlpScratch
-	b.MLP.FC.colScratch, b.MLP.Proj.rowScratch = with.MLP.FC.colScratch, with.MLP.Proj.rowScratch
+	b.Attn.ShareScratch(with.Attn)
+	b.MLP.ShareScratch(with.MLP)
 	if b.recompute == RecomputeFull {
 		b.LN1.lnSaved, b.LN2.lnSaved = with.LN1.lnSaved, with.LN2.lnSaved
 		b.Attn.attnSaved, b.MLP.mlpSaved = with.Attn.attnSaved, with.MLP.mlpSaved

@@ -71,6 +71,15 @@ func newParallelMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name 
 // Params lists the layer's parameters.
 func (m *ParallelMLP) Params() []*Param { return append(m.FC.Params(), m.Proj.Params()...) }
 
+// ShareScratch is ParallelSelfAttention.ShareScratch for MLPs.
+func (m *ParallelMLP) ShareScratch(with *ParallelMLP) {
+	m.grads.release()
+	m.FC.grads.release()
+	m.Proj.grads.release()
+	m.mlpScratch = with.mlpScratch
+	m.FC.colScratch, m.Proj.rowScratch = with.FC.colScratch, with.Proj.rowScratch
+}
+
 // Forward maps inp (B,T,C) to (B,T,C), both the same on every rank, the
 // output in c_proj's buffer, which the next Forward of an MLP sharing its
 // scratch writes over (as the attention's).

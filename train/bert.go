@@ -122,6 +122,10 @@ func (m *hfBERT) build(cfg config.Config, vocab int, tp nccl.Comm, from *paralle
 			return err
 		}
 		ly.ln2 = ln(p + "output.LayerNorm")
+		if l > 0 { // they run one after the other
+			ly.attn.ShareScratch(m.layers[0].attn)
+			ly.mlp.ShareScratch(m.layers[0].mlp)
+		}
 		m.layers = append(m.layers, ly)
 	}
 	if err != nil {
