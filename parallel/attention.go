@@ -142,10 +142,8 @@ func (a *ParallelSelfAttention) Params() []*Param {
 // a's first Forward.
 func (a *ParallelSelfAttention) ShareScratch(with *ParallelSelfAttention) {
 	a.grads.release()
-	a.QKV.grads.release()
-	a.Proj.grads.release()
 	a.attnScratch = with.attnScratch
-	a.QKV.colScratch, a.Proj.rowScratch = with.QKV.colScratch, with.Proj.rowScratch
+	shareProjections(a.QKV, with.QKV, a.Proj, with.Proj)
 }
 
 // Forward computes self-attention over inp (B,T,C), the same on every rank,

@@ -391,6 +391,15 @@ func (l *ColumnParallelLinear) inputGrad(dx, dl *tensor.Tensor, beta float32) {
 	dev.Gemm(false, false, dl.Len()/ol, l.In, n, 1, dl, 0, ol, l.Weight.Operand(), 0, l.In, beta, dx, 0, l.In)
 }
 
+// shareProjections makes a sublayer's column- and row-parallel layers c
+// and r use the scratch of cw and rw, the same layers of a sublayer of the
+// same shape that never runs at the same time, their own released.
+func shareProjections(c, cw *ColumnParallelLinear, r, rw *RowParallelLinear) {
+	c.grads.release()
+	r.grads.release()
+	c.colScratch, r.rowScratch = cw.colScratch, rw.rowScratch
+}
+
 // checkSP checks that sp (when not nil) splits over the layer's group.
 func checkSP(name string, sp *SequenceParallel, g *Group) error {
 	if sp != nil && (sp.Size() != g.Size() || sp.Rank() != g.Rank()) {

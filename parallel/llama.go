@@ -711,9 +711,9 @@ func (b *LlamaBlock) ShareBuffers(with *LlamaBlock) {
 	b.Release()
 	b.blockScratch = with.blockScratch
 	b.Attn.gqaScratch = with.Attn.gqaScratch
-	b.Attn.QKV.colScratch, b.Attn.Proj.rowScratch = with.Attn.QKV.colScratch, with.Attn.Proj.rowScratch
+	shareProjections(b.Attn.QKV, with.Attn.QKV, b.Attn.Proj, with.Attn.Proj)
 	b.MLP.swigluScratch = with.MLP.swigluScratch
-	b.MLP.GateUp.colScratch, b.MLP.Down.rowScratch = with.MLP.GateUp.colScratch, with.MLP.Down.rowScratch
+	shareProjections(b.MLP.GateUp, with.MLP.GateUp, b.MLP.Down, with.MLP.Down)
 	if b.recompute == RecomputeFull {
 		b.InputNorm.rmsSaved, b.PostNorm.rmsSaved = with.InputNorm.rmsSaved, with.PostNorm.rmsSaved
 		b.Attn.attnSaved, b.MLP.swigluSaved = with.Attn.attnSaved, with.MLP.swigluSaved

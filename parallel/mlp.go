@@ -74,10 +74,8 @@ func (m *ParallelMLP) Params() []*Param { return append(m.FC.Params(), m.Proj.Pa
 // ShareScratch is ParallelSelfAttention.ShareScratch for MLPs.
 func (m *ParallelMLP) ShareScratch(with *ParallelMLP) {
 	m.grads.release()
-	m.FC.grads.release()
-	m.Proj.grads.release()
 	m.mlpScratch = with.mlpScratch
-	m.FC.colScratch, m.Proj.rowScratch = with.FC.colScratch, with.Proj.rowScratch
+	shareProjections(m.FC, with.FC, m.Proj, with.Proj)
 }
 
 // Forward maps inp (B,T,C) to (B,T,C), both the same on every rank, the
