@@ -117,10 +117,15 @@ func TestCPUBF16Storage(t *testing.T) {
 
 	// Large enough for the threaded driver, B both ways round: the packing
 	// widens it (packBHalf); A in bfloat16 too (an activation), either way
-	// round, with B of either dtype (packAHalf).
-	for _, tc := range []struct{ transB, halfA, transA bool }{{false, false, false}, {true, false, false}, {false, true, false}, {true, true, false}, {false, true, true}, {true, true, true}} {
-		transB := tc.transB
-		const m, k, n = 70, 96, 130
+	// round, with B of either dtype (packAHalf). Depths past a multiple of
+	// the packers' 16 and past a kc block (384 with AVX-512) too.
+	for _, tc := range []struct {
+		transB, halfA, transA bool
+		k                     int
+	}{{false, false, false, 96}, {true, false, false, 96}, {false, true, false, 96}, {true, true, false, 96}, {false, true, true, 96}, {true, true, true, 96},
+		{false, true, false, 45}, {true, true, true, 45}, {true, true, false, 401}, {false, true, true, 401}} {
+		transB, k := tc.transB, tc.k
+		const m, n = 70, 130
 		lda := k
 		if tc.transA {
 			lda = m

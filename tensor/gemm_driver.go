@@ -319,18 +319,20 @@ func packA(dst, a []float32, lda int, trans bool, i0, mc, p0, kc, mr int, fast b
 		}
 		return
 	}
+	// A is stored (m,k): row i of op(A) is row i of a.
+	if fast && packTransPanelsFast(dst, a[i0*lda+p0:], mc, lda, kc, mr) {
+		return
+	}
 	for ir := 0; ir < mc; ir += mr {
 		d := dst[ir*kc : (ir+mr)*kc]
 		rows := min(mr, mc-ir)
-		if !fast || !packTransFast(d, a[(i0+ir)*lda+p0:], rows, lda, kc, mr) {
-			for pb := 0; pb < kc; pb += packBlock {
-				pe := min(pb+packBlock, kc)
-				for r := 0; r < rows; r++ {
-					s := (i0+ir+r)*lda + p0
-					dd := d[pb*mr+r:]
-					for p, v := range a[s+pb : s+pe] {
-						dd[p*mr] = v
-					}
+		for pb := 0; pb < kc; pb += packBlock {
+			pe := min(pb+packBlock, kc)
+			for r := 0; r < rows; r++ {
+				s := (i0+ir+r)*lda + p0
+				dd := d[pb*mr+r:]
+				for p, v := range a[s+pb : s+pe] {
+					dd[p*mr] = v
 				}
 			}
 		}
@@ -346,7 +348,10 @@ func packA(dst, a []float32, lda int, trans bool, i0, mc, p0, kc, mr int, fast b
 // nr-column panels: panel q holds, for each k step, the nr values of
 // columns j0+q*nr..j0+q*nr+nr-1, zero beyond the last column.
 func packB(dst, b []float32, ldb int, trans bool, p0, kc, j0, nc, nr int, fast bool) {
-	if !trans && fast && packPanelsFast(dst, b[p0*ldb+j0:], kc, ldb, nc, nr) {
+	if fast && !trans && packPanelsFast(dst, b[p0*ldb+j0:], kc, ldb, nc, nr) {
+		return
+	}
+	if fast && trans && packTransPanelsFast(dst, b[j0*ldb+p0:], nc, ldb, kc, nr) {
 		return
 	}
 	for jr := 0; jr < nc; jr += nr {
@@ -361,15 +366,13 @@ func packB(dst, b []float32, ldb int, trans bool, p0, kc, j0, nc, nr int, fast b
 			continue
 		}
 		// B is stored (n,k): column j of op(B) is row j of b.
-		if !fast || !packTransFast(d, b[(j0+jr)*ldb+p0:], cols, ldb, kc, nr) {
-			for pb := 0; pb < kc; pb += packBlock {
-				pe := min(pb+packBlock, kc)
-				for j := 0; j < cols; j++ {
-					s := (j0+jr+j)*ldb + p0
-					dd := d[pb*nr+j:]
-					for p, v := range b[s+pb : s+pe] {
-						dd[p*nr] = v
-					}
+		for pb := 0; pb < kc; pb += packBlock {
+			pe := min(pb+packBlock, kc)
+			for j := 0; j < cols; j++ {
+				s := (j0+jr+j)*ldb + p0
+				dd := d[pb*nr+j:]
+				for p, v := range b[s+pb : s+pe] {
+					dd[p*nr] = v
 				}
 			}
 		}
@@ -385,10 +388,16 @@ func packB(dst, b []float32, ldb int, trans bool, p0, kc, j0, nc, nr int, fast b
 // packAHalf and packBHalf.
 var halfPanel = sync.Pool{New: func() any { return new([]float32) }}
 
-// packAHalf is packA from a bfloat16 A: each mr-row panel's part of A is
-// widened into a small float32 A of its own, which packA then packs, its
-// fast paths included (as packBHalf for B).
+// packAHalf is packA from a bfloat16 A, widened as the fast packers load
+// it; without them each mr-row panel's part of A is widened into a small
+// float32 A of its own, which packA then packs (as packBHalf for B).
 func packAHalf(dst []float32, a []uint16, lda int, trans bool, i0, mc, p0, kc, mr int, fast bool) {
+	if fast && trans && packPanelsFast(dst, a[p0*lda+i0:], kc, lda, mc, mr) {
+		return
+	}
+	if fast && !trans && packTransPanelsFast(dst, a[i0*lda+p0:], mc, lda, kc, mr) {
+		return
+	}
 	tmp := halfPanel.Get().(*[]float32)
 	defer halfPanel.Put(tmp)
 	if cap(*tmp) < mr*kc {
@@ -413,10 +422,17 @@ func packAHalf(dst []float32, a []uint16, lda int, trans bool, i0, mc, p0, kc, m
 	}
 }
 
-// packBHalf is packB from a bfloat16 B: each nr-column panel's part of B
-// is widened into a small float32 B of its own (rows of b, contiguous,
-// either way round), which packB then packs, its fast paths included.
+// packBHalf is packB from a bfloat16 B, widened as the fast packers load
+// it; without them each nr-column panel's part of B is widened into a
+// small float32 B of its own (rows of b, contiguous, either way round),
+// which packB then packs.
 func packBHalf(dst []float32, b []uint16, ldb int, trans bool, p0, kc, j0, nc, nr int, fast bool) {
+	if fast && !trans && packPanelsFast(dst, b[p0*ldb+j0:], kc, ldb, nc, nr) {
+		return
+	}
+	if fast && trans && packTransPanelsFast(dst, b[j0*ldb+p0:], nc, ldb, kc, nr) {
+		return
+	}
 	tmp := halfPanel.Get().(*[]float32)
 	defer halfPanel.Put(tmp)
 	if cap(*tmp) < nr*kc {
@@ -441,16 +457,40 @@ func packBHalf(dst []float32, b []uint16, ldb int, trans bool, p0, kc, j0, nc, n
 	}
 }
 
+// packElem is what a fast packer reads: float32, or bfloat16 (its bits),
+// widened as it is packed.
+type packElem interface{ float32 | uint16 }
+
 // packPanelsFast packs n columns of kc rows of src (ld apart) into w-wide
 // panels, zero beyond column n, with packCopyFast; ok is false when it did
 // nothing.
-func packPanelsFast(dst, src []float32, kc, ld, n, w int) (ok bool) {
+func packPanelsFast[E packElem](dst []float32, src []E, kc, ld, n, w int) (ok bool) {
 	full := n / w
 	if full > 0 && !packCopyFast(dst, src, kc, ld, full, w, w) {
 		return false
 	}
 	if r := n - full*w; r > 0 {
 		return packCopyFast(dst[full*w*kc:], src[full*w:], kc, ld, 1, w, r)
+	}
+	return true
+}
+
+// packTransPanelsFast packs n rows of kc elements of src (ld apart) into
+// w-wide panels, transposed (panel q holds, for each k step, the w values
+// of rows q*w..q*w+w-1), zero beyond row n, with packTransFast; ok is
+// false when it did nothing.
+func packTransPanelsFast[E packElem](dst []float32, src []E, n, ld, kc, w int) (ok bool) {
+	for r0 := 0; r0 < n; r0 += w {
+		d := dst[r0*kc : (r0+w)*kc]
+		rows := min(w, n-r0)
+		if !packTransFast(d, src[r0*ld:], rows, ld, kc, w) {
+			return false
+		}
+		for r := rows; r < w; r++ {
+			for p := range kc {
+				d[p*w+r] = 0
+			}
+		}
 	}
 	return true
 }

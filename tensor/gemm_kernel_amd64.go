@@ -20,24 +20,37 @@ func sgemmKernel6x16AVX2(k int, a, b, c *float32, ldc int, alpha, beta float32, 
 func packTrans16AVX512(dst, src *float32, rows, srcStride, kc, dstStep int)
 
 //go:noescape
+func packTrans16HalfAVX512(dst *float32, src *uint16, rows, srcStride, kc, dstStep int)
+
+//go:noescape
 func packCopyAVX512(dst, src *float32, kc, srcStride, panels, width int, ldMask, stMask uint32)
 
+//go:noescape
+func packCopyHalfAVX512(dst *float32, src *uint16, kc, srcStride, panels, width int, ldMask, stMask uint32)
+
 // packTransFast does dst[p*dstStep+r] = src[r*srcStride+p] for r < rows,
-// p < kc, transposing 16x16 blocks in AVX-512 registers when the CPU has
-// them; ok is false when it did nothing and the caller must pack in Go.
-func packTransFast(dst, src []float32, rows, srcStride, kc, dstStep int) (ok bool) {
+// p < kc (a bfloat16 src widened), transposing 16x16 blocks in AVX-512
+// registers when the CPU has them; ok is false when it did nothing and the
+// caller must pack in Go.
+func packTransFast[E packElem](dst []float32, src []E, rows, srcStride, kc, dstStep int) (ok bool) {
 	if !hasAVX512 || rows == 0 || kc == 0 {
 		return rows == 0 || kc == 0
 	}
 	_ = dst[(kc-1)*dstStep+rows-1]
 	_ = src[(rows-1)*srcStride+kc-1]
+	half, _ := any(src).([]uint16)
 	// Panels wider than 16 rows go through 16-row blocks; alternating them
 	// every few k steps fills each destination line whole while it is still
 	// in L1.
 	const chunk = 64
 	for p := 0; p < kc; p += chunk {
 		for r := 0; r < rows; r += 16 {
-			packTrans16AVX512(&dst[p*dstStep+r], &src[r*srcStride+p], min(16, rows-r), srcStride, min(chunk, kc-p), dstStep)
+			d, s, n, k := &dst[p*dstStep+r], r*srcStride+p, min(16, rows-r), min(chunk, kc-p)
+			if half != nil {
+				packTrans16HalfAVX512(d, &half[s], n, srcStride, k, dstStep)
+			} else {
+				packTrans16AVX512(d, &any(src).([]float32)[s], n, srcStride, k, dstStep)
+			}
 		}
 	}
 	return true
@@ -47,15 +60,21 @@ func packTransFast(dst, src []float32, rows, srcStride, kc, dstStep int) (ok boo
 //
 //	dst[j*kc*width+p*width+l] = src[p*srcStride+j*width+l] when l < cols, else 0
 //
-// with AVX-512 masked moves when the CPU has them (width <= 32); ok is
-// false when it did nothing and the caller must pack in Go.
-func packCopyFast(dst, src []float32, kc, srcStride, panels, width, cols int) (ok bool) {
+// (a bfloat16 src widened) with AVX-512 masked moves when the CPU has them
+// (width <= 32); ok is false when it did nothing and the caller must pack
+// in Go.
+func packCopyFast[E packElem](dst []float32, src []E, kc, srcStride, panels, width, cols int) (ok bool) {
 	if !hasAVX512 || width > 32 || cols > width || kc == 0 || panels == 0 {
 		return hasAVX512 && (kc == 0 || panels == 0)
 	}
 	_ = dst[panels*kc*width-1]
 	_ = src[(kc-1)*srcStride+(panels-1)*width+cols-1]
-	packCopyAVX512(&dst[0], &src[0], kc, srcStride, panels, width, uint32(1)<<cols-1, uint32(1)<<width-1)
+	ld, st := uint32(1)<<cols-1, uint32(1)<<width-1
+	if half, ok := any(src).([]uint16); ok {
+		packCopyHalfAVX512(&dst[0], &half[0], kc, srcStride, panels, width, ld, st)
+	} else {
+		packCopyAVX512(&dst[0], &any(src).([]float32)[0], kc, srcStride, panels, width, ld, st)
+	}
 	return true
 }
 

@@ -6,9 +6,11 @@ package tensor
 func asmKernels() []*gemmKernel { return nil }
 
 // packTransFast always leaves packing to Go in this build.
-func packTransFast(dst, src []float32, rows, srcStride, kc, dstStep int) (ok bool) { return false }
+func packTransFast[E packElem](dst []float32, src []E, rows, srcStride, kc, dstStep int) (ok bool) {
+	return false
+}
 
 // packCopyFast always leaves packing to Go in this build.
-func packCopyFast(dst, src []float32, kc, srcStride, panels, width, cols int) (ok bool) {
+func packCopyFast[E packElem](dst []float32, src []E, kc, srcStride, panels, width, cols int) (ok bool) {
 	return false
 }
