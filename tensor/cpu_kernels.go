@@ -285,30 +285,47 @@ func (d *CPUDevice) AddBias(out, bias *Tensor) {
 
 type biasBackK struct {
 	dbias, dout []float32 // dbias is (OC), dout is (N,OC)
+	doutHalf    []uint16  // a bfloat16 dout's (dout nil)
+	scratch     []float32 // a tile a chunk: a bfloat16 row's columns widened
 }
 
 // run sums the columns [lo,hi) over every row, so that chunks never share
 // an output.
-func (k *biasBackK) run(lo, hi, _ int) {
+func (k *biasBackK) run(lo, hi, chunk int) {
 	oc := len(k.dbias)
-	db := k.dbias[lo:hi]
-	for r := 0; r+oc <= len(k.dout); r += oc {
-		row := k.dout[r+lo : r+hi]
-		for j, g := range row {
-			db[j] += g
+	n := max(len(k.dout), len(k.doutHalf))
+	var tile []float32
+	step := max(hi-lo, 1) // float32: every row's columns at once
+	if k.doutHalf != nil {
+		tile, step = chunkTiles(k.scratch, chunk, 1), tileLen
+	}
+	for c0 := lo; c0 < hi; c0 += step {
+		c1 := min(c0+step, hi)
+		db := k.dbias[c0:c1]
+		for r := 0; r+oc <= n; r += oc {
+			for j, g := range tileOf(k.dout, k.doutHalf, r+c0, r+c1, tile) {
+				db[j] += g
+			}
 		}
 	}
 }
 
-// BiasBackward is dbias += column sums of dout. dbias is (OC), dout is (N,OC).
+// BiasBackward is dbias += column sums of dout. dbias is (OC), dout is
+// (N,OC), float32 or bfloat16 (widened; the sums in float32).
 func (d *CPUDevice) BiasBackward(dbias, dout *Tensor) {
-	d.own("BiasBackward", dbias, dout)
+	d.own("BiasBackward", dbias)
+	d.ownAny("BiasBackward", dout)
 	n := check.BiasBackward(dbias, dout)
+	g, gHalf := hostAny(dout, 0)
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	nc := d.chunks(dbias.n, n)
 	k := &d.k.biasB
-	*k = biasBackK{dbias: dbias.Host(), dout: dout.Host()}
-	d.parallel(dbias.n, d.chunks(dbias.n, n), k)
+	*k = biasBackK{dbias: dbias.Host(), dout: g, doutHalf: gHalf}
+	if gHalf != nil {
+		k.scratch = d.tiles(nc, 1)
+	}
+	d.parallel(dbias.n, nc, k)
 	*k = biasBackK{}
 }
 
@@ -633,34 +650,45 @@ func (d *CPUDevice) BiasActivationForward(f Activation, out, pre, bias *Tensor) 
 // bits are those of ActivationBackward into zeros.
 type activationInPlaceK struct {
 	dout, inp []float32
+	doutHalf  []uint16 // a bfloat16 dout's (dout nil)
 	inpHalf   []uint16
-	scratch   []float32 // 2 tiles a chunk: dout's copy, a bfloat16 inp widened
+	scratch   []float32 // 3 tiles a chunk: dout's copy, a bfloat16 inp widened, a bfloat16 dout's result
 	f         func(dinp, inp, dout []float32)
 }
 
 func (k *activationInPlaceK) run(lo, hi, chunk int) {
-	s := chunkTiles(k.scratch, chunk, 2)
-	g := s[tileLen:]
+	s := chunkTiles(k.scratch, chunk, 3)
+	g, res := s[tileLen:2*tileLen], s[2*tileLen:]
 	overTiles(lo, hi, k.inp, k.inpHalf, s[:tileLen], func(a, b int, x []float32) {
-		d := k.dout[a:b]
-		copy(g, d)
+		if k.doutHalf == nil {
+			d := k.dout[a:b]
+			copy(g, d)
+			clear(d)
+			k.f(d, x, g[:b-a])
+			return
+		}
+		// The float32 kernel's result on the widened gradient, rounded.
+		WidenBF16(g[:b-a], k.doutHalf[a:b])
+		d := res[:b-a]
 		clear(d)
 		k.f(d, x, g[:b-a])
+		RoundBF16(k.doutHalf[a:b], d)
 	})
 }
 
-// ActivationBackwardInPlace is dout = f'(inp)*dout; inp may be bfloat16.
+// ActivationBackwardInPlace is dout = f'(inp)*dout; either may be
+// bfloat16 (a bfloat16 dout widened, the product rounded into it).
 func (d *CPUDevice) ActivationBackwardInPlace(f Activation, dout, inp *Tensor) {
-	d.own("ActivationBackwardInPlace", dout)
-	d.ownAny("ActivationBackwardInPlace", inp)
+	d.ownAny("ActivationBackwardInPlace", dout, inp)
 	check.ActivationBackwardInPlace(dout, inp)
 	a := activation("ActivationBackwardInPlace", f)
 	x, xHalf := hostAny(inp, 0)
+	g, gHalf := hostAny(dout, 0)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	nc := d.chunks(inp.n, a.bwdCost)
 	k := &d.k.actIn
-	*k = activationInPlaceK{dout: dout.Host(), inp: x, inpHalf: xHalf, scratch: d.tiles(nc, 2), f: a.bwd}
+	*k = activationInPlaceK{dout: g, doutHalf: gHalf, inp: x, inpHalf: xHalf, scratch: d.tiles(nc, 3), f: a.bwd}
 	d.parallel(inp.n, nc, k)
 	*k = activationInPlaceK{}
 }

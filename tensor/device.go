@@ -35,6 +35,8 @@ type Device interface {
 	// RMSNormForward, AddRMSNormForward, AddBias: float32 values rounded), as the input of ActivationForward,
 	// ActivationBackward, ActivationBackwardInPlace, SwiGLUForward and
 	// SwiGLUBackward (widened), as BiasActivationForward's pre (both), as
+	// ActivationBackwardInPlace's dout and BiasBackward's dout (widened;
+	// the in-place gradient rounded), as
 	// RoPEForward's and RoPEBackward's x (widened, rotated, rounded), to
 	// Copy2D between two BFloat16 tensors, to Fill and Zero, as
 	// SoftmaxForward's out (rounded) and SoftmaxBackward's out (widened),
@@ -169,7 +171,8 @@ type Device interface {
 	BiasActivationForward(f Activation, out, pre, bias *Tensor)
 	// ActivationBackwardInPlace is dout = f'(inp) * dout, overwriting dout:
 	// ActivationBackward into a zeroed gradient, without one. dout and inp
-	// have the same Len; inp may be BFloat16.
+	// have the same Len; either may be BFloat16 (a bfloat16 dout widened,
+	// the float32 product rounded into it).
 	ActivationBackwardInPlace(f Activation, dout, inp *Tensor)
 
 	// SoftmaxForward is a row softmax of scale*inp with masked entries set to
@@ -193,7 +196,8 @@ type Device interface {
 	Scale(x *Tensor, alpha float32)
 	// AddBias is out[i] += bias for every row i. out is (N,OC), bias is (OC).
 	AddBias(out, bias *Tensor)
-	// BiasBackward is dbias += column sums of dout. dbias is (OC), dout is (N,OC).
+	// BiasBackward is dbias += column sums of dout. dbias is (OC), dout is
+	// (N,OC), float32 or BFloat16 (widened, summed in float32).
 	BiasBackward(dbias, dout *Tensor)
 
 	// Cross-entropy in pieces, so that a vocab-parallel caller can

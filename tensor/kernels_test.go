@@ -1143,6 +1143,8 @@ func TestNoAllocs(t *testing.T) {
 		kernels["BiasGELU bf16"] = func() { d.BiasActivationForward(GELU, hc, h, b) }
 		kernels["GELUBackInPlace"] = func() { d.ActivationBackwardInPlace(GELU, z, x) }
 		kernels["GELUBackInPlace bf16"] = func() { d.ActivationBackwardInPlace(GELU, z, h) }
+		kernels["GELUBackInPlace bf16 dout"] = func() { d.ActivationBackwardInPlace(GELU, hc, h) }
+		kernels["BiasBack bf16"] = func() { d.BiasBackward(b, hc) }
 		for name, f := range kernels {
 			f() // warm scratch
 			if allocs := testing.AllocsPerRun(20, f); allocs != 0 {
@@ -1416,6 +1418,31 @@ func TestBiasActivation(t *testing.T) {
 						if w := dy * float64(g[i]); math.Abs(float64(v)-w) > 1e-6*math.Abs(float64(g[i]))*(1+math.Abs(float64(gotPre[i]))) {
 							t.Fatalf("%s: backward [%d] = %g, want %g", name, i, v, w)
 						}
+					}
+					// A bfloat16 gradient in place: the float32 kernel's
+					// result on the widened gradient, rounded; and its
+					// column sums, as BiasBackward's of the widened values.
+					gh, _ := d.AllocAs(BFloat16, tc.n, tc.oc)
+					d.CopyFromHost(gh, g)
+					gw := make([]float32, len(g))
+					d.CopyToHost(gw, gh)
+					dw := upload(t, d, gw, tc.n, tc.oc)
+					d.ActivationBackwardInPlace(f, dw, pre)
+					d.ActivationBackwardInPlace(f, gh, pre)
+					for i, v := range download(dw) {
+						if got := gh.HostBF16()[i]; got != BF16FromFloat32(v) {
+							t.Fatalf("%s: bfloat16 dout [%d] = %#x, want %g rounded, %#x", name, i, got, v, BF16FromFloat32(v))
+						}
+					}
+					sums := make([]float64, tc.oc)
+					for i, v := range gh.HostBF16() {
+						sums[i%tc.oc] += float64(Float32FromBF16(v))
+					}
+					db := upload(t, d, make([]float32, tc.oc), tc.oc)
+					d.BiasBackward(db, gh)
+					checkClose(t, name+": BiasBackward of a bfloat16 dout", download(db), sums, 1e-5)
+					for _, x := range []*Tensor{gh, dw, db} {
+						d.Free(x)
 					}
 				}
 			}

@@ -370,6 +370,31 @@ func TestGPUBiasActivation(t *testing.T) {
 				d.ActivationBackwardInPlace(f, dout.g, preG)
 				b.check("ActivationBackwardInPlace "+what, tol32, dout)
 				sameGPUBits(t, d, "ActivationBackwardInPlace "+what+" (want ActivationBackward into zeros)", dout.g, dz.g)
+
+				// A bfloat16 gradient in place: the float32 kernel's result
+				// on the widened gradient, rounded (the CPU's, and the
+				// GPU's own float32 kernel's bits); its column sums as
+				// the widened gradient's.
+				g := b.rand("dout", 1, sh.rows, sh.oc)
+				ghC, ghG := alloc(b.cpu, tensor.BFloat16, sh.rows, sh.oc), alloc(d, tensor.BFloat16, sh.rows, sh.oc)
+				b.cpu.Copy(ghC, g.c)
+				d.Copy(ghG, g.g)
+				wide, back := alloc(d, tensor.Float32, sh.rows, sh.oc), alloc(d, tensor.BFloat16, sh.rows, sh.oc)
+				d.Copy(wide, ghG)
+				b.cpu.ActivationBackwardInPlace(f, ghC, preC)
+				d.ActivationBackwardInPlace(f, ghG, preG)
+				d.ActivationBackwardInPlace(f, wide, preG)
+				d.Copy(back, wide)
+				near("ActivationBackwardInPlace bfloat16 dout "+what, 1.0/128, ghG, ghC)
+				sameGPUBits(t, d, "ActivationBackwardInPlace bfloat16 dout "+what+" (want the float32 kernel's, rounded)", ghG, back)
+				dbC, dbG := alloc(b.cpu, tensor.Float32, sh.oc), alloc(d, tensor.Float32, sh.oc)
+				dbW := alloc(d, tensor.Float32, sh.oc)
+				d.Copy(wide, ghG)
+				b.cpu.BiasBackward(dbC, ghC)
+				d.BiasBackward(dbG, ghG)
+				d.BiasBackward(dbW, wide)
+				near("BiasBackward bfloat16 dout "+what, tol32, dbG, dbC)
+				sameGPUBits(t, d, "BiasBackward bfloat16 dout "+what+" (want the widened gradient's)", dbG, dbW)
 			}
 		}
 	}

@@ -187,13 +187,15 @@ extern "C" __global__ void add_bias_bf16(bf16_t* out, const float* bias, long lo
 // to the chunks 32 at a time, so that a few columns still fill the GPU;
 // part[chunk*OC + j] receives chunk's sum of column j, and
 // rmsnorm_param_grads_f32 adds the chunks into dbias in order.
-extern "C" __global__ void ROW_BOUNDS bias_backward_f32(float* part, const float* dout, long long rows, int oc) {
+// dout may be bfloat16 (widened; the sums in float32).
+template <typename In>
+__device__ __forceinline__ void bias_backward(float* part, const In* dout, long long rows, int oc) {
     __shared__ float sh[32][33];
     int j = blockIdx.x * 32 + threadIdx.x;
     float s = 0.f;
     if (j < oc) {
         for (long long r = (long long)blockIdx.y * blockDim.y + threadIdx.y; r < rows; r += (long long)gridDim.y * blockDim.y)
-            s += dout[r * oc + j];
+            s += load_in(dout + r * oc + j);
     }
     sh[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
@@ -202,6 +204,12 @@ extern "C" __global__ void ROW_BOUNDS bias_backward_f32(float* part, const float
         for (int y = 0; y < blockDim.y; y++) t += sh[y][threadIdx.x];
         part[(long long)blockIdx.y * oc + j] = t;
     }
+}
+extern "C" __global__ void ROW_BOUNDS bias_backward_f32(float* part, const float* dout, long long rows, int oc) {
+    bias_backward(part, dout, rows, oc);
+}
+extern "C" __global__ void ROW_BOUNDS bias_backward_f32_from_bf16(float* part, const bf16_t* dout, long long rows, int oc) {
+    bias_backward(part, dout, rows, oc);
 }
 
 // --- embedding ---
@@ -539,10 +547,11 @@ __device__ __forceinline__ void bias_activation_forward(Out* out, Pre* pre, cons
 }
 
 // activation_backward_in_place: dout = F'(inp)*dout, overwriting dout
-// (activation_backward into zeros, without them).
-template <float (*Grad)(float), typename In>
-__device__ __forceinline__ void activation_backward_in_place(float* dout, const In* inp, long long n) {
-    GRID_STRIDE(i, n) dout[i] = Grad(load_in(inp + i)) * dout[i];
+// (activation_backward into zeros, without them); a bfloat16 dout is
+// widened and the product rounded into it.
+template <float (*Grad)(float), typename Out, typename In>
+__device__ __forceinline__ void activation_backward_in_place(Out* dout, const In* inp, long long n) {
+    GRID_STRIDE(i, n) store_out(dout + i, Grad(load_in(inp + i)) * load_in(dout + i));
 }
 
 extern "C" __global__ void gelu_forward_f32(float* out, const float* inp, long long n) {
@@ -599,6 +608,12 @@ extern "C" __global__ void gelu_backward_in_place_f32(float* dout, const float* 
 extern "C" __global__ void gelu_backward_in_place_f32_from_bf16(float* dout, const bf16_t* inp, long long n) {
     activation_backward_in_place<gelu_grad>(dout, inp, n);
 }
+extern "C" __global__ void gelu_backward_in_place_bf16(bf16_t* dout, const float* inp, long long n) {
+    activation_backward_in_place<gelu_grad>(dout, inp, n);
+}
+extern "C" __global__ void gelu_backward_in_place_bf16_from_bf16(bf16_t* dout, const bf16_t* inp, long long n) {
+    activation_backward_in_place<gelu_grad>(dout, inp, n);
+}
 extern "C" __global__ void bias_tanh_forward_f32(float* out, float* pre, const float* bias, long long n, int oc) {
     bias_activation_forward<tanh_f>(out, pre, bias, n, oc);
 }
@@ -615,6 +630,12 @@ extern "C" __global__ void tanh_backward_in_place_f32(float* dout, const float* 
     activation_backward_in_place<tanh_grad>(dout, inp, n);
 }
 extern "C" __global__ void tanh_backward_in_place_f32_from_bf16(float* dout, const bf16_t* inp, long long n) {
+    activation_backward_in_place<tanh_grad>(dout, inp, n);
+}
+extern "C" __global__ void tanh_backward_in_place_bf16(bf16_t* dout, const float* inp, long long n) {
+    activation_backward_in_place<tanh_grad>(dout, inp, n);
+}
+extern "C" __global__ void tanh_backward_in_place_bf16_from_bf16(bf16_t* dout, const bf16_t* inp, long long n) {
     activation_backward_in_place<tanh_grad>(dout, inp, n);
 }
 

@@ -21,7 +21,7 @@ var kernels = []struct {
 	{"fill_f32", elemThreads}, {"add_f32", elemThreads}, {"axpy_f32", elemThreads},
 	{"scale_f32", elemThreads}, {"block2d_f32", elemThreads}, {"f32_to_bf16", elemThreads},
 	{"round_bf16", elemThreads}, {"widen_bf16", elemThreads}, {"copy2d_bf16", elemThreads}, {"rope_bf16", elemThreads},
-	{"add_bias_f32", elemThreads}, {"add_bias_bf16", elemThreads}, {"bias_backward_f32", 32 * 32},
+	{"add_bias_f32", elemThreads}, {"add_bias_bf16", elemThreads}, {"bias_backward_f32", 32 * 32}, {"bias_backward_f32_from_bf16", 32 * 32},
 	{"embedding_forward_f32", maxRowThreads}, {"embedding_backward_f32", maxRowThreads},
 	{"layernorm_forward_f32", maxRowThreads}, {"layernorm_forward_bf16", maxRowThreads}, {"layernorm_backward_f32", maxRowThreads},
 	{"layernorm_param_grads_f32", elemThreads},
@@ -38,8 +38,10 @@ var kernels = []struct {
 	{"tanh_backward_f32", elemThreads}, {"tanh_backward_f32_from_bf16", elemThreads},
 	{"bias_gelu_forward_f32", elemThreads}, {"bias_gelu_forward_bf16", elemThreads}, {"bias_gelu_forward_f32_from_bf16", elemThreads}, {"bias_gelu_forward_bf16_from_bf16", elemThreads},
 	{"gelu_backward_in_place_f32", elemThreads}, {"gelu_backward_in_place_f32_from_bf16", elemThreads},
+	{"gelu_backward_in_place_bf16", elemThreads}, {"gelu_backward_in_place_bf16_from_bf16", elemThreads},
 	{"bias_tanh_forward_f32", elemThreads}, {"bias_tanh_forward_bf16", elemThreads}, {"bias_tanh_forward_f32_from_bf16", elemThreads}, {"bias_tanh_forward_bf16_from_bf16", elemThreads},
 	{"tanh_backward_in_place_f32", elemThreads}, {"tanh_backward_in_place_f32_from_bf16", elemThreads},
+	{"tanh_backward_in_place_bf16", elemThreads}, {"tanh_backward_in_place_bf16_from_bf16", elemThreads},
 	{"softmax_forward_f32", softmaxThreads}, {"softmax_backward_f32", softmaxThreads},
 	{"softmax_forward_bf16", softmaxThreads}, {"softmax_backward_f32_from_bf16", softmaxThreads},
 	{"ce_row_max_f32", maxRowThreads}, {"ce_sum_exp_f32", maxRowThreads},
@@ -274,9 +276,11 @@ func (d *Device) AddBias(out, bias *tensor.Tensor) {
 	d.elementwise(typed("add_bias", out.DType(), tensor.Float32), out.Len(), tp(out), tp(bias), i64(out.Len()), i32(bias.Len()))
 }
 
-// BiasBackward is dbias += column sums of dout. dbias is (OC), dout is (N,OC).
+// BiasBackward is dbias += column sums of dout. dbias is (OC), dout is
+// (N,OC), float32 or bfloat16.
 func (d *Device) BiasBackward(dbias, dout *tensor.Tensor) {
-	d.own("BiasBackward", dbias, dout)
+	d.own("BiasBackward", dbias)
+	d.ownAny("BiasBackward", dout)
 	n := check.BiasBackward(dbias, dout)
 	oc := dbias.Len()
 	if oc == 0 {
@@ -294,7 +298,7 @@ func (d *Device) BiasBackward(dbias, dout *tensor.Tensor) {
 		d.fail(err)
 		return
 	}
-	d.launch("bias_backward_f32", dim3{uint32(cols), uint32(chunks), 1}, dim3{32, 32, 1}, ptr(part), tp(dout), i64(n), i32(oc))
+	d.launch(typed("bias_backward", tensor.Float32, dout.DType()), dim3{uint32(cols), uint32(chunks), 1}, dim3{32, 32, 1}, ptr(part), tp(dout), i64(n), i32(oc))
 	d.launch("rmsnorm_param_grads_f32", d.grid1(oc, elemThreads), dim3{elemThreads, 1, 1}, tp(dbias), ptr(part), i32(chunks), i32(oc))
 }
 
@@ -536,12 +540,12 @@ func (d *Device) BiasActivationForward(f tensor.Activation, out, pre, bias *tens
 	d.elementwise(activationKernel("BiasActivationForward", f, biasActivationForward, out.DType(), pre.DType()), out.Len(), tp(out), tp(pre), tp(bias), i64(out.Len()), i32(bias.Len()))
 }
 
-// ActivationBackwardInPlace is dout = f'(inp)*dout; inp may be bfloat16.
+// ActivationBackwardInPlace is dout = f'(inp)*dout; either may be
+// bfloat16.
 func (d *Device) ActivationBackwardInPlace(f tensor.Activation, dout, inp *tensor.Tensor) {
-	d.own("ActivationBackwardInPlace", dout)
-	d.ownAny("ActivationBackwardInPlace", inp)
+	d.ownAny("ActivationBackwardInPlace", dout, inp)
 	check.ActivationBackwardInPlace(dout, inp)
-	d.elementwise(activationKernel("ActivationBackwardInPlace", f, activationBackwardInPlace, tensor.Float32, inp.DType()), inp.Len(), tp(dout), tp(inp), i64(inp.Len()))
+	d.elementwise(activationKernel("ActivationBackwardInPlace", f, activationBackwardInPlace, dout.DType(), inp.DType()), inp.Len(), tp(dout), tp(inp), i64(inp.Len()))
 }
 
 // --- softmax ---
