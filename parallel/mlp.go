@@ -33,7 +33,7 @@ type mlpSaved struct {
 // layer and its shadows share it.
 type mlpScratch struct {
 	grads buffers
-	dh    *tensor.Tensor // (B,T,Hidden/tp): h's gradient, then (in place) fc's output's
+	dh    *tensor.Tensor // (B,T,Hidden/tp): h's gradient, then (in place) fc's output's; stored as ParallelMLP.act
 }
 
 // NewParallelMLP makes this rank's shard of a (dim -> hidden -> dim) MLP

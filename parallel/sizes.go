@@ -234,11 +234,13 @@ func attentionCoreSizes(b, t, nh, cl int, selective, fused bool, y tensor.DType)
 // mlpCoreSizes are the MLP's own buffers for b x t tokens, fl = Hidden/tp
 // wide: h (b,t,fl), GELU's output, saved, stored as act (read only by
 // c_proj's products); dh (b,t,fl), the gradient of GELU's output and then,
-// overwritten in place, of its input, scratch.
+// overwritten in place, of its input, scratch, stored as act too (as
+// llm.c keeps it: c_proj's input-gradient product rounds into it, GELU's
+// backward rounds again, and c_fc's products and bias gradient read it).
 func mlpCoreSizes(b, t, fl int, act tensor.DType) Sizes {
 	return Sizes{
 		Saved:   Buffers{buf("h", b, t, fl).as(act)},
-		Scratch: Buffers{buf("dh", b, t, fl)},
+		Scratch: Buffers{buf("dh", b, t, fl).as(act)},
 	}
 }
 

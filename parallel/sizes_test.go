@@ -361,7 +361,8 @@ func (b *LlamaBlock) shadow() recomputeBlock    { return b.Shadow() }
 
 // TestBF16ActivationDTypes: at bfloat16 activations the buffers only
 // products and the activation and attention kernels read are BFloat16
-// (the MLP's hidden one and its pre-activation, fc's output; the fused
+// (the MLP's hidden one and its pre-activation, fc's output, and the
+// hidden one's gradient, which GELU's backward overwrites; the fused
 // Q,K,V projection's output, the unfused attention's probabilities and
 // the heads' output y; the norms' outputs of a pre-norm block, with
 // or without sequence parallelism, which all-gathers them as bf16),
@@ -369,8 +370,8 @@ func (b *LlamaBlock) shadow() recomputeBlock    { return b.Shadow() }
 // the residual stream) the norms' outputs stay Float32. Bytes count 2 a
 // BFloat16 element.
 func TestBF16ActivationDTypes(t *testing.T) {
-	mlp := map[string]bool{"mlp.h": true, "mlp.c_fc.out_local": true, "attn.c_attn.out_local": true, "attn.att": true, "attn.y": true}
-	half := map[string]bool{"mlp.h": true, "mlp.c_fc.out_local": true, "attn.c_attn.out_local": true, "attn.att": true, "attn.y": true, "ln_1.out": true, "ln_2.out": true}
+	mlp := map[string]bool{"mlp.h": true, "mlp.dh": true, "mlp.c_fc.out_local": true, "attn.c_attn.out_local": true, "attn.att": true, "attn.y": true}
+	half := map[string]bool{"mlp.h": true, "mlp.dh": true, "mlp.c_fc.out_local": true, "attn.c_attn.out_local": true, "attn.att": true, "attn.y": true, "ln_1.out": true, "ln_2.out": true}
 	for _, c := range []struct {
 		name string
 		s    BlockShape

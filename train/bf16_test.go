@@ -95,6 +95,9 @@ func TestBF16CurvesOnCPU(t *testing.T) {
 				qkv = (cfg.Heads + 2*cfg.KVHeadCount()) * (cfg.Dim / cfg.Heads)
 			}
 			acts := 2 * int64(cfg.Layers*cfg.BatchSize*cfg.Seq*(cfg.Hidden()+pre+qkv+3*cfg.Dim+cfg.Heads*cfg.Seq))
+			if model != "llama" {
+				acts += 2 * int64(cfg.BatchSize*cfg.Seq*cfg.Hidden()) // the MLP's hidden gradient, the blocks' shared scratch
+			}
 			if cfg.LM() {
 				vp, err := parallel.PadVocab(vocab, 1)
 				if err != nil {

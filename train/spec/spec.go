@@ -374,8 +374,10 @@ type Linear struct {
 	// the input gradient): Compute, its bfloat16 copy at bf16.
 	Weight tensor.DType
 	// Grad is what the gradient of the output is stored as (A of the
-	// input gradient's and of the weight gradient's products): Float32
-	// in the blocks, Logits for an LM head.
+	// input gradient's and of the weight gradient's products): Compute
+	// for GPT's and BERT's MLP c_fc (the hidden gradient GELU's backward
+	// writes), Float32 for the blocks' other products, Logits for an LM
+	// head.
 	Grad tensor.DType
 }
 
@@ -402,7 +404,11 @@ func BlockLinears(cfg config.Config, vocab int) ([]Linear, error) {
 			if normFed(p.Name) {
 				input = NormOut(cfg)
 			}
-			out = append(out, Linear{In: local[1], Out: local[0], Input: input, Weight: Compute(cfg)})
+			grad := tensor.Float32
+			if strings.HasSuffix(p.Name, ".c_fc.weight") {
+				grad = Compute(cfg)
+			}
+			out = append(out, Linear{In: local[1], Out: local[0], Input: input, Weight: Compute(cfg), Grad: grad})
 		}
 	}
 	return out, nil
