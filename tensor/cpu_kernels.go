@@ -797,23 +797,23 @@ func (d *CPUDevice) SoftmaxForward(out, inp *Tensor, scale float32, causal bool,
 
 type softmaxBackK struct {
 	dinp, dout, out []float32
-	outHalf         []uint16 // a bfloat16 out's (out nil), each row widened into scratch
-	scratch         []float32
+	outHalf         []uint16  // a bfloat16 out's (out nil), each row widened into scratch
+	dinpHalf        []uint16  // a bfloat16 dinp's (dinp nil): each row widened, added to and rounded back
+	scratch         []float32 // 2 rows a chunk, with a bfloat16 operand
 	scale           float32
 	tk              int
 }
 
 func (k *softmaxBackK) run(lo, hi, chunk int) {
 	tk := k.tk
+	var s []float32
+	if k.scratch != nil {
+		s = k.scratch[chunk*2*tk : (chunk+1)*2*tk]
+	}
 	for r := lo; r < hi; r++ {
-		var y []float32
-		if k.outHalf != nil {
-			y = k.scratch[chunk*tk : (chunk+1)*tk]
-			WidenBF16(y, k.outHalf[r*tk:(r+1)*tk])
-		} else {
-			y = k.out[r*tk : (r+1)*tk]
-		}
-		g, dx := k.dout[r*tk:(r+1)*tk], k.dinp[r*tk:(r+1)*tk]
+		y := tileOf(k.out, k.outHalf, r*tk, (r+1)*tk, s[:min(len(s), tk)])
+		dx := tileOf(k.dinp, k.dinpHalf, r*tk, (r+1)*tk, s[min(len(s), tk):])
+		g := k.dout[r*tk : (r+1)*tk]
 		var dot float64
 		for j, v := range y {
 			dot += float64(v * g[j])
@@ -822,24 +822,29 @@ func (k *softmaxBackK) run(lo, hi, chunk int) {
 		for j, v := range y {
 			dx[j] += k.scale * v * (g[j] - d)
 		}
+		if k.dinpHalf != nil {
+			RoundBF16(k.dinpHalf[r*tk:(r+1)*tk], dx)
+		}
 	}
 }
 
 // SoftmaxBackward is dinp += scale*out*(dout - rowsum(dout*out)). All are
-// (B,...,Tq,Tk); out may be bfloat16.
+// (B,...,Tq,Tk); out may be bfloat16, and dinp (widened, added to and
+// rounded).
 func (d *CPUDevice) SoftmaxBackward(dinp, dout, out *Tensor, scale float32) {
-	d.own("SoftmaxBackward", dinp, dout)
-	d.ownAny("SoftmaxBackward", out)
+	d.own("SoftmaxBackward", dout)
+	d.ownAny("SoftmaxBackward", dinp, out)
 	rows := check.SoftmaxBackward(dinp, dout, out)
 	tk := out.Cols()
 	y, yHalf := hostAny(out, 0)
+	dx, dxHalf := hostAny(dinp, 0)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	nc := d.chunks(rows, 4*tk)
 	k := &d.k.smB
-	*k = softmaxBackK{dinp: dinp.Host(), dout: dout.Host(), out: y, outHalf: yHalf, scale: scale, tk: tk}
-	if yHalf != nil {
-		k.scratch = d.scratch32(nc * tk)
+	*k = softmaxBackK{dinp: dx, dout: dout.Host(), out: y, outHalf: yHalf, dinpHalf: dxHalf, scale: scale, tk: tk}
+	if yHalf != nil || dxHalf != nil {
+		k.scratch = d.scratch32(nc * 2 * tk)
 	}
 	d.parallel(rows, nc, k)
 	*k = softmaxBackK{}

@@ -27,23 +27,25 @@ type Device interface {
 	Alloc(shape ...int) (*Tensor, error)
 	// AllocAs is Alloc for elements stored as dt. A BFloat16 tensor goes
 	// to Copy, CopyFromHost and CopyToHost (which convert, rounding to
-	// nearest even on store), as an operand A, B or C of Gemm and
+	// nearest even on store); as an operand A, B or C of Gemm and
 	// GemmStridedBatched (at any precision on the CPU, at BF16 on a GPU; a
-	// C gets the float32 sums rounded once), as the output of the
-	// kernels that say so (ActivationForward, BiasActivationForward,
-	// SwiGLUForward, LayerNormForward, AddLayerNormForward,
-	// RMSNormForward, AddRMSNormForward, AddBias: float32 values rounded), as the input of ActivationForward,
-	// ActivationBackward, ActivationBackwardInPlace, SwiGLUForward and
-	// SwiGLUBackward (widened), as BiasActivationForward's pre (both), as
-	// ActivationBackwardInPlace's dout and BiasBackward's dout (widened;
-	// the in-place gradient rounded), as
-	// RoPEForward's and RoPEBackward's x (widened, rotated, rounded), to
-	// Copy2D between two BFloat16 tensors, to Fill and Zero, as
-	// SoftmaxForward's out (rounded) and SoftmaxBackward's out (widened),
+	// C gets the float32 sums rounded once); as the output of the kernels
+	// that say so (ActivationForward, BiasActivationForward, SwiGLUForward,
+	// LayerNormForward, AddLayerNormForward, RMSNormForward,
+	// AddRMSNormForward, AddBias: float32 values rounded); as the input of
+	// ActivationForward, ActivationBackward, ActivationBackwardInPlace,
+	// SwiGLUForward and SwiGLUBackward (widened); as BiasActivationForward's
+	// pre (both); as the gradients ActivationBackwardInPlace's dout,
+	// BiasBackward's dout, SwiGLUBackward's dinp and dout together and
+	// SoftmaxBackward's dinp (widened; those written rounded); as
+	// RoPEForward's and RoPEBackward's x (widened, rotated, rounded); to
+	// Copy2D between two BFloat16 tensors, to Fill and Zero; as
+	// SoftmaxForward's out (rounded) and SoftmaxBackward's out (widened);
 	// and as the logits of the cross-entropy kernels but
-	// CrossEntropyBackward (widened; the in-place gradient rounded); every
-	// other kernel takes Float32 tensors only. A Device that wraps another must override AllocAs
-	// where it overrides Alloc: layers allocate through AllocAs.
+	// CrossEntropyBackward (widened; the in-place gradient rounded). Every
+	// other kernel takes Float32 tensors only. A Device that wraps another
+	// must override AllocAs where it overrides Alloc: layers allocate
+	// through AllocAs.
 	AllocAs(dt DType, shape ...int) (*Tensor, error)
 	// Free releases the Buffer t views; t and its views must not be used
 	// again. Freeing a freed buffer does nothing.
@@ -152,7 +154,8 @@ type Device interface {
 	SwiGLUForward(out, inp *Tensor)
 	// SwiGLUBackward accumulates the gradient of SwiGLUForward into dinp
 	// (N,2F), [dgate | dup], from dout (N,F) and the forward's inp (N,2F),
-	// which may be BFloat16.
+	// which may be BFloat16; dinp and dout may be BFloat16 both (widened,
+	// the float32 sums rounded into dinp).
 	SwiGLUBackward(dinp, inp, dout *Tensor)
 
 	// ActivationForward is out = f(inp) elementwise. out, inp have the
@@ -185,7 +188,7 @@ type Device interface {
 	// SoftmaxBackward is dinp += scale * out*(dout - rowsum(dout*out)), the
 	// gradient with respect to the forward's inp (masked entries get 0 since
 	// out is 0 there). dinp, dout, out are (B,...,Tq,Tk); out may be
-	// BFloat16.
+	// BFloat16, and dinp (widened, added to and rounded).
 	SoftmaxBackward(dinp, dout, out *Tensor, scale float32)
 
 	// Add is out = a + b elementwise (residual add); out may be a or b.

@@ -376,7 +376,38 @@ func TestCPUBF16Inputs(t *testing.T) {
 		d.SwiGLUBackward(dWant, xw, dout)
 		d.SwiGLUBackward(dGot, xh, dout)
 		same("SwiGLU backward from bfloat16", dGot.Host(), dWant.Host())
+		// bfloat16 gradients: the float32 sums on the widened values,
+		// rounded into dinp, from either dtype of inp.
+		for _, x := range []*Tensor{xw, xh} {
+			doH, doW := pair(1, rows, f)
+			diH, diW := pair(1, rows, 2*f)
+			d.SwiGLUBackward(diW, x, doW)
+			d.SwiGLUBackward(diH, x, doH)
+			rounded(fmt.Sprintf("SwiGLU backward into bfloat16 from %v", x.DType()), diH.HostBF16(), diW.Host())
+			for _, x := range []*Tensor{doH, doW, diH, diW} {
+				d.Free(x)
+			}
+		}
 		for _, x := range []*Tensor{xh, xw, want, got, outH, dout, dWant, dGot} {
+			d.Free(x)
+		}
+	}
+
+	{
+		// A bfloat16 softmax gradient: the float32 kernel's sums on the
+		// widened values, rounded, from either dtype of the probabilities.
+		const rows, tk = 6, 700
+		outH, outW := pair(0.1, rows, tk)
+		dout := random(rows, tk)
+		for _, out := range []*Tensor{outW, outH} {
+			diH, diW := pair(1, rows, tk)
+			d.SoftmaxBackward(diW, dout, out, 0.3)
+			d.SoftmaxBackward(diH, dout, out, 0.3)
+			rounded(fmt.Sprintf("softmax backward into bfloat16 from %v", out.DType()), diH.HostBF16(), diW.Host())
+			d.Free(diH)
+			d.Free(diW)
+		}
+		for _, x := range []*Tensor{outH, outW, dout} {
 			d.Free(x)
 		}
 	}

@@ -1139,6 +1139,10 @@ func TestNoAllocs(t *testing.T) {
 		kernels["Gemm bf16"] = func() { d.Gemm(false, true, n, c, c, 1, h, 0, c, sq, 0, c, 0, hc, 0, c) }
 		kernels["SwiGLU bf16"] = func() { d.SwiGLUForward(hc, g2) }
 		kernels["SwiGLUBack bf16"] = func() { d.SwiGLUBackward(d2, g2, y) }
+		dg2 := half(n, 2*c)
+		kernels["SwiGLUBack bf16 grads"] = func() { d.SwiGLUBackward(dg2, g2, hc) }
+		attH := half(att.Shape()...)
+		kernels["SoftmaxBck bf16"] = func() { d.SoftmaxBackward(attH, att, attH, 0.5) }
 		kernels["BiasGELU"] = func() { d.BiasActivationForward(GELU, z, x, b) }
 		kernels["BiasGELU bf16"] = func() { d.BiasActivationForward(GELU, hc, h, b) }
 		kernels["GELUBackInPlace"] = func() { d.ActivationBackwardInPlace(GELU, z, x) }

@@ -243,24 +243,38 @@ func (d *CPUDevice) SwiGLUForward(out, inp *Tensor) {
 }
 
 type swigluBackK struct {
-	dinp, inp, dout []float32
-	inpHalf         []uint16  // the bfloat16 input instead of inp
-	scratch         []float32 // 2 tiles a chunk (CPUDevice.tiles), with a bfloat16 input
-	f               int
+	dinp, inp, dout    []float32
+	inpHalf            []uint16  // the bfloat16 input instead of inp
+	dinpHalf, doutHalf []uint16  // bfloat16 gradients instead of dinp, dout
+	scratch            []float32 // 5 tiles a chunk (CPUDevice.tiles), with a bfloat16 operand
+	f                  int
 }
 
 func (k *swigluBackK) run(lo, hi, chunk int) {
 	f := k.f
-	for i := lo; i < hi; i++ {
-		if k.scratch == nil {
+	if k.scratch == nil {
+		for i := lo; i < hi; i++ {
 			swigluBackward(k.dinp[2*i*f:(2*i+1)*f], k.dinp[(2*i+1)*f:(2*i+2)*f], k.inp[2*i*f:(2*i+1)*f], k.inp[(2*i+1)*f:(2*i+2)*f], k.dout[i*f:(i+1)*f])
-			continue
 		}
-		s := chunkTiles(k.scratch, chunk, 2)
-		overTiles(2*i*f, (2*i+1)*f, k.inp, k.inpHalf, s[:tileLen], func(a, b int, g []float32) {
-			u := tileOf(k.inp, k.inpHalf, a+f, b+f, s[tileLen:])
-			swigluBackward(k.dinp[a:b], k.dinp[a+f:b+f], g, u, k.dout[a-i*f:b-i*f])
-		})
+		return
+	}
+	// A tile of a row's gate columns [a,b) at a time, its up columns f
+	// further, each operand as float32 (a bfloat16 one widened); bfloat16
+	// gradients get the float32 sums rounded.
+	s := chunkTiles(k.scratch, chunk, 5)
+	tile := func(i int) []float32 { return s[i*tileLen : (i+1)*tileLen] }
+	for i := lo; i < hi; i++ {
+		for a := 2 * i * f; a < (2*i+1)*f; a += tileLen {
+			b := min(a+tileLen, (2*i+1)*f)
+			g, u := tileOf(k.inp, k.inpHalf, a, b, tile(0)), tileOf(k.inp, k.inpHalf, a+f, b+f, tile(1))
+			do := tileOf(k.dout, k.doutHalf, a-i*f, b-i*f, tile(2))
+			dg, du := tileOf(k.dinp, k.dinpHalf, a, b, tile(3)), tileOf(k.dinp, k.dinpHalf, a+f, b+f, tile(4))
+			swigluBackward(dg, du, g, u, do)
+			if k.dinpHalf != nil {
+				RoundBF16(k.dinpHalf[a:b], dg)
+				RoundBF16(k.dinpHalf[a+f:b+f], du)
+			}
+		}
 	}
 }
 
@@ -275,19 +289,22 @@ func swigluBackward(dg, du, g, u, do []float32) {
 }
 
 // SwiGLUBackward accumulates [dgate | dup] into dinp (N,2F) from dout (N,F)
-// and the forward's inp (N,2F).
+// and the forward's inp (N,2F); inp may be bfloat16, and dinp and dout
+// both (widened, the sums rounded into dinp).
 func (d *CPUDevice) SwiGLUBackward(dinp, inp, dout *Tensor) {
-	d.own("SwiGLUBackward", dinp, dout)
-	d.ownAny("SwiGLUBackward", inp)
+	d.ownAny("SwiGLUBackward", dinp, inp, dout)
 	n, f := check.SwiGLUBackward(dinp, inp, dout)
+	check.SameDType("SwiGLUBackward", "dinp", dinp.DType(), "dout", dout.DType())
 	x, xHalf := hostAny(inp, 0)
+	g, gHalf := hostAny(dout, 0)
+	di, diHalf := hostAny(dinp, 0)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	nc := d.chunks(n, 30*f)
 	k := &d.k.swigluB
-	*k = swigluBackK{dinp: dinp.Host(), inp: x, dout: dout.Host(), inpHalf: xHalf, f: f}
-	if xHalf != nil {
-		k.scratch = d.tiles(nc, 2)
+	*k = swigluBackK{dinp: di, inp: x, dout: g, inpHalf: xHalf, dinpHalf: diHalf, doutHalf: gHalf, f: f}
+	if xHalf != nil || gHalf != nil {
+		k.scratch = d.tiles(nc, 5)
 	}
 	d.parallel(n, nc, k)
 	*k = swigluBackK{}

@@ -536,6 +536,24 @@ func (b *bench) softmaxBF16(inp, out, dout twin, causal bool, valid []int32) {
 	b.gpu.SoftmaxBackward(wide.g, dout.g, probs.g, 0.3)
 	b.check("SoftmaxBackward from bfloat16", tol32, d)
 	sameGPUBits(b.t, b.gpu, "SoftmaxBackward from bfloat16 (want the float32 kernel's on the widened probabilities)", d.g, wide.g)
+	// Into a bfloat16 gradient, from either dtype of the probabilities:
+	// the float32 kernel's sums rounded, to the bit; near the CPU's.
+	for _, p := range []*tensor.Tensor{probs.g, hg} {
+		dh, dhc, back := half(b.gpu), half(b.cpu), half(b.gpu)
+		b.gpu.Zero(dh)
+		b.gpu.Zero(wide.g)
+		b.gpu.SoftmaxBackward(dh, dout.g, p, 0.3)
+		b.gpu.SoftmaxBackward(wide.g, dout.g, p, 0.3)
+		b.gpu.Copy(back, wide.g)
+		sameGPUBits(b.t, b.gpu, fmt.Sprintf("SoftmaxBackward into bfloat16 from %v (want the float32 gradient rounded)", p.DType()), dh, back)
+		b.cpu.SoftmaxBackward(dhc, dout.c, hc, 0.3)
+		got := b.zeros("bf16 dinp", shape...)
+		b.cpu.Copy(got.c, dhc)
+		b.gpu.Copy(got.g, dh)
+		b.check("SoftmaxBackward into bfloat16", 1.0/64, got)
+		b.gpu.Free(dh)
+		b.gpu.Free(back)
+	}
 }
 
 func TestGPUCrossEntropy(t *testing.T) {
@@ -1468,6 +1486,27 @@ func TestGPUBF16Storage(t *testing.T) {
 		d.SwiGLUBackward(dw.g, xw.g, dout.g)
 		d.SwiGLUBackward(dg.g, x2h, dout.g)
 		sameBits("SwiGLU backward from bfloat16", dg.g, dw.g)
+		// bfloat16 gradients: the float32 kernel on the widened ones,
+		// rounded into dinp, from either dtype of inp.
+		for _, in := range []*tensor.Tensor{xw.g, x2h} {
+			var hs [3]*tensor.Tensor
+			for i, n := range []int{rows * f, rows * 2 * f, rows * 2 * f} {
+				if hs[i], err = d.AllocAs(tensor.BFloat16, n); err != nil {
+					t.Fatal(err)
+				}
+				defer d.Free(hs[i])
+			}
+			doH, diH, back := hs[0].Reshape(rows, f), hs[1].Reshape(rows, 2*f), hs[2].Reshape(rows, 2*f)
+			d.Copy(doH, bn.rand("dout", 1, rows, f).g)
+			d.Copy(diH, bn.rand("dinp", 1, rows, 2*f).g)
+			doW, diW := bn.zeros("doutw", rows, f), bn.zeros("dinpw", rows, 2*f)
+			d.Copy(doW.g, doH)
+			d.Copy(diW.g, diH)
+			d.SwiGLUBackward(diW.g, in, doW.g)
+			d.SwiGLUBackward(diH, in, doH)
+			d.Copy(back, diW.g)
+			sameBits(fmt.Sprintf("SwiGLU backward into bfloat16 from %v", in.DType()), diH, back)
+		}
 	}
 	{
 		const rows, oc = 11, 91

@@ -474,16 +474,19 @@ extern "C" __global__ void swiglu_forward_bf16_from_bf16(bf16_t* out, const bf16
     swiglu_forward(out, inp, n, f);
 }
 
-// swiglu_backward: dinp (N,2F) += [dgate | dup] from dout (N,F).
-template <typename In>
-__device__ __forceinline__ void swiglu_backward(float* dinp, const In* inp, const float* dout, long long n, int f) {
+// swiglu_backward: dinp (N,2F) += [dgate | dup] from dout (N,F); bfloat16
+// gradients (dinp and dout both) widened, the sums rounded into dinp.
+template <typename Grad, typename In>
+__device__ __forceinline__ void swiglu_backward(Grad* dinp, const In* inp, const Grad* dout, long long n, int f) {
     GRID_STRIDE(i, n) {
         long long r = i / f;
         int j = i % f;
-        float g = load_in(inp + 2 * r * f + j), u = load_in(inp + (2 * r + 1) * f + j), d = dout[i];
+        float g = load_in(inp + 2 * r * f + j), u = load_in(inp + (2 * r + 1) * f + j), d = load_in(dout + i);
         float s = 1.f / (1.f + expf(-g));
-        dinp[2 * r * f + j] += d * u * s * (1.f + g * (1.f - s));
-        dinp[(2 * r + 1) * f + j] += d * g * s;
+        Grad* dg = dinp + 2 * r * f + j;
+        Grad* du = dinp + (2 * r + 1) * f + j;
+        store_out(dg, load_in(dg) + d * u * s * (1.f + g * (1.f - s)));
+        store_out(du, load_in(du) + d * g * s);
     }
 }
 
@@ -492,6 +495,13 @@ extern "C" __global__ void swiglu_backward_f32(float* dinp, const float* inp, co
 }
 extern "C" __global__ void swiglu_backward_f32_from_bf16(float* dinp, const bf16_t* inp, const float* dout, long long n,
                                                          int f) {
+    swiglu_backward(dinp, inp, dout, n, f);
+}
+extern "C" __global__ void swiglu_backward_bf16(bf16_t* dinp, const float* inp, const bf16_t* dout, long long n, int f) {
+    swiglu_backward(dinp, inp, dout, n, f);
+}
+extern "C" __global__ void swiglu_backward_bf16_from_bf16(bf16_t* dinp, const bf16_t* inp, const bf16_t* dout, long long n,
+                                                          int f) {
     swiglu_backward(dinp, inp, dout, n, f);
 }
 
@@ -697,19 +707,20 @@ extern "C" __global__ void softmax_forward_bf16(bf16_t* out, const float* inp, f
 }
 
 // softmax_backward: dinp += scale*out*(dout - rowsum(dout*out)); out may
-// be bfloat16 (_from_bf16), read widened.
-template <typename T>
-__device__ void softmax_backward(float* dinp, const float* dout, const T* out, float scale, long long rows, int tk) {
+// be bfloat16 (_from_bf16), read widened, and dinp (_bf16: widened, added
+// to and rounded).
+template <typename D, typename T>
+__device__ void softmax_backward(D* dinp, const float* dout, const T* out, float scale, long long rows, int tk) {
     int lane = threadIdx.x & 31;
     long long warps = (long long)gridDim.x * (blockDim.x >> 5);
     for (long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows; r += warps) {
         const float* g = dout + r * tk;
         const T* y = out + r * tk;
-        float* dx = dinp + r * tk;
+        D* dx = dinp + r * tk;
         float dot = 0.f;
         for (int j = lane; j < tk; j += 32) dot += load_in(y + j) * g[j];
         dot = warp_sum(dot);
-        for (int j = lane; j < tk; j += 32) dx[j] += scale * load_in(y + j) * (g[j] - dot);
+        for (int j = lane; j < tk; j += 32) store_out(dx + j, load_in(dx + j) + scale * load_in(y + j) * (g[j] - dot));
     }
 }
 
@@ -720,6 +731,16 @@ extern "C" __global__ void softmax_backward_f32(float* dinp, const float* dout, 
 
 extern "C" __global__ void softmax_backward_f32_from_bf16(float* dinp, const float* dout, const bf16_t* out,
                                                           float scale, long long rows, int tk) {
+    softmax_backward(dinp, dout, out, scale, rows, tk);
+}
+
+extern "C" __global__ void softmax_backward_bf16(bf16_t* dinp, const float* dout, const float* out, float scale,
+                                                 long long rows, int tk) {
+    softmax_backward(dinp, dout, out, scale, rows, tk);
+}
+
+extern "C" __global__ void softmax_backward_bf16_from_bf16(bf16_t* dinp, const float* dout, const bf16_t* out,
+                                                           float scale, long long rows, int tk) {
     softmax_backward(dinp, dout, out, scale, rows, tk);
 }
 

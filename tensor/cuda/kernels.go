@@ -30,6 +30,7 @@ var kernels = []struct {
 	{"swiglu_forward_f32", elemThreads}, {"swiglu_forward_bf16", elemThreads},
 	{"swiglu_forward_f32_from_bf16", elemThreads}, {"swiglu_forward_bf16_from_bf16", elemThreads},
 	{"swiglu_backward_f32", elemThreads}, {"swiglu_backward_f32_from_bf16", elemThreads},
+	{"swiglu_backward_bf16", elemThreads}, {"swiglu_backward_bf16_from_bf16", elemThreads},
 	{"gelu_forward_f32", elemThreads}, {"gelu_forward_bf16", elemThreads},
 	{"gelu_forward_f32_from_bf16", elemThreads}, {"gelu_forward_bf16_from_bf16", elemThreads},
 	{"gelu_backward_f32", elemThreads}, {"gelu_backward_f32_from_bf16", elemThreads},
@@ -44,6 +45,7 @@ var kernels = []struct {
 	{"tanh_backward_in_place_bf16", elemThreads}, {"tanh_backward_in_place_bf16_from_bf16", elemThreads},
 	{"softmax_forward_f32", softmaxThreads}, {"softmax_backward_f32", softmaxThreads},
 	{"softmax_forward_bf16", softmaxThreads}, {"softmax_backward_f32_from_bf16", softmaxThreads},
+	{"softmax_backward_bf16", softmaxThreads}, {"softmax_backward_bf16_from_bf16", softmaxThreads},
 	{"ce_row_max_f32", maxRowThreads}, {"ce_sum_exp_f32", maxRowThreads},
 	{"ce_target_logit_f32", elemThreads}, {"ce_loss_f32", elemThreads}, {"ce_backward_f32", maxRowThreads},
 	{"ce_forward_f32", maxRowThreads}, {"ce_backward_in_place_f32", maxRowThreads},
@@ -465,12 +467,13 @@ func (d *Device) SwiGLUForward(out, inp *tensor.Tensor) {
 }
 
 // SwiGLUBackward accumulates [dgate | dup] into dinp (N,2F) from dout (N,F)
-// and the forward's inp (N,2F), which may be bfloat16.
+// and the forward's inp (N,2F); inp may be bfloat16, and dinp and dout
+// both.
 func (d *Device) SwiGLUBackward(dinp, inp, dout *tensor.Tensor) {
-	d.own("SwiGLUBackward", dinp, dout)
-	d.ownAny("SwiGLUBackward", inp)
+	d.ownAny("SwiGLUBackward", dinp, inp, dout)
 	_, f := check.SwiGLUBackward(dinp, inp, dout)
-	d.elementwise(typed("swiglu_backward", tensor.Float32, inp.DType()), dout.Len(), tp(dinp), tp(inp), tp(dout), i64(dout.Len()), i32(f))
+	check.SameDType("SwiGLUBackward", "dinp", dinp.DType(), "dout", dout.DType())
+	d.elementwise(typed("swiglu_backward", dinp.DType(), inp.DType()), dout.Len(), tp(dinp), tp(inp), tp(dout), i64(dout.Len()), i32(f))
 }
 
 // typed is the kernel of base for an output and an input of these dtypes
@@ -576,10 +579,11 @@ func (d *Device) SoftmaxForward(out, inp *tensor.Tensor, scale float32, causal b
 }
 
 // SoftmaxBackward is dinp += scale*out*(dout - rowsum(dout*out)). All are
-// (B,...,Tq,Tk); out may be bfloat16.
+// (B,...,Tq,Tk); out may be bfloat16, and dinp (widened,
+// added to and rounded).
 func (d *Device) SoftmaxBackward(dinp, dout, out *tensor.Tensor, scale float32) {
-	d.own("SoftmaxBackward", dinp, dout)
-	d.ownAny("SoftmaxBackward", out)
+	d.own("SoftmaxBackward", dout)
+	d.ownAny("SoftmaxBackward", dinp, out)
 	rows := check.SoftmaxBackward(dinp, dout, out)
 	tk := out.Cols()
 	if rows == 0 {
@@ -589,7 +593,7 @@ func (d *Device) SoftmaxBackward(dinp, dout, out *tensor.Tensor, scale float32) 
 		return
 	}
 	defer d.leave()
-	d.launch(typed("softmax_backward", tensor.Float32, out.DType()), d.grid1(rows, softmaxThreads/32), dim3{softmaxThreads, 1, 1},
+	d.launch(typed("softmax_backward", dinp.DType(), out.DType()), d.grid1(rows, softmaxThreads/32), dim3{softmaxThreads, 1, 1},
 		tp(dinp), tp(dout), tp(out), f32(scale), i64(rows), i32(tk))
 }
 

@@ -509,3 +509,11 @@ func SwiGLUBackward(dinp, inp, dout Shape) (n, f int) {
 	Len("SwiGLUBackward", "dinp", dinp, 2*dout.Len())
 	return n, f
 }
+
+// SameDType panics unless two operands of fn, named aName and bName, store
+// the same dtype (a and b).
+func SameDType[T comparable](fn, aName string, a T, bName string, b T) {
+	if a != b {
+		panic(fmt.Sprintf("tensor.%s: %s stores %v and %s %v; they must store one dtype", fn, aName, a, bName, b))
+	}
+}
