@@ -470,17 +470,19 @@ type swigluSaved struct {
 
 type swigluScratch struct {
 	grads   buffers
-	dh, dgu *tensor.Tensor // (B,T,Hidden/tp), (B,T,2*Hidden/tp)
+	dh, dgu *tensor.Tensor // (B,T,Hidden/tp), (B,T,2*Hidden/tp), stored as SwiGLUMLP.act
 }
 
 // swigluCoreSizes are the SwiGLU MLP's own buffers for b x t tokens, fl =
 // Hidden/tp: h (b,t,fl), saved, stored as act (read only by down_proj's
 // products); dh (b,t,fl) and dgate_up (b,t,2fl), the gradients of h and of
-// the fused projection's output, scratch.
+// the fused projection's output, scratch, stored as act too (down_proj's
+// input-gradient product rounds into dh, SwiGLU's backward reads it and
+// rounds into dgate_up, which gate_up_proj's products read).
 func swigluCoreSizes(b, t, fl int, act tensor.DType) Sizes {
 	return Sizes{
 		Saved:   Buffers{buf("h", b, t, fl).as(act)},
-		Scratch: Buffers{buf("dh", b, t, fl), buf("dgate_up", b, t, 2*fl)},
+		Scratch: Buffers{buf("dh", b, t, fl).as(act), buf("dgate_up", b, t, 2*fl).as(act)},
 	}
 }
 

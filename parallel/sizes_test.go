@@ -362,7 +362,8 @@ func (b *LlamaBlock) shadow() recomputeBlock    { return b.Shadow() }
 // TestBF16ActivationDTypes: at bfloat16 activations the buffers only
 // products and the activation and attention kernels read are BFloat16
 // (the MLP's hidden one and its pre-activation, fc's output, and the
-// hidden one's gradient, which GELU's backward overwrites; the fused
+// hidden one's gradient, which GELU's backward overwrites, a Llama's
+// gradients of h and of gate_up_proj's output; the fused
 // Q,K,V projection's output, the unfused attention's probabilities and
 // the heads' output y; the norms' outputs of a pre-norm block, with
 // or without sequence parallelism, which all-gathers them as bf16),
@@ -399,9 +400,9 @@ func TestBF16ActivationDTypes(t *testing.T) {
 		}
 	}
 	l := LlamaBlockSizes(LlamaBlockShape{Dim: 8, Heads: 2, KVHeads: 1, Hidden: 12, TP: 1, Activations: tensor.BFloat16}, 2, 4)
-	for _, b := range l.Saved {
+	for _, b := range append(l.Saved, l.Scratch...) {
 		isHalf := b.Name == "mlp.h" || b.Name == "mlp.gate_up_proj.out_local" || b.Name == "self_attn.qkv_proj.out_local" || b.Name == "self_attn.att" || b.Name == "self_attn.y" ||
-			b.Name == "input_layernorm.out" || b.Name == "post_attention_layernorm.out"
+			b.Name == "input_layernorm.out" || b.Name == "post_attention_layernorm.out" || b.Name == "mlp.dh" || b.Name == "mlp.dgate_up"
 		if (b.DType == tensor.BFloat16) != isHalf {
 			t.Errorf("llama: %s is %s", b.Name, b.DType)
 		}

@@ -95,8 +95,12 @@ func TestBF16CurvesOnCPU(t *testing.T) {
 				qkv = (cfg.Heads + 2*cfg.KVHeadCount()) * (cfg.Dim / cfg.Heads)
 			}
 			acts := 2 * int64(cfg.Layers*cfg.BatchSize*cfg.Seq*(cfg.Hidden()+pre+qkv+3*cfg.Dim+cfg.Heads*cfg.Seq))
+			// The MLP's hidden gradient (and a Llama's gate_up_proj's
+			// output gradient), the blocks' shared scratch.
 			if model != "llama" {
-				acts += 2 * int64(cfg.BatchSize*cfg.Seq*cfg.Hidden()) // the MLP's hidden gradient, the blocks' shared scratch
+				acts += 2 * int64(cfg.BatchSize*cfg.Seq*cfg.Hidden())
+			} else {
+				acts += 2 * int64(cfg.BatchSize*cfg.Seq*3*cfg.Hidden())
 			}
 			if cfg.LM() {
 				vp, err := parallel.PadVocab(vocab, 1)

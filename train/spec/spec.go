@@ -375,9 +375,9 @@ type Linear struct {
 	Weight tensor.DType
 	// Grad is what the gradient of the output is stored as (A of the
 	// input gradient's and of the weight gradient's products): Compute
-	// for GPT's and BERT's MLP c_fc (the hidden gradient GELU's backward
-	// writes), Float32 for the blocks' other products, Logits for an LM
-	// head.
+	// for the MLP's first projection (c_fc, gate_up_proj: the gradient
+	// GELU's or SwiGLU's backward writes), Float32 for the blocks' other
+	// products, Logits for an LM head.
 	Grad tensor.DType
 }
 
@@ -405,7 +405,7 @@ func BlockLinears(cfg config.Config, vocab int) ([]Linear, error) {
 				input = NormOut(cfg)
 			}
 			grad := tensor.Float32
-			if strings.HasSuffix(p.Name, ".c_fc.weight") {
+			if strings.HasSuffix(p.Name, ".c_fc.weight") || strings.HasSuffix(p.Name, ".gate_up_proj.weight") {
 				grad = Compute(cfg)
 			}
 			out = append(out, Linear{In: local[1], Out: local[0], Input: input, Weight: Compute(cfg), Grad: grad})
