@@ -69,14 +69,14 @@ type attnSaved struct {
 
 // attnScratch is what attention's calls use and leave nothing in past
 // their return (Backward's gradients; the forward's float32 scores, in
-// dpre, when the probabilities are bfloat16): the layer and its shadows
+// datt, when the probabilities are bfloat16): the layer and its shadows
 // share it.
 type attnScratch struct {
 	grads      buffers
 	attScratch *tensor.Tensor // (B, nh, T, T) the probabilities under selective recomputation
 	dqkv       *tensor.Tensor // (B, T, 3*nh*hd)
 	datt       *tensor.Tensor // (B, nh, T, T)
-	dpre       *tensor.Tensor // (B, nh, T, T)
+	dpre       *tensor.Tensor // (B, nh, T, T), stored as the probabilities
 	dy         *tensor.Tensor // (B, T, nh*hd)
 	delta      *tensor.Tensor // (B, nh, T) the fused backward's rowsum(dy*y)
 }
@@ -206,14 +206,14 @@ func (a *ParallelSelfAttention) ensureScratch(dev tensor.Device, b, t int) error
 }
 
 // scores is where the forward's scores go before the softmax: with
-// bfloat16 probabilities the float32 dpre scratch (the backward's, free
+// bfloat16 probabilities the float32 datt scratch (the backward's, free
 // until then), else nil (the probabilities' own buffer).
-func (a *ParallelSelfAttention) scores() *tensor.Tensor { return scoresScratch(a.probs(), a.dpre) }
+func (a *ParallelSelfAttention) scores() *tensor.Tensor { return scoresScratch(a.probs(), a.datt) }
 
-// scoresScratch is dpre where probs is bfloat16, else nil.
-func scoresScratch(probs, dpre *tensor.Tensor) *tensor.Tensor {
+// scoresScratch is datt where probs is bfloat16, else nil.
+func scoresScratch(probs, datt *tensor.Tensor) *tensor.Tensor {
 	if probs.DType() == tensor.BFloat16 {
-		return dpre
+		return datt
 	}
 	return nil
 }

@@ -276,7 +276,7 @@ func llamaAttentionCoreSizes(b, t, nh, nkv, hd int, selective, fused bool, y ten
 	}
 	z := Sizes{
 		Saved: Buffers{buf("att", b, nh, t, t).as(y), buf("y", b, t, nh*hd).as(y)},
-		Scratch: Buffers{buf("rope", t, hd), buf("datt", b, nh, t, t), buf("dpre", b, nh, t, t),
+		Scratch: Buffers{buf("rope", t, hd), buf("datt", b, nh, t, t), buf("dpre", b, nh, t, t).as(y),
 			buf("dy", b, t, nh*hd), buf("dqkv", b, t, (nh+2*nkv)*hd)},
 	}
 	if selective {
@@ -395,7 +395,7 @@ func (a *LlamaAttention) ensureScratch(dev tensor.Device, b, t int) error {
 
 // scores is where the forward's scores go before the softmax (as
 // ParallelSelfAttention's).
-func (a *LlamaAttention) scores() *tensor.Tensor { return scoresScratch(a.probs(), a.dpre) }
+func (a *LlamaAttention) scores() *tensor.Tensor { return scoresScratch(a.probs(), a.datt) }
 
 func (a *LlamaAttention) probs() *tensor.Tensor {
 	if a.selective {

@@ -208,8 +208,10 @@ func RowSizes(s LinearShape, b, t int) Sizes {
 // (b,nh,t,t), the softmax probabilities, and y (b,t,cl), the heads' output
 // before the projection, both stored as y (the activations' dtype).
 // Scratch: datt and dpre (b,nh,t,t), the gradients of the probabilities
-// and of the scores (dpre holds the forward's float32 scores when att is
-// bfloat16); dy (b,t,cl); dqkv (b,t,3cl), the gradient of c_attn's output. With selective recomputation att is
+// and of the scores, dpre stored as y (the A operand of the products of dQ
+// and dK; datt, float32, holds the forward's float32 scores when att is
+// bfloat16); dy (b,t,cl); dqkv (b,t,3cl), the gradient of c_attn's
+// output. With selective recomputation att is
 // scratch: Backward computes it again from c_attn's saved output. The
 // fused attention keeps no (t,t) tensor: lse (b,nh,t), each row's
 // log-sum-exp, saved, and delta (b,nh,t) scratch, in att's and datt's
@@ -223,7 +225,7 @@ func attentionCoreSizes(b, t, nh, cl int, selective, fused bool, y tensor.DType)
 	}
 	z := Sizes{
 		Saved:   Buffers{buf("att", b, nh, t, t).as(y), buf("y", b, t, cl).as(y)},
-		Scratch: Buffers{buf("datt", b, nh, t, t), buf("dpre", b, nh, t, t), buf("dy", b, t, cl), buf("dqkv", b, t, 3*cl)},
+		Scratch: Buffers{buf("datt", b, nh, t, t), buf("dpre", b, nh, t, t).as(y), buf("dy", b, t, cl), buf("dqkv", b, t, 3*cl)},
 	}
 	if selective {
 		z.Saved, z.Scratch = z.Saved[1:], append(Buffers{z.Saved[0]}, z.Scratch...)

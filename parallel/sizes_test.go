@@ -363,16 +363,16 @@ func (b *LlamaBlock) shadow() recomputeBlock    { return b.Shadow() }
 // products and the activation and attention kernels read are BFloat16
 // (the MLP's hidden one and its pre-activation, fc's output, and the
 // hidden one's gradient, which GELU's backward overwrites, a Llama's
-// gradients of h and of gate_up_proj's output; the fused
-// Q,K,V projection's output, the unfused attention's probabilities and
-// the heads' output y; the norms' outputs of a pre-norm block, with
-// or without sequence parallelism, which all-gathers them as bf16),
-// everything else Float32; in BERT's post-norm layers (the norm output is
-// the residual stream) the norms' outputs stay Float32. Bytes count 2 a
-// BFloat16 element.
+// gradients of h and of gate_up_proj's output; the fused Q,K,V
+// projection's output, the unfused attention's probabilities and the
+// gradient of its scores, dpre, and the heads' output y; the norms'
+// outputs of a pre-norm block, with or without sequence parallelism,
+// which all-gathers them as bf16), everything else Float32; in BERT's
+// post-norm layers (the norm output is the residual stream) the norms'
+// outputs stay Float32. Bytes count 2 a BFloat16 element.
 func TestBF16ActivationDTypes(t *testing.T) {
-	mlp := map[string]bool{"mlp.h": true, "mlp.dh": true, "mlp.c_fc.out_local": true, "attn.c_attn.out_local": true, "attn.att": true, "attn.y": true}
-	half := map[string]bool{"mlp.h": true, "mlp.dh": true, "mlp.c_fc.out_local": true, "attn.c_attn.out_local": true, "attn.att": true, "attn.y": true, "ln_1.out": true, "ln_2.out": true}
+	mlp := map[string]bool{"attn.dpre": true, "mlp.h": true, "mlp.dh": true, "mlp.c_fc.out_local": true, "attn.c_attn.out_local": true, "attn.att": true, "attn.y": true}
+	half := map[string]bool{"attn.dpre": true, "mlp.h": true, "mlp.dh": true, "mlp.c_fc.out_local": true, "attn.c_attn.out_local": true, "attn.att": true, "attn.y": true, "ln_1.out": true, "ln_2.out": true}
 	for _, c := range []struct {
 		name string
 		s    BlockShape
@@ -402,7 +402,7 @@ func TestBF16ActivationDTypes(t *testing.T) {
 	l := LlamaBlockSizes(LlamaBlockShape{Dim: 8, Heads: 2, KVHeads: 1, Hidden: 12, TP: 1, Activations: tensor.BFloat16}, 2, 4)
 	for _, b := range append(l.Saved, l.Scratch...) {
 		isHalf := b.Name == "mlp.h" || b.Name == "mlp.gate_up_proj.out_local" || b.Name == "self_attn.qkv_proj.out_local" || b.Name == "self_attn.att" || b.Name == "self_attn.y" ||
-			b.Name == "input_layernorm.out" || b.Name == "post_attention_layernorm.out" || b.Name == "mlp.dh" || b.Name == "mlp.dgate_up"
+			b.Name == "input_layernorm.out" || b.Name == "post_attention_layernorm.out" || b.Name == "mlp.dh" || b.Name == "mlp.dgate_up" || b.Name == "self_attn.dpre"
 		if (b.DType == tensor.BFloat16) != isHalf {
 			t.Errorf("llama: %s is %s", b.Name, b.DType)
 		}

@@ -95,7 +95,9 @@ func AttentionForward(out, att, scores, qkv *Tensor, nh int, causal bool, keyVal
 
 // AttentionBackward accumulates into dqkv (B,T,3C) the gradient of
 // AttentionForward from dout (B,T,C), given the forward's qkv and att.
-// datt and dpreatt are (B,NH,T,T) scratch, overwritten. Each product is
+// datt and dpreatt are (B,NH,T,T) scratch, overwritten; dpreatt may be
+// bfloat16 (the scores' gradient rounded, the A operand of the products
+// of dQ and dK). Each product is
 // min(B,NH) batched GEMM calls.
 func AttentionBackward(dqkv, datt, dpreatt, dout, qkv, att *Tensor, nh int) {
 	d := qkv.Device()
@@ -238,7 +240,7 @@ func GroupedAttentionForward(out, att, scores, qkv *Tensor, nh, nkv int, causal 
 // gradient of GroupedAttentionForward from dout (B,T,NH*hs), given the
 // forward's qkv and att; a key or value head gathers the gradients of its
 // group's query heads. datt and dpreatt are (B,NH,T,T) scratch,
-// overwritten.
+// overwritten; dpreatt may be bfloat16 (as AttentionBackward's).
 func GroupedAttentionBackward(dqkv, datt, dpreatt, dout, qkv, att *Tensor, nh, nkv int) {
 	d := qkv.Device()
 	b, t, hs := groupedDims("GroupedAttentionBackward", qkv, att, nh, nkv)

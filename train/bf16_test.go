@@ -96,12 +96,14 @@ func TestBF16CurvesOnCPU(t *testing.T) {
 			}
 			acts := 2 * int64(cfg.Layers*cfg.BatchSize*cfg.Seq*(cfg.Hidden()+pre+qkv+3*cfg.Dim+cfg.Heads*cfg.Seq))
 			// The MLP's hidden gradient (and a Llama's gate_up_proj's
-			// output gradient), the blocks' shared scratch.
+			// output gradient) and the attention's gradient of the
+			// scores, the blocks' shared scratch.
 			if model != "llama" {
 				acts += 2 * int64(cfg.BatchSize*cfg.Seq*cfg.Hidden())
 			} else {
 				acts += 2 * int64(cfg.BatchSize*cfg.Seq*3*cfg.Hidden())
 			}
+			acts += 2 * int64(cfg.BatchSize*cfg.Heads*cfg.Seq*cfg.Seq)
 			if cfg.LM() {
 				vp, err := parallel.PadVocab(vocab, 1)
 				if err != nil {
