@@ -320,27 +320,8 @@ func packA(dst, a []float32, lda int, trans bool, i0, mc, p0, kc, mr int, fast b
 		return
 	}
 	// A is stored (m,k): row i of op(A) is row i of a.
-	if fast && packTransPanelsFast(dst, a[i0*lda+p0:], mc, lda, kc, mr) {
-		return
-	}
-	for ir := 0; ir < mc; ir += mr {
-		d := dst[ir*kc : (ir+mr)*kc]
-		rows := min(mr, mc-ir)
-		for pb := 0; pb < kc; pb += packBlock {
-			pe := min(pb+packBlock, kc)
-			for r := 0; r < rows; r++ {
-				s := (i0+ir+r)*lda + p0
-				dd := d[pb*mr+r:]
-				for p, v := range a[s+pb : s+pe] {
-					dd[p*mr] = v
-				}
-			}
-		}
-		for r := rows; r < mr; r++ {
-			for p := 0; p < kc; p++ {
-				d[p*mr+r] = 0
-			}
-		}
+	if !fast || !packTransPanelsFast(dst, a[i0*lda+p0:], mc, lda, kc, mr) {
+		packTransPanels(dst, a[i0*lda+p0:], mc, lda, kc, mr)
 	}
 }
 
@@ -351,35 +332,49 @@ func packB(dst, b []float32, ldb int, trans bool, p0, kc, j0, nc, nr int, fast b
 	if fast && !trans && packPanelsFast(dst, b[p0*ldb+j0:], kc, ldb, nc, nr) {
 		return
 	}
-	if fast && trans && packTransPanelsFast(dst, b[j0*ldb+p0:], nc, ldb, kc, nr) {
+	if trans {
+		// B is stored (n,k): column j of op(B) is row j of b.
+		if !fast || !packTransPanelsFast(dst, b[j0*ldb+p0:], nc, ldb, kc, nr) {
+			packTransPanels(dst, b[j0*ldb+p0:], nc, ldb, kc, nr)
+		}
 		return
 	}
 	for jr := 0; jr < nc; jr += nr {
 		d := dst[jr*kc : (jr+nr)*kc]
 		cols := min(nr, nc-jr)
-		if !trans {
-			for p := 0; p < kc; p++ {
-				s := (p0+p)*ldb + j0 + jr
-				copy(d[p*nr:p*nr+cols], b[s:s+cols])
-				clear(d[p*nr+cols : p*nr+nr])
-			}
-			continue
+		for p := 0; p < kc; p++ {
+			s := (p0+p)*ldb + j0 + jr
+			copy(d[p*nr:p*nr+cols], b[s:s+cols])
+			clear(d[p*nr+cols : p*nr+nr])
 		}
-		// B is stored (n,k): column j of op(B) is row j of b.
+	}
+}
+
+// packTransPanels is packTransPanelsFast in Go: n rows of kc elements of
+// src (ld apart) into w-wide transposed panels, zero beyond row n, a
+// cache line of each row at a time (packBlock).
+func packTransPanels(dst, src []float32, n, ld, kc, w int) {
+	for r0 := 0; r0 < n; r0 += w {
+		d := dst[r0*kc : (r0+w)*kc]
+		rows := min(w, n-r0)
 		for pb := 0; pb < kc; pb += packBlock {
 			pe := min(pb+packBlock, kc)
-			for j := 0; j < cols; j++ {
-				s := (j0+jr+j)*ldb + p0
-				dd := d[pb*nr+j:]
-				for p, v := range b[s+pb : s+pe] {
-					dd[p*nr] = v
+			for r := range rows {
+				dd := d[pb*w+r:]
+				for p, v := range src[(r0+r)*ld+pb : (r0+r)*ld+pe] {
+					dd[p*w] = v
 				}
 			}
 		}
-		for j := cols; j < nr; j++ {
-			for p := 0; p < kc; p++ {
-				d[p*nr+j] = 0
-			}
+		zeroPanelRows(d, rows, w, kc)
+	}
+}
+
+// zeroPanelRows zeroes lanes [rows,w) of every k step of a w-wide panel.
+func zeroPanelRows(d []float32, rows, w, kc int) {
+	for r := rows; r < w; r++ {
+		for p := range kc {
+			d[p*w+r] = 0
 		}
 	}
 }
@@ -486,11 +481,7 @@ func packTransPanelsFast[E packElem](dst []float32, src []E, n, ld, kc, w int) (
 		if !packTransFast(d, src[r0*ld:], rows, ld, kc, w) {
 			return false
 		}
-		for r := rows; r < w; r++ {
-			for p := range kc {
-				d[p*w+r] = 0
-			}
-		}
+		zeroPanelRows(d, rows, w, kc)
 	}
 	return true
 }
