@@ -31,8 +31,9 @@ type BlockConfig struct {
 	FusedAttention bool
 	// Activations is what the activations only matrix products, the
 	// activation kernels and the attention read are stored as (the MLP's
-	// fc and GELU outputs, c_attn's, the layer norms'): BFloat16 under bf16
-	// compute.
+	// fc and GELU outputs, c_attn's, the layer norms'), and so the
+	// gradients only they read (the MLP's hidden gradient, the unfused
+	// attention's gradient of the scores): BFloat16 under bf16 compute.
 	Activations tensor.DType
 	From        *ParamSet // the model's parameters, where the block takes its own; nil: new ones
 }

@@ -458,7 +458,7 @@ type SwiGLUMLP struct {
 	GateUp *ColumnParallelLinear // (2*Hidden, C) as [gate; up], 2 blocks split over ranks
 	Down   *RowParallelLinear    // (C, Hidden), input parallel
 
-	act tensor.DType // what h and gate_up_proj's output are stored as
+	act tensor.DType // what h and gate_up_proj's output, and their gradients, are stored as
 	*swigluSaved
 	*swigluScratch
 }
@@ -489,8 +489,8 @@ func swigluCoreSizes(b, t, fl int, act tensor.DType) Sizes {
 // NewSwiGLUMLP makes this rank's shard of a SwiGLU MLP (dim -> hidden ->
 // dim) over the group tp (nil: unsharded), in the sequence-parallel region
 // sp when it is not nil; tp must divide hidden. The parameters are taken
-// from from (nil: new ones). act is what gate_up_proj's output and h are
-// stored as (as NewParallelMLP's).
+// from from (nil: new ones). act is what gate_up_proj's output and h, and
+// their gradients, are stored as (as NewParallelMLP's).
 func NewSwiGLUMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name string, dim, hidden int, seed uint64, std, projStd float32, from *ParamSet, act tensor.DType) (*SwiGLUMLP, error) {
 	if projStd == 0 {
 		projStd = std
@@ -583,8 +583,9 @@ type LlamaBlockConfig struct {
 	FusedAttention bool // the attention runs fused (AttentionConfig.Fused)
 	// Activations is what the activations only matrix products, the
 	// activation kernels and the attention read are stored as
-	// (gate_up_proj's and SwiGLU's outputs, qkv_proj's, the norms'), as
-	// BlockConfig.Activations.
+	// (gate_up_proj's and SwiGLU's outputs, qkv_proj's, the norms'), and
+	// the MLP's and the unfused attention's gradients that only they
+	// read, as BlockConfig.Activations.
 	Activations tensor.DType
 	From        *ParamSet // the model's parameters, where the block takes its own; nil: new ones
 }

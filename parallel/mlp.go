@@ -17,7 +17,7 @@ type ParallelMLP struct {
 	Proj *RowParallelLinear
 
 	hiddn int
-	act   tensor.DType // what h is stored as
+	act   tensor.DType // what h and its gradient dh are stored as
 	*mlpSaved
 	*mlpScratch
 }
@@ -41,7 +41,9 @@ type mlpScratch struct {
 // init std of the output projection (0: std). The parameters are taken
 // from from (nil: new ones). act is what fc's output and GELU's are
 // stored as (BFloat16 under bf16 compute): only GELU's kernels read the
-// first, only the output projection's products the second.
+// first, only the output projection's products the second; and the
+// gradient of GELU's output, which GELU's backward turns in place into
+// fc's output's, read by fc's products and bias gradient.
 func NewParallelMLP(dev tensor.Device, tp nccl.Comm, name string, dim, hidden int, seed uint64, std, projStd float32, from *ParamSet, act tensor.DType) (*ParallelMLP, error) {
 	return newParallelMLP(dev, tp, nil, name, dim, hidden, seed, std, projStd, from, act)
 }

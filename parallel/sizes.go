@@ -296,7 +296,8 @@ type BlockShape struct {
 	// FusedAttention: the attention runs fused (BlockConfig.FusedAttention).
 	FusedAttention bool
 	// Activations is the dtype of the activations only products, the
-	// activation kernels and the attention read (BlockConfig.Activations).
+	// activation kernels and the attention read, and of the gradients only
+	// they read (BlockConfig.Activations).
 	Activations tensor.DType
 	// PostNorm: the norms' outputs are the residual stream (BERT's
 	// post-norm layers, train's arch hf), float32 whatever Activations.

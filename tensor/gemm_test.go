@@ -385,11 +385,17 @@ func TestSgemmSmallBlocks(t *testing.T) {
 }
 
 // TestPackFast checks the assembly packers against the Go loops on ragged
-// panels, k tails and every row count of a 16-row transpose block.
+// panels, k tails and every row count of a 16-row transpose block; and
+// the bfloat16 packers (widening as they load) against the Go loops on
+// the widened source.
 func TestPackFast(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	const ld = 71
 	src := randSlice(r, 120*ld)
+	half := make([]uint16, len(src))
+	RoundBF16(half, src)
+	wide := make([]float32, len(src))
+	WidenBF16(wide, half)
 	for _, trans := range []bool{false, true} {
 		for _, mr := range []int{4, 6, 12, 16, 32} {
 			for _, kc := range []int{1, 15, 16, 17, 40} {
@@ -414,6 +420,24 @@ func TestPackFast(t *testing.T) {
 					packB(got, src, ld, trans, 3, kc, 2, rows, mr, true)
 					if !slices.Equal(want, got) {
 						t.Errorf("packB trans=%v nr=%d kc=%d cols=%d: fast packing differs", trans, mr, kc, rows)
+					}
+					for _, fast := range []bool{false, true} {
+						packA(want, wide, ld, trans, 2, rows, 3, kc, mr, false)
+						for i := range got {
+							got[i] = float32(math.NaN())
+						}
+						packAHalf(got, half, ld, trans, 2, rows, 3, kc, mr, fast)
+						if !slices.Equal(want, got) {
+							t.Errorf("packAHalf trans=%v fast=%v mr=%d kc=%d rows=%d: differs from packing the widened source", trans, fast, mr, kc, rows)
+						}
+						packB(want, wide, ld, trans, 3, kc, 2, rows, mr, false)
+						for i := range got {
+							got[i] = float32(math.NaN())
+						}
+						packBHalf(got, half, ld, trans, 3, kc, 2, rows, mr, fast)
+						if !slices.Equal(want, got) {
+							t.Errorf("packBHalf trans=%v fast=%v nr=%d kc=%d cols=%d: differs from packing the widened source", trans, fast, mr, kc, rows)
+						}
 					}
 				}
 			}

@@ -1239,8 +1239,10 @@ func TestAttention(t *testing.T) {
 // float32 path's rounded, to the bit; the output and the gradients are
 // the float32 path's on the widened probabilities, to the bit (the
 // products widen bfloat16 operands as they pack them); and the output
-// stays within bfloat16's rounding of the definition's. Grouped-query
-// heads likewise.
+// stays within bfloat16's rounding of the definition's. With a bfloat16
+// gradient of the scores too, that gradient is the float32 one rounded,
+// to the bit, and the gradient of qkv within bfloat16 of the float32
+// path's. Grouped-query heads likewise.
 func TestAttentionBF16Probabilities(t *testing.T) {
 	eachDevice(t, func(t *testing.T, d *CPUDevice) {
 		r := rand.New(rand.NewPCG(27, 28))
@@ -1263,16 +1265,26 @@ func TestAttentionBF16Probabilities(t *testing.T) {
 					GroupedAttentionForward(out, att, scores, qkv, nh, nkv, true, nil)
 				}
 			}
-			backward := func(att *Tensor) []float32 {
+			// backward returns the gradient of qkv and the scores' (dpre,
+			// stored as dpre).
+			backwardAs := func(att *Tensor, dpre DType) ([]float32, *Tensor) {
 				dq := upload(t, d, make([]float32, qkv.Len()), b, tt, width)
-				scratch := func() *Tensor { return upload(t, d, make([]float32, att.Len()), b, nh, tt, tt) }
+				datt := upload(t, d, make([]float32, att.Len()), b, nh, tt, tt)
+				pre, err := d.AllocAs(dpre, b, nh, tt, tt)
+				if err != nil {
+					t.Fatal(err)
+				}
 				dout := upload(t, d, randF32(rand.New(rand.NewPCG(1, 2)), out32.Len(), 1), b, tt, nh*hs)
 				if nkv == nh {
-					AttentionBackward(dq, scratch(), scratch(), dout, qkv, att, nh)
+					AttentionBackward(dq, datt, pre, dout, qkv, att, nh)
 				} else {
-					GroupedAttentionBackward(dq, scratch(), scratch(), dout, qkv, att, nh, nkv)
+					GroupedAttentionBackward(dq, datt, pre, dout, qkv, att, nh, nkv)
 				}
-				return download(dq)
+				return download(dq), pre
+			}
+			backward := func(att *Tensor) []float32 {
+				dq, _ := backwardAs(att, Float32)
+				return dq
 			}
 			forward(out32, att32, nil)
 			forward(out16, att16, scores)
@@ -1299,6 +1311,16 @@ func TestAttentionBF16Probabilities(t *testing.T) {
 			if !bitsEqual(backward(att16), backward(attW)) {
 				t.Errorf("%s: the gradient from bfloat16 probabilities is not the float32 path's from the widened ones", name)
 			}
+			// A bfloat16 gradient of the scores: the float32 one rounded,
+			// and a gradient of qkv within bfloat16 of the float32 path's.
+			dq32, pre32 := backwardAs(att16, Float32)
+			dq16, pre16 := backwardAs(att16, BFloat16)
+			for i, v := range download(pre32) {
+				if pre16.HostBF16()[i] != BF16FromFloat32(v) {
+					t.Fatalf("%s: the scores' gradient %d is %#x, want %g rounded", name, i, pre16.HostBF16()[i], v)
+				}
+			}
+			checkClose(t, name+" qkv gradient from a bfloat16 dpre", dq16, to64(dq32), 1.0/64)
 		}
 	})
 }

@@ -27,7 +27,11 @@ import (
 // heads), the unfused attention's probabilities (heads x T), the heads'
 // output y (C) and the two norms' outputs (B x T x (Hidden + pre + qkv +
 // 3C + heads x T) a block), and the language models' ln_f
-// output (B x T x C) and logits (B x T x the padded vocabulary).
+// output (B x T x C) and logits (B x T x the padded vocabulary); and of
+// the gradients stored as bfloat16 in the blocks' shared scratch: the
+// MLP's hidden one (B x T x Hidden; a Llama's of h and of gate_up_proj's
+// output, 3 x Hidden) and the attention's of the scores (B x heads x T x
+// T).
 func TestBF16CurvesOnCPU(t *testing.T) {
 	for _, model := range []string{"gpt", "llama", "bert"} {
 		t.Run(model, func(t *testing.T) {

@@ -553,6 +553,7 @@ func (b *bench) softmaxBF16(inp, out, dout twin, causal bool, valid []int32) {
 		b.check("SoftmaxBackward into bfloat16", 1.0/64, got)
 		b.gpu.Free(dh)
 		b.gpu.Free(back)
+		b.cpu.Free(dhc)
 	}
 }
 
