@@ -389,6 +389,11 @@ func TestSgemmSmallBlocks(t *testing.T) {
 // the bfloat16 packers (widening as they load) against the Go loops on
 // the widened source.
 func TestPackFast(t *testing.T) {
+	// A packer under test, and the Go loop it must match.
+	type packer struct {
+		name     string
+		ref, run func(dst []float32)
+	}
 	r := rand.New(rand.NewPCG(11, 12))
 	const ld = 71
 	src := randSlice(r, 120*ld)
@@ -405,38 +410,25 @@ func TestPackFast(t *testing.T) {
 					}
 					n := roundUp(rows, mr) * kc
 					want, got := make([]float32, n), make([]float32, n)
-					for i := range got {
-						got[i] = float32(math.NaN())
-					}
-					packA(want, src, ld, trans, 2, rows, 3, kc, mr, false)
-					packA(got, src, ld, trans, 2, rows, 3, kc, mr, true)
-					if !slices.Equal(want, got) {
-						t.Errorf("packA trans=%v mr=%d kc=%d rows=%d: fast packing differs", trans, mr, kc, rows)
-					}
-					for i := range got {
-						got[i] = float32(math.NaN())
-					}
-					packB(want, src, ld, trans, 3, kc, 2, rows, mr, false)
-					packB(got, src, ld, trans, 3, kc, 2, rows, mr, true)
-					if !slices.Equal(want, got) {
-						t.Errorf("packB trans=%v nr=%d kc=%d cols=%d: fast packing differs", trans, mr, kc, rows)
+					// Each packer against the Go loop on the float32 source
+					// (the widened one for the bfloat16 packers, either path).
+					packers := []packer{
+						{"packA fast", func(d []float32) { packA(d, src, ld, trans, 2, rows, 3, kc, mr, false) }, func(d []float32) { packA(d, src, ld, trans, 2, rows, 3, kc, mr, true) }},
+						{"packB fast", func(d []float32) { packB(d, src, ld, trans, 3, kc, 2, rows, mr, false) }, func(d []float32) { packB(d, src, ld, trans, 3, kc, 2, rows, mr, true) }},
 					}
 					for _, fast := range []bool{false, true} {
-						packA(want, wide, ld, trans, 2, rows, 3, kc, mr, false)
+						packers = append(packers,
+							packer{fmt.Sprintf("packAHalf fast=%v", fast), func(d []float32) { packA(d, wide, ld, trans, 2, rows, 3, kc, mr, false) }, func(d []float32) { packAHalf(d, half, ld, trans, 2, rows, 3, kc, mr, fast) }},
+							packer{fmt.Sprintf("packBHalf fast=%v", fast), func(d []float32) { packB(d, wide, ld, trans, 3, kc, 2, rows, mr, false) }, func(d []float32) { packBHalf(d, half, ld, trans, 3, kc, 2, rows, mr, fast) }})
+					}
+					for _, p := range packers {
+						p.ref(want)
 						for i := range got {
 							got[i] = float32(math.NaN())
 						}
-						packAHalf(got, half, ld, trans, 2, rows, 3, kc, mr, fast)
+						p.run(got)
 						if !slices.Equal(want, got) {
-							t.Errorf("packAHalf trans=%v fast=%v mr=%d kc=%d rows=%d: differs from packing the widened source", trans, fast, mr, kc, rows)
-						}
-						packB(want, wide, ld, trans, 3, kc, 2, rows, mr, false)
-						for i := range got {
-							got[i] = float32(math.NaN())
-						}
-						packBHalf(got, half, ld, trans, 3, kc, 2, rows, mr, fast)
-						if !slices.Equal(want, got) {
-							t.Errorf("packBHalf trans=%v fast=%v nr=%d kc=%d cols=%d: differs from packing the widened source", trans, fast, mr, kc, rows)
+							t.Errorf("%s trans=%v width=%d kc=%d rows=%d: differs from the Go loop's packing", p.name, trans, mr, kc, rows)
 						}
 					}
 				}
