@@ -32,8 +32,8 @@ type AttentionConfig struct {
 	// Activations is what the fused Q,K,V projection's output and the
 	// heads' output y, which only the attention's products or fused
 	// kernels and the output projection's products read, are stored as
-	// (BFloat16 under bf16 compute); and, unfused, the probabilities and
-	// the scores' gradient.
+	// (BFloat16 under bf16 compute), and their gradients; and, unfused,
+	// the probabilities and the scores' gradient.
 	Activations tensor.DType
 	From        *ParamSet // the model's parameters, where the layer takes its own; nil: new ones
 }

@@ -219,7 +219,8 @@ type LlamaAttentionConfig struct {
 	Fused     bool // the device's fused attention (AttentionConfig.Fused)
 	// Activations is what qkv_proj's output and y are stored as
 	// (AttentionConfig.Activations; RoPE rotates the first in place,
-	// rounding).
+	// rounding), and y's gradient, and qkv_proj's output gradient as
+	// QKVGradDType says.
 	Activations tensor.DType
 	From        *ParamSet // the model's parameters, where the layer takes its own; nil: new ones
 }
@@ -264,20 +265,21 @@ type gqaScratch struct {
 
 // llamaAttentionCoreSizes are a LlamaAttention's own buffers for b x t
 // tokens (the full sequence), nh query and nkv key/value heads of hd on
-// this rank: as attentionCoreSizes, with dqkv (b,t,(nh+2nkv)*hd) and the
-// rotation table rope (t,hd), scratch made by Forward; fused, as
-// attentionCoreSizes's.
+// this rank: as attentionCoreSizes, with dqkv (b,t,(nh+2nkv)*hd), stored
+// as QKVGradDType says, and the rotation table rope (t,hd), scratch made
+// by Forward; fused, as attentionCoreSizes's.
 func llamaAttentionCoreSizes(b, t, nh, nkv, hd int, selective, fused bool, y tensor.DType) Sizes {
+	dqkv := buf("dqkv", b, t, (nh+2*nkv)*hd).as(QKVGradDType(y, fused, nh, nkv))
 	if fused {
 		return Sizes{
 			Saved:   Buffers{buf("lse", b, nh, t), buf("y", b, t, nh*hd).as(y)},
-			Scratch: Buffers{buf("rope", t, hd), buf("delta", b, nh, t), buf("dy", b, t, nh*hd), buf("dqkv", b, t, (nh+2*nkv)*hd)},
+			Scratch: Buffers{buf("rope", t, hd), buf("delta", b, nh, t), buf("dy", b, t, nh*hd).as(y), dqkv},
 		}
 	}
 	z := Sizes{
 		Saved: Buffers{buf("att", b, nh, t, t).as(y), buf("y", b, t, nh*hd).as(y)},
 		Scratch: Buffers{buf("rope", t, hd), buf("datt", b, nh, t, t), buf("dpre", b, nh, t, t).as(y),
-			buf("dy", b, t, nh*hd), buf("dqkv", b, t, (nh+2*nkv)*hd)},
+			buf("dy", b, t, nh*hd).as(y), dqkv},
 	}
 	if selective {
 		z.Saved, z.Scratch = z.Saved[1:], append(Buffers{z.Saved[0]}, z.Scratch...)

@@ -210,27 +210,41 @@ func RowSizes(s LinearShape, b, t int) Sizes {
 // Scratch: datt and dpre (b,nh,t,t), the gradients of the probabilities
 // and of the scores, dpre stored as y (the A operand of the products of dQ
 // and dK; datt, float32, holds the forward's float32 scores when att is
-// bfloat16); dy (b,t,cl); dqkv (b,t,3cl), the gradient of c_attn's
-// output. With selective recomputation att is
-// scratch: Backward computes it again from c_attn's saved output. The
-// fused attention keeps no (t,t) tensor: lse (b,nh,t), each row's
-// log-sum-exp, saved, and delta (b,nh,t) scratch, in att's and datt's
-// place, and dpre not at all.
+// bfloat16); dy (b,t,cl), y's gradient, and dqkv (b,t,3cl), the gradient
+// of c_attn's output, both stored as y too (products and the fused
+// kernels read them; each element's float32 sum rounded once). With
+// selective recomputation att is scratch: Backward computes it again from
+// c_attn's saved output. The fused attention keeps no (t,t) tensor: lse
+// (b,nh,t), each row's log-sum-exp, saved, and delta (b,nh,t) scratch, in
+// att's and datt's place, and dpre not at all.
 func attentionCoreSizes(b, t, nh, cl int, selective, fused bool, y tensor.DType) Sizes {
 	if fused {
 		return Sizes{
 			Saved:   Buffers{buf("lse", b, nh, t), buf("y", b, t, cl).as(y)},
-			Scratch: Buffers{buf("delta", b, nh, t), buf("dy", b, t, cl), buf("dqkv", b, t, 3*cl)},
+			Scratch: Buffers{buf("delta", b, nh, t), buf("dy", b, t, cl).as(y), buf("dqkv", b, t, 3*cl).as(y)},
 		}
 	}
 	z := Sizes{
 		Saved:   Buffers{buf("att", b, nh, t, t).as(y), buf("y", b, t, cl).as(y)},
-		Scratch: Buffers{buf("datt", b, nh, t, t), buf("dpre", b, nh, t, t).as(y), buf("dy", b, t, cl), buf("dqkv", b, t, 3*cl)},
+		Scratch: Buffers{buf("datt", b, nh, t, t), buf("dpre", b, nh, t, t).as(y), buf("dy", b, t, cl).as(y), buf("dqkv", b, t, 3*cl).as(y)},
 	}
 	if selective {
 		z.Saved, z.Scratch = z.Saved[1:], append(Buffers{z.Saved[0]}, z.Scratch...)
 	}
 	return z
+}
+
+// QKVGradDType is what the gradient of an attention's fused Q,K,V
+// projection output (dqkv) is stored as, the attention's activations
+// stored as act: act, but float32 where the unfused attention sums a
+// group of query heads' products into the gradients of their shared keys
+// and values (heads > kvHeads), which bfloat16 would round once a head.
+// The fused kernels sum a group in float32 and round once.
+func QKVGradDType(act tensor.DType, fused bool, heads, kvHeads int) tensor.DType {
+	if !fused && heads > kvHeads {
+		return tensor.Float32
+	}
+	return act
 }
 
 // mlpCoreSizes are the MLP's own buffers for b x t tokens, fl = Hidden/tp

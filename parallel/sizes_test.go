@@ -365,14 +365,19 @@ func (b *LlamaBlock) shadow() recomputeBlock    { return b.Shadow() }
 // hidden one's gradient, which GELU's backward overwrites, a Llama's
 // gradients of h and of gate_up_proj's output; the fused Q,K,V
 // projection's output, the unfused attention's probabilities and the
-// gradient of its scores, dpre, and the heads' output y; the norms'
-// outputs of a pre-norm block, with or without sequence parallelism,
-// which all-gathers them as bf16), everything else Float32; in BERT's
-// post-norm layers (the norm output is the residual stream) the norms'
-// outputs stay Float32. Bytes count 2 a BFloat16 element.
+// gradient of its scores, dpre, the heads' output y and its gradient dy,
+// the gradient of the Q,K,V projection's output dqkv, but for a grouped
+// Llama's unfused attention, which sums a group's heads into it; the
+// norms' outputs of a pre-norm block, with or without sequence
+// parallelism, which all-gathers them as bf16), everything else Float32;
+// in BERT's post-norm layers (the norm output is the residual stream) the
+// norms' outputs stay Float32. Bytes count 2 a BFloat16 element.
 func TestBF16ActivationDTypes(t *testing.T) {
-	mlp := map[string]bool{"attn.dpre": true, "mlp.h": true, "mlp.dh": true, "mlp.c_fc.out_local": true, "attn.c_attn.out_local": true, "attn.att": true, "attn.y": true}
-	half := map[string]bool{"attn.dpre": true, "mlp.h": true, "mlp.dh": true, "mlp.c_fc.out_local": true, "attn.c_attn.out_local": true, "attn.att": true, "attn.y": true, "ln_1.out": true, "ln_2.out": true}
+	mlp := map[string]bool{"attn.dpre": true, "mlp.h": true, "mlp.dh": true, "mlp.c_fc.out_local": true, "attn.c_attn.out_local": true, "attn.att": true, "attn.y": true, "attn.dy": true, "attn.dqkv": true}
+	half := map[string]bool{"ln_1.out": true, "ln_2.out": true}
+	for k := range mlp {
+		half[k] = true
+	}
 	for _, c := range []struct {
 		name string
 		s    BlockShape
@@ -399,12 +404,19 @@ func TestBF16ActivationDTypes(t *testing.T) {
 			t.Errorf("%s: Bytes %d, want %d", c.name, z.Bytes(), bytes)
 		}
 	}
-	l := LlamaBlockSizes(LlamaBlockShape{Dim: 8, Heads: 2, KVHeads: 1, Hidden: 12, TP: 1, Activations: tensor.BFloat16}, 2, 4)
-	for _, b := range append(l.Saved, l.Scratch...) {
-		isHalf := b.Name == "mlp.h" || b.Name == "mlp.gate_up_proj.out_local" || b.Name == "self_attn.qkv_proj.out_local" || b.Name == "self_attn.att" || b.Name == "self_attn.y" ||
-			b.Name == "input_layernorm.out" || b.Name == "post_attention_layernorm.out" || b.Name == "mlp.dh" || b.Name == "mlp.dgate_up" || b.Name == "self_attn.dpre"
-		if (b.DType == tensor.BFloat16) != isHalf {
-			t.Errorf("llama: %s is %s", b.Name, b.DType)
+	for _, c := range []struct {
+		kvHeads  int
+		fused    bool
+		halfDQKV bool
+	}{{1, false, false}, {2, false, true}, {1, true, true}} {
+		l := LlamaBlockSizes(LlamaBlockShape{Dim: 64, Heads: 2, KVHeads: c.kvHeads, Hidden: 12, TP: 1, FusedAttention: c.fused, Activations: tensor.BFloat16}, 2, 4)
+		for _, b := range append(l.Saved, l.Scratch...) {
+			isHalf := b.Name == "mlp.h" || b.Name == "mlp.gate_up_proj.out_local" || b.Name == "self_attn.qkv_proj.out_local" || b.Name == "self_attn.att" || b.Name == "self_attn.y" ||
+				b.Name == "input_layernorm.out" || b.Name == "post_attention_layernorm.out" || b.Name == "mlp.dh" || b.Name == "mlp.dgate_up" || b.Name == "self_attn.dpre" ||
+				b.Name == "self_attn.dy" || (b.Name == "self_attn.dqkv" && c.halfDQKV)
+			if (b.DType == tensor.BFloat16) != isHalf {
+				t.Errorf("llama, %d kv heads, fused %v: %s is %s", c.kvHeads, c.fused, b.Name, b.DType)
+			}
 		}
 	}
 }

@@ -44,8 +44,9 @@ type FusedAttention interface {
 	// FusedAttentionBackward accumulates into dqkv (laid out as qkv) the
 	// gradient of FusedAttentionForward from dout, given the forward's
 	// qkv, out and lse and the same masks; delta (B,Heads,T) is scratch,
-	// overwritten. Every sum runs in a fixed order: the same inputs give
-	// the same bits.
+	// overwritten. dqkv and dout are stored as qkv (a BFloat16 dqkv gets
+	// each element's float32 sum rounded once). Every sum runs in a fixed
+	// order: the same inputs give the same bits.
 	FusedAttentionBackward(dqkv, delta, dout, out, lse, qkv *Tensor, l HeadLayout, causal bool, keyValid []int32)
 }
 

@@ -1265,16 +1265,25 @@ func TestAttentionBF16Probabilities(t *testing.T) {
 					GroupedAttentionForward(out, att, scores, qkv, nh, nkv, true, nil)
 				}
 			}
-			// backward returns the gradient of qkv and the scores' (dpre,
-			// stored as dpre).
-			backwardAs := func(att *Tensor, dpre DType) ([]float32, *Tensor) {
-				dq := upload(t, d, make([]float32, qkv.Len()), b, tt, width)
-				datt := upload(t, d, make([]float32, att.Len()), b, nh, tt, tt)
-				pre, err := d.AllocAs(dpre, b, nh, tt, tt)
-				if err != nil {
-					t.Fatal(err)
+			// backward returns the gradient of qkv, stored as grads as the
+			// gradient of the output is (values bf16 rounds to themselves),
+			// and the scores' (dpre, stored as dpre).
+			doutVals := randF32(rand.New(rand.NewPCG(1, 2)), out32.Len(), 1)
+			for i, v := range doutVals {
+				doutVals[i] = Float32FromBF16(BF16FromFloat32(v))
+			}
+			backwardAs := func(att *Tensor, dpre, grads DType) ([]float32, *Tensor) {
+				alloc := func(dt DType, shape ...int) *Tensor {
+					x, err := d.AllocAs(dt, shape...)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return x
 				}
-				dout := upload(t, d, randF32(rand.New(rand.NewPCG(1, 2)), out32.Len(), 1), b, tt, nh*hs)
+				dq, pre := alloc(grads, b, tt, width), alloc(dpre, b, nh, tt, tt)
+				datt := upload(t, d, make([]float32, att.Len()), b, nh, tt, tt)
+				dout := alloc(grads, b, tt, nh*hs)
+				d.CopyFromHost(dout, doutVals)
 				if nkv == nh {
 					AttentionBackward(dq, datt, pre, dout, qkv, att, nh)
 				} else {
@@ -1283,7 +1292,7 @@ func TestAttentionBF16Probabilities(t *testing.T) {
 				return download(dq), pre
 			}
 			backward := func(att *Tensor) []float32 {
-				dq, _ := backwardAs(att, Float32)
+				dq, _ := backwardAs(att, Float32, Float32)
 				return dq
 			}
 			forward(out32, att32, nil)
@@ -1313,14 +1322,25 @@ func TestAttentionBF16Probabilities(t *testing.T) {
 			}
 			// A bfloat16 gradient of the scores: the float32 one rounded,
 			// and a gradient of qkv within bfloat16 of the float32 path's.
-			dq32, pre32 := backwardAs(att16, Float32)
-			dq16, pre16 := backwardAs(att16, BFloat16)
+			dq32, pre32 := backwardAs(att16, Float32, Float32)
+			dq16, pre16 := backwardAs(att16, BFloat16, Float32)
 			for i, v := range download(pre32) {
 				if pre16.HostBF16()[i] != BF16FromFloat32(v) {
 					t.Fatalf("%s: the scores' gradient %d is %#x, want %g rounded", name, i, pre16.HostBF16()[i], v)
 				}
 			}
 			checkClose(t, name+" qkv gradient from a bfloat16 dpre", dq16, to64(dq32), 1.0/64)
+			// bfloat16 gradients of the output and of qkv (each element
+			// of qkv's one product's sum, but a group's keys and values):
+			// the float32 gradient rounded.
+			if nkv == nh {
+				half, _ := backwardAs(att16, BFloat16, BFloat16)
+				for i, v := range dq16 {
+					if w := Float32FromBF16(BF16FromFloat32(v)); math.Float32bits(half[i]) != math.Float32bits(w) {
+						t.Fatalf("%s: the bfloat16 qkv gradient %d is %g, want %g rounded, %g", name, i, half[i], v, w)
+					}
+				}
+			}
 		}
 	})
 }

@@ -97,7 +97,8 @@ func AttentionForward(out, att, scores, qkv *Tensor, nh int, causal bool, keyVal
 // AttentionForward from dout (B,T,C), given the forward's qkv and att.
 // datt and dpreatt are (B,NH,T,T) scratch, overwritten; dpreatt may be
 // bfloat16 (the scores' gradient rounded, the A operand of the products
-// of dQ and dK). Each product is
+// of dQ and dK), and so may dout and dqkv (each element of dqkv one
+// product's sum, rounded once onto a zeroed dqkv). Each product is
 // min(B,NH) batched GEMM calls.
 func AttentionBackward(dqkv, datt, dpreatt, dout, qkv, att *Tensor, nh int) {
 	d := qkv.Device()
@@ -240,7 +241,9 @@ func GroupedAttentionForward(out, att, scores, qkv *Tensor, nh, nkv int, causal 
 // gradient of GroupedAttentionForward from dout (B,T,NH*hs), given the
 // forward's qkv and att; a key or value head gathers the gradients of its
 // group's query heads. datt and dpreatt are (B,NH,T,T) scratch,
-// overwritten; dpreatt may be bfloat16 (as AttentionBackward's).
+// overwritten; dpreatt, dout and dqkv may be bfloat16 (as
+// AttentionBackward's: a bfloat16 dqkv's keys and values are rounded
+// once a query head of their group).
 func GroupedAttentionBackward(dqkv, datt, dpreatt, dout, qkv, att *Tensor, nh, nkv int) {
 	d := qkv.Device()
 	b, t, hs := groupedDims("GroupedAttentionBackward", qkv, att, nh, nkv)

@@ -108,6 +108,12 @@ func TestBF16CurvesOnCPU(t *testing.T) {
 				acts += 2 * int64(cfg.BatchSize*cfg.Seq*3*cfg.Hidden())
 			}
 			acts += 2 * int64(cfg.BatchSize*cfg.Heads*cfg.Seq*cfg.Seq)
+			// The heads' output gradient and c_attn's output gradient,
+			// shared scratch too; a grouped Llama's stays float32.
+			acts += 2 * int64(cfg.BatchSize*cfg.Seq*cfg.Dim)
+			if cfg.KVHeadCount() == cfg.Heads {
+				acts += 2 * int64(cfg.BatchSize*cfg.Seq*qkv)
+			}
 			if cfg.LM() {
 				vp, err := parallel.PadVocab(vocab, 1)
 				if err != nil {

@@ -143,10 +143,16 @@ func (d *Device) FusedAttentionForward(out, lse, qkv *tensor.Tensor, l tensor.He
 }
 
 // FusedAttentionBackward is tensor.FusedAttention's backward: it adds the
-// gradient into dqkv; delta (B,Heads,T) is scratch.
+// gradient into dqkv; delta (B,Heads,T) is scratch. dqkv, dout and out
+// are stored as qkv (a bfloat16 dqkv rounded once, as it is written).
 func (d *Device) FusedAttentionBackward(dqkv, delta, dout, out, lse, qkv *tensor.Tensor, l tensor.HeadLayout, causal bool, keyValid []int32) {
-	d.own("FusedAttentionBackward", dqkv, delta, dout, lse)
-	d.ownAny("FusedAttentionBackward", out, qkv)
+	d.own("FusedAttentionBackward", delta, lse)
+	d.ownAny("FusedAttentionBackward", dqkv, dout, out, qkv)
+	for _, x := range []*tensor.Tensor{dqkv, dout, out} {
+		if x.DType() != qkv.DType() {
+			panic(fmt.Sprintf("cuda.FusedAttentionBackward: dqkv %v, dout %v and out %v must be stored as qkv %v", dqkv, dout, out, qkv))
+		}
+	}
 	b, t := flashDims("FusedAttentionBackward", qkv, out, lse, l, keyValid)
 	if dqkv.Len() != qkv.Len() || dout.Len() != out.Len() || delta.Len() != lse.Len() {
 		panic(fmt.Sprintf("cuda.FusedAttentionBackward: dqkv %v, dout %v, delta %v must be as qkv %v, out %v, lse %v", dqkv, dout, delta, qkv, out, lse))
@@ -162,7 +168,7 @@ func (d *Device) FusedAttentionBackward(dqkv, delta, dout, out, lse, qkv *tensor
 	rows := b * t * l.Heads
 	deltaKernel := "flash_backward_delta"
 	if out.DType() == tensor.BFloat16 {
-		deltaKernel += "_bf16" // the forward's output stored as bfloat16
+		deltaKernel += "_bf16"
 	}
 	d.launch(deltaKernel, d.grid1(rows, softmaxThreads/32), dim3{softmaxThreads, 1, 1},
 		tp(delta), tp(out), tp(dout), i64(rows), i32(t), i32(l.Heads), i32(l.HeadSize))

@@ -96,6 +96,17 @@ func (b *bench) rand(name string, scale float32, shape ...int) twin {
 	return x
 }
 
+// bf16 makes a zeroed bfloat16 tensor on the GPU, freed when the test
+// ends.
+func (b *bench) bf16(shape ...int) *tensor.Tensor {
+	x, err := b.gpu.AllocAs(tensor.BFloat16, shape...)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() { b.gpu.Free(x) })
+	return x
+}
+
 func (b *bench) zeros(name string, shape ...int) twin {
 	x := b.rand(name, 0, shape...)
 	return x

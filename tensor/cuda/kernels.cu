@@ -124,6 +124,9 @@ __device__ __forceinline__ void store_out(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store_out(bf16_t* p, float v) { *p = bf16_round(v); }
 __device__ __forceinline__ float load_in(const float* p) { return *p; }
 __device__ __forceinline__ float load_in(const bf16_t* p) { return __uint_as_float((unsigned)*p << 16); }
+// add_out adds v to *p, rounding a bfloat16 *p once.
+template <typename T>
+__device__ __forceinline__ void add_out(T* p, float v) { store_out(p, load_in(p) + v); }
 
 // fill_bf16 is fill_f32 of a bfloat16 tensor: v rounded once.
 extern "C" __global__ void fill_bf16(bf16_t* x, float v, long long n) {
@@ -1238,15 +1241,15 @@ __device__ void flash_forward(QKV* out, float* lse, const QKV* qkv, const int* k
 // flash_backward_delta: delta[b,h,i] = sum_d dout[b,i,h,d] * out[b,i,h,d],
 // one warp per (b, i, h) row of hd floats.
 template <typename O>
-__device__ __forceinline__ void flash_delta(float* delta, const O* out, const float* dout, long long rows, int T, int nh,
+__device__ __forceinline__ void flash_delta(float* delta, const O* out, const O* dout, long long rows, int T, int nh,
                                             int hd) {
     int lane = threadIdx.x & 31;
     long long warps = (long long)gridDim.x * (blockDim.x >> 5);
     for (long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows; r += warps) {
         const O* o = out + r * hd;
-        const float* d = dout + r * hd;
+        const O* d = dout + r * hd;
         float s = 0.f;
-        for (int j = lane; j < hd; j += 32) s += load_in(o + j) * d[j];
+        for (int j = lane; j < hd; j += 32) s += load_in(o + j) * load_in(d + j);
         s = warp_sum(s);
         long long bt = r / nh, b = bt / T;
         if (lane == 0) delta[(b * nh + r % nh) * T + bt % T] = s;
@@ -1258,17 +1261,19 @@ extern "C" __global__ void flash_backward_delta(float* delta, const float* out, 
     flash_delta(delta, out, dout, rows, T, nh, hd);
 }
 
-// flash_backward_delta_bf16: the forward's output stored as bfloat16.
-extern "C" __global__ void flash_backward_delta_bf16(float* delta, const bf16_t* out, const float* dout, long long rows,
+// flash_backward_delta_bf16: the forward's output and its gradient stored
+// as bfloat16.
+extern "C" __global__ void flash_backward_delta_bf16(float* delta, const bf16_t* out, const bf16_t* dout, long long rows,
                                                      int T, int nh, int hd) {
     flash_delta(delta, out, dout, rows, T, nh, hd);
 }
 
 // flash_backward_dkdv: a block takes 64 keys of kv head blockIdx.y and
 // adds their dK and dV into dqkv, over the group's query heads and every
-// query tile that sees them.
+// query tile that sees them (summed in float32: a bfloat16 dqkv is
+// rounded once, as it is written).
 template <int HD, typename QKV>
-__device__ void flash_backward_dkdv(float* dqkv, const QKV* qkv, const float* dout, const float* lse,
+__device__ void flash_backward_dkdv(QKV* dqkv, const QKV* qkv, const QKV* dout, const float* lse,
                                     const float* delta, const int* keyValid, int T, int nh, int g, int W, int A,
                                     int q0, int k0, int v0, int causal, float scale) {
     HPCRUN_DYNAMIC_SHARED(bf16_t, fa_smem);
@@ -1318,12 +1323,12 @@ __device__ void flash_backward_dkdv(float* dqkv, const QKV* qkv, const float* do
     for (int r = 0; r < 2; r++) {
         int key = key0 + 8 * r;
         if (key >= T) continue;
-        float* row = dqkv + ((long long)b * T + key) * W + (long long)kvh * A + 2 * tq;
+        QKV* row = dqkv + ((long long)b * T + key) * W + (long long)kvh * A + 2 * tq;
         for (int dn = 0; dn < HD / 8; dn++) {
-            row[k0 + dn * 8] += dk[dn][2 * r] * scale;
-            row[k0 + dn * 8 + 1] += dk[dn][2 * r + 1] * scale;
-            row[v0 + dn * 8] += dv[dn][2 * r];
-            row[v0 + dn * 8 + 1] += dv[dn][2 * r + 1];
+            add_out(row + k0 + dn * 8, dk[dn][2 * r] * scale);
+            add_out(row + k0 + dn * 8 + 1, dk[dn][2 * r + 1] * scale);
+            add_out(row + v0 + dn * 8, dv[dn][2 * r]);
+            add_out(row + v0 + dn * 8 + 1, dv[dn][2 * r + 1]);
         }
     }
 }
@@ -1331,7 +1336,7 @@ __device__ void flash_backward_dkdv(float* dqkv, const QKV* qkv, const float* do
 // flash_backward_dq: a block takes 64 queries of head blockIdx.y and adds
 // their dQ into dqkv, over every key tile they see.
 template <int HD, typename QKV>
-__device__ void flash_backward_dq(float* dqkv, const QKV* qkv, const float* dout, const float* lse,
+__device__ void flash_backward_dq(QKV* dqkv, const QKV* qkv, const QKV* dout, const float* lse,
                                   const float* delta, const int* keyValid, int T, int nh, int g, int W, int A, int q0,
                                   int k0, int v0, int causal, float scale) {
     HPCRUN_DYNAMIC_SHARED(bf16_t, fa_smem);
@@ -1376,21 +1381,21 @@ __device__ void flash_backward_dq(float* dqkv, const QKV* qkv, const float* dout
     for (int r = 0; r < 2; r++) {
         int row = row0 + 8 * r;
         if (row >= T) continue;
-        float* dst = dqkv + ((long long)b * T + row) * W + (long long)kvh * A + q0 + (h % g) * HD + 2 * tq;
+        QKV* dst = dqkv + ((long long)b * T + row) * W + (long long)kvh * A + q0 + (h % g) * HD + 2 * tq;
         for (int dn = 0; dn < HD / 8; dn++) {
-            dst[dn * 8] += dq[dn][2 * r] * scale;
-            dst[dn * 8 + 1] += dq[dn][2 * r + 1] * scale;
+            add_out(dst + dn * 8, dq[dn][2 * r] * scale);
+            add_out(dst + dn * 8 + 1, dq[dn][2 * r + 1] * scale);
         }
     }
 }
 
-// The entry points, one per head size and qkv dtype (_bf16: qkv, and the
-// forward's output, stored as bfloat16).
+// The entry points, one per head size and qkv dtype (_bf16: qkv, the
+// forward's output, its gradient and dqkv stored as bfloat16).
 #define FA_FWD_ARGS(QKV)                                                                                          \
     QKV *out, float *lse, const QKV *qkv, const int *keyValid, int T, int nh, int g, int W, int A, int q0, int k0, \
         int v0, int causal, float scale
-#define FA_BWD_ARGS(QKV)                                                                                        \
-    float *dqkv, const QKV *qkv, const float *dout, const float *lse, const float *delta, const int *keyValid, \
+#define FA_BWD_ARGS(QKV)                                                                                    \
+    QKV *dqkv, const QKV *qkv, const QKV *dout, const float *lse, const float *delta, const int *keyValid, \
         int T, int nh, int g, int W, int A, int q0, int k0, int v0, int causal, float scale
 #define FA_FWD_CALL out, lse, qkv, keyValid, T, nh, g, W, A, q0, k0, v0, causal, scale
 #define FA_BWD_CALL dqkv, qkv, dout, lse, delta, keyValid, T, nh, g, W, A, q0, k0, v0, causal, scale

@@ -46,8 +46,8 @@ func (l linear) forward(n int) GemmCount { return l.products(n)[0] }
 // forward S = Q K^T and O = P V, backward dP = dO V^T, dQ = dS K, dK = dS^T
 // Q and dV = P^T dO. fwdOnly keeps the forward's two. Q, K and V are
 // stored as the fused projection's output (spec.Compute), and so are P (a
-// bf16 P from float32 scores) and dS (the softmax's backward rounding its
-// float32 sums); the other gradients float32.
+// bf16 P from float32 scores), dS (the softmax's backward rounding its
+// float32 sums) and dO (c_proj's input gradient); dP float32.
 func (s shapes) attention(fwdOnly bool) []GemmCount {
 	if s.fusedAttn {
 		return nil // fusedAttentionFlops
@@ -67,10 +67,10 @@ func (s shapes) attention(fwdOnly bool) []GemmCount {
 	}
 	byCols := tensor.GemmShape{M: T, N: hd, K: T, Batch: h, TransA: true}
 	return append(g,
-		GemmCount{GemmShape: scores, Count: B, bHalf: qkv},             // dP = dO V^T
+		GemmCount{GemmShape: scores, Count: B, aHalf: qkv, bHalf: qkv}, // dP = dO V^T
 		GemmCount{GemmShape: byRows, Count: B, aHalf: qkv, bHalf: qkv}, // dQ = dS K
 		GemmCount{GemmShape: byCols, Count: B, aHalf: qkv, bHalf: qkv}, // dK = dS^T Q
-		GemmCount{GemmShape: byCols, Count: B, aHalf: qkv})             // dV = P^T dO
+		GemmCount{GemmShape: byCols, Count: B, aHalf: qkv, bHalf: qkv}) // dV = P^T dO
 }
 
 // fusedAttentionFlops are the fused attention kernels' products of one

@@ -374,7 +374,7 @@ func New(r Request) (*Plan, error) {
 	case cfg.Precision == "bf16" && r.Device.BF16Flops == 0, cfg.Precision == "tf32" && r.Device.TF32Flops == 0:
 		p.Notes = append(p.Notes, fmt.Sprintf("precision %s: %s has no %s tensor cores; the run will refuse it (use fp32)", cfg.Precision, r.Device.Name, cfg.Precision))
 	case cfg.Precision == "bf16":
-		p.Notes = append(p.Notes, "precision bf16: the engine keeps bf16 copies of the weights beside their fp32 masters and stores the activations only products and the activation and attention kernels read in bf16 (the MLP's pre-activation and hidden one, the attention's Q, K and V, its unfused probabilities and its output, the norms' outputs, which sequence parallelism all-gathers as bf16, and a language model's logits, whose gradient the loss writes over them) and the MLP's hidden gradients (GELU's, written in place, or a Llama's two) and the unfused attention's scores' gradient; the other gradients and activations are fp32, which each GEMM converts to bf16 (the copies, the bf16 activations and the operand scratch count in the memory, the conversion in the time); time and MFU at the bf16 peak (measured on an H200 before the bf16 storage: slower than tf32, 0.157 against 0.138 s for GPT-2 124M at 16 x 1024)")
+		p.Notes = append(p.Notes, "precision bf16: the engine keeps bf16 copies of the weights beside their fp32 masters and stores the activations only products and the activation and attention kernels read in bf16 (the MLP's pre-activation and hidden one, the attention's Q, K and V, its unfused probabilities and its output, the norms' outputs, which sequence parallelism all-gathers as bf16, and a language model's logits, whose gradient the loss writes over them) and the MLP's hidden gradients (GELU's, written in place, or a Llama's two), the attention's gradients of its output and of Q, K and V (fp32 in an unfused grouped-query attention) and the unfused attention's scores' gradient; the other gradients and activations are fp32, which each GEMM converts to bf16 (the copies, the bf16 activations and the operand scratch count in the memory, the conversion in the time); time and MFU at the bf16 peak (measured on an H200 before the bf16 storage: slower than tf32, 0.157 against 0.138 s for GPT-2 124M at 16 x 1024)")
 	case cfg.Precision == "tf32":
 		p.Notes = append(p.Notes, "precision tf32: float32 GEMMs on the tensor cores (10-bit mantissa products, float32 sums); time and MFU at the tf32 peak")
 	}
@@ -506,7 +506,7 @@ func newShapes(cfg config.Config, paddedVocab, stage, blocks, ranksPerNode int, 
 		}
 		s.buckets = parallel.BlockBuckets(s.params, block, 0)
 	}
-	if s.linears, err = spec.BlockLinears(cfg, paddedVocab); err != nil {
+	if s.linears, err = spec.BlockLinears(cfg, paddedVocab, fusedAttention); err != nil {
 		return shapes{}, err
 	}
 	return s, nil

@@ -376,8 +376,10 @@ type Linear struct {
 	// Grad is what the gradient of the output is stored as (A of the
 	// input gradient's and of the weight gradient's products): Compute
 	// for the MLP's first projection (c_fc, gate_up_proj: the gradient
-	// GELU's or SwiGLU's backward writes), Float32 for the blocks' other
-	// products, Logits for an LM head.
+	// GELU's or SwiGLU's backward writes) and, as
+	// parallel.QKVGradDType says, for the fused Q,K,V (the gradient the
+	// attention writes), Float32 for the blocks' other products, Logits
+	// for an LM head.
 	Grad tensor.DType
 }
 
@@ -386,7 +388,8 @@ type Linear struct {
 // two dimensions). GPT-2's are c_attn (C to 3C/tp), attn.c_proj (C/tp to
 // C), mlp.c_fc (C to 4C/tp) and mlp.c_proj; a Llama's qkv_proj (its
 // replicated key/value heads whole), o_proj, gate_up_proj and down_proj.
-func BlockLinears(cfg config.Config, vocab int) ([]Linear, error) {
+// fusedAttention says the attention runs in a device's fused kernels.
+func BlockLinears(cfg config.Config, vocab int, fusedAttention bool) ([]Linear, error) {
 	b, err := newLayout(cfg, vocab, 0)
 	if err != nil {
 		return nil, err
@@ -395,6 +398,12 @@ func BlockLinears(cfg config.Config, vocab int) ([]Linear, error) {
 		b.hfLayer(0)
 	} else if err := b.block(0); err != nil {
 		return nil, err
+	}
+	heads, kvHeads := cfg.Heads/b.tp, cfg.Heads/b.tp
+	if b.llama {
+		if kvHeads, _, err = parallel.KVSplit(cfg.Heads, cfg.KVHeadCount(), b.tp); err != nil {
+			return nil, err
+		}
 	}
 	var out []Linear
 	for _, p := range b.ps {
@@ -405,8 +414,11 @@ func BlockLinears(cfg config.Config, vocab int) ([]Linear, error) {
 				input = NormOut(cfg)
 			}
 			grad := tensor.Float32
-			if strings.HasSuffix(p.Name, ".c_fc.weight") || strings.HasSuffix(p.Name, ".gate_up_proj.weight") {
+			switch {
+			case strings.HasSuffix(p.Name, ".c_fc.weight") || strings.HasSuffix(p.Name, ".gate_up_proj.weight"):
 				grad = Compute(cfg)
+			case strings.HasSuffix(p.Name, ".c_attn.weight") || strings.HasSuffix(p.Name, ".qkv_proj.weight"):
+				grad = parallel.QKVGradDType(Compute(cfg), fusedAttention, heads, kvHeads)
 			}
 			out = append(out, Linear{In: local[1], Out: local[0], Input: input, Weight: Compute(cfg), Grad: grad})
 		}
