@@ -32,8 +32,12 @@ type BlockConfig struct {
 	// Activations is what the activations only matrix products, the
 	// activation kernels and the attention read are stored as (the MLP's
 	// fc and GELU outputs, c_attn's, the layer norms'), and so the
-	// gradients only they read (the MLP's hidden gradient, the unfused
-	// attention's gradient of the scores): BFloat16 under bf16 compute.
+	// gradients only they read (the MLP's hidden gradient, the
+	// attention's gradients of its output, of Q, K and V and, unfused, of
+	// the scores), and the residual stream (r and out, which the norms
+	// read widened and the adds round into): BFloat16 under bf16 compute.
+	// The block's input may be either (the embeddings' and a pipeline
+	// stage's are float32).
 	Activations tensor.DType
 	From        *ParamSet // the model's parameters, where the block takes its own; nil: new ones
 }
@@ -66,6 +70,7 @@ type Block struct {
 type prenorm struct {
 	name      string
 	dim       int
+	stream    tensor.DType // what the residual stream (r, out) is stored as: the activations' dtype
 	recompute Recompute
 	norm1     sublayer
 	attn      attentionSublayer
@@ -151,7 +156,7 @@ func NewBlock(dev tensor.Device, tp nccl.Comm, name string, cfg BlockConfig) (*B
 	ln2.Out = ln1.Out
 	ln1.SetSequenceParallel(cfg.SP)
 	ln2.SetSequenceParallel(cfg.SP)
-	b := &Block{Name: name, LN1: ln1, Attn: attn, LN2: ln2, MLP: mlp, prenorm: prenorm{name: name, dim: cfg.Dim, recompute: cfg.Recompute, blockScratch: new(blockScratch)}}
+	b := &Block{Name: name, LN1: ln1, Attn: attn, LN2: ln2, MLP: mlp, prenorm: prenorm{name: name, dim: cfg.Dim, stream: cfg.Activations, recompute: cfg.Recompute, blockScratch: new(blockScratch)}}
 	b.bind()
 	return b, nil
 }
@@ -186,7 +191,7 @@ func (b *prenorm) Forward(x *tensor.Tensor, keyValid []int32) (*tensor.Tensor, e
 
 // ensureScratch makes the backward's scratch for bs x t tokens.
 func (b *prenorm) ensureScratch(dev tensor.Device, bs, t int) error {
-	if err := b.grads.ensure(dev, [2]int{bs, t}, func() Buffers { return blockOwnSizes(bs, t, b.dim, b.recompute == RecomputeFull).Scratch }, func(get func(string) *tensor.Tensor) {
+	if err := b.grads.ensure(dev, [2]int{bs, t}, func() Buffers { return blockOwnSizes(bs, t, b.dim, b.recompute == RecomputeFull, b.stream).Scratch }, func(get func(string) *tensor.Tensor) {
 		b.rFull, b.dr, b.dh = get("r"), get("dr"), get("dh")
 	}); err != nil {
 		return fmt.Errorf("%s: %w", b.name, err)
@@ -298,7 +303,7 @@ func (b *prenorm) prepare(x *tensor.Tensor) (dev tensor.Device, full bool, err e
 	}
 	dev = b.dev()
 	full = b.recompute == RecomputeFull
-	if err := b.bufs.ensure(dev, [2]int{bs, t}, func() Buffers { return blockOwnSizes(bs, t, b.dim, full).Saved }, func(get func(string) *tensor.Tensor) {
+	if err := b.bufs.ensure(dev, [2]int{bs, t}, func() Buffers { return blockOwnSizes(bs, t, b.dim, full, b.stream).Saved }, func(get func(string) *tensor.Tensor) {
 		b.r, b.out = get("r"), get("out")
 	}); err != nil {
 		return nil, false, fmt.Errorf("%s: %w", b.name, err)

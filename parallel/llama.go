@@ -585,9 +585,9 @@ type LlamaBlockConfig struct {
 	FusedAttention bool // the attention runs fused (AttentionConfig.Fused)
 	// Activations is what the activations only matrix products, the
 	// activation kernels and the attention read are stored as
-	// (gate_up_proj's and SwiGLU's outputs, qkv_proj's, the norms'), and
-	// the MLP's and the unfused attention's gradients that only they
-	// read, as BlockConfig.Activations.
+	// (gate_up_proj's and SwiGLU's outputs, qkv_proj's, the norms'), the
+	// MLP's and the attention's gradients that only they read, and the
+	// residual stream, as BlockConfig.Activations.
 	Activations tensor.DType
 	From        *ParamSet // the model's parameters, where the block takes its own; nil: new ones
 }
@@ -640,7 +640,7 @@ func LlamaBlockSizes(s LlamaBlockShape, b, t int) Sizes {
 	}
 	var z, layers Sizes
 	full := s.Recompute == RecomputeFull
-	z.add("", blockOwnSizes(b, tl, c, full))
+	z.add("", blockOwnSizes(b, tl, c, full, s.Activations))
 	norms := s.Activations
 	layers.add("input_layernorm.", RMSNormSizes(b, tl, c, norms))
 	layers.add("self_attn.", llamaAttentionCoreSizes(b, t, s.Heads/tp, nkv, hd, s.Recompute == RecomputeSelective, s.FusedAttention, s.Activations))
@@ -692,7 +692,7 @@ func NewLlamaBlock(dev tensor.Device, tp nccl.Comm, name string, cfg LlamaBlockC
 	n2.Out = n1.Out
 	n1.SetSequenceParallel(cfg.SP)
 	n2.SetSequenceParallel(cfg.SP)
-	b := &LlamaBlock{Name: name, InputNorm: n1, Attn: attn, PostNorm: n2, MLP: mlp, prenorm: prenorm{name: name, dim: cfg.Dim, recompute: cfg.Recompute, blockScratch: new(blockScratch)}}
+	b := &LlamaBlock{Name: name, InputNorm: n1, Attn: attn, PostNorm: n2, MLP: mlp, prenorm: prenorm{name: name, dim: cfg.Dim, stream: cfg.Activations, recompute: cfg.Recompute, blockScratch: new(blockScratch)}}
 	b.bind()
 	return b, nil
 }

@@ -262,18 +262,20 @@ func mlpCoreSizes(b, t, fl int, act tensor.DType) Sizes {
 
 // blockOwnSizes are a block's own buffers for (b,t,c) inputs (this rank's
 // t positions under sequence parallelism): r, the residual after
-// attention, and out, saved; dr, the gradient of r, and dh, of a layer
-// norm's output, scratch. With full recomputation r is scratch too:
-// Backward runs the block's forward again.
-func blockOwnSizes(b, t, c int, full bool) Sizes {
+// attention, and out, saved, both stored as resid (the residual stream:
+// bfloat16 under bf16 compute in a pre-norm block, whose norms read it
+// widened and whose adds round into it); dr, the gradient of r, and dh,
+// of a layer norm's output, scratch. With full recomputation r is scratch
+// too: Backward runs the block's forward again.
+func blockOwnSizes(b, t, c int, full bool, resid tensor.DType) Sizes {
 	if full {
 		return Sizes{
-			Saved:   Buffers{buf("out", b, t, c)},
-			Scratch: Buffers{buf("r", b, t, c), buf("dr", b, t, c), buf("dh", b, t, c)},
+			Saved:   Buffers{buf("out", b, t, c).as(resid)},
+			Scratch: Buffers{buf("r", b, t, c).as(resid), buf("dr", b, t, c), buf("dh", b, t, c)},
 		}
 	}
 	return Sizes{
-		Saved:   Buffers{buf("r", b, t, c), buf("out", b, t, c)},
+		Saved:   Buffers{buf("r", b, t, c).as(resid), buf("out", b, t, c).as(resid)},
 		Scratch: Buffers{buf("dr", b, t, c), buf("dh", b, t, c)},
 	}
 }
@@ -352,8 +354,8 @@ func BlockSizes(s BlockShape, b, t int) Sizes {
 	}
 	var z, layers Sizes
 	full := s.Recompute == RecomputeFull
-	z.add("", blockOwnSizes(b, tl, c, full))
 	norms := s.normOut()
+	z.add("", blockOwnSizes(b, tl, c, full, norms))
 	layers.add("ln_1.", LayerNormSizes(b, tl, c, norms))
 	layers.add("attn.", attentionCoreSizes(b, t, s.Heads/tp, c/tp, s.Recompute == RecomputeSelective, s.FusedAttention, s.Activations))
 	layers.add("attn.c_attn.", ColumnSizes(LinearShape{In: c, Out: 3 * c, TP: tp, SP: s.SP, OutDType: s.Activations}, b, t))

@@ -369,12 +369,13 @@ func (b *LlamaBlock) shadow() recomputeBlock    { return b.Shadow() }
 // the gradient of the Q,K,V projection's output dqkv, but for a grouped
 // Llama's unfused attention, which sums a group's heads into it; the
 // norms' outputs of a pre-norm block, with or without sequence
-// parallelism, which all-gathers them as bf16), everything else Float32;
-// in BERT's post-norm layers (the norm output is the residual stream) the
-// norms' outputs stay Float32. Bytes count 2 a BFloat16 element.
+// parallelism, which all-gathers them as bf16, and its residual stream,
+// r and out), everything else Float32; in BERT's post-norm layers (the
+// norm output is the residual stream) the norms' outputs and the residual
+// stream stay Float32. Bytes count 2 a BFloat16 element.
 func TestBF16ActivationDTypes(t *testing.T) {
 	mlp := map[string]bool{"attn.dpre": true, "mlp.h": true, "mlp.dh": true, "mlp.c_fc.out_local": true, "attn.c_attn.out_local": true, "attn.att": true, "attn.y": true, "attn.dy": true, "attn.dqkv": true}
-	half := map[string]bool{"ln_1.out": true, "ln_2.out": true}
+	half := map[string]bool{"ln_1.out": true, "ln_2.out": true, "r": true, "out": true}
 	for k := range mlp {
 		half[k] = true
 	}
@@ -413,7 +414,7 @@ func TestBF16ActivationDTypes(t *testing.T) {
 		for _, b := range append(l.Saved, l.Scratch...) {
 			isHalf := b.Name == "mlp.h" || b.Name == "mlp.gate_up_proj.out_local" || b.Name == "self_attn.qkv_proj.out_local" || b.Name == "self_attn.att" || b.Name == "self_attn.y" ||
 				b.Name == "input_layernorm.out" || b.Name == "post_attention_layernorm.out" || b.Name == "mlp.dh" || b.Name == "mlp.dgate_up" || b.Name == "self_attn.dpre" ||
-				b.Name == "self_attn.dy" || (b.Name == "self_attn.dqkv" && c.halfDQKV)
+				b.Name == "self_attn.dy" || (b.Name == "self_attn.dqkv" && c.halfDQKV) || b.Name == "r" || b.Name == "out"
 			if (b.DType == tensor.BFloat16) != isHalf {
 				t.Errorf("llama, %d kv heads, fused %v: %s is %s", c.kvHeads, c.fused, b.Name, b.DType)
 			}

@@ -108,23 +108,38 @@ func (d *CPUDevice) Fill(t *Tensor, v float32) {
 	*k = fillK{}
 }
 
-type addK struct{ out, a, b []float32 }
+type addK struct {
+	out, a, b []float32
+	outH, aH  []uint16 // a bfloat16 out and a instead
+}
 
 func (k *addK) run(lo, hi, _ int) {
+	if k.outH != nil {
+		out, a, b := k.outH[lo:hi], k.aH[lo:hi], k.b[lo:hi]
+		for i := range out {
+			out[i] = BF16FromFloat32(Float32FromBF16(a[i]) + b[i])
+		}
+		return
+	}
 	out, a, b := k.out[lo:hi], k.a[lo:hi], k.b[lo:hi]
 	for i := range out {
 		out[i] = a[i] + b[i]
 	}
 }
 
-// Add is out = a + b elementwise.
+// Add is out = a + b elementwise; out and a may be bfloat16 together (a
+// widened, the sum rounded).
 func (d *CPUDevice) Add(out, a, b *Tensor) {
-	d.own("Add", out, a, b)
+	d.ownAny("Add", out, a)
+	d.own("Add", b)
 	check.Add(out, a, b)
+	check.SameDType("Add", "out", out.DType(), "a", a.DType())
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.add
-	*k = addK{out: out.Host(), a: a.Host(), b: b.Host()}
+	*k = addK{b: b.Host()}
+	k.out, k.outH = hostAny(out, 0)
+	k.a, k.aH = hostAny(a, 0)
 	d.parallel(out.n, d.chunks(out.n, 1), k)
 	*k = addK{}
 }

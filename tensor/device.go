@@ -34,7 +34,11 @@ type Device interface {
 	// LayerNormForward, AddLayerNormForward, RMSNormForward,
 	// AddRMSNormForward, AddBias: float32 values rounded); as the input of
 	// ActivationForward, ActivationBackward, ActivationBackwardInPlace,
-	// SwiGLUForward and SwiGLUBackward (widened); as BiasActivationForward's
+	// SwiGLUForward, SwiGLUBackward, LayerNormForward, LayerNormBackward,
+	// RMSNormForward and RMSNormBackward (widened); as the sum of
+	// AddLayerNormForward and AddRMSNormForward (rounded, and normalised
+	// as stored) with their a too, and as Add's out and a together (a
+	// residual stream); as BiasActivationForward's
 	// pre (both); as the gradients ActivationBackwardInPlace's dout,
 	// BiasBackward's dout, SwiGLUBackward's dinp and dout together and
 	// SoftmaxBackward's dinp (widened; those written rounded); as
@@ -109,29 +113,32 @@ type Device interface {
 	// for the backward: out = (inp-mean)*rstd*weight + bias, with
 	// rstd = 1/sqrt(var+eps) (biased variance).
 	// out, inp are (N,C); mean, rstd are (N); weight, bias are (C). out
-	// may be BFloat16 (the float32 values rounded).
+	// may be BFloat16 (the float32 values rounded), and inp (widened).
 	LayerNormForward(out, mean, rstd, inp, weight, bias *Tensor, eps float32)
 	// AddLayerNormForward is Add(sum, a, b) and then
 	// LayerNormForward(out, mean, rstd, sum, weight, bias, eps) in one pass
 	// over each row (a residual add and the layer norm after it), the same
-	// bits. sum, a, b are (N,C) float32; sum may be a or b.
+	// bits. sum, a, b are (N,C); sum may be a or b. b is float32; sum may
+	// be BFloat16 (a + b rounded, then normalised as stored), and a with
+	// it (widened).
 	AddLayerNormForward(sum, out, mean, rstd, a, b, weight, bias *Tensor, eps float32)
 	// LayerNormBackward accumulates into dinp (N,C), dweight (C), dbias (C)
-	// from dout (N,C) and the forward's inp, weight, mean, rstd.
+	// from dout (N,C) and the forward's inp (which may be BFloat16),
+	// weight, mean, rstd.
 	LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd *Tensor)
 
 	// RMSNormForward scales each row by the reciprocal of its root mean
 	// square and saves it for the backward: out = inp*rstd*weight, with
 	// rstd = 1/sqrt(mean(inp^2)+eps) (Llama's RMSNorm).
 	// out, inp are (N,C); rstd is (N); weight is (C). out may be
-	// BFloat16 (the float32 values rounded).
+	// BFloat16 (the float32 values rounded), and inp (widened).
 	RMSNormForward(out, rstd, inp, weight *Tensor, eps float32)
 	// AddRMSNormForward is Add(sum, a, b) and then RMSNormForward(out,
 	// rstd, sum, weight, eps) in one pass over each row, the same bits.
-	// sum, a, b are (N,C) float32; sum may be a or b.
+	// sum, a, b are (N,C), as AddLayerNormForward's.
 	AddRMSNormForward(sum, out, rstd, a, b, weight *Tensor, eps float32)
 	// RMSNormBackward accumulates into dinp (N,C) and dweight (C) from dout
-	// (N,C) and the forward's inp, weight, rstd.
+	// (N,C) and the forward's inp (which may be BFloat16), weight, rstd.
 	RMSNormBackward(dinp, dweight, dout, inp, weight, rstd *Tensor)
 
 	// RoPEForward rotates heads of x in place by their position (rotary
@@ -192,6 +199,8 @@ type Device interface {
 	SoftmaxBackward(dinp, dout, out *Tensor, scale float32)
 
 	// Add is out = a + b elementwise (residual add); out may be a or b.
+	// out and a may be BFloat16 together (a widened, the sum rounded); b
+	// is float32.
 	Add(out, a, b *Tensor)
 	// Axpy is y += alpha*x elementwise (residual backward with alpha 1).
 	Axpy(y *Tensor, alpha float32, x *Tensor)

@@ -15,16 +15,16 @@ import (
 // (parameters, replicated under tensor parallelism) in parallel/layernorm.go.
 
 type lnK struct {
-	out, mean, rstd, inp, weight, bias []float32
-	half                               []uint16 // the bfloat16 output instead of out
-	eps                                float64
-	addend, sum                        []float32 // AddLayerNormForward: sum = inp + addend, normalised
+	out, mean, rstd, weight, bias []float32
+	half                          []uint16 // the bfloat16 output instead of out
+	eps                           float64
+	rows                          normRows
 }
 
-func (k *lnK) run(lo, hi, _ int) {
+func (k *lnK) run(lo, hi, chunk int) {
 	c := len(k.weight)
 	for i := lo; i < hi; i++ {
-		x := addRow(k.inp, k.addend, k.sum, i, c)
+		x := k.rows.row(i, chunk, c)
 		var s float64
 		for _, v := range x {
 			s += float64(v)
@@ -55,54 +55,127 @@ func (k *lnK) run(lo, hi, _ int) {
 
 // LayerNormForward normalizes the rows of inp. out, inp are (N,C); mean,
 // rstd are (N); weight, bias are (C). A bfloat16 out holds the float32
-// results rounded.
+// results rounded; a bfloat16 inp is widened.
 func (d *CPUDevice) LayerNormForward(out, mean, rstd, inp, weight, bias *Tensor, eps float32) {
-	d.ownAny("LayerNormForward", out)
-	d.own("LayerNormForward", mean, rstd, inp, weight, bias)
+	d.ownAny("LayerNormForward", out, inp)
+	d.own("LayerNormForward", mean, rstd, weight, bias)
 	n := check.LayerNormForward(out, mean, rstd, inp, weight, bias)
-	d.layerNorm(n, out, lnK{mean: mean.Host(), rstd: rstd.Host(), inp: inp.Host(), weight: weight.Host(), bias: bias.Host(), eps: float64(eps)})
+	d.layerNorm(n, out, lnK{mean: mean.Host(), rstd: rstd.Host(), weight: weight.Host(), bias: bias.Host(), eps: float64(eps)}, newNormRows(inp, nil, nil))
 }
 
 // AddLayerNormForward is sum = a + b, then LayerNormForward of sum, a row
-// at a time (the row normalised from the cache).
+// at a time (the row normalised from the cache). A bfloat16 sum holds a +
+// b rounded, which is what is normalised; a may be bfloat16 where sum is.
 func (d *CPUDevice) AddLayerNormForward(sum, out, mean, rstd, a, b, weight, bias *Tensor, eps float32) {
-	d.ownAny("AddLayerNormForward", out)
-	d.own("AddLayerNormForward", sum, mean, rstd, a, b, weight, bias)
+	d.ownAny("AddLayerNormForward", out, sum, a)
+	d.own("AddLayerNormForward", mean, rstd, b, weight, bias)
 	n := check.AddLayerNormForward(sum, out, mean, rstd, a, b, weight, bias)
-	d.layerNorm(n, out, lnK{mean: mean.Host(), rstd: rstd.Host(), inp: a.Host(), addend: b.Host(), sum: sum.Host(), weight: weight.Host(), bias: bias.Host(), eps: float64(eps)})
+	check.ResidualSum("AddLayerNormForward", a.DType(), sum.DType(), BFloat16)
+	d.layerNorm(n, out, lnK{mean: mean.Host(), rstd: rstd.Host(), weight: weight.Host(), bias: bias.Host(), eps: float64(eps)}, newNormRows(a, b, sum))
 }
 
-// layerNorm runs k over n rows into out (float32 or bfloat16).
-func (d *CPUDevice) layerNorm(n int, out *Tensor, k lnK) {
+// layerNorm runs k over n rows of rows into out (float32 or bfloat16).
+func (d *CPUDevice) layerNorm(n int, out *Tensor, k lnK, rows normRows) {
 	k.out, k.half = hostAny(out, 0)
-	cost := 8 * len(k.weight)
-	if k.addend != nil {
-		cost += len(k.weight)
+	c := len(k.weight)
+	cost := 8 * c
+	if rows.addend != nil {
+		cost += c
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	nc := d.chunks(n, cost)
+	k.rows = rows.withScratch(d, nc, c)
 	d.k.ln = k
-	d.parallel(n, d.chunks(n, cost), &d.k.ln)
+	d.parallel(n, nc, &d.k.ln)
 	d.k.ln = lnK{}
 }
 
-// addRow is row i of inp (rows of c), or, with an addend, that row plus
-// addend's written into sum's row i and returned.
-func addRow(inp, addend, sum []float32, i, c int) []float32 {
-	x := inp[i*c : (i+1)*c]
-	if addend == nil {
+// normRows are the rows a norm kernel normalises: inp's, or, with an
+// addend, sum = inp + addend, written and read back. A bfloat16 inp is
+// widened, and a bfloat16 sum gets inp + addend rounded, into the chunk's
+// row of wide, which the kernel reads: the float32 kernel's bits on the
+// values the tensors hold.
+type normRows struct {
+	inp    []float32
+	inpH   []uint16 // a bfloat16 inp instead
+	addend []float32
+	sum    []float32
+	sumH   []uint16  // a bfloat16 sum instead
+	wide   []float32 // (chunks, C) where inp or sum is bfloat16
+}
+
+// newNormRows are the rows of inp, or of sum = inp + addend.
+func newNormRows(inp, addend, sum *Tensor) normRows {
+	var r normRows
+	r.inp, r.inpH = hostAny(inp, 0)
+	if addend != nil {
+		r.addend = addend.Host()
+		r.sum, r.sumH = hostAny(sum, 0)
+	}
+	return r
+}
+
+// withScratch gives r the widened rows of nc chunks of c columns where it
+// needs them. Called with d.mu held.
+func (r normRows) withScratch(d *CPUDevice, nc, c int) normRows {
+	if r.inpH != nil || r.sumH != nil {
+		r.wide = d.scratch32(nc * c)
+	}
+	return r
+}
+
+// backScratch is withScratch for a backward kernel that also keeps per
+// partials a column in each of nc chunks: those partial sums, zeroed by
+// the kernel, in one scratch with the rows. Called with d.mu held.
+func (r normRows) backScratch(d *CPUDevice, nc, c, per int) (normRows, []float32) {
+	n := nc * per * c
+	wide := 0
+	if r.inpH != nil {
+		wide = nc * c
+	}
+	s := d.scratch32(n + wide)
+	if wide > 0 {
+		r.wide = s[n:]
+	}
+	return r, s[:n]
+}
+
+// row is row i (of c columns) of the rows, read by chunk.
+func (r *normRows) row(i, chunk, c int) []float32 {
+	if r.addend == nil {
+		if r.inpH == nil {
+			return r.inp[i*c : (i+1)*c]
+		}
+		x := r.wide[chunk*c : (chunk+1)*c]
+		WidenBF16(x, r.inpH[i*c:(i+1)*c])
 		return x
 	}
-	z, y := sum[i*c:(i+1)*c], addend[i*c:(i+1)*c]
-	for j, v := range x {
-		z[j] = v + y[j]
+	y := r.addend[i*c : (i+1)*c]
+	if r.sumH == nil {
+		x, z := r.inp[i*c:(i+1)*c], r.sum[i*c:(i+1)*c]
+		for j, v := range x {
+			z[j] = v + y[j]
+		}
+		return z
 	}
-	return z
+	x, z := r.wide[chunk*c:(chunk+1)*c], r.sumH[i*c:(i+1)*c]
+	if r.inpH != nil {
+		WidenBF16(x, r.inpH[i*c:(i+1)*c])
+	} else {
+		copy(x, r.inp[i*c:(i+1)*c])
+	}
+	for j, v := range x {
+		z[j] = BF16FromFloat32(v + y[j])
+		x[j] = Float32FromBF16(z[j])
+	}
+	return x
 }
 
 type lnBackK struct {
-	dinp, dout, inp, weight, mean, rstd []float32
-	part                                []float32 // (chunks,2,C): dweight then dbias partial sums
+	dinp, dout, weight, mean, rstd []float32
+	inp                            normRows  // the forward's rows (no addend)
+	part                           []float32 // (chunks,2,C): dweight then dbias partial sums
 }
 
 func (k *lnBackK) run(lo, hi, chunk int) {
@@ -113,7 +186,7 @@ func (k *lnBackK) run(lo, hi, chunk int) {
 	clear(db)
 	w := k.weight[:c]
 	for i := lo; i < hi; i++ {
-		x, g, dx := k.inp[i*c:(i+1)*c], k.dout[i*c:(i+1)*c], k.dinp[i*c:(i+1)*c]
+		x, g, dx := k.inp.row(i, chunk, c), k.dout[i*c:(i+1)*c], k.dinp[i*c:(i+1)*c]
 		m, r := k.mean[i], k.rstd[i]
 		// dnorm = w*dout; dx = r*(dnorm - mean(dnorm) - norm*mean(dnorm*norm)).
 		var sdn, sdnn float64
@@ -134,17 +207,19 @@ func (k *lnBackK) run(lo, hi, chunk int) {
 }
 
 // LayerNormBackward accumulates the layernorm gradients. dinp, dout, inp are
-// (N,C); dweight, dbias, weight are (C); mean, rstd are (N).
+// (N,C); dweight, dbias, weight are (C); mean, rstd are (N). inp may be
+// bfloat16 (widened).
 func (d *CPUDevice) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd *Tensor) {
-	d.own("LayerNormBackward", dinp, dweight, dbias, dout, inp, weight, mean, rstd)
+	d.ownAny("LayerNormBackward", inp)
+	d.own("LayerNormBackward", dinp, dweight, dbias, dout, weight, mean, rstd)
 	n := check.LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd)
 	c := weight.n
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	nc := d.chunks(n, 12*c)
-	part := d.scratch32(nc * 2 * c)
+	rows, part := newNormRows(inp, nil, nil).backScratch(d, nc, c, 2)
 	k := &d.k.lnB
-	*k = lnBackK{dinp: dinp.Host(), dout: dout.Host(), inp: inp.Host(), weight: weight.Host(), mean: mean.Host(), rstd: rstd.Host(), part: part}
+	*k = lnBackK{dinp: dinp.Host(), dout: dout.Host(), inp: rows, weight: weight.Host(), mean: mean.Host(), rstd: rstd.Host(), part: part}
 	d.parallel(n, nc, k)
 	*k = lnBackK{}
 	dw, db := dweight.Host(), dbias.Host()

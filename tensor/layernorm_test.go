@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -62,6 +63,132 @@ func TestLayerNorm(t *testing.T) {
 			checkGrad(t, "LayerNormBackward dinp "+name, download(tdx), plus(dx0, numGrad(x64, loss)), 1e-5)
 			checkGrad(t, "LayerNormBackward dweight "+name, download(tdw), plus(dw0, numGrad(w64, loss)), 1e-5)
 			checkGrad(t, "LayerNormBackward dbias "+name, download(tdb), plus(db0, numGrad(b64, loss)), 1e-5)
+		}
+	})
+}
+
+// A residual stream stored as bfloat16 on the CPU: the norms reading a
+// bfloat16 input (forward and backward) give the float32 kernels' bits on
+// the widened input; a residual add into a bfloat16 sum (from a float32 or
+// a bfloat16 a, fused into a norm or Add alone) stores a + b rounded to
+// nearest even, from the definition, and the fused norm normalises that
+// rounded sum; a bfloat16 a with a float32 sum is refused.
+func TestNormsOfBF16Residual(t *testing.T) {
+	eachDevice(t, func(t *testing.T, d *CPUDevice) {
+		r := rand.New(rand.NewPCG(31, 32))
+		for _, sh := range [][2]int{{3, 1}, {7, 37}, {65, 64}} {
+			n, c := sh[0], sh[1]
+			name := fmt.Sprintf("%dx%d", n, c)
+			half := func(v []float32) *Tensor {
+				h, err := d.AllocAs(BFloat16, n, c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				d.CopyFromHost(h, v)
+				return h
+			}
+			widened := func(h *Tensor) []float32 { return download(h) }
+			w, bias := upload(t, d, randF32(r, c, 1), c), upload(t, d, randF32(r, c, 1), c)
+			xh := half(randF32(r, n*c, 3))
+			x := upload(t, d, widened(xh), n, c)
+			stats := func() (*Tensor, *Tensor) {
+				return upload(t, d, make([]float32, n), n), upload(t, d, make([]float32, n), n)
+			}
+			for _, outDT := range []DType{Float32, BFloat16} {
+				alloc := func() *Tensor {
+					o, err := d.AllocAs(outDT, n, c)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return o
+				}
+				o1, o2 := alloc(), alloc()
+				m1, r1 := stats()
+				m2, r2 := stats()
+				d.LayerNormForward(o1, m1, r1, xh, w, bias, 1e-5)
+				d.LayerNormForward(o2, m2, r2, x, w, bias, 1e-5)
+				if !bitsEqual(download(o1), download(o2)) || !bitsEqual(download(m1), download(m2)) || !bitsEqual(download(r1), download(r2)) {
+					t.Errorf("%s out %v: LayerNormForward of a bfloat16 inp is not the float32 kernel's on the widened one", name, outDT)
+				}
+				d.RMSNormForward(o1, r1, xh, w, 1e-5)
+				d.RMSNormForward(o2, r2, x, w, 1e-5)
+				if !bitsEqual(download(o1), download(o2)) || !bitsEqual(download(r1), download(r2)) {
+					t.Errorf("%s out %v: RMSNormForward of a bfloat16 inp is not the float32 kernel's on the widened one", name, outDT)
+				}
+				yv := randF32(r, n*c, 2)
+				y := upload(t, d, yv, n, c)
+				for _, aHalf := range []bool{false, true} {
+					av := randF32(r, n*c, 2)
+					a := upload(t, d, av, n, c)
+					if aHalf {
+						a = half(av)
+						av = widened(a)
+					}
+					want := make([]float32, n*c) // a + b rounded, by the definition
+					for i := range want {
+						want[i] = Float32FromBF16(BF16FromFloat32(av[i] + yv[i]))
+					}
+					what := fmt.Sprintf("%s out %v a bfloat16 %v", name, outDT, aHalf)
+					if aHalf {
+						sum := half(make([]float32, n*c))
+						d.Add(sum, a, y)
+						if !bitsEqual(download(sum), want) {
+							t.Errorf("%s: Add into a bfloat16 sum is not a + b rounded", what)
+						}
+					}
+					sumW := upload(t, d, want, n, c)
+					for _, norm := range []string{"layer", "rms"} {
+						sum := half(make([]float32, n*c))
+						if norm == "layer" {
+							d.AddLayerNormForward(sum, o1, m1, r1, a, y, w, bias, 1e-5)
+							d.LayerNormForward(o2, m2, r2, sumW, w, bias, 1e-5)
+						} else {
+							d.AddRMSNormForward(sum, o1, r1, a, y, w, 1e-5)
+							d.RMSNormForward(o2, r2, sumW, w, 1e-5)
+							d.Copy(m1, m2)
+						}
+						if !bitsEqual(download(sum), want) {
+							t.Errorf("%s: the %s norm's bfloat16 sum is not a + b rounded", what, norm)
+						}
+						if !bitsEqual(download(o1), download(o2)) || !bitsEqual(download(m1), download(m2)) || !bitsEqual(download(r1), download(r2)) {
+							t.Errorf("%s: the %s norm of a bfloat16 sum does not normalise the rounded sum", what, norm)
+						}
+					}
+				}
+			}
+			// The backward of a bfloat16 inp.
+			m, rs := stats()
+			d.LayerNormForward(upload(t, d, make([]float32, n*c), n, c), m, rs, x, w, bias, 1e-5)
+			dout := upload(t, d, randF32(r, n*c, 1), n, c)
+			grads := func() []*Tensor {
+				return []*Tensor{upload(t, d, make([]float32, n*c), n, c), upload(t, d, make([]float32, c), c), upload(t, d, make([]float32, c), c)}
+			}
+			g1, g2 := grads(), grads()
+			d.LayerNormBackward(g1[0], g1[1], g1[2], dout, xh, w, m, rs)
+			d.LayerNormBackward(g2[0], g2[1], g2[2], dout, x, w, m, rs)
+			for i := range g1 {
+				if !bitsEqual(download(g1[i]), download(g2[i])) {
+					t.Errorf("%s: LayerNormBackward of a bfloat16 inp is not the float32 kernel's on the widened one (gradient %d)", name, i)
+				}
+			}
+			d.RMSNormForward(upload(t, d, make([]float32, n*c), n, c), rs, x, w, 1e-5)
+			g1, g2 = grads(), grads()
+			d.RMSNormBackward(g1[0], g1[1], dout, xh, w, rs)
+			d.RMSNormBackward(g2[0], g2[1], dout, x, w, rs)
+			for i := range 2 {
+				if !bitsEqual(download(g1[i]), download(g2[i])) {
+					t.Errorf("%s: RMSNormBackward of a bfloat16 inp is not the float32 kernel's on the widened one (gradient %d)", name, i)
+				}
+			}
+			func() {
+				defer func() {
+					if e := recover(); e == nil || !strings.Contains(fmt.Sprint(e), "needs a bfloat16 sum") {
+						t.Errorf("a bfloat16 a into a float32 sum: %v, want a refusal", e)
+					}
+				}()
+				m, rs := stats()
+				d.AddLayerNormForward(x, upload(t, d, make([]float32, n*c), n, c), m, rs, xh, x, w, bias, 1e-5)
+			}()
 		}
 	})
 }

@@ -12,17 +12,17 @@ import (
 // cuda/kernels.cu; the layers that use them are in package parallel.
 
 type rmsK struct {
-	out, rstd, inp, weight []float32
-	half                   []uint16 // the bfloat16 output instead of out
-	eps                    float64
-	addend, sum            []float32 // AddRMSNormForward: sum = inp + addend, normalised
+	out, rstd, weight []float32
+	half              []uint16 // the bfloat16 output instead of out
+	eps               float64
+	rows              normRows
 }
 
-func (k *rmsK) run(lo, hi, _ int) {
+func (k *rmsK) run(lo, hi, chunk int) {
 	c := len(k.weight)
 	w := k.weight[:c]
 	for i := lo; i < hi; i++ {
-		x := addRow(k.inp, k.addend, k.sum, i, c)
+		x := k.rows.row(i, chunk, c)
 		var ss float64
 		for _, v := range x {
 			ss += float64(v) * float64(v)
@@ -45,40 +45,45 @@ func (k *rmsK) run(lo, hi, _ int) {
 
 // RMSNormForward normalizes the rows of inp by their root mean square.
 // out, inp are (N,C); rstd is (N); weight is (C). A bfloat16 out holds
-// the float32 results rounded.
+// the float32 results rounded; a bfloat16 inp is widened.
 func (d *CPUDevice) RMSNormForward(out, rstd, inp, weight *Tensor, eps float32) {
-	d.ownAny("RMSNormForward", out)
-	d.own("RMSNormForward", rstd, inp, weight)
+	d.ownAny("RMSNormForward", out, inp)
+	d.own("RMSNormForward", rstd, weight)
 	n := check.RMSNormForward(out, rstd, inp, weight)
-	d.rmsNorm(n, out, rmsK{rstd: rstd.Host(), inp: inp.Host(), weight: weight.Host(), eps: float64(eps)})
+	d.rmsNorm(n, out, rmsK{rstd: rstd.Host(), weight: weight.Host(), eps: float64(eps)}, newNormRows(inp, nil, nil))
 }
 
 // AddRMSNormForward is sum = a + b, then RMSNormForward of sum, a row at
-// a time.
+// a time; sum and a as AddLayerNormForward's.
 func (d *CPUDevice) AddRMSNormForward(sum, out, rstd, a, b, weight *Tensor, eps float32) {
-	d.ownAny("AddRMSNormForward", out)
-	d.own("AddRMSNormForward", sum, rstd, a, b, weight)
+	d.ownAny("AddRMSNormForward", out, sum, a)
+	d.own("AddRMSNormForward", rstd, b, weight)
 	n := check.AddRMSNormForward(sum, out, rstd, a, b, weight)
-	d.rmsNorm(n, out, rmsK{rstd: rstd.Host(), inp: a.Host(), addend: b.Host(), sum: sum.Host(), weight: weight.Host(), eps: float64(eps)})
+	check.ResidualSum("AddRMSNormForward", a.DType(), sum.DType(), BFloat16)
+	d.rmsNorm(n, out, rmsK{rstd: rstd.Host(), weight: weight.Host(), eps: float64(eps)}, newNormRows(a, b, sum))
 }
 
-// rmsNorm runs k over n rows into out (float32 or bfloat16).
-func (d *CPUDevice) rmsNorm(n int, out *Tensor, k rmsK) {
+// rmsNorm runs k over n rows of rows into out (float32 or bfloat16).
+func (d *CPUDevice) rmsNorm(n int, out *Tensor, k rmsK, rows normRows) {
 	k.out, k.half = hostAny(out, 0)
-	cost := 6 * len(k.weight)
-	if k.addend != nil {
-		cost += len(k.weight)
+	c := len(k.weight)
+	cost := 6 * c
+	if rows.addend != nil {
+		cost += c
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	nc := d.chunks(n, cost)
+	k.rows = rows.withScratch(d, nc, c)
 	d.k.rms = k
-	d.parallel(n, d.chunks(n, cost), &d.k.rms)
+	d.parallel(n, nc, &d.k.rms)
 	d.k.rms = rmsK{}
 }
 
 type rmsBackK struct {
-	dinp, dout, inp, weight, rstd []float32
-	part                          []float32 // (chunks,C): dweight partial sums
+	dinp, dout, weight, rstd []float32
+	inp                      normRows  // the forward's rows (no addend)
+	part                     []float32 // (chunks,C): dweight partial sums
 }
 
 func (k *rmsBackK) run(lo, hi, chunk int) {
@@ -87,7 +92,7 @@ func (k *rmsBackK) run(lo, hi, chunk int) {
 	clear(dw)
 	w := k.weight[:c]
 	for i := lo; i < hi; i++ {
-		x, g, dx := k.inp[i*c:(i+1)*c], k.dout[i*c:(i+1)*c], k.dinp[i*c:(i+1)*c]
+		x, g, dx := k.inp.row(i, chunk, c), k.dout[i*c:(i+1)*c], k.dinp[i*c:(i+1)*c]
 		r := k.rstd[i]
 		// norm = x*r, dn = w*dout; dx = r*(dn - norm*mean(dn*norm)).
 		var sdnn float64
@@ -104,17 +109,19 @@ func (k *rmsBackK) run(lo, hi, chunk int) {
 }
 
 // RMSNormBackward accumulates the RMSNorm gradients. dinp, dout, inp are
-// (N,C); dweight, weight are (C); rstd is (N).
+// (N,C); dweight, weight are (C); rstd is (N). inp may be bfloat16
+// (widened).
 func (d *CPUDevice) RMSNormBackward(dinp, dweight, dout, inp, weight, rstd *Tensor) {
-	d.own("RMSNormBackward", dinp, dweight, dout, inp, weight, rstd)
+	d.ownAny("RMSNormBackward", inp)
+	d.own("RMSNormBackward", dinp, dweight, dout, weight, rstd)
 	n := check.RMSNormBackward(dinp, dweight, dout, inp, weight, rstd)
 	c := weight.n
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	nc := d.chunks(n, 10*c)
-	part := d.scratch32(nc * c)
+	rows, part := newNormRows(inp, nil, nil).backScratch(d, nc, c, 1)
 	k := &d.k.rmsB
-	*k = rmsBackK{dinp: dinp.Host(), dout: dout.Host(), inp: inp.Host(), weight: weight.Host(), rstd: rstd.Host(), part: part}
+	*k = rmsBackK{dinp: dinp.Host(), dout: dout.Host(), inp: rows, weight: weight.Host(), rstd: rstd.Host(), part: part}
 	d.parallel(n, nc, k)
 	*k = rmsBackK{}
 	dw := dweight.Host()

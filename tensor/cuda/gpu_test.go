@@ -477,6 +477,129 @@ func TestGPUAddNorm(t *testing.T) {
 	}
 }
 
+// A residual stream stored as bfloat16: the norms reading a bfloat16
+// input, forward and backward, the residual adds into a bfloat16 sum (from
+// a float32 or bfloat16 a, fused into either norm or alone) give the bits
+// of the float32 kernels on the widened values, the sums rounded once; on
+// the CPU device too (the CPU's float32 kernels against the GPU's within
+// tol32, as TestGPULayerNorm).
+func TestGPUResidualBF16(t *testing.T) {
+	b := newBench(t)
+	d := b.gpu
+	half := func(x twin) *tensor.Tensor { // x rounded to bfloat16 on the GPU
+		h := b.bf16(x.g.Shape()...)
+		d.Copy(h, x.g)
+		return h
+	}
+	wide := func(name string, h *tensor.Tensor) twin { // h widened, on both devices
+		w := b.zeros(name, h.Shape()...)
+		d.Copy(w.g, h)
+		d.CopyToHost(w.c.Host(), w.g)
+		return w
+	}
+	cpuHalf := func(x twin) *tensor.Tensor {
+		h, err := b.cpu.AllocAs(tensor.BFloat16, x.c.Shape()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.CopyToHost(x.c.Host(), x.g) // the GPU's values
+		b.cpu.Copy(h, x.c)
+		return h
+	}
+	for _, sh := range []struct{ rows, c int }{{3, 1}, {13, 771}, {d.sms*32 + 5, 64}} {
+		n, c := sh.rows, sh.c
+		what := fmt.Sprintf("%dx%d", n, c)
+		w, bias := b.rand("weight", 1, c), b.rand("bias", 1, c)
+		xh := half(b.rand("x", 3, n, c))
+		x := wide("x widened", xh)
+		for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
+			out, out2 := b.bf16(n, c), b.bf16(n, c)
+			if dt == tensor.Float32 {
+				out, out2 = b.zeros("out", n, c).g, b.zeros("out2", n, c).g
+			}
+			mean, rstd, mean2, rstd2 := b.zeros("mean", n), b.zeros("rstd", n), b.zeros("mean2", n), b.zeros("rstd2", n)
+			d.LayerNormForward(out, mean.g, rstd.g, xh, w.g, bias.g, 1e-5)
+			d.LayerNormForward(out2, mean2.g, rstd2.g, x.g, w.g, bias.g, 1e-5)
+			sameGPUBits(t, d, "LayerNormForward of a bfloat16 inp "+what+" out "+dt.String(), outAsF32(b, out), outAsF32(b, out2))
+			sameGPUBits(t, d, "LayerNormForward of a bfloat16 inp "+what+" rstd", rstd.g, rstd2.g)
+			d.RMSNormForward(out, rstd.g, xh, w.g, 1e-5)
+			d.RMSNormForward(out2, rstd2.g, x.g, w.g, 1e-5)
+			sameGPUBits(t, d, "RMSNormForward of a bfloat16 inp "+what+" out "+dt.String(), outAsF32(b, out), outAsF32(b, out2))
+
+			// The residual add into a bfloat16 sum, from a float32 a and
+			// from a bfloat16 one: the sum is Add's (rounded), the rest
+			// the norm's of that sum.
+			y := b.rand("y", 2, n, c)
+			for _, aHalf := range []bool{false, true} {
+				a := b.rand("a", 2, n, c).g
+				if aHalf {
+					a = half(twin{"a", nil, a})
+				}
+				sum, sum2 := b.bf16(n, c), b.bf16(n, c)
+				if aHalf {
+					d.Add(sum2, a, y.g)
+				} else { // a float32 a: the float32 sum rounded
+					tmp := b.zeros("tmp", n, c)
+					d.Add(tmp.g, a, y.g)
+					d.Copy(sum2, tmp.g)
+				}
+				what := fmt.Sprintf("%s out %v a bfloat16 %v", what, dt, aHalf)
+				d.AddLayerNormForward(sum, out, mean.g, rstd.g, a, y.g, w.g, bias.g, 1e-5)
+				d.LayerNormForward(out2, mean2.g, rstd2.g, sum2, w.g, bias.g, 1e-5)
+				sameGPUBits(t, d, "AddLayerNormForward's bfloat16 sum "+what, outAsF32(b, sum), outAsF32(b, sum2))
+				sameGPUBits(t, d, "AddLayerNormForward's out "+what, outAsF32(b, out), outAsF32(b, out2))
+				sameGPUBits(t, d, "AddLayerNormForward's mean "+what, mean.g, mean2.g)
+				d.AddRMSNormForward(sum, out, rstd.g, a, y.g, w.g, 1e-5)
+				d.RMSNormForward(out2, rstd2.g, sum2, w.g, 1e-5)
+				sameGPUBits(t, d, "AddRMSNormForward's bfloat16 sum "+what, outAsF32(b, sum), outAsF32(b, sum2))
+				sameGPUBits(t, d, "AddRMSNormForward's out "+what, outAsF32(b, out), outAsF32(b, out2))
+				sameGPUBits(t, d, "AddRMSNormForward's rstd "+what, rstd.g, rstd2.g)
+			}
+		}
+
+		// The backward of a bfloat16 inp: the float32 kernel's on the
+		// widened one; and on the CPU device likewise, within tol32.
+		d.LayerNormForward(b.zeros("o", n, c).g, b.zeros("m", n).g, b.zeros("r", n).g, x.g, w.g, bias.g, 1e-5)
+		mean, rstd := b.zeros("mean", n), b.zeros("rstd", n)
+		b.cpu.LayerNormForward(b.zeros("o", n, c).c, mean.c, rstd.c, x.c, w.c, bias.c, 1e-5)
+		d.LayerNormForward(b.zeros("o", n, c).g, mean.g, rstd.g, x.g, w.g, bias.g, 1e-5)
+		dout := b.rand("dout", 1, n, c)
+		dinp, dw, db := b.rand("dinp", 1, n, c), b.rand("dweight", 1, c), b.rand("dbias", 1, c)
+		ref := [3]twin{b.zeros("dinp2", n, c), b.zeros("dweight2", c), b.zeros("dbias2", c)}
+		for i, x := range []twin{dinp, dw, db} {
+			d.Copy(ref[i].g, x.g)
+		}
+		d.LayerNormBackward(dinp.g, dw.g, db.g, dout.g, xh, w.g, mean.g, rstd.g)
+		d.LayerNormBackward(ref[0].g, ref[1].g, ref[2].g, dout.g, x.g, w.g, mean.g, rstd.g)
+		for i, x := range []twin{dinp, dw, db} {
+			sameGPUBits(t, d, "LayerNormBackward of a bfloat16 inp "+what+" "+x.name, x.g, ref[i].g)
+		}
+		b.cpu.LayerNormBackward(dinp.c, dw.c, db.c, dout.c, cpuHalf(x), w.c, mean.c, rstd.c)
+		b.check("LayerNormBackward of a bfloat16 inp "+what, tol32, dinp, dw, db)
+		b.cpu.RMSNormForward(b.zeros("o", n, c).c, rstd.c, x.c, w.c, 1e-5)
+		d.RMSNormForward(b.zeros("o", n, c).g, rstd.g, x.g, w.g, 1e-5)
+		d.Copy(ref[0].g, dinp.g)
+		d.Copy(ref[1].g, dw.g)
+		d.RMSNormBackward(dinp.g, dw.g, dout.g, xh, w.g, rstd.g)
+		d.RMSNormBackward(ref[0].g, ref[1].g, dout.g, x.g, w.g, rstd.g)
+		sameGPUBits(t, d, "RMSNormBackward of a bfloat16 inp "+what+" dinp", dinp.g, ref[0].g)
+		sameGPUBits(t, d, "RMSNormBackward of a bfloat16 inp "+what+" dweight", dw.g, ref[1].g)
+		b.cpu.RMSNormBackward(dinp.c, dw.c, dout.c, cpuHalf(x), w.c, rstd.c)
+		b.check("RMSNormBackward of a bfloat16 inp "+what, tol32, dinp, dw)
+	}
+}
+
+// outAsF32 is x as float32 on the GPU: itself, or a bfloat16 x widened
+// into a new tensor.
+func outAsF32(b *bench, x *tensor.Tensor) *tensor.Tensor {
+	if x.DType() == tensor.Float32 {
+		return x
+	}
+	w := b.zeros("widened", x.Shape()...)
+	b.gpu.Copy(w.g, x)
+	return w.g
+}
+
 func TestGPUSoftmax(t *testing.T) {
 	b := newBench(t)
 	for _, tt := range []struct {

@@ -128,6 +128,12 @@ __device__ __forceinline__ float load_in(const bf16_t* p) { return __uint_as_flo
 template <typename T>
 __device__ __forceinline__ void add_out(T* p, float v) { store_out(p, load_in(p) + v); }
 
+// add_bf16_from_bf16: out and a stored as bfloat16 (a residual stream), b
+// float32; the float32 sum rounded.
+extern "C" __global__ void add_bf16_from_bf16(bf16_t* out, const bf16_t* a, const float* b, long long n) {
+    GRID_STRIDE(i, n) out[i] = bf16_round(load_in(a + i) + b[i]);
+}
+
 // fill_bf16 is fill_f32 of a bfloat16 tensor: v rounded once.
 extern "C" __global__ void fill_bf16(bf16_t* x, float v, long long n) {
     bf16_t h = bf16_round(v);
@@ -249,65 +255,83 @@ extern "C" __global__ void ROW_BOUNDS embedding_backward_f32(float* dtable, cons
 
 // layernorm_forward: one block per row of inp (N,C); mean and rstd are (N).
 // With an addend (a residual add fused in front) the row normalised is
-// inp + addend, written into sum first: each thread reads back only the
-// columns it wrote.
+// inp + addend, written into sum first (rounded where sum is bfloat16)
+// and read back: each thread reads back only the columns it wrote. T is
+// out's dtype, X inp's, S sum's.
 
-__device__ __forceinline__ const float* add_row(const float* inp, const float* addend, float* sum, long long i,
-                                                int c) {
-    const float* x = inp + i * c;
-    if (!addend) return x;
+template <typename X, typename S>
+__device__ __forceinline__ void add_row(S* sum, const X* inp, const float* addend, long long i, int c) {
+    const X* x = inp + i * c;
     const float* y = addend + i * c;
-    float* z = sum + i * c;
-    for (int j = threadIdx.x; j < c; j += blockDim.x) z[j] = x[j] + y[j];
-    return z;
+    S* z = sum + i * c;
+    for (int j = threadIdx.x; j < c; j += blockDim.x) store_out(z + j, load_in(x + j) + y[j]);
 }
 
-template <typename T>
-__device__ void layernorm_forward(T* out, float* mean, float* rstd, const float* inp, const float* addend, float* sum,
+template <typename T, typename R>
+__device__ void layernorm_row(T* o, float* mean, float* rstd, const R* x, const float* weight, const float* bias,
+                              long long i, int c, float eps, float* sh) {
+    float s = 0.f;
+    for (int j = threadIdx.x; j < c; j += blockDim.x) s += load_in(x + j);
+    float m = block_sum(s, sh) / c;
+    float ss = 0.f;
+    for (int j = threadIdx.x; j < c; j += blockDim.x) {
+        float d = load_in(x + j) - m;
+        ss += d * d;
+    }
+    float r = rsqrtf(block_sum(ss, sh) / c + eps);
+    for (int j = threadIdx.x; j < c; j += blockDim.x) store_out(o + j, (load_in(x + j) - m) * r * weight[j] + bias[j]);
+    if (threadIdx.x == 0) {
+        mean[i] = m;
+        rstd[i] = r;
+    }
+}
+
+template <typename T, typename X, typename S>
+__device__ void layernorm_forward(T* out, float* mean, float* rstd, const X* inp, const float* addend, S* sum,
                                   const float* weight, const float* bias, long long rows, int c, float eps) {
     __shared__ float sh[32];
     for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
-        const float* x = add_row(inp, addend, sum, i, c);
-        float s = 0.f;
-        for (int j = threadIdx.x; j < c; j += blockDim.x) s += x[j];
-        float m = block_sum(s, sh) / c;
-        float ss = 0.f;
-        for (int j = threadIdx.x; j < c; j += blockDim.x) {
-            float d = x[j] - m;
-            ss += d * d;
-        }
-        float r = rsqrtf(block_sum(ss, sh) / c + eps);
-        T* o = out + i * c;
-        for (int j = threadIdx.x; j < c; j += blockDim.x) store_out(o + j, (x[j] - m) * r * weight[j] + bias[j]);
-        if (threadIdx.x == 0) {
-            mean[i] = m;
-            rstd[i] = r;
+        if (addend) {
+            add_row(sum, inp, addend, i, c);
+            layernorm_row(out + i * c, mean, rstd, sum + i * c, weight, bias, i, c, eps, sh);
+        } else {
+            layernorm_row(out + i * c, mean, rstd, inp + i * c, weight, bias, i, c, eps, sh);
         }
     }
 }
 
-extern "C" __global__ void ROW_BOUNDS layernorm_forward_f32(float* out, float* mean, float* rstd, const float* inp,
-                                                 const float* addend, float* sum,
-                                                 const float* weight, const float* bias,
-                                                 long long rows, int c, float eps) {
-    layernorm_forward(out, mean, rstd, inp, addend, sum, weight, bias, rows, c, eps);
+// The entry points: out's dtype, then (_from_bf16) inp's and sum's, or
+// (_sum_bf16) sum's alone.
+#define LN_FWD_ARGS(T, X, S)                                                                                  \
+    T *out, float *mean, float *rstd, const X *inp, const float *addend, S *sum, const float *weight, \
+        const float *bias, long long rows, int c, float eps
+#define LN_FWD_CALL out, mean, rstd, inp, addend, sum, weight, bias, rows, c, eps
+extern "C" __global__ void ROW_BOUNDS layernorm_forward_f32(LN_FWD_ARGS(float, float, float)) {
+    layernorm_forward(LN_FWD_CALL);
 }
-
-extern "C" __global__ void ROW_BOUNDS layernorm_forward_bf16(bf16_t* out, float* mean, float* rstd, const float* inp,
-                                                  const float* addend, float* sum,
-                                                  const float* weight, const float* bias,
-                                                  long long rows, int c, float eps) {
-    layernorm_forward(out, mean, rstd, inp, addend, sum, weight, bias, rows, c, eps);
+extern "C" __global__ void ROW_BOUNDS layernorm_forward_bf16(LN_FWD_ARGS(bf16_t, float, float)) {
+    layernorm_forward(LN_FWD_CALL);
+}
+extern "C" __global__ void ROW_BOUNDS layernorm_forward_f32_from_bf16(LN_FWD_ARGS(float, bf16_t, bf16_t)) {
+    layernorm_forward(LN_FWD_CALL);
+}
+extern "C" __global__ void ROW_BOUNDS layernorm_forward_bf16_from_bf16(LN_FWD_ARGS(bf16_t, bf16_t, bf16_t)) {
+    layernorm_forward(LN_FWD_CALL);
+}
+extern "C" __global__ void ROW_BOUNDS layernorm_forward_f32_sum_bf16(LN_FWD_ARGS(float, float, bf16_t)) {
+    layernorm_forward(LN_FWD_CALL);
+}
+extern "C" __global__ void ROW_BOUNDS layernorm_forward_bf16_sum_bf16(LN_FWD_ARGS(bf16_t, float, bf16_t)) {
+    layernorm_forward(LN_FWD_CALL);
 }
 
 // layernorm_backward: block b takes rows b, b+gridDim.x, ...; it adds into
 // dinp and keeps its dweight and dbias partial sums in part (gridDim.x,2,C),
 // each thread owning the columns j = threadIdx.x mod blockDim.x, so that
-// layernorm_param_grads can add them in a fixed order.
-extern "C" __global__ void ROW_BOUNDS layernorm_backward_f32(float* dinp, float* part, const float* dout,
-                                                  const float* inp, const float* weight,
-                                                  const float* mean, const float* rstd,
-                                                  long long rows, int c) {
+// layernorm_param_grads can add them in a fixed order. X is inp's dtype.
+template <typename X>
+__device__ void layernorm_backward(float* dinp, float* part, const float* dout, const X* inp, const float* weight,
+                                   const float* mean, const float* rstd, long long rows, int c) {
     __shared__ float sh[32];
     float* dw = part + (long long)blockIdx.x * 2 * c;
     float* db = dw + c;
@@ -316,12 +340,12 @@ extern "C" __global__ void ROW_BOUNDS layernorm_backward_f32(float* dinp, float*
         db[j] = 0.f;
     }
     for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
-        const float* x = inp + i * c;
+        const X* x = inp + i * c;
         const float* g = dout + i * c;
         float m = mean[i], r = rstd[i];
         float sdn = 0.f, sdnn = 0.f;
         for (int j = threadIdx.x; j < c; j += blockDim.x) {
-            float norm = (x[j] - m) * r;
+            float norm = (load_in(x + j) - m) * r;
             float dn = weight[j] * g[j];
             sdn += dn;
             sdnn += dn * norm;
@@ -332,10 +356,19 @@ extern "C" __global__ void ROW_BOUNDS layernorm_backward_f32(float* dinp, float*
         float mdnn = block_sum(sdnn, sh) / c;
         float* dx = dinp + i * c;
         for (int j = threadIdx.x; j < c; j += blockDim.x) {
-            float norm = (x[j] - m) * r;
+            float norm = (load_in(x + j) - m) * r;
             dx[j] += (weight[j] * g[j] - mdn - norm * mdnn) * r;
         }
     }
+}
+
+#define LN_BWD_ARGS(X)                                                                                   \
+    float *dinp, float *part, const float *dout, const X *inp, const float *weight, const float *mean, \
+        const float *rstd, long long rows, int c
+#define LN_BWD_CALL dinp, part, dout, inp, weight, mean, rstd, rows, c
+extern "C" __global__ void ROW_BOUNDS layernorm_backward_f32(LN_BWD_ARGS(float)) { layernorm_backward(LN_BWD_CALL); }
+extern "C" __global__ void ROW_BOUNDS layernorm_backward_f32_from_bf16(LN_BWD_ARGS(bf16_t)) {
+    layernorm_backward(LN_BWD_CALL);
 }
 
 // layernorm_param_grads adds the nparts partial sums of part (nparts,2,C)
@@ -355,56 +388,84 @@ extern "C" __global__ void layernorm_param_grads_f32(float* dweight, float* dbia
 
 // --- Llama: RMSNorm, rotary embeddings, SwiGLU ---
 
-// rmsnorm_forward: one block per row of inp (N,C); rstd is (N).
-template <typename T>
-__device__ void rmsnorm_forward(T* out, float* rstd, const float* inp, const float* addend, float* sum,
-                                const float* weight, long long rows, int c, float eps) {
+// rmsnorm_forward: one block per row of inp (N,C); rstd is (N); the
+// addend and the dtypes as layernorm_forward's.
+template <typename T, typename R>
+__device__ void rmsnorm_row(T* o, float* rstd, const R* x, const float* weight, long long i, int c, float eps,
+                            float* sh) {
+    float ss = 0.f;
+    for (int j = threadIdx.x; j < c; j += blockDim.x) ss += load_in(x + j) * load_in(x + j);
+    float r = rsqrtf(block_sum(ss, sh) / c + eps);
+    for (int j = threadIdx.x; j < c; j += blockDim.x) store_out(o + j, load_in(x + j) * r * weight[j]);
+    if (threadIdx.x == 0) rstd[i] = r;
+}
+
+template <typename T, typename X, typename S>
+__device__ void rmsnorm_forward(T* out, float* rstd, const X* inp, const float* addend, S* sum, const float* weight,
+                                long long rows, int c, float eps) {
     __shared__ float sh[32];
     for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
-        const float* x = add_row(inp, addend, sum, i, c);
-        float ss = 0.f;
-        for (int j = threadIdx.x; j < c; j += blockDim.x) ss += x[j] * x[j];
-        float r = rsqrtf(block_sum(ss, sh) / c + eps);
-        T* o = out + i * c;
-        for (int j = threadIdx.x; j < c; j += blockDim.x) store_out(o + j, x[j] * r * weight[j]);
-        if (threadIdx.x == 0) rstd[i] = r;
+        if (addend) {
+            add_row(sum, inp, addend, i, c);
+            rmsnorm_row(out + i * c, rstd, sum + i * c, weight, i, c, eps, sh);
+        } else {
+            rmsnorm_row(out + i * c, rstd, inp + i * c, weight, i, c, eps, sh);
+        }
     }
 }
 
-extern "C" __global__ void ROW_BOUNDS rmsnorm_forward_f32(float* out, float* rstd, const float* inp,
-                                                          const float* addend, float* sum,
-                                                          const float* weight, long long rows, int c, float eps) {
-    rmsnorm_forward(out, rstd, inp, addend, sum, weight, rows, c, eps);
+#define RMS_FWD_ARGS(T, X, S) \
+    T *out, float *rstd, const X *inp, const float *addend, S *sum, const float *weight, long long rows, int c, float eps
+#define RMS_FWD_CALL out, rstd, inp, addend, sum, weight, rows, c, eps
+extern "C" __global__ void ROW_BOUNDS rmsnorm_forward_f32(RMS_FWD_ARGS(float, float, float)) {
+    rmsnorm_forward(RMS_FWD_CALL);
 }
-
-extern "C" __global__ void ROW_BOUNDS rmsnorm_forward_bf16(bf16_t* out, float* rstd, const float* inp,
-                                                           const float* addend, float* sum,
-                                                           const float* weight, long long rows, int c, float eps) {
-    rmsnorm_forward(out, rstd, inp, addend, sum, weight, rows, c, eps);
+extern "C" __global__ void ROW_BOUNDS rmsnorm_forward_bf16(RMS_FWD_ARGS(bf16_t, float, float)) {
+    rmsnorm_forward(RMS_FWD_CALL);
+}
+extern "C" __global__ void ROW_BOUNDS rmsnorm_forward_f32_from_bf16(RMS_FWD_ARGS(float, bf16_t, bf16_t)) {
+    rmsnorm_forward(RMS_FWD_CALL);
+}
+extern "C" __global__ void ROW_BOUNDS rmsnorm_forward_bf16_from_bf16(RMS_FWD_ARGS(bf16_t, bf16_t, bf16_t)) {
+    rmsnorm_forward(RMS_FWD_CALL);
+}
+extern "C" __global__ void ROW_BOUNDS rmsnorm_forward_f32_sum_bf16(RMS_FWD_ARGS(float, float, bf16_t)) {
+    rmsnorm_forward(RMS_FWD_CALL);
+}
+extern "C" __global__ void ROW_BOUNDS rmsnorm_forward_bf16_sum_bf16(RMS_FWD_ARGS(bf16_t, float, bf16_t)) {
+    rmsnorm_forward(RMS_FWD_CALL);
 }
 
 // rmsnorm_backward: as layernorm_backward, with the dweight partial sums
 // in part (gridDim.x,C).
-extern "C" __global__ void ROW_BOUNDS rmsnorm_backward_f32(float* dinp, float* part, const float* dout,
-                                                           const float* inp, const float* weight,
-                                                           const float* rstd, long long rows, int c) {
+template <typename X>
+__device__ void rmsnorm_backward(float* dinp, float* part, const float* dout, const X* inp, const float* weight,
+                                 const float* rstd, long long rows, int c) {
     __shared__ float sh[32];
     float* dw = part + (long long)blockIdx.x * c;
     for (int j = threadIdx.x; j < c; j += blockDim.x) dw[j] = 0.f;
     for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
-        const float* x = inp + i * c;
+        const X* x = inp + i * c;
         const float* g = dout + i * c;
         float r = rstd[i];
         float sdnn = 0.f;
         for (int j = threadIdx.x; j < c; j += blockDim.x) {
-            float norm = x[j] * r;
+            float norm = load_in(x + j) * r;
             sdnn += weight[j] * g[j] * norm;
             dw[j] += norm * g[j];
         }
         float mdnn = block_sum(sdnn, sh) / c;
         float* dx = dinp + i * c;
-        for (int j = threadIdx.x; j < c; j += blockDim.x) dx[j] += (weight[j] * g[j] - x[j] * r * mdnn) * r;
+        for (int j = threadIdx.x; j < c; j += blockDim.x) dx[j] += (weight[j] * g[j] - load_in(x + j) * r * mdnn) * r;
     }
+}
+
+#define RMS_BWD_ARGS(X) \
+    float *dinp, float *part, const float *dout, const X *inp, const float *weight, const float *rstd, long long rows, int c
+#define RMS_BWD_CALL dinp, part, dout, inp, weight, rstd, rows, c
+extern "C" __global__ void ROW_BOUNDS rmsnorm_backward_f32(RMS_BWD_ARGS(float)) { rmsnorm_backward(RMS_BWD_CALL); }
+extern "C" __global__ void ROW_BOUNDS rmsnorm_backward_f32_from_bf16(RMS_BWD_ARGS(bf16_t)) {
+    rmsnorm_backward(RMS_BWD_CALL);
 }
 
 // rmsnorm_param_grads adds the nparts partial sums of part (nparts,C) into

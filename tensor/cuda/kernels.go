@@ -18,14 +18,18 @@ var kernels = []struct {
 	name       string
 	maxThreads int
 }{
-	{"fill_f32", elemThreads}, {"add_f32", elemThreads}, {"axpy_f32", elemThreads},
+	{"fill_f32", elemThreads}, {"add_f32", elemThreads}, {"add_bf16_from_bf16", elemThreads}, {"axpy_f32", elemThreads},
 	{"scale_f32", elemThreads}, {"block2d_f32", elemThreads}, {"f32_to_bf16", elemThreads},
 	{"round_bf16", elemThreads}, {"widen_bf16", elemThreads}, {"copy2d_bf16", elemThreads}, {"rope_bf16", elemThreads},
 	{"add_bias_f32", elemThreads}, {"add_bias_bf16", elemThreads}, {"bias_backward_f32", 32 * 32}, {"bias_backward_f32_from_bf16", 32 * 32},
 	{"embedding_forward_f32", maxRowThreads}, {"embedding_backward_f32", maxRowThreads},
-	{"layernorm_forward_f32", maxRowThreads}, {"layernorm_forward_bf16", maxRowThreads}, {"layernorm_backward_f32", maxRowThreads},
+	{"layernorm_forward_f32", maxRowThreads}, {"layernorm_forward_bf16", maxRowThreads}, {"layernorm_forward_f32_from_bf16", maxRowThreads},
+	{"layernorm_forward_bf16_from_bf16", maxRowThreads}, {"layernorm_forward_f32_sum_bf16", maxRowThreads}, {"layernorm_forward_bf16_sum_bf16", maxRowThreads},
+	{"layernorm_backward_f32", maxRowThreads}, {"layernorm_backward_f32_from_bf16", maxRowThreads},
 	{"layernorm_param_grads_f32", elemThreads},
-	{"rmsnorm_forward_f32", maxRowThreads}, {"rmsnorm_forward_bf16", maxRowThreads}, {"rmsnorm_backward_f32", maxRowThreads},
+	{"rmsnorm_forward_f32", maxRowThreads}, {"rmsnorm_forward_bf16", maxRowThreads}, {"rmsnorm_forward_f32_from_bf16", maxRowThreads},
+	{"rmsnorm_forward_bf16_from_bf16", maxRowThreads}, {"rmsnorm_forward_f32_sum_bf16", maxRowThreads}, {"rmsnorm_forward_bf16_sum_bf16", maxRowThreads},
+	{"rmsnorm_backward_f32", maxRowThreads}, {"rmsnorm_backward_f32_from_bf16", maxRowThreads},
 	{"rmsnorm_param_grads_f32", elemThreads}, {"rope_f32", elemThreads},
 	{"swiglu_forward_f32", elemThreads}, {"swiglu_forward_bf16", elemThreads},
 	{"swiglu_forward_f32_from_bf16", elemThreads}, {"swiglu_forward_bf16_from_bf16", elemThreads},
@@ -211,11 +215,14 @@ func (d *Device) Fill(t *tensor.Tensor, v float32) {
 	d.elementwise(typed("fill", t.DType(), tensor.Float32), t.Len(), tp(t), f32(v), i64(t.Len()))
 }
 
-// Add is out = a + b elementwise.
+// Add is out = a + b elementwise; out and a may be bfloat16 together (a
+// widened, the sum rounded).
 func (d *Device) Add(out, a, b *tensor.Tensor) {
-	d.own("Add", out, a, b)
+	d.ownAny("Add", out, a)
+	d.own("Add", b)
 	check.Add(out, a, b)
-	d.elementwise("add_f32", out.Len(), tp(out), tp(a), tp(b), i64(out.Len()))
+	check.SameDType("Add", "out", out.DType(), "a", a.DType())
+	d.elementwise(typed("add", out.DType(), a.DType()), out.Len(), tp(out), tp(a), tp(b), i64(out.Len()))
 }
 
 // Axpy is y += alpha*x elementwise.
@@ -332,36 +339,51 @@ func (d *Device) EmbeddingBackward(dtable, dout *tensor.Tensor, ids []int32, voc
 
 // LayerNormForward normalizes the rows of inp. out, inp are (N,C); mean,
 // rstd are (N); weight, bias are (C). A bfloat16 out holds the float32
-// results rounded.
+// results rounded; a bfloat16 inp is widened.
 func (d *Device) LayerNormForward(out, mean, rstd, inp, weight, bias *tensor.Tensor, eps float32) {
-	d.ownAny("LayerNormForward", out)
-	d.own("LayerNormForward", mean, rstd, inp, weight, bias)
+	d.ownAny("LayerNormForward", out, inp)
+	d.own("LayerNormForward", mean, rstd, weight, bias)
 	n := check.LayerNormForward(out, mean, rstd, inp, weight, bias)
 	if n == 0 || d.enter() != nil {
 		return
 	}
 	defer d.leave()
-	d.rowwise(typed("layernorm_forward", out.DType(), tensor.Float32), n, weight.Len(), tp(out), tp(mean), tp(rstd), tp(inp), 0, 0, tp(weight), tp(bias), i64(n), i32(weight.Len()), f32(eps))
+	d.rowwise(normKernel("layernorm_forward", out, inp, inp), n, weight.Len(), tp(out), tp(mean), tp(rstd), tp(inp), 0, 0, tp(weight), tp(bias), i64(n), i32(weight.Len()), f32(eps))
 }
 
 // AddLayerNormForward is sum = a + b, then LayerNormForward of sum, in one
-// kernel.
+// kernel. A bfloat16 sum holds a + b rounded, which is what is
+// normalised; a may be bfloat16 where sum is.
 func (d *Device) AddLayerNormForward(sum, out, mean, rstd, a, b, weight, bias *tensor.Tensor, eps float32) {
-	d.ownAny("AddLayerNormForward", out)
-	d.own("AddLayerNormForward", sum, mean, rstd, a, b, weight, bias)
+	d.ownAny("AddLayerNormForward", out, sum, a)
+	d.own("AddLayerNormForward", mean, rstd, b, weight, bias)
 	n := check.AddLayerNormForward(sum, out, mean, rstd, a, b, weight, bias)
+	check.ResidualSum("AddLayerNormForward", a.DType(), sum.DType(), tensor.BFloat16)
 	if n == 0 || d.enter() != nil {
 		return
 	}
 	defer d.leave()
-	d.rowwise(typed("layernorm_forward", out.DType(), tensor.Float32), n, weight.Len(), tp(out), tp(mean), tp(rstd), tp(a), tp(b), tp(sum), tp(weight), tp(bias), i64(n), i32(weight.Len()), f32(eps))
+	d.rowwise(normKernel("layernorm_forward", out, a, sum), n, weight.Len(), tp(out), tp(mean), tp(rstd), tp(a), tp(b), tp(sum), tp(weight), tp(bias), i64(n), i32(weight.Len()), f32(eps))
+}
+
+// normKernel is the entry of a norm's forward kernel base with out, its
+// input (or a residual add's a) inp and the add's sum stored as they are:
+// typed's name, with _sum_bf16 for a bfloat16 sum of a float32 a.
+func normKernel(base string, out, inp, sum *tensor.Tensor) string {
+	name := typed(base, out.DType(), inp.DType())
+	if inp.DType() == tensor.Float32 && sum.DType() == tensor.BFloat16 {
+		name += "_sum_bf16"
+	}
+	return name
 }
 
 // LayerNormBackward accumulates the layernorm gradients. dinp, dout, inp are
-// (N,C); dweight, dbias, weight are (C); mean, rstd are (N). The weight and
-// bias gradients are summed per block, then over blocks in a fixed order.
+// (N,C); dweight, dbias, weight are (C); mean, rstd are (N); inp may be
+// bfloat16 (widened). The weight and bias gradients are summed per block,
+// then over blocks in a fixed order.
 func (d *Device) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd *tensor.Tensor) {
-	d.own("LayerNormBackward", dinp, dweight, dbias, dout, inp, weight, mean, rstd)
+	d.ownAny("LayerNormBackward", inp)
+	d.own("LayerNormBackward", dinp, dweight, dbias, dout, weight, mean, rstd)
 	n := check.LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd)
 	c := weight.Len()
 	if n == 0 || c == 0 {
@@ -377,7 +399,7 @@ func (d *Device) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean
 		d.fail(err)
 		return
 	}
-	d.launch("layernorm_backward_f32", dim3{uint32(blocks), 1, 1}, dim3{uint32(rowThreads(c)), 1, 1},
+	d.launch(typed("layernorm_backward", tensor.Float32, inp.DType()), dim3{uint32(blocks), 1, 1}, dim3{uint32(rowThreads(c)), 1, 1},
 		tp(dinp), ptr(part), tp(dout), tp(inp), tp(weight), tp(mean), tp(rstd), i64(n), i32(c))
 	d.launch("layernorm_param_grads_f32", d.grid1(c, elemThreads), dim3{elemThreads, 1, 1},
 		tp(dweight), tp(dbias), ptr(part), i32(blocks), i32(c))
@@ -387,36 +409,39 @@ func (d *Device) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean
 
 // RMSNormForward normalizes the rows of inp by their root mean square.
 // out, inp are (N,C); rstd is (N); weight is (C). A bfloat16 out holds
-// the float32 results rounded.
+// the float32 results rounded; a bfloat16 inp is widened.
 func (d *Device) RMSNormForward(out, rstd, inp, weight *tensor.Tensor, eps float32) {
-	d.ownAny("RMSNormForward", out)
-	d.own("RMSNormForward", rstd, inp, weight)
+	d.ownAny("RMSNormForward", out, inp)
+	d.own("RMSNormForward", rstd, weight)
 	n := check.RMSNormForward(out, rstd, inp, weight)
 	if n == 0 || d.enter() != nil {
 		return
 	}
 	defer d.leave()
-	d.rowwise(typed("rmsnorm_forward", out.DType(), tensor.Float32), n, weight.Len(), tp(out), tp(rstd), tp(inp), 0, 0, tp(weight), i64(n), i32(weight.Len()), f32(eps))
+	d.rowwise(normKernel("rmsnorm_forward", out, inp, inp), n, weight.Len(), tp(out), tp(rstd), tp(inp), 0, 0, tp(weight), i64(n), i32(weight.Len()), f32(eps))
 }
 
 // AddRMSNormForward is sum = a + b, then RMSNormForward of sum, in one
-// kernel.
+// kernel; sum and a as AddLayerNormForward's.
 func (d *Device) AddRMSNormForward(sum, out, rstd, a, b, weight *tensor.Tensor, eps float32) {
-	d.ownAny("AddRMSNormForward", out)
-	d.own("AddRMSNormForward", sum, rstd, a, b, weight)
+	d.ownAny("AddRMSNormForward", out, sum, a)
+	d.own("AddRMSNormForward", rstd, b, weight)
 	n := check.AddRMSNormForward(sum, out, rstd, a, b, weight)
+	check.ResidualSum("AddRMSNormForward", a.DType(), sum.DType(), tensor.BFloat16)
 	if n == 0 || d.enter() != nil {
 		return
 	}
 	defer d.leave()
-	d.rowwise(typed("rmsnorm_forward", out.DType(), tensor.Float32), n, weight.Len(), tp(out), tp(rstd), tp(a), tp(b), tp(sum), tp(weight), i64(n), i32(weight.Len()), f32(eps))
+	d.rowwise(normKernel("rmsnorm_forward", out, a, sum), n, weight.Len(), tp(out), tp(rstd), tp(a), tp(b), tp(sum), tp(weight), i64(n), i32(weight.Len()), f32(eps))
 }
 
 // RMSNormBackward accumulates the RMSNorm gradients. dinp, dout, inp are
-// (N,C); dweight, weight are (C); rstd is (N). The weight gradient is
-// summed per block, then over blocks in a fixed order.
+// (N,C); dweight, weight are (C); rstd is (N); inp may be bfloat16
+// (widened). The weight gradient is summed per block, then over blocks
+// in a fixed order.
 func (d *Device) RMSNormBackward(dinp, dweight, dout, inp, weight, rstd *tensor.Tensor) {
-	d.own("RMSNormBackward", dinp, dweight, dout, inp, weight, rstd)
+	d.ownAny("RMSNormBackward", inp)
+	d.own("RMSNormBackward", dinp, dweight, dout, weight, rstd)
 	n := check.RMSNormBackward(dinp, dweight, dout, inp, weight, rstd)
 	c := weight.Len()
 	if n == 0 || c == 0 {
@@ -432,7 +457,7 @@ func (d *Device) RMSNormBackward(dinp, dweight, dout, inp, weight, rstd *tensor.
 		d.fail(err)
 		return
 	}
-	d.launch("rmsnorm_backward_f32", dim3{uint32(blocks), 1, 1}, dim3{uint32(rowThreads(c)), 1, 1},
+	d.launch(typed("rmsnorm_backward", tensor.Float32, inp.DType()), dim3{uint32(blocks), 1, 1}, dim3{uint32(rowThreads(c)), 1, 1},
 		tp(dinp), ptr(part), tp(dout), tp(inp), tp(weight), tp(rstd), i64(n), i32(c))
 	d.launch("rmsnorm_param_grads_f32", d.grid1(c, elemThreads), dim3{elemThreads, 1, 1},
 		tp(dweight), ptr(part), i32(blocks), i32(c))

@@ -100,7 +100,7 @@ var kernelTests = []struct {
 	{"NormAndClipOnDevice", TestGPUNormAndClipOnDevice}, {"SumToAndFetch", TestGPUSumToAndFetch},
 	{"KernelEdges", TestGPUKernelEdges}, {"BF16Rounding", TestGPUBF16Rounding}, {"BF16Packed", TestGPUBF16Packed},
 	{"FusedAttention", TestGPUFusedAttention}, {"AdamWMany", TestGPUAdamWMany}, {"BF16Storage", TestGPUBF16Storage},
-	{"BiasActivation", TestGPUBiasActivation}, {"AddNorm", TestGPUAddNorm},
+	{"BiasActivation", TestGPUBiasActivation}, {"AddNorm", TestGPUAddNorm}, {"ResidualBF16", TestGPUResidualBF16},
 }
 
 // TestKernelsOnCPU runs the kernel tests on the CUDA kernels compiled for
@@ -286,8 +286,8 @@ var mutations = []mutation{
 		"GRID_STRIDE(i, n) store_out(dout + i, (hpcrun_mut == 24 ? load_in(dout + i) : 0.f) + Grad(load_in(inp + i)) * load_in(dout + i));",
 		"BiasActivation", 0},
 	{"the residual add fused into a norm normalising the row before the add",
-		"    for (int j = threadIdx.x; j < c; j += blockDim.x) z[j] = x[j] + y[j];\n    return z;",
-		"    for (int j = threadIdx.x; j < c; j += blockDim.x) z[j] = x[j] + y[j];\n    return hpcrun_mut == 25 ? x : z;",
+		"            layernorm_row(out + i * c, mean, rstd, sum + i * c, weight, bias, i, c, eps, sh);",
+		"            if (hpcrun_mut == 25) layernorm_row(out + i * c, mean, rstd, inp + i * c, weight, bias, i, c, eps, sh);\n            else layernorm_row(out + i * c, mean, rstd, sum + i * c, weight, bias, i, c, eps, sh);",
 		"AddNorm", 0},
 }
 
@@ -312,7 +312,7 @@ func TestKernelMutantsFail(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	if out, err := run(0, "LayerNorm|Bias|BiasActivation|AddNorm|Softmax|CrossEntropy|KernelEdges|BF16Rounding|BF16Packed|Llama|Activations|FusedAttention|AdamWMany|AdamWAndSumSquares", 0); err != nil {
+	if out, err := run(0, "LayerNorm|Bias|BiasActivation|AddNorm|ResidualBF16|Softmax|CrossEntropy|KernelEdges|BF16Rounding|BF16Packed|Llama|Activations|FusedAttention|AdamWMany|AdamWAndSumSquares", 0); err != nil {
 		t.Fatalf("the instrumented kernels fail with no mutation: %v\n%s", err, out)
 	}
 	failLine := regexp.MustCompile(`--- FAIL: TestKernelsOnCPU/\w+`)

@@ -708,10 +708,11 @@ func TestGPUBF16Time(t *testing.T) {
 		}
 		// Less the 2 bytes an element of those activations, of the MLP's
 		// pre-activation (fc's output) and hidden gradient, of c_attn's
-		// (3C) and its gradient, of y and its gradient, stored as bf16, and
+		// (3C) and its gradient, of y and its gradient, of the residual
+		// stream (r and out), stored as bf16, and
 		// of the logits and the attention's probabilities and scores'
 		// gradient, that the elementwise kernels do not touch.
-		halved := float64(activationTouches * 2 * cfg.BatchSize * cfg.Seq * (cfg.Layers*(3*cfg.Hidden()+10*cfg.Dim+2*cfg.Heads*cfg.Seq) + cfg.Dim + 50304))
+		halved := float64(activationTouches * 2 * cfg.BatchSize * cfg.Seq * (cfg.Layers*(3*cfg.Hidden()+12*cfg.Dim+2*cfg.Heads*cfg.Seq) + cfg.Dim + 50304))
 		if got, want := bf.MemoryS-tf.MemoryS, float64(accum)*(6*elems-halved)/h200.MemBandwidth; math.Abs(got-want) > 1e-9*math.Abs(want) {
 			t.Errorf("%d micro-batches: bf16's memory time less tf32's %g s, want %g (its conversions, 6 bytes x %g operand elements a micro-batch, less the halved activations: negative once they outweigh them)", accum, got, want, elems)
 		}
@@ -777,7 +778,8 @@ func TestGPUBF16ScratchAttention(t *testing.T) {
 // and the scores' gradient (B,H,T,T), the blocks' shared scratch; and the
 // heads' output gradient (B,T,C) and c_attn's (B,T,3C), shared scratch
 // too, so the operand scratch's A buffer holds the next largest float32
-// A operand, the residual stream's gradient (B,T,C).
+// A operand, the residual stream's gradient (B,T,C); and each block's
+// residual stream (r and out, (B,T,C) each) is bf16.
 func TestGPUPeakMatchesMeasured(t *testing.T) {
 	h100, err := LookupDevice("h100-80")
 	if err != nil {
@@ -815,6 +817,7 @@ func TestGPUPeakMatchesMeasured(t *testing.T) {
 			c.measured -= 2 * 2 * int64(cfg.BatchSize*cfg.Seq*50304)
 			c.measured += 2 * int64(cfg.BatchSize*cfg.Seq*cfg.Dim)
 			c.measured -= 2 * int64(cfg.BatchSize*cfg.Seq*4*cfg.Dim)
+			c.measured -= 2 * 2 * int64(cfg.Layers*cfg.BatchSize*cfg.Seq*cfg.Dim)
 			c.measured -= 2 * int64(cfg.Layers*cfg.BatchSize*cfg.Heads*cfg.Seq*cfg.Seq)
 			c.measured -= 2 * int64(cfg.BatchSize*cfg.Seq*cfg.Hidden())
 			c.measured -= 2 * int64(cfg.BatchSize*cfg.Heads*cfg.Seq*cfg.Seq)

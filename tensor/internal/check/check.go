@@ -510,6 +510,15 @@ func SwiGLUBackward(dinp, inp, dout Shape) (n, f int) {
 	return n, f
 }
 
+// ResidualSum panics unless a residual add's sum, stored as sum, can take
+// its input a, stored as a: a half (bfloat16) a needs a half sum; a wider
+// a goes into either.
+func ResidualSum[T comparable](fn string, a, sum, half T) {
+	if a == half && sum != half {
+		panic(fmt.Sprintf("tensor.%s: a stores %v and sum %v: a %v a needs a %v sum", fn, a, sum, half, half))
+	}
+}
+
 // SameDType panics unless two operands of fn, named aName and bName, store
 // the same dtype (a and b).
 func SameDType[T comparable](fn, aName string, a T, bName string, b T) {
