@@ -104,7 +104,7 @@ func NewParallelSelfAttention(dev tensor.Device, tp nccl.Comm, name string, cfg 
 	if err != nil {
 		return nil, err
 	}
-	proj, err := NewRowParallelLinear(dev, tp, name+".c_proj", cfg.Dim, cfg.Dim, LinearOptions{Bias: true, InputIsParallel: true, TransientOut: true, Seed: cfg.Seed, Std: projStd, SequenceParallel: cfg.SP, From: cfg.From})
+	proj, err := NewRowParallelLinear(dev, tp, name+".c_proj", cfg.Dim, cfg.Dim, LinearOptions{Bias: true, InputIsParallel: true, TransientOut: true, Seed: cfg.Seed, Std: projStd, SequenceParallel: cfg.SP, From: cfg.From, GradDType: cfg.Activations})
 	if err != nil {
 		return nil, err
 	}

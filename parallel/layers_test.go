@@ -309,3 +309,60 @@ func TestLMHeadMasksPadding(t *testing.T) {
 		}
 	}
 }
+
+// A row-parallel layer with a bfloat16 GradDType rounds a float32 output
+// gradient once and reads that in both products and the bias gradient:
+// its gradients are, bit for bit, those of the layer without it given the
+// gradient rounded (widened back to float32); at fp32 the option is off.
+func TestRowGradRounded(t *testing.T) {
+	dev := tensor.NewCPU()
+	r := rand.New(rand.NewPCG(41, 42))
+	const b, tt, in, out = 2, 5, 12, 8
+	x, _ := uploadRand(t, dev, r, b, tt, in)
+	dout, dv := uploadRand(t, dev, r, b, tt, out)
+	rounded := make([]float32, len(dv))
+	for i, v := range dv {
+		rounded[i] = tensor.Float32FromBF16(tensor.BF16FromFloat32(v))
+	}
+	doutR, err := dev.Alloc(b, tt, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev.CopyFromHost(doutR, rounded)
+	grads := func(opt LinearOptions, g *tensor.Tensor) [3][]float32 {
+		l, err := NewRowParallelLinear(dev, nil, "proj", in, out, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Forward(x); err != nil {
+			t.Fatal(err)
+		}
+		dx, err := dev.Alloc(b, tt, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Backward(g, dx); err != nil {
+			t.Fatal(err)
+		}
+		get := func(x *tensor.Tensor) []float32 {
+			h := make([]float32, x.Len())
+			dev.CopyToHost(h, x)
+			return h
+		}
+		return [3][]float32{get(l.Weight.Grad), get(l.Bias.Grad), get(dx)}
+	}
+	opt := LinearOptions{Bias: true, Seed: 7, TransientOut: true}
+	want := grads(opt, doutR)
+	opt.GradDType = tensor.BFloat16
+	got := grads(opt, dout)
+	for i, what := range []string{"weight", "bias", "input"} {
+		for j := range want[i] {
+			if math.Float32bits(got[i][j]) != math.Float32bits(want[i][j]) {
+				t.Fatalf("%s gradient %d: %g, want %g (the float32 layer's from the rounded gradient)", what, j, got[i][j], want[i][j])
+			}
+		}
+	}
+	if same := grads(LinearOptions{Bias: true, Seed: 7, TransientOut: true}, dout); same[0][0] == got[0][0] && same[2][0] == got[2][0] && same[1][0] == got[1][0] {
+		t.Errorf("the gradients from the unrounded gradient equal the rounded ones: the test cannot tell")
+	}
+}

@@ -61,6 +61,12 @@ type LinearOptions struct {
 	// in the scratch instead of the layer's saved buffers, one for all the
 	// blocks instead of one a block.
 	TransientOut bool
+	// GradDType is what Backward's products and bias gradient read the
+	// output gradient as: BFloat16 (under bf16 compute) rounds a float32
+	// one once into the layer's scratch, which both products read in
+	// place (and sequence parallelism all-gathers as bf16), where each
+	// GPU product would convert it again; 0 or Float32 reads it as it is.
+	GradDType tensor.DType
 }
 
 func (o LinearOptions) std() float32 {
@@ -446,6 +452,7 @@ type rowScratch struct {
 	grads     buffers
 	dxl       *tensor.Tensor
 	transient *tensor.Tensor // the output with LinearOptions.TransientOut
+	doutHalf  *tensor.Tensor // the output gradient rounded, with LinearOptions.GradDType BFloat16
 }
 
 // NewRowParallelLinear makes the rank's shard of a linear layer from In to
@@ -494,7 +501,7 @@ func (l *RowParallelLinear) Params() []*Param {
 
 // shape is what decides the layer's buffers (RowSizes).
 func (l *RowParallelLinear) shape() LinearShape {
-	return LinearShape{In: l.In, Out: l.Out, TP: l.g.Size(), SP: l.sp != nil, InputIsParallel: l.opt.InputIsParallel, TransientOut: l.opt.TransientOut}
+	return LinearShape{In: l.In, Out: l.Out, TP: l.g.Size(), SP: l.sp != nil, InputIsParallel: l.opt.InputIsParallel, TransientOut: l.opt.TransientOut, GradDType: l.opt.GradDType}
 }
 
 // ensure makes the layer's buffers for b x t input tokens: its own and,
@@ -514,7 +521,7 @@ func (l *RowParallelLinear) ensure(dev tensor.Device, b, t int) error {
 // ensureScratch makes the layer's scratch for b x t input tokens.
 func (l *RowParallelLinear) ensureScratch(dev tensor.Device, b, t int) error {
 	if err := l.grads.ensure(dev, [2]int{b, t}, func() Buffers { return RowSizes(l.shape(), b, t).Scratch }, func(get func(string) *tensor.Tensor) {
-		l.dxl, l.transient = get("dx_local"), get("out")
+		l.dxl, l.transient, l.doutHalf = get("dx_local"), get("out"), get("dout_half")
 	}); err != nil {
 		return fmt.Errorf("%s: %w", l.Name, err)
 	}
@@ -584,10 +591,18 @@ func (l *RowParallelLinear) Backward(dout, dinp *tensor.Tensor) error {
 	if dout.Len() != out.Len() {
 		return shapeErr(l.Name, "Backward with dout %v after a Forward to %v", dout, out)
 	}
-	if l.sp != nil {
-		return l.backwardSP(dout.Reshape(out.Shape()...), dinp)
-	}
 	dout = dout.Reshape(out.Shape()...)
+	if l.opt.GradDType == tensor.BFloat16 && dout.DType() == tensor.Float32 {
+		dev := dout.Device()
+		if err := l.ensureScratch(dev, l.xl.Dim(0), l.xl.Dim(1)); err != nil {
+			return err
+		}
+		dev.Copy(l.doutHalf, dout)
+		dout = l.doutHalf
+	}
+	if l.sp != nil {
+		return l.backwardSP(dout, dinp)
+	}
 	weightGrad(l.Weight, l.Bias, dout, l.xl)
 	if dinp == nil {
 		return nil

@@ -321,7 +321,7 @@ func NewLlamaAttention(dev tensor.Device, tp nccl.Comm, name string, cfg LlamaAt
 	if err != nil {
 		return nil, err
 	}
-	proj, err := NewRowParallelLinear(dev, tp, name+".o_proj", cfg.Dim, cfg.Dim, LinearOptions{InputIsParallel: true, TransientOut: true, Seed: cfg.Seed, Std: projStd, SequenceParallel: cfg.SP, From: cfg.From})
+	proj, err := NewRowParallelLinear(dev, tp, name+".o_proj", cfg.Dim, cfg.Dim, LinearOptions{InputIsParallel: true, TransientOut: true, Seed: cfg.Seed, Std: projStd, SequenceParallel: cfg.SP, From: cfg.From, GradDType: cfg.Activations})
 	if err != nil {
 		return nil, err
 	}
@@ -501,7 +501,7 @@ func NewSwiGLUMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name st
 	if err != nil {
 		return nil, err
 	}
-	down, err := NewRowParallelLinear(dev, tp, name+".down_proj", hidden, dim, LinearOptions{InputIsParallel: true, TransientOut: true, Seed: seed, Std: projStd, SequenceParallel: sp, From: from})
+	down, err := NewRowParallelLinear(dev, tp, name+".down_proj", hidden, dim, LinearOptions{InputIsParallel: true, TransientOut: true, Seed: seed, Std: projStd, SequenceParallel: sp, From: from, GradDType: act})
 	if err != nil {
 		return nil, err
 	}
@@ -645,11 +645,11 @@ func LlamaBlockSizes(s LlamaBlockShape, b, t int) Sizes {
 	layers.add("input_layernorm.", RMSNormSizes(b, tl, c, norms))
 	layers.add("self_attn.", llamaAttentionCoreSizes(b, t, s.Heads/tp, nkv, hd, s.Recompute == RecomputeSelective, s.FusedAttention, s.Activations))
 	layers.add("self_attn.qkv_proj.", ColumnSizes(LinearShape{In: c, Out: (s.Heads + 2*nkv*tp) * hd, TP: tp, SP: s.SP, OutDType: s.Activations}, b, t))
-	layers.add("self_attn.o_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true, TransientOut: true}, b, t))
+	layers.add("self_attn.o_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true, TransientOut: true, GradDType: s.Activations}, b, t))
 	layers.add("post_attention_layernorm.", RMSNormSizes(b, tl, c, norms))
 	layers.add("mlp.", swigluCoreSizes(b, t, s.Hidden/tp, s.Activations))
 	layers.add("mlp.gate_up_proj.", ColumnSizes(LinearShape{In: c, Out: 2 * s.Hidden, TP: tp, SP: s.SP, OutDType: s.Activations}, b, t))
-	layers.add("mlp.down_proj.", RowSizes(LinearShape{In: s.Hidden, Out: c, TP: tp, SP: s.SP, InputIsParallel: true, TransientOut: true}, b, t))
+	layers.add("mlp.down_proj.", RowSizes(LinearShape{In: s.Hidden, Out: c, TP: tp, SP: s.SP, InputIsParallel: true, TransientOut: true, GradDType: s.Activations}, b, t))
 	if full {
 		layers = Sizes{Scratch: append(layers.Saved, layers.Scratch...)}
 	}

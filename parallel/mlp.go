@@ -63,7 +63,7 @@ func newParallelMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name 
 	if err != nil {
 		return nil, err
 	}
-	proj, err := NewRowParallelLinear(dev, tp, name+".c_proj", hidden, dim, LinearOptions{Bias: true, InputIsParallel: true, TransientOut: true, Seed: seed, Std: projStd, SequenceParallel: sp, From: from})
+	proj, err := NewRowParallelLinear(dev, tp, name+".c_proj", hidden, dim, LinearOptions{Bias: true, InputIsParallel: true, TransientOut: true, Seed: seed, Std: projStd, SequenceParallel: sp, From: from, GradDType: act})
 	if err != nil {
 		return nil, err
 	}

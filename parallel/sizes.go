@@ -150,6 +150,7 @@ type LinearShape struct {
 	OutDType        tensor.DType // column-parallel only: LinearOptions.OutDType
 	InputIsParallel bool         // row-parallel only
 	TransientOut    bool         // row-parallel only: LinearOptions.TransientOut
+	GradDType       tensor.DType // row-parallel only: LinearOptions.GradDType
 }
 
 func (s LinearShape) tp() int { return max(s.TP, 1) }
@@ -182,23 +183,25 @@ func ColumnSizes(s LinearShape, b, t int) Sizes {
 // RowSizes are a RowParallelLinear's buffers for b x t input tokens. Saved:
 // out (b,t,Out), under sequence parallelism this rank's (b,t/tp,Out)
 // positions, Scratch with TransientOut; when the layer cuts its own slice
-// of a full input (InputIsParallel not set, tp > 1) that slice x_local
-// (b,t,In/tp), with its gradient dx_local (b,t,In/tp) as Backward's
-// scratch.
+// of a full input (InputIsParallel not set, tp > 1, no sequence
+// parallelism) that slice x_local (b,t,In/tp), with its gradient dx_local
+// (b,t,In/tp) as Backward's scratch; with a bfloat16 GradDType the output
+// gradient rounded, dout_half, shaped as out, scratch too.
 func RowSizes(s LinearShape, b, t int) Sizes {
-	tp := s.tp()
-	if s.TransientOut {
-		s.TransientOut = false
-		z := RowSizes(s, b, t)
-		return Sizes{Saved: z.Saved[1:], Scratch: append(Buffers{z.Saved[0]}, z.Scratch...)}
-	}
+	tp, tl := s.tp(), t
 	if s.SP {
-		return Sizes{Saved: Buffers{buf("out", b, t/tp, s.Out)}}
+		tl = t / tp
 	}
-	z := Sizes{Saved: Buffers{buf("out", b, t, s.Out)}}
-	if !s.InputIsParallel && tp > 1 {
+	z := Sizes{Saved: Buffers{buf("out", b, tl, s.Out)}}
+	if !s.SP && !s.InputIsParallel && tp > 1 {
 		z.Saved = append(z.Saved, buf("x_local", b, t, s.In/tp))
 		z.Scratch = Buffers{buf("dx_local", b, t, s.In/tp)}
+	}
+	if s.TransientOut {
+		z.Saved, z.Scratch = z.Saved[1:], append(Buffers{z.Saved[0]}, z.Scratch...)
+	}
+	if s.GradDType == tensor.BFloat16 {
+		z.Scratch = append(z.Scratch, buf("dout_half", b, tl, s.Out).as(tensor.BFloat16))
 	}
 	return z
 }
@@ -359,11 +362,11 @@ func BlockSizes(s BlockShape, b, t int) Sizes {
 	layers.add("ln_1.", LayerNormSizes(b, tl, c, norms))
 	layers.add("attn.", attentionCoreSizes(b, t, s.Heads/tp, c/tp, s.Recompute == RecomputeSelective, s.FusedAttention, s.Activations))
 	layers.add("attn.c_attn.", ColumnSizes(LinearShape{In: c, Out: 3 * c, TP: tp, SP: s.SP, OutDType: s.Activations}, b, t))
-	layers.add("attn.c_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true, TransientOut: true}, b, t))
+	layers.add("attn.c_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true, TransientOut: true, GradDType: s.Activations}, b, t))
 	layers.add("ln_2.", LayerNormSizes(b, tl, c, norms))
 	layers.add("mlp.", mlpCoreSizes(b, t, hidden/tp, s.Activations))
 	layers.add("mlp.c_fc.", ColumnSizes(LinearShape{In: c, Out: hidden, TP: tp, SP: s.SP, OutDType: s.Activations}, b, t))
-	layers.add("mlp.c_proj.", RowSizes(LinearShape{In: hidden, Out: c, TP: tp, SP: s.SP, InputIsParallel: true, TransientOut: true}, b, t))
+	layers.add("mlp.c_proj.", RowSizes(LinearShape{In: hidden, Out: c, TP: tp, SP: s.SP, InputIsParallel: true, TransientOut: true, GradDType: s.Activations}, b, t))
 	if full {
 		layers = Sizes{Scratch: append(layers.Saved, layers.Scratch...)}
 	}

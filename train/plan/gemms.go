@@ -231,6 +231,23 @@ func (s shapes) storedBF16OperandElems() int64 {
 	return n
 }
 
+// roundedGradElems are the elements a micro-batch's products read of
+// output gradients their layers round to bfloat16 themselves (the output
+// projections' float32 gradient, spec.Linear.GradRounded), once each:
+// under sequence parallelism this rank's positions, before the gather.
+func (s shapes) roundedGradElems() int64 {
+	var n int64
+	for _, l := range s.linears {
+		if l.GradRounded && half(l.Grad) {
+			n += s.N * int64(l.Out)
+		}
+	}
+	if s.cfg.SP {
+		n /= s.tp
+	}
+	return s.L * n
+}
+
 // bf16Operands is the scratch a GPU's bf16 GEMMs convert their float32
 // operands into: one buffer for the largest A operand of the step's
 // products that is not stored as bfloat16 and one for the largest such B,

@@ -376,11 +376,16 @@ type Linear struct {
 	// Grad is what the gradient of the output is stored as (A of the
 	// input gradient's and of the weight gradient's products): Compute
 	// for the MLP's first projection (c_fc, gate_up_proj: the gradient
-	// GELU's or SwiGLU's backward writes) and, as
-	// parallel.QKVGradDType says, for the fused Q,K,V (the gradient the
-	// attention writes), Float32 for the blocks' other products, Logits
-	// for an LM head.
+	// GELU's or SwiGLU's backward writes), for the fused Q,K,V as
+	// parallel.QKVGradDType says (the gradient the attention writes), and
+	// for the two output projections (c_proj, o_proj, down_proj: the
+	// residual stream's float32 gradient, which the layer rounds once,
+	// GradRounded); Logits for an LM head.
 	Grad tensor.DType
+	// GradRounded says the layer rounds its float32 output gradient into
+	// Grad itself, once for both products (parallel.LinearOptions.GradDType):
+	// a pass of Out elements a token where Grad is BFloat16.
+	GradRounded bool
 }
 
 // BlockLinears are one block's weight products on tensor-parallel rank 0
@@ -413,14 +418,11 @@ func BlockLinears(cfg config.Config, vocab int, fusedAttention bool) ([]Linear, 
 			if normFed(p.Name) {
 				input = NormOut(cfg)
 			}
-			grad := tensor.Float32
-			switch {
-			case strings.HasSuffix(p.Name, ".c_fc.weight") || strings.HasSuffix(p.Name, ".gate_up_proj.weight"):
-				grad = Compute(cfg)
-			case strings.HasSuffix(p.Name, ".c_attn.weight") || strings.HasSuffix(p.Name, ".qkv_proj.weight"):
+			grad, rounded := Compute(cfg), !normFed(p.Name)
+			if strings.HasSuffix(p.Name, ".c_attn.weight") || strings.HasSuffix(p.Name, ".qkv_proj.weight") {
 				grad = parallel.QKVGradDType(Compute(cfg), fusedAttention, heads, kvHeads)
 			}
-			out = append(out, Linear{In: local[1], Out: local[0], Input: input, Weight: Compute(cfg), Grad: grad})
+			out = append(out, Linear{In: local[1], Out: local[0], Input: input, Weight: Compute(cfg), Grad: grad, GradRounded: rounded})
 		}
 	}
 	return out, nil
