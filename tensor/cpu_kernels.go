@@ -115,9 +115,17 @@ type addK struct {
 
 func (k *addK) run(lo, hi, _ int) {
 	if k.outH != nil {
-		out, a, b := k.outH[lo:hi], k.aH[lo:hi], k.b[lo:hi]
-		for i := range out {
-			out[i] = BF16FromFloat32(Float32FromBF16(a[i]) + b[i])
+		// A piece at a time through float32, so that widening and
+		// rounding run vectorised.
+		var w [512]float32
+		for at := lo; at < hi; at += len(w) {
+			n := min(len(w), hi-at)
+			x := w[:n]
+			WidenBF16(x, k.aH[at:at+n])
+			for i, v := range k.b[at : at+n] {
+				x[i] += v
+			}
+			RoundBF16(k.outH[at:at+n], x)
 		}
 		return
 	}

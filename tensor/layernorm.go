@@ -165,10 +165,11 @@ func (r *normRows) row(i, chunk, c int) []float32 {
 	} else {
 		copy(x, r.inp[i*c:(i+1)*c])
 	}
-	for j, v := range x {
-		z[j] = BF16FromFloat32(v + y[j])
-		x[j] = Float32FromBF16(z[j])
+	for j := range x {
+		x[j] += y[j]
 	}
+	RoundBF16(z, x)
+	WidenBF16(x, z)
 	return x
 }
 
