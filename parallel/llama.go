@@ -266,8 +266,9 @@ type gqaScratch struct {
 // llamaAttentionCoreSizes are a LlamaAttention's own buffers for b x t
 // tokens (the full sequence), nh query and nkv key/value heads of hd on
 // this rank: as attentionCoreSizes, with dqkv (b,t,(nh+2nkv)*hd), stored
-// as QKVGradDType says, and the rotation table rope (t,hd), scratch made
-// by Forward; fused, as attentionCoreSizes's.
+// as QKVGradDType says (bfloat16 Q and K gradients are rounded once more
+// by RoPE's backward, in place), and the rotation table rope (t,hd),
+// scratch made by Forward; fused, as attentionCoreSizes's.
 func llamaAttentionCoreSizes(b, t, nh, nkv, hd int, selective, fused bool, y tensor.DType) Sizes {
 	dqkv := buf("dqkv", b, t, (nh+2*nkv)*hd).as(QKVGradDType(y, fused, nh, nkv))
 	if fused {

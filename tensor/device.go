@@ -118,9 +118,9 @@ type Device interface {
 	// AddLayerNormForward is Add(sum, a, b) and then
 	// LayerNormForward(out, mean, rstd, sum, weight, bias, eps) in one pass
 	// over each row (a residual add and the layer norm after it), the same
-	// bits. sum, a, b are (N,C); sum may be a or b. b is float32; sum may
-	// be BFloat16 (a + b rounded, then normalised as stored), and a with
-	// it (widened).
+	// bits. sum, a, b are (N,C). b is float32; sum may be BFloat16 (a + b
+	// rounded, then normalised as stored), and a with it (widened). A
+	// float32 sum may be a or b, a bfloat16 one only a.
 	AddLayerNormForward(sum, out, mean, rstd, a, b, weight, bias *Tensor, eps float32)
 	// LayerNormBackward accumulates into dinp (N,C), dweight (C), dbias (C)
 	// from dout (N,C) and the forward's inp (which may be BFloat16),
@@ -198,9 +198,9 @@ type Device interface {
 	// BFloat16, and dinp (widened, added to and rounded).
 	SoftmaxBackward(dinp, dout, out *Tensor, scale float32)
 
-	// Add is out = a + b elementwise (residual add); out may be a or b.
-	// out and a may be BFloat16 together (a widened, the sum rounded); b
-	// is float32.
+	// Add is out = a + b elementwise (residual add). out and a may be
+	// BFloat16 together (a widened, the sum rounded); b is float32. A
+	// float32 out may be a or b, a bfloat16 one only a.
 	Add(out, a, b *Tensor)
 	// Axpy is y += alpha*x elementwise (residual backward with alpha 1).
 	Axpy(y *Tensor, alpha float32, x *Tensor)

@@ -242,7 +242,7 @@ func (s shapes) roundedGradElems() int64 {
 			n += s.N * int64(l.Out)
 		}
 	}
-	if s.cfg.SP {
+	if s.sp {
 		n /= s.tp
 	}
 	return s.L * n

@@ -515,7 +515,7 @@ func SwiGLUBackward(dinp, inp, dout Shape) (n, f int) {
 // a goes into either.
 func ResidualSum[T comparable](fn string, a, sum, half T) {
 	if a == half && sum != half {
-		panic(fmt.Sprintf("tensor.%s: a stores %v and sum %v: a %v a needs a %v sum", fn, a, sum, half, half))
+		panic(fmt.Sprintf("tensor.%s: a is %v but sum is %v: a %v residual input needs a %v sum", fn, a, sum, half, half))
 	}
 }
 
