@@ -10,11 +10,13 @@
 # 20.04 clusters; together they must stay under 64 MiB.
 #
 # run takes stages, each sized to end well inside 8 minutes on one H100
-# (the GPU test machine takes runs of at most 10 minutes, 30 in all), each
+# (the GPU test machine takes runs of at most 10 minutes, 15 in all: pick
+# the stages a session needs, e.g. BSZ=16 ... run step pytorch ncu for
+# the speed goals at 16 x 1024, then kernels), each
 # writing its full log and results under $OUT/<stage>/ (OUT: default
 # /tmp/gpu-check) and its verdict to $OUT/<stage>/status; no stage
 # depends on another's success (a failed `bench step` leaves PyTorch to
-# run alone). Without a stage, run runs them all, in this order:
+# run alone). Without a stage, run runs them all but ncu, in this order:
 #
 #   kernels  every CUDA kernel against the CPU device and the NVRTC compile
 #            (tensor/cuda GPU tests), then GEMM throughput per precision
@@ -27,6 +29,13 @@
 #   pytorch  the same steps in PyTorch eager (GPT-2: naive and sdpa
 #            attention, fp32 and bf16; the Llama: sdpa, bf16), beside the
 #            step stage's results when there are any
+#   ncu      (only when named) Nsight Compute's GPU time of each kernel
+#            (gpu__time_duration, kernels serialised) over one GPT-2 124M
+#            step at bf16 and one at tf32 (the fused attention), no
+#            warm-up: $OUT/ncu/ncu-<prec>.csv, ncu's per-kernel summary
+#            (each kernel's invocations and its time's average, minimum and
+#            maximum); NCU names the ncu binary (default: ncu on PATH, else
+#            /usr/local/cuda/bin/ncu)
 #
 # Where nvidia-smi sees a GPU, a GPU test that skips (a library that did
 # not load, say) is a failure, not a pass; the multi-rank tests (*TwoRanks:
@@ -61,7 +70,7 @@ if [ "${1:-}" = build ]; then
 	exit 0
 fi
 if [ "${1:-}" != run ]; then
-	echo "usage: $0 build | run [kernels|train|nccl|step|pytorch]..." >&2
+	echo "usage: $0 build | run [kernels|train|nccl|step|pytorch|ncu]..." >&2
 	exit 2
 fi
 shift
@@ -69,9 +78,9 @@ stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(kernels train nccl step pytorch)
 for st in "${stages[@]}"; do
 	case $st in
-	kernels | train | nccl | step | pytorch) ;;
+	kernels | train | nccl | step | pytorch | ncu) ;;
 	*)
-		echo "gpu-check: unknown stage $st (kernels, train, nccl, step, pytorch)" >&2
+		echo "gpu-check: unknown stage $st (kernels, train, nccl, step, pytorch, ncu)" >&2
 		exit 2
 		;;
 	esac
@@ -239,6 +248,27 @@ stage_pytorch() {
 		beside=(--hpcrun-json "$OUT/step/hpcrun-llama-bf16.json")
 	fi
 	step python3 bench/pytorch/gpt2_step.py --model llama --bsz "$BSZ" --seq "$SEQ" --steps "$STEPS" --dtype bf16 --attn sdpa "${beside[@]}"
+}
+
+stage_ncu() {
+	local ncu=${NCU:-} prec
+	[ -n "$ncu" ] || ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+	if [ ! -x "$ncu" ]; then
+		echo "== FAILED: no ncu at $ncu (set NCU to Nsight Compute's ncu)"
+		fail=1
+		return
+	fi
+	for prec in bf16 tf32; do
+		rm -f "$dir/ncu-$prec.csv"
+		# ncu follows the env it starts to hpcrun, the process profiled.
+		step "$ncu" --metrics gpu__time_duration.sum --print-summary per-kernel --csv --log-file "$dir/ncu-$prec.csv" \
+			"${goenv[@]}" "$BIN/hpcrun" bench step --device cuda --precision "$prec" --model gpt2-124m \
+			--bsz "$BSZ" --seq "$SEQ" --steps 1 --warmup 0
+		if [ ! -s "$dir/ncu-$prec.csv" ]; then
+			echo "== FAILED: ncu wrote no summary for $prec"
+			fail=1
+		fi
+	done
 }
 
 failed=()

@@ -287,3 +287,59 @@ echo "$*" >> `+pyArgs)
 		t.Errorf("an unknown stage: exit %d:\n%s", rc, got)
 	}
 }
+
+// The ncu stage profiles one bf16 and one tf32 step of hpcrun under ncu
+// (NCU, else ncu on PATH), which gets the CUDA library path through the
+// env it runs and leaves a per-kernel summary for each; without ncu, or
+// when ncu writes nothing, the stage fails and says why.
+func TestScriptNCU(t *testing.T) {
+	env, bin, log := fakeGPUMachine(t, true, "--- PASS: TestGPUBlocks (0.10s)")
+	root := filepath.Dir(bin)
+	out := filepath.Join(root, "out")
+	env = append(env, "OUT="+out, "BSZ=16")
+	ncu := filepath.Join(root, "ncu")
+	// A fake ncu: logs its arguments, writes the --log-file, runs the rest.
+	body := `echo "ncu $*" >> ` + log + `
+while [ $# -gt 0 ]; do
+	case $1 in
+	--log-file) echo '"Kernel Name","Invocations"' > "$2"; shift 2;;
+	--csv) shift;;
+	--*) shift 2;;
+	*) break;;
+	esac
+done
+exec "$@"`
+	if err := os.WriteFile(ncu, []byte("#!/bin/bash\n"+body+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	got, rc := runStages(t, append(env, "NCU="+ncu), "ncu")
+	if rc != 0 {
+		t.Fatalf("exit %d:\n%s", rc, got)
+	}
+	for _, prec := range []string{"bf16", "tf32"} {
+		if b, err := os.ReadFile(filepath.Join(out, "ncu", "ncu-"+prec+".csv")); err != nil || !strings.Contains(string(b), "Kernel Name") {
+			t.Errorf("ncu-%s.csv: %q, %v", prec, b, err)
+		}
+	}
+	b, _ := os.ReadFile(log)
+	for _, want := range []string{"--precision bf16", "--precision tf32", "--bsz 16", "--steps 1 --warmup 0", "--metrics gpu__time_duration.sum --print-summary per-kernel"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("ncu's arguments lack %q:\n%s", want, b)
+		}
+	}
+	if !strings.Contains(string(b), "hpcrun LD_LIBRARY_PATH="+filepath.Join(root, "site")) {
+		t.Errorf("hpcrun under ncu did not get the CUDA library path:\n%s", b)
+	}
+
+	got, rc = runStages(t, append(env, "NCU="+filepath.Join(root, "none")), "ncu")
+	if rc != 1 || !strings.Contains(got, "no ncu at") {
+		t.Errorf("without ncu: exit %d:\n%s", rc, got)
+	}
+	if err := os.WriteFile(ncu, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	got, rc = runStages(t, append(env, "NCU="+ncu), "ncu")
+	if rc != 1 || !strings.Contains(got, "ncu wrote no summary for bf16") {
+		t.Errorf("an ncu that writes nothing: exit %d:\n%s", rc, got)
+	}
+}
