@@ -1103,7 +1103,23 @@ type adamK struct {
 	bc1, bc2, gradScale float32
 }
 
+// adamPiece is how many elements adamK updates before it rounds them into
+// the bfloat16 copy: few enough to be still in cache then (a chunk of a
+// large tensor is not).
+const adamPiece = 4096
+
 func (k *adamK) run(lo, hi, _ int) {
+	for at := lo; at < hi; at += adamPiece {
+		end := min(at+adamPiece, hi)
+		k.update(at, end)
+		if k.half != nil {
+			RoundBF16(k.half[at:end], k.param[at:end])
+		}
+	}
+}
+
+// update is the AdamW step of elements lo to hi.
+func (k *adamK) update(lo, hi int) {
 	p, g, m, v := k.param[lo:hi], k.grad[lo:hi], k.m[lo:hi], k.v[lo:hi]
 	done := adamwVec(k, p, g, m, v)
 	p, g, m, v = p[done:], g[done:], m[done:], v[done:]
@@ -1114,9 +1130,6 @@ func (k *adamK) run(lo, hi, _ int) {
 		m[i], v[i] = mi, vi
 		mhat, vhat := mi/k.bc1, vi/k.bc2
 		p[i] -= k.lr * (mhat/(float32(math.Sqrt(float64(vhat)))+k.eps) + k.wd*p[i])
-	}
-	if k.half != nil { // the chunk is still in cache
-		RoundBF16(k.half[lo:hi], k.param[lo:hi])
 	}
 }
 
