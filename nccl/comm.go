@@ -146,10 +146,12 @@ type DeviceComm interface {
 	SendDevice(buf uintptr, count int, dt DataType, peer int, stream uintptr) error
 	// RecvDevice receives count elements from group rank peer into buf.
 	RecvDevice(buf uintptr, count int, dt DataType, peer int, stream uintptr) error
-	// SendRecvDevice sends count elements at sendbuf to peer and receives
-	// count from it into recvbuf, both at once (one NCCL group): the way
-	// two ranks exchange without ordering their calls.
-	SendRecvDevice(sendbuf, recvbuf uintptr, count int, dt DataType, peer int, stream uintptr) error
+	// SendRecvDevice sends count elements of sendType at sendbuf to peer
+	// and receives count of recvType from it into recvbuf, both at once
+	// (one NCCL group): the way two ranks exchange without ordering their
+	// calls (a pipeline stage's bfloat16 activations one way, its float32
+	// gradients the other).
+	SendRecvDevice(sendbuf, recvbuf uintptr, count int, sendType, recvType DataType, peer int, stream uintptr) error
 }
 
 // DataType is the element type of a device buffer.

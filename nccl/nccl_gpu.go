@@ -449,20 +449,24 @@ func (nc *ncclComm) RecvDevice(buf uintptr, count int, dt DataType, peer int, st
 	return nc.after("ncclRecv", comm, r, stream, peer)
 }
 
-// SendRecvDevice sends count elements at sendbuf to group rank peer and
-// receives count elements from it into recvbuf as one NCCL group
-// (ncclGroupStart, ncclSend, ncclRecv, ncclGroupEnd): the two transfers
-// run together, so two ranks that exchange with each other never wait on
-// each other's send.
-func (nc *ncclComm) SendRecvDevice(sendbuf, recvbuf uintptr, count int, dt DataType, peer int, stream uintptr) error {
-	t, size, err := ncclDType(dt)
+// SendRecvDevice sends count elements of sendType at sendbuf to group
+// rank peer and receives count elements of recvType from it into recvbuf
+// as one NCCL group (ncclGroupStart, ncclSend, ncclRecv, ncclGroupEnd):
+// the two transfers run together, so two ranks that exchange with each
+// other never wait on each other's send.
+func (nc *ncclComm) SendRecvDevice(sendbuf, recvbuf uintptr, count int, sendType, recvType DataType, peer int, stream uintptr) error {
+	t, size, err := ncclDType(sendType)
+	if err != nil {
+		return err
+	}
+	rt, rsize, err := ncclDType(recvType)
 	if err != nil {
 		return err
 	}
 	start := time.Now()
 	defer func() { // one call: its time counts once, as the send's
 		nc.cnt.add(kSend, size*count, start)
-		nc.cnt.add(kRecv, size*count, time.Now())
+		nc.cnt.add(kRecv, rsize*count, time.Now())
 	}()
 	if err := nc.checkPeer("SendRecvDevice with", peer); err != nil {
 		return err
@@ -480,7 +484,7 @@ func (nc *ncclComm) SendRecvDevice(sendbuf, recvbuf uintptr, count int, dt DataT
 	rs := nc.lib.send(sendbuf, uintptr(count), t, int32(peer), comm, stream)
 	rr := int32(0)
 	if rs == 0 {
-		rr = nc.lib.recv(recvbuf, uintptr(count), t, int32(peer), comm, stream)
+		rr = nc.lib.recv(recvbuf, uintptr(count), rt, int32(peer), comm, stream)
 	}
 	re := nc.bounded("ncclSend+ncclRecv", peer, nc.lib.groupEnd) // always closes the group, even after a failed call
 	for _, c := range []struct {

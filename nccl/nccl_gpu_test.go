@@ -237,7 +237,7 @@ func exchange(rt *cudaRT, r, port int, mine []float32) ([]float32, error) {
 		return nil, err
 	}
 	defer rt.free(dst2)
-	if err := dc.SendRecvDevice(src, dst2, n, Float32, peer, 0); err != nil {
+	if err := dc.SendRecvDevice(src, dst2, n, Float32, Float32, peer, 0); err != nil {
 		return nil, err
 	}
 	got2, err := rt.get(dst2, n)

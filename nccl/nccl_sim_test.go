@@ -461,7 +461,7 @@ func TestGPUNCCLCollectivesFourRanks(t *testing.T) {
 				if err := recv(); err != nil {
 					return err
 				}
-			} else if err := c.SendRecvDevice(src, dst, count, Float32, peer, 0); err != nil {
+			} else if err := c.SendRecvDevice(src, dst, count, Float32, Float32, peer, 0); err != nil {
 				return err
 			}
 			b, err := rt.getBytes(dst, len(mine))
@@ -472,9 +472,36 @@ func TestGPUNCCLCollectivesFourRanks(t *testing.T) {
 				return err
 			}
 		}
+		// An exchange of two types (a pipeline stage's bfloat16
+		// activations one way, float32 gradients the other): the lower
+		// rank of the pair sends bfloat16 and receives float32.
+		peer := r ^ 2
+		sendT, recvT := BFloat16, Float32
+		if r > peer {
+			sendT, recvT = Float32, BFloat16
+		}
+		es, er := elems[sendT], elems[recvT]
+		src, err = put(es.encode(es.inputs(r, count)))
+		if err != nil {
+			return err
+		}
+		dst, err := put(make([]byte, er.size*count))
+		if err != nil {
+			return err
+		}
+		if err := c.SendRecvDevice(src, dst, count, sendT, recvT, peer, 0); err != nil {
+			return err
+		}
+		b, err = rt.getBytes(dst, er.size*count)
+		if err != nil {
+			return err
+		}
+		if err := er.near(fmt.Sprintf("%v from rank %d in an exchange of two types", recvT, peer), er.decode(b), er.inputs(peer, count), 1); err != nil {
+			return err
+		}
 		st := c.Stats()
 		if st.AllReduce.Calls != 18 || st.AllGather.Calls != 6 || st.ReduceScatter.Calls != 6 || st.Broadcast.Calls != 3 ||
-			st.Send.Calls != 2 || st.Recv.Calls != 2 || st.Send.Bytes != 2*4*count {
+			st.Send.Calls != 3 || st.Recv.Calls != 3 || st.Send.Bytes != int64((2*4+es.size)*count) || st.Recv.Bytes != int64((2*4+er.size)*count) {
 			return fmt.Errorf("Stats: %+v", st)
 		}
 		return nil

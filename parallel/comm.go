@@ -384,21 +384,43 @@ func (g *Group) Broadcast(t *tensor.Tensor, root int) error {
 }
 
 // Send sends t to group rank peer, which must Recv the same number of
-// elements. It may wait until the peer receives (NCCL holds the stream,
-// a host link its sender): callers order their transfers so that each
-// send meets a posted receive, and exchange with SendRecv.
+// elements of the same dtype. It may wait until the peer receives (NCCL
+// holds the stream, a host link its sender): callers order their
+// transfers so that each send meets a posted receive, and exchange with
+// SendRecv. A bfloat16 t travels as bfloat16 (NCCL's bf16 on a device;
+// through the host packed two a word, as allGatherHalf's).
 func (g *Group) Send(t *tensor.Tensor, peer int) error {
 	if dc, stream, ok := g.onDevice(t); ok {
-		return dc.SendDevice(t.Ptr(), t.Len(), nccl.Float32, peer, stream)
+		return dc.SendDevice(t.Ptr(), t.Len(), ncclType(t.DType()), peer, stream)
+	}
+	return g.comm.Send(g.sendWords(t), peer)
+}
+
+// sendWords is what the host link carries of t: its float32 elements
+// (staged in slot 0 where t is not in host memory), or a bfloat16 t's
+// packed two a word.
+func (g *Group) sendWords(t *tensor.Tensor) []float32 {
+	if t.DType() == tensor.BFloat16 {
+		w := grow(&g.words[0], (t.Len()+1)/2)
+		g.loadHalves(w, t)
+		return w
 	}
 	buf, _ := g.host(t, 0)
-	return g.comm.Send(buf, peer)
+	return buf
 }
 
 // Recv receives t from group rank peer.
 func (g *Group) Recv(t *tensor.Tensor, peer int) error {
 	if dc, stream, ok := g.onDevice(t); ok {
-		return dc.RecvDevice(t.Ptr(), t.Len(), nccl.Float32, peer, stream)
+		return dc.RecvDevice(t.Ptr(), t.Len(), ncclType(t.DType()), peer, stream)
+	}
+	if t.DType() == tensor.BFloat16 {
+		w := grow(&g.words[1], (t.Len()+1)/2)
+		if err := g.comm.Recv(w, peer); err != nil {
+			return err
+		}
+		g.storeHalves(t, halves(w)[:t.Len()])
+		return nil
 	}
 	buf, staged := g.host(t, 1)
 	if err := g.comm.Recv(buf, peer); err != nil {
@@ -410,14 +432,15 @@ func (g *Group) Recv(t *tensor.Tensor, peer int) error {
 
 // SendRecv sends send to peer and receives recv from it, both at once
 // (one NCCL group on the device): the way two ranks exchange without
-// ordering their calls.
+// ordering their calls. send and recv hold as many elements; each may be
+// either dtype (as Send's and Recv's).
 func (g *Group) SendRecv(send, recv *tensor.Tensor, peer int) error {
 	if dc, stream, ok := g.onDevice(send, recv); ok {
-		return dc.SendRecvDevice(send.Ptr(), recv.Ptr(), send.Len(), nccl.Float32, peer, stream)
+		return dc.SendRecvDevice(send.Ptr(), recv.Ptr(), send.Len(), ncclType(send.DType()), ncclType(recv.DType()), peer, stream)
 	}
 	// The send runs beside the receive, as in an NCCL group: two peers
 	// that exchange at once both find their message taken.
-	buf, _ := g.host(send, 0)
+	buf := g.sendWords(send)
 	sent := make(chan error, 1)
 	go func() { sent <- g.comm.Send(buf, peer) }()
 	err := g.Recv(recv, peer)

@@ -125,7 +125,7 @@ func (f failingDeviceComm) RecvDevice(_ uintptr, _ int, _ nccl.DataType, _ int, 
 	return nil
 }
 
-func (f failingDeviceComm) SendRecvDevice(_, _ uintptr, _ int, _ nccl.DataType, _ int, _ uintptr) error {
+func (f failingDeviceComm) SendRecvDevice(_, _ uintptr, _ int, _, _ nccl.DataType, _ int, _ uintptr) error {
 	f.t.Error("SendRecvDevice called for host tensors")
 	return nil
 }

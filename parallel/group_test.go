@@ -360,3 +360,75 @@ func TestGroupAllReduceBF16(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A bfloat16 tensor goes point to point as bfloat16 through the host
+// links (two a word, an odd count padded): Send and Recv move every
+// element's bits (a NaN payload kept) at 2 bytes an element, and an
+// exchange may carry bfloat16 one way and float32 the other (a pipeline
+// stage's activations and gradients).
+func TestGroupSendRecvBF16(t *testing.T) {
+	const n = 5
+	err := nccl.RunInProcess(2, func(c nccl.Comm) error {
+		dev := tensor.NewCPU()
+		g := NewDeviceGroup(c, dev)
+		value := func(i int) uint16 { return uint16(0x3f80 + 7*i) }
+		h, _ := dev.AllocAs(tensor.BFloat16, n)
+		f, _ := dev.Alloc(n)
+		peer := 1 - c.Rank()
+		check := func(what string) {
+			for i := range n {
+				want := value(i)
+				if i == n-1 {
+					want = 0x7fc3
+				}
+				if got := h.HostBF16()[i]; got != want {
+					t.Errorf("rank %d, %s: element %d is %#x, want %#x", c.Rank(), what, i, got, want)
+				}
+			}
+		}
+		before := c.Stats().Send.Bytes
+		if c.Rank() == 0 {
+			for i := range n {
+				h.HostBF16()[i] = value(i)
+			}
+			h.HostBF16()[n-1] = 0x7fc3
+			if err := g.Send(h, peer); err != nil {
+				return err
+			}
+			if got := c.Stats().Send.Bytes - before; got != (n+1)*2 {
+				t.Errorf("the send moved %d bytes, want %d (2 an element, padded)", got, (n+1)*2)
+			}
+		} else {
+			if err := g.Recv(h, peer); err != nil {
+				return err
+			}
+			check("Recv")
+		}
+		// The exchange: rank 0 sends bfloat16 and receives float32, rank
+		// 1 the other way round.
+		send, recv := h, f
+		if c.Rank() == 1 {
+			for i := range n {
+				f.Host()[i] = float32(i) + 0.5
+			}
+			send, recv = f, h
+			clear(h.HostBF16())
+		}
+		if err := g.SendRecv(send, recv, peer); err != nil {
+			return err
+		}
+		if c.Rank() == 1 {
+			check("SendRecv")
+		} else {
+			for i := range n {
+				if got := f.Host()[i]; got != float32(i)+0.5 {
+					t.Errorf("rank 0, SendRecv: float32 element %d is %g, want %g", i, got, float32(i)+0.5)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -170,10 +170,13 @@ func (c *addressedComm) RecvDevice(p uintptr, count int, dt nccl.DataType, peer 
 
 // SendRecvDevice is one NCCL group: the send and the receive both run
 // before either waits.
-func (c *addressedComm) SendRecvDevice(send, recv uintptr, count int, dt nccl.DataType, peer int, _ uintptr) error {
-	buf, err := c.read(send, count, dt)
+func (c *addressedComm) SendRecvDevice(send, recv uintptr, count int, sendType, recvType nccl.DataType, peer int, _ uintptr) error {
+	buf, err := c.read(send, count, sendType)
 	if err != nil {
 		return err
+	}
+	if recvType != nccl.Float32 {
+		return fmt.Errorf("data type %d: float32 only", recvType)
 	}
 	c.mem.sends.Add(1)
 	c.mem.exchanges.Add(1)

@@ -80,7 +80,7 @@ func newPipeline(t *transformer, mesh *parallel.Mesh) (*pipeline, error) {
 			p.close()
 			return nil, err
 		}
-		if p.act, err = t.dev.Alloc(t.stageAct.Shape...); err != nil {
+		if p.act, err = t.dev.AllocAs(t.stageAct.DType, t.stageAct.Shape...); err != nil {
 			p.close()
 			return nil, fmt.Errorf("pipeline send buffer: %w", err)
 		}

@@ -28,7 +28,7 @@ func newSlots(t *transformer, n int) ([]slot, error) {
 		if t.first {
 			continue
 		}
-		x, err := t.dev.Alloc(t.stageAct.Shape...)
+		x, err := t.dev.AllocAs(t.stageAct.DType, t.stageAct.Shape...)
 		if err != nil {
 			closeSlots(t, slots)
 			return nil, fmt.Errorf("pipeline stage inputs: %w", err)

@@ -239,21 +239,28 @@ func sentPerStep(t *testing.T, cfg config.Config, vocab int) (bytes, sends []int
 // traffic against the engine's counters: the bytes and the messages every
 // rank sends its neighbour stages in a step (each micro-batch's
 // activations forward, the gradient of its input backward; T/tp positions
-// of them under sequence parallelism).
+// of them under sequence parallelism; at bf16 the activations of the
+// pre-norm models 2 bytes an element, BERT's hf layers' 4).
 func TestPipelineTransfersMatchEngine(t *testing.T) {
 	const vocab = 1000
 	for _, c := range []struct {
 		model         string
 		pp, tp, micro int
-		sp            bool
+		sp, bf16      bool
 	}{
-		{"gpt", 2, 1, 4, false},
-		{"gpt", 4, 1, 6, false},
-		{"bert", 2, 2, 2, false},
-		{"gpt", 2, 2, 3, true},
+		{"gpt", 2, 1, 4, false, false},
+		{"gpt", 4, 1, 6, false, false},
+		{"bert", 2, 2, 2, false, false},
+		{"gpt", 2, 2, 3, true, false},
+		{"gpt", 4, 1, 6, false, true},
+		{"llama", 2, 2, 3, true, true},
+		{"bert", 2, 1, 2, false, true},
 	} {
 		cfg := pipelineConfig(t, c.model, c.pp, 1, c.tp, c.micro)
 		cfg.SP, cfg.Layers = c.sp, 4
+		if c.bf16 {
+			cfg.Precision = "bf16"
+		}
 		p, err := New(Request{Config: cfg, Vocab: vocab, Device: CPU(0, 0, 0, "")})
 		if err != nil {
 			t.Fatal(err)
@@ -262,8 +269,8 @@ func TestPipelineTransfersMatchEngine(t *testing.T) {
 		for r := range bytes {
 			tm := p.Stages[r/c.tp].Time
 			if int64(tm.PPBytes) != bytes[r] || int64(tm.Transfers) != sends[r] {
-				t.Errorf("%s pp %d tp %d m %d sp %v rank %d: plan sends %.0f B in %d transfers a step, the engine %d B in %d",
-					c.model, c.pp, c.tp, c.micro, c.sp, r, tm.PPBytes, tm.Transfers, bytes[r], sends[r])
+				t.Errorf("%s pp %d tp %d m %d sp %v bf16 %v rank %d: plan sends %.0f B in %d transfers a step, the engine %d B in %d",
+					c.model, c.pp, c.tp, c.micro, c.sp, c.bf16, r, tm.PPBytes, tm.Transfers, bytes[r], sends[r])
 			}
 		}
 	}

@@ -235,8 +235,9 @@ type Time struct {
 	// PPBytes are what a pipeline stage's rank sends its neighbours
 	// point-to-point in a step (part of CommS): each micro-batch's output,
 	// (B,T,C) or (B,T/tp,C) under sequence parallelism, to the next stage
-	// and the gradient of its input, of the same size, to the previous
-	// one; Transfers counts those messages.
+	// (2 bytes an element at bf16) and the gradient of its input, of the
+	// same size, float32, to the previous one; Transfers counts those
+	// messages.
 	PPBytes   float64 `json:"pp_bytes,omitempty"`
 	Transfers int     `json:"transfers,omitempty"`
 	// Bubble is the 1F1B schedule's idle share, (p-1)/(m+p-1), and
@@ -960,23 +961,24 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		microS += tpMicroS
 	}
 	if s.pp > 1 {
-		// Each micro-batch's output to the next stage, the gradient of its
-		// input to the previous one: (B,T,C), or this rank's T/tp
-		// positions under sequence parallelism. Neighbour stages may sit
-		// on different nodes.
+		// Each micro-batch's output to the next stage, stored as the
+		// residual stream (spec.StageActivation: bf16 at bf16), the
+		// gradient of its input, float32, to the previous one: (B,T,C), or
+		// this rank's T/tp positions under sequence parallelism. Neighbour
+		// stages may sit on different nodes.
 		x := N * C
 		if s.sp {
 			x /= tp
 		}
-		links := 0
+		t.Transfers = 0
 		if !s.last {
-			links++
+			t.Transfers += int(accum)
+			t.PPBytes += accum * x * float64(spec.Residual(cfg).Size())
 		}
 		if !s.first {
-			links++
+			t.Transfers += int(accum)
+			t.PPBytes += accum * x * f32
 		}
-		t.Transfers = int(accum) * links
-		t.PPBytes = float64(t.Transfers) * x * f32
 		c := dev.collective(across, 2, nodes)
 		froms, t.Warnings = append(froms, "pp "+c.from), appendNew(t.Warnings, c.warn)
 		// A send is half an exchange: the all-reduce's bus bandwidth.

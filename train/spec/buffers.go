@@ -44,11 +44,14 @@ func ModelBuffers(c config.Config, last bool) (stream, head parallel.Buffers) {
 
 // StageActivation is what a pipeline stage sends the next stage and
 // receives from the previous one, a micro-batch's (B,T,C) activations (its
-// T/tp positions under sequence parallelism); the gradients going back are
-// received into the model's own stream buffers. A stage that is not the
-// first keeps the input of every micro-batch in flight, one such buffer
-// each, and one that is not the last copies its output into a send buffer
-// of its own.
+// T/tp positions under sequence parallelism), stored as the residual
+// stream (Residual: bf16 at bf16, which the link carries as it is); the
+// gradients going back are received into the model's own stream buffers.
+// A stage that is not the first keeps the input of every micro-batch in
+// flight, one such buffer each, and one that is not the last copies its
+// output into a send buffer of its own.
 func StageActivation(c config.Config) parallel.Buffer {
-	return parallel.Buffer{Name: "stage_act", Shape: []int{c.BatchSize, c.LocalSeq(), c.Dim}}
+	b := parallel.Buffer{Name: "stage_act", Shape: []int{c.BatchSize, c.LocalSeq(), c.Dim}}
+	b.DType = Residual(c)
+	return b
 }

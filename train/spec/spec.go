@@ -60,6 +60,11 @@ func NormOut(cfg config.Config) tensor.DType {
 	return Compute(cfg)
 }
 
+// Residual is what the blocks' residual stream (each block's output) is
+// stored as: NormOut's, Compute(cfg) in the pre-norm blocks, which round
+// their residual sums into it, float32 in BERT's post-norm layers.
+func Residual(cfg config.Config) tensor.DType { return NormOut(cfg) }
+
 // Logits is what a language model's head stores its logits as, and so
 // their gradient, which the fused classifier writes over them: Compute(cfg)
 // (the loss reads them widened and works in float32; the head's backward
