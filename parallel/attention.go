@@ -73,7 +73,7 @@ type attnSaved struct {
 // datt, when the probabilities are bfloat16): the layer and its shadows
 // share it.
 type attnScratch struct {
-	grads      buffers
+	grads      phasedBuffers  // attnForwardScratch, made by Forward; the rest by Backward
 	attScratch *tensor.Tensor // (B, nh, T, T) the probabilities under selective recomputation
 	dqkv       *tensor.Tensor // (B, T, 3*nh*hd)
 	datt       *tensor.Tensor // (B, nh, T, T)
@@ -175,7 +175,7 @@ func (a *ParallelSelfAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*
 	}
 	if (a.selective || a.QKV.opt.OutDType == tensor.BFloat16) && a.fused == nil {
 		// The probabilities in the scratch, or their float32 scores.
-		if err := a.ensureScratch(dev, b, t); err != nil {
+		if err := a.ensureScratch(dev, b, t, false); err != nil {
 			return nil, err
 		}
 	}
@@ -193,13 +193,21 @@ func (a *ParallelSelfAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*
 	return a.Proj.Forward(a.y)
 }
 
-// ensureScratch makes the backward's scratch for b x t tokens.
-func (a *ParallelSelfAttention) ensureScratch(dev tensor.Device, b, t int) error {
+// attnForwardScratch are the scratch buffers an attention's Forward
+// uses: the probabilities under selective recomputation, the float32
+// scores of bfloat16 ones (in datt).
+var attnForwardScratch = []string{"att", "datt"}
+
+// ensureScratch makes the scratch for b x t tokens: Forward's, and with
+// backward the backward's too.
+func (a *ParallelSelfAttention) ensureScratch(dev tensor.Device, b, t int, backward bool) error {
 	cl := a.nh * a.hd
 	if err := a.grads.ensure(dev, [2]int{b, t}, func() Buffers {
 		return attentionCoreSizes(b, t, a.nh, cl, a.selective, a.fused != nil, a.QKV.opt.OutDType).Scratch
+	}, attnForwardScratch, backward, func(get func(string) *tensor.Tensor) {
+		a.attScratch, a.datt = get("att"), get("datt")
 	}, func(get func(string) *tensor.Tensor) {
-		a.attScratch, a.datt, a.dpre, a.dy, a.dqkv, a.delta = get("att"), get("datt"), get("dpre"), get("dy"), get("dqkv"), get("delta")
+		a.dpre, a.dy, a.dqkv, a.delta = get("dpre"), get("dy"), get("dqkv"), get("delta")
 	}); err != nil {
 		return fmt.Errorf("%s: %w", a.Name, err)
 	}
@@ -235,7 +243,7 @@ func (a *ParallelSelfAttention) Backward(dout, dinp *tensor.Tensor) error {
 		return fmt.Errorf("%s: Backward before Forward", a.Name)
 	}
 	dev := dout.Device()
-	if err := a.ensureScratch(dev, a.y.Dim(0), a.y.Dim(1)); err != nil {
+	if err := a.ensureScratch(dev, a.y.Dim(0), a.y.Dim(1), true); err != nil {
 		return err
 	}
 	dev.Zero(a.dy)

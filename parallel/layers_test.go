@@ -366,3 +366,64 @@ func TestRowGradRounded(t *testing.T) {
 		t.Errorf("the gradients from the unrounded gradient equal the rounded ones: the test cannot tell")
 	}
 }
+
+// A Forward with no Backward after it (an evaluation) makes only the
+// scratch a forward uses: an attention's probabilities under selective
+// recomputation and its bfloat16 probabilities' float32 scores, a Llama's
+// rotation table; the gradients' scratch comes with the first Backward.
+func TestForwardMakesNoBackwardScratch(t *testing.T) {
+	dev := tensor.NewCPU()
+	r := rand.New(rand.NewPCG(51, 52))
+	x, _ := uploadRand(t, dev, r, 2, 6, 16)
+	dout, _ := uploadRand(t, dev, r, 2, 6, 16)
+	dx, err := dev.Alloc(2, 6, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpt, err := NewParallelSelfAttention(dev, nil, "attn", AttentionConfig{Dim: 16, Heads: 2, Causal: true, Seed: 3, Activations: tensor.BFloat16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	llama, err := NewLlamaAttention(dev, nil, "self_attn", LlamaAttentionConfig{Dim: 16, Heads: 4, KVHeads: 2, RoPE: RoPE{Theta: 10000}, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name    string
+		layer   attentionSublayer
+		scratch func() *attnScratchView
+		forward string // the scratch Forward needs
+	}{
+		{"gpt bf16", gpt, func() *attnScratchView { return &attnScratchView{gpt.datt, gpt.dpre, gpt.dy, gpt.dqkv, nil} }, "datt"},
+		{"llama fp32", llama, func() *attnScratchView {
+			return &attnScratchView{llama.datt, llama.dpre, llama.dy, llama.dqkv, llama.ropeTable}
+		}, "rope"},
+	} {
+		before := dev.MemStats().Current
+		if _, err := c.layer.Forward(x, nil); err != nil {
+			t.Fatal(err)
+		}
+		s := c.scratch()
+		if s.dpre != nil || s.dy != nil || s.dqkv != nil {
+			t.Errorf("%s: Forward made the backward's scratch (dpre %v, dy %v, dqkv %v)", c.name, s.dpre, s.dy, s.dqkv)
+		}
+		if c.forward == "datt" && s.datt == nil || c.forward == "rope" && s.rope == nil {
+			t.Errorf("%s: Forward made no %s", c.name, c.forward)
+		}
+		afterForward := dev.MemStats().Current
+		if err := c.layer.Backward(dout, dx); err != nil {
+			t.Fatal(err)
+		}
+		s = c.scratch()
+		if s.dpre == nil || s.dy == nil || s.dqkv == nil {
+			t.Errorf("%s: Backward made no scratch", c.name)
+		}
+		if dev.MemStats().Current <= afterForward || afterForward <= before {
+			t.Errorf("%s: %d B before, %d after Forward, %d after Backward", c.name, before, afterForward, dev.MemStats().Current)
+		}
+	}
+}
+
+// attnScratchView is what TestForwardMakesNoBackwardScratch looks at of an
+// attention's scratch.
+type attnScratchView struct{ datt, dpre, dy, dqkv, rope *tensor.Tensor }

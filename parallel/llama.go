@@ -254,7 +254,7 @@ type LlamaAttention struct {
 // gqaScratch is what a LlamaAttention's Backward uses and leaves nothing
 // in, and its rotation table: the layer and its shadows share it.
 type gqaScratch struct {
-	grads      buffers
+	grads      phasedBuffers  // llamaForwardScratch, made by Forward; the rest by Backward
 	ropeTable  *tensor.Tensor // (T, hd) cos | sin of each position's angles
 	attScratch *tensor.Tensor // (B, nh, T, T) the probabilities under selective recomputation
 	dqkv       *tensor.Tensor // (B, T, nkv*(g+2)*hd)
@@ -361,7 +361,7 @@ func (a *LlamaAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*tensor.
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", a.Name, err)
 	}
-	if err := a.ensureScratch(dev, b, t); err != nil {
+	if err := a.ensureScratch(dev, b, t, false); err != nil {
 		return nil, err
 	}
 	a.keyValid = keyValid
@@ -379,14 +379,21 @@ func (a *LlamaAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*tensor.
 	return a.Proj.Forward(a.y)
 }
 
-// ensureScratch makes the scratch and the rotation table for b x t tokens.
-func (a *LlamaAttention) ensureScratch(dev tensor.Device, b, t int) error {
+// llamaForwardScratch are the scratch buffers a LlamaAttention's Forward
+// uses: attnForwardScratch's and the rotation table.
+var llamaForwardScratch = append([]string{"rope"}, attnForwardScratch...)
+
+// ensureScratch makes the rotation table and Forward's scratch for b x t
+// tokens, and with backward the backward's too.
+func (a *LlamaAttention) ensureScratch(dev tensor.Device, b, t int, backward bool) error {
 	var fill *tensor.Tensor
 	if err := a.grads.ensure(dev, [2]int{b, t}, func() Buffers {
 		return llamaAttentionCoreSizes(b, t, a.nh, a.nkv, a.hd, a.selective, a.fused != nil, a.QKV.opt.OutDType).Scratch
-	}, func(get func(string) *tensor.Tensor) {
-		a.attScratch, a.ropeTable, a.datt, a.dpre, a.dy, a.dqkv, a.delta = get("att"), get("rope"), get("datt"), get("dpre"), get("dy"), get("dqkv"), get("delta")
+	}, llamaForwardScratch, backward, func(get func(string) *tensor.Tensor) {
+		a.attScratch, a.ropeTable, a.datt = get("att"), get("rope"), get("datt")
 		fill = a.ropeTable
+	}, func(get func(string) *tensor.Tensor) {
+		a.dpre, a.dy, a.dqkv, a.delta = get("dpre"), get("dy"), get("dqkv"), get("delta")
 	}); err != nil {
 		return fmt.Errorf("%s: %w", a.Name, err)
 	}
@@ -415,7 +422,7 @@ func (a *LlamaAttention) Backward(dout, dinp *tensor.Tensor) error {
 	}
 	dev := dout.Device()
 	t := a.y.Dim(1)
-	if err := a.ensureScratch(dev, a.y.Dim(0), t); err != nil {
+	if err := a.ensureScratch(dev, a.y.Dim(0), t, true); err != nil {
 		return err
 	}
 	dev.Zero(a.dy)

@@ -132,6 +132,27 @@ func (b *buffers) release() {
 	b.bufs, b.made = nil, false
 }
 
+// phasedBuffers are a layer's scratch in two parts: what its Forward
+// needs, made there, and what only its Backward does, made on the first
+// Backward of a shape, so that a run that never trains (an evaluation)
+// holds the first alone. Together they are the layer's Sizes.Scratch.
+type phasedBuffers struct{ forward, backward buffers }
+
+// ensure makes the buffers of list named in forward (handed to
+// takeForward) and, with backward set, the others (to takeBackward).
+func (p *phasedBuffers) ensure(dev tensor.Device, key [2]int, list func() Buffers, forward []string, backward bool,
+	takeForward, takeBackward func(get func(name string) *tensor.Tensor)) error {
+	if err := p.forward.ensure(dev, key, func() Buffers { f, _ := list().split(forward); return f }, takeForward); err != nil || !backward {
+		return err
+	}
+	return p.backward.ensure(dev, key, func() Buffers { _, b := list().split(forward); return b }, takeBackward)
+}
+
+func (p *phasedBuffers) release() {
+	p.forward.release()
+	p.backward.release()
+}
+
 // ShapeError reports a layer input whose shape does not fit the layer.
 type ShapeError struct {
 	Layer string

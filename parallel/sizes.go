@@ -2,6 +2,7 @@ package parallel
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/hpcrun/hpcrun/tensor"
 )
@@ -57,6 +58,18 @@ func buf(name string, shape ...int) Buffer { return Buffer{Name: name, Shape: sh
 
 // as is b stored as dt.
 func (b Buffer) as(dt tensor.DType) Buffer { b.DType = dt; return b }
+
+// split is z's buffers named in names, and the others, each in z's order.
+func (z Buffers) split(names []string) (in, out Buffers) {
+	for _, b := range z {
+		if slices.Contains(names, b.Name) {
+			in = append(in, b)
+		} else {
+			out = append(out, b)
+		}
+	}
+	return in, out
+}
 
 // Sizes are the buffers a layer allocates for one batch shape, split as a
 // pipeline stage needs them: Saved is what Forward keeps for Backward (a
