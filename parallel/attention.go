@@ -73,7 +73,7 @@ type attnSaved struct {
 // datt, when the probabilities are bfloat16): the layer and its shadows
 // share it.
 type attnScratch struct {
-	grads      phasedBuffers  // attnForwardScratch, made by Forward; the rest by Backward
+	grads      phasedBuffers  // attnForwardScratch's, made by Forward; the rest by Backward
 	attScratch *tensor.Tensor // (B, nh, T, T) the probabilities under selective recomputation
 	dqkv       *tensor.Tensor // (B, T, 3*nh*hd)
 	datt       *tensor.Tensor // (B, nh, T, T)
@@ -174,7 +174,8 @@ func (a *ParallelSelfAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*
 		return nil, fmt.Errorf("%s: %w", a.Name, err)
 	}
 	if (a.selective || a.QKV.opt.OutDType == tensor.BFloat16) && a.fused == nil {
-		// The probabilities in the scratch, or their float32 scores.
+		// The probabilities in the scratch, or their float32 scores
+		// (attnForwardScratch).
 		if err := a.ensureScratch(dev, b, t, false); err != nil {
 			return nil, err
 		}
@@ -194,9 +195,15 @@ func (a *ParallelSelfAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*
 }
 
 // attnForwardScratch are the scratch buffers an attention's Forward
-// uses: the probabilities under selective recomputation, the float32
-// scores of bfloat16 ones (in datt).
-var attnForwardScratch = []string{"att", "datt"}
+// uses: the probabilities under selective recomputation and, where the
+// probabilities are stored as act, bfloat16, their float32 scores (in
+// datt).
+func attnForwardScratch(act tensor.DType) []string {
+	if act == tensor.BFloat16 {
+		return []string{"att", "datt"}
+	}
+	return []string{"att"}
+}
 
 // ensureScratch makes the scratch for b x t tokens: Forward's, and with
 // backward the backward's too.
@@ -204,14 +211,24 @@ func (a *ParallelSelfAttention) ensureScratch(dev tensor.Device, b, t int, backw
 	cl := a.nh * a.hd
 	if err := a.grads.ensure(dev, [2]int{b, t}, func() Buffers {
 		return attentionCoreSizes(b, t, a.nh, cl, a.selective, a.fused != nil, a.QKV.opt.OutDType).Scratch
-	}, attnForwardScratch, backward, func(get func(string) *tensor.Tensor) {
-		a.attScratch, a.datt = get("att"), get("datt")
+	}, attnForwardScratch(a.QKV.opt.OutDType), backward, func(get func(string) *tensor.Tensor) {
+		a.attScratch = get("att")
+		takeDatt(&a.datt, get)
 	}, func(get func(string) *tensor.Tensor) {
 		a.dpre, a.dy, a.dqkv, a.delta = get("dpre"), get("dy"), get("dqkv"), get("delta")
+		takeDatt(&a.datt, get)
 	}); err != nil {
 		return fmt.Errorf("%s: %w", a.Name, err)
 	}
 	return nil
+}
+
+// takeDatt takes datt where get has it: in Forward's part of the scratch
+// or in Backward's (attnForwardScratch).
+func takeDatt(datt **tensor.Tensor, get func(string) *tensor.Tensor) {
+	if t := get("datt"); t != nil {
+		*datt = t
+	}
 }
 
 // scores is where the forward's scores go before the softmax: with

@@ -254,7 +254,7 @@ type LlamaAttention struct {
 // gqaScratch is what a LlamaAttention's Backward uses and leaves nothing
 // in, and its rotation table: the layer and its shadows share it.
 type gqaScratch struct {
-	grads      phasedBuffers  // llamaForwardScratch, made by Forward; the rest by Backward
+	grads      phasedBuffers  // the rotation table and attnForwardScratch's, made by Forward; the rest by Backward
 	ropeTable  *tensor.Tensor // (T, hd) cos | sin of each position's angles
 	attScratch *tensor.Tensor // (B, nh, T, T) the probabilities under selective recomputation
 	dqkv       *tensor.Tensor // (B, T, nkv*(g+2)*hd)
@@ -379,21 +379,20 @@ func (a *LlamaAttention) Forward(inp *tensor.Tensor, keyValid []int32) (*tensor.
 	return a.Proj.Forward(a.y)
 }
 
-// llamaForwardScratch are the scratch buffers a LlamaAttention's Forward
-// uses: attnForwardScratch's and the rotation table.
-var llamaForwardScratch = append([]string{"rope"}, attnForwardScratch...)
-
-// ensureScratch makes the rotation table and Forward's scratch for b x t
-// tokens, and with backward the backward's too.
+// ensureScratch makes the rotation table and Forward's scratch
+// (attnForwardScratch) for b x t tokens, and with backward the
+// backward's too.
 func (a *LlamaAttention) ensureScratch(dev tensor.Device, b, t int, backward bool) error {
 	var fill *tensor.Tensor
 	if err := a.grads.ensure(dev, [2]int{b, t}, func() Buffers {
 		return llamaAttentionCoreSizes(b, t, a.nh, a.nkv, a.hd, a.selective, a.fused != nil, a.QKV.opt.OutDType).Scratch
-	}, llamaForwardScratch, backward, func(get func(string) *tensor.Tensor) {
-		a.attScratch, a.ropeTable, a.datt = get("att"), get("rope"), get("datt")
+	}, append(attnForwardScratch(a.QKV.opt.OutDType), "rope"), backward, func(get func(string) *tensor.Tensor) {
+		a.attScratch, a.ropeTable = get("att"), get("rope")
+		takeDatt(&a.datt, get)
 		fill = a.ropeTable
 	}, func(get func(string) *tensor.Tensor) {
 		a.dpre, a.dy, a.dqkv, a.delta = get("dpre"), get("dy"), get("dqkv"), get("delta")
+		takeDatt(&a.datt, get)
 	}); err != nil {
 		return fmt.Errorf("%s: %w", a.Name, err)
 	}
