@@ -209,6 +209,15 @@ func glibcNewer(a, b string) bool {
 	return false
 }
 
+// stageMachine is fakeGPUMachine with a GPU whose tests pass, the stages'
+// results under out (OUT) and the extra environment more.
+func stageMachine(t *testing.T, more ...string) (env []string, bin, log, out string) {
+	t.Helper()
+	env, bin, log = fakeGPUMachine(t, true, "--- PASS: TestGPUBlocks (0.10s)")
+	out = filepath.Join(filepath.Dir(bin), "out")
+	return append(append(env, "OUT="+out), more...), bin, log, out
+}
+
 // runStages runs gpu-check.sh run with the given stages and extra
 // environment.
 func runStages(t *testing.T, env []string, stages ...string) (string, int) {
@@ -229,10 +238,8 @@ func runStages(t *testing.T, env []string, stages ...string) (string, int) {
 // writes its log and verdict under $OUT/<stage>/; a command that hangs is
 // cut at STAGE_LIMIT and the next stage still runs.
 func TestScriptStages(t *testing.T) {
-	env, bin, _ := fakeGPUMachine(t, true, "--- PASS: TestGPUBlocks (0.10s)")
+	env, bin, _, out := stageMachine(t, "STAGE_LIMIT=3")
 	root := filepath.Dir(bin)
-	out := filepath.Join(root, "out")
-	env = append(env, "OUT="+out, "STAGE_LIMIT=3")
 	pyArgs := filepath.Join(root, "python3-args")
 	write := func(p, body string) {
 		if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
@@ -293,10 +300,8 @@ echo "$*" >> `+pyArgs)
 // env it runs and leaves a per-kernel summary for each; without ncu, or
 // when ncu writes nothing, the stage fails and says why.
 func TestScriptNCU(t *testing.T) {
-	env, bin, log := fakeGPUMachine(t, true, "--- PASS: TestGPUBlocks (0.10s)")
+	env, bin, log, out := stageMachine(t, "BSZ=16")
 	root := filepath.Dir(bin)
-	out := filepath.Join(root, "out")
-	env = append(env, "OUT="+out, "BSZ=16")
 	ncu := filepath.Join(root, "ncu")
 	// A fake ncu: logs its arguments, writes the --log-file, runs the rest.
 	body := `echo "ncu $*" >> ` + log + `
