@@ -754,7 +754,16 @@ func TestAdamWCutAnywhere(t *testing.T) {
 		hp := AdamWParams{Step: 3, LR: 1e-2, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
 		scale := upload(t, d, []float32{0.7}, 1)
 		whole := []*Tensor{upload(t, d, p, n), upload(t, d, g, n), upload(t, d, m, n), upload(t, d, v, n)}
-		d.AdamW(whole[0], whole[1], whole[2], whole[3], nil, hp, scale)
+		half, err := d.AllocAs(BFloat16, n) // rounded a piece at a time (adamPiece < n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.AdamW(whole[0], whole[1], whole[2], whole[3], half, hp, scale)
+		for i, w := range download(whole[0]) {
+			if half.HostBF16()[i] != BF16FromFloat32(w) {
+				t.Fatalf("the bf16 copy's element %d is %#x, want %g rounded", i, half.HostBF16()[i], w)
+			}
+		}
 		cut := []*Tensor{upload(t, d, p, n), upload(t, d, g, n), upload(t, d, m, n), upload(t, d, v, n)}
 		for off, k := 0, 0; off < n; k++ {
 			l := min([]int{1, 13, 7, 1030, 3, 999, 8, 2047}[k%8], n-off)

@@ -166,7 +166,9 @@ func TestGPUZeROTwoRanksMatchesCPU(t *testing.T) {
 // (curveTolerance, as TestBF16Layouts), and the bf16 curve is not the
 // fp32 one; with grad_reduce bf16 (NCCL's bf16 average) the curve moves
 // off replicated dp2's, within 1%, and ZeRO-1 and -3 reducing in bf16
-// follow that curve within the spread.
+// follow that curve within the spread. A two-stage pipeline at bf16 (bf16
+// activations one way, fp32 gradients the other) follows the CPU
+// pipeline's curve.
 func TestGPUBF16ZeROTwoRanks(t *testing.T) {
 	needTwoGPUs(t)
 	cfg, ds := gptConfig(t, 2, 1)
@@ -204,6 +206,18 @@ func TestGPUBF16ZeROTwoRanks(t *testing.T) {
 		c.Zero = zero
 		closeCurve(t, fmt.Sprintf("cuda bf16 dp2 ZeRO-%d grad_reduce bf16", zero), runGPURanks(t, c, ds, t.TempDir(), ""), "dp2 grad_reduce bf16", got, tol)
 	}
+	// A two-stage pipeline at bf16: the stages exchange bf16 activations
+	// one way and fp32 gradients the other in one NCCL group each
+	// (SendRecvDevice of two types): the CPU pipeline's curve.
+	pp := cfg
+	pp.Device, pp.Comm, pp.PP, pp.MicroBatches = "cpu", "auto", 2, 4
+	res, err = runRanks(t, pp, ds, func(int) Options { return Options{Device: tensor.NewCPU(), RunDir: t.TempDir()} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ppTol := curveTolerance(t, pp, ds, res[0].Losses)
+	pp.Device, pp.Comm = "cuda", "nccl"
+	closeCurve(t, "cuda bf16 pp2", runGPURanks(t, pp, ds, t.TempDir(), ""), "cpu bf16 pp2", res[0].Losses, ppTol)
 }
 
 // needTwoGPUs skips the test without CUDA, NCCL or two GPUs.

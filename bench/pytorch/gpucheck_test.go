@@ -298,7 +298,8 @@ echo "$*" >> `+pyArgs)
 // The ncu stage profiles one bf16 and one tf32 step of hpcrun under ncu
 // (NCU, else ncu on PATH), which gets the CUDA library path through the
 // env it runs and leaves a per-kernel summary for each; without ncu, or
-// when ncu writes nothing, the stage fails and says why.
+// when ncu's log holds no summary (an error alone), the stage fails and
+// says why.
 func TestScriptNCU(t *testing.T) {
 	env, bin, log, out := stageMachine(t, "BSZ=16")
 	root := filepath.Dir(bin)
@@ -307,7 +308,7 @@ func TestScriptNCU(t *testing.T) {
 	body := `echo "ncu $*" >> ` + log + `
 while [ $# -gt 0 ]; do
 	case $1 in
-	--log-file) echo '"Kernel Name","Invocations"' > "$2"; shift 2;;
+	--log-file) echo '"Kernel Name","Invocations","Metric Name"' > "$2"; echo '"k","1","gpu__time_duration.sum"' >> "$2"; shift 2;;
 	--csv) shift;;
 	--*) shift 2;;
 	*) break;;
@@ -327,7 +328,7 @@ exec "$@"`
 		}
 	}
 	b, _ := os.ReadFile(log)
-	for _, want := range []string{"--precision bf16", "--precision tf32", "--bsz 16", "--steps 1 --warmup 0", "--metrics gpu__time_duration.sum --print-summary per-kernel"} {
+	for _, want := range []string{"--precision bf16", "--precision tf32", "--bsz 16", "--steps 1 --warmup 0", "--metrics gpu__time_duration.sum --clock-control none --print-summary per-kernel"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("ncu's arguments lack %q:\n%s", want, b)
 		}
@@ -340,7 +341,8 @@ exec "$@"`
 	if rc != 1 || !strings.Contains(got, "no ncu at") {
 		t.Errorf("without ncu: exit %d:\n%s", rc, got)
 	}
-	if err := os.WriteFile(ncu, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+	// An ncu that cannot read the counters: its log holds the error alone.
+	if err := os.WriteFile(ncu, []byte("#!/bin/sh\nwhile [ \"$1\" != --log-file ]; do shift; done\necho '==ERROR== ERR_NVGPUCTRPERM' > \"$2\"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	got, rc = runStages(t, append(env, "NCU="+ncu), "ncu")

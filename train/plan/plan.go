@@ -235,9 +235,10 @@ type Time struct {
 	// PPBytes are what a pipeline stage's rank sends its neighbours
 	// point-to-point in a step (part of CommS): each micro-batch's output,
 	// (B,T,C) or (B,T/tp,C) under sequence parallelism, to the next stage
-	// (2 bytes an element at bf16) and the gradient of its input, of the
-	// same size, float32, to the previous one; Transfers counts those
-	// messages.
+	// (2 bytes an element at bf16; the host links pad an odd count to a
+	// whole word, which C even never needs) and the gradient of its
+	// input, of the same size, float32, to the previous one; Transfers
+	// counts those messages.
 	PPBytes   float64 `json:"pp_bytes,omitempty"`
 	Transfers int     `json:"transfers,omitempty"`
 	// Bubble is the 1F1B schedule's idle share, (p-1)/(m+p-1), and
