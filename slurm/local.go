@@ -168,7 +168,10 @@ func (*Local) Status(_ context.Context, ref JobRef) (JobInfo, error) {
 	return j, nil
 }
 
-// Cancel sends TERM to the job's process group, then KILL after 10 s.
+// Cancel sends TERM to the job's process group, then KILL after 10 s,
+// and returns once every process of the group has exited (a rank that
+// outlives the launcher, saving its checkpoint, still writes into the
+// run dir).
 func (l *Local) Cancel(ctx context.Context, ref JobRef) error {
 	j, err := l.Status(ctx, ref)
 	if err != nil {
@@ -185,12 +188,42 @@ func (l *Local) Cancel(ctx context.Context, ref JobRef) error {
 		return fmt.Errorf("cancel local job %s: %w", ref.ID, err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if !pidAlive(ref.ID, ref.RunDir, true) {
+		if !pidAlive(ref.ID, ref.RunDir, true) && !groupAlive(pid) {
 			return nil
 		}
 	}
 	syscall.Kill(-pid, syscall.SIGKILL)
+	for deadline := time.Now().Add(5 * time.Second); groupAlive(pid) && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	}
 	return nil
+}
+
+// groupAlive says whether process group pgid still has a process that
+// is not a zombie (which a container's init may never reap).
+func groupAlive(pgid int) bool {
+	if syscall.Kill(-pgid, 0) != nil {
+		return false
+	}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		if _, err := strconv.Atoi(p.Name()); err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", p.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp ...: comm may hold spaces and ')'.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) > 2 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
+			return true
+		}
+	}
+	return false
 }
 
 func fileExists(path string) bool {

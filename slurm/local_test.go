@@ -163,6 +163,33 @@ func TestLocalCancel(t *testing.T) {
 	}
 }
 
+// Cancel returns once every process of the job has exited, not when the
+// job script has: a task that takes a second to stop after TERM (a rank
+// saving its checkpoint) has written its last file by then.
+func TestLocalCancelWaitsForTheTasks(t *testing.T) {
+	ref, dir := localJob(t, 1, `late="$(dirname "$0")/late"
+trap 'sleep 1; echo stopped > "$late"; exit 0' TERM
+sleep 60 &
+wait`)
+	l := &Local{}
+	for i := 0; ; i++ {
+		if j, _ := l.Status(context.Background(), ref); j.State == Running {
+			break
+		}
+		if i > 500 {
+			t.Fatal("never running")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // the task's trap is set
+	if err := l.Cancel(context.Background(), ref); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "late")); err != nil || string(b) != "stopped\n" {
+		t.Errorf("Cancel returned before the task stopped: %q, %v", b, err)
+	}
+}
+
 func TestLocalOtherHost(t *testing.T) {
 	dir := t.TempDir()
 	os.MkdirAll(filepath.Join(dir, rundir.LocalDir), 0o755)
