@@ -153,25 +153,54 @@ func (d *CPUDevice) Add(out, a, b *Tensor) {
 }
 
 type axpyK struct {
-	y, x  []float32
-	alpha float32
+	y, x   []float32
+	yH, xH []uint16 // a bfloat16 y or x instead
+	alpha  float32
 }
 
 func (k *axpyK) run(lo, hi, _ int) {
-	y, x, alpha := k.y[lo:hi], k.x[lo:hi], k.alpha
-	for i := range y {
-		y[i] += alpha * x[i]
+	if k.yH == nil && k.xH == nil {
+		y, x, alpha := k.y[lo:hi], k.x[lo:hi], k.alpha
+		for i := range y {
+			y[i] += alpha * x[i]
+		}
+		return
+	}
+	// A piece at a time through float32, as addK.
+	var wy, wx [512]float32
+	for at := lo; at < hi; at += len(wy) {
+		n := min(len(wy), hi-at)
+		y, x := wy[:n], wx[:n]
+		if k.yH != nil {
+			WidenBF16(y, k.yH[at:at+n])
+		} else {
+			y = k.y[at : at+n]
+		}
+		if k.xH != nil {
+			WidenBF16(x, k.xH[at:at+n])
+		} else {
+			x = k.x[at : at+n]
+		}
+		for i := range y {
+			y[i] += k.alpha * x[i]
+		}
+		if k.yH != nil {
+			RoundBF16(k.yH[at:at+n], y)
+		}
 	}
 }
 
-// Axpy is y += alpha*x elementwise.
+// Axpy is y += alpha*x elementwise. Either may be bfloat16: x is widened,
+// a bfloat16 y gets the float32 result rounded once.
 func (d *CPUDevice) Axpy(y *Tensor, alpha float32, x *Tensor) {
-	d.own("Axpy", y, x)
+	d.ownAny("Axpy", y, x)
 	check.Axpy(y, x)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.axpy
-	*k = axpyK{y: y.Host(), x: x.Host(), alpha: alpha}
+	*k = axpyK{alpha: alpha}
+	k.y, k.yH = hostAny(y, 0)
+	k.x, k.xH = hostAny(x, 0)
 	d.parallel(y.n, d.chunks(y.n, 1), k)
 	*k = axpyK{}
 }
@@ -388,6 +417,7 @@ func (d *CPUDevice) EmbeddingForward(out *Tensor, ids []int32, table *Tensor, vo
 
 type embBackK struct {
 	dtable, dout []float32 // dtable is (V,C), dout is (N,C)
+	doutH        []uint16  // a bfloat16 dout instead
 	ids          []int32   // (N)
 	c, start     int
 }
@@ -396,29 +426,44 @@ type embBackK struct {
 // same table row, so chunks split columns, not rows.
 func (k *embBackK) run(lo, hi, _ int) {
 	c, v := k.c, len(k.dtable)/max(k.c, 1)
+	var w [512]float32
 	for i, id := range k.ids {
 		id := int(id) - k.start
 		if id < 0 || id >= v {
 			continue
 		}
-		dst := k.dtable[id*c+lo : id*c+hi]
-		src := k.dout[i*c+lo : i*c+hi]
-		for j, g := range src {
-			dst[j] += g
+		if k.doutH == nil {
+			addTo(k.dtable[id*c+lo:id*c+hi], k.dout[i*c+lo:i*c+hi])
+			continue
+		}
+		for at := lo; at < hi; at += len(w) {
+			n := min(len(w), hi-at)
+			WidenBF16(w[:n], k.doutH[i*c+at:i*c+at+n])
+			addTo(k.dtable[id*c+at:id*c+at+n], w[:n])
 		}
 	}
 }
 
+// addTo is dst += src elementwise.
+func addTo(dst, src []float32) {
+	for j, g := range src {
+		dst[j] += g
+	}
+}
+
 // EmbeddingBackward is dtable[ids[i]-vocabStart] += dout[i] for the ids in
-// the table's slice. dtable is (V,C), dout is (N,C), ids is (N).
+// the table's slice. dtable is (V,C), dout is (N,C), ids is (N); a
+// bfloat16 dout is widened.
 func (d *CPUDevice) EmbeddingBackward(dtable, dout *Tensor, ids []int32, vocabStart int) {
-	d.own("EmbeddingBackward", dtable, dout)
+	d.own("EmbeddingBackward", dtable)
+	d.ownAny("EmbeddingBackward", dout)
 	n := check.EmbeddingBackward(dtable, dout, ids)
 	c := dtable.Cols()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.embB
-	*k = embBackK{dtable: dtable.Host(), dout: dout.Host(), ids: ids, c: c, start: vocabStart}
+	*k = embBackK{dtable: dtable.Host(), ids: ids, c: c, start: vocabStart}
+	k.dout, k.doutH = hostAny(dout, 0)
 	d.parallel(c, d.chunks(c, n), k)
 	*k = embBackK{}
 }

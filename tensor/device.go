@@ -40,8 +40,11 @@ type Device interface {
 	// as stored) with their a too, and as Add's out and a together (a
 	// residual stream); as BiasActivationForward's
 	// pre (both); as the gradients ActivationBackwardInPlace's dout,
-	// BiasBackward's dout, SwiGLUBackward's dinp and dout together and
-	// SoftmaxBackward's dinp (widened; those written rounded); as
+	// BiasBackward's dout, SwiGLUBackward's dinp and dout together,
+	// SoftmaxBackward's dinp, EmbeddingBackward's dout, and
+	// LayerNormBackward's and RMSNormBackward's dinp (a residual stream's
+	// gradient: widened; those written rounded, an accumulation once); as
+	// either or both of Axpy's y and x (y rounded once); as
 	// RoPEForward's and RoPEBackward's x (widened, rotated, rounded); to
 	// Copy2D between two BFloat16 tensors, to Fill and Zero; as
 	// SoftmaxForward's out (rounded) and SoftmaxBackward's out (widened);

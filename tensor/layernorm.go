@@ -127,18 +127,54 @@ func (r normRows) withScratch(d *CPUDevice, nc, c int) normRows {
 
 // backScratch is withScratch for a backward kernel that also keeps per
 // partials a column in each of nc chunks: those partial sums, zeroed by
-// the kernel, in one scratch with the rows. Called with d.mu held.
-func (r normRows) backScratch(d *CPUDevice, nc, c, per int) (normRows, []float32) {
+// the kernel, in one scratch with the rows and with the chunks' rows of
+// dinp's gradRows where dinp is bfloat16. Called with d.mu held.
+func (r normRows) backScratch(d *CPUDevice, nc, c, per int, dinp *Tensor) (normRows, gradRows, []float32) {
+	var g gradRows
+	g.f, g.h = hostAny(dinp, 0)
 	n := nc * per * c
-	wide := 0
+	wide, gw := 0, 0
 	if r.inpH != nil {
 		wide = nc * c
 	}
-	s := d.scratch32(n + wide)
-	if wide > 0 {
-		r.wide = s[n:]
+	if g.h != nil {
+		gw = nc * c
 	}
-	return r, s[:n]
+	s := d.scratch32(n + wide + gw)
+	if wide > 0 {
+		r.wide = s[n : n+wide]
+	}
+	if gw > 0 {
+		g.wide = s[n+wide:]
+	}
+	return r, g, s[:n]
+}
+
+// gradRows are the rows a norm's backward adds its input gradient into:
+// dinp's, or, where dinp is bfloat16, the chunk's row of wide, widened
+// from dinp before (row) and rounded into it after (store): the float32
+// kernel's sums on the values dinp holds, rounded once.
+type gradRows struct {
+	f    []float32
+	h    []uint16
+	wide []float32 // (chunks, C) where dinp is bfloat16
+}
+
+// row is row i of dinp to add into, read by chunk.
+func (g *gradRows) row(i, chunk, c int) []float32 {
+	if g.h == nil {
+		return g.f[i*c : (i+1)*c]
+	}
+	x := g.wide[chunk*c : (chunk+1)*c]
+	WidenBF16(x, g.h[i*c:(i+1)*c])
+	return x
+}
+
+// store rounds row i, added into by chunk, back into a bfloat16 dinp.
+func (g *gradRows) store(i, chunk, c int) {
+	if g.h != nil {
+		RoundBF16(g.h[i*c:(i+1)*c], g.wide[chunk*c:(chunk+1)*c])
+	}
 }
 
 // row is row i (of c columns) of the rows, read by chunk.
@@ -174,9 +210,10 @@ func (r *normRows) row(i, chunk, c int) []float32 {
 }
 
 type lnBackK struct {
-	dinp, dout, weight, mean, rstd []float32
-	inp                            normRows  // the forward's rows (no addend)
-	part                           []float32 // (chunks,2,C): dweight then dbias partial sums
+	dout, weight, mean, rstd []float32
+	dinp                     gradRows
+	inp                      normRows  // the forward's rows (no addend)
+	part                     []float32 // (chunks,2,C): dweight then dbias partial sums
 }
 
 func (k *lnBackK) run(lo, hi, chunk int) {
@@ -187,7 +224,7 @@ func (k *lnBackK) run(lo, hi, chunk int) {
 	clear(db)
 	w := k.weight[:c]
 	for i := lo; i < hi; i++ {
-		x, g, dx := k.inp.row(i, chunk, c), k.dout[i*c:(i+1)*c], k.dinp[i*c:(i+1)*c]
+		x, g := k.inp.row(i, chunk, c), k.dout[i*c:(i+1)*c]
 		m, r := k.mean[i], k.rstd[i]
 		// dnorm = w*dout; dx = r*(dnorm - mean(dnorm) - norm*mean(dnorm*norm)).
 		var sdn, sdnn float64
@@ -200,27 +237,30 @@ func (k *lnBackK) run(lo, hi, chunk int) {
 			db[j] += g[j]
 		}
 		mdn, mdnn := float32(sdn/float64(c)), float32(sdnn/float64(c))
+		dx := k.dinp.row(i, chunk, c)
 		for j, v := range x {
 			norm := (v - m) * r
 			dx[j] += (w[j]*g[j] - mdn - norm*mdnn) * r
 		}
+		k.dinp.store(i, chunk, c)
 	}
 }
 
 // LayerNormBackward accumulates the layernorm gradients. dinp, dout, inp are
 // (N,C); dweight, dbias, weight are (C); mean, rstd are (N). inp may be
-// bfloat16 (widened).
+// bfloat16 (widened); a bfloat16 dinp (a residual stream's gradient) gets
+// the float32 sum of what it held and the row's gradient, rounded once.
 func (d *CPUDevice) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd *Tensor) {
-	d.ownAny("LayerNormBackward", inp)
-	d.own("LayerNormBackward", dinp, dweight, dbias, dout, weight, mean, rstd)
+	d.ownAny("LayerNormBackward", inp, dinp)
+	d.own("LayerNormBackward", dweight, dbias, dout, weight, mean, rstd)
 	n := check.LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd)
 	c := weight.n
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	nc := d.chunks(n, 12*c)
-	rows, part := newNormRows(inp, nil, nil).backScratch(d, nc, c, 2)
+	rows, dx, part := newNormRows(inp, nil, nil).backScratch(d, nc, c, 2, dinp)
 	k := &d.k.lnB
-	*k = lnBackK{dinp: dinp.Host(), dout: dout.Host(), inp: rows, weight: weight.Host(), mean: mean.Host(), rstd: rstd.Host(), part: part}
+	*k = lnBackK{dinp: dx, dout: dout.Host(), inp: rows, weight: weight.Host(), mean: mean.Host(), rstd: rstd.Host(), part: part}
 	d.parallel(n, nc, k)
 	*k = lnBackK{}
 	dw, db := dweight.Host(), dbias.Host()

@@ -192,3 +192,96 @@ func TestNormsOfBF16Residual(t *testing.T) {
 		}
 	})
 }
+
+// TestResidualGradBF16: the kernels that read or write a residual
+// stream's bfloat16 gradient. Axpy is y + alpha*x in float32 on the
+// widened values, rounded once into a bfloat16 y (from the definition);
+// the norms' backward into a bfloat16 dinp is the float32 kernel's sum
+// on the widened dinp, rounded once, with the same weight gradients; and
+// EmbeddingBackward of a bfloat16 dout the float32 kernel's on the
+// widened dout.
+func TestResidualGradBF16(t *testing.T) {
+	eachDevice(t, func(t *testing.T, d *CPUDevice) {
+		r := rand.New(rand.NewPCG(41, 42))
+		for _, sh := range [][2]int{{3, 1}, {7, 37}, {65, 640}} {
+			n, c := sh[0], sh[1]
+			name := fmt.Sprintf("%dx%d", n, c)
+			half := func(v []float32) *Tensor {
+				h, err := d.AllocAs(BFloat16, n, c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				d.CopyFromHost(h, v)
+				return h
+			}
+			rounded := func(v []float32) []float32 {
+				out := make([]float32, len(v))
+				for i, x := range v {
+					out[i] = Float32FromBF16(BF16FromFloat32(x))
+				}
+				return out
+			}
+			xh, yh := half(randF32(r, n*c, 2)), half(randF32(r, n*c, 2))
+			xv, yv := download(xh), download(yh)
+			for _, dts := range [][2]DType{{Float32, BFloat16}, {BFloat16, Float32}, {BFloat16, BFloat16}} {
+				y, x := upload(t, d, yv, n, c), upload(t, d, xv, n, c)
+				if dts[0] == BFloat16 {
+					y = half(yv)
+				}
+				if dts[1] == BFloat16 {
+					x = xh
+				}
+				want := make([]float32, n*c)
+				for i := range want {
+					want[i] = yv[i] + -0.75*xv[i]
+				}
+				if dts[0] == BFloat16 {
+					want = rounded(want)
+				}
+				d.Axpy(y, -0.75, x)
+				if got := download(y); !bitsEqual(got, want) {
+					t.Errorf("%s: Axpy of y %v, x %v is not y - 0.75x (rounded where y is bfloat16)", name, dts[0], dts[1])
+				}
+			}
+
+			w, bias := upload(t, d, randF32(r, c, 1), c), upload(t, d, randF32(r, c, 1), c)
+			dout := upload(t, d, randF32(r, n*c, 1), n, c)
+			for _, inp := range []*Tensor{upload(t, d, xv, n, c), xh} {
+				what := fmt.Sprintf("%s inp %v", name, inp.DType())
+				m, rs := upload(t, d, make([]float32, n), n), upload(t, d, make([]float32, n), n)
+				d.LayerNormForward(upload(t, d, make([]float32, n*c), n, c), m, rs, inp, w, bias, 1e-5)
+				dv := download(half(randF32(r, n*c, 1)))
+				zeros := func() []*Tensor {
+					return []*Tensor{upload(t, d, make([]float32, c), c), upload(t, d, make([]float32, c), c)}
+				}
+				dh, d32 := half(dv), upload(t, d, dv, n, c)
+				g1, g2 := zeros(), zeros()
+				d.LayerNormBackward(dh, g1[0], g1[1], dout, inp, w, m, rs)
+				d.LayerNormBackward(d32, g2[0], g2[1], dout, inp, w, m, rs)
+				if !bitsEqual(download(dh), rounded(download(d32))) || !bitsEqual(download(g1[0]), download(g2[0])) || !bitsEqual(download(g1[1]), download(g2[1])) {
+					t.Errorf("%s: LayerNormBackward into a bfloat16 dinp is not the float32 kernel's, rounded once", what)
+				}
+				d.RMSNormForward(upload(t, d, make([]float32, n*c), n, c), rs, inp, w, 1e-5)
+				dh, d32 = half(dv), upload(t, d, dv, n, c)
+				g1, g2 = zeros(), zeros()
+				d.RMSNormBackward(dh, g1[0], dout, inp, w, rs)
+				d.RMSNormBackward(d32, g2[0], dout, inp, w, rs)
+				if !bitsEqual(download(dh), rounded(download(d32))) || !bitsEqual(download(g1[0]), download(g2[0])) {
+					t.Errorf("%s: RMSNormBackward into a bfloat16 dinp is not the float32 kernel's, rounded once", what)
+				}
+			}
+
+			ids := make([]int32, n)
+			for i := range ids {
+				ids[i] = int32(r.IntN(9)) + 3 // repeated, some outside [5, 12)
+			}
+			tv := randF32(r, 7*c, 1)
+			t1, t2 := upload(t, d, tv, 7, c), upload(t, d, tv, 7, c)
+			d.EmbeddingBackward(t1, xh, ids, 5)
+			d.EmbeddingBackward(t2, upload(t, d, xv, n, c), ids, 5)
+			if !bitsEqual(download(t1), download(t2)) {
+				t.Errorf("%s: EmbeddingBackward of a bfloat16 dout is not the float32 kernel's on the widened one", name)
+			}
+		}
+	})
+}

@@ -589,6 +589,86 @@ func TestGPUResidualBF16(t *testing.T) {
 	}
 }
 
+// TestGPUResidualGradBF16: the kernels that read or write the residual
+// stream's gradient as bfloat16 (Axpy, the norms' backward into dinp,
+// EmbeddingBackward's dout) give the float32 kernels' results on the
+// widened values, rounded once where they write bfloat16, to the bit.
+func TestGPUResidualGradBF16(t *testing.T) {
+	b := newBench(t)
+	d := b.gpu
+	half := func(x *tensor.Tensor) *tensor.Tensor { // x rounded to bfloat16
+		h := b.bf16(x.Shape()...)
+		d.Copy(h, x)
+		return h
+	}
+	for _, sh := range []struct{ rows, c int }{{3, 1}, {13, 771}, {d.sms*32 + 5, 64}} {
+		n, c := sh.rows, sh.c
+		what := fmt.Sprintf("%dx%d", n, c)
+		x, y := half(b.rand("x", 2, n, c).g), half(b.rand("y", 2, n, c).g)
+		xw, yw := outAsF32(b, x), outAsF32(b, y)
+		for _, dts := range [][2]tensor.DType{{tensor.Float32, tensor.BFloat16}, {tensor.BFloat16, tensor.Float32}, {tensor.BFloat16, tensor.BFloat16}} {
+			yy, xx := yw, xw
+			if dts[0] == tensor.BFloat16 {
+				yy = half(yw)
+			} else {
+				yy = b.zeros("y32", n, c).g
+				d.Copy(yy, yw)
+			}
+			if dts[1] == tensor.BFloat16 {
+				xx = x
+			}
+			ref := b.zeros("ref", n, c).g
+			d.Copy(ref, yw)
+			d.Axpy(ref, -0.75, xw)
+			d.Axpy(yy, -0.75, xx)
+			want := ref
+			if dts[0] == tensor.BFloat16 {
+				want = outAsF32(b, half(ref))
+			}
+			sameGPUBits(t, d, fmt.Sprintf("Axpy %s y %v x %v", what, dts[0], dts[1]), outAsF32(b, yy), want)
+		}
+
+		// The norms' backward into a bfloat16 dinp, from a float32 and a
+		// bfloat16 inp: the float32 kernel's dinp rounded, the same
+		// weight and bias gradients.
+		w, bias := b.rand("weight", 1, c), b.rand("bias", 1, c)
+		mean, rstd := b.zeros("mean", n), b.zeros("rstd", n)
+		dout := b.rand("dout", 1, n, c)
+		for _, inp := range []*tensor.Tensor{xw, x} {
+			what := fmt.Sprintf("%s inp %v", what, inp.DType())
+			d.LayerNormForward(b.zeros("o", n, c).g, mean.g, rstd.g, inp, w.g, bias.g, 1e-5)
+			dinp, ref := half(b.rand("dinp", 1, n, c).g), b.zeros("dinp2", n, c).g
+			d.Copy(ref, dinp)
+			dw, db, dw2, db2 := b.zeros("dw", c), b.zeros("db", c), b.zeros("dw2", c), b.zeros("db2", c)
+			d.LayerNormBackward(dinp, dw.g, db.g, dout.g, inp, w.g, mean.g, rstd.g)
+			d.LayerNormBackward(ref, dw2.g, db2.g, dout.g, inp, w.g, mean.g, rstd.g)
+			sameGPUBits(t, d, "LayerNormBackward into a bfloat16 dinp "+what, outAsF32(b, dinp), outAsF32(b, half(ref)))
+			sameGPUBits(t, d, "LayerNormBackward into a bfloat16 dinp "+what+" dweight", dw.g, dw2.g)
+			sameGPUBits(t, d, "LayerNormBackward into a bfloat16 dinp "+what+" dbias", db.g, db2.g)
+			d.RMSNormForward(b.zeros("o", n, c).g, rstd.g, inp, w.g, 1e-5)
+			d.Copy(ref, dinp)
+			d.RMSNormBackward(dinp, dw.g, dout.g, inp, w.g, rstd.g)
+			d.RMSNormBackward(ref, dw2.g, dout.g, inp, w.g, rstd.g)
+			sameGPUBits(t, d, "RMSNormBackward into a bfloat16 dinp "+what, outAsF32(b, dinp), outAsF32(b, half(ref)))
+			sameGPUBits(t, d, "RMSNormBackward into a bfloat16 dinp "+what+" dweight", dw.g, dw2.g)
+		}
+	}
+
+	// EmbeddingBackward of a bfloat16 dout: ids without repeats, so that
+	// the atomic adds' order cannot change the bits.
+	const n, c, v, start = 37, 96, 50, 100
+	id := make([]int32, n)
+	for i, p := range b.r.Perm(v + 10)[:n] {
+		id[i] = int32(start - 5 + p) // some outside the slice
+	}
+	dout := half(b.rand("dout", 1, n, c).g)
+	dtable, ref := b.rand("dtable", 1, v, c), b.zeros("dtable2", v, c)
+	d.Copy(ref.g, dtable.g)
+	d.EmbeddingBackward(dtable.g, dout, id, start)
+	d.EmbeddingBackward(ref.g, outAsF32(b, dout), id, start)
+	sameGPUBits(t, d, "EmbeddingBackward of a bfloat16 dout", dtable.g, ref.g)
+}
+
 // outAsF32 is x as float32 on the GPU: itself, or a bfloat16 x widened
 // into a new tensor.
 func outAsF32(b *bench, x *tensor.Tensor) *tensor.Tensor {

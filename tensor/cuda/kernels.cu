@@ -89,10 +89,6 @@ extern "C" __global__ void add_f32(float* out, const float* a, const float* b, l
     GRID_STRIDE(i, n) out[i] = a[i] + b[i];
 }
 
-extern "C" __global__ void axpy_f32(float* y, float alpha, const float* x, long long n) {
-    GRID_STRIDE(i, n) y[i] += alpha * x[i];
-}
-
 extern "C" __global__ void scale_f32(float* x, float alpha, long long n) {
     GRID_STRIDE(i, n) x[i] *= alpha;
 }
@@ -132,6 +128,22 @@ __device__ __forceinline__ void add_out(T* p, float v) { store_out(p, load_in(p)
 // float32; the float32 sum rounded.
 extern "C" __global__ void add_bf16_from_bf16(bf16_t* out, const bf16_t* a, const float* b, long long n) {
     GRID_STRIDE(i, n) out[i] = bf16_round(load_in(a + i) + b[i]);
+}
+
+// axpy: y += alpha * x, either stored as bfloat16 (a residual stream's
+// gradient): x widened, y widened, added to and rounded once. Y is y's
+// dtype, X x's.
+template <typename Y, typename X>
+__device__ void axpy(Y* y, float alpha, const X* x, long long n) {
+    GRID_STRIDE(i, n) add_out(y + i, alpha * load_in(x + i));
+}
+extern "C" __global__ void axpy_f32(float* y, float alpha, const float* x, long long n) { axpy(y, alpha, x, n); }
+extern "C" __global__ void axpy_f32_from_bf16(float* y, float alpha, const bf16_t* x, long long n) {
+    axpy(y, alpha, x, n);
+}
+extern "C" __global__ void axpy_bf16(bf16_t* y, float alpha, const float* x, long long n) { axpy(y, alpha, x, n); }
+extern "C" __global__ void axpy_bf16_from_bf16(bf16_t* y, float alpha, const bf16_t* x, long long n) {
+    axpy(y, alpha, x, n);
 }
 
 // fill_bf16 is fill_f32 of a bfloat16 tensor: v rounded once.
@@ -239,16 +251,24 @@ extern "C" __global__ void ROW_BOUNDS embedding_forward_f32(float* out, const in
 }
 
 // embedding_backward: dtable[ids[i]-start] += dout[i]; repeated ids add
-// with atomics.
-extern "C" __global__ void ROW_BOUNDS embedding_backward_f32(float* dtable, const float* dout, const int* ids,
-                                                  long long rows, int c, long long v, long long start) {
+// with atomics. G is dout's dtype (a bfloat16 residual stream's gradient
+// widened).
+template <typename G>
+__device__ void embedding_backward(float* dtable, const G* dout, const int* ids, long long rows, int c, long long v,
+                                   long long start) {
     for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
         long long id = (long long)ids[i] - start;
         if (id < 0 || id >= v) continue;
         float* d = dtable + id * c;
-        const float* g = dout + i * c;
-        for (int j = threadIdx.x; j < c; j += blockDim.x) atomicAdd(d + j, g[j]);
+        const G* g = dout + i * c;
+        for (int j = threadIdx.x; j < c; j += blockDim.x) atomicAdd(d + j, load_in(g + j));
     }
+}
+#define EMB_BWD_ARGS(G) float *dtable, const G *dout, const int *ids, long long rows, int c, long long v, long long start
+#define EMB_BWD_CALL dtable, dout, ids, rows, c, v, start
+extern "C" __global__ void ROW_BOUNDS embedding_backward_f32(EMB_BWD_ARGS(float)) { embedding_backward(EMB_BWD_CALL); }
+extern "C" __global__ void ROW_BOUNDS embedding_backward_f32_from_bf16(EMB_BWD_ARGS(bf16_t)) {
+    embedding_backward(EMB_BWD_CALL);
 }
 
 // --- layernorm ---
@@ -328,9 +348,11 @@ extern "C" __global__ void ROW_BOUNDS layernorm_forward_bf16_sum_bf16(LN_FWD_ARG
 // layernorm_backward: block b takes rows b, b+gridDim.x, ...; it adds into
 // dinp and keeps its dweight and dbias partial sums in part (gridDim.x,2,C),
 // each thread owning the columns j = threadIdx.x mod blockDim.x, so that
-// layernorm_param_grads can add them in a fixed order. X is inp's dtype.
-template <typename X>
-__device__ void layernorm_backward(float* dinp, float* part, const float* dout, const X* inp, const float* weight,
+// layernorm_param_grads can add them in a fixed order. D is dinp's dtype
+// (a bfloat16 residual stream's gradient: added to and rounded once), X
+// inp's.
+template <typename D, typename X>
+__device__ void layernorm_backward(D* dinp, float* part, const float* dout, const X* inp, const float* weight,
                                    const float* mean, const float* rstd, long long rows, int c) {
     __shared__ float sh[32];
     float* dw = part + (long long)blockIdx.x * 2 * c;
@@ -354,20 +376,28 @@ __device__ void layernorm_backward(float* dinp, float* part, const float* dout, 
         }
         float mdn = block_sum(sdn, sh) / c;
         float mdnn = block_sum(sdnn, sh) / c;
-        float* dx = dinp + i * c;
+        D* dx = dinp + i * c;
         for (int j = threadIdx.x; j < c; j += blockDim.x) {
             float norm = (load_in(x + j) - m) * r;
-            dx[j] += (weight[j] * g[j] - mdn - norm * mdnn) * r;
+            add_out(dx + j, (weight[j] * g[j] - mdn - norm * mdnn) * r);
         }
     }
 }
 
-#define LN_BWD_ARGS(X)                                                                                   \
-    float *dinp, float *part, const float *dout, const X *inp, const float *weight, const float *mean, \
+#define LN_BWD_ARGS(D, X)                                                                            \
+    D *dinp, float *part, const float *dout, const X *inp, const float *weight, const float *mean, \
         const float *rstd, long long rows, int c
 #define LN_BWD_CALL dinp, part, dout, inp, weight, mean, rstd, rows, c
-extern "C" __global__ void ROW_BOUNDS layernorm_backward_f32(LN_BWD_ARGS(float)) { layernorm_backward(LN_BWD_CALL); }
-extern "C" __global__ void ROW_BOUNDS layernorm_backward_f32_from_bf16(LN_BWD_ARGS(bf16_t)) {
+extern "C" __global__ void ROW_BOUNDS layernorm_backward_f32(LN_BWD_ARGS(float, float)) {
+    layernorm_backward(LN_BWD_CALL);
+}
+extern "C" __global__ void ROW_BOUNDS layernorm_backward_f32_from_bf16(LN_BWD_ARGS(float, bf16_t)) {
+    layernorm_backward(LN_BWD_CALL);
+}
+extern "C" __global__ void ROW_BOUNDS layernorm_backward_bf16(LN_BWD_ARGS(bf16_t, float)) {
+    layernorm_backward(LN_BWD_CALL);
+}
+extern "C" __global__ void ROW_BOUNDS layernorm_backward_bf16_from_bf16(LN_BWD_ARGS(bf16_t, bf16_t)) {
     layernorm_backward(LN_BWD_CALL);
 }
 
@@ -438,8 +468,8 @@ extern "C" __global__ void ROW_BOUNDS rmsnorm_forward_bf16_sum_bf16(RMS_FWD_ARGS
 
 // rmsnorm_backward: as layernorm_backward, with the dweight partial sums
 // in part (gridDim.x,C).
-template <typename X>
-__device__ void rmsnorm_backward(float* dinp, float* part, const float* dout, const X* inp, const float* weight,
+template <typename D, typename X>
+__device__ void rmsnorm_backward(D* dinp, float* part, const float* dout, const X* inp, const float* weight,
                                  const float* rstd, long long rows, int c) {
     __shared__ float sh[32];
     float* dw = part + (long long)blockIdx.x * c;
@@ -455,16 +485,23 @@ __device__ void rmsnorm_backward(float* dinp, float* part, const float* dout, co
             dw[j] += norm * g[j];
         }
         float mdnn = block_sum(sdnn, sh) / c;
-        float* dx = dinp + i * c;
-        for (int j = threadIdx.x; j < c; j += blockDim.x) dx[j] += (weight[j] * g[j] - load_in(x + j) * r * mdnn) * r;
+        D* dx = dinp + i * c;
+        for (int j = threadIdx.x; j < c; j += blockDim.x)
+            add_out(dx + j, (weight[j] * g[j] - load_in(x + j) * r * mdnn) * r);
     }
 }
 
-#define RMS_BWD_ARGS(X) \
-    float *dinp, float *part, const float *dout, const X *inp, const float *weight, const float *rstd, long long rows, int c
+#define RMS_BWD_ARGS(D, X) \
+    D *dinp, float *part, const float *dout, const X *inp, const float *weight, const float *rstd, long long rows, int c
 #define RMS_BWD_CALL dinp, part, dout, inp, weight, rstd, rows, c
-extern "C" __global__ void ROW_BOUNDS rmsnorm_backward_f32(RMS_BWD_ARGS(float)) { rmsnorm_backward(RMS_BWD_CALL); }
-extern "C" __global__ void ROW_BOUNDS rmsnorm_backward_f32_from_bf16(RMS_BWD_ARGS(bf16_t)) {
+extern "C" __global__ void ROW_BOUNDS rmsnorm_backward_f32(RMS_BWD_ARGS(float, float)) { rmsnorm_backward(RMS_BWD_CALL); }
+extern "C" __global__ void ROW_BOUNDS rmsnorm_backward_f32_from_bf16(RMS_BWD_ARGS(float, bf16_t)) {
+    rmsnorm_backward(RMS_BWD_CALL);
+}
+extern "C" __global__ void ROW_BOUNDS rmsnorm_backward_bf16(RMS_BWD_ARGS(bf16_t, float)) {
+    rmsnorm_backward(RMS_BWD_CALL);
+}
+extern "C" __global__ void ROW_BOUNDS rmsnorm_backward_bf16_from_bf16(RMS_BWD_ARGS(bf16_t, bf16_t)) {
     rmsnorm_backward(RMS_BWD_CALL);
 }
 

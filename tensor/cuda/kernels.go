@@ -19,17 +19,21 @@ var kernels = []struct {
 	maxThreads int
 }{
 	{"fill_f32", elemThreads}, {"add_f32", elemThreads}, {"add_bf16_from_bf16", elemThreads}, {"axpy_f32", elemThreads},
+	{"axpy_f32_from_bf16", elemThreads}, {"axpy_bf16", elemThreads}, {"axpy_bf16_from_bf16", elemThreads},
 	{"scale_f32", elemThreads}, {"block2d_f32", elemThreads}, {"f32_to_bf16", elemThreads},
 	{"round_bf16", elemThreads}, {"widen_bf16", elemThreads}, {"copy2d_bf16", elemThreads}, {"rope_bf16", elemThreads},
 	{"add_bias_f32", elemThreads}, {"add_bias_bf16", elemThreads}, {"bias_backward_f32", 32 * 32}, {"bias_backward_f32_from_bf16", 32 * 32},
 	{"embedding_forward_f32", maxRowThreads}, {"embedding_backward_f32", maxRowThreads},
+	{"embedding_backward_f32_from_bf16", maxRowThreads},
 	{"layernorm_forward_f32", maxRowThreads}, {"layernorm_forward_bf16", maxRowThreads}, {"layernorm_forward_f32_from_bf16", maxRowThreads},
 	{"layernorm_forward_bf16_from_bf16", maxRowThreads}, {"layernorm_forward_f32_sum_bf16", maxRowThreads}, {"layernorm_forward_bf16_sum_bf16", maxRowThreads},
 	{"layernorm_backward_f32", maxRowThreads}, {"layernorm_backward_f32_from_bf16", maxRowThreads},
+	{"layernorm_backward_bf16", maxRowThreads}, {"layernorm_backward_bf16_from_bf16", maxRowThreads},
 	{"layernorm_param_grads_f32", elemThreads},
 	{"rmsnorm_forward_f32", maxRowThreads}, {"rmsnorm_forward_bf16", maxRowThreads}, {"rmsnorm_forward_f32_from_bf16", maxRowThreads},
 	{"rmsnorm_forward_bf16_from_bf16", maxRowThreads}, {"rmsnorm_forward_f32_sum_bf16", maxRowThreads}, {"rmsnorm_forward_bf16_sum_bf16", maxRowThreads},
 	{"rmsnorm_backward_f32", maxRowThreads}, {"rmsnorm_backward_f32_from_bf16", maxRowThreads},
+	{"rmsnorm_backward_bf16", maxRowThreads}, {"rmsnorm_backward_bf16_from_bf16", maxRowThreads},
 	{"rmsnorm_param_grads_f32", elemThreads}, {"rope_f32", elemThreads},
 	{"swiglu_forward_f32", elemThreads}, {"swiglu_forward_bf16", elemThreads},
 	{"swiglu_forward_f32_from_bf16", elemThreads}, {"swiglu_forward_bf16_from_bf16", elemThreads},
@@ -225,11 +229,12 @@ func (d *Device) Add(out, a, b *tensor.Tensor) {
 	d.elementwise(typed("add", out.DType(), a.DType()), out.Len(), tp(out), tp(a), tp(b), i64(out.Len()))
 }
 
-// Axpy is y += alpha*x elementwise.
+// Axpy is y += alpha*x elementwise; either may be bfloat16 (x widened, y
+// rounded once).
 func (d *Device) Axpy(y *tensor.Tensor, alpha float32, x *tensor.Tensor) {
-	d.own("Axpy", y, x)
+	d.ownAny("Axpy", y, x)
 	check.Axpy(y, x)
-	d.elementwise("axpy_f32", y.Len(), tp(y), f32(alpha), tp(x), i64(y.Len()))
+	d.elementwise(typed("axpy", y.DType(), x.DType()), y.Len(), tp(y), f32(alpha), tp(x), i64(y.Len()))
 }
 
 // Scale is x *= alpha elementwise.
@@ -325,13 +330,15 @@ func (d *Device) EmbeddingForward(out *tensor.Tensor, ids []int32, table *tensor
 }
 
 // EmbeddingBackward is dtable[ids[i]-vocabStart] += dout[i] for the ids in
-// the table's slice. dtable is (V,C), dout is (N,C), ids is (N).
+// the table's slice. dtable is (V,C), dout is (N,C), ids is (N); a
+// bfloat16 dout is widened.
 func (d *Device) EmbeddingBackward(dtable, dout *tensor.Tensor, ids []int32, vocabStart int) {
-	d.own("EmbeddingBackward", dtable, dout)
+	d.own("EmbeddingBackward", dtable)
+	d.ownAny("EmbeddingBackward", dout)
 	n := check.EmbeddingBackward(dtable, dout, ids)
 	c := dtable.Cols()
 	d.withIDs(n == 0 || c == 0, ids, func(p karg) {
-		d.rowwise("embedding_backward_f32", n, c, tp(dtable), tp(dout), p, i64(n), i32(c), i64(dtable.Len()/c), i64(vocabStart))
+		d.rowwise(typed("embedding_backward", tensor.Float32, dout.DType()), n, c, tp(dtable), tp(dout), p, i64(n), i32(c), i64(dtable.Len()/c), i64(vocabStart))
 	})
 }
 
@@ -379,11 +386,11 @@ func normKernel(base string, out, inp, sum *tensor.Tensor) string {
 
 // LayerNormBackward accumulates the layernorm gradients. dinp, dout, inp are
 // (N,C); dweight, dbias, weight are (C); mean, rstd are (N); inp may be
-// bfloat16 (widened). The weight and bias gradients are summed per block,
-// then over blocks in a fixed order.
+// bfloat16 (widened), and dinp (added to, rounded once). The weight and
+// bias gradients are summed per block, then over blocks in a fixed order.
 func (d *Device) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd *tensor.Tensor) {
-	d.ownAny("LayerNormBackward", inp)
-	d.own("LayerNormBackward", dinp, dweight, dbias, dout, weight, mean, rstd)
+	d.ownAny("LayerNormBackward", inp, dinp)
+	d.own("LayerNormBackward", dweight, dbias, dout, weight, mean, rstd)
 	n := check.LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd)
 	c := weight.Len()
 	if n == 0 || c == 0 {
@@ -399,7 +406,7 @@ func (d *Device) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean
 		d.fail(err)
 		return
 	}
-	d.launch(typed("layernorm_backward", tensor.Float32, inp.DType()), dim3{uint32(blocks), 1, 1}, dim3{uint32(rowThreads(c)), 1, 1},
+	d.launch(typed("layernorm_backward", dinp.DType(), inp.DType()), dim3{uint32(blocks), 1, 1}, dim3{uint32(rowThreads(c)), 1, 1},
 		tp(dinp), ptr(part), tp(dout), tp(inp), tp(weight), tp(mean), tp(rstd), i64(n), i32(c))
 	d.launch("layernorm_param_grads_f32", d.grid1(c, elemThreads), dim3{elemThreads, 1, 1},
 		tp(dweight), tp(dbias), ptr(part), i32(blocks), i32(c))
@@ -436,12 +443,12 @@ func (d *Device) AddRMSNormForward(sum, out, rstd, a, b, weight *tensor.Tensor, 
 }
 
 // RMSNormBackward accumulates the RMSNorm gradients. dinp, dout, inp are
-// (N,C); dweight, weight are (C); rstd is (N); inp may be bfloat16
-// (widened). The weight gradient is summed per block, then over blocks
-// in a fixed order.
+// (N,C); dweight, weight are (C); rstd is (N); inp and dinp may be
+// bfloat16, as LayerNormBackward's. The weight gradient is summed per
+// block, then over blocks in a fixed order.
 func (d *Device) RMSNormBackward(dinp, dweight, dout, inp, weight, rstd *tensor.Tensor) {
-	d.ownAny("RMSNormBackward", inp)
-	d.own("RMSNormBackward", dinp, dweight, dout, weight, rstd)
+	d.ownAny("RMSNormBackward", inp, dinp)
+	d.own("RMSNormBackward", dweight, dout, weight, rstd)
 	n := check.RMSNormBackward(dinp, dweight, dout, inp, weight, rstd)
 	c := weight.Len()
 	if n == 0 || c == 0 {
@@ -457,7 +464,7 @@ func (d *Device) RMSNormBackward(dinp, dweight, dout, inp, weight, rstd *tensor.
 		d.fail(err)
 		return
 	}
-	d.launch(typed("rmsnorm_backward", tensor.Float32, inp.DType()), dim3{uint32(blocks), 1, 1}, dim3{uint32(rowThreads(c)), 1, 1},
+	d.launch(typed("rmsnorm_backward", dinp.DType(), inp.DType()), dim3{uint32(blocks), 1, 1}, dim3{uint32(rowThreads(c)), 1, 1},
 		tp(dinp), ptr(part), tp(dout), tp(inp), tp(weight), tp(rstd), i64(n), i32(c))
 	d.launch("rmsnorm_param_grads_f32", d.grid1(c, elemThreads), dim3{elemThreads, 1, 1},
 		tp(dweight), ptr(part), i32(blocks), i32(c))

@@ -101,6 +101,7 @@ var kernelTests = []struct {
 	{"KernelEdges", TestGPUKernelEdges}, {"BF16Rounding", TestGPUBF16Rounding}, {"BF16Packed", TestGPUBF16Packed},
 	{"FusedAttention", TestGPUFusedAttention}, {"AdamWMany", TestGPUAdamWMany}, {"BF16Storage", TestGPUBF16Storage},
 	{"BiasActivation", TestGPUBiasActivation}, {"AddNorm", TestGPUAddNorm}, {"ResidualBF16", TestGPUResidualBF16},
+	{"ResidualGradBF16", TestGPUResidualGradBF16},
 }
 
 // TestKernelsOnCPU runs the kernel tests on the CUDA kernels compiled for
