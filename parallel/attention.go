@@ -35,7 +35,12 @@ type AttentionConfig struct {
 	// (BFloat16 under bf16 compute), and their gradients; and, unfused,
 	// the probabilities and the scores' gradient.
 	Activations tensor.DType
-	From        *ParamSet // the model's parameters, where the layer takes its own; nil: new ones
+	// OutGrad is what the gradient of the layer's output arrives as (the
+	// residual stream's): a float32 one the output projection rounds once
+	// into Activations for both its products (ProjGradDType); a pre-norm
+	// block hands it over as Activations already.
+	OutGrad tensor.DType
+	From    *ParamSet // the model's parameters, where the layer takes its own; nil: new ones
 }
 
 // ParallelSelfAttention is multi-head self-attention split by heads
@@ -104,7 +109,7 @@ func NewParallelSelfAttention(dev tensor.Device, tp nccl.Comm, name string, cfg 
 	if err != nil {
 		return nil, err
 	}
-	proj, err := NewRowParallelLinear(dev, tp, name+".c_proj", cfg.Dim, cfg.Dim, LinearOptions{Bias: true, InputIsParallel: true, TransientOut: true, Seed: cfg.Seed, Std: projStd, SequenceParallel: cfg.SP, From: cfg.From, GradDType: cfg.Activations})
+	proj, err := NewRowParallelLinear(dev, tp, name+".c_proj", cfg.Dim, cfg.Dim, LinearOptions{Bias: true, InputIsParallel: true, TransientOut: true, Seed: cfg.Seed, Std: projStd, SequenceParallel: cfg.SP, From: cfg.From, GradDType: ProjGradDType(cfg.Activations, cfg.OutGrad)})
 	if err != nil {
 		return nil, err
 	}

@@ -140,7 +140,7 @@ func NewBlock(dev tensor.Device, tp nccl.Comm, name string, cfg BlockConfig) (*B
 		return nil, err
 	}
 	attn, err := NewParallelSelfAttention(dev, tp, name+".attn", AttentionConfig{Dim: cfg.Dim, Heads: cfg.Heads, Causal: cfg.Causal, Seed: cfg.Seed, Std: std, ProjStd: cfg.ProjStd, SP: cfg.SP,
-		Selective: cfg.Recompute == RecomputeSelective, Fused: cfg.FusedAttention, Activations: cfg.Activations, From: cfg.From})
+		Selective: cfg.Recompute == RecomputeSelective, Fused: cfg.FusedAttention, Activations: cfg.Activations, OutGrad: cfg.Activations, From: cfg.From})
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +148,7 @@ func NewBlock(dev tensor.Device, tp nccl.Comm, name string, cfg BlockConfig) (*B
 	if err != nil {
 		return nil, err
 	}
-	mlp, err := newParallelMLP(dev, tp, cfg.SP, name+".mlp", cfg.Dim, cfg.Hidden, cfg.Seed, std, cfg.ProjStd, cfg.From, cfg.Activations)
+	mlp, err := newParallelMLP(dev, tp, cfg.SP, name+".mlp", cfg.Dim, cfg.Hidden, cfg.Seed, std, cfg.ProjStd, cfg.From, cfg.Activations, cfg.Activations)
 	if err != nil {
 		return nil, err
 	}
@@ -237,7 +237,9 @@ func (b *prenorm) forwardWith(dev tensor.Device, x *tensor.Tensor, attn func(h *
 }
 
 // Backward accumulates the parameter gradients and the input gradient dx
-// (B,T,C) from dout (B,T,C).
+// (B,T,C) from dout (B,T,C); either may be float32 or bfloat16 (the
+// model hands both stored as the stream, into which the norms' backward
+// and the residual path round their sums).
 func (b *prenorm) Backward(dout, dx *tensor.Tensor) error {
 	if b.out == nil {
 		return fmt.Errorf("%s: Backward before Forward", b.name)

@@ -222,7 +222,8 @@ type LlamaAttentionConfig struct {
 	// rounding), and y's gradient, and qkv_proj's output gradient as
 	// QKVGradDType says.
 	Activations tensor.DType
-	From        *ParamSet // the model's parameters, where the layer takes its own; nil: new ones
+	OutGrad     tensor.DType // what the output's gradient arrives as (AttentionConfig.OutGrad)
+	From        *ParamSet    // the model's parameters, where the layer takes its own; nil: new ones
 }
 
 // LlamaAttention is causal self-attention with grouped-query heads and
@@ -322,7 +323,7 @@ func NewLlamaAttention(dev tensor.Device, tp nccl.Comm, name string, cfg LlamaAt
 	if err != nil {
 		return nil, err
 	}
-	proj, err := NewRowParallelLinear(dev, tp, name+".o_proj", cfg.Dim, cfg.Dim, LinearOptions{InputIsParallel: true, TransientOut: true, Seed: cfg.Seed, Std: projStd, SequenceParallel: cfg.SP, From: cfg.From, GradDType: cfg.Activations})
+	proj, err := NewRowParallelLinear(dev, tp, name+".o_proj", cfg.Dim, cfg.Dim, LinearOptions{InputIsParallel: true, TransientOut: true, Seed: cfg.Seed, Std: projStd, SequenceParallel: cfg.SP, From: cfg.From, GradDType: ProjGradDType(cfg.Activations, cfg.OutGrad)})
 	if err != nil {
 		return nil, err
 	}
@@ -500,7 +501,7 @@ func swigluCoreSizes(b, t, fl int, act tensor.DType) Sizes {
 // sp when it is not nil; tp must divide hidden. The parameters are taken
 // from from (nil: new ones). act is what gate_up_proj's output and h, and
 // their gradients, are stored as (as NewParallelMLP's).
-func NewSwiGLUMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name string, dim, hidden int, seed uint64, std, projStd float32, from *ParamSet, act tensor.DType) (*SwiGLUMLP, error) {
+func NewSwiGLUMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name string, dim, hidden int, seed uint64, std, projStd float32, from *ParamSet, act, outGrad tensor.DType) (*SwiGLUMLP, error) {
 	if projStd == 0 {
 		projStd = std
 	}
@@ -508,7 +509,7 @@ func NewSwiGLUMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name st
 	if err != nil {
 		return nil, err
 	}
-	down, err := NewRowParallelLinear(dev, tp, name+".down_proj", hidden, dim, LinearOptions{InputIsParallel: true, TransientOut: true, Seed: seed, Std: projStd, SequenceParallel: sp, From: from, GradDType: act})
+	down, err := NewRowParallelLinear(dev, tp, name+".down_proj", hidden, dim, LinearOptions{InputIsParallel: true, TransientOut: true, Seed: seed, Std: projStd, SequenceParallel: sp, From: from, GradDType: ProjGradDType(act, outGrad)})
 	if err != nil {
 		return nil, err
 	}
@@ -652,11 +653,11 @@ func LlamaBlockSizes(s LlamaBlockShape, b, t int) Sizes {
 	layers.add("input_layernorm.", RMSNormSizes(b, tl, c, norms))
 	layers.add("self_attn.", llamaAttentionCoreSizes(b, t, s.Heads/tp, nkv, hd, s.Recompute == RecomputeSelective, s.FusedAttention, s.Activations))
 	layers.add("self_attn.qkv_proj.", ColumnSizes(LinearShape{In: c, Out: (s.Heads + 2*nkv*tp) * hd, TP: tp, SP: s.SP, OutDType: s.Activations}, b, t))
-	layers.add("self_attn.o_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true, TransientOut: true, GradDType: s.Activations}, b, t))
+	layers.add("self_attn.o_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true, TransientOut: true}, b, t))
 	layers.add("post_attention_layernorm.", RMSNormSizes(b, tl, c, norms))
 	layers.add("mlp.", swigluCoreSizes(b, t, s.Hidden/tp, s.Activations))
 	layers.add("mlp.gate_up_proj.", ColumnSizes(LinearShape{In: c, Out: 2 * s.Hidden, TP: tp, SP: s.SP, OutDType: s.Activations}, b, t))
-	layers.add("mlp.down_proj.", RowSizes(LinearShape{In: s.Hidden, Out: c, TP: tp, SP: s.SP, InputIsParallel: true, TransientOut: true, GradDType: s.Activations}, b, t))
+	layers.add("mlp.down_proj.", RowSizes(LinearShape{In: s.Hidden, Out: c, TP: tp, SP: s.SP, InputIsParallel: true, TransientOut: true}, b, t))
 	if full {
 		layers = Sizes{Scratch: append(layers.Saved, layers.Scratch...)}
 	}
@@ -683,7 +684,7 @@ func NewLlamaBlock(dev tensor.Device, tp nccl.Comm, name string, cfg LlamaBlockC
 	}
 	attn, err := NewLlamaAttention(dev, tp, name+".self_attn", LlamaAttentionConfig{Dim: cfg.Dim, Heads: cfg.Heads, KVHeads: cfg.KVHeads, RoPE: cfg.RoPE,
 		Seed: cfg.Seed, Std: std, ProjStd: cfg.ProjStd, SP: cfg.SP, Selective: cfg.Recompute == RecomputeSelective, Fused: cfg.FusedAttention,
-		Activations: cfg.Activations, From: cfg.From})
+		Activations: cfg.Activations, OutGrad: cfg.Activations, From: cfg.From})
 	if err != nil {
 		return nil, err
 	}
@@ -691,7 +692,7 @@ func NewLlamaBlock(dev tensor.Device, tp nccl.Comm, name string, cfg LlamaBlockC
 	if err != nil {
 		return nil, err
 	}
-	mlp, err := NewSwiGLUMLP(dev, tp, cfg.SP, name+".mlp", cfg.Dim, cfg.Hidden, cfg.Seed, std, cfg.ProjStd, cfg.From, cfg.Activations)
+	mlp, err := NewSwiGLUMLP(dev, tp, cfg.SP, name+".mlp", cfg.Dim, cfg.Hidden, cfg.Seed, std, cfg.ProjStd, cfg.From, cfg.Activations, cfg.Activations)
 	if err != nil {
 		return nil, err
 	}

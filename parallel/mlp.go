@@ -45,17 +45,20 @@ type mlpScratch struct {
 // gradient of GELU's output, which GELU's backward turns in place into
 // fc's output's, read by fc's products and bias gradient.
 func NewParallelMLP(dev tensor.Device, tp nccl.Comm, name string, dim, hidden int, seed uint64, std, projStd float32, from *ParamSet, act tensor.DType) (*ParallelMLP, error) {
-	return newParallelMLP(dev, tp, nil, name, dim, hidden, seed, std, projStd, from, act)
+	return newParallelMLP(dev, tp, nil, name, dim, hidden, seed, std, projStd, from, act, tensor.Float32)
 }
 
 // NewSequenceParallelMLP is NewParallelMLP in the sequence-parallel region
 // sp of tp: its input and output are this rank's (B,T/tp,C) positions (fc
 // all-gathers, proj reduce-scatters).
 func NewSequenceParallelMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name string, dim, hidden int, seed uint64, std, projStd float32, from *ParamSet, act tensor.DType) (*ParallelMLP, error) {
-	return newParallelMLP(dev, tp, sp, name, dim, hidden, seed, std, projStd, from, act)
+	return newParallelMLP(dev, tp, sp, name, dim, hidden, seed, std, projStd, from, act, tensor.Float32)
 }
 
-func newParallelMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name string, dim, hidden int, seed uint64, std, projStd float32, from *ParamSet, act tensor.DType) (*ParallelMLP, error) {
+// newParallelMLP is the MLP whose output gradient arrives as outGrad
+// (AttentionConfig.OutGrad): NewParallelMLP's and
+// NewSequenceParallelMLP's as float32, a pre-norm block's as act.
+func newParallelMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name string, dim, hidden int, seed uint64, std, projStd float32, from *ParamSet, act, outGrad tensor.DType) (*ParallelMLP, error) {
 	if projStd == 0 {
 		projStd = std
 	}
@@ -63,7 +66,7 @@ func newParallelMLP(dev tensor.Device, tp nccl.Comm, sp *SequenceParallel, name 
 	if err != nil {
 		return nil, err
 	}
-	proj, err := NewRowParallelLinear(dev, tp, name+".c_proj", hidden, dim, LinearOptions{Bias: true, InputIsParallel: true, TransientOut: true, Seed: seed, Std: projStd, SequenceParallel: sp, From: from, GradDType: act})
+	proj, err := NewRowParallelLinear(dev, tp, name+".c_proj", hidden, dim, LinearOptions{Bias: true, InputIsParallel: true, TransientOut: true, Seed: seed, Std: projStd, SequenceParallel: sp, From: from, GradDType: ProjGradDType(act, outGrad)})
 	if err != nil {
 		return nil, err
 	}

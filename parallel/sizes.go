@@ -250,6 +250,19 @@ func attentionCoreSizes(b, t, nh, cl int, selective, fused bool, y tensor.DType)
 	return z
 }
 
+// ProjGradDType is an output projection's LinearOptions.GradDType when
+// its output gradient (the residual stream's) arrives as outGrad: act,
+// the activations' dtype, where that gradient is float32 and act
+// bfloat16 (the layer rounds it once for both its products: a post-norm
+// block's, whose stream is float32); Float32, nothing to round, where it
+// arrives as act (a pre-norm block's stream gradient).
+func ProjGradDType(act, outGrad tensor.DType) tensor.DType {
+	if outGrad == act {
+		return tensor.Float32
+	}
+	return act
+}
+
 // QKVGradDType is what the gradient of an attention's fused Q,K,V
 // projection output (dqkv) is stored as, the attention's activations
 // stored as act: act, but float32 where the unfused attention sums a
@@ -280,19 +293,20 @@ func mlpCoreSizes(b, t, fl int, act tensor.DType) Sizes {
 // t positions under sequence parallelism): r, the residual after
 // attention, and out, saved, both stored as resid (the residual stream:
 // bfloat16 under bf16 compute in a pre-norm block, whose norms read it
-// widened and whose adds round into it); dr, the gradient of r, and dh,
-// of a layer norm's output, scratch. With full recomputation r is scratch
+// widened and whose adds round into it); dr, the gradient of r, stored as
+// resid too (the norms' backward round into it), and dh, of a layer
+// norm's output, scratch. With full recomputation r is scratch
 // too: Backward runs the block's forward again.
 func blockOwnSizes(b, t, c int, full bool, resid tensor.DType) Sizes {
 	if full {
 		return Sizes{
 			Saved:   Buffers{buf("out", b, t, c).as(resid)},
-			Scratch: Buffers{buf("r", b, t, c).as(resid), buf("dr", b, t, c), buf("dh", b, t, c)},
+			Scratch: Buffers{buf("r", b, t, c).as(resid), buf("dr", b, t, c).as(resid), buf("dh", b, t, c)},
 		}
 	}
 	return Sizes{
 		Saved:   Buffers{buf("r", b, t, c).as(resid), buf("out", b, t, c).as(resid)},
-		Scratch: Buffers{buf("dr", b, t, c), buf("dh", b, t, c)},
+		Scratch: Buffers{buf("dr", b, t, c).as(resid), buf("dh", b, t, c)},
 	}
 }
 
@@ -375,11 +389,11 @@ func BlockSizes(s BlockShape, b, t int) Sizes {
 	layers.add("ln_1.", LayerNormSizes(b, tl, c, norms))
 	layers.add("attn.", attentionCoreSizes(b, t, s.Heads/tp, c/tp, s.Recompute == RecomputeSelective, s.FusedAttention, s.Activations))
 	layers.add("attn.c_attn.", ColumnSizes(LinearShape{In: c, Out: 3 * c, TP: tp, SP: s.SP, OutDType: s.Activations}, b, t))
-	layers.add("attn.c_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true, TransientOut: true, GradDType: s.Activations}, b, t))
+	layers.add("attn.c_proj.", RowSizes(LinearShape{In: c, Out: c, TP: tp, SP: s.SP, InputIsParallel: true, TransientOut: true, GradDType: ProjGradDType(s.Activations, norms)}, b, t))
 	layers.add("ln_2.", LayerNormSizes(b, tl, c, norms))
 	layers.add("mlp.", mlpCoreSizes(b, t, hidden/tp, s.Activations))
 	layers.add("mlp.c_fc.", ColumnSizes(LinearShape{In: c, Out: hidden, TP: tp, SP: s.SP, OutDType: s.Activations}, b, t))
-	layers.add("mlp.c_proj.", RowSizes(LinearShape{In: hidden, Out: c, TP: tp, SP: s.SP, InputIsParallel: true, TransientOut: true, GradDType: s.Activations}, b, t))
+	layers.add("mlp.c_proj.", RowSizes(LinearShape{In: hidden, Out: c, TP: tp, SP: s.SP, InputIsParallel: true, TransientOut: true, GradDType: ProjGradDType(s.Activations, norms)}, b, t))
 	if full {
 		layers = Sizes{Scratch: append(layers.Saved, layers.Scratch...)}
 	}

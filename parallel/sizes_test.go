@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/hpcrun/hpcrun/nccl"
@@ -366,20 +367,23 @@ func (b *LlamaBlock) shadow() recomputeBlock    { return b.Shadow() }
 // gradients of h and of gate_up_proj's output; the fused Q,K,V
 // projection's output, the unfused attention's probabilities and the
 // gradient of its scores, dpre, the heads' output y and its gradient dy,
-// the output projections' gradients as they round them (dout_half),
 // the gradient of the Q,K,V projection's output dqkv, but for a grouped
 // Llama's unfused attention, which sums a group's heads into it; the
 // norms' outputs of a pre-norm block, with or without sequence
 // parallelism, which all-gathers them as bf16, and its residual stream,
-// r and out), everything else Float32; in BERT's post-norm layers (the
-// norm output is the residual stream) the norms' outputs and the residual
-// stream stay Float32. Bytes count 2 a BFloat16 element.
+// r and out, and the gradient of r, dr), everything else Float32; in
+// BERT's post-norm layers (the norm output is the residual stream) the
+// norms' outputs, the residual stream and its gradient stay Float32, and
+// the output projections round that gradient (dout_half), which a
+// pre-norm block's receive as bf16 (no dout_half). Bytes count 2 a
+// BFloat16 element.
 func TestBF16ActivationDTypes(t *testing.T) {
-	mlp := map[string]bool{"attn.dpre": true, "mlp.h": true, "mlp.dh": true, "mlp.c_fc.out_local": true, "attn.c_attn.out_local": true, "attn.att": true, "attn.y": true, "attn.dy": true, "attn.dqkv": true, "attn.c_proj.dout_half": true, "mlp.c_proj.dout_half": true}
-	half := map[string]bool{"ln_1.out": true, "ln_2.out": true, "r": true, "out": true}
+	mlp := map[string]bool{"attn.dpre": true, "mlp.h": true, "mlp.dh": true, "mlp.c_fc.out_local": true, "attn.c_attn.out_local": true, "attn.att": true, "attn.y": true, "attn.dy": true, "attn.dqkv": true}
+	half := map[string]bool{"ln_1.out": true, "ln_2.out": true, "r": true, "out": true, "dr": true}
 	for k := range mlp {
 		half[k] = true
 	}
+	mlp["attn.c_proj.dout_half"], mlp["mlp.c_proj.dout_half"] = true, true
 	for _, c := range []struct {
 		name string
 		s    BlockShape
@@ -400,6 +404,9 @@ func TestBF16ActivationDTypes(t *testing.T) {
 			if b.DType != want {
 				t.Errorf("%s: %s is %s, want %s", c.name, b.Name, b.DType, want)
 			}
+			if strings.HasSuffix(b.Name, "dout_half") && !c.s.PostNorm {
+				t.Errorf("%s: %s: the stream's gradient arrives as the activations, nothing to round", c.name, b.Name)
+			}
 			bytes += b.Len() * int64(want.Size())
 		}
 		if z.Bytes() != bytes {
@@ -415,9 +422,8 @@ func TestBF16ActivationDTypes(t *testing.T) {
 		for _, b := range append(l.Saved, l.Scratch...) {
 			isHalf := b.Name == "mlp.h" || b.Name == "mlp.gate_up_proj.out_local" || b.Name == "self_attn.qkv_proj.out_local" || b.Name == "self_attn.att" || b.Name == "self_attn.y" ||
 				b.Name == "input_layernorm.out" || b.Name == "post_attention_layernorm.out" || b.Name == "mlp.dh" || b.Name == "mlp.dgate_up" || b.Name == "self_attn.dpre" ||
-				b.Name == "self_attn.dy" || (b.Name == "self_attn.dqkv" && c.halfDQKV) || b.Name == "r" || b.Name == "out" ||
-				b.Name == "self_attn.o_proj.dout_half" || b.Name == "mlp.down_proj.dout_half"
-			if (b.DType == tensor.BFloat16) != isHalf {
+				b.Name == "self_attn.dy" || (b.Name == "self_attn.dqkv" && c.halfDQKV) || b.Name == "r" || b.Name == "out" || b.Name == "dr"
+			if (b.DType == tensor.BFloat16) != isHalf || strings.HasSuffix(b.Name, "dout_half") {
 				t.Errorf("llama, %d kv heads, fused %v: %s is %s", c.kvHeads, c.fused, b.Name, b.DType)
 			}
 		}

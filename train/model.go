@@ -96,7 +96,7 @@ type transformer struct {
 
 	allocated []*tensor.Tensor
 	dlogits   *tensor.Tensor // bert (B,1,2); an LM's gradient is written over its logits
-	dx, dy    *tensor.Tensor // (B,T,C) gradients of the residual stream, ping-pong
+	dx, dy    *tensor.Tensor // (B,T,C) gradients of the residual stream, ping-pong, stored as the stream (spec.Residual)
 	dh        *tensor.Tensor // (B,T,C) gradient of ln_f's output
 	// bert head
 	pool            *tensor.Tensor // (B, B*T) averaging matrix over each sequence's tokens

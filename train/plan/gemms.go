@@ -233,7 +233,8 @@ func (s shapes) storedBF16OperandElems() int64 {
 
 // roundedGradElems are the elements a micro-batch's products read of
 // output gradients their layers round to bfloat16 themselves (the output
-// projections' float32 gradient, spec.Linear.GradRounded), once each:
+// projections' float32 gradient in BERT's post-norm layers,
+// spec.Linear.GradRounded), once each:
 // under sequence parallelism this rank's positions, before the gather.
 func (s shapes) roundedGradElems() int64 {
 	var n int64

@@ -376,7 +376,7 @@ func New(r Request) (*Plan, error) {
 	case cfg.Precision == "bf16" && r.Device.BF16Flops == 0, cfg.Precision == "tf32" && r.Device.TF32Flops == 0:
 		p.Notes = append(p.Notes, fmt.Sprintf("precision %s: %s has no %s tensor cores; the run will refuse it (use fp32)", cfg.Precision, r.Device.Name, cfg.Precision))
 	case cfg.Precision == "bf16":
-		p.Notes = append(p.Notes, "precision bf16: the engine keeps bf16 copies of the weights beside their fp32 masters and stores the activations only products and the activation and attention kernels read in bf16 (the MLP's pre-activation and hidden one, the attention's Q, K and V, its unfused probabilities and its output, the norms' outputs, which sequence parallelism all-gathers as bf16, a language model's logits, whose gradient the loss writes over them, and the pre-norm blocks' residual stream) and the MLP's hidden gradients (GELU's, written in place, or a Llama's two), the attention's gradients of its output and of Q, K and V (fp32 in an unfused grouped-query attention) and the unfused attention's scores' gradient; the output projections round the residual stream's fp32 gradient to bf16 once for their two products; the other gradients and activations are fp32, which each GEMM converts to bf16 (the copies, the bf16 activations and the operand scratch count in the memory, the conversion in the time); time and MFU at the bf16 peak (measured on an H200 before the bf16 storage: slower than tf32, 0.157 against 0.138 s for GPT-2 124M at 16 x 1024)")
+		p.Notes = append(p.Notes, "precision bf16: the engine keeps bf16 copies of the weights beside their fp32 masters and stores the activations only products and the activation and attention kernels read in bf16 (the MLP's pre-activation and hidden one, the attention's Q, K and V, its unfused probabilities and its output, the norms' outputs, which sequence parallelism all-gathers as bf16, a language model's logits, whose gradient the loss writes over them, and the pre-norm blocks' residual stream) and the MLP's hidden gradients (GELU's, written in place, or a Llama's two), the attention's gradients of its output and of Q, K and V (fp32 in an unfused grouped-query attention), the unfused attention's scores' gradient and the residual stream's gradient (which pipeline stages and sequence parallelism send as bf16; BERT's post-norm layers keep an fp32 stream, which their output projections round to bf16 once for their two products); the other gradients and activations are fp32, which each GEMM converts to bf16 (the copies, the bf16 activations and the operand scratch count in the memory, the conversion in the time); time and MFU at the bf16 peak (measured on an H200 before the bf16 storage: slower than tf32, 0.157 against 0.138 s for GPT-2 124M at 16 x 1024)")
 	case cfg.Precision == "tf32":
 		p.Notes = append(p.Notes, "precision tf32: float32 GEMMs on the tensor cores (10-bit mantissa products, float32 sums); time and MFU at the tf32 peak")
 	}
@@ -893,14 +893,15 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 			// gradients those the projections round (spec.Linear's
 			// GradRounded): bf16 at bf16, half a float an element. The
 			// embedding (first stage) reduce-scatters forward and
-			// all-gathers backward.
+			// all-gathers backward the residual stream's gradient
+			// (spec.Residual).
 			projGradFloats := float64(spec.Compute(cfg).Size()) / f32
 			ag, rs, n = (4*normFloats+2*projGradFloats)*float64(s.L)*N*C, 4*float64(s.L)*N*C, 10*int(s.L)
 			if s.recompute == parallel.RecomputeFull {
 				ag, rs, n = ag+2*normFloats*float64(s.L)*N*C, rs+2*float64(s.L)*N*C, n+4*int(s.L) // the forward's all-gathers and reduce-scatters again
 			}
 			if s.first {
-				ag, rs, n = ag+N*C, rs+N*C, n+2
+				ag, rs, n = ag+float64(spec.Residual(cfg).Size())/f32*N*C, rs+N*C, n+2
 			}
 		}
 		switch {
@@ -964,9 +965,9 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 	if s.pp > 1 {
 		// Each micro-batch's output to the next stage, stored as the
 		// residual stream (spec.StageActivation: bf16 at bf16), the
-		// gradient of its input, float32, to the previous one: (B,T,C), or
-		// this rank's T/tp positions under sequence parallelism. Neighbour
-		// stages may sit on different nodes.
+		// gradient of its input, stored as the stream too, to the previous
+		// one: (B,T,C), or this rank's T/tp positions under sequence
+		// parallelism. Neighbour stages may sit on different nodes.
 		x := N * C
 		if s.sp {
 			x /= tp
@@ -978,7 +979,7 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		}
 		if !s.first {
 			t.Transfers += int(accum)
-			t.PPBytes += accum * x * f32
+			t.PPBytes += accum * x * float64(spec.Residual(cfg).Size())
 		}
 		c := dev.collective(across, 2, nodes)
 		froms, t.Warnings = append(froms, "pp "+c.from), appendNew(t.Warnings, c.warn)

@@ -14,7 +14,9 @@ import (
 // micro-batch; last says the rank's stage holds ln_f and the head (every
 // rank without a pipeline). All are backward scratch, shared by the copies
 // of a pipeline stage. stream are the residual stream's gradients: dx and
-// dy (B,T,C), ping-pong between the blocks, and on the last stage dh
+// dy (B,T,C), ping-pong between the blocks, stored as the stream
+// (Residual: each block's norm backward and residual add round into
+// them), and on the last stage dh
 // (B,T,C), ln_f's output gradient (T/tp positions each under sequence
 // parallelism). head are the head's: none for an LM (the loss writes the
 // gradient of the logits over them: the fused classifier); for bert the pooling
@@ -24,7 +26,8 @@ import (
 // logits' gradient (B,1,config.NumClasses).
 func ModelBuffers(c config.Config, last bool) (stream, head parallel.Buffers) {
 	B, Tl, C, tp := c.BatchSize, c.LocalSeq(), c.Dim, max(c.TP, 1)
-	stream = parallel.Buffers{{Name: "dx", Shape: []int{B, Tl, C}}, {Name: "dy", Shape: []int{B, Tl, C}}}
+	res := Residual(c)
+	stream = parallel.Buffers{{Name: "dx", Shape: []int{B, Tl, C}, DType: res}, {Name: "dy", Shape: []int{B, Tl, C}, DType: res}}
 	if !last {
 		return stream, nil
 	}

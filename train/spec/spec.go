@@ -386,12 +386,13 @@ type Linear struct {
 	// GELU's or SwiGLU's backward writes), for the fused Q,K,V as
 	// parallel.QKVGradDType says (the gradient the attention writes), and
 	// for the two output projections (c_proj, o_proj, down_proj: the
-	// residual stream's float32 gradient, which the layer rounds once,
+	// residual stream's gradient, Residual in the pre-norm blocks; in
+	// BERT's post-norm layers float32, which the layer rounds once,
 	// GradRounded); Logits for an LM head.
 	Grad tensor.DType
 	// GradRounded says the layer rounds its float32 output gradient into
-	// Grad itself, once for both products (parallel.LinearOptions.GradDType):
-	// a pass of Out elements a token where Grad is BFloat16.
+	// Grad itself, once for both products (parallel.ProjGradDType): a
+	// pass of Out elements a token where Grad is BFloat16.
 	GradRounded bool
 }
 
@@ -425,7 +426,7 @@ func BlockLinears(cfg config.Config, vocab int, fusedAttention bool) ([]Linear, 
 			if normFed(p.Name) {
 				input = NormOut(cfg)
 			}
-			grad, rounded := Compute(cfg), !normFed(p.Name)
+			grad, rounded := Compute(cfg), !normFed(p.Name) && Residual(cfg) != Compute(cfg)
 			if strings.HasSuffix(p.Name, ".c_attn.weight") || strings.HasSuffix(p.Name, ".qkv_proj.weight") {
 				grad = parallel.QKVGradDType(Compute(cfg), fusedAttention, heads, kvHeads)
 			}
