@@ -121,7 +121,11 @@ func (k *addK) run(lo, hi, _ int) {
 		for at := lo; at < hi; at += len(w) {
 			n := min(len(w), hi-at)
 			x := w[:n]
-			WidenBF16(x, k.aH[at:at+n])
+			if k.aH != nil {
+				WidenBF16(x, k.aH[at:at+n])
+			} else {
+				copy(x, k.a[at:at+n])
+			}
 			for i, v := range k.b[at : at+n] {
 				x[i] += v
 			}
@@ -135,13 +139,13 @@ func (k *addK) run(lo, hi, _ int) {
 	}
 }
 
-// Add is out = a + b elementwise; out and a may be bfloat16 together (a
-// widened, the sum rounded).
+// Add is out = a + b elementwise; out may be bfloat16 (the float32 sum
+// rounded once), and a where out is (widened).
 func (d *CPUDevice) Add(out, a, b *Tensor) {
 	d.ownAny("Add", out, a)
 	d.own("Add", b)
 	check.Add(out, a, b)
-	check.SameDType("Add", "out", out.DType(), "a", a.DType())
+	check.ResidualSum("Add", a.DType(), out.DType(), BFloat16)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.add
@@ -385,6 +389,7 @@ func (d *CPUDevice) BiasBackward(dbias, dout *Tensor) {
 
 type embK struct {
 	out, table []float32 // out is (N,C), table is (V,C)
+	outH       []uint16  // a bfloat16 out instead
 	ids        []int32   // (N)
 	c, start   int
 }
@@ -392,25 +397,34 @@ type embK struct {
 func (k *embK) run(lo, hi, _ int) {
 	c, v := k.c, len(k.table)/max(k.c, 1)
 	for i := lo; i < hi; i++ {
-		row := k.out[i*c : (i+1)*c]
-		if id := int(k.ids[i]) - k.start; id >= 0 && id < v {
-			copy(row, k.table[id*c:(id+1)*c])
-		} else {
-			clear(row)
+		id := int(k.ids[i]) - k.start
+		in := id >= 0 && id < v
+		switch {
+		case k.outH != nil && in:
+			RoundBF16(k.outH[i*c:(i+1)*c], k.table[id*c:(id+1)*c])
+		case k.outH != nil:
+			clear(k.outH[i*c : (i+1)*c])
+		case in:
+			copy(k.out[i*c:(i+1)*c], k.table[id*c:(id+1)*c])
+		default:
+			clear(k.out[i*c : (i+1)*c])
 		}
 	}
 }
 
 // EmbeddingForward is out[i] = table[ids[i]-vocabStart], zeros for ids
-// outside the table's slice. out is (N,C), ids is (N), table is (V,C).
+// outside the table's slice. out is (N,C), ids is (N), table is (V,C); a
+// bfloat16 out gets the rows rounded.
 func (d *CPUDevice) EmbeddingForward(out *Tensor, ids []int32, table *Tensor, vocabStart int) {
-	d.own("EmbeddingForward", out, table)
+	d.own("EmbeddingForward", table)
+	d.ownAny("EmbeddingForward", out)
 	n := check.EmbeddingForward(out, ids, table)
 	c := table.Cols()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := &d.k.emb
-	*k = embK{out: out.Host(), table: table.Host(), ids: ids, c: c, start: vocabStart}
+	*k = embK{table: table.Host(), ids: ids, c: c, start: vocabStart}
+	k.out, k.outH = hostAny(out, 0)
 	d.parallel(n, d.chunks(n, c), k)
 	*k = embK{}
 }

@@ -37,8 +37,9 @@ type Device interface {
 	// SwiGLUForward, SwiGLUBackward, LayerNormForward, LayerNormBackward,
 	// RMSNormForward and RMSNormBackward (widened); as the sum of
 	// AddLayerNormForward and AddRMSNormForward (rounded, and normalised
-	// as stored) with their a too, and as Add's out and a together (a
-	// residual stream); as BiasActivationForward's
+	// as stored) with their a too, as Add's out (rounded) and a where
+	// out is (a residual stream), and as EmbeddingForward's out (the
+	// table's rows rounded); as BiasActivationForward's
 	// pre (both); as the gradients ActivationBackwardInPlace's dout,
 	// BiasBackward's dout, SwiGLUBackward's dinp and dout together,
 	// SoftmaxBackward's dinp, EmbeddingBackward's dout, and

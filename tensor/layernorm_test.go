@@ -282,6 +282,30 @@ func TestResidualGradBF16(t *testing.T) {
 			if !bitsEqual(download(t1), download(t2)) {
 				t.Errorf("%s: EmbeddingBackward of a bfloat16 dout is not the float32 kernel's on the widened one", name)
 			}
+
+			// The embeddings' forward into a bfloat16 stream: the rows
+			// rounded (zeros outside the slice), and a float32 a + b
+			// rounded once.
+			out := half(make([]float32, n*c))
+			d.EmbeddingForward(out, ids, t1, 5)
+			want := make([]float32, n*c)
+			tw := download(t1)
+			for i, id := range ids {
+				if id >= 5 && id < 12 {
+					copy(want[i*c:(i+1)*c], rounded(tw[(int(id)-5)*c:(int(id)-4)*c]))
+				}
+			}
+			if !bitsEqual(download(out), want) {
+				t.Errorf("%s: EmbeddingForward into a bfloat16 out is not the rows rounded", name)
+			}
+			av, bv := randF32(r, n*c, 2), randF32(r, n*c, 2)
+			for i := range want {
+				want[i] = av[i] + bv[i]
+			}
+			d.Add(out, upload(t, d, av, n, c), upload(t, d, bv, n, c))
+			if !bitsEqual(download(out), rounded(want)) {
+				t.Errorf("%s: Add of float32 a and b into a bfloat16 out is not a + b rounded once", name)
+			}
 		}
 	})
 }

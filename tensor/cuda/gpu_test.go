@@ -591,8 +591,10 @@ func TestGPUResidualBF16(t *testing.T) {
 
 // TestGPUResidualGradBF16: the kernels that read or write the residual
 // stream's gradient as bfloat16 (Axpy, the norms' backward into dinp,
-// EmbeddingBackward's dout) give the float32 kernels' results on the
-// widened values, rounded once where they write bfloat16, to the bit.
+// EmbeddingBackward's dout), and the embeddings' forward into the stream
+// (EmbeddingForward, Add of float32 a and b) give the float32 kernels'
+// results on the widened values, rounded once where they write
+// bfloat16, to the bit.
 func TestGPUResidualGradBF16(t *testing.T) {
 	b := newBench(t)
 	d := b.gpu
@@ -667,6 +669,17 @@ func TestGPUResidualGradBF16(t *testing.T) {
 	d.EmbeddingBackward(dtable.g, dout, id, start)
 	d.EmbeddingBackward(ref.g, outAsF32(b, dout), id, start)
 	sameGPUBits(t, d, "EmbeddingBackward of a bfloat16 dout", dtable.g, ref.g)
+
+	// The embeddings' forward into a bfloat16 stream: the float32
+	// kernels' results rounded once.
+	out, ref32 := b.bf16(n, c), b.zeros("out32", n, c).g
+	d.EmbeddingForward(out, id, dtable.g, start)
+	d.EmbeddingForward(ref32, id, dtable.g, start)
+	sameGPUBits(t, d, "EmbeddingForward into a bfloat16 out", outAsF32(b, out), outAsF32(b, half(ref32)))
+	pos := b.rand("pos", 1, n, c)
+	d.Add(out, ref32, pos.g)
+	d.Add(ref32, ref32, pos.g)
+	sameGPUBits(t, d, "Add of float32 a and b into a bfloat16 out", outAsF32(b, out), outAsF32(b, half(ref32)))
 }
 
 // outAsF32 is x as float32 on the GPU: itself, or a bfloat16 x widened

@@ -125,10 +125,16 @@ template <typename T>
 __device__ __forceinline__ void add_out(T* p, float v) { store_out(p, load_in(p) + v); }
 
 // add_bf16_from_bf16: out and a stored as bfloat16 (a residual stream), b
-// float32; the float32 sum rounded.
-extern "C" __global__ void add_bf16_from_bf16(bf16_t* out, const bf16_t* a, const float* b, long long n) {
+// float32; the float32 sum rounded. add_bf16: a float32 too (the
+// embeddings' sum into the stream).
+template <typename A>
+__device__ void add_into_bf16(bf16_t* out, const A* a, const float* b, long long n) {
     GRID_STRIDE(i, n) out[i] = bf16_round(load_in(a + i) + b[i]);
 }
+extern "C" __global__ void add_bf16_from_bf16(bf16_t* out, const bf16_t* a, const float* b, long long n) {
+    add_into_bf16(out, a, b, n);
+}
+extern "C" __global__ void add_bf16(bf16_t* out, const float* a, const float* b, long long n) { add_into_bf16(out, a, b, n); }
 
 // axpy: y += alpha * x, either stored as bfloat16 (a residual stream's
 // gradient): x widened, y widened, added to and rounded once. Y is y's
@@ -235,20 +241,26 @@ extern "C" __global__ void ROW_BOUNDS bias_backward_f32_from_bf16(float* part, c
 
 // --- embedding ---
 
-// embedding_forward: out (N,C) = table (V,C) rows ids[i]-start, zeros outside.
-extern "C" __global__ void ROW_BOUNDS embedding_forward_f32(float* out, const int* ids, const float* table,
-                                                 long long rows, int c, long long v, long long start) {
+// embedding_forward: out (N,C) = table (V,C) rows ids[i]-start, zeros
+// outside. O is out's dtype (a bfloat16 residual stream: rounded).
+template <typename O>
+__device__ void embedding_forward(O* out, const int* ids, const float* table, long long rows, int c, long long v,
+                                  long long start) {
     for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
         long long id = (long long)ids[i] - start;
-        float* o = out + i * c;
+        O* o = out + i * c;
         if (id >= 0 && id < v) {
             const float* t = table + id * c;
-            for (int j = threadIdx.x; j < c; j += blockDim.x) o[j] = t[j];
+            for (int j = threadIdx.x; j < c; j += blockDim.x) store_out(o + j, t[j]);
         } else {
-            for (int j = threadIdx.x; j < c; j += blockDim.x) o[j] = 0.f;
+            for (int j = threadIdx.x; j < c; j += blockDim.x) store_out(o + j, 0.f);
         }
     }
 }
+#define EMB_FWD_ARGS(O) O *out, const int *ids, const float *table, long long rows, int c, long long v, long long start
+#define EMB_FWD_CALL out, ids, table, rows, c, v, start
+extern "C" __global__ void ROW_BOUNDS embedding_forward_f32(EMB_FWD_ARGS(float)) { embedding_forward(EMB_FWD_CALL); }
+extern "C" __global__ void ROW_BOUNDS embedding_forward_bf16(EMB_FWD_ARGS(bf16_t)) { embedding_forward(EMB_FWD_CALL); }
 
 // embedding_backward: dtable[ids[i]-start] += dout[i]; repeated ids add
 // with atomics. G is dout's dtype (a bfloat16 residual stream's gradient

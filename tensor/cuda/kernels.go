@@ -18,12 +18,12 @@ var kernels = []struct {
 	name       string
 	maxThreads int
 }{
-	{"fill_f32", elemThreads}, {"add_f32", elemThreads}, {"add_bf16_from_bf16", elemThreads}, {"axpy_f32", elemThreads},
+	{"fill_f32", elemThreads}, {"add_f32", elemThreads}, {"add_bf16_from_bf16", elemThreads}, {"add_bf16", elemThreads}, {"axpy_f32", elemThreads},
 	{"axpy_f32_from_bf16", elemThreads}, {"axpy_bf16", elemThreads}, {"axpy_bf16_from_bf16", elemThreads},
 	{"scale_f32", elemThreads}, {"block2d_f32", elemThreads}, {"f32_to_bf16", elemThreads},
 	{"round_bf16", elemThreads}, {"widen_bf16", elemThreads}, {"copy2d_bf16", elemThreads}, {"rope_bf16", elemThreads},
 	{"add_bias_f32", elemThreads}, {"add_bias_bf16", elemThreads}, {"bias_backward_f32", 32 * 32}, {"bias_backward_f32_from_bf16", 32 * 32},
-	{"embedding_forward_f32", maxRowThreads}, {"embedding_backward_f32", maxRowThreads},
+	{"embedding_forward_f32", maxRowThreads}, {"embedding_forward_bf16", maxRowThreads}, {"embedding_backward_f32", maxRowThreads},
 	{"embedding_backward_f32_from_bf16", maxRowThreads},
 	{"layernorm_forward_f32", maxRowThreads}, {"layernorm_forward_bf16", maxRowThreads}, {"layernorm_forward_f32_from_bf16", maxRowThreads},
 	{"layernorm_forward_bf16_from_bf16", maxRowThreads}, {"layernorm_forward_f32_sum_bf16", maxRowThreads}, {"layernorm_forward_bf16_sum_bf16", maxRowThreads},
@@ -219,13 +219,13 @@ func (d *Device) Fill(t *tensor.Tensor, v float32) {
 	d.elementwise(typed("fill", t.DType(), tensor.Float32), t.Len(), tp(t), f32(v), i64(t.Len()))
 }
 
-// Add is out = a + b elementwise; out and a may be bfloat16 together (a
-// widened, the sum rounded).
+// Add is out = a + b elementwise; out may be bfloat16 (the float32 sum
+// rounded once), and a where out is (widened).
 func (d *Device) Add(out, a, b *tensor.Tensor) {
 	d.ownAny("Add", out, a)
 	d.own("Add", b)
 	check.Add(out, a, b)
-	check.SameDType("Add", "out", out.DType(), "a", a.DType())
+	check.ResidualSum("Add", a.DType(), out.DType(), tensor.BFloat16)
 	d.elementwise(typed("add", out.DType(), a.DType()), out.Len(), tp(out), tp(a), tp(b), i64(out.Len()))
 }
 
@@ -319,13 +319,15 @@ func (d *Device) BiasBackward(dbias, dout *tensor.Tensor) {
 // --- embedding ---
 
 // EmbeddingForward is out[i] = table[ids[i]-vocabStart], zeros for ids
-// outside the table's slice. out is (N,C), ids is (N), table is (V,C).
+// outside the table's slice. out is (N,C), ids is (N), table is (V,C); a
+// bfloat16 out gets the rows rounded.
 func (d *Device) EmbeddingForward(out *tensor.Tensor, ids []int32, table *tensor.Tensor, vocabStart int) {
-	d.own("EmbeddingForward", out, table)
+	d.own("EmbeddingForward", table)
+	d.ownAny("EmbeddingForward", out)
 	n := check.EmbeddingForward(out, ids, table)
 	c := table.Cols()
 	d.withIDs(n == 0 || c == 0, ids, func(p karg) {
-		d.rowwise("embedding_forward_f32", n, c, tp(out), p, tp(table), i64(n), i32(c), i64(table.Len()/c), i64(vocabStart))
+		d.rowwise(typed("embedding_forward", out.DType(), tensor.Float32), n, c, tp(out), p, tp(table), i64(n), i32(c), i64(table.Len()/c), i64(vocabStart))
 	})
 }
 
