@@ -15,6 +15,10 @@ type PositionEmbedding struct {
 	MaxSeq int
 	Dim    int
 	Weight *Param // (MaxSeq, C)
+	// Out is what the output, the residual stream's first value, is
+	// stored as: a bfloat16 one gets the float32 sum rounded once. Set it
+	// before the first Forward.
+	Out tensor.DType
 
 	sp *SequenceParallel
 	posSaved
@@ -91,7 +95,7 @@ func (p *PositionEmbedding) forwardAt(x *tensor.Tensor, b, t, first int) (*tenso
 		return nil, shapeErr(p.Name, "sequence of %d tokens is longer than the %d positions", t, p.MaxSeq)
 	}
 	dev := p.Weight.Data.Device()
-	if err := p.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return EmbeddingSizes(b, t, p.Dim).Saved }, func(get func(string) *tensor.Tensor) {
+	if err := p.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return EmbeddingSizes(b, t, p.Dim, p.Out).Saved }, func(get func(string) *tensor.Tensor) {
 		p.out = get("out")
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", p.Name, err)

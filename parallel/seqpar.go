@@ -187,7 +187,8 @@ func (s *SequenceParallel) Full(dev tensor.Device, b, t, c int) (*tensor.Tensor,
 }
 
 // ReduceScatter sums in (B,T,C) over the group and writes (accumulate:
-// adds) this rank's positions, (B,T/tp,C), into out.
+// adds) this rank's positions, (B,T/tp,C), into out; a bfloat16 out gets
+// the float32 sums rounded once.
 func (s *SequenceParallel) ReduceScatter(out, in *tensor.Tensor, accumulate bool) error {
 	dev := in.Device()
 	if s.Size() == 1 {
@@ -213,7 +214,8 @@ func (s *SequenceParallel) ReduceScatter(out, in *tensor.Tensor, accumulate bool
 		dev.Copy2D(packed, r*out.Len(), blk, in, r*blk, t*c, b, blk)
 	}
 	dst := out
-	if accumulate {
+	through := accumulate || out.DType() != in.DType()
+	if through {
 		if dst, err = s.scratch(dev, &s.local, &s.lcN, out.Shape()...); err != nil {
 			return err
 		}
@@ -221,8 +223,11 @@ func (s *SequenceParallel) ReduceScatter(out, in *tensor.Tensor, accumulate bool
 	if err := s.g.ReduceScatter(dst, packed, nccl.Sum); err != nil {
 		return err
 	}
-	if accumulate {
+	switch {
+	case accumulate:
 		dev.Axpy(out, 1, dst)
+	case through:
+		dev.Copy(out, dst)
 	}
 	return nil
 }

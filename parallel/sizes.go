@@ -403,10 +403,10 @@ func BlockSizes(s BlockShape, b, t int) Sizes {
 
 // EmbeddingSizes are the buffers of a VocabParallelEmbedding or a
 // PositionEmbedding for b sequences of t tokens of width c (this rank's t
-// positions under sequence parallelism): out (b,t,c), saved (a Shadow has
-// its own; their backward needs none).
-func EmbeddingSizes(b, t, c int) Sizes {
-	return Sizes{Saved: Buffers{buf("out", b, t, c)}}
+// positions under sequence parallelism): out (b,t,c), stored as the
+// layer's Out, saved (a Shadow has its own; their backward needs none).
+func EmbeddingSizes(b, t, c int, out tensor.DType) Sizes {
+	return Sizes{Saved: Buffers{buf("out", b, t, c).as(out)}}
 }
 
 // CrossEntropySizes are a VocabParallelCrossEntropy's buffers for n rows

@@ -79,7 +79,7 @@ func checkSizes(c nccl.Comm, withSP bool) error {
 		ids[i], targets[i] = int32(i*7%ckVocab), int32(i*5%ckVocab)
 	}
 	block := BlockSizes(BlockShape{Dim: ckDim, Heads: ckHeads, TP: tp, SP: sp != nil}, ckB, ckT)
-	emb := EmbeddingSizes(ckB, tl, ckDim)
+	emb := EmbeddingSizes(ckB, tl, ckDim, tensor.Float32)
 	lmHead := ColumnSizes(LinearShape{In: ckDim, Out: wte.Padded, TP: tp, SP: sp != nil}, ckB, ckT)
 	ce := CrossEntropySizes(ckB * ckT)
 

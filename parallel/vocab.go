@@ -19,6 +19,12 @@ type VocabParallelEmbedding struct {
 	Padded int    // PadVocab(Vocab, tp)
 	Dim    int    // C
 	Weight *Param // (Padded/tp, C)
+	// Out is what the output is stored as: the residual stream's dtype
+	// where it is the first block's input (a bfloat16 output gets the
+	// rows rounded, which the all-reduce sums exactly: one rank's row and
+	// zeros), Float32 (the zero value) where a position table adds to it
+	// first. Set it before the first Forward.
+	Out tensor.DType
 
 	g    *Group
 	gRed *Region
@@ -108,7 +114,7 @@ func (e *VocabParallelEmbedding) Forward(ids []int32, b, t int) (*tensor.Tensor,
 	if e.sp != nil {
 		return e.forwardSP(ids, b, t)
 	}
-	if err := e.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return EmbeddingSizes(b, t, e.Dim).Saved }, func(get func(string) *tensor.Tensor) {
+	if err := e.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return EmbeddingSizes(b, t, e.Dim, e.Out).Saved }, func(get func(string) *tensor.Tensor) {
 		e.out = get("out")
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", e.Name, err)
@@ -141,14 +147,15 @@ func (e *VocabParallelEmbedding) Backward(dout *tensor.Tensor) error {
 }
 
 // forwardSP looks the tokens up into the shared full-sequence buffer and
-// reduce-scatters it into this rank's positions.
+// reduce-scatters it into this rank's positions (rounded once into a
+// bfloat16 Out).
 func (e *VocabParallelEmbedding) forwardSP(ids []int32, b, t int) (*tensor.Tensor, error) {
 	dev := e.Weight.Data.Device()
 	tl, err := e.sp.LocalSeq(e.Name, t)
 	if err != nil {
 		return nil, err
 	}
-	if err := e.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return EmbeddingSizes(b, tl, e.Dim).Saved }, func(get func(string) *tensor.Tensor) {
+	if err := e.bufs.ensure(dev, [2]int{b, t}, func() Buffers { return EmbeddingSizes(b, tl, e.Dim, e.Out).Saved }, func(get func(string) *tensor.Tensor) {
 		e.out = get("out")
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", e.Name, err)

@@ -114,6 +114,9 @@ func TestBF16CurvesOnCPU(t *testing.T) {
 			// the blocks' shared dr (which the output projections read
 			// as they are, rounding nothing).
 			acts += 2 * 3 * int64(cfg.BatchSize*cfg.Seq*cfg.Dim)
+			// And its first value, the embeddings' output (wpe's, or a
+			// Llama's wte's).
+			acts += 2 * int64(cfg.BatchSize*cfg.Seq*cfg.Dim)
 			// The heads' output gradient and c_attn's output gradient,
 			// shared scratch too; a grouped Llama's stays float32.
 			acts += 2 * int64(cfg.BatchSize*cfg.Seq*cfg.Dim)

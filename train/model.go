@@ -195,11 +195,13 @@ func (t *transformer) build(cfg config.Config, vocab int, tp nccl.Comm, from *pa
 		if t.wte, err = parallel.NewVocabParallelEmbedding(dev, tp, wteName, vocab, C, seed, parallel.DefaultStd, from); err != nil {
 			return err
 		}
+		t.wte.Out = spec.TokenEmbeddingOut(cfg)
 	}
 	if t.first && !t.llama {
 		if t.wpe, err = parallel.NewPositionEmbedding(dev, "wpe", cfg.PositionRows(), C, seed, spec.PositionStd, from); err != nil {
 			return err
 		}
+		t.wpe.Out = spec.PositionEmbeddingOut(cfg)
 	}
 	if cfg.SP && tp != nil && tp.Size() > 1 {
 		if cfg.Seq%tp.Size() != 0 {

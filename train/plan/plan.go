@@ -532,19 +532,19 @@ func (s shapes) blockScratchBytes() int64 { return s.blk.Scratch.Bytes() }
 
 // embeddingBytes are the stage's buffers outside the blocks and the head
 // for k micro-batches in flight: the model's residual stream gradients
-// (spec.ModelBuffers); on the first stage wte's and wpe's outputs, k
-// times; on the others the stage inputs (spec.StageActivation), k of
+// (spec.ModelBuffers); on the first stage wte's and wpe's outputs
+// (spec.TokenEmbeddingOut, spec.PositionEmbeddingOut), k times; on the
+// others the stage inputs (spec.StageActivation), k of
 // them; on the last ln_f's.
 func (s shapes) embeddingBytes(k int64) int64 {
 	stream, _ := spec.ModelBuffers(s.cfg, s.last)
 	e := stream.Bytes()
 	B, Tl, C := s.cfg.BatchSize, s.cfg.LocalSeq(), s.cfg.Dim
-	tables := int64(2) // wte and wpe
-	if s.llama {
-		tables = 1
-	}
 	if s.first {
-		e += tables * k * parallel.EmbeddingSizes(B, Tl, C).Bytes()
+		e += k * parallel.EmbeddingSizes(B, Tl, C, spec.TokenEmbeddingOut(s.cfg)).Bytes()
+		if !s.llama {
+			e += k * parallel.EmbeddingSizes(B, Tl, C, spec.PositionEmbeddingOut(s.cfg)).Bytes()
+		}
 	} else {
 		e += k * spec.StageActivation(s.cfg).Bytes()
 	}
@@ -880,7 +880,7 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 				ar, n = ar+2*2*float64(s.L)*N*C, n+2*int(s.L) // the forward's all-reduces again
 			}
 			if s.first {
-				ar, n = ar+2*N*C, n+1
+				ar, n = ar+2*float64(spec.TokenEmbeddingOut(cfg).Size())/f32*N*C, n+1 // a Llama's sums bf16 at bf16
 			}
 		} else {
 			// Sequence parallelism: per block, forward two all-gathers (into

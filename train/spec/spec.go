@@ -65,6 +65,22 @@ func NormOut(cfg config.Config) tensor.DType {
 // their residual sums into it, float32 in BERT's post-norm layers.
 func Residual(cfg config.Config) tensor.DType { return NormOut(cfg) }
 
+// TokenEmbeddingOut is what the token embedding stores its output as:
+// the residual stream's dtype (Residual) where that output is the first
+// block's input (a Llama: no position table); Float32 where the position
+// table adds to it first (PositionEmbeddingOut's sum rounds once).
+func TokenEmbeddingOut(cfg config.Config) tensor.DType {
+	if cfg.Model == "llama" {
+		return Residual(cfg)
+	}
+	return tensor.Float32
+}
+
+// PositionEmbeddingOut is what the position table's sum (the token
+// embedding plus the positions) is stored as: the residual stream's first
+// value, Residual.
+func PositionEmbeddingOut(cfg config.Config) tensor.DType { return Residual(cfg) }
+
 // Logits is what a language model's head stores its logits as, and so
 // their gradient, which the fused classifier writes over them: Compute(cfg)
 // (the loss reads them widened and works in float32; the head's backward
