@@ -44,7 +44,8 @@ type Device interface {
 	// BiasBackward's dout, SwiGLUBackward's dinp and dout together,
 	// SoftmaxBackward's dinp, EmbeddingBackward's dout, and
 	// LayerNormBackward's and RMSNormBackward's dinp (a residual stream's
-	// gradient: widened; those written rounded, an accumulation once); as
+	// gradient) and dout (a norm output's gradient) (widened; those
+	// written rounded, an accumulation once); as
 	// either or both of Axpy's y and x (y rounded once); as
 	// RoPEForward's and RoPEBackward's x (widened, rotated, rounded); to
 	// Copy2D between two BFloat16 tensors, to Fill and Zero; as

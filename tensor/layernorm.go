@@ -125,29 +125,28 @@ func (r normRows) withScratch(d *CPUDevice, nc, c int) normRows {
 	return r
 }
 
-// backScratch is withScratch for a backward kernel that also keeps per
-// partials a column in each of nc chunks: those partial sums, zeroed by
-// the kernel, in one scratch with the rows and with the chunks' rows of
-// dinp's gradRows where dinp is bfloat16. Called with d.mu held.
-func (r normRows) backScratch(d *CPUDevice, nc, c, per int, dinp *Tensor) (normRows, gradRows, []float32) {
-	var g gradRows
-	g.f, g.h = hostAny(dinp, 0)
+// normBackScratch is the rows a norm's backward reads and adds into, for
+// nc chunks of c columns: inp's and dout's (each widened into a chunk's
+// row of scratch where bfloat16), dinp's gradRows, and per partial sums a
+// column in each chunk (zeroed by the kernel), all in one scratch. Called
+// with d.mu held.
+func (d *CPUDevice) normBackScratch(nc, c, per int, inp, dout, dinp *Tensor) (x, g normRows, dx gradRows, part []float32) {
+	x, g = newNormRows(inp, nil, nil), newNormRows(dout, nil, nil)
+	dx.f, dx.h = hostAny(dinp, 0)
 	n := nc * per * c
-	wide, gw := 0, 0
-	if r.inpH != nil {
-		wide = nc * c
+	rows := func(half bool) int {
+		if half {
+			return nc * c
+		}
+		return 0
 	}
-	if g.h != nil {
-		gw = nc * c
-	}
-	s := d.scratch32(n + wide + gw)
-	if wide > 0 {
-		r.wide = s[n : n+wide]
-	}
-	if gw > 0 {
-		g.wide = s[n+wide:]
-	}
-	return r, g, s[:n]
+	wx, wg, wd := rows(x.inpH != nil), rows(g.inpH != nil), rows(dx.h != nil)
+	s := d.scratch32(n + wx + wg + wd)
+	part, s = s[:n], s[n:]
+	x.wide, s = s[:wx], s[wx:]
+	g.wide, s = s[:wg], s[wg:]
+	dx.wide = s[:wd]
+	return x, g, dx, part
 }
 
 // gradRows are the rows a norm's backward adds its input gradient into:
@@ -210,10 +209,10 @@ func (r *normRows) row(i, chunk, c int) []float32 {
 }
 
 type lnBackK struct {
-	dout, weight, mean, rstd []float32
-	dinp                     gradRows
-	inp                      normRows  // the forward's rows (no addend)
-	part                     []float32 // (chunks,2,C): dweight then dbias partial sums
+	weight, mean, rstd []float32
+	dinp               gradRows
+	inp, dout          normRows  // the forward's rows and their gradient (no addend)
+	part               []float32 // (chunks,2,C): dweight then dbias partial sums
 }
 
 func (k *lnBackK) run(lo, hi, chunk int) {
@@ -224,7 +223,7 @@ func (k *lnBackK) run(lo, hi, chunk int) {
 	clear(db)
 	w := k.weight[:c]
 	for i := lo; i < hi; i++ {
-		x, g := k.inp.row(i, chunk, c), k.dout[i*c:(i+1)*c]
+		x, g := k.inp.row(i, chunk, c), k.dout.row(i, chunk, c)
 		m, r := k.mean[i], k.rstd[i]
 		// dnorm = w*dout; dx = r*(dnorm - mean(dnorm) - norm*mean(dnorm*norm)).
 		var sdn, sdnn float64
@@ -248,19 +247,20 @@ func (k *lnBackK) run(lo, hi, chunk int) {
 
 // LayerNormBackward accumulates the layernorm gradients. dinp, dout, inp are
 // (N,C); dweight, dbias, weight are (C); mean, rstd are (N). inp may be
-// bfloat16 (widened); a bfloat16 dinp (a residual stream's gradient) gets
-// the float32 sum of what it held and the row's gradient, rounded once.
+// bfloat16 (widened), and dout (a norm output's bfloat16 gradient,
+// widened); a bfloat16 dinp (a residual stream's gradient) gets the
+// float32 sum of what it held and the row's gradient, rounded once.
 func (d *CPUDevice) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd *Tensor) {
-	d.ownAny("LayerNormBackward", inp, dinp)
-	d.own("LayerNormBackward", dweight, dbias, dout, weight, mean, rstd)
+	d.ownAny("LayerNormBackward", inp, dinp, dout)
+	d.own("LayerNormBackward", dweight, dbias, weight, mean, rstd)
 	n := check.LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd)
 	c := weight.n
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	nc := d.chunks(n, 12*c)
-	rows, dx, part := newNormRows(inp, nil, nil).backScratch(d, nc, c, 2, dinp)
+	rows, g, dx, part := d.normBackScratch(nc, c, 2, inp, dout, dinp)
 	k := &d.k.lnB
-	*k = lnBackK{dinp: dx, dout: dout.Host(), inp: rows, weight: weight.Host(), mean: mean.Host(), rstd: rstd.Host(), part: part}
+	*k = lnBackK{dinp: dx, dout: g, inp: rows, weight: weight.Host(), mean: mean.Host(), rstd: rstd.Host(), part: part}
 	d.parallel(n, nc, k)
 	*k = lnBackK{}
 	dw, db := dweight.Host(), dbias.Host()

@@ -196,8 +196,9 @@ func TestNormsOfBF16Residual(t *testing.T) {
 // TestResidualGradBF16: the kernels that read or write a residual
 // stream's bfloat16 gradient. Axpy is y + alpha*x in float32 on the
 // widened values, rounded once into a bfloat16 y (from the definition);
-// the norms' backward into a bfloat16 dinp is the float32 kernel's sum
-// on the widened dinp, rounded once, with the same weight gradients; and
+// the norms' backward into a bfloat16 dinp or from a bfloat16 dout (a
+// norm output's gradient) is the float32 kernel's on the widened values,
+// rounded once into dinp, with the same weight gradients; and
 // EmbeddingBackward of a bfloat16 dout the float32 kernel's on the
 // widened dout.
 func TestResidualGradBF16(t *testing.T) {
@@ -245,29 +246,47 @@ func TestResidualGradBF16(t *testing.T) {
 			}
 
 			w, bias := upload(t, d, randF32(r, c, 1), c), upload(t, d, randF32(r, c, 1), c)
-			dout := upload(t, d, randF32(r, n*c, 1), n, c)
+			gv := download(half(randF32(r, n*c, 1)))
 			for _, inp := range []*Tensor{upload(t, d, xv, n, c), xh} {
-				what := fmt.Sprintf("%s inp %v", name, inp.DType())
 				m, rs := upload(t, d, make([]float32, n), n), upload(t, d, make([]float32, n), n)
-				d.LayerNormForward(upload(t, d, make([]float32, n*c), n, c), m, rs, inp, w, bias, 1e-5)
 				dv := download(half(randF32(r, n*c, 1)))
-				zeros := func() []*Tensor {
-					return []*Tensor{upload(t, d, make([]float32, c), c), upload(t, d, make([]float32, c), c)}
-				}
-				dh, d32 := half(dv), upload(t, d, dv, n, c)
-				g1, g2 := zeros(), zeros()
-				d.LayerNormBackward(dh, g1[0], g1[1], dout, inp, w, m, rs)
-				d.LayerNormBackward(d32, g2[0], g2[1], dout, inp, w, m, rs)
-				if !bitsEqual(download(dh), rounded(download(d32))) || !bitsEqual(download(g1[0]), download(g2[0])) || !bitsEqual(download(g1[1]), download(g2[1])) {
-					t.Errorf("%s: LayerNormBackward into a bfloat16 dinp is not the float32 kernel's, rounded once", what)
-				}
-				d.RMSNormForward(upload(t, d, make([]float32, n*c), n, c), rs, inp, w, 1e-5)
-				dh, d32 = half(dv), upload(t, d, dv, n, c)
-				g1, g2 = zeros(), zeros()
-				d.RMSNormBackward(dh, g1[0], dout, inp, w, rs)
-				d.RMSNormBackward(d32, g2[0], dout, inp, w, rs)
-				if !bitsEqual(download(dh), rounded(download(d32))) || !bitsEqual(download(g1[0]), download(g2[0])) {
-					t.Errorf("%s: RMSNormBackward into a bfloat16 dinp is not the float32 kernel's, rounded once", what)
+				for _, dts := range [][2]DType{{BFloat16, Float32}, {Float32, BFloat16}, {BFloat16, BFloat16}} {
+					what := fmt.Sprintf("%s inp %v dinp %v dout %v", name, inp.DType(), dts[0], dts[1])
+					grads := func() (dinp, dout *Tensor) {
+						dinp, dout = upload(t, d, dv, n, c), upload(t, d, gv, n, c)
+						if dts[0] == BFloat16 {
+							dinp = half(dv)
+						}
+						if dts[1] == BFloat16 {
+							dout = half(gv)
+						}
+						return dinp, dout
+					}
+					zeros := func() []*Tensor {
+						return []*Tensor{upload(t, d, make([]float32, c), c), upload(t, d, make([]float32, c), c)}
+					}
+					want := func(d32 *Tensor) []float32 {
+						if dts[0] == BFloat16 {
+							return rounded(download(d32))
+						}
+						return download(d32)
+					}
+					d.LayerNormForward(upload(t, d, make([]float32, n*c), n, c), m, rs, inp, w, bias, 1e-5)
+					dinp, dout := grads()
+					d32, g1, g2 := upload(t, d, dv, n, c), zeros(), zeros()
+					d.LayerNormBackward(dinp, g1[0], g1[1], dout, inp, w, m, rs)
+					d.LayerNormBackward(d32, g2[0], g2[1], upload(t, d, gv, n, c), inp, w, m, rs)
+					if !bitsEqual(download(dinp), want(d32)) || !bitsEqual(download(g1[0]), download(g2[0])) || !bitsEqual(download(g1[1]), download(g2[1])) {
+						t.Errorf("%s: LayerNormBackward is not the float32 kernel's on the widened values, rounded once into a bfloat16 dinp", what)
+					}
+					d.RMSNormForward(upload(t, d, make([]float32, n*c), n, c), rs, inp, w, 1e-5)
+					dinp, dout = grads()
+					d32, g1, g2 = upload(t, d, dv, n, c), zeros(), zeros()
+					d.RMSNormBackward(dinp, g1[0], dout, inp, w, rs)
+					d.RMSNormBackward(d32, g2[0], upload(t, d, gv, n, c), inp, w, rs)
+					if !bitsEqual(download(dinp), want(d32)) || !bitsEqual(download(g1[0]), download(g2[0])) {
+						t.Errorf("%s: RMSNormBackward is not the float32 kernel's on the widened values, rounded once into a bfloat16 dinp", what)
+					}
 				}
 			}
 

@@ -81,10 +81,10 @@ func (d *CPUDevice) rmsNorm(n int, out *Tensor, k rmsK, rows normRows) {
 }
 
 type rmsBackK struct {
-	dout, weight, rstd []float32
-	dinp               gradRows
-	inp                normRows  // the forward's rows (no addend)
-	part               []float32 // (chunks,C): dweight partial sums
+	weight, rstd []float32
+	dinp         gradRows
+	inp, dout    normRows  // the forward's rows and their gradient (no addend)
+	part         []float32 // (chunks,C): dweight partial sums
 }
 
 func (k *rmsBackK) run(lo, hi, chunk int) {
@@ -93,7 +93,7 @@ func (k *rmsBackK) run(lo, hi, chunk int) {
 	clear(dw)
 	w := k.weight[:c]
 	for i := lo; i < hi; i++ {
-		x, g := k.inp.row(i, chunk, c), k.dout[i*c:(i+1)*c]
+		x, g := k.inp.row(i, chunk, c), k.dout.row(i, chunk, c)
 		r := k.rstd[i]
 		// norm = x*r, dn = w*dout; dx = r*(dn - norm*mean(dn*norm)).
 		var sdnn float64
@@ -112,19 +112,20 @@ func (k *rmsBackK) run(lo, hi, chunk int) {
 }
 
 // RMSNormBackward accumulates the RMSNorm gradients. dinp, dout, inp are
-// (N,C); dweight, weight are (C); rstd is (N). inp may be bfloat16
-// (widened); a bfloat16 dinp is added into as LayerNormBackward's.
+// (N,C); dweight, weight are (C); rstd is (N). inp and dout may be
+// bfloat16 (widened); a bfloat16 dinp is added into as
+// LayerNormBackward's.
 func (d *CPUDevice) RMSNormBackward(dinp, dweight, dout, inp, weight, rstd *Tensor) {
-	d.ownAny("RMSNormBackward", inp, dinp)
-	d.own("RMSNormBackward", dweight, dout, weight, rstd)
+	d.ownAny("RMSNormBackward", inp, dinp, dout)
+	d.own("RMSNormBackward", dweight, weight, rstd)
 	n := check.RMSNormBackward(dinp, dweight, dout, inp, weight, rstd)
 	c := weight.n
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	nc := d.chunks(n, 10*c)
-	rows, dx, part := newNormRows(inp, nil, nil).backScratch(d, nc, c, 1, dinp)
+	rows, g, dx, part := d.normBackScratch(nc, c, 1, inp, dout, dinp)
 	k := &d.k.rmsB
-	*k = rmsBackK{dinp: dx, dout: dout.Host(), inp: rows, weight: weight.Host(), rstd: rstd.Host(), part: part}
+	*k = rmsBackK{dinp: dx, dout: g, inp: rows, weight: weight.Host(), rstd: rstd.Host(), part: part}
 	d.parallel(n, nc, k)
 	*k = rmsBackK{}
 	dw := dweight.Host()

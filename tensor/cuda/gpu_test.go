@@ -590,8 +590,8 @@ func TestGPUResidualBF16(t *testing.T) {
 }
 
 // TestGPUResidualGradBF16: the kernels that read or write the residual
-// stream's gradient as bfloat16 (Axpy, the norms' backward into dinp,
-// EmbeddingBackward's dout), and the embeddings' forward into the stream
+// stream's gradient as bfloat16 (Axpy, the norms' backward into dinp and
+// from a norm output's gradient dout, EmbeddingBackward's dout), and the embeddings' forward into the stream
 // (EmbeddingForward, Add of float32 a and b) give the float32 kernels'
 // results on the widened values, rounded once where they write
 // bfloat16, to the bit.
@@ -630,29 +630,52 @@ func TestGPUResidualGradBF16(t *testing.T) {
 			sameGPUBits(t, d, fmt.Sprintf("Axpy %s y %v x %v", what, dts[0], dts[1]), outAsF32(b, yy), want)
 		}
 
-		// The norms' backward into a bfloat16 dinp, from a float32 and a
-		// bfloat16 inp: the float32 kernel's dinp rounded, the same
-		// weight and bias gradients.
+		// The norms' backward into a bfloat16 dinp and from a bfloat16
+		// dout, from a float32 and a bfloat16 inp: the float32 kernel's
+		// on the widened values, dinp rounded, the same weight and bias
+		// gradients.
 		w, bias := b.rand("weight", 1, c), b.rand("bias", 1, c)
 		mean, rstd := b.zeros("mean", n), b.zeros("rstd", n)
-		dout := b.rand("dout", 1, n, c)
+		dout32 := outAsF32(b, half(b.rand("dout", 1, n, c).g))
+		dinp0 := outAsF32(b, half(b.rand("dinp", 1, n, c).g))
 		for _, inp := range []*tensor.Tensor{xw, x} {
-			what := fmt.Sprintf("%s inp %v", what, inp.DType())
-			d.LayerNormForward(b.zeros("o", n, c).g, mean.g, rstd.g, inp, w.g, bias.g, 1e-5)
-			dinp, ref := half(b.rand("dinp", 1, n, c).g), b.zeros("dinp2", n, c).g
-			d.Copy(ref, dinp)
-			dw, db, dw2, db2 := b.zeros("dw", c), b.zeros("db", c), b.zeros("dw2", c), b.zeros("db2", c)
-			d.LayerNormBackward(dinp, dw.g, db.g, dout.g, inp, w.g, mean.g, rstd.g)
-			d.LayerNormBackward(ref, dw2.g, db2.g, dout.g, inp, w.g, mean.g, rstd.g)
-			sameGPUBits(t, d, "LayerNormBackward into a bfloat16 dinp "+what, outAsF32(b, dinp), outAsF32(b, half(ref)))
-			sameGPUBits(t, d, "LayerNormBackward into a bfloat16 dinp "+what+" dweight", dw.g, dw2.g)
-			sameGPUBits(t, d, "LayerNormBackward into a bfloat16 dinp "+what+" dbias", db.g, db2.g)
-			d.RMSNormForward(b.zeros("o", n, c).g, rstd.g, inp, w.g, 1e-5)
-			d.Copy(ref, dinp)
-			d.RMSNormBackward(dinp, dw.g, dout.g, inp, w.g, rstd.g)
-			d.RMSNormBackward(ref, dw2.g, dout.g, inp, w.g, rstd.g)
-			sameGPUBits(t, d, "RMSNormBackward into a bfloat16 dinp "+what, outAsF32(b, dinp), outAsF32(b, half(ref)))
-			sameGPUBits(t, d, "RMSNormBackward into a bfloat16 dinp "+what+" dweight", dw.g, dw2.g)
+			for _, dts := range [][2]tensor.DType{{tensor.BFloat16, tensor.Float32}, {tensor.Float32, tensor.BFloat16}, {tensor.BFloat16, tensor.BFloat16}} {
+				what := fmt.Sprintf("%s inp %v dinp %v dout %v", what, inp.DType(), dts[0], dts[1])
+				grads := func() (dinp, dout *tensor.Tensor) {
+					dinp, dout = b.zeros("dinp", n, c).g, dout32
+					d.Copy(dinp, dinp0)
+					if dts[0] == tensor.BFloat16 {
+						dinp = half(dinp0)
+					}
+					if dts[1] == tensor.BFloat16 {
+						dout = half(dout32)
+					}
+					return dinp, dout
+				}
+				want := func(ref *tensor.Tensor) *tensor.Tensor {
+					if dts[0] == tensor.BFloat16 {
+						return outAsF32(b, half(ref))
+					}
+					return ref
+				}
+				d.LayerNormForward(b.zeros("o", n, c).g, mean.g, rstd.g, inp, w.g, bias.g, 1e-5)
+				dinp, dout := grads()
+				ref := b.zeros("dinp2", n, c).g
+				d.Copy(ref, dinp0)
+				dw, db, dw2, db2 := b.zeros("dw", c), b.zeros("db", c), b.zeros("dw2", c), b.zeros("db2", c)
+				d.LayerNormBackward(dinp, dw.g, db.g, dout, inp, w.g, mean.g, rstd.g)
+				d.LayerNormBackward(ref, dw2.g, db2.g, dout32, inp, w.g, mean.g, rstd.g)
+				sameGPUBits(t, d, "LayerNormBackward "+what, outAsF32(b, dinp), want(ref))
+				sameGPUBits(t, d, "LayerNormBackward "+what+" dweight", dw.g, dw2.g)
+				sameGPUBits(t, d, "LayerNormBackward "+what+" dbias", db.g, db2.g)
+				d.RMSNormForward(b.zeros("o", n, c).g, rstd.g, inp, w.g, 1e-5)
+				dinp, dout = grads()
+				d.Copy(ref, dinp0)
+				d.RMSNormBackward(dinp, dw.g, dout, inp, w.g, rstd.g)
+				d.RMSNormBackward(ref, dw2.g, dout32, inp, w.g, rstd.g)
+				sameGPUBits(t, d, "RMSNormBackward "+what, outAsF32(b, dinp), want(ref))
+				sameGPUBits(t, d, "RMSNormBackward "+what+" dweight", dw.g, dw2.g)
+			}
 		}
 	}
 

@@ -362,9 +362,9 @@ extern "C" __global__ void ROW_BOUNDS layernorm_forward_bf16_sum_bf16(LN_FWD_ARG
 // each thread owning the columns j = threadIdx.x mod blockDim.x, so that
 // layernorm_param_grads can add them in a fixed order. D is dinp's dtype
 // (a bfloat16 residual stream's gradient: added to and rounded once), X
-// inp's.
-template <typename D, typename X>
-__device__ void layernorm_backward(D* dinp, float* part, const float* dout, const X* inp, const float* weight,
+// inp's, G dout's (widened).
+template <typename D, typename X, typename G>
+__device__ void layernorm_backward(D* dinp, float* part, const G* dout, const X* inp, const float* weight,
                                    const float* mean, const float* rstd, long long rows, int c) {
     __shared__ float sh[32];
     float* dw = part + (long long)blockIdx.x * 2 * c;
@@ -375,41 +375,55 @@ __device__ void layernorm_backward(D* dinp, float* part, const float* dout, cons
     }
     for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
         const X* x = inp + i * c;
-        const float* g = dout + i * c;
+        const G* g = dout + i * c;
         float m = mean[i], r = rstd[i];
         float sdn = 0.f, sdnn = 0.f;
         for (int j = threadIdx.x; j < c; j += blockDim.x) {
             float norm = (load_in(x + j) - m) * r;
-            float dn = weight[j] * g[j];
+            float gj = load_in(g + j);
+            float dn = weight[j] * gj;
             sdn += dn;
             sdnn += dn * norm;
-            dw[j] += norm * g[j];
-            db[j] += g[j];
+            dw[j] += norm * gj;
+            db[j] += gj;
         }
         float mdn = block_sum(sdn, sh) / c;
         float mdnn = block_sum(sdnn, sh) / c;
         D* dx = dinp + i * c;
         for (int j = threadIdx.x; j < c; j += blockDim.x) {
             float norm = (load_in(x + j) - m) * r;
-            add_out(dx + j, (weight[j] * g[j] - mdn - norm * mdnn) * r);
+            add_out(dx + j, (weight[j] * load_in(g + j) - mdn - norm * mdnn) * r);
         }
     }
 }
 
-#define LN_BWD_ARGS(D, X)                                                                            \
-    D *dinp, float *part, const float *dout, const X *inp, const float *weight, const float *mean, \
+#define LN_BWD_ARGS(D, X, G)                                                                     \
+    D *dinp, float *part, const G *dout, const X *inp, const float *weight, const float *mean, \
         const float *rstd, long long rows, int c
 #define LN_BWD_CALL dinp, part, dout, inp, weight, mean, rstd, rows, c
-extern "C" __global__ void ROW_BOUNDS layernorm_backward_f32(LN_BWD_ARGS(float, float)) {
+extern "C" __global__ void ROW_BOUNDS layernorm_backward_f32(LN_BWD_ARGS(float, float, float)) {
     layernorm_backward(LN_BWD_CALL);
 }
-extern "C" __global__ void ROW_BOUNDS layernorm_backward_f32_from_bf16(LN_BWD_ARGS(float, bf16_t)) {
+extern "C" __global__ void ROW_BOUNDS layernorm_backward_f32_from_bf16(LN_BWD_ARGS(float, bf16_t, float)) {
     layernorm_backward(LN_BWD_CALL);
 }
-extern "C" __global__ void ROW_BOUNDS layernorm_backward_bf16(LN_BWD_ARGS(bf16_t, float)) {
+extern "C" __global__ void ROW_BOUNDS layernorm_backward_bf16(LN_BWD_ARGS(bf16_t, float, float)) {
     layernorm_backward(LN_BWD_CALL);
 }
-extern "C" __global__ void ROW_BOUNDS layernorm_backward_bf16_from_bf16(LN_BWD_ARGS(bf16_t, bf16_t)) {
+extern "C" __global__ void ROW_BOUNDS layernorm_backward_bf16_from_bf16(LN_BWD_ARGS(bf16_t, bf16_t, float)) {
+    layernorm_backward(LN_BWD_CALL);
+}
+// _grad_bf16: dout stored as bfloat16 (a norm output's gradient).
+extern "C" __global__ void ROW_BOUNDS layernorm_backward_f32_grad_bf16(LN_BWD_ARGS(float, float, bf16_t)) {
+    layernorm_backward(LN_BWD_CALL);
+}
+extern "C" __global__ void ROW_BOUNDS layernorm_backward_f32_from_bf16_grad_bf16(LN_BWD_ARGS(float, bf16_t, bf16_t)) {
+    layernorm_backward(LN_BWD_CALL);
+}
+extern "C" __global__ void ROW_BOUNDS layernorm_backward_bf16_grad_bf16(LN_BWD_ARGS(bf16_t, float, bf16_t)) {
+    layernorm_backward(LN_BWD_CALL);
+}
+extern "C" __global__ void ROW_BOUNDS layernorm_backward_bf16_from_bf16_grad_bf16(LN_BWD_ARGS(bf16_t, bf16_t, bf16_t)) {
     layernorm_backward(LN_BWD_CALL);
 }
 
@@ -480,40 +494,55 @@ extern "C" __global__ void ROW_BOUNDS rmsnorm_forward_bf16_sum_bf16(RMS_FWD_ARGS
 
 // rmsnorm_backward: as layernorm_backward, with the dweight partial sums
 // in part (gridDim.x,C).
-template <typename D, typename X>
-__device__ void rmsnorm_backward(D* dinp, float* part, const float* dout, const X* inp, const float* weight,
+template <typename D, typename X, typename G>
+__device__ void rmsnorm_backward(D* dinp, float* part, const G* dout, const X* inp, const float* weight,
                                  const float* rstd, long long rows, int c) {
     __shared__ float sh[32];
     float* dw = part + (long long)blockIdx.x * c;
     for (int j = threadIdx.x; j < c; j += blockDim.x) dw[j] = 0.f;
     for (long long i = blockIdx.x; i < rows; i += gridDim.x) {
         const X* x = inp + i * c;
-        const float* g = dout + i * c;
+        const G* g = dout + i * c;
         float r = rstd[i];
         float sdnn = 0.f;
         for (int j = threadIdx.x; j < c; j += blockDim.x) {
             float norm = load_in(x + j) * r;
-            sdnn += weight[j] * g[j] * norm;
-            dw[j] += norm * g[j];
+            float gj = load_in(g + j);
+            sdnn += weight[j] * gj * norm;
+            dw[j] += norm * gj;
         }
         float mdnn = block_sum(sdnn, sh) / c;
         D* dx = dinp + i * c;
         for (int j = threadIdx.x; j < c; j += blockDim.x)
-            add_out(dx + j, (weight[j] * g[j] - load_in(x + j) * r * mdnn) * r);
+            add_out(dx + j, (weight[j] * load_in(g + j) - load_in(x + j) * r * mdnn) * r);
     }
 }
 
-#define RMS_BWD_ARGS(D, X) \
-    D *dinp, float *part, const float *dout, const X *inp, const float *weight, const float *rstd, long long rows, int c
+#define RMS_BWD_ARGS(D, X, G) \
+    D *dinp, float *part, const G *dout, const X *inp, const float *weight, const float *rstd, long long rows, int c
 #define RMS_BWD_CALL dinp, part, dout, inp, weight, rstd, rows, c
-extern "C" __global__ void ROW_BOUNDS rmsnorm_backward_f32(RMS_BWD_ARGS(float, float)) { rmsnorm_backward(RMS_BWD_CALL); }
-extern "C" __global__ void ROW_BOUNDS rmsnorm_backward_f32_from_bf16(RMS_BWD_ARGS(float, bf16_t)) {
+extern "C" __global__ void ROW_BOUNDS rmsnorm_backward_f32(RMS_BWD_ARGS(float, float, float)) {
     rmsnorm_backward(RMS_BWD_CALL);
 }
-extern "C" __global__ void ROW_BOUNDS rmsnorm_backward_bf16(RMS_BWD_ARGS(bf16_t, float)) {
+extern "C" __global__ void ROW_BOUNDS rmsnorm_backward_f32_from_bf16(RMS_BWD_ARGS(float, bf16_t, float)) {
     rmsnorm_backward(RMS_BWD_CALL);
 }
-extern "C" __global__ void ROW_BOUNDS rmsnorm_backward_bf16_from_bf16(RMS_BWD_ARGS(bf16_t, bf16_t)) {
+extern "C" __global__ void ROW_BOUNDS rmsnorm_backward_bf16(RMS_BWD_ARGS(bf16_t, float, float)) {
+    rmsnorm_backward(RMS_BWD_CALL);
+}
+extern "C" __global__ void ROW_BOUNDS rmsnorm_backward_bf16_from_bf16(RMS_BWD_ARGS(bf16_t, bf16_t, float)) {
+    rmsnorm_backward(RMS_BWD_CALL);
+}
+extern "C" __global__ void ROW_BOUNDS rmsnorm_backward_f32_grad_bf16(RMS_BWD_ARGS(float, float, bf16_t)) {
+    rmsnorm_backward(RMS_BWD_CALL);
+}
+extern "C" __global__ void ROW_BOUNDS rmsnorm_backward_f32_from_bf16_grad_bf16(RMS_BWD_ARGS(float, bf16_t, bf16_t)) {
+    rmsnorm_backward(RMS_BWD_CALL);
+}
+extern "C" __global__ void ROW_BOUNDS rmsnorm_backward_bf16_grad_bf16(RMS_BWD_ARGS(bf16_t, float, bf16_t)) {
+    rmsnorm_backward(RMS_BWD_CALL);
+}
+extern "C" __global__ void ROW_BOUNDS rmsnorm_backward_bf16_from_bf16_grad_bf16(RMS_BWD_ARGS(bf16_t, bf16_t, bf16_t)) {
     rmsnorm_backward(RMS_BWD_CALL);
 }
 

@@ -29,11 +29,15 @@ var kernels = []struct {
 	{"layernorm_forward_bf16_from_bf16", maxRowThreads}, {"layernorm_forward_f32_sum_bf16", maxRowThreads}, {"layernorm_forward_bf16_sum_bf16", maxRowThreads},
 	{"layernorm_backward_f32", maxRowThreads}, {"layernorm_backward_f32_from_bf16", maxRowThreads},
 	{"layernorm_backward_bf16", maxRowThreads}, {"layernorm_backward_bf16_from_bf16", maxRowThreads},
+	{"layernorm_backward_f32_grad_bf16", maxRowThreads}, {"layernorm_backward_f32_from_bf16_grad_bf16", maxRowThreads},
+	{"layernorm_backward_bf16_grad_bf16", maxRowThreads}, {"layernorm_backward_bf16_from_bf16_grad_bf16", maxRowThreads},
 	{"layernorm_param_grads_f32", elemThreads},
 	{"rmsnorm_forward_f32", maxRowThreads}, {"rmsnorm_forward_bf16", maxRowThreads}, {"rmsnorm_forward_f32_from_bf16", maxRowThreads},
 	{"rmsnorm_forward_bf16_from_bf16", maxRowThreads}, {"rmsnorm_forward_f32_sum_bf16", maxRowThreads}, {"rmsnorm_forward_bf16_sum_bf16", maxRowThreads},
 	{"rmsnorm_backward_f32", maxRowThreads}, {"rmsnorm_backward_f32_from_bf16", maxRowThreads},
 	{"rmsnorm_backward_bf16", maxRowThreads}, {"rmsnorm_backward_bf16_from_bf16", maxRowThreads},
+	{"rmsnorm_backward_f32_grad_bf16", maxRowThreads}, {"rmsnorm_backward_f32_from_bf16_grad_bf16", maxRowThreads},
+	{"rmsnorm_backward_bf16_grad_bf16", maxRowThreads}, {"rmsnorm_backward_bf16_from_bf16_grad_bf16", maxRowThreads},
 	{"rmsnorm_param_grads_f32", elemThreads}, {"rope_f32", elemThreads},
 	{"swiglu_forward_f32", elemThreads}, {"swiglu_forward_bf16", elemThreads},
 	{"swiglu_forward_f32_from_bf16", elemThreads}, {"swiglu_forward_bf16_from_bf16", elemThreads},
@@ -386,13 +390,24 @@ func normKernel(base string, out, inp, sum *tensor.Tensor) string {
 	return name
 }
 
+// normBackwardKernel is a norm's backward entry for its dtypes: typed's
+// name by dinp's and inp's, with _grad_bf16 where dout is bfloat16.
+func normBackwardKernel(base string, dinp, inp, dout *tensor.Tensor) string {
+	name := typed(base, dinp.DType(), inp.DType())
+	if dout.DType() == tensor.BFloat16 {
+		name += "_grad_bf16"
+	}
+	return name
+}
+
 // LayerNormBackward accumulates the layernorm gradients. dinp, dout, inp are
 // (N,C); dweight, dbias, weight are (C); mean, rstd are (N); inp may be
-// bfloat16 (widened), and dinp (added to, rounded once). The weight and
-// bias gradients are summed per block, then over blocks in a fixed order.
+// bfloat16 (widened), dout too, and dinp (added to, rounded once). The
+// weight and bias gradients are summed per block, then over blocks in a
+// fixed order.
 func (d *Device) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd *tensor.Tensor) {
-	d.ownAny("LayerNormBackward", inp, dinp)
-	d.own("LayerNormBackward", dweight, dbias, dout, weight, mean, rstd)
+	d.ownAny("LayerNormBackward", inp, dinp, dout)
+	d.own("LayerNormBackward", dweight, dbias, weight, mean, rstd)
 	n := check.LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd)
 	c := weight.Len()
 	if n == 0 || c == 0 {
@@ -408,7 +423,7 @@ func (d *Device) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean
 		d.fail(err)
 		return
 	}
-	d.launch(typed("layernorm_backward", dinp.DType(), inp.DType()), dim3{uint32(blocks), 1, 1}, dim3{uint32(rowThreads(c)), 1, 1},
+	d.launch(normBackwardKernel("layernorm_backward", dinp, inp, dout), dim3{uint32(blocks), 1, 1}, dim3{uint32(rowThreads(c)), 1, 1},
 		tp(dinp), ptr(part), tp(dout), tp(inp), tp(weight), tp(mean), tp(rstd), i64(n), i32(c))
 	d.launch("layernorm_param_grads_f32", d.grid1(c, elemThreads), dim3{elemThreads, 1, 1},
 		tp(dweight), tp(dbias), ptr(part), i32(blocks), i32(c))
@@ -445,12 +460,12 @@ func (d *Device) AddRMSNormForward(sum, out, rstd, a, b, weight *tensor.Tensor, 
 }
 
 // RMSNormBackward accumulates the RMSNorm gradients. dinp, dout, inp are
-// (N,C); dweight, weight are (C); rstd is (N); inp and dinp may be
+// (N,C); dweight, weight are (C); rstd is (N); inp, dout and dinp may be
 // bfloat16, as LayerNormBackward's. The weight gradient is summed per
 // block, then over blocks in a fixed order.
 func (d *Device) RMSNormBackward(dinp, dweight, dout, inp, weight, rstd *tensor.Tensor) {
-	d.ownAny("RMSNormBackward", inp, dinp)
-	d.own("RMSNormBackward", dweight, dout, weight, rstd)
+	d.ownAny("RMSNormBackward", inp, dinp, dout)
+	d.own("RMSNormBackward", dweight, weight, rstd)
 	n := check.RMSNormBackward(dinp, dweight, dout, inp, weight, rstd)
 	c := weight.Len()
 	if n == 0 || c == 0 {
@@ -466,7 +481,7 @@ func (d *Device) RMSNormBackward(dinp, dweight, dout, inp, weight, rstd *tensor.
 		d.fail(err)
 		return
 	}
-	d.launch(typed("rmsnorm_backward", dinp.DType(), inp.DType()), dim3{uint32(blocks), 1, 1}, dim3{uint32(rowThreads(c)), 1, 1},
+	d.launch(normBackwardKernel("rmsnorm_backward", dinp, inp, dout), dim3{uint32(blocks), 1, 1}, dim3{uint32(rowThreads(c)), 1, 1},
 		tp(dinp), ptr(part), tp(dout), tp(inp), tp(weight), tp(rstd), i64(n), i32(c))
 	d.launch("rmsnorm_param_grads_f32", d.grid1(c, elemThreads), dim3{elemThreads, 1, 1},
 		tp(dweight), ptr(part), i32(blocks), i32(c))
