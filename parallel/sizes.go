@@ -293,20 +293,22 @@ func mlpCoreSizes(b, t, fl int, act tensor.DType) Sizes {
 // t positions under sequence parallelism): r, the residual after
 // attention, and out, saved, both stored as resid (the residual stream:
 // bfloat16 under bf16 compute in a pre-norm block, whose norms read it
-// widened and whose adds round into it); dr, the gradient of r, stored as
-// resid too (the norms' backward round into it), and dh, of a layer
-// norm's output, scratch. With full recomputation r is scratch
+// widened and whose adds round into it); dr, the gradient of r, and dh,
+// of a layer norm's output, scratch, stored as resid too (the norms'
+// backward round into dr and read dh, which the column-parallel layers'
+// input-gradient products round into: in a pre-norm block the norms'
+// outputs are stored as the stream). With full recomputation r is scratch
 // too: Backward runs the block's forward again.
 func blockOwnSizes(b, t, c int, full bool, resid tensor.DType) Sizes {
 	if full {
 		return Sizes{
 			Saved:   Buffers{buf("out", b, t, c).as(resid)},
-			Scratch: Buffers{buf("r", b, t, c).as(resid), buf("dr", b, t, c).as(resid), buf("dh", b, t, c)},
+			Scratch: Buffers{buf("r", b, t, c).as(resid), buf("dr", b, t, c).as(resid), buf("dh", b, t, c).as(resid)},
 		}
 	}
 	return Sizes{
 		Saved:   Buffers{buf("r", b, t, c).as(resid), buf("out", b, t, c).as(resid)},
-		Scratch: Buffers{buf("dr", b, t, c).as(resid), buf("dh", b, t, c)},
+		Scratch: Buffers{buf("dr", b, t, c).as(resid), buf("dh", b, t, c).as(resid)},
 	}
 }
 

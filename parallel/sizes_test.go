@@ -371,7 +371,8 @@ func (b *LlamaBlock) shadow() recomputeBlock    { return b.Shadow() }
 // Llama's unfused attention, which sums a group's heads into it; the
 // norms' outputs of a pre-norm block, with or without sequence
 // parallelism, which all-gathers them as bf16, and its residual stream,
-// r and out, and the gradient of r, dr), everything else Float32; in
+// r and out, and the gradients of r and of a norm's output, dr and dh),
+// everything else Float32; in
 // BERT's post-norm layers (the norm output is the residual stream) the
 // norms' outputs, the residual stream and its gradient stay Float32, and
 // the output projections round that gradient (dout_half), which a
@@ -379,7 +380,7 @@ func (b *LlamaBlock) shadow() recomputeBlock    { return b.Shadow() }
 // BFloat16 element.
 func TestBF16ActivationDTypes(t *testing.T) {
 	mlp := map[string]bool{"attn.dpre": true, "mlp.h": true, "mlp.dh": true, "mlp.c_fc.out_local": true, "attn.c_attn.out_local": true, "attn.att": true, "attn.y": true, "attn.dy": true, "attn.dqkv": true}
-	half := map[string]bool{"ln_1.out": true, "ln_2.out": true, "r": true, "out": true, "dr": true}
+	half := map[string]bool{"ln_1.out": true, "ln_2.out": true, "r": true, "out": true, "dr": true, "dh": true}
 	for k := range mlp {
 		half[k] = true
 	}
@@ -422,7 +423,7 @@ func TestBF16ActivationDTypes(t *testing.T) {
 		for _, b := range append(l.Saved, l.Scratch...) {
 			isHalf := b.Name == "mlp.h" || b.Name == "mlp.gate_up_proj.out_local" || b.Name == "self_attn.qkv_proj.out_local" || b.Name == "self_attn.att" || b.Name == "self_attn.y" ||
 				b.Name == "input_layernorm.out" || b.Name == "post_attention_layernorm.out" || b.Name == "mlp.dh" || b.Name == "mlp.dgate_up" || b.Name == "self_attn.dpre" ||
-				b.Name == "self_attn.dy" || (b.Name == "self_attn.dqkv" && c.halfDQKV) || b.Name == "r" || b.Name == "out" || b.Name == "dr"
+				b.Name == "self_attn.dy" || (b.Name == "self_attn.dqkv" && c.halfDQKV) || b.Name == "r" || b.Name == "out" || b.Name == "dr" || b.Name == "dh"
 			if (b.DType == tensor.BFloat16) != isHalf || strings.HasSuffix(b.Name, "dout_half") {
 				t.Errorf("llama, %d kv heads, fused %v: %s is %s", c.kvHeads, c.fused, b.Name, b.DType)
 			}

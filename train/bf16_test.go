@@ -115,8 +115,9 @@ func TestBF16CurvesOnCPU(t *testing.T) {
 			// as they are, rounding nothing).
 			acts += 2 * 3 * int64(cfg.BatchSize*cfg.Seq*cfg.Dim)
 			// And its first value, the embeddings' output (wpe's, or a
-			// Llama's wte's).
-			acts += 2 * int64(cfg.BatchSize*cfg.Seq*cfg.Dim)
+			// Llama's wte's), and the blocks' shared gradient of a norm's
+			// output, dh.
+			acts += 2 * 2 * int64(cfg.BatchSize*cfg.Seq*cfg.Dim)
 			// The heads' output gradient and c_attn's output gradient,
 			// shared scratch too; a grouped Llama's stays float32.
 			acts += 2 * int64(cfg.BatchSize*cfg.Seq*cfg.Dim)
@@ -129,6 +130,7 @@ func TestBF16CurvesOnCPU(t *testing.T) {
 					t.Fatal(err)
 				}
 				acts += 2 * int64(cfg.BatchSize*cfg.Seq*cfg.Dim) // ln_f's output, the LM head's input
+				acts += 2 * int64(cfg.BatchSize*cfg.Seq*cfg.Dim) // and its gradient
 				acts += 2 * int64(cfg.BatchSize*cfg.Seq*vp)      // the logits, their gradient written over them
 			}
 			if copies == 0 || halfPeak-fullPeak != copies-acts {

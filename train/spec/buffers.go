@@ -16,14 +16,15 @@ import (
 // of a pipeline stage. stream are the residual stream's gradients: dx and
 // dy (B,T,C), ping-pong between the blocks, stored as the stream
 // (Residual: each block's norm backward and residual add round into
-// them), and on the last stage dh
-// (B,T,C), ln_f's output gradient (T/tp positions each under sequence
-// parallelism). head are the head's: none for an LM (the loss writes the
-// gradient of the logits over them: the fused classifier); for bert the pooling
-// matrix pool (B, B*T) (B*T/tp under sequence parallelism: it pools this
-// rank's positions), the pooled mean and its gradient (B,1,C), GELU's
-// output h1g, its gradient and fc1's output gradient (B,1,C/tp), and the
-// logits' gradient (B,1,config.NumClasses).
+// them), and on the last stage dh (B,T,C), ln_f's output gradient (T/tp
+// positions each under sequence parallelism), stored as the stream too
+// for an LM (float32 for bert, whose pooling writes it). head are the
+// head's: none for an LM (the loss writes the gradient of the logits over
+// them: the fused classifier); for bert the pooling matrix pool (B, B*T)
+// (B*T/tp under sequence parallelism: it pools this rank's positions),
+// the pooled mean and its gradient (B,1,C), GELU's output h1g, its
+// gradient and fc1's output gradient (B,1,C/tp), and the logits'
+// gradient (B,1,config.NumClasses).
 func ModelBuffers(c config.Config, last bool) (stream, head parallel.Buffers) {
 	B, Tl, C, tp := c.BatchSize, c.LocalSeq(), c.Dim, max(c.TP, 1)
 	res := Residual(c)
@@ -31,10 +32,12 @@ func ModelBuffers(c config.Config, last bool) (stream, head parallel.Buffers) {
 	if !last {
 		return stream, nil
 	}
-	stream = append(stream, parallel.Buffer{Name: "dh", Shape: []int{B, Tl, C}})
 	if c.LM() {
-		return stream, nil
+		// The LM head's input-gradient product rounds into it.
+		return append(stream, parallel.Buffer{Name: "dh", Shape: []int{B, Tl, C}, DType: res}), nil
 	}
+	// The classifier's pooling writes it from float32 operands.
+	stream = append(stream, parallel.Buffer{Name: "dh", Shape: []int{B, Tl, C}})
 	cl := C / tp
 	head = parallel.Buffers{
 		{Name: "pool", Shape: []int{B, B * Tl}},
