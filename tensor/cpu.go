@@ -363,19 +363,21 @@ func (d *CPUDevice) toHalfC(c *Tensor, cOff, m, n, ldc, strideC, batch int, beta
 		for i0 := 0; i0 < m; i0 += rb {
 			rows := min(rb, m-i0)
 			s := d.wideC[:qn*rows*n]
-			block := func(f func(q, i int)) {
-				for q := range qn {
-					for i := range rows {
-						f(q, i)
-					}
-				}
+			// Over the device's threads: a pass on one would leave the
+			// others idle for as long as a small product takes.
+			convert := func(toBF16 bool) {
+				d.mu.Lock()
+				defer d.mu.Unlock()
+				k := &d.k.halves
+				*k = halfRowsK{s: s, hc: hc, n: n, rows: rows, q0: q0, i0: i0, ldc: ldc, strideC: strideC, toBF16: toBF16}
+				d.parallel(qn*rows, d.chunks(qn*rows, n), k)
+				*k = halfRowsK{}
 			}
-			at := func(q, i int) int { return (q0+q)*strideC + (i0+i)*ldc }
 			if beta != 0 {
-				block(func(q, i int) { WidenBF16(s[(q*rows+i)*n:(q*rows+i+1)*n], hc[at(q, i):at(q, i)+n]) })
+				convert(false)
 			}
 			run(q0, qn, i0, rows, s)
-			block(func(q, i int) { RoundBF16(hc[at(q, i):at(q, i)+n], s[(q*rows+i)*n:(q*rows+i+1)*n]) })
+			convert(true)
 		}
 	}
 }

@@ -38,6 +38,7 @@ type cpuKernels struct {
 	swiglu  swigluK
 	swigluB swigluBackK
 	conv    convertK
+	halves  halfRowsK
 }
 
 // convertK rounds f into h (toBF16) or widens h into f, elementwise.
@@ -53,6 +54,29 @@ func (k *convertK) run(lo, hi, _ int) {
 		return
 	}
 	WidenBF16(k.f[lo:hi], k.h[lo:hi])
+}
+
+// halfRowsK converts rows [lo,hi) of a product's piece (toHalfC) between
+// its float32 scratch s (rows of n, packed) and the bfloat16 C: widening
+// before the product, rounding after.
+type halfRowsK struct {
+	s                             []float32
+	hc                            []uint16
+	n, rows, q0, i0, ldc, strideC int
+	toBF16                        bool
+}
+
+func (k *halfRowsK) run(lo, hi, _ int) {
+	for r := lo; r < hi; r++ {
+		q, i := r/k.rows, r%k.rows
+		at := (k.q0+q)*k.strideC + (k.i0+i)*k.ldc
+		s, h := k.s[r*k.n:(r+1)*k.n], k.hc[at:at+k.n]
+		if k.toBF16 {
+			RoundBF16(h, s)
+		} else {
+			WidenBF16(s, h)
+		}
+	}
 }
 
 // convert is RoundBF16(h, f) (toBF16) or WidenBF16(f, h) over the
