@@ -34,10 +34,12 @@ type BlockConfig struct {
 	// fc and GELU outputs, c_attn's, the layer norms'), and so the
 	// gradients only they read (the MLP's hidden gradient, the
 	// attention's gradients of its output, of Q, K and V and, unfused, of
-	// the scores), and the residual stream (r and out, which the norms
-	// read widened and the adds round into): BFloat16 under bf16 compute.
-	// The block's input may be either (the embeddings' and a pipeline
-	// stage's are float32).
+	// the scores), the residual stream (r and out, which the norms read
+	// widened and the adds round into), its gradient (turned in place
+	// into the input's by BackwardInPlace) and the norms' outputs'
+	// gradient dh: BFloat16 under bf16 compute. The block's input and
+	// output gradient may be float32 or bfloat16 (the model hands it
+	// bfloat16 at bf16: the embeddings' output and a pipeline stage's).
 	Activations tensor.DType
 	From        *ParamSet // the model's parameters, where the block takes its own; nil: new ones
 }
@@ -117,7 +119,6 @@ type blockSaved struct {
 // block and its shadows share it.
 type blockScratch struct {
 	grads buffers
-	dr    *tensor.Tensor // gradient of r
 	dh    *tensor.Tensor // gradient of a layernorm output
 	rFull *tensor.Tensor // r under full recomputation
 }
@@ -191,8 +192,10 @@ func (b *prenorm) Forward(x *tensor.Tensor, keyValid []int32) (*tensor.Tensor, e
 
 // ensureScratch makes the backward's scratch for bs x t tokens.
 func (b *prenorm) ensureScratch(dev tensor.Device, bs, t int) error {
-	if err := b.grads.ensure(dev, [2]int{bs, t}, func() Buffers { return blockOwnSizes(bs, t, b.dim, b.recompute == RecomputeFull, b.stream).Scratch }, func(get func(string) *tensor.Tensor) {
-		b.rFull, b.dr, b.dh = get("r"), get("dr"), get("dh")
+	if err := b.grads.ensure(dev, [2]int{bs, t}, func() Buffers {
+		return blockOwnSizes(bs, t, b.dim, b.recompute == RecomputeFull, b.stream, false).Scratch
+	}, func(get func(string) *tensor.Tensor) {
+		b.rFull, b.dh = get("r"), get("dh")
 	}); err != nil {
 		return fmt.Errorf("%s: %w", b.name, err)
 	}
@@ -237,9 +240,9 @@ func (b *prenorm) forwardWith(dev tensor.Device, x *tensor.Tensor, attn func(h *
 }
 
 // Backward accumulates the parameter gradients and the input gradient dx
-// (B,T,C) from dout (B,T,C); either may be float32 or bfloat16 (the
-// model hands both stored as the stream, into which the norms' backward
-// and the residual path round their sums).
+// (B,T,C) from dout (B,T,C), either float32 or bfloat16: BackwardInPlace
+// on a copy of dout stored as the stream, added to dx. (The model runs
+// BackwardInPlace, which needs no copy.)
 func (b *prenorm) Backward(dout, dx *tensor.Tensor) error {
 	if b.out == nil {
 		return fmt.Errorf("%s: Backward before Forward", b.name)
@@ -248,6 +251,32 @@ func (b *prenorm) Backward(dout, dx *tensor.Tensor) error {
 		return shapeErr(b.name, "Backward with dout %v, dx %v after a Forward to %v", dout, dx, b.out)
 	}
 	dev := dout.Device()
+	d, err := dev.AllocAs(b.stream, b.out.Shape()...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", b.name, err)
+	}
+	defer dev.Free(d)
+	dev.Copy(d, dout.Reshape(b.out.Shape()...))
+	if err := b.BackwardInPlace(d); err != nil {
+		return err
+	}
+	dev.Axpy(dx, 1, d.Reshape(dx.Shape()...))
+	return nil
+}
+
+// BackwardInPlace accumulates the parameter gradients and turns d, the
+// gradient of the block's output (B,T,C), into the gradient of its input:
+// the residual path runs in d itself, each norm's backward adding its
+// input gradient into it (rounding once where d is bfloat16, as llm.c's
+// dresidual), so the residual path costs no copy and no buffer.
+func (b *prenorm) BackwardInPlace(d *tensor.Tensor) error {
+	if b.out == nil {
+		return fmt.Errorf("%s: Backward before Forward", b.name)
+	}
+	if d.Len() != b.out.Len() {
+		return shapeErr(b.name, "Backward with dout %v after a Forward to %v", d, b.out)
+	}
+	dev := d.Device()
 	if err := b.ensureScratch(dev, b.out.Dim(0), b.out.Dim(1)); err != nil {
 		return err
 	}
@@ -259,20 +288,18 @@ func (b *prenorm) Backward(dout, dx *tensor.Tensor) error {
 			return err
 		}
 	}
-	dev.Copy(b.dr, dout) // the residual path
 	dev.Zero(b.dh)
-	if err := b.mlp.Backward(dout, b.dh); err != nil {
+	if err := b.mlp.Backward(d, b.dh); err != nil {
 		return err
 	}
-	if err := b.norm2.Backward(b.dh, b.dr); err != nil {
+	if err := b.norm2.Backward(b.dh, d); err != nil { // d: the gradient of r
 		return err
 	}
-	dev.Axpy(dx, 1, b.dr) // the residual path
 	dev.Zero(b.dh)
-	if err := b.attn.Backward(b.dr, b.dh); err != nil {
+	if err := b.attn.Backward(d, b.dh); err != nil {
 		return err
 	}
-	return b.norm1.Backward(b.dh, dx)
+	return b.norm1.Backward(b.dh, d)
 }
 
 // ShareBuffers makes b use the scratch of with, a block of the same shape
@@ -305,7 +332,7 @@ func (b *prenorm) prepare(x *tensor.Tensor) (dev tensor.Device, full bool, err e
 	}
 	dev = b.dev()
 	full = b.recompute == RecomputeFull
-	if err := b.bufs.ensure(dev, [2]int{bs, t}, func() Buffers { return blockOwnSizes(bs, t, b.dim, full, b.stream).Saved }, func(get func(string) *tensor.Tensor) {
+	if err := b.bufs.ensure(dev, [2]int{bs, t}, func() Buffers { return blockOwnSizes(bs, t, b.dim, full, b.stream, false).Saved }, func(get func(string) *tensor.Tensor) {
 		b.r, b.out = get("r"), get("out")
 	}); err != nil {
 		return nil, false, fmt.Errorf("%s: %w", b.name, err)

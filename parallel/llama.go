@@ -648,7 +648,7 @@ func LlamaBlockSizes(s LlamaBlockShape, b, t int) Sizes {
 	}
 	var z, layers Sizes
 	full := s.Recompute == RecomputeFull
-	z.add("", blockOwnSizes(b, tl, c, full, s.Activations))
+	z.add("", blockOwnSizes(b, tl, c, full, s.Activations, false))
 	norms := s.Activations
 	layers.add("input_layernorm.", RMSNormSizes(b, tl, c, norms))
 	layers.add("self_attn.", llamaAttentionCoreSizes(b, t, s.Heads/tp, nkv, hd, s.Recompute == RecomputeSelective, s.FusedAttention, s.Activations))

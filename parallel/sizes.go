@@ -293,23 +293,27 @@ func mlpCoreSizes(b, t, fl int, act tensor.DType) Sizes {
 // t positions under sequence parallelism): r, the residual after
 // attention, and out, saved, both stored as resid (the residual stream:
 // bfloat16 under bf16 compute in a pre-norm block, whose norms read it
-// widened and whose adds round into it); dr, the gradient of r, and dh,
-// of a layer norm's output, scratch, stored as resid too (the norms'
-// backward round into dr and read dh, which the column-parallel layers'
-// input-gradient products round into: in a pre-norm block the norms'
-// outputs are stored as the stream). With full recomputation r is scratch
-// too: Backward runs the block's forward again.
-func blockOwnSizes(b, t, c int, full bool, resid tensor.DType) Sizes {
-	if full {
-		return Sizes{
-			Saved:   Buffers{buf("out", b, t, c).as(resid)},
-			Scratch: Buffers{buf("r", b, t, c).as(resid), buf("dr", b, t, c).as(resid), buf("dh", b, t, c).as(resid)},
-		}
-	}
-	return Sizes{
+// widened and whose adds round into it); dh, the gradient of a layer
+// norm's output, scratch, stored as resid too (the norms' backward read
+// it, the column-parallel layers' input-gradient products round into it:
+// in a pre-norm block the norms' outputs are stored as the stream). The
+// gradient of r needs none in a pre-norm block, whose BackwardInPlace
+// runs the residual path in the gradient of its output; a post-norm
+// layer (postNorm: train's arch hf) keeps dr, scratch. With full
+// recomputation r is scratch too: Backward runs the block's forward
+// again.
+func blockOwnSizes(b, t, c int, full bool, resid tensor.DType, postNorm bool) Sizes {
+	z := Sizes{
 		Saved:   Buffers{buf("r", b, t, c).as(resid), buf("out", b, t, c).as(resid)},
-		Scratch: Buffers{buf("dr", b, t, c).as(resid), buf("dh", b, t, c).as(resid)},
+		Scratch: Buffers{buf("dh", b, t, c).as(resid)},
 	}
+	if postNorm {
+		z.Scratch = Buffers{buf("dr", b, t, c).as(resid), buf("dh", b, t, c).as(resid)}
+	}
+	if full {
+		z.Saved, z.Scratch = z.Saved[1:], append(Buffers{z.Saved[0]}, z.Scratch...)
+	}
+	return z
 }
 
 // Recompute is how much of a block's forward pass its Backward runs again
@@ -387,7 +391,7 @@ func BlockSizes(s BlockShape, b, t int) Sizes {
 	var z, layers Sizes
 	full := s.Recompute == RecomputeFull
 	norms := s.normOut()
-	z.add("", blockOwnSizes(b, tl, c, full, norms))
+	z.add("", blockOwnSizes(b, tl, c, full, norms, s.PostNorm))
 	layers.add("ln_1.", LayerNormSizes(b, tl, c, norms))
 	layers.add("attn.", attentionCoreSizes(b, t, s.Heads/tp, c/tp, s.Recompute == RecomputeSelective, s.FusedAttention, s.Activations))
 	layers.add("attn.c_attn.", ColumnSizes(LinearShape{In: c, Out: 3 * c, TP: tp, SP: s.SP, OutDType: s.Activations}, b, t))

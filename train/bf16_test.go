@@ -110,10 +110,10 @@ func TestBF16CurvesOnCPU(t *testing.T) {
 			acts += 2 * int64(cfg.BatchSize*cfg.Heads*cfg.Seq*cfg.Seq)
 			// Each block's residual stream, r and out.
 			acts += 2 * 2 * int64(cfg.Layers*cfg.BatchSize*cfg.Seq*cfg.Dim)
-			// The residual stream's gradients: the model's dx and dy and
-			// the blocks' shared dr (which the output projections read
-			// as they are, rounding nothing).
-			acts += 2 * 3 * int64(cfg.BatchSize*cfg.Seq*cfg.Dim)
+			// The residual stream's gradient, the model's dx, which the
+			// blocks turn in place into their inputs' (the output
+			// projections read it as it is, rounding nothing).
+			acts += 2 * int64(cfg.BatchSize*cfg.Seq*cfg.Dim)
 			// And its first value, the embeddings' output (wpe's, or a
 			// Llama's wte's), and the blocks' shared gradient of a norm's
 			// output, dh.

@@ -96,7 +96,7 @@ type transformer struct {
 
 	allocated []*tensor.Tensor
 	dlogits   *tensor.Tensor // bert (B,1,2); an LM's gradient is written over its logits
-	dx, dy    *tensor.Tensor // (B,T,C) gradients of the residual stream, ping-pong, stored as the stream (spec.Residual)
+	dx        *tensor.Tensor // (B,T,C) gradient of the residual stream, which each block turns in place into its input's; stored as the stream (spec.Residual)
 	dh        *tensor.Tensor // (B,T,C) gradient of ln_f's output
 	// bert head
 	pool            *tensor.Tensor // (B, B*T) averaging matrix over each sequence's tokens
@@ -112,7 +112,7 @@ type transformer struct {
 // parallel.LlamaBlock).
 type block interface {
 	Forward(x *tensor.Tensor, keyValid []int32) (*tensor.Tensor, error)
-	Backward(dout, dx *tensor.Tensor) error
+	BackwardInPlace(d *tensor.Tensor) error
 	Params() []*parallel.Param
 	Release()
 }
@@ -334,7 +334,7 @@ func (t *transformer) allocate(cfg config.Config) error {
 	stream, head := spec.ModelBuffers(cfg, t.last)
 	var err error
 	t.allocated, err = parallel.Allocate(t.dev, append(stream, head...), func(get func(string) *tensor.Tensor) {
-		t.dx, t.dy, t.dh, t.dlogits = get("dx"), get("dy"), get("dh"), get("dlogits")
+		t.dx, t.dh, t.dlogits = get("dx"), get("dh"), get("dlogits")
 		t.pool, t.pooled, t.dpooled = get("pool"), get("pooled"), get("dpooled")
 		t.h1g, t.dh1g, t.dh1 = get("h1g"), get("dh1g"), get("dh1")
 	})
@@ -616,7 +616,7 @@ func (t *transformer) backwardStage(scale float32, dout *tensor.Tensor) (*tensor
 		return nil, fmt.Errorf("backward without a training forward pass")
 	}
 	d := t.dev
-	dx, dy := t.dx, t.dy
+	dx := t.dx
 	if t.last {
 		if err := t.headBackward(scale); err != nil {
 			return nil, err
@@ -627,17 +627,15 @@ func (t *transformer) backwardStage(scale float32, dout *tensor.Tensor) (*tensor
 		d.Copy(dx, dout)
 	}
 	for l := len(t.blocks) - 1; l >= 0; l-- {
-		d.Zero(dy)
 		if err := t.set.GatherBlock(l); err != nil {
 			return nil, err
 		}
-		if err := t.blocks[l].Backward(dx, dy); err != nil {
+		if err := t.blocks[l].BackwardInPlace(dx); err != nil {
 			return nil, err
 		}
 		if err := t.blockGrads.takeOut(t, l); err != nil {
 			return nil, err
 		}
-		dx, dy = dy, dx
 	}
 	if !t.first {
 		parallel.ZeroStaleGrads(t.blockGrads.rest(t))

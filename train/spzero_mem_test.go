@@ -36,7 +36,8 @@ func memPeak(t *testing.T, cfg config.Config) int64 {
 // stream and the layer norms' outputs and statistics shrink to T/tp
 // positions, and once (the blocks share their scratch) its gradients and
 // the row-parallel layers' outputs shrink and the column-parallel layers'
-// (B,T,C) input gradients go (they reduce-scatter from the shared buffer); the embeddings' outputs, dx, dy, dh and ln_f's (6 (B,T,C), 2
+// (B,T,C) input gradients go (they reduce-scatter from the shared
+// buffer); the embeddings' outputs, dx, dh and ln_f's (5 (B,T,C), 2
 // (B,T)) shrink by tp, and so does the GPT head's (B,T,C) input gradient
 // (it goes) or the classifier's pooling matrix; against that the region's
 // shared buffers: packed, gathered and full (B,T,C), the reduce-scatter's
@@ -46,12 +47,12 @@ func spSaving(cfg config.Config) int64 {
 	B, T, C, L := int64(cfg.BatchSize), int64(cfg.Seq), int64(cfg.Dim), int64(cfg.Layers)
 	N := B * T
 	// Per block what it keeps (the residual stream, the layer norms'
-	// outputs and statistics); once, the scratch the blocks share (dr,
-	// dh and the row-parallel outputs shrink, the column-parallel layers'
-	// dx go).
+	// outputs and statistics); once, the scratch the blocks share (dh
+	// and the row-parallel outputs shrink, the column-parallel layers' dx
+	// go).
 	saved := 4*N*C - 4*N*C/tp + 4*N - 4*N/tp
-	scratch := 6*N*C - 4*N*C/tp
-	model := 6*N*C - 6*N*C/tp + 2*N - 2*N/tp
+	scratch := 5*N*C - 3*N*C/tp
+	model := 5*N*C - 5*N*C/tp + 2*N - 2*N/tp
 	if cfg.Model == "gpt" {
 		model += N * C
 	} else {

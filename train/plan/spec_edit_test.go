@@ -29,7 +29,7 @@ const (
 	specEditAnchor  = `	b.bias(p+".mlp.c_proj.bias", []int{C}, replicated)` + "\n"
 	specEditParam   = `	b.weight(p+".attn.gate.weight", []int{C, C}, row, proj, 0, false)` + "\n"
 	specAddedParam  = ".attn.gate.weight"
-	bufferAnchor    = `	stream = parallel.Buffers{{Name: "dx", Shape: []int{B, Tl, C}, DType: res}, {Name: "dy", Shape: []int{B, Tl, C}, DType: res}}` + "\n"
+	bufferAnchor    = `	stream = parallel.Buffers{{Name: "dx", Shape: []int{B, Tl, C}, DType: res}}` + "\n"
 	bufferEdit      = `	stream = append(stream, parallel.Buffer{Name: "spec_edit", Shape: []int{B, Tl, 3}})` + "\n"
 	specAddedBuffer = "spec_edit"
 	bufferUseAnchor = `		t.h1g, t.dh1g, t.dh1 = get("h1g"), get("dh1g"), get("dh1")` + "\n"

@@ -9,14 +9,15 @@ import (
 // the buffers train's transformer and its pipeline allocate themselves,
 // which train allocates by iterating these lists and train/plan sums.
 
-// ModelBuffers are the buffers train's transformer (models gpt and bert,
-// not arch hf) allocates itself on a rank, beside its layers', for one
+// ModelBuffers are the buffers train's transformer (models gpt and bert;
+// for arch hf, the same count of train/bert.go's, which adds dy, dx's
+// ping-pong partner) allocates itself on a rank, beside its layers', for one
 // micro-batch; last says the rank's stage holds ln_f and the head (every
 // rank without a pipeline). All are backward scratch, shared by the copies
-// of a pipeline stage. stream are the residual stream's gradients: dx and
-// dy (B,T,C), ping-pong between the blocks, stored as the stream
-// (Residual: each block's norm backward and residual add round into
-// them), and on the last stage dh (B,T,C), ln_f's output gradient (T/tp
+// of a pipeline stage. stream are the residual stream's gradients: dx
+// (B,T,C), which each block turns in place into the gradient of its input
+// (parallel.Block.BackwardInPlace), stored as the stream (Residual: the
+// norms' backward round into it), and on the last stage dh (B,T,C), ln_f's output gradient (T/tp
 // positions each under sequence parallelism), stored as the stream too
 // for an LM (float32 for bert, whose pooling writes it). head are the
 // head's: none for an LM (the loss writes the gradient of the logits over
@@ -28,7 +29,11 @@ import (
 func ModelBuffers(c config.Config, last bool) (stream, head parallel.Buffers) {
 	B, Tl, C, tp := c.BatchSize, c.LocalSeq(), c.Dim, max(c.TP, 1)
 	res := Residual(c)
-	stream = parallel.Buffers{{Name: "dx", Shape: []int{B, Tl, C}, DType: res}, {Name: "dy", Shape: []int{B, Tl, C}, DType: res}}
+	stream = parallel.Buffers{{Name: "dx", Shape: []int{B, Tl, C}, DType: res}}
+	if c.Arch == "hf" {
+		// BERT's post-norm layers (train/bert.go) ping-pong dx and dy.
+		stream = append(stream, parallel.Buffer{Name: "dy", Shape: []int{B, Tl, C}, DType: res})
+	}
 	if !last {
 		return stream, nil
 	}
