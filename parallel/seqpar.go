@@ -75,7 +75,8 @@ func (s *SequenceParallel) LocalSeq(layer string, t int) (int, error) {
 // floats of partial gradients to sum (the Param.SeqReduce parameters'):
 // packed (b*t*c), the collectives' rank-major staging; gathered (b,t,c),
 // Gather's result; full (b,t,c), Full's; local (b,t/tp,c), where an
-// accumulating ReduceScatter lands before it is added; grads, ReduceGrads'
+// accumulating ReduceScatter, or one into a bfloat16 out, lands before
+// it is added or rounded; grads, ReduceGrads'
 // bucket; where the gathered activations (the norms' outputs) are
 // stored as bfloat16 (gathered), packed_bf16 and gathered_bf16, Gather's
 // for them. All are scratch, one set per model. With one rank only full:

@@ -239,8 +239,7 @@ func sentPerStep(t *testing.T, cfg config.Config, vocab int) (bytes, sends []int
 // traffic against the engine's counters: the bytes and the messages every
 // rank sends its neighbour stages in a step (each micro-batch's
 // activations forward, the gradient of its input backward; T/tp positions
-// of them under sequence parallelism; at bf16 the activations 2 bytes an
-// element, the gradients 4).
+// of them under sequence parallelism; at bf16 both 2 bytes an element).
 func TestPipelineTransfersMatchEngine(t *testing.T) {
 	const vocab = 1000
 	for _, c := range []struct {

@@ -376,7 +376,7 @@ func New(r Request) (*Plan, error) {
 	case cfg.Precision == "bf16" && r.Device.BF16Flops == 0, cfg.Precision == "tf32" && r.Device.TF32Flops == 0:
 		p.Notes = append(p.Notes, fmt.Sprintf("precision %s: %s has no %s tensor cores; the run will refuse it (use fp32)", cfg.Precision, r.Device.Name, cfg.Precision))
 	case cfg.Precision == "bf16":
-		p.Notes = append(p.Notes, "precision bf16: the engine keeps bf16 copies of the weights beside their fp32 masters and stores the activations only products and the activation and attention kernels read in bf16 (the MLP's pre-activation and hidden one, the attention's Q, K and V, its unfused probabilities and its output, the norms' outputs, which sequence parallelism all-gathers as bf16, a language model's logits, whose gradient the loss writes over them, and the pre-norm blocks' residual stream) and the MLP's hidden gradients (GELU's, written in place, or a Llama's two), the attention's gradients of its output and of Q, K and V (fp32 in an unfused grouped-query attention), the unfused attention's scores' gradient and the residual stream's gradient (which pipeline stages and sequence parallelism send as bf16; BERT's post-norm layers keep an fp32 stream, which their output projections round to bf16 once for their two products); the other gradients and activations are fp32, which each GEMM converts to bf16 (the copies, the bf16 activations and the operand scratch count in the memory, the conversion in the time); time and MFU at the bf16 peak (measured on an H200 before the bf16 storage: slower than tf32, 0.157 against 0.138 s for GPT-2 124M at 16 x 1024)")
+		p.Notes = append(p.Notes, "precision bf16: the engine keeps bf16 copies of the weights beside their fp32 masters and stores the activations only products and the activation and attention kernels read in bf16 (the MLP's pre-activation and hidden one, the attention's Q, K and V, its unfused probabilities and its output, the norms' outputs, which sequence parallelism all-gathers as bf16, a language model's logits, whose gradient the loss writes over them, and the pre-norm blocks' residual stream) and the MLP's hidden gradients (GELU's, written in place, or a Llama's two), the attention's gradients of its output and of Q, K and V (fp32 in an unfused grouped-query attention), the unfused attention's scores' gradient, the residual stream's gradient (which pipeline stages and sequence parallelism send as bf16, and each block turns in place into its input's; BERT's post-norm layers keep an fp32 stream, which their output projections round to bf16 once for their two products), the norms' outputs' gradients and the embeddings' output; the other gradients and activations are fp32, which each GEMM converts to bf16 (the copies, the bf16 activations and the operand scratch count in the memory, the conversion in the time); time and MFU at the bf16 peak (measured on an H200 before the bf16 storage: slower than tf32, 0.157 against 0.138 s for GPT-2 124M at 16 x 1024)")
 	case cfg.Precision == "tf32":
 		p.Notes = append(p.Notes, "precision tf32: float32 GEMMs on the tensor cores (10-bit mantissa products, float32 sums); time and MFU at the tf32 peak")
 	}
@@ -840,7 +840,8 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 		// A GPU's tensor cores on bf16 copies of the operands, which a
 		// kernel writes first (4 bytes read and 2 written an element),
 		// but for the operands stored as bf16; and the output
-		// projections' gradients, which their layers round once.
+		// projections' gradients where their layers round them once
+		// (BERT's post-norm layers, spec.Linear.GradRounded).
 		t.ComputeS = t.GemmFlops / (dev.BF16Flops * dev.Efficiency) // fusedS included
 		convertS = accum * 6 * float64(operandElems(gs)-s.storedBF16OperandElems()+s.roundedGradElems()) / dev.MemBandwidth
 	}
@@ -890,11 +891,12 @@ func (s shapes) time(cfg config.Config, vocab int, dev Device, nodes int) Time {
 			// output gradients) and two reduce-scatters (the input
 			// gradients): two all-gathers more than the all-reduces. The
 			// inputs gathered are the norms' outputs, and the output
-			// gradients those the projections round (spec.Linear's
-			// GradRounded): bf16 at bf16, half a float an element. The
-			// embedding (first stage) reduce-scatters forward and
-			// all-gathers backward the residual stream's gradient
-			// (spec.Residual).
+			// gradients as the products read them (spec.Compute: the
+			// residual stream's in a pre-norm block, rounded by the
+			// projections in a post-norm one; bf16 at bf16, half a float
+			// an element). The embedding (first stage) reduce-scatters
+			// forward and all-gathers backward the residual stream's
+			// gradient.
 			projGradFloats := float64(spec.Compute(cfg).Size()) / f32
 			ag, rs, n = (4*normFloats+2*projGradFloats)*float64(s.L)*N*C, 4*float64(s.L)*N*C, 10*int(s.L)
 			if s.recompute == parallel.RecomputeFull {

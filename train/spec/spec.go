@@ -37,8 +37,10 @@ type Param = parallel.ParamSpec
 // GELU or SwiGLU output, the attention's Q, K and V and its output y, the
 // pre-norm blocks' norm outputs (NormOut) and a language model's ln_f
 // output), the gradients only they read (the MLP's hidden ones, the
-// attention's of y and of Q, K, V, the output projections' rounded
-// output gradients) and the pre-norm blocks' residual stream. BFloat16 at
+// attention's of y and of Q, K, V, BERT's post-norm output projections'
+// rounded output gradients), and the pre-norm blocks' residual stream,
+// its gradient, the norms' outputs' gradients and the embeddings' output
+// (Residual, NormOut). BFloat16 at
 // precision bf16 (fp32 masters, which AdamW updates, and bf16 operands,
 // as Megatron keeps them), Float32 otherwise (no copy: the products read
 // the masters).
