@@ -72,6 +72,17 @@ func upload(t *testing.T, d Device, data []float32, shape ...int) *Tensor {
 	return x
 }
 
+// uploadHalf is upload into a bfloat16 tensor: data rounded.
+func uploadHalf(t *testing.T, d Device, data []float32, shape ...int) *Tensor {
+	t.Helper()
+	x, err := d.AllocAs(BFloat16, shape...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.CopyFromHost(x, data)
+	return x
+}
+
 // download copies x to a new host slice.
 func download(x *Tensor) []float32 {
 	h := make([]float32, x.Len())

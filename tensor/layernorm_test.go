@@ -79,14 +79,7 @@ func TestNormsOfBF16Residual(t *testing.T) {
 		for _, sh := range [][2]int{{3, 1}, {7, 37}, {65, 64}} {
 			n, c := sh[0], sh[1]
 			name := fmt.Sprintf("%dx%d", n, c)
-			half := func(v []float32) *Tensor {
-				h, err := d.AllocAs(BFloat16, n, c)
-				if err != nil {
-					t.Fatal(err)
-				}
-				d.CopyFromHost(h, v)
-				return h
-			}
+			half := func(v []float32) *Tensor { return uploadHalf(t, d, v, n, c) }
 			widened := func(h *Tensor) []float32 { return download(h) }
 			w, bias := upload(t, d, randF32(r, c, 1), c), upload(t, d, randF32(r, c, 1), c)
 			xh := half(randF32(r, n*c, 3))
@@ -198,23 +191,17 @@ func TestNormsOfBF16Residual(t *testing.T) {
 // widened values, rounded once into a bfloat16 y (from the definition);
 // the norms' backward into a bfloat16 dinp or from a bfloat16 dout (a
 // norm output's gradient) is the float32 kernel's on the widened values,
-// rounded once into dinp, with the same weight gradients; and
+// rounded once into dinp, with the same weight gradients;
 // EmbeddingBackward of a bfloat16 dout the float32 kernel's on the
-// widened dout.
+// widened dout; and the embeddings' forward into the stream (the looked
+// up rows, Add of float32 a and b) rounds once.
 func TestResidualGradBF16(t *testing.T) {
 	eachDevice(t, func(t *testing.T, d *CPUDevice) {
 		r := rand.New(rand.NewPCG(41, 42))
 		for _, sh := range [][2]int{{3, 1}, {7, 37}, {65, 640}} {
 			n, c := sh[0], sh[1]
 			name := fmt.Sprintf("%dx%d", n, c)
-			half := func(v []float32) *Tensor {
-				h, err := d.AllocAs(BFloat16, n, c)
-				if err != nil {
-					t.Fatal(err)
-				}
-				d.CopyFromHost(h, v)
-				return h
-			}
+			half := func(v []float32) *Tensor { return uploadHalf(t, d, v, n, c) }
 			rounded := func(v []float32) []float32 {
 				out := make([]float32, len(v))
 				for i, x := range v {
