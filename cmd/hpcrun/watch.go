@@ -115,7 +115,13 @@ func watchRun(ctx context.Context, c *cli.Context, dir rundir.Dir) error {
 
 // jobEnd is the state of the job of the run in dir once its ranks have
 // ended: the scheduler may take a few seconds to record the job's end.
+// last is the watch's last answer; without one (the scheduler never
+// answered: unreachable, or a run from another cluster) there is nothing
+// to wait for, and each failed question costs seconds.
 func jobEnd(ctx context.Context, dir rundir.Dir, last slurm.JobInfo) slurm.JobInfo {
+	if last.State == "" {
+		return last
+	}
 	for deadline := time.Now().Add(10 * time.Second); !last.State.Done() && time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
 		m, err := slurm.ReadMeta(dir)
 		if err != nil {
